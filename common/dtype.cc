@@ -1,0 +1,56 @@
+#include "common/dtype.h"
+
+#include <cmath>
+
+namespace zipmoe {
+
+int DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: case DType::kF16: case DType::kI16: return 2;
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF64: case DType::kI64: return 8;
+    case DType::kI8: case DType::kU8: case DType::kBool: return 1;
+  }
+  return 0;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kF32: return "F32";
+    case DType::kF64: return "F64";
+    case DType::kI64: return "I64";
+    case DType::kI32: return "I32";
+    case DType::kI16: return "I16";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kBool: return "BOOL";
+  }
+  return "?";
+}
+
+Result<DType> ParseDType(const std::string& name) {
+  static const struct { const char* name; DType dtype; } kTable[] = {
+      {"BF16", DType::kBF16}, {"F16", DType::kF16}, {"F32", DType::kF32}, {"F64", DType::kF64},
+      {"I64", DType::kI64},   {"I32", DType::kI32}, {"I16", DType::kI16}, {"I8", DType::kI8},
+      {"U8", DType::kU8},     {"BOOL", DType::kBool}};
+  for (const auto& e : kTable)
+    if (name == e.name) return e.dtype;
+  return Status::InvalidArgument("unknown dtype '" + name + "'");
+}
+
+float F16ToFloat(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<float>(mant), -24);
+  } else if (exp == 31) {
+    v = mant ? std::nanf("") : INFINITY;
+  } else {
+    v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
+  }
+  return sign ? -v : v;
+}
+
+}  // namespace zipmoe

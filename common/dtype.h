@@ -1,0 +1,40 @@
+// Tensor element types as named by safetensors ("BF16", "F16", "F32", ...) and BF16 helpers.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "common/status.h"
+
+namespace zipmoe {
+
+enum class DType : uint8_t { kBF16 = 0, kF16 = 1, kF32 = 2, kF64 = 3, kI64 = 4, kI32 = 5, kI16 = 6, kI8 = 7, kU8 = 8, kBool = 9 };
+
+// Bytes per element (BF16 -> 2, F32 -> 4, ...).
+int DTypeSize(DType dtype);
+// Safetensors spelling: "BF16", "F16", "F32", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL".
+const char* DTypeName(DType dtype);
+// Parses the safetensors spelling. Errors: kInvalidArgument naming the unknown string.
+Result<DType> ParseDType(const std::string& name);
+
+// BF16 <-> float32. BF16 is the top 16 bits of an IEEE-754 float32.
+inline float Bf16ToFloat(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+// Round-to-nearest-even, NaN stays NaN (quiet), as torch's float -> bfloat16 conversion.
+inline uint16_t FloatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>((u + rounding_bias) >> 16);
+}
+// IEEE half -> float32 (exact).
+float F16ToFloat(uint16_t bits);
+
+}  // namespace zipmoe

@@ -1,0 +1,172 @@
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+namespace zipmoe {
+namespace {
+std::string ErrnoText() { return std::strerror(errno); }
+}  // namespace
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<MappedFile> MappedFile::Open(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return Status::NotFound(path + ": no such file");
+    return Status::IoError(path + ": open: " + ErrnoText());
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Status::IoError(path + ": fstat: " + ErrnoText());
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+  MappedFile m;
+  m.path_ = path;
+  m.size_ = static_cast<uint64_t>(st.st_size);
+  if (m.size_ > 0) {
+    void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (p == MAP_FAILED) return Status::IoError(path + ": mmap: " + ErrnoText());
+    m.data_ = static_cast<const uint8_t*>(p);
+  }
+  return m;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = other.data_;
+    size_ = other.size_;
+    path_ = std::move(other.path_);
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() { Reset(); }
+
+void MappedFile::Reset() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Result<AtomicFile> AtomicFile::Create(const std::string& path) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return Status::IoError(tmp + ": create: " + ErrnoText());
+  return AtomicFile(path, tmp, std::move(fd));
+}
+
+AtomicFile::AtomicFile(AtomicFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      tmp_path_(std::move(other.tmp_path_)),
+      fd_(std::move(other.fd_)),
+      position_(other.position_),
+      committed_(other.committed_) {
+  other.committed_ = true;  // the moved-from object owns nothing to clean up
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_ && !tmp_path_.empty()) {
+    fd_ = UniqueFd();
+    ::unlink(tmp_path_.c_str());
+  }
+}
+
+Status AtomicFile::WriteAt(uint64_t offset, const void* data, uint64_t size_bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (size_bytes > 0) {
+    ssize_t n = ::pwrite(fd_.get(), p, size_bytes, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError(tmp_path_ + "@" + std::to_string(offset) + ": write: " + ErrnoText());
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size_bytes -= static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status AtomicFile::Write(const void* data, uint64_t size_bytes) {
+  ZM_RETURN_IF_ERROR(WriteAt(position_, data, size_bytes));
+  position_ += size_bytes;
+  return Status::Ok();
+}
+
+Status AtomicFile::PadTo(uint64_t alignment) {
+  uint64_t rem = position_ % alignment;
+  if (rem == 0) return Status::Ok();
+  std::vector<char> zeros(alignment - rem, 0);
+  return Write(zeros.data(), zeros.size());
+}
+
+Status AtomicFile::Commit() {
+  if (committed_) return Status::Internal(path_ + ": committed twice");
+  if (::fsync(fd_.get()) != 0) return Status::IoError(tmp_path_ + ": fsync: " + ErrnoText());
+  int fd = fd_.release();
+  if (::close(fd) != 0) return Status::IoError(tmp_path_ + ": close: " + ErrnoText());
+  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0)
+    return Status::IoError(tmp_path_ + " -> " + path_ + ": rename: " + ErrnoText());
+  committed_ = true;
+  return Status::Ok();
+}
+
+Result<std::string> ReadFileToString(const std::string& path) {
+  ZM_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(path));
+  return std::string(reinterpret_cast<const char*>(m.data()), m.size());
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view contents) {
+  ZM_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path));
+  ZM_RETURN_IF_ERROR(f.Write(contents.data(), contents.size()));
+  return f.Commit();
+}
+
+std::string JoinPath(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (a.back() == '/') return a + b;
+  return a + "/" + b;
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+Status CreateDirectories(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return Status::IoError(path + ": mkdir: " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace zipmoe

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs zipmoe's build and test dependencies from Debian's package registry (Debian 12).
+# Idempotent: packages already installed are skipped; apt-get runs only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libzstd-dev zstd liblz4-dev libxxhash-dev
+  libzmq3-dev cppzmq-dev libflatbuffers-dev flatbuffers-compiler
+  prometheus-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libtorch-dev libopenblas0-openmp libpcre2-dev
+  python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

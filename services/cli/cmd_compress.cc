@@ -1,0 +1,5 @@
+#include <CLI/CLI.hpp>
+#include "services/cli/commands.h"
+namespace zipmoe::cli {
+void AddCompressCommand(CLI::App& app, int* exit_code) { (void)app; (void)exit_code; }  // TODO(placeholder during bring-up)
+}  // namespace zipmoe::cli

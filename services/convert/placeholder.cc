@@ -1,0 +1,1 @@
+namespace zipmoe { int placeholder_convert = 0; }

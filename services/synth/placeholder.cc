@@ -1,0 +1,1 @@
+namespace zipmoe { int placeholder_synth = 0; }
