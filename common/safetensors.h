@@ -51,12 +51,16 @@ class SafetensorsFile {
  public:
   // Maps `path` and validates the header. Errors (each names `path` and, where known, the tensor):
   //   kNotFound (missing file); kCorruption (file shorter than 8 bytes, header length beyond the file,
-  //   header not valid JSON, entry not an object, data_offsets out of range / reversed / overlapping,
-  //   data_offsets size != numel * dtype size, negative shape); kInvalidArgument (unknown dtype).
+  //   header not valid JSON, duplicate tensor name, entry not an object or missing dtype / shape /
+  //   data_offsets, data_offsets out of range (truncated file) / reversed / overlapping,
+  //   data_offsets size != numel * dtype size, negative shape, __metadata__ not a str->str map);
+  //   kInvalidArgument (unknown dtype). Gaps between tensors and bytes after the last one are allowed;
+  //   zero-size tensors (a 0 dim, begin == end) are allowed anywhere.
   static Result<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
 
   const std::string& path() const { return file_.path(); }
-  // Tensors in header order. Never empty unless the file holds no tensors.
+  // Tensors in file order: ascending data_offsets, ties (zero-size tensors) in header order. Files
+  // from the reference writer list the header in this same order.
   const std::vector<TensorView>& tensors() const { return tensors_; }
   // nullptr if absent.
   const TensorView* Find(const std::string& name) const;
@@ -73,7 +77,10 @@ class SafetensorsFile {
 // A Hugging Face model directory (single-file or sharded + index), as downloaded.
 class Checkpoint {
  public:
-  // Reads DIR/config.json (must be a JSON object) and the weights. Errors: kNotFound (no config.json,
+  // Reads DIR/config.json (must be a JSON object) and the weights: the shards listed in
+  // model.safetensors.index.json if present (tensors a shard holds beyond the index are included),
+  // else model.safetensors, else every *.safetensors in DIR (e.g. consolidated.safetensors).
+  // Symlinks (the Hugging Face cache layout) are followed. Errors: kNotFound (no config.json,
   // no weights, a shard named in the index is missing); kCorruption (bad index JSON, a tensor the
   // index names is absent from its shard, the same tensor in two shards); plus SafetensorsFile errors.
   static Result<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
@@ -84,7 +91,7 @@ class Checkpoint {
   const std::vector<std::string>& names() const { return names_; }
   // Errors: kNotFound naming the tensor and the directory.
   Result<TensorView> Find(const std::string& name) const;
-  // Shard files in the order they were opened.
+  // Weight files in the order they were opened (sorted by file name).
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
 
  private:
@@ -101,7 +108,9 @@ using TensorFiller = std::function<Status(const TensorSpec& spec, uint8_t* out)>
 
 // Writes one safetensors file atomically, streaming: header first, then each tensor's bytes from
 // `fill` in `specs` order (tensors are 8-byte aligned in the data section by header padding only).
-// Errors: kInvalidArgument (duplicate or empty name), kIoError, or whatever `fill` returns.
+// Memory: one buffer the size of the largest tensor. `__metadata__` is omitted when `metadata` is empty.
+// Errors: kInvalidArgument (duplicate, empty or "__metadata__" name, negative dim, size overflow),
+// kIoError, or whatever `fill` returns (same code, message prefixed with path and tensor).
 Status WriteSafetensors(const std::string& path, const std::vector<TensorSpec>& specs,
                         const TensorFiller& fill,
                         const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
@@ -109,7 +118,9 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorSpec>& 
 // Writes the weights of a checkpoint directory: model.safetensors if the total is <= shard_size_bytes,
 // otherwise model-00001-of-0000N.safetensors ... plus model.safetensors.index.json
 // ({"metadata": {"total_size": bytes}, "weight_map": {...}}), greedily packing `specs` in order.
-// Each file is written atomically. Errors as WriteSafetensors.
+// Creates `dir` if needed. Each file is written atomically; afterwards stale weight files that would
+// confuse Checkpoint::Open are removed (an old index and shards when writing model.safetensors; an old
+// model.safetensors and unlisted model-*-of-*.safetensors when writing shards). Errors as WriteSafetensors.
 Status WriteCheckpointWeights(const std::string& dir, const std::vector<TensorSpec>& specs,
                               uint64_t shard_size_bytes, const TensorFiller& fill);
 

@@ -1,5 +1,56 @@
+// `zipmoe compress MODEL_DIR OUT_DIR`: the offline converter (services/convert/compress.h).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include "services/cli/commands.h"
+#include "services/cli/progress.h"
+#include "services/convert/compress.h"
+
 namespace zipmoe::cli {
-void AddCompressCommand(CLI::App& app, int* exit_code) { (void)app; (void)exit_code; }  // TODO(placeholder during bring-up)
+
+void AddCompressCommand(CLI::App& app, int* exit_code) {
+  struct Args {
+    convert::CompressOptions options;
+    std::string codec = "zstd";
+  };
+  auto args = std::make_shared<Args>();  // shared: outlives this function, owned by the callback
+  CLI::App* cmd = app.add_subcommand("compress", "Convert a Hugging Face MoE checkpoint into the compressed layout");
+  cmd->add_option("MODEL_DIR", args->options.model_dir, "Hugging Face checkpoint directory")->required();
+  cmd->add_option("OUT_DIR", args->options.out_dir, "output directory (created atomically)")->required();
+  cmd->add_option("--codec", args->codec, "E-chunk codec: zstd | lz4 | none")->capture_default_str();
+  cmd->add_option("--level", args->options.codec.level, "codec level (0 = tuned default)")->capture_default_str();
+  cmd->add_option("--shards", args->options.n_shards, "K: E-chunks per expert tensor")->capture_default_str();
+  cmd->add_option("--threads", args->options.n_threads, "worker threads (0 = all cores)")->capture_default_str();
+  cmd->add_flag("--convert-dtype", args->options.convert_dtype,
+                "round F16/F32 expert tensors to BF16 instead of refusing them (lossy)");
+  cmd->add_flag("--force", args->options.overwrite, "replace OUT_DIR if it exists");
+  cmd->callback([args, exit_code] {
+    auto codec = ParseCodec(args->codec);
+    if (!codec.ok()) {
+      fmt::print(stderr, "error: {}\n", codec.status().ToString());
+      *exit_code = 2;
+      return;
+    }
+    args->options.codec.codec = *codec;
+    ProgressBar bar("compress");
+    auto summary = convert::CompressModel(args->options, [&](const convert::CompressProgress& p) {
+      const double mbps = p.raw_bytes_done / 1e6 / std::max(bar.elapsed_seconds(), 1e-9);
+      bar.Update(p.tensors_done, p.tensors_total, fmt::format("tensors, {:.0f} MB/s", mbps));
+    });
+    bar.Finish();
+    if (!summary.ok()) {
+      fmt::print(stderr, "error: {}\n", summary.status().ToString());
+      *exit_code = 1;
+      return;
+    }
+    const auto& s = summary.value();
+    fmt::print("compressed {} -> {}: {} expert tensors ({:.1f} MB -> {:.1f} MB stored, ratio {:.4f}; experts.bin "
+               "{:.1f} MB with 4 KiB alignment), {} dense tensors, {:.1f} s\n",
+               args->options.model_dir, args->options.out_dir, s.expert_tensors, s.expert_bytes_raw / 1e6,
+               s.expert_bytes_stored / 1e6,
+               s.expert_bytes_raw ? static_cast<double>(s.expert_bytes_stored) / s.expert_bytes_raw : 0.0,
+               s.experts_file_bytes / 1e6, s.dense_tensors, s.seconds);
+  });
+}
+
 }  // namespace zipmoe::cli

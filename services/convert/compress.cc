@@ -1,0 +1,283 @@
+#include "services/convert/compress.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/bitfield.h"
+#include "common/dtype.h"
+#include "common/expert_names.h"
+#include "common/file_util.h"
+#include "common/hash.h"
+#include "common/manifest.h"
+#include "common/safetensors.h"
+
+namespace zipmoe::convert {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ExpertSource {
+  ExpertTensorName id;
+  TensorView view;
+};
+
+// One tensor after splitting and compression, before placement in experts.bin.
+struct EncodedTensor {
+  ExpertTensorInfo info;                    // chunk file offsets filled in at write time
+  std::vector<std::vector<uint8_t>> bytes;  // per chunk, stored bytes
+  uint64_t histogram[256] = {};
+};
+
+// BF16 bytes of `view`, converting F16/F32 (round to nearest even) when allowed.
+Result<std::vector<uint16_t>> ToBf16(const TensorView& view, bool convert_dtype) {
+  const int64_t n = view.spec.numel();
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  switch (view.spec.dtype) {
+    case DType::kBF16:
+      std::memcpy(out.data(), view.data, static_cast<size_t>(n) * 2);
+      return out;
+    case DType::kF16:
+    case DType::kF32:
+      if (!convert_dtype) break;
+      for (int64_t i = 0; i < n; ++i) {
+        float f;
+        if (view.spec.dtype == DType::kF32) {
+          std::memcpy(&f, view.data + 4 * i, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, view.data + 2 * i, 2);
+          f = F16ToFloat(h);
+        }
+        out[static_cast<size_t>(i)] = FloatToBf16(f);
+      }
+      return out;
+    default:
+      break;
+  }
+  return Status::InvalidArgument(fmt::format(
+      "{}: expert tensor '{}' is {}, expected BF16 (pass --convert-dtype to round F16/F32 to BF16; this is lossy)",
+      view.file, view.spec.name, DTypeName(view.spec.dtype)));
+}
+
+Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOptions& opt) {
+  EncodedTensor enc;
+  ExpertTensorInfo& t = enc.info;
+  t.name = src.view.spec.name;
+  t.layer_id = src.id.layer_id;
+  t.expert_id = src.id.expert_id;
+  t.proj = src.id.proj;
+  t.shape = src.view.spec.shape;
+  t.dtype = DType::kBF16;
+  t.codec = opt.codec.codec;
+  t.level = opt.codec.level == 0 ? DefaultCodecLevel(opt.codec.codec) : opt.codec.level;
+
+  ZM_ASSIGN_OR_RETURN(std::vector<uint16_t> bf16, ToBf16(src.view, opt.convert_dtype));
+  const int64_t n = static_cast<int64_t>(bf16.size());
+  t.bf16_xxh64 = Xxh64(bf16.data(), bf16.size() * 2);
+  std::vector<uint8_t> e_plane(bf16.size()), sm_plane(bf16.size());
+  SplitBf16(bf16.data(), n, e_plane.data(), sm_plane.data());
+  AccumulateHistogram(e_plane.data(), n, enc.histogram);
+
+  const auto ranges = ShardRanges(n, opt.n_shards);
+  t.n_shards = static_cast<int32_t>(ranges.size());
+  const CodecOptions codec{t.codec, t.level};
+  for (const auto& [offset, count] : ranges) {
+    std::vector<uint8_t> buf(CompressBoundBytes(t.codec, static_cast<uint64_t>(count)));
+    ZM_ASSIGN_OR_RETURN(uint64_t stored, CompressChunk(codec, e_plane.data() + offset, static_cast<uint64_t>(count),
+                                                       buf.data(), buf.size()));
+    buf.resize(stored);
+    t.chunks.push_back({ChunkKind::kE, static_cast<uint64_t>(offset), static_cast<uint64_t>(count), 0, stored,
+                        static_cast<uint64_t>(count), Xxh64(buf.data(), buf.size())});
+    enc.bytes.push_back(std::move(buf));
+  }
+  t.chunks.push_back({ChunkKind::kSm, 0, static_cast<uint64_t>(n), 0, static_cast<uint64_t>(n),
+                      static_cast<uint64_t>(n), Xxh64(sm_plane.data(), sm_plane.size())});
+  enc.bytes.push_back(std::move(sm_plane));
+  return enc;
+}
+
+// Files next to the weights that a runtime needs (tokenizer, generation config, ...), copied verbatim.
+std::vector<std::string> ExtraFiles(const std::string& model_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    const std::string ext = entry.path().extension().string();
+    if (ext == ".safetensors" || name == "model.safetensors.index.json") continue;
+    if (ext == ".json" || ext == ".model" || ext == ".txt" || ext == ".py" || ext == ".jinja" || ext == ".tiktoken")
+      out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status CopyFileAtomic(const std::string& from, const std::string& to) {
+  ZM_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(from));
+  return WriteFileAtomic(to, bytes);
+}
+
+int ConfigInt(const nlohmann::json& config, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    auto it = config.find(k);
+    if (it != config.end() && it->is_number_integer()) return it->get<int>();
+  }
+  return 0;
+}
+
+Status Commit(const std::string& tmp_dir, const std::string& out_dir, bool overwrite) {
+  std::error_code ec;
+  std::string old_dir;
+  if (fs::exists(out_dir, ec)) {
+    if (!overwrite) return Status::InvalidArgument(out_dir + ": exists (pass --force to replace it)");
+    old_dir = out_dir + ".old." + std::to_string(::getpid());
+    fs::rename(out_dir, old_dir, ec);
+    if (ec) return Status::IoError(out_dir + ": rename to " + old_dir + ": " + ec.message());
+  }
+  fs::rename(tmp_dir, out_dir, ec);
+  if (ec) return Status::IoError(tmp_dir + " -> " + out_dir + ": rename: " + ec.message());
+  if (!old_dir.empty()) fs::remove_all(old_dir, ec);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<CompressSummary> CompressModel(const CompressOptions& opt,
+                                      const std::function<void(const CompressProgress&)>& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  if (opt.n_shards < 1) return Status::InvalidArgument(fmt::format("--shards must be >= 1, got {}", opt.n_shards));
+  std::error_code ec;
+  if (fs::exists(opt.out_dir, ec) && !opt.overwrite)
+    return Status::InvalidArgument(opt.out_dir + ": exists (pass --force to replace it)");
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(opt.model_dir));
+
+  // Classify tensors.
+  std::vector<ExpertSource> experts;
+  std::vector<TensorView> dense;
+  for (const std::string& name : ckpt->names()) {
+    ZM_ASSIGN_OR_RETURN(TensorView view, ckpt->Find(name));
+    if (auto id = ParseExpertTensorName(name)) {
+      if (view.spec.shape.size() != 2)
+        return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' has {} dims, expected 2", view.file, name,
+                                                   view.spec.shape.size()));
+      if (view.spec.dtype != DType::kBF16 && !opt.convert_dtype) {
+        auto st = ToBf16(view, false);  // produces the descriptive error
+        return st.status();
+      }
+      experts.push_back({*id, view});
+    } else {
+      dense.push_back(view);
+    }
+  }
+  if (experts.empty())
+    return Status::InvalidArgument(opt.model_dir + ": no routed-expert tensors (*.experts.N.*.weight) found");
+  std::sort(experts.begin(), experts.end(), [](const ExpertSource& a, const ExpertSource& b) {
+    return std::make_tuple(a.id.layer_id, a.id.expert_id, static_cast<int>(a.id.proj)) <
+           std::make_tuple(b.id.layer_id, b.id.expert_id, static_cast<int>(b.id.proj));
+  });
+
+  const std::string tmp_dir = opt.out_dir + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp_dir, ec);
+  ZM_RETURN_IF_ERROR(CreateDirectories(tmp_dir));
+  // Removes the temp directory on any early return.
+  struct TmpGuard {
+    std::string dir;
+    bool keep = false;
+    ~TmpGuard() {
+      std::error_code e;
+      if (!keep) fs::remove_all(dir, e);
+    }
+  } guard{tmp_dir};
+
+  Manifest m;
+  m.arch = ckpt->config().value("model_type", std::string());
+  m.config_json = ckpt->config().dump(2);
+  m.codec = opt.codec.codec;
+  m.level = opt.codec.level == 0 ? DefaultCodecLevel(opt.codec.codec) : opt.codec.level;
+  m.n_shards = opt.n_shards;
+  m.n_layers = ConfigInt(ckpt->config(), {"num_hidden_layers"});
+  m.n_experts = ConfigInt(ckpt->config(), {"num_experts", "num_local_experts", "n_routed_experts"});
+
+  // experts.bin: encode windows of tensors in parallel, write each window in order.
+  ZM_ASSIGN_OR_RETURN(AtomicFile experts_file, AtomicFile::Create(JoinPath(tmp_dir, kExpertsFileName)));
+  const int n_threads =
+      opt.n_threads > 0 ? opt.n_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const size_t window = static_cast<size_t>(n_threads) * 4;
+  CompressProgress prog;
+  prog.tensors_total = static_cast<int64_t>(experts.size());
+  for (size_t begin = 0; begin < experts.size(); begin += window) {
+    const size_t end = std::min(experts.size(), begin + window);
+    std::vector<Result<EncodedTensor>> encoded(end - begin, Status::Internal("not encoded"));
+    std::atomic<size_t> next{begin};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < n_threads && w < static_cast<int>(end - begin); ++w) {
+      workers.emplace_back([&] {
+        for (size_t i = next++; i < end; i = next++) encoded[i - begin] = EncodeTensor(experts[i], opt);
+      });
+    }
+    for (auto& th : workers) th.join();
+    for (auto& r : encoded) {
+      if (!r.ok()) return r.status();
+      EncodedTensor& enc = r.value();
+      for (size_t c = 0; c < enc.bytes.size(); ++c) {
+        ZM_RETURN_IF_ERROR(experts_file.PadTo(kChunkAlignmentBytes));
+        enc.info.chunks[c].file_offset = experts_file.position();
+        ZM_RETURN_IF_ERROR(experts_file.Write(enc.bytes[c].data(), enc.bytes[c].size()));
+      }
+      for (int s = 0; s < 256; ++s) m.exponent_histogram[s] += enc.histogram[s];
+      enc.info.record_xxh64 = RecordHash(enc.info);
+      prog.tensors_done++;
+      prog.raw_bytes_done += enc.info.raw_bytes();
+      prog.stored_bytes_done += enc.info.stored_bytes();
+      m.expert_tensors.push_back(std::move(enc.info));
+    }
+    if (progress) progress(prog);
+  }
+  ZM_RETURN_IF_ERROR(experts_file.PadTo(kChunkAlignmentBytes));
+  m.experts_file_bytes = experts_file.position();
+  ZM_RETURN_IF_ERROR(experts_file.Commit());
+
+  // dense.safetensors: every non-expert tensor, bytes unchanged.
+  std::vector<TensorSpec> dense_specs;
+  std::unordered_map<std::string, const TensorView*> dense_by_name;
+  for (const auto& v : dense) {
+    dense_specs.push_back(v.spec);
+    dense_by_name[v.spec.name] = &v;
+    m.dense_tensors.push_back({v.spec.name, v.spec.shape, v.spec.dtype});
+  }
+  ZM_RETURN_IF_ERROR(WriteSafetensors(JoinPath(tmp_dir, kDenseFileName), dense_specs,
+                                      [&](const TensorSpec& spec, uint8_t* out) {
+                                        const TensorView* v = dense_by_name.at(spec.name);
+                                        std::memcpy(out, v->data, v->size_bytes());
+                                        return Status::Ok();
+                                      }));
+
+  for (const std::string& name : ExtraFiles(opt.model_dir)) {
+    ZM_RETURN_IF_ERROR(CopyFileAtomic(JoinPath(opt.model_dir, name), JoinPath(tmp_dir, name)));
+    m.source_files.push_back(name);
+  }
+  ZM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp_dir, kManifestFileName), SerializeManifest(m)));
+  ZM_RETURN_IF_ERROR(Commit(tmp_dir, opt.out_dir, opt.overwrite));
+  guard.keep = true;
+
+  CompressSummary s;
+  s.expert_tensors = static_cast<int64_t>(m.expert_tensors.size());
+  s.dense_tensors = static_cast<int64_t>(m.dense_tensors.size());
+  s.expert_bytes_raw = prog.raw_bytes_done;
+  s.expert_bytes_stored = prog.stored_bytes_done;
+  s.experts_file_bytes = m.experts_file_bytes;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+}  // namespace zipmoe::convert

@@ -1,0 +1,53 @@
+// The offline converter (ZipMoE §3.1 "Offline Initialization", Fig. 5 ➊➋): turns a Hugging Face MoE
+// checkpoint directory into a compressed zipmoe directory.
+//
+// Output (docs/format.md): manifest.bin (header + FlatBuffers, schemas/manifest.fbs), experts.bin
+// (per routed-expert tensor: K E-chunks, then the raw SM-chunk, each 4 KiB-aligned, one expert's
+// gate/up/down tensors adjacent, ordered by (layer, expert, proj)), dense.safetensors (every other
+// tensor, unchanged), and the checkpoint's other files (config.json, tokenizer*.json, ...) copied.
+// The directory is built under "<out>.tmp.<pid>" and renamed into place only when complete, so a
+// failure or interruption never leaves a half-written OUT_DIR.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/codec.h"
+#include "common/status.h"
+
+namespace zipmoe::convert {
+
+struct CompressOptions {
+  std::string model_dir;  // Hugging Face checkpoint directory
+  std::string out_dir;
+  CodecOptions codec;     // of the E-chunks; level 0 = codec default
+  int n_shards = 4;       // K: E-chunks per tensor (>= 1; clamped to the element count)
+  int n_threads = 0;      // 0 = hardware concurrency
+  bool convert_dtype = false;  // allow F16/F32 expert tensors, rounding them to BF16 (lossy!)
+  bool overwrite = false;      // replace an existing OUT_DIR
+};
+
+struct CompressProgress {
+  int64_t tensors_done = 0;
+  int64_t tensors_total = 0;
+  uint64_t raw_bytes_done = 0;     // BF16 bytes of the expert tensors written so far
+  uint64_t stored_bytes_done = 0;  // chunk bytes written so far (no padding)
+};
+
+struct CompressSummary {
+  int64_t expert_tensors = 0;
+  int64_t dense_tensors = 0;
+  uint64_t expert_bytes_raw = 0;
+  uint64_t expert_bytes_stored = 0;
+  uint64_t experts_file_bytes = 0;
+  double seconds = 0;
+};
+
+// Errors: those of Checkpoint::Open; kInvalidArgument (OUT_DIR exists without overwrite, no routed
+// expert tensors found, an expert tensor that is not BF16 without convert_dtype — naming it, a tensor
+// that is not 2-D); kIoError writing. `progress` (optional) is called from the calling thread.
+Result<CompressSummary> CompressModel(const CompressOptions& options,
+                                      const std::function<void(const CompressProgress&)>& progress = nullptr);
+
+}  // namespace zipmoe::convert

@@ -1,0 +1,69 @@
+#include "services/convert/inspect.h"
+
+#include <map>
+#include <set>
+
+#include "common/bitfield.h"
+
+namespace zipmoe::convert {
+
+nlohmann::json InspectManifest(const Manifest& m) {
+  uint64_t raw = 0, stored = 0, e_stored = 0, sm_stored = 0, values = 0, chunks = 0;
+  struct LayerStats {
+    std::set<int32_t> experts;
+    uint64_t raw = 0, stored = 0;
+  };
+  std::map<int32_t, LayerStats> layers;
+  for (const auto& t : m.expert_tensors) {
+    raw += t.raw_bytes();
+    stored += t.stored_bytes();
+    e_stored += t.e_stored_bytes();
+    values += static_cast<uint64_t>(t.numel());
+    chunks += t.chunks.size();
+    LayerStats& l = layers[t.layer_id];
+    l.experts.insert(t.expert_id);
+    l.raw += t.raw_bytes();
+    l.stored += t.stored_bytes();
+  }
+  sm_stored = stored - e_stored;
+  uint64_t hist[256];
+  for (int i = 0; i < 256; ++i) hist[i] = m.exponent_histogram[static_cast<size_t>(i)];
+  const double entropy = ShannonEntropyBits(hist);
+
+  nlohmann::json per_layer = nlohmann::json::array();
+  for (const auto& [layer_id, l] : layers) {
+    per_layer.push_back({{"layer_id", layer_id},
+                         {"experts", l.experts.size()},
+                         {"raw_bytes", l.raw},
+                         {"stored_bytes", l.stored}});
+  }
+  nlohmann::json j;
+  j["arch"] = m.arch;
+  j["codec"] = CodecName(m.codec);
+  j["level"] = m.level;
+  j["shards"] = m.n_shards;
+  j["n_layers"] = m.n_layers;
+  j["n_experts"] = m.n_experts;
+  j["tensors"] = m.expert_tensors.size();
+  j["dense_tensors"] = m.dense_tensors.size();
+  j["chunks"] = chunks;
+  j["expert_bytes_raw"] = raw;
+  j["expert_bytes_stored"] = stored;
+  j["e_bytes_stored"] = e_stored;
+  j["sm_bytes_stored"] = sm_stored;
+  j["experts_file_bytes"] = m.experts_file_bytes;
+  j["ratio"] = raw ? static_cast<double>(stored) / static_cast<double>(raw) : 0.0;
+  j["file_ratio"] = raw ? static_cast<double>(m.experts_file_bytes) / static_cast<double>(raw) : 0.0;
+  j["e_bits_per_value"] = values ? 8.0 * static_cast<double>(e_stored) / static_cast<double>(values) : 0.0;
+  j["exponent_entropy_bits"] = entropy;
+  j["entropy_bound_ratio"] = (entropy + 8.0) / 16.0;
+  j["per_layer"] = per_layer;
+  return j;
+}
+
+Result<nlohmann::json> InspectCompressed(const std::string& dir) {
+  ZM_ASSIGN_OR_RETURN(Manifest m, ReadManifest(dir));
+  return InspectManifest(m);
+}
+
+}  // namespace zipmoe::convert

@@ -1,0 +1,24 @@
+// `zipmoe inspect`: summarises a compressed directory from its manifest (no decoding).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/manifest.h"
+#include "common/status.h"
+
+namespace zipmoe::convert {
+
+// One JSON object with: arch, codec, level, shards, n_layers, n_experts, tensors (expert tensors),
+// dense_tensors, chunks, expert_bytes_raw (BF16 bytes), expert_bytes_stored (sum of chunk sizes, no
+// padding), e_bytes_stored, sm_bytes_stored, experts_file_bytes (with 4 KiB alignment padding),
+// ratio (stored/raw), e_bits_per_value (8·E bytes/values), exponent_entropy_bits (Shannon entropy of
+// all expert exponent bytes), entropy_bound_ratio ((entropy + 8)/16), file_ratio
+// (experts_file_bytes/raw), per_layer [{layer_id, experts, raw, stored}].
+nlohmann::json InspectManifest(const Manifest& manifest);
+
+// Reads DIR/manifest.bin (errors as ReadManifest) and summarises it.
+Result<nlohmann::json> InspectCompressed(const std::string& dir);
+
+}  // namespace zipmoe::convert

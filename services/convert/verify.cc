@@ -1,0 +1,168 @@
+#include "services/convert/verify.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "common/expert_store.h"
+#include "common/file_util.h"
+#include "common/safetensors.h"
+
+namespace zipmoe::convert {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return "[" + fmt::format("{}", fmt::join(shape, ", ")) + "]";
+}
+
+// Chunks must lie inside the file, not overlap, and all bytes between them must be zero.
+Status CheckLayout(const ExpertStore& store) {
+  struct Span {
+    uint64_t begin, end;
+    const ExpertTensorInfo* tensor;
+    size_t chunk;
+  };
+  std::vector<Span> spans;
+  for (const auto& t : store.manifest().expert_tensors)
+    for (size_t c = 0; c < t.chunks.size(); ++c)
+      spans.push_back({t.chunks[c].file_offset, t.chunks[c].file_offset + t.chunks[c].stored_bytes, &t, c});
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  ZM_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(store.experts_path()));
+  uint64_t pos = 0;
+  const Span* prev = nullptr;
+  auto check_zero = [&](uint64_t begin, uint64_t end) -> Status {
+    for (uint64_t i = begin; i < end; ++i) {
+      if (file.data()[i] != 0) {
+        if (prev == nullptr)
+          return Status::Corruption(fmt::format("{}@{}: nonzero byte before the first chunk", store.experts_path(), i));
+        return Status::Corruption(fmt::format("{}@{}: nonzero padding after chunk {} of '{}' (layer {}, expert {})",
+                                              store.experts_path(), i, prev->chunk, prev->tensor->name,
+                                              prev->tensor->layer_id, prev->tensor->expert_id));
+      }
+    }
+    return Status::Ok();
+  };
+  for (const Span& s : spans) {
+    if (s.begin < pos)
+      return Status::Corruption(fmt::format("{}@{}: chunk {} of '{}' overlaps the previous chunk", store.experts_path(),
+                                            s.begin, s.chunk, s.tensor->name));
+    ZM_RETURN_IF_ERROR(check_zero(pos, s.begin));
+    pos = s.end;
+    prev = &s;
+  }
+  return check_zero(pos, file.size());
+}
+
+Status VerifyExpert(const ExpertStore& store, const Checkpoint& ckpt, const ExpertTensorInfo& t) {
+  auto view = ckpt.Find(t.name);
+  if (!view.ok())
+    return Status::NotFound(fmt::format("tensor '{}' (layer {}, expert {}) is in {} but not in the checkpoint {}",
+                                        t.name, t.layer_id, t.expert_id, store.dir(), ckpt.dir()));
+  if (view->spec.shape != t.shape)
+    return Status::Corruption(fmt::format("tensor '{}': shape {} in the manifest, {} in {}", t.name,
+                                          ShapeString(t.shape), ShapeString(view->spec.shape), view->file));
+  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
+  ZM_RETURN_IF_ERROR(store.ReadTensorBf16(t, out.data()));
+  if (view->spec.dtype != DType::kBF16)
+    return Status::Ok();  // converted with --convert-dtype: the BF16 hash check above is the reference
+  if (std::memcmp(out.data(), view->data, out.size() * 2) != 0) {
+    size_t i = 0;
+    while (i < out.size() && std::memcmp(&out[i], view->data + 2 * i, 2) == 0) ++i;
+    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): element {} recovers as 0x{:04x}, "
+                                          "checkpoint {} has a different value",
+                                          t.name, t.layer_id, t.expert_id, i, out[i], view->file));
+  }
+  return Status::Ok();
+}
+
+Status VerifyDense(const Manifest& m, const std::string& dense_path, const Checkpoint& ckpt) {
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> dense, SafetensorsFile::Open(dense_path));
+  if (dense->tensors().size() != m.dense_tensors.size())
+    return Status::Corruption(fmt::format("{}: {} tensors, manifest lists {}", dense_path, dense->tensors().size(),
+                                          m.dense_tensors.size()));
+  for (const auto& d : m.dense_tensors) {
+    const TensorView* got = dense->Find(d.name);
+    if (got == nullptr) return Status::NotFound(fmt::format("{}: dense tensor '{}' missing", dense_path, d.name));
+    auto want = ckpt.Find(d.name);
+    if (!want.ok()) return want.status();
+    if (got->spec.shape != want->spec.shape || got->spec.dtype != want->spec.dtype || got->spec.shape != d.shape ||
+        got->spec.dtype != d.dtype)
+      return Status::Corruption(fmt::format("{}: tensor '{}' is {} {}, checkpoint has {} {}", dense_path, d.name,
+                                            DTypeName(got->spec.dtype), ShapeString(got->spec.shape),
+                                            DTypeName(want->spec.dtype), ShapeString(want->spec.shape)));
+    if (std::memcmp(got->data, want->data, got->size_bytes()) != 0)
+      return Status::Corruption(fmt::format("{}: tensor '{}' differs from {}", dense_path, d.name, want->file));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<VerifySummary> VerifyCompressed(const VerifyOptions& opt, const std::function<void(int64_t, int64_t)>& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, ExpertStore::Open(opt.compressed_dir));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(opt.model_dir));
+  const Manifest& m = store->manifest();
+
+  // Same tensor set on both sides.
+  std::set<std::string> compressed_names;
+  for (const auto& t : m.expert_tensors) compressed_names.insert(t.name);
+  for (const auto& d : m.dense_tensors) compressed_names.insert(d.name);
+  for (const auto& name : ckpt->names())
+    if (!compressed_names.count(name))
+      return Status::NotFound(fmt::format("tensor '{}' of {} is missing from {}", name, opt.model_dir, opt.compressed_dir));
+  if (compressed_names.size() != ckpt->names().size()) {
+    for (const auto& name : compressed_names)
+      if (!ckpt->Find(name).ok())
+        return Status::NotFound(fmt::format("tensor '{}' of {} is not in {}", name, opt.compressed_dir, opt.model_dir));
+  }
+
+  ZM_RETURN_IF_ERROR(CheckLayout(*store));
+
+  const int64_t total = static_cast<int64_t>(m.expert_tensors.size());
+  const int n_threads =
+      opt.n_threads > 0 ? opt.n_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<Status> results(m.expert_tensors.size());
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < n_threads; ++w) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < m.expert_tensors.size() && !failed.load(); i = next++) {
+        results[i] = VerifyExpert(*store, *ckpt, m.expert_tensors[i]);
+        if (!results[i].ok()) failed = true;
+        ++done;
+      }
+    });
+  }
+  int64_t reported = -1;
+  while (progress && !failed.load() && done.load() < total) {
+    if (done.load() != reported) progress(reported = done.load(), total);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (auto& th : workers) th.join();
+  for (const Status& st : results)
+    if (!st.ok()) return st;
+  if (progress) progress(total, total);
+
+  ZM_RETURN_IF_ERROR(VerifyDense(m, JoinPath(opt.compressed_dir, m.dense_file), *ckpt));
+
+  VerifySummary s;
+  s.expert_tensors = total;
+  s.dense_tensors = static_cast<int64_t>(m.dense_tensors.size());
+  for (const auto& t : m.expert_tensors) {
+    s.chunks += static_cast<int64_t>(t.chunks.size());
+    s.expert_bytes_raw += t.raw_bytes();
+  }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+}  // namespace zipmoe::convert

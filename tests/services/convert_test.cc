@@ -1,0 +1,389 @@
+// Offline converter, verify and inspect: bit-exact round trips for every architecture, codec and K,
+// and failure paths (corrupt files, wrong dtypes, existing output, missing inputs).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "common/dtype.h"
+#include "common/expert_store.h"
+#include "common/file_util.h"
+#include "common/safetensors.h"
+#include "services/convert/compress.h"
+#include "services/convert/inspect.h"
+#include "services/convert/verify.h"
+#include "tests/test_util.h"
+
+namespace zipmoe::convert {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunCli;
+using testing::TempDir;
+
+const char* const kArchs[] = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"};
+
+// Tiny synthetic checkpoints, generated once per test binary run.
+class SynthCache {
+ public:
+  static const std::string& Get(const std::string& arch) {
+    static SynthCache cache;
+    auto it = cache.dirs_.find(arch);
+    if (it == cache.dirs_.end()) {
+      const std::string dir = cache.root_.Sub(arch);
+      auto r = RunCli("synth --arch " + arch + " --preset tiny --seed 7 --out " + dir);
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      it = cache.dirs_.emplace(arch, dir).first;
+    }
+    return it->second;
+  }
+
+ private:
+  TempDir root_;
+  std::map<std::string, std::string> dirs_;
+};
+
+CompressOptions Options(const std::string& model, const std::string& out, Codec codec, int k) {
+  CompressOptions o;
+  o.model_dir = model;
+  o.out_dir = out;
+  o.codec.codec = codec;
+  o.n_shards = k;
+  o.n_threads = 2;
+  return o;
+}
+
+class ConvertRoundTripTest : public ::testing::TestWithParam<std::tuple<const char*, Codec, int>> {};
+
+TEST_P(ConvertRoundTripTest, CompressVerifyBitExact) {
+  const auto [arch, codec, k] = GetParam();
+  const std::string& model = SynthCache::Get(arch);
+  TempDir out;
+  const std::string dir = out.Sub("c");
+  auto summary = CompressModel(Options(model, dir, codec, k));
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_GT(summary->expert_tensors, 0);
+
+  auto verified = VerifyCompressed({model, dir, 2});
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_EQ(verified->expert_tensors, summary->expert_tensors);
+
+  // Independently of verify: every expert tensor decodes to the checkpoint's bytes, and every
+  // chunk is 4 KiB aligned with K E-chunks + 1 SM-chunk.
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto ckpt = Checkpoint::Open(model);
+  ASSERT_TRUE(ckpt.ok());
+  int64_t experts_in_ckpt = 0;
+  for (const auto& name : (*ckpt)->names()) experts_in_ckpt += name.find(".experts.") != std::string::npos;
+  ASSERT_EQ(static_cast<int64_t>((*store)->manifest().expert_tensors.size()), experts_in_ckpt);
+  for (const auto& t : (*store)->manifest().expert_tensors) {
+    EXPECT_EQ(t.chunks.size(), static_cast<size_t>(std::min<int64_t>(k, t.numel())) + 1) << t.name;
+    for (const auto& c : t.chunks) EXPECT_EQ(c.file_offset % 4096, 0u);
+    std::vector<uint16_t> got(static_cast<size_t>(t.numel()));
+    ASSERT_TRUE((*store)->ReadTensorBf16(t, got.data()).ok());
+    auto view = (*ckpt)->Find(t.name);
+    ASSERT_TRUE(view.ok());
+    ASSERT_EQ(std::memcmp(got.data(), view->data, got.size() * 2), 0) << t.name;
+  }
+  // One expert's tensors are adjacent: gate, up, down of (layer, expert) follow each other.
+  const auto& ts = (*store)->manifest().expert_tensors;
+  for (size_t i = 1; i < ts.size(); ++i)
+    EXPECT_LT(std::make_tuple(ts[i - 1].layer_id, ts[i - 1].expert_id, int(ts[i - 1].proj)),
+              std::make_tuple(ts[i].layer_id, ts[i].expert_id, int(ts[i].proj)));
+  // Non-expert files travel along.
+  EXPECT_TRUE(FileExists(JoinPath(dir, "config.json")));
+  EXPECT_TRUE(FileExists(JoinPath(dir, "tokenizer.json")));
+  EXPECT_TRUE(FileExists(JoinPath(dir, "dense.safetensors")));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchs, ConvertRoundTripTest,
+                         ::testing::Combine(::testing::ValuesIn(kArchs), ::testing::Values(Codec::kZstd, Codec::kLz4),
+                                            ::testing::Values(1, 4, 16)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" + CodecName(std::get<1>(info.param)) +
+                                  "_K" + std::to_string(std::get<2>(info.param));
+                         });
+
+// A compressed copy of the tiny qwen2_moe model, shared by the corruption tests.
+struct Compressed {
+  TempDir tmp;
+  std::string model;
+  std::string dir;
+};
+
+std::unique_ptr<Compressed> MakeCompressed(int k = 4) {
+  auto c = std::make_unique<Compressed>();
+  c->model = SynthCache::Get("qwen2_moe");
+  c->dir = c->tmp.Sub("c");
+  auto s = CompressModel(Options(c->model, c->dir, Codec::kZstd, k));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return c;
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::string bytes = testing::ReadAll(path);
+  ASSERT_LT(offset, bytes.size());
+  bytes[offset] = static_cast<char>(bytes[offset] ^ 0x40);
+  testing::WriteAll(path, bytes);
+}
+
+TEST(ConvertCorruptionTest, FlippedChunkByteNamesTensorAndChunk) {
+  auto c = MakeCompressed();
+  auto store = ExpertStore::Open(c->dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest m = (*store)->manifest();
+  store->reset();
+  const std::string experts = JoinPath(c->dir, "experts.bin");
+  const std::string original = testing::ReadAll(experts);
+  // Hit an E-chunk and the SM-chunk of tensors spread over the file.
+  for (size_t ti : {size_t{0}, m.expert_tensors.size() / 2, m.expert_tensors.size() - 1}) {
+    const ExpertTensorInfo& t = m.expert_tensors[ti];
+    for (size_t ci : {size_t{1}, t.chunks.size() - 1}) {
+      const ChunkInfo& chunk = t.chunks[ci];
+      FlipByte(experts, chunk.file_offset + chunk.stored_bytes / 2);
+      auto r = VerifyCompressed({c->model, c->dir, 2});
+      ASSERT_FALSE(r.ok()) << t.name << " chunk " << ci;
+      EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+      EXPECT_NE(r.status().message().find("'" + t.name + "'"), std::string::npos) << r.status().ToString();
+      EXPECT_NE(r.status().message().find(ci + 1 == t.chunks.size() ? "SM-chunk" : "E-chunk " + std::to_string(ci)),
+                std::string::npos)
+          << r.status().ToString();
+      EXPECT_NE(r.status().message().find("experts.bin"), std::string::npos);
+      testing::WriteAll(experts, original);
+    }
+  }
+  ASSERT_TRUE(VerifyCompressed({c->model, c->dir, 2}).ok());
+}
+
+TEST(ConvertCorruptionTest, AnyFlippedByteOfExpertsBinFailsVerify) {
+  auto c = MakeCompressed();
+  const std::string experts = JoinPath(c->dir, "experts.bin");
+  const std::string original = testing::ReadAll(experts);
+  // A stride that is co-prime with 4096 visits chunk bodies, chunk tails and alignment padding.
+  const uint64_t stride = std::max<uint64_t>(1, original.size() / 40) | 1;
+  for (uint64_t off = 0; off < original.size(); off += stride) {
+    FlipByte(experts, off);
+    auto r = VerifyCompressed({c->model, c->dir, 2});
+    ASSERT_FALSE(r.ok()) << "flip at " << off << " went unnoticed";
+    EXPECT_NE(r.status().message().find("model.layers."), std::string::npos) << r.status().ToString();
+    testing::WriteAll(experts, original);
+  }
+  // Truncation.
+  testing::WriteAll(experts, original.substr(0, original.size() - 4096));
+  auto r = VerifyCompressed({c->model, c->dir, 2});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("experts.bin"), std::string::npos) << r.status().ToString();
+}
+
+TEST(ConvertCorruptionTest, AnyFlippedByteOfManifestFailsVerify) {
+  auto c = MakeCompressed();
+  const std::string manifest = JoinPath(c->dir, "manifest.bin");
+  const std::string original = testing::ReadAll(manifest);
+  int named = 0, total = 0;
+  for (uint64_t off = 0; off < original.size(); off += 7) {
+    FlipByte(manifest, off);
+    auto r = VerifyCompressed({c->model, c->dir, 2});
+    ASSERT_FALSE(r.ok()) << "flip at " << off << " went unnoticed";
+    EXPECT_NE(r.status().message().find("manifest.bin"), std::string::npos) << r.status().ToString();
+    named += r.status().message().find("model.layers.") != std::string::npos;
+    ++total;
+    testing::WriteAll(manifest, original);
+  }
+  // Expert records are most of the manifest: most flips must be traced to a named tensor.
+  EXPECT_GT(named, total / 2) << named << " of " << total;
+}
+
+TEST(ConvertCorruptionTest, ChangedDenseTensorFailsVerify) {
+  auto c = MakeCompressed();
+  const std::string path = JoinPath(c->dir, "dense.safetensors");
+  std::string bytes = testing::ReadAll(path);
+  bytes[bytes.size() - 1] ^= 0x01;  // the last byte belongs to the last tensor's data
+  testing::WriteAll(path, bytes);
+  auto r = VerifyCompressed({c->model, c->dir, 2});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dense.safetensors"), std::string::npos) << r.status().ToString();
+}
+
+// Writes a checkpoint with one MoE layer of `n_experts` experts (gate/up/down [rows, cols]) in `dtype`.
+void WriteToyCheckpoint(const std::string& dir, DType dtype, int n_experts, int rows, int cols, uint64_t seed) {
+  ASSERT_TRUE(CreateDirectories(dir).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "config.json"),
+                              R"({"model_type": "qwen2_moe", "num_hidden_layers": 1, "num_experts": )" +
+                                  std::to_string(n_experts) + "}")
+                  .ok());
+  std::vector<TensorSpec> specs;
+  specs.push_back({"model.layers.0.mlp.gate.weight", DType::kBF16, {n_experts, cols}});
+  for (int e = 0; e < n_experts; ++e) {
+    const std::string p = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
+    specs.push_back({p + "gate_proj.weight", dtype, {rows, cols}});
+    specs.push_back({p + "up_proj.weight", dtype, {rows, cols}});
+    specs.push_back({p + "down_proj.weight", dtype, {cols, rows}});
+  }
+  auto st = WriteCheckpointWeights(dir, specs, uint64_t{1} << 40, [seed](const TensorSpec& spec, uint8_t* out) {
+    std::mt19937_64 rng(seed + std::hash<std::string>()(spec.name));
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (int64_t i = 0; i < spec.numel(); ++i) {
+      const float f = normal(rng);
+      if (spec.dtype == DType::kF32) {
+        std::memcpy(out + 4 * i, &f, 4);
+      } else {
+        const uint16_t b = FloatToBf16(f);
+        std::memcpy(out + 2 * i, &b, 2);
+      }
+    }
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+TEST(ConvertTest, ZstdMeetsTheEntropyBoundOnGaussianWeights) {
+  TempDir tmp;
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kBF16, 4, 512, 704, 11);
+  auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 4));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto j = InspectCompressed(tmp.Sub("c"));
+  ASSERT_TRUE(j.ok());
+  const double ratio = (*j)["ratio"].get<double>();
+  const double bound = (*j)["entropy_bound_ratio"].get<double>();
+  EXPECT_LE(ratio, 0.665) << j->dump();
+  EXPECT_GT(ratio, bound) << "cannot beat the Shannon bound";
+  EXPECT_NEAR(bound, (2.55 + 8) / 16, 0.01) << "N(0, 0.02^2) BF16 exponent entropy is about 2.55 bits";
+  EXPECT_EQ((*j)["tensors"].get<int>(), 12);
+  EXPECT_EQ((*j)["expert_bytes_raw"].get<uint64_t>(), 12u * 512 * 704 * 2);
+  EXPECT_TRUE(VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2}).ok());
+}
+
+TEST(ConvertTest, RefusesNonBf16ExpertsUnlessAsked) {
+  TempDir tmp;
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kF32, 2, 16, 24, 3);
+  auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("model.layers.0.mlp.experts.0.down_proj.weight"), std::string::npos)
+      << s.status().ToString();
+  EXPECT_NE(s.status().message().find("F32"), std::string::npos);
+  EXPECT_FALSE(fs::exists(tmp.Sub("c")));
+
+  CompressOptions o = Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2);
+  o.convert_dtype = true;
+  s = CompressModel(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  // The stored BF16 is the round-to-nearest-even image of the F32 checkpoint.
+  auto store = ExpertStore::Open(tmp.Sub("c"));
+  auto ckpt = Checkpoint::Open(tmp.Sub("m"));
+  ASSERT_TRUE(store.ok() && ckpt.ok());
+  const auto& t = (*store)->manifest().expert_tensors.front();
+  std::vector<uint16_t> got(static_cast<size_t>(t.numel()));
+  ASSERT_TRUE((*store)->ReadTensorBf16(t, got.data()).ok());
+  auto view = (*ckpt)->Find(t.name);
+  for (size_t i = 0; i < got.size(); ++i) {
+    float f;
+    std::memcpy(&f, view->data + 4 * i, 4);
+    ASSERT_EQ(got[i], FloatToBf16(f)) << i;
+  }
+  EXPECT_TRUE(VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2}).ok());
+}
+
+TEST(ConvertTest, ExistingOutputIsKeptUnlessForced) {
+  TempDir tmp;
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kBF16, 2, 8, 8, 5);
+  ASSERT_TRUE(CreateDirectories(tmp.Sub("c")).ok());
+  ASSERT_TRUE(WriteFileAtomic(tmp.Sub("c/keep.txt"), "mine").ok());
+  auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("exists"), std::string::npos);
+  EXPECT_TRUE(FileExists(tmp.Sub("c/keep.txt")));
+  CompressOptions o = Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2);
+  o.overwrite = true;
+  ASSERT_TRUE(CompressModel(o).ok());
+  EXPECT_FALSE(FileExists(tmp.Sub("c/keep.txt")));
+  EXPECT_TRUE(VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2}).ok());
+}
+
+TEST(ConvertTest, FailureLeavesNothingBehind) {
+  TempDir tmp;
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kBF16, 2, 8, 8, 5);
+  // Break the checkpoint: the weights file is truncated.
+  const std::string weights = tmp.Sub("m/model.safetensors");
+  std::string bytes = testing::ReadAll(weights);
+  testing::WriteAll(weights, bytes.substr(0, bytes.size() - 10));
+  auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("model.safetensors"), std::string::npos) << s.status().ToString();
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(tmp.path())) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"m"});
+}
+
+TEST(ConvertTest, NoExpertsIsAnError) {
+  TempDir tmp;
+  ASSERT_TRUE(CreateDirectories(tmp.Sub("m")).ok());
+  ASSERT_TRUE(WriteFileAtomic(tmp.Sub("m/config.json"), R"({"model_type": "llama"})").ok());
+  ASSERT_TRUE(WriteCheckpointWeights(tmp.Sub("m"), {{"lm_head.weight", DType::kBF16, {4, 4}}}, 1 << 20,
+                                     [](const TensorSpec& s, uint8_t* out) {
+                                       std::memset(out, 0, s.size_bytes());
+                                       return Status::Ok();
+                                     })
+                  .ok());
+  auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2));
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("no routed-expert tensors"), std::string::npos);
+}
+
+TEST(ConvertTest, ShardedCheckpointRoundTrips) {
+  TempDir tmp;
+  auto r = RunCli("synth --arch mixtral --preset tiny --seed 3 --shard-size 1M --out " + tmp.Sub("m"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(FileExists(tmp.Sub("m/model.safetensors.index.json")));
+  ASSERT_TRUE(CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 4)).ok());
+  auto v = VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2});
+  EXPECT_TRUE(v.ok()) << v.status().ToString();
+}
+
+TEST(ConvertCliTest, CompressVerifyInspect) {
+  TempDir tmp;
+  const std::string& model = SynthCache::Get("olmoe");
+  auto r = RunCli("compress " + model + " " + tmp.Sub("c") + " --codec lz4 --shards 2 --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunCli("verify " + model + " " + tmp.Sub("c"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("verify OK"), std::string::npos);
+  r = RunCli("inspect " + tmp.Sub("c") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  for (const char* key : {"arch", "codec", "shards", "tensors", "expert_bytes_raw", "expert_bytes_stored", "ratio",
+                          "exponent_entropy_bits", "entropy_bound_ratio"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["arch"], "olmoe");
+  EXPECT_EQ(j["codec"], "lz4");
+  EXPECT_EQ(j["shards"], 2);
+  EXPECT_NEAR(j["ratio"].get<double>(),
+              j["expert_bytes_stored"].get<double>() / j["expert_bytes_raw"].get<double>(), 1e-12);
+
+  // A damaged chunk: verify exits non-zero and names the tensor.
+  auto store = ExpertStore::Open(tmp.Sub("c"));
+  ASSERT_TRUE(store.ok());
+  const ExpertTensorInfo t = (*store)->manifest().expert_tensors[5];
+  store->reset();
+  FlipByte(tmp.Sub("c/experts.bin"), t.chunks[0].file_offset + 1);
+  r = RunCli("verify " + model + " " + tmp.Sub("c"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(t.name), std::string::npos) << r.output;
+
+  r = RunCli("compress " + model + " " + tmp.Sub("c2") + " --codec brotli");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("brotli"), std::string::npos) << r.output;
+  r = RunCli("inspect " + tmp.Sub("nope"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("manifest.bin"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace zipmoe::convert
