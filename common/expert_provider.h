@@ -1,0 +1,63 @@
+// The interface between the model executor and whatever supplies routed-expert weights.
+//
+// The executor's MoE block (services/executor) computes the router, then for each MoE layer:
+//   1. BeginLayer(routing): announces the selected experts (and tokens per expert) so a provider
+//      can schedule I/O, decompression and recovery for all of them at once (ZipMoE §3.3);
+//   2. NextReady() exactly routing.expert_ids.size() times: each call blocks until one of the
+//      announced experts is ready and returns a lease on its BF16 weights, in whatever order they
+//      become ready (a provider may deliver cache hits first);
+//   3. EndLayer(layer_id) once every lease of the layer has been taken.
+// The executor combines expert outputs in a fixed order (ascending expert id), so the arrival
+// order never changes the numerics.
+//
+// This header has no torch or CUDA dependency: the runtime (cache + scheduler) implements it in
+// its own library, and the executor wraps the pointers as tensors.
+// Thread-safety: one executor thread drives a provider; leases may be released from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+
+namespace zipmoe {
+
+// Weights of one routed expert as BF16 bit patterns (row-major, as in the checkpoint):
+//   gate: [intermediate, hidden], up: [intermediate, hidden], down: [hidden, intermediate].
+struct ExpertWeightsView {
+  int32_t layer_id = 0;
+  int32_t expert_id = 0;
+  const uint16_t* gate = nullptr;
+  const uint16_t* up = nullptr;
+  const uint16_t* down = nullptr;
+  int64_t intermediate = 0;
+  int64_t hidden = 0;
+};
+
+// Keeps an expert's weights resident (pinned) while alive; the destructor releases the pin.
+class ExpertLease {
+ public:
+  virtual ~ExpertLease() = default;
+  virtual const ExpertWeightsView& weights() const = 0;
+};
+
+// Which experts one MoE layer selected for the current batch of tokens.
+struct LayerRouting {
+  int32_t layer_id = 0;
+  std::vector<int32_t> expert_ids;         // distinct, ascending
+  std::vector<int32_t> tokens_per_expert;  // same length: tokens routed to each expert
+};
+
+class ExpertProvider {
+ public:
+  virtual ~ExpertProvider() = default;
+  // Errors: kInvalidArgument (unknown layer/expert, a layer already begun and not ended).
+  virtual Status BeginLayer(const LayerRouting& routing) = 0;
+  // Errors: kInvalidArgument (no layer begun / all its experts already delivered), kCorruption or
+  // kIoError from storage (naming file, tensor, chunk), kUnavailable/kDeadlineExceeded from peers.
+  virtual Result<std::unique_ptr<ExpertLease>> NextReady() = 0;
+  virtual Status EndLayer(int32_t layer_id) = 0;
+};
+
+}  // namespace zipmoe

@@ -1,0 +1,52 @@
+// An ExpertProvider that keeps every routed expert resident in memory (the "all experts resident"
+// upper bound the offloading runtime is measured against, and the reference for bit-exactness).
+//
+// From a Hugging Face checkpoint the weights are zero-copy views into the checkpoint's memory maps;
+// from a compressed directory every expert is decompressed once at start-up (checked against its
+// hashes). Thread-safety: as ExpertProvider (one driving thread).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/expert_provider.h"
+#include "common/expert_store.h"
+#include "common/safetensors.h"
+
+namespace zipmoe {
+
+class ResidentExpertProvider : public ExpertProvider {
+ public:
+  // Uses the routed-expert tensors of `checkpoint` (which must outlive the provider).
+  // Errors: kInvalidArgument naming a tensor that is not BF16 or whose shape does not match its
+  // siblings; kNotFound naming a missing gate/up/down tensor of an expert.
+  static Result<std::unique_ptr<ResidentExpertProvider>> FromCheckpoint(const Checkpoint& checkpoint);
+  // Decodes every expert of `store` into memory using `n_threads` threads (0 = all cores).
+  // Errors: those of ExpertStore::ReadTensorBf16 (kCorruption naming tensor and chunk), kNotFound.
+  static Result<std::unique_ptr<ResidentExpertProvider>> FromStore(const ExpertStore& store, int n_threads = 0);
+
+  Status BeginLayer(const LayerRouting& routing) override;
+  Result<std::unique_ptr<ExpertLease>> NextReady() override;
+  Status EndLayer(int32_t layer_id) override;
+
+  // Number of experts held; layers that have experts.
+  size_t expert_count() const { return experts_.size(); }
+  // Routing log: every BeginLayer call in order (for tests and popularity measurements).
+  const std::vector<LayerRouting>& routing_log() const { return routing_log_; }
+  void set_record_routing(bool on) { record_routing_ = on; }
+
+ private:
+  ResidentExpertProvider() = default;
+  std::map<std::pair<int32_t, int32_t>, ExpertWeightsView> experts_;
+  std::vector<std::vector<uint16_t>> owned_;  // decoded tensors (FromStore only)
+  bool active_ = false;
+  LayerRouting current_;
+  size_t next_ = 0;
+  bool record_routing_ = false;
+  std::vector<LayerRouting> routing_log_;
+};
+
+}  // namespace zipmoe
