@@ -1,0 +1,154 @@
+// Tests for common/file_util: MappedFile, AtomicFile (temp + rename), whole-file and path helpers.
+#include "common/file_util.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace zipmoe {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ReadAll;
+using testing::TempDir;
+using testing::WriteAll;
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(FileUtilTest, MappedFileMissingIsNotFound) {
+  TempDir tmp;
+  auto m = MappedFile::Open(tmp.Sub("absent.bin"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(m.status().message(), HasSubstr("absent.bin"));
+}
+
+TEST(FileUtilTest, MappedFileMapsContents) {
+  TempDir tmp;
+  const std::string data("\x00\x01zipmoe\xff", 9);
+  WriteAll(tmp.Sub("f.bin"), data);
+  auto m = MappedFile::Open(tmp.Sub("f.bin"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->size(), data.size());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(m->data()), m->size()), data);
+  EXPECT_EQ(m->path(), tmp.Sub("f.bin"));
+
+  // Moving keeps the same mapping; the moved-from object is empty.
+  const uint8_t* p = m->data();
+  MappedFile moved = std::move(m).value();
+  EXPECT_EQ(moved.data(), p);
+  EXPECT_EQ(moved.size(), data.size());
+}
+
+TEST(FileUtilTest, MappedFileEmptyFile) {
+  TempDir tmp;
+  WriteAll(tmp.Sub("empty"), "");
+  auto m = MappedFile::Open(tmp.Sub("empty"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->size(), 0u);
+  EXPECT_EQ(m->data(), nullptr);
+}
+
+TEST(FileUtilTest, MappedFileRejectsDirectory) {
+  TempDir tmp;
+  auto m = MappedFile::Open(tmp.path());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr(tmp.path()));
+}
+
+TEST(FileUtilTest, AtomicFileUncommittedLeavesNothing) {
+  TempDir tmp;
+  {
+    auto f = AtomicFile::Create(tmp.Sub("out.bin"));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE(f->Write("partial", 7).ok());
+    EXPECT_EQ(ListDir(tmp.path()).size(), 1u);  // only the temp file exists meanwhile
+    EXPECT_FALSE(FileExists(tmp.Sub("out.bin")));
+  }
+  EXPECT_TRUE(ListDir(tmp.path()).empty());
+}
+
+TEST(FileUtilTest, AtomicFileCommitLeavesNoTemp) {
+  TempDir tmp;
+  WriteAll(tmp.Sub("out.bin"), "old contents");
+  {
+    auto f = AtomicFile::Create(tmp.Sub("out.bin"));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE(f->Write("abc", 3).ok());
+    EXPECT_EQ(f->position(), 3u);
+    ASSERT_TRUE(f->PadTo(8).ok());
+    EXPECT_EQ(f->position(), 8u);
+    ASSERT_TRUE(f->WriteAt(1, "Z", 1).ok());  // does not move the append position
+    EXPECT_EQ(f->position(), 8u);
+    ASSERT_TRUE(f->Write("!", 1).ok());
+    EXPECT_EQ(ReadAll(tmp.Sub("out.bin")), "old contents");  // not visible before Commit
+    ASSERT_TRUE(f->Commit().ok());
+    EXPECT_EQ(f->Commit().code(), StatusCode::kInternal);  // double commit is a reported error
+  }
+  EXPECT_EQ(ListDir(tmp.path()), (std::vector<std::string>{"out.bin"}));
+  EXPECT_EQ(ReadAll(tmp.Sub("out.bin")), std::string("aZc\0\0\0\0\0!", 9));
+}
+
+TEST(FileUtilTest, AtomicFileInMissingDirectoryIsIoError) {
+  TempDir tmp;
+  auto f = AtomicFile::Create(tmp.Sub("no/such/dir/out.bin"));
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kIoError);
+  EXPECT_THAT(f.status().message(), HasSubstr("out.bin"));
+}
+
+TEST(FileUtilTest, WriteFileAtomicAndReadBack) {
+  TempDir tmp;
+  const std::string data("bytes\0with\0nuls", 15);
+  ASSERT_TRUE(WriteFileAtomic(tmp.Sub("a.txt"), data).ok());
+  auto back = ReadFileToString(tmp.Sub("a.txt"));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, data);
+  EXPECT_EQ(ListDir(tmp.path()), (std::vector<std::string>{"a.txt"}));
+
+  auto missing = ReadFileToString(tmp.Sub("b.txt"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("b.txt"));
+}
+
+TEST(FileUtilTest, PathHelpers) {
+  EXPECT_EQ(JoinPath("a", "b"), "a/b");
+  EXPECT_EQ(JoinPath("a/", "b"), "a/b");
+  EXPECT_EQ(JoinPath("", "b"), "b");
+
+  TempDir tmp;
+  const std::string nested = tmp.Sub("x/y/z");
+  EXPECT_FALSE(IsDirectory(nested));
+  ASSERT_TRUE(CreateDirectories(nested).ok());
+  EXPECT_TRUE(IsDirectory(nested));
+  ASSERT_TRUE(CreateDirectories(nested).ok());  // idempotent
+  EXPECT_TRUE(FileExists(nested));
+  WriteAll(tmp.Sub("x/file"), "1");
+  EXPECT_TRUE(FileExists(tmp.Sub("x/file")));
+  EXPECT_FALSE(IsDirectory(tmp.Sub("x/file")));
+  EXPECT_FALSE(FileExists(tmp.Sub("x/nothing")));
+}
+
+TEST(FileUtilTest, UniqueFdReleaseAndMove) {
+  UniqueFd a;
+  EXPECT_FALSE(a.valid());
+  UniqueFd b(-1);
+  UniqueFd c(std::move(b));
+  EXPECT_FALSE(c.valid());
+  EXPECT_EQ(c.release(), -1);
+}
+
+}  // namespace
+}  // namespace zipmoe
