@@ -6,10 +6,10 @@ namespace zipmoe {
 
 int DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: case DType::kF16: case DType::kI16: return 2;
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF64: case DType::kI64: return 8;
-    case DType::kI8: case DType::kU8: case DType::kBool: return 1;
+    case DType::kBF16: case DType::kF16: case DType::kI16: case DType::kU16: return 2;
+    case DType::kF32: case DType::kI32: case DType::kU32: return 4;
+    case DType::kF64: case DType::kI64: case DType::kU64: return 8;
+    case DType::kI8: case DType::kU8: case DType::kBool: case DType::kF8E4M3: case DType::kF8E5M2: return 1;
   }
   return 0;
 }
@@ -26,6 +26,11 @@ const char* DTypeName(DType dtype) {
     case DType::kI8: return "I8";
     case DType::kU8: return "U8";
     case DType::kBool: return "BOOL";
+    case DType::kU16: return "U16";
+    case DType::kU32: return "U32";
+    case DType::kU64: return "U64";
+    case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kF8E5M2: return "F8_E5M2";
   }
   return "?";
 }
@@ -34,7 +39,8 @@ Result<DType> ParseDType(const std::string& name) {
   static const struct { const char* name; DType dtype; } kTable[] = {
       {"BF16", DType::kBF16}, {"F16", DType::kF16}, {"F32", DType::kF32}, {"F64", DType::kF64},
       {"I64", DType::kI64},   {"I32", DType::kI32}, {"I16", DType::kI16}, {"I8", DType::kI8},
-      {"U8", DType::kU8},     {"BOOL", DType::kBool}};
+      {"U8", DType::kU8},     {"BOOL", DType::kBool}, {"U16", DType::kU16}, {"U32", DType::kU32},
+      {"U64", DType::kU64},   {"F8_E4M3", DType::kF8E4M3}, {"F8_E5M2", DType::kF8E5M2}};
   for (const auto& e : kTable)
     if (name == e.name) return e.dtype;
   return Status::InvalidArgument("unknown dtype '" + name + "'");

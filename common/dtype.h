@@ -10,11 +10,16 @@
 
 namespace zipmoe {
 
-enum class DType : uint8_t { kBF16 = 0, kF16 = 1, kF32 = 2, kF64 = 3, kI64 = 4, kI32 = 5, kI16 = 6, kI8 = 7, kU8 = 8, kBool = 9 };
+// Values are stable: they are stored in manifest.bin (schemas/manifest.fbs DType mirrors them).
+enum class DType : uint8_t {
+  kBF16 = 0, kF16 = 1, kF32 = 2, kF64 = 3, kI64 = 4, kI32 = 5, kI16 = 6, kI8 = 7, kU8 = 8, kBool = 9,
+  kU16 = 10, kU32 = 11, kU64 = 12, kF8E4M3 = 13, kF8E5M2 = 14,
+};
 
 // Bytes per element (BF16 -> 2, F32 -> 4, ...).
 int DTypeSize(DType dtype);
-// Safetensors spelling: "BF16", "F16", "F32", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL".
+// Safetensors spelling: "BF16", "F16", "F32", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL", "U16",
+// "U32", "U64", "F8_E4M3", "F8_E5M2".
 const char* DTypeName(DType dtype);
 // Parses the safetensors spelling. Errors: kInvalidArgument naming the unknown string.
 Result<DType> ParseDType(const std::string& name);
