@@ -8,6 +8,8 @@ find_package(FlatBuffers REQUIRED)   # flatbuffers::flatbuffers(_shared), flatbu
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)      # tokenizer pre-tokenizer regexes
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)   # tokenizer NFC/NFKC, categories
 if(ZIPMOE_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

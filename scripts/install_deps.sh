@@ -9,7 +9,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libflatbuffers-dev flatbuffers-compiler
   prometheus-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libtorch-dev libopenblas0-openmp libpcre2-dev
+  libtorch-dev libopenblas0-openmp libpcre2-dev libutf8proc-dev
   python3-numpy
 )
 
