@@ -1,0 +1,283 @@
+// Tensor names/shapes per architecture, mirroring the transformers modules:
+//   qwen2_moe:   Qwen2MoeAttention (q/k/v bias), Qwen2MoeSparseMoeBlock (gate, experts, shared_expert,
+//                shared_expert_gate), dense Qwen2MoeMLP for mlp_only_layers / decoder_sparse_step.
+//   mixtral:     MixtralAttention, MixtralSparseMoeBlock (block_sparse_moe.gate, experts.M.w1/w2/w3).
+//   qwen3_moe:   Qwen3MoeAttention (+ q_norm/k_norm over head_dim), Qwen3MoeSparseMoeBlock.
+//   olmoe:       OlmoeAttention (+ q_norm [heads*head_dim], k_norm [kv_heads*head_dim]), OlmoeSparseMoeBlock.
+//   deepseek_v2: DeepseekV2Attention (MLA), DeepseekV2MoE (experts, gate, shared_experts), dense
+//                DeepseekV2MLP for layers < first_k_dense_replace.
+#include "services/synth/model_layout.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace zipmoe::synth {
+namespace {
+
+using nlohmann::json;
+
+// A required positive integer key.
+Result<int64_t> GetPositive(const json& config, const char* key) {
+  auto it = config.find(key);
+  if (it == config.end() || !it->is_number_integer()) {
+    return Status::InvalidArgument(fmt::format("config.json: '{}' must be an integer", key));
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v <= 0) return Status::InvalidArgument(fmt::format("config.json: '{}' must be > 0, got {}", key, v));
+  return v;
+}
+
+// An optional non-negative integer key; missing or null gives `fallback`.
+Result<int64_t> GetOptional(const json& config, const char* key, int64_t fallback) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+    return Status::InvalidArgument(fmt::format("config.json: '{}' must be a non-negative integer or null", key));
+  }
+  return it->get<int64_t>();
+}
+
+bool GetBool(const json& config, const char* key, bool fallback) {
+  auto it = config.find(key);
+  return (it != config.end() && it->is_boolean()) ? it->get<bool>() : fallback;
+}
+
+class LayoutBuilder {
+ public:
+  explicit LayoutBuilder(ModelLayout* layout) : layout_(layout) {}
+
+  void Add(const std::string& name, std::vector<int64_t> shape, InitKind kind, float mean, float std,
+           int32_t layer_id, int32_t expert_id = -1) {
+    TensorRecipe r;
+    r.spec.name = name;
+    r.spec.dtype = DType::kBF16;
+    r.spec.shape = std::move(shape);
+    r.kind = kind;
+    r.mean = mean;
+    r.std = std;
+    r.layer_id = layer_id;
+    r.expert_id = expert_id;
+    layout_->tensors.push_back(std::move(r));
+  }
+  // nn.Linear(in, out): weight [out, in] (+ bias [out]).
+  void Linear(const std::string& prefix, int64_t out, int64_t in, int32_t layer_id, bool bias = false,
+              int32_t expert_id = -1, bool reads_residual = false) {
+    Add(prefix + ".weight", {out, in}, InitKind::kNormal, 0.0f, kProjectionStd, layer_id, expert_id);
+    layout_->tensors.back().reads_residual = reads_residual;
+    if (bias) Add(prefix + ".bias", {out}, InitKind::kNormal, 0.0f, kBiasStd, layer_id, expert_id);
+  }
+  // A Linear reading the normalised residual stream: in == hidden.
+  void Reader(const std::string& prefix, int64_t out, int64_t hidden, int32_t layer_id, bool bias = false,
+              int32_t expert_id = -1) {
+    Linear(prefix, out, hidden, layer_id, bias, expert_id, /*reads_residual=*/true);
+  }
+  void Norm(const std::string& name, int64_t dim, int32_t layer_id) {
+    Add(name, {dim}, InitKind::kNormal, kNormMean, kNormStd, layer_id);
+  }
+  void Router(const std::string& prefix, int64_t n_experts, int64_t hidden, int32_t layer_id,
+              const std::string& norm_name) {
+    Add(prefix + ".weight", {n_experts, hidden}, InitKind::kRouter, 0.0f, kProjectionStd, layer_id);
+    layout_->moe_layers.push_back({layer_id, prefix + ".weight", norm_name});
+  }
+  // gate_proj / up_proj [inter, hidden], down_proj [hidden, inter] (Qwen/OLMoE/DeepSeek naming).
+  void GatedMlp(const std::string& prefix, int64_t hidden, int64_t inter, int32_t layer_id,
+                int32_t expert_id = -1) {
+    Reader(prefix + ".gate_proj", inter, hidden, layer_id, false, expert_id);
+    Reader(prefix + ".up_proj", inter, hidden, layer_id, false, expert_id);
+    Linear(prefix + ".down_proj", hidden, inter, layer_id, false, expert_id);
+  }
+
+ private:
+  ModelLayout* layout_;
+};
+
+// Dense-vs-sparse rule of Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer.
+bool QwenLayerIsSparse(const json& config, int64_t layer_id, int64_t n_experts, int64_t sparse_step) {
+  auto it = config.find("mlp_only_layers");
+  if (it != config.end() && it->is_array()) {
+    for (const json& v : *it) {
+      if (v.is_number_integer() && v.get<int64_t>() == layer_id) return false;
+    }
+  }
+  return n_experts > 0 && (layer_id + 1) % sparse_step == 0;
+}
+
+Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
+  const std::string& type = layout.model_type;
+  const int64_t hidden = layout.hidden_size;
+  ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_kv_heads, GetOptional(config, "num_key_value_heads", n_heads));
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "config.json: num_attention_heads {} is not a multiple of num_key_value_heads {}", n_heads, n_kv_heads));
+  }
+  int64_t head_dim = hidden / n_heads;
+  if (type != "deepseek_v2") {
+    ZM_ASSIGN_OR_RETURN(head_dim, GetOptional(config, "head_dim", 0));
+    if (head_dim == 0) {
+      if (hidden % n_heads != 0) {
+        return Status::InvalidArgument(fmt::format(
+            "config.json: hidden_size {} is not a multiple of num_attention_heads {}", hidden, n_heads));
+      }
+      head_dim = hidden / n_heads;
+    }
+  }
+  const bool attention_bias = GetBool(config, "attention_bias", false);
+  const int64_t n_experts = layout.n_experts;
+
+  // Architecture-specific sizes.
+  int64_t inter = 0, moe_inter = 0, shared_inter = 0, sparse_step = 1, first_dense = 0, moe_freq = 1;
+  int64_t n_shared = 0, q_lora = 0, kv_lora = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
+  ZM_ASSIGN_OR_RETURN(inter, GetPositive(config, "intermediate_size"));
+  if (type == "qwen2_moe" || type == "qwen3_moe") {
+    ZM_ASSIGN_OR_RETURN(moe_inter, GetPositive(config, "moe_intermediate_size"));
+    ZM_ASSIGN_OR_RETURN(sparse_step, GetOptional(config, "decoder_sparse_step", 1));
+    if (sparse_step == 0) return Status::InvalidArgument("config.json: 'decoder_sparse_step' must be > 0");
+  }
+  if (type == "qwen2_moe") {
+    ZM_ASSIGN_OR_RETURN(shared_inter, GetOptional(config, "shared_expert_intermediate_size", 0));
+  }
+  if (type == "deepseek_v2") {
+    ZM_ASSIGN_OR_RETURN(moe_inter, GetPositive(config, "moe_intermediate_size"));
+    ZM_ASSIGN_OR_RETURN(n_shared, GetOptional(config, "n_shared_experts", 0));
+    ZM_ASSIGN_OR_RETURN(first_dense, GetOptional(config, "first_k_dense_replace", 0));
+    ZM_ASSIGN_OR_RETURN(moe_freq, GetOptional(config, "moe_layer_freq", 1));
+    if (moe_freq == 0) return Status::InvalidArgument("config.json: 'moe_layer_freq' must be > 0");
+    ZM_ASSIGN_OR_RETURN(q_lora, GetOptional(config, "q_lora_rank", 0));
+    ZM_ASSIGN_OR_RETURN(kv_lora, GetPositive(config, "kv_lora_rank"));
+    ZM_ASSIGN_OR_RETURN(qk_nope, GetPositive(config, "qk_nope_head_dim"));
+    ZM_ASSIGN_OR_RETURN(qk_rope, GetPositive(config, "qk_rope_head_dim"));
+    ZM_ASSIGN_OR_RETURN(v_head, GetPositive(config, "v_head_dim"));
+  }
+
+  for (int32_t l = 0; l < static_cast<int32_t>(n_layers); ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    const std::string post_norm = p + "post_attention_layernorm.weight";
+    // --- attention ---
+    if (type == "deepseek_v2") {
+      const int64_t q_head_dim = qk_nope + qk_rope;
+      if (q_lora == 0) {
+        b.Reader(p + "self_attn.q_proj", n_heads * q_head_dim, hidden, l);
+      } else {
+        b.Reader(p + "self_attn.q_a_proj", q_lora, hidden, l, attention_bias);
+        b.Norm(p + "self_attn.q_a_layernorm.weight", q_lora, l);
+        b.Linear(p + "self_attn.q_b_proj", n_heads * q_head_dim, q_lora, l);
+      }
+      b.Reader(p + "self_attn.kv_a_proj_with_mqa", kv_lora + qk_rope, hidden, l, attention_bias);
+      b.Norm(p + "self_attn.kv_a_layernorm.weight", kv_lora, l);
+      b.Linear(p + "self_attn.kv_b_proj", n_heads * (qk_nope + v_head), kv_lora, l);
+      b.Linear(p + "self_attn.o_proj", hidden, n_heads * v_head, l, attention_bias);
+    } else {
+      const bool qkv_bias = type == "qwen2_moe" || attention_bias;
+      const bool o_bias = type != "qwen2_moe" && attention_bias;
+      b.Reader(p + "self_attn.q_proj", n_heads * head_dim, hidden, l, qkv_bias);
+      b.Reader(p + "self_attn.k_proj", n_kv_heads * head_dim, hidden, l, qkv_bias);
+      b.Reader(p + "self_attn.v_proj", n_kv_heads * head_dim, hidden, l, qkv_bias);
+      b.Linear(p + "self_attn.o_proj", hidden, n_heads * head_dim, l, o_bias);
+      if (type == "qwen3_moe") {
+        b.Norm(p + "self_attn.q_norm.weight", head_dim, l);
+        b.Norm(p + "self_attn.k_norm.weight", head_dim, l);
+      } else if (type == "olmoe") {
+        b.Norm(p + "self_attn.q_norm.weight", n_heads * head_dim, l);
+        b.Norm(p + "self_attn.k_norm.weight", n_kv_heads * head_dim, l);
+      }
+    }
+    // --- MLP / MoE ---
+    if (type == "mixtral") {
+      b.Router(p + "block_sparse_moe.gate", n_experts, hidden, l, post_norm);
+      for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e) {
+        const std::string ep = fmt::format("{}block_sparse_moe.experts.{}.", p, e);
+        b.Reader(ep + "w1", inter, hidden, l, false, e);
+        b.Linear(ep + "w2", hidden, inter, l, false, e);
+        b.Reader(ep + "w3", inter, hidden, l, false, e);
+      }
+    } else if (type == "olmoe") {
+      b.Router(p + "mlp.gate", n_experts, hidden, l, post_norm);
+      for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e) {
+        b.GatedMlp(fmt::format("{}mlp.experts.{}", p, e), hidden, inter, l, e);
+      }
+    } else if (type == "qwen2_moe" || type == "qwen3_moe") {
+      if (QwenLayerIsSparse(config, l, n_experts, sparse_step)) {
+        b.Router(p + "mlp.gate", n_experts, hidden, l, post_norm);
+        for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e) {
+          b.GatedMlp(fmt::format("{}mlp.experts.{}", p, e), hidden, moe_inter, l, e);
+        }
+        if (type == "qwen2_moe" && shared_inter > 0) {
+          b.GatedMlp(p + "mlp.shared_expert", hidden, shared_inter, l);
+          b.Reader(p + "mlp.shared_expert_gate", 1, hidden, l);
+        }
+      } else {
+        b.GatedMlp(p + "mlp", hidden, inter, l);
+      }
+    } else {  // deepseek_v2
+      if (n_experts > 0 && l >= first_dense && l % moe_freq == 0) {
+        for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e) {
+          b.GatedMlp(fmt::format("{}mlp.experts.{}", p, e), hidden, moe_inter, l, e);
+        }
+        b.Router(p + "mlp.gate", n_experts, hidden, l, post_norm);
+        if (n_shared > 0) b.GatedMlp(p + "mlp.shared_experts", hidden, n_shared * moe_inter, l);
+      } else {
+        b.GatedMlp(p + "mlp", hidden, inter, l);
+      }
+    }
+    b.Norm(p + "input_layernorm.weight", hidden, l);
+    b.Norm(post_norm, hidden, l);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<TensorSpec> ModelLayout::Specs() const {
+  std::vector<TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const TensorRecipe& r : tensors) specs.push_back(r.spec);
+  return specs;
+}
+
+uint64_t ModelLayout::total_bytes() const {
+  uint64_t total = 0;
+  for (const TensorRecipe& r : tensors) total += r.spec.size_bytes();
+  return total;
+}
+
+Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
+  if (!config.is_object()) return Status::InvalidArgument("config.json: not a JSON object");
+  ModelLayout layout;
+  layout.model_type = config.value("model_type", "");
+  const std::string& type = layout.model_type;
+  const char* experts_key = nullptr;
+  if (type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe") experts_key = "num_experts";
+  if (type == "mixtral") experts_key = "num_local_experts";
+  if (type == "deepseek_v2") experts_key = "n_routed_experts";
+  if (experts_key == nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2)",
+        type));
+  }
+  ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));
+  ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(config, "vocab_size"));
+  ZM_ASSIGN_OR_RETURN(layout.n_experts, GetOptional(config, experts_key, 0));
+  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(config, "num_experts_per_tok"));
+  if (layout.n_experts > 0 && layout.top_k > layout.n_experts) {
+    return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > {} {}", layout.top_k,
+                                               experts_key, layout.n_experts));
+  }
+  if (config.contains("rms_norm_eps") && config["rms_norm_eps"].is_number()) {
+    layout.rms_norm_eps = config["rms_norm_eps"].get<double>();
+  }
+  LayoutBuilder b(&layout);
+  layout.embed_name = "model.embed_tokens.weight";
+  b.Add(layout.embed_name, {layout.vocab_size, layout.hidden_size}, InitKind::kEmbedding, 0.0f,
+        kProjectionStd, -1);
+  ZM_RETURN_IF_ERROR(BuildLayers(config, layout, b));
+  b.Norm("model.norm.weight", layout.hidden_size, -1);
+  if (!GetBool(config, "tie_word_embeddings", false)) {
+    b.Reader("lm_head", layout.vocab_size, layout.hidden_size, -1);
+  }
+  return layout;
+}
+
+}  // namespace zipmoe::synth

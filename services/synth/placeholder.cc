@@ -1,1 +1,0 @@
-namespace zipmoe { int placeholder_synth = 0; }

@@ -1,0 +1,290 @@
+// Preset table and config.json builders. Key sets and non-size values are copied from the real
+// checkpoints' config.json: Qwen/Qwen1.5-MoE-A2.7B, mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B,
+// allenai/OLMoE-1B-7B-0924 and deepseek-ai/DeepSeek-V2-Lite (see docs/synth.md for known deviations).
+#include "services/synth/presets.h"
+
+#include <fmt/format.h>
+
+#include "services/synth/tokenizer_files.h"
+
+namespace zipmoe::synth {
+namespace {
+
+using nlohmann::json;
+
+// clang-format off
+// arch, preset, hidden, layers, heads, kv_heads, head_dim, intermediate, moe_intermediate, shared,
+// experts, top_k, vocab, kv_lora_rank, qk_nope, qk_rope, v_head, n_shared, first_k_dense, note
+const std::vector<PresetRow> kPresets = {
+  {"qwen2_moe",   "tiny", 128,  4, 4, 4,  0,  256,  64,  256, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "MHA like the real model"},
+  {"mixtral",     "tiny", 128,  4, 4, 2,  0,  448,   0,    0,  8, 2,   2048,   0,   0,  0,   0, 0, 0,
+   "GQA 4/2; ffn = 3.5 x hidden as the real model"},
+  {"qwen3_moe",   "tiny", 128,  4, 4, 2, 64,  384,  64,    0, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "GQA 4/2; heads*head_dim = 256 != hidden as the real model (4096 vs 2048)"},
+  {"olmoe",       "tiny", 128,  4, 4, 4,  0,   64,   0,    0, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "MHA like the real model"},
+  {"deepseek_v2", "tiny", 128,  4, 4, 4,  0,  384,  64,    0, 16, 4,   2048,  64,  32, 16,  32, 2, 1,
+   "layer 0 dense, layers 1-3 MoE; q_lora_rank null (set it with --q-lora-rank)"},
+  {"qwen2_moe",   "mini", 1024, 24, 8, 8,  0, 2816, 704, 2816, 60, 4, 151936,   0,   0,  0,   0, 0, 0,
+   "real depth/experts/vocab; heads 16->8 keeping head_dim 128"},
+  {"mixtral",     "mini", 2048,  8, 16, 4, 0, 7168,   0,    0,  8, 2,  32000,   0,   0,  0,   0, 0, 0,
+   "layers 32->8 (32 layers at half width would be ~23 GB); heads 32->16, kv 8->4"},
+  {"qwen3_moe",   "mini", 1024, 24, 16, 2, 128, 3072, 384,  0, 128, 8, 151936,  0,   0,  0,   0, 0, 0,
+   "layers 48->24 (48 layers at half width would be ~16 GB); heads 32->16, kv 4->2"},
+  {"olmoe",       "mini", 1024, 16, 8, 8,  0,  512,   0,    0, 64, 8,  50304,   0,   0,  0,   0, 0, 0,
+   "real depth/experts/vocab; heads 16->8 keeping head_dim 128"},
+  {"deepseek_v2", "mini", 1024, 27, 8, 8,  0, 5472, 704,    0, 64, 6, 102400, 256, 128, 64, 128, 2, 1,
+   "real depth/experts/vocab; heads 16->8, kv_lora_rank 512->256, MLA head dims kept"},
+};
+// clang-format on
+
+// bos/eos/pad ids of the synthetic tokenizer (see tokenizer_files.h for the id layout).
+Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
+  ZM_ASSIGN_OR_RETURN(SpecialTokenLayout layout, SpecialTokensForArch(arch, vocab_size));
+  if (!layout.bos_token.empty()) config["bos_token_id"] = layout.IdOf(layout.bos_token);
+  config["eos_token_id"] = layout.IdOf(layout.eos_token);
+  if (arch == "olmoe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
+  return Status::Ok();
+}
+
+json Qwen2MoeConfig(const PresetRow& p) {
+  return json{
+      {"architectures", {"Qwen2MoeForCausalLM"}},
+      {"attention_dropout", 0.0},
+      {"decoder_sparse_step", 1},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"max_position_embeddings", 8192},
+      {"max_window_layers", 21},
+      {"mlp_only_layers", json::array()},
+      {"model_type", "qwen2_moe"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"norm_topk_prob", false},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts", p.num_experts},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"output_router_logits", false},
+      {"rms_norm_eps", 1e-06},
+      {"rope_theta", 1000000.0},
+      {"router_aux_loss_coef", 0.001},
+      {"shared_expert_intermediate_size", p.shared_intermediate},
+      {"sliding_window", 32768},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.40.0.dev0"},
+      {"use_cache", true},
+      {"use_sliding_window", false},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
+json MixtralConfig(const PresetRow& p) {
+  return json{
+      {"architectures", {"MixtralForCausalLM"}},
+      {"attention_dropout", 0.0},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"max_position_embeddings", 32768},
+      {"model_type", "mixtral"},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"num_local_experts", p.num_experts},
+      {"output_router_logits", false},
+      {"rms_norm_eps", 1e-05},
+      {"rope_theta", 1000000.0},
+      {"router_aux_loss_coef", 0.02},
+      {"sliding_window", nullptr},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.36.0.dev0"},
+      {"use_cache", true},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
+json Qwen3MoeConfig(const PresetRow& p) {
+  return json{
+      {"architectures", {"Qwen3MoeForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"decoder_sparse_step", 1},
+      {"head_dim", p.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"max_position_embeddings", 40960},
+      {"max_window_layers", 48},
+      {"mlp_only_layers", json::array()},
+      {"model_type", "qwen3_moe"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"norm_topk_prob", true},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts", p.num_experts},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"output_router_logits", false},
+      {"rms_norm_eps", 1e-06},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 1000000.0},
+      {"router_aux_loss_coef", 0.001},
+      {"sliding_window", nullptr},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.51.0"},
+      {"use_cache", true},
+      {"use_sliding_window", false},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
+json OlmoeConfig(const PresetRow& p) {
+  return json{
+      {"architectures", {"OlmoeForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"clip_qkv", nullptr},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"max_position_embeddings", 4096},
+      {"model_type", "olmoe"},
+      {"norm_topk_prob", false},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts", p.num_experts},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"output_router_logits", false},
+      {"rms_norm_eps", 1e-05},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 10000.0},
+      {"router_aux_loss_coef", 0.01},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.43.0.dev0"},
+      {"use_cache", true},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
+json DeepseekV2Config(const PresetRow& p) {
+  return json{
+      {"architectures", {"DeepseekV2ForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"auto_map",
+       {{"AutoConfig", "configuration_deepseek.DeepseekV2Config"},
+        {"AutoModel", "modeling_deepseek.DeepseekV2Model"},
+        {"AutoModelForCausalLM", "modeling_deepseek.DeepseekV2ForCausalLM"}}},
+      {"aux_loss_alpha", 0.001},
+      {"ep_size", 1},
+      {"first_k_dense_replace", p.first_k_dense_replace},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"kv_lora_rank", p.kv_lora_rank},
+      {"max_position_embeddings", 163840},
+      {"model_type", "deepseek_v2"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"moe_layer_freq", 1},
+      {"n_group", 1},
+      {"n_routed_experts", p.num_experts},
+      {"n_shared_experts", p.n_shared_experts},
+      {"norm_topk_prob", false},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"pretraining_tp", 1},
+      {"q_lora_rank", nullptr},
+      {"qk_nope_head_dim", p.qk_nope_head_dim},
+      {"qk_rope_head_dim", p.qk_rope_head_dim},
+      {"rms_norm_eps", 1e-06},
+      {"rope_scaling",
+       {{"beta_fast", 32},
+        {"beta_slow", 1},
+        {"factor", 40},
+        {"mscale", 0.707},
+        {"mscale_all_dim", 0.707},
+        {"original_max_position_embeddings", 4096},
+        {"type", "yarn"}}},
+      {"rope_theta", 10000},
+      {"routed_scaling_factor", 1.0},
+      {"scoring_func", "softmax"},
+      {"seq_aux", true},
+      {"tie_word_embeddings", false},
+      {"topk_group", 1},
+      {"topk_method", "greedy"},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.33.1"},
+      {"use_cache", true},
+      {"v_head_dim", p.v_head_dim},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
+}  // namespace
+
+const std::vector<PresetRow>& PresetTable() { return kPresets; }
+
+const std::vector<std::string>& ArchNames() {
+  static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe",
+                                                 "deepseek_v2"};
+  return names;
+}
+
+const std::vector<std::string>& PresetNames() {
+  static const std::vector<std::string> names = {"tiny", "mini"};
+  return names;
+}
+
+Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::string& preset,
+                                         int64_t q_lora_rank) {
+  const PresetRow* row = nullptr;
+  for (const PresetRow& p : kPresets) {
+    if (arch == p.arch && preset == p.preset) row = &p;
+  }
+  if (row == nullptr) {
+    bool arch_known = false;
+    for (const std::string& a : ArchNames()) arch_known |= (a == arch);
+    if (!arch_known) {
+      return Status::InvalidArgument(fmt::format(
+          "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2)", arch));
+    }
+    return Status::InvalidArgument(
+        fmt::format("unknown preset '{}' for arch '{}' (expected tiny or mini)", preset, arch));
+  }
+  if (q_lora_rank < 0) {
+    return Status::InvalidArgument(fmt::format("q_lora_rank must be >= 0, got {}", q_lora_rank));
+  }
+  if (q_lora_rank > 0 && arch != "deepseek_v2") {
+    return Status::InvalidArgument(
+        fmt::format("q_lora_rank {} given for arch '{}': only deepseek_v2 has MLA", q_lora_rank, arch));
+  }
+  json config;
+  if (arch == "qwen2_moe") config = Qwen2MoeConfig(*row);
+  if (arch == "mixtral") config = MixtralConfig(*row);
+  if (arch == "qwen3_moe") config = Qwen3MoeConfig(*row);
+  if (arch == "olmoe") config = OlmoeConfig(*row);
+  if (arch == "deepseek_v2") {
+    config = DeepseekV2Config(*row);
+    if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
+  }
+  ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
+  return config;
+}
+
+}  // namespace zipmoe::synth

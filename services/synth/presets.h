@@ -1,0 +1,52 @@
+// Preset table of synthetic MoE model sizes and the Hugging Face config.json each one produces.
+//
+// Every preset keeps the real model's non-size keys (rope_theta, eps, router coefficients, ...) and
+// changes only widths/depths/counts; docs/synth.md reproduces this table. Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace zipmoe::synth {
+
+// One row of the preset table. Sizes are element counts; 0 means "not used by this architecture".
+struct PresetRow {
+  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2
+  const char* preset;  // tiny | mini
+  int64_t hidden_size;
+  int64_t num_hidden_layers;
+  int64_t num_attention_heads;
+  int64_t num_key_value_heads;
+  int64_t head_dim;              // qwen3_moe only (explicit key); others derive hidden / heads
+  int64_t intermediate_size;     // dense MLP width (mixtral, olmoe: the expert width)
+  int64_t moe_intermediate_size; // expert width (qwen2_moe, qwen3_moe, deepseek_v2)
+  int64_t shared_intermediate;   // qwen2_moe shared_expert_intermediate_size
+  int64_t num_experts;
+  int64_t top_k;
+  int64_t vocab_size;
+  // deepseek_v2 (MLA + shared experts)
+  int64_t kv_lora_rank;
+  int64_t qk_nope_head_dim;
+  int64_t qk_rope_head_dim;
+  int64_t v_head_dim;
+  int64_t n_shared_experts;
+  int64_t first_k_dense_replace;
+  const char* note;  // what differs from "real model, width halved"
+};
+
+const std::vector<PresetRow>& PresetTable();
+const std::vector<std::string>& ArchNames();    // in table order
+const std::vector<std::string>& PresetNames();  // tiny, mini
+
+// config.json of (arch, preset). q_lora_rank > 0 sets deepseek_v2's q_lora_rank (MLA with a low-rank
+// query: q_a_proj / q_a_layernorm / q_b_proj); 0 keeps the preset's null.
+// Errors: kInvalidArgument naming the unknown arch/preset, or q_lora_rank on another arch / < 0.
+Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::string& preset,
+                                         int64_t q_lora_rank);
+
+}  // namespace zipmoe::synth

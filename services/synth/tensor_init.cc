@@ -1,0 +1,102 @@
+// Recipe -> BF16 rows (see tensor_init.h).
+#include "services/synth/tensor_init.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/dtype.h"
+#include "services/synth/gaussian.h"
+
+namespace zipmoe::synth {
+namespace {
+
+// z <- z - (z·μ̂) μ̂ for one row of length = μ̂'s.
+void ProjectOut(const std::vector<float>& dir, float* z) {
+  const size_t n = dir.size();
+  double dot = 0.0;
+  for (size_t j = 0; j < n; ++j) dot += static_cast<double>(z[j]) * dir[j];
+  const float d = static_cast<float>(dot);
+  for (size_t j = 0; j < n; ++j) z[j] -= d * dir[j];
+}
+
+}  // namespace
+
+int64_t RowLength(const TensorSpec& spec) { return spec.shape.empty() ? 1 : spec.shape.back(); }
+
+int64_t RowCount(const TensorSpec& spec) {
+  const int64_t len = RowLength(spec);
+  return len == 0 ? 0 : spec.numel() / len;
+}
+
+void GenerateRowsBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed, int64_t row_begin,
+                      int64_t row_end, uint16_t* out) {
+  const int64_t row_len = RowLength(recipe.spec);
+  const int64_t n = (row_end - row_begin) * row_len;
+  if (n <= 0) return;
+  const uint64_t stream = TensorSeed(seed, recipe.spec.name);
+  std::vector<float> z(static_cast<size_t>(n));
+  StandardNormals(stream, row_begin * row_len, row_end * row_len, z.data());
+
+  const bool skewed = skew.enabled() && static_cast<int64_t>(skew.direction.size()) == row_len;
+  const std::vector<float>& dir = skew.direction;
+  std::vector<float> beta;  // router rows: β_e = X·z_e·σ/κ
+  if (skewed && recipe.kind == InitKind::kRouter) {
+    const std::vector<float> scores = ExpertSkewScores(stream, RowCount(recipe.spec));
+    beta.resize(scores.size());
+    for (size_t e = 0; e < scores.size(); ++e) {
+      beta[e] = static_cast<float>(skew.skew * scores[e] * recipe.std / skew.channel_scale);
+    }
+  }
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    float* zr = z.data() + (r - row_begin) * row_len;
+    uint16_t* o = out + (r - row_begin) * row_len;
+    if (skewed && recipe.kind == InitKind::kEmbedding) {
+      for (int64_t j = 0; j < row_len; ++j) {
+        o[j] = FloatToBf16(recipe.std * zr[j] + skew.channel_amplitude * dir[static_cast<size_t>(j)]);
+      }
+      continue;
+    }
+    if (skewed && recipe.kind == InitKind::kRouter) {
+      ProjectOut(dir, zr);
+      const float b = beta[static_cast<size_t>(r)];
+      for (int64_t j = 0; j < row_len; ++j) {
+        o[j] = FloatToBf16(recipe.std * zr[j] + b * dir[static_cast<size_t>(j)]);
+      }
+      continue;
+    }
+    if (skewed && recipe.reads_residual) ProjectOut(dir, zr);
+    for (int64_t j = 0; j < row_len; ++j) o[j] = FloatToBf16(recipe.mean + recipe.std * zr[j]);
+  }
+}
+
+Status FillTensorBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed,
+                      ParallelRunner& runner, uint8_t* out) {
+  if (recipe.spec.dtype != DType::kBF16) {
+    return Status::InvalidArgument(fmt::format("tensor '{}': synth only writes BF16, recipe has {}",
+                                               recipe.spec.name, DTypeName(recipe.spec.dtype)));
+  }
+  const int64_t row_len = RowLength(recipe.spec);
+  const int64_t rows = RowCount(recipe.spec);
+  if (rows == 0) return Status::Ok();
+  const int64_t rows_per_task = std::max<int64_t>(1, kFillChunkElems / std::max<int64_t>(1, row_len));
+  const int64_t n_tasks = (rows + rows_per_task - 1) / rows_per_task;
+  const bool aligned = reinterpret_cast<uintptr_t>(out) % alignof(uint16_t) == 0;
+  runner.ParallelFor(n_tasks, [&](int64_t task) {
+    const int64_t begin = task * rows_per_task;
+    const int64_t end = std::min(rows, begin + rows_per_task);
+    uint8_t* dst = out + static_cast<uint64_t>(begin * row_len) * sizeof(uint16_t);
+    if (aligned) {
+      GenerateRowsBf16(recipe, skew, seed, begin, end, reinterpret_cast<uint16_t*>(dst));
+    } else {
+      std::vector<uint16_t> tmp(static_cast<size_t>((end - begin) * row_len));
+      GenerateRowsBf16(recipe, skew, seed, begin, end, tmp.data());
+      std::memcpy(dst, tmp.data(), tmp.size() * sizeof(uint16_t));
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace zipmoe::synth

@@ -1,0 +1,37 @@
+// Synthetic tensor values: turns a TensorRecipe (model_layout.h) into BF16 bytes, deterministically.
+//
+// A tensor is a stack of rows (its last dimension; a 1-D tensor is one row). Row r's values come from
+// elements [r*row_len, (r+1)*row_len) of the standard-normal stream TensorSeed(seed, name)
+// (gaussian.h), then: kNormal -> mean + std*z; kEmbedding -> std*z + a*μ̂ (skew channel);
+// kRouter -> std*(z ⊥ μ̂) + β_e*μ̂ (router_skew.h). Under skew, rows of residual readers are made ⊥ μ̂.
+// Float -> BF16 is round-to-nearest-even (FloatToBf16). Any row range can be generated alone, so
+// FillTensorBf16 parallelises over row chunks and the bytes never depend on the thread count.
+//
+// Thread-safe: the functions only read their arguments.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "services/synth/model_layout.h"
+#include "services/synth/router_skew.h"
+#include "services/synth/thread_pool.h"
+
+namespace zipmoe::synth {
+
+// Rows per parallel task are chosen so a task covers about this many elements.
+constexpr int64_t kFillChunkElems = 1 << 16;
+
+int64_t RowLength(const TensorSpec& spec);  // last dimension (1 for a scalar)
+int64_t RowCount(const TensorSpec& spec);   // numel / RowLength
+
+// Writes rows [row_begin, row_end) of `recipe` as BF16 bit patterns into out[0 .. (row_end-row_begin)*row_len).
+void GenerateRowsBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed, int64_t row_begin,
+                      int64_t row_end, uint16_t* out);
+
+// Fills the whole tensor (spec.size_bytes() bytes at `out`, any alignment) using `runner`.
+// Errors: kInvalidArgument if the recipe is not BF16.
+Status FillTensorBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed,
+                      ParallelRunner& runner, uint8_t* out);
+
+}  // namespace zipmoe::synth

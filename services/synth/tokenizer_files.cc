@@ -1,0 +1,177 @@
+// Special-token layouts and tokenizer_config.json / generation_config.json per architecture.
+#include "services/synth/tokenizer_files.h"
+
+#include <fmt/format.h>
+
+namespace zipmoe::synth {
+namespace {
+
+using nlohmann::json;
+
+const char kQwenEndOfText[] = "<|endoftext|>";
+const char kQwenImStart[] = "<|im_start|>";
+const char kQwenImEnd[] = "<|im_end|>";
+// DeepSeek's specials use U+FF5C FULLWIDTH VERTICAL LINE and U+2581 LOWER ONE EIGHTH BLOCK.
+const char kDeepseekBos[] = "<\uFF5Cbegin\u2581of\u2581sentence\uFF5C>";
+const char kDeepseekEos[] = "<\uFF5Cend\u2581of\u2581sentence\uFF5C>";
+
+// Qwen1.5 ChatML template (Qwen/Qwen1.5-MoE-A2.7B-Chat tokenizer_config.json).
+const char kChatMlTemplate[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant<|im_end|>\\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+// Mixtral-8x7B-Instruct-v0.1 template.
+const char kMistralTemplate[] =
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
+    "{% endfor %}";
+
+// DeepSeek-V2-Lite-Chat template.
+const char kDeepseekTemplate[] =
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{{ 'User: ' + message['content'] + '\\n\\n' }}{% elif message['role'] == 'assistant' %}"
+    "{{ 'Assistant: ' + message['content'] + eos_token }}{% elif message['role'] == 'system' %}"
+    "{{ message['content'] + '\\n\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}";
+
+// OLMoE-1B-7B-0924-Instruct (Tulu) template, without the leading bos_token (OLMoE has none).
+const char kTuluTemplate[] =
+    "{% for message in messages %}{% if message['role'] == 'system' %}"
+    "{{ '<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}"
+    "{{ '<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}"
+    "{% if not loop.last %}{{ '<|assistant|>\\n' + message['content'] + eos_token + '\\n' }}"
+    "{% else %}{{ '<|assistant|>\\n' + message['content'] + eos_token }}{% endif %}{% endif %}"
+    "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}";
+
+json AddedTokensDecoder(const SpecialTokenLayout& layout) {
+  json decoder = json::object();
+  auto add = [&](const std::string& token) {
+    decoder[std::to_string(layout.IdOf(token))] = {{"content", token},  {"lstrip", false},
+                                                   {"normalized", false}, {"rstrip", false},
+                                                   {"single_word", false}, {"special", true}};
+  };
+  for (const std::string& t : layout.front) add(t);
+  for (const std::string& t : layout.back) add(t);
+  return decoder;
+}
+
+json NullOr(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+}  // namespace
+
+int64_t SpecialTokenLayout::IdOf(const std::string& token) const {
+  for (size_t i = 0; i < front.size(); ++i) {
+    if (front[i] == token) return static_cast<int64_t>(i);
+  }
+  for (size_t i = 0; i < back.size(); ++i) {
+    if (back[i] == token) return vocab_size - static_cast<int64_t>(back.size()) + static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t vocab_size) {
+  SpecialTokenLayout layout;
+  layout.vocab_size = vocab_size;
+  if (arch == "qwen2_moe" || arch == "qwen3_moe") {
+    layout.back = {kQwenEndOfText, kQwenImStart, kQwenImEnd};
+    layout.bos_token = kQwenEndOfText;
+    layout.eos_token = arch == "qwen2_moe" ? kQwenEndOfText : kQwenImEnd;
+    layout.pad_token = kQwenEndOfText;
+  } else if (arch == "mixtral") {
+    layout.front = {"<unk>", "<s>", "</s>"};
+    layout.bos_token = "<s>";
+    layout.eos_token = "</s>";
+    layout.prepend_bos = true;
+  } else if (arch == "olmoe") {
+    layout.front = {"<|endoftext|>", "<|padding|>"};
+    layout.eos_token = "<|endoftext|>";
+    layout.pad_token = "<|padding|>";
+  } else if (arch == "deepseek_v2") {
+    layout.back = {kDeepseekBos, kDeepseekEos};
+    layout.bos_token = kDeepseekBos;
+    layout.eos_token = kDeepseekEos;
+    layout.pad_token = kDeepseekEos;
+    layout.prepend_bos = true;
+  } else {
+    return Status::InvalidArgument(fmt::format("no tokenizer layout for arch '{}'", arch));
+  }
+  if (vocab_size < 256 + layout.n_special()) {
+    return Status::InvalidArgument(fmt::format(
+        "vocab_size {} of arch '{}' is below 256 byte tokens + {} special tokens", vocab_size, arch,
+        layout.n_special()));
+  }
+  return layout;
+}
+
+nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLayout& layout) {
+  json c;
+  c["added_tokens_decoder"] = AddedTokensDecoder(layout);
+  c["bos_token"] = NullOr(layout.bos_token);
+  c["eos_token"] = layout.eos_token;
+  c["pad_token"] = NullOr(layout.pad_token);
+  c["unk_token"] = nullptr;
+  if (arch == "qwen2_moe" || arch == "qwen3_moe") {
+    c["add_prefix_space"] = false;
+    c["additional_special_tokens"] = {kQwenImStart, kQwenImEnd};
+    c["chat_template"] = kChatMlTemplate;
+    c["clean_up_tokenization_spaces"] = false;
+    c["errors"] = "replace";
+    c["model_max_length"] = arch == "qwen2_moe" ? 32768 : 131072;
+    c["split_special_tokens"] = false;
+    c["tokenizer_class"] = "Qwen2Tokenizer";
+    if (arch == "qwen3_moe") c["add_bos_token"] = false;
+  } else if (arch == "mixtral") {
+    c["add_bos_token"] = true;
+    c["add_eos_token"] = false;
+    c["additional_special_tokens"] = json::array();
+    c["chat_template"] = kMistralTemplate;
+    c["clean_up_tokenization_spaces"] = false;
+    c["legacy"] = true;
+    c["model_max_length"] = 1e30;
+    c["sp_model_kwargs"] = json::object();
+    c["spaces_between_special_tokens"] = false;
+    c["tokenizer_class"] = "LlamaTokenizerFast";
+    c["unk_token"] = "<unk>";
+    c["use_default_system_prompt"] = false;
+  } else if (arch == "deepseek_v2") {
+    c["add_bos_token"] = true;
+    c["add_eos_token"] = false;
+    c["chat_template"] = kDeepseekTemplate;
+    c["clean_up_tokenization_spaces"] = false;
+    c["legacy"] = true;
+    c["model_max_length"] = 16384;
+    c["sp_model_kwargs"] = json::object();
+    c["tokenizer_class"] = "LlamaTokenizerFast";
+  } else {  // olmoe
+    c["add_bos_token"] = false;
+    c["add_eos_token"] = false;
+    c["chat_template"] = kTuluTemplate;
+    c["clean_up_tokenization_spaces"] = true;
+    c["model_max_length"] = 1e30;
+    c["tokenizer_class"] = "GPTNeoXTokenizer";
+  }
+  return c;
+}
+
+nlohmann::json GenerationConfigJson(const nlohmann::json& config) {
+  json g;
+  g["_from_model_config"] = true;
+  if (config.contains("bos_token_id")) g["bos_token_id"] = config["bos_token_id"];
+  g["eos_token_id"] = config["eos_token_id"];
+  // Qwen3 stops on <|im_end|> or <|endoftext|>, as its real generation_config.json.
+  if (config.value("model_type", "") == "qwen3_moe" && config.contains("bos_token_id")) {
+    g["eos_token_id"] = {config["eos_token_id"], config["bos_token_id"]};
+  }
+  if (config.contains("pad_token_id")) g["pad_token_id"] = config["pad_token_id"];
+  g["transformers_version"] = config.value("transformers_version", "4.51.0");
+  return g;
+}
+
+}  // namespace zipmoe::synth
