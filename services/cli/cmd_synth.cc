@@ -70,7 +70,7 @@ int RunSynth(const SynthArgs& args) {
                 static_cast<unsigned long long>(options.seed), options.router_skew,
                 static_cast<long long>(r.n_tensors), HumanBytes(r.weight_bytes).c_str(),
                 static_cast<unsigned long long>(r.weight_bytes), r.files.size(), HumanBytes(r.total_bytes).c_str(),
-                r.seconds);
+                r.elapsed_seconds);
     for (const synth::SynthFile& f : r.files) {
       std::printf("  %-40s %12llu bytes\n", f.name.c_str(), static_cast<unsigned long long>(f.size_bytes));
     }
