@@ -13,5 +13,6 @@ void AddSynthCommand(CLI::App& app, int* exit_code);     // cmd_synth.cc
 void AddCompressCommand(CLI::App& app, int* exit_code);  // cmd_compress.cc
 void AddVerifyCommand(CLI::App& app, int* exit_code);    // cmd_verify.cc
 void AddInspectCommand(CLI::App& app, int* exit_code);   // cmd_inspect.cc
+void AddGenerateCommand(CLI::App& app, int* exit_code);  // cmd_generate.cc
 
 }  // namespace zipmoe::cli

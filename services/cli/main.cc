@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   zipmoe::cli::AddCompressCommand(app, &exit_code);
   zipmoe::cli::AddVerifyCommand(app, &exit_code);
   zipmoe::cli::AddInspectCommand(app, &exit_code);
+  zipmoe::cli::AddGenerateCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

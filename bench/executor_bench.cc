@@ -1,0 +1,106 @@
+// executor_bench: prefill and decode throughput of the libtorch executor with every expert
+// resident (the upper bound the offloading runtime is measured against).
+//
+//   executor_bench MODEL_DIR [--threads N] [--prompt-len P] [--decode-tokens D] [--batch B] [--reps R]
+//
+// Prompts are random token ids (fixed seed). Each repetition runs one Generate call (greedy, EOS
+// ignored) of D + 1 new tokens: prefill tokens/s = B * P / ttft, decode tokens/s = B / tpot. The
+// best repetition after one warm-up is reported. A small driver, not a timed test.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "services/executor/generator.h"
+
+namespace {
+
+struct BenchArgs {
+  std::string model_dir;
+  int threads = 0;
+  int64_t prompt_len = 128;
+  int64_t decode_tokens = 32;
+  int64_t batch = 1;
+  int reps = 3;
+};
+
+bool ParseArgs(int argc, char** argv, BenchArgs* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&](int64_t* out) {
+      if (i + 1 >= argc) return false;
+      *out = std::strtoll(argv[++i], nullptr, 10);
+      return true;
+    };
+    int64_t v = 0;
+    if (arg == "--threads" && next(&v)) {
+      a->threads = static_cast<int>(v);
+    } else if (arg == "--prompt-len" && next(&v)) {
+      a->prompt_len = v;
+    } else if (arg == "--decode-tokens" && next(&v)) {
+      a->decode_tokens = v;
+    } else if (arg == "--batch" && next(&v)) {
+      a->batch = v;
+    } else if (arg == "--reps" && next(&v)) {
+      a->reps = static_cast<int>(v);
+    } else if (!arg.empty() && arg[0] != '-' && a->model_dir.empty()) {
+      a->model_dir = arg;
+    } else {
+      return false;
+    }
+  }
+  return !a->model_dir.empty() && a->prompt_len > 0 && a->decode_tokens >= 0 && a->batch > 0 && a->reps > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchArgs args;
+  if (!ParseArgs(argc, argv, &args)) {
+    std::fprintf(stderr,
+                 "usage: executor_bench MODEL_DIR [--threads N] [--prompt-len P] [--decode-tokens D] [--batch B] "
+                 "[--reps R]\n");
+    return 2;
+  }
+  zipmoe::executor::GeneratorOptions options;
+  options.model_dir = args.model_dir;
+  options.n_threads = args.threads;
+  auto generator = zipmoe::executor::Generator::Create(options);
+  if (!generator.ok()) {
+    std::fprintf(stderr, "E: %s\n", generator.status().ToString().c_str());
+    return 1;
+  }
+  const zipmoe::ModelConfig& config = (*generator)->config();
+  std::mt19937_64 rng(12345);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size - 1));
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(args.batch));
+  for (auto& p : prompts)
+    for (int64_t i = 0; i < args.prompt_len; ++i) p.push_back(token(rng));
+
+  zipmoe::executor::GenerationParams params;
+  params.max_new_tokens = args.decode_tokens + 1;
+  params.stop_on_eos = false;
+  double best_prefill = 0.0, best_decode = 0.0;
+  for (int rep = 0; rep <= args.reps; ++rep) {  // rep 0 warms up
+    zipmoe::executor::GenerationStats stats;
+    auto r = (*generator)->Generate(prompts, params, nullptr, &stats);
+    if (!r.ok()) {
+      std::fprintf(stderr, "E: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    if (rep == 0) continue;
+    const double prefill = static_cast<double>(stats.prefill_tokens) / stats.ttft_seconds;
+    const double decode = stats.tpot_seconds > 0 ? static_cast<double>(args.batch) / stats.tpot_seconds : 0.0;
+    std::printf("I: rep %d: ttft %.4f s, tpot %.4f s, prefill %.1f tokens/s, decode %.2f tokens/s\n", rep,
+                stats.ttft_seconds, stats.tpot_seconds, prefill, decode);
+    best_prefill = std::max(best_prefill, prefill);
+    best_decode = std::max(best_decode, decode);
+  }
+  std::printf("%s (%s): threads %d, batch %lld, prompt %lld, decode %lld: prefill %.1f tokens/s, decode %.2f tokens/s\n",
+              args.model_dir.c_str(), config.model_type.c_str(), (*generator)->n_threads(),
+              static_cast<long long>(args.batch), static_cast<long long>(args.prompt_len),
+              static_cast<long long>(args.decode_tokens), best_prefill, best_decode);
+  return 0;
+}

@@ -1,0 +1,134 @@
+// ModelConfig: the architecture description of a supported Mixture-of-Experts checkpoint, parsed
+// from a Hugging Face config.json (and generation_config.json for stop ids). Torch-free, so the
+// CLI, the runtime and the executor can all read it.
+//
+// Supported `model_type`s and the transformers code each field follows:
+//   qwen2_moe   Qwen2MoeForCausalLM   (qkv bias, shared_expert * sigmoid(shared_expert_gate))
+//   mixtral     MixtralForCausalLM    (block_sparse_moe, top-k weights always renormalised)
+//   qwen3_moe   Qwen3MoeForCausalLM   (q_norm / k_norm per head over head_dim)
+//   olmoe       OlmoeForCausalLM      (q_norm / k_norm over the whole projection, clip_qkv)
+//   deepseek_v2 DeepseekV2ForCausalLM (modeling_deepseek.py on the Hub: MLA, yarn RoPE, MoEGate)
+// Defaults for keys a config.json may omit are those of the transformers config classes (e.g.
+// norm_topk_prob = false for Qwen2-MoE, Qwen3-MoE and OLMoE; the real Qwen3-MoE config.json sets
+// it to true). Size keys are required.
+//
+// Plain value type; pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace zipmoe {
+
+enum class ModelArch : uint8_t { kQwen2Moe = 0, kMixtral = 1, kQwen3Moe = 2, kOlmoe = 3, kDeepseekV2 = 4 };
+
+// "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2".
+const char* ModelArchName(ModelArch arch);
+// "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2" (for error messages).
+const char* SupportedModelTypes();
+
+// rope_scaling of config.json. kNone: plain RoPE. kLinear: positions divided by `factor`.
+// kYarn: DeepSeek-V2's DeepseekV2YarnRotaryEmbedding (deepseek_v2 only).
+struct RopeScaling {
+  enum class Type : uint8_t { kNone = 0, kLinear = 1, kYarn = 2 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  // yarn only (defaults as DeepseekV2YarnRotaryEmbedding's constructor)
+  int64_t original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+};
+
+// DeepSeek-V2 MoEGate topk_method.
+enum class TopkMethod : uint8_t { kGreedy = 0, kGroupLimitedGreedy = 1 };
+
+struct ModelConfig {
+  ModelArch arch = ModelArch::kQwen2Moe;
+  std::string model_type;
+  std::string source;  // file the config came from (for messages)
+
+  // --- sizes ---
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // = num_attention_heads for MHA and for deepseek_v2
+  int64_t head_dim = 0;             // per-head q/k/v width (not used by deepseek_v2)
+  int64_t intermediate_size = 0;    // dense MLP width (mixtral, olmoe: also the expert width)
+  int64_t moe_intermediate_size = 0;  // routed expert width (= intermediate_size for mixtral, olmoe)
+  int64_t shared_expert_intermediate_size = 0;  // qwen2_moe; 0 = no shared expert
+  int64_t max_position_embeddings = 0;
+
+  // --- attention ---
+  bool qkv_bias = false;  // q/k/v projections have a bias (qwen2_moe always; others attention_bias)
+  bool o_bias = false;    // o_proj has a bias (attention_bias, not qwen2_moe)
+  std::optional<double> clip_qkv;  // olmoe: clamp q, k, v to [-clip, clip]
+  std::optional<int64_t> sliding_window;  // mixtral: key i visible to query j iff j - i < window
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+
+  // --- deepseek_v2 multi-head latent attention ---
+  int64_t q_lora_rank = 0;  // 0 = null (q_proj); > 0: q_a_proj -> q_a_layernorm -> q_b_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  // --- MoE ---
+  int64_t num_experts = 0;  // routed experts per MoE layer (0 = dense model)
+  int64_t num_experts_per_tok = 0;  // top_k
+  bool norm_topk_prob = false;      // mixtral: always true
+  int64_t decoder_sparse_step = 1;  // qwen
+  std::vector<int64_t> mlp_only_layers;  // qwen
+  int64_t n_shared_experts = 0;          // deepseek_v2 (shared MLP width = n * moe_intermediate_size)
+  int64_t first_k_dense_replace = 0;     // deepseek_v2
+  int64_t moe_layer_freq = 1;            // deepseek_v2
+  double routed_scaling_factor = 1.0;    // deepseek_v2
+  TopkMethod topk_method = TopkMethod::kGreedy;  // deepseek_v2
+  int64_t n_group = 1;                   // deepseek_v2 group_limited_greedy
+  int64_t topk_group = 1;
+
+  // --- embeddings / generation ---
+  bool tie_word_embeddings = false;
+  std::vector<int32_t> eos_token_ids;  // union of config.json and generation_config.json, in order
+  std::optional<int32_t> bos_token_id;
+
+  // True iff decoder layer `layer_id` has a sparse MoE block (else a dense MLP):
+  //   qwen2_moe/qwen3_moe: layer not in mlp_only_layers, num_experts > 0, (layer+1) % step == 0;
+  //   mixtral/olmoe: always; deepseek_v2: num_experts > 0, layer >= first_k_dense_replace and
+  //   layer % moe_layer_freq == 0.
+  bool IsMoeLayer(int64_t layer_id) const;
+  // Width of the rotary part of q/k: qk_rope_head_dim (deepseek_v2) or head_dim.
+  int64_t rope_dim() const;
+  // Per-head q/k width: qk_nope + qk_rope (deepseek_v2) or head_dim.
+  int64_t q_head_dim() const;
+  // Per-head v width: v_head_dim (deepseek_v2) or head_dim.
+  int64_t v_dim() const;
+  // Attention softmax scale: q_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 for
+  // deepseek_v2 when rope_scaling sets mscale_all_dim (DeepseekV2Attention.__init__).
+  double softmax_scale() const;
+  // Whether `token_id` is one of eos_token_ids.
+  bool IsEos(int32_t token_id) const;
+};
+
+// Parses a config.json object. `source_path` names the file in messages.
+// Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
+// a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
+// hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func.
+Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::string& source_path);
+
+// Reads DIR/config.json (required) and DIR/generation_config.json (optional; its eos_token_id ids
+// are merged into eos_token_ids). Errors: kNotFound (no config.json), kCorruption (invalid JSON,
+// naming the file), plus ParseModelConfig's.
+Result<ModelConfig> LoadModelConfig(const std::string& dir);
+
+}  // namespace zipmoe

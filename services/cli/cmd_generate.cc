@@ -1,0 +1,219 @@
+// `zipmoe generate`: text in, text out with the libtorch executor (services/executor/generator.h).
+//
+//   zipmoe generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3] [--max-new-tokens N]
+//                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
+//                   [--device cpu] [--logits-out FILE] [--json] [--chat]
+//
+// DIR is a Hugging Face checkpoint or a compressed zipmoe directory (all experts held resident).
+// Text prompts use DIR/tokenizer.json: Encode(text, add_special_tokens=true), or with --chat the
+// tokenizer_config.json chat template around one user message (then add_special_tokens=false).
+// --logits-out FILE: float32 little-endian rows [n_rows, vocab], one per position fed through the
+// model in order (every prompt position, then each generated token fed back), so
+// --max-new-tokens 0 writes exactly the prompt's logits.
+// --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s} where
+// tokens_per_s = generated tokens / wall time of the whole generation (prefill included); otherwise
+// the text streams to stdout as it is generated and a timing line goes to stderr.
+// Torch-free: only the executor's .cc files include torch.
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/file_util.h"
+#include "common/tokenizer.h"
+#include "services/cli/commands.h"
+#include "services/executor/generator.h"
+
+namespace zipmoe::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model_dir;
+  std::string prompt;
+  std::string prompt_ids;
+  int64_t max_new_tokens = 32;
+  float temperature = 0.0f;
+  int64_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::string device = "cpu";
+  std::string logits_out;
+  bool json = false;
+  bool chat = false;
+};
+
+// "1,2, 3" -> {1, 2, 3}. Errors: kInvalidArgument naming the bad item.
+Result<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || end == nullptr || *end != '\0' || errno != 0 || v < INT32_MIN || v > INT32_MAX)
+      return Status::InvalidArgument(fmt::format("--prompt-ids: '{}' is not a token id (in '{}')", item, text));
+    ids.push_back(static_cast<int32_t>(v));
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+// Writes logits rows as float32 little-endian, atomically.
+Status WriteLogits(const std::string& path, const std::vector<float>& logits) {
+  static_assert(sizeof(float) == 4, "float32 expected");
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  std::string bytes(logits.size() * 4, '\0');
+  for (size_t i = 0; i < logits.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &logits[i], 4);
+    u = __builtin_bswap32(u);
+    std::memcpy(&bytes[i * 4], &u, 4);
+  }
+  return WriteFileAtomic(path, bytes);
+#else
+  return WriteFileAtomic(path, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * 4));
+#endif
+}
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int RunGenerate(const GenerateArgs& args) {
+  if (!args.prompt.empty() && !args.prompt_ids.empty())
+    return Fail(Status::InvalidArgument("give either --prompt or --prompt-ids, not both"));
+  if (args.prompt.empty() && args.prompt_ids.empty())
+    return Fail(Status::InvalidArgument("one of --prompt or --prompt-ids is required"));
+  if (args.chat && args.prompt.empty()) return Fail(Status::InvalidArgument("--chat needs a text --prompt"));
+
+  // Tokenizer: required for text prompts, optional (for output text) with --prompt-ids.
+  const std::string tokenizer_path = JoinPath(args.model_dir, "tokenizer.json");
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!args.prompt.empty() || FileExists(tokenizer_path)) {
+    Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(tokenizer_path);
+    if (!loaded.ok()) return Fail(loaded.status());
+    tokenizer = std::move(loaded).value();
+  }
+  std::vector<int32_t> prompt_ids;
+  if (!args.prompt_ids.empty()) {
+    Result<std::vector<int32_t>> ids = ParseIds(args.prompt_ids);
+    if (!ids.ok()) return Fail(ids.status());
+    prompt_ids = std::move(ids).value();
+  } else if (args.chat) {
+    Result<std::string> text = tokenizer->ApplyChatTemplate({ChatMessage{"user", args.prompt}}, true);
+    if (!text.ok()) return Fail(text.status());
+    Result<std::vector<int32_t>> ids = tokenizer->Encode(*text, /*add_special_tokens=*/false);
+    if (!ids.ok()) return Fail(ids.status());
+    prompt_ids = std::move(ids).value();
+  } else {
+    Result<std::vector<int32_t>> ids = tokenizer->Encode(args.prompt, /*add_special_tokens=*/true);
+    if (!ids.ok()) return Fail(ids.status());
+    prompt_ids = std::move(ids).value();
+  }
+
+  executor::GeneratorOptions options;
+  options.model_dir = args.model_dir;
+  options.n_threads = args.threads;
+  options.device = args.device;
+  Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
+  if (!generator.ok()) return Fail(generator.status());
+
+  executor::GenerationParams params;
+  params.max_new_tokens = args.max_new_tokens;
+  params.sampling.temperature = args.temperature;
+  params.sampling.top_k = args.top_k;
+  params.sampling.top_p = args.top_p;
+  params.sampling.seed = args.seed;
+  params.record_logits = !args.logits_out.empty();
+
+  std::unique_ptr<StreamDecoder> stream;
+  if (tokenizer && !args.json) stream = std::make_unique<StreamDecoder>(*tokenizer, /*skip_special_tokens=*/true);
+  auto on_token = [&](size_t, int32_t id) {
+    if (args.json) return;
+    const std::string piece = stream ? stream->Step(id) : fmt::format("{} ", id);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
+  executor::GenerationStats stats;
+  Result<std::vector<executor::GenerationResult>> results =
+      (*generator)->Generate({prompt_ids}, params, on_token, &stats);
+  if (!results.ok()) return Fail(results.status());
+  const executor::GenerationResult& r = results->front();
+
+  if (!args.logits_out.empty()) {
+    Status st = WriteLogits(args.logits_out, r.logits);
+    if (!st.ok()) return Fail(st);
+  }
+  const double tokens_per_s =
+      stats.total_seconds > 0 ? static_cast<double>(r.generated_ids.size()) / stats.total_seconds : 0.0;
+  if (args.json) {
+    nlohmann::json out;
+    out["prompt_ids"] = r.prompt_ids;
+    out["generated_ids"] = r.generated_ids;
+    out["text"] = tokenizer ? tokenizer->Decode(r.generated_ids, /*skip_special_tokens=*/true) : std::string();
+    out["ttft_s"] = stats.ttft_seconds;
+    out["tpot_s"] = stats.tpot_seconds;
+    out["tokens_per_s"] = tokens_per_s;
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  if (stream) {
+    const std::string rest = stream->Flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "I: prompt %zu tokens, generated %zu tokens%s; ttft %.3f s, tpot %.3f s, %.2f tokens/s\n",
+               r.prompt_ids.size(), r.generated_ids.size(), r.stopped_on_eos ? " (eos)" : "", stats.ttft_seconds,
+               stats.tpot_seconds, tokens_per_s);
+  return 0;
+}
+
+}  // namespace
+
+void AddGenerateCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<GenerateArgs>();  // shared: outlives this function, owned by the callback
+  CLI::App* cmd = app.add_subcommand("generate", "generate text with a MoE model (HF or compressed directory)");
+  cmd->add_option("--model", args->model_dir, "model directory (Hugging Face checkpoint or compressed)")
+      ->required();
+  cmd->add_option("--prompt", args->prompt, "prompt text (needs tokenizer.json in the model directory)");
+  cmd->add_option("--prompt-ids", args->prompt_ids, "prompt token ids, comma-separated (e.g. 1,2,3)");
+  cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate (0 = prompt only)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", args->temperature, "sampling temperature (0 = greedy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", args->top_k, "keep the K most likely tokens (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", args->top_p, "nucleus sampling mass (1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
+  cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
+  cmd->add_option("--logits-out", args->logits_out,
+                  "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
+  cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");
+  cmd->add_flag("--chat", args->chat, "wrap --prompt in the model's chat template as a user message");
+  cmd->callback([args, exit_code] { *exit_code = RunGenerate(*args); });
+}
+
+}  // namespace zipmoe::cli

@@ -1,0 +1,149 @@
+// Attention modules: Qwen2MoeAttention, MixtralAttention, Qwen3MoeAttention, OlmoeAttention (eager
+// paths of transformers) and DeepseekV2Attention (modeling_deepseek.py), in float32 on the CPU.
+#include "services/executor/attention.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "services/executor/torch_util.h"
+
+namespace zipmoe::executor {
+
+std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v) {
+  Layer& l = layers_[static_cast<size_t>(layer_id)];
+  const int64_t t = k.size(1);
+  const int64_t need = length_ + t;
+  const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
+  if (need > capacity) {
+    const int64_t new_capacity = std::max<int64_t>({need, 2 * capacity, 16});
+    at::Tensor nk = at::empty({k.size(0), new_capacity, k.size(2)}, k.options());
+    at::Tensor nv = at::empty({v.size(0), new_capacity, v.size(2)}, v.options());
+    if (length_ > 0) {
+      nk.narrow(1, 0, length_).copy_(l.k.narrow(1, 0, length_));
+      nv.narrow(1, 0, length_).copy_(l.v.narrow(1, 0, length_));
+    }
+    l.k = nk;
+    l.v = nv;
+  }
+  l.k.narrow(1, length_, t).copy_(k);
+  l.v.narrow(1, length_, t).copy_(v);
+  return {l.k.narrow(1, 0, need), l.v.narrow(1, 0, need)};
+}
+
+at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
+                        int64_t window) {
+  const int64_t n_heads = q.size(0), t = q.size(1), dk = q.size(2);
+  const int64_t n_kv = k.size(0), total = k.size(1), dv = v.size(2);
+  const int64_t group = n_heads / n_kv;
+  // [n_heads, t, dk] -> [n_kv, group * t, dk]: query head h = kv * group + g.
+  const at::Tensor qg = q.reshape({n_kv, group * t, dk});
+  at::Tensor scores = at::bmm(qg, k.transpose(1, 2)) * scale;  // [n_kv, group * t, T]
+  scores = scores.to(at::kFloat);
+  const bool causal_needed = t > 1 || (pos0 + t < total);
+  if (causal_needed || window > 0) {
+    const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong).device(q.device());
+    const at::Tensor qpos = at::arange(pos0, pos0 + t, long_opts).unsqueeze(1);  // [t, 1]
+    const at::Tensor kpos = at::arange(0, total, long_opts).unsqueeze(0);        // [1, T]
+    at::Tensor hidden = kpos > qpos;
+    if (window > 0) hidden = hidden.logical_or(qpos - kpos >= window);
+    const at::Tensor mask = at::zeros({t, total}, scores.options())
+                                .masked_fill(hidden, -std::numeric_limits<float>::infinity());
+    scores = (scores.view({n_kv, group, t, total}) + mask).view({n_kv, group * t, total});
+  }
+  const at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  const at::Tensor out = at::bmm(probs, v);  // [n_kv, group * t, dv]
+  // -> [n_heads, t, dv] -> [t, n_heads, dv] -> [t, n_heads * dv]
+  return out.reshape({n_heads, t, dv}).permute({1, 0, 2}).reshape({t, n_heads * dv});
+}
+
+namespace {
+
+// q [N, n_heads, dk], k [N, n_kv, dk], v [N, n_kv, dv] -> [N, n_heads * dv], per sequence.
+at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer_id,
+                       const BatchLayout& batch, double scale, int64_t window) {
+  std::vector<at::Tensor> outs;
+  outs.reserve(batch.starts.size());
+  for (size_t i = 0; i < batch.starts.size(); ++i) {
+    const int64_t start = batch.starts[i], len = batch.lengths[i];
+    KvCache* cache = batch.caches[i];
+    const int64_t pos0 = cache->length();
+    // [len, n, d] -> [n, len, d]
+    const at::Tensor qs = q.narrow(0, start, len).transpose(0, 1).contiguous();
+    const at::Tensor ks = k.narrow(0, start, len).transpose(0, 1);
+    const at::Tensor vs = v.narrow(0, start, len).transpose(0, 1);
+    auto [k_all, v_all] = cache->Append(layer_id, ks, vs);
+    outs.push_back(AttendCausal(qs, k_all, v_all, pos0, scale, window));
+  }
+  return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
+}
+
+at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t layer_id, const at::Tensor& x,
+                      const BatchLayout& batch) {
+  const int64_t n = x.size(0), hd = c.head_dim;
+  at::Tensor q = Linear(x, w.q_proj.weight, w.q_proj.bias);
+  at::Tensor k = Linear(x, w.k_proj.weight, w.k_proj.bias);
+  at::Tensor v = Linear(x, w.v_proj.weight, w.v_proj.bias);
+  if (c.arch == ModelArch::kOlmoe) {  // OlmoeAttention: RMSNorm over the whole projection, then clip
+    q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
+    k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
+    if (c.clip_qkv) {
+      const double clip = *c.clip_qkv;
+      q = q.clamp(-clip, clip);
+      k = k.clamp(-clip, clip);
+      v = v.clamp(-clip, clip);
+    }
+  }
+  q = q.view({n, c.num_attention_heads, hd});
+  k = k.view({n, c.num_key_value_heads, hd});
+  v = v.view({n, c.num_key_value_heads, hd});
+  if (c.arch == ModelArch::kQwen3Moe) {  // Qwen3MoeAttention: RMSNorm per head over head_dim
+    q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
+    k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
+  }
+  q = RotaryEmbedding::Apply(q, batch.cos, batch.sin, /*interleaved=*/false);
+  k = RotaryEmbedding::Apply(k, batch.cos, batch.sin, /*interleaved=*/false);
+  const at::Tensor attn =
+      AttendBatch(q, k, v, layer_id, batch, c.softmax_scale(), c.sliding_window.value_or(0));
+  return Linear(attn, w.o_proj.weight, w.o_proj.bias);
+}
+
+at::Tensor MlaForward(const ModelConfig& c, const AttentionWeights& w, int64_t layer_id, const at::Tensor& x,
+                      const BatchLayout& batch) {
+  const int64_t n = x.size(0), heads = c.num_attention_heads;
+  const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, vd = c.v_head_dim;
+  at::Tensor q;
+  if (c.q_lora_rank == 0) {
+    q = Linear(x, w.q_proj.weight);
+  } else {
+    q = Linear(RmsNorm(Linear(x, w.q_a_proj.weight, w.q_a_proj.bias), w.q_a_layernorm, c.rms_norm_eps),
+               w.q_b_proj.weight);
+  }
+  q = q.view({n, heads, nope + rope});
+  const at::Tensor q_nope = q.narrow(-1, 0, nope);
+  at::Tensor q_pe = q.narrow(-1, nope, rope);
+
+  const at::Tensor compressed = Linear(x, w.kv_a_proj.weight, w.kv_a_proj.bias);  // [N, kv_lora + rope]
+  const at::Tensor ckv = compressed.narrow(-1, 0, c.kv_lora_rank);
+  at::Tensor k_pe = compressed.narrow(-1, c.kv_lora_rank, rope).reshape({n, 1, rope});
+  const at::Tensor kv =
+      Linear(RmsNorm(ckv, w.kv_a_layernorm, c.rms_norm_eps), w.kv_b_proj.weight).view({n, heads, nope + vd});
+  const at::Tensor k_nope = kv.narrow(-1, 0, nope);
+  const at::Tensor v = kv.narrow(-1, nope, vd);
+
+  q_pe = RotaryEmbedding::Apply(q_pe, batch.cos, batch.sin, /*interleaved=*/true);
+  k_pe = RotaryEmbedding::Apply(k_pe, batch.cos, batch.sin, /*interleaved=*/true);
+  const at::Tensor query = at::cat({q_nope, q_pe}, -1);                            // [N, heads, q_head_dim]
+  const at::Tensor key = at::cat({k_nope, k_pe.expand({n, heads, rope})}, -1);  // k_pe shared by heads
+  const at::Tensor attn = AttendBatch(query, key, v, layer_id, batch, c.softmax_scale(), 0);
+  return Linear(attn, w.o_proj.weight, w.o_proj.bias);
+}
+
+}  // namespace
+
+at::Tensor AttentionForward(const ModelConfig& config, const AttentionWeights& w, int64_t layer_id,
+                            const at::Tensor& x, const BatchLayout& batch) {
+  if (config.arch == ModelArch::kDeepseekV2) return MlaForward(config, w, layer_id, x, batch);
+  return GqaForward(config, w, layer_id, x, batch);
+}
+
+}  // namespace zipmoe::executor

@@ -1,0 +1,69 @@
+// Self-attention of one decoder layer over a ragged batch, with a per-sequence KV cache:
+//   - grouped-query attention (qwen2_moe with q/k/v bias, mixtral, qwen3_moe with per-head q/k
+//     RMSNorm over head_dim, olmoe with q/k RMSNorm over the whole projection and clip_qkv);
+//   - DeepSeek-V2 multi-head latent attention (q_proj or q_a_proj -> q_a_layernorm -> q_b_proj;
+//     kv_a_proj_with_mqa -> [compressed kv, k_pe]; kv_a_layernorm; kv_b_proj -> k_nope, v per
+//     head; k_pe shared by all heads; interleaved RoPE on q_pe/k_pe). The cache holds the full
+//     per-head keys [heads, T, q_head_dim] and values [heads, T, v_head_dim], as the HF code does.
+// Projections run once over all N rows of the batch; the softmax(q k^T * scale + causal mask) v
+// part runs per sequence against that sequence's cache. Softmax is computed in float32.
+//
+// Internal to services/executor. KvCache is owned by one sequence and used by one thread.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <utility>
+#include <vector>
+
+#include "common/model_config.h"
+#include "services/executor/model_weights.h"
+#include "services/executor/rope.h"
+
+namespace zipmoe::executor {
+
+// Keys and values of one sequence for every layer, grown by doubling.
+class KvCache {
+ public:
+  KvCache() = default;
+  explicit KvCache(int64_t n_layers) : layers_(static_cast<size_t>(n_layers)) {}
+
+  // Positions cached (the next token's position).
+  int64_t length() const { return length_; }
+  // Appends k [n, t, dk], v [n, t, dv] at position length() of `layer_id` and returns views of
+  // the whole cache of that layer: k [n, length()+t, dk], v [n, length()+t, dv].
+  std::pair<at::Tensor, at::Tensor> Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v);
+  // Commits t new positions once every layer has appended them.
+  void Advance(int64_t t) { length_ += t; }
+
+ private:
+  struct Layer {
+    at::Tensor k;  // [n, capacity, dk]
+    at::Tensor v;  // [n, capacity, dv]
+  };
+  std::vector<Layer> layers_;
+  int64_t length_ = 0;
+};
+
+// How the N rows of a batch map onto sequences: rows [starts[i], starts[i] + lengths[i]) belong to
+// caches[i], whose first new position is caches[i]->length().
+struct BatchLayout {
+  std::vector<int64_t> starts;
+  std::vector<int64_t> lengths;
+  std::vector<KvCache*> caches;
+  at::Tensor cos, sin;  // [N, rope_dim] float32 for each row's position
+};
+
+// softmax(q k^T * scale + mask) v for one sequence, heads grouped as repeat_kv does (query head h
+// uses kv head h / (n_heads / n_kv_heads)). Query i sits at absolute position pos0 + i; key j at j.
+// Key j is visible to query i iff j <= pos0 + i and (no window or pos0 + i - j < window).
+//   q: [n_heads, t, dk], k: [n_kv_heads, T, dk], v: [n_kv_heads, T, dv] -> [t, n_heads * dv]
+at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
+                        int64_t window);
+
+// Attention of layer `layer_id`: x [N, hidden] (after input_layernorm) -> [N, hidden] (after o_proj).
+// Appends each sequence's new keys/values to its cache (the caller calls Advance afterwards).
+at::Tensor AttentionForward(const ModelConfig& config, const AttentionWeights& w, int64_t layer_id,
+                            const at::Tensor& x, const BatchLayout& batch);
+
+}  // namespace zipmoe::executor

@@ -1,0 +1,105 @@
+// Generator: the executor's torch-free facade. Loads a model directory (Hugging Face checkpoint or
+// compressed zipmoe directory, see model_weights.h), runs batched generation (greedy or sampled)
+// over ragged prompts, and returns token ids, optional logits and timings. Callers (the CLI, the
+// future HTTP service, tests, benchmarks) never see torch: only services/executor/*.cc include it.
+//
+// Numerics: the CPU path computes in float32 (BF16 weights upcast exactly); a CUDA libtorch path
+// ("cuda" device) computes in BF16 with float32 softmax/norm/router (untested here). Results are
+// bit-identical run to run for the same inputs, thread count and machine, and identical whichever
+// provider supplies the experts.
+//
+// Thread-safety: Create sets the process-wide torch intra-op thread count. One Generator runs one
+// call at a time (Generate/ForwardChunks are not reentrant); distinct Generators are independent
+// but share torch's thread pool.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/expert_provider.h"
+#include "common/model_config.h"
+#include "common/status.h"
+#include "services/executor/sampler.h"
+
+namespace zipmoe::executor {
+
+struct GeneratorOptions {
+  std::string model_dir;
+  int n_threads = 0;           // torch intra-op threads (at::set_num_threads); 0 = hardware concurrency
+  std::string device = "cpu";  // "cpu", or "cuda" / "cuda:N" with a CUDA build of libtorch
+  // Borrowed provider of routed experts (must outlive the Generator); null = every expert resident
+  // (ResidentExpertProvider from the directory).
+  ExpertProvider* expert_provider = nullptr;
+};
+
+struct GenerationParams {
+  int64_t max_new_tokens = 32;  // >= 0; 0 runs the prompt only (for its logits)
+  SamplingParams sampling;      // temperature 0 = greedy
+  bool record_logits = false;   // keep float32 logits of every position fed through the model
+  bool stop_on_eos = true;      // stop a sequence once it generates one of config().eos_token_ids
+};
+
+struct GenerationResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;  // includes the EOS token that stopped the sequence, if any
+  bool stopped_on_eos = false;
+  // record_logits: float32 [logits_rows, vocab_size], one row per position fed, in order: every
+  // prompt position, then each generated token that was fed back (the last generated token is not
+  // fed), so logits_rows = prompt length + max(0, generated - 1).
+  std::vector<float> logits;
+  int64_t logits_rows = 0;
+};
+
+// Timings of one Generate call (wall clock, seconds).
+struct GenerationStats {
+  double ttft_seconds = 0.0;     // start of Generate -> first token of every sequence sampled (prefill)
+  double tpot_seconds = 0.0;     // mean time of one batched decode step (0 if none)
+  double total_seconds = 0.0;    // whole call
+  int64_t prefill_tokens = 0;    // prompt tokens fed
+  int64_t decode_steps = 0;      // batched single-token steps
+  int64_t decode_tokens = 0;     // tokens fed by decode steps (over all sequences)
+};
+
+// Called once per generated token, in generation order: (index of the prompt, token id).
+using TokenCallback = std::function<void(size_t sequence, int32_t token_id)>;
+
+class Generator {
+ public:
+  // Loads options.model_dir and sets the torch thread count. Errors: LoadModel's (kNotFound for a
+  // missing directory/tensor, kInvalidArgument for unsupported model_type or mismatched shapes,
+  // kCorruption from a damaged compressed directory), kInvalidArgument for an unknown device or a
+  // CUDA device without CUDA support.
+  static Result<std::unique_ptr<Generator>> Create(const GeneratorOptions& options);
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  const ModelConfig& config() const;
+  const std::string& model_dir() const;
+  int n_threads() const;
+
+  // Generates for every prompt (a ragged batch; each sequence has its own KV cache; finished
+  // sequences leave the batch). Results are in prompt order. Errors: kInvalidArgument for an empty
+  // prompt, a prompt longer than max_position_embeddings (naming both lengths), a token id outside
+  // the vocabulary, negative max_new_tokens; provider errors; kInternal (torch).
+  // Generation also stops when a sequence reaches max_position_embeddings.
+  Result<std::vector<GenerationResult>> Generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerationParams& params,
+                                                 const TokenCallback& on_token = nullptr,
+                                                 GenerationStats* stats = nullptr);
+
+  // Feeds `chunks` one after another through one fresh sequence and returns the float32 logits of
+  // every position: [sum of chunk sizes, vocab_size] (e.g. one chunk = prefill, T chunks of one
+  // token = T decode steps). Errors: as Generate.
+  Result<std::vector<float>> ForwardChunks(const std::vector<std::vector<int32_t>>& chunks);
+
+ private:
+  struct Impl;
+  explicit Generator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zipmoe::executor

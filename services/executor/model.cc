@@ -1,0 +1,76 @@
+#include "services/executor/model.h"
+
+#include <fmt/format.h>
+
+#include "services/executor/torch_util.h"
+
+namespace zipmoe::executor {
+
+Model::Model(const LoadedModel& model, ExpertProvider* provider, at::Device device, at::ScalarType dtype)
+    : model_(model), provider_(provider), device_(device), dtype_(dtype), rope_(model.config, device) {}
+
+Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>& tokens,
+                                  const std::vector<KvCache*>& caches, bool all_logits) {
+  const ModelConfig& c = model_.config;
+  if (tokens.empty() || tokens.size() != caches.size())
+    return Status::InvalidArgument(
+        fmt::format("Forward: {} token lists for {} caches", tokens.size(), caches.size()));
+  BatchLayout batch;
+  std::vector<int64_t> ids;
+  std::vector<int64_t> positions;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::vector<int32_t>& seq = *tokens[i];
+    if (seq.empty()) return Status::InvalidArgument(fmt::format("Forward: sequence {} has no new tokens", i));
+    const int64_t pos0 = caches[i]->length();
+    const int64_t len = static_cast<int64_t>(seq.size());
+    if (pos0 + len > c.max_position_embeddings)
+      return Status::InvalidArgument(fmt::format(
+          "sequence {}: {} positions exceed max_position_embeddings {} of {}", i, pos0 + len,
+          c.max_position_embeddings, c.source));
+    batch.starts.push_back(static_cast<int64_t>(ids.size()));
+    batch.lengths.push_back(len);
+    batch.caches.push_back(caches[i]);
+    for (int64_t j = 0; j < len; ++j) {
+      const int32_t id = seq[static_cast<size_t>(j)];
+      if (id < 0 || id >= c.vocab_size)
+        return Status::InvalidArgument(
+            fmt::format("sequence {}: token id {} is outside the vocabulary [0, {})", i, id, c.vocab_size));
+      ids.push_back(id);
+      positions.push_back(pos0 + j);
+    }
+  }
+
+  at::Tensor logits;
+  ZM_RETURN_IF_ERROR(TorchBoundary("forward", [&]() -> Status {
+    const ModelWeights& w = model_.weights;
+    const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
+    const at::Tensor id_tensor = at::tensor(ids, long_opts).to(w.embed_tokens.device());
+    at::Tensor h = w.embed_tokens.index_select(0, id_tensor).to(device_, dtype_);
+    std::tie(batch.cos, batch.sin) = rope_.CosSin(at::tensor(positions, long_opts));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+      const at::Tensor attn_in = RmsNorm(h, lw.input_layernorm, c.rms_norm_eps);
+      h = h + AttentionForward(c, lw.attn, l, attn_in, batch);
+      const at::Tensor mlp_in = RmsNorm(h, lw.post_attention_layernorm, c.rms_norm_eps);
+      if (lw.is_moe) {
+        if (provider_ == nullptr)
+          return Status::InvalidArgument(fmt::format("layer {} is a MoE layer but no expert provider is set", l));
+        ZM_ASSIGN_OR_RETURN(at::Tensor moe_out, MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, &expert_scratch_));
+        h = h + moe_out;
+      } else {
+        h = h + MlpForward(lw.dense_mlp, mlp_in);
+      }
+    }
+    if (!all_logits) {
+      std::vector<int64_t> last;
+      for (size_t i = 0; i < batch.starts.size(); ++i) last.push_back(batch.starts[i] + batch.lengths[i] - 1);
+      h = h.index_select(0, at::tensor(last, long_opts).to(device_));
+    }
+    logits = Linear(RmsNorm(h, w.norm, c.rms_norm_eps), w.lm_head).to(at::kCPU, at::kFloat).contiguous();
+    return Status::Ok();
+  }));
+  for (size_t i = 0; i < caches.size(); ++i) caches[i]->Advance(batch.lengths[i]);
+  return logits;
+}
+
+}  // namespace zipmoe::executor

@@ -1,0 +1,53 @@
+// The decoder stack of a supported MoE model over a ragged batch of sequences:
+//   h = embed_tokens[ids]
+//   per layer: h = h + attn(input_layernorm(h)); h = h + mlp_or_moe(post_attention_layernorm(h))
+//   logits = lm_head(norm(h)) in float32.
+// Linear and MoE layers run once over all new tokens of the batch (concatenated); attention runs
+// per sequence against that sequence's KvCache (attention.h). Deterministic: the same inputs give
+// bit-identical logits for a fixed thread count, whatever provider supplies the experts.
+//
+// Internal to services/executor. A Model borrows the LoadedModel and the provider (both must
+// outlive it); Forward is driven by one thread at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/expert_provider.h"
+#include "common/status.h"
+#include "services/executor/attention.h"
+#include "services/executor/model_weights.h"
+#include "services/executor/moe_block.h"
+#include "services/executor/rope.h"
+
+namespace zipmoe::executor {
+
+class Model {
+ public:
+  // `provider` supplies routed experts (may be null for a model without MoE layers).
+  Model(const LoadedModel& model, ExpertProvider* provider, at::Device device, at::ScalarType dtype);
+
+  const ModelConfig& config() const { return model_.config; }
+  KvCache NewCache() const { return KvCache(model_.config.num_hidden_layers); }
+
+  // Feeds tokens[i] to the sequence of caches[i] (positions caches[i]->length() onward) and advances
+  // the caches. Returns float32 logits on the CPU: [sum of tokens[i].size(), vocab] when all_logits,
+  // else [n_sequences, vocab] (each sequence's last new position). Every tokens[i] must be non-empty.
+  // Errors: kInvalidArgument (token id outside [0, vocab_size), a sequence beyond
+  // max_position_embeddings, empty input); MoeForward's errors; kInternal (torch). After an error
+  // the caches of this call are unusable.
+  Result<at::Tensor> Forward(const std::vector<const std::vector<int32_t>*>& tokens,
+                             const std::vector<KvCache*>& caches, bool all_logits);
+
+ private:
+  const LoadedModel& model_;
+  ExpertProvider* provider_;
+  at::Device device_;
+  at::ScalarType dtype_;
+  RotaryEmbedding rope_;
+  ExpertScratch expert_scratch_;
+};
+
+}  // namespace zipmoe::executor

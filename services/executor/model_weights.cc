@@ -1,0 +1,225 @@
+// Model directory loading: tensor names and shapes per architecture follow the transformers modules
+// (Qwen2MoeForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM) and the Hub's
+// modeling_deepseek.py (DeepseekV2ForCausalLM).
+#include "services/executor/model_weights.h"
+
+#include <fmt/format.h>
+
+#include "common/file_util.h"
+#include "common/manifest.h"
+#include "services/executor/torch_util.h"
+
+namespace zipmoe::executor {
+namespace {
+
+// Name of routed expert `expert_id`'s projection in layer `layer_id`, as the checkpoint spells it.
+std::string ExpertTensorName(const ModelConfig& c, int64_t layer_id, int64_t expert_id, ExpertProj proj) {
+  if (c.arch == ModelArch::kMixtral) {
+    const char* w = proj == ExpertProj::kGate ? "w1" : proj == ExpertProj::kUp ? "w3" : "w2";
+    return fmt::format("model.layers.{}.block_sparse_moe.experts.{}.{}.weight", layer_id, expert_id, w);
+  }
+  return fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", layer_id, expert_id, ExpertProjName(proj));
+}
+
+class Loader {
+ public:
+  Loader(const LoadedModel& model, const LoadOptions& options) : m_(model), o_(options), c_(model.config) {}
+
+  // The view of `name`. Errors: kNotFound naming the tensor and the directory.
+  Result<TensorView> Find(const std::string& name) const {
+    if (m_.checkpoint) return m_.checkpoint->Find(name);
+    const TensorView* v = m_.dense->Find(name);
+    if (v == nullptr)
+      return Status::NotFound(fmt::format("{}: tensor '{}' not found (in {})", m_.dir, name, m_.dense->path()));
+    return *v;
+  }
+
+  Status CheckShape(const std::string& file, const std::string& name, const std::vector<int64_t>& found,
+                    const std::vector<int64_t>& want) const {
+    if (found == want) return Status::Ok();
+    return Status::InvalidArgument(fmt::format("{}: tensor '{}' has shape {}, expected {} from {}", file, name,
+                                               ShapeString(found), ShapeString(want), c_.source));
+  }
+
+  // The tensor `name` with shape `want`, converted to the compute device and dtype (or `dtype`).
+  Result<at::Tensor> Get(const std::string& name, const std::vector<int64_t>& want,
+                         c10::optional<at::ScalarType> dtype = c10::nullopt) const {
+    ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
+    ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, want));
+    const at::ScalarType want_dtype = dtype.value_or(o_.dtype);
+    if (v.spec.dtype == DType::kBF16 && o_.device.is_cpu() && want_dtype == at::kFloat)
+      return UpcastBf16(reinterpret_cast<const uint16_t*>(v.data), v.spec.shape);  // exact, fast
+    ZM_ASSIGN_OR_RETURN(at::Tensor t, WrapView(v));
+    return t.to(o_.device, want_dtype).contiguous();
+  }
+
+  Result<LinearWeights> GetLinear(const std::string& prefix, int64_t out, int64_t in, bool bias) const {
+    LinearWeights w;
+    ZM_ASSIGN_OR_RETURN(w.weight, Get(prefix + ".weight", {out, in}));
+    if (bias) {
+      ZM_ASSIGN_OR_RETURN(w.bias, Get(prefix + ".bias", {out}));
+    }
+    return w;
+  }
+
+  Result<MlpWeights> GetMlp(const std::string& prefix, int64_t inter) const {
+    const int64_t h = c_.hidden_size;
+    MlpWeights w;
+    ZM_ASSIGN_OR_RETURN(w.gate, Get(prefix + ".gate_proj.weight", {inter, h}));
+    ZM_ASSIGN_OR_RETURN(w.up, Get(prefix + ".up_proj.weight", {inter, h}));
+    ZM_ASSIGN_OR_RETURN(w.down, Get(prefix + ".down_proj.weight", {h, inter}));
+    return w;
+  }
+
+  Result<AttentionWeights> GetAttention(const std::string& p) const {
+    const int64_t h = c_.hidden_size, n_heads = c_.num_attention_heads;
+    AttentionWeights a;
+    if (c_.arch == ModelArch::kDeepseekV2) {
+      const int64_t q_out = n_heads * c_.q_head_dim();
+      if (c_.q_lora_rank == 0) {
+        ZM_ASSIGN_OR_RETURN(a.q_proj, GetLinear(p + "q_proj", q_out, h, false));
+      } else {
+        ZM_ASSIGN_OR_RETURN(a.q_a_proj, GetLinear(p + "q_a_proj", c_.q_lora_rank, h, c_.qkv_bias));
+        ZM_ASSIGN_OR_RETURN(a.q_a_layernorm, Get(p + "q_a_layernorm.weight", {c_.q_lora_rank}));
+        ZM_ASSIGN_OR_RETURN(a.q_b_proj, GetLinear(p + "q_b_proj", q_out, c_.q_lora_rank, false));
+      }
+      ZM_ASSIGN_OR_RETURN(a.kv_a_proj,
+                          GetLinear(p + "kv_a_proj_with_mqa", c_.kv_lora_rank + c_.qk_rope_head_dim, h, c_.qkv_bias));
+      ZM_ASSIGN_OR_RETURN(a.kv_a_layernorm, Get(p + "kv_a_layernorm.weight", {c_.kv_lora_rank}));
+      ZM_ASSIGN_OR_RETURN(a.kv_b_proj, GetLinear(p + "kv_b_proj", n_heads * (c_.qk_nope_head_dim + c_.v_head_dim),
+                                                 c_.kv_lora_rank, false));
+      ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + "o_proj", h, n_heads * c_.v_head_dim, c_.o_bias));
+      return a;
+    }
+    const int64_t hd = c_.head_dim, kv = c_.num_key_value_heads;
+    ZM_ASSIGN_OR_RETURN(a.q_proj, GetLinear(p + "q_proj", n_heads * hd, h, c_.qkv_bias));
+    ZM_ASSIGN_OR_RETURN(a.k_proj, GetLinear(p + "k_proj", kv * hd, h, c_.qkv_bias));
+    ZM_ASSIGN_OR_RETURN(a.v_proj, GetLinear(p + "v_proj", kv * hd, h, c_.qkv_bias));
+    ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + "o_proj", h, n_heads * hd, c_.o_bias));
+    if (c_.arch == ModelArch::kQwen3Moe) {
+      ZM_ASSIGN_OR_RETURN(a.q_norm, Get(p + "q_norm.weight", {hd}));
+      ZM_ASSIGN_OR_RETURN(a.k_norm, Get(p + "k_norm.weight", {hd}));
+    } else if (c_.arch == ModelArch::kOlmoe) {
+      ZM_ASSIGN_OR_RETURN(a.q_norm, Get(p + "q_norm.weight", {n_heads * hd}));
+      ZM_ASSIGN_OR_RETURN(a.k_norm, Get(p + "k_norm.weight", {kv * hd}));
+    }
+    return a;
+  }
+
+  // Checks that all routed experts of `layer_id` exist with gate/up [I, H], down [H, I].
+  Status CheckExperts(int64_t layer_id) const {
+    const std::vector<int64_t> in_shape = {c_.moe_intermediate_size, c_.hidden_size};
+    const std::vector<int64_t> out_shape = {c_.hidden_size, c_.moe_intermediate_size};
+    for (int64_t e = 0; e < c_.num_experts; ++e) {
+      for (ExpertProj proj : {ExpertProj::kGate, ExpertProj::kUp, ExpertProj::kDown}) {
+        const std::string name = ExpertTensorName(c_, layer_id, e, proj);
+        const std::vector<int64_t>& want = proj == ExpertProj::kDown ? out_shape : in_shape;
+        if (m_.checkpoint) {
+          ZM_ASSIGN_OR_RETURN(TensorView v, m_.checkpoint->Find(name));
+          ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, want));
+        } else {
+          const ExpertTensorInfo* t =
+              m_.store->Find(static_cast<int32_t>(layer_id), static_cast<int32_t>(e), proj);
+          if (t == nullptr)
+            return Status::NotFound(fmt::format("{}: tensor '{}' (layer {}, expert {}) not found in {}", m_.dir,
+                                                name, layer_id, e, kManifestFileName));
+          ZM_RETURN_IF_ERROR(CheckShape(m_.dir + "/" + kManifestFileName, name, t->shape, want));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  Result<LayerWeights> GetLayer(int64_t l) const {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    const int64_t h = c_.hidden_size;
+    LayerWeights w;
+    ZM_ASSIGN_OR_RETURN(w.input_layernorm, Get(p + "input_layernorm.weight", {h}));
+    ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm, Get(p + "post_attention_layernorm.weight", {h}));
+    ZM_ASSIGN_OR_RETURN(w.attn, GetAttention(p + "self_attn."));
+    w.is_moe = c_.IsMoeLayer(l);
+    if (!w.is_moe) {
+      ZM_ASSIGN_OR_RETURN(w.dense_mlp, GetMlp(p + "mlp", c_.intermediate_size));
+      return w;
+    }
+    const std::string moe = c_.arch == ModelArch::kMixtral ? p + "block_sparse_moe." : p + "mlp.";
+    ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "gate.weight", {c_.num_experts, h}, at::kFloat));
+    if (c_.arch == ModelArch::kQwen2Moe && c_.shared_expert_intermediate_size > 0) {
+      w.has_shared_expert = true;
+      ZM_ASSIGN_OR_RETURN(w.shared_expert, GetMlp(moe + "shared_expert", c_.shared_expert_intermediate_size));
+      ZM_ASSIGN_OR_RETURN(w.shared_expert_gate, Get(moe + "shared_expert_gate.weight", {1, h}));
+    } else if (c_.arch == ModelArch::kDeepseekV2 && c_.n_shared_experts > 0) {
+      w.has_shared_expert = true;
+      ZM_ASSIGN_OR_RETURN(w.shared_expert,
+                          GetMlp(moe + "shared_experts", c_.n_shared_experts * c_.moe_intermediate_size));
+    }
+    ZM_RETURN_IF_ERROR(CheckExperts(l));
+    return w;
+  }
+
+  Result<ModelWeights> GetAll() const {
+    ModelWeights w;
+    const int64_t h = c_.hidden_size, vocab = c_.vocab_size;
+    {
+      ZM_ASSIGN_OR_RETURN(TensorView v, Find("model.embed_tokens.weight"));
+      ZM_RETURN_IF_ERROR(CheckShape(v.file, v.spec.name, v.spec.shape, {vocab, h}));
+      ZM_ASSIGN_OR_RETURN(at::Tensor embed, WrapView(v));
+      // On the CPU the embedding stays a zero-copy view; rows are upcast on lookup (exact).
+      w.embed_tokens = o_.device.is_cpu() ? embed : embed.to(o_.device).contiguous();
+    }
+    ZM_ASSIGN_OR_RETURN(w.norm, Get("model.norm.weight", {h}));
+    if (c_.tie_word_embeddings) {
+      ZM_ASSIGN_OR_RETURN(w.lm_head, Get("model.embed_tokens.weight", {vocab, h}));
+    } else {
+      ZM_ASSIGN_OR_RETURN(w.lm_head, Get("lm_head.weight", {vocab, h}));
+    }
+    w.layers.reserve(static_cast<size_t>(c_.num_hidden_layers));
+    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+      ZM_ASSIGN_OR_RETURN(LayerWeights layer, GetLayer(l));
+      w.layers.push_back(std::move(layer));
+    }
+    return w;
+  }
+
+ private:
+  const LoadedModel& m_;
+  const LoadOptions& o_;
+  const ModelConfig& c_;
+};
+
+}  // namespace
+
+Result<ModelDirKind> DetectModelDir(const std::string& dir) {
+  if (FileExists(JoinPath(dir, kManifestFileName))) return ModelDirKind::kCompressed;
+  if (FileExists(JoinPath(dir, "config.json"))) return ModelDirKind::kHuggingFace;
+  return Status::NotFound(fmt::format("{}: not a model directory (no {} and no config.json)", dir,
+                                      kManifestFileName));
+}
+
+Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const LoadOptions& options) {
+  auto model = std::make_unique<LoadedModel>();
+  model->dir = dir;
+  ZM_ASSIGN_OR_RETURN(model->kind, DetectModelDir(dir));
+  ZM_ASSIGN_OR_RETURN(model->config, LoadModelConfig(dir));
+  if (model->kind == ModelDirKind::kHuggingFace) {
+    ZM_ASSIGN_OR_RETURN(model->checkpoint, Checkpoint::Open(dir));
+  } else {
+    ZM_ASSIGN_OR_RETURN(model->dense, SafetensorsFile::Open(JoinPath(dir, kDenseFileName)));
+    ZM_ASSIGN_OR_RETURN(model->store, ExpertStore::Open(dir));
+  }
+  ZM_RETURN_IF_ERROR(TorchBoundary("loading " + dir, [&]() -> Status {
+    Loader loader(*model, options);
+    ZM_ASSIGN_OR_RETURN(model->weights, loader.GetAll());
+    return Status::Ok();
+  }));
+  if (options.resident_experts && model->config.num_experts > 0) {
+    if (model->checkpoint) {
+      ZM_ASSIGN_OR_RETURN(model->resident_experts, ResidentExpertProvider::FromCheckpoint(*model->checkpoint));
+    } else {
+      ZM_ASSIGN_OR_RETURN(model->resident_experts, ResidentExpertProvider::FromStore(*model->store, options.n_threads));
+    }
+  }
+  return model;
+}
+
+}  // namespace zipmoe::executor

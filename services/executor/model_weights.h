@@ -1,0 +1,107 @@
+// Loading a model directory for the executor: the config, every non-expert weight as a tensor on
+// the compute device, and (optionally) a provider that holds every routed expert resident.
+//
+// Two directory kinds are recognised (DetectModelDir):
+//   - a Hugging Face checkpoint (config.json + *.safetensors): non-expert tensors come from
+//     Checkpoint::Open, experts from ResidentExpertProvider::FromCheckpoint (zero-copy mmaps);
+//   - a compressed zipmoe directory (has manifest.bin): non-expert tensors from dense.safetensors,
+//     experts from ExpertStore (ResidentExpertProvider::FromStore decompresses them all once).
+// Non-expert weights are converted once at load to the compute dtype (float32 on the CPU: BF16
+// upcasts are exact). The BF16 token embedding stays a zero-copy view on the CPU; rows are upcast
+// on lookup. Every tensor's shape is checked against the config, including the routed experts'.
+//
+// Internal to services/executor (includes ATen). A LoadedModel is immutable after loading and may
+// be read from any thread; it owns the files its views point into.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/expert_provider.h"
+#include "common/expert_store.h"
+#include "common/model_config.h"
+#include "common/resident_expert_provider.h"
+#include "common/safetensors.h"
+#include "common/status.h"
+
+namespace zipmoe::executor {
+
+enum class ModelDirKind : uint8_t { kHuggingFace = 0, kCompressed = 1 };
+
+// kCompressed if DIR/manifest.bin exists, else kHuggingFace if DIR/config.json exists.
+// Errors: kNotFound naming DIR if it has neither.
+Result<ModelDirKind> DetectModelDir(const std::string& dir);
+
+struct LinearWeights {
+  at::Tensor weight;  // [out, in]
+  at::Tensor bias;    // [out] or undefined
+};
+
+struct MlpWeights {  // SwiGLU MLP: down(silu(gate(x)) * up(x))
+  at::Tensor gate;   // [inter, hidden]
+  at::Tensor up;     // [inter, hidden]
+  at::Tensor down;   // [hidden, inter]
+};
+
+struct AttentionWeights {
+  // GQA (qwen2_moe, mixtral, qwen3_moe, olmoe)
+  LinearWeights q_proj, k_proj, v_proj;  // [heads*head_dim | kv_heads*head_dim, hidden]
+  at::Tensor q_norm, k_norm;  // qwen3_moe: [head_dim]; olmoe: [heads*head_dim], [kv_heads*head_dim]
+  // MLA (deepseek_v2); q_proj above when q_lora_rank is null
+  LinearWeights q_a_proj;     // [q_lora_rank, hidden]
+  at::Tensor q_a_layernorm;   // [q_lora_rank]
+  LinearWeights q_b_proj;     // [heads*q_head_dim, q_lora_rank]
+  LinearWeights kv_a_proj;    // kv_a_proj_with_mqa: [kv_lora_rank + qk_rope_head_dim, hidden]
+  at::Tensor kv_a_layernorm;  // [kv_lora_rank]
+  LinearWeights kv_b_proj;    // [heads*(qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  LinearWeights o_proj;       // [hidden, heads*v_dim]
+};
+
+struct LayerWeights {
+  at::Tensor input_layernorm;           // [hidden]
+  at::Tensor post_attention_layernorm;  // [hidden]
+  AttentionWeights attn;
+  bool is_moe = false;
+  MlpWeights dense_mlp;            // !is_moe
+  at::Tensor router;               // is_moe: [n_experts, hidden] float32 (the gate runs in fp32)
+  MlpWeights shared_expert;        // qwen2_moe shared_expert / deepseek_v2 shared_experts (if any)
+  at::Tensor shared_expert_gate;   // qwen2_moe: [1, hidden]
+  bool has_shared_expert = false;
+};
+
+struct ModelWeights {
+  at::Tensor embed_tokens;  // [vocab, hidden], checkpoint dtype (CPU: zero-copy view)
+  at::Tensor norm;          // [hidden]
+  at::Tensor lm_head;       // [vocab, hidden] (embed_tokens in the compute dtype when tied)
+  std::vector<LayerWeights> layers;
+};
+
+struct LoadOptions {
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;  // compute dtype: float32 (CPU) or bfloat16 (GPU)
+  bool resident_experts = true;       // build a ResidentExpertProvider
+  int n_threads = 0;                  // for FromStore decompression (0 = all cores)
+};
+
+// Everything a loaded model directory owns. Views in `weights` point into `checkpoint`/`dense`.
+struct LoadedModel {
+  std::string dir;
+  ModelDirKind kind = ModelDirKind::kHuggingFace;
+  ModelConfig config;
+  ModelWeights weights;
+  std::unique_ptr<Checkpoint> checkpoint;    // kHuggingFace
+  std::unique_ptr<SafetensorsFile> dense;    // kCompressed
+  std::unique_ptr<ExpertStore> store;        // kCompressed
+  std::unique_ptr<ResidentExpertProvider> resident_experts;  // if LoadOptions::resident_experts
+};
+
+// Loads DIR. Errors: DetectModelDir's; LoadModelConfig's; Checkpoint/SafetensorsFile/ExpertStore
+// open errors; kNotFound naming a missing tensor and DIR; kInvalidArgument naming a tensor whose
+// shape differs from the config (expected and found shapes) or whose dtype is unsupported;
+// provider construction errors (kCorruption from a damaged experts.bin); kInternal (torch).
+Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const LoadOptions& options);
+
+}  // namespace zipmoe::executor

@@ -1,0 +1,101 @@
+#include "services/executor/moe_block.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "services/executor/routing.h"
+#include "services/executor/torch_util.h"
+
+namespace zipmoe::executor {
+
+at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x) {
+  return Linear(at::silu(Linear(x, w.gate)) * Linear(x, w.up), w.down);
+}
+
+Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
+                              const at::Tensor& x, ExpertProvider& provider, ExpertScratch* scratch) {
+  const int64_t n = x.size(0), hidden = x.size(1), top_k = config.num_experts_per_tok;
+  const at::Device device = x.device();
+  const at::ScalarType dtype = x.scalar_type();
+
+  // 1. Router in float32 (DeepSeek's MoEGate casts both operands; the CPU path is float32 anyway).
+  const at::Tensor logits = Linear(x.to(at::kFloat), w.router);
+  const at::Tensor scores = at::softmax(logits, -1).to(at::kCPU).contiguous();
+  std::vector<int32_t> topk_ids(static_cast<size_t>(n * top_k));
+  std::vector<float> topk_weights(static_cast<size_t>(n * top_k));
+  SelectExperts(scores.data_ptr<float>(), n, RouterParamsFor(config), topk_ids.data(), topk_weights.data());
+  const ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
+
+  // 2. Announce the layer.
+  LayerRouting routing;
+  routing.layer_id = layer_id;
+  routing.expert_ids = assign.expert_ids;
+  for (const auto& rows : assign.token_rows) routing.tokens_per_expert.push_back(static_cast<int32_t>(rows.size()));
+  ZM_RETURN_IF_ERROR(provider.BeginLayer(routing));
+
+  // 3. Compute each expert as it arrives; keep its weighted output for the ordered sum.
+  const size_t n_selected = assign.expert_ids.size();
+  std::vector<at::Tensor> outputs(n_selected);
+  std::vector<at::Tensor> rows(n_selected);
+  for (size_t i = 0; i < n_selected; ++i) {
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
+    const ExpertWeightsView& ew = lease->weights();
+    auto it = std::lower_bound(assign.expert_ids.begin(), assign.expert_ids.end(), ew.expert_id);
+    if (ew.layer_id != layer_id || it == assign.expert_ids.end() || *it != ew.expert_id)
+      return Status::InvalidArgument(fmt::format("layer {}: provider delivered layer {} expert {}, not requested",
+                                                 layer_id, ew.layer_id, ew.expert_id));
+    const size_t slot = static_cast<size_t>(it - assign.expert_ids.begin());
+    if (outputs[slot].defined())
+      return Status::InvalidArgument(
+          fmt::format("layer {}: provider delivered expert {} twice", layer_id, ew.expert_id));
+    if (ew.hidden != hidden || ew.intermediate != config.moe_intermediate_size)
+      return Status::InvalidArgument(fmt::format(
+          "layer {} expert {}: weights are [I={}, H={}], config expects [I={}, H={}]", layer_id, ew.expert_id,
+          ew.intermediate, ew.hidden, config.moe_intermediate_size, hidden));
+    const std::vector<int64_t>& token_rows = assign.token_rows[slot];
+    rows[slot] = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong)).to(device);
+    const at::Tensor xe = x.index_select(0, rows[slot]);
+    MlpWeights expert;
+    if (device.is_cpu() && dtype == at::kFloat) {  // exact upcast, faster than Tensor::to
+      ExpertScratch local;
+      ExpertScratch& s = scratch != nullptr ? *scratch : local;
+      const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
+      if (!s.gate.defined() || s.gate.size(0) != ew.intermediate || s.gate.size(1) != ew.hidden) {
+        s.gate = at::empty({ew.intermediate, ew.hidden}, f32);
+        s.up = at::empty({ew.intermediate, ew.hidden}, f32);
+        s.down = at::empty({ew.hidden, ew.intermediate}, f32);
+      }
+      UpcastBf16Into(ew.gate, s.gate);
+      UpcastBf16Into(ew.up, s.up);
+      UpcastBf16Into(ew.down, s.down);
+      expert.gate = s.gate;
+      expert.up = s.up;
+      expert.down = s.down;
+    } else {
+      expert.gate = WrapBf16(ew.gate, ew.intermediate, ew.hidden).to(device, dtype);
+      expert.up = WrapBf16(ew.up, ew.intermediate, ew.hidden).to(device, dtype);
+      expert.down = WrapBf16(ew.down, ew.hidden, ew.intermediate).to(device, dtype);
+    }
+    const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat))
+                                  .to(device, dtype)
+                                  .unsqueeze(1);
+    outputs[slot] = MlpForward(expert, xe) * weight;  // expert(x) * routing_weights[top_x, idx, None]
+  }
+  ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
+
+  // 4. Ordered accumulation.
+  at::Tensor y = at::zeros({n, hidden}, x.options());
+  for (size_t i = 0; i < n_selected; ++i) y.index_add_(0, rows[i], outputs[i]);
+
+  // 5. Shared experts.
+  if (w.has_shared_expert) {
+    at::Tensor shared = MlpForward(w.shared_expert, x);
+    if (config.arch == ModelArch::kQwen2Moe) shared = at::sigmoid(Linear(x, w.shared_expert_gate)) * shared;
+    y = y + shared;
+  }
+  return y;
+}
+
+}  // namespace zipmoe::executor

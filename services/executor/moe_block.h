@@ -1,0 +1,45 @@
+// The sparse MoE block of one decoder layer (Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock,
+// Qwen3MoeSparseMoeBlock, OlmoeSparseMoeBlock, DeepseekV2MoE), with routed experts supplied by an
+// ExpertProvider (common/expert_provider.h):
+//   1. router_logits = gate(x) in float32, softmax in float32, top-k + weights (routing.h);
+//   2. BeginLayer(routing) with the selected experts ascending and their token counts;
+//   3. NextReady() once per selected expert, in whatever order the provider delivers: the expert's
+//      tokens are gathered (index_select), run through down(silu(gate(x)) * up(x)) as one matmul
+//      each, scaled by their combine weights, and the lease is released;
+//   4. EndLayer; outputs are summed with index_add_ in ascending expert id order (the HF loop's
+//      order), so the result never depends on arrival order;
+//   5. shared experts: qwen2_moe adds shared_expert(x) * sigmoid(shared_expert_gate(x)); deepseek_v2
+//      adds shared_experts(x) unscaled.
+// Expert weights arrive as BF16; the CPU path upcasts them per use (exact) and computes in float32.
+//
+// Internal to services/executor. One thread drives a block at a time (as the provider requires).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "common/expert_provider.h"
+#include "common/model_config.h"
+#include "common/status.h"
+#include "services/executor/model_weights.h"
+
+namespace zipmoe::executor {
+
+// down(silu(gate(x)) * up(x)); x: [n, hidden] -> [n, hidden].
+at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x);
+
+// Reusable float32 buffers for one expert's upcast weights (CPU path): gate/up [I, H], down [H, I].
+struct ExpertScratch {
+  at::Tensor gate, up, down;
+};
+
+// x: [N, hidden] (after post_attention_layernorm), in the compute dtype -> [N, hidden].
+// `scratch` (may be null) holds the upcast expert weights between uses on the CPU float32 path.
+// Errors: the provider's (BeginLayer / NextReady / EndLayer, e.g. kCorruption from storage),
+// kInvalidArgument if a lease is for an expert that was not requested, is delivered twice, or its
+// dimensions differ from the config (naming layer and expert).
+Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
+                              const at::Tensor& x, ExpertProvider& provider, ExpertScratch* scratch = nullptr);
+
+}  // namespace zipmoe::executor

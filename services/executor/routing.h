@@ -1,0 +1,57 @@
+// Router top-k selection and weight normalisation of each architecture's MoE block, torch-free
+// (the executor computes router_logits = gate(x) and the softmax in float32, then calls this on
+// the CPU copy of the scores).
+//
+// Selection: the top_k largest scores per token; ties go to the lowest expert index first (the
+// order torch.topk produces on the CPU for equal values). Output slots are in descending score.
+// Weights, per architecture (transformers / modeling_deepseek.py):
+//   mixtral (MixtralSparseMoeBlock): w = p / sum(p) always.
+//   qwen2_moe, qwen3_moe, olmoe: w = p / sum(p) if norm_topk_prob, else w = p.
+//   deepseek_v2 (MoEGate.forward of DeepSeek-V2; not V3, which uses sigmoid + noaux_tc and scales
+//     after normalising):
+//       topk_method "greedy": topk over the softmax scores;
+//       "group_limited_greedy": group_scores = max score of each of n_group equal groups; keep the
+//         topk_group best groups; scores of the other groups are set to 0.0; topk over the result;
+//       if top_k > 1 and norm_topk_prob: w = p / (sum(p) + 1e-20)
+//       else:                            w = p * routed_scaling_factor
+//     i.e. with normalisation the routed_scaling_factor is NOT applied in V2.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/model_config.h"
+
+namespace zipmoe::executor {
+
+struct RouterParams {
+  ModelArch arch = ModelArch::kQwen2Moe;
+  int64_t n_experts = 0;
+  int64_t top_k = 0;
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+  TopkMethod topk_method = TopkMethod::kGreedy;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+};
+
+RouterParams RouterParamsFor(const ModelConfig& config);
+
+// scores: [n_tokens, n_experts] float32 softmax probabilities, row-major.
+// topk_ids: [n_tokens, top_k] out; topk_weights: [n_tokens, top_k] float32 out (combine weights).
+void SelectExperts(const float* scores, int64_t n_tokens, const RouterParams& params, int32_t* topk_ids,
+                   float* topk_weights);
+
+// The tokens routed to each selected expert, experts ascending (the fixed accumulation order).
+struct ExpertAssignment {
+  std::vector<int32_t> expert_ids;               // distinct, ascending
+  std::vector<std::vector<int64_t>> token_rows;  // per expert: rows of the batch, ascending
+  std::vector<std::vector<float>> weights;       // per expert: combine weight of each row
+};
+
+// Groups topk_ids/topk_weights [n_tokens, top_k] by expert.
+ExpertAssignment GroupByExpert(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens,
+                               int64_t top_k);
+
+}  // namespace zipmoe::executor

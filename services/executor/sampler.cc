@@ -1,0 +1,89 @@
+#include "services/executor/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace zipmoe::executor {
+namespace {
+
+// SplitMix64 finaliser: decorrelates (seed, stream) pairs into mt19937_64 seeds.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+int32_t Argmax(const float* logits, int64_t vocab) {
+  int32_t best = 0;
+  float best_v = -std::numeric_limits<float>::infinity();
+  bool found = false;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    if (std::isnan(v)) continue;
+    if (!found || v > best_v) {
+      best = static_cast<int32_t>(i);
+      best_v = v;
+      found = true;
+    }
+  }
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params, uint64_t stream)
+    : params_(params), rng_(Mix(params.seed ^ Mix(stream))) {}
+
+int32_t Sampler::Sample(const float* logits, int64_t vocab) {
+  if (greedy()) return Argmax(logits, vocab);
+  const double inv_t = 1.0 / static_cast<double>(params_.temperature);
+  // Candidates sorted by logit, descending, ties by id (NaN excluded).
+  order_.clear();
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!std::isnan(logits[i])) order_.push_back(static_cast<int32_t>(i));
+  if (order_.empty()) return 0;
+  auto by_logit = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  size_t keep = order_.size();
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
+    keep = static_cast<size_t>(params_.top_k);
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep), order_.end(), by_logit);
+    order_.resize(keep);
+  } else {
+    std::sort(order_.begin(), order_.end(), by_logit);
+  }
+  // Softmax of logits / temperature over the kept candidates.
+  probs_.resize(keep);
+  const double max_scaled = static_cast<double>(logits[order_[0]]) * inv_t;
+  double sum = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    probs_[i] = std::exp(static_cast<double>(logits[order_[i]]) * inv_t - max_scaled);
+    sum += probs_[i];
+  }
+  for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
+  // Nucleus: smallest prefix whose mass reaches top_p.
+  if (params_.top_p < 1.0f) {
+    double mass = 0.0;
+    size_t n = 0;
+    while (n < keep) {
+      mass += probs_[n++];
+      if (mass >= static_cast<double>(params_.top_p)) break;
+    }
+    keep = std::max<size_t>(n, 1);
+    sum = 0.0;
+    for (size_t i = 0; i < keep; ++i) sum += probs_[i];
+    for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
+  }
+  // u in [0, 1) from the top 53 bits (portable, unlike std::uniform_real_distribution).
+  const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+  double cumulative = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    cumulative += probs_[i];
+    if (u < cumulative) return order_[i];
+  }
+  return order_[keep - 1];
+}
+
+}  // namespace zipmoe::executor

@@ -1,0 +1,46 @@
+// Next-token selection from one row of logits, torch-free.
+//   temperature <= 0: greedy (argmax; ties go to the lowest id).
+//   otherwise, in the order of transformers' logits warpers: logits / temperature; keep the top_k
+//   largest (0 = all); keep the smallest set of most probable tokens whose probability sum reaches
+//   top_p (the token that crosses top_p is kept; at least one token); then draw from the
+//   renormalised softmax (double precision) with a std::mt19937_64 stream.
+// Ties in sorting go to the lowest id, so a draw depends only on (logits, params, seed, stream).
+//
+// A Sampler is one stream: not thread-safe; use one per sequence.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace zipmoe::executor {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // <= 0: greedy
+  int64_t top_k = 0;         // 0: no top-k filter
+  float top_p = 1.0f;        // >= 1: no nucleus filter
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  // `stream` distinguishes the sequences of one request: sequence i of a batch uses stream i, so a
+  // prompt samples the same tokens alone or in a batch at the same index.
+  Sampler(const SamplingParams& params, uint64_t stream);
+
+  // logits: [vocab] float32. Returns a token id in [0, vocab).
+  int32_t Sample(const float* logits, int64_t vocab);
+
+  bool greedy() const { return params_.temperature <= 0.0f; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> order_;   // scratch
+  std::vector<double> probs_;    // scratch
+};
+
+// Argmax with ties to the lowest index (NaN never wins).
+int32_t Argmax(const float* logits, int64_t vocab);
+
+}  // namespace zipmoe::executor

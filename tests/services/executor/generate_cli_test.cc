@@ -1,0 +1,118 @@
+// Tests of `zipmoe generate` (services/cli/cmd_generate.cc): --logits-out layout, --json, text and
+// chat prompts, HF vs compressed directories, and error reporting.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "services/executor/generator.h"
+#include "tests/services/executor/test_models.h"
+#include "tests/test_util.h"
+
+namespace zipmoe {
+namespace {
+
+using testing::RunCli;
+using testing::TinyCompressedDir;
+using testing::TinyModelDir;
+
+std::vector<float> ReadFloats(const std::string& path) {
+  const std::string bytes = testing::ReadAll(path);
+  EXPECT_EQ(bytes.size() % 4, 0u);
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+TEST(GenerateCliTest, LogitsOutHoldsThePromptRowsForZeroNewTokens) {
+  testing::TempDir tmp;
+  const std::string dir = TinyModelDir("qwen2_moe");
+  const auto r = RunCli("generate --model " + dir + " --prompt-ids 5,17,300,1000 --max-new-tokens 0 --threads 2 "
+                        "--logits-out " + tmp.Sub("l.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<float> logits = ReadFloats(tmp.Sub("l.bin"));
+  ASSERT_EQ(logits.size(), 4u * 2048u);  // [4 positions, vocab 2048]
+  // Same numbers as the in-process executor with the same thread count.
+  executor::GeneratorOptions options;
+  options.model_dir = dir;
+  options.n_threads = 2;
+  auto g = executor::Generator::Create(options);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto want = (*g)->ForwardChunks({{5, 17, 300, 1000}});
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(want->size(), logits.size());
+  EXPECT_EQ(std::memcmp(want->data(), logits.data(), logits.size() * 4), 0);
+}
+
+TEST(GenerateCliTest, JsonAndLogitsRowsWithGeneratedTokens) {
+  testing::TempDir tmp;
+  const auto r = RunCli("generate --model " + TinyModelDir("deepseek_v2") +
+                        " --prompt-ids 5,17,300 --max-new-tokens 4 --threads 2 --json --logits-out " +
+                        tmp.Sub("l.bin") + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["prompt_ids"], nlohmann::json({5, 17, 300}));
+  const size_t n_generated = j["generated_ids"].size();
+  ASSERT_GE(n_generated, 1u);
+  ASSERT_LE(n_generated, 4u);
+  for (const char* key : {"text", "ttft_s", "tpot_s", "tokens_per_s"}) EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_TRUE(j["text"].is_string());
+  // One row per fed position: 3 prompt rows + every generated token but the last.
+  EXPECT_EQ(ReadFloats(tmp.Sub("l.bin")).size(), (3 + n_generated - 1) * 2048u);
+}
+
+TEST(GenerateCliTest, HfAndCompressedDirectoriesWriteIdenticalLogits) {
+  testing::TempDir tmp;
+  for (const char* which : {"hf", "zip"}) {
+    const std::string dir = std::string(which) == "hf" ? TinyModelDir("olmoe") : TinyCompressedDir("olmoe");
+    const auto r = RunCli("generate --model " + dir + " --prompt-ids 9,8,7,6,5 --max-new-tokens 3 --threads 2 "
+                          "--logits-out " + tmp.Sub(std::string(which) + ".bin"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  EXPECT_EQ(testing::ReadAll(tmp.Sub("hf.bin")), testing::ReadAll(tmp.Sub("zip.bin")));
+}
+
+TEST(GenerateCliTest, TextAndChatPromptsUseTheTokenizer) {
+  const std::string dir = TinyModelDir("qwen3_moe");
+  auto r = RunCli("generate --model " + dir + " --prompt 'The quick brown fox' --max-new-tokens 5 --threads 2 --json"
+                  " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["prompt_ids"].size(), 1u);
+  EXPECT_GE(j["generated_ids"].size(), 1u);
+  EXPECT_LE(j["generated_ids"].size(), 5u);  // fewer only if an EOS id came up
+  const size_t plain_len = j["prompt_ids"].size();
+
+  r = RunCli("generate --model " + dir + " --prompt 'The quick brown fox' --chat --max-new-tokens 2 --threads 2"
+             " --json 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["prompt_ids"].size(), plain_len + 4);  // <|im_start|>user\n ... <|im_end|>\n<|im_start|>assistant\n
+
+  r = RunCli("generate --model " + dir + " --prompt 'hello' --max-new-tokens 3 --threads 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
+}
+
+TEST(GenerateCliTest, ErrorsAreReported) {
+  testing::TempDir tmp;
+  auto r = RunCli("generate --model " + tmp.path() + " --prompt-ids 1,2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("NotFound"), std::string::npos) << r.output;
+
+  r = RunCli("generate --model " + TinyModelDir("mixtral") + " --prompt-ids 1,x,3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("'x'"), std::string::npos) << r.output;
+
+  testing::CopyModelWithConfig(TinyModelDir("mixtral"), tmp.Sub("m"),
+                               [](nlohmann::json& c) { c["max_position_embeddings"] = 2; });
+  r = RunCli("generate --model " + tmp.Sub("m") + " --prompt-ids 1,2,3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("3 tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("max_position_embeddings 2"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace zipmoe

@@ -1,0 +1,367 @@
+// End-to-end tests of the executor (services/executor/generator.h) on tiny synthetic models of
+// every architecture: prefill vs decode consistency, determinism, HF vs compressed directories,
+// provider arrival order, ragged batches, sampling, and the error paths.
+#include "services/executor/generator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "common/resident_expert_provider.h"
+#include "common/safetensors.h"
+#include "tests/services/executor/test_models.h"
+#include "tests/test_util.h"
+
+namespace zipmoe::executor {
+namespace {
+
+using testing::TinyCompressedDir;
+using testing::TinyModelDir;
+
+constexpr int kThreads = 2;
+
+std::unique_ptr<Generator> MakeGenerator(const std::string& dir, ExpertProvider* provider = nullptr) {
+  GeneratorOptions options;
+  options.model_dir = dir;
+  options.n_threads = kThreads;
+  options.expert_provider = provider;
+  auto g = Generator::Create(options);
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return g.ok() ? std::move(g).value() : nullptr;
+}
+
+Status CreateError(const std::string& dir) {
+  GeneratorOptions options;
+  options.model_dir = dir;
+  options.n_threads = kThreads;
+  auto g = Generator::Create(options);
+  return g.ok() ? Status::Ok() : g.status();
+}
+
+const std::vector<int32_t> kPrompt = {5, 17, 300, 1000, 42, 7, 1999, 256, 64, 128, 3, 900};
+
+bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Delivers each layer's experts in descending id order (the resident provider delivers ascending).
+class ReversingProvider : public ExpertProvider {
+ public:
+  explicit ReversingProvider(ExpertProvider* inner) : inner_(inner) {}
+  Status BeginLayer(const LayerRouting& routing) override {
+    ZM_RETURN_IF_ERROR(inner_->BeginLayer(routing));
+    pending_.clear();
+    for (size_t i = 0; i < routing.expert_ids.size(); ++i) {
+      ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, inner_->NextReady());
+      pending_.push_back(std::move(lease));
+    }
+    ++layers_begun;
+    return Status::Ok();
+  }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override {
+    if (pending_.empty()) return Status::InvalidArgument("ReversingProvider: nothing pending");
+    std::unique_ptr<ExpertLease> lease = std::move(pending_.back());
+    pending_.pop_back();
+    return lease;
+  }
+  Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
+  int layers_begun = 0;
+
+ private:
+  ExpertProvider* inner_;
+  std::vector<std::unique_ptr<ExpertLease>> pending_;
+};
+
+class ExecutorArchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExecutorArchTest, PrefillMatchesTokenByTokenDecode) {
+  auto g = MakeGenerator(TinyModelDir(GetParam()));
+  ASSERT_TRUE(g);
+  auto prefill = g->ForwardChunks({kPrompt});
+  ASSERT_TRUE(prefill.ok()) << prefill.status().ToString();
+  std::vector<std::vector<int32_t>> steps;
+  for (int32_t id : kPrompt) steps.push_back({id});
+  auto decode = g->ForwardChunks(steps);
+  ASSERT_TRUE(decode.ok()) << decode.status().ToString();
+  const int64_t vocab = g->config().vocab_size;
+  ASSERT_EQ(prefill->size(), kPrompt.size() * static_cast<size_t>(vocab));
+  ASSERT_EQ(decode->size(), prefill->size());
+  float max_abs = 0.0f, max_diff = 0.0f;
+  for (size_t i = 0; i < prefill->size(); ++i) {
+    ASSERT_TRUE(std::isfinite((*prefill)[i])) << i;
+    max_abs = std::max(max_abs, std::fabs((*prefill)[i]));
+    max_diff = std::max(max_diff, std::fabs((*prefill)[i] - (*decode)[i]));
+  }
+  EXPECT_GT(max_abs, 0.0f);
+  EXPECT_LE(max_diff, 1e-5f * max_abs) << "max |prefill - decode| " << max_diff << ", max |logit| " << max_abs;
+}
+
+TEST_P(ExecutorArchTest, LogitsAreBitIdenticalRunToRun) {
+  auto g1 = MakeGenerator(TinyModelDir(GetParam()));
+  ASSERT_TRUE(g1);
+  auto a = g1->ForwardChunks({kPrompt});
+  auto b = g1->ForwardChunks({kPrompt});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(BitEqual(*a, *b));
+  auto g2 = MakeGenerator(TinyModelDir(GetParam()));
+  ASSERT_TRUE(g2);
+  auto c = g2->ForwardChunks({kPrompt});
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(BitEqual(*a, *c));
+}
+
+TEST_P(ExecutorArchTest, CompressedDirGivesBitIdenticalLogits) {
+  auto hf = MakeGenerator(TinyModelDir(GetParam()));
+  auto compressed = MakeGenerator(TinyCompressedDir(GetParam()));
+  ASSERT_TRUE(hf && compressed);
+  const std::vector<std::vector<int32_t>> chunks = {kPrompt, {11}, {12}};
+  auto a = hf->ForwardChunks(chunks);
+  auto b = compressed->ForwardChunks(chunks);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_TRUE(BitEqual(*a, *b));
+}
+
+TEST_P(ExecutorArchTest, ExpertArrivalOrderDoesNotChangeLogits) {
+  auto ckpt = Checkpoint::Open(TinyModelDir(GetParam()));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto resident = ResidentExpertProvider::FromCheckpoint(**ckpt);
+  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+  ReversingProvider reversing(resident->get());
+  auto reversed = MakeGenerator(TinyModelDir(GetParam()), &reversing);
+  auto normal = MakeGenerator(TinyModelDir(GetParam()));
+  ASSERT_TRUE(reversed && normal);
+  auto a = normal->ForwardChunks({kPrompt, {9}});
+  auto b = reversed->ForwardChunks({kPrompt, {9}});
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_TRUE(BitEqual(*a, *b));
+  EXPECT_GT(reversing.layers_begun, 0);
+}
+
+TEST_P(ExecutorArchTest, RaggedBatchGivesTheSameGreedyTokensAsEachAlone) {
+  auto g = MakeGenerator(TinyModelDir(GetParam()));
+  ASSERT_TRUE(g);
+  const std::vector<std::vector<int32_t>> prompts = {{5, 17, 300, 1000, 42, 7, 1999},
+                                                     {64, 128},
+                                                     {3, 900, 1500, 77, 8}};
+  GenerationParams params;
+  params.max_new_tokens = 6;
+  params.stop_on_eos = false;
+  auto batch = g->Generate(prompts, params);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  ASSERT_EQ(batch->size(), 3u);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = g->Generate({prompts[i]}, params);
+    ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+    EXPECT_EQ((*batch)[i].prompt_ids, prompts[i]);
+    EXPECT_EQ((*batch)[i].generated_ids.size(), 6u);
+    EXPECT_EQ((*batch)[i].generated_ids, alone->front().generated_ids) << "prompt " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchs, ExecutorArchTest, ::testing::ValuesIn(testing::ExecutorVariants()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(ExecutorTest, RecordedLogitsCoverEveryFedPosition) {
+  auto g = MakeGenerator(TinyModelDir("qwen3_moe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 4;
+  params.stop_on_eos = false;
+  params.record_logits = true;
+  auto r = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const GenerationResult& res = r->front();
+  ASSERT_EQ(res.generated_ids.size(), 4u);
+  EXPECT_EQ(res.logits_rows, static_cast<int64_t>(kPrompt.size()) + 3);
+  const int64_t vocab = g->config().vocab_size;
+  ASSERT_EQ(res.logits.size(), static_cast<size_t>(res.logits_rows * vocab));
+  // Rows equal feeding prompt + the first three generated tokens; greedy picks each row's argmax.
+  std::vector<std::vector<int32_t>> chunks = {kPrompt};
+  for (int i = 0; i < 3; ++i) chunks.push_back({res.generated_ids[static_cast<size_t>(i)]});
+  auto fed = g->ForwardChunks(chunks);
+  ASSERT_TRUE(fed.ok());
+  EXPECT_TRUE(BitEqual(res.logits, *fed));
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = static_cast<int64_t>(kPrompt.size()) - 1 + i;
+    EXPECT_EQ(res.generated_ids[static_cast<size_t>(i)], Argmax(res.logits.data() + row * vocab, vocab));
+  }
+  // max_new_tokens 0: exactly the prompt's logits.
+  params.max_new_tokens = 0;
+  auto prompt_only = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(prompt_only.ok());
+  EXPECT_TRUE(prompt_only->front().generated_ids.empty());
+  EXPECT_EQ(prompt_only->front().logits_rows, static_cast<int64_t>(kPrompt.size()));
+}
+
+TEST(ExecutorTest, StopsOnEos) {
+  auto g = MakeGenerator(TinyModelDir("olmoe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 3;
+  params.stop_on_eos = false;
+  auto r = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->front().stopped_on_eos);
+  // Declare the first greedy token an EOS id: generation must stop right after it.
+  const int32_t first = r->front().generated_ids[0];
+  testing::TempDir tmp;
+  testing::CopyModelWithConfig(TinyModelDir("olmoe"), tmp.Sub("m"), [&](nlohmann::json& c) { c["eos_token_id"] = first; });
+  std::filesystem::remove(tmp.Sub("m") + "/generation_config.json");
+  auto g2 = MakeGenerator(tmp.Sub("m"));
+  ASSERT_TRUE(g2);
+  params.stop_on_eos = true;
+  auto r2 = g2->Generate({kPrompt}, params);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->front().generated_ids, std::vector<int32_t>{first});
+  EXPECT_TRUE(r2->front().stopped_on_eos);
+}
+
+TEST(ExecutorTest, SamplingIsReproducibleAndSeedDependent) {
+  auto g = MakeGenerator(TinyModelDir("mixtral"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 16;
+  params.stop_on_eos = false;
+  params.sampling.temperature = 1.5f;
+  params.sampling.top_p = 0.95f;
+  params.sampling.seed = 1234;
+  auto a = g->Generate({kPrompt}, params);
+  auto b = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->front().generated_ids, b->front().generated_ids);
+  params.sampling.seed = 99;
+  auto c = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(a->front().generated_ids, c->front().generated_ids);
+}
+
+// Rewrites the weights of model copy `dir` (from `src`): lm_head.weight := embed_tokens bytes, or
+// dropped when `drop_lm_head`.
+void RewriteLmHead(const std::string& src, const std::string& dir, bool drop_lm_head) {
+  auto ckpt = Checkpoint::Open(src);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  std::vector<TensorSpec> specs;
+  for (const std::string& name : (*ckpt)->names()) {
+    if (drop_lm_head && name == "lm_head.weight") continue;
+    specs.push_back((*ckpt)->Find(name)->spec);
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().extension() == ".safetensors" || entry.path().filename() == "model.safetensors.index.json")
+      std::filesystem::remove(entry.path());
+  const Status st = WriteCheckpointWeights(dir, specs, 1ull << 40, [&](const TensorSpec& spec, uint8_t* out) {
+    const std::string from = spec.name == "lm_head.weight" ? "model.embed_tokens.weight" : spec.name;
+    ZM_ASSIGN_OR_RETURN(TensorView v, (*ckpt)->Find(from));
+    std::memcpy(out, v.data, spec.size_bytes());
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+TEST(ExecutorTest, TiedWordEmbeddingsUseTheEmbeddingAsLmHead) {
+  testing::TempDir tmp;
+  const std::string src = TinyModelDir("qwen2_moe");
+  // Untied, but lm_head.weight holds the embedding's bytes.
+  testing::CopyModelWithConfig(src, tmp.Sub("copy"), [](nlohmann::json&) {});
+  RewriteLmHead(src, tmp.Sub("copy"), /*drop_lm_head=*/false);
+  // Tied, without an lm_head.weight tensor at all.
+  testing::CopyModelWithConfig(src, tmp.Sub("tied"), [](nlohmann::json& c) { c["tie_word_embeddings"] = true; });
+  RewriteLmHead(src, tmp.Sub("tied"), /*drop_lm_head=*/true);
+  auto untied = MakeGenerator(tmp.Sub("copy"));
+  auto tied = MakeGenerator(tmp.Sub("tied"));
+  auto original = MakeGenerator(src);
+  ASSERT_TRUE(untied && tied && original);
+  auto a = untied->ForwardChunks({kPrompt});
+  auto b = tied->ForwardChunks({kPrompt});
+  auto c = original->ForwardChunks({kPrompt});
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok()) << b.status().ToString();
+  EXPECT_TRUE(BitEqual(*a, *b));
+  EXPECT_FALSE(BitEqual(*a, *c));  // the original lm_head differs from the embedding
+}
+
+TEST(ExecutorErrorTest, UnsupportedModelTypeNamesIt) {
+  testing::TempDir tmp;
+  testing::CopyModelWithConfig(TinyModelDir("mixtral"), tmp.Sub("m"), [](nlohmann::json& c) { c["model_type"] = "gpt_oss"; });
+  const Status st = CreateError(tmp.Sub("m"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("gpt_oss"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2"), std::string::npos);
+}
+
+TEST(ExecutorErrorTest, MissingTensorNamesTensorAndDirectory) {
+  for (const std::string& src : {TinyModelDir("qwen2_moe"), TinyCompressedDir("qwen2_moe")}) {
+    testing::TempDir tmp;
+    // One layer more than the weights hold: layer 4's tensors are missing.
+    testing::CopyModelWithConfig(src, tmp.Sub("m"), [](nlohmann::json& c) { c["num_hidden_layers"] = 5; });
+    const Status st = CreateError(tmp.Sub("m"));
+    EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+    EXPECT_NE(st.message().find("model.layers.4."), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(tmp.Sub("m")), std::string::npos) << st.message();
+  }
+}
+
+TEST(ExecutorErrorTest, ShapeMismatchNamesTensorAndShapes) {
+  testing::TempDir tmp;
+  testing::CopyModelWithConfig(TinyModelDir("deepseek_v2"), tmp.Sub("m"), [](nlohmann::json& c) { c["vocab_size"] = 2047; });
+  Status st = CreateError(tmp.Sub("m"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("model.embed_tokens.weight"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[2048, 128]"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[2047, 128]"), std::string::npos) << st.message();
+
+  // An expert whose width differs from moe_intermediate_size (compressed dir: from the manifest).
+  testing::TempDir tmp2;
+  testing::CopyModelWithConfig(TinyCompressedDir("qwen3_moe"), tmp2.Sub("m"),
+                               [](nlohmann::json& c) { c["moe_intermediate_size"] = 32; });
+  st = CreateError(tmp2.Sub("m"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("mlp.experts.0.gate_proj.weight"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[64, 128]"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[32, 128]"), std::string::npos) << st.message();
+}
+
+TEST(ExecutorErrorTest, PromptLongerThanMaxPositionsNamesBothLengths) {
+  testing::TempDir tmp;
+  testing::CopyModelWithConfig(TinyModelDir("qwen2_moe"), tmp.Sub("m"),
+                               [](nlohmann::json& c) { c["max_position_embeddings"] = 8; });
+  auto g = MakeGenerator(tmp.Sub("m"));
+  ASSERT_TRUE(g);
+  auto r = g->Generate({kPrompt}, GenerationParams{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("12 tokens"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("max_position_embeddings 8"), std::string::npos) << r.status().message();
+  // A prompt that fits generates until the positions run out.
+  GenerationParams params;
+  params.max_new_tokens = 10;
+  params.stop_on_eos = false;
+  auto ok = g->Generate({{1, 2, 3, 4, 5, 6}}, params);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->front().generated_ids.size(), 3u);  // fed positions 6 and 7, then full
+}
+
+TEST(ExecutorErrorTest, TokenOutsideVocabularyAndEmptyPrompt) {
+  auto g = MakeGenerator(TinyModelDir("olmoe"));
+  ASSERT_TRUE(g);
+  auto r = g->Generate({{1, 2, 5000}}, GenerationParams{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("5000"), std::string::npos);
+  auto e = g->Generate({{}}, GenerationParams{});
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  // The generator stays usable after an error.
+  EXPECT_TRUE(g->ForwardChunks({{1, 2}}).ok());
+}
+
+TEST(ExecutorErrorTest, NotAModelDirectory) {
+  testing::TempDir tmp;
+  const Status st = CreateError(tmp.path());
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find(tmp.path()), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zipmoe::executor

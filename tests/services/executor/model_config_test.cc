@@ -1,0 +1,140 @@
+// Tests of common/model_config.h (kept beside the executor tests, its only consumer so far).
+#include "common/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "services/synth/synth.h"
+#include "tests/test_util.h"
+
+namespace zipmoe {
+namespace {
+
+using nlohmann::json;
+
+json Preset(const std::string& arch, int64_t q_lora_rank = 0) {
+  auto c = synth::PresetConfig(arch, "tiny", q_lora_rank);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : json::object();
+}
+
+TEST(ModelConfigTest, ParsesEveryPreset) {
+  for (const char* arch : {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"}) {
+    auto c = ParseModelConfig(Preset(arch), "config.json");
+    ASSERT_TRUE(c.ok()) << arch << ": " << c.status().ToString();
+    EXPECT_EQ(c->model_type, arch);
+    EXPECT_EQ(c->hidden_size, 128);
+    EXPECT_GT(c->num_experts, 0);
+    EXPECT_FALSE(c->eos_token_ids.empty()) << arch;
+  }
+}
+
+TEST(ModelConfigTest, ArchitectureSpecifics) {
+  auto qwen2 = ParseModelConfig(Preset("qwen2_moe"), "config.json");
+  ASSERT_TRUE(qwen2.ok());
+  EXPECT_TRUE(qwen2->qkv_bias);
+  EXPECT_FALSE(qwen2->o_bias);
+  EXPECT_FALSE(qwen2->norm_topk_prob);
+  EXPECT_EQ(qwen2->shared_expert_intermediate_size, 256);
+
+  auto mixtral = ParseModelConfig(Preset("mixtral"), "config.json");
+  ASSERT_TRUE(mixtral.ok());
+  EXPECT_TRUE(mixtral->norm_topk_prob);  // always renormalises
+  EXPECT_EQ(mixtral->moe_intermediate_size, mixtral->intermediate_size);
+  EXPECT_EQ(mixtral->num_key_value_heads, 2);
+
+  auto qwen3 = ParseModelConfig(Preset("qwen3_moe"), "config.json");
+  ASSERT_TRUE(qwen3.ok());
+  EXPECT_EQ(qwen3->head_dim, 64);  // explicit, != hidden / heads
+  EXPECT_TRUE(qwen3->norm_topk_prob);
+
+  auto ds = ParseModelConfig(Preset("deepseek_v2"), "config.json");
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ(ds->q_lora_rank, 0);
+  EXPECT_EQ(ds->q_head_dim(), 48);
+  EXPECT_EQ(ds->rope_dim(), 16);
+  EXPECT_EQ(ds->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_FALSE(ds->IsMoeLayer(0));  // first_k_dense_replace = 1
+  EXPECT_TRUE(ds->IsMoeLayer(1));
+  auto ds_q = ParseModelConfig(Preset("deepseek_v2", 32), "config.json");
+  ASSERT_TRUE(ds_q.ok());
+  EXPECT_EQ(ds_q->q_lora_rank, 32);
+}
+
+TEST(ModelConfigTest, QwenSparseLayerRule) {
+  json j = Preset("qwen2_moe");
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  auto c = ParseModelConfig(j, "config.json");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->IsMoeLayer(0));  // (0+1) % 2 != 0
+  EXPECT_TRUE(c->IsMoeLayer(1));
+  EXPECT_FALSE(c->IsMoeLayer(2));
+  EXPECT_FALSE(c->IsMoeLayer(3));  // mlp_only_layers
+}
+
+TEST(ModelConfigTest, DeepseekSoftmaxScaleWithMscaleAllDim) {
+  auto c = ParseModelConfig(Preset("deepseek_v2"), "config.json");
+  ASSERT_TRUE(c.ok());
+  // q_head_dim 48; factor 40, mscale_all_dim 0.707: (0.1 * 0.707 * ln 40 + 1)^2 / sqrt(48).
+  const double m = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(c->softmax_scale(), m * m / std::sqrt(48.0));
+  auto qwen = ParseModelConfig(Preset("qwen2_moe"), "config.json");
+  EXPECT_DOUBLE_EQ(qwen->softmax_scale(), 1.0 / std::sqrt(32.0));
+}
+
+TEST(ModelConfigTest, UnsupportedModelTypeNamesItAndTheSupportedList) {
+  json j = Preset("mixtral");
+  j["model_type"] = "llama";
+  auto c = ParseModelConfig(j, "/models/x/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("'llama'"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("deepseek_v2"), std::string::npos);
+  EXPECT_NE(c.status().message().find("/models/x/config.json"), std::string::npos);
+}
+
+TEST(ModelConfigTest, MissingAndMistypedKeysNameKeyAndFile) {
+  json j = Preset("olmoe");
+  j.erase("hidden_size");
+  auto c = ParseModelConfig(j, "/m/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("'hidden_size'"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("/m/config.json"), std::string::npos);
+
+  j = Preset("olmoe");
+  j["num_experts_per_tok"] = "eight";
+  c = ParseModelConfig(j, "/m/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'num_experts_per_tok'"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("string"), std::string::npos);
+
+  j = Preset("deepseek_v2");
+  j["topk_method"] = "noaux_tc";
+  c = ParseModelConfig(j, "/m/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("noaux_tc"), std::string::npos);
+}
+
+TEST(ModelConfigTest, EosIdsFromIntListAndGenerationConfig) {
+  testing::TempDir dir;
+  json j = Preset("qwen3_moe");
+  j["eos_token_id"] = 7;
+  testing::WriteAll(dir.Sub("config.json"), j.dump());
+  testing::WriteAll(dir.Sub("generation_config.json"), json{{"eos_token_id", {9, 7}}}.dump());
+  auto c = LoadModelConfig(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{7, 9}));
+  EXPECT_TRUE(c->IsEos(9));
+  EXPECT_FALSE(c->IsEos(8));
+
+  testing::TempDir empty;
+  auto missing = LoadModelConfig(empty.path());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace zipmoe

@@ -1,0 +1,100 @@
+// Known-answer tests of the router selection and weight rules (services/executor/routing.h).
+#include "services/executor/routing.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace zipmoe::executor {
+namespace {
+
+struct Routed {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+
+Routed Route(const std::vector<float>& scores, const RouterParams& p) {
+  const int64_t n = static_cast<int64_t>(scores.size()) / p.n_experts;
+  Routed r;
+  r.ids.resize(static_cast<size_t>(n * p.top_k));
+  r.weights.resize(r.ids.size());
+  SelectExperts(scores.data(), n, p, r.ids.data(), r.weights.data());
+  return r;
+}
+
+RouterParams Params(ModelArch arch, int64_t n_experts, int64_t top_k, bool norm) {
+  RouterParams p;
+  p.arch = arch;
+  p.n_experts = n_experts;
+  p.top_k = top_k;
+  p.norm_topk_prob = norm;
+  return p;
+}
+
+TEST(RoutingTest, TiesGoToTheLowestIndex) {
+  const Routed r = Route({0.1f, 0.3f, 0.3f, 0.3f}, Params(ModelArch::kQwen2Moe, 4, 2, false));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{1, 2}));
+}
+
+TEST(RoutingTest, QwenWithoutNormKeepsProbabilities) {
+  const Routed r = Route({0.1f, 0.5f, 0.15f, 0.25f}, Params(ModelArch::kQwen2Moe, 4, 2, false));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(r.weights, (std::vector<float>{0.5f, 0.25f}));
+}
+
+TEST(RoutingTest, MixtralAlwaysRenormalises) {
+  const Routed r = Route({0.1f, 0.5f, 0.15f, 0.25f}, Params(ModelArch::kMixtral, 4, 2, false));
+  const float sum = 0.5f + 0.25f;
+  EXPECT_EQ(r.weights, (std::vector<float>{0.5f / sum, 0.25f / sum}));
+}
+
+TEST(RoutingTest, Qwen3AndOlmoeRenormaliseWhenAsked) {
+  for (ModelArch arch : {ModelArch::kQwen3Moe, ModelArch::kOlmoe}) {
+    const Routed r = Route({0.1f, 0.5f, 0.15f, 0.25f}, Params(arch, 4, 2, true));
+    EXPECT_FLOAT_EQ(r.weights[0] + r.weights[1], 1.0f);
+  }
+}
+
+TEST(RoutingTest, DeepseekScalesWithoutNormAndNormalisesWithout) {
+  RouterParams p = Params(ModelArch::kDeepseekV2, 4, 2, false);
+  p.routed_scaling_factor = 16.0;
+  Routed r = Route({0.1f, 0.5f, 0.15f, 0.25f}, p);
+  EXPECT_EQ(r.weights, (std::vector<float>{0.5f * 16.0f, 0.25f * 16.0f}));
+  // norm_topk_prob with top_k > 1: p / (sum + 1e-20); routed_scaling_factor not applied (V2).
+  p.norm_topk_prob = true;
+  r = Route({0.1f, 0.5f, 0.15f, 0.25f}, p);
+  const float denominator = (0.5f + 0.25f) + 1e-20f;
+  EXPECT_EQ(r.weights, (std::vector<float>{0.5f / denominator, 0.25f / denominator}));
+  // top_k == 1: the else branch (scaling) even with norm_topk_prob.
+  p.top_k = 1;
+  r = Route({0.1f, 0.5f, 0.15f, 0.25f}, p);
+  EXPECT_EQ(r.weights, (std::vector<float>{0.5f * 16.0f}));
+}
+
+TEST(RoutingTest, DeepseekGroupLimitedGreedy) {
+  // 8 experts in 4 groups of 2; group maxima 0.20, 0.19, 0.18, 0.05 -> keep groups 0 and 1.
+  RouterParams p = Params(ModelArch::kDeepseekV2, 8, 3, false);
+  p.topk_method = TopkMethod::kGroupLimitedGreedy;
+  p.n_group = 4;
+  p.topk_group = 2;
+  const std::vector<float> scores = {0.20f, 0.01f, 0.19f, 0.17f, 0.18f, 0.18f, 0.05f, 0.02f};
+  const Routed r = Route(scores, p);
+  // Greedy would pick 0, 2, 4; group-limited excludes group 2 (experts 4, 5).
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 2, 3}));
+  p.topk_method = TopkMethod::kGreedy;
+  EXPECT_EQ(Route(scores, p).ids, (std::vector<int32_t>{0, 2, 4}));
+}
+
+TEST(RoutingTest, GroupByExpertIsAscendingWithTokenRows) {
+  const std::vector<int32_t> ids = {3, 1, 1, 0, 3, 2};  // 3 tokens x top-2
+  const std::vector<float> w = {0.6f, 0.4f, 0.7f, 0.3f, 0.9f, 0.1f};
+  const ExpertAssignment a = GroupByExpert(ids.data(), w.data(), 3, 2);
+  EXPECT_EQ(a.expert_ids, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(a.token_rows[1], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(a.weights[1], (std::vector<float>{0.4f, 0.7f}));
+  EXPECT_EQ(a.token_rows[3], (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(a.weights[3], (std::vector<float>{0.6f, 0.9f}));
+}
+
+}  // namespace
+}  // namespace zipmoe::executor
