@@ -50,6 +50,7 @@ struct GenerateArgs {
   std::string logits_out;
   bool json = false;
   bool chat = false;
+  bool ignore_eos = false;
 };
 
 // "1,2, 3" -> {1, 2, 3}. Errors: kInvalidArgument naming the bad item.
@@ -136,6 +137,7 @@ int RunGenerate(const GenerateArgs& args) {
 
   executor::GenerationParams params;
   params.max_new_tokens = args.max_new_tokens;
+  params.stop_on_eos = !args.ignore_eos;
   params.sampling.temperature = args.temperature;
   params.sampling.top_k = args.top_k;
   params.sampling.top_p = args.top_p;
@@ -213,6 +215,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");
   cmd->add_flag("--chat", args->chat, "wrap --prompt in the model's chat template as a user message");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past EOS until --max-new-tokens (benchmarks)");
   cmd->callback([args, exit_code] { *exit_code = RunGenerate(*args); });
 }
 

@@ -2,6 +2,7 @@
 // chat prompts, HF vs compressed directories, and error reporting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -112,6 +113,27 @@ TEST(GenerateCliTest, ErrorsAreReported) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("3 tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("max_position_embeddings 2"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace zipmoe
+
+namespace zipmoe {
+namespace {
+
+TEST(GenerateCliTest, IgnoreEosGeneratesExactlyMaxNewTokensWithTheSamePrefix) {
+  const std::string dir = testing::TinyModelDir("qwen2_moe");
+  // Long enough that the tiny random model emits an EOS id on most prompts; asserted below either way.
+  const std::string common = "generate --model " + dir + " --prompt-ids 7,8,9 --max-new-tokens 24 --threads 2 --json";
+  const auto stop = testing::RunCli(common + " 2>/dev/null");
+  const auto go = testing::RunCli(common + " --ignore-eos 2>/dev/null");
+  ASSERT_EQ(stop.exit_code, 0) << stop.output;
+  ASSERT_EQ(go.exit_code, 0) << go.output;
+  const auto a = nlohmann::json::parse(stop.output)["generated_ids"].get<std::vector<int>>();
+  const auto b = nlohmann::json::parse(go.output)["generated_ids"].get<std::vector<int>>();
+  EXPECT_EQ(b.size(), 24u);
+  ASSERT_LE(a.size(), b.size());
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << "greedy tokens before EOS must not change";
 }
 
 }  // namespace
