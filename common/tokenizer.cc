@@ -24,6 +24,7 @@ using nlohmann::json;
 using tokenizer::AddedSplit;
 using tokenizer::AddedToken;
 using tokenizer::AddedTokenMatcher;
+using tokenizer::ConfigTokenText;
 
 struct Tokenizer::Impl {
   std::string source;  // file name for messages
@@ -68,17 +69,6 @@ Result<json> ReadJson(const std::string& path) {
   }
 }
 
-// A special-token entry of tokenizer_config.json: "text", {"content": "text", ...}, or null/absent.
-std::string ConfigTokenText(const json& config, const char* key) {
-  if (!config.is_object()) return "";
-  auto it = config.find(key);
-  if (it == config.end()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
-    return (*it)["content"].get<std::string>();
-  }
-  return "";
-}
 
 struct PostIds {
   std::vector<int32_t> prefix, suffix;

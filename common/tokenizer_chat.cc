@@ -5,24 +5,16 @@
 
 #include <fmt/format.h>
 
+#include "common/tokenizer_json.h"
+
 namespace zipmoe {
 namespace {
 
 using nlohmann::json;
+using tokenizer::ConfigTokenText;
 
 constexpr char kImStart[] = "<|im_start|>";
 constexpr char kImEnd[] = "<|im_end|>";
-
-// A special-token entry of tokenizer_config.json: "text", {"content": "text", ...} or null.
-std::string SpecialTokenText(const json& config, const char* key) {
-  auto it = config.find(key);
-  if (it == config.end()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
-    return (*it)["content"].get<std::string>();
-  }
-  return "";
-}
 
 // The template string: chat_template as a string, or the "default" entry of a list of
 // {name, template}.
@@ -153,8 +145,8 @@ Result<std::string> ApplyChatTemplate(const json& tokenizer_config,
   if (!tmpl) return Status::NotFound("tokenizer_config.json: no chat_template");
   // The bos_token is emitted only where the template mentions it.
   const std::string bos =
-      tmpl->find("bos_token") != std::string::npos ? SpecialTokenText(tokenizer_config, "bos_token") : "";
-  const std::string eos = SpecialTokenText(tokenizer_config, "eos_token");
+      tmpl->find("bos_token") != std::string::npos ? ConfigTokenText(tokenizer_config, "bos_token") : "";
+  const std::string eos = ConfigTokenText(tokenizer_config, "eos_token");
 
   if (tmpl->find(kImStart) != std::string::npos) return RenderChatMl(*tmpl, messages, add_generation_prompt);
   if (tmpl->find("[INST]") != std::string::npos) return RenderMistral(bos, eos, messages);

@@ -74,4 +74,15 @@ Result<std::string> GetType(const nlohmann::json& j, const std::string& where) {
   return GetString(j, "type", where);
 }
 
+std::string ConfigTokenText(const nlohmann::json& config, const char* key) {
+  if (!config.is_object()) return "";
+  auto it = config.find(key);
+  if (it == config.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return (*it)["content"].get<std::string>();
+  }
+  return "";
+}
+
 }  // namespace zipmoe::tokenizer

@@ -31,4 +31,8 @@ Result<Regex> ParsePattern(const nlohmann::json& j, const std::string& where);
 // The "type" of a pipeline component. Errors: kCorruption if not an object with a string "type".
 Result<std::string> GetType(const nlohmann::json& j, const std::string& where);
 
+// Text of a special-token entry of tokenizer_config.json ("text", {"content": "text", ...}, or
+// null/absent -> ""). Never fails.
+std::string ConfigTokenText(const nlohmann::json& config, const char* key);
+
 }  // namespace zipmoe::tokenizer
