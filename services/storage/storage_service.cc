@@ -1,0 +1,203 @@
+#include "services/storage/storage_service.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <utility>
+
+#include "common/hash.h"
+#include "services/storage/aligned_buffer.h"
+
+namespace zipmoe::storage {
+namespace {
+
+uint64_t MicrosSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
+}
+
+const char* ChunkKindName(ChunkKind kind) { return kind == ChunkKind::kE ? "E-chunk" : "SM-chunk"; }
+
+// "E-chunk 2 of 'model.layers.0.mlp.experts.1.up_proj.weight' (layer 0, expert 1)"
+std::string ChunkLabel(const ReadOp& op) {
+  return fmt::format("{} {} of '{}' (layer {}, expert {})", ChunkKindName(op.kind), op.chunk_index, op.tensor_name,
+                     op.layer_id, op.expert_id);
+}
+
+}  // namespace
+
+ReadOp MakeChunkReadOp(const ExpertTensorInfo& t, int chunk_index, uint64_t op_id, uint8_t* dst,
+                       uint64_t dst_capacity_bytes) {
+  const ChunkInfo& c = t.chunks.at(static_cast<size_t>(chunk_index));
+  ReadOp op;
+  op.op_id = op_id;
+  op.file_offset = c.file_offset;
+  op.stored_bytes = c.stored_bytes;
+  op.dst = dst;
+  op.dst_capacity_bytes = dst_capacity_bytes;
+  op.xxh64 = c.xxh64;
+  op.tensor_name = t.name;
+  op.layer_id = t.layer_id;
+  op.expert_id = t.expert_id;
+  op.kind = c.kind;
+  op.chunk_index = chunk_index;
+  return op;
+}
+
+StorageService::StorageService(StorageConfig config, ChunkFile file)
+    : config_(std::move(config)), file_(std::move(file)) {}
+
+Result<std::unique_ptr<StorageService>> StorageService::Create(const StorageConfig& config) {
+  ZM_ASSIGN_OR_RETURN(ChunkFile file, ChunkFile::Open(config.path, config.page_cache));
+  std::unique_ptr<StorageService> service(new StorageService(config, std::move(file)));
+  service->io_thread_ = std::thread([s = service.get()] { s->IoLoop(); });
+  return service;
+}
+
+StorageService::~StorageService() { Stop(); }
+
+Status StorageService::Submit(std::vector<ReadOp> ops) {
+  std::unordered_set<uint64_t> batch_ids;
+  for (const ReadOp& op : ops) {
+    const auto where = [&] { return fmt::format("{}: read op {} ({})", path(), op.op_id, ChunkLabel(op)); };
+    if (op.file_offset % kChunkAlignmentBytes != 0)
+      return Status::InvalidArgument(fmt::format("{}: file offset {} is not a multiple of {}", where(), op.file_offset,
+                                                 kChunkAlignmentBytes));
+    if (op.dst == nullptr || reinterpret_cast<uintptr_t>(op.dst) % kChunkAlignmentBytes != 0)
+      return Status::InvalidArgument(fmt::format("{}: destination {} is not {}-byte aligned", where(),
+                                                 static_cast<const void*>(op.dst), kChunkAlignmentBytes));
+    if (op.dst_capacity_bytes < RoundUpBytes(op.stored_bytes))
+      return Status::InvalidArgument(fmt::format("{}: destination holds {} bytes, needs {} ({} rounded up to {})",
+                                                 where(), op.dst_capacity_bytes, RoundUpBytes(op.stored_bytes),
+                                                 op.stored_bytes, kChunkAlignmentBytes));
+    if (!batch_ids.insert(op.op_id).second)
+      return Status::InvalidArgument(where() + ": op id appears twice in one Submit");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::Unavailable(path() + ": storage service stopped");
+    for (const ReadOp& op : ops) {
+      if (in_flight_.count(op.op_id) != 0 || completions_.count(op.op_id) != 0)
+        return Status::InvalidArgument(
+            fmt::format("{}: read op {} ({}): op id already in use", path(), op.op_id, ChunkLabel(op)));
+    }
+    for (ReadOp& op : ops) {
+      in_flight_.insert(op.op_id);
+      queue_.push_back(std::move(op));
+    }
+  }
+  queue_cv_.notify_one();
+  return Status::Ok();
+}
+
+void StorageService::IoLoop() {
+  for (;;) {
+    ReadOp op;
+    bool stopped = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping_ and nothing left
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      stopped = stopping_;
+    }
+    if (stopped) {
+      ReadCompletion c;
+      c.op_id = op.op_id;
+      c.kind = op.kind;
+      c.stored_bytes = op.stored_bytes;
+      c.status = Status::Unavailable(
+          fmt::format("{}@{}: {}: storage service stopped before the read", path(), op.file_offset, ChunkLabel(op)));
+      Complete(c);
+      continue;
+    }
+    Complete(Execute(op));
+  }
+}
+
+ReadCompletion StorageService::Execute(const ReadOp& op) {
+  ReadCompletion c;
+  c.op_id = op.op_id;
+  c.kind = op.kind;
+  c.stored_bytes = op.stored_bytes;
+  const auto read_start = std::chrono::steady_clock::now();
+  Result<uint64_t> read = file_.ReadAt(op.file_offset, op.stored_bytes, op.dst, op.dst_capacity_bytes);
+  c.read_us = MicrosSince(read_start);
+  if (!read.ok()) {
+    c.status = read.status().WithContext(ChunkLabel(op));
+    return c;
+  }
+  c.read_bytes = *read;
+  if (c.read_bytes < op.stored_bytes) {
+    c.status = Status::Corruption(fmt::format("{}@{}: {}: unexpected end of file after {} of {} bytes (truncated?)",
+                                              path(), op.file_offset, ChunkLabel(op), c.read_bytes, op.stored_bytes));
+    return c;
+  }
+  const auto verify_start = std::chrono::steady_clock::now();
+  const uint64_t got = Xxh64(op.dst, op.stored_bytes);
+  c.verify_us = MicrosSince(verify_start);
+  if (got != op.xxh64) {
+    c.status = Status::Corruption(fmt::format("{}@{}: {}: xxh64 {:016x}, manifest {:016x}", path(), op.file_offset,
+                                              ChunkLabel(op), got, op.xxh64));
+  }
+  return c;
+}
+
+void StorageService::Complete(const ReadCompletion& c) {
+  // The callback runs first, so a WaitFor() caller that returns knows the callback has run.
+  if (config_.on_complete) config_.on_complete(c);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (c.status.ok()) {
+      ++stats_.ops_ok;
+      (c.kind == ChunkKind::kE ? stats_.io_bytes_e : stats_.io_bytes_sm) += c.stored_bytes;
+    } else if (c.status.code() == StatusCode::kUnavailable) {
+      ++stats_.ops_unavailable;
+    } else {
+      ++stats_.ops_failed;
+    }
+    stats_.read_us += c.read_us;
+    stats_.verify_us += c.verify_us;
+    in_flight_.erase(c.op_id);
+    if (config_.retain_completions) completions_[c.op_id] = c;
+  }
+  done_cv_.notify_all();
+}
+
+Result<ReadCompletion> StorageService::WaitFor(uint64_t op_id) {
+  if (!config_.retain_completions)
+    return Status::InvalidArgument(path() + ": WaitFor needs StorageConfig::retain_completions");
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return in_flight_.count(op_id) == 0; });
+  auto it = completions_.find(op_id);
+  if (it == completions_.end())
+    return Status::NotFound(fmt::format("{}: read op {} was never submitted or was already waited for", path(), op_id));
+  ReadCompletion c = std::move(it->second);
+  completions_.erase(it);
+  return c;
+}
+
+void StorageService::RequestStop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+}
+
+void StorageService::Stop() {
+  ZM_CHECK(std::this_thread::get_id() != io_thread_.get_id()) << "StorageService::Stop called on its I/O thread";
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  if (joined_) return;
+  RequestStop();
+  if (io_thread_.joinable()) io_thread_.join();
+  joined_ = true;
+}
+
+StorageStats StorageService::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace zipmoe::storage

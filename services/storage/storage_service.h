@@ -1,0 +1,146 @@
+// StorageService: the dedicated I/O thread of ZipMoE §3.3 ("We create a dedicated I/O thread for all
+// SSD reads"): reads E-chunks and SM-chunks of experts.bin, strictly in the order they are submitted,
+// into caller-owned 4 KiB-aligned destinations, and verifies each chunk's xxHash64 before reporting
+// it. One StorageService per device (SSD) and file; it owns exactly one I/O thread.
+//
+// Flow for a scheduler:
+//   1. Submit({ReadOp...}) appends ops to the FIFO in order (Alg. 1 block order: E-chunks before
+//      SM-chunks within a block). Submit validates and returns at once.
+//   2. The I/O thread preads each op (O_DIRECT by default, see ChunkFile), hashes the stored bytes
+//      and invokes `on_complete(ReadCompletion)` on the I/O thread, in submission order; a scheduler
+//      reacts there, e.g. marks the E-chunk's decode op READY in the decompressor pool.
+//   3. A non-OK completion means the destination bytes must not be used: kCorruption (hash
+//      mismatch, or EOF inside the chunk) names file, offset, tensor, layer, expert and chunk;
+//      kIoError names file, offset and errno text; kUnavailable = stopped before the op was read.
+//   4. Shut down with Stop() (or RequestStop() from a callback): queued ops complete kUnavailable.
+// Every submitted op completes exactly once. WaitFor(op_id) blocks for one op's completion (tests,
+// simple callers) when `retain_completions` is set.
+//
+// Thread-safety: Submit, WaitFor, stats and Stop may be called from any thread, including from
+// `on_complete` (except Stop: it joins the I/O thread). Destinations must stay valid until the op
+// completes. Lock order: mu_ only; never held while reading, hashing or calling back.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/manifest.h"
+#include "common/status.h"
+#include "services/storage/chunk_file.h"
+
+namespace zipmoe::storage {
+
+// One chunk read. Labels are for messages and metrics only.
+struct ReadOp {
+  uint64_t op_id = 0;             // unique among the ops not yet completed
+  uint64_t file_offset = 0;       // multiple of kChunkAlignmentBytes (4096)
+  uint64_t stored_bytes = 0;      // chunk bytes in the file (ChunkInfo::stored_bytes)
+  uint8_t* dst = nullptr;         // [dst_capacity_bytes], 4 KiB-aligned; not owned
+  uint64_t dst_capacity_bytes = 0;  // >= RoundUpBytes(stored_bytes): O_DIRECT reads the padding too
+  uint64_t xxh64 = 0;             // expected xxHash64 of the stored bytes (ChunkInfo::xxh64)
+  // Labels.
+  std::string tensor_name;
+  int32_t layer_id = -1;
+  int32_t expert_id = -1;
+  ChunkKind kind = ChunkKind::kE;
+  int32_t chunk_index = -1;       // index into ExpertTensorInfo::chunks
+};
+
+// The op for chunk `chunk_index` of tensor `t` into `dst` (capacity dst_capacity_bytes).
+ReadOp MakeChunkReadOp(const ExpertTensorInfo& t, int chunk_index, uint64_t op_id, uint8_t* dst,
+                       uint64_t dst_capacity_bytes);
+
+struct ReadCompletion {
+  uint64_t op_id = 0;
+  Status status;                 // OK: dst[0, stored_bytes) holds the verified chunk
+  ChunkKind kind = ChunkKind::kE;
+  uint64_t stored_bytes = 0;
+  uint64_t read_bytes = 0;       // bytes transferred from the file (incl. 4 KiB padding under O_DIRECT)
+  uint64_t read_us = 0;          // time in pread (u in ZipMoE §3.3 for an SM-chunk)
+  uint64_t verify_us = 0;        // time hashing the stored bytes
+};
+
+struct StorageConfig {
+  std::string path;              // experts.bin, or any file of 4 KiB-aligned chunks
+  bool page_cache = false;       // false: O_DIRECT (buffered fallback if refused); true: buffered pread
+  // Called once per op on the I/O thread (kUnavailable ones at Stop included), in submission order.
+  // Must not throw and must not call Stop(). May call Submit(). Empty = no callback.
+  std::function<void(const ReadCompletion&)> on_complete;
+  bool retain_completions = false;  // keep completions until WaitFor(op_id) takes them
+};
+
+struct StorageStats {
+  uint64_t ops_ok = 0;
+  uint64_t ops_failed = 0;       // kCorruption / kIoError
+  uint64_t ops_unavailable = 0;  // dropped by Stop
+  uint64_t io_bytes_e = 0;       // verified stored bytes of E-chunks
+  uint64_t io_bytes_sm = 0;      // verified stored bytes of SM-chunks
+  uint64_t read_us = 0;          // total pread time
+  uint64_t verify_us = 0;        // total hashing time
+};
+
+class StorageService {
+ public:
+  // Opens config.path (ChunkFile::Open's errors) and starts the I/O thread.
+  static Result<std::unique_ptr<StorageService>> Create(const StorageConfig& config);
+  ~StorageService();  // Stop()
+  StorageService(const StorageService&) = delete;
+  StorageService& operator=(const StorageService&) = delete;
+
+  // Appends `ops` to the read queue, in order. All-or-nothing: errors enqueue nothing.
+  // Errors: kInvalidArgument (offset not 4 KiB-aligned, dst null/unaligned, capacity below the
+  // rounded size, duplicate op_id among ops not yet completed; names the op and tensor),
+  // kUnavailable (RequestStop() or Stop() was called).
+  Status Submit(std::vector<ReadOp> ops);
+
+  // Blocks until op_id completes and returns (and forgets) its completion. Errors: kInvalidArgument
+  // (retain_completions is off), kNotFound (op_id unknown, or its completion was already taken).
+  Result<ReadCompletion> WaitFor(uint64_t op_id);
+
+  // Begins stopping without waiting: Submit() fails from now on; the read in progress finishes and
+  // every op still queued completes with kUnavailable on the I/O thread. Callable from any thread,
+  // on_complete included (e.g. a scheduler giving up after a fatal error).
+  void RequestStop();
+  // RequestStop(), then joins the I/O thread, so every submitted op has completed when it returns.
+  // Idempotent; safe from any thread but the I/O thread itself.
+  void Stop();
+
+  const std::string& path() const { return file_.path(); }
+  bool direct_io() const { return file_.direct_io(); }  // reads bypass the page cache
+  bool fell_back() const { return file_.fell_back(); }  // O_DIRECT was refused; buffered instead
+  StorageStats stats() const;
+
+ private:
+  StorageService(StorageConfig config, ChunkFile file);
+  void IoLoop();
+  ReadCompletion Execute(const ReadOp& op);
+  void Complete(const ReadCompletion& completion);
+
+  const StorageConfig config_;   // constant after construction
+  ChunkFile file_;               // used by the I/O thread only (its flags are atomics)
+
+  std::mutex stop_mu_;           // serialises Stop() calls
+  bool joined_ = false;          // guarded by stop_mu_
+
+  mutable std::mutex mu_;        // guards every field below
+  std::condition_variable queue_cv_;  // queue_ non-empty or stopping_
+  std::condition_variable done_cv_;   // a completion was published
+  std::deque<ReadOp> queue_;
+  std::unordered_set<uint64_t> in_flight_;  // submitted op ids not yet completed
+  std::unordered_map<uint64_t, ReadCompletion> completions_;  // when retain_completions
+  bool stopping_ = false;
+  StorageStats stats_;
+
+  std::thread io_thread_;        // started in Create, joined in Stop
+};
+
+}  // namespace zipmoe::storage
