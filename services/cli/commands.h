@@ -14,5 +14,7 @@ void AddCompressCommand(CLI::App& app, int* exit_code);  // cmd_compress.cc
 void AddVerifyCommand(CLI::App& app, int* exit_code);    // cmd_verify.cc
 void AddInspectCommand(CLI::App& app, int* exit_code);   // cmd_inspect.cc
 void AddGenerateCommand(CLI::App& app, int* exit_code);  // cmd_generate.cc
+void AddPlanCommand(CLI::App& app, int* exit_code);      // cmd_plan.cc
+void AddProfileCommand(CLI::App& app, int* exit_code);   // cmd_profile.cc
 
 }  // namespace zipmoe::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   zipmoe::cli::AddVerifyCommand(app, &exit_code);
   zipmoe::cli::AddInspectCommand(app, &exit_code);
   zipmoe::cli::AddGenerateCommand(app, &exit_code);
+  zipmoe::cli::AddPlanCommand(app, &exit_code);
+  zipmoe::cli::AddProfileCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
