@@ -1,0 +1,279 @@
+// CacheManager: the compression-aware expert cache (ZipMoE §3.2, §3.4). It owns the shared-memory
+// arena (common/slot_arena.h) carved into the pools F (full BF16 tensors), C (E-chunks + SM-chunks),
+// S (SM-chunks) and E (E-chunks), the residency + pin table, the runtime activation frequency per
+// (layer, expert), and the dispatching/eviction policy.
+//
+// Capacities are per layer (CachePlan, in experts; the planner plans each MoE layer): pool p of
+// layer l holds at most capacity[l][p] experts of that layer. The arena has one slot class per pool,
+// n_slots = Σ_l capacity[l][p], slot size ModelLayout::slot_bytes(p); the arena never exceeds
+// CacheConfig::budget_bytes (checked at Create). One expert lives in at most one pool.
+//
+// Use, per MoE layer (the runtime integrator's loop):
+//   1. Lookup(layer, expert) for each selected expert: counts one activation (frequency), counts a
+//      request of the pool it is found in (or a miss), and returns its CompressionState, pointers to
+//      the cached bytes, and a SlotLease pinning them. Keep the lease until the layer is done: a
+//      pinned slot is never evicted, moved or freed.
+//   2. Read/decode/recover whatever the state lacks (compression_state.h: NeedsSmRead, ...).
+//   3. Admit(layer, expert, parts, sources) after the expert ran: the expert goes to the first pool
+//      i of F ≺ C ≺ S ≺ E (within the enabled set Λ) with rank r < τ_i = Σ_{j ≤ i} S_j + δ whose bytes
+//      are available (`parts` plus what it already has cached). A full pool evicts its least
+//      frequent unpinned expert (ties: least recently used) if that one ranks behind the newcomer;
+//      if none can be evicted (all pinned, or all rank ahead) the next pool is tried — admission
+//      never blocks. Experts ranked past every threshold are not cached (and leave their pool).
+//      The bytes are copied into the slot outside the lock.
+//   4. Drop the leases (SlotLease destructor, or Release()).
+// Baseline policies (CachePolicy) use the same calls: lru / fifo / lfu keep full BF16 tensors in a
+// single global F pool of floor(budget / F slot bytes) experts (MoE-Infinity-like), full-load
+// caches nothing.
+//
+// Thread-safety: every method may be called from any thread. One mutex (mu_) guards all tables:
+// residency, slot states and pins, arena free lists, frequencies, counters. No I/O and no byte
+// copies happen under it. Leases must be released before the CacheManager is destroyed
+// (ZM_CHECKed in the destructor).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/compression_state.h"
+#include "common/manifest.h"
+#include "common/slot_arena.h"
+#include "common/status.h"
+#include "kernels/host_registration.h"
+#include "services/cache_manager/expert_frequency.h"
+#include "services/cache_manager/pool_layout.h"
+
+namespace zipmoe::cache_manager {
+
+enum class CachePolicy : uint8_t {
+  kZipMoe = 0,    // rank-based dispatching over F/C/S/E (ZipMoE §3.4)
+  kLru = 1,       // full-tensor cache, evict least recently used
+  kFifo = 2,      // full-tensor cache, evict first inserted
+  kLfu = 3,       // full-tensor cache, evict least frequently used (ties: least recently used)
+  kFullLoad = 4,  // no cache: every request is a miss
+};
+// "zipmoe", "lru", "fifo", "lfu", "full-load".
+const char* CachePolicyName(CachePolicy policy);
+// Errors: kInvalidArgument naming the text and the accepted names.
+Result<CachePolicy> ParseCachePolicy(const std::string& text);
+// Λ from letters, e.g. "FCSE", "S", "fs" (any order, case-insensitive). Errors: kInvalidArgument
+// (empty, unknown or repeated letter).
+Result<std::array<bool, kPoolCount>> ParseEnabledPools(const std::string& text);
+
+struct CacheConfig {
+  CachePolicy policy = CachePolicy::kZipMoe;
+  uint64_t budget_bytes = 0;     // arena bytes; the pools' slots must fit (kInvalidArgument if not)
+  std::string shm_name;          // arena ShmRegion name ("/zipmoe-arena-<pid>"); "" = unbacked
+                                 // (slot accounting only, pointers are nullptr: simulations, tests)
+  CachePlan plan;                // kZipMoe only: capacity[layer][pool] in experts, one row per layer
+  std::string pools = "FCSE";    // kZipMoe only: Λ; pools outside Λ must have capacity 0
+  int32_t tolerance = 0;         // δ >= 0, added to every threshold τ_i
+  bool register_with_cuda = false;  // cudaHostRegister the arena (kernels/host_registration.h);
+                                    // ignored when unbacked; failure fails Create (kUnavailable)
+};
+
+class CacheManager;
+
+// Pins one cache slot while alive (style.md "Pins are leases"). Move-only; empty after a move or
+// Release(). Must not outlive its CacheManager.
+class SlotLease {
+ public:
+  SlotLease() = default;
+  SlotLease(SlotLease&& other) noexcept;
+  SlotLease& operator=(SlotLease&& other) noexcept;
+  SlotLease(const SlotLease&) = delete;
+  SlotLease& operator=(const SlotLease&) = delete;
+  ~SlotLease() { Release(); }
+
+  void Release();  // unpins now; idempotent
+  bool valid() const { return manager_ != nullptr; }
+  Pool pool() const { return pool_; }
+  uint32_t slot() const { return slot_; }
+
+ private:
+  friend class CacheManager;
+  SlotLease(CacheManager* manager, Pool pool, uint32_t slot) : manager_(manager), pool_(pool), slot_(slot) {}
+  CacheManager* manager_ = nullptr;
+  Pool pool_ = Pool::kF;
+  uint32_t slot_ = SlotArena::kNoSlot;
+};
+
+// What Lookup found for one expert. The byte pointers stay valid while `lease` is held; they are
+// nullptr for parts the state does not cache, and always in an unbacked arena.
+struct ExpertLookup {
+  CompressionState state = CompressionState::kMiss;
+  int32_t layer_id = -1;
+  int32_t expert_id = -1;
+  const ExpertSlotLayout* layout = nullptr;  // chunk offsets; owned by the manager (lives as long)
+  uint8_t* e_part = nullptr;     // C/E: start of the E part (E-chunk j of proj p at layout offset)
+  uint8_t* sm_part = nullptr;    // C/S: start of the SM part
+  uint8_t* f_part = nullptr;     // F: start of the BF16 part
+  uint64_t slot_offset = 0;      // slot start from the arena base (for processes that Attach it)
+  SlotLease lease;               // empty for a miss
+
+  // Cached bytes of one chunk / tensor, or nullptr when not cached here (or proj absent).
+  const uint8_t* EChunk(ExpertProj proj, int shard) const;   // [stored bytes]
+  const uint8_t* Sm(ExpertProj proj) const;                  // [numel] sign|mantissa
+  const uint16_t* Bf16(ExpertProj proj) const;               // [numel] BF16 bit patterns
+};
+
+// Which parts of an expert (all its tensors) are in memory after it ran, and where. In a backed
+// arena every flagged part needs its pointers for each present projection (kInvalidArgument
+// otherwise); in an unbacked arena the flags alone suffice.
+struct AvailableParts {
+  bool e = false;     // all E-chunks (stored, compressed bytes)
+  bool sm = false;    // all SM-chunks
+  bool bf16 = false;  // the recovered BF16 tensors
+};
+struct ExpertSources {
+  std::array<std::vector<const uint8_t*>, kProjCount> e_chunks;  // [K] per proj: stored bytes
+  std::array<const uint8_t*, kProjCount> sm{};                   // [numel] per proj
+  std::array<const uint16_t*, kProjCount> bf16{};                // [numel] per proj
+};
+
+enum class AdmitOutcome : uint8_t {
+  kPlaced,   // was not cached; now in `pool`
+  kMoved,    // was cached in another pool; now in `pool` (the old slot is freed once unpinned)
+  kStayed,   // already in the pool its rank selects, or no better placement is possible
+  kRemoved,  // ranked past every threshold: taken out of its pool (freed once unpinned)
+  kDropped,  // not cached before or after (past every threshold, or no pool could take it)
+  kBusy,     // another Admit of the same expert is in flight; nothing done
+};
+const char* AdmitOutcomeName(AdmitOutcome outcome);
+
+struct AdmitResult {
+  AdmitOutcome outcome = AdmitOutcome::kDropped;
+  CompressionState state = CompressionState::kMiss;  // after the call
+  int32_t rank = -1;        // frequency rank used (kZipMoe), -1 for baselines
+  int32_t evictions = 0;    // experts evicted to make room
+  int32_t pinned_skips = 0; // pools skipped because every evictable candidate was pinned
+};
+
+struct PoolCounters {
+  uint64_t requests = 0;          // Lookups served from this pool (hits)
+  uint64_t admissions = 0;        // experts placed into this pool (new or moved in)
+  uint64_t evictions = 0;         // experts evicted from this pool to make room
+  uint64_t removals = 0;          // experts leaving by rank (moved out or ranked past all τ)
+  uint64_t resident_experts = 0;  // now, linked to their (layer, expert)
+  uint64_t resident_bytes = 0;    // now: allocated slots × slot stride (incl. filling/retired)
+  uint64_t capacity_bytes = 0;    // arena bytes reserved for the pool
+};
+
+struct CacheCounters {
+  uint64_t lookups = 0;
+  uint64_t misses = 0;
+  uint64_t drops = 0;           // Admits that left the expert uncached
+  uint64_t pinned_skips = 0;    // admissions into a pool skipped because of pins
+  std::array<PoolCounters, kPoolCount> pools{};  // by PoolIndex
+  // Per layer: requests by CompressionState value (index 0 = miss, then E, S, C, F).
+  std::vector<std::array<uint64_t, 5>> layer_requests;
+  uint64_t HitsTotal() const;
+};
+
+class CacheManager {
+ public:
+  // Builds the layout from `manifest`, validates the plan (one row per layer; capacity 0 outside Λ
+  // and on layers without experts; Σ_p capacity ≤ experts of the layer; non-negative) and maps the
+  // arena. Errors: kInvalidArgument (plan, Λ, tolerance, budget too small), ShmRegion/HostRegistration
+  // errors (kIoError, kUnavailable, ...).
+  static Result<std::unique_ptr<CacheManager>> Create(const Manifest& manifest, const CacheConfig& config);
+  ~CacheManager();  // ZM_CHECK: no live SlotLease
+  CacheManager(const CacheManager&) = delete;
+  CacheManager& operator=(const CacheManager&) = delete;
+
+  // One activation of (layer, expert) + its cached form, pinned. Errors: kInvalidArgument
+  // (unknown layer/expert).
+  Result<ExpertLookup> Lookup(int32_t layer_id, int32_t expert_id);
+  // Current state; no counters, no frequency, no pin. kMiss for unknown experts.
+  CompressionState Peek(int32_t layer_id, int32_t expert_id) const;
+  // Places the expert by rank after it ran (see the file comment). Copies from `sources` (or from
+  // its current slot) into the new slot without holding the lock. Errors: kInvalidArgument (unknown
+  // expert; flagged part without pointers in a backed arena).
+  Result<AdmitResult> Admit(int32_t layer_id, int32_t expert_id, AvailableParts parts,
+                            const ExpertSources& sources = {});
+
+  // Frequency statistics (copies, under the lock).
+  uint64_t Frequency(int32_t layer_id, int32_t expert_id) const;
+  int32_t Rank(int32_t layer_id, int32_t expert_id) const;
+  std::vector<uint64_t> SortedCounts(int32_t layer_id) const;
+  // τ_i of layer `layer_id` (kZipMoe): Σ_{j ≤ i, j ∈ Λ} S_j + δ; 0 for pools outside Λ.
+  std::array<int32_t, kPoolCount> Thresholds(int32_t layer_id) const;
+  // Experts of `layer_id` now resident in `p`, ascending id.
+  std::vector<int32_t> Residents(int32_t layer_id, Pool p) const;
+
+  CacheCounters Counters() const;
+  void ResetCounters();  // zeroes request/admission/eviction counts (not residency, not frequency)
+  uint64_t LivePins() const;
+
+  const ModelLayout& layout() const { return layout_; }
+  const CacheConfig& config() const { return config_; }
+  // The arena's base and size (nullptr / 0 when unbacked); ShmRegion name in config().shm_name.
+  uint8_t* arena_base() const { return arena_->base(); }
+  uint64_t arena_bytes() const { return arena_->mapped_bytes(); }
+  // Capacity of pool p for layer l (global baselines: the whole pool, for any l).
+  int32_t Capacity(int32_t layer_id, Pool p) const;
+  // Non-null when register_with_cuda succeeded: device aliases of arena pointers (DevicePointerOf).
+  const kernels::HostRegistration* host_registration() const { return registration_.get(); }
+
+ private:
+  friend class SlotLease;
+  enum class SlotState : uint8_t { kFree, kFilling, kResident, kRetired };
+  struct SlotInfo {
+    SlotState state = SlotState::kFree;
+    int32_t layer_id = -1;
+    int32_t expert_id = -1;
+    uint32_t pins = 0;
+    uint64_t inserted_tick = 0;  // FIFO order
+  };
+  struct Entry {
+    int8_t pool = -1;  // PoolIndex of the resident slot, -1 = not cached
+    uint32_t slot = SlotArena::kNoSlot;
+    bool admitting = false;  // an Admit is copying bytes for this expert
+  };
+  struct Placement;  // decided under the lock, carried out of it
+
+  CacheManager() = default;
+  bool Known(int32_t layer_id, int32_t expert_id) const;
+  Entry& EntryOf(int32_t layer_id, int32_t expert_id) { return entries_[Index(layer_id, expert_id)]; }
+  const Entry& EntryOf(int32_t layer_id, int32_t expert_id) const { return entries_[Index(layer_id, expert_id)]; }
+  size_t Index(int32_t layer_id, int32_t expert_id) const {
+    return static_cast<size_t>(layer_id) * layout_.n_experts() + expert_id;
+  }
+  bool Global() const { return config_.policy != CachePolicy::kZipMoe; }
+
+  // All *Locked methods require mu_ held.
+  void UnpinLocked(Pool p, uint32_t slot);
+  bool HasRoomLocked(int32_t layer_id, Pool p) const;
+  // Victim in pool p for (layer, expert) or kNoSlot; sets *pinned_blocked when a pin prevented one.
+  uint32_t PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked) const;
+  void EvictLocked(Pool p, uint32_t slot);         // unpinned resident: unlink + free
+  void DetachLocked(int32_t layer_id, int32_t expert_id);  // unlink; free now or when unpinned
+  uint32_t TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_id);  // kFilling, pinned once
+  void ReleaseSlotLocked(Pool p, uint32_t slot);   // back to the arena
+  Status DecideLocked(int32_t layer_id, int32_t expert_id, AvailableParts have, Placement* out);
+  void CopyParts(const Placement& placement, const ExpertSources& sources) const;  // no lock
+
+  // Constant after Create.
+  CacheConfig config_;
+  ModelLayout layout_;
+  std::array<bool, kPoolCount> enabled_{};
+  std::vector<int32_t> experts_in_layer_;  // [n_layers] experts with tensors in the manifest
+  std::unique_ptr<SlotArena> arena_;  // pool index = PoolIndex(p); bytes used outside mu_ under pins
+  std::unique_ptr<kernels::HostRegistration> registration_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::vector<Entry> entries_;                                   // ZM_GUARDED_BY(mu_) [layers*experts]
+  std::array<std::vector<SlotInfo>, kPoolCount> slots_;          // ZM_GUARDED_BY(mu_) [n_slots]
+  std::vector<std::array<int32_t, kPoolCount>> occupancy_;       // ZM_GUARDED_BY(mu_) slots per layer
+  ExpertFrequency frequency_;                                    // ZM_GUARDED_BY(mu_)
+  uint64_t tick_ = 0;                                            // ZM_GUARDED_BY(mu_) Lookup clock
+  uint64_t insert_seq_ = 0;                                      // ZM_GUARDED_BY(mu_) FIFO clock
+  uint64_t live_pins_ = 0;                                       // ZM_GUARDED_BY(mu_)
+  CacheCounters counters_;                                       // ZM_GUARDED_BY(mu_)
+};
+
+}  // namespace zipmoe::cache_manager

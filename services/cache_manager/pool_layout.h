@@ -1,0 +1,106 @@
+// Cache pools and the byte layout of one expert inside a pool slot (ZipMoE §3.2 compression states,
+// §3.4 pools F ≺ C ≺ S ≺ E).
+//
+// A slot holds one *expert* (all its routed tensors: gate, up, down) in one of four forms:
+//   F: the BF16 tensors                     [F part]
+//   C: E-chunks then SM-chunks              [E part | SM part]
+//   S: SM-chunks                            [SM part]
+//   E: E-chunks                             [E part]
+// Inside a part every chunk / tensor starts on a 4 KiB boundary and owns its size rounded up to
+// 4 KiB, matching experts.bin (docs/format.md), so the storage service may read a chunk with O_DIRECT
+// straight into the slot (length = read_bytes). Parts are ordered by projection (gate, up, down),
+// E-chunks by shard. A pool's slot size is the largest such part sum over all experts of the model
+// (E-chunk sizes differ per expert), so every expert fits every slot of its pool.
+//
+// Value types; ModelLayout is immutable after FromManifest and safe to share across threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/compression_state.h"
+#include "common/manifest.h"
+#include "common/status.h"
+
+namespace zipmoe::cache_manager {
+
+// Hierarchy order F ≺ C ≺ S ≺ E; the integer value is the index used by CachePlan and by the planner
+// (kPoolF..kPoolE in plan_probability.h use the same numbering).
+enum class Pool : uint8_t { kF = 0, kC = 1, kS = 2, kE = 3 };
+inline constexpr int kPoolCount = 4;
+inline constexpr Pool kPoolOrder[kPoolCount] = {Pool::kF, Pool::kC, Pool::kS, Pool::kE};
+
+inline int PoolIndex(Pool p) { return static_cast<int>(p); }
+char PoolLetter(Pool p);                    // 'F', 'C', 'S', 'E'
+CompressionState PoolState(Pool p);         // the state of an expert cached in `p`
+inline bool PoolHoldsE(Pool p) { return p == Pool::kC || p == Pool::kE; }
+inline bool PoolHoldsSm(Pool p) { return p == Pool::kC || p == Pool::kS; }
+inline bool PoolHoldsBf16(Pool p) { return p == Pool::kF; }
+
+inline constexpr int kProjCount = 3;  // gate, up, down (ExpertProj order)
+
+// One chunk or tensor inside a slot part.
+struct SlotExtent {
+  uint64_t offset = 0;      // from the start of its part, multiple of 4 KiB
+  uint64_t bytes = 0;       // payload bytes (stored bytes of a chunk; 2·numel for BF16)
+  uint64_t read_bytes = 0;  // bytes reserved: `bytes` rounded up to 4 KiB (an O_DIRECT read length)
+};
+
+struct TensorSlotLayout {
+  bool present = false;              // false: the expert has no tensor for this projection
+  int64_t numel = 0;
+  std::vector<SlotExtent> e_chunks;  // [K], in the E part
+  SlotExtent sm;                     // in the SM part
+  SlotExtent bf16;                   // in the F part
+};
+
+struct ExpertSlotLayout {
+  int32_t layer_id = -1;
+  int32_t expert_id = -1;
+  std::array<TensorSlotLayout, kProjCount> tensors;  // by ExpertProj
+  uint64_t e_part_bytes = 0;   // Σ E-chunk read_bytes
+  uint64_t sm_part_bytes = 0;  // Σ SM read_bytes
+  uint64_t f_part_bytes = 0;   // Σ BF16 read_bytes
+
+  // Bytes this expert uses in a slot of `p`; where the SM part starts in such a slot (the E part
+  // always starts at 0).
+  uint64_t PoolBytes(Pool p) const;
+  uint64_t SmPartOffset(Pool p) const { return p == Pool::kC ? e_part_bytes : 0; }
+};
+
+// Capacities of the cache pools, in experts, per decoder layer (ZipMoE §3.4: the planner outputs S_p
+// per MoE layer). capacity[layer_id][PoolIndex(p)]; layers without routed experts have 0 everywhere.
+struct CachePlan {
+  std::vector<std::array<int32_t, kPoolCount>> capacity;
+  // The same capacities for every layer in [0, n_layers).
+  static CachePlan Uniform(int32_t n_layers, const std::array<int32_t, kPoolCount>& per_layer);
+};
+
+class ModelLayout {
+ public:
+  // Layouts of every (layer, expert) in `manifest`. Errors: kInvalidArgument naming the tensor when a
+  // record is inconsistent (not BF16, negative ids, no SM-chunk, a projection twice).
+  static Result<ModelLayout> FromManifest(const Manifest& manifest);
+
+  int32_t n_layers() const { return n_layers_; }    // max(manifest n_layers, max layer_id + 1)
+  int32_t n_experts() const { return n_experts_; }  // max(manifest n_experts, max expert_id + 1)
+  bool LayerHasExperts(int32_t layer_id) const;
+  // nullptr if (layer, expert) has no tensors in the manifest.
+  const ExpertSlotLayout* Find(int32_t layer_id, int32_t expert_id) const;
+  // Slot size of pool `p`: max over experts of PoolBytes(p) (a multiple of 4 KiB). This is the
+  // per-expert cost the arena charges; give it to the planner as its bytes per expert.
+  uint64_t slot_bytes(Pool p) const { return slot_bytes_[PoolIndex(p)]; }
+  // Arena bytes `plan` needs: Σ_layers Σ_p capacity · slot_bytes(p).
+  uint64_t PlanBytes(const CachePlan& plan) const;
+
+ private:
+  int32_t n_layers_ = 0;
+  int32_t n_experts_ = 0;
+  std::vector<ExpertSlotLayout> experts_;  // [n_layers * n_experts], layer_id -1 when absent
+  std::vector<uint8_t> layer_has_experts_;
+  std::array<uint64_t, kPoolCount> slot_bytes_{};
+};
+
+}  // namespace zipmoe::cache_manager
