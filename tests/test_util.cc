@@ -1,7 +1,9 @@
 #include "tests/test_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +44,42 @@ CommandResult RunCli(const std::string& args) {
   int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+namespace {
+
+// Runs `zipmoe <command_head> TMP <command_tail>` once per distinct command and CLI build, returning
+// the cached output directory.
+std::string CachedCliDir(const std::string& command_head, const std::string& command_tail) {
+  struct stat st {};
+  ::stat(ZIPMOE_CLI_PATH, &st);
+  const std::string key = command_head + "|" + command_tail + "|" + std::to_string(st.st_size) + "|" +
+                          std::to_string(static_cast<long long>(st.st_mtime));
+  const char* env = std::getenv("ZIPMOE_TEST_CACHE_DIR");
+  const std::filesystem::path root = env && *env ? env : "/tmp/zipmoe_test_cache";
+  const std::filesystem::path dir = root / std::to_string(std::hash<std::string>()(key));
+  std::error_code ec;
+  if (std::filesystem::exists(dir / ".complete", ec)) return dir.string();
+  std::filesystem::create_directories(root, ec);
+  const std::filesystem::path tmp = dir.string() + ".tmp." + std::to_string(::getpid());
+  std::filesystem::remove_all(tmp, ec);
+  const CommandResult r = RunCli(command_head + " " + tmp.string() + " " + command_tail);
+  if (r.exit_code != 0) {
+    ADD_FAILURE() << "zipmoe " << command_head << " ... " << command_tail << " failed:\n" << r.output;
+    return dir.string();
+  }
+  WriteAll((tmp / ".complete").string(), key);
+  std::filesystem::rename(tmp, dir, ec);  // a concurrent process may have won the race: keep its copy
+  if (ec) std::filesystem::remove_all(tmp, ec);
+  return dir.string();
+}
+
+}  // namespace
+
+std::string CachedSynth(const std::string& synth_args) { return CachedCliDir("synth --out", synth_args); }
+
+std::string CachedCompress(const std::string& model_dir, const std::string& compress_args) {
+  return CachedCliDir("compress " + model_dir, compress_args);
 }
 
 std::string ReadAll(const std::string& path) {

@@ -26,6 +26,15 @@ struct CommandResult {
 // Runs "<build>/bin/zipmoe <args>" through the shell and captures its output.
 CommandResult RunCli(const std::string& args);
 
+// Output directory of `zipmoe synth <synth_args> --out DIR` (e.g. "--arch qwen2_moe --preset tiny
+// --seed 7"), generated once and shared by every test process of this build: cached under
+// $ZIPMOE_TEST_CACHE_DIR (default /tmp/zipmoe_test_cache) in a folder named by a hash of the args and
+// of the CLI binary's size and mtime, so a rebuilt CLI never serves stale models. Created atomically
+// (temp dir + rename). Callers must treat the directory as read-only.
+std::string CachedSynth(const std::string& synth_args);
+// Likewise for `zipmoe compress <model_dir> OUT <compress_args>`.
+std::string CachedCompress(const std::string& model_dir, const std::string& compress_args = "");
+
 // Reads/writes whole files (test setup only; failures abort the test via ADD_FAILURE + empty result).
 std::string ReadAll(const std::string& path);
 void WriteAll(const std::string& path, const std::string& data);

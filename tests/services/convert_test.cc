@@ -29,25 +29,8 @@ using testing::TempDir;
 
 const char* const kArchs[] = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"};
 
-// Tiny synthetic checkpoints, generated once per test binary run.
-class SynthCache {
- public:
-  static const std::string& Get(const std::string& arch) {
-    static SynthCache cache;
-    auto it = cache.dirs_.find(arch);
-    if (it == cache.dirs_.end()) {
-      const std::string dir = cache.root_.Sub(arch);
-      auto r = RunCli("synth --arch " + arch + " --preset tiny --seed 7 --out " + dir);
-      EXPECT_EQ(r.exit_code, 0) << r.output;
-      it = cache.dirs_.emplace(arch, dir).first;
-    }
-    return it->second;
-  }
-
- private:
-  TempDir root_;
-  std::map<std::string, std::string> dirs_;
-};
+// Tiny synthetic checkpoint of `arch` (seed 7), shared across test processes (read-only).
+std::string TinyModel(const std::string& arch) { return testing::CachedSynth("--arch " + arch + " --preset tiny --seed 7"); }
 
 CompressOptions Options(const std::string& model, const std::string& out, Codec codec, int k) {
   CompressOptions o;
@@ -63,7 +46,7 @@ class ConvertRoundTripTest : public ::testing::TestWithParam<std::tuple<const ch
 
 TEST_P(ConvertRoundTripTest, CompressVerifyBitExact) {
   const auto [arch, codec, k] = GetParam();
-  const std::string& model = SynthCache::Get(arch);
+  const std::string model = TinyModel(arch);
   TempDir out;
   const std::string dir = out.Sub("c");
   auto summary = CompressModel(Options(model, dir, codec, k));
@@ -120,7 +103,7 @@ struct Compressed {
 
 std::unique_ptr<Compressed> MakeCompressed(int k = 4) {
   auto c = std::make_unique<Compressed>();
-  c->model = SynthCache::Get("qwen2_moe");
+  c->model = TinyModel("qwen2_moe");
   c->dir = c->tmp.Sub("c");
   auto s = CompressModel(Options(c->model, c->dir, Codec::kZstd, k));
   EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -349,7 +332,7 @@ TEST(ConvertTest, ShardedCheckpointRoundTrips) {
 
 TEST(ConvertCliTest, CompressVerifyInspect) {
   TempDir tmp;
-  const std::string& model = SynthCache::Get("olmoe");
+  const std::string model = TinyModel("olmoe");
   auto r = RunCli("compress " + model + " " + tmp.Sub("c") + " --codec lz4 --shards 2 --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = RunCli("verify " + model + " " + tmp.Sub("c"));

@@ -1,13 +1,11 @@
-// Synthetic tiny models for the executor tests, made once per test binary with `zipmoe synth`
-// (and `zipmoe compress`) and removed at exit. Not thread-safe (gtest runs tests sequentially).
+// Synthetic tiny models for the executor tests, made with `zipmoe synth` (and `zipmoe compress`)
+// once per CLI build and shared by all test processes (tests/test_util.h CachedSynth).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -23,37 +21,14 @@ inline const std::vector<std::string>& ExecutorVariants() {
   return v;
 }
 
-struct TinyModel {
-  TempDir root;
-  std::string path;
-};
-
-// Directory of the tiny synthetic HF checkpoint of `variant` (seed 1), created on first use.
-inline const std::string& TinyModelDir(const std::string& variant) {
-  static std::map<std::string, std::unique_ptr<TinyModel>> models;
-  std::unique_ptr<TinyModel>& m = models[variant];
-  if (m) return m->path;
-  m = std::make_unique<TinyModel>();
-  m->path = m->root.Sub("m");
-  const bool qlora = variant == "deepseek_v2_qlora";
-  const std::string arch = qlora ? "deepseek_v2" : variant;
-  const CommandResult r = RunCli("synth --arch " + arch + " --preset tiny --seed 1 --out " + m->path +
-                                 (qlora ? " --q-lora-rank 32" : ""));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return m->path;
+// Directory of the tiny synthetic HF checkpoint of `variant` (seed 1), cached across test processes.
+inline std::string TinyModelDir(const std::string& variant) {
+  if (variant == "deepseek_v2_qlora") return CachedSynth("--arch deepseek_v2 --preset tiny --seed 1 --q-lora-rank 32");
+  return CachedSynth("--arch " + variant + " --preset tiny --seed 1");
 }
 
-// Compressed (zipmoe compress) copy of TinyModelDir(variant), created on first use.
-inline const std::string& TinyCompressedDir(const std::string& variant) {
-  static std::map<std::string, std::unique_ptr<TinyModel>> models;
-  std::unique_ptr<TinyModel>& m = models[variant];
-  if (m) return m->path;
-  m = std::make_unique<TinyModel>();
-  m->path = m->root.Sub("c");
-  const CommandResult r = RunCli("compress " + TinyModelDir(variant) + " " + m->path);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return m->path;
-}
+// Compressed (zipmoe compress, defaults) copy of TinyModelDir(variant), cached likewise.
+inline std::string TinyCompressedDir(const std::string& variant) { return CachedCompress(TinyModelDir(variant)); }
 
 // Copies model directory `src` to `dst` and applies `edit` to the copy's config.json.
 template <typename Edit>
