@@ -28,28 +28,14 @@ namespace zipmoe::decompressor {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::RunCli;
 using testing::TempDir;
 
-// A tiny qwen2_moe compressed with K = 4, made once per test process.
-class CompressedModel {
- public:
-  static const std::string& Dir() {
-    static CompressedModel model;
-    return model.dir_;
+// A tiny qwen2_moe compressed with K = 4, shared by all test processes (read-only: tests that
+// damage it work on a copy).
+struct CompressedModel {
+  static std::string Dir() {
+    return testing::CachedCompress(testing::CachedSynth("--arch qwen2_moe --preset tiny --seed 11"), "--shards 4");
   }
-
- private:
-  CompressedModel() {
-    const std::string hf = root_.Sub("hf");
-    dir_ = root_.Sub("hf.z");
-    auto r = RunCli("synth --arch qwen2_moe --preset tiny --seed 11 --out " + hf);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    r = RunCli("compress " + hf + " " + dir_ + " --shards 4");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-  }
-  TempDir root_;
-  std::string dir_;
 };
 
 // 4 KiB-aligned bytes, as the storage service delivers chunks.
