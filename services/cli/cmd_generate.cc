@@ -30,6 +30,7 @@
 
 #include "common/file_util.h"
 #include "common/tokenizer.h"
+#include "services/cache_manager/plan_trace.h"
 #include "services/cli/commands.h"
 #include "services/executor/generator.h"
 
@@ -48,6 +49,7 @@ struct GenerateArgs {
   int threads = 0;
   std::string device = "cpu";
   std::string logits_out;
+  std::string trace_out;
   bool json = false;
   bool chat = false;
   bool ignore_eos = false;
@@ -132,6 +134,19 @@ int RunGenerate(const GenerateArgs& args) {
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
   options.device = args.device;
+  // Routing trace (docs/planner.md "Trace format"): one record per forward step and MoE layer; a
+  // new step starts when the layer id does not increase.
+  std::vector<cache_manager::ActivationRecord> trace;
+  if (!args.trace_out.empty()) {
+    options.on_routing = [&trace](const LayerRouting& routing) {
+      cache_manager::ActivationRecord rec;
+      rec.step = trace.empty() ? 0 : trace.back().step + (routing.layer_id <= trace.back().layer_id ? 1 : 0);
+      rec.layer_id = routing.layer_id;
+      rec.expert_ids = routing.expert_ids;
+      rec.tokens_per_expert = routing.tokens_per_expert;
+      trace.push_back(std::move(rec));
+    };
+  }
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return Fail(generator.status());
 
@@ -160,6 +175,12 @@ int RunGenerate(const GenerateArgs& args) {
 
   if (!args.logits_out.empty()) {
     Status st = WriteLogits(args.logits_out, r.logits);
+    if (!st.ok()) return Fail(st);
+  }
+  if (!args.trace_out.empty()) {
+    std::string lines;
+    for (const auto& rec : trace) lines += cache_manager::FormatTraceLine(rec) + "\n";
+    Status st = WriteFileAtomic(args.trace_out, lines);
     if (!st.ok()) return Fail(st);
   }
   const double tokens_per_s =
@@ -215,6 +236,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");
   cmd->add_flag("--chat", args->chat, "wrap --prompt in the model's chat template as a user message");
+  cmd->add_option("--trace-out", args->trace_out,
+                  "write the routing trace (JSON lines: step, layer, experts, tokens) for `zipmoe plan --trace`");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past EOS until --max-new-tokens (benchmarks)");
   cmd->callback([args, exit_code] { *exit_code = RunGenerate(*args); });
 }

@@ -1,5 +1,7 @@
 #include "services/executor/generator.h"
 
+#include "common/observed_expert_provider.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -49,6 +51,7 @@ struct Generator::Impl {
   std::string dir;
   int n_threads = 1;
   std::unique_ptr<LoadedModel> loaded;
+  std::unique_ptr<ObservedExpertProvider> observed;  // wraps the provider when on_routing is set
   std::unique_ptr<Model> model;
 };
 
@@ -78,6 +81,10 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   ExpertProvider* provider = options.expert_provider != nullptr
                                  ? options.expert_provider
                                  : static_cast<ExpertProvider*>(impl->loaded->resident_experts.get());
+  if (options.on_routing) {
+    impl->observed = std::make_unique<ObservedExpertProvider>(provider, options.on_routing);
+    provider = impl->observed.get();
+  }
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
 }

@@ -33,6 +33,9 @@ struct GeneratorOptions {
   // Borrowed provider of routed experts (must outlive the Generator); null = every expert resident
   // (ResidentExpertProvider from the directory).
   ExpertProvider* expert_provider = nullptr;
+  // Called with every MoE layer's routing (on the generating thread) before the provider sees it;
+  // empty = no observer. Used for routing traces (`zipmoe generate --trace-out`).
+  std::function<void(const LayerRouting&)> on_routing;
 };
 
 struct GenerationParams {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
+#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -134,6 +136,41 @@ TEST(GenerateCliTest, IgnoreEosGeneratesExactlyMaxNewTokensWithTheSamePrefix) {
   EXPECT_EQ(b.size(), 24u);
   ASSERT_LE(a.size(), b.size());
   EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << "greedy tokens before EOS must not change";
+}
+
+}  // namespace
+}  // namespace zipmoe
+
+namespace zipmoe {
+namespace {
+
+TEST(GenerateCliTest, TraceOutRecordsEveryStepAndLayerAndFeedsThePlanner) {
+  testing::TempDir tmp;
+  const std::string dir = testing::TinyCompressedDir("qwen2_moe");  // 4 MoE layers, 16 experts, top-4
+  const auto r = testing::RunCli("generate --model " + dir + " --prompt-ids 5,17,300 --max-new-tokens 3 --ignore-eos "
+                                 "--threads 2 --json --trace-out " + tmp.Sub("t.jsonl") + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(testing::ReadAll(tmp.Sub("t.jsonl")));
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(lines, line);) records.push_back(nlohmann::json::parse(line));
+  // Steps: the 3-token prefill, then 2 fed-back tokens (the 3rd generated token is not fed) -> 3 x 4 layers.
+  ASSERT_EQ(records.size(), 12u);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& rec = records[i];
+    EXPECT_EQ(rec["step"].get<int>(), static_cast<int>(i / 4));
+    EXPECT_EQ(rec["layer"].get<int>(), static_cast<int>(i % 4));
+    const auto experts = rec["experts"].get<std::vector<int>>();
+    const auto tokens = rec["tokens"].get<std::vector<int>>();
+    ASSERT_EQ(experts.size(), tokens.size());
+    EXPECT_TRUE(std::is_sorted(experts.begin(), experts.end()));
+    const int n_tokens = i < 4 ? 3 : 1;
+    EXPECT_EQ(std::accumulate(tokens.begin(), tokens.end(), 0), n_tokens * 4) << rec.dump();
+    if (n_tokens == 1) EXPECT_EQ(experts.size(), 4u) << rec.dump();
+  }
+  const auto plan = testing::RunCli("plan --model " + dir + " --memory-budget 256KiB --json --trace " + tmp.Sub("t.jsonl"));
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("\"workload\""), std::string::npos) << plan.output;
+  EXPECT_EQ(plan.output.find("\"workload\":\"uniform\""), std::string::npos) << "a trace was given: " << plan.output;
 }
 
 }  // namespace

@@ -1,0 +1,32 @@
+// An ExpertProvider decorator that reports every layer's routing to a callback before forwarding
+// the call (routing traces, popularity statistics), and otherwise behaves exactly like the wrapped
+// provider. Borrowing: the inner provider must outlive this object. Thread-safety: as the inner one.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "common/expert_provider.h"
+
+namespace zipmoe {
+
+class ObservedExpertProvider : public ExpertProvider {
+ public:
+  using RoutingObserver = std::function<void(const LayerRouting&)>;
+  ObservedExpertProvider(ExpertProvider* inner, RoutingObserver observer)
+      : inner_(inner), observer_(std::move(observer)) {}
+
+  Status BeginLayer(const LayerRouting& routing) override {
+    if (observer_) observer_(routing);
+    return inner_->BeginLayer(routing);
+  }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
+  Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
+
+ private:
+  ExpertProvider* inner_;  // borrowed
+  RoutingObserver observer_;
+};
+
+}  // namespace zipmoe
