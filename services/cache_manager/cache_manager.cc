@@ -1,5 +1,7 @@
 #include "services/cache_manager/cache_manager.h"
 
+#include "services/cache_manager/planner.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -8,6 +10,12 @@
 #include <fmt/format.h>
 
 namespace zipmoe::cache_manager {
+
+// The planner's pool indices (kPoolF..kPoolE) and Pool share one numbering: plans and Λ carry over.
+static_assert(kPoolCount == kNumPools && static_cast<int>(Pool::kF) == kPoolF &&
+                  static_cast<int>(Pool::kC) == kPoolC && static_cast<int>(Pool::kS) == kPoolS &&
+                  static_cast<int>(Pool::kE) == kPoolE,
+              "cache manager and planner pool numbering differ");
 namespace {
 
 constexpr int kStateCount = 5;  // CompressionState values kMiss..kF
@@ -42,23 +50,6 @@ Result<CachePolicy> ParseCachePolicy(const std::string& text) {
       fmt::format("cache policy '{}': unknown (want zipmoe, lru, fifo, lfu or full-load)", text));
 }
 
-Result<std::array<bool, kPoolCount>> ParseEnabledPools(const std::string& text) {
-  std::array<bool, kPoolCount> enabled{};
-  if (text.empty()) return Status::InvalidArgument("cache pools '': empty (want letters of F, C, S, E)");
-  for (char ch : text) {
-    const char up = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    int index = -1;
-    for (Pool p : kPoolOrder) {
-      if (PoolLetter(p) == up) index = PoolIndex(p);
-    }
-    if (index < 0) {
-      return Status::InvalidArgument(fmt::format("cache pools '{}': unknown pool '{}' (want F, C, S, E)", text, ch));
-    }
-    if (enabled[index]) return Status::InvalidArgument(fmt::format("cache pools '{}': '{}' repeated", text, ch));
-    enabled[index] = true;
-  }
-  return enabled;
-}
 
 const char* AdmitOutcomeName(AdmitOutcome outcome) {
   switch (outcome) {
@@ -155,7 +146,7 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
 
   std::array<uint32_t, kPoolCount> n_slots{};
   if (config.policy == CachePolicy::kZipMoe) {
-    ZM_ASSIGN_OR_RETURN(m->enabled_, ParseEnabledPools(config.pools));
+    ZM_ASSIGN_OR_RETURN(m->enabled_, ParsePoolSet(config.pools));
     if (static_cast<int32_t>(config.plan.capacity.size()) != n_layers) {
       return Status::InvalidArgument(fmt::format("cache plan: {} layer rows, the model has {} layers",
                                                  config.plan.capacity.size(), n_layers));

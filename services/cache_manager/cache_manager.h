@@ -60,9 +60,7 @@ enum class CachePolicy : uint8_t {
 const char* CachePolicyName(CachePolicy policy);
 // Errors: kInvalidArgument naming the text and the accepted names.
 Result<CachePolicy> ParseCachePolicy(const std::string& text);
-// Λ from letters, e.g. "FCSE", "S", "fs" (any order, case-insensitive). Errors: kInvalidArgument
-// (empty, unknown or repeated letter).
-Result<std::array<bool, kPoolCount>> ParseEnabledPools(const std::string& text);
+// Λ (CacheConfig::pools) is parsed by ParsePoolSet (services/cache_manager/planner.h).
 
 struct CacheConfig {
   CachePolicy policy = CachePolicy::kZipMoe;
