@@ -127,13 +127,20 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
                                              SupportedModelTypes()));
 }
 
+// Rope scaling from `rope_scaling` (transformers 4.x) or, when that is absent or null, from
+// `rope_parameters` (transformers 5 writes {"rope_type": ..., "rope_theta": ..., factor, ...} there).
 Status ParseRopeScaling(const json& config, const std::string& source, ModelConfig& c) {
-  auto it = config.find("rope_scaling");
+  const char* key = "rope_scaling";
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) {
+    key = "rope_parameters";
+    it = config.find(key);
+  }
   if (it == config.end() || it->is_null()) return Status::Ok();
   if (!it->is_object())
     return Status::InvalidArgument(
-        fmt::format("{}: key 'rope_scaling' must be an object or null, got {}", source, it->type_name()));
-  const std::string where = source + " rope_scaling";
+        fmt::format("{}: key '{}' must be an object or null, got {}", source, key, it->type_name()));
+  const std::string where = source + " " + key;
   KeyReader r(*it, where);
   ZM_ASSIGN_OR_RETURN(std::string type, r.StringOr("type", ""));
   if (type.empty()) {
@@ -376,7 +383,16 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
   ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.Positive("intermediate_size"));
   ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Positive("max_position_embeddings"));
   ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps"));
-  ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", c.arch == ModelArch::kMixtral ? 1e6 : 10000.0));
+  {
+    // transformers 5 moves rope_theta into `rope_parameters`; the top-level key wins when present.
+    double default_theta = c.arch == ModelArch::kMixtral ? 1e6 : 10000.0;
+    auto params = config.find("rope_parameters");
+    if (params != config.end() && params->is_object()) {
+      KeyReader pr(*params, source_path + " rope_parameters");
+      ZM_ASSIGN_OR_RETURN(default_theta, pr.NumberOr("rope_theta", default_theta));
+    }
+    ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", default_theta));
+  }
   ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
   ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
   ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));

@@ -138,3 +138,44 @@ TEST(ModelConfigTest, EosIdsFromIntListAndGenerationConfig) {
 
 }  // namespace
 }  // namespace zipmoe
+
+namespace zipmoe {
+namespace {
+
+// transformers 5 writes rope settings under `rope_parameters` instead of rope_theta/rope_scaling.
+TEST(ModelConfigTest, RopeParametersOfTransformers5) {
+  nlohmann::json v4 = Preset("deepseek_v2");
+  ASSERT_TRUE(v4.contains("rope_scaling"));
+  nlohmann::json v5 = v4;
+  nlohmann::json params = v4["rope_scaling"];
+  params["rope_type"] = params.value("type", "yarn");
+  params.erase("type");
+  params["rope_theta"] = 12345.0;
+  v5.erase("rope_scaling");
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = params;
+  auto a = ParseModelConfig(v4, "config.json");
+  auto b = ParseModelConfig(v5, "config.json");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->rope_theta, 12345.0);
+  EXPECT_EQ(b->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_EQ(b->rope_scaling.factor, a->rope_scaling.factor);
+  EXPECT_EQ(b->rope_scaling.mscale_all_dim, a->rope_scaling.mscale_all_dim);
+  EXPECT_DOUBLE_EQ(b->softmax_scale(), a->softmax_scale());
+
+  nlohmann::json qwen = Preset("qwen2_moe");
+  qwen.erase("rope_theta");
+  qwen["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  auto q = ParseModelConfig(qwen, "config.json");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->rope_theta, 1000000.0);
+  EXPECT_EQ(q->rope_scaling.type, RopeScaling::Type::kNone);
+
+  qwen["rope_parameters"] = 3;
+  auto bad = ParseModelConfig(qwen, "config.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rope_parameters"), std::string::npos) << bad.status().ToString();
+}
+
+}  // namespace
+}  // namespace zipmoe
