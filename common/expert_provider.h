@@ -19,18 +19,22 @@
 #include <memory>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 namespace zipmoe {
 
-// Weights of one routed expert as BF16 bit patterns (row-major, as in the checkpoint):
-//   gate: [intermediate, hidden], up: [intermediate, hidden], down: [hidden, intermediate].
+// Weights of one routed expert (row-major, as in the checkpoint):
+//   gate: [intermediate, hidden], up: [intermediate, hidden], down: [hidden, intermediate],
+// all three of element type `dtype`: BF16 bit patterns (compressed directories, the runtime), or
+// F16/F32 when an HF checkpoint stores its experts that way (e.g. OLMoE's F32 release).
 struct ExpertWeightsView {
   int32_t layer_id = 0;
   int32_t expert_id = 0;
-  const uint16_t* gate = nullptr;
-  const uint16_t* up = nullptr;
-  const uint16_t* down = nullptr;
+  DType dtype = DType::kBF16;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* down = nullptr;
   int64_t intermediate = 0;
   int64_t hidden = 0;
 };

@@ -45,9 +45,9 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromChec
     auto id = ParseExpertTensorName(name);
     if (!id) continue;
     ZM_ASSIGN_OR_RETURN(TensorView v, ckpt.Find(name));
-    if (v.spec.dtype != DType::kBF16)
-      return Status::InvalidArgument(
-          fmt::format("{}: expert tensor '{}' is {}, expected BF16", v.file, name, DTypeName(v.spec.dtype)));
+    if (v.spec.dtype != DType::kBF16 && v.spec.dtype != DType::kF16 && v.spec.dtype != DType::kF32)
+      return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' is {}, expected BF16, F16 or F32", v.file,
+                                                 name, DTypeName(v.spec.dtype)));
     views.push_back(v);
     auto& slot = found.try_emplace({id->layer_id, id->expert_id}, std::array<const TensorView*, 3>{}).first->second;
     slot[static_cast<int>(id->proj)] = &views.back();
@@ -62,9 +62,14 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromChec
     w.expert_id = key.second;
     ZM_RETURN_IF_ERROR(CheckShapes(t[0]->file + ": '" + t[0]->spec.name + "'", t[0]->spec.shape, t[1]->spec.shape,
                                    t[2]->spec.shape, &w));
-    w.gate = reinterpret_cast<const uint16_t*>(t[0]->data);
-    w.up = reinterpret_cast<const uint16_t*>(t[1]->data);
-    w.down = reinterpret_cast<const uint16_t*>(t[2]->data);
+    if (t[1]->spec.dtype != t[0]->spec.dtype || t[2]->spec.dtype != t[0]->spec.dtype)
+      return Status::InvalidArgument(fmt::format("{}: layer {} expert {}: gate/up/down dtypes {}/{}/{} differ",
+                                                 ckpt.dir(), key.first, key.second, DTypeName(t[0]->spec.dtype),
+                                                 DTypeName(t[1]->spec.dtype), DTypeName(t[2]->spec.dtype)));
+    w.dtype = t[0]->spec.dtype;
+    w.gate = t[0]->data;
+    w.up = t[1]->data;
+    w.down = t[2]->data;
     p->experts_[key] = w;
   }
   return p;

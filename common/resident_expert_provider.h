@@ -21,8 +21,9 @@ namespace zipmoe {
 class ResidentExpertProvider : public ExpertProvider {
  public:
   // Uses the routed-expert tensors of `checkpoint` (which must outlive the provider).
-  // Errors: kInvalidArgument naming a tensor that is not BF16 or whose shape does not match its
-  // siblings; kNotFound naming a missing gate/up/down tensor of an expert.
+  // Experts may be BF16, F16 or F32 (served as stored; ExpertWeightsView::dtype says which).
+  // Errors: kInvalidArgument naming a tensor of another dtype, an expert whose gate/up/down dtypes
+  // differ, or whose shapes do not form gate/up [I, H], down [H, I]; kNotFound naming a missing gate/up/down tensor of an expert.
   static Result<std::unique_ptr<ResidentExpertProvider>> FromCheckpoint(const Checkpoint& checkpoint);
   // Decodes every expert of `store` into memory using `n_threads` threads (0 = all cores).
   // Errors: those of ExpertStore::ReadTensorBf16 (kCorruption naming tensor and chunk), kNotFound.

@@ -67,16 +67,22 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
         s.up = at::empty({ew.intermediate, ew.hidden}, f32);
         s.down = at::empty({ew.hidden, ew.intermediate}, f32);
       }
-      UpcastBf16Into(ew.gate, s.gate);
-      UpcastBf16Into(ew.up, s.up);
-      UpcastBf16Into(ew.down, s.down);
-      expert.gate = s.gate;
-      expert.up = s.up;
-      expert.down = s.down;
+      if (ew.dtype == DType::kBF16) {
+        UpcastBf16Into(static_cast<const uint16_t*>(ew.gate), s.gate);
+        UpcastBf16Into(static_cast<const uint16_t*>(ew.up), s.up);
+        UpcastBf16Into(static_cast<const uint16_t*>(ew.down), s.down);
+        expert.gate = s.gate;
+        expert.up = s.up;
+        expert.down = s.down;
+      } else {  // F32 served as is (no copy), F16 upcast exactly
+        expert.gate = WrapExpertTensor(ew.gate, ew.dtype, ew.intermediate, ew.hidden).to(at::kFloat);
+        expert.up = WrapExpertTensor(ew.up, ew.dtype, ew.intermediate, ew.hidden).to(at::kFloat);
+        expert.down = WrapExpertTensor(ew.down, ew.dtype, ew.hidden, ew.intermediate).to(at::kFloat);
+      }
     } else {
-      expert.gate = WrapBf16(ew.gate, ew.intermediate, ew.hidden).to(device, dtype);
-      expert.up = WrapBf16(ew.up, ew.intermediate, ew.hidden).to(device, dtype);
-      expert.down = WrapBf16(ew.down, ew.hidden, ew.intermediate).to(device, dtype);
+      expert.gate = WrapExpertTensor(ew.gate, ew.dtype, ew.intermediate, ew.hidden).to(device, dtype);
+      expert.up = WrapExpertTensor(ew.up, ew.dtype, ew.intermediate, ew.hidden).to(device, dtype);
+      expert.down = WrapExpertTensor(ew.down, ew.dtype, ew.hidden, ew.intermediate).to(device, dtype);
     }
     const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat))
                                   .to(device, dtype)

@@ -23,8 +23,9 @@ Result<at::Tensor> WrapView(const TensorView& view) {
   return at::from_blob(const_cast<uint8_t*>(view.data), view.spec.shape, at::TensorOptions().dtype(type));
 }
 
-at::Tensor WrapBf16(const uint16_t* data, int64_t d0, int64_t d1) {
-  return at::from_blob(const_cast<uint16_t*>(data), {d0, d1}, at::TensorOptions().dtype(at::kBFloat16));
+at::Tensor WrapExpertTensor(const void* data, DType dtype, int64_t d0, int64_t d1) {
+  const at::ScalarType type = dtype == DType::kF32 ? at::kFloat : dtype == DType::kF16 ? at::kHalf : at::kBFloat16;
+  return at::from_blob(const_cast<void*>(data), {d0, d1}, at::TensorOptions().dtype(type));
 }
 
 void UpcastBf16Into(const uint16_t* data, at::Tensor& out) {

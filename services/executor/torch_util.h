@@ -39,8 +39,9 @@ Result<at::ScalarType> ToScalarType(DType dtype, const std::string& what);
 // Errors: kInvalidArgument for dtypes other than BF16/F16/F32.
 Result<at::Tensor> WrapView(const TensorView& view);
 
-// BF16 bit patterns [d0, d1] (row-major) as a tensor view without copying; read-only as WrapView.
-at::Tensor WrapBf16(const uint16_t* data, int64_t d0, int64_t d1);
+// Expert weights [d0, d1] (row-major) of element type `dtype` (BF16, F16 or F32; ExpertWeightsView) as
+// a tensor view without copying; read-only as WrapView.
+at::Tensor WrapExpertTensor(const void* data, DType dtype, int64_t d0, int64_t d1);
 
 // BF16 bit patterns of `shape` (row-major) converted to a new float32 CPU tensor (exact: bits << 16, NaN payloads
 // kept, identical to torch's BFloat16 -> Float conversion). Parallel over torch's intra-op threads;

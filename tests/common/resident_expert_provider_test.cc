@@ -89,8 +89,8 @@ TEST(ResidentExpertProviderTest, CheckpointAndStoreServeIdenticalWeights) {
   ASSERT_TRUE((*from_store)->BeginLayer(r).ok());
   auto lease = (*from_store)->NextReady();
   ASSERT_TRUE(lease.ok());
-  EXPECT_EQ((*lease)->weights().gate[5], 5);
-  EXPECT_EQ((*lease)->weights().down[0], 2000);
+  EXPECT_EQ(static_cast<const uint16_t*>((*lease)->weights().gate)[5], 5);
+  EXPECT_EQ(static_cast<const uint16_t*>((*lease)->weights().down)[0], 2000);
 }
 
 TEST(ResidentExpertProviderTest, ProtocolErrors) {

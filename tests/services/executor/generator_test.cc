@@ -365,3 +365,46 @@ TEST(ExecutorErrorTest, NotAModelDirectory) {
 
 }  // namespace
 }  // namespace zipmoe::executor
+
+namespace zipmoe::executor {
+namespace {
+
+// Every BF16 tensor of `src` widened exactly to F32 (as OLMoE's release stores its weights).
+void WriteF32Copy(const std::string& src, const std::string& dst) {
+  auto ckpt = Checkpoint::Open(src);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  std::vector<TensorSpec> specs;
+  for (const auto& name : (*ckpt)->names()) {
+    TensorSpec spec = (*ckpt)->Find(name)->spec;
+    spec.dtype = DType::kF32;
+    specs.push_back(spec);
+  }
+  ASSERT_TRUE(WriteCheckpointWeights(dst, specs, uint64_t{1} << 40, [&](const TensorSpec& spec, uint8_t* out) {
+                auto v = (*ckpt)->Find(spec.name);
+                for (int64_t i = 0; i < spec.numel(); ++i) {
+                  uint16_t b;
+                  std::memcpy(&b, v->data + 2 * i, 2);
+                  const float f = Bf16ToFloat(b);
+                  std::memcpy(out + 4 * i, &f, 4);
+                }
+                return Status::Ok();
+              }).ok());
+  for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(src + "/" + f, dst + "/" + f);
+}
+
+TEST(ExecutorTest, F32CheckpointGivesTheSameLogitsAsItsBf16Original) {
+  testing::TempDir tmp;
+  const std::string src = testing::TinyModelDir("olmoe");
+  WriteF32Copy(src, tmp.Sub("f32"));
+  auto bf16 = MakeGenerator(src);
+  auto f32 = MakeGenerator(tmp.Sub("f32"));
+  ASSERT_TRUE(bf16 && f32);
+  auto a = bf16->ForwardChunks({kPrompt});
+  auto b = f32->ForwardChunks({kPrompt});
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_TRUE(BitEqual(*a, *b)) << "fp32 math on exactly widened weights must not change a bit";
+}
+
+}  // namespace
+}  // namespace zipmoe::executor
