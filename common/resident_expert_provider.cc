@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <atomic>
-#include <thread>
 
 #include "common/expert_names.h"
+#include "common/parallel.h"
 
 namespace zipmoe {
 namespace {
@@ -81,18 +80,10 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromStor
   const auto& tensors = store.manifest().expert_tensors;
   p->owned_.resize(tensors.size());
   std::vector<Status> results(tensors.size());
-  std::atomic<size_t> next{0};
-  const int workers_n = n_threads > 0 ? n_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  std::vector<std::thread> workers;
-  for (int w = 0; w < workers_n; ++w) {
-    workers.emplace_back([&] {
-      for (size_t i = next++; i < tensors.size(); i = next++) {
-        p->owned_[i].resize(static_cast<size_t>(tensors[i].numel()));
-        results[i] = store.ReadTensorBf16(tensors[i], p->owned_[i].data());
-      }
-    });
-  }
-  for (auto& th : workers) th.join();
+  ParallelFor(0, tensors.size(), n_threads, [&](size_t i) {
+    p->owned_[i].resize(static_cast<size_t>(tensors[i].numel()));
+    results[i] = store.ReadTensorBf16(tensors[i], p->owned_[i].data());
+  });
   for (const Status& st : results) ZM_RETURN_IF_ERROR(st);
 
   std::map<std::pair<int32_t, int32_t>, std::array<size_t, 3>> found;

@@ -5,11 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +17,7 @@
 #include "common/file_util.h"
 #include "common/hash.h"
 #include "common/manifest.h"
+#include "common/parallel.h"
 #include "common/safetensors.h"
 
 namespace zipmoe::convert {
@@ -210,22 +209,14 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
 
   // experts.bin: encode windows of tensors in parallel, write each window in order.
   ZM_ASSIGN_OR_RETURN(AtomicFile experts_file, AtomicFile::Create(JoinPath(tmp_dir, kExpertsFileName)));
-  const int n_threads =
-      opt.n_threads > 0 ? opt.n_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int n_threads = ResolveThreadCount(opt.n_threads);
   const size_t window = static_cast<size_t>(n_threads) * 4;
   CompressProgress prog;
   prog.tensors_total = static_cast<int64_t>(experts.size());
   for (size_t begin = 0; begin < experts.size(); begin += window) {
     const size_t end = std::min(experts.size(), begin + window);
     std::vector<Result<EncodedTensor>> encoded(end - begin, Status::Internal("not encoded"));
-    std::atomic<size_t> next{begin};
-    std::vector<std::thread> workers;
-    for (int w = 0; w < n_threads && w < static_cast<int>(end - begin); ++w) {
-      workers.emplace_back([&] {
-        for (size_t i = next++; i < end; i = next++) encoded[i - begin] = EncodeTensor(experts[i], opt);
-      });
-    }
-    for (auto& th : workers) th.join();
+    ParallelFor(begin, end, n_threads, [&](size_t i) { encoded[i - begin] = EncodeTensor(experts[i], opt); });
     for (auto& r : encoded) {
       if (!r.ok()) return r.status();
       EncodedTensor& enc = r.value();

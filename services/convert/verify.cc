@@ -12,6 +12,7 @@
 
 #include "common/expert_store.h"
 #include "common/file_util.h"
+#include "common/parallel.h"
 #include "common/safetensors.h"
 
 namespace zipmoe::convert {
@@ -126,8 +127,7 @@ Result<VerifySummary> VerifyCompressed(const VerifyOptions& opt, const std::func
   ZM_RETURN_IF_ERROR(CheckLayout(*store));
 
   const int64_t total = static_cast<int64_t>(m.expert_tensors.size());
-  const int n_threads =
-      opt.n_threads > 0 ? opt.n_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int n_threads = ResolveThreadCount(opt.n_threads);
   std::vector<Status> results(m.expert_tensors.size());
   std::atomic<size_t> next{0};
   std::atomic<int64_t> done{0};

@@ -1,6 +1,7 @@
 #include "services/executor/generator.h"
 
 #include "common/observed_expert_provider.h"
+#include "common/parallel.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -65,8 +66,7 @@ int Generator::n_threads() const { return impl_->n_threads; }
 Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->dir = options.model_dir;
-  impl->n_threads = options.n_threads > 0 ? options.n_threads
-                                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  impl->n_threads = ResolveThreadCount(options.n_threads);
   ZM_ASSIGN_OR_RETURN(at::Device device, ParseDevice(options.device));
   ZM_RETURN_IF_ERROR(TorchBoundary("set_num_threads", [&]() -> Status {
     at::set_num_threads(impl->n_threads);  // torch reports 1 otherwise in this build
