@@ -144,6 +144,13 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
     for (int32_t e = 0; e < layout.n_experts(); ++e) m->experts_in_layer_[l] += layout.Find(l, e) != nullptr;
   }
 
+  m->staging_layout_ = StagingLayout::ForModel(layout);
+  const uint64_t staging_bytes = static_cast<uint64_t>(config.staging_slots) * m->staging_layout_.slot_bytes;
+  if (staging_bytes > config.budget_bytes) {
+    return Status::InvalidArgument(fmt::format(
+        "cache config: {} staging slot(s) of {} bytes need {} bytes, more than the budget of {} bytes",
+        config.staging_slots, m->staging_layout_.slot_bytes, staging_bytes, config.budget_bytes));
+  }
   std::array<uint32_t, kPoolCount> n_slots{};
   if (config.policy == CachePolicy::kZipMoe) {
     ZM_ASSIGN_OR_RETURN(m->enabled_, ParsePoolSet(config.pools));
@@ -174,7 +181,8 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
     if (m->enabled_[PoolIndex(Pool::kF)] && stride > 0) {
       uint64_t experts = 0;
       for (int32_t count : m->experts_in_layer_) experts += static_cast<uint64_t>(count);
-      n_slots[PoolIndex(Pool::kF)] = static_cast<uint32_t>(std::min(config.budget_bytes / stride, experts));
+      n_slots[PoolIndex(Pool::kF)] =
+          static_cast<uint32_t>(std::min((config.budget_bytes - staging_bytes) / stride, experts));
     }
   }
 
@@ -182,6 +190,7 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
   for (Pool p : kPoolOrder) {
     specs.push_back({std::string(1, PoolLetter(p)), layout.slot_bytes(p), n_slots[PoolIndex(p)]});
   }
+  specs.push_back({"staging", m->staging_layout_.slot_bytes, config.staging_slots});
   ZM_ASSIGN_OR_RETURN(m->arena_, SlotArena::Create(config.shm_name, config.budget_bytes, specs));
   if (config.register_with_cuda && m->arena_->backed()) {
     ZM_ASSIGN_OR_RETURN(kernels::HostRegistration reg,
@@ -199,6 +208,31 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
   m->counters_.layer_requests.assign(n_layers, std::array<uint64_t, kStateCount>{});
   return m;
 }
+
+StagingLayout StagingLayout::ForModel(const ModelLayout& layout) {
+  StagingLayout s;
+  s.e_sm_bytes = AlignSlotBytes(layout.slot_bytes(Pool::kC));
+  s.e_plane_offset = s.e_sm_bytes;
+  s.bf16_offset = s.e_plane_offset + AlignSlotBytes(layout.slot_bytes(Pool::kF) / 2);
+  s.slot_bytes = s.bf16_offset + AlignSlotBytes(layout.slot_bytes(Pool::kF));
+  return s;
+}
+
+Result<uint32_t> CacheManager::AcquireStaging() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Result<uint32_t> slot = arena_->Allocate(kPoolCount);
+  if (!slot.ok()) {
+    return Status::Unavailable(fmt::format("all {} staging slots are in use", config_.staging_slots));
+  }
+  return slot;
+}
+
+void CacheManager::ReleaseStaging(uint32_t slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  arena_->Free(kPoolCount, slot);
+}
+
+uint8_t* CacheManager::StagingData(uint32_t slot) const { return arena_->SlotData(kPoolCount, slot); }
 
 CacheManager::~CacheManager() {
   std::lock_guard<std::mutex> lock(mu_);

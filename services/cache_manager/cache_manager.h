@@ -72,6 +72,25 @@ struct CacheConfig {
   int32_t tolerance = 0;         // δ >= 0, added to every threshold τ_i
   bool register_with_cuda = false;  // cudaHostRegister the arena (kernels/host_registration.h);
                                     // ignored when unbacked; failure fails Create (kUnavailable)
+  // In-flight reconstruction buffers ("staging slots", one per expert being read/decoded/recovered
+  // at once), carved from the same arena and counted in budget_bytes: each is StagingSlotBytes()
+  // (see StagingLayout). The pools get what is left. 0 = none (cache-only uses, tests).
+  uint32_t staging_slots = 0;
+};
+
+// Byte layout of one staging slot (ZipMoE §3.1 Fig. 5 ➎-➐ for one expert in flight). Offsets from
+// the slot start; every region 4 KiB-aligned so chunks can be O_DIRECT destinations:
+//   [0, e_sm_bytes)            the expert's E-chunks then SM-chunks, exactly as in a C-pool slot
+//                              (ExpertSlotLayout offsets; SM part at layout.SmPartOffset(kC))
+//   [e_plane_offset, +f/2)     decoded exponent planes: proj p at e_plane_offset + bf16.offset / 2
+//                              ([numel] uint8 each)
+//   [bf16_offset, +f)          recovered BF16: proj p at bf16_offset + bf16.offset ([numel] uint16)
+struct StagingLayout {
+  uint64_t e_sm_bytes = 0;      // slot_bytes(C)
+  uint64_t e_plane_offset = 0;  // = e_sm_bytes
+  uint64_t bf16_offset = 0;     // e_plane_offset + AlignSlotBytes(slot_bytes(F) / 2)
+  uint64_t slot_bytes = 0;      // bf16_offset + slot_bytes(F)
+  static StagingLayout ForModel(const ModelLayout& layout);
 };
 
 class CacheManager;
@@ -214,6 +233,13 @@ class CacheManager {
   uint64_t arena_bytes() const { return arena_->mapped_bytes(); }
   // Capacity of pool p for layer l (global baselines: the whole pool, for any l).
   int32_t Capacity(int32_t layer_id, Pool p) const;
+  // Staging slots (CacheConfig::staging_slots, StagingLayout). Acquire/Release are O(1) under mu_.
+  const StagingLayout& staging_layout() const { return staging_layout_; }
+  uint32_t staging_slots() const { return config_.staging_slots; }
+  // Errors: kUnavailable when every staging slot is taken.
+  Result<uint32_t> AcquireStaging();
+  void ReleaseStaging(uint32_t slot);  // ZM_CHECK: slot was acquired
+  uint8_t* StagingData(uint32_t slot) const;  // nullptr when unbacked
   // Non-null when register_with_cuda succeeded: device aliases of arena pointers (DevicePointerOf).
   const kernels::HostRegistration* host_registration() const { return registration_.get(); }
 
@@ -262,6 +288,7 @@ class CacheManager {
   std::vector<int32_t> experts_in_layer_;  // [n_layers] experts with tensors in the manifest
   std::unique_ptr<SlotArena> arena_;  // pool index = PoolIndex(p); bytes used outside mu_ under pins
   std::unique_ptr<kernels::HostRegistration> registration_;
+  StagingLayout staging_layout_;
 
   mutable std::mutex mu_;  // guards everything below
   std::vector<Entry> entries_;                                   // ZM_GUARDED_BY(mu_) [layers*experts]

@@ -3,8 +3,12 @@
 //   zipmoe generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3] [--max-new-tokens N]
 //                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
 //                   [--device cpu] [--logits-out FILE] [--json] [--chat]
+//                   [--memory-budget B [--policy P] [--pools FCSE] [--decompress-threads L]
+//                    [--stats-json FILE] ...]   (runtime flags: services/cli/runtime_flags.h)
 //
-// DIR is a Hugging Face checkpoint or a compressed zipmoe directory (all experts held resident).
+// DIR is a Hugging Face checkpoint or a compressed zipmoe directory. Without --memory-budget every
+// expert is held resident; with it (compressed DIR only) experts are served by the embedded ZipMoE
+// runtime (services/runtime/offload_provider.h) within that budget, with bit-identical outputs.
 // Text prompts use DIR/tokenizer.json: Encode(text, add_special_tokens=true), or with --chat the
 // tokenizer_config.json chat template around one user message (then add_special_tokens=false).
 // --logits-out FILE: float32 little-endian rows [n_rows, vocab], one per position fed through the
@@ -29,9 +33,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/manifest.h"
 #include "common/tokenizer.h"
 #include "services/cache_manager/plan_trace.h"
 #include "services/cli/commands.h"
+#include "services/cli/runtime_flags.h"
 #include "services/executor/generator.h"
 
 namespace zipmoe::cli {
@@ -53,6 +59,7 @@ struct GenerateArgs {
   bool json = false;
   bool chat = false;
   bool ignore_eos = false;
+  RuntimeFlags runtime;
 };
 
 // "1,2, 3" -> {1, 2, 3}. Errors: kInvalidArgument naming the bad item.
@@ -147,6 +154,23 @@ int RunGenerate(const GenerateArgs& args) {
       trace.push_back(std::move(rec));
     };
   }
+  std::unique_ptr<runtime::OffloadExpertProvider> provider;
+  if (!args.runtime.memory_budget.empty()) {
+    if (!FileExists(JoinPath(args.model_dir, kManifestFileName))) {
+      return Fail(Status::InvalidArgument(fmt::format(
+          "--memory-budget needs a compressed directory (zipmoe compress); {} has no {}", args.model_dir,
+          kManifestFileName)));
+    }
+    Result<runtime::OffloadConfig> config = ToOffloadConfig(args.runtime, args.model_dir);
+    if (!config.ok()) return Fail(config.status());
+    Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = runtime::OffloadExpertProvider::Create(*config);
+    if (!created.ok()) return Fail(created.status());
+    provider = std::move(created).value();
+    PrintRuntimeSummary(*provider);
+    options.expert_provider = provider.get();
+  } else if (!args.runtime.stats_json.empty()) {
+    return Fail(Status::InvalidArgument("--stats-json needs --memory-budget (the runtime's statistics)"));
+  }
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return Fail(generator.status());
 
@@ -182,6 +206,30 @@ int RunGenerate(const GenerateArgs& args) {
     for (const auto& rec : trace) lines += cache_manager::FormatTraceLine(rec) + "\n";
     Status st = WriteFileAtomic(args.trace_out, lines);
     if (!st.ok()) return Fail(st);
+  }
+  if (provider != nullptr) {
+    const runtime::RuntimeStats rs = provider->stats();
+    if (!args.runtime.stats_json.empty()) {
+      nlohmann::json j = runtime::RuntimeStatsToJson(rs);
+      j["model"] = args.model_dir;
+      j["policy"] = cache_manager::CachePolicyName(provider->config().policy);
+      j["pools_enabled"] = provider->config().pools;
+      j["decompress_threads"] = provider->config().n_workers;
+      j["ttft_s"] = stats.ttft_seconds;
+      j["tpot_s"] = stats.tpot_seconds;
+      j["total_s"] = stats.total_seconds;
+      j["prompt_tokens"] = r.prompt_ids.size();
+      j["generated_tokens"] = r.generated_ids.size();
+      Status st = WriteFileAtomic(args.runtime.stats_json, j.dump(2) + "\n");
+      if (!st.ok()) return Fail(st);
+    }
+    std::fprintf(stderr, "%s", fmt::format("I: runtime: {} requests, {} misses, hit rate {:.1f}%, read {:.1f} MiB "
+                                           "(E {:.1f}, SM {:.1f}), {} decodes, mean makespan/bound {:.2f}\n",
+                                           rs.cache.lookups, rs.cache.misses,
+                                           rs.cache.lookups ? 100.0 * rs.cache.HitsTotal() / rs.cache.lookups : 0.0,
+                                           (rs.io_bytes_e + rs.io_bytes_sm) / 1048576.0, rs.io_bytes_e / 1048576.0,
+                                           rs.io_bytes_sm / 1048576.0, rs.decode_ops,
+                                           runtime::MeanMakespanOverBound(rs)).c_str());
   }
   const double tokens_per_s =
       stats.total_seconds > 0 ? static_cast<double>(r.generated_ids.size()) / stats.total_seconds : 0.0;
@@ -238,6 +286,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--chat", args->chat, "wrap --prompt in the model's chat template as a user message");
   cmd->add_option("--trace-out", args->trace_out,
                   "write the routing trace (JSON lines: step, layer, experts, tokens) for `zipmoe plan --trace`");
+  AddRuntimeFlags(cmd, &args->runtime, /*budget_required=*/false);
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past EOS until --max-new-tokens (benchmarks)");
   cmd->callback([args, exit_code] { *exit_code = RunGenerate(*args); });
 }

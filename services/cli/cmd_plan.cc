@@ -17,9 +17,9 @@
 
 #include "common/file_util.h"
 #include "common/manifest.h"
+#include "services/cache_manager/plan_builder.h"
 #include "services/cache_manager/plan_cost.h"
-#include "services/cache_manager/plan_profile.h"
-#include "services/cache_manager/plan_trace.h"
+#include "services/cli/cli_util.h"
 #include "services/cache_manager/planner.h"
 #include "services/cli/commands.h"
 
@@ -43,33 +43,6 @@ struct PlanArgs {
   bool json = false;
 };
 
-// "512MiB", "1.5GB", "4096", "64k": B, K/KB = 1e3, KiB = 2^10, M/MB, MiB, G/GB, GiB, T/TB, TiB.
-Result<uint64_t> ParseByteSize(const std::string& text) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    return Status::InvalidArgument(fmt::format("--memory-budget '{}': expected a size such as 512MiB", text));
-  }
-  std::string unit = text.substr(pos);
-  unit.erase(0, unit.find_first_not_of(' '));
-  for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  double scale = 0;
-  const std::pair<const char*, double> units[] = {
-      {"", 1},         {"b", 1},          {"k", 1e3},         {"kb", 1e3},        {"kib", 1024.0},
-      {"m", 1e6},      {"mb", 1e6},       {"mib", 1048576.0}, {"g", 1e9},         {"gb", 1e9},
-      {"gib", 1073741824.0}, {"t", 1e12}, {"tb", 1e12},       {"tib", 1099511627776.0}};
-  for (const auto& [name, s] : units) {
-    if (unit == name) scale = s;
-  }
-  if (scale == 0 || !(value >= 0) || !std::isfinite(value)) {
-    return Status::InvalidArgument(fmt::format("--memory-budget '{}': unknown unit '{}' (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)",
-                                               text, unit));
-  }
-  return static_cast<uint64_t>(std::floor(value * scale));
-}
-
 std::string Mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / 1048576.0); }
 
 // {"F": v[0], "C": v[1], "S": v[2], "E": v[3]}
@@ -81,74 +54,39 @@ nlohmann::json PerPool(const std::array<T, cm::kNumPools>& v) {
 }
 
 Status RunPlan(const PlanArgs& args) {
-  ZM_ASSIGN_OR_RETURN(uint64_t budget, ParseByteSize(args.budget));
+  ZM_ASSIGN_OR_RETURN(uint64_t budget, ParseByteSize(args.budget, "--memory-budget"));
   ZM_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(args.model));
-  ZM_ASSIGN_OR_RETURN(cm::ModelPlanInputs model, cm::ModelPlanInputsFromManifest(manifest, args.model));
-  ZM_ASSIGN_OR_RETURN(cm::PoolSet pools, cm::ParsePoolSet(args.pools));
   if (args.byte_costs != "slot" && args.byte_costs != "stored") {
     return Status::InvalidArgument(fmt::format("--byte-costs '{}': expected slot or stored", args.byte_costs));
   }
-  if (args.batch_size < 1) return Status::InvalidArgument(fmt::format("--batch-size {}: must be >= 1", args.batch_size));
-  const int32_t n_workers = args.n_workers > 0
-                                ? args.n_workers
-                                : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()) - 1);
-
-  // Costs: the profile when there is one, else the documented defaults.
-  const std::string default_profile = JoinPath(args.model, cm::kProfileFileName);
-  const std::string profile_path = !args.profile.empty() ? args.profile : default_profile;
-  cm::CostModel cost;
-  std::string cost_source = "defaults";
-  std::string io_mode;
-  if (!args.profile.empty() || FileExists(default_profile)) {
-    ZM_ASSIGN_OR_RETURN(cm::StorageProfile profile, cm::ReadStorageProfile(profile_path));
-    cost = cm::CostModelFromProfile(profile, model, n_workers);
-    cost_source = profile_path;
-    io_mode = profile.io_mode;
-  } else {
-    cost = cm::DefaultCostModel(model, n_workers);
-  }
-  if (args.expert_compute_us >= 0) cost.expert_compute_us = args.expert_compute_us;
-  if (args.recovery_us >= 0) cost.recovery_us = args.recovery_us;
-
-  // Workload: rank frequencies of the trace at this batch size, or uniform.
-  std::vector<double> rank_freq;
-  int32_t k = model.top_k;
-  std::string workload;
-  int64_t trace_records = 0;
-  double mean_active = model.top_k;
-  if (!args.trace.empty()) {
-    ZM_ASSIGN_OR_RETURN(auto records, cm::ReadTrace(args.trace));
-    ZM_ASSIGN_OR_RETURN(auto by_batch, cm::ComputeRankFrequencies(records, model.n_experts, model.top_k));
-    auto it = by_batch.find(args.batch_size);
-    if (it == by_batch.end()) {
-      std::string have;
-      for (const auto& [b, rf] : by_batch) have += fmt::format("{}{} ({} records)", have.empty() ? "" : ", ", b, rf.n_records);
-      return Status::InvalidArgument(fmt::format("{}: no records with batch size {} (trace has: {})", args.trace,
-                                                 args.batch_size, have));
-    }
-    rank_freq = it->second.rank_freq;
-    k = it->second.active_k;
-    trace_records = it->second.n_records;
-    mean_active = it->second.mean_active_experts;
-    workload = "trace";
-  } else {
-    // Distinct experts per step when each of B tokens picks k of N uniformly: N (1 - (1 - k/N)^B).
-    const double n = model.n_experts;
-    mean_active = n * (1.0 - std::pow(1.0 - model.top_k / n, args.batch_size));
-    k = static_cast<int32_t>(std::clamp<double>(std::round(mean_active), 1, n));
-    rank_freq = cm::UniformRankFrequencies(model.n_experts, k);
-    workload = "uniform";
-  }
-
-  const uint64_t per_layer = budget / static_cast<uint64_t>(std::max(model.n_moe_layers, 1));
-  const cm::PoolCosts& costs = args.byte_costs == "slot" ? model.slot_costs : model.pool_costs;
-  cm::PlanOptions options;
-  options.grid_step = args.grid_step;
-  options.pools = pools;
-  ZM_ASSIGN_OR_RETURN(cm::PoolPlan plan, cm::PlanPools(rank_freq, k, per_layer, costs, cost, options));
-  cm::PlanOptions f_only = options;
-  f_only.pools = {true, false, false, false};
-  ZM_ASSIGN_OR_RETURN(cm::PoolPlan f_plan, cm::PlanPools(rank_freq, k, per_layer, costs, cost, f_only));
+  cm::PlanRequest request;
+  request.model_dir = args.model;
+  request.budget_bytes = budget;
+  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(args.pools));
+  request.trace_path = args.trace;
+  request.batch_size = args.batch_size;
+  request.n_workers = args.n_workers > 0 ? args.n_workers
+                                         : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()) - 1);
+  request.profile_path = args.profile;
+  request.grid_step = args.grid_step;
+  request.slot_costs = args.byte_costs == "slot";
+  request.expert_compute_us = args.expert_compute_us;
+  request.recovery_us = args.recovery_us;
+  ZM_ASSIGN_OR_RETURN(cm::PlanBuild build, cm::BuildPlan(manifest, request));
+  const cm::ModelPlanInputs& model = build.model;
+  const cm::CostModel& cost = build.cost;
+  const cm::PoolSet& pools = request.pools;
+  const std::vector<double>& rank_freq = build.rank_freq;
+  const int32_t k = build.active_k;
+  const std::string& workload = build.workload;
+  const std::string& cost_source = build.cost_source;
+  const std::string& io_mode = build.io_mode;
+  const int64_t trace_records = build.trace_records;
+  const double mean_active = build.mean_active_experts;
+  const uint64_t per_layer = build.budget_bytes_per_layer;
+  const cm::PoolCosts& costs = build.costs;
+  const cm::PoolPlan& plan = build.plan;
+  const cm::PoolPlan& f_plan = build.f_only;
 
   if (args.json) {
     nlohmann::json j;

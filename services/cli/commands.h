@@ -16,5 +16,6 @@ void AddInspectCommand(CLI::App& app, int* exit_code);   // cmd_inspect.cc
 void AddGenerateCommand(CLI::App& app, int* exit_code);  // cmd_generate.cc
 void AddPlanCommand(CLI::App& app, int* exit_code);      // cmd_plan.cc
 void AddProfileCommand(CLI::App& app, int* exit_code);   // cmd_profile.cc
+void AddReplayCommand(CLI::App& app, int* exit_code);    // cmd_replay.cc
 
 }  // namespace zipmoe::cli

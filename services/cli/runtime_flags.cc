@@ -1,0 +1,76 @@
+#include "services/cli/runtime_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "services/cli/cli_util.h"
+
+namespace zipmoe::cli {
+
+namespace cm = cache_manager;
+
+void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
+  CLI::Option* budget = cmd->add_option(
+      "--memory-budget", f->memory_budget,
+      "memory for experts (cache pools + experts in flight), e.g. 512MiB; without it every expert is resident");
+  if (budget_required) budget->required();
+  cmd->add_option("--policy", f->policy, "zipmoe | lru | fifo | lfu | full-load")->capture_default_str();
+  cmd->add_option("--pools", f->pools, "zipmoe: enabled pools Λ, letters of FCSE")->capture_default_str();
+  cmd->add_option("--pool-ratios", f->pool_ratios,
+                  "zipmoe: fixed byte shares of the pools, e.g. F=0.4,C=0.3,S=0.2,E=0.1 (default: planner, Alg. 4)");
+  cmd->add_option("--plan-trace", f->plan_trace, "routing trace (generate --trace-out) the planner fits f_r to");
+  cmd->add_option("--profile", f->profile, "profile JSON from `zipmoe profile` (default MODEL/profile.json)");
+  cmd->add_option("--decompress-threads", f->decompress_threads, "L: decompression workers (0 = CPUs - 1)")
+      ->capture_default_str();
+  cmd->add_option("--staging-slots", f->staging_slots, "experts in flight at once (0 = auto: top-k within 1/4 budget)")
+      ->capture_default_str();
+  cmd->add_option("--tolerance", f->tolerance, "δ added to the rank thresholds τ_i")->capture_default_str();
+  cmd->add_flag("--page-cache", f->page_cache, "buffered reads instead of O_DIRECT");
+  cmd->add_flag("--fifo-dispatch", f->fifo_dispatch, "FIFO read/decode order instead of the cache-affinity scheduler");
+  cmd->add_flag("--no-verify-recovery", f->no_verify_recovery, "skip the xxh64 check of recovered BF16 tensors");
+  cmd->add_option("--stats-json", f->stats_json, "write runtime statistics (requests per pool, misses, I/O, makespan)");
+}
+
+Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std::string& model_dir) {
+  runtime::OffloadConfig c;
+  c.model_dir = model_dir;
+  ZM_ASSIGN_OR_RETURN(c.memory_budget_bytes, ParseByteSize(f.memory_budget, "--memory-budget"));
+  ZM_ASSIGN_OR_RETURN(c.policy, cm::ParseCachePolicy(f.policy));
+  c.pools = f.pools;
+  c.pool_ratios = f.pool_ratios;
+  c.trace_path = f.plan_trace;
+  c.profile_path = f.profile;
+  c.tolerance = f.tolerance;
+  c.n_workers = f.decompress_threads;
+  c.staging_slots = f.staging_slots;
+  c.page_cache = f.page_cache;
+  c.scheduler = !f.fifo_dispatch;
+  c.verify_recovered = !f.no_verify_recovery;
+  return c;
+}
+
+void PrintRuntimeSummary(const runtime::OffloadExpertProvider& p) {
+  const runtime::OffloadConfig& c = p.config();
+  const cm::CacheManager& cache = p.cache();
+  std::string pools;
+  for (cm::Pool pool : cm::kPoolOrder) {
+    const cm::PoolCounters pc = cache.Counters().pools[cm::PoolIndex(pool)];
+    if (pc.capacity_bytes == 0) continue;
+    pools += fmt::format(" {}={:.1f}MiB", cm::PoolLetter(pool), pc.capacity_bytes / 1048576.0);
+  }
+  const runtime::RuntimeStats s = p.stats();
+  std::fprintf(stderr, "%s",
+               fmt::format("I: runtime: policy {}, budget {:.1f} MiB (min {:.1f} MiB), pools{}, {} staging slot(s) of "
+                           "{:.1f} MiB, {} decompression worker(s), {} reads, {}\n",
+                           cm::CachePolicyName(c.policy), c.memory_budget_bytes / 1048576.0,
+                           p.minimum_budget_bytes() / 1048576.0, pools.empty() ? " none" : pools, c.staging_slots,
+                           cache.staging_layout().slot_bytes / 1048576.0, c.n_workers,
+                           s.direct_io ? "O_DIRECT" : "buffered",
+                           c.scheduler ? "cache-affinity scheduler (Alg. 1)" : "FIFO dispatch")
+                   .c_str());
+}
+
+}  // namespace zipmoe::cli

@@ -1,0 +1,42 @@
+// Flags of the embedded runtime (services/runtime/offload_provider.h) shared by `zipmoe generate`
+// and `zipmoe replay`: memory budget, cache policy, pools, workers, staging, I/O mode, stats.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "services/runtime/offload_provider.h"
+
+namespace CLI {
+class App;
+}
+
+namespace zipmoe::cli {
+
+struct RuntimeFlags {
+  std::string memory_budget;     // "" = every expert resident (no runtime)
+  std::string policy = "zipmoe";
+  std::string pools = "FCSE";
+  std::string pool_ratios;       // "" = planner
+  std::string plan_trace;        // planner workload
+  std::string profile;
+  int decompress_threads = 0;
+  uint32_t staging_slots = 0;
+  int32_t tolerance = 0;
+  bool page_cache = false;
+  bool fifo_dispatch = false;    // FIFO order instead of Alg. 1
+  bool no_verify_recovery = false;
+  std::string stats_json;
+};
+
+// Registers the flags on `cmd`. `budget_required`: --memory-budget is mandatory (replay).
+void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* flags, bool budget_required);
+
+// Errors: kInvalidArgument for an unparsable budget / policy.
+Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& flags, const std::string& model_dir);
+
+// One stderr line: policy, budget, pools and their capacities, staging slots, workers, I/O mode.
+void PrintRuntimeSummary(const runtime::OffloadExpertProvider& provider);
+
+}  // namespace zipmoe::cli

@@ -1,0 +1,611 @@
+#include "services/runtime/offload_provider.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/slot_arena.h"
+#include "services/decompressor/decompress_op.h"
+#include "services/scheduler/lower_bound.h"
+
+namespace zipmoe::runtime {
+
+namespace cm = cache_manager;
+
+namespace {
+
+std::string DefaultShmName() {
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format("/zipmoe-arena-{}-{}", static_cast<long>(::getpid()), counter.fetch_add(1));
+}
+
+bool ECached(CompressionState s) { return s == CompressionState::kC || s == CompressionState::kE; }
+bool SmCached(CompressionState s) { return s == CompressionState::kC || s == CompressionState::kS; }
+
+}  // namespace
+
+uint32_t ChooseStagingSlots(uint64_t budget_bytes, uint64_t staging_slot_bytes, int32_t top_k) {
+  if (staging_slot_bytes == 0) return 1;
+  const uint64_t quarter = budget_bytes / 4 / staging_slot_bytes;
+  return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(quarter, std::max(top_k, 1))));
+}
+
+// A lease on one delivered expert; releasing it admits the expert and frees its staging slot.
+class OffloadExpertProvider::Lease : public ExpertLease {
+ public:
+  Lease(OffloadExpertProvider* owner, int32_t expert, ExpertWeightsView view)
+      : owner_(owner), expert_(expert), view_(view) {}
+  ~Lease() override { owner_->OnLeaseReleased(expert_); }
+  const ExpertWeightsView& weights() const override { return view_; }
+
+ private:
+  OffloadExpertProvider* owner_;
+  int32_t expert_;
+  ExpertWeightsView view_;
+};
+
+OffloadExpertProvider::OffloadExpertProvider(OffloadConfig config) : config_(std::move(config)) {}
+
+Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(const OffloadConfig& config) {
+  std::unique_ptr<OffloadExpertProvider> p(new OffloadExpertProvider(config));
+  OffloadConfig& cfg = p->config_;
+  if (cfg.shm_name.empty()) cfg.shm_name = DefaultShmName();
+  if (cfg.n_workers <= 0) cfg.n_workers = decompressor::DefaultWorkerCount();
+  ZM_ASSIGN_OR_RETURN(p->store_, ExpertStore::Open(cfg.model_dir));
+  const Manifest& manifest = p->store_->manifest();
+  ZM_ASSIGN_OR_RETURN(cm::ModelLayout layout, cm::ModelLayout::FromManifest(manifest));
+  ZM_ASSIGN_OR_RETURN(cm::ModelPlanInputs model, cm::ModelPlanInputsFromManifest(manifest, cfg.model_dir));
+  const cm::StagingLayout staging = cm::StagingLayout::ForModel(layout);
+  if (cfg.memory_budget_bytes < staging.slot_bytes) {
+    return Status::InvalidArgument(fmt::format(
+        "memory budget {} bytes ({:.2f} MiB) is below the minimum {} bytes ({:.2f} MiB) for {}: one expert in "
+        "flight needs one staging slot (E-/SM-chunks, exponent planes and BF16 of its {} tensors)",
+        cfg.memory_budget_bytes, cfg.memory_budget_bytes / 1048576.0, staging.slot_bytes,
+        staging.slot_bytes / 1048576.0, cfg.model_dir, model.tensors_per_expert));
+  }
+  const uint32_t slots =
+      cfg.staging_slots > 0 ? cfg.staging_slots : ChooseStagingSlots(cfg.memory_budget_bytes, staging.slot_bytes, model.top_k);
+  const uint64_t staging_bytes = static_cast<uint64_t>(slots) * staging.slot_bytes;
+  if (staging_bytes > cfg.memory_budget_bytes) {
+    return Status::InvalidArgument(fmt::format("{} staging slots need {} bytes, more than the memory budget of {} bytes",
+                                               slots, staging_bytes, cfg.memory_budget_bytes));
+  }
+  cfg.staging_slots = slots;
+
+  // Plan the pools with what the staging slots leave (the cost model serves every policy).
+  const bool zipmoe = cfg.policy == cm::CachePolicy::kZipMoe;
+  cm::PlanRequest request;
+  request.model_dir = cfg.model_dir;
+  request.budget_bytes = zipmoe ? cfg.memory_budget_bytes - staging_bytes : 0;
+  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(zipmoe ? cfg.pools : "F"));
+  request.trace_path = cfg.trace_path;
+  request.n_workers = cfg.n_workers;
+  request.profile_path = cfg.profile_path;
+  if (zipmoe && !cfg.pool_ratios.empty()) {
+    ZM_ASSIGN_OR_RETURN(request.ratios, cm::ParsePoolRatios(cfg.pool_ratios));
+  }
+  ZM_ASSIGN_OR_RETURN(p->plan_, cm::BuildPlan(manifest, request));
+
+  cm::CacheConfig cache_config;
+  cache_config.policy = cfg.policy;
+  cache_config.budget_bytes = cfg.memory_budget_bytes;
+  cache_config.shm_name = cfg.shm_name;
+  cache_config.plan = zipmoe ? cm::ToCachePlan(p->plan_, layout) : cm::CachePlan{};
+  cache_config.pools = zipmoe ? cfg.pools : "F";
+  cache_config.tolerance = cfg.tolerance;
+  cache_config.staging_slots = slots;
+  ZM_ASSIGN_OR_RETURN(p->cache_, cm::CacheManager::Create(manifest, cache_config));
+
+  const cm::CostModel& c = p->plan_.cost;
+  p->cost_.sm_read_us = c.sm_read_us;
+  p->cost_.e_read_us = c.e_read_us;
+  p->cost_.decompress_us = c.decompress_us;
+  p->cost_.recover_us = c.recovery_us;
+  p->cost_.n_shards = std::max(1, c.n_shards);
+  p->cost_.n_workers = cfg.n_workers;
+  ZM_RETURN_IF_ERROR(scheduler::ValidateCostModel(p->cost_));
+
+  OffloadExpertProvider* raw = p.get();
+  storage::StorageConfig storage_config;
+  storage_config.path = p->store_->experts_path();
+  storage_config.page_cache = cfg.page_cache;
+  storage_config.on_complete = [raw](const storage::ReadCompletion& done) { raw->OnReadComplete(done); };
+  ZM_ASSIGN_OR_RETURN(p->storage_, storage::StorageService::Create(storage_config));
+  decompressor::DecompressorConfig pool_config;
+  pool_config.n_workers = cfg.n_workers;
+  pool_config.on_complete = [raw](const decompressor::DecompressCompletion& done) { raw->OnDecompressComplete(done); };
+  ZM_ASSIGN_OR_RETURN(p->pool_, decompressor::DecompressorPool::Create(pool_config));
+
+  p->stats_.per_layer.resize(layout.n_layers());
+  p->stats_.staging_slots = slots;
+  p->stats_.arena_bytes = p->cache_->arena_bytes();
+  p->stats_.budget_bytes = cfg.memory_budget_bytes;
+  p->stats_.direct_io = p->storage_->direct_io();
+  return p;
+}
+
+OffloadExpertProvider::~OffloadExpertProvider() {
+  if (storage_) storage_->Stop();  // every op completes (callbacks take mu_)
+  if (pool_) pool_->Stop();
+  std::lock_guard<std::mutex> lock(mu_);
+  ResetLayerLocked();
+}
+
+uint64_t OffloadExpertProvider::minimum_budget_bytes() const { return cache_->staging_layout().slot_bytes; }
+
+double OffloadExpertProvider::NowUs() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - layer_start_).count();
+}
+
+std::vector<scheduler::ExpertTask> OffloadExpertProvider::TasksOf(const std::vector<int32_t>& experts) const {
+  std::vector<scheduler::ExpertTask> tasks;
+  for (int32_t idx : experts) {
+    const ExpertWork& w = experts_[idx];
+    for (int proj = 0; proj < cm::kProjCount; ++proj) {
+      scheduler::ExpertTask t;
+      t.expert_id = w.expert_id;
+      t.proj = static_cast<ExpertProj>(proj);
+      t.state = w.lookup.state;
+      t.n_tokens = w.n_tokens;
+      t.expert_compute_us = plan_.cost.expert_compute_us * std::max(1, w.n_tokens);
+      tasks.push_back(t);
+    }
+  }
+  return tasks;
+}
+
+Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (active_) {
+    if (error_.ok()) {
+      return Status::InvalidArgument(fmt::format("BeginLayer({}): layer {} has not ended", routing.layer_id, layer_id_));
+    }
+    for (const ExpertWork& w : experts_) {
+      if (w.delivered && !w.released) {
+        return Status::InvalidArgument(fmt::format(
+            "BeginLayer({}): a lease of failed layer {} (expert {}) is still held", routing.layer_id, layer_id_, w.expert_id));
+      }
+    }
+    DrainLocked(lock);
+    ResetLayerLocked();
+  }
+  if (routing.expert_ids.size() != routing.tokens_per_expert.size()) {
+    return Status::InvalidArgument(fmt::format("BeginLayer({}): {} experts but {} token counts", routing.layer_id,
+                                               routing.expert_ids.size(), routing.tokens_per_expert.size()));
+  }
+  for (size_t i = 1; i < routing.expert_ids.size(); ++i) {
+    if (routing.expert_ids[i] <= routing.expert_ids[i - 1]) {
+      return Status::InvalidArgument(fmt::format("BeginLayer({}): expert ids must be distinct and ascending",
+                                                 routing.layer_id));
+    }
+  }
+  layer_start_ = std::chrono::steady_clock::now();
+  measure_ = LayerMeasure{};
+  experts_.clear();
+  experts_.resize(routing.expert_ids.size());
+  layer_id_ = routing.layer_id;
+  std::vector<int32_t> to_load;
+  for (size_t i = 0; i < routing.expert_ids.size(); ++i) {
+    ExpertWork& w = experts_[i];
+    w.expert_id = routing.expert_ids[i];
+    w.n_tokens = routing.tokens_per_expert[i];
+    for (int proj = 0; proj < cm::kProjCount; ++proj) {
+      w.tensors[proj].info = store_->Find(routing.layer_id, w.expert_id, static_cast<ExpertProj>(proj));
+      if (w.tensors[proj].info == nullptr) {
+        experts_.clear();
+        return Status::NotFound(fmt::format("{}: layer {} expert {} has no {} tensor", config_.model_dir,
+                                            routing.layer_id, w.expert_id, ExpertProjName(static_cast<ExpertProj>(proj))));
+      }
+    }
+    Result<cm::ExpertLookup> lookup = cache_->Lookup(routing.layer_id, w.expert_id);
+    if (!lookup.ok()) {
+      experts_.clear();
+      return lookup.status();
+    }
+    w.lookup = std::move(*lookup);
+    if (w.lookup.state == CompressionState::kF) {
+      for (int proj = 0; proj < cm::kProjCount; ++proj) {
+        w.tensors[proj].weights = w.lookup.Bf16(static_cast<ExpertProj>(proj));
+        w.tensors[proj].done = true;
+      }
+      w.started = w.ready = true;
+      ready_.push_back(static_cast<int32_t>(i));
+    } else {
+      to_load.push_back(static_cast<int32_t>(i));
+    }
+  }
+  // Tasks of resident experts count in the layer's bound (their compute); loaded ones are added per wave.
+  for (size_t i = 0; i < experts_.size(); ++i) {
+    if (experts_[i].lookup.state != CompressionState::kF) continue;
+    for (const scheduler::ExpertTask& t : TasksOf({static_cast<int32_t>(i)})) measure_.tasks.push_back(t);
+  }
+  active_ = true;
+
+  // Order the experts to load as Alg. 1 would over the whole layer, so that waves follow it.
+  if (to_load.size() > cache_->staging_slots()) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<scheduler::ExpertTask> tasks = TasksOf(to_load);
+    Result<scheduler::LayerSchedule> sched =
+        config_.scheduler ? scheduler::ScheduleLayer(tasks, cost_) : scheduler::ScheduleLayerBaseline(tasks, cost_);
+    stats_.schedule_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!sched.ok()) {
+      FailLocked(sched.status());
+      return sched.status();
+    }
+    std::vector<bool> seen(to_load.size(), false);
+    for (int32_t t : sched->task_order) {
+      const size_t e = static_cast<size_t>(t) / cm::kProjCount;
+      if (!seen[e]) pending_.push_back(to_load[e]);
+      seen[e] = true;
+    }
+  } else {
+    pending_.assign(to_load.begin(), to_load.end());
+  }
+  Status st = StartPendingLocked();
+  if (!st.ok()) FailLocked(st);
+  return st;
+}
+
+Status OffloadExpertProvider::StartPendingLocked() {
+  std::vector<int32_t> wave;
+  while (!pending_.empty()) {
+    Result<uint32_t> slot = cache_->AcquireStaging();
+    if (!slot.ok()) break;
+    ExpertWork& w = experts_[pending_.front()];
+    w.staging = *slot;
+    w.staging_base = cache_->StagingData(*slot);
+    wave.push_back(pending_.front());
+    pending_.pop_front();
+  }
+  if (wave.empty()) return Status::Ok();
+  return StartWaveLocked(wave);
+}
+
+Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave) {
+  const std::vector<scheduler::ExpertTask> tasks = TasksOf(wave);
+  const auto start = std::chrono::steady_clock::now();
+  ZM_ASSIGN_OR_RETURN(scheduler::LayerSchedule sched, config_.scheduler ? scheduler::ScheduleLayer(tasks, cost_)
+                                                                       : scheduler::ScheduleLayerBaseline(tasks, cost_));
+  stats_.schedule_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++measure_.waves;
+  measure_.tasks.insert(measure_.tasks.end(), tasks.begin(), tasks.end());
+
+  const cm::StagingLayout& sl = cache_->staging_layout();
+  for (int32_t idx : wave) {
+    ExpertWork& w = experts_[idx];
+    w.started = true;
+    w.start_us = NowUs();
+    const CompressionState s = w.lookup.state;
+    for (int proj = 0; proj < cm::kProjCount; ++proj) {
+      TensorWork& tw = w.tensors[proj];
+      const cm::TensorSlotLayout& tl = w.lookup.layout->tensors[proj];
+      const ExpertProj ep = static_cast<ExpertProj>(proj);
+      uint8_t* base = w.staging_base;
+      tw.e_plane = base + sl.e_plane_offset + tl.bf16.offset / 2;
+      tw.bf16 = reinterpret_cast<uint16_t*>(base + sl.bf16_offset + tl.bf16.offset);
+      tw.weights = tw.bf16;
+      tw.e_src.resize(tl.e_chunks.size());
+      for (size_t i = 0; i < tl.e_chunks.size(); ++i) {
+        tw.e_src[i] = ECached(s) ? w.lookup.EChunk(ep, static_cast<int>(i)) : base + tl.e_chunks[i].offset;
+      }
+      tw.sm = SmCached(s) ? w.lookup.Sm(ep) : base + w.lookup.layout->SmPartOffset(cm::Pool::kC) + tl.sm.offset;
+      tw.sm_ready = SmCached(s);
+      tw.decodes_left = static_cast<int>(tl.e_chunks.size());
+      ++w.tensors_left;
+    }
+  }
+
+  // Decode ops first (READY when their E-chunk is cached), then the reads that make the others READY.
+  const int32_t base_priority = next_priority_;
+  std::vector<uint64_t> decode_id(tasks.size() * sched.n_shards, 0);
+  std::vector<std::pair<decompressor::DecompressOp, bool>> decodes;
+  for (size_t rank = 0; rank < sched.order.decode_order.size(); ++rank) {
+    const scheduler::DecodeOp& d = sched.order.decode_order[rank];
+    const int32_t idx = wave[d.task / cm::kProjCount];
+    const int32_t proj = d.task % cm::kProjCount;
+    TensorWork& tw = experts_[idx].tensors[proj];
+    const uint64_t id = next_op_id_++;
+    decode_id[static_cast<size_t>(d.task) * sched.n_shards + d.shard] = id;
+    decodes.emplace_back(decompressor::MakeDecodeEChunkOp(*tw.info, d.shard, id, base_priority + static_cast<int32_t>(rank),
+                                                          tw.e_src[d.shard], tw.e_plane),
+                         ECached(experts_[idx].lookup.state));
+    ops_[id] = OpRef{idx, proj, d.shard, OpKind::kDecode, 0};
+  }
+  next_priority_ += static_cast<int32_t>(sched.order.decode_order.size());
+  std::vector<storage::ReadOp> reads;
+  for (const scheduler::IoOp& io : sched.order.io_order) {
+    const int32_t idx = wave[io.task / cm::kProjCount];
+    const int32_t proj = io.task % cm::kProjCount;
+    ExpertWork& w = experts_[idx];
+    TensorWork& tw = w.tensors[proj];
+    const cm::TensorSlotLayout& tl = w.lookup.layout->tensors[proj];
+    const uint64_t id = next_op_id_++;
+    if (io.chunk == ChunkKind::kE) {
+      const cm::SlotExtent& ext = tl.e_chunks[io.shard];
+      reads.push_back(storage::MakeChunkReadOp(*tw.info, io.shard, id, w.staging_base + ext.offset, ext.read_bytes));
+      ops_[id] = OpRef{idx, proj, io.shard, OpKind::kReadE,
+                       decode_id[static_cast<size_t>(io.task) * sched.n_shards + io.shard]};
+    } else {
+      reads.push_back(storage::MakeChunkReadOp(*tw.info, tw.info->n_shards, id, const_cast<uint8_t*>(tw.sm),
+                                               tl.sm.read_bytes));
+      ops_[id] = OpRef{idx, proj, -1, OpKind::kReadSm, 0};
+    }
+  }
+  for (auto& [op, ready] : decodes) {
+    const uint64_t id = op.op_id;
+    Status st = pool_->Add(std::move(op), ready);
+    if (!st.ok()) {
+      ops_.erase(id);
+      return st;
+    }
+  }
+  if (!reads.empty()) {
+    std::vector<uint64_t> ids;
+    for (const storage::ReadOp& r : reads) ids.push_back(r.op_id);
+    Status st = storage_->Submit(std::move(reads));
+    if (!st.ok()) {
+      for (uint64_t id : ids) ops_.erase(id);  // their decodes stay waiting until DrainLocked cancels them
+      return st;
+    }
+  }
+  // C-state tensors with every input in memory still wait for their decodes; nothing else to kick.
+  return Status::Ok();
+}
+
+void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
+  std::vector<std::pair<uint64_t, Status>> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ops_.find(c.op_id);
+    if (it == ops_.end()) return;
+    const OpRef ref = it->second;
+    ops_.erase(it);
+    ++stats_.io_ops;
+    stats_.io_read_bytes += c.read_bytes;
+    stats_.io_seconds += c.read_us * 1e-6;
+    if (!c.status.ok()) {
+      FailLocked(c.status);
+      if (ref.kind == OpKind::kReadE) cancels.emplace_back(ref.decode_op, c.status);
+    } else if (ref.kind == OpKind::kReadE) {
+      stats_.io_bytes_e += c.stored_bytes;
+      ++measure_.e_reads;
+      measure_.e_read_us += static_cast<double>(c.read_us);
+      Status st = pool_->MarkReady(ref.decode_op);
+      if (!st.ok()) FailLocked(st);
+    } else {
+      stats_.io_bytes_sm += c.stored_bytes;
+      ++measure_.sm_reads;
+      measure_.sm_read_us += static_cast<double>(c.read_us);
+      experts_[ref.expert].tensors[ref.proj].sm_ready = true;
+      TensorProgressLocked(ref.expert, ref.proj);
+    }
+    cv_.notify_all();
+  }
+  for (const auto& [id, status] : cancels) {
+    if (!pool_->Cancel(id, status).ok()) continue;  // already completed or stopping: nothing to undo
+  }
+}
+
+void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressCompletion& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ops_.find(c.op_id);
+  if (it == ops_.end()) return;
+  const OpRef ref = it->second;
+  ops_.erase(it);
+  if (!c.status.ok()) {
+    FailLocked(c.status);
+    cv_.notify_all();
+    return;
+  }
+  ExpertWork& w = experts_[ref.expert];
+  TensorWork& tw = w.tensors[ref.proj];
+  if (ref.kind == OpKind::kDecode) {
+    ++stats_.decode_ops;
+    stats_.decode_seconds += c.run_us * 1e-6;
+    ++measure_.decodes;
+    measure_.decode_us += static_cast<double>(c.run_us);
+    --tw.decodes_left;
+    TensorProgressLocked(ref.expert, ref.proj);
+  } else {
+    ++stats_.recover_ops;
+    stats_.recover_seconds += c.run_us * 1e-6;
+    ++measure_.recoveries;
+    measure_.recover_us += static_cast<double>(c.run_us);
+    tw.done = true;
+    if (--w.tensors_left == 0 && error_.ok()) {
+      w.ready = true;
+      w.ready_us = NowUs();
+      ready_.push_back(ref.expert);
+    }
+  }
+  cv_.notify_all();
+}
+
+void OffloadExpertProvider::TensorProgressLocked(int32_t expert, int32_t proj) {
+  TensorWork& tw = experts_[expert].tensors[proj];
+  if (tw.decodes_left > 0 || !tw.sm_ready || tw.recovering || !error_.ok()) return;
+  tw.recovering = true;
+  const uint64_t id = next_op_id_++;
+  // Recovery unblocks an expert's computation: it runs ahead of every decode (lowest priority value).
+  decompressor::DecompressOp op = decompressor::MakeRecoverBf16Op(
+      *tw.info, id, std::numeric_limits<int32_t>::min() + static_cast<int32_t>(id % (1u << 30)), tw.e_plane, tw.sm,
+      tw.bf16);
+  if (!config_.verify_recovered) op.expected_xxh64.reset();
+  ops_[id] = OpRef{expert, proj, -1, OpKind::kRecover, 0};
+  Status st = pool_->Add(std::move(op), /*ready=*/true);
+  if (!st.ok()) {
+    ops_.erase(id);
+    FailLocked(st);
+  }
+}
+
+void OffloadExpertProvider::FailLocked(const Status& status) {
+  if (error_.ok()) {
+    error_ = Status(status.code(), fmt::format("layer {}: {}", layer_id_, status.message()));
+  }
+  cv_.notify_all();
+}
+
+Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!active_) return Status::InvalidArgument("NextReady: no layer begun");
+  if (delivered_ >= experts_.size()) {
+    return Status::InvalidArgument(fmt::format("NextReady: all {} experts of layer {} were delivered", experts_.size(),
+                                               layer_id_));
+  }
+  cv_.wait(lock, [&] { return !error_.ok() || !ready_.empty(); });
+  if (!error_.ok()) return error_;
+  const int32_t idx = ready_.front();
+  ready_.pop_front();
+  ExpertWork& w = experts_[idx];
+  w.delivered = true;
+  w.delivered_us = NowUs();
+  ++delivered_;
+  ExpertWeightsView view;
+  view.layer_id = layer_id_;
+  view.expert_id = w.expert_id;
+  view.dtype = DType::kBF16;
+  view.gate = w.tensors[0].weights;
+  view.up = w.tensors[1].weights;
+  view.down = w.tensors[2].weights;
+  view.intermediate = w.tensors[0].info->shape.at(0);
+  view.hidden = w.tensors[0].info->shape.at(1);
+  return std::unique_ptr<ExpertLease>(new Lease(this, idx, view));
+}
+
+void OffloadExpertProvider::OnLeaseReleased(int32_t expert) {
+  cm::AvailableParts parts;
+  cm::ExpertSources sources;
+  int32_t layer_id = -1;
+  int32_t expert_id = -1;
+  bool admit = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ExpertWork& w = experts_[expert];
+    w.released = true;
+    w.released_us = NowUs();
+    measure_.compute_us[w.expert_id] = w.released_us - w.delivered_us;
+    admit = error_.ok();
+    layer_id = layer_id_;
+    expert_id = w.expert_id;
+    if (w.lookup.state == CompressionState::kF) {
+      parts.bf16 = true;
+      for (int proj = 0; proj < cm::kProjCount; ++proj) sources.bf16[proj] = w.tensors[proj].weights;
+    } else {
+      parts.e = parts.sm = parts.bf16 = true;
+      for (int proj = 0; proj < cm::kProjCount; ++proj) {
+        const TensorWork& tw = w.tensors[proj];
+        sources.e_chunks[proj].assign(tw.e_src.begin(), tw.e_src.end());
+        sources.sm[proj] = tw.sm;
+        sources.bf16[proj] = tw.bf16;
+      }
+    }
+  }
+  // Admission copies bytes: outside mu_ (the expert's slot stays pinned and its staging slot held).
+  Result<cm::AdmitResult> result = admit ? cache_->Admit(layer_id, expert_id, parts, sources)
+                                         : Result<cm::AdmitResult>(cm::AdmitResult{});
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpertWork& w = experts_[expert];
+  if (admit) {
+    ++stats_.admit_calls;
+    if (result.ok()) {
+      ++stats_.admit_outcomes[cm::AdmitOutcomeName(result->outcome)];
+    } else {
+      FailLocked(result.status());
+    }
+  }
+  w.lookup.lease.Release();
+  if (w.staging != SlotArena::kNoSlot) {
+    cache_->ReleaseStaging(w.staging);
+    w.staging = SlotArena::kNoSlot;
+  }
+  if (error_.ok()) {
+    Status st = StartPendingLocked();
+    if (!st.ok()) FailLocked(st);
+  }
+  cv_.notify_all();
+}
+
+Status OffloadExpertProvider::EndLayer(int32_t layer_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!active_ || layer_id != layer_id_) {
+    return Status::InvalidArgument(fmt::format("EndLayer({}): the active layer is {}", layer_id,
+                                               active_ ? std::to_string(layer_id_) : std::string("none")));
+  }
+  if (!error_.ok()) return error_;
+  for (const ExpertWork& w : experts_) {
+    if (!w.delivered || !w.released) {
+      return Status::InvalidArgument(fmt::format("EndLayer({}): expert {} was not {}", layer_id, w.expert_id,
+                                                    w.delivered ? "released" : "taken with NextReady"));
+    }
+  }
+  const double makespan_us = NowUs();
+
+  // Lemma B.3 bound with this layer's measured operation times (runtime_stats.h).
+  scheduler::CostModel measured = cost_;
+  if (measure_.sm_reads > 0) measured.sm_read_us = measure_.sm_read_us / measure_.sm_reads;
+  if (measure_.e_reads > 0) measured.e_read_us = measure_.e_read_us / measure_.e_reads;
+  if (measure_.decodes > 0) measured.decompress_us = measure_.decode_us / measure_.decodes;
+  if (measure_.recoveries > 0) measured.recover_us = measure_.recover_us / measure_.recoveries;
+  for (scheduler::ExpertTask& t : measure_.tasks) {
+    auto it = measure_.compute_us.find(t.expert_id);
+    t.expert_compute_us = it != measure_.compute_us.end() ? it->second : 0.0;
+  }
+  LayerTotals& totals = stats_.per_layer.at(layer_id);
+  ++totals.runs;
+  totals.waves += measure_.waves;
+  totals.makespan_us += makespan_us;
+  Result<scheduler::LowerBound> bound = scheduler::ComputeLowerBound(measure_.tasks, measured);
+  if (bound.ok() && bound->bound_us > 0) {
+    totals.bound_us += bound->bound_us;
+    totals.ratio_sum += makespan_us / bound->bound_us;
+    ++totals.ratio_runs;
+  }
+  ResetLayerLocked();
+  return Status::Ok();
+}
+
+void OffloadExpertProvider::DrainLocked(std::unique_lock<std::mutex>& lock) {
+  // Reads whose submission failed left their decodes waiting: cancel those (outside the lock).
+  std::vector<uint64_t> waiting;
+  for (const auto& [id, ref] : ops_) {
+    if (ref.kind == OpKind::kDecode) waiting.push_back(id);
+  }
+  lock.unlock();
+  for (uint64_t id : waiting) (void)pool_->Cancel(id, Status::Unavailable("layer failed"));
+  lock.lock();
+  cv_.wait(lock, [&] { return ops_.empty(); });
+}
+
+void OffloadExpertProvider::ResetLayerLocked() {
+  for (ExpertWork& w : experts_) {
+    w.lookup.lease.Release();
+    if (w.staging != SlotArena::kNoSlot) cache_->ReleaseStaging(w.staging);
+    w.staging = SlotArena::kNoSlot;
+  }
+  experts_.clear();
+  pending_.clear();
+  ready_.clear();
+  ops_.clear();
+  delivered_ = 0;
+  active_ = false;
+  error_ = Status::Ok();
+}
+
+RuntimeStats OffloadExpertProvider::stats() const {
+  RuntimeStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;
+  }
+  s.cache = cache_->Counters();
+  return s;
+}
+
+}  // namespace zipmoe::runtime

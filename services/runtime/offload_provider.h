@@ -1,0 +1,192 @@
+// OffloadExpertProvider: the ZipMoE runtime in one process (embedded mode): an ExpertProvider
+// (common/expert_provider.h) that serves routed experts from a compressed directory under a memory
+// budget, bit-identical to ResidentExpertProvider (ZipMoE §3.2–3.4, Fig. 5 data path).
+//
+// It wires the service libraries together with direct calls (the services issue puts the same calls
+// behind ZeroMQ):
+//   cache_manager::CacheManager   the arena (one shm region = the budget): F/C/S/E pools sized by the
+//                                 planner (plan_builder.h) + staging slots for experts in flight
+//   storage::StorageService       one I/O thread, O_DIRECT reads of E-/SM-chunks into arena slots,
+//                                 xxh64-checked (a corrupt chunk fails the layer, naming the tensor)
+//   decompressor::DecompressorPool L workers: E-chunk decodes (priority = the scheduler's decode
+//                                 rank) and CPU BF16 recovery (checked against the tensor's BF16 hash)
+//   scheduler::ScheduleLayer      Algorithm 1: I/O order and decode priorities of each wave
+//
+// Per MoE layer (BeginLayer → NextReady × n → EndLayer):
+//   1. BeginLayer: CacheManager::Lookup of every selected expert (counts its activation, pins its
+//      slot) gives its CompressionState. F hits are ready at once. The others are ordered by the
+//      scheduler (Alg. 1 over the whole layer) and started in that order while staging slots are
+//      free ("waves": a layer whose experts do not all fit in flight continues as leases are
+//      released, so it never deadlocks).
+//   2. Starting a wave: ScheduleLayer on the wave's tasks; reads are submitted in io_order (E-chunks
+//      before SM-chunks within a block) into the staging slot; a decode op per E-chunk becomes READY
+//      when its read completes (at once for cached E-chunks); when a tensor's K decodes are done and
+//      its SM plane is present, its recovery op runs (ahead of every decode); when the expert's three
+//      tensors are recovered it is ready.
+//   3. NextReady: blocks until some expert is ready; hands out a lease on its BF16 weights (staging
+//      slot, or the F-pool slot for F hits), in completion order.
+//   4. Releasing a lease: CacheManager::Admit places the expert by rank (copying what the pools need
+//      from staging), then unpins its cache slot and frees its staging slot, which starts the next
+//      wave's expert if any.
+//   5. EndLayer: records the layer's measured makespan (BeginLayer → EndLayer wall time) and its
+//      Lemma B.3 lower bound computed from the layer's measured operation times (runtime_stats.h).
+// Baseline policies (lru/fifo/lfu/full-load) use the same path with a single F pool;
+// `scheduler = false` replaces Alg. 1 by the FIFO order (ScheduleLayerBaseline).
+//
+// Errors surface from NextReady (kCorruption / kIoError naming file, tensor and chunk); the layer is
+// then failed: every later call returns the same error until the next BeginLayer, which first waits
+// for the failed layer's in-flight operations. Nothing is served from a slot whose bytes failed a
+// check: hashes are verified on read (chunks) and after recovery (BF16).
+//
+// Thread-safety: one thread drives BeginLayer/NextReady/EndLayer (as ExpertProvider requires);
+// leases may be released from any thread; stats() from any thread. Internally one mutex (mu_)
+// guards the layer state; storage and decompressor callbacks take it; no I/O, decode or copy runs
+// under it.
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/expert_provider.h"
+#include "common/expert_store.h"
+#include "common/status.h"
+#include "services/cache_manager/cache_manager.h"
+#include "services/cache_manager/plan_builder.h"
+#include "services/decompressor/decompressor_pool.h"
+#include "services/runtime/runtime_stats.h"
+#include "services/scheduler/block_scheduler.h"
+#include "services/storage/storage_service.h"
+
+namespace zipmoe::runtime {
+
+struct OffloadConfig {
+  std::string model_dir;              // compressed directory (zipmoe compress)
+  uint64_t memory_budget_bytes = 0;   // the whole arena: cache pools + staging slots
+  cache_manager::CachePolicy policy = cache_manager::CachePolicy::kZipMoe;
+  std::string pools = "FCSE";         // Λ (zipmoe policy)
+  // zipmoe policy: fixed byte ratios of the pools (ParsePoolRatios text, e.g. "F=0.5,C=0.5");
+  // "" = the planner's grid search (Alg. 4) over Λ.
+  std::string pool_ratios;
+  std::string trace_path;             // planner workload (routing trace); "" = uniform
+  std::string profile_path;           // planner delays; "" = model_dir/profile.json or defaults
+  int32_t tolerance = 0;              // δ of the rank thresholds
+  int n_workers = 0;                  // L decompression workers; 0 = cores - 1 (at least 1)
+  uint32_t staging_slots = 0;         // experts in flight at once; 0 = auto (see ChooseStagingSlots)
+  bool page_cache = false;            // buffered reads instead of O_DIRECT
+  bool scheduler = true;              // Alg. 1 (true) or FIFO order (false)
+  bool verify_recovered = true;       // check each recovered tensor against its BF16 xxh64
+  std::string shm_name;               // arena name; "" = "/zipmoe-arena-<pid>-<n>"
+};
+
+// Staging slots chosen when OffloadConfig::staging_slots is 0: as many as a decode step selects
+// (top_k) while they take at most a quarter of the budget, and at least one.
+uint32_t ChooseStagingSlots(uint64_t budget_bytes, uint64_t staging_slot_bytes, int32_t top_k);
+
+class OffloadExpertProvider : public ExpertProvider {
+ public:
+  // Opens the directory, plans the pools, maps the arena, starts the I/O thread and the workers.
+  // Errors: ExpertStore::Open's / BuildPlan's / CacheManager::Create's; kInvalidArgument when the
+  // budget is below one staging slot ("memory budget X is below the minimum Y: one expert in flight
+  // needs Y bytes"), or bad pools/ratios.
+  static Result<std::unique_ptr<OffloadExpertProvider>> Create(const OffloadConfig& config);
+  ~OffloadExpertProvider() override;  // stops the I/O thread and workers; leases must be released first
+  OffloadExpertProvider(const OffloadExpertProvider&) = delete;
+  OffloadExpertProvider& operator=(const OffloadExpertProvider&) = delete;
+
+  Status BeginLayer(const LayerRouting& routing) override;
+  Result<std::unique_ptr<ExpertLease>> NextReady() override;
+  Status EndLayer(int32_t layer_id) override;
+
+  // Smallest budget that works for this model: one staging slot (one expert in flight, no cache).
+  uint64_t minimum_budget_bytes() const;
+  RuntimeStats stats() const;
+  const cache_manager::CacheManager& cache() const { return *cache_; }
+  const cache_manager::PlanBuild& plan() const { return plan_; }
+  const OffloadConfig& config() const { return config_; }
+
+ private:
+  class Lease;
+  struct TensorWork {
+    const ExpertTensorInfo* info = nullptr;  // null: the expert has no tensor for this projection
+    std::vector<const uint8_t*> e_src;       // [K] stored E-chunk bytes (cache slot or staging)
+    const uint8_t* sm = nullptr;             // [numel] SM plane (cache slot or staging)
+    uint8_t* e_plane = nullptr;              // [numel] in staging
+    uint16_t* bf16 = nullptr;                // [numel] recovery output in staging
+    const uint16_t* weights = nullptr;       // [numel] what the lease serves: bf16, or the F slot
+    int decodes_left = 0;
+    bool sm_ready = false;
+    bool recovering = false;
+    bool done = false;
+  };
+  struct ExpertWork {
+    int32_t expert_id = 0;
+    int32_t n_tokens = 0;
+    cache_manager::ExpertLookup lookup;      // state + pin
+    uint32_t staging = SlotArena::kNoSlot;
+    uint8_t* staging_base = nullptr;
+    std::array<TensorWork, 3> tensors;
+    int tensors_left = 0;
+    bool started = false;
+    bool ready = false;
+    bool delivered = false;
+    bool released = false;
+    double start_us = 0, ready_us = 0, delivered_us = 0, released_us = 0;  // since BeginLayer
+  };
+  enum class OpKind : uint8_t { kReadE, kReadSm, kDecode, kRecover };
+  struct OpRef {
+    int32_t expert = 0;  // index into experts_
+    int32_t proj = 0;
+    int32_t shard = -1;
+    OpKind kind = OpKind::kReadE;
+    uint64_t decode_op = 0;  // kReadE: the decode op waiting for this read
+  };
+
+  explicit OffloadExpertProvider(OffloadConfig config);
+  double NowUs() const;  // since BeginLayer
+  // Starts pending experts while staging slots are free. Requires mu_; submits under it.
+  Status StartPendingLocked();
+  Status StartWaveLocked(const std::vector<int32_t>& wave);
+  void OnReadComplete(const storage::ReadCompletion& c);
+  void OnDecompressComplete(const decompressor::DecompressCompletion& c);
+  void TensorProgressLocked(int32_t expert, int32_t proj);  // recovery or readiness when inputs are in
+  void FailLocked(const Status& status);
+  void OnLeaseReleased(int32_t expert);
+  void DrainLocked(std::unique_lock<std::mutex>& lock);  // waits for in-flight ops (failed layer)
+  void ResetLayerLocked();
+  std::vector<scheduler::ExpertTask> TasksOf(const std::vector<int32_t>& experts) const;
+
+  // Constant after Create.
+  OffloadConfig config_;
+  std::unique_ptr<ExpertStore> store_;
+  cache_manager::PlanBuild plan_;
+  scheduler::CostModel cost_;
+  std::unique_ptr<cache_manager::CacheManager> cache_;  // declared before the engines: destroyed last
+  std::unique_ptr<storage::StorageService> storage_;
+  std::unique_ptr<decompressor::DecompressorPool> pool_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // an expert became ready, an op completed, or the layer failed
+  bool active_ = false;         // between BeginLayer and EndLayer
+  int32_t layer_id_ = -1;
+  std::vector<ExpertWork> experts_;       // the layer's selected experts, ascending id
+  std::deque<int32_t> pending_;           // not started, scheduler order
+  std::deque<int32_t> ready_;             // ready, not delivered
+  size_t delivered_ = 0;
+  std::unordered_map<uint64_t, OpRef> ops_;  // in-flight reads/decodes/recoveries by op id
+  uint64_t next_op_id_ = 1;
+  int32_t next_priority_ = 0;
+  Status error_;                          // first failure of the layer
+  std::chrono::steady_clock::time_point layer_start_;
+  LayerMeasure measure_;                  // the layer's operation times
+  RuntimeStats stats_;
+};
+
+}  // namespace zipmoe::runtime
