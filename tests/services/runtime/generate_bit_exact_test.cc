@@ -1,0 +1,97 @@
+// End to end through the CLI: `zipmoe generate --memory-budget` must write --logits-out files that
+// are byte-equal to the all-resident run, for every policy × budget {10, 30, 60 % of the expert
+// bytes} × decompression workers L ∈ {1, 2, 4}, on tiny qwen2_moe and deepseek_v2.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/manifest.h"
+#include "tests/test_util.h"
+
+namespace zipmoe {
+namespace {
+
+using testing::CachedCompress;
+using testing::CachedSynth;
+using testing::ReadAll;
+using testing::RunCli;
+using testing::TempDir;
+
+class GenerateBitExactTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudgetAndL) {
+  const std::string dir = CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 4");
+  auto manifest = ReadManifest(dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  uint64_t expert_bytes = 0;
+  for (const ExpertTensorInfo& t : manifest->expert_tensors) expert_bytes += t.raw_bytes();
+  TempDir tmp;
+  const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 4 "
+                                         "--ignore-eos --threads 1 --json",
+                                         dir);
+  const std::string ref = tmp.Sub("resident.bin");
+  auto r = RunCli(common + " --logits-out " + ref);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string want = ReadAll(ref);
+  ASSERT_FALSE(want.empty());
+  for (const char* policy : {"zipmoe", "lru", "fifo", "lfu", "full-load"}) {
+    for (int percent : {10, 30, 60}) {
+      for (int workers : {1, 2, 4}) {
+        const std::string tag = fmt::format("{}-{}-{}", policy, percent, workers);
+        const std::string out = tmp.Sub(tag + ".bin");
+        const std::string stats = tmp.Sub(tag + ".json");
+        auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --policy {} --decompress-threads {} "
+                                      "--stats-json {}",
+                                      common, out, expert_bytes * percent / 100, policy, workers, stats));
+        ASSERT_EQ(run.exit_code, 0) << tag << "\n" << run.output;
+        EXPECT_TRUE(ReadAll(out) == want) << tag << ": logits differ from the all-resident run";
+        const auto j = nlohmann::json::parse(ReadAll(stats));
+        EXPECT_GT(j["requests"]["misses"].get<uint64_t>(), 0u) << tag;
+        EXPECT_LE(j["arena"]["mapped_bytes"].get<uint64_t>(), expert_bytes * percent / 100) << tag;
+        EXPECT_EQ(j["decompress_threads"].get<int>(), workers) << tag;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest, ::testing::Values("qwen2_moe", "deepseek_v2"));
+
+TEST(GenerateRuntimeCli, FcsePoolsAllServeHitsAndTheBudgetFloorIsNamed) {
+  const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 4");
+  auto manifest = ReadManifest(dir);
+  ASSERT_TRUE(manifest.ok());
+  uint64_t expert_bytes = 0;
+  for (const ExpertTensorInfo& t : manifest->expert_tensors) expert_bytes += t.raw_bytes();
+  TempDir tmp;
+  const std::string stats = tmp.Sub("s.json");
+  auto run = RunCli(fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77,8,8,123 --max-new-tokens 12 "
+                                "--ignore-eos --threads 1 --memory-budget {} --pool-ratios F=0.25,C=0.25,S=0.25,E=0.25 "
+                                "--stats-json {}",
+                                dir, expert_bytes, stats));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto j = nlohmann::json::parse(ReadAll(stats));
+  int hit_pools = 0;
+  for (const char* p : {"F", "C", "S", "E"}) hit_pools += j["pools"][p]["requests"].get<uint64_t>() > 0;
+  EXPECT_GE(hit_pools, 3) << j.dump(2);
+  EXPECT_GT(j["requests"]["misses"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["io"]["bytes_e"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["io"]["bytes_sm"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["decode"]["ops"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["mean_makespan_over_bound"].get<double>(), 0.0);
+  EXPECT_GT(j["tpot_s"].get<double>(), 0.0);
+  EXPECT_FALSE(j["layers"].empty());
+
+  auto low = RunCli(fmt::format("generate --model {} --prompt-ids 5,17 --max-new-tokens 1 --memory-budget 8KiB", dir));
+  EXPECT_NE(low.exit_code, 0);
+  EXPECT_NE(low.output.find("below the minimum"), std::string::npos) << low.output;
+  auto hf = RunCli(fmt::format("generate --model {} --prompt-ids 5,17 --max-new-tokens 1 --memory-budget 1GiB",
+                               CachedSynth("--arch qwen2_moe --preset tiny --seed 5")));
+  EXPECT_NE(hf.exit_code, 0);
+  EXPECT_NE(hf.output.find("compressed directory"), std::string::npos) << hf.output;
+}
+
+}  // namespace
+}  // namespace zipmoe

@@ -1,0 +1,279 @@
+// OffloadExpertProvider driven directly (no model math): every lease must carry exactly the BF16
+// bytes of the checkpoint, under every policy and budget, with waves, and failures must be named.
+#include "services/runtime/offload_provider.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/expert_store.h"
+#include "common/manifest.h"
+#include "tests/test_util.h"
+
+namespace zipmoe::runtime {
+namespace {
+
+namespace cm = cache_manager;
+using testing::CachedCompress;
+using testing::CachedSynth;
+using testing::TempDir;
+
+std::string TinyCompressed(const std::string& arch) {
+  return CachedCompress(CachedSynth("--arch " + arch + " --preset tiny --seed 3"), "--shards 4");
+}
+
+uint64_t ExpertBytes(const Manifest& m) {
+  uint64_t total = 0;
+  for (const ExpertTensorInfo& t : m.expert_tensors) total += t.raw_bytes();
+  return total;
+}
+
+// Expected BF16 of every expert tensor, by (layer, expert, proj).
+std::map<std::tuple<int, int, int>, std::vector<uint16_t>> Expected(const ExpertStore& store) {
+  std::map<std::tuple<int, int, int>, std::vector<uint16_t>> out;
+  for (const ExpertTensorInfo& t : store.manifest().expert_tensors) {
+    std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
+    EXPECT_TRUE(store.ReadTensorBf16(t, v.data()).ok()) << t.name;
+    out[{t.layer_id, t.expert_id, static_cast<int>(t.proj)}] = std::move(v);
+  }
+  return out;
+}
+
+// Routing of `steps` steps over every MoE layer: random top_k experts each (plus one step selecting
+// every expert, like a prefill), with a popularity skew so that caching matters.
+std::vector<LayerRouting> MakeRoutings(const Manifest& m, int top_k, int steps, uint32_t seed) {
+  std::set<int32_t> layers;
+  for (const ExpertTensorInfo& t : m.expert_tensors) layers.insert(t.layer_id);
+  std::mt19937 rng(seed);
+  std::vector<LayerRouting> out;
+  for (int s = 0; s < steps; ++s) {
+    for (int32_t layer : layers) {
+      LayerRouting r;
+      r.layer_id = layer;
+      std::set<int32_t> chosen;
+      if (s == 0) {
+        for (int e = 0; e < m.n_experts; ++e) chosen.insert(e);
+      } else {
+        while (static_cast<int>(chosen.size()) < top_k) {
+          // Skewed: expert e drawn with weight ~ 1 / (e + 1).
+          std::uniform_real_distribution<double> u(0, 1);
+          const int e = static_cast<int>(std::pow(static_cast<double>(m.n_experts) + 1, u(rng))) - 1;
+          chosen.insert(std::min(std::max(e, 0), m.n_experts - 1));
+        }
+      }
+      for (int32_t e : chosen) {
+        r.expert_ids.push_back(e);
+        r.tokens_per_expert.push_back(1 + (e % 3));
+      }
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// Drives `provider` through `routings`, checking every lease against `expected`.
+void Drive(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings,
+           const std::map<std::tuple<int, int, int>, std::vector<uint16_t>>& expected) {
+  for (const LayerRouting& r : routings) {
+    ASSERT_TRUE(provider.BeginLayer(r).ok());
+    std::set<int32_t> seen;
+    for (size_t i = 0; i < r.expert_ids.size(); ++i) {
+      Result<std::unique_ptr<ExpertLease>> lease = provider.NextReady();
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      const ExpertWeightsView& w = (*lease)->weights();
+      EXPECT_EQ(w.layer_id, r.layer_id);
+      EXPECT_TRUE(seen.insert(w.expert_id).second) << "expert " << w.expert_id << " delivered twice";
+      const void* ptrs[3] = {w.gate, w.up, w.down};
+      for (int proj = 0; proj < 3; ++proj) {
+        const auto& want = expected.at({r.layer_id, w.expert_id, proj});
+        ASSERT_EQ(std::memcmp(ptrs[proj], want.data(), want.size() * 2), 0)
+            << "layer " << r.layer_id << " expert " << w.expert_id << " proj " << proj;
+      }
+    }
+    EXPECT_EQ(seen.size(), r.expert_ids.size());
+    ASSERT_TRUE(provider.EndLayer(r.layer_id).ok());
+  }
+}
+
+class OffloadProviderTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OffloadProviderTest, EveryPolicyBudgetAndWorkerCountServesExactBytes) {
+  const std::string dir = TinyCompressed(GetParam());
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  const auto routings = MakeRoutings(m, 4, 6, 11);
+  const uint64_t expert_bytes = ExpertBytes(m);
+  for (const char* policy : {"zipmoe", "lru", "fifo", "lfu", "full-load"}) {
+    for (double share : {0.1, 0.3, 0.6}) {
+      for (int workers : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << policy << " budget " << share << " L=" << workers);
+        OffloadConfig config;
+        config.model_dir = dir;
+        config.memory_budget_bytes = static_cast<uint64_t>(share * expert_bytes);
+        config.policy = *cm::ParseCachePolicy(policy);
+        config.n_workers = workers;
+        auto provider = OffloadExpertProvider::Create(config);
+        ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+        Drive(**provider, routings, expected);
+        const RuntimeStats s = (*provider)->stats();
+        EXPECT_LE(s.arena_bytes, config.memory_budget_bytes);
+        EXPECT_EQ((*provider)->cache().LivePins(), 0u);
+        EXPECT_GT(s.cache.misses, 0u);
+        EXPECT_GT(s.io_bytes_e + s.io_bytes_sm, 0u);
+        if (std::string(policy) == "full-load") {
+          EXPECT_EQ(s.cache.HitsTotal(), 0u);
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, OffloadProviderTest, ::testing::Values("qwen2_moe", "deepseek_v2"));
+
+TEST(OffloadProvider, FixedRatiosHitEveryPoolAndNeverExceedTheBudget) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = ExpertBytes(m);  // the pools hold a share of the experts in each state
+  config.pool_ratios = "F=0.25,C=0.25,S=0.25,E=0.25";
+  config.n_workers = 2;
+  config.staging_slots = 2;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  Drive(**provider, MakeRoutings(m, 4, 12, 5), expected);
+  const RuntimeStats s = (*provider)->stats();
+  int pools_hit = 0;
+  for (const cm::PoolCounters& p : s.cache.pools) pools_hit += p.requests > 0;
+  EXPECT_GE(pools_hit, 3) << RuntimeStatsToJson(s).dump();
+  EXPECT_GT(s.cache.misses, 0u);
+  EXPECT_LE(s.arena_bytes, config.memory_budget_bytes);
+  uint64_t reserved = 0;
+  for (const cm::PoolCounters& p : s.cache.pools) reserved += p.capacity_bytes;
+  EXPECT_LE(reserved + s.staging_slots * (*provider)->cache().staging_layout().slot_bytes, config.memory_budget_bytes);
+}
+
+TEST(OffloadProvider, ALayerLargerThanTheStagingRunsInWaves) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.policy = cm::CachePolicy::kFullLoad;
+  config.staging_slots = 1;
+  config.n_workers = 2;
+  auto probe = OffloadExpertProvider::Create([&] {
+    OffloadConfig c = config;
+    c.memory_budget_bytes = 1ull << 30;
+    return c;
+  }());
+  ASSERT_TRUE(probe.ok());
+  config.memory_budget_bytes = (*probe)->minimum_budget_bytes();  // exactly one expert in flight
+  probe->reset();
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  Drive(**provider, MakeRoutings(m, 4, 2, 9), expected);  // step 0 selects all 16 experts
+  const RuntimeStats s = (*provider)->stats();
+  uint64_t waves = 0, runs = 0;
+  for (const LayerTotals& t : s.per_layer) {
+    waves += t.waves;
+    runs += t.runs;
+  }
+  EXPECT_GT(waves, runs);
+}
+
+TEST(OffloadProvider, BudgetBelowOneExpertInFlightNamesTheMinimum) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = 4096;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_FALSE(provider.ok());
+  EXPECT_EQ(provider.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(provider.status().message().find("below the minimum"), std::string::npos) << provider.status().ToString();
+}
+
+// Copies a compressed directory and flips one byte inside chunk `chunk` of the first tensor of
+// (layer, expert). Returns the tensor name.
+std::string CorruptCopy(const std::string& src, const std::string& dst, int layer, int expert, bool sm_chunk) {
+  EXPECT_EQ(std::system(("cp -r " + src + " " + dst).c_str()), 0);
+  auto store = ExpertStore::Open(dst);
+  EXPECT_TRUE(store.ok());
+  const ExpertTensorInfo* t = (*store)->Find(layer, expert, ExpertProj::kUp);
+  const ChunkInfo& c = sm_chunk ? t->chunks.back() : t->chunks.front();
+  std::string bytes = testing::ReadAll(dst + "/experts.bin");
+  bytes[c.file_offset + c.stored_bytes / 2] ^= 0x40;
+  testing::WriteAll(dst + "/experts.bin", bytes);
+  return t->name;
+}
+
+TEST(OffloadProvider, CorruptChunksAreReportedWithTheTensorAndNothingIsServed) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  for (bool sm : {false, true}) {
+    TempDir tmp;
+    const std::string bad = tmp.Sub("bad");
+    const std::string name = CorruptCopy(dir, bad, 1, 5, sm);
+    OffloadConfig config;
+    config.model_dir = bad;
+    config.memory_budget_bytes = 8ull << 20;
+    config.n_workers = 2;
+    auto provider = OffloadExpertProvider::Create(config);
+    ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+    LayerRouting r{1, {2, 5, 9}, {1, 1, 1}};
+    ASSERT_TRUE((*provider)->BeginLayer(r).ok());
+    Status failure;
+    int served = 0;
+    for (int i = 0; i < 3 && failure.ok(); ++i) {
+      auto lease = (*provider)->NextReady();
+      if (!lease.ok()) {
+        failure = lease.status();
+      } else {
+        EXPECT_NE((*lease)->weights().expert_id, 5) << "the corrupt expert was served";
+        ++served;
+      }
+    }
+    ASSERT_FALSE(failure.ok()) << "corruption not detected (sm=" << sm << ")";
+    EXPECT_EQ(failure.code(), StatusCode::kCorruption) << failure.ToString();
+    EXPECT_NE(failure.message().find(name), std::string::npos) << failure.ToString();
+    EXPECT_LT(served, 3);
+    // The provider recovers for the next layer (another expert, intact chunks).
+    LayerRouting next{2, {0, 1}, {1, 1}};
+    ASSERT_TRUE((*provider)->BeginLayer(next).ok());
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*provider)->NextReady().ok());
+    EXPECT_TRUE((*provider)->EndLayer(2).ok());
+  }
+}
+
+TEST(OffloadProvider, ProtocolMisuseIsAnError) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = 8ull << 20;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok());
+  EXPECT_FALSE((*provider)->NextReady().ok());  // no layer
+  EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{0, {3, 1}, {1, 1}}).ok());  // not ascending
+  EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{0, {1}, {}}).ok());        // sizes differ
+  EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{0, {99}, {1}}).ok());      // unknown expert
+  ASSERT_TRUE((*provider)->BeginLayer(LayerRouting{0, {1}, {1}}).ok());
+  EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{1, {1}, {1}}).ok());  // layer 0 still active
+  EXPECT_FALSE((*provider)->EndLayer(0).ok());                            // expert not taken
+  { ASSERT_TRUE((*provider)->NextReady().ok()); }
+  EXPECT_FALSE((*provider)->NextReady().ok());  // all delivered
+  EXPECT_TRUE((*provider)->EndLayer(0).ok());
+}
+
+}  // namespace
+}  // namespace zipmoe::runtime
