@@ -1,8 +1,19 @@
-// BF16 tensor recovery (ZipMoE §3.1 Fig. 5 ➐): re-assembles BF16 from the exponent plane (decoded
-// E-chunks) and the sign|mantissa plane (SM-chunk). Host API only; no torch, no CUDA headers.
+// BF16 tensor recovery (ZipMoE §3.1 Fig. 5 ➐, §3.3 "Memory-Coalesced Tensor Recovery Kernel"):
+// re-assembles BF16 from the exponent plane (decoded E-chunks) and the sign|mantissa plane
+// (SM-chunk). Host API only; no torch, no CUDA headers.
 //
-// GPU path (built when nvcc is found, ZIPMOE_HAVE_CUDA): LaunchRecoverBf16 enqueues on a stream.
-// CPU path and reference: RecoverBf16Reference (the same bit formula; see common/bitfield.h).
+// Every path computes, for i in [0, n):
+//   out[i] = (sm[i] & 0x80) << 8 | e[i] << 7 | (sm[i] & 0x7f)
+//   e: [n] uint8 exponent plane; sm: [n] uint8 sign<<7 | mantissa; out: [n] uint16 BF16 bit patterns.
+// and all of them are bit-identical to RecoverBf16Reference for all 65,536 (e, sm) pairs.
+//
+// Paths:
+//   RecoverBf16Reference  scalar reference (the same bit formula; see common/bitfield.h).
+//   RecoverBf16Cpu        CPU fast path (kernels/recovery_cpu.cc): SSE2 / AVX2 (x86-64, AVX2 picked
+//                         at run time) or NEON (Jetson), else a portable auto-vectorised loop.
+//   LaunchRecoverBf16     GPU kernel (kernels/recovery.cu, built when nvcc is found, ZIPMOE_HAVE_CUDA):
+//                         128-bit vector loads/stores, grid-stride, coalesced; enqueues on a stream.
+// out must not overlap e or sm on any path.
 // Thread-safety: all functions are reentrant.
 #pragma once
 
@@ -17,19 +28,76 @@ bool BuiltWithCuda();
 // Number of visible CUDA devices; 0 when built without CUDA or when no driver/device is present.
 int CudaDeviceCount();
 
-// out[i] = (sm[i] & 0x80) << 8 | e[i] << 7 | (sm[i] & 0x7f), i in [0, n).
-//   e: [n] uint8 exponent plane; sm: [n] uint8 sign<<7 | mantissa; out: [n] uint16 BF16 bit patterns.
+// Scalar reference: one element per iteration. n <= 0 touches nothing (pointers may then be null).
+//   e: [n] uint8, sm: [n] uint8 -> out: [n] uint16.
 void RecoverBf16Reference(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
 
+// ---- CPU fast path (kernels/recovery_cpu.cc) -------------------------------------------------
+
+// Instruction-set variants of the CPU loop. Each handles any n and any pointer alignment
+// (unaligned vector loads/stores, scalar tail) and is bit-identical to RecoverBf16Reference.
+enum class CpuRecoveryIsa : int {
+  kPortable = 0,  // plain C++ in fixed 16-element blocks, left to the compiler's auto-vectoriser
+  kSse2 = 1,      // x86-64: 16 elements per step (SSE2 is part of the x86-64 baseline)
+  kAvx2 = 2,      // x86-64: 32 elements per step; compiled with a target attribute, used only when
+                  // CPUID reports AVX2 (or the whole build targets AVX2)
+  kNeon = 3,      // ARM with NEON (Jetson, AArch64): vsli/vsri byte inserts + interleaving vst2
+};
+
+// "portable", "sse2", "avx2", "neon" ("unknown" for other values).
+const char* CpuRecoveryIsaName(CpuRecoveryIsa isa);
+// True when `isa` is compiled into this binary and supported by the CPU it runs on.
+// kPortable is always available.
+bool CpuRecoveryIsaAvailable(CpuRecoveryIsa isa);
+// The variant RecoverBf16Cpu uses here: AVX2 > SSE2 on x86-64, NEON on ARM, else portable.
+// Detected once per process.
+CpuRecoveryIsa BestCpuRecoveryIsa();
+
+// CPU fast path: RecoverBf16Reference's result, computed with BestCpuRecoveryIsa() on the calling
+// thread (single-threaded; callers split large tensors into ranges themselves).
+//   e: [n] uint8, sm: [n] uint8 -> out: [n] uint16; any alignment; out must not overlap e or sm.
+// No error path: n <= 0 touches nothing (pointers may then be null); for n > 0 all three pointers
+// must be valid for n elements (not checked).
+void RecoverBf16Cpu(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
+
+// RecoverBf16Cpu with an explicit variant (tests, benches). Same shapes as RecoverBf16Cpu.
+// Errors: kInvalidArgument (n < 0, or a null pointer with n > 0), kUnavailable (`isa` not compiled
+// in or not supported by this CPU; see CpuRecoveryIsaAvailable).
+Status RecoverBf16CpuWithIsa(CpuRecoveryIsa isa, const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
+
+// ---- GPU kernel (kernels/recovery.cu) --------------------------------------------------------
+
+// Which kernel LaunchRecoverBf16 runs, chosen from the pointers' alignment. A vector path of width
+// W bytes needs one element index i at which e+i and sm+i are W-aligned and out+i is
+// min(2W, 16)-aligned; that holds iff sm ≡ e (mod W) and out ≡ 2·e (mod min(2W, 16)) as addresses.
+// The elements before that i (fewer than W) and after the last full vector (fewer than W) are done
+// one per thread by the same launch.
+enum class RecoveryKernelPath : int {
+  kVec16 = 0,   // per thread: one 16-byte load of e and of sm, two 16-byte stores of out
+  kVec4 = 1,    // per thread: one 4-byte load of e and of sm, one 8-byte store of out
+  kScalar = 2,  // per thread: one element (byte loads, 2-byte store); any alignment
+};
+
+// "vec16", "vec4", "scalar" ("unknown" for other values).
+const char* RecoveryKernelPathName(RecoveryKernelPath path);
+// The path LaunchRecoverBf16 takes for these pointers (pure address arithmetic; nothing is
+// dereferenced, so it is usable without CUDA). Always defined, with or without CUDA.
+RecoveryKernelPath SelectRecoveryKernelPath(const uint8_t* e, const uint8_t* sm, const uint16_t* out);
+
 // GPU recovery. Pointers must be device-accessible (device memory, or host memory registered with
-// cudaHostRegisterMapped / unified memory on Jetson); any alignment, any n >= 0 (tail handled).
+// cudaHostRegisterMapped / unified memory on Jetson); e and sm may have any alignment, out must be
+// 2-byte aligned (as any uint16_t*); any n >= 0 (head/tail handled). The kernel is picked by
+// SelectRecoveryKernelPath; best throughput when e, sm and out are all 16-byte aligned.
 // `stream` is a cudaStream_t passed as void* so callers need no CUDA headers; nullptr = default stream.
-// Enqueues only (no sync). Errors: kInvalidArgument (null pointer with n > 0),
-// kUnavailable (built without CUDA), kInternal (launch error, with the CUDA error string).
+// Enqueues only (no sync). Errors: kInvalidArgument (n < 0, null pointer with n > 0, odd out
+// address), kUnavailable (built without CUDA), kInternal (device query or launch error, with the
+// CUDA error string).
 Status LaunchRecoverBf16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, void* stream);
 
 // Test/bench helper: copies host planes to the device, recovers there, copies back and syncs.
-// Errors: kUnavailable without CUDA or device; kInternal on CUDA errors.
+// Host pointers may have any alignment (the device copies are freshly allocated, so vec16 runs).
+// Errors: kUnavailable without CUDA or device; kInvalidArgument as LaunchRecoverBf16;
+// kInternal on CUDA errors.
 Status RecoverBf16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
 
 }  // namespace zipmoe::kernels

@@ -1,3 +1,5 @@
+// Host side of BF16 recovery (ZipMoE §3.3): the scalar reference, the GPU kernel-path selection
+// (pure address arithmetic, shared by recovery.cu and the host tests), and the no-CUDA stubs.
 #include "common/bitfield.h"
 #include "kernels/recovery.h"
 
@@ -5,6 +7,40 @@ namespace zipmoe::kernels {
 
 void RecoverBf16Reference(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n) {
   MergeBf16(e, sm, n, out);
+}
+
+const char* RecoveryKernelPathName(RecoveryKernelPath path) {
+  switch (path) {
+    case RecoveryKernelPath::kVec16:
+      return "vec16";
+    case RecoveryKernelPath::kVec4:
+      return "vec4";
+    case RecoveryKernelPath::kScalar:
+      return "scalar";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// True when a vector path loading `width` bytes of e and sm per thread (and storing 2*width bytes
+// of out in stores of min(2*width, 16) bytes) has an index i where all three accesses are aligned:
+// i ≡ -e (mod width) aligns e and sm iff sm ≡ e (mod width); then out + 2i ≡ out - 2e, which must
+// be ≡ 0 modulo the store size.
+bool VectorPathFits(uintptr_t e, uintptr_t sm, uintptr_t out, uintptr_t width) {
+  const uintptr_t store = 2 * width < 16 ? 2 * width : 16;
+  return (sm - e) % width == 0 && (out - 2 * e) % store == 0;
+}
+
+}  // namespace
+
+RecoveryKernelPath SelectRecoveryKernelPath(const uint8_t* e, const uint8_t* sm, const uint16_t* out) {
+  const auto ea = reinterpret_cast<uintptr_t>(e);
+  const auto sa = reinterpret_cast<uintptr_t>(sm);
+  const auto oa = reinterpret_cast<uintptr_t>(out);
+  if (VectorPathFits(ea, sa, oa, 16)) return RecoveryKernelPath::kVec16;
+  if (VectorPathFits(ea, sa, oa, 4)) return RecoveryKernelPath::kVec4;
+  return RecoveryKernelPath::kScalar;
 }
 
 #ifndef ZIPMOE_HAVE_CUDA

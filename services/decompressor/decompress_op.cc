@@ -77,7 +77,7 @@ Status RunDecompressOp(const DecompressOp& op) {
     return Status::Ok();
   }
   auto* out = reinterpret_cast<uint16_t*>(op.dst);
-  kernels::RecoverBf16Reference(op.src, op.sm, out, static_cast<int64_t>(op.raw_bytes));
+  kernels::RecoverBf16Cpu(op.src, op.sm, out, static_cast<int64_t>(op.raw_bytes));
   if (op.expected_xxh64.has_value()) {
     const uint64_t got = Xxh64(out, op.raw_bytes * 2);
     if (got != *op.expected_xxh64)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/bitfield.h"
+#include "tests/kernels/recovery_cases.h"
 
 #ifdef ZIPMOE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -15,6 +16,9 @@
 
 namespace zipmoe::kernels {
 namespace {
+
+using recovery_cases::GuardedBuffer;
+using recovery_cases::Offsets;
 
 // Planes of n BF16 values: every one of the 65,536 patterns in shuffled order, repeated as needed.
 struct Planes {
@@ -72,13 +76,17 @@ TEST(RecoveryTest, LaunchValidatesArguments) {
   EXPECT_EQ(LaunchRecoverBf16(&e, &sm, nullptr, 1, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchRecoverBf16(&e, &sm, &out, -1, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(LaunchRecoverBf16(nullptr, nullptr, nullptr, 0, nullptr).ok());
+  uint16_t out2[2] = {};
+  const auto odd = reinterpret_cast<uint16_t*>(reinterpret_cast<uintptr_t>(out2) + 1);
+  EXPECT_EQ(LaunchRecoverBf16(&e, &sm, odd, 1, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RecoverBf16OnDevice(&e, &sm, &out, -1).code(), StatusCode::kInvalidArgument);
   if (CudaDeviceCount() == 0) {
     EXPECT_EQ(RecoverBf16OnDevice(&e, &sm, &out, 1).code(), StatusCode::kUnavailable);
   }
 }
 
 TEST(RecoveryTest, OnDeviceMatchesReferenceBitExact) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible (CudaDeviceCount() == 0); GPU kernel not run";
   for (int64_t n : {0, 1, 3, 4, 1000003}) {
     // Host-side offsets: the helper must not depend on host alignment.
     for (int64_t offset : {0, 1, 3}) {
@@ -94,40 +102,97 @@ TEST(RecoveryTest, OnDeviceMatchesReferenceBitExact) {
   }
 }
 
+TEST(RecoveryTest, KernelPathSelectionFollowsAlignment) {
+  // Fake addresses: SelectRecoveryKernelPath only does arithmetic on them.
+  const auto at = [](uintptr_t a) { return reinterpret_cast<uint8_t*>(a); };
+  const auto at16 = [](uintptr_t a) { return reinterpret_cast<uint16_t*>(a); };
+  EXPECT_EQ(SelectRecoveryKernelPath(at(0x1000), at(0x2000), at16(0x3000)), RecoveryKernelPath::kVec16);
+  // e = sm = 3 (mod 16): head of 13 elements; out + 26 must be 16-aligned, so out ≡ 6 (mod 16).
+  EXPECT_EQ(SelectRecoveryKernelPath(at(0x1003), at(0x2003), at16(0x3006)), RecoveryKernelPath::kVec16);
+  EXPECT_EQ(SelectRecoveryKernelPath(at(0x1003), at(0x2003), at16(0x300e)), RecoveryKernelPath::kVec4);
+  EXPECT_EQ(SelectRecoveryKernelPath(at(0x1003), at(0x2007), at16(0x3006)), RecoveryKernelPath::kVec4);
+  EXPECT_EQ(SelectRecoveryKernelPath(at(0x1003), at(0x2004), at16(0x3006)), RecoveryKernelPath::kScalar);
+  EXPECT_EQ(SelectRecoveryKernelPath(at(0x1000), at(0x2000), at16(0x3002)), RecoveryKernelPath::kScalar);
+  EXPECT_STREQ(RecoveryKernelPathName(RecoveryKernelPath::kVec16), "vec16");
+  EXPECT_STREQ(RecoveryKernelPathName(RecoveryKernelPath::kVec4), "vec4");
+  EXPECT_STREQ(RecoveryKernelPathName(RecoveryKernelPath::kScalar), "scalar");
+
+  // The shared offset cases (from 64-byte-aligned bases, as the GPU tests lay them out) reach every
+  // path, and every vec16 head length 0..15.
+  int per_path[3] = {0, 0, 0};
+  bool vec16_head[16] = {};
+  for (const Offsets& o : recovery_cases::RecoveryOffsets()) {
+    const RecoveryKernelPath path =
+        SelectRecoveryKernelPath(at(0x10000 + o.e), at(0x20000 + o.sm), at16(0x30000 + 2 * o.out));
+    ++per_path[static_cast<int>(path)];
+    if (path == RecoveryKernelPath::kVec16) vec16_head[(16 - o.e) % 16] = true;
+  }
+  for (int p = 0; p < 3; ++p) EXPECT_GT(per_path[p], 0) << RecoveryKernelPathName(static_cast<RecoveryKernelPath>(p));
+  for (int h = 0; h < 16; ++h) EXPECT_TRUE(vec16_head[h]) << "vec16 head " << h;
+}
+
 #ifdef ZIPMOE_HAVE_CUDA
-// Device pointers at every misalignment the kernel's fast path cares about (4-byte e/sm loads,
-// 8-byte out stores), including mixed ones; the tail after the last full group is exercised by
-// the odd sizes.
-TEST(RecoveryTest, LaunchOnMisalignedDevicePointersMatchesReference) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  struct Offsets {
-    int e, sm, out;  // out in uint16 elements
-  };
-  const Offsets cases[] = {{0, 0, 0}, {1, 0, 0}, {0, 3, 0}, {0, 0, 1}, {2, 1, 3}, {3, 3, 2}};
-  for (int64_t n : {1, 3, 4, 5, 1000003}) {
-    const Planes p = MakePlanes(n, 40 + n);
-    std::vector<uint16_t> want(n);
-    RecoverBf16Reference(p.e.data(), p.sm.data(), want.data(), n);
-    for (const Offsets& o : cases) {
-      SCOPED_TRACE("n=" + std::to_string(n) + " offsets e/sm/out=" + std::to_string(o.e) + "/" + std::to_string(o.sm) +
-                   "/" + std::to_string(o.out));
-      uint8_t* d_e = nullptr;
-      uint8_t* d_sm = nullptr;
-      uint16_t* d_out = nullptr;
-      ASSERT_EQ(cudaMalloc(&d_e, n + 8), cudaSuccess);
-      ASSERT_EQ(cudaMalloc(&d_sm, n + 8), cudaSuccess);
-      ASSERT_EQ(cudaMalloc(&d_out, 2 * (n + 8)), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(d_e + o.e, p.e.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(d_sm + o.sm, p.sm.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
-      Status st = LaunchRecoverBf16(d_e + o.e, d_sm + o.sm, d_out + o.out, n, nullptr);
-      std::vector<uint16_t> got(n, 0xdead);
-      const cudaError_t copy = cudaMemcpy(got.data(), d_out + o.out, 2 * n, cudaMemcpyDeviceToHost);
-      cudaFree(d_e);
-      cudaFree(d_sm);
-      cudaFree(d_out);
-      ASSERT_TRUE(st.ok()) << st.ToString();
-      ASSERT_EQ(copy, cudaSuccess) << cudaGetErrorString(copy);
-      ASSERT_EQ(got, want);
+// Runs LaunchRecoverBf16 on device copies of the guarded host buffers: cudaMalloc bases are
+// 256-byte aligned, the host bases 64-byte aligned, so the device pointers take the same kernel path.
+// The whole guarded out region travels both ways, so a device over-run shows in its guards.
+void RecoverGuardedOnDevice(GuardedBuffer<uint8_t>& e, GuardedBuffer<uint8_t>& sm, GuardedBuffer<uint16_t>& out,
+                            int64_t n) {
+  uint8_t* d_e = nullptr;
+  uint8_t* d_sm = nullptr;
+  uint16_t* d_out = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_e, e.Total()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_sm, sm.Total()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_out, 2 * out.Total()), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d_e, e.base(), e.Total(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d_sm, sm.base(), sm.Total(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d_out, out.base(), 2 * out.Total(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(SelectRecoveryKernelPath(d_e + e.Begin(), d_sm + sm.Begin(), d_out + out.Begin()),
+            SelectRecoveryKernelPath(e.data(), sm.data(), out.data()));
+  Status st = LaunchRecoverBf16(d_e + e.Begin(), d_sm + sm.Begin(), d_out + out.Begin(), n, nullptr);
+  const cudaError_t sync = cudaDeviceSynchronize();
+  const cudaError_t copy = cudaMemcpy(out.base(), d_out, 2 * out.Total(), cudaMemcpyDeviceToHost);
+  cudaFree(d_e);
+  cudaFree(d_sm);
+  cudaFree(d_out);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
+  ASSERT_EQ(copy, cudaSuccess) << cudaGetErrorString(copy);
+}
+
+void CheckDeviceCase(const recovery_cases::RandomPlanes& planes, int64_t n, const Offsets& o, uint64_t seed) {
+  GuardedBuffer<uint8_t> e(n, o.e, seed), sm(n, o.sm, seed + 1);
+  GuardedBuffer<uint16_t> out(n, o.out, seed + 2);
+  std::copy(planes.e.begin(), planes.e.begin() + n, e.data());
+  std::copy(planes.sm.begin(), planes.sm.begin() + n, sm.data());
+  const std::string path = RecoveryKernelPathName(SelectRecoveryKernelPath(e.data(), sm.data(), out.data()));
+  SCOPED_TRACE("n=" + std::to_string(n) + " " + o.ToString() + " path=" + path);
+  std::vector<uint16_t> want(n);
+  RecoverBf16Reference(e.data(), sm.data(), want.data(), n);
+  RecoverGuardedOnDevice(e, sm, out, n);
+  if (::testing::Test::HasFatalFailure()) return;
+  const int64_t bad = recovery_cases::FirstMismatch(out.data(), want.data(), n);
+  ASSERT_EQ(bad, -1) << "first mismatch: got 0x" << std::hex << out.data()[bad] << " want 0x" << want[bad];
+  ASSERT_EQ(out.FirstClobberedGuard(), -1) << "kernel wrote outside [out, out + n)";
+}
+
+TEST(RecoveryTest, LaunchAllPairsMatchReferenceOnEveryPath) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible (CudaDeviceCount() == 0); GPU kernel not run";
+  const recovery_cases::RandomPlanes planes = recovery_cases::MakeAllPairPlanes();
+  for (const Offsets& o : recovery_cases::RecoveryOffsetsForLargeN()) {
+    CheckDeviceCase(planes, 65536, o, 300 + o.e);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(RecoveryTest, LaunchEverySizeAndOffsetMatchesReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible (CudaDeviceCount() == 0); GPU kernel not run";
+  const int64_t max_n = recovery_cases::RecoverySizes().back();
+  const recovery_cases::RandomPlanes planes = recovery_cases::MakeRandomPlanes(max_n, 41);
+  for (int64_t n : recovery_cases::RecoverySizes()) {
+    const bool large = n > 65536;
+    for (const Offsets& o : large ? recovery_cases::RecoveryOffsetsForLargeN() : recovery_cases::RecoveryOffsets()) {
+      CheckDeviceCase(planes, n, o, static_cast<uint64_t>(n) * 131 + o.e * 17 + o.sm * 5 + o.out);
+      if (HasFatalFailure()) return;
     }
   }
 }
