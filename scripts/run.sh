@@ -2,7 +2,9 @@
 # README command 1: the main job end to end on a generated model, in embedded mode.
 #   install deps -> build -> synthesize a Hugging Face-layout MoE checkpoint -> compress it into the
 #   ZipMoE layout -> verify bit-exactness -> inspect sizes and the entropy bound -> generate text from
-#   the compressed directory with an English prompt (ZIPMOE_PROMPT).
+#   the compressed directory with an English prompt (ZIPMOE_PROMPT), first with every expert resident,
+#   then with the embedded ZipMoE runtime in a memory budget (ZIPMOE_BUDGET_PCT % of the expert
+#   bytes, policy ZIPMOE_POLICY), checking that both give byte-equal logits.
 # Settings (environment): ZIPMOE_ARCH (qwen2_moe), ZIPMOE_PRESET (tiny), ZIPMOE_CODEC (zstd),
 # ZIPMOE_SHARDS (4), ZIPMOE_WORK_DIR (out). Idempotent: steps whose outputs exist are skipped.
 set -euo pipefail
@@ -15,6 +17,8 @@ WORK=${ZIPMOE_WORK_DIR:-out}
 PROMPT=${ZIPMOE_PROMPT:-"Explain in one paragraph why the sky is blue during the day and red at sunset."}
 MAX_NEW_TOKENS=${ZIPMOE_MAX_NEW_TOKENS:-32}
 BUILD_DIR=${ZIPMOE_BUILD_DIR:-build}
+BUDGET_PCT=${ZIPMOE_BUDGET_PCT:-50}
+POLICY=${ZIPMOE_POLICY:-zipmoe}
 
 bash scripts/install_deps.sh
 bash scripts/build.sh
@@ -24,30 +28,43 @@ MODEL="$WORK/$ARCH-$PRESET"
 COMPRESSED="$WORK/$ARCH-$PRESET.$CODEC-k$SHARDS"
 mkdir -p "$WORK"
 
-echo "== 1/5 synthesize $ARCH ($PRESET) -> $MODEL"
+echo "== 1/6 synthesize $ARCH ($PRESET) -> $MODEL"
 if [ -f "$MODEL/config.json" ]; then
   echo "   (exists, skipped)"
 else
   "$ZIPMOE" synth --arch "$ARCH" --preset "$PRESET" --seed 0 --out "$MODEL"
 fi
 
-echo "== 2/5 compress ($CODEC, K=$SHARDS) -> $COMPRESSED"
+echo "== 2/6 compress ($CODEC, K=$SHARDS) -> $COMPRESSED"
 if [ -f "$COMPRESSED/manifest.bin" ]; then
   echo "   (exists, skipped)"
 else
   "$ZIPMOE" compress "$MODEL" "$COMPRESSED" --codec "$CODEC" --shards "$SHARDS"
 fi
 
-echo "== 3/5 verify (every chunk hash, every tensor bit-exact against the checkpoint)"
+echo "== 3/6 verify (every chunk hash, every tensor bit-exact against the checkpoint)"
 "$ZIPMOE" verify "$MODEL" "$COMPRESSED"
 
-echo "== 4/5 inspect"
+echo "== 4/6 inspect"
 "$ZIPMOE" inspect "$COMPRESSED"
 "$ZIPMOE" inspect "$COMPRESSED" --json > "$COMPRESSED.inspect.json"
-echo "== 5/5 generate from $COMPRESSED (greedy, $MAX_NEW_TOKENS new tokens; synthetic weights give gibberish)"
+EXPERT_BYTES=$(grep -o '"expert_bytes_raw":[0-9]*' "$COMPRESSED.inspect.json" | cut -d: -f2)
+BUDGET=$((EXPERT_BYTES * BUDGET_PCT / 100))
+echo "== 5/6 generate from $COMPRESSED with every expert resident (the reference; greedy, $MAX_NEW_TOKENS new tokens)"
 echo "   prompt: $PROMPT"
-"$ZIPMOE" generate --model "$COMPRESSED" --prompt "$PROMPT" --max-new-tokens "$MAX_NEW_TOKENS" --ignore-eos --json \
-  > "$COMPRESSED.generate.json"
-"$ZIPMOE" generate --model "$COMPRESSED" --prompt "$PROMPT" --max-new-tokens "$MAX_NEW_TOKENS" --ignore-eos
+"$ZIPMOE" generate --model "$COMPRESSED" --prompt "$PROMPT" --max-new-tokens "$MAX_NEW_TOKENS" --ignore-eos \
+  --logits-out "$COMPRESSED.resident.logits"
+echo "== 6/6 generate with the ZipMoE runtime in a memory budget of $BUDGET_PCT% of the expert bytes ($BUDGET bytes):"
+echo "   cache pools F/C/S/E + experts in flight, SSD reads with O_DIRECT, $POLICY policy (synthetic weights give gibberish)"
+"$ZIPMOE" generate --model "$COMPRESSED" --prompt "$PROMPT" --max-new-tokens "$MAX_NEW_TOKENS" --ignore-eos \
+  --memory-budget "$BUDGET" --policy "$POLICY" --stats-json "$COMPRESSED.runtime-stats.json" \
+  --logits-out "$COMPRESSED.runtime.logits"
+if cmp -s "$COMPRESSED.resident.logits" "$COMPRESSED.runtime.logits"; then
+  echo "   logits of every position are byte-equal to the all-resident run"
+else
+  echo "error: the runtime's logits differ from the all-resident run" >&2
+  exit 1
+fi
 echo
-echo "done: model $MODEL, compressed $COMPRESSED, summary $COMPRESSED.inspect.json, generation $COMPRESSED.generate.json"
+echo "done: model $MODEL, compressed $COMPRESSED, summary $COMPRESSED.inspect.json,"
+echo "      runtime statistics $COMPRESSED.runtime-stats.json"

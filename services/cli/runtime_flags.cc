@@ -31,6 +31,8 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   cmd->add_flag("--page-cache", f->page_cache, "buffered reads instead of O_DIRECT");
   cmd->add_flag("--fifo-dispatch", f->fifo_dispatch, "FIFO read/decode order instead of the cache-affinity scheduler");
   cmd->add_flag("--no-verify-recovery", f->no_verify_recovery, "skip the xxh64 check of recovered BF16 tensors");
+  cmd->add_flag("--no-compression", f->no_compression,
+                "ablation: zipmoe with full-tensor caching only, on a `compress --codec none` directory");
   cmd->add_option("--stats-json", f->stats_json, "write runtime statistics (requests per pool, misses, I/O, makespan)");
 }
 
@@ -49,6 +51,7 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std:
   c.page_cache = f.page_cache;
   c.scheduler = !f.fifo_dispatch;
   c.verify_recovered = !f.no_verify_recovery;
+  c.no_compression = f.no_compression;
   return c;
 }
 

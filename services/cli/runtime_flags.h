@@ -27,6 +27,7 @@ struct RuntimeFlags {
   bool page_cache = false;
   bool fifo_dispatch = false;    // FIFO order instead of Alg. 1
   bool no_verify_recovery = false;
+  bool no_compression = false;
   std::string stats_json;
 };
 

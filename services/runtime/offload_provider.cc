@@ -59,6 +59,16 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   if (cfg.n_workers <= 0) cfg.n_workers = decompressor::DefaultWorkerCount();
   ZM_ASSIGN_OR_RETURN(p->store_, ExpertStore::Open(cfg.model_dir));
   const Manifest& manifest = p->store_->manifest();
+  if (cfg.no_compression) {
+    if (cfg.policy != cm::CachePolicy::kZipMoe || manifest.codec != Codec::kNone) {
+      return Status::InvalidArgument(fmt::format(
+          "--no-compression runs the zipmoe policy on uncompressed experts: give a directory made with `zipmoe "
+          "compress --codec none` ({} uses {}) and --policy zipmoe (got {})",
+          cfg.model_dir, CodecName(manifest.codec), cm::CachePolicyName(cfg.policy)));
+    }
+    cfg.pools = "F";
+    cfg.pool_ratios.clear();
+  }
   ZM_ASSIGN_OR_RETURN(cm::ModelLayout layout, cm::ModelLayout::FromManifest(manifest));
   ZM_ASSIGN_OR_RETURN(cm::ModelPlanInputs model, cm::ModelPlanInputsFromManifest(manifest, cfg.model_dir));
   const cm::StagingLayout staging = cm::StagingLayout::ForModel(layout);

@@ -84,6 +84,10 @@ struct OffloadConfig {
   bool scheduler = true;              // Alg. 1 (true) or FIFO order (false)
   bool verify_recovered = true;       // check each recovered tensor against its BF16 xxh64
   std::string shm_name;               // arena name; "" = "/zipmoe-arena-<pid>-<n>"
+  // zipmoe's own ablation without compression: the cache keeps full BF16 tensors only (Λ = {F},
+  // ranked by frequency as usual) and the directory must store its exponents raw (`zipmoe compress
+  // --codec none`), so every read moves the BF16 bytes. kInvalidArgument for another codec/policy.
+  bool no_compression = false;
 };
 
 // Staging slots chosen when OffloadConfig::staging_slots is 0: as many as a decode step selects

@@ -277,3 +277,37 @@ TEST(OffloadProvider, ProtocolMisuseIsAnError) {
 
 }  // namespace
 }  // namespace zipmoe::runtime
+
+namespace zipmoe::runtime {
+namespace {
+
+TEST(OffloadProvider, NoCompressionAblationCachesFullTensorsFromARawDirectory) {
+  const std::string model = CachedSynth("--arch qwen2_moe --preset tiny --seed 3");
+  const std::string raw = CachedCompress(model, "--shards 4 --codec none");
+  auto store = ExpertStore::Open(raw);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  OffloadConfig config;
+  config.model_dir = raw;
+  config.memory_budget_bytes = ExpertBytes(m) / 2;
+  config.no_compression = true;
+  config.pools = "FCSE";  // overridden: Λ = {F}
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  Drive(**provider, MakeRoutings(m, 4, 6, 2), expected);
+  const RuntimeStats s = (*provider)->stats();
+  EXPECT_GT(s.cache.pools[cm::PoolIndex(cm::Pool::kF)].requests, 0u);
+  for (cm::Pool p : {cm::Pool::kC, cm::Pool::kS, cm::Pool::kE}) {
+    EXPECT_EQ(s.cache.pools[cm::PoolIndex(p)].capacity_bytes, 0u) << cm::PoolLetter(p);
+  }
+  EXPECT_GE(s.io_bytes_e, s.io_bytes_sm);  // raw exponents: as many bytes as the SM planes
+
+  config.model_dir = TinyCompressed("qwen2_moe");  // zstd: refused, naming the fix
+  auto refused = OffloadExpertProvider::Create(config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--codec none"), std::string::npos) << refused.status().ToString();
+}
+
+}  // namespace
+}  // namespace zipmoe::runtime
