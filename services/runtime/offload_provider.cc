@@ -196,6 +196,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
     }
   }
   layer_start_ = std::chrono::steady_clock::now();
+  next_priority_ = 0;  // every op of earlier layers has completed: ranks restart per layer
   measure_ = LayerMeasure{};
   experts_.clear();
   experts_.resize(routing.expert_ids.size());
