@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 
+WARMUP_PROMPT = "Write a short poem about autumn leaves falling in a quiet park near the river."
 PROMPT = ("The quick brown fox jumps over the lazy dog. Tell me a story about a lighthouse keeper "
           "who finds a message in a bottle.")
 
@@ -66,6 +67,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--systems", default="zipmoe,lru,lru-raw,full-load-raw,full-load")
     ap.add_argument("--out", default="bench-out/tpot_vs_budget")
+    ap.add_argument("--warmup-prompt", default=WARMUP_PROMPT,
+                    help="prompt of the warm-up run whose routing trace the zipmoe planner fits (\"\" = uniform f_r)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     total = expert_bytes(a.zipmoe, a.zstd)
@@ -76,6 +79,17 @@ def main():
                "full-load-raw": ("full-load", "raw", []), "full-load": ("full-load", "zstd", []),
                "zipmoe-nocomp": ("zipmoe", "raw", ["--no-compression"])}
     chosen = [s for s in a.systems.split(",") if s in systems and dirs[systems[s][1]]]
+
+    # Workload profiling (ZipMoE §3.4): the planner fits f_r to the routing of a different prompt.
+    trace = None
+    if a.warmup_prompt:
+        trace = os.path.join(a.out, "warmup.trace")
+        run([a.zipmoe, "generate", "--prompt", a.warmup_prompt, "--max-new-tokens", str(a.max_new_tokens),
+             "--ignore-eos", "--threads", str(a.threads), "--json", "--model", a.zstd, "--memory-budget",
+             str(total // 2), "--policy", "lru", "--trace-out", trace], os.path.join(a.out, "warmup.log"))
+        for name, (policy, src, extra) in systems.items():
+            if policy == "zipmoe":
+                extra.extend(["--plan-trace", trace])
 
     ref = os.path.join(a.out, "resident.logits")
     dropped = drop_caches()
