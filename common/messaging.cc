@@ -1,0 +1,348 @@
+// Encoding and verified decoding of schemas/messages.fbs (see common/messaging.h).
+#include "common/messaging.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "schemas/messages_generated.h"
+
+namespace zipmoe::messaging {
+namespace {
+
+namespace wire = ::zipmoe::fb;
+using flatbuffers::FlatBufferBuilder;
+using flatbuffers::Offset;
+
+static_assert(static_cast<int>(wire::StatusCode::MAX) == static_cast<int>(StatusCode::kInternal),
+              "schemas/messages.fbs StatusCode must mirror common/status.h");
+static_assert(static_cast<int>(wire::DecodeKind::MAX) == static_cast<int>(DecodeKind::kRecoverBf16));
+static_assert(static_cast<int>(wire::Codec::MAX) == static_cast<int>(Codec::kLz4));
+static_assert(static_cast<int>(wire::ChunkKind::MAX) == static_cast<int>(ChunkKind::kSm));
+static_assert(static_cast<size_t>(wire::Body::MAX) == std::variant_size_v<Body>,
+              "messaging::Body must list the union members of schemas/messages.fbs in order");
+
+// Verifier limits: messages are flat (Envelope -> body -> [ChunkRead] -> string), so a small depth
+// suffices; the table count bounds the work a hostile ReadRequest can cause.
+constexpr flatbuffers::uoffset_t kMaxDepth = 8;
+constexpr flatbuffers::uoffset_t kMaxTables = 1u << 20;
+
+// An empty string is left out of the buffer (it reads back as "").
+Offset<flatbuffers::String> Str(FlatBufferBuilder& fbb, const std::string& s) {
+  return s.empty() ? 0 : fbb.CreateString(s);
+}
+std::string Str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
+
+bool SameStatus(const Status& a, const Status& b) {
+  return a.code() == b.code() && a.message() == b.message();
+}
+
+// ---- Encode ------------------------------------------------------------------------------------
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const ReadRequest& m) {
+  std::vector<Offset<wire::ChunkRead>> ops;
+  ops.reserve(m.ops.size());
+  for (const ChunkRead& op : m.ops) {
+    const auto name = Str(fbb, op.tensor_name);
+    ops.push_back(wire::CreateChunkRead(fbb, op.op_id, op.attempt, op.file_offset, op.stored_bytes,
+                                        op.dst_offset, op.dst_capacity_bytes, op.xxh64, name, op.layer_id,
+                                        op.expert_id, static_cast<wire::ChunkKind>(op.kind), op.chunk_index));
+  }
+  return wire::CreateReadRequest(fbb, fbb.CreateVector(ops)).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const ReadCompletion& m) {
+  const auto message = Str(fbb, m.status.message());
+  return wire::CreateReadCompletion(fbb, m.op_id, m.attempt, static_cast<wire::StatusCode>(m.status.code()),
+                                    message, static_cast<wire::ChunkKind>(m.kind), m.stored_bytes, m.read_bytes,
+                                    m.read_us, m.verify_us)
+      .Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const DecodeRequest& m) {
+  const auto name = Str(fbb, m.tensor_name);
+  flatbuffers::Optional<uint64_t> expected = flatbuffers::nullopt;
+  if (m.expected_xxh64.has_value()) expected = *m.expected_xxh64;
+  return wire::CreateDecodeRequest(fbb, m.op_id, m.attempt, m.priority, static_cast<wire::DecodeKind>(m.kind),
+                                   static_cast<wire::Codec>(m.codec), m.src_offset, m.stored_bytes, m.sm_offset,
+                                   m.dst_offset, m.raw_bytes, expected, name, m.layer_id, m.expert_id,
+                                   m.chunk_index)
+      .Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const DecodeCompletion& m) {
+  const auto message = Str(fbb, m.status.message());
+  return wire::CreateDecodeCompletion(fbb, m.op_id, m.attempt, static_cast<wire::StatusCode>(m.status.code()),
+                                      message, m.worker_index, m.run_us)
+      .Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const WorkerReady& m) {
+  const auto arena = Str(fbb, m.arena_name);
+  return wire::CreateWorkerReady(fbb, m.n_threads, m.credits, arena, m.arena_bytes, m.pid,
+                                 m.heartbeat_interval_ms)
+      .Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Heartbeat& m) {
+  return wire::CreateHeartbeat(fbb, m.interval_ms, m.in_flight).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Disconnect& m) {
+  return wire::CreateDisconnect(fbb, Str(fbb, m.reason)).Union();
+}
+
+// ---- Decode ------------------------------------------------------------------------------------
+
+// Checks that a wire enum value is one this build knows; the Verifier does not look at enum ranges.
+template <typename WireEnum>
+Status CheckEnum(WireEnum value, WireEnum max, const char* table, const char* field) {
+  const auto raw = static_cast<unsigned>(value);
+  if (raw > static_cast<unsigned>(max)) {
+    return Status::InvalidArgument(
+        fmt::format("{}.{} = {} is out of range (0..{})", table, field, raw, static_cast<unsigned>(max)));
+  }
+  return Status::Ok();
+}
+
+// *out = the carried status (the message is dropped for Ok).
+Status DecodeStatus(wire::StatusCode code, const flatbuffers::String* message, const char* table, Status* out) {
+  ZM_RETURN_IF_ERROR(CheckEnum(code, wire::StatusCode::MAX, table, "status_code"));
+  *out = code == wire::StatusCode::Ok ? Status::Ok() : Status(static_cast<StatusCode>(code), Str(message));
+  return Status::Ok();
+}
+
+Result<Body> DecodeBody(const wire::ReadRequest& t) {
+  ReadRequest m;
+  if (t.ops() != nullptr) {
+    m.ops.reserve(t.ops()->size());
+    for (flatbuffers::uoffset_t i = 0; i < t.ops()->size(); ++i) {
+      const wire::ChunkRead* w = t.ops()->Get(i);
+      if (w == nullptr) return Status::InvalidArgument(fmt::format("ReadRequest.ops[{}] is null", i));
+      ZM_RETURN_IF_ERROR(CheckEnum(w->kind(), wire::ChunkKind::MAX, "ChunkRead", "kind")
+                             .WithContext(fmt::format("ReadRequest.ops[{}]", i)));
+      ChunkRead op;
+      op.op_id = w->op_id();
+      op.attempt = w->attempt();
+      op.file_offset = w->file_offset();
+      op.stored_bytes = w->stored_bytes();
+      op.dst_offset = w->dst_offset();
+      op.dst_capacity_bytes = w->dst_capacity_bytes();
+      op.xxh64 = w->xxh64();
+      op.tensor_name = Str(w->tensor_name());
+      op.layer_id = w->layer_id();
+      op.expert_id = w->expert_id();
+      op.kind = static_cast<ChunkKind>(w->kind());
+      op.chunk_index = w->chunk_index();
+      m.ops.push_back(std::move(op));
+    }
+  }
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::ReadCompletion& t) {
+  ReadCompletion m;
+  ZM_RETURN_IF_ERROR(DecodeStatus(t.status_code(), t.message(), "ReadCompletion", &m.status));
+  ZM_RETURN_IF_ERROR(CheckEnum(t.kind(), wire::ChunkKind::MAX, "ReadCompletion", "kind"));
+  m.op_id = t.op_id();
+  m.attempt = t.attempt();
+  m.kind = static_cast<ChunkKind>(t.kind());
+  m.stored_bytes = t.stored_bytes();
+  m.read_bytes = t.read_bytes();
+  m.read_us = t.read_us();
+  m.verify_us = t.verify_us();
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::DecodeRequest& t) {
+  ZM_RETURN_IF_ERROR(CheckEnum(t.kind(), wire::DecodeKind::MAX, "DecodeRequest", "kind"));
+  ZM_RETURN_IF_ERROR(CheckEnum(t.codec(), wire::Codec::MAX, "DecodeRequest", "codec"));
+  DecodeRequest m;
+  m.op_id = t.op_id();
+  m.attempt = t.attempt();
+  m.priority = t.priority();
+  m.kind = static_cast<DecodeKind>(t.kind());
+  m.codec = static_cast<Codec>(t.codec());
+  m.src_offset = t.src_offset();
+  m.stored_bytes = t.stored_bytes();
+  m.sm_offset = t.sm_offset();
+  m.dst_offset = t.dst_offset();
+  m.raw_bytes = t.raw_bytes();
+  if (t.expected_xxh64().has_value()) m.expected_xxh64 = t.expected_xxh64().value();
+  m.tensor_name = Str(t.tensor_name());
+  m.layer_id = t.layer_id();
+  m.expert_id = t.expert_id();
+  m.chunk_index = t.chunk_index();
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::DecodeCompletion& t) {
+  DecodeCompletion m;
+  ZM_RETURN_IF_ERROR(DecodeStatus(t.status_code(), t.message(), "DecodeCompletion", &m.status));
+  m.op_id = t.op_id();
+  m.attempt = t.attempt();
+  m.worker_index = t.worker_index();
+  m.run_us = t.run_us();
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::WorkerReady& t) {
+  WorkerReady m;
+  m.n_threads = t.n_threads();
+  m.credits = t.credits();
+  m.arena_name = Str(t.arena_name());
+  m.arena_bytes = t.arena_bytes();
+  m.pid = t.pid();
+  m.heartbeat_interval_ms = t.heartbeat_interval_ms();
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::Heartbeat& t) { return Body(Heartbeat{t.interval_ms(), t.in_flight()}); }
+
+Result<Body> DecodeBody(const wire::Disconnect& t) { return Body(Disconnect{Str(t.reason())}); }
+
+template <typename WireTable>
+Result<Body> DecodeTyped(const wire::Envelope& envelope) {
+  const auto* table = static_cast<const WireTable*>(envelope.body());
+  return DecodeBody(*table);
+}
+
+Result<Message> DecodeVerified(const uint8_t* data, size_t size) {
+  if (!wire::SizePrefixedEnvelopeBufferHasIdentifier(data)) {
+    return Status::Corruption(fmt::format("not a zipmoe message: file identifier is not \"{}\"",
+                                          wire::EnvelopeIdentifier()));
+  }
+  const uint64_t prefix = flatbuffers::ReadScalar<flatbuffers::uoffset_t>(data);
+  if (prefix != size - sizeof(flatbuffers::uoffset_t)) {
+    return Status::Corruption(fmt::format("malformed message: size prefix says {} bytes, frame holds {} "
+                                          "(truncated or extended)", prefix, size - sizeof(flatbuffers::uoffset_t)));
+  }
+  flatbuffers::Verifier::Options options;
+  options.max_depth = kMaxDepth;
+  options.max_tables = kMaxTables;
+  flatbuffers::Verifier verifier(data, size, options);
+  if (!wire::VerifySizePrefixedEnvelopeBuffer(verifier)) {
+    return Status::Corruption(fmt::format("malformed message: FlatBuffers verifier rejected {} bytes "
+                                          "(out-of-bounds or misaligned offsets, unterminated string)", size));
+  }
+  const wire::Envelope* envelope = wire::GetSizePrefixedEnvelope(data);
+  Message out;
+  out.version = envelope->version();
+  out.sender = Str(envelope->sender());
+  const std::string from = out.sender.empty() ? std::string() : fmt::format(" from '{}'", out.sender);
+  if (out.version != kMessageVersion) {
+    return Status::InvalidArgument(fmt::format("message version {}{}, this build speaks version {}",
+                                               out.version, from, kMessageVersion));
+  }
+  const wire::Body type = envelope->body_type();
+  if (type == wire::Body::NONE || envelope->body() == nullptr) {
+    return Status::InvalidArgument(fmt::format("message{} has no body", from));
+  }
+  Result<Body> body = Status::Internal("unreachable");
+  switch (type) {
+    case wire::Body::ReadRequest: body = DecodeTyped<wire::ReadRequest>(*envelope); break;
+    case wire::Body::ReadCompletion: body = DecodeTyped<wire::ReadCompletion>(*envelope); break;
+    case wire::Body::DecodeRequest: body = DecodeTyped<wire::DecodeRequest>(*envelope); break;
+    case wire::Body::DecodeCompletion: body = DecodeTyped<wire::DecodeCompletion>(*envelope); break;
+    case wire::Body::WorkerReady: body = DecodeTyped<wire::WorkerReady>(*envelope); break;
+    case wire::Body::Heartbeat: body = DecodeTyped<wire::Heartbeat>(*envelope); break;
+    case wire::Body::Disconnect: body = DecodeTyped<wire::Disconnect>(*envelope); break;
+    default:
+      return Status::InvalidArgument(fmt::format("message{} has unknown body type {} (this build knows 1..{})",
+                                                 from, static_cast<unsigned>(type),
+                                                 static_cast<unsigned>(wire::Body::MAX)));
+  }
+  if (!body.ok()) return body.status().WithContext(fmt::format("message{}", from));
+  out.body = std::move(body).value();
+  return out;
+}
+
+}  // namespace
+
+bool ChunkRead::operator==(const ChunkRead& o) const {
+  return op_id == o.op_id && attempt == o.attempt && file_offset == o.file_offset &&
+         stored_bytes == o.stored_bytes && dst_offset == o.dst_offset &&
+         dst_capacity_bytes == o.dst_capacity_bytes && xxh64 == o.xxh64 && tensor_name == o.tensor_name &&
+         layer_id == o.layer_id && expert_id == o.expert_id && kind == o.kind && chunk_index == o.chunk_index;
+}
+
+bool ReadCompletion::operator==(const ReadCompletion& o) const {
+  return op_id == o.op_id && attempt == o.attempt && SameStatus(status, o.status) && kind == o.kind &&
+         stored_bytes == o.stored_bytes && read_bytes == o.read_bytes && read_us == o.read_us &&
+         verify_us == o.verify_us;
+}
+
+bool DecodeRequest::operator==(const DecodeRequest& o) const {
+  return op_id == o.op_id && attempt == o.attempt && priority == o.priority && kind == o.kind &&
+         codec == o.codec && src_offset == o.src_offset && stored_bytes == o.stored_bytes &&
+         sm_offset == o.sm_offset && dst_offset == o.dst_offset && raw_bytes == o.raw_bytes &&
+         expected_xxh64 == o.expected_xxh64 && tensor_name == o.tensor_name && layer_id == o.layer_id &&
+         expert_id == o.expert_id && chunk_index == o.chunk_index;
+}
+
+bool DecodeCompletion::operator==(const DecodeCompletion& o) const {
+  return op_id == o.op_id && attempt == o.attempt && SameStatus(status, o.status) &&
+         worker_index == o.worker_index && run_us == o.run_us;
+}
+
+bool WorkerReady::operator==(const WorkerReady& o) const {
+  return n_threads == o.n_threads && credits == o.credits && arena_name == o.arena_name &&
+         arena_bytes == o.arena_bytes && pid == o.pid && heartbeat_interval_ms == o.heartbeat_interval_ms;
+}
+
+bool Heartbeat::operator==(const Heartbeat& o) const {
+  return interval_ms == o.interval_ms && in_flight == o.in_flight;
+}
+
+bool Message::operator==(const Message& o) const {
+  return version == o.version && sender == o.sender && body == o.body;
+}
+
+const char* BodyName(const Body& body) {
+  return wire::EnumNameBody(static_cast<wire::Body>(body.index() + 1));
+}
+
+std::string EncodeMessage(const Message& message) {
+  FlatBufferBuilder fbb(256);
+  const Offset<void> body = std::visit([&fbb](const auto& m) { return EncodeBody(fbb, m); }, message.body);
+  const auto sender = Str(fbb, message.sender);
+  const auto type = static_cast<wire::Body>(message.body.index() + 1);
+  fbb.FinishSizePrefixed(wire::CreateEnvelope(fbb, kMessageVersion, sender, type, body), wire::EnvelopeIdentifier());
+  return std::string(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
+}
+
+std::string EncodeMessage(const std::string& sender, Body body) {
+  Message message;
+  message.sender = sender;
+  message.body = std::move(body);
+  return EncodeMessage(message);
+}
+
+Result<Message> DecodeMessage(const void* data, size_t size, const std::string& what) {
+  auto with_context = [&what](Status s) { return what.empty() ? s : s.WithContext(what); };
+  // Size prefix, root offset and identifier are read before the Verifier runs.
+  constexpr size_t kMinBytes = 3 * sizeof(flatbuffers::uoffset_t);
+  if (data == nullptr || size < kMinBytes) {
+    return with_context(Status::Corruption(
+        fmt::format("not a zipmoe message: {} bytes, a message has at least {}", size, kMinBytes)));
+  }
+  if (size > kMaxMessageBytes) {
+    return with_context(Status::Corruption(
+        fmt::format("message of {} bytes exceeds kMaxMessageBytes ({})", size, kMaxMessageBytes)));
+  }
+  // FlatBuffers reads scalars in place; a frame that is not 8-byte aligned (ZeroMQ keeps small
+  // messages inside zmq_msg_t) is copied first.
+  Result<Message> out = Status::Internal("unreachable");
+  if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) == 0) {
+    out = DecodeVerified(static_cast<const uint8_t*>(data), size);
+  } else {
+    std::vector<uint64_t> aligned((size + 7) / 8);
+    std::memcpy(aligned.data(), data, size);
+    out = DecodeVerified(reinterpret_cast<const uint8_t*>(aligned.data()), size);
+  }
+  if (!out.ok()) return with_context(out.status());
+  return out;
+}
+
+}  // namespace zipmoe::messaging
