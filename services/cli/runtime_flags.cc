@@ -3,9 +3,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
+#include <string>
 
 #include <fmt/format.h>
 
+#include "common/manifest.h"
 #include "services/cli/cli_util.h"
 
 namespace zipmoe::cli {
@@ -15,7 +18,8 @@ namespace cm = cache_manager;
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   CLI::Option* budget = cmd->add_option(
       "--memory-budget", f->memory_budget,
-      "memory for experts (cache pools + experts in flight), e.g. 512MiB; without it every expert is resident");
+      "memory for experts (cache pools + experts in flight), e.g. 512MiB, or 50% of the BF16 expert bytes; "
+      "without it every expert is resident");
   if (budget_required) budget->required();
   cmd->add_option("--policy", f->policy, "zipmoe | lru | fifo | lfu | full-load")->capture_default_str();
   cmd->add_option("--pools", f->pools, "zipmoe: enabled pools Λ, letters of FCSE")->capture_default_str();
@@ -39,7 +43,27 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
 Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std::string& model_dir) {
   runtime::OffloadConfig c;
   c.model_dir = model_dir;
-  ZM_ASSIGN_OR_RETURN(c.memory_budget_bytes, ParseByteSize(f.memory_budget, "--memory-budget"));
+  if (!f.memory_budget.empty() && f.memory_budget.back() == '%') {
+    // A share of the model's BF16 expert bytes (what every expert resident would take).
+    double percent = -1;
+    try {
+      size_t used = 0;
+      percent = std::stod(f.memory_budget.substr(0, f.memory_budget.size() - 1), &used);
+      if (used != f.memory_budget.size() - 1) percent = -1;
+    } catch (const std::exception&) {
+      percent = -1;
+    }
+    if (!(percent > 0 && percent <= 1000)) {
+      return Status::InvalidArgument(
+          fmt::format("--memory-budget '{}': a percentage must be in (0, 1000]", f.memory_budget));
+    }
+    ZM_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(model_dir));
+    uint64_t expert_bytes = 0;
+    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
+    c.memory_budget_bytes = static_cast<uint64_t>(static_cast<double>(expert_bytes) * percent / 100.0);
+  } else {
+    ZM_ASSIGN_OR_RETURN(c.memory_budget_bytes, ParseByteSize(f.memory_budget, "--memory-budget"));
+  }
   ZM_ASSIGN_OR_RETURN(c.policy, cm::ParseCachePolicy(f.policy));
   c.pools = f.pools;
   c.pool_ratios = f.pool_ratios;

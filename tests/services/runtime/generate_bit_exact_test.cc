@@ -84,6 +84,16 @@ TEST(GenerateRuntimeCli, FcsePoolsAllServeHitsAndTheBudgetFloorIsNamed) {
   EXPECT_GT(j["tpot_s"].get<double>(), 0.0);
   EXPECT_FALSE(j["layers"].empty());
 
+  // A percentage of the BF16 expert bytes.
+  const std::string pct_stats = tmp.Sub("pct.json");
+  auto pct = RunCli(fmt::format("generate --model {} --prompt-ids 5,17 --max-new-tokens 1 --memory-budget 50% "
+                                "--stats-json {}", dir, pct_stats));
+  ASSERT_EQ(pct.exit_code, 0) << pct.output;
+  EXPECT_EQ(nlohmann::json::parse(ReadAll(pct_stats))["arena"]["budget_bytes"].get<uint64_t>(), expert_bytes / 2);
+  auto bad_pct = RunCli(fmt::format("generate --model {} --prompt-ids 5 --memory-budget 0%", dir));
+  EXPECT_NE(bad_pct.exit_code, 0);
+  EXPECT_NE(bad_pct.output.find("percentage"), std::string::npos) << bad_pct.output;
+
   auto low = RunCli(fmt::format("generate --model {} --prompt-ids 5,17 --max-new-tokens 1 --memory-budget 8KiB", dir));
   EXPECT_NE(low.exit_code, 0);
   EXPECT_NE(low.output.find("below the minimum"), std::string::npos) << low.output;
