@@ -17,6 +17,17 @@ find_path(CPPZMQ_INCLUDE_DIR zmq.hpp zmq_addon.hpp REQUIRED)       # cppzmq: hea
 add_library(zipmoe_zmq INTERFACE)
 target_include_directories(zipmoe_zmq SYSTEM INTERFACE ${CPPZMQ_INCLUDE_DIR} ${ZMQ_INCLUDEDIR})
 target_link_libraries(zipmoe_zmq INTERFACE ${ZMQ_LINK_LIBRARIES})
+# cpp-httplib (libcpp-httplib-dev, `zipmoe serve`): Debian ships it compiled (libcpp-httplib.so) with
+# OpenSSL, zlib and Brotli support, and those macros change the layout of httplib::Request, so every
+# includer must define them too; the OpenSSL headers are then needed (libssl-dev), not its libraries.
+find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+find_library(HTTPLIB_LIBRARY cpp-httplib REQUIRED)
+find_package(OpenSSL REQUIRED)
+add_library(zipmoe_httplib INTERFACE)
+target_include_directories(zipmoe_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR} ${OPENSSL_INCLUDE_DIR})
+target_compile_definitions(zipmoe_httplib INTERFACE CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT
+                                                    CPPHTTPLIB_BROTLI_SUPPORT)
+target_link_libraries(zipmoe_httplib INTERFACE ${HTTPLIB_LIBRARY} Threads::Threads)
 if(ZIPMOE_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

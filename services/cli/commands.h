@@ -17,5 +17,6 @@ void AddGenerateCommand(CLI::App& app, int* exit_code);  // cmd_generate.cc
 void AddPlanCommand(CLI::App& app, int* exit_code);      // cmd_plan.cc
 void AddProfileCommand(CLI::App& app, int* exit_code);   // cmd_profile.cc
 void AddReplayCommand(CLI::App& app, int* exit_code);    // cmd_replay.cc
+void AddServeCommand(CLI::App& app, int* exit_code);     // cmd_serve.cc
 
 }  // namespace zipmoe::cli

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   zipmoe::cli::AddPlanCommand(app, &exit_code);
   zipmoe::cli::AddProfileCommand(app, &exit_code);
   zipmoe::cli::AddReplayCommand(app, &exit_code);
+  zipmoe::cli::AddServeCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,528 @@
+// `zipmoe serve`: an OpenAI-compatible HTTP server (cpp-httplib) over the embedded executor.
+//
+//   zipmoe serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]
+//                [--device cpu] [--memory-budget B [--policy P] ...]  (services/cli/runtime_flags.h)
+//
+// The model (and, with --memory-budget, the ZipMoE runtime as in `zipmoe generate`) is loaded
+// before the server listens. Endpoints:
+//   GET  /health               200 {"status":"ok"} (never needs the API key)
+//   GET  /v1/models            {"object":"list","data":[{"id":<basename of DIR>,"object":"model"}]}
+//   POST /v1/completions       {"prompt": text | [token ids], "max_tokens" (16), "temperature" (1;
+//                              0 = greedy), "top_p" (1), "seed" (0), "stop": text | [text], "stream"}
+//   POST /v1/chat/completions  {"messages": [{"role","content"}], same sampling fields}; the prompt is
+//                              the tokenizer_config.json chat template with a generation prompt.
+// Text prompts are encoded as `zipmoe generate` does (add_special_tokens for /v1/completions, none
+// after the chat template). finish_reason is "stop" for EOS or a stop string (the text is cut
+// before it), else "length". "stream": true answers text/event-stream: one `data: {chunk}\n\n` per
+// token that adds text, a last chunk with the finish_reason, then `data: [DONE]\n\n`.
+// Errors are {"error":{"message","type"}}: 400 (invalid_request_error) for bad JSON or fields or a
+// prompt longer than max_position_embeddings, 401 (authentication_error) for a missing/wrong
+// "Authorization: Bearer KEY" when --api-key is set, 404 (not_found_error), 500 (server_error).
+//
+// Concurrency: httplib accepts connections on a thread pool, but requests are served ONE AT A TIME:
+// a mutex around the Generator (which is not reentrant) serialises generation; other requests wait.
+// A stop string or a vanished streaming client ends generation early by throwing out of the
+// Generator's token callback (Generate keeps no state between calls, so this is safe).
+// SIGINT/SIGTERM: a signal thread (sigtimedwait; the signals are blocked in every other thread)
+// stops the server; the in-flight request finishes first, then the process exits 0.
+// Torch-free: only the executor's .cc files include torch.
+#include <CLI/CLI.hpp>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "common/file_util.h"
+#include "common/manifest.h"
+#include "common/tokenizer.h"
+#include "services/cli/commands.h"
+#include "services/cli/runtime_flags.h"
+#include "services/executor/generator.h"
+
+namespace zipmoe::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kDefaultMaxTokens = 16;
+constexpr int kSignalPollMillis = 200;  // how often the signal thread checks whether the server ended
+
+struct ServeArgs {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  int threads = 0;
+  std::string device = "cpu";
+  RuntimeFlags runtime;
+};
+
+// A client-visible error: HTTP status, OpenAI error type, message.
+struct ApiError {
+  int http_status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+};
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.http_status;
+  res.set_content(json{{"error", {{"message", e.message}, {"type", e.type}}}}.dump(), "application/json");
+}
+
+ApiError BadRequest(std::string message) { return ApiError{400, "invalid_request_error", std::move(message)}; }
+
+// Thrown out of the token callback to end Generate early (stop string found, client gone).
+struct StopGeneration {};
+
+// One parsed completion request.
+struct CompletionRequest {
+  std::vector<int32_t> prompt_ids;
+  executor::GenerationParams params;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool chat = false;
+};
+
+// Follows the generated text, cuts it at the first stop string and says how much of it is safe to
+// emit (text that could still be the start of a stop string is held back).
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stop) : stop_(std::move(stop)) {
+    for (const auto& s : stop_) hold_ = std::max(hold_, s.size() > 0 ? s.size() - 1 : 0);
+  }
+  // Appends `piece`; returns true once a stop string occurs (the text is then cut before it).
+  bool Append(const std::string& piece) {
+    if (stopped_) return true;
+    const size_t from = text_.size() > hold_ ? text_.size() - hold_ : 0;
+    text_ += piece;
+    size_t cut = std::string::npos;
+    for (const auto& s : stop_) {
+      if (s.empty()) continue;
+      const size_t pos = text_.find(s, from);
+      if (pos != std::string::npos) cut = std::min(cut, pos);
+    }
+    if (cut == std::string::npos) return false;
+    text_.resize(cut);
+    stopped_ = true;
+    return true;
+  }
+  // The text not emitted yet that can no longer turn into a stop string; `all` = the stream ended.
+  std::string TakeSafe(bool all) {
+    size_t end = text_.size();
+    if (!all && !stopped_) {
+      end = text_.size() > hold_ ? text_.size() - hold_ : 0;
+      while (end > emitted_ && end < text_.size() && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
+    }
+    if (end <= emitted_) return std::string();
+    std::string out = text_.substr(emitted_, end - emitted_);
+    emitted_ = end;
+    return out;
+  }
+  const std::string& text() const { return text_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stop_;
+  size_t hold_ = 0;
+  std::string text_;
+  size_t emitted_ = 0;
+  bool stopped_ = false;
+};
+
+class Server {
+ public:
+  Server(const ServeArgs& args, std::unique_ptr<Tokenizer> tokenizer,
+         std::unique_ptr<runtime::OffloadExpertProvider> provider, std::unique_ptr<executor::Generator> generator)
+      : args_(args),
+        tokenizer_(std::move(tokenizer)),
+        provider_(std::move(provider)),
+        generator_(std::move(generator)),
+        model_id_(ModelId(args.model_dir)) {}
+
+  void Install(httplib::Server& svr) {
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (args_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (req.get_header_value("Authorization") == "Bearer " + args_.api_key)
+        return httplib::Server::HandlerResponse::Unhandled;
+      SendError(res, ApiError{401, "authentication_error", "missing or invalid API key (Authorization: Bearer KEY)"});
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (res.status == 404) {
+        SendError(res, ApiError{404, "not_found_error", fmt::format("unknown path {} {}", req.method, req.path)});
+      } else {
+        SendError(res, ApiError{res.status, "invalid_request_error", fmt::format("HTTP {}", res.status)});
+      }
+    });
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown exception";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      SendError(res, ApiError{500, "server_error", what});
+    });
+    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(json{{"status", "ok"}}.dump(), "application/json");
+    });
+    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      json data = json::array({json{{"id", model_id_}, {"object", "model"}, {"owned_by", "zipmoe"}}});
+      res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    });
+    svr.Post("/v1/completions",
+             [this](const httplib::Request& req, httplib::Response& res) { HandleCompletion(req, res, false); });
+    svr.Post("/v1/chat/completions",
+             [this](const httplib::Request& req, httplib::Response& res) { HandleCompletion(req, res, true); });
+  }
+
+ private:
+  static std::string ModelId(std::string dir) {
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    const size_t slash = dir.find_last_of('/');
+    return slash == std::string::npos ? dir : dir.substr(slash + 1);
+  }
+
+  // Parses and validates a request body. Returns an error for anything the client got wrong.
+  bool Parse(const std::string& body, bool chat, CompletionRequest* out, ApiError* err) const {
+    const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      *err = BadRequest("request body is not a JSON object");
+      return false;
+    }
+    out->chat = chat;
+    try {
+      const ModelConfig& c = generator_->config();
+      if (chat) {
+        if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
+          return *err = BadRequest("'messages' must be a non-empty array"), false;
+        if (!tokenizer_) return *err = BadRequest("the model directory has no tokenizer.json"), false;
+        std::vector<ChatMessage> messages;
+        for (const auto& m : j["messages"]) {
+          if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+              !m["content"].is_string())
+            return *err = BadRequest("each message needs string 'role' and 'content'"), false;
+          messages.push_back(ChatMessage{m["role"].get<std::string>(), m["content"].get<std::string>()});
+        }
+        Result<std::string> text = tokenizer_->ApplyChatTemplate(messages, /*add_generation_prompt=*/true);
+        if (!text.ok()) return *err = BadRequest(text.status().ToString()), false;
+        Result<std::vector<int32_t>> ids = tokenizer_->Encode(*text, /*add_special_tokens=*/false);
+        if (!ids.ok()) return *err = BadRequest(ids.status().ToString()), false;
+        out->prompt_ids = std::move(ids).value();
+      } else {
+        if (!j.contains("prompt")) return *err = BadRequest("'prompt' is required"), false;
+        const json& p = j["prompt"];
+        if (p.is_string()) {
+          if (!tokenizer_) return *err = BadRequest("text prompts need tokenizer.json in the model directory"), false;
+          Result<std::vector<int32_t>> ids = tokenizer_->Encode(p.get<std::string>(), /*add_special_tokens=*/true);
+          if (!ids.ok()) return *err = BadRequest(ids.status().ToString()), false;
+          out->prompt_ids = std::move(ids).value();
+        } else if (p.is_array()) {
+          for (const auto& t : p) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= c.vocab_size)
+              return *err = BadRequest(fmt::format("'prompt' token {} is not an id below {}", t.dump(), c.vocab_size)),
+                     false;
+            out->prompt_ids.push_back(t.get<int32_t>());
+          }
+        } else {
+          return *err = BadRequest("'prompt' must be a string or an array of token ids"), false;
+        }
+      }
+      if (out->prompt_ids.empty()) return *err = BadRequest("the prompt is empty"), false;
+      if (static_cast<int64_t>(out->prompt_ids.size()) > c.max_position_embeddings)
+        return *err = BadRequest(fmt::format("the prompt has {} tokens, longer than the context ({} tokens)",
+                                             out->prompt_ids.size(), c.max_position_embeddings)),
+               false;
+      executor::GenerationParams& params = out->params;
+      params.max_new_tokens = kDefaultMaxTokens;
+      params.sampling.temperature = 1.0f;
+      params.sampling.top_p = 1.0f;
+      params.sampling.seed = 0;
+      const char* tokens_key = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+      if (j.contains(tokens_key) && !j[tokens_key].is_null()) {
+        if (!j[tokens_key].is_number_integer() || j[tokens_key].get<int64_t>() < 0)
+          return *err = BadRequest(fmt::format("'{}' must be an integer >= 0", tokens_key)), false;
+        params.max_new_tokens = j[tokens_key].get<int64_t>();
+      }
+      if (j.contains("temperature") && !j["temperature"].is_null()) {
+        if (!j["temperature"].is_number() || j["temperature"].get<double>() < 0)
+          return *err = BadRequest("'temperature' must be a number >= 0"), false;
+        params.sampling.temperature = j["temperature"].get<float>();
+      }
+      if (j.contains("top_p") && !j["top_p"].is_null()) {
+        if (!j["top_p"].is_number() || j["top_p"].get<double>() <= 0 || j["top_p"].get<double>() > 1)
+          return *err = BadRequest("'top_p' must be a number in (0, 1]"), false;
+        params.sampling.top_p = j["top_p"].get<float>();
+      }
+      if (j.contains("seed") && !j["seed"].is_null()) {
+        if (!j["seed"].is_number_integer()) return *err = BadRequest("'seed' must be an integer"), false;
+        params.sampling.seed = static_cast<uint64_t>(j["seed"].get<int64_t>());
+      }
+      if (j.contains("stop") && !j["stop"].is_null()) {
+        const json& s = j["stop"];
+        if (s.is_string()) {
+          out->stop.push_back(s.get<std::string>());
+        } else if (s.is_array()) {
+          for (const auto& x : s) {
+            if (!x.is_string()) return *err = BadRequest("'stop' must be a string or an array of strings"), false;
+            out->stop.push_back(x.get<std::string>());
+          }
+        } else {
+          return *err = BadRequest("'stop' must be a string or an array of strings"), false;
+        }
+      }
+      if (j.contains("stream") && !j["stream"].is_null()) {
+        if (!j["stream"].is_boolean()) return *err = BadRequest("'stream' must be a boolean"), false;
+        out->stream = j["stream"].get<bool>();
+      }
+    } catch (const json::exception& e) {  // e.g. a number out of range for its field
+      *err = BadRequest(e.what());
+      return false;
+    }
+    return true;
+  }
+
+  // Runs one generation under the mutex. `on_text` receives emit-safe text as it is produced and
+  // returns false when the client is gone. Returns the final (cut) text, tokens used and finish
+  // reason, or an error.
+  struct Outcome {
+    std::string text;
+    int64_t completion_tokens = 0;
+    std::string finish_reason = "length";
+  };
+  bool Run(const CompletionRequest& request, const std::function<bool(const std::string&)>& on_text,
+           Outcome* outcome, ApiError* err) {
+    std::lock_guard<std::mutex> lock(mu_);
+    StopMatcher matcher(request.stop);
+    std::unique_ptr<StreamDecoder> decoder;
+    if (tokenizer_) decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
+    const ModelConfig& c = generator_->config();
+    int64_t count = 0;
+    bool eos = false;
+    bool client_gone = false;
+    auto on_token = [&](size_t, int32_t id) {
+      ++count;
+      eos = c.IsEos(id);
+      const bool stop = decoder ? matcher.Append(decoder->Step(id)) : false;
+      if (on_text) {
+        const std::string piece = matcher.TakeSafe(/*all=*/false);
+        if (!piece.empty() && !on_text(piece)) client_gone = true;
+      }
+      if (stop || client_gone) throw StopGeneration{};
+    };
+    try {
+      if (request.params.max_new_tokens > 0) {
+        Result<std::vector<executor::GenerationResult>> results =
+            generator_->Generate({request.prompt_ids}, request.params, on_token);
+        if (!results.ok()) {
+          const bool client = results.status().code() == StatusCode::kInvalidArgument;
+          *err = ApiError{client ? 400 : 500, client ? "invalid_request_error" : "server_error",
+                          results.status().ToString()};
+          return false;
+        }
+      }
+    } catch (const StopGeneration&) {
+    }
+    if (decoder && !matcher.stopped()) matcher.Append(decoder->Flush());
+    if (on_text && !client_gone) {
+      const std::string rest = matcher.TakeSafe(/*all=*/true);
+      if (!rest.empty()) on_text(rest);
+    }
+    outcome->text = matcher.text();
+    outcome->completion_tokens = count;
+    outcome->finish_reason = (eos || matcher.stopped()) ? "stop" : "length";
+    return true;
+  }
+
+  json Envelope(bool chat, bool chunk, const std::string& id, int64_t created) const {
+    return json{{"id", id},
+                {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+                {"created", created},
+                {"model", model_id_}};
+  }
+
+  static json Choice(bool chat, bool chunk, const std::string& text, const json& finish_reason) {
+    json choice{{"index", 0}};
+    if (!chat) {
+      choice["text"] = text;
+    } else if (chunk) {
+      choice["delta"] = text.empty() ? json::object() : json{{"content", text}};
+    } else {
+      choice["message"] = json{{"role", "assistant"}, {"content", text}};
+    }
+    choice["finish_reason"] = finish_reason;
+    if (!chat) choice["logprobs"] = nullptr;
+    return choice;
+  }
+
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
+    auto request = std::make_shared<CompletionRequest>();
+    ApiError err;
+    if (!Parse(req.body, chat, request.get(), &err)) return SendError(res, err);
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
+    if (!request->stream) {
+      Outcome out;
+      if (!Run(*request, nullptr, &out, &err)) return SendError(res, err);
+      json body = Envelope(chat, false, id, created);
+      body["choices"] = json::array({Choice(chat, false, out.text, out.finish_reason)});
+      const int64_t prompt_tokens = static_cast<int64_t>(request->prompt_ids.size());
+      body["usage"] = json{{"prompt_tokens", prompt_tokens},
+                           {"completion_tokens", out.completion_tokens},
+                           {"total_tokens", prompt_tokens + out.completion_tokens}};
+      res.set_content(body.dump(), "application/json");
+      return;
+    }
+    // Streaming: generation runs in the content provider, on this connection's worker thread.
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, request, chat, id, created](size_t,
+                                                                                          httplib::DataSink& sink) {
+      auto send = [&sink](const json& j) {
+        const std::string event = "data: " + j.dump() + "\n\n";
+        return sink.write(event.data(), event.size());
+      };
+      if (chat) {  // OpenAI sends the role first
+        json first = Envelope(true, true, id, created);
+        first["choices"] = json::array({json{{"index", 0}, {"delta", {{"role", "assistant"}}}, {"finish_reason", nullptr}}});
+        send(first);
+      }
+      auto on_text = [&](const std::string& piece) {
+        json j = Envelope(chat, true, id, created);
+        j["choices"] = json::array({Choice(chat, true, piece, nullptr)});
+        return send(j);
+      };
+      Outcome out;
+      ApiError err;
+      if (!Run(*request, on_text, &out, &err)) {
+        send(json{{"error", {{"message", err.message}, {"type", err.type}}}});
+      } else {
+        json last = Envelope(chat, true, id, created);
+        last["choices"] = json::array({Choice(chat, true, "", out.finish_reason)});
+        const int64_t prompt_tokens = static_cast<int64_t>(request->prompt_ids.size());
+        last["usage"] = json{{"prompt_tokens", prompt_tokens},
+                             {"completion_tokens", out.completion_tokens},
+                             {"total_tokens", prompt_tokens + out.completion_tokens}};
+        send(last);
+      }
+      static const std::string kDone = "data: [DONE]\n\n";
+      sink.write(kDone.data(), kDone.size());
+      sink.done();
+      return true;
+    });
+  }
+
+  const ServeArgs& args_;
+  const std::unique_ptr<Tokenizer> tokenizer_;  // null when DIR has no tokenizer.json
+  const std::unique_ptr<runtime::OffloadExpertProvider> provider_;  // null = every expert resident
+  std::mutex mu_;                                                   // serialises generation
+  const std::unique_ptr<executor::Generator> generator_;            // used under mu_
+  const std::string model_id_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int RunServe(const ServeArgs& args) {
+  // Block SIGINT/SIGTERM before any thread exists (torch, runtime, httplib inherit the mask); the
+  // signal thread below is the only one that receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string tokenizer_path = JoinPath(args.model_dir, "tokenizer.json");
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (FileExists(tokenizer_path)) {
+    Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(tokenizer_path);
+    if (!loaded.ok()) return Fail(loaded.status());
+    tokenizer = std::move(loaded).value();
+  }
+  executor::GeneratorOptions options;
+  options.model_dir = args.model_dir;
+  options.n_threads = args.threads;
+  options.device = args.device;
+  std::unique_ptr<runtime::OffloadExpertProvider> provider;
+  if (!args.runtime.memory_budget.empty()) {
+    if (!FileExists(JoinPath(args.model_dir, kManifestFileName))) {
+      return Fail(Status::InvalidArgument(fmt::format(
+          "--memory-budget needs a compressed directory (zipmoe compress); {} has no {}", args.model_dir,
+          kManifestFileName)));
+    }
+    Result<runtime::OffloadConfig> config = ToOffloadConfig(args.runtime, args.model_dir);
+    if (!config.ok()) return Fail(config.status());
+    Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = runtime::OffloadExpertProvider::Create(*config);
+    if (!created.ok()) return Fail(created.status());
+    provider = std::move(created).value();
+    PrintRuntimeSummary(*provider);
+    options.expert_provider = provider.get();
+  } else if (!args.runtime.stats_json.empty()) {
+    return Fail(Status::InvalidArgument("--stats-json is not supported by serve"));
+  }
+  Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
+  if (!generator.ok()) return Fail(generator.status());
+
+  Server server(args, std::move(tokenizer), std::move(provider), std::move(generator).value());
+  httplib::Server svr;
+  server.Install(svr);
+  if (!svr.bind_to_port(args.host, args.port)) {
+    return Fail(Status::InvalidArgument(fmt::format("cannot listen on {}:{}", args.host, args.port)));
+  }
+  std::atomic<bool> done{false};
+  std::thread signal_thread([&svr, &done, &signals] {
+    const timespec poll{0, kSignalPollMillis * 1000000L};
+    while (!done.load()) {
+      const int sig = sigtimedwait(&signals, nullptr, &poll);
+      if (sig == SIGINT || sig == SIGTERM) {
+        std::fprintf(stderr, "I: serve: signal %d, stopping\n", sig);
+        svr.stop();
+        return;
+      }
+    }
+  });
+  std::fprintf(stderr, "I: serve: listening on http://%s:%d (model %s)\n", args.host.c_str(), args.port,
+               args.model_dir.c_str());
+  const bool ok = svr.listen_after_bind();
+  done.store(true);
+  signal_thread.join();
+  std::fprintf(stderr, "I: serve: stopped\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ServeArgs>();  // shared: outlives this function, owned by the callback
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
+  cmd->add_option("--model", args->model_dir, "model directory (Hugging Face checkpoint or compressed)")
+      ->required();
+  cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "TCP port")->capture_default_str()->check(CLI::Range(1, 65535));
+  cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' (except /health)");
+  cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
+  cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
+  AddRuntimeFlags(cmd, &args->runtime, /*budget_required=*/false);
+  cmd->callback([args, exit_code] { *exit_code = RunServe(*args); });
+}
+
+}  // namespace zipmoe::cli

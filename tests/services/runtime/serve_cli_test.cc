@@ -1,0 +1,211 @@
+// `zipmoe serve`: starts the CLI's HTTP server on a free port as a background process, talks to it
+// with curl, and checks that greedy /v1/completions matches `zipmoe generate --json`, streaming,
+// the error statuses (400, 401, 404) and a clean exit on SIGTERM.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+
+namespace zipmoe {
+namespace {
+
+using nlohmann::json;
+using testing::CachedSynth;
+using testing::ReadAll;
+using testing::RunCli;
+using testing::TempDir;
+using testing::WriteAll;
+
+// A TCP port that was free a moment ago (bind to port 0, read it back, close).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct HttpReply {
+  int status = 0;  // 0 = no connection
+  std::string body;
+};
+
+// One request through curl; the body travels in a file (no shell quoting).
+HttpReply Http(const TempDir& tmp, int port, const std::string& method, const std::string& path,
+               const std::string& body = "", const std::string& api_key = "") {
+  const std::string in = tmp.Sub("req.json");
+  const std::string out = tmp.Sub("resp.out");
+  std::remove(out.c_str());
+  std::string cmd = fmt::format("curl -s -N -m 120 -o {} -w '%{{http_code}}' -X {} http://127.0.0.1:{}{}", out,
+                                method, port, path);
+  if (!body.empty()) {
+    WriteAll(in, body);
+    cmd += fmt::format(" -H 'Content-Type: application/json' --data-binary @{}", in);
+  }
+  if (!api_key.empty()) cmd += fmt::format(" -H 'Authorization: Bearer {}'", api_key);
+  HttpReply reply;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return reply;
+  char buf[64] = {0};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, pipe);
+  ::pclose(pipe);
+  reply.status = std::atoi(std::string(buf, n).c_str());
+  if (reply.status != 0) reply.body = ReadAll(out);
+  return reply;
+}
+
+bool Alive(int pid) {
+  if (::kill(pid, 0) != 0) return false;
+  // A reparented child may linger as a zombie if nothing reaps it: that counts as exited.
+  FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+  if (f == nullptr) return false;
+  char line[512] = {0};
+  const size_t n = std::fread(line, 1, sizeof line - 1, f);
+  std::fclose(f);
+  const std::string stat(line, n);
+  const size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
+
+TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
+  const std::string model = CachedSynth("--arch qwen2_moe --preset tiny --seed 7");
+  TempDir tmp;
+  constexpr int kNewTokens = 6;
+  const std::string ids = "5,17,300,42";
+  auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --json", model,
+                                ids, kNewTokens));
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  const json ref = json::parse(gen.output.substr(gen.output.find('{')));
+  const auto ref_ids = ref["generated_ids"].get<std::vector<int32_t>>();
+  const std::string ref_text = ref["text"].get<std::string>();
+  ASSERT_FALSE(ref_ids.empty());
+
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  const std::string log = tmp.Sub("serve.log");
+  const std::string pid_file = tmp.Sub("serve.pid");
+  const std::string key = "sekrit";
+  auto start = RunCli(fmt::format("serve --model {} --port {} --threads 1 --api-key {} > {} 2>&1 & echo $! > {}",
+                                  model, port, key, log, pid_file));
+  ASSERT_EQ(start.exit_code, 0) << start.output;
+  const int pid = std::atoi(ReadAll(pid_file).c_str());
+  ASSERT_GT(pid, 0);
+  struct Killer {  // never leave a server behind, whatever fails
+    int pid;
+    ~Killer() {
+      if (pid > 0) ::kill(pid, SIGKILL);
+    }
+  } killer{pid};
+
+  HttpReply health;
+  for (int i = 0; i < 600 && health.status != 200 && Alive(pid); ++i) {
+    health = Http(tmp, port, "GET", "/health");
+    if (health.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(health.status, 200) << ReadAll(log);
+  EXPECT_EQ(json::parse(health.body)["status"], "ok");
+
+  // Models: the directory's basename.
+  auto models = Http(tmp, port, "GET", "/v1/models", "", key);
+  ASSERT_EQ(models.status, 200) << models.body;
+  const std::string base = model.substr(model.find_last_of('/') + 1);
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], base);
+
+  // Greedy completion over token ids == `zipmoe generate`.
+  const json request{{"prompt", json::array({5, 17, 300, 42})}, {"max_tokens", kNewTokens}, {"temperature", 0}};
+  auto done = Http(tmp, port, "POST", "/v1/completions", request.dump(), key);
+  ASSERT_EQ(done.status, 200) << done.body;
+  const json body = json::parse(done.body);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], base);
+  EXPECT_EQ(body["choices"][0]["text"], ref_text);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], ref_ids.size() == kNewTokens ? "length" : "stop");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(body["usage"]["completion_tokens"], ref_ids.size());
+  EXPECT_EQ(body["usage"]["total_tokens"], 4 + ref_ids.size());
+
+  // Streaming: data: chunks whose texts concatenate to the same text, then [DONE].
+  json stream_request = request;
+  stream_request["stream"] = true;
+  auto stream = Http(tmp, port, "POST", "/v1/completions", stream_request.dump(), key);
+  ASSERT_EQ(stream.status, 200) << stream.body;
+  const std::string done_marker = "data: [DONE]\n\n";
+  ASSERT_GE(stream.body.size(), done_marker.size());
+  EXPECT_EQ(stream.body.substr(stream.body.size() - done_marker.size()), done_marker) << stream.body;
+  std::string streamed;
+  int chunks = 0;
+  std::string finish;
+  for (size_t pos = 0; (pos = stream.body.find("data: ", pos)) != std::string::npos;) {
+    const size_t end = stream.body.find("\n\n", pos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string payload = stream.body.substr(pos + 6, end - pos - 6);
+    pos = end + 2;
+    if (payload == "[DONE]") break;
+    const json chunk = json::parse(payload);
+    ++chunks;
+    streamed += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_GE(chunks, 2);
+  EXPECT_EQ(streamed, ref_text);
+  EXPECT_EQ(finish, body["choices"][0]["finish_reason"].get<std::string>());
+
+  // Chat completions answer with an assistant message.
+  const json chat{{"messages", json::array({json{{"role", "user"}, {"content", "hello"}}})},
+                  {"max_tokens", 3},
+                  {"temperature", 0}};
+  auto chat_reply = Http(tmp, port, "POST", "/v1/chat/completions", chat.dump(), key);
+  ASSERT_EQ(chat_reply.status, 200) << chat_reply.body;
+  EXPECT_EQ(json::parse(chat_reply.body)["object"], "chat.completion");
+  EXPECT_EQ(json::parse(chat_reply.body)["choices"][0]["message"]["role"], "assistant");
+
+  // Errors.
+  auto bad_json = Http(tmp, port, "POST", "/v1/completions", "{not json", key);
+  EXPECT_EQ(bad_json.status, 400) << bad_json.body;
+  EXPECT_EQ(json::parse(bad_json.body)["error"]["type"], "invalid_request_error");
+  auto bad_field = Http(tmp, port, "POST", "/v1/completions", R"({"prompt": [1, 2], "max_tokens": -1})", key);
+  EXPECT_EQ(bad_field.status, 400) << bad_field.body;
+  const json config = json::parse(ReadAll(model + "/config.json"));
+  const json too_long{{"prompt", std::vector<int>(config["max_position_embeddings"].get<size_t>() + 1, 5)}};
+  auto long_reply = Http(tmp, port, "POST", "/v1/completions", too_long.dump(), key);
+  EXPECT_EQ(long_reply.status, 400) << long_reply.body;
+  EXPECT_NE(long_reply.body.find("context"), std::string::npos) << long_reply.body;
+  auto no_key = Http(tmp, port, "POST", "/v1/completions", request.dump());
+  EXPECT_EQ(no_key.status, 401) << no_key.body;
+  auto wrong_key = Http(tmp, port, "GET", "/v1/models", "", "wrong");
+  EXPECT_EQ(wrong_key.status, 401) << wrong_key.body;
+  EXPECT_EQ(json::parse(wrong_key.body)["error"]["type"], "authentication_error");
+  auto unknown = Http(tmp, port, "GET", "/v1/nope", "", key);
+  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  EXPECT_TRUE(json::parse(unknown.body).contains("error")) << unknown.body;
+
+  // SIGTERM: the server stops cleanly.
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  for (int i = 0; i < 300 && Alive(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(Alive(pid)) << ReadAll(log);
+  killer.pid = Alive(pid) ? pid : 0;
+  EXPECT_NE(ReadAll(log).find("I: serve: stopped"), std::string::npos) << ReadAll(log);
+}
+
+}  // namespace
+}  // namespace zipmoe
