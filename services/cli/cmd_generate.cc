@@ -154,23 +154,13 @@ int RunGenerate(const GenerateArgs& args) {
       trace.push_back(std::move(rec));
     };
   }
-  std::unique_ptr<runtime::OffloadExpertProvider> provider;
-  if (!args.runtime.memory_budget.empty()) {
-    if (!FileExists(JoinPath(args.model_dir, kManifestFileName))) {
-      return Fail(Status::InvalidArgument(fmt::format(
-          "--memory-budget needs a compressed directory (zipmoe compress); {} has no {}", args.model_dir,
-          kManifestFileName)));
-    }
-    Result<runtime::OffloadConfig> config = ToOffloadConfig(args.runtime, args.model_dir);
-    if (!config.ok()) return Fail(config.status());
-    Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = runtime::OffloadExpertProvider::Create(*config);
-    if (!created.ok()) return Fail(created.status());
-    provider = std::move(created).value();
-    PrintRuntimeSummary(*provider);
-    options.expert_provider = provider.get();
-  } else if (!args.runtime.stats_json.empty()) {
+  if (args.runtime.memory_budget.empty() && !args.runtime.stats_json.empty()) {
     return Fail(Status::InvalidArgument("--stats-json needs --memory-budget (the runtime's statistics)"));
   }
+  Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = CreateRuntime(args.runtime, args.model_dir);
+  if (!created.ok()) return Fail(created.status());
+  std::unique_ptr<runtime::OffloadExpertProvider> provider = std::move(created).value();
+  options.expert_provider = provider.get();
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return Fail(generator.status());
 

@@ -40,10 +40,8 @@ Status RunReplay(const ReplayArgs& args) {
   if (args.repeat < 1) return Status::InvalidArgument(fmt::format("--repeat {}: must be >= 1", args.repeat));
   if (!(args.compute_us >= 0)) return Status::InvalidArgument("--compute-us must be >= 0");
   ZM_ASSIGN_OR_RETURN(std::vector<cache_manager::ActivationRecord> records, cache_manager::ReadTrace(args.trace));
-  ZM_ASSIGN_OR_RETURN(runtime::OffloadConfig config, ToOffloadConfig(args.runtime, args.model));
-  ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
-                      runtime::OffloadExpertProvider::Create(config));
-  PrintRuntimeSummary(*provider);
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider, CreateRuntime(args.runtime, args.model));
+  const runtime::OffloadConfig& config = provider->config();
 
   const auto start = std::chrono::steady_clock::now();
   int64_t steps = 0;
@@ -84,7 +82,7 @@ Status RunReplay(const ReplayArgs& args) {
     j["trace"] = args.trace;
     j["policy"] = cache_manager::CachePolicyName(config.policy);
     j["pools_enabled"] = config.pools;
-    j["decompress_threads"] = provider->config().n_workers;
+    j["decompress_threads"] = config.n_workers;
     j["replay_seconds"] = seconds;
     j["steps"] = steps;
     j["step_seconds"] = step_s;

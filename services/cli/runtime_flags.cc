@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "common/file_util.h"
 #include "common/manifest.h"
 #include "services/cli/cli_util.h"
 
@@ -53,14 +54,11 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std:
     } catch (const std::exception&) {
       percent = -1;
     }
-    if (!(percent > 0 && percent <= 1000)) {
+    if (!(percent > 0)) {
       return Status::InvalidArgument(
           fmt::format("--memory-budget '{}': a percentage must be in (0, 1000]", f.memory_budget));
     }
-    ZM_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(model_dir));
-    uint64_t expert_bytes = 0;
-    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
-    c.memory_budget_bytes = static_cast<uint64_t>(static_cast<double>(expert_bytes) * percent / 100.0);
+    c.memory_budget_percent = percent;  // resolved against the expert bytes by OffloadExpertProvider::Create
   } else {
     ZM_ASSIGN_OR_RETURN(c.memory_budget_bytes, ParseByteSize(f.memory_budget, "--memory-budget"));
   }
@@ -79,12 +77,27 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std:
   return c;
 }
 
+Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const RuntimeFlags& flags,
+                                                                      const std::string& model_dir) {
+  if (flags.memory_budget.empty()) return std::unique_ptr<runtime::OffloadExpertProvider>();
+  if (!FileExists(JoinPath(model_dir, kManifestFileName))) {
+    return Status::InvalidArgument(fmt::format(
+        "--memory-budget needs a compressed directory (zipmoe compress); {} has no {}", model_dir, kManifestFileName));
+  }
+  ZM_ASSIGN_OR_RETURN(runtime::OffloadConfig config, ToOffloadConfig(flags, model_dir));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
+                      runtime::OffloadExpertProvider::Create(config));
+  PrintRuntimeSummary(*provider);
+  return provider;
+}
+
 void PrintRuntimeSummary(const runtime::OffloadExpertProvider& p) {
   const runtime::OffloadConfig& c = p.config();
   const cm::CacheManager& cache = p.cache();
+  const cm::CacheCounters counters = cache.Counters();
   std::string pools;
   for (cm::Pool pool : cm::kPoolOrder) {
-    const cm::PoolCounters pc = cache.Counters().pools[cm::PoolIndex(pool)];
+    const cm::PoolCounters& pc = counters.pools[cm::PoolIndex(pool)];
     if (pc.capacity_bytes == 0) continue;
     pools += fmt::format(" {}={:.1f}MiB", cm::PoolLetter(pool), pc.capacity_bytes / 1048576.0);
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -34,8 +35,15 @@ struct RuntimeFlags {
 // Registers the flags on `cmd`. `budget_required`: --memory-budget is mandatory (replay).
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* flags, bool budget_required);
 
-// Errors: kInvalidArgument for an unparsable budget / policy.
+// Errors: kInvalidArgument for an unparsable budget / policy. "N%" budgets are resolved by
+// OffloadExpertProvider::Create (OffloadConfig::memory_budget_percent).
 Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& flags, const std::string& model_dir);
+
+// The runtime for `model_dir` as the flags describe it, with its summary printed to stderr; nullptr
+// when --memory-budget is not given (every expert resident). Errors: kInvalidArgument when the
+// directory is not compressed (no manifest), ToOffloadConfig's and OffloadExpertProvider::Create's.
+Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const RuntimeFlags& flags,
+                                                                      const std::string& model_dir);
 
 // One stderr line: policy, budget, pools and their capacities, staging slots, workers, I/O mode.
 void PrintRuntimeSummary(const runtime::OffloadExpertProvider& provider);

@@ -59,6 +59,16 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   if (cfg.n_workers <= 0) cfg.n_workers = decompressor::DefaultWorkerCount();
   ZM_ASSIGN_OR_RETURN(p->store_, ExpertStore::Open(cfg.model_dir));
   const Manifest& manifest = p->store_->manifest();
+  if (cfg.memory_budget_percent != 0) {
+    if (!(cfg.memory_budget_percent > 0 && cfg.memory_budget_percent <= 1000)) {
+      return Status::InvalidArgument(
+          fmt::format("memory budget {}%: a percentage must be in (0, 1000]", cfg.memory_budget_percent));
+    }
+    uint64_t expert_bytes = 0;
+    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
+    cfg.memory_budget_bytes =
+        static_cast<uint64_t>(static_cast<double>(expert_bytes) * cfg.memory_budget_percent / 100.0);
+  }
   if (cfg.no_compression) {
     if (cfg.policy != cm::CachePolicy::kZipMoe || manifest.codec != Codec::kNone) {
       return Status::InvalidArgument(fmt::format(
@@ -223,9 +233,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
     if (w.lookup.state == CompressionState::kF) {
       for (int proj = 0; proj < cm::kProjCount; ++proj) {
         w.tensors[proj].weights = w.lookup.Bf16(static_cast<ExpertProj>(proj));
-        w.tensors[proj].done = true;
       }
-      w.started = w.ready = true;
       ready_.push_back(static_cast<int32_t>(i));
     } else {
       to_load.push_back(static_cast<int32_t>(i));
@@ -290,8 +298,6 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave) 
   const cm::StagingLayout& sl = cache_->staging_layout();
   for (int32_t idx : wave) {
     ExpertWork& w = experts_[idx];
-    w.started = true;
-    w.start_us = NowUs();
     const CompressionState s = w.lookup.state;
     for (int proj = 0; proj < cm::kProjCount; ++proj) {
       TensorWork& tw = w.tensors[proj];
@@ -428,10 +434,7 @@ void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressC
     stats_.recover_seconds += c.run_us * 1e-6;
     ++measure_.recoveries;
     measure_.recover_us += static_cast<double>(c.run_us);
-    tw.done = true;
     if (--w.tensors_left == 0 && error_.ok()) {
-      w.ready = true;
-      w.ready_us = NowUs();
       ready_.push_back(ref.expert);
     }
   }

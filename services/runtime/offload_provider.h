@@ -70,6 +70,8 @@ namespace zipmoe::runtime {
 struct OffloadConfig {
   std::string model_dir;              // compressed directory (zipmoe compress)
   uint64_t memory_budget_bytes = 0;   // the whole arena: cache pools + staging slots
+  double memory_budget_percent = 0;   // > 0: the budget is this share (%) of the model's BF16 expert
+                                      // bytes, in (0, 1000]; replaces memory_budget_bytes
   cache_manager::CachePolicy policy = cache_manager::CachePolicy::kZipMoe;
   std::string pools = "FCSE";         // Λ (zipmoe policy)
   // zipmoe policy: fixed byte ratios of the pools (ParsePoolRatios text, e.g. "F=0.5,C=0.5");
@@ -97,8 +99,8 @@ uint32_t ChooseStagingSlots(uint64_t budget_bytes, uint64_t staging_slot_bytes, 
 class OffloadExpertProvider : public ExpertProvider {
  public:
   // Opens the directory, plans the pools, maps the arena, starts the I/O thread and the workers.
-  // Errors: ExpertStore::Open's / BuildPlan's / CacheManager::Create's; kInvalidArgument when the
-  // budget is below one staging slot ("memory budget X is below the minimum Y: one expert in flight
+  // Errors: ExpertStore::Open's / BuildPlan's / CacheManager::Create's; kInvalidArgument for a
+  // budget percentage outside (0, 1000], or when the budget is below one staging slot ("memory budget X is below the minimum Y: one expert in flight
   // needs Y bytes"), or bad pools/ratios.
   static Result<std::unique_ptr<OffloadExpertProvider>> Create(const OffloadConfig& config);
   ~OffloadExpertProvider() override;  // stops the I/O thread and workers; leases must be released first
@@ -128,7 +130,6 @@ class OffloadExpertProvider : public ExpertProvider {
     int decodes_left = 0;
     bool sm_ready = false;
     bool recovering = false;
-    bool done = false;
   };
   struct ExpertWork {
     int32_t expert_id = 0;
@@ -138,11 +139,9 @@ class OffloadExpertProvider : public ExpertProvider {
     uint8_t* staging_base = nullptr;
     std::array<TensorWork, 3> tensors;
     int tensors_left = 0;
-    bool started = false;
-    bool ready = false;
     bool delivered = false;
     bool released = false;
-    double start_us = 0, ready_us = 0, delivered_us = 0, released_us = 0;  // since BeginLayer
+    double delivered_us = 0, released_us = 0;  // since BeginLayer: the lease's hold time is pₙ
   };
   enum class OpKind : uint8_t { kReadE, kReadSm, kDecode, kRecover };
   struct OpRef {
