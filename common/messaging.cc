@@ -80,8 +80,9 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const DecodeCompletion& m) {
 
 Offset<void> EncodeBody(FlatBufferBuilder& fbb, const WorkerReady& m) {
   const auto arena = Str(fbb, m.arena_name);
+  const auto role = Str(fbb, m.role);
   return wire::CreateWorkerReady(fbb, m.n_threads, m.credits, arena, m.arena_bytes, m.pid,
-                                 m.heartbeat_interval_ms)
+                                 m.heartbeat_interval_ms, role)
       .Union();
 }
 
@@ -91,6 +92,32 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Heartbeat& m) {
 
 Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Disconnect& m) {
   return wire::CreateDisconnect(fbb, Str(fbb, m.reason)).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const LayerRequest& m) {
+  const auto ids = fbb.CreateVector(m.expert_ids);
+  const auto tokens = fbb.CreateVector(m.tokens_per_expert);
+  return wire::CreateLayerRequest(fbb, m.layer_id, ids, tokens).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const ExpertReady& m) {
+  const auto message = Str(fbb, m.status.message());
+  return wire::CreateExpertReady(fbb, m.layer_id, m.expert_id, static_cast<wire::StatusCode>(m.status.code()),
+                                 message, m.gate_offset, m.up_offset, m.down_offset, m.intermediate, m.hidden)
+      .Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const LeaseRelease& m) {
+  return wire::CreateLeaseRelease(fbb, m.layer_id, m.expert_id).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const LayerEnd& m) {
+  return wire::CreateLayerEnd(fbb, m.layer_id).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Ack& m) {
+  const auto message = Str(fbb, m.status.message());
+  return wire::CreateAck(fbb, static_cast<wire::StatusCode>(m.status.code()), message).Union();
 }
 
 // ---- Decode ------------------------------------------------------------------------------------
@@ -195,12 +222,46 @@ Result<Body> DecodeBody(const wire::WorkerReady& t) {
   m.arena_bytes = t.arena_bytes();
   m.pid = t.pid();
   m.heartbeat_interval_ms = t.heartbeat_interval_ms();
+  m.role = Str(t.role());
   return Body(std::move(m));
 }
 
 Result<Body> DecodeBody(const wire::Heartbeat& t) { return Body(Heartbeat{t.interval_ms(), t.in_flight()}); }
 
 Result<Body> DecodeBody(const wire::Disconnect& t) { return Body(Disconnect{Str(t.reason())}); }
+
+Result<Body> DecodeBody(const wire::LayerRequest& t) {
+  LayerRequest m;
+  m.layer_id = t.layer_id();
+  if (t.expert_ids() != nullptr) m.expert_ids.assign(t.expert_ids()->begin(), t.expert_ids()->end());
+  if (t.tokens_per_expert() != nullptr) {
+    m.tokens_per_expert.assign(t.tokens_per_expert()->begin(), t.tokens_per_expert()->end());
+  }
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::ExpertReady& t) {
+  ExpertReady m;
+  ZM_RETURN_IF_ERROR(DecodeStatus(t.status_code(), t.message(), "ExpertReady", &m.status));
+  m.layer_id = t.layer_id();
+  m.expert_id = t.expert_id();
+  m.gate_offset = t.gate_offset();
+  m.up_offset = t.up_offset();
+  m.down_offset = t.down_offset();
+  m.intermediate = t.intermediate();
+  m.hidden = t.hidden();
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::LeaseRelease& t) { return Body(LeaseRelease{t.layer_id(), t.expert_id()}); }
+
+Result<Body> DecodeBody(const wire::LayerEnd& t) { return Body(LayerEnd{t.layer_id()}); }
+
+Result<Body> DecodeBody(const wire::Ack& t) {
+  Ack m;
+  ZM_RETURN_IF_ERROR(DecodeStatus(t.status_code(), t.message(), "Ack", &m.status));
+  return Body(std::move(m));
+}
 
 template <typename WireTable>
 Result<Body> DecodeTyped(const wire::Envelope& envelope) {
@@ -248,6 +309,11 @@ Result<Message> DecodeVerified(const uint8_t* data, size_t size) {
     case wire::Body::WorkerReady: body = DecodeTyped<wire::WorkerReady>(*envelope); break;
     case wire::Body::Heartbeat: body = DecodeTyped<wire::Heartbeat>(*envelope); break;
     case wire::Body::Disconnect: body = DecodeTyped<wire::Disconnect>(*envelope); break;
+    case wire::Body::LayerRequest: body = DecodeTyped<wire::LayerRequest>(*envelope); break;
+    case wire::Body::ExpertReady: body = DecodeTyped<wire::ExpertReady>(*envelope); break;
+    case wire::Body::LeaseRelease: body = DecodeTyped<wire::LeaseRelease>(*envelope); break;
+    case wire::Body::LayerEnd: body = DecodeTyped<wire::LayerEnd>(*envelope); break;
+    case wire::Body::Ack: body = DecodeTyped<wire::Ack>(*envelope); break;
     default:
       return Status::InvalidArgument(fmt::format("message{} has unknown body type {} (this build knows 1..{})",
                                                  from, static_cast<unsigned>(type),
@@ -288,8 +354,21 @@ bool DecodeCompletion::operator==(const DecodeCompletion& o) const {
 
 bool WorkerReady::operator==(const WorkerReady& o) const {
   return n_threads == o.n_threads && credits == o.credits && arena_name == o.arena_name &&
-         arena_bytes == o.arena_bytes && pid == o.pid && heartbeat_interval_ms == o.heartbeat_interval_ms;
+         arena_bytes == o.arena_bytes && pid == o.pid && heartbeat_interval_ms == o.heartbeat_interval_ms &&
+         role == o.role;
 }
+
+bool LayerRequest::operator==(const LayerRequest& o) const {
+  return layer_id == o.layer_id && expert_ids == o.expert_ids && tokens_per_expert == o.tokens_per_expert;
+}
+
+bool ExpertReady::operator==(const ExpertReady& o) const {
+  return layer_id == o.layer_id && expert_id == o.expert_id && SameStatus(status, o.status) &&
+         gate_offset == o.gate_offset && up_offset == o.up_offset && down_offset == o.down_offset &&
+         intermediate == o.intermediate && hidden == o.hidden;
+}
+
+bool Ack::operator==(const Ack& o) const { return SameStatus(status, o.status); }
 
 bool Heartbeat::operator==(const Heartbeat& o) const {
   return interval_ms == o.interval_ms && in_flight == o.in_flight;

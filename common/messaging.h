@@ -131,9 +131,13 @@ struct WorkerReady {
   uint64_t arena_bytes = 0;            // size of that mapping
   int32_t pid = 0;                     // OS process id, for logs
   uint32_t heartbeat_interval_ms = 0;  // how often it will heartbeat
+  std::string role;                    // kRoleDecompressor or kRoleStorage: the queue it pulls from
 
   bool operator==(const WorkerReady& o) const;
 };
+
+inline constexpr const char* kRoleDecompressor = "decompressor";
+inline constexpr const char* kRoleStorage = "storage";
 
 // Either direction, after one interval without any other message. Any message counts as liveness.
 struct Heartbeat {
@@ -149,9 +153,49 @@ struct Disconnect {
   bool operator==(const Disconnect& o) const { return reason == o.reason; }
 };
 
+// executor -> scheduler: ExpertProvider::BeginLayer (common/expert_provider.h).
+struct LayerRequest {
+  int32_t layer_id = 0;
+  std::vector<int32_t> expert_ids;         // distinct, ascending
+  std::vector<int32_t> tokens_per_expert;  // same length
+  bool operator==(const LayerRequest& o) const;
+};
+
+// scheduler -> executor: one expert is ready (NextReady), or the layer failed (status not OK).
+struct ExpertReady {
+  int32_t layer_id = 0;
+  int32_t expert_id = 0;
+  Status status;
+  uint64_t gate_offset = 0;  // arena offsets of the BF16 weights (gate/up [intermediate, hidden],
+  uint64_t up_offset = 0;    // down [hidden, intermediate], row-major)
+  uint64_t down_offset = 0;
+  int64_t intermediate = 0;
+  int64_t hidden = 0;
+  bool operator==(const ExpertReady& o) const;
+};
+
+// executor -> scheduler: the lease on an expert's weights was released.
+struct LeaseRelease {
+  int32_t layer_id = 0;
+  int32_t expert_id = 0;
+  bool operator==(const LeaseRelease& o) const { return layer_id == o.layer_id && expert_id == o.expert_id; }
+};
+
+// executor -> scheduler: ExpertProvider::EndLayer; answered by an Ack.
+struct LayerEnd {
+  int32_t layer_id = 0;
+  bool operator==(const LayerEnd& o) const { return layer_id == o.layer_id; }
+};
+
+// A reply that carries only a status.
+struct Ack {
+  Status status;
+  bool operator==(const Ack& o) const;
+};
+
 // Union order = schemas/messages.fbs Body order (index + 1 = the FlatBuffers union type).
 using Body = std::variant<ReadRequest, ReadCompletion, DecodeRequest, DecodeCompletion, WorkerReady,
-                          Heartbeat, Disconnect>;
+                          Heartbeat, Disconnect, LayerRequest, ExpertReady, LeaseRelease, LayerEnd, Ack>;
 
 struct Message {
   uint16_t version = kMessageVersion;  // filled by DecodeMessage; EncodeMessage always writes kMessageVersion

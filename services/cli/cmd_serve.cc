@@ -52,6 +52,9 @@
 #include "common/tokenizer.h"
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
+#include "services/cli/service_config.h"
+#include "services/cli/service_util.h"
+#include "services/runtime/remote_provider.h"
 #include "services/executor/generator.h"
 
 namespace zipmoe::cli {
@@ -146,17 +149,25 @@ class StopMatcher {
 
 class Server {
  public:
-  Server(const ServeArgs& args, std::unique_ptr<Tokenizer> tokenizer,
-         std::unique_ptr<runtime::OffloadExpertProvider> provider, std::unique_ptr<executor::Generator> generator)
-      : args_(args),
-        tokenizer_(std::move(tokenizer)),
-        provider_(std::move(provider)),
-        generator_(std::move(generator)),
-        model_id_(ModelId(args.model_dir)) {}
+  explicit Server(const ServeArgs& args) : args_(args), model_id_(ModelId(args.model_dir)) {}
+
+  // The model is loaded: requests are served from now on (before, everything but /health is 503).
+  void SetLoaded(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<ExpertProvider> provider,
+                 std::unique_ptr<executor::Generator> generator) {
+    tokenizer_ = std::move(tokenizer);
+    provider_ = std::move(provider);
+    generator_ = std::move(generator);
+    ready_.store(true, std::memory_order_release);
+  }
 
   void Install(httplib::Server& svr) {
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (args_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (!ready_.load(std::memory_order_acquire)) {
+        SendError(res, ApiError{503, "server_error", "the model is still loading; retry when GET /health is 200"});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (args_.api_key.empty()) return httplib::Server::HandlerResponse::Unhandled;
       if (req.get_header_value("Authorization") == "Bearer " + args_.api_key)
         return httplib::Server::HandlerResponse::Unhandled;
       SendError(res, ApiError{401, "authentication_error", "missing or invalid API key (Authorization: Bearer KEY)"});
@@ -180,7 +191,12 @@ class Server {
       }
       SendError(res, ApiError{500, "server_error", what});
     });
-    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (!ready_.load(std::memory_order_acquire)) {
+        res.status = 503;
+        res.set_content(json{{"status", "loading"}}.dump(), "application/json");
+        return;
+      }
       res.set_content(json{{"status", "ok"}}.dump(), "application/json");
     });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -429,10 +445,12 @@ class Server {
   }
 
   const ServeArgs& args_;
-  const std::unique_ptr<Tokenizer> tokenizer_;  // null when DIR has no tokenizer.json
-  const std::unique_ptr<runtime::OffloadExpertProvider> provider_;  // null = every expert resident
-  std::mutex mu_;                                                   // serialises generation
-  const std::unique_ptr<executor::Generator> generator_;            // used under mu_
+  // Set once by SetLoaded before ready_ becomes true; read-only afterwards.
+  std::unique_ptr<Tokenizer> tokenizer_;  // null when DIR has no tokenizer.json
+  std::unique_ptr<ExpertProvider> provider_;  // null = every expert resident
+  std::mutex mu_;                             // serialises generation
+  std::unique_ptr<executor::Generator> generator_;  // used under mu_
+  std::atomic<bool> ready_{false};
   const std::string model_id_;
   std::atomic<uint64_t> next_id_{1};
 };
@@ -442,61 +460,66 @@ int Fail(const Status& status) {
   return 1;
 }
 
-int RunServe(const ServeArgs& args) {
-  // Block SIGINT/SIGTERM before any thread exists (torch, runtime, httplib inherit the mask); the
-  // signal thread below is the only one that receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+// Creates the expert provider once the HTTP listener is up (nullptr = every expert resident).
+using ProviderFactory = std::function<Result<std::unique_ptr<ExpertProvider>>()>;
 
+// Listens first (GET /health answers 503 while loading), then loads tokenizer, provider and model,
+// then serves until SIGINT/SIGTERM. `signals` must have been constructed before any thread started.
+int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, TerminationSignals& signals) {
+  Server server(args);
+  httplib::Server svr;
+  server.Install(svr);
+  if (!svr.bind_to_port(args.host, args.port)) {
+    return Fail(Status::InvalidArgument(fmt::format("cannot listen on {}:{}", args.host, args.port)));
+  }
+  std::atomic<bool> listen_ok{true};
+  std::thread listener([&svr, &listen_ok] { listen_ok.store(svr.listen_after_bind()); });
+  std::fprintf(stderr, "I: serve: listening on http://%s:%d (model %s), loading\n", args.host.c_str(), args.port,
+               args.model_dir.c_str());
+  auto fail = [&](const Status& status) {
+    svr.stop();
+    listener.join();
+    return Fail(status);
+  };
   const std::string tokenizer_path = JoinPath(args.model_dir, "tokenizer.json");
   std::unique_ptr<Tokenizer> tokenizer;
   if (FileExists(tokenizer_path)) {
     Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(tokenizer_path);
-    if (!loaded.ok()) return Fail(loaded.status());
+    if (!loaded.ok()) return fail(loaded.status());
     tokenizer = std::move(loaded).value();
   }
   executor::GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
   options.device = args.device;
+  Result<std::unique_ptr<ExpertProvider>> created = make_provider();
+  if (!created.ok()) return fail(created.status());
+  std::unique_ptr<ExpertProvider> provider = std::move(created).value();
+  options.expert_provider = provider.get();
+  Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
+  if (!generator.ok()) return fail(generator.status());
+  server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
+  std::fprintf(stderr, "I: serve: ready on http://%s:%d\n", args.host.c_str(), args.port);
+  while (signals.Wait(std::chrono::milliseconds(kSignalPollMillis)) == 0) {
+    if (!svr.is_running() && !listen_ok.load()) break;
+  }
+  std::fprintf(stderr, "I: serve: stopping\n");
+  svr.stop();
+  listener.join();
+  std::fprintf(stderr, "I: serve: stopped\n");
+  return listen_ok.load() ? 0 : 1;
+}
+
+int RunServeCommand(const ServeArgs& args) {
+  TerminationSignals signals;  // before any thread exists (torch, runtime, httplib inherit the mask)
   if (!args.runtime.stats_json.empty()) {
     return Fail(Status::InvalidArgument("--stats-json is not supported by serve"));
   }
-  Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = CreateRuntime(args.runtime, args.model_dir);
-  if (!created.ok()) return Fail(created.status());
-  std::unique_ptr<runtime::OffloadExpertProvider> provider = std::move(created).value();
-  options.expert_provider = provider.get();
-  Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
-  if (!generator.ok()) return Fail(generator.status());
-
-  Server server(args, std::move(tokenizer), std::move(provider), std::move(generator).value());
-  httplib::Server svr;
-  server.Install(svr);
-  if (!svr.bind_to_port(args.host, args.port)) {
-    return Fail(Status::InvalidArgument(fmt::format("cannot listen on {}:{}", args.host, args.port)));
-  }
-  std::atomic<bool> done{false};
-  std::thread signal_thread([&svr, &done, &signals] {
-    const timespec poll{0, kSignalPollMillis * 1000000L};
-    while (!done.load()) {
-      const int sig = sigtimedwait(&signals, nullptr, &poll);
-      if (sig == SIGINT || sig == SIGTERM) {
-        std::fprintf(stderr, "I: serve: signal %d, stopping\n", sig);
-        svr.stop();
-        return;
-      }
-    }
-  });
-  std::fprintf(stderr, "I: serve: listening on http://%s:%d (model %s)\n", args.host.c_str(), args.port,
-               args.model_dir.c_str());
-  const bool ok = svr.listen_after_bind();
-  done.store(true);
-  signal_thread.join();
-  std::fprintf(stderr, "I: serve: stopped\n");
-  return ok ? 0 : 1;
+  return RunServe(args, [&args]() -> Result<std::unique_ptr<ExpertProvider>> {
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
+                        CreateRuntime(args.runtime, args.model_dir));
+    return std::unique_ptr<ExpertProvider>(std::move(provider));
+  }, signals);
 }
 
 }  // namespace
@@ -512,7 +535,51 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   AddRuntimeFlags(cmd, &args->runtime, /*budget_required=*/false);
-  cmd->callback([args, exit_code] { *exit_code = RunServe(*args); });
+  cmd->callback([args, exit_code] { *exit_code = RunServeCommand(*args); });
+}
+
+int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals) {
+  ServeArgs args;
+  args.model_dir = config.model_dir;
+  args.host = config.http_host;
+  args.port = static_cast<int>(config.http_port);
+  args.api_key = config.http_api_key;
+  args.threads = static_cast<int>(config.threads);
+  if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));
+  auto context = std::make_shared<zmq::context_t>(1);
+  return RunServe(args, [&config, &signals, context]() -> Result<std::unique_ptr<ExpertProvider>> {
+    runtime::RemoteProviderConfig remote;
+    remote.endpoint = config.endpoint_scheduler;
+    remote.arena_name = config.shm_name;
+    remote.timeout = std::chrono::milliseconds(config.timeout_ms);
+    bool told = false;
+    while (true) {  // the arena appears when the scheduler has planned the cache
+      Result<std::unique_ptr<runtime::RemoteExpertProvider>> provider =
+          runtime::RemoteExpertProvider::Connect(*context, remote);
+      if (provider.ok()) {
+        ServiceLog("executor", fmt::format("connected to the scheduler at {} (arena {})", remote.endpoint,
+                                           remote.arena_name));
+        // The context must outlive the provider's socket: keep it alive with the provider.
+        struct Holder : ExpertProvider {
+          std::shared_ptr<zmq::context_t> ctx;
+          std::unique_ptr<runtime::RemoteExpertProvider> p;
+          Status BeginLayer(const LayerRouting& r) override { return p->BeginLayer(r); }
+          Result<std::unique_ptr<ExpertLease>> NextReady() override { return p->NextReady(); }
+          Status EndLayer(int32_t id) override { return p->EndLayer(id); }
+          ~Holder() override { p.reset(); }
+        };
+        auto holder = std::make_unique<Holder>();
+        holder->ctx = context;
+        holder->p = std::move(provider).value();
+        return std::unique_ptr<ExpertProvider>(std::move(holder));
+      }
+      const StatusCode code = provider.status().code();
+      if (code != StatusCode::kNotFound && code != StatusCode::kUnavailable) return provider.status();
+      if (!told) ServiceLog("executor", fmt::format("waiting for the arena {}", remote.arena_name));
+      told = true;
+      if (signals.Wait(std::chrono::milliseconds(200)) != 0) return Status::Unavailable("stopped while loading");
+    }
+  }, signals);
 }
 
 }  // namespace zipmoe::cli

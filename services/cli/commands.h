@@ -18,5 +18,12 @@ void AddPlanCommand(CLI::App& app, int* exit_code);      // cmd_plan.cc
 void AddProfileCommand(CLI::App& app, int* exit_code);   // cmd_profile.cc
 void AddReplayCommand(CLI::App& app, int* exit_code);    // cmd_replay.cc
 void AddServeCommand(CLI::App& app, int* exit_code);     // cmd_serve.cc
+void AddServiceCommand(CLI::App& app, int* exit_code);   // cmd_service.cc
+void AddUpCommand(CLI::App& app, int* exit_code);        // cmd_up.cc
+
+struct ServiceConfig;
+class TerminationSignals;
+// The executor service: the OpenAI-style HTTP API over a RemoteExpertProvider (cmd_serve.cc).
+int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals);
 
 }  // namespace zipmoe::cli

@@ -21,7 +21,8 @@ void UsePassiveOpenMpForTheRuntime(int argc, char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   bool runtime = false;
   for (int i = 1; i < argc; ++i) {
-    runtime = runtime || std::strncmp(argv[i], "--memory-budget", 15) == 0;
+    runtime = runtime || std::strncmp(argv[i], "--memory-budget", 15) == 0 ||
+              (i == 1 && std::strcmp(argv[i], "service") == 0);
   }
   if (!runtime) return;
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
   zipmoe::cli::AddProfileCommand(app, &exit_code);
   zipmoe::cli::AddReplayCommand(app, &exit_code);
   zipmoe::cli::AddServeCommand(app, &exit_code);
+  zipmoe::cli::AddServiceCommand(app, &exit_code);
+  zipmoe::cli::AddUpCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

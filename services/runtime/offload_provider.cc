@@ -132,15 +132,18 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   ZM_RETURN_IF_ERROR(scheduler::ValidateCostModel(p->cost_));
 
   OffloadExpertProvider* raw = p.get();
-  storage::StorageConfig storage_config;
-  storage_config.path = p->store_->experts_path();
-  storage_config.page_cache = cfg.page_cache;
-  storage_config.on_complete = [raw](const storage::ReadCompletion& done) { raw->OnReadComplete(done); };
-  ZM_ASSIGN_OR_RETURN(p->storage_, storage::StorageService::Create(storage_config));
-  decompressor::DecompressorConfig pool_config;
-  pool_config.n_workers = cfg.n_workers;
-  pool_config.on_complete = [raw](const decompressor::DecompressCompletion& done) { raw->OnDecompressComplete(done); };
-  ZM_ASSIGN_OR_RETURN(p->pool_, decompressor::DecompressorPool::Create(pool_config));
+  EngineSetup setup;
+  setup.experts_path = p->store_->experts_path();
+  setup.page_cache = cfg.page_cache;
+  setup.n_workers = cfg.n_workers;
+  setup.arena_base = p->cache_->arena_base();
+  setup.arena_bytes = p->cache_->arena_bytes();
+  setup.arena_name = cfg.shm_name;
+  setup.on_read = [raw](const storage::ReadCompletion& done) { raw->OnReadComplete(done); };
+  setup.on_decode = [raw](const decompressor::DecompressCompletion& done) { raw->OnDecompressComplete(done); };
+  ZM_ASSIGN_OR_RETURN(Engines engines, cfg.engines ? cfg.engines(setup) : CreateLocalEngines(setup));
+  p->storage_ = std::move(engines.reads);
+  p->pool_ = std::move(engines.decodes);
 
   p->stats_.per_layer.resize(layout.n_layers());
   p->stats_.staging_slots = slots;
@@ -150,9 +153,13 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   return p;
 }
 
-OffloadExpertProvider::~OffloadExpertProvider() {
+void OffloadExpertProvider::Shutdown() {
   if (storage_) storage_->Stop();  // every op completes (callbacks take mu_)
   if (pool_) pool_->Stop();
+}
+
+OffloadExpertProvider::~OffloadExpertProvider() {
+  Shutdown();
   std::lock_guard<std::mutex> lock(mu_);
   ResetLayerLocked();
 }

@@ -61,6 +61,7 @@
 #include "services/cache_manager/cache_manager.h"
 #include "services/cache_manager/plan_builder.h"
 #include "services/decompressor/decompressor_pool.h"
+#include "services/runtime/engines.h"
 #include "services/runtime/runtime_stats.h"
 #include "services/scheduler/block_scheduler.h"
 #include "services/storage/storage_service.h"
@@ -90,6 +91,9 @@ struct OffloadConfig {
   // ranked by frequency as usual) and the directory must store its exponents raw (`zipmoe compress
   // --codec none`), so every read moves the BF16 bytes. kInvalidArgument for another codec/policy.
   bool no_compression = false;
+  // Where reads and decodes run: empty = this process's threads (CreateLocalEngines); `zipmoe service
+  // scheduler` passes the ZeroMQ dispatcher to storage/decompressor processes (worker_dispatcher.h).
+  EngineFactory engines;
 };
 
 // Staging slots chosen when OffloadConfig::staging_slots is 0: as many as a decode step selects
@@ -103,7 +107,10 @@ class OffloadExpertProvider : public ExpertProvider {
   // budget percentage outside (0, 1000], or when the budget is below one staging slot ("memory budget X is below the minimum Y: one expert in flight
   // needs Y bytes"), or bad pools/ratios.
   static Result<std::unique_ptr<OffloadExpertProvider>> Create(const OffloadConfig& config);
-  ~OffloadExpertProvider() override;  // stops the I/O thread and workers; leases must be released first
+  ~OffloadExpertProvider() override;  // Shutdown(); leases must be released first
+  // Stops the I/O thread and workers (local or remote): every op not completed fails with
+  // kUnavailable, so a NextReady blocked on it returns. Idempotent; nothing works afterwards.
+  void Shutdown();
   OffloadExpertProvider(const OffloadExpertProvider&) = delete;
   OffloadExpertProvider& operator=(const OffloadExpertProvider&) = delete;
 
@@ -172,8 +179,8 @@ class OffloadExpertProvider : public ExpertProvider {
   cache_manager::PlanBuild plan_;
   scheduler::CostModel cost_;
   std::unique_ptr<cache_manager::CacheManager> cache_;  // declared before the engines: destroyed last
-  std::unique_ptr<storage::StorageService> storage_;
-  std::unique_ptr<decompressor::DecompressorPool> pool_;
+  std::unique_ptr<ReadEngine> storage_;
+  std::unique_ptr<DecodeEngine> pool_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // an expert became ready, an op completed, or the layer failed

@@ -99,7 +99,12 @@ std::vector<Body> AllBodies() {
   cancelled.op_id = 10;
   cancelled.status = Status::Unavailable("stopped before the op ran");
 
-  WorkerReady ready{8, 7, "/zipmoe-arena", 3ull << 30, 4242, 500};
+  WorkerReady ready{8, 7, "/zipmoe-arena", 3ull << 30, 4242, 500, kRoleDecompressor};
+  LayerRequest layer{23, {0, 5, 59}, {1, 7, 1}};
+  ExpertReady expert{23, 59, Status::Ok(), 1ull << 36, 4096, kMax64, 1408, 2048};
+  ExpertReady expert_failed;
+  expert_failed.layer_id = -1;
+  expert_failed.status = Status::Corruption("layer 3: E-chunk 1 of 'w': xxh64 mismatch");
   Heartbeat heartbeat{500, 3};
 
   return {ReadRequest{{e, sm, defaults}},
@@ -113,7 +118,15 @@ std::vector<Body> AllBodies() {
           ready,
           heartbeat,
           Disconnect{"SIGTERM"},
-          Disconnect{}};
+          Disconnect{},
+          layer,
+          LayerRequest{},
+          expert,
+          expert_failed,
+          LeaseRelease{7, -3},
+          LayerEnd{23},
+          Ack{},
+          Ack{Status::InvalidArgument("EndLayer(3): the active layer is 4")}};
 }
 
 TEST(MessagingTest, AllBodiesCoversEveryMessageType) {

@@ -1,0 +1,174 @@
+#include "common/pull_worker.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/messaging_channel.h"
+
+namespace zipmoe::messaging {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+Result<std::unique_ptr<PullWorker>> PullWorker::Create(zmq::context_t& context, PullWorkerConfig config) {
+  if (config.endpoint.empty()) return Status::InvalidArgument("pull worker: no scheduler endpoint");
+  if (config.credits < 1 || config.n_threads < 1) {
+    return Status::InvalidArgument(fmt::format("pull worker: credits {} and threads {} must be >= 1",
+                                               config.credits, config.n_threads));
+  }
+  if (config.heartbeat_interval.count() <= 0 || config.liveness < 1) {
+    return Status::InvalidArgument("pull worker: heartbeat interval and liveness must be positive");
+  }
+  ZM_ASSIGN_OR_RETURN(EventFd wake, EventFd::Create());
+  return std::unique_ptr<PullWorker>(new PullWorker(context, std::move(config), std::move(wake)));
+}
+
+PullWorker::PullWorker(zmq::context_t& context, PullWorkerConfig config, EventFd wake)
+    : context_(context), config_(std::move(config)), wake_(std::move(wake)) {}
+
+void PullWorker::Log(const std::string& line) const {
+  if (config_.log) config_.log(line);
+}
+
+void PullWorker::Post(Body completion) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outbox_.push_back(std::move(completion));
+  }
+  wake_.Notify();
+}
+
+void PullWorker::RequestStop() {
+  stop_.store(true);
+  wake_.Notify();
+}
+
+PullWorkerStats PullWorker::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+Status PullWorker::Run(const Handler& handler) {
+  milliseconds backoff = kReconnectBackoffMin;
+  const std::string sender = config_.identity;
+  while (!stop_.load()) {
+    ChannelOptions options;
+    options.kind = SocketKind::kDealer;
+    options.endpoint = config_.endpoint;
+    options.identity = config_.identity;
+    options.sender = sender;
+    Result<Channel> opened = Channel::Open(context_, options);
+    if (!opened.ok()) {
+      if (opened.status().code() == StatusCode::kInvalidArgument) return opened.status();
+      Log(fmt::format("connect {}: {}; retrying in {} ms", config_.endpoint, opened.status().ToString(),
+                      backoff.count()));
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, kReconnectBackoffMax);
+      continue;
+    }
+    Channel channel = std::move(opened).value();
+    WorkerReady ready;
+    ready.n_threads = config_.n_threads;
+    ready.credits = config_.credits;
+    ready.arena_name = config_.arena_name;
+    ready.arena_bytes = config_.arena_bytes;
+    ready.pid = static_cast<int32_t>(::getpid());
+    ready.heartbeat_interval_ms = static_cast<uint32_t>(config_.heartbeat_interval.count());
+    ready.role = config_.role;
+    if (Status st = channel.Send(ready, milliseconds(1000)); !st.ok()) {
+      Log(fmt::format("WorkerReady to {}: {}", config_.endpoint, st.ToString()));
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.connects;
+    }
+    Log(fmt::format("connected to {} as {} ({} threads, {} credits)", config_.endpoint, config_.identity,
+                    config_.n_threads, config_.credits));
+    auto last_heard = Clock::now();
+    auto last_sent = Clock::now();
+    bool peer_heard = false;  // the scheduler answered since this connect
+    bool reconnect = false;
+    while (!stop_.load() && !reconnect) {
+      // Send what is queued.
+      std::deque<Body> out;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        out.swap(outbox_);
+      }
+      for (Body& body : out) {
+        Status st = channel.Send(std::move(body), milliseconds(1000));
+        if (!st.ok()) {
+          Log(fmt::format("send to {}: {}", config_.endpoint, st.ToString()));
+          continue;
+        }
+        last_sent = Clock::now();
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.completions;
+      }
+      const auto now = Clock::now();
+      if (now - last_sent >= config_.heartbeat_interval) {
+        (void)channel.Send(Heartbeat{static_cast<uint32_t>(config_.heartbeat_interval.count()), 0}, milliseconds(100));
+        last_sent = now;
+      }
+      if (now - last_heard >= config_.heartbeat_interval * config_.liveness) {
+        Log(fmt::format("scheduler at {} silent for {} ms: reconnecting in {} ms", config_.endpoint,
+                        std::chrono::duration_cast<milliseconds>(now - last_heard).count(), backoff.count()));
+        reconnect = true;
+        break;
+      }
+      zmq::pollitem_t items[2] = {{channel.socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_.fd(), ZMQ_POLLIN, 0}};
+      const auto wait = std::max<milliseconds>(
+          milliseconds(1), config_.heartbeat_interval - std::chrono::duration_cast<milliseconds>(now - last_sent));
+      try {
+        zmq::poll(items, 2, wait);
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        return Status::Internal(fmt::format("zmq_poll: {}", e.what()));
+      }
+      if (items[1].revents & ZMQ_POLLIN) wake_.Drain();
+      if (items[0].revents & ZMQ_POLLIN) {
+        while (true) {
+          Result<Received> got = channel.Recv(milliseconds(0));
+          if (!got.ok()) {
+            if (got.status().code() == StatusCode::kDeadlineExceeded) break;
+            std::lock_guard<std::mutex> lock(mu_);
+            ++stats_.bad_messages;
+            Log(fmt::format("E: dropped a bad message: {}", got.status().ToString()));
+            continue;
+          }
+          last_heard = Clock::now();
+          if (!peer_heard) backoff = kReconnectBackoffMin;
+          peer_heard = true;
+          const Body& body = got->message.body;
+          if (std::holds_alternative<ReadRequest>(body) || std::holds_alternative<DecodeRequest>(body)) {
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              ++stats_.requests;
+            }
+            handler(body);
+          } else if (std::holds_alternative<Disconnect>(body)) {
+            Log(fmt::format("scheduler disconnected us: {}", std::get<Disconnect>(body).reason));
+            reconnect = true;
+            break;
+          }  // Heartbeat: liveness only. Anything else is not for a worker: ignored.
+        }
+      }
+    }
+    if (stop_.load()) {
+      (void)channel.Send(Disconnect{"worker stopping"}, milliseconds(200));
+      break;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, kReconnectBackoffMax);
+  }
+  return Status::Ok();
+}
+
+}  // namespace zipmoe::messaging

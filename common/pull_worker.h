@@ -1,0 +1,79 @@
+// PullWorker: the worker side of the pull protocol between the scheduler and its storage /
+// decompressor processes (docs/messaging.md "Pull workers"; Paranoid Pirate, ZeroMQ guide ch. 4).
+//
+// Run() connects a DEALER to the scheduler's ROUTER, announces itself with WorkerReady (role,
+// threads, credits, arena), then loops: requests (ReadRequest / DecodeRequest) go to the handler on
+// the loop thread; completions queued with Post() from any thread are sent; a Heartbeat goes out
+// after each silent interval; when the scheduler has been silent for `liveness` intervals the socket
+// is closed and re-opened with exponential backoff (kReconnectBackoffMin .. Max) and WorkerReady is
+// sent again. Completions of work that finished while disconnected are still sent (the scheduler
+// drops duplicates). A malformed frame is logged, counted (stats().bad_messages) and dropped. On stop
+// it sends Disconnect so the scheduler re-issues what it held at once.
+//
+// Thread-safety: Run() on one thread; Post(), RequestStop() and stats() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include <zmq.hpp>
+
+#include "common/event_fd.h"
+#include "common/messaging.h"
+#include "common/status.h"
+
+namespace zipmoe::messaging {
+
+struct PullWorkerConfig {
+  std::string endpoint;      // the scheduler's worker ROUTER (inproc/ipc/tcp URL)
+  std::string identity;      // routing id, e.g. "decompressor-<host>-<pid>"; unique per replica
+  std::string role;          // kRoleDecompressor / kRoleStorage
+  int32_t n_threads = 1;     // L of the replica
+  int32_t credits = 1;       // requests (decodes, or chunk reads for storage) it accepts at once
+  std::string arena_name;    // shm arena it mapped (the scheduler refuses a different one)
+  uint64_t arena_bytes = 0;
+  std::chrono::milliseconds heartbeat_interval = kDefaultHeartbeatInterval;
+  int liveness = kDefaultLiveness;
+  std::function<void(const std::string&)> log;  // one line per event (connects, bad frames); may be empty
+};
+
+struct PullWorkerStats {
+  uint64_t bad_messages = 0;  // frames dropped on receipt
+  uint64_t connects = 0;      // WorkerReady sent (1 + reconnects)
+  uint64_t requests = 0;      // ReadRequest/DecodeRequest handled
+  uint64_t completions = 0;   // completions sent
+};
+
+class PullWorker {
+ public:
+  // handler: called on the loop thread for every ReadRequest / DecodeRequest; must not block (queue
+  // the work and Post() its completions). Other message types are handled here.
+  using Handler = std::function<void(const Body& request)>;
+
+  static Result<std::unique_ptr<PullWorker>> Create(zmq::context_t& context, PullWorkerConfig config);
+
+  // Runs until RequestStop(). Errors: kInvalidArgument (bad endpoint/identity: never retried).
+  Status Run(const Handler& handler);
+  void Post(Body completion);  // any thread
+  void RequestStop();          // any thread; Run() sends Disconnect and returns
+  PullWorkerStats stats() const;
+
+ private:
+  PullWorker(zmq::context_t& context, PullWorkerConfig config, EventFd wake);
+  void Log(const std::string& line) const;
+
+  zmq::context_t& context_;
+  const PullWorkerConfig config_;
+  EventFd wake_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::deque<Body> outbox_;  // guarded by mu_
+  PullWorkerStats stats_;    // guarded by mu_
+};
+
+}  // namespace zipmoe::messaging

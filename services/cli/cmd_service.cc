@@ -1,0 +1,205 @@
+// `zipmoe service NAME [--config FILE] [--set key=value]...`: one zipmoe service as its own process
+// (services issue; docs/services.md). NAME:
+//   scheduler     OffloadExpertProvider (cache manager + arena, planner, Alg. 1) whose reads and
+//                 decodes go to storage/decompressor processes (worker_dispatcher.h), serving the
+//                 executor over endpoints.scheduler (remote_provider.h)
+//   storage       the I/O thread: chunk reads into the shared arena (storage_worker.h)
+//   decompressor  L decode/recovery threads (decompressor_worker.h); run N replicas
+//   executor      the model (libtorch) + the OpenAI-style HTTP API on http.host:http.port
+// Configuration: service_config.h (file, then ZIPMOE_* environment, then --set).
+// SIGINT/SIGTERM stop the service cleanly (a worker tells the scheduler, which re-issues its ops).
+#include <CLI/CLI.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include "common/expert_store.h"
+#include "common/shm_region.h"
+#include "services/cli/commands.h"
+#include "services/cli/runtime_flags.h"
+#include "services/cli/service_config.h"
+#include "services/cli/service_util.h"
+#include "services/decompressor/decompressor_worker.h"
+#include "services/runtime/offload_provider.h"
+#include "services/runtime/remote_provider.h"
+#include "services/runtime/worker_dispatcher.h"
+#include "services/storage/storage_worker.h"
+
+extern char** environ;
+
+namespace zipmoe::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+int Fail(const std::string& service, const Status& status) {
+  std::fprintf(stderr, "error: %s: %s\n", service.c_str(), status.ToString().c_str());
+  return 1;
+}
+
+RuntimeFlags FlagsOf(const ServiceConfig& c) {
+  RuntimeFlags f;
+  f.memory_budget = c.memory_budget;
+  f.policy = c.policy;
+  f.pools = c.pools;
+  f.pool_ratios = c.pool_ratios;
+  f.plan_trace = c.plan_trace;
+  f.profile = c.profile;
+  f.decompress_threads = static_cast<int>(c.decompress_threads);
+  f.staging_slots = static_cast<uint32_t>(c.staging_slots);
+  f.page_cache = c.page_cache;
+  f.fifo_dispatch = c.fifo_dispatch;
+  f.no_verify_recovery = !c.verify_recovery;
+  return f;
+}
+
+int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
+  const std::string name = "scheduler";
+  if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
+  Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
+  if (!offload.ok()) return Fail(name, offload.status());
+  zmq::context_t context(1);
+  runtime::DispatcherConfig dispatch;
+  dispatch.endpoint = c.endpoint_workers;
+  dispatch.heartbeat_interval = milliseconds(c.heartbeat_ms);
+  dispatch.liveness = static_cast<int>(c.liveness);
+  dispatch.direct_io = !c.page_cache;
+  dispatch.log = ServiceLogger(name);
+  std::shared_ptr<runtime::WorkerDispatcher> dispatcher;
+  offload->shm_name = c.shm_name;
+  offload->engines = runtime::RemoteEngineFactory(context, dispatch, &dispatcher);
+  Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = runtime::OffloadExpertProvider::Create(*offload);
+  if (!created.ok()) return Fail(name, created.status());
+  std::unique_ptr<runtime::OffloadExpertProvider> provider = std::move(created).value();
+  PrintRuntimeSummary(*provider);
+  runtime::ProviderServerConfig server_config;
+  server_config.endpoint = c.endpoint_scheduler;
+  server_config.log = ServiceLogger(name);
+  Result<std::unique_ptr<runtime::ProviderServer>> server = runtime::ProviderServer::Start(
+      context, server_config, provider.get(), provider->cache().arena_base(), provider->cache().arena_bytes());
+  if (!server.ok()) return Fail(name, server.status());
+  ServiceLog(name, fmt::format("ready: arena {} ({} bytes), workers at {}, executor at {}", c.shm_name,
+                               provider->cache().arena_bytes(), dispatcher->endpoint(), (*server)->endpoint()));
+  while (signals.Wait(milliseconds(1000)) == 0) {
+  }
+  ServiceLog(name, "stopping");
+  provider->Shutdown();
+  (*server)->Stop();
+  server->reset();
+  provider.reset();
+  return 0;
+}
+
+// Attaches the shared arena, waiting for its creator (the scheduler) until a signal arrives.
+Result<ShmRegion> AttachArena(const std::string& service, const std::string& shm_name, TerminationSignals& signals) {
+  bool told = false;
+  while (true) {
+    Result<ShmRegion> arena = ShmRegion::Attach(shm_name);
+    if (arena.ok()) return arena;
+    const StatusCode code = arena.status().code();
+    if (code != StatusCode::kNotFound && code != StatusCode::kUnavailable) return arena.status();
+    if (!told) ServiceLog(service, fmt::format("waiting for the arena {} ({})", shm_name, arena.status().message()));
+    told = true;
+    if (signals.Wait(milliseconds(200)) != 0) return Status::Unavailable("stopped while waiting for the arena");
+  }
+}
+
+template <typename Worker>
+int RunWorker(const std::string& name, Worker& worker, TerminationSignals& signals) {
+  Status result;
+  std::thread loop([&] { result = worker.Run(); });
+  while (signals.Wait(milliseconds(500)) == 0) {
+  }
+  ServiceLog(name, "stopping");
+  worker.RequestStop();
+  loop.join();
+  if (!result.ok()) return Fail(name, result);
+  return 0;
+}
+
+messaging::PullWorkerConfig PullConfig(const ServiceConfig& c, const std::string& role) {
+  messaging::PullWorkerConfig pull;
+  pull.endpoint = c.endpoint_workers;
+  pull.identity = fmt::format("{}-{}-{}", role, HostName(), static_cast<long>(::getpid()));
+  pull.heartbeat_interval = milliseconds(c.heartbeat_ms);
+  pull.liveness = static_cast<int>(c.liveness);
+  pull.log = ServiceLogger(role);
+  return pull;
+}
+
+int RunStorage(const ServiceConfig& c, TerminationSignals& signals) {
+  const std::string name = "storage";
+  Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
+  if (!store.ok()) return Fail(name, store.status());
+  Result<ShmRegion> arena = AttachArena(name, c.shm_name, signals);
+  if (!arena.ok()) return Fail(name, arena.status());
+  zmq::context_t context(1);
+  storage::StorageWorkerOptions options;
+  options.pull = PullConfig(c, name);
+  options.experts_path = (*store)->experts_path();
+  options.page_cache = c.page_cache;
+  options.queue_depth = static_cast<int32_t>(c.storage_queue_depth);
+  Result<std::unique_ptr<storage::StorageWorker>> worker = storage::StorageWorker::Create(context, *arena, options);
+  if (!worker.ok()) return Fail(name, worker.status());
+  ServiceLog(name, fmt::format("reading {} ({}) into arena {}", options.experts_path,
+                               (*worker)->direct_io() ? "O_DIRECT" : "page cache", c.shm_name));
+  return RunWorker(name, **worker, signals);
+}
+
+int RunDecompressor(const ServiceConfig& c, TerminationSignals& signals) {
+  const std::string name = "decompressor";
+  Result<ShmRegion> arena = AttachArena(name, c.shm_name, signals);
+  if (!arena.ok()) return Fail(name, arena.status());
+  zmq::context_t context(1);
+  decompressor::DecompressorWorkerOptions options;
+  options.pull = PullConfig(c, name);
+  options.n_threads = static_cast<int>(c.decompress_threads);
+  Result<std::unique_ptr<decompressor::DecompressorWorker>> worker =
+      decompressor::DecompressorWorker::Create(context, *arena, options);
+  if (!worker.ok()) return Fail(name, worker.status());
+  ServiceLog(name, fmt::format("{} threads on arena {}", options.n_threads, c.shm_name));
+  return RunWorker(name, **worker, signals);
+}
+
+struct ServiceArgs {
+  std::string name;
+  std::string config_file;
+  std::vector<std::string> sets;
+};
+
+int RunService(const ServiceArgs& args) {
+  TerminationSignals signals;  // blocks SIGINT/SIGTERM before any thread starts
+  Result<ServiceConfig> config = LoadServiceConfig(args.config_file, args.sets, environ);
+  if (!config.ok()) return Fail(args.name, config.status());
+  if (args.name == "scheduler") return RunScheduler(*config, signals);
+  if (args.name == "storage") return RunStorage(*config, signals);
+  if (args.name == "decompressor") return RunDecompressor(*config, signals);
+  if (args.name == "executor") return RunExecutorService(*config, signals);
+  return Fail(args.name, Status::InvalidArgument("unknown service"));
+}
+
+}  // namespace
+
+void AddServiceCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ServiceArgs>();
+  CLI::App* cmd = app.add_subcommand("service", "run one zipmoe service as its own process (zipmoe up, compose)");
+  cmd->add_option("name", args->name, "scheduler | storage | decompressor | executor")
+      ->required()
+      ->check(CLI::IsMember({"scheduler", "storage", "decompressor", "executor"}));
+  cmd->add_option("--config", args->config_file, "JSON config file (docs/services.md); ZIPMOE_* variables override it");
+  cmd->add_option("--set", args->sets, "key=value, overrides file and environment (repeatable)");
+  cmd->callback([args, exit_code] { *exit_code = RunService(*args); });
+}
+
+}  // namespace zipmoe::cli

@@ -1,0 +1,239 @@
+// `zipmoe up --model DIR [--decompressors N] [--port P] [--run-dir D] [--config FILE] [--set k=v]...`:
+// the whole deployment as separate OS processes on this machine (services issue, item 3). Each
+// service is an exec of `zipmoe service NAME --config RUN_DIR/zipmoe.json`; the config is the loaded
+// one (file, ZIPMOE_* environment, --set, then these flags) with the endpoints under the run dir and
+// an arena name unique to this `up` (/zipmoe-up-<pid>, unless the config names one).
+//   - one pid file per process: RUN_DIR/<service>.pid, RUN_DIR/decompressor-<i>.pid
+//   - a decompressor that exits (crash, SIGKILL) is restarted (same index, new pid file); the
+//     scheduler re-issues what it held. Any other service exiting stops everything (exit 1).
+//   - SIGINT/SIGTERM: SIGTERM to executor, workers, then the scheduler (the arena owner); SIGKILL
+//     after 10 s; pid files removed; exit 0.
+#include <CLI/CLI.hpp>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/file_util.h"
+#include "services/cli/commands.h"
+#include "services/cli/service_config.h"
+#include "services/cli/service_util.h"
+
+extern char** environ;
+
+namespace zipmoe::cli {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+struct UpArgs {
+  std::string model_dir;
+  int decompressors = 1;
+  int port = 0;  // 0 = the config's http.port
+  std::string run_dir;
+  std::string config_file;
+  std::vector<std::string> sets;
+  std::string memory_budget;
+  std::string policy;
+  int decompress_threads = 0;
+};
+
+struct Child {
+  std::string service;  // scheduler, storage, decompressor, executor
+  std::string name;     // service, or decompressor-<i>
+  pid_t pid = -1;
+  std::vector<Clock::time_point> restarts;
+};
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return "stopped";
+}
+
+class Supervisor {
+ public:
+  Supervisor(std::string run_dir, std::string config_path) : run_dir_(std::move(run_dir)), config_path_(std::move(config_path)) {}
+
+  Status Spawn(Child& c) {
+    const pid_t pid = ::fork();
+    if (pid < 0) return Status::IoError(fmt::format("fork for {}: {}", c.name, std::strerror(errno)));
+    if (pid == 0) {
+      sigset_t none;
+      sigemptyset(&none);
+      pthread_sigmask(SIG_SETMASK, &none, nullptr);
+      std::vector<std::string> argv_s = {"zipmoe", "service", c.service, "--config", config_path_};
+      std::vector<char*> argv;
+      for (std::string& a : argv_s) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      std::fprintf(stderr, "error: up: exec zipmoe service %s: %s\n", c.service.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    c.pid = pid;
+    ZM_RETURN_IF_ERROR(WriteFileAtomic(PidFile(c), fmt::format("{}\n", static_cast<long>(pid))));
+    ServiceLog("up", fmt::format("started {} (pid {})", c.name, static_cast<long>(pid)));
+    return Status::Ok();
+  }
+
+  std::string PidFile(const Child& c) const { return JoinPath(run_dir_, c.name + ".pid"); }
+
+  // SIGTERM to each group in order, SIGKILL after the grace period; removes pid files.
+  void StopAll(std::vector<Child>& children) {
+    const std::vector<std::vector<std::string>> order = {{"executor"}, {"storage", "decompressor"}, {"scheduler"}};
+    for (const auto& group : order) {
+      std::vector<Child*> members;
+      for (Child& c : children) {
+        for (const std::string& s : group) {
+          if (c.service == s && c.pid > 0) members.push_back(&c);
+        }
+      }
+      for (Child* c : members) ::kill(c->pid, SIGTERM);
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      for (Child* c : members) {
+        while (true) {
+          int status = 0;
+          const pid_t r = ::waitpid(c->pid, &status, WNOHANG);
+          if (r == c->pid || r < 0) break;
+          if (Clock::now() > deadline) {
+            ServiceLog("up", fmt::format("{} (pid {}) did not stop in 10 s: SIGKILL", c->name, static_cast<long>(c->pid)));
+            ::kill(c->pid, SIGKILL);
+            ::waitpid(c->pid, &status, 0);
+            break;
+          }
+          std::this_thread::sleep_for(milliseconds(20));
+        }
+        ::unlink(PidFile(*c).c_str());
+        c->pid = -1;
+      }
+    }
+  }
+
+ private:
+  std::string run_dir_;
+  std::string config_path_;
+};
+
+int RunUp(const UpArgs& args) {
+  TerminationSignals signals;
+  signals.AlsoChildren();
+  std::vector<std::string> sets = args.sets;
+  sets.push_back("model_dir=" + args.model_dir);
+  if (!args.run_dir.empty()) sets.push_back("run_dir=" + args.run_dir);
+  if (args.port > 0) sets.push_back(fmt::format("http.port={}", args.port));
+  if (!args.memory_budget.empty()) sets.push_back("memory_budget=" + args.memory_budget);
+  if (!args.policy.empty()) sets.push_back("policy=" + args.policy);
+  if (args.decompress_threads > 0) sets.push_back(fmt::format("decompress_threads={}", args.decompress_threads));
+  Result<ServiceConfig> loaded = LoadServiceConfig(args.config_file, sets, environ);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "error: up: %s\n", loaded.status().ToString().c_str());
+    return 1;
+  }
+  ServiceConfig config = *loaded;
+  if (config.shm_name == ServiceConfig().shm_name) config.shm_name = fmt::format("/zipmoe-up-{}", static_cast<long>(::getpid()));
+  if (::mkdir(config.run_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    std::fprintf(stderr, "error: up: cannot create run dir %s: %s\n", config.run_dir.c_str(), std::strerror(errno));
+    return 1;
+  }
+  const std::string config_path = JoinPath(config.run_dir, "zipmoe.json");
+  if (Status st = WriteFileAtomic(config_path, ServiceConfigToJson(config)); !st.ok()) {
+    std::fprintf(stderr, "error: up: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::vector<Child> children;
+  children.push_back({"scheduler", "scheduler"});
+  children.push_back({"storage", "storage"});
+  for (int i = 0; i < args.decompressors; ++i) children.push_back({"decompressor", fmt::format("decompressor-{}", i)});
+  children.push_back({"executor", "executor"});
+  Supervisor supervisor(config.run_dir, config_path);
+  for (Child& c : children) {
+    if (Status st = supervisor.Spawn(c); !st.ok()) {
+      std::fprintf(stderr, "error: up: %s\n", st.ToString().c_str());
+      supervisor.StopAll(children);
+      return 1;
+    }
+  }
+  ServiceLog("up", fmt::format("{} processes; API at http://{}:{} (GET /health is 200 when loaded); config {}; "
+                               "Ctrl-C stops everything", children.size(), config.http_host, config.http_port,
+                               config_path));
+  int exit_code = 0;
+  while (true) {
+    const int sig = signals.Wait(milliseconds(500));
+    if (sig == SIGINT || sig == SIGTERM) {
+      ServiceLog("up", fmt::format("signal {}: stopping every service", sig));
+      break;
+    }
+    bool fatal = false;
+    while (true) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      for (Child& c : children) {
+        if (c.pid != pid) continue;
+        c.pid = -1;
+        ::unlink(supervisor.PidFile(c).c_str());
+        ServiceLog("up", fmt::format("E: {} (pid {}) {}", c.name, static_cast<long>(pid), DescribeExit(status)));
+        if (c.service != "decompressor") {
+          fatal = true;
+          break;
+        }
+        const auto now = Clock::now();
+        c.restarts.push_back(now);
+        while (!c.restarts.empty() && now - c.restarts.front() > std::chrono::seconds(60)) c.restarts.erase(c.restarts.begin());
+        if (c.restarts.size() > 5) {
+          ServiceLog("up", fmt::format("E: {} restarted more than 5 times in 60 s: giving up", c.name));
+          fatal = true;
+          break;
+        }
+        if (Status st = supervisor.Spawn(c); !st.ok()) {
+          ServiceLog("up", "E: " + st.ToString());
+          fatal = true;
+        }
+      }
+    }
+    if (fatal) {
+      exit_code = 1;
+      break;
+    }
+  }
+  supervisor.StopAll(children);
+  ServiceLog("up", "stopped");
+  return exit_code;
+}
+
+}  // namespace
+
+void AddUpCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<UpArgs>();
+  CLI::App* cmd = app.add_subcommand("up", "start every service as its own process (scheduler, storage, "
+                                           "decompressors, executor) and supervise them");
+  cmd->add_option("--model", args->model_dir, "compressed model directory")->required();
+  cmd->add_option("--decompressors", args->decompressors, "decompressor replicas")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--port", args->port, "HTTP port of the API (default: the config's http.port, 8080)")
+      ->check(CLI::Range(1, 65535));
+  cmd->add_option("--run-dir", args->run_dir, "sockets, pid files and the generated config (default /tmp/zipmoe)");
+  cmd->add_option("--config", args->config_file, "JSON config file (docs/services.md)");
+  cmd->add_option("--set", args->sets, "key=value config override (repeatable)");
+  cmd->add_option("--memory-budget", args->memory_budget, "e.g. 512MiB or 50% (config memory_budget)");
+  cmd->add_option("--policy", args->policy, "zipmoe | lru | fifo | lfu | full-load (config policy)");
+  cmd->add_option("--decompress-threads", args->decompress_threads, "L per decompressor replica");
+  cmd->callback([args, exit_code] { *exit_code = RunUp(*args); });
+}
+
+}  // namespace zipmoe::cli

@@ -1,0 +1,213 @@
+#include "services/cli/service_config.h"
+
+#include <cctype>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <variant>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/file_util.h"
+
+namespace zipmoe::cli {
+namespace {
+
+using nlohmann::json;
+using Field = std::variant<std::string*, int64_t*, bool*>;
+
+std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
+  return {
+      {"model_dir", &c.model_dir},
+      {"memory_budget", &c.memory_budget},
+      {"policy", &c.policy},
+      {"pools", &c.pools},
+      {"pool_ratios", &c.pool_ratios},
+      {"plan_trace", &c.plan_trace},
+      {"profile", &c.profile},
+      {"decompress_threads", &c.decompress_threads},
+      {"staging_slots", &c.staging_slots},
+      {"page_cache", &c.page_cache},
+      {"fifo_dispatch", &c.fifo_dispatch},
+      {"verify_recovery", &c.verify_recovery},
+      {"run_dir", &c.run_dir},
+      {"shm_name", &c.shm_name},
+      {"endpoints.scheduler", &c.endpoint_scheduler},
+      {"endpoints.workers", &c.endpoint_workers},
+      {"heartbeat_ms", &c.heartbeat_ms},
+      {"liveness", &c.liveness},
+      {"storage_queue_depth", &c.storage_queue_depth},
+      {"timeout_ms", &c.timeout_ms},
+      {"threads", &c.threads},
+      {"http.host", &c.http_host},
+      {"http.port", &c.http_port},
+      {"http.api_key", &c.http_api_key},
+      {"metrics.host", &c.metrics_host},
+      {"metrics.sd_dir", &c.metrics_sd_dir},
+      {"metrics.port.storage", &c.metrics_port_storage},
+      {"metrics.port.decompressor", &c.metrics_port_decompressor},
+      {"metrics.port.cache_manager", &c.metrics_port_cache_manager},
+      {"metrics.port.scheduler", &c.metrics_port_scheduler},
+      {"metrics.port.executor", &c.metrics_port_executor},
+  };
+}
+
+std::string EnvName(const std::string& key) {
+  std::string out = "ZIPMOE_";
+  for (char ch : key) out += ch == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+// Parses a text value (environment, --set) into the field.
+Status SetFromText(const Field& field, const std::string& text, const std::string& where) {
+  if (auto* s = std::get_if<std::string*>(&field)) {
+    **s = text;
+    return Status::Ok();
+  }
+  if (auto* i = std::get_if<int64_t*>(&field)) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(text, &used, 10);
+      if (used != text.size()) throw std::invalid_argument("trailing");
+      **i = v;
+      return Status::Ok();
+    } catch (const std::exception&) {
+      return Status::InvalidArgument(fmt::format("{}: '{}' is not an integer", where, text));
+    }
+  }
+  bool* b = std::get<bool*>(field);
+  if (text == "1" || text == "true" || text == "yes" || text == "on") {
+    *b = true;
+  } else if (text == "0" || text == "false" || text == "no" || text == "off") {
+    *b = false;
+  } else {
+    return Status::InvalidArgument(fmt::format("{}: '{}' is not a boolean (true/false)", where, text));
+  }
+  return Status::Ok();
+}
+
+Status SetFromJson(const Field& field, const json& value, const std::string& where) {
+  if (auto* s = std::get_if<std::string*>(&field)) {
+    if (!value.is_string()) return Status::InvalidArgument(fmt::format("{}: expected a string", where));
+    **s = value.get<std::string>();
+  } else if (auto* i = std::get_if<int64_t*>(&field)) {
+    if (!value.is_number_integer()) return Status::InvalidArgument(fmt::format("{}: expected an integer", where));
+    **i = value.get<int64_t>();
+  } else {
+    if (!value.is_boolean()) return Status::InvalidArgument(fmt::format("{}: expected true or false", where));
+    *std::get<bool*>(field) = value.get<bool>();
+  }
+  return Status::Ok();
+}
+
+Status Flatten(const json& object, const std::string& prefix, std::map<std::string, json>* out) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object()) {
+      ZM_RETURN_IF_ERROR(Flatten(*it, key, out));
+    } else {
+      (*out)[key] = *it;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Validate(const ServiceConfig& c) {
+  auto positive = [](int64_t v, const char* key) {
+    return v > 0 ? Status::Ok() : Status::InvalidArgument(fmt::format("{} = {}: must be > 0", key, v));
+  };
+  ZM_RETURN_IF_ERROR(positive(c.decompress_threads, "decompress_threads"));
+  ZM_RETURN_IF_ERROR(positive(c.heartbeat_ms, "heartbeat_ms"));
+  ZM_RETURN_IF_ERROR(positive(c.liveness, "liveness"));
+  ZM_RETURN_IF_ERROR(positive(c.storage_queue_depth, "storage_queue_depth"));
+  ZM_RETURN_IF_ERROR(positive(c.timeout_ms, "timeout_ms"));
+  for (auto [v, key] : {std::pair{c.http_port, "http.port"}, {c.metrics_port_storage, "metrics.port.storage"},
+                        {c.metrics_port_decompressor, "metrics.port.decompressor"},
+                        {c.metrics_port_cache_manager, "metrics.port.cache_manager"},
+                        {c.metrics_port_scheduler, "metrics.port.scheduler"},
+                        {c.metrics_port_executor, "metrics.port.executor"}}) {
+    if (v < 0 || v > 65535) return Status::InvalidArgument(fmt::format("{} = {}: not a TCP port", key, v));
+  }
+  if (c.staging_slots < 0) return Status::InvalidArgument("staging_slots must be >= 0");
+  return Status::Ok();
+}
+
+}  // namespace
+
+const std::vector<std::string>& ServiceConfigKeys() {
+  static const std::vector<std::string> keys = [] {
+    ServiceConfig c;
+    std::vector<std::string> out;
+    for (const auto& [key, field] : Fields(c)) out.push_back(key);
+    return out;
+  }();
+  return keys;
+}
+
+Result<ServiceConfig> LoadServiceConfig(const std::string& file, const std::vector<std::string>& sets,
+                                        char** environ) {
+  ServiceConfig c;
+  std::map<std::string, Field> fields;
+  for (auto& [key, field] : Fields(c)) fields.emplace(key, field);
+  if (!file.empty()) {
+    if (!FileExists(file)) return Status::NotFound(fmt::format("config file {} does not exist", file));
+    ZM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(file));
+    json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded() || !parsed.is_object()) {
+      return Status::InvalidArgument(fmt::format("config file {}: not a JSON object", file));
+    }
+    std::map<std::string, json> flat;
+    ZM_RETURN_IF_ERROR(Flatten(parsed, "", &flat));
+    for (const auto& [key, value] : flat) {
+      auto it = fields.find(key);
+      if (it == fields.end()) {
+        return Status::InvalidArgument(fmt::format("config file {}: unknown key '{}' (keys: docs/services.md)", file, key));
+      }
+      ZM_RETURN_IF_ERROR(SetFromJson(it->second, value, fmt::format("config file {}: key '{}'", file, key)));
+    }
+  }
+  if (environ != nullptr) {
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const char* eq = std::strchr(*e, '=');
+      if (eq != nullptr && std::strncmp(*e, "ZIPMOE_", 7) == 0) env[std::string(static_cast<const char*>(*e), eq)] = eq + 1;
+    }
+    for (const auto& [key, field] : fields) {
+      auto it = env.find(EnvName(key));
+      if (it != env.end()) {
+        ZM_RETURN_IF_ERROR(SetFromText(field, it->second, fmt::format("environment variable {}", it->first)));
+      }
+    }
+  }
+  for (const std::string& set : sets) {
+    const size_t eq = set.find('=');
+    if (eq == std::string::npos) return Status::InvalidArgument(fmt::format("--set '{}': expected key=value", set));
+    const std::string key = set.substr(0, eq);
+    auto it = fields.find(key);
+    if (it == fields.end()) return Status::InvalidArgument(fmt::format("--set: unknown key '{}'", key));
+    ZM_RETURN_IF_ERROR(SetFromText(it->second, set.substr(eq + 1), fmt::format("--set {}", key)));
+  }
+  if (c.endpoint_scheduler.empty()) c.endpoint_scheduler = "ipc://" + JoinPath(c.run_dir, "scheduler.sock");
+  if (c.endpoint_workers.empty()) c.endpoint_workers = "ipc://" + JoinPath(c.run_dir, "workers.sock");
+  ZM_RETURN_IF_ERROR(Validate(c));
+  return c;
+}
+
+std::string ServiceConfigToJson(const ServiceConfig& config) {
+  ServiceConfig copy = config;
+  json out = json::object();
+  for (const auto& [key, field] : Fields(copy)) {
+    json* node = &out;
+    size_t start = 0;
+    for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
+      node = &(*node)[key.substr(start, dot - start)];
+      start = dot + 1;
+    }
+    json& leaf = (*node)[key.substr(start)];
+    std::visit([&leaf](auto* p) { leaf = *p; }, field);
+  }
+  return out.dump(2) + "\n";
+}
+
+}  // namespace zipmoe::cli

@@ -1,0 +1,67 @@
+// The one configuration of a multi-process deployment (`zipmoe service NAME`, `zipmoe up`,
+// compose.yaml): a JSON file whose keys are listed in kServiceConfigKeys (docs/services.md), then
+// environment variables, then --set key=value, each overriding the previous.
+//
+// - File: a JSON object; nested objects give dotted keys ({"http": {"port": 8080}} is http.port).
+//   An unknown key, a wrong type or unparsable JSON is an error naming the file and the key.
+// - Environment: ZIPMOE_<KEY> with the key upper-cased and '.' turned into '_' (http.port ->
+//   ZIPMOE_HTTP_PORT, metrics.port.cache_manager -> ZIPMOE_METRICS_PORT_CACHE_MANAGER). Values are
+//   parsed as the key's type; an error names the variable.
+// - --set key=value: the same parsing; an error names the key.
+// Endpoints left empty default to ipc://<run_dir>/<name>.sock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace zipmoe::cli {
+
+struct ServiceConfig {
+  std::string model_dir;                 // compressed model directory (zipmoe compress)
+  std::string memory_budget = "50%";     // bytes ("4GiB") or a share of the BF16 expert bytes ("50%")
+  std::string policy = "zipmoe";         // zipmoe | lru | fifo | lfu | full-load
+  std::string pools = "FCSE";
+  std::string pool_ratios;               // "" = the planner
+  std::string plan_trace;                // planner workload (routing trace); "" = uniform
+  std::string profile;                   // planner delays; "" = model_dir/profile.json or defaults
+  int64_t decompress_threads = 1;        // L per decompressor replica
+  int64_t staging_slots = 0;             // 0 = auto
+  bool page_cache = false;               // buffered reads instead of O_DIRECT
+  bool fifo_dispatch = false;            // FIFO order instead of Alg. 1
+  bool verify_recovery = true;           // check recovered BF16 against its xxh64
+  std::string run_dir = "/tmp/zipmoe";   // ipc sockets, pid files (zipmoe up)
+  std::string shm_name = "/zipmoe-arena";  // the shared arena
+  std::string endpoint_scheduler;        // endpoints.scheduler: executor -> scheduler (ROUTER)
+  std::string endpoint_workers;          // endpoints.workers: storage/decompressors -> scheduler (ROUTER)
+  int64_t heartbeat_ms = 500;            // pull-protocol heartbeat interval
+  int64_t liveness = 3;                  // silent intervals before a peer is dead
+  int64_t storage_queue_depth = 64;      // chunk reads a storage worker takes at once
+  int64_t timeout_ms = 60000;            // executor: longest wait for the scheduler
+  int64_t threads = 0;                   // executor: torch threads (0 = all cores)
+  std::string http_host = "127.0.0.1";
+  int64_t http_port = 8080;
+  std::string http_api_key;
+  std::string metrics_host = "127.0.0.1";
+  std::string metrics_sd_dir;            // Prometheus file_sd directory ("" = none)
+  int64_t metrics_port_storage = 9471;   // 0 = no /metrics endpoint
+  int64_t metrics_port_decompressor = 9472;
+  int64_t metrics_port_cache_manager = 9473;
+  int64_t metrics_port_scheduler = 9474;
+  int64_t metrics_port_executor = 9475;
+};
+
+// Every key, dotted, in documentation order.
+const std::vector<std::string>& ServiceConfigKeys();
+
+// Loads `file` ("" = defaults only), then ZIPMOE_* variables of `environ`, then `sets` ("key=value").
+// Errors: kNotFound (file missing), kInvalidArgument naming the file / variable / key and the problem.
+Result<ServiceConfig> LoadServiceConfig(const std::string& file, const std::vector<std::string>& sets,
+                                        char** environ);
+
+// The configuration as a JSON object with every key (what `zipmoe up` writes for its services).
+std::string ServiceConfigToJson(const ServiceConfig& config);
+
+}  // namespace zipmoe::cli

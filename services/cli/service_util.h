@@ -1,0 +1,33 @@
+// Helpers shared by the service commands (cmd_service.cc, cmd_up.cc, cmd_serve.cc).
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace zipmoe::cli {
+
+// Blocks SIGINT and SIGTERM in the calling thread (construct it before starting any thread, so every
+// thread inherits the mask); Wait() takes them synchronously.
+class TerminationSignals {
+ public:
+  TerminationSignals();
+  // Waits up to `timeout` for SIGINT/SIGTERM; returns the signal number, or 0 on timeout.
+  // Once a signal was taken, later calls return it again at once.
+  int Wait(std::chrono::milliseconds timeout);
+  // Adds SIGCHLD to the set (zipmoe up); Wait() then also returns SIGCHLD (not remembered).
+  void AlsoChildren();
+
+ private:
+  sigset_t set_;
+  int taken_ = 0;
+};
+
+// "I: <service>: <line>" on stderr (one write per line).
+void ServiceLog(const std::string& service, const std::string& line);
+std::function<void(const std::string&)> ServiceLogger(const std::string& service);
+std::string HostName();
+
+}  // namespace zipmoe::cli

@@ -1,0 +1,53 @@
+// The decompressor service's body (`zipmoe service decompressor`): a DecompressorPool of L threads
+// fed by a PullWorker (common/pull_worker.h) connected to the scheduler. DecodeRequests name arena
+// offsets; they are resolved in this process's mapping of the cache manager's shared arena,
+// bounds-checked (an op outside the arena completes with kInvalidArgument, nothing is touched) and
+// run with DecompressorPool priorities. A request whose op_id is already running here (re-issued
+// after a reconnect) is ignored: the running op's completion answers it.
+// Thread-safety: Run() on one thread; RequestStop() from any thread (e.g. a signal watcher).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <zmq.hpp>
+
+#include "common/pull_worker.h"
+#include "common/shm_region.h"
+#include "services/decompressor/decompressor_pool.h"
+
+namespace zipmoe::decompressor {
+
+struct DecompressorWorkerOptions {
+  messaging::PullWorkerConfig pull;  // endpoint, identity, heartbeat; role/credits/threads/arena are set here
+  int n_threads = 1;                 // L
+  // Called after each op ran (recover = BF16 recovery, else E-chunk decode), on a pool thread.
+  std::function<void(bool recover, double seconds)> on_op;
+};
+
+class DecompressorWorker {
+ public:
+  // `arena`: the attached shared arena (kept mapped by the caller for the worker's life).
+  static Result<std::unique_ptr<DecompressorWorker>> Create(zmq::context_t& context, const ShmRegion& arena,
+                                                            DecompressorWorkerOptions options);
+  Status Run();          // until RequestStop(); then stops the pool (pending ops are dropped: re-issued)
+  void RequestStop();
+  messaging::PullWorkerStats stats() const { return pull_->stats(); }
+
+ private:
+  DecompressorWorker() = default;
+  void Handle(const messaging::Body& body);
+
+  const ShmRegion* arena_ = nullptr;
+  DecompressorWorkerOptions options_;
+  std::unique_ptr<messaging::PullWorker> pull_;
+  std::unique_ptr<DecompressorPool> pool_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, uint32_t> running_;  // op_id -> attempt, guarded by mu_
+};
+
+}  // namespace zipmoe::decompressor

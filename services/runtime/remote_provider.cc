@@ -1,0 +1,383 @@
+#include "services/runtime/remote_provider.h"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/event_fd.h"
+
+namespace zipmoe::runtime {
+
+namespace msg = messaging;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// ---- executor side --------------------------------------------------------------------------------
+
+class RemoteExpertProvider::Lease : public ExpertLease {
+ public:
+  Lease(RemoteExpertProvider* owner, ExpertWeightsView view) : owner_(owner), view_(view) {}
+  ~Lease() override { owner_->Release(view_.layer_id, view_.expert_id); }
+  const ExpertWeightsView& weights() const override { return view_; }
+
+ private:
+  RemoteExpertProvider* owner_;
+  ExpertWeightsView view_;
+};
+
+RemoteExpertProvider::RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena, msg::Channel channel)
+    : config_(config), arena_(std::move(arena)), channel_(std::move(channel)) {}
+
+Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(zmq::context_t& context,
+                                                                            const RemoteProviderConfig& config) {
+  ZM_ASSIGN_OR_RETURN(ShmRegion arena, ShmRegion::Attach(config.arena_name));
+  msg::ChannelOptions options;
+  options.kind = msg::SocketKind::kDealer;
+  options.endpoint = config.endpoint;
+  options.sender = "executor";
+  ZM_ASSIGN_OR_RETURN(msg::Channel channel, msg::Channel::Open(context, options));
+  return std::unique_ptr<RemoteExpertProvider>(new RemoteExpertProvider(config, std::move(arena), std::move(channel)));
+}
+
+uint64_t RemoteExpertProvider::bad_messages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return channel_.stats().bad_messages;
+}
+
+Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
+  const auto deadline = Clock::now() + config_.timeout;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Result<msg::Received> got = channel_.Recv(milliseconds(5));
+      if (got.ok()) return std::move(got->message.body);
+      if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
+    }
+    if (Clock::now() > deadline) {
+      return Status::DeadlineExceeded(fmt::format("scheduler at {} did not answer {} within {} ms", config_.endpoint,
+                                                  what, config_.timeout.count()));
+    }
+  }
+}
+
+Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
+  if (routing.expert_ids.size() != routing.tokens_per_expert.size()) {
+    return Status::InvalidArgument(fmt::format("BeginLayer({}): {} experts but {} token counts", routing.layer_id,
+                                               routing.expert_ids.size(), routing.tokens_per_expert.size()));
+  }
+  msg::LayerRequest request{routing.layer_id, routing.expert_ids, routing.tokens_per_expert};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ZM_RETURN_IF_ERROR(channel_.Send(std::move(request), config_.timeout));
+  }
+  layer_id_ = routing.layer_id;
+  expected_ = routing.expert_ids.size();
+  delivered_ = 0;
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
+  if (delivered_ >= expected_) {
+    return Status::InvalidArgument(fmt::format("NextReady: all {} experts of layer {} were delivered", expected_,
+                                               layer_id_));
+  }
+  while (true) {
+    ZM_ASSIGN_OR_RETURN(msg::Body body, Receive("NextReady"));
+    auto* ready = std::get_if<msg::ExpertReady>(&body);
+    if (ready == nullptr) continue;  // a stale Ack / heartbeat
+    if (!ready->status.ok()) return ready->status;
+    if (ready->layer_id != layer_id_) continue;  // stale message of an aborted layer
+    const uint64_t size = arena_.size_bytes();
+    const uint64_t bytes = static_cast<uint64_t>(ready->intermediate) * static_cast<uint64_t>(ready->hidden) * 2;
+    for (uint64_t offset : {ready->gate_offset, ready->up_offset, ready->down_offset}) {
+      if (ready->intermediate <= 0 || ready->hidden <= 0 || offset > size || bytes > size - offset) {
+        return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} lies outside the arena {} "
+                                              "({} bytes)", config_.endpoint, ready->expert_id, ready->layer_id,
+                                              arena_.name(), size));
+      }
+    }
+    ExpertWeightsView view;
+    view.layer_id = ready->layer_id;
+    view.expert_id = ready->expert_id;
+    view.dtype = DType::kBF16;
+    view.gate = arena_.data() + ready->gate_offset;
+    view.up = arena_.data() + ready->up_offset;
+    view.down = arena_.data() + ready->down_offset;
+    view.intermediate = ready->intermediate;
+    view.hidden = ready->hidden;
+    ++delivered_;
+    return std::unique_ptr<ExpertLease>(new Lease(this, view));
+  }
+}
+
+void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  (void)channel_.Send(msg::LeaseRelease{layer_id, expert_id}, config_.timeout);
+}
+
+Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ZM_RETURN_IF_ERROR(channel_.Send(msg::LayerEnd{layer_id}, config_.timeout));
+  }
+  while (true) {
+    ZM_ASSIGN_OR_RETURN(msg::Body body, Receive("EndLayer"));
+    if (auto* ack = std::get_if<msg::Ack>(&body)) return ack->status;
+  }
+}
+
+// ---- scheduler side -------------------------------------------------------------------------------
+
+struct ProviderServer::State {
+  State(ProviderServerConfig c, ExpertProvider* p, const uint8_t* base, uint64_t bytes, msg::Channel ch, EventFd w)
+      : config(std::move(c)), provider(p), arena_base(base), arena_bytes(bytes), router(std::move(ch)),
+        wake(std::move(w)) {}
+
+  const ProviderServerConfig config;
+  ExpertProvider* const provider;
+  const uint8_t* const arena_base;
+  const uint64_t arena_bytes;
+  msg::Channel router;  // loop thread only
+  EventFd wake;
+  std::thread loop_thread;
+  std::thread deliver_thread;
+  std::mutex stop_mu;
+  bool joined = false;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  // The open layer.
+  bool active = false;
+  int32_t layer_id = -1;
+  std::string peer;                 // the executor that opened it
+  size_t to_deliver = 0;            // NextReady calls the deliverer still has to make
+  bool delivering = false;          // the deliverer is inside the layer
+  bool aborting = false;            // release leases as they come
+  std::map<int32_t, std::unique_ptr<ExpertLease>> leases;  // by expert id
+  std::deque<std::pair<std::string, msg::Body>> outbox;
+  ProviderServerStats stats;
+
+  void Log(const std::string& line) const {
+    if (config.log) config.log(line);
+  }
+  void Post(std::string to, msg::Body body) {
+    outbox.emplace_back(std::move(to), std::move(body));
+    wake.Notify();
+  }
+  void Deliver();
+  void Loop();
+  void AbortLocked(std::unique_lock<std::mutex>& lock);
+  void Handle(const std::string& peer, msg::Body body);
+};
+
+void ProviderServer::State::Deliver() {
+  std::unique_lock<std::mutex> lock(mu);
+  while (true) {
+    cv.wait(lock, [&] { return stopping || to_deliver > 0; });
+    if (stopping) return;
+    delivering = true;
+    while (to_deliver > 0 && !stopping) {
+      lock.unlock();
+      Result<std::unique_ptr<ExpertLease>> lease = provider->NextReady();
+      lock.lock();
+      --to_deliver;
+      if (!lease.ok()) {
+        msg::ExpertReady failed;
+        failed.layer_id = layer_id;
+        failed.status = lease.status();
+        Post(peer, std::move(failed));
+        to_deliver = 0;
+        break;
+      }
+      const ExpertWeightsView& v = (*lease)->weights();
+      if (aborting) {
+        std::unique_ptr<ExpertLease> drop = std::move(lease).value();
+        lock.unlock();
+        drop.reset();
+        lock.lock();
+        continue;
+      }
+      msg::ExpertReady ready;
+      ready.layer_id = v.layer_id;
+      ready.expert_id = v.expert_id;
+      auto offset = [this](const void* p) {
+        return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base);
+      };
+      ready.gate_offset = offset(v.gate);
+      ready.up_offset = offset(v.up);
+      ready.down_offset = offset(v.down);
+      ready.intermediate = v.intermediate;
+      ready.hidden = v.hidden;
+      leases[v.expert_id] = std::move(lease).value();
+      Post(peer, std::move(ready));
+    }
+    delivering = false;
+    cv.notify_all();
+  }
+}
+
+void ProviderServer::State::AbortLocked(std::unique_lock<std::mutex>& lock) {
+  if (!active) return;
+  ++stats.aborted_layers;
+  Log(fmt::format("aborting layer {} of a previous executor", layer_id));
+  aborting = true;
+  std::map<int32_t, std::unique_ptr<ExpertLease>> held;
+  held.swap(leases);
+  lock.unlock();
+  held.clear();  // releases: later waves can start, so the deliverer finishes
+  lock.lock();
+  cv.wait(lock, [&] { return !delivering && to_deliver == 0; });
+  held.swap(leases);
+  lock.unlock();
+  held.clear();
+  (void)provider->EndLayer(layer_id);
+  lock.lock();
+  aborting = false;
+  active = false;
+}
+
+void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (auto* request = std::get_if<msg::LayerRequest>(&body)) {
+    if (active) AbortLocked(lock);
+    LayerRouting routing{request->layer_id, request->expert_ids, request->tokens_per_expert};
+    lock.unlock();
+    Status st = provider->BeginLayer(routing);
+    lock.lock();
+    if (!st.ok()) {
+      msg::ExpertReady failed;
+      failed.layer_id = request->layer_id;
+      failed.status = st;
+      Post(from, std::move(failed));
+      return;
+    }
+    active = true;
+    layer_id = request->layer_id;
+    peer = from;
+    to_deliver = request->expert_ids.size();
+    cv.notify_all();
+    return;
+  }
+  if (auto* release = std::get_if<msg::LeaseRelease>(&body)) {
+    auto it = leases.find(release->expert_id);
+    if (!active || release->layer_id != layer_id || it == leases.end()) return;  // stale
+    std::unique_ptr<ExpertLease> lease = std::move(it->second);
+    leases.erase(it);
+    lock.unlock();
+    lease.reset();  // admission + next wave (OffloadExpertProvider::OnLeaseReleased)
+    return;
+  }
+  if (auto* end = std::get_if<msg::LayerEnd>(&body)) {
+    Status st;
+    if (!active || end->layer_id != layer_id) {
+      st = Status::InvalidArgument(fmt::format("EndLayer({}): the open layer is {}", end->layer_id,
+                                               active ? std::to_string(layer_id) : std::string("none")));
+    } else if (delivering || to_deliver > 0 || !leases.empty()) {
+      st = Status::InvalidArgument(fmt::format("EndLayer({}): {} experts not yet taken, {} leases held", end->layer_id,
+                                               to_deliver, leases.size()));
+    } else {
+      lock.unlock();
+      st = provider->EndLayer(end->layer_id);
+      lock.lock();
+      active = false;
+      ++stats.layers;
+    }
+    Post(from, msg::Ack{st});
+    return;
+  }
+  // Heartbeats and anything else: nothing to do.
+}
+
+void ProviderServer::State::Loop() {
+  while (true) {
+    std::deque<std::pair<std::string, msg::Body>> out;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) break;
+      out.swap(outbox);
+    }
+    for (auto& [to, body] : out) {
+      Status st = router.SendTo(to, std::move(body), milliseconds(1000));
+      if (!st.ok()) Log(fmt::format("E: reply to executor: {}", st.ToString()));
+    }
+    zmq::pollitem_t items[2] = {{router.socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, milliseconds(500));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      Log(fmt::format("E: zmq_poll: {}", e.what()));
+      break;
+    }
+    if (items[1].revents & ZMQ_POLLIN) wake.Drain();
+    if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
+    while (true) {
+      Result<msg::Received> got = router.Recv(milliseconds(0));
+      if (!got.ok()) {
+        if (got.status().code() == StatusCode::kDeadlineExceeded) break;
+        std::lock_guard<std::mutex> lock(mu);
+        ++stats.bad_messages;
+        Log(fmt::format("E: dropped a bad message: {}", got.status().ToString()));
+        continue;
+      }
+      Handle(got->peer, std::move(got->message.body));
+    }
+  }
+}
+
+ProviderServer::ProviderServer(std::unique_ptr<State> s) : s_(std::move(s)) {}
+
+Result<std::unique_ptr<ProviderServer>> ProviderServer::Start(zmq::context_t& context, ProviderServerConfig config,
+                                                              ExpertProvider* provider, const uint8_t* arena_base,
+                                                              uint64_t arena_bytes) {
+  msg::ChannelOptions options;
+  options.kind = msg::SocketKind::kRouter;
+  options.endpoint = config.endpoint;
+  options.bind = true;
+  options.sender = "scheduler";
+  ZM_ASSIGN_OR_RETURN(msg::Channel router, msg::Channel::Open(context, options));
+  ZM_ASSIGN_OR_RETURN(EventFd wake, EventFd::Create());
+  auto state = std::make_unique<State>(std::move(config), provider, arena_base, arena_bytes, std::move(router),
+                                       std::move(wake));
+  std::unique_ptr<ProviderServer> server(new ProviderServer(std::move(state)));
+  State* s = server->s_.get();
+  s->deliver_thread = std::thread([s] { s->Deliver(); });
+  s->loop_thread = std::thread([s] { s->Loop(); });
+  return server;
+}
+
+ProviderServer::~ProviderServer() { Stop(); }
+
+void ProviderServer::Stop() {
+  std::lock_guard<std::mutex> stop_lock(s_->stop_mu);
+  if (s_->joined) return;
+  std::map<int32_t, std::unique_ptr<ExpertLease>> held;
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->stopping = true;
+    held.swap(s_->leases);
+  }
+  held.clear();
+  s_->cv.notify_all();
+  s_->wake.Notify();
+  if (s_->loop_thread.joinable()) s_->loop_thread.join();
+  // The deliverer may sit in NextReady until the provider's engines stop (the provider's owner does that).
+  if (s_->deliver_thread.joinable()) s_->deliver_thread.join();
+  held.swap(s_->leases);
+  held.clear();
+  s_->joined = true;
+}
+
+ProviderServerStats ProviderServer::stats() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->stats;
+}
+
+std::string ProviderServer::endpoint() const { return s_->router.endpoint(); }
+
+}  // namespace zipmoe::runtime

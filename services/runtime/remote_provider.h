@@ -1,0 +1,100 @@
+// The ExpertProvider interface (common/expert_provider.h) across processes: the executor process
+// uses a RemoteExpertProvider; the scheduler process runs a ProviderServer in front of its
+// OffloadExpertProvider. Expert bytes stay in the cache manager's shared arena: a message names the
+// arena offsets of an expert's three BF16 tensors, which the executor reads in its own mapping.
+//
+//   executor                               scheduler
+//   BeginLayer  -- LayerRequest -->        OffloadExpertProvider::BeginLayer
+//   NextReady   <-- ExpertReady --         NextReady (deliverer thread), one message per expert
+//   ~Lease      -- LeaseRelease -->        the lease is destroyed (admission, next wave)
+//   EndLayer    -- LayerEnd --> / <-- Ack  EndLayer
+//
+// A layer error (corrupt chunk, ...) arrives as an ExpertReady with a non-OK status and is returned
+// by NextReady. If a new executor connects while a layer of the old one is open, the server
+// releases that layer's leases, ends it and serves the new one.
+// Thread-safety: as ExpertProvider (one driving thread; leases released from any thread);
+// ProviderServer's methods from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <zmq.hpp>
+
+#include "common/expert_provider.h"
+#include "common/messaging_channel.h"
+#include "common/shm_region.h"
+#include "common/status.h"
+
+namespace zipmoe::runtime {
+
+struct RemoteProviderConfig {
+  std::string endpoint;    // the scheduler's executor endpoint (ProviderServer)
+  std::string arena_name;  // the shared arena's POSIX shm name
+  std::chrono::milliseconds timeout{60000};  // longest wait for one reply before kDeadlineExceeded
+};
+
+class RemoteExpertProvider : public ExpertProvider {
+ public:
+  // Attaches the arena and connects. Errors: ShmRegion::Attach's (kNotFound: no arena yet),
+  // Channel::Open's.
+  static Result<std::unique_ptr<RemoteExpertProvider>> Connect(zmq::context_t& context,
+                                                               const RemoteProviderConfig& config);
+  Status BeginLayer(const LayerRouting& routing) override;
+  // Errors: the scheduler's layer error; kDeadlineExceeded (no answer within the timeout, naming the
+  // endpoint); kCorruption (an expert outside the arena).
+  Result<std::unique_ptr<ExpertLease>> NextReady() override;
+  Status EndLayer(int32_t layer_id) override;
+  uint64_t bad_messages() const;
+
+ private:
+  class Lease;
+  RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena, messaging::Channel channel);
+  Result<messaging::Body> Receive(const char* what);  // next message (mu_ taken per slice)
+  void Release(int32_t layer_id, int32_t expert_id);
+
+  RemoteProviderConfig config_;
+  ShmRegion arena_;
+  mutable std::mutex mu_;        // guards channel_
+  messaging::Channel channel_;
+  int32_t layer_id_ = -1;
+  size_t expected_ = 0;
+  size_t delivered_ = 0;
+};
+
+struct ProviderServerConfig {
+  std::string endpoint;  // ROUTER bind URL
+  std::function<void(const std::string&)> log;
+};
+
+struct ProviderServerStats {
+  uint64_t layers = 0;        // layers served
+  uint64_t bad_messages = 0;  // frames dropped
+  uint64_t aborted_layers = 0;
+};
+
+class ProviderServer {
+ public:
+  // `provider` must outlive the server; its leases must lie in [arena_base, + arena_bytes).
+  static Result<std::unique_ptr<ProviderServer>> Start(zmq::context_t& context, ProviderServerConfig config,
+                                                       ExpertProvider* provider, const uint8_t* arena_base,
+                                                       uint64_t arena_bytes);
+  ~ProviderServer();  // Stop()
+  // Releases held leases and joins. A deliverer blocked in the provider's NextReady is only released
+  // when the provider fails the layer: stop the provider's engines first
+  // (OffloadExpertProvider::Shutdown).
+  void Stop();
+  ProviderServerStats stats() const;
+  std::string endpoint() const;
+
+ private:
+  struct State;
+  explicit ProviderServer(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace zipmoe::runtime

@@ -1,0 +1,552 @@
+#include "services/runtime/worker_dispatcher.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/event_fd.h"
+#include "common/messaging_channel.h"
+
+namespace zipmoe::runtime {
+
+namespace msg = messaging;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct WorkerDispatcher::State {
+  struct ReadItem {
+    storage::ReadOp op;
+    uint32_t attempt = 0;
+    std::string peer;  // holder; empty = waiting
+  };
+  struct DecodeItem {
+    decompressor::DecompressOp op;
+    bool ready = false;
+    uint32_t attempt = 0;
+    uint64_t seq = 0;
+    std::string peer;
+  };
+  struct Peer {
+    std::string role;
+    int32_t credits = 1;
+    int32_t threads = 1;
+    int32_t pid = 0;
+    Clock::time_point expiry;
+    Clock::time_point last_sent;
+    std::unordered_set<uint64_t> held;
+  };
+  using ReadyKey = std::tuple<int32_t, uint64_t, uint64_t>;  // (priority, seq, op_id)
+
+  State(zmq::context_t& c, DispatcherConfig cfg, EngineSetup s, msg::Channel ch, EventFd w)
+      : context(c), config(std::move(cfg)), setup(std::move(s)), router(std::move(ch)), wake(std::move(w)) {}
+
+  zmq::context_t& context;
+  const DispatcherConfig config;
+  const EngineSetup setup;
+  msg::Channel router;  // used by the dispatcher thread only (after Start)
+  EventFd wake;
+  std::thread thread;
+  std::mutex stop_mu;
+  bool joined = false;
+
+  mutable std::mutex mu;
+  std::deque<uint64_t> read_queue;                 // waiting reads, in submission order
+  std::unordered_map<uint64_t, ReadItem> reads;    // waiting or in flight
+  std::unordered_map<uint64_t, DecodeItem> decodes;
+  std::set<ReadyKey> ready;                        // READY decodes not yet sent
+  std::map<std::string, Peer> peers;
+  uint64_t seq = 0;
+  bool stopping = false;
+  DispatcherStats counters;
+
+  void Log(const std::string& line) const {
+    if (config.log) config.log(line);
+  }
+
+  Result<uint64_t> Offset(const void* p, uint64_t bytes, const char* what, const std::string& tensor) const {
+    const auto* b = static_cast<const uint8_t*>(p);
+    if (b < setup.arena_base || static_cast<uint64_t>(b - setup.arena_base) + bytes > setup.arena_bytes) {
+      return Status::InvalidArgument(
+          fmt::format("{} of '{}' ({} bytes) is outside the shared arena {} ({} bytes): a remote worker cannot "
+                      "reach it", what, tensor, bytes, setup.arena_name, setup.arena_bytes));
+    }
+    return static_cast<uint64_t>(b - setup.arena_base);
+  }
+
+  void Loop();
+  void ExpireLocked(Clock::time_point now);
+  void ReissueLocked(const std::string& id, const char* why);
+  void HandleLocked(const std::string& peer, msg::Message message, std::vector<storage::ReadCompletion>* read_done,
+                    std::vector<decompressor::DecompressCompletion>* decode_done,
+                    std::vector<std::pair<std::string, msg::Body>>* replies);
+};
+
+void WorkerDispatcher::State::ReissueLocked(const std::string& id, const char* why) {
+  auto it = peers.find(id);
+  if (it == peers.end()) return;
+  std::vector<uint64_t> read_ids;
+  for (uint64_t op : it->second.held) {
+    if (auto r = reads.find(op); r != reads.end() && r->second.peer == id) {
+      read_ids.push_back(op);
+    } else if (auto d = decodes.find(op); d != decodes.end() && d->second.peer == id) {
+      DecodeItem& item = d->second;
+      item.peer.clear();
+      ++item.attempt;
+      item.ready = true;
+      ready.emplace(item.op.priority, item.seq, op);
+      ++counters.reissued;
+    }
+  }
+  // Reads go back to the front of the queue in their original order (op ids grow with submission).
+  std::sort(read_ids.begin(), read_ids.end(), std::greater<uint64_t>());
+  for (uint64_t op : read_ids) {
+    ReadItem& item = reads[op];
+    item.peer.clear();
+    ++item.attempt;
+    read_queue.push_front(op);
+    ++counters.reissued;
+  }
+  if (!it->second.held.empty() || why != nullptr) {
+    Log(fmt::format("worker {} (pid {}) {}: re-issuing {} ops", msg::PrintableId(id), it->second.pid,
+                    why ? why : "gone", it->second.held.size()));
+  }
+  peers.erase(it);
+}
+
+void WorkerDispatcher::State::ExpireLocked(Clock::time_point now) {
+  std::vector<std::string> dead;
+  for (const auto& [id, peer] : peers) {
+    if (now > peer.expiry) dead.push_back(id);
+  }
+  for (const std::string& id : dead) ReissueLocked(id, "stopped heart-beating");
+}
+
+void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message message,
+                                           std::vector<storage::ReadCompletion>* read_done,
+                                           std::vector<decompressor::DecompressCompletion>* decode_done,
+                                           std::vector<std::pair<std::string, msg::Body>>* replies) {
+  const auto now = Clock::now();
+  auto known = peers.find(peer);
+  if (known != peers.end()) {
+    known->second.expiry = now + config.heartbeat_interval * config.liveness;
+  }
+  msg::Body& body = message.body;
+  if (auto* ready_msg = std::get_if<msg::WorkerReady>(&body)) {
+    const bool role_ok = ready_msg->role == msg::kRoleDecompressor || ready_msg->role == msg::kRoleStorage;
+    if (!role_ok || ready_msg->arena_name != setup.arena_name || ready_msg->arena_bytes != setup.arena_bytes ||
+        ready_msg->credits < 1) {
+      ++counters.refused_workers;
+      Log(fmt::format("E: refused worker {} (pid {}): role '{}', arena {} ({} bytes), credits {}; this scheduler "
+                      "serves arena {} ({} bytes)", msg::PrintableId(peer), ready_msg->pid, ready_msg->role,
+                      ready_msg->arena_name, ready_msg->arena_bytes, ready_msg->credits, setup.arena_name,
+                      setup.arena_bytes));
+      replies->emplace_back(peer, msg::Disconnect{"refused: different arena or role"});
+      return;
+    }
+    if (known != peers.end()) ReissueLocked(peer, "reconnected");  // what it held may be lost
+    Peer p;
+    p.role = ready_msg->role;
+    p.credits = ready_msg->credits;
+    p.threads = std::max(1, ready_msg->n_threads);
+    p.pid = ready_msg->pid;
+    p.expiry = now + config.heartbeat_interval * config.liveness;
+    p.last_sent = now;
+    peers[peer] = std::move(p);
+    Log(fmt::format("{} worker {} (pid {}) ready: {} threads, {} credits", ready_msg->role, msg::PrintableId(peer),
+                    ready_msg->pid, ready_msg->n_threads, ready_msg->credits));
+    return;
+  }
+  if (std::holds_alternative<msg::Heartbeat>(body)) {
+    if (known == peers.end()) replies->emplace_back(peer, msg::Disconnect{"unknown worker: send WorkerReady"});
+    return;
+  }
+  if (std::holds_alternative<msg::Disconnect>(body)) {
+    ReissueLocked(peer, "disconnected");
+    return;
+  }
+  if (auto* done = std::get_if<msg::ReadCompletion>(&body)) {
+    auto it = reads.find(done->op_id);
+    if (it == reads.end() || it->second.peer.empty()) {
+      ++counters.duplicates;
+      return;
+    }
+    if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done->op_id);
+    reads.erase(it);
+    storage::ReadCompletion c;
+    c.op_id = done->op_id;
+    c.status = done->status;
+    c.kind = done->kind;
+    c.stored_bytes = done->stored_bytes;
+    c.read_bytes = done->read_bytes;
+    c.read_us = done->read_us;
+    c.verify_us = done->verify_us;
+    read_done->push_back(std::move(c));
+    return;
+  }
+  if (auto* done = std::get_if<msg::DecodeCompletion>(&body)) {
+    auto it = decodes.find(done->op_id);
+    if (it == decodes.end() || it->second.peer.empty()) {
+      ++counters.duplicates;
+      return;
+    }
+    if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done->op_id);
+    decodes.erase(it);
+    decode_done->push_back(decompressor::DecompressCompletion{done->op_id, done->status, done->worker_index,
+                                                              done->run_us});
+    return;
+  }
+  ++counters.bad_messages;
+  Log(fmt::format("E: worker {} sent a {}, which a scheduler does not take: dropped", msg::PrintableId(peer),
+                  msg::BodyName(body)));
+}
+
+void WorkerDispatcher::State::Loop() {
+  while (true) {
+    std::vector<std::pair<std::string, msg::Body>> sends;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) break;
+      const auto now = Clock::now();
+      ExpireLocked(now);
+      // Reads: in order, to storage workers with free credits.
+      for (auto& [id, peer] : peers) {
+        if (peer.role != msg::kRoleStorage || read_queue.empty()) continue;
+        msg::ReadRequest request;
+        while (!read_queue.empty() && static_cast<int32_t>(peer.held.size()) < peer.credits) {
+          const uint64_t op_id = read_queue.front();
+          read_queue.pop_front();
+          ReadItem& item = reads.at(op_id);
+          item.peer = id;
+          peer.held.insert(op_id);
+          const storage::ReadOp& op = item.op;
+          msg::ChunkRead r;
+          r.op_id = op.op_id;
+          r.attempt = item.attempt;
+          r.file_offset = op.file_offset;
+          r.stored_bytes = op.stored_bytes;
+          r.dst_offset = static_cast<uint64_t>(op.dst - setup.arena_base);
+          r.dst_capacity_bytes = op.dst_capacity_bytes;
+          r.xxh64 = op.xxh64;
+          r.tensor_name = op.tensor_name;
+          r.layer_id = op.layer_id;
+          r.expert_id = op.expert_id;
+          r.kind = op.kind;
+          r.chunk_index = op.chunk_index;
+          request.ops.push_back(std::move(r));
+        }
+        if (!request.ops.empty()) sends.emplace_back(id, std::move(request));
+      }
+      // Decodes: the most urgent READY op to the decompressor with the most free credits.
+      while (!ready.empty()) {
+        Peer* best = nullptr;
+        const std::string* best_id = nullptr;
+        for (auto& [id, peer] : peers) {
+          if (peer.role != msg::kRoleDecompressor) continue;
+          const int32_t free = peer.credits - static_cast<int32_t>(peer.held.size());
+          if (free > 0 && (best == nullptr || free > best->credits - static_cast<int32_t>(best->held.size()))) {
+            best = &peer;
+            best_id = &id;
+          }
+        }
+        if (best == nullptr) break;
+        const uint64_t op_id = std::get<2>(*ready.begin());
+        ready.erase(ready.begin());
+        DecodeItem& item = decodes.at(op_id);
+        item.peer = *best_id;
+        best->held.insert(op_id);
+        const decompressor::DecompressOp& op = item.op;
+        msg::DecodeRequest d;
+        d.op_id = op.op_id;
+        d.attempt = item.attempt;
+        d.priority = op.priority;
+        d.kind = static_cast<msg::DecodeKind>(op.kind);
+        d.codec = op.codec;
+        d.src_offset = static_cast<uint64_t>(op.src - setup.arena_base);
+        d.stored_bytes = op.stored_bytes;
+        d.sm_offset = op.sm != nullptr ? static_cast<uint64_t>(op.sm - setup.arena_base) : 0;
+        d.dst_offset = static_cast<uint64_t>(op.dst - setup.arena_base);
+        d.raw_bytes = op.raw_bytes;
+        d.expected_xxh64 = op.expected_xxh64;
+        d.tensor_name = op.tensor_name;
+        d.layer_id = op.layer_id;
+        d.expert_id = op.expert_id;
+        d.chunk_index = op.chunk_index;
+        sends.emplace_back(*best_id, std::move(d));
+      }
+      // Heartbeats to workers we have not sent anything for an interval.
+      std::unordered_set<std::string> sending;
+      for (const auto& s : sends) sending.insert(s.first);
+      for (auto& [id, peer] : peers) {
+        if (sending.count(id) == 0 && now - peer.last_sent >= config.heartbeat_interval) {
+          sends.emplace_back(id, msg::Heartbeat{static_cast<uint32_t>(config.heartbeat_interval.count()),
+                                                static_cast<uint32_t>(peer.held.size())});
+        }
+        if (sending.count(id) != 0 || now - peer.last_sent >= config.heartbeat_interval) peer.last_sent = now;
+      }
+    }
+    for (auto& [peer, body] : sends) {
+      Status st = router.SendTo(peer, std::move(body), milliseconds(200));
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        ReissueLocked(peer, "unreachable");
+      }
+    }
+
+    zmq::pollitem_t items[2] = {{router.socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::max<milliseconds>(milliseconds(1), config.heartbeat_interval / 2));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      Log(fmt::format("E: zmq_poll: {}", e.what()));
+      break;
+    }
+    if (items[1].revents & ZMQ_POLLIN) wake.Drain();
+    if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
+    std::vector<storage::ReadCompletion> read_done;
+    std::vector<decompressor::DecompressCompletion> decode_done;
+    std::vector<std::pair<std::string, msg::Body>> replies;
+    while (true) {
+      Result<msg::Received> got = router.Recv(milliseconds(0));
+      if (!got.ok()) {
+        if (got.status().code() == StatusCode::kDeadlineExceeded) break;
+        std::lock_guard<std::mutex> lock(mu);
+        ++counters.bad_messages;
+        Log(fmt::format("E: dropped a bad message: {}", got.status().ToString()));
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      HandleLocked(got->peer, std::move(got->message), &read_done, &decode_done, &replies);
+    }
+    for (auto& [peer, body] : replies) (void)router.SendTo(peer, std::move(body), milliseconds(100));
+    for (const storage::ReadCompletion& c : read_done) {
+      if (setup.on_read) setup.on_read(c);
+    }
+    for (const decompressor::DecompressCompletion& c : decode_done) {
+      if (setup.on_decode) setup.on_decode(c);
+    }
+  }
+  // Leaving: tell every worker, so it reconnects to the next scheduler without waiting for liveness.
+  std::vector<std::string> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [id, peer] : peers) ids.push_back(id);
+  }
+  for (const std::string& id : ids) (void)router.SendTo(id, msg::Disconnect{"scheduler stopping"}, milliseconds(100));
+}
+
+// ---- WorkerDispatcher -----------------------------------------------------------------------------
+
+WorkerDispatcher::WorkerDispatcher(std::unique_ptr<State> state) : s_(std::move(state)) {}
+
+Result<std::shared_ptr<WorkerDispatcher>> WorkerDispatcher::Start(zmq::context_t& context, DispatcherConfig config,
+                                                                  const EngineSetup& setup) {
+  if (setup.arena_name.empty() || setup.arena_base == nullptr) {
+    return Status::InvalidArgument("remote workers need a shared-memory arena (a cache with a shm name)");
+  }
+  if (config.heartbeat_interval.count() <= 0 || config.liveness < 1) {
+    return Status::InvalidArgument("dispatcher: heartbeat interval and liveness must be positive");
+  }
+  msg::ChannelOptions options;
+  options.kind = msg::SocketKind::kRouter;
+  options.endpoint = config.endpoint;
+  options.bind = true;
+  options.sender = "scheduler";
+  ZM_ASSIGN_OR_RETURN(msg::Channel router, msg::Channel::Open(context, options));
+  ZM_ASSIGN_OR_RETURN(EventFd wake, EventFd::Create());
+  auto state = std::make_unique<State>(context, std::move(config), setup, std::move(router), std::move(wake));
+  std::shared_ptr<WorkerDispatcher> d(new WorkerDispatcher(std::move(state)));
+  State* s = d->s_.get();
+  s->thread = std::thread([s] { s->Loop(); });
+  return d;
+}
+
+WorkerDispatcher::~WorkerDispatcher() { Stop(); }
+
+const std::string& WorkerDispatcher::endpoint() const { return s_->router.endpoint(); }
+const DispatcherConfig& WorkerDispatcher::config() const { return s_->config; }
+
+Status WorkerDispatcher::SubmitReads(std::vector<storage::ReadOp> ops) {
+  for (const storage::ReadOp& op : ops) {
+    ZM_RETURN_IF_ERROR(s_->Offset(op.dst, op.dst_capacity_bytes, "read destination", op.tensor_name).status());
+  }
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->stopping) return Status::Unavailable("scheduler dispatcher stopped");
+    for (const storage::ReadOp& op : ops) {
+      if (s_->reads.count(op.op_id) != 0) {
+        return Status::InvalidArgument(fmt::format("read op id {} is in use", op.op_id));
+      }
+    }
+    for (storage::ReadOp& op : ops) {
+      const uint64_t id = op.op_id;
+      s_->reads[id] = State::ReadItem{std::move(op), 0, {}};
+      s_->read_queue.push_back(id);
+    }
+  }
+  s_->wake.Notify();
+  return Status::Ok();
+}
+
+Status WorkerDispatcher::AddDecode(decompressor::DecompressOp op, bool ready) {
+  const bool recover = op.kind == decompressor::DecompressOpKind::kRecoverBf16;
+  ZM_RETURN_IF_ERROR(s_->Offset(op.src, recover ? op.raw_bytes : op.stored_bytes, "decode source", op.tensor_name).status());
+  ZM_RETURN_IF_ERROR(s_->Offset(op.dst, recover ? 2 * op.raw_bytes : op.raw_bytes, "decode destination",
+                                op.tensor_name).status());
+  if (recover) ZM_RETURN_IF_ERROR(s_->Offset(op.sm, op.raw_bytes, "SM plane", op.tensor_name).status());
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->stopping) return Status::Unavailable("scheduler dispatcher stopped");
+    if (s_->decodes.count(op.op_id) != 0) {
+      return Status::InvalidArgument(fmt::format("decode op id {} is in use", op.op_id));
+    }
+    const uint64_t id = op.op_id;
+    State::DecodeItem item;
+    item.seq = s_->seq++;
+    item.ready = ready;
+    if (ready) s_->ready.emplace(op.priority, item.seq, id);
+    item.op = std::move(op);
+    s_->decodes[id] = std::move(item);
+  }
+  if (ready) s_->wake.Notify();
+  return Status::Ok();
+}
+
+Status WorkerDispatcher::MarkReady(uint64_t op_id) {
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->stopping) return Status::Unavailable("scheduler dispatcher stopped");
+    auto it = s_->decodes.find(op_id);
+    if (it == s_->decodes.end() || !it->second.peer.empty()) {
+      return Status::NotFound(fmt::format("decode op {} is not waiting", op_id));
+    }
+    if (it->second.ready) return Status::Ok();
+    it->second.ready = true;
+    s_->ready.emplace(it->second.op.priority, it->second.seq, op_id);
+  }
+  s_->wake.Notify();
+  return Status::Ok();
+}
+
+Status WorkerDispatcher::Cancel(uint64_t op_id, Status reason) {
+  if (reason.ok()) return Status::InvalidArgument("Cancel needs a non-OK reason");
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    auto it = s_->decodes.find(op_id);
+    if (it == s_->decodes.end() || !it->second.peer.empty()) {
+      return Status::NotFound(fmt::format("decode op {} is not pending", op_id));
+    }
+    if (it->second.ready) s_->ready.erase({it->second.op.priority, it->second.seq, op_id});
+    s_->decodes.erase(it);
+  }
+  if (s_->setup.on_decode) s_->setup.on_decode(decompressor::DecompressCompletion{op_id, std::move(reason), -1, 0});
+  return Status::Ok();
+}
+
+void WorkerDispatcher::Stop() {
+  std::lock_guard<std::mutex> stop_lock(s_->stop_mu);
+  if (s_->joined) return;
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->stopping = true;
+  }
+  s_->wake.Notify();
+  if (s_->thread.joinable()) s_->thread.join();
+  s_->joined = true;
+  std::vector<uint64_t> read_ids, decode_ids;
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    for (const auto& [id, item] : s_->reads) read_ids.push_back(id);
+    for (const auto& [id, item] : s_->decodes) decode_ids.push_back(id);
+    s_->reads.clear();
+    s_->decodes.clear();
+    s_->read_queue.clear();
+    s_->ready.clear();
+  }
+  for (uint64_t id : read_ids) {
+    storage::ReadCompletion c;
+    c.op_id = id;
+    c.status = Status::Unavailable("scheduler stopped before the read completed");
+    if (s_->setup.on_read) s_->setup.on_read(c);
+  }
+  for (uint64_t id : decode_ids) {
+    if (s_->setup.on_decode) {
+      s_->setup.on_decode({id, Status::Unavailable("scheduler stopped before the decode completed"), -1, 0});
+    }
+  }
+}
+
+DispatcherStats WorkerDispatcher::stats() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  DispatcherStats out = s_->counters;
+  for (const auto& [id, peer] : s_->peers) {
+    if (peer.role == msg::kRoleDecompressor) {
+      ++out.decompressors;
+      out.decompressor_threads += peer.threads;
+    } else {
+      ++out.storage_workers;
+    }
+  }
+  out.reads_waiting = s_->read_queue.size();
+  out.reads_in_flight = s_->reads.size() - s_->read_queue.size();
+  for (const auto& [id, item] : s_->decodes) {
+    if (item.peer.empty()) {
+      ++out.decodes_waiting;
+    } else {
+      ++out.decodes_in_flight;
+    }
+  }
+  return out;
+}
+
+// ---- Engines over the dispatcher ---------------------------------------------------------------
+
+namespace {
+
+class RemoteReadEngine : public ReadEngine {
+ public:
+  explicit RemoteReadEngine(std::shared_ptr<WorkerDispatcher> d) : d_(std::move(d)) {}
+  Status Submit(std::vector<storage::ReadOp> ops) override { return d_->SubmitReads(std::move(ops)); }
+  void Stop() override { d_->Stop(); }
+  bool direct_io() const override { return d_->config().direct_io; }
+
+ private:
+  std::shared_ptr<WorkerDispatcher> d_;
+};
+
+class RemoteDecodeEngine : public DecodeEngine {
+ public:
+  explicit RemoteDecodeEngine(std::shared_ptr<WorkerDispatcher> d) : d_(std::move(d)) {}
+  Status Add(decompressor::DecompressOp op, bool ready) override { return d_->AddDecode(std::move(op), ready); }
+  Status MarkReady(uint64_t op_id) override { return d_->MarkReady(op_id); }
+  Status Cancel(uint64_t op_id, Status reason) override { return d_->Cancel(op_id, std::move(reason)); }
+  void Stop() override { d_->Stop(); }
+
+ private:
+  std::shared_ptr<WorkerDispatcher> d_;
+};
+
+}  // namespace
+
+EngineFactory RemoteEngineFactory(zmq::context_t& context, DispatcherConfig config,
+                                  std::shared_ptr<WorkerDispatcher>* out) {
+  return [&context, config = std::move(config), out](const EngineSetup& setup) -> Result<Engines> {
+    ZM_ASSIGN_OR_RETURN(std::shared_ptr<WorkerDispatcher> d, WorkerDispatcher::Start(context, config, setup));
+    if (out != nullptr) *out = d;
+    Engines engines;
+    engines.reads = std::make_unique<RemoteReadEngine>(d);
+    engines.decodes = std::make_unique<RemoteDecodeEngine>(d);
+    return engines;
+  };
+}
+
+}  // namespace zipmoe::runtime

@@ -1,0 +1,129 @@
+#include "services/storage/storage_worker.h"
+
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace zipmoe::storage {
+
+namespace msg = messaging;
+
+Result<std::unique_ptr<StorageWorker>> StorageWorker::Create(zmq::context_t& context, const ShmRegion& arena,
+                                                             StorageWorkerOptions options) {
+  if (options.queue_depth < 1) {
+    return Status::InvalidArgument(fmt::format("storage: queue depth {} (must be >= 1)", options.queue_depth));
+  }
+  std::unique_ptr<StorageWorker> w(new StorageWorker());
+  w->arena_ = &arena;
+  options.pull.role = msg::kRoleStorage;
+  options.pull.n_threads = 1;
+  options.pull.credits = options.queue_depth;
+  options.pull.arena_name = arena.name();
+  options.pull.arena_bytes = arena.size_bytes();
+  w->options_ = options;
+  ZM_ASSIGN_OR_RETURN(w->pull_, msg::PullWorker::Create(context, options.pull));
+  StorageWorker* raw = w.get();
+  StorageConfig config;
+  config.path = options.experts_path;
+  config.page_cache = options.page_cache;
+  config.on_complete = [raw](const ReadCompletion& c) {
+    msg::ReadCompletion done;
+    done.op_id = c.op_id;
+    done.status = c.status;
+    done.kind = c.kind;
+    done.stored_bytes = c.stored_bytes;
+    done.read_bytes = c.read_bytes;
+    done.read_us = c.read_us;
+    done.verify_us = c.verify_us;
+    {
+      std::lock_guard<std::mutex> lock(raw->mu_);
+      auto it = raw->in_flight_.find(c.op_id);
+      if (it != raw->in_flight_.end()) {
+        done.attempt = it->second;
+        raw->in_flight_.erase(it);
+      }
+    }
+    if (raw->options_.on_read) raw->options_.on_read(c.kind, c.stored_bytes, c.read_us * 1e-6, c.status.ok());
+    raw->pull_->Post(std::move(done));
+  };
+  ZM_ASSIGN_OR_RETURN(w->service_, StorageService::Create(config));
+  return w;
+}
+
+uint64_t StorageWorker::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_.size();
+}
+
+void StorageWorker::Handle(const msg::Body& body) {
+  const auto* request = std::get_if<msg::ReadRequest>(&body);
+  if (request == nullptr) return;  // a DecodeRequest is not for us
+  const uint64_t size = arena_->size_bytes();
+  std::vector<ReadOp> ops;
+  for (const msg::ChunkRead& r : request->ops) {
+    const bool inside = r.dst_offset <= size && r.dst_capacity_bytes <= size - r.dst_offset &&
+                        r.stored_bytes <= r.dst_capacity_bytes && r.dst_offset % kChunkAlignmentBytes == 0;
+    if (!inside) {
+      msg::ReadCompletion reject;
+      reject.op_id = r.op_id;
+      reject.attempt = r.attempt;
+      reject.kind = r.kind;
+      reject.status = Status::InvalidArgument(fmt::format(
+          "read op {} of '{}': destination [{}, +{}) is not a 4 KiB-aligned range of the arena {} ({} bytes)", r.op_id,
+          r.tensor_name, r.dst_offset, r.dst_capacity_bytes, arena_->name(), size));
+      pull_->Post(std::move(reject));
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (in_flight_.count(r.op_id) != 0) continue;  // re-issued while still queued here
+      in_flight_[r.op_id] = r.attempt;
+    }
+    ReadOp op;
+    op.op_id = r.op_id;
+    op.file_offset = r.file_offset;
+    op.stored_bytes = r.stored_bytes;
+    op.dst = arena_->data() + r.dst_offset;
+    op.dst_capacity_bytes = r.dst_capacity_bytes;
+    op.xxh64 = r.xxh64;
+    op.tensor_name = r.tensor_name;
+    op.layer_id = r.layer_id;
+    op.expert_id = r.expert_id;
+    op.kind = r.kind;
+    op.chunk_index = r.chunk_index;
+    ops.push_back(std::move(op));
+  }
+  // Submit one by one: a bad op (e.g. offset not aligned in the file) fails alone, not the batch.
+  for (ReadOp& op : ops) {
+    const uint64_t id = op.op_id;
+    const ChunkKind kind = op.kind;
+    std::vector<ReadOp> one;
+    one.push_back(std::move(op));
+    Status st = service_->Submit(std::move(one));
+    if (!st.ok()) {
+      uint32_t attempt = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        attempt = in_flight_[id];
+        in_flight_.erase(id);
+      }
+      msg::ReadCompletion reject;
+      reject.op_id = id;
+      reject.attempt = attempt;
+      reject.kind = kind;
+      reject.status = st;
+      pull_->Post(std::move(reject));
+    }
+  }
+}
+
+Status StorageWorker::Run() {
+  Status st = pull_->Run([this](const msg::Body& body) { Handle(body); });
+  service_->Stop();
+  return st;
+}
+
+void StorageWorker::RequestStop() { pull_->RequestStop(); }
+
+}  // namespace zipmoe::storage

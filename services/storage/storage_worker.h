@@ -1,0 +1,55 @@
+// The storage service's body (`zipmoe service storage`): the I/O thread (StorageService, O_DIRECT
+// reads, xxh64 per chunk) fed by a PullWorker (common/pull_worker.h) connected to the scheduler.
+// ReadRequests name arena offsets in the cache manager's shared arena; each is bounds- and
+// alignment-checked (a bad op completes with kInvalidArgument and nothing is read). Ops whose op_id
+// is already being read here (re-issued after a reconnect) are skipped.
+// Thread-safety: Run() on one thread; RequestStop() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <zmq.hpp>
+
+#include "common/pull_worker.h"
+#include "common/shm_region.h"
+#include "services/storage/storage_service.h"
+
+namespace zipmoe::storage {
+
+struct StorageWorkerOptions {
+  messaging::PullWorkerConfig pull;  // endpoint, identity, heartbeat; role/credits/arena are set here
+  std::string experts_path;          // the compressed directory's experts.bin
+  bool page_cache = false;
+  int32_t queue_depth = 64;          // chunk reads accepted at once (credits)
+  // Called after each read, on the I/O thread: kind, stored bytes, seconds in pread, ok.
+  std::function<void(ChunkKind kind, uint64_t stored_bytes, double seconds, bool ok)> on_read;
+};
+
+class StorageWorker {
+ public:
+  static Result<std::unique_ptr<StorageWorker>> Create(zmq::context_t& context, const ShmRegion& arena,
+                                                       StorageWorkerOptions options);
+  Status Run();  // until RequestStop()
+  void RequestStop();
+  messaging::PullWorkerStats stats() const { return pull_->stats(); }
+  bool direct_io() const { return service_->direct_io(); }
+  uint64_t queued() const;  // reads accepted and not completed
+
+ private:
+  StorageWorker() = default;
+  void Handle(const messaging::Body& body);
+
+  const ShmRegion* arena_ = nullptr;
+  StorageWorkerOptions options_;
+  std::unique_ptr<messaging::PullWorker> pull_;
+  std::unique_ptr<StorageService> service_;
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, uint32_t> in_flight_;  // op_id -> attempt, guarded by mu_
+};
+
+}  // namespace zipmoe::storage
