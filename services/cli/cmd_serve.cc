@@ -8,7 +8,8 @@
 //   GET  /health               200 {"status":"ok"} (never needs the API key)
 //   GET  /v1/models            {"object":"list","data":[{"id":<basename of DIR>,"object":"model"}]}
 //   POST /v1/completions       {"prompt": text | [token ids], "max_tokens" (16), "temperature" (1;
-//                              0 = greedy), "top_p" (1), "seed" (0), "stop": text | [text], "stream"}
+//                              0 = greedy), "top_p" (1), "seed" (0), "stop": text | [text], "stream",
+//                              "ignore_eos" (false; vLLM's extension: generate max_tokens tokens)}
 //   POST /v1/chat/completions  {"messages": [{"role","content"}], same sampling fields}; the prompt is
 //                              the tokenizer_config.json chat template with a generation prompt.
 // Text prompts are encoded as `zipmoe generate` does (add_special_tokens for /v1/completions, none
@@ -291,6 +292,10 @@ class Server {
         if (!j["seed"].is_number_integer()) return *err = BadRequest("'seed' must be an integer"), false;
         params.sampling.seed = static_cast<uint64_t>(j["seed"].get<int64_t>());
       }
+      if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {  // vLLM's extension, for benchmarks
+        if (!j["ignore_eos"].is_boolean()) return *err = BadRequest("'ignore_eos' must be true or false"), false;
+        params.stop_on_eos = !j["ignore_eos"].get<bool>();
+      }
       if (j.contains("stop") && !j["stop"].is_null()) {
         const json& s = j["stop"];
         if (s.is_string()) {
@@ -335,7 +340,7 @@ class Server {
     bool client_gone = false;
     auto on_token = [&](size_t, int32_t id) {
       ++count;
-      eos = c.IsEos(id);
+      eos = request.params.stop_on_eos && c.IsEos(id);
       const bool stop = decoder ? matcher.Append(decoder->Step(id)) : false;
       if (on_text) {
         const std::string piece = matcher.TakeSafe(/*all=*/false);

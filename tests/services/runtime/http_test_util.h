@@ -1,0 +1,77 @@
+// HTTP helpers for the CLI server tests (serve_cli_test.cc, up_cli_test.cc): a free TCP port, one
+// request through curl, and whether a process is still alive.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "tests/test_util.h"
+
+namespace zipmoe::testing {
+
+// A TCP port that was free a moment ago (bind to port 0, read it back, close).
+inline int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct HttpReply {
+  int status = 0;  // 0 = no connection
+  std::string body;
+};
+
+// One request through curl; the body travels in a file (no shell quoting).
+inline HttpReply Http(const TempDir& tmp, int port, const std::string& method, const std::string& path,
+               const std::string& body = "", const std::string& api_key = "") {
+  const std::string in = tmp.Sub("req.json");
+  const std::string out = tmp.Sub("resp.out");
+  std::remove(out.c_str());
+  std::string cmd = fmt::format("curl -s -N -m 120 -o {} -w '%{{http_code}}' -X {} http://127.0.0.1:{}{}", out,
+                                method, port, path);
+  if (!body.empty()) {
+    WriteAll(in, body);
+    cmd += fmt::format(" -H 'Content-Type: application/json' --data-binary @{}", in);
+  }
+  if (!api_key.empty()) cmd += fmt::format(" -H 'Authorization: Bearer {}'", api_key);
+  HttpReply reply;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return reply;
+  char buf[64] = {0};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, pipe);
+  ::pclose(pipe);
+  reply.status = std::atoi(std::string(buf, n).c_str());
+  if (reply.status != 0) reply.body = ReadAll(out);
+  return reply;
+}
+
+inline bool Alive(int pid) {
+  if (::kill(pid, 0) != 0) return false;
+  // A reparented child may linger as a zombie if nothing reaps it: that counts as exited.
+  FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+  if (f == nullptr) return false;
+  char line[512] = {0};
+  const size_t n = std::fread(line, 1, sizeof line - 1, f);
+  std::fclose(f);
+  const std::string stat(line, n);
+  const size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
+
+}  // namespace zipmoe::testing

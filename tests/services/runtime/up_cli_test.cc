@@ -1,0 +1,249 @@
+// `zipmoe up`: every service as its own process on this machine. Greedy completions over HTTP must
+// give exactly the tokens of `zipmoe generate` (embedded mode) at the same budget with 1, 2 and 4
+// decompressor replicas; a decompressor killed with SIGKILL mid-generation is restarted and the
+// request still completes with the same tokens; garbage and truncated FlatBuffers on the
+// scheduler's sockets are dropped and counted; SIGTERM stops everything and removes pid files.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/messaging.h"
+#include "tests/services/runtime/http_test_util.h"
+#include "tests/test_util.h"
+
+namespace zipmoe {
+namespace {
+
+using nlohmann::json;
+using testing::Alive;
+using testing::CachedCompress;
+using testing::CachedSynth;
+using testing::FreePort;
+using testing::Http;
+using testing::HttpReply;
+using testing::ReadAll;
+using testing::RunCli;
+using testing::TempDir;
+
+constexpr const char* kBudget = "30%";
+const std::string kPromptIds = "5,17,300,42";
+
+std::string Model() { return CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 4"); }
+
+// `zipmoe generate --json` in embedded mode: the reference text and token count.
+json Reference(const std::string& model, int new_tokens) {
+  auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
+                                "--memory-budget {} --json",
+                                model, kPromptIds, new_tokens, kBudget));
+  EXPECT_EQ(gen.exit_code, 0) << gen.output;
+  return json::parse(gen.output.substr(gen.output.find('{')));
+}
+
+std::string CompletionBody(int new_tokens) {
+  json ids = json::array();
+  for (int id : {5, 17, 300, 42}) ids.push_back(id);
+  return json{{"prompt", ids}, {"max_tokens", new_tokens}, {"temperature", 0}, {"ignore_eos", true}}.dump();
+}
+
+int ReadPid(const std::string& path) { return std::atoi(ReadAll(path).c_str()); }
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// `zipmoe up` in the background; SIGKILLs the whole group if a test fails half-way.
+class Up {
+ public:
+  Up(const TempDir& tmp, const std::string& model, int decompressors, const std::string& extra = "")
+      : tmp_(tmp), run_dir_(tmp.Sub(fmt::format("run{}", decompressors))), port_(FreePort()) {
+    log_ = tmp.Sub(fmt::format("up{}.log", decompressors));
+    const std::string pid_file = tmp.Sub("up.pid");
+    // Metrics endpoints off: tests run in parallel with other servers on this machine.
+    auto start = RunCli(fmt::format(
+        "up --model {} --decompressors {} --port {} --run-dir {} --memory-budget {} --set threads=1 "
+        "--set heartbeat_ms=100 --set metrics.port.storage=0 --set metrics.port.decompressor=0 "
+        "--set metrics.port.scheduler=0 --set metrics.port.executor=0 --set metrics.port.cache_manager=0 {} "
+        "> {} 2>&1 & echo $! > {}",
+        model, decompressors, port_, run_dir_, kBudget, extra, log_, pid_file));
+    EXPECT_EQ(start.exit_code, 0) << start.output;
+    pid_ = ReadPid(pid_file);
+  }
+  ~Up() {
+    if (pid_ > 0 && Alive(pid_)) {
+      ::kill(pid_, SIGTERM);
+      for (int i = 0; i < 200 && Alive(pid_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (Alive(pid_)) ::kill(pid_, SIGKILL);
+    }
+  }
+  bool WaitHealthy() {
+    for (int i = 0; i < 600 && Alive(pid_); ++i) {
+      if (Http(tmp_, port_, "GET", "/health").status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  // SIGTERM; true when `up` exited within 20 s.
+  bool Stop() {
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 400 && Alive(pid_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return !Alive(pid_);
+  }
+  int port() const { return port_; }
+  const std::string& run_dir() const { return run_dir_; }
+  std::string log() const { return ReadAll(log_); }
+
+ private:
+  const TempDir& tmp_;
+  std::string run_dir_;
+  int port_;
+  std::string log_;
+  int pid_ = -1;
+};
+
+TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
+  const std::string model = Model();
+  constexpr int kNewTokens = 12;
+  const json ref = Reference(model, kNewTokens);
+  const std::string ref_text = ref["text"].get<std::string>();
+  ASSERT_FALSE(ref_text.empty());
+  TempDir tmp;
+  for (int n : {1, 2, 4}) {
+    SCOPED_TRACE(fmt::format("{} decompressors", n));
+    Up up(tmp, model, n);
+    ASSERT_TRUE(up.WaitHealthy()) << up.log();
+    for (const char* pid : {"scheduler.pid", "storage.pid", "executor.pid"}) {
+      EXPECT_TRUE(Alive(ReadPid(up.run_dir() + "/" + pid))) << pid;
+    }
+    for (int i = 0; i < n; ++i) EXPECT_TRUE(Alive(ReadPid(fmt::format("{}/decompressor-{}.pid", up.run_dir(), i))));
+    HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
+    ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+    const json got = json::parse(reply.body);
+    EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), ref_text);
+    EXPECT_EQ(got["usage"]["completion_tokens"].get<int>(), kNewTokens);
+    const std::string log = up.log();
+    EXPECT_NE(log.find(fmt::format("{} processes", 3 + n)), std::string::npos) << log;
+    ASSERT_TRUE(up.Stop()) << up.log();
+    EXPECT_FALSE(Exists(up.run_dir() + "/scheduler.pid"));
+    EXPECT_FALSE(Exists(up.run_dir() + "/decompressor-0.pid"));
+    EXPECT_NE(up.log().find("I: up: stopped"), std::string::npos);
+  }
+}
+
+TEST(UpCli, SigkillDecompressorMidGenerationStillCompletesAndIsReplaced) {
+  const std::string model = Model();
+  constexpr int kNewTokens = 160;
+  const json ref = Reference(model, kNewTokens);
+  TempDir tmp;
+  Up up(tmp, model, 2);
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  const std::string pid_path = up.run_dir() + "/decompressor-0.pid";
+  const int victim = ReadPid(pid_path);
+  ASSERT_GT(victim, 0);
+  HttpReply reply;
+  std::thread request([&] { reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generation is under way
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  request.join();
+  ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+  EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref["text"].get<std::string>());
+  // The supervisor restarted replica 0 and the scheduler took the new process as a worker.
+  int replacement = 0;
+  std::string log;
+  for (int i = 0; i < 100; ++i) {
+    replacement = ReadPid(pid_path);
+    log = up.log();
+    if (replacement > 0 && replacement != victim &&
+        log.find(fmt::format("-{} (pid {}) ready", replacement, replacement)) != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(replacement, victim);
+  EXPECT_TRUE(Alive(replacement));
+  EXPECT_NE(log.find(fmt::format("decompressor-0 (pid {}) killed by signal 9", victim)), std::string::npos) << log;
+  EXPECT_NE(log.find(fmt::format("-{} (pid {}) ready", replacement, replacement)), std::string::npos) << log;
+  // And it serves: another request completes.
+  HttpReply again = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_TRUE(up.Stop());
+}
+
+TEST(UpCli, GarbageOnSchedulerSocketsIsDroppedAndCounted) {
+  const std::string model = Model();
+  TempDir tmp;
+  Up up(tmp, model, 1);
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  const std::string good = messaging::EncodeMessage("test", messaging::Heartbeat{100, 0});
+  zmq::context_t context(1);
+  for (const char* sock : {"workers.sock", "scheduler.sock"}) {
+    zmq::socket_t dealer(context, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(fmt::format("ipc://{}/{}", up.run_dir(), sock));
+    dealer.send(zmq::buffer(std::string("\x00\xff garbage, not a flatbuffer", 27)), zmq::send_flags::none);
+    dealer.send(zmq::buffer(good.substr(0, good.size() - 5)), zmq::send_flags::none);  // truncated
+    std::string wrong = good;
+    wrong[7] ^= 0x40;  // corrupt the file identifier / offsets
+    dealer.send(zmq::buffer(wrong), zmq::send_flags::none);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  std::string log;
+  size_t dropped = 0;
+  for (int i = 0; i < 50; ++i) {
+    log = up.log();
+    dropped = 0;
+    for (size_t at = log.find("dropped a bad message"); at != std::string::npos;
+         at = log.find("dropped a bad message", at + 1)) {
+      ++dropped;
+    }
+    if (dropped >= 6) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(dropped, 6u) << log;
+  HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(4));
+  EXPECT_EQ(reply.status, 200) << reply.body << log;
+  // Bad HTTP input: JSON error and the server keeps serving.
+  HttpReply bad = Http(tmp, up.port(), "POST", "/v1/completions", "{not json");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("\"error\""), std::string::npos);
+  EXPECT_EQ(Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(2)).status, 200);
+  EXPECT_TRUE(up.Stop());
+}
+
+TEST(UpCli, ServiceConfigErrorsNameTheKey) {
+  TempDir tmp;
+  testing::WriteAll(tmp.Sub("bad.json"), R"({"http": {"port": "eighty"}})");
+  auto r = RunCli(fmt::format("service storage --config {}", tmp.Sub("bad.json")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("http.port"), std::string::npos) << r.output;
+  testing::WriteAll(tmp.Sub("unknown.json"), R"({"modle_dir": "/x"})");
+  r = RunCli(fmt::format("service storage --config {}", tmp.Sub("unknown.json")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("unknown key 'modle_dir'"), std::string::npos) << r.output;
+  r = RunCli("service storage --set liveness=0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("liveness"), std::string::npos) << r.output;
+  r = RunCli("service storage --set heartbeat_ms=soon");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("heartbeat_ms"), std::string::npos) << r.output;
+  ::setenv("ZIPMOE_HEARTBEAT_MS", "soon", 1);  // the child inherits it; the variable is named
+  r = RunCli("service storage");
+  ::unsetenv("ZIPMOE_HEARTBEAT_MS");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("ZIPMOE_HEARTBEAT_MS"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace zipmoe
