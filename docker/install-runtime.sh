@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs a stage made by collect-runtime.sh into the runtime image:  install-runtime.sh STAGE_DIR
+# apt-installs the packages of STAGE_DIR/packages.txt that are not installed yet, copies the unpackaged
+# libraries to /opt/zipmoe/lib (registered with ldconfig) and the binary to /usr/local/bin/zipmoe,
+# then checks that every library resolves. Leaves no apt lists or caches behind.
+set -euo pipefail
+
+STAGE=${1:?usage: install-runtime.sh STAGE_DIR}
+export DEBIAN_FRONTEND=noninteractive
+
+missing=()
+while read -r p; do
+  [ -n "$p" ] || continue
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done < "$STAGE/packages.txt"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-runtime: installing ${#missing[@]} packages"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" > /tmp/apt.log 2>&1 \
+    || { tail -n 40 /tmp/apt.log >&2; exit 1; }
+  rm -f /tmp/apt.log
+  apt-get clean
+  rm -rf /var/lib/apt/lists/*
+fi
+
+mkdir -p /opt/zipmoe/lib
+if [ -n "$(ls -A "$STAGE/lib" 2>/dev/null)" ]; then
+  cp -a "$STAGE/lib/." /opt/zipmoe/lib/
+fi
+echo /opt/zipmoe/lib > /etc/ld.so.conf.d/zipmoe.conf
+ldconfig
+install -m 0755 "$STAGE/bin/zipmoe" /usr/local/bin/zipmoe
+if ldd /usr/local/bin/zipmoe | grep 'not found'; then
+  echo "install-runtime: unresolved libraries above" >&2
+  exit 1
+fi
+echo "install-runtime: /usr/local/bin/zipmoe ready"
