@@ -28,6 +28,7 @@ target_include_directories(zipmoe_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR
 target_compile_definitions(zipmoe_httplib INTERFACE CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT
                                                     CPPHTTPLIB_BROTLI_SUPPORT)
 target_link_libraries(zipmoe_httplib INTERFACE ${HTTPLIB_LIBRARY} Threads::Threads)
+find_package(prometheus-cpp REQUIRED CONFIG)   # 1.0.1; prometheus-cpp::core, ::pull (common/metrics_server.h)
 if(ZIPMOE_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

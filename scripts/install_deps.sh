@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-openmp libpcre2-dev libutf8proc-dev
   libcpp-httplib-dev libssl-dev
+  prometheus   # promtool: tests check the /metrics exposition
   python3-numpy
 )
 

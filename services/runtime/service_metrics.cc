@@ -1,0 +1,255 @@
+// Service metrics: family definitions (names, help, buckets of docs/metrics.md) and delta bookkeeping.
+#include "services/runtime/service_metrics.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "common/compression_state.h"
+#include "common/status.h"
+
+namespace zipmoe::metrics {
+namespace {
+
+constexpr int kStateCount = 5;  // CompressionState values kMiss..kF, the index of layer_requests
+
+// Pool letter of PoolIndex order (F, C, S, E), local so that this target needs no cache_manager code.
+constexpr std::array<const char*, cache_manager::kPoolCount> kPoolLetters = {"F", "C", "S", "E"};
+constexpr std::array<std::string_view, 3> kQueues = {"read", "decode", "recover"};
+
+// Buckets, in the metric's unit (docs/metrics.md).
+std::vector<double> ChunkSecondsBuckets() { return ExponentialBuckets(1e-5, 4, 9); }       // 10 µs … 0.66 s
+std::vector<double> MakespanSecondsBuckets() { return ExponentialBuckets(1e-4, 2, 14); }   // 0.1 ms … 0.82 s
+std::vector<double> BoundRatioBuckets() { return {1, 1.1, 1.25, 1.5, 2, 3, 5, 10}; }
+std::vector<double> TtftSecondsBuckets() { return ExponentialBuckets(0.01, 2, 12); }       // 10 ms … 20 s
+std::vector<double> TpotSecondsBuckets() { return ExponentialBuckets(0.001, 2, 14); }      // 1 ms … 8 s
+
+// Peers report durations and depths; a negative or NaN one becomes 0 (std::max returns 0 for NaN).
+double NonNegative(double v) { return std::max(0.0, v); }
+
+}  // namespace
+
+std::vector<double> ExponentialBuckets(double start, double factor, int count) {
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(std::max(count, 0)));
+  double v = start;
+  for (int i = 0; i < count; ++i, v *= factor) {
+    // Repeated multiplication by a factor that is not a power of two drifts by an ulp per step; the
+    // double nearest to the 15-digit decimal is the bound the docs name (exact for factors 2 and 4).
+    const std::string text = fmt::format("{:.15g}", v);
+    double rounded = v;
+    std::from_chars(text.data(), text.data() + text.size(), rounded);
+    out.push_back(rounded);
+  }
+  return out;
+}
+
+// ---- StorageMetrics ----
+
+StorageMetrics::StorageMetrics(prometheus::Registry& registry) {
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("zipmoe_storage_read_bytes_total")
+                    .Help("Verified stored bytes read from chunk files, by chunk kind (E or SM).")
+                    .Register(registry);
+  auto& seconds = prometheus::BuildHistogram()
+                      .Name("zipmoe_storage_read_seconds")
+                      .Help("Time in pread per chunk read, by chunk kind (E or SM).")
+                      .Register(registry);
+  const std::array<const char*, 2> kinds = {"E", "SM"};
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    read_bytes_[i] = &bytes.Add({{"kind", kinds[i]}});
+    read_seconds_[i] = &seconds.Add({{"kind", kinds[i]}}, ChunkSecondsBuckets());
+  }
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("zipmoe_storage_queue_depth")
+                      .Help("Chunk reads queued and not yet started.")
+                      .Register(registry)
+                      .Add({});
+}
+
+void StorageMetrics::ObserveRead(bool e_chunk, uint64_t stored_bytes, double seconds) {
+  const size_t kind = e_chunk ? 0 : 1;
+  read_bytes_[kind]->Increment(static_cast<double>(stored_bytes));
+  read_seconds_[kind]->Observe(NonNegative(seconds));
+}
+
+void StorageMetrics::SetQueueDepth(double reads) { queue_depth_->Set(NonNegative(reads)); }
+
+// ---- DecompressorMetrics ----
+
+DecompressorMetrics::DecompressorMetrics(prometheus::Registry& registry, std::string replica, int threads)
+    : replica_(std::move(replica)) {
+  auto& op_seconds = prometheus::BuildHistogram()
+                         .Name("zipmoe_decompressor_decode_seconds")
+                         .Help("Run time of one DecodeRequest, by op (decode: E-chunk decode, recover: BF16 "
+                               "recovery).")
+                         .Register(registry);
+  op_seconds_[0] = &op_seconds.Add({{"op", "decode"}}, ChunkSecondsBuckets());
+  op_seconds_[1] = &op_seconds.Add({{"op", "recover"}}, ChunkSecondsBuckets());
+  busy_seconds_ = &prometheus::BuildCounter()
+                       .Name("zipmoe_decompressor_busy_seconds_total")
+                       .Help("Worker time spent running ops, summed over the replica's threads.")
+                       .Register(registry)
+                       .Add({{"replica", replica_}});
+  prometheus::BuildGauge()
+      .Name("zipmoe_decompressor_threads")
+      .Help("Worker threads (L) of the decompressor replica.")
+      .Register(registry)
+      .Add({{"replica", replica_}})
+      .Set(threads);
+}
+
+void DecompressorMetrics::ObserveOp(bool recover, double seconds) {
+  const double s = NonNegative(seconds);
+  op_seconds_[recover ? 1 : 0]->Observe(s);
+  busy_seconds_->Increment(s);
+}
+
+// ---- CacheMetrics ----
+
+CacheMetrics::CacheMetrics(prometheus::Registry& registry) {
+  requests_family_ = &prometheus::BuildCounter()
+                          .Name("zipmoe_cache_requests_total")
+                          .Help("Expert-tensor lookups by the pool they were found in (M = miss) and layer.")
+                          .Register(registry);
+  auto& resident = prometheus::BuildGauge()
+                       .Name("zipmoe_cache_resident_bytes")
+                       .Help("Arena bytes that currently hold cached experts, by pool (F/C/S/E).")
+                       .Register(registry);
+  for (int p = 0; p < cache_manager::kPoolCount; ++p) resident_bytes_[p] = &resident.Add({{"pool", kPoolLetters[p]}});
+}
+
+void CacheMetrics::Update(const cache_manager::CacheCounters& counters) {
+  for (int p = 0; p < cache_manager::kPoolCount; ++p) {
+    resident_bytes_[p]->Set(static_cast<double>(counters.pools[p].resident_bytes));
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t n_layers = counters.layer_requests.size();
+  while (requests_.size() < n_layers) {
+    const std::string layer = std::to_string(requests_.size());
+    std::array<prometheus::Counter*, kStateCount> row{};
+    for (int s = 0; s < kStateCount; ++s) {
+      const char letter = CompressionStateLetter(static_cast<CompressionState>(s));
+      row[s] = &requests_family_->Add({{"pool", std::string(1, letter)}, {"layer", layer}});
+    }
+    requests_.push_back(row);
+  }
+  last_requests_.resize(std::max(last_requests_.size(), n_layers), std::array<uint64_t, kStateCount>{});
+
+  // A reset (ResetCounters) zeroes everything at once, so one value below its base marks the snapshot.
+  bool reset = counters.lookups < last_lookups_;
+  for (size_t l = 0; l < n_layers && !reset; ++l) {
+    for (int s = 0; s < kStateCount; ++s) reset = reset || counters.layer_requests[l][s] < last_requests_[l][s];
+  }
+  for (size_t l = 0; l < n_layers; ++l) {
+    for (int s = 0; s < kStateCount; ++s) {
+      const uint64_t now = counters.layer_requests[l][s];
+      const uint64_t delta = reset ? now : now - last_requests_[l][s];
+      if (delta > 0) requests_[l][s]->Increment(static_cast<double>(delta));
+      last_requests_[l][s] = now;
+    }
+  }
+  last_lookups_ = counters.lookups;
+}
+
+// ---- SchedulerMetrics ----
+
+SchedulerMetrics::SchedulerMetrics(prometheus::Registry& registry) {
+  decompressors_ = &prometheus::BuildGauge()
+                        .Name("zipmoe_scheduler_decompressors")
+                        .Help("Decompressor replicas that are heart-beating now.")
+                        .Register(registry)
+                        .Add({});
+  auto& queues = prometheus::BuildGauge()
+                     .Name("zipmoe_scheduler_queue_depth")
+                     .Help("Ops issued or waiting and not yet completed, by queue (read, decode, recover).")
+                     .Register(registry);
+  for (size_t q = 0; q < kQueues.size(); ++q) queue_depth_[q] = &queues.Add({{"queue", std::string(kQueues[q])}});
+  makespan_seconds_ = &prometheus::BuildHistogram()
+                           .Name("zipmoe_scheduler_layer_makespan_seconds")
+                           .Help("Measured makespan of one MoE layer run, BeginLayer to EndLayer.")
+                           .Register(registry)
+                           .Add({}, MakespanSecondsBuckets());
+  bound_ratio_ = &prometheus::BuildHistogram()
+                      .Name("zipmoe_scheduler_layer_makespan_bound_ratio")
+                      .Help("Measured layer makespan divided by its Lemma B.3 lower bound.")
+                      .Register(registry)
+                      .Add({}, BoundRatioBuckets());
+}
+
+void SchedulerMetrics::SetDecompressors(int replicas) { decompressors_->Set(std::max(0, replicas)); }
+
+void SchedulerMetrics::SetQueueDepth(std::string_view queue, double ops) {
+  const auto it = std::find(kQueues.begin(), kQueues.end(), queue);
+  ZM_CHECK(it != kQueues.end()) << "unknown scheduler queue '" << queue << "' (read, decode, recover)";
+  queue_depth_[static_cast<size_t>(it - kQueues.begin())]->Set(NonNegative(ops));
+}
+
+void SchedulerMetrics::ObserveLayer(double makespan_seconds, double bound_ratio) {
+  makespan_seconds_->Observe(NonNegative(makespan_seconds));
+  if (bound_ratio > 0 && std::isfinite(bound_ratio)) bound_ratio_->Observe(bound_ratio);
+}
+
+// ---- ExecutorMetrics ----
+
+ExecutorMetrics::ExecutorMetrics(prometheus::Registry& registry) {
+  ttft_seconds_ = &prometheus::BuildHistogram()
+                       .Name("zipmoe_executor_ttft_seconds")
+                       .Help("Time from request arrival to the first generated token.")
+                       .Register(registry)
+                       .Add({}, TtftSecondsBuckets());
+  tpot_seconds_ = &prometheus::BuildHistogram()
+                       .Name("zipmoe_executor_tpot_seconds")
+                       .Help("Time per output token after the first, one observation per decode step.")
+                       .Register(registry)
+                       .Add({}, TpotSecondsBuckets());
+  generated_tokens_ = &prometheus::BuildCounter()
+                           .Name("zipmoe_executor_generated_tokens_total")
+                           .Help("Tokens generated (usage.completion_tokens of every request).")
+                           .Register(registry)
+                           .Add({});
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("zipmoe_executor_queue_depth")
+                      .Help("HTTP generation requests waiting for a batch slot.")
+                      .Register(registry)
+                      .Add({});
+  http_requests_ = &prometheus::BuildCounter()
+                        .Name("zipmoe_http_requests_total")
+                        .Help("HTTP requests answered, by route and status code.")
+                        .Register(registry);
+}
+
+void ExecutorMetrics::ObserveTtft(double seconds) { ttft_seconds_->Observe(NonNegative(seconds)); }
+void ExecutorMetrics::ObserveTpot(double seconds) { tpot_seconds_->Observe(NonNegative(seconds)); }
+void ExecutorMetrics::AddTokens(uint64_t tokens) { generated_tokens_->Increment(static_cast<double>(tokens)); }
+void ExecutorMetrics::SetQueueDepth(double requests) { queue_depth_->Set(NonNegative(requests)); }
+
+void ExecutorMetrics::CountHttp(std::string_view route, int code) {
+  const bool known = std::find(kRoutes.begin(), kRoutes.end(), route) != kRoutes.end();
+  // Family::Add returns the existing series for known labels (under the family's own mutex).
+  http_requests_->Add({{"route", known ? std::string(route) : std::string("other")}, {"code", std::to_string(code)}})
+      .Increment();
+}
+
+// ---- BadMessageMetrics ----
+
+BadMessageMetrics::BadMessageMetrics(prometheus::Registry& registry) {
+  bad_messages_ = &prometheus::BuildCounter()
+                       .Name("zipmoe_bad_messages_total")
+                       .Help("Frames rejected on receipt (failed verification), dropped.")
+                       .Register(registry)
+                       .Add({});
+}
+
+void BadMessageMetrics::Set(uint64_t cumulative_total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t delta = cumulative_total >= last_total_ ? cumulative_total - last_total_ : cumulative_total;
+  if (delta > 0) bad_messages_->Increment(static_cast<double>(delta));
+  last_total_ = cumulative_total;
+}
+
+}  // namespace zipmoe::metrics

@@ -1,0 +1,176 @@
+// Service metrics: one small class per service that registers that service's Prometheus families
+// (names, labels, units and buckets fixed by docs/metrics.md) on a prometheus::Registry — normally
+// MetricsServer::registry() (common/metrics_server.h) — and offers typed update methods.
+//
+// Units: durations are seconds (divide the code's `_us` values by 1e6 before calling), sizes bytes.
+// Negative or NaN durations/depths from peers are clamped to 0 (a histogram observation of a negative
+// time would make its _sum go backwards).
+//
+// Ownership: each object keeps references to metrics owned by the registry; the registry must outlive
+// it. Several objects may share one registry: families of the same name merge (prometheus-cpp
+// InsertBehavior::Merge), e.g. two DecompressorMetrics with different replicas.
+// Errors: constructors throw std::invalid_argument (prometheus-cpp) only if the registry already holds
+// a family of the same name with another type or constant labels — a programming error.
+// Thread-safety: every method may be called from any thread (prometheus-cpp metrics are atomic; the
+// delta bookkeeping of CacheMetrics and BadMessageMetrics is guarded by a mutex). Torch-free.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "services/cache_manager/cache_manager.h"
+
+namespace zipmoe::metrics {
+
+// {start, start·factor, …, start·factor^(count-1)}, each the double nearest to its value rounded to
+// 15 significant digits (so the bounds are the decimals of docs/metrics.md, e.g. 0.00064).
+// Used for the bucket lists in docs/metrics.md; empty for count <= 0. Pure.
+// Note: prometheus-cpp prints `le` with 16 significant digits, so some bounds read e.g.
+// le="0.0006400000000000001"; Prometheus parses that back to the same double as 0.00064.
+std::vector<double> ExponentialBuckets(double start, double factor, int count);
+
+// Storage service: zipmoe_storage_read_bytes_total{kind}, zipmoe_storage_read_seconds{kind},
+// zipmoe_storage_queue_depth. Both kinds (E, SM) are exported from construction, at 0.
+class StorageMetrics {
+ public:
+  explicit StorageMetrics(prometheus::Registry& registry);
+  StorageMetrics(const StorageMetrics&) = delete;
+  StorageMetrics& operator=(const StorageMetrics&) = delete;
+
+  // One verified chunk read: kind="E" if e_chunk else "SM"; stored_bytes as read from the file;
+  // seconds in pread (ReadCompletion.read_us / 1e6).
+  void ObserveRead(bool e_chunk, uint64_t stored_bytes, double seconds);
+  void SetQueueDepth(double reads);  // chunk reads queued and not yet started
+
+ private:
+  std::array<prometheus::Counter*, 2> read_bytes_{};     // [E, SM]
+  std::array<prometheus::Histogram*, 2> read_seconds_{};  // [E, SM]
+  prometheus::Gauge* queue_depth_ = nullptr;
+};
+
+// Decompressor replica: zipmoe_decompressor_decode_seconds{op}, zipmoe_decompressor_busy_seconds_total
+// {replica}, zipmoe_decompressor_threads{replica} (set once here). `replica` is the routing identity
+// ("0" in embedded mode); `threads` is L (n_workers) of the replica.
+class DecompressorMetrics {
+ public:
+  DecompressorMetrics(prometheus::Registry& registry, std::string replica, int threads);
+  DecompressorMetrics(const DecompressorMetrics&) = delete;
+  DecompressorMetrics& operator=(const DecompressorMetrics&) = delete;
+
+  // One DecodeRequest ran for `seconds` (DecodeCompletion.run_us / 1e6): op="recover" if recover else
+  // "decode"; the same seconds are added to busy_seconds_total.
+  void ObserveOp(bool recover, double seconds);
+  const std::string& replica() const { return replica_; }
+
+ private:
+  const std::string replica_;
+  std::array<prometheus::Histogram*, 2> op_seconds_{};  // [decode, recover]
+  prometheus::Counter* busy_seconds_ = nullptr;
+};
+
+// Cache manager: zipmoe_cache_requests_total{pool,layer}, zipmoe_cache_resident_bytes{pool}.
+class CacheMetrics {
+ public:
+  explicit CacheMetrics(prometheus::Registry& registry);
+  CacheMetrics(const CacheMetrics&) = delete;
+  CacheMetrics& operator=(const CacheMetrics&) = delete;
+
+  // Publishes a CacheManager::Counters() snapshot. layer_requests[l][CompressionState value]
+  // (0 = M, 1 = E, 2 = S, 3 = C, 4 = F) feeds requests_total{pool=<letter>, layer=<l>}: each counter
+  // grows by the delta since the previous Update. If any request count (or `lookups`) is below the
+  // previous snapshot, the counters were reset (CacheManager::ResetCounters): every value of this
+  // snapshot is then taken as the increment (the requests counted since the reset), and it becomes
+  // the new base; counters never decrease. pools[PoolIndex(p)].resident_bytes sets
+  // resident_bytes{pool=F/C/S/E}. Series for a layer appear at its first Update.
+  // Call from one thread (a periodic publisher): calls are race-free, but an older snapshot arriving
+  // after a newer one is indistinguishable from a reset and would be counted again.
+  void Update(const cache_manager::CacheCounters& counters);
+
+ private:
+  prometheus::Family<prometheus::Counter>* requests_family_ = nullptr;
+  std::array<prometheus::Gauge*, cache_manager::kPoolCount> resident_bytes_{};  // by PoolIndex
+  std::mutex mu_;  // guards the fields below
+  std::vector<std::array<prometheus::Counter*, 5>> requests_;  // [layer][state]  ZM_GUARDED_BY(mu_)
+  std::vector<std::array<uint64_t, 5>> last_requests_;         // [layer][state]  ZM_GUARDED_BY(mu_)
+  uint64_t last_lookups_ = 0;                                   // ZM_GUARDED_BY(mu_)
+};
+
+// Scheduler: zipmoe_scheduler_decompressors, zipmoe_scheduler_queue_depth{queue},
+// zipmoe_scheduler_layer_makespan_seconds, zipmoe_scheduler_layer_makespan_bound_ratio.
+class SchedulerMetrics {
+ public:
+  explicit SchedulerMetrics(prometheus::Registry& registry);
+  SchedulerMetrics(const SchedulerMetrics&) = delete;
+  SchedulerMetrics& operator=(const SchedulerMetrics&) = delete;
+
+  void SetDecompressors(int replicas);  // replicas heart-beating now
+  // queue: "read", "decode" or "recover" (ZM_CHECK: any other name is a bug); ops not yet completed.
+  void SetQueueDepth(std::string_view queue, double ops);
+  // One layer run: makespan in seconds (LayerTotals::makespan_us / 1e6); bound_ratio = makespan /
+  // Lemma B.3 lower bound, observed only when > 0 (pass 0 when the bound is 0 or unknown).
+  void ObserveLayer(double makespan_seconds, double bound_ratio);
+
+ private:
+  prometheus::Gauge* decompressors_ = nullptr;
+  std::array<prometheus::Gauge*, 3> queue_depth_{};  // [read, decode, recover]
+  prometheus::Histogram* makespan_seconds_ = nullptr;
+  prometheus::Histogram* bound_ratio_ = nullptr;
+};
+
+// Executor (HTTP front end): zipmoe_executor_ttft_seconds, zipmoe_executor_tpot_seconds,
+// zipmoe_executor_generated_tokens_total, zipmoe_executor_queue_depth, zipmoe_http_requests_total
+// {route,code}.
+class ExecutorMetrics {
+ public:
+  // The routes of zipmoe_http_requests_total; anything else is counted as "other".
+  static constexpr std::array<std::string_view, 5> kRoutes = {"/v1/completions", "/v1/chat/completions",
+                                                               "/v1/models", "/health", "/metrics"};
+
+  explicit ExecutorMetrics(prometheus::Registry& registry);
+  ExecutorMetrics(const ExecutorMetrics&) = delete;
+  ExecutorMetrics& operator=(const ExecutorMetrics&) = delete;
+
+  void ObserveTtft(double seconds);  // request arrival → first generated token
+  void ObserveTpot(double seconds);  // one decode step after the first token
+  void AddTokens(uint64_t tokens);   // usage.completion_tokens of a finished request
+  void SetQueueDepth(double requests);  // generation requests waiting for a batch slot
+  // One answered HTTP request: route from kRoutes (else "other"), code as its decimal text.
+  void CountHttp(std::string_view route, int code);
+
+ private:
+  prometheus::Histogram* ttft_seconds_ = nullptr;
+  prometheus::Histogram* tpot_seconds_ = nullptr;
+  prometheus::Counter* generated_tokens_ = nullptr;
+  prometheus::Gauge* queue_depth_ = nullptr;
+  prometheus::Family<prometheus::Counter>* http_requests_ = nullptr;
+};
+
+// Every service: zipmoe_bad_messages_total (Channel::stats().bad_messages, docs/messaging.md).
+class BadMessageMetrics {
+ public:
+  explicit BadMessageMetrics(prometheus::Registry& registry);
+  BadMessageMetrics(const BadMessageMetrics&) = delete;
+  BadMessageMetrics& operator=(const BadMessageMetrics&) = delete;
+
+  // Publishes a cumulative count: the counter grows by cumulative_total - previous; a smaller value
+  // than before (a new Channel) is taken whole as the increment and becomes the new base. Like
+  // CacheMetrics::Update, call it from one thread so that snapshots arrive in order.
+  void Set(uint64_t cumulative_total);
+
+ private:
+  prometheus::Counter* bad_messages_ = nullptr;
+  std::mutex mu_;  // guards last_total_
+  uint64_t last_total_ = 0;  // ZM_GUARDED_BY(mu_)
+};
+
+}  // namespace zipmoe::metrics
