@@ -55,7 +55,9 @@
 #include "services/cli/runtime_flags.h"
 #include "services/cli/service_config.h"
 #include "services/cli/service_util.h"
+#include "common/metrics_server.h"
 #include "services/runtime/remote_provider.h"
+#include "services/runtime/service_metrics.h"
 #include "services/executor/generator.h"
 
 namespace zipmoe::cli {
@@ -161,7 +163,13 @@ class Server {
     ready_.store(true, std::memory_order_release);
   }
 
+  // Exports TTFT/TPOT, tokens, queue depth and HTTP requests from now on (must outlive the server).
+  void SetMetrics(metrics::ExecutorMetrics* metrics) { metrics_ = metrics; }
+
   void Install(httplib::Server& svr) {
+    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      if (metrics_ != nullptr) metrics_->CountHttp(req.path, res.status);
+    });
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
       if (!ready_.load(std::memory_order_acquire)) {
@@ -330,7 +338,12 @@ class Server {
   };
   bool Run(const CompletionRequest& request, const std::function<bool(const std::string&)>& on_text,
            Outcome* outcome, ApiError* err) {
+    using Clock = std::chrono::steady_clock;
+    const auto arrival = Clock::now();
+    if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<double>(++waiting_));
     std::lock_guard<std::mutex> lock(mu_);
+    if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<double>(--waiting_));
+    auto last_token = arrival;
     StopMatcher matcher(request.stop);
     std::unique_ptr<StreamDecoder> decoder;
     if (tokenizer_) decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
@@ -340,6 +353,16 @@ class Server {
     bool client_gone = false;
     auto on_token = [&](size_t, int32_t id) {
       ++count;
+      if (metrics_ != nullptr) {
+        const auto now = Clock::now();
+        const double seconds = std::chrono::duration<double>(now - last_token).count();
+        if (count == 1) {
+          metrics_->ObserveTtft(seconds);
+        } else {
+          metrics_->ObserveTpot(seconds);
+        }
+        last_token = now;
+      }
       eos = request.params.stop_on_eos && c.IsEos(id);
       const bool stop = decoder ? matcher.Append(decoder->Step(id)) : false;
       if (on_text) {
@@ -368,6 +391,7 @@ class Server {
     }
     outcome->text = matcher.text();
     outcome->completion_tokens = count;
+    if (metrics_ != nullptr) metrics_->AddTokens(static_cast<uint64_t>(count));
     outcome->finish_reason = (eos || matcher.stopped()) ? "stop" : "length";
     return true;
   }
@@ -456,6 +480,8 @@ class Server {
   std::mutex mu_;                             // serialises generation
   std::unique_ptr<executor::Generator> generator_;  // used under mu_
   std::atomic<bool> ready_{false};
+  metrics::ExecutorMetrics* metrics_ = nullptr;
+  std::atomic<int64_t> waiting_{0};  // requests waiting for the generator
   const std::string model_id_;
   std::atomic<uint64_t> next_id_{1};
 };
@@ -470,8 +496,11 @@ using ProviderFactory = std::function<Result<std::unique_ptr<ExpertProvider>>()>
 
 // Listens first (GET /health answers 503 while loading), then loads tokenizer, provider and model,
 // then serves until SIGINT/SIGTERM. `signals` must have been constructed before any thread started.
-int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, TerminationSignals& signals) {
+// `metrics`: optional executor metrics; `tick`: called about every 200 ms while serving (may be empty).
+int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, TerminationSignals& signals,
+             metrics::ExecutorMetrics* metrics = nullptr, const std::function<void()>& tick = {}) {
   Server server(args);
+  server.SetMetrics(metrics);
   httplib::Server svr;
   server.Install(svr);
   if (!svr.bind_to_port(args.host, args.port)) {
@@ -507,6 +536,7 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   std::fprintf(stderr, "I: serve: ready on http://%s:%d\n", args.host.c_str(), args.port);
   while (signals.Wait(std::chrono::milliseconds(kSignalPollMillis)) == 0) {
     if (!svr.is_running() && !listen_ok.load()) break;
+    if (tick) tick();
   }
   std::fprintf(stderr, "I: serve: stopping\n");
   svr.stop();
@@ -551,8 +581,17 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
   args.api_key = config.http_api_key;
   args.threads = static_cast<int>(config.threads);
   if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));
+  Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = StartMetrics(config, "executor",
+                                                                               config.metrics_port_executor);
+  if (!metrics_server.ok()) return Fail(metrics_server.status());
+  metrics::ExecutorMetrics executor_metrics((*metrics_server)->registry());
+  metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  std::atomic<runtime::RemoteExpertProvider*> connected{nullptr};
+  auto tick = [&connected, &bad_metrics] {
+    if (runtime::RemoteExpertProvider* r = connected.load()) bad_metrics.Set(r->bad_messages());
+  };
   auto context = std::make_shared<zmq::context_t>(1);
-  return RunServe(args, [&config, &signals, context]() -> Result<std::unique_ptr<ExpertProvider>> {
+  return RunServe(args, [&config, &signals, context, &connected]() -> Result<std::unique_ptr<ExpertProvider>> {
     runtime::RemoteProviderConfig remote;
     remote.endpoint = config.endpoint_scheduler;
     remote.arena_name = config.shm_name;
@@ -576,6 +615,7 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
         auto holder = std::make_unique<Holder>();
         holder->ctx = context;
         holder->p = std::move(provider).value();
+        connected.store(holder->p.get());
         return std::unique_ptr<ExpertProvider>(std::move(holder));
       }
       const StatusCode code = provider.status().code();
@@ -584,7 +624,7 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
       told = true;
       if (signals.Wait(std::chrono::milliseconds(200)) != 0) return Status::Unavailable("stopped while loading");
     }
-  }, signals);
+  }, signals, &executor_metrics, tick);
 }
 
 }  // namespace zipmoe::cli

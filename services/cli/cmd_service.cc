@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +26,7 @@
 #include <zmq.hpp>
 
 #include "common/expert_store.h"
+#include "common/metrics_server.h"
 #include "common/shm_region.h"
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
@@ -33,6 +35,7 @@
 #include "services/decompressor/decompressor_worker.h"
 #include "services/runtime/offload_provider.h"
 #include "services/runtime/remote_provider.h"
+#include "services/runtime/service_metrics.h"
 #include "services/runtime/worker_dispatcher.h"
 #include "services/storage/storage_worker.h"
 
@@ -64,8 +67,35 @@ RuntimeFlags FlagsOf(const ServiceConfig& c) {
   return f;
 }
 
+}  // namespace
+
+Result<std::unique_ptr<metrics::MetricsServer>> StartMetrics(const ServiceConfig& c, const std::string& service,
+                                                             int64_t port) {
+  metrics::MetricsServerConfig m;
+  m.service = service;
+  m.host = c.metrics_host;
+  m.port = static_cast<int>(port);
+  m.sd_dir = c.metrics_sd_dir;
+  Result<std::unique_ptr<metrics::MetricsServer>> server = metrics::MetricsServer::Start(m);
+  if (!server.ok() && m.port > 0) {
+    // A service without its /metrics endpoint still serves: log it and keep the registry only.
+    ServiceLog(service, "E: no /metrics endpoint: " + server.status().ToString());
+    m.port = 0;
+    server = metrics::MetricsServer::Start(m);
+  }
+  if (server.ok() && (*server)->port() > 0) ServiceLog(service, "metrics at " + (*server)->url());
+  return server;
+}
+
+namespace {
+
 int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   const std::string name = "scheduler";
+  Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = StartMetrics(c, name, c.metrics_port_scheduler);
+  if (!metrics_server.ok()) return Fail(name, metrics_server.status());
+  metrics::SchedulerMetrics scheduler_metrics((*metrics_server)->registry());
+  metrics::CacheMetrics cache_metrics((*metrics_server)->registry());
+  metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
   if (!offload.ok()) return Fail(name, offload.status());
@@ -79,6 +109,9 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   std::shared_ptr<runtime::WorkerDispatcher> dispatcher;
   offload->shm_name = c.shm_name;
   offload->engines = runtime::RemoteEngineFactory(context, dispatch, &dispatcher);
+  offload->on_layer_end = [&scheduler_metrics](int32_t, double makespan_us, double bound_us) {
+    scheduler_metrics.ObserveLayer(makespan_us * 1e-6, bound_us > 0 ? makespan_us / bound_us : 0.0);
+  };
   Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = runtime::OffloadExpertProvider::Create(*offload);
   if (!created.ok()) return Fail(name, created.status());
   std::unique_ptr<runtime::OffloadExpertProvider> provider = std::move(created).value();
@@ -91,8 +124,14 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   if (!server.ok()) return Fail(name, server.status());
   ServiceLog(name, fmt::format("ready: arena {} ({} bytes), workers at {}, executor at {}", c.shm_name,
                                provider->cache().arena_bytes(), dispatcher->endpoint(), (*server)->endpoint()));
-  while (signals.Wait(milliseconds(1000)) == 0) {
-  }
+  do {
+    const runtime::DispatcherStats d = dispatcher->stats();
+    scheduler_metrics.SetDecompressors(d.decompressors);
+    scheduler_metrics.SetQueueDepth("read", static_cast<double>(d.reads_waiting + d.reads_in_flight));
+    scheduler_metrics.SetQueueDepth("decode", static_cast<double>(d.decodes_waiting + d.decodes_in_flight));
+    cache_metrics.Update(provider->cache().Counters());
+    bad_metrics.Set(d.bad_messages + (*server)->stats().bad_messages);
+  } while (signals.Wait(milliseconds(1000)) == 0);
   ServiceLog(name, "stopping");
   provider->Shutdown();
   (*server)->Stop();
@@ -116,11 +155,13 @@ Result<ShmRegion> AttachArena(const std::string& service, const std::string& shm
 }
 
 template <typename Worker>
-int RunWorker(const std::string& name, Worker& worker, TerminationSignals& signals) {
+int RunWorker(const std::string& name, Worker& worker, TerminationSignals& signals,
+              const std::function<void()>& every_second) {
   Status result;
   std::thread loop([&] { result = worker.Run(); });
-  while (signals.Wait(milliseconds(500)) == 0) {
-  }
+  do {
+    every_second();
+  } while (signals.Wait(milliseconds(1000)) == 0);
   ServiceLog(name, "stopping");
   worker.RequestStop();
   loop.join();
@@ -140,6 +181,10 @@ messaging::PullWorkerConfig PullConfig(const ServiceConfig& c, const std::string
 
 int RunStorage(const ServiceConfig& c, TerminationSignals& signals) {
   const std::string name = "storage";
+  Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = StartMetrics(c, name, c.metrics_port_storage);
+  if (!metrics_server.ok()) return Fail(name, metrics_server.status());
+  metrics::StorageMetrics storage_metrics((*metrics_server)->registry());
+  metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
   if (!store.ok()) return Fail(name, store.status());
   Result<ShmRegion> arena = AttachArena(name, c.shm_name, signals);
@@ -150,26 +195,43 @@ int RunStorage(const ServiceConfig& c, TerminationSignals& signals) {
   options.experts_path = (*store)->experts_path();
   options.page_cache = c.page_cache;
   options.queue_depth = static_cast<int32_t>(c.storage_queue_depth);
+  options.on_read = [&storage_metrics](ChunkKind kind, uint64_t bytes, double seconds, bool ok) {
+    if (ok) storage_metrics.ObserveRead(kind == ChunkKind::kE, bytes, seconds);
+  };
   Result<std::unique_ptr<storage::StorageWorker>> worker = storage::StorageWorker::Create(context, *arena, options);
   if (!worker.ok()) return Fail(name, worker.status());
   ServiceLog(name, fmt::format("reading {} ({}) into arena {}", options.experts_path,
                                (*worker)->direct_io() ? "O_DIRECT" : "page cache", c.shm_name));
-  return RunWorker(name, **worker, signals);
+  storage::StorageWorker* w = worker->get();
+  return RunWorker(name, *w, signals, [&] {
+    storage_metrics.SetQueueDepth(static_cast<double>(w->queued()));
+    bad_metrics.Set(w->stats().bad_messages);
+  });
 }
 
 int RunDecompressor(const ServiceConfig& c, TerminationSignals& signals) {
   const std::string name = "decompressor";
+  Result<std::unique_ptr<metrics::MetricsServer>> metrics_server =
+      StartMetrics(c, name, c.metrics_port_decompressor);
+  if (!metrics_server.ok()) return Fail(name, metrics_server.status());
+  metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   Result<ShmRegion> arena = AttachArena(name, c.shm_name, signals);
   if (!arena.ok()) return Fail(name, arena.status());
   zmq::context_t context(1);
   decompressor::DecompressorWorkerOptions options;
   options.pull = PullConfig(c, name);
   options.n_threads = static_cast<int>(c.decompress_threads);
+  metrics::DecompressorMetrics decompressor_metrics((*metrics_server)->registry(), options.pull.identity,
+                                                    options.n_threads);
+  options.on_op = [&decompressor_metrics](bool recover, double seconds) {
+    decompressor_metrics.ObserveOp(recover, seconds);
+  };
   Result<std::unique_ptr<decompressor::DecompressorWorker>> worker =
       decompressor::DecompressorWorker::Create(context, *arena, options);
   if (!worker.ok()) return Fail(name, worker.status());
   ServiceLog(name, fmt::format("{} threads on arena {}", options.n_threads, c.shm_name));
-  return RunWorker(name, **worker, signals);
+  decompressor::DecompressorWorker* w = worker->get();
+  return RunWorker(name, *w, signals, [&] { bad_metrics.Set(w->stats().bad_messages); });
 }
 
 struct ServiceArgs {

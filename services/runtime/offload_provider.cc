@@ -588,6 +588,7 @@ Status OffloadExpertProvider::EndLayer(int32_t layer_id) {
     totals.ratio_sum += makespan_us / bound->bound_us;
     ++totals.ratio_runs;
   }
+  if (config_.on_layer_end) config_.on_layer_end(layer_id, makespan_us, bound.ok() ? bound->bound_us : 0.0);
   ResetLayerLocked();
   return Status::Ok();
 }

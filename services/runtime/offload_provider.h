@@ -48,6 +48,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -94,6 +95,9 @@ struct OffloadConfig {
   // Where reads and decodes run: empty = this process's threads (CreateLocalEngines); `zipmoe service
   // scheduler` passes the ZeroMQ dispatcher to storage/decompressor processes (worker_dispatcher.h).
   EngineFactory engines;
+  // Called by EndLayer with the layer's measured makespan and its Lemma B.3 bound (0 = none), in µs
+  // (metrics). Must not call back into the provider.
+  std::function<void(int32_t layer_id, double makespan_us, double bound_us)> on_layer_end;
 };
 
 // Staging slots chosen when OffloadConfig::staging_slots is 0: as many as a decode step selects
