@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs a stage made by collect-runtime.sh into the runtime image:  install-runtime.sh STAGE_DIR
+# Installs a stage made by collect-runtime.sh into the runtime image:
+#   install-runtime.sh STAGE_DIR [--packages-only]
 # apt-installs the packages of STAGE_DIR/packages.txt that are not installed yet, copies the unpackaged
 # libraries to /opt/zipmoe/lib (registered with ldconfig) and the binary to /usr/local/bin/zipmoe,
-# then checks that every library resolves. Leaves no apt lists or caches behind.
+# then checks that every library resolves. Leaves no apt lists or caches behind. --packages-only
+# stops after apt (a separate, cacheable image layer: the package list changes less than the binary).
 set -euo pipefail
 
-STAGE=${1:?usage: install-runtime.sh STAGE_DIR}
+STAGE=${1:?usage: install-runtime.sh STAGE_DIR [--packages-only]}
 export DEBIAN_FRONTEND=noninteractive
+[ -f "$STAGE/packages.txt" ] || { echo "install-runtime: no $STAGE/packages.txt" >&2; exit 1; }
 
 missing=()
 while read -r p; do
@@ -22,6 +25,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get clean
   rm -rf /var/lib/apt/lists/*
 fi
+if [ "${2:-}" = --packages-only ]; then exit 0; fi
 
 mkdir -p /opt/zipmoe/lib
 if [ -n "$(ls -A "$STAGE/lib" 2>/dev/null)" ]; then

@@ -6,9 +6,10 @@
 # 2. builds zipmoe-base:bookworm with debootstrap (cached), the zipmoe image from the host binary
 #    (docker/build-image.sh prebuilt) and the Debian Prometheus image;
 # 3. synthesizes + compresses a tiny model with the host binary (cached in the work dir);
-# 4. brings up cache-manager, scheduler, storage, 2 decompressors, executor and Prometheus (no
+# 4. brings up scheduler (with the cache manager), storage, 2 decompressors, executor and Prometheus (no
 #    Grafana: not packaged in Debian), waits for /health, checks that a temperature-0 completion
-#    equals `zipmoe generate` on the host, scrapes every service's /metrics (promtool check metrics,
+#    equals `zipmoe generate` on the host, scales out to 3 decompressors (file_sd must list the new
+#    replica), scrapes every service's /metrics (promtool check metrics,
 #    every metric family of docs/metrics.md present), generates load, and runs every PromQL
 #    expression of grafana/dashboards/*.json against Prometheus (each must return data);
 # 5. tears the stack down (docker-compose down -v) and prints the total duration.
@@ -41,8 +42,6 @@ HTTP_PORT=${SMOKE_HTTP_PORT:-18080}
 PROM_PORT=${SMOKE_PROMETHEUS_PORT:-19090}
 MPORT=${SMOKE_METRICS_PORT_BASE:-19470}
 PROJECT=zipmoe-smoke
-SERVICES=(cache-manager scheduler storage decompressor executor)
-N_TARGETS=$(( ${#SERVICES[@]} - 1 + N_DEC ))
 
 say()  { printf '[smoke %4ds] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 fail() { say "FAIL: $*"; exit 1; }
@@ -148,6 +147,11 @@ on_exit() {
   say "total $(( $(date +%s) - T0 )) s: $( [ "$STATUS" = pass ] && echo PASS || echo FAIL )"
 }
 
+# The zipmoe services: every compose service but the monitoring ones; one file_sd target each,
+# N_DEC for the decompressor.
+mapfile -t SERVICES < <(dc config --services | grep -vxE 'prometheus|grafana')
+[ "${#SERVICES[@]}" -gt 0 ] || fail "no services in compose.yaml"
+N_TARGETS=$(( ${#SERVICES[@]} - 1 + N_DEC ))
 dc down -v --remove-orphans > /dev/null 2>&1 || true   # leftovers of an interrupted run
 trap on_exit EXIT
 t=$(date +%s)
@@ -190,27 +194,34 @@ fi
 say "completion equals zipmoe generate: $(printf '%q' "$GOT_TEXT")"
 curl -sf --max-time 10 "$API/v1/models" > /dev/null || fail "GET /v1/models"
 
-# ---- every service's /metrics -------------------------------------------------------------------
-SD_TARGETS=()
-deadline=$(( $(date +%s) + 60 ))
-while :; do
-  mapfile -t SD_TARGETS < <(dc exec -T prometheus sh -c 'cat /run/zipmoe/sd/*.json 2>/dev/null' 2>/dev/null \
-    | python3 -c '
-import json, sys, re
-text = sys.stdin.read()
-# Files are concatenated: decode one JSON document after another.
-dec, i = json.JSONDecoder(), 0
-while i < len(text):
+# ---- scale out by one replica, then every service's /metrics ----------------------------------
+sd_targets() {  # the targets of every file_sd file in the run-dir volume, one per line
+  dc exec -T prometheus sh -c 'cat /run/zipmoe/sd/*.json 2>/dev/null' 2>/dev/null | python3 -c '
+import json, re, sys
+text, dec, i = sys.stdin.read(), json.JSONDecoder(), 0
+while True:  # the files are concatenated: decode one JSON document after another
     m = re.compile(r"\S").search(text, i)
     if not m: break
     doc, i = dec.raw_decode(text, m.start())
     for group in (doc if isinstance(doc, list) else [doc]):
-        for t in group.get("targets", []):
-            print(t)' || true)
-  [ "${#SD_TARGETS[@]}" -ge "$N_TARGETS" ] && break
-  [ "$(date +%s)" -lt "$deadline" ] || fail "file_sd lists ${#SD_TARGETS[@]} targets (${SD_TARGETS[*]:-none}), want $N_TARGETS"
-  sleep 2
-done
+        for t in group.get("targets", []): print(t)' || true
+}
+wait_targets() {  # want: wait until file_sd lists `want` targets
+  local want=$1 deadline=$(( $(date +%s) + 60 ))
+  while :; do
+    mapfile -t SD_TARGETS < <(sd_targets)
+    [ "${#SD_TARGETS[@]}" -eq "$want" ] && return 0
+    [ "$(date +%s)" -lt "$deadline" ] \
+      || fail "file_sd lists ${#SD_TARGETS[@]} targets (${SD_TARGETS[*]:-none}), want $want"
+    sleep 2
+  done
+}
+wait_targets "$N_TARGETS"
+N_DEC=$((N_DEC + 1)); N_TARGETS=$((N_TARGETS + 1))
+say "scaling out: --scale decompressor=$N_DEC"
+dc up -d --no-deps --no-recreate --scale decompressor="$N_DEC" decompressor > "$WORK/scale.log" 2>&1 \
+  || { cat "$WORK/scale.log"; fail "compose up --scale decompressor=$N_DEC"; }
+wait_targets "$N_TARGETS"
 say "file_sd targets: ${SD_TARGETS[*]}"
 mkdir -p "$WORK/metrics"
 rm -f "$WORK"/metrics/*
@@ -255,6 +266,17 @@ while :; do
        || echo 0)
   [ "$up" -ge "$N_TARGETS" ] && break
   [ "$(date +%s)" -lt "$deadline" ] || fail "Prometheus: $up of $N_TARGETS targets up"
+  sleep 3
+done
+promq() {  # instant query -> first sample's value (or "none")
+  curl -sf --max-time 5 --get --data-urlencode "query=$1" "$PROM/api/v1/query" \
+    | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "none")' \
+    || echo none
+}
+deadline=$(( $(date +%s) + 30 ))
+while [ "$(promq 'max(zipmoe_scheduler_decompressors)')" != "$N_DEC" ]; do
+  [ "$(date +%s)" -lt "$deadline" ] \
+    || fail "zipmoe_scheduler_decompressors = $(promq 'max(zipmoe_scheduler_decompressors)'), want $N_DEC"
   sleep 3
 done
 sleep 12   # two more scrapes after the load
