@@ -59,8 +59,8 @@ path-exclude /usr/share/man/*
 path-exclude /usr/share/info/*
 path-exclude /usr/share/locale/*
 EOF
-rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/usr/share/doc/* \
-       "$ROOTFS"/usr/share/man/* "$ROOTFS"/tmp/* "$ROOTFS"/dev/*
+rm -rf "${ROOTFS:?}"/var/cache/apt/archives/*.deb "${ROOTFS:?}"/var/lib/apt/lists/* "${ROOTFS:?}"/usr/share/doc/* \
+       "${ROOTFS:?}"/usr/share/man/* "${ROOTFS:?}"/tmp/* "${ROOTFS:?}"/dev/*
 
 tar --numeric-owner -C "$ROOTFS" -c . | docker import \
   -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
