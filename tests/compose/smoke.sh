@@ -20,7 +20,8 @@
 #   SMOKE_RATE_WINDOW [1m]: replaces Grafana's $__rate_interval; SMOKE_HTTP_PORT [18080]
 #   SMOKE_PROMETHEUS_PORT [19090]  SMOKE_METRICS_PORT_BASE [19470]: metrics ports base+1..base+5,
 #   decompressors from base+10 (away from the defaults, which a host `zipmoe up` may hold)
-#   SMOKE_KEEP [0]: 1 leaves the stack up on failure  SMOKE_COMPOSE: compose command (default
+#   SMOKE_COMPOSE_FILES [compose.yaml]: compose files, relative to the repository root (Jetson: add
+#   docker/compose.jetson.yaml)  SMOKE_KEEP [0]: 1 leaves the stack up on failure  SMOKE_COMPOSE: compose command (default
 #   `docker compose` when the v2 plugin works, else docker-compose)  SMOKE_SKIP_INSTALL [0]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -122,7 +123,11 @@ export ZIPMOE_MODEL="$MODEL" ZIPMOE_RESTART=no ZIPMOE_MEMORY_BUDGET="$BUDGET" ZI
        ZIPMOE_METRICS_PORT_STORAGE=$((MPORT + 1)) ZIPMOE_METRICS_PORT_DECOMPRESSOR=$((MPORT + 10)) \
        ZIPMOE_METRICS_PORT_CACHE_MANAGER=$((MPORT + 3)) ZIPMOE_METRICS_PORT_SCHEDULER=$((MPORT + 4)) \
        ZIPMOE_METRICS_PORT_EXECUTOR=$((MPORT + 5))
-dc() { timeout "${DC_TIMEOUT:-300}" "${COMPOSE[@]}" -p "$PROJECT" -f "$REPO/compose.yaml" "$@"; }
+# Compose files (-f each), e.g. SMOKE_COMPOSE_FILES="compose.yaml docker/compose.jetson.yaml" on Jetson.
+read -r -a COMPOSE_FILES <<< "${SMOKE_COMPOSE_FILES:-compose.yaml}"
+COMPOSE_ARGS=()
+for f in "${COMPOSE_FILES[@]}"; do COMPOSE_ARGS+=(-f "$f"); done
+dc() { timeout "${DC_TIMEOUT:-300}" "${COMPOSE[@]}" -p "$PROJECT" --project-directory "$REPO" "${COMPOSE_ARGS[@]}" "$@"; }
 PROM="http://127.0.0.1:$PROM_PORT"
 API="http://127.0.0.1:$HTTP_PORT"
 
@@ -211,8 +216,10 @@ wait_targets() {  # want: wait until file_sd lists `want` targets
   while :; do
     mapfile -t SD_TARGETS < <(sd_targets)
     [ "${#SD_TARGETS[@]}" -eq "$want" ] && return 0
-    [ "$(date +%s)" -lt "$deadline" ] \
-      || fail "file_sd lists ${#SD_TARGETS[@]} targets (${SD_TARGETS[*]:-none}), want $want"
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      dc logs --no-color 2>&1 | grep -F 'no /metrics endpoint' | sort -u | head -n 8 || true
+      fail "file_sd lists ${#SD_TARGETS[@]} targets (${SD_TARGETS[*]:-none}), want $want"
+    fi
     sleep 2
   done
 }
