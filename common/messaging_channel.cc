@@ -261,4 +261,30 @@ Result<Received> Channel::Recv(milliseconds timeout) {
   return out;
 }
 
+Result<bool> WaitReadable(Channel& channel, const EventFd& wake, std::chrono::milliseconds timeout) {
+  zmq::pollitem_t items[2] = {{channel.socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
+  try {
+    zmq::poll(items, 2, std::max(timeout, std::chrono::milliseconds(1)));
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return false;
+    return Status::Internal(fmt::format("zmq_poll on {}: {}", channel.endpoint(), e.what()));
+  }
+  if (items[1].revents & ZMQ_POLLIN) wake.Drain();
+  return (items[0].revents & ZMQ_POLLIN) != 0;
+}
+
+void ReceiveAll(Channel& channel, const std::function<bool(Received&)>& on_message,
+                const std::function<void(const Status&)>& on_bad) {
+  while (true) {
+    Result<Received> got = channel.Recv(std::chrono::milliseconds(0));
+    if (got.ok()) {
+      if (!on_message(*got)) return;
+    } else if (got.status().code() == StatusCode::kDeadlineExceeded) {
+      return;
+    } else {
+      on_bad(got.status());
+    }
+  }
+}
+
 }  // namespace zipmoe::messaging

@@ -25,11 +25,13 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <string>
 
 #include <zmq.hpp>
 
+#include "common/event_fd.h"
 #include "common/messaging.h"
 #include "common/status.h"
 
@@ -113,6 +115,17 @@ class Channel {
   std::string sender_;
   ChannelStats stats_;
 };
+
+// One wait of a poll loop that serves `channel` and is woken by `wake` (EventFd::Notify from other
+// threads): waits up to `timeout` (>= 1 ms is used), drains `wake`, and returns whether `channel`
+// has a message to Recv. An interrupted wait (EINTR) returns false. Errors: kInternal (zmq_poll).
+Result<bool> WaitReadable(Channel& channel, const EventFd& wake, std::chrono::milliseconds timeout);
+
+// Receives every message queued on `channel` now, without waiting: on_message for each one that
+// decodes (return false to stop draining), on_bad with the error of each frame dropped (already
+// counted in channel.stats().bad_messages).
+void ReceiveAll(Channel& channel, const std::function<bool(Received&)>& on_message,
+                const std::function<void(const Status&)>& on_bad);
 
 // OK if `url` has a supported scheme (inproc://, ipc://, tcp://) and a non-empty address.
 // Errors: kInvalidArgument naming the URL and the accepted forms.

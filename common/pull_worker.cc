@@ -123,43 +123,35 @@ Status PullWorker::Run(const Handler& handler) {
         reconnect = true;
         break;
       }
-      zmq::pollitem_t items[2] = {{channel.socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_.fd(), ZMQ_POLLIN, 0}};
-      const auto wait = std::max<milliseconds>(
-          milliseconds(1), config_.heartbeat_interval - std::chrono::duration_cast<milliseconds>(now - last_sent));
-      try {
-        zmq::poll(items, 2, wait);
-      } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR) continue;
-        return Status::Internal(fmt::format("zmq_poll: {}", e.what()));
-      }
-      if (items[1].revents & ZMQ_POLLIN) wake_.Drain();
-      if (items[0].revents & ZMQ_POLLIN) {
-        while (true) {
-          Result<Received> got = channel.Recv(milliseconds(0));
-          if (!got.ok()) {
-            if (got.status().code() == StatusCode::kDeadlineExceeded) break;
+      const auto wait = config_.heartbeat_interval - std::chrono::duration_cast<milliseconds>(now - last_sent);
+      Result<bool> readable = WaitReadable(channel, wake_, wait);
+      if (!readable.ok()) return readable.status();
+      if (!*readable) continue;
+      ReceiveAll(
+          channel,
+          [&](Received& got) {
+            last_heard = Clock::now();
+            if (!peer_heard) backoff = kReconnectBackoffMin;
+            peer_heard = true;
+            const Body& body = got.message.body;
+            if (std::holds_alternative<ReadRequest>(body) || std::holds_alternative<DecodeRequest>(body)) {
+              {
+                std::lock_guard<std::mutex> lock(mu_);
+                ++stats_.requests;
+              }
+              handler(body);
+            } else if (std::holds_alternative<Disconnect>(body)) {
+              Log(fmt::format("scheduler disconnected us: {}", std::get<Disconnect>(body).reason));
+              reconnect = true;
+              return false;
+            }  // Heartbeat: liveness only. Anything else is not for a worker: ignored.
+            return true;
+          },
+          [&](const Status& bad) {
             std::lock_guard<std::mutex> lock(mu_);
             ++stats_.bad_messages;
-            Log(fmt::format("E: dropped a bad message: {}", got.status().ToString()));
-            continue;
-          }
-          last_heard = Clock::now();
-          if (!peer_heard) backoff = kReconnectBackoffMin;
-          peer_heard = true;
-          const Body& body = got->message.body;
-          if (std::holds_alternative<ReadRequest>(body) || std::holds_alternative<DecodeRequest>(body)) {
-            {
-              std::lock_guard<std::mutex> lock(mu_);
-              ++stats_.requests;
-            }
-            handler(body);
-          } else if (std::holds_alternative<Disconnect>(body)) {
-            Log(fmt::format("scheduler disconnected us: {}", std::get<Disconnect>(body).reason));
-            reconnect = true;
-            break;
-          }  // Heartbeat: liveness only. Anything else is not for a worker: ignored.
-        }
-      }
+            Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
+          });
     }
     if (stop_.load()) {
       (void)channel.Send(Disconnect{"worker stopping"}, milliseconds(200));

@@ -3,9 +3,10 @@
 //   zipmoe serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]
 //                [--device cpu] [--memory-budget B [--policy P] ...]  (services/cli/runtime_flags.h)
 //
-// The model (and, with --memory-budget, the ZipMoE runtime as in `zipmoe generate`) is loaded
-// before the server listens. Endpoints:
-//   GET  /health               200 {"status":"ok"} (never needs the API key)
+// The server listens first, then loads the model (and, with --memory-budget, the ZipMoE runtime as
+// in `zipmoe generate`; `zipmoe service executor`: a RemoteExpertProvider). Until it is loaded every
+// route but /health answers 503. Endpoints:
+//   GET  /health               200 {"status":"ok"}, 503 {"status":"loading"} (never needs the API key)
 //   GET  /v1/models            {"object":"list","data":[{"id":<basename of DIR>,"object":"model"}]}
 //   POST /v1/completions       {"prompt": text | [token ids], "max_tokens" (16), "temperature" (1;
 //                              0 = greedy), "top_p" (1), "seed" (0), "stop": text | [text], "stream",
@@ -24,7 +25,7 @@
 // a mutex around the Generator (which is not reentrant) serialises generation; other requests wait.
 // A stop string or a vanished streaming client ends generation early by throwing out of the
 // Generator's token callback (Generate keeps no state between calls, so this is safe).
-// SIGINT/SIGTERM: a signal thread (sigtimedwait; the signals are blocked in every other thread)
+// SIGINT/SIGTERM: blocked in every thread (TerminationSignals) and taken by the main thread, which
 // stops the server; the in-flight request finishes first, then the process exits 0.
 // Torch-free: only the executor's .cc files include torch.
 #include <CLI/CLI.hpp>
@@ -66,7 +67,7 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kDefaultMaxTokens = 16;
-constexpr int kSignalPollMillis = 200;  // how often the signal thread checks whether the server ended
+constexpr int kSignalPollMillis = 200;  // how often the main thread checks for signals and a dead listener
 
 struct ServeArgs {
   std::string model_dir;
@@ -590,33 +591,19 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
   auto tick = [&connected, &bad_metrics] {
     if (runtime::RemoteExpertProvider* r = connected.load()) bad_metrics.Set(r->bad_messages());
   };
-  auto context = std::make_shared<zmq::context_t>(1);
-  return RunServe(args, [&config, &signals, context, &connected]() -> Result<std::unique_ptr<ExpertProvider>> {
+  return RunServe(args, [&config, &signals, &connected]() -> Result<std::unique_ptr<ExpertProvider>> {
     runtime::RemoteProviderConfig remote;
     remote.endpoint = config.endpoint_scheduler;
     remote.arena_name = config.shm_name;
     remote.timeout = std::chrono::milliseconds(config.timeout_ms);
     bool told = false;
     while (true) {  // the arena appears when the scheduler has planned the cache
-      Result<std::unique_ptr<runtime::RemoteExpertProvider>> provider =
-          runtime::RemoteExpertProvider::Connect(*context, remote);
+      Result<std::unique_ptr<runtime::RemoteExpertProvider>> provider = runtime::RemoteExpertProvider::Connect(remote);
       if (provider.ok()) {
         ServiceLog("executor", fmt::format("connected to the scheduler at {} (arena {})", remote.endpoint,
                                            remote.arena_name));
-        // The context must outlive the provider's socket: keep it alive with the provider.
-        struct Holder : ExpertProvider {
-          std::shared_ptr<zmq::context_t> ctx;
-          std::unique_ptr<runtime::RemoteExpertProvider> p;
-          Status BeginLayer(const LayerRouting& r) override { return p->BeginLayer(r); }
-          Result<std::unique_ptr<ExpertLease>> NextReady() override { return p->NextReady(); }
-          Status EndLayer(int32_t id) override { return p->EndLayer(id); }
-          ~Holder() override { p.reset(); }
-        };
-        auto holder = std::make_unique<Holder>();
-        holder->ctx = context;
-        holder->p = std::move(provider).value();
-        connected.store(holder->p.get());
-        return std::unique_ptr<ExpertProvider>(std::move(holder));
+        connected.store(provider->get());
+        return std::unique_ptr<ExpertProvider>(std::move(provider).value());
       }
       const StatusCode code = provider.status().code();
       if (code != StatusCode::kNotFound && code != StatusCode::kUnavailable) return provider.status();

@@ -36,8 +36,8 @@ Result<std::unique_ptr<DecompressorWorker>> DecompressorWorker::Create(zmq::cont
       std::lock_guard<std::mutex> lock(raw->mu_);
       auto it = raw->running_.find(c.op_id);
       if (it != raw->running_.end()) {
-        done.attempt = it->second & 0x7fffffffu;
-        recover = (it->second & 0x80000000u) != 0;
+        done.attempt = it->second.attempt;
+        recover = it->second.recover;
         raw->running_.erase(it);
       }
     }
@@ -68,7 +68,7 @@ void DecompressorWorker::Handle(const msg::Body& body) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (running_.count(r->op_id) != 0) return;  // re-issued while still running here
-    running_[r->op_id] = (r->attempt & 0x7fffffffu) | (recover ? 0x80000000u : 0u);
+    running_[r->op_id] = Running{r->attempt, recover};
   }
   uint8_t* base = arena_->data();
   DecompressOp op;

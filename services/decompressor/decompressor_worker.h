@@ -47,7 +47,11 @@ class DecompressorWorker {
   std::unique_ptr<messaging::PullWorker> pull_;
   std::unique_ptr<DecompressorPool> pool_;
   std::mutex mu_;
-  std::unordered_map<uint64_t, uint32_t> running_;  // op_id -> attempt, guarded by mu_
+  struct Running {
+    uint32_t attempt = 0;  // copied into the completion
+    bool recover = false;  // BF16 recovery (else E-chunk decode), for metrics
+  };
+  std::unordered_map<uint64_t, Running> running_;  // by op_id, guarded by mu_
 };
 
 }  // namespace zipmoe::decompressor

@@ -30,18 +30,20 @@ class RemoteExpertProvider::Lease : public ExpertLease {
   ExpertWeightsView view_;
 };
 
-RemoteExpertProvider::RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena, msg::Channel channel)
-    : config_(config), arena_(std::move(arena)), channel_(std::move(channel)) {}
+RemoteExpertProvider::RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena,
+                                           std::unique_ptr<zmq::context_t> context, msg::Channel channel)
+    : config_(config), arena_(std::move(arena)), context_(std::move(context)), channel_(std::move(channel)) {}
 
-Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(zmq::context_t& context,
-                                                                            const RemoteProviderConfig& config) {
+Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(const RemoteProviderConfig& config) {
   ZM_ASSIGN_OR_RETURN(ShmRegion arena, ShmRegion::Attach(config.arena_name));
+  auto context = std::make_unique<zmq::context_t>(1);
   msg::ChannelOptions options;
   options.kind = msg::SocketKind::kDealer;
   options.endpoint = config.endpoint;
   options.sender = "executor";
-  ZM_ASSIGN_OR_RETURN(msg::Channel channel, msg::Channel::Open(context, options));
-  return std::unique_ptr<RemoteExpertProvider>(new RemoteExpertProvider(config, std::move(arena), std::move(channel)));
+  ZM_ASSIGN_OR_RETURN(msg::Channel channel, msg::Channel::Open(*context, options));
+  return std::unique_ptr<RemoteExpertProvider>(
+      new RemoteExpertProvider(config, std::move(arena), std::move(context), std::move(channel)));
 }
 
 uint64_t RemoteExpertProvider::bad_messages() const {
@@ -306,27 +308,23 @@ void ProviderServer::State::Loop() {
       Status st = router.SendTo(to, std::move(body), milliseconds(1000));
       if (!st.ok()) Log(fmt::format("E: reply to executor: {}", st.ToString()));
     }
-    zmq::pollitem_t items[2] = {{router.socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 2, milliseconds(500));
-    } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      Log(fmt::format("E: zmq_poll: {}", e.what()));
+    Result<bool> readable = WaitReadable(router, wake, milliseconds(500));
+    if (!readable.ok()) {
+      Log("E: " + readable.status().ToString());
       break;
     }
-    if (items[1].revents & ZMQ_POLLIN) wake.Drain();
-    if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
-    while (true) {
-      Result<msg::Received> got = router.Recv(milliseconds(0));
-      if (!got.ok()) {
-        if (got.status().code() == StatusCode::kDeadlineExceeded) break;
-        std::lock_guard<std::mutex> lock(mu);
-        ++stats.bad_messages;
-        Log(fmt::format("E: dropped a bad message: {}", got.status().ToString()));
-        continue;
-      }
-      Handle(got->peer, std::move(got->message.body));
-    }
+    if (!*readable) continue;
+    msg::ReceiveAll(
+        router,
+        [&](msg::Received& got) {
+          Handle(got.peer, std::move(got.message.body));
+          return true;
+        },
+        [&](const Status& bad) {
+          std::lock_guard<std::mutex> lock(mu);
+          ++stats.bad_messages;
+          Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
+        });
   }
 }
 

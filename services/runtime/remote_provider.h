@@ -40,10 +40,9 @@ struct RemoteProviderConfig {
 
 class RemoteExpertProvider : public ExpertProvider {
  public:
-  // Attaches the arena and connects. Errors: ShmRegion::Attach's (kNotFound: no arena yet),
-  // Channel::Open's.
-  static Result<std::unique_ptr<RemoteExpertProvider>> Connect(zmq::context_t& context,
-                                                               const RemoteProviderConfig& config);
+  // Attaches the arena and connects (on a ZeroMQ context of its own). Errors: ShmRegion::Attach's
+  // (kNotFound: no arena yet), Channel::Open's.
+  static Result<std::unique_ptr<RemoteExpertProvider>> Connect(const RemoteProviderConfig& config);
   Status BeginLayer(const LayerRouting& routing) override;
   // Errors: the scheduler's layer error; kDeadlineExceeded (no answer within the timeout, naming the
   // endpoint); kCorruption (an expert outside the arena).
@@ -53,12 +52,14 @@ class RemoteExpertProvider : public ExpertProvider {
 
  private:
   class Lease;
-  RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena, messaging::Channel channel);
+  RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena,
+                       std::unique_ptr<zmq::context_t> context, messaging::Channel channel);
   Result<messaging::Body> Receive(const char* what);  // next message (mu_ taken per slice)
   void Release(int32_t layer_id, int32_t expert_id);
 
   RemoteProviderConfig config_;
   ShmRegion arena_;
+  std::unique_ptr<zmq::context_t> context_;  // outlives channel_ (declared before it)
   mutable std::mutex mu_;        // guards channel_
   messaging::Channel channel_;
   int32_t layer_id_ = -1;

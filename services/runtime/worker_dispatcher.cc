@@ -116,10 +116,8 @@ void WorkerDispatcher::State::ReissueLocked(const std::string& id, const char* w
     read_queue.push_front(op);
     ++counters.reissued;
   }
-  if (!it->second.held.empty() || why != nullptr) {
-    Log(fmt::format("worker {} (pid {}) {}: re-issuing {} ops", msg::PrintableId(id), it->second.pid,
-                    why ? why : "gone", it->second.held.size()));
-  }
+  Log(fmt::format("worker {} (pid {}) {}: re-issuing {} ops", msg::PrintableId(id), it->second.pid, why,
+                  it->second.held.size()));
   peers.erase(it);
 }
 
@@ -302,31 +300,27 @@ void WorkerDispatcher::State::Loop() {
       }
     }
 
-    zmq::pollitem_t items[2] = {{router.socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 2, std::max<milliseconds>(milliseconds(1), config.heartbeat_interval / 2));
-    } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      Log(fmt::format("E: zmq_poll: {}", e.what()));
+    Result<bool> readable = WaitReadable(router, wake, config.heartbeat_interval / 2);
+    if (!readable.ok()) {
+      Log("E: " + readable.status().ToString());
       break;
     }
-    if (items[1].revents & ZMQ_POLLIN) wake.Drain();
-    if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
+    if (!*readable) continue;
     std::vector<storage::ReadCompletion> read_done;
     std::vector<decompressor::DecompressCompletion> decode_done;
     std::vector<std::pair<std::string, msg::Body>> replies;
-    while (true) {
-      Result<msg::Received> got = router.Recv(milliseconds(0));
-      if (!got.ok()) {
-        if (got.status().code() == StatusCode::kDeadlineExceeded) break;
-        std::lock_guard<std::mutex> lock(mu);
-        ++counters.bad_messages;
-        Log(fmt::format("E: dropped a bad message: {}", got.status().ToString()));
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      HandleLocked(got->peer, std::move(got->message), &read_done, &decode_done, &replies);
-    }
+    msg::ReceiveAll(
+        router,
+        [&](msg::Received& got) {
+          std::lock_guard<std::mutex> lock(mu);
+          HandleLocked(got.peer, std::move(got.message), &read_done, &decode_done, &replies);
+          return true;
+        },
+        [&](const Status& bad) {
+          std::lock_guard<std::mutex> lock(mu);
+          ++counters.bad_messages;
+          Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
+        });
     for (auto& [peer, body] : replies) (void)router.SendTo(peer, std::move(body), milliseconds(100));
     for (const storage::ReadCompletion& c : read_done) {
       if (setup.on_read) setup.on_read(c);
