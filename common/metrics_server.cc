@@ -1,27 +1,25 @@
 // MetricsServer: registry, /metrics endpoint with port search, and the file_sd target file.
 #include "common/metrics_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <exception>
-#include <mutex>
+#include <memory>
+#include <sstream>
 #include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
-#include <prometheus/exposer.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include "common/file_util.h"
 
@@ -29,11 +27,9 @@ namespace zipmoe::metrics {
 namespace {
 
 constexpr int kMaxPort = 65535;
-constexpr std::size_t kExposerThreads = 2;  // civetweb workers; a scrape is one short request
-// civetweb's master thread polls the listening socket in 2 s quanta and reads its stop flag only
-// between them, so stopping an idle Exposer takes up to 2 s. A connection wakes it: while the
-// Exposer stops, the destructor connects to the port at this interval.
-constexpr auto kStopWakeInterval = std::chrono::milliseconds(20);
+constexpr std::size_t kHttpThreads = 2;  // HTTP workers; a scrape is one short request
+// Prometheus text exposition format 0.0.4.
+constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
 
 bool ValidServiceName(const std::string& name) {
   if (name.empty()) return false;
@@ -43,7 +39,7 @@ bool ValidServiceName(const std::string& name) {
   });
 }
 
-// "host:port", with IPv6 literals in brackets ("[::1]:9100"), as civetweb and Prometheus expect.
+// "host:port", with IPv6 literals in brackets ("[::1]:9100"), as Prometheus expects.
 std::string HostPort(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
   return fmt::format("{}:{}", host, port);
@@ -76,64 +72,17 @@ Status Validate(const MetricsServerConfig& config) {
   return Status::Ok();
 }
 
-// Opens and closes one TCP connection to host:port (IPv4/IPv6 literal; wildcards mean loopback).
-// Best effort: any failure is ignored (the stop then just takes civetweb's full poll quantum).
-void PokePort(const std::string& host, int port) {
-  sockaddr_storage addr{};
-  socklen_t len = 0;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
-  const std::string target = host == "0.0.0.0" || host.empty() ? "127.0.0.1" : host == "::" ? "::1" : host;
-  if (::inet_pton(AF_INET, target.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(sockaddr_in);
-  } else if (::inet_pton(AF_INET6, target.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(sockaddr_in6);
-  } else {
-    return;
-  }
-  // Non-blocking with a bounded wait: a full accept queue must not stall the destructor.
-  UniqueFd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) return;
-  // The result does not matter: a refused or accepted connection both end the master's poll.
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0 && errno == EINPROGRESS) {
-    pollfd pfd{fd.get(), POLLOUT, 0};
-    (void)::poll(&pfd, 1, static_cast<int>(kStopWakeInterval.count()));
-  }
-}
-
-// Destroys `exposer` (civetweb mg_stop: joins its threads), waking its master thread meanwhile.
-void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string& host, int port) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopped = false;  // guarded by mu
-  std::thread waker;
-  try {
-    waker = std::thread([&] {
-      std::unique_lock<std::mutex> lock(mu);
-      while (!stopped) {
-        lock.unlock();
-        PokePort(host, port);
-        lock.lock();
-        cv.wait_for(lock, kStopWakeInterval, [&] { return stopped; });
-      }
-    });
-  } catch (const std::system_error&) {
-    // No thread: the stop just takes civetweb's poll quantum.
-  }
-  exposer.reset();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    stopped = true;
-  }
-  cv.notify_one();
-  if (waker.joinable()) waker.join();
-}
-
 }  // namespace
+
+// The HTTP endpoint: a cpp-httplib server (std::thread workers, default stack size) listening on
+// `thread`. prometheus-cpp's own Exposer is not used: Debian's civetweb gives its threads a fixed
+// 100 KiB stack, smaller than the static TLS of a process that links libtorch, so it cannot start
+// inside the `zipmoe` binary.
+struct MetricsServer::Endpoint {
+  httplib::Server http;
+  std::thread thread;
+  std::atomic<bool> done{false};  // listen_after_bind returned
+};
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsServerConfig& config) {
   ZM_RETURN_IF_ERROR(Validate(config));
@@ -144,28 +93,50 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsServerC
 
   if (config.port > 0) {
     const int last = std::min(kMaxPort, config.port + config.port_search - 1);
-    std::string last_error;
-    for (int port = config.port; port <= last && server->exposer_ == nullptr; ++port) {
-      // Exposer's constructor throws (CivetException, a std::runtime_error) when civetweb cannot
-      // bind; the exception stops here (style.md "Exceptions only at boundaries").
-      try {
-        auto exposer = std::make_unique<prometheus::Exposer>(HostPort(config.host, port), kExposerThreads);
-        const std::vector<int> ports = exposer->GetListeningPorts();
-        exposer->RegisterCollectable(server->registry_, "/metrics");
-        server->port_ = ports.empty() ? port : ports.front();
-        server->exposer_ = std::move(exposer);
-      } catch (const std::exception& e) {
-        last_error = e.what();
+    auto endpoint = std::make_unique<Endpoint>();
+    endpoint->http.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+    // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let two replicas
+    // bind the same port and defeat the port search.
+    endpoint->http.set_socket_options([](int sock) {
+      const int yes = 1;
+      (void)::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    std::weak_ptr<prometheus::Registry> weak = server->registry_;
+    endpoint->http.Get("/metrics", [weak](const httplib::Request&, httplib::Response& res) {
+      const std::shared_ptr<prometheus::Registry> registry = weak.lock();
+      if (registry == nullptr) {
+        res.status = 503;
+        return;
       }
+      std::ostringstream text;
+      prometheus::TextSerializer().Serialize(text, registry->Collect());
+      res.set_content(text.str(), kContentType);
+    });
+    int bound = 0;
+    for (int port = config.port; port <= last && bound == 0; ++port) {
+      if (endpoint->http.bind_to_port(config.host, port)) bound = port;
     }
-    if (server->exposer_ == nullptr) {
-      return Status::Unavailable(fmt::format(
-          "metrics server '{}': no port of {}..{} on {} could be bound (all busy?); last error: {}",
-          config.service, config.port, last, config.host, last_error));
+    if (bound == 0) {
+      return Status::Unavailable(
+          fmt::format("metrics server '{}': no port of {}..{} on {} could be bound (all busy, or not an address "
+                      "of this host?)",
+                      config.service, config.port, last, config.host));
     }
+    Endpoint* e = endpoint.get();
+    try {
+      endpoint->thread = std::thread([e] {
+        e->http.listen_after_bind();
+        e->done.store(true, std::memory_order_release);
+      });
+    } catch (const std::system_error& err) {
+      return Status::Unavailable(fmt::format("metrics server '{}': cannot start its HTTP thread: {}",
+                                             config.service, err.what()));
+    }
+    server->port_ = bound;
+    server->endpoint_ = std::move(endpoint);
   }
 
-  if (!config.sd_dir.empty() && server->exposer_ != nullptr) {
+  if (!config.sd_dir.empty() && server->endpoint_ != nullptr) {
     ZM_RETURN_IF_ERROR(CreateDirectories(config.sd_dir).WithContext("metrics server sd_dir"));
     const std::string pid = std::to_string(static_cast<long>(::getpid()));
     const std::string path = JoinPath(config.sd_dir, config.service + "-" + pid + ".json");
@@ -180,7 +151,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsServerC
 
   std::fprintf(stderr, "%s",
                fmt::format("I: {}: metrics {}{}\n", config.service.empty() ? "metrics" : config.service,
-                           server->exposer_ ? "at " + server->url() : std::string("registry only (no endpoint)"),
+                           server->endpoint_ ? "at " + server->url() : std::string("registry only (no endpoint)"),
                            server->sd_path_.empty() ? "" : ", sd file " + server->sd_path_)
                    .c_str());
   return server;
@@ -192,8 +163,15 @@ MetricsServer::~MetricsServer() {
     std::fprintf(stderr, "W: %s: cannot remove sd file %s: %s\n", config_.service.c_str(), sd_path_.c_str(),
                  std::strerror(errno));
   }
-  // Stops civetweb and joins its threads before the registry goes.
-  if (exposer_ != nullptr) StopExposer(std::move(exposer_), config_.host, port_);
+  // Stops the endpoint and joins its threads before the registry goes.
+  if (endpoint_ != nullptr) {
+    // stop() only acts once the listener runs: wait for it (or for its early exit) first.
+    while (!endpoint_->http.is_running() && !endpoint_->done.load(std::memory_order_acquire)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    endpoint_->http.stop();
+    endpoint_->thread.join();
+  }
 }
 
 prometheus::Registry& MetricsServer::registry() { return *registry_; }

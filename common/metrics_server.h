@@ -1,5 +1,5 @@
 // MetricsServer: one process's Prometheus registry and its `/metrics` pull endpoint (prometheus-cpp
-// 1.0.1 Registry + Exposer, text format 0.0.4). The metric families themselves are registered by
+// 1.0.1 Registry + TextSerializer, text format 0.0.4, served by cpp-httplib). The metric families themselves are registered by
 // services/runtime/service_metrics.h; names, labels and buckets are fixed in docs/metrics.md.
 //
 // Start() binds the first free port of [port, port + port_search - 1], so scaled replicas on one host
@@ -9,8 +9,8 @@
 // atomically (temp file + rename), so a Prometheus with `file_sd_configs: [{files: [<sd_dir>/*.json]}]`
 // discovers every replica; the destructor removes it.
 //
-// Ownership: the MetricsServer owns the registry, the HTTP endpoint (2 civetweb threads, joined by
-// the destructor) and the sd file. Metrics registered on registry() must not be used after the
+// Ownership: the MetricsServer owns the registry, the HTTP endpoint (a listener + 2 worker threads,
+// joined by the destructor) and the sd file. Metrics registered on registry() must not be used after the
 // MetricsServer is destroyed.
 // Thread-safety: registry() may be used from any thread (prometheus::Registry is thread-safe);
 // port() and url() are constant after Start(). Start() and the destructor are not concurrent with
@@ -23,7 +23,6 @@
 #include "common/status.h"
 
 namespace prometheus {
-class Exposer;
 class Registry;
 }  // namespace prometheus
 
@@ -50,7 +49,7 @@ class MetricsServer {
   // without a service); kUnavailable naming host and the port range when no port in it could be
   // bound; kIoError naming the path when sd_dir cannot be created or the sd file written.
   static Result<std::unique_ptr<MetricsServer>> Start(const MetricsServerConfig& config);
-  ~MetricsServer();  // removes the sd file first, then stops the endpoint (joins its threads, ~10s of ms)
+  ~MetricsServer();  // removes the sd file first, then stops the endpoint (joins its threads)
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
@@ -62,13 +61,14 @@ class MetricsServer {
   const MetricsServerConfig& config() const { return config_; }
 
  private:
+  struct Endpoint;  // the HTTP server and its thread (metrics_server.cc)
   MetricsServer() = default;
 
   // Constant after Start().
   MetricsServerConfig config_;
-  // shared_ptr because Exposer::RegisterCollectable keeps a weak_ptr to what it serves.
+  // shared_ptr: the /metrics handler holds a weak_ptr to it.
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;  // null when config_.port == 0
+  std::unique_ptr<Endpoint> endpoint_;  // null when config_.port == 0
   int port_ = 0;
   std::string target_host_;  // resolved sd_target_host
   std::string sd_path_;
