@@ -1,7 +1,7 @@
 // `zipmoe serve`: an OpenAI-compatible HTTP server (cpp-httplib) over the embedded executor.
 //
 //   zipmoe serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]
-//                [--device cpu] [--memory-budget B [--policy P] ...]  (services/cli/runtime_flags.h)
+//                [--max-batch 8] [--device cpu] [--memory-budget B [--policy P] ...]  (services/cli/runtime_flags.h)
 //
 // The server listens first, then loads the model (and, with --memory-budget, the ZipMoE runtime as
 // in `zipmoe generate`; `zipmoe service executor`: a RemoteExpertProvider). Until it is loaded every
@@ -21,12 +21,15 @@
 // prompt longer than max_position_embeddings, 401 (authentication_error) for a missing/wrong
 // "Authorization: Bearer KEY" when --api-key is set, 404 (not_found_error), 500 (server_error).
 //
-// Concurrency: httplib accepts connections on a thread pool, but requests are served ONE AT A TIME:
-// a mutex around the Generator (which is not reentrant) serialises generation; other requests wait.
-// A stop string or a vanished streaming client ends generation early by throwing out of the
-// Generator's token callback (Generate keeps no state between calls, so this is safe).
+// Concurrency: httplib accepts connections on a thread pool; each request becomes a Job in a FIFO
+// queue. One batch-loop thread drives an executor::BatchSession (continuous batching): between
+// decode steps it admits queued requests (up to --max-batch sequences), whose prefill joins the
+// next step, and a sequence leaves the batch at EOS, max_tokens, a stop string or when its
+// streaming client goes away. Handler threads only wait and write; a slow client never stalls the
+// batch. Greedy tokens of a request alone equal `zipmoe generate`; in a batch they can differ in
+// rare float near-ties (executor/generator.h, BatchSession).
 // SIGINT/SIGTERM: blocked in every thread (TerminationSignals) and taken by the main thread, which
-// stops the server; the in-flight request finishes first, then the process exits 0.
+// stops the server; requests in flight finish first, then the process exits 0.
 // Torch-free: only the executor's .cc files include torch.
 #include <CLI/CLI.hpp>
 
@@ -36,9 +39,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +82,7 @@ struct ServeArgs {
   std::string api_key;
   int threads = 0;
   std::string device = "cpu";
+  int max_batch = 8;  // sequences decoded together (continuous batching); 1 = one request at a time
   RuntimeFlags runtime;
 };
 
@@ -92,9 +99,6 @@ void SendError(httplib::Response& res, const ApiError& e) {
 }
 
 ApiError BadRequest(std::string message) { return ApiError{400, "invalid_request_error", std::move(message)}; }
-
-// Thrown out of the token callback to end Generate early (stop string found, client gone).
-struct StopGeneration {};
 
 // One parsed completion request.
 struct CompletionRequest {
@@ -154,6 +158,7 @@ class StopMatcher {
 class Server {
  public:
   explicit Server(const ServeArgs& args) : args_(args), model_id_(ModelId(args.model_dir)) {}
+  ~Server() { StopBatching(); }
 
   // The model is loaded: requests are served from now on (before, everything but /health is 503).
   void SetLoaded(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<ExpertProvider> provider,
@@ -329,72 +334,169 @@ class Server {
     return true;
   }
 
-  // Runs one generation under the mutex. `on_text` receives emit-safe text as it is produced and
-  // returns false when the client is gone. Returns the final (cut) text, tokens used and finish
-  // reason, or an error.
+  // The result of one request.
   struct Outcome {
     std::string text;
     int64_t completion_tokens = 0;
     std::string finish_reason = "length";
   };
-  bool Run(const CompletionRequest& request, const std::function<bool(const std::string&)>& on_text,
-           Outcome* outcome, ApiError* err) {
-    using Clock = std::chrono::steady_clock;
-    const auto arrival = Clock::now();
-    if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<double>(++waiting_));
-    std::lock_guard<std::mutex> lock(mu_);
-    if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<double>(--waiting_));
-    auto last_token = arrival;
-    StopMatcher matcher(request.stop);
+
+  // One request in flight, shared by its HTTP handler thread and the batch loop. The handler waits
+  // on `cv` for text (streaming) or the end; the batch loop fills it token by token.
+  struct Job {
+    Job(CompletionRequest r, bool streaming) : request(std::move(r)), stream(streaming), matcher(request.stop) {}
+    const CompletionRequest request;
+    const bool stream;
+    const std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+    std::atomic<bool> client_gone{false};  // set by the handler when a write to the client fails
+
+    std::mutex mu;  // guards the four fields below
+    std::condition_variable cv;
+    std::string pending;  // emit-safe text the handler has not sent yet (streaming)
+    bool done = false;
+    bool failed = false;
+    ApiError error;
+    Outcome outcome;  // valid once done && !failed
+
+    // Batch-loop only.
+    StopMatcher matcher;
     std::unique_ptr<StreamDecoder> decoder;
-    if (tokenizer_) decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
-    const ModelConfig& c = generator_->config();
     int64_t count = 0;
-    bool eos = false;
-    bool client_gone = false;
-    auto on_token = [&](size_t, int32_t id) {
-      ++count;
-      if (metrics_ != nullptr) {
-        const auto now = Clock::now();
-        const double seconds = std::chrono::duration<double>(now - last_token).count();
-        if (count == 1) {
-          metrics_->ObserveTtft(seconds);
+    std::chrono::steady_clock::time_point last_token;
+    size_t peak_batch = 0;  // most sequences in one step this request took part in
+    std::string id;         // for the log line
+  };
+
+  // Called on the batch loop for every token of `job`; returns whether its sequence goes on.
+  bool OnToken(Job& job, int32_t id) {
+    ++job.count;
+    if (metrics_ != nullptr) {
+      const auto now = std::chrono::steady_clock::now();
+      const double seconds = std::chrono::duration<double>(now - (job.count == 1 ? job.arrival : job.last_token)).count();
+      if (job.count == 1) {
+        metrics_->ObserveTtft(seconds);
+      } else {
+        metrics_->ObserveTpot(seconds);
+      }
+      job.last_token = now;
+    }
+    const bool stop = job.decoder ? job.matcher.Append(job.decoder->Step(id)) : false;
+    if (job.stream) {
+      const std::string piece = job.matcher.TakeSafe(/*all=*/false);
+      if (!piece.empty()) {
+        std::lock_guard<std::mutex> lock(job.mu);
+        job.pending += piece;
+        job.cv.notify_all();
+      }
+    }
+    return !stop && !job.client_gone.load(std::memory_order_relaxed);
+  }
+
+  // Ends `job` (batch loop): success with the text so far, or an error.
+  void Finish(Job& job, const Status& status, bool eos) {
+    std::lock_guard<std::mutex> lock(job.mu);
+    if (!status.ok()) {
+      const bool client = status.code() == StatusCode::kInvalidArgument;
+      job.failed = true;
+      job.error = ApiError{client ? 400 : 500, client ? "invalid_request_error" : "server_error", status.ToString()};
+    } else {
+      if (job.decoder && !job.matcher.stopped()) job.matcher.Append(job.decoder->Flush());
+      if (job.stream) job.pending += job.matcher.TakeSafe(/*all=*/true);
+      job.outcome.text = job.matcher.text();
+      job.outcome.completion_tokens = job.count;
+      job.outcome.finish_reason = (eos || job.matcher.stopped()) ? "stop" : "length";
+      if (metrics_ != nullptr) metrics_->AddTokens(static_cast<uint64_t>(job.count));
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.arrival).count();
+    std::fprintf(stderr, "%s",
+                 fmt::format("I: serve: {} {}: {} prompt + {} completion tokens in {:.3f} s, batch of up to {}\n",
+                             job.id, status.ok() ? job.outcome.finish_reason : "error " + status.ToString(),
+                             job.request.prompt_ids.size(), job.count, seconds, job.peak_batch)
+                     .c_str());
+    job.done = true;
+    job.cv.notify_all();
+  }
+
+  // Queues a parsed request for the batch loop.
+  std::shared_ptr<Job> Submit(const CompletionRequest& request, bool stream, const std::string& id) {
+    auto job = std::make_shared<Job>(request, stream);
+    job->id = id;
+    if (tokenizer_) job->decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
+    if (request.params.max_new_tokens == 0) {  // nothing to generate: no forward pass
+      Finish(*job, Status::Ok(), false);
+      return job;
+    }
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    queue_.push_back(job);
+    if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<double>(queue_.size()));
+    queue_cv_.notify_one();
+    return job;
+  }
+
+ public:
+  // The batch loop (continuous batching, executor::BatchSession): admits queued requests up to
+  // max_batch running sequences, runs one step, hands out tokens, repeats. Runs on its own thread
+  // from StartBatching() until StopBatching(); requests still queued or running then fail with 503.
+  void StartBatching() {
+    batch_thread_ = std::thread([this] { BatchLoop(); });
+  }
+  void StopBatching() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (batch_thread_.joinable()) batch_thread_.join();
+  }
+
+ private:
+  void BatchLoop() {
+    std::unique_ptr<executor::BatchSession> session = generator_->NewSession();
+    std::map<executor::BatchSession::SequenceId, std::shared_ptr<Job>> running;
+    const size_t max_batch = static_cast<size_t>(std::max(1, args_.max_batch));
+    while (true) {
+      std::vector<std::shared_ptr<Job>> admit;
+      {
+        std::unique_lock<std::mutex> lock(queue_mu_);
+        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running.empty(); });
+        if (stopping_) break;
+        while (!queue_.empty() && running.size() + admit.size() < max_batch) {
+          admit.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+        if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<double>(queue_.size()));
+      }
+      for (std::shared_ptr<Job>& job : admit) {
+        Job* j = job.get();
+        Result<executor::BatchSession::SequenceId> id = session->AddSequence(
+            job->request.prompt_ids, job->request.params, /*sampler_stream=*/0,
+            [this, j](int32_t token) { return OnToken(*j, token); });
+        if (!id.ok()) {
+          Finish(*job, id.status(), false);
         } else {
-          metrics_->ObserveTpot(seconds);
-        }
-        last_token = now;
-      }
-      eos = request.params.stop_on_eos && c.IsEos(id);
-      const bool stop = decoder ? matcher.Append(decoder->Step(id)) : false;
-      if (on_text) {
-        const std::string piece = matcher.TakeSafe(/*all=*/false);
-        if (!piece.empty() && !on_text(piece)) client_gone = true;
-      }
-      if (stop || client_gone) throw StopGeneration{};
-    };
-    try {
-      if (request.params.max_new_tokens > 0) {
-        Result<std::vector<executor::GenerationResult>> results =
-            generator_->Generate({request.prompt_ids}, request.params, on_token);
-        if (!results.ok()) {
-          const bool client = results.status().code() == StatusCode::kInvalidArgument;
-          *err = ApiError{client ? 400 : 500, client ? "invalid_request_error" : "server_error",
-                          results.status().ToString()};
-          return false;
+          running.emplace(*id, std::move(job));
         }
       }
-    } catch (const StopGeneration&) {
+      if (session->empty()) continue;
+      for (auto& [id, job] : running) job->peak_batch = std::max(job->peak_batch, running.size());
+      for (executor::BatchSession::Finished& f : session->Step()) {
+        auto it = running.find(f.id);
+        if (it == running.end()) continue;
+        Finish(*it->second, f.status, f.result.stopped_on_eos);
+        running.erase(it);
+      }
     }
-    if (decoder && !matcher.stopped()) matcher.Append(decoder->Flush());
-    if (on_text && !client_gone) {
-      const std::string rest = matcher.TakeSafe(/*all=*/true);
-      if (!rest.empty()) on_text(rest);
-    }
-    outcome->text = matcher.text();
-    outcome->completion_tokens = count;
-    if (metrics_ != nullptr) metrics_->AddTokens(static_cast<uint64_t>(count));
-    outcome->finish_reason = (eos || matcher.stopped()) ? "stop" : "length";
-    return true;
+    const Status gone = Status::Unavailable("the server is shutting down");
+    for (auto& [id, job] : running) Finish(*job, gone, false);
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    for (auto& job : queue_) Finish(*job, gone, false);
+    queue_.clear();
+  }
+
+  // Waits for `job` to end (non-streaming).
+  static void Wait(Job& job) {
+    std::unique_lock<std::mutex> lock(job.mu);
+    job.cv.wait(lock, [&] { return job.done; });
   }
 
   json Envelope(bool chat, bool chunk, const std::string& id, int64_t created) const {
@@ -425,8 +527,10 @@ class Server {
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
     if (!request->stream) {
-      Outcome out;
-      if (!Run(*request, nullptr, &out, &err)) return SendError(res, err);
+      std::shared_ptr<Job> job = Submit(*request, /*stream=*/false, id);
+      Wait(*job);
+      if (job->failed) return SendError(res, job->error);
+      const Outcome& out = job->outcome;
       json body = Envelope(chat, false, id, created);
       body["choices"] = json::array({Choice(chat, false, out.text, out.finish_reason)});
       const int64_t prompt_tokens = static_cast<int64_t>(request->prompt_ids.size());
@@ -454,11 +558,25 @@ class Server {
         j["choices"] = json::array({Choice(chat, true, piece, nullptr)});
         return send(j);
       };
-      Outcome out;
-      ApiError err;
-      if (!Run(*request, on_text, &out, &err)) {
-        send(json{{"error", {{"message", err.message}, {"type", err.type}}}});
+      // The batch loop appends text to job->pending; this (the connection's) thread sends it, so a
+      // slow client never stalls the other sequences of the batch.
+      std::shared_ptr<Job> job = Submit(*request, /*stream=*/true, id);
+      while (true) {
+        std::string piece;
+        bool done = false;
+        {
+          std::unique_lock<std::mutex> lock(job->mu);
+          job->cv.wait(lock, [&] { return job->done || !job->pending.empty(); });
+          piece.swap(job->pending);
+          done = job->done;
+        }
+        if (!piece.empty() && !job->client_gone.load() && !on_text(piece)) job->client_gone.store(true);
+        if (done) break;
+      }
+      if (job->failed) {
+        send(json{{"error", {{"message", job->error.message}, {"type", job->error.type}}}});
       } else {
+        const Outcome& out = job->outcome;
         json last = Envelope(chat, true, id, created);
         last["choices"] = json::array({Choice(chat, true, "", out.finish_reason)});
         const int64_t prompt_tokens = static_cast<int64_t>(request->prompt_ids.size());
@@ -478,11 +596,14 @@ class Server {
   // Set once by SetLoaded before ready_ becomes true; read-only afterwards.
   std::unique_ptr<Tokenizer> tokenizer_;  // null when DIR has no tokenizer.json
   std::unique_ptr<ExpertProvider> provider_;  // null = every expert resident
-  std::mutex mu_;                             // serialises generation
-  std::unique_ptr<executor::Generator> generator_;  // used under mu_
+  std::unique_ptr<executor::Generator> generator_;  // driven by the batch loop only (after SetLoaded)
   std::atomic<bool> ready_{false};
   metrics::ExecutorMetrics* metrics_ = nullptr;
-  std::atomic<int64_t> waiting_{0};  // requests waiting for the generator
+  std::mutex queue_mu_;  // guards queue_ and stopping_
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<Job>> queue_;  // submitted, not yet in the batch
+  bool stopping_ = false;
+  std::thread batch_thread_;
   const std::string model_id_;
   std::atomic<uint64_t> next_id_{1};
 };
@@ -534,14 +655,17 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return fail(generator.status());
   server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
-  std::fprintf(stderr, "I: serve: ready on http://%s:%d\n", args.host.c_str(), args.port);
+  server.StartBatching();
+  std::fprintf(stderr, "I: serve: ready on http://%s:%d (up to %d sequences per batch)\n", args.host.c_str(),
+               args.port, std::max(1, args.max_batch));
   while (signals.Wait(std::chrono::milliseconds(kSignalPollMillis)) == 0) {
     if (!svr.is_running() && !listen_ok.load()) break;
     if (tick) tick();
   }
   std::fprintf(stderr, "I: serve: stopping\n");
   svr.stop();
-  listener.join();
+  listener.join();  // waits for the handlers, whose requests the batch loop still finishes
+  server.StopBatching();
   std::fprintf(stderr, "I: serve: stopped\n");
   return listen_ok.load() ? 0 : 1;
 }
@@ -570,6 +694,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' (except /health)");
   cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
+  cmd->add_option("--max-batch", args->max_batch, "requests decoded together (continuous batching)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   AddRuntimeFlags(cmd, &args->runtime, /*budget_required=*/false);
   cmd->callback([args, exit_code] { *exit_code = RunServeCommand(*args); });
 }

@@ -89,6 +89,134 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
 }
 
+// ---------------------------------------------------------------------------------------------
+// BatchSession
+
+struct BatchSession::Impl {
+  struct Sequence {
+    SequenceId id = 0;
+    GenerationParams params;
+    Sampler sampler;
+    KvCache cache;
+    SequenceCallback on_token;
+    GenerationResult result;
+    bool prefilled = false;
+    std::vector<int32_t> feed;  // the one token of a decode step
+    Sequence(SequenceId i, const GenerationParams& p, uint64_t stream, KvCache c, SequenceCallback cb,
+             std::vector<int32_t> prompt)
+        : id(i), params(p), sampler(p.sampling, stream), cache(std::move(c)), on_token(std::move(cb)) {
+      result.prompt_ids = std::move(prompt);
+    }
+  };
+  Model* model = nullptr;
+  const ModelConfig* config = nullptr;
+  std::vector<std::unique_ptr<Sequence>> sequences;  // in the order they were added
+  SequenceId next_id = 1;
+  int64_t steps = 0;
+};
+
+BatchSession::BatchSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BatchSession::~BatchSession() = default;
+
+std::unique_ptr<BatchSession> Generator::NewSession() {
+  auto impl = std::make_unique<BatchSession::Impl>();
+  impl->model = impl_->model.get();
+  impl->config = &impl_->loaded->config;
+  return std::unique_ptr<BatchSession>(new BatchSession(std::move(impl)));
+}
+
+size_t BatchSession::queued() const {
+  return static_cast<size_t>(std::count_if(impl_->sequences.begin(), impl_->sequences.end(),
+                                           [](const auto& s) { return !s->prefilled; }));
+}
+size_t BatchSession::running() const { return impl_->sequences.size() - queued(); }
+int64_t BatchSession::steps() const { return impl_->steps; }
+
+Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> prompt, const GenerationParams& params,
+                                                           uint64_t sampler_stream, SequenceCallback on_token) {
+  const ModelConfig& c = *impl_->config;
+  if (params.max_new_tokens < 0)
+    return Status::InvalidArgument(fmt::format("max_new_tokens must be >= 0, got {}", params.max_new_tokens));
+  if (prompt.empty()) return Status::InvalidArgument("the prompt is empty");
+  if (static_cast<int64_t>(prompt.size()) > c.max_position_embeddings)
+    return Status::InvalidArgument(fmt::format("the prompt has {} tokens, longer than max_position_embeddings {} ({})",
+                                               prompt.size(), c.max_position_embeddings, c.source));
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab_size)
+      return Status::InvalidArgument(
+          fmt::format("prompt token {} (position {}) is outside the vocabulary [0, {})", prompt[i], i, c.vocab_size));
+  }
+  const SequenceId id = impl_->next_id++;
+  impl_->sequences.push_back(std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->model->NewCache(),
+                                                              std::move(on_token), std::move(prompt)));
+  return id;
+}
+
+std::vector<BatchSession::Finished> BatchSession::Step() {
+  std::vector<Finished> finished;
+  auto& sequences = impl_->sequences;
+  if (sequences.empty()) return finished;
+  const ModelConfig& c = *impl_->config;
+  const int64_t vocab = c.vocab_size;
+  bool all_logits = false;  // every position's logits, when some sequence records them
+  std::vector<const std::vector<int32_t>*> tokens;
+  std::vector<KvCache*> caches;
+  for (auto& s : sequences) {
+    all_logits = all_logits || s->params.record_logits;
+    if (s->prefilled) s->feed.assign(1, s->result.generated_ids.back());
+    tokens.push_back(s->prefilled ? &s->feed : &s->result.prompt_ids);
+    caches.push_back(&s->cache);
+  }
+  Result<at::Tensor> forward = impl_->model->Forward(tokens, caches, all_logits);
+  ++impl_->steps;
+  if (!forward.ok()) {
+    for (auto& s : sequences) finished.push_back(Finished{s->id, forward.status(), std::move(s->result), false});
+    sequences.clear();
+    return finished;
+  }
+  const at::Tensor& logits = *forward;
+  std::vector<std::unique_ptr<Impl::Sequence>> still;
+  int64_t row = 0;
+  for (size_t j = 0; j < sequences.size(); ++j) {
+    Impl::Sequence& s = *sequences[j];
+    GenerationResult& r = s.result;
+    const int64_t len = static_cast<int64_t>(tokens[j]->size());
+    if (all_logits && s.params.record_logits) {
+      AppendRows(logits, row, len, &r.logits);
+      r.logits_rows += len;
+    }
+    const int64_t last = all_logits ? row + len - 1 : static_cast<int64_t>(j);
+    row += len;
+    const bool was_prefill = !s.prefilled;
+    s.prefilled = true;
+    bool go_on = false;
+    bool cancelled = false;
+    if (!(was_prefill && s.params.max_new_tokens == 0)) {
+      const int32_t token = s.sampler.Sample(logits.data_ptr<float>() + last * vocab, vocab);
+      r.generated_ids.push_back(token);
+      const bool keep = s.on_token ? s.on_token(token) : true;
+      if (s.params.stop_on_eos && c.IsEos(token)) {
+        r.stopped_on_eos = true;
+      } else if (!keep) {
+        cancelled = true;
+      } else {
+        const int64_t fed = static_cast<int64_t>(r.prompt_ids.size() + r.generated_ids.size()) - 1;
+        go_on = static_cast<int64_t>(r.generated_ids.size()) < s.params.max_new_tokens && fed < c.max_position_embeddings;
+      }
+    }
+    if (go_on) {
+      still.push_back(std::move(sequences[j]));
+    } else {
+      finished.push_back(Finished{s.id, Status::Ok(), std::move(r), cancelled});
+    }
+  }
+  sequences.swap(still);
+  return finished;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generate: one session, every prompt joins before the first step.
+
 Result<std::vector<GenerationResult>> Generator::Generate(const std::vector<std::vector<int32_t>>& prompts,
                                                           const GenerationParams& params,
                                                           const TokenCallback& on_token, GenerationStats* stats) {
@@ -105,84 +233,35 @@ Result<std::vector<GenerationResult>> Generator::Generate(const std::vector<std:
           c.max_position_embeddings, c.source));
   }
   const size_t n = prompts.size();
-  std::vector<GenerationResult> results(n);
-  std::vector<KvCache> caches;
-  std::vector<Sampler> samplers;
-  caches.reserve(n);
-  samplers.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    results[i].prompt_ids = prompts[i];
-    caches.push_back(impl_->model->NewCache());
-    samplers.emplace_back(params.sampling, i);
-  }
+  std::unique_ptr<BatchSession> session = NewSession();
+  std::vector<BatchSession::SequenceId> ids(n);
   GenerationStats st;
-  const int64_t vocab = c.vocab_size;
-  // Samples one token for sequence i from logits row `row`; returns whether it continues.
-  auto take = [&](size_t i, const at::Tensor& logits, int64_t row) {
-    GenerationResult& r = results[i];
-    const int32_t token = samplers[i].Sample(logits.data_ptr<float>() + row * vocab, vocab);
-    r.generated_ids.push_back(token);
-    if (on_token) on_token(i, token);
-    if (params.stop_on_eos && c.IsEos(token)) {
-      r.stopped_on_eos = true;
-      return false;
-    }
-    const int64_t fed = static_cast<int64_t>(r.prompt_ids.size() + r.generated_ids.size()) - 1;
-    return static_cast<int64_t>(r.generated_ids.size()) < params.max_new_tokens && fed < c.max_position_embeddings;
-  };
-
-  // Prefill: every prompt in one batch.
-  std::vector<size_t> active;
-  {
-    std::vector<const std::vector<int32_t>*> tokens;
-    std::vector<KvCache*> cache_ptrs;
-    for (size_t i = 0; i < n; ++i) {
-      tokens.push_back(&prompts[i]);
-      cache_ptrs.push_back(&caches[i]);
-      st.prefill_tokens += static_cast<int64_t>(prompts[i].size());
-    }
-    const bool all = params.record_logits;
-    ZM_ASSIGN_OR_RETURN(at::Tensor logits, impl_->model->Forward(tokens, cache_ptrs, all));
-    int64_t row = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t len = static_cast<int64_t>(prompts[i].size());
-      if (all) {
-        AppendRows(logits, row, len, &results[i].logits);
-        results[i].logits_rows += len;
-      }
-      const int64_t last = all ? row + len - 1 : static_cast<int64_t>(i);
-      row += len;
-      if (params.max_new_tokens > 0 && take(i, logits, last)) active.push_back(i);
-    }
+  for (size_t i = 0; i < n; ++i) {
+    BatchSession::SequenceCallback callback;
+    if (on_token) callback = [&on_token, i](int32_t token) {
+      on_token(i, token);
+      return true;
+    };
+    Result<BatchSession::SequenceId> id = session->AddSequence(prompts[i], params, i, std::move(callback));
+    if (!id.ok()) return Status(id.status().code(), fmt::format("prompt {}: {}", i, id.status().message()));
+    ids[i] = *id;
+    st.prefill_tokens += static_cast<int64_t>(prompts[i].size());
   }
-  const Clock::time_point first_token = Clock::now();
-  st.ttft_seconds = Seconds(start, first_token);
-
-  // Decode: the unfinished sequences, one token each per step.
-  std::vector<std::vector<int32_t>> step_tokens(n);
-  while (!active.empty()) {
-    std::vector<const std::vector<int32_t>*> tokens;
-    std::vector<KvCache*> cache_ptrs;
-    for (size_t i : active) {
-      step_tokens[i].assign(1, results[i].generated_ids.back());
-      tokens.push_back(&step_tokens[i]);
-      cache_ptrs.push_back(&caches[i]);
+  std::vector<GenerationResult> results(n);
+  Clock::time_point first_token = start;
+  while (!session->empty()) {
+    for (BatchSession::Finished& f : session->Step()) {
+      if (!f.status.ok()) return f.status;
+      const size_t i = static_cast<size_t>(std::find(ids.begin(), ids.end(), f.id) - ids.begin());
+      results[i] = std::move(f.result);
     }
-    ZM_ASSIGN_OR_RETURN(at::Tensor logits, impl_->model->Forward(tokens, cache_ptrs, /*all_logits=*/false));
-    ++st.decode_steps;
-    st.decode_tokens += static_cast<int64_t>(active.size());
-    std::vector<size_t> still;
-    for (size_t j = 0; j < active.size(); ++j) {
-      const size_t i = active[j];
-      if (params.record_logits) {
-        AppendRows(logits, static_cast<int64_t>(j), 1, &results[i].logits);
-        results[i].logits_rows += 1;
-      }
-      if (take(i, logits, static_cast<int64_t>(j))) still.push_back(i);
-    }
-    active.swap(still);
+    if (session->steps() == 1) first_token = Clock::now();
   }
   const Clock::time_point end = Clock::now();
+  st.ttft_seconds = Seconds(start, first_token);
+  st.decode_steps = std::max<int64_t>(0, session->steps() - 1);
+  for (const GenerationResult& r : results)
+    st.decode_tokens += std::max<int64_t>(0, static_cast<int64_t>(r.generated_ids.size()) - 1);
   st.total_seconds = Seconds(start, end);
   st.tpot_seconds = st.decode_steps > 0 ? Seconds(first_token, end) / static_cast<double>(st.decode_steps) : 0.0;
   if (stats != nullptr) *stats = st;

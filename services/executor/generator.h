@@ -69,6 +69,68 @@ struct GenerationStats {
 // Called once per generated token, in generation order: (index of the prompt, token id).
 using TokenCallback = std::function<void(size_t sequence, int32_t token_id)>;
 
+class Generator;
+
+// Continuous batching (iteration-level scheduling, as in Orca / vLLM): sequences join a BatchSession
+// between steps and leave it as soon as they end; each Step runs ONE forward pass over the prompts
+// added since the last step (their prefill) and the next token of every running sequence (decode),
+// so a request arriving mid-generation does not wait for the others to finish. Each sequence has its
+// own KV cache, GenerationParams and Sampler. Generate() is a session whose sequences all join
+// before the first step.
+//
+// Numerics: a sequence sees the same weights and positions in any batch; the float32 GEMMs of a
+// batched step may round differently from a lone run, so greedy tokens of concurrent sequences can
+// differ from their single-sequence run in rare near-ties (as in every batching server). A session
+// with one sequence reproduces Generate exactly.
+//
+// Thread-safety: none; one thread drives a session (AddSequence/Step), and a Generator runs one
+// session step or Generate call at a time. The session borrows its Generator (must outlive it).
+class BatchSession {
+ public:
+  using SequenceId = uint64_t;
+  // Called on the stepping thread for each token sampled for the sequence; return false to end the
+  // sequence after this token (a stop string matched, the client went away). Empty = never stop.
+  using SequenceCallback = std::function<bool(int32_t token_id)>;
+
+  // How a sequence ended.
+  struct Finished {
+    SequenceId id = 0;
+    Status status;            // not ok: the step's forward failed (the sequence's tokens so far stay)
+    GenerationResult result;  // prompt, generated ids (incl. the EOS that stopped it), logits if recorded
+    bool cancelled = false;   // its callback returned false
+  };
+
+  ~BatchSession();
+  BatchSession(const BatchSession&) = delete;
+  BatchSession& operator=(const BatchSession&) = delete;
+
+  // Queues a sequence; the next Step feeds its prompt. `sampler_stream` is the Sampler stream
+  // (sampler.h; Generate uses the prompt index, a server 0 so a request samples alike in any batch).
+  // Errors (nothing queued): kInvalidArgument for an empty prompt, a prompt longer than
+  // max_position_embeddings, a token id outside [0, vocab_size), negative max_new_tokens.
+  Result<SequenceId> AddSequence(std::vector<int32_t> prompt, const GenerationParams& params,
+                                 uint64_t sampler_stream = 0, SequenceCallback on_token = nullptr);
+
+  // One forward pass over every queued prompt and running sequence, in the order they were added;
+  // samples one token per sequence (a sequence with max_new_tokens 0 ends after its prefill).
+  // Returns the sequences that ended in this step: EOS (when params.stop_on_eos), max_new_tokens,
+  // the context length, or a callback returning false. If the forward fails, every sequence of the
+  // step ends with that status (their KV caches are unusable). An exception thrown by a callback
+  // propagates; the session is then only fit to be destroyed.
+  std::vector<Finished> Step();
+
+  size_t queued() const;   // sequences waiting for their prefill
+  size_t running() const;  // sequences past their prefill
+  bool empty() const { return queued() + running() == 0; }
+  int64_t steps() const;   // Step calls that ran a forward pass
+
+ private:
+  friend class Generator;
+  struct Impl;
+  explicit BatchSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 class Generator {
  public:
   // Loads options.model_dir and sets the torch thread count. Errors: LoadModel's (kNotFound for a
@@ -98,6 +160,9 @@ class Generator {
   // every position: [sum of chunk sizes, vocab_size] (e.g. one chunk = prefill, T chunks of one
   // token = T decode steps). Errors: as Generate.
   Result<std::vector<float>> ForwardChunks(const std::vector<std::vector<int32_t>>& chunks);
+
+  // A continuous-batching session over this Generator (see BatchSession).
+  std::unique_ptr<BatchSession> NewSession();
 
  private:
   struct Impl;

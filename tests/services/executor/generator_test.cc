@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 
 #include "common/resident_expert_provider.h"
 #include "common/safetensors.h"
@@ -404,6 +406,182 @@ TEST(ExecutorTest, F32CheckpointGivesTheSameLogitsAsItsBf16Original) {
   auto b = f32->ForwardChunks({kPrompt});
   ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
   EXPECT_TRUE(BitEqual(*a, *b)) << "fp32 math on exactly widened weights must not change a bit";
+}
+
+// ---------------------------------------------------------------------------------------------
+// BatchSession (continuous batching)
+
+namespace {
+
+// Fails BeginLayer while `fail` is set; otherwise forwards to the inner provider.
+class SwitchableFailingProvider : public ExpertProvider {
+ public:
+  explicit SwitchableFailingProvider(ExpertProvider* inner) : inner_(inner) {}
+  Status BeginLayer(const LayerRouting& routing) override {
+    if (fail) return Status::IoError("injected provider failure");
+    return inner_->BeginLayer(routing);
+  }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
+  Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
+  bool fail = false;
+
+ private:
+  ExpertProvider* inner_;
+};
+
+std::vector<int32_t> AloneGreedy(Generator& g, const std::vector<int32_t>& prompt, int64_t n) {
+  GenerationParams params;
+  params.max_new_tokens = n;
+  params.stop_on_eos = false;
+  auto r = g.Generate({prompt}, params);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? r->front().generated_ids : std::vector<int32_t>{};
+}
+
+}  // namespace
+
+TEST(BatchSessionTest, SequencesJoiningMidGenerationGetTheirAloneTokens) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  const std::vector<int32_t> a = {5, 17, 300, 1000, 42, 7, 1999};
+  const std::vector<int32_t> b = {64, 128};
+  const std::vector<int32_t> c = {3, 900, 1500, 77, 8};
+  GenerationParams params;
+  params.stop_on_eos = false;
+  auto session = g->NewSession();
+  std::map<BatchSession::SequenceId, std::vector<int32_t>> streamed;
+  auto add = [&](const std::vector<int32_t>& prompt, int64_t n) {
+    params.max_new_tokens = n;
+    auto holder = std::make_shared<BatchSession::SequenceId>(0);
+    auto id = session->AddSequence(prompt, params, 0, [&streamed, holder](int32_t t) {
+      streamed[*holder].push_back(t);
+      return true;
+    });
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    *holder = *id;
+    return *id;
+  };
+  std::map<BatchSession::SequenceId, GenerationResult> done;
+  auto step = [&] {
+    for (auto& f : session->Step()) {
+      EXPECT_TRUE(f.status.ok()) << f.status.ToString();
+      EXPECT_FALSE(f.cancelled);
+      done[f.id] = std::move(f.result);
+    }
+  };
+  const auto id_a = add(a, 8);
+  EXPECT_EQ(session->queued(), 1u);
+  step();  // prefill a
+  step();  // decode a
+  EXPECT_EQ(session->running(), 1u);
+  const auto id_b = add(b, 3);  // b's prefill joins a's third step
+  EXPECT_EQ(session->queued(), 1u);
+  step();
+  const auto id_c = add(c, 5);
+  while (!session->empty()) step();
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[id_a].generated_ids, AloneGreedy(*g, a, 8));
+  EXPECT_EQ(done[id_b].generated_ids, AloneGreedy(*g, b, 3));
+  EXPECT_EQ(done[id_c].generated_ids, AloneGreedy(*g, c, 5));
+  EXPECT_EQ(done[id_a].prompt_ids, a);
+  for (auto id : {id_a, id_b, id_c}) EXPECT_EQ(streamed[id], done[id].generated_ids);
+  // a ran 8 steps alone or with others; b and c joined without extra steps: 8 steps in all.
+  EXPECT_EQ(session->steps(), 8);
+}
+
+TEST(BatchSessionTest, CallbackFalseEndsOnlyThatSequence) {
+  auto g = MakeGenerator(TinyModelDir("olmoe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 6;
+  params.stop_on_eos = false;
+  auto session = g->NewSession();
+  int seen = 0;
+  auto stopper = session->AddSequence(kPrompt, params, 0, [&seen](int32_t) { return ++seen < 2; });
+  auto other = session->AddSequence({64, 128}, params);
+  ASSERT_TRUE(stopper.ok() && other.ok());
+  std::map<BatchSession::SequenceId, BatchSession::Finished> done;
+  while (!session->empty()) {
+    for (auto& f : session->Step()) done[f.id] = std::move(f);
+  }
+  EXPECT_TRUE(done[*stopper].cancelled);
+  EXPECT_EQ(done[*stopper].result.generated_ids.size(), 2u);
+  EXPECT_FALSE(done[*other].cancelled);
+  EXPECT_EQ(done[*other].result.generated_ids, AloneGreedy(*g, {64, 128}, 6));
+}
+
+TEST(BatchSessionTest, ZeroNewTokensEndsAfterPrefillWithLogits) {
+  auto g = MakeGenerator(TinyModelDir("olmoe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 0;
+  params.record_logits = true;
+  auto session = g->NewSession();
+  ASSERT_TRUE(session->AddSequence(kPrompt, params).ok());
+  auto finished = session->Step();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_TRUE(finished[0].result.generated_ids.empty());
+  EXPECT_EQ(finished[0].result.logits_rows, static_cast<int64_t>(kPrompt.size()));
+  auto whole = g->ForwardChunks({kPrompt});
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE(BitEqual(finished[0].result.logits, *whole));
+  EXPECT_TRUE(session->empty());
+}
+
+TEST(BatchSessionTest, BadSequencesAreRefusedWithoutQueueing) {
+  auto g = MakeGenerator(TinyModelDir("olmoe"));
+  ASSERT_TRUE(g);
+  auto session = g->NewSession();
+  GenerationParams params;
+  auto bad_id = session->AddSequence({1, 2, 5000}, params);
+  ASSERT_FALSE(bad_id.ok());
+  EXPECT_EQ(bad_id.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_id.status().message().find("5000"), std::string::npos);
+  EXPECT_EQ(session->AddSequence({}, params).status().code(), StatusCode::kInvalidArgument);
+  std::vector<int32_t> huge(static_cast<size_t>(g->config().max_position_embeddings) + 1, 1);
+  EXPECT_EQ(session->AddSequence(huge, params).status().code(), StatusCode::kInvalidArgument);
+  params.max_new_tokens = -1;
+  EXPECT_EQ(session->AddSequence({1, 2}, params).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(session->empty());
+  EXPECT_TRUE(session->Step().empty());
+  EXPECT_EQ(session->steps(), 0);
+}
+
+TEST(BatchSessionTest, ForwardFailureEndsEverySequenceOfTheStepAndTheSessionGoesOn) {
+  const std::string dir = TinyModelDir("olmoe");
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto resident = ResidentExpertProvider::FromCheckpoint(**ckpt);
+  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+  SwitchableFailingProvider failing(resident->get());
+  auto g = MakeGenerator(dir, &failing);
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 4;
+  params.stop_on_eos = false;
+  auto session = g->NewSession();
+  ASSERT_TRUE(session->AddSequence(kPrompt, params).ok());
+  ASSERT_TRUE(session->AddSequence({64, 128}, params).ok());
+  EXPECT_TRUE(session->Step().empty());  // both prefilled, both running
+  failing.fail = true;
+  auto failed = session->Step();
+  ASSERT_EQ(failed.size(), 2u);
+  for (const auto& f : failed) {
+    EXPECT_EQ(f.status.code(), StatusCode::kIoError);
+    EXPECT_NE(f.status.message().find("injected"), std::string::npos);
+    EXPECT_EQ(f.result.generated_ids.size(), 1u);  // the prefill's token stays
+  }
+  EXPECT_TRUE(session->empty());
+  failing.fail = false;
+  auto again = session->AddSequence({64, 128}, params);
+  ASSERT_TRUE(again.ok());
+  std::vector<BatchSession::Finished> done;
+  while (!session->empty()) {
+    for (auto& f : session->Step()) done.push_back(std::move(f));
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].status.ok());
+  EXPECT_EQ(done[0].result.generated_ids, AloneGreedy(*g, {64, 128}, 4));
 }
 
 }  // namespace

@@ -37,11 +37,12 @@ struct HttpReply {
   std::string body;
 };
 
-// One request through curl; the body travels in a file (no shell quoting).
+// One request through curl; the body travels in a file (no shell quoting). Concurrent calls need
+// distinct `tag`s (they name the request/response files).
 inline HttpReply Http(const TempDir& tmp, int port, const std::string& method, const std::string& path,
-               const std::string& body = "", const std::string& api_key = "") {
-  const std::string in = tmp.Sub("req.json");
-  const std::string out = tmp.Sub("resp.out");
+                      const std::string& body = "", const std::string& api_key = "", const std::string& tag = "") {
+  const std::string in = tmp.Sub("req" + tag + ".json");
+  const std::string out = tmp.Sub("resp" + tag + ".out");
   std::remove(out.c_str());
   std::string cmd = fmt::format("curl -s -N -m 120 -o {} -w '%{{http_code}}' -X {} http://127.0.0.1:{}{}", out,
                                 method, port, path);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -147,6 +148,54 @@ TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
   auto unknown = Http(tmp, port, "GET", "/v1/nope", "", key);
   EXPECT_EQ(unknown.status, 404) << unknown.body;
   EXPECT_TRUE(json::parse(unknown.body).contains("error")) << unknown.body;
+
+  // Concurrent requests are batched (continuous batching) and each still gets its own greedy text.
+  {
+    const std::vector<std::vector<int>> prompts = {{5, 17, 300, 42}, {64, 128}, {3, 900, 1500, 77, 8}, {1000, 7}};
+    constexpr int kLong = 48;
+    std::vector<std::string> want(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::string csv;
+      for (int id : prompts[i]) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+      auto g = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
+                                  "--json", model, csv, kLong));
+      ASSERT_EQ(g.exit_code, 0) << g.output;
+      want[i] = json::parse(g.output.substr(g.output.find('{')))["text"].get<std::string>();
+    }
+    std::vector<HttpReply> got(prompts.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      clients.emplace_back([&, i] {
+        const json r{{"prompt", prompts[i]}, {"max_tokens", kLong}, {"temperature", 0}, {"ignore_eos", true},
+                     {"stream", i % 2 == 1}};
+        got[i] = Http(tmp, port, "POST", "/v1/completions", r.dump(), key, std::to_string(i));
+      });
+    }
+    for (auto& t : clients) t.join();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(got[i].status, 200) << got[i].body;
+      std::string text;
+      if (i % 2 == 0) {
+        text = json::parse(got[i].body)["choices"][0]["text"].get<std::string>();
+        EXPECT_EQ(json::parse(got[i].body)["usage"]["completion_tokens"], kLong);
+      } else {
+        for (size_t pos = 0; (pos = got[i].body.find("data: {", pos)) != std::string::npos;) {
+          const size_t end = got[i].body.find("\n\n", pos);
+          text += json::parse(got[i].body.substr(pos + 6, end - pos - 6))["choices"][0]["text"].get<std::string>();
+          pos = end;
+        }
+      }
+      EXPECT_EQ(text, want[i]) << "prompt " << i;
+    }
+    // The server's per-request log says how many sequences shared a step.
+    const std::string text = ReadAll(log);
+    size_t peak = 0;
+    for (size_t pos = 0; (pos = text.find("batch of up to ", pos)) != std::string::npos;) {
+      pos += 15;
+      peak = std::max<size_t>(peak, std::strtoul(text.c_str() + pos, nullptr, 10));
+    }
+    EXPECT_GE(peak, 2u) << text;
+  }
 
   // SIGTERM: the server stops cleanly.
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
