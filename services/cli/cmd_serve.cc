@@ -8,7 +8,8 @@
 // route but /health answers 503. Endpoints:
 //   GET  /health               200 {"status":"ok"}, 503 {"status":"loading"} (never needs the API key)
 //   GET  /v1/models            {"object":"list","data":[{"id":<basename of DIR>,"object":"model"}]}
-//   POST /v1/completions       {"prompt": text | [token ids], "max_tokens" (16), "temperature" (1;
+//   POST /v1/completions       {"model" (optional; another id than GET /v1/models gives 404),
+//                              "prompt": text | [token ids], "max_tokens" (16), "temperature" (1;
 //                              0 = greedy), "top_p" (1), "seed" (0), "stop": text | [text], "stream",
 //                              "ignore_eos" (false; vLLM's extension: generate max_tokens tokens)}
 //   POST /v1/chat/completions  {"messages": [{"role","content"}], same sampling fields}; the prompt is
@@ -19,7 +20,8 @@
 // token that adds text, a last chunk with the finish_reason, then `data: [DONE]\n\n`.
 // Errors are {"error":{"message","type"}}: 400 (invalid_request_error) for bad JSON or fields or a
 // prompt longer than max_position_embeddings, 401 (authentication_error) for a missing/wrong
-// "Authorization: Bearer KEY" when --api-key is set, 404 (not_found_error), 500 (server_error).
+// "Authorization: Bearer KEY" when --api-key is set, 404 (not_found_error for an unknown path,
+// invalid_request_error for an unknown model), 500 (server_error), 503 while loading or stopping.
 //
 // Concurrency: httplib accepts connections on a thread pool; each request becomes a Job in a FIFO
 // queue. One batch-loop thread drives an executor::BatchSession (continuous batching): between
@@ -241,6 +243,14 @@ class Server {
     out->chat = chat;
     try {
       const ModelConfig& c = generator_->config();
+      if (j.contains("model") && !j["model"].is_null()) {  // optional here; OpenAI clients always send it
+        if (!j["model"].is_string()) return *err = BadRequest("'model' must be a string"), false;
+        if (j["model"].get<std::string>() != model_id_)
+          return *err = ApiError{404, "invalid_request_error",
+                                 fmt::format("the model '{}' does not exist; this server serves '{}' (GET /v1/models)",
+                                             j["model"].get<std::string>(), model_id_)},
+                 false;
+      }
       if (chat) {
         if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
           return *err = BadRequest("'messages' must be a non-empty array"), false;

@@ -140,6 +140,13 @@ TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
   auto long_reply = Http(tmp, port, "POST", "/v1/completions", too_long.dump(), key);
   EXPECT_EQ(long_reply.status, 400) << long_reply.body;
   EXPECT_NE(long_reply.body.find("context"), std::string::npos) << long_reply.body;
+  json named = request;
+  named["model"] = base;
+  EXPECT_EQ(Http(tmp, port, "POST", "/v1/completions", named.dump(), key).status, 200);
+  named["model"] = "gpt-4";
+  auto unknown_model = Http(tmp, port, "POST", "/v1/completions", named.dump(), key);
+  EXPECT_EQ(unknown_model.status, 404) << unknown_model.body;
+  EXPECT_NE(json::parse(unknown_model.body)["error"]["message"].get<std::string>().find("gpt-4"), std::string::npos);
   auto no_key = Http(tmp, port, "POST", "/v1/completions", request.dump());
   EXPECT_EQ(no_key.status, 401) << no_key.body;
   auto wrong_key = Http(tmp, port, "GET", "/v1/models", "", "wrong");
