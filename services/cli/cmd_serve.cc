@@ -21,7 +21,7 @@
 // Errors are {"error":{"message","type"}}: 400 (invalid_request_error) for bad JSON or fields or a
 // prompt longer than max_position_embeddings, 401 (authentication_error) for a missing/wrong
 // "Authorization: Bearer KEY" when --api-key is set, 404 (not_found_error for an unknown path,
-// invalid_request_error for an unknown model), 500 (server_error), 503 while loading or stopping.
+// invalid_request_error for an unknown model), 413 for a body over 32 MiB, 500 (server_error), 503 while loading or stopping.
 //
 // Concurrency: httplib accepts connections on a thread pool; each request becomes a Job in a FIFO
 // queue. One batch-loop thread drives an executor::BatchSession (continuous batching): between
@@ -75,6 +75,8 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kDefaultMaxTokens = 16;
+// Request bodies above this answer 413 before they are read (a prompt this long exceeds any context).
+constexpr size_t kMaxBodyBytes = size_t{32} << 20;
 constexpr int kSignalPollMillis = 200;  // how often the main thread checks for signals and a dead listener
 
 struct ServeArgs {
@@ -634,6 +636,7 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   Server server(args);
   server.SetMetrics(metrics);
   httplib::Server svr;
+  svr.set_payload_max_length(kMaxBodyBytes);
   server.Install(svr);
   if (!svr.bind_to_port(args.host, args.port)) {
     return Fail(Status::InvalidArgument(fmt::format("cannot listen on {}:{}", args.host, args.port)));

@@ -147,6 +147,10 @@ TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
   auto unknown_model = Http(tmp, port, "POST", "/v1/completions", named.dump(), key);
   EXPECT_EQ(unknown_model.status, 404) << unknown_model.body;
   EXPECT_NE(json::parse(unknown_model.body)["error"]["message"].get<std::string>().find("gpt-4"), std::string::npos);
+  auto huge = Http(tmp, port, "POST", "/v1/completions",
+                   R"({"prompt": ")" + std::string(size_t{33} << 20, 'a') + R"("})", key);
+  EXPECT_EQ(huge.status, 413) << huge.body.substr(0, 200);
+  EXPECT_TRUE(json::parse(huge.body).contains("error")) << huge.body.substr(0, 200);
   auto no_key = Http(tmp, port, "POST", "/v1/completions", request.dump());
   EXPECT_EQ(no_key.status, 401) << no_key.body;
   auto wrong_key = Http(tmp, port, "GET", "/v1/models", "", "wrong");
