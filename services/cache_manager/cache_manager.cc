@@ -37,17 +37,18 @@ const char* CachePolicyName(CachePolicy policy) {
     case CachePolicy::kFifo: return "fifo";
     case CachePolicy::kLfu: return "lfu";
     case CachePolicy::kFullLoad: return "full-load";
+    case CachePolicy::kMarking: return "marking";
   }
   return "?";
 }
 
 Result<CachePolicy> ParseCachePolicy(const std::string& text) {
   for (CachePolicy p : {CachePolicy::kZipMoe, CachePolicy::kLru, CachePolicy::kFifo, CachePolicy::kLfu,
-                        CachePolicy::kFullLoad}) {
+                        CachePolicy::kFullLoad, CachePolicy::kMarking}) {
     if (text == CachePolicyName(p)) return p;
   }
   return Status::InvalidArgument(
-      fmt::format("cache policy '{}': unknown (want zipmoe, lru, fifo, lfu or full-load)", text));
+      fmt::format("cache policy '{}': unknown (want zipmoe, lru, fifo, lfu, full-load or marking)", text));
 }
 
 
@@ -133,6 +134,7 @@ struct CacheManager::Placement {
 Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manifest, const CacheConfig& config) {
   std::unique_ptr<CacheManager> m(new CacheManager());
   m->config_ = config;
+  m->marking_rng_.seed(config.marking_seed);
   ZM_ASSIGN_OR_RETURN(m->layout_, ModelLayout::FromManifest(manifest));
   const ModelLayout& layout = m->layout_;
   const int32_t n_layers = layout.n_layers();
@@ -272,6 +274,7 @@ Result<ExpertLookup> CacheManager::Lookup(int32_t layer_id, int32_t expert_id) {
   ZM_CHECK(slot.state == SlotState::kResident) << "layer " << layer_id << " expert " << expert_id;
   ++slot.pins;
   ++live_pins_;
+  if (config_.policy == CachePolicy::kMarking) slot.marked = true;
   out.state = PoolState(p);
   ++counters_.pools[entry.pool].requests;
   ++counters_.layer_requests[layer_id][static_cast<int>(out.state)];
@@ -360,6 +363,39 @@ uint32_t CacheManager::PickVictimLocked(int32_t layer_id, int32_t expert_id, Poo
   return victim;
 }
 
+uint32_t CacheManager::PickMarkingVictimLocked(Pool p, bool* pinned_blocked) {
+  *pinned_blocked = false;
+  std::vector<SlotInfo>& slots = slots_[PoolIndex(p)];
+  auto collect = [&](std::vector<uint32_t>* unmarked, bool* any_unmarked, bool* any_busy) {
+    for (uint32_t s = 0; s < slots.size(); ++s) {
+      const SlotInfo& info = slots[s];
+      if (info.state == SlotState::kFree) continue;
+      if (info.state != SlotState::kResident || info.pins > 0) {
+        *any_busy = true;
+        *any_unmarked |= info.state == SlotState::kResident && !info.marked;
+        continue;
+      }
+      if (!info.marked) {
+        *any_unmarked = true;
+        unmarked->push_back(s);
+      }
+    }
+  };
+  std::vector<uint32_t> candidates;
+  bool any_unmarked = false, any_busy = false;
+  collect(&candidates, &any_unmarked, &any_busy);
+  if (!any_unmarked) {  // every resident is marked: a new phase begins
+    for (SlotInfo& info : slots) info.marked = false;
+    any_busy = false;
+    collect(&candidates, &any_unmarked, &any_busy);
+  }
+  if (candidates.empty()) {
+    *pinned_blocked = any_busy;
+    return SlotArena::kNoSlot;
+  }
+  return candidates[marking_rng_() % candidates.size()];
+}
+
 void CacheManager::ReleaseSlotLocked(Pool p, uint32_t slot) {
   SlotInfo& s = slots_[PoolIndex(p)][slot];
   ZM_CHECK(s.pins == 0 && s.state != SlotState::kFree) << "pool " << PoolLetter(p) << " slot " << slot;
@@ -408,6 +444,7 @@ uint32_t CacheManager::TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_i
   s.expert_id = expert_id;
   s.pins = 1;  // the admission's own pin, dropped at commit
   s.inserted_tick = ++insert_seq_;
+  s.marked = config_.policy == CachePolicy::kMarking;  // the requested page is marked on its miss too
   ++live_pins_;
   ++occupancy_[layer_id][PoolIndex(p)];
   return *slot;
@@ -464,7 +501,9 @@ Status CacheManager::DecideLocked(int32_t layer_id, int32_t expert_id, Available
     if (!Fillable(p, have)) continue;
     if (!HasRoomLocked(layer_id, p)) {
       bool pinned_blocked = false;
-      const uint32_t victim = PickVictimLocked(layer_id, expert_id, p, &pinned_blocked);
+      const uint32_t victim = config_.policy == CachePolicy::kMarking
+                                  ? PickMarkingVictimLocked(p, &pinned_blocked)
+                                  : PickVictimLocked(layer_id, expert_id, p, &pinned_blocked);
       if (victim == SlotArena::kNoSlot) {
         if (pinned_blocked) {
           ++result.pinned_skips;

@@ -22,7 +22,7 @@
 //      never blocks. Experts ranked past every threshold are not cached (and leave their pool).
 //      The bytes are copied into the slot outside the lock.
 //   4. Drop the leases (SlotLease destructor, or Release()).
-// Baseline policies (CachePolicy) use the same calls: lru / fifo / lfu keep full BF16 tensors in a
+// Baseline policies (CachePolicy) use the same calls: lru / fifo / lfu / marking keep full BF16 tensors in a
 // single global F pool of floor(budget / F slot bytes) experts (MoE-Infinity-like), full-load
 // caches nothing.
 //
@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,12 @@ enum class CachePolicy : uint8_t {
   kFifo = 2,      // full-tensor cache, evict first inserted
   kLfu = 3,       // full-tensor cache, evict least frequently used (ties: least recently used)
   kFullLoad = 4,  // no cache: every request is a miss
+  kMarking = 5,   // full-tensor cache, the Marking paging algorithm (Fiat et al. 1991): a request marks
+                  // its expert (hit, or miss once admitted); a full cache evicts a uniformly random
+                  // unmarked unpinned expert (CacheConfig::marking_seed), and when every resident is
+                  // marked, unmarks all first (a new phase)
 };
-// "zipmoe", "lru", "fifo", "lfu", "full-load".
+// "zipmoe", "lru", "fifo", "lfu", "full-load", "marking".
 const char* CachePolicyName(CachePolicy policy);
 // Errors: kInvalidArgument naming the text and the accepted names.
 Result<CachePolicy> ParseCachePolicy(const std::string& text);
@@ -76,6 +81,7 @@ struct CacheConfig {
   // at once), carved from the same arena and counted in budget_bytes: each is StagingSlotBytes()
   // (see StagingLayout). The pools get what is left. 0 = none (cache-only uses, tests).
   uint32_t staging_slots = 0;
+  uint64_t marking_seed = 0;  // kMarking only: seeds the victim choice (std::mt19937_64), deterministic
 };
 
 // Byte layout of one staging slot (ZipMoE §3.1 Fig. 5 ➎-➐ for one expert in flight). Offsets from
@@ -252,6 +258,7 @@ class CacheManager {
     int32_t expert_id = -1;
     uint32_t pins = 0;
     uint64_t inserted_tick = 0;  // FIFO order
+    bool marked = false;         // kMarking: requested in the current phase
   };
   struct Entry {
     int8_t pool = -1;  // PoolIndex of the resident slot, -1 = not cached
@@ -274,6 +281,8 @@ class CacheManager {
   bool HasRoomLocked(int32_t layer_id, Pool p) const;
   // Victim in pool p for (layer, expert) or kNoSlot; sets *pinned_blocked when a pin prevented one.
   uint32_t PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked) const;
+  // kMarking's victim in pool p (may start a new phase: unmarks every slot, draws from marking_rng_).
+  uint32_t PickMarkingVictimLocked(Pool p, bool* pinned_blocked);
   void EvictLocked(Pool p, uint32_t slot);         // unpinned resident: unlink + free
   void DetachLocked(int32_t layer_id, int32_t expert_id);  // unlink; free now or when unpinned
   uint32_t TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_id);  // kFilling, pinned once
@@ -298,6 +307,7 @@ class CacheManager {
   uint64_t tick_ = 0;                                            // ZM_GUARDED_BY(mu_) Lookup clock
   uint64_t insert_seq_ = 0;                                      // ZM_GUARDED_BY(mu_) FIFO clock
   uint64_t live_pins_ = 0;                                       // ZM_GUARDED_BY(mu_)
+  std::mt19937_64 marking_rng_;                                  // ZM_GUARDED_BY(mu_) kMarking victims
   CacheCounters counters_;                                       // ZM_GUARDED_BY(mu_)
 };
 

@@ -2,6 +2,7 @@
 // hand-computed thresholds (ZipMoE §3.4), eviction of the least frequent (ties LRU), tolerance δ,
 // pins (never evicted: known case, seeded random operations, threads, death test), pool subsets Λ,
 // moves between pools with byte checks, LRU/FIFO/LFU/full-load baselines on a hand-made sequence,
+// Marking's invariants (only unmarked victims, phases, seeded determinism, pins),
 // counters, config validation and CUDA host registration.
 #include "services/cache_manager/cache_manager.h"
 
@@ -590,6 +591,114 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// Marking (Fiat et al. 1991) on a cache of 3: the victim is random, so these tests check the
+// algorithm's invariants rather than one seed's draws.
+class MarkingTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<CacheManager> Make(uint64_t seed, int slots = 3) {
+    m_ = MakeManifest(1, 8, 512, 1);
+    auto layout = ModelLayout::FromManifest(m_);
+    CacheConfig config;
+    config.policy = CachePolicy::kMarking;
+    config.marking_seed = seed;
+    config.budget_bytes = slots * AlignSlotBytes(layout->slot_bytes(Pool::kF)) + 100;
+    return MakeCache(m_, config);
+  }
+  // Lookup + Admit with the BF16 tensors; 'H' or 'M'.
+  static char Access(CacheManager& cache, int32_t e) {
+    auto lk = cache.Lookup(0, e);
+    EXPECT_TRUE(lk.ok());
+    const char c = lk->state == CompressionState::kF ? 'H' : 'M';
+    lk->lease.Release();
+    EXPECT_TRUE(cache.Admit(0, e, AvailableParts{false, false, true}).ok());
+    return c;
+  }
+  Manifest m_;
+};
+
+TEST_F(MarkingTest, EvictsOnlyUnmarkedAndStartsANewPhaseWhenAllAreMarked) {
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    auto cache = Make(seed);
+    ASSERT_NE(cache, nullptr);
+    std::string pattern;
+    for (int e : {0, 1, 2, 0}) pattern += Access(*cache, e);
+    EXPECT_EQ(pattern, "MMMH");
+    // 0, 1, 2 are all marked: 3's miss starts a new phase and evicts one of them at random.
+    EXPECT_EQ(Access(*cache, 3), 'M');
+    std::vector<int32_t> residents = cache->Residents(0, Pool::kF);
+    ASSERT_EQ(residents.size(), 3u);
+    ASSERT_TRUE(std::count(residents.begin(), residents.end(), 3));
+    std::vector<int32_t> old;
+    for (int32_t e : residents) {
+      if (e != 3) old.push_back(e);
+    }
+    ASSERT_EQ(old.size(), 2u);
+    // Marked now: {3}. A hit marks old[0]; the next miss must evict the only unmarked one, old[1].
+    EXPECT_EQ(Access(*cache, old[0]), 'H');
+    EXPECT_EQ(Access(*cache, 4), 'M');
+    std::vector<int32_t> want = {3, 4, old[0]};
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(cache->Residents(0, Pool::kF), want) << "seed " << seed;
+    EXPECT_EQ(cache->Counters().pools[PoolIndex(Pool::kF)].evictions, 2u);
+  }
+}
+
+TEST_F(MarkingTest, SameSeedSameVictimsAndEveryCandidateIsDrawn) {
+  std::vector<int> drawn(3, 0);
+  std::vector<std::vector<int32_t>> finals;
+  for (uint64_t seed = 0; seed < 32; ++seed) {
+    std::vector<int32_t> first_victims;
+    std::vector<int32_t> final_residents;
+    for (int run = 0; run < 2; ++run) {
+      auto cache = Make(seed);
+      ASSERT_NE(cache, nullptr);
+      for (int e : {0, 1, 2, 3}) Access(*cache, e);
+      std::vector<int32_t> r = cache->Residents(0, Pool::kF);
+      int32_t victim = -1;
+      for (int32_t e : {0, 1, 2}) {
+        if (!std::count(r.begin(), r.end(), e)) victim = e;
+      }
+      ASSERT_GE(victim, 0);
+      std::mt19937 rng(static_cast<uint32_t>(seed));  // the access sequence, not the cache's draws
+      for (int i = 0; i < 200; ++i) Access(*cache, static_cast<int32_t>(rng() % 8));
+      if (run == 0) {
+        ++drawn[victim];
+        first_victims.push_back(victim);
+        final_residents = cache->Residents(0, Pool::kF);
+      } else {
+        EXPECT_EQ(victim, first_victims[0]) << "seed " << seed;
+        EXPECT_EQ(cache->Residents(0, Pool::kF), final_residents) << "seed " << seed;
+      }
+    }
+  }
+  for (int e = 0; e < 3; ++e) EXPECT_GT(drawn[e], 0) << "expert " << e << " was never the victim in 32 seeds";
+}
+
+TEST_F(MarkingTest, PinnedUnmarkedExpertIsNeverEvicted) {
+  auto cache = Make(7, 2);
+  ASSERT_NE(cache, nullptr);
+  Access(*cache, 0);
+  Access(*cache, 1);
+  Access(*cache, 2);  // new phase: one of 0/1 evicted, 2 marked
+  std::vector<int32_t> r = cache->Residents(0, Pool::kF);
+  ASSERT_EQ(r.size(), 2u);
+  const int32_t old = r[0] == 2 ? r[1] : r[0];
+  // Pin the unmarked survivor through a Lookup... which also marks it; so every resident is marked
+  // and the next miss starts a new phase in which only the unpinned expert 2 can go.
+  auto lk = cache->Lookup(0, old);
+  ASSERT_TRUE(lk.ok());
+  ASSERT_EQ(lk->state, CompressionState::kF);
+  EXPECT_EQ(Access(*cache, 5), 'M');
+  EXPECT_THAT(cache->Residents(0, Pool::kF), ElementsAre(old, 5));
+  // The new phase unmarked `old`, but it is pinned; 5 is marked: 6 finds no victim and is dropped.
+  const uint64_t skips = cache->Counters().pinned_skips;
+  EXPECT_EQ(Access(*cache, 6), 'M');
+  EXPECT_THAT(cache->Residents(0, Pool::kF), ElementsAre(old, 5));
+  EXPECT_EQ(cache->Counters().pinned_skips, skips + 1);
+  lk->lease.Release();
+  EXPECT_EQ(cache->LivePins(), 0u);
+}
+
 TEST(CacheManagerTest, BaselineCapacityIsGlobalAcrossLayers) {
   const Manifest m = MakeManifest(2, 4, 512, 1);
   auto layout = ModelLayout::FromManifest(m);
@@ -675,6 +784,8 @@ TEST(CacheManagerTest, InvalidConfigs) {
 
   EXPECT_EQ(*ParseCachePolicy("full-load"), CachePolicy::kFullLoad);
   EXPECT_EQ(*ParseCachePolicy("lfu"), CachePolicy::kLfu);
+  EXPECT_EQ(*ParseCachePolicy("marking"), CachePolicy::kMarking);
+  EXPECT_STREQ(CachePolicyName(CachePolicy::kMarking), "marking");
   EXPECT_EQ(ParseCachePolicy("arc").status().code(), StatusCode::kInvalidArgument);
 }
 
