@@ -120,6 +120,77 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Ack& m) {
   return wire::CreateAck(fbb, static_cast<wire::StatusCode>(m.status.code()), message).Union();
 }
 
+template <typename T>
+Offset<flatbuffers::Vector<T>> Vec(FlatBufferBuilder& fbb, const std::vector<T>& v) {
+  return v.empty() ? 0 : fbb.CreateVector(v);
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheHello& m) {
+  const auto arena = Str(fbb, m.arena_name);
+  return wire::CreateCacheHello(fbb, m.request_id, m.pid, m.heartbeat_interval_ms, arena).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheHelloReply& m) {
+  const auto message = Str(fbb, m.status.message());
+  const auto arena = Str(fbb, m.arena_name);
+  const auto pools = Str(fbb, m.pools);
+  const auto staging = Vec(fbb, m.staging_offsets);
+  return wire::CreateCacheHelloReply(fbb, m.request_id, static_cast<wire::StatusCode>(m.status.code()), message,
+                                     arena, m.arena_bytes, m.budget_bytes, m.policy, pools, staging,
+                                     m.staging_e_sm_bytes, m.staging_e_plane_offset, m.staging_bf16_offset,
+                                     m.staging_slot_bytes, m.sm_read_us, m.e_read_us, m.decompress_us,
+                                     m.recovery_us, m.expert_compute_us, m.n_shards)
+      .Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheLookup& m) {
+  const auto ids = fbb.CreateVector(m.expert_ids);
+  return wire::CreateCacheLookup(fbb, m.request_id, m.layer_id, ids).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheLookupReply& m) {
+  const auto message = Str(fbb, m.status.message());
+  std::vector<wire::CacheEntry> entries;
+  entries.reserve(m.entries.size());
+  for (const CacheEntry& e : m.entries) entries.emplace_back(e.expert_id, e.state, e.slot_offset, e.lease_id);
+  const auto entries_vec = fbb.CreateVectorOfStructs(entries);
+  const auto outcomes = Vec(fbb, m.admit_outcomes);
+  const auto admit_message = Str(fbb, m.admit_status.message());
+  return wire::CreateCacheLookupReply(fbb, m.request_id, static_cast<wire::StatusCode>(m.status.code()), message,
+                                      m.layer_id, entries_vec, m.admit_calls, outcomes,
+                                      static_cast<wire::StatusCode>(m.admit_status.code()), admit_message)
+      .Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheAdmit& m) {
+  std::vector<Offset<wire::CacheAdmitItem>> items;
+  items.reserve(m.items.size());
+  for (const CacheAdmitItem& it : m.items) {
+    const auto e = Vec(fbb, it.e_offsets);
+    const auto sm = Vec(fbb, it.sm_offsets);
+    const auto bf16 = Vec(fbb, it.bf16_offsets);
+    items.push_back(
+        wire::CreateCacheAdmitItem(fbb, it.layer_id, it.expert_id, it.lease_id, it.admit, it.parts, e, sm, bf16));
+  }
+  return wire::CreateCacheAdmit(fbb, m.request_id, fbb.CreateVector(items), m.want_reply).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheReply& m) {
+  const auto message = Str(fbb, m.status.message());
+  return wire::CreateCacheReply(fbb, m.request_id, static_cast<wire::StatusCode>(m.status.code()), message).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheStatsRequest& m) {
+  return wire::CreateCacheStatsRequest(fbb, m.request_id).Union();
+}
+
+Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheStats& m) {
+  const auto pools = Vec(fbb, m.pool_counters);
+  const auto layers = Vec(fbb, m.layer_requests);
+  return wire::CreateCacheStats(fbb, m.request_id, m.lookups, m.misses, m.drops, m.pinned_skips, pools, layers)
+      .Union();
+}
+
 // ---- Decode ------------------------------------------------------------------------------------
 
 // Checks that a wire enum value is one this build knows; the Verifier does not look at enum ranges.
@@ -263,6 +334,112 @@ Result<Body> DecodeBody(const wire::Ack& t) {
   return Body(std::move(m));
 }
 
+template <typename T>
+std::vector<T> VecOf(const flatbuffers::Vector<T>* v) {
+  return v == nullptr ? std::vector<T>() : std::vector<T>(v->begin(), v->end());
+}
+
+Result<Body> DecodeBody(const wire::CacheHello& t) {
+  return Body(CacheHello{t.request_id(), t.pid(), t.heartbeat_interval_ms(), Str(t.arena_name())});
+}
+
+Result<Body> DecodeBody(const wire::CacheHelloReply& t) {
+  CacheHelloReply m;
+  ZM_RETURN_IF_ERROR(DecodeStatus(t.status_code(), t.message(), "CacheHelloReply", &m.status));
+  m.request_id = t.request_id();
+  m.arena_name = Str(t.arena_name());
+  m.arena_bytes = t.arena_bytes();
+  m.budget_bytes = t.budget_bytes();
+  m.policy = t.policy();
+  m.pools = Str(t.pools());
+  m.staging_offsets = VecOf(t.staging_offsets());
+  m.staging_e_sm_bytes = t.staging_e_sm_bytes();
+  m.staging_e_plane_offset = t.staging_e_plane_offset();
+  m.staging_bf16_offset = t.staging_bf16_offset();
+  m.staging_slot_bytes = t.staging_slot_bytes();
+  m.sm_read_us = t.sm_read_us();
+  m.e_read_us = t.e_read_us();
+  m.decompress_us = t.decompress_us();
+  m.recovery_us = t.recovery_us();
+  m.expert_compute_us = t.expert_compute_us();
+  m.n_shards = t.n_shards();
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::CacheLookup& t) {
+  return Body(CacheLookup{t.request_id(), t.layer_id(), VecOf(t.expert_ids())});
+}
+
+// CompressionState values (common/compression_state.h): kMiss .. kF.
+constexpr uint8_t kMaxCompressionState = 4;
+
+Result<Body> DecodeBody(const wire::CacheLookupReply& t) {
+  CacheLookupReply m;
+  ZM_RETURN_IF_ERROR(DecodeStatus(t.status_code(), t.message(), "CacheLookupReply", &m.status));
+  ZM_RETURN_IF_ERROR(DecodeStatus(t.admit_status_code(), t.admit_message(), "CacheLookupReply", &m.admit_status));
+  m.request_id = t.request_id();
+  m.layer_id = t.layer_id();
+  if (t.entries() != nullptr) {
+    m.entries.reserve(t.entries()->size());
+    for (flatbuffers::uoffset_t i = 0; i < t.entries()->size(); ++i) {
+      const wire::CacheEntry* e = t.entries()->Get(i);
+      if (e->state() > kMaxCompressionState) {
+        return Status::InvalidArgument(fmt::format("CacheLookupReply.entries[{}].state = {} is out of range (0..{})",
+                                                   i, e->state(), kMaxCompressionState));
+      }
+      m.entries.push_back(CacheEntry{e->expert_id(), e->state(), e->slot_offset(), e->lease_id()});
+    }
+  }
+  m.admit_calls = t.admit_calls();
+  m.admit_outcomes = VecOf(t.admit_outcomes());
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::CacheAdmit& t) {
+  CacheAdmit m;
+  m.request_id = t.request_id();
+  m.want_reply = t.want_reply();
+  if (t.items() != nullptr) {
+    m.items.reserve(t.items()->size());
+    for (flatbuffers::uoffset_t i = 0; i < t.items()->size(); ++i) {
+      const wire::CacheAdmitItem* w = t.items()->Get(i);
+      if (w == nullptr) return Status::InvalidArgument(fmt::format("CacheAdmit.items[{}] is null", i));
+      CacheAdmitItem it;
+      it.layer_id = w->layer_id();
+      it.expert_id = w->expert_id();
+      it.lease_id = w->lease_id();
+      it.admit = w->admit();
+      it.parts = w->parts();
+      it.e_offsets = VecOf(w->e_offsets());
+      it.sm_offsets = VecOf(w->sm_offsets());
+      it.bf16_offsets = VecOf(w->bf16_offsets());
+      m.items.push_back(std::move(it));
+    }
+  }
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::CacheReply& t) {
+  CacheReply m;
+  ZM_RETURN_IF_ERROR(DecodeStatus(t.status_code(), t.message(), "CacheReply", &m.status));
+  m.request_id = t.request_id();
+  return Body(std::move(m));
+}
+
+Result<Body> DecodeBody(const wire::CacheStatsRequest& t) { return Body(CacheStatsRequest{t.request_id()}); }
+
+Result<Body> DecodeBody(const wire::CacheStats& t) {
+  CacheStats m;
+  m.request_id = t.request_id();
+  m.lookups = t.lookups();
+  m.misses = t.misses();
+  m.drops = t.drops();
+  m.pinned_skips = t.pinned_skips();
+  m.pool_counters = VecOf(t.pool_counters());
+  m.layer_requests = VecOf(t.layer_requests());
+  return Body(std::move(m));
+}
+
 template <typename WireTable>
 Result<Body> DecodeTyped(const wire::Envelope& envelope) {
   const auto* table = static_cast<const WireTable*>(envelope.body());
@@ -314,6 +491,14 @@ Result<Message> DecodeVerified(const uint8_t* data, size_t size) {
     case wire::Body::LeaseRelease: body = DecodeTyped<wire::LeaseRelease>(*envelope); break;
     case wire::Body::LayerEnd: body = DecodeTyped<wire::LayerEnd>(*envelope); break;
     case wire::Body::Ack: body = DecodeTyped<wire::Ack>(*envelope); break;
+    case wire::Body::CacheHello: body = DecodeTyped<wire::CacheHello>(*envelope); break;
+    case wire::Body::CacheHelloReply: body = DecodeTyped<wire::CacheHelloReply>(*envelope); break;
+    case wire::Body::CacheLookup: body = DecodeTyped<wire::CacheLookup>(*envelope); break;
+    case wire::Body::CacheLookupReply: body = DecodeTyped<wire::CacheLookupReply>(*envelope); break;
+    case wire::Body::CacheAdmit: body = DecodeTyped<wire::CacheAdmit>(*envelope); break;
+    case wire::Body::CacheReply: body = DecodeTyped<wire::CacheReply>(*envelope); break;
+    case wire::Body::CacheStatsRequest: body = DecodeTyped<wire::CacheStatsRequest>(*envelope); break;
+    case wire::Body::CacheStats: body = DecodeTyped<wire::CacheStats>(*envelope); break;
     default:
       return Status::InvalidArgument(fmt::format("message{} has unknown body type {} (this build knows 1..{})",
                                                  from, static_cast<unsigned>(type),
@@ -372,6 +557,53 @@ bool Ack::operator==(const Ack& o) const { return SameStatus(status, o.status); 
 
 bool Heartbeat::operator==(const Heartbeat& o) const {
   return interval_ms == o.interval_ms && in_flight == o.in_flight;
+}
+
+bool CacheHello::operator==(const CacheHello& o) const {
+  return request_id == o.request_id && pid == o.pid && heartbeat_interval_ms == o.heartbeat_interval_ms &&
+         arena_name == o.arena_name;
+}
+
+bool CacheHelloReply::operator==(const CacheHelloReply& o) const {
+  return request_id == o.request_id && SameStatus(status, o.status) && arena_name == o.arena_name &&
+         arena_bytes == o.arena_bytes && budget_bytes == o.budget_bytes && policy == o.policy && pools == o.pools &&
+         staging_offsets == o.staging_offsets && staging_e_sm_bytes == o.staging_e_sm_bytes &&
+         staging_e_plane_offset == o.staging_e_plane_offset && staging_bf16_offset == o.staging_bf16_offset &&
+         staging_slot_bytes == o.staging_slot_bytes && sm_read_us == o.sm_read_us && e_read_us == o.e_read_us &&
+         decompress_us == o.decompress_us && recovery_us == o.recovery_us &&
+         expert_compute_us == o.expert_compute_us && n_shards == o.n_shards;
+}
+
+bool CacheEntry::operator==(const CacheEntry& o) const {
+  return expert_id == o.expert_id && state == o.state && slot_offset == o.slot_offset && lease_id == o.lease_id;
+}
+
+bool CacheLookup::operator==(const CacheLookup& o) const {
+  return request_id == o.request_id && layer_id == o.layer_id && expert_ids == o.expert_ids;
+}
+
+bool CacheLookupReply::operator==(const CacheLookupReply& o) const {
+  return request_id == o.request_id && SameStatus(status, o.status) && layer_id == o.layer_id &&
+         entries == o.entries && admit_calls == o.admit_calls && admit_outcomes == o.admit_outcomes &&
+         SameStatus(admit_status, o.admit_status);
+}
+
+bool CacheAdmitItem::operator==(const CacheAdmitItem& o) const {
+  return layer_id == o.layer_id && expert_id == o.expert_id && lease_id == o.lease_id && admit == o.admit &&
+         parts == o.parts && e_offsets == o.e_offsets && sm_offsets == o.sm_offsets && bf16_offsets == o.bf16_offsets;
+}
+
+bool CacheAdmit::operator==(const CacheAdmit& o) const {
+  return request_id == o.request_id && items == o.items && want_reply == o.want_reply;
+}
+
+bool CacheReply::operator==(const CacheReply& o) const {
+  return request_id == o.request_id && SameStatus(status, o.status);
+}
+
+bool CacheStats::operator==(const CacheStats& o) const {
+  return request_id == o.request_id && lookups == o.lookups && misses == o.misses && drops == o.drops &&
+         pinned_skips == o.pinned_skips && pool_counters == o.pool_counters && layer_requests == o.layer_requests;
 }
 
 bool Message::operator==(const Message& o) const {

@@ -193,9 +193,113 @@ struct Ack {
   bool operator==(const Ack& o) const;
 };
 
+// ---- scheduler <-> cache-manager (services/runtime/cache_backend.h; schemas/messages.fbs) ----
+// Every request carries request_id; its reply copies it.
+
+// scheduler -> cache-manager, first message of a client: drops what earlier clients held, grants
+// the staging slots.
+struct CacheHello {
+  uint64_t request_id = 0;
+  int32_t pid = 0;
+  uint32_t heartbeat_interval_ms = 0;
+  std::string arena_name;  // expected arena; "" = any
+  bool operator==(const CacheHello& o) const;
+};
+
+// cache-manager -> scheduler: the arena, staging slots and the planner's cost model.
+struct CacheHelloReply {
+  uint64_t request_id = 0;
+  Status status;
+  std::string arena_name;
+  uint64_t arena_bytes = 0;
+  uint64_t budget_bytes = 0;
+  uint8_t policy = 0;                     // cache_manager::CachePolicy value
+  std::string pools;                      // Λ in effect
+  std::vector<uint64_t> staging_offsets;  // arena offsets of the granted staging slots
+  uint64_t staging_e_sm_bytes = 0;        // cache_manager::StagingLayout
+  uint64_t staging_e_plane_offset = 0;
+  uint64_t staging_bf16_offset = 0;
+  uint64_t staging_slot_bytes = 0;
+  double sm_read_us = 0, e_read_us = 0, decompress_us = 0, recovery_us = 0, expert_compute_us = 0;
+  int32_t n_shards = 1;
+  bool operator==(const CacheHelloReply& o) const;
+};
+
+// One expert of a CacheLookupReply.
+struct CacheEntry {
+  int32_t expert_id = 0;
+  uint8_t state = 0;         // CompressionState value (checked <= kF on receipt)
+  uint64_t slot_offset = 0;  // arena offset of the cache slot (state != miss)
+  uint64_t lease_id = 0;     // 0 for a miss
+  bool operator==(const CacheEntry& o) const;
+};
+
+// scheduler -> cache-manager: every selected expert of one layer.
+struct CacheLookup {
+  uint64_t request_id = 0;
+  int32_t layer_id = 0;
+  std::vector<int32_t> expert_ids;
+  bool operator==(const CacheLookup& o) const;
+};
+
+struct CacheLookupReply {
+  uint64_t request_id = 0;
+  Status status;
+  int32_t layer_id = 0;
+  std::vector<CacheEntry> entries;       // in request order
+  uint64_t admit_calls = 0;              // cumulative admissions of this client
+  std::vector<uint64_t> admit_outcomes;  // cumulative, by cache_manager::AdmitOutcome value
+  Status admit_status;                   // first failed admission since the last reply
+  bool operator==(const CacheLookupReply& o) const;
+};
+
+inline constexpr uint8_t kCachePartE = 1, kCachePartSm = 2, kCachePartBf16 = 4;
+
+struct CacheAdmitItem {
+  int32_t layer_id = 0;
+  int32_t expert_id = 0;
+  uint64_t lease_id = 0;               // released after the admission; 0 = none
+  bool admit = false;                  // false: only release the lease
+  uint8_t parts = 0;                   // kCachePart* bits
+  std::vector<uint64_t> e_offsets;     // stored E-chunks, proj-major
+  std::vector<uint64_t> sm_offsets;    // [3]
+  std::vector<uint64_t> bf16_offsets;  // [3]
+  bool operator==(const CacheAdmitItem& o) const;
+};
+
+// scheduler -> cache-manager: admissions + lease releases; one-way unless want_reply.
+struct CacheAdmit {
+  uint64_t request_id = 0;
+  std::vector<CacheAdmitItem> items;
+  bool want_reply = false;
+  bool operator==(const CacheAdmit& o) const;
+};
+
+struct CacheReply {
+  uint64_t request_id = 0;
+  Status status;
+  bool operator==(const CacheReply& o) const;
+};
+
+struct CacheStatsRequest {
+  uint64_t request_id = 0;
+  bool operator==(const CacheStatsRequest& o) const { return request_id == o.request_id; }
+};
+
+// cache_manager::CacheCounters, flattened.
+struct CacheStats {
+  uint64_t request_id = 0;
+  uint64_t lookups = 0, misses = 0, drops = 0, pinned_skips = 0;
+  std::vector<uint64_t> pool_counters;   // [4][7] (see schemas/messages.fbs)
+  std::vector<uint64_t> layer_requests;  // [n_layers][5]
+  bool operator==(const CacheStats& o) const;
+};
+
 // Union order = schemas/messages.fbs Body order (index + 1 = the FlatBuffers union type).
 using Body = std::variant<ReadRequest, ReadCompletion, DecodeRequest, DecodeCompletion, WorkerReady,
-                          Heartbeat, Disconnect, LayerRequest, ExpertReady, LeaseRelease, LayerEnd, Ack>;
+                          Heartbeat, Disconnect, LayerRequest, ExpertReady, LeaseRelease, LayerEnd, Ack,
+                          CacheHello, CacheHelloReply, CacheLookup, CacheLookupReply, CacheAdmit, CacheReply,
+                          CacheStatsRequest, CacheStats>;
 
 struct Message {
   uint16_t version = kMessageVersion;  // filled by DecodeMessage; EncodeMessage always writes kMessageVersion

@@ -59,70 +59,15 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   if (cfg.n_workers <= 0) cfg.n_workers = decompressor::DefaultWorkerCount();
   ZM_ASSIGN_OR_RETURN(p->store_, ExpertStore::Open(cfg.model_dir));
   const Manifest& manifest = p->store_->manifest();
-  if (cfg.memory_budget_percent != 0) {
-    if (!(cfg.memory_budget_percent > 0 && cfg.memory_budget_percent <= 1000)) {
-      return Status::InvalidArgument(
-          fmt::format("memory budget {}%: a percentage must be in (0, 1000]", cfg.memory_budget_percent));
-    }
-    uint64_t expert_bytes = 0;
-    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
-    cfg.memory_budget_bytes =
-        static_cast<uint64_t>(static_cast<double>(expert_bytes) * cfg.memory_budget_percent / 100.0);
+  if (cfg.cache) {
+    ZM_ASSIGN_OR_RETURN(p->cache_, cfg.cache(&cfg, manifest));
+  } else {
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<LocalCacheBackend> local, LocalCacheBackend::Create(&cfg, manifest));
+    p->cache_ = std::move(local);
   }
-  if (cfg.no_compression) {
-    if (cfg.policy != cm::CachePolicy::kZipMoe || manifest.codec != Codec::kNone) {
-      return Status::InvalidArgument(fmt::format(
-          "--no-compression runs the zipmoe policy on uncompressed experts: give a directory made with `zipmoe "
-          "compress --codec none` ({} uses {}) and --policy zipmoe (got {})",
-          cfg.model_dir, CodecName(manifest.codec), cm::CachePolicyName(cfg.policy)));
-    }
-    cfg.pools = "F";
-    cfg.pool_ratios.clear();
-  }
-  ZM_ASSIGN_OR_RETURN(cm::ModelLayout layout, cm::ModelLayout::FromManifest(manifest));
-  ZM_ASSIGN_OR_RETURN(cm::ModelPlanInputs model, cm::ModelPlanInputsFromManifest(manifest, cfg.model_dir));
-  const cm::StagingLayout staging = cm::StagingLayout::ForModel(layout);
-  if (cfg.memory_budget_bytes < staging.slot_bytes) {
-    return Status::InvalidArgument(fmt::format(
-        "memory budget {} bytes ({:.2f} MiB) is below the minimum {} bytes ({:.2f} MiB) for {}: one expert in "
-        "flight needs one staging slot (E-/SM-chunks, exponent planes and BF16 of its {} tensors)",
-        cfg.memory_budget_bytes, cfg.memory_budget_bytes / 1048576.0, staging.slot_bytes,
-        staging.slot_bytes / 1048576.0, cfg.model_dir, model.tensors_per_expert));
-  }
-  const uint32_t slots =
-      cfg.staging_slots > 0 ? cfg.staging_slots : ChooseStagingSlots(cfg.memory_budget_bytes, staging.slot_bytes, model.top_k);
-  const uint64_t staging_bytes = static_cast<uint64_t>(slots) * staging.slot_bytes;
-  if (staging_bytes > cfg.memory_budget_bytes) {
-    return Status::InvalidArgument(fmt::format("{} staging slots need {} bytes, more than the memory budget of {} bytes",
-                                               slots, staging_bytes, cfg.memory_budget_bytes));
-  }
-  cfg.staging_slots = slots;
+  p->arena_base_ = p->cache_->arena_base();
 
-  // Plan the pools with what the staging slots leave (the cost model serves every policy).
-  const bool zipmoe = cfg.policy == cm::CachePolicy::kZipMoe;
-  cm::PlanRequest request;
-  request.model_dir = cfg.model_dir;
-  request.budget_bytes = zipmoe ? cfg.memory_budget_bytes - staging_bytes : 0;
-  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(zipmoe ? cfg.pools : "F"));
-  request.trace_path = cfg.trace_path;
-  request.n_workers = cfg.n_workers;
-  request.profile_path = cfg.profile_path;
-  if (zipmoe && !cfg.pool_ratios.empty()) {
-    ZM_ASSIGN_OR_RETURN(request.ratios, cm::ParsePoolRatios(cfg.pool_ratios));
-  }
-  ZM_ASSIGN_OR_RETURN(p->plan_, cm::BuildPlan(manifest, request));
-
-  cm::CacheConfig cache_config;
-  cache_config.policy = cfg.policy;
-  cache_config.budget_bytes = cfg.memory_budget_bytes;
-  cache_config.shm_name = cfg.shm_name;
-  cache_config.plan = zipmoe ? cm::ToCachePlan(p->plan_, layout) : cm::CachePlan{};
-  cache_config.pools = zipmoe ? cfg.pools : "F";
-  cache_config.tolerance = cfg.tolerance;
-  cache_config.staging_slots = slots;
-  ZM_ASSIGN_OR_RETURN(p->cache_, cm::CacheManager::Create(manifest, cache_config));
-
-  const cm::CostModel& c = p->plan_.cost;
+  const cm::CostModel& c = p->cache_->plan().cost;
   p->cost_.sm_read_us = c.sm_read_us;
   p->cost_.e_read_us = c.e_read_us;
   p->cost_.decompress_us = c.decompress_us;
@@ -138,15 +83,15 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   setup.n_workers = cfg.n_workers;
   setup.arena_base = p->cache_->arena_base();
   setup.arena_bytes = p->cache_->arena_bytes();
-  setup.arena_name = cfg.shm_name;
+  setup.arena_name = p->cache_->arena_name();
   setup.on_read = [raw](const storage::ReadCompletion& done) { raw->OnReadComplete(done); };
   setup.on_decode = [raw](const decompressor::DecompressCompletion& done) { raw->OnDecompressComplete(done); };
   ZM_ASSIGN_OR_RETURN(Engines engines, cfg.engines ? cfg.engines(setup) : CreateLocalEngines(setup));
   p->storage_ = std::move(engines.reads);
   p->pool_ = std::move(engines.decodes);
 
-  p->stats_.per_layer.resize(layout.n_layers());
-  p->stats_.staging_slots = slots;
+  p->stats_.per_layer.resize(p->cache_->layout().n_layers());
+  p->stats_.staging_slots = p->cache_->staging_slots();
   p->stats_.arena_bytes = p->cache_->arena_bytes();
   p->stats_.budget_bytes = cfg.memory_budget_bytes;
   p->stats_.direct_io = p->storage_->direct_io();
@@ -166,6 +111,12 @@ OffloadExpertProvider::~OffloadExpertProvider() {
 
 uint64_t OffloadExpertProvider::minimum_budget_bytes() const { return cache_->staging_layout().slot_bytes; }
 
+const cm::CacheManager& OffloadExpertProvider::cache() const {
+  const cm::CacheManager* manager = cache_->local_manager();
+  ZM_CHECK(manager != nullptr) << "cache(): the cache lives in the cache-manager process";
+  return *manager;
+}
+
 double OffloadExpertProvider::NowUs() const {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - layer_start_).count();
 }
@@ -180,7 +131,7 @@ std::vector<scheduler::ExpertTask> OffloadExpertProvider::TasksOf(const std::vec
       t.proj = static_cast<ExpertProj>(proj);
       t.state = w.lookup.state;
       t.n_tokens = w.n_tokens;
-      t.expert_compute_us = plan_.cost.expert_compute_us * std::max(1, w.n_tokens);
+      t.expert_compute_us = cache_->plan().cost.expert_compute_us * std::max(1, w.n_tokens);
       tasks.push_back(t);
     }
   }
@@ -231,12 +182,17 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
                                             routing.layer_id, w.expert_id, ExpertProjName(static_cast<ExpertProj>(proj))));
       }
     }
-    Result<cm::ExpertLookup> lookup = cache_->Lookup(routing.layer_id, w.expert_id);
-    if (!lookup.ok()) {
-      experts_.clear();
-      return lookup.status();
-    }
-    w.lookup = std::move(*lookup);
+  }
+  // One lookup for the whole layer (one round trip when the cache is remote).
+  std::vector<CachedExpert> found;
+  Status looked_up = cache_->LookupLayer(routing.layer_id, routing.expert_ids, &found);
+  if (!looked_up.ok()) {
+    experts_.clear();
+    return looked_up;
+  }
+  for (size_t i = 0; i < routing.expert_ids.size(); ++i) {
+    ExpertWork& w = experts_[i];
+    w.lookup = found[i];
     if (w.lookup.state == CompressionState::kF) {
       for (int proj = 0; proj < cm::kProjCount; ++proj) {
         w.tensors[proj].weights = w.lookup.Bf16(static_cast<ExpertProj>(proj));
@@ -285,7 +241,7 @@ Status OffloadExpertProvider::StartPendingLocked() {
     if (!slot.ok()) break;
     ExpertWork& w = experts_[pending_.front()];
     w.staging = *slot;
-    w.staging_base = cache_->StagingData(*slot);
+    w.staging_base = arena_base_ + cache_->StagingOffset(*slot);
     wave.push_back(pending_.front());
     pending_.pop_front();
   }
@@ -501,10 +457,7 @@ Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
 }
 
 void OffloadExpertProvider::OnLeaseReleased(int32_t expert) {
-  cm::AvailableParts parts;
-  cm::ExpertSources sources;
-  int32_t layer_id = -1;
-  int32_t expert_id = -1;
+  CacheAdmitRequest request;
   bool admit = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -513,35 +466,34 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t expert) {
     w.released_us = NowUs();
     measure_.compute_us[w.expert_id] = w.released_us - w.delivered_us;
     admit = error_.ok();
-    layer_id = layer_id_;
-    expert_id = w.expert_id;
+    request.layer_id = layer_id_;
+    request.expert_id = w.expert_id;
+    request.lease = w.lookup.lease;
     if (w.lookup.state == CompressionState::kF) {
-      parts.bf16 = true;
-      for (int proj = 0; proj < cm::kProjCount; ++proj) sources.bf16[proj] = w.tensors[proj].weights;
+      request.parts.bf16 = true;
+      for (int proj = 0; proj < cm::kProjCount; ++proj) request.bf16[proj] = OffsetOf(w.tensors[proj].weights);
     } else {
-      parts.e = parts.sm = parts.bf16 = true;
+      request.parts.e = request.parts.sm = request.parts.bf16 = true;
       for (int proj = 0; proj < cm::kProjCount; ++proj) {
         const TensorWork& tw = w.tensors[proj];
-        sources.e_chunks[proj].assign(tw.e_src.begin(), tw.e_src.end());
-        sources.sm[proj] = tw.sm;
-        sources.bf16[proj] = tw.bf16;
+        for (const uint8_t* e : tw.e_src) request.e_chunks[proj].push_back(OffsetOf(e));
+        request.sm[proj] = OffsetOf(tw.sm);
+        request.bf16[proj] = OffsetOf(tw.bf16);
       }
     }
   }
   // Admission copies bytes: outside mu_ (the expert's slot stays pinned and its staging slot held).
-  Result<cm::AdmitResult> result = admit ? cache_->Admit(layer_id, expert_id, parts, sources)
-                                         : Result<cm::AdmitResult>(cm::AdmitResult{});
+  // The backend releases the lease after the admission.
+  Status admitted;
+  if (admit) {
+    admitted = cache_->Admit(request);
+  } else if (request.lease != kNoLease) {
+    cache_->ReleaseLeases({request.lease});
+  }
   std::lock_guard<std::mutex> lock(mu_);
   ExpertWork& w = experts_[expert];
-  if (admit) {
-    ++stats_.admit_calls;
-    if (result.ok()) {
-      ++stats_.admit_outcomes[cm::AdmitOutcomeName(result->outcome)];
-    } else {
-      FailLocked(result.status());
-    }
-  }
-  w.lookup.lease.Release();
+  if (!admitted.ok()) FailLocked(admitted);
+  w.lookup.lease = kNoLease;
   if (w.staging != SlotArena::kNoSlot) {
     cache_->ReleaseStaging(w.staging);
     w.staging = SlotArena::kNoSlot;
@@ -606,11 +558,14 @@ void OffloadExpertProvider::DrainLocked(std::unique_lock<std::mutex>& lock) {
 }
 
 void OffloadExpertProvider::ResetLayerLocked() {
+  std::vector<uint64_t> leases;
   for (ExpertWork& w : experts_) {
-    w.lookup.lease.Release();
+    if (w.lookup.lease != kNoLease) leases.push_back(w.lookup.lease);
+    w.lookup.lease = kNoLease;
     if (w.staging != SlotArena::kNoSlot) cache_->ReleaseStaging(w.staging);
     w.staging = SlotArena::kNoSlot;
   }
+  if (!leases.empty()) cache_->ReleaseLeases(leases);
   experts_.clear();
   pending_.clear();
   ready_.clear();
@@ -626,7 +581,13 @@ RuntimeStats OffloadExpertProvider::stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     s = stats_;
   }
-  s.cache = cache_->Counters();
+  Result<cm::CacheCounters> counters = cache_->Counters();
+  if (counters.ok()) s.cache = std::move(counters).value();
+  const AdmitTotals admits = cache_->admit_totals();
+  s.admit_calls = admits.calls;
+  for (int o = 0; o < kAdmitOutcomeCount; ++o) {
+    if (admits.outcomes[o] > 0) s.admit_outcomes[cm::AdmitOutcomeName(static_cast<cm::AdmitOutcome>(o))] = admits.outcomes[o];
+  }
   return s;
 }
 

@@ -2,10 +2,12 @@
 // (common/expert_provider.h) that serves routed experts from a compressed directory under a memory
 // budget, bit-identical to ResidentExpertProvider (ZipMoE §3.2–3.4, Fig. 5 data path).
 //
-// It wires the service libraries together with direct calls (the services issue puts the same calls
-// behind ZeroMQ):
+// It wires the service libraries together through two seams (the services issue puts each behind
+// ZeroMQ): engines.h (reads, decodes) and cache_backend.h (the cache):
 //   cache_manager::CacheManager   the arena (one shm region = the budget): F/C/S/E pools sized by the
-//                                 planner (plan_builder.h) + staging slots for experts in flight
+//                                 planner (plan_builder.h) + staging slots for experts in flight;
+//                                 in this process (LocalCacheBackend) or in the cache-manager process
+//                                 (remote_cache_backend.h)
 //   storage::StorageService       one I/O thread, O_DIRECT reads of E-/SM-chunks into arena slots,
 //                                 xxh64-checked (a corrupt chunk fails the layer, naming the tensor)
 //   decompressor::DecompressorPool L workers: E-chunk decodes (priority = the scheduler's decode
@@ -13,8 +15,8 @@
 //   scheduler::ScheduleLayer      Algorithm 1: I/O order and decode priorities of each wave
 //
 // Per MoE layer (BeginLayer → NextReady × n → EndLayer):
-//   1. BeginLayer: CacheManager::Lookup of every selected expert (counts its activation, pins its
-//      slot) gives its CompressionState. F hits are ready at once. The others are ordered by the
+//   1. BeginLayer: one CacheBackend::LookupLayer of every selected expert (counts its activation,
+//      pins its slot) gives its CompressionState. F hits are ready at once. The others are ordered by the
 //      scheduler (Alg. 1 over the whole layer) and started in that order while staging slots are
 //      free ("waves": a layer whose experts do not all fit in flight continues as leases are
 //      released, so it never deadlocks).
@@ -62,6 +64,7 @@
 #include "services/cache_manager/cache_manager.h"
 #include "services/cache_manager/plan_builder.h"
 #include "services/decompressor/decompressor_pool.h"
+#include "services/runtime/cache_backend.h"
 #include "services/runtime/engines.h"
 #include "services/runtime/runtime_stats.h"
 #include "services/scheduler/block_scheduler.h"
@@ -95,6 +98,9 @@ struct OffloadConfig {
   // Where reads and decodes run: empty = this process's threads (CreateLocalEngines); `zipmoe service
   // scheduler` passes the ZeroMQ dispatcher to storage/decompressor processes (worker_dispatcher.h).
   EngineFactory engines;
+  // Where the cache lives: empty = in this process (LocalCacheBackend::Create: planner + arena);
+  // `zipmoe service scheduler` passes the cache-manager process (remote_cache_backend.h).
+  CacheBackendFactory cache;
   // Called by EndLayer with the layer's measured makespan and its Lemma B.3 bound (0 = none), in µs
   // (metrics). Must not call back into the provider.
   std::function<void(int32_t layer_id, double makespan_us, double bound_us)> on_layer_end;
@@ -125,8 +131,11 @@ class OffloadExpertProvider : public ExpertProvider {
   // Smallest budget that works for this model: one staging slot (one expert in flight, no cache).
   uint64_t minimum_budget_bytes() const;
   RuntimeStats stats() const;
-  const cache_manager::CacheManager& cache() const { return *cache_; }
-  const cache_manager::PlanBuild& plan() const { return plan_; }
+  // The CacheManager; embedded mode only (ZM_CHECK: the cache is in this process).
+  const cache_manager::CacheManager& cache() const;
+  CacheBackend& cache_backend() const { return *cache_; }
+  // Remote cache: only `cost` is filled.
+  const cache_manager::PlanBuild& plan() const { return cache_->plan(); }
   const OffloadConfig& config() const { return config_; }
 
  private:
@@ -145,7 +154,7 @@ class OffloadExpertProvider : public ExpertProvider {
   struct ExpertWork {
     int32_t expert_id = 0;
     int32_t n_tokens = 0;
-    cache_manager::ExpertLookup lookup;      // state + pin
+    CachedExpert lookup;                     // state + lease
     uint32_t staging = SlotArena::kNoSlot;
     uint8_t* staging_base = nullptr;
     std::array<TensorWork, 3> tensors;
@@ -175,14 +184,15 @@ class OffloadExpertProvider : public ExpertProvider {
   void OnLeaseReleased(int32_t expert);
   void DrainLocked(std::unique_lock<std::mutex>& lock);  // waits for in-flight ops (failed layer)
   void ResetLayerLocked();
+  uint64_t OffsetOf(const void* p) const { return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base_); }
   std::vector<scheduler::ExpertTask> TasksOf(const std::vector<int32_t>& experts) const;
 
   // Constant after Create.
   OffloadConfig config_;
   std::unique_ptr<ExpertStore> store_;
-  cache_manager::PlanBuild plan_;
+  uint8_t* arena_base_ = nullptr;  // cache_->arena_base()
   scheduler::CostModel cost_;
-  std::unique_ptr<cache_manager::CacheManager> cache_;  // declared before the engines: destroyed last
+  std::unique_ptr<CacheBackend> cache_;  // declared before the engines: destroyed last
   std::unique_ptr<ReadEngine> storage_;
   std::unique_ptr<DecodeEngine> pool_;
 

@@ -107,6 +107,33 @@ std::vector<Body> AllBodies() {
   expert_failed.status = Status::Corruption("layer 3: E-chunk 1 of 'w': xxh64 mismatch");
   Heartbeat heartbeat{500, 3};
 
+  // Cache manager (scheduler <-> cache-manager).
+  CacheHelloReply hello_reply;
+  hello_reply.request_id = kMax64;
+  hello_reply.arena_name = "/zipmoe-arena";
+  hello_reply.arena_bytes = 3ull << 30;
+  hello_reply.budget_bytes = 3ull << 30;
+  hello_reply.policy = 1;
+  hello_reply.pools = "FCSE";
+  hello_reply.staging_offsets = {0, 1ull << 20, kMax64};
+  hello_reply.staging_e_sm_bytes = 4096;
+  hello_reply.staging_e_plane_offset = 4096;
+  hello_reply.staging_bf16_offset = 8192;
+  hello_reply.staging_slot_bytes = 12288;
+  hello_reply.sm_read_us = 1.5;
+  hello_reply.e_read_us = 0.25;
+  hello_reply.decompress_us = 3;
+  hello_reply.recovery_us = 0;
+  hello_reply.expert_compute_us = 1e-9;
+  hello_reply.n_shards = 4;
+  CacheHelloReply hello_refused;
+  hello_refused.status = Status::InvalidArgument("arena mismatch");
+  CacheLookupReply lookup_reply{9, Status::Ok(), 3, {{0, 0, 0, 0}, {59, 4, kMax64, 12}}, 17, {1, 2, 3, 4, 5, 6},
+                                Status::InvalidArgument("admit layer 3 expert 1: outside the arena")};
+  CacheAdmitItem admit_item{3, 59, 12, true, kCachePartE | kCachePartSm | kCachePartBf16, {0, 4096, kMax64},
+                            {1, 2, 3}, {4, 5, 6}};
+  CacheStats stats{5, 10, 3, 1, 0, std::vector<uint64_t>(28, 7), {1, 2, 3, 4, 5}};
+
   return {ReadRequest{{e, sm, defaults}},
           ReadRequest{},
           read_failed,
@@ -126,7 +153,19 @@ std::vector<Body> AllBodies() {
           LeaseRelease{7, -3},
           LayerEnd{23},
           Ack{},
-          Ack{Status::InvalidArgument("EndLayer(3): the active layer is 4")}};
+          Ack{Status::InvalidArgument("EndLayer(3): the active layer is 4")},
+          CacheHello{1, 4242, 500, "/zipmoe-arena"},
+          CacheHello{},
+          hello_reply,
+          hello_refused,
+          CacheLookup{9, 3, {0, 59}},
+          lookup_reply,
+          CacheLookupReply{},
+          CacheAdmit{10, {admit_item, CacheAdmitItem{}}, true},
+          CacheAdmit{},
+          CacheReply{11, Status::Unavailable("no CacheHello from this client")},
+          CacheStatsRequest{12},
+          stats};
 }
 
 TEST(MessagingTest, AllBodiesCoversEveryMessageType) {

@@ -1,0 +1,364 @@
+#include "services/runtime/cache_server.h"
+
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/event_fd.h"
+#include "common/messaging_channel.h"
+
+namespace zipmoe::runtime {
+
+namespace cm = cache_manager;
+namespace msg = messaging;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+constexpr milliseconds kReplyTimeout{1000};  // longest wait for a reply to be queued
+}  // namespace
+
+struct CacheServer::State {
+  struct Client {
+    std::unordered_set<uint64_t> leases;
+    std::vector<uint32_t> staging;
+    milliseconds interval{500};
+    Clock::time_point last_seen;
+    AdmitTotals totals;
+    Status admit_error;  // first failed admission since the last CacheLookupReply
+  };
+
+  State(CacheServerConfig c, LocalCacheBackend* b, msg::Channel ch, EventFd w)
+      : config(std::move(c)), backend(b), router(std::move(ch)), wake(std::move(w)) {}
+
+  const CacheServerConfig config;
+  LocalCacheBackend* const backend;
+  msg::Channel router;  // loop thread only
+  EventFd wake;
+  std::thread loop_thread;
+  std::map<std::string, Client> clients;  // loop thread only (after the join: Stop)
+
+  mutable std::mutex mu;  // guards the three below
+  bool stopping = false;
+  bool joined = false;
+  CacheServerStats stats;
+
+  void Log(const std::string& line) const {
+    if (config.log) config.log(line);
+  }
+  void Bad(const std::string& what) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.bad_messages;
+    }
+    Log("E: dropped a bad message: " + what);
+  }
+  void Reply(const std::string& peer, msg::Body body) {
+    Status st = router.SendTo(peer, std::move(body), kReplyTimeout);
+    if (!st.ok()) Log(fmt::format("E: reply to {}: {}", msg::PrintableId(peer), st.ToString()));
+  }
+  void Reclaim(const std::string& peer, const std::string& why);
+  void Loop();
+  void Handle(const std::string& peer, msg::Body& body);
+  void HandleHello(const std::string& peer, const msg::CacheHello& hello);
+  void HandleLookup(const std::string& peer, const msg::CacheLookup& lookup);
+  void HandleAdmit(const std::string& peer, const msg::CacheAdmit& admit);
+  void PublishCounts();
+};
+
+void CacheServer::State::PublishCounts() {
+  uint64_t leases = 0;
+  for (const auto& [peer, c] : clients) leases += c.leases.size();
+  std::lock_guard<std::mutex> lock(mu);
+  stats.clients = clients.size();
+  stats.leases_held = leases;
+}
+
+void CacheServer::State::Reclaim(const std::string& peer, const std::string& why) {
+  auto it = clients.find(peer);
+  if (it == clients.end()) return;
+  Client& c = it->second;
+  const std::vector<uint64_t> leases(c.leases.begin(), c.leases.end());
+  backend->ReleaseLeases(leases);
+  for (uint32_t slot : c.staging) backend->ReleaseStaging(slot);
+  Log(fmt::format("client {} {}: reclaimed {} lease(s) and {} staging slot(s)", msg::PrintableId(peer), why,
+                  leases.size(), c.staging.size()));
+  clients.erase(it);
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.reclaimed_clients;
+  stats.reclaimed_leases += leases.size();
+}
+
+void CacheServer::State::HandleHello(const std::string& peer, const msg::CacheHello& hello) {
+  // One scheduler at a time: a Hello replaces every earlier client (and an earlier session of the sender).
+  std::vector<std::string> old;
+  for (const auto& [p, c] : clients) old.push_back(p);
+  for (const std::string& p : old) Reclaim(p, p == peer ? "said hello again" : "replaced by a new scheduler");
+  msg::CacheHelloReply reply;
+  reply.request_id = hello.request_id;
+  if (!hello.arena_name.empty() && hello.arena_name != backend->arena_name()) {
+    reply.status = Status::InvalidArgument(fmt::format("arena mismatch: this cache-manager serves arena {}, the "
+                                                       "client expects {}", backend->arena_name(), hello.arena_name));
+    Log(fmt::format("E: refused client {} (pid {}): {}", msg::PrintableId(peer), hello.pid, reply.status.message()));
+    Reply(peer, std::move(reply));
+    return;
+  }
+  Client c;
+  c.interval = hello.heartbeat_interval_ms > 0 ? milliseconds(hello.heartbeat_interval_ms) : config.heartbeat_interval;
+  c.last_seen = Clock::now();
+  while (true) {
+    Result<uint32_t> slot = backend->AcquireStaging();
+    if (!slot.ok()) break;
+    c.staging.push_back(*slot);
+    reply.staging_offsets.push_back(backend->StagingOffset(*slot));
+  }
+  const cm::StagingLayout& sl = backend->staging_layout();
+  const cm::CacheConfig& cc = backend->manager().config();
+  const cm::CostModel& cost = backend->plan().cost;
+  reply.arena_name = backend->arena_name();
+  reply.arena_bytes = backend->arena_bytes();
+  reply.budget_bytes = cc.budget_bytes;
+  reply.policy = static_cast<uint8_t>(cc.policy);
+  reply.pools = cc.pools;
+  reply.staging_e_sm_bytes = sl.e_sm_bytes;
+  reply.staging_e_plane_offset = sl.e_plane_offset;
+  reply.staging_bf16_offset = sl.bf16_offset;
+  reply.staging_slot_bytes = sl.slot_bytes;
+  reply.sm_read_us = cost.sm_read_us;
+  reply.e_read_us = cost.e_read_us;
+  reply.decompress_us = cost.decompress_us;
+  reply.recovery_us = cost.recovery_us;
+  reply.expert_compute_us = cost.expert_compute_us;
+  reply.n_shards = cost.n_shards;
+  Log(fmt::format("client {} (pid {}) connected: {} staging slot(s) granted", msg::PrintableId(peer), hello.pid,
+                  c.staging.size()));
+  clients[peer] = std::move(c);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.hellos;
+  }
+  Reply(peer, std::move(reply));
+}
+
+void CacheServer::State::HandleLookup(const std::string& peer, const msg::CacheLookup& lookup) {
+  msg::CacheLookupReply reply;
+  reply.request_id = lookup.request_id;
+  reply.layer_id = lookup.layer_id;
+  auto it = clients.find(peer);
+  if (it == clients.end()) {
+    reply.status = Status::Unavailable("no CacheHello from this client (or it was replaced): connect again");
+    Reply(peer, std::move(reply));
+    return;
+  }
+  Client& c = it->second;
+  std::vector<CachedExpert> found;
+  reply.status = backend->LookupLayer(lookup.layer_id, lookup.expert_ids, &found);
+  for (const CachedExpert& e : found) {
+    reply.entries.push_back(msg::CacheEntry{e.expert_id, static_cast<uint8_t>(e.state), e.slot_offset, e.lease});
+    if (e.lease != kNoLease) c.leases.insert(e.lease);
+  }
+  reply.admit_calls = c.totals.calls;
+  reply.admit_outcomes.assign(c.totals.outcomes.begin(), c.totals.outcomes.end());
+  reply.admit_status = c.admit_error;
+  c.admit_error = Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.lookups;
+  }
+  Reply(peer, std::move(reply));
+}
+
+void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAdmit& admit) {
+  auto it = clients.find(peer);
+  if (it == clients.end()) {
+    Log(fmt::format("E: CacheAdmit from {} without CacheHello (replaced client?): ignored", msg::PrintableId(peer)));
+    if (admit.want_reply) {
+      Reply(peer, msg::CacheReply{admit.request_id, Status::Unavailable("no CacheHello from this client")});
+    }
+    return;
+  }
+  Client& c = it->second;
+  uint64_t admits = 0, errors = 0, releases = 0;
+  for (const msg::CacheAdmitItem& item : admit.items) {
+    uint64_t lease = kNoLease;
+    if (item.lease_id != kNoLease) {
+      if (c.leases.erase(item.lease_id) > 0) {
+        lease = item.lease_id;
+      } else {
+        Log(fmt::format("E: client {} released lease {} it does not hold: ignored", msg::PrintableId(peer),
+                        item.lease_id));
+      }
+    }
+    if (!item.admit) {
+      if (lease != kNoLease) backend->ReleaseLeases({lease});
+      releases += lease != kNoLease;
+      continue;
+    }
+    CacheAdmitRequest request;
+    request.layer_id = item.layer_id;
+    request.expert_id = item.expert_id;
+    request.lease = lease;
+    request.parts.e = (item.parts & msg::kCachePartE) != 0;
+    request.parts.sm = (item.parts & msg::kCachePartSm) != 0;
+    request.parts.bf16 = (item.parts & msg::kCachePartBf16) != 0;
+    Status shape;
+    const cm::ExpertSlotLayout* layout = backend->layout().Find(item.layer_id, item.expert_id);
+    size_t used = 0;
+    if (layout != nullptr) {
+      for (int proj = 0; proj < cm::kProjCount; ++proj) {
+        const cm::TensorSlotLayout& t = layout->tensors[proj];
+        const size_t k = t.present && request.parts.e ? t.e_chunks.size() : 0;
+        if (used + k > item.e_offsets.size()) break;
+        request.e_chunks[proj].assign(item.e_offsets.begin() + static_cast<std::ptrdiff_t>(used),
+                                      item.e_offsets.begin() + static_cast<std::ptrdiff_t>(used + k));
+        used += k;
+        if (proj < static_cast<int>(item.sm_offsets.size())) request.sm[proj] = item.sm_offsets[proj];
+        if (proj < static_cast<int>(item.bf16_offsets.size())) request.bf16[proj] = item.bf16_offsets[proj];
+      }
+      if (used != item.e_offsets.size() || (request.parts.sm && item.sm_offsets.size() != cm::kProjCount) ||
+          (request.parts.bf16 && item.bf16_offsets.size() != cm::kProjCount)) {
+        shape = Status::InvalidArgument(fmt::format(
+            "CacheAdmit layer {} expert {}: {} E-chunk / {} SM / {} BF16 offsets do not match its layout",
+            item.layer_id, item.expert_id, item.e_offsets.size(), item.sm_offsets.size(), item.bf16_offsets.size()));
+      }
+    }
+    Status st = shape;
+    if (st.ok()) {
+      Result<cm::AdmitResult> result = backend->AdmitWithResult(request);  // releases `lease` after it
+      st = result.status();
+      ++c.totals.calls;
+      if (result.ok()) ++c.totals.outcomes[static_cast<int>(result->outcome)];
+    } else if (lease != kNoLease) {
+      backend->ReleaseLeases({lease});
+    }
+    ++admits;
+    if (!st.ok()) {
+      ++errors;
+      Log(fmt::format("E: admission from {}: {}", msg::PrintableId(peer), st.ToString()));
+      if (c.admit_error.ok()) c.admit_error = st;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.admits += admits;
+    stats.admit_errors += errors;
+    stats.releases += releases;
+  }
+  if (admit.want_reply) Reply(peer, msg::CacheReply{admit.request_id, Status::Ok()});
+}
+
+void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
+  auto known = clients.find(peer);
+  if (known != clients.end()) known->second.last_seen = Clock::now();
+  if (auto* m = std::get_if<msg::CacheHello>(&body)) {
+    HandleHello(peer, *m);
+  } else if (auto* m = std::get_if<msg::CacheLookup>(&body)) {
+    HandleLookup(peer, *m);
+  } else if (auto* m = std::get_if<msg::CacheAdmit>(&body)) {
+    HandleAdmit(peer, *m);
+  } else if (auto* m = std::get_if<msg::CacheStatsRequest>(&body)) {
+    Result<cm::CacheCounters> counters = backend->Counters();
+    msg::CacheStats reply;
+    reply.request_id = m->request_id;
+    if (counters.ok()) {
+      reply.lookups = counters->lookups;
+      reply.misses = counters->misses;
+      reply.drops = counters->drops;
+      reply.pinned_skips = counters->pinned_skips;
+      for (const cm::PoolCounters& p : counters->pools) {
+        for (uint64_t v : {p.requests, p.admissions, p.evictions, p.removals, p.resident_experts, p.resident_bytes,
+                           p.capacity_bytes}) {
+          reply.pool_counters.push_back(v);
+        }
+      }
+      for (const auto& row : counters->layer_requests) reply.layer_requests.insert(reply.layer_requests.end(), row.begin(), row.end());
+    }
+    Reply(peer, std::move(reply));
+  } else if (std::holds_alternative<msg::Disconnect>(body)) {
+    Reclaim(peer, "disconnected");
+  } else if (!std::holds_alternative<msg::Heartbeat>(body)) {
+    Bad(fmt::format("unexpected {} from {}", msg::BodyName(body), msg::PrintableId(peer)));
+  }
+  PublishCounts();
+}
+
+void CacheServer::State::Loop() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) break;
+    }
+    Result<bool> readable = WaitReadable(router, wake, config.heartbeat_interval);
+    if (!readable.ok()) {
+      Log("E: " + readable.status().ToString());
+      break;
+    }
+    if (*readable) {
+      msg::ReceiveAll(
+          router,
+          [&](msg::Received& got) {
+            Handle(got.peer, got.message.body);
+            return true;
+          },
+          [&](const Status& bad) { Bad(bad.ToString()); });
+    }
+    // Liveness: a client silent for `liveness` of its intervals is dead.
+    const auto now = Clock::now();
+    std::vector<std::string> dead;
+    for (const auto& [peer, c] : clients) {
+      if (now - c.last_seen > c.interval * config.liveness) dead.push_back(peer);
+    }
+    for (const std::string& peer : dead) Reclaim(peer, "went silent");
+    if (!dead.empty()) PublishCounts();
+  }
+}
+
+CacheServer::CacheServer(std::unique_ptr<State> s) : s_(std::move(s)) {}
+
+Result<std::unique_ptr<CacheServer>> CacheServer::Start(zmq::context_t& context, CacheServerConfig config,
+                                                        LocalCacheBackend* backend) {
+  msg::ChannelOptions options;
+  options.kind = msg::SocketKind::kRouter;
+  options.endpoint = config.endpoint;
+  options.bind = true;
+  options.sender = "cache-manager";
+  ZM_ASSIGN_OR_RETURN(msg::Channel router, msg::Channel::Open(context, options));
+  ZM_ASSIGN_OR_RETURN(EventFd wake, EventFd::Create());
+  auto state = std::make_unique<State>(std::move(config), backend, std::move(router), std::move(wake));
+  std::unique_ptr<CacheServer> server(new CacheServer(std::move(state)));
+  State* s = server->s_.get();
+  s->loop_thread = std::thread([s] { s->Loop(); });
+  return server;
+}
+
+CacheServer::~CacheServer() { Stop(); }
+
+void CacheServer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->joined) return;
+    s_->stopping = true;
+  }
+  s_->wake.Notify();
+  if (s_->loop_thread.joinable()) s_->loop_thread.join();
+  std::vector<std::string> peers;
+  for (const auto& [peer, c] : s_->clients) peers.push_back(peer);
+  for (const std::string& peer : peers) s_->Reclaim(peer, "dropped at shutdown");
+  s_->PublishCounts();
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->joined = true;
+}
+
+CacheServerStats CacheServer::stats() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->stats;
+}
+
+std::string CacheServer::endpoint() const { return s_->router.endpoint(); }
+
+}  // namespace zipmoe::runtime

@@ -1,0 +1,402 @@
+#include "services/runtime/remote_cache_backend.h"
+
+#include <unistd.h>
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "services/runtime/offload_provider.h"
+
+namespace zipmoe::runtime {
+
+namespace cm = cache_manager;
+namespace msg = messaging;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr milliseconds kHelloResend{2000};  // a Hello unanswered this long is sent again
+constexpr milliseconds kPollSlice{100};     // while waiting for the Hello reply: check keep_waiting
+
+cm::Pool PoolOfState(CompressionState s) {
+  switch (s) {
+    case CompressionState::kF: return cm::Pool::kF;
+    case CompressionState::kC: return cm::Pool::kC;
+    case CompressionState::kS: return cm::Pool::kS;
+    default: return cm::Pool::kE;
+  }
+}
+
+cm::CacheCounters CountersOf(const msg::CacheStats& m) {
+  cm::CacheCounters c;
+  c.lookups = m.lookups;
+  c.misses = m.misses;
+  c.drops = m.drops;
+  c.pinned_skips = m.pinned_skips;
+  for (size_t p = 0; p < c.pools.size() && (p + 1) * 7 <= m.pool_counters.size(); ++p) {
+    const uint64_t* v = &m.pool_counters[p * 7];
+    c.pools[p] = cm::PoolCounters{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+  }
+  for (size_t l = 0; (l + 1) * 5 <= m.layer_requests.size(); ++l) {
+    std::array<uint64_t, 5> row{};
+    for (size_t s = 0; s < 5; ++s) row[s] = m.layer_requests[l * 5 + s];
+    c.layer_requests.push_back(row);
+  }
+  return c;
+}
+
+// The reply of the expected type (a peer could answer a request id with another table).
+template <typename T>
+Result<T> ReplyAs(msg::Body body, const std::string& endpoint) {
+  T* reply = std::get_if<T>(&body);
+  if (reply == nullptr) {
+    return Status::Corruption(fmt::format("cache-manager at {} answered with a {}", endpoint, msg::BodyName(body)));
+  }
+  return std::move(*reply);
+}
+
+}  // namespace
+
+RemoteCacheBackend::RemoteCacheBackend(RemoteCacheConfig config, std::unique_ptr<zmq::context_t> context,
+                                       msg::Channel channel)
+    : config_(std::move(config)), context_(std::move(context)), channel_(std::move(channel)) {}
+
+Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const RemoteCacheConfig& config,
+                                                                        const Manifest& manifest,
+                                                                        OffloadConfig* offload) {
+  auto context = std::make_unique<zmq::context_t>(1);
+  msg::ChannelOptions options;
+  options.kind = msg::SocketKind::kDealer;
+  options.endpoint = config.endpoint;
+  options.sender = "scheduler";
+  options.linger_ms = 200;  // lets the Disconnect of the destructor out
+  ZM_ASSIGN_OR_RETURN(msg::Channel channel, msg::Channel::Open(*context, options));
+  std::unique_ptr<RemoteCacheBackend> b(new RemoteCacheBackend(config, std::move(context), std::move(channel)));
+  ZM_ASSIGN_OR_RETURN(b->layout_, cm::ModelLayout::FromManifest(manifest));
+
+  // Hello until answered: the cache-manager may still be planning, or not yet bound.
+  msg::CacheHelloReply reply;
+  {
+    std::lock_guard<std::mutex> lock(b->mu_);
+    const auto give_up = Clock::now() + config.connect_timeout;
+    bool told = false;
+    bool answered = false;
+    while (!answered) {
+      const uint64_t id = b->next_id_++;
+      ZM_RETURN_IF_ERROR(b->SendLocked(msg::CacheHello{id, static_cast<int32_t>(::getpid()),
+                                                       static_cast<uint32_t>(config.heartbeat_interval.count()),
+                                                       config.arena_name}));
+      const auto resend = Clock::now() + kHelloResend;
+      while (!answered && Clock::now() < resend) {
+        if (config.keep_waiting && !config.keep_waiting()) {
+          return Status::Unavailable(fmt::format("stopped while waiting for the cache-manager at {}", config.endpoint));
+        }
+        if (Clock::now() > give_up) {
+          return Status::DeadlineExceeded(fmt::format("the cache-manager at {} did not answer CacheHello within {} ms",
+                                                      config.endpoint, config.connect_timeout.count()));
+        }
+        Result<msg::Received> got = b->channel_.Recv(kPollSlice);
+        if (!got.ok()) continue;  // nothing yet, or a bad frame (counted)
+        auto* r = std::get_if<msg::CacheHelloReply>(&got->message.body);
+        if (r == nullptr || r->request_id != id) continue;  // stale
+        reply = std::move(*r);
+        b->confirmed_ = id + 1;
+        answered = true;
+      }
+      if (!answered && !told && config.log) {
+        config.log(fmt::format("waiting for the cache-manager at {}", config.endpoint));
+        told = true;
+      }
+    }
+    ++b->round_trips_;
+  }
+  if (!reply.status.ok()) {
+    return reply.status.WithContext(fmt::format("cache-manager at {} refused this scheduler", config.endpoint));
+  }
+  if (!config.arena_name.empty() && reply.arena_name != config.arena_name) {
+    return Status::InvalidArgument(fmt::format("arena mismatch: the cache-manager at {} serves arena {}, this "
+                                               "scheduler is configured for {} (shm_name)",
+                                               config.endpoint, reply.arena_name, config.arena_name));
+  }
+  ZM_ASSIGN_OR_RETURN(ShmRegion attached, ShmRegion::Attach(reply.arena_name));
+  b->arena_.emplace(std::move(attached));
+  if (b->arena_->size_bytes() != reply.arena_bytes) {
+    return Status::InvalidArgument(fmt::format("arena mismatch: {} maps {} bytes here, the cache-manager at {} "
+                                               "reports {}", reply.arena_name, b->arena_->size_bytes(),
+                                               config.endpoint, reply.arena_bytes));
+  }
+  cm::StagingLayout& sl = b->staging_layout_;
+  sl.e_sm_bytes = reply.staging_e_sm_bytes;
+  sl.e_plane_offset = reply.staging_e_plane_offset;
+  sl.bf16_offset = reply.staging_bf16_offset;
+  sl.slot_bytes = reply.staging_slot_bytes;
+  if (reply.staging_offsets.empty()) {
+    return Status::InvalidArgument(fmt::format("cache-manager at {} granted no staging slot", config.endpoint));
+  }
+  for (uint64_t offset : reply.staging_offsets) {
+    if (offset > reply.arena_bytes || sl.slot_bytes > reply.arena_bytes - offset) {
+      return Status::InvalidArgument(fmt::format("cache-manager at {}: staging slot at offset {} (+{} bytes) lies "
+                                                 "outside the arena ({} bytes)", config.endpoint, offset,
+                                                 sl.slot_bytes, reply.arena_bytes));
+    }
+  }
+  b->staging_offsets_ = reply.staging_offsets;
+  for (uint32_t s = static_cast<uint32_t>(b->staging_offsets_.size()); s-- > 0;) b->free_slots_.push_back(s);
+  b->released_at_.assign(b->staging_offsets_.size(), 0);
+
+  cm::CostModel& cost = b->plan_.cost;
+  cost.sm_read_us = reply.sm_read_us;
+  cost.e_read_us = reply.e_read_us;
+  cost.decompress_us = reply.decompress_us;
+  cost.recovery_us = reply.recovery_us;
+  cost.expert_compute_us = reply.expert_compute_us;
+  cost.n_shards = reply.n_shards;
+  cost.n_workers = offload->n_workers;
+  b->plan_.cost_source = "cache-manager";
+  offload->memory_budget_bytes = reply.budget_bytes;
+  offload->memory_budget_percent = 0;
+  offload->policy = static_cast<cm::CachePolicy>(reply.policy);
+  offload->pools = reply.pools;
+  offload->staging_slots = static_cast<uint32_t>(b->staging_offsets_.size());
+  offload->shm_name = reply.arena_name;
+  b->last_send_ = Clock::now();
+  RemoteCacheBackend* raw = b.get();
+  b->heartbeat_ = std::thread([raw] { raw->HeartbeatLoop(); });
+  return b;
+}
+
+RemoteCacheBackend::~RemoteCacheBackend() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    (void)channel_.Send(msg::Disconnect{"scheduler stopping"}, milliseconds(100));
+  }
+  stop_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void RemoteCacheBackend::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    stop_cv_.wait_for(lock, config_.heartbeat_interval);
+    if (stopping_) break;
+    if (Clock::now() - last_send_ >= config_.heartbeat_interval) {
+      (void)SendLocked(msg::Heartbeat{static_cast<uint32_t>(config_.heartbeat_interval.count()), 0});
+    }
+  }
+}
+
+Status RemoteCacheBackend::SendLocked(msg::Body body) {
+  const bool one_way = std::holds_alternative<msg::CacheAdmit>(body);
+  Status st = channel_.Send(std::move(body), config_.timeout);
+  if (st.ok()) {
+    last_send_ = Clock::now();
+    if (one_way) ++one_way_;
+  }
+  return st;
+}
+
+Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body body, const char* what) {
+  ZM_RETURN_IF_ERROR(channel_.Send(std::move(body), config_.timeout));
+  last_send_ = Clock::now();
+  ++round_trips_;
+  const auto deadline = Clock::now() + config_.timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() < 0) {
+      return Status::DeadlineExceeded(fmt::format("cache-manager at {} did not answer {} within {} ms",
+                                                  config_.endpoint, what, config_.timeout.count()));
+    }
+    Result<msg::Received> got = channel_.Recv(std::max(left, milliseconds(1)));
+    if (!got.ok()) {
+      if (got.status().code() == StatusCode::kDeadlineExceeded || got.status().code() == StatusCode::kCorruption ||
+          got.status().code() == StatusCode::kInvalidArgument) {
+        continue;  // timeout (checked above) or a bad frame (counted, dropped)
+      }
+      return got.status();
+    }
+    msg::Body& reply = got->message.body;
+    uint64_t reply_id = 0;
+    if (auto* r = std::get_if<msg::CacheLookupReply>(&reply)) reply_id = r->request_id;
+    if (auto* r = std::get_if<msg::CacheReply>(&reply)) reply_id = r->request_id;
+    if (auto* r = std::get_if<msg::CacheStats>(&reply)) reply_id = r->request_id;
+    if (reply_id != id) continue;  // stale reply of a request that timed out
+    if (confirmed_ < id + 1) confirmed_ = id + 1;
+    return std::move(reply);
+  }
+}
+
+Status RemoteCacheBackend::LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
+                                       std::vector<CachedExpert>* out) {
+  msg::CacheLookupReply reply;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t id = next_id_++;
+    ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, msg::CacheLookup{id, layer_id, expert_ids}, "CacheLookup"));
+    ZM_ASSIGN_OR_RETURN(reply, ReplyAs<msg::CacheLookupReply>(std::move(body), config_.endpoint));
+    totals_.calls = reply.admit_calls;
+    for (size_t o = 0; o < totals_.outcomes.size() && o < reply.admit_outcomes.size(); ++o) {
+      totals_.outcomes[o] = reply.admit_outcomes[o];
+    }
+  }
+  if (!reply.status.ok()) return reply.status;
+  std::vector<uint64_t> leases;
+  for (const msg::CacheEntry& e : reply.entries) {
+    if (e.lease_id != kNoLease) leases.push_back(e.lease_id);
+  }
+  auto fail = [&](Status st) {
+    if (!leases.empty()) ReleaseLeases(leases);
+    return st;
+  };
+  if (!reply.admit_status.ok()) return fail(reply.admit_status.WithContext("an earlier admission failed"));
+  if (reply.entries.size() != expert_ids.size()) {
+    return fail(Status::Corruption(fmt::format("cache-manager at {}: {} entries for the {} experts of layer {}",
+                                               config_.endpoint, reply.entries.size(), expert_ids.size(), layer_id)));
+  }
+  out->clear();
+  out->reserve(expert_ids.size());
+  uint8_t* base = arena_->data();
+  const uint64_t size = arena_->size_bytes();
+  for (size_t i = 0; i < expert_ids.size(); ++i) {
+    const msg::CacheEntry& e = reply.entries[i];
+    CachedExpert c;
+    c.layer_id = layer_id;
+    c.expert_id = expert_ids[i];
+    c.state = static_cast<CompressionState>(e.state);
+    c.layout = layout_.Find(layer_id, c.expert_id);
+    c.lease = e.lease_id;
+    if (e.expert_id != c.expert_id || c.layout == nullptr) {
+      return fail(Status::Corruption(fmt::format("cache-manager at {}: entry {} of layer {} is expert {}, asked {}",
+                                                 config_.endpoint, i, layer_id, e.expert_id, c.expert_id)));
+    }
+    if (c.state != CompressionState::kMiss) {
+      const cm::Pool pool = PoolOfState(c.state);
+      const uint64_t bytes = c.layout->PoolBytes(pool);
+      if (e.slot_offset > size || bytes > size - e.slot_offset) {
+        return fail(Status::Corruption(fmt::format("cache-manager at {}: layer {} expert {} in pool {} at offset {} "
+                                                   "(+{} bytes) lies outside the arena {} ({} bytes)",
+                                                   config_.endpoint, layer_id, c.expert_id, cm::PoolLetter(pool),
+                                                   e.slot_offset, bytes, arena_->name(), size)));
+      }
+      c.slot_offset = e.slot_offset;
+      uint8_t* slot = base + e.slot_offset;
+      if (cm::PoolHoldsE(pool)) c.e_part = slot;
+      if (cm::PoolHoldsSm(pool)) c.sm_part = slot + c.layout->SmPartOffset(pool);
+      if (cm::PoolHoldsBf16(pool)) c.f_part = slot;
+    }
+    out->push_back(c);
+  }
+  return Status::Ok();
+}
+
+Status RemoteCacheBackend::Admit(const CacheAdmitRequest& request) {
+  msg::CacheAdmitItem item;
+  item.layer_id = request.layer_id;
+  item.expert_id = request.expert_id;
+  item.lease_id = request.lease;
+  item.admit = true;
+  item.parts = (request.parts.e ? msg::kCachePartE : 0) | (request.parts.sm ? msg::kCachePartSm : 0) |
+               (request.parts.bf16 ? msg::kCachePartBf16 : 0);
+  for (int proj = 0; proj < cm::kProjCount; ++proj) {
+    item.e_offsets.insert(item.e_offsets.end(), request.e_chunks[proj].begin(), request.e_chunks[proj].end());
+    item.sm_offsets.push_back(request.sm[proj]);
+    item.bf16_offsets.push_back(request.bf16[proj]);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  msg::CacheAdmit admit;
+  admit.request_id = next_id_++;
+  admit.items.push_back(std::move(item));
+  return SendLocked(std::move(admit));
+}
+
+void RemoteCacheBackend::ReleaseLeases(const std::vector<uint64_t>& leases) {
+  msg::CacheAdmit release;
+  for (uint64_t lease : leases) {
+    msg::CacheAdmitItem item;
+    item.lease_id = lease;
+    release.items.push_back(std::move(item));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  release.request_id = next_id_++;
+  Status st = SendLocked(std::move(release));
+  if (!st.ok() && config_.log) config_.log("E: releasing leases at the cache-manager: " + st.ToString());
+}
+
+Status RemoteCacheBackend::Sync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  msg::CacheAdmit sync;
+  sync.request_id = id;
+  sync.want_reply = true;
+  ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, std::move(sync), "CacheAdmit (sync)"));
+  ZM_ASSIGN_OR_RETURN(msg::CacheReply reply, ReplyAs<msg::CacheReply>(std::move(body), config_.endpoint));
+  return reply.status;
+}
+
+Result<uint32_t> RemoteCacheBackend::AcquireStaging() {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      std::lock_guard<std::mutex> lock(staging_mu_);
+      if (free_slots_.empty()) {
+        return Status::Unavailable(fmt::format("all {} staging slots are in use", staging_offsets_.size()));
+      }
+      const uint64_t confirmed = confirmed_.load();
+      for (size_t i = free_slots_.size(); i-- > 0;) {
+        const uint32_t slot = free_slots_[i];
+        if (released_at_[slot] <= confirmed) {
+          free_slots_.erase(free_slots_.begin() + static_cast<std::ptrdiff_t>(i));
+          return slot;
+        }
+      }
+    }
+    // Every free slot may still be an admission's source: wait until the server has done them.
+    ZM_RETURN_IF_ERROR(Sync());
+  }
+  return Status::Internal("staging slot still unconfirmed after a sync");
+}
+
+void RemoteCacheBackend::ReleaseStaging(uint32_t slot) {
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  ZM_CHECK(slot < staging_offsets_.size()) << slot;
+  released_at_[slot] = next_id_.load();
+  free_slots_.push_back(slot);
+}
+
+Result<cm::CacheCounters> RemoteCacheBackend::Counters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, msg::CacheStatsRequest{id}, "CacheStatsRequest"));
+  ZM_ASSIGN_OR_RETURN(msg::CacheStats stats, ReplyAs<msg::CacheStats>(std::move(body), config_.endpoint));
+  return CountersOf(stats);
+}
+
+AdmitTotals RemoteCacheBackend::admit_totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return totals_;
+}
+
+uint64_t RemoteCacheBackend::round_trips() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return round_trips_;
+}
+
+uint64_t RemoteCacheBackend::one_way_sends() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return one_way_;
+}
+
+uint64_t RemoteCacheBackend::bad_messages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return channel_.stats().bad_messages;
+}
+
+CacheBackendFactory RemoteCacheBackendFactory(RemoteCacheConfig config) {
+  return [config](OffloadConfig* offload, const Manifest& manifest) -> Result<std::unique_ptr<CacheBackend>> {
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteCacheBackend> b, RemoteCacheBackend::Connect(config, manifest, offload));
+    return std::unique_ptr<CacheBackend>(std::move(b));
+  };
+}
+
+}  // namespace zipmoe::runtime

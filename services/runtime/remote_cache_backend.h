@@ -1,0 +1,125 @@
+// RemoteCacheBackend: the CacheBackend (cache_backend.h) of a scheduler whose cache lives in the
+// cache-manager process (cache_server.h), reached over ZeroMQ (DEALER -> ROUTER, messages of
+// schemas/messages.fbs "scheduler <-> cache-manager"; docs/messaging.md "Cache manager").
+//
+//   Connect          CacheHello -> CacheHelloReply: arena name/size (attached here by name; a name
+//                    other than the configured one is refused), plan (cost model, budget, policy,
+//                    pools) and every staging slot, granted to this client
+//   LookupLayer      CacheLookup -> CacheLookupReply: one round trip per MoE layer
+//   Admit            CacheAdmit, one-way (admission + lease release, done in order by the server)
+//   ReleaseLeases    CacheAdmit without admission, one-way
+//   Acquire/ReleaseStaging  local, over the granted slots; a slot released after an Admit is reused
+//                    only once a later round trip was answered (messages are processed in order, so
+//                    the admission has copied its bytes out): a LookupLayer reply normally proves it;
+//                    otherwise AcquireStaging makes one CacheAdmit{want_reply} round trip
+//   Counters         CacheStatsRequest -> CacheStats
+// A heartbeat goes out after each silent interval, so the server can tell a dead scheduler (and
+// reclaim its leases and staging slots) from an idle one. The destructor sends Disconnect.
+// Admission outcomes (admit_totals) are those reported by the latest LookupLayer reply; a failed
+// admission is returned by the next LookupLayer.
+//
+// Thread-safety: every method from any thread; one mutex serialises the socket (a round trip holds
+// it until its reply arrives).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/messaging_channel.h"
+#include "common/shm_region.h"
+#include "services/runtime/cache_backend.h"
+
+namespace zipmoe::runtime {
+
+struct RemoteCacheConfig {
+  std::string endpoint;    // the cache-manager's ROUTER (endpoints.cache_manager)
+  std::string arena_name;  // the arena this scheduler is configured for (shm_name); "" = the server's
+  std::chrono::milliseconds timeout{60000};             // longest wait for one reply
+  std::chrono::milliseconds connect_timeout{600000};    // longest wait for CacheHelloReply (planning)
+  std::chrono::milliseconds heartbeat_interval{500};
+  // Polled while waiting for the CacheHelloReply; returning false gives up (kUnavailable).
+  std::function<bool()> keep_waiting;
+  std::function<void(const std::string&)> log;  // may be empty
+};
+
+class RemoteCacheBackend : public CacheBackend {
+ public:
+  // Connects, says hello, attaches the arena. Fills *config's budget, policy, pools and
+  // staging_slots from the server's plan. Errors: Channel::Open's; kDeadlineExceeded / kUnavailable
+  // (no reply); the server's refusal; kInvalidArgument (arena name or size differs from the
+  // configured / attached one: "arena mismatch"); ShmRegion::Attach's; ModelLayout::FromManifest's.
+  static Result<std::unique_ptr<RemoteCacheBackend>> Connect(const RemoteCacheConfig& config,
+                                                             const Manifest& manifest, OffloadConfig* offload);
+  ~RemoteCacheBackend() override;  // Disconnect, joins the heartbeat thread
+
+  Status LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
+                     std::vector<CachedExpert>* out) override;
+  Status Admit(const CacheAdmitRequest& request) override;
+  void ReleaseLeases(const std::vector<uint64_t>& leases) override;
+  Result<uint32_t> AcquireStaging() override;
+  void ReleaseStaging(uint32_t slot) override;
+  uint64_t StagingOffset(uint32_t slot) const override { return staging_offsets_.at(slot); }
+  const cache_manager::StagingLayout& staging_layout() const override { return staging_layout_; }
+  uint32_t staging_slots() const override { return static_cast<uint32_t>(staging_offsets_.size()); }
+  uint8_t* arena_base() const override { return arena_->data(); }
+  uint64_t arena_bytes() const override { return arena_->size_bytes(); }
+  const std::string& arena_name() const override { return arena_->name(); }
+  const cache_manager::ModelLayout& layout() const override { return layout_; }
+  const cache_manager::PlanBuild& plan() const override { return plan_; }
+  Result<cache_manager::CacheCounters> Counters() override;
+  AdmitTotals admit_totals() const override;
+
+  uint64_t round_trips() const;    // request/reply exchanges so far (Hello included)
+  uint64_t one_way_sends() const;  // admissions, releases, heartbeats
+  uint64_t bad_messages() const;   // frames dropped on receipt
+
+ private:
+  RemoteCacheBackend(RemoteCacheConfig config, std::unique_ptr<zmq::context_t> context, messaging::Channel channel);
+  // Sends `body` (request id `id`) and waits for the reply with that id. Requires mu_.
+  Result<messaging::Body> RoundTripLocked(uint64_t id, messaging::Body body, const char* what);
+  Status SendLocked(messaging::Body body);  // requires mu_
+  Status Sync();                             // a CacheAdmit{want_reply} round trip
+  void HeartbeatLoop();
+
+  // Constant after Connect.
+  RemoteCacheConfig config_;
+  cache_manager::ModelLayout layout_;
+  cache_manager::PlanBuild plan_;
+  std::optional<ShmRegion> arena_;  // set by Connect
+  cache_manager::StagingLayout staging_layout_;
+  std::vector<uint64_t> staging_offsets_;
+  std::unique_ptr<zmq::context_t> context_;  // outlives channel_ (declared before it)
+
+  mutable std::mutex mu_;  // guards the socket and everything below
+  messaging::Channel channel_;
+  std::atomic<uint64_t> next_id_{1};     // id of the next message sent
+  std::atomic<uint64_t> confirmed_{0};   // every message with an id below this was processed by the server
+  std::chrono::steady_clock::time_point last_send_;
+  AdmitTotals totals_;
+  uint64_t round_trips_ = 0;
+  uint64_t one_way_ = 0;
+  bool stopping_ = false;
+  std::condition_variable stop_cv_;
+
+  mutable std::mutex staging_mu_;  // guards the two below
+  std::vector<uint32_t> free_slots_;
+  std::vector<uint64_t> released_at_;  // [slot] next_id_ when it was released: clean once confirmed_ >= it
+
+  std::thread heartbeat_;
+};
+
+// A CacheBackendFactory (OffloadConfig::cache) connecting with `config`.
+CacheBackendFactory RemoteCacheBackendFactory(RemoteCacheConfig config);
+
+}  // namespace zipmoe::runtime
