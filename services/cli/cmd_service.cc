@@ -1,8 +1,11 @@
 // `zipmoe service NAME [--config FILE] [--set key=value]...`: one zipmoe service as its own process
 // (services issue; docs/services.md). NAME:
-//   scheduler     OffloadExpertProvider (cache manager + arena, planner, Alg. 1) whose reads and
-//                 decodes go to storage/decompressor processes (worker_dispatcher.h), serving the
-//                 executor over endpoints.scheduler (remote_provider.h)
+//   cache-manager the arena owner: plans the pools (planner), creates the shared arena (shm_name,
+//                 0600, removed on clean exit, reclaimed after a crash) and serves the CacheManager on
+//                 endpoints.cache_manager (cache_server.h); exports the zipmoe_cache_* metrics
+//   scheduler     OffloadExpertProvider (Alg. 1) over the cache-manager (remote_cache_backend.h),
+//                 whose reads and decodes go to storage/decompressor processes (worker_dispatcher.h),
+//                 serving the executor over endpoints.scheduler (remote_provider.h)
 //   storage       the I/O thread: chunk reads into the shared arena (storage_worker.h)
 //   decompressor  L decode/recovery threads (decompressor_worker.h); run N replicas
 //   executor      the model (libtorch) + the OpenAI-style HTTP API on http.host:http.port
@@ -33,7 +36,10 @@
 #include "services/cli/service_config.h"
 #include "services/cli/service_util.h"
 #include "services/decompressor/decompressor_worker.h"
+#include "services/runtime/cache_backend.h"
+#include "services/runtime/cache_server.h"
 #include "services/runtime/offload_provider.h"
+#include "services/runtime/remote_cache_backend.h"
 #include "services/runtime/remote_provider.h"
 #include "services/runtime/service_metrics.h"
 #include "services/runtime/worker_dispatcher.h"
@@ -89,12 +95,64 @@ Result<std::unique_ptr<metrics::MetricsServer>> StartMetrics(const ServiceConfig
 
 namespace {
 
+// One line: the cache-manager's plan (pools and capacities, staging) and its arena.
+std::string CacheSummary(const runtime::OffloadConfig& o, runtime::LocalCacheBackend& backend) {
+  namespace cm = cache_manager;
+  const cm::CacheCounters counters = backend.manager().Counters();
+  std::string pools;
+  for (cm::Pool pool : cm::kPoolOrder) {
+    const cm::PoolCounters& pc = counters.pools[cm::PoolIndex(pool)];
+    if (pc.capacity_bytes > 0) pools += fmt::format(" {}={:.1f}MiB", cm::PoolLetter(pool), pc.capacity_bytes / 1048576.0);
+  }
+  return fmt::format("policy {}, budget {:.1f} MiB, pools{}, {} staging slot(s) of {:.1f} MiB, arena {} ({} bytes)",
+                     cm::CachePolicyName(o.policy), o.memory_budget_bytes / 1048576.0, pools.empty() ? " none" : pools,
+                     backend.staging_slots(), backend.staging_layout().slot_bytes / 1048576.0, backend.arena_name(),
+                     backend.arena_bytes());
+}
+
+int RunCacheManager(const ServiceConfig& c, TerminationSignals& signals) {
+  const std::string name = "cache-manager";
+  Result<std::unique_ptr<metrics::MetricsServer>> metrics_server =
+      StartMetrics(c, name, c.metrics_port_cache_manager);
+  if (!metrics_server.ok()) return Fail(name, metrics_server.status());
+  metrics::CacheMetrics cache_metrics((*metrics_server)->registry());
+  metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
+  Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
+  if (!offload.ok()) return Fail(name, offload.status());
+  offload->shm_name = c.shm_name;
+  Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
+  if (!store.ok()) return Fail(name, store.status());
+  Result<std::unique_ptr<runtime::LocalCacheBackend>> created =
+      runtime::LocalCacheBackend::Create(&*offload, (*store)->manifest());
+  if (!created.ok()) return Fail(name, created.status());
+  std::unique_ptr<runtime::LocalCacheBackend> backend = std::move(created).value();
+  zmq::context_t context(1);
+  runtime::CacheServerConfig server_config;
+  server_config.endpoint = c.endpoint_cache_manager;
+  server_config.heartbeat_interval = milliseconds(c.heartbeat_ms);
+  server_config.liveness = static_cast<int>(c.liveness);
+  server_config.log = ServiceLogger(name);
+  Result<std::unique_ptr<runtime::CacheServer>> server =
+      runtime::CacheServer::Start(context, server_config, backend.get());
+  if (!server.ok()) return Fail(name, server.status());
+  ServiceLog(name, fmt::format("ready: {}; scheduler at {}", CacheSummary(*offload, *backend), (*server)->endpoint()));
+  do {
+    cache_metrics.Update(backend->manager().Counters());
+    bad_metrics.Set((*server)->stats().bad_messages);
+  } while (signals.Wait(milliseconds(1000)) == 0);
+  ServiceLog(name, "stopping");
+  (*server)->Stop();
+  server->reset();
+  backend.reset();  // unmaps and removes the arena
+  return 0;
+}
+
 int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   const std::string name = "scheduler";
   Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = StartMetrics(c, name, c.metrics_port_scheduler);
   if (!metrics_server.ok()) return Fail(name, metrics_server.status());
   metrics::SchedulerMetrics scheduler_metrics((*metrics_server)->registry());
-  metrics::CacheMetrics cache_metrics((*metrics_server)->registry());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
@@ -109,28 +167,41 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   std::shared_ptr<runtime::WorkerDispatcher> dispatcher;
   offload->shm_name = c.shm_name;
   offload->engines = runtime::RemoteEngineFactory(context, dispatch, &dispatcher);
+  runtime::RemoteCacheConfig cache_config;
+  cache_config.endpoint = c.endpoint_cache_manager;
+  cache_config.arena_name = c.shm_name;
+  cache_config.timeout = milliseconds(c.timeout_ms);
+  cache_config.heartbeat_interval = milliseconds(c.heartbeat_ms);
+  cache_config.keep_waiting = [&signals] { return signals.Wait(milliseconds(0)) == 0; };
+  cache_config.log = ServiceLogger(name);
+  offload->cache = runtime::RemoteCacheBackendFactory(cache_config);
   offload->on_layer_end = [&scheduler_metrics](int32_t, double makespan_us, double bound_us) {
     scheduler_metrics.ObserveLayer(makespan_us * 1e-6, bound_us > 0 ? makespan_us / bound_us : 0.0);
   };
   Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = runtime::OffloadExpertProvider::Create(*offload);
   if (!created.ok()) return Fail(name, created.status());
   std::unique_ptr<runtime::OffloadExpertProvider> provider = std::move(created).value();
-  PrintRuntimeSummary(*provider);
+  runtime::CacheBackend& cache = provider->cache_backend();
+  const auto* remote_cache = dynamic_cast<const runtime::RemoteCacheBackend*>(&cache);
   runtime::ProviderServerConfig server_config;
   server_config.endpoint = c.endpoint_scheduler;
   server_config.log = ServiceLogger(name);
   Result<std::unique_ptr<runtime::ProviderServer>> server = runtime::ProviderServer::Start(
-      context, server_config, provider.get(), provider->cache().arena_base(), provider->cache().arena_bytes());
+      context, server_config, provider.get(), cache.arena_base(), cache.arena_bytes());
   if (!server.ok()) return Fail(name, server.status());
-  ServiceLog(name, fmt::format("ready: arena {} ({} bytes), workers at {}, executor at {}", c.shm_name,
-                               provider->cache().arena_bytes(), dispatcher->endpoint(), (*server)->endpoint()));
+  ServiceLog(name, fmt::format("ready: arena {} ({} bytes, {} staging slots) of the cache-manager at {}, {} "
+                               "decompression thread(s) planned, {}, workers at {}, executor at {}",
+                               cache.arena_name(), cache.arena_bytes(), cache.staging_slots(),
+                               c.endpoint_cache_manager, provider->config().n_workers,
+                               provider->config().scheduler ? "Alg. 1" : "FIFO dispatch", dispatcher->endpoint(),
+                               (*server)->endpoint()));
   do {
     const runtime::DispatcherStats d = dispatcher->stats();
     scheduler_metrics.SetDecompressors(d.decompressors);
     scheduler_metrics.SetQueueDepth("read", static_cast<double>(d.reads_waiting + d.reads_in_flight));
     scheduler_metrics.SetQueueDepth("decode", static_cast<double>(d.decodes_waiting + d.decodes_in_flight));
-    cache_metrics.Update(provider->cache().Counters());
-    bad_metrics.Set(d.bad_messages + (*server)->stats().bad_messages);
+    bad_metrics.Set(d.bad_messages + (*server)->stats().bad_messages +
+                    (remote_cache != nullptr ? remote_cache->bad_messages() : 0));
   } while (signals.Wait(milliseconds(1000)) == 0);
   ServiceLog(name, "stopping");
   provider->Shutdown();
@@ -140,7 +211,7 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   return 0;
 }
 
-// Attaches the shared arena, waiting for its creator (the scheduler) until a signal arrives.
+// Attaches the shared arena, waiting for its creator (the cache-manager) until a signal arrives.
 Result<ShmRegion> AttachArena(const std::string& service, const std::string& shm_name, TerminationSignals& signals) {
   bool told = false;
   while (true) {
@@ -244,6 +315,7 @@ int RunService(const ServiceArgs& args) {
   TerminationSignals signals;  // blocks SIGINT/SIGTERM before any thread starts
   Result<ServiceConfig> config = LoadServiceConfig(args.config_file, args.sets, environ);
   if (!config.ok()) return Fail(args.name, config.status());
+  if (args.name == "cache-manager") return RunCacheManager(*config, signals);
   if (args.name == "scheduler") return RunScheduler(*config, signals);
   if (args.name == "storage") return RunStorage(*config, signals);
   if (args.name == "decompressor") return RunDecompressor(*config, signals);
@@ -256,9 +328,9 @@ int RunService(const ServiceArgs& args) {
 void AddServiceCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ServiceArgs>();
   CLI::App* cmd = app.add_subcommand("service", "run one zipmoe service as its own process (zipmoe up, compose)");
-  cmd->add_option("name", args->name, "scheduler | storage | decompressor | executor")
+  cmd->add_option("name", args->name, "cache-manager | scheduler | storage | decompressor | executor")
       ->required()
-      ->check(CLI::IsMember({"scheduler", "storage", "decompressor", "executor"}));
+      ->check(CLI::IsMember({"cache-manager", "scheduler", "storage", "decompressor", "executor"}));
   cmd->add_option("--config", args->config_file, "JSON config file (docs/services.md); ZIPMOE_* variables override it");
   cmd->add_option("--set", args->sets, "key=value, overrides file and environment (repeatable)");
   cmd->callback([args, exit_code] { *exit_code = RunService(*args); });

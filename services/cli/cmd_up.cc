@@ -6,8 +6,10 @@
 //   - one pid file per process: RUN_DIR/<service>.pid, RUN_DIR/decompressor-<i>.pid
 //   - a decompressor that exits (crash, SIGKILL) is restarted (same index, new pid file); the
 //     scheduler re-issues what it held. Any other service exiting stops everything (exit 1).
-//   - SIGINT/SIGTERM: SIGTERM to executor, workers, then the scheduler (the arena owner); SIGKILL
-//     after 10 s; pid files removed; exit 0.
+//   - start order: cache-manager (the arena owner) first, then scheduler, storage, decompressors,
+//     executor (each waits for what it needs: the arena, the cache-manager, the scheduler)
+//   - SIGINT/SIGTERM: SIGTERM to executor, workers, the scheduler, then the cache-manager (which
+//     removes the arena); SIGKILL after 10 s; pid files removed; exit 0.
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
@@ -53,7 +55,7 @@ struct UpArgs {
 };
 
 struct Child {
-  std::string service;  // scheduler, storage, decompressor, executor
+  std::string service;  // cache-manager, scheduler, storage, decompressor, executor
   std::string name;     // service, or decompressor-<i>
   pid_t pid = -1;
   std::vector<Clock::time_point> restarts;
@@ -94,7 +96,8 @@ class Supervisor {
 
   // SIGTERM to each group in order, SIGKILL after the grace period; removes pid files.
   void StopAll(std::vector<Child>& children) {
-    const std::vector<std::vector<std::string>> order = {{"executor"}, {"storage", "decompressor"}, {"scheduler"}};
+    const std::vector<std::vector<std::string>> order = {
+        {"executor"}, {"storage", "decompressor"}, {"scheduler"}, {"cache-manager"}};
     for (const auto& group : order) {
       std::vector<Child*> members;
       for (Child& c : children) {
@@ -155,6 +158,7 @@ int RunUp(const UpArgs& args) {
     return 1;
   }
   std::vector<Child> children;
+  children.push_back({"cache-manager", "cache-manager"});
   children.push_back({"scheduler", "scheduler"});
   children.push_back({"storage", "storage"});
   for (int i = 0; i < args.decompressors; ++i) children.push_back({"decompressor", fmt::format("decompressor-{}", i)});
@@ -219,8 +223,8 @@ int RunUp(const UpArgs& args) {
 
 void AddUpCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<UpArgs>();
-  CLI::App* cmd = app.add_subcommand("up", "start every service as its own process (scheduler, storage, "
-                                           "decompressors, executor) and supervise them");
+  CLI::App* cmd = app.add_subcommand("up", "start every service as its own process (cache-manager, scheduler, "
+                                           "storage, decompressors, executor) and supervise them");
   cmd->add_option("--model", args->model_dir, "compressed model directory")->required();
   cmd->add_option("--decompressors", args->decompressors, "decompressor replicas")
       ->capture_default_str()

@@ -35,6 +35,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"shm_name", &c.shm_name},
       {"endpoints.scheduler", &c.endpoint_scheduler},
       {"endpoints.workers", &c.endpoint_workers},
+      {"endpoints.cache_manager", &c.endpoint_cache_manager},
       {"heartbeat_ms", &c.heartbeat_ms},
       {"liveness", &c.liveness},
       {"storage_queue_depth", &c.storage_queue_depth},
@@ -190,6 +191,7 @@ Result<ServiceConfig> LoadServiceConfig(const std::string& file, const std::vect
   }
   if (c.endpoint_scheduler.empty()) c.endpoint_scheduler = "ipc://" + JoinPath(c.run_dir, "scheduler.sock");
   if (c.endpoint_workers.empty()) c.endpoint_workers = "ipc://" + JoinPath(c.run_dir, "workers.sock");
+  if (c.endpoint_cache_manager.empty()) c.endpoint_cache_manager = "ipc://" + JoinPath(c.run_dir, "cache-manager.sock");
   ZM_RETURN_IF_ERROR(Validate(c));
   return c;
 }

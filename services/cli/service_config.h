@@ -36,6 +36,7 @@ struct ServiceConfig {
   std::string shm_name = "/zipmoe-arena";  // the shared arena
   std::string endpoint_scheduler;        // endpoints.scheduler: executor -> scheduler (ROUTER)
   std::string endpoint_workers;          // endpoints.workers: storage/decompressors -> scheduler (ROUTER)
+  std::string endpoint_cache_manager;    // endpoints.cache_manager: scheduler -> cache-manager (ROUTER)
   int64_t heartbeat_ms = 500;            // pull-protocol heartbeat interval
   int64_t liveness = 3;                  // silent intervals before a peer is dead
   int64_t storage_queue_depth = 64;      // chunk reads a storage worker takes at once

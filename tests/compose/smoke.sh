@@ -6,7 +6,7 @@
 # 2. builds zipmoe-base:bookworm with debootstrap (cached), the zipmoe image from the host binary
 #    (docker/build-image.sh prebuilt) and the Debian Prometheus image;
 # 3. synthesizes + compresses a tiny model with the host binary (cached in the work dir);
-# 4. brings up scheduler (with the cache manager), storage, 2 decompressors, executor and Prometheus (no
+# 4. brings up cache-manager (arena owner), scheduler, storage, 2 decompressors, executor and Prometheus (no
 #    Grafana: not packaged in Debian), waits for /health, checks that a temperature-0 completion
 #    equals `zipmoe generate` on the host, scales out to 3 decompressors (file_sd must list the new
 #    replica), scrapes every service's /metrics (promtool check metrics,

@@ -1,8 +1,9 @@
-// `zipmoe up`: every service as its own process on this machine. Greedy completions over HTTP must
-// give exactly the tokens of `zipmoe generate` (embedded mode) at the same budget with 1, 2 and 4
-// decompressor replicas; a decompressor killed with SIGKILL mid-generation is restarted and the
-// request still completes with the same tokens; garbage and truncated FlatBuffers on the
-// scheduler's sockets are dropped and counted; SIGTERM stops everything and removes pid files.
+// `zipmoe up`: every service as its own process on this machine (cache-manager, scheduler, storage,
+// decompressors, executor). Greedy completions over HTTP must give exactly the tokens of `zipmoe
+// generate` (embedded mode) at the same budget with 1, 2 and 4 decompressor replicas; a decompressor
+// killed with SIGKILL mid-generation is restarted and the request still completes with the same
+// tokens; garbage and truncated FlatBuffers on the scheduler's and the cache-manager's sockets are
+// dropped and counted; SIGTERM stops everything, removes pid files and the arena.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -102,6 +103,7 @@ class Up {
     return !Alive(pid_);
   }
   int port() const { return port_; }
+  int pid() const { return pid_; }
   const std::string& run_dir() const { return run_dir_; }
   std::string log() const { return ReadAll(log_); }
 
@@ -124,7 +126,7 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
     SCOPED_TRACE(fmt::format("{} decompressors", n));
     Up up(tmp, model, n);
     ASSERT_TRUE(up.WaitHealthy()) << up.log();
-    for (const char* pid : {"scheduler.pid", "storage.pid", "executor.pid"}) {
+    for (const char* pid : {"cache-manager.pid", "scheduler.pid", "storage.pid", "executor.pid"}) {
       EXPECT_TRUE(Alive(ReadPid(up.run_dir() + "/" + pid))) << pid;
     }
     for (int i = 0; i < n; ++i) EXPECT_TRUE(Alive(ReadPid(fmt::format("{}/decompressor-{}.pid", up.run_dir(), i))));
@@ -134,8 +136,14 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
     EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), ref_text);
     EXPECT_EQ(got["usage"]["completion_tokens"].get<int>(), kNewTokens);
     const std::string log = up.log();
-    EXPECT_NE(log.find(fmt::format("{} processes", 3 + n)), std::string::npos) << log;
+    EXPECT_NE(log.find(fmt::format("{} processes", 4 + n)), std::string::npos) << log;
+    // The cache-manager owns the arena: its plan and arena are in its own log lines.
+    EXPECT_NE(log.find("I: cache-manager: ready:"), std::string::npos) << log;
+    const std::string arena = fmt::format("/dev/shm/zipmoe-up-{}", up.pid());
+    EXPECT_TRUE(Exists(arena)) << arena;
     ASSERT_TRUE(up.Stop()) << up.log();
+    EXPECT_FALSE(Exists(up.run_dir() + "/cache-manager.pid"));
+    EXPECT_FALSE(Exists(arena)) << "the cache-manager removes the arena on a clean exit";
     EXPECT_FALSE(Exists(up.run_dir() + "/scheduler.pid"));
     EXPECT_FALSE(Exists(up.run_dir() + "/decompressor-0.pid"));
     EXPECT_NE(up.log().find("I: up: stopped"), std::string::npos);
@@ -152,6 +160,8 @@ TEST(UpCli, SigkillDecompressorMidGenerationStillCompletesAndIsReplaced) {
   const std::string pid_path = up.run_dir() + "/decompressor-0.pid";
   const int victim = ReadPid(pid_path);
   ASSERT_GT(victim, 0);
+  const int cache_manager = ReadPid(up.run_dir() + "/cache-manager.pid");
+  ASSERT_TRUE(Alive(cache_manager));
   HttpReply reply;
   std::thread request([&] { reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generation is under way
@@ -174,6 +184,8 @@ TEST(UpCli, SigkillDecompressorMidGenerationStillCompletesAndIsReplaced) {
   EXPECT_NE(replacement, victim);
   EXPECT_TRUE(Alive(replacement));
   EXPECT_NE(log.find(fmt::format("decompressor-0 (pid {}) killed by signal 9", victim)), std::string::npos) << log;
+  EXPECT_TRUE(Alive(cache_manager)) << "the cache-manager is not restarted by a worker's death";
+  EXPECT_NE(up.log().find(fmt::format("{} processes", 4 + 2)), std::string::npos);
   EXPECT_NE(log.find(fmt::format("-{} (pid {}) ready", replacement, replacement)), std::string::npos) << log;
   // And it serves: another request completes.
   HttpReply again = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));
@@ -181,14 +193,14 @@ TEST(UpCli, SigkillDecompressorMidGenerationStillCompletesAndIsReplaced) {
   EXPECT_TRUE(up.Stop());
 }
 
-TEST(UpCli, GarbageOnSchedulerSocketsIsDroppedAndCounted) {
+TEST(UpCli, GarbageOnSchedulerAndCacheManagerSocketsIsDroppedAndCounted) {
   const std::string model = Model();
   TempDir tmp;
   Up up(tmp, model, 1);
   ASSERT_TRUE(up.WaitHealthy()) << up.log();
   const std::string good = messaging::EncodeMessage("test", messaging::Heartbeat{100, 0});
   zmq::context_t context(1);
-  for (const char* sock : {"workers.sock", "scheduler.sock"}) {
+  for (const char* sock : {"workers.sock", "scheduler.sock", "cache-manager.sock"}) {
     zmq::socket_t dealer(context, zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 0);
     dealer.connect(fmt::format("ipc://{}/{}", up.run_dir(), sock));
@@ -208,10 +220,11 @@ TEST(UpCli, GarbageOnSchedulerSocketsIsDroppedAndCounted) {
          at = log.find("dropped a bad message", at + 1)) {
       ++dropped;
     }
-    if (dropped >= 6) break;
+    if (dropped >= 9) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_GE(dropped, 6u) << log;
+  EXPECT_GE(dropped, 9u) << log;
+  EXPECT_NE(log.find("E: cache-manager: dropped a bad message"), std::string::npos) << log;
   HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(4));
   EXPECT_EQ(reply.status, 200) << reply.body << log;
   // Bad HTTP input: JSON error and the server keeps serving.
