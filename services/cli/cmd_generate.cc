@@ -9,17 +9,21 @@
 // DIR is a Hugging Face checkpoint or a compressed zipmoe directory. Without --memory-budget every
 // expert is held resident; with it (compressed DIR only) experts are served by the embedded ZipMoE
 // runtime (services/runtime/offload_provider.h) within that budget, with bit-identical outputs.
+// --policy mmap (a benchmark baseline) needs the uncompressed HF DIR instead: experts are read through
+// the page cache of its memory map (services/runtime/mmap_provider.h); --memory-budget is ignored.
 // Text prompts use DIR/tokenizer.json: Encode(text, add_special_tokens=true), or with --chat the
 // tokenizer_config.json chat template around one user message (then add_special_tokens=false).
 // --logits-out FILE: float32 little-endian rows [n_rows, vocab], one per position fed through the
 // model in order (every prompt position, then each generated token fed back), so
 // --max-new-tokens 0 writes exactly the prompt's logits.
-// --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s} where
-// tokens_per_s = generated tokens / wall time of the whole generation (prefill included); otherwise
+// --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s, batch} where
+// tokens_per_s = generated tokens (all sequences) / wall time of the whole generation (prefill
+// included); otherwise
 // the text streams to stdout as it is generated and a timing line goes to stderr.
 // Torch-free: only the executor's .cc files include torch.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -39,6 +43,7 @@
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
 #include "services/executor/generator.h"
+#include "services/runtime/mmap_provider.h"
 
 namespace zipmoe::cli {
 namespace {
@@ -59,6 +64,7 @@ struct GenerateArgs {
   bool json = false;
   bool chat = false;
   bool ignore_eos = false;
+  int64_t batch = 1;
   RuntimeFlags runtime;
 };
 
@@ -154,13 +160,28 @@ int RunGenerate(const GenerateArgs& args) {
       trace.push_back(std::move(rec));
     };
   }
-  if (args.runtime.memory_budget.empty() && !args.runtime.stats_json.empty()) {
+  const bool mmap_baseline = UsesMmapBaseline(args.runtime);
+  if (args.runtime.memory_budget.empty() && !args.runtime.stats_json.empty() && !mmap_baseline) {
     return Fail(Status::InvalidArgument("--stats-json needs --memory-budget (the runtime's statistics)"));
   }
-  Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = CreateRuntime(args.runtime, args.model_dir);
-  if (!created.ok()) return Fail(created.status());
-  std::unique_ptr<runtime::OffloadExpertProvider> provider = std::move(created).value();
-  options.expert_provider = provider.get();
+  std::unique_ptr<runtime::OffloadExpertProvider> provider;
+  std::unique_ptr<runtime::MmapExpertProvider> mmap_provider;  // --policy mmap: the llama.cpp-like baseline
+  if (mmap_baseline) {
+    Result<std::unique_ptr<runtime::MmapExpertProvider>> created = runtime::MmapExpertProvider::Create(args.model_dir);
+    if (!created.ok()) return Fail(created.status());
+    mmap_provider = std::move(created).value();
+    options.expert_provider = mmap_provider.get();
+    std::fprintf(stderr, "%s",
+                 fmt::format("I: runtime: policy mmap, experts demand-paged from the memory map of {} (no cache of "
+                             "its own: the page cache, under whatever memory cap the process runs in){}\n",
+                             args.model_dir, args.runtime.memory_budget.empty() ? "" : "; --memory-budget ignored")
+                     .c_str());
+  } else {
+    Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = CreateRuntime(args.runtime, args.model_dir);
+    if (!created.ok()) return Fail(created.status());
+    provider = std::move(created).value();
+    options.expert_provider = provider.get();
+  }
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return Fail(generator.status());
 
@@ -175,20 +196,30 @@ int RunGenerate(const GenerateArgs& args) {
 
   std::unique_ptr<StreamDecoder> stream;
   if (tokenizer && !args.json) stream = std::make_unique<StreamDecoder>(*tokenizer, /*skip_special_tokens=*/true);
-  auto on_token = [&](size_t, int32_t id) {
-    if (args.json) return;
+  auto on_token = [&](size_t sequence, int32_t id) {
+    if (args.json || sequence != 0) return;  // streams the first sequence only
     const std::string piece = stream ? stream->Step(id) : fmt::format("{} ", id);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
   executor::GenerationStats stats;
-  Result<std::vector<executor::GenerationResult>> results =
-      (*generator)->Generate({prompt_ids}, params, on_token, &stats);
+  // --batch N: sequence i is the prompt rotated left by i mod its length (distinct routing, same length).
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t i = 0; i < args.batch; ++i) {
+    std::vector<int32_t> p = prompt_ids;
+    if (!p.empty()) std::rotate(p.begin(), p.begin() + static_cast<ptrdiff_t>(i % static_cast<int64_t>(p.size())), p.end());
+    prompts.push_back(std::move(p));
+  }
+  Result<std::vector<executor::GenerationResult>> results = (*generator)->Generate(prompts, params, on_token, &stats);
   if (!results.ok()) return Fail(results.status());
   const executor::GenerationResult& r = results->front();
+  size_t generated_total = 0;
+  for (const executor::GenerationResult& row : *results) generated_total += row.generated_ids.size();
 
   if (!args.logits_out.empty()) {
-    Status st = WriteLogits(args.logits_out, r.logits);
+    std::vector<float> all;
+    for (const executor::GenerationResult& row : *results) all.insert(all.end(), row.logits.begin(), row.logits.end());
+    Status st = WriteLogits(args.logits_out, all);
     if (!st.ok()) return Fail(st);
   }
   if (!args.trace_out.empty()) {
@@ -196,6 +227,31 @@ int RunGenerate(const GenerateArgs& args) {
     for (const auto& rec : trace) lines += cache_manager::FormatTraceLine(rec) + "\n";
     Status st = WriteFileAtomic(args.trace_out, lines);
     if (!st.ok()) return Fail(st);
+  }
+  if (mmap_provider != nullptr) {
+    const runtime::MmapProviderStats ms = mmap_provider->stats();
+    if (!args.runtime.stats_json.empty()) {
+      nlohmann::json j;
+      j["model"] = args.model_dir;
+      j["policy"] = "mmap";
+      j["mmap"] = {{"experts_served", ms.experts_served},
+                   {"expert_bytes", ms.expert_bytes},
+                   {"major_faults", ms.major_faults},
+                   {"minor_faults", ms.minor_faults}};
+      j["ttft_s"] = stats.ttft_seconds;
+      j["tpot_s"] = stats.tpot_seconds;
+      j["total_s"] = stats.total_seconds;
+      j["prompt_tokens"] = r.prompt_ids.size();
+      j["generated_tokens"] = r.generated_ids.size();
+      j["batch"] = args.batch;
+      j["generated_tokens_total"] = generated_total;
+      Status st = WriteFileAtomic(args.runtime.stats_json, j.dump(2) + "\n");
+      if (!st.ok()) return Fail(st);
+    }
+    std::fprintf(stderr, "%s", fmt::format("I: runtime: mmap served {} experts ({:.1f} MiB of BF16), {} major / {} minor "
+                                           "page faults\n",
+                                           ms.experts_served, ms.expert_bytes / 1048576.0, ms.major_faults,
+                                           ms.minor_faults).c_str());
   }
   if (provider != nullptr) {
     const runtime::RuntimeStats rs = provider->stats();
@@ -210,6 +266,8 @@ int RunGenerate(const GenerateArgs& args) {
       j["total_s"] = stats.total_seconds;
       j["prompt_tokens"] = r.prompt_ids.size();
       j["generated_tokens"] = r.generated_ids.size();
+      j["batch"] = args.batch;
+      j["generated_tokens_total"] = generated_total;
       Status st = WriteFileAtomic(args.runtime.stats_json, j.dump(2) + "\n");
       if (!st.ok()) return Fail(st);
     }
@@ -222,7 +280,7 @@ int RunGenerate(const GenerateArgs& args) {
                                            runtime::MeanMakespanOverBound(rs)).c_str());
   }
   const double tokens_per_s =
-      stats.total_seconds > 0 ? static_cast<double>(r.generated_ids.size()) / stats.total_seconds : 0.0;
+      stats.total_seconds > 0 ? static_cast<double>(generated_total) / stats.total_seconds : 0.0;
   if (args.json) {
     nlohmann::json out;
     out["prompt_ids"] = r.prompt_ids;
@@ -231,6 +289,7 @@ int RunGenerate(const GenerateArgs& args) {
     out["ttft_s"] = stats.ttft_seconds;
     out["tpot_s"] = stats.tpot_seconds;
     out["tokens_per_s"] = tokens_per_s;
+    out["batch"] = args.batch;
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
@@ -278,6 +337,11 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
                   "write the routing trace (JSON lines: step, layer, experts, tokens) for `zipmoe plan --trace`");
   AddRuntimeFlags(cmd, &args->runtime, /*budget_required=*/false);
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past EOS until --max-new-tokens (benchmarks)");
+  cmd->add_option("--batch", args->batch,
+                  "generate N sequences at once (sequence i: the prompt rotated left by i mod its length; "
+                  "--logits-out writes every sequence's rows, in order; text/--json show the first)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([args, exit_code] { *exit_code = RunGenerate(*args); });
 }
 

@@ -32,6 +32,10 @@ struct RuntimeFlags {
   std::string stats_json;
 };
 
+// --policy mmap: the benchmark baseline that serves experts from the memory map of the uncompressed
+// checkpoint (services/runtime/mmap_provider.h), not the runtime; only `zipmoe generate` accepts it.
+inline bool UsesMmapBaseline(const RuntimeFlags& flags) { return flags.policy == "mmap"; }
+
 // Registers the flags on `cmd`. `budget_required`: --memory-budget is mandatory (replay).
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* flags, bool budget_required);
 
