@@ -1,0 +1,229 @@
+"""Shared pieces of the benchmark suite (bench/run.sh -> bench/suite.py): the memory cap (a cgroup v1
+memory controller child group), dropping the page cache, running one `zipmoe` command under the cap
+with its peak memory recorded, reading the machine description, and byte-comparing logits files.
+
+Nothing here times anything by itself; bench/suite.py decides what runs.
+"""
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+CGROUP_V1_ROOT = "/sys/fs/cgroup/memory"
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def log(msg):
+    print(f"I: {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
+
+
+def warn(msg):
+    print(f"W: {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
+
+
+class MemoryCap:
+    """One cgroup v1 memory child group; every capped run is started inside it.
+
+    The v1 memory controller charges a group for its processes' anonymous memory, shared memory
+    (the runtime's shm arena) and the page cache pages they bring in, so `memory.limit_in_bytes`
+    caps RSS + page cache together, and the kernel reclaims the group's page cache first when it
+    reaches the limit. `available` is False (and `reason` says why) when the controller is missing
+    or not writable; runs then go uncapped and the report says so.
+    """
+
+    def __init__(self, name):
+        self.path = os.path.join(CGROUP_V1_ROOT, name)
+        self.available = False
+        self.reason = ""
+        self.limit_bytes = None
+        if not os.path.isdir(CGROUP_V1_ROOT):
+            self.reason = f"{CGROUP_V1_ROOT} is not mounted (no cgroup v1 memory controller)"
+            return
+        try:
+            os.makedirs(self.path, exist_ok=True)
+            self._write("memory.limit_in_bytes", "-1")
+            self.available = True
+        except OSError as e:
+            self.reason = f"cannot create/write {self.path}: {e}"
+
+    def _write(self, key, value):
+        with open(os.path.join(self.path, key), "w") as f:
+            f.write(str(value))
+
+    def _read(self, key):
+        with open(os.path.join(self.path, key)) as f:
+            return f.read()
+
+    def set_limit(self, limit_bytes):
+        if not self.available:
+            return
+        self.limit_bytes = limit_bytes
+        # Lowering the limit below the current charge fails with EBUSY; the group is empty between
+        # runs, and force_empty reclaims what is left charged to it (page cache).
+        try:
+            self._write("memory.force_empty", "0")
+        except OSError:
+            pass
+        self._write("memory.limit_in_bytes", str(limit_bytes if limit_bytes else -1))
+
+    def reset_peak(self):
+        if self.available:
+            for key in ("memory.max_usage_in_bytes", "memory.failcnt"):
+                try:
+                    self._write(key, "0")
+                except OSError:
+                    pass
+
+    def peak_bytes(self):
+        return int(self._read("memory.max_usage_in_bytes")) if self.available else None
+
+    def oom_kills(self):
+        if not self.available:
+            return 0
+        for line in self._read("memory.oom_control").splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+        return 0
+
+    def preexec(self):
+        """For subprocess preexec_fn: moves the child into the group before it execs."""
+        if not self.available:
+            return None
+        procs = os.path.join(self.path, "cgroup.procs")
+
+        def enter():
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        return enter
+
+    def remove(self):
+        if self.available:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
+def drop_caches():
+    """sync + drop the page cache, dentries and inodes (needs root). Returns False when not allowed."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+class RunError(Exception):
+    pass
+
+
+def run_cmd(cmd, log_path, cap=None, limit_bytes=None, cold=True, timeout=None, env=None):
+    """Runs `cmd` (a list), optionally inside `cap` with `limit_bytes`, after dropping the page cache
+    when `cold`. Writes the command line, stdout and stderr to `log_path`. Returns a dict with wall_s,
+    peak_bytes (group peak: RSS + page cache + shm, None when uncapped), oom_kills, rc, stdout.
+    Raises RunError on a non-zero exit."""
+    dropped = drop_caches() if cold else False
+    preexec = None
+    if cap is not None and cap.available:
+        cap.set_limit(limit_bytes)
+        cap.reset_peak()
+        preexec = cap.preexec()
+    oom_before = cap.oom_kills() if cap is not None else 0
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=preexec, timeout=timeout, env=env)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), \
+            f"timed out after {timeout} s"
+    wall = time.time() - t0
+    with open(log_path, "w") as f:
+        f.write(" ".join(cmd) + "\n" + out + err)
+    res = {"wall_s": wall, "rc": rc, "stdout": out, "caches_dropped": dropped,
+           "peak_bytes": cap.peak_bytes() if cap is not None and cap.available else None,
+           "oom_kills": (cap.oom_kills() - oom_before) if cap is not None else 0,
+           "limit_bytes": limit_bytes if cap is not None and cap.available else None}
+    if cap is not None and cap.available:
+        cap.set_limit(None)
+    if rc != 0:
+        raise RunError(f"exit {rc}{' (OOM-killed under the cap)' if res['oom_kills'] else ''}: {' '.join(cmd)}\n"
+                       f"{err[-1500:]}", res)
+    return res
+
+
+def same_prefix(path, want):
+    """True when the file at `path` is a byte prefix of `want` (bytes) and not empty."""
+    got = open(path, "rb").read()
+    return len(got) > 0 and want[:len(got)] == got
+
+
+def machine_info():
+    info = {"hostname": platform.node(), "kernel": platform.release(), "nproc": os.cpu_count()}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                info["mem_gib"] = round(int(line.split()[1]) / (1 << 20), 1)
+                break
+    except OSError:
+        pass
+    try:
+        info["os"] = dict(l.rstrip().split("=", 1) for l in open("/etc/os-release") if "=" in l).get(
+            "PRETTY_NAME", "").strip('"')
+    except OSError:
+        pass
+    try:
+        info["loadavg"] = open("/proc/loadavg").read().split()[:3]
+    except OSError:
+        pass
+    df = shutil.disk_usage("/")
+    info["disk_free_gib"] = round(df.free / GIB, 1)
+    info["gpu"] = gpu_info()
+    return info
+
+
+def gpu_info():
+    """A CUDA device's name, or None (with no nvidia-smi / device the GPU experiment is skipped)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    p = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    return p.stdout.strip() or None if p.returncode == 0 else None
+
+
+def git_commit(repo):
+    p = subprocess.run(["git", "-C", repo, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return p.stdout.strip() + (" (+ uncommitted changes in the tree)" if dirty else "")
+
+
+def dd_direct_gbps(path, block="1M", count=512):
+    """Sequential O_DIRECT read bandwidth of `path` with dd (GB/s), or None."""
+    p = subprocess.run(["dd", f"if={path}", "of=/dev/null", f"bs={block}", f"count={count}", "iflag=direct"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return None
+    # "... bytes (...) copied, 0.9 s, 1.2 GB/s"
+    last = p.stderr.strip().splitlines()[-1]
+    try:
+        nbytes = int(last.split()[0])
+        secs = float(last.split(",")[-2].split()[0])
+        return nbytes / secs / 1e9
+    except (ValueError, IndexError):
+        return None
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)

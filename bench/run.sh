@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench/run.sh [--quick|--full] [--out DIR] [--models DIR] [--only c,a,b,g,f,d,e,deepseek,h,i] [--no-build]
+#
+# The benchmark suite (issue 6; ZipMoE §5): builds zipmoe + bench binaries, synthesizes and compresses
+# the mini presets, runs every experiment under one cgroup memory cap with the page cache dropped
+# before each cold run, writes OUT/*.json, PNG figures in docs/bench/ and the generated
+# docs/benchmarks.md. Not part of CI. Needs root for the cgroup and drop_caches (it says so in the
+# report and continues without them otherwise) and ~25 GB free disk under --models.
+#   --quick (default)  ~15 min on a 2-core VM after the build: qwen2_moe mini, 2 budgets, 16 tokens,
+#                      deepseek_v2 tiny for the bit-exactness sweep
+#   --full             ~1 h: 5 budgets, 32 tokens, lengths to 256, batch 16, deepseek_v2 mini
+# Environment: ZIPMOE_BENCH_BUILD_DIR (default build-bench), PYTHON (default /usr/bin/python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=quick
+OUT=out/bench
+MODELS=${ZIPMOE_BENCH_MODELS:-/var/tmp/zipmoe-bench-models}
+ONLY=""
+BUILD=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) MODE=quick ;;
+    --full) MODE=full ;;
+    --out) OUT=$2; shift ;;
+    --models) MODELS=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    --no-build) BUILD=0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+BUILD_DIR=${ZIPMOE_BENCH_BUILD_DIR:-build-bench}
+PY=${PYTHON:-/usr/bin/python3}
+if ! "$PY" -c 'import matplotlib' 2>/dev/null; then
+  echo "W: $PY has no matplotlib (apt-get install python3-matplotlib): the report will have tables only" >&2
+fi
+if [ "$BUILD" = 1 ]; then
+  echo "I: building into $BUILD_DIR" >&2
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  fi
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target zipmoe codec_bench
+fi
+START=$(date +%s)
+ARGS=(--mode "$MODE" --bin "$BUILD_DIR/bin" --out "$OUT" --models "$MODELS")
+[ -n "$ONLY" ] && ARGS+=(--only "$ONLY")
+STATUS=0
+"$PY" bench/suite.py "${ARGS[@]}" || STATUS=$?
+"$PY" bench/report.py --out "$OUT" --docs docs/benchmarks.md --figures docs/bench \
+  --command "bench/run.sh --$MODE${ONLY:+ --only $ONLY}"
+echo "I: bench/run.sh --$MODE: $(( $(date +%s) - START )) s after the build; report in docs/benchmarks.md" >&2
+exit $STATUS
