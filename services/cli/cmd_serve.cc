@@ -721,6 +721,9 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
   args.port = static_cast<int>(config.http_port);
   args.api_key = config.http_api_key;
   args.threads = static_cast<int>(config.threads);
+  args.device = config.device;
+  args.max_batch = static_cast<int>(config.http_max_batch);
+  if (args.max_batch < 1) return Fail(Status::InvalidArgument("executor: http.max_batch must be >= 1"));
   if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));
   Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = StartMetrics(config, "executor",
                                                                                config.metrics_port_executor);
@@ -736,8 +739,9 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
     remote.endpoint = config.endpoint_scheduler;
     remote.arena_name = config.shm_name;
     remote.timeout = std::chrono::milliseconds(config.timeout_ms);
+    remote.register_with_cuda = true;  // kept only when built with CUDA and a device answers
     bool told = false;
-    while (true) {  // the arena appears when the scheduler has planned the cache
+    while (true) {  // the arena appears when the cache-manager has planned the cache
       Result<std::unique_ptr<runtime::RemoteExpertProvider>> provider = runtime::RemoteExpertProvider::Connect(remote);
       if (provider.ok()) {
         ServiceLog("executor", fmt::format("connected to the scheduler at {} (arena {})", remote.endpoint,

@@ -41,6 +41,8 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"storage_queue_depth", &c.storage_queue_depth},
       {"timeout_ms", &c.timeout_ms},
       {"threads", &c.threads},
+      {"device", &c.device},
+      {"http.max_batch", &c.http_max_batch},
       {"http.host", &c.http_host},
       {"http.port", &c.http_port},
       {"http.api_key", &c.http_api_key},

@@ -42,6 +42,8 @@ struct ServiceConfig {
   int64_t storage_queue_depth = 64;      // chunk reads a storage worker takes at once
   int64_t timeout_ms = 60000;            // executor: longest wait for the scheduler
   int64_t threads = 0;                   // executor: torch threads (0 = all cores)
+  std::string device = "cpu";            // executor: "cpu" or "cuda[:N]" (a CUDA libtorch)
+  int64_t http_max_batch = 8;            // executor: sequences decoded together (continuous batching)
   std::string http_host = "127.0.0.1";
   int64_t http_port = 8080;
   std::string http_api_key;

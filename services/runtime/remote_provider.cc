@@ -1,6 +1,7 @@
 #include "services/runtime/remote_provider.h"
 
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <thread>
@@ -42,8 +43,22 @@ Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(cons
   options.endpoint = config.endpoint;
   options.sender = "executor";
   ZM_ASSIGN_OR_RETURN(msg::Channel channel, msg::Channel::Open(*context, options));
-  return std::unique_ptr<RemoteExpertProvider>(
+  std::optional<kernels::HostRegistration> registration;
+  if (config.register_with_cuda) {
+    Result<kernels::HostRegistration> r = kernels::HostRegistration::Register(arena.data(), arena.size_bytes());
+    if (r.ok()) {
+      registration.emplace(std::move(r).value());
+    } else if (r.status().code() == StatusCode::kUnavailable) {
+      std::fprintf(stderr, "I: executor: arena %s not registered with CUDA (%s)\n", config.arena_name.c_str(),
+                   r.status().ToString().c_str());
+    } else {
+      return r.status().WithContext("registering the arena " + config.arena_name + " with CUDA");
+    }
+  }
+  auto provider = std::unique_ptr<RemoteExpertProvider>(
       new RemoteExpertProvider(config, std::move(arena), std::move(context), std::move(channel)));
+  provider->registration_ = std::move(registration);
+  return provider;
 }
 
 uint64_t RemoteExpertProvider::bad_messages() const {

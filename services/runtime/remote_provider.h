@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <zmq.hpp>
@@ -29,6 +30,7 @@
 #include "common/messaging_channel.h"
 #include "common/shm_region.h"
 #include "common/status.h"
+#include "kernels/host_registration.h"
 
 namespace zipmoe::runtime {
 
@@ -36,6 +38,10 @@ struct RemoteProviderConfig {
   std::string endpoint;    // the scheduler's executor endpoint (ProviderServer)
   std::string arena_name;  // the shared arena's POSIX shm name
   std::chrono::milliseconds timeout{60000};  // longest wait for one reply before kDeadlineExceeded
+  // cudaHostRegister the attached arena (kernels/host_registration.h) so a CUDA executor reads
+  // expert bytes in place (zero-copy on Jetson). kUnavailable (no CUDA build, no device) is logged
+  // and the arena stays unregistered; any other registration error fails Connect.
+  bool register_with_cuda = false;
 };
 
 class RemoteExpertProvider : public ExpertProvider {
@@ -43,6 +49,8 @@ class RemoteExpertProvider : public ExpertProvider {
   // Attaches the arena and connects (on a ZeroMQ context of its own). Errors: ShmRegion::Attach's
   // (kNotFound: no arena yet), Channel::Open's.
   static Result<std::unique_ptr<RemoteExpertProvider>> Connect(const RemoteProviderConfig& config);
+  // Whether the arena is registered with CUDA (register_with_cuda and it worked).
+  bool cuda_registered() const { return registration_.has_value(); }
   Status BeginLayer(const LayerRouting& routing) override;
   // Errors: the scheduler's layer error; kDeadlineExceeded (no answer within the timeout, naming the
   // endpoint); kCorruption (an expert outside the arena).
@@ -59,6 +67,7 @@ class RemoteExpertProvider : public ExpertProvider {
 
   RemoteProviderConfig config_;
   ShmRegion arena_;
+  std::optional<kernels::HostRegistration> registration_;  // after arena_: unregistered before unmapping
   std::unique_ptr<zmq::context_t> context_;  // outlives channel_ (declared before it)
   mutable std::mutex mu_;        // guards channel_
   messaging::Channel channel_;
