@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# bench/run.sh [--quick|--full] [--out DIR] [--models DIR] [--only c,a,b,g,f,d,e,deepseek,h,i] [--no-build]
+# bench/run.sh [--quick|--full] [--out DIR] [--models DIR] [--only c,r,a,b,g,f,d,e,deepseek,h,i] [--no-build]
 #
 # The benchmark suite (issue 6; ZipMoE §5): builds zipmoe + bench binaries, synthesizes and compresses
 # the mini presets, runs every experiment under one cgroup memory cap with the page cache dropped
 # before each cold run, writes OUT/*.json, PNG figures in docs/bench/ and the generated
 # docs/benchmarks.md. Not part of CI. Needs root for the cgroup and drop_caches (it says so in the
 # report and continues without them otherwise) and ~25 GB free disk under --models.
-#   --quick (default)  ~15 min on a 2-core VM after the build: qwen2_moe mini, 2 budgets, 16 tokens,
+#   --quick (default)  ~15 min on a 2-core VM after the build: qwen2_moe mini, 2 budgets, 16 tokens, a short replay,
 #                      deepseek_v2 tiny for the bit-exactness sweep
 #   --full             ~1 h: 5 budgets, 32 tokens, lengths to 256, batch 16, deepseek_v2 mini
 # Environment: ZIPMOE_BENCH_BUILD_DIR (default build-bench), PYTHON (default /usr/bin/python3).
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     --models) MODELS=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --no-build) BUILD=0 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift

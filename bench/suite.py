@@ -43,11 +43,11 @@ WARMUP_PROMPT = "Write a short poem about autumn leaves falling in a quiet park 
 ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shares of trained MoE models
 
 MODES = {
-    "quick": {"tokens": 16, "budgets": [25, 50], "lengths": [32, 64], "batches": [1, 4],
+    "quick": {"tokens": 16, "budgets": [25, 50], "lengths": [16, 32], "batches": [1, 4],
               "batch_systems": ["zipmoe", "lru"], "length_systems": ["zipmoe", "lru"],
               "ablation_budgets": [25], "fifo_budgets": [50], "deepseek": "tiny",
               "codec_sections": "ratio,threads,io", "io_mib": 256,
-              "replay": {"steps": 32, "repeat": 2, "systems": ["zipmoe", "lru", "fifo", "lfu", "marking"]}},
+              "replay": {"steps": 16, "repeat": 2, "systems": ["zipmoe", "lru", "fifo", "marking"]}},
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
              "ablation_budgets": [25, 50], "fifo_budgets": [25, 50, 75], "deepseek": "mini",
@@ -502,6 +502,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.models, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below: meta.json, cgroup removal
     t0 = time.time()
     s = Suite(a)
     only = a.only.split(",")
