@@ -343,11 +343,12 @@ class Suite:
                   for (a, pr), mm in self.models.items()}
         self.save("a_ratio", {"codec_bench": rows, "models": models})
 
-    def exp_b(self, m):
-        p = subprocess.run([os.path.join(self.a.bin, "codec_bench"), "--sections=threads,io",
+    def codec_bench(self, sections, log, extra=()):
+        """Runs codec_bench and parses its decode-thread rows and read rows."""
+        p = subprocess.run([os.path.join(self.a.bin, "codec_bench"), f"--sections={sections}",
                             f"--io_dir={self.a.models}", f"--io_mib={self.cfg['io_mib']}", "--min_seconds=0.2",
-                            f"--threads={self.threads}"], capture_output=True, text=True)
-        open(os.path.join(self.logs, "codec_bench_threads_io.log"), "w").write(p.stdout + p.stderr)
+                            f"--threads={self.threads}", *extra], capture_output=True, text=True)
+        open(os.path.join(self.logs, log), "w").write(p.stdout + p.stderr)
         decode, read = [], []
         num = re.compile(r"([0-9.]+) \(([0-9.]+)\)")
         for line in p.stdout.splitlines():
@@ -361,7 +362,35 @@ class Suite:
                 t = re.search(r"(\d+) thread", cells[0])
                 read.append({"read": cells[0], "threads": int(t.group(1)) if t else 1,
                              "gbps": float(g.group(1)) if g else None})
-        self.save("b_read_vs_decode", {"decode": decode, "read": read,
+        return decode, read
+
+    def exp_b(self, m):
+        decode, read = self.codec_bench("threads,io", "codec_bench_threads_io.log")
+        # The same with the other side running concurrently on the same cores: decode while a loop of
+        # O_DIRECT reads of the model's experts file runs, and O_DIRECT reads (dd) while a 1-thread
+        # decode loop runs.
+        experts = os.path.join(m["zstd"], max(os.listdir(m["zstd"]),
+                                              key=lambda f: os.path.getsize(os.path.join(m["zstd"], f))))
+        loop = subprocess.Popen(["bash", "-c", f"while :; do dd if='{experts}' of=/dev/null bs=1M count=1024 "
+                                               "iflag=direct 2>/dev/null; done"], start_new_session=True)
+        try:
+            decode_busy, _ = self.codec_bench("threads", "codec_bench_threads_with_reads.log")
+        finally:
+            os.killpg(loop.pid, signal.SIGKILL)
+            loop.wait()
+        alone = [v for v in (bl.dd_direct_gbps(experts, "1M", 512) for _ in range(3)) if v]
+        loop = subprocess.Popen(["bash", "-c", f"while :; do '{os.path.join(self.a.bin, 'codec_bench')}' "
+                                               "--sections=threads --threads=1 --min_seconds=0.2 >/dev/null; done"],
+                                start_new_session=True)
+        try:
+            time.sleep(1)
+            busy = [v for v in (bl.dd_direct_gbps(experts, "1M", 512) for _ in range(3)) if v]
+        finally:
+            os.killpg(loop.pid, signal.SIGKILL)
+            loop.wait()
+        med = (lambda v: sorted(v)[len(v) // 2] if v else None)
+        self.save("b_read_vs_decode", {"decode": decode, "read": read, "decode_with_reads": decode_busy,
+                                       "dd_read_gbps": med(alone), "dd_read_with_decode_gbps": med(busy),
                                        "note": "decode: GB/s of exponent bytes out, zstd level 1, disjoint E-chunks; "
                                                "read: GB/s of a 1-file sequential read; both wall-clock medians"})
 
@@ -510,8 +539,10 @@ def main():
     try:
         m = s.prepare("qwen2_moe", "mini")
         s.disk(m)
-        s.calibrate(m, 50)
-        s.reference(m, max([s.cfg["tokens"]] + (s.cfg["lengths"] if "e" in only else [])))
+        if any(x in only for x in ("c", "r", "g", "f", "d", "e", "h")):
+            s.calibrate(m, 50)
+        if any(x in only for x in ("c", "g", "f", "d", "e", "h")):  # one reference long enough for all
+            s.reference(m, max([s.cfg["tokens"]] + (s.cfg["lengths"] if "e" in only else [])))
         steps = [("c", lambda: s.exp_c(m)), ("r", lambda: s.exp_r(m)), ("a", lambda: s.exp_a(m)), ("b", lambda: s.exp_b(m)),
                  ("g", lambda: s.exp_g(m)), ("f", lambda: s.exp_f(m)), ("d", lambda: s.exp_d(m)),
                  ("e", lambda: s.exp_e(m)), ("deepseek", s.exp_deepseek), ("h", lambda: s.exp_h(m)),
