@@ -32,6 +32,9 @@ while [ $# -gt 0 ]; do
 done
 BUILD_DIR=${ZIPMOE_BENCH_BUILD_DIR:-build-bench}
 PY=${PYTHON:-/usr/bin/python3}
+if ! "$PY" -c 'import matplotlib, numpy' 2>/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-matplotlib python3-numpy >/dev/null || true
+fi
 if ! "$PY" -c 'import matplotlib' 2>/dev/null; then
   echo "W: $PY has no matplotlib (apt-get install python3-matplotlib): the report will have tables only" >&2
 fi
