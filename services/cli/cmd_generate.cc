@@ -228,6 +228,17 @@ int RunGenerate(const GenerateArgs& args) {
     Status st = WriteFileAtomic(args.trace_out, lines);
     if (!st.ok()) return Fail(st);
   }
+  // --stats-json: the provider's statistics plus this generation's timings and token counts.
+  auto write_stats_json = [&](nlohmann::json j) {
+    j["ttft_s"] = stats.ttft_seconds;
+    j["tpot_s"] = stats.tpot_seconds;
+    j["total_s"] = stats.total_seconds;
+    j["prompt_tokens"] = r.prompt_ids.size();
+    j["generated_tokens"] = r.generated_ids.size();
+    j["batch"] = args.batch;
+    j["generated_tokens_total"] = generated_total;
+    return WriteFileAtomic(args.runtime.stats_json, j.dump(2) + "\n");
+  };
   if (mmap_provider != nullptr) {
     const runtime::MmapProviderStats ms = mmap_provider->stats();
     if (!args.runtime.stats_json.empty()) {
@@ -238,14 +249,7 @@ int RunGenerate(const GenerateArgs& args) {
                    {"expert_bytes", ms.expert_bytes},
                    {"major_faults", ms.major_faults},
                    {"minor_faults", ms.minor_faults}};
-      j["ttft_s"] = stats.ttft_seconds;
-      j["tpot_s"] = stats.tpot_seconds;
-      j["total_s"] = stats.total_seconds;
-      j["prompt_tokens"] = r.prompt_ids.size();
-      j["generated_tokens"] = r.generated_ids.size();
-      j["batch"] = args.batch;
-      j["generated_tokens_total"] = generated_total;
-      Status st = WriteFileAtomic(args.runtime.stats_json, j.dump(2) + "\n");
+      Status st = write_stats_json(std::move(j));
       if (!st.ok()) return Fail(st);
     }
     std::fprintf(stderr, "%s", fmt::format("I: runtime: mmap served {} experts ({:.1f} MiB of BF16), {} major / {} minor "
@@ -261,14 +265,7 @@ int RunGenerate(const GenerateArgs& args) {
       j["policy"] = cache_manager::CachePolicyName(provider->config().policy);
       j["pools_enabled"] = provider->config().pools;
       j["decompress_threads"] = provider->config().n_workers;
-      j["ttft_s"] = stats.ttft_seconds;
-      j["tpot_s"] = stats.tpot_seconds;
-      j["total_s"] = stats.total_seconds;
-      j["prompt_tokens"] = r.prompt_ids.size();
-      j["generated_tokens"] = r.generated_ids.size();
-      j["batch"] = args.batch;
-      j["generated_tokens_total"] = generated_total;
-      Status st = WriteFileAtomic(args.runtime.stats_json, j.dump(2) + "\n");
+      Status st = write_stats_json(std::move(j));
       if (!st.ok()) return Fail(st);
     }
     std::fprintf(stderr, "%s", fmt::format("I: runtime: {} requests, {} misses, hit rate {:.1f}%, read {:.1f} MiB "

@@ -75,12 +75,17 @@ std::vector<std::unique_ptr<PortHolder>> HoldConsecutivePorts(int n, bool next_f
 
 int FreePort() { return PortHolder(0).port(); }
 
-// GET http://127.0.0.1:<port>/metrics; "" and a test failure when it does not answer 200.
-std::string Scrape(int port) {
+// GET http://127.0.0.1:<port>/metrics with 5 s timeouts.
+httplib::Result GetMetrics(int port) {
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(5);
   client.set_read_timeout(5);
-  auto reply = client.Get("/metrics");
+  return client.Get("/metrics");
+}
+
+// The /metrics body; "" and a test failure when it does not answer 200.
+std::string Scrape(int port) {
+  auto reply = GetMetrics(port);
   if (!reply) {
     ADD_FAILURE() << "no HTTP reply from port " << port << ": " << httplib::to_string(reply.error());
     return "";
@@ -91,10 +96,7 @@ std::string Scrape(int port) {
 
 // The HTTP status of GET /metrics (0 = no reply). An empty registry answers 200 with an empty body.
 int ScrapeStatus(int port) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
-  auto reply = client.Get("/metrics");
+  auto reply = GetMetrics(port);
   return reply ? reply->status : 0;
 }
 
