@@ -42,6 +42,7 @@ struct CacheServer::State {
   EventFd wake;
   std::thread loop_thread;
   std::map<std::string, Client> clients;  // loop thread only (after the join: Stop)
+  std::vector<std::pair<std::string, msg::Body>> pending_replies;  // loop thread only
 
   mutable std::mutex mu;  // guards the three below
   bool stopping = false;
@@ -58,9 +59,15 @@ struct CacheServer::State {
     }
     Log("E: dropped a bad message: " + what);
   }
-  void Reply(const std::string& peer, msg::Body body) {
-    Status st = router.SendTo(peer, std::move(body), kReplyTimeout);
-    if (!st.ok()) Log(fmt::format("E: reply to {}: {}", msg::PrintableId(peer), st.ToString()));
+  // Replies are queued while a message is handled and sent by Handle after PublishCounts, so a client
+  // that has its reply also sees stats() that include the request (tests and metrics read them).
+  void Reply(const std::string& peer, msg::Body body) { pending_replies.emplace_back(peer, std::move(body)); }
+  void FlushReplies() {
+    for (auto& [peer, body] : pending_replies) {
+      Status st = router.SendTo(peer, std::move(body), kReplyTimeout);
+      if (!st.ok()) Log(fmt::format("E: reply to {}: {}", msg::PrintableId(peer), st.ToString()));
+    }
+    pending_replies.clear();
   }
   void Reclaim(const std::string& peer, const std::string& why);
   void Loop();
@@ -82,16 +89,20 @@ void CacheServer::State::PublishCounts() {
 void CacheServer::State::Reclaim(const std::string& peer, const std::string& why) {
   auto it = clients.find(peer);
   if (it == clients.end()) return;
-  Client& c = it->second;
-  const std::vector<uint64_t> leases(c.leases.begin(), c.leases.end());
-  backend->ReleaseLeases(leases);
-  for (uint32_t slot : c.staging) backend->ReleaseStaging(slot);
-  Log(fmt::format("client {} {}: reclaimed {} lease(s) and {} staging slot(s)", msg::PrintableId(peer), why,
-                  leases.size(), c.staging.size()));
+  const std::vector<uint64_t> leases(it->second.leases.begin(), it->second.leases.end());
+  const std::vector<uint32_t> staging = std::move(it->second.staging);
   clients.erase(it);
-  std::lock_guard<std::mutex> lock(mu);
-  ++stats.reclaimed_clients;
-  stats.reclaimed_leases += leases.size();
+  // Counts first, the cache second: whoever sees the pins gone also sees the client gone from stats().
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.reclaimed_clients;
+    stats.reclaimed_leases += leases.size();
+  }
+  PublishCounts();
+  backend->ReleaseLeases(leases);
+  for (uint32_t slot : staging) backend->ReleaseStaging(slot);
+  Log(fmt::format("client {} {}: reclaimed {} lease(s) and {} staging slot(s)", msg::PrintableId(peer), why,
+                  leases.size(), staging.size()));
 }
 
 void CacheServer::State::HandleHello(const std::string& peer, const msg::CacheHello& hello) {
@@ -285,6 +296,7 @@ void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
     Bad(fmt::format("unexpected {} from {}", msg::BodyName(body), msg::PrintableId(peer)));
   }
   PublishCounts();
+  FlushReplies();
 }
 
 void CacheServer::State::Loop() {

@@ -314,12 +314,14 @@ TEST(CacheServer, LeasesOfADisappearedOrReplacedClientAreReclaimed) {
   };
   {
     zmq::context_t context(1);
-    auto [channel, leases] = take_leases(context, 200);
+    // 1 s heartbeats: dead after 3 s of silence, long enough that a loaded CI machine cannot stall the
+    // checks below past it.
+    auto [channel, leases] = take_leases(context, 1000);
     ASSERT_GT(leases, 0u);
     EXPECT_EQ(cache_manager.backend->manager().LivePins(), leases);
     EXPECT_EQ(cache_manager.server->stats().leases_held, leases);
   }  // socket closed: no Disconnect, no heartbeats
-  EXPECT_TRUE(Eventually([&] { return cache_manager.backend->manager().LivePins() == 0; }));
+  EXPECT_TRUE(Eventually([&] { return cache_manager.backend->manager().LivePins() == 0; }, milliseconds(20000)));
   EXPECT_GT(cache_manager.server->stats().reclaimed_leases, 0u);
   EXPECT_EQ(cache_manager.server->stats().clients, 0u);
 
