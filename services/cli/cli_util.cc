@@ -5,6 +5,9 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/file_util.h"
 
 namespace zipmoe::cli {
 
@@ -32,6 +35,41 @@ Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag)
                                                flag, text, unit));
   }
   return static_cast<uint64_t>(std::floor(value * scale));
+}
+
+Result<std::vector<std::string>> LoadPromptsFile(const std::string& path) {
+  ZM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Status::InvalidArgument(fmt::format("prompts file {}: not valid JSON", path));
+  if (!doc.is_array()) {
+    return Status::InvalidArgument(fmt::format("prompts file {}: expected a JSON array of strings or ShareGPT "
+                                               "conversations, got a JSON {}", path, doc.type_name()));
+  }
+  std::vector<std::string> prompts;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const nlohmann::json& item = doc[i];
+    std::string prompt;
+    if (item.is_string()) {
+      prompt = item.get<std::string>();
+    } else if (item.is_object() && item.contains("conversations") && item["conversations"].is_array()) {
+      for (const nlohmann::json& turn : item["conversations"]) {
+        if (turn.is_object() && turn.value("from", "") == "human" && turn.contains("value") &&
+            turn["value"].is_string()) {
+          prompt = turn["value"].get<std::string>();
+          break;
+        }
+      }
+    } else {
+      return Status::InvalidArgument(fmt::format("prompts file {}: item {} is neither a string nor an object with "
+                                                 "a \"conversations\" array", path, i));
+    }
+    if (prompt.empty()) {
+      return Status::InvalidArgument(fmt::format("prompts file {}: item {} has no (or an empty) human prompt", path, i));
+    }
+    prompts.push_back(std::move(prompt));
+  }
+  if (prompts.empty()) return Status::InvalidArgument(fmt::format("prompts file {}: no prompts", path));
+  return prompts;
 }
 
 }  // namespace zipmoe::cli

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -11,5 +12,12 @@ namespace zipmoe::cli {
 // "512MiB", "1.5GB", "4096", "64k": B, K/KB = 1e3, KiB = 2^10, M/MB, MiB, G/GB, GiB, T/TB, TiB.
 // Errors: kInvalidArgument naming `flag` and the text.
 Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag);
+
+// A prompts file for benchmarks and load tests: a JSON array whose items are either strings or
+// ShareGPT conversations ({"conversations": [{"from": "human", "value": TEXT}, ...]}; the first
+// "human" turn is the prompt), e.g. bench/data/sharegpt-first-turn-500.json. Returns the prompts in
+// file order. Errors: kNotFound / kIoError (the file), kInvalidArgument naming the file and the item
+// index (not JSON, not an array, an item without a human turn or with an empty prompt, no items).
+Result<std::vector<std::string>> LoadPromptsFile(const std::string& path);
 
 }  // namespace zipmoe::cli

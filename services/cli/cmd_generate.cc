@@ -1,6 +1,7 @@
 // `zipmoe generate`: text in, text out with the libtorch executor (services/executor/generator.h).
 //
-//   zipmoe generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3] [--max-new-tokens N]
+//   zipmoe generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file F [--prompt-index I]]
+//                   [--max-new-tokens N] [--batch N]
 //                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
 //                   [--device cpu] [--logits-out FILE] [--json] [--chat]
 //                   [--memory-budget B [--policy P] [--pools FCSE] [--decompress-threads L]
@@ -11,12 +12,16 @@
 // runtime (services/runtime/offload_provider.h) within that budget, with bit-identical outputs.
 // --policy mmap (a benchmark baseline) needs the uncompressed HF DIR instead: experts are read through
 // the page cache of its memory map (services/runtime/mmap_provider.h); --memory-budget is ignored.
+// --prompts-file F (a JSON array of strings or ShareGPT conversations, e.g.
+// bench/data/sharegpt-first-turn-500.json): sequence i of --batch N is prompt (I + i) mod |F|, so a
+// batch is a mix of real prompts of different lengths; without it --batch rotates the one prompt.
 // Text prompts use DIR/tokenizer.json: Encode(text, add_special_tokens=true), or with --chat the
 // tokenizer_config.json chat template around one user message (then add_special_tokens=false).
 // --logits-out FILE: float32 little-endian rows [n_rows, vocab], one per position fed through the
 // model in order (every prompt position, then each generated token fed back), so
 // --max-new-tokens 0 writes exactly the prompt's logits.
-// --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s, batch} where
+// --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s, batch,
+// prompt_tokens_total, generated_tokens_total} (ids and text of the first sequence) where
 // tokens_per_s = generated tokens (all sequences) / wall time of the whole generation (prefill
 // included); otherwise
 // the text streams to stdout as it is generated and a timing line goes to stderr.
@@ -40,6 +45,7 @@
 #include "common/manifest.h"
 #include "common/tokenizer.h"
 #include "services/cache_manager/plan_trace.h"
+#include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
 #include "services/executor/generator.h"
@@ -52,6 +58,8 @@ struct GenerateArgs {
   std::string model_dir;
   std::string prompt;
   std::string prompt_ids;
+  std::string prompts_file;
+  int64_t prompt_index = 0;
   int64_t max_new_tokens = 32;
   float temperature = 0.0f;
   int64_t top_k = 0;
@@ -112,37 +120,50 @@ int Fail(const Status& status) {
 }
 
 int RunGenerate(const GenerateArgs& args) {
-  if (!args.prompt.empty() && !args.prompt_ids.empty())
-    return Fail(Status::InvalidArgument("give either --prompt or --prompt-ids, not both"));
-  if (args.prompt.empty() && args.prompt_ids.empty())
-    return Fail(Status::InvalidArgument("one of --prompt or --prompt-ids is required"));
-  if (args.chat && args.prompt.empty()) return Fail(Status::InvalidArgument("--chat needs a text --prompt"));
+  const int given = !args.prompt.empty() + !args.prompt_ids.empty() + !args.prompts_file.empty();
+  if (given > 1) return Fail(Status::InvalidArgument("give one of --prompt, --prompt-ids or --prompts-file"));
+  if (given == 0) return Fail(Status::InvalidArgument("one of --prompt, --prompt-ids or --prompts-file is required"));
+  std::vector<std::string> file_prompts;
+  if (!args.prompts_file.empty()) {
+    Result<std::vector<std::string>> loaded = LoadPromptsFile(args.prompts_file);
+    if (!loaded.ok()) return Fail(loaded.status());
+    file_prompts = std::move(loaded).value();
+    if (args.prompt_index < 0 || args.prompt_index >= static_cast<int64_t>(file_prompts.size())) {
+      return Fail(Status::InvalidArgument(fmt::format("--prompt-index {} is outside {} ({} prompts)", args.prompt_index,
+                                                      args.prompts_file, file_prompts.size())));
+    }
+  }
+  if (args.chat && !args.prompt_ids.empty()) {
+    return Fail(Status::InvalidArgument("--chat needs a text prompt (--prompt or --prompts-file)"));
+  }
 
   // Tokenizer: required for text prompts, optional (for output text) with --prompt-ids.
   const std::string tokenizer_path = JoinPath(args.model_dir, "tokenizer.json");
   std::unique_ptr<Tokenizer> tokenizer;
-  if (!args.prompt.empty() || FileExists(tokenizer_path)) {
+  if (args.prompt_ids.empty() || FileExists(tokenizer_path)) {
     Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(tokenizer_path);
     if (!loaded.ok()) return Fail(loaded.status());
     tokenizer = std::move(loaded).value();
   }
+  // Text -> ids as the server does: the chat template around one user message, or plain text with the
+  // tokenizer's special tokens.
+  auto encode = [&](const std::string& text) -> Result<std::vector<int32_t>> {
+    if (args.chat) {
+      ZM_ASSIGN_OR_RETURN(std::string templated, tokenizer->ApplyChatTemplate({ChatMessage{"user", text}}, true));
+      return tokenizer->Encode(templated, /*add_special_tokens=*/false);
+    }
+    return tokenizer->Encode(text, /*add_special_tokens=*/true);
+  };
   std::vector<int32_t> prompt_ids;
   if (!args.prompt_ids.empty()) {
     Result<std::vector<int32_t>> ids = ParseIds(args.prompt_ids);
     if (!ids.ok()) return Fail(ids.status());
     prompt_ids = std::move(ids).value();
-  } else if (args.chat) {
-    Result<std::string> text = tokenizer->ApplyChatTemplate({ChatMessage{"user", args.prompt}}, true);
-    if (!text.ok()) return Fail(text.status());
-    Result<std::vector<int32_t>> ids = tokenizer->Encode(*text, /*add_special_tokens=*/false);
-    if (!ids.ok()) return Fail(ids.status());
-    prompt_ids = std::move(ids).value();
-  } else {
-    Result<std::vector<int32_t>> ids = tokenizer->Encode(args.prompt, /*add_special_tokens=*/true);
+  } else if (file_prompts.empty()) {
+    Result<std::vector<int32_t>> ids = encode(args.prompt);
     if (!ids.ok()) return Fail(ids.status());
     prompt_ids = std::move(ids).value();
   }
-
   executor::GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
@@ -203,9 +224,20 @@ int RunGenerate(const GenerateArgs& args) {
     std::fflush(stdout);
   };
   executor::GenerationStats stats;
-  // --batch N: sequence i is the prompt rotated left by i mod its length (distinct routing, same length).
+  // --batch N: sequence i is prompt (I + i) mod |F| of --prompts-file, or else the one prompt rotated
+  // left by i mod its length (distinct routing, same length).
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t i = 0; i < args.batch; ++i) {
+    if (!file_prompts.empty()) {
+      const size_t index = static_cast<size_t>(args.prompt_index + i) % file_prompts.size();
+      Result<std::vector<int32_t>> ids = encode(file_prompts[index]);
+      if (!ids.ok()) {
+        return Fail(Status::InvalidArgument(fmt::format("{} prompt {}: {}", args.prompts_file, index,
+                                                        ids.status().ToString())));
+      }
+      prompts.push_back(std::move(ids).value());
+      continue;
+    }
     std::vector<int32_t> p = prompt_ids;
     if (!p.empty()) std::rotate(p.begin(), p.begin() + static_cast<ptrdiff_t>(i % static_cast<int64_t>(p.size())), p.end());
     prompts.push_back(std::move(p));
@@ -213,8 +245,11 @@ int RunGenerate(const GenerateArgs& args) {
   Result<std::vector<executor::GenerationResult>> results = (*generator)->Generate(prompts, params, on_token, &stats);
   if (!results.ok()) return Fail(results.status());
   const executor::GenerationResult& r = results->front();
-  size_t generated_total = 0;
-  for (const executor::GenerationResult& row : *results) generated_total += row.generated_ids.size();
+  size_t generated_total = 0, prompt_total = 0;
+  for (const executor::GenerationResult& row : *results) {
+    generated_total += row.generated_ids.size();
+    prompt_total += row.prompt_ids.size();
+  }
 
   if (!args.logits_out.empty()) {
     std::vector<float> all;
@@ -237,6 +272,7 @@ int RunGenerate(const GenerateArgs& args) {
     j["generated_tokens"] = r.generated_ids.size();
     j["batch"] = args.batch;
     j["generated_tokens_total"] = generated_total;
+    j["prompt_tokens_total"] = prompt_total;
     return WriteFileAtomic(args.runtime.stats_json, j.dump(2) + "\n");
   };
   if (mmap_provider != nullptr) {
@@ -287,6 +323,8 @@ int RunGenerate(const GenerateArgs& args) {
     out["tpot_s"] = stats.tpot_seconds;
     out["tokens_per_s"] = tokens_per_s;
     out["batch"] = args.batch;
+    out["prompt_tokens_total"] = prompt_total;
+    out["generated_tokens_total"] = generated_total;
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
@@ -311,6 +349,11 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("--prompt", args->prompt, "prompt text (needs tokenizer.json in the model directory)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "prompt token ids, comma-separated (e.g. 1,2,3)");
+  cmd->add_option("--prompts-file", args->prompts_file,
+                  "JSON array of prompt strings or ShareGPT conversations (bench/data/sharegpt-first-turn-500.json): "
+                  "sequence i of --batch takes prompt --prompt-index + i");
+  cmd->add_option("--prompt-index", args->prompt_index, "first prompt of --prompts-file to use")
+      ->capture_default_str();
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate (0 = prompt only)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -335,7 +378,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   AddRuntimeFlags(cmd, &args->runtime, /*budget_required=*/false);
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past EOS until --max-new-tokens (benchmarks)");
   cmd->add_option("--batch", args->batch,
-                  "generate N sequences at once (sequence i: the prompt rotated left by i mod its length; "
+                  "generate N sequences at once (sequence i: prompt --prompt-index + i of --prompts-file, else the prompt "
+                  "rotated left by i mod its length; "
                   "--logits-out writes every sequence's rows, in order; text/--json show the first)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

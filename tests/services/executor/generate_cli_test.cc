@@ -175,3 +175,59 @@ TEST(GenerateCliTest, TraceOutRecordsEveryStepAndLayerAndFeedsThePlanner) {
 
 }  // namespace
 }  // namespace zipmoe
+
+namespace zipmoe {
+namespace {
+
+// --prompts-file: a mix of real prompts (strings and ShareGPT conversations) as the sequences of a batch.
+TEST(GenerateCliTest, PromptsFileFeedsEachSequenceItsOwnPromptAndBadFilesAreNamed) {
+  testing::TempDir tmp;
+  const std::string dir = testing::TinyModelDir("qwen2_moe");
+  const std::vector<std::string> texts = {"Tell me about lighthouses.", "How do I sort a list in Python?",
+                                          "hi"};
+  nlohmann::json file = nlohmann::json::array();
+  file.push_back(texts[0]);
+  file.push_back({{"id", "x"},
+                  {"conversations", {{{"from", "gpt"}, {"value", "ignored"}}, {{"from", "human"}, {"value", texts[1]}}}}});
+  file.push_back(texts[2]);
+  const std::string path = tmp.Sub("prompts.json");
+  testing::WriteAll(path, file.dump());
+  const std::string common = " --max-new-tokens 3 --ignore-eos --threads 2 --json 2>/dev/null";
+
+  // Alone: each prompt's ids and greedy tokens.
+  std::vector<nlohmann::json> alone;
+  for (const std::string& t : texts) {
+    const auto r = testing::RunCli("generate --model " + dir + " --prompt '" + t + "'" + common);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    alone.push_back(nlohmann::json::parse(r.output));
+  }
+  // Batch of 3 from index 1 wraps around: prompts 1, 2, 0.
+  const auto r = testing::RunCli("generate --model " + dir + " --prompts-file " + path +
+                                 " --prompt-index 1 --batch 3" + common);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["prompt_ids"], alone[1]["prompt_ids"]);        // the first sequence is prompt 1 (the human turn)
+  EXPECT_EQ(j["generated_ids"], alone[1]["generated_ids"]);  // batching does not change its greedy tokens
+  EXPECT_EQ(j["prompt_tokens_total"].get<size_t>(),
+            alone[0]["prompt_ids"].size() + alone[1]["prompt_ids"].size() + alone[2]["prompt_ids"].size());
+  EXPECT_EQ(j["generated_tokens_total"].get<size_t>(), 9u);
+
+  // Errors name the file, the item or the index.
+  auto bad = testing::RunCli("generate --model " + dir + " --prompts-file " + path + " --prompt-index 3");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--prompt-index 3 is outside " + path + " (3 prompts)"), std::string::npos) << bad.output;
+  testing::WriteAll(tmp.Sub("obj.json"), R"({"prompts": []})");
+  bad = testing::RunCli("generate --model " + dir + " --prompts-file " + tmp.Sub("obj.json"));
+  EXPECT_NE(bad.output.find("expected a JSON array"), std::string::npos) << bad.output;
+  testing::WriteAll(tmp.Sub("nohuman.json"), R"(["ok", {"conversations": [{"from": "gpt", "value": "x"}]}])");
+  bad = testing::RunCli("generate --model " + dir + " --prompts-file " + tmp.Sub("nohuman.json"));
+  EXPECT_NE(bad.output.find(tmp.Sub("nohuman.json") + ": item 1 has no"), std::string::npos) << bad.output;
+  testing::WriteAll(tmp.Sub("trunc.json"), R"(["ok", "cut)");
+  bad = testing::RunCli("generate --model " + dir + " --prompts-file " + tmp.Sub("trunc.json"));
+  EXPECT_NE(bad.output.find("not valid JSON"), std::string::npos) << bad.output;
+  bad = testing::RunCli("generate --model " + dir + " --prompts-file " + path + " --prompt hi");
+  EXPECT_NE(bad.output.find("give one of --prompt, --prompt-ids or --prompts-file"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace zipmoe
