@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -195,6 +196,8 @@ Result<SelectionFit> FitSelectionProbabilities(const std::vector<double>& f, int
       target[i] = f[free_idx[i]];
       lambda[i] = std::log(target[i]);  // w^(0) = f
     }
+    std::vector<double> best_q;
+    double best_err = std::numeric_limits<double>::infinity();
     for (;; ++fit.iterations) {
       const double shift = SolveShift(lambda, static_cast<double>(k_free));  // Σ q = k_free
       for (size_t i = 0; i < m; ++i) {
@@ -204,11 +207,20 @@ Result<SelectionFit> FitSelectionProbabilities(const std::vector<double>& f, int
       InclusionFromSelection(q, k_free, &current);
       double err = 0;
       for (size_t i = 0; i < m; ++i) err = std::max(err, std::fabs(current[i] - target[i]));
+      if (err < best_err) {
+        best_err = err;
+        best_q = q;
+      }
       if (err <= options.tolerance) break;
       if (fit.iterations >= options.max_iterations) {
+        if (best_err <= options.acceptable_error) {
+          q = best_q;  // linear convergence ran out of iterations within what the inputs can tell apart
+          break;
+        }
         return Status::Internal(fmt::format(
             "iterative proportional fitting did not converge: max |f(q) - f| = {:.3g} after {} iterations "
-            "(tolerance {:.3g})", err, fit.iterations, options.tolerance));
+            "(tolerance {:.3g}, acceptable {:.3g})", best_err, fit.iterations, options.tolerance,
+            options.acceptable_error));
       }
       for (size_t i = 0; i < m; ++i) {
         if (current[i] > 0) lambda[i] += std::log(target[i]) - std::log(current[i]);

@@ -52,6 +52,10 @@ Result<std::vector<double>> NormalizeInclusion(const std::vector<double>& f, int
 struct IpfOptions {
   int max_iterations = 20000;
   double tolerance = 1e-12;  // stop when max_r |f_r(q) - f_r| <= tolerance
+  // After max_iterations, the best q seen is still returned when its error is at most this: the
+  // fixed point converges only linearly when some f_r are close to 1, and the inputs (frequencies
+  // from a finite trace, normalised to Σ f = k within 1e-6) are no more precise than this anyway.
+  double acceptable_error = 1e-6;
 };
 
 struct SelectionFit {
@@ -70,7 +74,8 @@ struct SelectionFit {
 // Ranks with f_r = 0 get q_r = 0 and ranks with f_r = 1 get q_r = 1 (always selected).
 //   f: [N] inclusion probabilities in [0, 1] summing to top_k (within 1e-6; use NormalizeInclusion)
 // Errors: kInvalidArgument (f out of [0, 1], |Σ f - top_k| > 1e-6, top_k not in [1, N]),
-// kInternal if the iteration has not reached `tolerance` after max_iterations.
+// kInternal if after max_iterations the best error is still above `acceptable_error` (a q with an
+// error in (tolerance, acceptable_error] is returned with it in max_error).
 Result<SelectionFit> FitSelectionProbabilities(const std::vector<double>& f, int top_k,
                                                const IpfOptions& options = {});
 
