@@ -123,9 +123,10 @@ class Report:
                    if any(r["system"] == s for r in rows)]
         self.p("## (c) TPOT and TTFT vs memory budget (Fig. 7)", "",
                f"qwen2_moe **mini** (24 MoE layers × 60 experts, top-4; {gib(model['expert_bytes'])} GiB of BF16 expert "
-               f"weights; `--router-skew {self.meta['router_skew']}`), one English prompt, greedy, `--ignore-eos`, "
+               f"weights; `--router-skew {self.meta['router_skew']}`), one real ShareGPT prompt "
+               f"({self.prompt_text()}), greedy, `--ignore-eos`, "
                f"{rows[0]['tokens']} new tokens, `--threads {self.meta['threads']}`, cold. zipmoe's pools are planned "
-               "by Alg. 4 from `profile.json` and the routing trace of a *different* prompt (`--plan-trace`). "
+               f"by Alg. 4 from `profile.json` and the routing trace of {self.plan_text()} (`--plan-trace`). "
                "Physical limit = per decode step, the compressed bytes zipmoe had to read (its run minus a 1-token run "
                "of the same prompt, i.e. without prefill) / the O_DIRECT disk bandwidth above.", "")
         if plt:
@@ -501,6 +502,54 @@ class Report:
         else:
             self.p(f"Multi-process run failed: `{h.get('error', '?')}` (see OUT/logs/up.log).", "")
 
+    def prompt_text(self):
+        m = self.meta
+        if "prompt_index" not in m:
+            return "prompt in meta.json"
+        text = m.get("prompt", "")
+        short = text if len(text) <= 80 else text[:77] + "..."
+        return f"`{m.get('prompts_file')}` #{m['prompt_index']}: “{short}”"
+
+    def plan_text(self):
+        pp = self.meta.get("plan_prompts")
+        if not pp:
+            return "a *different* prompt"
+        return f"{pp[1] - pp[0] + 1} *other* ShareGPT prompts (#{pp[0]}–{pp[1]}, one generation each)"
+
+    def exp_l(self):
+        lj = load(self.a.out, "l_load_qwen2_moe.json")
+        self.p("## (l) Serving under load: ShareGPT requests over HTTP", "")
+        if not lj:
+            self.p("Not run.", "")
+            return
+        cfg = lj["config"]
+        self.p(f"`zipmoe serve` (embedded, continuous batching, `--max-batch {max(cfg['concurrency'])}`) at "
+               f"{lj['budget_pct']} % budget inside the same memory cap, started cold. `bench/load.py` streams "
+               f"{cfg['requests']} real ShareGPT prompts (from #{lj['prompt_offset']}, at most "
+               f"{cfg['max_prompt_chars']} characters) with `max_tokens` {cfg['max_tokens']}, temperature 0, "
+               "`ignore_eos`, closed loop at each concurrency in turn (the server stays up, so later rows run with a "
+               "warmer cache). TTFT, TPOT and latency are client-side; **same text** = every completion equals the "
+               "concurrency-1 completion of the same prompt (the suite fails otherwise).", "")
+        self.p("| system | concurrency | ok | output tokens/s | req/s | TTFT p50 / p90 s | TPOT p50 / p90 s | "
+               "latency p50 / p90 s | peak GiB | same text |", "|---|---|---|---|---|---|---|---|---|---|")
+        for r in lj["rows"]:
+            sm = r.get("summary") or {}
+            if not sm:
+                self.p(f"| {r['system']} | {r.get('concurrency', '–')} | failed: {r.get('error', '?')[:120]} "
+                       "| | | | | | | |")
+                continue
+
+            def pp(key):
+                d = sm.get(key) or {}
+                return f"{f3(d.get('p50'))} / {f3(d.get('p90'))}"
+            same = "–" if "same_text_as_c1" not in r else ("yes" if r["same_text_as_c1"] else "**NO**")
+            self.p(f"| {r['system']} | {r['concurrency']} | {sm.get('ok')}/{sm.get('requests')} | "
+                   f"{f3(sm.get('output_tokens_per_s'))} | {f3(sm.get('request_throughput_rps'))} | {pp('ttft_s')} | "
+                   f"{pp('tpot_s')} | {pp('latency_s')} | {gib(r.get('peak_bytes'))} | {same} |")
+        self.p("", "Rerun against any server (also `zipmoe up` or a Jetson): `/usr/bin/python3 bench/load.py --url "
+               "http://HOST:PORT --concurrency 4 --requests 32 --out load.json` (`--rate R` for Poisson arrivals, "
+               "`--check-against` an earlier output).", "")
+
     def exp_i(self):
         i = load(self.a.out, "i_gpu.json")
         self.p("## (i) GPU", "")
@@ -522,6 +571,7 @@ class Report:
                     "new tokens", "total_s", "generation latency (s): prefill + decode", "e_length.png")
         self.deepseek()
         self.exp_h()
+        self.exp_l()
         self.exp_i()
         body = self.md[head_at:]
         self.md = self.md[:head_at]

@@ -13,6 +13,7 @@ runs the experiments in order of value, each writing OUT/<experiment>.json:
   d  throughput vs batch size (Fig. 8)
   e  end-to-end latency vs output length (Fig. 9)
   h  embedded (`zipmoe generate`) vs multi-process (`zipmoe up`) TPOT
+  l  HTTP serving under load: bench/load.py's ShareGPT requests at concurrency 1..C against `zipmoe serve`
   i  GPU recovery kernel and TPOT (skipped without a CUDA device)
 
 Every generation runs cold (page cache dropped) inside one cgroup v1 memory group whose limit is
@@ -23,6 +24,7 @@ turns OUT into PNGs and docs/benchmarks.md.
 Usage: bench/suite.py --mode quick|full --bin BUILD/bin --out DIR --models DIR [--only c,a,...]
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -37,9 +39,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as bl  # noqa: E402
 from replay_vs_budget import make_trace  # noqa: E402
 
-PROMPT = ("The quick brown fox jumps over the lazy dog. Tell me a story about a lighthouse keeper "
-          "who finds a message in a bottle.")
-WARMUP_PROMPT = "Write a short poem about autumn leaves falling in a quiet park near the river."
+# Real prompts (bench/data/README.md): every generation's prompt comes from ShareGPT. Sequence i of a
+# batch of N is prompt PROMPT_INDEX + i; the planner's workload profile is a batch of PLAN_BATCH other
+# prompts from PLAN_INDEX (ZipMoE §3.4: popularity from a calibration workload, not the measured one).
+PROMPTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sharegpt-first-turn-500.json")
+PROMPT_INDEX = 0      # "How to stop automatic updates from the WSUS Server to a target machine" (70 chars)
+PLAN_INDEX, PLAN_BATCH = 100, 4  # the planner's workload: 4 single-sequence generations
+LOAD_INDEX = 200      # (l): the HTTP load test's requests start here
 ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shares of trained MoE models
 
 MODES = {
@@ -47,13 +53,17 @@ MODES = {
               "batch_systems": ["zipmoe", "lru"], "length_systems": ["zipmoe", "lru"],
               "ablation_budgets": [25], "fifo_budgets": [50], "deepseek": "tiny",
               "codec_sections": "ratio,threads,io", "io_mib": 256,
-              "replay": {"steps": 16, "repeat": 2, "systems": ["zipmoe", "lru", "fifo", "marking"]}},
+              "replay": {"steps": 16, "repeat": 2, "systems": ["zipmoe", "lru", "fifo", "marking"]},
+              "load": {"systems": ["zipmoe"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
+                       "max_prompt_chars": 400}},
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
              "ablation_budgets": [25, 50], "fifo_budgets": [25, 50, 75], "deepseek": "mini",
              "codec_sections": "ratio,threads,io", "io_mib": 1024,
              "replay": {"steps": 48, "repeat": 4,
-                        "systems": ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "zipmoe-noplan"]}},
+                        "systems": ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "zipmoe-noplan"]},
+             "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4, 8], "requests": 32, "max_tokens": 32,
+                      "max_prompt_chars": 1000}},
 }
 POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "mmap"]
 
@@ -75,8 +85,9 @@ class Suite:
                      "machine": bl.machine_info(), "commit": bl.git_commit(a.repo),
                      "cgroup": {"available": self.cap.available, "reason": self.cap.reason,
                                 "path": self.cap.path if self.cap.available else None},
-                     "drop_caches": bl.drop_caches(), "router_skew": ROUTER_SKEW, "prompt": PROMPT,
-                     "warmup_prompt": WARMUP_PROMPT, "threads": self.threads, "cfg": self.cfg}
+                     "drop_caches": bl.drop_caches(), "router_skew": ROUTER_SKEW, "prompts_file": os.path.relpath(PROMPTS_FILE, a.repo),
+                     "prompt_index": PROMPT_INDEX, "prompt": bl.load_prompts(PROMPTS_FILE)[PROMPT_INDEX],
+                     "plan_prompts": [PLAN_INDEX, PLAN_INDEX + PLAN_BATCH - 1], "threads": self.threads, "cfg": self.cfg}
         if not self.cap.available:
             bl.warn(f"no memory cap: {self.cap.reason}; every run goes uncapped (the report says so)")
 
@@ -107,6 +118,10 @@ class Suite:
         return m
 
     # ---------------------------------------------------------------- runs
+    @staticmethod
+    def prompt_args(index=PROMPT_INDEX):
+        return ["--prompts-file", PROMPTS_FILE, "--prompt-index", str(index)]
+
     def reference(self, m, tokens, batch=1):
         """All-resident run on the HF checkpoint (uncapped): the logits every system must reproduce."""
         key = ("ref", m["arch"], m["preset"], batch)
@@ -115,7 +130,7 @@ class Suite:
             return have
         tag = f"{m['arch']}-{m['preset']}-resident-b{batch}"
         logits = os.path.join(self.out, tag + ".logits")
-        r = self.zm("generate", "--model", m["hf"], "--prompt", PROMPT, "--max-new-tokens", str(tokens),
+        r = self.zm("generate", "--model", m["hf"], *self.prompt_args(), "--max-new-tokens", str(tokens),
                     "--ignore-eos", "--threads", str(self.threads), "--json", "--batch", str(batch),
                     "--logits-out", logits, log=tag + ".log", cold=True)
         j = json.loads(r["stdout"].strip().splitlines()[-1])
@@ -134,22 +149,34 @@ class Suite:
         return m["expert_bytes"] * pct // 100 + m["overhead_bytes"]
 
     def calibrate(self, m, pct):
-        """(1) Warm-up run (lru, a different prompt, uncapped): the routing trace the zipmoe planner
+        """(1) Warm-up run (lru, PLAN_BATCH other ShareGPT prompts, uncapped): the routing trace the zipmoe planner
         fits (workload profiling, ZipMoE §3.4). (2) The memory a process needs besides its expert
         arena: a short full-load run (arena = staging slots only) in the group without a limit;
         overhead = its peak (RSS + page cache + shm) - its arena + 256 MiB slack. Every capped run at
         budget B then gets the limit B + overhead, whatever the system."""
         trace = os.path.join(self.out, f"{m['arch']}-{m['preset']}-warmup.trace")
         budget = m["expert_bytes"] * pct // 100
-        self.zm("generate", "--model", m["zstd"], "--prompt", WARMUP_PROMPT, "--max-new-tokens",
-                str(self.cfg["tokens"]), "--ignore-eos", "--threads", str(self.threads), "--json",
-                "--memory-budget", str(budget), "--policy", "lru", "--trace-out", trace,
-                log=f"{m['arch']}-{m['preset']}-warmup.log", cold=True)
+        # One single-sequence generation per calibration prompt (the planner fits batch size 1), merged
+        # into one trace with a session per prompt (docs/planner.md "Trace format").
+        lines = []
+        for i in range(PLAN_BATCH):
+            part = f"{trace}.{i}"
+            self.zm("generate", "--model", m["zstd"], *self.prompt_args(PLAN_INDEX + i), "--max-new-tokens",
+                    str(self.cfg["tokens"]), "--ignore-eos", "--threads", str(self.threads), "--json",
+                    "--memory-budget", str(budget), "--policy", "lru", "--trace-out", part,
+                    log=f"{m['arch']}-{m['preset']}-warmup-{i}.log", cold=True)
+            for line in open(part):
+                rec = json.loads(line)
+                rec["session"] = f"plan-{PLAN_INDEX + i}"
+                lines.append(json.dumps(rec))
+            os.remove(part)
+        with open(trace, "w") as f:
+            f.write("\n".join(lines) + "\n")
         m["trace"] = trace
         if not self.cap.available:
             return
         stats = os.path.join(self.out, f"{m['arch']}-{m['preset']}-calibration.json")
-        r = self.zm("generate", "--model", m["zstd"], "--prompt", PROMPT, "--max-new-tokens", "4", "--ignore-eos",
+        r = self.zm("generate", "--model", m["zstd"], *self.prompt_args(), "--max-new-tokens", "4", "--ignore-eos",
                     "--threads", str(self.threads), "--json", "--memory-budget", str(m["expert_bytes"] // 10),
                     "--policy", "full-load", "--stats-json", stats, log=f"{m['arch']}-{m['preset']}-calibration.log",
                     cold=True, capped=True, limit=None)
@@ -191,7 +218,7 @@ class Suite:
         row = {"arch": m["arch"], "preset": m["preset"], "system": system, "budget_pct": pct, "budget_bytes": budget,
                "tokens": tokens, "batch": batch, "cap_bytes": limit if self.cap.available else None}
         try:
-            r = self.zm("generate", "--model", model_dir, "--prompt", PROMPT, "--max-new-tokens", str(tokens),
+            r = self.zm("generate", "--model", model_dir, *self.prompt_args(), "--max-new-tokens", str(tokens),
                         "--ignore-eos", "--threads", str(self.threads), "--json", "--batch", str(batch),
                         "--memory-budget", str(budget), "--stats-json", stats, "--logits-out", logits, *extra,
                         log=tag + ".log", cold=True, capped=True, limit=limit, timeout=1800)
@@ -422,32 +449,20 @@ class Suite:
                 rows.append(self.run(m, system, 50, n))
         self.save(f"e_length_{m['arch']}", {"budget_pct": 50, "rows": [self.public(r) for r in rows]})
 
-    def exp_h(self, m):
-        """`zipmoe up` (one process per service) vs embedded `zipmoe generate`, 50 % budget, same prompt ids.
-        TPOT over HTTP = (t(N tokens) - t(1 token)) / (N - 1), client-side; the tokens must match."""
-        tokens = self.cfg["tokens"]
-        emb = self.run(m, "zipmoe", 50, tokens)
-        ref = self.reference(m, tokens)
-        res = {"budget_pct": 50, "tokens": tokens, "embedded": self.public(emb)}
-        run_dir = os.path.join(self.out, "up-run")
-        os.makedirs(run_dir, exist_ok=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        budget = m["expert_bytes"] * 50 // 100
-        cmd = [self.zipmoe, "up", "--model", m["zstd"], "--port", str(port), "--run-dir", run_dir,
-               "--memory-budget", str(budget), "--set", f"threads={self.threads}"]
-        if m.get("trace"):
-            cmd += ["--set", f"plan_trace={m['trace']}"]
-        for svc in ("storage", "decompressor", "scheduler", "executor", "cache_manager"):
-            cmd += ["--set", f"metrics.port.{svc}=0"]
-        log = open(os.path.join(self.logs, "up.log"), "w")
+    @contextlib.contextmanager
+    def server(self, args, log, cap_bytes):
+        """Starts `zipmoe ARGS --port P` cold inside the memory cap (limit `cap_bytes`), waits for
+        /health (5 min), yields its URL, and stops it (SIGTERM, then SIGKILL of its process group)."""
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        out = open(os.path.join(self.logs, log), "w")
         bl.drop_caches()
         if self.cap.available:
-            self.cap.set_limit(self.cap_bytes(m, 50))
+            self.cap.set_limit(cap_bytes)
             self.cap.reset_peak()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self.cap.preexec(),
-                                start_new_session=True)
+        proc = subprocess.Popen([self.zipmoe] + list(args) + ["--port", str(port)], stdout=out,
+                                stderr=subprocess.STDOUT, preexec_fn=self.cap.preexec(), start_new_session=True)
         try:
             url = f"http://127.0.0.1:{port}"
             deadline = time.time() + 300
@@ -458,38 +473,8 @@ class Suite:
                 except OSError:
                     time.sleep(0.5)
             else:
-                raise RuntimeError(f"`zipmoe up` did not become healthy (exit {proc.poll()}); see logs/up.log")
-
-            def complete(n):
-                body = json.dumps({"prompt": ref["prompt_ids"], "max_tokens": n, "temperature": 0,
-                                   "ignore_eos": True}).encode()
-                req = urllib.request.Request(url + "/v1/completions", data=body,
-                                             headers={"Content-Type": "application/json"})
-                t0 = time.time()
-                reply = json.loads(urllib.request.urlopen(req, timeout=1800).read())
-                return time.time() - t0, reply
-            complete(1)  # warm: process start-up, first plan, arena faults
-            t1, _ = complete(1)
-            tn, reply = complete(tokens)
-            # The embedded run's text (its logits were checked byte-equal to all-resident).
-            want_text = emb.get("text") if emb.get("ok") and emb.get("bit_identical") else None
-            got_text = reply["choices"][0]["text"]
-            same = want_text is not None and got_text == want_text
-            if not same:
-                self.failures.append("h-up")
-            n_proc = None
-            try:
-                m2 = re.search(r"(\d+) processes", open(os.path.join(self.logs, "up.log")).read())
-                n_proc = int(m2.group(1)) if m2 else None
-            except OSError:
-                pass
-            res["multiprocess"] = {"tpot_s": (tn - t1) / max(1, tokens - 1), "t_1_token_s": t1,
-                                   f"t_{tokens}_tokens_s": tn, "same_text_as_embedded": same, "processes": n_proc,
-                                   "peak_bytes": self.cap.peak_bytes(), "warm": True}
-            bl.log(f"h: up tpot {res['multiprocess']['tpot_s']:.3f} s vs embedded {emb.get('tpot_s')}")
-        except Exception as e:  # (h) is best-effort: the multi-process layout is still changing
-            res["error"] = str(e)[:500]
-            bl.warn(f"h: {e}")
+                raise RuntimeError(f"`zipmoe {args[0]}` did not become healthy (exit {proc.poll()}); see logs/{log}")
+            yield url
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -498,8 +483,102 @@ class Suite:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+            out.close()
             if self.cap.available:
                 self.cap.set_limit(None)
+
+    def exp_l(self, m):
+        """Serving under load (bench/load.py): `zipmoe serve` (embedded, continuous batching) at 50 %
+        budget inside the same memory cap, streaming ShareGPT requests from LOAD_INDEX, closed loop at
+        concurrency 1 then higher; at temperature 0 the texts at every concurrency must equal those at
+        concurrency 1 (the suite fails otherwise). TTFT/TPOT/latency percentiles are client-side."""
+        lc = self.cfg["load"]
+        budget = m["expert_bytes"] * 50 // 100
+        rows = []
+        for system in lc["systems"]:
+            model_dir, extra = self.system_args(m, system)
+            args = ["serve", "--model", model_dir, "--memory-budget", str(budget), "--threads", str(self.threads),
+                    "--max-batch", str(max(lc["concurrency"])), *extra]
+            try:
+                with self.server(args, f"load-{system}-serve.log", self.cap_bytes(m, 50)) as url:
+                    first = None
+                    for c in lc["concurrency"]:
+                        out = os.path.join(self.out, "runs", f"load-{system}-c{c}.json")
+                        os.makedirs(os.path.dirname(out), exist_ok=True)
+                        cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "load.py"),
+                               "--url", url, "--prompts", PROMPTS_FILE, "--offset", str(LOAD_INDEX),
+                               "--requests", str(lc["requests"]), "--concurrency", str(c), "--max-tokens",
+                               str(lc["max_tokens"]), "--max-prompt-chars", str(lc["max_prompt_chars"]),
+                               "--ignore-eos", "--timeout", "1800", "--out", out]
+                        if first:
+                            cmd += ["--check-against", first]
+                        p = subprocess.run(cmd, capture_output=True, text=True)
+                        open(os.path.join(self.logs, f"load-{system}-c{c}.log"), "w").write(p.stdout + p.stderr)
+                        j = json.load(open(out)) if os.path.exists(out) else {}
+                        summ = j.get("summary", {})
+                        row = {"system": system, "concurrency": c, "ok": p.returncode == 0, "summary": summ,
+                               "peak_bytes": self.cap.peak_bytes(), "cap_bytes": self.cap_bytes(m, 50)}
+                        if first:
+                            row["same_text_as_c1"] = p.returncode == 0
+                            if p.returncode != 0:
+                                self.failures.append(f"l-{system}-c{c}")
+                        rows.append(row)
+                        bl.log(f"l: {system} concurrency {c}: rc {p.returncode}, "
+                               f"{summ.get('output_tokens_per_s')} tokens/s")
+                        first = first or out
+            except RuntimeError as e:
+                bl.warn(f"l: {system}: {e}")
+                rows.append({"system": system, "ok": False, "error": str(e)[:500]})
+        self.save(f"l_load_{m['arch']}", {"budget_pct": 50, "prompt_offset": LOAD_INDEX, "config": lc, "rows": rows})
+
+    def exp_h(self, m):
+        """`zipmoe up` (one process per service) vs embedded `zipmoe generate`, 50 % budget, same prompt ids.
+        TPOT over HTTP = (t(N tokens) - t(1 token)) / (N - 1), client-side; the tokens must match."""
+        tokens = self.cfg["tokens"]
+        emb = self.run(m, "zipmoe", 50, tokens)
+        ref = self.reference(m, tokens)
+        res = {"budget_pct": 50, "tokens": tokens, "embedded": self.public(emb)}
+        run_dir = os.path.join(self.out, "up-run")
+        os.makedirs(run_dir, exist_ok=True)
+        budget = m["expert_bytes"] * 50 // 100
+        args = ["up", "--model", m["zstd"], "--run-dir", run_dir, "--memory-budget", str(budget),
+                "--set", f"threads={self.threads}"]
+        if m.get("trace"):
+            args += ["--set", f"plan_trace={m['trace']}"]
+        for svc in ("storage", "decompressor", "scheduler", "executor", "cache_manager"):
+            args += ["--set", f"metrics.port.{svc}=0"]
+        try:
+            with self.server(args, "up.log", self.cap_bytes(m, 50)) as url:
+                def complete(n):
+                    body = json.dumps({"prompt": ref["prompt_ids"], "max_tokens": n, "temperature": 0,
+                                       "ignore_eos": True}).encode()
+                    req = urllib.request.Request(url + "/v1/completions", data=body,
+                                                 headers={"Content-Type": "application/json"})
+                    t0 = time.time()
+                    reply = json.loads(urllib.request.urlopen(req, timeout=1800).read())
+                    return time.time() - t0, reply
+                complete(1)  # warm: process start-up, first plan, arena faults
+                t1, _ = complete(1)
+                tn, reply = complete(tokens)
+                # The embedded run's text (its logits were checked byte-equal to all-resident).
+                want_text = emb.get("text") if emb.get("ok") and emb.get("bit_identical") else None
+                got_text = reply["choices"][0]["text"]
+                same = want_text is not None and got_text == want_text
+                if not same:
+                    self.failures.append("h-up")
+                n_proc = None
+                try:
+                    m2 = re.search(r"(\d+) processes", open(os.path.join(self.logs, "up.log")).read())
+                    n_proc = int(m2.group(1)) if m2 else None
+                except OSError:
+                    pass
+                res["multiprocess"] = {"tpot_s": (tn - t1) / max(1, tokens - 1), "t_1_token_s": t1,
+                                       f"t_{tokens}_tokens_s": tn, "same_text_as_embedded": same,
+                                       "processes": n_proc, "peak_bytes": self.cap.peak_bytes(), "warm": True}
+                bl.log(f"h: up tpot {res['multiprocess']['tpot_s']:.3f} s vs embedded {emb.get('tpot_s')}")
+        except Exception as e:  # (h) is best-effort: the multi-process layout is still changing
+            res["error"] = str(e)[:500]
+            bl.warn(f"h: {e}")
         self.save(f"h_embedded_vs_up_{m['arch']}", res)
 
     def exp_i(self):
@@ -527,7 +606,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,h,i")
+    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,h,l,i")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.models, exist_ok=True)
@@ -539,14 +618,14 @@ def main():
     try:
         m = s.prepare("qwen2_moe", "mini")
         s.disk(m)
-        if any(x in only for x in ("c", "r", "g", "f", "d", "e", "h")):
+        if any(x in only for x in ("c", "r", "g", "f", "d", "e", "h", "l")):
             s.calibrate(m, 50)
         if any(x in only for x in ("c", "g", "f", "d", "e", "h")):  # one reference long enough for all
             s.reference(m, max([s.cfg["tokens"]] + (s.cfg["lengths"] if "e" in only else [])))
         steps = [("c", lambda: s.exp_c(m)), ("r", lambda: s.exp_r(m)), ("a", lambda: s.exp_a(m)), ("b", lambda: s.exp_b(m)),
                  ("g", lambda: s.exp_g(m)), ("f", lambda: s.exp_f(m)), ("d", lambda: s.exp_d(m)),
                  ("e", lambda: s.exp_e(m)), ("deepseek", s.exp_deepseek), ("h", lambda: s.exp_h(m)),
-                 ("i", s.exp_i)]
+                 ("l", lambda: s.exp_l(m)), ("i", s.exp_i)]
         for name, fn in steps:
             if name not in only:
                 continue
