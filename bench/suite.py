@@ -46,6 +46,7 @@ PROMPTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", 
 PROMPT_INDEX = 0      # "How to stop automatic updates from the WSUS Server to a target machine" (70 chars)
 PLAN_INDEX, PLAN_BATCH = 100, 4  # the planner's workload: 4 single-sequence generations
 LOAD_INDEX = 200      # (l): the HTTP load test's requests start here
+EMBEDDING_STD = 1.0  # docs/synth.md "Embedding scale": keeps decode-time routing token-dependent
 ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shares of trained MoE models
 
 MODES = {
@@ -85,7 +86,7 @@ class Suite:
                      "machine": bl.machine_info(), "commit": bl.git_commit(a.repo),
                      "cgroup": {"available": self.cap.available, "reason": self.cap.reason,
                                 "path": self.cap.path if self.cap.available else None},
-                     "drop_caches": bl.drop_caches(), "router_skew": ROUTER_SKEW, "prompts_file": os.path.relpath(PROMPTS_FILE, a.repo),
+                     "drop_caches": bl.drop_caches(), "router_skew": ROUTER_SKEW, "embedding_std": EMBEDDING_STD, "prompts_file": os.path.relpath(PROMPTS_FILE, a.repo),
                      "prompt_index": PROMPT_INDEX, "prompt": bl.load_prompts(PROMPTS_FILE)[PROMPT_INDEX],
                      "plan_prompts": [PLAN_INDEX, PLAN_INDEX + PLAN_BATCH - 1], "threads": self.threads, "cfg": self.cfg}
         if not self.cap.available:
@@ -97,12 +98,13 @@ class Suite:
                           cap=self.cap if capped else None, limit_bytes=limit, cold=cold, timeout=timeout)
 
     def prepare(self, arch, preset):
-        root = os.path.join(self.a.models, f"{arch}-{preset}-skew{ROUTER_SKEW}")
+        root = os.path.join(self.a.models, f"{arch}-{preset}-skew{ROUTER_SKEW}-emb{EMBEDDING_STD}")
         hf, zstd = root + "-hf", root + "-zstd"
         t0 = time.time()
         if not os.path.exists(os.path.join(hf, "config.json")):
             bl.log(f"synth {arch} {preset} --router-skew {ROUTER_SKEW} -> {hf}")
             self.zm("synth", "--arch", arch, "--preset", preset, "--router-skew", str(ROUTER_SKEW), "--seed", "0",
+                    "--embedding-std", str(EMBEDDING_STD),
                     "--out", hf, log=f"synth-{arch}-{preset}.log")
         if not os.path.exists(os.path.join(zstd, "manifest.bin")):
             bl.log(f"compress {hf} -> {zstd}")

@@ -109,6 +109,10 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
                   "expert-popularity skew X >= 0 (0 = uniform routing; see docs/synth.md)");
   cmd->add_option("--skew-channel-scale", args->options.skew_channel_scale,
                   "norm of the skew channel relative to an embedding row (kappa, default 1)");
+  cmd->add_option("--embedding-std", args->options.embedding_std,
+                  "std of the token part of the embedding rows (default 1: keeps routing token-dependent in deep "
+                  "models; 0.02 = HF initializer_range)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--shard-size", args->shard_size, "max bytes per safetensors shard, e.g. 512M, 2G (default 2G)");
   cmd->add_option("--threads", args->options.n_threads, "generator threads (0 = hardware concurrency)");
   cmd->add_option("--q-lora-rank", args->options.q_lora_rank,

@@ -11,12 +11,16 @@
 
 namespace zipmoe::synth {
 
-Result<SkewModel> MakeSkewModel(int64_t hidden, uint64_t seed, double skew, double channel_scale) {
+Result<SkewModel> MakeSkewModel(int64_t hidden, uint64_t seed, double skew, double channel_scale,
+                                double embedding_std) {
   if (!(skew >= 0.0) || !std::isfinite(skew)) {
     return Status::InvalidArgument(fmt::format("router skew must be a finite value >= 0, got {}", skew));
   }
   if (!(channel_scale > 0.0) || !std::isfinite(channel_scale)) {
     return Status::InvalidArgument(fmt::format("skew channel scale must be > 0, got {}", channel_scale));
+  }
+  if (!(embedding_std > 0.0) || !std::isfinite(embedding_std)) {
+    return Status::InvalidArgument(fmt::format("embedding std must be > 0, got {}", embedding_std));
   }
   if (hidden < 2) return Status::InvalidArgument(fmt::format("hidden_size {} < 2", hidden));
   SkewModel model;
@@ -30,7 +34,7 @@ Result<SkewModel> MakeSkewModel(int64_t hidden, uint64_t seed, double skew, doub
   const double inv = 1.0 / std::sqrt(norm2);
   for (float& v : model.direction) v = static_cast<float>(v * inv);
   model.channel_amplitude =
-      static_cast<float>(channel_scale * kProjectionStd * std::sqrt(static_cast<double>(hidden)));
+      static_cast<float>(channel_scale * embedding_std * std::sqrt(static_cast<double>(hidden)));
   return model;
 }
 

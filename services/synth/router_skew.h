@@ -3,14 +3,15 @@
 //
 // Mechanism (all weights stay plain Gaussians apart from one rank-1 direction):
 //   μ̂ [hidden]          a random unit direction derived from the run seed.
-//   embedding row t      e_t = σ·n_t + a·μ̂,  a = κ·σ·√hidden   (the "channel": equal for all tokens)
+//   embedding row t      e_t = σ_e·n_t + a·μ̂,  a = κ·σ_e·√hidden   (the "channel": equal for all tokens;
+//                        σ_e = SynthOptions::embedding_std)
 //   residual readers     q/k/v/q_a/kv_a, gate/up of every MLP, shared_expert_gate, lm_head have their
 //                        rows projected ⊥ μ̂, so nothing but the routers (and RMSNorm's scale) sees it.
-//   router row e         r_e = σ·(g_e − (g_e·μ̂)μ̂) + β_e·μ̂,  β_e = X·z_e·σ/κ
+//   router row e         r_e = σ·(g_e − (g_e·μ̂)μ̂) + β_e·μ̂,  β_e = X·z_e·σ/κ  (σ = 0.02, the router's std)
 //   z_e                  z for popularity rank r is Φ⁻¹(1 − (r + ½)/E), ranks assigned to experts by a
 //                        random permutation per layer (different hot experts in every layer).
 // After RMSNorm the channel contributes β_e·κ√hidden/√(1+κ²) to logit e, and the token-dependent part
-// of the logit has std σ·√hidden/√(1+κ²), so expert e's logit is shifted by X·z_e token-std units for
+// of the logit has std σ·√hidden/√(1+κ²) (RMSNorm removes σ_e), so expert e's logit is shifted by X·z_e token-std units for
 // every token. The channel is carried by the residual stream through every layer (sublayer outputs are
 // random w.r.t. μ̂), but its relative size shrinks as the residual grows with depth; the executor issue
 // re-measures the end-to-end share.
@@ -37,8 +38,10 @@ struct SkewModel {
   bool enabled() const { return skew > 0.0; }
 };
 
-// Errors: kInvalidArgument if skew < 0, channel_scale <= 0, or hidden < 2.
-Result<SkewModel> MakeSkewModel(int64_t hidden, uint64_t seed, double skew, double channel_scale);
+// embedding_std: σ_embed of the token-specific part of the embedding rows (SynthOptions::embedding_std).
+// Errors: kInvalidArgument if skew < 0, channel_scale <= 0, embedding_std <= 0, or hidden < 2.
+Result<SkewModel> MakeSkewModel(int64_t hidden, uint64_t seed, double skew, double channel_scale,
+                                double embedding_std = kProjectionStd);
 
 // z_e for the n_experts rows of one router (see above); `router_seed` = TensorSeed(seed, router name).
 std::vector<float> ExpertSkewScores(uint64_t router_seed, int64_t n_experts);

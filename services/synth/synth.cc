@@ -101,8 +101,14 @@ Result<PreparedModel> Prepare(const SynthOptions& options) {
   PreparedModel m;
   ZM_ASSIGN_OR_RETURN(m.config, BuildPresetConfig(options.arch, options.preset, options.q_lora_rank));
   ZM_ASSIGN_OR_RETURN(m.layout, BuildModelLayout(m.config));
+  if (!(options.embedding_std > 0.0) || !std::isfinite(options.embedding_std)) {
+    return Status::InvalidArgument(fmt::format("synth: --embedding-std must be > 0, got {}", options.embedding_std));
+  }
+  for (TensorRecipe& r : m.layout.tensors) {
+    if (r.kind == InitKind::kEmbedding) r.std = static_cast<float>(options.embedding_std);
+  }
   ZM_ASSIGN_OR_RETURN(m.skew, MakeSkewModel(m.layout.hidden_size, options.seed, options.router_skew,
-                                            options.skew_channel_scale));
+                                            options.skew_channel_scale, options.embedding_std));
   return m;
 }
 

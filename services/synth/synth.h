@@ -7,7 +7,8 @@
 // tokenizer_config.json. Architectures: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2; presets
 // tiny (<= 20 MB, for tests) and mini (the real model at half width, a few GB). See docs/synth.md.
 //
-// Weights are N(mean, std²) (projections std 0.02, RMSNorm weights 1 + N(0, 0.02²), biases std 0.01)
+// Weights are N(mean, std²) (embeddings std SynthOptions::embedding_std = 1, projections std 0.02,
+// RMSNorm weights 1 + N(0, 0.02²), biases std 0.01)
 // drawn from a per-tensor stream seeded by (seed, tensor name): the output bytes depend only on the
 // options, never on the thread count. router_skew > 0 makes expert popularity skewed (a few hot experts
 // per layer) through a shared embedding direction read only by the routers (docs/synth.md).
@@ -32,6 +33,11 @@ struct SynthOptions {
   uint64_t seed = 0;
   double router_skew = 0.0;                  // X >= 0; 0 = no skew (near-uniform routing)
   double skew_channel_scale = 1.0;           // κ > 0: norm of the skew channel / norm of an embedding row
+  // σ_embed > 0: std of the token-specific part of every embedding row. 1.0 (not HF's 0.02
+  // initializer_range) keeps token identity in the residual stream of a deep random model: with 0.02
+  // the (near-uniform) attention averages of random weights swamp it after a few layers and every
+  // decode step routes to the same experts (docs/synth.md "Embedding scale").
+  double embedding_std = 1.0;
   uint64_t shard_size_bytes = 2ull << 30;    // max bytes per safetensors shard
   int n_threads = 0;                         // 0 = std::thread::hardware_concurrency()
   int64_t q_lora_rank = 0;                   // deepseek_v2 only: > 0 sets q_lora_rank (q_a/q_b path)
