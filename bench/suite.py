@@ -40,19 +40,23 @@ import benchlib as bl  # noqa: E402
 from replay_vs_budget import make_trace  # noqa: E402
 
 # Real prompts (bench/data/README.md): every generation's prompt comes from ShareGPT. Sequence i of a
-# batch of N is prompt PROMPT_INDEX + i; the planner's workload profile is a batch of PLAN_BATCH other
+# batch of N is prompt prompt_index + i; the planner's workload profile is single-prompt runs on other
 # prompts from PLAN_INDEX (ZipMoE §3.4: popularity from a calibration workload, not the measured one).
 PROMPTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sharegpt-first-turn-500.json")
-PROMPT_INDEX = 0      # "How to stop automatic updates from the WSUS Server to a target machine" (70 chars)
-PLAN_INDEX, PLAN_BATCH = 100, 4  # the planner's workload: 4 single-sequence generations
+# Per mode: "prompt_index" (quick: #3 "Suggest subchapters for chapter 5", 33 characters, so a cold
+# prefill reads part of the model rather than all of it; full: #0 "How to stop automatic updates from
+# the WSUS Server to a target machine", 70 characters) and "plan_prompts" (how many from PLAN_INDEX).
+PLAN_INDEX = 100
 LOAD_INDEX = 200      # (l): the HTTP load test's requests start here
 EMBEDDING_STD = 1.0  # docs/synth.md "Embedding scale": keeps decode-time routing token-dependent
 ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shares of trained MoE models
 
+POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "mmap"]
 MODES = {
-    "quick": {"tokens": 16, "budgets": [25, 50], "lengths": [16, 32], "batches": [1, 4],
+    "quick": {"tokens": 12, "budgets": [25, 50], "lengths": [12, 24], "batches": [1, 4],
               "batch_systems": ["zipmoe", "lru"], "length_systems": ["zipmoe", "lru"],
-              "ablation_budgets": [25], "fifo_budgets": [50], "deepseek": "tiny",
+              "ablation_budgets": [50], "fifo_budgets": [50], "deepseek": "tiny",
+              "prompt_index": 3, "plan_prompts": 2, "c_systems_other_budgets": ["zipmoe", "lru", "mmap"],
               "codec_sections": "ratio,threads,io", "io_mib": 256,
               "replay": {"steps": 16, "repeat": 2, "systems": ["zipmoe", "lru", "fifo", "marking"]},
               "load": {"systems": ["zipmoe"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
@@ -60,13 +64,13 @@ MODES = {
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
              "ablation_budgets": [25, 50], "fifo_budgets": [25, 50, 75], "deepseek": "mini",
+             "prompt_index": 0, "plan_prompts": 4, "c_systems_other_budgets": POLICIES,
              "codec_sections": "ratio,threads,io", "io_mib": 1024,
              "replay": {"steps": 48, "repeat": 4,
                         "systems": ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "zipmoe-noplan"]},
              "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4, 8], "requests": 32, "max_tokens": 32,
                       "max_prompt_chars": 1000}},
 }
-POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "mmap"]
 
 
 class Suite:
@@ -87,8 +91,10 @@ class Suite:
                      "cgroup": {"available": self.cap.available, "reason": self.cap.reason,
                                 "path": self.cap.path if self.cap.available else None},
                      "drop_caches": bl.drop_caches(), "router_skew": ROUTER_SKEW, "embedding_std": EMBEDDING_STD, "prompts_file": os.path.relpath(PROMPTS_FILE, a.repo),
-                     "prompt_index": PROMPT_INDEX, "prompt": bl.load_prompts(PROMPTS_FILE)[PROMPT_INDEX],
-                     "plan_prompts": [PLAN_INDEX, PLAN_INDEX + PLAN_BATCH - 1], "threads": self.threads, "cfg": self.cfg}
+                     "prompt_index": self.cfg["prompt_index"],
+                     "prompt": bl.load_prompts(PROMPTS_FILE)[self.cfg["prompt_index"]],
+                     "plan_prompts": [PLAN_INDEX, PLAN_INDEX + self.cfg["plan_prompts"] - 1], "threads": self.threads,
+                     "cfg": self.cfg}
         if not self.cap.available:
             bl.warn(f"no memory cap: {self.cap.reason}; every run goes uncapped (the report says so)")
 
@@ -120,8 +126,8 @@ class Suite:
         return m
 
     # ---------------------------------------------------------------- runs
-    @staticmethod
-    def prompt_args(index=PROMPT_INDEX):
+    def prompt_args(self, index=None):
+        index = self.cfg["prompt_index"] if index is None else index
         return ["--prompts-file", PROMPTS_FILE, "--prompt-index", str(index)]
 
     def reference(self, m, tokens, batch=1):
@@ -151,7 +157,7 @@ class Suite:
         return m["expert_bytes"] * pct // 100 + m["overhead_bytes"]
 
     def calibrate(self, m, pct):
-        """(1) Warm-up run (lru, PLAN_BATCH other ShareGPT prompts, uncapped): the routing trace the zipmoe planner
+        """(1) Warm-up runs (lru, cfg["plan_prompts"] other ShareGPT prompts, uncapped): the routing trace the zipmoe planner
         fits (workload profiling, ZipMoE §3.4). (2) The memory a process needs besides its expert
         arena: a short full-load run (arena = staging slots only) in the group without a limit;
         overhead = its peak (RSS + page cache + shm) - its arena + 256 MiB slack. Every capped run at
@@ -161,7 +167,7 @@ class Suite:
         # One single-sequence generation per calibration prompt (the planner fits batch size 1), merged
         # into one trace with a session per prompt (docs/planner.md "Trace format").
         lines = []
-        for i in range(PLAN_BATCH):
+        for i in range(self.cfg["plan_prompts"]):
             part = f"{trace}.{i}"
             self.zm("generate", "--model", m["zstd"], *self.prompt_args(PLAN_INDEX + i), "--max-new-tokens",
                     str(self.cfg["tokens"]), "--ignore-eos", "--threads", str(self.threads), "--json",
@@ -282,7 +288,7 @@ class Suite:
         rows = []
         tokens = self.cfg["tokens"]
         for pct in self.cfg["budgets"]:
-            for system in POLICIES:
+            for system in POLICIES if pct == 50 else self.cfg["c_systems_other_budgets"]:
                 rows.append(self.run(m, system, pct, tokens))
             # Bytes read before the first decode step (prefill): the same run with one new token.
             pre = self.run(m, "zipmoe", pct, 1)

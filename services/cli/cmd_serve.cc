@@ -420,9 +420,12 @@ class Server {
       if (metrics_ != nullptr) metrics_->AddTokens(static_cast<uint64_t>(job.count));
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.arrival).count();
+    const std::string how = !status.ok()                                         ? "error " + status.ToString()
+                            : job.client_gone.load(std::memory_order_relaxed) ? "cancelled (client disconnected)"
+                                                                              : job.outcome.finish_reason;
     std::fprintf(stderr, "%s",
                  fmt::format("I: serve: {} {}: {} prompt + {} completion tokens in {:.3f} s, batch of up to {}\n",
-                             job.id, status.ok() ? job.outcome.finish_reason : "error " + status.ToString(),
+                             job.id, how,
                              job.request.prompt_ids.size(), job.count, seconds, job.peak_batch)
                      .c_str());
     job.done = true;
