@@ -53,7 +53,7 @@ ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shar
 
 POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "mmap"]
 MODES = {
-    "quick": {"tokens": 12, "budgets": [25, 50], "lengths": [12, 24], "batches": [1, 4],
+    "quick": {"tokens": 8, "budgets": [25, 50], "lengths": [8, 16], "batches": [1, 2],
               "batch_systems": ["zipmoe", "lru"], "length_systems": ["zipmoe", "lru"],
               "ablation_budgets": [50], "fifo_budgets": [50], "deepseek": "tiny",
               "prompt_index": 3, "plan_prompts": 2, "c_systems_other_budgets": ["zipmoe", "lru", "mmap"],
