@@ -73,7 +73,8 @@ class Report:
                    f" **Quick-mode target (≤ 15 min) missed: {m['seconds'] / 60:.0f} min.** Per experiment: "
                    + ", ".join(f"{k} {v:.0f} s" for k, v in (m.get("experiment_seconds") or {}).items())
                    + ". Every cold run of the mini model reads 2-3 GiB of experts now that routing is "
-                   "token-dependent, a ragged batch of 4 requests touches most experts at every step, and the VM's "
+                   f"token-dependent, a ragged batch of {max((m.get('cfg') or {}).get('batches') or [1])} requests touches "
+                   "many more experts per step than one, and the VM's "
                    "load average (below) shows other tenants sharing its 2 cores."
                    if m["mode"] == "quick" and m["seconds"] > 900 else ""),
                "",
