@@ -325,8 +325,7 @@ void CacheServer::State::Loop() {
     for (const auto& [peer, c] : clients) {
       if (now - c.last_seen > c.interval * config.liveness) dead.push_back(peer);
     }
-    for (const std::string& peer : dead) Reclaim(peer, "went silent");
-    if (!dead.empty()) PublishCounts();
+    for (const std::string& peer : dead) Reclaim(peer, "went silent");  // each publishes the counts
   }
 }
 

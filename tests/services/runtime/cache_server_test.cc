@@ -125,6 +125,12 @@ struct CacheManagerProcess {
     server.reset();
     backend.reset();
   }
+  // `base` as a scheduler attached to this cache-manager configures it: its arena, a remote cache.
+  OffloadConfig SchedulerConfig(OffloadConfig base) const {
+    base.shm_name = config.shm_name;
+    base.cache = RemoteCacheBackendFactory(ClientConfig());
+    return base;
+  }
   RemoteCacheConfig ClientConfig() const {
     RemoteCacheConfig c;
     c.endpoint = server->endpoint();
@@ -177,9 +183,7 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
 
     TempDir tmp;
     CacheManagerProcess cache_manager(tmp, base, m);
-    OffloadConfig remote_config = base;
-    remote_config.shm_name = cache_manager.config.shm_name;
-    remote_config.cache = RemoteCacheBackendFactory(cache_manager.ClientConfig());
+    OffloadConfig remote_config = cache_manager.SchedulerConfig(base);
     auto remote = OffloadExpertProvider::Create(remote_config);
     ASSERT_TRUE(remote.ok()) << remote.status().ToString();
     EXPECT_EQ((*remote)->config().staging_slots, (*local)->config().staging_slots);
@@ -266,9 +270,7 @@ TEST(CacheServer, GarbageAndTruncatedFlatBuffersAreDroppedAndCounted) {
     EXPECT_EQ(cache_manager.server->stats().admit_errors, 1u);
   }
   // The server still serves a real client.
-  OffloadConfig remote_config = BaseConfig(dir, m, 0.4);
-  remote_config.shm_name = cache_manager.config.shm_name;
-  remote_config.cache = RemoteCacheBackendFactory(cache_manager.ClientConfig());
+  OffloadConfig remote_config = cache_manager.SchedulerConfig(BaseConfig(dir, m, 0.4));
   auto remote = OffloadExpertProvider::Create(remote_config);
   ASSERT_TRUE(remote.ok()) << remote.status().ToString();
   EXPECT_FALSE(Drive(**remote, Routings(m, 4, 2, 3)).empty());
@@ -283,10 +285,7 @@ TEST(CacheServer, LeasesOfADisappearedOrReplacedClientAreReclaimed) {
   CacheManagerProcess cache_manager(tmp, BaseConfig(dir, m, 0.6), m, milliseconds(50));
   const auto routings = Routings(m, 4, 6, 5);
   {  // Warm the cache through a real scheduler-side provider.
-    OffloadConfig c = BaseConfig(dir, m, 0.6);
-    c.shm_name = cache_manager.config.shm_name;
-    c.cache = RemoteCacheBackendFactory(cache_manager.ClientConfig());
-    auto remote = OffloadExpertProvider::Create(c);
+    auto remote = OffloadExpertProvider::Create(cache_manager.SchedulerConfig(BaseConfig(dir, m, 0.6)));
     ASSERT_TRUE(remote.ok()) << remote.status().ToString();
     Drive(**remote, routings);
   }
@@ -330,10 +329,7 @@ TEST(CacheServer, LeasesOfADisappearedOrReplacedClientAreReclaimed) {
   auto [first, leases] = take_leases(context, 60000);
   ASSERT_GT(leases, 0u);
   const uint64_t reclaimed = cache_manager.server->stats().reclaimed_leases;
-  OffloadConfig c = BaseConfig(dir, m, 0.6);
-  c.shm_name = cache_manager.config.shm_name;
-  c.cache = RemoteCacheBackendFactory(cache_manager.ClientConfig());
-  auto second = OffloadExpertProvider::Create(c);
+  auto second = OffloadExpertProvider::Create(cache_manager.SchedulerConfig(BaseConfig(dir, m, 0.6)));
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(cache_manager.server->stats().reclaimed_leases, reclaimed + leases);
   EXPECT_EQ(cache_manager.backend->manager().LivePins(), 0u);
