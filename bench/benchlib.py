@@ -25,15 +25,6 @@ def warn(msg):
     print(f"W: {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
 
 
-def load_prompts(path):
-    """Prompts of a ShareGPT file (bench/data/README.md): the first human turn of each entry, in order."""
-    out = []
-    for item in json.load(open(path)):
-        turns = item["conversations"] if isinstance(item, dict) else [{"from": "human", "value": item}]
-        out.append(next(t["value"] for t in turns if t.get("from") == "human"))
-    return out
-
-
 class MemoryCap:
     """One cgroup v1 memory child group; every capped run is started inside it.
 

@@ -37,6 +37,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as bl  # noqa: E402
+from load import load_prompts  # noqa: E402
 from replay_vs_budget import make_trace  # noqa: E402
 
 # Real prompts (bench/data/README.md): every generation's prompt comes from ShareGPT. Sequence i of a
@@ -92,7 +93,7 @@ class Suite:
                                 "path": self.cap.path if self.cap.available else None},
                      "drop_caches": bl.drop_caches(), "router_skew": ROUTER_SKEW, "embedding_std": EMBEDDING_STD, "prompts_file": os.path.relpath(PROMPTS_FILE, a.repo),
                      "prompt_index": self.cfg["prompt_index"],
-                     "prompt": bl.load_prompts(PROMPTS_FILE)[self.cfg["prompt_index"]],
+                     "prompt": load_prompts(PROMPTS_FILE)[self.cfg["prompt_index"]][2],
                      "plan_prompts": [PLAN_INDEX, PLAN_INDEX + self.cfg["plan_prompts"] - 1], "threads": self.threads,
                      "cfg": self.cfg}
         if not self.cap.available:
