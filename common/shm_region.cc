@@ -1,5 +1,6 @@
 #include "common/shm_region.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -8,7 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -30,8 +33,9 @@ bool SameObject(int fd_a, int fd_b) {
 // Outcome of looking at an existing object of the same name.
 enum class Existing { kGone, kStaleRemoved, kLive };
 
-// `name` exists: removes it if no live owner holds its lock (see the header). Errors: kIoError.
-Result<Existing> ReclaimIfStale(const std::string& name) {
+// `name` exists: removes it if no live owner holds its lock (see the header); with `require_sized`
+// only if it is also sized (its creator got past flock). Errors: kIoError.
+Result<Existing> ReclaimIfStale(const std::string& name, bool require_sized = false, uint64_t* size_out = nullptr) {
   UniqueFd old(::shm_open(name.c_str(), O_RDWR, 0));
   if (!old.valid()) {
     if (errno == ENOENT) return Existing::kGone;  // vanished meanwhile: try creating again
@@ -42,6 +46,12 @@ Result<Existing> ReclaimIfStale(const std::string& name) {
     if (errno == EWOULDBLOCK) return Existing::kLive;
     return Status::IoError(fmt::format("shm region '{}': flock: {}", name, ErrnoText(errno)));
   }
+  struct stat st {};
+  if (::fstat(old.get(), &st) != 0) {
+    return Status::IoError(fmt::format("shm region '{}': fstat: {}", name, ErrnoText(errno)));
+  }
+  if (require_sized && st.st_size <= 0) return Existing::kLive;  // maybe a Create between shm_open and flock
+  if (size_out != nullptr) *size_out = static_cast<uint64_t>(st.st_size);
   // Nobody holds the owner lock: the creator is gone. Unlink only if the name still names the
   // object we locked (and not a fresh region another Create made meanwhile).
   UniqueFd again(::shm_open(name.c_str(), O_RDWR, 0));
@@ -54,6 +64,33 @@ Result<Existing> ReclaimIfStale(const std::string& name) {
 }
 
 }  // namespace
+
+Result<ShmRegion::Reclaimed> ShmRegion::ReclaimStale(const std::string& prefix) {
+  if (!IsValidName(prefix)) {
+    return Status::InvalidArgument(fmt::format(
+        "shm sweep: invalid prefix '{}' (want '/' followed by 1..250 characters without '/')", prefix));
+  }
+  Reclaimed out;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/dev/shm"), &::closedir);
+  if (dir == nullptr) {
+    if (errno == ENOENT) return out;
+    return Status::IoError(fmt::format("shm sweep: list /dev/shm: {}", ErrnoText(errno)));
+  }
+  const std::string stem = prefix.substr(1);
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(dir.get())) {
+    const std::string entry = e->d_name;
+    if (entry.compare(0, stem.size(), stem) == 0) names.push_back("/" + entry);
+  }
+  for (const std::string& name : names) {
+    uint64_t size = 0;
+    ZM_ASSIGN_OR_RETURN(Existing existing, ReclaimIfStale(name, /*require_sized=*/true, &size));
+    if (existing != Existing::kStaleRemoved) continue;
+    ++out.regions;
+    out.bytes += size;
+  }
+  return out;
+}
 
 bool ShmRegion::IsValidName(const std::string& name) {
   if (name.size() < 2 || name.size() > kMaxShmNameChars || name[0] != '/') return false;

@@ -17,6 +17,8 @@
 //     pid) unmaps but neither unlinks nor closes the lock early for the parent.
 // Two processes reclaiming the same stale name at the same instant are not supported (the arena has
 // exactly one owner, the cache manager); each Create() of a *live* name fails cleanly.
+// Names that are never created again (per-process names such as "/zipmoe-arena-<pid>-<n>") are
+// swept by ReclaimStale(prefix), which a process calls before creating its own.
 //
 // Memory. Create() reserves the pages with posix_fallocate(), so a /dev/shm that is too small
 // (docker's default 64 MiB) fails here with kIoError instead of SIGBUS on first touch.
@@ -58,6 +60,20 @@ class ShmRegion {
 
   // Whether `name` is a valid POSIX shm name for this class (see Create).
   static bool IsValidName(const std::string& name);
+
+  // What ReclaimStale removed.
+  struct Reclaimed {
+    int regions = 0;      // names unlinked
+    uint64_t bytes = 0;   // their sizes, summed (the tmpfs memory given back once unmapped)
+  };
+  // Unlinks every region in /dev/shm whose name starts with `prefix` and whose creator is gone: it is
+  // sized (> 0 bytes; Create takes the owner lock before sizing, so an unsized object may be a
+  // Create in progress and is kept) and nobody holds its owner lock (see "Liveness" above). Regions
+  // of live owners are kept. A system without /dev/shm has nothing to sweep (returns zero).
+  // prefix: "/" followed by at least one character without another "/", e.g. "/zipmoe-arena-".
+  // Errors: kInvalidArgument (bad prefix), kIoError (/dev/shm cannot be listed, or a stale region
+  // cannot be unlinked; the message names it).
+  static Result<Reclaimed> ReclaimStale(const std::string& prefix);
 
  private:
   ShmRegion() = default;

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "common/shm_region.h"
 #include "common/slot_arena.h"
 #include "services/decompressor/decompress_op.h"
 #include "services/scheduler/lower_bound.h"
@@ -20,9 +22,11 @@ namespace cm = cache_manager;
 
 namespace {
 
+constexpr const char* kDefaultShmPrefix = "/zipmoe-arena-";
+
 std::string DefaultShmName() {
   static std::atomic<uint64_t> counter{0};
-  return fmt::format("/zipmoe-arena-{}-{}", static_cast<long>(::getpid()), counter.fetch_add(1));
+  return fmt::format("{}{}-{}", kDefaultShmPrefix, static_cast<long>(::getpid()), counter.fetch_add(1));
 }
 
 bool ECached(CompressionState s) { return s == CompressionState::kC || s == CompressionState::kE; }
@@ -55,7 +59,15 @@ OffloadExpertProvider::OffloadExpertProvider(OffloadConfig config) : config_(std
 Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(const OffloadConfig& config) {
   std::unique_ptr<OffloadExpertProvider> p(new OffloadExpertProvider(config));
   OffloadConfig& cfg = p->config_;
-  if (cfg.shm_name.empty()) cfg.shm_name = DefaultShmName();
+  if (cfg.shm_name.empty()) {
+    // Per-process names are never created again, so arenas of killed runs (SIGKILL, a cgroup OOM
+    // kill) would stay in /dev/shm, holding memory, unless someone sweeps them.
+    ZM_ASSIGN_OR_RETURN(ShmRegion::Reclaimed swept, ShmRegion::ReclaimStale(kDefaultShmPrefix));
+    if (swept.regions > 0)
+      std::fprintf(stderr, "I: removed %d stale arena(s) of dead zipmoe processes from /dev/shm (%.1f MiB)\n",
+                   swept.regions, static_cast<double>(swept.bytes) / (1 << 20));
+    cfg.shm_name = DefaultShmName();
+  }
   if (cfg.n_workers <= 0) cfg.n_workers = decompressor::DefaultWorkerCount();
   ZM_ASSIGN_OR_RETURN(p->store_, ExpertStore::Open(cfg.model_dir));
   const Manifest& manifest = p->store_->manifest();

@@ -90,7 +90,7 @@ struct OffloadConfig {
   bool page_cache = false;            // buffered reads instead of O_DIRECT
   bool scheduler = true;              // Alg. 1 (true) or FIFO order (false)
   bool verify_recovered = true;       // check each recovered tensor against its BF16 xxh64
-  std::string shm_name;               // arena name; "" = "/zipmoe-arena-<pid>-<n>"
+  std::string shm_name;               // arena name; "" = "/zipmoe-arena-<pid>-<n>" (stale ones swept first)
   // zipmoe's own ablation without compression: the cache keeps full BF16 tensors only (Λ = {F},
   // ranked by frequency as usual) and the directory must store its exponents raw (`zipmoe compress
   // --codec none`), so every read moves the BF16 bytes. kInvalidArgument for another codec/policy.
@@ -113,7 +113,9 @@ uint32_t ChooseStagingSlots(uint64_t budget_bytes, uint64_t staging_slot_bytes, 
 class OffloadExpertProvider : public ExpertProvider {
  public:
   // Opens the directory, plans the pools, maps the arena, starts the I/O thread and the workers.
-  // Errors: ExpertStore::Open's / BuildPlan's / CacheManager::Create's; kInvalidArgument for a
+  // With the default arena name it first removes the arenas that dead processes left under that
+  // prefix (ShmRegion::ReclaimStale), noting them on stderr.
+  // Errors: ExpertStore::Open's, ShmRegion::ReclaimStale's / BuildPlan's / CacheManager::Create's; kInvalidArgument for a
   // budget percentage outside (0, 1000], or when the budget is below one staging slot ("memory budget X is below the minimum Y: one expert in flight
   // needs Y bytes"), or bad pools/ratios.
   static Result<std::unique_ptr<OffloadExpertProvider>> Create(const OffloadConfig& config);

@@ -1,5 +1,5 @@
 // Tests for common/shm_region: create/attach/unlink, a second process's view (fork), 0600 mode,
-// stale-name reclaim after a crashed owner, live-owner refusal, move semantics, bad names.
+// stale-name reclaim after a crashed owner, the prefix sweep, live-owner refusal, move semantics, bad names.
 #include "common/shm_region.h"
 
 #include <gmock/gmock.h>
@@ -152,6 +152,48 @@ TEST(ShmRegionTest, LiveOwnerIsNeverReclaimed) {
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(owner->data()[0], 42);
   EXPECT_TRUE(NameExists(name));
+}
+
+TEST(ShmRegionTest, SweepRemovesOnlyStaleSizedRegionsUnderThePrefix) {
+  // Per-process names are never created again, so only a sweep frees what killed owners left.
+  const std::string prefix = UniqueName("sweep") + "-";
+  const std::string dead_a = prefix + "a", dead_b = prefix + "b", live = prefix + "live";
+  const std::string unsized = prefix + "unsized", other = UniqueName("sweep-other");
+  for (const std::string* name : {&dead_a, &dead_b, &other}) {
+    const std::string n = *name;
+    ASSERT_EQ(RunInChild([&n] {
+                auto owner = ShmRegion::Create(n, 3 * 4096);
+                if (!owner.ok()) return 2;
+                ::_exit(0);  // killed: the name stays, nobody holds its lock
+                return 0;
+              }),
+              0);
+    ASSERT_TRUE(NameExists(n));
+  }
+  auto owner = ShmRegion::Create(live, 4096);
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+  // An unsized object may be a Create() between shm_open and flock: kept.
+  const int fd = ::shm_open(unsized.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+
+  auto swept = ShmRegion::ReclaimStale(prefix);
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(swept->regions, 2);
+  EXPECT_EQ(swept->bytes, 2u * 3 * 4096);
+  EXPECT_FALSE(NameExists(dead_a));
+  EXPECT_FALSE(NameExists(dead_b));
+  EXPECT_TRUE(NameExists(live)) << "a live owner's region must survive the sweep";
+  EXPECT_TRUE(NameExists(unsized));
+  EXPECT_TRUE(NameExists(other)) << "outside the prefix";
+
+  auto again = ShmRegion::ReclaimStale(prefix);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->regions, 0);
+  EXPECT_FALSE(ShmRegion::ReclaimStale("no-slash").ok());
+  EXPECT_FALSE(ShmRegion::ReclaimStale("/").ok());
+  ::shm_unlink(unsized.c_str());
+  ::shm_unlink(other.c_str());
 }
 
 TEST(ShmRegionTest, ForkedCopyOfOwnerNeverUnlinks) {
