@@ -134,8 +134,8 @@ class Report:
                f"({self.prompt_text()}), greedy, `--ignore-eos`, "
                f"{rows[0]['tokens']} new tokens, `--threads {self.meta['threads']}`, cold. zipmoe's pools are planned "
                f"by Alg. 4 from `profile.json` and the routing trace of {self.plan_text()} (`--plan-trace`). "
-               "Physical limit = per decode step, the compressed bytes zipmoe had to read (its run minus a 1-token run "
-               "of the same prompt, i.e. without prefill) / the O_DIRECT disk bandwidth above.", "")
+               "Physical limit = per decode step, the compressed bytes zipmoe had to read (its run's total minus what it "
+               "had read when the first token was sampled, i.e. without prefill) / the O_DIRECT disk bandwidth above.", "")
         if plt:
             fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
             for s in systems:

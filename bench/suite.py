@@ -291,19 +291,18 @@ class Suite:
         for pct in self.cfg["budgets"]:
             for system in POLICIES if pct == 50 else self.cfg["c_systems_other_budgets"]:
                 rows.append(self.run(m, system, pct, tokens))
-            # Bytes read before the first decode step (prefill): the same run with one new token.
-            pre = self.run(m, "zipmoe", pct, 1)
+            # Bytes read by the decode steps: the run's totals minus its counters at the first token
+            # (--stats-json "prefill").
             z = self.rows[(m["arch"], m["preset"], "zipmoe", pct, tokens, 1)]
             bw = (self.meta.get("disk") or {}).get("odirect_gbps_1m")
-            if z.get("ok") and pre.get("ok") and bw:
+            prefill = (z.get("stats") or {}).get("prefill")
+            if z.get("ok") and prefill and bw:
                 steps = max(1, (z["generated_tokens"] or tokens) - 1)
-                decode_bytes = max(0, z["read_bytes"] - pre["read_bytes"])
+                z["prefill_read_bytes"] = prefill["io"]["bytes_e"] + prefill["io"]["bytes_sm"]
+                decode_bytes = max(0, z["read_bytes"] - z["prefill_read_bytes"])
                 z["decode_read_bytes_per_token"] = decode_bytes / steps
                 z["physical_limit_s"] = decode_bytes / steps / (bw * 1e9)
-        self.save(f"c_tpot_vs_budget_{m['arch']}", {"model": self.model_meta(m), "rows": [self.public(r) for r in rows],
-                                                    "prefill_rows": [self.public(self.rows[k]) for k in self.rows
-                                                                     if isinstance(k[0], str) and k[0] == m["arch"]
-                                                                     and k[4] == 1 and k[2] == "zipmoe"]})
+        self.save(f"c_tpot_vs_budget_{m['arch']}", {"model": self.model_meta(m), "rows": [self.public(r) for r in rows]})
 
     def exp_r(self, m):
         """`zipmoe replay` (storage, cache, scheduler, decode, recovery; no model math): per step and MoE

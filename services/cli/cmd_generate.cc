@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -217,7 +218,11 @@ int RunGenerate(const GenerateArgs& args) {
 
   std::unique_ptr<StreamDecoder> stream;
   if (tokenizer && !args.json) stream = std::make_unique<StreamDecoder>(*tokenizer, /*skip_special_tokens=*/true);
+  // The runtime's counters when the first token is sampled: what the prefill read and missed
+  // (--stats-json "prefill"), so the decode steps' share needs no second run.
+  std::optional<runtime::RuntimeStats> prefill_stats;
   auto on_token = [&](size_t sequence, int32_t id) {
+    if (provider != nullptr && !prefill_stats) prefill_stats = provider->stats();
     if (args.json || sequence != 0) return;  // streams the first sequence only
     const std::string piece = stream ? stream->Step(id) : fmt::format("{} ", id);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -301,6 +306,15 @@ int RunGenerate(const GenerateArgs& args) {
       j["policy"] = cache_manager::CachePolicyName(provider->config().policy);
       j["pools_enabled"] = provider->config().pools;
       j["decompress_threads"] = provider->config().n_workers;
+      if (prefill_stats) {
+        const runtime::RuntimeStats& p = *prefill_stats;
+        j["prefill"] = {{"requests", p.cache.lookups},
+                        {"misses", p.cache.misses},
+                        {"io", {{"ops", p.io_ops},
+                                {"bytes_e", p.io_bytes_e},
+                                {"bytes_sm", p.io_bytes_sm},
+                                {"bytes_transferred", p.io_read_bytes}}}};
+      }
       Status st = write_stats_json(std::move(j));
       if (!st.ok()) return Fail(st);
     }

@@ -84,6 +84,25 @@ TEST(GenerateRuntimeCli, FcsePoolsAllServeHitsAndTheBudgetFloorIsNamed) {
   EXPECT_GT(j["tpot_s"].get<double>(), 0.0);
   EXPECT_FALSE(j["layers"].empty());
 
+  // "prefill": the counters when the first token was sampled. Its requests are the prompt's routing
+  // alone (independent of the cache), so they equal a 1-token run's totals; decode adds to them.
+  const std::string one_stats = tmp.Sub("one.json");
+  auto one = RunCli(fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77,8,8,123 --max-new-tokens 1 "
+                                "--threads 1 --memory-budget {} --pool-ratios F=0.25,C=0.25,S=0.25,E=0.25 "
+                                "--stats-json {}",
+                                dir, expert_bytes, one_stats));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto o = nlohmann::json::parse(ReadAll(one_stats));
+  EXPECT_EQ(j["prefill"]["requests"], o["requests"]["total"]);
+  EXPECT_LT(j["prefill"]["requests"].get<uint64_t>(), j["requests"]["total"].get<uint64_t>());
+  EXPECT_GT(j["prefill"]["io"]["bytes_e"].get<uint64_t>(), 0u);
+  EXPECT_LE(j["prefill"]["io"]["bytes_e"].get<uint64_t>(), j["io"]["bytes_e"].get<uint64_t>());
+  EXPECT_LE(j["prefill"]["misses"].get<uint64_t>(), j["requests"]["misses"].get<uint64_t>());
+  EXPECT_EQ(o["prefill"]["requests"], o["requests"]["total"]);
+  EXPECT_EQ(o["prefill"]["misses"], o["requests"]["misses"]);
+  EXPECT_EQ(o["prefill"]["io"]["bytes_e"], o["io"]["bytes_e"]) << "1 token: everything happened in the prefill";
+  EXPECT_EQ(o["prefill"]["io"]["bytes_sm"], o["io"]["bytes_sm"]);
+
   // A percentage of the BF16 expert bytes.
   const std::string pct_stats = tmp.Sub("pct.json");
   auto pct = RunCli(fmt::format("generate --model {} --prompt-ids 5,17 --max-new-tokens 1 --memory-budget 50% "
