@@ -173,7 +173,8 @@ def machine_info():
         for line in open("/proc/meminfo"):
             if line.startswith("MemTotal"):
                 info["mem_gib"] = round(int(line.split()[1]) / (1 << 20), 1)
-                break
+            elif line.startswith("MemAvailable"):
+                info["mem_available_gib"] = round(int(line.split()[1]) / (1 << 20), 1)
     except OSError:
         pass
     try:
@@ -185,6 +186,9 @@ def machine_info():
         info["loadavg"] = open("/proc/loadavg").read().split()[:3]
     except OSError:
         pass
+    if os.path.isdir("/dev/shm"):  # shared memory others hold (tmpfs: not reclaimable) shrinks what runs get
+        sdf = shutil.disk_usage("/dev/shm")
+        info["dev_shm_used_gib"] = round(sdf.used / GIB, 1)
     df = shutil.disk_usage("/")
     info["disk_free_gib"] = round(df.free / GIB, 1)
     info["gpu"] = gpu_info()

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Cache + scheduler + storage + recovery under capacity pressure, via `zipmoe replay` (not a test).
 
-`tpot_vs_budget.py` measures whole generations, but synthetic checkpoints route to few experts (their
-working set fits a 10 % budget), so the cache policies cannot differ there. This script drives the
+bench/suite.py (c) measures whole generations, where one cold request's misses are mostly first
+touches, so the cache policies differ little there. This script drives the
 runtime with a synthetic routing trace instead: every step and MoE layer selects top_k distinct
 experts drawn from a Zipf(s) popularity over a random permutation per layer (s = 0: uniform), and each
 expert's lease is held --compute-us µs as a stand-in for its computation. The zipmoe planner is fitted

@@ -148,8 +148,15 @@ class Suite:
                "tokens_per_s": j["tokens_per_s"]}
         os.remove(logits)
         self.rows[key] = row
-        self.meta.setdefault("reference", {})[f"{m['arch']}-{m['preset']}" + ("" if batch == 1 else f"-b{batch}")] = {
-            "tokens": tokens, "tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"], "tokens_per_s": j["tokens_per_s"]}
+        ref_meta = {"tokens": tokens, "tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"], "tokens_per_s": j["tokens_per_s"]}
+        if batch == 1:
+            # The compute floor: the same run again with the page cache still warm, so every expert is
+            # resident and nothing is read or decoded. No cache policy's TPOT can go below it here.
+            w = self.zm("generate", "--model", m["hf"], *self.prompt_args(), "--max-new-tokens", str(tokens),
+                        "--ignore-eos", "--threads", str(self.threads), "--json", log=tag + "-warm.log")
+            ref_meta["warm_tpot_s"] = json.loads(w["stdout"].strip().splitlines()[-1])["tpot_s"]
+            self.meta.setdefault("compute_floor", {})[f"{m['arch']}-{m['preset']}-n{tokens}"] = ref_meta["warm_tpot_s"]
+        self.meta.setdefault("reference", {})[f"{m['arch']}-{m['preset']}" + ("" if batch == 1 else f"-b{batch}")] = ref_meta
         return row
 
     def cap_bytes(self, m, pct):
@@ -225,7 +232,8 @@ class Suite:
         logits = os.path.join(self.out, tag + ".logits")
         limit = self.cap_bytes(m, pct)
         row = {"arch": m["arch"], "preset": m["preset"], "system": system, "budget_pct": pct, "budget_bytes": budget,
-               "tokens": tokens, "batch": batch, "cap_bytes": limit if self.cap.available else None}
+               "tokens": tokens, "batch": batch, "cap_bytes": limit if self.cap.available else None,
+               "stats_json": os.path.relpath(stats, self.out)}
         try:
             r = self.zm("generate", "--model", model_dir, *self.prompt_args(), "--max-new-tokens", str(tokens),
                         "--ignore-eos", "--threads", str(self.threads), "--json", "--batch", str(batch),

@@ -2,7 +2,8 @@
 // the whole deployment as separate OS processes on this machine (services issue, item 3). Each
 // service is an exec of `zipmoe service NAME --config RUN_DIR/zipmoe.json`; the config is the loaded
 // one (file, ZIPMOE_* environment, --set, then these flags) with the endpoints under the run dir and
-// an arena name unique to this `up` (/zipmoe-up-<pid>, unless the config names one).
+// an arena name unique to this `up` (/zipmoe-up-<pid>, unless the config names one; those of killed
+// `up` runs are swept first).
 //   - one pid file per process: RUN_DIR/<service>.pid, RUN_DIR/decompressor-<i>.pid
 //   - a decompressor that exits (crash, SIGKILL) is restarted (same index, new pid file); the
 //     scheduler re-issues what it held. Any other service exiting stops everything (exit 1).
@@ -25,11 +26,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "common/file_util.h"
+#include "common/shm_region.h"
 #include "services/cli/commands.h"
 #include "services/cli/service_config.h"
 #include "services/cli/service_util.h"
@@ -55,6 +58,8 @@ struct UpArgs {
 };
 
 struct Child {
+  Child(std::string service_name, std::string child_name)
+      : service(std::move(service_name)), name(std::move(child_name)) {}
   std::string service;  // cache-manager, scheduler, storage, decompressor, executor
   std::string name;     // service, or decompressor-<i>
   pid_t pid = -1;
@@ -147,7 +152,18 @@ int RunUp(const UpArgs& args) {
     return 1;
   }
   ServiceConfig config = *loaded;
-  if (config.shm_name == ServiceConfig().shm_name) config.shm_name = fmt::format("/zipmoe-up-{}", static_cast<long>(::getpid()));
+  if (config.shm_name == ServiceConfig().shm_name) {
+    // A per-`up` name is never created again: sweep the arenas of `up` runs that were killed.
+    Result<ShmRegion::Reclaimed> swept = ShmRegion::ReclaimStale("/zipmoe-up-");
+    if (!swept.ok()) {
+      std::fprintf(stderr, "error: up: %s\n", swept.status().ToString().c_str());
+      return 1;
+    }
+    if (swept->regions > 0)
+      std::fprintf(stderr, "I: up: removed %d stale arena(s) of killed `up` runs from /dev/shm (%.1f MiB)\n",
+                   swept->regions, static_cast<double>(swept->bytes) / (1 << 20));
+    config.shm_name = fmt::format("/zipmoe-up-{}", static_cast<long>(::getpid()));
+  }
   if (::mkdir(config.run_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     std::fprintf(stderr, "error: up: cannot create run dir %s: %s\n", config.run_dir.c_str(), std::strerror(errno));
     return 1;
