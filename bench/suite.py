@@ -60,7 +60,7 @@ MODES = {
               "prompt_index": 3, "plan_prompts": 2, "c_systems_other_budgets": ["zipmoe", "lru", "mmap"],
               "codec_sections": "ratio,threads,io", "io_mib": 256,
               "replay": {"steps": 16, "repeat": 2, "systems": ["zipmoe", "lru", "fifo", "marking"]},
-              "load": {"systems": ["zipmoe"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
+              "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
                        "max_prompt_chars": 400}},
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
@@ -150,12 +150,13 @@ class Suite:
         self.rows[key] = row
         ref_meta = {"tokens": tokens, "tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"], "tokens_per_s": j["tokens_per_s"]}
         if batch == 1:
-            # The compute floor: the same run again with the page cache still warm, so every expert is
-            # resident and nothing is read or decoded. No cache policy's TPOT can go below it here.
-            w = self.zm("generate", "--model", m["hf"], *self.prompt_args(), "--max-new-tokens", str(tokens),
+            # The compute floor: (c)'s generation again with the page cache still warm, so every expert
+            # is resident and nothing is read or decoded. No cache policy's TPOT can go below it here.
+            n = self.cfg["tokens"]
+            w = self.zm("generate", "--model", m["hf"], *self.prompt_args(), "--max-new-tokens", str(n),
                         "--ignore-eos", "--threads", str(self.threads), "--json", log=tag + "-warm.log")
-            ref_meta["warm_tpot_s"] = json.loads(w["stdout"].strip().splitlines()[-1])["tpot_s"]
-            self.meta.setdefault("compute_floor", {})[f"{m['arch']}-{m['preset']}-n{tokens}"] = ref_meta["warm_tpot_s"]
+            floor = json.loads(w["stdout"].strip().splitlines()[-1])["tpot_s"]
+            self.meta.setdefault("compute_floor", {})[f"{m['arch']}-{m['preset']}-n{n}"] = floor
         self.meta.setdefault("reference", {})[f"{m['arch']}-{m['preset']}" + ("" if batch == 1 else f"-b{batch}")] = ref_meta
         return row
 
@@ -506,18 +507,19 @@ class Suite:
     def exp_l(self, m):
         """Serving under load (bench/load.py): `zipmoe serve` (embedded, continuous batching) at 50 %
         budget inside the same memory cap, streaming ShareGPT requests from LOAD_INDEX, closed loop at
-        concurrency 1 then higher; at temperature 0 the texts at every concurrency must equal those at
-        concurrency 1 (the suite fails otherwise). TTFT/TPOT/latency percentiles are client-side."""
+        concurrency 1 then higher, one fresh server per system; at temperature 0 every completion must
+        equal the first system's at concurrency 1 (the suite fails otherwise). TTFT/TPOT/latency
+        percentiles are client-side."""
         lc = self.cfg["load"]
         budget = m["expert_bytes"] * 50 // 100
         rows = []
+        first = None  # the first system's concurrency-1 output: what every other run must reproduce
         for system in lc["systems"]:
             model_dir, extra = self.system_args(m, system)
             args = ["serve", "--model", model_dir, "--memory-budget", str(budget), "--threads", str(self.threads),
                     "--max-batch", str(max(lc["concurrency"])), *extra]
             try:
                 with self.server(args, f"load-{system}-serve.log", self.cap_bytes(m, 50)) as url:
-                    first = None
                     for c in lc["concurrency"]:
                         out = os.path.join(self.out, "runs", f"load-{system}-c{c}.json")
                         os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -535,7 +537,7 @@ class Suite:
                         row = {"system": system, "concurrency": c, "ok": p.returncode == 0, "summary": summ,
                                "peak_bytes": self.cap.peak_bytes(), "cap_bytes": self.cap_bytes(m, 50)}
                         if first:
-                            row["same_text_as_c1"] = p.returncode == 0
+                            row["same_text_as_first"] = p.returncode == 0
                             if p.returncode != 0:
                                 self.failures.append(f"l-{system}-c{c}")
                         rows.append(row)
