@@ -205,7 +205,9 @@ def gpu_info():
 
 def git_commit(repo):
     p = subprocess.run(["git", "-C", repo, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+    # The report's own outputs (docs/benchmarks.md, docs/bench/) being stale from a previous run is no change.
+    dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)docs/benchmarks.md", ":(exclude)docs/bench"],
                            capture_output=True, text=True).stdout.strip()
     return p.stdout.strip() + (" (+ uncommitted changes in the tree)" if dirty else "")
 

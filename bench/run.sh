@@ -6,7 +6,7 @@
 # before each cold run, writes OUT/*.json, PNG figures in docs/bench/ and the generated
 # docs/benchmarks.md. Not part of CI. Needs root for the cgroup and drop_caches (it says so in the
 # report and continues without them otherwise) and ~25 GB free disk under --models.
-#   --quick (default)  ~15 min on a quiet 2-core VM after the build: qwen2_moe mini, 2 budgets, 8 tokens, batch 1/2, a short replay,
+#   --quick (default)  ~12 min on a quiet 2-core VM after the build (target ≤ 15): qwen2_moe mini, 2 budgets, 8 tokens, batch 1/2, a short replay,
 #                      deepseek_v2 tiny for the bit-exactness sweep
 #   --full             ~1 h: 5 budgets, 32 tokens, lengths to 256, batch 16, deepseek_v2 mini
 # Environment: ZIPMOE_BENCH_BUILD_DIR (default build-bench), PYTHON (default /usr/bin/python3).
