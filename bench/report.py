@@ -601,8 +601,10 @@ class Report:
                    f"{pp('tpot_s')} | {pp('latency_s')} | {gib(r.get('peak_bytes'))} | {same} |")
         warm = self.warm_text(lj)
         if warm:
-            self.p("", f"TPOT p50, warm server: {warm}. At higher concurrency a step selects more distinct experts, "
-                   "so the cache holds less of a step's working set and the compressed pools' extra hits count.")
+            self.p("", f"TPOT p50, warm server: {warm}. At concurrency 1 a warm step is compute-bound (see the "
+                   "compute floor in the headline); at higher concurrency each step routes several sequences, touches "
+                   "more distinct experts per layer and capacity binds, as at the lowest budget of (c). `serve` "
+                   "reports no per-run hit rates to this suite, so the split is not shown here.")
         self.p("", "Rerun against any server (also `zipmoe up` or a Jetson): `/usr/bin/python3 bench/load.py --url "
                "http://HOST:PORT --concurrency 4 --requests 32 --out load.json` (`--rate R` for Poisson arrivals, "
                "`--check-against` an earlier output).", "")
