@@ -12,6 +12,9 @@ import os
 import shutil
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from suite import MODES  # noqa: E402  (what the other mode runs, for the caveats)
+
 try:
     import matplotlib
     matplotlib.use("Agg")
@@ -199,7 +202,8 @@ class Report:
                "No bit-exactness check here (no logits); (c) checks the same code paths."
                + (" **Short replay** (quick mode): frequency ranks, which zipmoe dispatches and evicts by, have not "
                   "converged in so few steps, which favours recency-based policies; `--full` replays "
-                  f"48 × 4 steps." if r["steps"] * r["repeat"] < 100 else ""), "")
+                  f"{MODES['full']['replay']['steps']} × {MODES['full']['replay']['repeat']} steps."
+                  if self.meta.get("mode") == "quick" else ""), "")
         if plt and ok:
             plt.figure(figsize=(6, 3.4))
             for sname in [x for x in COLORS if any(y["system"] == x for y in ok)]:

@@ -67,9 +67,9 @@ MODES = {
              "ablation_budgets": [25, 50], "fifo_budgets": [25, 50, 75], "deepseek": "mini",
              "prompt_index": 0, "plan_prompts": 4, "c_systems_other_budgets": POLICIES,
              "codec_sections": "ratio,threads,io", "io_mib": 1024,
-             "replay": {"steps": 48, "repeat": 4,
+             "replay": {"steps": 48, "repeat": 2, "budgets": [10, 25, 50],
                         "systems": ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "zipmoe-noplan"]},
-             "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4, 8], "requests": 32, "max_tokens": 32,
+             "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 16, "max_tokens": 32,
                       "max_prompt_chars": 1000}},
 }
 
@@ -328,7 +328,7 @@ class Suite:
         make_trace(plan_trace, layers, int(info["n_experts"]), top_k, rc["steps"], 1.0, seed=2)
         bw = (self.meta.get("disk") or {}).get("odirect_gbps_1m")
         rows = []
-        for pct in self.cfg["budgets"]:
+        for pct in rc.get("budgets", self.cfg["budgets"]):
             for system in rc["systems"]:
                 _, extra = self.system_args(m, system)
                 if "--plan-trace" in extra:  # the replay's own workload, not the generation's warm-up trace
