@@ -78,9 +78,15 @@ Result<ShmRegion::Reclaimed> ShmRegion::ReclaimStale(const std::string& prefix) 
   }
   const std::string stem = prefix.substr(1);
   std::vector<std::string> names;
+  const uid_t me = ::geteuid();
   while (const dirent* e = ::readdir(dir.get())) {
     const std::string entry = e->d_name;
-    if (entry.compare(0, stem.size(), stem) == 0) names.push_back("/" + entry);
+    if (entry.compare(0, stem.size(), stem) != 0) continue;
+    struct stat st {};
+    // Another user's regions are theirs to sweep (we could not open them: mode 0600).
+    if (::fstatat(::dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != me) continue;
+    if (!S_ISREG(st.st_mode)) continue;
+    names.push_back("/" + entry);
   }
   for (const std::string& name : names) {
     uint64_t size = 0;

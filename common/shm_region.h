@@ -69,7 +69,8 @@ class ShmRegion {
   // Unlinks every region in /dev/shm whose name starts with `prefix` and whose creator is gone: it is
   // sized (> 0 bytes; Create takes the owner lock before sizing, so an unsized object may be a
   // Create in progress and is kept) and nobody holds its owner lock (see "Liveness" above). Regions
-  // of live owners are kept. A system without /dev/shm has nothing to sweep (returns zero).
+  // of live owners are kept, and so are other users' regions (not ours to open). A system without
+  // /dev/shm has nothing to sweep (returns zero).
   // prefix: "/" followed by at least one character without another "/", e.g. "/zipmoe-arena-".
   // Errors: kInvalidArgument (bad prefix), kIoError (/dev/shm cannot be listed, or a stale region
   // cannot be unlinked; the message names it).

@@ -62,10 +62,14 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   if (cfg.shm_name.empty()) {
     // Per-process names are never created again, so arenas of killed runs (SIGKILL, a cgroup OOM
     // kill) would stay in /dev/shm, holding memory, unless someone sweeps them.
-    ZM_ASSIGN_OR_RETURN(ShmRegion::Reclaimed swept, ShmRegion::ReclaimStale(kDefaultShmPrefix));
-    if (swept.regions > 0)
+    // Best effort: a sweep that fails leaves the leftovers but does not stop this run.
+    Result<ShmRegion::Reclaimed> swept = ShmRegion::ReclaimStale(kDefaultShmPrefix);
+    if (!swept.ok()) {
+      std::fprintf(stderr, "W: could not sweep stale arenas: %s\n", swept.status().ToString().c_str());
+    } else if (swept->regions > 0) {
       std::fprintf(stderr, "I: removed %d stale arena(s) of dead zipmoe processes from /dev/shm (%.1f MiB)\n",
-                   swept.regions, static_cast<double>(swept.bytes) / (1 << 20));
+                   swept->regions, static_cast<double>(swept->bytes) / (1 << 20));
+    }
     cfg.shm_name = DefaultShmName();
   }
   if (cfg.n_workers <= 0) cfg.n_workers = decompressor::DefaultWorkerCount();

@@ -114,8 +114,8 @@ class OffloadExpertProvider : public ExpertProvider {
  public:
   // Opens the directory, plans the pools, maps the arena, starts the I/O thread and the workers.
   // With the default arena name it first removes the arenas that dead processes left under that
-  // prefix (ShmRegion::ReclaimStale), noting them on stderr.
-  // Errors: ExpertStore::Open's, ShmRegion::ReclaimStale's / BuildPlan's / CacheManager::Create's; kInvalidArgument for a
+  // prefix (ShmRegion::ReclaimStale), noting them on stderr (a failed sweep is a warning there).
+  // Errors: ExpertStore::Open's / BuildPlan's / CacheManager::Create's; kInvalidArgument for a
   // budget percentage outside (0, 1000], or when the budget is below one staging slot ("memory budget X is below the minimum Y: one expert in flight
   // needs Y bytes"), or bad pools/ratios.
   static Result<std::unique_ptr<OffloadExpertProvider>> Create(const OffloadConfig& config);

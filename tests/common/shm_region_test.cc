@@ -190,6 +190,24 @@ TEST(ShmRegionTest, SweepRemovesOnlyStaleSizedRegionsUnderThePrefix) {
   auto again = ShmRegion::ReclaimStale(prefix);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->regions, 0);
+
+  // Another user's dead region is theirs to sweep (root can hand one to "nobody" to check that).
+  if (::geteuid() == 0) {
+    const std::string foreign = prefix + "foreign";
+    ASSERT_EQ(RunInChild([&foreign] {
+                auto owner = ShmRegion::Create(foreign, 4096);
+                if (!owner.ok()) return 2;
+                ::_exit(0);
+                return 0;
+              }),
+              0);
+    ASSERT_EQ(::chown(DevShmPath(foreign).c_str(), 65534, 65534), 0);
+    auto skipped = ShmRegion::ReclaimStale(prefix);
+    ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+    EXPECT_EQ(skipped->regions, 0);
+    EXPECT_TRUE(NameExists(foreign));
+    ::shm_unlink(foreign.c_str());
+  }
   EXPECT_FALSE(ShmRegion::ReclaimStale("no-slash").ok());
   EXPECT_FALSE(ShmRegion::ReclaimStale("/").ok());
   ::shm_unlink(unsized.c_str());

@@ -249,8 +249,10 @@ TEST(CacheServer, GarbageAndTruncatedFlatBuffersAreDroppedAndCounted) {
       << cache_manager.server->stats().bad_messages;
   // A CacheAdmit whose offsets point outside the arena is refused, not executed.
   {
-    msg::Channel channel = std::move(msg::Channel::Open(context, {msg::SocketKind::kDealer,
-                                                                  cache_manager.server->endpoint()}).value());
+    msg::ChannelOptions options;
+    options.kind = msg::SocketKind::kDealer;
+    options.endpoint = cache_manager.server->endpoint();
+    msg::Channel channel = std::move(msg::Channel::Open(context, options).value());
     ASSERT_TRUE(channel.Send(msg::CacheHello{1, 0, 100, ""}, milliseconds(1000)).ok());
     Result<msg::Received> hello = channel.Recv(milliseconds(5000));
     ASSERT_TRUE(hello.ok()) << hello.status().ToString();
@@ -296,8 +298,10 @@ TEST(CacheServer, LeasesOfADisappearedOrReplacedClientAreReclaimed) {
 
   // A raw client takes leases on every cached expert of a layer, then vanishes without a word.
   auto take_leases = [&](zmq::context_t& context, uint32_t heartbeat_ms) {
-    msg::Channel channel = std::move(msg::Channel::Open(context, {msg::SocketKind::kDealer,
-                                                                  cache_manager.server->endpoint()}).value());
+    msg::ChannelOptions options;
+    options.kind = msg::SocketKind::kDealer;
+    options.endpoint = cache_manager.server->endpoint();
+    msg::Channel channel = std::move(msg::Channel::Open(context, options).value());
     EXPECT_TRUE(channel.Send(msg::CacheHello{1, 0, heartbeat_ms, ""}, milliseconds(1000)).ok());
     EXPECT_TRUE(channel.Recv(milliseconds(5000)).ok());
     EXPECT_TRUE(channel.Send(msg::CacheLookup{2, layer, all}, milliseconds(1000)).ok());
