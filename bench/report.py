@@ -117,7 +117,10 @@ class Report:
         if rows:
             self.p("Cap = budget + overhead, the same for every system at a budget. Overhead = peak group memory of a "
                    "short `full-load` run (no cache: arena = staging only) − its arena + 256 MiB slack, rounded up to "
-                   "64 MiB: what the process needs besides expert memory.", "",
+                   "64 MiB: what the process needs besides expert memory. A generation that records its logits for "
+                   "the bit-exactness check also gets 3 × rows × vocab × 4 B (the float32 logits held by torch, by the "
+                   "results and by the output file's buffer): the same for every system at a point, and what lets a "
+                   "16-prompt batch's prefill logits fit. The tables' cap column is the limit each run got.", "",
                    "| model | BF16 expert GiB | calibration peak GiB | its arena GiB | overhead GiB |",
                    "|---|---|---|---|---|", *rows, "")
 

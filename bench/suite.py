@@ -144,7 +144,7 @@ class Suite:
                     "--logits-out", logits, log=tag + ".log", cold=True)
         j = json.loads(r["stdout"].strip().splitlines()[-1])
         row = {"tokens": tokens, "logits": open(logits, "rb").read(), "generated_ids": j["generated_ids"],
-               "prompt_ids": j["prompt_ids"], "tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"],
+               "prompt_ids": j["prompt_ids"], "prompt_tokens_total": j.get("prompt_tokens_total", len(j["prompt_ids"])), "tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"],
                "tokens_per_s": j["tokens_per_s"]}
         os.remove(logits)
         self.rows[key] = row
@@ -164,6 +164,16 @@ class Suite:
         if "overhead_bytes" not in m:
             return None
         return m["expert_bytes"] * pct // 100 + m["overhead_bytes"]
+
+    @staticmethod
+    def logits_allowance(m, ref, batch, tokens):
+        """Extra cap for a run that records its logits for the bit-exactness check (the calibration run
+        records none): rows × vocab × 4 B, three times (the prefill's logits tensor, the per-sequence
+        results, the file's concatenation). Same for every system at a point; a 16-prompt ShareGPT
+        batch records ~1600 rows × 151936 floats ≈ 1 GB, which the 256 MiB slack cannot hold."""
+        vocab = int(m["inspect"].get("vocab_size") or json.load(open(os.path.join(m["zstd"], "config.json")))["vocab_size"])
+        rows = ref["prompt_tokens_total"] + batch * max(0, tokens - 1)
+        return 3 * rows * vocab * 4
 
     def calibrate(self, m, pct):
         """(1) Warm-up runs (lru, cfg["plan_prompts"] other ShareGPT prompts, uncapped): the routing trace the zipmoe planner
@@ -232,6 +242,8 @@ class Suite:
         os.makedirs(os.path.dirname(stats), exist_ok=True)
         logits = os.path.join(self.out, tag + ".logits")
         limit = self.cap_bytes(m, pct)
+        if limit is not None:
+            limit += self.logits_allowance(m, ref, batch, tokens)
         row = {"arch": m["arch"], "preset": m["preset"], "system": system, "budget_pct": pct, "budget_bytes": budget,
                "tokens": tokens, "batch": batch, "cap_bytes": limit if self.cap.available else None,
                "stats_json": os.path.relpath(stats, self.out)}
