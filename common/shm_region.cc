@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -96,6 +97,16 @@ Result<ShmRegion::Reclaimed> ShmRegion::ReclaimStale(const std::string& prefix) 
     out.bytes += size;
   }
   return out;
+}
+
+void ShmRegion::ReclaimStaleAndLog(const std::string& prefix, const std::string& who) {
+  Result<Reclaimed> swept = ReclaimStale(prefix);
+  if (!swept.ok()) {
+    std::fprintf(stderr, "W: %s: could not sweep stale arenas: %s\n", who.c_str(), swept.status().ToString().c_str());
+  } else if (swept->regions > 0) {
+    std::fprintf(stderr, "I: %s: removed %d stale arena(s) of dead processes from /dev/shm (%.1f MiB)\n", who.c_str(),
+                 swept->regions, static_cast<double>(swept->bytes) / (1 << 20));
+  }
 }
 
 bool ShmRegion::IsValidName(const std::string& name) {

@@ -75,6 +75,9 @@ class ShmRegion {
   // Errors: kInvalidArgument (bad prefix), kIoError (/dev/shm cannot be listed, or a stale region
   // cannot be unlinked; the message names it).
   static Result<Reclaimed> ReclaimStale(const std::string& prefix);
+  // ReclaimStale as a best-effort start-up step: one stderr line, prefixed "<who>: ", when it
+  // removed something ("I: ...") or failed ("W: ..."); never fails the caller.
+  static void ReclaimStaleAndLog(const std::string& prefix, const std::string& who);
 
  private:
   ShmRegion() = default;

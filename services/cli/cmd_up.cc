@@ -154,14 +154,7 @@ int RunUp(const UpArgs& args) {
   ServiceConfig config = *loaded;
   if (config.shm_name == ServiceConfig().shm_name) {
     // A per-`up` name is never created again: sweep the arenas of `up` runs that were killed.
-    // Best effort: a sweep that fails leaves the leftovers but does not stop this `up`.
-    Result<ShmRegion::Reclaimed> swept = ShmRegion::ReclaimStale("/zipmoe-up-");
-    if (!swept.ok()) {
-      std::fprintf(stderr, "W: up: could not sweep stale arenas: %s\n", swept.status().ToString().c_str());
-    } else if (swept->regions > 0) {
-      std::fprintf(stderr, "I: up: removed %d stale arena(s) of killed `up` runs from /dev/shm (%.1f MiB)\n",
-                   swept->regions, static_cast<double>(swept->bytes) / (1 << 20));
-    }
+    ShmRegion::ReclaimStaleAndLog("/zipmoe-up-", "up");
     config.shm_name = fmt::format("/zipmoe-up-{}", static_cast<long>(::getpid()));
   }
   if (::mkdir(config.run_dir.c_str(), 0700) != 0 && errno != EEXIST) {

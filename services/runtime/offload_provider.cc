@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <limits>
 #include <utility>
 
@@ -62,14 +61,7 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   if (cfg.shm_name.empty()) {
     // Per-process names are never created again, so arenas of killed runs (SIGKILL, a cgroup OOM
     // kill) would stay in /dev/shm, holding memory, unless someone sweeps them.
-    // Best effort: a sweep that fails leaves the leftovers but does not stop this run.
-    Result<ShmRegion::Reclaimed> swept = ShmRegion::ReclaimStale(kDefaultShmPrefix);
-    if (!swept.ok()) {
-      std::fprintf(stderr, "W: could not sweep stale arenas: %s\n", swept.status().ToString().c_str());
-    } else if (swept->regions > 0) {
-      std::fprintf(stderr, "I: removed %d stale arena(s) of dead zipmoe processes from /dev/shm (%.1f MiB)\n",
-                   swept->regions, static_cast<double>(swept->bytes) / (1 << 20));
-    }
+    ShmRegion::ReclaimStaleAndLog(kDefaultShmPrefix, "runtime");
     cfg.shm_name = DefaultShmName();
   }
   if (cfg.n_workers <= 0) cfg.n_workers = decompressor::DefaultWorkerCount();

@@ -214,6 +214,27 @@ TEST(ShmRegionTest, SweepRemovesOnlyStaleSizedRegionsUnderThePrefix) {
   ::shm_unlink(other.c_str());
 }
 
+TEST(ShmRegionTest, SweepAtStartUpLogsWhatItRemovedAndNeverFails) {
+  const std::string prefix = UniqueName("sweeplog") + "-";
+  const std::string dead = prefix + "a";
+  ASSERT_EQ(RunInChild([&dead] {
+              auto owner = ShmRegion::Create(dead, 4096);
+              if (!owner.ok()) return 2;
+              ::_exit(0);
+              return 0;
+            }),
+            0);
+  ::testing::internal::CaptureStderr();
+  ShmRegion::ReclaimStaleAndLog(prefix, "tester");
+  ShmRegion::ReclaimStaleAndLog(prefix, "tester");  // nothing left: silent
+  ShmRegion::ReclaimStaleAndLog("no-slash", "tester");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(NameExists(dead));
+  EXPECT_THAT(log, HasSubstr("I: tester: removed 1 stale arena(s)"));
+  EXPECT_THAT(log, HasSubstr("W: tester: could not sweep stale arenas"));
+  EXPECT_EQ(log.find("removed", log.find("removed") + 1), std::string::npos) << log;
+}
+
 TEST(ShmRegionTest, ForkedCopyOfOwnerNeverUnlinks) {
   const std::string name = UniqueName("forkcopy");
   auto owner = ShmRegion::Create(name, 4096);
