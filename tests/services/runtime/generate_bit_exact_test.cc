@@ -66,11 +66,15 @@ TEST(GenerateRuntimeCli, FcsePoolsAllServeHitsAndTheBudgetFloorIsNamed) {
   uint64_t expert_bytes = 0;
   for (const ExpertTensorInfo& t : manifest->expert_tensors) expert_bytes += t.raw_bytes();
   TempDir tmp;
+  // One prompt, every pool a quarter of the budget; `tokens` new tokens, statistics to `stats_path`.
+  auto run_fcse = [&](int tokens, const std::string& stats_path) {
+    return RunCli(fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77,8,8,123 --max-new-tokens {} "
+                              "--ignore-eos --threads 1 --memory-budget {} --pool-ratios F=0.25,C=0.25,S=0.25,E=0.25 "
+                              "--stats-json {}",
+                              dir, tokens, expert_bytes, stats_path));
+  };
   const std::string stats = tmp.Sub("s.json");
-  auto run = RunCli(fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77,8,8,123 --max-new-tokens 12 "
-                                "--ignore-eos --threads 1 --memory-budget {} --pool-ratios F=0.25,C=0.25,S=0.25,E=0.25 "
-                                "--stats-json {}",
-                                dir, expert_bytes, stats));
+  auto run = run_fcse(12, stats);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto j = nlohmann::json::parse(ReadAll(stats));
   int hit_pools = 0;
@@ -87,10 +91,7 @@ TEST(GenerateRuntimeCli, FcsePoolsAllServeHitsAndTheBudgetFloorIsNamed) {
   // "prefill": the counters when the first token was sampled. Its requests are the prompt's routing
   // alone (independent of the cache), so they equal a 1-token run's totals; decode adds to them.
   const std::string one_stats = tmp.Sub("one.json");
-  auto one = RunCli(fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77,8,8,123 --max-new-tokens 1 "
-                                "--threads 1 --memory-budget {} --pool-ratios F=0.25,C=0.25,S=0.25,E=0.25 "
-                                "--stats-json {}",
-                                dir, expert_bytes, one_stats));
+  auto one = run_fcse(1, one_stats);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const auto o = nlohmann::json::parse(ReadAll(one_stats));
   EXPECT_EQ(j["prefill"]["requests"], o["requests"]["total"]);
