@@ -601,8 +601,7 @@ class Report:
             def pp(key):
                 d = sm.get(key) or {}
                 return f"{f3(d.get('p50'))} / {f3(d.get('p90'))}"
-            same_key = "same_text_as_first" if "same_text_as_first" in r else "same_text_as_c1"
-            same = "–" if same_key not in r else ("yes" if r[same_key] else "**NO**")
+            same = "–" if "same_text_as_first" not in r else ("yes" if r["same_text_as_first"] else "**NO**")
             self.p(f"| {r['system']} | {r['concurrency']} | {sm.get('ok')}/{sm.get('requests')} | "
                    f"{f3(sm.get('output_tokens_per_s'))} | {f3(sm.get('request_throughput_rps'))} | {pp('ttft_s')} | "
                    f"{pp('tpot_s')} | {pp('latency_s')} | {gib(r.get('peak_bytes'))} | {same} |")

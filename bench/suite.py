@@ -122,6 +122,7 @@ class Suite:
         info = json.loads(subprocess.run([self.zipmoe, "inspect", zstd, "--json"], capture_output=True, text=True,
                                          check=True).stdout)
         m = {"arch": arch, "preset": preset, "hf": hf, "zstd": zstd, "inspect": info,
+             "config": json.load(open(os.path.join(zstd, "config.json"))),
              "expert_bytes": int(info["expert_bytes_raw"]), "prepare_s": time.time() - t0}
         self.models[(arch, preset)] = m
         return m
@@ -144,19 +145,20 @@ class Suite:
                     "--logits-out", logits, log=tag + ".log", cold=True)
         j = json.loads(r["stdout"].strip().splitlines()[-1])
         row = {"tokens": tokens, "logits": open(logits, "rb").read(), "generated_ids": j["generated_ids"],
-               "prompt_ids": j["prompt_ids"], "prompt_tokens_total": j.get("prompt_tokens_total", len(j["prompt_ids"])), "tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"],
-               "tokens_per_s": j["tokens_per_s"]}
+               "prompt_ids": j["prompt_ids"], "prompt_tokens_total": j["prompt_tokens_total"], "tpot_s": j["tpot_s"],
+               "ttft_s": j["ttft_s"], "tokens_per_s": j["tokens_per_s"]}
         os.remove(logits)
         self.rows[key] = row
         ref_meta = {"tokens": tokens, "tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"], "tokens_per_s": j["tokens_per_s"]}
-        if batch == 1:
+        n = self.cfg["tokens"]
+        floor_key = f"{m['arch']}-{m['preset']}-n{n}"
+        if batch == 1 and floor_key not in self.meta.get("compute_floor", {}):
             # The compute floor: (c)'s generation again with the page cache still warm, so every expert
             # is resident and nothing is read or decoded. No cache policy's TPOT can go below it here.
-            n = self.cfg["tokens"]
             w = self.zm("generate", "--model", m["hf"], *self.prompt_args(), "--max-new-tokens", str(n),
                         "--ignore-eos", "--threads", str(self.threads), "--json", log=tag + "-warm.log")
             floor = json.loads(w["stdout"].strip().splitlines()[-1])["tpot_s"]
-            self.meta.setdefault("compute_floor", {})[f"{m['arch']}-{m['preset']}-n{n}"] = floor
+            self.meta.setdefault("compute_floor", {})[floor_key] = floor
         self.meta.setdefault("reference", {})[f"{m['arch']}-{m['preset']}" + ("" if batch == 1 else f"-b{batch}")] = ref_meta
         return row
 
@@ -171,9 +173,8 @@ class Suite:
         records none): rows × vocab × 4 B, three times (the prefill's logits tensor, the per-sequence
         results, the file's concatenation). Same for every system at a point; a 16-prompt ShareGPT
         batch records ~1600 rows × 151936 floats ≈ 1 GB, which the 256 MiB slack cannot hold."""
-        vocab = int(m["inspect"].get("vocab_size") or json.load(open(os.path.join(m["zstd"], "config.json")))["vocab_size"])
         rows = ref["prompt_tokens_total"] + batch * max(0, tokens - 1)
-        return 3 * rows * vocab * 4
+        return 3 * rows * int(m["config"]["vocab_size"]) * 4
 
     def calibrate(self, m, pct):
         """(1) Warm-up runs (lru, cfg["plan_prompts"] other ShareGPT prompts, uncapped): the routing trace the zipmoe planner
@@ -333,7 +334,7 @@ class Suite:
         rc = self.cfg["replay"]
         info = m["inspect"]
         layers = [p["layer_id"] for p in info["per_layer"] if p["experts"] > 0]
-        top_k = int(json.load(open(os.path.join(m["zstd"], "config.json")))["num_experts_per_tok"])
+        top_k = int(m["config"]["num_experts_per_tok"])
         trace = os.path.join(self.out, "replay-trace.jsonl")
         plan_trace = os.path.join(self.out, "replay-plan-trace.jsonl")
         make_trace(trace, layers, int(info["n_experts"]), top_k, rc["steps"], 1.0, seed=1)
