@@ -1,0 +1,597 @@
+#!/usr/bin/env python3
+"""Converts a Hugging Face MoE checkpoint to a BF16 GGUF (v3) that llama.cpp loads.
+
+    /usr/bin/python3 bench/gguf_writer.py MODEL_DIR --out FILE.gguf [--name NAME]
+
+MODEL_DIR holds config.json, the weights as *.safetensors (one file, or shards listed by
+model.safetensors.index.json), tokenizer.json (byte-level BPE), and optionally tokenizer_config.json and
+generation_config.json. Supported model_type values and the llama.cpp architecture they become:
+
+    qwen2_moe -> qwen2moe   (Qwen1.5-MoE: q/k/v biases, shared expert with a sigmoid gate)
+    qwen3_moe -> qwen3moe   (q_norm/k_norm over head_dim, normalised top-k)
+    olmoe     -> olmoe      (q_norm/k_norm over all heads)
+    mixtral   -> llama      (MoE llama; q/k rows permuted to llama.cpp's rotary layout)
+
+The weights are not re-quantised: every matrix is written with the checkpoint's BF16 bits unchanged, the
+per-expert matrices stacked into llama.cpp's 3-D ffn_{gate,up,down}_exps tensors [expert, out, in].
+As llama.cpp's own converter does, 1-D tensors (norms, biases, the shared-expert gate) and the router
+(ffn_gate_inp) are stored as F32, an exact widening of their BF16 values. Mixtral's q/k rows are
+reordered (not changed) because llama.cpp's llama architecture applies rotary embeddings to
+interleaved pairs, Hugging Face's to the two halves of each head.
+
+The tokenizer becomes tokenizer.ggml.model "gpt2" with the tokens, token types, merges and
+pre-tokenizer of tokenizer.json; bos/eos/pad ids come from config.json (eos from generation_config.json
+where it has one). Needs only Python 3 and NumPy (Debian: python3-numpy); safetensors are read through
+numpy memory maps, so the converter needs little memory beyond the page cache.
+Errors name the file and field at fault (unsupported model_type, dtype, layout or tokenizer).
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSION = 3
+GGUF_ALIGNMENT = 32
+
+# GGUF metadata value types.
+T_UINT32, T_INT32, T_FLOAT32, T_BOOL, T_STRING, T_ARRAY = 4, 5, 6, 7, 8, 9
+# ggml tensor types.
+GGML_F32, GGML_BF16 = 0, 30
+LLAMA_FTYPE_MOSTLY_BF16 = 32
+# llama.cpp token types.
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
+
+# tokenizer.json pre-tokenizer regex -> llama.cpp tokenizer.ggml.pre.
+QWEN2_PRE_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_TOKENIZER_BY_REGEX = {QWEN2_PRE_REGEX: "qwen2"}
+
+SAFETENSORS_ITEMSIZE = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+                        "U8": 1, "BOOL": 1}
+
+
+class ConversionError(Exception):
+    """A problem with the input checkpoint; the message names the file and field."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# safetensors
+
+
+class Checkpoint:
+    """The tensors of a safetensors checkpoint, read lazily through one memory map per file."""
+
+    def __init__(self, model_dir):
+        self.model_dir = Path(model_dir)
+        index = self.model_dir / "model.safetensors.index.json"
+        if index.is_file():
+            weight_map = load_json(index).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise ConversionError(f"{index}: 'weight_map' must be a non-empty object")
+            files = sorted(set(weight_map.values()))
+        else:
+            files = sorted(p.name for p in self.model_dir.glob("*.safetensors"))
+            if not files:
+                raise ConversionError(f"{self.model_dir}: no *.safetensors files and no model.safetensors.index.json")
+        self._maps = {}
+        self._entries = {}  # name -> (file, dtype, shape, begin, end)
+        for name in files:
+            self._read_header(self.model_dir / name)
+        self._unused = set(self._entries)
+
+    def _read_header(self, path):
+        if not path.is_file():
+            raise ConversionError(f"{path}: listed in the checkpoint but missing")
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise ConversionError(f"{path}: shorter than the 8-byte safetensors header length")
+            (header_len,) = struct.unpack("<Q", raw)
+            if header_len > size - 8:
+                raise ConversionError(f"{path}: header length {header_len} exceeds the file size {size}")
+            try:
+                header = json.loads(f.read(header_len))
+            except (ValueError, UnicodeDecodeError) as e:
+                raise ConversionError(f"{path}: header is not valid JSON ({e})") from None
+        data_start = 8 + header_len
+        self._maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            if not (isinstance(info, dict) and isinstance(info.get("shape"), list)
+                    and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2):
+                raise ConversionError(f"{path}: tensor '{name}': header entry needs 'dtype', 'shape' and a "
+                                      f"2-element 'data_offsets', got {info!r}")
+            dtype, shape, offsets = info.get("dtype"), info["shape"], info["data_offsets"]
+            if dtype not in SAFETENSORS_ITEMSIZE:
+                raise ConversionError(f"{path}: tensor '{name}': unknown dtype {dtype!r}")
+            begin, end = offsets
+            if end - begin != int(np.prod(shape, dtype=np.int64)) * SAFETENSORS_ITEMSIZE[dtype]:
+                raise ConversionError(f"{path}: tensor '{name}': data_offsets {offsets} do not match "
+                                      f"shape {shape} of {dtype}")
+            if data_start + end > size:
+                raise ConversionError(f"{path}: tensor '{name}': data_offsets {offsets} run past the end of the file")
+            if name in self._entries:
+                raise ConversionError(f"{path}: tensor '{name}' also appears in {self._entries[name][0]}")
+            self._entries[name] = (path, dtype, tuple(shape), data_start + begin, data_start + end)
+
+    def has(self, name):
+        return name in self._entries
+
+    def bf16(self, name):
+        """The tensor's raw BF16 bits as a read-only uint16 array of its shape (marks it used)."""
+        if name not in self._entries:
+            raise ConversionError(f"{self.model_dir}: tensor '{name}' is missing from the safetensors files")
+        path, dtype, shape, begin, end = self._entries[name]
+        if dtype != "BF16":
+            raise ConversionError(f"{path}: tensor '{name}' has dtype {dtype}; only BF16 checkpoints are supported")
+        self._unused.discard(name)
+        return self._maps[path][begin:end].view(np.uint16).reshape(shape)
+
+    def check_all_used(self, arch):
+        leftover = sorted(n for n in self._unused if not n.endswith("rotary_emb.inv_freq"))
+        if leftover:
+            path = self._entries[leftover[0]][0]
+            more = f" and {len(leftover) - 1} more" if len(leftover) > 1 else ""
+            raise ConversionError(f"{path}: tensor '{leftover[0]}'{more} not expected in a {arch} checkpoint "
+                                  "(layout not supported by this converter)")
+
+
+def bf16_to_f32(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# GGUF v3 writer
+
+
+class Tensor:
+    """One GGUF tensor: its ggml type, numpy-order shape and the arrays whose bytes are its data."""
+
+    def __init__(self, name, ggml_type, shape, parts):
+        self.name, self.ggml_type, self.shape, self.parts = name, ggml_type, tuple(shape), parts
+        self.nbytes = sum(p.nbytes for p in parts)
+
+
+class GGUFWriter:
+    """Collects metadata and tensors, then writes one GGUF v3 file (little-endian, 32-byte alignment)."""
+
+    def __init__(self):
+        self.kv = []  # (key, value type, value, array element type or None)
+        self.tensors = []
+        self._names = set()
+
+    # --- metadata ---
+    def add_u32(self, key, value):
+        self.kv.append((key, T_UINT32, int(value), None))
+
+    def add_f32(self, key, value):
+        self.kv.append((key, T_FLOAT32, float(value), None))
+
+    def add_bool(self, key, value):
+        self.kv.append((key, T_BOOL, bool(value), None))
+
+    def add_string(self, key, value):
+        self.kv.append((key, T_STRING, str(value), None))
+
+    def add_array(self, key, element_type, values):
+        self.kv.append((key, T_ARRAY, list(values), element_type))
+
+    # --- tensors (bits: BF16 bit patterns as a uint16 array in numpy order) ---
+    def tensor_bf16(self, name, bits):
+        """A tensor kept bit-exact as BF16."""
+        self._add(Tensor(name, GGML_BF16, bits.shape, [np.ascontiguousarray(bits)]))
+
+    def tensor_bf16_stack(self, name, experts):
+        """Per-expert BF16 matrices [out, in] stacked into one [n_expert, out, in] tensor."""
+        shape = experts[0].shape
+        for e, m in enumerate(experts):
+            if m.shape != shape:
+                raise ConversionError(f"GGUF tensor '{name}': expert {e} has shape {list(m.shape)}, "
+                                      f"expert 0 {list(shape)}")
+        self._add(Tensor(name, GGML_BF16, (len(experts),) + shape, [np.ascontiguousarray(m) for m in experts]))
+
+    def tensor_f32(self, name, bits):
+        """A BF16 tensor widened (exactly) to F32."""
+        self._add(Tensor(name, GGML_F32, bits.shape, [bf16_to_f32(bits)]))
+
+    def _add(self, tensor):
+        if tensor.name in self._names:
+            raise ConversionError(f"GGUF tensor '{tensor.name}' written twice")
+        self._names.add(tensor.name)
+        self.tensors.append(tensor)
+
+    # --- serialisation ---
+    def write(self, path):
+        header = bytearray(GGUF_MAGIC)
+        header += struct.pack("<IQQ", GGUF_VERSION, len(self.tensors), len(self.kv))
+        for key, vtype, value, element_type in self.kv:
+            header += pack_string(key) + struct.pack("<I", vtype) + pack_value(vtype, value, element_type)
+        offset = 0
+        for t in self.tensors:
+            dims = tuple(reversed(t.shape))  # ggml order: ne[0] is the innermost (contiguous) dimension
+            header += pack_string(t.name) + struct.pack(f"<I{len(dims)}Q", len(dims), *dims)
+            header += struct.pack("<IQ", t.ggml_type, offset)
+            offset += align(t.nbytes)
+        header += bytes(align(len(header)) - len(header))
+        tmp = f"{path}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(header)
+                for t in self.tensors:
+                    for part in t.parts:
+                        f.write(part.data)
+                    f.write(bytes(align(t.nbytes) - t.nbytes))
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return len(header) + offset
+
+
+def align(n):
+    return (n + GGUF_ALIGNMENT - 1) // GGUF_ALIGNMENT * GGUF_ALIGNMENT
+
+
+def pack_string(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def pack_value(vtype, value, element_type=None):
+    if vtype == T_UINT32:
+        return struct.pack("<I", value)
+    if vtype == T_INT32:
+        return struct.pack("<i", value)
+    if vtype == T_FLOAT32:
+        return struct.pack("<f", value)
+    if vtype == T_BOOL:
+        return struct.pack("<?", value)
+    if vtype == T_STRING:
+        return pack_string(value)
+    if vtype == T_ARRAY:
+        return struct.pack("<IQ", element_type, len(value)) + b"".join(pack_value(element_type, v) for v in value)
+    raise ValueError(f"GGUF value type {vtype} not written by this converter")
+
+
+# ---------------------------------------------------------------------------------------------------
+# config.json
+
+
+def load_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ConversionError(f"{path}: missing") from None
+    except ValueError as e:
+        raise ConversionError(f"{path}: not valid JSON ({e})") from None
+
+
+class Config:
+    """config.json with typed accessors whose errors name the file and key."""
+
+    def __init__(self, path):
+        self.path = path
+        self.data = load_json(path)
+        if not isinstance(self.data, dict):
+            raise ConversionError(f"{path}: not a JSON object")
+
+    def int(self, key, default=None):
+        v = self.get(key, default)
+        if v is None:
+            raise ConversionError(f"{self.path}: '{key}' is missing")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConversionError(f"{self.path}: '{key}' must be a non-negative integer, got {v!r}")
+        return v
+
+    def float(self, key, default=None):
+        v = self.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConversionError(f"{self.path}: '{key}' must be a number, got {v!r}")
+        return float(v)
+
+    def get(self, key, default=None):
+        v = self.data.get(key)
+        return default if v is None else v
+
+    def require(self, key, expected, default, why):
+        """Fails unless config[key] (default when absent or null) equals expected."""
+        v = self.get(key, default)
+        if v != expected:
+            raise ConversionError(f"{self.path}: '{key}' is {json.dumps(v)}; llama.cpp's {why} needs "
+                                  f"{json.dumps(expected)}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# architectures
+
+# Per-layer tensors common to the supported architectures: HF suffix -> GGUF suffix.
+ATTENTION_TENSORS = [
+    ("input_layernorm.weight", "attn_norm.weight"),
+    ("self_attn.q_proj.weight", "attn_q.weight"),
+    ("self_attn.k_proj.weight", "attn_k.weight"),
+    ("self_attn.v_proj.weight", "attn_v.weight"),
+    ("self_attn.o_proj.weight", "attn_output.weight"),
+    ("post_attention_layernorm.weight", "ffn_norm.weight"),
+]
+QK_NORM_TENSORS = [("self_attn.q_norm.weight", "attn_q_norm.weight"),
+                   ("self_attn.k_norm.weight", "attn_k_norm.weight")]
+QKV_BIAS_TENSORS = [("self_attn.q_proj.bias", "attn_q.bias"),
+                    ("self_attn.k_proj.bias", "attn_k.bias"),
+                    ("self_attn.v_proj.bias", "attn_v.bias")]
+GATED_EXPERTS = {"gate_proj.weight": "ffn_gate_exps.weight", "up_proj.weight": "ffn_up_exps.weight",
+                 "down_proj.weight": "ffn_down_exps.weight"}
+
+
+class Arch:
+    """How one HF model_type maps onto a llama.cpp architecture."""
+
+    def __init__(self, gguf_arch, experts_key, layer_tensors, router, experts_prefix, experts,
+                 shared_expert=None, rotary_permute=False):
+        self.gguf_arch = gguf_arch
+        self.experts_key = experts_key          # config.json key of the routed expert count
+        self.layer_tensors = layer_tensors      # [(HF suffix, GGUF suffix)] per layer
+        self.router = router                    # HF suffix of the router weight
+        self.experts_prefix = experts_prefix    # HF suffix of expert e, "{e}" replaced
+        self.experts = experts                  # {HF projection suffix: GGUF stacked tensor suffix}
+        self.shared_expert = shared_expert      # HF prefix of the shared expert (qwen2_moe)
+        self.rotary_permute = rotary_permute    # q/k rows to llama.cpp's interleaved rotary layout
+
+
+ARCHS = {
+    "qwen2_moe": Arch("qwen2moe", "num_experts", ATTENTION_TENSORS + QKV_BIAS_TENSORS, "mlp.gate.weight",
+                      "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_expert"),
+    "qwen3_moe": Arch("qwen3moe", "num_experts", ATTENTION_TENSORS + QK_NORM_TENSORS, "mlp.gate.weight",
+                      "mlp.experts.{e}.", GATED_EXPERTS),
+    "olmoe": Arch("olmoe", "num_experts", ATTENTION_TENSORS + QK_NORM_TENSORS, "mlp.gate.weight",
+                  "mlp.experts.{e}.", GATED_EXPERTS),
+    "mixtral": Arch("llama", "num_local_experts", ATTENTION_TENSORS, "block_sparse_moe.gate.weight",
+                    "block_sparse_moe.experts.{e}.",
+                    {"w1.weight": "ffn_gate_exps.weight", "w3.weight": "ffn_up_exps.weight",
+                     "w2.weight": "ffn_down_exps.weight"},
+                    rotary_permute=True),
+}
+
+
+def check_config(model_type, c):
+    """Rejects configurations that llama.cpp's graph for the architecture would compute differently."""
+    c.require("rope_scaling", None, None, "converter output (no rope scaling keys written)")
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        c.require("decoder_sparse_step", 1, 1, f"{model_type} graph (every layer sparse)")
+        c.require("mlp_only_layers", [], [], f"{model_type} graph (every layer sparse)")
+        c.require("use_sliding_window", False, False, f"{model_type} graph (full attention)")
+    if model_type == "qwen2_moe":
+        c.require("norm_topk_prob", False, False, "qwen2moe graph (unnormalised top-k weights)")
+        if c.int("shared_expert_intermediate_size", 0) == 0:
+            raise ConversionError(f"{c.path}: 'shared_expert_intermediate_size' must be > 0 "
+                                  "(llama.cpp's qwen2moe needs the shared expert)")
+    if model_type == "qwen3_moe":
+        c.require("norm_topk_prob", True, False, "qwen3moe graph (normalised top-k weights)")
+        c.require("attention_bias", False, False, "qwen3moe converter (no attention biases)")
+    if model_type == "olmoe":
+        c.require("norm_topk_prob", False, False, "olmoe graph (unnormalised top-k weights)")
+        c.require("attention_bias", False, False, "olmoe converter (no attention biases)")
+        c.require("clip_qkv", None, None, "olmoe graph (no qkv clipping)")
+        c.require("num_key_value_heads", c.int("num_attention_heads"), c.int("num_attention_heads"),
+                  "olmoe graph (k_norm over n_embd, i.e. multi-head attention)")
+
+
+def add_hparams(model_type, arch, c, w):
+    a = arch.gguf_arch
+    hidden = c.int("hidden_size")
+    n_head = c.int("num_attention_heads")
+    head_dim = c.int("head_dim", hidden // n_head) if model_type == "qwen3_moe" else hidden // n_head
+    w.add_u32(f"{a}.vocab_size", c.int("vocab_size"))
+    w.add_u32(f"{a}.context_length", c.int("max_position_embeddings"))
+    w.add_u32(f"{a}.embedding_length", hidden)
+    w.add_u32(f"{a}.block_count", c.int("num_hidden_layers"))
+    w.add_u32(f"{a}.feed_forward_length", c.int("intermediate_size"))
+    w.add_u32(f"{a}.attention.head_count", n_head)
+    w.add_u32(f"{a}.attention.head_count_kv", c.int("num_key_value_heads", n_head))
+    if head_dim * n_head != hidden:
+        w.add_u32(f"{a}.attention.key_length", head_dim)
+        w.add_u32(f"{a}.attention.value_length", head_dim)
+    w.add_u32(f"{a}.rope.dimension_count", head_dim)
+    w.add_f32(f"{a}.rope.freq_base", c.float("rope_theta", 10000.0))
+    w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps"))
+    w.add_u32(f"{a}.expert_count", c.int(arch.experts_key))
+    w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok"))
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        w.add_u32(f"{a}.expert_feed_forward_length", c.int("moe_intermediate_size"))
+    if model_type == "qwen2_moe":
+        w.add_u32(f"{a}.expert_shared_feed_forward_length", c.int("shared_expert_intermediate_size"))
+
+
+def rotary_rows_interleaved(bits, n_heads):
+    """Reorders each head's rows from HF's half-split rotary layout (pairs i, i + d/2) to llama.cpp's
+    interleaved one (pairs 2i, 2i + 1). A row permutation: the values are unchanged."""
+    rows, cols = bits.shape
+    half = rows // n_heads // 2
+    return bits.reshape(n_heads, 2, half, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def add_weight(w, name, bits):
+    """1-D tensors and the router as exact F32 (as llama.cpp's converter stores them), the rest BF16."""
+    if bits.ndim == 1 or name.endswith("ffn_gate_inp.weight"):
+        w.tensor_f32(name, bits)
+    else:
+        w.tensor_bf16(name, bits)
+
+
+def add_layer(model_type, arch, c, ckpt, w, layer):
+    hf = f"model.layers.{layer}."
+    gg = f"blk.{layer}."
+    n_head = c.int("num_attention_heads")
+    for hf_suffix, gguf_suffix in arch.layer_tensors:
+        bits = ckpt.bf16(hf + hf_suffix)
+        if arch.rotary_permute and hf_suffix == "self_attn.q_proj.weight":
+            bits = rotary_rows_interleaved(bits, n_head)
+        if arch.rotary_permute and hf_suffix == "self_attn.k_proj.weight":
+            bits = rotary_rows_interleaved(bits, c.int("num_key_value_heads", n_head))
+        add_weight(w, gg + gguf_suffix, bits)
+    add_weight(w, gg + "ffn_gate_inp.weight", ckpt.bf16(hf + arch.router))
+    n_expert = c.int(arch.experts_key)
+    for hf_proj, gguf_name in arch.experts.items():
+        experts = [ckpt.bf16(hf + arch.experts_prefix.format(e=e) + hf_proj) for e in range(n_expert)]
+        w.tensor_bf16_stack(gg + gguf_name, experts)
+    if arch.shared_expert:
+        p = hf + arch.shared_expert
+        w.tensor_bf16(gg + "ffn_gate_shexp.weight", ckpt.bf16(p + ".gate_proj.weight"))
+        w.tensor_bf16(gg + "ffn_up_shexp.weight", ckpt.bf16(p + ".up_proj.weight"))
+        w.tensor_bf16(gg + "ffn_down_shexp.weight", ckpt.bf16(p + ".down_proj.weight"))
+        gate = ckpt.bf16(p + "_gate.weight")  # [1, hidden] in HF, a vector {n_embd} in llama.cpp
+        w.tensor_f32(gg + "ffn_gate_inp_shexp.weight", gate.reshape(-1))
+
+
+# ---------------------------------------------------------------------------------------------------
+# tokenizer
+
+
+def pre_tokenizer_name(pre, path):
+    """llama.cpp's tokenizer.ggml.pre for a tokenizer.json pre_tokenizer."""
+    steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    regexes = [s["pattern"]["Regex"] for s in steps
+               if isinstance(s, dict) and s.get("type") == "Split" and "Regex" in s.get("pattern", {})]
+    if len(regexes) == 1 and regexes[0] in PRE_TOKENIZER_BY_REGEX:
+        return PRE_TOKENIZER_BY_REGEX[regexes[0]]
+    if not regexes and any(isinstance(s, dict) and s.get("type") == "ByteLevel" and s.get("use_regex", True)
+                           for s in steps):
+        return "gpt-2"
+    shown = regexes[0] if regexes else json.dumps(pre)[:200]
+    raise ConversionError(f"{path}: pre_tokenizer {shown!r} has no llama.cpp pre-tokenizer name in this "
+                          f"converter (known: the Qwen2 split regex -> qwen2, plain ByteLevel -> gpt-2)")
+
+
+def first_id(value):
+    return value[0] if isinstance(value, list) and value else value
+
+
+def add_tokenizer(model_dir, c, w):
+    path = model_dir / "tokenizer.json"
+    tok = load_json(path)
+    model = tok.get("model")
+    if not isinstance(model, dict) or model.get("type") != "BPE":
+        raise ConversionError(f"{path}: model.type is {model.get('type') if isinstance(model, dict) else None!r}; "
+                              "only byte-level BPE tokenizers are supported")
+    if model.get("byte_fallback"):
+        raise ConversionError(f"{path}: model.byte_fallback is true (a SentencePiece-style BPE); "
+                              "only byte-level BPE tokenizers are supported")
+    vocab_size = c.int("vocab_size")
+    tokens = [None] * vocab_size
+    types = [TOKEN_UNUSED] * vocab_size
+    for text, i in model.get("vocab", {}).items():
+        if not 0 <= i < vocab_size:
+            raise ConversionError(f"{path}: model.vocab: token {text!r} has id {i}, outside config.json "
+                                  f"vocab_size {vocab_size}")
+        tokens[i], types[i] = text, TOKEN_NORMAL
+    for added in tok.get("added_tokens", []):
+        i = added.get("id")
+        if not isinstance(i, int) or not 0 <= i < vocab_size:
+            raise ConversionError(f"{path}: added_tokens: {added.get('content')!r} has id {i!r}, outside "
+                                  f"config.json vocab_size {vocab_size}")
+        tokens[i] = added["content"]
+        types[i] = TOKEN_CONTROL if added.get("special") else TOKEN_USER_DEFINED
+    for i, t in enumerate(tokens):
+        if t is None:
+            tokens[i] = f"[PAD{i}]"  # ids of the embedding matrix that the tokenizer never produces
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", pre_tokenizer_name(tok.get("pre_tokenizer"), path))
+    w.add_array("tokenizer.ggml.tokens", T_STRING, tokens)
+    w.add_array("tokenizer.ggml.token_type", T_INT32, types)
+    w.add_array("tokenizer.ggml.merges", T_STRING, merges)
+
+    gen_path = model_dir / "generation_config.json"
+    gen = load_json(gen_path) if gen_path.is_file() else {}
+    ids = {}
+    for key, gguf_key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                          ("pad_token_id", "padding_token_id")):
+        v = first_id(gen.get(key, c.get(key)))
+        if v is None:
+            continue
+        if not isinstance(v, int) or not 0 <= v < vocab_size:
+            raise ConversionError(f"{c.path} / {gen_path}: '{key}' is {v!r}, not an id below vocab_size {vocab_size}")
+        ids[key] = v
+        w.add_u32(f"tokenizer.ggml.{gguf_key}", v)
+
+    tc_path = model_dir / "tokenizer_config.json"
+    tc = load_json(tc_path) if tc_path.is_file() else {}
+    add_bos = tc.get("add_bos_token")
+    if not isinstance(add_bos, bool):  # else: whether tokenizer.json's post-processor prepends a special token
+        post = tok.get("post_processor") or {}
+        single = post.get("single", []) if post.get("type") == "TemplateProcessing" else []
+        add_bos = bool(single) and "SpecialToken" in single[0]
+    if add_bos and "bos_token_id" not in ids:
+        raise ConversionError(f"{tc_path}: the tokenizer adds a BOS token but {c.path} has no 'bos_token_id'")
+    w.add_bool("tokenizer.ggml.add_bos_token", add_bos)
+    w.add_bool("tokenizer.ggml.add_eos_token", tc.get("add_eos_token") is True)
+    if isinstance(tc.get("chat_template"), str):
+        w.add_string("tokenizer.chat_template", tc["chat_template"])
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def convert(model_dir, out, name=None):
+    """Writes the GGUF; returns (llama.cpp architecture, tensor count, bytes written)."""
+    model_dir = Path(model_dir)
+    c = Config(model_dir / "config.json")
+    model_type = c.get("model_type")
+    arch = ARCHS.get(model_type)
+    if arch is None:
+        raise ConversionError(f"{c.path}: model_type {model_type!r} is not supported "
+                              f"(supported: {', '.join(ARCHS)})")
+    check_config(model_type, c)
+    ckpt = Checkpoint(model_dir)
+    w = GGUFWriter()
+    w.add_string("general.architecture", arch.gguf_arch)
+    w.add_string("general.name", name or model_dir.name)
+    w.add_u32("general.file_type", LLAMA_FTYPE_MOSTLY_BF16)
+    w.add_u32("general.quantization_version", 2)
+    add_hparams(model_type, arch, c, w)
+    add_tokenizer(model_dir, c, w)
+
+    embed = ckpt.bf16("model.embed_tokens.weight")
+    w.tensor_bf16("token_embd.weight", embed)
+    for layer in range(c.int("num_hidden_layers")):
+        add_layer(model_type, arch, c, ckpt, w, layer)
+    w.tensor_f32("output_norm.weight", ckpt.bf16("model.norm.weight"))
+    if ckpt.has("lm_head.weight"):
+        w.tensor_bf16("output.weight", ckpt.bf16("lm_head.weight"))
+    elif c.get("tie_word_embeddings", False):
+        w.tensor_bf16("output.weight", embed)
+    else:
+        raise ConversionError(f"{model_dir}: no 'lm_head.weight' and {c.path} does not set tie_word_embeddings")
+    ckpt.check_all_used(model_type)
+    return arch.gguf_arch, len(w.tensors), w.write(out)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("model_dir", help="Hugging Face checkpoint directory")
+    parser.add_argument("--out", required=True, help="GGUF file to write (replaced atomically)")
+    parser.add_argument("--name", help="general.name (default: the directory name)")
+    args = parser.parse_args(argv)
+    try:
+        arch, n_tensors, n_bytes = convert(args.model_dir, args.out, args.name)
+    except ConversionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"I: wrote {args.out}: llama.cpp arch {arch}, {n_tensors} tensors, {n_bytes / 2**30:.2f} GiB",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
