@@ -14,6 +14,11 @@ PACKAGES=(
   prometheus   # promtool: tests check the /metrics exposition
   python3-numpy
 )
+# The AArch64 (Jetson) build of the CPU kernels, cross-compiled and run under qemu-user with
+# GoogleTest built from source (tests/kernels/aarch64/run.sh); an AArch64 host runs them natively.
+if [ "$(dpkg --print-architecture)" != arm64 ]; then
+  PACKAGES+=(g++-aarch64-linux-gnu qemu-user-static googletest)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
