@@ -11,6 +11,8 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
     qwen3_moe -> qwen3moe   (q_norm/k_norm over head_dim, normalised top-k)
     olmoe     -> olmoe      (q_norm/k_norm over all heads)
     mixtral   -> llama      (MoE llama; q/k rows permuted to llama.cpp's rotary layout)
+    deepseek_v2 -> deepseek2 (MLA with or without q_lora_rank, kv_b kept whole; leading dense layers;
+                             shared experts; yarn rope scaling)
 
 The weights are not re-quantised: every matrix is written with the checkpoint's BF16 bits unchanged, the
 per-expert matrices stacked into llama.cpp's 3-D ffn_{gate,up,down}_exps tensors [expert, out, in].
@@ -329,41 +331,66 @@ QKV_BIAS_TENSORS = [("self_attn.q_proj.bias", "attn_q.bias"),
                     ("self_attn.v_proj.bias", "attn_v.bias")]
 GATED_EXPERTS = {"gate_proj.weight": "ffn_gate_exps.weight", "up_proj.weight": "ffn_up_exps.weight",
                  "down_proj.weight": "ffn_down_exps.weight"}
+DENSE_MLP_TENSORS = [("mlp.gate_proj.weight", "ffn_gate.weight"), ("mlp.up_proj.weight", "ffn_up.weight"),
+                     ("mlp.down_proj.weight", "ffn_down.weight")]
+
+
+def deepseek_v2_attention(c):
+    """MLA tensors, kept unabsorbed (attn_kv_b): llama.cpp then runs MLA as multi-head attention."""
+    t = [("input_layernorm.weight", "attn_norm.weight")]
+    if c.int("q_lora_rank", 0) == 0:
+        t.append(("self_attn.q_proj.weight", "attn_q.weight"))
+    else:
+        t += [("self_attn.q_a_proj.weight", "attn_q_a.weight"),
+              ("self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"),
+              ("self_attn.q_b_proj.weight", "attn_q_b.weight")]
+    return t + [("self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"),
+                ("self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"),
+                ("self_attn.kv_b_proj.weight", "attn_kv_b.weight"),
+                ("self_attn.o_proj.weight", "attn_output.weight"),
+                ("post_attention_layernorm.weight", "ffn_norm.weight")]
 
 
 class Arch:
     """How one HF model_type maps onto a llama.cpp architecture."""
 
     def __init__(self, gguf_arch, experts_key, layer_tensors, router, experts_prefix, experts,
-                 shared_expert=None, rotary_permute=False):
+                 shared_expert=None, shared_expert_gate=False, dense_layers_key=None, rotary_permute=False):
         self.gguf_arch = gguf_arch
         self.experts_key = experts_key          # config.json key of the routed expert count
-        self.layer_tensors = layer_tensors      # [(HF suffix, GGUF suffix)] per layer
+        self.layer_tensors = layer_tensors      # config -> [(HF suffix, GGUF suffix)] of every layer
         self.router = router                    # HF suffix of the router weight
         self.experts_prefix = experts_prefix    # HF suffix of expert e, "{e}" replaced
         self.experts = experts                  # {HF projection suffix: GGUF stacked tensor suffix}
-        self.shared_expert = shared_expert      # HF prefix of the shared expert (qwen2_moe)
+        self.shared_expert = shared_expert      # HF prefix of the shared expert(s) (qwen2_moe, deepseek_v2)
+        self.shared_expert_gate = shared_expert_gate  # HF "<shared_expert>_gate" sigmoid gate (qwen2_moe)
+        self.dense_layers_key = dense_layers_key  # config.json key of the leading dense-MLP layer count
         self.rotary_permute = rotary_permute    # q/k rows to llama.cpp's interleaved rotary layout
 
 
 ARCHS = {
-    "qwen2_moe": Arch("qwen2moe", "num_experts", ATTENTION_TENSORS + QKV_BIAS_TENSORS, "mlp.gate.weight",
-                      "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_expert"),
-    "qwen3_moe": Arch("qwen3moe", "num_experts", ATTENTION_TENSORS + QK_NORM_TENSORS, "mlp.gate.weight",
-                      "mlp.experts.{e}.", GATED_EXPERTS),
-    "olmoe": Arch("olmoe", "num_experts", ATTENTION_TENSORS + QK_NORM_TENSORS, "mlp.gate.weight",
+    "qwen2_moe": Arch("qwen2moe", "num_experts", lambda c: ATTENTION_TENSORS + QKV_BIAS_TENSORS,
+                      "mlp.gate.weight", "mlp.experts.{e}.", GATED_EXPERTS,
+                      shared_expert="mlp.shared_expert", shared_expert_gate=True),
+    "qwen3_moe": Arch("qwen3moe", "num_experts", lambda c: ATTENTION_TENSORS + QK_NORM_TENSORS,
+                      "mlp.gate.weight", "mlp.experts.{e}.", GATED_EXPERTS),
+    "olmoe": Arch("olmoe", "num_experts", lambda c: ATTENTION_TENSORS + QK_NORM_TENSORS, "mlp.gate.weight",
                   "mlp.experts.{e}.", GATED_EXPERTS),
-    "mixtral": Arch("llama", "num_local_experts", ATTENTION_TENSORS, "block_sparse_moe.gate.weight",
+    "mixtral": Arch("llama", "num_local_experts", lambda c: ATTENTION_TENSORS, "block_sparse_moe.gate.weight",
                     "block_sparse_moe.experts.{e}.",
                     {"w1.weight": "ffn_gate_exps.weight", "w3.weight": "ffn_up_exps.weight",
                      "w2.weight": "ffn_down_exps.weight"},
                     rotary_permute=True),
+    "deepseek_v2": Arch("deepseek2", "n_routed_experts", deepseek_v2_attention, "mlp.gate.weight",
+                        "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_experts",
+                        dense_layers_key="first_k_dense_replace"),
 }
 
 
 def check_config(model_type, c):
     """Rejects configurations that llama.cpp's graph for the architecture would compute differently."""
-    c.require("rope_scaling", None, None, "converter output (no rope scaling keys written)")
+    if model_type != "deepseek_v2":
+        c.require("rope_scaling", None, None, "converter output (no rope scaling keys written)")
     if model_type in ("qwen2_moe", "qwen3_moe"):
         c.require("decoder_sparse_step", 1, 1, f"{model_type} graph (every layer sparse)")
         c.require("mlp_only_layers", [], [], f"{model_type} graph (every layer sparse)")
@@ -382,13 +409,36 @@ def check_config(model_type, c):
         c.require("clip_qkv", None, None, "olmoe graph (no qkv clipping)")
         c.require("num_key_value_heads", c.int("num_attention_heads"), c.int("num_attention_heads"),
                   "olmoe graph (k_norm over n_embd, i.e. multi-head attention)")
+    if model_type == "deepseek_v2":
+        c.require("moe_layer_freq", 1, 1, "deepseek2 graph (every layer after the dense ones sparse)")
+        c.require("topk_method", "greedy", "greedy", "deepseek2 converter (no group-limited routing)")
+        c.require("scoring_func", "softmax", "softmax", "deepseek2 converter (softmax gating)")
+        c.require("attention_bias", False, False, "deepseek2 graph (no attention biases)")
+        if c.int("n_shared_experts", 0) == 0:
+            raise ConversionError(f"{c.path}: 'n_shared_experts' must be > 0 (llama.cpp's deepseek2 needs them)")
+        scaling = c.get("rope_scaling")
+        if scaling is not None:
+            if not isinstance(scaling, dict) or scaling.get("type") != "yarn":
+                raise ConversionError(f"{c.path}: 'rope_scaling' must be null or of type yarn, got {scaling!r}")
+            if scaling.get("mscale", 1) != scaling.get("mscale_all_dim", 0):
+                raise ConversionError(f"{c.path}: rope_scaling 'mscale' must equal 'mscale_all_dim' (llama.cpp's "
+                                      "deepseek2 graph scales the attention, not the rotary cos/sin)")
+            for key, default in (("beta_fast", 32), ("beta_slow", 1)):
+                if scaling.get(key, default) != default:
+                    raise ConversionError(f"{c.path}: rope_scaling '{key}' is {scaling[key]!r}; this converter "
+                                          f"writes llama.cpp's default {default}")
 
 
 def add_hparams(model_type, arch, c, w):
     a = arch.gguf_arch
     hidden = c.int("hidden_size")
     n_head = c.int("num_attention_heads")
-    head_dim = c.int("head_dim", hidden // n_head) if model_type == "qwen3_moe" else hidden // n_head
+    if model_type == "deepseek_v2":
+        key_length = c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim")
+        value_length, rope_dim = c.int("v_head_dim"), c.int("qk_rope_head_dim")
+    else:
+        head_dim = c.int("head_dim", hidden // n_head) if model_type == "qwen3_moe" else hidden // n_head
+        key_length = value_length = rope_dim = head_dim
     w.add_u32(f"{a}.vocab_size", c.int("vocab_size"))
     w.add_u32(f"{a}.context_length", c.int("max_position_embeddings"))
     w.add_u32(f"{a}.embedding_length", hidden)
@@ -396,18 +446,32 @@ def add_hparams(model_type, arch, c, w):
     w.add_u32(f"{a}.feed_forward_length", c.int("intermediate_size"))
     w.add_u32(f"{a}.attention.head_count", n_head)
     w.add_u32(f"{a}.attention.head_count_kv", c.int("num_key_value_heads", n_head))
-    if head_dim * n_head != hidden:
-        w.add_u32(f"{a}.attention.key_length", head_dim)
-        w.add_u32(f"{a}.attention.value_length", head_dim)
-    w.add_u32(f"{a}.rope.dimension_count", head_dim)
+    w.add_u32(f"{a}.attention.key_length", key_length)
+    w.add_u32(f"{a}.attention.value_length", value_length)
+    w.add_u32(f"{a}.rope.dimension_count", rope_dim)
     w.add_f32(f"{a}.rope.freq_base", c.float("rope_theta", 10000.0))
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps"))
     w.add_u32(f"{a}.expert_count", c.int(arch.experts_key))
     w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok"))
-    if model_type in ("qwen2_moe", "qwen3_moe"):
+    if model_type in ("qwen2_moe", "qwen3_moe", "deepseek_v2"):
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("moe_intermediate_size"))
     if model_type == "qwen2_moe":
         w.add_u32(f"{a}.expert_shared_feed_forward_length", c.int("shared_expert_intermediate_size"))
+    if model_type == "deepseek_v2":
+        w.add_u32(f"{a}.leading_dense_block_count", c.int("first_k_dense_replace", 0))
+        w.add_u32(f"{a}.expert_shared_count", c.int("n_shared_experts"))
+        w.add_f32(f"{a}.expert_weights_scale", c.float("routed_scaling_factor", 1.0))
+        w.add_bool(f"{a}.expert_weights_norm", c.get("norm_topk_prob", False))
+        w.add_u32(f"{a}.expert_gating_func", 1)  # softmax
+        w.add_u32(f"{a}.attention.q_lora_rank", c.int("q_lora_rank", 0))  # 0: q_proj, no LoRA
+        w.add_u32(f"{a}.attention.kv_lora_rank", c.int("kv_lora_rank"))
+        scaling = c.get("rope_scaling")
+        if scaling is not None:
+            w.add_string(f"{a}.rope.scaling.type", "yarn")
+            w.add_f32(f"{a}.rope.scaling.factor", scaling["factor"])
+            w.add_u32(f"{a}.rope.scaling.original_context_length", scaling["original_max_position_embeddings"])
+            # llama.cpp's convention: 0.1 * mscale_all_dim (its deepseek2 loader undoes the 0.1).
+            w.add_f32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * scaling.get("mscale_all_dim", 0))
 
 
 def rotary_rows_interleaved(bits, n_heads):
@@ -430,13 +494,17 @@ def add_layer(model_type, arch, c, ckpt, w, layer):
     hf = f"model.layers.{layer}."
     gg = f"blk.{layer}."
     n_head = c.int("num_attention_heads")
-    for hf_suffix, gguf_suffix in arch.layer_tensors:
+    for hf_suffix, gguf_suffix in arch.layer_tensors(c):
         bits = ckpt.bf16(hf + hf_suffix)
         if arch.rotary_permute and hf_suffix == "self_attn.q_proj.weight":
             bits = rotary_rows_interleaved(bits, n_head)
         if arch.rotary_permute and hf_suffix == "self_attn.k_proj.weight":
             bits = rotary_rows_interleaved(bits, c.int("num_key_value_heads", n_head))
         add_weight(w, gg + gguf_suffix, bits)
+    if arch.dense_layers_key and layer < c.int(arch.dense_layers_key, 0):
+        for hf_suffix, gguf_suffix in DENSE_MLP_TENSORS:
+            w.tensor_bf16(gg + gguf_suffix, ckpt.bf16(hf + hf_suffix))
+        return
     add_weight(w, gg + "ffn_gate_inp.weight", ckpt.bf16(hf + arch.router))
     n_expert = c.int(arch.experts_key)
     for hf_proj, gguf_name in arch.experts.items():
@@ -447,7 +515,8 @@ def add_layer(model_type, arch, c, ckpt, w, layer):
         w.tensor_bf16(gg + "ffn_gate_shexp.weight", ckpt.bf16(p + ".gate_proj.weight"))
         w.tensor_bf16(gg + "ffn_up_shexp.weight", ckpt.bf16(p + ".up_proj.weight"))
         w.tensor_bf16(gg + "ffn_down_shexp.weight", ckpt.bf16(p + ".down_proj.weight"))
-        gate = ckpt.bf16(p + "_gate.weight")  # [1, hidden] in HF, a vector {n_embd} in llama.cpp
+    if arch.shared_expert_gate:
+        gate = ckpt.bf16(hf + arch.shared_expert + "_gate.weight")  # [1, hidden] in HF, a vector {n_embd} in llama.cpp
         w.tensor_f32(gg + "ffn_gate_inp_shexp.weight", gate.reshape(-1))
 
 
