@@ -1,0 +1,155 @@
+// Bf16Gemm: the scalar reference, argument checks and the run-time choice of ISA variant
+// (kernels/bf16_gemm.h). The variants live in bf16_gemm_{avx2,avx512,neon}.cc.
+#include "kernels/bf16_gemm.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "kernels/bf16_gemm_isa.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define ZIPMOE_GEMM_X86 1
+#endif
+#if defined(__aarch64__)
+#define ZIPMOE_GEMM_NEON 1
+#endif
+
+namespace zipmoe::kernels {
+namespace {
+
+using GemmFn = void (*)(const GemmArgs&);
+
+float WeightAt(const GemmWeights& w, int64_t index) {
+  if (w.f32 != nullptr && w.bf16 == nullptr) return w.f32[index];
+  uint32_t bits;
+  if (w.planes()) {
+    const uint32_t e = w.e[index], sm = w.sm[index];
+    bits = (sm & 0x80u) << 24 | e << 23 | (sm & 0x7fu) << 16;
+  } else {
+    bits = static_cast<uint32_t>(w.bf16[index]) << 16;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// True when the CPU (and OS) can run `isa`'s variant.
+bool CpuSupports(GemmIsa isa) {
+#if defined(ZIPMOE_GEMM_X86)
+  __builtin_cpu_init();
+  if (isa == GemmIsa::kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (isa == GemmIsa::kAvx512)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
+#endif
+#if defined(ZIPMOE_GEMM_NEON)
+  if (isa == GemmIsa::kNeon) return true;  // part of the AArch64 baseline
+#endif
+  return isa == GemmIsa::kScalar;
+}
+
+GemmFn FunctionFor(GemmIsa isa) {
+  if (!CpuSupports(isa)) return nullptr;
+  switch (isa) {
+    case GemmIsa::kScalar: return &Bf16GemmReference;
+#if defined(ZIPMOE_GEMM_X86)
+    case GemmIsa::kAvx2: return &Bf16GemmAvx2;
+    case GemmIsa::kAvx512: return &Bf16GemmAvx512;
+#endif
+#if defined(ZIPMOE_GEMM_NEON)
+    case GemmIsa::kNeon: return &Bf16GemmNeon;
+#endif
+    default: return nullptr;
+  }
+}
+
+GemmIsa DetectBestIsa() {
+  if (const char* env = std::getenv("ZIPMOE_GEMM_ISA"); env != nullptr && *env != '\0') {
+    for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon}) {
+      if (std::string(env) == GemmIsaName(isa) && FunctionFor(isa) != nullptr) return isa;
+    }
+  }
+  for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kNeon}) {
+    if (FunctionFor(isa) != nullptr) return isa;
+  }
+  return GemmIsa::kScalar;
+}
+
+}  // namespace
+
+const char* GemmIsaName(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kScalar: return "scalar";
+    case GemmIsa::kAvx2: return "avx2";
+    case GemmIsa::kAvx512: return "avx512";
+    case GemmIsa::kNeon: return "neon";
+  }
+  return "unknown";
+}
+
+bool GemmIsaAvailable(GemmIsa isa) { return FunctionFor(isa) != nullptr; }
+
+GemmIsa BestGemmIsa() {
+  static const GemmIsa best = DetectBestIsa();  // thread-safe one-time initialisation
+  return best;
+}
+
+Status ValidateGemmArgs(const GemmArgs& a) {
+  const GemmWeights& w = a.w;
+  if (w.rows < 0 || w.cols < 0 || a.n < 0)
+    return Status::InvalidArgument(
+        fmt::format("Bf16Gemm: negative size (rows {}, cols {}, n {})", w.rows, w.cols, a.n));
+  if (a.row_begin < 0 || a.row_end > w.rows || a.row_begin > a.row_end)
+    return Status::InvalidArgument(
+        fmt::format("Bf16Gemm: row range [{}, {}) is outside [0, {})", a.row_begin, a.row_end, w.rows));
+  if (a.ldx < w.cols) return Status::InvalidArgument(fmt::format("Bf16Gemm: ldx {} < cols {}", a.ldx, w.cols));
+  if (a.ldy < w.rows) return Status::InvalidArgument(fmt::format("Bf16Gemm: ldy {} < rows {}", a.ldy, w.rows));
+  if (a.n == 0 || a.row_begin == a.row_end) return Status::Ok();
+  if (a.y == nullptr) return Status::InvalidArgument("Bf16Gemm: y is null");
+  if (w.cols == 0) return Status::Ok();
+  if (a.x == nullptr) return Status::InvalidArgument("Bf16Gemm: x is null");
+  if (w.planes() && (w.e == nullptr || w.sm == nullptr))
+    return Status::InvalidArgument("Bf16Gemm: weights have neither BF16 nor F32 data nor both E and SM planes");
+  return Status::Ok();
+}
+
+void Bf16GemmReference(const GemmArgs& a) {
+  const int64_t cols = a.w.cols, kb = cols / 16;
+  for (int64_t t = 0; t < a.n; ++t) {
+    const float* x = a.x + t * a.ldx;
+    for (int64_t r = a.row_begin; r < a.row_end; ++r) {
+      const int64_t row = r * cols;
+      float lane[16] = {};
+      for (int64_t b = 0; b < kb; ++b) {
+        for (int j = 0; j < 16; ++j) lane[j] = std::fma(WeightAt(a.w, row + 16 * b + j), x[16 * b + j], lane[j]);
+      }
+      for (int width = 8; width >= 1; width /= 2) {
+        for (int j = 0; j < width; ++j) lane[j] = lane[j] + lane[j + width];
+      }
+      float s = lane[0];
+      for (int64_t k = 16 * kb; k < cols; ++k) s = std::fma(WeightAt(a.w, row + k), x[k], s);
+      if (a.bias != nullptr) s += a.bias[r];
+      a.y[t * a.ldy + r] = s;
+    }
+  }
+}
+
+void Bf16Gemm(const GemmArgs& a) {
+  static const GemmFn fn = FunctionFor(BestGemmIsa());
+  fn(a);
+}
+
+Status Bf16GemmWithIsa(GemmIsa isa, const GemmArgs& a) {
+  ZM_RETURN_IF_ERROR(ValidateGemmArgs(a));
+  const GemmFn fn = FunctionFor(isa);
+  if (fn == nullptr)
+    return Status::Unavailable(
+        fmt::format("Bf16Gemm: the {} variant is not available on this CPU/build", GemmIsaName(isa)));
+  fn(a);
+  return Status::Ok();
+}
+
+}  // namespace zipmoe::kernels

@@ -1,0 +1,96 @@
+// BF16-weight x FP32-activation matrix products on the CPU: the executor's linear layers (dense
+// and routed experts alike) read their weights as BF16, exactly as stored in the checkpoint, and
+// never hold an fp32 copy (issue 13). Host API only; no torch, no CUDA headers.
+//
+// Every entry point computes, for the rows r in [row_begin, row_end) of W and every token t < n:
+//   y[t * ldy + r] = dot(W[r, :], x[t * ldx + :]) (+ bias[r])
+// where W: [rows, cols] is given as BF16 bit patterns, as the two planes of ZipMoE's
+// bit-field split (common/bitfield.h; the recovery formula of kernels/recovery.h) or as float32
+// (F32 checkpoints; GemmWeights), so an expert
+// whose E plane is decoded and whose SM plane is in memory is multiplied without first writing a
+// recovered BF16 copy ("recovery fused into the matmul"; ZipMoE §3.1 Fig. 5 ➐ moved into ➑).
+// Weights are widened exactly (BF16 bits << 16 is the fp32 value); products and sums are fp32.
+//
+// Summation order (the same on every ISA variant, so every variant is bit-identical to
+// Bf16GemmReference, results do not depend on the number of threads, on how rows are split, on
+// the batch a token is computed in, or on which encoding served the weights):
+//   kb = cols / 16; for lane j in [0, 16): a[j] = 0; for b in [0, kb): a[j] = fma(W[r, 16b+j], x[t, 16b+j], a[j])
+//   s = ((a[0..7] + a[8..15]) -> 8 lanes; then lanes [0..3] + [4..7]; then [0,1] + [2,3]; then [0] + [1])
+//   for k in [16 kb, cols): s = fma(W[r, k], x[t, k], s)
+//   y = s (+ bias[r], one fp32 addition)
+// fma is fused multiply-add with one rounding (std::fma), + is an fp32 addition.
+//
+// Variants (picked at run time by BestGemmIsa; each ISA lives in its own translation unit compiled
+// with that ISA's flags, reached only after CPUID says the CPU has it):
+//   kScalar   the reference, plain C++ (std::fma); any CPU.
+//   kAvx2     x86-64 with AVX2 + FMA: 2 x 8 lanes per block.
+//   kAvx512   x86-64 with AVX-512 F/BW: 16 lanes per block, 4-row x 4-token register tiles.
+//   kNeon     AArch64 (Jetson's Cortex-A78AE): 4 x 4 lanes per block.
+// AVX-512-BF16 (vdpbf16ps) is deliberately not used: it rounds the fp32 activations to BF16, which
+// would change the model's numerics (docs/architecture.md "CPU kernels").
+//
+// Thread-safety: every function is reentrant; callers split rows across threads (disjoint row
+// ranges write disjoint outputs).
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace zipmoe::kernels {
+
+// The weights W of one linear layer, [rows, cols] row-major (row stride = cols), in one of three
+// encodings, checked in this order: `bf16` set (BF16 bit patterns); `f32` set (float32, e.g. an F32
+// checkpoint: the same loops without the widening, so an F32 checkpoint whose values are BF16
+// values gives the same bits as its BF16 original); else both planes (e: exponent plane,
+// sm: sign<<7 | mantissa, one byte per element each, as common/bitfield.h splits them).
+struct GemmWeights {
+  const uint16_t* bf16 = nullptr;  // [rows, cols] BF16 bit patterns, or nullptr
+  const float* f32 = nullptr;      // [rows, cols] float32 (when bf16 is nullptr), or nullptr
+  const uint8_t* e = nullptr;      // [rows, cols] exponent plane (when bf16 and f32 are nullptr)
+  const uint8_t* sm = nullptr;     // [rows, cols] sign|mantissa plane (when bf16 and f32 are nullptr)
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  bool planes() const { return bf16 == nullptr && f32 == nullptr; }
+};
+
+// One matrix product: out = x · Wᵀ (+ bias) for the rows [row_begin, row_end) of W.
+struct GemmArgs {
+  GemmWeights w;
+  const float* x = nullptr;     // [n, ldx] float32 activations; columns [0, w.cols) are read
+  int64_t n = 0;                // tokens (rows of x and y); 1 = decode GEMV
+  int64_t ldx = 0;              // row stride of x in floats (>= w.cols)
+  const float* bias = nullptr;  // [w.rows] float32, or nullptr
+  float* y = nullptr;           // [n, ldy] float32; columns [row_begin, row_end) are written
+  int64_t ldy = 0;              // row stride of y in floats (>= w.rows)
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+};
+
+enum class GemmIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3 };
+
+// "scalar", "avx2", "avx512", "neon" ("unknown" for other values).
+const char* GemmIsaName(GemmIsa isa);
+// True when `isa` is compiled into this binary and the CPU (and OS) support it. kScalar always is.
+bool GemmIsaAvailable(GemmIsa isa);
+// AVX-512 > AVX2 on x86-64, NEON on AArch64, else scalar; detected once per process.
+// ZIPMOE_GEMM_ISA=scalar|avx2|avx512|neon in the environment overrides it when that ISA is available.
+GemmIsa BestGemmIsa();
+
+// Checks the shapes and pointers of `a`. Errors: kInvalidArgument naming the bad field (null
+// pointer with work to do, cols > ldx, row range outside [0, rows], ldy < rows, negative n).
+Status ValidateGemmArgs(const GemmArgs& a);
+
+// The scalar reference (the summation order above, element by element). No validation.
+void Bf16GemmReference(const GemmArgs& a);
+
+// BestGemmIsa()'s variant on the calling thread. No validation (the executor validates shapes
+// once per tensor; see ValidateGemmArgs); n == 0 or an empty row range does nothing.
+void Bf16Gemm(const GemmArgs& a);
+
+// `isa`'s variant (tests, benches). Errors: ValidateGemmArgs's, kUnavailable if `isa` is not
+// available here (GemmIsaAvailable).
+Status Bf16GemmWithIsa(GemmIsa isa, const GemmArgs& a);
+
+}  // namespace zipmoe::kernels

@@ -1,0 +1,55 @@
+// Bf16Gemm's AVX2 variant (kernels/bf16_gemm.h). Compiled with -mavx2 -mfma (kernels/CMakeLists.txt);
+// called only after CPUID reports AVX2 and FMA. The 16 lanes are two 256-bit registers (lanes 0-7,
+// 8-15); decode tiles of 4 rows keep 8 accumulators, batch tiles of 2 rows x 3 tokens 12.
+#include <immintrin.h>
+
+#include "kernels/bf16_gemm_isa.h"
+#include "kernels/bf16_gemm_tile.h"
+
+namespace zipmoe::kernels {
+namespace {
+
+struct Avx2 {
+  struct Acc {
+    __m256 lo, hi;
+  };
+  using Vec = Acc;
+  static constexpr int kGemvRows = 4;
+  static constexpr int kGemmRows = 2;
+  static constexpr int kGemmTokens = 3;
+
+  static __m256 Widen(__m128i u16x8) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(u16x8), 16));
+  }
+  // 8 weights from 8 bytes of each plane.
+  static __m256 Planes8(const uint8_t* e, const uint8_t* sm) {
+    const __m256i ev = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+    const __m256i sv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm)));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(sv, _mm256_set1_epi32(0x80)), 24);
+    const __m256i mant = _mm256_slli_epi32(_mm256_and_si256(sv, _mm256_set1_epi32(0x7f)), 16);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_or_si256(sign, mant), _mm256_slli_epi32(ev, 23)));
+  }
+
+  static Acc Zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static Vec LoadX(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static Vec LoadBf16(const uint16_t* p) {
+    return {Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+  }
+  static Vec LoadPlanes(const uint8_t* e, const uint8_t* sm) { return {Planes8(e, sm), Planes8(e + 8, sm + 8)}; }
+  static Acc Fma(const Vec& w, const Vec& x, const Acc& acc) {
+    return {_mm256_fmadd_ps(w.lo, x.lo, acc.lo), _mm256_fmadd_ps(w.hi, x.hi, acc.hi)};
+  }
+  static float Reduce(const Acc& acc) {
+    const __m256 s8 = _mm256_add_ps(acc.lo, acc.hi);                                        // j + j+8
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // j + j+4
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                // j + j+2
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                       // 0 + 1
+  }
+};
+
+}  // namespace
+
+void Bf16GemmAvx2(const GemmArgs& a) { gemm_tile::Gemm<Avx2>(a); }
+
+}  // namespace zipmoe::kernels

@@ -1,0 +1,48 @@
+// Bf16Gemm's AVX-512 variant (kernels/bf16_gemm.h). Compiled with -mavx512f -mavx512bw -mfma
+// (kernels/CMakeLists.txt); called only after CPUID reports AVX-512 F/BW.
+// One 512-bit register holds the 16 lanes; tiles of 4 rows x 4 tokens keep 16 accumulators,
+// 4 widened weight vectors and one activation vector in the 32 zmm registers.
+#include <immintrin.h>
+
+#include "kernels/bf16_gemm_isa.h"
+#include "kernels/bf16_gemm_tile.h"
+
+namespace zipmoe::kernels {
+namespace {
+
+struct Avx512 {
+  using Acc = __m512;
+  using Vec = __m512;
+  static constexpr int kGemvRows = 4;
+  static constexpr int kGemmRows = 4;
+  static constexpr int kGemmTokens = 4;
+
+  static Acc Zero() { return _mm512_setzero_ps(); }
+  static Vec LoadX(const float* p) { return _mm512_loadu_ps(p); }
+  static Vec LoadBf16(const uint16_t* p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  static Vec LoadPlanes(const uint8_t* e, const uint8_t* sm) {
+    const __m512i ev = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e)));
+    const __m512i sv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(sv, _mm512_set1_epi32(0x80)), 24);
+    const __m512i mant = _mm512_slli_epi32(_mm512_and_si512(sv, _mm512_set1_epi32(0x7f)), 16);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_or_si512(sign, mant), _mm512_slli_epi32(ev, 23)));
+  }
+  static Acc Fma(Vec w, Vec x, Acc acc) { return _mm512_fmadd_ps(w, x, acc); }
+  static float Reduce(Acc acc) {
+    const __m256 lo = _mm512_castps512_ps256(acc);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+    const __m256 s8 = _mm256_add_ps(lo, hi);                                                // j + j+8
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // j + j+4
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                // j + j+2
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                       // 0 + 1
+  }
+};
+
+}  // namespace
+
+void Bf16GemmAvx512(const GemmArgs& a) { gemm_tile::Gemm<Avx512>(a); }
+
+}  // namespace zipmoe::kernels

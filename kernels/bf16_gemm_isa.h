@@ -1,0 +1,14 @@
+// Internal to kernels/: the per-ISA entry points of Bf16Gemm (kernels/bf16_gemm.h), each defined in
+// its own translation unit compiled with that ISA's flags. Call one only when GemmIsaAvailable says
+// so; no validation (bf16_gemm.cc validates and dispatches).
+#pragma once
+
+#include "kernels/bf16_gemm.h"
+
+namespace zipmoe::kernels {
+
+void Bf16GemmAvx2(const GemmArgs& a);    // bf16_gemm_avx2.cc   (x86-64 builds)
+void Bf16GemmAvx512(const GemmArgs& a);  // bf16_gemm_avx512.cc (x86-64 builds)
+void Bf16GemmNeon(const GemmArgs& a);    // bf16_gemm_neon.cc   (AArch64 builds)
+
+}  // namespace zipmoe::kernels

@@ -1,0 +1,65 @@
+// Bf16Gemm's NEON variant (kernels/bf16_gemm.h) for AArch64 (Jetson Orin's Cortex-A78AE; NEON and
+// FMA are part of the AArch64 baseline). The 16 lanes are four 128-bit registers (lanes 0-3, 4-7,
+// 8-11, 12-15). Tested here by cross-compiling and running under qemu-user (tests/kernels/aarch64).
+#include <arm_neon.h>
+
+#include "kernels/bf16_gemm_isa.h"
+#include "kernels/bf16_gemm_tile.h"
+
+namespace zipmoe::kernels {
+namespace {
+
+struct Neon {
+  struct Acc {
+    float32x4_t v0, v1, v2, v3;
+  };
+  using Vec = Acc;
+  static constexpr int kGemvRows = 4;
+  static constexpr int kGemmRows = 2;
+  static constexpr int kGemmTokens = 2;
+
+  // 8 BF16 values (little-endian uint16) widened to two fp32 vectors.
+  static void Widen(uint16x8_t v, float32x4_t* lo, float32x4_t* hi) {
+    *lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(v), 16));
+    *hi = vreinterpretq_f32_u32(vshll_high_n_u16(v, 16));
+  }
+
+  static Acc Zero() {
+    const float32x4_t z = vdupq_n_f32(0.0f);
+    return {z, z, z, z};
+  }
+  static Vec LoadX(const float* p) { return {vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}; }
+  static Vec LoadBf16(const uint16_t* p) {
+    Vec w;
+    Widen(vld1q_u16(p), &w.v0, &w.v1);
+    Widen(vld1q_u16(p + 8), &w.v2, &w.v3);
+    return w;
+  }
+  static Vec LoadPlanes(const uint8_t* e, const uint8_t* sm) {
+    // The recovery formula on bytes (kernels/recovery_cpu.cc), then the BF16 widening.
+    const uint8x16_t ev = vld1q_u8(e), sv = vld1q_u8(sm);
+    const uint8x16_t m80 = vdupq_n_u8(0x80), m7f = vdupq_n_u8(0x7f);
+    const uint8x16_t lo = vorrq_u8(vandq_u8(vshlq_n_u8(ev, 7), m80), vandq_u8(sv, m7f));
+    const uint8x16_t hi = vorrq_u8(vandq_u8(sv, m80), vshrq_n_u8(ev, 1));
+    Vec w;
+    Widen(vreinterpretq_u16_u8(vzip1q_u8(lo, hi)), &w.v0, &w.v1);
+    Widen(vreinterpretq_u16_u8(vzip2q_u8(lo, hi)), &w.v2, &w.v3);
+    return w;
+  }
+  static Acc Fma(const Vec& w, const Vec& x, const Acc& acc) {
+    return {vfmaq_f32(acc.v0, w.v0, x.v0), vfmaq_f32(acc.v1, w.v1, x.v1), vfmaq_f32(acc.v2, w.v2, x.v2),
+            vfmaq_f32(acc.v3, w.v3, x.v3)};
+  }
+  static float Reduce(const Acc& acc) {
+    const float32x4_t s8a = vaddq_f32(acc.v0, acc.v2), s8b = vaddq_f32(acc.v1, acc.v3);  // j + j+8
+    const float32x4_t s4 = vaddq_f32(s8a, s8b);                                         // j + j+4
+    const float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));               // j + j+2
+    return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);                                 // 0 + 1
+  }
+};
+
+}  // namespace
+
+void Bf16GemmNeon(const GemmArgs& a) { gemm_tile::Gemm<Neon>(a); }
+
+}  // namespace zipmoe::kernels

@@ -1,0 +1,315 @@
+// BF16-weight CPU matmuls (kernels/bf16_gemm.h): every ISA variant compiled in and supported here
+// is bit-identical to Bf16GemmReference for every weight encoding (BF16, E/SM planes, F32), at every
+// tile remainder, token block, stride and row range; the reference is a dot product (known answers,
+// a float64 check); results do not depend on the row split, on the batch a token is in, or on the
+// encoding of the same weight values.
+// Built for the host and, cross-compiled, for AArch64 under qemu-user (tests/kernels/aarch64/).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/bitfield.h"
+#include "kernels/bf16_gemm.h"
+
+namespace zipmoe::kernels {
+namespace {
+
+uint16_t ToBf16(float f) {  // round to nearest even (finite inputs)
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float FromBf16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof(b));
+  return b;
+}
+
+enum class Enc { kBf16, kPlanes, kF32 };
+const char* EncName(Enc e) { return e == Enc::kBf16 ? "bf16" : e == Enc::kPlanes ? "planes" : "f32"; }
+constexpr Enc kEncodings[] = {Enc::kBf16, Enc::kPlanes, Enc::kF32};
+
+// One problem: W [rows, cols] in all three encodings, x [n, ldx], bias [rows].
+struct Problem {
+  int64_t rows, cols, n, ldx, ldy;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> e, sm;
+  std::vector<float> f32, x, bias;
+
+  Problem(int64_t rows_, int64_t cols_, int64_t n_, uint32_t seed, int64_t ldx_pad = 0, int64_t ldy_pad = 0)
+      : rows(rows_), cols(cols_), n(n_), ldx(cols_ + ldx_pad), ldy(rows_ + ldy_pad) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    bf16.resize(static_cast<size_t>(rows * cols));
+    for (uint16_t& w : bf16) w = ToBf16(normal(rng) * 0.05f);
+    e.resize(bf16.size());
+    sm.resize(bf16.size());
+    Encode();
+    x.resize(static_cast<size_t>(n * ldx));
+    for (float& v : x) v = normal(rng);
+    bias.resize(static_cast<size_t>(rows));
+    for (float& v : bias) v = normal(rng);
+  }
+
+  // The planes and the F32 copy of `bf16` (after changing it).
+  void Encode() {
+    SplitBf16(bf16.data(), static_cast<int64_t>(bf16.size()), e.data(), sm.data());
+    f32.resize(bf16.size());
+    for (size_t i = 0; i < bf16.size(); ++i) f32[i] = FromBf16(bf16[i]);
+  }
+
+  GemmArgs Args(Enc enc, bool with_bias, std::vector<float>& y) const {
+    y.assign(static_cast<size_t>(n * ldy), std::numeric_limits<float>::quiet_NaN());
+    GemmArgs a;
+    a.w.rows = rows;
+    a.w.cols = cols;
+    if (enc == Enc::kPlanes) {
+      a.w.e = e.data();
+      a.w.sm = sm.data();
+    } else if (enc == Enc::kF32) {
+      a.w.f32 = f32.data();
+    } else {
+      a.w.bf16 = bf16.data();
+    }
+    a.x = x.data();
+    a.n = n;
+    a.ldx = ldx;
+    a.bias = with_bias ? bias.data() : nullptr;
+    a.y = y.data();
+    a.ldy = ldy;
+    a.row_begin = 0;
+    a.row_end = rows;
+    return a;
+  }
+};
+
+// Bitwise equality of the written outputs (NaN == NaN whatever the payload).
+void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  int reported = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool same = Bits(want[i]) == Bits(got[i]) || (std::isnan(want[i]) && std::isnan(got[i]));
+    if (!same && reported++ < 5) ADD_FAILURE() << what << ": element " << i << ": " << want[i] << " vs " << got[i];
+  }
+}
+
+struct IsaParam {
+  GemmIsa isa;
+};
+void PrintTo(const IsaParam& p, std::ostream* os) { *os << GemmIsaName(p.isa); }
+
+class Bf16GemmIsaTest : public ::testing::TestWithParam<IsaParam> {
+ protected:
+  void SetUp() override {
+    if (!GemmIsaAvailable(GetParam().isa))
+      GTEST_SKIP() << GemmIsaName(GetParam().isa) << " is not compiled into this binary or not supported by this CPU";
+  }
+};
+
+TEST_P(Bf16GemmIsaTest, BitIdenticalToReferenceOverShapesAndEncodings) {
+  const GemmIsa isa = GetParam().isa;
+  struct Shape {
+    int64_t rows, cols, n, ldx_pad, ldy_pad;
+  };
+  // Rows off every tile multiple, cols with and without a tail (< 16, = 16, 16k + r), tokens across
+  // tile remainders and the 64-token block, padded strides.
+  const Shape shapes[] = {{1, 1, 1, 0, 0},    {1, 15, 1, 0, 0},   {3, 16, 1, 0, 0},   {5, 17, 2, 1, 0},
+                          {7, 33, 3, 0, 2},   {8, 64, 4, 0, 0},   {9, 100, 5, 3, 1},  {13, 48, 7, 0, 0},
+                          {17, 257, 1, 0, 0}, {6, 31, 64, 0, 0},  {10, 80, 65, 2, 3}, {4, 128, 130, 0, 0},
+                          {33, 96, 11, 0, 0}, {2, 1024, 9, 0, 0}, {64, 512, 1, 0, 0}};
+  uint32_t seed = 1;
+  for (const Shape& s : shapes) {
+    const Problem p(s.rows, s.cols, s.n, seed++, s.ldx_pad, s.ldy_pad);
+    for (const bool bias : {false, true}) {
+      std::vector<float> bf16_reference;
+      Bf16GemmReference(p.Args(Enc::kBf16, bias, bf16_reference));
+      for (const Enc enc : kEncodings) {
+        const std::string what = "rows " + std::to_string(s.rows) + " cols " + std::to_string(s.cols) + " n " +
+                                 std::to_string(s.n) + " " + EncName(enc) + (bias ? " bias" : "");
+        std::vector<float> want, got;
+        Bf16GemmReference(p.Args(enc, bias, want));
+        ExpectSameBits(bf16_reference, want, what + " (reference vs the bf16 reference)");
+        ASSERT_TRUE(Bf16GemmWithIsa(isa, p.Args(enc, bias, got)).ok()) << what;
+        ExpectSameBits(want, got, what);
+      }
+    }
+  }
+}
+
+TEST_P(Bf16GemmIsaTest, RowRangeWritesOnlyItsColumns) {
+  const Problem p(11, 40, 6, 7, 0, 0);
+  std::vector<float> full, part;
+  Bf16GemmReference(p.Args(Enc::kBf16, true, full));
+  GemmArgs a = p.Args(Enc::kBf16, true, part);
+  a.row_begin = 3;
+  a.row_end = 9;
+  ASSERT_TRUE(Bf16GemmWithIsa(GetParam().isa, a).ok());
+  for (int64_t t = 0; t < p.n; ++t) {
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const float got = part[static_cast<size_t>(t * p.ldy + r)];
+      if (r >= 3 && r < 9) {
+        EXPECT_EQ(Bits(full[static_cast<size_t>(t * p.ldy + r)]), Bits(got)) << "t " << t << " r " << r;
+      } else {
+        EXPECT_TRUE(std::isnan(got)) << "row " << r << " outside the range was written";
+      }
+    }
+  }
+}
+
+TEST_P(Bf16GemmIsaTest, SplitRowsAndSingleTokensGiveTheSameBits) {
+  // The executor splits rows across threads and batches tokens of different sequences: neither may
+  // change a bit of any output.
+  const GemmIsa isa = GetParam().isa;
+  const Problem p(37, 200, 9, 11, 0, 0);
+  std::vector<float> whole, split, single;
+  ASSERT_TRUE(Bf16GemmWithIsa(isa, p.Args(Enc::kPlanes, true, whole)).ok());
+  GemmArgs a = p.Args(Enc::kPlanes, true, split);
+  for (int64_t r0 : {0, 5, 6, 19, 30}) {
+    a.row_begin = r0;
+    a.row_end = r0 == 0 ? 5 : r0 == 5 ? 6 : r0 == 6 ? 19 : r0 == 19 ? 30 : 37;
+    ASSERT_TRUE(Bf16GemmWithIsa(isa, a).ok());
+  }
+  ExpectSameBits(whole, split, "row split");
+  for (int64_t t = 0; t < p.n; ++t) {
+    GemmArgs one = p.Args(Enc::kPlanes, true, single);
+    one.x = p.x.data() + t * p.ldx;
+    one.n = 1;
+    ASSERT_TRUE(Bf16GemmWithIsa(isa, one).ok());
+    for (int64_t r = 0; r < p.rows; ++r)
+      EXPECT_EQ(Bits(whole[static_cast<size_t>(t * p.ldy + r)]), Bits(single[static_cast<size_t>(r)]))
+          << "token " << t << " row " << r;
+  }
+}
+
+TEST_P(Bf16GemmIsaTest, SpecialWeightValuesMatchTheReference) {
+  // Inf, NaN, -0, subnormal and the largest finite BF16 weights, in the body and in the tail.
+  const uint16_t specials[] = {0x7f80, 0xff80, 0x7fc1, 0x8000, 0x0001, 0x807f, 0x7f7f, 0x3f80};
+  for (const uint16_t special : specials) {
+    Problem p(3, 35, 2, 3, 0, 0);
+    p.bf16[5] = special;   // row 0, body
+    p.bf16[67] = special;  // row 1, tail (col 32)
+    p.Encode();
+    for (const Enc enc : kEncodings) {
+      std::vector<float> want, got;
+      Bf16GemmReference(p.Args(enc, false, want));
+      ASSERT_TRUE(Bf16GemmWithIsa(GetParam().isa, p.Args(enc, false, got)).ok());
+      ExpectSameBits(want, got, "special 0x" + std::to_string(special) + " " + EncName(enc));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, Bf16GemmIsaTest,
+                         ::testing::Values(IsaParam{GemmIsa::kScalar}, IsaParam{GemmIsa::kAvx2},
+                                           IsaParam{GemmIsa::kAvx512}, IsaParam{GemmIsa::kNeon}),
+                         [](const ::testing::TestParamInfo<IsaParam>& info) {
+                           return std::string(GemmIsaName(info.param.isa));
+                         });
+
+TEST(Bf16GemmReferenceTest, KnownAnswer) {
+  // W = [[1, 2, ..., 20], [-0.5 x 20]], x = [1 x 20] (all exact in BF16 and fp32):
+  // row 0 = 210, row 1 = -10; with bias [0.25, 4] -> 210.25, -6.
+  std::vector<uint16_t> w(40);
+  for (int k = 0; k < 20; ++k) {
+    w[static_cast<size_t>(k)] = ToBf16(static_cast<float>(k + 1));
+    w[static_cast<size_t>(20 + k)] = ToBf16(-0.5f);
+  }
+  const std::vector<float> x(20, 1.0f), bias = {0.25f, 4.0f};
+  std::vector<float> y(2);
+  GemmArgs a;
+  a.w.bf16 = w.data();
+  a.w.rows = 2;
+  a.w.cols = 20;
+  a.x = x.data();
+  a.n = 1;
+  a.ldx = 20;
+  a.bias = bias.data();
+  a.y = y.data();
+  a.ldy = 2;
+  a.row_end = 2;
+  Bf16GemmReference(a);
+  EXPECT_EQ(y[0], 210.25f);
+  EXPECT_EQ(y[1], -6.0f);
+  Bf16Gemm(a);  // the dispatched variant
+  EXPECT_EQ(y[0], 210.25f);
+  EXPECT_EQ(y[1], -6.0f);
+}
+
+TEST(Bf16GemmReferenceTest, CloseToAFloat64DotProduct) {
+  const Problem p(9, 1000, 3, 5, 0, 0);
+  std::vector<float> y;
+  Bf16GemmReference(p.Args(Enc::kBf16, true, y));
+  for (int64_t t = 0; t < p.n; ++t) {
+    for (int64_t r = 0; r < p.rows; ++r) {
+      double dot = p.bias[static_cast<size_t>(r)], mag = std::fabs(dot);
+      for (int64_t k = 0; k < p.cols; ++k) {
+        const double term = static_cast<double>(FromBf16(p.bf16[static_cast<size_t>(r * p.cols + k)])) *
+                            p.x[static_cast<size_t>(t * p.ldx + k)];
+        dot += term;
+        mag += std::fabs(term);
+      }
+      EXPECT_NEAR(y[static_cast<size_t>(t * p.ldy + r)], dot, 1e-6 * mag) << "t " << t << " r " << r;
+    }
+  }
+}
+
+TEST(Bf16GemmValidateTest, RejectsBadArgumentsNamingTheField) {
+  const Problem p(4, 32, 2, 1, 0, 0);
+  std::vector<float> y;
+  const GemmArgs good = p.Args(Enc::kBf16, false, y);
+  EXPECT_TRUE(ValidateGemmArgs(good).ok());
+
+  GemmArgs a = good;
+  a.x = nullptr;
+  Status s = ValidateGemmArgs(a);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("x is null"), std::string::npos) << s.ToString();
+
+  a = good;
+  a.row_end = 5;
+  s = ValidateGemmArgs(a);
+  EXPECT_NE(s.message().find("row range [0, 5)"), std::string::npos) << s.ToString();
+
+  a = good;
+  a.ldx = 31;
+  s = ValidateGemmArgs(a);
+  EXPECT_NE(s.message().find("ldx 31 < cols 32"), std::string::npos) << s.ToString();
+
+  a = good;
+  a.w.bf16 = nullptr;
+  a.w.e = p.e.data();  // sm missing
+  s = ValidateGemmArgs(a);
+  EXPECT_NE(s.message().find("neither BF16 nor F32 data nor both E and SM planes"), std::string::npos) << s.ToString();
+  EXPECT_EQ(Bf16GemmWithIsa(GemmIsa::kScalar, a).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Bf16GemmValidateTest, UnavailableIsaIsAnError) {
+  const Problem p(2, 16, 1, 1, 0, 0);
+  std::vector<float> y;
+  for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon}) {
+    if (GemmIsaAvailable(isa)) continue;
+    const Status s = Bf16GemmWithIsa(isa, p.Args(Enc::kBf16, false, y));
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << GemmIsaName(isa);
+    EXPECT_NE(s.message().find(GemmIsaName(isa)), std::string::npos) << s.ToString();
+  }
+  EXPECT_TRUE(GemmIsaAvailable(GemmIsa::kScalar));
+  EXPECT_TRUE(GemmIsaAvailable(BestGemmIsa()));
+}
+
+}  // namespace
+}  // namespace zipmoe::kernels
