@@ -24,10 +24,20 @@
 
 namespace zipmoe {
 
+// The two bit-field planes of one BF16 tensor (common/bitfield.h): e[i] the exponent byte,
+// sm[i] = sign << 7 | mantissa, one byte per element each, same element order as the tensor.
+struct ExpertPlanes {
+  const uint8_t* e = nullptr;
+  const uint8_t* sm = nullptr;
+};
+
 // Weights of one routed expert (row-major, as in the checkpoint):
 //   gate: [intermediate, hidden], up: [intermediate, hidden], down: [hidden, intermediate],
 // all three of element type `dtype`: BF16 bit patterns (compressed directories, the runtime), or
 // F16/F32 when an HF checkpoint stores its experts that way (e.g. OLMoE's F32 release).
+// A provider serving a CPU executor may instead hand out a BF16 expert unrecovered, as its E/SM
+// planes (gate/up/down null, *_planes set): the executor's kernels fuse the recovery into the
+// matmul (kernels/bf16_gemm.h), so no recovered copy is written and read again.
 struct ExpertWeightsView {
   int32_t layer_id = 0;
   int32_t expert_id = 0;
@@ -35,8 +45,11 @@ struct ExpertWeightsView {
   const void* gate = nullptr;
   const void* up = nullptr;
   const void* down = nullptr;
+  ExpertPlanes gate_planes, up_planes, down_planes;  // BF16 only, when gate/up/down are null
   int64_t intermediate = 0;
   int64_t hidden = 0;
+
+  bool planes() const { return gate == nullptr; }
 };
 
 // Keeps an expert's weights resident (pinned) while alive; the destructor releases the pin.

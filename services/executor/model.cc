@@ -55,7 +55,7 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
       if (lw.is_moe) {
         if (provider_ == nullptr)
           return Status::InvalidArgument(fmt::format("layer {} is a MoE layer but no expert provider is set", l));
-        ZM_ASSIGN_OR_RETURN(at::Tensor moe_out, MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, &expert_scratch_));
+        ZM_ASSIGN_OR_RETURN(at::Tensor moe_out, MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_));
         h = h + moe_out;
       } else {
         h = h + MlpForward(lw.dense_mlp, mlp_in);

@@ -4,7 +4,8 @@
 //   logits = lm_head(norm(h)) in float32.
 // Linear and MoE layers run once over all new tokens of the batch (concatenated); attention runs
 // per sequence against that sequence's KvCache (attention.h). Deterministic: the same inputs give
-// bit-identical logits for a fixed thread count, whatever provider supplies the experts.
+// bit-identical logits whatever provider supplies the experts, whatever the thread count and
+// whichever other sequences share the batch (on the CPU: the BF16 kernels' fixed summation order).
 //
 // Internal to services/executor. A Model borrows the LoadedModel and the provider (both must
 // outlive it); Forward is driven by one thread at a time.
@@ -47,7 +48,6 @@ class Model {
   at::Device device_;
   at::ScalarType dtype_;
   RotaryEmbedding rope_;
-  ExpertScratch expert_scratch_;
 };
 
 }  // namespace zipmoe::executor

@@ -41,14 +41,18 @@ class Loader {
                                                ShapeString(found), ShapeString(want), c_.source));
   }
 
-  // The tensor `name` with shape `want`, converted to the compute device and dtype (or `dtype`).
+  // The tensor `name` with shape `want` on the compute device, in the compute dtype (or `dtype`).
+  // On the CPU a BF16 matrix stays a zero-copy BF16 view of the file (Linear reads it as
+  // stored: no fp32 copy of any weight); BF16 vectors (norms, biases) are upcast to float32 (exact).
   Result<at::Tensor> Get(const std::string& name, const std::vector<int64_t>& want,
                          c10::optional<at::ScalarType> dtype = c10::nullopt) const {
     ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
     ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, want));
     const at::ScalarType want_dtype = dtype.value_or(o_.dtype);
-    if (v.spec.dtype == DType::kBF16 && o_.device.is_cpu() && want_dtype == at::kFloat)
+    if (v.spec.dtype == DType::kBF16 && o_.device.is_cpu() && want_dtype == at::kFloat) {
+      if (want.size() == 2) return WrapView(v);
       return UpcastBf16(reinterpret_cast<const uint16_t*>(v.data), v.spec.shape);  // exact, fast
+    }
     ZM_ASSIGN_OR_RETURN(at::Tensor t, WrapView(v));
     return t.to(o_.device, want_dtype).contiguous();
   }

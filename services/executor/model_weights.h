@@ -6,9 +6,11 @@
 //     Checkpoint::Open, experts from ResidentExpertProvider::FromCheckpoint (zero-copy mmaps);
 //   - a compressed zipmoe directory (has manifest.bin): non-expert tensors from dense.safetensors,
 //     experts from ExpertStore (ResidentExpertProvider::FromStore decompresses them all once).
-// Non-expert weights are converted once at load to the compute dtype (float32 on the CPU: BF16
-// upcasts are exact). The BF16 token embedding stays a zero-copy view on the CPU; rows are upcast
-// on lookup. Every tensor's shape is checked against the config, including the routed experts'.
+// On the CPU (compute dtype float32) every BF16 weight matrix stays a zero-copy BF16 view of its
+// file (Linear reads it with the BF16 kernels of kernels/bf16_gemm.h), the token embedding too (rows
+// are upcast on lookup); BF16 vectors (norms, biases) and F16/F32 tensors are converted to float32
+// (exact). On the GPU every tensor is copied to the device in the compute dtype (the router in
+// float32). Every tensor's shape is checked against the config, including the routed experts'.
 //
 // Internal to services/executor (includes ATen). A LoadedModel is immutable after loading and may
 // be read from any thread; it owns the files its views point into.
@@ -66,7 +68,7 @@ struct LayerWeights {
   AttentionWeights attn;
   bool is_moe = false;
   MlpWeights dense_mlp;            // !is_moe
-  at::Tensor router;               // is_moe: [n_experts, hidden] float32 (the gate runs in fp32)
+  at::Tensor router;               // is_moe: [n_experts, hidden]; the gate runs in fp32 (CPU: BF16 weight)
   MlpWeights shared_expert;        // qwen2_moe shared_expert / deepseek_v2 shared_experts (if any)
   at::Tensor shared_expert_gate;   // qwen2_moe: [1, hidden]
   bool has_shared_expert = false;
@@ -75,7 +77,7 @@ struct LayerWeights {
 struct ModelWeights {
   at::Tensor embed_tokens;  // [vocab, hidden], checkpoint dtype (CPU: zero-copy view)
   at::Tensor norm;          // [hidden]
-  at::Tensor lm_head;       // [vocab, hidden] (embed_tokens in the compute dtype when tied)
+  at::Tensor lm_head;       // [vocab, hidden] (the same bytes as embed_tokens when tied, on the CPU)
   std::vector<LayerWeights> layers;
 };
 

@@ -14,8 +14,36 @@ at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x) {
   return Linear(at::silu(Linear(x, w.gate)) * Linear(x, w.up), w.down);
 }
 
+at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
+  const int64_t inter = ew.intermediate, hidden = ew.hidden;
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && ew.dtype == DType::kBF16) {
+    const auto matrix = [&](const void* bf16, const ExpertPlanes& planes, int64_t rows, int64_t cols) {
+      kernels::GemmWeights w;
+      w.bf16 = static_cast<const uint16_t*>(bf16);
+      if (bf16 == nullptr) {
+        w.e = planes.e;
+        w.sm = planes.sm;
+      }
+      w.rows = rows;
+      w.cols = cols;
+      return w;
+    };
+    const kernels::GemmWeights gate = matrix(ew.gate, ew.gate_planes, inter, hidden);
+    const kernels::GemmWeights up = matrix(ew.up, ew.up_planes, inter, hidden);
+    const kernels::GemmWeights down = matrix(ew.down, ew.down_planes, hidden, inter);
+    return LinearCpu(at::silu(LinearCpu(x, gate)) * LinearCpu(x, up), down);
+  }
+  TORCH_CHECK(!ew.planes(), "layer ", ew.layer_id, " expert ", ew.expert_id,
+              ": E/SM planes (fused recovery) are only computed on the CPU in float32");
+  MlpWeights expert;  // CPU: F32 used in place, F16 widened (exact); GPU: converted for the device
+  expert.gate = WrapExpertTensor(ew.gate, ew.dtype, inter, hidden).to(x.device(), x.scalar_type());
+  expert.up = WrapExpertTensor(ew.up, ew.dtype, inter, hidden).to(x.device(), x.scalar_type());
+  expert.down = WrapExpertTensor(ew.down, ew.dtype, hidden, inter).to(x.device(), x.scalar_type());
+  return MlpForward(expert, x);
+}
+
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
-                              const at::Tensor& x, ExpertProvider& provider, ExpertScratch* scratch) {
+                              const at::Tensor& x, ExpertProvider& provider) {
   const int64_t n = x.size(0), hidden = x.size(1), top_k = config.num_experts_per_tok;
   const at::Device device = x.device();
   const at::ScalarType dtype = x.scalar_type();
@@ -57,37 +85,10 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
     const std::vector<int64_t>& token_rows = assign.token_rows[slot];
     rows[slot] = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong)).to(device);
     const at::Tensor xe = x.index_select(0, rows[slot]);
-    MlpWeights expert;
-    if (device.is_cpu() && dtype == at::kFloat) {  // exact upcast, faster than Tensor::to
-      ExpertScratch local;
-      ExpertScratch& s = scratch != nullptr ? *scratch : local;
-      const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
-      if (!s.gate.defined() || s.gate.size(0) != ew.intermediate || s.gate.size(1) != ew.hidden) {
-        s.gate = at::empty({ew.intermediate, ew.hidden}, f32);
-        s.up = at::empty({ew.intermediate, ew.hidden}, f32);
-        s.down = at::empty({ew.hidden, ew.intermediate}, f32);
-      }
-      if (ew.dtype == DType::kBF16) {
-        UpcastBf16Into(static_cast<const uint16_t*>(ew.gate), s.gate);
-        UpcastBf16Into(static_cast<const uint16_t*>(ew.up), s.up);
-        UpcastBf16Into(static_cast<const uint16_t*>(ew.down), s.down);
-        expert.gate = s.gate;
-        expert.up = s.up;
-        expert.down = s.down;
-      } else {  // F32 served as is (no copy), F16 upcast exactly
-        expert.gate = WrapExpertTensor(ew.gate, ew.dtype, ew.intermediate, ew.hidden).to(at::kFloat);
-        expert.up = WrapExpertTensor(ew.up, ew.dtype, ew.intermediate, ew.hidden).to(at::kFloat);
-        expert.down = WrapExpertTensor(ew.down, ew.dtype, ew.hidden, ew.intermediate).to(at::kFloat);
-      }
-    } else {
-      expert.gate = WrapExpertTensor(ew.gate, ew.dtype, ew.intermediate, ew.hidden).to(device, dtype);
-      expert.up = WrapExpertTensor(ew.up, ew.dtype, ew.intermediate, ew.hidden).to(device, dtype);
-      expert.down = WrapExpertTensor(ew.down, ew.dtype, ew.hidden, ew.intermediate).to(device, dtype);
-    }
     const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat))
                                   .to(device, dtype)
                                   .unsqueeze(1);
-    outputs[slot] = MlpForward(expert, xe) * weight;  // expert(x) * routing_weights[top_x, idx, None]
+    outputs[slot] = ExpertForward(ew, xe) * weight;  // expert(x) * routing_weights[top_x, idx, None]
   }
   ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
 

@@ -10,7 +10,8 @@
 //      order), so the result never depends on arrival order;
 //   5. shared experts: qwen2_moe adds shared_expert(x) * sigmoid(shared_expert_gate(x)); deepseek_v2
 //      adds shared_experts(x) unscaled.
-// Expert weights arrive as BF16; the CPU path upcasts them per use (exact) and computes in float32.
+// Expert weights arrive as BF16 (interleaved or as E/SM planes); the CPU path reads them in place
+// with the BF16 kernels and computes in float32 (ExpertForward).
 //
 // Internal to services/executor. One thread drives a block at a time (as the provider requires).
 #pragma once
@@ -29,17 +30,19 @@ namespace zipmoe::executor {
 // down(silu(gate(x)) * up(x)); x: [n, hidden] -> [n, hidden].
 at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x);
 
-// Reusable float32 buffers for one expert's upcast weights (CPU path): gate/up [I, H], down [H, I].
-struct ExpertScratch {
-  at::Tensor gate, up, down;
-};
+// One routed expert, down(silu(gate(x)) * up(x)), on its tokens x: [m, hidden] -> [m, hidden].
+// CPU float32: BF16 weights are read in place by the kernels (kernels/bf16_gemm.h), from the
+// interleaved BF16 tensors or, when the provider serves the expert unrecovered, straight from its
+// E/SM planes (recovery fused into the matmul; the same bits either way); F32 experts are read in
+// place and F16 ones widened (exact), through the same kernels (Linear). On the GPU the tensors are
+// converted to x's dtype and device. Throws c10::Error for planes off the CPU.
+at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x);
 
 // x: [N, hidden] (after post_attention_layernorm), in the compute dtype -> [N, hidden].
-// `scratch` (may be null) holds the upcast expert weights between uses on the CPU float32 path.
 // Errors: the provider's (BeginLayer / NextReady / EndLayer, e.g. kCorruption from storage),
 // kInvalidArgument if a lease is for an expert that was not requested, is delivered twice, or its
 // dimensions differ from the config (naming layer and expert).
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
-                              const at::Tensor& x, ExpertProvider& provider, ExpertScratch* scratch = nullptr);
+                              const at::Tensor& x, ExpertProvider& provider);
 
 }  // namespace zipmoe::executor

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace zipmoe::executor {
@@ -28,17 +29,13 @@ at::Tensor WrapExpertTensor(const void* data, DType dtype, int64_t d0, int64_t d
   return at::from_blob(const_cast<void*>(data), {d0, d1}, at::TensorOptions().dtype(type));
 }
 
-void UpcastBf16Into(const uint16_t* data, at::Tensor& out) {
+at::Tensor UpcastBf16(const uint16_t* data, at::IntArrayRef shape) {
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   uint32_t* dst = reinterpret_cast<uint32_t*>(out.data_ptr<float>());
   constexpr int64_t kGrain = 1 << 16;  // elements per task
   at::parallel_for(0, out.numel(), kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<uint32_t>(data[i]) << 16;  // vectorised
   });
-}
-
-at::Tensor UpcastBf16(const uint16_t* data, at::IntArrayRef shape) {
-  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-  UpcastBf16Into(data, out);
   return out;
 }
 
@@ -55,13 +52,55 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * normed.to(x.scalar_type());
 }
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (x.dim() == 2 && x.size(0) == 1 && x.is_cpu() && x.scalar_type() == at::kFloat &&
-      weight.scalar_type() == at::kFloat) {
-    at::Tensor y = at::mv(weight, x[0]);
-    if (bias.defined()) y = y + bias;
-    return y.unsqueeze(0);
+kernels::GemmWeights GemmWeightsOf(const at::Tensor& weight) {
+  const bool bf16 = weight.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(weight.dim() == 2 && weight.is_cpu() && (bf16 || weight.scalar_type() == at::kFloat) &&
+                  weight.is_contiguous(),
+              "GemmWeightsOf: expected a contiguous 2-D CPU BF16 or float32 tensor, got ", weight.sizes(), " ",
+              weight.scalar_type());
+  kernels::GemmWeights w;
+  if (bf16) {
+    w.bf16 = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
+  } else {
+    w.f32 = weight.data_ptr<float>();
   }
+  w.rows = weight.size(0);
+  w.cols = weight.size(1);
+  return w;
+}
+
+at::Tensor LinearCpu(const at::Tensor& x, const kernels::GemmWeights& w, const at::Tensor& bias) {
+  TORCH_CHECK(x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() >= 1, "LinearCpu: x must be float32 on the CPU");
+  TORCH_CHECK(x.size(-1) == w.cols, "LinearCpu: x has ", x.size(-1), " features, the weight ", w.cols, " columns");
+  TORCH_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.numel() == w.rows && bias.is_contiguous()),
+              "LinearCpu: bias must be a contiguous float32 [", w.rows, "] tensor");
+  const at::Tensor x2 = x.reshape({-1, w.cols}).contiguous();
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = w.rows;
+  at::Tensor y = at::empty({x2.size(0), w.rows}, x.options());
+  kernels::GemmArgs a;
+  a.w = w;
+  a.x = x2.data_ptr<float>();
+  a.n = x2.size(0);
+  a.ldx = w.cols;
+  a.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  a.y = y.data_ptr<float>();
+  a.ldy = w.rows;
+  // Rows per task: enough weight bytes (>= 64 KiB) that a task outweighs its scheduling.
+  const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 15) / std::max<int64_t>(1, w.cols));
+  at::parallel_for(0, w.rows, grain, [&](int64_t begin, int64_t end) {
+    kernels::GemmArgs part = a;
+    part.row_begin = begin;
+    part.row_end = end;
+    kernels::Bf16Gemm(part);
+  });
+  return y.view(out_shape);
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && weight.is_cpu() &&
+      (weight.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kFloat))
+    return LinearCpu(x, GemmWeightsOf(weight.contiguous()), bias);
   return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
 }
 

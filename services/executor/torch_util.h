@@ -15,6 +15,7 @@
 
 #include "common/safetensors.h"
 #include "common/status.h"
+#include "kernels/bf16_gemm.h"
 
 namespace zipmoe::executor {
 
@@ -45,11 +46,8 @@ at::Tensor WrapExpertTensor(const void* data, DType dtype, int64_t d0, int64_t d
 
 // BF16 bit patterns of `shape` (row-major) converted to a new float32 CPU tensor (exact: bits << 16, NaN payloads
 // kept, identical to torch's BFloat16 -> Float conversion). Parallel over torch's intra-op threads;
-// several times faster than Tensor::to(kFloat) in libtorch 1.13.
+// several times faster than Tensor::to(kFloat) in libtorch 1.13. Used for BF16 vectors (norms, biases).
 at::Tensor UpcastBf16(const uint16_t* data, at::IntArrayRef shape);
-// As UpcastBf16 into `out` (a contiguous float32 CPU tensor of out.numel() elements), reusing its
-// memory: no allocation and no page faults on the hot path.
-void UpcastBf16Into(const uint16_t* data, at::Tensor& out);
 
 // "[a, b, c]" for messages.
 std::string ShapeString(const std::vector<int64_t>& shape);
@@ -60,8 +58,21 @@ std::string ShapeString(at::IntArrayRef shape);
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // nn.Linear: x [..., in] -> [..., out] with weight [out, in] and optional bias [out] (undefined = none).
-// A single CPU float32 row (decode) goes through at::mv (GEMV: no packing of the weight matrix);
-// the result differs from the GEMM path only by float32 summation order.
+// On the CPU with float32 activations and a BF16 or float32 weight (how every checkpoint matrix is
+// held there) this is LinearCpu: the weight is read as stored, never copied. Otherwise (the GPU)
+// at::linear.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());
+
+// The kernels' view of a contiguous 2-D CPU BF16 or float32 tensor [rows, cols] (no copy; valid
+// while it lives). Throws c10::Error for other tensors.
+kernels::GemmWeights GemmWeightsOf(const at::Tensor& weight);
+
+// x · Wᵀ (+ bias) with the CPU kernels of kernels/bf16_gemm.h: x [..., w.cols] float32 CPU
+// (made contiguous if it is not) -> [..., w.rows] float32; bias [w.rows] float32 or undefined.
+// Output rows are split across torch's intra-op threads; every output element is computed in the
+// kernels' fixed order, so the result depends neither on the thread count nor on which other tokens
+// share the batch, nor on the encoding of w (BF16, E/SM planes or float32 holding the same values).
+// Throws c10::Error (caught by TorchBoundary) when x's last dimension differs from w.cols.
+at::Tensor LinearCpu(const at::Tensor& x, const kernels::GemmWeights& w, const at::Tensor& bias = at::Tensor());
 
 }  // namespace zipmoe::executor
