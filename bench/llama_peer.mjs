@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // llama.cpp as a benchmark peer: loads a GGUF (bench/gguf_writer.py) with node-llama-cpp's prebuilt CPU
-// binaries and times it on the CPU. Install first: bench/install_peer.sh (npm ci into bench/node_modules).
+// binaries and times it on the CPU. Install first: bench/install_peer.sh (the locked versions into bench/node_modules).
 //
 //   node bench/llama_peer.mjs --model FILE.gguf [--prompt-ids 1,2,3 | --prompt TEXT] [--threads 2]
 //        [--decode-tokens 16] [--warmup-tokens 2] [--prefill-reps 3] [--dump FILE.json [--dump-steps 4]]
@@ -10,14 +10,17 @@
 //            warm-up run, then --prefill-reps timed runs: prefill_s is their median and
 //            prefill_tokens_per_s = prompt tokens / prefill_s.
 //   decode   greedy decoding after the last prefill: --warmup-tokens steps untimed, then --decode-tokens
-//            timed steps of one token each (EOS does not stop it): tpot_s = their mean wall time.
+//            timed steps of one token each (EOS does not stop it): tpot_s = their mean wall time
+//            (decode_step_s lists them).
 //   dump     (with --dump) the prompt on an empty sequence, then --dump-steps greedy steps, writing
 //            {prompt_ids, greedy_ids, logits} to FILE.json: logits[i] is the raw float32 row (all of the
 //            vocabulary) from which greedy_ids[i] was taken as the argmax, so logits[0] is the prompt's
 //            last position (bench/peer_check.py compares it with zipmoe's --logits-out rows).
 // A text --prompt is tokenized by the GGUF's tokenizer (with BOS where the model adds one); the default
 // prompt is the 16 ids 1..16. Prints one JSON object on stdout; llama.cpp's warnings go to stderr.
-// --threads sets llama.cpp's thread count for prefill and decode alike (default 2).
+// --threads sets llama.cpp's thread count for prefill and decode alike (default 2). llama.cpp maps the GGUF
+// (mmap), so the weights come from the page cache: for warm figures have the file cached (e.g. read it once)
+// and enough free memory to keep it there; a decode step that meets an expert only on disk includes its read.
 import { parseArgs } from "node:util";
 import { existsSync, renameSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
@@ -180,6 +183,7 @@ async function main() {
     warmup_tokens: opt.warmupTokens,
     decode_tokens: opt.decodeTokens,
     tpot_s: tpotS,
+    decode_step_s: stepS,
     decode_tokens_per_s: 1 / tpotS,
     generated_ids: generated,
   };
