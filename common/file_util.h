@@ -53,6 +53,12 @@ class MappedFile {
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Reads the whole file in and maps every page now (madvise MADV_POPULATE_READ, Linux >= 5.14;
+  // older kernels: one read per page), so later accesses take no page faults: for weights that are
+  // all used, and streamed by compute kernels, once per process. Errors: kIoError naming the path
+  // (an I/O error while reading the file in).
+  Status Populate() const;
+
  private:
   void Reset();
   const uint8_t* data_ = nullptr;

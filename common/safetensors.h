@@ -65,6 +65,8 @@ class SafetensorsFile {
   // nullptr if absent.
   const TensorView* Find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Maps every page of the file now (MappedFile::Populate). Errors: kIoError naming the path.
+  Status Populate() const { return file_.Populate(); }
 
  private:
   SafetensorsFile() = default;

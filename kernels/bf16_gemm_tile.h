@@ -54,8 +54,27 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) acc[i][j] = V::Zero();
   }
+  // The next tile's rows are prefetched at the same columns: hardware prefetchers stop at 4 KiB
+  // page boundaries, and a weight row is often exactly one page (hidden 2048 in BF16) of a
+  // memory-mapped checkpoint, so without this every row starts with a full memory latency.
+  const int64_t next_rows = a.w.rows - r - R < R ? a.w.rows - r - R : R;  // rows of the next tile (<= 0: none)
   for (int64_t b = 0; b < kb; ++b) {
     const int64_t k = b * 16;
+    if (next_rows > 0) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        if (i >= next_rows) break;
+        const int64_t off = (r + R + i) * cols + k;
+        if (kEnc == Encoding::kPlanes) {
+          __builtin_prefetch(a.w.e + off);
+          __builtin_prefetch(a.w.sm + off);
+        } else if (kEnc == Encoding::kF32) {
+          __builtin_prefetch(a.w.f32 + off);
+        } else {
+          __builtin_prefetch(a.w.bf16 + off);
+        }
+      }
+    }
     typename V::Vec x[T];
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) x[j] = V::LoadX(a.x + (t + j) * a.ldx + k);

@@ -211,6 +211,13 @@ Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const Loa
     ZM_ASSIGN_OR_RETURN(model->dense, SafetensorsFile::Open(JoinPath(dir, kDenseFileName)));
     ZM_ASSIGN_OR_RETURN(model->store, ExpertStore::Open(dir));
   }
+  // Every dense weight is used by every token, and with resident experts every expert file page
+  // may be: map them all now, not one page fault at a time inside the first requests.
+  if (model->checkpoint && options.resident_experts) {
+    for (const auto& file : model->checkpoint->files()) ZM_RETURN_IF_ERROR(file->Populate());
+  } else if (model->dense) {
+    ZM_RETURN_IF_ERROR(model->dense->Populate());
+  }
   ZM_RETURN_IF_ERROR(TorchBoundary("loading " + dir, [&]() -> Status {
     Loader loader(*model, options);
     ZM_ASSIGN_OR_RETURN(model->weights, loader.GetAll());

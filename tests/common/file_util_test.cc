@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -32,6 +34,40 @@ TEST(FileUtilTest, MappedFileMissingIsNotFound) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(m.status().message(), HasSubstr("absent.bin"));
+}
+
+// Resident bytes of the mapping that starts at `addr`, from /proc/self/smaps ("Rss:" in kB), or -1.
+long MappingRssKb(const void* addr) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_mapping = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {
+      in_mapping = lo == reinterpret_cast<uintptr_t>(addr);
+    } else if (in_mapping && line.rfind("Rss:", 0) == 0) {
+      return std::stol(line.substr(4));
+    }
+  }
+  return -1;
+}
+
+TEST(FileUtilTest, PopulateMapsEveryPageWithoutChangingTheBytes) {
+  TempDir tmp;
+  std::string data(3 * 1024 * 1024 + 123, '\0');  // 3 MiB and a partial page
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 % 251);
+  WriteAll(tmp.Sub("w.bin"), data);
+  auto m = MappedFile::Open(tmp.Sub("w.bin"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const long before = MappingRssKb(m->data());
+  ASSERT_GE(before, 0) << "mapping not found in /proc/self/smaps";
+  EXPECT_LT(before, 3 * 1024) << "a fresh private mapping should not be resident yet";
+  ASSERT_TRUE(m->Populate().ok());
+  EXPECT_GE(MappingRssKb(m->data()), 3 * 1024 + 4) << "every page (the last partial one too) is mapped";
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(m->data()), m->size()), data);
+
+  MappedFile empty;
+  EXPECT_TRUE(empty.Populate().ok());
 }
 
 TEST(FileUtilTest, MappedFileMapsContents) {
