@@ -1,5 +1,6 @@
 #include "services/cache_manager/cache_manager.h"
 
+#include "kernels/recovery.h"
 #include "services/cache_manager/planner.h"
 
 #include <algorithm>
@@ -555,7 +556,13 @@ void CacheManager::CopyParts(const Placement& pl, const ExpertSources& sources) 
       std::memcpy(pl.dst + layout.SmPartOffset(pl.pool) + t.sm.offset, src, t.sm.bytes);
     }
     if (PoolHoldsBf16(pl.pool)) {  // only from the caller: an F expert is never moved into F
-      std::memcpy(pl.dst + t.bf16.offset, sources.bf16[proj], t.bf16.bytes);
+      if (sources.bf16[proj] != nullptr) {
+        std::memcpy(pl.dst + t.bf16.offset, sources.bf16[proj], t.bf16.bytes);
+      } else {
+        kernels::RecoverBf16Cpu(sources.e_plane[proj], sources.sm[proj],
+                                reinterpret_cast<uint16_t*>(pl.dst + t.bf16.offset),
+                                static_cast<int64_t>(t.bf16.bytes / 2));
+      }
     }
   }
 }
@@ -571,7 +578,9 @@ Result<AdmitResult> CacheManager::Admit(int32_t layer_id, int32_t expert_id, Ava
     for (int proj = 0; proj < kProjCount; ++proj) {
       const TensorSlotLayout& t = layout->tensors[proj];
       if (!t.present) continue;
-      bool ok = !(parts.sm && sources.sm[proj] == nullptr) && !(parts.bf16 && sources.bf16[proj] == nullptr);
+      const bool has_bf16 =
+          sources.bf16[proj] != nullptr || (sources.e_plane[proj] != nullptr && sources.sm[proj] != nullptr);
+      bool ok = !(parts.sm && sources.sm[proj] == nullptr) && !(parts.bf16 && !has_bf16);
       if (parts.e) {
         ok = ok && sources.e_chunks[proj].size() == t.e_chunks.size();
         for (const uint8_t* p : sources.e_chunks[proj]) ok = ok && p != nullptr;

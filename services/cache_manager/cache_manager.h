@@ -156,6 +156,10 @@ struct ExpertSources {
   std::array<std::vector<const uint8_t*>, kProjCount> e_chunks;  // [K] per proj: stored bytes
   std::array<const uint8_t*, kProjCount> sm{};                   // [numel] per proj
   std::array<const uint16_t*, kProjCount> bf16{};                // [numel] per proj
+  // [numel] per proj: the decoded exponent plane. Where bf16[proj] is null, the BF16 part is
+  // recovered from e_plane + sm while it is copied into the F pool (fused recovery: the CPU
+  // executor computed from the planes, so no recovered copy exists).
+  std::array<const uint8_t*, kProjCount> e_plane{};
 };
 
 enum class AdmitOutcome : uint8_t {

@@ -199,7 +199,7 @@ int RunGenerate(const GenerateArgs& args) {
                              args.model_dir, args.runtime.memory_budget.empty() ? "" : "; --memory-budget ignored")
                      .c_str());
   } else {
-    Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = CreateRuntime(args.runtime, args.model_dir);
+    Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = CreateRuntime(args.runtime, args.model_dir, args.device);
     if (!created.ok()) return Fail(created.status());
     provider = std::move(created).value();
     options.expert_provider = provider.get();

@@ -693,7 +693,7 @@ int RunServeCommand(const ServeArgs& args) {
   }
   return RunServe(args, [&args]() -> Result<std::unique_ptr<ExpertProvider>> {
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
-                        CreateRuntime(args.runtime, args.model_dir));
+                        CreateRuntime(args.runtime, args.model_dir, args.device));
     return std::unique_ptr<ExpertProvider>(std::move(provider));
   }, signals);
 }

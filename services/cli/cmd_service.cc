@@ -157,6 +157,7 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
   if (!offload.ok()) return Fail(name, offload.status());
+  offload->fused_recovery = false;  // the executor is another process: leases cross as BF16 offsets
   zmq::context_t context(1);
   runtime::DispatcherConfig dispatch;
   dispatch.endpoint = c.endpoint_workers;

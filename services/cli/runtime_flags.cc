@@ -37,6 +37,9 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   cmd->add_flag("--page-cache", f->page_cache, "buffered reads instead of O_DIRECT");
   cmd->add_flag("--fifo-dispatch", f->fifo_dispatch, "FIFO read/decode order instead of the cache-affinity scheduler");
   cmd->add_flag("--no-verify-recovery", f->no_verify_recovery, "skip the xxh64 check of recovered BF16 tensors");
+  cmd->add_flag("--separate-recovery", f->separate_recovery,
+                "recover each missed expert's BF16 before computing it (as for the GPU) instead of multiplying straight "
+                "from its E/SM planes on the CPU");
   cmd->add_flag("--no-compression", f->no_compression,
                 "ablation: zipmoe with full-tensor caching only, on a `compress --codec none` directory");
   cmd->add_option("--stats-json", f->stats_json, "write runtime statistics (requests per pool, misses, I/O, makespan)");
@@ -75,17 +78,20 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std:
   c.scheduler = !f.fifo_dispatch;
   c.verify_recovered = !f.no_verify_recovery;
   c.no_compression = f.no_compression;
+  c.fused_recovery = !f.separate_recovery;
   return c;
 }
 
 Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const RuntimeFlags& flags,
-                                                                      const std::string& model_dir) {
+                                                                      const std::string& model_dir,
+                                                                      const std::string& device) {
   if (flags.memory_budget.empty()) return std::unique_ptr<runtime::OffloadExpertProvider>();
   if (!FileExists(JoinPath(model_dir, kManifestFileName))) {
     return Status::InvalidArgument(fmt::format(
         "--memory-budget needs a compressed directory (zipmoe compress); {} has no {}", model_dir, kManifestFileName));
   }
   ZM_ASSIGN_OR_RETURN(runtime::OffloadConfig config, ToOffloadConfig(flags, model_dir));
+  config.fused_recovery = config.fused_recovery && device == "cpu";
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
                       runtime::OffloadExpertProvider::Create(config));
   PrintRuntimeSummary(*provider);
@@ -105,12 +111,13 @@ void PrintRuntimeSummary(const runtime::OffloadExpertProvider& p) {
   const runtime::RuntimeStats s = p.stats();
   std::fprintf(stderr, "%s",
                fmt::format("I: runtime: policy {}, budget {:.1f} MiB (min {:.1f} MiB), pools{}, {} staging slot(s) of "
-                           "{:.1f} MiB, {} decompression worker(s), {} reads, {}\n",
+                           "{:.1f} MiB, {} decompression worker(s), {} reads, {}, recovery {}\n",
                            cm::CachePolicyName(c.policy), c.memory_budget_bytes / 1048576.0,
                            p.minimum_budget_bytes() / 1048576.0, pools.empty() ? " none" : pools, c.staging_slots,
                            cache.staging_layout().slot_bytes / 1048576.0, c.n_workers,
                            s.direct_io ? "O_DIRECT" : "buffered",
-                           c.scheduler ? "cache-affinity scheduler (Alg. 1)" : "FIFO dispatch")
+                           c.scheduler ? "cache-affinity scheduler (Alg. 1)" : "FIFO dispatch",
+                           c.fused_recovery ? "fused into the CPU matmul" : "before compute")
                    .c_str());
 }
 

@@ -29,6 +29,7 @@ struct RuntimeFlags {
   bool fifo_dispatch = false;    // FIFO order instead of Alg. 1
   bool no_verify_recovery = false;
   bool no_compression = false;
+  bool separate_recovery = false;  // recover BF16 before compute even for a CPU executor
   std::string stats_json;
 };
 
@@ -46,8 +47,11 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& flags, const 
 // The runtime for `model_dir` as the flags describe it, with its summary printed to stderr; nullptr
 // when --memory-budget is not given (every expert resident). Errors: kInvalidArgument when the
 // directory is not compressed (no manifest), ToOffloadConfig's and OffloadExpertProvider::Create's.
+// `device`: the executor's ("cpu" | "cuda[:N]"); recovery is fused into the CPU kernels
+// (OffloadConfig::fused_recovery) for "cpu" unless --separate-recovery.
 Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const RuntimeFlags& flags,
-                                                                      const std::string& model_dir);
+                                                                      const std::string& model_dir,
+                                                                      const std::string& device = "cpu");
 
 // One stderr line: policy, budget, pools and their capacities, staging slots, workers, I/O mode.
 void PrintRuntimeSummary(const runtime::OffloadExpertProvider& provider);

@@ -177,7 +177,15 @@ Result<cm::AdmitResult> LocalCacheBackend::AdmitWithResult(const CacheAdmitReque
       Result<const uint8_t*> p = at(request.sm[proj], t.sm.bytes, "SM plane", proj);
       if (!p.ok()) checked = p.status(); else sources.sm[proj] = *p;
     }
-    if (request.parts.bf16 && checked.ok()) {
+    if (request.parts.bf16 && checked.ok() && request.bf16_from_planes) {
+      Result<const uint8_t*> e = at(request.e_plane[proj], t.bf16.bytes / 2, "exponent plane", proj);
+      Result<const uint8_t*> sm = at(request.sm[proj], t.bf16.bytes / 2, "SM plane", proj);
+      if (!e.ok()) checked = e.status(); else if (!sm.ok()) checked = sm.status();
+      if (checked.ok()) {
+        sources.e_plane[proj] = *e;
+        sources.sm[proj] = *sm;
+      }
+    } else if (request.parts.bf16 && checked.ok()) {
       Result<const uint8_t*> p = at(request.bf16[proj], t.bf16.bytes, "BF16 tensor", proj);
       if (!p.ok()) checked = p.status(); else sources.bf16[proj] = reinterpret_cast<const uint16_t*>(*p);
     }

@@ -68,6 +68,12 @@ struct CacheAdmitRequest {
   std::array<std::vector<uint64_t>, cache_manager::kProjCount> e_chunks;  // [K] per proj
   std::array<uint64_t, cache_manager::kProjCount> sm{};                   // per proj
   std::array<uint64_t, cache_manager::kProjCount> bf16{};                 // per proj
+  // Fused recovery (OffloadConfig::fused_recovery): no recovered BF16 exists; with parts.bf16 the
+  // BF16 part is recovered from the decoded exponent planes at `e_plane` and the SM planes at `sm`
+  // while it is copied into F (ExpertSources::e_plane). In-process cache only: the remote backend
+  // refuses it (kInvalidArgument).
+  bool bf16_from_planes = false;
+  std::array<uint64_t, cache_manager::kProjCount> e_plane{};              // per proj
 };
 
 // Admissions done so far (RuntimeStats::admit_calls / admit_outcomes).

@@ -74,6 +74,7 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
     p->cache_ = std::move(local);
   }
   p->arena_base_ = p->cache_->arena_base();
+  p->fused_ = cfg.fused_recovery && !cfg.cache;
 
   const cm::CostModel& c = p->cache_->plan().cost;
   p->cost_.sm_read_us = c.sm_read_us;
@@ -416,6 +417,11 @@ void OffloadExpertProvider::TensorProgressLocked(int32_t expert, int32_t proj) {
   TensorWork& tw = experts_[expert].tensors[proj];
   if (tw.decodes_left > 0 || !tw.sm_ready || tw.recovering || !error_.ok()) return;
   tw.recovering = true;
+  if (fused_) {  // the executor multiplies straight from the planes: nothing to recover
+    if (--experts_[expert].tensors_left == 0) ready_.push_back(expert);
+    cv_.notify_all();
+    return;
+  }
   const uint64_t id = next_op_id_++;
   // Recovery unblocks an expert's computation: it runs ahead of every decode (lowest priority value).
   decompressor::DecompressOp op = decompressor::MakeRecoverBf16Op(
@@ -456,9 +462,15 @@ Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
   view.layer_id = layer_id_;
   view.expert_id = w.expert_id;
   view.dtype = DType::kBF16;
-  view.gate = w.tensors[0].weights;
-  view.up = w.tensors[1].weights;
-  view.down = w.tensors[2].weights;
+  if (fused_ && w.lookup.state != CompressionState::kF) {
+    view.gate_planes = {w.tensors[0].e_plane, w.tensors[0].sm};
+    view.up_planes = {w.tensors[1].e_plane, w.tensors[1].sm};
+    view.down_planes = {w.tensors[2].e_plane, w.tensors[2].sm};
+  } else {
+    view.gate = w.tensors[0].weights;
+    view.up = w.tensors[1].weights;
+    view.down = w.tensors[2].weights;
+  }
   view.intermediate = w.tensors[0].info->shape.at(0);
   view.hidden = w.tensors[0].info->shape.at(1);
   return std::unique_ptr<ExpertLease>(new Lease(this, idx, view));
@@ -482,11 +494,13 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t expert) {
       for (int proj = 0; proj < cm::kProjCount; ++proj) request.bf16[proj] = OffsetOf(w.tensors[proj].weights);
     } else {
       request.parts.e = request.parts.sm = request.parts.bf16 = true;
+      request.bf16_from_planes = fused_;  // then F admission recovers from the planes
       for (int proj = 0; proj < cm::kProjCount; ++proj) {
         const TensorWork& tw = w.tensors[proj];
         for (const uint8_t* e : tw.e_src) request.e_chunks[proj].push_back(OffsetOf(e));
         request.sm[proj] = OffsetOf(tw.sm);
         request.bf16[proj] = OffsetOf(tw.bf16);
+        request.e_plane[proj] = OffsetOf(tw.e_plane);
       }
     }
   }

@@ -25,6 +25,8 @@
 //      when its read completes (at once for cached E-chunks); when a tensor's K decodes are done and
 //      its SM plane is present, its recovery op runs (ahead of every decode); when the expert's three
 //      tensors are recovered it is ready.
+//      With fused_recovery (the CPU executor) there is no recovery op: a tensor is done when its
+//      decodes are done and its SM plane is present, and the lease carries the planes instead.
 //   3. NextReady: blocks until some expert is ready; hands out a lease on its BF16 weights (staging
 //      slot, or the F-pool slot for F hits), in completion order.
 //   4. Releasing a lease: CacheManager::Admit places the expert by rank (copying what the pools need
@@ -90,6 +92,12 @@ struct OffloadConfig {
   bool page_cache = false;            // buffered reads instead of O_DIRECT
   bool scheduler = true;              // Alg. 1 (true) or FIFO order (false)
   bool verify_recovered = true;       // check each recovered tensor against its BF16 xxh64
+  // CPU executor: a missed expert is served as its planes (ExpertWeightsView::*_planes: decoded E
+  // plane + SM plane in staging) as soon as its decodes are done, with no recovery op; the BF16
+  // copy is recovered only if the cache admits the expert into F, while copying it there. Needs the
+  // in-process cache (`cache` empty; with a remote cache it is ignored) and an executor that reads
+  // planes (executor::ExpertForward on the CPU). Hits in F are served as BF16 either way.
+  bool fused_recovery = false;
   std::string shm_name;               // arena name; "" = "/zipmoe-arena-<pid>-<n>" (stale ones swept first)
   // zipmoe's own ablation without compression: the cache keeps full BF16 tensors only (Λ = {F},
   // ranked by frequency as usual) and the directory must store its exponents raw (`zipmoe compress
@@ -191,6 +199,7 @@ class OffloadExpertProvider : public ExpertProvider {
 
   // Constant after Create.
   OffloadConfig config_;
+  bool fused_ = false;  // config_.fused_recovery with the in-process cache
   std::unique_ptr<ExpertStore> store_;
   uint8_t* arena_base_ = nullptr;  // cache_->arena_base()
   scheduler::CostModel cost_;

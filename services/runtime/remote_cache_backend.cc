@@ -292,6 +292,11 @@ Status RemoteCacheBackend::LookupLayer(int32_t layer_id, const std::vector<int32
 }
 
 Status RemoteCacheBackend::Admit(const CacheAdmitRequest& request) {
+  if (request.bf16_from_planes) {
+    return Status::InvalidArgument(fmt::format(
+        "admit layer {} expert {}: the cache-manager process takes recovered BF16, not planes (fused recovery is "
+        "for the in-process cache)", request.layer_id, request.expert_id));
+  }
   msg::CacheAdmitItem item;
   item.layer_id = request.layer_id;
   item.expert_id = request.expert_id;

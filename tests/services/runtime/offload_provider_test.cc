@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bitfield.h"
 #include "common/expert_store.h"
 #include "common/manifest.h"
 #include "tests/test_util.h"
@@ -76,28 +77,46 @@ std::vector<LayerRouting> MakeRoutings(const Manifest& m, int top_k, int steps, 
   return out;
 }
 
-// Drives `provider` through `routings`, checking every lease against `expected`.
-void Drive(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings,
-           const std::map<std::tuple<int, int, int>, std::vector<uint16_t>>& expected) {
+// Leases served as BF16 tensors and as E/SM planes (fused recovery).
+struct Served {
+  int bf16 = 0;
+  int planes = 0;
+};
+
+// Drives `provider` through `routings`, checking every lease against `expected` (planes merged).
+Served Drive(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings,
+             const std::map<std::tuple<int, int, int>, std::vector<uint16_t>>& expected) {
+  Served served;
   for (const LayerRouting& r : routings) {
-    ASSERT_TRUE(provider.BeginLayer(r).ok());
+    EXPECT_TRUE(provider.BeginLayer(r).ok());
     std::set<int32_t> seen;
     for (size_t i = 0; i < r.expert_ids.size(); ++i) {
       Result<std::unique_ptr<ExpertLease>> lease = provider.NextReady();
-      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+      if (!lease.ok()) return served;
       const ExpertWeightsView& w = (*lease)->weights();
       EXPECT_EQ(w.layer_id, r.layer_id);
       EXPECT_TRUE(seen.insert(w.expert_id).second) << "expert " << w.expert_id << " delivered twice";
       const void* ptrs[3] = {w.gate, w.up, w.down};
+      const ExpertPlanes planes[3] = {w.gate_planes, w.up_planes, w.down_planes};
+      ++(w.planes() ? served.planes : served.bf16);
       for (int proj = 0; proj < 3; ++proj) {
         const auto& want = expected.at({r.layer_id, w.expert_id, proj});
-        ASSERT_EQ(std::memcmp(ptrs[proj], want.data(), want.size() * 2), 0)
-            << "layer " << r.layer_id << " expert " << w.expert_id << " proj " << proj;
+        std::vector<uint16_t> merged;
+        if (w.planes()) {
+          merged.resize(want.size());
+          MergeBf16(planes[proj].e, planes[proj].sm, static_cast<int64_t>(want.size()), merged.data());
+        }
+        const void* got = w.planes() ? static_cast<const void*>(merged.data()) : ptrs[proj];
+        EXPECT_EQ(std::memcmp(got, want.data(), want.size() * 2), 0)
+            << "layer " << r.layer_id << " expert " << w.expert_id << " proj " << proj
+            << (w.planes() ? " (planes)" : " (bf16)");
       }
     }
     EXPECT_EQ(seen.size(), r.expert_ids.size());
-    ASSERT_TRUE(provider.EndLayer(r.layer_id).ok());
+    EXPECT_TRUE(provider.EndLayer(r.layer_id).ok());
   }
+  return served;
 }
 
 class OffloadProviderTest : public ::testing::TestWithParam<std::string> {};
@@ -136,6 +155,37 @@ TEST_P(OffloadProviderTest, EveryPolicyBudgetAndWorkerCountServesExactBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, OffloadProviderTest, ::testing::Values("qwen2_moe", "deepseek_v2"));
+
+TEST(OffloadProvider, FusedRecoveryServesPlanesAndAdmitsExactBf16IntoF) {
+  // Misses come as planes without a recovery op; experts the cache admits into F are recovered while
+  // copied there, and their later F hits serve exactly the checkpoint's BF16.
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  for (const char* policy : {"zipmoe", "lru"}) {
+    for (double share : {0.3, 0.6}) {
+      SCOPED_TRACE(::testing::Message() << policy << " budget " << share);
+      OffloadConfig config;
+      config.model_dir = dir;
+      config.memory_budget_bytes = static_cast<uint64_t>(share * ExpertBytes(m));
+      config.policy = *cm::ParseCachePolicy(policy);
+      config.n_workers = 2;
+      config.fused_recovery = true;
+      auto provider = OffloadExpertProvider::Create(config);
+      ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+      const Served served = Drive(**provider, MakeRoutings(m, 4, 8, 3), expected);
+      const RuntimeStats s = (*provider)->stats();
+      EXPECT_GT(served.planes, 0);
+      EXPECT_GT(served.bf16, 0) << "F hits serve BF16";
+      EXPECT_EQ(static_cast<uint64_t>(served.bf16), s.cache.pools[cm::PoolIndex(cm::Pool::kF)].requests);
+      EXPECT_EQ(s.recover_ops, 0u);
+      EXPECT_GT(s.decode_ops, 0u);
+      EXPECT_EQ((*provider)->cache().LivePins(), 0u);
+    }
+  }
+}
 
 TEST(OffloadProvider, FixedRatiosHitEveryPoolAndNeverExceedTheBudget) {
   const std::string dir = TinyCompressed("qwen2_moe");
