@@ -38,6 +38,7 @@ void RecoverScalarRange(const uint8_t* __restrict e, const uint8_t* __restrict s
   for (int64_t i = begin; i < n; ++i) out[i] = RecoverOne(e[i], sm[i]);
 }
 
+#if defined(__SSE2__)  // used by the x86 variants only
 // Elements to do one by one before out + i is `bytes`-aligned (split stores across cache lines cost
 // more than split loads, so the vector loops align their stores); 0 for an odd out, clamped to n.
 int64_t ElementsToAlignOut(const uint16_t* out, uintptr_t bytes, int64_t n) {
@@ -46,6 +47,7 @@ int64_t ElementsToAlignOut(const uint16_t* out, uintptr_t bytes, int64_t n) {
   const auto head = static_cast<int64_t>((bytes - addr % bytes) % bytes / 2);
   return head < n ? head : n;
 }
+#endif
 
 void RecoverPortable(const uint8_t* __restrict e, const uint8_t* __restrict sm, uint16_t* __restrict out,
                      int64_t n) {
