@@ -80,9 +80,9 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t layer_id, const at::Tensor& x,
                       const BatchLayout& batch) {
   const int64_t n = x.size(0), hd = c.head_dim;
-  at::Tensor q = Linear(x, w.q_proj.weight, w.q_proj.bias);
-  at::Tensor k = Linear(x, w.k_proj.weight, w.k_proj.bias);
-  at::Tensor v = Linear(x, w.v_proj.weight, w.v_proj.bias);
+  const std::vector<at::Tensor> qkv =
+      Linears(x, {{w.q_proj.weight, w.q_proj.bias}, {w.k_proj.weight, w.k_proj.bias}, {w.v_proj.weight, w.v_proj.bias}});
+  at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
   if (c.arch == ModelArch::kOlmoe) {  // OlmoeAttention: RMSNorm over the whole projection, then clip
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);

@@ -11,7 +11,8 @@
 namespace zipmoe::executor {
 
 at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x) {
-  return Linear(at::silu(Linear(x, w.gate)) * Linear(x, w.up), w.down);
+  const std::vector<at::Tensor> gate_up = Linears(x, {{w.gate, at::Tensor()}, {w.up, at::Tensor()}});
+  return Linear(at::silu(gate_up[0]) * gate_up[1], w.down);
 }
 
 at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
@@ -31,7 +32,8 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
     const kernels::GemmWeights gate = matrix(ew.gate, ew.gate_planes, inter, hidden);
     const kernels::GemmWeights up = matrix(ew.up, ew.up_planes, inter, hidden);
     const kernels::GemmWeights down = matrix(ew.down, ew.down_planes, hidden, inter);
-    return LinearCpu(at::silu(LinearCpu(x, gate)) * LinearCpu(x, up), down);
+    const std::vector<at::Tensor> gate_up = LinearCpuGroup(x, {gate, up});
+    return LinearCpu(at::silu(gate_up[0]) * gate_up[1], down);
   }
   TORCH_CHECK(!ew.planes(), "layer ", ew.layer_id, " expert ", ew.expert_id,
               ": E/SM planes (fused recovery) are only computed on the CPU in float32");

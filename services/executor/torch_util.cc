@@ -69,38 +69,83 @@ kernels::GemmWeights GemmWeightsOf(const at::Tensor& weight) {
   return w;
 }
 
-at::Tensor LinearCpu(const at::Tensor& x, const kernels::GemmWeights& w, const at::Tensor& bias) {
+std::vector<at::Tensor> LinearCpuGroup(const at::Tensor& x, const std::vector<kernels::GemmWeights>& ws,
+                                       const std::vector<at::Tensor>& biases) {
+  TORCH_CHECK(!ws.empty() && (biases.empty() || biases.size() == ws.size()),
+              "LinearCpuGroup: ", ws.size(), " weights and ", biases.size(), " biases");
   TORCH_CHECK(x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() >= 1, "LinearCpu: x must be float32 on the CPU");
-  TORCH_CHECK(x.size(-1) == w.cols, "LinearCpu: x has ", x.size(-1), " features, the weight ", w.cols, " columns");
-  TORCH_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.numel() == w.rows && bias.is_contiguous()),
-              "LinearCpu: bias must be a contiguous float32 [", w.rows, "] tensor");
-  const at::Tensor x2 = x.reshape({-1, w.cols}).contiguous();
-  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
-  out_shape.back() = w.rows;
-  at::Tensor y = at::empty({x2.size(0), w.rows}, x.options());
-  kernels::GemmArgs a;
-  a.w = w;
-  a.x = x2.data_ptr<float>();
-  a.n = x2.size(0);
-  a.ldx = w.cols;
-  a.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  a.y = y.data_ptr<float>();
-  a.ldy = w.rows;
-  // Rows per task: enough weight bytes (>= 64 KiB) that a task outweighs its scheduling.
-  const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 15) / std::max<int64_t>(1, w.cols));
-  at::parallel_for(0, w.rows, grain, [&](int64_t begin, int64_t end) {
-    kernels::GemmArgs part = a;
-    part.row_begin = begin;
-    part.row_end = end;
-    kernels::Bf16Gemm(part);
+  const int64_t cols = ws[0].cols;
+  TORCH_CHECK(x.size(-1) == cols, "LinearCpu: x has ", x.size(-1), " features, the weight ", cols, " columns");
+  const at::Tensor x2 = x.reshape({-1, cols}).contiguous();
+  std::vector<kernels::GemmArgs> args(ws.size());
+  std::vector<at::Tensor> ys(ws.size());
+  std::vector<int64_t> first_row(ws.size() + 1, 0);  // of each weight in the concatenated row space
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const kernels::GemmWeights& w = ws[i];
+    const at::Tensor bias = biases.empty() ? at::Tensor() : biases[i];
+    TORCH_CHECK(w.cols == cols, "LinearCpuGroup: weight ", i, " has ", w.cols, " columns, weight 0 ", cols);
+    TORCH_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.numel() == w.rows && bias.is_contiguous()),
+                "LinearCpu: bias must be a contiguous float32 [", w.rows, "] tensor");
+    ys[i] = at::empty({x2.size(0), w.rows}, x.options());
+    kernels::GemmArgs& a = args[i];
+    a.w = w;
+    a.x = x2.data_ptr<float>();
+    a.n = x2.size(0);
+    a.ldx = cols;
+    a.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+    a.y = ys[i].data_ptr<float>();
+    a.ldy = w.rows;
+    first_row[i + 1] = first_row[i] + w.rows;
+  }
+  // Rows per task: enough weight bytes (>= 64 KiB) that a task outweighs its scheduling. One
+  // parallel region over the rows of every weight: one fork/join for the group.
+  const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 15) / std::max<int64_t>(1, cols));
+  at::parallel_for(0, first_row.back(), grain, [&](int64_t begin, int64_t end) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const int64_t lo = std::max(begin, first_row[i]), hi = std::min(end, first_row[i + 1]);
+      if (lo >= hi) continue;
+      kernels::GemmArgs part = args[i];
+      part.row_begin = lo - first_row[i];
+      part.row_end = hi - first_row[i];
+      kernels::Bf16Gemm(part);
+    }
   });
-  return y.view(out_shape);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+    out_shape.back() = ws[i].rows;
+    ys[i] = ys[i].view(out_shape);
+  }
+  return ys;
+}
+
+at::Tensor LinearCpu(const at::Tensor& x, const kernels::GemmWeights& w, const at::Tensor& bias) {
+  return LinearCpuGroup(x, {w}, {bias})[0];
+}
+
+bool RunsOnCpuKernels(const at::Tensor& x, const at::Tensor& weight) {
+  return x.is_cpu() && x.scalar_type() == at::kFloat && weight.is_cpu() &&
+         (weight.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kFloat);
+}
+
+std::vector<at::Tensor> Linears(const at::Tensor& x, const std::vector<std::pair<at::Tensor, at::Tensor>>& layers) {
+  bool cpu = true;
+  for (const auto& [weight, bias] : layers) cpu = cpu && RunsOnCpuKernels(x, weight);
+  std::vector<at::Tensor> out;
+  if (cpu) {
+    std::vector<kernels::GemmWeights> ws;
+    std::vector<at::Tensor> biases;
+    for (const auto& [weight, bias] : layers) {
+      ws.push_back(GemmWeightsOf(weight.contiguous()));
+      biases.push_back(bias);
+    }
+    return LinearCpuGroup(x, ws, biases);
+  }
+  for (const auto& [weight, bias] : layers) out.push_back(Linear(x, weight, bias));
+  return out;
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (x.is_cpu() && x.scalar_type() == at::kFloat && weight.is_cpu() &&
-      (weight.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kFloat))
-    return LinearCpu(x, GemmWeightsOf(weight.contiguous()), bias);
+  if (RunsOnCpuKernels(x, weight)) return LinearCpu(x, GemmWeightsOf(weight.contiguous()), bias);
   return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
 }
 

@@ -75,4 +75,18 @@ kernels::GemmWeights GemmWeightsOf(const at::Tensor& weight);
 // Throws c10::Error (caught by TorchBoundary) when x's last dimension differs from w.cols.
 at::Tensor LinearCpu(const at::Tensor& x, const kernels::GemmWeights& w, const at::Tensor& bias = at::Tensor());
 
+// LinearCpu of several weights with the same input (q/k/v, gate/up) in one parallel region: one
+// fork/join for the group instead of one per weight, the same bits as separate calls.
+// `biases`: empty, or one (possibly undefined) per weight. Throws c10::Error as LinearCpu, or when a
+// weight's column count differs from the first's.
+std::vector<at::Tensor> LinearCpuGroup(const at::Tensor& x, const std::vector<kernels::GemmWeights>& ws,
+                                       const std::vector<at::Tensor>& biases = {});
+
+// True when Linear(x, weight) runs on the CPU kernels (float32 x on the CPU, BF16/F32 CPU weight).
+bool RunsOnCpuKernels(const at::Tensor& x, const at::Tensor& weight);
+
+// Linear of each (weight, bias) on the same x: one LinearCpuGroup when every one runs on the CPU
+// kernels, else one Linear each. Bias may be undefined.
+std::vector<at::Tensor> Linears(const at::Tensor& x, const std::vector<std::pair<at::Tensor, at::Tensor>>& layers);
+
 }  // namespace zipmoe::executor
