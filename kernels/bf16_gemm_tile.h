@@ -122,10 +122,12 @@ template <class V, Encoding kEnc>
 inline void Run(const GemmArgs& a) {
   for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
     const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
-    if (t1 - t0 < V::kGemmTokens) {
-      Rows<V, kEnc, V::kGemvRows, 1>(a, t0, t1);
-    } else {
+    if (t1 - t0 >= V::kGemmTokens) {
       Rows<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1);
+    } else if (t1 - t0 >= 2) {  // a routed expert's few prefill tokens: widen each weight once per pair
+      Rows<V, kEnc, V::kGemmRows, 2>(a, t0, t1);
+    } else {
+      Rows<V, kEnc, V::kGemvRows, 1>(a, t0, t1);
     }
   }
 }
