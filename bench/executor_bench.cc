@@ -1,11 +1,13 @@
 // executor_bench: prefill and decode throughput of the libtorch executor with every expert
 // resident (the upper bound the offloading runtime is measured against).
 //
-//   executor_bench MODEL_DIR [--threads N] [--prompt-len P] [--decode-tokens D] [--batch B] [--reps R]
+//   executor_bench MODEL_DIR [--threads N] [--prompt-len P | --prompt-ids 1,2,3] [--decode-tokens D] [--batch B]
+//                  [--reps R]
 //
-// Prompts are random token ids (fixed seed). Each repetition runs one Generate call (greedy, EOS
-// ignored) of D + 1 new tokens: prefill tokens/s = B * P / ttft, decode tokens/s = B / tpot. The
-// best repetition after one warm-up is reported. A small driver, not a timed test.
+// Prompts are random token ids (fixed seed), or the --prompt-ids given (every sequence of the batch
+// gets them; bench/suite.py's experiment (m) gives llama.cpp the same ids). Each repetition runs one
+// Generate call (greedy, EOS ignored) of D + 1 new tokens: prefill tokens/s = B * P / ttft, decode
+// tokens/s = B / tpot. The best repetition after one warm-up is reported. A small driver, not a timed test.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +26,22 @@ struct BenchArgs {
   int64_t decode_tokens = 32;
   int64_t batch = 1;
   int reps = 3;
+  std::vector<int32_t> prompt_ids;  // empty: random ids
 };
+
+bool ParseIds(const std::string& text, std::vector<int32_t>* out) {
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0) return false;
+    out->push_back(static_cast<int32_t>(v));
+    pos = comma + 1;
+  }
+  return !out->empty();
+}
 
 bool ParseArgs(int argc, char** argv, BenchArgs* a) {
   for (int i = 1; i < argc; ++i) {
@@ -43,6 +60,9 @@ bool ParseArgs(int argc, char** argv, BenchArgs* a) {
       a->decode_tokens = v;
     } else if (arg == "--batch" && next(&v)) {
       a->batch = v;
+    } else if (arg == "--prompt-ids" && i + 1 < argc) {
+      if (!ParseIds(argv[++i], &a->prompt_ids)) return false;
+      a->prompt_len = static_cast<int64_t>(a->prompt_ids.size());
     } else if (arg == "--reps" && next(&v)) {
       a->reps = static_cast<int>(v);
     } else if (!arg.empty() && arg[0] != '-' && a->model_dir.empty()) {
@@ -60,8 +80,8 @@ int main(int argc, char** argv) {
   BenchArgs args;
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr,
-                 "usage: executor_bench MODEL_DIR [--threads N] [--prompt-len P] [--decode-tokens D] [--batch B] "
-                 "[--reps R]\n");
+                 "usage: executor_bench MODEL_DIR [--threads N] [--prompt-len P | --prompt-ids 1,2,3] "
+                 "[--decode-tokens D] [--batch B] [--reps R]\n");
     return 2;
   }
   zipmoe::executor::GeneratorOptions options;
@@ -76,8 +96,13 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(12345);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size - 1));
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(args.batch));
-  for (auto& p : prompts)
+  for (auto& p : prompts) {
+    if (!args.prompt_ids.empty()) {
+      p = args.prompt_ids;
+      continue;
+    }
     for (int64_t i = 0; i < args.prompt_len; ++i) p.push_back(token(rng));
+  }
 
   zipmoe::executor::GenerationParams params;
   params.max_new_tokens = args.decode_tokens + 1;

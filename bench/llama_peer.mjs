@@ -3,7 +3,7 @@
 // binaries and times it on the CPU. Install first: bench/install_peer.sh (the locked versions into bench/node_modules).
 //
 //   node bench/llama_peer.mjs --model FILE.gguf [--prompt-ids 1,2,3 | --prompt TEXT] [--threads 2]
-//        [--decode-tokens 16] [--warmup-tokens 2] [--prefill-reps 3] [--dump FILE.json [--dump-steps 4]]
+//        [--decode-tokens 16] [--warmup-tokens 2] [--prefill-reps 3] [--dump FILE.json [--dump-steps 4]] [--progress]
 //
 // Measures, after loading:
 //   prefill  the prompt evaluated on an empty sequence, logits of its last position computed; one
@@ -18,6 +18,9 @@
 //            last position (bench/peer_check.py compares it with zipmoe's --logits-out rows).
 // A text --prompt is tokenized by the GGUF's tokenizer (with BOS where the model adds one); the default
 // prompt is the 16 ids 1..16. Prints one JSON object on stdout; llama.cpp's warnings go to stderr.
+// --progress also writes one JSON line per phase to stderr as it ends ({"progress": "load" | "prefill" |
+// "decode", "s": seconds, "step": i for decode}), so a run stopped by a time limit still shows how far it
+// got and how long each finished step took (bench/suite.py's cold runs under a memory cap).
 // --threads sets llama.cpp's thread count for prefill and decode alike (default 2). llama.cpp maps the GGUF
 // (mmap), so the weights come from the page cache: for warm figures have the file cached (e.g. read it once)
 // and enough free memory to keep it there; a decode step that meets an expert only on disk includes its read.
@@ -26,7 +29,7 @@ import { existsSync, renameSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 
 const USAGE = "usage: node bench/llama_peer.mjs --model FILE.gguf [--prompt-ids 1,2,3 | --prompt TEXT] [--threads N]\n" +
-  "       [--decode-tokens N] [--warmup-tokens N] [--prefill-reps N] [--dump FILE.json [--dump-steps N]]";
+  "       [--decode-tokens N] [--warmup-tokens N] [--prefill-reps N] [--dump FILE.json [--dump-steps N]] [--progress]";
 
 function fail(message) {
   process.stderr.write(`error: ${message}\n${USAGE}\n`);
@@ -53,6 +56,7 @@ function parseOptions() {
         "prefill-reps": { type: "string", default: "3" },
         dump: { type: "string" },
         "dump-steps": { type: "string", default: "4" },
+        progress: { type: "boolean", default: false },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -83,6 +87,7 @@ function parseOptions() {
     prefillReps: positiveInt("prefill-reps", values["prefill-reps"]),
     dump: values.dump,
     dumpSteps: positiveInt("dump-steps", values["dump-steps"]),
+    progress: values.progress,
   };
 }
 
@@ -145,6 +150,10 @@ async function main() {
   });
   const sequence = context.getSequence();
   const loadS = (performance.now() - t0) / 1000;
+  const progress = (phase, seconds, extra = {}) => {
+    if (opt.progress) process.stderr.write(`${JSON.stringify({ progress: phase, s: seconds, ...extra })}\n`);
+  };
+  progress("load", loadS);
 
   // Prefill: one warm-up, then the timed runs; decoding continues from the last one.
   const prefillRuns = [];
@@ -153,7 +162,9 @@ async function main() {
     await sequence.clearHistory();
     const start = performance.now();
     next = await feed(sequence, prompt, GREEDY);
-    if (rep > 0) prefillRuns.push((performance.now() - start) / 1000);
+    const seconds = (performance.now() - start) / 1000;
+    if (rep > 0) prefillRuns.push(seconds);
+    progress("prefill", seconds, { timed: rep > 0 });
   }
   const prefillS = median(prefillRuns);
 
@@ -164,7 +175,9 @@ async function main() {
     generated.push(token);
     const start = performance.now();
     token = (await feed(sequence, [token], GREEDY)).token;
-    if (step >= opt.warmupTokens) stepS.push((performance.now() - start) / 1000);
+    const seconds = (performance.now() - start) / 1000;
+    if (step >= opt.warmupTokens) stepS.push(seconds);
+    progress("decode", seconds, { step, timed: step >= opt.warmupTokens });
   }
   const tpotS = stepS.reduce((a, b) => a + b, 0) / stepS.length;
 

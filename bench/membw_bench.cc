@@ -1,0 +1,157 @@
+// membw_bench: memory read bandwidth of this machine, the denominator of the decode floor in
+// bench/suite.py's experiment (m) (bytes one decode token reads / bandwidth).
+//
+//   membw_bench [--threads N] [--bytes B] [--reps R]
+//
+// Allocates one float buffer of B bytes (default 2 GiB, at least 1 GiB so that no cache level holds
+// it), writes every element (the pages exist; untouched anonymous memory would read the shared zero
+// page), then R times (default 5) lets N threads (default 2) sum disjoint contiguous slices of it with
+// independent vector accumulators. A repetition's GB/s = B / (wall time from the start signal to the
+// last thread's finish). Prints one JSON object on stdout: best and median GB/s over the repetitions,
+// each repetition's GB/s, and the sum (so the loads cannot be optimised away). A small driver, not a
+// timed test.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// Eight floats; GCC/Clang lower it to AVX, SSE pairs or NEON, whatever the target has.
+typedef float V8 __attribute__((vector_size(32)));
+
+struct Args {
+  int threads = 2;
+  uint64_t bytes = 2ull << 30;
+  int reps = 5;
+};
+
+bool ParseBytes(const char* s, uint64_t* out) {
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (end == s || v <= 0) return false;
+  double mul = 1;
+  const std::string unit(end);
+  if (unit == "" || unit == "B") {
+    mul = 1;
+  } else if (unit == "K" || unit == "KiB") {
+    mul = 1024.0;
+  } else if (unit == "M" || unit == "MiB") {
+    mul = 1024.0 * 1024;
+  } else if (unit == "G" || unit == "GiB") {
+    mul = 1024.0 * 1024 * 1024;
+  } else {
+    return false;
+  }
+  *out = static_cast<uint64_t>(v * mul);
+  return true;
+}
+
+bool ParseArgs(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return false;
+    const char* v = argv[++i];
+    if (arg == "--threads") {
+      a->threads = std::atoi(v);
+    } else if (arg == "--reps") {
+      a->reps = std::atoi(v);
+    } else if (arg == "--bytes") {
+      if (!ParseBytes(v, &a->bytes)) return false;
+    } else {
+      return false;
+    }
+  }
+  return a->threads > 0 && a->reps > 0 && a->bytes >= (1ull << 30);
+}
+
+// Sums floats [begin, end) of `data` (a multiple of 32 floats long, 32-float aligned).
+float SumSlice(const float* data, uint64_t begin, uint64_t end) {
+  V8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  for (uint64_t i = begin; i < end; i += 32) {
+    V8 x0, x1, x2, x3;
+    std::memcpy(&x0, data + i, sizeof(V8));
+    std::memcpy(&x1, data + i + 8, sizeof(V8));
+    std::memcpy(&x2, data + i + 16, sizeof(V8));
+    std::memcpy(&x3, data + i + 24, sizeof(V8));
+    a0 += x0;
+    a1 += x1;
+    a2 += x2;
+    a3 += x3;
+  }
+  const V8 s = (a0 + a1) + (a2 + a3);
+  float total = 0;
+  for (int j = 0; j < 8; ++j) total += s[j];
+  return total;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (!ParseArgs(argc, argv, &args)) {
+    std::fprintf(stderr, "usage: membw_bench [--threads N] [--bytes B (>= 1GiB; suffix K/M/G)] [--reps R]\n");
+    return 2;
+  }
+  const uint64_t n = args.bytes / sizeof(float) / 32 * 32;  // whole 32-float blocks
+  const uint64_t bytes = n * sizeof(float);
+  float* data = static_cast<float*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+  if (data == nullptr) {
+    std::fprintf(stderr, "E: cannot allocate %llu bytes\n", static_cast<unsigned long long>(bytes));
+    return 1;
+  }
+  // Slices of whole 32-float blocks, one per thread; the same split initialises and reads.
+  const int t = args.threads;
+  std::vector<uint64_t> edge(static_cast<size_t>(t) + 1);
+  for (int i = 0; i <= t; ++i) edge[static_cast<size_t>(i)] = n / 32 * static_cast<uint64_t>(i) / t * 32;
+  {
+    std::vector<std::thread> init;
+    for (int i = 0; i < t; ++i) {
+      init.emplace_back([&, i] {
+        for (uint64_t k = edge[i]; k < edge[i + 1]; ++k) data[k] = static_cast<float>(k % 7) * 0.25f;
+      });
+    }
+    for (auto& th : init) th.join();
+  }
+  std::vector<double> gbps;
+  double checksum = 0;
+  for (int rep = 0; rep < args.reps; ++rep) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<float> sums(static_cast<size_t>(t), 0.0f);
+    std::vector<std::thread> workers;
+    for (int i = 0; i < t; ++i) {
+      workers.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) {
+        }
+        sums[static_cast<size_t>(i)] = SumSlice(data, edge[i], edge[i + 1]);
+      });
+    }
+    while (ready.load() < t) {
+    }
+    const auto start = std::chrono::steady_clock::now();
+    go.store(true, std::memory_order_release);
+    for (auto& th : workers) th.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    gbps.push_back(static_cast<double>(bytes) / s / 1e9);
+    for (float x : sums) checksum += x;
+  }
+  std::vector<double> sorted = gbps;
+  std::sort(sorted.begin(), sorted.end());
+  std::string runs;
+  for (size_t i = 0; i < gbps.size(); ++i) runs += (i ? "," : "") + std::to_string(gbps[i]);
+  std::printf(
+      "{\"threads\": %d, \"bytes\": %llu, \"reps\": %d, \"gbps\": %.3f, \"gbps_median\": %.3f, \"gbps_runs\": [%s], "
+      "\"checksum\": %.6g}\n",
+      t, static_cast<unsigned long long>(bytes), args.reps, sorted.back(), sorted[sorted.size() / 2], runs.c_str(),
+      checksum);
+  std::free(data);
+  return 0;
+}
