@@ -13,7 +13,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite import MODES  # noqa: E402  (what the other mode runs, for the caveats)
+from suite import MODES, OTHERS_MAX  # noqa: E402  (what the other mode runs, for the caveats; (m)'s limit)
 
 try:
     import matplotlib
@@ -732,12 +732,19 @@ class Report:
             why = ""
             if r > 1.2:
                 lr = f"llama.cpp's {l['tpot_s'] / mj['floor_s']:.2f}× ({f3(eff(l['tpot_s']), 1)} GB/s)" if l else ""
+                l_busy = l and (l.get("others_cpu") or 0) > OTHERS_MAX
+                z_busy = (z.get("others_cpu") or 0) > OTHERS_MAX
                 why = (f"zipmoe's step streams its {fb['total'] / GIB:.2f} GiB at {f3(eff(z['tpot_s']), 1)} GB/s, "
-                       f"{mj['membw_gbps'] / eff(z['tpot_s']):.1f}× below what a plain 2-thread sum reads"
-                       + (f"; {lr} is far above the floor too, so on these 2 cores a BF16 matrix-vector step is bound "
+                       f"{mj['membw_gbps'] / eff(z['tpot_s']):.1f}× below what a plain {mj['threads']}-thread sum reads"
+                       + (f"; its best run shared the cores with {z['others_cpu']:.2f} cores of other work" if z_busy
+                          else "")
+                       + ("" if not l else
+                          f"; {lr} shared the cores too ({l['others_cpu']:.2f} cores of other work), so it tells "
+                          "nothing about the machine here" if l_busy else
+                          f"; {lr} is far above the floor too, so on these cores a BF16 matrix-vector step is bound "
                           "by the per-byte work (widening BF16, FMAs, the per-layer threading), not by DRAM"
-                          if l and l["tpot_s"] / mj["floor_s"] > 1.2 else
-                          f"; {lr} comes closer, so the gap is zipmoe's kernels/threading, not the machine" if l else ""))
+                          if l["tpot_s"] / mj["floor_s"] > 1.2 else
+                          f"; {lr} comes closer, so the gap is zipmoe's kernels/threading, not the machine"))
             add("zipmoe warm TPOT / decode floor", "≤ 1.2", f"{r:.2f} ({f3(z['tpot_s'], 4)} / {f3(mj['floor_s'], 4)} s)",
                 r <= 1.2, why)
         if z and l:
@@ -827,7 +834,9 @@ class Report:
                            f"{res} | {f3(w.get('others_cpu'), 2)} | {gib(w.get('peak_bytes'))} |")
                 else:
                     self.p(f"| {w['round'] + 1} | {w['system']} | failed: {w.get('error', '')} | | {res} | | |")
-            bws = ", ".join(f"{b['gbps']:.1f}" for b in mj.get("membw") or [])
+            bws = ", ".join(f"{b['gbps']:.1f}" + (f" (other work meanwhile: {b['others_cpu']:.2f} cores)"
+                                                  if b.get("others_cpu") is not None else "")
+                            for b in mj.get("membw") or [])
             self.p("", f"membw_bench best per run: {bws} GB/s. " + (
                 f"All-resident `zipmoe generate` (the RSS run): TPOT {f3(rss.get('tpot_s'), 4)} s, peak RSS "
                 f"{gib(rss.get('peak_rss_bytes'))} GiB for a {gib(rss.get('weights_bytes'))} GiB checkpoint (RSS "

@@ -793,7 +793,9 @@ class Suite:
                             str(reps)], log, timeout=300)
         j = self.last_json(r["stdout"]) if r["rc"] == 0 else None
         if j:
-            bl.log(f"m: memory read bandwidth {j['gbps']:.1f} GB/s best, {j['gbps_median']:.1f} median")
+            j["others_cpu"] = r["others_cpu"]
+            bl.log(f"m: memory read bandwidth {j['gbps']:.1f} GB/s best, {j['gbps_median']:.1f} median "
+                   f"(others used {r['others_cpu']:.2f} cores)")
         return j
 
     def exp_m(self, m):
