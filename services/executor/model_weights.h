@@ -100,8 +100,10 @@ struct LoadedModel {
   std::unique_ptr<ResidentExpertProvider> resident_experts;  // if LoadOptions::resident_experts
 };
 
-// Loads DIR. Errors: DetectModelDir's; LoadModelConfig's; Checkpoint/SafetensorsFile/ExpertStore
-// open errors; kNotFound naming a missing tensor and DIR; kInvalidArgument naming a tensor whose
+// Loads DIR. The dense weights' file, and with resident_experts a checkpoint's every file, are
+// mapped in full before returning (MappedFile::Populate: no page fault inside a request).
+// Errors: DetectModelDir's; LoadModelConfig's; Checkpoint/SafetensorsFile/ExpertStore open errors;
+// kIoError from populating a mapping; kNotFound naming a missing tensor and DIR; kInvalidArgument naming a tensor whose
 // shape differs from the config (expected and found shapes) or whose dtype is unsupported;
 // provider construction errors (kCorruption from a damaged experts.bin); kInternal (torch).
 Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const LoadOptions& options);
