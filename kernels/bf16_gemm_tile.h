@@ -24,8 +24,9 @@ namespace zipmoe::kernels::gemm_tile {
 // How the weights are stored (GemmWeights).
 enum class Encoding { kBf16, kF32, kPlanes };
 
-// Weight `index` of `w` as float32 (the scalar tails).
-template <Encoding kEnc>
+// Weight `index` of `w` as float32 (the scalar tails). Templated on V, unused inside, so that each
+// ISA translation unit's instantiation has internal linkage like every other template here.
+template <class V, Encoding kEnc>
 inline float WeightAt(const GemmWeights& w, int64_t index) {
   if (kEnc == Encoding::kF32) return w.f32[index];
   uint32_t bits;
@@ -95,7 +96,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
     for (int j = 0; j < T; ++j) {
       const float* xt = a.x + (t + j) * a.ldx;
       float s = V::Reduce(acc[i][j]);
-      for (int64_t k = kb * 16; k < cols; ++k) s = __builtin_fmaf(WeightAt<kEnc>(a.w, row + k), xt[k], s);
+      for (int64_t k = kb * 16; k < cols; ++k) s = __builtin_fmaf(WeightAt<V, kEnc>(a.w, row + k), xt[k], s);
       if (a.bias != nullptr) s += a.bias[r + i];
       a.y[(t + j) * a.ldy + r + i] = s;
     }

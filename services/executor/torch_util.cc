@@ -130,7 +130,6 @@ bool RunsOnCpuKernels(const at::Tensor& x, const at::Tensor& weight) {
 std::vector<at::Tensor> Linears(const at::Tensor& x, const std::vector<std::pair<at::Tensor, at::Tensor>>& layers) {
   bool cpu = true;
   for (const auto& [weight, bias] : layers) cpu = cpu && RunsOnCpuKernels(x, weight);
-  std::vector<at::Tensor> out;
   if (cpu) {
     std::vector<kernels::GemmWeights> ws;
     std::vector<at::Tensor> biases;
@@ -140,6 +139,7 @@ std::vector<at::Tensor> Linears(const at::Tensor& x, const std::vector<std::pair
     }
     return LinearCpuGroup(x, ws, biases);
   }
+  std::vector<at::Tensor> out;
   for (const auto& [weight, bias] : layers) out.push_back(Linear(x, weight, bias));
   return out;
 }
