@@ -485,7 +485,7 @@ class Server {
         Job* j = job.get();
         Result<executor::BatchSession::SequenceId> id = session->AddSequence(
             job->request.prompt_ids, job->request.params, /*sampler_stream=*/0,
-            [this, j](int32_t token) { return OnToken(*j, token); });
+            [this, j](const executor::SampledToken& token) { return OnToken(*j, token.id); });
         if (!id.ok()) {
           Finish(*job, id.status(), false);
         } else {

@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -92,6 +95,37 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
 // ---------------------------------------------------------------------------------------------
 // BatchSession
 
+namespace {
+
+// Fills out->logprob (of `token`) and out->top (the `k` most likely) from one row of raw logits:
+// log_softmax in double; NaN logits have probability 0 and are never listed.
+void Logprobs(const float* logits, int64_t vocab, int32_t token, int32_t k, SampledToken* out) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!std::isnan(logits[i])) max_logit = std::max(max_logit, static_cast<double>(logits[i]));
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!std::isnan(logits[i])) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+  auto logprob = [&](int64_t i) {
+    return std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity()
+                                 : static_cast<float>(static_cast<double>(logits[i]) - log_z);
+  };
+  out->logprob = logprob(token);
+  out->top.clear();
+  if (k <= 0) return;
+  std::vector<int32_t> order;
+  order.reserve(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!std::isnan(logits[i])) order.push_back(static_cast<int32_t>(i));
+  const size_t keep = std::min(order.size(), static_cast<size_t>(k));
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                    [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (size_t i = 0; i < keep; ++i) out->top.push_back(TokenLogprob{order[i], logprob(order[i])});
+}
+
+}  // namespace
+
 struct BatchSession::Impl {
   struct Sequence {
     SequenceId id = 0;
@@ -102,6 +136,7 @@ struct BatchSession::Impl {
     GenerationResult result;
     bool prefilled = false;
     std::vector<int32_t> feed;  // the one token of a decode step
+    std::unordered_map<int32_t, int32_t> counts;  // generated token -> occurrences (penalties)
     Sequence(SequenceId i, const GenerationParams& p, uint64_t stream, KvCache c, SequenceCallback cb,
              std::vector<int32_t> prompt)
         : id(i), params(p), sampler(p.sampling, stream), cache(std::move(c)), on_token(std::move(cb)) {
@@ -175,6 +210,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
     return finished;
   }
   const at::Tensor& logits = *forward;
+  std::vector<float> penalized;  // scratch: one row with the sequence's penalties applied
   std::vector<std::unique_ptr<Impl::Sequence>> still;
   int64_t row = 0;
   for (size_t j = 0; j < sequences.size(); ++j) {
@@ -192,9 +228,23 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
     bool go_on = false;
     bool cancelled = false;
     if (!(was_prefill && s.params.max_new_tokens == 0)) {
-      const int32_t token = s.sampler.Sample(logits.data_ptr<float>() + last * vocab, vocab);
+      const float* row_logits = logits.data_ptr<float>() + last * vocab;
+      const SamplingParams& sp = s.params.sampling;
+      int32_t token = 0;
+      if ((sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) && !s.counts.empty()) {
+        penalized.assign(row_logits, row_logits + vocab);
+        for (const auto& [t, count] : s.counts)
+          penalized[static_cast<size_t>(t)] -= static_cast<float>(count) * sp.frequency_penalty + sp.presence_penalty;
+        token = s.sampler.Sample(penalized.data(), vocab);
+      } else {
+        token = s.sampler.Sample(row_logits, vocab);
+      }
+      ++s.counts[token];
       r.generated_ids.push_back(token);
-      const bool keep = s.on_token ? s.on_token(token) : true;
+      SampledToken sampled;
+      sampled.id = token;
+      if (s.params.logprobs >= 0) Logprobs(row_logits, vocab, token, s.params.logprobs, &sampled);
+      const bool keep = s.on_token ? s.on_token(sampled) : true;
       if (s.params.stop_on_eos && c.IsEos(token)) {
         r.stopped_on_eos = true;
       } else if (!keep) {
@@ -238,8 +288,8 @@ Result<std::vector<GenerationResult>> Generator::Generate(const std::vector<std:
   GenerationStats st;
   for (size_t i = 0; i < n; ++i) {
     BatchSession::SequenceCallback callback;
-    if (on_token) callback = [&on_token, i](int32_t token) {
-      on_token(i, token);
+    if (on_token) callback = [&on_token, i](const SampledToken& token) {
+      on_token(i, token.id);
       return true;
     };
     Result<BatchSession::SequenceId> id = session->AddSequence(prompts[i], params, i, std::move(callback));

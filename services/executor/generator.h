@@ -41,6 +41,9 @@ struct GeneratorOptions {
 struct GenerationParams {
   int64_t max_new_tokens = 32;  // >= 0; 0 runs the prompt only (for its logits)
   SamplingParams sampling;      // temperature 0 = greedy
+  // Log-probabilities handed to the BatchSession callback with every sampled token: -1 = none;
+  // k >= 0 = the sampled token's and the k most likely tokens' (SampledToken).
+  int32_t logprobs = -1;
   bool record_logits = false;   // keep float32 logits of every position fed through the model
   bool stop_on_eos = true;      // stop a sequence once it generates one of config().eos_token_ids
 };
@@ -66,6 +69,22 @@ struct GenerationStats {
   int64_t decode_tokens = 0;     // tokens fed by decode steps (over all sequences)
 };
 
+// One candidate of a step's distribution: token id and its log-probability (natural log).
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+// A token a BatchSession sampled. Log-probabilities are those of the model's distribution at this
+// step: log_softmax of the raw float32 logits (before penalties, temperature, top-k/top-p), computed
+// in double, as vLLM's default "raw logprobs" and OpenAI's `logprobs` report them.
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0.0f;           // of `id`; 0 when GenerationParams::logprobs < 0
+  std::vector<TokenLogprob> top;  // the GenerationParams::logprobs most likely tokens, logprob
+                                  // descending, ties by lower id; empty when logprobs <= 0
+};
+
 // Called once per generated token, in generation order: (index of the prompt, token id).
 using TokenCallback = std::function<void(size_t sequence, int32_t token_id)>;
 
@@ -88,9 +107,10 @@ class Generator;
 class BatchSession {
  public:
   using SequenceId = uint64_t;
-  // Called on the stepping thread for each token sampled for the sequence; return false to end the
-  // sequence after this token (a stop string matched, the client went away). Empty = never stop.
-  using SequenceCallback = std::function<bool(int32_t token_id)>;
+  // Called on the stepping thread for each token sampled for the sequence (with log-probabilities
+  // when GenerationParams::logprobs >= 0); return false to end the sequence after this token (a stop
+  // string matched, the client went away). Empty = never stop.
+  using SequenceCallback = std::function<bool(const SampledToken& token)>;
 
   // How a sequence ended.
   struct Finished {

@@ -20,6 +20,12 @@ struct SamplingParams {
   int64_t top_k = 0;         // 0: no top-k filter
   float top_p = 1.0f;        // >= 1: no nucleus filter
   uint64_t seed = 0;
+  // OpenAI's penalties (API reference, "frequency_penalty"/"presence_penalty"), applied to the raw
+  // logits before everything above: logit[t] -= count[t] * frequency_penalty + (count[t] > 0) *
+  // presence_penalty, where count[t] is how often t occurs among the tokens this sequence has
+  // generated so far (the prompt does not count, as in vLLM). 0 = off; they apply to greedy too.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
 };
 
 class Sampler {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "common/resident_expert_provider.h"
 #include "common/safetensors.h"
@@ -453,8 +454,8 @@ TEST(BatchSessionTest, SequencesJoiningMidGenerationGetTheirAloneTokens) {
   auto add = [&](const std::vector<int32_t>& prompt, int64_t n) {
     params.max_new_tokens = n;
     auto holder = std::make_shared<BatchSession::SequenceId>(0);
-    auto id = session->AddSequence(prompt, params, 0, [&streamed, holder](int32_t t) {
-      streamed[*holder].push_back(t);
+    auto id = session->AddSequence(prompt, params, 0, [&streamed, holder](const SampledToken& t) {
+      streamed[*holder].push_back(t.id);
       return true;
     });
     EXPECT_TRUE(id.ok()) << id.status().ToString();
@@ -497,7 +498,7 @@ TEST(BatchSessionTest, CallbackFalseEndsOnlyThatSequence) {
   params.stop_on_eos = false;
   auto session = g->NewSession();
   int seen = 0;
-  auto stopper = session->AddSequence(kPrompt, params, 0, [&seen](int32_t) { return ++seen < 2; });
+  auto stopper = session->AddSequence(kPrompt, params, 0, [&seen](const SampledToken&) { return ++seen < 2; });
   auto other = session->AddSequence({64, 128}, params);
   ASSERT_TRUE(stopper.ok() && other.ok());
   std::map<BatchSession::SequenceId, BatchSession::Finished> done;
@@ -582,6 +583,68 @@ TEST(BatchSessionTest, ForwardFailureEndsEverySequenceOfTheStepAndTheSessionGoes
   ASSERT_EQ(done.size(), 1u);
   EXPECT_TRUE(done[0].status.ok());
   EXPECT_EQ(done[0].result.generated_ids, AloneGreedy(*g, {64, 128}, 4));
+}
+
+// Logprobs are log_softmax of the recorded raw logits of the same step (known answer), the top list
+// is sorted and starts with the greedy token.
+TEST(BatchSessionTest, LogprobsAreLogSoftmaxOfTheStepsLogits) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 3;
+  params.stop_on_eos = false;
+  params.record_logits = true;
+  params.logprobs = 5;
+  auto session = g->NewSession();
+  std::vector<SampledToken> seen;
+  ASSERT_TRUE(session->AddSequence(kPrompt, params, 0, [&seen](const SampledToken& t) {
+                       seen.push_back(t);
+                       return true;
+                     }).ok());
+  GenerationResult result;
+  while (!session->empty())
+    for (auto& f : session->Step()) result = std::move(f.result);
+  ASSERT_EQ(seen.size(), 3u);
+  const int64_t vocab = g->config().vocab_size;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    // Row of the position that produced token i: last prompt position, then each fed-back token.
+    const int64_t row = static_cast<int64_t>(kPrompt.size()) - 1 + static_cast<int64_t>(i);
+    const float* l = result.logits.data() + row * vocab;
+    double mx = l[0];
+    for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(l[v]));
+    double sum = 0;
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(l[v]) - mx);
+    const double expected = static_cast<double>(l[seen[i].id]) - mx - std::log(sum);
+    EXPECT_NEAR(seen[i].logprob, expected, 1e-5);
+    EXPECT_EQ(seen[i].id, result.generated_ids[i]);
+    ASSERT_EQ(seen[i].top.size(), 5u);
+    EXPECT_EQ(seen[i].top[0].id, seen[i].id);  // greedy: the sampled token is the most likely
+    EXPECT_FLOAT_EQ(seen[i].top[0].logprob, seen[i].logprob);
+    for (size_t k = 1; k < 5; ++k) EXPECT_GE(seen[i].top[k - 1].logprob, seen[i].top[k].logprob);
+    EXPECT_LE(seen[i].logprob, 0.0f);
+  }
+}
+
+// A large frequency penalty forbids repeating a generated token; without it greedy decoding of the
+// tiny random model repeats. The first token (no history yet) is the same either way.
+TEST(BatchSessionTest, FrequencyPenaltyStopsRepeatsAndLeavesTheFirstTokenAlone) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 40;
+  params.stop_on_eos = false;
+  auto plain = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  params.sampling.frequency_penalty = 1000.0f;
+  auto penalized = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(penalized.ok()) << penalized.status().ToString();
+  const std::vector<int32_t>& a = (*plain)[0].generated_ids;
+  const std::vector<int32_t>& b = (*penalized)[0].generated_ids;
+  ASSERT_EQ(a.size(), 40u);
+  ASSERT_EQ(b.size(), 40u);
+  EXPECT_EQ(a[0], b[0]);
+  EXPECT_LT(std::set<int32_t>(a.begin(), a.end()).size(), a.size()) << "greedy run without repeats: weak test";
+  EXPECT_EQ(std::set<int32_t>(b.begin(), b.end()).size(), b.size());
 }
 
 }  // namespace
