@@ -20,6 +20,11 @@ if [ "$(dpkg --print-architecture)" != arm64 ]; then
   PACKAGES+=(g++-aarch64-linux-gnu qemu-user-static googletest)
 fi
 
+# Node and npm for tests/openai (the official openai SDK): the machine's own when present (Node >= 20).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  PACKAGES+=(nodejs npm)
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -29,12 +34,26 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  echo "install_deps: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install_deps: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The OpenAI SDK compatibility suite (tests/openai, ctest openai_sdk_serve / openai_sdk_up): the `openai`
+# npm package pinned by tests/openai/package-lock.json, installed with `npm ci` into tests/openai/node_modules
+# (ignored). Idempotent: skipped when node_modules holds that lock file's install. Uses the machine's Node
+# (>= 20); Debian's nodejs + npm are installed above only when there is none.
+openai_dir="$(cd "$(dirname "$0")/../tests/openai" && pwd)"
+stamp="$openai_dir/node_modules/.zipmoe-lock.sha256"
+want=$(sha256sum "$openai_dir/package-lock.json" | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d "$openai_dir/node_modules/openai" ]; then
+  echo "install_deps: tests/openai node_modules up to date"
+else
+  echo "install_deps: npm ci in tests/openai"
+  (cd "$openai_dir" && npm ci --no-audit --no-fund --ignore-scripts)
+  echo "$want" > "$stamp"
+fi
