@@ -1,0 +1,110 @@
+// Accepted and rejected request fields through the official openai SDK (spec point 12).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import {
+  MODEL,
+  OpenAI,
+  TEST_TIMEOUT_MS,
+  assertErrorBody,
+  assertUsage,
+  chat,
+  client,
+  expectApiError,
+  http,
+  userMessage,
+} from './lib.mjs';
+
+const c = client();
+const T = { timeout: TEST_TIMEOUT_MS };
+const MSGS = userMessage('Repeat after me: la la la');
+
+function assertWellFormedChat(r, maxTokens) {
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.ok(['length', 'stop'].includes(r.choices[0].finish_reason));
+  assertUsage(r.usage, maxTokens);
+}
+
+test('12a presence_penalty and frequency_penalty are accepted', T, async () => {
+  const plain = await chat(c, MSGS, { temperature: 0, max_tokens: 24, frequency_penalty: 0 });
+  assertWellFormedChat(plain, 24);
+  const freq = await chat(c, MSGS, { temperature: 0, max_tokens: 24, frequency_penalty: 2.0 });
+  assertWellFormedChat(freq, 24);
+  const pres = await chat(c, MSGS, { temperature: 0, max_tokens: 24, presence_penalty: 1.5 });
+  assertWellFormedChat(pres, 24);
+  const cmpl = await c.completions.create({
+    model: MODEL,
+    prompt: 'la la la',
+    temperature: 0,
+    max_tokens: 8,
+    presence_penalty: 0.5,
+    frequency_penalty: 0.5,
+  });
+  assert.equal(typeof cmpl.choices[0].text, 'string');
+});
+
+test("12b logit_bias is a 400 with param 'logit_bias'", T, async () => {
+  await expectApiError(chat(c, MSGS, { max_tokens: 4, logit_bias: { 5: 10 } }), 400, {
+    param: 'logit_bias',
+    errorClass: OpenAI.BadRequestError,
+  });
+});
+
+test("12c response_format json_object is a 400 with param 'response_format'", T, async () => {
+  await expectApiError(chat(c, MSGS, { max_tokens: 4, response_format: { type: 'json_object' } }), 400, {
+    param: 'response_format',
+  });
+});
+
+test("12d response_format text is accepted", T, async () => {
+  const r = await chat(c, MSGS, { temperature: 0, max_tokens: 4, response_format: { type: 'text' } });
+  assertWellFormedChat(r, 4);
+});
+
+test("12e tools is a 400 with param 'tools'", T, async () => {
+  const tools = [
+    {
+      type: 'function',
+      function: {
+        name: 'get_weather',
+        description: 'Weather of a city',
+        parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+      },
+    },
+  ];
+  await expectApiError(chat(c, MSGS, { max_tokens: 4, tools }), 400, { param: 'tools' });
+});
+
+test("12f best_of on completions is a 400 with param 'best_of'", T, async () => {
+  await expectApiError(c.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: 4, best_of: 3 }), 400, {
+    param: 'best_of',
+  });
+});
+
+test('12g max_tokens -1 is a 400', T, async () => {
+  await expectApiError(chat(c, MSGS, { max_tokens: -1 }), 400, { errorClass: OpenAI.BadRequestError });
+  await expectApiError(c.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: -1 }), 400);
+});
+
+test('12h top_k -1 (an extra body field) is a 400', T, async () => {
+  // The SDK serializes the body as given, so fields it does not know reach the server.
+  await expectApiError(chat(c, MSGS, { max_tokens: 4, top_k: -1 }), 400);
+});
+
+test('12i every 4xx error body (400, 404; 401 in 08_auth) has error.message, type, param and code', T, async () => {
+  const cases = [
+    ['unknown role', 'POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'wizard', content: 'x' }] }],
+    ['logit_bias', 'POST', '/v1/chat/completions', { model: MODEL, messages: MSGS, logit_bias: { 5: 10 } }],
+    ['best_of', 'POST', '/v1/completions', { model: MODEL, prompt: 'Hi', best_of: 3 }],
+    ['max_tokens -1', 'POST', '/v1/completions', { model: MODEL, prompt: 'Hi', max_tokens: -1 }],
+    ['no messages', 'POST', '/v1/chat/completions', { model: MODEL }],
+    ['bad JSON', 'POST', '/v1/completions', '{"prompt": '],
+    ['unknown path', 'GET', '/v1/nothing-here', undefined],
+  ];
+  for (const [what, method, path, body] of cases) {
+    const r = await http(method, path, { body });
+    assert.ok(r.status >= 400 && r.status < 500, `${what}: HTTP ${r.status}`);
+    assertErrorBody(r.json, what);
+  }
+});
