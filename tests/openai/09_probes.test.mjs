@@ -97,11 +97,13 @@ test(`17d after ${MAX_BATCH} abandoned non-streaming requests, a new request com
   const abandoned = [];
   for (let i = 0; i < MAX_BATCH; ++i) {
     const ctl = new AbortController();
-    // No max_tokens: the default is the whole context left, thousands of tokens.
+    // No max_tokens: the default is the whole context left, thousands of tokens; ignore_eos (vLLM's
+    // extension, passed through by the SDK) so that an early EOS cannot end them.
+    const body = { model: MODEL, temperature: 1, ignore_eos: true };
     const p =
       i % 2 === 0
-        ? c.completions.create({ model: MODEL, prompt: `Tell me everything, part ${i}`, temperature: 1 }, { signal: ctl.signal })
-        : c.chat.completions.create({ model: MODEL, messages: userMessage(`Tell me everything, part ${i}`), temperature: 1 }, { signal: ctl.signal });
+        ? c.completions.create({ ...body, prompt: `Tell me everything, part ${i}` }, { signal: ctl.signal })
+        : c.chat.completions.create({ ...body, messages: userMessage(`Tell me everything, part ${i}`) }, { signal: ctl.signal });
     abandoned.push(p.then(() => 'completed', (e) => e));
     setTimeout(() => ctl.abort(), 500);
   }

@@ -8,7 +8,7 @@
 #     environment (ZIPMOE_API_KEY), and waits up to 120 s for GET /health == 200;
 #  3. runs `node --test` on the test files, one file at a time, with ZIPMOE_BASE_URL, ZIPMOE_MODEL_ID,
 #     ZIPMOE_MODE, ZIPMOE_API_KEY and ZIPMOE_MAX_BATCH in the environment;
-#  4. (spec point 18) starts 2 long non-streaming requests (no max_tokens) with curl, sends SIGTERM and
+#  4. (spec point 18) starts 2 long non-streaming requests (no max_tokens, ignore_eos) with curl, sends SIGTERM and
 #     requires the server to exit within 5 s;
 # and cleans up on any exit (the process group is SIGKILLed if still there). Exit 0 iff every step passed;
 # on failure the server's stderr is printed.
@@ -120,11 +120,12 @@ ZIPMOE_MAX_BATCH=$MAX_BATCH \
 node_rc=$?
 if ! alive "$SERVER_PID"; then say "the server died during the tests"; node_rc=1; fi
 
-# 4. SIGTERM with 2 long non-streaming requests in flight: the server must exit within 5 s.
+# 4. SIGTERM with 2 long non-streaming requests in flight (no max_tokens: the whole context; ignore_eos,
+# vLLM's extension, so that an early EOS cannot end them): the server must exit within 5 s.
 sigterm_ok=0
 for i in 1 2; do
   curl -s -o "$TMP/long$i.out" --max-time 120 "$BASE_URL/v1/completions" -H "Authorization: Bearer $API_KEY" \
-    -H 'Content-Type: application/json' -d "{\"prompt\": \"A very long story, part $i\", \"temperature\": 1}" &
+    -H 'Content-Type: application/json' -d "{\"prompt\": \"A very long story, part $i\", \"temperature\": 0, \"ignore_eos\": true}" &
   CURL_PIDS+=($!)
 done
 sleep 1.5  # both admitted and decoding
