@@ -6,8 +6,9 @@
 #   docker/build-image.sh prometheus          Prometheus from Debian's package (no registry needed)
 # Environment: ZIPMOE_IMAGE (zipmoe:latest), PROMETHEUS_IMAGE (zipmoe-prometheus:bookworm),
 # BASE_IMAGE / RUNTIME_IMAGE / CUDA_ARCHITECTURES / TORCH_INDEX_URL / TORCH_WHEEL (Dockerfile
-# arguments, passed only when set), DOCKER_BUILD_NETWORK (host: needed where dockerd runs with
-# --bridge=none). Extra arguments after `--` go to `docker build`.
+# arguments, passed only when set), ZIPMOE_GIT_COMMIT (`source` only; default `git rev-parse
+# --short HEAD`: the commit `zipmoe --version` reports), DOCKER_BUILD_NETWORK (host: needed where
+# dockerd runs with --bridge=none). Extra arguments after `--` go to `docker build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,9 @@ case "$what" in
       || { echo "build-image: the image has no /usr/local/bin/zipmoe" >&2; exit 1; }
     ;;
   source)
+    # The build context has no .git (.dockerignore): the commit travels as a build argument.
+    commit=${ZIPMOE_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || true)}
+    if [ -n "$commit" ]; then args+=(--build-arg "ZIPMOE_GIT_COMMIT=$commit"); fi
     # BuildKit skips the prebuilt stage; the legacy builder passes through it with a warning.
     docker build "${args[@]}" -f docker/Dockerfile --target runtime -t "${ZIPMOE_IMAGE:-zipmoe:latest}" "$@" .
     ;;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 
+#include "common/build_info.h"
 #include "services/cli/commands.h"
 
 namespace {
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
   UsePassiveOpenMpForTheRuntime(argc, argv);
   CLI::App app{"zipmoe: lossless-compressed Mixture-of-Experts serving for edge devices"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "zipmoe 0.1.0");
+  // e.g. "zipmoe 0.1.0 (commit 9e66c53, Release, CUDA 12.6.85)" (common/build_info.h)
+  app.set_version_flag("--version", zipmoe::BuildInfoString());
   int exit_code = 0;
   zipmoe::cli::AddSynthCommand(app, &exit_code);
   zipmoe::cli::AddCompressCommand(app, &exit_code);
