@@ -35,7 +35,7 @@ void AddCompressCommand(CLI::App& app, int* exit_code) {
     ProgressBar bar("compress");
     auto summary = convert::CompressModel(args->options, [&](const convert::CompressProgress& p) {
       const double mbps = p.raw_bytes_done / 1e6 / std::max(bar.elapsed_seconds(), 1e-9);
-      bar.Update(p.tensors_done, p.tensors_total, fmt::format("tensors, {:.0f} MB/s", mbps));
+      bar.Update(p.tensors_done, p.tensors_total, fmt::format("tensors, {:.1f} MB, {:.0f} MB/s", p.raw_bytes_done / 1e6, mbps));
     });
     bar.Finish();
     if (!summary.ok()) {

@@ -335,9 +335,14 @@ TEST(ConvertCliTest, CompressVerifyInspect) {
   const std::string model = TinyModel("olmoe");
   auto r = RunCli("compress " + model + " " + tmp.Sub("c") + " --codec lz4 --shards 2 --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // stderr is a pipe here, not a terminal: plain progress lines (docker logs), no '\r' redraws.
+  EXPECT_NE(r.output.find("compress: 100% "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" s elapsed\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
   r = RunCli("verify " + model + " " + tmp.Sub("c"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("verify OK"), std::string::npos);
+  EXPECT_NE(r.output.find("verify: 100% "), std::string::npos) << r.output;
   r = RunCli("inspect " + tmp.Sub("c") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
