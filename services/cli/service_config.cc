@@ -1,5 +1,7 @@
 #include "services/cli/service_config.h"
 
+#include <dlfcn.h>
+
 #include <cctype>
 #include <cstring>
 #include <functional>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "kernels/recovery.h"
 
 namespace zipmoe::cli {
 namespace {
@@ -116,6 +119,20 @@ Status Flatten(const json& object, const std::string& prefix, std::map<std::stri
   return Status::Ok();
 }
 
+// device = "auto": "cuda" when the executor can run on a GPU here, else "cpu". That needs all three of
+// CUDA kernels in this binary, a CUDA device that answers (cudaGetDeviceCount > 0: in a container,
+// the GPU must be passed, e.g. `runtime: nvidia` on Jetson) and a libtorch built with CUDA. The last
+// is read without torch headers (only services/executor includes them): a CUDA libtorch's
+// TorchConfig links libtorch_cuda.so with --no-as-needed, so it is loaded into this process exactly
+// when the executor's torch has CUDA; RTLD_NOLOAD only looks, it never loads. That check comes
+// first, so a CPU libtorch host never initialises the CUDA driver here.
+std::string ResolveAutoDevice() {
+  void* torch_cuda = ::dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (torch_cuda == nullptr) return "cpu";
+  ::dlclose(torch_cuda);  // drops the reference RTLD_NOLOAD took; the library stays loaded
+  return kernels::BuiltWithCuda() && kernels::CudaDeviceCount() > 0 ? "cuda" : "cpu";
+}
+
 Status Validate(const ServiceConfig& c) {
   auto positive = [](int64_t v, const char* key) {
     return v > 0 ? Status::Ok() : Status::InvalidArgument(fmt::format("{} = {}: must be > 0", key, v));
@@ -191,6 +208,7 @@ Result<ServiceConfig> LoadServiceConfig(const std::string& file, const std::vect
     if (it == fields.end()) return Status::InvalidArgument(fmt::format("--set: unknown key '{}'", key));
     ZM_RETURN_IF_ERROR(SetFromText(it->second, set.substr(eq + 1), fmt::format("--set {}", key)));
   }
+  if (c.device == "auto") c.device = ResolveAutoDevice();
   if (c.endpoint_scheduler.empty()) c.endpoint_scheduler = "ipc://" + JoinPath(c.run_dir, "scheduler.sock");
   if (c.endpoint_workers.empty()) c.endpoint_workers = "ipc://" + JoinPath(c.run_dir, "workers.sock");
   if (c.endpoint_cache_manager.empty()) c.endpoint_cache_manager = "ipc://" + JoinPath(c.run_dir, "cache-manager.sock");
