@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs a stage made by collect-runtime.sh into the runtime image:
 #   install-runtime.sh STAGE_DIR [--packages-only]
-# apt-installs the packages of STAGE_DIR/packages.txt that are not installed yet, copies the unpackaged
+# apt-installs the packages of STAGE_DIR/packages.txt and curl (the compose healthchecks,
+# docker/healthcheck.sh) that are not installed yet, copies the unpackaged
 # libraries to /opt/zipmoe/lib (registered with ldconfig) and the binary to /usr/local/bin/zipmoe,
 # then checks that every library resolves. Leaves no apt lists or caches behind. --packages-only
 # stops after apt (a separate, cacheable image layer: the package list changes less than the binary).
@@ -15,7 +16,7 @@ missing=()
 while read -r p; do
   [ -n "$p" ] || continue
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done < "$STAGE/packages.txt"
+done < <(cat "$STAGE/packages.txt"; echo curl)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-runtime: installing ${#missing[@]} packages"
   apt-get update -qq

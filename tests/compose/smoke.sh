@@ -7,11 +7,13 @@
 #    (docker/build-image.sh prebuilt) and the Debian Prometheus image;
 # 3. synthesizes + compresses a tiny model with the host binary (cached in the work dir);
 # 4. brings up cache-manager (arena owner), scheduler, storage, 2 decompressors, executor and Prometheus (no
-#    Grafana: not packaged in Debian), waits for /health, checks that a temperature-0 completion
+#    Grafana: not packaged in Debian), waits for /health and for every container's healthcheck,
+#    checks that a temperature-0 completion
 #    equals `zipmoe generate` on the host, scales out to 3 decompressors (file_sd must list the new
 #    replica), scrapes every service's /metrics (promtool check metrics,
 #    every metric family of docs/metrics.md present), generates load, and runs every PromQL
-#    expression of grafana/dashboards/*.json against Prometheus (each must return data);
+#    expression of grafana/dashboards/*.json against Prometheus (each must return data; the
+#    `instance` variable at All);
 # 5. tears the stack down (docker-compose down -v) and prints the total duration.
 # On failure it prints the containers' state and logs. Environment (defaults in brackets):
 #   ZIPMOE_BIN [build/bin/zipmoe]  SMOKE_WORK [/var/tmp/zipmoe-smoke]  SMOKE_DECOMPRESSORS [2]
@@ -181,6 +183,25 @@ done
 T_HEALTH=$(( $(date +%s) - t ))
 say "/health 200 after ${T_HEALTH}s"
 
+# ---- every container's compose healthcheck (docker/healthcheck.sh, Prometheus /-/healthy) ------
+health_states() {  # "<name> <health status>" per container of the project
+  docker ps -a -q --filter "label=com.docker.compose.project=$PROJECT" | xargs -r docker inspect \
+    -f '{{.Name}} {{if .State.Health}}{{.State.Health.Status}}{{else}}no-healthcheck{{end}}'
+}
+deadline=$(( $(date +%s) + 120 ))
+while :; do
+  unhealthy=$(health_states | grep -v ' healthy$' || true)
+  [ -z "$unhealthy" ] && break
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    for c in $(echo "$unhealthy" | awk '{ print $1 }'); do
+      docker inspect -f '{{.Name}}: {{if .State.Health}}{{range .State.Health.Log}}{{.Output}}{{end}}{{end}}' "${c#/}" || true
+    done
+    fail "containers not healthy after 120 s: $(echo "$unhealthy" | tr '\n' ' ')"
+  fi
+  sleep 3
+done
+say "healthchecks: $(health_states | wc -l) containers healthy"
+
 # ---- completion equals the host's `zipmoe generate` ---------------------------------------------
 complete() {  # prompt max_tokens -> response body on stdout
   python3 - "$1" "$2" <<'EOF' | curl -sS --max-time 300 -H 'Content-Type: application/json' -d @- "$API/v1/completions"
@@ -292,7 +313,8 @@ if ! python3 - "$PROM" "$RATE_WINDOW" "$REPO"/grafana/dashboards/*.json <<'EOF'
 import json, sys, urllib.parse, urllib.request
 prom, window, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 subst = {"$__rate_interval": window, "${__rate_interval}": window, "$__interval": "15s",
-         "${__interval}": "15s", "$__range": "10m", "${__range}": "10m"}
+         "${__interval}": "15s", "$__range": "10m", "${__range}": "10m",
+         "${instance}": ".*", "$instance": ".*"}   # the instance variable at All
 def panels(ps):
     for p in ps:
         yield p
