@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/api/include/torch/version.h>
 
 #include <algorithm>
 #include <chrono>
@@ -90,6 +91,10 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   }
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
+}
+
+std::string TorchVersion() {
+  return fmt::format("{}.{}.{}", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -90,6 +90,9 @@ using TokenCallback = std::function<void(size_t sequence, int32_t token_id)>;
 
 class Generator;
 
+// The libtorch version this executor was compiled against, e.g. "1.13.0" (build-info label).
+std::string TorchVersion();
+
 // Continuous batching (iteration-level scheduling, as in Orca / vLLM): sequences join a BatchSession
 // between steps and leave it as soon as they end; each Step runs ONE forward pass over the prompts
 // added since the last step (their prefill) and the next token of every running sequence (decode),

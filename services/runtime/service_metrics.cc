@@ -24,7 +24,8 @@ constexpr std::array<std::string_view, 3> kQueues = {"read", "decode", "recover"
 std::vector<double> ChunkSecondsBuckets() { return ExponentialBuckets(1e-5, 4, 9); }       // 10 µs … 0.66 s
 std::vector<double> MakespanSecondsBuckets() { return ExponentialBuckets(1e-4, 2, 14); }   // 0.1 ms … 0.82 s
 std::vector<double> BoundRatioBuckets() { return {1, 1.1, 1.25, 1.5, 2, 3, 5, 10}; }
-std::vector<double> TtftSecondsBuckets() { return ExponentialBuckets(0.01, 2, 12); }       // 10 ms … 20 s
+std::vector<double> TtftSecondsBuckets() { return ExponentialBuckets(0.01, 2, 17); }       // 10 ms … 655 s
+std::vector<double> E2eSecondsBuckets() { return ExponentialBuckets(0.05, 2, 15); }        // 50 ms … 819 s
 std::vector<double> TpotSecondsBuckets() { return ExponentialBuckets(0.001, 2, 14); }      // 1 ms … 8 s
 
 // Peers report durations and depths; a negative or NaN one becomes 0 (std::max returns 0 for NaN).
@@ -221,18 +222,131 @@ ExecutorMetrics::ExecutorMetrics(prometheus::Registry& registry) {
                         .Name("zipmoe_http_requests_total")
                         .Help("HTTP requests answered, by route and status code.")
                         .Register(registry);
+  prompt_tokens_ = &prometheus::BuildCounter()
+                        .Name("zipmoe_prompt_tokens_total")
+                        .Help("Prompt tokens prefilled (each choice's prompt).")
+                        .Register(registry)
+                        .Add({});
+  generation_tokens_ = &prometheus::BuildCounter()
+                            .Name("zipmoe_generation_tokens_total")
+                            .Help("Tokens generated.")
+                            .Register(registry)
+                            .Add({});
+  requests_running_ = &prometheus::BuildGauge()
+                           .Name("zipmoe_requests_running")
+                           .Help("Sequences (choices) in the running batch.")
+                           .Register(registry)
+                           .Add({});
+  requests_waiting_ = &prometheus::BuildGauge()
+                           .Name("zipmoe_requests_waiting")
+                           .Help("Sequences (choices) waiting for a batch slot.")
+                           .Register(registry)
+                           .Add({});
+  time_to_first_token_ = &prometheus::BuildHistogram()
+                              .Name("zipmoe_time_to_first_token_seconds")
+                              .Help("Time from request arrival to a sequence's first token (TTFT).")
+                              .Register(registry)
+                              .Add({}, TtftSecondsBuckets());
+  inter_token_latency_ = &prometheus::BuildHistogram()
+                              .Name("zipmoe_inter_token_latency_seconds")
+                              .Help("Time between consecutive tokens of a sequence (TPOT as the client sees it).")
+                              .Register(registry)
+                              .Add({}, TpotSecondsBuckets());
+  e2e_latency_ = &prometheus::BuildHistogram()
+                      .Name("zipmoe_e2e_request_latency_seconds")
+                      .Help("Time from request arrival to its last choice's end.")
+                      .Register(registry)
+                      .Add({}, E2eSecondsBuckets());
+  request_success_ = &prometheus::BuildCounter()
+                          .Name("zipmoe_request_success_total")
+                          .Help("Finished sequences (choices) by finish_reason: stop, length, abort, error.")
+                          .Register(registry);
+  build_info_ = &prometheus::BuildGauge()
+                     .Name("zipmoe_build_info")
+                     .Help("1, labelled with the version, git commit, CUDA toolkit and libtorch of this binary.")
+                     .Register(registry);
 }
 
-void ExecutorMetrics::ObserveTtft(double seconds) { ttft_seconds_->Observe(NonNegative(seconds)); }
-void ExecutorMetrics::ObserveTpot(double seconds) { tpot_seconds_->Observe(NonNegative(seconds)); }
-void ExecutorMetrics::AddTokens(uint64_t tokens) { generated_tokens_->Increment(static_cast<double>(tokens)); }
-void ExecutorMetrics::SetQueueDepth(double requests) { queue_depth_->Set(NonNegative(requests)); }
+void ExecutorMetrics::ObserveTtft(double seconds) {
+  ttft_seconds_->Observe(NonNegative(seconds));
+  time_to_first_token_->Observe(NonNegative(seconds));
+}
+void ExecutorMetrics::ObserveTpot(double seconds) {
+  tpot_seconds_->Observe(NonNegative(seconds));
+  inter_token_latency_->Observe(NonNegative(seconds));
+}
+void ExecutorMetrics::AddTokens(uint64_t tokens) {
+  generated_tokens_->Increment(static_cast<double>(tokens));
+  generation_tokens_->Increment(static_cast<double>(tokens));
+}
+void ExecutorMetrics::AddPromptTokens(uint64_t tokens) { prompt_tokens_->Increment(static_cast<double>(tokens)); }
+void ExecutorMetrics::SetQueueDepth(double sequences) {
+  queue_depth_->Set(NonNegative(sequences));
+  requests_waiting_->Set(NonNegative(sequences));
+}
+void ExecutorMetrics::SetRunning(double sequences) { requests_running_->Set(NonNegative(sequences)); }
+void ExecutorMetrics::ObserveE2e(double seconds) { e2e_latency_->Observe(NonNegative(seconds)); }
+void ExecutorMetrics::CountFinished(std::string_view finish_reason) {
+  request_success_->Add({{"finished_reason", std::string(finish_reason)}}).Increment();
+}
+void ExecutorMetrics::SetBuildInfo(const std::string& version, const std::string& commit, const std::string& cuda,
+                                   const std::string& libtorch) {
+  build_info_->Add({{"version", version}, {"commit", commit}, {"cuda", cuda}, {"libtorch", libtorch}}).Set(1);
+}
 
 void ExecutorMetrics::CountHttp(std::string_view route, int code) {
   const bool known = std::find(kRoutes.begin(), kRoutes.end(), route) != kRoutes.end();
   // Family::Add returns the existing series for known labels (under the family's own mutex).
   http_requests_->Add({{"route", known ? std::string(route) : std::string("other")}, {"code", std::to_string(code)}})
       .Increment();
+}
+
+// ---- EmbeddedRuntimeMetrics ----
+
+EmbeddedRuntimeMetrics::EmbeddedRuntimeMetrics(prometheus::Registry& registry) {
+  io_ops_ = &prometheus::BuildCounter().Name("zipmoe_runtime_io_ops_total").Help("Chunk reads from the SSD (embedded runtime).").Register(registry).Add({});
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("zipmoe_runtime_io_bytes_total")
+                    .Help("Verified stored bytes read, by chunk kind (embedded runtime).")
+                    .Register(registry);
+  io_bytes_e_ = &bytes.Add({{"kind", "e_chunk"}});
+  io_bytes_sm_ = &bytes.Add({{"kind", "sm_chunk"}});
+  io_seconds_ = &prometheus::BuildCounter().Name("zipmoe_runtime_io_seconds_total").Help("Time spent in chunk reads (embedded runtime).").Register(registry).Add({});
+  auto& ops = prometheus::BuildCounter()
+                  .Name("zipmoe_runtime_worker_ops_total")
+                  .Help("Decompression worker operations: E-chunk decodes and BF16 recoveries (embedded runtime).")
+                  .Register(registry);
+  decode_ops_ = &ops.Add({{"op", "decode"}});
+  recover_ops_ = &ops.Add({{"op", "recover"}});
+  auto& secs = prometheus::BuildCounter()
+                   .Name("zipmoe_runtime_worker_seconds_total")
+                   .Help("Decompression worker busy time by operation (embedded runtime).")
+                   .Register(registry);
+  decode_seconds_ = &secs.Add({{"op", "decode"}});
+  recover_seconds_ = &secs.Add({{"op", "recover"}});
+  budget_bytes_ = &prometheus::BuildGauge().Name("zipmoe_runtime_budget_bytes").Help("The runtime's memory budget.").Register(registry).Add({});
+  arena_bytes_ = &prometheus::BuildGauge().Name("zipmoe_runtime_arena_bytes").Help("Bytes mapped for pools and staging.").Register(registry).Add({});
+}
+
+void EmbeddedRuntimeMetrics::Update(const Totals& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto add_u = [](prometheus::Counter* c, uint64_t now, uint64_t before) {
+    if (now > before) c->Increment(static_cast<double>(now - before));
+  };
+  auto add_d = [](prometheus::Counter* c, double now, double before) {
+    if (now > before) c->Increment(now - before);
+  };
+  add_u(io_ops_, t.io_ops, last_.io_ops);
+  add_u(io_bytes_e_, t.io_bytes_e, last_.io_bytes_e);
+  add_u(io_bytes_sm_, t.io_bytes_sm, last_.io_bytes_sm);
+  add_d(io_seconds_, t.io_seconds, last_.io_seconds);
+  add_u(decode_ops_, t.decode_ops, last_.decode_ops);
+  add_u(recover_ops_, t.recover_ops, last_.recover_ops);
+  add_d(decode_seconds_, t.decode_seconds, last_.decode_seconds);
+  add_d(recover_seconds_, t.recover_seconds, last_.recover_seconds);
+  budget_bytes_->Set(static_cast<double>(t.budget_bytes));
+  arena_bytes_->Set(static_cast<double>(t.arena_bytes));
+  last_ = t;
 }
 
 // ---- BadMessageMetrics ----

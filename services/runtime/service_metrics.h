@@ -133,17 +133,26 @@ class SchedulerMetrics {
 class ExecutorMetrics {
  public:
   // The routes of zipmoe_http_requests_total; anything else is counted as "other".
-  static constexpr std::array<std::string_view, 5> kRoutes = {"/v1/completions", "/v1/chat/completions",
-                                                               "/v1/models", "/health", "/metrics"};
+  static constexpr std::array<std::string_view, 9> kRoutes = {
+      "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize",
+      "OPTIONS", "/v1/models/{id}"};
 
   explicit ExecutorMetrics(prometheus::Registry& registry);
   ExecutorMetrics(const ExecutorMetrics&) = delete;
   ExecutorMetrics& operator=(const ExecutorMetrics&) = delete;
 
-  void ObserveTtft(double seconds);  // request arrival → first generated token
-  void ObserveTpot(double seconds);  // one decode step after the first token
-  void AddTokens(uint64_t tokens);   // usage.completion_tokens of a finished request
-  void SetQueueDepth(double requests);  // generation requests waiting for a batch slot
+  void ObserveTtft(double seconds);  // sequence arrival → its first generated token (both TTFT families)
+  void ObserveTpot(double seconds);  // one token after the first (tpot and inter-token latency)
+  void AddTokens(uint64_t tokens);   // generated tokens (both generated/generation token counters)
+  void AddPromptTokens(uint64_t tokens);  // prompt tokens prefilled
+  void SetQueueDepth(double sequences);   // sequences waiting for a batch slot (queue depth, requests_waiting)
+  void SetRunning(double sequences);      // sequences in the batch
+  void ObserveE2e(double seconds);        // request arrival → its last choice ended
+  // A finished sequence by finish_reason: "stop", "length", "abort" (client gone or shutdown), "error".
+  void CountFinished(std::string_view finish_reason);
+  // zipmoe_build_info{version,commit,cuda,libtorch} 1.
+  void SetBuildInfo(const std::string& version, const std::string& commit, const std::string& cuda,
+                    const std::string& libtorch);
   // One answered HTTP request: route from kRoutes (else "other"), code as its decimal text.
   void CountHttp(std::string_view route, int code);
 
@@ -153,6 +162,51 @@ class ExecutorMetrics {
   prometheus::Counter* generated_tokens_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Family<prometheus::Counter>* http_requests_ = nullptr;
+  // The serving metrics every LLM server exports (vLLM's names under the zipmoe_ prefix).
+  prometheus::Counter* prompt_tokens_ = nullptr;
+  prometheus::Counter* generation_tokens_ = nullptr;
+  prometheus::Gauge* requests_running_ = nullptr;
+  prometheus::Gauge* requests_waiting_ = nullptr;
+  prometheus::Histogram* time_to_first_token_ = nullptr;
+  prometheus::Histogram* inter_token_latency_ = nullptr;
+  prometheus::Histogram* e2e_latency_ = nullptr;
+  prometheus::Family<prometheus::Counter>* request_success_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* build_info_ = nullptr;
+};
+
+// The embedded runtime (`zipmoe serve --memory-budget`, one process): its I/O and decompression
+// totals (RuntimeStats) as counters, beside CacheMetrics fed from RuntimeStats::cache:
+// zipmoe_runtime_io_ops_total, zipmoe_runtime_io_bytes_total{kind=e_chunk|sm_chunk},
+// zipmoe_runtime_io_seconds_total, zipmoe_runtime_worker_ops_total{op=decode|recover},
+// zipmoe_runtime_worker_seconds_total{op}, zipmoe_runtime_budget_bytes, zipmoe_runtime_arena_bytes.
+// Update takes cumulative totals and adds the difference since the previous call.
+class EmbeddedRuntimeMetrics {
+ public:
+  struct Totals {
+    uint64_t io_ops = 0, io_bytes_e = 0, io_bytes_sm = 0;
+    double io_seconds = 0;
+    uint64_t decode_ops = 0, recover_ops = 0;
+    double decode_seconds = 0, recover_seconds = 0;
+    uint64_t budget_bytes = 0, arena_bytes = 0;
+  };
+  explicit EmbeddedRuntimeMetrics(prometheus::Registry& registry);
+  EmbeddedRuntimeMetrics(const EmbeddedRuntimeMetrics&) = delete;
+  EmbeddedRuntimeMetrics& operator=(const EmbeddedRuntimeMetrics&) = delete;
+  void Update(const Totals& totals);
+
+ private:
+  std::mutex mu_;
+  Totals last_;  // ZM_GUARDED_BY(mu_)
+  prometheus::Counter* io_ops_ = nullptr;
+  prometheus::Counter* io_bytes_e_ = nullptr;
+  prometheus::Counter* io_bytes_sm_ = nullptr;
+  prometheus::Counter* io_seconds_ = nullptr;
+  prometheus::Counter* decode_ops_ = nullptr;
+  prometheus::Counter* recover_ops_ = nullptr;
+  prometheus::Counter* decode_seconds_ = nullptr;
+  prometheus::Counter* recover_seconds_ = nullptr;
+  prometheus::Gauge* budget_bytes_ = nullptr;
+  prometheus::Gauge* arena_bytes_ = nullptr;
 };
 
 // Every service: zipmoe_bad_messages_total (Channel::stats().bad_messages, docs/messaging.md).

@@ -364,6 +364,13 @@ TEST(ServiceMetricsTest, ExecutorLatencyTokensQueueAndHttp) {
   m.CountHttp("/metrics", 200);
   m.CountHttp("/v1/embeddings", 404);
   m.CountHttp("/etc/passwd", 404);
+  m.AddPromptTokens(9);
+  m.SetRunning(3);
+  m.ObserveE2e(1.5);
+  m.CountFinished("stop");
+  m.CountFinished("stop");
+  m.CountFinished("length");
+  m.SetBuildInfo("0.1.0", "abc1234", "none", "1.13.0");
   const std::string text = Scrape(*server);
   const auto s = Samples(text);
   EXPECT_TRUE(HasLine(text, "# TYPE zipmoe_executor_ttft_seconds histogram")) << text;
@@ -390,9 +397,25 @@ TEST(ServiceMetricsTest, ExecutorLatencyTokensQueueAndHttp) {
   EXPECT_SAMPLE(s, "zipmoe_http_requests_total{code=\"200\",route=\"/metrics\"}", "1");
   EXPECT_SAMPLE(s, "zipmoe_http_requests_total{code=\"404\",route=\"other\"}", "2");
   EXPECT_EQ(text.find("/v1/embeddings"), std::string::npos);
+  // The standard serving families beside ours.
+  EXPECT_SAMPLE(s, "zipmoe_time_to_first_token_seconds_count", "1");
+  EXPECT_SAMPLE(s, "zipmoe_inter_token_latency_seconds_count", "2");
+  EXPECT_SAMPLE(s, "zipmoe_generation_tokens_total", "12");
+  EXPECT_SAMPLE(s, "zipmoe_requests_waiting", "2");
+  EXPECT_SAMPLE(s, "zipmoe_requests_running", "3");
+  EXPECT_SAMPLE(s, "zipmoe_prompt_tokens_total", "9");
+  EXPECT_SAMPLE(s, "zipmoe_e2e_request_latency_seconds_sum", "1.5");
+  EXPECT_SAMPLE(s, "zipmoe_request_success_total{finished_reason=\"stop\"}", "2");
+  EXPECT_SAMPLE(s, "zipmoe_request_success_total{finished_reason=\"length\"}", "1");
+  EXPECT_SAMPLE(s, "zipmoe_build_info{commit=\"abc1234\",cuda=\"none\",libtorch=\"1.13.0\",version=\"0.1.0\"}", "1");
+  EXPECT_EQ(BucketBounds(text, "zipmoe_e2e_request_latency_seconds", "").back(), "+Inf");
+  EXPECT_EQ(BucketBounds(text, "zipmoe_e2e_request_latency_seconds", "").rbegin()[1], "819.2");
   EXPECT_EQ(BucketBounds(text, "zipmoe_executor_ttft_seconds", ""),
             (std::vector<std::string>{"0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56",
-                                      "5.12", "10.24", "20.48", "+Inf"}));
+                                      "5.12", "10.24", "20.48", "40.96", "81.92", "163.84", "327.68", "655.36",
+                                      "+Inf"}));  // TTFT to >= 600 s: a long prompt in a cold cache
+  EXPECT_EQ(BucketBounds(text, "zipmoe_time_to_first_token_seconds", ""),
+            BucketBounds(text, "zipmoe_executor_ttft_seconds", ""));
   EXPECT_EQ(BucketBounds(text, "zipmoe_executor_tpot_seconds", ""),
             (std::vector<std::string>{"0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128",
                                       "0.256", "0.512", "1.024", "2.048", "4.096", "8.192", "+Inf"}));

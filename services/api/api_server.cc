@@ -1,0 +1,723 @@
+#include "services/api/api_server.h"
+
+#include <algorithm>
+#include <map>
+#include <cstdio>
+#include <ctime>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "services/runtime/service_metrics.h"
+
+namespace zipmoe::api {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kClientProbe = std::chrono::milliseconds(200);  // how often a waiting handler probes its client
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Follows the generated text, cuts it at the first stop string and says how much of it is safe to
+// emit (text that could still be the start of a stop string is held back).
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stop) : stop_(std::move(stop)) {
+    for (const auto& s : stop_) hold_ = std::max(hold_, s.size() > 0 ? s.size() - 1 : 0);
+  }
+  // Appends `piece`; returns true once a stop string occurs (the text is then cut before it).
+  bool Append(const std::string& piece) {
+    if (stopped_) return true;
+    const size_t from = text_.size() > hold_ ? text_.size() - hold_ : 0;
+    text_ += piece;
+    size_t cut = std::string::npos;
+    for (const auto& s : stop_) {
+      if (s.empty()) continue;
+      const size_t pos = text_.find(s, from);
+      if (pos != std::string::npos) cut = std::min(cut, pos);
+    }
+    if (cut == std::string::npos) return false;
+    text_.resize(cut);
+    stopped_ = true;
+    return true;
+  }
+  // The text not emitted yet that can no longer turn into a stop string; `all` = the stream ended.
+  std::string TakeSafe(bool all) {
+    size_t end = text_.size();
+    if (!all && !stopped_) {
+      end = text_.size() > hold_ ? text_.size() - hold_ : 0;
+      while (end > emitted_ && end < text_.size() && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
+    }
+    if (end <= emitted_) return std::string();
+    std::string out = text_.substr(emitted_, end - emitted_);
+    emitted_ = end;
+    return out;
+  }
+  const std::string& text() const { return text_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stop_;
+  size_t hold_ = 0;
+  std::string text_;
+  size_t emitted_ = 0;
+  bool stopped_ = false;
+};
+
+json Bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+}  // namespace
+
+// One HTTP generation request: its choices (jobs) and the handler's wait state.
+struct ApiServer::Request {
+  CompletionRequest request;
+  std::string id;
+  std::string model;  // echoed in every answer
+  int64_t created = 0;
+  Clock::time_point arrival = Clock::now();
+  std::atomic<bool> cancelled{false};  // the client went away or the server stops: end every job
+  std::mutex mu;                       // guards the jobs' shared fields below
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<Job>> jobs;  // choice index order (prompt-major)
+  size_t done_jobs = 0;                    // guarded by mu
+};
+
+// One choice: one sequence in the batch.
+struct ApiServer::Job {
+  Request* owner = nullptr;
+  size_t index = 0;   // the choice's index in the response
+  size_t prompt = 0;  // which of request.prompts
+  executor::GenerationParams params;
+  uint64_t sampler_stream = 0;
+
+  // Shared with the handler (under owner->mu).
+  std::string pending;                               // emit-safe text not sent yet (streaming)
+  std::vector<executor::SampledToken> pending_logprobs;  // their tokens' logprobs (streaming)
+  std::vector<size_t> pending_offsets;
+  bool done = false;
+  bool failed = false;
+  ApiError error;
+  std::string text;  // the whole text once done
+  int64_t completion_tokens = 0;
+  std::string finish_reason = "length";
+  std::vector<executor::SampledToken> logprobs;  // every token's (when requested)
+  std::vector<size_t> offsets;                   // text offset of every token (completions logprobs)
+
+  // Batch loop only.
+  std::unique_ptr<StopMatcher> matcher;
+  std::unique_ptr<StreamDecoder> decoder;
+  int64_t count = 0;
+  Clock::time_point last_token;
+  size_t peak_batch = 0;
+};
+
+ApiServer::ApiServer(ApiServerOptions options) : options_(std::move(options)) {}
+
+ApiServer::~ApiServer() { StopBatching(); }
+
+void ApiServer::SetMetrics(metrics::ExecutorMetrics* metrics, prometheus::Registry* registry,
+                           std::function<void()> refresh) {
+  metrics_ = metrics;
+  registry_ = registry;
+  refresh_ = std::move(refresh);
+}
+
+void ApiServer::SetLoaded(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<ExpertProvider> provider,
+                          std::unique_ptr<executor::Generator> generator) {
+  tokenizer_ = std::move(tokenizer);
+  provider_ = std::move(provider);
+  generator_ = std::move(generator);
+  batch_thread_ = std::thread([this] { BatchLoop(); });
+  ready_.store(true, std::memory_order_release);
+}
+
+size_t ApiServer::waiting() const {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return queue_.size();
+}
+
+size_t ApiServer::running() const {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return running_count_;
+}
+
+std::pair<std::string, std::string> ApiServer::ErrorBody(int status, const std::string& message) {
+  ApiError e;
+  e.http_status = status;
+  e.type = status >= 500 ? "server_error" : "invalid_request_error";
+  e.message = message;
+  return {"application/json", ErrorJson(e).dump()};
+}
+
+void ApiServer::SendJson(HttpExchange& exchange, int status, const std::string& body) {
+  exchange.Send(status, "application/json", body);
+}
+
+void ApiServer::SendError(HttpExchange& exchange, const ApiError& error) {
+  SendJson(exchange, error.http_status, ErrorJson(error).dump());
+}
+
+std::string ApiServer::TokenText(int32_t id) const {
+  return tokenizer_ ? tokenizer_->Decode({id}) : std::to_string(id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing
+
+void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
+  const std::string& path = http.path;
+  std::string route = path;
+  if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
+  struct CountOnExit {
+    ApiServer* self;
+    const std::string& route;
+    HttpExchange& exchange;
+    ~CountOnExit() {
+      if (self->metrics_ != nullptr) self->metrics_->CountHttp(route, exchange.status());
+    }
+  } count{this, route, exchange};
+  const bool get = http.method == "GET" || http.method == "HEAD";
+  const bool post = http.method == "POST";
+  if (path == "/health") {
+    if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET /health", "", ""});
+    const char* state = !ready_.load(std::memory_order_acquire) ? "loading"
+                        : draining_.load()                       ? "stopping"
+                                                                 : "ok";
+    return SendJson(exchange, std::string(state) == "ok" ? 200 : 503, json{{"status", state}}.dump());
+  }
+  if (path == "/metrics") {
+    if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET /metrics", "", ""});
+    if (registry_ == nullptr) return SendError(exchange, ApiError{404, "not_found_error", "no metrics", "", ""});
+    {
+      std::lock_guard<std::mutex> lock(refresh_mu_);
+      if (refresh_) refresh_();
+    }
+    const std::string text = prometheus::TextSerializer().Serialize(registry_->Collect());
+    exchange.Send(200, "text/plain; version=0.0.4; charset=utf-8", text);
+    return;
+  }
+  static const std::vector<std::string> kKnown = {"/v1/models", "/v1/completions", "/v1/chat/completions",
+                                                  "/tokenize", "/detokenize"};
+  const bool known = std::find(kKnown.begin(), kKnown.end(), path) != kKnown.end() || route == "/v1/models/{id}";
+  if (!known)
+    return SendError(exchange, ApiError{404, "not_found_error", fmt::format("unknown path {} {}", http.method, path),
+                                        "", ""});
+  if (!options_.api_key.empty()) {
+    const std::string auth = http.Header("Authorization");
+    const std::string want = "Bearer " + options_.api_key;
+    bool same = auth.size() == want.size();
+    unsigned char diff = 0;
+    for (size_t i = 0; same && i < want.size(); ++i) diff |= static_cast<unsigned char>(auth[i] ^ want[i]);
+    if (!same || diff != 0)
+      return SendError(exchange, ApiError{401, "authentication_error",
+                                          "missing or invalid API key (Authorization: Bearer KEY)", "",
+                                          "invalid_api_key"});
+  }
+  if (!ready_.load(std::memory_order_acquire))
+    return SendError(exchange, ApiError{503, "server_error",
+                                        "the model is still loading; retry when GET /health is 200", "", ""});
+  if (draining_.load()) return SendError(exchange, ApiError{503, "server_error", "the server is shutting down", "", ""});
+  if (path == "/v1/models" || route == "/v1/models/{id}") {
+    if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET", "", ""});
+    return HandleModels(http, exchange);
+  }
+  if (!post)
+    return SendError(exchange, ApiError{405, "invalid_request_error", fmt::format("use POST {}", path), "", ""});
+  if (path == "/v1/completions") return HandleCompletion(http, exchange, Endpoint::kCompletions);
+  if (path == "/v1/chat/completions") return HandleCompletion(http, exchange, Endpoint::kChat);
+  if (path == "/tokenize") return HandleTokenize(http, exchange);
+  return HandleDetokenize(http, exchange);
+}
+
+void ApiServer::HandleModels(const HttpRequest& http, HttpExchange& exchange) {
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(started_.time_since_epoch()).count();
+  auto entry = [&](const std::string& name) {
+    return json{{"id", name},
+                {"object", "model"},
+                {"created", created},
+                {"owned_by", "zipmoe"},
+                {"max_model_len", generator_->config().max_position_embeddings}};
+  };
+  if (http.path == "/v1/models") {
+    json data = json::array();
+    for (const std::string& name : options_.served_model_names) data.push_back(entry(name));
+    return SendJson(exchange, 200, json{{"object", "list"}, {"data", data}}.dump());
+  }
+  const std::string id = http.path.substr(std::string("/v1/models/").size());
+  for (const std::string& name : options_.served_model_names)
+    if (name == id) return SendJson(exchange, 200, entry(name).dump());
+  SendError(exchange, ApiError{404, "invalid_request_error", fmt::format("the model '{}' does not exist", id), "model",
+                               "model_not_found"});
+}
+
+void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) {
+  const json j = json::parse(http.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return SendError(exchange, BadRequest("the request body is not a JSON object"));
+  if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
+  if (!j.contains("content") || !j["content"].is_string())
+    return SendError(exchange, BadRequest("'content' must be a string", "content"));
+  bool add_special = false, with_pieces = false;
+  if (j.contains("add_special") && !j["add_special"].is_null()) {
+    if (!j["add_special"].is_boolean()) return SendError(exchange, BadRequest("'add_special' must be a boolean", "add_special"));
+    add_special = j["add_special"].get<bool>();
+  }
+  if (j.contains("with_pieces") && !j["with_pieces"].is_null()) {
+    if (!j["with_pieces"].is_boolean()) return SendError(exchange, BadRequest("'with_pieces' must be a boolean", "with_pieces"));
+    with_pieces = j["with_pieces"].get<bool>();
+  }
+  Result<std::vector<int32_t>> ids = tokenizer_->Encode(j["content"].get<std::string>(), add_special);
+  if (!ids.ok()) return SendError(exchange, BadRequest(ids.status().ToString(), "content"));
+  json tokens = json::array();
+  for (int32_t id : *ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    // The piece as text when it is valid UTF-8 on its own, else its bytes (llama.cpp's format).
+    const std::string piece = tokenizer_->Decode({id});
+    const json as_text = json(piece);
+    std::string dumped;
+    try {
+      dumped = as_text.dump();
+      tokens.push_back(json{{"id", id}, {"piece", piece}});
+    } catch (const json::exception&) {
+      tokens.push_back(json{{"id", id}, {"piece", Bytes(piece)}});
+    }
+  }
+  SendJson(exchange, 200, json{{"tokens", tokens}}.dump());
+}
+
+void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange) {
+  const json j = json::parse(http.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return SendError(exchange, BadRequest("the request body is not a JSON object"));
+  if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
+  if (!j.contains("tokens") || !j["tokens"].is_array())
+    return SendError(exchange, BadRequest("'tokens' must be an array of token ids", "tokens"));
+  std::vector<int32_t> ids;
+  const int64_t vocab = generator_->config().vocab_size;
+  for (const json& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+      return SendError(exchange, BadRequest(fmt::format("'tokens': {} is not an id in [0, {})", t.dump(), vocab), "tokens"));
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  SendJson(exchange, 200, json{{"content", tokenizer_->Decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completions
+
+namespace {
+
+json ChatLogprobEntry(const std::string& token, float logprob) {
+  return json{{"token", token}, {"logprob", logprob}, {"bytes", Bytes(token)}};
+}
+
+}  // namespace
+
+void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange, Endpoint endpoint) {
+  const bool chat = endpoint == Endpoint::kChat;
+  auto request = std::make_shared<Request>();
+  ApiError err;
+  const ProtocolContext ctx{tokenizer_.get(), &generator_->config()};
+  if (!ParseCompletionRequest(http.body, endpoint, ctx, &request->request, &err)) return SendError(exchange, err);
+  const CompletionRequest& r = request->request;
+  if (!r.ignored.empty()) {
+    std::string list;
+    for (const std::string& f : r.ignored) list += (list.empty() ? "" : ", ") + f;
+    std::fprintf(stderr, "%s", fmt::format("I: serve: fields without effect here, ignored: {}\n", list).c_str());
+  }
+  request->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
+  request->model = r.model.empty() ? options_.served_model_names.front() : r.model;
+  request->created = static_cast<int64_t>(std::time(nullptr));
+  const int64_t context = generator_->config().max_position_embeddings;
+  for (size_t p = 0; p < r.prompts.size(); ++p) {
+    for (int k = 0; k < r.n; ++k) {
+      auto job = std::make_unique<Job>();
+      job->owner = request.get();
+      job->index = p * static_cast<size_t>(r.n) + static_cast<size_t>(k);
+      job->prompt = p;
+      job->params.max_new_tokens = r.MaxNewTokens(p, context);
+      job->params.sampling = r.sampling;
+      job->params.stop_on_eos = !r.ignore_eos;
+      job->params.logprobs = r.logprobs;
+      job->sampler_stream = static_cast<uint64_t>(k);
+      job->matcher = std::make_unique<StopMatcher>(r.stop);
+      if (tokenizer_) job->decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
+      request->jobs.push_back(std::move(job));
+    }
+  }
+  const auto envelope = [&](bool chunk) {
+    return json{{"id", request->id},
+                {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+                {"created", request->created},
+                {"model", request->model}};
+  };
+  // Log-probabilities of `tokens` in the endpoint's format; `offsets`: text offsets (completions).
+  const auto logprobs_json = [&](const std::vector<executor::SampledToken>& tokens, const std::vector<size_t>& offsets) {
+    if (chat) {
+      json content = json::array();
+      for (const executor::SampledToken& t : tokens) {
+        json e = ChatLogprobEntry(TokenText(t.id), t.logprob);
+        json top = json::array();
+        for (const executor::TokenLogprob& alt : t.top) top.push_back(ChatLogprobEntry(TokenText(alt.id), alt.logprob));
+        e["top_logprobs"] = top;
+        content.push_back(e);
+      }
+      return json{{"content", content}};
+    }
+    json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      toks.push_back(TokenText(tokens[i].id));
+      lps.push_back(tokens[i].logprob);
+      json top = json::object();
+      for (const executor::TokenLogprob& alt : tokens[i].top) top[TokenText(alt.id)] = alt.logprob;
+      tops.push_back(top);
+      offs.push_back(i < offsets.size() ? offsets[i] : 0);
+    }
+    return json{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+  };
+  const auto usage = [&] {
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    for (const PromptInput& p : r.prompts) prompt_tokens += static_cast<int64_t>(p.ids.size());
+    for (const auto& job : request->jobs) completion_tokens += job->completion_tokens;
+    return json{{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}};
+  };
+  const auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  const auto all_done = [&] { return request->done_jobs == request->jobs.size(); };
+
+  Submit(request);
+  if (!r.stream) {
+    std::unique_lock<std::mutex> lock(request->mu);
+    while (!all_done()) {
+      if (request->cv.wait_for(lock, kClientProbe, all_done)) break;
+      if (!request->cancelled.load() && exchange.ClientGone()) {
+        request->cancelled.store(true);
+        queue_cv_.notify_all();
+      }
+    }
+    lock.unlock();
+    for (const auto& job : request->jobs)
+      if (job->failed) return SendError(exchange, job->error);
+    if (request->cancelled.load()) return SendError(exchange, ApiError{499, "invalid_request_error",
+                                                                         "the client closed the connection", "", ""});
+    json choices = json::array();
+    for (const auto& job : request->jobs) {
+      json choice{{"index", job->index}};
+      if (chat) {
+        choice["message"] = json{{"role", "assistant"}, {"content", job->text}};
+      } else {
+        choice["text"] = r.echo ? r.prompts[job->prompt].text + job->text : job->text;
+      }
+      choice["logprobs"] = r.logprobs >= 0 ? logprobs_json(job->logprobs, job->offsets) : json(nullptr);
+      choice["finish_reason"] = job->finish_reason;
+      choices.push_back(choice);
+    }
+    json body = envelope(false);
+    body["choices"] = choices;
+    body["usage"] = usage();
+    SendJson(exchange, 200, dump(body));
+    return;
+  }
+  // Streaming: this (the connection's) thread writes what the batch loop produced, so a slow client
+  // never stalls the other sequences of the batch.
+  exchange.BeginStream(200, "text/event-stream");
+  bool client_ok = true;
+  auto send = [&](const json& j) {
+    if (!client_ok) return false;
+    const std::string event = "data: " + dump(j) + "\n\n";
+    client_ok = exchange.Write(event);
+    if (!client_ok && !request->cancelled.exchange(true)) queue_cv_.notify_all();
+    return client_ok;
+  };
+  auto chunk_choice = [&](const Job& job, const std::string& text, const json& finish_reason) {
+    json c{{"index", job.index}};
+    if (chat) {
+      c["delta"] = text.empty() ? json::object() : json{{"content", text}};
+    } else {
+      c["text"] = text;
+    }
+    c["logprobs"] = nullptr;
+    c["finish_reason"] = finish_reason;
+    return c;
+  };
+  if (chat) {  // OpenAI sends the role first, one chunk per choice
+    for (const auto& job : request->jobs) {
+      json first = envelope(true);
+      first["choices"] = json::array({json{{"index", job->index},
+                                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                           {"logprobs", nullptr},
+                                           {"finish_reason", nullptr}}});
+      send(first);
+    }
+  }
+  if (r.echo) {  // the prompt first, as its own chunk per choice
+    for (const auto& job : request->jobs) {
+      json c = envelope(true);
+      c["choices"] = json::array({chunk_choice(*job, r.prompts[job->prompt].text, nullptr)});
+      send(c);
+    }
+  }
+  std::vector<bool> finished_sent(request->jobs.size(), false);
+  while (true) {
+    struct Out {
+      size_t job;
+      std::string text;
+      std::vector<executor::SampledToken> logprobs;
+      std::vector<size_t> offsets;
+      bool finish;
+    };
+    std::vector<Out> outs;
+    bool done = false;
+    {
+      std::unique_lock<std::mutex> lock(request->mu);
+      auto ready = [&] {
+        if (all_done()) return true;
+        for (size_t i = 0; i < request->jobs.size(); ++i) {
+          const Job& j = *request->jobs[i];
+          if (!j.pending.empty() || !j.pending_logprobs.empty() || (j.done && !finished_sent[i])) return true;
+        }
+        return false;
+      };
+      request->cv.wait(lock, ready);
+      for (size_t i = 0; i < request->jobs.size(); ++i) {
+        Job& j = *request->jobs[i];
+        const bool finish = j.done && !finished_sent[i];
+        if (j.pending.empty() && j.pending_logprobs.empty() && !finish) continue;
+        outs.push_back(Out{i, std::move(j.pending), std::move(j.pending_logprobs), std::move(j.pending_offsets), finish});
+        j.pending.clear();
+        j.pending_logprobs.clear();
+        j.pending_offsets.clear();
+        if (finish) finished_sent[i] = true;
+      }
+      done = all_done() && std::all_of(finished_sent.begin(), finished_sent.end(), [](bool b) { return b; });
+    }
+    for (Out& o : outs) {
+      const Job& job = *request->jobs[o.job];
+      if (!o.text.empty() || !o.logprobs.empty()) {
+        json c = envelope(true);
+        json choice = chunk_choice(job, o.text, nullptr);
+        if (r.logprobs >= 0) choice["logprobs"] = logprobs_json(o.logprobs, o.offsets);
+        c["choices"] = json::array({choice});
+        send(c);
+      }
+      if (o.finish && !job.failed) {
+        json c = envelope(true);
+        c["choices"] = json::array({chunk_choice(job, "", job.finish_reason)});
+        send(c);
+      }
+    }
+    if (done) break;
+  }
+  for (const auto& job : request->jobs) {
+    if (job->failed) {
+      send(ErrorJson(job->error));
+      break;
+    }
+  }
+  if (r.include_usage) {
+    json last = envelope(true);
+    last["choices"] = json::array();
+    last["usage"] = usage();
+    send(last);
+  }
+  if (client_ok) client_ok = exchange.Write("data: [DONE]\n\n");
+  if (client_ok) exchange.EndStream();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch loop
+
+void ApiServer::Submit(const std::shared_ptr<Request>& request) {
+  std::vector<Job*> now_done;
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping = stopping_;
+    for (const auto& job : request->jobs) {
+      if (job->params.max_new_tokens == 0 || stopping) {
+        now_done.push_back(job.get());
+      } else {
+        queue_.push_back(job.get());
+      }
+    }
+    if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<double>(queue_.size()));
+  }
+  queue_cv_.notify_all();
+  for (Job* job : now_done)
+    Finish(*job, stopping ? Status::Unavailable("the server is shutting down") : Status::Ok(), false);
+}
+
+bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
+  const auto now = Clock::now();
+  ++job.count;
+  if (metrics_ != nullptr) {
+    if (job.count == 1) {
+      metrics_->ObserveTtft(Seconds(job.owner->arrival, now));
+    } else {
+      metrics_->ObserveTpot(Seconds(job.last_token, now));
+    }
+    metrics_->AddTokens(1);
+  }
+  job.last_token = now;
+  const size_t offset = job.matcher->text().size();
+  const bool stop = job.decoder ? job.matcher->Append(job.decoder->Step(token.id)) : false;
+  const bool want_logprobs = job.params.logprobs >= 0;
+  Request& req = *job.owner;
+  {
+    std::lock_guard<std::mutex> lock(req.mu);
+    if (want_logprobs) {
+      job.logprobs.push_back(token);
+      job.offsets.push_back(offset);
+    }
+    if (req.request.stream) {
+      job.pending += job.matcher->TakeSafe(/*all=*/false);
+      if (want_logprobs) {
+        job.pending_logprobs.push_back(token);
+        job.pending_offsets.push_back(offset);
+      }
+    }
+  }
+  if (req.request.stream) req.cv.notify_all();
+  return !stop && !req.cancelled.load(std::memory_order_relaxed);
+}
+
+void ApiServer::Finish(Job& job, const Status& status, bool eos) {
+  Request& req = *job.owner;
+  const bool cancelled = req.cancelled.load();
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(req.mu);
+    if (!status.ok()) {
+      const bool client = status.code() == StatusCode::kInvalidArgument;
+      const bool unavailable = status.code() == StatusCode::kUnavailable;
+      job.failed = true;
+      job.error = ApiError{client ? 400 : unavailable ? 503 : 500,
+                           client ? "invalid_request_error" : "server_error", status.ToString(), "", ""};
+      reason = unavailable ? "abort" : "error";
+    } else {
+      if (job.decoder && !job.matcher->stopped()) job.matcher->Append(job.decoder->Flush());
+      if (req.request.stream) job.pending += job.matcher->TakeSafe(/*all=*/true);
+      job.text = job.matcher->text();
+      job.completion_tokens = job.count;
+      job.finish_reason = (eos || job.matcher->stopped()) ? "stop" : "length";
+      reason = cancelled ? "abort" : job.finish_reason;
+    }
+    job.done = true;
+    ++req.done_jobs;
+    if (req.done_jobs == req.jobs.size() && metrics_ != nullptr) metrics_->ObserveE2e(Seconds(req.arrival, Clock::now()));
+  }
+  if (metrics_ != nullptr) metrics_->CountFinished(reason);
+  std::fprintf(stderr, "%s",
+               fmt::format("I: serve: {} choice {} {}: {} prompt + {} completion tokens in {:.3f} s, batch of up to {}\n",
+                           req.id, job.index,
+                           !status.ok() ? "error " + status.ToString()
+                           : cancelled  ? std::string("cancelled (client gone or shutdown)")
+                                        : job.finish_reason,
+                           req.request.prompts[job.prompt].ids.size(), job.count,
+                           Seconds(req.arrival, Clock::now()), job.peak_batch)
+                   .c_str());
+  req.cv.notify_all();
+}
+
+void ApiServer::BatchLoop() {
+  std::unique_ptr<executor::BatchSession> session = generator_->NewSession();
+  std::map<executor::BatchSession::SequenceId, Job*> running;
+  const size_t max_batch = static_cast<size_t>(std::max(1, options_.max_batch));
+  while (true) {
+    std::vector<Job*> admit, dropped;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [&] {
+        if (stopping_ || !running.empty()) return true;
+        return !queue_.empty();
+      });
+      if (stopping_) break;
+      // Requests cancelled while queued never start.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->owner->cancelled.load()) {
+          dropped.push_back(*it);
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      while (!queue_.empty() && running.size() + admit.size() < max_batch) {
+        admit.push_back(queue_.front());
+        queue_.pop_front();
+      }
+      running_count_ = running.size() + admit.size();
+      if (metrics_ != nullptr) {
+        metrics_->SetQueueDepth(static_cast<double>(queue_.size()));
+        metrics_->SetRunning(static_cast<double>(running_count_));
+      }
+    }
+    for (Job* job : dropped) Finish(*job, Status::Ok(), false);
+    for (Job* job : admit) {
+      const std::vector<int32_t>& prompt = job->owner->request.prompts[job->prompt].ids;
+      Result<executor::BatchSession::SequenceId> id =
+          session->AddSequence(prompt, job->params, job->sampler_stream,
+                               [this, job](const executor::SampledToken& token) { return OnToken(*job, token); });
+      if (!id.ok()) {
+        Finish(*job, id.status(), false);
+      } else {
+        if (metrics_ != nullptr) metrics_->AddPromptTokens(prompt.size());
+        running.emplace(*id, job);
+      }
+    }
+    if (session->empty()) continue;
+    for (auto& [id, job] : running) job->peak_batch = std::max(job->peak_batch, running.size());
+    for (executor::BatchSession::Finished& f : session->Step()) {
+      auto it = running.find(f.id);
+      if (it == running.end()) continue;
+      Finish(*it->second, f.status, f.result.stopped_on_eos);
+      running.erase(it);
+    }
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      running_count_ = running.size();
+      if (metrics_ != nullptr) metrics_->SetRunning(static_cast<double>(running_count_));
+    }
+  }
+  const Status gone = Status::Unavailable("the server is shutting down");
+  for (auto& [id, job] : running) Finish(*job, gone, false);
+  std::deque<Job*> left;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    left.swap(queue_);
+    running_count_ = 0;
+  }
+  for (Job* job : left) Finish(*job, gone, false);
+}
+
+void ApiServer::Drain(std::chrono::milliseconds grace) {
+  draining_.store(true);
+  const auto deadline = Clock::now() + grace;
+  while (Clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      if (queue_.empty() && running_count_ == 0) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void ApiServer::StopBatching() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (batch_thread_.joinable()) batch_thread_.join();
+}
+
+}  // namespace zipmoe::api

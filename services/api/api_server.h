@@ -1,0 +1,138 @@
+// ApiServer: the OpenAI-compatible API of `zipmoe serve` and of the executor service under `zipmoe up`,
+// over the executor's continuous batching (executor::BatchSession). Request semantics are in
+// openai_protocol.h; the HTTP layer in http_server.h.
+//
+// Routes (every one answers CORS preflights; JSON errors are {"error": {message, type, param, code}}):
+//   GET  /health                200 {"status":"ok"} | 503 {"status":"loading"|"stopping"}  (no API key)
+//   GET  /metrics               Prometheus text format 0.0.4: the serving metrics
+//                               (service_metrics.h ExecutorMetrics) and whatever else the owner
+//                               registered on the same registry (the embedded runtime's cache,
+//                               pool and decompressor metrics)  (no API key)
+//   GET  /v1/models, /v1/models/{id}   the served model names (--served-model-name; default the
+//                               directory's basename)
+//   POST /v1/completions, /v1/chat/completions   openai_protocol.h; "model" is accepted as given and
+//                               echoed. Non-streaming answers once every choice is done; streaming
+//                               answers text/event-stream chunks ("data: {json}\n\n"), per choice a
+//                               finish chunk, with stream_options.include_usage a last chunk with
+//                               empty choices and the usage, then "data: [DONE]".
+//   POST /tokenize {content, add_special=false, with_pieces=false} -> {tokens: [id] | [{id, piece}]}
+//   POST /detokenize {tokens: [id]} -> {content}       (llama.cpp's server)
+// Every route but /health and /metrics needs "Authorization: Bearer KEY" when an API key is set
+// (401), and answers 503 until the model is loaded and once shutdown began.
+//
+// Batching: each choice (prompt x n) is one sequence. One batch-loop thread admits queued sequences
+// up to max_batch between decode steps (their prefill joins the next step) and ends a sequence at
+// EOS, its token limit, the context length, a stop string, or when its request was cancelled: the
+// streaming client's write failed or a non-streaming client closed its connection (probed every
+// 200 ms while it waits). Handler threads only wait and write. With the deterministic CPU kernels a
+// sequence's tokens do not depend on what else is in the batch.
+//
+// Shutdown: Drain(grace) refuses new requests (503) and waits up to `grace` for the running ones;
+// StopBatching() then ends what is left (non-streaming: 503; streaming: an error event) and joins the
+// loop, so the handlers return and the HTTP server can stop.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/expert_provider.h"
+#include "common/tokenizer.h"
+#include "services/api/http_server.h"
+#include "services/api/openai_protocol.h"
+#include "services/executor/generator.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace zipmoe::metrics {
+class ExecutorMetrics;
+}
+
+namespace zipmoe::api {
+
+struct ApiServerOptions {
+  std::vector<std::string> served_model_names;  // non-empty; [0] is the id answers carry when a
+                                                // request names no model
+  std::string api_key;                          // "" = no authentication
+  int max_batch = 8;                            // sequences decoded together, >= 1
+};
+
+class ApiServer {
+ public:
+  explicit ApiServer(ApiServerOptions options);
+  ~ApiServer();  // StopBatching()
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Serving metrics (may be null) and the registry GET /metrics serializes (null = 404); `refresh`
+  // runs before each scrape (e.g. copies the embedded runtime's counters into their families).
+  // Call before the HTTP server starts; all must outlive this server.
+  void SetMetrics(metrics::ExecutorMetrics* metrics, prometheus::Registry* registry, std::function<void()> refresh);
+
+  // The model is loaded; starts the batch loop. Requests are served from now on.
+  void SetLoaded(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<ExpertProvider> provider,
+                 std::unique_ptr<executor::Generator> generator);
+
+  // Routes one HTTP request (the HttpServer's handler).
+  void Handle(const HttpRequest& request, HttpExchange& exchange);
+
+  // Body of HTTP-layer errors as the OpenAI error object (HttpServerOptions::error_body).
+  static std::pair<std::string, std::string> ErrorBody(int status, const std::string& message);
+
+  // Refuses new requests and waits up to `grace` for queued and running sequences to end.
+  void Drain(std::chrono::milliseconds grace);
+  // Ends every sequence left and joins the batch loop. Idempotent.
+  void StopBatching();
+
+  // Sequences queued / running now (for tests and logs).
+  size_t waiting() const;
+  size_t running() const;
+
+ private:
+  struct Request;
+  struct Job;
+  void BatchLoop();
+  bool OnToken(Job& job, const executor::SampledToken& token);
+  void Finish(Job& job, const Status& status, bool eos);
+  void Submit(const std::shared_ptr<Request>& request);
+  void HandleCompletion(const HttpRequest& http, HttpExchange& exchange, Endpoint endpoint);
+  void HandleTokenize(const HttpRequest& http, HttpExchange& exchange);
+  void HandleDetokenize(const HttpRequest& http, HttpExchange& exchange);
+  void HandleModels(const HttpRequest& http, HttpExchange& exchange);
+  void SendJson(HttpExchange& exchange, int status, const std::string& body);
+  void SendError(HttpExchange& exchange, const ApiError& error);
+  std::string TokenText(int32_t id) const;
+
+  const ApiServerOptions options_;
+  const std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();
+  metrics::ExecutorMetrics* metrics_ = nullptr;
+  prometheus::Registry* registry_ = nullptr;
+  std::function<void()> refresh_;
+  std::mutex refresh_mu_;  // one scrape refresh at a time
+
+  // Set once by SetLoaded before ready_ becomes true; read-only afterwards.
+  std::unique_ptr<Tokenizer> tokenizer_;            // null when the directory has no tokenizer.json
+  std::unique_ptr<ExpertProvider> provider_;        // null = every expert resident
+  std::unique_ptr<executor::Generator> generator_;  // driven by the batch loop only
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+
+  mutable std::mutex queue_mu_;  // guards queue_, running_count_, stopping_
+  std::condition_variable queue_cv_;
+  std::deque<Job*> queue_;  // admitted by the batch loop in order; owned by their Request
+  size_t running_count_ = 0;
+  bool stopping_ = false;
+  std::thread batch_thread_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace zipmoe::api

@@ -1,0 +1,362 @@
+#include "services/api/openai_protocol.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace zipmoe::api {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxChoices = 128;   // n per prompt
+constexpr int kMaxPrompts = 128;   // prompts of one completions request
+constexpr int kMaxLogprobs = 20;   // top alternatives per token
+
+// Fields every client may send that change nothing here (metadata, tool-use switches that only
+// matter with tools).
+const std::set<std::string>& NoEffectFields() {
+  static const std::set<std::string> fields = {"user", "metadata", "store", "service_tier",
+                                               "parallel_tool_calls", "reasoning_effort", "prediction"};
+  return fields;
+}
+
+// The fields this parser reads (everything else is listed in CompletionRequest::ignored).
+const std::set<std::string>& KnownFields() {
+  static const std::set<std::string> fields = {
+      "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+      "seed", "n", "presence_penalty", "frequency_penalty", "stop", "stream", "stream_options", "ignore_eos",
+      "logprobs", "top_logprobs", "echo", "best_of", "response_format", "tools", "tool_choice", "functions",
+      "function_call", "logit_bias", "suffix", "min_p", "repetition_penalty", "top_a"};
+  return fields;
+}
+
+bool Present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+// Reads `key` as a number in [lo, hi] into *out (unchanged when absent/null).
+bool Number(const json& j, const char* key, double lo, double hi, bool lo_open, double* out, ApiError* err) {
+  if (!Present(j, key)) return true;
+  const json& v = j[key];
+  if (!v.is_number()) return *err = BadRequest(fmt::format("'{}' must be a number", key), key), false;
+  const double x = v.get<double>();
+  if (!(lo_open ? x > lo : x >= lo) || !(x <= hi))
+    return *err = BadRequest(fmt::format("'{}' must be in {}{}, {}], got {}", key, lo_open ? "(" : "[", lo, hi, x), key),
+           false;
+  *out = x;
+  return true;
+}
+
+bool Integer(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out, ApiError* err) {
+  if (!Present(j, key)) return true;
+  const json& v = j[key];
+  if (!v.is_number_integer()) return *err = BadRequest(fmt::format("'{}' must be an integer", key), key), false;
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) return *err = BadRequest(fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x), key), false;
+  *out = x;
+  return true;
+}
+
+bool Bool(const json& j, const char* key, bool* out, ApiError* err) {
+  if (!Present(j, key)) return true;
+  if (!j[key].is_boolean()) return *err = BadRequest(fmt::format("'{}' must be true or false", key), key), false;
+  *out = j[key].get<bool>();
+  return true;
+}
+
+bool TokenIds(const json& arr, const ModelConfig& c, const std::string& param, std::vector<int32_t>* out, ApiError* err) {
+  for (const json& t : arr) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= c.vocab_size)
+      return *err = BadRequest(fmt::format("'{}': token {} is not an id in [0, {})", param, t.dump(), c.vocab_size), param),
+             false;
+    out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return true;
+}
+
+bool TextPrompt(const std::string& text, const ProtocolContext& ctx, bool add_special, PromptInput* out, ApiError* err) {
+  if (ctx.tokenizer == nullptr)
+    return *err = BadRequest("text prompts need tokenizer.json in the model directory; send token ids", "prompt"), false;
+  Result<std::vector<int32_t>> ids = ctx.tokenizer->Encode(text, add_special);
+  if (!ids.ok()) return *err = BadRequest(ids.status().ToString(), "prompt"), false;
+  out->ids = std::move(ids).value();
+  out->text = text;
+  return true;
+}
+
+bool ParsePrompts(const json& j, const ProtocolContext& ctx, CompletionRequest* out, ApiError* err) {
+  if (!Present(j, "prompt")) return *err = BadRequest("'prompt' is required", "prompt"), false;
+  const json& p = j["prompt"];
+  auto token_prompt = [&](const json& arr) {
+    PromptInput in;
+    if (!TokenIds(arr, *ctx.config, "prompt", &in.ids, err)) return false;
+    if (ctx.tokenizer != nullptr) in.text = ctx.tokenizer->Decode(in.ids);
+    out->prompts.push_back(std::move(in));
+    return true;
+  };
+  if (p.is_string()) {
+    PromptInput in;
+    if (!TextPrompt(p.get<std::string>(), ctx, true, &in, err)) return false;
+    out->prompts.push_back(std::move(in));
+    return true;
+  }
+  if (!p.is_array() || p.empty())
+    return *err = BadRequest("'prompt' must be a string, [string], [int] or [[int]] (non-empty)", "prompt"), false;
+  if (p.size() > static_cast<size_t>(kMaxPrompts) && !p[0].is_number())
+    return *err = BadRequest(fmt::format("'prompt' has {} prompts; at most {}", p.size(), kMaxPrompts), "prompt"), false;
+  if (p[0].is_number()) return token_prompt(p);
+  for (const json& item : p) {
+    if (item.is_string()) {
+      PromptInput in;
+      if (!TextPrompt(item.get<std::string>(), ctx, true, &in, err)) return false;
+      out->prompts.push_back(std::move(in));
+    } else if (item.is_array() && !item.empty() && item[0].is_number()) {
+      if (!token_prompt(item)) return false;
+    } else {
+      return *err = BadRequest("'prompt' must be a string, [string], [int] or [[int]] (non-empty)", "prompt"), false;
+    }
+  }
+  return true;
+}
+
+bool ParseMessages(const json& j, const ProtocolContext& ctx, CompletionRequest* out, ApiError* err) {
+  if (!Present(j, "messages") || !j["messages"].is_array() || j["messages"].empty())
+    return *err = BadRequest("'messages' must be a non-empty array", "messages"), false;
+  if (ctx.tokenizer == nullptr)
+    return *err = BadRequest("chat needs tokenizer.json in the model directory", "messages"), false;
+  std::vector<ChatMessage> messages;
+  const json& arr = j["messages"];
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const json& m = arr[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return *err = BadRequest(where + " must be an object", where), false;
+    if (!m.contains("role") || !m["role"].is_string())
+      return *err = BadRequest(where + ".role must be a string", where + ".role"), false;
+    std::string role = m["role"].get<std::string>();
+    static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
+    if (kRoles.count(role) == 0)
+      return *err = BadRequest(fmt::format("{}.role '{}' is not one of system, developer, user, assistant, tool", where,
+                                           role),
+                               where + ".role"),
+             false;
+    if (role == "developer") role = "system";  // OpenAI's newer name for the system message
+    std::string content;
+    const std::string cwhere = where + ".content";
+    if (!m.contains("content") || m["content"].is_null()) {
+      if (role != "assistant")
+        return *err = BadRequest(cwhere + " is required (null only on an assistant message)", cwhere), false;
+    } else if (m["content"].is_string()) {
+      content = m["content"].get<std::string>();
+    } else if (m["content"].is_array()) {
+      for (const json& part : m["content"]) {
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+          return *err = BadRequest(cwhere + ": each part needs a string 'type'", cwhere), false;
+        if (part["type"] != "text")
+          return *err = BadRequest(fmt::format("{}: content parts of type '{}' are not supported (text only)", cwhere,
+                                               part["type"].get<std::string>()),
+                                   cwhere),
+                 false;
+        if (!part.contains("text") || !part["text"].is_string())
+          return *err = BadRequest(cwhere + ": a text part needs a string 'text'", cwhere), false;
+        content += part["text"].get<std::string>();
+      }
+    } else {
+      return *err = BadRequest(cwhere + " must be a string, an array of text parts or null", cwhere), false;
+    }
+    messages.push_back(ChatMessage{std::move(role), std::move(content)});
+  }
+  Result<std::string> text = ctx.tokenizer->ApplyChatTemplate(messages, /*add_generation_prompt=*/true);
+  if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
+  PromptInput in;
+  Result<std::vector<int32_t>> ids = ctx.tokenizer->Encode(*text, /*add_special_tokens=*/false);
+  if (!ids.ok()) return *err = BadRequest(ids.status().ToString(), "messages"), false;
+  in.ids = std::move(ids).value();
+  in.text = std::move(text).value();
+  out->prompts.push_back(std::move(in));
+  return true;
+}
+
+// Fields whose non-default values this server cannot honour: 400 naming them.
+bool RejectUnsupported(const json& j, bool chat, const CompletionRequest& r, ApiError* err) {
+  if (Present(j, "response_format")) {
+    const json& f = j["response_format"];
+    if (!f.is_object() || !f.contains("type") || f["type"] != "text")
+      return *err = BadRequest("'response_format': only {\"type\": \"text\"} is supported (no JSON mode or schemas)",
+                               "response_format"),
+             false;
+  }
+  if (Present(j, "tools") && !(j["tools"].is_array() && j["tools"].empty()))
+    return *err = BadRequest("'tools': tool calling is not supported by this server", "tools"), false;
+  if (Present(j, "tool_choice") && j["tool_choice"] != "none" && j["tool_choice"] != "auto")
+    return *err = BadRequest("'tool_choice': tool calling is not supported by this server", "tool_choice"), false;
+  if (Present(j, "functions") && !(j["functions"].is_array() && j["functions"].empty()))
+    return *err = BadRequest("'functions': function calling is not supported by this server", "functions"), false;
+  if (Present(j, "function_call") && j["function_call"] != "none")
+    return *err = BadRequest("'function_call': function calling is not supported by this server", "function_call"),
+           false;
+  if (Present(j, "logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
+    return *err = BadRequest("'logit_bias' is not supported by this server", "logit_bias"), false;
+  if (Present(j, "suffix") && !(j["suffix"].is_string() && j["suffix"].get<std::string>().empty()))
+    return *err = BadRequest("'suffix' (insertion) is not supported by this server", "suffix"), false;
+  if (Present(j, "min_p") && !(j["min_p"].is_number() && j["min_p"].get<double>() == 0.0))
+    return *err = BadRequest("'min_p' is not supported by this server (0 only)", "min_p"), false;
+  if (Present(j, "top_a") && !(j["top_a"].is_number() && j["top_a"].get<double>() == 0.0))
+    return *err = BadRequest("'top_a' is not supported by this server (0 only)", "top_a"), false;
+  if (Present(j, "repetition_penalty") &&
+      !(j["repetition_penalty"].is_number() && j["repetition_penalty"].get<double>() == 1.0))
+    return *err = BadRequest("'repetition_penalty' is not supported (use presence_penalty / frequency_penalty)",
+                             "repetition_penalty"),
+           false;
+  if (Present(j, "best_of")) {
+    if (chat) return *err = BadRequest("'best_of' is a completions field", "best_of"), false;
+    if (!j["best_of"].is_number_integer() || j["best_of"].get<int64_t>() != r.n)
+      return *err = BadRequest(fmt::format("'best_of' must equal n ({}): ranking extra samples is not supported", r.n),
+                               "best_of"),
+             false;
+  }
+  if (chat && Present(j, "echo")) return *err = BadRequest("'echo' is a completions field", "echo"), false;
+  if (chat && Present(j, "suffix")) return *err = BadRequest("'suffix' is a completions field", "suffix"), false;
+  return true;
+}
+
+}  // namespace
+
+ApiError BadRequest(std::string message, std::string param) {
+  return ApiError{400, "invalid_request_error", std::move(message), std::move(param), ""};
+}
+
+nlohmann::json ErrorJson(const ApiError& e) {
+  return json{{"error",
+               {{"message", e.message},
+                {"type", e.type},
+                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+int64_t CompletionRequest::MaxNewTokens(size_t i, int64_t context_length) const {
+  if (max_tokens >= 0) return max_tokens;
+  return std::max<int64_t>(0, context_length - static_cast<int64_t>(prompts[i].ids.size()));
+}
+
+bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const ProtocolContext& ctx,
+                            CompletionRequest* out, ApiError* err) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    *err = BadRequest("the request body is not a JSON object");
+    return false;
+  }
+  const bool chat = endpoint == Endpoint::kChat;
+  *out = CompletionRequest();
+  out->endpoint = endpoint;
+  try {
+    for (const auto& [key, value] : j.items())
+      if (KnownFields().count(key) == 0 || NoEffectFields().count(key) != 0) out->ignored.push_back(key);
+    if (Present(j, "model")) {
+      if (!j["model"].is_string()) return *err = BadRequest("'model' must be a string", "model"), false;
+      out->model = j["model"].get<std::string>();
+    }
+    // Sampling and limits first: cheap checks before tokenizing a large prompt.
+    int64_t n = 1;
+    if (!Integer(j, "n", 1, kMaxChoices, &n, err)) return false;
+    out->n = static_cast<int>(n);
+    if (!RejectUnsupported(j, chat, *out, err)) return false;
+    const char* tokens_key = chat && Present(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (!Integer(j, tokens_key, 0, INT64_MAX, &out->max_tokens, err)) return false;
+    double temperature = 1.0, top_p = 1.0, presence = 0.0, frequency = 0.0;
+    if (!Number(j, "temperature", 0.0, 1e6, false, &temperature, err)) return false;
+    if (!Number(j, "top_p", 0.0, 1.0, true, &top_p, err)) return false;
+    if (!Number(j, "presence_penalty", -2.0, 2.0, false, &presence, err)) return false;
+    if (!Number(j, "frequency_penalty", -2.0, 2.0, false, &frequency, err)) return false;
+    int64_t top_k = 0;
+    if (!Integer(j, "top_k", 0, INT32_MAX, &top_k, err)) return false;
+    out->sampling.temperature = static_cast<float>(temperature);
+    out->sampling.top_p = static_cast<float>(top_p);
+    out->sampling.top_k = top_k;
+    out->sampling.presence_penalty = static_cast<float>(presence);
+    out->sampling.frequency_penalty = static_cast<float>(frequency);
+    if (Present(j, "seed")) {
+      if (!j["seed"].is_number_integer()) return *err = BadRequest("'seed' must be an integer", "seed"), false;
+      out->sampling.seed = j["seed"].is_number_unsigned() ? j["seed"].get<uint64_t>()
+                                                           : static_cast<uint64_t>(j["seed"].get<int64_t>());
+      out->seeded = true;
+    } else {
+      static thread_local std::mt19937_64 rng{std::random_device{}()};
+      out->sampling.seed = rng();
+    }
+    if (!Bool(j, "ignore_eos", &out->ignore_eos, err)) return false;
+    if (!Bool(j, "stream", &out->stream, err)) return false;
+    if (Present(j, "stream_options")) {
+      const json& so = j["stream_options"];
+      if (!out->stream)
+        return *err = BadRequest("'stream_options' is only allowed when 'stream' is true", "stream_options"), false;
+      if (!so.is_object()) return *err = BadRequest("'stream_options' must be an object", "stream_options"), false;
+      if (Present(so, "include_usage")) {
+        if (!so["include_usage"].is_boolean())
+          return *err = BadRequest("'stream_options.include_usage' must be true or false", "stream_options"), false;
+        out->include_usage = so["include_usage"].get<bool>();
+      }
+    }
+    if (Present(j, "stop")) {
+      const json& s = j["stop"];
+      if (s.is_string()) {
+        out->stop.push_back(s.get<std::string>());
+      } else if (s.is_array()) {
+        for (const json& x : s) {
+          if (!x.is_string()) return *err = BadRequest("'stop' must be a string or an array of strings", "stop"), false;
+          out->stop.push_back(x.get<std::string>());
+        }
+      } else {
+        return *err = BadRequest("'stop' must be a string or an array of strings", "stop"), false;
+      }
+    }
+    if (chat) {
+      bool want = false;
+      if (!Bool(j, "logprobs", &want, err)) return false;
+      int64_t top = 0;
+      if (!Integer(j, "top_logprobs", 0, kMaxLogprobs, &top, err)) return false;
+      if (Present(j, "top_logprobs") && !want)
+        return *err = BadRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs"), false;
+      out->logprobs = want ? static_cast<int32_t>(top) : -1;
+      if (!ParseMessages(j, ctx, out, err)) return false;
+    } else {
+      if (Present(j, "logprobs")) {
+        int64_t k = 0;
+        if (!Integer(j, "logprobs", 0, kMaxLogprobs, &k, err)) return false;
+        out->logprobs = static_cast<int32_t>(k);
+      }
+      if (!Bool(j, "echo", &out->echo, err)) return false;
+      if (out->echo && out->logprobs >= 0)
+        return *err = BadRequest("'echo' with 'logprobs' (prompt log-probabilities) is not supported", "echo"), false;
+      if (!ParsePrompts(j, ctx, out, err)) return false;
+    }
+    const ModelConfig& c = *ctx.config;
+    const char* prompt_param = chat ? "messages" : "prompt";
+    for (size_t i = 0; i < out->prompts.size(); ++i) {
+      const int64_t len = static_cast<int64_t>(out->prompts[i].ids.size());
+      if (len == 0) return *err = BadRequest("the prompt is empty", prompt_param), false;
+      if (len > c.max_position_embeddings)
+        return *err = BadRequest(fmt::format("the prompt has {} tokens, more than the model's context length ({} tokens)",
+                                             len, c.max_position_embeddings),
+                                 prompt_param),
+               false;
+      if (out->max_tokens >= 0 && len + out->max_tokens > c.max_position_embeddings)
+        return *err = BadRequest(fmt::format("this model's context length is {} tokens; the request asks for {} ({} in "
+                                             "the prompt, {} in the completion)",
+                                             c.max_position_embeddings, len + out->max_tokens, len, out->max_tokens),
+                                 tokens_key),
+               false;
+    }
+    if (out->prompts.size() * static_cast<size_t>(out->n) > static_cast<size_t>(kMaxChoices))
+      return *err = BadRequest(fmt::format("{} prompts x n {} choices: at most {} in one request", out->prompts.size(),
+                                           out->n, kMaxChoices),
+                               "n"),
+             false;
+  } catch (const json::exception& e) {  // e.g. a number out of range for its field
+    *err = BadRequest(e.what());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace zipmoe::api

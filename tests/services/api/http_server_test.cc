@@ -1,0 +1,197 @@
+// HttpServer (services/api/http_server.h) over real sockets: pipelining, body limits, malformed
+// Content-Length, CORS preflight, chunked streaming, and the closed-client probe.
+#include "services/api/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace zipmoe::api {
+namespace {
+
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+void SendAll(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Reads until `stop` occurs `times` times, the peer closes, or the timeout.
+std::string ReadUntil(int fd, const std::string& stop, int times = 1) {
+  std::string out;
+  char buf[65536];
+  while (true) {
+    size_t count = 0;
+    for (size_t pos = out.find(stop); pos != std::string::npos; pos = out.find(stop, pos + 1)) ++count;
+    if (count >= static_cast<size_t>(times)) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+size_t Count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = s.find(what); pos != std::string::npos; pos = s.find(what, pos + 1)) ++n;
+  return n;
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void Start(HttpHandler handler, HttpServerOptions options = {}) {
+    options.port = 0;  // replaced below
+    for (int attempt = 0; attempt < 20 && !server_; ++attempt) {
+      options.port = 20000 + static_cast<int>((::getpid() * 7 + attempt * 131) % 20000);
+      auto started = HttpServer::Start(options, handler);
+      if (started.ok()) server_ = std::move(started).value();
+      else if (attempt == 0) ADD_FAILURE() << started.status().ToString();
+    }
+    ASSERT_TRUE(server_) << "no free port";
+  }
+  std::unique_ptr<HttpServer> server_;
+};
+
+HttpHandler Echo() {
+  return [](const HttpRequest& r, HttpExchange& x) {
+    x.Send(200, "text/plain", r.method + " " + r.path + " " + std::to_string(r.body.size()));
+  };
+}
+
+TEST_F(HttpServerTest, AnswersEveryPipelinedRequestOnOneConnection) {
+  Start(Echo());
+  const int fd = Connect(server_->port());
+  ASSERT_GE(fd, 0);
+  std::string all;
+  for (int i = 0; i < 201; ++i) all += "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  SendAll(fd, all);
+  const std::string got = ReadUntil(fd, "GET /health 0", 201);
+  EXPECT_EQ(Count(got, "HTTP/1.1 200"), 201u);
+  ::close(fd);
+}
+
+TEST_F(HttpServerTest, MalformedContentLengthIs400AndTooLargeIs413) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1000;
+  Start(Echo(), options);
+  for (const char* bad : {"-5", "abc"}) {
+    const int fd = Connect(server_->port());
+    SendAll(fd, std::string("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: ") + bad + "\r\n\r\n");
+    const std::string got = ReadUntil(fd, "\r\n\r\n");
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << bad << ": " << got;
+    ::close(fd);
+  }
+  const int fd = Connect(server_->port());
+  SendAll(fd, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n");
+  EXPECT_EQ(ReadUntil(fd, "\r\n\r\n").rfind("HTTP/1.1 413", 0), 0u);
+  ::close(fd);
+  const int ok = Connect(server_->port());
+  SendAll(ok, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+  EXPECT_NE(ReadUntil(ok, "POST /x 3").find("POST /x 3"), std::string::npos);
+  ::close(ok);
+}
+
+TEST_F(HttpServerTest, CorsPreflightIsAnsweredBeforeTheHandler) {
+  std::atomic<int> calls{0};
+  Start([&calls](const HttpRequest&, HttpExchange& x) {
+    ++calls;
+    x.Send(401, "text/plain", "no");
+  });
+  const int fd = Connect(server_->port());
+  SendAll(fd, "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://a\r\n"
+              "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\n\r\n");
+  const std::string got = ReadUntil(fd, "\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 204", 0), 0u) << got;
+  EXPECT_NE(got.find("Access-Control-Allow-Origin: *"), std::string::npos);
+  EXPECT_NE(got.find("Access-Control-Allow-Headers: authorization, content-type"), std::string::npos);
+  EXPECT_EQ(calls.load(), 0);
+  ::close(fd);
+}
+
+TEST_F(HttpServerTest, StreamsChunksAndSeesAClientThatLeft) {
+  std::atomic<bool> saw_gone{false};
+  Start([&saw_gone](const HttpRequest& r, HttpExchange& x) {
+    if (r.path == "/stream") {
+      x.BeginStream(200, "text/event-stream");
+      x.Write("data: 1\n\n");
+      x.Write("data: 2\n\n");
+      x.EndStream();
+      return;
+    }
+    // Waits (as a non-streaming generation does) until the client goes away.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (x.ClientGone()) {
+        saw_gone = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    x.Send(200, "text/plain", "late");
+  });
+  int fd = Connect(server_->port());
+  SendAll(fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string got = ReadUntil(fd, "0\r\n\r\n");
+  EXPECT_NE(got.find("Transfer-Encoding: chunked"), std::string::npos);
+  EXPECT_NE(got.find("9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n"), std::string::npos) << got;
+  ::close(fd);
+  fd = Connect(server_->port());
+  SendAll(fd, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::close(fd);
+  for (int i = 0; i < 100 && !saw_gone; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(saw_gone.load());
+}
+
+TEST_F(HttpServerTest, IdleConnectionsDoNotStarveOtherClients) {
+  HttpServerOptions options;
+  options.threads = 48;
+  Start(Echo(), options);
+  std::vector<int> idle;
+  for (int i = 0; i < 32; ++i) idle.push_back(Connect(server_->port()));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = Connect(server_->port());
+  SendAll(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(ReadUntil(fd, "GET /health 0").find("HTTP/1.1 200"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  ::close(fd);
+  for (int i : idle) ::close(i);
+}
+
+TEST(HttpServerStartTest, BadOptionsAndBusyPortsAreErrors) {
+  HttpServerOptions options;
+  options.port = 0;
+  EXPECT_EQ(HttpServer::Start(options, Echo()).status().code(), StatusCode::kInvalidArgument);
+  options.port = 8080;
+  options.threads = 0;
+  EXPECT_EQ(HttpServer::Start(options, Echo()).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zipmoe::api

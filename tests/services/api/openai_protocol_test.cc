@@ -1,0 +1,190 @@
+// ParseCompletionRequest (services/api/openai_protocol.h): every OpenAI field rule with known
+// answers on a tiny synthesized model (its tokenizer and config.json).
+#include "services/api/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "common/file_util.h"
+#include "tests/test_util.h"
+
+namespace zipmoe::api {
+namespace {
+
+using nlohmann::json;
+
+class OpenAiProtocolTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::CachedSynth("--arch qwen2_moe --preset tiny --seed 3"));
+    auto tok = Tokenizer::Load(JoinPath(*dir_, "tokenizer.json"));
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    tokenizer_ = std::move(tok).value().release();
+    auto cfg = LoadModelConfig(*dir_);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    config_ = new ModelConfig(*cfg);
+  }
+  bool Parse(const json& body, Endpoint endpoint, CompletionRequest* out, ApiError* err) {
+    return ParseCompletionRequest(body.dump(), endpoint, ProtocolContext{tokenizer_, config_}, out, err);
+  }
+  // The 400's param for `body` (fails the test when it parses).
+  std::string RejectedParam(const json& body, Endpoint endpoint = Endpoint::kCompletions) {
+    CompletionRequest r;
+    ApiError e;
+    EXPECT_FALSE(Parse(body, endpoint, &r, &e)) << body.dump();
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_FALSE(e.message.empty());
+    return e.param;
+  }
+  static std::string* dir_;
+  static Tokenizer* tokenizer_;
+  static ModelConfig* config_;
+};
+std::string* OpenAiProtocolTest::dir_ = nullptr;
+Tokenizer* OpenAiProtocolTest::tokenizer_ = nullptr;
+ModelConfig* OpenAiProtocolTest::config_ = nullptr;
+
+TEST_F(OpenAiProtocolTest, PromptFormsBecomeOnePromptEach) {
+  CompletionRequest r;
+  ApiError e;
+  ASSERT_TRUE(Parse(json{{"prompt", "hello world"}}, Endpoint::kCompletions, &r, &e)) << e.message;
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids, *tokenizer_->Encode("hello world", true));
+  EXPECT_EQ(r.prompts[0].text, "hello world");
+  ASSERT_TRUE(Parse(json{{"prompt", {"a b", "c"}}}, Endpoint::kCompletions, &r, &e)) << e.message;
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].ids, *tokenizer_->Encode("c", true));
+  ASSERT_TRUE(Parse(json{{"prompt", {5, 17, 300}}}, Endpoint::kCompletions, &r, &e)) << e.message;
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{5, 17, 300}));
+  ASSERT_TRUE(Parse(json{{"prompt", {{5, 6}, {7}}}}, Endpoint::kCompletions, &r, &e)) << e.message;
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].ids, (std::vector<int32_t>{7}));
+  EXPECT_EQ(RejectedParam(json{{"prompt", {5, 99999}}}), "prompt");
+  EXPECT_EQ(RejectedParam(json{{"prompt", json::array()}}), "prompt");
+  EXPECT_EQ(RejectedParam(json{{"prompt", 5}}), "prompt");
+  EXPECT_EQ(RejectedParam(json::object()), "prompt");
+}
+
+TEST_F(OpenAiProtocolTest, ChatContentPartsRolesAndNullContent) {
+  CompletionRequest a, b;
+  ApiError e;
+  ASSERT_TRUE(Parse(json{{"messages", {{{"role", "user"}, {"content", "Hello world"}}}}}, Endpoint::kChat, &a, &e));
+  const json parts = json::array({json{{"type", "text"}, {"text", "Hello "}}, json{{"type", "text"}, {"text", "world"}}});
+  ASSERT_TRUE(Parse(json{{"messages", {{{"role", "user"}, {"content", parts}}}}}, Endpoint::kChat, &b, &e)) << e.message;
+  EXPECT_EQ(a.prompts[0].ids, b.prompts[0].ids);
+  const json history = json::array({json{{"role", "developer"}, {"content", "be brief"}},
+                                    json{{"role", "user"}, {"content", "hi"}},
+                                    json{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array()}},
+                                    json{{"role", "user"}, {"content", "again"}}});
+  ASSERT_TRUE(Parse(json{{"messages", history}}, Endpoint::kChat, &a, &e)) << e.message;
+  EXPECT_NE(a.prompts[0].text.find("system\nbe brief"), std::string::npos) << a.prompts[0].text;
+  EXPECT_EQ(RejectedParam(json{{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}, Endpoint::kChat),
+            "messages[0].role");
+  EXPECT_EQ(RejectedParam(json{{"messages", {{{"role", "user"}, {"content", nullptr}}}}}, Endpoint::kChat),
+            "messages[0].content");
+  const json image = json::array({json{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}});
+  EXPECT_EQ(RejectedParam(json{{"messages", {{{"role", "user"}, {"content", image}}}}}, Endpoint::kChat),
+            "messages[0].content");
+  EXPECT_EQ(RejectedParam(json{{"messages", json::array()}}, Endpoint::kChat), "messages");
+}
+
+TEST_F(OpenAiProtocolTest, MaxTokensDefaultsToTheRestOfTheContext) {
+  CompletionRequest r;
+  ApiError e;
+  ASSERT_TRUE(Parse(json{{"prompt", {1, 2, 3}}}, Endpoint::kCompletions, &r, &e));
+  EXPECT_EQ(r.max_tokens, -1);
+  EXPECT_EQ(r.MaxNewTokens(0, config_->max_position_embeddings), config_->max_position_embeddings - 3);
+  ASSERT_TRUE(Parse(json{{"prompt", {1, 2, 3}}, {"max_tokens", 7}}, Endpoint::kCompletions, &r, &e));
+  EXPECT_EQ(r.MaxNewTokens(0, config_->max_position_embeddings), 7);
+  ASSERT_TRUE(Parse(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 3},
+                         {"max_completion_tokens", 5}},
+                    Endpoint::kChat, &r, &e));
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"max_tokens", -1}}), "max_tokens");
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1, 2}}, {"max_tokens", config_->max_position_embeddings}}), "max_tokens");
+}
+
+TEST_F(OpenAiProtocolTest, SeedsNAndSamplingRanges) {
+  CompletionRequest a, b;
+  ApiError e;
+  ASSERT_TRUE(Parse(json{{"prompt", {1}}}, Endpoint::kCompletions, &a, &e));
+  ASSERT_TRUE(Parse(json{{"prompt", {1}}}, Endpoint::kCompletions, &b, &e));
+  EXPECT_FALSE(a.seeded);
+  EXPECT_NE(a.sampling.seed, b.sampling.seed);  // a fresh seed per request (2^-64 to collide)
+  EXPECT_EQ(a.sampling.temperature, 1.0f);
+  ASSERT_TRUE(Parse(json{{"prompt", {1}}, {"seed", 42}, {"n", 3}, {"temperature", 0.5}, {"top_k", 4},
+                         {"presence_penalty", 0.5}, {"frequency_penalty", -1}},
+                    Endpoint::kCompletions, &a, &e));
+  EXPECT_TRUE(a.seeded);
+  EXPECT_EQ(a.sampling.seed, 42u);
+  EXPECT_EQ(a.n, 3);
+  EXPECT_EQ(a.sampling.top_k, 4);
+  EXPECT_EQ(a.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(a.sampling.frequency_penalty, -1.0f);
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"top_k", -1}}), "top_k");
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"n", 0}}), "n");
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"temperature", -0.1}}), "temperature");
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"top_p", 0}}), "top_p");
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"presence_penalty", 2.5}}), "presence_penalty");
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"seed", "x"}}), "seed");
+}
+
+TEST_F(OpenAiProtocolTest, LogprobsStreamOptionsAndEcho) {
+  CompletionRequest r;
+  ApiError e;
+  const json msgs = {{{"role", "user"}, {"content", "x"}}};
+  ASSERT_TRUE(Parse(json{{"messages", msgs}, {"logprobs", true}, {"top_logprobs", 3}}, Endpoint::kChat, &r, &e));
+  EXPECT_EQ(r.logprobs, 3);
+  ASSERT_TRUE(Parse(json{{"messages", msgs}, {"logprobs", true}}, Endpoint::kChat, &r, &e));
+  EXPECT_EQ(r.logprobs, 0);
+  ASSERT_TRUE(Parse(json{{"messages", msgs}}, Endpoint::kChat, &r, &e));
+  EXPECT_EQ(r.logprobs, -1);
+  EXPECT_EQ(RejectedParam(json{{"messages", msgs}, {"top_logprobs", 2}}, Endpoint::kChat), "top_logprobs");
+  EXPECT_EQ(RejectedParam(json{{"messages", msgs}, {"logprobs", true}, {"top_logprobs", 21}}, Endpoint::kChat),
+            "top_logprobs");
+  ASSERT_TRUE(Parse(json{{"prompt", {1}}, {"logprobs", 2}}, Endpoint::kCompletions, &r, &e));
+  EXPECT_EQ(r.logprobs, 2);
+  ASSERT_TRUE(Parse(json{{"prompt", {1}}, {"stream", true}, {"stream_options", {{"include_usage", true}}}},
+                    Endpoint::kCompletions, &r, &e));
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"stream_options", {{"include_usage", true}}}}), "stream_options");
+  ASSERT_TRUE(Parse(json{{"prompt", "hi"}, {"echo", true}}, Endpoint::kCompletions, &r, &e));
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(RejectedParam(json{{"prompt", "hi"}, {"echo", true}, {"logprobs", 1}}), "echo");
+  EXPECT_EQ(RejectedParam(json{{"messages", msgs}, {"echo", true}}, Endpoint::kChat), "echo");
+}
+
+TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreListed) {
+  const json base{{"prompt", {1}}};
+  auto with = [&](const char* key, json value) {
+    json b = base;
+    b[key] = std::move(value);
+    return b;
+  };
+  EXPECT_EQ(RejectedParam(with("response_format", {{"type", "json_object"}})), "response_format");
+  EXPECT_EQ(RejectedParam(with("tools", json::array({json{{"type", "function"}}}))), "tools");
+  EXPECT_EQ(RejectedParam(with("tool_choice", "required")), "tool_choice");
+  EXPECT_EQ(RejectedParam(with("logit_bias", {{"5", 10}})), "logit_bias");
+  EXPECT_EQ(RejectedParam(with("best_of", 3)), "best_of");
+  EXPECT_EQ(RejectedParam(with("suffix", "x")), "suffix");
+  EXPECT_EQ(RejectedParam(with("repetition_penalty", 1.2)), "repetition_penalty");
+  EXPECT_EQ(RejectedParam(with("min_p", 0.1)), "min_p");
+  CompletionRequest r;
+  ApiError e;
+  json ok = with("response_format", {{"type", "text"}});
+  ok["best_of"] = 1;
+  ok["logit_bias"] = json::object();
+  ok["user"] = "u1";
+  ok["my_extension"] = 3;
+  ASSERT_TRUE(Parse(ok, Endpoint::kCompletions, &r, &e)) << e.message;
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"my_extension", "user"}));
+  EXPECT_EQ(ErrorJson(BadRequest("m", "p")).dump(),
+            R"({"error":{"code":null,"message":"m","param":"p","type":"invalid_request_error"}})");
+  EXPECT_FALSE(ParseCompletionRequest("{not json", Endpoint::kCompletions, ProtocolContext{tokenizer_, config_}, &r, &e));
+}
+
+}  // namespace
+}  // namespace zipmoe::api
