@@ -8,7 +8,7 @@ Every request streams (`"stream": true`, server-sent events), so each one is tim
            when the final chunk (finish_reason + usage) arrives, since the server sends it right after
            the step that produced the last token (a token that adds no text, e.g. EOS, gets no chunk)
   latency  send -> `data: [DONE]`
-completion_tokens and prompt_tokens come from the `usage` object zipmoe puts in the final chunk; a
+completion_tokens and prompt_tokens come from the `usage` chunk (`stream_options.include_usage`); a
 server that sends none falls back to counting text chunks (fewer than tokens when a chunk carries the
 text of several tokens or a token adds none; the row's "tokens_from" says which).
 
@@ -225,7 +225,8 @@ def run_request(server, model, prompt, args, timeout):
            "error": None, "ttft_s": None, "tpot_s": None, "latency_s": None, "completion_tokens": None,
            "prompt_tokens": None, "tokens_from": None, "chunks": 0, "finish_reason": None, "text": ""}
     body = {"model": model, "max_tokens": args.max_tokens, "temperature": args.temperature,
-            "seed": args.seed + pidx, "stream": True}
+            "seed": args.seed + pidx, "stream": True,
+            "stream_options": {"include_usage": True}}
     if args.ignore_eos:
         body["ignore_eos"] = True
     if args.chat:
