@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,6 +90,32 @@ int FindConnectionFd(int local_port, const std::string& peer_addr, int peer_port
     if (!Endpoint(peer, &addr, &port) || !Endpoint(local, &ignored, &lport)) continue;
     if (port == peer_port && lport == local_port &&
         (addr == peer_addr || addr == "::ffff:" + peer_addr || "::ffff:" + addr == peer_addr)) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  ::closedir(dir);
+  return found;
+}
+
+// The descriptor of this process's listening TCP socket on `port`, -1 when none.
+int FindListeningFd(int port) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    int listening = 0;
+    socklen_t optlen = sizeof listening;
+    if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || !listening) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
+    std::string addr;
+    int lport = 0;
+    if (Endpoint(local, &addr, &lport) && lport == port) {
       found = static_cast<int>(fd);
       break;
     }
@@ -216,6 +243,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
     return Status::Unavailable(fmt::format("cannot listen on {}: {}", listening, error_text));
   mg_server_port ports[1];
   if (mg_get_server_ports(server->ctx_, 1, ports) >= 1) server->port_ = ports[0].port;
+  // Connections that send nothing stay in the kernel (TCP_DEFER_ACCEPT, as nginx's "deferred") and
+  // never occupy a worker; the kernel drops them after about read_timeout_ms.
+  const int listen_fd = FindListeningFd(server->port_);
+  if (listen_fd >= 0) {
+    const int defer_seconds = std::max(1, options.read_timeout_ms / 1000);
+    ::setsockopt(listen_fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_seconds, sizeof defer_seconds);
+  }
   return server;
 }
 

@@ -5,8 +5,10 @@
 //
 // Connections and threads (civetweb's model): one accepting thread queues connections (listen
 // backlog and queue = `queue`); each of `threads` workers serves one connection at a time, request
-// after request. A connection that sends nothing holds a worker for at most `read_timeout_ms` (per
-// read), an idle keep-alive connection for `keep_alive_timeout_ms`; so `threads` must exceed the
+// after request. A new connection that sends nothing is never accepted (TCP_DEFER_ACCEPT: the kernel
+// holds it until its first bytes, and drops it after about `read_timeout_ms`); a request that stalls
+// holds a worker for at most `read_timeout_ms` per read, an idle keep-alive connection for
+// `keep_alive_timeout_ms`; so `threads` must exceed the
 // requests that can wait on generation at once (the API server sizes it as batch + spare) for
 // GET /health and /metrics to keep answering under load or idle connections.
 //
