@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/file_util.h"
 #include "common/hash.h"
+#include "common/safetensors.h"
 #include "schemas/manifest_generated.h"
 
 namespace zipmoe {
@@ -38,7 +40,9 @@ std::string Where(const ExpertTensorInfo& t) {
 // Field-level consistency of one record (structure the converter guarantees).
 Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTensorInfo& t) {
   const int64_t numel = t.numel();
-  if (numel < 0) return Status::Corruption(fmt::format("{}: {}: negative shape", path, Where(t)));
+  if (numel < 0)
+    return Status::Corruption(
+        fmt::format("{}: {}: negative dimension or more than 2^63 elements in its shape", path, Where(t)));
   if (t.dtype != DType::kBF16)
     return Status::Corruption(fmt::format("{}: {}: dtype {} (expected BF16)", path, Where(t), DTypeName(t.dtype)));
   if (t.n_shards < 1 || t.chunks.size() != static_cast<size_t>(t.n_shards) + 1)
@@ -99,7 +103,7 @@ int64_t ExpertTensorInfo::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) return -1;
-    n *= d;
+    if (__builtin_mul_overflow(n, d, &n)) return -1;  // a crafted shape (found by fuzzing)
   }
   return n;
 }
@@ -165,7 +169,7 @@ std::string SerializeManifest(const Manifest& m) {
   dense.reserve(m.dense_tensors.size());
   for (const auto& d : m.dense_tensors) {
     dense.push_back(fb::CreateDenseTensor(fbb, fbb.CreateString(d.name), fbb.CreateVector(d.shape),
-                                          static_cast<fb::DType>(d.dtype)));
+                                          static_cast<fb::DType>(d.dtype), d.xxh64));
   }
   std::vector<flatbuffers::Offset<flatbuffers::String>> sources;
   for (const auto& s : m.source_files) sources.push_back(fbb.CreateString(s));
@@ -190,10 +194,18 @@ std::string SerializeManifest(const Manifest& m) {
 
 namespace {
 
-std::vector<int64_t> ToShape(const flatbuffers::Vector<int64_t>* v) {
-  if (v == nullptr) return {};
-  return std::vector<int64_t>(v->begin(), v->end());
+// Copies a vector of 8-byte scalars out of the body through memcpy: the Verifier checks only the
+// alignment of a vector's length, so the elements of a crafted [long] may sit 4 bytes off their
+// alignment, and reading them in place would be a misaligned load (found by fuzzing).
+template <typename T>
+std::vector<T> CopyVector(const flatbuffers::Vector<T>* v) {
+  std::vector<T> out(v == nullptr ? 0 : v->size());
+  if (!out.empty()) std::memcpy(out.data(), v->Data(), out.size() * sizeof(T));
+  for (T& x : out) x = flatbuffers::EndianScalar(x);
+  return out;
 }
+
+std::vector<int64_t> ToShape(const flatbuffers::Vector<int64_t>* v) { return CopyVector(v); }
 
 std::string Str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
 
@@ -227,7 +239,8 @@ Result<Manifest> FromFlatBuffer(const std::string& path, const fb::Manifest& f) 
   if (f.exponent_histogram() != nullptr) {
     if (f.exponent_histogram()->size() != 256)
       return Status::Corruption(fmt::format("{}: exponent_histogram has {} bins", path, f.exponent_histogram()->size()));
-    for (size_t i = 0; i < 256; ++i) m.exponent_histogram[i] = f.exponent_histogram()->Get(i);
+    const std::vector<uint64_t> histogram = CopyVector(f.exponent_histogram());
+    std::copy(histogram.begin(), histogram.end(), m.exponent_histogram.begin());
   }
   if (f.source_files() != nullptr)
     for (const auto* s : *f.source_files()) m.source_files.push_back(Str(s));
@@ -235,7 +248,7 @@ Result<Manifest> FromFlatBuffer(const std::string& path, const fb::Manifest& f) 
     for (const auto* d : *f.dense_tensors()) {
       if (!EnumInRange(d->dtype(), fb::DType::MAX))
         return Status::Corruption(fmt::format("{}: dense tensor '{}': unknown dtype", path, Str(d->name())));
-      m.dense_tensors.push_back({Str(d->name()), ToShape(d->shape()), static_cast<DType>(d->dtype())});
+      m.dense_tensors.push_back({Str(d->name()), ToShape(d->shape()), static_cast<DType>(d->dtype()), d->xxh64()});
     }
   }
   if (f.expert_tensors() != nullptr) {
@@ -316,6 +329,23 @@ Result<Manifest> ParseManifest(const std::string& path, const std::string& bytes
     ZM_RETURN_IF_ERROR(CheckRecord(path, m, t));
   }
   return std::move(parsed).value();
+}
+
+Status VerifyDenseTensors(const Manifest& manifest, const SafetensorsFile& dense) {
+  for (const DenseTensorInfo& d : manifest.dense_tensors) {
+    const TensorView* v = dense.Find(d.name);
+    if (v == nullptr)
+      return Status::Corruption(fmt::format("{}: tensor '{}' listed in the manifest is missing", dense.path(), d.name));
+    if (v->spec.shape != d.shape || v->spec.dtype != d.dtype)
+      return Status::Corruption(fmt::format("{}: tensor '{}' has another shape or dtype than the manifest records",
+                                            dense.path(), d.name));
+    if (d.xxh64 != 0 && Xxh64(v->data, v->size_bytes()) != d.xxh64)
+      return Status::Corruption(fmt::format(
+          "{}: tensor '{}': its bytes do not match the manifest's checksum (the file is damaged; restore it or "
+          "compress the model again)",
+          dense.path(), d.name));
+  }
+  return Status::Ok();
 }
 
 Result<Manifest> ReadManifest(const std::string& dir) {

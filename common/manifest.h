@@ -61,7 +61,7 @@ struct ExpertTensorInfo {
   uint64_t bf16_xxh64 = 0;          // of the original BF16 bytes
   uint64_t record_xxh64 = 0;        // RecordHash(*this), set by the converter
 
-  int64_t numel() const;
+  int64_t numel() const;  // -1 for a negative dimension or a count beyond int64
   uint64_t raw_bytes() const { return static_cast<uint64_t>(numel()) * 2; }
   uint64_t stored_bytes() const;    // sum of chunk stored_bytes (no alignment padding)
   uint64_t e_stored_bytes() const;  // E-chunks only
@@ -71,6 +71,8 @@ struct DenseTensorInfo {
   std::string name;
   std::vector<int64_t> shape;
   DType dtype = DType::kBF16;
+  uint64_t xxh64 = 0;  // XXH64 of the tensor's bytes in dense.safetensors, verified at load; 0 = not
+                       // recorded (a directory compressed before dense checksums existed)
 };
 
 struct Manifest {
@@ -104,6 +106,15 @@ std::string SerializeManifest(const Manifest& manifest);
 // damage is outside expert records), FlatBuffers verification failure, unknown enum values,
 // chunk fields inconsistent (offset not aligned, E-chunks not covering [0, numel), SM-chunk size).
 Result<Manifest> ParseManifest(const std::string& path, const std::string& bytes);
+
+class SafetensorsFile;
+
+// Checks dense.safetensors against the manifest's dense records: every tensor present with its
+// shape and dtype, and its bytes' XXH64 equal to the recorded one (records with xxh64 0, from
+// directories compressed before dense checksums, are checked for shape/dtype only). Reads every
+// byte once (XXH64, ~10 GB/s). Errors: kCorruption naming `dense.path()` and the first tensor that is
+// missing, reshaped or whose bytes changed.
+Status VerifyDenseTensors(const Manifest& manifest, const SafetensorsFile& dense);
 
 // Reads DIR/manifest.bin and parses it. Errors: kNotFound naming the file, plus ParseManifest's.
 Result<Manifest> ReadManifest(const std::string& dir);

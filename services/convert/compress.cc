@@ -244,7 +244,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   for (const auto& v : dense) {
     dense_specs.push_back(v.spec);
     dense_by_name[v.spec.name] = &v;
-    m.dense_tensors.push_back({v.spec.name, v.spec.shape, v.spec.dtype});
+    m.dense_tensors.push_back({v.spec.name, v.spec.shape, v.spec.dtype, Xxh64(v.data, v.size_bytes())});
   }
   ZM_RETURN_IF_ERROR(WriteSafetensors(JoinPath(tmp_dir, kDenseFileName), dense_specs,
                                       [&](const TensorSpec& spec, uint8_t* out) {

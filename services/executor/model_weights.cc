@@ -218,6 +218,9 @@ Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const Loa
   } else if (model->dense) {
     ZM_RETURN_IF_ERROR(model->dense->Populate());
   }
+  // Lossless means every byte served is checked: expert chunks are hashed when read, dense tensors
+  // here, once, against the manifest.
+  if (model->dense) ZM_RETURN_IF_ERROR(VerifyDenseTensors(model->store->manifest(), *model->dense));
   ZM_RETURN_IF_ERROR(TorchBoundary("loading " + dir, [&]() -> Status {
     Loader loader(*model, options);
     ZM_ASSIGN_OR_RETURN(model->weights, loader.GetAll());

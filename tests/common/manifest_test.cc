@@ -39,7 +39,7 @@ Manifest SampleManifest() {
     }
   }
   m.experts_file_bytes = offset;
-  m.dense_tensors.push_back({"model.embed_tokens.weight", {16, 8}, DType::kBF16});
+  m.dense_tensors.push_back({"model.embed_tokens.weight", {16, 8}, DType::kBF16, 0x0123456789abcdefull});
   m.exponent_histogram[127] = 100;
   m.exponent_histogram[120] = 7;
   m.source_files = {"config.json", "tokenizer.json"};
@@ -70,6 +70,7 @@ TEST(ManifestTest, RoundTripsEveryField) {
   }
   ASSERT_EQ(p.dense_tensors.size(), 1u);
   EXPECT_EQ(p.dense_tensors[0].shape, (std::vector<int64_t>{16, 8}));
+  EXPECT_EQ(p.dense_tensors[0].xxh64, 0x0123456789abcdefull);
 }
 
 TEST(ManifestTest, EveryFlippedByteIsDetected) {
