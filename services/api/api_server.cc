@@ -191,7 +191,12 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
     const char* state = !ready_.load(std::memory_order_acquire) ? "loading"
                         : draining_.load()                       ? "stopping"
                                                                  : "ok";
-    return SendJson(exchange, std::string(state) == "ok" ? 200 : 503, json{{"status", state}}.dump());
+    json body{{"status", state}};
+    if (std::string(state) == "ok") {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      if (!last_error_.empty()) body = json{{"status", "error"}, {"message", last_error_}};
+    }
+    return SendJson(exchange, body["status"] == "ok" ? 200 : 503, body.dump(-1, ' ', false, json::error_handler_t::replace));
   }
   if (path == "/metrics") {
     if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET /metrics", "", ""});
@@ -395,7 +400,12 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
   const auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
   const auto all_done = [&] { return request->done_jobs == request->jobs.size(); };
 
-  Submit(request);
+  if (!Submit(request))
+    return SendError(exchange, ApiError{429, "rate_limit_error",
+                                        fmt::format("{} sequences are already waiting for a batch slot (--max-waiting); "
+                                                    "retry later",
+                                                    waiting()),
+                                        "", "queue_full"});
   if (!r.stream) {
     std::unique_lock<std::mutex> lock(request->mu);
     while (!all_done()) {
@@ -537,12 +547,14 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
 // ---------------------------------------------------------------------------------------------
 // Batch loop
 
-void ApiServer::Submit(const std::shared_ptr<Request>& request) {
+bool ApiServer::Submit(const std::shared_ptr<Request>& request) {
   std::vector<Job*> now_done;
   bool stopping = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     stopping = stopping_;
+    if (!stopping && queue_.size() + request->jobs.size() > static_cast<size_t>(std::max(1, options_.max_waiting)))
+      return false;
     for (const auto& job : request->jobs) {
       if (job->params.max_new_tokens == 0 || stopping) {
         now_done.push_back(job.get());
@@ -555,6 +567,7 @@ void ApiServer::Submit(const std::shared_ptr<Request>& request) {
   queue_cv_.notify_all();
   for (Job* job : now_done)
     Finish(*job, stopping ? Status::Unavailable("the server is shutting down") : Status::Ok(), false);
+  return true;
 }
 
 bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
@@ -617,6 +630,14 @@ void ApiServer::Finish(Job& job, const Status& status, bool eos) {
     if (req.done_jobs == req.jobs.size() && metrics_ != nullptr) metrics_->ObserveE2e(Seconds(req.arrival, Clock::now()));
   }
   if (metrics_ != nullptr) metrics_->CountFinished(reason);
+  if (status.ok() || status.code() != StatusCode::kInvalidArgument) {  // a client's mistake says nothing
+    std::lock_guard<std::mutex> lock(health_mu_);
+    if (status.ok()) {
+      last_error_.clear();
+    } else if (status.code() != StatusCode::kUnavailable) {  // shutting down is not a fault
+      last_error_ = status.ToString();
+    }
+  }
   std::fprintf(stderr, "%s",
                fmt::format("I: serve: {} choice {} {}: {} prompt + {} completion tokens in {:.3f} s, batch of up to {}\n",
                            req.id, job.index,

@@ -3,7 +3,10 @@
 // openai_protocol.h; the HTTP layer in http_server.h.
 //
 // Routes (every one answers CORS preflights; JSON errors are {"error": {message, type, param, code}}):
-//   GET  /health                200 {"status":"ok"} | 503 {"status":"loading"|"stopping"}  (no API key)
+//   GET  /health                200 {"status":"ok"} | 503 {"status":"loading"|"stopping"} | 503
+//                               {"status":"error","message"} while the last sequence to end failed
+//                               with a server error (e.g. a corrupt expert chunk) until one succeeds
+//                               (no API key)
 //   GET  /metrics               Prometheus text format 0.0.4: the serving metrics
 //                               (service_metrics.h ExecutorMetrics) and whatever else the owner
 //                               registered on the same registry (the embedded runtime's cache,
@@ -64,6 +67,8 @@ struct ApiServerOptions {
                                                 // request names no model
   std::string api_key;                          // "" = no authentication
   int max_batch = 8;                            // sequences decoded together, >= 1
+  int max_waiting = 256;                        // sequences queued for a batch slot; a request that
+                                                // would exceed it gets 429 (type rate_limit_error)
 };
 
 class ApiServer {
@@ -103,7 +108,8 @@ class ApiServer {
   void BatchLoop();
   bool OnToken(Job& job, const executor::SampledToken& token);
   void Finish(Job& job, const Status& status, bool eos);
-  void Submit(const std::shared_ptr<Request>& request);
+  // Queues the request's sequences; false (nothing queued) when the queue would exceed max_waiting.
+  bool Submit(const std::shared_ptr<Request>& request);
   void HandleCompletion(const HttpRequest& http, HttpExchange& exchange, Endpoint endpoint);
   void HandleTokenize(const HttpRequest& http, HttpExchange& exchange);
   void HandleDetokenize(const HttpRequest& http, HttpExchange& exchange);
@@ -125,6 +131,8 @@ class ApiServer {
   std::unique_ptr<executor::Generator> generator_;  // driven by the batch loop only
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
+  mutable std::mutex health_mu_;
+  std::string last_error_;  // the failure of the last sequence to end; "" = it succeeded  ZM_GUARDED_BY(health_mu_)
 
   mutable std::mutex queue_mu_;  // guards queue_, running_count_, stopping_
   std::condition_variable queue_cv_;

@@ -14,6 +14,8 @@ using nlohmann::json;
 constexpr int kMaxChoices = 128;   // n per prompt
 constexpr int kMaxPrompts = 128;   // prompts of one completions request
 constexpr int kMaxLogprobs = 20;   // top alternatives per token
+constexpr size_t kMaxStops = 64;         // stop strings per request
+constexpr size_t kMaxStopBytes = 1024;   // bytes per stop string
 
 // Fields every client may send that change nothing here (metadata, tool-use switches that only
 // matter with tools).
@@ -309,6 +311,14 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
       } else {
         return *err = BadRequest("'stop' must be a string or an array of strings", "stop"), false;
       }
+      if (out->stop.size() > kMaxStops)
+        return *err = BadRequest(fmt::format("'stop' has {} strings; at most {}", out->stop.size(), kMaxStops), "stop"),
+               false;
+      for (const std::string& s : out->stop)
+        if (s.size() > kMaxStopBytes)
+          return *err = BadRequest(fmt::format("a 'stop' string is {} bytes; at most {}", s.size(), kMaxStopBytes),
+                                   "stop"),
+                 false;
     }
     if (chat) {
       bool want = false;

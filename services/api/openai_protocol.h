@@ -15,7 +15,8 @@
 //   temperature (1, >= 0; 0 = greedy), top_p ((0, 1]), top_k (>= 0, 0 = off; vLLM's extension),
 //   seed (integer; absent = a fresh random seed per request), n (1..128 choices per prompt),
 //   presence_penalty, frequency_penalty ([-2, 2], sampler.h), stop (string | [string]),
-//   stream, stream_options.include_usage (only with stream), ignore_eos (vLLM's extension)
+//   stream, stream_options.include_usage (only with stream), ignore_eos (vLLM's extension),
+//   stop: at most 64 strings of at most 1024 bytes each
 //   logprobs: chat: bool, with top_logprobs 0..20 (top_logprobs needs logprobs: true);
 //             completions: integer 0..20
 //   echo (completions): the prompt's text is prepended to each choice (not with logprobs)

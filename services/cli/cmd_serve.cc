@@ -59,6 +59,7 @@ struct ServeArgs {
   int threads = 0;
   std::string device = "cpu";
   int max_batch = 8;  // sequences decoded together (continuous batching); 1 = one at a time
+  int max_waiting = 256;  // sequences queued beyond the batch before requests get 429
   int http_threads = 0;  // 0 = 2 x max_batch + 32
   int http_read_timeout_ms = 10000;
   std::string cors_origin = "*";
@@ -112,6 +113,7 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   api_options.served_model_names = args.served_model_names;
   api_options.api_key = args.api_key;
   api_options.max_batch = args.max_batch;
+  api_options.max_waiting = args.max_waiting;
   api::ApiServer server(api_options);
   server.SetMetrics(metrics, registry, std::move(refresh));
   api::HttpServerOptions http;
@@ -230,6 +232,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-batch", args->max_batch, "requests decoded together (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-waiting", args->max_waiting, "sequences queued for a batch slot before requests get 429")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   cmd->add_option("--http-threads", args->http_threads,
                   "HTTP worker threads, one connection each (0 = 2 x max-batch + 32)")
       ->capture_default_str()

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,6 +215,134 @@ TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
   EXPECT_FALSE(Alive(pid)) << ReadAll(log);
   killer.pid = Alive(pid) ? pid : 0;
   EXPECT_NE(ReadAll(log).find("I: serve: stopped"), std::string::npos) << ReadAll(log);
+}
+
+// Runs `command` through the shell; its stdout.
+std::string Shell(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  ::pclose(pipe);
+  return out;
+}
+
+// Starts `zipmoe serve <args>` in the background and waits for GET /health 200; kills it on scope exit.
+class ServeProcess {
+ public:
+  ServeProcess(const TempDir& tmp, const std::string& args) : tmp_(tmp), port_(FreePort()) {
+    log_ = tmp.Sub("serve2.log");
+    const std::string pid_file = tmp.Sub("serve2.pid");
+    auto start = RunCli(fmt::format("serve {} --port {} > {} 2>&1 & echo $! > {}", args, port_, log_, pid_file));
+    pid_ = start.exit_code == 0 ? std::atoi(ReadAll(pid_file).c_str()) : 0;
+    HttpReply health;
+    for (int i = 0; i < 600 && pid_ > 0 && health.status != 200 && Alive(pid_); ++i) {
+      health = Http(tmp_, port_, "GET", "/health");
+      if (health.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    healthy_ = health.status == 200;
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+  bool healthy() const { return healthy_; }
+  int port() const { return port_; }
+  std::string log() const { return ReadAll(log_); }
+
+ private:
+  const TempDir& tmp_;
+  int port_ = 0;
+  int pid_ = 0;
+  std::string log_;
+  bool healthy_ = false;
+};
+
+// A full queue answers 429 (rate_limit_error, queue_full) instead of queueing without bound.
+TEST(ServeCli, FullQueueAnswers429) {
+  const std::string model = CachedSynth("--arch qwen2_moe --preset tiny --seed 7");
+  TempDir tmp;
+  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --max-batch 1 --max-waiting 1", model));
+  ASSERT_TRUE(serve.healthy()) << serve.log();
+  // Two long requests: one runs, one waits; they end when their curl is killed (client gone).
+  const json long_request{{"prompt", json::array({5, 17})}, {"max_tokens", 4000}, {"ignore_eos", true}};
+  WriteAll(tmp.Sub("long.json"), long_request.dump());
+  std::vector<int> curls;
+  for (int i = 0; i < 2; ++i) {
+    const std::string pid = Shell(fmt::format("curl -s -o /dev/null -X POST -H 'Content-Type: application/json' "
+                                              "--data-binary @{} http://127.0.0.1:{}/v1/completions >/dev/null 2>&1 & "
+                                              "echo $!",
+                                              tmp.Sub("long.json"), serve.port()));
+    curls.push_back(std::atoi(pid.c_str()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  const HttpReply third = Http(tmp, serve.port(), "POST", "/v1/completions",
+                               json{{"prompt", json::array({5})}, {"max_tokens", 2}}.dump());
+  for (int pid : curls)
+    if (pid > 0) ::kill(pid, SIGKILL);
+  EXPECT_EQ(third.status, 429) << third.body << serve.log();
+  const json error = json::parse(third.body, nullptr, false);
+  ASSERT_TRUE(error.is_object()) << third.body;
+  EXPECT_EQ(error["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(error["error"]["code"], "queue_full");
+  // The abandoned requests are cancelled: a new request is served again soon.
+  HttpReply next;
+  for (int i = 0; i < 100 && next.status != 200; ++i) {
+    next = Http(tmp, serve.port(), "POST", "/v1/completions", json{{"prompt", json::array({5})}, {"max_tokens", 2}}.dump());
+    if (next.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(next.status, 200) << next.body << serve.log();
+}
+
+// With the embedded runtime, GET /metrics on the API port has the serving, cache and runtime
+// families, and promtool accepts the exposition.
+TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
+  const std::string model = testing::CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 7"));
+  TempDir tmp;
+  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 50%", model));
+  ASSERT_TRUE(serve.healthy()) << serve.log();
+  const HttpReply reply = Http(tmp, serve.port(), "POST", "/v1/completions",
+                               json{{"prompt", json::array({5, 17, 300})}, {"max_tokens", 4}}.dump());
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const HttpReply metrics = Http(tmp, serve.port(), "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  for (const char* family : {"zipmoe_prompt_tokens_total 3", "zipmoe_generation_tokens_total 4",
+                             "zipmoe_request_success_total{finished_reason=\"length\"} 1", "zipmoe_build_info{",
+                             "zipmoe_cache_requests_total{", "zipmoe_runtime_io_bytes_total{kind=\"e_chunk\"}",
+                             "zipmoe_runtime_worker_ops_total{op=\"decode\"}", "zipmoe_time_to_first_token_seconds_bucket"})
+    EXPECT_NE(metrics.body.find(family), std::string::npos) << family << "\n" << metrics.body;
+  WriteAll(tmp.Sub("metrics.txt"), metrics.body);
+  if (std::system("command -v promtool >/dev/null 2>&1") == 0) {
+    const int rc = std::system(fmt::format("promtool check metrics < {} > {} 2>&1", tmp.Sub("metrics.txt"),
+                                           tmp.Sub("promtool.txt")).c_str());
+    EXPECT_EQ(rc, 0) << ReadAll(tmp.Sub("promtool.txt"));
+  } else {
+    ADD_FAILURE() << "promtool is missing: run scripts/install_deps.sh";
+  }
+}
+
+// A corrupt expert chunk fails the request with a server error naming it, and /health says so
+// (503 "error") instead of "ok" while requests fail.
+TEST(ServeCli, HealthReportsTheFailureOfACorruptExpertChunk) {
+  const std::string compressed = testing::CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 7"));
+  TempDir tmp;
+  const std::string copy = tmp.Sub("copy");
+  std::filesystem::copy(compressed, copy, std::filesystem::copy_options::recursive);
+  std::string experts = ReadAll(copy + "/experts.bin");
+  ASSERT_GT(experts.size(), 8192u);
+  for (size_t i = 1000; i < experts.size(); i += 1024) experts[i] = static_cast<char>(experts[i] ^ 0x40);
+  WriteAll(copy + "/experts.bin", experts);
+  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 50%", copy));
+  ASSERT_TRUE(serve.healthy()) << serve.log();
+  const HttpReply reply = Http(tmp, serve.port(), "POST", "/v1/completions",
+                               json{{"prompt", json::array({5, 17, 300})}, {"max_tokens", 4}}.dump());
+  EXPECT_EQ(reply.status, 500) << reply.body;
+  EXPECT_EQ(json::parse(reply.body, nullptr, false)["error"]["type"], "server_error") << reply.body;
+  const HttpReply health = Http(tmp, serve.port(), "GET", "/health");
+  EXPECT_EQ(health.status, 503) << health.body;
+  const json body = json::parse(health.body, nullptr, false);
+  EXPECT_EQ(body["status"], "error") << health.body;
+  EXPECT_FALSE(body["message"].get<std::string>().empty());
 }
 
 }  // namespace
