@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -157,15 +158,20 @@ int RunUp(const UpArgs& args) {
     ShmRegion::ReclaimStaleAndLog("/zipmoe-up-", "up");
     config.shm_name = fmt::format("/zipmoe-up-{}", static_cast<long>(::getpid()));
   }
-  if (::mkdir(config.run_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    std::fprintf(stderr, "error: up: cannot create run dir %s: %s\n", config.run_dir.c_str(), std::strerror(errno));
+  std::error_code ec;
+  std::filesystem::create_directories(config.run_dir, ec);  // parents too (--run-dir a/b)
+  if (ec || ::chmod(config.run_dir.c_str(), 0700) != 0) {
+    std::fprintf(stderr, "error: up: cannot create run dir %s: %s\n", config.run_dir.c_str(),
+                 ec ? ec.message().c_str() : std::strerror(errno));
     return 1;
   }
+  // The config holds the API key: readable by this user only.
   const std::string config_path = JoinPath(config.run_dir, "zipmoe.json");
   if (Status st = WriteFileAtomic(config_path, ServiceConfigToJson(config)); !st.ok()) {
     std::fprintf(stderr, "error: up: %s\n", st.ToString().c_str());
     return 1;
   }
+  ::chmod(config_path.c_str(), 0600);
   std::vector<Child> children;
   children.push_back({"cache-manager", "cache-manager"});
   children.push_back({"scheduler", "scheduler"});
@@ -224,6 +230,10 @@ int RunUp(const UpArgs& args) {
     }
   }
   supervisor.StopAll(children);
+  // The services are gone: remove their ipc:// socket files (a new `up` binds them again).
+  for (const std::string& endpoint : {config.endpoint_scheduler, config.endpoint_workers, config.endpoint_cache_manager}) {
+    if (endpoint.rfind("ipc://", 0) == 0) ::unlink(endpoint.substr(6).c_str());
+  }
   ServiceLog("up", "stopped");
   return exit_code;
 }

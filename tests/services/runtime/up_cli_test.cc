@@ -69,7 +69,7 @@ bool Exists(const std::string& path) {
 class Up {
  public:
   Up(const TempDir& tmp, const std::string& model, int decompressors, const std::string& extra = "")
-      : tmp_(tmp), run_dir_(tmp.Sub(fmt::format("run{}", decompressors))), port_(FreePort()) {
+      : tmp_(tmp), run_dir_(tmp.Sub(fmt::format("nested/run{}", decompressors))), port_(FreePort()) {
     log_ = tmp.Sub(fmt::format("up{}.log", decompressors));
     const std::string pid_file = tmp.Sub("up.pid");
     // Metrics endpoints off: tests run in parallel with other servers on this machine.
@@ -141,7 +141,12 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
     EXPECT_NE(log.find("I: cache-manager: ready:"), std::string::npos) << log;
     const std::string arena = fmt::format("/dev/shm/zipmoe-up-{}", up.pid());
     EXPECT_TRUE(Exists(arena)) << arena;
+    struct stat st {};
+    ASSERT_EQ(::stat((up.run_dir() + "/zipmoe.json").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << "the config holds the API key";
     ASSERT_TRUE(up.Stop()) << up.log();
+    for (const char* sock : {"scheduler.sock", "workers.sock", "cache-manager.sock"})
+      EXPECT_FALSE(Exists(up.run_dir() + "/" + sock)) << sock << " left behind";
     EXPECT_FALSE(Exists(up.run_dir() + "/cache-manager.pid"));
     EXPECT_FALSE(Exists(arena)) << "the cache-manager removes the arena on a clean exit";
     EXPECT_FALSE(Exists(up.run_dir() + "/scheduler.pid"));
