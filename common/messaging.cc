@@ -334,9 +334,15 @@ Result<Body> DecodeBody(const wire::Ack& t) {
   return Body(std::move(m));
 }
 
+// Copies a vector of scalars out of the buffer. Through memcpy, not the FlatBuffers iterator: the
+// Verifier checks the alignment of a vector's length only, so a peer's [ulong] may start 4 bytes off
+// its 8-byte alignment, and reading it in place would be a misaligned load (found by fuzzing).
 template <typename T>
 std::vector<T> VecOf(const flatbuffers::Vector<T>* v) {
-  return v == nullptr ? std::vector<T>() : std::vector<T>(v->begin(), v->end());
+  std::vector<T> out(v == nullptr ? 0 : v->size());
+  if (!out.empty()) std::memcpy(out.data(), v->Data(), out.size() * sizeof(T));
+  for (T& x : out) x = flatbuffers::EndianScalar(x);
+  return out;
 }
 
 Result<Body> DecodeBody(const wire::CacheHello& t) {
@@ -382,12 +388,13 @@ Result<Body> DecodeBody(const wire::CacheLookupReply& t) {
   if (t.entries() != nullptr) {
     m.entries.reserve(t.entries()->size());
     for (flatbuffers::uoffset_t i = 0; i < t.entries()->size(); ++i) {
-      const wire::CacheEntry* e = t.entries()->Get(i);
-      if (e->state() > kMaxCompressionState) {
+      wire::CacheEntry e;  // copied out: a vector of structs may be misaligned, as in VecOf
+      std::memcpy(static_cast<void*>(&e), t.entries()->Get(i), sizeof e);
+      if (e.state() > kMaxCompressionState) {
         return Status::InvalidArgument(fmt::format("CacheLookupReply.entries[{}].state = {} is out of range (0..{})",
-                                                   i, e->state(), kMaxCompressionState));
+                                                   i, e.state(), kMaxCompressionState));
       }
-      m.entries.push_back(CacheEntry{e->expert_id(), e->state(), e->slot_offset(), e->lease_id()});
+      m.entries.push_back(CacheEntry{e.expert_id(), e.state(), e.slot_offset(), e.lease_id()});
     }
   }
   m.admit_calls = t.admit_calls();
