@@ -346,9 +346,12 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
       return Status::Corruption(fmt::format("{}: expected an object with a 'weight_map' object", index_path));
     std::set<std::string> distinct;
     for (const auto& [name, shard] : wm->items()) {
-      if (!shard.is_string() || shard.get<std::string>().empty())
-        return Status::Corruption(fmt::format("{}: weight_map['{}'] is not a file name: {}", index_path,
-                                              name, shard.dump()));
+      // A file of this directory: no path (a downloaded index must not open files elsewhere).
+      if (!shard.is_string() || shard.get<std::string>().empty() ||
+          shard.get<std::string>().find('/') != std::string::npos || shard.get<std::string>() == "." ||
+          shard.get<std::string>() == "..")
+        return Status::Corruption(fmt::format("{}: weight_map['{}'] is not a file name in the directory: {}",
+                                              index_path, name, shard.dump()));
       weight_map[name] = shard.get<std::string>();
       distinct.insert(shard.get<std::string>());
     }

@@ -83,8 +83,9 @@ class Checkpoint {
   // model.safetensors.index.json if present (tensors a shard holds beyond the index are included),
   // else model.safetensors, else every *.safetensors in DIR (e.g. consolidated.safetensors).
   // Symlinks (the Hugging Face cache layout) are followed. Errors: kNotFound (no config.json,
-  // no weights, a shard named in the index is missing); kCorruption (bad index JSON, a tensor the
-  // index names is absent from its shard, the same tensor in two shards); plus SafetensorsFile errors.
+  // no weights, a shard named in the index is missing); kCorruption (bad index JSON, a shard name that
+  // is a path rather than a file name of DIR, a tensor the index names is absent from its shard, the
+  // same tensor in two shards); plus SafetensorsFile errors.
   static Result<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
