@@ -55,10 +55,14 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const st
     return Status::Corruption(fmt::format("{}.vocab: expected an object, found {}", where, vocab->type_name()));
   }
   bpe->vocab_.reserve(vocab->size());
+  // id_to_token_ is indexed by id, so ids stay below the entry count plus a gap no real vocabulary
+  // has: one id near 2^31 would otherwise allocate 64 GiB (found by fuzzing).
+  constexpr int64_t kMaxIdGap = int64_t{1} << 20;
+  const int64_t max_id = std::min<int64_t>(INT32_MAX, static_cast<int64_t>(vocab->size()) + kMaxIdGap);
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX) {
-      return Status::Corruption(fmt::format("{}.vocab: token '{}' has id {}, expected an integer in [0, 2^31)",
-                                            where, it.key(), it->dump()));
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > max_id) {
+      return Status::Corruption(fmt::format("{}.vocab: token '{}' has id {}, expected an integer in [0, {}]",
+                                            where, it.key(), it->dump(), max_id));
     }
     const auto id = static_cast<int32_t>(it->get<int64_t>());
     bpe->vocab_[it.key()] = id;

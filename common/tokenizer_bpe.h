@@ -31,7 +31,8 @@ class BpeModel {
  public:
   // Parses tokenizer.json's "model" object. `where` names the file and JSON path in messages.
   // Errors: kCorruption if the type is not "BPE", vocab/merges are malformed, a vocab id is negative
-  // or a merge refers to a token that is not in the vocabulary (the token is named).
+  // or beyond the entry count + 2^20, or a merge refers to a token that is not in the vocabulary
+  // (the token is named).
   static Result<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& model,
                                                     const std::string& where);
 
