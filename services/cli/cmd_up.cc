@@ -5,8 +5,14 @@
 // an arena name unique to this `up` (/zipmoe-up-<pid>, unless the config names one; those of killed
 // `up` runs are swept first).
 //   - one pid file per process: RUN_DIR/<service>.pid, RUN_DIR/decompressor-<i>.pid
-//   - a decompressor that exits (crash, SIGKILL) is restarted (same index, new pid file); the
-//     scheduler re-issues what it held. Any other service exiting stops everything (exit 1).
+//   - supervision: a service that exits (crash, SIGKILL) is started again after a back-off (0.25 s,
+//     doubling per restart within 60 s, at most 8 s; more than 5 restarts of one service in 60 s
+//     stops everything, exit 1), logged and counted in zipmoe_up_restarts_total{service} (up's own
+//     /metrics, config metrics.port.up). Storage, decompressors, the scheduler and the executor
+//     reconnect to the others (ZeroMQ reconnects; the scheduler re-issues what a lost worker held;
+//     requests in flight when the scheduler or the executor dies fail). The cache-manager owns the
+//     arena every other service maps: when it dies, every service is stopped and the deployment
+//     starts again in order.
 //   - start order: cache-manager (the arena owner) first, then scheduler, storage, decompressors,
 //     executor (each waits for what it needs: the arena, the cache-manager, the scheduler)
 //   - SIGINT/SIGTERM: SIGTERM to executor, workers, the scheduler, then the cache-manager (which
@@ -14,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -31,8 +38,12 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
 
 #include "common/file_util.h"
+#include "common/metrics_server.h"
 #include "common/shm_region.h"
 #include "services/cli/commands.h"
 #include "services/cli/service_config.h"
@@ -64,8 +75,16 @@ struct Child {
   std::string service;  // cache-manager, scheduler, storage, decompressor, executor
   std::string name;     // service, or decompressor-<i>
   pid_t pid = -1;
-  std::vector<Clock::time_point> restarts;
+  std::vector<Clock::time_point> restarts;  // within the last 60 s
+  Clock::time_point start_at{};             // pid < 0: when to start it again
 };
+
+constexpr int kMaxRestartsPerMinute = 5;
+
+// Back-off before the n-th restart within 60 s (n >= 1): 0.25 s doubling, at most 8 s.
+milliseconds RestartDelay(size_t n) {
+  return milliseconds(std::min<int64_t>(8000, int64_t{250} << std::min<size_t>(n - 1, 5)));
+}
 
 std::string DescribeExit(int status) {
   if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
@@ -172,6 +191,16 @@ int RunUp(const UpArgs& args) {
     return 1;
   }
   ::chmod(config_path.c_str(), 0600);
+  Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = StartMetrics(config, "up", config.metrics_port_up);
+  if (!metrics_server.ok()) {
+    std::fprintf(stderr, "error: up: %s\n", metrics_server.status().ToString().c_str());
+    return 1;
+  }
+  prometheus::Family<prometheus::Counter>& restarts_total =
+      prometheus::BuildCounter()
+          .Name("zipmoe_up_restarts_total")
+          .Help("Services `zipmoe up` started again after they exited, by service.")
+          .Register((*metrics_server)->registry());
   std::vector<Child> children;
   children.push_back({"cache-manager", "cache-manager"});
   children.push_back({"scheduler", "scheduler"});
@@ -197,6 +226,7 @@ int RunUp(const UpArgs& args) {
       break;
     }
     bool fatal = false;
+    bool restart_all = false;
     while (true) {
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -206,22 +236,38 @@ int RunUp(const UpArgs& args) {
         c.pid = -1;
         ::unlink(supervisor.PidFile(c).c_str());
         ServiceLog("up", fmt::format("E: {} (pid {}) {}", c.name, static_cast<long>(pid), DescribeExit(status)));
-        if (c.service != "decompressor") {
-          fatal = true;
-          break;
-        }
         const auto now = Clock::now();
         c.restarts.push_back(now);
         while (!c.restarts.empty() && now - c.restarts.front() > std::chrono::seconds(60)) c.restarts.erase(c.restarts.begin());
-        if (c.restarts.size() > 5) {
-          ServiceLog("up", fmt::format("E: {} restarted more than 5 times in 60 s: giving up", c.name));
+        if (c.restarts.size() > kMaxRestartsPerMinute) {
+          ServiceLog("up", fmt::format("E: {} exited more than {} times in 60 s: giving up", c.name,
+                                       kMaxRestartsPerMinute));
           fatal = true;
           break;
         }
-        if (Status st = supervisor.Spawn(c); !st.ok()) {
-          ServiceLog("up", "E: " + st.ToString());
-          fatal = true;
-        }
+        c.start_at = now + RestartDelay(c.restarts.size());
+        restarts_total.Add({{"service", c.service}}).Increment();
+        if (c.service == "cache-manager") restart_all = true;
+        ServiceLog("up", fmt::format("restarting {} in {} ms{}", c.name, RestartDelay(c.restarts.size()).count(),
+                                     c.service == "cache-manager" ? " (with every service: it owns the arena)" : ""));
+      }
+    }
+    if (restart_all && !fatal) {
+      // Every other service maps the arena of the dead cache-manager: stop them, start all in order.
+      Child* owner = nullptr;
+      for (Child& c : children)
+        if (c.service == "cache-manager") owner = &c;
+      const Clock::time_point at = owner->start_at;
+      supervisor.StopAll(children);
+      ::shm_unlink(config.shm_name.c_str());  // the killed owner could not remove it
+      for (Child& c : children) c.start_at = at;
+    }
+    // Start what is due, in the start order (children is in that order).
+    for (Child& c : children) {
+      if (fatal || c.pid > 0 || Clock::now() < c.start_at) continue;
+      if (Status st = supervisor.Spawn(c); !st.ok()) {
+        ServiceLog("up", "E: " + st.ToString());
+        fatal = true;
       }
     }
     if (fatal) {
@@ -230,7 +276,9 @@ int RunUp(const UpArgs& args) {
     }
   }
   supervisor.StopAll(children);
-  // The services are gone: remove their ipc:// socket files (a new `up` binds them again).
+  // The services are gone: remove the arena if its owner could not (killed), and the ipc:// socket
+  // files (a new `up` binds them again).
+  ::shm_unlink(config.shm_name.c_str());
   for (const std::string& endpoint : {config.endpoint_scheduler, config.endpoint_workers, config.endpoint_cache_manager}) {
     if (endpoint.rfind("ipc://", 0) == 0) ::unlink(endpoint.substr(6).c_str());
   }

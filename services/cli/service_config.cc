@@ -56,6 +56,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"metrics.port.cache_manager", &c.metrics_port_cache_manager},
       {"metrics.port.scheduler", &c.metrics_port_scheduler},
       {"metrics.port.executor", &c.metrics_port_executor},
+      {"metrics.port.up", &c.metrics_port_up},
   };
 }
 
@@ -146,7 +147,7 @@ Status Validate(const ServiceConfig& c) {
                         {c.metrics_port_decompressor, "metrics.port.decompressor"},
                         {c.metrics_port_cache_manager, "metrics.port.cache_manager"},
                         {c.metrics_port_scheduler, "metrics.port.scheduler"},
-                        {c.metrics_port_executor, "metrics.port.executor"}}) {
+                        {c.metrics_port_executor, "metrics.port.executor"}, {c.metrics_port_up, "metrics.port.up"}}) {
     if (v < 0 || v > 65535) return Status::InvalidArgument(fmt::format("{} = {}: not a TCP port", key, v));
   }
   if (c.staging_slots < 0) return Status::InvalidArgument("staging_slots must be >= 0");

@@ -40,7 +40,8 @@ struct ServiceConfig {
   int64_t heartbeat_ms = 500;            // pull-protocol heartbeat interval
   int64_t liveness = 3;                  // silent intervals before a peer is dead
   int64_t storage_queue_depth = 64;      // chunk reads a storage worker takes at once
-  int64_t timeout_ms = 60000;            // executor: longest wait for the scheduler
+  int64_t timeout_ms = 20000;            // executor: longest wait for the scheduler (a request in flight when
+                                         // the scheduler dies fails after this)
   int64_t threads = 0;                   // executor: torch threads (0 = all cores)
   std::string device = "cpu";            // executor: "cpu" or "cuda[:N]" (a CUDA libtorch)
   int64_t http_max_batch = 8;            // executor: sequences decoded together (continuous batching)
@@ -54,6 +55,7 @@ struct ServiceConfig {
   int64_t metrics_port_cache_manager = 9473;
   int64_t metrics_port_scheduler = 9474;
   int64_t metrics_port_executor = 9475;
+  int64_t metrics_port_up = 9470;  // `zipmoe up`'s supervisor: zipmoe_up_restarts_total{service}
 };
 
 // Every key, dotted, in documentation order.

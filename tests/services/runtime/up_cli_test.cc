@@ -198,6 +198,74 @@ TEST(UpCli, SigkillDecompressorMidGenerationStillCompletesAndIsReplaced) {
   EXPECT_TRUE(up.Stop());
 }
 
+// SIGKILL of any one service under `up` (issue 15, supervision): the request in flight either
+// completes with the reference text or fails within 30 s with an error (an HTTP error status or,
+// when the executor itself died, a closed connection), `up` restarts the service (counted in
+// zipmoe_up_restarts_total) and the next request gets the reference text again.
+class UpKillTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(UpKillTest, InFlightRequestEndsInTimeAndTheNextOneHasTheSameText) {
+  const std::string service = GetParam();
+  const std::string model = Model();
+  constexpr int kNewTokens = 120;
+  const json ref = Reference(model, kNewTokens);
+  const json ref8 = Reference(model, 8);
+  TempDir tmp;
+  const int metrics_port = FreePort();
+  Up up(tmp, model, 1, fmt::format("--set metrics.port.up={}", metrics_port));
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  const std::string pid_path = up.run_dir() + "/" + service + ".pid";
+  const int victim = ReadPid(pid_path);
+  ASSERT_GT(victim, 0);
+  HttpReply reply;
+  std::chrono::steady_clock::time_point ended;
+  std::thread request([&] {
+    reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
+    ended = std::chrono::steady_clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generation is under way
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  request.join();
+  if (reply.status == 200) {
+    EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref["text"].get<std::string>());
+  } else {
+    EXPECT_LT(ended - killed, std::chrono::seconds(30)) << "the request in flight hung";
+    if (reply.status != 0) {
+      EXPECT_TRUE(json::parse(reply.body, nullptr, false).contains("error")) << reply.body;
+    }
+  }
+  std::printf("I: test: kill %s: the request in flight ended with HTTP %d %.1f s after the kill\n", service.c_str(),
+              reply.status, std::chrono::duration<double>(ended - killed).count());
+  // Restarted, and serving the same text again.
+  HttpReply again;
+  for (int i = 0; i < 300 && again.status != 200; ++i) {
+    again = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));
+    if (again.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(again.status, 200) << again.body << up.log();
+  EXPECT_EQ(json::parse(again.body)["choices"][0]["text"].get<std::string>(), ref8["text"].get<std::string>());
+  const int replacement = ReadPid(pid_path);
+  EXPECT_NE(replacement, victim);
+  EXPECT_TRUE(Alive(replacement)) << up.log();
+  const HttpReply metrics = Http(tmp, metrics_port, "GET", "/metrics");
+  const std::string counted = fmt::format("zipmoe_up_restarts_total{{service=\"{}\"}} 1",
+                                          service == std::string("decompressor-0") ? "decompressor" : service);
+  EXPECT_NE(metrics.body.find(counted), std::string::npos) << metrics.body;
+  const std::string arena = fmt::format("/dev/shm/zipmoe-up-{}", up.pid());
+  ASSERT_TRUE(up.Stop()) << up.log();
+  EXPECT_FALSE(Exists(arena)) << "arena left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryService, UpKillTest,
+                         ::testing::Values("storage", "decompressor-0", "scheduler", "cache-manager", "executor"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
 TEST(UpCli, GarbageOnSchedulerAndCacheManagerSocketsIsDroppedAndCounted) {
   const std::string model = Model();
   TempDir tmp;
