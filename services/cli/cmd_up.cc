@@ -15,12 +15,14 @@
 //     starts again in order.
 //   - start order: cache-manager (the arena owner) first, then scheduler, storage, decompressors,
 //     executor (each waits for what it needs: the arena, the cache-manager, the scheduler)
+//   - a service gets SIGTERM when `up` dies, whatever killed it (PR_SET_PDEATHSIG)
 //   - SIGINT/SIGTERM: SIGTERM to executor, workers, the scheduler, then the cache-manager (which
 //     removes the arena); SIGKILL after 10 s; pid files removed; exit 0.
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -97,9 +99,14 @@ class Supervisor {
   Supervisor(std::string run_dir, std::string config_path) : run_dir_(std::move(run_dir)), config_path_(std::move(config_path)) {}
 
   Status Spawn(Child& c) {
+    const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) return Status::IoError(fmt::format("fork for {}: {}", c.name, std::strerror(errno)));
     if (pid == 0) {
+      // A service never outlives its `up` (even one that was SIGKILLed): SIGTERM when up dies, so the
+      // cache-manager still removes its arena.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(1);  // up died before prctl
       sigset_t none;
       sigemptyset(&none);
       pthread_sigmask(SIG_SETMASK, &none, nullptr);

@@ -266,6 +266,38 @@ INSTANTIATE_TEST_SUITE_P(EveryService, UpKillTest,
                            return name;
                          });
 
+// SIGKILL of `up` itself: every service stops with it (no orphan keeps the port or the arena), and
+// a new `up` on the same run dir serves again.
+TEST(UpCli, SigkillOfUpTakesEveryServiceWithItAndANewUpServes) {
+  const std::string model = Model();
+  const json ref8 = Reference(model, 8);
+  TempDir tmp;
+  std::vector<int> services;
+  int first_up = 0;
+  {
+    Up up(tmp, model, 1);
+    ASSERT_TRUE(up.WaitHealthy()) << up.log();
+    for (const char* pid : {"cache-manager.pid", "scheduler.pid", "storage.pid", "decompressor-0.pid", "executor.pid"})
+      services.push_back(ReadPid(up.run_dir() + "/" + pid));
+    first_up = up.pid();
+    ASSERT_EQ(::kill(up.pid(), SIGKILL), 0);
+    for (int i = 0; i < 200; ++i) {
+      bool any = false;
+      for (int pid : services) any = any || Alive(pid);
+      if (!any) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (int pid : services) EXPECT_FALSE(Alive(pid)) << "service pid " << pid << " outlived its up";
+  }
+  EXPECT_FALSE(Exists(fmt::format("/dev/shm/zipmoe-up-{}", first_up))) << "the cache-manager removes the arena on SIGTERM";
+  Up again(tmp, model, 1);
+  ASSERT_TRUE(again.WaitHealthy()) << again.log();
+  HttpReply reply = Http(tmp, again.port(), "POST", "/v1/completions", CompletionBody(8));
+  ASSERT_EQ(reply.status, 200) << reply.body << again.log();
+  EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref8["text"].get<std::string>());
+  EXPECT_TRUE(again.Stop());
+}
+
 TEST(UpCli, GarbageOnSchedulerAndCacheManagerSocketsIsDroppedAndCounted) {
   const std::string model = Model();
   TempDir tmp;
