@@ -203,7 +203,15 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
     scheduler_metrics.SetQueueDepth("decode", static_cast<double>(d.decodes_waiting + d.decodes_in_flight));
     bad_metrics.Set(d.bad_messages + (*server)->stats().bad_messages +
                     (remote_cache != nullptr ? remote_cache->bad_messages() : 0));
-  } while (signals.Wait(milliseconds(1000)) == 0);
+    if (remote_cache != nullptr && remote_cache->session_lost()) {
+      // Leases and staging slots are gone with the session: exit, and `zipmoe up` starts a fresh
+      // scheduler that says hello again (the executor and the workers reconnect to it).
+      ServiceLog(name, "E: the cache-manager dropped this scheduler's session (missed heartbeats?): exiting");
+      provider->Shutdown();
+      (*server)->Stop();
+      return 1;
+    }
+  } while (signals.Wait(milliseconds(200)) == 0);
   ServiceLog(name, "stopping");
   provider->Shutdown();
   (*server)->Stop();

@@ -241,7 +241,7 @@ Status RemoteCacheBackend::LookupLayer(int32_t layer_id, const std::vector<int32
       totals_.outcomes[o] = reply.admit_outcomes[o];
     }
   }
-  if (!reply.status.ok()) return reply.status;
+  if (!reply.status.ok()) return NoteSessionLoss(reply.status);
   std::vector<uint64_t> leases;
   for (const msg::CacheEntry& e : reply.entries) {
     if (e.lease_id != kNoLease) leases.push_back(e.lease_id);
@@ -337,7 +337,15 @@ Status RemoteCacheBackend::Sync() {
   sync.want_reply = true;
   ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, std::move(sync), "CacheAdmit (sync)"));
   ZM_ASSIGN_OR_RETURN(msg::CacheReply reply, ReplyAs<msg::CacheReply>(std::move(body), config_.endpoint));
-  return reply.status;
+  return NoteSessionLoss(reply.status);
+}
+
+Status RemoteCacheBackend::NoteSessionLoss(Status status) {
+  // The cache-manager's words for a client it does not know (cache_server.cc).
+  if (status.code() == StatusCode::kUnavailable && status.message().find("no CacheHello") != std::string::npos) {
+    session_lost_.store(true);
+  }
+  return status;
 }
 
 Result<uint32_t> RemoteCacheBackend::AcquireStaging() {

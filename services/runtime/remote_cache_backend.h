@@ -83,6 +83,15 @@ class RemoteCacheBackend : public CacheBackend {
   uint64_t round_trips() const;    // request/reply exchanges so far (Hello included)
   uint64_t one_way_sends() const;  // admissions, releases, heartbeats
   uint64_t bad_messages() const;   // frames dropped on receipt
+  // The cache-manager no longer knows this client (it missed `liveness` heartbeats, e.g. a stalled
+  // process, or a newer scheduler said hello): its leases and staging slots were reclaimed, so this
+  // session cannot go on. The scheduler service exits on it and `zipmoe up` starts a fresh one.
+  bool session_lost() const { return session_lost_.load(); }
+
+ private:
+  Status NoteSessionLoss(Status status);  // sets session_lost_ on the server's "unknown client"; returns status
+
+ public:
 
  private:
   RemoteCacheBackend(RemoteCacheConfig config, std::unique_ptr<zmq::context_t> context, messaging::Channel channel);
@@ -105,6 +114,7 @@ class RemoteCacheBackend : public CacheBackend {
   messaging::Channel channel_;
   std::atomic<uint64_t> next_id_{1};     // id of the next message sent
   std::atomic<uint64_t> confirmed_{0};   // every message with an id below this was processed by the server
+  std::atomic<bool> session_lost_{false};
   std::chrono::steady_clock::time_point last_send_;
   AdmitTotals totals_;
   uint64_t round_trips_ = 0;

@@ -298,6 +298,34 @@ TEST(UpCli, SigkillOfUpTakesEveryServiceWithItAndANewUpServes) {
   EXPECT_TRUE(again.Stop());
 }
 
+// A scheduler stopped past its liveness (SIGSTOP) loses its cache-manager session (leases and
+// staging slots reclaimed); once it runs again it exits on the first refused lookup and `up` starts a
+// fresh one, so requests get the reference text again instead of failing forever.
+TEST(UpCli, SchedulerStoppedPastItsLivenessIsReplacedAndServesAgain) {
+  const std::string model = Model();
+  const json ref8 = Reference(model, 8);
+  TempDir tmp;
+  Up up(tmp, model, 1);
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  const std::string pid_path = up.run_dir() + "/scheduler.pid";
+  const int scheduler = ReadPid(pid_path);
+  ASSERT_GT(scheduler, 0);
+  ASSERT_EQ(::kill(scheduler, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // > liveness x heartbeat_ms (3 x 100 ms)
+  ASSERT_EQ(::kill(scheduler, SIGCONT), 0);
+  HttpReply reply;
+  for (int i = 0; i < 60 && reply.status != 200; ++i) {
+    reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));
+    if (reply.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+  EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref8["text"].get<std::string>());
+  const std::string log = up.log();
+  EXPECT_NE(log.find("dropped this scheduler's session"), std::string::npos) << log;
+  EXPECT_NE(ReadPid(pid_path), scheduler) << log;
+  EXPECT_TRUE(up.Stop());
+}
+
 TEST(UpCli, GarbageOnSchedulerAndCacheManagerSocketsIsDroppedAndCounted) {
   const std::string model = Model();
   TempDir tmp;
