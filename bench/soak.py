@@ -184,13 +184,16 @@ def soak(mode, model, args, cap):
         summary["shm_after_exit"] = shm_names(shm_prefixes(mode, proc.pid))
         summary["exit_code"] = proc.returncode
     s = summary["samples"]
-    if len(s) >= 2:
-        ts = [x["t"] / 3600 for x in s]
-        ys = [x["rss_kib"] / 1024 for x in s]
+    if len(s) >= 4:
+        # Least-squares slope over the second half (the first includes warm-up: caches, allocator).
+        half = s[len(s) // 2:]
+        ts = [x["t"] / 3600 for x in half]
+        ys = [x["rss_kib"] / 1024 for x in half]
         mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
         var = sum((t - mt) ** 2 for t in ts)
         summary["rss_slope_mib_per_hour"] = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / var if var else 0.0
-        summary["rss_first_mib"], summary["rss_last_mib"], summary["rss_max_mib"] = ys[0], ys[-1], max(ys)
+        all_rss = [x["rss_kib"] / 1024 for x in s]
+        summary["rss_first_mib"], summary["rss_last_mib"], summary["rss_max_mib"] = all_rss[0], all_rss[-1], max(all_rss)
     return summary
 
 
@@ -238,7 +241,7 @@ def main():
     config["machine"] = benchlib.machine_info()
     benchlib.write_json(os.path.join(args.out, "soak.json"), {"config": config, "results": results})
     print("| mode | minutes | requests | errors (in kill windows / outside) | text mismatches | kills | RSS first → last "
-          "(max) MiB | RSS slope MiB/h | /dev/shm after exit |")
+          "(max) MiB | RSS slope, 2nd half, MiB/h | /dev/shm after exit |")
     print("|---|---|---|---|---|---|---|---|---|")
     ok = True
     for r in results:
