@@ -68,6 +68,10 @@ class StopMatcher {
   bool stopped_ = false;
 };
 
+// JSON text of a response: invalid UTF-8 (a partial multi-byte token, bytes echoed in an error)
+// becomes U+FFFD instead of throwing.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json Bytes(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
@@ -154,15 +158,15 @@ std::pair<std::string, std::string> ApiServer::ErrorBody(int status, const std::
   e.http_status = status;
   e.type = status >= 500 ? "server_error" : "invalid_request_error";
   e.message = message;
-  return {"application/json", ErrorJson(e).dump()};
+  return {"application/json", Dump(ErrorJson(e))};
 }
 
-void ApiServer::SendJson(HttpExchange& exchange, int status, const std::string& body) {
-  exchange.Send(status, "application/json", body);
+void ApiServer::SendJson(HttpExchange& exchange, int status, const json& body) {
+  exchange.Send(status, "application/json", Dump(body));
 }
 
 void ApiServer::SendError(HttpExchange& exchange, const ApiError& error) {
-  SendJson(exchange, error.http_status, ErrorJson(error).dump());
+  SendJson(exchange, error.http_status, ErrorJson(error));
 }
 
 std::string ApiServer::TokenText(int32_t id) const {
@@ -196,7 +200,7 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
       std::lock_guard<std::mutex> lock(health_mu_);
       if (!last_error_.empty()) body = json{{"status", "error"}, {"message", last_error_}};
     }
-    return SendJson(exchange, body["status"] == "ok" ? 200 : 503, body.dump(-1, ' ', false, json::error_handler_t::replace));
+    return SendJson(exchange, body["status"] == "ok" ? 200 : 503, body);
   }
   if (path == "/metrics") {
     if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET /metrics", "", ""});
@@ -254,11 +258,11 @@ void ApiServer::HandleModels(const HttpRequest& http, HttpExchange& exchange) {
   if (http.path == "/v1/models") {
     json data = json::array();
     for (const std::string& name : options_.served_model_names) data.push_back(entry(name));
-    return SendJson(exchange, 200, json{{"object", "list"}, {"data", data}}.dump());
+    return SendJson(exchange, 200, json{{"object", "list"}, {"data", data}});
   }
   const std::string id = http.path.substr(std::string("/v1/models/").size());
   for (const std::string& name : options_.served_model_names)
-    if (name == id) return SendJson(exchange, 200, entry(name).dump());
+    if (name == id) return SendJson(exchange, 200, entry(name));
   SendError(exchange, ApiError{404, "invalid_request_error", fmt::format("the model '{}' does not exist", id), "model",
                                "model_not_found"});
 }
@@ -288,16 +292,14 @@ void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) 
     }
     // The piece as text when it is valid UTF-8 on its own, else its bytes (llama.cpp's format).
     const std::string piece = tokenizer_->Decode({id});
-    const json as_text = json(piece);
-    std::string dumped;
     try {
-      dumped = as_text.dump();
+      (void)json(piece).dump();  // throws on invalid UTF-8
       tokens.push_back(json{{"id", id}, {"piece", piece}});
     } catch (const json::exception&) {
       tokens.push_back(json{{"id", id}, {"piece", Bytes(piece)}});
     }
   }
-  SendJson(exchange, 200, json{{"tokens", tokens}}.dump());
+  SendJson(exchange, 200, json{{"tokens", tokens}});
 }
 
 void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange) {
@@ -313,7 +315,7 @@ void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange
       return SendError(exchange, BadRequest(fmt::format("'tokens': {} is not an id in [0, {})", t.dump(), vocab), "tokens"));
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
-  SendJson(exchange, 200, json{{"content", tokenizer_->Decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  SendJson(exchange, 200, json{{"content", tokenizer_->Decode(ids)}});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -397,7 +399,6 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
                 {"completion_tokens", completion_tokens},
                 {"total_tokens", prompt_tokens + completion_tokens}};
   };
-  const auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
   const auto all_done = [&] { return request->done_jobs == request->jobs.size(); };
 
   if (!Submit(request))
@@ -435,7 +436,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     json body = envelope(false);
     body["choices"] = choices;
     body["usage"] = usage();
-    SendJson(exchange, 200, dump(body));
+    SendJson(exchange, 200, body);
     return;
   }
   // Streaming: this (the connection's) thread writes what the batch loop produced, so a slow client
@@ -444,7 +445,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
   bool client_ok = true;
   auto send = [&](const json& j) {
     if (!client_ok) return false;
-    const std::string event = "data: " + dump(j) + "\n\n";
+    const std::string event = "data: " + Dump(j) + "\n\n";
     client_ok = exchange.Write(event);
     if (!client_ok && !request->cancelled.exchange(true)) queue_cv_.notify_all();
     return client_ok;

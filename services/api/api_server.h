@@ -46,6 +46,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/expert_provider.h"
 #include "common/tokenizer.h"
 #include "services/api/http_server.h"
@@ -114,7 +116,7 @@ class ApiServer {
   void HandleTokenize(const HttpRequest& http, HttpExchange& exchange);
   void HandleDetokenize(const HttpRequest& http, HttpExchange& exchange);
   void HandleModels(const HttpRequest& http, HttpExchange& exchange);
-  void SendJson(HttpExchange& exchange, int status, const std::string& body);
+  void SendJson(HttpExchange& exchange, int status, const nlohmann::json& body);
   void SendError(HttpExchange& exchange, const ApiError& error);
   std::string TokenText(int32_t id) const;
 

@@ -68,9 +68,10 @@ bool Endpoint(const sockaddr_storage& ss, std::string* addr, int* port) {
   return true;
 }
 
-// The descriptor of this process's TCP connection (local port, peer address, peer port): civetweb
-// does not expose it, so the open descriptors are matched by their addresses (/proc/self/fd).
-int FindConnectionFd(int local_port, const std::string& peer_addr, int peer_port) {
+// The first of this process's open socket descriptors that `match` accepts, -1 when none: civetweb
+// does not expose its sockets, so they are found among /proc/self/fd by their addresses.
+template <typename Match>
+int FindSocketFd(const Match& match) {
   DIR* dir = ::opendir("/proc/self/fd");
   if (dir == nullptr) return -1;
   int found = -1;
@@ -80,16 +81,7 @@ int FindConnectionFd(int local_port, const std::string& peer_addr, int peer_port
     if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
     struct stat st;
     if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage peer{}, local{};
-    socklen_t len = sizeof peer;
-    if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
-    len = sizeof local;
-    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
-    std::string addr, ignored;
-    int port = 0, lport = 0;
-    if (!Endpoint(peer, &addr, &port) || !Endpoint(local, &ignored, &lport)) continue;
-    if (port == peer_port && lport == local_port &&
-        (addr == peer_addr || addr == "::ffff:" + peer_addr || "::ffff:" + addr == peer_addr)) {
+    if (match(static_cast<int>(fd))) {
       found = static_cast<int>(fd);
       break;
     }
@@ -98,30 +90,36 @@ int FindConnectionFd(int local_port, const std::string& peer_addr, int peer_port
   return found;
 }
 
+// The address of one end of socket `fd` (getsockname / getpeername); false when unavailable.
+bool SocketEnd(int fd, bool peer, std::string* addr, int* port) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len)
+                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  return rc == 0 && Endpoint(ss, addr, port);
+}
+
+// The descriptor of this process's TCP connection (local port, peer address, peer port).
+int FindConnectionFd(int local_port, const std::string& peer_addr, int peer_port) {
+  return FindSocketFd([&](int fd) {
+    std::string addr, ignored;
+    int port = 0, lport = 0;
+    if (!SocketEnd(fd, /*peer=*/true, &addr, &port) || !SocketEnd(fd, /*peer=*/false, &ignored, &lport)) return false;
+    return port == peer_port && lport == local_port &&
+           (addr == peer_addr || addr == "::ffff:" + peer_addr || "::ffff:" + addr == peer_addr);
+  });
+}
+
 // The descriptor of this process's listening TCP socket on `port`, -1 when none.
 int FindListeningFd(int port) {
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
-  while (dirent* e = ::readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+  return FindSocketFd([&](int fd) {
     int listening = 0;
     socklen_t optlen = sizeof listening;
-    if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || !listening) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof local;
-    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || !listening) return false;
     std::string addr;
     int lport = 0;
-    if (Endpoint(local, &addr, &lport) && lport == port) {
-      found = static_cast<int>(fd);
-      break;
-    }
-  }
-  ::closedir(dir);
-  return found;
+    return SocketEnd(fd, /*peer=*/false, &addr, &lport) && lport == port;
+  });
 }
 
 }  // namespace
