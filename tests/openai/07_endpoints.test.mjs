@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
-import { BASE_URL, MODEL, TEST_TIMEOUT_MS, client, http, userMessage } from './lib.mjs';
+import { MODEL, TEST_TIMEOUT_MS, client, http, preflight, userMessage } from './lib.mjs';
 
 const T = { timeout: TEST_TIMEOUT_MS };
 
@@ -53,16 +53,7 @@ test('13b POST /tokenize with_pieces: tokens as [{id, piece}]', T, async () => {
 });
 
 test('14a CORS preflight: OPTIONS answers 2xx with Allow-Origin and Allow-Headers incl. authorization', T, async () => {
-  const res = await fetch(`${BASE_URL}/v1/chat/completions`, {
-    method: 'OPTIONS',
-    headers: {
-      Origin: 'http://example.com',
-      'Access-Control-Request-Method': 'POST',
-      'Access-Control-Request-Headers': 'authorization,content-type',
-    },
-    signal: AbortSignal.timeout(10_000),
-  });
-  await res.arrayBuffer();
+  const res = await preflight('/v1/chat/completions');
   assert.ok(res.status === 200 || res.status === 204, `HTTP ${res.status}`);
   assert.ok(res.headers.get('access-control-allow-origin'), 'no Access-Control-Allow-Origin');
   const allowHeaders = res.headers.get('access-control-allow-headers') ?? '';

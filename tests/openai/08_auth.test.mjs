@@ -2,7 +2,7 @@
 // with it through the SDK's apiKey (spec point 16).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { API_KEY, BASE_URL, MODEL, OpenAI, TEST_TIMEOUT_MS, assertErrorBody, client, expectApiError, http, userMessage } from './lib.mjs';
+import { API_KEY, MODEL, OpenAI, TEST_TIMEOUT_MS, assertErrorBody, client, expectApiError, http, preflight, userMessage } from './lib.mjs';
 
 const T = { timeout: TEST_TIMEOUT_MS };
 
@@ -34,15 +34,6 @@ test('16b a missing Authorization header is a 401 with an OpenAI error body', T,
 test('16c GET /health and the OPTIONS preflight work without a key', T, async () => {
   const h = await http('GET', '/health', { auth: false });
   assert.equal(h.status, 200, h.text);
-  const res = await fetch(`${BASE_URL}/v1/completions`, {
-    method: 'OPTIONS',
-    headers: {
-      Origin: 'http://example.com',
-      'Access-Control-Request-Method': 'POST',
-      'Access-Control-Request-Headers': 'authorization,content-type',
-    },
-    signal: AbortSignal.timeout(10_000),
-  });
-  await res.arrayBuffer();
+  const res = await preflight('/v1/completions');
   assert.ok(res.status === 200 || res.status === 204, `OPTIONS without a key: HTTP ${res.status}`);
 });

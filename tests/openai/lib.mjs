@@ -72,6 +72,21 @@ export async function expectApiError(promise, status, { param, errorClass } = {}
 }
 
 // The error body every 4xx answer must have: {"error": {message, type, param, code}}.
+// A CORS preflight for POST `path` (no API key, as a browser sends it); the Response, body consumed.
+export async function preflight(path) {
+  const res = await fetch(`${BASE_URL}${path}`, {
+    method: 'OPTIONS',
+    headers: {
+      Origin: 'http://example.com',
+      'Access-Control-Request-Method': 'POST',
+      'Access-Control-Request-Headers': 'authorization,content-type',
+    },
+    signal: AbortSignal.timeout(10_000),
+  });
+  await res.arrayBuffer();
+  return res;
+}
+
 export function assertErrorBody(json, what = '') {
   assert.ok(json && typeof json === 'object', `${what}: body is not JSON`);
   const e = json.error;
