@@ -4,13 +4,17 @@ with its peak memory recorded, reading the machine description, and byte-compari
 
 Nothing here times anything by itself; bench/suite.py decides what runs.
 """
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 CGROUP_V1_ROOT = "/sys/fs/cgroup/memory"
 MIB = 1 << 20
@@ -106,6 +110,48 @@ class MemoryCap:
                 os.rmdir(self.path)
             except OSError:
                 pass
+
+
+@contextlib.contextmanager
+def server(zipmoe, args, log_path, cap, cap_bytes=None, cold=True, stop_timeout=30):
+    """Starts `zipmoe ARGS --port P` (a free port) inside `cap` (limit `cap_bytes` for this server,
+    lifted afterwards; None = the cap as it is), after dropping the page cache when `cold`, waits for
+    GET /health == 200 (5 min; RuntimeError if it exits or never gets there), yields (url, process),
+    and stops it: SIGTERM, then SIGKILL of its process group after `stop_timeout` s."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = open(log_path, "w")
+    if cold:
+        drop_caches()
+    if cap.available and cap_bytes is not None:
+        cap.set_limit(cap_bytes)
+        cap.reset_peak()
+    proc = subprocess.Popen([zipmoe] + list(args) + ["--port", str(port)], stdout=out,
+                            stderr=subprocess.STDOUT, preexec_fn=cap.preexec(), start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError(f"`zipmoe {args[0]}` did not become healthy (exit {proc.poll()}); see {log_path}")
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=stop_timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        out.close()
+        if cap.available and cap_bytes is not None:
+            cap.set_limit(None)
 
 
 def drop_caches():

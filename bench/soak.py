@@ -18,7 +18,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,12 +28,6 @@ import benchlib  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KILL_WINDOW_S = 35.0  # a request that ends this long after a kill may fail (docs/services.md: <= 30 s)
 SERVICES = ["storage", "decompressor-0", "scheduler", "cache-manager", "executor"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_kib(pids):
@@ -71,20 +64,6 @@ def shm_names(prefixes):
     return sorted(n for n in os.listdir("/dev/shm") if any(n.startswith(p) for p in prefixes))
 
 
-def wait_healthy(port, proc, seconds=300):
-    import urllib.request
-    deadline = time.time() + seconds
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except Exception:
-            pass
-        time.sleep(0.5)
-    return False
-
-
 def load(port, out_json, args, concurrency):
     cmd = ["/usr/bin/python3", os.path.join(REPO, "bench", "load.py"), "--url", f"http://127.0.0.1:{port}",
            "--requests", str(args.requests_per_round), "--concurrency", str(concurrency),
@@ -99,87 +78,84 @@ def load(port, out_json, args, concurrency):
         return json.load(f)
 
 
-def soak(mode, model, args, cap):
+def run_rounds(mode, port, proc, run_dir, args, cap, summary):
+    """The single-client reference, then rounds of load until --minutes pass (killing a service every
+    --kill-every s under up); fills `summary`."""
+    reference = os.path.join(args.out, f"{mode}-reference.json")
+    ref = load(port, reference, args, 1)
+    if ref["summary"].get("failed", 0):
+        summary["fatal"] = "the single-client reference run had errors"
+        return
+    ref_texts = {r["prompt_index"]: r["text"] for r in ref["requests"] if r.get("ok")}
+    start = time.time()
+    next_kill = start + args.kill_every
+    round_no = 0
+    rng = random.Random(args.seed)
+    while time.time() - start < args.minutes * 60:
+        if mode == "up" and time.time() >= next_kill:
+            victim = rng.choice(SERVICES)
+            try:
+                with open(os.path.join(run_dir, f"{victim}.pid")) as f:
+                    os.kill(int(f.read()), signal.SIGKILL)
+                summary["kills"].append({"t": time.time() - start, "service": victim})
+                benchlib.log(f"soak up: SIGKILL {victim} at {time.time() - start:.0f} s")
+            except (OSError, ValueError) as e:
+                benchlib.warn(f"soak up: could not kill {victim}: {e}")
+            next_kill += args.kill_every
+        pids = [proc.pid]
+        if mode == "up":
+            for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
+                if name.endswith(".pid"):
+                    try:
+                        with open(os.path.join(run_dir, name)) as f:
+                            pids.append(int(f.read()))
+                    except (OSError, ValueError):
+                        pass
+        summary["samples"].append({"t": time.time() - start, "rss_kib": rss_kib(pids),
+                                   "shm_bytes": shm_bytes(shm_prefixes(mode, proc.pid)),
+                                   "cgroup_bytes": cap.peak_bytes() if cap.available else None})
+        t_round = time.time() - start
+        out = load(port, os.path.join(args.out, f"{mode}-round.json"), args, args.concurrency)
+        round_no += 1
+        for row in out["requests"]:
+            summary["requests"] += 1
+            if row.get("ok"):
+                if ref_texts.get(row["prompt_index"]) != row.get("text"):
+                    summary["mismatches"] += 1
+                continue
+            summary["errors"] += 1
+            t = t_round  # the round's start: a conservative time for the failed request
+            in_window = any(0 <= t - k["t"] <= KILL_WINDOW_S for k in summary["kills"])
+            summary["errors_in_kill_windows" if in_window else "errors_outside"] += 1
+        if proc.poll() is not None:
+            summary["fatal"] = f"the server exited (code {proc.returncode})"
+            break
+    summary["rounds"] = round_no
+    summary["seconds"] = time.time() - start
+
+
+def soak(mode, model, args, cap, cap_bytes):
     zipmoe = os.path.join(args.build_dir, "bin", "zipmoe")
-    port = free_port()
     run_dir = os.path.join(args.out, f"run-{mode}")
     log_path = os.path.join(args.out, f"{mode}.log")
     if mode == "serve":
-        cmd = [zipmoe, "serve", "--model", model, "--port", str(port), "--max-batch", str(args.concurrency),
-               "--memory-budget", args.budget]
+        server_args = ["serve", "--model", model, "--max-batch", str(args.concurrency), "--memory-budget", args.budget]
     else:
-        cmd = [zipmoe, "up", "--model", model, "--port", str(port), "--run-dir", run_dir, "--memory-budget", args.budget,
-               "--set", f"http.max_batch={args.concurrency}", "--set", "metrics.port.up=0",
-               "--set", "metrics.port.storage=0", "--set", "metrics.port.decompressor=0",
-               "--set", "metrics.port.scheduler=0", "--set", "metrics.port.executor=0",
-               "--set", "metrics.port.cache_manager=0"]
-    benchlib.log(f"soak {mode}: {' '.join(cmd)}")
-    with open(log_path, "w") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, preexec_fn=cap.preexec())
+        server_args = ["up", "--model", model, "--run-dir", run_dir, "--memory-budget", args.budget,
+                       "--set", f"http.max_batch={args.concurrency}", "--set", "metrics.port.up=0",
+                       "--set", "metrics.port.storage=0", "--set", "metrics.port.decompressor=0",
+                       "--set", "metrics.port.scheduler=0", "--set", "metrics.port.executor=0",
+                       "--set", "metrics.port.cache_manager=0"]
+    benchlib.log(f"soak {mode}: zipmoe {' '.join(server_args)}")
     summary = {"mode": mode, "requests": 0, "errors": 0, "errors_in_kill_windows": 0, "errors_outside": 0,
-               "mismatches": 0, "kills": [], "samples": []}
+               "mismatches": 0, "kills": [], "samples": [], "shm_after_exit": []}
+    proc = None
     try:
-        if not wait_healthy(port, proc):
-            summary["fatal"] = "the server did not become healthy"
-            return summary
-        reference = os.path.join(args.out, f"{mode}-reference.json")
-        ref = load(port, reference, args, 1)
-        if ref["summary"].get("failed", 0):
-            summary["fatal"] = "the single-client reference run had errors"
-            return summary
-        ref_texts = {r["prompt_index"]: r["text"] for r in ref["requests"] if r.get("ok")}
-        start = time.time()
-        next_kill = start + args.kill_every
-        round_no = 0
-        rng = random.Random(args.seed)
-        while time.time() - start < args.minutes * 60:
-            if mode == "up" and time.time() >= next_kill:
-                victim = rng.choice(SERVICES)
-                try:
-                    with open(os.path.join(run_dir, f"{victim}.pid")) as f:
-                        os.kill(int(f.read()), signal.SIGKILL)
-                    summary["kills"].append({"t": time.time() - start, "service": victim})
-                    benchlib.log(f"soak up: SIGKILL {victim} at {time.time() - start:.0f} s")
-                except (OSError, ValueError) as e:
-                    benchlib.warn(f"soak up: could not kill {victim}: {e}")
-                next_kill += args.kill_every
-            pids = [proc.pid]
-            if mode == "up":
-                for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
-                    if name.endswith(".pid"):
-                        try:
-                            with open(os.path.join(run_dir, name)) as f:
-                                pids.append(int(f.read()))
-                        except (OSError, ValueError):
-                            pass
-            summary["samples"].append({"t": time.time() - start, "rss_kib": rss_kib(pids), "shm_bytes": shm_bytes(shm_prefixes(mode, proc.pid)),
-                                       "cgroup_bytes": cap.peak_bytes() if cap.available else None})
-            t_round = time.time() - start
-            out = load(port, os.path.join(args.out, f"{mode}-round.json"), args, args.concurrency)
-            round_no += 1
-            for row in out["requests"]:
-                summary["requests"] += 1
-                if row.get("ok"):
-                    if ref_texts.get(row["prompt_index"]) != row.get("text"):
-                        summary["mismatches"] += 1
-                    continue
-                summary["errors"] += 1
-                t = t_round  # the round's start: a conservative time for the failed request
-                in_window = any(0 <= t - k["t"] <= KILL_WINDOW_S for k in summary["kills"])
-                summary["errors_in_kill_windows" if in_window else "errors_outside"] += 1
-            if proc.poll() is not None:
-                summary["fatal"] = f"the server exited (code {proc.returncode})"
-                break
-        summary["rounds"] = round_no
-        summary["seconds"] = time.time() - start
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        with benchlib.server(zipmoe, server_args, log_path, cap, cap_bytes, cold=False, stop_timeout=60) as (url, proc):
+            run_rounds(mode, int(url.rsplit(":", 1)[1]), proc, run_dir, args, cap, summary)
+    except RuntimeError as e:  # never healthy
+        summary["fatal"] = str(e)
+    if proc is not None:
         time.sleep(1)
         summary["shm_after_exit"] = shm_names(shm_prefixes(mode, proc.pid))
         summary["exit_code"] = proc.returncode
@@ -225,14 +201,12 @@ def main():
     suffix = next((k for k in units if args.cap.endswith(k)), None)
     cap_bytes = int(float(args.cap[:-3]) * units[suffix]) if suffix else int(args.cap)
     cap = benchlib.MemoryCap("zipmoe-soak")
-    if cap.available:
-        cap.set_limit(cap_bytes)
-    else:
+    if not cap.available:
         benchlib.warn(f"no memory cap: {cap.reason}")
     results = []
     try:
         for mode in (["serve", "up"] if args.mode == "both" else [args.mode]):
-            results.append(soak(mode, model, args, cap))
+            results.append(soak(mode, model, args, cap, cap_bytes))
     finally:
         cap.remove()
     config = {k: v for k, v in vars(args).items()}

@@ -33,7 +33,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -553,41 +552,9 @@ class Suite:
 
     @contextlib.contextmanager
     def server(self, args, log, cap_bytes):
-        """Starts `zipmoe ARGS --port P` cold inside the memory cap (limit `cap_bytes`), waits for
-        /health (5 min), yields its URL, and stops it (SIGTERM, then SIGKILL of its process group)."""
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        out = open(os.path.join(self.logs, log), "w")
-        bl.drop_caches()
-        if self.cap.available:
-            self.cap.set_limit(cap_bytes)
-            self.cap.reset_peak()
-        proc = subprocess.Popen([self.zipmoe] + list(args) + ["--port", str(port)], stdout=out,
-                                stderr=subprocess.STDOUT, preexec_fn=self.cap.preexec(), start_new_session=True)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.time() + 300
-            while time.time() < deadline and proc.poll() is None:
-                try:
-                    if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
-                        break
-                except OSError:
-                    time.sleep(0.5)
-            else:
-                raise RuntimeError(f"`zipmoe {args[0]}` did not become healthy (exit {proc.poll()}); see logs/{log}")
+        """bl.server cold inside the memory cap (limit `cap_bytes`), logging to logs/LOG; yields its URL."""
+        with bl.server(self.zipmoe, args, os.path.join(self.logs, log), self.cap, cap_bytes) as (url, _):
             yield url
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-            out.close()
-            if self.cap.available:
-                self.cap.set_limit(None)
 
     def exp_l(self, m):
         """Serving under load (bench/load.py): `zipmoe serve` (embedded, continuous batching) at 50 %
