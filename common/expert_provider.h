@@ -74,6 +74,11 @@ class ExpertProvider {
   // Errors: kInvalidArgument (no layer begun / all its experts already delivered), kCorruption or
   // kIoError from storage (naming file, tensor, chunk), kUnavailable/kDeadlineExceeded from peers.
   virtual Result<std::unique_ptr<ExpertLease>> NextReady() = 0;
+  // True when the next NextReady() would return at once (its expert is already resident or
+  // recovered), so the executor may take it now and compute it in one parallel region with the
+  // others it holds. False means "would wait, or unknown" (the default): the executor then computes
+  // each expert as it arrives. Never blocks.
+  virtual bool NextIsReady() const { return false; }
   virtual Status EndLayer(int32_t layer_id) = 0;
 };
 

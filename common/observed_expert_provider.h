@@ -22,6 +22,7 @@ class ObservedExpertProvider : public ExpertProvider {
     return inner_->BeginLayer(routing);
   }
   Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
+  bool NextIsReady() const override { return inner_->NextIsReady(); }
   Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
 
  private:

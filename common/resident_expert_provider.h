@@ -31,6 +31,8 @@ class ResidentExpertProvider : public ExpertProvider {
 
   Status BeginLayer(const LayerRouting& routing) override;
   Result<std::unique_ptr<ExpertLease>> NextReady() override;
+  // Every expert is in memory: true while the begun layer has experts left to deliver.
+  bool NextIsReady() const override { return active_ && next_ < current_.expert_ids.size(); }
   Status EndLayer(int32_t layer_id) override;
 
   // Number of experts held; layers that have experts.

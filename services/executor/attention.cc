@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "services/executor/cpu_ops.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
@@ -35,6 +36,30 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const int64_t n_heads = q.size(0), t = q.size(1), dk = q.size(2);
   const int64_t n_kv = k.size(0), total = k.size(1), dv = v.size(2);
   const int64_t group = n_heads / n_kv;
+  if (q.is_cpu() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+      v.scalar_type() == at::kFloat && k.is_cpu() && v.is_cpu() && k.stride(2) == 1 && k.stride(1) == dk &&
+      v.stride(2) == 1 && v.stride(1) == dv && n_heads % n_kv == 0) {
+    const at::Tensor qc = q.contiguous();
+    at::Tensor out = at::empty({t, n_heads * dv}, q.options());
+    cpu::AttentionArgs a;
+    a.q = qc.data_ptr<float>();
+    a.n_heads = n_heads;
+    a.t = t;
+    a.dk = dk;
+    a.k = k.data_ptr<float>();
+    a.v = v.data_ptr<float>();
+    a.k_head_stride = k.stride(0);
+    a.v_head_stride = v.stride(0);
+    a.n_kv = n_kv;
+    a.total = total;
+    a.dv = dv;
+    a.pos0 = pos0;
+    a.scale = static_cast<float>(scale);
+    a.window = window;
+    a.out = out.data_ptr<float>();
+    cpu::AttendCausal(a);
+    return out;
+  }
   // [n_heads, t, dk] -> [n_kv, group * t, dk]: query head h = kv * group + g.
   const at::Tensor qg = q.reshape({n_kv, group * t, dk});
   at::Tensor scores = at::bmm(qg, k.transpose(1, 2)) * scale;  // [n_kv, group * t, T]
@@ -100,8 +125,18 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
   }
-  q = RotaryEmbedding::Apply(q, batch.cos, batch.sin, /*interleaved=*/false);
-  k = RotaryEmbedding::Apply(k, batch.cos, batch.sin, /*interleaved=*/false);
+  if (q.is_cpu() && q.scalar_type() == at::kFloat && q.is_contiguous() && k.is_contiguous() &&
+      batch.cos.is_cpu() && batch.cos.scalar_type() == at::kFloat && batch.cos.is_contiguous() &&
+      batch.sin.is_contiguous() && batch.cos.size(-1) == hd) {
+    // q, k are this step's own projections (fresh tensors): rotated in place.
+    cpu::RotateHalf(q.data_ptr<float>(), n, c.num_attention_heads, hd, batch.cos.data_ptr<float>(),
+                    batch.sin.data_ptr<float>());
+    cpu::RotateHalf(k.data_ptr<float>(), n, c.num_key_value_heads, hd, batch.cos.data_ptr<float>(),
+                    batch.sin.data_ptr<float>());
+  } else {
+    q = RotaryEmbedding::Apply(q, batch.cos, batch.sin, /*interleaved=*/false);
+    k = RotaryEmbedding::Apply(k, batch.cos, batch.sin, /*interleaved=*/false);
+  }
   const at::Tensor attn =
       AttendBatch(q, k, v, layer_id, batch, c.softmax_scale(), c.sliding_window.value_or(0));
   return Linear(attn, w.o_proj.weight, w.o_proj.bias);

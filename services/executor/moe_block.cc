@@ -1,14 +1,234 @@
 #include "services/executor/moe_block.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "services/executor/cpu_ops.h"
 #include "services/executor/routing.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
+namespace {
+
+kernels::GemmArgs ArgsOf(const kernels::GemmWeights& w, const float* x, int64_t n, int64_t ldx, float* y,
+                         int64_t ldy) {
+  kernels::GemmArgs a;
+  a.w = w;
+  a.x = x;
+  a.n = n;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.row_end = w.rows;
+  return a;
+}
+
+// The kernels' view of one routed expert matrix [rows, cols]: BF16 in place, its E/SM planes, or
+// float32 (an F32 expert in place; an F16 one widened into `keep`, exact).
+kernels::GemmWeights ExpertMatrix(const ExpertWeightsView& ew, const void* data, const ExpertPlanes& planes,
+                                  int64_t rows, int64_t cols, std::vector<at::Tensor>& keep) {
+  kernels::GemmWeights w;
+  w.rows = rows;
+  w.cols = cols;
+  if (ew.dtype == DType::kBF16) {
+    w.bf16 = static_cast<const uint16_t*>(data);
+    if (data == nullptr) {
+      w.e = planes.e;
+      w.sm = planes.sm;
+    }
+  } else if (ew.dtype == DType::kF32) {
+    w.f32 = static_cast<const float*>(data);
+  } else {
+    keep.push_back(WrapExpertTensor(data, ew.dtype, rows, cols).to(at::kFloat).contiguous());
+    w.f32 = keep.back().data_ptr<float>();
+  }
+  return w;
+}
+
+// Checks a delivered lease against the layer's request; returns its slot in assign.expert_ids.
+Result<size_t> SlotOf(const ModelConfig& config, const ExpertAssignment& assign, int32_t layer_id, int64_t hidden,
+                      const ExpertWeightsView& ew, const std::vector<bool>& delivered) {
+  auto it = std::lower_bound(assign.expert_ids.begin(), assign.expert_ids.end(), ew.expert_id);
+  if (ew.layer_id != layer_id || it == assign.expert_ids.end() || *it != ew.expert_id)
+    return Status::InvalidArgument(fmt::format("layer {}: provider delivered layer {} expert {}, not requested",
+                                               layer_id, ew.layer_id, ew.expert_id));
+  const size_t slot = static_cast<size_t>(it - assign.expert_ids.begin());
+  if (delivered[slot])
+    return Status::InvalidArgument(fmt::format("layer {}: provider delivered expert {} twice", layer_id, ew.expert_id));
+  if (ew.hidden != hidden || ew.intermediate != config.moe_intermediate_size)
+    return Status::InvalidArgument(fmt::format(
+        "layer {} expert {}: weights are [I={}, H={}], config expects [I={}, H={}]", layer_id, ew.expert_id,
+        ew.intermediate, ew.hidden, config.moe_intermediate_size, hidden));
+  if (ew.planes() && ew.dtype != DType::kBF16)
+    return Status::InvalidArgument(fmt::format("layer {} expert {}: E/SM planes of a {} expert", layer_id,
+                                               ew.expert_id, DTypeName(ew.dtype)));
+  return slot;
+}
+
+// softmax over each of n rows of width d, in place: exp(x - max) / Σ.
+void SoftmaxRows(float* x, int64_t n, int64_t d) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* r = x + t * d;
+    const float m = *std::max_element(r, r + d);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < d; ++i) sum += r[i] = std::exp(r[i] - m);
+    for (int64_t i = 0; i < d; ++i) r[i] /= sum;
+  }
+}
+
+// MoeForward on the CPU in float32 without a torch operator per step (services/executor/cpu_ops.h):
+//   region 1: router logits, the shared expert's gate/up (+ silu·up) and qwen2_moe's shared gate;
+//   per group of experts the provider has ready: region 2 gate/up (+ silu·up) of every expert of the
+//   group, region 3 their downs (the first group also runs the shared expert's down);
+//   then the weighted outputs are summed in ascending expert id order and the shared output added.
+// The same bits as computing each expert alone, whichever experts share a region.
+Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
+                                 const at::Tensor& x_in, ExpertProvider& provider) {
+  const at::Tensor x = x_in.contiguous();
+  const int64_t n = x.size(0), hidden = x.size(1), top_k = config.num_experts_per_tok;
+  const float* xp = x.data_ptr<float>();
+  const int64_t n_experts = w.router.size(0);
+
+  // 1. Router logits, shared expert gate/up, shared expert gate: one region.
+  std::vector<float> scores(static_cast<size_t>(n * n_experts));
+  std::vector<kernels::GemmArgs> first = {ArgsOf(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts)};
+  std::vector<cpu::MlpJob> shared;
+  std::vector<float> shared_act, shared_up, shared_out, shared_gate;
+  if (w.has_shared_expert) {
+    const int64_t inter = w.shared_expert.gate.size(0);
+    shared_act.resize(static_cast<size_t>(n * inter));
+    shared_up.resize(shared_act.size());
+    shared_out.resize(static_cast<size_t>(n * hidden));
+    cpu::MlpJob j;
+    j.gate = GemmWeightsOf(w.shared_expert.gate);
+    j.up = GemmWeightsOf(w.shared_expert.up);
+    j.down = GemmWeightsOf(w.shared_expert.down);
+    j.x = xp;
+    j.n = n;
+    j.ldx = hidden;
+    j.act = shared_act.data();
+    j.up_out = shared_up.data();
+    j.y = shared_out.data();
+    j.ldy = hidden;
+    shared.push_back(j);
+    if (config.arch == ModelArch::kQwen2Moe) {
+      shared_gate.resize(static_cast<size_t>(n));
+      first.push_back(ArgsOf(GemmWeightsOf(w.shared_expert_gate), xp, n, hidden, shared_gate.data(), 1));
+    }
+  }
+  cpu::MlpGateUp(shared, first);
+  SoftmaxRows(scores.data(), n, n_experts);
+  std::vector<int32_t> topk_ids(static_cast<size_t>(n * top_k));
+  std::vector<float> topk_weights(static_cast<size_t>(n * top_k));
+  SelectExperts(scores.data(), n, RouterParamsFor(config), topk_ids.data(), topk_weights.data());
+  const ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
+
+  // 2. Announce the layer.
+  LayerRouting routing;
+  routing.layer_id = layer_id;
+  routing.expert_ids = assign.expert_ids;
+  for (const auto& rows : assign.token_rows) routing.tokens_per_expert.push_back(static_cast<int32_t>(rows.size()));
+  ZM_RETURN_IF_ERROR(provider.BeginLayer(routing));
+
+  // 3. Experts, in groups of those ready together.
+  const size_t n_selected = assign.expert_ids.size();
+  const int64_t inter = config.moe_intermediate_size;
+  std::vector<std::vector<float>> outputs(n_selected);
+  std::vector<bool> delivered(n_selected, false);
+  size_t taken = 0;
+  bool shared_down_pending = !shared.empty();
+  while (taken < n_selected) {
+    std::vector<std::unique_ptr<ExpertLease>> group;
+    do {
+      ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
+      group.push_back(std::move(lease));
+      ++taken;
+    } while (taken < n_selected && provider.NextIsReady());
+    std::vector<cpu::MlpJob> jobs;
+    std::vector<std::vector<float>> scratch;
+    std::vector<at::Tensor> keep;
+    jobs.reserve(group.size());
+    scratch.reserve(2 * group.size());
+    for (const std::unique_ptr<ExpertLease>& lease : group) {
+      const ExpertWeightsView& ew = lease->weights();
+      ZM_ASSIGN_OR_RETURN(size_t slot, SlotOf(config, assign, layer_id, hidden, ew, delivered));
+      delivered[slot] = true;
+      const std::vector<int64_t>& rows = assign.token_rows[slot];
+      const int64_t m = static_cast<int64_t>(rows.size());
+      cpu::MlpJob j;
+      j.gate = ExpertMatrix(ew, ew.gate, ew.gate_planes, inter, hidden, keep);
+      j.up = ExpertMatrix(ew, ew.up, ew.up_planes, inter, hidden, keep);
+      j.down = ExpertMatrix(ew, ew.down, ew.down_planes, hidden, inter, keep);
+      j.n = m;
+      j.ldx = hidden;
+      bool identity = m == n;
+      for (int64_t i = 0; identity && i < m; ++i) identity = rows[static_cast<size_t>(i)] == i;
+      if (identity) {
+        j.x = xp;
+      } else {  // gather the expert's tokens (index_select)
+        scratch.emplace_back(static_cast<size_t>(m * hidden));
+        for (int64_t i = 0; i < m; ++i)
+          std::copy_n(xp + rows[static_cast<size_t>(i)] * hidden, hidden, scratch.back().data() + i * hidden);
+        j.x = scratch.back().data();
+      }
+      scratch.emplace_back(static_cast<size_t>(2 * m * inter));
+      j.act = scratch.back().data();
+      j.up_out = j.act + m * inter;
+      outputs[slot].resize(static_cast<size_t>(m * hidden));
+      j.y = outputs[slot].data();
+      j.ldy = hidden;
+      jobs.push_back(j);
+    }
+    cpu::MlpGateUp(jobs);
+    std::vector<kernels::GemmArgs> extra;
+    if (shared_down_pending) {
+      const cpu::MlpJob& s = shared[0];
+      extra.push_back(ArgsOf(s.down, s.act, n, s.gate.rows, s.y, hidden));
+      shared_down_pending = false;
+    }
+    cpu::MlpDown(jobs, extra);
+  }  // leases released group by group
+  if (shared_down_pending) cpu::MlpDown(shared);
+  ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
+
+  // 4. Ordered accumulation: y = Σ_slots expert(x) * weight (ascending expert id), then + shared.
+  at::Tensor y = at::zeros({n, hidden}, x.options());
+  float* yp = y.data_ptr<float>();
+  for (size_t slot = 0; slot < n_selected; ++slot) {
+    const std::vector<int64_t>& rows = assign.token_rows[slot];
+    const std::vector<float>& weights = assign.weights[slot];
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const float* o = outputs[slot].data() + static_cast<int64_t>(i) * hidden;
+      float* yr = yp + rows[i] * hidden;
+      const float wgt = weights[i];
+      for (int64_t h = 0; h < hidden; ++h) {
+        const float weighted = o[h] * wgt;
+        yr[h] += weighted;
+      }
+    }
+  }
+  if (!shared.empty()) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float* s = shared_out.data() + t * hidden;
+      float* yr = yp + t * hidden;
+      if (shared_gate.empty()) {
+        for (int64_t h = 0; h < hidden; ++h) yr[h] += s[h];
+      } else {
+        const float g = 1.0f / (1.0f + std::exp(-shared_gate[static_cast<size_t>(t)]));
+        for (int64_t h = 0; h < hidden; ++h) {
+          const float gated = g * s[h];
+          yr[h] += gated;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+}  // namespace
 
 at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x) {
   const std::vector<at::Tensor> gate_up = Linears(x, {{w.gate, at::Tensor()}, {w.up, at::Tensor()}});
@@ -46,6 +266,8 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
 
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
                               const at::Tensor& x, ExpertProvider& provider) {
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && RunsOnCpuKernels(x, w.router))
+    return MoeForwardCpu(config, w, layer_id, x, provider);
   const int64_t n = x.size(0), hidden = x.size(1), top_k = config.num_experts_per_tok;
   const at::Device device = x.device();
   const at::ScalarType dtype = x.scalar_type();

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "services/executor/cpu_ops.h"
+
 namespace zipmoe::executor {
 
 Result<at::ScalarType> ToScalarType(DType dtype, const std::string& what) {
@@ -46,6 +48,16 @@ std::string ShapeString(at::IntArrayRef shape) {
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && weight.is_cpu() && weight.scalar_type() == at::kFloat &&
+      weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == weight.size(0)) {
+    const at::Tensor xc = x.contiguous();
+    const at::Tensor wc = weight.contiguous();
+    at::Tensor y = at::empty(x.sizes(), x.options());
+    const int64_t d = x.size(-1);
+    cpu::RmsNorm(xc.data_ptr<float>(), d == 0 ? 0 : x.numel() / d, d, wc.data_ptr<float>(), static_cast<float>(eps),
+                 y.data_ptr<float>());
+    return y;
+  }
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
   const at::Tensor normed = x32 * at::rsqrt(variance + eps);
@@ -79,7 +91,6 @@ std::vector<at::Tensor> LinearCpuGroup(const at::Tensor& x, const std::vector<ke
   const at::Tensor x2 = x.reshape({-1, cols}).contiguous();
   std::vector<kernels::GemmArgs> args(ws.size());
   std::vector<at::Tensor> ys(ws.size());
-  std::vector<int64_t> first_row(ws.size() + 1, 0);  // of each weight in the concatenated row space
   for (size_t i = 0; i < ws.size(); ++i) {
     const kernels::GemmWeights& w = ws[i];
     const at::Tensor bias = biases.empty() ? at::Tensor() : biases[i];
@@ -95,21 +106,9 @@ std::vector<at::Tensor> LinearCpuGroup(const at::Tensor& x, const std::vector<ke
     a.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
     a.y = ys[i].data_ptr<float>();
     a.ldy = w.rows;
-    first_row[i + 1] = first_row[i] + w.rows;
   }
-  // Rows per task: enough weight bytes (>= 64 KiB) that a task outweighs its scheduling. One
-  // parallel region over the rows of every weight: one fork/join for the group.
-  const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 15) / std::max<int64_t>(1, cols));
-  at::parallel_for(0, first_row.back(), grain, [&](int64_t begin, int64_t end) {
-    for (size_t i = 0; i < args.size(); ++i) {
-      const int64_t lo = std::max(begin, first_row[i]), hi = std::min(end, first_row[i + 1]);
-      if (lo >= hi) continue;
-      kernels::GemmArgs part = args[i];
-      part.row_begin = lo - first_row[i];
-      part.row_end = hi - first_row[i];
-      kernels::Bf16Gemm(part);
-    }
-  });
+  // One parallel region over the rows of every weight: one fork/join for the group.
+  cpu::Gemms(args);
   for (size_t i = 0; i < ws.size(); ++i) {
     std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
     out_shape.back() = ws[i].rows;

@@ -37,6 +37,8 @@ class MmapExpertProvider : public ExpertProvider {
 
   Status BeginLayer(const LayerRouting& routing) override;
   Result<std::unique_ptr<ExpertLease>> NextReady() override;
+  // The views are always there (a page fault is not a wait this interface can see).
+  bool NextIsReady() const override { return views_->NextIsReady(); }
   Status EndLayer(int32_t layer_id) override;
 
   MmapProviderStats stats() const;

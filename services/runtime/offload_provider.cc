@@ -443,6 +443,11 @@ void OffloadExpertProvider::FailLocked(const Status& status) {
   cv_.notify_all();
 }
 
+bool OffloadExpertProvider::NextIsReady() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_ && delivered_ < experts_.size() && (!error_.ok() || !ready_.empty());
+}
+
 Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!active_) return Status::InvalidArgument("NextReady: no layer begun");

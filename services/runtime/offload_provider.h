@@ -136,6 +136,8 @@ class OffloadExpertProvider : public ExpertProvider {
 
   Status BeginLayer(const LayerRouting& routing) override;
   Result<std::unique_ptr<ExpertLease>> NextReady() override;
+  // True when a recovered (or cache-hit) expert waits in the ready queue, or a failure would be returned.
+  bool NextIsReady() const override;
   Status EndLayer(int32_t layer_id) override;
 
   // Smallest budget that works for this model: one staging slot (one expert in flight, no cache).

@@ -1,0 +1,227 @@
+#include "services/executor/cpu_ops.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace zipmoe::executor::cpu {
+namespace {
+
+// Row tiles of the kernels (kGemvRows/kGemmRows are 4 on every ISA): work is split on them.
+constexpr int64_t kRowQuantum = 4;
+
+struct Task {
+  enum Kind { kGemm, kGateUp, kDown } kind;
+  const void* what;  // const kernels::GemmArgs* (kGemm) or const MlpJob*
+  int64_t r0, r1;
+  int64_t cost;
+};
+
+// Cost of one output row: its weight bytes (~2 per element) plus its multiply-adds per token.
+int64_t RowCost(int64_t cols, int64_t n) { return cols * (2 + n); }
+
+// At most ~kPiecesPerProduct pieces of whole row tiles per product: fine enough to balance threads.
+constexpr int64_t kPiecesPerProduct = 128;
+
+void Split(std::vector<Task>& tasks, Task::Kind kind, const void* what, int64_t rows, int64_t row_cost) {
+  const int64_t tiles = (rows + kRowQuantum - 1) / kRowQuantum;
+  const int64_t step = (tiles + kPiecesPerProduct - 1) / kPiecesPerProduct * kRowQuantum;
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t r1 = std::min(rows, r + step);
+    tasks.push_back({kind, what, r, r1, (r1 - r) * row_cost});
+  }
+}
+
+void AddGemms(std::vector<Task>& tasks, const std::vector<kernels::GemmArgs>& args) {
+  for (const kernels::GemmArgs& a : args)
+    if (a.n > 0) Split(tasks, Task::kGemm, &a, a.w.rows, RowCost(a.w.cols, a.n));
+}
+
+void RunGemmRows(const kernels::GemmArgs& a, int64_t r0, int64_t r1) {
+  kernels::GemmArgs part = a;
+  part.row_begin = r0;
+  part.row_end = r1;
+  kernels::Bf16Gemm(part);
+}
+
+kernels::GemmArgs ArgsOf(const kernels::GemmWeights& w, const float* x, int64_t n, int64_t ldx, float* y,
+                         int64_t ldy) {
+  kernels::GemmArgs a;
+  a.w = w;
+  a.x = x;
+  a.n = n;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  return a;
+}
+
+void RunTask(const Task& t) {
+  if (t.kind == Task::kGemm) {
+    RunGemmRows(*static_cast<const kernels::GemmArgs*>(t.what), t.r0, t.r1);
+    return;
+  }
+  const MlpJob& j = *static_cast<const MlpJob*>(t.what);
+  const int64_t inter = j.gate.rows;
+  if (t.kind == Task::kGateUp) {
+    RunGemmRows(ArgsOf(j.gate, j.x, j.n, j.ldx, j.act, inter), t.r0, t.r1);
+    RunGemmRows(ArgsOf(j.up, j.x, j.n, j.ldx, j.up_out, inter), t.r0, t.r1);
+    for (int64_t tok = 0; tok < j.n; ++tok) {
+      float* act = j.act + tok * inter + t.r0;
+      SiluMul(act, j.up_out + tok * inter + t.r0, t.r1 - t.r0, act);
+    }
+  } else {
+    RunGemmRows(ArgsOf(j.down, j.act, j.n, inter, j.y, j.ldy), t.r0, t.r1);
+  }
+}
+
+// Runs tasks [begin, end) in order, consecutive tasks of one product merged into one call (the
+// kernels then prefetch across the whole range).
+void RunRange(const std::vector<Task>& tasks, size_t begin, size_t end) {
+  while (begin < end) {
+    Task t = tasks[begin++];
+    while (begin < end && tasks[begin].what == t.what && tasks[begin].kind == t.kind && tasks[begin].r0 == t.r1)
+      t.r1 = tasks[begin++].r1;
+    RunTask(t);
+  }
+}
+
+// Thread i of T runs the contiguous tasks whose cumulative cost falls in [i C / T, (i + 1) C / T):
+// equal shares, and each thread streams long row ranges. Every task writes disjoint outputs.
+void RunTasks(const std::vector<Task>& tasks) {
+  if (tasks.empty()) return;
+  int64_t total = 0;
+  for (const Task& t : tasks) total += t.cost;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(tasks.size()));
+  if (threads <= 1 || at::in_parallel_region() || total < (int64_t{1} << 14)) {
+    RunRange(tasks, 0, tasks.size());
+    return;
+  }
+  std::vector<size_t> bounds(static_cast<size_t>(threads) + 1, tasks.size());
+  bounds[0] = 0;
+  int64_t done = 0;
+  size_t i = 0;
+  for (int64_t k = 1; k < threads; ++k) {
+    const int64_t target = total * k / threads;
+    while (i < tasks.size() && done + tasks[i].cost / 2 < target) done += tasks[i++].cost;
+    bounds[static_cast<size_t>(k)] = i;
+  }
+  at::parallel_for(0, threads, 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) RunRange(tasks, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k) + 1]);
+  });
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float eps, float* y) {
+  const auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* xr = x + t * d;
+      float* yr = y + t * d;
+      double sum = 0.0;
+      for (int64_t i = 0; i < d; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+      const float variance = static_cast<float>(sum / static_cast<double>(d));
+      const float inv = 1.0f / std::sqrt(variance + eps);
+      for (int64_t i = 0; i < d; ++i) yr[i] = weight[i] * (xr[i] * inv);
+    }
+  };
+  if (n * d < (int64_t{1} << 16) || at::in_parallel_region()) {
+    rows(0, n);
+  } else {
+    at::parallel_for(0, n, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, d)), rows);
+  }
+}
+
+void RotateHalf(float* x, int64_t n, int64_t heads, int64_t d, const float* cos, const float* sin) {
+  const int64_t half = d / 2;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* c = cos + t * d;
+    const float* s = sin + t * d;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (t * heads + h) * d;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = v[i], x2 = v[i + half];
+        v[i] = x1 * c[i] + -x2 * s[i];
+        v[i + half] = x2 * c[i + half] + x1 * s[i + half];
+      }
+    }
+  }
+}
+
+void AttendCausal(const AttentionArgs& a) {
+  const int64_t group = a.n_heads / a.n_kv, rows = group * a.t;
+  const auto heads = [&](int64_t h0, int64_t h1) {
+    std::vector<float> scores(static_cast<size_t>(rows * a.total));
+    for (int64_t h = h0; h < h1; ++h) {
+      kernels::GemmArgs g;
+      g.w.f32 = a.k + h * a.k_head_stride;
+      g.w.rows = a.total;
+      g.w.cols = a.dk;
+      g.x = a.q + h * rows * a.dk;  // query heads h * group .. (h + 1) * group - 1, t rows each
+      g.n = rows;
+      g.ldx = a.dk;
+      g.y = scores.data();
+      g.ldy = a.total;
+      g.row_end = a.total;
+      kernels::Bf16Gemm(g);
+      const float* vh = a.v + h * a.v_head_stride;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t qh = h * group + r / a.t, i = r % a.t, pos = a.pos0 + i;
+        const int64_t last = std::min(pos, a.total - 1);
+        const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+        float* s = scores.data() + r * a.total;
+        float* o = a.out + i * a.n_heads * a.dv + qh * a.dv;
+        std::fill_n(o, a.dv, 0.0f);
+        if (first > last) continue;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = first; j <= last; ++j) m = std::max(m, s[j] *= a.scale);
+        float sum = 0.0f;
+        for (int64_t j = first; j <= last; ++j) sum += s[j] = std::exp(s[j] - m);
+        for (int64_t j = first; j <= last; ++j) {
+          const float p = s[j] / sum;
+          const float* vj = vh + j * a.dv;
+          for (int64_t d = 0; d < a.dv; ++d) {
+            const float pv = p * vj[d];
+            o[d] += pv;
+          }
+        }
+      }
+    }
+  };
+  const int64_t work = a.n_heads * a.t * a.total * (a.dk + a.dv);
+  if (work < (int64_t{1} << 20) || a.n_kv < 2 || at::in_parallel_region()) {
+    heads(0, a.n_kv);
+  } else {
+    at::parallel_for(0, a.n_kv, 1, heads);
+  }
+}
+
+void SiluMul(const float* g, const float* u, int64_t count, float* act) {
+  for (int64_t i = 0; i < count; ++i) act[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void Gemms(const std::vector<kernels::GemmArgs>& args) {
+  std::vector<Task> tasks;
+  AddGemms(tasks, args);
+  RunTasks(tasks);
+}
+
+void MlpGateUp(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra) {
+  std::vector<Task> tasks;
+  for (const MlpJob& j : jobs)
+    if (j.n > 0) Split(tasks, Task::kGateUp, &j, j.gate.rows, 2 * RowCost(j.gate.cols, j.n));
+  AddGemms(tasks, extra);
+  RunTasks(tasks);
+}
+
+void MlpDown(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra) {
+  std::vector<Task> tasks;
+  for (const MlpJob& j : jobs)
+    if (j.n > 0) Split(tasks, Task::kDown, &j, j.down.rows, RowCost(j.down.cols, j.n));
+  AddGemms(tasks, extra);
+  RunTasks(tasks);
+}
+
+}  // namespace zipmoe::executor::cpu
