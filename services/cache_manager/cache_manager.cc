@@ -623,6 +623,15 @@ Result<AdmitResult> CacheManager::Admit(int32_t layer_id, int32_t expert_id, Ava
   return pl.result;
 }
 
+Status CacheManager::SeedFrequencies(int32_t layer_id, const std::vector<uint64_t>& counts) {
+  if (layer_id < 0 || layer_id >= layout_.n_layers() || counts.size() > static_cast<size_t>(layout_.n_experts()))
+    return Status::InvalidArgument(fmt::format("SeedFrequencies: layer {} with {} counts (layout: {} layers, {} experts)",
+                                               layer_id, counts.size(), layout_.n_layers(), layout_.n_experts()));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t e = 0; e < counts.size(); ++e) frequency_.Seed(layer_id, static_cast<int32_t>(e), counts[e]);
+  return Status::Ok();
+}
+
 uint64_t CacheManager::Frequency(int32_t layer_id, int32_t expert_id) const {
   if (!Known(layer_id, expert_id)) return 0;
   std::lock_guard<std::mutex> lock(mu_);

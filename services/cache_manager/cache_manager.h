@@ -234,6 +234,10 @@ class CacheManager {
 
   CacheCounters Counters() const;
   void ResetCounters();  // zeroes request/admission/eviction counts (not residency, not frequency)
+  // Warm start of the rank order (OffloadExpertProvider::Preload): the activation count of expert e
+  // of `layer_id` becomes counts[e] for every e < counts.size(), its last use 0. Residency is not
+  // touched. Errors: kInvalidArgument (layer outside the layout, more counts than experts).
+  Status SeedFrequencies(int32_t layer_id, const std::vector<uint64_t>& counts);
   uint64_t LivePins() const;
 
   const ModelLayout& layout() const { return layout_; }

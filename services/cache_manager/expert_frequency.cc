@@ -50,6 +50,13 @@ std::vector<uint64_t> ExpertFrequency::SortedCounts(int32_t layer_id) const {
   return counts;
 }
 
+void ExpertFrequency::Seed(int32_t layer_id, int32_t expert_id, uint64_t count) {
+  ZM_CHECK(layer_id >= 0 && layer_id < n_layers_ && expert_id >= 0 && expert_id < n_experts_)
+      << "layer " << layer_id << " expert " << expert_id;
+  counts_[Index(layer_id, expert_id)] = count;
+  last_use_[Index(layer_id, expert_id)] = 0;
+}
+
 void ExpertFrequency::Reset() {
   std::fill(counts_.begin(), counts_.end(), 0);
   std::fill(last_use_.begin(), last_use_.end(), 0);

@@ -37,6 +37,9 @@ class ExpertFrequency {
   // steps for the planner's inclusion probabilities f_r).
   std::vector<uint64_t> SortedCounts(int32_t layer_id) const;
   void Reset();
+  // Sets the count of (layer, expert) and clears its last use: a warm start of the ranks from a
+  // profiling trace (CacheManager::SeedFrequencies). ZM_CHECKs the ids like Record.
+  void Seed(int32_t layer_id, int32_t expert_id, uint64_t count);
 
   int32_t n_layers() const { return n_layers_; }
   int32_t n_experts() const { return n_experts_; }

@@ -4,12 +4,14 @@
 
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "common/file_util.h"
 #include "common/manifest.h"
+#include "services/cache_manager/plan_trace.h"
 #include "services/cli/cli_util.h"
 
 namespace zipmoe::cli {
@@ -42,6 +44,9 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
                 "from its E/SM planes on the CPU");
   cmd->add_flag("--no-compression", f->no_compression,
                 "ablation: zipmoe with full-tensor caching only, on a `compress --codec none` directory");
+  cmd->add_flag("--preload", f->preload,
+                "fill the cache to its plan before the first request: per MoE layer the experts --plan-trace selects "
+                "most (without a trace: the lowest ids), as many as the layer's pools hold, read and placed by rank");
   cmd->add_option("--stats-json", f->stats_json, "write runtime statistics (requests per pool, misses, I/O, makespan)");
 }
 
@@ -95,7 +100,26 @@ Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const Runt
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
                       runtime::OffloadExpertProvider::Create(config));
   PrintRuntimeSummary(*provider);
+  ZM_RETURN_IF_ERROR(PreloadRuntime(flags, *provider));
   return provider;
+}
+
+Status PreloadRuntime(const RuntimeFlags& flags, runtime::OffloadExpertProvider& provider) {
+  if (!flags.preload) return Status::Ok();
+  std::map<int32_t, std::map<int32_t, uint64_t>> counts;
+  if (!flags.plan_trace.empty()) {
+    ZM_ASSIGN_OR_RETURN(std::vector<cm::ActivationRecord> records, cm::ReadTrace(flags.plan_trace));
+    for (const cm::ActivationRecord& r : records)
+      for (int32_t e : r.expert_ids) ++counts[r.layer_id][e];
+  }
+  Result<runtime::OffloadExpertProvider::PreloadStats> done = provider.Preload(counts);
+  if (!done.ok()) return Status(done.status().code(), fmt::format("--preload: {}", done.status().message()));
+  std::fprintf(stderr, "%s",
+               fmt::format("I: preload: {} experts placed by {} in {:.2f} s ({:.1f} MiB read)\n", done->experts,
+                           flags.plan_trace.empty() ? "expert id (no --plan-trace)" : "--plan-trace counts",
+                           done->seconds, done->read_bytes / 1048576.0)
+                   .c_str());
+  return Status::Ok();
 }
 
 void PrintRuntimeSummary(const runtime::OffloadExpertProvider& p) {

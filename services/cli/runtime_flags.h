@@ -31,6 +31,7 @@ struct RuntimeFlags {
   bool no_compression = false;
   bool separate_recovery = false;  // recover BF16 before compute even for a CPU executor
   std::string stats_json;
+  bool preload = false;          // fill the cache before the first request (OffloadExpertProvider::Preload)
 };
 
 // --policy mmap: the benchmark baseline that serves experts from the memory map of the uncompressed
@@ -52,6 +53,10 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& flags, const 
 Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const RuntimeFlags& flags,
                                                                       const std::string& model_dir,
                                                                       const std::string& device = "cpu");
+
+// With --preload, the runtime's OffloadExpertProvider::Preload seeded from --plan-trace's counts
+// (every expert 0 without one), and one stderr line with what it read. Errors: ReadTrace's, Preload's.
+Status PreloadRuntime(const RuntimeFlags& flags, runtime::OffloadExpertProvider& provider);
 
 // One stderr line: policy, budget, pools and their capacities, staging slots, workers, I/O mode.
 void PrintRuntimeSummary(const runtime::OffloadExpertProvider& provider);

@@ -219,6 +219,12 @@ AdmitTotals LocalCacheBackend::admit_totals() const {
   return totals_;
 }
 
+void LocalCacheBackend::ResetCounters() {
+  manager_->ResetCounters();
+  std::lock_guard<std::mutex> lock(mu_);
+  totals_ = AdmitTotals();
+}
+
 uint64_t LocalCacheBackend::leases_held() const {
   std::lock_guard<std::mutex> lock(mu_);
   return leases_.size();

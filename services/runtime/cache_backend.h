@@ -159,6 +159,12 @@ class LocalCacheBackend : public CacheBackend {
   const cache_manager::CacheManager* local_manager() const override { return manager_.get(); }
   cache_manager::CacheManager& manager() { return *manager_; }
   uint64_t leases_held() const;
+  // Warm start (OffloadExpertProvider::Preload): CacheManager::SeedFrequencies.
+  Status SeedFrequencies(int32_t layer_id, const std::vector<uint64_t>& counts) {
+    return manager_->SeedFrequencies(layer_id, counts);
+  }
+  // Zeroes the cache's request/admission counters and the admission totals (not residency).
+  void ResetCounters();
 
  private:
   LocalCacheBackend() = default;

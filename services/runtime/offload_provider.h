@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -139,6 +140,25 @@ class OffloadExpertProvider : public ExpertProvider {
   // True when a recovered (or cache-hit) expert waits in the ready queue, or a failure would be returned.
   bool NextIsReady() const override;
   Status EndLayer(int32_t layer_id) override;
+
+  // Warm start before the first request (embedded cache only): seeds the cache's frequency ranks
+  // from `counts` (counts[layer][expert]: activations in a profiling trace, e.g. the planner's
+  // --plan-trace; layers or experts missing count 0) and fills the pools: per MoE layer, its
+  // best-ranked experts (count, then lower id), as many as its pools hold (zipmoe: Σ_p capacity of
+  // the layer; baselines: the single F pool's slots shared equally by the MoE layers), are read,
+  // decoded and admitted through BeginLayer / NextReady / EndLayer like a request, so each lands in
+  // the pool its rank selects (ZipMoE §3.4 dispatching). The seeded counts are the preloaded
+  // experts' rank order (K - rank for K preloaded, 0 for the others), small enough for the live
+  // workload's counts to take over after a few steps. Afterwards the cache's request counters and
+  // stats() restart from zero, so hit rates describe requests only; the preload's own work is
+  // returned. Errors: kInvalidArgument with a remote cache or a layer begun; BeginLayer /
+  // NextReady / EndLayer errors (kCorruption, kIoError naming the chunk).
+  struct PreloadStats {
+    uint64_t experts = 0;      // experts read and admitted
+    uint64_t read_bytes = 0;   // bytes read from storage (incl. padding)
+    double seconds = 0;        // wall time
+  };
+  Result<PreloadStats> Preload(const std::map<int32_t, std::map<int32_t, uint64_t>>& counts);
 
   // Smallest budget that works for this model: one staging slot (one expert in flight, no cache).
   uint64_t minimum_budget_bytes() const;

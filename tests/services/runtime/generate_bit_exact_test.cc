@@ -59,6 +59,45 @@ TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudget
 
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest, ::testing::Values("qwen2_moe", "deepseek_v2"));
 
+TEST(GenerateRuntimeCli, PreloadFromTheTraceServesItsRequestWithoutAMissAndTheSameLogits) {
+  const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 4");
+  auto manifest = ReadManifest(dir);
+  ASSERT_TRUE(manifest.ok());
+  uint64_t expert_bytes = 0;
+  for (const ExpertTensorInfo& t : manifest->expert_tensors) expert_bytes += t.raw_bytes();
+  TempDir tmp;
+  const std::string common = fmt::format(
+      "generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 4 --ignore-eos --threads 1", dir);
+  const std::string ref = tmp.Sub("resident.bin"), trace = tmp.Sub("trace.jsonl");
+  auto r = RunCli(fmt::format("{} --logits-out {} --trace-out {}", common, ref, trace));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Room for every expert: the preload places every traced one, so the same request never misses.
+  for (const char* policy : {"zipmoe", "lru"}) {
+    const std::string out = tmp.Sub(std::string(policy) + ".bin"), stats = tmp.Sub(std::string(policy) + ".json");
+    auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --policy {} --plan-trace {} --preload "
+                                  "--stats-json {}",
+                                  common, out, expert_bytes * 3 / 2, policy, trace, stats));
+    ASSERT_EQ(run.exit_code, 0) << policy << "\n" << run.output;
+    EXPECT_NE(run.output.find("I: preload: "), std::string::npos) << run.output;
+    EXPECT_TRUE(ReadAll(out) == ReadAll(ref)) << policy << ": logits differ from the all-resident run";
+    const auto j = nlohmann::json::parse(ReadAll(stats));
+    EXPECT_EQ(j["requests"]["misses"].get<uint64_t>(), 0u) << policy << " " << j["requests"].dump();
+    EXPECT_GT(j["requests"]["total"].get<uint64_t>(), 0u) << policy;
+    EXPECT_EQ(j["io"]["ops"].get<uint64_t>(), 0u) << policy << ": the request read nothing";
+  }
+  // A tight budget still gives the same logits (the preload fills what fits, misses read the rest).
+  const std::string tight = tmp.Sub("tight.bin");
+  auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --plan-trace {} --preload", common, tight,
+                                expert_bytes / 5, trace));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(ReadAll(tight) == ReadAll(ref));
+  // A missing trace is named.
+  auto bad = RunCli(fmt::format("{} --memory-budget {} --plan-trace {} --preload", common, expert_bytes / 2,
+                                tmp.Sub("missing.jsonl")));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("missing.jsonl"), std::string::npos) << bad.output;
+}
+
 TEST(GenerateRuntimeCli, FcsePoolsAllServeHitsAndTheBudgetFloorIsNamed) {
   const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 4");
   auto manifest = ReadManifest(dir);

@@ -213,6 +213,69 @@ TEST(OffloadProvider, FixedRatiosHitEveryPoolAndNeverExceedTheBudget) {
   EXPECT_LE(reserved + s.staging_slots * (*provider)->cache().staging_layout().slot_bytes, config.memory_budget_bytes);
 }
 
+TEST(OffloadProvider, PreloadPlacesTheTraceFavouritesByRankAndStartsTheCountersAfresh) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = ExpertBytes(m) / 2;
+  config.pool_ratios = "F=0.5,C=0.5";
+  config.n_workers = 2;
+  config.staging_slots = 2;
+  config.fused_recovery = true;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  std::set<int32_t> layers;
+  for (const ExpertTensorInfo& t : m.expert_tensors) layers.insert(t.layer_id);
+  // The "trace" favours the highest expert ids, in descending order: expert e counts 10 * e.
+  std::map<int32_t, std::map<int32_t, uint64_t>> counts;
+  for (int32_t l : layers)
+    for (int32_t e = 0; e < m.n_experts; ++e) counts[l][e] = 10 * static_cast<uint64_t>(e);
+  auto done = (*provider)->Preload(counts);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  const cm::CacheManager& cache = (*provider)->cache();
+  uint64_t placed = 0;
+  for (int32_t l : layers) {
+    const int32_t f = cache.Capacity(l, cm::Pool::kF), c = cache.Capacity(l, cm::Pool::kC);
+    ASSERT_GT(f, 0);
+    ASSERT_GT(c, 0);
+    ASSERT_LE(f + c, m.n_experts);
+    for (int32_t r = 0; r < m.n_experts; ++r) {
+      const int32_t e = m.n_experts - 1 - r;  // rank r in the trace
+      const CompressionState want = r < f ? CompressionState::kF : r < f + c ? CompressionState::kC : CompressionState::kMiss;
+      EXPECT_EQ(cache.Peek(l, e), want) << "layer " << l << " expert " << e << " (trace rank " << r << ")";
+      placed += want != CompressionState::kMiss;
+    }
+  }
+  EXPECT_EQ(done->experts, placed);
+  EXPECT_GT(done->read_bytes, 0u);
+  RuntimeStats s = (*provider)->stats();
+  EXPECT_EQ(s.cache.lookups, 0u) << "the preload's lookups are not the requests'";
+  EXPECT_EQ(s.io_ops, 0u);
+  EXPECT_EQ(s.admit_calls, 0u);
+  // Requests for the favourites are all hits, with the exact bytes.
+  std::vector<LayerRouting> favourites;
+  for (int32_t l : layers) {
+    LayerRouting r;
+    r.layer_id = l;
+    for (int32_t e = m.n_experts - 4; e < m.n_experts; ++e) {
+      r.expert_ids.push_back(e);
+      r.tokens_per_expert.push_back(1);
+    }
+    favourites.push_back(r);
+  }
+  Drive(**provider, favourites, expected);
+  s = (*provider)->stats();
+  EXPECT_EQ(s.cache.misses, 0u);
+  EXPECT_EQ(s.cache.lookups, 4 * layers.size());
+  EXPECT_EQ(s.io_ops, 0u);
+  // Any other request still gets exact bytes (misses read as usual).
+  Drive(**provider, MakeRoutings(m, 4, 6, 9), expected);
+}
+
 TEST(OffloadProvider, ALayerLargerThanTheStagingRunsInWaves) {
   const std::string dir = TinyCompressed("qwen2_moe");
   auto store = ExpertStore::Open(dir);
