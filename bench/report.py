@@ -850,7 +850,10 @@ class Report:
                f"{sw['tokens']} new tokens (llama.cpp: its prefill twice, then {sw['tokens'] - 1} timed decode steps). "
                f"zipmoe runs the compressed directory with `--memory-budget` = cap − its overhead "
                f"({gib(sw['zipmoe_overhead_bytes'])} GiB, the calibration above), at least its minimum of one staging "
-               f"slot ({(sw.get('zipmoe_min_budget_bytes') or 0) / MIB:.1f} MiB). llama.cpp maps the GGUF and pages "
+               f"slot ({(sw.get('zipmoe_min_budget_bytes') or 0) / MIB:.1f} MiB), and `--preload --plan-trace` (the "
+               f"warm-up trace above): before the request it fills its pools to the plan, the experts the trace "
+               f"selects most placed by rank (\"its preload\": seconds and MiB read; part of its TTFT, not of its "
+               f"TPOT), as llama.cpp reads its model while loading (\"its load\"). llama.cpp maps the GGUF and pages "
                f"through the capped page cache; its overhead ({gib(sw.get('llama_overhead_bytes'))} GiB) is its warm "
                f"runs' own group peak ({gib(sw.get('llama_warm_peak_bytes'))} GiB: node, buffers, KV) + 256 MiB, so "
                "\"holds\" = (cap − that) / GGUF size. A llama.cpp run longer than "
@@ -884,17 +887,19 @@ class Report:
             plt.legend(fontsize=7)
             plt.title(f"qwen2_moe mini, cold, {sw['tokens']} tokens: TPOT vs cap", fontsize=9)
             self.fig("m_llama_peer_tpot_vs_cap.png", "TPOT vs memory cap, zipmoe and llama.cpp")
-        self.p("| cap GiB | which cap | llama.cpp holds | zipmoe budget | zipmoe TPOT s | TTFT s | hit rate | read MiB / step | "
-               "llama.cpp TPOT s | its load s | its major faults | other work z / l (cores) | zipmoe / llama.cpp | "
-               "target | met? |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        self.p("| cap GiB | which cap | llama.cpp holds | zipmoe budget | zipmoe TPOT s | TTFT s | its preload s (MiB) | "
+               "hit rate | read MiB / step | llama.cpp TPOT s | its load s | its major faults | other work z / l (cores) | "
+               "zipmoe / llama.cpp | target | met? |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for x in rows:
             zc, lc = x["zipmoe"], x["llama"]
             target = 0.25 if x.get("llama_holds") is not None and x["llama_holds"] <= 0.5 else 1.0
             if zc.get("ok"):
-                zt = f"{f3(zc['tpot_s'])} | {f3(zc.get('ttft_s'), 2)} | {f3(zc.get('hit_rate'))} | " \
+                pre = x.get("zipmoe_preload")
+                pre_t = f"{pre['seconds']:.1f} ({pre['read_mib']:.0f})" if pre else "–"
+                zt = f"{f3(zc['tpot_s'])} | {f3(zc.get('ttft_s'), 2)} | {pre_t} | {f3(zc.get('hit_rate'))} | " \
                      f"{(zc.get('decode_read_bytes_per_token') or 0) / MIB:.0f}"
             else:
-                zt = f"{zc.get('error', 'failed')} | | |"
+                zt = f"{zc.get('error', 'failed')} | | | |"
             if lc.get("ok"):
                 lt = f3(lc["tpot_s"])
             elif lc.get("skipped"):
