@@ -326,6 +326,45 @@ TEST(UpCli, SchedulerStoppedPastItsLivenessIsReplacedAndServesAgain) {
   EXPECT_TRUE(up.Stop());
 }
 
+// A decompressor stopped (SIGSTOP) past its heartbeat deadline while it holds decode work (issue 15):
+// before the scheduler re-issues that work it fences the worker (SIGKILL, waits until it is gone),
+// so a late write of the stalled process can never land in a slot handed to someone else; `up`
+// restarts it, the request in flight completes with the reference text, and so does the next one.
+TEST(UpCli, DecompressorStoppedPastItsHeartbeatIsFencedBeforeItsWorkIsReissued) {
+  const std::string model = Model();
+  constexpr int kNewTokens = 120;
+  const json ref = Reference(model, kNewTokens);
+  const json ref8 = Reference(model, 8);
+  TempDir tmp;
+  Up up(tmp, model, 1);
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  const std::string pid_path = up.run_dir() + "/decompressor-0.pid";
+  const int victim = ReadPid(pid_path);
+  ASSERT_GT(victim, 0);
+  HttpReply reply;
+  std::thread request([&] { reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generation is under way
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);  // the only decompressor: the next decodes queue on it
+  request.join();
+  (void)::kill(victim, SIGCONT);  // if it was not fenced, let it run (the assertions below then fail)
+  ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+  EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref["text"].get<std::string>());
+  const std::string log = up.log();
+  EXPECT_NE(log.find(fmt::format("(pid {}) stopped heart-beating, SIGKILLed and gone (fenced)", victim)),
+            std::string::npos) << log;
+  EXPECT_FALSE(Alive(victim));
+  int replacement = 0;
+  for (int i = 0; i < 100 && (replacement <= 0 || replacement == victim); ++i) {
+    replacement = ReadPid(pid_path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(replacement, victim) << up.log();
+  HttpReply again = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));
+  ASSERT_EQ(again.status, 200) << again.body << up.log();
+  EXPECT_EQ(json::parse(again.body)["choices"][0]["text"].get<std::string>(), ref8["text"].get<std::string>());
+  EXPECT_TRUE(up.Stop());
+}
+
 TEST(UpCli, GarbageOnSchedulerAndCacheManagerSocketsIsDroppedAndCounted) {
   const std::string model = Model();
   TempDir tmp;
