@@ -666,9 +666,18 @@ class Report:
                   f"decodes from memory ({xl.get('major_faults')} major faults in the whole run, {f3(tpot_l)} s per "
                   "step)" if x["llama_holds"] >= 0.95 else
                   f" and pages ({xl.get('major_faults')} major faults, {f3(tpot_l)} s per step)")
-               + f", while zipmoe at a {xz['budget_pct']:.0f} % budget fills its cache on demand: hit rate "
-               f"{f3(xz.get('hit_rate'))}, {(xz.get('decode_read_bytes_per_token') or 0) / MIB:.0f} MiB of "
-               f"compressed experts read, decoded and recovered per decode step (a cold {sw.get('tokens')}-token request)")
+               + (f", while zipmoe at a {xz['budget_pct']:.0f} % budget fills its cache on demand: hit rate "
+                  f"{f3(xz.get('hit_rate'))}, {(xz.get('decode_read_bytes_per_token') or 0) / MIB:.0f} MiB of "
+                  f"compressed experts read, decoded and recovered per decode step (a cold {sw.get('tokens')}-token "
+                  "request)" if not x.get("zipmoe_preload") else
+                  f"; zipmoe at a {xz['budget_pct']:.0f} % budget preloaded {x['zipmoe_preload']['experts']} experts "
+                  f"({x['zipmoe_preload']['read_mib']:.0f} MiB in {x['zipmoe_preload']['seconds']:.1f} s, before the "
+                  f"request) and then hit {f3(xz.get('hit_rate'))} of its lookups, reading "
+                  f"{(xz.get('decode_read_bytes_per_token') or 0) / MIB:.0f} MiB per decode step, so I/O does not "
+                  f"explain its TPOT ({f3(xz['tpot_s'])} s): its run also took {f3(xz.get('sys_s'), 1)} s of kernel "
+                  f"CPU and {(xz.get('minor_faults') or 0) / 1e3:.0f}k minor faults (first touches of the arena while "
+                  "preloading, in the same process), and what else slows its decode near the cap is not in this "
+                  "run's counters"))
         others = [y["zipmoe"] for y in rows if y is not x and y["zipmoe"].get("ok") and y["zipmoe"].get("minor_faults")]
         ref = min(others, key=lambda z: z["tpot_s"], default=None)
         if ref and xz.get("evictions") == 0 and (xz.get("minor_faults") or 0) > ref["minor_faults"] and \
@@ -852,8 +861,8 @@ class Report:
                f"({gib(sw['zipmoe_overhead_bytes'])} GiB, the calibration above), at least its minimum of one staging "
                f"slot ({(sw.get('zipmoe_min_budget_bytes') or 0) / MIB:.1f} MiB), and `--preload --plan-trace` (the "
                f"warm-up trace above): before the request it fills its pools to the plan, the experts the trace "
-               f"selects most placed by rank (\"its preload\": seconds and MiB read; part of its TTFT, not of its "
-               f"TPOT), as llama.cpp reads its model while loading (\"its load\"). llama.cpp maps the GGUF and pages "
+               f"selects most placed by rank (\"its preload\": seconds and MiB read; before the request, so in neither "
+               f"its TTFT nor its TPOT), as llama.cpp reads its model while loading (\"its load\"). llama.cpp maps the GGUF and pages "
                f"through the capped page cache; its overhead ({gib(sw.get('llama_overhead_bytes'))} GiB) is its warm "
                f"runs' own group peak ({gib(sw.get('llama_warm_peak_bytes'))} GiB: node, buffers, KV) + 256 MiB, so "
                "\"holds\" = (cap − that) / GGUF size. A llama.cpp run longer than "
