@@ -46,18 +46,6 @@ void RunGemmRows(const kernels::GemmArgs& a, int64_t r0, int64_t r1) {
   kernels::Bf16Gemm(part);
 }
 
-kernels::GemmArgs ArgsOf(const kernels::GemmWeights& w, const float* x, int64_t n, int64_t ldx, float* y,
-                         int64_t ldy) {
-  kernels::GemmArgs a;
-  a.w = w;
-  a.x = x;
-  a.n = n;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  return a;
-}
-
 void RunTask(const Task& t) {
   if (t.kind == Task::kGemm) {
     RunGemmRows(*static_cast<const kernels::GemmArgs*>(t.what), t.r0, t.r1);
@@ -66,14 +54,14 @@ void RunTask(const Task& t) {
   const MlpJob& j = *static_cast<const MlpJob*>(t.what);
   const int64_t inter = j.gate.rows;
   if (t.kind == Task::kGateUp) {
-    RunGemmRows(ArgsOf(j.gate, j.x, j.n, j.ldx, j.act, inter), t.r0, t.r1);
-    RunGemmRows(ArgsOf(j.up, j.x, j.n, j.ldx, j.up_out, inter), t.r0, t.r1);
+    RunGemmRows(Product(j.gate, j.x, j.n, j.ldx, j.act, inter), t.r0, t.r1);
+    RunGemmRows(Product(j.up, j.x, j.n, j.ldx, j.up_out, inter), t.r0, t.r1);
     for (int64_t tok = 0; tok < j.n; ++tok) {
       float* act = j.act + tok * inter + t.r0;
       SiluMul(act, j.up_out + tok * inter + t.r0, t.r1 - t.r0, act);
     }
   } else {
-    RunGemmRows(ArgsOf(j.down, j.act, j.n, inter, j.y, j.ldy), t.r0, t.r1);
+    RunGemmRows(Product(j.down, j.act, j.n, inter, j.y, j.ldy), t.r0, t.r1);
   }
 }
 
@@ -115,6 +103,19 @@ void RunTasks(const std::vector<Task>& tasks) {
 
 }  // namespace
 
+kernels::GemmArgs Product(const kernels::GemmWeights& w, const float* x, int64_t n, int64_t ldx, float* y,
+                          int64_t ldy) {
+  kernels::GemmArgs a;
+  a.w = w;
+  a.x = x;
+  a.n = n;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.row_end = w.rows;
+  return a;
+}
+
 void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float eps, float* y) {
   const auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -155,17 +156,12 @@ void AttendCausal(const AttentionArgs& a) {
   const auto heads = [&](int64_t h0, int64_t h1) {
     std::vector<float> scores(static_cast<size_t>(rows * a.total));
     for (int64_t h = h0; h < h1; ++h) {
-      kernels::GemmArgs g;
-      g.w.f32 = a.k + h * a.k_head_stride;
-      g.w.rows = a.total;
-      g.w.cols = a.dk;
-      g.x = a.q + h * rows * a.dk;  // query heads h * group .. (h + 1) * group - 1, t rows each
-      g.n = rows;
-      g.ldx = a.dk;
-      g.y = scores.data();
-      g.ldy = a.total;
-      g.row_end = a.total;
-      kernels::Bf16Gemm(g);
+      kernels::GemmWeights keys;  // the cached keys of kv head h as float32 "weights" [total, dk]
+      keys.f32 = a.k + h * a.k_head_stride;
+      keys.rows = a.total;
+      keys.cols = a.dk;
+      // query heads h * group .. (h + 1) * group - 1, t rows each
+      kernels::Bf16Gemm(Product(keys, a.q + h * rows * a.dk, rows, a.dk, scores.data(), a.total));
       const float* vh = a.v + h * a.v_head_stride;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t qh = h * group + r / a.t, i = r % a.t, pos = a.pos0 + i;

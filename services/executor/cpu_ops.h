@@ -59,6 +59,10 @@ void AttendCausal(const AttentionArgs& a);
 // act[t, i] = silu(g[t, i]) * u[t, i] for count elements (act may alias g or u).
 void SiluMul(const float* g, const float* u, int64_t count, float* act);
 
+// The product y = x · Wᵀ over all rows of `w`: x [n, ldx], y [n, ldy] (row_end = w.rows, no bias).
+kernels::GemmArgs Product(const kernels::GemmWeights& w, const float* x, int64_t n, int64_t ldx, float* y,
+                          int64_t ldy);
+
 // Every product of `args` (each over all rows of its weight: row_begin/row_end are ignored) in one
 // parallel region. No validation (shapes come from the loaded model).
 void Gemms(const std::vector<kernels::GemmArgs>& args);

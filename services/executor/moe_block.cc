@@ -13,19 +13,6 @@
 namespace zipmoe::executor {
 namespace {
 
-kernels::GemmArgs ArgsOf(const kernels::GemmWeights& w, const float* x, int64_t n, int64_t ldx, float* y,
-                         int64_t ldy) {
-  kernels::GemmArgs a;
-  a.w = w;
-  a.x = x;
-  a.n = n;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.row_end = w.rows;
-  return a;
-}
-
 // The kernels' view of one routed expert matrix [rows, cols]: BF16 in place, its E/SM planes, or
 // float32 (an F32 expert in place; an F16 one widened into `keep`, exact).
 kernels::GemmWeights ExpertMatrix(const ExpertWeightsView& ew, const void* data, const ExpertPlanes& planes,
@@ -46,6 +33,15 @@ kernels::GemmWeights ExpertMatrix(const ExpertWeightsView& ew, const void* data,
     w.f32 = keep.back().data_ptr<float>();
   }
   return w;
+}
+
+// BeginLayer with the selected experts (ascending) and the tokens routed to each.
+Status BeginLayer(ExpertProvider& provider, int32_t layer_id, const ExpertAssignment& assign) {
+  LayerRouting routing;
+  routing.layer_id = layer_id;
+  routing.expert_ids = assign.expert_ids;
+  for (const auto& rows : assign.token_rows) routing.tokens_per_expert.push_back(static_cast<int32_t>(rows.size()));
+  return provider.BeginLayer(routing);
 }
 
 // Checks a delivered lease against the layer's request; returns its slot in assign.expert_ids.
@@ -94,7 +90,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
 
   // 1. Router logits, shared expert gate/up, shared expert gate: one region.
   std::vector<float> scores(static_cast<size_t>(n * n_experts));
-  std::vector<kernels::GemmArgs> first = {ArgsOf(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts)};
+  std::vector<kernels::GemmArgs> first = {cpu::Product(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts)};
   std::vector<cpu::MlpJob> shared;
   std::vector<float> shared_act, shared_up, shared_out, shared_gate;
   if (w.has_shared_expert) {
@@ -116,7 +112,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     shared.push_back(j);
     if (config.arch == ModelArch::kQwen2Moe) {
       shared_gate.resize(static_cast<size_t>(n));
-      first.push_back(ArgsOf(GemmWeightsOf(w.shared_expert_gate), xp, n, hidden, shared_gate.data(), 1));
+      first.push_back(cpu::Product(GemmWeightsOf(w.shared_expert_gate), xp, n, hidden, shared_gate.data(), 1));
     }
   }
   cpu::MlpGateUp(shared, first);
@@ -127,11 +123,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   const ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
 
   // 2. Announce the layer.
-  LayerRouting routing;
-  routing.layer_id = layer_id;
-  routing.expert_ids = assign.expert_ids;
-  for (const auto& rows : assign.token_rows) routing.tokens_per_expert.push_back(static_cast<int32_t>(rows.size()));
-  ZM_RETURN_IF_ERROR(provider.BeginLayer(routing));
+  ZM_RETURN_IF_ERROR(BeginLayer(provider, layer_id, assign));
 
   // 3. Experts, in groups of those ready together.
   const size_t n_selected = assign.expert_ids.size();
@@ -186,7 +178,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     std::vector<kernels::GemmArgs> extra;
     if (shared_down_pending) {
       const cpu::MlpJob& s = shared[0];
-      extra.push_back(ArgsOf(s.down, s.act, n, s.gate.rows, s.y, hidden));
+      extra.push_back(cpu::Product(s.down, s.act, n, s.gate.rows, s.y, hidden));
       shared_down_pending = false;
     }
     cpu::MlpDown(jobs, extra);
@@ -281,31 +273,18 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
   const ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
 
   // 2. Announce the layer.
-  LayerRouting routing;
-  routing.layer_id = layer_id;
-  routing.expert_ids = assign.expert_ids;
-  for (const auto& rows : assign.token_rows) routing.tokens_per_expert.push_back(static_cast<int32_t>(rows.size()));
-  ZM_RETURN_IF_ERROR(provider.BeginLayer(routing));
+  ZM_RETURN_IF_ERROR(BeginLayer(provider, layer_id, assign));
 
   // 3. Compute each expert as it arrives; keep its weighted output for the ordered sum.
   const size_t n_selected = assign.expert_ids.size();
   std::vector<at::Tensor> outputs(n_selected);
   std::vector<at::Tensor> rows(n_selected);
+  std::vector<bool> delivered(n_selected, false);
   for (size_t i = 0; i < n_selected; ++i) {
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
     const ExpertWeightsView& ew = lease->weights();
-    auto it = std::lower_bound(assign.expert_ids.begin(), assign.expert_ids.end(), ew.expert_id);
-    if (ew.layer_id != layer_id || it == assign.expert_ids.end() || *it != ew.expert_id)
-      return Status::InvalidArgument(fmt::format("layer {}: provider delivered layer {} expert {}, not requested",
-                                                 layer_id, ew.layer_id, ew.expert_id));
-    const size_t slot = static_cast<size_t>(it - assign.expert_ids.begin());
-    if (outputs[slot].defined())
-      return Status::InvalidArgument(
-          fmt::format("layer {}: provider delivered expert {} twice", layer_id, ew.expert_id));
-    if (ew.hidden != hidden || ew.intermediate != config.moe_intermediate_size)
-      return Status::InvalidArgument(fmt::format(
-          "layer {} expert {}: weights are [I={}, H={}], config expects [I={}, H={}]", layer_id, ew.expert_id,
-          ew.intermediate, ew.hidden, config.moe_intermediate_size, hidden));
+    ZM_ASSIGN_OR_RETURN(size_t slot, SlotOf(config, assign, layer_id, hidden, ew, delivered));
+    delivered[slot] = true;
     const std::vector<int64_t>& token_rows = assign.token_rows[slot];
     rows[slot] = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong)).to(device);
     const at::Tensor xe = x.index_select(0, rows[slot]);
