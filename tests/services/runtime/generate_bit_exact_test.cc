@@ -20,14 +20,23 @@ using testing::ReadAll;
 using testing::RunCli;
 using testing::TempDir;
 
+// BF16 bytes of every routed expert of the compressed directory `dir` (0 and a test failure if its
+// manifest does not read).
+uint64_t ExpertBytes(const std::string& dir) {
+  auto manifest = ReadManifest(dir);
+  EXPECT_TRUE(manifest.ok()) << manifest.status().ToString();
+  uint64_t bytes = 0;
+  if (manifest.ok())
+    for (const ExpertTensorInfo& t : manifest->expert_tensors) bytes += t.raw_bytes();
+  return bytes;
+}
+
 class GenerateBitExactTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudgetAndL) {
   const std::string dir = CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 4");
-  auto manifest = ReadManifest(dir);
-  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
-  uint64_t expert_bytes = 0;
-  for (const ExpertTensorInfo& t : manifest->expert_tensors) expert_bytes += t.raw_bytes();
+  const uint64_t expert_bytes = ExpertBytes(dir);
+  ASSERT_GT(expert_bytes, 0u);
   TempDir tmp;
   const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 4 "
                                          "--ignore-eos --threads 1 --json",
@@ -61,10 +70,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest, ::testing::Values("qwen2_m
 
 TEST(GenerateRuntimeCli, PreloadFromTheTraceServesItsRequestWithoutAMissAndTheSameLogits) {
   const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 4");
-  auto manifest = ReadManifest(dir);
-  ASSERT_TRUE(manifest.ok());
-  uint64_t expert_bytes = 0;
-  for (const ExpertTensorInfo& t : manifest->expert_tensors) expert_bytes += t.raw_bytes();
+  const uint64_t expert_bytes = ExpertBytes(dir);
+  ASSERT_GT(expert_bytes, 0u);
   TempDir tmp;
   const std::string common = fmt::format(
       "generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 4 --ignore-eos --threads 1", dir);
@@ -100,10 +107,8 @@ TEST(GenerateRuntimeCli, PreloadFromTheTraceServesItsRequestWithoutAMissAndTheSa
 
 TEST(GenerateRuntimeCli, FcsePoolsAllServeHitsAndTheBudgetFloorIsNamed) {
   const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 4");
-  auto manifest = ReadManifest(dir);
-  ASSERT_TRUE(manifest.ok());
-  uint64_t expert_bytes = 0;
-  for (const ExpertTensorInfo& t : manifest->expert_tensors) expert_bytes += t.raw_bytes();
+  const uint64_t expert_bytes = ExpertBytes(dir);
+  ASSERT_GT(expert_bytes, 0u);
   TempDir tmp;
   // One prompt, every pool a quarter of the budget; `tokens` new tokens, statistics to `stats_path`.
   auto run_fcse = [&](int tokens, const std::string& stats_path) {
