@@ -133,13 +133,15 @@ def compare_rows(got, want):
     return err, scale
 
 
-def check_arch(zipmoe, label, arch, extra, seed, work, threads):
-    hf = os.path.join(work, label)
+def check_arch(zipmoe, label, arch, extra, seed, work, threads, model_dir=None):
+    """arch: synthesize a tiny model of it; model_dir: an existing HF directory instead (arch None)."""
+    hf = model_dir or os.path.join(work, label)
     cz = os.path.join(work, label + ".z")
-    for d in (hf, cz):
+    for d in ([cz] if model_dir else [hf, cz]):
         shutil.rmtree(d, ignore_errors=True)
-    run_cmd([zipmoe, "synth", "--arch", arch, "--preset", "tiny", "--seed", str(seed), "--out", hf] + extra,
-            f"{label}: zipmoe synth")
+    if not model_dir:
+        run_cmd([zipmoe, "synth", "--arch", arch, "--preset", "tiny", "--seed", str(seed), "--out", hf] + extra,
+                f"{label}: zipmoe synth")
     run_cmd([zipmoe, "compress", hf, cz, "--shards", "4"], f"{label}: zipmoe compress")
     model = ref.Model(hf)
     model.check_layout()
@@ -198,13 +200,16 @@ def run_compare(args):
     log(f"work dir: {work}   tolerance: max|zipmoe-ref| <= {REL_TOL:g} x max|ref| per row")
     all_failures = []
     table = []
-    cases = [(a, a, []) for a in args.archs]
+    cases = [(a, a, [], None) for a in args.archs]
     if not args.base_only:
-        cases += [v for v in VARIANTS if v[1] in args.archs]
-    for label, arch, extra in cases:
+        cases += [v + (None,) for v in VARIANTS if v[1] in args.archs]
+    for d in args.model_dir or []:
+        cases.append((os.path.basename(os.path.normpath(d)), None, [], os.path.abspath(d)))
+    for label, arch, extra, model_dir in cases:
         t0 = time.time()
         try:
-            results, failures, hf_vs_z, prompt = check_arch(zipmoe, label, arch, extra, args.seed, work, args.threads)
+            results, failures, hf_vs_z, prompt = check_arch(zipmoe, label, arch, extra, args.seed, work, args.threads,
+                                                            model_dir)
         except (CheckError, ValueError, KeyError, NotImplementedError) as e:
             all_failures.append(f"arch={label}: {e}")
             log(f"[{label}] ERROR: {e}")
@@ -614,6 +619,8 @@ def main():
     ap.add_argument("--keep", action="store_true", help="do not delete the temp dir")
     ap.add_argument("--base-only", action="store_true", help="only the five tiny presets, no synth variants")
     ap.add_argument("--self-test", action="store_true", help="check the reference itself (no zipmoe needed)")
+    ap.add_argument("--model-dir", action="append",
+                    help="also check this existing HF model directory (e.g. the shipped models/qwen2moe-debian-18m)")
     args = ap.parse_args()
     archs = []
     for a in args.arch or [",".join(ARCHS)]:
