@@ -574,9 +574,9 @@ class Report:
             return "a *different* prompt"
         return f"{pp[1] - pp[0] + 1} *other* ShareGPT prompts (#{pp[0]}–{pp[1]}, one generation each)"
 
-    def exp_l(self):
-        lj = load(self.a.out, "l_load_qwen2_moe.json")
-        self.p("## (l) Serving under load: ShareGPT requests over HTTP", "")
+    def exp_l(self, name="l_load_qwen2_moe.json", title="## (l) Serving under load: ShareGPT requests over HTTP"):
+        lj = load(self.a.out, name)
+        self.p(title, "")
         if not lj:
             self.p("Not run.", "")
             return
@@ -939,6 +939,43 @@ class Report:
             "and precision (BF16 activations in its matrix products), so its tokens may drift from zipmoe's after a "
             "few steps; `bench/peer_check.py` checks that the two carry the same model.", "")
 
+    def exp_t(self):
+        t = load(self.a.out, "t_trained.json")
+        self.p("## (t) The trained model: learned routing statistics and the eviction ablation on it", "")
+        if not t:
+            self.p("Not run.", "")
+            return
+        self.p(f"`models/{t['model']}` ({t['card']}): a Qwen2-MoE trained here on Debian's man pages and ShareGPT "
+               "prompts, with a learned byte-level BPE tokenizer. Synthetic checkpoints route by construction "
+               "(`--router-skew`); a trained router's statistics are what caches and prefetchers see on real "
+               "models. Routing statistics over the decode steps of ShareGPT prompts #300… (batch 1, greedy, "
+               "`bench/routing_stats.py`): **top-10 % share** = share of a layer's activations that go to its 10 % "
+               "most used experts; **reuse** = share of a token's experts at a layer that the previous token also "
+               "used there; **next-layer recall** = share of layer l+1's experts predicted from layer l's by a "
+               "co-occurrence table fitted on the other half of the prompts (2-fold), against predicting l+1's most "
+               "popular experts; uniform routing's value in parentheses.", "")
+        self.p("| model | experts (top-k) | decode tokens | top-10 % share (uniform) | reuse (uniform) | "
+               "next-layer recall (popularity only) | exponent entropy bits | zstd bits | ratio (entropy bound) |",
+               "|---|---|---|---|---|---|---|---|---|")
+        for r in t["routing"]:
+            self.p(f"| {r['model']} | {r['n_experts']} ({r['top_k']}) | {r['decode_tokens']} | "
+                   f"{r['top10_share']:.3f} ({r['top10_uniform']:.3f}) | {r['reuse']:.3f} ({r['reuse_uniform']:.3f}) | "
+                   f"{r['next_layer_recall']:.3f} ({r['popularity_recall']:.3f}) | {r['exponent_entropy_bits']:.2f} | "
+                   f"{r['e_bits_per_value']:.2f} | {r['ratio']:.3f} ({r['entropy_bound_ratio']:.3f}) |")
+        self.p("")
+        ok = [r for r in t["rows"] if r.get("ok")]
+        self.p(f"Eviction ablation on the trained model (as (f): cold, capped, {t['tokens']} new tokens, the same "
+               "ShareGPT prompt; zipmoe's plan fitted to warm-up runs on other prompts):", "")
+        self.p("| budget | system | TPOT s | tokens/s | hit rate | read MiB | = resident |", "|---|---|---|---|---|---|---|")
+        for r in ok:
+            self.p(f"| {r['budget_pct']}% | {r['system']} | {f3(r['tpot_s'])} | {f3(r['tokens_per_s'], 2)} | "
+                   f"{f3(r.get('hit_rate'))} | {r['read_bytes'] / MIB:.1f} | {'yes' if r['bit_identical'] else '**NO**'} |")
+        texts = [r.get("text") for r in ok if r.get("text")]
+        if texts:
+            self.p("", f"Its greedy continuation of the prompt (every row generated the same): “{texts[0].strip()[:400]}”")
+        self.p("")
+        self.exp_l("l_load_qwen2_moe-trained.json", "### (l) on the trained model: ShareGPT requests over HTTP")
+
     def exp_i(self):
         i = load(self.a.out, "i_gpu.json")
         self.p("## (i) GPU", "")
@@ -962,6 +999,7 @@ class Report:
         self.exp_h()
         self.exp_l()
         self.exp_m()
+        self.exp_t()
         self.exp_i()
         body = self.md[head_at:]
         self.md = self.md[:head_at]

@@ -16,6 +16,8 @@ runs the experiments in order of value, each writing OUT/<experiment>.json:
   l  HTTP serving under load: bench/load.py's ShareGPT requests at concurrency 1..C against `zipmoe serve`
   m  llama.cpp as a peer (bench/llama_peer.mjs on a GGUF of the same weights): warm TPOT / prefill against
      llama.cpp and the memory-bandwidth decode floor, peak RSS, and cold TPOT vs memory cap for both
+  t  the trained model (models/qwen2moe-debian-18m): routing statistics of learned vs synthetic routing
+     (bench/routing_stats.py) and (f)'s eviction ablation on learned routing
   i  GPU recovery kernel and TPOT (skipped without a CUDA device)
 
 Every generation runs cold (page cache dropped) inside one cgroup v1 memory group whose limit is
@@ -27,6 +29,7 @@ Usage: bench/suite.py --mode quick|full --bin BUILD/bin --out DIR --models DIR [
 """
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -44,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as bl  # noqa: E402
 from load import load_prompts  # noqa: E402
 from replay_vs_budget import make_trace  # noqa: E402
+import routing_stats  # noqa: E402
 
 # Real prompts (bench/data/README.md): every generation's prompt comes from ShareGPT. Sequence i of a
 # batch of N is prompt prompt_index + i; the planner's workload profile is single-prompt runs on other
@@ -81,7 +85,8 @@ MODES = {
               "replay": {"steps": 16, "repeat": 2, "systems": ["zipmoe", "lru", "fifo", "marking"]},
               "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
                        "max_prompt_chars": 400},
-              "peer": PEER_QUICK},
+              "peer": PEER_QUICK,
+              "trained": {"tokens": 32, "budgets": [25, 50], "routing_prompts": 16, "routing_prompts_mini": 6}},
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
              "ablation_budgets": [25, 50], "fifo_budgets": [25, 50, 75], "deepseek": "mini",
@@ -91,11 +96,13 @@ MODES = {
                         "systems": ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "zipmoe-noplan"]},
              "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 16, "max_tokens": 32,
                       "max_prompt_chars": 1000},
-             "peer": PEER_FULL},
+             "peer": PEER_FULL,
+             "trained": {"tokens": 64, "budgets": [10, 25, 50], "routing_prompts": 32, "routing_prompts_mini": 16}},
 }
 
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+TRAINED = "qwen2moe-debian-18m"  # models/TRAINED: the model trained on Debian text (models/TRAINED/README.md)
 
 
 def cpu_busy_s():
@@ -444,6 +451,54 @@ class Suite:
         self.save(f"r_replay_vs_budget_{m['arch']}", {"zipf": 1.0, "compute_us": 200, "steps": rc["steps"],
                                                       "repeat": rc["repeat"], "rows": rows})
 
+    def prepare_trained(self):
+        """The trained Qwen2-MoE shipped in models/ (learned routing, a learned BPE tokenizer): its HF
+        directory as is, compressed once under --models (again when the checkpoint's bytes change)."""
+        hf = os.path.join(self.a.repo, "models", TRAINED)
+        zstd = os.path.join(self.a.models, TRAINED + "-zstd")
+        digest = hashlib.sha256(open(os.path.join(hf, "model.safetensors"), "rb").read()).hexdigest()
+        stamp = os.path.join(zstd, "source.sha256")
+        t0 = time.time()
+        if not (os.path.exists(stamp) and open(stamp).read().strip() == digest):
+            bl.log(f"compress {hf} -> {zstd}")
+            self.zm("compress", hf, zstd, "--codec", "zstd", "--force", log=f"compress-{TRAINED}.log")
+            self.zm("profile", "--model", zstd, log=f"profile-{TRAINED}.log", cold=True)
+            open(stamp, "w").write(digest + "\n")
+        info = json.loads(subprocess.run([self.zipmoe, "inspect", zstd, "--json"], capture_output=True, text=True,
+                                         check=True).stdout)
+        m = {"arch": "qwen2_moe", "preset": "trained", "root": hf, "hf": hf, "zstd": zstd, "inspect": info,
+             "config": json.load(open(os.path.join(zstd, "config.json"))),
+             "expert_bytes": int(info["expert_bytes_raw"]), "prepare_s": time.time() - t0}
+        self.models[("qwen2_moe", "trained")] = m
+        return m
+
+    def exp_t(self, mini):
+        """(t) The trained model: routing statistics of learned routing next to the synthetic models'
+        (bench/routing_stats.py), and the eviction ablation of (f) on it, cold and capped."""
+        tc = self.cfg["trained"]
+        m = self.prepare_trained()
+        self.calibrate(m, 50)
+        self.reference(m, tc["tokens"])
+        rows = []
+        for pct in tc["budgets"]:
+            for system in ("fifo", "lru", "marking", "zipmoe-noplan", "zipmoe"):
+                rows.append(self.run(m, system, pct, tc["tokens"]))
+        routing = []
+        for name, mm, n in ((f"{TRAINED} (trained)", m, tc["routing_prompts"]),
+                            (f"qwen2_moe mini (synthetic, --router-skew {ROUTER_SKEW})", mini, tc["routing_prompts_mini"])):
+            with tempfile.TemporaryDirectory(prefix="zipmoe-routing-") as work:
+                sessions = routing_stats.run_traces(self.zipmoe, mm["hf"], n, tc["tokens"], self.threads, work)
+            cfg = mm["config"]
+            row = {"model": name, "prompts": n, "tokens": tc["tokens"],
+                   **routing_stats.stats(sessions, int(cfg["num_experts"]), int(cfg["num_experts_per_tok"]))}
+            info = mm["inspect"]
+            row.update({k: info[k] for k in ("exponent_entropy_bits", "e_bits_per_value", "ratio", "entropy_bound_ratio")})
+            bl.log(f"routing {name}: {json.dumps(row)}")
+            routing.append(row)
+        self.exp_l(m, tag="-trained")  # (l) on learned routing: written as l_load_qwen2_moe-trained.json
+        self.save("t_trained", {"model": TRAINED, "tokens": tc["tokens"], "rows": [self.public(r) for r in rows],
+                                "routing": routing, "card": os.path.join("models", TRAINED, "README.md")})
+
     def model_meta(self, m):
         keep = ("arch", "preset", "hf", "zstd", "expert_bytes", "overhead_bytes", "calibration", "prepare_s")
         out = {k: m[k] for k in keep if k in m}
@@ -556,12 +611,12 @@ class Suite:
         with bl.server(self.zipmoe, args, os.path.join(self.logs, log), self.cap, cap_bytes) as (url, _):
             yield url
 
-    def exp_l(self, m):
+    def exp_l(self, m, tag=""):
         """Serving under load (bench/load.py): `zipmoe serve` (embedded, continuous batching) at 50 %
         budget inside the same memory cap, streaming ShareGPT requests from LOAD_INDEX, closed loop at
         concurrency 1 then higher, one fresh server per system; at temperature 0 every completion must
         equal the first system's at concurrency 1 (the suite fails otherwise). TTFT/TPOT/latency
-        percentiles are client-side."""
+        percentiles are client-side. `tag` names another model's files (exp_t)."""
         lc = self.cfg["load"]
         budget = m["expert_bytes"] * 50 // 100
         rows = []
@@ -571,9 +626,9 @@ class Suite:
             args = ["serve", "--model", model_dir, "--memory-budget", str(budget), "--threads", str(self.threads),
                     "--max-batch", str(max(lc["concurrency"])), *extra]
             try:
-                with self.server(args, f"load-{system}-serve.log", self.cap_bytes(m, 50)) as url:
+                with self.server(args, f"load{tag}-{system}-serve.log", self.cap_bytes(m, 50)) as url:
                     for c in lc["concurrency"]:
-                        out = os.path.join(self.out, "runs", f"load-{system}-c{c}.json")
+                        out = os.path.join(self.out, "runs", f"load{tag}-{system}-c{c}.json")
                         os.makedirs(os.path.dirname(out), exist_ok=True)
                         cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "load.py"),
                                "--url", url, "--prompts", PROMPTS_FILE, "--offset", str(LOAD_INDEX),
@@ -583,7 +638,7 @@ class Suite:
                         if first:
                             cmd += ["--check-against", first]
                         p = subprocess.run(cmd, capture_output=True, text=True)
-                        open(os.path.join(self.logs, f"load-{system}-c{c}.log"), "w").write(p.stdout + p.stderr)
+                        open(os.path.join(self.logs, f"load{tag}-{system}-c{c}.log"), "w").write(p.stdout + p.stderr)
                         j = json.load(open(out)) if os.path.exists(out) else {}
                         summ = j.get("summary", {})
                         row = {"system": system, "concurrency": c, "ok": p.returncode == 0, "summary": summ,
@@ -591,7 +646,7 @@ class Suite:
                         if first:
                             row["same_text_as_first"] = p.returncode == 0
                             if p.returncode != 0:
-                                self.failures.append(f"l-{system}-c{c}")
+                                self.failures.append(f"l{tag}-{system}-c{c}")
                         rows.append(row)
                         bl.log(f"l: {system} concurrency {c}: rc {p.returncode}, "
                                f"{summ.get('output_tokens_per_s')} tokens/s")
@@ -599,7 +654,7 @@ class Suite:
             except RuntimeError as e:
                 bl.warn(f"l: {system}: {e}")
                 rows.append({"system": system, "ok": False, "error": str(e)[:500]})
-        self.save(f"l_load_{m['arch']}", {"budget_pct": 50, "prompt_offset": LOAD_INDEX, "config": lc, "rows": rows})
+        self.save(f"l_load_{m['arch']}{tag}", {"budget_pct": 50, "prompt_offset": LOAD_INDEX, "config": lc, "rows": rows})
 
     def exp_h(self, m):
         """`zipmoe up` (one process per service) vs embedded `zipmoe generate`, 50 % budget, same prompt ids.
@@ -1057,7 +1112,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,h,l,m,i")
+    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,h,l,m,t,i")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.models, exist_ok=True)
@@ -1076,7 +1131,7 @@ def main():
         steps = [("c", lambda: s.exp_c(m)), ("r", lambda: s.exp_r(m)), ("a", lambda: s.exp_a(m)), ("b", lambda: s.exp_b(m)),
                  ("g", lambda: s.exp_g(m)), ("f", lambda: s.exp_f(m)), ("d", lambda: s.exp_d(m)),
                  ("e", lambda: s.exp_e(m)), ("deepseek", s.exp_deepseek), ("h", lambda: s.exp_h(m)),
-                 ("l", lambda: s.exp_l(m)), ("m", lambda: s.exp_m(m)), ("i", s.exp_i)]
+                 ("l", lambda: s.exp_l(m)), ("m", lambda: s.exp_m(m)), ("t", lambda: s.exp_t(m)), ("i", s.exp_i)]
         for name, fn in steps:
             if name not in only:
                 continue

@@ -1,23 +1,28 @@
 #!/usr/bin/python3
-"""Builds the English training corpus of the shipped MoE (models/README.md) from text Debian ships.
+"""Builds the English training corpus of the shipped MoE (models/README.md) from text that Debian ships.
 
-Sources, in this order (every file that exists on the machine, sorted by path, so two machines with the
-same packages build the same corpus; the list and the corpus' SHA-256 go into corpus.json):
-  1. man pages (/usr/share/man/man{1,2,3,4,5,7,8}/*.gz): troff requests dropped, font/escape sequences
-     replaced by their text (packages manpages, manpages-dev and whatever else is installed);
-  2. package documentation (/usr/share/doc/*/README*, *.txt, FAQ*; plain or .gz; no changelogs, no
-     copyright files);
-  3. the ShareGPT first-turn prompts (bench/data/sharegpt-first-turn-500.json).
+Only files that Debian packages install are read, and only from a fixed list of packages (PACKAGES below,
+installed by scripts/train/train.sh; each file found through the package's dpkg file list, sorted), so two
+machines with the same package versions build the same corpus whatever else they have installed:
+  manpages, manpages-dev  the Linux man-pages project (sections 2-5, 7): troff requests dropped, font and
+                          escape sequences replaced by their text, paragraphs joined;
+  debian-handbook         The Debian Administrator's Handbook, English HTML (tags stripped);
+  debian-reference-en     the Debian Reference, English HTML;
+  gnu-standards           the GNU Coding Standards and Information for Maintainers (info files);
+  fortunes                fortune-mod's quotations (each fortune one document);
+plus the ShareGPT first-turn prompts of bench/data/sharegpt-first-turn-500.json.
 Text is reduced to ASCII (typographic quotes/dashes mapped, other characters dropped) and split into
 documents; every 20th document (by a hash of its text, so stable across runs) goes to the validation
 split. Output: OUT/train.txt, OUT/val.txt (documents separated by a blank line + <|endoftext|> line),
-OUT/corpus.json.
+OUT/corpus.json (packages and versions, files used, SHA-256 of both splits). A missing package is an error
+naming it (install it, or run train.sh, which does).
 
 Usage: corpus.py --out DIR [--max-mib 24]
 """
 import argparse
-import glob
 import gzip
+import html
+import subprocess
 import hashlib
 import json
 import os
@@ -90,6 +95,40 @@ def man_to_text(src):
     return "\n\n".join(p for p in paras if len(p) > 1)
 
 
+PACKAGES = ["manpages", "manpages-dev", "debian-handbook", "debian-reference-en", "gnu-standards", "fortunes"]
+
+
+def package_files(pkg):
+    """(version, sorted files) that dpkg lists for an installed package; exits naming it when missing."""
+    p = subprocess.run(["dpkg-query", "-W", "-f", "${Status}\t${Version}", pkg], capture_output=True, text=True)
+    if p.returncode != 0 or not p.stdout.startswith("install ok installed"):
+        raise SystemExit(f"corpus.py: Debian package {pkg} is not installed (apt-get install {pkg}, or run "
+                         f"scripts/train/train.sh)")
+    files = subprocess.run(["dpkg-query", "-L", pkg], capture_output=True, text=True, check=True).stdout.split("\n")
+    return p.stdout.split("\t")[1], sorted(f for f in files if f and os.path.isfile(f) and not os.path.islink(f))
+
+
+def html_to_text(src):
+    src = re.sub(r"(?is)<(script|style|head)\b.*?</\1>", " ", src)
+    src = re.sub(r"(?i)<br\s*/?>|</?(p|div|li|h[1-6]|pre|tr|dt|dd|table|ul|ol|title)\b[^>]*>", "\n\n", src)
+    src = re.sub(r"<[^>]+>", "", src)
+    text = html.unescape(src)
+    paras = [re.sub(r"\s+", " ", p).strip() for p in re.split(r"\n\s*\n", text)]
+    return "\n\n".join(p for p in paras if len(p) > 1)
+
+
+def info_to_text(src):
+    nodes = src.split("\x1f")
+    out = []
+    for node in nodes:
+        lines = [l for l in node.split("\n") if not l.startswith("File: ") and not l.startswith("* ")
+                 and not l.startswith("Tag Table:") and not l.startswith("Ref: ") and not re.fullmatch(r"[=*.-]{3,}", l.strip())]
+        text = "\n".join(lines)
+        paras = [re.sub(r"\s*\n\s*", " ", p).strip() for p in re.split(r"\n\s*\n", text)]
+        out.append("\n\n".join(p for p in paras if len(p) > 1))
+    return out
+
+
 def read_maybe_gz(path):
     try:
         if path.endswith(".gz"):
@@ -118,29 +157,30 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     docs = []  # (source, text)
-    for sec in ("1", "2", "3", "4", "5", "7", "8"):
-        for path in sorted(glob.glob(f"/usr/share/man/man{sec}/*.gz")):
-            src = read_maybe_gz(path)
-            if src is None or src.startswith(".so "):
+    versions = {}
+    for pkg in PACKAGES:
+        versions[pkg], files = package_files(pkg)
+        for path in files:
+            if "/man/man" in path and path.endswith(".gz"):
+                src = read_maybe_gz(path)
+                if src and not src.startswith(".so "):
+                    texts = [man_to_text(src)]
+                else:
+                    continue
+            elif pkg == "debian-handbook" and "/html/en-US/" in path and path.endswith(".html"):
+                texts = [html_to_text(read_maybe_gz(path) or "")]
+            elif pkg == "debian-reference-en" and path.endswith(".en.html"):
+                texts = [html_to_text(read_maybe_gz(path) or "")]
+            elif pkg == "gnu-standards" and path.endswith(".info.gz"):
+                texts = info_to_text(read_maybe_gz(path) or "")
+            elif pkg == "fortunes" and "/games/fortunes/" in path and "." not in os.path.basename(path):
+                texts = [re.sub(r"\s*\n\s*", " ", f).strip() for f in (read_maybe_gz(path) or "").split("\n%\n")]
+            else:
                 continue
-            text = to_ascii(man_to_text(src))
-            if english_enough(text):
-                docs.append((path, text))
-    for path in sorted(glob.glob("/usr/share/doc/*/*")):
-        base = os.path.basename(path).lower()
-        if os.path.isdir(path) or "changelog" in base or "copyright" in base or "news" in base:
-            continue
-        if not (base.startswith("readme") or base.startswith("faq") or base.endswith(".txt") or base.endswith(".txt.gz")):
-            continue
-        if base.endswith(".html") or base.endswith(".html.gz"):
-            continue
-        src = read_maybe_gz(path)
-        if src is None:
-            continue
-        text = to_ascii(src)
-        text = "\n\n".join(re.sub(r"\s*\n\s*", " ", p).strip() for p in re.split(r"\n\s*\n", text))
-        if english_enough(text):
-            docs.append((path, text))
+            for i, t in enumerate(texts):
+                t = to_ascii(t)
+                if (pkg == "fortunes" and len(t) > 40) or english_enough(t):
+                    docs.append((f"{path}#{i}" if len(texts) > 1 else path, t))
     for i, item in enumerate(json.load(open(args.sharegpt))):
         text = to_ascii(item["conversations"][0]["value"])
         if len(text) > 20:
@@ -162,8 +202,12 @@ def main():
         with open(os.path.join(args.out, name + ".txt"), "w") as f:
             f.write(blob)
         meta[name] = {"documents": len(part), "bytes": len(blob), "sha256": hashlib.sha256(blob.encode()).hexdigest()}
+    meta["packages"] = versions
     meta["sources"] = {"man": sum(s.startswith("/usr/share/man") for s in sources),
-                       "doc": sum(s.startswith("/usr/share/doc") for s in sources),
+                       "debian-handbook": sum("debian-handbook" in s for s in sources),
+                       "debian-reference": sum("debian-reference" in s for s in sources),
+                       "info": sum(s.startswith("/usr/share/info") for s in sources),
+                       "fortunes": sum("/fortunes/" in s for s in sources),
                        "sharegpt": sum(s.startswith("sharegpt") for s in sources)}
     meta["files"] = sources
     with open(os.path.join(args.out, "corpus.json"), "w") as f:

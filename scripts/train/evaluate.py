@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Validation loss of a trained checkpoint as shipped (BF16 weights from model.safetensors, fp32 math):
-every token of the corpus' val.txt, in windows of --seq tokens (each predicted with up to seq-1 tokens of
-context), reported as nats/token, perplexity and bits/byte (bytes of val.txt / tokens). Writes the result
+every token of the corpus' val.txt, in consecutive windows of --seq tokens (each predicted with up to
+seq-1 tokens of context), reported as nats/token, perplexity and bits/byte (val.txt's bytes / tokens);
+then the same for the held-out ShareGPT prompts alone ("sharegpt_val"). Writes the result
 into the model directory's training.json ("evaluation") when --update is given.
 
 Usage: evaluate.py --model DIR --corpus DIR [--seq 128] [--update]
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -19,6 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
+import corpus  # noqa: E402
 import train  # noqa: E402
 
 
@@ -52,6 +55,8 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--update", action="store_true")
+    ap.add_argument("--sharegpt", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                                                       "data", "sharegpt-first-turn-500.json"))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, c = load_model(a.model)
@@ -63,27 +68,41 @@ def main():
     index = {t: i for i, t in enumerate(tokens)}
     merges = [tuple(index[x] for x in m.split(" ")) for m in tok["model"]["merges"]]
     enc = bpe.Encoder(tokens, merges)
-    text = open(os.path.join(a.corpus, "val.txt")).read()
     eot = tok["added_tokens"][0]["id"]
-    ids = []
-    for i, doc in enumerate(text.split("\n<|endoftext|>\n")):
-        if i:
-            ids.append(eot)
-        ids.extend(enc.encode(doc))
-    ids = torch.tensor(ids, dtype=torch.long)
-    total, count = 0.0, 0
-    with torch.no_grad():
-        n_win = (len(ids) - 1) // a.seq
-        for s in range(0, n_win, 16):
-            batch = torch.stack([ids[w * a.seq:w * a.seq + a.seq + 1] for w in range(s, min(n_win, s + 16))])
-            logits, _, _ = model(batch[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum")
-            total += loss.item()
-            count += batch[:, 1:].numel()
-    nats = total / count
-    bpb = nats / math.log(2) * len(ids) / len(text.encode())
+
+    def measure(docs):
+        """(tokens scored, nats/token, bits/byte) over the documents, windows of a.seq + 1 tokens."""
+        ids = []
+        for i, doc in enumerate(docs):
+            if i:
+                ids.append(eot)
+            ids.extend(enc.encode(doc))
+        ids = torch.tensor(ids, dtype=torch.long)
+        total, count = 0.0, 0
+        with torch.no_grad():
+            starts = list(range(0, len(ids) - 1, a.seq))
+            full = [w for w in starts if w + a.seq + 1 <= len(ids)]
+            batches = [full[s:s + 16] for s in range(0, len(full), 16)] + [[w] for w in starts if w not in full]
+            for group in batches:
+                win = torch.stack([ids[w:w + min(a.seq + 1, len(ids) - w)] for w in group])
+                logits, _, _ = model(win[:, :-1])
+                total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), win[:, 1:].reshape(-1),
+                                         reduction="sum").item()
+                count += win[:, 1:].numel()
+        nats = total / count
+        n_bytes = sum(len(d.encode()) for d in docs) + len("\n<|endoftext|>\n") * (len(docs) - 1)
+        return count, nats, nats / math.log(2) * len(ids) / n_bytes
+
+    docs = open(os.path.join(a.corpus, "val.txt")).read().split("\n<|endoftext|>\n")
+    count, nats, bpb = measure(docs)
     res = {"val_tokens": count, "val_nats_per_token": nats, "val_perplexity": math.exp(nats), "val_bits_per_byte": bpb,
            "seq": a.seq, "weights": "bf16 (model.safetensors)"}
+    # The held-out ShareGPT prompts alone (chat requests, unlike the man pages): the same hash rule as corpus.py.
+    held = [d for d in (corpus.to_ascii(x["conversations"][0]["value"]) for x in json.load(open(a.sharegpt)))
+            if len(d) > 20 and int(hashlib.sha256(d.encode()).hexdigest()[:8], 16) % 20 == 0]
+    count, nats, bpb = measure(held)
+    res["sharegpt_val"] = {"documents": len(held), "tokens": count, "nats_per_token": nats,
+                           "perplexity": math.exp(nats), "bits_per_byte": bpb}
     print(json.dumps(res))
     if a.update:
         path = os.path.join(a.model, "training.json")
