@@ -90,6 +90,9 @@ class Report:
                "on the same 2 cores during the run, so wall-clock numbers carry roughly ±10-20 % noise; compare "
                "rows of one run, not runs.",
                "")
+        for run in m.get("partial_runs") or []:  # experiments re-run later with --only, merged into this report
+            self.p(f"**Added later**: ({', '.join(run['experiments'])}) by `{run['command']}` at commit "
+                   f"`{run['commit']}`, finished {run['finished']}; the other sections are from the run above.", "")
         cg = m["cgroup"]
         self.p("## Memory cap and I/O (what every run gets)", "")
         if cg["available"]:
@@ -945,7 +948,7 @@ class Report:
         if not t:
             self.p("Not run.", "")
             return
-        self.p(f"`models/{t['model']}` ({t['card']}): a Qwen2-MoE trained here on Debian's man pages and ShareGPT "
+        self.p(f"`models/{t['model']}` ({t['card']}): a Qwen2-MoE trained here on English text Debian ships and ShareGPT "
                "prompts, with a learned byte-level BPE tokenizer. Synthetic checkpoints route by construction "
                "(`--router-skew`); a trained router's statistics are what caches and prefetchers see on real "
                "models. Routing statistics over the decode steps of ShareGPT prompts #300… (batch 1, greedy, "
