@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from suite import MODES, OTHERS_MAX  # noqa: E402  (what the other mode runs, for the caveats; (m)'s limit)
+import routing_stats  # noqa: E402
 
 try:
     import matplotlib
@@ -489,10 +490,7 @@ class Report:
             plt.grid(alpha=0.3)
             plt.legend(fontsize=7)
             self.fig("f_ablation.png", "eviction ablation")
-        self.p("| budget | system | TPOT s | tokens/s | hit rate | read MiB | = resident |", "|---|---|---|---|---|---|---|")
-        for r in ok:
-            self.p(f"| {r['budget_pct']}% | {r['system']} | {f3(r['tpot_s'])} | {f3(r['tokens_per_s'], 2)} | "
-                   f"{f3(r.get('hit_rate'))} | {r['read_bytes'] / MIB:.0f} | {'yes' if r['bit_identical'] else '**NO**'} |")
+        self.ablation_table(ok, read_digits=0)
         self.p("")
 
     # ------------------------------------------------------------------ (d), (e)
@@ -942,6 +940,14 @@ class Report:
             "and precision (BF16 activations in its matrix products), so its tokens may drift from zipmoe's after a "
             "few steps; `bench/peer_check.py` checks that the two carry the same model.", "")
 
+    def ablation_table(self, rows, read_digits):
+        """(f)'s table: one row per generation (budget, system, TPOT, throughput, hit rate, MiB read, bit-exact)."""
+        self.p("| budget | system | TPOT s | tokens/s | hit rate | read MiB | = resident |", "|---|---|---|---|---|---|---|")
+        for r in rows:
+            self.p(f"| {r['budget_pct']}% | {r['system']} | {f3(r['tpot_s'])} | {f3(r['tokens_per_s'], 2)} | "
+                   f"{f3(r.get('hit_rate'))} | {r['read_bytes'] / MIB:.{read_digits}f} | "
+                   f"{'yes' if r['bit_identical'] else '**NO**'} |")
+
     def exp_t(self):
         t = load(self.a.out, "t_trained.json")
         self.p("## (t) The trained model: learned routing statistics and the eviction ablation on it", "")
@@ -957,22 +963,11 @@ class Report:
                "used there; **next-layer recall** = share of layer l+1's experts predicted from layer l's by a "
                "co-occurrence table fitted on the other half of the prompts (2-fold), against predicting l+1's most "
                "popular experts; uniform routing's value in parentheses.", "")
-        self.p("| model | experts (top-k) | decode tokens | top-10 % share (uniform) | reuse (uniform) | "
-               "next-layer recall (popularity only) | exponent entropy bits | zstd bits | ratio (entropy bound) |",
-               "|---|---|---|---|---|---|---|---|---|")
-        for r in t["routing"]:
-            self.p(f"| {r['model']} | {r['n_experts']} ({r['top_k']}) | {r['decode_tokens']} | "
-                   f"{r['top10_share']:.3f} ({r['top10_uniform']:.3f}) | {r['reuse']:.3f} ({r['reuse_uniform']:.3f}) | "
-                   f"{r['next_layer_recall']:.3f} ({r['popularity_recall']:.3f}) | {r['exponent_entropy_bits']:.2f} | "
-                   f"{r['e_bits_per_value']:.2f} | {r['ratio']:.3f} ({r['entropy_bound_ratio']:.3f}) |")
-        self.p("")
+        self.p(routing_stats.markdown(t["routing"]))
         ok = [r for r in t["rows"] if r.get("ok")]
         self.p(f"Eviction ablation on the trained model (as (f): cold, capped, {t['tokens']} new tokens, the same "
                "ShareGPT prompt; zipmoe's plan fitted to warm-up runs on other prompts):", "")
-        self.p("| budget | system | TPOT s | tokens/s | hit rate | read MiB | = resident |", "|---|---|---|---|---|---|---|")
-        for r in ok:
-            self.p(f"| {r['budget_pct']}% | {r['system']} | {f3(r['tpot_s'])} | {f3(r['tokens_per_s'], 2)} | "
-                   f"{f3(r.get('hit_rate'))} | {r['read_bytes'] / MIB:.1f} | {'yes' if r['bit_identical'] else '**NO**'} |")
+        self.ablation_table(ok, read_digits=1)
         texts = [r.get("text") for r in ok if r.get("text")]
         if texts:
             self.p("", f"Its greedy continuation of the prompt (every row generated the same): “{texts[0].strip()[:400]}”")

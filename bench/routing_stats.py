@@ -113,6 +113,20 @@ def stats(sessions, n_experts, top_k):
             "next_layer_recall": hit / max(1, n), "popularity_recall": pop_hit / max(1, n)}
 
 
+def markdown(rows):
+    """The statistics of `rows` (stats() + inspect fields) as a Markdown table (also docs/benchmarks.md (t))."""
+    md = ["| model | experts (top-k) | decode tokens | top-10 % share (uniform) | reuse t-1 → t (uniform) | "
+          "next-layer recall (popularity only) | exponent entropy bits | zstd bits | ratio (entropy bound) |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ent = (f"{r['exponent_entropy_bits']:.2f} | {r['e_bits_per_value']:.2f} | {r['ratio']:.3f} "
+               f"({r['entropy_bound_ratio']:.3f})") if "ratio" in r else "– | – | –"
+        md.append(f"| {r['model']} | {r['n_experts']} ({r['top_k']}) | {r['decode_tokens']} | "
+                  f"{r['top10_share']:.3f} ({r['top10_uniform']:.3f}) | {r['reuse']:.3f} ({r['reuse_uniform']:.3f}) | "
+                  f"{r['next_layer_recall']:.3f} ({r['popularity_recall']:.3f}) | {ent} |")
+    return "\n".join(md) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--zipmoe", required=True)
@@ -142,16 +156,7 @@ def main():
             row["entropy_bound_ratio"] = ins["entropy_bound_ratio"]
         rows.append(row)
         print(json.dumps(row), flush=True)
-    md = ["| model | experts (top-k) | decode tokens | top-10 % share (uniform) | reuse t-1 → t (uniform) | "
-          "next-layer recall (popularity only) | exponent entropy bits | zstd bits | ratio (bound) |",
-          "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ent = (f"{r['exponent_entropy_bits']:.2f} | {r['e_bits_per_value']:.2f} | {r['ratio']:.3f} "
-               f"({r['entropy_bound_ratio']:.3f})") if "ratio" in r else "– | – | –"
-        md.append(f"| {r['model']} | {r['n_experts']} ({r['top_k']}) | {r['decode_tokens']} | "
-                  f"{r['top10_share']:.3f} ({r['top10_uniform']:.3f}) | {r['reuse']:.3f} ({r['reuse_uniform']:.3f}) | "
-                  f"{r['next_layer_recall']:.3f} ({r['popularity_recall']:.3f}) | {ent} |")
-    text = "\n".join(md) + "\n"
+    text = markdown(rows)
     print(text)
     if args.json:
         json.dump(rows, open(args.json, "w"), indent=1)
