@@ -252,7 +252,7 @@ def main():
     val_text = open(os.path.join(args.corpus, "val.txt")).read()
     n_bpe = args.vocab - len(SPECIALS)
     tokens, merges = bpe.learn(train_text[:args.bpe_bytes], n_bpe)
-    while len(tokens) < n_bpe:  # only if the text runs out of pairs: never for the shipped corpus
+    if len(tokens) < n_bpe:  # only if the text runs out of pairs: never for the shipped corpus
         raise SystemExit(f"BPE learned {len(tokens)} tokens, fewer than {n_bpe}")
     specials = [(n_bpe + i, s) for i, s in enumerate(SPECIALS)]
     with open(os.path.join(args.out, "tokenizer.json"), "w") as f:
