@@ -10,6 +10,13 @@
 // The executor combines expert outputs in a fixed order (ascending expert id), so the arrival
 // order never changes the numerics.
 //
+// Prefetching (optional, a hint): when prefetch_mode() is not kNone, the executor predicts, right
+// after BeginLayer of layer l, which experts the next MoE layer will select and passes them to
+// Prefetch() before it computes layer l, so a provider can start their reads and decodes while the
+// executor computes (DALI §4.2 residual-based prefetching, SMoE's top-score prefetching). The
+// prediction never changes what is computed: BeginLayer of the next layer still announces the
+// experts its router selected, and a provider must serve exactly those, prefetched or not.
+//
 // This header has no torch or CUDA dependency: the runtime (cache + scheduler) implements it in
 // its own library, and the executor wraps the pointers as tensors.
 // Thread-safety: one executor thread drives a provider; leases may be released from any thread.
@@ -17,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
@@ -59,6 +67,19 @@ class ExpertLease {
   virtual const ExpertWeightsView& weights() const = 0;
 };
 
+// How the executor predicts the next MoE layer's experts (ExpertProvider::prefetch_mode()):
+//   kTopScore: SMoE's top-score prefetching: the next layer's router applied to this layer's router
+//              input x, softmax, the top-k experts per token (importance-driven-expert-scheduling §4);
+//   kResidual: DALI's residual-based prefetching (dali.txt §4.2): the next router applied to
+//              x + r_l, where r_l is the mean difference between the next layer's router input and
+//              this one's, calibrated offline (`zipmoe profile --prefetch-residuals`); without a
+//              calibration file it behaves as kTopScore.
+enum class PrefetchMode : uint8_t { kNone = 0, kTopScore = 1, kResidual = 2 };
+// "none", "top-score", "residual".
+const char* PrefetchModeName(PrefetchMode mode);
+// Errors: kInvalidArgument naming the text and the accepted names.
+Result<PrefetchMode> ParsePrefetchMode(const std::string& text);
+
 // Which experts one MoE layer selected for the current batch of tokens.
 struct LayerRouting {
   int32_t layer_id = 0;
@@ -80,6 +101,15 @@ class ExpertProvider {
   // each expert as it arrives. Never blocks.
   virtual bool NextIsReady() const { return false; }
   virtual Status EndLayer(int32_t layer_id) = 0;
+
+  // How the executor should predict prefetches for this provider (kNone: do not call Prefetch).
+  virtual PrefetchMode prefetch_mode() const { return PrefetchMode::kNone; }
+  // A prediction of the experts layer `predicted.layer_id` will select, best first (expert_ids in
+  // descending predicted score, distinct; tokens_per_expert may be empty). Called between
+  // BeginLayer and EndLayer of an earlier layer, never for the active layer. A hint: the provider may
+  // start loading any of them, or none; a wrong prediction costs bandwidth, never correctness.
+  // Never fails (a prefetch that fails is dropped; the expert is loaded again when selected).
+  virtual void Prefetch(const LayerRouting& predicted) { (void)predicted; }
 };
 
 }  // namespace zipmoe

@@ -65,7 +65,8 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   }
   const uint32_t slots = cfg.staging_slots > 0
                              ? cfg.staging_slots
-                             : ChooseStagingSlots(cfg.memory_budget_bytes, staging.slot_bytes, model.top_k);
+                             : ChooseStagingSlots(cfg.memory_budget_bytes, staging.slot_bytes, model.top_k,
+                                                  cfg.prefetch != PrefetchMode::kNone);
   const uint64_t staging_bytes = static_cast<uint64_t>(slots) * staging.slot_bytes;
   if (staging_bytes > cfg.memory_budget_bytes) {
     return Status::InvalidArgument(fmt::format("{} staging slots need {} bytes, more than the memory budget of {} bytes",

@@ -33,10 +33,11 @@ bool SmCached(CompressionState s) { return s == CompressionState::kC || s == Com
 
 }  // namespace
 
-uint32_t ChooseStagingSlots(uint64_t budget_bytes, uint64_t staging_slot_bytes, int32_t top_k) {
+uint32_t ChooseStagingSlots(uint64_t budget_bytes, uint64_t staging_slot_bytes, int32_t top_k, bool prefetch) {
   if (staging_slot_bytes == 0) return 1;
   const uint64_t quarter = budget_bytes / 4 / staging_slot_bytes;
-  return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(quarter, std::max(top_k, 1))));
+  const uint64_t want = static_cast<uint64_t>(std::max(top_k, 1)) * (prefetch ? 2 : 1);
+  return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(quarter, want)));
 }
 
 // A lease on one delivered expert; releasing it admits the expert and frees its staging slot.
@@ -104,6 +105,7 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   p->stats_.arena_bytes = p->cache_->arena_bytes();
   p->stats_.budget_bytes = cfg.memory_budget_bytes;
   p->stats_.direct_io = p->storage_->direct_io();
+  p->stats_.prefetch_mode = PrefetchModeName(p->prefetch_mode());
   return p;
 }
 
@@ -115,7 +117,7 @@ void OffloadExpertProvider::Shutdown() {
 OffloadExpertProvider::~OffloadExpertProvider() {
   Shutdown();
   std::lock_guard<std::mutex> lock(mu_);
-  ResetLayerLocked();
+  ResetLayerLocked(/*prefetches_too=*/true);
 }
 
 uint64_t OffloadExpertProvider::minimum_budget_bytes() const { return cache_->staging_layout().slot_bytes; }
@@ -132,8 +134,8 @@ double OffloadExpertProvider::NowUs() const {
 
 std::vector<scheduler::ExpertTask> OffloadExpertProvider::TasksOf(const std::vector<int32_t>& experts) const {
   std::vector<scheduler::ExpertTask> tasks;
-  for (int32_t idx : experts) {
-    const ExpertWork& w = experts_[idx];
+  for (int32_t id : experts) {
+    const ExpertWork& w = works_.at(id);
     for (int proj = 0; proj < cm::kProjCount; ++proj) {
       scheduler::ExpertTask t;
       t.expert_id = w.expert_id;
@@ -147,13 +149,112 @@ std::vector<scheduler::ExpertTask> OffloadExpertProvider::TasksOf(const std::vec
   return tasks;
 }
 
+int32_t OffloadExpertProvider::NewWorkLocked(int32_t layer_id, int32_t expert_id) {
+  const int32_t id = next_work_id_;
+  next_work_id_ = next_work_id_ == std::numeric_limits<int32_t>::max() ? 0 : next_work_id_ + 1;
+  ExpertWork& w = works_[id];
+  w = ExpertWork{};
+  w.layer_id = layer_id;
+  w.expert_id = expert_id;
+  for (int proj = 0; proj < cm::kProjCount; ++proj) {
+    w.tensors[proj].info = store_->Find(layer_id, expert_id, static_cast<ExpertProj>(proj));
+  }
+  return id;
+}
+
+void OffloadExpertProvider::FreeWorkLocked(int32_t work) {
+  auto it = works_.find(work);
+  if (it == works_.end()) return;
+  ExpertWork& w = it->second;
+  if (w.prefetch) (w.dropped ? stats_.prefetch.wasted_bytes : stats_.prefetch.used_bytes) += w.read_bytes;
+  if (w.lookup.lease != kNoLease) cache_->ReleaseLeases({w.lookup.lease});
+  if (w.staging != SlotArena::kNoSlot) cache_->ReleaseStaging(w.staging);
+  works_.erase(it);
+}
+
+void OffloadExpertProvider::DropPrefetchLocked(int32_t work) {
+  ExpertWork& w = works_.at(work);
+  if (!w.dropped && !w.failed && w.staging != SlotArena::kNoSlot) ++stats_.prefetch.wasted;
+  w.dropped = true;
+  for (const auto& [id, ref] : ops_) {
+    if (ref.expert == work && ref.kind == OpKind::kDecode) cancel_later_.push_back(id);
+  }
+  if (w.ops == 0) FreeWorkLocked(work);
+}
+
+void OffloadExpertProvider::FailPrefetchLocked(int32_t work) {
+  ExpertWork& w = works_.at(work);
+  if (w.failed || w.dropped) return;
+  ++stats_.prefetch.failed;
+  w.failed = true;
+  auto it = prefetched_.find(w.expert_id);
+  if (it != prefetched_.end() && it->second == work) prefetched_.erase(it);
+  DropPrefetchLocked(work);  // may free w
+}
+
+void OffloadExpertProvider::OpDoneLocked(ExpertWork& w, int32_t work) {
+  if (w.ops > 0 || !w.dropped) return;
+  FreeWorkLocked(work);  // its staging slot may start waiting work
+  Status st = StartPendingLocked();
+  if (!st.ok()) FailLocked(st);
+}
+
+void OffloadExpertProvider::CancelDecodes(const std::vector<uint64_t>& ids) {
+  for (uint64_t id : ids) (void)pool_->Cancel(id, Status::Unavailable("prefetch dropped"));
+}
+
+PrefetchMode OffloadExpertProvider::prefetch_mode() const {
+  return cache_->local_manager() != nullptr ? config_.prefetch : PrefetchMode::kNone;
+}
+
+void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
+  const cm::CacheManager* manager = cache_->local_manager();
+  if (config_.prefetch == PrefetchMode::kNone || manager == nullptr) return;
+  std::vector<uint64_t> cancel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_ && predicted.layer_id == layer_id_) return;
+    if (prefetch_layer_ != predicted.layer_id) {
+      for (const auto& [expert, work] : prefetched_) DropPrefetchLocked(work);
+      prefetched_.clear();
+      prefetch_pending_.clear();
+      prefetch_layer_ = predicted.layer_id;
+    }
+    stats_.prefetch.predicted += predicted.expert_ids.size();
+    const size_t limit = cache_->staging_slots();
+    for (int32_t e : predicted.expert_ids) {
+      if (prefetched_.size() >= limit) break;
+      if (prefetched_.count(e) > 0 || manager->Peek(predicted.layer_id, e) != CompressionState::kMiss) continue;
+      bool complete = true;
+      for (int proj = 0; proj < cm::kProjCount; ++proj) {
+        complete = complete && store_->Find(predicted.layer_id, e, static_cast<ExpertProj>(proj)) != nullptr;
+      }
+      if (!complete) continue;  // not an expert of this model: nothing to fetch
+      const int32_t id = NewWorkLocked(predicted.layer_id, e);
+      ExpertWork& w = works_.at(id);
+      w.prefetch = true;
+      w.n_tokens = 1;
+      w.lookup.layer_id = predicted.layer_id;
+      w.lookup.expert_id = e;
+      w.lookup.layout = cache_->layout().Find(predicted.layer_id, e);
+      prefetched_[e] = id;
+      prefetch_pending_.push_back(id);
+    }
+    Status st = StartPendingLocked();
+    if (!st.ok()) FailLocked(st);
+    cancel.swap(cancel_later_);
+  }
+  CancelDecodes(cancel);
+}
+
 Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   std::unique_lock<std::mutex> lock(mu_);
   if (active_) {
     if (error_.ok()) {
       return Status::InvalidArgument(fmt::format("BeginLayer({}): layer {} has not ended", routing.layer_id, layer_id_));
     }
-    for (const ExpertWork& w : experts_) {
+    for (int32_t id : experts_) {
+      const ExpertWork& w = works_.at(id);
       if (w.delivered && !w.released) {
         return Status::InvalidArgument(fmt::format(
             "BeginLayer({}): a lease of failed layer {} (expert {}) is still held", routing.layer_id, layer_id_, w.expert_id));
@@ -172,53 +273,70 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
                                                  routing.layer_id));
     }
   }
-  layer_start_ = std::chrono::steady_clock::now();
-  next_priority_ = 0;  // every op of earlier layers has completed: ranks restart per layer
-  measure_ = LayerMeasure{};
-  experts_.clear();
-  experts_.resize(routing.expert_ids.size());
-  layer_id_ = routing.layer_id;
-  std::vector<int32_t> to_load;
-  for (size_t i = 0; i < routing.expert_ids.size(); ++i) {
-    ExpertWork& w = experts_[i];
-    w.expert_id = routing.expert_ids[i];
-    w.n_tokens = routing.tokens_per_expert[i];
+  for (int32_t e : routing.expert_ids) {
     for (int proj = 0; proj < cm::kProjCount; ++proj) {
-      w.tensors[proj].info = store_->Find(routing.layer_id, w.expert_id, static_cast<ExpertProj>(proj));
-      if (w.tensors[proj].info == nullptr) {
-        experts_.clear();
+      if (store_->Find(routing.layer_id, e, static_cast<ExpertProj>(proj)) == nullptr) {
         return Status::NotFound(fmt::format("{}: layer {} expert {} has no {} tensor", config_.model_dir,
-                                            routing.layer_id, w.expert_id, ExpertProjName(static_cast<ExpertProj>(proj))));
+                                            routing.layer_id, e, ExpertProjName(static_cast<ExpertProj>(proj))));
       }
     }
   }
   // One lookup for the whole layer (one round trip when the cache is remote).
   std::vector<CachedExpert> found;
-  Status looked_up = cache_->LookupLayer(routing.layer_id, routing.expert_ids, &found);
-  if (!looked_up.ok()) {
-    experts_.clear();
-    return looked_up;
-  }
+  ZM_RETURN_IF_ERROR(cache_->LookupLayer(routing.layer_id, routing.expert_ids, &found));
+  layer_start_ = std::chrono::steady_clock::now();
+  next_priority_ = 0;  // every op of earlier layers has completed (prefetches rank apart): ranks restart per layer
+  measure_ = LayerMeasure{};
+  experts_.clear();
+  layer_id_ = routing.layer_id;
+  std::vector<int32_t> to_load;
   for (size_t i = 0; i < routing.expert_ids.size(); ++i) {
-    ExpertWork& w = experts_[i];
-    w.lookup = found[i];
-    if (w.lookup.state == CompressionState::kF) {
-      for (int proj = 0; proj < cm::kProjCount; ++proj) {
-        w.tensors[proj].weights = w.lookup.Bf16(static_cast<ExpertProj>(proj));
+    const int32_t e = routing.expert_ids[i];
+    int32_t id = -1;
+    auto pre = prefetch_layer_ == routing.layer_id ? prefetched_.find(e) : prefetched_.end();
+    if (pre != prefetched_.end() && found[i].state == CompressionState::kMiss) {
+      ExpertWork& p = works_.at(pre->second);
+      if (p.staging != SlotArena::kNoSlot && !p.failed) {  // started: adopt it
+        id = pre->second;
+        prefetched_.erase(pre);
+        ++stats_.prefetch.used;
+        p.current = true;
+        p.lookup = found[i];
+        if (p.done) ready_.push_back(id);
       }
-      ready_.push_back(static_cast<int32_t>(i));
-    } else {
-      to_load.push_back(static_cast<int32_t>(i));
     }
+    if (id < 0) {
+      id = NewWorkLocked(routing.layer_id, e);
+      ExpertWork& w = works_.at(id);
+      w.current = true;
+      w.lookup = found[i];
+      if (w.lookup.state == CompressionState::kF) {
+        for (int proj = 0; proj < cm::kProjCount; ++proj) {
+          w.tensors[proj].weights = w.lookup.Bf16(static_cast<ExpertProj>(proj));
+        }
+        ready_.push_back(id);
+      } else {
+        to_load.push_back(id);
+      }
+    }
+    works_.at(id).n_tokens = routing.tokens_per_expert[i];
+    experts_.push_back(id);
   }
+  // Prefetches this layer did not adopt (or of another layer) are dropped.
+  for (const auto& [expert, work] : prefetched_) DropPrefetchLocked(work);
+  prefetched_.clear();
+  prefetch_pending_.clear();
+  prefetch_layer_ = -1;
   // Tasks of resident experts count in the layer's bound (their compute); loaded ones are added per wave.
-  for (size_t i = 0; i < experts_.size(); ++i) {
-    if (experts_[i].lookup.state != CompressionState::kF) continue;
-    for (const scheduler::ExpertTask& t : TasksOf({static_cast<int32_t>(i)})) measure_.tasks.push_back(t);
+  for (int32_t id : experts_) {
+    if (works_.at(id).lookup.state == CompressionState::kF) {
+      for (const scheduler::ExpertTask& t : TasksOf({id})) measure_.tasks.push_back(t);
+    }
   }
   active_ = true;
 
   // Order the experts to load as Alg. 1 would over the whole layer, so that waves follow it.
+  Status st;
   if (to_load.size() > cache_->staging_slots()) {
     const auto start = std::chrono::steady_clock::now();
     const std::vector<scheduler::ExpertTask> tasks = TasksOf(to_load);
@@ -226,20 +344,24 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
         config_.scheduler ? scheduler::ScheduleLayer(tasks, cost_) : scheduler::ScheduleLayerBaseline(tasks, cost_);
     stats_.schedule_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!sched.ok()) {
-      FailLocked(sched.status());
-      return sched.status();
-    }
-    std::vector<bool> seen(to_load.size(), false);
-    for (int32_t t : sched->task_order) {
-      const size_t e = static_cast<size_t>(t) / cm::kProjCount;
-      if (!seen[e]) pending_.push_back(to_load[e]);
-      seen[e] = true;
+      st = sched.status();
+    } else {
+      std::vector<bool> seen(to_load.size(), false);
+      for (int32_t t : sched->task_order) {
+        const size_t e = static_cast<size_t>(t) / cm::kProjCount;
+        if (!seen[e]) pending_.push_back(to_load[e]);
+        seen[e] = true;
+      }
     }
   } else {
     pending_.assign(to_load.begin(), to_load.end());
   }
-  Status st = StartPendingLocked();
+  if (st.ok()) st = StartPendingLocked();
   if (!st.ok()) FailLocked(st);
+  std::vector<uint64_t> cancel;
+  cancel.swap(cancel_later_);
+  lock.unlock();
+  CancelDecodes(cancel);
   return st;
 }
 
@@ -248,28 +370,49 @@ Status OffloadExpertProvider::StartPendingLocked() {
   while (!pending_.empty()) {
     Result<uint32_t> slot = cache_->AcquireStaging();
     if (!slot.ok()) break;
-    ExpertWork& w = experts_[pending_.front()];
+    ExpertWork& w = works_.at(pending_.front());
     w.staging = *slot;
     w.staging_base = arena_base_ + cache_->StagingOffset(*slot);
     wave.push_back(pending_.front());
     pending_.pop_front();
   }
-  if (wave.empty()) return Status::Ok();
-  return StartWaveLocked(wave);
+  if (!wave.empty()) ZM_RETURN_IF_ERROR(StartWaveLocked(wave, /*prefetch=*/false));
+  // Prefetches only take slots the active layer does not wait for.
+  if (!pending_.empty() || (active_ && !error_.ok())) return Status::Ok();
+  std::vector<int32_t> prefetch;
+  while (!prefetch_pending_.empty()) {
+    Result<uint32_t> slot = cache_->AcquireStaging();
+    if (!slot.ok()) break;
+    ExpertWork& w = works_.at(prefetch_pending_.front());
+    w.staging = *slot;
+    w.staging_base = arena_base_ + cache_->StagingOffset(*slot);
+    prefetch.push_back(prefetch_pending_.front());
+    prefetch_pending_.pop_front();
+    ++stats_.prefetch.issued;
+  }
+  if (prefetch.empty()) return Status::Ok();
+  Status st = StartWaveLocked(prefetch, /*prefetch=*/true);
+  if (!st.ok()) {  // a prefetch that cannot start is dropped; the layer that selects the expert reads it
+    // (its decodes waiting for reads never submitted are cancelled by the caller, cancel_later_)
+    for (int32_t id : prefetch) FailPrefetchLocked(id);
+  }
+  return Status::Ok();
 }
 
-Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave) {
+Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave, bool prefetch) {
   const std::vector<scheduler::ExpertTask> tasks = TasksOf(wave);
   const auto start = std::chrono::steady_clock::now();
   ZM_ASSIGN_OR_RETURN(scheduler::LayerSchedule sched, config_.scheduler ? scheduler::ScheduleLayer(tasks, cost_)
                                                                        : scheduler::ScheduleLayerBaseline(tasks, cost_));
   stats_.schedule_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ++measure_.waves;
-  measure_.tasks.insert(measure_.tasks.end(), tasks.begin(), tasks.end());
+  if (!prefetch) {
+    ++measure_.waves;
+    measure_.tasks.insert(measure_.tasks.end(), tasks.begin(), tasks.end());
+  }
 
   const cm::StagingLayout& sl = cache_->staging_layout();
-  for (int32_t idx : wave) {
-    ExpertWork& w = experts_[idx];
+  for (int32_t id : wave) {
+    ExpertWork& w = works_.at(id);
     const CompressionState s = w.lookup.state;
     for (int proj = 0; proj < cm::kProjCount; ++proj) {
       TensorWork& tw = w.tensors[proj];
@@ -289,48 +432,64 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave) 
       ++w.tensors_left;
     }
   }
+  const auto add_op = [&](uint64_t id, const OpRef& ref) {
+    ops_[id] = ref;
+    ++works_.at(ref.expert).ops;
+  };
+  const auto remove_op = [&](uint64_t id) {
+    auto it = ops_.find(id);
+    if (it == ops_.end()) return;
+    --works_.at(it->second.expert).ops;
+    ops_.erase(it);
+  };
 
   // Decode ops first (READY when their E-chunk is cached), then the reads that make the others READY.
-  const int32_t base_priority = next_priority_;
+  // A prefetch's decodes rank after every decode of the active layer.
+  int32_t base_priority = next_priority_;
+  if (prefetch) {
+    base_priority = kPrefetchPriority + next_prefetch_priority_;
+    next_prefetch_priority_ = (next_prefetch_priority_ + static_cast<int32_t>(sched.order.decode_order.size())) % (1 << 28);
+  } else {
+    next_priority_ += static_cast<int32_t>(sched.order.decode_order.size());
+  }
   std::vector<uint64_t> decode_id(tasks.size() * sched.n_shards, 0);
   std::vector<std::pair<decompressor::DecompressOp, bool>> decodes;
   for (size_t rank = 0; rank < sched.order.decode_order.size(); ++rank) {
     const scheduler::DecodeOp& d = sched.order.decode_order[rank];
-    const int32_t idx = wave[d.task / cm::kProjCount];
+    const int32_t work = wave[d.task / cm::kProjCount];
     const int32_t proj = d.task % cm::kProjCount;
-    TensorWork& tw = experts_[idx].tensors[proj];
+    TensorWork& tw = works_.at(work).tensors[proj];
     const uint64_t id = next_op_id_++;
     decode_id[static_cast<size_t>(d.task) * sched.n_shards + d.shard] = id;
     decodes.emplace_back(decompressor::MakeDecodeEChunkOp(*tw.info, d.shard, id, base_priority + static_cast<int32_t>(rank),
                                                           tw.e_src[d.shard], tw.e_plane),
-                         ECached(experts_[idx].lookup.state));
-    ops_[id] = OpRef{idx, proj, d.shard, OpKind::kDecode, 0};
+                         ECached(works_.at(work).lookup.state));
+    add_op(id, OpRef{work, proj, d.shard, OpKind::kDecode, 0});
   }
-  next_priority_ += static_cast<int32_t>(sched.order.decode_order.size());
   std::vector<storage::ReadOp> reads;
   for (const scheduler::IoOp& io : sched.order.io_order) {
-    const int32_t idx = wave[io.task / cm::kProjCount];
+    const int32_t work = wave[io.task / cm::kProjCount];
     const int32_t proj = io.task % cm::kProjCount;
-    ExpertWork& w = experts_[idx];
+    ExpertWork& w = works_.at(work);
     TensorWork& tw = w.tensors[proj];
     const cm::TensorSlotLayout& tl = w.lookup.layout->tensors[proj];
     const uint64_t id = next_op_id_++;
     if (io.chunk == ChunkKind::kE) {
       const cm::SlotExtent& ext = tl.e_chunks[io.shard];
       reads.push_back(storage::MakeChunkReadOp(*tw.info, io.shard, id, w.staging_base + ext.offset, ext.read_bytes));
-      ops_[id] = OpRef{idx, proj, io.shard, OpKind::kReadE,
-                       decode_id[static_cast<size_t>(io.task) * sched.n_shards + io.shard]};
+      add_op(id, OpRef{work, proj, io.shard, OpKind::kReadE,
+                       decode_id[static_cast<size_t>(io.task) * sched.n_shards + io.shard]});
     } else {
       reads.push_back(storage::MakeChunkReadOp(*tw.info, tw.info->n_shards, id, const_cast<uint8_t*>(tw.sm),
                                                tl.sm.read_bytes));
-      ops_[id] = OpRef{idx, proj, -1, OpKind::kReadSm, 0};
+      add_op(id, OpRef{work, proj, -1, OpKind::kReadSm, 0});
     }
   }
   for (auto& [op, ready] : decodes) {
     const uint64_t id = op.op_id;
     Status st = pool_->Add(std::move(op), ready);
     if (!st.ok()) {
-      ops_.erase(id);
+      remove_op(id);
       return st;
     }
   }
@@ -339,7 +498,7 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave) 
     for (const storage::ReadOp& r : reads) ids.push_back(r.op_id);
     Status st = storage_->Submit(std::move(reads));
     if (!st.ok()) {
-      for (uint64_t id : ids) ops_.erase(id);  // their decodes stay waiting until DrainLocked cancels them
+      for (uint64_t id : ids) remove_op(id);  // their decodes stay waiting until cancelled (DrainLocked / a drop)
       return st;
     }
   }
@@ -349,16 +508,36 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave) 
 
 void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
   std::vector<std::pair<uint64_t, Status>> cancels;
+  std::vector<uint64_t> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = ops_.find(c.op_id);
     if (it == ops_.end()) return;
     const OpRef ref = it->second;
     ops_.erase(it);
+    ExpertWork& w = works_.at(ref.expert);
+    --w.ops;
+    w.read_bytes += c.read_bytes;
     ++stats_.io_ops;
     stats_.io_read_bytes += c.read_bytes;
     stats_.io_seconds += c.read_us * 1e-6;
-    if (!c.status.ok()) {
+    if (!w.current) {  // a prefetch: its failures are its own
+      if (!c.status.ok()) FailPrefetchLocked(ref.expert);
+      if (works_.count(ref.expert) > 0 && !w.dropped) {
+        if (ref.kind == OpKind::kReadE) {
+          stats_.io_bytes_e += c.stored_bytes;
+          if (!pool_->MarkReady(ref.decode_op).ok()) FailPrefetchLocked(ref.expert);
+        } else {
+          stats_.io_bytes_sm += c.stored_bytes;
+          w.tensors[ref.proj].sm_ready = true;
+          TensorProgressLocked(ref.expert, ref.proj);
+        }
+      } else if (ref.kind == OpKind::kReadE) {
+        cancel_later_.push_back(ref.decode_op);
+      }
+      auto left = works_.find(ref.expert);
+      if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
+    } else if (!c.status.ok()) {
       FailLocked(c.status);
       if (ref.kind == OpKind::kReadE) cancels.emplace_back(ref.decode_op, c.status);
     } else if (ref.kind == OpKind::kReadE) {
@@ -371,68 +550,100 @@ void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
       stats_.io_bytes_sm += c.stored_bytes;
       ++measure_.sm_reads;
       measure_.sm_read_us += static_cast<double>(c.read_us);
-      experts_[ref.expert].tensors[ref.proj].sm_ready = true;
+      w.tensors[ref.proj].sm_ready = true;
       TensorProgressLocked(ref.expert, ref.proj);
     }
+    dropped.swap(cancel_later_);
     cv_.notify_all();
   }
   for (const auto& [id, status] : cancels) {
     if (!pool_->Cancel(id, status).ok()) continue;  // already completed or stopping: nothing to undo
   }
+  CancelDecodes(dropped);
 }
 
 void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressCompletion& c) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = ops_.find(c.op_id);
-  if (it == ops_.end()) return;
-  const OpRef ref = it->second;
-  ops_.erase(it);
-  if (!c.status.ok()) {
-    FailLocked(c.status);
-    cv_.notify_all();
-    return;
-  }
-  ExpertWork& w = experts_[ref.expert];
-  TensorWork& tw = w.tensors[ref.proj];
-  if (ref.kind == OpKind::kDecode) {
-    ++stats_.decode_ops;
-    stats_.decode_seconds += c.run_us * 1e-6;
-    ++measure_.decodes;
-    measure_.decode_us += static_cast<double>(c.run_us);
-    --tw.decodes_left;
-    TensorProgressLocked(ref.expert, ref.proj);
-  } else {
-    ++stats_.recover_ops;
-    stats_.recover_seconds += c.run_us * 1e-6;
-    ++measure_.recoveries;
-    measure_.recover_us += static_cast<double>(c.run_us);
-    if (--w.tensors_left == 0 && error_.ok()) {
-      ready_.push_back(ref.expert);
+  std::vector<uint64_t> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = ops_.find(c.op_id);
+    if (it == ops_.end()) return;
+    const OpRef ref = it->second;
+    ops_.erase(it);
+    ExpertWork& w = works_.at(ref.expert);
+    --w.ops;
+    if (!w.current) {  // a prefetch
+      if (!c.status.ok()) {
+        if (!w.dropped) FailPrefetchLocked(ref.expert);
+      } else if (ref.kind == OpKind::kDecode) {
+        ++stats_.decode_ops;
+        stats_.decode_seconds += c.run_us * 1e-6;
+        --w.tensors[ref.proj].decodes_left;
+        TensorProgressLocked(ref.expert, ref.proj);
+      } else {
+        ++stats_.recover_ops;
+        stats_.recover_seconds += c.run_us * 1e-6;
+        if (--w.tensors_left == 0) w.done = true;
+      }
+      auto left = works_.find(ref.expert);
+      if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
+    } else if (!c.status.ok()) {
+      FailLocked(c.status);
+    } else if (ref.kind == OpKind::kDecode) {
+      ++stats_.decode_ops;
+      stats_.decode_seconds += c.run_us * 1e-6;
+      ++measure_.decodes;
+      measure_.decode_us += static_cast<double>(c.run_us);
+      --w.tensors[ref.proj].decodes_left;
+      TensorProgressLocked(ref.expert, ref.proj);
+    } else {
+      ++stats_.recover_ops;
+      stats_.recover_seconds += c.run_us * 1e-6;
+      ++measure_.recoveries;
+      measure_.recover_us += static_cast<double>(c.run_us);
+      if (--w.tensors_left == 0 && error_.ok()) {
+        w.done = true;
+        ready_.push_back(ref.expert);
+      }
     }
+    dropped.swap(cancel_later_);
+    cv_.notify_all();
   }
-  cv_.notify_all();
+  CancelDecodes(dropped);
 }
 
-void OffloadExpertProvider::TensorProgressLocked(int32_t expert, int32_t proj) {
-  TensorWork& tw = experts_[expert].tensors[proj];
-  if (tw.decodes_left > 0 || !tw.sm_ready || tw.recovering || !error_.ok()) return;
+void OffloadExpertProvider::TensorProgressLocked(int32_t work, int32_t proj) {
+  ExpertWork& w = works_.at(work);
+  TensorWork& tw = w.tensors[proj];
+  if (tw.decodes_left > 0 || !tw.sm_ready || tw.recovering) return;
+  if (w.current ? !error_.ok() : (w.failed || w.dropped)) return;
   tw.recovering = true;
   if (fused_) {  // the executor multiplies straight from the planes: nothing to recover
-    if (--experts_[expert].tensors_left == 0) ready_.push_back(expert);
+    if (--w.tensors_left == 0) {
+      w.done = true;
+      if (w.current) ready_.push_back(work);
+    }
     cv_.notify_all();
     return;
   }
   const uint64_t id = next_op_id_++;
-  // Recovery unblocks an expert's computation: it runs ahead of every decode (lowest priority value).
-  decompressor::DecompressOp op = decompressor::MakeRecoverBf16Op(
-      *tw.info, id, std::numeric_limits<int32_t>::min() + static_cast<int32_t>(id % (1u << 30)), tw.e_plane, tw.sm,
-      tw.bf16);
+  // Recovery unblocks an expert's computation: it runs ahead of every decode (lowest priority
+  // value); a prefetch's only ahead of the prefetches' decodes.
+  const int32_t priority = w.current ? std::numeric_limits<int32_t>::min() + static_cast<int32_t>(id % (1u << 30))
+                                     : kPrefetchPriority - 1;
+  decompressor::DecompressOp op = decompressor::MakeRecoverBf16Op(*tw.info, id, priority, tw.e_plane, tw.sm, tw.bf16);
   if (!config_.verify_recovered) op.expected_xxh64.reset();
-  ops_[id] = OpRef{expert, proj, -1, OpKind::kRecover, 0};
+  ops_[id] = OpRef{work, proj, -1, OpKind::kRecover, 0};
+  ++w.ops;
   Status st = pool_->Add(std::move(op), /*ready=*/true);
   if (!st.ok()) {
     ops_.erase(id);
-    FailLocked(st);
+    --w.ops;
+    if (w.current) {
+      FailLocked(st);
+    } else {
+      FailPrefetchLocked(work);
+    }
   }
 }
 
@@ -457,9 +668,9 @@ Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
   }
   cv_.wait(lock, [&] { return !error_.ok() || !ready_.empty(); });
   if (!error_.ok()) return error_;
-  const int32_t idx = ready_.front();
+  const int32_t id = ready_.front();
   ready_.pop_front();
-  ExpertWork& w = experts_[idx];
+  ExpertWork& w = works_.at(id);
   w.delivered = true;
   w.delivered_us = NowUs();
   ++delivered_;
@@ -478,15 +689,15 @@ Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
   }
   view.intermediate = w.tensors[0].info->shape.at(0);
   view.hidden = w.tensors[0].info->shape.at(1);
-  return std::unique_ptr<ExpertLease>(new Lease(this, idx, view));
+  return std::unique_ptr<ExpertLease>(new Lease(this, id, view));
 }
 
-void OffloadExpertProvider::OnLeaseReleased(int32_t expert) {
+void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
   CacheAdmitRequest request;
   bool admit = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ExpertWork& w = experts_[expert];
+    ExpertWork& w = works_.at(work);
     w.released = true;
     w.released_us = NowUs();
     measure_.compute_us[w.expert_id] = w.released_us - w.delivered_us;
@@ -517,19 +728,24 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t expert) {
   } else if (request.lease != kNoLease) {
     cache_->ReleaseLeases({request.lease});
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  ExpertWork& w = experts_[expert];
-  if (!admitted.ok()) FailLocked(admitted);
-  w.lookup.lease = kNoLease;
-  if (w.staging != SlotArena::kNoSlot) {
-    cache_->ReleaseStaging(w.staging);
-    w.staging = SlotArena::kNoSlot;
+  std::vector<uint64_t> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ExpertWork& w = works_.at(work);
+    if (!admitted.ok()) FailLocked(admitted);
+    w.lookup.lease = kNoLease;
+    if (w.staging != SlotArena::kNoSlot) {
+      cache_->ReleaseStaging(w.staging);
+      w.staging = SlotArena::kNoSlot;
+    }
+    if (error_.ok()) {
+      Status st = StartPendingLocked();
+      if (!st.ok()) FailLocked(st);
+    }
+    dropped.swap(cancel_later_);
+    cv_.notify_all();
   }
-  if (error_.ok()) {
-    Status st = StartPendingLocked();
-    if (!st.ok()) FailLocked(st);
-  }
-  cv_.notify_all();
+  CancelDecodes(dropped);
 }
 
 Status OffloadExpertProvider::EndLayer(int32_t layer_id) {
@@ -539,7 +755,8 @@ Status OffloadExpertProvider::EndLayer(int32_t layer_id) {
                                                active_ ? std::to_string(layer_id_) : std::string("none")));
   }
   if (!error_.ok()) return error_;
-  for (const ExpertWork& w : experts_) {
+  for (int32_t id : experts_) {
+    const ExpertWork& w = works_.at(id);
     if (!w.delivered || !w.released) {
       return Status::InvalidArgument(fmt::format("EndLayer({}): expert {} was not {}", layer_id, w.expert_id,
                                                     w.delivered ? "released" : "taken with NextReady"));
@@ -584,22 +801,22 @@ void OffloadExpertProvider::DrainLocked(std::unique_lock<std::mutex>& lock) {
   cv_.wait(lock, [&] { return ops_.empty(); });
 }
 
-void OffloadExpertProvider::ResetLayerLocked() {
-  std::vector<uint64_t> leases;
-  for (ExpertWork& w : experts_) {
-    if (w.lookup.lease != kNoLease) leases.push_back(w.lookup.lease);
-    w.lookup.lease = kNoLease;
-    if (w.staging != SlotArena::kNoSlot) cache_->ReleaseStaging(w.staging);
-    w.staging = SlotArena::kNoSlot;
-  }
-  if (!leases.empty()) cache_->ReleaseLeases(leases);
+void OffloadExpertProvider::ResetLayerLocked(bool prefetches_too) {
+  for (int32_t id : experts_) FreeWorkLocked(id);
   experts_.clear();
   pending_.clear();
   ready_.clear();
-  ops_.clear();
   delivered_ = 0;
   active_ = false;
   error_ = Status::Ok();
+  if (prefetches_too) {  // every operation has completed (Shutdown)
+    while (!works_.empty()) FreeWorkLocked(works_.begin()->first);
+    prefetched_.clear();
+    prefetch_pending_.clear();
+    prefetch_layer_ = -1;
+    ops_.clear();
+    cancel_later_.clear();
+  }
 }
 
 RuntimeStats OffloadExpertProvider::stats() const {
@@ -692,6 +909,7 @@ Result<OffloadExpertProvider::PreloadStats> OffloadExpertProvider::Preload(
     fresh.arena_bytes = stats_.arena_bytes;
     fresh.budget_bytes = stats_.budget_bytes;
     fresh.direct_io = stats_.direct_io;
+    fresh.prefetch_mode = stats_.prefetch_mode;
     stats_ = std::move(fresh);
   }
   local->ResetCounters();

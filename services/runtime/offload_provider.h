@@ -34,6 +34,16 @@
 //      wave's expert if any.
 //   5. EndLayer: records the layer's measured makespan (BeginLayer → EndLayer wall time) and its
 //      Lemma B.3 lower bound computed from the layer's measured operation times (runtime_stats.h).
+// Prefetching (OffloadConfig::prefetch, ExpertProvider::Prefetch): the executor's prediction of the
+// next MoE layer's experts, best first. Those the cache misses entirely (state M) get a staging
+// slot each, when the active layer has none pending, and are read and decoded exactly as a miss
+// would be, behind every operation of the active layer (decode priorities after its ranks). No
+// cache slot is touched, so a prefetch never evicts anything, pinned or not. BeginLayer of the
+// predicted layer adopts the prefetched experts it selected (ready ones are delivered first); the
+// others are dropped once their reads and decodes have completed (their bytes are counted as
+// wasted). A prefetch that fails (a corrupt chunk) is dropped without failing the active layer; the
+// expert is read again, and the error reported, if its layer selects it. Embedded cache only (with a
+// remote cache Prefetch does nothing).
 // Baseline policies (lru/fifo/lfu/full-load) use the same path with a single F pool;
 // `scheduler = false` replaces Alg. 1 by the FIFO order (ScheduleLayerBaseline).
 //
@@ -99,6 +109,9 @@ struct OffloadConfig {
   // in-process cache (`cache` empty; with a remote cache it is ignored) and an executor that reads
   // planes (executor::ExpertForward on the CPU). Hits in F are served as BF16 either way.
   bool fused_recovery = false;
+  // How the executor predicts the next layer's experts for prefetching (see the file comment);
+  // kNone = no prefetching. With prefetching, staging_slots = 0 chooses twice as many slots.
+  PrefetchMode prefetch = PrefetchMode::kNone;
   std::string shm_name;               // arena name; "" = "/zipmoe-arena-<pid>-<n>" (stale ones swept first)
   // zipmoe's own ablation without compression: the cache keeps full BF16 tensors only (Λ = {F},
   // ranked by frequency as usual) and the directory must store its exponents raw (`zipmoe compress
@@ -117,7 +130,8 @@ struct OffloadConfig {
 
 // Staging slots chosen when OffloadConfig::staging_slots is 0: as many as a decode step selects
 // (top_k) while they take at most a quarter of the budget, and at least one.
-uint32_t ChooseStagingSlots(uint64_t budget_bytes, uint64_t staging_slot_bytes, int32_t top_k);
+// With prefetching on, 2 × top_k (one layer in flight, the next one prefetching).
+uint32_t ChooseStagingSlots(uint64_t budget_bytes, uint64_t staging_slot_bytes, int32_t top_k, bool prefetch = false);
 
 class OffloadExpertProvider : public ExpertProvider {
  public:
@@ -140,6 +154,8 @@ class OffloadExpertProvider : public ExpertProvider {
   // True when a recovered (or cache-hit) expert waits in the ready queue, or a failure would be returned.
   bool NextIsReady() const override;
   Status EndLayer(int32_t layer_id) override;
+  PrefetchMode prefetch_mode() const override;
+  void Prefetch(const LayerRouting& predicted) override;
 
   // Warm start before the first request (embedded cache only): seeds the cache's frequency ranks
   // from `counts` (counts[layer][expert]: activations in a profiling trace, e.g. the planner's
@@ -183,7 +199,9 @@ class OffloadExpertProvider : public ExpertProvider {
     bool sm_ready = false;
     bool recovering = false;
   };
+  // One expert being loaded or served: of the active layer (`current`), or prefetched for a later one.
   struct ExpertWork {
+    int32_t layer_id = 0;
     int32_t expert_id = 0;
     int32_t n_tokens = 0;
     CachedExpert lookup;                     // state + lease
@@ -193,11 +211,18 @@ class OffloadExpertProvider : public ExpertProvider {
     int tensors_left = 0;
     bool delivered = false;
     bool released = false;
+    bool current = false;   // of the active layer: delivered through NextReady, its errors fail the layer
+    bool prefetch = false;  // started by Prefetch (adopted by BeginLayer, or dropped)
+    bool done = false;      // every tensor ready
+    bool failed = false;    // a prefetch whose op failed: never adopted
+    bool dropped = false;   // an unused prefetch: freed when its last op completes
+    int32_t ops = 0;        // reads/decodes/recoveries in flight for it
+    uint64_t read_bytes = 0;  // bytes read for it (wasted when a prefetch is dropped)
     double delivered_us = 0, released_us = 0;  // since BeginLayer: the lease's hold time is pₙ
   };
   enum class OpKind : uint8_t { kReadE, kReadSm, kDecode, kRecover };
   struct OpRef {
-    int32_t expert = 0;  // index into experts_
+    int32_t expert = 0;  // work id (works_)
     int32_t proj = 0;
     int32_t shard = -1;
     OpKind kind = OpKind::kReadE;
@@ -207,15 +232,24 @@ class OffloadExpertProvider : public ExpertProvider {
   explicit OffloadExpertProvider(OffloadConfig config);
   double NowUs() const;  // since BeginLayer
   // Starts pending experts while staging slots are free. Requires mu_; submits under it.
+  // Then prefetches (when the active layer has nothing pending).
   Status StartPendingLocked();
-  Status StartWaveLocked(const std::vector<int32_t>& wave);
+  Status StartWaveLocked(const std::vector<int32_t>& wave, bool prefetch);
+  int32_t NewWorkLocked(int32_t layer_id, int32_t expert_id);  // work id; tensors found in the store
+  // Marks an unused prefetch dropped; frees it now when nothing is in flight for it, and queues its
+  // decodes still waiting for a read in cancel_later_.
+  void DropPrefetchLocked(int32_t work);
+  void FailPrefetchLocked(int32_t work);  // counted as failed, then dropped
+  void FreeWorkLocked(int32_t work);  // staging slot + lease released, work erased
+  void OpDoneLocked(ExpertWork& w, int32_t work);  // an op of w completed: frees a dropped work
+  void CancelDecodes(const std::vector<uint64_t>& ids);  // without mu_
   void OnReadComplete(const storage::ReadCompletion& c);
   void OnDecompressComplete(const decompressor::DecompressCompletion& c);
   void TensorProgressLocked(int32_t expert, int32_t proj);  // recovery or readiness when inputs are in
   void FailLocked(const Status& status);
   void OnLeaseReleased(int32_t expert);
   void DrainLocked(std::unique_lock<std::mutex>& lock);  // waits for in-flight ops (failed layer)
-  void ResetLayerLocked();
+  void ResetLayerLocked(bool prefetches_too = false);
   uint64_t OffsetOf(const void* p) const { return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base_); }
   std::vector<scheduler::ExpertTask> TasksOf(const std::vector<int32_t>& experts) const;
 
@@ -233,13 +267,24 @@ class OffloadExpertProvider : public ExpertProvider {
   std::condition_variable cv_;  // an expert became ready, an op completed, or the layer failed
   bool active_ = false;         // between BeginLayer and EndLayer
   int32_t layer_id_ = -1;
-  std::vector<ExpertWork> experts_;       // the layer's selected experts, ascending id
+  std::unordered_map<int32_t, ExpertWork> works_;  // by work id: the active layer's and prefetches
+  int32_t next_work_id_ = 0;
+  std::vector<int32_t> experts_;          // the active layer's works, ascending expert id
   std::deque<int32_t> pending_;           // not started, scheduler order
   std::deque<int32_t> ready_;             // ready, not delivered
+  int32_t prefetch_layer_ = -1;           // the layer of prefetched_
+  std::map<int32_t, int32_t> prefetched_;  // expert id -> work id, started or in prefetch_pending_
+  std::deque<int32_t> prefetch_pending_;  // prefetches waiting for a staging slot, best first
+  // Decode ops of dropped prefetches to cancel; every method that takes mu_ and may drop one cancels
+  // them after releasing it (the pool's completion callback takes mu_).
+  std::vector<uint64_t> cancel_later_;
   size_t delivered_ = 0;
   std::unordered_map<uint64_t, OpRef> ops_;  // in-flight reads/decodes/recoveries by op id
   uint64_t next_op_id_ = 1;
   int32_t next_priority_ = 0;
+  // Decode priorities of prefetches: kPrefetchPriority + a counter, after every active-layer rank.
+  static constexpr int32_t kPrefetchPriority = 1 << 29;
+  int32_t next_prefetch_priority_ = 0;
   Status error_;                          // first failure of the layer
   std::chrono::steady_clock::time_point layer_start_;
   LayerMeasure measure_;                  // the layer's operation times

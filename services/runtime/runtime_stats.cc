@@ -74,6 +74,16 @@ nlohmann::json RuntimeStatsToJson(const RuntimeStats& stats) {
   j["schedule_seconds"] = stats.schedule_seconds;
   j["mean_makespan_us"] = MeanMakespanUs(stats);
   j["mean_makespan_over_bound"] = MeanMakespanOverBound(stats);
+  const PrefetchTotals& pf = stats.prefetch;
+  j["prefetch"] = {{"mode", stats.prefetch_mode},
+                   {"predicted", pf.predicted},
+                   {"issued", pf.issued},
+                   {"used", pf.used},
+                   {"wasted", pf.wasted},
+                   {"failed", pf.failed},
+                   {"used_bytes", pf.used_bytes},
+                   {"wasted_bytes", pf.wasted_bytes},
+                   {"accuracy", pf.used + pf.wasted > 0 ? static_cast<double>(pf.used) / (pf.used + pf.wasted) : 0.0}};
   j["arena"] = {{"budget_bytes", stats.budget_bytes},
                 {"mapped_bytes", stats.arena_bytes},
                 {"staging_slots", stats.staging_slots}};

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,17 @@ struct LayerTotals {
   uint64_t ratio_runs = 0;
 };
 
+// Prefetching (OffloadExpertProvider::Prefetch). Accuracy = used / (used + wasted).
+struct PrefetchTotals {
+  uint64_t predicted = 0;     // experts predicted by the executor (all states)
+  uint64_t issued = 0;        // prefetches started (staging slot taken, reads submitted)
+  uint64_t used = 0;          // adopted by the layer that selected them
+  uint64_t wasted = 0;        // started and dropped unused
+  uint64_t failed = 0;        // dropped after an operation failed
+  uint64_t used_bytes = 0;    // bytes read for used prefetches (incl. padding)
+  uint64_t wasted_bytes = 0;  // bytes read for wasted prefetches (incl. padding)
+};
+
 struct RuntimeStats {
   cache_manager::CacheCounters cache;
   uint64_t io_ops = 0;
@@ -61,6 +73,8 @@ struct RuntimeStats {
   uint64_t arena_bytes = 0;     // mapped: pools + staging (≤ budget)
   uint64_t budget_bytes = 0;
   bool direct_io = false;
+  PrefetchTotals prefetch;
+  std::string prefetch_mode = "none";
 };
 
 // Mean of makespan / bound over every layer run (0 when none).

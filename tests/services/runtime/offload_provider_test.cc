@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <functional>
+#include <thread>
 #include <map>
 #include <random>
 #include <set>
@@ -84,11 +87,15 @@ struct Served {
 };
 
 // Drives `provider` through `routings`, checking every lease against `expected` (planes merged).
+// `after_begin(i)` runs right after BeginLayer of routings[i] (where an executor would prefetch).
 Served Drive(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings,
-             const std::map<std::tuple<int, int, int>, std::vector<uint16_t>>& expected) {
+             const std::map<std::tuple<int, int, int>, std::vector<uint16_t>>& expected,
+             const std::function<void(size_t)>& after_begin = nullptr) {
   Served served;
-  for (const LayerRouting& r : routings) {
+  for (size_t step = 0; step < routings.size(); ++step) {
+    const LayerRouting& r = routings[step];
     EXPECT_TRUE(provider.BeginLayer(r).ok());
+    if (after_begin) after_begin(step);
     std::set<int32_t> seen;
     for (size_t i = 0; i < r.expert_ids.size(); ++i) {
       Result<std::unique_ptr<ExpertLease>> lease = provider.NextReady();
@@ -366,6 +373,148 @@ TEST(OffloadProvider, CorruptChunksAreReportedWithTheTensorAndNothingIsServed) {
     ASSERT_TRUE((*provider)->BeginLayer(next).ok());
     for (int i = 0; i < 2; ++i) ASSERT_TRUE((*provider)->NextReady().ok());
     EXPECT_TRUE((*provider)->EndLayer(2).ok());
+  }
+}
+
+// A prediction for `next`: `wrong` experts it did not select first, then those it selected.
+LayerRouting Predict(const LayerRouting& next, int n_experts, int wrong) {
+  LayerRouting p;
+  p.layer_id = next.layer_id;
+  const std::set<int32_t> chosen(next.expert_ids.begin(), next.expert_ids.end());
+  for (int32_t e = n_experts - 1; e >= 0 && wrong > 0; --e) {
+    if (chosen.count(e) == 0) {
+      p.expert_ids.push_back(e);
+      --wrong;
+    }
+  }
+  p.expert_ids.insert(p.expert_ids.end(), next.expert_ids.begin(), next.expert_ids.end());
+  return p;
+}
+
+TEST(OffloadProvider, PrefetchedExpertsAreAdoptedByTheirLayerAndServeExactBytes) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  const auto routings = MakeRoutings(m, 4, 6, 5);
+  for (const char* policy : {"zipmoe", "lru", "full-load"}) {
+    for (double share : {0.1, 0.4}) {
+      for (bool fused : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << policy << " budget " << share << " fused " << fused);
+        OffloadConfig config;
+        config.model_dir = dir;
+        config.memory_budget_bytes = static_cast<uint64_t>(share * ExpertBytes(m));
+        config.policy = *cm::ParseCachePolicy(policy);
+        config.n_workers = 2;
+        config.fused_recovery = fused;
+        config.prefetch = PrefetchMode::kTopScore;
+        auto provider = OffloadExpertProvider::Create(config);
+        ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+        OffloadExpertProvider& p = **provider;
+        EXPECT_EQ(p.prefetch_mode(), PrefetchMode::kTopScore);
+        Drive(p, routings, expected, [&](size_t i) {
+          if (i + 1 < routings.size()) p.Prefetch(Predict(routings[i + 1], m.n_experts, 1));
+        });
+        const RuntimeStats s = p.stats();
+        EXPECT_GT(s.prefetch.issued, 0u);
+        EXPECT_GT(s.prefetch.used, 0u) << "no prefetch was adopted";
+        EXPECT_GT(s.prefetch.wasted, 0u) << "a wrong prediction per layer must cost something";
+        EXPECT_GT(s.prefetch.used_bytes, 0u);
+        EXPECT_GT(s.prefetch.wasted_bytes, 0u);
+        EXPECT_EQ(s.prefetch.failed, 0u);
+        EXPECT_LE(s.prefetch.used + s.prefetch.wasted, s.prefetch.issued);
+        EXPECT_LE(s.prefetch.used, s.cache.misses) << "an adopted prefetch is a cache miss served early";
+        EXPECT_EQ(p.cache().LivePins(), 0u);
+        EXPECT_LE(s.arena_bytes, config.memory_budget_bytes);
+      }
+    }
+  }
+}
+
+TEST(OffloadProvider, APrefetchTouchesNoCacheSlot) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = static_cast<uint64_t>(0.3 * ExpertBytes(m));
+  config.policy = cm::CachePolicy::kLru;
+  config.prefetch = PrefetchMode::kTopScore;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  OffloadExpertProvider& p = **provider;
+  Drive(p, MakeRoutings(m, 4, 3, 9), expected);  // fills the cache
+  const cm::CacheCounters before = p.cache().Counters();
+  // Layer 0 is active and holds its experts; every expert of layer 1 is predicted.
+  LayerRouting active{0, {0, 1, 2, 3}, {1, 1, 1, 1}};
+  ASSERT_TRUE(p.BeginLayer(active).ok());
+  LayerRouting all{1, {}, {}};
+  for (int e = 0; e < m.n_experts; ++e) all.expert_ids.push_back(e);
+  p.Prefetch(all);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.NextReady().ok());
+  ASSERT_TRUE(p.EndLayer(0).ok());
+  const cm::CacheCounters after = p.cache().Counters();
+  const int f = cm::PoolIndex(cm::Pool::kF);
+  EXPECT_EQ(after.pools[f].evictions - before.pools[f].evictions,
+            after.pools[f].admissions - before.pools[f].admissions)
+      << "only layer 0's own admissions may evict";
+  EXPECT_LE(p.stats().prefetch.issued, p.cache().staging_slots());
+  // The next layer selects two of the predicted experts; the rest are dropped once read.
+  Drive(p, {LayerRouting{1, {0, 5}, {1, 1}}}, expected);
+  EXPECT_EQ(p.cache().LivePins(), 0u);
+  const RuntimeStats s = p.stats();
+  EXPECT_EQ(s.prefetch.predicted, static_cast<uint64_t>(m.n_experts));
+  EXPECT_EQ(s.prefetch.used + s.prefetch.wasted, s.prefetch.issued);
+}
+
+TEST(OffloadProvider, WithoutAPrefetchModePrefetchDoesNothing) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = 8ull << 20;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok());
+  EXPECT_EQ((*provider)->prefetch_mode(), PrefetchMode::kNone);
+  (*provider)->Prefetch(LayerRouting{1, {0, 1, 2}, {}});
+  EXPECT_EQ((*provider)->stats().prefetch.issued, 0u);
+  EXPECT_EQ((*provider)->stats().io_ops, 0u);
+}
+
+TEST(OffloadProvider, AFailedPrefetchFailsNoLayerUntilItsExpertIsSelected) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  for (bool sm : {false, true}) {
+    TempDir tmp;
+    const std::string bad = tmp.Sub("bad");
+    const std::string name = CorruptCopy(dir, bad, 1, 5, sm);
+    OffloadConfig config;
+    config.model_dir = bad;
+    config.memory_budget_bytes = 8ull << 20;
+    config.n_workers = 2;
+    config.prefetch = PrefetchMode::kTopScore;
+    auto provider = OffloadExpertProvider::Create(config);
+    ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+    OffloadExpertProvider& p = **provider;
+    ASSERT_TRUE(p.BeginLayer(LayerRouting{0, {0, 1}, {1, 1}}).ok());
+    p.Prefetch(LayerRouting{1, {5, 2}, {}});
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(p.NextReady().ok());
+    ASSERT_TRUE(p.EndLayer(0).ok());
+    for (int i = 0; i < 200 && p.stats().prefetch.failed == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(p.stats().prefetch.failed, 1u) << "sm=" << sm;
+    // Layer 1 selects expert 5: it is read again, and the corruption fails the layer, named.
+    ASSERT_TRUE(p.BeginLayer(LayerRouting{1, {2, 5}, {1, 1}}).ok());
+    Status failure;
+    for (int i = 0; i < 2 && failure.ok(); ++i) {
+      auto lease = p.NextReady();
+      if (!lease.ok()) failure = lease.status();
+    }
+    EXPECT_EQ(failure.code(), StatusCode::kCorruption) << failure.ToString();
+    EXPECT_NE(failure.message().find(name), std::string::npos) << failure.ToString();
+    EXPECT_EQ(p.stats().prefetch.used, 1u) << "expert 2 was prefetched intact";
   }
 }
 
