@@ -24,6 +24,8 @@ class ObservedExpertProvider : public ExpertProvider {
   Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
   bool NextIsReady() const override { return inner_->NextIsReady(); }
   Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
+  PrefetchMode prefetch_mode() const override { return inner_->prefetch_mode(); }
+  void Prefetch(const LayerRouting& predicted) override { inner_->Prefetch(predicted); }
 
  private:
   ExpertProvider* inner_;  // borrowed

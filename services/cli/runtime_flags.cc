@@ -47,6 +47,11 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   cmd->add_flag("--preload", f->preload,
                 "fill the cache to its plan before the first request: per MoE layer the experts --plan-trace selects "
                 "most (without a trace: the lowest ids), as many as the layer's pools hold, read and placed by rank");
+  cmd->add_option("--prefetch", f->prefetch,
+                  "none | top-score (the next MoE layer's router on this layer's router input, SMoE) | residual "
+                  "(DALI: plus the residual calibrated by `zipmoe profile --prefetch-residuals`): read and decode the "
+                  "predicted misses of the next MoE layer while this one computes")
+      ->capture_default_str();
   cmd->add_option("--stats-json", f->stats_json, "write runtime statistics (requests per pool, misses, I/O, makespan)");
 }
 
@@ -84,6 +89,7 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std:
   c.verify_recovered = !f.no_verify_recovery;
   c.no_compression = f.no_compression;
   c.fused_recovery = !f.separate_recovery;
+  ZM_ASSIGN_OR_RETURN(c.prefetch, ParsePrefetchMode(f.prefetch));
   return c;
 }
 
@@ -135,13 +141,14 @@ void PrintRuntimeSummary(const runtime::OffloadExpertProvider& p) {
   const runtime::RuntimeStats s = p.stats();
   std::fprintf(stderr, "%s",
                fmt::format("I: runtime: policy {}, budget {:.1f} MiB (min {:.1f} MiB), pools{}, {} staging slot(s) of "
-                           "{:.1f} MiB, {} decompression worker(s), {} reads, {}, recovery {}\n",
+                           "{:.1f} MiB, {} decompression worker(s), {} reads, {}, recovery {}, prefetch {}\n",
                            cm::CachePolicyName(c.policy), c.memory_budget_bytes / 1048576.0,
                            p.minimum_budget_bytes() / 1048576.0, pools.empty() ? " none" : pools, c.staging_slots,
                            cache.staging_layout().slot_bytes / 1048576.0, c.n_workers,
                            s.direct_io ? "O_DIRECT" : "buffered",
                            c.scheduler ? "cache-affinity scheduler (Alg. 1)" : "FIFO dispatch",
-                           c.fused_recovery ? "fused into the CPU matmul" : "before compute")
+                           c.fused_recovery ? "fused into the CPU matmul" : "before compute",
+                           PrefetchModeName(p.prefetch_mode()))
                    .c_str());
 }
 

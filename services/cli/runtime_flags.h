@@ -30,6 +30,7 @@ struct RuntimeFlags {
   bool no_verify_recovery = false;
   bool no_compression = false;
   bool separate_recovery = false;  // recover BF16 before compute even for a CPU executor
+  std::string prefetch = "none";  // PrefetchMode name
   std::string stats_json;
   bool preload = false;          // fill the cache before the first request (OffloadExpertProvider::Preload)
 };

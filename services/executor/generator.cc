@@ -1,6 +1,7 @@
 #include "services/executor/generator.h"
 
 #include "common/observed_expert_provider.h"
+#include "common/file_util.h"
 #include "common/parallel.h"
 
 #include <ATen/ATen.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
@@ -90,6 +92,22 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     provider = impl->observed.get();
   }
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
+  if (provider->prefetch_mode() == PrefetchMode::kResidual) {
+    const ModelConfig& c = impl->loaded->config;
+    const std::string path = options.prefetch_residuals.empty()
+                                 ? JoinPath(options.model_dir, kPrefetchResidualsFileName)
+                                 : options.prefetch_residuals;
+    ZM_ASSIGN_OR_RETURN(PrefetchResiduals residuals, ReadPrefetchResiduals(path, c.hidden_size, c.num_hidden_layers));
+    std::vector<at::Tensor> by_layer(static_cast<size_t>(c.num_hidden_layers));
+    ZM_RETURN_IF_ERROR(TorchBoundary("prefetch residuals", [&]() -> Status {
+      for (const auto& [layer, v] : residuals.by_layer) {
+        by_layer[static_cast<size_t>(layer)] =
+            at::tensor(v, at::TensorOptions().dtype(at::kFloat)).to(load.device);
+      }
+      return Status::Ok();
+    }));
+    impl->model->set_prefetch_residuals(std::move(by_layer));
+  }
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
 }
 
@@ -321,6 +339,61 @@ Result<std::vector<GenerationResult>> Generator::Generate(const std::vector<std:
   st.tpot_seconds = st.decode_steps > 0 ? Seconds(first_token, end) / static_cast<double>(st.decode_steps) : 0.0;
   if (stats != nullptr) *stats = st;
   return results;
+}
+
+Result<PrefetchResiduals> Generator::CalibratePrefetchResiduals(const std::vector<std::vector<int32_t>>& prompts) {
+  const ModelConfig& c = impl_->loaded->config;
+  std::vector<int32_t> moe_layers;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (impl_->loaded->weights.layers[static_cast<size_t>(l)].is_moe) moe_layers.push_back(static_cast<int32_t>(l));
+  }
+  if (prompts.empty()) return Status::InvalidArgument("prefetch residual calibration: no prompts");
+  if (moe_layers.size() < 2) {
+    return Status::InvalidArgument(fmt::format(
+        "prefetch residual calibration: the model has {} MoE layer(s); prefetching needs a next MoE layer",
+        moe_layers.size()));
+  }
+  // Σ over tokens of x(next) − x(l), in double, per MoE layer with a next one.
+  std::map<int32_t, std::vector<double>> sums;
+  for (size_t i = 0; i + 1 < moe_layers.size(); ++i) sums[moe_layers[i]].assign(static_cast<size_t>(c.hidden_size), 0.0);
+  std::map<int32_t, at::Tensor> inputs;  // this forward's router inputs, float32 on the CPU
+  impl_->model->set_router_input_observer([&](int32_t layer, const at::Tensor& x) {
+    inputs[layer] = x.to(at::kCPU, at::kFloat).contiguous();
+  });
+  PrefetchResiduals out;
+  out.hidden = c.hidden_size;
+  Status status;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    inputs.clear();
+    KvCache cache = impl_->model->NewCache();
+    Result<at::Tensor> logits = impl_->model->Forward({&prompt}, {&cache}, /*all_logits=*/false);
+    if (!logits.ok()) {
+      status = logits.status();
+      break;
+    }
+    for (size_t i = 0; i + 1 < moe_layers.size(); ++i) {
+      const at::Tensor& a = inputs.at(moe_layers[i]);
+      const at::Tensor& b = inputs.at(moe_layers[i + 1]);
+      std::vector<double>& sum = sums[moe_layers[i]];
+      const float* pa = a.data_ptr<float>();
+      const float* pb = b.data_ptr<float>();
+      for (int64_t t = 0; t < a.size(0); ++t) {
+        for (int64_t h = 0; h < c.hidden_size; ++h) {
+          const int64_t k = t * c.hidden_size + h;
+          sum[static_cast<size_t>(h)] += static_cast<double>(pb[k]) - static_cast<double>(pa[k]);
+        }
+      }
+    }
+    out.calibration_tokens += static_cast<int64_t>(prompt.size());
+    ++out.calibration_prompts;
+  }
+  impl_->model->set_router_input_observer(nullptr);
+  ZM_RETURN_IF_ERROR(status);
+  for (const auto& [layer, sum] : sums) {
+    std::vector<float>& v = out.by_layer[layer];
+    for (double s : sum) v.push_back(static_cast<float>(s / static_cast<double>(out.calibration_tokens)));
+  }
+  return out;
 }
 
 Result<std::vector<float>> Generator::ForwardChunks(const std::vector<std::vector<int32_t>>& chunks) {

@@ -22,6 +22,7 @@
 #include "common/expert_provider.h"
 #include "common/model_config.h"
 #include "common/status.h"
+#include "services/executor/prefetch_residuals.h"
 #include "services/executor/sampler.h"
 
 namespace zipmoe::executor {
@@ -36,6 +37,9 @@ struct GeneratorOptions {
   // Called with every MoE layer's routing (on the generating thread) before the provider sees it;
   // empty = no observer. Used for routing traces (`zipmoe generate --trace-out`).
   std::function<void(const LayerRouting&)> on_routing;
+  // PrefetchMode::kResidual (the provider's prefetch_mode()): DALI's residual vectors
+  // (prefetch_residuals.h); "" = MODEL_DIR/prefetch_residuals.safetensors.
+  std::string prefetch_residuals;
 };
 
 struct GenerationParams {
@@ -183,6 +187,12 @@ class Generator {
   // every position: [sum of chunk sizes, vocab_size] (e.g. one chunk = prefill, T chunks of one
   // token = T decode steps). Errors: as Generate.
   Result<std::vector<float>> ForwardChunks(const std::vector<std::vector<int32_t>>& chunks);
+
+  // DALI residual calibration (prefetch_residuals.h, dali.txt Eq. 11): feeds each prompt through a
+  // fresh sequence (prefill only) and averages, over every prompt token, the difference between the
+  // next MoE layer's router input and this one's. Errors: as Generate; kInvalidArgument for no
+  // prompts or a model with fewer than two MoE layers.
+  Result<PrefetchResiduals> CalibratePrefetchResiduals(const std::vector<std::vector<int32_t>>& prompts);
 
   // A continuous-batching session over this Generator (see BatchSession).
   std::unique_ptr<BatchSession> NewSession();

@@ -55,7 +55,19 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
       if (lw.is_moe) {
         if (provider_ == nullptr)
           return Status::InvalidArgument(fmt::format("layer {} is a MoE layer but no expert provider is set", l));
-        ZM_ASSIGN_OR_RETURN(at::Tensor moe_out, MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_));
+        if (router_input_observer_) router_input_observer_(static_cast<int32_t>(l), mlp_in);
+        NextMoeLayer next;
+        const bool prefetching = provider_->prefetch_mode() != PrefetchMode::kNone;
+        for (int64_t n = l + 1; prefetching && n < c.num_hidden_layers; ++n) {
+          if (!w.layers[static_cast<size_t>(n)].is_moe) continue;
+          next.layer_id = static_cast<int32_t>(n);
+          next.weights = &w.layers[static_cast<size_t>(n)];
+          if (provider_->prefetch_mode() == PrefetchMode::kResidual && static_cast<size_t>(l) < residuals_.size())
+            next.residual = residuals_[static_cast<size_t>(l)];
+          break;
+        }
+        ZM_ASSIGN_OR_RETURN(at::Tensor moe_out,
+                            MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr));
         h = h + moe_out;
       } else {
         h = h + MlpForward(lw.dense_mlp, mlp_in);

@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/expert_provider.h"
@@ -42,12 +43,23 @@ class Model {
   Result<at::Tensor> Forward(const std::vector<const std::vector<int32_t>*>& tokens,
                              const std::vector<KvCache*>& caches, bool all_logits);
 
+  // DALI residuals for PrefetchMode::kResidual: residuals[l] ([hidden] float32, or undefined) is
+  // added to MoE layer l's router input before the next MoE layer's router predicts its experts.
+  void set_prefetch_residuals(std::vector<at::Tensor> residuals) { residuals_ = std::move(residuals); }
+  // Called in Forward with every MoE layer's router input (post_attention_layernorm output,
+  // [tokens, hidden] in the compute dtype), before the layer runs; empty = none (calibration).
+  void set_router_input_observer(std::function<void(int32_t layer_id, const at::Tensor& x)> observer) {
+    router_input_observer_ = std::move(observer);
+  }
+
  private:
   const LoadedModel& model_;
   ExpertProvider* provider_;
   at::Device device_;
   at::ScalarType dtype_;
   RotaryEmbedding rope_;
+  std::vector<at::Tensor> residuals_;  // [n_layers] (set_prefetch_residuals)
+  std::function<void(int32_t, const at::Tensor&)> router_input_observer_;
 };
 
 }  // namespace zipmoe::executor

@@ -35,6 +35,12 @@ kernels::GemmWeights ExpertMatrix(const ExpertWeightsView& ew, const void* data,
   return w;
 }
 
+// Whether MoeForward should predict for `next` at all.
+bool Predicts(const ExpertProvider& provider, const NextMoeLayer* next) {
+  return next != nullptr && next->weights != nullptr && next->layer_id >= 0 &&
+         provider.prefetch_mode() != PrefetchMode::kNone;
+}
+
 // BeginLayer with the selected experts (ascending) and the tokens routed to each.
 Status BeginLayer(ExpertProvider& provider, int32_t layer_id, const ExpertAssignment& assign) {
   LayerRouting routing;
@@ -82,15 +88,32 @@ void SoftmaxRows(float* x, int64_t n, int64_t d) {
 //   then the weighted outputs are summed in ascending expert id order and the shared output added.
 // The same bits as computing each expert alone, whichever experts share a region.
 Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
-                                 const at::Tensor& x_in, ExpertProvider& provider) {
+                                 const at::Tensor& x_in, ExpertProvider& provider, const NextMoeLayer* next) {
   const at::Tensor x = x_in.contiguous();
   const int64_t n = x.size(0), hidden = x.size(1), top_k = config.num_experts_per_tok;
   const float* xp = x.data_ptr<float>();
   const int64_t n_experts = w.router.size(0);
 
-  // 1. Router logits, shared expert gate/up, shared expert gate: one region.
+  // 1. Router logits, shared expert gate/up, shared expert gate (and the next layer's router on
+  //    x + r for prefetching): one region.
   std::vector<float> scores(static_cast<size_t>(n * n_experts));
   std::vector<kernels::GemmArgs> first = {cpu::Product(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts)};
+  const bool predict = Predicts(provider, next);
+  std::vector<float> next_scores, shifted;
+  if (predict) {
+    const at::Tensor& router = next->weights->router;
+    next_scores.resize(static_cast<size_t>(n * router.size(0)));
+    const float* in = xp;
+    if (next->residual.defined()) {
+      const at::Tensor r = next->residual.to(at::kFloat).contiguous();
+      const float* rp = r.data_ptr<float>();
+      shifted.assign(xp, xp + n * hidden);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t h = 0; h < hidden; ++h) shifted[static_cast<size_t>(t * hidden + h)] += rp[h];
+      in = shifted.data();
+    }
+    first.push_back(cpu::Product(GemmWeightsOf(router), in, n, hidden, next_scores.data(), router.size(0)));
+  }
   std::vector<cpu::MlpJob> shared;
   std::vector<float> shared_act, shared_up, shared_out, shared_gate;
   if (w.has_shared_expert) {
@@ -122,8 +145,12 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   SelectExperts(scores.data(), n, RouterParamsFor(config), topk_ids.data(), topk_weights.data());
   const ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
 
-  // 2. Announce the layer.
+  // 2. Announce the layer, then the prediction for the next one.
   ZM_RETURN_IF_ERROR(BeginLayer(provider, layer_id, assign));
+  if (predict) {
+    SoftmaxRows(next_scores.data(), n, next->weights->router.size(0));
+    provider.Prefetch(RankPredictedExperts(config, next->layer_id, next_scores.data(), n));
+  }
 
   // 3. Experts, in groups of those ready together.
   const size_t n_selected = assign.expert_ids.size();
@@ -256,10 +283,41 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
   return MlpForward(expert, x);
 }
 
+LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens) {
+  const int64_t top_k = config.num_experts_per_tok, n_experts = config.num_experts;
+  std::vector<int32_t> ids(static_cast<size_t>(n_tokens * top_k));
+  std::vector<float> weights(ids.size());
+  SelectExperts(scores, n_tokens, RouterParamsFor(config), ids.data(), weights.data());
+  std::vector<double> mass(static_cast<size_t>(n_experts), 0.0);
+  std::vector<int32_t> tokens(static_cast<size_t>(n_experts), 0);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t k = 0; k < top_k; ++k) {
+      const int32_t e = ids[static_cast<size_t>(t * top_k + k)];
+      mass[static_cast<size_t>(e)] += scores[t * n_experts + e];
+      ++tokens[static_cast<size_t>(e)];
+    }
+  }
+  std::vector<int32_t> order;
+  for (int32_t e = 0; e < n_experts; ++e) {
+    if (tokens[static_cast<size_t>(e)] > 0) order.push_back(e);
+  }
+  // Workload first (tokens routed, DALI §4.2's "high-workload experts"), then the probability mass.
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const size_t ia = static_cast<size_t>(a), ib = static_cast<size_t>(b);
+    if (tokens[ia] != tokens[ib]) return tokens[ia] > tokens[ib];
+    return mass[ia] > mass[ib];
+  });
+  LayerRouting out;
+  out.layer_id = layer_id;
+  out.expert_ids = order;
+  for (int32_t e : order) out.tokens_per_expert.push_back(tokens[static_cast<size_t>(e)]);
+  return out;
+}
+
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
-                              const at::Tensor& x, ExpertProvider& provider) {
+                              const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next) {
   if (x.is_cpu() && x.scalar_type() == at::kFloat && RunsOnCpuKernels(x, w.router))
-    return MoeForwardCpu(config, w, layer_id, x, provider);
+    return MoeForwardCpu(config, w, layer_id, x, provider, next);
   const int64_t n = x.size(0), hidden = x.size(1), top_k = config.num_experts_per_tok;
   const at::Device device = x.device();
   const at::ScalarType dtype = x.scalar_type();
@@ -272,8 +330,14 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
   SelectExperts(scores.data_ptr<float>(), n, RouterParamsFor(config), topk_ids.data(), topk_weights.data());
   const ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
 
-  // 2. Announce the layer.
+  // 2. Announce the layer, then the prediction for the next one.
   ZM_RETURN_IF_ERROR(BeginLayer(provider, layer_id, assign));
+  if (Predicts(provider, next)) {
+    at::Tensor in = x.to(at::kFloat);
+    if (next->residual.defined()) in = in + next->residual.to(in.device(), at::kFloat);
+    const at::Tensor predicted = at::softmax(Linear(in, next->weights->router), -1).to(at::kCPU).contiguous();
+    provider.Prefetch(RankPredictedExperts(config, next->layer_id, predicted.data_ptr<float>(), n));
+  }
 
   // 3. Compute each expert as it arrives; keep its weighted output for the ordered sum.
   const size_t n_selected = assign.expert_ids.size();

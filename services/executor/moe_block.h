@@ -38,11 +38,29 @@ at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x);
 // converted to x's dtype and device. Throws c10::Error for planes off the CPU.
 at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x);
 
+// The next MoE layer, for prefetching (ExpertProvider::Prefetch): its id, weights (its router) and,
+// for PrefetchMode::kResidual, the calibrated residual r added to this layer's router input
+// ([hidden] float32, or undefined for none).
+struct NextMoeLayer {
+  int32_t layer_id = -1;
+  const LayerWeights* weights = nullptr;
+  at::Tensor residual;
+};
+
+// The prediction handed to Prefetch: scores [n_tokens, n_experts] float32 softmax probabilities of
+// the next layer's router; per token the experts the architecture's top-k selection picks
+// (SelectExperts), ranked over the batch by how many tokens picked them (the workload), then by the
+// sum of their probabilities, then lower id; best first. tokens_per_expert: how many tokens picked each.
+LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens);
+
 // x: [N, hidden] (after post_attention_layernorm), in the compute dtype -> [N, hidden].
+// With `next` (and a provider whose prefetch_mode() is not kNone) the next layer's router is applied
+// to x (+ next->residual) in the same parallel region as this layer's, and its prediction is passed
+// to Prefetch right after BeginLayer; it never changes the result.
 // Errors: the provider's (BeginLayer / NextReady / EndLayer, e.g. kCorruption from storage),
 // kInvalidArgument if a lease is for an expert that was not requested, is delivered twice, or its
 // dimensions differ from the config (naming layer and expert).
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
-                              const at::Tensor& x, ExpertProvider& provider);
+                              const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next = nullptr);
 
 }  // namespace zipmoe::executor
