@@ -3,6 +3,7 @@
 // bytes} × decompression workers L ∈ {1, 2, 4}, on tiny qwen2_moe and deepseek_v2.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include <fmt/format.h>
@@ -67,6 +68,80 @@ TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudget
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest, ::testing::Values("qwen2_moe", "deepseek_v2"));
+
+// Prefetching changes what is read ahead, never what is computed: both predictors, two budgets, a
+// ranked and a global policy, on every architecture; the prediction is exercised (issued > 0) and
+// DALI's residuals come from `zipmoe profile --prefetch-residuals` on a prompt file.
+class GeneratePrefetchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GeneratePrefetchTest, LogitsAreByteEqualToAllResidentWithEveryPredictor) {
+  const std::string cached =
+      CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 2");
+  TempDir tmp;
+  const std::string dir = tmp.Sub("model");
+  ASSERT_EQ(std::system(("cp -r " + cached + " " + dir).c_str()), 0);
+  const uint64_t expert_bytes = ExpertBytes(dir);
+  testing::WriteAll(tmp.Sub("prompts.txt"),
+                    "The quick brown fox jumps over the lazy dog.\n\nA cache keeps experts close.\n"
+                    "Debian ships many manual pages.\n");
+  auto cal = RunCli(fmt::format("profile --model {} --prefetch-residuals {} --threads 1 --json", dir,
+                                tmp.Sub("prompts.txt")));
+  ASSERT_EQ(cal.exit_code, 0) << cal.output;
+  EXPECT_NE(cal.output.find("\"calibration_prompts\":3"), std::string::npos) << cal.output;
+  const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 5 "
+                                         "--ignore-eos --threads 1 --json",
+                                         dir);
+  const std::string ref = tmp.Sub("resident.bin");
+  auto r = RunCli(common + " --logits-out " + ref);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string want = ReadAll(ref);
+  for (const char* prefetch : {"top-score", "residual"}) {
+    for (const char* policy : {"zipmoe", "lru"}) {
+      for (int percent : {10, 40}) {
+        const std::string tag = fmt::format("{}-{}-{}", prefetch, policy, percent);
+        const std::string out = tmp.Sub(tag + ".bin");
+        const std::string stats = tmp.Sub(tag + ".json");
+        auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --policy {} --prefetch {} --stats-json {}",
+                                      common, out, expert_bytes * percent / 100, policy, prefetch, stats));
+        ASSERT_EQ(run.exit_code, 0) << tag << "\n" << run.output;
+        EXPECT_TRUE(ReadAll(out) == want) << tag << ": logits differ from the all-resident run";
+        const auto j = nlohmann::json::parse(ReadAll(stats));
+        EXPECT_EQ(j["prefetch"]["mode"], prefetch) << tag;
+        EXPECT_GT(j["prefetch"]["issued"].get<uint64_t>(), 0u) << tag;
+        EXPECT_LE(j["prefetch"]["used"].get<uint64_t>() + j["prefetch"]["wasted"].get<uint64_t>(),
+                  j["prefetch"]["issued"].get<uint64_t>())
+            << tag;
+        EXPECT_LE(j["arena"]["mapped_bytes"].get<uint64_t>(), expert_bytes * percent / 100) << tag;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, GeneratePrefetchTest,
+                         ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe"));
+
+TEST(GenerateRuntimeCli, PrefetchOptionsAreChecked) {
+  const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 2");
+  const std::string common =
+      fmt::format("generate --model {} --prompt-ids 5,17 --max-new-tokens 1 --memory-budget 30% ", dir);
+  auto bad = RunCli(common + "--prefetch sometimes");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("prefetch 'sometimes': unknown (want none, top-score or residual)"), std::string::npos)
+      << bad.output;
+  // residual without calibrated residual vectors: named, with the command that makes them.
+  auto missing = RunCli(common + "--prefetch residual");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("prefetch_residuals.safetensors: no residual vectors"), std::string::npos)
+      << missing.output;
+  EXPECT_NE(missing.output.find("zipmoe profile --model DIR --prefetch-residuals"), std::string::npos) << missing.output;
+  // replay has no router inputs to predict from.
+  TempDir tmp;
+  testing::WriteAll(tmp.Sub("t.jsonl"), "{\"layer\": 1, \"experts\": [0, 1]}\n");
+  auto replay = RunCli(fmt::format("replay --model {} --trace {} --memory-budget 30% --prefetch top-score", dir,
+                                   tmp.Sub("t.jsonl")));
+  EXPECT_NE(replay.exit_code, 0);
+  EXPECT_NE(replay.output.find("replay has no router inputs"), std::string::npos) << replay.output;
+}
 
 TEST(GenerateRuntimeCli, PreloadFromTheTraceServesItsRequestWithoutAMissAndTheSameLogits) {
   const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 4");
