@@ -201,6 +201,13 @@ int RunServeCommand(ServeArgs args) {
     t.recover_seconds = st.recover_seconds;
     t.budget_bytes = st.budget_bytes;
     t.arena_bytes = st.arena_bytes;
+    t.prefetch_issued = st.prefetch.issued;
+    t.prefetch_used = st.prefetch.used;
+    t.prefetch_wasted = st.prefetch.wasted;
+    t.prefetch_failed = st.prefetch.failed;
+    t.prefetch_used_bytes = st.prefetch.used_bytes;
+    t.prefetch_wasted_bytes = st.prefetch.wasted_bytes;
+    t.prefetch_mode = st.prefetch_mode;
     runtime_metrics.Update(t);
   };
   const int rc = RunServe(args, [&args, &runtime_provider]() -> Result<std::unique_ptr<ExpertProvider>> {

@@ -326,6 +326,15 @@ EmbeddedRuntimeMetrics::EmbeddedRuntimeMetrics(prometheus::Registry& registry) {
   recover_seconds_ = &secs.Add({{"op", "recover"}});
   budget_bytes_ = &prometheus::BuildGauge().Name("zipmoe_runtime_budget_bytes").Help("The runtime's memory budget.").Register(registry).Add({});
   arena_bytes_ = &prometheus::BuildGauge().Name("zipmoe_runtime_arena_bytes").Help("Bytes mapped for pools and staging.").Register(registry).Add({});
+  prefetch_experts_ = &prometheus::BuildCounter()
+                           .Name("zipmoe_runtime_prefetch_experts_total")
+                           .Help("Prefetched experts of the next MoE layer by outcome: issued, used by their layer, "
+                                 "wasted (dropped unused), failed (embedded runtime).")
+                           .Register(registry);
+  prefetch_bytes_ = &prometheus::BuildCounter()
+                         .Name("zipmoe_runtime_prefetch_bytes_total")
+                         .Help("Bytes read for prefetched experts by outcome: used or wasted (embedded runtime).")
+                         .Register(registry);
 }
 
 void EmbeddedRuntimeMetrics::Update(const Totals& t) {
@@ -346,6 +355,18 @@ void EmbeddedRuntimeMetrics::Update(const Totals& t) {
   add_d(recover_seconds_, t.recover_seconds, last_.recover_seconds);
   budget_bytes_->Set(static_cast<double>(t.budget_bytes));
   arena_bytes_->Set(static_cast<double>(t.arena_bytes));
+  auto experts = [&](const char* outcome) -> prometheus::Counter& {
+    return prefetch_experts_->Add({{"outcome", outcome}, {"mode", t.prefetch_mode}});
+  };
+  auto bytes = [&](const char* outcome) -> prometheus::Counter& {
+    return prefetch_bytes_->Add({{"outcome", outcome}, {"mode", t.prefetch_mode}});
+  };
+  add_u(&experts("issued"), t.prefetch_issued, last_.prefetch_issued);
+  add_u(&experts("used"), t.prefetch_used, last_.prefetch_used);
+  add_u(&experts("wasted"), t.prefetch_wasted, last_.prefetch_wasted);
+  add_u(&experts("failed"), t.prefetch_failed, last_.prefetch_failed);
+  add_u(&bytes("used"), t.prefetch_used_bytes, last_.prefetch_used_bytes);
+  add_u(&bytes("wasted"), t.prefetch_wasted_bytes, last_.prefetch_wasted_bytes);
   last_ = t;
 }
 

@@ -178,7 +178,10 @@ class ExecutorMetrics {
 // totals (RuntimeStats) as counters, beside CacheMetrics fed from RuntimeStats::cache:
 // zipmoe_runtime_io_ops_total, zipmoe_runtime_io_bytes_total{kind=e_chunk|sm_chunk},
 // zipmoe_runtime_io_seconds_total, zipmoe_runtime_worker_ops_total{op=decode|recover},
-// zipmoe_runtime_worker_seconds_total{op}, zipmoe_runtime_budget_bytes, zipmoe_runtime_arena_bytes.
+// zipmoe_runtime_worker_seconds_total{op}, zipmoe_runtime_budget_bytes, zipmoe_runtime_arena_bytes,
+// and prefetching (RuntimeStats::prefetch): zipmoe_runtime_prefetch_experts_total{outcome=issued|used|
+// wasted|failed} and zipmoe_runtime_prefetch_bytes_total{outcome=used|wasted} (accuracy in Grafana:
+// used / (used + wasted)), labelled with the predictor (mode="none|top-score|residual").
 // Update takes cumulative totals and adds the difference since the previous call.
 class EmbeddedRuntimeMetrics {
  public:
@@ -188,6 +191,9 @@ class EmbeddedRuntimeMetrics {
     uint64_t decode_ops = 0, recover_ops = 0;
     double decode_seconds = 0, recover_seconds = 0;
     uint64_t budget_bytes = 0, arena_bytes = 0;
+    uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_failed = 0;
+    uint64_t prefetch_used_bytes = 0, prefetch_wasted_bytes = 0;
+    std::string prefetch_mode = "none";
   };
   explicit EmbeddedRuntimeMetrics(prometheus::Registry& registry);
   EmbeddedRuntimeMetrics(const EmbeddedRuntimeMetrics&) = delete;
@@ -207,6 +213,8 @@ class EmbeddedRuntimeMetrics {
   prometheus::Counter* recover_seconds_ = nullptr;
   prometheus::Gauge* budget_bytes_ = nullptr;
   prometheus::Gauge* arena_bytes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prefetch_experts_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prefetch_bytes_ = nullptr;
 };
 
 // Every service: zipmoe_bad_messages_total (Channel::stats().bad_messages, docs/messaging.md).

@@ -299,7 +299,7 @@ TEST(ServeCli, FullQueueAnswers429) {
 TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
   const std::string model = testing::CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 7"));
   TempDir tmp;
-  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 50%", model));
+  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 50% --prefetch top-score", model));
   ASSERT_TRUE(serve.healthy()) << serve.log();
   const HttpReply reply = Http(tmp, serve.port(), "POST", "/v1/completions",
                                json{{"prompt", json::array({5, 17, 300})}, {"max_tokens", 4}}.dump());
@@ -309,7 +309,9 @@ TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
   for (const char* family : {"zipmoe_prompt_tokens_total 3", "zipmoe_generation_tokens_total 4",
                              "zipmoe_request_success_total{finished_reason=\"length\"} 1", "zipmoe_build_info{",
                              "zipmoe_cache_requests_total{", "zipmoe_runtime_io_bytes_total{kind=\"e_chunk\"}",
-                             "zipmoe_runtime_worker_ops_total{op=\"decode\"}", "zipmoe_time_to_first_token_seconds_bucket"})
+                             "zipmoe_runtime_worker_ops_total{op=\"decode\"}", "zipmoe_time_to_first_token_seconds_bucket",
+                             "zipmoe_runtime_prefetch_experts_total{mode=\"top-score\",outcome=\"issued\"}",
+                             "zipmoe_runtime_prefetch_bytes_total{mode=\"top-score\",outcome=\"wasted\"}"})
     EXPECT_NE(metrics.body.find(family), std::string::npos) << family << "\n" << metrics.body;
   WriteAll(tmp.Sub("metrics.txt"), metrics.body);
   if (std::system("command -v promtool >/dev/null 2>&1") == 0) {
