@@ -658,6 +658,13 @@ class Report:
         return "llama.cpp failed", None, None
 
     @staticmethod
+    def prefetch_view(x):
+        """A row of (m)'s sweep as seen by its prefetching zipmoe run (zipmoe_prefetch in place of zipmoe)."""
+        zp = x.get("zipmoe_prefetch") or {"ok": False, "error": "not run"}
+        return dict(x, zipmoe=zp, ratio=x.get("ratio_prefetch"), ratio_partial=x.get("ratio_prefetch_partial"),
+                    zipmoe_preload=zp.get("preload"))
+
+    @staticmethod
     def cap_why(x, rows, sw):
         """Why zipmoe lost to llama.cpp at one cap of (m)'s sweep, from the two runs' counters."""
         xl, xz = x["llama"], x["zipmoe"]
@@ -786,48 +793,54 @@ class Report:
                 f"{r:.2f} ({gib(rss['peak_rss_bytes'])} / {gib(rss['allowed_bytes'])} GiB)", r <= 1,
                 "" if r <= 1 else f"{(rss['peak_rss_bytes'] - rss['weights_bytes']) / MIB:.0f} MiB above the "
                 f"{gib(rss['weights_bytes'])} GiB of mapped checkpoint: torch, activations, KV cache and any copies")
-        r50 = next((x for x in rows if (x.get("zipmoe") or {}).get("budget_pct") == 50 and x["zipmoe"].get("ok")), None)
-        if mj.get("cold50_over_warm") is not None and r50:
-            r = mj["cold50_over_warm"]
-            zc = r50["zipmoe"]
-            io = zc.get("decode_read_bytes_per_token")
-            why = ""
-            if r > 1.5:
-                why = (f"cold and capped, zipmoe's hit rate is {f3(zc.get('hit_rate'))}: it reads "
-                       f"{(io or 0) / MIB:.0f} MiB of compressed experts per decode step"
-                       + (f" (≥ {io / (disk * 1e9):.3f} s at the disk's {disk:.2f} GB/s)" if io and disk else "")
-                       + " and decompresses them on its decompression worker, on the same 2 cores as the expert math"
-                       + (f" ({zc['decompress_s']:.1f} s of decompression and {f3(zc.get('sys_s'), 1)} s of kernel CPU "
-                          "over the run, prefill included)" if zc.get("decompress_s") is not None else "")
-                       + f"; a single cold request of {sw.get('tokens')} tokens is mostly first touches"
-                       + (f"; other work took {zc['others_cpu']:.2f} cores during the run"
-                          if (zc.get("others_cpu") or 0) > 0.3 else ""))
-            add("zipmoe cold TPOT at 50 % budget (capped) / warm TPOT", "≤ 1.5",
-                f"{r:.2f} ({f3(zc['tpot_s'], 3)} / {f3(z['tpot_s'], 4)} s)", r <= 1.5, why)
-        both = [x for x in rows if x.get("zipmoe", {}).get("ok") and not x["llama"].get("skipped")]
-        verdicts = [(x, *self.cap_verdict(x, sw)) for x in both]
-        judged = [(x, text, met, r) for x, text, met, r in verdicts if met is not None]
-        if judged:
-            num = [(r, x) for x, _, _, r in judged if r is not None]
-            mx = max(num, key=lambda t: t[0]) if num else None
-            n_to = sum(1 for x in both if x["llama"].get("timed_out"))
-            text = (f"max {mx[0]:.2f} (at {gib(mx[1]['cap_bytes'])} GiB)" if mx else "–") + \
-                (f"; llama.cpp timed out at {n_to} of {len(both)} caps" if n_to else "")
-            ok = all(met for _, _, met, _ in judged)
-            worst = max((t for t in judged if not t[2] and t[3] is not None), key=lambda t: t[3], default=None)
-            add("zipmoe / llama.cpp cold TPOT, every cap", "≤ 1", text, ok,
-                self.cap_why(worst[0], rows, sw) if worst and not ok else "")
-        half = [(x, text, met, r) for x, text, met, r in verdicts
-                if x.get("llama_holds") is not None and x["llama_holds"] <= 0.5]
-        if half:
-            hv = [(x, text, r is not None and r <= 0.25 or (r is None and met)) for x, text, met, r in half
-                  if met is not None]
-            ok = bool(hv) and all(m for _, _, m in hv)
-            worst = max(((x, r) for x, _, _, r in half if r is not None and r > 0.25), key=lambda t: t[1],
-                        default=None)
-            add("zipmoe / llama.cpp cold TPOT where llama.cpp holds ≤ half its GGUF", "≤ 0.25",
-                "; ".join(f"{text} at {gib(x['cap_bytes'])} GiB" for x, text, _, _ in half), ok,
-                self.cap_why(worst[0], rows, sw) if worst else "")
+        variants = [("zipmoe", rows, mj.get("cold50_over_warm"))]
+        pf = pc.get("sweep_prefetch")
+        if pf and any(x.get("zipmoe_prefetch") for x in rows):
+            variants.append((f"zipmoe --prefetch {pf}", [self.prefetch_view(x) for x in rows],
+                             mj.get("cold50_over_warm_prefetch")))
+        for vname, rows_v, cold50 in variants:
+            r50 = next((x for x in rows_v if (x.get("zipmoe") or {}).get("budget_pct") == 50 and x["zipmoe"].get("ok")), None)
+            if cold50 is not None and r50:
+                r = cold50
+                zc = r50["zipmoe"]
+                io = zc.get("decode_read_bytes_per_token")
+                why = ""
+                if r > 1.5:
+                    why = (f"cold and capped, zipmoe's hit rate is {f3(zc.get('hit_rate'))}: it reads "
+                           f"{(io or 0) / MIB:.0f} MiB of compressed experts per decode step"
+                           + (f" (≥ {io / (disk * 1e9):.3f} s at the disk's {disk:.2f} GB/s)" if io and disk else "")
+                           + " and decompresses them on its decompression worker, on the same 2 cores as the expert math"
+                           + (f" ({zc['decompress_s']:.1f} s of decompression and {f3(zc.get('sys_s'), 1)} s of kernel CPU "
+                              "over the run, prefill included)" if zc.get("decompress_s") is not None else "")
+                           + f"; a single cold request of {sw.get('tokens')} tokens is mostly first touches"
+                           + (f"; other work took {zc['others_cpu']:.2f} cores during the run"
+                              if (zc.get("others_cpu") or 0) > 0.3 else ""))
+                add(f"{vname} cold TPOT at 50 % budget (capped) / warm TPOT", "≤ 1.5",
+                    f"{r:.2f} ({f3(zc['tpot_s'], 3)} / {f3(z['tpot_s'], 4)} s)", r <= 1.5, why)
+            both = [x for x in rows_v if x.get("zipmoe", {}).get("ok") and not x["llama"].get("skipped")]
+            verdicts = [(x, *self.cap_verdict(x, sw)) for x in both]
+            judged = [(x, text, met, r) for x, text, met, r in verdicts if met is not None]
+            if judged:
+                num = [(r, x) for x, _, _, r in judged if r is not None]
+                mx = max(num, key=lambda t: t[0]) if num else None
+                n_to = sum(1 for x in both if x["llama"].get("timed_out"))
+                text = (f"max {mx[0]:.2f} (at {gib(mx[1]['cap_bytes'])} GiB)" if mx else "–") + \
+                    (f"; llama.cpp timed out at {n_to} of {len(both)} caps" if n_to else "")
+                ok = all(met for _, _, met, _ in judged)
+                worst = max((t for t in judged if not t[2] and t[3] is not None), key=lambda t: t[3], default=None)
+                add(f"{vname} / llama.cpp cold TPOT, every cap", "≤ 1", text, ok,
+                    self.cap_why(worst[0], rows_v, sw) if worst and not ok else "")
+            half = [(x, text, met, r) for x, text, met, r in verdicts
+                    if x.get("llama_holds") is not None and x["llama_holds"] <= 0.5]
+            if half:
+                hv = [(x, text, r is not None and r <= 0.25 or (r is None and met)) for x, text, met, r in half
+                      if met is not None]
+                ok = bool(hv) and all(m for _, _, m in hv)
+                worst = max(((x, r) for x, _, _, r in half if r is not None and r > 0.25), key=lambda t: t[1],
+                            default=None)
+                add(f"{vname} / llama.cpp cold TPOT where llama.cpp holds ≤ half its GGUF", "≤ 0.25",
+                    "; ".join(f"{text} at {gib(x['cap_bytes'])} GiB" for x, text, _, _ in half), ok,
+                    self.cap_why(worst[0], rows_v, sw) if worst else "")
         if vals:
             self.p("| measure | target | measured | met? | why missed (from this run's data) |", "|---|---|---|---|---|")
             for measure, target, value, ok, why in vals:
@@ -870,8 +883,11 @@ class Report:
                f"{sw['llama_timeout_s']} s is stopped and counted as timed out.", "")
         if plt:
             plt.figure(figsize=(6.4, 3.6))
-            for key, name, color in (("zipmoe", "zipmoe", COLORS["zipmoe"]), ("llama", "llama.cpp", "C5")):
-                pts = sorted((x["cap_bytes"] / GIB, x[key]["tpot_s"]) for x in rows if x[key].get("ok"))
+            series = [("zipmoe", "zipmoe", COLORS["zipmoe"]), ("llama", "llama.cpp", "C5")]
+            if pc.get("sweep_prefetch"):
+                series.insert(1, ("zipmoe_prefetch", f"zipmoe --prefetch {pc['sweep_prefetch']}", "C2"))
+            for key, name, color in series:
+                pts = sorted((x["cap_bytes"] / GIB, x[key]["tpot_s"]) for x in rows if (x.get(key) or {}).get("ok"))
                 if pts:
                     plt.plot([a for a, _ in pts], [b for _, b in pts], "o-", color=color, label=name)
             part = [(x["cap_bytes"] / GIB, x["llama"]["tpot_s_partial"]) for x in rows
@@ -897,9 +913,12 @@ class Report:
             plt.legend(fontsize=7)
             plt.title(f"qwen2_moe mini, cold, {sw['tokens']} tokens: TPOT vs cap", fontsize=9)
             self.fig("m_llama_peer_tpot_vs_cap.png", "TPOT vs memory cap, zipmoe and llama.cpp")
+        pf = pc.get("sweep_prefetch")
         self.p("| cap GiB | which cap | llama.cpp holds | zipmoe budget | zipmoe TPOT s | TTFT s | its preload s (MiB) | "
                "hit rate | read MiB / step | llama.cpp TPOT s | its load s | its major faults | other work z / l (cores) | "
-               "zipmoe / llama.cpp | target | met? |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "zipmoe / llama.cpp | target | met? |"
+               + (f" zipmoe --prefetch {pf}: TPOT s (prefetch accuracy) | its ratio | met? |" if pf else ""),
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if pf else ""))
         for x in rows:
             zc, lc = x["zipmoe"], x["llama"]
             target = 0.25 if x.get("llama_holds") is not None and x["llama_holds"] <= 0.5 else 1.0
@@ -930,9 +949,22 @@ class Report:
                 elif ok is not None:
                     met = "yes" if ok else "**no**"
             holds = "–" if x.get("llama_holds") is None else f"{max(0.0, x['llama_holds']):.0%}"
+            extra = ""
+            if pf:
+                v = self.prefetch_view(x)
+                zp = v["zipmoe"]
+                acc = (zp.get("prefetch") or {}).get("accuracy")
+                pt = f"{f3(zp['tpot_s'])} ({f3(acc, 2)})" if zp.get("ok") else zp.get("error", "failed").split(" (")[0]
+                pr, pm = "–", "–"
+                if zp.get("ok") and not lc.get("skipped"):
+                    text, ok, r = self.cap_verdict(v, sw)
+                    pr = text.split(" (")[0] if r is not None else text
+                    pm = ("yes" if r <= target else "**no**") if r is not None else \
+                        ("–" if ok is None else "yes" if ok else "**no**")
+                extra = f" {pt} | {pr} | {pm} |"
             self.p(f"| {gib(x['cap_bytes'])} | {x['label']} | {holds} | {zc.get('budget_pct')} % | {zt} | {lt} | "
                    f"{f3(lc.get('load_s'), 1)} | {lc.get('major_faults', '–')} | {f3(zc.get('others_cpu'), 2)} / "
-                   f"{f3(lc.get('others_cpu'), 2)} | {ratio} | ≤ {target} | {met} |")
+                   f"{f3(lc.get('others_cpu'), 2)} | {ratio} | ≤ {target} | {met} |{extra}")
         diff = [x for x in rows if x["zipmoe"].get("ok") and x["zipmoe"].get("same_tokens_as_resident") is False]
         self.p("", "zipmoe's tokens in every cold run " + (
             "equal the all-resident run's." if not diff else
@@ -942,10 +974,17 @@ class Report:
 
     def ablation_table(self, rows, read_digits):
         """(f)'s table: one row per generation (budget, system, TPOT, throughput, hit rate, MiB read, bit-exact)."""
-        self.p("| budget | system | TPOT s | tokens/s | hit rate | read MiB | = resident |", "|---|---|---|---|---|---|---|")
+        self.p("| budget | system | TPOT s | tokens/s | hit rate | read MiB | prefetch accuracy (used / issued) | "
+               "wasted MiB | = resident |", "|---|---|---|---|---|---|---|---|---|")
         for r in rows:
+            if not r.get("ok"):
+                self.p(f"| {r['budget_pct']}% | {r['system']} | failed: {r.get('error', '')[:120]} | | | | | | |")
+                continue
+            pf = r.get("prefetch") or {}
+            acc = (f"{f3(pf.get('accuracy'), 2)} ({pf.get('used')} / {pf.get('issued')})" if pf.get("issued") else "–")
+            wasted = f"{pf['wasted_bytes'] / MIB:.{read_digits}f}" if pf.get("issued") else "–"
             self.p(f"| {r['budget_pct']}% | {r['system']} | {f3(r['tpot_s'])} | {f3(r['tokens_per_s'], 2)} | "
-                   f"{f3(r.get('hit_rate'))} | {r['read_bytes'] / MIB:.{read_digits}f} | "
+                   f"{f3(r.get('hit_rate'))} | {r['read_bytes'] / MIB:.{read_digits}f} | {acc} | {wasted} | "
                    f"{'yes' if r['bit_identical'] else '**NO**'} |")
 
     def exp_t(self):

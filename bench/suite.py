@@ -58,6 +58,9 @@ PROMPTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", 
 # the WSUS Server to a target machine", 70 characters) and "plan_prompts" (how many from PLAN_INDEX).
 PLAN_INDEX = 100
 LOAD_INDEX = 200      # (l): the HTTP load test's requests start here
+RESIDUAL_INDEX = 300  # DALI residual calibration (`zipmoe profile --prefetch-residuals`): prompts from here
+# Prefetching systems (--prefetch, ExpertProvider::Prefetch): "<policy>+<predictor>".
+PREFETCHERS = ("top-score", "residual")
 EMBEDDING_STD = 1.0  # docs/synth.md "Embedding scale": keeps decode-time routing token-dependent
 ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shares of trained MoE models
 
@@ -67,13 +70,14 @@ POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "mmap"]
 # `extra_rounds` more while a system's best run shared the cores with > OTHERS_MAX cores of other work; cold
 # sweep: caps where llama.cpp holds `llama_fractions` of its GGUF, where zipmoe's budget is `zipmoe_pcts` % of
 # the expert bytes (llama.cpp runs there too only with `llama_at_zipmoe_pcts`), and zipmoe's smallest cap (one
-# staging slot); `cold_tokens` new tokens per cold run; llama.cpp runs longer than `llama_timeout_s` time out.
+# staging slot); `cold_tokens` new tokens per cold run; llama.cpp runs longer than `llama_timeout_s` time out;
+# zipmoe runs each cap a second time with `--prefetch sweep_prefetch` (None: not).
 PEER_SEED = 12345
 OTHERS_MAX = 0.3
-PEER_QUICK = {"prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 2, "extra_rounds": 1, "membw_reps": 5,
+PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 2, "extra_rounds": 1, "membw_reps": 5,
               "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50], "llama_at_zipmoe_pcts": False,
               "llama_timeout_s": 45, "zipmoe_timeout_s": 300}
-PEER_FULL = {"prompt_len": 64, "warm_decode": 32, "zipmoe_reps": 3, "rounds": 3, "extra_rounds": 2, "membw_reps": 8,
+PEER_FULL = {"sweep_prefetch": "residual", "prompt_len": 64, "warm_decode": 32, "zipmoe_reps": 3, "rounds": 3, "extra_rounds": 2, "membw_reps": 8,
              "cold_tokens": 16, "llama_fractions": [1.0, 0.85, 0.7, 0.5, 0.3], "zipmoe_pcts": [50, 25, 10],
              "llama_at_zipmoe_pcts": True, "llama_timeout_s": 600, "zipmoe_timeout_s": 1800}
 MODES = {
@@ -86,6 +90,7 @@ MODES = {
               "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
                        "max_prompt_chars": 400},
               "peer": PEER_QUICK,
+              "residual_prompts": 16, "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+residual"],
               "trained": {"tokens": 32, "budgets": [25, 50], "routing_prompts": 16, "routing_prompts_mini": 6}},
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
@@ -97,6 +102,8 @@ MODES = {
              "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 16, "max_tokens": 32,
                       "max_prompt_chars": 1000},
              "peer": PEER_FULL,
+             "residual_prompts": 64,
+             "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+top-score", "lru+residual"],
              "trained": {"tokens": 64, "budgets": [10, 25, 50], "routing_prompts": 32, "routing_prompts_mini": 16}},
 }
 
@@ -197,6 +204,7 @@ class Suite:
         if not os.path.exists(os.path.join(zstd, "profile.json")):
             bl.log(f"profile {zstd}")
             self.zm("profile", "--model", zstd, log=f"profile-{arch}-{preset}.log", cold=True)
+        self.calibrate_residuals(zstd, f"{arch}-{preset}")
         info = json.loads(subprocess.run([self.zipmoe, "inspect", zstd, "--json"], capture_output=True, text=True,
                                          check=True).stdout)
         m = {"arch": arch, "preset": preset, "root": root, "hf": hf, "zstd": zstd, "inspect": info,
@@ -204,6 +212,22 @@ class Suite:
              "expert_bytes": int(info["expert_bytes_raw"]), "prepare_s": time.time() - t0}
         self.models[(arch, preset)] = m
         return m
+
+    def calibrate_residuals(self, zstd, name):
+        """DALI's residual vectors (`--prefetch residual`) for the compressed dir, once: `zipmoe profile
+        --prefetch-residuals` over cfg["residual_prompts"] ShareGPT prompts from RESIDUAL_INDEX (none of them
+        a measured prompt), 128 tokens each at most."""
+        if os.path.exists(os.path.join(zstd, "prefetch_residuals.safetensors")):
+            return
+        prompts = os.path.join(self.out, f"residual-prompts-{name}.txt")
+        data = json.load(open(PROMPTS_FILE))
+        n = self.cfg["residual_prompts"]
+        lines = [" ".join(d["conversations"][0]["value"].split()) for d in data[RESIDUAL_INDEX:RESIDUAL_INDEX + n]]
+        with open(prompts, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        bl.log(f"prefetch residuals {zstd} ({n} prompts from #{RESIDUAL_INDEX})")
+        self.zm("profile", "--model", zstd, "--prefetch-residuals", prompts, "--calibration-prompts", str(n),
+                "--calibration-max-tokens", "128", "--threads", str(self.threads), log=f"residuals-{name}.log")
 
     # ---------------------------------------------------------------- runs
     def prompt_args(self, index=None):
@@ -306,6 +330,11 @@ class Suite:
         }
         for p in ("lru", "fifo", "lfu", "marking", "full-load"):
             table[p] = (z, ["--policy", p])
+        if "+" in system:  # "<system>+<predictor>": the same system, prefetching the next MoE layer
+            base, predictor = system.split("+", 1)
+            assert predictor in PREFETCHERS, system
+            model_dir, extra = table[base]
+            return model_dir, extra + ["--prefetch", predictor]
         return table[system]
 
     def run(self, m, system, pct, tokens, batch=1, tag_extra=""):
@@ -347,7 +376,7 @@ class Suite:
                     "wall_s": r["wall_s"], "total_s": s.get("total_s"), "text": j.get("text"), "peak_bytes": r["peak_bytes"], "bit_identical": same,
                     "generated_tokens": s.get("generated_tokens"), "stats": s})
         if system != "mmap":
-            row.update({"hit_rate": s["requests"].get("hit_rate"),
+            row.update({"hit_rate": s["requests"].get("hit_rate"), "prefetch": s.get("prefetch"),
                         "read_bytes": s["io"]["bytes_e"] + s["io"]["bytes_sm"],
                         "makespan_over_bound": s.get("mean_makespan_over_bound"),
                         "layer_ratios": [l.get("mean_makespan_over_bound") for l in s.get("layers", [])
@@ -463,7 +492,10 @@ class Suite:
             bl.log(f"compress {hf} -> {zstd}")
             self.zm("compress", hf, zstd, "--codec", "zstd", "--force", log=f"compress-{TRAINED}.log")
             self.zm("profile", "--model", zstd, log=f"profile-{TRAINED}.log", cold=True)
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(zstd, "prefetch_residuals.safetensors"))
             open(stamp, "w").write(digest + "\n")
+        self.calibrate_residuals(zstd, TRAINED)
         info = json.loads(subprocess.run([self.zipmoe, "inspect", zstd, "--json"], capture_output=True, text=True,
                                          check=True).stdout)
         m = {"arch": "qwen2_moe", "preset": "trained", "root": hf, "hf": hf, "zstd": zstd, "inspect": info,
@@ -481,7 +513,7 @@ class Suite:
         self.reference(m, tc["tokens"])
         rows = []
         for pct in tc["budgets"]:
-            for system in ("fifo", "lru", "marking", "zipmoe-noplan", "zipmoe"):
+            for system in ("fifo", "lru", "marking", "zipmoe-noplan", "zipmoe", *self.cfg["prefetch_systems"]):
                 rows.append(self.run(m, system, pct, tc["tokens"]))
         routing = []
         for name, mm, n in ((f"{TRAINED} (trained)", m, tc["routing_prompts"]),
@@ -587,7 +619,7 @@ class Suite:
     def exp_f(self, m):
         rows = []
         for pct in self.cfg["ablation_budgets"]:
-            for system in ("fifo", "lru", "marking", "zipmoe-noplan", "zipmoe"):
+            for system in ("fifo", "lru", "marking", "zipmoe-noplan", "zipmoe", *self.cfg["prefetch_systems"]):
                 rows.append(self.run(m, system, pct, self.cfg["tokens"]))
         self.save(f"f_ablation_{m['arch']}", {"rows": [self.public(r) for r in rows]})
 
@@ -970,6 +1002,8 @@ class Suite:
                     and x["zipmoe"].get("ok")), None)
         if zw and r50:
             res["cold50_over_warm"] = r50["zipmoe"]["tpot_s"] / zw["tpot_s"]
+            if (r50.get("zipmoe_prefetch") or {}).get("ok"):
+                res["cold50_over_warm_prefetch"] = r50["zipmoe_prefetch"]["tpot_s"] / zw["tpot_s"]
         self.save("m_llama_peer", res)
 
     def peer_sweep(self, m, pc, res, gguf, llama_cmd, ids_s, resident_ids):
@@ -1008,47 +1042,12 @@ class Suite:
             budget = max(zmin or 0, min(E, cap - oz))
             row = {"cap_bytes": cap, "label": label,
                    "llama_holds": (cap - ol) / G if G and ol else None}
-            model_dir, extra = self.system_args(m, "zipmoe")
-            tag = f"m-cold-zipmoe-{cap // bl.MIB}MiB"
-            stats = os.path.join(self.out, "runs", tag + ".json")
-            os.makedirs(os.path.dirname(stats), exist_ok=True)
-            r = self.run_group([self.zipmoe, "generate", "--model", model_dir, "--prompt-ids", ids_s, "--max-new-tokens",
-                                str(n), "--ignore-eos", "--threads", str(self.threads), "--json", "--memory-budget",
-                                str(budget), "--stats-json", stats, "--preload", *extra], tag + ".log", capped=True,
-                               limit=cap, cold=True, timeout=pc["zipmoe_timeout_s"])
-            j = self.last_json(r["stdout"]) if r["rc"] == 0 else None
-            # --preload: like llama.cpp paging its GGUF in while loading, zipmoe fills its pools to the plan
-            # before the request (counted in its TTFT, not its TPOT); the line says how long and how much.
-            with contextlib.suppress(OSError):
-                pm = re.search(r"I: preload: (\d+) experts .* in ([0-9.]+) s \(([0-9.]+) MiB read\)",
-                               open(os.path.join(self.logs, tag + ".log")).read())
-                if pm:
-                    row["zipmoe_preload"] = {"experts": int(pm.group(1)), "seconds": float(pm.group(2)),
-                                             "read_mib": float(pm.group(3))}
-            z = {"budget_bytes": budget, "budget_pct": round(100 * budget / E, 1), "ok": j is not None,
-                 "timed_out": r["timed_out"], "oom": r["oom_kills"] > 0, "peak_bytes": r["peak_bytes"],
-                 "wall_s": r["wall_s"], "others_cpu": r["others_cpu"], "major_faults": r["major_faults"],
-                 "minor_faults": r["minor_faults"], "sys_s": r["sys_s"], "user_s": r["user_s"]}
-            if j:
-                st = json.load(open(stats)) if os.path.exists(stats) else {}
-                io = st.get("io") or {}
-                pre = (st.get("prefill") or {}).get("io") or {}
-                read = io.get("bytes_e", 0) + io.get("bytes_sm", 0)
-                steps = max(1, len(j["generated_ids"]) - 1)
-                z.update({"tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"], "hit_rate": (st.get("requests") or {}).get("hit_rate"),
-                          "read_bytes": read, "decode_read_bytes_per_token":
-                              max(0, read - pre.get("bytes_e", 0) - pre.get("bytes_sm", 0)) / steps,
-                          "generated_ids": j["generated_ids"], "arena_bytes": (st.get("arena") or {}).get("mapped_bytes"),
-                          "decompress_s": (st.get("decode") or {}).get("seconds"), "io_s": io.get("seconds"),
-                          "evictions": sum(p.get("evictions", 0) for p in (st.get("pools") or {}).values()),
-                          "same_tokens_as_resident": resident_ids is not None and j["generated_ids"] == resident_ids[:len(j["generated_ids"])]})
-                if resident_ids is not None and not z["same_tokens_as_resident"]:
-                    self.failures.append(tag)
-            else:
-                z["error"] = ("OOM-killed under the cap" if z["oom"] else f"exit {r['rc']}") + f" (logs/{tag}.log)"
-            row["zipmoe"] = z
-            bl.log(f"m: cap {cap / bl.GIB:.2f} GiB: zipmoe budget {z['budget_pct']} %: "
-                   + (f"tpot {z['tpot_s']:.3f} s" if z["ok"] else z["error"]))
+            row["zipmoe"] = z = self.cold_zipmoe(m, pc, cap, budget, "zipmoe", ids_s, resident_ids)
+            if z.get("preload"):
+                row["zipmoe_preload"] = z["preload"]
+            if pc.get("sweep_prefetch"):
+                row["zipmoe_prefetch"] = self.cold_zipmoe(m, pc, cap, budget, f"zipmoe+{pc['sweep_prefetch']}", ids_s,
+                                                          resident_ids)
             lrow = {"ok": False, "skipped": True}
             if gguf and with_llama:
                 tag = f"m-cold-llama-{cap // bl.MIB}MiB"
@@ -1083,9 +1082,62 @@ class Suite:
                 row["ratio"] = z["tpot_s"] / lrow["tpot_s"]
             elif z["ok"] and lrow.get("tpot_s_partial"):
                 row["ratio_partial"] = z["tpot_s"] / lrow["tpot_s_partial"]
+            zp = row.get("zipmoe_prefetch") or {}
+            if zp.get("ok") and lrow["ok"]:
+                row["ratio_prefetch"] = zp["tpot_s"] / lrow["tpot_s"]
+            elif zp.get("ok") and lrow.get("tpot_s_partial"):
+                row["ratio_prefetch_partial"] = zp["tpot_s"] / lrow["tpot_s_partial"]
             rows.append(row)
         out["rows"] = rows
         return out
+
+    def cold_zipmoe(self, m, pc, cap, budget, system, ids_s, resident_ids):
+        """One cold zipmoe run of (m)'s sweep under `cap` (--preload, like llama.cpp paging its GGUF in)."""
+        n = pc["cold_tokens"]
+        z_preload = None
+        model_dir, extra = self.system_args(m, system)
+        tag = f"m-cold-{system.replace('+', '-')}-{cap // bl.MIB}MiB"
+        stats = os.path.join(self.out, "runs", tag + ".json")
+        os.makedirs(os.path.dirname(stats), exist_ok=True)
+        r = self.run_group([self.zipmoe, "generate", "--model", model_dir, "--prompt-ids", ids_s, "--max-new-tokens",
+                            str(n), "--ignore-eos", "--threads", str(self.threads), "--json", "--memory-budget",
+                            str(budget), "--stats-json", stats, "--preload", *extra], tag + ".log", capped=True,
+                           limit=cap, cold=True, timeout=pc["zipmoe_timeout_s"])
+        j = self.last_json(r["stdout"]) if r["rc"] == 0 else None
+        # --preload: like llama.cpp paging its GGUF in while loading, zipmoe fills its pools to the plan
+        # before the request (counted in its TTFT, not its TPOT); the line says how long and how much.
+        with contextlib.suppress(OSError):
+            pm = re.search(r"I: preload: (\d+) experts .* in ([0-9.]+) s \(([0-9.]+) MiB read\)",
+                           open(os.path.join(self.logs, tag + ".log")).read())
+            if pm:
+                z_preload = {"experts": int(pm.group(1)), "seconds": float(pm.group(2)), "read_mib": float(pm.group(3))}
+        z = {"system": system, "budget_bytes": budget, "budget_pct": round(100 * budget / m["expert_bytes"], 1),
+             "ok": j is not None, "preload": z_preload,
+             "timed_out": r["timed_out"], "oom": r["oom_kills"] > 0, "peak_bytes": r["peak_bytes"],
+             "wall_s": r["wall_s"], "others_cpu": r["others_cpu"], "major_faults": r["major_faults"],
+             "minor_faults": r["minor_faults"], "sys_s": r["sys_s"], "user_s": r["user_s"]}
+        if j:
+            st = json.load(open(stats)) if os.path.exists(stats) else {}
+            io = st.get("io") or {}
+            pre = (st.get("prefill") or {}).get("io") or {}
+            read = io.get("bytes_e", 0) + io.get("bytes_sm", 0)
+            steps = max(1, len(j["generated_ids"]) - 1)
+            z.update({"tpot_s": j["tpot_s"], "ttft_s": j["ttft_s"],
+                      "hit_rate": (st.get("requests") or {}).get("hit_rate"), "read_bytes": read,
+                      "decode_read_bytes_per_token": max(0, read - pre.get("bytes_e", 0) - pre.get("bytes_sm", 0)) / steps,
+                      "generated_ids": j["generated_ids"], "arena_bytes": (st.get("arena") or {}).get("mapped_bytes"),
+                      "decompress_s": (st.get("decode") or {}).get("seconds"), "io_s": io.get("seconds"),
+                      "evictions": sum(p.get("evictions", 0) for p in (st.get("pools") or {}).values()),
+                      "prefetch": st.get("prefetch"),
+                      "same_tokens_as_resident": resident_ids is not None
+                      and j["generated_ids"] == resident_ids[:len(j["generated_ids"])]})
+            if resident_ids is not None and not z["same_tokens_as_resident"]:
+                self.failures.append(tag)
+        else:
+            z["error"] = ("OOM-killed under the cap" if z["oom"] else f"exit {r['rc']}") + f" (logs/{tag}.log)"
+        bl.log(f"m: cap {cap / bl.GIB:.2f} GiB: {system} budget {z['budget_pct']} %: "
+               + (f"tpot {z['tpot_s']:.3f} s" if z["ok"] else z["error"]))
+        return z
 
     def exp_i(self):
         gpu = self.meta["machine"].get("gpu")
