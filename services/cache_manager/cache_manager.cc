@@ -135,9 +135,9 @@ struct CacheManager::Placement {
 Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manifest, const CacheConfig& config) {
   std::unique_ptr<CacheManager> m(new CacheManager());
   m->config_ = config;
-  m->marking_rng_.seed(config.marking_seed);
   ZM_ASSIGN_OR_RETURN(m->layout_, ModelLayout::FromManifest(manifest));
   const ModelLayout& layout = m->layout_;
+  m->rules_ = MakeCachePolicyRules(config.policy, config, layout.n_layers(), layout.n_experts());
   const int32_t n_layers = layout.n_layers();
   if (config.tolerance < 0) {
     return Status::InvalidArgument(fmt::format("cache config: tolerance δ = {} must be >= 0", config.tolerance));
@@ -155,7 +155,7 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
         config.staging_slots, m->staging_layout_.slot_bytes, staging_bytes, config.budget_bytes));
   }
   std::array<uint32_t, kPoolCount> n_slots{};
-  if (config.policy == CachePolicy::kZipMoe) {
+  if (m->rules_->per_layer()) {
     ZM_ASSIGN_OR_RETURN(m->enabled_, ParsePoolSet(config.pools));
     if (static_cast<int32_t>(config.plan.capacity.size()) != n_layers) {
       return Status::InvalidArgument(fmt::format("cache plan: {} layer rows, the model has {} layers",
@@ -179,7 +179,7 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
       }
     }
   } else {
-    m->enabled_[PoolIndex(Pool::kF)] = config.policy != CachePolicy::kFullLoad;
+    m->enabled_[PoolIndex(Pool::kF)] = m->rules_->caches();
     const uint64_t stride = AlignSlotBytes(layout.slot_bytes(Pool::kF));
     if (m->enabled_[PoolIndex(Pool::kF)] && stride > 0) {
       uint64_t experts = 0;
@@ -253,21 +253,33 @@ int32_t CacheManager::Capacity(int32_t layer_id, Pool p) const {
 }
 
 Result<ExpertLookup> CacheManager::Lookup(int32_t layer_id, int32_t expert_id) {
+  return LookupOrPin(layer_id, expert_id, /*activation=*/true);
+}
+
+Result<ExpertLookup> CacheManager::Pin(int32_t layer_id, int32_t expert_id) {
+  return LookupOrPin(layer_id, expert_id, /*activation=*/false);
+}
+
+Result<ExpertLookup> CacheManager::LookupOrPin(int32_t layer_id, int32_t expert_id, bool activation) {
   if (!Known(layer_id, expert_id)) {
-    return Status::InvalidArgument(fmt::format("cache lookup: layer {} expert {} is not in the manifest", layer_id,
-                                               expert_id));
+    return Status::InvalidArgument(fmt::format("cache {}: layer {} expert {} is not in the manifest",
+                                               activation ? "lookup" : "pin", layer_id, expert_id));
   }
   ExpertLookup out;
   out.layer_id = layer_id;
   out.expert_id = expert_id;
   out.layout = layout_.Find(layer_id, expert_id);
   std::lock_guard<std::mutex> lock(mu_);
-  frequency_.Record(layer_id, expert_id, ++tick_);
-  ++counters_.lookups;
+  if (activation) {
+    frequency_.Record(layer_id, expert_id, ++tick_);
+    ++counters_.lookups;
+  }
   const Entry& entry = EntryOf(layer_id, expert_id);
   if (entry.pool < 0) {
-    ++counters_.misses;
-    ++counters_.layer_requests[layer_id][static_cast<int>(CompressionState::kMiss)];
+    if (activation) {
+      ++counters_.misses;
+      ++counters_.layer_requests[layer_id][static_cast<int>(CompressionState::kMiss)];
+    }
     return out;
   }
   const Pool p = PoolAt(entry.pool);
@@ -275,10 +287,12 @@ Result<ExpertLookup> CacheManager::Lookup(int32_t layer_id, int32_t expert_id) {
   ZM_CHECK(slot.state == SlotState::kResident) << "layer " << layer_id << " expert " << expert_id;
   ++slot.pins;
   ++live_pins_;
-  if (config_.policy == CachePolicy::kMarking) slot.marked = true;
   out.state = PoolState(p);
-  ++counters_.pools[entry.pool].requests;
-  ++counters_.layer_requests[layer_id][static_cast<int>(out.state)];
+  if (activation) {
+    rules_->OnHit(layer_id, expert_id);
+    ++counters_.pools[entry.pool].requests;
+    ++counters_.layer_requests[layer_id][static_cast<int>(out.state)];
+  }
   uint8_t* base = arena_->SlotData(entry.pool, entry.slot);
   out.slot_offset = arena_->SlotOffset(entry.pool, entry.slot);
   if (base != nullptr) {
@@ -310,91 +324,35 @@ bool CacheManager::HasRoomLocked(int32_t layer_id, Pool p) const {
   return occupancy_[layer_id][PoolIndex(p)] < config_.plan.capacity[layer_id][PoolIndex(p)];
 }
 
-uint32_t CacheManager::PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked) const {
-  *pinned_blocked = false;
+uint32_t CacheManager::PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked) {
   const int pi = PoolIndex(p);
-  bool any_pinned = false;
-  if (!Global()) {
-    // Least frequent unpinned resident of (layer, pool), ties least recently used; it must rank
-    // behind the newcomer, or the newcomer does not belong here more than it does.
-    int32_t worst = -1;
+  std::vector<ResidentSlot> residents;
+  bool busy = false;
+  if (!Global()) {  // the pool's residents of this layer, by expert id
+    int32_t resident = 0;
     for (int32_t e = 0; e < layout_.n_experts(); ++e) {
       const Entry& entry = EntryOf(layer_id, e);
-      if (e == expert_id || entry.pool != pi) continue;
-      if (slots_[pi][entry.slot].pins > 0) {
-        any_pinned = true;
-        continue;
-      }
-      if (worst < 0 || frequency_.Ahead(layer_id, worst, e)) worst = e;
+      if (entry.pool != pi) continue;
+      const SlotInfo& info = slots_[pi][entry.slot];
+      residents.push_back({entry.slot, layer_id, e, info.pins > 0, true, info.inserted_tick});
+      ++resident;
     }
-    if (worst < 0) {
-      *pinned_blocked = any_pinned || occupancy_[layer_id][pi] > 0;
-      return SlotArena::kNoSlot;
-    }
-    if (!frequency_.Ahead(layer_id, expert_id, worst)) return SlotArena::kNoSlot;
-    return EntryOf(layer_id, worst).slot;
-  }
-  // Global baselines: the newcomer always replaces the policy's victim.
-  uint32_t victim = SlotArena::kNoSlot;
-  auto behind = [&](const SlotInfo& a, const SlotInfo& b) {  // a is a better victim than b
-    switch (config_.policy) {
-      case CachePolicy::kFifo: return a.inserted_tick < b.inserted_tick;
-      case CachePolicy::kLfu: {
-        const uint64_t ca = frequency_.count(a.layer_id, a.expert_id), cb = frequency_.count(b.layer_id, b.expert_id);
-        if (ca != cb) return ca < cb;
-        break;
-      }
-      default: break;
-    }
-    return frequency_.last_use(a.layer_id, a.expert_id) < frequency_.last_use(b.layer_id, b.expert_id);
-  };
-  for (uint32_t s = 0; s < slots_[pi].size(); ++s) {
-    const SlotInfo& info = slots_[pi][s];
-    if (info.state != SlotState::kResident) {
-      any_pinned |= info.state != SlotState::kFree;
-      continue;
-    }
-    if (info.pins > 0) {
-      any_pinned = true;
-      continue;
-    }
-    if (victim == SlotArena::kNoSlot || behind(info, slots_[pi][victim])) victim = s;
-  }
-  if (victim == SlotArena::kNoSlot) *pinned_blocked = any_pinned;
-  return victim;
-}
-
-uint32_t CacheManager::PickMarkingVictimLocked(Pool p, bool* pinned_blocked) {
-  *pinned_blocked = false;
-  std::vector<SlotInfo>& slots = slots_[PoolIndex(p)];
-  auto collect = [&](std::vector<uint32_t>* unmarked, bool* any_unmarked, bool* any_busy) {
-    for (uint32_t s = 0; s < slots.size(); ++s) {
-      const SlotInfo& info = slots[s];
+    busy = occupancy_[layer_id][pi] > resident;  // slots being filled or retired
+  } else {  // every resident of the pool, in slot order
+    for (uint32_t s = 0; s < slots_[pi].size(); ++s) {
+      const SlotInfo& info = slots_[pi][s];
       if (info.state == SlotState::kFree) continue;
-      if (info.state != SlotState::kResident || info.pins > 0) {
-        *any_busy = true;
-        *any_unmarked |= info.state == SlotState::kResident && !info.marked;
-        continue;
-      }
-      if (!info.marked) {
-        *any_unmarked = true;
-        unmarked->push_back(s);
-      }
+      const bool resident = info.state == SlotState::kResident;
+      busy |= !resident;
+      residents.push_back({s, info.layer_id, info.expert_id, !resident || info.pins > 0, resident, info.inserted_tick});
     }
-  };
-  std::vector<uint32_t> candidates;
-  bool any_unmarked = false, any_busy = false;
-  collect(&candidates, &any_unmarked, &any_busy);
-  if (!any_unmarked) {  // every resident is marked: a new phase begins
-    for (SlotInfo& info : slots) info.marked = false;
-    any_busy = false;
-    collect(&candidates, &any_unmarked, &any_busy);
   }
-  if (candidates.empty()) {
-    *pinned_blocked = any_busy;
-    return SlotArena::kNoSlot;
-  }
-  return candidates[marking_rng_() % candidates.size()];
+  const VictimChoice c = rules_->PickVictim(View(), layer_id, expert_id, p, residents, busy);
+  *pinned_blocked = c.index < 0 && c.pinned_blocked;
+  if (c.index < 0) return SlotArena::kNoSlot;
+  const ResidentSlot& victim = residents.at(static_cast<size_t>(c.index));
+  ZM_CHECK(!victim.pinned) << "policy " << CachePolicyName(config_.policy) << " chose a pinned victim";
+  return victim.slot;
 }
 
 void CacheManager::ReleaseSlotLocked(Pool p, uint32_t slot) {
@@ -445,7 +403,7 @@ uint32_t CacheManager::TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_i
   s.expert_id = expert_id;
   s.pins = 1;  // the admission's own pin, dropped at commit
   s.inserted_tick = ++insert_seq_;
-  s.marked = config_.policy == CachePolicy::kMarking;  // the requested page is marked on its miss too
+  rules_->OnPlaced(layer_id, expert_id);
   ++live_pins_;
   ++occupancy_[layer_id][PoolIndex(p)];
   return *slot;
@@ -469,29 +427,18 @@ Status CacheManager::DecideLocked(int32_t layer_id, int32_t expert_id, Available
     have.bf16 |= cached.bf16;
   }
 
-  // Candidate pools, in hierarchy order.
-  std::vector<Pool> candidates;
-  if (config_.policy == CachePolicy::kZipMoe) {
-    result.rank = frequency_.Rank(layer_id, expert_id);
-    int64_t tau = 0;
-    for (Pool p : kPoolOrder) {
-      if (!enabled_[PoolIndex(p)]) continue;
-      tau += config_.plan.capacity[layer_id][PoolIndex(p)];
-      if (result.rank < tau + config_.tolerance) candidates.push_back(p);  // r < τ_i
+  // Candidate pools, in hierarchy order (the policy's admission rule).
+  const std::vector<Pool> candidates = rules_->Candidates(View(), layer_id, expert_id, &result.rank);
+  if (candidates.empty()) {  // not cached after this use (e.g. ranked past every threshold)
+    if (cur >= 0) {
+      DetachLocked(layer_id, expert_id);
+      result.outcome = AdmitOutcome::kRemoved;
+      result.state = CompressionState::kMiss;
+    } else {
+      result.outcome = AdmitOutcome::kDropped;
+      ++counters_.drops;
     }
-    if (candidates.empty()) {  // past every threshold: not cached after this use
-      if (cur >= 0) {
-        DetachLocked(layer_id, expert_id);
-        result.outcome = AdmitOutcome::kRemoved;
-        result.state = CompressionState::kMiss;
-      } else {
-        result.outcome = AdmitOutcome::kDropped;
-        ++counters_.drops;
-      }
-      return Status::Ok();
-    }
-  } else if (config_.policy != CachePolicy::kFullLoad) {
-    candidates.push_back(Pool::kF);
+    return Status::Ok();
   }
 
   for (Pool p : candidates) {
@@ -502,9 +449,7 @@ Status CacheManager::DecideLocked(int32_t layer_id, int32_t expert_id, Available
     if (!Fillable(p, have)) continue;
     if (!HasRoomLocked(layer_id, p)) {
       bool pinned_blocked = false;
-      const uint32_t victim = config_.policy == CachePolicy::kMarking
-                                  ? PickMarkingVictimLocked(p, &pinned_blocked)
-                                  : PickVictimLocked(layer_id, expert_id, p, &pinned_blocked);
+      const uint32_t victim = PickVictimLocked(layer_id, expert_id, p, &pinned_blocked);
       if (victim == SlotArena::kNoSlot) {
         if (pinned_blocked) {
           ++result.pinned_skips;
@@ -652,7 +597,7 @@ std::vector<uint64_t> CacheManager::SortedCounts(int32_t layer_id) const {
 
 std::array<int32_t, kPoolCount> CacheManager::Thresholds(int32_t layer_id) const {
   std::array<int32_t, kPoolCount> tau{};
-  if (config_.policy != CachePolicy::kZipMoe || layer_id < 0 || layer_id >= layout_.n_layers()) return tau;
+  if (Global() || layer_id < 0 || layer_id >= layout_.n_layers()) return tau;
   int32_t sum = 0;
   for (Pool p : kPoolOrder) {
     if (!enabled_[PoolIndex(p)]) continue;

@@ -24,7 +24,9 @@
 //   4. Drop the leases (SlotLease destructor, or Release()).
 // Baseline policies (CachePolicy) use the same calls: lru / fifo / lfu / marking keep full BF16 tensors in a
 // single global F pool of floor(budget / F slot bytes) experts (MoE-Infinity-like), full-load
-// caches nothing.
+// caches nothing. What differs between policies (admission candidates, victim choice) lives in
+// services/cache_manager/policies/, one file per policy, behind CachePolicyRules (policy.h); this
+// class is the mechanism they share.
 //
 // Thread-safety: every method may be called from any thread. One mutex (mu_) guards all tables:
 // residency, slot states and pins, arena free lists, frequencies, counters. No I/O and no byte
@@ -36,7 +38,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@
 #include "common/status.h"
 #include "kernels/host_registration.h"
 #include "services/cache_manager/expert_frequency.h"
+#include "services/cache_manager/policies/policy.h"
 #include "services/cache_manager/pool_layout.h"
 
 namespace zipmoe::cache_manager {
@@ -215,6 +217,10 @@ class CacheManager {
   // One activation of (layer, expert) + its cached form, pinned. Errors: kInvalidArgument
   // (unknown layer/expert).
   Result<ExpertLookup> Lookup(int32_t layer_id, int32_t expert_id);
+  // As Lookup, for a prefetch: pins the cached slot (if any) but records no activation (frequency,
+  // last use, marking) and counts no request, so a wrong prediction changes no policy decision.
+  // Errors: kInvalidArgument (unknown layer/expert).
+  Result<ExpertLookup> Pin(int32_t layer_id, int32_t expert_id);
   // Current state; no counters, no frequency, no pin. kMiss for unknown experts.
   CompressionState Peek(int32_t layer_id, int32_t expert_id) const;
   // Places the expert by rank after it ran (see the file comment). Copies from `sources` (or from
@@ -266,7 +272,6 @@ class CacheManager {
     int32_t expert_id = -1;
     uint32_t pins = 0;
     uint64_t inserted_tick = 0;  // FIFO order
-    bool marked = false;         // kMarking: requested in the current phase
   };
   struct Entry {
     int8_t pool = -1;  // PoolIndex of the resident slot, -1 = not cached
@@ -276,21 +281,22 @@ class CacheManager {
   struct Placement;  // decided under the lock, carried out of it
 
   CacheManager() = default;
+  Result<ExpertLookup> LookupOrPin(int32_t layer_id, int32_t expert_id, bool activation);
   bool Known(int32_t layer_id, int32_t expert_id) const;
   Entry& EntryOf(int32_t layer_id, int32_t expert_id) { return entries_[Index(layer_id, expert_id)]; }
   const Entry& EntryOf(int32_t layer_id, int32_t expert_id) const { return entries_[Index(layer_id, expert_id)]; }
   size_t Index(int32_t layer_id, int32_t expert_id) const {
     return static_cast<size_t>(layer_id) * layout_.n_experts() + expert_id;
   }
-  bool Global() const { return config_.policy != CachePolicy::kZipMoe; }
+  bool Global() const { return !rules_->per_layer(); }
+  PolicyView View() const { return PolicyView{frequency_, config_, enabled_}; }
 
   // All *Locked methods require mu_ held.
   void UnpinLocked(Pool p, uint32_t slot);
   bool HasRoomLocked(int32_t layer_id, Pool p) const;
-  // Victim in pool p for (layer, expert) or kNoSlot; sets *pinned_blocked when a pin prevented one.
-  uint32_t PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked) const;
-  // kMarking's victim in pool p (may start a new phase: unmarks every slot, draws from marking_rng_).
-  uint32_t PickMarkingVictimLocked(Pool p, bool* pinned_blocked);
+  // Victim in pool p for (layer, expert) or kNoSlot (rules_->PickVictim over the scope's residents);
+  // sets *pinned_blocked when a pin prevented one.
+  uint32_t PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked);
   void EvictLocked(Pool p, uint32_t slot);         // unpinned resident: unlink + free
   void DetachLocked(int32_t layer_id, int32_t expert_id);  // unlink; free now or when unpinned
   uint32_t TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_id);  // kFilling, pinned once
@@ -304,6 +310,7 @@ class CacheManager {
   std::array<bool, kPoolCount> enabled_{};
   std::vector<int32_t> experts_in_layer_;  // [n_layers] experts with tensors in the manifest
   std::unique_ptr<SlotArena> arena_;  // pool index = PoolIndex(p); bytes used outside mu_ under pins
+  std::unique_ptr<CachePolicyRules> rules_;  // the policy's decisions; called under mu_ only
   std::unique_ptr<kernels::HostRegistration> registration_;
   StagingLayout staging_layout_;
 
@@ -315,7 +322,6 @@ class CacheManager {
   uint64_t tick_ = 0;                                            // ZM_GUARDED_BY(mu_) Lookup clock
   uint64_t insert_seq_ = 0;                                      // ZM_GUARDED_BY(mu_) FIFO clock
   uint64_t live_pins_ = 0;                                       // ZM_GUARDED_BY(mu_)
-  std::mt19937_64 marking_rng_;                                  // ZM_GUARDED_BY(mu_) kMarking victims
   CacheCounters counters_;                                       // ZM_GUARDED_BY(mu_)
 };
 

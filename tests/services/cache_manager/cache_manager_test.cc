@@ -296,6 +296,39 @@ TEST(CacheManagerTest, PinnedSlotIsNeverEvictedAndAdmissionSkips) {
   EXPECT_EQ(cache->Peek(0, 0), CompressionState::kMiss);
 }
 
+TEST(CacheManagerTest, PinHoldsTheSlotButRecordsNoActivation) {
+  // A prefetch's pin (CacheManager::Pin): the slot survives a higher-ranked newcomer, while the
+  // expert's count, last use and the request counters stay as they were.
+  const Manifest m = MakeManifest(1, 3, 512, 2);
+  CacheConfig config;
+  config.plan.capacity = {{1, 0, 0, 0}};
+  config.pools = "F";
+  auto cache = MakeCache(m, config);
+  ASSERT_NE(cache, nullptr);
+  Activate(*cache, 0, 0, 2);
+  ASSERT_EQ(cache->Admit(0, 0, kAllParts)->state, CompressionState::kF);
+  const CacheCounters before = cache->Counters();
+  {
+    auto pinned = cache->Pin(0, 0);
+    ASSERT_TRUE(pinned.ok());
+    EXPECT_EQ(pinned->state, CompressionState::kF);
+    EXPECT_TRUE(pinned->lease.valid());
+    auto miss = cache->Pin(0, 2);
+    ASSERT_TRUE(miss.ok());
+    EXPECT_EQ(miss->state, CompressionState::kMiss);
+    EXPECT_FALSE(miss->lease.valid());
+    EXPECT_EQ(cache->Frequency(0, 0), 2u);
+    EXPECT_EQ(cache->Frequency(0, 2), 0u);
+    EXPECT_EQ(cache->Counters().lookups, before.lookups);
+    EXPECT_EQ(cache->Counters().misses, before.misses);
+    Activate(*cache, 0, 1, 5);  // outranks expert 0, but expert 0 is pinned
+    EXPECT_EQ(cache->Admit(0, 1, kAllParts)->outcome, AdmitOutcome::kDropped);
+    EXPECT_EQ(cache->Peek(0, 0), CompressionState::kF);
+  }
+  EXPECT_EQ(cache->LivePins(), 0u);
+  EXPECT_FALSE(cache->Pin(0, 9).ok());
+}
+
 TEST(CacheManagerTest, PoolSubsets) {
   const Manifest m = MakeManifest(1, 6, 512, 2);
   {  // Λ = S only: ranks 0-2 -> S.

@@ -1,0 +1,24 @@
+// FIFO over one global F pool: the first inserted unpinned resident leaves.
+#include "services/cache_manager/policies/policy.h"
+
+namespace zipmoe::cache_manager {
+namespace {
+
+class FifoRules : public CachePolicyRules {
+ public:
+  std::vector<Pool> Candidates(const PolicyView&, int32_t, int32_t, int32_t* rank) const override {
+    *rank = -1;
+    return {Pool::kF};
+  }
+  VictimChoice PickVictim(const PolicyView&, int32_t, int32_t, Pool, const std::vector<ResidentSlot>& residents,
+                          bool busy_slots) override {
+    return PickFirstBest(residents, busy_slots,
+                         [](const ResidentSlot& a, const ResidentSlot& b) { return a.inserted_tick < b.inserted_tick; });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CachePolicyRules> MakeFifoRules() { return std::make_unique<FifoRules>(); }
+
+}  // namespace zipmoe::cache_manager

@@ -1,0 +1,25 @@
+// LRU over one global F pool: the least recently used unpinned resident leaves.
+#include "services/cache_manager/policies/policy.h"
+
+namespace zipmoe::cache_manager {
+namespace {
+
+class LruRules : public CachePolicyRules {
+ public:
+  std::vector<Pool> Candidates(const PolicyView&, int32_t, int32_t, int32_t* rank) const override {
+    *rank = -1;
+    return {Pool::kF};
+  }
+  VictimChoice PickVictim(const PolicyView& v, int32_t, int32_t, Pool, const std::vector<ResidentSlot>& residents,
+                          bool busy_slots) override {
+    return PickFirstBest(residents, busy_slots, [&](const ResidentSlot& a, const ResidentSlot& b) {
+      return v.frequency.last_use(a.layer_id, a.expert_id) < v.frequency.last_use(b.layer_id, b.expert_id);
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CachePolicyRules> MakeLruRules() { return std::make_unique<LruRules>(); }
+
+}  // namespace zipmoe::cache_manager
