@@ -108,10 +108,21 @@ LocalCacheBackend::~LocalCacheBackend() {
 
 Status LocalCacheBackend::LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
                                       std::vector<CachedExpert>* out) {
+  return LookupOrPinLayer(layer_id, expert_ids, /*activation=*/true, out);
+}
+
+Status LocalCacheBackend::PinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
+                                   std::vector<CachedExpert>* out) {
+  return LookupOrPinLayer(layer_id, expert_ids, /*activation=*/false, out);
+}
+
+Status LocalCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, bool activation,
+                                           std::vector<CachedExpert>* out) {
   std::vector<cm::ExpertLookup> found;
   found.reserve(expert_ids.size());
   for (int32_t expert_id : expert_ids) {
-    ZM_ASSIGN_OR_RETURN(cm::ExpertLookup lookup, manager_->Lookup(layer_id, expert_id));  // earlier pins drop
+    ZM_ASSIGN_OR_RETURN(cm::ExpertLookup lookup, activation ? manager_->Lookup(layer_id, expert_id)
+                                                            : manager_->Pin(layer_id, expert_id));  // earlier pins drop
     found.push_back(std::move(lookup));
   }
   out->clear();

@@ -92,6 +92,14 @@ class CacheBackend {
   // kUnavailable (cache-manager), or an admission of an earlier layer that failed there.
   virtual Status LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
                              std::vector<CachedExpert>* out) = 0;
+  // As LookupLayer for a prefetch (CacheManager::Pin): pins the cached experts without recording an
+  // activation or counting a request. Default (a remote cache): kUnavailable.
+  virtual Status PinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, std::vector<CachedExpert>* out) {
+    (void)layer_id;
+    (void)expert_ids;
+    (void)out;
+    return Status::Unavailable("PinLayer: the cache lives in another process");
+  }
   // Admits the expert (sources must stay untouched until the admission is done: local, on return;
   // remote, when a later round trip is answered — AcquireStaging takes care of staging slots), then
   // releases request.lease. Errors: local, CacheManager::Admit's (kInvalidArgument); remote: send errors.
@@ -139,6 +147,7 @@ class LocalCacheBackend : public CacheBackend {
 
   Status LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
                      std::vector<CachedExpert>* out) override;
+  Status PinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, std::vector<CachedExpert>* out) override;
   // Also checks every source range lies in the arena (kInvalidArgument: peers send offsets).
   Status Admit(const CacheAdmitRequest& request) override;
   // As Admit, with the outcome.
@@ -168,6 +177,8 @@ class LocalCacheBackend : public CacheBackend {
 
  private:
   LocalCacheBackend() = default;
+  Status LookupOrPinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, bool activation,
+                          std::vector<CachedExpert>* out);
 
   cache_manager::PlanBuild plan_;
   std::unique_ptr<cache_manager::CacheManager> manager_;  // outlives leases_ (declared first)

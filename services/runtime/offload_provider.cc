@@ -221,23 +221,34 @@ void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
       prefetch_layer_ = predicted.layer_id;
     }
     stats_.prefetch.predicted += predicted.expert_ids.size();
+    // Experts not yet in F (F hits are ready at once), best first, as many as staging slots.
+    std::vector<int32_t> wanted;
     const size_t limit = cache_->staging_slots();
     for (int32_t e : predicted.expert_ids) {
-      if (prefetched_.size() >= limit) break;
-      if (prefetched_.count(e) > 0 || manager->Peek(predicted.layer_id, e) != CompressionState::kMiss) continue;
+      if (prefetched_.size() + wanted.size() >= limit) break;
+      if (prefetched_.count(e) > 0 || manager->Peek(predicted.layer_id, e) == CompressionState::kF) continue;
+      if (std::find(wanted.begin(), wanted.end(), e) != wanted.end()) continue;
       bool complete = true;
       for (int proj = 0; proj < cm::kProjCount; ++proj) {
         complete = complete && store_->Find(predicted.layer_id, e, static_cast<ExpertProj>(proj)) != nullptr;
       }
-      if (!complete) continue;  // not an expert of this model: nothing to fetch
-      const int32_t id = NewWorkLocked(predicted.layer_id, e);
+      if (complete) wanted.push_back(e);  // else not an expert of this model: nothing to fetch
+    }
+    // Their cached parts (C/S/E) are pinned without counting an activation: the slot cannot move
+    // before the layer runs, and a wrong prediction changes no rank.
+    std::vector<CachedExpert> found;
+    if (!wanted.empty() && !cache_->PinLayer(predicted.layer_id, wanted, &found).ok()) found.clear();
+    for (const CachedExpert& f : found) {
+      if (f.state == CompressionState::kF) {  // admitted meanwhile (cannot happen before its layer runs)
+        if (f.lease != kNoLease) cache_->ReleaseLeases({f.lease});
+        continue;
+      }
+      const int32_t id = NewWorkLocked(predicted.layer_id, f.expert_id);
       ExpertWork& w = works_.at(id);
       w.prefetch = true;
       w.n_tokens = 1;
-      w.lookup.layer_id = predicted.layer_id;
-      w.lookup.expert_id = e;
-      w.lookup.layout = cache_->layout().Find(predicted.layer_id, e);
-      prefetched_[e] = id;
+      w.lookup = f;
+      prefetched_[f.expert_id] = id;
       prefetch_pending_.push_back(id);
     }
     Status st = StartPendingLocked();
@@ -294,13 +305,16 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
     const int32_t e = routing.expert_ids[i];
     int32_t id = -1;
     auto pre = prefetch_layer_ == routing.layer_id ? prefetched_.find(e) : prefetched_.end();
-    if (pre != prefetched_.end() && found[i].state == CompressionState::kMiss) {
+    if (pre != prefetched_.end()) {
       ExpertWork& p = works_.at(pre->second);
-      if (p.staging != SlotArena::kNoSlot && !p.failed) {  // started: adopt it
+      // Started, intact, and its cached parts (pinned since) are where the prefetch found them.
+      if (p.staging != SlotArena::kNoSlot && !p.failed && found[i].state == p.lookup.state &&
+          found[i].slot_offset == p.lookup.slot_offset) {  // adopt it
         id = pre->second;
         prefetched_.erase(pre);
         ++stats_.prefetch.used;
         p.current = true;
+        if (p.lookup.lease != kNoLease) cache_->ReleaseLeases({p.lookup.lease});  // found[i]'s pins the same slot
         p.lookup = found[i];
         if (p.done) ready_.push_back(id);
       }

@@ -35,10 +35,12 @@
 //   5. EndLayer: records the layer's measured makespan (BeginLayer → EndLayer wall time) and its
 //      Lemma B.3 lower bound computed from the layer's measured operation times (runtime_stats.h).
 // Prefetching (OffloadConfig::prefetch, ExpertProvider::Prefetch): the executor's prediction of the
-// next MoE layer's experts, best first. Those the cache misses entirely (state M) get a staging
-// slot each, when the active layer has none pending, and are read and decoded exactly as a miss
-// would be, behind every operation of the active layer (decode priorities after its ranks). No
-// cache slot is touched, so a prefetch never evicts anything, pinned or not. BeginLayer of the
+// next MoE layer's experts, best first. Those not in F get a staging slot each, when the active
+// layer has none pending, and are read and decoded exactly as a lookup in their state would be
+// (M: every chunk read; S/E: the missing part read; C: decodes only), behind every operation of the
+// active layer (decode priorities after its ranks). Their cached parts are pinned without an
+// activation (CacheManager::Pin); no slot is taken or evicted, so a prefetch never evicts anything,
+// pinned or not. BeginLayer of the
 // predicted layer adopts the prefetched experts it selected (ready ones are delivered first); the
 // others are dropped once their reads and decodes have completed (their bytes are counted as
 // wasted). A prefetch that fails (a corrupt chunk) is dropped without failing the active layer; the

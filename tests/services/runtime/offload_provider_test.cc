@@ -424,7 +424,8 @@ TEST(OffloadProvider, PrefetchedExpertsAreAdoptedByTheirLayerAndServeExactBytes)
         EXPECT_GT(s.prefetch.wasted_bytes, 0u);
         EXPECT_EQ(s.prefetch.failed, 0u);
         EXPECT_LE(s.prefetch.used + s.prefetch.wasted, s.prefetch.issued);
-        EXPECT_LE(s.prefetch.used, s.cache.misses) << "an adopted prefetch is a cache miss served early";
+        EXPECT_LE(s.prefetch.used, s.cache.lookups - s.cache.pools[cm::PoolIndex(cm::Pool::kF)].requests)
+            << "an adopted prefetch is a lookup not served from F";
         EXPECT_EQ(p.cache().LivePins(), 0u);
         EXPECT_LE(s.arena_bytes, config.memory_budget_bytes);
       }
@@ -447,13 +448,18 @@ TEST(OffloadProvider, APrefetchTouchesNoCacheSlot) {
   ASSERT_TRUE(provider.ok()) << provider.status().ToString();
   OffloadExpertProvider& p = **provider;
   Drive(p, MakeRoutings(m, 4, 3, 9), expected);  // fills the cache
-  const cm::CacheCounters before = p.cache().Counters();
   // Layer 0 is active and holds its experts; every expert of layer 1 is predicted.
   LayerRouting active{0, {0, 1, 2, 3}, {1, 1, 1, 1}};
   ASSERT_TRUE(p.BeginLayer(active).ok());
+  const cm::CacheCounters before = p.cache().Counters();
+  std::vector<uint64_t> freq_before;
+  for (int e = 0; e < m.n_experts; ++e) freq_before.push_back(p.cache().Frequency(1, e));
   LayerRouting all{1, {}, {}};
   for (int e = 0; e < m.n_experts; ++e) all.expert_ids.push_back(e);
   p.Prefetch(all);
+  // A prediction is not an activation: no frequency, no request counted.
+  for (int e = 0; e < m.n_experts; ++e) EXPECT_EQ(p.cache().Frequency(1, e), freq_before[e]) << "expert " << e;
+  EXPECT_EQ(p.cache().Counters().lookups, before.lookups);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.NextReady().ok());
   ASSERT_TRUE(p.EndLayer(0).ok());
   const cm::CacheCounters after = p.cache().Counters();
@@ -468,6 +474,40 @@ TEST(OffloadProvider, APrefetchTouchesNoCacheSlot) {
   const RuntimeStats s = p.stats();
   EXPECT_EQ(s.prefetch.predicted, static_cast<uint64_t>(m.n_experts));
   EXPECT_EQ(s.prefetch.used + s.prefetch.wasted, s.prefetch.issued);
+}
+
+TEST(OffloadProvider, PrefetchesOfCachedExpertsDecodeAheadAndAreAdopted) {
+  // Every pool C: cached experts need their decodes only; a prefetch of one pins its C slot, decodes
+  // it ahead (no read) and hands the planes over when its layer selects it.
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = ExpertBytes(m);
+  config.pool_ratios = "C=1";
+  config.pools = "C";
+  config.n_workers = 2;
+  config.fused_recovery = true;
+  config.prefetch = PrefetchMode::kTopScore;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  OffloadExpertProvider& p = **provider;
+  Drive(p, {LayerRouting{1, {0, 1, 2}, {1, 1, 1}}}, expected);  // layer 1's experts 0-2 land in C
+  ASSERT_EQ(p.cache().Peek(1, 2), CompressionState::kC);
+  const RuntimeStats before = p.stats();
+  Drive(p, {LayerRouting{0, {4}, {1}}, LayerRouting{1, {2, 5}, {1, 1}}}, expected, [&](size_t i) {
+    if (i == 0) p.Prefetch(LayerRouting{1, {2, 5}, {}});
+  });
+  const RuntimeStats s = p.stats();
+  EXPECT_EQ(s.prefetch.used - before.prefetch.used, 2u);
+  EXPECT_EQ(s.cache.pools[cm::PoolIndex(cm::Pool::kC)].requests -
+                before.cache.pools[cm::PoolIndex(cm::Pool::kC)].requests,
+            1u)
+      << "expert 2 is still a C hit when its prefetch is adopted";
+  EXPECT_EQ(p.cache().LivePins(), 0u);
 }
 
 TEST(OffloadProvider, WithoutAPrefetchModePrefetchDoesNothing) {
