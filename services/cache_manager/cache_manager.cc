@@ -39,17 +39,18 @@ const char* CachePolicyName(CachePolicy policy) {
     case CachePolicy::kLfu: return "lfu";
     case CachePolicy::kFullLoad: return "full-load";
     case CachePolicy::kMarking: return "marking";
+    case CachePolicy::kDali: return "dali";
   }
   return "?";
 }
 
 Result<CachePolicy> ParseCachePolicy(const std::string& text) {
   for (CachePolicy p : {CachePolicy::kZipMoe, CachePolicy::kLru, CachePolicy::kFifo, CachePolicy::kLfu,
-                        CachePolicy::kFullLoad, CachePolicy::kMarking}) {
+                        CachePolicy::kFullLoad, CachePolicy::kMarking, CachePolicy::kDali}) {
     if (text == CachePolicyName(p)) return p;
   }
   return Status::InvalidArgument(
-      fmt::format("cache policy '{}': unknown (want zipmoe, lru, fifo, lfu, full-load or marking)", text));
+      fmt::format("cache policy '{}': unknown (want zipmoe, lru, fifo, lfu, full-load, marking or dali)", text));
 }
 
 
@@ -212,6 +213,24 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
   return m;
 }
 
+CachePlan DaliPlan(const ModelLayout& layout, uint64_t pool_bytes) {
+  CachePlan plan;
+  plan.capacity.assign(layout.n_layers(), std::array<int32_t, kPoolCount>{});
+  const uint64_t stride = AlignSlotBytes(layout.slot_bytes(Pool::kF));
+  std::vector<int32_t> moe;
+  for (int32_t l = 0; l < layout.n_layers(); ++l) {
+    if (layout.LayerHasExperts(l)) moe.push_back(l);
+  }
+  if (moe.empty() || stride == 0) return plan;
+  const uint64_t slots = pool_bytes / stride;
+  for (size_t i = 0; i < moe.size(); ++i) {
+    const uint64_t share = slots / moe.size() + (i < slots % moe.size() ? 1 : 0);
+    plan.capacity[moe[i]][PoolIndex(Pool::kF)] =
+        static_cast<int32_t>(std::min<uint64_t>(share, static_cast<uint64_t>(layout.n_experts())));
+  }
+  return plan;
+}
+
 StagingLayout StagingLayout::ForModel(const ModelLayout& layout) {
   StagingLayout s;
   s.e_sm_bytes = AlignSlotBytes(layout.slot_bytes(Pool::kC));
@@ -272,6 +291,7 @@ Result<ExpertLookup> CacheManager::LookupOrPin(int32_t layer_id, int32_t expert_
   std::lock_guard<std::mutex> lock(mu_);
   if (activation) {
     frequency_.Record(layer_id, expert_id, ++tick_);
+    rules_->OnActivation(layer_id, expert_id);
     ++counters_.lookups;
   }
   const Entry& entry = EntryOf(layer_id, expert_id);

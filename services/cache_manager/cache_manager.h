@@ -62,8 +62,15 @@ enum class CachePolicy : uint8_t {
                   // its expert (hit, or miss once admitted); a full cache evicts a uniformly random
                   // unmarked unpinned expert (CacheConfig::marking_seed), and when every resident is
                   // marked, unmarks all first (a new phase)
+  kDali = 6,      // DALI's workload-aware cache replacement (dali.txt §4.3, Alg. 2), adapted to
+                  // caching after use: one F pool per MoE layer (the F slots shared equally), each
+                  // expert's workload score = its activations among the layer's last
+                  // CacheConfig::workload_window lookups (w_size tokens × top-k); a full pool gives
+                  // its lowest-scored unpinned resident (ties: least recently used) to an expert that
+                  // ran and scores higher (or equal and more recent), at most
+                  // CacheConfig::replacements_per_window times per window (u_size)
 };
-// "zipmoe", "lru", "fifo", "lfu", "full-load", "marking".
+// "zipmoe", "lru", "fifo", "lfu", "full-load", "marking", "dali".
 const char* CachePolicyName(CachePolicy policy);
 // Errors: kInvalidArgument naming the text and the accepted names.
 Result<CachePolicy> ParseCachePolicy(const std::string& text);
@@ -84,7 +91,16 @@ struct CacheConfig {
   // (see StagingLayout). The pools get what is left. 0 = none (cache-only uses, tests).
   uint32_t staging_slots = 0;
   uint64_t marking_seed = 0;  // kMarking only: seeds the victim choice (std::mt19937_64), deterministic
+  // kDali only: capacity[layer][F] in `plan` (DaliPlan), the sliding window of lookups per layer the
+  // workload scores count (w_size × top-k; DALI's w_size = 4), and u_size, the replacements a layer
+  // may make per window (≥ 1).
+  int32_t workload_window = 16;
+  int32_t replacements_per_window = 4;
 };
+
+// kDali's plan: the F slots that fit in `pool_bytes` (slot stride of `layout`), shared equally by
+// the layers with experts (the first layers get the remainder), at most a layer's experts each.
+CachePlan DaliPlan(const ModelLayout& layout, uint64_t pool_bytes);
 
 // Byte layout of one staging slot (ZipMoE §3.1 Fig. 5 ➎-➐ for one expert in flight). Offsets from
 // the slot start; every region 4 KiB-aligned so chunks can be O_DIRECT destinations:
@@ -253,6 +269,8 @@ class CacheManager {
   uint64_t arena_bytes() const { return arena_->mapped_bytes(); }
   // Capacity of pool p for layer l (global baselines: the whole pool, for any l).
   int32_t Capacity(int32_t layer_id, Pool p) const;
+  // True when capacities are per layer (zipmoe, dali), false for one global pool (the baselines).
+  bool per_layer_pools() const { return !Global(); }
   // Staging slots (CacheConfig::staging_slots, StagingLayout). Acquire/Release are O(1) under mu_.
   const StagingLayout& staging_layout() const { return staging_layout_; }
   uint32_t staging_slots() const { return config_.staging_slots; }

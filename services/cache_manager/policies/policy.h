@@ -9,6 +9,7 @@
 //   lru.cc, fifo.cc, lfu.cc   one global F pool (MoE-Infinity-like baselines): least recently
 //                 used / first inserted / least frequently used (ties least recently used) leaves
 //   marking.cc    the Marking paging algorithm (Fiat et al. 1991), one global F pool
+//   dali.cc       DALI's workload-aware replacement (dali.txt §4.3), one F pool per layer
 //   full_load.cc  caches nothing
 // A prefetcher is not a cache rule: predictions reach the runtime through ExpertProvider::Prefetch
 // (common/expert_provider.h) and never evict (services/runtime/offload_provider.h).
@@ -68,6 +69,8 @@ class CachePolicyRules {
   // resident = false by global scopes only).
   virtual VictimChoice PickVictim(const PolicyView& view, int32_t layer_id, int32_t expert_id, Pool p,
                                   const std::vector<ResidentSlot>& residents, bool busy_slots) = 0;
+  // A lookup counted an activation of (layer, expert) (hit or miss), before OnHit.
+  virtual void OnActivation(int32_t layer_id, int32_t expert_id) { (void)layer_id, (void)expert_id; }
   // A lookup that counted an activation found (layer, expert) resident.
   virtual void OnHit(int32_t layer_id, int32_t expert_id) { (void)layer_id, (void)expert_id; }
   // (layer, expert) was given a slot (it becomes resident when its bytes are in).

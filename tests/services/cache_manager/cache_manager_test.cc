@@ -329,6 +329,69 @@ TEST(CacheManagerTest, PinHoldsTheSlotButRecordsNoActivation) {
   EXPECT_FALSE(cache->Pin(0, 9).ok());
 }
 
+TEST(CacheManagerTest, DaliReplacesTheLowestWorkloadAtMostUTimesPerWindow) {
+  // One layer, an F pool of 2, a window of the last 4 lookups, u_size 1 (policies/dali.cc).
+  const Manifest m = MakeManifest(1, 5, 512, 2);
+  CacheConfig config;
+  config.policy = CachePolicy::kDali;
+  config.pools = "F";
+  config.workload_window = 4;
+  config.replacements_per_window = 1;
+  ModelLayout layout = *ModelLayout::FromManifest(m);
+  config.plan = DaliPlan(layout, 2 * AlignSlotBytes(layout.slot_bytes(Pool::kF)));
+  ASSERT_EQ(config.plan.capacity[0][PoolIndex(Pool::kF)], 2);
+  config.budget_bytes = 2 * AlignSlotBytes(layout.slot_bytes(Pool::kF));
+  auto cache = MakeCache(m, config);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_TRUE(cache->per_layer_pools());
+  // Lookups 1-4 (window 1): 0, 0, 0, 1; both fit.
+  Activate(*cache, 0, 0, 3);
+  EXPECT_EQ(cache->Admit(0, 0, kAllParts)->outcome, AdmitOutcome::kPlaced);
+  Activate(*cache, 0, 1, 1);
+  EXPECT_EQ(cache->Admit(0, 1, kAllParts)->outcome, AdmitOutcome::kPlaced);
+  // Lookup 5 (window 2): 2. Window [0, 0, 1, 2]: scores 0→2, 1→1, 2→1; 2 is as busy as 1 and more
+  // recent: it replaces 1 (the window's one replacement).
+  Activate(*cache, 0, 2, 1);
+  auto r = cache->Admit(0, 2, kAllParts);
+  EXPECT_EQ(r->outcome, AdmitOutcome::kPlaced);
+  EXPECT_EQ(r->evictions, 1);
+  EXPECT_EQ(cache->Peek(0, 1), CompressionState::kMiss);
+  EXPECT_EQ(cache->Peek(0, 0), CompressionState::kF);
+  // Lookup 6: 3 (window [0, 1, 2, 3]: 0 and 2 score 1, 3 scores 1 and is the most recent), but the
+  // window's replacement is spent: dropped.
+  Activate(*cache, 0, 3, 1);
+  EXPECT_EQ(cache->Admit(0, 3, kAllParts)->outcome, AdmitOutcome::kDropped);
+  // Lookups 7, 8: 4, 4. Lookup 9 (window 3): 3. Window [3, 4, 4, 3]: 0 and 2 score 0, 0 is the least
+  // recently used: 3 replaces it.
+  Activate(*cache, 0, 4, 2);
+  Activate(*cache, 0, 3, 1);
+  r = cache->Admit(0, 3, kAllParts);
+  EXPECT_EQ(r->outcome, AdmitOutcome::kPlaced);
+  EXPECT_EQ(cache->Peek(0, 0), CompressionState::kMiss);
+  EXPECT_EQ(cache->Peek(0, 2), CompressionState::kF);
+  EXPECT_EQ(cache->Peek(0, 3), CompressionState::kF);
+  // Window 4: the least busy resident leaves again.
+  Activate(*cache, 0, 4, 3);  // lookups 10-12: window [3, 4, 4, 4]
+  Activate(*cache, 0, 3, 1);  // lookup 13 (window 4): [4, 4, 4, 3]
+  Activate(*cache, 0, 1, 1);  // lookup 14: [4, 4, 3, 1]: 1 scores 1, resident 2 scores 0: 1 replaces 2
+  EXPECT_EQ(cache->Admit(0, 1, kAllParts)->outcome, AdmitOutcome::kPlaced);
+  EXPECT_EQ(cache->Peek(0, 2), CompressionState::kMiss);
+  EXPECT_EQ(ParseCachePolicy("dali").value(), CachePolicy::kDali);
+}
+
+TEST(CacheManagerTest, DaliPlanSharesTheFSlotsEquallyByLayer) {
+  const Manifest m = MakeManifest(3, 4, 512, 2);
+  ModelLayout layout = *ModelLayout::FromManifest(m);
+  const uint64_t stride = AlignSlotBytes(layout.slot_bytes(Pool::kF));
+  CachePlan plan = DaliPlan(layout, 7 * stride + stride / 2);  // 7 slots over 3 layers: 3, 2, 2
+  EXPECT_EQ(plan.capacity[0][PoolIndex(Pool::kF)], 3);
+  EXPECT_EQ(plan.capacity[1][PoolIndex(Pool::kF)], 2);
+  EXPECT_EQ(plan.capacity[2][PoolIndex(Pool::kF)], 2);
+  plan = DaliPlan(layout, 100 * stride);  // at most a layer's experts
+  EXPECT_EQ(plan.capacity[1][PoolIndex(Pool::kF)], 4);
+  EXPECT_EQ(plan.capacity[1][PoolIndex(Pool::kC)], 0);
+}
+
 TEST(CacheManagerTest, PoolSubsets) {
   const Manifest m = MakeManifest(1, 6, 512, 2);
   {  // Λ = S only: ranks 0-2 -> S.
