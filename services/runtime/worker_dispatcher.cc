@@ -62,6 +62,17 @@ std::string FenceWorker(int32_t pid, const std::string& role) {
   return "SIGKILLed, still exiting after 2 s";
 }
 
+// True when `pid` is visible here and stopped (SIGSTOP, a tracer): it will not heart-beat again
+// on its own, whether or not it holds ops.
+bool ProcessStopped(int32_t pid) {
+  if (pid <= 0 || pid == ::getpid()) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  if (!stat || paren == std::string::npos || paren + 2 >= text.size()) return false;
+  return text[paren + 2] == 'T' || text[paren + 2] == 't';
+}
+
 }  // namespace
 
 struct WorkerDispatcher::State {
@@ -169,8 +180,11 @@ void WorkerDispatcher::State::ExpireLocked(Clock::time_point now) {
   }
   for (const std::string& id : dead) {
     const Peer& peer = peers.at(id);
-    // Fenced first (FenceWorker): its ops' slots must never see a late write once re-issued.
-    const std::string fence = peer.held.empty() ? "" : ", " + FenceWorker(peer.pid, peer.role);
+    // Fenced first (FenceWorker): its ops' slots must never see a late write once re-issued. A
+    // stopped process is fenced even without ops: it would never come back, and its supervisor
+    // restarts it only once it is gone (else a stalled only decompressor leaves later work waiting).
+    const bool fence_it = !peer.held.empty() || ProcessStopped(peer.pid);
+    const std::string fence = fence_it ? ", " + FenceWorker(peer.pid, peer.role) : "";
     ReissueLocked(id, "stopped heart-beating" + fence);
   }
 }
