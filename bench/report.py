@@ -27,8 +27,8 @@ GIB = 1 << 30
 MIB = 1 << 20
 DPI = 80
 TARGETS = {"zipmoe/lru": 0.5, "zipmoe/mmap": 0.35, "TPOT/physical limit": 1.3, "makespan/bound": 1.2}
-COLORS = {"zipmoe": "C3", "lru": "C0", "fifo": "C1", "lfu": "C2", "marking": "C4", "full-load": "C7", "mmap": "C5",
-          "zipmoe-noplan": "C8", "zipmoe-fifo-dispatch": "C9"}
+COLORS = {"zipmoe": "C3", "lru": "C0", "fifo": "C1", "lfu": "C2", "marking": "C4", "dali": "C6", "full-load": "C7",
+          "mmap": "C5", "zipmoe-noplan": "C8", "zipmoe-fifo-dispatch": "C9"}
 
 
 def load(out, pattern):

@@ -64,7 +64,7 @@ PREFETCHERS = ("top-score", "residual")
 EMBEDDING_STD = 1.0  # docs/synth.md "Embedding scale": keeps decode-time routing token-dependent
 ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shares of trained MoE models
 
-POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "mmap"]
+POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "dali", "full-load", "mmap"]
 # (m) llama.cpp peer. prompt_len random ids (seed PEER_SEED) for both systems; warm: `rounds` × (zipmoe
 # executor_bench with `zipmoe_reps` timed repetitions, llama_peer.mjs), `warm_decode` timed steps each, plus up to
 # `extra_rounds` more while a system's best run shared the cores with > OTHERS_MAX cores of other work; cold
@@ -90,7 +90,8 @@ MODES = {
               "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
                        "max_prompt_chars": 400},
               "peer": PEER_QUICK,
-              "residual_prompts": 16, "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+residual"],
+              "residual_prompts": 16,
+              "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+residual", "dali+residual"],
               "trained": {"tokens": 32, "budgets": [25, 50], "routing_prompts": 16, "routing_prompts_mini": 6}},
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
@@ -103,7 +104,8 @@ MODES = {
                       "max_prompt_chars": 1000},
              "peer": PEER_FULL,
              "residual_prompts": 64,
-             "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+top-score", "lru+residual"],
+             "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+top-score", "lru+residual",
+                                  "dali+residual"],
              "trained": {"tokens": 64, "budgets": [10, 25, 50], "routing_prompts": 32, "routing_prompts_mini": 16}},
 }
 
@@ -328,7 +330,7 @@ class Suite:
             "zipmoe-fifo-dispatch": (z, ["--policy", "zipmoe", "--fifo-dispatch"] + plan),
             "mmap": (m["hf"], ["--policy", "mmap"]),
         }
-        for p in ("lru", "fifo", "lfu", "marking", "full-load"):
+        for p in ("lru", "fifo", "lfu", "marking", "dali", "full-load"):
             table[p] = (z, ["--policy", p])
         if "+" in system:  # "<system>+<predictor>": the same system, prefetching the next MoE layer
             base, predictor = system.split("+", 1)
@@ -513,7 +515,7 @@ class Suite:
         self.reference(m, tc["tokens"])
         rows = []
         for pct in tc["budgets"]:
-            for system in ("fifo", "lru", "marking", "zipmoe-noplan", "zipmoe", *self.cfg["prefetch_systems"]):
+            for system in ("fifo", "lru", "marking", "dali", "zipmoe-noplan", "zipmoe", *self.cfg["prefetch_systems"]):
                 rows.append(self.run(m, system, pct, tc["tokens"]))
         routing = []
         for name, mm, n in ((f"{TRAINED} (trained)", m, tc["routing_prompts"]),
@@ -619,7 +621,7 @@ class Suite:
     def exp_f(self, m):
         rows = []
         for pct in self.cfg["ablation_budgets"]:
-            for system in ("fifo", "lru", "marking", "zipmoe-noplan", "zipmoe", *self.cfg["prefetch_systems"]):
+            for system in ("fifo", "lru", "marking", "dali", "zipmoe-noplan", "zipmoe", *self.cfg["prefetch_systems"]):
                 rows.append(self.run(m, system, pct, self.cfg["tokens"]))
         self.save(f"f_ablation_{m['arch']}", {"rows": [self.public(r) for r in rows]})
 

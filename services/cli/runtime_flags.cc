@@ -24,7 +24,7 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
       "memory for experts (cache pools + experts in flight), e.g. 512MiB, or 50% of the BF16 expert bytes; "
       "without it every expert is resident");
   if (budget_required) budget->required();
-  cmd->add_option("--policy", f->policy, "zipmoe | lru | fifo | lfu | marking | full-load (generate also: mmap, "
+  cmd->add_option("--policy", f->policy, "zipmoe | lru | fifo | lfu | marking | dali | full-load (generate also: mmap, "
                   "the uncompressed checkpoint through the page cache)")->capture_default_str();
   cmd->add_option("--pools", f->pools, "zipmoe: enabled pools Λ, letters of FCSE")->capture_default_str();
   cmd->add_option("--pool-ratios", f->pool_ratios,

@@ -95,6 +95,11 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   cache_config.shm_name = cfg.shm_name;
   cache_config.plan = zipmoe ? cm::ToCachePlan(b->plan_, layout) : cm::CachePlan{};
   cache_config.pools = zipmoe ? cfg.pools : "F";
+  if (cfg.policy == cm::CachePolicy::kDali) {  // equal per-layer F pools; w_size = 4 tokens, u_size = top-k
+    cache_config.plan = cm::DaliPlan(layout, cfg.memory_budget_bytes - staging_bytes);
+    cache_config.workload_window = 4 * std::max(model.top_k, 1);
+    cache_config.replacements_per_window = std::max(model.top_k, 1);
+  }
   cache_config.tolerance = cfg.tolerance;
   cache_config.staging_slots = slots;
   ZM_ASSIGN_OR_RETURN(b->manager_, cm::CacheManager::Create(manifest, cache_config));

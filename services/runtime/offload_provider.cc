@@ -869,7 +869,7 @@ Result<OffloadExpertProvider::PreloadStats> OffloadExpertProvider::Preload(
     if (ids.empty() || ids.back() != t.expert_id) ids.push_back(t.expert_id);
   }
   const cm::CacheManager& manager = local->manager();
-  const bool global_pool = manager.config().policy != cm::CachePolicy::kZipMoe;
+  const bool global_pool = !manager.per_layer_pools();
   const int64_t global_slots = global_pool ? manager.Capacity(0, cm::Pool::kF) : 0;
   PreloadStats out;
   const uint64_t read_before = stats().io_read_bytes;

@@ -120,6 +120,43 @@ TEST_P(GeneratePrefetchTest, LogitsAreByteEqualToAllResidentWithEveryPredictor) 
 INSTANTIATE_TEST_SUITE_P(Archs, GeneratePrefetchTest,
                          ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe"));
 
+// DALI's workload-aware replacement (policies/dali.cc: per-layer F pools), alone and with a
+// prefetcher, on two architectures: byte-equal logits, and its pools do fill.
+TEST(GenerateRuntimeCli, DaliPolicyIsByteExactAtEveryBudget) {
+  for (const char* arch : {"qwen2_moe", "mixtral"}) {
+    const std::string dir =
+        CachedCompress(CachedSynth(fmt::format("--arch {} --preset tiny --seed 5", arch)), "--shards 2");
+    const uint64_t expert_bytes = ExpertBytes(dir);
+    TempDir tmp;
+    const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 6 "
+                                           "--ignore-eos --threads 1 --json",
+                                           dir);
+    auto r = RunCli(common + " --logits-out " + tmp.Sub("resident.bin"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string want = ReadAll(tmp.Sub("resident.bin"));
+    for (const char* prefetch : {"none", "top-score"}) {
+      for (int percent : {10, 30, 60}) {
+        for (int workers : {1, 2}) {
+          const std::string tag = fmt::format("{}-{}-{}-{}", arch, prefetch, percent, workers);
+          auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --policy dali --prefetch {} "
+                                        "--decompress-threads {} --stats-json {}",
+                                        common, tmp.Sub(tag + ".bin"), expert_bytes * percent / 100, prefetch, workers,
+                                        tmp.Sub(tag + ".json")));
+          ASSERT_EQ(run.exit_code, 0) << tag << "\n" << run.output;
+          EXPECT_TRUE(ReadAll(tmp.Sub(tag + ".bin")) == want) << tag << ": logits differ from the all-resident run";
+          const auto j = nlohmann::json::parse(ReadAll(tmp.Sub(tag + ".json")));
+          EXPECT_EQ(j["policy"], "dali") << tag;
+          if (j["pools"]["F"]["capacity_bytes"].get<uint64_t>() > 0) {  // at 10 % the staging may take it all
+            EXPECT_GT(j["pools"]["F"]["admissions"].get<uint64_t>(), 0u) << tag;
+          }
+          if (percent >= 30) EXPECT_GT(j["pools"]["F"]["capacity_bytes"].get<uint64_t>(), 0u) << tag;
+          EXPECT_LE(j["arena"]["mapped_bytes"].get<uint64_t>(), expert_bytes * percent / 100) << tag;
+        }
+      }
+    }
+  }
+}
+
 TEST(GenerateRuntimeCli, PrefetchOptionsAreChecked) {
   const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 2");
   const std::string common =
