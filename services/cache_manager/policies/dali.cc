@@ -19,7 +19,7 @@
 namespace zipmoe::cache_manager {
 namespace {
 
-class DaliRules : public CachePolicyRules {
+class DaliRules : public FPoolRules {
  public:
   DaliRules(int32_t window, int32_t replacements, int32_t n_layers, int32_t n_experts)
       : window_(std::max(window, 1)),
@@ -32,32 +32,16 @@ class DaliRules : public CachePolicyRules {
 
   bool per_layer() const override { return true; }
 
-  std::vector<Pool> Candidates(const PolicyView&, int32_t, int32_t, int32_t* rank) const override {
-    *rank = -1;
-    return {Pool::kF};
-  }
-
   VictimChoice PickVictim(const PolicyView& v, int32_t layer_id, int32_t expert_id, Pool,
                           const std::vector<ResidentSlot>& residents, bool busy_slots) override {
-    VictimChoice c;
-    bool any_pinned = false;
-    auto worse = [&](int32_t a, int32_t b) {  // a is a better victim than b
+    auto worse = [&](int32_t a, int32_t b) {  // a is a better victim than b: lower score, then older use
       if (Score(layer_id, a) != Score(layer_id, b)) return Score(layer_id, a) < Score(layer_id, b);
       return v.frequency.last_use(layer_id, a) < v.frequency.last_use(layer_id, b);
     };
-    for (size_t i = 0; i < residents.size(); ++i) {
-      if (residents[i].expert_id == expert_id) continue;
-      if (residents[i].pinned) {
-        any_pinned = true;
-        continue;
-      }
-      if (c.index < 0 || worse(residents[i].expert_id, residents[static_cast<size_t>(c.index)].expert_id))
-        c.index = static_cast<int>(i);
-    }
-    if (c.index < 0) {
-      c.pinned_blocked = any_pinned || busy_slots;
-      return c;
-    }
+    VictimChoice c = PickFirstBest(residents, busy_slots, [&](const ResidentSlot& a, const ResidentSlot& b) {
+      return worse(a.expert_id, b.expert_id);
+    });
+    if (c.index < 0) return c;
     // Only an expert with more recent workload replaces, and only u_size times per window.
     if (replaced_[static_cast<size_t>(layer_id)] >= replacements_ ||
         !worse(residents[static_cast<size_t>(c.index)].expert_id, expert_id)) {

@@ -4,12 +4,8 @@
 namespace zipmoe::cache_manager {
 namespace {
 
-class FifoRules : public CachePolicyRules {
+class FifoRules : public FPoolRules {
  public:
-  std::vector<Pool> Candidates(const PolicyView&, int32_t, int32_t, int32_t* rank) const override {
-    *rank = -1;
-    return {Pool::kF};
-  }
   VictimChoice PickVictim(const PolicyView&, int32_t, int32_t, Pool, const std::vector<ResidentSlot>& residents,
                           bool busy_slots) override {
     return PickFirstBest(residents, busy_slots,

@@ -10,15 +10,11 @@
 namespace zipmoe::cache_manager {
 namespace {
 
-class MarkingRules : public CachePolicyRules {
+class MarkingRules : public FPoolRules {
  public:
   MarkingRules(uint64_t seed, int32_t n_layers, int32_t n_experts)
       : rng_(seed), n_experts_(n_experts), marked_(static_cast<size_t>(n_layers) * n_experts, false) {}
 
-  std::vector<Pool> Candidates(const PolicyView&, int32_t, int32_t, int32_t* rank) const override {
-    *rank = -1;
-    return {Pool::kF};
-  }
 
   VictimChoice PickVictim(const PolicyView&, int32_t, int32_t, Pool, const std::vector<ResidentSlot>& residents,
                           bool busy_slots) override {

@@ -77,12 +77,22 @@ class CachePolicyRules {
   virtual void OnPlaced(int32_t layer_id, int32_t expert_id) { (void)layer_id, (void)expert_id; }
 };
 
+// Policies whose every expert that ran may take the F pool (lru, fifo, lfu, marking, dali): the
+// victim choice alone tells them apart.
+class FPoolRules : public CachePolicyRules {
+ public:
+  std::vector<Pool> Candidates(const PolicyView&, int32_t, int32_t, int32_t* rank) const override {
+    *rank = -1;
+    return {Pool::kF};
+  }
+};
+
 // The rules of `policy` for a model of n_layers × n_experts. ZM_CHECKs the enum value.
 std::unique_ptr<CachePolicyRules> MakeCachePolicyRules(CachePolicy policy, const CacheConfig& config,
                                                        int32_t n_layers, int32_t n_experts);
 
-// Global policies' victim among unpinned residents: the first in slot order for which no other is
-// `better_victim` (a strict weak order). Shared by lru, fifo and lfu.
+// The victim among unpinned residents: the first in `residents` order for which no other is
+// `better_victim` (a strict weak order). Shared by every policy's PickVictim.
 template <typename Better>
 VictimChoice PickFirstBest(const std::vector<ResidentSlot>& residents, bool busy_slots, Better better_victim) {
   VictimChoice c;

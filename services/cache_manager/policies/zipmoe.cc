@@ -26,24 +26,13 @@ class ZipMoeRules : public CachePolicyRules {
 
   VictimChoice PickVictim(const PolicyView& v, int32_t layer_id, int32_t expert_id, Pool /*p*/,
                           const std::vector<ResidentSlot>& residents, bool busy_slots) override {
-    VictimChoice c;
-    bool any_pinned = false;
-    for (size_t i = 0; i < residents.size(); ++i) {
-      const ResidentSlot& r = residents[i];
-      if (r.expert_id == expert_id) continue;
-      if (r.pinned) {
-        any_pinned = true;
-        continue;
-      }
-      if (c.index < 0 || v.frequency.Ahead(layer_id, residents[static_cast<size_t>(c.index)].expert_id, r.expert_id))
-        c.index = static_cast<int>(i);
-    }
-    if (c.index < 0) {
-      c.pinned_blocked = any_pinned || busy_slots;
-      return c;
-    }
-    // The newcomer must rank ahead of the victim, or it does not belong here more than it does.
-    if (!v.frequency.Ahead(layer_id, expert_id, residents[static_cast<size_t>(c.index)].expert_id)) c.index = -1;
+    // Least frequent (ties: least recently used) of the layer's unpinned residents...
+    VictimChoice c = PickFirstBest(residents, busy_slots, [&](const ResidentSlot& a, const ResidentSlot& b) {
+      return v.frequency.Ahead(layer_id, b.expert_id, a.expert_id);
+    });
+    // ...and the newcomer must rank ahead of it, or it does not belong here more than it does.
+    if (c.index >= 0 && !v.frequency.Ahead(layer_id, expert_id, residents[static_cast<size_t>(c.index)].expert_id))
+      c.index = -1;
     return c;
   }
 };
