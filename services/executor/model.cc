@@ -7,7 +7,15 @@
 namespace zipmoe::executor {
 
 Model::Model(const LoadedModel& model, ExpertProvider* provider, at::Device device, at::ScalarType dtype)
-    : model_(model), provider_(provider), device_(device), dtype_(dtype), rope_(model.config, device) {}
+    : model_(model), provider_(provider), device_(device), dtype_(dtype), rope_(model.config, device) {
+  // The next MoE layer after each layer (prefetch predictions), once: -1 after the last.
+  const std::vector<LayerWeights>& layers = model.weights.layers;
+  next_moe_.assign(layers.size(), -1);
+  for (int64_t l = static_cast<int64_t>(layers.size()) - 2; l >= 0; --l) {
+    const size_t n = static_cast<size_t>(l + 1);
+    next_moe_[static_cast<size_t>(l)] = layers[n].is_moe ? static_cast<int32_t>(n) : next_moe_[n];
+  }
+}
 
 Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>& tokens,
                                   const std::vector<KvCache*>& caches, bool all_logits) {
@@ -57,14 +65,12 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
           return Status::InvalidArgument(fmt::format("layer {} is a MoE layer but no expert provider is set", l));
         if (router_input_observer_) router_input_observer_(static_cast<int32_t>(l), mlp_in);
         NextMoeLayer next;
-        const bool prefetching = provider_->prefetch_mode() != PrefetchMode::kNone;
-        for (int64_t n = l + 1; prefetching && n < c.num_hidden_layers; ++n) {
-          if (!w.layers[static_cast<size_t>(n)].is_moe) continue;
-          next.layer_id = static_cast<int32_t>(n);
-          next.weights = &w.layers[static_cast<size_t>(n)];
-          if (provider_->prefetch_mode() == PrefetchMode::kResidual && static_cast<size_t>(l) < residuals_.size())
+        const PrefetchMode prefetch = provider_->prefetch_mode();
+        if (prefetch != PrefetchMode::kNone && next_moe_[static_cast<size_t>(l)] >= 0) {
+          next.layer_id = next_moe_[static_cast<size_t>(l)];
+          next.weights = &w.layers[static_cast<size_t>(next.layer_id)];
+          if (prefetch == PrefetchMode::kResidual && static_cast<size_t>(l) < residuals_.size())
             next.residual = residuals_[static_cast<size_t>(l)];
-          break;
         }
         ZM_ASSIGN_OR_RETURN(at::Tensor moe_out,
                             MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr));

@@ -59,6 +59,7 @@ class Model {
   at::ScalarType dtype_;
   RotaryEmbedding rope_;
   std::vector<at::Tensor> residuals_;  // [n_layers] (set_prefetch_residuals)
+  std::vector<int32_t> next_moe_;       // [n_layers]: the next MoE layer after each, -1 for none
   std::function<void(int32_t, const at::Tensor&)> router_input_observer_;
 };
 

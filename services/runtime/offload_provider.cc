@@ -379,31 +379,27 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   return st;
 }
 
-Status OffloadExpertProvider::StartPendingLocked() {
+std::vector<int32_t> OffloadExpertProvider::TakeStagingLocked(std::deque<int32_t>* queue) {
   std::vector<int32_t> wave;
-  while (!pending_.empty()) {
+  while (!queue->empty()) {
     Result<uint32_t> slot = cache_->AcquireStaging();
     if (!slot.ok()) break;
-    ExpertWork& w = works_.at(pending_.front());
+    ExpertWork& w = works_.at(queue->front());
     w.staging = *slot;
     w.staging_base = arena_base_ + cache_->StagingOffset(*slot);
-    wave.push_back(pending_.front());
-    pending_.pop_front();
+    wave.push_back(queue->front());
+    queue->pop_front();
   }
+  return wave;
+}
+
+Status OffloadExpertProvider::StartPendingLocked() {
+  const std::vector<int32_t> wave = TakeStagingLocked(&pending_);
   if (!wave.empty()) ZM_RETURN_IF_ERROR(StartWaveLocked(wave, /*prefetch=*/false));
   // Prefetches only take slots the active layer does not wait for.
   if (!pending_.empty() || (active_ && !error_.ok())) return Status::Ok();
-  std::vector<int32_t> prefetch;
-  while (!prefetch_pending_.empty()) {
-    Result<uint32_t> slot = cache_->AcquireStaging();
-    if (!slot.ok()) break;
-    ExpertWork& w = works_.at(prefetch_pending_.front());
-    w.staging = *slot;
-    w.staging_base = arena_base_ + cache_->StagingOffset(*slot);
-    prefetch.push_back(prefetch_pending_.front());
-    prefetch_pending_.pop_front();
-    ++stats_.prefetch.issued;
-  }
+  const std::vector<int32_t> prefetch = TakeStagingLocked(&prefetch_pending_);
+  stats_.prefetch.issued += prefetch.size();
   if (prefetch.empty()) return Status::Ok();
   Status st = StartWaveLocked(prefetch, /*prefetch=*/true);
   if (!st.ok()) {  // a prefetch that cannot start is dropped; the layer that selects the expert reads it
@@ -530,42 +526,45 @@ void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
     const OpRef ref = it->second;
     ops_.erase(it);
     ExpertWork& w = works_.at(ref.expert);
+    const bool current = w.current;  // a prefetch's failures are its own: they fail no layer
     --w.ops;
     w.read_bytes += c.read_bytes;
     ++stats_.io_ops;
     stats_.io_read_bytes += c.read_bytes;
     stats_.io_seconds += c.read_us * 1e-6;
-    if (!w.current) {  // a prefetch: its failures are its own
-      if (!c.status.ok()) FailPrefetchLocked(ref.expert);
-      if (works_.count(ref.expert) > 0 && !w.dropped) {
-        if (ref.kind == OpKind::kReadE) {
-          stats_.io_bytes_e += c.stored_bytes;
-          if (!pool_->MarkReady(ref.decode_op).ok()) FailPrefetchLocked(ref.expert);
-        } else {
-          stats_.io_bytes_sm += c.stored_bytes;
-          w.tensors[ref.proj].sm_ready = true;
-          TensorProgressLocked(ref.expert, ref.proj);
-        }
-      } else if (ref.kind == OpKind::kReadE) {
-        cancel_later_.push_back(ref.decode_op);
+    if (!c.status.ok()) {
+      if (current) {
+        FailLocked(c.status);
+        if (ref.kind == OpKind::kReadE) cancels.emplace_back(ref.decode_op, c.status);
+      } else {
+        FailPrefetchLocked(ref.expert);  // cancels its waiting decodes; may free w
       }
-      auto left = works_.find(ref.expert);
-      if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
-    } else if (!c.status.ok()) {
-      FailLocked(c.status);
-      if (ref.kind == OpKind::kReadE) cancels.emplace_back(ref.decode_op, c.status);
+    } else if (!current && w.dropped) {
+      if (ref.kind == OpKind::kReadE) cancel_later_.push_back(ref.decode_op);  // its decode need not run
     } else if (ref.kind == OpKind::kReadE) {
       stats_.io_bytes_e += c.stored_bytes;
-      ++measure_.e_reads;
-      measure_.e_read_us += static_cast<double>(c.read_us);
+      if (current) {
+        ++measure_.e_reads;
+        measure_.e_read_us += static_cast<double>(c.read_us);
+      }
       Status st = pool_->MarkReady(ref.decode_op);
-      if (!st.ok()) FailLocked(st);
+      if (!st.ok() && current) {
+        FailLocked(st);
+      } else if (!st.ok()) {
+        FailPrefetchLocked(ref.expert);
+      }
     } else {
       stats_.io_bytes_sm += c.stored_bytes;
-      ++measure_.sm_reads;
-      measure_.sm_read_us += static_cast<double>(c.read_us);
+      if (current) {
+        ++measure_.sm_reads;
+        measure_.sm_read_us += static_cast<double>(c.read_us);
+      }
       w.tensors[ref.proj].sm_ready = true;
       TensorProgressLocked(ref.expert, ref.proj);
+    }
+    if (!current) {
+      auto left = works_.find(ref.expert);
+      if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
     }
     dropped.swap(cancel_later_);
     cv_.notify_all();
@@ -585,45 +584,46 @@ void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressC
     const OpRef ref = it->second;
     ops_.erase(it);
     ExpertWork& w = works_.at(ref.expert);
+    const bool current = w.current;  // a prefetch's failures are its own: they fail no layer
     --w.ops;
-    if (!w.current) {  // a prefetch
-      if (!c.status.ok()) {
-        if (!w.dropped) FailPrefetchLocked(ref.expert);
-      } else if (ref.kind == OpKind::kDecode) {
-        ++stats_.decode_ops;
-        stats_.decode_seconds += c.run_us * 1e-6;
-        --w.tensors[ref.proj].decodes_left;
-        TensorProgressLocked(ref.expert, ref.proj);
-      } else {
-        ++stats_.recover_ops;
-        stats_.recover_seconds += c.run_us * 1e-6;
-        if (--w.tensors_left == 0) w.done = true;
+    if (!c.status.ok()) {
+      if (current) {
+        FailLocked(c.status);
+      } else if (!w.dropped) {
+        FailPrefetchLocked(ref.expert);  // may free w
       }
-      auto left = works_.find(ref.expert);
-      if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
-    } else if (!c.status.ok()) {
-      FailLocked(c.status);
     } else if (ref.kind == OpKind::kDecode) {
       ++stats_.decode_ops;
       stats_.decode_seconds += c.run_us * 1e-6;
-      ++measure_.decodes;
-      measure_.decode_us += static_cast<double>(c.run_us);
+      if (current) {
+        ++measure_.decodes;
+        measure_.decode_us += static_cast<double>(c.run_us);
+      }
       --w.tensors[ref.proj].decodes_left;
       TensorProgressLocked(ref.expert, ref.proj);
     } else {
       ++stats_.recover_ops;
       stats_.recover_seconds += c.run_us * 1e-6;
-      ++measure_.recoveries;
-      measure_.recover_us += static_cast<double>(c.run_us);
-      if (--w.tensors_left == 0 && error_.ok()) {
-        w.done = true;
-        ready_.push_back(ref.expert);
+      if (current) {
+        ++measure_.recoveries;
+        measure_.recover_us += static_cast<double>(c.run_us);
       }
+      TensorDoneLocked(w, ref.expert);
+    }
+    if (!current) {
+      auto left = works_.find(ref.expert);
+      if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
     }
     dropped.swap(cancel_later_);
     cv_.notify_all();
   }
   CancelDecodes(dropped);
+}
+
+void OffloadExpertProvider::TensorDoneLocked(ExpertWork& w, int32_t work) {
+  if (--w.tensors_left > 0 || (w.current && !error_.ok())) return;
+  w.done = true;
+  if (w.current) ready_.push_back(work);  // a prefetch waits for its layer to adopt it
 }
 
 void OffloadExpertProvider::TensorProgressLocked(int32_t work, int32_t proj) {
@@ -633,10 +633,7 @@ void OffloadExpertProvider::TensorProgressLocked(int32_t work, int32_t proj) {
   if (w.current ? !error_.ok() : (w.failed || w.dropped)) return;
   tw.recovering = true;
   if (fused_) {  // the executor multiplies straight from the planes: nothing to recover
-    if (--w.tensors_left == 0) {
-      w.done = true;
-      if (w.current) ready_.push_back(work);
-    }
+    TensorDoneLocked(w, work);
     cv_.notify_all();
     return;
   }

@@ -248,6 +248,11 @@ class OffloadExpertProvider : public ExpertProvider {
   void OnReadComplete(const storage::ReadCompletion& c);
   void OnDecompressComplete(const decompressor::DecompressCompletion& c);
   void TensorProgressLocked(int32_t expert, int32_t proj);  // recovery or readiness when inputs are in
+  // One tensor of w is ready (recovered, or its planes complete): the last one makes w done and,
+  // in the active layer without a failure, ready for NextReady.
+  void TensorDoneLocked(ExpertWork& w, int32_t work);
+  // Gives the works at the front of *queue a staging slot each while slots are free; returns them.
+  std::vector<int32_t> TakeStagingLocked(std::deque<int32_t>* queue);
   void FailLocked(const Status& status);
   void OnLeaseReleased(int32_t expert);
   void DrainLocked(std::unique_lock<std::mutex>& lock);  // waits for in-flight ops (failed layer)
