@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -82,9 +83,19 @@ Result<PrefetchMode> ParsePrefetchMode(const std::string& text);
 
 // Which experts one MoE layer selected for the current batch of tokens.
 struct LayerRouting {
+  LayerRouting() = default;
+  LayerRouting(int32_t layer, std::vector<int32_t> ids, std::vector<int32_t> tokens = {})
+      : layer_id(layer), expert_ids(std::move(ids)), tokens_per_expert(std::move(tokens)) {}
   int32_t layer_id = 0;
   std::vector<int32_t> expert_ids;         // distinct, ascending
   std::vector<int32_t> tokens_per_expert;  // same length: tokens routed to each expert
+  // BeginLayer only (empty in predictions): the router's scores of every expert of the layer
+  // ([n_experts] float32 softmax probabilities, averaged over the batch's tokens): the input of
+  // score-based eviction (SMoE Eq. 3). Empty when the executor does not supply them.
+  std::vector<float> mean_scores;
+  // BeginLayer only: (token, slot) pairs whose low-score expert the executor replaced by a cached
+  // one (SMoE expert substitution, `--substitution-alpha`); expert_ids already lists the substitutes.
+  int32_t substituted = 0;
 };
 
 class ExpertProvider {
@@ -102,6 +113,15 @@ class ExpertProvider {
   virtual bool NextIsReady() const { return false; }
   virtual Status EndLayer(int32_t layer_id) = 0;
 
+  // SMoE expert substitution (importance-driven-expert-scheduling §IV-B): which experts of
+  // `layer_id` the provider would serve now without I/O or decoding (cached[e] = 1, [n_experts]
+  // entries; the vector is resized). Asked before BeginLayer of that layer, only when substitution
+  // is on. The default answers "every expert" (a provider that holds all of them: nothing is ever
+  // substituted).
+  virtual void CachedExperts(int32_t layer_id, int32_t n_experts, std::vector<uint8_t>* cached) const {
+    (void)layer_id;
+    cached->assign(static_cast<size_t>(n_experts), 1);
+  }
   // How the executor should predict prefetches for this provider (kNone: do not call Prefetch).
   virtual PrefetchMode prefetch_mode() const { return PrefetchMode::kNone; }
   // A prediction of the experts layer `predicted.layer_id` will select, best first (expert_ids in

@@ -40,17 +40,20 @@ const char* CachePolicyName(CachePolicy policy) {
     case CachePolicy::kFullLoad: return "full-load";
     case CachePolicy::kMarking: return "marking";
     case CachePolicy::kDali: return "dali";
+    case CachePolicy::kSmoe: return "smoe";
+    case CachePolicy::kCoServe: return "coserve";
   }
   return "?";
 }
 
 Result<CachePolicy> ParseCachePolicy(const std::string& text) {
   for (CachePolicy p : {CachePolicy::kZipMoe, CachePolicy::kLru, CachePolicy::kFifo, CachePolicy::kLfu,
-                        CachePolicy::kFullLoad, CachePolicy::kMarking, CachePolicy::kDali}) {
+                        CachePolicy::kFullLoad, CachePolicy::kMarking, CachePolicy::kDali, CachePolicy::kSmoe,
+                        CachePolicy::kCoServe}) {
     if (text == CachePolicyName(p)) return p;
   }
   return Status::InvalidArgument(
-      fmt::format("cache policy '{}': unknown (want zipmoe, lru, fifo, lfu, full-load, marking or dali)", text));
+      fmt::format("cache policy '{}': unknown (want zipmoe, lru, fifo, lfu, full-load, marking, dali, smoe or coserve)", text));
 }
 
 
@@ -322,6 +325,12 @@ Result<ExpertLookup> CacheManager::LookupOrPin(int32_t layer_id, int32_t expert_
   }
   out.lease = SlotLease(this, p, entry.slot);
   return out;
+}
+
+void CacheManager::ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) {
+  if (layer_id < 0 || layer_id >= layout_.n_layers()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  rules_->OnScores(layer_id, mean_scores);
 }
 
 CompressionState CacheManager::Peek(int32_t layer_id, int32_t expert_id) const {

@@ -69,8 +69,17 @@ enum class CachePolicy : uint8_t {
                   // its lowest-scored unpinned resident (ties: least recently used) to an expert that
                   // ran and scores higher (or equal and more recent), at most
                   // CacheConfig::replacements_per_window times per window (u_size)
+  kSmoe = 7,      // SMoE's score-based eviction (importance-driven-expert-scheduling §IV-B Eq. 3):
+                  // one global F pool; a full pool evicts the unpinned resident with the lowest mean
+                  // router score over its layer's last CacheConfig::score_window steps (inactive
+                  // steps count their score too; ties: least recently used)
+  kCoServe = 8,   // CoServe's two-stage eviction (coserve.txt §4.3): one global F pool; a full pool
+                  // evicts first among residents no running request depends on (not selected in
+                  // its layer's latest step), then among the rest; within a stage the lowest
+                  // pre-assessed usage probability per byte (activation count, seeded from the
+                  // profiling trace, over the layer's lookups; ties: least recently used)
 };
-// "zipmoe", "lru", "fifo", "lfu", "full-load", "marking", "dali".
+// "zipmoe", "lru", "fifo", "lfu", "full-load", "marking", "dali", "smoe", "coserve".
 const char* CachePolicyName(CachePolicy policy);
 // Errors: kInvalidArgument naming the text and the accepted names.
 Result<CachePolicy> ParseCachePolicy(const std::string& text);
@@ -96,6 +105,9 @@ struct CacheConfig {
   // may make per window (≥ 1).
   int32_t workload_window = 16;
   int32_t replacements_per_window = 4;
+  // kSmoe only: n, the steps (tokens, or batches) of router scores each expert's eviction score
+  // averages (SMoE Eq. 3), >= 1.
+  int32_t score_window = 4;
 };
 
 // kDali's plan: the F slots that fit in `pool_bytes` (slot stride of `layout`), shared equally by
@@ -237,6 +249,10 @@ class CacheManager {
   // last use, marking) and counts no request, so a wrong prediction changes no policy decision.
   // Errors: kInvalidArgument (unknown layer/expert).
   Result<ExpertLookup> Pin(int32_t layer_id, int32_t expert_id);
+  // The batch's mean router scores of every expert of `layer_id` ([n_experts] float32 softmax
+  // probabilities) for the step about to look its experts up: handed to the policy (score-based
+  // eviction, CachePolicyRules::OnScores). Ignored for unknown layers.
+  void ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores);
   // Current state; no counters, no frequency, no pin. kMiss for unknown experts.
   CompressionState Peek(int32_t layer_id, int32_t expert_id) const;
   // Places the expert by rank after it ran (see the file comment). Copies from `sources` (or from

@@ -204,6 +204,9 @@ int RunGenerate(const GenerateArgs& args) {
     provider = std::move(created).value();
     options.expert_provider = provider.get();
   }
+  options.substitution_alpha = args.runtime.substitution_alpha;
+  if (options.substitution_alpha != 0 && provider == nullptr)
+    std::fprintf(stderr, "W: --substitution-alpha has no effect without --memory-budget: every expert is served as is\n");
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return Fail(generator.status());
 
@@ -306,6 +309,7 @@ int RunGenerate(const GenerateArgs& args) {
       j["policy"] = cache_manager::CachePolicyName(provider->config().policy);
       j["pools_enabled"] = provider->config().pools;
       j["decompress_threads"] = provider->config().n_workers;
+      j["substitution"]["alpha"] = args.runtime.substitution_alpha;
       if (prefill_stats) {
         const runtime::RuntimeStats& p = *prefill_stats;
         j["prefill"] = {{"requests", p.cache.lookups},
@@ -319,12 +323,17 @@ int RunGenerate(const GenerateArgs& args) {
       if (!st.ok()) return Fail(st);
     }
     std::fprintf(stderr, "%s", fmt::format("I: runtime: {} requests, {} misses, hit rate {:.1f}%, read {:.1f} MiB "
-                                           "(E {:.1f}, SM {:.1f}), {} decodes, mean makespan/bound {:.2f}\n",
+                                           "(E {:.1f}, SM {:.1f}), {} decodes, mean makespan/bound {:.2f}{}\n",
                                            rs.cache.lookups, rs.cache.misses,
                                            rs.cache.lookups ? 100.0 * rs.cache.HitsTotal() / rs.cache.lookups : 0.0,
                                            (rs.io_bytes_e + rs.io_bytes_sm) / 1048576.0, rs.io_bytes_e / 1048576.0,
                                            rs.io_bytes_sm / 1048576.0, rs.decode_ops,
-                                           runtime::MeanMakespanOverBound(rs)).c_str());
+                                           runtime::MeanMakespanOverBound(rs),
+                                           args.runtime.substitution_alpha > 0
+                                               ? fmt::format(", {} of {} routed experts substituted (alpha {})",
+                                                             rs.substitution.substituted, rs.substitution.routed,
+                                                             args.runtime.substitution_alpha)
+                                               : std::string()).c_str());
   }
   const double tokens_per_s =
       stats.total_seconds > 0 ? static_cast<double>(generated_total) / stats.total_seconds : 0.0;

@@ -39,7 +39,13 @@ struct ReplayArgs {
 Status RunReplay(const ReplayArgs& args) {
   if (args.repeat < 1) return Status::InvalidArgument(fmt::format("--repeat {}: must be >= 1", args.repeat));
   if (!(args.compute_us >= 0)) return Status::InvalidArgument("--compute-us must be >= 0");
-  if (args.runtime.prefetch != "none") {
+  if (args.runtime.substitution_alpha != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--substitution-alpha {}: replay replays recorded routing, it has no router scores to substitute with; "
+        "substitution runs in generate and serve",
+        args.runtime.substitution_alpha));
+  }
+  if (!args.runtime.prefetch.empty() && args.runtime.prefetch != "none") {
     ZM_RETURN_IF_ERROR(ParsePrefetchMode(args.runtime.prefetch).status());
     return Status::InvalidArgument(fmt::format(
         "--prefetch {}: replay has no router inputs to predict from (it replays recorded routing); prefetching "
@@ -47,7 +53,9 @@ Status RunReplay(const ReplayArgs& args) {
         args.runtime.prefetch));
   }
   ZM_ASSIGN_OR_RETURN(std::vector<cache_manager::ActivationRecord> records, cache_manager::ReadTrace(args.trace));
-  ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider, CreateRuntime(args.runtime, args.model));
+  RuntimeFlags flags = args.runtime;
+  flags.prefetch = "none";  // not the policy's default either: nothing to predict from
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider, CreateRuntime(flags, args.model));
   const runtime::OffloadConfig& config = provider->config();
 
   const auto start = std::chrono::steady_clock::now();

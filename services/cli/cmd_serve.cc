@@ -146,6 +146,7 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
   options.device = args.device;
+  options.substitution_alpha = args.runtime.substitution_alpha;
   Result<std::unique_ptr<ExpertProvider>> created = make_provider();
   if (!created.ok()) return fail(created.status());
   std::unique_ptr<ExpertProvider> provider = std::move(created).value();
@@ -208,6 +209,9 @@ int RunServeCommand(ServeArgs args) {
     t.prefetch_used_bytes = st.prefetch.used_bytes;
     t.prefetch_wasted_bytes = st.prefetch.wasted_bytes;
     t.prefetch_mode = st.prefetch_mode;
+    t.routed_experts = st.substitution.routed;
+    t.substituted_experts = st.substitution.substituted;
+    t.policy = cache_manager::CachePolicyName(p->config().policy);
     runtime_metrics.Update(t);
   };
   const int rc = RunServe(args, [&args, &runtime_provider]() -> Result<std::unique_ptr<ExpertProvider>> {

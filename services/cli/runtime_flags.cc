@@ -24,7 +24,7 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
       "memory for experts (cache pools + experts in flight), e.g. 512MiB, or 50% of the BF16 expert bytes; "
       "without it every expert is resident");
   if (budget_required) budget->required();
-  cmd->add_option("--policy", f->policy, "zipmoe | lru | fifo | lfu | marking | dali | full-load (generate also: mmap, "
+  cmd->add_option("--policy", f->policy, "zipmoe | lru | fifo | lfu | marking | dali | smoe | coserve | full-load (generate also: mmap, "
                   "the uncompressed checkpoint through the page cache)")->capture_default_str();
   cmd->add_option("--pools", f->pools, "zipmoe: enabled pools Λ, letters of FCSE")->capture_default_str();
   cmd->add_option("--pool-ratios", f->pool_ratios,
@@ -50,9 +50,22 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   cmd->add_option("--prefetch", f->prefetch,
                   "none | top-score (the next MoE layer's router on this layer's router input, SMoE) | residual "
                   "(DALI: plus the residual calibrated by `zipmoe profile --prefetch-residuals`): read and decode the "
-                  "predicted misses of the next MoE layer while this one computes")
+                  "predicted misses of the next MoE layer while this one computes (default: the policy's: smoe "
+                  "top-score, dali residual when calibrated else top-score, the others none)");
+  cmd->add_option("--substitution-alpha", f->substitution_alpha,
+                  "SMoE expert substitution threshold α in [0, 1): a selected expert scoring below (1+α)·S_k+1 that "
+                  "is not cached is replaced by a cached one scoring at least (1-α)·S_k+1. Changes the model's "
+                  "output; 0 (the default) computes the exact model")
       ->capture_default_str();
   cmd->add_option("--stats-json", f->stats_json, "write runtime statistics (requests per pool, misses, I/O, makespan)");
+}
+
+PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir) {
+  if (policy == "smoe") return PrefetchMode::kTopScore;
+  if (policy == "dali")
+    return FileExists(JoinPath(model_dir, "prefetch_residuals.safetensors")) ? PrefetchMode::kResidual
+                                                                            : PrefetchMode::kTopScore;
+  return PrefetchMode::kNone;
 }
 
 Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std::string& model_dir) {
@@ -89,7 +102,11 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std:
   c.verify_recovered = !f.no_verify_recovery;
   c.no_compression = f.no_compression;
   c.fused_recovery = !f.separate_recovery;
-  ZM_ASSIGN_OR_RETURN(c.prefetch, ParsePrefetchMode(f.prefetch));
+  if (f.prefetch.empty()) {
+    c.prefetch = DefaultPrefetch(f.policy, model_dir);
+  } else {
+    ZM_ASSIGN_OR_RETURN(c.prefetch, ParsePrefetchMode(f.prefetch));
+  }
   return c;
 }
 

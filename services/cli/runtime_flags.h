@@ -30,7 +30,8 @@ struct RuntimeFlags {
   bool no_verify_recovery = false;
   bool no_compression = false;
   bool separate_recovery = false;  // recover BF16 before compute even for a CPU executor
-  std::string prefetch = "none";  // PrefetchMode name
+  std::string prefetch;          // PrefetchMode name; "" = the policy's default (DefaultPrefetch)
+  double substitution_alpha = 0;  // SMoE expert substitution α (executor); 0 = exact
   std::string stats_json;
   bool preload = false;          // fill the cache before the first request (OffloadExpertProvider::Preload)
 };
@@ -38,6 +39,11 @@ struct RuntimeFlags {
 // --policy mmap: the benchmark baseline that serves experts from the memory map of the uncompressed
 // checkpoint (services/runtime/mmap_provider.h), not the runtime; only `zipmoe generate` accepts it.
 inline bool UsesMmapBaseline(const RuntimeFlags& flags) { return flags.policy == "mmap"; }
+
+// The predictor a policy uses when --prefetch is not given: smoe → top-score (SMoE's own); dali →
+// residual when `model_dir` holds its calibration (prefetch_residuals.safetensors), else top-score;
+// every other policy → none.
+PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir);
 
 // Registers the flags on `cmd`. `budget_required`: --memory-budget is mandatory (replay).
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* flags, bool budget_required);

@@ -73,6 +73,10 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   auto impl = std::make_unique<Impl>();
   impl->dir = options.model_dir;
   impl->n_threads = ResolveThreadCount(options.n_threads);
+  if (!(options.substitution_alpha >= 0.0 && options.substitution_alpha < 1.0))
+    return Status::InvalidArgument(fmt::format(
+        "substitution alpha {} is outside [0, 1): 0 computes the exact model, (0, 1) lets SMoE replace low-score experts",
+        options.substitution_alpha));
   ZM_ASSIGN_OR_RETURN(at::Device device, ParseDevice(options.device));
   ZM_RETURN_IF_ERROR(TorchBoundary("set_num_threads", [&]() -> Status {
     at::set_num_threads(impl->n_threads);  // torch reports 1 otherwise in this build
@@ -92,6 +96,7 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     provider = impl->observed.get();
   }
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
+  impl->model->set_substitution_alpha(options.substitution_alpha);
   if (provider->prefetch_mode() == PrefetchMode::kResidual) {
     const ModelConfig& c = impl->loaded->config;
     const std::string path = options.prefetch_residuals.empty()

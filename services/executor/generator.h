@@ -40,6 +40,11 @@ struct GeneratorOptions {
   // PrefetchMode::kResidual (the provider's prefetch_mode()): DALI's residual vectors
   // (prefetch_residuals.h); "" = MODEL_DIR/prefetch_residuals.safetensors.
   std::string prefetch_residuals;
+  // SMoE expert substitution threshold α (importance-driven-expert-scheduling §IV-B; routing.h
+  // SubstituteExperts): 0 = exact, the default; (0, 1) replaces low-score experts the provider does
+  // not hold by cached ones with a close score, which changes the output. Outside [0, 1):
+  // kInvalidArgument from Create.
+  double substitution_alpha = 0.0;
 };
 
 struct GenerationParams {

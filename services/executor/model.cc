@@ -73,7 +73,8 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
             next.residual = residuals_[static_cast<size_t>(l)];
         }
         ZM_ASSIGN_OR_RETURN(at::Tensor moe_out,
-                            MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr));
+                            MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr,
+                                       substitution_alpha_));
         h = h + moe_out;
       } else {
         h = h + MlpForward(lw.dense_mlp, mlp_in);

@@ -46,6 +46,9 @@ class Model {
   // DALI residuals for PrefetchMode::kResidual: residuals[l] ([hidden] float32, or undefined) is
   // added to MoE layer l's router input before the next MoE layer's router predicts its experts.
   void set_prefetch_residuals(std::vector<at::Tensor> residuals) { residuals_ = std::move(residuals); }
+  // SMoE expert substitution threshold α (MoeForward, routing.h SubstituteExperts): 0 = exact (the
+  // default); in (0, 1) low-score experts the provider does not hold may be replaced.
+  void set_substitution_alpha(double alpha) { substitution_alpha_ = alpha; }
   // Called in Forward with every MoE layer's router input (post_attention_layernorm output,
   // [tokens, hidden] in the compute dtype), before the layer runs; empty = none (calibration).
   void set_router_input_observer(std::function<void(int32_t layer_id, const at::Tensor& x)> observer) {
@@ -60,6 +63,7 @@ class Model {
   RotaryEmbedding rope_;
   std::vector<at::Tensor> residuals_;  // [n_layers] (set_prefetch_residuals)
   std::vector<int32_t> next_moe_;       // [n_layers]: the next MoE layer after each, -1 for none
+  double substitution_alpha_ = 0.0;
   std::function<void(int32_t, const at::Tensor&)> router_input_observer_;
 };
 

@@ -41,13 +41,34 @@ bool Predicts(const ExpertProvider& provider, const NextMoeLayer* next) {
          provider.prefetch_mode() != PrefetchMode::kNone;
 }
 
-// BeginLayer with the selected experts (ascending) and the tokens routed to each.
-Status BeginLayer(ExpertProvider& provider, int32_t layer_id, const ExpertAssignment& assign) {
+// Top-k selection (SelectExperts), SMoE substitution when alpha > 0, grouping by expert, then
+// BeginLayer with the selected experts (ascending), the tokens routed to each, the batch's mean
+// router scores and the substitutions made. scores: [n, n_experts] softmax probabilities.
+Result<ExpertAssignment> RouteAndBegin(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n,
+                                       ExpertProvider& provider, double substitution_alpha) {
+  const RouterParams params = RouterParamsFor(config);
+  const int64_t top_k = params.top_k, n_experts = params.n_experts;
+  std::vector<int32_t> topk_ids(static_cast<size_t>(n * top_k));
+  std::vector<float> topk_weights(static_cast<size_t>(n * top_k));
+  SelectExperts(scores, n, params, topk_ids.data(), topk_weights.data());
   LayerRouting routing;
   routing.layer_id = layer_id;
+  if (substitution_alpha > 0.0) {
+    std::vector<uint8_t> cached;
+    provider.CachedExperts(layer_id, static_cast<int32_t>(n_experts), &cached);
+    cached.resize(static_cast<size_t>(n_experts), 0);
+    routing.substituted = static_cast<int32_t>(SubstituteExperts(scores, n, params, substitution_alpha, cached.data(),
+                                                                 topk_ids.data(), topk_weights.data()));
+  }
+  ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
   routing.expert_ids = assign.expert_ids;
   for (const auto& rows : assign.token_rows) routing.tokens_per_expert.push_back(static_cast<int32_t>(rows.size()));
-  return provider.BeginLayer(routing);
+  routing.mean_scores.assign(static_cast<size_t>(n_experts), 0.0f);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t e = 0; e < n_experts; ++e) routing.mean_scores[static_cast<size_t>(e)] += scores[t * n_experts + e];
+  for (float& v : routing.mean_scores) v /= static_cast<float>(std::max<int64_t>(n, 1));
+  ZM_RETURN_IF_ERROR(provider.BeginLayer(routing));
+  return assign;
 }
 
 // Checks a delivered lease against the layer's request; returns its slot in assign.expert_ids.
@@ -88,9 +109,10 @@ void SoftmaxRows(float* x, int64_t n, int64_t d) {
 //   then the weighted outputs are summed in ascending expert id order and the shared output added.
 // The same bits as computing each expert alone, whichever experts share a region.
 Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
-                                 const at::Tensor& x_in, ExpertProvider& provider, const NextMoeLayer* next) {
+                                 const at::Tensor& x_in, ExpertProvider& provider, const NextMoeLayer* next,
+                                 double substitution_alpha) {
   const at::Tensor x = x_in.contiguous();
-  const int64_t n = x.size(0), hidden = x.size(1), top_k = config.num_experts_per_tok;
+  const int64_t n = x.size(0), hidden = x.size(1);
   const float* xp = x.data_ptr<float>();
   const int64_t n_experts = w.router.size(0);
 
@@ -140,13 +162,10 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   }
   cpu::MlpGateUp(shared, first);
   SoftmaxRows(scores.data(), n, n_experts);
-  std::vector<int32_t> topk_ids(static_cast<size_t>(n * top_k));
-  std::vector<float> topk_weights(static_cast<size_t>(n * top_k));
-  SelectExperts(scores.data(), n, RouterParamsFor(config), topk_ids.data(), topk_weights.data());
-  const ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
 
   // 2. Announce the layer, then the prediction for the next one.
-  ZM_RETURN_IF_ERROR(BeginLayer(provider, layer_id, assign));
+  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign,
+                      RouteAndBegin(config, layer_id, scores.data(), n, provider, substitution_alpha));
   if (predict) {
     SoftmaxRows(next_scores.data(), n, next->weights->router.size(0));
     provider.Prefetch(RankPredictedExperts(config, next->layer_id, next_scores.data(), n));
@@ -315,23 +334,21 @@ LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, c
 }
 
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
-                              const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next) {
+                              const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next,
+                              double substitution_alpha) {
   if (x.is_cpu() && x.scalar_type() == at::kFloat && RunsOnCpuKernels(x, w.router))
-    return MoeForwardCpu(config, w, layer_id, x, provider, next);
-  const int64_t n = x.size(0), hidden = x.size(1), top_k = config.num_experts_per_tok;
+    return MoeForwardCpu(config, w, layer_id, x, provider, next, substitution_alpha);
+  const int64_t n = x.size(0), hidden = x.size(1);
   const at::Device device = x.device();
   const at::ScalarType dtype = x.scalar_type();
 
   // 1. Router in float32 (DeepSeek's MoEGate casts both operands; the CPU path is float32 anyway).
   const at::Tensor logits = Linear(x.to(at::kFloat), w.router);
   const at::Tensor scores = at::softmax(logits, -1).to(at::kCPU).contiguous();
-  std::vector<int32_t> topk_ids(static_cast<size_t>(n * top_k));
-  std::vector<float> topk_weights(static_cast<size_t>(n * top_k));
-  SelectExperts(scores.data_ptr<float>(), n, RouterParamsFor(config), topk_ids.data(), topk_weights.data());
-  const ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
 
   // 2. Announce the layer, then the prediction for the next one.
-  ZM_RETURN_IF_ERROR(BeginLayer(provider, layer_id, assign));
+  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign,
+                      RouteAndBegin(config, layer_id, scores.data_ptr<float>(), n, provider, substitution_alpha));
   if (Predicts(provider, next)) {
     at::Tensor in = x.to(at::kFloat);
     if (next->residual.defined()) in = in + next->residual.to(in.device(), at::kFloat);

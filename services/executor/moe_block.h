@@ -57,10 +57,13 @@ LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, c
 // With `next` (and a provider whose prefetch_mode() is not kNone) the next layer's router is applied
 // to x (+ next->residual) in the same parallel region as this layer's, and its prediction is passed
 // to Prefetch right after BeginLayer; it never changes the result.
+// substitution_alpha > 0 turns on SMoE's expert substitution (SubstituteExperts, routing.h) with the
+// provider's CachedExperts: the result then differs from the exact model's; 0 = exact.
 // Errors: the provider's (BeginLayer / NextReady / EndLayer, e.g. kCorruption from storage),
 // kInvalidArgument if a lease is for an expert that was not requested, is delivered twice, or its
 // dimensions differ from the config (naming layer and expert).
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
-                              const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next = nullptr);
+                              const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next = nullptr,
+                              double substitution_alpha = 0.0);
 
 }  // namespace zipmoe::executor

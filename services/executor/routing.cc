@@ -37,51 +37,121 @@ RouterParams RouterParamsFor(const ModelConfig& config) {
   return p;
 }
 
+namespace {
+
+// The scores top-k selects from for one token: the row itself, or DeepSeek-V2's group-limited
+// masking of it (into `masked`).
+const float* SelectionScores(const float* row, const RouterParams& p, std::vector<float>* masked,
+                             std::vector<float>* group_scores, std::vector<int32_t>* group_order) {
+  if (p.arch != ModelArch::kDeepseekV2 || p.topk_method != TopkMethod::kGroupLimitedGreedy) return row;
+  const int64_t e = p.n_experts;
+  const int64_t per_group = e / p.n_group;
+  group_scores->assign(static_cast<size_t>(p.n_group), 0.0f);
+  for (int64_t g = 0; g < p.n_group; ++g) {
+    float m = row[g * per_group];
+    for (int64_t i = 1; i < per_group; ++i) m = std::max(m, row[g * per_group + i]);
+    (*group_scores)[static_cast<size_t>(g)] = m;
+  }
+  TopK(group_scores->data(), p.n_group, p.topk_group, group_order);
+  masked->assign(static_cast<size_t>(e), 0.0f);  // scores.masked_fill(~score_mask, 0.0)
+  for (int32_t g : *group_order) std::copy(row + g * per_group, row + (g + 1) * per_group, masked->begin() + g * per_group);
+  return masked->data();
+}
+
+// The combine weights of one token's k selected experts ids[0, k) (descending score) from their
+// selection scores, per architecture (see routing.h).
+void Weigh(const float* select_from, const int32_t* ids, const RouterParams& p, float* w) {
+  const int64_t k = p.top_k;
+  for (int64_t j = 0; j < k; ++j) w[j] = select_from[ids[j]];
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) sum += w[j];
+  if (p.arch == ModelArch::kDeepseekV2) {
+    if (k > 1 && p.norm_topk_prob) {
+      const float denominator = sum + 1e-20f;
+      for (int64_t j = 0; j < k; ++j) w[j] = w[j] / denominator;
+    } else {
+      const float scale = static_cast<float>(p.routed_scaling_factor);
+      for (int64_t j = 0; j < k; ++j) w[j] = w[j] * scale;
+    }
+  } else if (p.arch == ModelArch::kMixtral || p.norm_topk_prob) {
+    for (int64_t j = 0; j < k; ++j) w[j] = w[j] / sum;
+  }
+}
+
+// a before b: higher score, ties lower id (TopK's order).
+bool Before(const float* v, int32_t a, int32_t b) {
+  const float va = Key(v[a]), vb = Key(v[b]);
+  return va > vb || (va == vb && a < b);
+}
+
+}  // namespace
+
 void SelectExperts(const float* scores, int64_t n_tokens, const RouterParams& p, int32_t* topk_ids,
                    float* topk_weights) {
   const int64_t e = p.n_experts, k = p.top_k;
-  std::vector<int32_t> order;
-  std::vector<float> masked;
-  std::vector<float> group_scores;
-  std::vector<int32_t> group_order;
+  std::vector<int32_t> order, group_order;
+  std::vector<float> masked, group_scores;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* row = scores + t * e;
-    const float* select_from = row;
-    if (p.arch == ModelArch::kDeepseekV2 && p.topk_method == TopkMethod::kGroupLimitedGreedy) {
-      const int64_t per_group = e / p.n_group;
-      group_scores.assign(static_cast<size_t>(p.n_group), 0.0f);
-      for (int64_t g = 0; g < p.n_group; ++g) {
-        float m = row[g * per_group];
-        for (int64_t i = 1; i < per_group; ++i) m = std::max(m, row[g * per_group + i]);
-        group_scores[static_cast<size_t>(g)] = m;
-      }
-      TopK(group_scores.data(), p.n_group, p.topk_group, &group_order);
-      masked.assign(static_cast<size_t>(e), 0.0f);  // scores.masked_fill(~score_mask, 0.0)
-      for (int32_t g : group_order)
-        std::copy(row + g * per_group, row + (g + 1) * per_group, masked.begin() + g * per_group);
-      select_from = masked.data();
-    }
+    const float* select_from = SelectionScores(scores + t * e, p, &masked, &group_scores, &group_order);
     TopK(select_from, e, k, &order);
-    int32_t* ids = topk_ids + t * k;
-    float* w = topk_weights + t * k;
+    std::copy(order.begin(), order.begin() + k, topk_ids + t * k);
+    Weigh(select_from, topk_ids + t * k, p, topk_weights + t * k);
+  }
+}
+
+int64_t SubstituteExperts(const float* scores, int64_t n_tokens, const RouterParams& p, double alpha,
+                          const uint8_t* cached, int32_t* topk_ids, float* topk_weights) {
+  const int64_t e = p.n_experts, k = p.top_k;
+  if (alpha <= 0.0 || k >= e || k <= 0) return 0;
+  std::vector<int32_t> order, group_order;
+  std::vector<float> masked, group_scores;
+  // S_{k+1} per token, and C: every token's top-score experts.
+  std::vector<float> next_score(static_cast<size_t>(n_tokens));
+  std::vector<uint8_t> top_score(static_cast<size_t>(e), 0);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* s = SelectionScores(scores + t * e, p, &masked, &group_scores, &group_order);
+    TopK(s, e, k + 1, &order);
+    const float sk1 = Key(s[order[static_cast<size_t>(k)]]);
+    next_score[static_cast<size_t>(t)] = sk1;
+    const float high = static_cast<float>((1.0 + alpha) * sk1);
     for (int64_t j = 0; j < k; ++j) {
-      ids[j] = order[static_cast<size_t>(j)];
-      w[j] = select_from[order[static_cast<size_t>(j)]];
-    }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) sum += w[j];
-    if (p.arch == ModelArch::kDeepseekV2) {
-      if (k > 1 && p.norm_topk_prob) {
-        const float denominator = sum + 1e-20f;
-        for (int64_t j = 0; j < k; ++j) w[j] = w[j] / denominator;
-      } else {
-        const float scale = static_cast<float>(p.routed_scaling_factor);
-        for (int64_t j = 0; j < k; ++j) w[j] = w[j] * scale;
-      }
-    } else if (p.arch == ModelArch::kMixtral || p.norm_topk_prob) {
-      for (int64_t j = 0; j < k; ++j) w[j] = w[j] / sum;
+      const int32_t id = topk_ids[t * k + j];
+      if (Key(s[id]) >= high) top_score[static_cast<size_t>(id)] = 1;
     }
   }
+  auto available = [&](int32_t id) { return cached[id] != 0 || top_score[static_cast<size_t>(id)] != 0; };
+  int64_t substituted = 0;
+  std::vector<int32_t> replace, substitutes;
+  std::vector<uint8_t> selected(static_cast<size_t>(e));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* s = SelectionScores(scores + t * e, p, &masked, &group_scores, &group_order);
+    const float sk1 = next_score[static_cast<size_t>(t)];
+    const float high = static_cast<float>((1.0 + alpha) * sk1);
+    const float low = static_cast<float>((1.0 - alpha) * sk1);
+    int32_t* ids = topk_ids + t * k;
+    std::fill(selected.begin(), selected.end(), 0);
+    replace.clear();
+    for (int64_t j = 0; j < k; ++j) {
+      selected[static_cast<size_t>(ids[j])] = 1;
+      if (Key(s[ids[j]]) < high && !available(ids[j])) replace.push_back(static_cast<int32_t>(j));
+    }
+    if (replace.empty()) continue;
+    substitutes.clear();
+    for (int32_t id = 0; id < e; ++id) {
+      if (!selected[static_cast<size_t>(id)] && Key(s[id]) >= low && s[id] > 0.0f && available(id))
+        substitutes.push_back(id);
+    }
+    if (substitutes.empty()) continue;
+    std::sort(substitutes.begin(), substitutes.end(), [s](int32_t a, int32_t b) { return Before(s, a, b); });
+    // Replace the lowest-scored low-score experts first (ids[] is in descending score).
+    std::reverse(replace.begin(), replace.end());
+    const size_t n = std::min(replace.size(), substitutes.size());
+    for (size_t i = 0; i < n; ++i) ids[replace[i]] = substitutes[i];
+    substituted += static_cast<int64_t>(n);
+    std::sort(ids, ids + k, [s](int32_t a, int32_t b) { return Before(s, a, b); });
+    Weigh(s, ids, p, topk_weights + t * k);
+  }
+  return substituted;
 }
 
 ExpertAssignment GroupByExpert(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens,

@@ -50,6 +50,25 @@ struct ExpertAssignment {
   std::vector<std::vector<float>> weights;       // per expert: combine weight of each row
 };
 
+// SMoE's expert-cache router (importance-driven-expert-scheduling.txt §IV-B, Algorithm 1): after
+// SelectExperts, per token, with S the scores top-k selected from (SelectExperts' own: DeepSeek's
+// group-masked ones) and S_{k+1} the (k+1)-th largest:
+//   top-score experts: selected with S >= (1 + alpha) S_{k+1}; always kept (over the batch they form
+//     the set C, computed anyway);
+//   low-score experts: selected with S < (1 + alpha) S_{k+1}; kept when `cached[e]` or e ∈ C,
+//     otherwise each may be replaced by a substitute: an expert the token did not select, with
+//     S >= (1 - alpha) S_{k+1}, that is cached or in C, highest score first (ties: lower id). With
+//     fewer substitutes than such experts, the lowest-scored low-score experts are the ones replaced.
+// The token's weights are then recomputed from its new set exactly as SelectExperts computes them
+// (normalised per architecture), slots in descending score. alpha = 0 never substitutes (no
+// selected expert scores below S_{k+1}): the result is SelectExperts' bit for bit.
+// scores: [n_tokens, n_experts] as for SelectExperts; cached: [n_experts], non-zero = the provider
+// serves that expert without I/O or decoding (ExpertProvider::CachedExperts); topk_ids/topk_weights:
+// SelectExperts' output, rewritten in place. Returns the number of (token, slot) substitutions.
+// alpha must be in [0, 1).
+int64_t SubstituteExperts(const float* scores, int64_t n_tokens, const RouterParams& params, double alpha,
+                          const uint8_t* cached, int32_t* topk_ids, float* topk_weights);
+
 // Groups topk_ids/topk_weights [n_tokens, top_k] by expert.
 ExpertAssignment GroupByExpert(const int32_t* topk_ids, const float* topk_weights, int64_t n_tokens,
                                int64_t top_k);

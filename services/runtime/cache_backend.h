@@ -127,6 +127,18 @@ class CacheBackend {
   virtual AdmitTotals admit_totals() const = 0;
   // The CacheManager when it lives in this process (nullptr for a remote backend).
   virtual const cache_manager::CacheManager* local_manager() const { return nullptr; }
+  // The batch's mean router scores of MoE layer `layer_id` ([n_experts]), before its lookups: the
+  // input of score-based eviction (CacheManager::ObserveScores). Default (a remote cache): ignored.
+  virtual void ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) {
+    (void)layer_id;
+    (void)mean_scores;
+  }
+  // Experts of `layer_id` now in the F pool (served without I/O or decoding), ascending; SMoE
+  // substitution's "cached" set. Default (a remote cache): none.
+  virtual std::vector<int32_t> FullResidents(int32_t layer_id) const {
+    (void)layer_id;
+    return {};
+  }
 };
 
 // Builds the cache of one runtime from its (partly resolved) config and the model's manifest; may
@@ -166,6 +178,12 @@ class LocalCacheBackend : public CacheBackend {
   Result<cache_manager::CacheCounters> Counters() override { return manager_->Counters(); }
   AdmitTotals admit_totals() const override;
   const cache_manager::CacheManager* local_manager() const override { return manager_.get(); }
+  void ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) override {
+    manager_->ObserveScores(layer_id, mean_scores);
+  }
+  std::vector<int32_t> FullResidents(int32_t layer_id) const override {
+    return manager_->Residents(layer_id, cache_manager::Pool::kF);
+  }
   cache_manager::CacheManager& manager() { return *manager_; }
   uint64_t leases_held() const;
   // Warm start (OffloadExpertProvider::Preload): CacheManager::SeedFrequencies.

@@ -258,6 +258,13 @@ void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
   CancelDecodes(cancel);
 }
 
+void OffloadExpertProvider::CachedExperts(int32_t layer_id, int32_t n_experts, std::vector<uint8_t>* cached) const {
+  cached->assign(static_cast<size_t>(std::max(n_experts, 0)), 0);
+  for (int32_t e : cache_->FullResidents(layer_id)) {
+    if (e >= 0 && e < n_experts) (*cached)[static_cast<size_t>(e)] = 1;
+  }
+}
+
 Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   std::unique_lock<std::mutex> lock(mu_);
   if (active_) {
@@ -292,9 +299,13 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
       }
     }
   }
-  // One lookup for the whole layer (one round trip when the cache is remote).
+  // The step's router scores first (score-based eviction), then one lookup for the whole layer
+  // (one round trip when the cache is remote).
+  if (!routing.mean_scores.empty()) cache_->ObserveScores(routing.layer_id, routing.mean_scores);
   std::vector<CachedExpert> found;
   ZM_RETURN_IF_ERROR(cache_->LookupLayer(routing.layer_id, routing.expert_ids, &found));
+  stats_.substitution.substituted += static_cast<uint64_t>(std::max(routing.substituted, 0));
+  for (int32_t tokens : routing.tokens_per_expert) stats_.substitution.routed += static_cast<uint64_t>(tokens);
   layer_start_ = std::chrono::steady_clock::now();
   next_priority_ = 0;  // every op of earlier layers has completed (prefetches rank apart): ranks restart per layer
   measure_ = LayerMeasure{};

@@ -158,6 +158,8 @@ class OffloadExpertProvider : public ExpertProvider {
   Status EndLayer(int32_t layer_id) override;
   PrefetchMode prefetch_mode() const override;
   void Prefetch(const LayerRouting& predicted) override;
+  // The layer's F-pool residents (CacheBackend::FullResidents; none with a remote cache).
+  void CachedExperts(int32_t layer_id, int32_t n_experts, std::vector<uint8_t>* cached) const override;
 
   // Warm start before the first request (embedded cache only): seeds the cache's frequency ranks
   // from `counts` (counts[layer][expert]: activations in a profiling trace, e.g. the planner's

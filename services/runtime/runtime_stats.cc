@@ -84,6 +84,11 @@ nlohmann::json RuntimeStatsToJson(const RuntimeStats& stats) {
                    {"used_bytes", pf.used_bytes},
                    {"wasted_bytes", pf.wasted_bytes},
                    {"accuracy", pf.used + pf.wasted > 0 ? static_cast<double>(pf.used) / (pf.used + pf.wasted) : 0.0}};
+  const SubstitutionTotals& sub = stats.substitution;
+  j["substitution"] = {
+      {"substituted", sub.substituted},
+      {"routed", sub.routed},
+      {"rate", sub.routed > 0 ? static_cast<double>(sub.substituted) / static_cast<double>(sub.routed) : 0.0}};
   j["arena"] = {{"budget_bytes", stats.budget_bytes},
                 {"mapped_bytes", stats.arena_bytes},
                 {"staging_slots", stats.staging_slots}};

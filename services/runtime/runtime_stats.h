@@ -54,6 +54,13 @@ struct PrefetchTotals {
   uint64_t wasted_bytes = 0;  // bytes read for wasted prefetches (incl. padding)
 };
 
+// SMoE expert substitution (LayerRouting::substituted): (token, slot) pairs whose low-score expert
+// the executor replaced by a cached one, out of every routed (token, slot) pair.
+struct SubstitutionTotals {
+  uint64_t substituted = 0;
+  uint64_t routed = 0;
+};
+
 struct RuntimeStats {
   cache_manager::CacheCounters cache;
   uint64_t io_ops = 0;
@@ -75,6 +82,7 @@ struct RuntimeStats {
   bool direct_io = false;
   PrefetchTotals prefetch;
   std::string prefetch_mode = "none";
+  SubstitutionTotals substitution;
 };
 
 // Mean of makespan / bound over every layer run (0 when none).

@@ -335,6 +335,21 @@ EmbeddedRuntimeMetrics::EmbeddedRuntimeMetrics(prometheus::Registry& registry) {
                          .Name("zipmoe_runtime_prefetch_bytes_total")
                          .Help("Bytes read for prefetched experts by outcome: used or wasted (embedded runtime).")
                          .Register(registry);
+  routed_experts_ = &prometheus::BuildCounter()
+                         .Name("zipmoe_runtime_routed_experts_total")
+                         .Help("Routed (token, expert) pairs the executor computed (embedded runtime).")
+                         .Register(registry)
+                         .Add({});
+  substituted_experts_ = &prometheus::BuildCounter()
+                              .Name("zipmoe_runtime_substituted_experts_total")
+                              .Help("Routed (token, expert) pairs whose low-score expert SMoE substitution replaced by "
+                                    "a cached one (--substitution-alpha > 0; the output is then not exact).")
+                              .Register(registry)
+                              .Add({});
+  info_ = &prometheus::BuildGauge()
+               .Name("zipmoe_runtime_info")
+               .Help("1, labelled with the runtime's cache policy and prefetch predictor.")
+               .Register(registry);
 }
 
 void EmbeddedRuntimeMetrics::Update(const Totals& t) {
@@ -367,6 +382,9 @@ void EmbeddedRuntimeMetrics::Update(const Totals& t) {
   add_u(&experts("failed"), t.prefetch_failed, last_.prefetch_failed);
   add_u(&bytes("used"), t.prefetch_used_bytes, last_.prefetch_used_bytes);
   add_u(&bytes("wasted"), t.prefetch_wasted_bytes, last_.prefetch_wasted_bytes);
+  add_u(routed_experts_, t.routed_experts, last_.routed_experts);
+  add_u(substituted_experts_, t.substituted_experts, last_.substituted_experts);
+  if (!t.policy.empty()) info_->Add({{"policy", t.policy}, {"prefetch", t.prefetch_mode}}).Set(1);
   last_ = t;
 }
 

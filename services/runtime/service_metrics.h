@@ -181,7 +181,10 @@ class ExecutorMetrics {
 // zipmoe_runtime_worker_seconds_total{op}, zipmoe_runtime_budget_bytes, zipmoe_runtime_arena_bytes,
 // and prefetching (RuntimeStats::prefetch): zipmoe_runtime_prefetch_experts_total{outcome=issued|used|
 // wasted|failed} and zipmoe_runtime_prefetch_bytes_total{outcome=used|wasted} (accuracy in Grafana:
-// used / (used + wasted)), labelled with the predictor (mode="none|top-score|residual").
+// used / (used + wasted)), labelled with the predictor (mode="none|top-score|residual"); SMoE
+// expert substitution (RuntimeStats::substitution): zipmoe_runtime_routed_experts_total (routed
+// (token, slot) pairs) and zipmoe_runtime_substituted_experts_total (those given a cached
+// substitute); zipmoe_runtime_info{policy,prefetch} = 1 names the cache policy and predictor.
 // Update takes cumulative totals and adds the difference since the previous call.
 class EmbeddedRuntimeMetrics {
  public:
@@ -194,6 +197,8 @@ class EmbeddedRuntimeMetrics {
     uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_failed = 0;
     uint64_t prefetch_used_bytes = 0, prefetch_wasted_bytes = 0;
     std::string prefetch_mode = "none";
+    uint64_t routed_experts = 0, substituted_experts = 0;
+    std::string policy;  // CachePolicyName
   };
   explicit EmbeddedRuntimeMetrics(prometheus::Registry& registry);
   EmbeddedRuntimeMetrics(const EmbeddedRuntimeMetrics&) = delete;
@@ -215,6 +220,9 @@ class EmbeddedRuntimeMetrics {
   prometheus::Gauge* arena_bytes_ = nullptr;
   prometheus::Family<prometheus::Counter>* prefetch_experts_ = nullptr;
   prometheus::Family<prometheus::Counter>* prefetch_bytes_ = nullptr;
+  prometheus::Counter* routed_experts_ = nullptr;
+  prometheus::Counter* substituted_experts_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* info_ = nullptr;
 };
 
 // Every service: zipmoe_bad_messages_total (Channel::stats().bad_messages, docs/messaging.md).

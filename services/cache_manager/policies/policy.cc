@@ -14,6 +14,8 @@ std::unique_ptr<CachePolicyRules> MakeMarkingRules(uint64_t seed, int32_t n_laye
 std::unique_ptr<CachePolicyRules> MakeFullLoadRules();
 std::unique_ptr<CachePolicyRules> MakeDaliRules(int32_t window, int32_t replacements, int32_t n_layers,
                                                 int32_t n_experts);
+std::unique_ptr<CachePolicyRules> MakeSmoeRules(int32_t window, int32_t n_layers, int32_t n_experts);
+std::unique_ptr<CachePolicyRules> MakeCoServeRules(int32_t n_layers, int32_t n_experts);
 
 std::unique_ptr<CachePolicyRules> MakeCachePolicyRules(CachePolicy policy, const CacheConfig& config,
                                                        int32_t n_layers, int32_t n_experts) {
@@ -26,6 +28,8 @@ std::unique_ptr<CachePolicyRules> MakeCachePolicyRules(CachePolicy policy, const
     case CachePolicy::kFullLoad: return MakeFullLoadRules();
     case CachePolicy::kDali:
       return MakeDaliRules(config.workload_window, config.replacements_per_window, n_layers, n_experts);
+    case CachePolicy::kSmoe: return MakeSmoeRules(config.score_window, n_layers, n_experts);
+    case CachePolicy::kCoServe: return MakeCoServeRules(n_layers, n_experts);
   }
   ZM_CHECK(false) << "unknown cache policy " << static_cast<int>(policy);
   return nullptr;

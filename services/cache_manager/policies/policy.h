@@ -10,6 +10,9 @@
 //                 used / first inserted / least frequently used (ties least recently used) leaves
 //   marking.cc    the Marking paging algorithm (Fiat et al. 1991), one global F pool
 //   dali.cc       DALI's workload-aware replacement (dali.txt §4.3), one F pool per layer
+//   smoe.cc       SMoE's score-based eviction (importance-driven-expert-scheduling §IV-B Eq. 3),
+//                 one global F pool
+//   coserve.cc    CoServe's two-stage eviction (coserve.txt §4.3), one global F pool
 //   full_load.cc  caches nothing
 // A prefetcher is not a cache rule: predictions reach the runtime through ExpertProvider::Prefetch
 // (common/expert_provider.h) and never evict (services/runtime/offload_provider.h).
@@ -75,6 +78,11 @@ class CachePolicyRules {
   virtual void OnHit(int32_t layer_id, int32_t expert_id) { (void)layer_id, (void)expert_id; }
   // (layer, expert) was given a slot (it becomes resident when its bytes are in).
   virtual void OnPlaced(int32_t layer_id, int32_t expert_id) { (void)layer_id, (void)expert_id; }
+  // The batch's mean router scores of every expert of `layer_id` ([n_experts]) for the step about
+  // to look its experts up (CacheManager::ObserveScores), before that step's OnActivation calls.
+  virtual void OnScores(int32_t layer_id, const std::vector<float>& mean_scores) {
+    (void)layer_id, (void)mean_scores;
+  }
 };
 
 // Policies whose every expert that ran may take the F pool (lru, fifo, lfu, marking, dali): the

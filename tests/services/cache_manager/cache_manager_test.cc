@@ -379,6 +379,81 @@ TEST(CacheManagerTest, DaliReplacesTheLowestWorkloadAtMostUTimesPerWindow) {
   EXPECT_EQ(ParseCachePolicy("dali").value(), CachePolicy::kDali);
 }
 
+// One step of a layer as the runtime drives it: the step's scores, then Lookup + Admit (BF16) of
+// each selected expert. Returns 'H'/'M' per expert.
+std::string Step(CacheManager& cache, int32_t layer, const std::vector<float>& scores, const std::vector<int32_t>& selected) {
+  cache.ObserveScores(layer, scores);
+  std::string pattern;
+  for (int32_t e : selected) {
+    auto lk = cache.Lookup(layer, e);
+    EXPECT_TRUE(lk.ok());
+    pattern += lk->state == CompressionState::kF ? 'H' : 'M';
+    lk->lease.Release();
+    EXPECT_TRUE(cache.Admit(layer, e, AvailableParts{false, false, true}).ok());
+  }
+  return pattern;
+}
+
+TEST(CacheManagerTest, SmoeEvictsTheLowestMeanScoreOverTheWindow) {
+  // One layer of 6 experts, a global F pool of 2, scores averaged over the last 2 steps (smoe.cc).
+  const Manifest m = MakeManifest(1, 6, 512, 2);
+  auto layout = ModelLayout::FromManifest(m);
+  CacheConfig config;
+  config.policy = CachePolicy::kSmoe;
+  config.score_window = 2;
+  config.budget_bytes = 2 * AlignSlotBytes(layout->slot_bytes(Pool::kF)) + 100;
+  auto cache = MakeCache(m, config);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_FALSE(cache->per_layer_pools());
+  EXPECT_EQ(Step(*cache, 0, {0.5f, 0.3f, 0.1f, 0.05f, 0.05f, 0.0f}, {0}), "M");
+  EXPECT_EQ(Step(*cache, 0, {0.1f, 0.6f, 0.1f, 0.1f, 0.1f, 0.0f}, {1}), "M");  // window: 0 → 0.30, 1 → 0.45
+  // Step 3: expert 2 runs. Window (steps 2, 3): 0 → (0.1 + 0.1) / 2 = 0.1, 1 → (0.6 + 0.2) / 2 = 0.4.
+  EXPECT_EQ(Step(*cache, 0, {0.1f, 0.2f, 0.5f, 0.1f, 0.1f, 0.0f}, {2}), "M");
+  EXPECT_EQ(cache->Residents(0, Pool::kF), (std::vector<int32_t>{1, 2}));
+  // Step 4: expert 0 runs; steps 3-4: 1 → (0.2 + 0.05) / 2 = 0.125, 2 → (0.5 + 0.4) / 2 = 0.45.
+  EXPECT_EQ(Step(*cache, 0, {0.45f, 0.05f, 0.4f, 0.05f, 0.05f, 0.0f}, {0}), "M");
+  EXPECT_EQ(cache->Residents(0, Pool::kF), (std::vector<int32_t>{0, 2}));
+  // Step 5: expert 3 runs; steps 4-5: 0 → (0.45 + 0.05) / 2 = 0.25, 2 → (0.4 + 0.6) / 2 = 0.5. Expert 0
+  // ran more recently than 2 (LRU would evict 2), yet it leaves: 2 scored high without running.
+  EXPECT_EQ(Step(*cache, 0, {0.05f, 0.05f, 0.6f, 0.25f, 0.05f, 0.0f}, {3}), "M");
+  EXPECT_EQ(cache->Residents(0, Pool::kF), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(ParseCachePolicy("smoe").value(), CachePolicy::kSmoe);
+}
+
+TEST(CacheManagerTest, CoServeEvictsExpertsNobodyDependsOnFirstThenTheLeastProbable) {
+  // Two layers of 6 experts, a global F pool of 3 (coserve.cc). Steps alternate layer 0, layer 1.
+  const Manifest m = MakeManifest(2, 6, 512, 2);
+  auto layout = ModelLayout::FromManifest(m);
+  CacheConfig config;
+  config.policy = CachePolicy::kCoServe;
+  config.budget_bytes = 3 * AlignSlotBytes(layout->slot_bytes(Pool::kF)) + 100;
+  auto cache = MakeCache(m, config);
+  ASSERT_NE(cache, nullptr);
+  const std::vector<float> none(6, 0.0f);
+  // Usage counts from a profiling trace: layer 0 expert 0 is the most used, expert 1 the least.
+  ASSERT_TRUE(cache->SeedFrequencies(0, {9, 0, 5, 0, 0, 0}).ok());
+  // Token 1: layer 0 selects {0, 1}, layer 1 selects {4}. The pool is full: 0, 1 (layer 0), 4 (layer 1).
+  EXPECT_EQ(Step(*cache, 0, none, {0, 1}), "MM");
+  EXPECT_EQ(Step(*cache, 1, none, {4}), "M");
+  // Token 2, layer 0 selects {2}. Depended on: 4 (selected in layer 1's latest step); 0 and 1 were
+  // selected in layer 0's previous step, not in this one. Stage 1 among 0 and 1, the least probable
+  // leaves: 1 (count 0 + 1 of layer 0's 3 lookups) before 0 (9 + 1).
+  EXPECT_EQ(Step(*cache, 0, none, {2}), "M");
+  EXPECT_EQ(cache->Residents(0, Pool::kF), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(cache->Residents(1, Pool::kF), (std::vector<int32_t>{4}));
+  // Token 2, layer 1 selects {5}. Depended on: 2 (layer 0's latest step). Stage 1: 0 (10 of 3
+  // lookups) and 4 (1 of layer 1's 2 lookups): 4 leaves, although LRU would evict 0.
+  EXPECT_EQ(Step(*cache, 1, none, {5}), "M");
+  EXPECT_EQ(cache->Residents(0, Pool::kF), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(cache->Residents(1, Pool::kF), (std::vector<int32_t>{5}));
+  // Token 3, layer 0 selects {3}. Depended on: 5 (layer 1's latest step), though its probability
+  // (1 of 2 = 0.5) is the lowest of all. Stage 1: 2 (6 of 4 lookups = 1.5) leaves before 0 (2.5).
+  EXPECT_EQ(Step(*cache, 0, none, {3}), "M");
+  EXPECT_EQ(cache->Residents(0, Pool::kF), (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(cache->Residents(1, Pool::kF), (std::vector<int32_t>{5}));
+  EXPECT_EQ(ParseCachePolicy("coserve").value(), CachePolicy::kCoServe);
+}
+
 TEST(CacheManagerTest, DaliPlanSharesTheFSlotsEquallyByLayer) {
   const Manifest m = MakeManifest(3, 4, 512, 2);
   ModelLayout layout = *ModelLayout::FromManifest(m);

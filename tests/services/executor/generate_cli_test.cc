@@ -165,7 +165,9 @@ TEST(GenerateCliTest, TraceOutRecordsEveryStepAndLayerAndFeedsThePlanner) {
     EXPECT_TRUE(std::is_sorted(experts.begin(), experts.end()));
     const int n_tokens = i < 4 ? 3 : 1;
     EXPECT_EQ(std::accumulate(tokens.begin(), tokens.end(), 0), n_tokens * 4) << rec.dump();
-    if (n_tokens == 1) EXPECT_EQ(experts.size(), 4u) << rec.dump();
+    if (n_tokens == 1) {
+      EXPECT_EQ(experts.size(), 4u) << rec.dump();
+    }
   }
   const auto plan = testing::RunCli("plan --model " + dir + " --memory-budget 256KiB --json --trace " + tmp.Sub("t.jsonl"));
   ASSERT_EQ(plan.exit_code, 0) << plan.output;

@@ -85,6 +85,66 @@ TEST(RoutingTest, DeepseekGroupLimitedGreedy) {
   EXPECT_EQ(Route(scores, p).ids, (std::vector<int32_t>{0, 2, 4}));
 }
 
+// SubstituteExperts (SMoE Algorithm 1) on scores worked by hand.
+struct Substituted {
+  Routed routed;
+  int64_t count = 0;
+};
+
+Substituted Substitute(const std::vector<float>& scores, const RouterParams& p, double alpha,
+                       const std::vector<int32_t>& cached_ids) {
+  Substituted s;
+  s.routed = Route(scores, p);
+  std::vector<uint8_t> cached(static_cast<size_t>(p.n_experts), 0);
+  for (int32_t e : cached_ids) cached[static_cast<size_t>(e)] = 1;
+  const int64_t n = static_cast<int64_t>(scores.size()) / p.n_experts;
+  s.count = SubstituteExperts(scores.data(), n, p, alpha, cached.data(), s.routed.ids.data(), s.routed.weights.data());
+  return s;
+}
+
+TEST(RoutingTest, SubstitutionReplacesALowScoreExpertByACachedOneWithACloseScore) {
+  // top-2 of 6: 0 (0.30) and 1 (0.20); S_3 = 0.19. alpha 0.2: top-score >= 0.228, substitutes >= 0.152.
+  const std::vector<float> scores = {0.30f, 0.20f, 0.19f, 0.17f, 0.10f, 0.04f};
+  const RouterParams qwen = Params(ModelArch::kQwen2Moe, 6, 2, false);
+  Substituted s = Substitute(scores, qwen, 0.2, {3});
+  EXPECT_EQ(s.count, 1);
+  EXPECT_EQ(s.routed.ids, (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(s.routed.weights, (std::vector<float>{0.30f, 0.17f}));
+  // The best cached candidate wins; a low-score expert that is cached stays; nothing cached in
+  // range (4 scores 0.10 < 0.152): no change; alpha 0 is the exact selection.
+  EXPECT_EQ(Substitute(scores, qwen, 0.2, {2, 3}).routed.ids, (std::vector<int32_t>{0, 2}));
+  for (const Substituted& same : {Substitute(scores, qwen, 0.2, {1, 3}), Substitute(scores, qwen, 0.2, {4}),
+                                  Substitute(scores, qwen, 0.0, {2, 3})}) {
+    EXPECT_EQ(same.count, 0);
+    EXPECT_EQ(same.routed.ids, (std::vector<int32_t>{0, 1}));
+    EXPECT_EQ(same.routed.weights, (std::vector<float>{0.30f, 0.20f}));
+  }
+  // Mixtral renormalises over the new set.
+  s = Substitute(scores, Params(ModelArch::kMixtral, 6, 2, false), 0.2, {3});
+  EXPECT_EQ(s.routed.ids, (std::vector<int32_t>{0, 3}));
+  EXPECT_FLOAT_EQ(s.routed.weights[0], 0.30f / (0.30f + 0.17f));
+  EXPECT_FLOAT_EQ(s.routed.weights[1], 0.17f / (0.30f + 0.17f));
+  // A small alpha: 1 (0.20) is top-score against 1.05 × 0.19 = 0.1995.
+  EXPECT_EQ(Substitute(scores, qwen, 0.05, {3}).count, 0);
+}
+
+TEST(RoutingTest, SubstitutesComeFromOtherTokensTopScoreExpertsAndReplaceTheLowestFirst) {
+  const RouterParams qwen = Params(ModelArch::kQwen2Moe, 6, 2, false);
+  // Token A's top-score experts (3, 4 >= 1.2 × 0.10) are computed anyway: token B's low-score
+  // expert 1 (0.20 < 1.2 × 0.19) takes 3 (0.19, the best in range), with nothing cached.
+  const std::vector<float> two = {0.05f, 0.05f, 0.05f, 0.60f, 0.15f, 0.10f,
+                                  0.30f, 0.20f, 0.05f, 0.19f, 0.17f, 0.09f};
+  Substituted s = Substitute(two, qwen, 0.2, {});
+  EXPECT_EQ(s.count, 1);
+  EXPECT_EQ(s.routed.ids, (std::vector<int32_t>{3, 4, 0, 3}));
+  // top-3 of 8 with two low-score experts (1: 0.20, 2: 0.19 < 1.2 × 0.18) and one substitute (3):
+  // the lower one (2) is replaced.
+  const RouterParams top3 = Params(ModelArch::kQwen2Moe, 8, 3, false);
+  s = Substitute({0.25f, 0.20f, 0.19f, 0.18f, 0.10f, 0.05f, 0.02f, 0.01f}, top3, 0.2, {3});
+  EXPECT_EQ(s.count, 1);
+  EXPECT_EQ(s.routed.ids, (std::vector<int32_t>{0, 1, 3}));
+}
+
 TEST(RoutingTest, GroupByExpertIsAscendingWithTokenRows) {
   const std::vector<int32_t> ids = {3, 1, 1, 0, 3, 2};  // 3 tokens x top-2
   const std::vector<float> w = {0.6f, 0.4f, 0.7f, 0.3f, 0.9f, 0.1f};

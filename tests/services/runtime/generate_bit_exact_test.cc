@@ -149,12 +149,95 @@ TEST(GenerateRuntimeCli, DaliPolicyIsByteExactAtEveryBudget) {
           if (j["pools"]["F"]["capacity_bytes"].get<uint64_t>() > 0) {  // at 10 % the staging may take it all
             EXPECT_GT(j["pools"]["F"]["admissions"].get<uint64_t>(), 0u) << tag;
           }
-          if (percent >= 30) EXPECT_GT(j["pools"]["F"]["capacity_bytes"].get<uint64_t>(), 0u) << tag;
+          if (percent >= 30) {
+            EXPECT_GT(j["pools"]["F"]["capacity_bytes"].get<uint64_t>(), 0u) << tag;
+          }
           EXPECT_LE(j["arena"]["mapped_bytes"].get<uint64_t>(), expert_bytes * percent / 100) << tag;
         }
       }
     }
   }
+}
+
+// SMoE's score-based eviction (with its default top-score prefetching) and CoServe's two-stage
+// eviction on every architecture and three budgets: byte-equal logits, and the F pool is used.
+class GenerateSeedPolicyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GenerateSeedPolicyTest, SmoeAndCoServeAreByteExactAtEveryBudget) {
+  const std::string dir = CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 2");
+  const uint64_t expert_bytes = ExpertBytes(dir);
+  TempDir tmp;
+  const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 6 "
+                                         "--ignore-eos --threads 1 --json",
+                                         dir);
+  auto r = RunCli(common + " --logits-out " + tmp.Sub("resident.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string want = ReadAll(tmp.Sub("resident.bin"));
+  for (const char* policy : {"smoe", "coserve"}) {
+    for (int percent : {10, 30, 70}) {
+      const std::string tag = fmt::format("{}-{}-{}", GetParam(), policy, percent);
+      auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --policy {} --decompress-threads 2 "
+                                    "--stats-json {}",
+                                    common, tmp.Sub(tag + ".bin"), expert_bytes * percent / 100, policy,
+                                    tmp.Sub(tag + ".json")));
+      ASSERT_EQ(run.exit_code, 0) << tag << "\n" << run.output;
+      EXPECT_TRUE(ReadAll(tmp.Sub(tag + ".bin")) == want) << tag << ": logits differ from the all-resident run";
+      const auto j = nlohmann::json::parse(ReadAll(tmp.Sub(tag + ".json")));
+      EXPECT_EQ(j["policy"], policy) << tag;
+      EXPECT_EQ(j["prefetch"]["mode"], std::string(policy) == "smoe" ? "top-score" : "none") << tag;
+      EXPECT_EQ(j["substitution"]["substituted"].get<uint64_t>(), 0u) << tag;
+      EXPECT_GT(j["substitution"]["routed"].get<uint64_t>(), 0u) << tag;
+      if (percent >= 30) {
+        EXPECT_GT(j["pools"]["F"]["requests"].get<uint64_t>(), 0u) << tag;
+      }
+      EXPECT_LE(j["arena"]["mapped_bytes"].get<uint64_t>(), expert_bytes * percent / 100) << tag;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, GenerateSeedPolicyTest,
+                         ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe"));
+
+// SMoE expert substitution is off unless asked; when asked it replaces only experts the cache does
+// not hold, counts every replacement, and the output then differs from the exact model's.
+TEST(GenerateRuntimeCli, SubstitutionIsCountedAndOffByDefault) {
+  const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 2");
+  const uint64_t expert_bytes = ExpertBytes(dir);
+  TempDir tmp;
+  const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 8 "
+                                         "--ignore-eos --threads 1 --json --policy smoe --memory-budget {}",
+                                         dir, expert_bytes * 40 / 100);
+  auto r = RunCli(fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 8 --ignore-eos "
+                              "--threads 1 --json --logits-out {}",
+                              dir, tmp.Sub("resident.bin")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string want = ReadAll(tmp.Sub("resident.bin"));
+  auto exact = RunCli(fmt::format("{} --substitution-alpha 0 --logits-out {}", common, tmp.Sub("exact.bin")));
+  ASSERT_EQ(exact.exit_code, 0) << exact.output;
+  EXPECT_TRUE(ReadAll(tmp.Sub("exact.bin")) == want);
+  auto sub = RunCli(fmt::format("{} --substitution-alpha 0.9 --logits-out {} --stats-json {}", common,
+                                tmp.Sub("sub.bin"), tmp.Sub("sub.json")));
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const auto j = nlohmann::json::parse(ReadAll(tmp.Sub("sub.json")));
+  const uint64_t substituted = j["substitution"]["substituted"].get<uint64_t>();
+  EXPECT_GT(substituted, 0u) << j["substitution"].dump();
+  EXPECT_LT(substituted, j["substitution"]["routed"].get<uint64_t>());
+  EXPECT_EQ(j["substitution"]["alpha"].get<double>(), 0.9);
+  EXPECT_NE(sub.output.find("routed experts substituted (alpha 0.9)"), std::string::npos) << sub.output;
+  const std::string got = ReadAll(tmp.Sub("sub.bin"));
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_FALSE(got == want) << "substitution replaced experts but the logits did not change";
+  // Outside [0, 1), and in replay (no router scores): clear errors.
+  for (const char* alpha : {"1", "-0.1", "nan"}) {
+    auto bad = RunCli(fmt::format("{} --substitution-alpha {}", common, alpha));
+    EXPECT_NE(bad.exit_code, 0) << alpha;
+    EXPECT_NE(bad.output.find("is outside [0, 1)"), std::string::npos) << alpha << ": " << bad.output;
+  }
+  testing::WriteAll(tmp.Sub("t.jsonl"), "{\"layer\": 1, \"experts\": [0, 1]}\n");
+  auto replay = RunCli(fmt::format("replay --model {} --trace {} --memory-budget 30% --substitution-alpha 0.3", dir,
+                                   tmp.Sub("t.jsonl")));
+  EXPECT_NE(replay.exit_code, 0);
+  EXPECT_NE(replay.output.find("replay replays recorded routing"), std::string::npos) << replay.output;
 }
 
 TEST(GenerateRuntimeCli, PrefetchOptionsAreChecked) {

@@ -295,11 +295,13 @@ TEST(ServeCli, FullQueueAnswers429) {
 }
 
 // With the embedded runtime, GET /metrics on the API port has the serving, cache and runtime
-// families, and promtool accepts the exposition.
+// families, and promtool accepts the exposition. SMoE's policy brings its top-score prefetching by
+// default; substitution is counted.
 TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
   const std::string model = testing::CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 7"));
   TempDir tmp;
-  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 50% --prefetch top-score", model));
+  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 50% --policy smoe --substitution-alpha 0.5",
+                                      model));
   ASSERT_TRUE(serve.healthy()) << serve.log();
   const HttpReply reply = Http(tmp, serve.port(), "POST", "/v1/completions",
                                json{{"prompt", json::array({5, 17, 300})}, {"max_tokens", 4}}.dump());
@@ -311,7 +313,9 @@ TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
                              "zipmoe_cache_requests_total{", "zipmoe_runtime_io_bytes_total{kind=\"e_chunk\"}",
                              "zipmoe_runtime_worker_ops_total{op=\"decode\"}", "zipmoe_time_to_first_token_seconds_bucket",
                              "zipmoe_runtime_prefetch_experts_total{mode=\"top-score\",outcome=\"issued\"}",
-                             "zipmoe_runtime_prefetch_bytes_total{mode=\"top-score\",outcome=\"wasted\"}"})
+                             "zipmoe_runtime_prefetch_bytes_total{mode=\"top-score\",outcome=\"wasted\"}",
+                             "zipmoe_runtime_info{policy=\"smoe\",prefetch=\"top-score\"} 1",
+                             "zipmoe_runtime_routed_experts_total ", "zipmoe_runtime_substituted_experts_total "})
     EXPECT_NE(metrics.body.find(family), std::string::npos) << family << "\n" << metrics.body;
   WriteAll(tmp.Sub("metrics.txt"), metrics.body);
   if (std::system("command -v promtool >/dev/null 2>&1") == 0) {
