@@ -28,7 +28,8 @@ MIB = 1 << 20
 DPI = 80
 TARGETS = {"zipmoe/lru": 0.5, "zipmoe/mmap": 0.35, "TPOT/physical limit": 1.3, "makespan/bound": 1.2}
 COLORS = {"zipmoe": "C3", "lru": "C0", "fifo": "C1", "lfu": "C2", "marking": "C4", "dali": "C6", "full-load": "C7",
-          "mmap": "C5", "zipmoe-noplan": "C8", "zipmoe-fifo-dispatch": "C9"}
+          "mmap": "C5", "zipmoe-noplan": "C8", "zipmoe-fifo-dispatch": "C9", "smoe": "tab:olive",
+          "coserve": "tab:brown"}
 
 
 def load(out, pattern):
@@ -472,14 +473,19 @@ class Report:
     # ------------------------------------------------------------------ (f)
     def exp_f(self):
         f = load(self.a.out, "f_ablation_qwen2_moe.json")
-        self.p("## (f) Eviction ablation: FIFO / LRU / Marking / zipmoe, with and without the plan (Fig. 10)", "")
+        self.p("## (f) Eviction ablation: every policy and prefetcher, zipmoe with and without the plan (Fig. 10)", "")
         if not f:
             self.p("Not run.", "")
             return
         ok = [r for r in f["rows"] if r.get("ok")]
         self.p("`zipmoe-noplan` = the zipmoe policy (frequency-rank dispatch and eviction) with the whole budget in "
                "the F pool (`--pool-ratios F=1`) instead of Alg. 4's plan; `marking` = the classic Marking paging "
-               "algorithm (random unmarked victim, seeded).", "")
+               "algorithm (random unmarked victim, seeded); `dali` = DALI's workload-aware replacement in equal per-layer "
+               "F pools; `smoe` = SMoE's score-based eviction (lowest mean router score over the last steps) with its "
+               "top-score prefetching, substitution off (exact); `coserve` = CoServe's two-stage eviction (experts the "
+               "latest step did not select first, then the least probable); `X+P` = system X prefetching the next MoE "
+               "layer's predicted experts with predictor P. The synthetic model's routing is synthetic "
+               "(`--router-skew`); (t) repeats this on the trained model.", "")
         if plt and ok:
             plt.figure(figsize=(6, 3.4))
             for r in ok:
@@ -1013,6 +1019,30 @@ class Report:
         self.p("")
         self.exp_l("l_load_qwen2_moe-trained.json", "### (l) on the trained model: ShareGPT requests over HTTP")
 
+    def exp_s(self):
+        s = load(self.a.out, "s_substitution.json")
+        self.p("## (s) SMoE expert substitution: accuracy against speed for the threshold α", "")
+        if not s:
+            self.p("Not run.", "")
+            return
+        self.p(f"`--policy smoe --substitution-alpha α` at a {s['budget_pct']} % budget, cold and capped, "
+               f"{s['tokens']} new tokens (greedy) per ShareGPT prompt from #{s['prompt_index']}, against the exact "
+               "all-resident run of the same prompt. A selected expert scoring below (1+α)·S_k+1 that the cache "
+               "does not hold in F is replaced by a cached (or elsewhere top-scored) expert scoring at least "
+               "(1−α)·S_k+1; α = 0 is the exact model. **KL** = KL(exact ‖ substituted) of the next-token "
+               "distributions, in nats, and **top-1** = share of positions whose most likely token is the exact "
+               "run's, both over the positions whose inputs are still the same in the two runs (every prompt "
+               "position, then the decode steps up to the first differing token); **same tokens** = greedy decode "
+               "steps before the first difference, over all steps; **substituted** = share of routed (token, expert) "
+               "pairs replaced. TPOT: median over the prompts.", "")
+        self.p("| model | α | prompts | positions | KL mean | KL max | top-1 | same tokens | substituted | TPOT s | "
+               "hit rate |", "|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in s["rows"]:
+            self.p(f"| {r['model']} | {r['alpha']} | {r['prompts']} | {r['positions']} | {r['kl_mean']:.2e} | "
+                   f"{(r['kl_max'] or 0):.2e} | {r['top1_agreement']:.3f} | {r['same_token_steps']} / "
+                   f"{r['decode_steps']} | {r['substituted_rate']:.3f} | {f3(r['tpot_s'])} | {f3(r['hit_rate'])} |")
+        self.p("")
+
     def exp_i(self):
         i = load(self.a.out, "i_gpu.json")
         self.p("## (i) GPU", "")
@@ -1037,6 +1067,7 @@ class Report:
         self.exp_l()
         self.exp_m()
         self.exp_t()
+        self.exp_s()
         self.exp_i()
         body = self.md[head_at:]
         self.md = self.md[:head_at]

@@ -28,9 +28,11 @@ turns OUT into PNGs and docs/benchmarks.md.
 Usage: bench/suite.py --mode quick|full --bin BUILD/bin --out DIR --models DIR [--only c,a,...]
 """
 import argparse
+import array
 import contextlib
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -64,7 +66,12 @@ PREFETCHERS = ("top-score", "residual")
 EMBEDDING_STD = 1.0  # docs/synth.md "Embedding scale": keeps decode-time routing token-dependent
 ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shares of trained MoE models
 
-POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "dali", "full-load", "mmap"]
+POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "dali", "smoe", "coserve", "full-load", "mmap"]
+# (f) and (t): every eviction policy (smoe brings its own top-score prefetching) next to the prefetch systems.
+ABLATION = ("fifo", "lru", "marking", "dali", "smoe", "coserve", "zipmoe-noplan", "zipmoe")
+# (s) SMoE expert substitution: prompts from SUBST_INDEX, the thresholds α swept (0 = exact).
+SUBST_INDEX = 400
+SUBST_ALPHAS = [0.0, 0.1, 0.2, 0.3, 0.5]
 # (m) llama.cpp peer. prompt_len random ids (seed PEER_SEED) for both systems; warm: `rounds` × (zipmoe
 # executor_bench with `zipmoe_reps` timed repetitions, llama_peer.mjs), `warm_decode` timed steps each, plus up to
 # `extra_rounds` more while a system's best run shared the cores with > OTHERS_MAX cores of other work; cold
@@ -86,27 +93,31 @@ MODES = {
               "ablation_budgets": [50], "fifo_budgets": [50], "deepseek": "tiny",
               "prompt_index": 3, "plan_prompts": 2, "c_systems_other_budgets": ["zipmoe", "lru", "mmap"],
               "codec_sections": "ratio,threads,io", "io_mib": 256,
-              "replay": {"steps": 16, "repeat": 2, "systems": ["zipmoe", "lru", "fifo", "marking"]},
+              "replay": {"steps": 16, "repeat": 2, "budgets": [10, 25, 50],
+                         "systems": ["zipmoe", "lru", "fifo", "marking", "dali", "coserve"]},
               "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
                        "max_prompt_chars": 400},
               "peer": PEER_QUICK,
               "residual_prompts": 16,
               "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+residual", "dali+residual"],
-              "trained": {"tokens": 32, "budgets": [25, 50], "routing_prompts": 16, "routing_prompts_mini": 6}},
+              "trained": {"tokens": 32, "budgets": [25, 50], "routing_prompts": 16, "routing_prompts_mini": 6},
+              "substitution": {"models": ["trained"], "prompts": 4, "tokens": 24, "budget": 25}},
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
              "ablation_budgets": [25, 50], "fifo_budgets": [25, 50, 75], "deepseek": "mini",
              "prompt_index": 0, "plan_prompts": 4, "c_systems_other_budgets": POLICIES,
              "codec_sections": "ratio,threads,io", "io_mib": 1024,
              "replay": {"steps": 48, "repeat": 2, "budgets": [10, 25, 50],
-                        "systems": ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "zipmoe-noplan"]},
+                        "systems": ["zipmoe", "lru", "fifo", "lfu", "marking", "dali", "coserve", "full-load",
+                                    "zipmoe-noplan"]},
              "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 16, "max_tokens": 32,
                       "max_prompt_chars": 1000},
              "peer": PEER_FULL,
              "residual_prompts": 64,
              "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+top-score", "lru+residual",
                                   "dali+residual"],
-             "trained": {"tokens": 64, "budgets": [10, 25, 50], "routing_prompts": 32, "routing_prompts_mini": 16}},
+             "trained": {"tokens": 64, "budgets": [10, 25, 50], "routing_prompts": 32, "routing_prompts_mini": 16},
+             "substitution": {"models": ["trained", "mini"], "prompts": 8, "tokens": 32, "budget": 25}},
 }
 
 
@@ -330,7 +341,7 @@ class Suite:
             "zipmoe-fifo-dispatch": (z, ["--policy", "zipmoe", "--fifo-dispatch"] + plan),
             "mmap": (m["hf"], ["--policy", "mmap"]),
         }
-        for p in ("lru", "fifo", "lfu", "marking", "dali", "full-load"):
+        for p in ("lru", "fifo", "lfu", "marking", "dali", "smoe", "coserve", "full-load"):
             table[p] = (z, ["--policy", p])
         if "+" in system:  # "<system>+<predictor>": the same system, prefetching the next MoE layer
             base, predictor = system.split("+", 1)
@@ -515,7 +526,7 @@ class Suite:
         self.reference(m, tc["tokens"])
         rows = []
         for pct in tc["budgets"]:
-            for system in ("fifo", "lru", "marking", "dali", "zipmoe-noplan", "zipmoe", *self.cfg["prefetch_systems"]):
+            for system in (*ABLATION, *self.cfg["prefetch_systems"]):
                 rows.append(self.run(m, system, pct, tc["tokens"]))
         routing = []
         for name, mm, n in ((f"{TRAINED} (trained)", m, tc["routing_prompts"]),
@@ -532,6 +543,107 @@ class Suite:
         self.exp_l(m, tag="-trained")  # (l) on learned routing: written as l_load_qwen2_moe-trained.json
         self.save("t_trained", {"model": TRAINED, "tokens": tc["tokens"], "rows": [self.public(r) for r in rows],
                                 "routing": routing, "card": os.path.join("models", TRAINED, "README.md")})
+
+    @staticmethod
+    def logit_rows(path, vocab):
+        """float32 logits file (generate --logits-out) -> list of rows of `vocab` floats."""
+        a = array.array("f")
+        a.frombytes(open(path, "rb").read())
+        if sys.byteorder != "little":
+            a.byteswap()
+        return [a[i:i + vocab] for i in range(0, len(a), vocab)]
+
+    @staticmethod
+    def kl_and_top1(p_row, q_row):
+        """KL(softmax(p) || softmax(q)) in nats, and whether the two argmaxes agree."""
+        mp, mq = max(p_row), max(q_row)
+        zp = math.log(sum(math.exp(x - mp) for x in p_row))
+        zq = math.log(sum(math.exp(x - mq) for x in q_row))
+        kl = 0.0
+        for x, y in zip(p_row, q_row):
+            lp = x - mp - zp
+            kl += math.exp(lp) * (lp - (y - mq - zq))
+        top1 = max(range(len(p_row)), key=p_row.__getitem__) == max(range(len(q_row)), key=q_row.__getitem__)
+        return max(kl, 0.0), top1
+
+    def exp_s(self, mini):
+        """(s) SMoE expert substitution: for each threshold α, `--policy smoe --substitution-alpha α` at one
+        budget, cold and capped, on several ShareGPT prompts; its logits against the exact all-resident run's.
+        A row's logits are comparable while every earlier input is the same: every prompt position, then the
+        decode steps up to and including the first whose greedy token differs from the exact run's."""
+        sc = self.cfg["substitution"]
+        models = []
+        for name in sc["models"]:
+            models.append(self.prepare_trained() if name == "trained" else mini)
+        out = []
+        for m in models:
+            self.calibrate(m, sc["budget"])
+            vocab = int(m["config"]["vocab_size"])
+            budget = m["expert_bytes"] * sc["budget"] // 100
+            limit = self.cap_bytes(m, sc["budget"])
+            per_alpha = {a: {"kl": [], "top1": [], "prefix": [], "steps": 0, "tpot": [], "hit": [], "sub": 0, "routed": 0}
+                         for a in SUBST_ALPHAS}
+            for i in range(sc["prompts"]):
+                index = SUBST_INDEX + i
+                base = f"s-{m['arch']}-{m['preset']}-p{index}"
+                exact_logits = os.path.join(self.out, base + "-exact.logits")
+                r = self.zm("generate", "--model", m["hf"], *self.prompt_args(index), "--max-new-tokens",
+                            str(sc["tokens"]), "--ignore-eos", "--threads", str(self.threads), "--json",
+                            "--logits-out", exact_logits, log=base + "-exact.log")
+                exact = json.loads(r["stdout"].strip().splitlines()[-1])
+                p_rows = self.logit_rows(exact_logits, vocab)
+                os.remove(exact_logits)
+                n_prompt = len(exact["prompt_ids"])
+                for alpha in SUBST_ALPHAS:
+                    tag = f"{base}-a{alpha}"
+                    logits = os.path.join(self.out, tag + ".logits")
+                    stats = os.path.join(self.out, "runs", tag + ".json")
+                    os.makedirs(os.path.dirname(stats), exist_ok=True)
+                    lim = None if limit is None else limit + len(p_rows) * vocab * 4
+                    try:
+                        r = self.zm("generate", "--model", m["zstd"], *self.prompt_args(index), "--max-new-tokens",
+                                    str(sc["tokens"]), "--ignore-eos", "--threads", str(self.threads), "--json",
+                                    "--memory-budget", str(budget), "--policy", "smoe", "--substitution-alpha",
+                                    str(alpha), "--stats-json", stats, "--logits-out", logits, log=tag + ".log",
+                                    cold=True, capped=True, limit=lim, timeout=1800)
+                    except bl.RunError as e:
+                        bl.warn(f"{tag}: {str(e.args[0])[:300]}")
+                        continue
+                    j = json.loads(r["stdout"].strip().splitlines()[-1])
+                    st = json.load(open(stats))
+                    q_rows = self.logit_rows(logits, vocab)
+                    os.remove(logits)
+                    got, want = j["generated_ids"], exact["generated_ids"]
+                    prefix = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+                    rows = min(len(p_rows), len(q_rows), n_prompt + prefix)
+                    acc = per_alpha[alpha]
+                    for k in range(rows):
+                        kl, top1 = self.kl_and_top1(p_rows[k], q_rows[k])
+                        acc["kl"].append(kl)
+                        acc["top1"].append(top1)
+                    acc["prefix"].append(prefix)
+                    acc["steps"] += len(want)
+                    acc["tpot"].append(j["tpot_s"])
+                    acc["hit"].append(st["requests"].get("hit_rate") or 0.0)
+                    acc["sub"] += st["substitution"]["substituted"]
+                    acc["routed"] += st["substitution"]["routed"]
+                    bl.log(f"{tag}: tpot {j['tpot_s']:.3f} s, substituted {st['substitution']['substituted']} / "
+                           f"{st['substitution']['routed']}, same tokens for {prefix} / {len(want)} steps")
+            for alpha in SUBST_ALPHAS:
+                acc = per_alpha[alpha]
+                if not acc["tpot"]:
+                    continue
+                out.append({"model": f"{m['arch']}-{m['preset']}", "alpha": alpha, "budget_pct": sc["budget"],
+                            "prompts": len(acc["tpot"]), "positions": len(acc["kl"]),
+                            "kl_mean": sum(acc["kl"]) / max(1, len(acc["kl"])),
+                            "kl_max": max(acc["kl"]) if acc["kl"] else None,
+                            "top1_agreement": sum(acc["top1"]) / max(1, len(acc["top1"])),
+                            "same_token_steps": sum(acc["prefix"]), "decode_steps": acc["steps"],
+                            "substituted_rate": acc["sub"] / max(1, acc["routed"]),
+                            "tpot_s": sorted(acc["tpot"])[len(acc["tpot"]) // 2],
+                            "hit_rate": sum(acc["hit"]) / len(acc["hit"])})
+        self.save("s_substitution", {"alphas": SUBST_ALPHAS, "tokens": sc["tokens"], "budget_pct": sc["budget"],
+                                     "prompt_index": SUBST_INDEX, "rows": out})
 
     def model_meta(self, m):
         keep = ("arch", "preset", "hf", "zstd", "expert_bytes", "overhead_bytes", "calibration", "prepare_s")
@@ -621,7 +733,7 @@ class Suite:
     def exp_f(self, m):
         rows = []
         for pct in self.cfg["ablation_budgets"]:
-            for system in ("fifo", "lru", "marking", "dali", "zipmoe-noplan", "zipmoe", *self.cfg["prefetch_systems"]):
+            for system in (*ABLATION, *self.cfg["prefetch_systems"]):
                 rows.append(self.run(m, system, pct, self.cfg["tokens"]))
         self.save(f"f_ablation_{m['arch']}", {"rows": [self.public(r) for r in rows]})
 
@@ -1166,7 +1278,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,h,l,m,t,i")
+    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,h,l,m,t,s,i")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.models, exist_ok=True)
@@ -1178,14 +1290,15 @@ def main():
     try:
         m = s.prepare("qwen2_moe", "mini")
         s.disk(m)
-        if any(x in only for x in ("c", "r", "g", "f", "d", "e", "h", "l", "m")):
+        if any(x in only for x in ("c", "r", "g", "f", "d", "e", "h", "l", "m", "s")):
             s.calibrate(m, 50)
         if any(x in only for x in ("c", "g", "f", "d", "e", "h")):  # one reference long enough for all
             s.reference(m, max([s.cfg["tokens"]] + (s.cfg["lengths"] if "e" in only else [])))
         steps = [("c", lambda: s.exp_c(m)), ("r", lambda: s.exp_r(m)), ("a", lambda: s.exp_a(m)), ("b", lambda: s.exp_b(m)),
                  ("g", lambda: s.exp_g(m)), ("f", lambda: s.exp_f(m)), ("d", lambda: s.exp_d(m)),
                  ("e", lambda: s.exp_e(m)), ("deepseek", s.exp_deepseek), ("h", lambda: s.exp_h(m)),
-                 ("l", lambda: s.exp_l(m)), ("m", lambda: s.exp_m(m)), ("t", lambda: s.exp_t(m)), ("i", s.exp_i)]
+                 ("l", lambda: s.exp_l(m)), ("m", lambda: s.exp_m(m)), ("t", lambda: s.exp_t(m)), ("s", lambda: s.exp_s(m)),
+                 ("i", s.exp_i)]
         for name, fn in steps:
             if name not in only:
                 continue

@@ -1,6 +1,6 @@
 // `zipmoe plan`: hierarchical cache planning (ZipMoE §3.4, Appendix C Alg. 4; docs/planner.md).
 //
-//   zipmoe plan --model COMPRESSED_DIR --memory-budget 512MiB [--trace FILE] [--pools FCSE]
+//   zipmoe plan --model COMPRESSED_DIR --memory-budget 512MiB [--policy P] [--trace FILE] [--pools FCSE]
 //               [--profile FILE] [--decompress-threads L] [--batch-size B] [--grid-step 0.05]
 //               [--byte-costs slot|stored] [--expert-compute-us P] [--recovery-us R] [--json]
 #include <CLI/CLI.hpp>
@@ -17,6 +17,7 @@
 
 #include "common/file_util.h"
 #include "common/manifest.h"
+#include "services/cache_manager/cache_manager.h"
 #include "services/cache_manager/plan_builder.h"
 #include "services/cache_manager/plan_cost.h"
 #include "services/cli/cli_util.h"
@@ -33,6 +34,7 @@ struct PlanArgs {
   std::string budget;
   std::string trace;
   std::string pools = "FCSE";
+  std::string policy = "zipmoe";  // CachePolicyName; the others plan one F pool
   std::string profile;  // "" = MODEL/profile.json when present
   int32_t n_workers = 0;  // 0 = online CPUs - 1 (one core is the I/O thread), at least 1
   int32_t batch_size = 1;
@@ -59,10 +61,16 @@ Status RunPlan(const PlanArgs& args) {
   if (args.byte_costs != "slot" && args.byte_costs != "stored") {
     return Status::InvalidArgument(fmt::format("--byte-costs '{}': expected slot or stored", args.byte_costs));
   }
+  ZM_ASSIGN_OR_RETURN(const cm::CachePolicy policy, cm::ParseCachePolicy(args.policy));
+  const bool zipmoe = policy == cm::CachePolicy::kZipMoe;
+  if (!zipmoe && args.pools != "FCSE" && args.pools != "F") {
+    return Status::InvalidArgument(fmt::format("--pools {}: only the zipmoe policy has pools other than F (--policy {})",
+                                               args.pools, args.policy));
+  }
   cm::PlanRequest request;
   request.model_dir = args.model;
   request.budget_bytes = budget;
-  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(args.pools));
+  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(zipmoe ? args.pools : "F"));
   request.trace_path = args.trace;
   request.batch_size = args.batch_size;
   request.n_workers = args.n_workers > 0 ? args.n_workers
@@ -87,10 +95,33 @@ Status RunPlan(const PlanArgs& args) {
   const cm::PoolCosts& costs = build.costs;
   const cm::PoolPlan& plan = build.plan;
   const cm::PoolPlan& f_plan = build.f_only;
+  // What the policy does with the budget (the runtime: services/runtime/cache_backend.cc): zipmoe
+  // the plan above; dali one F pool per layer of equal size (DaliPlan); full-load nothing; the
+  // others one F pool of the whole budget shared by every layer, which the F-only plan (the budget
+  // split equally by layer) estimates.
+  const uint64_t f_slot = costs.bytes_per_expert[cm::kPoolF] > 0 ? static_cast<uint64_t>(costs.bytes_per_expert[cm::kPoolF]) : 1;
+  const bool caches = policy != cm::CachePolicy::kFullLoad;
+  const int64_t global_f = caches && !zipmoe ? static_cast<int64_t>(budget / f_slot) : 0;
+  std::string layout;
+  if (zipmoe) {
+    layout = "per-layer F/C/S/E pools from the plan below (Alg. 4)";
+  } else if (!caches) {
+    layout = "no cache: every expert is read and decoded on every step (the all-miss makespan)";
+  } else if (policy == cm::CachePolicy::kDali) {
+    layout = fmt::format("one F pool per MoE layer, {} experts each (the F slots shared equally)",
+                         model.n_moe_layers > 0 ? global_f / model.n_moe_layers : 0);
+  } else {
+    layout = fmt::format("one F pool of {} experts shared by the {} MoE layers (eviction decides which layer holds "
+                         "them); estimated below as {} per layer",
+                         global_f, model.n_moe_layers, f_plan.capacities[cm::kPoolF]);
+  }
 
   if (args.json) {
     nlohmann::json j;
     j["model"] = args.model;
+    j["policy"] = cm::CachePolicyName(policy);
+    j["policy_layout"] = layout;
+    j["global_f_experts"] = global_f;
     j["arch"] = model.arch;
     j["n_experts"] = model.n_experts;
     j["top_k"] = model.top_k;
@@ -146,6 +177,7 @@ Status RunPlan(const PlanArgs& args) {
     fmt::print("  workload   uniform f_r = k/N = {}/{} (no --trace given), batch size {}\n", k, model.n_experts,
                args.batch_size);
   }
+  fmt::print("  policy     {}: {}\n", cm::CachePolicyName(policy), layout);
   fmt::print("  costs      u {:.1f} us (SM-chunk read), v {:.1f} us (E-chunk read), c {:.1f} us (E-chunk decode), "
              "L = {} workers\n", cost.sm_read_us, cost.e_read_us, cost.decompress_us, cost.n_workers);
   fmt::print("             recovery {:.1f} us/tensor, compute {:.1f} us/expert; from {}{}\n", cost.recovery_us,
@@ -178,6 +210,10 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--memory-budget", args->budget, "cache bytes for all MoE layers, e.g. 512MiB, 2GB")->required();
   cmd->add_option("--trace", args->trace, "activation trace (JSON lines, docs/planner.md); default: uniform f_r");
   cmd->add_option("--pools", args->pools, "enabled pools Λ, letters of FCSE")->capture_default_str();
+  cmd->add_option("--policy", args->policy,
+                  "zipmoe | lru | fifo | lfu | marking | dali | smoe | coserve | full-load: how that policy lays out "
+                  "the budget (every policy but zipmoe keeps full tensors in F)")
+      ->capture_default_str();
   cmd->add_option("--profile", args->profile, "profile JSON from `zipmoe profile` (default MODEL/profile.json)");
   cmd->add_option("--decompress-threads", args->n_workers, "L: decompression workers (0 = CPUs - 1)")
       ->capture_default_str();

@@ -4,6 +4,8 @@
 // and the `zipmoe plan` / `zipmoe profile` CLI on a tiny compressed model.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -680,6 +682,48 @@ TEST_F(TinyModelTest, PlanCliJsonOutputUniformTraceAndProfile) {
                                   tmp.Sub("trace.jsonl"));
   EXPECT_NE(no_batch.exit_code, 0);
   EXPECT_NE(no_batch.output.find("batch size 8"), std::string::npos) << no_batch.output;
+}
+
+// `plan --policy`: what each policy does with the budget, in the runtime's own names.
+TEST_F(TinyModelTest, PlanCliNamesEveryPolicysLayout) {
+  const std::string dir = TinyCompressed();
+  auto zipmoe = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --json");
+  ASSERT_EQ(zipmoe.exit_code, 0) << zipmoe.output;
+  nlohmann::json j = LastJsonLine(zipmoe.output);
+  EXPECT_EQ(j["policy"], "zipmoe");
+  EXPECT_EQ(j["global_f_experts"], 0);
+  const double f_bytes = j["bytes_per_expert"]["F"].get<double>();
+  ASSERT_GT(f_bytes, 0);
+  const int64_t slots = static_cast<int64_t>(512 * 1024 / static_cast<uint64_t>(f_bytes));
+  for (const char* policy : {"lru", "fifo", "lfu", "marking", "smoe", "coserve"}) {
+    auto r = testing::RunCli(fmt::format("plan --model {} --memory-budget 512KiB --json --policy {}", dir, policy));
+    ASSERT_EQ(r.exit_code, 0) << policy << ": " << r.output;
+    j = LastJsonLine(r.output);
+    EXPECT_EQ(j["policy"], policy);
+    EXPECT_EQ(j["pools"], "F") << policy;
+    EXPECT_EQ(j["global_f_experts"], slots) << policy;
+    EXPECT_NE(j["policy_layout"].get<std::string>().find(fmt::format("one F pool of {} experts shared", slots)),
+              std::string::npos)
+        << j["policy_layout"];
+    EXPECT_EQ(j["capacities"]["C"], 0) << policy;
+  }
+  auto dali = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --policy dali");
+  ASSERT_EQ(dali.exit_code, 0) << dali.output;
+  EXPECT_NE(dali.output.find(fmt::format("policy     dali: one F pool per MoE layer, {} experts each", slots / 4)),
+            std::string::npos)
+      << dali.output;
+  auto none = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --policy full-load");
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_NE(none.output.find("no cache"), std::string::npos) << none.output;
+  auto bad = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --policy belady");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("cache policy 'belady': unknown (want zipmoe, lru, fifo, lfu, full-load, marking, dali, "
+                            "smoe or coserve)"),
+            std::string::npos)
+      << bad.output;
+  auto pools = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --policy lru --pools FC");
+  EXPECT_NE(pools.exit_code, 0);
+  EXPECT_NE(pools.output.find("only the zipmoe policy has pools other than F"), std::string::npos) << pools.output;
 }
 
 }  // namespace

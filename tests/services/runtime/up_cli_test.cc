@@ -157,6 +157,25 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
   }
 }
 
+// The seeds' eviction policies run in the multi-process mode too (named in the service config):
+// the same text as embedded generate, and the cache-manager reports the policy it runs.
+TEST(UpCli, SeedPoliciesGiveTheSameTokensAsEmbedded) {
+  const std::string model = Model();
+  constexpr int kNewTokens = 8;
+  const std::string ref_text = Reference(model, kNewTokens)["text"].get<std::string>();
+  TempDir tmp;
+  for (const char* policy : {"smoe", "coserve", "dali"}) {
+    SCOPED_TRACE(policy);
+    Up up(tmp, model, 1, fmt::format("--set policy={}", policy));
+    ASSERT_TRUE(up.WaitHealthy()) << up.log();
+    HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
+    ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+    EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref_text);
+    EXPECT_NE(up.log().find(fmt::format("policy {},", policy)), std::string::npos) << up.log();
+    ASSERT_TRUE(up.Stop()) << up.log();
+  }
+}
+
 TEST(UpCli, SigkillDecompressorMidGenerationStillCompletesAndIsReplaced) {
   const std::string model = Model();
   constexpr int kNewTokens = 160;
