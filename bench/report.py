@@ -138,7 +138,7 @@ class Report:
         rows = [r for r in c["rows"] if r.get("tokens") == max(x["tokens"] for x in c["rows"])]
         model = c["model"]
         budgets = sorted({r["budget_pct"] for r in rows})
-        systems = [s for s in ["zipmoe", "lru", "fifo", "lfu", "marking", "full-load", "mmap"]
+        systems = [s for s in ["zipmoe", "lru", "fifo", "lfu", "marking", "dali", "smoe", "coserve", "full-load", "mmap"]
                    if any(r["system"] == s for r in rows)]
         self.p("## (c) TPOT and TTFT vs memory budget (Fig. 7)", "",
                f"qwen2_moe **mini** (24 MoE layers × 60 experts, top-4; {gib(model['expert_bytes'])} GiB of BF16 expert "

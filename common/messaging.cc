@@ -97,7 +97,8 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Disconnect& m) {
 Offset<void> EncodeBody(FlatBufferBuilder& fbb, const LayerRequest& m) {
   const auto ids = fbb.CreateVector(m.expert_ids);
   const auto tokens = fbb.CreateVector(m.tokens_per_expert);
-  return wire::CreateLayerRequest(fbb, m.layer_id, ids, tokens).Union();
+  const auto scores = fbb.CreateVector(m.mean_scores);
+  return wire::CreateLayerRequest(fbb, m.layer_id, ids, tokens, scores, m.substituted, m.prefetch).Union();
 }
 
 Offset<void> EncodeBody(FlatBufferBuilder& fbb, const ExpertReady& m) {
@@ -145,7 +146,8 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheHelloReply& m) {
 
 Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheLookup& m) {
   const auto ids = fbb.CreateVector(m.expert_ids);
-  return wire::CreateCacheLookup(fbb, m.request_id, m.layer_id, ids).Union();
+  const auto scores = fbb.CreateVector(m.scores);
+  return wire::CreateCacheLookup(fbb, m.request_id, m.layer_id, ids, scores, m.pin_only).Union();
 }
 
 Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheLookupReply& m) {
@@ -308,6 +310,9 @@ Result<Body> DecodeBody(const wire::LayerRequest& t) {
   if (t.tokens_per_expert() != nullptr) {
     m.tokens_per_expert.assign(t.tokens_per_expert()->begin(), t.tokens_per_expert()->end());
   }
+  if (t.mean_scores() != nullptr) m.mean_scores.assign(t.mean_scores()->begin(), t.mean_scores()->end());
+  m.substituted = t.substituted();
+  m.prefetch = t.prefetch();
   return Body(std::move(m));
 }
 
@@ -373,7 +378,9 @@ Result<Body> DecodeBody(const wire::CacheHelloReply& t) {
 }
 
 Result<Body> DecodeBody(const wire::CacheLookup& t) {
-  return Body(CacheLookup{t.request_id(), t.layer_id(), VecOf(t.expert_ids())});
+  CacheLookup m{t.request_id(), t.layer_id(), VecOf(t.expert_ids()), {}, t.pin_only()};
+  if (t.scores() != nullptr) m.scores.assign(t.scores()->begin(), t.scores()->end());
+  return Body(std::move(m));
 }
 
 // CompressionState values (common/compression_state.h): kMiss .. kF.
@@ -551,7 +558,8 @@ bool WorkerReady::operator==(const WorkerReady& o) const {
 }
 
 bool LayerRequest::operator==(const LayerRequest& o) const {
-  return layer_id == o.layer_id && expert_ids == o.expert_ids && tokens_per_expert == o.tokens_per_expert;
+  return layer_id == o.layer_id && expert_ids == o.expert_ids && tokens_per_expert == o.tokens_per_expert &&
+         mean_scores == o.mean_scores && substituted == o.substituted && prefetch == o.prefetch;
 }
 
 bool ExpertReady::operator==(const ExpertReady& o) const {
@@ -586,7 +594,8 @@ bool CacheEntry::operator==(const CacheEntry& o) const {
 }
 
 bool CacheLookup::operator==(const CacheLookup& o) const {
-  return request_id == o.request_id && layer_id == o.layer_id && expert_ids == o.expert_ids;
+  return request_id == o.request_id && layer_id == o.layer_id && expert_ids == o.expert_ids && scores == o.scores &&
+         pin_only == o.pin_only;
 }
 
 bool CacheLookupReply::operator==(const CacheLookupReply& o) const {

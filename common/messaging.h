@@ -158,6 +158,9 @@ struct LayerRequest {
   int32_t layer_id = 0;
   std::vector<int32_t> expert_ids;         // distinct, ascending
   std::vector<int32_t> tokens_per_expert;  // same length
+  std::vector<float> mean_scores;          // [n_experts] or empty (LayerRouting::mean_scores)
+  int32_t substituted = 0;                 // LayerRouting::substituted
+  bool prefetch = false;                   // a prediction for ExpertProvider::Prefetch, not a layer
   bool operator==(const LayerRequest& o) const;
 };
 
@@ -239,6 +242,8 @@ struct CacheLookup {
   uint64_t request_id = 0;
   int32_t layer_id = 0;
   std::vector<int32_t> expert_ids;
+  std::vector<float> scores;  // the step's mean router scores, observed before the lookups; or empty
+  bool pin_only = false;      // a prefetch: pin without an activation (CacheManager::Pin)
   bool operator==(const CacheLookup& o) const;
 };
 

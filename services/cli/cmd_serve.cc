@@ -191,28 +191,7 @@ int RunServeCommand(ServeArgs args) {
     if (p == nullptr) return;
     const runtime::RuntimeStats st = p->stats();
     cache_metrics.Update(st.cache);
-    metrics::EmbeddedRuntimeMetrics::Totals t;
-    t.io_ops = st.io_ops;
-    t.io_bytes_e = st.io_bytes_e;
-    t.io_bytes_sm = st.io_bytes_sm;
-    t.io_seconds = st.io_seconds;
-    t.decode_ops = st.decode_ops;
-    t.decode_seconds = st.decode_seconds;
-    t.recover_ops = st.recover_ops;
-    t.recover_seconds = st.recover_seconds;
-    t.budget_bytes = st.budget_bytes;
-    t.arena_bytes = st.arena_bytes;
-    t.prefetch_issued = st.prefetch.issued;
-    t.prefetch_used = st.prefetch.used;
-    t.prefetch_wasted = st.prefetch.wasted;
-    t.prefetch_failed = st.prefetch.failed;
-    t.prefetch_used_bytes = st.prefetch.used_bytes;
-    t.prefetch_wasted_bytes = st.prefetch.wasted_bytes;
-    t.prefetch_mode = st.prefetch_mode;
-    t.routed_experts = st.substitution.routed;
-    t.substituted_experts = st.substitution.substituted;
-    t.policy = cache_manager::CachePolicyName(p->config().policy);
-    runtime_metrics.Update(t);
+    runtime_metrics.Update(st, cache_manager::CachePolicyName(p->config().policy));
   };
   const int rc = RunServe(args, [&args, &runtime_provider]() -> Result<std::unique_ptr<ExpertProvider>> {
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
@@ -292,6 +271,11 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
     remote.arena_name = config.shm_name;
     remote.timeout = std::chrono::milliseconds(config.timeout_ms);
     remote.register_with_cuda = true;  // kept only when built with CUDA and a device answers
+    if (config.prefetch.empty()) {
+      remote.prefetch = DefaultPrefetch(config.policy, config.model_dir);
+    } else {
+      ZM_ASSIGN_OR_RETURN(remote.prefetch, ParsePrefetchMode(config.prefetch));
+    }
     bool told = false;
     while (true) {  // the arena appears when the cache-manager has planned the cache
       Result<std::unique_ptr<runtime::RemoteExpertProvider>> provider = runtime::RemoteExpertProvider::Connect(remote);

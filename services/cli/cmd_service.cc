@@ -61,6 +61,7 @@ RuntimeFlags FlagsOf(const ServiceConfig& c) {
   RuntimeFlags f;
   f.memory_budget = c.memory_budget;
   f.policy = c.policy;
+  f.prefetch = c.prefetch;
   f.pools = c.pools;
   f.pool_ratios = c.pool_ratios;
   f.plan_trace = c.plan_trace;
@@ -153,6 +154,7 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = StartMetrics(c, name, c.metrics_port_scheduler);
   if (!metrics_server.ok()) return Fail(name, metrics_server.status());
   metrics::SchedulerMetrics scheduler_metrics((*metrics_server)->registry());
+  metrics::EmbeddedRuntimeMetrics runtime_metrics((*metrics_server)->registry());  // I/O, workers, prefetch
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
@@ -201,6 +203,7 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
     scheduler_metrics.SetDecompressors(d.decompressors);
     scheduler_metrics.SetQueueDepth("read", static_cast<double>(d.reads_waiting + d.reads_in_flight));
     scheduler_metrics.SetQueueDepth("decode", static_cast<double>(d.decodes_waiting + d.decodes_in_flight));
+    runtime_metrics.Update(provider->local_stats(), cache_manager::CachePolicyName(provider->config().policy));
     bad_metrics.Set(d.bad_messages + (*server)->stats().bad_messages +
                     (remote_cache != nullptr ? remote_cache->bad_messages() : 0));
     if (remote_cache != nullptr && remote_cache->session_lost()) {
@@ -212,7 +215,10 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
       return 1;
     }
   } while (signals.Wait(milliseconds(200)) == 0);
-  ServiceLog(name, "stopping");
+  const runtime::PrefetchTotals pf = provider->local_stats().prefetch;
+  ServiceLog(name, fmt::format("stopping (prefetch {}: {} predicted, {} issued, {} used, {} wasted)",
+                               PrefetchModeName(provider->config().prefetch), pf.predicted, pf.issued, pf.used,
+                               pf.wasted));
   provider->Shutdown();
   (*server)->Stop();
   server->reset();

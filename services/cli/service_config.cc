@@ -25,6 +25,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"model_dir", &c.model_dir},
       {"memory_budget", &c.memory_budget},
       {"policy", &c.policy},
+      {"prefetch", &c.prefetch},
       {"pools", &c.pools},
       {"pool_ratios", &c.pool_ratios},
       {"plan_trace", &c.plan_trace},

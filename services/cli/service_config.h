@@ -22,7 +22,8 @@ namespace zipmoe::cli {
 struct ServiceConfig {
   std::string model_dir;                 // compressed model directory (zipmoe compress)
   std::string memory_budget = "50%";     // bytes ("4GiB") or a share of the BF16 expert bytes ("50%")
-  std::string policy = "zipmoe";         // zipmoe | lru | fifo | lfu | full-load
+  std::string policy = "zipmoe";         // zipmoe | lru | fifo | lfu | marking | dali | smoe | coserve | full-load
+  std::string prefetch;                  // none | top-score | residual; "" = the policy's (DefaultPrefetch)
   std::string pools = "FCSE";
   std::string pool_ratios;               // "" = the planner
   std::string plan_trace;                // planner workload (routing trace); "" = uniform

@@ -167,8 +167,10 @@ void CacheServer::State::HandleLookup(const std::string& peer, const msg::CacheL
     return;
   }
   Client& c = it->second;
+  if (!lookup.scores.empty()) backend->ObserveScores(lookup.layer_id, lookup.scores);
   std::vector<CachedExpert> found;
-  reply.status = backend->LookupLayer(lookup.layer_id, lookup.expert_ids, &found);
+  reply.status = lookup.pin_only ? backend->PinLayer(lookup.layer_id, lookup.expert_ids, &found)
+                                 : backend->LookupLayer(lookup.layer_id, lookup.expert_ids, &found);
   for (const CachedExpert& e : found) {
     reply.entries.push_back(msg::CacheEntry{e.expert_id, static_cast<uint8_t>(e.state), e.slot_offset, e.lease});
     if (e.lease != kNoLease) c.leases.insert(e.lease);

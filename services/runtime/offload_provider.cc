@@ -203,13 +203,11 @@ void OffloadExpertProvider::CancelDecodes(const std::vector<uint64_t>& ids) {
   for (uint64_t id : ids) (void)pool_->Cancel(id, Status::Unavailable("prefetch dropped"));
 }
 
-PrefetchMode OffloadExpertProvider::prefetch_mode() const {
-  return cache_->local_manager() != nullptr ? config_.prefetch : PrefetchMode::kNone;
-}
+PrefetchMode OffloadExpertProvider::prefetch_mode() const { return config_.prefetch; }
 
 void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
-  const cm::CacheManager* manager = cache_->local_manager();
-  if (config_.prefetch == PrefetchMode::kNone || manager == nullptr) return;
+  const cm::CacheManager* manager = cache_->local_manager();  // null: the cache is remote (no Peek)
+  if (config_.prefetch == PrefetchMode::kNone) return;
   std::vector<uint64_t> cancel;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -226,7 +224,8 @@ void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
     const size_t limit = cache_->staging_slots();
     for (int32_t e : predicted.expert_ids) {
       if (prefetched_.size() + wanted.size() >= limit) break;
-      if (prefetched_.count(e) > 0 || manager->Peek(predicted.layer_id, e) == CompressionState::kF) continue;
+      if (prefetched_.count(e) > 0) continue;
+      if (manager != nullptr && manager->Peek(predicted.layer_id, e) == CompressionState::kF) continue;
       if (std::find(wanted.begin(), wanted.end(), e) != wanted.end()) continue;
       bool complete = true;
       for (int proj = 0; proj < cm::kProjCount; ++proj) {
@@ -239,7 +238,7 @@ void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
     std::vector<CachedExpert> found;
     if (!wanted.empty() && !cache_->PinLayer(predicted.layer_id, wanted, &found).ok()) found.clear();
     for (const CachedExpert& f : found) {
-      if (f.state == CompressionState::kF) {  // admitted meanwhile (cannot happen before its layer runs)
+      if (f.state == CompressionState::kF) {  // ready at once (a remote cache is not peeked first)
         if (f.lease != kNoLease) cache_->ReleaseLeases({f.lease});
         continue;
       }
@@ -841,12 +840,13 @@ void OffloadExpertProvider::ResetLayerLocked(bool prefetches_too) {
   }
 }
 
+RuntimeStats OffloadExpertProvider::local_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
 RuntimeStats OffloadExpertProvider::stats() const {
-  RuntimeStats s;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    s = stats_;
-  }
+  RuntimeStats s = local_stats();
   Result<cm::CacheCounters> counters = cache_->Counters();
   if (counters.ok()) s.cache = std::move(counters).value();
   const AdmitTotals admits = cache_->admit_totals();

@@ -44,8 +44,9 @@
 // predicted layer adopts the prefetched experts it selected (ready ones are delivered first); the
 // others are dropped once their reads and decodes have completed (their bytes are counted as
 // wasted). A prefetch that fails (a corrupt chunk) is dropped without failing the active layer; the
-// expert is read again, and the error reported, if its layer selects it. Embedded cache only (with a
-// remote cache Prefetch does nothing).
+// expert is read again, and the error reported, if its layer selects it. With a remote cache (`zipmoe
+// up`) the pins are one CacheLookup{pin_only} round trip to the cache-manager, and experts that
+// turn out to be in F are released at once.
 // Baseline policies (lru/fifo/lfu/full-load) use the same path with a single F pool;
 // `scheduler = false` replaces Alg. 1 by the FIFO order (ScheduleLayerBaseline).
 //
@@ -183,6 +184,8 @@ class OffloadExpertProvider : public ExpertProvider {
   // Smallest budget that works for this model: one staging slot (one expert in flight, no cache).
   uint64_t minimum_budget_bytes() const;
   RuntimeStats stats() const;
+  // stats() without the cache's counters (no round trip to a remote cache-manager).
+  RuntimeStats local_stats() const;
   // The CacheManager; embedded mode only (ZM_CHECK: the cache is in this process).
   const cache_manager::CacheManager& cache() const;
   CacheBackend& cache_backend() const { return *cache_; }

@@ -228,13 +228,35 @@ Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body bod
   }
 }
 
+void RemoteCacheBackend::ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) {
+  std::lock_guard<std::mutex> lock(mu_);
+  scores_layer_ = layer_id;
+  scores_ = mean_scores;
+}
+
 Status RemoteCacheBackend::LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
                                        std::vector<CachedExpert>* out) {
+  return LookupOrPinLayer(layer_id, expert_ids, /*pin_only=*/false, out);
+}
+
+Status RemoteCacheBackend::PinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
+                                    std::vector<CachedExpert>* out) {
+  return LookupOrPinLayer(layer_id, expert_ids, /*pin_only=*/true, out);
+}
+
+Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, bool pin_only,
+                                            std::vector<CachedExpert>* out) {
   msg::CacheLookupReply reply;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t id = next_id_++;
-    ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, msg::CacheLookup{id, layer_id, expert_ids}, "CacheLookup"));
+    msg::CacheLookup lookup{id, layer_id, expert_ids, {}, pin_only};
+    if (!pin_only && scores_layer_ == layer_id) {  // this step's (ObserveScores)
+      lookup.scores = std::move(scores_);
+      scores_layer_ = -1;
+      scores_.clear();
+    }
+    ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, std::move(lookup), pin_only ? "CacheLookup(pin)" : "CacheLookup"));
     ZM_ASSIGN_OR_RETURN(reply, ReplyAs<msg::CacheLookupReply>(std::move(body), config_.endpoint));
     totals_.calls = reply.admit_calls;
     for (size_t o = 0; o < totals_.outcomes.size() && o < reply.admit_outcomes.size(); ++o) {

@@ -65,6 +65,8 @@ class RemoteCacheBackend : public CacheBackend {
 
   Status LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
                      std::vector<CachedExpert>* out) override;
+  // A CacheLookup{pin_only} round trip (CacheManager::Pin on the server).
+  Status PinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, std::vector<CachedExpert>* out) override;
   Status Admit(const CacheAdmitRequest& request) override;
   void ReleaseLeases(const std::vector<uint64_t>& leases) override;
   Result<uint32_t> AcquireStaging() override;
@@ -79,6 +81,9 @@ class RemoteCacheBackend : public CacheBackend {
   const cache_manager::PlanBuild& plan() const override { return plan_; }
   Result<cache_manager::CacheCounters> Counters() override;
   AdmitTotals admit_totals() const override;
+  // Kept until the next LookupLayer of that layer, which carries them to the cache-manager
+  // (CacheLookup.scores): no extra message.
+  void ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) override;
 
   uint64_t round_trips() const;    // request/reply exchanges so far (Hello included)
   uint64_t one_way_sends() const;  // admissions, releases, heartbeats
@@ -90,6 +95,8 @@ class RemoteCacheBackend : public CacheBackend {
 
  private:
   Status NoteSessionLoss(Status status);  // sets session_lost_ on the server's "unknown client"; returns status
+  Status LookupOrPinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, bool pin_only,
+                          std::vector<CachedExpert>* out);
 
  public:
 
@@ -119,6 +126,8 @@ class RemoteCacheBackend : public CacheBackend {
   AdmitTotals totals_;
   uint64_t round_trips_ = 0;
   uint64_t one_way_ = 0;
+  int32_t scores_layer_ = -1;    // ObserveScores' layer, -1 = none pending
+  std::vector<float> scores_;    // its scores
   bool stopping_ = false;
   std::condition_variable stop_cv_;
 

@@ -82,12 +82,20 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
   }
 }
 
+void RemoteExpertProvider::Prefetch(const LayerRouting& predicted) {
+  if (config_.prefetch == PrefetchMode::kNone) return;
+  msg::LayerRequest request{predicted.layer_id, predicted.expert_ids, predicted.tokens_per_expert, {}, 0, true};
+  std::lock_guard<std::mutex> lock(mu_);
+  (void)channel_.Send(std::move(request), config_.timeout);
+}
+
 Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
   if (routing.expert_ids.size() != routing.tokens_per_expert.size()) {
     return Status::InvalidArgument(fmt::format("BeginLayer({}): {} experts but {} token counts", routing.layer_id,
                                                routing.expert_ids.size(), routing.tokens_per_expert.size()));
   }
-  msg::LayerRequest request{routing.layer_id, routing.expert_ids, routing.tokens_per_expert};
+  msg::LayerRequest request{routing.layer_id, routing.expert_ids, routing.tokens_per_expert, routing.mean_scores,
+                            routing.substituted, false};
   {
     std::lock_guard<std::mutex> lock(mu_);
     ZM_RETURN_IF_ERROR(channel_.Send(std::move(request), config_.timeout));
@@ -261,9 +269,18 @@ void ProviderServer::State::AbortLocked(std::unique_lock<std::mutex>& lock) {
 
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
   std::unique_lock<std::mutex> lock(mu);
+  if (auto* request = std::get_if<msg::LayerRequest>(&body); request != nullptr && request->prefetch) {
+    // A prediction for a later layer of the same executor: the open layer stays open.
+    LayerRouting predicted{request->layer_id, request->expert_ids, request->tokens_per_expert};
+    lock.unlock();
+    provider->Prefetch(predicted);
+    return;
+  }
   if (auto* request = std::get_if<msg::LayerRequest>(&body)) {
     if (active) AbortLocked(lock);
     LayerRouting routing{request->layer_id, request->expert_ids, request->tokens_per_expert};
+    routing.mean_scores = request->mean_scores;
+    routing.substituted = request->substituted;
     lock.unlock();
     Status st = provider->BeginLayer(routing);
     lock.lock();

@@ -8,6 +8,7 @@
 //   NextReady   <-- ExpertReady --         NextReady (deliverer thread), one message per expert
 //   ~Lease      -- LeaseRelease -->        the lease is destroyed (admission, next wave)
 //   EndLayer    -- LayerEnd --> / <-- Ack  EndLayer
+//   Prefetch    -- LayerRequest{prefetch} -->  Prefetch (no answer)
 //
 // A layer error (corrupt chunk, ...) arrives as an ExpertReady with a non-OK status and is returned
 // by NextReady. If a new executor connects while a layer of the old one is open, the server
@@ -42,6 +43,9 @@ struct RemoteProviderConfig {
   // expert bytes in place (zero-copy on Jetson). kUnavailable (no CUDA build, no device) is logged
   // and the arena stays unregistered; any other registration error fails Connect.
   bool register_with_cuda = false;
+  // The predictor the executor runs for the scheduler's prefetching (the service config's
+  // `prefetch`, resolved like the runtime flag); kNone: no predictions are sent.
+  PrefetchMode prefetch = PrefetchMode::kNone;
 };
 
 class RemoteExpertProvider : public ExpertProvider {
@@ -56,6 +60,10 @@ class RemoteExpertProvider : public ExpertProvider {
   // endpoint); kCorruption (an expert outside the arena).
   Result<std::unique_ptr<ExpertLease>> NextReady() override;
   Status EndLayer(int32_t layer_id) override;
+  PrefetchMode prefetch_mode() const override { return config_.prefetch; }
+  // One-way LayerRequest{prefetch = true} to the scheduler, which calls its provider's Prefetch. A
+  // send that fails is dropped (a prediction is a hint).
+  void Prefetch(const LayerRouting& predicted) override;
   uint64_t bad_messages() const;
 
  private:

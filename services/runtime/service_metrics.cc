@@ -352,6 +352,31 @@ EmbeddedRuntimeMetrics::EmbeddedRuntimeMetrics(prometheus::Registry& registry) {
                .Register(registry);
 }
 
+void EmbeddedRuntimeMetrics::Update(const runtime::RuntimeStats& st, const std::string& policy) {
+  Totals t;
+  t.io_ops = st.io_ops;
+  t.io_bytes_e = st.io_bytes_e;
+  t.io_bytes_sm = st.io_bytes_sm;
+  t.io_seconds = st.io_seconds;
+  t.decode_ops = st.decode_ops;
+  t.decode_seconds = st.decode_seconds;
+  t.recover_ops = st.recover_ops;
+  t.recover_seconds = st.recover_seconds;
+  t.budget_bytes = st.budget_bytes;
+  t.arena_bytes = st.arena_bytes;
+  t.prefetch_issued = st.prefetch.issued;
+  t.prefetch_used = st.prefetch.used;
+  t.prefetch_wasted = st.prefetch.wasted;
+  t.prefetch_failed = st.prefetch.failed;
+  t.prefetch_used_bytes = st.prefetch.used_bytes;
+  t.prefetch_wasted_bytes = st.prefetch.wasted_bytes;
+  t.prefetch_mode = st.prefetch_mode;
+  t.routed_experts = st.substitution.routed;
+  t.substituted_experts = st.substitution.substituted;
+  t.policy = policy;
+  Update(t);
+}
+
 void EmbeddedRuntimeMetrics::Update(const Totals& t) {
   std::lock_guard<std::mutex> lock(mu_);
   auto add_u = [](prometheus::Counter* c, uint64_t now, uint64_t before) {

@@ -29,6 +29,7 @@
 #include <prometheus/registry.h>
 
 #include "services/cache_manager/cache_manager.h"
+#include "services/runtime/runtime_stats.h"
 
 namespace zipmoe::metrics {
 
@@ -204,6 +205,8 @@ class EmbeddedRuntimeMetrics {
   EmbeddedRuntimeMetrics(const EmbeddedRuntimeMetrics&) = delete;
   EmbeddedRuntimeMetrics& operator=(const EmbeddedRuntimeMetrics&) = delete;
   void Update(const Totals& totals);
+  // The totals of `stats` (OffloadExpertProvider::stats or local_stats), labelled with `policy`.
+  void Update(const runtime::RuntimeStats& stats, const std::string& policy);
 
  private:
   std::mutex mu_;

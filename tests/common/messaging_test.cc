@@ -100,7 +100,7 @@ std::vector<Body> AllBodies() {
   cancelled.status = Status::Unavailable("stopped before the op ran");
 
   WorkerReady ready{8, 7, "/zipmoe-arena", 3ull << 30, 4242, 500, kRoleDecompressor};
-  LayerRequest layer{23, {0, 5, 59}, {1, 7, 1}};
+  LayerRequest layer{23, {0, 5, 59}, {1, 7, 1}, {0.5f, 0.25f, -0.0f, 1e-30f}, 2};
   ExpertReady expert{23, 59, Status::Ok(), 1ull << 36, 4096, kMax64, 1408, 2048};
   ExpertReady expert_failed;
   expert_failed.layer_id = -1;
@@ -158,7 +158,8 @@ std::vector<Body> AllBodies() {
           CacheHello{},
           hello_reply,
           hello_refused,
-          CacheLookup{9, 3, {0, 59}},
+          CacheLookup{9, 3, {0, 59}, {0.125f, 0.875f}},
+          CacheLookup{9, 3, {0, 59}, {}},
           lookup_reply,
           CacheLookupReply{},
           CacheAdmit{10, {admit_item, CacheAdmitItem{}}, true},
@@ -471,9 +472,9 @@ TEST(ChannelTest, RouterRoutesRepliesByIdentity) {
   Channel a = OpenOrDie(context, Opts(SocketKind::kDealer, router.endpoint(), false, "worker-a", "a"));
   Channel b = OpenOrDie(context, Opts(SocketKind::kDealer, router.endpoint(), false, "worker-b", "b"));
   Channel anonymous = OpenOrDie(context, Opts(SocketKind::kDealer, router.endpoint(), false, "", "c"));
-  ASSERT_TRUE(a.Send(WorkerReady{2, 2, "/arena", 4096, 1, 500}, kTimeout).ok());
-  ASSERT_TRUE(b.Send(WorkerReady{4, 4, "/arena", 4096, 2, 500}, kTimeout).ok());
-  ASSERT_TRUE(anonymous.Send(WorkerReady{1, 1, "/arena", 4096, 3, 500}, kTimeout).ok());
+  ASSERT_TRUE(a.Send(WorkerReady{2, 2, "/arena", 4096, 1, 500, ""}, kTimeout).ok());
+  ASSERT_TRUE(b.Send(WorkerReady{4, 4, "/arena", 4096, 2, 500, ""}, kTimeout).ok());
+  ASSERT_TRUE(anonymous.Send(WorkerReady{1, 1, "/arena", 4096, 3, 500, ""}, kTimeout).ok());
 
   // Answer each READY with a request carrying the worker's own pid as op_id.
   std::vector<std::string> peers;

@@ -73,6 +73,10 @@ std::vector<LayerRouting> Routings(const Manifest& m, int top_k, int steps, uint
         r.expert_ids.push_back(e);
         r.tokens_per_expert.push_back(1 + e % 3);
       }
+      // The step's router scores (what score-based eviction reads): random, the chosen ones higher.
+      for (int e = 0; e < m.n_experts; ++e) {
+        r.mean_scores.push_back(static_cast<float>(u(rng)) + (chosen.count(e) > 0 ? 1.0f : 0.0f));
+      }
       out.push_back(r);
     }
   }
@@ -171,7 +175,8 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
   ASSERT_TRUE(store.ok());
   const Manifest& m = (*store)->manifest();
   const auto routings = Routings(m, 4, 8, 7);
-  for (const char* policy : {"zipmoe", "lru"}) {
+  // smoe and coserve also read the steps' router scores, which travel in CacheLookup.
+  for (const char* policy : {"zipmoe", "lru", "smoe", "coserve"}) {
     SCOPED_TRACE(policy);
     OffloadConfig base = BaseConfig(dir, m, 0.4);
     base.policy = *cm::ParseCachePolicy(policy);
@@ -234,7 +239,7 @@ TEST(CacheServer, GarbageAndTruncatedFlatBuffersAreDroppedAndCounted) {
   const Manifest& m = (*store)->manifest();
   TempDir tmp;
   CacheManagerProcess cache_manager(tmp, BaseConfig(dir, m, 0.4), m);
-  const std::string good = msg::EncodeMessage("test", msg::CacheLookup{7, 0, {0, 1}});
+  const std::string good = msg::EncodeMessage("test", msg::CacheLookup{7, 0, {0, 1}, {}});
   zmq::context_t context(1);
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
@@ -304,7 +309,7 @@ TEST(CacheServer, LeasesOfADisappearedOrReplacedClientAreReclaimed) {
     msg::Channel channel = std::move(msg::Channel::Open(context, options).value());
     EXPECT_TRUE(channel.Send(msg::CacheHello{1, 0, heartbeat_ms, ""}, milliseconds(1000)).ok());
     EXPECT_TRUE(channel.Recv(milliseconds(5000)).ok());
-    EXPECT_TRUE(channel.Send(msg::CacheLookup{2, layer, all}, milliseconds(1000)).ok());
+    EXPECT_TRUE(channel.Send(msg::CacheLookup{2, layer, all, {}}, milliseconds(1000)).ok());
     Result<msg::Received> got = channel.Recv(milliseconds(5000));
     EXPECT_TRUE(got.ok());
     size_t leases = 0;

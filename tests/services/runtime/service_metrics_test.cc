@@ -298,6 +298,40 @@ TEST(ServiceMetricsTest, CacheDeltasResetsAndIndexing) {
   EXPECT_SAMPLE(s, Req(2, "C"), "6");
 }
 
+// The runtime's totals (serve's embedded runtime, `up`'s scheduler) from RuntimeStats: counters
+// add what grew since the previous update; the info gauge names the policy and predictor.
+TEST(ServiceMetricsTest, RuntimeTotalsFromRuntimeStats) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  EmbeddedRuntimeMetrics m(server->registry());
+  runtime::RuntimeStats st;
+  st.io_ops = 10;
+  st.io_bytes_e = 4096;
+  st.io_bytes_sm = 8192;
+  st.decode_ops = 7;
+  st.prefetch_mode = "top-score";
+  st.prefetch.issued = 5;
+  st.prefetch.used = 3;
+  st.prefetch.wasted = 2;
+  st.prefetch.wasted_bytes = 1000;
+  st.substitution.routed = 40;
+  st.substitution.substituted = 4;
+  m.Update(st, "smoe");
+  st.io_ops = 15;
+  st.substitution.routed = 48;
+  st.substitution.substituted = 5;
+  m.Update(st, "smoe");
+  const auto s = Samples(Scrape(*server));
+  EXPECT_SAMPLE(s, "zipmoe_runtime_io_ops_total", "15");
+  EXPECT_SAMPLE(s, "zipmoe_runtime_io_bytes_total{kind=\"sm_chunk\"}", "8192");
+  EXPECT_SAMPLE(s, "zipmoe_runtime_worker_ops_total{op=\"decode\"}", "7");
+  EXPECT_SAMPLE(s, "zipmoe_runtime_prefetch_experts_total{mode=\"top-score\",outcome=\"used\"}", "3");
+  EXPECT_SAMPLE(s, "zipmoe_runtime_prefetch_bytes_total{mode=\"top-score\",outcome=\"wasted\"}", "1000");
+  EXPECT_SAMPLE(s, "zipmoe_runtime_routed_experts_total", "48");
+  EXPECT_SAMPLE(s, "zipmoe_runtime_substituted_experts_total", "5");
+  EXPECT_SAMPLE(s, "zipmoe_runtime_info{policy=\"smoe\",prefetch=\"top-score\"}", "1");
+}
+
 TEST(ServiceMetricsTest, SchedulerGaugesAndLayerHistograms) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);

@@ -173,6 +173,23 @@ TEST(UpCli, SeedPoliciesGiveTheSameTokensAsEmbedded) {
     EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref_text);
     EXPECT_NE(up.log().find(fmt::format("policy {},", policy)), std::string::npos) << up.log();
     ASSERT_TRUE(up.Stop()) << up.log();
+    // smoe brings its top-score prefetching (the executor predicts, the scheduler pins and reads
+    // ahead through the cache-manager); dali without a calibration file top-score too; coserve none.
+    const std::string log = up.log();
+    const std::string mode = std::string(policy) == "coserve" ? "none" : "top-score";
+    const size_t at = log.find("stopping (prefetch " + mode + ": ");
+    ASSERT_NE(at, std::string::npos) << log;
+    unsigned long predicted = 0, issued = 0, used = 0;
+    ASSERT_EQ(std::sscanf(log.c_str() + at + 20 + mode.size(), "%lu predicted, %lu issued, %lu used", &predicted,
+                          &issued, &used),
+              3)
+        << log.substr(at, 120);
+    if (mode == "none") {
+      EXPECT_EQ(predicted, 0u);
+    } else {
+      EXPECT_GT(issued, 0u) << log.substr(at, 120);
+      EXPECT_LE(used, issued);
+    }
   }
 }
 
