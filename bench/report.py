@@ -549,23 +549,42 @@ class Report:
 
     def exp_h(self):
         h = load(self.a.out, "h_embedded_vs_up_qwen2_moe.json")
-        self.p("## (h) Embedded vs multi-process TPOT", "")
-        if not h:
-            self.p("Not run.", "")
+        self.p("## (h) Embedded vs multi-process: `zipmoe serve` and `zipmoe up` measured the same way", "")
+        if not h or "rows" not in h:
+            self.p("Not run (or an older layout of this experiment).", "")
             return
-        emb = h.get("embedded", {})
-        self.p(f"50 % budget, {h['tokens']} new tokens. Embedded: `zipmoe generate` (TPOT measured inside, cold). "
-               "Multi-process: `zipmoe up` (one process per service, ZeroMQ + shared arena), same cap; TPOT measured by "
-               "the HTTP client as (t(N tokens) − t(1 token)) / (N − 1) after one warm-up request, so it includes the "
-               "HTTP round trip but not process start-up.", "")
-        mp = h.get("multiprocess")
-        if mp:
-            self.p("| mode | TPOT s | processes | same text as embedded |", "|---|---|---|---|",
-                   f"| embedded | {f3(emb.get('tpot_s'))} | 1 | – |",
-                   f"| multi-process | {f3(mp['tpot_s'])} | {mp.get('processes') or '?'} | "
-                   f"{'yes' if mp.get('same_text_as_embedded') else '**NO**'} |", "")
-        else:
-            self.p(f"Multi-process run failed: `{h.get('error', '?')}` (see OUT/logs/up.log).", "")
+        lc = h["config"]
+        self.p(f"50 % budget, the same memory cap, the (l) requests (ShareGPT from #{h['prompt_offset']}, "
+               f"{lc['requests']} requests of {lc['max_tokens']} new tokens, `--ignore-eos`), closed loop, one warm-up "
+               "request first, TTFT/TPOT client-side (`bench/load.py`). `serve` runs every service as a thread of one "
+               f"process; `up` runs {h.get('processes') or 'one process per service'} processes (ZeroMQ + the shared "
+               "arena). Target (issue 20): up / serve TPOT ≤ 1.05 at concurrency 1, ≤ 1.10 at 4.", "")
+        self.p("| concurrency | mode | TPOT p50 s | TTFT p50 s | tokens/s | up / serve TPOT | target | met? | "
+               "same text as serve |", "|---|---|---|---|---|---|---|---|---|")
+        by = {(r.get("mode"), r.get("concurrency")): r for r in h["rows"] if r.get("ok")}
+        for c in sorted({r.get("concurrency") for r in h["rows"] if r.get("concurrency")}):
+            for mode in ("serve", "up"):
+                r = by.get((mode, c))
+                if not r:
+                    self.p(f"| {c} | {mode} | failed | | | | | | |")
+                    continue
+                s = r["summary"]
+                tp = (s.get("tpot_s") or {}).get("p50")
+                tt = (s.get("ttft_s") or {}).get("p50")
+                ratio, target, met = "", "", ""
+                base = by.get(("serve", c))
+                if mode == "up" and base and tp and (base["summary"].get("tpot_s") or {}).get("p50"):
+                    x = tp / base["summary"]["tpot_s"]["p50"]
+                    target = 1.05 if c == 1 else 1.10
+                    ratio, met = f"{x:.2f}", ("yes" if x <= target else "**no**")
+                    target = f"≤ {target}"
+                same = "–" if mode == "serve" else ("yes" if r.get("same_text_as_serve") else "**NO**")
+                self.p(f"| {c} | {mode} | {f3(tp)} | {f3(tt, 2)} | {f3(s.get('output_tokens_per_s'), 2)} | {ratio} | "
+                       f"{target} | {met} | {same} |")
+        for r in h["rows"]:
+            if not r.get("ok") and r.get("error"):
+                self.p("", f"{r.get('mode')}: failed: `{r['error'][:300]}`")
+        self.p("")
 
     def prompt_text(self):
         m = self.meta

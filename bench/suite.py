@@ -802,55 +802,74 @@ class Suite:
                 rows.append({"system": system, "ok": False, "error": str(e)[:500]})
         self.save(f"l_load_{m['arch']}{tag}", {"budget_pct": 50, "prompt_offset": LOAD_INDEX, "config": lc, "rows": rows})
 
+    def load_run(self, url, tag, concurrency, reference=None, warmup=True):
+        """bench/load.py against `url` (closed loop, the (l) requests of this mode); one warm-up request first
+        when `warmup`. Returns (rc, summary, output path)."""
+        lc = self.cfg["load"]
+        load_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "load.py")
+        common = [sys.executable, load_py, "--url", url, "--prompts", PROMPTS_FILE, "--max-tokens",
+                  str(lc["max_tokens"]), "--max-prompt-chars", str(lc["max_prompt_chars"]), "--ignore-eos",
+                  "--timeout", "1800"]
+        if warmup:  # process start-up, arena faults, first plan: not what a serving client sees
+            subprocess.run(common + ["--offset", str(LOAD_INDEX + 100), "--requests", "1", "--concurrency", "1",
+                                     "--out", os.path.join(self.out, "runs", f"{tag}-warmup.json")],
+                           capture_output=True, text=True)
+        out = os.path.join(self.out, "runs", f"{tag}-c{concurrency}.json")
+        cmd = common + ["--offset", str(LOAD_INDEX), "--requests", str(lc["requests"]), "--concurrency",
+                        str(concurrency), "--out", out]
+        if reference:
+            cmd += ["--check-against", reference]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        open(os.path.join(self.logs, f"{tag}-c{concurrency}.log"), "w").write(p.stdout + p.stderr)
+        j = json.load(open(out)) if os.path.exists(out) else {}
+        return p.returncode, j.get("summary", {}), out
+
     def exp_h(self, m):
-        """`zipmoe up` (one process per service) vs embedded `zipmoe generate`, 50 % budget, same prompt ids.
-        TPOT over HTTP = (t(N tokens) - t(1 token)) / (N - 1), client-side; the tokens must match."""
-        tokens = self.cfg["tokens"]
-        emb = self.run(m, "zipmoe", 50, tokens)
-        ref = self.reference(m, tokens)
-        res = {"budget_pct": 50, "tokens": tokens, "embedded": self.public(emb)}
+        """(h) `zipmoe serve` (embedded: every service a thread of one process) vs `zipmoe up` (one process per
+        service, ZeroMQ + the shared arena), measured the same way (issue 20): both warm (one warm-up request
+        first), both through bench/load.py with the (l) requests, closed loop at each concurrency of (l), the
+        same 50 % budget and memory cap, one fresh server each; up's completions must equal serve's."""
+        os.makedirs(os.path.join(self.out, "runs"), exist_ok=True)
+        lc = self.cfg["load"]
+        budget = m["expert_bytes"] * 50 // 100
+        cap = self.cap_bytes(m, 50)
+        plan = ["--set", f"plan_trace={m['trace']}"] if m.get("trace") else []
         run_dir = os.path.join(self.out, "up-run")
         os.makedirs(run_dir, exist_ok=True)
-        budget = m["expert_bytes"] * 50 // 100
-        args = ["up", "--model", m["zstd"], "--run-dir", run_dir, "--memory-budget", str(budget),
-                "--set", f"threads={self.threads}"]
-        if m.get("trace"):
-            args += ["--set", f"plan_trace={m['trace']}"]
-        for svc in ("storage", "decompressor", "scheduler", "executor", "cache_manager"):
-            args += ["--set", f"metrics.port.{svc}=0"]
-        try:
-            with self.server(args, "up.log", self.cap_bytes(m, 50)) as url:
-                def complete(n):
-                    body = json.dumps({"prompt": ref["prompt_ids"], "max_tokens": n, "temperature": 0,
-                                       "ignore_eos": True}).encode()
-                    req = urllib.request.Request(url + "/v1/completions", data=body,
-                                                 headers={"Content-Type": "application/json"})
-                    t0 = time.time()
-                    reply = json.loads(urllib.request.urlopen(req, timeout=1800).read())
-                    return time.time() - t0, reply
-                complete(1)  # warm: process start-up, first plan, arena faults
-                t1, _ = complete(1)
-                tn, reply = complete(tokens)
-                # The embedded run's text (its logits were checked byte-equal to all-resident).
-                want_text = emb.get("text") if emb.get("ok") and emb.get("bit_identical") else None
-                got_text = reply["choices"][0]["text"]
-                same = want_text is not None and got_text == want_text
-                if not same:
-                    self.failures.append("h-up")
-                n_proc = None
-                try:
-                    m2 = re.search(r"(\d+) processes", open(os.path.join(self.logs, "up.log")).read())
-                    n_proc = int(m2.group(1)) if m2 else None
-                except OSError:
-                    pass
-                res["multiprocess"] = {"tpot_s": (tn - t1) / max(1, tokens - 1), "t_1_token_s": t1,
-                                       f"t_{tokens}_tokens_s": tn, "same_text_as_embedded": same,
-                                       "processes": n_proc, "peak_bytes": self.cap.peak_bytes(), "warm": True}
-                bl.log(f"h: up tpot {res['multiprocess']['tpot_s']:.3f} s vs embedded {emb.get('tpot_s')}")
-        except Exception as e:  # (h) is best-effort: the multi-process layout is still changing
-            res["error"] = str(e)[:500]
-            bl.warn(f"h: {e}")
-        self.save(f"h_embedded_vs_up_{m['arch']}", res)
+        modes = {
+            "serve": ["serve", "--model", m["zstd"], "--memory-budget", str(budget), "--threads", str(self.threads),
+                      "--max-batch", str(max(lc["concurrency"]))]
+                     + (["--plan-trace", m["trace"]] if m.get("trace") else []),
+            "up": ["up", "--model", m["zstd"], "--run-dir", run_dir, "--memory-budget", str(budget),
+                   "--set", f"threads={self.threads}", "--set", f"http.max_batch={max(lc['concurrency'])}", *plan]
+                  + [x for svc in ("storage", "decompressor", "scheduler", "executor", "cache_manager", "up")
+                     for x in ("--set", f"metrics.port.{svc}=0")],
+        }
+        rows, first = [], {}
+        for mode, args in modes.items():
+            try:
+                with self.server(args, f"h-{mode}.log", cap) as url:
+                    for c in lc["concurrency"]:
+                        rc, summ, out = self.load_run(url, f"h-{mode}", c, reference=first.get(c), warmup=(c == lc["concurrency"][0]))
+                        row = {"mode": mode, "concurrency": c, "ok": rc == 0, "summary": summ,
+                               "peak_bytes": self.cap.peak_bytes(), "cap_bytes": cap}
+                        if c in first:
+                            row["same_text_as_serve"] = rc == 0
+                            if rc != 0:
+                                self.failures.append(f"h-{mode}-c{c}")
+                        first.setdefault(c, out)
+                        rows.append(row)
+                        tpot = (summ.get("tpot_s") or {}).get("p50")
+                        bl.log(f"h: {mode} concurrency {c}: rc {rc}, TPOT p50 {tpot}")
+            except RuntimeError as e:
+                bl.warn(f"h: {mode}: {e}")
+                rows.append({"mode": mode, "ok": False, "error": str(e)[:500]})
+        n_proc = None
+        with contextlib.suppress(OSError):
+            m2 = re.search(r"(\d+) processes", open(os.path.join(self.logs, "h-up.log")).read())
+            n_proc = int(m2.group(1)) if m2 else None
+        self.save(f"h_embedded_vs_up_{m['arch']}", {"budget_pct": 50, "config": lc, "prompt_offset": LOAD_INDEX,
+                                                    "processes": n_proc, "rows": rows})
 
     # ---------------------------------------------------------------- (m) llama.cpp peer
     def run_group(self, cmd, log, capped=False, limit=None, cold=False, timeout=None):

@@ -12,11 +12,6 @@
 
 namespace zipmoe::cache_manager {
 
-// The planner's pool indices (kPoolF..kPoolE) and Pool share one numbering: plans and Λ carry over.
-static_assert(kPoolCount == kNumPools && static_cast<int>(Pool::kF) == kPoolF &&
-                  static_cast<int>(Pool::kC) == kPoolC && static_cast<int>(Pool::kS) == kPoolS &&
-                  static_cast<int>(Pool::kE) == kPoolE,
-              "cache manager and planner pool numbering differ");
 namespace {
 
 constexpr int kStateCount = 5;  // CompressionState values kMiss..kF

@@ -77,7 +77,7 @@ Result<PlanBuild> BuildPlan(const Manifest& manifest, const PlanRequest& request
   if (request.ratios.has_value()) {
     const auto& r = *request.ratios;
     double sum = 0;
-    for (int p = 0; p < kNumPools; ++p) {
+    for (int p = 0; p < kPoolCount; ++p) {
       if (r[p] < 0 || !std::isfinite(r[p]) || (r[p] > 0 && !request.pools[p])) {
         return Status::InvalidArgument(fmt::format("plan: pool ratio {}={} is negative or outside Λ = {}",
                                                    kPoolLetters[p], r[p], PoolSetString(request.pools)));
@@ -90,7 +90,7 @@ Result<PlanBuild> BuildPlan(const Manifest& manifest, const PlanRequest& request
     b.plan.ratios = r;
     b.plan.capacities = CapacitiesForRatios(r, b.budget_bytes_per_layer, b.costs, b.model.n_experts);
     int32_t cached = 0;
-    for (int p = 0; p < kNumPools; ++p) {
+    for (int p = 0; p < kPoolCount; ++p) {
       b.plan.bytes[p] = static_cast<uint64_t>(b.plan.capacities[p] * b.costs.bytes_per_expert[p]);
       cached += b.plan.capacities[p];
     }
@@ -119,9 +119,9 @@ CachePlan ToCachePlan(const PlanBuild& build, const ModelLayout& layout) {
   return plan;
 }
 
-Result<std::array<double, kNumPools>> ParsePoolRatios(const std::string& text) {
-  std::array<double, kNumPools> ratios{};
-  std::array<bool, kNumPools> seen{};
+Result<std::array<double, kPoolCount>> ParsePoolRatios(const std::string& text) {
+  std::array<double, kPoolCount> ratios{};
+  std::array<bool, kPoolCount> seen{};
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find(',', pos);
@@ -131,7 +131,7 @@ Result<std::array<double, kNumPools>> ParsePoolRatios(const std::string& text) {
     int pool = -1;
     if (eq == 1) {
       const char letter = static_cast<char>(std::toupper(static_cast<unsigned char>(item[0])));
-      for (int p = 0; p < kNumPools; ++p) pool = kPoolLetters[p] == letter ? p : pool;
+      for (int p = 0; p < kPoolCount; ++p) pool = kPoolLetters[p] == letter ? p : pool;
     }
     double value = -1;
     if (pool >= 0) {

@@ -33,7 +33,7 @@ struct PlanRequest {
   double expert_compute_us = -1;  // >= 0 overrides the profile's p
   double recovery_us = -1;        // >= 0 overrides the profile's recovery time
   // Fixed byte ratios γ (F, C, S, E; Σ = 1, 0 outside Λ): skips the grid search (ablations, tests).
-  std::optional<std::array<double, kNumPools>> ratios;
+  std::optional<std::array<double, kPoolCount>> ratios;
 };
 
 struct PlanBuild {
@@ -61,6 +61,6 @@ Result<PlanBuild> BuildPlan(const Manifest& manifest, const PlanRequest& request
 CachePlan ToCachePlan(const PlanBuild& build, const ModelLayout& layout);
 
 // "F=0.5,C=0.25,S=0.25,E=0" (any order, missing letters = 0). Errors: kInvalidArgument naming the text.
-Result<std::array<double, kNumPools>> ParsePoolRatios(const std::string& text);
+Result<std::array<double, kPoolCount>> ParsePoolRatios(const std::string& text);
 
 }  // namespace zipmoe::cache_manager

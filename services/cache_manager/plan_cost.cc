@@ -32,7 +32,7 @@ Status ValidateCostModel(const CostModel& cost) {
   return Status::Ok();
 }
 
-double EstimateMakespanUs(int top_k, const std::array<int32_t, kNumPools>& hits, const CostModel& cost) {
+double EstimateMakespanUs(int top_k, const std::array<int32_t, kPoolCount>& hits, const CostModel& cost) {
   int32_t total = 0;
   for (int32_t h : hits) {
     ZM_CHECK(h >= 0) << "negative hit count";
@@ -117,9 +117,9 @@ Result<ModelPlanInputs> ModelPlanInputsFromManifest(const Manifest& manifest, co
     in.pool_costs.bytes_per_expert[kPoolC] += b.e_stored + b.sm;
     in.pool_costs.bytes_per_expert[kPoolS] += b.sm;
     in.pool_costs.bytes_per_expert[kPoolE] += b.e_stored;
-    const double slot[kNumPools] = {static_cast<double>(b.f_slot), static_cast<double>(b.e_slot + b.sm_slot),
+    const double slot[kPoolCount] = {static_cast<double>(b.f_slot), static_cast<double>(b.e_slot + b.sm_slot),
                                     static_cast<double>(b.sm_slot), static_cast<double>(b.e_slot)};
-    for (int p = 0; p < kNumPools; ++p) {
+    for (int p = 0; p < kPoolCount; ++p) {
       in.slot_costs.bytes_per_expert[p] = std::max(in.slot_costs.bytes_per_expert[p], slot[p]);
     }
   }

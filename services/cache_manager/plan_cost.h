@@ -9,23 +9,16 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cost_model.h"
 #include "common/manifest.h"
 #include "common/status.h"
 #include "services/cache_manager/plan_probability.h"
 
 namespace zipmoe::cache_manager {
 
-// Offline-profiled delays (µs) and execution configuration of one sparse layer (Alg. 3 inputs).
-struct CostModel {
-  double sm_read_us = 0;        // u: read one SM-chunk (one tensor's sign|mantissa plane) from storage
-  double e_read_us = 0;         // v: read one E-chunk (≈ ρ/K · u in the paper)
-  double decompress_us = 0;     // c: decode one E-chunk on one worker
-  double recovery_us = 0;       // BF16 recovery of one tensor (GPU stream); 0 = excluded, as in Alg. 3
-  double expert_compute_us = 0; // p: run one expert over its tokens; 0 = excluded, as in Alg. 3
-  int32_t n_shards = 1;         // K: E-chunks per tensor
-  int32_t n_workers = 1;        // L: decompression worker threads
-  int32_t tensors_per_expert = 3;  // n: gate, up, down
-};
+// Offline-profiled delays (µs) and execution configuration of one sparse layer (Alg. 3 inputs): the
+// one cost model of common/cost_model.h.
+using zipmoe::CostModel;
 
 // Errors: kInvalidArgument naming the first negative/non-finite delay or non-positive count.
 Status ValidateCostModel(const CostModel& cost);
@@ -42,12 +35,12 @@ Status ValidateCostModel(const CostModel& cost);
 //   gpu  = k p + n (k - h_F) recovery       (everything the GPU stream does, serially)
 //   makespan = max(alg3 + tail, gpu)
 // Requires 0 <= h_p and Σ h_p <= top_k (ZM_CHECKed).
-double EstimateMakespanUs(int top_k, const std::array<int32_t, kNumPools>& hits, const CostModel& cost);
+double EstimateMakespanUs(int top_k, const std::array<int32_t, kPoolCount>& hits, const CostModel& cost);
 
 // Bytes one expert occupies in each pool (all `tensors_per_expert` tensors):
 //   F: 2·numel (BF16), C: E stored bytes + SM bytes, S: SM bytes (= numel), E: E stored bytes.
 struct PoolCosts {
-  std::array<double, kNumPools> bytes_per_expert{};  // indexed by kPoolF..kPoolE
+  std::array<double, kPoolCount> bytes_per_expert{};  // indexed by kPoolF..kPoolE
 };
 
 // Facts about a compressed model that the planner needs (one MoE layer is representative: the

@@ -237,11 +237,11 @@ Result<SelectionFit> FitSelectionProbabilities(const std::vector<double>& f, int
   return fit;
 }
 
-HitModel::HitModel(const std::vector<double>& q, int top_k, const std::array<int32_t, kNumPools>& capacities)
+HitModel::HitModel(const std::vector<double>& q, int top_k, const std::array<int32_t, kPoolCount>& capacities)
     : top_k_(top_k), capacities_(capacities) {
   const int64_t n = static_cast<int64_t>(q.size());
   int64_t begin = 0;
-  for (int p = 0; p < kNumPools; ++p) {
+  for (int p = 0; p < kPoolCount; ++p) {
     ZM_CHECK(capacities[p] >= 0 && begin + capacities[p] <= n) << "pool " << p << " capacity " << capacities[p];
     phi_pool_[p] = PoissonBinomial(q.data() + begin, capacities[p], top_k);  // Alg. 4 line 10
     begin += capacities[p];
@@ -261,10 +261,10 @@ double HitModel::MissHits(int32_t hits) const {
   return hits >= 0 && hits < static_cast<int32_t>(phi_miss_.size()) ? phi_miss_[hits] : 0.0;
 }
 
-double HitModel::PatternProbability(const std::array<int32_t, kNumPools>& hits) const {
+double HitModel::PatternProbability(const std::array<int32_t, kPoolCount>& hits) const {
   int32_t k_rem = top_k_;
   double p = 1.0;
-  for (int i = 0; i < kNumPools; ++i) {
+  for (int i = 0; i < kPoolCount; ++i) {
     k_rem -= hits[i];
     p *= PoolHits(i, hits[i]);
   }

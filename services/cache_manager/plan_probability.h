@@ -18,17 +18,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "services/cache_manager/pool.h"
 
 namespace zipmoe::cache_manager {
-
-// Pools in hierarchy order F ≺ C ≺ S ≺ E (ZipMoE §3.4 "Pool Dispatching"); an index into the
-// std::array<…, kNumPools> fields of the planner. Ranks past the last pool form the Miss pool M.
-inline constexpr int kPoolF = 0;  // full BF16 tensors
-inline constexpr int kPoolC = 1;  // E-chunks + SM-chunk ("compressed")
-inline constexpr int kPoolS = 2;  // SM-chunk only
-inline constexpr int kPoolE = 3;  // E-chunks only
-inline constexpr int kNumPools = 4;
-inline constexpr char kPoolLetters[kNumPools + 1] = "FCSE";
 
 // Poisson-binomial distribution of the number of successes among independent Bernoulli(q[i])
 // trials (Alg. 2, the DP of §3.4): Φ(h) = P(Σ X_i = h).
@@ -90,7 +82,7 @@ class HitModel {
  public:
   // capacities: experts per pool (already clipped so that Σ ≤ N; ZM_CHECKed).
   // q: [N] fitted selection probabilities; top_k: experts selected per step.
-  HitModel(const std::vector<double>& q, int top_k, const std::array<int32_t, kNumPools>& capacities);
+  HitModel(const std::vector<double>& q, int top_k, const std::array<int32_t, kPoolCount>& capacities);
 
   // Φ_p(h) for pool p (Alg. 2 on the pool's interval), h in [0, min(S_p, k)]; 0 outside.
   double PoolHits(int pool, int32_t hits) const;
@@ -100,16 +92,16 @@ class HitModel {
   double all_exactly_k() const { return phi_all_k_; }
   // P(h | Σ_{p ∈ Λ∪{M}} h_p = k) = Φ_M(k_rem) / Φ_N(k) · Π_p Φ_p(h_p), k_rem = k - Σ_p h_p
   // (0 if k_rem < 0). Sums to 1 over all patterns.
-  double PatternProbability(const std::array<int32_t, kNumPools>& hits) const;
-  const std::array<int32_t, kNumPools>& capacities() const { return capacities_; }
+  double PatternProbability(const std::array<int32_t, kPoolCount>& hits) const;
+  const std::array<int32_t, kPoolCount>& capacities() const { return capacities_; }
   int32_t miss_capacity() const { return miss_capacity_; }
   int top_k() const { return top_k_; }
 
  private:
   int top_k_;
-  std::array<int32_t, kNumPools> capacities_;
+  std::array<int32_t, kPoolCount> capacities_;
   int32_t miss_capacity_;
-  std::array<std::vector<double>, kNumPools> phi_pool_;  // [min(S_p, k) + 1] each
+  std::array<std::vector<double>, kPoolCount> phi_pool_;  // [min(S_p, k) + 1] each
   std::vector<double> phi_miss_;                         // [min(S_M, k) + 1]
   double phi_all_k_;
 };

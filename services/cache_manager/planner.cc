@@ -44,7 +44,7 @@ Status ValidatePlanInputs(const std::vector<double>& rank_freq, int top_k, uint6
         fmt::format("options.grid_step = {}: must be in (0, 1] with 1/grid_step an integer", options.grid_step));
   }
   bool any = false;
-  for (int p = 0; p < kNumPools; ++p) {
+  for (int p = 0; p < kPoolCount; ++p) {
     if (!options.pools[p]) continue;
     any = true;
     const double bytes = costs.bytes_per_expert[p];
@@ -64,8 +64,8 @@ Result<PoolSet> ParsePoolSet(const std::string& text) {
   PoolSet pools = {false, false, false, false};
   for (char ch : text) {
     const char up = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    const char* at = std::find(kPoolLetters, kPoolLetters + kNumPools, up);
-    if (at == kPoolLetters + kNumPools) {
+    const char* at = std::find(kPoolLetters, kPoolLetters + kPoolCount, up);
+    if (at == kPoolLetters + kPoolCount) {
       return Status::InvalidArgument(fmt::format("pool set \"{}\": unknown pool '{}' (expected F, C, S or E)", text, ch));
     }
     const int p = static_cast<int>(at - kPoolLetters);
@@ -77,7 +77,7 @@ Result<PoolSet> ParsePoolSet(const std::string& text) {
 
 std::string PoolSetString(const PoolSet& pools) {
   std::string s;
-  for (int p = 0; p < kNumPools; ++p) {
+  for (int p = 0; p < kPoolCount; ++p) {
     if (pools[p]) s += kPoolLetters[p];
   }
   return s;
@@ -87,15 +87,15 @@ MakespanExpectation ExpectedMakespan(const HitModel& model, const CostModel& cos
   MakespanExpectation out;
   const int32_t k = model.top_k();
   const auto& cap = model.capacities();
-  std::array<int32_t, kNumPools> limit;
-  for (int p = 0; p < kNumPools; ++p) limit[p] = std::min(cap[p], k);
+  std::array<int32_t, kPoolCount> limit;
+  for (int p = 0; p < kPoolCount; ++p) limit[p] = std::min(cap[p], k);
   if (!(model.all_exactly_k() > 0)) return out;
   // Products of pool probabilities are scaled by 1/Φ_N(k) up front; a prefix below kPruneMass is
   // skipped: every pattern below it has P(h) <= prefix (the remaining Φ factors sum to <= 1 and
   // Φ_M <= 1), so all skipped prefixes together hold < (k+1)^3 · kPruneMass of probability.
   constexpr double kPruneMass = 1e-16;
   const double scale = 1.0 / model.all_exactly_k();
-  std::array<int32_t, kNumPools> h{};
+  std::array<int32_t, kPoolCount> h{};
   // Alg. 4 lines 16-29, with the k_rem < 0 break hoisted into each loop bound.
   for (h[kPoolF] = 0; h[kPoolF] <= limit[kPoolF]; ++h[kPoolF]) {
     const double pf = scale * model.PoolHits(kPoolF, h[kPoolF]);
@@ -113,7 +113,7 @@ MakespanExpectation ExpectedMakespan(const HitModel& model, const CostModel& cos
           const double prob = ps * model.PoolHits(kPoolE, h[kPoolE]) * model.MissHits(k_rem);
           if (prob == 0) continue;
           out.makespan_us += prob * EstimateMakespanUs(k, h, cost);  // lines 20, 25
-          for (int p = 0; p < kNumPools; ++p) out.expected_hits[p] += prob * h[p];
+          for (int p = 0; p < kPoolCount; ++p) out.expected_hits[p] += prob * h[p];
           out.expected_miss += prob * k_rem;
           out.probability_mass += prob;
         }
@@ -123,12 +123,12 @@ MakespanExpectation ExpectedMakespan(const HitModel& model, const CostModel& cos
   return out;
 }
 
-std::array<int32_t, kNumPools> CapacitiesForRatios(const std::array<double, kNumPools>& ratios,
+std::array<int32_t, kPoolCount> CapacitiesForRatios(const std::array<double, kPoolCount>& ratios,
                                                    uint64_t budget_bytes_per_layer, const PoolCosts& costs,
                                                    int32_t n_experts) {
-  std::array<int32_t, kNumPools> cap{};
+  std::array<int32_t, kPoolCount> cap{};
   int64_t remaining = n_experts;
-  for (int p = 0; p < kNumPools; ++p) {
+  for (int p = 0; p < kPoolCount; ++p) {
     if (!(ratios[p] > 0) || !(costs.bytes_per_expert[p] > 0)) continue;
     // Whole bytes for the pool first, so Σ S_p · bytes_p never exceeds the budget.
     const long double pool_bytes = std::floor(static_cast<long double>(ratios[p]) * budget_bytes_per_layer);
@@ -153,17 +153,17 @@ Result<PoolPlan> PlanPools(const std::vector<double>& rank_freq, int top_k, uint
   double min_cost = std::numeric_limits<double>::infinity();  // line 3
 
   std::vector<int> enabled;
-  for (int p = 0; p < kNumPools; ++p) {
+  for (int p = 0; p < kPoolCount; ++p) {
     if (options.pools[p]) enabled.push_back(p);
   }
   const int total_units = static_cast<int>(std::lround(1.0 / options.grid_step));
-  std::array<int, kNumPools> units{};
+  std::array<int, kPoolCount> units{};
   // Line 5: every γ with Σ_{p∈Λ} γ_p = 1 on the δ grid, γ_F descending first.
   std::function<void(size_t, int)> enumerate = [&](size_t i, int left) {
     if (i + 1 == enabled.size()) {
       units[enabled[i]] = left;
-      std::array<double, kNumPools> ratios{};
-      for (int p = 0; p < kNumPools; ++p) ratios[p] = static_cast<double>(units[p]) / total_units;
+      std::array<double, kPoolCount> ratios{};
+      for (int p = 0; p < kPoolCount; ++p) ratios[p] = static_cast<double>(units[p]) / total_units;
       const auto cap = CapacitiesForRatios(ratios, budget_bytes_per_layer, costs, n);  // line 6
       const HitModel model(fit.q, top_k, cap);                                         // lines 8-13
       const MakespanExpectation e = ExpectedMakespan(model, cost);                    // lines 15-29
@@ -186,7 +186,7 @@ Result<PoolPlan> PlanPools(const std::vector<double>& rank_freq, int top_k, uint
 
   best.expected_makespan_us = min_cost;
   int32_t used = 0;
-  for (int p = 0; p < kNumPools; ++p) {
+  for (int p = 0; p < kPoolCount; ++p) {
     best.bytes[p] = static_cast<uint64_t>(std::llround(best.capacities[p] * costs.bytes_per_expert[p]));
     used += best.capacities[p];
   }

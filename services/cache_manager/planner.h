@@ -21,7 +21,7 @@
 namespace zipmoe::cache_manager {
 
 // Which pools the planner may use (Λ), indexed by kPoolF..kPoolE.
-using PoolSet = std::array<bool, kNumPools>;
+using PoolSet = std::array<bool, kPoolCount>;
 inline constexpr PoolSet kAllPools = {true, true, true, true};
 
 // Parses a pool-set string such as "FCSE", "F", "FS" (letters in any order, case-insensitive).
@@ -37,11 +37,11 @@ struct PlanOptions {
 };
 
 struct PoolPlan {
-  std::array<double, kNumPools> ratios{};        // γ_p: share of the budget per pool (0 if not in Λ)
-  std::array<int32_t, kNumPools> capacities{};   // S_p: experts per layer (after clipping to N)
-  std::array<uint64_t, kNumPools> bytes{};       // S_p × bytes per expert
+  std::array<double, kPoolCount> ratios{};        // γ_p: share of the budget per pool (0 if not in Λ)
+  std::array<int32_t, kPoolCount> capacities{};   // S_p: experts per layer (after clipping to N)
+  std::array<uint64_t, kPoolCount> bytes{};       // S_p × bytes per expert
   int32_t miss_capacity = 0;                     // ranks in the Miss pool: N - Σ S_p
-  std::array<double, kNumPools> expected_hits{}; // E[h_p] per step
+  std::array<double, kPoolCount> expected_hits{}; // E[h_p] per step
   double expected_miss = 0;                      // E[k_rem]
   double expected_makespan_us = 0;               // of the chosen plan
   double all_miss_makespan_us = 0;               // Alg. 3 with h = 0 (no cache at all)
@@ -53,7 +53,7 @@ struct PoolPlan {
 // Expected makespan of one layer under fixed pool capacities, and the expected hits per pool.
 struct MakespanExpectation {
   double makespan_us = 0;
-  std::array<double, kNumPools> expected_hits{};
+  std::array<double, kPoolCount> expected_hits{};
   double expected_miss = 0;
   double probability_mass = 0;  // Σ P(h): 1 up to rounding
 };
@@ -64,7 +64,7 @@ MakespanExpectation ExpectedMakespan(const HitModel& model, const CostModel& cos
 
 // Experts each pool can hold for ratios γ: S_p = floor(γ_p · budget / bytes_per_expert_p), then
 // clipped in hierarchy order F, C, S, E so that Σ S_p <= n_experts (later pools lose ranks first).
-std::array<int32_t, kNumPools> CapacitiesForRatios(const std::array<double, kNumPools>& ratios,
+std::array<int32_t, kPoolCount> CapacitiesForRatios(const std::array<double, kPoolCount>& ratios,
                                                    uint64_t budget_bytes_per_layer, const PoolCosts& costs,
                                                    int32_t n_experts);
 

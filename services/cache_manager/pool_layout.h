@@ -23,16 +23,11 @@
 #include "common/compression_state.h"
 #include "common/manifest.h"
 #include "common/status.h"
+#include "services/cache_manager/pool.h"
 
 namespace zipmoe::cache_manager {
 
-// Hierarchy order F ≺ C ≺ S ≺ E; the integer value is the index used by CachePlan and by the planner
-// (kPoolF..kPoolE in plan_probability.h use the same numbering).
-enum class Pool : uint8_t { kF = 0, kC = 1, kS = 2, kE = 3 };
-inline constexpr int kPoolCount = 4;
-inline constexpr Pool kPoolOrder[kPoolCount] = {Pool::kF, Pool::kC, Pool::kS, Pool::kE};
-
-inline int PoolIndex(Pool p) { return static_cast<int>(p); }
+// Pool, kPoolCount, kPoolOrder, PoolIndex: services/cache_manager/pool.h (the one numbering).
 char PoolLetter(Pool p);                    // 'F', 'C', 'S', 'E'
 CompressionState PoolState(Pool p);         // the state of an expert cached in `p`
 inline bool PoolHoldsE(Pool p) { return p == Pool::kC || p == Pool::kE; }

@@ -49,9 +49,9 @@ std::string Mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / 1048576
 
 // {"F": v[0], "C": v[1], "S": v[2], "E": v[3]}
 template <typename T>
-nlohmann::json PerPool(const std::array<T, cm::kNumPools>& v) {
+nlohmann::json PerPool(const std::array<T, cm::kPoolCount>& v) {
   nlohmann::json j = nlohmann::json::object();
-  for (int p = 0; p < cm::kNumPools; ++p) j[std::string(1, cm::kPoolLetters[p])] = v[p];
+  for (int p = 0; p < cm::kPoolCount; ++p) j[std::string(1, cm::kPoolLetters[p])] = v[p];
   return j;
 }
 

@@ -77,12 +77,8 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   p->arena_base_ = p->cache_->arena_base();
   p->fused_ = cfg.fused_recovery && !cfg.cache;
 
-  const cm::CostModel& c = p->cache_->plan().cost;
-  p->cost_.sm_read_us = c.sm_read_us;
-  p->cost_.e_read_us = c.e_read_us;
-  p->cost_.decompress_us = c.decompress_us;
-  p->cost_.recover_us = c.recovery_us;
-  p->cost_.n_shards = std::max(1, c.n_shards);
+  p->cost_ = p->cache_->plan().cost;  // the planner's cost model is the scheduler's
+  p->cost_.n_shards = std::max(1, p->cost_.n_shards);
   p->cost_.n_workers = cfg.n_workers;
   ZM_RETURN_IF_ERROR(scheduler::ValidateCostModel(p->cost_));
 
@@ -790,7 +786,7 @@ Status OffloadExpertProvider::EndLayer(int32_t layer_id) {
   if (measure_.sm_reads > 0) measured.sm_read_us = measure_.sm_read_us / measure_.sm_reads;
   if (measure_.e_reads > 0) measured.e_read_us = measure_.e_read_us / measure_.e_reads;
   if (measure_.decodes > 0) measured.decompress_us = measure_.decode_us / measure_.decodes;
-  if (measure_.recoveries > 0) measured.recover_us = measure_.recover_us / measure_.recoveries;
+  if (measure_.recoveries > 0) measured.recovery_us = measure_.recover_us / measure_.recoveries;
   for (scheduler::ExpertTask& t : measure_.tasks) {
     auto it = measure_.compute_us.find(t.expert_id);
     t.expert_compute_us = it != measure_.compute_us.end() ? it->second : 0.0;

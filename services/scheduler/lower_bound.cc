@@ -33,7 +33,7 @@ double TaskCriticalPathUs(CompressionState state, double expert_compute_us, cons
     decode_done_us = DecodeRoundsUs(k, cost);
   }
   const double ready_us = std::max(decode_done_us, TaskIoUs(state, cost));
-  return ready_us + cost.recover_us + expert_compute_us;
+  return ready_us + cost.recovery_us + expert_compute_us;
 }
 
 double PaperCriticalPathUs(CompressionState state, double expert_compute_us, const CostModel& cost) {
@@ -55,7 +55,7 @@ Result<LowerBound> ComputeLowerBound(const std::vector<ExpertTask>& tasks, const
     lb.io_us += TaskIoUs(t.state, cost);
     if (NeedsDecode(t.state)) {
       decode_work_us += cost.n_shards * cost.decompress_us;
-      lb.recover_us += cost.recover_us;
+      lb.recover_us += cost.recovery_us;
     }
     compute_by_expert[t.expert_id] = t.expert_compute_us;
     lb.critical_path_us = std::max(lb.critical_path_us, TaskCriticalPathUs(t.state, t.expert_compute_us, cost));

@@ -5,8 +5,8 @@
 //   P = Σ_n pₙ           total expert compute, each routed expert counted once
 //                        (the paper's Σ_j p_n(j) / |{i : n(i) = n(j)}|)
 //   Z = max_j z_j        longest single-task critical path
-// plus, when CostModel::recover_us > 0 (not in the paper's model), R = Σ_j recover_us over the tasks
-// that decode, since recoveries share one stream. With recover_us = 0, R = 0 and the bound is
+// plus, when CostModel::recovery_us > 0 (not in the paper's model), R = Σ_j recovery_us over the tasks
+// that decode, since recoveries share one stream. With recovery_us = 0, R = 0 and the bound is
 // exactly Lemma B.3's, except for z_j below.
 //
 // z_j. Definition B.2 prints z_j = ρu·1[M,S] + max{Kc/min(K,L), u·1[M,E]} + pₙ. That is not a lower
@@ -18,7 +18,7 @@
 //         of j cannot arrive before i·ρu/K, and the K-i+1 decodes of the later chunks need
 //         ceil((K-i+1)/L) rounds of c;
 //   D_j = ceil(K/L)·c                                     if E-chunks are cached (E, C);
-//   z_j = ready_j + recover_us + pₙ for decoded tasks, z_j = pₙ for F.
+//   z_j = ready_j + recovery_us + pₙ for decoded tasks, z_j = pₙ for F.
 // z_j >= ρu + c for M and S (the i = K term), which is what Theorem 3.1's proof uses of Z.
 // PaperCriticalPathUs returns the printed formula, for comparison only.
 //
@@ -37,7 +37,7 @@ struct LowerBound {
   double decode_us = 0.0;         // C / L
   double compute_us = 0.0;        // P
   double critical_path_us = 0.0;  // Z
-  double recover_us = 0.0;        // R (0 when CostModel::recover_us == 0)
+  double recover_us = 0.0;        // R (0 when CostModel::recovery_us == 0)
   double bound_us = 0.0;          // max of the above
 };
 

@@ -208,7 +208,7 @@ Result<SimResult> SimulateSchedule(const std::vector<ExpertTask>& tasks, const C
   double t_rec = 0.0;
   for (const auto& [ready, priority, j] : to_recover) {
     const double start = std::max(t_rec, ready);
-    t_rec = start + cost.recover_us;
+    t_rec = start + cost.recovery_us;
     sim.tensor_ready_us[j] = t_rec;
     sim.recover_timeline.push_back({j, -1, start, t_rec});
   }

@@ -6,7 +6,7 @@
 //   - L decode workers, work-conserving: whenever a worker is free and some decode op is ready (its
 //     E-chunk read or cached), it takes the ready op that comes first in decode_order; several free
 //     workers take ops in worker-index order;
-//   - one recovery stream: a tensor is recovered (recover_us) once its K decodes are done and its
+//   - one recovery stream: a tensor is recovered (recovery_us) once its K decodes are done and its
 //     SM-chunk is read or cached, in order of readiness (ties: decode_order of the task);
 //   - the GPU: an expert computes (pₙ) once all its tasks' tensors are recovered (F tensors are ready
 //     at t = 0), one expert at a time, in order of readiness (ties: decode_order, then expert_id).

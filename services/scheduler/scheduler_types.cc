@@ -24,12 +24,12 @@ const char* TaskTypeName(TaskType type) {
 }
 
 CostModel CostModelFromRatio(double sm_read_us, double compress_ratio, double decompress_us,
-                             double recover_us, int32_t n_shards, int32_t n_workers) {
+                             double recovery_us, int32_t n_shards, int32_t n_workers) {
   CostModel cost;
   cost.sm_read_us = sm_read_us;
   cost.e_read_us = n_shards > 0 ? compress_ratio * sm_read_us / n_shards : 0.0;
   cost.decompress_us = decompress_us;
-  cost.recover_us = recover_us;
+  cost.recovery_us = recovery_us;
   cost.n_shards = n_shards;
   cost.n_workers = n_workers;
   return cost;
@@ -47,7 +47,7 @@ Status ValidateCostModel(const CostModel& cost) {
   ZM_RETURN_IF_ERROR(CheckCost("sm_read_us (u)", cost.sm_read_us));
   ZM_RETURN_IF_ERROR(CheckCost("e_read_us (rho/K*u)", cost.e_read_us));
   ZM_RETURN_IF_ERROR(CheckCost("decompress_us (c)", cost.decompress_us));
-  ZM_RETURN_IF_ERROR(CheckCost("recover_us", cost.recover_us));
+  ZM_RETURN_IF_ERROR(CheckCost("recovery_us", cost.recovery_us));
   return Status::Ok();
 }
 

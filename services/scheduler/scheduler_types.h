@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/compression_state.h"
+#include "common/cost_model.h"
 #include "common/manifest.h"
 #include "common/status.h"
 
@@ -34,21 +35,9 @@ inline TaskType TaskTypeOf(CompressionState state) {
 }
 const char* TaskTypeName(TaskType type);  // "Type-I" / "Type-II"
 
-// Offline-profiled costs (ZipMoE §3.3, Appendix A). One I/O thread reads chunks back to back, L
-// decode workers decode one E-chunk each per operation, one recovery stream recovers tensors, and the
-// GPU runs expert computations one at a time.
-struct CostModel {
-  double sm_read_us = 0.0;     // u: read one SM-chunk
-  double e_read_us = 0.0;      // ρ/K·u: read one E-chunk (all K of a tensor: ρ·u)
-  double decompress_us = 0.0;  // c: decode one E-chunk on one worker
-  double recover_us = 0.0;     // recover one tensor (E + SM -> BF16) on the recovery stream;
-                               // 0 in the paper's model, where recovery is not on the critical path
-  int32_t n_shards = 1;        // K: E-chunks per tensor, >= 1
-  int32_t n_workers = 1;       // L: decode worker threads, >= 1
-
-  // ρ·u: reading all K E-chunks of one tensor.
-  double all_e_read_us() const { return e_read_us * n_shards; }
-};
+// Offline-profiled costs (ZipMoE §3.3, Appendix A): the one cost model of common/cost_model.h. The
+// scheduler reads u, ρ/K·u, c, the recovery time, K and L (expert compute times come per task).
+using zipmoe::CostModel;
 
 // Upper limits on K and L, far above real deployments, so a corrupt config cannot size huge tables.
 inline constexpr int32_t kMaxShards = 4096;
@@ -56,7 +45,7 @@ inline constexpr int32_t kMaxWorkers = 4096;
 
 // A CostModel from the paper's symbols: e_read_us = compress_ratio · sm_read_us / n_shards.
 CostModel CostModelFromRatio(double sm_read_us, double compress_ratio, double decompress_us,
-                             double recover_us, int32_t n_shards, int32_t n_workers);
+                             double recovery_us, int32_t n_shards, int32_t n_workers);
 
 // Errors: kInvalidArgument naming the field (e.g. "CostModel.n_workers (L) must be in [1, 4096], got
 // 0") for K or L out of range, or a negative / non-finite cost.

@@ -24,7 +24,7 @@ enum class DagOp : uint8_t {
   kReadEChunk = 0,   // I/O thread, e_read_us (ρ/K·u)
   kReadSmChunk = 1,  // I/O thread, sm_read_us (u)
   kDecode = 2,       // a decode worker, decompress_us (c)
-  kRecover = 3,      // the recovery stream, recover_us
+  kRecover = 3,      // the recovery stream, recovery_us
 };
 const char* DagOpName(DagOp op);  // "read_e", "read_sm", "decode", "recover"
 

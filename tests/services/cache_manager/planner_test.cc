@@ -27,7 +27,7 @@
 namespace zipmoe::cache_manager {
 namespace {
 
-using Hits = std::array<int32_t, kNumPools>;
+using Hits = std::array<int32_t, kPoolCount>;
 
 // Exactly-k conditional-Bernoulli distribution over subsets (bitmasks), by enumeration.
 std::map<uint32_t, double> BruteForceSubsets(const std::vector<double>& q, int k) {
@@ -254,7 +254,7 @@ TEST(HitModelTest, PatternProbabilitiesSumToOneAndMatchEnumeration) {
   for (const auto& [mask, w] : BruteForceSubsets(q, k)) {
     Hits h{};
     for (int i = 0; i < n; ++i) {
-      if ((mask >> i & 1) && pool_of[i] < kNumPools) ++h[pool_of[i]];
+      if ((mask >> i & 1) && pool_of[i] < kPoolCount) ++h[pool_of[i]];
     }
     want[h] += w;
   }
@@ -333,7 +333,7 @@ TEST(MakespanTest, ExpectationMatchesEnumerationAndLimits) {
   for (const auto& [mask, w] : BruteForceSubsets(q, k)) {
     Hits h{};
     for (int i = 0; i < n; ++i) {
-      if ((mask >> i & 1) && pool_of[i] < kNumPools) ++h[pool_of[i]];
+      if ((mask >> i & 1) && pool_of[i] < kPoolCount) ++h[pool_of[i]];
     }
     want += w * EstimateMakespanUs(k, h, c);
   }
@@ -360,7 +360,7 @@ PoolCosts TestPoolCosts() {
 void ExpectWithinBudget(const PoolPlan& plan, uint64_t budget, const PoolCosts& costs, int n) {
   double used = 0;
   int experts = 0;
-  for (int p = 0; p < kNumPools; ++p) {
+  for (int p = 0; p < kPoolCount; ++p) {
     used += plan.capacities[p] * costs.bytes_per_expert[p];
     experts += plan.capacities[p];
   }
@@ -423,7 +423,7 @@ TEST(PlanPoolsTest, BudgetAlwaysRespectedAndPoolSetHonoured) {
       ASSERT_TRUE(plan.ok()) << plan.status().ToString();
       ExpectWithinBudget(*plan, budget, costs, n);
       double sum = 0;
-      for (int p = 0; p < kNumPools; ++p) {
+      for (int p = 0; p < kPoolCount; ++p) {
         sum += plan->ratios[p];
         if (!options.pools[p]) {
           EXPECT_EQ(plan->ratios[p], 0.0) << set;
@@ -608,7 +608,7 @@ TEST_F(TinyModelTest, InputsFromManifestAndProfile) {
   EXPECT_DOUBLE_EQ(b[kPoolC], b[kPoolS] + b[kPoolE]);
   EXPECT_DOUBLE_EQ(b[kPoolF], 2 * b[kPoolS]);  // SM plane = 1 byte per value
   EXPECT_LT(b[kPoolE], b[kPoolS]);              // exponents compress
-  for (int p = 0; p < kNumPools; ++p) {
+  for (int p = 0; p < kPoolCount; ++p) {
     EXPECT_GE(in->slot_costs.bytes_per_expert[p], b[p]);
     EXPECT_EQ(std::fmod(in->slot_costs.bytes_per_expert[p], 4096.0), 0.0);
   }

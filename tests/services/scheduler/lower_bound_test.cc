@@ -49,7 +49,7 @@ TEST(LowerBoundTest, CriticalPathPerState) {
   EXPECT_DOUBLE_EQ(TaskCriticalPathUs(S::kC, 7, cost), 11.0);   // ceil(4/2)*2 + p
   EXPECT_DOUBLE_EQ(TaskCriticalPathUs(S::kF, 3, cost), 3.0);
   CostModel with_recovery = cost;
-  with_recovery.recover_us = 1.5;
+  with_recovery.recovery_us = 1.5;
   EXPECT_DOUBLE_EQ(TaskCriticalPathUs(S::kC, 7, with_recovery), 12.5);
   EXPECT_DOUBLE_EQ(TaskCriticalPathUs(S::kF, 3, with_recovery), 3.0);
 }
@@ -70,7 +70,7 @@ TEST(LowerBoundTest, PaperCriticalPathOverestimatesPipelinedDecode) {
 
 TEST(LowerBoundTest, RecoveryStreamTerm) {
   CostModel cost = SmallCost();
-  cost.recover_us = 100;
+  cost.recovery_us = 100;
   const std::vector<ExpertTask> tasks = {Task(0, ExpertProj::kGate, S::kC, 1), Task(0, ExpertProj::kUp, S::kC, 1),
                                          Task(1, ExpertProj::kGate, S::kF, 1)};
   Result<LowerBound> lb = ComputeLowerBound(tasks, cost);

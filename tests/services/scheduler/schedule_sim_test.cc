@@ -16,7 +16,7 @@ CostModel Cost(double u, double e, double c, double recover, int32_t k, int32_t 
   cost.sm_read_us = u;
   cost.e_read_us = e;
   cost.decompress_us = c;
-  cost.recover_us = recover;
+  cost.recovery_us = recover;
   cost.n_shards = k;
   cost.n_workers = l;
   return cost;

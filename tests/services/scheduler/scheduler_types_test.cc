@@ -45,8 +45,8 @@ TEST(SchedulerTypesTest, InvalidCostNamesField) {
   bad.e_read_us = std::numeric_limits<double>::quiet_NaN();
   ExpectInvalid(ValidateCostModel(bad), "e_read_us");
   bad = cost;
-  bad.recover_us = -0.5;
-  ExpectInvalid(ValidateCostModel(bad), "recover_us");
+  bad.recovery_us = -0.5;
+  ExpectInvalid(ValidateCostModel(bad), "recovery_us");
   bad = cost;
   bad.sm_read_us = std::numeric_limits<double>::infinity();
   ExpectInvalid(ValidateCostModel(bad), "sm_read_us");
