@@ -13,6 +13,7 @@
 #include "common/manifest.h"
 #include "services/cache_manager/plan_trace.h"
 #include "services/cli/cli_util.h"
+#include "services/executor/prefetch_residuals.h"
 
 namespace zipmoe::cli {
 
@@ -63,7 +64,7 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
 PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir) {
   if (policy == "smoe") return PrefetchMode::kTopScore;
   if (policy == "dali")
-    return FileExists(JoinPath(model_dir, "prefetch_residuals.safetensors")) ? PrefetchMode::kResidual
+    return FileExists(JoinPath(model_dir, executor::kPrefetchResidualsFileName)) ? PrefetchMode::kResidual
                                                                             : PrefetchMode::kTopScore;
   return PrefetchMode::kNone;
 }
