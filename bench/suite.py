@@ -840,6 +840,12 @@ class Suite:
             "serve": ["serve", "--model", m["zstd"], "--memory-budget", str(budget), "--threads", str(self.threads),
                       "--max-batch", str(max(lc["concurrency"]))]
                      + (["--plan-trace", m["trace"]] if m.get("trace") else []),
+            # serve with up's recovery: every missed expert recovered to BF16 before it is computed (up's
+            # executor is another process and takes BF16 offsets), not multiplied from its E/SM planes.
+            "serve-separate-recovery": ["serve", "--model", m["zstd"], "--memory-budget", str(budget), "--threads",
+                                        str(self.threads), "--max-batch", str(max(lc["concurrency"])),
+                                        "--separate-recovery"]
+                                       + (["--plan-trace", m["trace"]] if m.get("trace") else []),
             "up": ["up", "--model", m["zstd"], "--run-dir", run_dir, "--memory-budget", str(budget),
                    "--set", f"threads={self.threads}", "--set", f"http.max_batch={max(lc['concurrency'])}", *plan]
                   + [x for svc in ("storage", "decompressor", "scheduler", "executor", "cache_manager", "up")
