@@ -261,9 +261,14 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
   metrics::ExecutorMetrics executor_metrics((*metrics_server)->registry());
   SetBuildInfo(&executor_metrics);
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  metrics::MessageMetrics message_metrics((*metrics_server)->registry());
   std::atomic<runtime::RemoteExpertProvider*> connected{nullptr};
-  auto tick = [&connected, &bad_metrics] {
-    if (runtime::RemoteExpertProvider* r = connected.load()) bad_metrics.Set(r->bad_messages());
+  auto tick = [&connected, &bad_metrics, &message_metrics] {
+    if (runtime::RemoteExpertProvider* r = connected.load()) {
+      bad_metrics.Set(r->bad_messages());
+      const messaging::ChannelStats st = r->channel_stats();
+      message_metrics.Set("scheduler", st.sent, st.received);
+    }
   };
   return RunServe(args, [&config, &signals, &connected]() -> Result<std::unique_ptr<ExpertProvider>> {
     runtime::RemoteProviderConfig remote;

@@ -155,6 +155,7 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   if (!metrics_server.ok()) return Fail(name, metrics_server.status());
   metrics::SchedulerMetrics scheduler_metrics((*metrics_server)->registry());
   metrics::EmbeddedRuntimeMetrics runtime_metrics((*metrics_server)->registry());  // I/O, workers, prefetch
+  metrics::MessageMetrics message_metrics((*metrics_server)->registry());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
@@ -204,6 +205,10 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
     scheduler_metrics.SetQueueDepth("read", static_cast<double>(d.reads_waiting + d.reads_in_flight));
     scheduler_metrics.SetQueueDepth("decode", static_cast<double>(d.decodes_waiting + d.decodes_in_flight));
     runtime_metrics.Update(provider->local_stats(), cache_manager::CachePolicyName(provider->config().policy));
+    if (remote_cache != nullptr) {
+      const messaging::ChannelStats st = remote_cache->channel_stats();
+      message_metrics.Set("cache-manager", st.sent, st.received);
+    }
     bad_metrics.Set(d.bad_messages + (*server)->stats().bad_messages +
                     (remote_cache != nullptr ? remote_cache->bad_messages() : 0));
     if (remote_cache != nullptr && remote_cache->session_lost()) {

@@ -422,6 +422,11 @@ uint64_t RemoteCacheBackend::one_way_sends() const {
   return one_way_;
 }
 
+messaging::ChannelStats RemoteCacheBackend::channel_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return channel_.stats();
+}
+
 uint64_t RemoteCacheBackend::bad_messages() const {
   std::lock_guard<std::mutex> lock(mu_);
   return channel_.stats().bad_messages;

@@ -88,6 +88,7 @@ class RemoteCacheBackend : public CacheBackend {
   uint64_t round_trips() const;    // request/reply exchanges so far (Hello included)
   uint64_t one_way_sends() const;  // admissions, releases, heartbeats
   uint64_t bad_messages() const;   // frames dropped on receipt
+  messaging::ChannelStats channel_stats() const;  // messages to / from the cache-manager
   // The cache-manager no longer knows this client (it missed `liveness` heartbeats, e.g. a stalled
   // process, or a newer scheduler said hello): its leases and staging slots were reclaimed, so this
   // session cannot go on. The scheduler service exits on it and `zipmoe up` starts a fresh one.

@@ -61,6 +61,11 @@ Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(cons
   return provider;
 }
 
+messaging::ChannelStats RemoteExpertProvider::channel_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return channel_.stats();
+}
+
 uint64_t RemoteExpertProvider::bad_messages() const {
   std::lock_guard<std::mutex> lock(mu_);
   return channel_.stats().bad_messages;

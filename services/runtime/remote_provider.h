@@ -65,6 +65,7 @@ class RemoteExpertProvider : public ExpertProvider {
   // send that fails is dropped (a prediction is a hint).
   void Prefetch(const LayerRouting& predicted) override;
   uint64_t bad_messages() const;
+  messaging::ChannelStats channel_stats() const;  // messages to / from the scheduler
 
  private:
   class Lease;

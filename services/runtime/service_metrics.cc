@@ -423,6 +423,26 @@ BadMessageMetrics::BadMessageMetrics(prometheus::Registry& registry) {
                        .Add({});
 }
 
+MessageMetrics::MessageMetrics(prometheus::Registry& registry) {
+  messages_ = &prometheus::BuildCounter()
+                   .Name("zipmoe_messages_total")
+                   .Help("Messages this service exchanged with a peer service, by direction (counted by the client).")
+                   .Register(registry);
+}
+
+void MessageMetrics::Set(const std::string& peer, uint64_t sent, uint64_t received) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, added] = last_.try_emplace(peer, 0, 0);
+  (void)added;
+  auto add = [&](const char* direction, uint64_t now, uint64_t& before) {
+    const uint64_t delta = now >= before ? now - before : now;
+    if (delta > 0) messages_->Add({{"peer", peer}, {"direction", direction}}).Increment(static_cast<double>(delta));
+    before = now;
+  };
+  add("sent", sent, it->second.first);
+  add("received", received, it->second.second);
+}
+
 void BadMessageMetrics::Set(uint64_t cumulative_total) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t delta = cumulative_total >= last_total_ ? cumulative_total - last_total_ : cumulative_total;

@@ -16,6 +16,8 @@
 #pragma once
 
 #include <array>
+#include <map>
+#include <utility>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -244,6 +246,26 @@ class BadMessageMetrics {
   prometheus::Counter* bad_messages_ = nullptr;
   std::mutex mu_;  // guards last_total_
   uint64_t last_total_ = 0;  // ZM_GUARDED_BY(mu_)
+};
+
+// A client's message traffic with one peer (Channel::stats(), counted where the client connects):
+// zipmoe_messages_total{peer, direction=sent|received}. The executor reports its link to the
+// scheduler, the scheduler its link to the cache-manager; with zipmoe_executor_generated_tokens_total
+// they give the messages per token of `zipmoe up` (issue 20).
+class MessageMetrics {
+ public:
+  explicit MessageMetrics(prometheus::Registry& registry);
+  MessageMetrics(const MessageMetrics&) = delete;
+  MessageMetrics& operator=(const MessageMetrics&) = delete;
+
+  // Cumulative counts of the channel to `peer`; as BadMessageMetrics::Set, a smaller count than
+  // before (a new channel) is taken whole. One thread per peer.
+  void Set(const std::string& peer, uint64_t sent, uint64_t received);
+
+ private:
+  prometheus::Family<prometheus::Counter>* messages_ = nullptr;
+  std::mutex mu_;  // guards last_
+  std::map<std::string, std::pair<uint64_t, uint64_t>> last_;  // peer -> (sent, received)  ZM_GUARDED_BY(mu_)
 };
 
 }  // namespace zipmoe::metrics

@@ -332,6 +332,21 @@ TEST(ServiceMetricsTest, RuntimeTotalsFromRuntimeStats) {
   EXPECT_SAMPLE(s, "zipmoe_runtime_info{policy=\"smoe\",prefetch=\"top-score\"}", "1");
 }
 
+TEST(ServiceMetricsTest, MessagesPerPeerAndDirectionFollowTheChannelCounts) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  MessageMetrics m(server->registry());
+  m.Set("scheduler", 10, 7);
+  m.Set("scheduler", 25, 19);
+  m.Set("cache-manager", 3, 3);
+  m.Set("cache-manager", 2, 1);  // a new channel: its counts are taken whole
+  const auto s = Samples(Scrape(*server));
+  EXPECT_SAMPLE(s, "zipmoe_messages_total{direction=\"sent\",peer=\"scheduler\"}", "25");
+  EXPECT_SAMPLE(s, "zipmoe_messages_total{direction=\"received\",peer=\"scheduler\"}", "19");
+  EXPECT_SAMPLE(s, "zipmoe_messages_total{direction=\"sent\",peer=\"cache-manager\"}", "5");
+  EXPECT_SAMPLE(s, "zipmoe_messages_total{direction=\"received\",peer=\"cache-manager\"}", "4");
+}
+
 TEST(ServiceMetricsTest, SchedulerGaugesAndLayerHistograms) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
@@ -509,6 +524,8 @@ TEST(ServiceMetricsTest, PromtoolAcceptsEveryFamily) {
   SchedulerMetrics scheduler(server->registry());
   ExecutorMetrics executor(server->registry());
   BadMessageMetrics bad(server->registry());
+  MessageMetrics messages(server->registry());
+  EmbeddedRuntimeMetrics runtime_metrics(server->registry());
   storage.ObserveRead(true, 4096, 1e-4);
   storage.SetQueueDepth(1);
   decompressor.ObserveOp(false, 2e-3);
@@ -521,6 +538,11 @@ TEST(ServiceMetricsTest, PromtoolAcceptsEveryFamily) {
   executor.AddTokens(9);
   executor.CountHttp("/v1/completions", 200);
   bad.Set(1);
+  messages.Set("scheduler", 12, 9);
+  runtime::RuntimeStats st;
+  st.prefetch_mode = "residual";
+  st.substitution.routed = 8;
+  runtime_metrics.Update(st, "dali");
   const std::string text = Scrape(*server);
   ASSERT_FALSE(text.empty());
   // Every family of docs/metrics.md is present.
