@@ -276,11 +276,7 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
     remote.arena_name = config.shm_name;
     remote.timeout = std::chrono::milliseconds(config.timeout_ms);
     remote.register_with_cuda = true;  // kept only when built with CUDA and a device answers
-    if (config.prefetch.empty()) {
-      remote.prefetch = DefaultPrefetch(config.policy, config.model_dir);
-    } else {
-      ZM_ASSIGN_OR_RETURN(remote.prefetch, ParsePrefetchMode(config.prefetch));
-    }
+    ZM_ASSIGN_OR_RETURN(remote.prefetch, ResolvePrefetch(config.prefetch, config.policy, config.model_dir));
     bool told = false;
     while (true) {  // the arena appears when the cache-manager has planned the cache
       Result<std::unique_ptr<runtime::RemoteExpertProvider>> provider = runtime::RemoteExpertProvider::Connect(remote);

@@ -69,6 +69,12 @@ PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model
   return PrefetchMode::kNone;
 }
 
+Result<PrefetchMode> ResolvePrefetch(const std::string& prefetch, const std::string& policy,
+                                     const std::string& model_dir) {
+  if (prefetch.empty()) return DefaultPrefetch(policy, model_dir);
+  return ParsePrefetchMode(prefetch);
+}
+
 Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std::string& model_dir) {
   runtime::OffloadConfig c;
   c.model_dir = model_dir;
@@ -103,11 +109,7 @@ Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std:
   c.verify_recovered = !f.no_verify_recovery;
   c.no_compression = f.no_compression;
   c.fused_recovery = !f.separate_recovery;
-  if (f.prefetch.empty()) {
-    c.prefetch = DefaultPrefetch(f.policy, model_dir);
-  } else {
-    ZM_ASSIGN_OR_RETURN(c.prefetch, ParsePrefetchMode(f.prefetch));
-  }
+  ZM_ASSIGN_OR_RETURN(c.prefetch, ResolvePrefetch(f.prefetch, f.policy, model_dir));
   return c;
 }
 

@@ -44,6 +44,10 @@ inline bool UsesMmapBaseline(const RuntimeFlags& flags) { return flags.policy ==
 // residual when `model_dir` holds its calibration (prefetch_residuals.safetensors), else top-score;
 // every other policy → none.
 PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir);
+// `prefetch` parsed, or DefaultPrefetch when it is "" (the flag / service key not given).
+// Errors: ParsePrefetchMode's.
+Result<PrefetchMode> ResolvePrefetch(const std::string& prefetch, const std::string& policy,
+                                     const std::string& model_dir);
 
 // Registers the flags on `cmd`. `budget_required`: --memory-budget is mandatory (replay).
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* flags, bool budget_required);

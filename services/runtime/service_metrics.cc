@@ -352,32 +352,7 @@ EmbeddedRuntimeMetrics::EmbeddedRuntimeMetrics(prometheus::Registry& registry) {
                .Register(registry);
 }
 
-void EmbeddedRuntimeMetrics::Update(const runtime::RuntimeStats& st, const std::string& policy) {
-  Totals t;
-  t.io_ops = st.io_ops;
-  t.io_bytes_e = st.io_bytes_e;
-  t.io_bytes_sm = st.io_bytes_sm;
-  t.io_seconds = st.io_seconds;
-  t.decode_ops = st.decode_ops;
-  t.decode_seconds = st.decode_seconds;
-  t.recover_ops = st.recover_ops;
-  t.recover_seconds = st.recover_seconds;
-  t.budget_bytes = st.budget_bytes;
-  t.arena_bytes = st.arena_bytes;
-  t.prefetch_issued = st.prefetch.issued;
-  t.prefetch_used = st.prefetch.used;
-  t.prefetch_wasted = st.prefetch.wasted;
-  t.prefetch_failed = st.prefetch.failed;
-  t.prefetch_used_bytes = st.prefetch.used_bytes;
-  t.prefetch_wasted_bytes = st.prefetch.wasted_bytes;
-  t.prefetch_mode = st.prefetch_mode;
-  t.routed_experts = st.substitution.routed;
-  t.substituted_experts = st.substitution.substituted;
-  t.policy = policy;
-  Update(t);
-}
-
-void EmbeddedRuntimeMetrics::Update(const Totals& t) {
+void EmbeddedRuntimeMetrics::Update(const runtime::RuntimeStats& t, const std::string& policy) {
   std::lock_guard<std::mutex> lock(mu_);
   auto add_u = [](prometheus::Counter* c, uint64_t now, uint64_t before) {
     if (now > before) c->Increment(static_cast<double>(now - before));
@@ -401,15 +376,17 @@ void EmbeddedRuntimeMetrics::Update(const Totals& t) {
   auto bytes = [&](const char* outcome) -> prometheus::Counter& {
     return prefetch_bytes_->Add({{"outcome", outcome}, {"mode", t.prefetch_mode}});
   };
-  add_u(&experts("issued"), t.prefetch_issued, last_.prefetch_issued);
-  add_u(&experts("used"), t.prefetch_used, last_.prefetch_used);
-  add_u(&experts("wasted"), t.prefetch_wasted, last_.prefetch_wasted);
-  add_u(&experts("failed"), t.prefetch_failed, last_.prefetch_failed);
-  add_u(&bytes("used"), t.prefetch_used_bytes, last_.prefetch_used_bytes);
-  add_u(&bytes("wasted"), t.prefetch_wasted_bytes, last_.prefetch_wasted_bytes);
-  add_u(routed_experts_, t.routed_experts, last_.routed_experts);
-  add_u(substituted_experts_, t.substituted_experts, last_.substituted_experts);
-  if (!t.policy.empty()) info_->Add({{"policy", t.policy}, {"prefetch", t.prefetch_mode}}).Set(1);
+  const runtime::PrefetchTotals& pf = t.prefetch;
+  const runtime::PrefetchTotals& pf_before = last_.prefetch;
+  add_u(&experts("issued"), pf.issued, pf_before.issued);
+  add_u(&experts("used"), pf.used, pf_before.used);
+  add_u(&experts("wasted"), pf.wasted, pf_before.wasted);
+  add_u(&experts("failed"), pf.failed, pf_before.failed);
+  add_u(&bytes("used"), pf.used_bytes, pf_before.used_bytes);
+  add_u(&bytes("wasted"), pf.wasted_bytes, pf_before.wasted_bytes);
+  add_u(routed_experts_, t.substitution.routed, last_.substitution.routed);
+  add_u(substituted_experts_, t.substitution.substituted, last_.substitution.substituted);
+  if (!policy.empty()) info_->Add({{"policy", policy}, {"prefetch", t.prefetch_mode}}).Set(1);
   last_ = t;
 }
 

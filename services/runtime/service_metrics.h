@@ -191,28 +191,16 @@ class ExecutorMetrics {
 // Update takes cumulative totals and adds the difference since the previous call.
 class EmbeddedRuntimeMetrics {
  public:
-  struct Totals {
-    uint64_t io_ops = 0, io_bytes_e = 0, io_bytes_sm = 0;
-    double io_seconds = 0;
-    uint64_t decode_ops = 0, recover_ops = 0;
-    double decode_seconds = 0, recover_seconds = 0;
-    uint64_t budget_bytes = 0, arena_bytes = 0;
-    uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_failed = 0;
-    uint64_t prefetch_used_bytes = 0, prefetch_wasted_bytes = 0;
-    std::string prefetch_mode = "none";
-    uint64_t routed_experts = 0, substituted_experts = 0;
-    std::string policy;  // CachePolicyName
-  };
   explicit EmbeddedRuntimeMetrics(prometheus::Registry& registry);
   EmbeddedRuntimeMetrics(const EmbeddedRuntimeMetrics&) = delete;
   EmbeddedRuntimeMetrics& operator=(const EmbeddedRuntimeMetrics&) = delete;
-  void Update(const Totals& totals);
-  // The totals of `stats` (OffloadExpertProvider::stats or local_stats), labelled with `policy`.
+  // The totals of `stats` (OffloadExpertProvider::stats or local_stats), labelled with `policy`
+  // (CachePolicyName; "" = no info gauge).
   void Update(const runtime::RuntimeStats& stats, const std::string& policy);
 
  private:
   std::mutex mu_;
-  Totals last_;  // ZM_GUARDED_BY(mu_)
+  runtime::RuntimeStats last_;  // the previous update's totals  ZM_GUARDED_BY(mu_)
   prometheus::Counter* io_ops_ = nullptr;
   prometheus::Counter* io_bytes_e_ = nullptr;
   prometheus::Counter* io_bytes_sm_ = nullptr;

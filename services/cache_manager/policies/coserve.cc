@@ -63,7 +63,8 @@ class CoServeRules : public FPoolRules {
     return step > 0 && used_in_[Index(layer_id, expert_id)] == step;
   }
   double Probability(const PolicyView& v, int32_t layer_id, int32_t expert_id) const {
-    // Seeded counts are not lookups of this run: the layer's total is at least its largest count.
+    // Counts include the seeded ones (the profile's assessment), lookups only this run's: the ratio
+    // orders experts across layers by how often their layer used them, not an exact probability.
     const uint64_t total = std::max<uint64_t>(lookups_[static_cast<size_t>(layer_id)], 1);
     return static_cast<double>(v.frequency.count(layer_id, expert_id)) / static_cast<double>(total);
   }
