@@ -32,6 +32,22 @@ uint64_t ExpertBytes(const std::string& dir) {
   return bytes;
 }
 
+// `generate` of the tests' prompt on `dir`: `new_tokens` greedy tokens, one thread, --json. Every
+// run of a test extends this command, so all of them feed the model the same positions.
+std::string GenerateCommand(const std::string& dir, int new_tokens) {
+  return fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens {} --ignore-eos "
+                     "--threads 1 --json",
+                     dir, new_tokens);
+}
+
+// The all-resident run of `common` (no --memory-budget): its float32 logits, written under `tmp`.
+void ResidentLogits(const std::string& common, const TempDir& tmp, std::string* logits) {
+  auto r = RunCli(common + " --logits-out " + tmp.Sub("resident.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  *logits = ReadAll(tmp.Sub("resident.bin"));
+  ASSERT_FALSE(logits->empty());
+}
+
 class GenerateBitExactTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudgetAndL) {
@@ -39,14 +55,9 @@ TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudget
   const uint64_t expert_bytes = ExpertBytes(dir);
   ASSERT_GT(expert_bytes, 0u);
   TempDir tmp;
-  const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 4 "
-                                         "--ignore-eos --threads 1 --json",
-                                         dir);
-  const std::string ref = tmp.Sub("resident.bin");
-  auto r = RunCli(common + " --logits-out " + ref);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string want = ReadAll(ref);
-  ASSERT_FALSE(want.empty());
+  const std::string common = GenerateCommand(dir, 4);
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(ResidentLogits(common, tmp, &want));
   for (const char* policy : {"zipmoe", "lru", "fifo", "lfu", "full-load"}) {
     for (int percent : {10, 30, 60}) {
       for (int workers : {1, 2, 4}) {
@@ -88,13 +99,9 @@ TEST_P(GeneratePrefetchTest, LogitsAreByteEqualToAllResidentWithEveryPredictor) 
                                 tmp.Sub("prompts.txt")));
   ASSERT_EQ(cal.exit_code, 0) << cal.output;
   EXPECT_NE(cal.output.find("\"calibration_prompts\":3"), std::string::npos) << cal.output;
-  const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 5 "
-                                         "--ignore-eos --threads 1 --json",
-                                         dir);
-  const std::string ref = tmp.Sub("resident.bin");
-  auto r = RunCli(common + " --logits-out " + ref);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string want = ReadAll(ref);
+  const std::string common = GenerateCommand(dir, 5);
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(ResidentLogits(common, tmp, &want));
   for (const char* prefetch : {"top-score", "residual"}) {
     for (const char* policy : {"zipmoe", "lru"}) {
       for (int percent : {10, 40}) {
@@ -128,12 +135,9 @@ TEST(GenerateRuntimeCli, DaliPolicyIsByteExactAtEveryBudget) {
         CachedCompress(CachedSynth(fmt::format("--arch {} --preset tiny --seed 5", arch)), "--shards 2");
     const uint64_t expert_bytes = ExpertBytes(dir);
     TempDir tmp;
-    const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 6 "
-                                           "--ignore-eos --threads 1 --json",
-                                           dir);
-    auto r = RunCli(common + " --logits-out " + tmp.Sub("resident.bin"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string want = ReadAll(tmp.Sub("resident.bin"));
+    const std::string common = GenerateCommand(dir, 6);
+    std::string want;
+    ASSERT_NO_FATAL_FAILURE(ResidentLogits(common, tmp, &want));
     for (const char* prefetch : {"none", "top-score"}) {
       for (int percent : {10, 30, 60}) {
         for (int workers : {1, 2}) {
@@ -167,12 +171,9 @@ TEST_P(GenerateSeedPolicyTest, SmoeAndCoServeAreByteExactAtEveryBudget) {
   const std::string dir = CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 2");
   const uint64_t expert_bytes = ExpertBytes(dir);
   TempDir tmp;
-  const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 6 "
-                                         "--ignore-eos --threads 1 --json",
-                                         dir);
-  auto r = RunCli(common + " --logits-out " + tmp.Sub("resident.bin"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string want = ReadAll(tmp.Sub("resident.bin"));
+  const std::string common = GenerateCommand(dir, 6);
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(ResidentLogits(common, tmp, &want));
   for (const char* policy : {"smoe", "coserve"}) {
     for (int percent : {10, 30, 70}) {
       const std::string tag = fmt::format("{}-{}-{}", GetParam(), policy, percent);
@@ -204,14 +205,10 @@ TEST(GenerateRuntimeCli, SubstitutionIsCountedAndOffByDefault) {
   const std::string dir = CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 5"), "--shards 2");
   const uint64_t expert_bytes = ExpertBytes(dir);
   TempDir tmp;
-  const std::string common = fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 8 "
-                                         "--ignore-eos --threads 1 --json --policy smoe --memory-budget {}",
-                                         dir, expert_bytes * 40 / 100);
-  auto r = RunCli(fmt::format("generate --model {} --prompt-ids 5,17,300,42,9,1000,77 --max-new-tokens 8 --ignore-eos "
-                              "--threads 1 --json --logits-out {}",
-                              dir, tmp.Sub("resident.bin")));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string want = ReadAll(tmp.Sub("resident.bin"));
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(ResidentLogits(GenerateCommand(dir, 8), tmp, &want));
+  const std::string common =
+      fmt::format("{} --policy smoe --memory-budget {}", GenerateCommand(dir, 8), expert_bytes * 40 / 100);
   auto exact = RunCli(fmt::format("{} --substitution-alpha 0 --logits-out {}", common, tmp.Sub("exact.bin")));
   ASSERT_EQ(exact.exit_code, 0) << exact.output;
   EXPECT_TRUE(ReadAll(tmp.Sub("exact.bin")) == want);
