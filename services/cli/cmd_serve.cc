@@ -281,6 +281,15 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
     while (true) {  // the arena appears when the cache-manager has planned the cache
       Result<std::unique_ptr<runtime::RemoteExpertProvider>> provider = runtime::RemoteExpertProvider::Connect(remote);
       if (provider.ok()) {
+        // Ready (and /health 200) only once the scheduler answers: it has its cache-manager session.
+        bool told_scheduler = false;
+        while (true) {
+          const Status ping = (*provider)->Ping(std::chrono::milliseconds(500));
+          if (ping.ok()) break;
+          if (!told_scheduler) ServiceLog("executor", "waiting for the scheduler: " + ping.ToString());
+          told_scheduler = true;
+          if (signals.Wait(std::chrono::milliseconds(100)) != 0) return Status::Unavailable("stopped while loading");
+        }
         ServiceLog("executor", fmt::format("connected to the scheduler at {} (arena {})", remote.endpoint,
                                            remote.arena_name));
         connected.store(provider->get());

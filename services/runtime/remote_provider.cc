@@ -87,6 +87,18 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
   }
 }
 
+Status RemoteExpertProvider::Ping(milliseconds wait) {
+  const auto deadline = Clock::now() + wait;
+  std::lock_guard<std::mutex> lock(mu_);
+  ZM_RETURN_IF_ERROR(channel_.Send(msg::Heartbeat{0, 0}, wait));
+  while (Clock::now() < deadline) {
+    Result<msg::Received> got = channel_.Recv(milliseconds(5));
+    if (got.ok() && std::holds_alternative<msg::Heartbeat>(got->message.body)) return Status::Ok();
+  }
+  return Status::Unavailable(fmt::format("scheduler at {} did not answer within {} ms", config_.endpoint,
+                                         wait.count()));
+}
+
 void RemoteExpertProvider::Prefetch(const LayerRouting& predicted) {
   if (config_.prefetch == PrefetchMode::kNone) return;
   msg::LayerRequest request{predicted.layer_id, predicted.expert_ids, predicted.tokens_per_expert, {}, 0, true};
@@ -330,7 +342,9 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     Post(from, msg::Ack{st});
     return;
   }
-  // Heartbeats and anything else: nothing to do.
+  // A ping of an executor that is connecting (RemoteExpertProvider::Ping): answer it.
+  if (std::holds_alternative<msg::Heartbeat>(body)) Post(from, msg::Heartbeat{0, 0});
+  // Anything else: nothing to do.
 }
 
 void ProviderServer::State::Loop() {

@@ -53,6 +53,11 @@ class RemoteExpertProvider : public ExpertProvider {
   // Attaches the arena and connects (on a ZeroMQ context of its own). Errors: ShmRegion::Attach's
   // (kNotFound: no arena yet), Channel::Open's.
   static Result<std::unique_ptr<RemoteExpertProvider>> Connect(const RemoteProviderConfig& config);
+  // Round trip to the scheduler: a Heartbeat that its ProviderServer answers with a Heartbeat. The
+  // server starts only once the scheduler holds its cache-manager session, so an answer means the
+  // scheduler is ready to serve layers (a ZeroMQ connect alone succeeds with nobody listening).
+  // Errors: kUnavailable (no answer within `wait`, naming the endpoint).
+  Status Ping(std::chrono::milliseconds wait);
   // Whether the arena is registered with CUDA (register_with_cuda and it worked).
   bool cuda_registered() const { return registration_.has_value(); }
   Status BeginLayer(const LayerRouting& routing) override;

@@ -1,0 +1,133 @@
+// The executor <-> scheduler link (remote_provider.h): a RemoteExpertProvider talking to a
+// ProviderServer over ipc:// in this process. Ping answers only once the server runs (what the
+// executor waits for before it reports ready), a layer round trip delivers the server's bytes in
+// the shared arena, and a server that never starts gives kUnavailable naming the endpoint.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <unistd.h>
+#include <zmq.hpp>
+
+#include "common/expert_provider.h"
+#include "common/shm_region.h"
+#include "services/runtime/remote_provider.h"
+#include "tests/test_util.h"
+
+namespace zipmoe::runtime {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::TempDir;
+
+constexpr int64_t kIntermediate = 4;
+constexpr int64_t kHidden = 8;
+constexpr int32_t kExperts = 3;
+constexpr uint64_t kMatrixBytes = kIntermediate * kHidden * 2;
+
+// Serves expert e of any layer from arena bytes [3e, 3e+3) matrices, filled with a known pattern.
+class ArenaProvider : public ExpertProvider {
+ public:
+  explicit ArenaProvider(uint8_t* arena) : arena_(arena) {
+    for (uint64_t i = 0; i < kExperts * 3 * kMatrixBytes; ++i) arena_[i] = static_cast<uint8_t>(i * 7 + 1);
+  }
+  Status BeginLayer(const LayerRouting& routing) override {
+    routing_ = routing;
+    next_ = 0;
+    return Status::Ok();
+  }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override {
+    if (next_ >= routing_.expert_ids.size()) return Status::InvalidArgument("all delivered");
+    const int32_t e = routing_.expert_ids[next_++];
+    ExpertWeightsView v;
+    v.layer_id = routing_.layer_id;
+    v.expert_id = e;
+    v.gate = arena_ + (3 * e) * kMatrixBytes;
+    v.up = arena_ + (3 * e + 1) * kMatrixBytes;
+    v.down = arena_ + (3 * e + 2) * kMatrixBytes;
+    v.intermediate = kIntermediate;
+    v.hidden = kHidden;
+    return std::unique_ptr<ExpertLease>(new Lease(v));
+  }
+  Status EndLayer(int32_t layer_id) override {
+    ++ended_[layer_id];
+    return Status::Ok();
+  }
+  int ended(int32_t layer_id) { return ended_[layer_id]; }
+
+ private:
+  class Lease : public ExpertLease {
+   public:
+    explicit Lease(ExpertWeightsView v) : v_(v) {}
+    const ExpertWeightsView& weights() const override { return v_; }
+
+   private:
+    ExpertWeightsView v_;
+  };
+  uint8_t* arena_;
+  LayerRouting routing_;
+  size_t next_ = 0;
+  std::map<int32_t, int> ended_;
+};
+
+std::string Shm() { return fmt::format("/zipmoe-test-remote-{}", static_cast<long>(::getpid())); }
+
+RemoteProviderConfig Config(const TempDir& tmp) {
+  RemoteProviderConfig config;
+  config.endpoint = "ipc://" + tmp.path() + "/scheduler.sock";
+  config.arena_name = Shm();
+  config.timeout = milliseconds(5000);
+  return config;
+}
+
+TEST(RemoteProvider, PingAnswersOnlyOnceTheSchedulerServes) {
+  TempDir tmp;
+  Result<ShmRegion> arena = ShmRegion::Create(Shm(), 1 << 16);
+  ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+  const RemoteProviderConfig config = Config(tmp);
+  Result<std::unique_ptr<RemoteExpertProvider>> remote = RemoteExpertProvider::Connect(config);
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();  // a ZeroMQ connect needs nobody listening
+  const Status early = (*remote)->Ping(milliseconds(300));
+  EXPECT_EQ(early.code(), StatusCode::kUnavailable) << early.ToString();
+  EXPECT_NE(early.ToString().find(config.endpoint), std::string::npos) << early.ToString();
+
+  ArenaProvider provider(arena->data());
+  zmq::context_t context(1);
+  ProviderServerConfig server_config;
+  server_config.endpoint = config.endpoint;
+  Result<std::unique_ptr<ProviderServer>> server =
+      ProviderServer::Start(context, server_config, &provider, arena->data(), arena->size_bytes());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_TRUE((*remote)->Ping(milliseconds(5000)).ok());
+  EXPECT_TRUE((*remote)->Ping(milliseconds(5000)).ok()) << "a second ping is answered too";
+
+  // The stale ping answers do not disturb a layer: the executor sees the server's bytes.
+  ASSERT_TRUE((*remote)->BeginLayer(LayerRouting(2, {0, 2}, {1, 1})).ok());
+  std::map<int32_t, std::vector<uint8_t>> got;
+  for (int i = 0; i < 2; ++i) {
+    Result<std::unique_ptr<ExpertLease>> lease = (*remote)->NextReady();
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    const ExpertWeightsView& v = (*lease)->weights();
+    EXPECT_EQ(v.layer_id, 2);
+    EXPECT_EQ(v.intermediate, kIntermediate);
+    const auto* down = static_cast<const uint8_t*>(v.down);
+    got[v.expert_id].assign(down, down + kMatrixBytes);
+  }
+  ASSERT_TRUE((*remote)->EndLayer(2).ok());
+  EXPECT_EQ(provider.ended(2), 1);
+  ASSERT_EQ(got.size(), 2u);
+  for (int32_t e : {0, 2}) {
+    const uint8_t* want = arena->data() + (3 * e + 2) * kMatrixBytes;
+    EXPECT_EQ(std::memcmp(got[e].data(), want, kMatrixBytes), 0) << "expert " << e;
+  }
+  (*server)->Stop();
+}
+
+}  // namespace
+}  // namespace zipmoe::runtime
