@@ -1,9 +1,10 @@
 #include "services/api/api_server.h"
 
 #include <algorithm>
-#include <map>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -121,6 +122,10 @@ struct ApiServer::Job {
   int64_t count = 0;
   Clock::time_point last_token;
   size_t peak_batch = 0;
+  // Request grouping (queued, batch loop only): the prompt's predicted experts, once computed, and
+  // how many admissions went to sequences queued after it.
+  std::optional<ExpertSets> predicted;
+  int passed_over = 0;
 };
 
 ApiServer::ApiServer(ApiServerOptions options) : options_(std::move(options)) {}
@@ -651,6 +656,52 @@ void ApiServer::Finish(Job& job, const Status& status, bool eos) {
   req.cv.notify_all();
 }
 
+std::vector<ApiServer::Job*> ApiServer::TakeAdmissionsLocked(size_t slots, std::unique_lock<std::mutex>& lock) {
+  std::vector<Job*> admit;
+  if (options_.grouping == RequestGrouping::kNone || queue_.size() <= slots) {
+    while (!queue_.empty() && admit.size() < slots) {
+      admit.push_back(queue_.front());
+      queue_.pop_front();
+      if (metrics_ != nullptr) metrics_->CountAdmitted("fifo");
+    }
+    return admit;
+  }
+  // More sequences wait than there are slots: group by dependency over the window. Only this thread
+  // takes sequences off the queue, so its front stays while the lock is released for the predictions.
+  const size_t window = std::min(queue_.size(), static_cast<size_t>(std::max(1, options_.group_window)));
+  const std::vector<Job*> candidates(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(window));
+  lock.unlock();
+  std::vector<GroupingCandidate> grouping;
+  for (Job* job : candidates) {
+    if (!job->predicted) {
+      // A prompt the model rejects predicts nothing here; AddSequence reports its error.
+      Result<ExpertSets> predicted = generator_->PredictExperts(job->owner->request.prompts[job->prompt].ids);
+      job->predicted = predicted.ok() ? std::move(predicted).value() : ExpertSets{};
+    }
+    grouping.push_back(GroupingCandidate{&*job->predicted, job->passed_over});
+  }
+  const std::vector<size_t> picked =
+      ChooseAdmissions(grouping, generator_->ExpertsAtHand(), slots, std::max(1, options_.group_window));
+  lock.lock();
+  std::vector<bool> taken(candidates.size(), false);
+  for (size_t i : picked) taken[i] = true;
+  for (size_t i : picked) {
+    Job* job = candidates[i];
+    admit.push_back(job);
+    queue_.erase(std::find(queue_.begin(), queue_.end(), job));
+    if (metrics_ != nullptr)
+      metrics_->CountAdmitted(std::find(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(i), false) !=
+                                      taken.begin() + static_cast<std::ptrdiff_t>(i)
+                                  ? "grouped"
+                                  : "fifo");
+  }
+  const size_t last = picked.empty() ? 0 : *std::max_element(picked.begin(), picked.end());
+  for (size_t i = 0; i < last; ++i) {
+    if (!taken[i]) ++candidates[i]->passed_over;
+  }
+  return admit;
+}
+
 void ApiServer::BatchLoop() {
   std::unique_ptr<executor::BatchSession> session = generator_->NewSession();
   std::map<executor::BatchSession::SequenceId, Job*> running;
@@ -673,10 +724,7 @@ void ApiServer::BatchLoop() {
           ++it;
         }
       }
-      while (!queue_.empty() && running.size() + admit.size() < max_batch) {
-        admit.push_back(queue_.front());
-        queue_.pop_front();
-      }
+      admit = TakeAdmissionsLocked(max_batch - std::min(max_batch, running.size()), lock);
       running_count_ = running.size() + admit.size();
       if (metrics_ != nullptr) {
         metrics_->SetQueueDepth(static_cast<double>(queue_.size()));

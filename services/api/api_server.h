@@ -24,7 +24,7 @@
 // (401), and answers 503 until the model is loaded and once shutdown began.
 //
 // Batching: each choice (prompt x n) is one sequence. One batch-loop thread admits queued sequences
-// up to max_batch between decode steps (their prefill joins the next step) and ends a sequence at
+// (oldest first, or by request grouping: request_grouping.h) up to max_batch between decode steps (their prefill joins the next step) and ends a sequence at
 // EOS, its token limit, the context length, a stop string, or when its request was cancelled: the
 // streaming client's write failed or a non-streaming client closed its connection (probed every
 // 200 ms while it waits). Handler threads only wait and write. With the deterministic CPU kernels a
@@ -52,6 +52,7 @@
 #include "common/tokenizer.h"
 #include "services/api/http_server.h"
 #include "services/api/openai_protocol.h"
+#include "services/api/request_grouping.h"
 #include "services/executor/generator.h"
 
 namespace prometheus {
@@ -71,6 +72,10 @@ struct ApiServerOptions {
   int max_batch = 8;                            // sequences decoded together, >= 1
   int max_waiting = 256;                        // sequences queued for a batch slot; a request that
                                                 // would exceed it gets 429 (type rate_limit_error)
+  // Which waiting sequence gets a free batch slot (request_grouping.h): first come, first served,
+  // or CoServe's dependency-aware grouping over the first `group_window` (>= 1) waiting sequences.
+  RequestGrouping grouping = RequestGrouping::kNone;
+  int group_window = 8;
 };
 
 class ApiServer {
@@ -108,6 +113,8 @@ class ApiServer {
   struct Request;
   struct Job;
   void BatchLoop();
+  // Under queue_mu_: takes up to `slots` sequences off queue_ (FIFO, or by options_.grouping).
+  std::vector<Job*> TakeAdmissionsLocked(size_t slots, std::unique_lock<std::mutex>& lock);
   bool OnToken(Job& job, const executor::SampledToken& token);
   void Finish(Job& job, const Status& status, bool eos);
   // Queues the request's sequences; false (nothing queued) when the queue would exceed max_waiting.

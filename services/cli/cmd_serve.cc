@@ -64,6 +64,8 @@ struct ServeArgs {
   int http_read_timeout_ms = 10000;
   std::string cors_origin = "*";
   int shutdown_grace_ms = 2000;
+  std::string request_grouping;  // RequestGrouping name; "" = the policy's default (DefaultRequestGrouping)
+  int group_window = 8;
   RuntimeFlags runtime;
 };
 
@@ -114,6 +116,14 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   api_options.api_key = args.api_key;
   api_options.max_batch = args.max_batch;
   api_options.max_waiting = args.max_waiting;
+  api_options.group_window = args.group_window;
+  if (args.request_grouping.empty()) {
+    api_options.grouping = api::DefaultRequestGrouping(args.runtime.policy);
+  } else {
+    Result<api::RequestGrouping> grouping = api::ParseRequestGrouping(args.request_grouping);
+    if (!grouping.ok()) return Fail(grouping.status().WithContext("--request-grouping"));
+    api_options.grouping = *grouping;
+  }
   api::ApiServer server(api_options);
   server.SetMetrics(metrics, registry, std::move(refresh));
   api::HttpServerOptions http;
@@ -154,8 +164,14 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return fail(generator.status());
   server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
-  std::fprintf(stderr, "I: serve: ready on http://%s:%d (up to %d sequences per batch)\n", args.host.c_str(),
-               httpd->port(), std::max(1, args.max_batch));
+  std::fprintf(stderr, "%s",
+               fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, request grouping {})\n",
+                           args.host, httpd->port(), std::max(1, args.max_batch),
+                           api_options.grouping == api::RequestGrouping::kNone
+                               ? std::string("none")
+                               : fmt::format("{} over {} waiting", api::RequestGroupingName(api_options.grouping),
+                                             std::max(1, args.group_window)))
+                   .c_str());
   while (signals.Wait(std::chrono::milliseconds(kSignalPollMillis)) == 0) {
     if (tick) tick();
   }
@@ -225,6 +241,16 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-waiting", args->max_waiting, "sequences queued for a batch slot before requests get 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--request-grouping", args->request_grouping,
+                  "which waiting request gets a free batch slot: none (first come, first served) or coserve "
+                  "(those whose predicted experts are cached or in use first, CoServe §4.2); default: coserve with "
+                  "--policy coserve, else none")
+      ->check(CLI::IsMember({"none", "coserve"}));
+  cmd->add_option("--group-window", args->group_window,
+                  "request grouping looks at this many waiting sequences; none waits more than this many admissions "
+                  "beyond its turn")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--http-threads", args->http_threads,
                   "HTTP worker threads, one connection each (0 = 2 x max-batch + 32)")
       ->capture_default_str()
@@ -252,6 +278,9 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
   args.threads = static_cast<int>(config.threads);
   args.device = config.device;
   args.max_batch = static_cast<int>(config.http_max_batch);
+  args.request_grouping = config.http_request_grouping;
+  args.group_window = static_cast<int>(config.http_group_window);
+  args.runtime.policy = config.policy;  // the default request grouping follows the cache policy
   ResolveServeArgs(&args);  // ZIPMOE_API_KEY / ZIPMOE_SERVED_MODEL_NAME when the config sets none
   if (args.max_batch < 1) return Fail(Status::InvalidArgument("executor: http.max_batch must be >= 1"));
   if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));

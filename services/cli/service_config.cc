@@ -13,6 +13,7 @@
 
 #include "common/file_util.h"
 #include "kernels/recovery.h"
+#include "services/api/request_grouping.h"
 
 namespace zipmoe::cli {
 namespace {
@@ -47,6 +48,8 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"threads", &c.threads},
       {"device", &c.device},
       {"http.max_batch", &c.http_max_batch},
+      {"http.request_grouping", &c.http_request_grouping},
+      {"http.group_window", &c.http_group_window},
       {"http.host", &c.http_host},
       {"http.port", &c.http_port},
       {"http.api_key", &c.http_api_key},
@@ -152,6 +155,10 @@ Status Validate(const ServiceConfig& c) {
     if (v < 0 || v > 65535) return Status::InvalidArgument(fmt::format("{} = {}: not a TCP port", key, v));
   }
   if (c.staging_slots < 0) return Status::InvalidArgument("staging_slots must be >= 0");
+  ZM_RETURN_IF_ERROR(positive(c.http_group_window, "http.group_window"));
+  if (!c.http_request_grouping.empty()) {
+    ZM_RETURN_IF_ERROR(api::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
+  }
   return Status::Ok();
 }
 

@@ -58,7 +58,9 @@ struct Generator::Impl {
   std::string dir;
   int n_threads = 1;
   std::unique_ptr<LoadedModel> loaded;
-  std::unique_ptr<ObservedExpertProvider> observed;  // wraps the provider when on_routing is set
+  ExpertProvider* provider = nullptr;                 // what the model calls (observed)
+  std::unique_ptr<ObservedExpertProvider> observed;  // records each layer's routing, then on_routing
+  std::vector<std::vector<int32_t>> last_routing;    // [num_hidden_layers]: the latest step's experts
   std::unique_ptr<Model> model;
 };
 
@@ -91,10 +93,16 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   ExpertProvider* provider = options.expert_provider != nullptr
                                  ? options.expert_provider
                                  : static_cast<ExpertProvider*>(impl->loaded->resident_experts.get());
-  if (options.on_routing) {
-    impl->observed = std::make_unique<ObservedExpertProvider>(provider, options.on_routing);
-    provider = impl->observed.get();
-  }
+  impl->last_routing.resize(static_cast<size_t>(impl->loaded->config.num_hidden_layers));
+  Impl* raw = impl.get();
+  impl->observed = std::make_unique<ObservedExpertProvider>(
+      provider, [raw, on_routing = options.on_routing](const LayerRouting& routing) {
+        if (routing.layer_id >= 0 && static_cast<size_t>(routing.layer_id) < raw->last_routing.size())
+          raw->last_routing[static_cast<size_t>(routing.layer_id)] = routing.expert_ids;
+        if (on_routing) on_routing(routing);
+      });
+  provider = impl->observed.get();
+  impl->provider = provider;
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
   impl->model->set_substitution_alpha(options.substitution_alpha);
   if (provider->prefetch_mode() == PrefetchMode::kResidual) {
@@ -114,6 +122,25 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     impl->model->set_prefetch_residuals(std::move(by_layer));
   }
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
+}
+
+Result<std::vector<std::vector<int32_t>>> Generator::PredictExperts(const std::vector<int32_t>& prompt) const {
+  return impl_->model->PredictExperts(prompt);
+}
+
+std::vector<std::vector<int32_t>> Generator::ExpertsAtHand() const {
+  const ModelConfig& c = impl_->loaded->config;
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(c.num_hidden_layers));
+  std::vector<uint8_t> cached;
+  for (int32_t l = 0; l < static_cast<int32_t>(out.size()); ++l) {
+    if (!c.IsMoeLayer(l)) continue;
+    impl_->provider->CachedExperts(l, static_cast<int32_t>(c.num_experts), &cached);
+    for (int32_t e : impl_->last_routing[static_cast<size_t>(l)])
+      if (e >= 0 && static_cast<size_t>(e) < cached.size()) cached[static_cast<size_t>(e)] = 1;
+    for (size_t e = 0; e < cached.size(); ++e)
+      if (cached[e] != 0) out[static_cast<size_t>(l)].push_back(static_cast<int32_t>(e));
+  }
+  return out;
 }
 
 std::string TorchVersion() {

@@ -202,6 +202,18 @@ class Generator {
   // A continuous-batching session over this Generator (see BatchSession).
   std::unique_ptr<BatchSession> NewSession();
 
+  // CoServe's dependency-aware request grouping (coserve.txt §4.2, serve's --request-grouping):
+  // which experts a request depends on, and which cost nothing to serve now. Both are indexed by
+  // layer ([num_hidden_layers], empty for dense layers), with distinct expert ids ascending.
+  // PredictExperts: an estimate made before the prompt's prefill, from its tokens alone: each MoE
+  // layer's router applied to the normalised token embeddings (Model::PredictExperts; routing
+  // follows token identity closely, most in early layers). Errors: kInvalidArgument for a token id
+  // outside the vocabulary; kInternal (torch). Call between steps, on the stepping thread.
+  Result<std::vector<std::vector<int32_t>>> PredictExperts(const std::vector<int32_t>& prompt) const;
+  // ExpertsAtHand: the provider's CachedExperts (every expert for an all-resident model) plus the
+  // experts the latest forward pass selected in each layer. Call between steps, on the stepping thread.
+  std::vector<std::vector<int32_t>> ExpertsAtHand() const;
+
  private:
   struct Impl;
   explicit Generator(std::unique_ptr<Impl> impl);

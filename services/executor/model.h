@@ -43,6 +43,13 @@ class Model {
   Result<at::Tensor> Forward(const std::vector<const std::vector<int32_t>*>& tokens,
                              const std::vector<KvCache*>& caches, bool all_logits);
 
+  // CoServe's dependency estimate for request grouping (Generator::PredictExperts): per layer
+  // ([num_hidden_layers]; empty for dense layers) the distinct experts, ascending, that each MoE
+  // layer's router selects (SelectExperts) for the embeddings of `tokens` normalised by that layer's
+  // post_attention_layernorm, i.e. skipping attention and every earlier layer. Cheap (one router
+  // GEMV per layer and distinct token) and approximate. Errors: kInvalidArgument (a token id outside
+  // [0, vocab_size)); kInternal (torch).
+  Result<std::vector<std::vector<int32_t>>> PredictExperts(const std::vector<int32_t>& tokens) const;
   // DALI residuals for PrefetchMode::kResidual: residuals[l] ([hidden] float32, or undefined) is
   // added to MoE layer l's router input before the next MoE layer's router predicts its experts.
   void set_prefetch_residuals(std::vector<at::Tensor> residuals) { residuals_ = std::move(residuals); }

@@ -237,6 +237,12 @@ ExecutorMetrics::ExecutorMetrics(prometheus::Registry& registry) {
                            .Help("Sequences (choices) in the running batch.")
                            .Register(registry)
                            .Add({});
+  admitted_ = &prometheus::BuildCounter()
+                   .Name("zipmoe_requests_admitted_total")
+                   .Help("Sequences admitted to the running batch, by order: fifo (the oldest waiting) or grouped "
+                         "(request grouping admitted it ahead of an older waiting sequence).")
+                   .Register(registry);
+  for (const char* order : {"fifo", "grouped"}) admitted_->Add({{"order", order}});
   requests_waiting_ = &prometheus::BuildGauge()
                            .Name("zipmoe_requests_waiting")
                            .Help("Sequences (choices) waiting for a batch slot.")
@@ -285,6 +291,7 @@ void ExecutorMetrics::SetQueueDepth(double sequences) {
   requests_waiting_->Set(NonNegative(sequences));
 }
 void ExecutorMetrics::SetRunning(double sequences) { requests_running_->Set(NonNegative(sequences)); }
+void ExecutorMetrics::CountAdmitted(std::string_view order) { admitted_->Add({{"order", std::string(order)}}).Increment(); }
 void ExecutorMetrics::ObserveE2e(double seconds) { e2e_latency_->Observe(NonNegative(seconds)); }
 void ExecutorMetrics::CountFinished(std::string_view finish_reason) {
   request_success_->Add({{"finished_reason", std::string(finish_reason)}}).Increment();

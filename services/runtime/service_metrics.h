@@ -150,6 +150,9 @@ class ExecutorMetrics {
   void AddPromptTokens(uint64_t tokens);  // prompt tokens prefilled
   void SetQueueDepth(double sequences);   // sequences waiting for a batch slot (queue depth, requests_waiting)
   void SetRunning(double sequences);      // sequences in the batch
+  // Sequences admitted to the batch, by order: "fifo" (the oldest waiting) or "grouped" (request
+  // grouping, request_grouping.h, admitted one queued after a sequence still waiting).
+  void CountAdmitted(std::string_view order);
   void ObserveE2e(double seconds);        // request arrival → its last choice ended
   // A finished sequence by finish_reason: "stop", "length", "abort" (client gone or shutdown), "error".
   void CountFinished(std::string_view finish_reason);
@@ -169,6 +172,7 @@ class ExecutorMetrics {
   prometheus::Counter* prompt_tokens_ = nullptr;
   prometheus::Counter* generation_tokens_ = nullptr;
   prometheus::Gauge* requests_running_ = nullptr;
+  prometheus::Family<prometheus::Counter>* admitted_ = nullptr;
   prometheus::Gauge* requests_waiting_ = nullptr;
   prometheus::Histogram* time_to_first_token_ = nullptr;
   prometheus::Histogram* inter_token_latency_ = nullptr;

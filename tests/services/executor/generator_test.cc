@@ -165,6 +165,46 @@ TEST_P(ExecutorArchTest, RaggedBatchGivesTheSameGreedyTokensAsEachAlone) {
   }
 }
 
+// CoServe's dependency estimate (request grouping): per MoE layer the union over the prompt's
+// distinct tokens of that layer's router top-k on the token's embedding; dense layers predict nothing.
+TEST_P(ExecutorArchTest, PredictedExpertsAreTheUnionOfEachTokensTopK) {
+  auto g = MakeGenerator(TinyModelDir(GetParam()));
+  ASSERT_TRUE(g);
+  const ModelConfig& c = g->config();
+  auto all = g->PredictExperts(kPrompt);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), static_cast<size_t>(c.num_hidden_layers));
+  std::vector<std::set<int32_t>> unions(all->size());
+  for (int32_t token : kPrompt) {
+    auto one = g->PredictExperts({token, token});  // a repeated token counts once
+    ASSERT_TRUE(one.ok()) << one.status().ToString();
+    for (size_t l = 0; l < one->size(); ++l) {
+      const std::vector<int32_t>& experts = (*one)[l];
+      if (c.IsMoeLayer(static_cast<int64_t>(l))) {
+        EXPECT_EQ(experts.size(), static_cast<size_t>(c.num_experts_per_tok)) << "layer " << l << " token " << token;
+      }
+      unions[l].insert(experts.begin(), experts.end());
+    }
+  }
+  int moe_layers = 0;
+  for (size_t l = 0; l < all->size(); ++l) {
+    const std::vector<int32_t>& experts = (*all)[l];
+    EXPECT_EQ(experts, std::vector<int32_t>(unions[l].begin(), unions[l].end())) << "layer " << l;
+    if (!c.IsMoeLayer(static_cast<int64_t>(l))) {
+      EXPECT_TRUE(experts.empty()) << "dense layer " << l;
+      continue;
+    }
+    ++moe_layers;
+    for (int32_t e : experts) EXPECT_TRUE(e >= 0 && e < c.num_experts) << e;
+  }
+  EXPECT_GT(moe_layers, 0);
+  auto again = g->PredictExperts(kPrompt);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *all);
+  const Status bad = g->PredictExperts({5, static_cast<int32_t>(c.vocab_size)}).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad.ToString();
+}
+
 INSTANTIATE_TEST_SUITE_P(AllArchs, ExecutorArchTest, ::testing::ValuesIn(testing::ExecutorVariants()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
@@ -198,6 +238,58 @@ TEST(ExecutorTest, RecordedLogitsCoverEveryFedPosition) {
   ASSERT_TRUE(prompt_only.ok());
   EXPECT_TRUE(prompt_only->front().generated_ids.empty());
   EXPECT_EQ(prompt_only->front().logits_rows, static_cast<int64_t>(kPrompt.size()));
+}
+
+// A provider that holds nothing (every expert costs I/O): what is at hand is what the latest step used.
+class NothingCachedProvider : public ExpertProvider {
+ public:
+  explicit NothingCachedProvider(ExpertProvider* inner) : inner_(inner) {}
+  Status BeginLayer(const LayerRouting& routing) override { return inner_->BeginLayer(routing); }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
+  Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
+  void CachedExperts(int32_t, int32_t n_experts, std::vector<uint8_t>* cached) const override {
+    cached->assign(static_cast<size_t>(n_experts), 0);
+  }
+
+ private:
+  ExpertProvider* inner_;
+};
+
+TEST(ExecutorTest, ExpertsAtHandAreTheCachedOnesAndTheLatestStepsChoice) {
+  const std::string dir = TinyModelDir("qwen2_moe");
+  auto resident = MakeGenerator(dir);
+  ASSERT_TRUE(resident);
+  const ModelConfig& c = resident->config();
+  const std::vector<std::vector<int32_t>> everything = resident->ExpertsAtHand();
+  ASSERT_EQ(everything.size(), static_cast<size_t>(c.num_hidden_layers));
+  for (size_t l = 0; l < everything.size(); ++l) {
+    EXPECT_EQ(everything[l].size(), c.IsMoeLayer(static_cast<int64_t>(l)) ? static_cast<size_t>(c.num_experts) : 0u);
+  }
+
+  auto checkpoint = Checkpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  auto experts = ResidentExpertProvider::FromCheckpoint(**checkpoint);
+  ASSERT_TRUE(experts.ok()) << experts.status().ToString();
+  NothingCachedProvider nothing((*experts).get());
+  std::map<int32_t, std::vector<int32_t>> latest;
+  GeneratorOptions options;
+  options.model_dir = dir;
+  options.n_threads = kThreads;
+  options.expert_provider = &nothing;
+  options.on_routing = [&latest](const LayerRouting& r) { latest[r.layer_id] = r.expert_ids; };
+  auto g = Generator::Create(options);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const std::vector<int32_t>& layer : (*g)->ExpertsAtHand()) EXPECT_TRUE(layer.empty()) << "nothing ran yet";
+  GenerationParams params;
+  params.max_new_tokens = 3;
+  params.stop_on_eos = false;
+  ASSERT_TRUE((*g)->Generate({kPrompt}, params).ok());
+  const std::vector<std::vector<int32_t>> at_hand = (*g)->ExpertsAtHand();
+  ASSERT_FALSE(latest.empty());
+  for (size_t l = 0; l < at_hand.size(); ++l) {
+    const auto it = latest.find(static_cast<int32_t>(l));
+    EXPECT_EQ(at_hand[l], it == latest.end() ? std::vector<int32_t>{} : it->second) << "layer " << l;
+  }
 }
 
 TEST(ExecutorTest, StopsOnEos) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/services/runtime/http_test_util.h"
@@ -292,6 +293,59 @@ TEST(ServeCli, FullQueueAnswers429) {
     if (next.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(next.status, 200) << next.body << serve.log();
+}
+
+// CoServe's request grouping (--policy coserve brings it by default) only reorders admissions:
+// with one batch slot and requests queued behind a running one, every completion still equals the
+// all-resident `generate` of its prompt, and every admitted sequence is counted, fifo or grouped.
+TEST(ServeCli, CoServeRequestGroupingKeepsEveryCompletionExact) {
+  const std::string model = testing::CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 7"));
+  const std::vector<std::vector<int>> prompts = {{5, 17, 300, 42}, {9, 9, 9}, {1000, 3, 77}, {5, 17, 301}, {640, 2, 2, 8}};
+  const std::vector<int> max_tokens = {12, 3, 3, 3, 3};
+  std::vector<std::string> ref;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos --json",
+                                  model, fmt::join(prompts[i], ","), max_tokens[i]));
+    ASSERT_EQ(gen.exit_code, 0) << gen.output;
+    ref.push_back(json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>());
+  }
+  TempDir tmp;
+  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 30% --policy coserve --max-batch 1",
+                                      model));
+  ASSERT_TRUE(serve.healthy()) << serve.log();
+  EXPECT_NE(serve.log().find("request grouping coserve over 8 waiting"), std::string::npos) << serve.log();
+  auto body = [&](size_t i) {
+    return json{{"prompt", prompts[i]}, {"max_tokens", max_tokens[i]}, {"temperature", 0}, {"ignore_eos", true}}.dump();
+  };
+  std::vector<HttpReply> replies(prompts.size());
+  std::vector<std::thread> clients;
+  clients.emplace_back([&] { replies[0] = Http(tmp, serve.port(), "POST", "/v1/completions", body(0), "", "0"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the long one runs, the others queue
+  for (size_t i = 1; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] {
+      replies[i] = Http(tmp, serve.port(), "POST", "/v1/completions", body(i), "", std::to_string(i));
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(replies[i].status, 200) << replies[i].body << serve.log();
+    EXPECT_EQ(json::parse(replies[i].body)["choices"][0]["text"].get<std::string>(), ref[i]) << "prompt " << i;
+  }
+  const HttpReply metrics = Http(tmp, serve.port(), "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  auto counter = [&](const std::string& series) {
+    const size_t at = metrics.body.find(series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics.body.substr(at + series.size() + 1));
+  };
+  const double fifo = counter("zipmoe_requests_admitted_total{order=\"fifo\"}");
+  const double grouped = counter("zipmoe_requests_admitted_total{order=\"grouped\"}");
+  ASSERT_GE(fifo, 0) << metrics.body;
+  ASSERT_GE(grouped, 0) << metrics.body;
+  EXPECT_EQ(fifo + grouped, static_cast<double>(prompts.size())) << metrics.body;
+
+  auto bad = RunCli(fmt::format("serve --model {} --request-grouping fcfs", model));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--request-grouping"), std::string::npos) << bad.output;
 }
 
 // With the embedded runtime, GET /metrics on the API port has the serving, cache and runtime

@@ -458,6 +458,13 @@ TEST(UpCli, ServiceConfigErrorsNameTheKey) {
   r = RunCli("service storage --set liveness=0");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("liveness"), std::string::npos) << r.output;
+  r = RunCli("service executor --set http.request_grouping=fcfs");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("http.request_grouping"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fcfs"), std::string::npos) << r.output;
+  r = RunCli("service executor --set http.group_window=0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("http.group_window"), std::string::npos) << r.output;
   r = RunCli("service storage --set heartbeat_ms=soon");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("heartbeat_ms"), std::string::npos) << r.output;
