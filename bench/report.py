@@ -1068,6 +1068,38 @@ class Report:
                    f"{r['decode_steps']} | {r['substituted_rate']:.3f} | {f3(r['tpot_s'])} | {f3(r['hit_rate'])} |")
         self.p("")
 
+    def exp_q(self):
+        q = load(self.a.out, "q_request_grouping_qwen2_moe.json")
+        self.p("## (q) CoServe's request grouping in `zipmoe serve`", "")
+        if not q:
+            self.p("Not run.", "")
+            return
+        qc = q["config"]
+        self.p(f"`zipmoe serve --policy coserve --max-batch {qc['max_batch']}` at a {q['budget_pct']} % budget inside "
+               f"the same memory cap, started cold; `bench/load.py` keeps {qc['concurrency']} clients busy (closed loop) "
+               f"with {qc['requests']} ShareGPT requests from #{q['prompt_offset']} (at most {qc['max_prompt_chars']} "
+               f"characters, {qc['max_tokens']} new tokens, `--ignore-eos`), so sequences wait for a batch slot. "
+               "`none` admits them first come, first served; `coserve` (`--request-grouping coserve`) admits the one "
+               "of the first 8 waiting whose predicted experts are most at hand (docs/policies.md \"Request "
+               "grouping\"). **grouped** = admissions that skipped an older waiting sequence. Hit rate and bytes read "
+               "from the server's /metrics after the run (expert lookups, prefill included); TTFT and latency "
+               "client-side.", "")
+        self.p("| grouping | tokens/s | TTFT p50 s | TTFT p90 s | latency p90 s | TPOT p50 s | hit rate | read MiB | "
+               "grouped / admitted | same text as none |", "|---|---|---|---|---|---|---|---|---|---|")
+        for r in q["rows"]:
+            if not r.get("summary"):
+                self.p(f"| {r['grouping']} | failed: {r.get('error', '')[:100]} | | | | | | | | |")
+                continue
+            s = r["summary"]
+            pct = lambda k, p: (s.get(k) or {}).get(p)  # noqa: E731
+            admitted = (r.get("admitted_fifo") or 0) + (r.get("admitted_grouped") or 0)
+            same = "–" if r["grouping"] == "none" else ("yes" if r.get("same_text_as_none") else "**NO**")
+            self.p(f"| {r['grouping']} | {f3(s.get('output_tokens_per_s'), 2)} | {f3(pct('ttft_s', 'p50'), 2)} | "
+                   f"{f3(pct('ttft_s', 'p90'), 2)} | {f3(pct('latency_s', 'p90'), 2)} | {f3(pct('tpot_s', 'p50'))} | "
+                   f"{f3(r.get('hit_rate'))} | {(r.get('read_bytes') or 0) / 2**20:.0f} | "
+                   f"{int(r.get('admitted_grouped') or 0)} / {int(admitted)} | {same} |")
+        self.p("")
+
     def exp_i(self):
         i = load(self.a.out, "i_gpu.json")
         self.p("## (i) GPU", "")
@@ -1093,6 +1125,7 @@ class Report:
         self.exp_m()
         self.exp_t()
         self.exp_s()
+        self.exp_q()
         self.exp_i()
         body = self.md[head_at:]
         self.md = self.md[:head_at]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh [--quick|--full] [--out DIR] [--models DIR] [--only c,r,a,b,g,f,d,e,deepseek,h,l,m,t,s,i] [--no-build]
+# bench/run.sh [--quick|--full] [--out DIR] [--models DIR] [--only c,r,a,b,g,f,d,e,deepseek,h,l,m,t,s,q,i] [--no-build]
 #
 # The benchmark suite (issue 6; ZipMoE §5): builds zipmoe + bench binaries, synthesizes and compresses
 # the mini presets, runs every experiment under one cgroup memory cap with the page cache dropped

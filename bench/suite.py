@@ -18,6 +18,8 @@ runs the experiments in order of value, each writing OUT/<experiment>.json:
      llama.cpp and the memory-bandwidth decode floor, peak RSS, and cold TPOT vs memory cap for both
   t  the trained model (models/qwen2moe-debian-18m): routing statistics of learned vs synthetic routing
      (bench/routing_stats.py) and (f)'s eviction ablation on learned routing
+  q  CoServe's request grouping in `zipmoe serve` (--request-grouping none vs coserve) under a queue longer
+     than the batch: throughput, TTFT, hit rate, same text
   i  GPU recovery kernel and TPOT (skipped without a CUDA device)
 
 Every generation runs cold (page cache dropped) inside one cgroup v1 memory group whose limit is
@@ -101,7 +103,9 @@ MODES = {
               "residual_prompts": 16,
               "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+residual", "dali+residual"],
               "trained": {"tokens": 32, "budgets": [25, 50], "routing_prompts": 16, "routing_prompts_mini": 6},
-              "substitution": {"models": ["trained"], "prompts": 4, "tokens": 24, "budget": 25}},
+              "substitution": {"models": ["trained"], "prompts": 4, "tokens": 24, "budget": 25},
+              "grouping": {"budget": 25, "max_batch": 2, "concurrency": 8, "requests": 16, "max_tokens": 8,
+                           "max_prompt_chars": 400}},
     "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "lengths": [32, 64, 128, 256], "batches": [1, 4, 16],
              "batch_systems": ["zipmoe", "lru", "full-load", "mmap"], "length_systems": ["zipmoe", "lru", "mmap"],
              "ablation_budgets": [25, 50], "fifo_budgets": [25, 50, 75], "deepseek": "mini",
@@ -117,7 +121,9 @@ MODES = {
              "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+top-score", "lru+residual",
                                   "dali+residual"],
              "trained": {"tokens": 64, "budgets": [10, 25, 50], "routing_prompts": 32, "routing_prompts_mini": 16},
-             "substitution": {"models": ["trained", "mini"], "prompts": 8, "tokens": 32, "budget": 25}},
+             "substitution": {"models": ["trained", "mini"], "prompts": 8, "tokens": 32, "budget": 25},
+             "grouping": {"budget": 25, "max_batch": 2, "concurrency": 8, "requests": 32, "max_tokens": 32,
+                          "max_prompt_chars": 1000}},
 }
 
 
@@ -802,6 +808,68 @@ class Suite:
                 rows.append({"system": system, "ok": False, "error": str(e)[:500]})
         self.save(f"l_load_{m['arch']}{tag}", {"budget_pct": 50, "prompt_offset": LOAD_INDEX, "config": lc, "rows": rows})
 
+    @staticmethod
+    def scrape(url):
+        """GET url/metrics -> {series text (name{labels}): value}; {} when unreachable."""
+        out = {}
+        with contextlib.suppress(OSError, ValueError):
+            for line in urllib.request.urlopen(url + "/metrics", timeout=10).read().decode().splitlines():
+                if line and not line.startswith("#"):
+                    series, _, value = line.rpartition(" ")
+                    out[series] = float(value)
+        return out
+
+    def exp_q(self, m):
+        """(q) CoServe's dependency-aware request grouping (issue 17 item 4): `zipmoe serve --policy coserve` at
+        a tight budget with a small batch and more clients than slots, so a queue forms; --request-grouping none
+        (first come, first served) vs coserve, one fresh cold server each inside the same memory cap, the same
+        ShareGPT requests through bench/load.py closed loop; coserve's completions must equal none's."""
+        qc = self.cfg["grouping"]
+        budget = m["expert_bytes"] * qc["budget"] // 100
+        cap = self.cap_bytes(m, qc["budget"])
+        os.makedirs(os.path.join(self.out, "runs"), exist_ok=True)
+        load_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "load.py")
+        rows, first = [], None
+        for grouping in ("none", "coserve"):
+            args = ["serve", "--model", m["zstd"], "--memory-budget", str(budget), "--threads", str(self.threads),
+                    "--policy", "coserve", "--request-grouping", grouping, "--max-batch", str(qc["max_batch"])]
+            try:
+                with self.server(args, f"q-{grouping}.log", cap) as url:
+                    out = os.path.join(self.out, "runs", f"q-{grouping}.json")
+                    cmd = [sys.executable, load_py, "--url", url, "--prompts", PROMPTS_FILE, "--offset",
+                           str(LOAD_INDEX), "--requests", str(qc["requests"]), "--concurrency", str(qc["concurrency"]),
+                           "--max-tokens", str(qc["max_tokens"]), "--max-prompt-chars", str(qc["max_prompt_chars"]),
+                           "--ignore-eos", "--timeout", "1800", "--out", out]
+                    if first:
+                        cmd += ["--check-against", first]
+                    p = subprocess.run(cmd, capture_output=True, text=True)
+                    open(os.path.join(self.logs, f"q-{grouping}-load.log"), "w").write(p.stdout + p.stderr)
+                    metrics = self.scrape(url)
+                    peak = self.cap.peak_bytes()
+            except RuntimeError as e:
+                bl.warn(f"q: {grouping}: {e}")
+                rows.append({"grouping": grouping, "ok": False, "error": str(e)[:500]})
+                continue
+            j = json.load(open(out)) if os.path.exists(out) else {}
+            lookups = sum(v for k, v in metrics.items() if k.startswith("zipmoe_cache_requests_total{"))
+            misses = sum(v for k, v in metrics.items() if k.startswith("zipmoe_cache_requests_total{") and 'pool="M"' in k)
+            row = {"grouping": grouping, "ok": p.returncode == 0, "summary": j.get("summary", {}),
+                   "hit_rate": (1 - misses / lookups) if lookups else None,
+                   "admitted_fifo": metrics.get('zipmoe_requests_admitted_total{order="fifo"}'),
+                   "admitted_grouped": metrics.get('zipmoe_requests_admitted_total{order="grouped"}'),
+                   "read_bytes": sum(v for k, v in metrics.items() if k.startswith("zipmoe_runtime_io_bytes_total{")),
+                   "peak_bytes": peak, "cap_bytes": cap}
+            if first:
+                row["same_text_as_none"] = p.returncode == 0
+                if p.returncode != 0:
+                    self.failures.append(f"q-{grouping}")
+            first = first or out
+            rows.append(row)
+            bl.log(f"q: {grouping}: rc {p.returncode}, {row['summary'].get('output_tokens_per_s')} tokens/s, "
+                   f"hit rate {row['hit_rate']}, grouped {row['admitted_grouped']}")
+        self.save(f"q_request_grouping_{m['arch']}", {"budget_pct": qc["budget"], "config": qc,
+                                                      "prompt_offset": LOAD_INDEX, "rows": rows})
+
     def load_run(self, url, tag, concurrency, reference=None, warmup=True):
         """bench/load.py against `url` (closed loop, the (l) requests of this mode); one warm-up request first
         when `warmup`. Returns (rc, summary, output path)."""
@@ -1303,7 +1371,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,h,l,m,t,s,i")
+    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,h,l,m,t,s,q,i")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.models, exist_ok=True)
@@ -1315,7 +1383,7 @@ def main():
     try:
         m = s.prepare("qwen2_moe", "mini")
         s.disk(m)
-        if any(x in only for x in ("c", "r", "g", "f", "d", "e", "h", "l", "m", "s")):
+        if any(x in only for x in ("c", "r", "g", "f", "d", "e", "h", "l", "m", "s", "q")):
             s.calibrate(m, 50)
         if any(x in only for x in ("c", "g", "f", "d", "e", "h")):  # one reference long enough for all
             s.reference(m, max([s.cfg["tokens"]] + (s.cfg["lengths"] if "e" in only else [])))
@@ -1323,7 +1391,7 @@ def main():
                  ("g", lambda: s.exp_g(m)), ("f", lambda: s.exp_f(m)), ("d", lambda: s.exp_d(m)),
                  ("e", lambda: s.exp_e(m)), ("deepseek", s.exp_deepseek), ("h", lambda: s.exp_h(m)),
                  ("l", lambda: s.exp_l(m)), ("m", lambda: s.exp_m(m)), ("t", lambda: s.exp_t(m)), ("s", lambda: s.exp_s(m)),
-                 ("i", s.exp_i)]
+                 ("q", lambda: s.exp_q(m)), ("i", s.exp_i)]
         for name, fn in steps:
             if name not in only:
                 continue

@@ -136,6 +136,9 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
   m->config_ = config;
   ZM_ASSIGN_OR_RETURN(m->layout_, ModelLayout::FromManifest(manifest));
   const ModelLayout& layout = m->layout_;
+  if (config.pools_from_plan && config.policy == CachePolicy::kFullLoad) {
+    return Status::InvalidArgument("cache config: the full-load policy caches nothing, so it has no pools to plan");
+  }
   m->rules_ = MakeCachePolicyRules(config.policy, config, layout.n_layers(), layout.n_experts());
   const int32_t n_layers = layout.n_layers();
   if (config.tolerance < 0) {

@@ -90,8 +90,12 @@ struct CacheConfig {
   uint64_t budget_bytes = 0;     // arena bytes; the pools' slots must fit (kInvalidArgument if not)
   std::string shm_name;          // arena ShmRegion name ("/zipmoe-arena-<pid>"); "" = unbacked
                                  // (slot accounting only, pointers are nullptr: simulations, tests)
-  CachePlan plan;                // kZipMoe only: capacity[layer][pool] in experts, one row per layer
-  std::string pools = "FCSE";    // kZipMoe only: Λ; pools outside Λ must have capacity 0
+  CachePlan plan;                // kZipMoe or pools_from_plan: capacity[layer][pool] in experts, one row per layer
+  std::string pools = "FCSE";    // kZipMoe or pools_from_plan: Λ; pools outside Λ must have capacity 0
+  // Any other caching policy: per-layer F/C/S/E pools from `plan` with ZipMoE's rank-based admission
+  // (§3.4 Pool Dispatching), the policy choosing the victim within each pool (issue 17 item 5;
+  // policies/policy.h PlannedPoolsRules). kFullLoad: kInvalidArgument from Create.
+  bool pools_from_plan = false;
   int32_t tolerance = 0;         // δ >= 0, added to every threshold τ_i
   bool register_with_cuda = false;  // cudaHostRegister the arena (kernels/host_registration.h);
                                     // ignored when unbacked; failure fails Create (kUnavailable)

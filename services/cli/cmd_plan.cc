@@ -33,8 +33,8 @@ struct PlanArgs {
   std::string model;
   std::string budget;
   std::string trace;
-  std::string pools = "FCSE";
-  std::string policy = "zipmoe";  // CachePolicyName; the others plan one F pool
+  std::string pools;               // "" = the policy's own: zipmoe FCSE, the others F
+  std::string policy = "zipmoe";  // CachePolicyName; the others plan one F pool unless given --pools
   std::string profile;  // "" = MODEL/profile.json when present
   int32_t n_workers = 0;  // 0 = online CPUs - 1 (one core is the I/O thread), at least 1
   int32_t batch_size = 1;
@@ -62,15 +62,17 @@ Status RunPlan(const PlanArgs& args) {
     return Status::InvalidArgument(fmt::format("--byte-costs '{}': expected slot or stored", args.byte_costs));
   }
   ZM_ASSIGN_OR_RETURN(const cm::CachePolicy policy, cm::ParseCachePolicy(args.policy));
-  const bool zipmoe = policy == cm::CachePolicy::kZipMoe;
-  if (!zipmoe && args.pools != "FCSE" && args.pools != "F") {
-    return Status::InvalidArgument(fmt::format("--pools {}: only the zipmoe policy has pools other than F (--policy {})",
-                                               args.pools, args.policy));
+  const std::string pools_text = !args.pools.empty() ? args.pools : policy == cm::CachePolicy::kZipMoe ? "FCSE" : "F";
+  // Planned per-layer pools: zipmoe's own, or any other policy given pools beyond F (it then evicts
+  // within each pool by its own rule; services/cache_manager/policies/policy.h).
+  const bool zipmoe = policy == cm::CachePolicy::kZipMoe || pools_text != "F";
+  if (zipmoe && policy == cm::CachePolicy::kFullLoad) {
+    return Status::InvalidArgument(fmt::format("--pools {}: the full-load policy caches nothing", pools_text));
   }
   cm::PlanRequest request;
   request.model_dir = args.model;
   request.budget_bytes = budget;
-  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(zipmoe ? args.pools : "F"));
+  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(zipmoe ? pools_text : "F"));
   request.trace_path = args.trace;
   request.batch_size = args.batch_size;
   request.n_workers = args.n_workers > 0 ? args.n_workers
@@ -103,8 +105,12 @@ Status RunPlan(const PlanArgs& args) {
   const bool caches = policy != cm::CachePolicy::kFullLoad;
   const int64_t global_f = caches && !zipmoe ? static_cast<int64_t>(budget / f_slot) : 0;
   std::string layout;
-  if (zipmoe) {
+  if (zipmoe && policy == cm::CachePolicy::kZipMoe) {
     layout = "per-layer F/C/S/E pools from the plan below (Alg. 4)";
+  } else if (zipmoe) {
+    layout = fmt::format("per-layer pools {} from the plan below (Alg. 4), admitted by rank as zipmoe does; {} "
+                         "chooses the victim within each pool",
+                         pools_text, cm::CachePolicyName(policy));
   } else if (!caches) {
     layout = "no cache: every expert is read and decoded on every step (the all-miss makespan)";
   } else if (policy == cm::CachePolicy::kDali) {
@@ -209,7 +215,9 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", args->model, "compressed model directory (output of `zipmoe compress`)")->required();
   cmd->add_option("--memory-budget", args->budget, "cache bytes for all MoE layers, e.g. 512MiB, 2GB")->required();
   cmd->add_option("--trace", args->trace, "activation trace (JSON lines, docs/planner.md); default: uniform f_r");
-  cmd->add_option("--pools", args->pools, "enabled pools Λ, letters of FCSE")->capture_default_str();
+  cmd->add_option("--pools", args->pools,
+                  "enabled pools Λ, letters of FCSE (default: zipmoe FCSE, the other policies F; any other set gives "
+                  "them the planner's pools)");
   cmd->add_option("--policy", args->policy,
                   "zipmoe | lru | fifo | lfu | marking | dali | smoe | coserve | full-load: how that policy lays out "
                   "the budget (every policy but zipmoe keeps full tensors in F)")

@@ -27,9 +27,12 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   if (budget_required) budget->required();
   cmd->add_option("--policy", f->policy, "zipmoe | lru | fifo | lfu | marking | dali | smoe | coserve | full-load (generate also: mmap, "
                   "the uncompressed checkpoint through the page cache)")->capture_default_str();
-  cmd->add_option("--pools", f->pools, "zipmoe: enabled pools Λ, letters of FCSE")->capture_default_str();
+  cmd->add_option("--pools", f->pools,
+                  "enabled pools Λ, letters of FCSE (default: zipmoe FCSE, the other policies one F pool); another "
+                  "policy given more than F gets the planner's per-layer pools, admits by rank as zipmoe, and evicts "
+                  "within each pool by its own rule");
   cmd->add_option("--pool-ratios", f->pool_ratios,
-                  "zipmoe: fixed byte shares of the pools, e.g. F=0.4,C=0.3,S=0.2,E=0.1 (default: planner, Alg. 4)");
+                  "planned pools: fixed byte shares, e.g. F=0.4,C=0.3,S=0.2,E=0.1 (default: planner, Alg. 4)");
   cmd->add_option("--plan-trace", f->plan_trace, "routing trace (generate --trace-out) the planner fits f_r to");
   cmd->add_option("--profile", f->profile, "profile JSON from `zipmoe profile` (default MODEL/profile.json)");
   cmd->add_option("--decompress-threads", f->decompress_threads, "L: decompression workers (0 = CPUs - 1)")

@@ -18,7 +18,7 @@ namespace zipmoe::cli {
 struct RuntimeFlags {
   std::string memory_budget;     // "" = every expert resident (no runtime)
   std::string policy = "zipmoe";
-  std::string pools = "FCSE";
+  std::string pools;  // Λ; "" = the policy's own (zipmoe FCSE, the others F)
   std::string pool_ratios;       // "" = planner
   std::string plan_trace;        // planner workload
   std::string profile;

@@ -24,7 +24,7 @@ struct ServiceConfig {
   std::string memory_budget = "50%";     // bytes ("4GiB") or a share of the BF16 expert bytes ("50%")
   std::string policy = "zipmoe";         // zipmoe | lru | fifo | lfu | marking | dali | smoe | coserve | full-load
   std::string prefetch;                  // none | top-score | residual; "" = the policy's (DefaultPrefetch)
-  std::string pools = "FCSE";
+  std::string pools;
   std::string pool_ratios;               // "" = the planner
   std::string plan_trace;                // planner workload (routing trace); "" = uniform
   std::string profile;                   // planner delays; "" = model_dir/profile.json or defaults

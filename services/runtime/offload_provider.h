@@ -94,7 +94,8 @@ struct OffloadConfig {
   double memory_budget_percent = 0;   // > 0: the budget is this share (%) of the model's BF16 expert
                                       // bytes, in (0, 1000]; replaces memory_budget_bytes
   cache_manager::CachePolicy policy = cache_manager::CachePolicy::kZipMoe;
-  std::string pools = "FCSE";         // Λ (zipmoe policy)
+  std::string pools;                  // Λ; "" = the policy's own (zipmoe FCSE, the others F); another
+                                      // policy given more than F gets planned per-layer pools
   // zipmoe policy: fixed byte ratios of the pools (ParsePoolRatios text, e.g. "F=0.5,C=0.5");
   // "" = the planner's grid search (Alg. 4) over Λ.
   std::string pool_ratios;

@@ -95,7 +95,9 @@ class FPoolRules : public CachePolicyRules {
   }
 };
 
-// The rules of `policy` for a model of n_layers × n_experts. ZM_CHECKs the enum value.
+// The rules of `policy` for a model of n_layers × n_experts. With config.pools_from_plan, a caching
+// policy other than zipmoe is wrapped so that admission is ZipMoE's rank-based dispatching over the
+// planned per-layer pools and the policy picks the victim within each pool. ZM_CHECKs the enum value.
 std::unique_ptr<CachePolicyRules> MakeCachePolicyRules(CachePolicy policy, const CacheConfig& config,
                                                        int32_t n_layers, int32_t n_experts);
 

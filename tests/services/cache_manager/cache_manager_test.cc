@@ -266,6 +266,50 @@ TEST(CacheManagerTest, EvictionTieGoesToLeastRecentlyUsed) {
   EXPECT_THAT(cache->Residents(0, Pool::kF), ElementsAre(1, 2));
 }
 
+// Issue 17 item 5: another policy over the planner's pools admits by rank as zipmoe does, but its own
+// rule picks the victim: LRU evicts the least recently used F resident where zipmoe evicts the least
+// frequent. full-load has no pools to plan.
+TEST(CacheManagerTest, PlannedPoolsAdmitByRankAndEvictByThePolicy) {
+  const Manifest m = MakeManifest(1, 6, 512, 2);
+  std::map<std::string, std::vector<int32_t>> f_residents;
+  for (CachePolicy policy : {CachePolicy::kZipMoe, CachePolicy::kLru}) {
+    CacheConfig config;
+    config.policy = policy;
+    config.plan.capacity = {{2, 1, 0, 0}};  // τ_F = 2, τ_C = 3
+    config.pools = "FC";
+    config.pools_from_plan = policy != CachePolicy::kZipMoe;
+    config.budget_bytes = PlanBytes(m, config.plan);
+    auto cache = MakeCache(m, config);
+    ASSERT_NE(cache, nullptr);
+    EXPECT_TRUE(cache->per_layer_pools());
+    Activate(*cache, 0, 0, 20);
+    Activate(*cache, 0, 1, 10);
+    Activate(*cache, 0, 2, 5);
+    EXPECT_EQ(cache->Admit(0, 0, kAllParts)->state, CompressionState::kF);
+    EXPECT_EQ(cache->Admit(0, 1, kAllParts)->state, CompressionState::kF);
+    EXPECT_EQ(cache->Admit(0, 2, kAllParts)->state, CompressionState::kC) << "rank 2: past τ_F, within τ_C";
+    EXPECT_EQ(cache->Admit(0, 3, kAllParts)->outcome, AdmitOutcome::kDropped) << "rank 3: past every threshold";
+    Activate(*cache, 0, 1, 1);   // expert 1: less frequent than 0, but used more recently
+    Activate(*cache, 0, 4, 30);  // expert 4: rank 0, wants F
+    auto r = cache->Admit(0, 4, kAllParts);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->state, CompressionState::kF);
+    f_residents[CachePolicyName(policy)] = cache->Residents(0, Pool::kF);
+  }
+  EXPECT_THAT(f_residents["zipmoe"], ElementsAre(0, 4)) << "zipmoe: the least frequent (1) leaves";
+  EXPECT_THAT(f_residents["lru"], ElementsAre(1, 4)) << "lru: the least recently used (0) leaves";
+
+  CacheConfig full;
+  full.policy = CachePolicy::kFullLoad;
+  full.plan.capacity = {{2, 1, 0, 0}};
+  full.pools = "FC";
+  full.pools_from_plan = true;
+  full.budget_bytes = PlanBytes(m, full.plan);
+  auto refused = CacheManager::Create(m, full);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().ToString().find("full-load"), std::string::npos) << refused.status().ToString();
+}
+
 TEST(CacheManagerTest, PinnedSlotIsNeverEvictedAndAdmissionSkips) {
   const Manifest m = MakeManifest(1, 3, 512, 2);
   CacheConfig config;

@@ -721,9 +721,22 @@ TEST_F(TinyModelTest, PlanCliNamesEveryPolicysLayout) {
                             "smoe or coserve)"),
             std::string::npos)
       << bad.output;
-  auto pools = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --policy lru --pools FC");
-  EXPECT_NE(pools.exit_code, 0);
-  EXPECT_NE(pools.output.find("only the zipmoe policy has pools other than F"), std::string::npos) << pools.output;
+  // Another policy given pools beyond F gets zipmoe's plan of those pools (issue 17 item 5).
+  auto planned = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --json --policy lru --pools FC");
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  auto zipmoe_fc = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --json --pools FC");
+  ASSERT_EQ(zipmoe_fc.exit_code, 0) << zipmoe_fc.output;
+  j = LastJsonLine(planned.output);
+  const nlohmann::json jz = LastJsonLine(zipmoe_fc.output);
+  EXPECT_EQ(j["pools"], "FC");
+  EXPECT_EQ(j["capacities"], jz["capacities"]);
+  EXPECT_EQ(j["global_f_experts"], 0);
+  EXPECT_NE(j["policy_layout"].get<std::string>().find("per-layer pools FC"), std::string::npos) << j["policy_layout"];
+  EXPECT_NE(j["policy_layout"].get<std::string>().find("lru chooses the victim"), std::string::npos)
+      << j["policy_layout"];
+  auto full = testing::RunCli("plan --model " + dir + " --memory-budget 512KiB --policy full-load --pools FC");
+  EXPECT_NE(full.exit_code, 0);
+  EXPECT_NE(full.output.find("full-load policy caches nothing"), std::string::npos) << full.output;
 }
 
 }  // namespace

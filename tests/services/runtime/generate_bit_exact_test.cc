@@ -196,6 +196,33 @@ TEST_P(GenerateSeedPolicyTest, SmoeAndCoServeAreByteExactAtEveryBudget) {
   }
 }
 
+// Issue 17 item 5: the other policies over the planner's F/C/S/E pools (--pools FCSE) stay exact.
+TEST_P(GenerateSeedPolicyTest, OtherPoliciesOverPlannedPoolsAreByteExact) {
+  const std::string dir = CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 2");
+  const uint64_t expert_bytes = ExpertBytes(dir);
+  TempDir tmp;
+  const std::string common = GenerateCommand(dir, 6);
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(ResidentLogits(common, tmp, &want));
+  uint64_t compressed_requests = 0;
+  for (const char* policy : {"lru", "dali", "smoe", "coserve"}) {
+    for (int percent : {20, 50}) {
+      const std::string tag = fmt::format("{}-{}-fcse-{}", GetParam(), policy, percent);
+      auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --policy {} --pools FCSE "
+                                    "--decompress-threads 2 --stats-json {}",
+                                    common, tmp.Sub(tag + ".bin"), expert_bytes * percent / 100, policy,
+                                    tmp.Sub(tag + ".json")));
+      ASSERT_EQ(run.exit_code, 0) << tag << "\n" << run.output;
+      EXPECT_TRUE(ReadAll(tmp.Sub(tag + ".bin")) == want) << tag << ": logits differ from the all-resident run";
+      const auto j = nlohmann::json::parse(ReadAll(tmp.Sub(tag + ".json")));
+      EXPECT_EQ(j["policy"], policy) << tag;
+      EXPECT_EQ(j["pools_enabled"], "FCSE") << tag;
+      for (const char* pool : {"C", "S", "E"}) compressed_requests += j["pools"][pool]["requests"].get<uint64_t>();
+    }
+  }
+  EXPECT_GT(compressed_requests, 0u) << "no policy ever hit a compressed pool";
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateSeedPolicyTest,
                          ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe"));
 

@@ -164,9 +164,11 @@ TEST(UpCli, SeedPoliciesGiveTheSameTokensAsEmbedded) {
   constexpr int kNewTokens = 8;
   const std::string ref_text = Reference(model, kNewTokens)["text"].get<std::string>();
   TempDir tmp;
-  for (const char* policy : {"smoe", "coserve", "dali"}) {
+  // lru over the planner's F/C/S/E pools (issue 17 item 5) too.
+  for (const char* policy : {"smoe", "coserve", "dali", "lru"}) {
     SCOPED_TRACE(policy);
-    Up up(tmp, model, 1, fmt::format("--set policy={}", policy));
+    const bool planned = std::string(policy) == "lru";
+    Up up(tmp, model, 1, fmt::format("--set policy={}{}", policy, planned ? " --set pools=FCSE" : ""));
     ASSERT_TRUE(up.WaitHealthy()) << up.log();
     HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
     ASSERT_EQ(reply.status, 200) << reply.body << up.log();
@@ -176,7 +178,7 @@ TEST(UpCli, SeedPoliciesGiveTheSameTokensAsEmbedded) {
     // smoe brings its top-score prefetching (the executor predicts, the scheduler pins and reads
     // ahead through the cache-manager); dali without a calibration file top-score too; coserve none.
     const std::string log = up.log();
-    const std::string mode = std::string(policy) == "coserve" ? "none" : "top-score";
+    const std::string mode = std::string(policy) == "coserve" || planned ? "none" : "top-score";
     const size_t at = log.find("stopping (prefetch " + mode + ": ");
     ASSERT_NE(at, std::string::npos) << log;
     unsigned long predicted = 0, issued = 0, used = 0;
