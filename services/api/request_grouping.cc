@@ -25,10 +25,6 @@ Result<RequestGrouping> ParseRequestGrouping(const std::string& text) {
                   text));
 }
 
-RequestGrouping DefaultRequestGrouping(const std::string& policy) {
-  return policy == "coserve" ? RequestGrouping::kCoServe : RequestGrouping::kNone;
-}
-
 namespace {
 
 // Adds `more` into `into` (both per layer, ascending, distinct).

@@ -11,6 +11,9 @@
 // passed over `window` times is admitted before any other, oldest first, so none waits more than
 // `window` admissions beyond its FIFO turn. Grouping changes only the order sequences start in:
 // every sequence's tokens stay those of its lone run (the CPU kernels are batch-invariant).
+// Off by default for every policy: on the benchmark models a prefill touches most experts, so the
+// prediction separates requests little, and reordering prefills doubled the tail TTFT without
+// raising the hit rate (docs/benchmarks.md (q)).
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -33,8 +36,6 @@ enum class RequestGrouping : uint8_t {
 const char* RequestGroupingName(RequestGrouping grouping);
 // Errors: kInvalidArgument naming the text and the accepted names.
 Result<RequestGrouping> ParseRequestGrouping(const std::string& text);
-// The default for a cache policy name: coserve for "coserve", none otherwise.
-RequestGrouping DefaultRequestGrouping(const std::string& policy);
 
 // Experts per layer: [layers], each the distinct expert ids of that layer ascending (empty = none).
 using ExpertSets = std::vector<std::vector<int32_t>>;

@@ -64,7 +64,7 @@ struct ServeArgs {
   int http_read_timeout_ms = 10000;
   std::string cors_origin = "*";
   int shutdown_grace_ms = 2000;
-  std::string request_grouping;  // RequestGrouping name; "" = the policy's default (DefaultRequestGrouping)
+  std::string request_grouping = "none";  // RequestGrouping name
   int group_window = 8;
   RuntimeFlags runtime;
 };
@@ -117,9 +117,7 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   api_options.max_batch = args.max_batch;
   api_options.max_waiting = args.max_waiting;
   api_options.group_window = args.group_window;
-  if (args.request_grouping.empty()) {
-    api_options.grouping = api::DefaultRequestGrouping(args.runtime.policy);
-  } else {
+  {
     Result<api::RequestGrouping> grouping = api::ParseRequestGrouping(args.request_grouping);
     if (!grouping.ok()) return Fail(grouping.status().WithContext("--request-grouping"));
     api_options.grouping = *grouping;
@@ -243,8 +241,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--request-grouping", args->request_grouping,
                   "which waiting request gets a free batch slot: none (first come, first served) or coserve "
-                  "(those whose predicted experts are cached or in use first, CoServe §4.2); default: coserve with "
-                  "--policy coserve, else none")
+                  "(those whose predicted experts are cached or in use first, CoServe §4.2; measured in docs/benchmarks.md "
+                  "(q))")
+      ->capture_default_str()
       ->check(CLI::IsMember({"none", "coserve"}));
   cmd->add_option("--group-window", args->group_window,
                   "request grouping looks at this many waiting sequences; none waits more than this many admissions "
@@ -280,7 +279,6 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
   args.max_batch = static_cast<int>(config.http_max_batch);
   args.request_grouping = config.http_request_grouping;
   args.group_window = static_cast<int>(config.http_group_window);
-  args.runtime.policy = config.policy;  // the default request grouping follows the cache policy
   ResolveServeArgs(&args);  // ZIPMOE_API_KEY / ZIPMOE_SERVED_MODEL_NAME when the config sets none
   if (args.max_batch < 1) return Fail(Status::InvalidArgument("executor: http.max_batch must be >= 1"));
   if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));

@@ -156,9 +156,7 @@ Status Validate(const ServiceConfig& c) {
   }
   if (c.staging_slots < 0) return Status::InvalidArgument("staging_slots must be >= 0");
   ZM_RETURN_IF_ERROR(positive(c.http_group_window, "http.group_window"));
-  if (!c.http_request_grouping.empty()) {
-    ZM_RETURN_IF_ERROR(api::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
-  }
+  ZM_RETURN_IF_ERROR(api::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
   return Status::Ok();
 }
 

@@ -46,7 +46,7 @@ struct ServiceConfig {
   int64_t threads = 0;                   // executor: torch threads (0 = all cores)
   std::string device = "cpu";            // executor: "cpu" or "cuda[:N]" (a CUDA libtorch)
   int64_t http_max_batch = 8;            // executor: sequences decoded together (continuous batching)
-  std::string http_request_grouping;     // executor: none | coserve; "" = the policy's default
+  std::string http_request_grouping = "none";  // executor: none | coserve (request_grouping.h)
   int64_t http_group_window = 8;         // executor: waiting sequences request grouping looks at
   std::string http_host = "127.0.0.1";
   int64_t http_port = 8080;

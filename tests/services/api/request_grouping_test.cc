@@ -53,16 +53,13 @@ TEST(RequestGrouping, ASequencePassedOverTheWindowIsAdmittedFirst) {
   EXPECT_EQ(ChooseAdmissions(window, at_hand, 1, 4), (std::vector<size_t>{0})) << "oldest starving first";
 }
 
-TEST(RequestGrouping, ParsesNamesAndDefaultsByPolicy) {
+TEST(RequestGrouping, ParsesNames) {
   EXPECT_EQ(*ParseRequestGrouping("none"), RequestGrouping::kNone);
   EXPECT_EQ(*ParseRequestGrouping("coserve"), RequestGrouping::kCoServe);
   const Status bad = ParseRequestGrouping("CoServe!").status();
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.ToString().find("CoServe!"), std::string::npos) << bad.ToString();
   EXPECT_STREQ(RequestGroupingName(RequestGrouping::kCoServe), "coserve");
-  EXPECT_EQ(DefaultRequestGrouping("coserve"), RequestGrouping::kCoServe);
-  EXPECT_EQ(DefaultRequestGrouping("zipmoe"), RequestGrouping::kNone);
-  EXPECT_EQ(DefaultRequestGrouping("lru"), RequestGrouping::kNone);
 }
 
 }  // namespace

@@ -295,7 +295,7 @@ TEST(ServeCli, FullQueueAnswers429) {
   EXPECT_EQ(next.status, 200) << next.body << serve.log();
 }
 
-// CoServe's request grouping (--policy coserve brings it by default) only reorders admissions:
+// CoServe's request grouping (--request-grouping coserve) only reorders admissions:
 // with one batch slot and requests queued behind a running one, every completion still equals the
 // all-resident `generate` of its prompt, and every admitted sequence is counted, fifo or grouped.
 TEST(ServeCli, CoServeRequestGroupingKeepsEveryCompletionExact) {
@@ -310,7 +310,8 @@ TEST(ServeCli, CoServeRequestGroupingKeepsEveryCompletionExact) {
     ref.push_back(json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>());
   }
   TempDir tmp;
-  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 30% --policy coserve --max-batch 1",
+  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --memory-budget 30% --policy coserve --request-grouping coserve "
+                                      "--max-batch 1",
                                       model));
   ASSERT_TRUE(serve.healthy()) << serve.log();
   EXPECT_NE(serve.log().find("request grouping coserve over 8 waiting"), std::string::npos) << serve.log();
