@@ -312,6 +312,7 @@ int RunDecompressor(const ServiceConfig& c, TerminationSignals& signals) {
   decompressor::DecompressorWorkerOptions options;
   options.pull = PullConfig(c, name);
   options.n_threads = static_cast<int>(c.decompress_threads);
+  options.queue_depth = static_cast<int>(c.decompress_queue_depth);
   metrics::DecompressorMetrics decompressor_metrics((*metrics_server)->registry(), options.pull.identity,
                                                     options.n_threads);
   options.on_op = [&decompressor_metrics](bool recover, double seconds) {

@@ -44,6 +44,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"heartbeat_ms", &c.heartbeat_ms},
       {"liveness", &c.liveness},
       {"storage_queue_depth", &c.storage_queue_depth},
+      {"decompress_queue_depth", &c.decompress_queue_depth},
       {"timeout_ms", &c.timeout_ms},
       {"threads", &c.threads},
       {"device", &c.device},
@@ -146,6 +147,7 @@ Status Validate(const ServiceConfig& c) {
   ZM_RETURN_IF_ERROR(positive(c.heartbeat_ms, "heartbeat_ms"));
   ZM_RETURN_IF_ERROR(positive(c.liveness, "liveness"));
   ZM_RETURN_IF_ERROR(positive(c.storage_queue_depth, "storage_queue_depth"));
+  ZM_RETURN_IF_ERROR(positive(c.decompress_queue_depth, "decompress_queue_depth"));
   ZM_RETURN_IF_ERROR(positive(c.timeout_ms, "timeout_ms"));
   for (auto [v, key] : {std::pair{c.http_port, "http.port"}, {c.metrics_port_storage, "metrics.port.storage"},
                         {c.metrics_port_decompressor, "metrics.port.decompressor"},

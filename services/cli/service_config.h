@@ -41,6 +41,7 @@ struct ServiceConfig {
   int64_t heartbeat_ms = 500;            // pull-protocol heartbeat interval
   int64_t liveness = 3;                  // silent intervals before a peer is dead
   int64_t storage_queue_depth = 64;      // chunk reads a storage worker takes at once
+  int64_t decompress_queue_depth = 32;   // decode requests a decompressor replica takes at once (>= its threads)
   int64_t timeout_ms = 20000;            // executor: longest wait for the scheduler (a request in flight when
                                          // the scheduler dies fails after this)
   int64_t threads = 0;                   // executor: torch threads (0 = all cores)

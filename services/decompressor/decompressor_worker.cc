@@ -1,5 +1,6 @@
 #include "services/decompressor/decompressor_worker.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -17,7 +18,7 @@ Result<std::unique_ptr<DecompressorWorker>> DecompressorWorker::Create(zmq::cont
   w->arena_ = &arena;
   options.pull.role = msg::kRoleDecompressor;
   options.pull.n_threads = options.n_threads;
-  options.pull.credits = options.n_threads;
+  options.pull.credits = std::max(options.n_threads, options.queue_depth);
   options.pull.arena_name = arena.name();
   options.pull.arena_bytes = arena.size_bytes();
   w->options_ = options;

@@ -25,6 +25,11 @@ namespace zipmoe::decompressor {
 struct DecompressorWorkerOptions {
   messaging::PullWorkerConfig pull;  // endpoint, identity, heartbeat; role/credits/threads/arena are set here
   int n_threads = 1;                 // L
+  // Decode requests the replica holds at once (its pull credits; at least n_threads): those beyond
+  // the running ones wait in the pool, most urgent first, so a thread that finishes starts the next
+  // op without a round trip to the scheduler. On a 2-core VM a depth of 32 instead of 1 cut `zipmoe
+  // up`'s 32-token request on mini at 50 % from 28 s to 16 s (each round trip costs process wakeups).
+  int queue_depth = 32;
   // Called after each op ran (recover = BF16 recovery, else E-chunk decode), on a pool thread.
   std::function<void(bool recover, double seconds)> on_op;
 };
