@@ -34,6 +34,12 @@ Offset<flatbuffers::String> Str(FlatBufferBuilder& fbb, const std::string& s) {
 }
 std::string Str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
 
+// Optional vectors: an empty one is left out of the buffer (defined below).
+template <typename T>
+Offset<flatbuffers::Vector<T>> Vec(FlatBufferBuilder& fbb, const std::vector<T>& v);
+template <typename T>
+std::vector<T> VecOf(const flatbuffers::Vector<T>* v);
+
 bool SameStatus(const Status& a, const Status& b) {
   return a.code() == b.code() && a.message() == b.message();
 }
@@ -103,8 +109,11 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const LayerRequest& m) {
 
 Offset<void> EncodeBody(FlatBufferBuilder& fbb, const ExpertReady& m) {
   const auto message = Str(fbb, m.status.message());
+  const auto e_planes = Vec(fbb, m.e_plane_offsets);
+  const auto sm = Vec(fbb, m.sm_offsets);
   return wire::CreateExpertReady(fbb, m.layer_id, m.expert_id, static_cast<wire::StatusCode>(m.status.code()),
-                                 message, m.gate_offset, m.up_offset, m.down_offset, m.intermediate, m.hidden)
+                                 message, m.gate_offset, m.up_offset, m.down_offset, m.intermediate, m.hidden,
+                                 e_planes, sm)
       .Union();
 }
 
@@ -171,8 +180,9 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const CacheAdmit& m) {
     const auto e = Vec(fbb, it.e_offsets);
     const auto sm = Vec(fbb, it.sm_offsets);
     const auto bf16 = Vec(fbb, it.bf16_offsets);
-    items.push_back(
-        wire::CreateCacheAdmitItem(fbb, it.layer_id, it.expert_id, it.lease_id, it.admit, it.parts, e, sm, bf16));
+    const auto e_planes = Vec(fbb, it.e_plane_offsets);
+    items.push_back(wire::CreateCacheAdmitItem(fbb, it.layer_id, it.expert_id, it.lease_id, it.admit, it.parts, e, sm,
+                                               bf16, e_planes, it.bf16_from_planes));
   }
   return wire::CreateCacheAdmit(fbb, m.request_id, fbb.CreateVector(items), m.want_reply).Union();
 }
@@ -326,6 +336,8 @@ Result<Body> DecodeBody(const wire::ExpertReady& t) {
   m.down_offset = t.down_offset();
   m.intermediate = t.intermediate();
   m.hidden = t.hidden();
+  m.e_plane_offsets = VecOf(t.e_plane_offsets());
+  m.sm_offsets = VecOf(t.sm_offsets());
   return Body(std::move(m));
 }
 
@@ -427,6 +439,8 @@ Result<Body> DecodeBody(const wire::CacheAdmit& t) {
       it.e_offsets = VecOf(w->e_offsets());
       it.sm_offsets = VecOf(w->sm_offsets());
       it.bf16_offsets = VecOf(w->bf16_offsets());
+      it.e_plane_offsets = VecOf(w->e_plane_offsets());
+      it.bf16_from_planes = w->bf16_from_planes();
       m.items.push_back(std::move(it));
     }
   }
@@ -565,7 +579,8 @@ bool LayerRequest::operator==(const LayerRequest& o) const {
 bool ExpertReady::operator==(const ExpertReady& o) const {
   return layer_id == o.layer_id && expert_id == o.expert_id && SameStatus(status, o.status) &&
          gate_offset == o.gate_offset && up_offset == o.up_offset && down_offset == o.down_offset &&
-         intermediate == o.intermediate && hidden == o.hidden;
+         intermediate == o.intermediate && hidden == o.hidden && e_plane_offsets == o.e_plane_offsets &&
+         sm_offsets == o.sm_offsets;
 }
 
 bool Ack::operator==(const Ack& o) const { return SameStatus(status, o.status); }
@@ -606,7 +621,8 @@ bool CacheLookupReply::operator==(const CacheLookupReply& o) const {
 
 bool CacheAdmitItem::operator==(const CacheAdmitItem& o) const {
   return layer_id == o.layer_id && expert_id == o.expert_id && lease_id == o.lease_id && admit == o.admit &&
-         parts == o.parts && e_offsets == o.e_offsets && sm_offsets == o.sm_offsets && bf16_offsets == o.bf16_offsets;
+         parts == o.parts && e_offsets == o.e_offsets && sm_offsets == o.sm_offsets && bf16_offsets == o.bf16_offsets &&
+         e_plane_offsets == o.e_plane_offsets && bf16_from_planes == o.bf16_from_planes;
 }
 
 bool CacheAdmit::operator==(const CacheAdmit& o) const {

@@ -174,6 +174,11 @@ struct ExpertReady {
   uint64_t down_offset = 0;
   int64_t intermediate = 0;
   int64_t hidden = 0;
+  // Non-empty ([3] each): the expert is unrecovered (fused recovery on a CPU executor): arena
+  // offsets of its decoded E planes and SM planes (one uint8 per weight), and the BF16 offsets
+  // above are unused.
+  std::vector<uint64_t> e_plane_offsets;
+  std::vector<uint64_t> sm_offsets;
   bool operator==(const ExpertReady& o) const;
 };
 
@@ -269,6 +274,8 @@ struct CacheAdmitItem {
   std::vector<uint64_t> e_offsets;     // stored E-chunks, proj-major
   std::vector<uint64_t> sm_offsets;    // [3]
   std::vector<uint64_t> bf16_offsets;  // [3]
+  std::vector<uint64_t> e_plane_offsets;  // [3] decoded E planes (with bf16_from_planes)
+  bool bf16_from_planes = false;       // F admission recovers the BF16 from the E/SM planes
   bool operator==(const CacheAdmitItem& o) const;
 };
 

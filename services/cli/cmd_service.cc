@@ -71,6 +71,7 @@ RuntimeFlags FlagsOf(const ServiceConfig& c) {
   f.page_cache = c.page_cache;
   f.fifo_dispatch = c.fifo_dispatch;
   f.no_verify_recovery = !c.verify_recovery;
+  f.separate_recovery = c.separate_recovery;
   return f;
 }
 
@@ -160,7 +161,9 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
   if (!offload.ok()) return Fail(name, offload.status());
-  offload->fused_recovery = false;  // the executor is another process: leases cross as BF16 offsets
+  // A CPU executor multiplies missed experts straight from their E/SM planes (ExpertReady carries
+  // the plane offsets): no recovery op, and the cache-manager recovers BF16 only for F admissions.
+  offload->fused_recovery = !c.separate_recovery && c.device == "cpu";
   zmq::context_t context(1);
   runtime::DispatcherConfig dispatch;
   dispatch.endpoint = c.endpoint_workers;

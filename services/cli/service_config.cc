@@ -36,6 +36,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"page_cache", &c.page_cache},
       {"fifo_dispatch", &c.fifo_dispatch},
       {"verify_recovery", &c.verify_recovery},
+      {"separate_recovery", &c.separate_recovery},
       {"run_dir", &c.run_dir},
       {"shm_name", &c.shm_name},
       {"endpoints.scheduler", &c.endpoint_scheduler},

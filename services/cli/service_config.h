@@ -33,6 +33,7 @@ struct ServiceConfig {
   bool page_cache = false;               // buffered reads instead of O_DIRECT
   bool fifo_dispatch = false;            // FIFO order instead of Alg. 1
   bool verify_recovery = true;           // check recovered BF16 against its xxh64
+  bool separate_recovery = false;        // recover BF16 before compute even for a CPU executor
   std::string run_dir = "/tmp/zipmoe";   // ipc sockets, pid files (zipmoe up)
   std::string shm_name = "/zipmoe-arena";  // the shared arena
   std::string endpoint_scheduler;        // endpoints.scheduler: executor -> scheduler (ROUTER)

@@ -232,9 +232,12 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
         used += k;
         if (proj < static_cast<int>(item.sm_offsets.size())) request.sm[proj] = item.sm_offsets[proj];
         if (proj < static_cast<int>(item.bf16_offsets.size())) request.bf16[proj] = item.bf16_offsets[proj];
+        if (proj < static_cast<int>(item.e_plane_offsets.size())) request.e_plane[proj] = item.e_plane_offsets[proj];
       }
+      request.bf16_from_planes = item.bf16_from_planes;
       if (used != item.e_offsets.size() || (request.parts.sm && item.sm_offsets.size() != cm::kProjCount) ||
-          (request.parts.bf16 && item.bf16_offsets.size() != cm::kProjCount)) {
+          (request.parts.bf16 && item.bf16_offsets.size() != cm::kProjCount) ||
+          (item.bf16_from_planes && item.e_plane_offsets.size() != cm::kProjCount)) {
         shape = Status::InvalidArgument(fmt::format(
             "CacheAdmit layer {} expert {}: {} E-chunk / {} SM / {} BF16 offsets do not match its layout",
             item.layer_id, item.expert_id, item.e_offsets.size(), item.sm_offsets.size(), item.bf16_offsets.size()));

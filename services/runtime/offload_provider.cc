@@ -75,7 +75,7 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
     p->cache_ = std::move(local);
   }
   p->arena_base_ = p->cache_->arena_base();
-  p->fused_ = cfg.fused_recovery && !cfg.cache;
+  p->fused_ = cfg.fused_recovery;
 
   p->cost_ = p->cache_->plan().cost;  // the planner's cost model is the scheduler's
   p->cost_.n_shards = std::max(1, p->cost_.n_shards);

@@ -109,9 +109,10 @@ struct OffloadConfig {
   bool verify_recovered = true;       // check each recovered tensor against its BF16 xxh64
   // CPU executor: a missed expert is served as its planes (ExpertWeightsView::*_planes: decoded E
   // plane + SM plane in staging) as soon as its decodes are done, with no recovery op; the BF16
-  // copy is recovered only if the cache admits the expert into F, while copying it there. Needs the
-  // in-process cache (`cache` empty; with a remote cache it is ignored) and an executor that reads
-  // planes (executor::ExpertForward on the CPU). Hits in F are served as BF16 either way.
+  // copy is recovered only if the cache admits the expert into F, while copying it there (by the
+  // cache-manager process with a remote cache: CacheAdmitItem::bf16_from_planes). Needs an executor
+  // that reads planes (executor::ExpertForward on the CPU; under `zipmoe up` ExpertReady carries the
+  // plane offsets). Hits in F are served as BF16 either way.
   bool fused_recovery = false;
   // How the executor predicts the next layer's experts for prefetching (see the file comment);
   // kNone = no prefetching. With prefetching, staging_slots = 0 chooses twice as many slots.

@@ -314,11 +314,6 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
 }
 
 Status RemoteCacheBackend::Admit(const CacheAdmitRequest& request) {
-  if (request.bf16_from_planes) {
-    return Status::InvalidArgument(fmt::format(
-        "admit layer {} expert {}: the cache-manager process takes recovered BF16, not planes (fused recovery is "
-        "for the in-process cache)", request.layer_id, request.expert_id));
-  }
   msg::CacheAdmitItem item;
   item.layer_id = request.layer_id;
   item.expert_id = request.expert_id;
@@ -330,7 +325,9 @@ Status RemoteCacheBackend::Admit(const CacheAdmitRequest& request) {
     item.e_offsets.insert(item.e_offsets.end(), request.e_chunks[proj].begin(), request.e_chunks[proj].end());
     item.sm_offsets.push_back(request.sm[proj]);
     item.bf16_offsets.push_back(request.bf16[proj]);
+    if (request.bf16_from_planes) item.e_plane_offsets.push_back(request.e_plane[proj]);
   }
+  item.bf16_from_planes = request.bf16_from_planes;  // the cache-manager recovers the BF16 for F
   std::lock_guard<std::mutex> lock(mu_);
   msg::CacheAdmit admit;
   admit.request_id = next_id_++;

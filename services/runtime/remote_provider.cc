@@ -135,21 +135,36 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
     if (!ready->status.ok()) return ready->status;
     if (ready->layer_id != layer_id_) continue;  // stale message of an aborted layer
     const uint64_t size = arena_.size_bytes();
-    const uint64_t bytes = static_cast<uint64_t>(ready->intermediate) * static_cast<uint64_t>(ready->hidden) * 2;
-    for (uint64_t offset : {ready->gate_offset, ready->up_offset, ready->down_offset}) {
-      if (ready->intermediate <= 0 || ready->hidden <= 0 || offset > size || bytes > size - offset) {
-        return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} lies outside the arena {} "
-                                              "({} bytes)", config_.endpoint, ready->expert_id, ready->layer_id,
-                                              arena_.name(), size));
-      }
+    const bool planes = !ready->e_plane_offsets.empty();
+    const uint64_t numel = static_cast<uint64_t>(ready->intermediate) * static_cast<uint64_t>(ready->hidden);
+    std::vector<uint64_t> offsets = {ready->gate_offset, ready->up_offset, ready->down_offset};
+    if (planes) {  // E and SM planes: one byte per weight each
+      offsets = ready->e_plane_offsets;
+      offsets.insert(offsets.end(), ready->sm_offsets.begin(), ready->sm_offsets.end());
+    }
+    const uint64_t bytes = planes ? numel : 2 * numel;
+    bool inside = ready->intermediate > 0 && ready->hidden > 0 &&
+                  (!planes || (ready->e_plane_offsets.size() == 3 && ready->sm_offsets.size() == 3));
+    for (uint64_t offset : offsets) inside = inside && offset <= size && bytes <= size - offset;
+    if (!inside) {
+      return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} lies outside the arena {} "
+                                            "({} bytes)", config_.endpoint, ready->expert_id, ready->layer_id,
+                                            arena_.name(), size));
     }
     ExpertWeightsView view;
     view.layer_id = ready->layer_id;
     view.expert_id = ready->expert_id;
     view.dtype = DType::kBF16;
-    view.gate = arena_.data() + ready->gate_offset;
-    view.up = arena_.data() + ready->up_offset;
-    view.down = arena_.data() + ready->down_offset;
+    if (planes) {
+      const uint8_t* base = arena_.data();
+      view.gate_planes = {base + ready->e_plane_offsets[0], base + ready->sm_offsets[0]};
+      view.up_planes = {base + ready->e_plane_offsets[1], base + ready->sm_offsets[1]};
+      view.down_planes = {base + ready->e_plane_offsets[2], base + ready->sm_offsets[2]};
+    } else {
+      view.gate = arena_.data() + ready->gate_offset;
+      view.up = arena_.data() + ready->up_offset;
+      view.down = arena_.data() + ready->down_offset;
+    }
     view.intermediate = ready->intermediate;
     view.hidden = ready->hidden;
     ++delivered_;
@@ -251,9 +266,16 @@ void ProviderServer::State::Deliver() {
       auto offset = [this](const void* p) {
         return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base);
       };
-      ready.gate_offset = offset(v.gate);
-      ready.up_offset = offset(v.up);
-      ready.down_offset = offset(v.down);
+      if (v.planes()) {  // unrecovered: the CPU executor fuses the recovery into its matmul
+        for (const ExpertPlanes* planes : {&v.gate_planes, &v.up_planes, &v.down_planes}) {
+          ready.e_plane_offsets.push_back(offset(planes->e));
+          ready.sm_offsets.push_back(offset(planes->sm));
+        }
+      } else {
+        ready.gate_offset = offset(v.gate);
+        ready.up_offset = offset(v.up);
+        ready.down_offset = offset(v.down);
+      }
       ready.intermediate = v.intermediate;
       ready.hidden = v.hidden;
       leases[v.expert_id] = std::move(lease).value();

@@ -101,7 +101,8 @@ std::vector<Body> AllBodies() {
 
   WorkerReady ready{8, 7, "/zipmoe-arena", 3ull << 30, 4242, 500, kRoleDecompressor};
   LayerRequest layer{23, {0, 5, 59}, {1, 7, 1}, {0.5f, 0.25f, -0.0f, 1e-30f}, 2};
-  ExpertReady expert{23, 59, Status::Ok(), 1ull << 36, 4096, kMax64, 1408, 2048};
+  ExpertReady expert{23, 59, Status::Ok(), 1ull << 36, 4096, kMax64, 1408, 2048, {}, {}};
+  ExpertReady expert_planes{23, 58, Status::Ok(), 0, 0, 0, 1408, 2048, {1, 1ull << 40, kMax64}, {7, 8, 9}};
   ExpertReady expert_failed;
   expert_failed.layer_id = -1;
   expert_failed.status = Status::Corruption("layer 3: E-chunk 1 of 'w': xxh64 mismatch");
@@ -131,7 +132,9 @@ std::vector<Body> AllBodies() {
   CacheLookupReply lookup_reply{9, Status::Ok(), 3, {{0, 0, 0, 0}, {59, 4, kMax64, 12}}, 17, {1, 2, 3, 4, 5, 6},
                                 Status::InvalidArgument("admit layer 3 expert 1: outside the arena")};
   CacheAdmitItem admit_item{3, 59, 12, true, kCachePartE | kCachePartSm | kCachePartBf16, {0, 4096, kMax64},
-                            {1, 2, 3}, {4, 5, 6}};
+                            {1, 2, 3}, {4, 5, 6}, {}, false};
+  CacheAdmitItem admit_planes{3, 58, 13, true, kCachePartE | kCachePartSm | kCachePartBf16, {0, 4096, kMax64},
+                              {1, 2, 3}, {4, 5, 6}, {7, 8, kMax64}, true};
   CacheStats stats{5, 10, 3, 1, 0, std::vector<uint64_t>(28, 7), {1, 2, 3, 4, 5}};
 
   return {ReadRequest{{e, sm, defaults}},
@@ -149,6 +152,7 @@ std::vector<Body> AllBodies() {
           layer,
           LayerRequest{},
           expert,
+          expert_planes,
           expert_failed,
           LeaseRelease{7, -3},
           LayerEnd{23},
@@ -162,7 +166,7 @@ std::vector<Body> AllBodies() {
           CacheLookup{9, 3, {0, 59}, {}},
           lookup_reply,
           CacheLookupReply{},
-          CacheAdmit{10, {admit_item, CacheAdmitItem{}}, true},
+          CacheAdmit{10, {admit_item, CacheAdmitItem{}, admit_planes}, true},
           CacheAdmit{},
           CacheReply{11, Status::Unavailable("no CacheHello from this client")},
           CacheStatsRequest{12},

@@ -21,6 +21,7 @@
 #include "common/expert_store.h"
 #include "common/messaging.h"
 #include "common/messaging_channel.h"
+#include "kernels/recovery.h"
 #include "services/runtime/cache_backend.h"
 #include "services/runtime/cache_server.h"
 #include "services/runtime/offload_provider.h"
@@ -96,9 +97,18 @@ std::vector<std::string> Drive(OffloadExpertProvider& provider, const std::vecto
       EXPECT_TRUE(lease.ok()) << lease.status().ToString();
       if (!lease.ok()) return served;
       const ExpertWeightsView& w = (*lease)->weights();
-      const size_t bytes = static_cast<size_t>(w.intermediate * w.hidden * 2);
+      const int64_t numel = w.intermediate * w.hidden;
+      const size_t bytes = static_cast<size_t>(numel * 2);
       std::string s = fmt::format("{}/{}:", r.layer_id, w.expert_id);
-      for (const void* p : {w.gate, w.up, w.down}) s.append(static_cast<const char*>(p), bytes);
+      if (w.planes()) {  // fused recovery: the BF16 the planes stand for (kernels' reference)
+        std::vector<uint16_t> bf16(static_cast<size_t>(numel));
+        for (const ExpertPlanes* p : {&w.gate_planes, &w.up_planes, &w.down_planes}) {
+          kernels::RecoverBf16Reference(p->e, p->sm, bf16.data(), numel);
+          s.append(reinterpret_cast<const char*>(bf16.data()), bytes);
+        }
+      } else {
+        for (const void* p : {w.gate, w.up, w.down}) s.append(static_cast<const char*>(p), bytes);
+      }
       layer[w.expert_id] = std::move(s);
     }
     EXPECT_TRUE(provider.EndLayer(r.layer_id).ok());
@@ -175,11 +185,17 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
   ASSERT_TRUE(store.ok());
   const Manifest& m = (*store)->manifest();
   const auto routings = Routings(m, 4, 8, 7);
-  // smoe and coserve also read the steps' router scores, which travel in CacheLookup.
-  for (const char* policy : {"zipmoe", "lru", "smoe", "coserve"}) {
-    SCOPED_TRACE(policy);
+  // smoe and coserve also read the steps' router scores, which travel in CacheLookup. "zipmoe+fused":
+  // misses served as their E/SM planes (a CPU executor's fused recovery); the cache-manager then
+  // recovers BF16 for F admissions from the planes (CacheAdmitItem::bf16_from_planes).
+  for (const char* variant : {"zipmoe", "lru", "smoe", "coserve", "zipmoe+fused"}) {
+    SCOPED_TRACE(variant);
+    const std::string name = variant;
+    const bool fused = name == "zipmoe+fused";
+    const char* policy = fused ? "zipmoe" : variant;
     OffloadConfig base = BaseConfig(dir, m, 0.4);
     base.policy = *cm::ParseCachePolicy(policy);
+    base.fused_recovery = fused;
     OffloadConfig local_config = base;
     local_config.shm_name = UniqueShm("local");
     auto local = OffloadExpertProvider::Create(local_config);

@@ -31,10 +31,11 @@ constexpr int64_t kHidden = 8;
 constexpr int32_t kExperts = 3;
 constexpr uint64_t kMatrixBytes = kIntermediate * kHidden * 2;
 
-// Serves expert e of any layer from arena bytes [3e, 3e+3) matrices, filled with a known pattern.
+// Serves expert e of any layer from arena bytes [3e, 3e+3) matrices, filled with a known pattern;
+// with `planes`, unrecovered: each matrix's first half as its E plane, second half as its SM plane.
 class ArenaProvider : public ExpertProvider {
  public:
-  explicit ArenaProvider(uint8_t* arena) : arena_(arena) {
+  explicit ArenaProvider(uint8_t* arena, bool planes = false) : arena_(arena), planes_(planes) {
     for (uint64_t i = 0; i < kExperts * 3 * kMatrixBytes; ++i) arena_[i] = static_cast<uint8_t>(i * 7 + 1);
   }
   Status BeginLayer(const LayerRouting& routing) override {
@@ -48,9 +49,16 @@ class ArenaProvider : public ExpertProvider {
     ExpertWeightsView v;
     v.layer_id = routing_.layer_id;
     v.expert_id = e;
-    v.gate = arena_ + (3 * e) * kMatrixBytes;
-    v.up = arena_ + (3 * e + 1) * kMatrixBytes;
-    v.down = arena_ + (3 * e + 2) * kMatrixBytes;
+    const uint8_t* m = arena_ + (3 * e) * kMatrixBytes;
+    if (planes_) {
+      v.gate_planes = {m, m + kMatrixBytes / 2};
+      v.up_planes = {m + kMatrixBytes, m + kMatrixBytes + kMatrixBytes / 2};
+      v.down_planes = {m + 2 * kMatrixBytes, m + 2 * kMatrixBytes + kMatrixBytes / 2};
+    } else {
+      v.gate = m;
+      v.up = m + kMatrixBytes;
+      v.down = m + 2 * kMatrixBytes;
+    }
     v.intermediate = kIntermediate;
     v.hidden = kHidden;
     return std::unique_ptr<ExpertLease>(new Lease(v));
@@ -71,6 +79,7 @@ class ArenaProvider : public ExpertProvider {
     ExpertWeightsView v_;
   };
   uint8_t* arena_;
+  bool planes_;
   LayerRouting routing_;
   size_t next_ = 0;
   std::map<int32_t, int> ended_;
@@ -126,6 +135,43 @@ TEST(RemoteProvider, PingAnswersOnlyOnceTheSchedulerServes) {
     const uint8_t* want = arena->data() + (3 * e + 2) * kMatrixBytes;
     EXPECT_EQ(std::memcmp(got[e].data(), want, kMatrixBytes), 0) << "expert " << e;
   }
+  (*server)->Stop();
+}
+
+// An unrecovered expert (fused recovery on a CPU executor) crosses as its E/SM plane offsets: the
+// executor's view has planes, not BF16, at the scheduler's bytes.
+TEST(RemoteProvider, UnrecoveredExpertsCrossAsTheirPlanes) {
+  TempDir tmp;
+  Result<ShmRegion> arena = ShmRegion::Create(Shm(), 1 << 16);
+  ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+  const RemoteProviderConfig config = Config(tmp);
+  Result<std::unique_ptr<RemoteExpertProvider>> remote = RemoteExpertProvider::Connect(config);
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  ArenaProvider provider(arena->data(), /*planes=*/true);
+  zmq::context_t context(1);
+  ProviderServerConfig server_config;
+  server_config.endpoint = config.endpoint;
+  Result<std::unique_ptr<ProviderServer>> server =
+      ProviderServer::Start(context, server_config, &provider, arena->data(), arena->size_bytes());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*remote)->Ping(milliseconds(5000)).ok());
+  ASSERT_TRUE((*remote)->BeginLayer(LayerRouting(1, {1}, {2})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = (*remote)->NextReady();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const ExpertWeightsView& v = (*lease)->weights();
+  ASSERT_TRUE(v.planes());
+  const uint8_t* m = arena->data() + 3 * kMatrixBytes;  // expert 1
+  // The executor's own mapping of the arena: the same bytes (the pattern differs at every offset
+  // within a 256-byte period, so a wrong offset shows).
+  const size_t half = kMatrixBytes / 2;
+  EXPECT_EQ(std::memcmp(v.gate_planes.e, m, half), 0);
+  EXPECT_EQ(std::memcmp(v.gate_planes.sm, m + half, half), 0);
+  EXPECT_EQ(std::memcmp(v.up_planes.e, m + kMatrixBytes, half), 0);
+  EXPECT_EQ(std::memcmp(v.down_planes.e, m + 2 * kMatrixBytes, half), 0);
+  EXPECT_EQ(std::memcmp(v.down_planes.sm, m + 2 * kMatrixBytes + half, half), 0);
+  EXPECT_NE(std::memcmp(v.down_planes.sm, m + 2 * kMatrixBytes, half), 0) << "the pattern tells offsets apart";
+  lease->reset();
+  ASSERT_TRUE((*remote)->EndLayer(1).ok());
   (*server)->Stop();
 }
 
