@@ -51,6 +51,16 @@ Result<CachePolicy> ParseCachePolicy(const std::string& text) {
       fmt::format("cache policy '{}': unknown (want zipmoe, lru, fifo, lfu, full-load, marking, dali, smoe or coserve)", text));
 }
 
+Result<PolicyPools> ResolvePolicyPools(CachePolicy policy, const std::string& pools) {
+  PolicyPools out;
+  out.pools = !pools.empty() ? pools : policy == CachePolicy::kZipMoe ? "FCSE" : "F";
+  out.planned = policy == CachePolicy::kZipMoe || out.pools != "F";
+  if (out.planned && policy == CachePolicy::kFullLoad) {
+    return Status::InvalidArgument(fmt::format("--pools {}: the full-load policy caches nothing", out.pools));
+  }
+  return out;
+}
+
 
 const char* AdmitOutcomeName(AdmitOutcome outcome) {
   switch (outcome) {

@@ -85,6 +85,16 @@ const char* CachePolicyName(CachePolicy policy);
 Result<CachePolicy> ParseCachePolicy(const std::string& text);
 // Λ (CacheConfig::pools) is parsed by ParsePoolSet (services/cache_manager/planner.h).
 
+// The pools a policy runs with, from the --pools text ("" = the policy's own: zipmoe FCSE, the
+// others F), and whether the planner sizes them per layer: zipmoe's own, or any other policy given
+// pools beyond F (CacheConfig::pools_from_plan). Errors: kInvalidArgument for full-load given pools
+// beyond F (it caches nothing).
+struct PolicyPools {
+  std::string pools;
+  bool planned = false;
+};
+Result<PolicyPools> ResolvePolicyPools(CachePolicy policy, const std::string& pools);
+
 struct CacheConfig {
   CachePolicy policy = CachePolicy::kZipMoe;
   uint64_t budget_bytes = 0;     // arena bytes; the pools' slots must fit (kInvalidArgument if not)

@@ -62,17 +62,14 @@ Status RunPlan(const PlanArgs& args) {
     return Status::InvalidArgument(fmt::format("--byte-costs '{}': expected slot or stored", args.byte_costs));
   }
   ZM_ASSIGN_OR_RETURN(const cm::CachePolicy policy, cm::ParseCachePolicy(args.policy));
-  const std::string pools_text = !args.pools.empty() ? args.pools : policy == cm::CachePolicy::kZipMoe ? "FCSE" : "F";
   // Planned per-layer pools: zipmoe's own, or any other policy given pools beyond F (it then evicts
   // within each pool by its own rule; services/cache_manager/policies/policy.h).
-  const bool zipmoe = policy == cm::CachePolicy::kZipMoe || pools_text != "F";
-  if (zipmoe && policy == cm::CachePolicy::kFullLoad) {
-    return Status::InvalidArgument(fmt::format("--pools {}: the full-load policy caches nothing", pools_text));
-  }
+  ZM_ASSIGN_OR_RETURN(const cm::PolicyPools resolved, cm::ResolvePolicyPools(policy, args.pools));
+  const bool planned = resolved.planned;
   cm::PlanRequest request;
   request.model_dir = args.model;
   request.budget_bytes = budget;
-  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(zipmoe ? pools_text : "F"));
+  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(resolved.pools));
   request.trace_path = args.trace;
   request.batch_size = args.batch_size;
   request.n_workers = args.n_workers > 0 ? args.n_workers
@@ -103,14 +100,14 @@ Status RunPlan(const PlanArgs& args) {
   // split equally by layer) estimates.
   const uint64_t f_slot = costs.bytes_per_expert[cm::kPoolF] > 0 ? static_cast<uint64_t>(costs.bytes_per_expert[cm::kPoolF]) : 1;
   const bool caches = policy != cm::CachePolicy::kFullLoad;
-  const int64_t global_f = caches && !zipmoe ? static_cast<int64_t>(budget / f_slot) : 0;
+  const int64_t global_f = caches && !planned ? static_cast<int64_t>(budget / f_slot) : 0;
   std::string layout;
-  if (zipmoe && policy == cm::CachePolicy::kZipMoe) {
+  if (policy == cm::CachePolicy::kZipMoe) {
     layout = "per-layer F/C/S/E pools from the plan below (Alg. 4)";
-  } else if (zipmoe) {
+  } else if (planned) {
     layout = fmt::format("per-layer pools {} from the plan below (Alg. 4), admitted by rank as zipmoe does; {} "
                          "chooses the victim within each pool",
-                         pools_text, cm::CachePolicyName(policy));
+                         resolved.pools, cm::CachePolicyName(policy));
   } else if (!caches) {
     layout = "no cache: every expert is read and decoded on every step (the all-miss makespan)";
   } else if (policy == cm::CachePolicy::kDali) {

@@ -76,14 +76,11 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
 
   // Plan the pools with what the staging slots leave (the cost model serves every policy).
   std::unique_ptr<LocalCacheBackend> b(new LocalCacheBackend());
-  // Λ: "" = the policy's own layout (zipmoe FCSE; the others their F pool(s)). Any other policy given
-  // pools beyond F gets the planner's per-layer pools, evicting within each by its own rule.
-  const std::string pools = !cfg.pools.empty() ? cfg.pools : cfg.policy == cm::CachePolicy::kZipMoe ? "FCSE" : "F";
-  const bool planned = cfg.policy == cm::CachePolicy::kZipMoe || pools != "F";
-  if (planned && cfg.policy == cm::CachePolicy::kFullLoad) {
-    return Status::InvalidArgument(fmt::format("--pools {}: the full-load policy caches nothing", pools));
-  }
-  cfg.pools = planned ? pools : "F";  // what runs (stats, logs)
+  // Any other policy given pools beyond F gets the planner's per-layer pools, evicting within each by
+  // its own rule.
+  ZM_ASSIGN_OR_RETURN(const cm::PolicyPools resolved, cm::ResolvePolicyPools(cfg.policy, cfg.pools));
+  const bool planned = resolved.planned;
+  cfg.pools = resolved.pools;  // what runs (stats, logs)
   if (!planned && !cfg.pool_ratios.empty()) {
     return Status::InvalidArgument(fmt::format(
         "--pool-ratios {}: the {} policy keeps one F pool; give --pools (e.g. FCSE) to plan pools for it",
@@ -92,11 +89,11 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   cm::PlanRequest request;
   request.model_dir = cfg.model_dir;
   request.budget_bytes = planned ? cfg.memory_budget_bytes - staging_bytes : 0;
-  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(planned ? pools : "F"));
+  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(cfg.pools));
   request.trace_path = cfg.trace_path;
   request.n_workers = cfg.n_workers;
   request.profile_path = cfg.profile_path;
-  if (planned && !cfg.pool_ratios.empty()) {
+  if (!cfg.pool_ratios.empty()) {  // planned (refused above otherwise)
     ZM_ASSIGN_OR_RETURN(request.ratios, cm::ParsePoolRatios(cfg.pool_ratios));
   }
   ZM_ASSIGN_OR_RETURN(b->plan_, cm::BuildPlan(manifest, request));
@@ -106,7 +103,7 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   cache_config.budget_bytes = cfg.memory_budget_bytes;
   cache_config.shm_name = cfg.shm_name;
   cache_config.plan = planned ? cm::ToCachePlan(b->plan_, layout) : cm::CachePlan{};
-  cache_config.pools = planned ? pools : "F";
+  cache_config.pools = cfg.pools;
   cache_config.pools_from_plan = planned && cfg.policy != cm::CachePolicy::kZipMoe;
   if (cfg.policy == cm::CachePolicy::kDali) {  // equal per-layer F pools; w_size = 4 tokens, u_size = top-k
     if (!planned) cache_config.plan = cm::DaliPlan(layout, cfg.memory_budget_bytes - staging_bytes);
