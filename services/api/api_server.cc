@@ -685,18 +685,16 @@ std::vector<ApiServer::Job*> ApiServer::TakeAdmissionsLocked(size_t slots, std::
   lock.lock();
   std::vector<bool> taken(candidates.size(), false);
   for (size_t i : picked) taken[i] = true;
+  // The oldest candidate left waiting: a pick queued after it was admitted out of order, and every
+  // candidate left between it and the last pick was passed over once more.
+  const size_t oldest_left = static_cast<size_t>(std::find(taken.begin(), taken.end(), false) - taken.begin());
   for (size_t i : picked) {
-    Job* job = candidates[i];
-    admit.push_back(job);
-    queue_.erase(std::find(queue_.begin(), queue_.end(), job));
-    if (metrics_ != nullptr)
-      metrics_->CountAdmitted(std::find(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(i), false) !=
-                                      taken.begin() + static_cast<std::ptrdiff_t>(i)
-                                  ? "grouped"
-                                  : "fifo");
+    admit.push_back(candidates[i]);
+    queue_.erase(std::find(queue_.begin(), queue_.end(), candidates[i]));
+    if (metrics_ != nullptr) metrics_->CountAdmitted(i > oldest_left ? "grouped" : "fifo");
   }
   const size_t last = picked.empty() ? 0 : *std::max_element(picked.begin(), picked.end());
-  for (size_t i = 0; i < last; ++i) {
+  for (size_t i = oldest_left; i < last; ++i) {
     if (!taken[i]) ++candidates[i]->passed_over;
   }
   return admit;

@@ -58,10 +58,8 @@ std::vector<size_t> ChooseAdmissions(const std::vector<GroupingCandidate>& windo
   std::vector<bool> taken(window.size(), false);
   ExpertSets hand = at_hand;
   while (picked.size() < std::min(slots, window.size())) {
-    size_t best = window.size();
-    for (size_t i = 0; i < window.size() && best == window.size(); ++i) {
-      if (!taken[i] && window[i].passed_over >= max_passes) best = i;  // starving: oldest first
-    }
+    size_t best = 0;  // a starving candidate first, the oldest of them
+    while (best < window.size() && (taken[best] || window[best].passed_over < max_passes)) ++best;
     if (best == window.size()) {
       double best_overlap = -1.0;
       for (size_t i = 0; i < window.size(); ++i) {
