@@ -165,25 +165,38 @@ TEST(GenerateRuntimeCli, DaliPolicyIsByteExactAtEveryBudget) {
 
 // SMoE's score-based eviction (with its default top-score prefetching) and CoServe's two-stage
 // eviction on every architecture and three budgets: byte-equal logits, and the F pool is used.
-class GenerateSeedPolicyTest : public ::testing::TestWithParam<std::string> {};
+class GenerateSeedPolicyTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 2");
+    expert_bytes_ = ExpertBytes(dir_);
+    common_ = GenerateCommand(dir_, 6);
+    ASSERT_NO_FATAL_FAILURE(ResidentLogits(common_, tmp_, &want_));
+  }
+  // Generates with `flags` at `percent` % of the expert bytes (2 decompression workers): it must
+  // succeed with the all-resident logits; *stats = its --stats-json.
+  void RunExact(const std::string& tag, int percent, const std::string& flags, nlohmann::json* stats) {
+    auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} {} --decompress-threads 2 --stats-json {}",
+                                  common_, tmp_.Sub(tag + ".bin"), expert_bytes_ * percent / 100, flags,
+                                  tmp_.Sub(tag + ".json")));
+    ASSERT_EQ(run.exit_code, 0) << tag << "\n" << run.output;
+    EXPECT_TRUE(ReadAll(tmp_.Sub(tag + ".bin")) == want_) << tag << ": logits differ from the all-resident run";
+    *stats = nlohmann::json::parse(ReadAll(tmp_.Sub(tag + ".json")));
+  }
+
+  std::string dir_;
+  uint64_t expert_bytes_ = 0;
+  TempDir tmp_;
+  std::string common_;
+  std::string want_;
+};
 
 TEST_P(GenerateSeedPolicyTest, SmoeAndCoServeAreByteExactAtEveryBudget) {
-  const std::string dir = CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 2");
-  const uint64_t expert_bytes = ExpertBytes(dir);
-  TempDir tmp;
-  const std::string common = GenerateCommand(dir, 6);
-  std::string want;
-  ASSERT_NO_FATAL_FAILURE(ResidentLogits(common, tmp, &want));
   for (const char* policy : {"smoe", "coserve"}) {
     for (int percent : {10, 30, 70}) {
       const std::string tag = fmt::format("{}-{}-{}", GetParam(), policy, percent);
-      auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --policy {} --decompress-threads 2 "
-                                    "--stats-json {}",
-                                    common, tmp.Sub(tag + ".bin"), expert_bytes * percent / 100, policy,
-                                    tmp.Sub(tag + ".json")));
-      ASSERT_EQ(run.exit_code, 0) << tag << "\n" << run.output;
-      EXPECT_TRUE(ReadAll(tmp.Sub(tag + ".bin")) == want) << tag << ": logits differ from the all-resident run";
-      const auto j = nlohmann::json::parse(ReadAll(tmp.Sub(tag + ".json")));
+      nlohmann::json j;
+      ASSERT_NO_FATAL_FAILURE(RunExact(tag, percent, fmt::format("--policy {}", policy), &j));
       EXPECT_EQ(j["policy"], policy) << tag;
       EXPECT_EQ(j["prefetch"]["mode"], std::string(policy) == "smoe" ? "top-score" : "none") << tag;
       EXPECT_EQ(j["substitution"]["substituted"].get<uint64_t>(), 0u) << tag;
@@ -191,30 +204,19 @@ TEST_P(GenerateSeedPolicyTest, SmoeAndCoServeAreByteExactAtEveryBudget) {
       if (percent >= 30) {
         EXPECT_GT(j["pools"]["F"]["requests"].get<uint64_t>(), 0u) << tag;
       }
-      EXPECT_LE(j["arena"]["mapped_bytes"].get<uint64_t>(), expert_bytes * percent / 100) << tag;
+      EXPECT_LE(j["arena"]["mapped_bytes"].get<uint64_t>(), expert_bytes_ * percent / 100) << tag;
     }
   }
 }
 
 // Issue 17 item 5: the other policies over the planner's F/C/S/E pools (--pools FCSE) stay exact.
 TEST_P(GenerateSeedPolicyTest, OtherPoliciesOverPlannedPoolsAreByteExact) {
-  const std::string dir = CachedCompress(CachedSynth("--arch " + GetParam() + " --preset tiny --seed 5"), "--shards 2");
-  const uint64_t expert_bytes = ExpertBytes(dir);
-  TempDir tmp;
-  const std::string common = GenerateCommand(dir, 6);
-  std::string want;
-  ASSERT_NO_FATAL_FAILURE(ResidentLogits(common, tmp, &want));
   uint64_t compressed_requests = 0;
   for (const char* policy : {"lru", "dali", "smoe", "coserve"}) {
     for (int percent : {20, 50}) {
       const std::string tag = fmt::format("{}-{}-fcse-{}", GetParam(), policy, percent);
-      auto run = RunCli(fmt::format("{} --logits-out {} --memory-budget {} --policy {} --pools FCSE "
-                                    "--decompress-threads 2 --stats-json {}",
-                                    common, tmp.Sub(tag + ".bin"), expert_bytes * percent / 100, policy,
-                                    tmp.Sub(tag + ".json")));
-      ASSERT_EQ(run.exit_code, 0) << tag << "\n" << run.output;
-      EXPECT_TRUE(ReadAll(tmp.Sub(tag + ".bin")) == want) << tag << ": logits differ from the all-resident run";
-      const auto j = nlohmann::json::parse(ReadAll(tmp.Sub(tag + ".json")));
+      nlohmann::json j;
+      ASSERT_NO_FATAL_FAILURE(RunExact(tag, percent, fmt::format("--policy {} --pools FCSE", policy), &j));
       EXPECT_EQ(j["policy"], policy) << tag;
       EXPECT_EQ(j["pools_enabled"], "FCSE") << tag;
       for (const char* pool : {"C", "S", "E"}) compressed_requests += j["pools"][pool]["requests"].get<uint64_t>();

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,42 +86,55 @@ class ArenaProvider : public ExpertProvider {
   std::map<int32_t, int> ended_;
 };
 
-std::string Shm() { return fmt::format("/zipmoe-test-remote-{}", static_cast<long>(::getpid())); }
+// An arena, an executor's RemoteExpertProvider connected to an ipc:// endpoint, and (StartServer)
+// a ProviderServer there over an ArenaProvider.
+class RemoteProviderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<ShmRegion> arena = ShmRegion::Create(fmt::format("/zipmoe-test-remote-{}", static_cast<long>(::getpid())),
+                                                1 << 16);
+    ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+    arena_.emplace(std::move(arena).value());
+    config_.endpoint = "ipc://" + tmp_.path() + "/scheduler.sock";
+    config_.arena_name = arena_->name();
+    config_.timeout = milliseconds(5000);
+    Result<std::unique_ptr<RemoteExpertProvider>> remote = RemoteExpertProvider::Connect(config_);
+    ASSERT_TRUE(remote.ok()) << remote.status().ToString();  // a ZeroMQ connect needs nobody listening
+    remote_ = std::move(remote).value();
+  }
+  void StartServer(bool planes) {
+    provider_ = std::make_unique<ArenaProvider>(arena_->data(), planes);
+    ProviderServerConfig server_config;
+    server_config.endpoint = config_.endpoint;
+    Result<std::unique_ptr<ProviderServer>> server =
+        ProviderServer::Start(context_, server_config, provider_.get(), arena_->data(), arena_->size_bytes());
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+  }
 
-RemoteProviderConfig Config(const TempDir& tmp) {
-  RemoteProviderConfig config;
-  config.endpoint = "ipc://" + tmp.path() + "/scheduler.sock";
-  config.arena_name = Shm();
-  config.timeout = milliseconds(5000);
-  return config;
-}
+  TempDir tmp_;
+  std::optional<ShmRegion> arena_;
+  RemoteProviderConfig config_;
+  std::unique_ptr<RemoteExpertProvider> remote_;
+  zmq::context_t context_{1};
+  std::unique_ptr<ArenaProvider> provider_;  // outlives server_
+  std::unique_ptr<ProviderServer> server_;
+};
 
-TEST(RemoteProvider, PingAnswersOnlyOnceTheSchedulerServes) {
-  TempDir tmp;
-  Result<ShmRegion> arena = ShmRegion::Create(Shm(), 1 << 16);
-  ASSERT_TRUE(arena.ok()) << arena.status().ToString();
-  const RemoteProviderConfig config = Config(tmp);
-  Result<std::unique_ptr<RemoteExpertProvider>> remote = RemoteExpertProvider::Connect(config);
-  ASSERT_TRUE(remote.ok()) << remote.status().ToString();  // a ZeroMQ connect needs nobody listening
-  const Status early = (*remote)->Ping(milliseconds(300));
+TEST_F(RemoteProviderTest, PingAnswersOnlyOnceTheSchedulerServes) {
+  const Status early = remote_->Ping(milliseconds(300));
   EXPECT_EQ(early.code(), StatusCode::kUnavailable) << early.ToString();
-  EXPECT_NE(early.ToString().find(config.endpoint), std::string::npos) << early.ToString();
+  EXPECT_NE(early.ToString().find(config_.endpoint), std::string::npos) << early.ToString();
 
-  ArenaProvider provider(arena->data());
-  zmq::context_t context(1);
-  ProviderServerConfig server_config;
-  server_config.endpoint = config.endpoint;
-  Result<std::unique_ptr<ProviderServer>> server =
-      ProviderServer::Start(context, server_config, &provider, arena->data(), arena->size_bytes());
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  EXPECT_TRUE((*remote)->Ping(milliseconds(5000)).ok());
-  EXPECT_TRUE((*remote)->Ping(milliseconds(5000)).ok()) << "a second ping is answered too";
+  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
+  EXPECT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  EXPECT_TRUE(remote_->Ping(milliseconds(5000)).ok()) << "a second ping is answered too";
 
   // The stale ping answers do not disturb a layer: the executor sees the server's bytes.
-  ASSERT_TRUE((*remote)->BeginLayer(LayerRouting(2, {0, 2}, {1, 1})).ok());
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(2, {0, 2}, {1, 1})).ok());
   std::map<int32_t, std::vector<uint8_t>> got;
   for (int i = 0; i < 2; ++i) {
-    Result<std::unique_ptr<ExpertLease>> lease = (*remote)->NextReady();
+    Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
     ASSERT_TRUE(lease.ok()) << lease.status().ToString();
     const ExpertWeightsView& v = (*lease)->weights();
     EXPECT_EQ(v.layer_id, 2);
@@ -128,39 +142,27 @@ TEST(RemoteProvider, PingAnswersOnlyOnceTheSchedulerServes) {
     const auto* down = static_cast<const uint8_t*>(v.down);
     got[v.expert_id].assign(down, down + kMatrixBytes);
   }
-  ASSERT_TRUE((*remote)->EndLayer(2).ok());
-  EXPECT_EQ(provider.ended(2), 1);
+  ASSERT_TRUE(remote_->EndLayer(2).ok());
+  EXPECT_EQ(provider_->ended(2), 1);
   ASSERT_EQ(got.size(), 2u);
   for (int32_t e : {0, 2}) {
-    const uint8_t* want = arena->data() + (3 * e + 2) * kMatrixBytes;
+    const uint8_t* want = arena_->data() + (3 * e + 2) * kMatrixBytes;
     EXPECT_EQ(std::memcmp(got[e].data(), want, kMatrixBytes), 0) << "expert " << e;
   }
-  (*server)->Stop();
+  server_->Stop();
 }
 
 // An unrecovered expert (fused recovery on a CPU executor) crosses as its E/SM plane offsets: the
 // executor's view has planes, not BF16, at the scheduler's bytes.
-TEST(RemoteProvider, UnrecoveredExpertsCrossAsTheirPlanes) {
-  TempDir tmp;
-  Result<ShmRegion> arena = ShmRegion::Create(Shm(), 1 << 16);
-  ASSERT_TRUE(arena.ok()) << arena.status().ToString();
-  const RemoteProviderConfig config = Config(tmp);
-  Result<std::unique_ptr<RemoteExpertProvider>> remote = RemoteExpertProvider::Connect(config);
-  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
-  ArenaProvider provider(arena->data(), /*planes=*/true);
-  zmq::context_t context(1);
-  ProviderServerConfig server_config;
-  server_config.endpoint = config.endpoint;
-  Result<std::unique_ptr<ProviderServer>> server =
-      ProviderServer::Start(context, server_config, &provider, arena->data(), arena->size_bytes());
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  ASSERT_TRUE((*remote)->Ping(milliseconds(5000)).ok());
-  ASSERT_TRUE((*remote)->BeginLayer(LayerRouting(1, {1}, {2})).ok());
-  Result<std::unique_ptr<ExpertLease>> lease = (*remote)->NextReady();
+TEST_F(RemoteProviderTest, UnrecoveredExpertsCrossAsTheirPlanes) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/true));
+  ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(1, {1}, {2})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   const ExpertWeightsView& v = (*lease)->weights();
   ASSERT_TRUE(v.planes());
-  const uint8_t* m = arena->data() + 3 * kMatrixBytes;  // expert 1
+  const uint8_t* m = arena_->data() + 3 * kMatrixBytes;  // expert 1
   // The executor's own mapping of the arena: the same bytes (the pattern differs at every offset
   // within a 256-byte period, so a wrong offset shows).
   const size_t half = kMatrixBytes / 2;
@@ -171,8 +173,8 @@ TEST(RemoteProvider, UnrecoveredExpertsCrossAsTheirPlanes) {
   EXPECT_EQ(std::memcmp(v.down_planes.sm, m + 2 * kMatrixBytes + half, half), 0);
   EXPECT_NE(std::memcmp(v.down_planes.sm, m + 2 * kMatrixBytes, half), 0) << "the pattern tells offsets apart";
   lease->reset();
-  ASSERT_TRUE((*remote)->EndLayer(1).ok());
-  (*server)->Stop();
+  ASSERT_TRUE(remote_->EndLayer(1).ok());
+  server_->Stop();
 }
 
 }  // namespace
