@@ -68,6 +68,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;
   std::string device = "cpu";
+  std::string device_assignment = "none";
   std::string logits_out;
   std::string trace_out;
   bool json = false;
@@ -169,6 +170,9 @@ int RunGenerate(const GenerateArgs& args) {
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
   options.device = args.device;
+  Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
+  if (!assignment.ok()) return Fail(assignment.status());
+  options.device_assignment = *assignment;
   // Routing trace (docs/planner.md "Trace format"): one record per forward step and MoE layer; a
   // new step starts when the layer id does not increase.
   std::vector<cache_manager::ActivationRecord> trace;
@@ -209,6 +213,8 @@ int RunGenerate(const GenerateArgs& args) {
     std::fprintf(stderr, "W: --substitution-alpha has no effect without --memory-budget: every expert is served as is\n");
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return Fail(generator.status());
+  const bool assigning = options.device_assignment == scheduler::DeviceAssignmentMode::kGreedy;
+  if (assigning) std::fprintf(stderr, "%s", DeviceAssignmentLine(**generator, "profiled").c_str());
 
   executor::GenerationParams params;
   params.max_new_tokens = args.max_new_tokens;
@@ -335,6 +341,7 @@ int RunGenerate(const GenerateArgs& args) {
                                                              args.runtime.substitution_alpha)
                                                : std::string()).c_str());
   }
+  if (assigning) std::fprintf(stderr, "%s", DeviceAssignmentLine(**generator, "decided").c_str());
   const double tokens_per_s =
       stats.total_seconds > 0 ? static_cast<double>(generated_total) / stats.total_seconds : 0.0;
   if (args.json) {
@@ -348,6 +355,7 @@ int RunGenerate(const GenerateArgs& args) {
     out["batch"] = args.batch;
     out["prompt_tokens_total"] = prompt_total;
     out["generated_tokens_total"] = generated_total;
+    if (assigning) out["device_assignment"] = DeviceAssignmentJson(**generator);
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
@@ -392,6 +400,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
+  cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
   cmd->add_option("--logits-out", args->logits_out,
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");

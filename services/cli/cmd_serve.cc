@@ -58,6 +58,7 @@ struct ServeArgs {
   std::vector<std::string> served_model_names;
   int threads = 0;
   std::string device = "cpu";
+  std::string device_assignment = "none";
   int max_batch = 8;  // sequences decoded together (continuous batching); 1 = one at a time
   int max_waiting = 256;  // sequences queued beyond the batch before requests get 429
   int http_threads = 0;  // 0 = 2 x max_batch + 32
@@ -154,6 +155,9 @@ int RunServe(const ServeArgs& args, const ProviderFactory& make_provider, Termin
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
   options.device = args.device;
+  Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
+  if (!assignment.ok()) return fail(assignment.status());
+  options.device_assignment = *assignment;
   options.substitution_alpha = args.runtime.substitution_alpha;
   Result<std::unique_ptr<ExpertProvider>> created = make_provider();
   if (!created.ok()) return fail(created.status());
@@ -233,6 +237,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "the directory's name");
   cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
+  cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
   cmd->add_option("--max-batch", args->max_batch, "requests decoded together (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

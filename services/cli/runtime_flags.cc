@@ -175,4 +175,40 @@ void PrintRuntimeSummary(const runtime::OffloadExpertProvider& p) {
                    .c_str());
 }
 
+std::string DeviceAssignmentLine(const executor::Generator& generator, const std::string& what) {
+  const scheduler::DeviceCostModel& c = generator.device_cost();
+  if (!c.has_accelerator) {
+    if (what != "profiled") return std::string();
+    return "I: executor: --device-assignment greedy: no accelerator (the CPU computes every expert; DALI's "
+           "assignment degenerates)\n";
+  }
+  if (what == "profiled") {
+    return fmt::format("I: executor: DALI greedy assignment, cost model profiled: CPU {:.1f} + {:.1f}/token us, "
+                       "accelerator {:.1f} + {:.1f}/token us, transfer {:.1f} us per expert\n",
+                       c.cpu_expert_us, c.cpu_token_us, c.gpu_expert_us, c.gpu_token_us, c.transfer_us);
+  }
+  const scheduler::DeviceAssignmentStats st = generator.device_assignment_stats();
+  return fmt::format("I: executor: DALI greedy assignment over {} MoE layer runs: {} experts on the CPU, {} on the "
+                     "accelerator; estimated expert time {:.1f} ms ({:.1f} ms all on the accelerator)\n",
+                     st.layers, st.cpu_experts, st.gpu_experts, st.estimated_us / 1e3,
+                     st.estimated_all_gpu_us / 1e3);
+}
+
+nlohmann::json DeviceAssignmentJson(const executor::Generator& generator) {
+  const scheduler::DeviceCostModel& c = generator.device_cost();
+  const scheduler::DeviceAssignmentStats st = generator.device_assignment_stats();
+  return {{"mode", "greedy"},
+          {"accelerator", c.has_accelerator},
+          {"cost", {{"cpu_expert_us", c.cpu_expert_us},
+                    {"cpu_token_us", c.cpu_token_us},
+                    {"gpu_expert_us", c.gpu_expert_us},
+                    {"gpu_token_us", c.gpu_token_us},
+                    {"transfer_us", c.transfer_us}}},
+          {"layers", st.layers},
+          {"cpu_experts", st.cpu_experts},
+          {"gpu_experts", st.gpu_experts},
+          {"estimated_us", st.estimated_us},
+          {"estimated_all_gpu_us", st.estimated_all_gpu_us}};
+}
+
 }  // namespace zipmoe::cli

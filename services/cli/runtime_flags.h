@@ -6,7 +6,10 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
+#include "services/executor/generator.h"
 #include "services/runtime/offload_provider.h"
 
 namespace CLI {
@@ -71,5 +74,19 @@ Status PreloadRuntime(const RuntimeFlags& flags, runtime::OffloadExpertProvider&
 
 // One stderr line: policy, budget, pools and their capacities, staging slots, workers, I/O mode.
 void PrintRuntimeSummary(const runtime::OffloadExpertProvider& provider);
+
+// --device-assignment (generate, serve): DALI's Greedy Assignment of each MoE layer's experts
+// between the CPU and an accelerator (GeneratorOptions::device_assignment).
+inline constexpr const char* kDeviceAssignmentHelp =
+    "none | greedy: DALI's Greedy Assignment (Alg. 1) runs each MoE layer's experts partly on the CPU, partly on "
+    "--device, by a warm-up-profiled cost model (CPU experts compute in float32: logits differ from an all-GPU run "
+    "by rounding); with --device cpu there is no accelerator and nothing changes";
+
+// One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
+// far (`what` = "decided"); says so when there is no accelerator.
+std::string DeviceAssignmentLine(const executor::Generator& generator, const std::string& what);
+// {"mode", "accelerator", "cost": {...µs}, "layers", "cpu_experts", "gpu_experts", "estimated_us",
+//  "estimated_all_gpu_us"} for --json / stats.
+nlohmann::json DeviceAssignmentJson(const executor::Generator& generator);
 
 }  // namespace zipmoe::cli

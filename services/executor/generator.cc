@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "services/executor/device_profile.h"
 #include "services/executor/model.h"
 #include "services/executor/model_weights.h"
 #include "services/executor/torch_util.h"
@@ -62,6 +63,7 @@ struct Generator::Impl {
   std::unique_ptr<ObservedExpertProvider> observed;  // records each layer's routing, then on_routing
   std::vector<std::vector<int32_t>> last_routing;    // [num_hidden_layers]: the latest step's experts
   std::unique_ptr<Model> model;
+  scheduler::DeviceCostModel device_cost;  // has_accelerator false unless assignment is on
 };
 
 Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -105,6 +107,14 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   impl->provider = provider;
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
   impl->model->set_substitution_alpha(options.substitution_alpha);
+  if (options.device_assignment == scheduler::DeviceAssignmentMode::kGreedy && !device.is_cpu()) {
+    if (options.device_cost != nullptr) {
+      impl->device_cost = *options.device_cost;
+    } else {
+      ZM_ASSIGN_OR_RETURN(impl->device_cost, ProfileExpertDevices(impl->loaded->config, device, load.dtype));
+    }
+    impl->model->set_device_placement(impl->device_cost);
+  }
   if (provider->prefetch_mode() == PrefetchMode::kResidual) {
     const ModelConfig& c = impl->loaded->config;
     const std::string path = options.prefetch_residuals.empty()
@@ -122,6 +132,11 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     impl->model->set_prefetch_residuals(std::move(by_layer));
   }
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
+}
+
+const scheduler::DeviceCostModel& Generator::device_cost() const { return impl_->device_cost; }
+scheduler::DeviceAssignmentStats Generator::device_assignment_stats() const {
+  return impl_->model->device_assignment_stats();
 }
 
 Result<std::vector<std::vector<int32_t>>> Generator::PredictExperts(const std::vector<int32_t>& prompt) const {

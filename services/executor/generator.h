@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "services/executor/prefetch_residuals.h"
 #include "services/executor/sampler.h"
+#include "services/scheduler/device_assignment.h"
 
 namespace zipmoe::executor {
 
@@ -45,6 +46,14 @@ struct GeneratorOptions {
   // not hold by cached ones with a close score, which changes the output. Outside [0, 1):
   // kInvalidArgument from Create.
   double substitution_alpha = 0.0;
+  // DALI's Greedy Assignment (dali.txt §4.1, services/scheduler/device_assignment.h): with kGreedy
+  // and an accelerator `device`, each MoE layer's activated experts are split between the CPU and
+  // the accelerator by a cost model that Create measures by warm-up profiling (device_profile.h)
+  // unless `device_cost` is given; CPU experts compute in float32, so logits then differ from an
+  // all-accelerator run by rounding. On the CPU (float32) there is no accelerator: every expert runs
+  // there and nothing changes. kNone (the default): every expert on `device`.
+  scheduler::DeviceAssignmentMode device_assignment = scheduler::DeviceAssignmentMode::kNone;
+  const scheduler::DeviceCostModel* device_cost = nullptr;  // borrowed for Create only; null = profile
 };
 
 struct GenerationParams {
@@ -213,6 +222,10 @@ class Generator {
   // ExpertsAtHand: the provider's CachedExperts (every expert for an all-resident model) plus the
   // experts the latest forward pass selected in each layer. Call between steps, on the stepping thread.
   std::vector<std::vector<int32_t>> ExpertsAtHand() const;
+  // The cost model DALI's Greedy Assignment uses (options.device_assignment kGreedy on an
+  // accelerator; has_accelerator false otherwise) and what it has decided so far.
+  const scheduler::DeviceCostModel& device_cost() const;
+  scheduler::DeviceAssignmentStats device_assignment_stats() const;
 
  private:
   struct Impl;

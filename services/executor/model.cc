@@ -77,7 +77,7 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
         }
         ZM_ASSIGN_OR_RETURN(at::Tensor moe_out,
                             MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr,
-                                       substitution_alpha_));
+                                       substitution_alpha_, has_placement_ ? &placement_ : nullptr));
         h = h + moe_out;
       } else {
         h = h + MlpForward(lw.dense_mlp, mlp_in);

@@ -56,6 +56,14 @@ class Model {
   // SMoE expert substitution threshold α (MoeForward, routing.h SubstituteExperts): 0 = exact (the
   // default); in (0, 1) low-score experts the provider does not hold may be replaced.
   void set_substitution_alpha(double alpha) { substitution_alpha_ = alpha; }
+  // DALI's CPU/accelerator expert assignment (MoeForward's placement) with this cost model; a model
+  // on the CPU in float32 has no accelerator and ignores it. Resets the stats.
+  void set_device_placement(const scheduler::DeviceCostModel& cost) {
+    placement_ = DevicePlacement{cost, scheduler::DeviceAssignmentStats{}};
+    has_placement_ = true;
+  }
+  // What the assignment decided so far (all zero without set_device_placement).
+  const scheduler::DeviceAssignmentStats& device_assignment_stats() const { return placement_.stats; }
   // Called in Forward with every MoE layer's router input (post_attention_layernorm output,
   // [tokens, hidden] in the compute dtype), before the layer runs; empty = none (calibration).
   void set_router_input_observer(std::function<void(int32_t layer_id, const at::Tensor& x)> observer) {
@@ -71,6 +79,8 @@ class Model {
   std::vector<at::Tensor> residuals_;  // [n_layers] (set_prefetch_residuals)
   std::vector<int32_t> next_moe_;       // [n_layers]: the next MoE layer after each, -1 for none
   double substitution_alpha_ = 0.0;
+  DevicePlacement placement_;
+  bool has_placement_ = false;
   std::function<void(int32_t, const at::Tensor&)> router_input_observer_;
 };
 

@@ -333,9 +333,36 @@ LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, c
   return out;
 }
 
+namespace {
+
+// DALI's Greedy Assignment of the layer's activated experts (one entry per assign.expert_ids slot)
+// between the CPU and the accelerator; records the decision in placement->stats.
+std::vector<scheduler::ExpertDevice> PlaceExperts(const ExpertAssignment& assign, DevicePlacement& placement) {
+  std::vector<scheduler::AssignmentItem> items;
+  items.reserve(assign.expert_ids.size());
+  double all_gpu_us = 0;
+  for (const std::vector<int64_t>& rows : assign.token_rows) {
+    scheduler::AssignmentItem item;
+    item.tokens = static_cast<int32_t>(rows.size());
+    item.resident = false;  // the executor keeps no expert on the device between layers
+    items.push_back(item);
+    all_gpu_us += placement.cost.GpuUs(item.tokens, item.resident);
+  }
+  const scheduler::DeviceAssignment a = scheduler::GreedyAssign(items, placement.cost);
+  scheduler::DeviceAssignmentStats& st = placement.stats;
+  ++st.layers;
+  st.cpu_experts += a.n_cpu;
+  st.gpu_experts += a.n_gpu;
+  st.estimated_us += a.makespan_us();
+  st.estimated_all_gpu_us += all_gpu_us;
+  return a.device;
+}
+
+}  // namespace
+
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
                               const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next,
-                              double substitution_alpha) {
+                              double substitution_alpha, DevicePlacement* placement) {
   if (x.is_cpu() && x.scalar_type() == at::kFloat && RunsOnCpuKernels(x, w.router))
     return MoeForwardCpu(config, w, layer_id, x, provider, next, substitution_alpha);
   const int64_t n = x.size(0), hidden = x.size(1);
@@ -356,8 +383,12 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
     provider.Prefetch(RankPredictedExperts(config, next->layer_id, predicted.data_ptr<float>(), n));
   }
 
-  // 3. Compute each expert as it arrives; keep its weighted output for the ordered sum.
+  // 3. Compute each expert as it arrives (on the CPU or x's device, DALI's assignment with a
+  //    placement); keep its weighted output for the ordered sum.
   const size_t n_selected = assign.expert_ids.size();
+  std::vector<scheduler::ExpertDevice> where;
+  if (placement != nullptr) where = PlaceExperts(assign, *placement);
+  at::Tensor x_cpu;  // float32 copy of x on the CPU, made when the first CPU expert arrives
   std::vector<at::Tensor> outputs(n_selected);
   std::vector<at::Tensor> rows(n_selected);
   std::vector<bool> delivered(n_selected, false);
@@ -367,6 +398,14 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
     ZM_ASSIGN_OR_RETURN(size_t slot, SlotOf(config, assign, layer_id, hidden, ew, delivered));
     delivered[slot] = true;
     const std::vector<int64_t>& token_rows = assign.token_rows[slot];
+    if (!where.empty() && where[slot] == scheduler::ExpertDevice::kCpu) {
+      if (!x_cpu.defined()) x_cpu = x.to(at::kCPU, at::kFloat).contiguous();
+      const at::Tensor cpu_rows = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong));
+      const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat)).unsqueeze(1);
+      rows[slot] = cpu_rows.to(device);
+      outputs[slot] = (ExpertForward(ew, x_cpu.index_select(0, cpu_rows)) * weight).to(device, dtype);
+      continue;
+    }
     rows[slot] = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong)).to(device);
     const at::Tensor xe = x.index_select(0, rows[slot]);
     const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat))

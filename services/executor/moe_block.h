@@ -24,6 +24,7 @@
 #include "common/model_config.h"
 #include "common/status.h"
 #include "services/executor/model_weights.h"
+#include "services/scheduler/device_assignment.h"
 
 namespace zipmoe::executor {
 
@@ -53,17 +54,31 @@ struct NextMoeLayer {
 // sum of their probabilities, then lower id; best first. tokens_per_expert: how many tokens picked each.
 LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens);
 
+// The executor's CPU/accelerator expert placement: the cost model (warm-up profiled,
+// device_profile.h) and what it decided so far. One per Model; not thread-safe (as Forward).
+struct DevicePlacement {
+  scheduler::DeviceCostModel cost;
+  scheduler::DeviceAssignmentStats stats;
+};
+
 // x: [N, hidden] (after post_attention_layernorm), in the compute dtype -> [N, hidden].
 // With `next` (and a provider whose prefetch_mode() is not kNone) the next layer's router is applied
 // to x (+ next->residual) in the same parallel region as this layer's, and its prediction is passed
 // to Prefetch right after BeginLayer; it never changes the result.
 // substitution_alpha > 0 turns on SMoE's expert substitution (SubstituteExperts, routing.h) with the
 // provider's CachedExperts: the result then differs from the exact model's; 0 = exact.
+// With `placement`, when the block runs on torch's device path (x on an accelerator, or a non-float32
+// CPU tensor) the activated experts are split by GreedyAssign between the CPU (ExpertForward on
+// float32 CPU copies of their tokens, the BF16 kernels) and x's device; each expert is issued as the
+// provider delivers it, the accelerator's asynchronously and the CPU's on the calling thread, so the
+// two run at once. It never changes which experts run or how they are weighted,
+// only where: CPU experts compute in float32, so the output differs from an all-accelerator run by
+// rounding. On the float32 CPU path there is no accelerator and `placement` is ignored.
 // Errors: the provider's (BeginLayer / NextReady / EndLayer, e.g. kCorruption from storage),
 // kInvalidArgument if a lease is for an expert that was not requested, is delivered twice, or its
 // dimensions differ from the config (naming layer and expert).
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
                               const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next = nullptr,
-                              double substitution_alpha = 0.0);
+                              double substitution_alpha = 0.0, DevicePlacement* placement = nullptr);
 
 }  // namespace zipmoe::executor

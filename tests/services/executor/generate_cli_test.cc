@@ -117,6 +117,30 @@ TEST(GenerateCliTest, ErrorsAreReported) {
   EXPECT_NE(r.output.find("max_position_embeddings 2"), std::string::npos) << r.output;
 }
 
+// --device-assignment greedy on a CPU-only machine: said so, nothing assigned, the same tokens and
+// logits as without it; an unknown mode is named.
+TEST(GenerateCliTest, DeviceAssignmentDegeneratesOnTheCpu) {
+  testing::TempDir tmp;
+  const std::string common = "generate --model " + TinyModelDir("qwen2_moe") +
+                             " --prompt-ids 4,8,15,16 --max-new-tokens 3 --ignore-eos --threads 1 --json";
+  auto plain = RunCli(common + " --logits-out " + tmp.Sub("a.bin") + " 2>/dev/null");
+  auto greedy = RunCli(common + " --device-assignment greedy --logits-out " + tmp.Sub("b.bin"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  EXPECT_NE(greedy.output.find("no accelerator"), std::string::npos) << greedy.output;
+  EXPECT_EQ(testing::ReadAll(tmp.Sub("a.bin")), testing::ReadAll(tmp.Sub("b.bin")));
+  const size_t brace = greedy.output.find("{\"");
+  ASSERT_NE(brace, std::string::npos) << greedy.output;
+  const nlohmann::json j = nlohmann::json::parse(greedy.output.substr(brace));
+  EXPECT_EQ(j["device_assignment"]["accelerator"], false);
+  EXPECT_EQ(j["device_assignment"]["gpu_experts"], 0);
+  EXPECT_EQ(j["generated_ids"], nlohmann::json::parse(plain.output)["generated_ids"]);
+
+  auto bad = RunCli(common + " --device-assignment optimal");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--device-assignment: unknown value 'optimal'"), std::string::npos) << bad.output;
+}
+
 }  // namespace
 }  // namespace zipmoe
 
