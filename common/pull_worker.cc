@@ -38,7 +38,7 @@ void PullWorker::Log(const std::string& line) const {
 
 void PullWorker::Post(Body completion) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     outbox_.push_back(std::move(completion));
   }
   wake_.Notify();
@@ -50,7 +50,7 @@ void PullWorker::RequestStop() {
 }
 
 PullWorkerStats PullWorker::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -86,7 +86,7 @@ Status PullWorker::Run(const Handler& handler) {
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++stats_.connects;
     }
     Log(fmt::format("connected to {} as {} ({} threads, {} credits)", config_.endpoint, config_.identity,
@@ -99,7 +99,7 @@ Status PullWorker::Run(const Handler& handler) {
       // Send what is queued.
       std::deque<Body> out;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         out.swap(outbox_);
       }
       for (Body& body : out) {
@@ -109,7 +109,7 @@ Status PullWorker::Run(const Handler& handler) {
           continue;
         }
         last_sent = Clock::now();
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         ++stats_.completions;
       }
       const auto now = Clock::now();
@@ -136,7 +136,7 @@ Status PullWorker::Run(const Handler& handler) {
             const Body& body = got.message.body;
             if (std::holds_alternative<ReadRequest>(body) || std::holds_alternative<DecodeRequest>(body)) {
               {
-                std::lock_guard<std::mutex> lock(mu_);
+                MutexLock lock(&mu_);
                 ++stats_.requests;
               }
               handler(body);
@@ -148,7 +148,7 @@ Status PullWorker::Run(const Handler& handler) {
             return true;
           },
           [&](const Status& bad) {
-            std::lock_guard<std::mutex> lock(mu_);
+            MutexLock lock(&mu_);
             ++stats_.bad_messages;
             Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
           });

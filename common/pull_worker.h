@@ -18,13 +18,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 
 #include <zmq.hpp>
 
 #include "common/event_fd.h"
 #include "common/messaging.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace zipmoe::messaging {
@@ -71,9 +71,9 @@ class PullWorker {
   const PullWorkerConfig config_;
   EventFd wake_;
   std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  std::deque<Body> outbox_;  // guarded by mu_
-  PullWorkerStats stats_;    // guarded by mu_
+  mutable Mutex mu_;
+  std::deque<Body> outbox_ ZM_GUARDED_BY(mu_);
+  PullWorkerStats stats_ ZM_GUARDED_BY(mu_);
 };
 
 }  // namespace zipmoe::messaging

@@ -151,7 +151,7 @@ Status BpeModel::Tokenize(std::string_view piece, std::vector<int32_t>* ids) con
   std::string key;
   if (cacheable) {
     key.assign(piece);
-    std::lock_guard<std::mutex> lock(cache_mu_);
+    MutexLock lock(&cache_mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) {
       ids->insert(ids->end(), it->second.begin(), it->second.end());
@@ -162,7 +162,7 @@ Status BpeModel::Tokenize(std::string_view piece, std::vector<int32_t>* ids) con
   ZM_RETURN_IF_ERROR(MergeWord(piece, &word));
   ids->insert(ids->end(), word.begin(), word.end());
   if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_mu_);
+    MutexLock lock(&cache_mu_);
     if (cache_.size() < kWordCacheCapacity) cache_.emplace(std::move(key), std::move(word));
   }
   return Status::Ok();

@@ -14,7 +14,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace zipmoe::tokenizer {
@@ -72,8 +72,8 @@ class BpeModel {
   std::vector<int32_t> byte_ids_;  // id of "<0xXX>" for each byte, -1 if absent
 
   // Word cache: piece -> ids, for pieces shorter than kMaxCachedPieceBytes.
-  mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;  // guarded by cache_mu_
+  mutable Mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_ ZM_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace zipmoe::tokenizer

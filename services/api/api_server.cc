@@ -89,10 +89,10 @@ struct ApiServer::Request {
   int64_t created = 0;
   Clock::time_point arrival = Clock::now();
   std::atomic<bool> cancelled{false};  // the client went away or the server stops: end every job
-  std::mutex mu;                       // guards the jobs' shared fields below
-  std::condition_variable cv;
+  Mutex mu;                            // guards the jobs' shared fields below
+  CondVar cv;                          // waits on mu
   std::vector<std::unique_ptr<Job>> jobs;  // choice index order (prompt-major)
-  size_t done_jobs = 0;                    // guarded by mu
+  size_t done_jobs ZM_GUARDED_BY(mu) = 0;
 };
 
 // One choice: one sequence in the batch.
@@ -103,7 +103,9 @@ struct ApiServer::Job {
   executor::GenerationParams params;
   uint64_t sampler_stream = 0;
 
-  // Shared with the handler (under owner->mu).
+  // Shared with the handler (under owner->mu). Not ZM_GUARDED_BY(owner->mu): the analysis cannot tell
+  // job->owner->mu from the handler's request->mu, and the handler reads a job's results unlocked
+  // once it has seen the job done under the lock (nothing writes them after).
   std::string pending;                               // emit-safe text not sent yet (streaming)
   std::vector<executor::SampledToken> pending_logprobs;  // their tokens' logprobs (streaming)
   std::vector<size_t> pending_offsets;
@@ -149,12 +151,12 @@ void ApiServer::SetLoaded(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<
 }
 
 size_t ApiServer::waiting() const {
-  std::lock_guard<std::mutex> lock(queue_mu_);
+  MutexLock lock(&queue_mu_);
   return queue_.size();
 }
 
 size_t ApiServer::running() const {
-  std::lock_guard<std::mutex> lock(queue_mu_);
+  MutexLock lock(&queue_mu_);
   return running_count_;
 }
 
@@ -202,7 +204,7 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
                                                                  : "ok";
     json body{{"status", state}};
     if (std::string(state) == "ok") {
-      std::lock_guard<std::mutex> lock(health_mu_);
+      MutexLock lock(&health_mu_);
       if (!last_error_.empty()) body = json{{"status", "error"}, {"message", last_error_}};
     }
     return SendJson(exchange, body["status"] == "ok" ? 200 : 503, body);
@@ -211,7 +213,7 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
     if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET /metrics", "", ""});
     if (registry_ == nullptr) return SendError(exchange, ApiError{404, "not_found_error", "no metrics", "", ""});
     {
-      std::lock_guard<std::mutex> lock(refresh_mu_);
+      MutexLock lock(&refresh_mu_);
       if (refresh_) refresh_();
     }
     const std::string text = prometheus::TextSerializer().Serialize(registry_->Collect());
@@ -404,7 +406,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
                 {"completion_tokens", completion_tokens},
                 {"total_tokens", prompt_tokens + completion_tokens}};
   };
-  const auto all_done = [&] { return request->done_jobs == request->jobs.size(); };
+  const auto all_done = [&]() ZM_REQUIRES(request->mu) { return request->done_jobs == request->jobs.size(); };
 
   if (!Submit(request))
     return SendError(exchange, ApiError{429, "rate_limit_error",
@@ -413,15 +415,15 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
                                                     waiting()),
                                         "", "queue_full"});
   if (!r.stream) {
-    std::unique_lock<std::mutex> lock(request->mu);
+    MutexLock lock(&request->mu);
     while (!all_done()) {
-      if (request->cv.wait_for(lock, kClientProbe, all_done)) break;
+      if (request->cv.WaitFor(&lock, kClientProbe, all_done)) break;
       if (!request->cancelled.load() && exchange.ClientGone()) {
         request->cancelled.store(true);
-        queue_cv_.notify_all();
+        queue_cv_.NotifyAll();
       }
     }
-    lock.unlock();
+    lock.Unlock();
     for (const auto& job : request->jobs)
       if (job->failed) return SendError(exchange, job->error);
     if (request->cancelled.load()) return SendError(exchange, ApiError{499, "invalid_request_error",
@@ -452,7 +454,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     if (!client_ok) return false;
     const std::string event = "data: " + Dump(j) + "\n\n";
     client_ok = exchange.Write(event);
-    if (!client_ok && !request->cancelled.exchange(true)) queue_cv_.notify_all();
+    if (!client_ok && !request->cancelled.exchange(true)) queue_cv_.NotifyAll();
     return client_ok;
   };
   auto chunk_choice = [&](const Job& job, const std::string& text, const json& finish_reason) {
@@ -495,8 +497,8 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     std::vector<Out> outs;
     bool done = false;
     {
-      std::unique_lock<std::mutex> lock(request->mu);
-      auto ready = [&] {
+      MutexLock lock(&request->mu);
+      auto ready = [&]() ZM_REQUIRES(request->mu) {
         if (all_done()) return true;
         for (size_t i = 0; i < request->jobs.size(); ++i) {
           const Job& j = *request->jobs[i];
@@ -504,7 +506,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
         }
         return false;
       };
-      request->cv.wait(lock, ready);
+      request->cv.Wait(&lock, ready);
       for (size_t i = 0; i < request->jobs.size(); ++i) {
         Job& j = *request->jobs[i];
         const bool finish = j.done && !finished_sent[i];
@@ -557,7 +559,7 @@ bool ApiServer::Submit(const std::shared_ptr<Request>& request) {
   std::vector<Job*> now_done;
   bool stopping = false;
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(&queue_mu_);
     stopping = stopping_;
     if (!stopping && queue_.size() + request->jobs.size() > static_cast<size_t>(std::max(1, options_.max_waiting)))
       return false;
@@ -570,7 +572,7 @@ bool ApiServer::Submit(const std::shared_ptr<Request>& request) {
     }
     if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<double>(queue_.size()));
   }
-  queue_cv_.notify_all();
+  queue_cv_.NotifyAll();
   for (Job* job : now_done)
     Finish(*job, stopping ? Status::Unavailable("the server is shutting down") : Status::Ok(), false);
   return true;
@@ -593,7 +595,7 @@ bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
   const bool want_logprobs = job.params.logprobs >= 0;
   Request& req = *job.owner;
   {
-    std::lock_guard<std::mutex> lock(req.mu);
+    MutexLock lock(&req.mu);
     if (want_logprobs) {
       job.logprobs.push_back(token);
       job.offsets.push_back(offset);
@@ -606,7 +608,7 @@ bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
       }
     }
   }
-  if (req.request.stream) req.cv.notify_all();
+  if (req.request.stream) req.cv.NotifyAll();
   return !stop && !req.cancelled.load(std::memory_order_relaxed);
 }
 
@@ -615,7 +617,7 @@ void ApiServer::Finish(Job& job, const Status& status, bool eos) {
   const bool cancelled = req.cancelled.load();
   std::string reason;
   {
-    std::lock_guard<std::mutex> lock(req.mu);
+    MutexLock lock(&req.mu);
     if (!status.ok()) {
       const bool client = status.code() == StatusCode::kInvalidArgument;
       const bool unavailable = status.code() == StatusCode::kUnavailable;
@@ -637,7 +639,7 @@ void ApiServer::Finish(Job& job, const Status& status, bool eos) {
   }
   if (metrics_ != nullptr) metrics_->CountFinished(reason);
   if (status.ok() || status.code() != StatusCode::kInvalidArgument) {  // a client's mistake says nothing
-    std::lock_guard<std::mutex> lock(health_mu_);
+    MutexLock lock(&health_mu_);
     if (status.ok()) {
       last_error_.clear();
     } else if (status.code() != StatusCode::kUnavailable) {  // shutting down is not a fault
@@ -653,10 +655,10 @@ void ApiServer::Finish(Job& job, const Status& status, bool eos) {
                            req.request.prompts[job.prompt].ids.size(), job.count,
                            Seconds(req.arrival, Clock::now()), job.peak_batch)
                    .c_str());
-  req.cv.notify_all();
+  req.cv.NotifyAll();
 }
 
-std::vector<ApiServer::Job*> ApiServer::TakeAdmissionsLocked(size_t slots, std::unique_lock<std::mutex>& lock) {
+std::vector<ApiServer::Job*> ApiServer::TakeAdmissionsLocked(size_t slots) {
   std::vector<Job*> admit;
   if (options_.grouping == RequestGrouping::kNone || queue_.size() <= slots) {
     while (!queue_.empty() && admit.size() < slots) {
@@ -670,7 +672,7 @@ std::vector<ApiServer::Job*> ApiServer::TakeAdmissionsLocked(size_t slots, std::
   // takes sequences off the queue, so its front stays while the lock is released for the predictions.
   const size_t window = std::min(queue_.size(), static_cast<size_t>(std::max(1, options_.group_window)));
   const std::vector<Job*> candidates(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(window));
-  lock.unlock();
+  queue_mu_.Unlock();
   std::vector<GroupingCandidate> grouping;
   for (Job* job : candidates) {
     if (!job->predicted) {
@@ -682,7 +684,7 @@ std::vector<ApiServer::Job*> ApiServer::TakeAdmissionsLocked(size_t slots, std::
   }
   const std::vector<size_t> picked =
       ChooseAdmissions(grouping, generator_->ExpertsAtHand(), slots, std::max(1, options_.group_window));
-  lock.lock();
+  queue_mu_.Lock();
   std::vector<bool> taken(candidates.size(), false);
   for (size_t i : picked) taken[i] = true;
   // The oldest candidate left waiting: a pick queued after it was admitted out of order, and every
@@ -707,8 +709,8 @@ void ApiServer::BatchLoop() {
   while (true) {
     std::vector<Job*> admit, dropped;
     {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [&] {
+      MutexLock lock(&queue_mu_);
+      queue_cv_.Wait(&lock, [&]() ZM_REQUIRES(queue_mu_) {
         if (stopping_ || !running.empty()) return true;
         return !queue_.empty();
       });
@@ -722,7 +724,7 @@ void ApiServer::BatchLoop() {
           ++it;
         }
       }
-      admit = TakeAdmissionsLocked(max_batch - std::min(max_batch, running.size()), lock);
+      admit = TakeAdmissionsLocked(max_batch - std::min(max_batch, running.size()));
       running_count_ = running.size() + admit.size();
       if (metrics_ != nullptr) {
         metrics_->SetQueueDepth(static_cast<double>(queue_.size()));
@@ -751,7 +753,7 @@ void ApiServer::BatchLoop() {
       running.erase(it);
     }
     {
-      std::lock_guard<std::mutex> lock(queue_mu_);
+      MutexLock lock(&queue_mu_);
       running_count_ = running.size();
       if (metrics_ != nullptr) metrics_->SetRunning(static_cast<double>(running_count_));
     }
@@ -760,7 +762,7 @@ void ApiServer::BatchLoop() {
   for (auto& [id, job] : running) Finish(*job, gone, false);
   std::deque<Job*> left;
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(&queue_mu_);
     left.swap(queue_);
     running_count_ = 0;
   }
@@ -772,7 +774,7 @@ void ApiServer::Drain(std::chrono::milliseconds grace) {
   const auto deadline = Clock::now() + grace;
   while (Clock::now() < deadline) {
     {
-      std::lock_guard<std::mutex> lock(queue_mu_);
+      MutexLock lock(&queue_mu_);
       if (queue_.empty() && running_count_ == 0) return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -781,10 +783,10 @@ void ApiServer::Drain(std::chrono::milliseconds grace) {
 
 void ApiServer::StopBatching() {
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(&queue_mu_);
     stopping_ = true;
   }
-  queue_cv_.notify_all();
+  queue_cv_.NotifyAll();
   if (batch_thread_.joinable()) batch_thread_.join();
 }
 

@@ -37,17 +37,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/expert_provider.h"
 #include "common/tokenizer.h"
 #include "services/api/http_server.h"
@@ -113,8 +112,9 @@ class ApiServer {
   struct Request;
   struct Job;
   void BatchLoop();
-  // Under queue_mu_: takes up to `slots` sequences off queue_ (FIFO, or by options_.grouping).
-  std::vector<Job*> TakeAdmissionsLocked(size_t slots, std::unique_lock<std::mutex>& lock);
+  // Under queue_mu_: takes up to `slots` sequences off queue_ (FIFO, or by options_.grouping); may
+  // release queue_mu_ while it predicts experts (only this thread takes sequences off the queue).
+  std::vector<Job*> TakeAdmissionsLocked(size_t slots) ZM_REQUIRES(queue_mu_);
   bool OnToken(Job& job, const executor::SampledToken& token);
   void Finish(Job& job, const Status& status, bool eos);
   // Queues the request's sequences; false (nothing queued) when the queue would exceed max_waiting.
@@ -132,7 +132,7 @@ class ApiServer {
   metrics::ExecutorMetrics* metrics_ = nullptr;
   prometheus::Registry* registry_ = nullptr;
   std::function<void()> refresh_;
-  std::mutex refresh_mu_;  // one scrape refresh at a time
+  Mutex refresh_mu_;  // one scrape refresh at a time
 
   // Set once by SetLoaded before ready_ becomes true; read-only afterwards.
   std::unique_ptr<Tokenizer> tokenizer_;            // null when the directory has no tokenizer.json
@@ -140,14 +140,14 @@ class ApiServer {
   std::unique_ptr<executor::Generator> generator_;  // driven by the batch loop only
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
-  mutable std::mutex health_mu_;
-  std::string last_error_;  // the failure of the last sequence to end; "" = it succeeded  ZM_GUARDED_BY(health_mu_)
+  mutable Mutex health_mu_;
+  std::string last_error_ ZM_GUARDED_BY(health_mu_);  // the failure of the last sequence to end; "" = it succeeded
 
-  mutable std::mutex queue_mu_;  // guards queue_, running_count_, stopping_
-  std::condition_variable queue_cv_;
-  std::deque<Job*> queue_;  // admitted by the batch loop in order; owned by their Request
-  size_t running_count_ = 0;
-  bool stopping_ = false;
+  mutable Mutex queue_mu_;
+  CondVar queue_cv_;
+  std::deque<Job*> queue_ ZM_GUARDED_BY(queue_mu_);  // admitted by the batch loop in order; owned by their Request
+  size_t running_count_ ZM_GUARDED_BY(queue_mu_) = 0;
+  bool stopping_ ZM_GUARDED_BY(queue_mu_) = false;
   std::thread batch_thread_;
   std::atomic<uint64_t> next_id_{1};
 };

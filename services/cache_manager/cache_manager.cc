@@ -98,7 +98,7 @@ SlotLease& SlotLease::operator=(SlotLease&& other) noexcept {
 void SlotLease::Release() {
   if (manager_ == nullptr) return;
   {
-    std::lock_guard<std::mutex> lock(manager_->mu_);
+    MutexLock lock(&manager_->mu_);
     manager_->UnpinLocked(pool_, slot_);
   }
   manager_ = nullptr;
@@ -213,6 +213,7 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
     m->registration_ = std::make_unique<kernels::HostRegistration>(std::move(reg));
   }
 
+  MutexLock lock(&m->mu_);  // not yet shared; taken so the tables are only ever touched under it
   for (Pool p : kPoolOrder) {
     m->slots_[PoolIndex(p)].resize(n_slots[PoolIndex(p)]);
     m->counters_.pools[PoolIndex(p)].capacity_bytes = m->arena_->reserved_bytes(PoolIndex(p));
@@ -252,7 +253,7 @@ StagingLayout StagingLayout::ForModel(const ModelLayout& layout) {
 }
 
 Result<uint32_t> CacheManager::AcquireStaging() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Result<uint32_t> slot = arena_->Allocate(kPoolCount);
   if (!slot.ok()) {
     return Status::Unavailable(fmt::format("all {} staging slots are in use", config_.staging_slots));
@@ -261,14 +262,14 @@ Result<uint32_t> CacheManager::AcquireStaging() {
 }
 
 void CacheManager::ReleaseStaging(uint32_t slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   arena_->Free(kPoolCount, slot);
 }
 
 uint8_t* CacheManager::StagingData(uint32_t slot) const { return arena_->SlotData(kPoolCount, slot); }
 
 CacheManager::~CacheManager() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ZM_CHECK(live_pins_ == 0) << live_pins_ << " SlotLease(s) outlive their CacheManager";
 }
 
@@ -299,7 +300,7 @@ Result<ExpertLookup> CacheManager::LookupOrPin(int32_t layer_id, int32_t expert_
   out.layer_id = layer_id;
   out.expert_id = expert_id;
   out.layout = layout_.Find(layer_id, expert_id);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (activation) {
     frequency_.Record(layer_id, expert_id, ++tick_);
     rules_->OnActivation(layer_id, expert_id);
@@ -337,13 +338,13 @@ Result<ExpertLookup> CacheManager::LookupOrPin(int32_t layer_id, int32_t expert_
 
 void CacheManager::ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) {
   if (layer_id < 0 || layer_id >= layout_.n_layers()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   rules_->OnScores(layer_id, mean_scores);
 }
 
 CompressionState CacheManager::Peek(int32_t layer_id, int32_t expert_id) const {
   if (!Known(layer_id, expert_id)) return CompressionState::kMiss;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const Entry& entry = EntryOf(layer_id, expert_id);
   return entry.pool < 0 ? CompressionState::kMiss : PoolState(PoolAt(entry.pool));
 }
@@ -577,14 +578,14 @@ Result<AdmitResult> CacheManager::Admit(int32_t layer_id, int32_t expert_id, Ava
 
   Placement pl;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ZM_RETURN_IF_ERROR(DecideLocked(layer_id, expert_id, parts, &pl));
   }
   if (!pl.fill) return pl.result;
 
   CopyParts(pl, sources);  // outside the lock: the new slot is kFilling, the old one pinned
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Entry& entry = EntryOf(layer_id, expert_id);
   SlotInfo& s = slots_[PoolIndex(pl.pool)][pl.slot];
   s.state = SlotState::kResident;
@@ -609,26 +610,26 @@ Status CacheManager::SeedFrequencies(int32_t layer_id, const std::vector<uint64_
   if (layer_id < 0 || layer_id >= layout_.n_layers() || counts.size() > static_cast<size_t>(layout_.n_experts()))
     return Status::InvalidArgument(fmt::format("SeedFrequencies: layer {} with {} counts (layout: {} layers, {} experts)",
                                                layer_id, counts.size(), layout_.n_layers(), layout_.n_experts()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t e = 0; e < counts.size(); ++e) frequency_.Seed(layer_id, static_cast<int32_t>(e), counts[e]);
   return Status::Ok();
 }
 
 uint64_t CacheManager::Frequency(int32_t layer_id, int32_t expert_id) const {
   if (!Known(layer_id, expert_id)) return 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return frequency_.count(layer_id, expert_id);
 }
 
 int32_t CacheManager::Rank(int32_t layer_id, int32_t expert_id) const {
   if (!Known(layer_id, expert_id)) return -1;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return frequency_.Rank(layer_id, expert_id);
 }
 
 std::vector<uint64_t> CacheManager::SortedCounts(int32_t layer_id) const {
   if (layer_id < 0 || layer_id >= layout_.n_layers()) return {};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return frequency_.SortedCounts(layer_id);
 }
 
@@ -647,7 +648,7 @@ std::array<int32_t, kPoolCount> CacheManager::Thresholds(int32_t layer_id) const
 std::vector<int32_t> CacheManager::Residents(int32_t layer_id, Pool p) const {
   std::vector<int32_t> out;
   if (layer_id < 0 || layer_id >= layout_.n_layers()) return out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (int32_t e = 0; e < layout_.n_experts(); ++e) {
     if (EntryOf(layer_id, e).pool == PoolIndex(p)) out.push_back(e);
   }
@@ -655,7 +656,7 @@ std::vector<int32_t> CacheManager::Residents(int32_t layer_id, Pool p) const {
 }
 
 CacheCounters CacheManager::Counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CacheCounters c = counters_;
   for (Pool p : kPoolOrder) {
     c.pools[PoolIndex(p)].resident_bytes =
@@ -665,14 +666,14 @@ CacheCounters CacheManager::Counters() const {
 }
 
 void CacheManager::ResetCounters() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.lookups = counters_.misses = counters_.drops = counters_.pinned_skips = 0;
   for (PoolCounters& p : counters_.pools) p.requests = p.admissions = p.evictions = p.removals = 0;
   for (auto& layer : counters_.layer_requests) layer.fill(0);
 }
 
 uint64_t CacheManager::LivePins() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return live_pins_;
 }
 

@@ -37,12 +37,12 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/compression_state.h"
 #include "common/manifest.h"
+#include "common/mutex.h"
 #include "common/slot_arena.h"
 #include "common/status.h"
 #include "kernels/host_registration.h"
@@ -331,25 +331,25 @@ class CacheManager {
   CacheManager() = default;
   Result<ExpertLookup> LookupOrPin(int32_t layer_id, int32_t expert_id, bool activation);
   bool Known(int32_t layer_id, int32_t expert_id) const;
-  Entry& EntryOf(int32_t layer_id, int32_t expert_id) { return entries_[Index(layer_id, expert_id)]; }
-  const Entry& EntryOf(int32_t layer_id, int32_t expert_id) const { return entries_[Index(layer_id, expert_id)]; }
+  Entry& EntryOf(int32_t layer_id, int32_t expert_id) ZM_REQUIRES(mu_) { return entries_[Index(layer_id, expert_id)]; }
+  const Entry& EntryOf(int32_t layer_id, int32_t expert_id) const ZM_REQUIRES(mu_) { return entries_[Index(layer_id, expert_id)]; }
   size_t Index(int32_t layer_id, int32_t expert_id) const {
     return static_cast<size_t>(layer_id) * layout_.n_experts() + expert_id;
   }
   bool Global() const { return !rules_->per_layer(); }
-  PolicyView View() const { return PolicyView{frequency_, config_, enabled_}; }
+  PolicyView View() const ZM_REQUIRES(mu_) { return PolicyView{frequency_, config_, enabled_}; }
 
   // All *Locked methods require mu_ held.
-  void UnpinLocked(Pool p, uint32_t slot);
-  bool HasRoomLocked(int32_t layer_id, Pool p) const;
+  void UnpinLocked(Pool p, uint32_t slot) ZM_REQUIRES(mu_);
+  bool HasRoomLocked(int32_t layer_id, Pool p) const ZM_REQUIRES(mu_);
   // Victim in pool p for (layer, expert) or kNoSlot (rules_->PickVictim over the scope's residents);
   // sets *pinned_blocked when a pin prevented one.
-  uint32_t PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked);
-  void EvictLocked(Pool p, uint32_t slot);         // unpinned resident: unlink + free
-  void DetachLocked(int32_t layer_id, int32_t expert_id);  // unlink; free now or when unpinned
-  uint32_t TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_id);  // kFilling, pinned once
-  void ReleaseSlotLocked(Pool p, uint32_t slot);   // back to the arena
-  Status DecideLocked(int32_t layer_id, int32_t expert_id, AvailableParts have, Placement* out);
+  uint32_t PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked) ZM_REQUIRES(mu_);
+  void EvictLocked(Pool p, uint32_t slot) ZM_REQUIRES(mu_);         // unpinned resident: unlink + free
+  void DetachLocked(int32_t layer_id, int32_t expert_id) ZM_REQUIRES(mu_);  // unlink; free now or when unpinned
+  uint32_t TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_id) ZM_REQUIRES(mu_);  // kFilling, pinned once
+  void ReleaseSlotLocked(Pool p, uint32_t slot) ZM_REQUIRES(mu_);   // back to the arena
+  Status DecideLocked(int32_t layer_id, int32_t expert_id, AvailableParts have, Placement* out) ZM_REQUIRES(mu_);
   void CopyParts(const Placement& placement, const ExpertSources& sources) const;  // no lock
 
   // Constant after Create.
@@ -362,15 +362,15 @@ class CacheManager {
   std::unique_ptr<kernels::HostRegistration> registration_;
   StagingLayout staging_layout_;
 
-  mutable std::mutex mu_;  // guards everything below
-  std::vector<Entry> entries_;                                   // ZM_GUARDED_BY(mu_) [layers*experts]
-  std::array<std::vector<SlotInfo>, kPoolCount> slots_;          // ZM_GUARDED_BY(mu_) [n_slots]
-  std::vector<std::array<int32_t, kPoolCount>> occupancy_;       // ZM_GUARDED_BY(mu_) slots per layer
-  ExpertFrequency frequency_;                                    // ZM_GUARDED_BY(mu_)
-  uint64_t tick_ = 0;                                            // ZM_GUARDED_BY(mu_) Lookup clock
-  uint64_t insert_seq_ = 0;                                      // ZM_GUARDED_BY(mu_) FIFO clock
-  uint64_t live_pins_ = 0;                                       // ZM_GUARDED_BY(mu_)
-  CacheCounters counters_;                                       // ZM_GUARDED_BY(mu_)
+  mutable Mutex mu_;  // guards everything below
+  std::vector<Entry> entries_ ZM_GUARDED_BY(mu_);  // [layers*experts]
+  std::array<std::vector<SlotInfo>, kPoolCount> slots_ ZM_GUARDED_BY(mu_);  // [n_slots]
+  std::vector<std::array<int32_t, kPoolCount>> occupancy_ ZM_GUARDED_BY(mu_);  // slots per layer
+  ExpertFrequency frequency_ ZM_GUARDED_BY(mu_);
+  uint64_t tick_ ZM_GUARDED_BY(mu_) = 0;  // Lookup clock
+  uint64_t insert_seq_ ZM_GUARDED_BY(mu_) = 0;  // FIFO clock
+  uint64_t live_pins_ ZM_GUARDED_BY(mu_) = 0;
+  CacheCounters counters_ ZM_GUARDED_BY(mu_);
 };
 
 }  // namespace zipmoe::cache_manager

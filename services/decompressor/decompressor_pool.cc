@@ -30,7 +30,7 @@ DecompressorPool::~DecompressorPool() { Stop(); }
 Status DecompressorPool::Add(DecompressOp op, bool ready) {
   ZM_RETURN_IF_ERROR(ValidateOp(op));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_)
       return Status::Unavailable(fmt::format("decompressor pool stopped; op {} ({}) not added", op.op_id, DescribeOp(op)));
     const uint64_t id = op.op_id;
@@ -40,13 +40,13 @@ Status DecompressorPool::Add(DecompressOp op, bool ready) {
     if (ready) ready_.emplace(op.priority, seq, id);
     pending_.emplace(id, Pending{std::move(op), seq, ready});
   }
-  if (ready) work_cv_.notify_one();
+  if (ready) work_cv_.NotifyOne();
   return Status::Ok();
 }
 
 Status DecompressorPool::MarkReady(uint64_t op_id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::Unavailable(fmt::format("decompressor pool stopped; op {} not marked ready", op_id));
     auto it = pending_.find(op_id);
     if (it == pending_.end())
@@ -55,7 +55,7 @@ Status DecompressorPool::MarkReady(uint64_t op_id) {
     it->second.ready = true;
     ready_.emplace(it->second.op.priority, it->second.seq, op_id);
   }
-  work_cv_.notify_one();
+  work_cv_.NotifyOne();
   return Status::Ok();
 }
 
@@ -63,7 +63,7 @@ Status DecompressorPool::Cancel(uint64_t op_id, Status reason) {
   if (reason.ok())
     return Status::InvalidArgument(fmt::format("decompress op {}: Cancel needs a non-OK reason", op_id));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = pending_.find(op_id);
     if (it == pending_.end())
       return Status::NotFound(fmt::format("decompress op {}: not pending (unknown, running or completed)", op_id));
@@ -83,8 +83,8 @@ void DecompressorPool::WorkerLoop(int worker_index) {
   for (;;) {
     DecompressOp op;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [this] { return stopping_ || !ready_.empty(); });
+      MutexLock lock(&mu_);
+      work_cv_.Wait(&lock, [this]() ZM_REQUIRES(mu_) { return stopping_ || !ready_.empty(); });
       if (stopping_) return;  // pending ops are completed by Stop()
       const uint64_t id = std::get<2>(*ready_.begin());
       ready_.erase(ready_.begin());
@@ -102,7 +102,7 @@ void DecompressorPool::WorkerLoop(int worker_index) {
     c.run_us = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++(c.status.ok() ? stats_.ops_ok : stats_.ops_failed);
       stats_.run_us += c.run_us;
     }
@@ -114,18 +114,18 @@ void DecompressorPool::Complete(const DecompressCompletion& c) {
   // The callback runs first, so a WaitFor() caller that returns knows the callback has run.
   if (config_.on_complete) config_.on_complete(c);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     running_.erase(c.op_id);
     if (config_.retain_completions) completions_[c.op_id] = c;
   }
-  done_cv_.notify_all();
+  done_cv_.NotifyAll();
 }
 
 Result<DecompressCompletion> DecompressorPool::WaitFor(uint64_t op_id) {
   if (!config_.retain_completions)
     return Status::InvalidArgument("decompressor pool: WaitFor needs DecompressorConfig::retain_completions");
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_.count(op_id) == 0 && running_.count(op_id) == 0; });
+  MutexLock lock(&mu_);
+  done_cv_.Wait(&lock, [&]() ZM_REQUIRES(mu_) { return pending_.count(op_id) == 0 && running_.count(op_id) == 0; });
   auto it = completions_.find(op_id);
   if (it == completions_.end())
     return Status::NotFound(fmt::format("decompress op {}: never added, or already waited for", op_id));
@@ -136,16 +136,16 @@ Result<DecompressCompletion> DecompressorPool::WaitFor(uint64_t op_id) {
 
 void DecompressorPool::RequestStop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.NotifyAll();
 }
 
 void DecompressorPool::Stop() {
   for (const std::thread& w : workers_)
     ZM_CHECK(std::this_thread::get_id() != w.get_id()) << "DecompressorPool::Stop called on a worker";
-  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  MutexLock stop_lock(&stop_mu_);
   if (joined_) return;
   RequestStop();
   for (std::thread& w : workers_) w.join();
@@ -153,7 +153,7 @@ void DecompressorPool::Stop() {
   using LeftKey = std::tuple<bool, int32_t, uint64_t>;  // (waiting, priority if READY, seq)
   std::vector<std::pair<LeftKey, DecompressOp>> left;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [id, p] : pending_) {
       left.emplace_back(LeftKey(!p.ready, p.ready ? p.op.priority : 0, p.seq), std::move(p.op));
       running_.insert(id);
@@ -174,7 +174,7 @@ void DecompressorPool::Stop() {
 }
 
 DecompressorStats DecompressorPool::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -18,11 +18,9 @@
 // or a callback is called. Op pointers must stay valid until the op completes.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -30,6 +28,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "services/decompressor/decompress_op.h"
 
@@ -109,19 +108,19 @@ class DecompressorPool {
 
   const DecompressorConfig config_;  // constant after construction
 
-  std::mutex stop_mu_;  // serialises Stop() calls
-  bool joined_ = false;  // guarded by stop_mu_
+  Mutex stop_mu_;  // serialises Stop() calls
+  bool joined_ ZM_GUARDED_BY(stop_mu_) = false;
 
-  mutable std::mutex mu_;  // guards every field below
-  std::condition_variable work_cv_;  // ready_ non-empty or stopping_
-  std::condition_variable done_cv_;  // a completion was published
-  std::unordered_map<uint64_t, Pending> pending_;  // added, not yet taken by a worker
-  std::set<ReadyKey> ready_;                        // READY subset of pending_, most urgent first
-  std::unordered_set<uint64_t> running_;            // taken by a worker or being completed, not yet published
-  std::unordered_map<uint64_t, DecompressCompletion> completions_;  // when retain_completions
-  uint64_t next_seq_ = 0;
-  bool stopping_ = false;
-  DecompressorStats stats_;
+  mutable Mutex mu_;  // guards every field below
+  CondVar work_cv_;   // ready_ non-empty or stopping_
+  CondVar done_cv_;   // a completion was published
+  std::unordered_map<uint64_t, Pending> pending_ ZM_GUARDED_BY(mu_);  // added, not yet taken by a worker
+  std::set<ReadyKey> ready_ ZM_GUARDED_BY(mu_);  // READY subset of pending_, most urgent first
+  std::unordered_set<uint64_t> running_ ZM_GUARDED_BY(mu_);  // taken by a worker or being completed, not yet published
+  std::unordered_map<uint64_t, DecompressCompletion> completions_ ZM_GUARDED_BY(mu_);  // when retain_completions
+  uint64_t next_seq_ ZM_GUARDED_BY(mu_) = 0;
+  bool stopping_ ZM_GUARDED_BY(mu_) = false;
+  DecompressorStats stats_ ZM_GUARDED_BY(mu_);
 
   std::vector<std::thread> workers_;  // started in Create, joined in Stop; size constant after Create
 };

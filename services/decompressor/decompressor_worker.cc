@@ -34,7 +34,7 @@ Result<std::unique_ptr<DecompressorWorker>> DecompressorWorker::Create(zmq::cont
     done.run_us = c.run_us;
     bool recover = false;
     {
-      std::lock_guard<std::mutex> lock(raw->mu_);
+      MutexLock lock(&raw->mu_);
       auto it = raw->running_.find(c.op_id);
       if (it != raw->running_.end()) {
         done.attempt = it->second.attempt;
@@ -67,7 +67,7 @@ void DecompressorWorker::Handle(const msg::Body& body) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (running_.count(r->op_id) != 0) return;  // re-issued while still running here
     running_[r->op_id] = Running{r->attempt, recover};
   }
@@ -90,7 +90,7 @@ void DecompressorWorker::Handle(const msg::Body& body) {
   Status st = pool_->Add(std::move(op), /*ready=*/true);
   if (!st.ok()) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       running_.erase(r->op_id);
     }
     reject.status = st;

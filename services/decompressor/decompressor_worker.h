@@ -10,12 +10,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include <zmq.hpp>
 
+#include "common/mutex.h"
 #include "common/pull_worker.h"
 #include "common/shm_region.h"
 #include "services/decompressor/decompressor_pool.h"
@@ -51,12 +51,12 @@ class DecompressorWorker {
   DecompressorWorkerOptions options_;
   std::unique_ptr<messaging::PullWorker> pull_;
   std::unique_ptr<DecompressorPool> pool_;
-  std::mutex mu_;
+  Mutex mu_;
   struct Running {
     uint32_t attempt = 0;  // copied into the completion
     bool recover = false;  // BF16 recovery (else E-chunk decode), for metrics
   };
-  std::unordered_map<uint64_t, Running> running_;  // by op_id, guarded by mu_
+  std::unordered_map<uint64_t, Running> running_ ZM_GUARDED_BY(mu_);  // by op_id
 };
 
 }  // namespace zipmoe::decompressor

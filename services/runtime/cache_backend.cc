@@ -117,7 +117,7 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
 }
 
 LocalCacheBackend::~LocalCacheBackend() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   leases_.clear();
 }
 
@@ -142,7 +142,7 @@ Status LocalCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<i
   }
   out->clear();
   out->reserve(found.size());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (cm::ExpertLookup& f : found) {
     CachedExpert e;
     e.state = f.state;
@@ -220,7 +220,7 @@ Result<cm::AdmitResult> LocalCacheBackend::AdmitWithResult(const CacheAdmitReque
   result = checked.ok() ? manager_->Admit(request.layer_id, request.expert_id, request.parts, sources)
                         : Result<cm::AdmitResult>(checked);
   cm::SlotLease released;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++totals_.calls;
   if (result.ok()) ++totals_.outcomes[static_cast<int>(result->outcome)];
   auto it = leases_.find(request.lease);
@@ -232,7 +232,7 @@ Result<cm::AdmitResult> LocalCacheBackend::AdmitWithResult(const CacheAdmitReque
 }
 
 void LocalCacheBackend::ReleaseLeases(const std::vector<uint64_t>& leases) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (uint64_t id : leases) leases_.erase(id);
 }
 
@@ -242,18 +242,18 @@ uint64_t LocalCacheBackend::StagingOffset(uint32_t slot) const {
 }
 
 AdmitTotals LocalCacheBackend::admit_totals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return totals_;
 }
 
 void LocalCacheBackend::ResetCounters() {
   manager_->ResetCounters();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   totals_ = AdmitTotals();
 }
 
 uint64_t LocalCacheBackend::leases_held() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return leases_.size();
 }
 

@@ -21,13 +21,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/compression_state.h"
 #include "common/manifest.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "services/cache_manager/cache_manager.h"
 #include "services/cache_manager/plan_builder.h"
@@ -200,10 +200,10 @@ class LocalCacheBackend : public CacheBackend {
 
   cache_manager::PlanBuild plan_;
   std::unique_ptr<cache_manager::CacheManager> manager_;  // outlives leases_ (declared first)
-  mutable std::mutex mu_;  // guards leases_, next_lease_, totals_
-  std::unordered_map<uint64_t, cache_manager::SlotLease> leases_;
-  uint64_t next_lease_ = 1;
-  AdmitTotals totals_;
+  mutable Mutex mu_;  // guards leases_, next_lease_, totals_
+  std::unordered_map<uint64_t, cache_manager::SlotLease> leases_ ZM_GUARDED_BY(mu_);
+  uint64_t next_lease_ ZM_GUARDED_BY(mu_) = 1;
+  AdmitTotals totals_ ZM_GUARDED_BY(mu_);
 };
 
 }  // namespace zipmoe::runtime

@@ -1,7 +1,6 @@
 #include "services/runtime/cache_server.h"
 
 #include <map>
-#include <mutex>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -11,6 +10,7 @@
 
 #include "common/event_fd.h"
 #include "common/messaging_channel.h"
+#include "common/mutex.h"
 
 namespace zipmoe::runtime {
 
@@ -44,17 +44,17 @@ struct CacheServer::State {
   std::map<std::string, Client> clients;  // loop thread only (after the join: Stop)
   std::vector<std::pair<std::string, msg::Body>> pending_replies;  // loop thread only
 
-  mutable std::mutex mu;  // guards the three below
-  bool stopping = false;
-  bool joined = false;
-  CacheServerStats stats;
+  mutable Mutex mu;  // guards the three below
+  bool stopping ZM_GUARDED_BY(mu) = false;
+  bool joined ZM_GUARDED_BY(mu) = false;
+  CacheServerStats stats ZM_GUARDED_BY(mu);
 
   void Log(const std::string& line) const {
     if (config.log) config.log(line);
   }
   void Bad(const std::string& what) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       ++stats.bad_messages;
     }
     Log("E: dropped a bad message: " + what);
@@ -81,7 +81,7 @@ struct CacheServer::State {
 void CacheServer::State::PublishCounts() {
   uint64_t leases = 0;
   for (const auto& [peer, c] : clients) leases += c.leases.size();
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   stats.clients = clients.size();
   stats.leases_held = leases;
 }
@@ -94,7 +94,7 @@ void CacheServer::State::Reclaim(const std::string& peer, const std::string& why
   clients.erase(it);
   // Counts first, the cache second: whoever sees the pins gone also sees the client gone from stats().
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     ++stats.reclaimed_clients;
     stats.reclaimed_leases += leases.size();
   }
@@ -150,7 +150,7 @@ void CacheServer::State::HandleHello(const std::string& peer, const msg::CacheHe
                   c.staging.size()));
   clients[peer] = std::move(c);
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     ++stats.hellos;
   }
   Reply(peer, std::move(reply));
@@ -180,7 +180,7 @@ void CacheServer::State::HandleLookup(const std::string& peer, const msg::CacheL
   reply.admit_status = c.admit_error;
   c.admit_error = Status::Ok();
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     ++stats.lookups;
   }
   Reply(peer, std::move(reply));
@@ -260,7 +260,7 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     stats.admits += admits;
     stats.admit_errors += errors;
     stats.releases += releases;
@@ -307,7 +307,7 @@ void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
 void CacheServer::State::Loop() {
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (stopping) break;
     }
     Result<bool> readable = WaitReadable(router, wake, config.heartbeat_interval);
@@ -356,7 +356,7 @@ CacheServer::~CacheServer() { Stop(); }
 
 void CacheServer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
+    MutexLock lock(&s_->mu);
     if (s_->joined) return;
     s_->stopping = true;
   }
@@ -366,12 +366,12 @@ void CacheServer::Stop() {
   for (const auto& [peer, c] : s_->clients) peers.push_back(peer);
   for (const std::string& peer : peers) s_->Reclaim(peer, "dropped at shutdown");
   s_->PublishCounts();
-  std::lock_guard<std::mutex> lock(s_->mu);
+  MutexLock lock(&s_->mu);
   s_->joined = true;
 }
 
 CacheServerStats CacheServer::stats() const {
-  std::lock_guard<std::mutex> lock(s_->mu);
+  MutexLock lock(&s_->mu);
   return s_->stats;
 }
 

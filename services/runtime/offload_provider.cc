@@ -96,12 +96,15 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   p->storage_ = std::move(engines.reads);
   p->pool_ = std::move(engines.decodes);
 
-  p->stats_.per_layer.resize(p->cache_->layout().n_layers());
-  p->stats_.staging_slots = p->cache_->staging_slots();
-  p->stats_.arena_bytes = p->cache_->arena_bytes();
-  p->stats_.budget_bytes = cfg.memory_budget_bytes;
-  p->stats_.direct_io = p->storage_->direct_io();
-  p->stats_.prefetch_mode = PrefetchModeName(p->prefetch_mode());
+  {
+    MutexLock lock(&p->mu_);  // not yet shared (no op submitted); taken so stats_ is only ever touched under it
+    p->stats_.per_layer.resize(p->cache_->layout().n_layers());
+    p->stats_.staging_slots = p->cache_->staging_slots();
+    p->stats_.arena_bytes = p->cache_->arena_bytes();
+    p->stats_.budget_bytes = cfg.memory_budget_bytes;
+    p->stats_.direct_io = p->storage_->direct_io();
+    p->stats_.prefetch_mode = PrefetchModeName(p->prefetch_mode());
+  }
   return p;
 }
 
@@ -112,7 +115,7 @@ void OffloadExpertProvider::Shutdown() {
 
 OffloadExpertProvider::~OffloadExpertProvider() {
   Shutdown();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ResetLayerLocked(/*prefetches_too=*/true);
 }
 
@@ -206,7 +209,7 @@ void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
   if (config_.prefetch == PrefetchMode::kNone) return;
   std::vector<uint64_t> cancel;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (active_ && predicted.layer_id == layer_id_) return;
     if (prefetch_layer_ != predicted.layer_id) {
       for (const auto& [expert, work] : prefetched_) DropPrefetchLocked(work);
@@ -261,7 +264,7 @@ void OffloadExpertProvider::CachedExperts(int32_t layer_id, int32_t n_experts, s
 }
 
 Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (active_) {
     if (error_.ok()) {
       return Status::InvalidArgument(fmt::format("BeginLayer({}): layer {} has not ended", routing.layer_id, layer_id_));
@@ -273,7 +276,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
             "BeginLayer({}): a lease of failed layer {} (expert {}) is still held", routing.layer_id, layer_id_, w.expert_id));
       }
     }
-    DrainLocked(lock);
+    DrainLocked(&lock);
     ResetLayerLocked();
   }
   if (routing.expert_ids.size() != routing.tokens_per_expert.size()) {
@@ -380,7 +383,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   if (!st.ok()) FailLocked(st);
   std::vector<uint64_t> cancel;
   cancel.swap(cancel_later_);
-  lock.unlock();
+  lock.Unlock();
   CancelDecodes(cancel);
   return st;
 }
@@ -448,11 +451,11 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave, 
       ++w.tensors_left;
     }
   }
-  const auto add_op = [&](uint64_t id, const OpRef& ref) {
+  const auto add_op = [&](uint64_t id, const OpRef& ref) ZM_REQUIRES(mu_) {
     ops_[id] = ref;
     ++works_.at(ref.expert).ops;
   };
-  const auto remove_op = [&](uint64_t id) {
+  const auto remove_op = [&](uint64_t id) ZM_REQUIRES(mu_) {
     auto it = ops_.find(id);
     if (it == ops_.end()) return;
     --works_.at(it->second.expert).ops;
@@ -526,7 +529,7 @@ void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
   std::vector<std::pair<uint64_t, Status>> cancels;
   std::vector<uint64_t> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = ops_.find(c.op_id);
     if (it == ops_.end()) return;
     const OpRef ref = it->second;
@@ -573,7 +576,7 @@ void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
       if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
     }
     dropped.swap(cancel_later_);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   for (const auto& [id, status] : cancels) {
     if (!pool_->Cancel(id, status).ok()) continue;  // already completed or stopping: nothing to undo
@@ -584,7 +587,7 @@ void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
 void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressCompletion& c) {
   std::vector<uint64_t> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = ops_.find(c.op_id);
     if (it == ops_.end()) return;
     const OpRef ref = it->second;
@@ -621,7 +624,7 @@ void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressC
       if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
     }
     dropped.swap(cancel_later_);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   CancelDecodes(dropped);
 }
@@ -640,7 +643,7 @@ void OffloadExpertProvider::TensorProgressLocked(int32_t work, int32_t proj) {
   tw.recovering = true;
   if (fused_) {  // the executor multiplies straight from the planes: nothing to recover
     TensorDoneLocked(w, work);
-    cv_.notify_all();
+    cv_.NotifyAll();
     return;
   }
   const uint64_t id = next_op_id_++;
@@ -668,22 +671,22 @@ void OffloadExpertProvider::FailLocked(const Status& status) {
   if (error_.ok()) {
     error_ = Status(status.code(), fmt::format("layer {}: {}", layer_id_, status.message()));
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool OffloadExpertProvider::NextIsReady() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return active_ && delivered_ < experts_.size() && (!error_.ok() || !ready_.empty());
 }
 
 Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!active_) return Status::InvalidArgument("NextReady: no layer begun");
   if (delivered_ >= experts_.size()) {
     return Status::InvalidArgument(fmt::format("NextReady: all {} experts of layer {} were delivered", experts_.size(),
                                                layer_id_));
   }
-  cv_.wait(lock, [&] { return !error_.ok() || !ready_.empty(); });
+  cv_.Wait(&lock, [&]() ZM_REQUIRES(mu_) { return !error_.ok() || !ready_.empty(); });
   if (!error_.ok()) return error_;
   const int32_t id = ready_.front();
   ready_.pop_front();
@@ -713,7 +716,7 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
   CacheAdmitRequest request;
   bool admit = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ExpertWork& w = works_.at(work);
     w.released = true;
     w.released_us = NowUs();
@@ -747,7 +750,7 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
   }
   std::vector<uint64_t> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ExpertWork& w = works_.at(work);
     if (!admitted.ok()) FailLocked(admitted);
     w.lookup.lease = kNoLease;
@@ -760,13 +763,13 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
       if (!st.ok()) FailLocked(st);
     }
     dropped.swap(cancel_later_);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   CancelDecodes(dropped);
 }
 
 Status OffloadExpertProvider::EndLayer(int32_t layer_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!active_ || layer_id != layer_id_) {
     return Status::InvalidArgument(fmt::format("EndLayer({}): the active layer is {}", layer_id,
                                                active_ ? std::to_string(layer_id_) : std::string("none")));
@@ -806,16 +809,16 @@ Status OffloadExpertProvider::EndLayer(int32_t layer_id) {
   return Status::Ok();
 }
 
-void OffloadExpertProvider::DrainLocked(std::unique_lock<std::mutex>& lock) {
+void OffloadExpertProvider::DrainLocked(MutexLock* lock) {
   // Reads whose submission failed left their decodes waiting: cancel those (outside the lock).
   std::vector<uint64_t> waiting;
   for (const auto& [id, ref] : ops_) {
     if (ref.kind == OpKind::kDecode) waiting.push_back(id);
   }
-  lock.unlock();
+  mu_.Unlock();
   for (uint64_t id : waiting) (void)pool_->Cancel(id, Status::Unavailable("layer failed"));
-  lock.lock();
-  cv_.wait(lock, [&] { return ops_.empty(); });
+  mu_.Lock();
+  cv_.Wait(lock, [&]() ZM_REQUIRES(mu_) { return ops_.empty(); });
 }
 
 void OffloadExpertProvider::ResetLayerLocked(bool prefetches_too) {
@@ -837,7 +840,7 @@ void OffloadExpertProvider::ResetLayerLocked(bool prefetches_too) {
 }
 
 RuntimeStats OffloadExpertProvider::local_stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -863,7 +866,7 @@ Result<OffloadExpertProvider::PreloadStats> OffloadExpertProvider::Preload(
   if (local == nullptr)
     return Status::InvalidArgument("preload needs the cache in this process (embedded mode, not `zipmoe up`)");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (active_) return Status::InvalidArgument(fmt::format("preload while layer {} is begun", layer_id_));
   }
   const auto start = std::chrono::steady_clock::now();
@@ -920,7 +923,7 @@ Result<OffloadExpertProvider::PreloadStats> OffloadExpertProvider::Preload(
   }
   out.read_bytes = stats().io_read_bytes - read_before;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RuntimeStats fresh;  // what Create set, nothing counted
     fresh.per_layer.resize(stats_.per_layer.size());
     fresh.staging_slots = stats_.staging_slots;

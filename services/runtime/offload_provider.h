@@ -62,13 +62,11 @@
 #pragma once
 
 #include <array>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -76,6 +74,7 @@
 
 #include "common/expert_provider.h"
 #include "common/expert_store.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "services/cache_manager/cache_manager.h"
 #include "services/cache_manager/plan_builder.h"
@@ -239,33 +238,34 @@ class OffloadExpertProvider : public ExpertProvider {
   };
 
   explicit OffloadExpertProvider(OffloadConfig config);
-  double NowUs() const;  // since BeginLayer
+  double NowUs() const ZM_REQUIRES(mu_);  // since BeginLayer
   // Starts pending experts while staging slots are free. Requires mu_; submits under it.
   // Then prefetches (when the active layer has nothing pending).
-  Status StartPendingLocked();
-  Status StartWaveLocked(const std::vector<int32_t>& wave, bool prefetch);
-  int32_t NewWorkLocked(int32_t layer_id, int32_t expert_id);  // work id; tensors found in the store
+  Status StartPendingLocked() ZM_REQUIRES(mu_);
+  Status StartWaveLocked(const std::vector<int32_t>& wave, bool prefetch) ZM_REQUIRES(mu_);
+  int32_t NewWorkLocked(int32_t layer_id, int32_t expert_id) ZM_REQUIRES(mu_);  // work id; tensors found in the store
   // Marks an unused prefetch dropped; frees it now when nothing is in flight for it, and queues its
   // decodes still waiting for a read in cancel_later_.
-  void DropPrefetchLocked(int32_t work);
-  void FailPrefetchLocked(int32_t work);  // counted as failed, then dropped
-  void FreeWorkLocked(int32_t work);  // staging slot + lease released, work erased
-  void OpDoneLocked(ExpertWork& w, int32_t work);  // an op of w completed: frees a dropped work
-  void CancelDecodes(const std::vector<uint64_t>& ids);  // without mu_
-  void OnReadComplete(const storage::ReadCompletion& c);
-  void OnDecompressComplete(const decompressor::DecompressCompletion& c);
-  void TensorProgressLocked(int32_t expert, int32_t proj);  // recovery or readiness when inputs are in
+  void DropPrefetchLocked(int32_t work) ZM_REQUIRES(mu_);
+  void FailPrefetchLocked(int32_t work) ZM_REQUIRES(mu_);  // counted as failed, then dropped
+  void FreeWorkLocked(int32_t work) ZM_REQUIRES(mu_);  // staging slot + lease released, work erased
+  void OpDoneLocked(ExpertWork& w, int32_t work) ZM_REQUIRES(mu_);  // an op of w completed: frees a dropped work
+  void CancelDecodes(const std::vector<uint64_t>& ids) ZM_EXCLUDES(mu_);  // without mu_
+  void OnReadComplete(const storage::ReadCompletion& c) ZM_EXCLUDES(mu_);
+  void OnDecompressComplete(const decompressor::DecompressCompletion& c) ZM_EXCLUDES(mu_);
+  void TensorProgressLocked(int32_t expert, int32_t proj) ZM_REQUIRES(mu_);  // recovery or readiness when inputs are in
   // One tensor of w is ready (recovered, or its planes complete): the last one makes w done and,
   // in the active layer without a failure, ready for NextReady.
-  void TensorDoneLocked(ExpertWork& w, int32_t work);
+  void TensorDoneLocked(ExpertWork& w, int32_t work) ZM_REQUIRES(mu_);
   // Gives the works at the front of *queue a staging slot each while slots are free; returns them.
-  std::vector<int32_t> TakeStagingLocked(std::deque<int32_t>* queue);
-  void FailLocked(const Status& status);
-  void OnLeaseReleased(int32_t expert);
-  void DrainLocked(std::unique_lock<std::mutex>& lock);  // waits for in-flight ops (failed layer)
-  void ResetLayerLocked(bool prefetches_too = false);
+  std::vector<int32_t> TakeStagingLocked(std::deque<int32_t>* queue) ZM_REQUIRES(mu_);
+  void FailLocked(const Status& status) ZM_REQUIRES(mu_);
+  void OnLeaseReleased(int32_t expert) ZM_EXCLUDES(mu_);
+  // Waits for in-flight ops (failed layer); releases and retakes mu_ (held by the caller's `lock`).
+  void DrainLocked(MutexLock* lock) ZM_REQUIRES(mu_);
+  void ResetLayerLocked(bool prefetches_too = false) ZM_REQUIRES(mu_);
   uint64_t OffsetOf(const void* p) const { return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base_); }
-  std::vector<scheduler::ExpertTask> TasksOf(const std::vector<int32_t>& experts) const;
+  std::vector<scheduler::ExpertTask> TasksOf(const std::vector<int32_t>& experts) const ZM_REQUIRES(mu_);
 
   // Constant after Create.
   OffloadConfig config_;
@@ -277,32 +277,32 @@ class OffloadExpertProvider : public ExpertProvider {
   std::unique_ptr<ReadEngine> storage_;
   std::unique_ptr<DecodeEngine> pool_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // an expert became ready, an op completed, or the layer failed
-  bool active_ = false;         // between BeginLayer and EndLayer
-  int32_t layer_id_ = -1;
-  std::unordered_map<int32_t, ExpertWork> works_;  // by work id: the active layer's and prefetches
-  int32_t next_work_id_ = 0;
-  std::vector<int32_t> experts_;          // the active layer's works, ascending expert id
-  std::deque<int32_t> pending_;           // not started, scheduler order
-  std::deque<int32_t> ready_;             // ready, not delivered
-  int32_t prefetch_layer_ = -1;           // the layer of prefetched_
-  std::map<int32_t, int32_t> prefetched_;  // expert id -> work id, started or in prefetch_pending_
-  std::deque<int32_t> prefetch_pending_;  // prefetches waiting for a staging slot, best first
+  mutable Mutex mu_;  // guards everything below: the layer state, prefetches, stats
+  CondVar cv_;  // waits on mu_: an expert became ready, an op completed, or the layer failed
+  bool active_ ZM_GUARDED_BY(mu_) = false;         // between BeginLayer and EndLayer
+  int32_t layer_id_ ZM_GUARDED_BY(mu_) = -1;
+  std::unordered_map<int32_t, ExpertWork> works_ ZM_GUARDED_BY(mu_);  // by work id: the active layer's and prefetches
+  int32_t next_work_id_ ZM_GUARDED_BY(mu_) = 0;
+  std::vector<int32_t> experts_ ZM_GUARDED_BY(mu_);          // the active layer's works, ascending expert id
+  std::deque<int32_t> pending_ ZM_GUARDED_BY(mu_);           // not started, scheduler order
+  std::deque<int32_t> ready_ ZM_GUARDED_BY(mu_);             // ready, not delivered
+  int32_t prefetch_layer_ ZM_GUARDED_BY(mu_) = -1;           // the layer of prefetched_
+  std::map<int32_t, int32_t> prefetched_ ZM_GUARDED_BY(mu_);  // expert id -> work id, started or in prefetch_pending_
+  std::deque<int32_t> prefetch_pending_ ZM_GUARDED_BY(mu_);  // prefetches waiting for a staging slot, best first
   // Decode ops of dropped prefetches to cancel; every method that takes mu_ and may drop one cancels
   // them after releasing it (the pool's completion callback takes mu_).
-  std::vector<uint64_t> cancel_later_;
-  size_t delivered_ = 0;
-  std::unordered_map<uint64_t, OpRef> ops_;  // in-flight reads/decodes/recoveries by op id
-  uint64_t next_op_id_ = 1;
-  int32_t next_priority_ = 0;
+  std::vector<uint64_t> cancel_later_ ZM_GUARDED_BY(mu_);
+  size_t delivered_ ZM_GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, OpRef> ops_ ZM_GUARDED_BY(mu_);  // in-flight reads/decodes/recoveries by op id
+  uint64_t next_op_id_ ZM_GUARDED_BY(mu_) = 1;
+  int32_t next_priority_ ZM_GUARDED_BY(mu_) = 0;
   // Decode priorities of prefetches: kPrefetchPriority + a counter, after every active-layer rank.
   static constexpr int32_t kPrefetchPriority = 1 << 29;
-  int32_t next_prefetch_priority_ = 0;
-  Status error_;                          // first failure of the layer
-  std::chrono::steady_clock::time_point layer_start_;
-  LayerMeasure measure_;                  // the layer's operation times
-  RuntimeStats stats_;
+  int32_t next_prefetch_priority_ ZM_GUARDED_BY(mu_) = 0;
+  Status error_ ZM_GUARDED_BY(mu_);                          // first failure of the layer
+  std::chrono::steady_clock::time_point layer_start_ ZM_GUARDED_BY(mu_);
+  LayerMeasure measure_ ZM_GUARDED_BY(mu_);                  // the layer's operation times
+  RuntimeStats stats_ ZM_GUARDED_BY(mu_);
 };
 
 }  // namespace zipmoe::runtime

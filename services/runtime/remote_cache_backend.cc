@@ -79,7 +79,7 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
   // Hello until answered: the cache-manager may still be planning, or not yet bound.
   msg::CacheHelloReply reply;
   {
-    std::lock_guard<std::mutex> lock(b->mu_);
+    MutexLock lock(&b->mu_);
     const auto give_up = Clock::now() + config.connect_timeout;
     bool told = false;
     bool answered = false;
@@ -143,8 +143,11 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
     }
   }
   b->staging_offsets_ = reply.staging_offsets;
-  for (uint32_t s = static_cast<uint32_t>(b->staging_offsets_.size()); s-- > 0;) b->free_slots_.push_back(s);
-  b->released_at_.assign(b->staging_offsets_.size(), 0);
+  {
+    MutexLock lock(&b->staging_mu_);  // not yet shared; taken so the slots are only ever touched under it
+    for (uint32_t s = static_cast<uint32_t>(b->staging_offsets_.size()); s-- > 0;) b->free_slots_.push_back(s);
+    b->released_at_.assign(b->staging_offsets_.size(), 0);
+  }
 
   cm::CostModel& cost = b->plan_.cost;
   cost.sm_read_us = reply.sm_read_us;
@@ -161,7 +164,10 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
   offload->pools = reply.pools;
   offload->staging_slots = static_cast<uint32_t>(b->staging_offsets_.size());
   offload->shm_name = reply.arena_name;
-  b->last_send_ = Clock::now();
+  {
+    MutexLock lock(&b->mu_);  // not yet shared (the heartbeat starts below); taken all the same
+    b->last_send_ = Clock::now();
+  }
   RemoteCacheBackend* raw = b.get();
   b->heartbeat_ = std::thread([raw] { raw->HeartbeatLoop(); });
   return b;
@@ -169,18 +175,18 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
 
 RemoteCacheBackend::~RemoteCacheBackend() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     (void)channel_.Send(msg::Disconnect{"scheduler stopping"}, milliseconds(100));
   }
-  stop_cv_.notify_all();
+  stop_cv_.NotifyAll();
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
 void RemoteCacheBackend::HeartbeatLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    stop_cv_.wait_for(lock, config_.heartbeat_interval);
+    stop_cv_.WaitFor(&lock, config_.heartbeat_interval);
     if (stopping_) break;
     if (Clock::now() - last_send_ >= config_.heartbeat_interval) {
       (void)SendLocked(msg::Heartbeat{static_cast<uint32_t>(config_.heartbeat_interval.count()), 0});
@@ -229,7 +235,7 @@ Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body bod
 }
 
 void RemoteCacheBackend::ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   scores_layer_ = layer_id;
   scores_ = mean_scores;
 }
@@ -248,7 +254,7 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
                                             std::vector<CachedExpert>* out) {
   msg::CacheLookupReply reply;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const uint64_t id = next_id_++;
     msg::CacheLookup lookup{id, layer_id, expert_ids, {}, pin_only};
     if (!pin_only && scores_layer_ == layer_id) {  // this step's (ObserveScores)
@@ -328,7 +334,7 @@ Status RemoteCacheBackend::Admit(const CacheAdmitRequest& request) {
     if (request.bf16_from_planes) item.e_plane_offsets.push_back(request.e_plane[proj]);
   }
   item.bf16_from_planes = request.bf16_from_planes;  // the cache-manager recovers the BF16 for F
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   msg::CacheAdmit admit;
   admit.request_id = next_id_++;
   admit.items.push_back(std::move(item));
@@ -342,14 +348,14 @@ void RemoteCacheBackend::ReleaseLeases(const std::vector<uint64_t>& leases) {
     item.lease_id = lease;
     release.items.push_back(std::move(item));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   release.request_id = next_id_++;
   Status st = SendLocked(std::move(release));
   if (!st.ok() && config_.log) config_.log("E: releasing leases at the cache-manager: " + st.ToString());
 }
 
 Status RemoteCacheBackend::Sync() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   msg::CacheAdmit sync;
   sync.request_id = id;
@@ -370,7 +376,7 @@ Status RemoteCacheBackend::NoteSessionLoss(Status status) {
 Result<uint32_t> RemoteCacheBackend::AcquireStaging() {
   for (int attempt = 0; attempt < 2; ++attempt) {
     {
-      std::lock_guard<std::mutex> lock(staging_mu_);
+      MutexLock lock(&staging_mu_);
       if (free_slots_.empty()) {
         return Status::Unavailable(fmt::format("all {} staging slots are in use", staging_offsets_.size()));
       }
@@ -390,14 +396,14 @@ Result<uint32_t> RemoteCacheBackend::AcquireStaging() {
 }
 
 void RemoteCacheBackend::ReleaseStaging(uint32_t slot) {
-  std::lock_guard<std::mutex> lock(staging_mu_);
+  MutexLock lock(&staging_mu_);
   ZM_CHECK(slot < staging_offsets_.size()) << slot;
   released_at_[slot] = next_id_.load();
   free_slots_.push_back(slot);
 }
 
 Result<cm::CacheCounters> RemoteCacheBackend::Counters() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, msg::CacheStatsRequest{id}, "CacheStatsRequest"));
   ZM_ASSIGN_OR_RETURN(msg::CacheStats stats, ReplyAs<msg::CacheStats>(std::move(body), config_.endpoint));
@@ -405,27 +411,27 @@ Result<cm::CacheCounters> RemoteCacheBackend::Counters() {
 }
 
 AdmitTotals RemoteCacheBackend::admit_totals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return totals_;
 }
 
 uint64_t RemoteCacheBackend::round_trips() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return round_trips_;
 }
 
 uint64_t RemoteCacheBackend::one_way_sends() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return one_way_;
 }
 
 messaging::ChannelStats RemoteCacheBackend::channel_stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return channel_.stats();
 }
 
 uint64_t RemoteCacheBackend::bad_messages() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return channel_.stats().bad_messages;
 }
 

@@ -24,11 +24,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -37,6 +35,7 @@
 #include <zmq.hpp>
 
 #include "common/messaging_channel.h"
+#include "common/mutex.h"
 #include "common/shm_region.h"
 #include "services/runtime/cache_backend.h"
 
@@ -103,9 +102,9 @@ class RemoteCacheBackend : public CacheBackend {
 
  private:
   RemoteCacheBackend(RemoteCacheConfig config, std::unique_ptr<zmq::context_t> context, messaging::Channel channel);
-  // Sends `body` (request id `id`) and waits for the reply with that id. Requires mu_.
-  Result<messaging::Body> RoundTripLocked(uint64_t id, messaging::Body body, const char* what);
-  Status SendLocked(messaging::Body body);  // requires mu_
+  // Sends `body` (request id `id`) and waits for the reply with that id.
+  Result<messaging::Body> RoundTripLocked(uint64_t id, messaging::Body body, const char* what) ZM_REQUIRES(mu_);
+  Status SendLocked(messaging::Body body) ZM_REQUIRES(mu_);
   Status Sync();                             // a CacheAdmit{want_reply} round trip
   void HeartbeatLoop();
 
@@ -118,23 +117,26 @@ class RemoteCacheBackend : public CacheBackend {
   std::vector<uint64_t> staging_offsets_;
   std::unique_ptr<zmq::context_t> context_;  // outlives channel_ (declared before it)
 
-  mutable std::mutex mu_;  // guards the socket and everything below
-  messaging::Channel channel_;
+  // Guards the socket and every field below but the atomics: next_id_ and confirmed_ change only
+  // under it and are also read under staging_mu_ alone; session_lost_ is set and read with or without it.
+  mutable Mutex mu_;
+  messaging::Channel channel_ ZM_GUARDED_BY(mu_);
   std::atomic<uint64_t> next_id_{1};     // id of the next message sent
   std::atomic<uint64_t> confirmed_{0};   // every message with an id below this was processed by the server
   std::atomic<bool> session_lost_{false};
-  std::chrono::steady_clock::time_point last_send_;
-  AdmitTotals totals_;
-  uint64_t round_trips_ = 0;
-  uint64_t one_way_ = 0;
-  int32_t scores_layer_ = -1;    // ObserveScores' layer, -1 = none pending
-  std::vector<float> scores_;    // its scores
-  bool stopping_ = false;
-  std::condition_variable stop_cv_;
+  std::chrono::steady_clock::time_point last_send_ ZM_GUARDED_BY(mu_);
+  AdmitTotals totals_ ZM_GUARDED_BY(mu_);
+  uint64_t round_trips_ ZM_GUARDED_BY(mu_) = 0;
+  uint64_t one_way_ ZM_GUARDED_BY(mu_) = 0;
+  int32_t scores_layer_ ZM_GUARDED_BY(mu_) = -1;    // ObserveScores' layer, -1 = none pending
+  std::vector<float> scores_ ZM_GUARDED_BY(mu_);    // its scores
+  bool stopping_ ZM_GUARDED_BY(mu_) = false;
+  CondVar stop_cv_;  // waits on mu_
 
-  mutable std::mutex staging_mu_;  // guards the two below
-  std::vector<uint32_t> free_slots_;
-  std::vector<uint64_t> released_at_;  // [slot] next_id_ when it was released: clean once confirmed_ >= it
+  mutable Mutex staging_mu_;  // guards the two below
+  std::vector<uint32_t> free_slots_ ZM_GUARDED_BY(staging_mu_);
+  // [slot] next_id_ when it was released: clean once confirmed_ >= it
+  std::vector<uint64_t> released_at_ ZM_GUARDED_BY(staging_mu_);
 
   std::thread heartbeat_;
 };

@@ -1,6 +1,5 @@
 #include "services/runtime/remote_provider.h"
 
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -11,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/event_fd.h"
+#include "common/mutex.h"
 
 namespace zipmoe::runtime {
 
@@ -62,12 +62,12 @@ Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(cons
 }
 
 messaging::ChannelStats RemoteExpertProvider::channel_stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return channel_.stats();
 }
 
 uint64_t RemoteExpertProvider::bad_messages() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return channel_.stats().bad_messages;
 }
 
@@ -75,7 +75,7 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
   const auto deadline = Clock::now() + config_.timeout;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       Result<msg::Received> got = channel_.Recv(milliseconds(5));
       if (got.ok()) return std::move(got->message.body);
       if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
@@ -89,7 +89,7 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
 
 Status RemoteExpertProvider::Ping(milliseconds wait) {
   const auto deadline = Clock::now() + wait;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ZM_RETURN_IF_ERROR(channel_.Send(msg::Heartbeat{0, 0}, wait));
   while (Clock::now() < deadline) {
     Result<msg::Received> got = channel_.Recv(milliseconds(5));
@@ -102,7 +102,7 @@ Status RemoteExpertProvider::Ping(milliseconds wait) {
 void RemoteExpertProvider::Prefetch(const LayerRouting& predicted) {
   if (config_.prefetch == PrefetchMode::kNone) return;
   msg::LayerRequest request{predicted.layer_id, predicted.expert_ids, predicted.tokens_per_expert, {}, 0, true};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   (void)channel_.Send(std::move(request), config_.timeout);
 }
 
@@ -114,7 +114,7 @@ Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
   msg::LayerRequest request{routing.layer_id, routing.expert_ids, routing.tokens_per_expert, routing.mean_scores,
                             routing.substituted, false};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ZM_RETURN_IF_ERROR(channel_.Send(std::move(request), config_.timeout));
   }
   layer_id_ = routing.layer_id;
@@ -173,13 +173,13 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
 }
 
 void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   (void)channel_.Send(msg::LeaseRelease{layer_id, expert_id}, config_.timeout);
 }
 
 Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ZM_RETURN_IF_ERROR(channel_.Send(msg::LayerEnd{layer_id}, config_.timeout));
   }
   while (true) {
@@ -203,46 +203,47 @@ struct ProviderServer::State {
   EventFd wake;
   std::thread loop_thread;
   std::thread deliver_thread;
-  std::mutex stop_mu;
-  bool joined = false;
+  Mutex stop_mu;  // one Stop at a time; guards joined
+  bool joined ZM_GUARDED_BY(stop_mu) = false;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;
+  Mutex mu;  // guards everything below
+  CondVar cv;  // waits on mu
+  bool stopping ZM_GUARDED_BY(mu) = false;
   // The open layer.
-  bool active = false;
-  int32_t layer_id = -1;
-  std::string peer;                 // the executor that opened it
-  size_t to_deliver = 0;            // NextReady calls the deliverer still has to make
-  bool delivering = false;          // the deliverer is inside the layer
-  bool aborting = false;            // release leases as they come
-  std::map<int32_t, std::unique_ptr<ExpertLease>> leases;  // by expert id
-  std::deque<std::pair<std::string, msg::Body>> outbox;
-  ProviderServerStats stats;
+  bool active ZM_GUARDED_BY(mu) = false;
+  int32_t layer_id ZM_GUARDED_BY(mu) = -1;
+  std::string peer ZM_GUARDED_BY(mu);                 // the executor that opened it
+  size_t to_deliver ZM_GUARDED_BY(mu) = 0;            // NextReady calls the deliverer still has to make
+  bool delivering ZM_GUARDED_BY(mu) = false;          // the deliverer is inside the layer
+  bool aborting ZM_GUARDED_BY(mu) = false;            // release leases as they come
+  std::map<int32_t, std::unique_ptr<ExpertLease>> leases ZM_GUARDED_BY(mu);  // by expert id
+  std::deque<std::pair<std::string, msg::Body>> outbox ZM_GUARDED_BY(mu);
+  ProviderServerStats stats ZM_GUARDED_BY(mu);
 
   void Log(const std::string& line) const {
     if (config.log) config.log(line);
   }
-  void Post(std::string to, msg::Body body) {
+  void Post(std::string to, msg::Body body) ZM_REQUIRES(mu) {
     outbox.emplace_back(std::move(to), std::move(body));
     wake.Notify();
   }
   void Deliver();
   void Loop();
-  void AbortLocked(std::unique_lock<std::mutex>& lock);
+  // Releases and retakes mu (held by the caller's `lock`) while the layer's leases go.
+  void AbortLocked(MutexLock* lock) ZM_REQUIRES(mu);
   void Handle(const std::string& peer, msg::Body body);
 };
 
 void ProviderServer::State::Deliver() {
-  std::unique_lock<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   while (true) {
-    cv.wait(lock, [&] { return stopping || to_deliver > 0; });
+    cv.Wait(&lock, [&]() ZM_REQUIRES(mu) { return stopping || to_deliver > 0; });
     if (stopping) return;
     delivering = true;
     while (to_deliver > 0 && !stopping) {
-      lock.unlock();
+      lock.Unlock();
       Result<std::unique_ptr<ExpertLease>> lease = provider->NextReady();
-      lock.lock();
+      lock.Lock();
       --to_deliver;
       if (!lease.ok()) {
         msg::ExpertReady failed;
@@ -255,9 +256,9 @@ void ProviderServer::State::Deliver() {
       const ExpertWeightsView& v = (*lease)->weights();
       if (aborting) {
         std::unique_ptr<ExpertLease> drop = std::move(lease).value();
-        lock.unlock();
+        lock.Unlock();
         drop.reset();
-        lock.lock();
+        lock.Lock();
         continue;
       }
       msg::ExpertReady ready;
@@ -282,47 +283,48 @@ void ProviderServer::State::Deliver() {
       Post(peer, std::move(ready));
     }
     delivering = false;
-    cv.notify_all();
+    cv.NotifyAll();
   }
 }
 
-void ProviderServer::State::AbortLocked(std::unique_lock<std::mutex>& lock) {
+void ProviderServer::State::AbortLocked(MutexLock* lock) {
   if (!active) return;
   ++stats.aborted_layers;
   Log(fmt::format("aborting layer {} of a previous executor", layer_id));
   aborting = true;
   std::map<int32_t, std::unique_ptr<ExpertLease>> held;
   held.swap(leases);
-  lock.unlock();
+  mu.Unlock();
   held.clear();  // releases: later waves can start, so the deliverer finishes
-  lock.lock();
-  cv.wait(lock, [&] { return !delivering && to_deliver == 0; });
+  mu.Lock();
+  cv.Wait(lock, [&]() ZM_REQUIRES(mu) { return !delivering && to_deliver == 0; });
   held.swap(leases);
-  lock.unlock();
+  const int32_t ending = layer_id;  // only Handle (this thread) changes it
+  mu.Unlock();
   held.clear();
-  (void)provider->EndLayer(layer_id);
-  lock.lock();
+  (void)provider->EndLayer(ending);
+  mu.Lock();
   aborting = false;
   active = false;
 }
 
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
-  std::unique_lock<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   if (auto* request = std::get_if<msg::LayerRequest>(&body); request != nullptr && request->prefetch) {
     // A prediction for a later layer of the same executor: the open layer stays open.
     LayerRouting predicted{request->layer_id, request->expert_ids, request->tokens_per_expert};
-    lock.unlock();
+    lock.Unlock();
     provider->Prefetch(predicted);
     return;
   }
   if (auto* request = std::get_if<msg::LayerRequest>(&body)) {
-    if (active) AbortLocked(lock);
+    if (active) AbortLocked(&lock);
     LayerRouting routing{request->layer_id, request->expert_ids, request->tokens_per_expert};
     routing.mean_scores = request->mean_scores;
     routing.substituted = request->substituted;
-    lock.unlock();
+    lock.Unlock();
     Status st = provider->BeginLayer(routing);
-    lock.lock();
+    lock.Lock();
     if (!st.ok()) {
       msg::ExpertReady failed;
       failed.layer_id = request->layer_id;
@@ -334,7 +336,7 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     layer_id = request->layer_id;
     peer = from;
     to_deliver = request->expert_ids.size();
-    cv.notify_all();
+    cv.NotifyAll();
     return;
   }
   if (auto* release = std::get_if<msg::LeaseRelease>(&body)) {
@@ -342,7 +344,7 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     if (!active || release->layer_id != layer_id || it == leases.end()) return;  // stale
     std::unique_ptr<ExpertLease> lease = std::move(it->second);
     leases.erase(it);
-    lock.unlock();
+    lock.Unlock();
     lease.reset();  // admission + next wave (OffloadExpertProvider::OnLeaseReleased)
     return;
   }
@@ -355,9 +357,9 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
       st = Status::InvalidArgument(fmt::format("EndLayer({}): {} experts not yet taken, {} leases held", end->layer_id,
                                                to_deliver, leases.size()));
     } else {
-      lock.unlock();
+      lock.Unlock();
       st = provider->EndLayer(end->layer_id);
-      lock.lock();
+      lock.Lock();
       active = false;
       ++stats.layers;
     }
@@ -373,7 +375,7 @@ void ProviderServer::State::Loop() {
   while (true) {
     std::deque<std::pair<std::string, msg::Body>> out;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (stopping) break;
       out.swap(outbox);
     }
@@ -394,7 +396,7 @@ void ProviderServer::State::Loop() {
           return true;
         },
         [&](const Status& bad) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           ++stats.bad_messages;
           Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
         });
@@ -425,27 +427,30 @@ Result<std::unique_ptr<ProviderServer>> ProviderServer::Start(zmq::context_t& co
 ProviderServer::~ProviderServer() { Stop(); }
 
 void ProviderServer::Stop() {
-  std::lock_guard<std::mutex> stop_lock(s_->stop_mu);
+  MutexLock stop_lock(&s_->stop_mu);
   if (s_->joined) return;
   std::map<int32_t, std::unique_ptr<ExpertLease>> held;
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
+    MutexLock lock(&s_->mu);
     s_->stopping = true;
     held.swap(s_->leases);
   }
   held.clear();
-  s_->cv.notify_all();
+  s_->cv.NotifyAll();
   s_->wake.Notify();
   if (s_->loop_thread.joinable()) s_->loop_thread.join();
   // The deliverer may sit in NextReady until the provider's engines stop (the provider's owner does that).
   if (s_->deliver_thread.joinable()) s_->deliver_thread.join();
-  held.swap(s_->leases);
+  {
+    MutexLock lock(&s_->mu);  // both threads are gone; taken so the leases are only ever touched under it
+    held.swap(s_->leases);
+  }
   held.clear();
   s_->joined = true;
 }
 
 ProviderServerStats ProviderServer::stats() const {
-  std::lock_guard<std::mutex> lock(s_->mu);
+  MutexLock lock(&s_->mu);
   return s_->stats;
 }
 

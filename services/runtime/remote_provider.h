@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -29,6 +28,7 @@
 
 #include "common/expert_provider.h"
 #include "common/messaging_channel.h"
+#include "common/mutex.h"
 #include "common/shm_region.h"
 #include "common/status.h"
 #include "kernels/host_registration.h"
@@ -83,8 +83,8 @@ class RemoteExpertProvider : public ExpertProvider {
   ShmRegion arena_;
   std::optional<kernels::HostRegistration> registration_;  // after arena_: unregistered before unmapping
   std::unique_ptr<zmq::context_t> context_;  // outlives channel_ (declared before it)
-  mutable std::mutex mu_;        // guards channel_
-  messaging::Channel channel_;
+  mutable Mutex mu_;        // guards channel_
+  messaging::Channel channel_ ZM_GUARDED_BY(mu_);
   int32_t layer_id_ = -1;
   size_t expected_ = 0;
   size_t delivered_ = 0;

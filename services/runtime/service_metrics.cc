@@ -128,7 +128,7 @@ void CacheMetrics::Update(const cache_manager::CacheCounters& counters) {
     resident_bytes_[p]->Set(static_cast<double>(counters.pools[p].resident_bytes));
   }
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const size_t n_layers = counters.layer_requests.size();
   while (requests_.size() < n_layers) {
     const std::string layer = std::to_string(requests_.size());
@@ -360,7 +360,7 @@ EmbeddedRuntimeMetrics::EmbeddedRuntimeMetrics(prometheus::Registry& registry) {
 }
 
 void EmbeddedRuntimeMetrics::Update(const runtime::RuntimeStats& t, const std::string& policy) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto add_u = [](prometheus::Counter* c, uint64_t now, uint64_t before) {
     if (now > before) c->Increment(static_cast<double>(now - before));
   };
@@ -415,7 +415,7 @@ MessageMetrics::MessageMetrics(prometheus::Registry& registry) {
 }
 
 void MessageMetrics::Set(const std::string& peer, uint64_t sent, uint64_t received) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto [it, added] = last_.try_emplace(peer, 0, 0);
   (void)added;
   auto add = [&](const char* direction, uint64_t now, uint64_t& before) {
@@ -428,7 +428,7 @@ void MessageMetrics::Set(const std::string& peer, uint64_t sent, uint64_t receiv
 }
 
 void BadMessageMetrics::Set(uint64_t cumulative_total) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t delta = cumulative_total >= last_total_ ? cumulative_total - last_total_ : cumulative_total;
   if (delta > 0) bad_messages_->Increment(static_cast<double>(delta));
   last_total_ = cumulative_total;

@@ -19,7 +19,6 @@
 #include <map>
 #include <utility>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +29,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/mutex.h"
 #include "services/cache_manager/cache_manager.h"
 #include "services/runtime/runtime_stats.h"
 
@@ -102,10 +102,10 @@ class CacheMetrics {
  private:
   prometheus::Family<prometheus::Counter>* requests_family_ = nullptr;
   std::array<prometheus::Gauge*, cache_manager::kPoolCount> resident_bytes_{};  // by PoolIndex
-  std::mutex mu_;  // guards the fields below
-  std::vector<std::array<prometheus::Counter*, 5>> requests_;  // [layer][state]  ZM_GUARDED_BY(mu_)
-  std::vector<std::array<uint64_t, 5>> last_requests_;         // [layer][state]  ZM_GUARDED_BY(mu_)
-  uint64_t last_lookups_ = 0;                                   // ZM_GUARDED_BY(mu_)
+  Mutex mu_;  // guards the fields below
+  std::vector<std::array<prometheus::Counter*, 5>> requests_ ZM_GUARDED_BY(mu_);  // [layer][state]
+  std::vector<std::array<uint64_t, 5>> last_requests_ ZM_GUARDED_BY(mu_);  // [layer][state]
+  uint64_t last_lookups_ ZM_GUARDED_BY(mu_) = 0;
 };
 
 // Scheduler: zipmoe_scheduler_decompressors, zipmoe_scheduler_queue_depth{queue},
@@ -203,8 +203,8 @@ class EmbeddedRuntimeMetrics {
   void Update(const runtime::RuntimeStats& stats, const std::string& policy);
 
  private:
-  std::mutex mu_;
-  runtime::RuntimeStats last_;  // the previous update's totals  ZM_GUARDED_BY(mu_)
+  Mutex mu_;
+  runtime::RuntimeStats last_ ZM_GUARDED_BY(mu_);  // the previous update's totals
   prometheus::Counter* io_ops_ = nullptr;
   prometheus::Counter* io_bytes_e_ = nullptr;
   prometheus::Counter* io_bytes_sm_ = nullptr;
@@ -236,8 +236,8 @@ class BadMessageMetrics {
 
  private:
   prometheus::Counter* bad_messages_ = nullptr;
-  std::mutex mu_;  // guards last_total_
-  uint64_t last_total_ = 0;  // ZM_GUARDED_BY(mu_)
+  Mutex mu_;  // guards last_total_
+  uint64_t last_total_ ZM_GUARDED_BY(mu_) = 0;
 };
 
 // A client's message traffic with one peer (Channel::stats(), counted where the client connects):
@@ -256,8 +256,8 @@ class MessageMetrics {
 
  private:
   prometheus::Family<prometheus::Counter>* messages_ = nullptr;
-  std::mutex mu_;  // guards last_
-  std::map<std::string, std::pair<uint64_t, uint64_t>> last_;  // peer -> (sent, received)  ZM_GUARDED_BY(mu_)
+  Mutex mu_;  // guards last_
+  std::map<std::string, std::pair<uint64_t, uint64_t>> last_ ZM_GUARDED_BY(mu_);  // peer -> (sent, received)
 };
 
 }  // namespace zipmoe::metrics

@@ -10,7 +10,6 @@
 #include <sstream>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -23,6 +22,7 @@
 
 #include "common/event_fd.h"
 #include "common/messaging_channel.h"
+#include "common/mutex.h"
 
 namespace zipmoe::runtime {
 
@@ -108,18 +108,18 @@ struct WorkerDispatcher::State {
   msg::Channel router;  // used by the dispatcher thread only (after Start)
   EventFd wake;
   std::thread thread;
-  std::mutex stop_mu;
-  bool joined = false;
+  Mutex stop_mu;  // one Stop at a time; guards joined
+  bool joined ZM_GUARDED_BY(stop_mu) = false;
 
-  mutable std::mutex mu;
-  std::deque<uint64_t> read_queue;                 // waiting reads, in submission order
-  std::unordered_map<uint64_t, ReadItem> reads;    // waiting or in flight
-  std::unordered_map<uint64_t, DecodeItem> decodes;
-  std::set<ReadyKey> ready;                        // READY decodes not yet sent
-  std::map<std::string, Peer> peers;
-  uint64_t seq = 0;
-  bool stopping = false;
-  DispatcherStats counters;
+  mutable Mutex mu;  // guards everything below
+  std::deque<uint64_t> read_queue ZM_GUARDED_BY(mu);                 // waiting reads, in submission order
+  std::unordered_map<uint64_t, ReadItem> reads ZM_GUARDED_BY(mu);    // waiting or in flight
+  std::unordered_map<uint64_t, DecodeItem> decodes ZM_GUARDED_BY(mu);
+  std::set<ReadyKey> ready ZM_GUARDED_BY(mu);                        // READY decodes not yet sent
+  std::map<std::string, Peer> peers ZM_GUARDED_BY(mu);
+  uint64_t seq ZM_GUARDED_BY(mu) = 0;
+  bool stopping ZM_GUARDED_BY(mu) = false;
+  DispatcherStats counters ZM_GUARDED_BY(mu);
 
   void Log(const std::string& line) const {
     if (config.log) config.log(line);
@@ -136,11 +136,12 @@ struct WorkerDispatcher::State {
   }
 
   void Loop();
-  void ExpireLocked(Clock::time_point now);
-  void ReissueLocked(const std::string& id, const std::string& why);
+  // The *Locked methods require mu held.
+  void ExpireLocked(Clock::time_point now) ZM_REQUIRES(mu);
+  void ReissueLocked(const std::string& id, const std::string& why) ZM_REQUIRES(mu);
   void HandleLocked(const std::string& peer, msg::Message message, std::vector<storage::ReadCompletion>* read_done,
                     std::vector<decompressor::DecompressCompletion>* decode_done,
-                    std::vector<std::pair<std::string, msg::Body>>* replies);
+                    std::vector<std::pair<std::string, msg::Body>>* replies) ZM_REQUIRES(mu);
 };
 
 void WorkerDispatcher::State::ReissueLocked(const std::string& id, const std::string& why) {
@@ -272,7 +273,7 @@ void WorkerDispatcher::State::Loop() {
   while (true) {
     std::vector<std::pair<std::string, msg::Body>> sends;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (stopping) break;
       const auto now = Clock::now();
       ExpireLocked(now);
@@ -355,7 +356,7 @@ void WorkerDispatcher::State::Loop() {
     for (auto& [peer, body] : sends) {
       Status st = router.SendTo(peer, std::move(body), milliseconds(200));
       if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         ReissueLocked(peer, "unreachable");
       }
     }
@@ -372,12 +373,12 @@ void WorkerDispatcher::State::Loop() {
     msg::ReceiveAll(
         router,
         [&](msg::Received& got) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           HandleLocked(got.peer, std::move(got.message), &read_done, &decode_done, &replies);
           return true;
         },
         [&](const Status& bad) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(&mu);
           ++counters.bad_messages;
           Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
         });
@@ -392,7 +393,7 @@ void WorkerDispatcher::State::Loop() {
   // Leaving: tell every worker, so it reconnects to the next scheduler without waiting for liveness.
   std::vector<std::string> ids;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     for (const auto& [id, peer] : peers) ids.push_back(id);
   }
   for (const std::string& id : ids) (void)router.SendTo(id, msg::Disconnect{"scheduler stopping"}, milliseconds(100));
@@ -434,7 +435,7 @@ Status WorkerDispatcher::SubmitReads(std::vector<storage::ReadOp> ops) {
     ZM_RETURN_IF_ERROR(s_->Offset(op.dst, op.dst_capacity_bytes, "read destination", op.tensor_name).status());
   }
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
+    MutexLock lock(&s_->mu);
     if (s_->stopping) return Status::Unavailable("scheduler dispatcher stopped");
     for (const storage::ReadOp& op : ops) {
       if (s_->reads.count(op.op_id) != 0) {
@@ -458,7 +459,7 @@ Status WorkerDispatcher::AddDecode(decompressor::DecompressOp op, bool ready) {
                                 op.tensor_name).status());
   if (recover) ZM_RETURN_IF_ERROR(s_->Offset(op.sm, op.raw_bytes, "SM plane", op.tensor_name).status());
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
+    MutexLock lock(&s_->mu);
     if (s_->stopping) return Status::Unavailable("scheduler dispatcher stopped");
     if (s_->decodes.count(op.op_id) != 0) {
       return Status::InvalidArgument(fmt::format("decode op id {} is in use", op.op_id));
@@ -477,7 +478,7 @@ Status WorkerDispatcher::AddDecode(decompressor::DecompressOp op, bool ready) {
 
 Status WorkerDispatcher::MarkReady(uint64_t op_id) {
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
+    MutexLock lock(&s_->mu);
     if (s_->stopping) return Status::Unavailable("scheduler dispatcher stopped");
     auto it = s_->decodes.find(op_id);
     if (it == s_->decodes.end() || !it->second.peer.empty()) {
@@ -494,7 +495,7 @@ Status WorkerDispatcher::MarkReady(uint64_t op_id) {
 Status WorkerDispatcher::Cancel(uint64_t op_id, Status reason) {
   if (reason.ok()) return Status::InvalidArgument("Cancel needs a non-OK reason");
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
+    MutexLock lock(&s_->mu);
     auto it = s_->decodes.find(op_id);
     if (it == s_->decodes.end() || !it->second.peer.empty()) {
       return Status::NotFound(fmt::format("decode op {} is not pending", op_id));
@@ -507,10 +508,10 @@ Status WorkerDispatcher::Cancel(uint64_t op_id, Status reason) {
 }
 
 void WorkerDispatcher::Stop() {
-  std::lock_guard<std::mutex> stop_lock(s_->stop_mu);
+  MutexLock stop_lock(&s_->stop_mu);
   if (s_->joined) return;
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
+    MutexLock lock(&s_->mu);
     s_->stopping = true;
   }
   s_->wake.Notify();
@@ -518,7 +519,7 @@ void WorkerDispatcher::Stop() {
   s_->joined = true;
   std::vector<uint64_t> read_ids, decode_ids;
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
+    MutexLock lock(&s_->mu);
     for (const auto& [id, item] : s_->reads) read_ids.push_back(id);
     for (const auto& [id, item] : s_->decodes) decode_ids.push_back(id);
     s_->reads.clear();
@@ -540,7 +541,7 @@ void WorkerDispatcher::Stop() {
 }
 
 DispatcherStats WorkerDispatcher::stats() const {
-  std::lock_guard<std::mutex> lock(s_->mu);
+  MutexLock lock(&s_->mu);
   DispatcherStats out = s_->counters;
   for (const auto& [id, peer] : s_->peers) {
     if (peer.role == msg::kRoleDecompressor) {

@@ -74,7 +74,7 @@ Status StorageService::Submit(std::vector<ReadOp> ops) {
       return Status::InvalidArgument(where() + ": op id appears twice in one Submit");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::Unavailable(path() + ": storage service stopped");
     for (const ReadOp& op : ops) {
       if (in_flight_.count(op.op_id) != 0 || completions_.count(op.op_id) != 0)
@@ -86,7 +86,7 @@ Status StorageService::Submit(std::vector<ReadOp> ops) {
       queue_.push_back(std::move(op));
     }
   }
-  queue_cv_.notify_one();
+  queue_cv_.NotifyOne();
   return Status::Ok();
 }
 
@@ -95,8 +95,8 @@ void StorageService::IoLoop() {
     ReadOp op;
     bool stopped = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      queue_cv_.Wait(&lock, [this]() ZM_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping_ and nothing left
       op = std::move(queue_.front());
       queue_.pop_front();
@@ -148,7 +148,7 @@ void StorageService::Complete(const ReadCompletion& c) {
   // The callback runs first, so a WaitFor() caller that returns knows the callback has run.
   if (config_.on_complete) config_.on_complete(c);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (c.status.ok()) {
       ++stats_.ops_ok;
       (c.kind == ChunkKind::kE ? stats_.io_bytes_e : stats_.io_bytes_sm) += c.stored_bytes;
@@ -162,14 +162,14 @@ void StorageService::Complete(const ReadCompletion& c) {
     in_flight_.erase(c.op_id);
     if (config_.retain_completions) completions_[c.op_id] = c;
   }
-  done_cv_.notify_all();
+  done_cv_.NotifyAll();
 }
 
 Result<ReadCompletion> StorageService::WaitFor(uint64_t op_id) {
   if (!config_.retain_completions)
     return Status::InvalidArgument(path() + ": WaitFor needs StorageConfig::retain_completions");
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return in_flight_.count(op_id) == 0; });
+  MutexLock lock(&mu_);
+  done_cv_.Wait(&lock, [&]() ZM_REQUIRES(mu_) { return in_flight_.count(op_id) == 0; });
   auto it = completions_.find(op_id);
   if (it == completions_.end())
     return Status::NotFound(fmt::format("{}: read op {} was never submitted or was already waited for", path(), op_id));
@@ -180,15 +180,15 @@ Result<ReadCompletion> StorageService::WaitFor(uint64_t op_id) {
 
 void StorageService::RequestStop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  queue_cv_.notify_all();
+  queue_cv_.NotifyAll();
 }
 
 void StorageService::Stop() {
   ZM_CHECK(std::this_thread::get_id() != io_thread_.get_id()) << "StorageService::Stop called on its I/O thread";
-  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  MutexLock stop_lock(&stop_mu_);
   if (joined_) return;
   RequestStop();
   if (io_thread_.joinable()) io_thread_.join();
@@ -196,7 +196,7 @@ void StorageService::Stop() {
 }
 
 StorageStats StorageService::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

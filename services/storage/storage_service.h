@@ -21,12 +21,10 @@
 // completes. Lock order: mu_ only; never held while reading, hashing or calling back.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -34,6 +32,7 @@
 #include <vector>
 
 #include "common/manifest.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "services/storage/chunk_file.h"
 
@@ -128,17 +127,17 @@ class StorageService {
   const StorageConfig config_;   // constant after construction
   ChunkFile file_;               // used by the I/O thread only (its flags are atomics)
 
-  std::mutex stop_mu_;           // serialises Stop() calls
-  bool joined_ = false;          // guarded by stop_mu_
+  Mutex stop_mu_;                // serialises Stop() calls
+  bool joined_ ZM_GUARDED_BY(stop_mu_) = false;
 
-  mutable std::mutex mu_;        // guards every field below
-  std::condition_variable queue_cv_;  // queue_ non-empty or stopping_
-  std::condition_variable done_cv_;   // a completion was published
-  std::deque<ReadOp> queue_;
-  std::unordered_set<uint64_t> in_flight_;  // submitted op ids not yet completed
-  std::unordered_map<uint64_t, ReadCompletion> completions_;  // when retain_completions
-  bool stopping_ = false;
-  StorageStats stats_;
+  mutable Mutex mu_;             // guards every field below
+  CondVar queue_cv_;             // queue_ non-empty or stopping_
+  CondVar done_cv_;              // a completion was published
+  std::deque<ReadOp> queue_ ZM_GUARDED_BY(mu_);
+  std::unordered_set<uint64_t> in_flight_ ZM_GUARDED_BY(mu_);  // submitted op ids not yet completed
+  std::unordered_map<uint64_t, ReadCompletion> completions_ ZM_GUARDED_BY(mu_);  // when retain_completions
+  bool stopping_ ZM_GUARDED_BY(mu_) = false;
+  StorageStats stats_ ZM_GUARDED_BY(mu_);
 
   std::thread io_thread_;        // started in Create, joined in Stop
 };

@@ -37,7 +37,7 @@ Result<std::unique_ptr<StorageWorker>> StorageWorker::Create(zmq::context_t& con
     done.read_us = c.read_us;
     done.verify_us = c.verify_us;
     {
-      std::lock_guard<std::mutex> lock(raw->mu_);
+      MutexLock lock(&raw->mu_);
       auto it = raw->in_flight_.find(c.op_id);
       if (it != raw->in_flight_.end()) {
         done.attempt = it->second;
@@ -52,7 +52,7 @@ Result<std::unique_ptr<StorageWorker>> StorageWorker::Create(zmq::context_t& con
 }
 
 uint64_t StorageWorker::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return in_flight_.size();
 }
 
@@ -76,7 +76,7 @@ void StorageWorker::Handle(const msg::Body& body) {
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (in_flight_.count(r.op_id) != 0) continue;  // re-issued while still queued here
       in_flight_[r.op_id] = r.attempt;
     }
@@ -104,7 +104,7 @@ void StorageWorker::Handle(const msg::Body& body) {
     if (!st.ok()) {
       uint32_t attempt = 0;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         attempt = in_flight_[id];
         in_flight_.erase(id);
       }

@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include <zmq.hpp>
 
+#include "common/mutex.h"
 #include "common/pull_worker.h"
 #include "common/shm_region.h"
 #include "services/storage/storage_service.h"
@@ -48,8 +48,8 @@ class StorageWorker {
   StorageWorkerOptions options_;
   std::unique_ptr<messaging::PullWorker> pull_;
   std::unique_ptr<StorageService> service_;
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, uint32_t> in_flight_;  // op_id -> attempt, guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, uint32_t> in_flight_ ZM_GUARDED_BY(mu_);  // op_id -> attempt
 };
 
 }  // namespace zipmoe::storage

@@ -6,12 +6,12 @@
 // `fn` must not throw and must be safe to call concurrently for distinct indices.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace zipmoe::synth {
 
@@ -29,20 +29,21 @@ class ParallelRunner {
 
  private:
   void WorkerLoop();
-  // Claims and runs tasks of the current loop until none is left. Called with mu_ held.
-  void RunTasks(std::unique_lock<std::mutex>& lock);
+  // Claims and runs tasks of the current loop until none is left. Called with mu_ held; releases it
+  // while each task runs.
+  void RunTasks() ZM_REQUIRES(mu_);
 
-  std::mutex call_mu_;  // serialises ParallelFor calls
-  std::mutex mu_;       // guards every field below
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  const std::function<void(int64_t)>* fn_ = nullptr;  // the loop body of the current call
-  int64_t n_tasks_ = 0;
-  int64_t next_task_ = 0;
-  int64_t unfinished_ = 0;  // tasks claimed or unclaimed that have not returned
-  int active_workers_ = 0;  // workers inside RunTasks for the current call
-  uint64_t generation_ = 0;  // bumped once per ParallelFor call
-  bool stop_ = false;
+  Mutex call_mu_;  // serialises ParallelFor calls
+  Mutex mu_;       // guards every field below but workers_
+  CondVar work_cv_;
+  CondVar done_cv_;
+  const std::function<void(int64_t)>* fn_ ZM_GUARDED_BY(mu_) = nullptr;  // the loop body of the current call
+  int64_t n_tasks_ ZM_GUARDED_BY(mu_) = 0;
+  int64_t next_task_ ZM_GUARDED_BY(mu_) = 0;
+  int64_t unfinished_ ZM_GUARDED_BY(mu_) = 0;  // tasks claimed or unclaimed that have not returned
+  int active_workers_ ZM_GUARDED_BY(mu_) = 0;  // workers inside RunTasks for the current call
+  uint64_t generation_ ZM_GUARDED_BY(mu_) = 0;  // bumped once per ParallelFor call
+  bool stop_ ZM_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;  // constant after construction
 };
 
