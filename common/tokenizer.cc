@@ -15,7 +15,9 @@
 #include "common/tokenizer_bpe.h"
 #include "common/tokenizer_decoder.h"
 #include "common/tokenizer_json.h"
+#include "common/tokenizer_model.h"
 #include "common/tokenizer_pretokenizer.h"
+#include "common/tokenizer_unigram.h"
 #include "common/tokenizer_unicode.h"
 
 namespace zipmoe {
@@ -28,7 +30,7 @@ using tokenizer::ConfigTokenText;
 
 struct Tokenizer::Impl {
   std::string source;  // file name for messages
-  std::unique_ptr<tokenizer::BpeModel> model;
+  std::unique_ptr<tokenizer::Model> model;  // BpeModel or UnigramModel
   std::unique_ptr<tokenizer::Normalizer> normalizer;      // null: identity
   std::unique_ptr<tokenizer::PreTokenizer> pre_tokenizer;  // null: one piece per segment
   std::unique_ptr<tokenizer::Decoder> decoder;             // null: join with " "
@@ -141,6 +143,20 @@ Result<PostIds> ParsePostProcessor(const json& j, const std::string& where) {
 
 }  // namespace
 
+namespace tokenizer {
+
+Result<std::unique_ptr<Model>> ParseModel(const json& model, const std::string& where) {
+  ZM_ASSIGN_OR_RETURN(std::string type, GetStringOr(model, "type", "BPE", where));
+  if (type == "Unigram") {
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<UnigramModel> unigram, UnigramModel::FromJson(model, where));
+    return std::unique_ptr<Model>(std::move(unigram));
+  }
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<BpeModel> bpe, BpeModel::FromJson(model, where));
+  return std::unique_ptr<Model>(std::move(bpe));
+}
+
+}  // namespace tokenizer
+
 Status Tokenizer::Impl::EncodeSegment(std::string_view segment, bool at_start,
                                       std::vector<int32_t>* ids) const {
   std::string normalized(segment);
@@ -193,7 +209,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tokenizer_jso
     return tokenizer_json.contains(key) ? tokenizer_json[key] : null_json;
   };
   if (!tokenizer_json.contains("model")) return Status::Corruption(source + ": model: missing");
-  ZM_ASSIGN_OR_RETURN(impl->model, tokenizer::BpeModel::FromJson(tokenizer_json["model"], source + ": model"));
+  ZM_ASSIGN_OR_RETURN(impl->model, tokenizer::ParseModel(tokenizer_json["model"], source + ": model"));
   ZM_ASSIGN_OR_RETURN(impl->normalizer, tokenizer::ParseNormalizer(field("normalizer"), source + ": normalizer"));
   ZM_ASSIGN_OR_RETURN(impl->pre_tokenizer,
                       tokenizer::ParsePreTokenizer(field("pre_tokenizer"), source + ": pre_tokenizer"));

@@ -1,6 +1,8 @@
-// Tokenizer: a Hugging Face tokenizer.json BPE tokenizer in C++ (no torch, no Python), following
-// the HF `tokenizers` library: byte-level BPE as Qwen, DeepSeek, OLMoE and GPT-2 use it, and the
-// SentencePiece-style BPE with byte fallback of Mixtral/Llama.
+// Tokenizer: a Hugging Face tokenizer.json tokenizer in C++ (no torch, no Python), following the HF
+// `tokenizers` library: byte-level BPE as Qwen, DeepSeek, OLMoE and GPT-2 use it, the
+// SentencePiece-style BPE with byte fallback of Mixtral/Llama, and the SentencePiece Unigram model
+// of T5 / Switch Transformers (tokenizer_unigram.h; Metaspace pre-tokenizer and decoder,
+// <extra_id_N> sentinels as added tokens, TemplateProcessing's "</s>").
 //
 // Encode pipeline (HF order):
 //   1. invalid UTF-8 in the input is replaced first: each maximal ill-formed subsequence becomes
@@ -9,19 +11,19 @@
 //   2. the text is split on added tokens (leftmost-longest; specials map straight to their id;
 //      single_word / lstrip / rstrip honoured); tokens with normalized=true are matched after
 //      normalization;
-//   3. each remaining segment is normalized, pre-tokenized and BPE-encoded
-//      (tokenizer_pretokenizer.h, tokenizer_bpe.h);
+//   3. each remaining segment is normalized, pre-tokenized and encoded by the model
+//      (tokenizer_pretokenizer.h; tokenizer_bpe.h or tokenizer_unigram.h);
 //   4. with add_special_tokens, the post-processor's ids are added (TemplateProcessing,
 //      BertProcessing, RobertaProcessing, Sequence; ByteLevel adds none). If tokenizer_config.json
 //      sets add_bos_token / add_eos_token, that choice replaces the post-processor, as
 //      transformers' LlamaTokenizerFast.update_post_processor does.
 // Decode: ids -> token strings (unknown ids are skipped; special tokens too if asked) -> decoder
 // (tokenizer_decoder.h) -> concatenation; bytes that are not valid UTF-8 come out as U+FFFD.
-// Not supported: WordPiece/WordLevel/Unigram models, Precompiled (SentencePiece charsmap)
-// normalizers, offsets, truncation/padding, pair sequences, BPE dropout,
-// transformers' clean_up_tokenization_spaces.
+// Not supported: WordPiece/WordLevel models, Precompiled (SentencePiece charsmap) normalizers
+// (a real T5 tokenizer.json, whose normalizer is Precompiled, is rejected naming it), offsets,
+// truncation/padding, pair sequences, BPE dropout, transformers' clean_up_tokenization_spaces.
 //
-// Thread-safety: a loaded Tokenizer is immutable (its BPE word cache is internally locked), so
+// Thread-safety: a loaded Tokenizer is immutable (the BPE word cache is internally locked), so
 // Encode/Decode/ApplyChatTemplate may be called from many threads at once. A StreamDecoder
 // belongs to one stream (one thread) and must not outlive its Tokenizer.
 #pragma once
@@ -45,8 +47,8 @@ class Tokenizer {
   // Loads `tokenizer_json_path` and, if it exists in the same directory, tokenizer_config.json
   // (add_bos_token/add_eos_token, bos_token/eos_token, chat_template).
   // Errors: kNotFound (no tokenizer.json), kIoError (unreadable), kCorruption naming the file and
-  // field (malformed JSON, unknown model type, merge of a token not in the vocab, added token
-  // without id), kInvalidArgument naming an unsupported normalizer/pre_tokenizer/decoder/
+  // field (malformed JSON, unknown model type, merge of a token not in the vocab, malformed
+  // Unigram vocab or unk_id, added token without id), kInvalidArgument naming an unsupported normalizer/pre_tokenizer/decoder/
   // post_processor type or a regex PCRE2 rejects.
   static Result<std::unique_ptr<Tokenizer>> Load(const std::string& tokenizer_json_path);
 

@@ -44,8 +44,8 @@ Result<std::optional<std::string>> OptionalString(const json& model, const char*
 
 Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const std::string& where) {
   ZM_ASSIGN_OR_RETURN(std::string type, GetStringOr(model, "type", "BPE", where));
-  if (type == "WordPiece" || type == "WordLevel" || type == "Unigram") {
-    return Status::InvalidArgument(fmt::format("{}.type: model type '{}' is not supported (BPE only)", where, type));
+  if (type == "WordPiece" || type == "WordLevel") {
+    return Status::InvalidArgument(fmt::format("{}.type: model type '{}' is not supported (BPE and Unigram only)", where, type));
   }
   if (type != "BPE") return Status::Corruption(fmt::format("{}.type: unknown model type '{}'", where, type));
   auto bpe = std::make_unique<BpeModel>();

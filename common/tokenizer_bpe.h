@@ -24,10 +24,11 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
+#include "common/tokenizer_model.h"
 
 namespace zipmoe::tokenizer {
 
-class BpeModel {
+class BpeModel : public Model {
  public:
   // Parses tokenizer.json's "model" object. `where` names the file and JSON path in messages.
   // Errors: kCorruption if the type is not "BPE", vocab/merges are malformed, a vocab id is negative
@@ -38,13 +39,13 @@ class BpeModel {
 
   // Appends the ids of `piece` (a pre-tokenized piece, valid UTF-8) to *ids.
   // Errors: kCorruption if unk_token is needed but not in the vocabulary.
-  Status Tokenize(std::string_view piece, std::vector<int32_t>* ids) const;
+  Status Tokenize(std::string_view piece, std::vector<int32_t>* ids) const override;
 
-  std::optional<int32_t> TokenToId(std::string_view token) const;
+  std::optional<int32_t> TokenToId(std::string_view token) const override;
   // The token string of `id`, or nullptr if no vocabulary entry has that id.
-  const std::string* IdToToken(int32_t id) const;
+  const std::string* IdToToken(int32_t id) const override;
   // 1 + the largest vocabulary id (0 for an empty vocabulary).
-  int32_t id_limit() const { return static_cast<int32_t>(id_to_token_.size()); }
+  int32_t id_limit() const override { return static_cast<int32_t>(id_to_token_.size()); }
   size_t n_merges() const { return merges_.size(); }
 
  private:

@@ -236,7 +236,9 @@ class MetaspacePreTokenizer : public PreTokenizer {
         }
       }
       const bool starts = text.compare(0, replacement_.size(), replacement_) == 0;
-      if (!starts && (scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && p.at_start))) {
+      // An empty piece stays empty (HF's NormalizedString::prepend does nothing on "").
+      if (!starts && !text.empty() &&
+          (scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && p.at_start))) {
         text.insert(0, replacement_);
       }
       p.text = std::move(text);

@@ -58,3 +58,17 @@ else
   (cd "$openai_dir" && npm ci --no-audit --no-fund --ignore-scripts)
   echo "$want" > "$stamp"
 fi
+
+# The tokenizer reference check (tests/tokenizer_reference, ctest tokenizer_unigram_reference): transformers.js
+# (`@huggingface/transformers`, pinned by that folder's package-lock.json) into tests/tokenizer_reference/node_modules
+# (ignored; ~470 MB, most of it onnxruntime-node's prebuilt binaries, which the check never loads). Same stamp rule.
+ref_dir="$(cd "$(dirname "$0")/../tests/tokenizer_reference" && pwd)"
+stamp="$ref_dir/node_modules/.zipmoe-lock.sha256"
+want=$(sha256sum "$ref_dir/package-lock.json" | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d "$ref_dir/node_modules/@huggingface/transformers" ]; then
+  echo "install_deps: tests/tokenizer_reference node_modules up to date"
+else
+  echo "install_deps: npm ci in tests/tokenizer_reference"
+  (cd "$ref_dir" && npm ci --no-audit --no-fund --ignore-scripts)
+  echo "$want" > "$stamp"
+fi
