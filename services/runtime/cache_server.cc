@@ -11,6 +11,7 @@
 #include "common/event_fd.h"
 #include "common/messaging_channel.h"
 #include "common/mutex.h"
+#include "common/router_server.h"
 
 namespace zipmoe::runtime {
 
@@ -23,7 +24,7 @@ namespace {
 constexpr milliseconds kReplyTimeout{1000};  // longest wait for a reply to be queued
 }  // namespace
 
-struct CacheServer::State {
+struct CacheServer::State : msg::RouterServer::Handler {
   struct Client {
     std::unordered_set<uint64_t> leases;
     std::vector<uint32_t> staging;
@@ -33,19 +34,16 @@ struct CacheServer::State {
     Status admit_error;  // first failed admission since the last CacheLookupReply
   };
 
-  State(CacheServerConfig c, LocalCacheBackend* b, msg::Channel ch, EventFd w)
-      : config(std::move(c)), backend(b), router(std::move(ch)), wake(std::move(w)) {}
+  State(CacheServerConfig c, LocalCacheBackend* b, std::unique_ptr<msg::RouterServer> r)
+      : config(std::move(c)), backend(b), server(std::move(r)) {}
 
   const CacheServerConfig config;
   LocalCacheBackend* const backend;
-  msg::Channel router;  // loop thread only
-  EventFd wake;
-  std::thread loop_thread;
+  const std::unique_ptr<msg::RouterServer> server;  // its channel: the loop thread's only
   std::map<std::string, Client> clients;  // loop thread only (after the join: Stop)
   std::vector<std::pair<std::string, msg::Body>> pending_replies;  // loop thread only
 
-  mutable Mutex mu;  // guards the three below
-  bool stopping ZM_GUARDED_BY(mu) = false;
+  mutable Mutex mu;  // guards the two below
   bool joined ZM_GUARDED_BY(mu) = false;
   CacheServerStats stats ZM_GUARDED_BY(mu);
 
@@ -64,13 +62,17 @@ struct CacheServer::State {
   void Reply(const std::string& peer, msg::Body body) { pending_replies.emplace_back(peer, std::move(body)); }
   void FlushReplies() {
     for (auto& [peer, body] : pending_replies) {
-      Status st = router.SendTo(peer, std::move(body), kReplyTimeout);
+      Status st = server->channel().SendTo(peer, std::move(body), kReplyTimeout);
       if (!st.ok()) Log(fmt::format("E: reply to {}: {}", msg::PrintableId(peer), st.ToString()));
     }
     pending_replies.clear();
   }
   void Reclaim(const std::string& peer, const std::string& why);
-  void Loop();
+  // msg::RouterServer::Handler, on the loop thread.
+  void OnTick(Clock::time_point now) override;
+  void OnMessage(msg::Received& got) override { Handle(got.peer, got.message.body); }
+  void OnBadMessage(const Status& bad) override { Bad(bad.ToString()); }
+  void OnLoopError(const Status& error) override { Log("E: " + error.ToString()); }
   void Handle(const std::string& peer, msg::Body& body);
   void HandleHello(const std::string& peer, const msg::CacheHello& hello);
   void HandleLookup(const std::string& peer, const msg::CacheLookup& lookup);
@@ -304,34 +306,13 @@ void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
   FlushReplies();
 }
 
-void CacheServer::State::Loop() {
-  while (true) {
-    {
-      MutexLock lock(&mu);
-      if (stopping) break;
-    }
-    Result<bool> readable = WaitReadable(router, wake, config.heartbeat_interval);
-    if (!readable.ok()) {
-      Log("E: " + readable.status().ToString());
-      break;
-    }
-    if (*readable) {
-      msg::ReceiveAll(
-          router,
-          [&](msg::Received& got) {
-            Handle(got.peer, got.message.body);
-            return true;
-          },
-          [&](const Status& bad) { Bad(bad.ToString()); });
-    }
-    // Liveness: a client silent for `liveness` of its intervals is dead.
-    const auto now = Clock::now();
-    std::vector<std::string> dead;
-    for (const auto& [peer, c] : clients) {
-      if (now - c.last_seen > c.interval * config.liveness) dead.push_back(peer);
-    }
-    for (const std::string& peer : dead) Reclaim(peer, "went silent");  // each publishes the counts
+void CacheServer::State::OnTick(Clock::time_point now) {
+  // Liveness: a client silent for `liveness` of its intervals is dead.
+  std::vector<std::string> dead;
+  for (const auto& [peer, c] : clients) {
+    if (now - c.last_seen > c.interval * config.liveness) dead.push_back(peer);
   }
+  for (const std::string& peer : dead) Reclaim(peer, "went silent");  // each publishes the counts
 }
 
 CacheServer::CacheServer(std::unique_ptr<State> s) : s_(std::move(s)) {}
@@ -339,16 +320,13 @@ CacheServer::CacheServer(std::unique_ptr<State> s) : s_(std::move(s)) {}
 Result<std::unique_ptr<CacheServer>> CacheServer::Start(zmq::context_t& context, CacheServerConfig config,
                                                         LocalCacheBackend* backend) {
   msg::ChannelOptions options;
-  options.kind = msg::SocketKind::kRouter;
   options.endpoint = config.endpoint;
-  options.bind = true;
   options.sender = "cache-manager";
-  ZM_ASSIGN_OR_RETURN(msg::Channel router, msg::Channel::Open(context, options));
-  ZM_ASSIGN_OR_RETURN(EventFd wake, EventFd::Create());
-  auto state = std::make_unique<State>(std::move(config), backend, std::move(router), std::move(wake));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::RouterServer> router, msg::RouterServer::Bind(context, options));
+  auto state = std::make_unique<State>(std::move(config), backend, std::move(router));
   std::unique_ptr<CacheServer> server(new CacheServer(std::move(state)));
   State* s = server->s_.get();
-  s->loop_thread = std::thread([s] { s->Loop(); });
+  s->server->Start(s, s->config.heartbeat_interval);
   return server;
 }
 
@@ -358,10 +336,8 @@ void CacheServer::Stop() {
   {
     MutexLock lock(&s_->mu);
     if (s_->joined) return;
-    s_->stopping = true;
   }
-  s_->wake.Notify();
-  if (s_->loop_thread.joinable()) s_->loop_thread.join();
+  s_->server->Stop();
   std::vector<std::string> peers;
   for (const auto& [peer, c] : s_->clients) peers.push_back(peer);
   for (const std::string& peer : peers) s_->Reclaim(peer, "dropped at shutdown");
@@ -375,6 +351,6 @@ CacheServerStats CacheServer::stats() const {
   return s_->stats;
 }
 
-std::string CacheServer::endpoint() const { return s_->router.endpoint(); }
+std::string CacheServer::endpoint() const { return s_->server->endpoint(); }
 
 }  // namespace zipmoe::runtime

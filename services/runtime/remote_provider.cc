@@ -11,12 +11,18 @@
 
 #include "common/event_fd.h"
 #include "common/mutex.h"
+#include "common/router_server.h"
 
 namespace zipmoe::runtime {
 
 namespace msg = messaging;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+// The ProviderServer's loop waits this long when idle; a posted reply wakes it at once.
+constexpr milliseconds kExecutorPollInterval{500};
+}  // namespace
 
 // ---- executor side --------------------------------------------------------------------------------
 
@@ -190,18 +196,16 @@ Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
 
 // ---- scheduler side -------------------------------------------------------------------------------
 
-struct ProviderServer::State {
-  State(ProviderServerConfig c, ExpertProvider* p, const uint8_t* base, uint64_t bytes, msg::Channel ch, EventFd w)
-      : config(std::move(c)), provider(p), arena_base(base), arena_bytes(bytes), router(std::move(ch)),
-        wake(std::move(w)) {}
+struct ProviderServer::State : msg::RouterServer::Handler {
+  State(ProviderServerConfig c, ExpertProvider* p, const uint8_t* base, uint64_t bytes,
+        std::unique_ptr<msg::RouterServer> r)
+      : config(std::move(c)), provider(p), arena_base(base), arena_bytes(bytes), server(std::move(r)) {}
 
   const ProviderServerConfig config;
   ExpertProvider* const provider;
   const uint8_t* const arena_base;
   const uint64_t arena_bytes;
-  msg::Channel router;  // loop thread only
-  EventFd wake;
-  std::thread loop_thread;
+  const std::unique_ptr<msg::RouterServer> server;  // its channel: the loop thread's only
   std::thread deliver_thread;
   Mutex stop_mu;  // one Stop at a time; guards joined
   bool joined ZM_GUARDED_BY(stop_mu) = false;
@@ -225,10 +229,14 @@ struct ProviderServer::State {
   }
   void Post(std::string to, msg::Body body) ZM_REQUIRES(mu) {
     outbox.emplace_back(std::move(to), std::move(body));
-    wake.Notify();
+    server->Wake();
   }
   void Deliver();
-  void Loop();
+  // msg::RouterServer::Handler, on the loop thread.
+  void OnTick(std::chrono::steady_clock::time_point now) override;
+  void OnMessage(msg::Received& got) override { Handle(got.peer, std::move(got.message.body)); }
+  void OnBadMessage(const Status& bad) override;
+  void OnLoopError(const Status& error) override { Log("E: " + error.ToString()); }
   // Releases and retakes mu (held by the caller's `lock`) while the layer's leases go.
   void AbortLocked(MutexLock* lock) ZM_REQUIRES(mu);
   void Handle(const std::string& peer, msg::Body body);
@@ -371,36 +379,22 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
   // Anything else: nothing to do.
 }
 
-void ProviderServer::State::Loop() {
-  while (true) {
-    std::deque<std::pair<std::string, msg::Body>> out;
-    {
-      MutexLock lock(&mu);
-      if (stopping) break;
-      out.swap(outbox);
-    }
-    for (auto& [to, body] : out) {
-      Status st = router.SendTo(to, std::move(body), milliseconds(1000));
-      if (!st.ok()) Log(fmt::format("E: reply to executor: {}", st.ToString()));
-    }
-    Result<bool> readable = WaitReadable(router, wake, milliseconds(500));
-    if (!readable.ok()) {
-      Log("E: " + readable.status().ToString());
-      break;
-    }
-    if (!*readable) continue;
-    msg::ReceiveAll(
-        router,
-        [&](msg::Received& got) {
-          Handle(got.peer, std::move(got.message.body));
-          return true;
-        },
-        [&](const Status& bad) {
-          MutexLock lock(&mu);
-          ++stats.bad_messages;
-          Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
-        });
+void ProviderServer::State::OnTick(std::chrono::steady_clock::time_point) {
+  std::deque<std::pair<std::string, msg::Body>> out;
+  {
+    MutexLock lock(&mu);
+    out.swap(outbox);
   }
+  for (auto& [to, body] : out) {
+    Status st = server->channel().SendTo(to, std::move(body), milliseconds(1000));
+    if (!st.ok()) Log(fmt::format("E: reply to executor: {}", st.ToString()));
+  }
+}
+
+void ProviderServer::State::OnBadMessage(const Status& bad) {
+  MutexLock lock(&mu);
+  ++stats.bad_messages;
+  Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
 }
 
 ProviderServer::ProviderServer(std::unique_ptr<State> s) : s_(std::move(s)) {}
@@ -409,18 +403,14 @@ Result<std::unique_ptr<ProviderServer>> ProviderServer::Start(zmq::context_t& co
                                                               ExpertProvider* provider, const uint8_t* arena_base,
                                                               uint64_t arena_bytes) {
   msg::ChannelOptions options;
-  options.kind = msg::SocketKind::kRouter;
   options.endpoint = config.endpoint;
-  options.bind = true;
   options.sender = "scheduler";
-  ZM_ASSIGN_OR_RETURN(msg::Channel router, msg::Channel::Open(context, options));
-  ZM_ASSIGN_OR_RETURN(EventFd wake, EventFd::Create());
-  auto state = std::make_unique<State>(std::move(config), provider, arena_base, arena_bytes, std::move(router),
-                                       std::move(wake));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::RouterServer> router, msg::RouterServer::Bind(context, options));
+  auto state = std::make_unique<State>(std::move(config), provider, arena_base, arena_bytes, std::move(router));
   std::unique_ptr<ProviderServer> server(new ProviderServer(std::move(state)));
   State* s = server->s_.get();
   s->deliver_thread = std::thread([s] { s->Deliver(); });
-  s->loop_thread = std::thread([s] { s->Loop(); });
+  s->server->Start(s, kExecutorPollInterval);
   return server;
 }
 
@@ -437,8 +427,7 @@ void ProviderServer::Stop() {
   }
   held.clear();
   s_->cv.NotifyAll();
-  s_->wake.Notify();
-  if (s_->loop_thread.joinable()) s_->loop_thread.join();
+  s_->server->Stop();
   // The deliverer may sit in NextReady until the provider's engines stop (the provider's owner does that).
   if (s_->deliver_thread.joinable()) s_->deliver_thread.join();
   {
@@ -454,6 +443,6 @@ ProviderServerStats ProviderServer::stats() const {
   return s_->stats;
 }
 
-std::string ProviderServer::endpoint() const { return s_->router.endpoint(); }
+std::string ProviderServer::endpoint() const { return s_->server->endpoint(); }
 
 }  // namespace zipmoe::runtime

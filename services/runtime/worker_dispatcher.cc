@@ -20,9 +20,9 @@
 
 #include <fmt/format.h>
 
-#include "common/event_fd.h"
 #include "common/messaging_channel.h"
 #include "common/mutex.h"
+#include "common/router_server.h"
 
 namespace zipmoe::runtime {
 
@@ -75,7 +75,7 @@ bool ProcessStopped(int32_t pid) {
 
 }  // namespace
 
-struct WorkerDispatcher::State {
+struct WorkerDispatcher::State : msg::RouterServer::Handler {
   struct ReadItem {
     storage::ReadOp op;
     uint32_t attempt = 0;
@@ -99,15 +99,17 @@ struct WorkerDispatcher::State {
   };
   using ReadyKey = std::tuple<int32_t, uint64_t, uint64_t>;  // (priority, seq, op_id)
 
-  State(zmq::context_t& c, DispatcherConfig cfg, EngineSetup s, msg::Channel ch, EventFd w)
-      : context(c), config(std::move(cfg)), setup(std::move(s)), router(std::move(ch)), wake(std::move(w)) {}
+  State(zmq::context_t& c, DispatcherConfig cfg, EngineSetup s, std::unique_ptr<msg::RouterServer> r)
+      : context(c), config(std::move(cfg)), setup(std::move(s)), server(std::move(r)) {}
 
   zmq::context_t& context;
   const DispatcherConfig config;
   const EngineSetup setup;
-  msg::Channel router;  // used by the dispatcher thread only (after Start)
-  EventFd wake;
-  std::thread thread;
+  const std::unique_ptr<msg::RouterServer> server;  // its channel: the dispatcher thread's only (after Start)
+  // Collected while a batch of messages is handled, acted on after it (dispatcher thread only).
+  std::vector<storage::ReadCompletion> read_done;
+  std::vector<decompressor::DecompressCompletion> decode_done;
+  std::vector<std::pair<std::string, msg::Body>> replies;
   Mutex stop_mu;  // one Stop at a time; guards joined
   bool joined ZM_GUARDED_BY(stop_mu) = false;
 
@@ -135,7 +137,13 @@ struct WorkerDispatcher::State {
     return static_cast<uint64_t>(b - setup.arena_base);
   }
 
-  void Loop();
+  // msg::RouterServer::Handler, on the dispatcher thread.
+  void OnTick(Clock::time_point now) override;
+  void OnMessage(msg::Received& got) override;
+  void OnBadMessage(const Status& bad) override;
+  void OnMessagesDone() override;
+  void OnLoopEnd() override;
+  void OnLoopError(const Status& error) override { Log("E: " + error.ToString()); }
   // The *Locked methods require mu held.
   void ExpireLocked(Clock::time_point now) ZM_REQUIRES(mu);
   void ReissueLocked(const std::string& id, const std::string& why) ZM_REQUIRES(mu);
@@ -269,134 +277,130 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
                   msg::BodyName(body)));
 }
 
-void WorkerDispatcher::State::Loop() {
-  while (true) {
-    std::vector<std::pair<std::string, msg::Body>> sends;
-    {
-      MutexLock lock(&mu);
-      if (stopping) break;
-      const auto now = Clock::now();
-      ExpireLocked(now);
-      // Reads: in order, to storage workers with free credits.
+void WorkerDispatcher::State::OnTick(Clock::time_point now) {
+  std::vector<std::pair<std::string, msg::Body>> sends;
+  {
+    MutexLock lock(&mu);
+    ExpireLocked(now);
+    // Reads: in order, to storage workers with free credits.
+    for (auto& [id, peer] : peers) {
+      if (peer.role != msg::kRoleStorage || read_queue.empty()) continue;
+      msg::ReadRequest request;
+      while (!read_queue.empty() && static_cast<int32_t>(peer.held.size()) < peer.credits) {
+        const uint64_t op_id = read_queue.front();
+        read_queue.pop_front();
+        ReadItem& item = reads.at(op_id);
+        item.peer = id;
+        peer.held.insert(op_id);
+        const storage::ReadOp& op = item.op;
+        msg::ChunkRead r;
+        r.op_id = op.op_id;
+        r.attempt = item.attempt;
+        r.file_offset = op.file_offset;
+        r.stored_bytes = op.stored_bytes;
+        r.dst_offset = static_cast<uint64_t>(op.dst - setup.arena_base);
+        r.dst_capacity_bytes = op.dst_capacity_bytes;
+        r.xxh64 = op.xxh64;
+        r.tensor_name = op.tensor_name;
+        r.layer_id = op.layer_id;
+        r.expert_id = op.expert_id;
+        r.kind = op.kind;
+        r.chunk_index = op.chunk_index;
+        request.ops.push_back(std::move(r));
+      }
+      if (!request.ops.empty()) sends.emplace_back(id, std::move(request));
+    }
+    // Decodes: the most urgent READY op to the decompressor with the most free credits.
+    while (!ready.empty()) {
+      Peer* best = nullptr;
+      const std::string* best_id = nullptr;
       for (auto& [id, peer] : peers) {
-        if (peer.role != msg::kRoleStorage || read_queue.empty()) continue;
-        msg::ReadRequest request;
-        while (!read_queue.empty() && static_cast<int32_t>(peer.held.size()) < peer.credits) {
-          const uint64_t op_id = read_queue.front();
-          read_queue.pop_front();
-          ReadItem& item = reads.at(op_id);
-          item.peer = id;
-          peer.held.insert(op_id);
-          const storage::ReadOp& op = item.op;
-          msg::ChunkRead r;
-          r.op_id = op.op_id;
-          r.attempt = item.attempt;
-          r.file_offset = op.file_offset;
-          r.stored_bytes = op.stored_bytes;
-          r.dst_offset = static_cast<uint64_t>(op.dst - setup.arena_base);
-          r.dst_capacity_bytes = op.dst_capacity_bytes;
-          r.xxh64 = op.xxh64;
-          r.tensor_name = op.tensor_name;
-          r.layer_id = op.layer_id;
-          r.expert_id = op.expert_id;
-          r.kind = op.kind;
-          r.chunk_index = op.chunk_index;
-          request.ops.push_back(std::move(r));
+        if (peer.role != msg::kRoleDecompressor) continue;
+        const int32_t free = peer.credits - static_cast<int32_t>(peer.held.size());
+        if (free > 0 && (best == nullptr || free > best->credits - static_cast<int32_t>(best->held.size()))) {
+          best = &peer;
+          best_id = &id;
         }
-        if (!request.ops.empty()) sends.emplace_back(id, std::move(request));
       }
-      // Decodes: the most urgent READY op to the decompressor with the most free credits.
-      while (!ready.empty()) {
-        Peer* best = nullptr;
-        const std::string* best_id = nullptr;
-        for (auto& [id, peer] : peers) {
-          if (peer.role != msg::kRoleDecompressor) continue;
-          const int32_t free = peer.credits - static_cast<int32_t>(peer.held.size());
-          if (free > 0 && (best == nullptr || free > best->credits - static_cast<int32_t>(best->held.size()))) {
-            best = &peer;
-            best_id = &id;
-          }
-        }
-        if (best == nullptr) break;
-        const uint64_t op_id = std::get<2>(*ready.begin());
-        ready.erase(ready.begin());
-        DecodeItem& item = decodes.at(op_id);
-        item.peer = *best_id;
-        best->held.insert(op_id);
-        const decompressor::DecompressOp& op = item.op;
-        msg::DecodeRequest d;
-        d.op_id = op.op_id;
-        d.attempt = item.attempt;
-        d.priority = op.priority;
-        d.kind = static_cast<msg::DecodeKind>(op.kind);
-        d.codec = op.codec;
-        d.src_offset = static_cast<uint64_t>(op.src - setup.arena_base);
-        d.stored_bytes = op.stored_bytes;
-        d.sm_offset = op.sm != nullptr ? static_cast<uint64_t>(op.sm - setup.arena_base) : 0;
-        d.dst_offset = static_cast<uint64_t>(op.dst - setup.arena_base);
-        d.raw_bytes = op.raw_bytes;
-        d.expected_xxh64 = op.expected_xxh64;
-        d.tensor_name = op.tensor_name;
-        d.layer_id = op.layer_id;
-        d.expert_id = op.expert_id;
-        d.chunk_index = op.chunk_index;
-        sends.emplace_back(*best_id, std::move(d));
+      if (best == nullptr) break;
+      const uint64_t op_id = std::get<2>(*ready.begin());
+      ready.erase(ready.begin());
+      DecodeItem& item = decodes.at(op_id);
+      item.peer = *best_id;
+      best->held.insert(op_id);
+      const decompressor::DecompressOp& op = item.op;
+      msg::DecodeRequest d;
+      d.op_id = op.op_id;
+      d.attempt = item.attempt;
+      d.priority = op.priority;
+      d.kind = static_cast<msg::DecodeKind>(op.kind);
+      d.codec = op.codec;
+      d.src_offset = static_cast<uint64_t>(op.src - setup.arena_base);
+      d.stored_bytes = op.stored_bytes;
+      d.sm_offset = op.sm != nullptr ? static_cast<uint64_t>(op.sm - setup.arena_base) : 0;
+      d.dst_offset = static_cast<uint64_t>(op.dst - setup.arena_base);
+      d.raw_bytes = op.raw_bytes;
+      d.expected_xxh64 = op.expected_xxh64;
+      d.tensor_name = op.tensor_name;
+      d.layer_id = op.layer_id;
+      d.expert_id = op.expert_id;
+      d.chunk_index = op.chunk_index;
+      sends.emplace_back(*best_id, std::move(d));
+    }
+    // Heartbeats to workers we have not sent anything for an interval.
+    std::unordered_set<std::string> sending;
+    for (const auto& s : sends) sending.insert(s.first);
+    for (auto& [id, peer] : peers) {
+      if (sending.count(id) == 0 && now - peer.last_sent >= config.heartbeat_interval) {
+        sends.emplace_back(id, msg::Heartbeat{static_cast<uint32_t>(config.heartbeat_interval.count()),
+                                              static_cast<uint32_t>(peer.held.size())});
       }
-      // Heartbeats to workers we have not sent anything for an interval.
-      std::unordered_set<std::string> sending;
-      for (const auto& s : sends) sending.insert(s.first);
-      for (auto& [id, peer] : peers) {
-        if (sending.count(id) == 0 && now - peer.last_sent >= config.heartbeat_interval) {
-          sends.emplace_back(id, msg::Heartbeat{static_cast<uint32_t>(config.heartbeat_interval.count()),
-                                                static_cast<uint32_t>(peer.held.size())});
-        }
-        if (sending.count(id) != 0 || now - peer.last_sent >= config.heartbeat_interval) peer.last_sent = now;
-      }
-    }
-    for (auto& [peer, body] : sends) {
-      Status st = router.SendTo(peer, std::move(body), milliseconds(200));
-      if (!st.ok()) {
-        MutexLock lock(&mu);
-        ReissueLocked(peer, "unreachable");
-      }
-    }
-
-    Result<bool> readable = WaitReadable(router, wake, config.heartbeat_interval / 2);
-    if (!readable.ok()) {
-      Log("E: " + readable.status().ToString());
-      break;
-    }
-    if (!*readable) continue;
-    std::vector<storage::ReadCompletion> read_done;
-    std::vector<decompressor::DecompressCompletion> decode_done;
-    std::vector<std::pair<std::string, msg::Body>> replies;
-    msg::ReceiveAll(
-        router,
-        [&](msg::Received& got) {
-          MutexLock lock(&mu);
-          HandleLocked(got.peer, std::move(got.message), &read_done, &decode_done, &replies);
-          return true;
-        },
-        [&](const Status& bad) {
-          MutexLock lock(&mu);
-          ++counters.bad_messages;
-          Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
-        });
-    for (auto& [peer, body] : replies) (void)router.SendTo(peer, std::move(body), milliseconds(100));
-    for (const storage::ReadCompletion& c : read_done) {
-      if (setup.on_read) setup.on_read(c);
-    }
-    for (const decompressor::DecompressCompletion& c : decode_done) {
-      if (setup.on_decode) setup.on_decode(c);
+      if (sending.count(id) != 0 || now - peer.last_sent >= config.heartbeat_interval) peer.last_sent = now;
     }
   }
+  for (auto& [peer, body] : sends) {
+    Status st = server->channel().SendTo(peer, std::move(body), milliseconds(200));
+    if (!st.ok()) {
+      MutexLock lock(&mu);
+      ReissueLocked(peer, "unreachable");
+    }
+  }
+}
+
+void WorkerDispatcher::State::OnMessage(msg::Received& got) {
+  MutexLock lock(&mu);
+  HandleLocked(got.peer, std::move(got.message), &read_done, &decode_done, &replies);
+}
+
+void WorkerDispatcher::State::OnBadMessage(const Status& bad) {
+  MutexLock lock(&mu);
+  ++counters.bad_messages;
+  Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
+}
+
+void WorkerDispatcher::State::OnMessagesDone() {
+  for (auto& [peer, body] : replies) (void)server->channel().SendTo(peer, std::move(body), milliseconds(100));
+  replies.clear();
+  for (const storage::ReadCompletion& c : read_done) {
+    if (setup.on_read) setup.on_read(c);
+  }
+  read_done.clear();
+  for (const decompressor::DecompressCompletion& c : decode_done) {
+    if (setup.on_decode) setup.on_decode(c);
+  }
+  decode_done.clear();
+}
+
+void WorkerDispatcher::State::OnLoopEnd() {
   // Leaving: tell every worker, so it reconnects to the next scheduler without waiting for liveness.
   std::vector<std::string> ids;
   {
     MutexLock lock(&mu);
     for (const auto& [id, peer] : peers) ids.push_back(id);
   }
-  for (const std::string& id : ids) (void)router.SendTo(id, msg::Disconnect{"scheduler stopping"}, milliseconds(100));
+  for (const std::string& id : ids) {
+    (void)server->channel().SendTo(id, msg::Disconnect{"scheduler stopping"}, milliseconds(100));
+  }
 }
 
 // ---- WorkerDispatcher -----------------------------------------------------------------------------
@@ -412,22 +416,19 @@ Result<std::shared_ptr<WorkerDispatcher>> WorkerDispatcher::Start(zmq::context_t
     return Status::InvalidArgument("dispatcher: heartbeat interval and liveness must be positive");
   }
   msg::ChannelOptions options;
-  options.kind = msg::SocketKind::kRouter;
   options.endpoint = config.endpoint;
-  options.bind = true;
   options.sender = "scheduler";
-  ZM_ASSIGN_OR_RETURN(msg::Channel router, msg::Channel::Open(context, options));
-  ZM_ASSIGN_OR_RETURN(EventFd wake, EventFd::Create());
-  auto state = std::make_unique<State>(context, std::move(config), setup, std::move(router), std::move(wake));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::RouterServer> server, msg::RouterServer::Bind(context, options));
+  auto state = std::make_unique<State>(context, std::move(config), setup, std::move(server));
   std::shared_ptr<WorkerDispatcher> d(new WorkerDispatcher(std::move(state)));
   State* s = d->s_.get();
-  s->thread = std::thread([s] { s->Loop(); });
+  s->server->Start(s, s->config.heartbeat_interval / 2);
   return d;
 }
 
 WorkerDispatcher::~WorkerDispatcher() { Stop(); }
 
-const std::string& WorkerDispatcher::endpoint() const { return s_->router.endpoint(); }
+const std::string& WorkerDispatcher::endpoint() const { return s_->server->endpoint(); }
 const DispatcherConfig& WorkerDispatcher::config() const { return s_->config; }
 
 Status WorkerDispatcher::SubmitReads(std::vector<storage::ReadOp> ops) {
@@ -448,7 +449,7 @@ Status WorkerDispatcher::SubmitReads(std::vector<storage::ReadOp> ops) {
       s_->read_queue.push_back(id);
     }
   }
-  s_->wake.Notify();
+  s_->server->Wake();
   return Status::Ok();
 }
 
@@ -472,7 +473,7 @@ Status WorkerDispatcher::AddDecode(decompressor::DecompressOp op, bool ready) {
     item.op = std::move(op);
     s_->decodes[id] = std::move(item);
   }
-  if (ready) s_->wake.Notify();
+  if (ready) s_->server->Wake();
   return Status::Ok();
 }
 
@@ -488,7 +489,7 @@ Status WorkerDispatcher::MarkReady(uint64_t op_id) {
     it->second.ready = true;
     s_->ready.emplace(it->second.op.priority, it->second.seq, op_id);
   }
-  s_->wake.Notify();
+  s_->server->Wake();
   return Status::Ok();
 }
 
@@ -514,8 +515,7 @@ void WorkerDispatcher::Stop() {
     MutexLock lock(&s_->mu);
     s_->stopping = true;
   }
-  s_->wake.Notify();
-  if (s_->thread.joinable()) s_->thread.join();
+  s_->server->Stop();
   s_->joined = true;
   std::vector<uint64_t> read_ids, decode_ids;
   {
