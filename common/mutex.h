@@ -38,7 +38,7 @@ class ZM_CAPABILITY("mutex") Mutex {
 // wait, or work done outside the lock).
 class ZM_SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex* mu) ZM_ACQUIRE(mu) : mu_(mu), lock_(mu->mu_) {}
+  explicit MutexLock(Mutex* mu) ZM_ACQUIRE(mu) : lock_(mu->mu_) {}
   ~MutexLock() ZM_RELEASE() = default;
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
@@ -48,7 +48,6 @@ class ZM_SCOPED_CAPABILITY MutexLock {
 
  private:
   friend class CondVar;
-  Mutex* mu_;
   std::unique_lock<std::mutex> lock_;
 };
 

@@ -44,31 +44,25 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The OpenAI SDK compatibility suite (tests/openai, ctest openai_sdk_serve / openai_sdk_up): the `openai`
-# npm package pinned by tests/openai/package-lock.json, installed with `npm ci` into tests/openai/node_modules
-# (ignored). Idempotent: skipped when node_modules holds that lock file's install. Uses the machine's Node
-# (>= 20); Debian's nodejs + npm are installed above only when there is none.
-openai_dir="$(cd "$(dirname "$0")/../tests/openai" && pwd)"
-stamp="$openai_dir/node_modules/.zipmoe-lock.sha256"
-want=$(sha256sum "$openai_dir/package-lock.json" | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d "$openai_dir/node_modules/openai" ]; then
-  echo "install_deps: tests/openai node_modules up to date"
-else
-  echo "install_deps: npm ci in tests/openai"
-  (cd "$openai_dir" && npm ci --no-audit --no-fund --ignore-scripts)
-  echo "$want" > "$stamp"
-fi
-
+# npm packages of the test suite, each pinned by its folder's package-lock.json and installed with `npm ci
+# --ignore-scripts` into that folder's node_modules (ignored). Idempotent: skipped when node_modules holds that
+# lock file's install (a stamp of its sha256) and the package named. Uses the machine's Node (>= 20); Debian's
+# nodejs + npm are installed above only when there is none.
+npm_ci() {  # npm_ci FOLDER (relative to tests/) PACKAGE
+  local dir stamp want
+  dir="$(cd "$(dirname "$0")/../tests/$1" && pwd)"
+  stamp="$dir/node_modules/.zipmoe-lock.sha256"
+  want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d "$dir/node_modules/$2" ]; then
+    echo "install_deps: tests/$1 node_modules up to date"
+  else
+    echo "install_deps: npm ci in tests/$1"
+    (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts)
+    echo "$want" > "$stamp"
+  fi
+}
+# The OpenAI SDK compatibility suite (tests/openai, ctest openai_sdk_serve / openai_sdk_up): the `openai` package.
+npm_ci openai openai
 # The tokenizer reference check (tests/tokenizer_reference, ctest tokenizer_unigram_reference): transformers.js
-# (`@huggingface/transformers`, pinned by that folder's package-lock.json) into tests/tokenizer_reference/node_modules
-# (ignored; ~470 MB, most of it onnxruntime-node's prebuilt binaries, which the check never loads). Same stamp rule.
-ref_dir="$(cd "$(dirname "$0")/../tests/tokenizer_reference" && pwd)"
-stamp="$ref_dir/node_modules/.zipmoe-lock.sha256"
-want=$(sha256sum "$ref_dir/package-lock.json" | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d "$ref_dir/node_modules/@huggingface/transformers" ]; then
-  echo "install_deps: tests/tokenizer_reference node_modules up to date"
-else
-  echo "install_deps: npm ci in tests/tokenizer_reference"
-  (cd "$ref_dir" && npm ci --no-audit --no-fund --ignore-scripts)
-  echo "$want" > "$stamp"
-fi
+# (`@huggingface/transformers`; ~470 MB, most of it onnxruntime-node's prebuilt binaries, which the check never loads).
+npm_ci tokenizer_reference @huggingface/transformers

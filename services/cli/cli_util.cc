@@ -1,5 +1,7 @@
 #include "services/cli/cli_util.h"
 
+#include "common/trace_events.h"
+
 #include <cctype>
 #include <cmath>
 #include <utility>
@@ -70,6 +72,21 @@ Result<std::vector<std::string>> LoadPromptsFile(const std::string& path) {
   }
   if (prompts.empty()) return Status::InvalidArgument(fmt::format("prompts file {}: no prompts", path));
   return prompts;
+}
+
+TraceToFile::TraceToFile(std::string path, const std::string& process_name) : path_(std::move(path)) {
+  if (!path_.empty()) trace::Enable(process_name);
+}
+
+TraceToFile::~TraceToFile() {
+  if (path_.empty()) return;
+  const Status st = trace::WriteTraceFile(path_);
+  if (st.ok()) {
+    std::fprintf(stderr, "I: trace of %zu events written to %s (open it in ui.perfetto.dev)\n", trace::EventCount(),
+                 path_.c_str());
+  } else {
+    std::fprintf(stderr, "E: writing the trace: %s\n", st.ToString().c_str());
+  }
 }
 
 }  // namespace zipmoe::cli

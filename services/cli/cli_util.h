@@ -20,4 +20,18 @@ Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag)
 // index (not JSON, not an array, an item without a human turn or with an empty prompt, no items).
 Result<std::vector<std::string>> LoadPromptsFile(const std::string& path);
 
+// --trace-events FILE of generate / serve: records this process's timeline (common/trace_events.h)
+// from construction and writes it to FILE on destruction, saying so (or why not) on stderr. An
+// empty path does nothing.
+class TraceToFile {
+ public:
+  TraceToFile(std::string path, const std::string& process_name);
+  ~TraceToFile();
+  TraceToFile(const TraceToFile&) = delete;
+  TraceToFile& operator=(const TraceToFile&) = delete;
+
+ private:
+  std::string path_;
+};
+
 }  // namespace zipmoe::cli

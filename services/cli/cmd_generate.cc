@@ -71,6 +71,7 @@ struct GenerateArgs {
   std::string device_assignment = "none";
   std::string logits_out;
   std::string trace_out;
+  std::string trace_events;
   bool json = false;
   bool chat = false;
   bool ignore_eos = false;
@@ -166,6 +167,7 @@ int RunGenerate(const GenerateArgs& args) {
     if (!ids.ok()) return Fail(ids.status());
     prompt_ids = std::move(ids).value();
   }
+  const TraceToFile trace_file(args.trace_events, "zipmoe generate");
   executor::GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
@@ -405,6 +407,9 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");
   cmd->add_flag("--chat", args->chat, "wrap --prompt in the model's chat template as a user message");
+  cmd->add_option("--trace-events", args->trace_events,
+                  "write this run's timeline (layers, expert waits, reads, decodes) as Chrome trace JSON to FILE "
+                  "(open it in ui.perfetto.dev)");
   cmd->add_option("--trace-out", args->trace_out,
                   "write the routing trace (JSON lines: step, layer, experts, tokens) for `zipmoe plan --trace`");
   AddRuntimeFlags(cmd, &args->runtime, /*budget_required=*/false);

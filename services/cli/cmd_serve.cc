@@ -37,6 +37,7 @@
 #include "common/tokenizer.h"
 #include "services/api/api_server.h"
 #include "services/api/http_server.h"
+#include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
 #include "services/cli/service_config.h"
@@ -59,6 +60,7 @@ struct ServeArgs {
   int threads = 0;
   std::string device = "cpu";
   std::string device_assignment = "none";
+  std::string trace_events;  // "" = off
   int max_batch = 8;  // sequences decoded together (continuous batching); 1 = one at a time
   int max_waiting = 256;  // sequences queued beyond the batch before requests get 429
   int http_threads = 0;  // 0 = 2 x max_batch + 32
@@ -198,6 +200,7 @@ int RunServeCommand(ServeArgs args) {
     return Fail(Status::InvalidArgument("--stats-json is not supported by serve"));
   }
   ResolveServeArgs(&args);
+  const TraceToFile trace_file(args.trace_events, "zipmoe serve");
   prometheus::Registry registry;
   metrics::ExecutorMetrics serving(registry);
   SetBuildInfo(&serving);
@@ -238,6 +241,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
+  cmd->add_option("--trace-events", args->trace_events,
+                  "record the server's timeline (layers, expert waits, reads, decodes) as Chrome trace JSON, written "
+                  "to FILE when it stops (open it in ui.perfetto.dev)");
   cmd->add_option("--max-batch", args->max_batch, "requests decoded together (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

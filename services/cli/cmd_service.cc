@@ -33,6 +33,7 @@
 #include "common/shm_region.h"
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
+#include "common/trace_events.h"
 #include "services/cli/service_config.h"
 #include "services/cli/service_util.h"
 #include "services/decompressor/decompressor_worker.h"
@@ -339,12 +340,31 @@ int RunService(const ServiceArgs& args) {
   TerminationSignals signals;  // blocks SIGINT/SIGTERM before any thread starts
   Result<ServiceConfig> config = LoadServiceConfig(args.config_file, args.sets, environ);
   if (!config.ok()) return Fail(args.name, config.status());
-  if (args.name == "cache-manager") return RunCacheManager(*config, signals);
-  if (args.name == "scheduler") return RunScheduler(*config, signals);
-  if (args.name == "storage") return RunStorage(*config, signals);
-  if (args.name == "decompressor") return RunDecompressor(*config, signals);
-  if (args.name == "executor") return RunExecutorService(*config, signals);
-  return Fail(args.name, Status::InvalidArgument("unknown service"));
+  const std::string& prefix = config->trace_events;
+  if (!prefix.empty()) trace::Enable(args.name);
+  int rc = 0;
+  if (args.name == "cache-manager") {
+    rc = RunCacheManager(*config, signals);
+  } else if (args.name == "scheduler") {
+    rc = RunScheduler(*config, signals);
+  } else if (args.name == "storage") {
+    rc = RunStorage(*config, signals);
+  } else if (args.name == "decompressor") {
+    rc = RunDecompressor(*config, signals);
+  } else if (args.name == "executor") {
+    rc = RunExecutorService(*config, signals);
+  } else {
+    return Fail(args.name, Status::InvalidArgument("unknown service"));
+  }
+  if (!prefix.empty()) {
+    const std::string path = TraceFileOf(prefix, args.name, ::getpid());
+    if (Status st = trace::WriteTraceFile(path); !st.ok()) {
+      ServiceLog(args.name, "E: writing the trace: " + st.ToString());
+    } else {
+      ServiceLog(args.name, fmt::format("trace of {} events written to {}", trace::EventCount(), path));
+    }
+  }
+  return rc;
 }
 
 }  // namespace

@@ -69,6 +69,7 @@ struct UpArgs {
   std::string memory_budget;
   std::string policy;
   int decompress_threads = 0;
+  std::string trace_events;  // "" = off
 };
 
 struct Child {
@@ -173,6 +174,7 @@ int RunUp(const UpArgs& args) {
   if (!args.memory_budget.empty()) sets.push_back("memory_budget=" + args.memory_budget);
   if (!args.policy.empty()) sets.push_back("policy=" + args.policy);
   if (args.decompress_threads > 0) sets.push_back(fmt::format("decompress_threads={}", args.decompress_threads));
+  if (!args.trace_events.empty()) sets.push_back("trace_events=" + args.trace_events);
   Result<ServiceConfig> loaded = LoadServiceConfig(args.config_file, sets, environ);
   if (!loaded.ok()) {
     std::fprintf(stderr, "error: up: %s\n", loaded.status().ToString().c_str());
@@ -289,6 +291,15 @@ int RunUp(const UpArgs& args) {
   for (const std::string& endpoint : {config.endpoint_scheduler, config.endpoint_workers, config.endpoint_cache_manager}) {
     if (endpoint.rfind("ipc://", 0) == 0) ::unlink(endpoint.substr(6).c_str());
   }
+  if (!config.trace_events.empty()) {  // every service wrote its part when it stopped
+    Result<size_t> merged = MergeServiceTraces(config.trace_events);
+    if (merged.ok()) {
+      ServiceLog("up", fmt::format("trace of {} processes merged into {} (open it in ui.perfetto.dev)", *merged,
+                                   config.trace_events));
+    } else {
+      ServiceLog("up", "E: merging the services' traces: " + merged.status().ToString());
+    }
+  }
   ServiceLog("up", "stopped");
   return exit_code;
 }
@@ -311,6 +322,9 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--memory-budget", args->memory_budget, "e.g. 512MiB or 50% (config memory_budget)");
   cmd->add_option("--policy", args->policy, "zipmoe | lru | fifo | lfu | full-load (config policy)");
   cmd->add_option("--decompress-threads", args->decompress_threads, "L per decompressor replica");
+  cmd->add_option("--trace-events", args->trace_events,
+                  "record every service's timeline (Chrome trace JSON, config trace_events) and merge them into "
+                  "FILE when up stops; open it in ui.perfetto.dev");
   cmd->callback([args, exit_code] { *exit_code = RunUp(*args); });
 }
 

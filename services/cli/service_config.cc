@@ -63,6 +63,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"metrics.port.scheduler", &c.metrics_port_scheduler},
       {"metrics.port.executor", &c.metrics_port_executor},
       {"metrics.port.up", &c.metrics_port_up},
+      {"trace_events", &c.trace_events},
   };
 }
 

@@ -61,6 +61,9 @@ struct ServiceConfig {
   int64_t metrics_port_scheduler = 9474;
   int64_t metrics_port_executor = 9475;
   int64_t metrics_port_up = 9470;  // `zipmoe up`'s supervisor: zipmoe_up_restarts_total{service}
+  std::string trace_events;        // "" = off; else each service records a Chrome trace (common/trace_events.h)
+                                   // and writes <trace_events>.<service>-<pid>.json when it stops; `up` merges
+                                   // them into <trace_events>
 };
 
 // Every key, dotted, in documentation order.

@@ -3,9 +3,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <vector>
 
 #include <fmt/format.h>
+
+#include "common/trace_events.h"
 
 namespace zipmoe::cli {
 
@@ -47,6 +52,32 @@ std::string HostName() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "host";
   return buf;
+}
+
+std::string TraceFileOf(const std::string& prefix, const std::string& service, int pid) {
+  return fmt::format("{}.{}-{}.json", prefix, service, pid);
+}
+
+Result<size_t> MergeServiceTraces(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  const fs::path base(prefix);
+  const fs::path dir = base.has_parent_path() ? base.parent_path() : fs::path(".");
+  const std::string stem = base.filename().string() + ".";
+  std::vector<std::string> parts;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > stem.size() + 5 && name.compare(0, stem.size(), stem) == 0 &&
+        name.compare(name.size() - 5, 5, ".json") == 0) {
+      parts.push_back(e.path().string());
+    }
+  }
+  if (ec) return Status::IoError(fmt::format("{}: {}", dir.string(), ec.message()));
+  if (parts.empty()) return Status::NotFound(fmt::format("no service trace files {}*.json", prefix + "."));
+  std::sort(parts.begin(), parts.end());
+  ZM_RETURN_IF_ERROR(trace::MergeTraceFiles(parts, prefix));
+  for (const std::string& part : parts) fs::remove(part, ec);
+  return parts.size();
 }
 
 }  // namespace zipmoe::cli

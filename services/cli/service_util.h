@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include "common/status.h"
+
 namespace zipmoe::cli {
 
 // Blocks SIGINT and SIGTERM in the calling thread (construct it before starting any thread, so every
@@ -29,5 +31,11 @@ class TerminationSignals {
 void ServiceLog(const std::string& service, const std::string& line);
 std::function<void(const std::string&)> ServiceLogger(const std::string& service);
 std::string HostName();
+
+// The trace file a service writes with config trace_events = `prefix`: PREFIX.SERVICE-PID.json.
+std::string TraceFileOf(const std::string& prefix, const std::string& service, int pid);
+// Joins the trace files of `prefix`'s services (PREFIX.*.json, TraceFileOf) into PREFIX and removes
+// them; returns how many were merged. Errors: MergeTraceFiles's; kNotFound when there are none.
+Result<size_t> MergeServiceTraces(const std::string& prefix);
 
 }  // namespace zipmoe::cli

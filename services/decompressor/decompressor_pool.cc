@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
+
+#include "common/trace_events.h"
 
 namespace zipmoe::decompressor {
 
@@ -98,7 +101,14 @@ void DecompressorPool::WorkerLoop(int worker_index) {
     DecompressCompletion c;
     c.op_id = op.op_id;
     c.worker_index = worker_index;
-    c.status = RunDecompressOp(op);
+    {
+      std::optional<trace::TraceSpan> span;
+      if (trace::Enabled()) {
+        span.emplace("decode", fmt::format("decode {} chunk {}", op.tensor_name, op.chunk_index),
+                     fmt::format(R"({{"raw_bytes": {}, "worker": {}}})", op.raw_bytes, worker_index));
+      }
+      c.status = RunDecompressOp(op);
+    }
     c.run_us = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
     {

@@ -1,9 +1,11 @@
 #include "services/executor/model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "common/trace_events.h"
 #include "services/executor/routing.h"
 #include "services/executor/torch_util.h"
 
@@ -52,6 +54,12 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
   }
 
   at::Tensor logits;
+  const bool tracing = trace::Enabled();
+  std::optional<trace::TraceSpan> step_span;
+  if (tracing) {
+    step_span.emplace("step", fmt::format("forward {} tokens", ids.size()),
+                      fmt::format(R"({{"tokens": {}, "sequences": {}}})", ids.size(), tokens.size()));
+  }
   ZM_RETURN_IF_ERROR(TorchBoundary("forward", [&]() -> Status {
     const ModelWeights& w = model_.weights;
     const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
@@ -60,8 +68,12 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
     std::tie(batch.cos, batch.sin) = rope_.CosSin(at::tensor(positions, long_opts));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+      std::optional<trace::TraceSpan> span;
+      if (tracing) span.emplace("layer", fmt::format("attention {}", l));
       const at::Tensor attn_in = RmsNorm(h, lw.input_layernorm, c.rms_norm_eps);
       h = h + AttentionForward(c, lw.attn, l, attn_in, batch);
+      span.reset();
+      if (tracing) span.emplace("layer", fmt::format("{} {}", lw.is_moe ? "moe" : "mlp", l));
       const at::Tensor mlp_in = RmsNorm(h, lw.post_attention_layernorm, c.rms_norm_eps);
       if (lw.is_moe) {
         if (provider_ == nullptr)

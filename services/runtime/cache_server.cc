@@ -1,6 +1,7 @@
 #include "services/runtime/cache_server.h"
 
 #include <map>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "common/messaging_channel.h"
 #include "common/mutex.h"
 #include "common/router_server.h"
+#include "common/trace_events.h"
 
 namespace zipmoe::runtime {
 
@@ -271,6 +273,8 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
 }
 
 void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
+  std::optional<trace::TraceSpan> span;
+  if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(body));
   auto known = clients.find(peer);
   if (known != clients.end()) known->second.last_seen = Clock::now();
   if (auto* m = std::get_if<msg::CacheHello>(&body)) {

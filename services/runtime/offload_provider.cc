@@ -6,12 +6,14 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "common/shm_region.h"
 #include "common/slot_arena.h"
+#include "common/trace_events.h"
 #include "services/decompressor/decompress_op.h"
 #include "services/scheduler/lower_bound.h"
 
@@ -264,6 +266,10 @@ void OffloadExpertProvider::CachedExperts(int32_t layer_id, int32_t n_experts, s
 }
 
 Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
+  std::optional<trace::TraceSpan> span;
+  if (trace::Enabled()) {
+    span.emplace("layer", fmt::format("schedule layer {} ({} experts)", routing.layer_id, routing.expert_ids.size()));
+  }
   MutexLock lock(&mu_);
   if (active_) {
     if (error_.ok()) {

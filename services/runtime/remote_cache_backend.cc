@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "common/trace_events.h"
 #include "services/runtime/offload_provider.h"
 
 namespace zipmoe::runtime {
@@ -205,6 +207,8 @@ Status RemoteCacheBackend::SendLocked(msg::Body body) {
 }
 
 Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body body, const char* what) {
+  std::optional<trace::TraceSpan> span;
+  if (trace::Enabled()) span.emplace("message", std::string("round trip ") + what);
   ZM_RETURN_IF_ERROR(channel_.Send(std::move(body), config_.timeout));
   last_send_ = Clock::now();
   ++round_trips_;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "common/event_fd.h"
 #include "common/mutex.h"
 #include "common/router_server.h"
+#include "common/trace_events.h"
 
 namespace zipmoe::runtime {
 
@@ -113,6 +115,10 @@ void RemoteExpertProvider::Prefetch(const LayerRouting& predicted) {
 }
 
 Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
+  if (trace::Enabled()) {
+    trace::Instant("message", fmt::format("send LayerRequest (layer {}, {} experts)", routing.layer_id,
+                                          routing.expert_ids.size()));
+  }
   if (routing.expert_ids.size() != routing.tokens_per_expert.size()) {
     return Status::InvalidArgument(fmt::format("BeginLayer({}): {} experts but {} token counts", routing.layer_id,
                                                routing.expert_ids.size(), routing.tokens_per_expert.size()));
@@ -134,6 +140,8 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
     return Status::InvalidArgument(fmt::format("NextReady: all {} experts of layer {} were delivered", expected_,
                                                layer_id_));
   }
+  std::optional<trace::TraceSpan> span;
+  if (trace::Enabled()) span.emplace("message", fmt::format("recv ExpertReady (layer {})", layer_id_));
   while (true) {
     ZM_ASSIGN_OR_RETURN(msg::Body body, Receive("NextReady"));
     auto* ready = std::get_if<msg::ExpertReady>(&body);
@@ -184,6 +192,8 @@ void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id) {
 }
 
 Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
+  std::optional<trace::TraceSpan> span;
+  if (trace::Enabled()) span.emplace("message", fmt::format("LayerEnd / Ack (layer {})", layer_id));
   {
     MutexLock lock(&mu_);
     ZM_RETURN_IF_ERROR(channel_.Send(msg::LayerEnd{layer_id}, config_.timeout));
@@ -317,6 +327,8 @@ void ProviderServer::State::AbortLocked(MutexLock* lock) {
 }
 
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
+  std::optional<trace::TraceSpan> span;
+  if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(body));
   MutexLock lock(&mu);
   if (auto* request = std::get_if<msg::LayerRequest>(&body); request != nullptr && request->prefetch) {
     // A prediction for a later layer of the same executor: the open layer stays open.

@@ -5,12 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <deque>
 #include <fstream>
 #include <iterator>
-#include <sstream>
-#include <deque>
 #include <map>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -23,6 +24,7 @@
 #include "common/messaging_channel.h"
 #include "common/mutex.h"
 #include "common/router_server.h"
+#include "common/trace_events.h"
 
 namespace zipmoe::runtime {
 
@@ -368,6 +370,8 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
 }
 
 void WorkerDispatcher::State::OnMessage(msg::Received& got) {
+  std::optional<trace::TraceSpan> span;
+  if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(got.message.body));
   MutexLock lock(&mu);
   HandleLocked(got.peer, std::move(got.message), &read_done, &decode_done, &replies);
 }

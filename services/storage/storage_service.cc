@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "common/hash.h"
+#include "common/trace_events.h"
 #include "services/storage/aligned_buffer.h"
 
 namespace zipmoe::storage {
@@ -112,7 +114,13 @@ void StorageService::IoLoop() {
       Complete(c);
       continue;
     }
-    Complete(Execute(op));
+    std::optional<trace::TraceSpan> span;
+    if (trace::Enabled()) {
+      span.emplace("io", fmt::format("read {}", ChunkLabel(op)), fmt::format(R"({{"bytes": {}}})", op.stored_bytes));
+    }
+    ReadCompletion done = Execute(op);
+    span.reset();
+    Complete(done);
   }
 }
 

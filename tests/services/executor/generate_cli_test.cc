@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <vector>
@@ -115,6 +116,33 @@ TEST(GenerateCliTest, ErrorsAreReported) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("3 tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("max_position_embeddings 2"), std::string::npos) << r.output;
+}
+
+// --trace-events: the run's timeline as Chrome trace JSON, with the forward steps, the layers, the
+// waits for experts and, under a memory budget, the runtime's chunk reads and decodes; the logits do
+// not change.
+TEST(GenerateCliTest, TraceEventsRecordTheRunWithoutChangingIt) {
+  testing::TempDir tmp;
+  const std::string common = "generate --model " + TinyCompressedDir("qwen2_moe") +
+                             " --prompt-ids 4,8,15,16 --max-new-tokens 3 --ignore-eos --threads 1 --memory-budget 30%";
+  auto plain = RunCli(common + " --logits-out " + tmp.Sub("a.bin"));
+  auto traced = RunCli(common + " --logits-out " + tmp.Sub("b.bin") + " --trace-events " + tmp.Sub("t.json"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  EXPECT_EQ(testing::ReadAll(tmp.Sub("a.bin")), testing::ReadAll(tmp.Sub("b.bin")));
+  EXPECT_NE(traced.output.find("written to " + tmp.Sub("t.json")), std::string::npos) << traced.output;
+  const nlohmann::json doc = nlohmann::json::parse(testing::ReadAll(tmp.Sub("t.json")));
+  std::map<std::string, int> spans;  // category -> count
+  int steps = 0;
+  for (const nlohmann::json& e : doc["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++spans[e["cat"].get<std::string>()];
+    if (e["cat"] == "step") ++steps;
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(steps, 3);  // the prefill and two decode steps (the last token is not fed)
+  for (const char* cat : {"layer", "expert", "io", "decode"}) EXPECT_GT(spans[cat], 0) << cat;
+  EXPECT_EQ(doc["otherData"]["process"], "zipmoe generate");
 }
 
 // --device-assignment greedy on a CPU-only machine: said so, nothing assigned, the same tokens and

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,6 +157,43 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
     EXPECT_FALSE(Exists(up.run_dir() + "/decompressor-0.pid"));
     EXPECT_NE(up.log().find("I: up: stopped"), std::string::npos);
   }
+}
+
+// up --trace-events: every service records its timeline and writes it when it stops; up merges the
+// parts into one Chrome trace with each process named and the message, layer, read and decode spans.
+TEST(UpCli, TraceEventsMergeEveryServicesTimeline) {
+  const std::string model = Model();
+  TempDir tmp;
+  const std::string trace = tmp.Sub("timeline.json");
+  {
+    Up up(tmp, model, 1, "--trace-events " + trace);
+    ASSERT_TRUE(up.WaitHealthy()) << up.log();
+    HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(4));
+    ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+    ASSERT_TRUE(up.Stop()) << up.log();
+    EXPECT_NE(up.log().find("trace of 5 processes merged into " + trace), std::string::npos) << up.log();
+  }
+  ASSERT_TRUE(Exists(trace));
+  const json doc = json::parse(ReadAll(trace));
+  std::set<std::string> processes, categories;
+  std::set<int> pids_with_spans;
+  for (const json& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "X") {
+      categories.insert(e["cat"].get<std::string>());
+      pids_with_spans.insert(e["pid"].get<int>());
+    }
+  }
+  EXPECT_EQ(processes, (std::set<std::string>{"cache-manager", "scheduler", "storage", "decompressor", "executor"}));
+  for (const char* cat : {"step", "layer", "expert", "message", "io"}) EXPECT_EQ(categories.count(cat), 1u) << cat;
+  EXPECT_GE(pids_with_spans.size(), 4u);
+  EXPECT_TRUE(doc["otherData"]["missing"].empty());
+  // The parts are gone: only the merged file is left.
+  size_t parts = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+    if (entry.path().filename().string().rfind("timeline.json.", 0) == 0) ++parts;
+  }
+  EXPECT_EQ(parts, 0u);
 }
 
 // The seeds' eviction policies run in the multi-process mode too (named in the service config):
