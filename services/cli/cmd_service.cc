@@ -340,6 +340,10 @@ int RunService(const ServiceArgs& args) {
   TerminationSignals signals;  // blocks SIGINT/SIGTERM before any thread starts
   Result<ServiceConfig> config = LoadServiceConfig(args.config_file, args.sets, environ);
   if (!config.ok()) return Fail(args.name, config.status());
+  if (const std::string& cpus = CpuAffinityOf(*config, args.name); !cpus.empty()) {
+    // Before any thread starts, so every thread of the service inherits it.
+    if (Status st = PinToCpus(cpus, args.name); !st.ok()) return Fail(args.name, st);
+  }
   const std::string& prefix = config->trace_events;
   if (!prefix.empty()) trace::Enable(args.name);
   int rc = 0;

@@ -2,10 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <variant>
 
 #include <fmt/format.h>
@@ -63,6 +65,11 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"metrics.port.scheduler", &c.metrics_port_scheduler},
       {"metrics.port.executor", &c.metrics_port_executor},
       {"metrics.port.up", &c.metrics_port_up},
+      {"cpu_affinity.storage", &c.cpu_affinity_storage},
+      {"cpu_affinity.decompressor", &c.cpu_affinity_decompressor},
+      {"cpu_affinity.cache_manager", &c.cpu_affinity_cache_manager},
+      {"cpu_affinity.scheduler", &c.cpu_affinity_scheduler},
+      {"cpu_affinity.executor", &c.cpu_affinity_executor},
       {"trace_events", &c.trace_events},
   };
 }
@@ -142,6 +149,13 @@ std::string ResolveAutoDevice() {
 }
 
 Status Validate(const ServiceConfig& c) {
+  for (const char* service : {"storage", "decompressor", "cache-manager", "scheduler", "executor"}) {
+    const std::string& cpus = CpuAffinityOf(c, service);
+    if (cpus.empty()) continue;
+    std::string key = std::string("cpu_affinity.") + service;
+    std::replace(key.begin(), key.end(), '-', '_');
+    ZM_RETURN_IF_ERROR(ParseCpuList(cpus, key).status());
+  }
   auto positive = [](int64_t v, const char* key) {
     return v > 0 ? Status::Ok() : Status::InvalidArgument(fmt::format("{} = {}: must be > 0", key, v));
   };
@@ -165,6 +179,50 @@ Status Validate(const ServiceConfig& c) {
 }
 
 }  // namespace
+
+const std::string& CpuAffinityOf(const ServiceConfig& config, const std::string& service) {
+  static const std::string kNone;
+  if (service == "storage") return config.cpu_affinity_storage;
+  if (service == "decompressor") return config.cpu_affinity_decompressor;
+  if (service == "cache-manager") return config.cpu_affinity_cache_manager;
+  if (service == "scheduler") return config.cpu_affinity_scheduler;
+  if (service == "executor") return config.cpu_affinity_executor;
+  return kNone;
+}
+
+Result<std::vector<int>> ParseCpuList(const std::string& text, const std::string& key) {
+  constexpr long kMaxCpu = 1023;
+  const auto bad = [&](const std::string& item, const char* why) {
+    return Status::InvalidArgument(fmt::format("{} = '{}': '{}' {} (expected a CPU list such as 0-3,6)", key, text,
+                                               item, why));
+  };
+  const auto number = [](const std::string& t, long* out) {
+    if (t.empty() || t.size() > 6 || !std::all_of(t.begin(), t.end(), [](char ch) { return std::isdigit(ch); }))
+      return false;
+    *out = std::stol(t);
+    return true;
+  };
+  std::set<int> cpus;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    const size_t dash = item.find('-');
+    long first = 0, last = 0;
+    if (dash == std::string::npos) {
+      if (!number(item, &first)) return bad(item, "is not a CPU number");
+      last = first;
+    } else if (!number(item.substr(0, dash), &first) || !number(item.substr(dash + 1), &last)) {
+      return bad(item, "is not a range of CPU numbers");
+    }
+    if (last < first) return bad(item, "runs backwards");
+    if (last > kMaxCpu) return bad(item, "names a CPU above 1023");
+    for (long c = first; c <= last; ++c) cpus.insert(static_cast<int>(c));
+    pos = comma + 1;
+  }
+  return std::vector<int>(cpus.begin(), cpus.end());
+}
 
 const std::vector<std::string>& ServiceConfigKeys() {
   static const std::vector<std::string> keys = [] {

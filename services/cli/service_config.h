@@ -61,10 +61,26 @@ struct ServiceConfig {
   int64_t metrics_port_scheduler = 9474;
   int64_t metrics_port_executor = 9475;
   int64_t metrics_port_up = 9470;  // `zipmoe up`'s supervisor: zipmoe_up_restarts_total{service}
+  // CPUs each service runs on (sched_setaffinity before it starts a thread), as a Linux CPU list:
+  // "0-3,6"; "" = whatever it inherits. On a Jetson, e.g. the executor on the big cores, storage and
+  // the decompressors on the others (docs/deploy.md).
+  std::string cpu_affinity_storage;
+  std::string cpu_affinity_decompressor;
+  std::string cpu_affinity_cache_manager;
+  std::string cpu_affinity_scheduler;
+  std::string cpu_affinity_executor;
   std::string trace_events;        // "" = off; else each service records a Chrome trace (common/trace_events.h)
                                    // and writes <trace_events>.<service>-<pid>.json when it stops; `up` merges
                                    // them into <trace_events>
 };
+
+// The CPU list a service's config pins it to ("" = none): cpu_affinity.<service>, with the service
+// named as `zipmoe service` names it (cache-manager, scheduler, storage, decompressor, executor).
+const std::string& CpuAffinityOf(const ServiceConfig& config, const std::string& service);
+
+// "0-3,6" -> {0, 1, 2, 3, 6} (ascending, no duplicates). Errors: kInvalidArgument naming `key`, the
+// text and the bad item (not a number, a range that runs backwards, a CPU >= 1024, nothing listed).
+Result<std::vector<int>> ParseCpuList(const std::string& text, const std::string& key);
 
 // Every key, dotted, in documentation order.
 const std::vector<std::string>& ServiceConfigKeys();

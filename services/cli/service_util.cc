@@ -1,16 +1,20 @@
 #include "services/cli/service_util.h"
 
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "common/trace_events.h"
+#include "services/cli/service_config.h"
 
 namespace zipmoe::cli {
 
@@ -52,6 +56,21 @@ std::string HostName() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "host";
   return buf;
+}
+
+Status PinToCpus(const std::string& cpus, const std::string& service) {
+  std::string key = "cpu_affinity." + service;
+  std::replace(key.begin(), key.end(), '-', '_');
+  ZM_ASSIGN_OR_RETURN(std::vector<int> list, ParseCpuList(cpus, key));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : list) CPU_SET(cpu, &set);
+  if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return Status::InvalidArgument(fmt::format("{} = '{}': sched_setaffinity: {} (this machine has CPUs 0-{})", key,
+                                               cpus, std::strerror(errno), ::sysconf(_SC_NPROCESSORS_CONF) - 1));
+  }
+  ServiceLog(service, fmt::format("pinned to CPUs {} ({})", cpus, key));
+  return Status::Ok();
 }
 
 std::string TraceFileOf(const std::string& prefix, const std::string& service, int pid) {

@@ -32,6 +32,11 @@ void ServiceLog(const std::string& service, const std::string& line);
 std::function<void(const std::string&)> ServiceLogger(const std::string& service);
 std::string HostName();
 
+// Pins the calling process (its threads to come) to the CPUs of `cpus` (a Linux CPU list, "0-3,6";
+// ParseCpuList) with sched_setaffinity and logs it. Errors: kInvalidArgument naming
+// cpu_affinity.<service> (a bad list, or no listed CPU is online here).
+Status PinToCpus(const std::string& cpus, const std::string& service);
+
 // The trace file a service writes with config trace_events = `prefix`: PREFIX.SERVICE-PID.json.
 std::string TraceFileOf(const std::string& prefix, const std::string& service, int pid);
 // Joins the trace files of `prefix`'s services (PREFIX.*.json, TraceFileOf) into PREFIX and removes

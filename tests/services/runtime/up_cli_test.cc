@@ -159,6 +159,34 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
   }
 }
 
+// cpu_affinity.<service>: each service runs on the CPUs its key lists (the kernel's view of it), and
+// says so; the others keep every CPU.
+TEST(UpCli, CpuAffinityPinsEachServiceToItsCpus) {
+  const std::string model = Model();
+  TempDir tmp;
+  Up up(tmp, model, 1, "--set cpu_affinity.storage=0 --set cpu_affinity.decompressor=0 --set cpu_affinity.executor=0-1");
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  const auto allowed = [&](const char* pid_file) {
+    const std::string status = ReadAll(fmt::format("/proc/{}/status", ReadPid(up.run_dir() + "/" + pid_file)));
+    const size_t at = status.find("Cpus_allowed_list:");
+    if (at == std::string::npos) return std::string("?");
+    const size_t begin = status.find_first_not_of(" \t", at + 18);
+    return status.substr(begin, status.find('\n', begin) - begin);
+  };
+  EXPECT_EQ(allowed("storage.pid"), "0");
+  EXPECT_EQ(allowed("decompressor-0.pid"), "0");
+  EXPECT_EQ(allowed("executor.pid"), "0-1");
+  const std::string every = fmt::format("0-{}", ::sysconf(_SC_NPROCESSORS_ONLN) - 1);
+  if (::sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+    EXPECT_EQ(allowed("scheduler.pid"), every);
+  }
+  const std::string log = up.log();
+  EXPECT_NE(log.find("I: storage: pinned to CPUs 0 (cpu_affinity.storage)"), std::string::npos) << log;
+  HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(4));
+  EXPECT_EQ(reply.status, 200) << reply.body << log;
+  EXPECT_TRUE(up.Stop());
+}
+
 // up --trace-events: every service records its timeline and writes it when it stops; up merges the
 // parts into one Chrome trace with each process named and the message, layer, read and decode spans.
 TEST(UpCli, TraceEventsMergeEveryServicesTimeline) {
@@ -509,6 +537,16 @@ TEST(UpCli, ServiceConfigErrorsNameTheKey) {
   r = RunCli("service storage --set heartbeat_ms=soon");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("heartbeat_ms"), std::string::npos) << r.output;
+  r = RunCli("service storage --set cpu_affinity.storage=3-1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("cpu_affinity.storage = '3-1': '3-1' runs backwards"), std::string::npos) << r.output;
+  r = RunCli("service decompressor --set cpu_affinity.decompressor=0,x");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("cpu_affinity.decompressor = '0,x': 'x' is not a CPU number"), std::string::npos)
+      << r.output;
+  r = RunCli("service storage --set cpu_affinity.storage=1000");  // valid, but no such CPU here
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("cpu_affinity.storage = '1000': sched_setaffinity"), std::string::npos) << r.output;
   ::setenv("ZIPMOE_HEARTBEAT_MS", "soon", 1);  // the child inherits it; the variable is named
   r = RunCli("service storage");
   ::unsetenv("ZIPMOE_HEARTBEAT_MS");
