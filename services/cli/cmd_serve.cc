@@ -287,6 +287,7 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
   args.api_key = config.http_api_key;
   args.threads = static_cast<int>(config.threads);
   args.device = config.device;
+  args.device_assignment = config.device_assignment;
   args.max_batch = static_cast<int>(config.http_max_batch);
   args.request_grouping = config.http_request_grouping;
   args.group_window = static_cast<int>(config.http_group_window);

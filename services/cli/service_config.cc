@@ -16,6 +16,7 @@
 #include "common/file_util.h"
 #include "kernels/recovery.h"
 #include "services/api/request_grouping.h"
+#include "services/scheduler/device_assignment.h"
 
 namespace zipmoe::cli {
 namespace {
@@ -51,6 +52,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"timeout_ms", &c.timeout_ms},
       {"threads", &c.threads},
       {"device", &c.device},
+      {"device_assignment", &c.device_assignment},
       {"http.max_batch", &c.http_max_batch},
       {"http.request_grouping", &c.http_request_grouping},
       {"http.group_window", &c.http_group_window},
@@ -149,6 +151,9 @@ std::string ResolveAutoDevice() {
 }
 
 Status Validate(const ServiceConfig& c) {
+  ZM_RETURN_IF_ERROR(scheduler::ParseDeviceAssignmentMode(c.device_assignment)
+                         .status()
+                         .WithContext("device_assignment = '" + c.device_assignment + "'"));
   for (const char* service : {"storage", "decompressor", "cache-manager", "scheduler", "executor"}) {
     const std::string& cpus = CpuAffinityOf(c, service);
     if (cpus.empty()) continue;

@@ -47,6 +47,7 @@ struct ServiceConfig {
                                          // the scheduler dies fails after this)
   int64_t threads = 0;                   // executor: torch threads (0 = all cores)
   std::string device = "cpu";            // executor: "cpu" or "cuda[:N]" (a CUDA libtorch)
+  std::string device_assignment = "none";  // executor: none | greedy (DALI's CPU/GPU split, --device-assignment)
   int64_t http_max_batch = 8;            // executor: sequences decoded together (continuous batching)
   std::string http_request_grouping = "none";  // executor: none | coserve (request_grouping.h)
   int64_t http_group_window = 8;         // executor: waiting sequences request grouping looks at

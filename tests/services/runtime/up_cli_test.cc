@@ -537,6 +537,9 @@ TEST(UpCli, ServiceConfigErrorsNameTheKey) {
   r = RunCli("service storage --set heartbeat_ms=soon");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("heartbeat_ms"), std::string::npos) << r.output;
+  r = RunCli("service executor --set device_assignment=optimal");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("device_assignment = 'optimal'"), std::string::npos) << r.output;
   r = RunCli("service storage --set cpu_affinity.storage=3-1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("cpu_affinity.storage = '3-1': '3-1' runs backwards"), std::string::npos) << r.output;
