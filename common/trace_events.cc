@@ -168,4 +168,29 @@ Status MergeTraceFiles(const std::vector<std::string>& inputs, const std::string
   return WriteFileAtomic(output, doc.dump());
 }
 
+namespace {
+std::atomic<uint64_t> g_activity_ns[kActivityCount];
+}  // namespace
+
+const char* ActivityName(Activity a) {
+  switch (a) {
+    case Activity::kForward: return "forward";
+    case Activity::kWaitExperts: return "wait_experts";
+    case Activity::kHandleMessage: return "handle_message";
+    case Activity::kScheduleLayer: return "schedule_layer";
+    case Activity::kRead: return "read";
+    case Activity::kDecode: return "decode";
+  }
+  return "unknown";
+}
+
+void AddActivityTime(Activity a, double us) {
+  if (us <= 0) return;
+  g_activity_ns[static_cast<int>(a)].fetch_add(static_cast<uint64_t>(us * 1e3), std::memory_order_relaxed);
+}
+
+double ActivitySeconds(Activity a) {
+  return static_cast<double>(g_activity_ns[static_cast<int>(a)].load(std::memory_order_relaxed)) * 1e-9;
+}
+
 }  // namespace zipmoe::trace

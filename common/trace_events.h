@@ -69,4 +69,30 @@ Status WriteTraceFile(const std::string& path);
 // kIoError naming the path; kNotFound when no input exists.
 Status MergeTraceFiles(const std::vector<std::string>& inputs, const std::string& output);
 
+// Always-on time accounting (independent of Enable): how long this process has spent in each
+// activity since it started, for /metrics (zipmoe_activity_seconds_total{activity}, issue 20's
+// "time spent waiting vs working per token"). The activities are the trace's, timed at the same
+// points: kForward (executor forward steps), kWaitExperts (executor waiting for a routed expert),
+// kHandleMessage (a server handling one message), kScheduleLayer (the scheduler planning a layer),
+// kRead (storage chunk reads), kDecode (E-chunk decodes). One clock read at each end; lock-free.
+enum class Activity : uint8_t { kForward = 0, kWaitExperts, kHandleMessage, kScheduleLayer, kRead, kDecode };
+inline constexpr int kActivityCount = 6;
+const char* ActivityName(Activity a);  // "forward", "wait_experts", "handle_message", "schedule_layer", "read", "decode"
+void AddActivityTime(Activity a, double us);
+// Seconds spent in `a` by this process so far (all threads summed).
+double ActivitySeconds(Activity a);
+
+// Adds [construction, destruction) to `a`.
+class ActivityTimer {
+ public:
+  explicit ActivityTimer(Activity a) : activity_(a), start_us_(NowUs()) {}
+  ~ActivityTimer() { AddActivityTime(activity_, NowUs() - start_us_); }
+  ActivityTimer(const ActivityTimer&) = delete;
+  ActivityTimer& operator=(const ActivityTimer&) = delete;
+
+ private:
+  Activity activity_;
+  double start_us_;
+};
+
 }  // namespace zipmoe::trace

@@ -206,8 +206,10 @@ int RunServeCommand(ServeArgs args) {
   SetBuildInfo(&serving);
   metrics::CacheMetrics cache_metrics(registry);
   metrics::EmbeddedRuntimeMetrics runtime_metrics(registry);
+  metrics::ActivityMetrics activity_metrics(registry);
   std::atomic<runtime::OffloadExpertProvider*> runtime_provider{nullptr};
-  auto refresh = [&runtime_provider, &cache_metrics, &runtime_metrics] {
+  auto refresh = [&runtime_provider, &cache_metrics, &runtime_metrics, &activity_metrics] {
+    activity_metrics.Update();
     runtime::OffloadExpertProvider* p = runtime_provider.load();
     if (p == nullptr) return;
     const runtime::RuntimeStats st = p->stats();
@@ -301,8 +303,10 @@ int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals)
   SetBuildInfo(&executor_metrics);
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   metrics::MessageMetrics message_metrics((*metrics_server)->registry());
+  metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
   std::atomic<runtime::RemoteExpertProvider*> connected{nullptr};
-  auto tick = [&connected, &bad_metrics, &message_metrics] {
+  auto tick = [&connected, &bad_metrics, &message_metrics, &activity_metrics] {
+    activity_metrics.Update();
     if (runtime::RemoteExpertProvider* r = connected.load()) {
       bad_metrics.Set(r->bad_messages());
       const messaging::ChannelStats st = r->channel_stats();

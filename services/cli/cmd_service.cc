@@ -120,6 +120,7 @@ int RunCacheManager(const ServiceConfig& c, TerminationSignals& signals) {
   if (!metrics_server.ok()) return Fail(name, metrics_server.status());
   metrics::CacheMetrics cache_metrics((*metrics_server)->registry());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
   if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
   if (!offload.ok()) return Fail(name, offload.status());
@@ -143,6 +144,7 @@ int RunCacheManager(const ServiceConfig& c, TerminationSignals& signals) {
   do {
     cache_metrics.Update(backend->manager().Counters());
     bad_metrics.Set((*server)->stats().bad_messages);
+    activity_metrics.Update();
   } while (signals.Wait(milliseconds(1000)) == 0);
   ServiceLog(name, "stopping");
   (*server)->Stop();
@@ -159,6 +161,7 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
   metrics::EmbeddedRuntimeMetrics runtime_metrics((*metrics_server)->registry());  // I/O, workers, prefetch
   metrics::MessageMetrics message_metrics((*metrics_server)->registry());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
   if (c.model_dir.empty()) return Fail(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = ToOffloadConfig(FlagsOf(c), c.model_dir);
   if (!offload.ok()) return Fail(name, offload.status());
@@ -209,6 +212,7 @@ int RunScheduler(const ServiceConfig& c, TerminationSignals& signals) {
     scheduler_metrics.SetQueueDepth("read", static_cast<double>(d.reads_waiting + d.reads_in_flight));
     scheduler_metrics.SetQueueDepth("decode", static_cast<double>(d.decodes_waiting + d.decodes_in_flight));
     runtime_metrics.Update(provider->local_stats(), cache_manager::CachePolicyName(provider->config().policy));
+    activity_metrics.Update();
     if (remote_cache != nullptr) {
       const messaging::ChannelStats st = remote_cache->channel_stats();
       message_metrics.Set("cache-manager", st.sent, st.received);
@@ -280,6 +284,7 @@ int RunStorage(const ServiceConfig& c, TerminationSignals& signals) {
   if (!metrics_server.ok()) return Fail(name, metrics_server.status());
   metrics::StorageMetrics storage_metrics((*metrics_server)->registry());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
   Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
   if (!store.ok()) return Fail(name, store.status());
   Result<ShmRegion> arena = AttachArena(name, c.shm_name, signals);
@@ -301,6 +306,7 @@ int RunStorage(const ServiceConfig& c, TerminationSignals& signals) {
   return RunWorker(name, *w, signals, [&] {
     storage_metrics.SetQueueDepth(static_cast<double>(w->queued()));
     bad_metrics.Set(w->stats().bad_messages);
+    activity_metrics.Update();
   });
 }
 
@@ -310,6 +316,7 @@ int RunDecompressor(const ServiceConfig& c, TerminationSignals& signals) {
       StartMetrics(c, name, c.metrics_port_decompressor);
   if (!metrics_server.ok()) return Fail(name, metrics_server.status());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
   Result<ShmRegion> arena = AttachArena(name, c.shm_name, signals);
   if (!arena.ok()) return Fail(name, arena.status());
   zmq::context_t context(1);
@@ -327,7 +334,10 @@ int RunDecompressor(const ServiceConfig& c, TerminationSignals& signals) {
   if (!worker.ok()) return Fail(name, worker.status());
   ServiceLog(name, fmt::format("{} threads on arena {}", options.n_threads, c.shm_name));
   decompressor::DecompressorWorker* w = worker->get();
-  return RunWorker(name, *w, signals, [&] { bad_metrics.Set(w->stats().bad_messages); });
+  return RunWorker(name, *w, signals, [&] {
+    bad_metrics.Set(w->stats().bad_messages);
+    activity_metrics.Update();
+  });
 }
 
 struct ServiceArgs {

@@ -107,6 +107,7 @@ void DecompressorPool::WorkerLoop(int worker_index) {
         span.emplace("decode", fmt::format("decode {} chunk {}", op.tensor_name, op.chunk_index),
                      fmt::format(R"({{"raw_bytes": {}, "worker": {}}})", op.raw_bytes, worker_index));
       }
+      const trace::ActivityTimer decoding(trace::Activity::kDecode);
       c.status = RunDecompressOp(op);
     }
     c.run_us = static_cast<uint64_t>(

@@ -54,6 +54,7 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
   }
 
   at::Tensor logits;
+  const trace::ActivityTimer forward_time(trace::Activity::kForward);
   const bool tracing = trace::Enabled();
   std::optional<trace::TraceSpan> step_span;
   if (tracing) {

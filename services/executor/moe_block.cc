@@ -184,11 +184,13 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     std::vector<std::unique_ptr<ExpertLease>> group;
     std::optional<trace::TraceSpan> span;
     if (trace::Enabled()) span.emplace("expert", fmt::format("wait for experts (layer {})", layer_id));
+    std::optional<trace::ActivityTimer> waiting(std::in_place, trace::Activity::kWaitExperts);
     do {
       ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
       group.push_back(std::move(lease));
       ++taken;
     } while (taken < n_selected && provider.NextIsReady());
+    waiting.reset();
     span.reset();
     if (trace::Enabled()) {
       span.emplace("expert", fmt::format("compute {} experts (layer {})", group.size(), layer_id));
@@ -403,7 +405,9 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
   for (size_t i = 0; i < n_selected; ++i) {
     std::optional<trace::TraceSpan> wait_span;
     if (trace::Enabled()) wait_span.emplace("expert", fmt::format("wait for an expert (layer {})", layer_id));
+    std::optional<trace::ActivityTimer> waiting(std::in_place, trace::Activity::kWaitExperts);
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
+    waiting.reset();
     wait_span.reset();
     const ExpertWeightsView& ew = lease->weights();
     ZM_ASSIGN_OR_RETURN(size_t slot, SlotOf(config, assign, layer_id, hidden, ew, delivered));

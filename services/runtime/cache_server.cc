@@ -275,6 +275,7 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
 void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
   std::optional<trace::TraceSpan> span;
   if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(body));
+  const trace::ActivityTimer handling(trace::Activity::kHandleMessage);
   auto known = clients.find(peer);
   if (known != clients.end()) known->second.last_seen = Clock::now();
   if (auto* m = std::get_if<msg::CacheHello>(&body)) {

@@ -270,6 +270,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   if (trace::Enabled()) {
     span.emplace("layer", fmt::format("schedule layer {} ({} experts)", routing.layer_id, routing.expert_ids.size()));
   }
+  const trace::ActivityTimer scheduling(trace::Activity::kScheduleLayer);
   MutexLock lock(&mu_);
   if (active_) {
     if (error_.ok()) {

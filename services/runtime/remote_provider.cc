@@ -329,6 +329,7 @@ void ProviderServer::State::AbortLocked(MutexLock* lock) {
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
   std::optional<trace::TraceSpan> span;
   if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(body));
+  const trace::ActivityTimer handling(trace::Activity::kHandleMessage);
   MutexLock lock(&mu);
   if (auto* request = std::get_if<msg::LayerRequest>(&body); request != nullptr && request->prefetch) {
     // A prediction for a later layer of the same executor: the open layer stays open.

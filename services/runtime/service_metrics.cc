@@ -10,6 +10,7 @@
 
 #include "common/compression_state.h"
 #include "common/status.h"
+#include "common/trace_events.h"
 
 namespace zipmoe::metrics {
 namespace {
@@ -432,6 +433,28 @@ void BadMessageMetrics::Set(uint64_t cumulative_total) {
   const uint64_t delta = cumulative_total >= last_total_ ? cumulative_total - last_total_ : cumulative_total;
   if (delta > 0) bad_messages_->Increment(static_cast<double>(delta));
   last_total_ = cumulative_total;
+}
+
+ActivityMetrics::ActivityMetrics(prometheus::Registry& registry) {
+  static_assert(trace::kActivityCount == 6, "one counter per trace::Activity");
+  auto& family = prometheus::BuildCounter()
+                     .Name("zipmoe_activity_seconds_total")
+                     .Help("Seconds this process spent in each activity (forward, wait_experts, handle_message, "
+                           "schedule_layer, read, decode), all threads summed; activities may nest.")
+                     .Register(registry);
+  for (int a = 0; a < trace::kActivityCount; ++a) {
+    seconds_[static_cast<size_t>(a)] = &family.Add({{"activity", trace::ActivityName(static_cast<trace::Activity>(a))}});
+  }
+}
+
+void ActivityMetrics::Update() {
+  MutexLock lock(&mu_);
+  for (int a = 0; a < trace::kActivityCount; ++a) {
+    const double now = trace::ActivitySeconds(static_cast<trace::Activity>(a));
+    double& before = last_[static_cast<size_t>(a)];
+    if (now > before) seconds_[static_cast<size_t>(a)]->Increment(now - before);
+    before = now;
+  }
 }
 
 }  // namespace zipmoe::metrics

@@ -260,4 +260,23 @@ class MessageMetrics {
   std::map<std::string, std::pair<uint64_t, uint64_t>> last_ ZM_GUARDED_BY(mu_);  // peer -> (sent, received)
 };
 
+// zipmoe_activity_seconds_total{activity}: how long this process spent in each activity of
+// common/trace_events.h's Activity (forward, wait_experts, handle_message, schedule_layer, read,
+// decode; activities may nest: a scheduler handling a LayerRequest also schedules the layer). With
+// zipmoe_generation_tokens_total they give each process's waiting vs working time per token (issue 20).
+class ActivityMetrics {
+ public:
+  explicit ActivityMetrics(prometheus::Registry& registry);
+  ActivityMetrics(const ActivityMetrics&) = delete;
+  ActivityMetrics& operator=(const ActivityMetrics&) = delete;
+
+  // Brings the counters up to this process's totals (trace::ActivitySeconds). Any thread.
+  void Update();
+
+ private:
+  std::array<prometheus::Counter*, 6> seconds_{};  // [trace::Activity]
+  Mutex mu_;  // guards last_
+  std::array<double, 6> last_ ZM_GUARDED_BY(mu_){};
+};
+
 }  // namespace zipmoe::metrics

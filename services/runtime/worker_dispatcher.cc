@@ -372,6 +372,7 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
 void WorkerDispatcher::State::OnMessage(msg::Received& got) {
   std::optional<trace::TraceSpan> span;
   if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(got.message.body));
+  const trace::ActivityTimer handling(trace::Activity::kHandleMessage);
   MutexLock lock(&mu);
   HandleLocked(got.peer, std::move(got.message), &read_done, &decode_done, &replies);
 }

@@ -118,7 +118,9 @@ void StorageService::IoLoop() {
     if (trace::Enabled()) {
       span.emplace("io", fmt::format("read {}", ChunkLabel(op)), fmt::format(R"({{"bytes": {}}})", op.stored_bytes));
     }
+    std::optional<trace::ActivityTimer> reading(std::in_place, trace::Activity::kRead);
     ReadCompletion done = Execute(op);
+    reading.reset();
     span.reset();
     Complete(done);
   }

@@ -98,6 +98,23 @@ TEST(TraceEvents, MergesTheFilesOfSeveralProcessesAndSkipsMissingOnes) {
   EXPECT_EQ(doc["otherData"]["missing"][0], tmp.Sub("gone.json"));
 }
 
+// Activity time is kept whether or not a trace is being recorded.
+TEST(TraceEvents, ActivityTimeAccumulatesPerActivityWithoutTracing) {
+  Disable();
+  const double read0 = ActivitySeconds(Activity::kRead), decode0 = ActivitySeconds(Activity::kDecode);
+  AddActivityTime(Activity::kRead, 1.5e6);  // 1.5 s
+  AddActivityTime(Activity::kRead, -5);     // ignored
+  {
+    ActivityTimer timer(Activity::kDecode);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  EXPECT_NEAR(ActivitySeconds(Activity::kRead) - read0, 1.5, 1e-6);
+  EXPECT_GE(ActivitySeconds(Activity::kDecode) - decode0, 0.0025);
+  EXPECT_LT(ActivitySeconds(Activity::kDecode) - decode0, 1.0);
+  EXPECT_STREQ(ActivityName(Activity::kWaitExperts), "wait_experts");
+  EXPECT_STREQ(ActivityName(Activity::kScheduleLayer), "schedule_layer");
+}
+
 TEST(TraceEvents, ErrorsNameTheFile) {
   testing::TempDir tmp;
   ASSERT_TRUE(WriteFileAtomic(tmp.Sub("bad.json"), R"({"events": []})").ok());

@@ -372,6 +372,14 @@ TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
                              "zipmoe_runtime_info{policy=\"smoe\",prefetch=\"top-score\"} 1",
                              "zipmoe_runtime_routed_experts_total ", "zipmoe_runtime_substituted_experts_total "})
     EXPECT_NE(metrics.body.find(family), std::string::npos) << family << "\n" << metrics.body;
+  // Time per activity: the forward passes, the waits for experts, and the runtime's reads and decodes
+  // (every expert at 50 % had to come through them at least once) all took time.
+  for (const char* activity : {"forward", "wait_experts", "read", "decode", "schedule_layer"}) {
+    const std::string sample = fmt::format("zipmoe_activity_seconds_total{{activity=\"{}\"}} ", activity);
+    const size_t at = metrics.body.find(sample);
+    ASSERT_NE(at, std::string::npos) << sample << "\n" << metrics.body;
+    EXPECT_GT(std::stod(metrics.body.substr(at + sample.size())), 0.0) << sample;
+  }
   WriteAll(tmp.Sub("metrics.txt"), metrics.body);
   if (std::system("command -v promtool >/dev/null 2>&1") == 0) {
     const int rc = std::system(fmt::format("promtool check metrics < {} > {} 2>&1", tmp.Sub("metrics.txt"),
