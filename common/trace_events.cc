@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -31,7 +31,7 @@ struct Recorder {
   Mutex mu;
   std::string process_name ZM_GUARDED_BY(mu);
   std::vector<Event> events ZM_GUARDED_BY(mu);
-  std::map<int64_t, bool> threads ZM_GUARDED_BY(mu);  // tids seen
+  std::set<int64_t> threads ZM_GUARDED_BY(mu);  // tids that recorded
   uint64_t dropped ZM_GUARDED_BY(mu) = 0;
   bool ever_enabled ZM_GUARDED_BY(mu) = false;
 };
@@ -50,7 +50,7 @@ void Record(Event e) {
     ++r.dropped;
     return;
   }
-  r.threads[e.tid] = true;
+  r.threads.insert(e.tid);
   r.events.push_back(std::move(e));
 }
 
@@ -93,13 +93,12 @@ void Instant(const char* category, const std::string& name, const std::string& a
   Record(Event{'i', category, name, args, NowUs(), 0, ThreadId()});
 }
 
-TraceSpan::TraceSpan(const char* category, std::string name, std::string args)
-    : category_(category), name_(std::move(name)), args_(std::move(args)) {
-  if (Enabled()) start_us_ = NowUs();
-}
-
-TraceSpan::~TraceSpan() {
-  if (start_us_ >= 0) Complete(category_, name_, start_us_, NowUs() - start_us_, args_);
+void TraceSpan::End() {
+  if (start_us_ < 0) return;
+  const double dur_us = NowUs() - start_us_;
+  if (activity_) AddActivityTime(*activity_, dur_us);
+  if (tracing_) Complete(category_, text_->name, start_us_, dur_us, text_->args);
+  start_us_ = -1;
 }
 
 size_t EventCount() {
@@ -124,7 +123,7 @@ Status WriteTraceFile(const std::string& path) {
     const int64_t pid = static_cast<int64_t>(::getpid());
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
                       {"args", {{"name", r.process_name}}}});
-    for (const auto& [tid, seen] : r.threads) {
+    for (const int64_t tid : r.threads) {
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid},
                         {"args", {{"name", tid == pid ? r.process_name + " main" : fmt::format("thread {}", tid)}}}});
     }

@@ -13,7 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -39,19 +42,58 @@ void Complete(const char* category, const std::string& name, double start_us, do
 // A zero-length event at now.
 void Instant(const char* category, const std::string& name, const std::string& args = "");
 
-// Records [construction, destruction) as one complete event (nothing when disabled at construction).
+// Always-on time accounting (independent of Enable): how long this process has spent in each
+// activity since it started, for /metrics (zipmoe_activity_seconds_total{activity}, issue 20's
+// "time spent waiting vs working per token"). The activities are the trace's, timed at the same
+// points: kForward (executor forward steps), kWaitExperts (executor waiting for a routed expert),
+// kHandleMessage (a server handling one message), kScheduleLayer (the scheduler planning a layer),
+// kRead (storage chunk reads), kDecode (E-chunk decodes). One clock read at each end; lock-free.
+enum class Activity : uint8_t { kForward = 0, kWaitExperts, kHandleMessage, kScheduleLayer, kRead, kDecode };
+inline constexpr int kActivityCount = 6;
+const char* ActivityName(Activity a);  // "forward", "wait_experts", "handle_message", "schedule_layer", "read", "decode"
+void AddActivityTime(Activity a, double us);
+// Seconds spent in `a` by this process so far (all threads summed).
+double ActivitySeconds(Activity a);
+
+// A span's name and args (a JSON object text, "" for none).
+struct SpanText {
+  SpanText(std::string name_, std::string args_ = "") : name(std::move(name_)), args(std::move(args_)) {}  // NOLINT
+  std::string name;
+  std::string args;
+};
+
+// Times [construction, End() or destruction). While tracing is enabled it is recorded as one complete
+// event; with an `activity` its time is also added to that activity's total (AddActivityTime),
+// traced or not. `text` is a SpanText (or a std::string name), or a callable returning one, which is
+// called only while tracing is enabled, so a disabled span formats nothing:
+//   TraceSpan wait("expert", [&] { return fmt::format("wait (layer {})", l); }, Activity::kWaitExperts);
 class TraceSpan {
  public:
-  TraceSpan(const char* category, std::string name, std::string args = "");
-  ~TraceSpan();
+  template <typename Text>
+  TraceSpan(const char* category, Text&& text, std::optional<Activity> activity = std::nullopt)
+      : category_(category), activity_(activity), tracing_(Enabled()) {
+    if (tracing_) {
+      if constexpr (std::is_invocable_v<Text&>) {
+        text_ = SpanText(text());
+      } else {
+        text_ = SpanText(std::forward<Text>(text));
+      }
+    }
+    if (tracing_ || activity_) start_us_ = NowUs();
+  }
+  ~TraceSpan() { End(); }
   TraceSpan(const TraceSpan&) = delete;
   TraceSpan& operator=(const TraceSpan&) = delete;
 
+  // Ends the span now (the destructor then does nothing). Idempotent.
+  void End();
+
  private:
   const char* category_;
-  std::string name_;
-  std::string args_;
-  double start_us_ = -1;  // < 0: disabled
+  std::optional<Activity> activity_;
+  bool tracing_;
+  std::optional<SpanText> text_;
+  double start_us_ = -1;  // < 0: nothing to record (or already ended)
 };
 
 // Events recorded since Enable, and how many were dropped past kMaxTraceEvents.
@@ -68,31 +110,5 @@ Status WriteTraceFile(const std::string& path);
 // that was killed writes none). Errors: kInvalidArgument naming an input that is not a trace file;
 // kIoError naming the path; kNotFound when no input exists.
 Status MergeTraceFiles(const std::vector<std::string>& inputs, const std::string& output);
-
-// Always-on time accounting (independent of Enable): how long this process has spent in each
-// activity since it started, for /metrics (zipmoe_activity_seconds_total{activity}, issue 20's
-// "time spent waiting vs working per token"). The activities are the trace's, timed at the same
-// points: kForward (executor forward steps), kWaitExperts (executor waiting for a routed expert),
-// kHandleMessage (a server handling one message), kScheduleLayer (the scheduler planning a layer),
-// kRead (storage chunk reads), kDecode (E-chunk decodes). One clock read at each end; lock-free.
-enum class Activity : uint8_t { kForward = 0, kWaitExperts, kHandleMessage, kScheduleLayer, kRead, kDecode };
-inline constexpr int kActivityCount = 6;
-const char* ActivityName(Activity a);  // "forward", "wait_experts", "handle_message", "schedule_layer", "read", "decode"
-void AddActivityTime(Activity a, double us);
-// Seconds spent in `a` by this process so far (all threads summed).
-double ActivitySeconds(Activity a);
-
-// Adds [construction, destruction) to `a`.
-class ActivityTimer {
- public:
-  explicit ActivityTimer(Activity a) : activity_(a), start_us_(NowUs()) {}
-  ~ActivityTimer() { AddActivityTime(activity_, NowUs() - start_us_); }
-  ActivityTimer(const ActivityTimer&) = delete;
-  ActivityTimer& operator=(const ActivityTimer&) = delete;
-
- private:
-  Activity activity_;
-  double start_us_;
-};
 
 }  // namespace zipmoe::trace

@@ -31,9 +31,9 @@
 #include "common/expert_store.h"
 #include "common/metrics_server.h"
 #include "common/shm_region.h"
+#include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
-#include "common/trace_events.h"
 #include "services/cli/service_config.h"
 #include "services/cli/service_util.h"
 #include "services/decompressor/decompressor_worker.h"
@@ -354,31 +354,24 @@ int RunService(const ServiceArgs& args) {
     // Before any thread starts, so every thread of the service inherits it.
     if (Status st = PinToCpus(cpus, args.name); !st.ok()) return Fail(args.name, st);
   }
-  const std::string& prefix = config->trace_events;
-  if (!prefix.empty()) trace::Enable(args.name);
-  int rc = 0;
+  using Runner = int (*)(const ServiceConfig&, TerminationSignals&);
+  Runner run = nullptr;
   if (args.name == "cache-manager") {
-    rc = RunCacheManager(*config, signals);
+    run = RunCacheManager;
   } else if (args.name == "scheduler") {
-    rc = RunScheduler(*config, signals);
+    run = RunScheduler;
   } else if (args.name == "storage") {
-    rc = RunStorage(*config, signals);
+    run = RunStorage;
   } else if (args.name == "decompressor") {
-    rc = RunDecompressor(*config, signals);
+    run = RunDecompressor;
   } else if (args.name == "executor") {
-    rc = RunExecutorService(*config, signals);
+    run = RunExecutorService;
   } else {
     return Fail(args.name, Status::InvalidArgument("unknown service"));
   }
-  if (!prefix.empty()) {
-    const std::string path = TraceFileOf(prefix, args.name, ::getpid());
-    if (Status st = trace::WriteTraceFile(path); !st.ok()) {
-      ServiceLog(args.name, "E: writing the trace: " + st.ToString());
-    } else {
-      ServiceLog(args.name, fmt::format("trace of {} events written to {}", trace::EventCount(), path));
-    }
-  }
-  return rc;
+  const std::string& prefix = config->trace_events;
+  const TraceToFile trace_file(prefix.empty() ? std::string() : TraceFileOf(prefix, args.name, ::getpid()), args.name);
+  return run(*config, signals);
 }
 
 }  // namespace

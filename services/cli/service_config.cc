@@ -157,9 +157,7 @@ Status Validate(const ServiceConfig& c) {
   for (const char* service : {"storage", "decompressor", "cache-manager", "scheduler", "executor"}) {
     const std::string& cpus = CpuAffinityOf(c, service);
     if (cpus.empty()) continue;
-    std::string key = std::string("cpu_affinity.") + service;
-    std::replace(key.begin(), key.end(), '-', '_');
-    ZM_RETURN_IF_ERROR(ParseCpuList(cpus, key).status());
+    ZM_RETURN_IF_ERROR(ParseCpuList(cpus, CpuAffinityKey(service)).status());
   }
   auto positive = [](int64_t v, const char* key) {
     return v > 0 ? Status::Ok() : Status::InvalidArgument(fmt::format("{} = {}: must be > 0", key, v));
@@ -193,6 +191,12 @@ const std::string& CpuAffinityOf(const ServiceConfig& config, const std::string&
   if (service == "scheduler") return config.cpu_affinity_scheduler;
   if (service == "executor") return config.cpu_affinity_executor;
   return kNone;
+}
+
+std::string CpuAffinityKey(const std::string& service) {
+  std::string key = "cpu_affinity." + service;
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
 }
 
 Result<std::vector<int>> ParseCpuList(const std::string& text, const std::string& key) {

@@ -78,6 +78,8 @@ struct ServiceConfig {
 // The CPU list a service's config pins it to ("" = none): cpu_affinity.<service>, with the service
 // named as `zipmoe service` names it (cache-manager, scheduler, storage, decompressor, executor).
 const std::string& CpuAffinityOf(const ServiceConfig& config, const std::string& service);
+// That key's name: "cpu_affinity.cache_manager" for "cache-manager".
+std::string CpuAffinityKey(const std::string& service);
 
 // "0-3,6" -> {0, 1, 2, 3, 6} (ascending, no duplicates). Errors: kInvalidArgument naming `key`, the
 // text and the bad item (not a number, a range that runs backwards, a CPU >= 1024, nothing listed).

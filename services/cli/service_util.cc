@@ -59,8 +59,7 @@ std::string HostName() {
 }
 
 Status PinToCpus(const std::string& cpus, const std::string& service) {
-  std::string key = "cpu_affinity." + service;
-  std::replace(key.begin(), key.end(), '-', '_');
+  const std::string key = CpuAffinityKey(service);
   ZM_ASSIGN_OR_RETURN(std::vector<int> list, ParseCpuList(cpus, key));
   cpu_set_t set;
   CPU_ZERO(&set);

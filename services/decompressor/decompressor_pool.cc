@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <utility>
 
 #include "common/trace_events.h"
@@ -102,12 +101,10 @@ void DecompressorPool::WorkerLoop(int worker_index) {
     c.op_id = op.op_id;
     c.worker_index = worker_index;
     {
-      std::optional<trace::TraceSpan> span;
-      if (trace::Enabled()) {
-        span.emplace("decode", fmt::format("decode {} chunk {}", op.tensor_name, op.chunk_index),
-                     fmt::format(R"({{"raw_bytes": {}, "worker": {}}})", op.raw_bytes, worker_index));
-      }
-      const trace::ActivityTimer decoding(trace::Activity::kDecode);
+      const trace::TraceSpan span("decode", [&] {
+        return trace::SpanText(fmt::format("decode {} chunk {}", op.tensor_name, op.chunk_index),
+                               fmt::format(R"({{"raw_bytes": {}, "worker": {}}})", op.raw_bytes, worker_index));
+      }, trace::Activity::kDecode);
       c.status = RunDecompressOp(op);
     }
     c.run_us = static_cast<uint64_t>(

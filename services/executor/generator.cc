@@ -63,7 +63,6 @@ struct Generator::Impl {
   std::unique_ptr<ObservedExpertProvider> observed;  // records each layer's routing, then on_routing
   std::vector<std::vector<int32_t>> last_routing;    // [num_hidden_layers]: the latest step's experts
   std::unique_ptr<Model> model;
-  scheduler::DeviceCostModel device_cost;  // has_accelerator false unless assignment is on
 };
 
 Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -108,12 +107,13 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
   impl->model->set_substitution_alpha(options.substitution_alpha);
   if (options.device_assignment == scheduler::DeviceAssignmentMode::kGreedy && !device.is_cpu()) {
+    scheduler::DeviceCostModel cost;
     if (options.device_cost != nullptr) {
-      impl->device_cost = *options.device_cost;
+      cost = *options.device_cost;
     } else {
-      ZM_ASSIGN_OR_RETURN(impl->device_cost, ProfileExpertDevices(impl->loaded->config, device, load.dtype));
+      ZM_ASSIGN_OR_RETURN(cost, ProfileExpertDevices(impl->loaded->config, device, load.dtype));
     }
-    impl->model->set_device_placement(impl->device_cost);
+    impl->model->set_device_placement(cost);
   }
   if (provider->prefetch_mode() == PrefetchMode::kResidual) {
     const ModelConfig& c = impl->loaded->config;
@@ -134,9 +134,15 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
 }
 
-const scheduler::DeviceCostModel& Generator::device_cost() const { return impl_->device_cost; }
+const scheduler::DeviceCostModel& Generator::device_cost() const {
+  static const scheduler::DeviceCostModel kNoAccelerator;  // has_accelerator false
+  const DevicePlacement* placement = impl_->model->device_placement();
+  return placement != nullptr ? placement->cost : kNoAccelerator;
+}
+
 scheduler::DeviceAssignmentStats Generator::device_assignment_stats() const {
-  return impl_->model->device_assignment_stats();
+  const DevicePlacement* placement = impl_->model->device_placement();
+  return placement != nullptr ? placement->stats : scheduler::DeviceAssignmentStats{};
 }
 
 Result<std::vector<std::vector<int32_t>>> Generator::PredictExperts(const std::vector<int32_t>& prompt) const {

@@ -1,7 +1,6 @@
 #include "services/executor/model.h"
 
 #include <algorithm>
-#include <optional>
 
 #include <fmt/format.h>
 
@@ -54,13 +53,10 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
   }
 
   at::Tensor logits;
-  const trace::ActivityTimer forward_time(trace::Activity::kForward);
-  const bool tracing = trace::Enabled();
-  std::optional<trace::TraceSpan> step_span;
-  if (tracing) {
-    step_span.emplace("step", fmt::format("forward {} tokens", ids.size()),
-                      fmt::format(R"({{"tokens": {}, "sequences": {}}})", ids.size(), tokens.size()));
-  }
+  const trace::TraceSpan step_span("step", [&] {
+    return trace::SpanText(fmt::format("forward {} tokens", ids.size()),
+                           fmt::format(R"({{"tokens": {}, "sequences": {}}})", ids.size(), tokens.size()));
+  }, trace::Activity::kForward);
   ZM_RETURN_IF_ERROR(TorchBoundary("forward", [&]() -> Status {
     const ModelWeights& w = model_.weights;
     const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
@@ -69,12 +65,11 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
     std::tie(batch.cos, batch.sin) = rope_.CosSin(at::tensor(positions, long_opts));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-      std::optional<trace::TraceSpan> span;
-      if (tracing) span.emplace("layer", fmt::format("attention {}", l));
+      trace::TraceSpan attention_span("layer", [&] { return fmt::format("attention {}", l); });
       const at::Tensor attn_in = RmsNorm(h, lw.input_layernorm, c.rms_norm_eps);
       h = h + AttentionForward(c, lw.attn, l, attn_in, batch);
-      span.reset();
-      if (tracing) span.emplace("layer", fmt::format("{} {}", lw.is_moe ? "moe" : "mlp", l));
+      attention_span.End();
+      const trace::TraceSpan mlp_span("layer", [&] { return fmt::format("{} {}", lw.is_moe ? "moe" : "mlp", l); });
       const at::Tensor mlp_in = RmsNorm(h, lw.post_attention_layernorm, c.rms_norm_eps);
       if (lw.is_moe) {
         if (provider_ == nullptr)
@@ -90,7 +85,7 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
         }
         ZM_ASSIGN_OR_RETURN(at::Tensor moe_out,
                             MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr,
-                                       substitution_alpha_, has_placement_ ? &placement_ : nullptr));
+                                       substitution_alpha_, placement_ ? &*placement_ : nullptr));
         h = h + moe_out;
       } else {
         h = h + MlpForward(lw.dense_mlp, mlp_in);

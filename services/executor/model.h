@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "common/expert_provider.h"
@@ -59,11 +60,10 @@ class Model {
   // DALI's CPU/accelerator expert assignment (MoeForward's placement) with this cost model; a model
   // on the CPU in float32 has no accelerator and ignores it. Resets the stats.
   void set_device_placement(const scheduler::DeviceCostModel& cost) {
-    placement_ = DevicePlacement{cost, scheduler::DeviceAssignmentStats{}};
-    has_placement_ = true;
+    placement_.emplace(DevicePlacement{cost, scheduler::DeviceAssignmentStats{}});
   }
-  // What the assignment decided so far (all zero without set_device_placement).
-  const scheduler::DeviceAssignmentStats& device_assignment_stats() const { return placement_.stats; }
+  // The placement's cost model and what it decided so far; null without set_device_placement.
+  const DevicePlacement* device_placement() const { return placement_ ? &*placement_ : nullptr; }
   // Called in Forward with every MoE layer's router input (post_attention_layernorm output,
   // [tokens, hidden] in the compute dtype), before the layer runs; empty = none (calibration).
   void set_router_input_observer(std::function<void(int32_t layer_id, const at::Tensor& x)> observer) {
@@ -79,8 +79,7 @@ class Model {
   std::vector<at::Tensor> residuals_;  // [n_layers] (set_prefetch_residuals)
   std::vector<int32_t> next_moe_;       // [n_layers]: the next MoE layer after each, -1 for none
   double substitution_alpha_ = 0.0;
-  DevicePlacement placement_;
-  bool has_placement_ = false;
+  std::optional<DevicePlacement> placement_;
   std::function<void(int32_t, const at::Tensor&)> router_input_observer_;
 };
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -182,19 +181,16 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   bool shared_down_pending = !shared.empty();
   while (taken < n_selected) {
     std::vector<std::unique_ptr<ExpertLease>> group;
-    std::optional<trace::TraceSpan> span;
-    if (trace::Enabled()) span.emplace("expert", fmt::format("wait for experts (layer {})", layer_id));
-    std::optional<trace::ActivityTimer> waiting(std::in_place, trace::Activity::kWaitExperts);
+    trace::TraceSpan wait_span("expert", [&] { return fmt::format("wait for experts (layer {})", layer_id); },
+                               trace::Activity::kWaitExperts);
     do {
       ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
       group.push_back(std::move(lease));
       ++taken;
     } while (taken < n_selected && provider.NextIsReady());
-    waiting.reset();
-    span.reset();
-    if (trace::Enabled()) {
-      span.emplace("expert", fmt::format("compute {} experts (layer {})", group.size(), layer_id));
-    }
+    wait_span.End();
+    const trace::TraceSpan compute_span(
+        "expert", [&] { return fmt::format("compute {} experts (layer {})", group.size(), layer_id); });
     std::vector<cpu::MlpJob> jobs;
     std::vector<std::vector<float>> scratch;
     std::vector<at::Tensor> keep;
@@ -403,12 +399,10 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
   std::vector<at::Tensor> rows(n_selected);
   std::vector<bool> delivered(n_selected, false);
   for (size_t i = 0; i < n_selected; ++i) {
-    std::optional<trace::TraceSpan> wait_span;
-    if (trace::Enabled()) wait_span.emplace("expert", fmt::format("wait for an expert (layer {})", layer_id));
-    std::optional<trace::ActivityTimer> waiting(std::in_place, trace::Activity::kWaitExperts);
+    trace::TraceSpan wait_span("expert", [&] { return fmt::format("wait for an expert (layer {})", layer_id); },
+                               trace::Activity::kWaitExperts);
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
-    waiting.reset();
-    wait_span.reset();
+    wait_span.End();
     const ExpertWeightsView& ew = lease->weights();
     ZM_ASSIGN_OR_RETURN(size_t slot, SlotOf(config, assign, layer_id, hidden, ew, delivered));
     delivered[slot] = true;

@@ -1,7 +1,6 @@
 #include "services/runtime/cache_server.h"
 
 #include <map>
-#include <optional>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -273,9 +272,8 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
 }
 
 void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
-  std::optional<trace::TraceSpan> span;
-  if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(body));
-  const trace::ActivityTimer handling(trace::Activity::kHandleMessage);
+  const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(body); },
+                               trace::Activity::kHandleMessage);
   auto known = clients.find(peer);
   if (known != clients.end()) known->second.last_seen = Clock::now();
   if (auto* m = std::get_if<msg::CacheHello>(&body)) {

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
-#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -266,11 +265,9 @@ void OffloadExpertProvider::CachedExperts(int32_t layer_id, int32_t n_experts, s
 }
 
 Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
-  std::optional<trace::TraceSpan> span;
-  if (trace::Enabled()) {
-    span.emplace("layer", fmt::format("schedule layer {} ({} experts)", routing.layer_id, routing.expert_ids.size()));
-  }
-  const trace::ActivityTimer scheduling(trace::Activity::kScheduleLayer);
+  const trace::TraceSpan span(
+      "layer", [&] { return fmt::format("schedule layer {} ({} experts)", routing.layer_id, routing.expert_ids.size()); },
+      trace::Activity::kScheduleLayer);
   MutexLock lock(&mu_);
   if (active_) {
     if (error_.ok()) {

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -207,8 +206,7 @@ Status RemoteCacheBackend::SendLocked(msg::Body body) {
 }
 
 Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body body, const char* what) {
-  std::optional<trace::TraceSpan> span;
-  if (trace::Enabled()) span.emplace("message", std::string("round trip ") + what);
+  const trace::TraceSpan span("message", [&] { return std::string("round trip ") + what; });
   ZM_RETURN_IF_ERROR(channel_.Send(std::move(body), config_.timeout));
   last_send_ = Clock::now();
   ++round_trips_;

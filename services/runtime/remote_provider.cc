@@ -140,8 +140,7 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
     return Status::InvalidArgument(fmt::format("NextReady: all {} experts of layer {} were delivered", expected_,
                                                layer_id_));
   }
-  std::optional<trace::TraceSpan> span;
-  if (trace::Enabled()) span.emplace("message", fmt::format("recv ExpertReady (layer {})", layer_id_));
+  const trace::TraceSpan span("message", [&] { return fmt::format("recv ExpertReady (layer {})", layer_id_); });
   while (true) {
     ZM_ASSIGN_OR_RETURN(msg::Body body, Receive("NextReady"));
     auto* ready = std::get_if<msg::ExpertReady>(&body);
@@ -192,8 +191,7 @@ void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id) {
 }
 
 Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
-  std::optional<trace::TraceSpan> span;
-  if (trace::Enabled()) span.emplace("message", fmt::format("LayerEnd / Ack (layer {})", layer_id));
+  const trace::TraceSpan span("message", [&] { return fmt::format("LayerEnd / Ack (layer {})", layer_id); });
   {
     MutexLock lock(&mu_);
     ZM_RETURN_IF_ERROR(channel_.Send(msg::LayerEnd{layer_id}, config_.timeout));
@@ -327,9 +325,8 @@ void ProviderServer::State::AbortLocked(MutexLock* lock) {
 }
 
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
-  std::optional<trace::TraceSpan> span;
-  if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(body));
-  const trace::ActivityTimer handling(trace::Activity::kHandleMessage);
+  const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(body); },
+                               trace::Activity::kHandleMessage);
   MutexLock lock(&mu);
   if (auto* request = std::get_if<msg::LayerRequest>(&body); request != nullptr && request->prefetch) {
     // A prediction for a later layer of the same executor: the open layer stays open.

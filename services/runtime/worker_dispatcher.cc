@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -370,9 +369,8 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
 }
 
 void WorkerDispatcher::State::OnMessage(msg::Received& got) {
-  std::optional<trace::TraceSpan> span;
-  if (trace::Enabled()) span.emplace("message", std::string("handle ") + msg::BodyName(got.message.body));
-  const trace::ActivityTimer handling(trace::Activity::kHandleMessage);
+  const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(got.message.body); },
+                               trace::Activity::kHandleMessage);
   MutexLock lock(&mu);
   HandleLocked(got.peer, std::move(got.message), &read_done, &decode_done, &replies);
 }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <optional>
 #include <utility>
 
 #include "common/hash.h"
@@ -114,14 +113,11 @@ void StorageService::IoLoop() {
       Complete(c);
       continue;
     }
-    std::optional<trace::TraceSpan> span;
-    if (trace::Enabled()) {
-      span.emplace("io", fmt::format("read {}", ChunkLabel(op)), fmt::format(R"({{"bytes": {}}})", op.stored_bytes));
-    }
-    std::optional<trace::ActivityTimer> reading(std::in_place, trace::Activity::kRead);
+    trace::TraceSpan span("io", [&] {
+      return trace::SpanText(fmt::format("read {}", ChunkLabel(op)), fmt::format(R"({{"bytes": {}}})", op.stored_bytes));
+    }, trace::Activity::kRead);
     ReadCompletion done = Execute(op);
-    reading.reset();
-    span.reset();
+    span.End();
     Complete(done);
   }
 }

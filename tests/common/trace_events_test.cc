@@ -36,7 +36,7 @@ TEST(TraceEvents, RecordsSpansAndInstantsOnlyWhileEnabled) {
   EXPECT_EQ(EventCount(), 0u);
   const double t0 = NowUs();
   {
-    TraceSpan span("layer", "moe 3", R"({"layer": 3})");
+    TraceSpan span("layer", SpanText("moe 3", R"({"layer": 3})"));
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   Instant("message", "send LayerRequest");
@@ -44,11 +44,16 @@ TEST(TraceEvents, RecordsSpansAndInstantsOnlyWhileEnabled) {
   EXPECT_EQ(EventCount(), 3u);
   Disable();
   EXPECT_FALSE(Enabled());
+  bool formatted = false;
   {
-    TraceSpan ignored("layer", "while disabled");
+    TraceSpan ignored("layer", [&formatted] {
+      formatted = true;
+      return std::string("while disabled");
+    });
     Instant("message", "while disabled");
   }
   EXPECT_EQ(EventCount(), 3u);
+  EXPECT_FALSE(formatted) << "a disabled span formats no name";
   ASSERT_TRUE(WriteTraceFile(tmp.Sub("t.json")).ok());
 
   const nlohmann::json doc = ReadJson(tmp.Sub("t.json"));
@@ -102,15 +107,17 @@ TEST(TraceEvents, MergesTheFilesOfSeveralProcessesAndSkipsMissingOnes) {
 TEST(TraceEvents, ActivityTimeAccumulatesPerActivityWithoutTracing) {
   Disable();
   const double read0 = ActivitySeconds(Activity::kRead), decode0 = ActivitySeconds(Activity::kDecode);
+  const size_t events0 = EventCount();
   AddActivityTime(Activity::kRead, 1.5e6);  // 1.5 s
   AddActivityTime(Activity::kRead, -5);     // ignored
   {
-    ActivityTimer timer(Activity::kDecode);
+    TraceSpan timer("decode", [] { return std::string("not recorded: tracing is off"); }, Activity::kDecode);
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
   }
   EXPECT_NEAR(ActivitySeconds(Activity::kRead) - read0, 1.5, 1e-6);
   EXPECT_GE(ActivitySeconds(Activity::kDecode) - decode0, 0.0025);
   EXPECT_LT(ActivitySeconds(Activity::kDecode) - decode0, 1.0);
+  EXPECT_EQ(EventCount(), events0);  // timed for the activity, not traced
   EXPECT_STREQ(ActivityName(Activity::kWaitExperts), "wait_experts");
   EXPECT_STREQ(ActivityName(Activity::kScheduleLayer), "schedule_layer");
 }
