@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# GPU check: builds zipmoe with CUDA (kernels for CMAKE_CUDA_ARCHITECTURES, default 90) against the
+# CUDA libtorch of the machine's Python torch, then runs
+#   1. the kernel tests on the device (recovery kernel vs its CPU reference, host registration),
+#   2. the recovery kernel's bandwidth next to a device-to-device copy (bench/recovery_bench.cc),
+#   3. `generate` on the CPU and on CUDA from the same checkpoint and its compressed directory, and
+#      compares token ids and logits (scripts/compare_logits.py), with and without DALI's greedy
+#      CPU/GPU expert assignment.
+# Results go to $OUT (default /tmp/gpu_check): one log per step and summary.txt.
+#
+# Usage: bash scripts/gpu_check.sh [DEBS_DIR]
+#   DEBS_DIR (optional): Debian 12 .deb files of the build dependencies (scripts/install_deps.sh's
+#   list) for a machine that cannot reach a registry; they are unpacked under /tmp/zipmoe-deps and
+#   used from there (nothing is installed into /).
+set -u -o pipefail
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${GPU_BUILD_DIR:-/tmp/zipmoe-gpu-build}
+ARCH=${CMAKE_CUDA_ARCHITECTURES:-90}
+DEBS=${1:-}
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+say() { echo "== $*" | tee -a "$SUMMARY"; }
+step() {  # step NAME CMD...: runs CMD, log in $OUT/NAME.log, result line in the summary
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  say "$name: rc=$rc ($((SECONDS - t0)) s)"
+  tail -n 25 "$OUT/$name.log"
+  return $rc
+}
+
+say "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+say "os: $(. /etc/os-release 2>/dev/null; echo "$PRETTY_NAME"), $(g++ --version | head -1), $(cmake --version | head -1)"
+say "nvcc: $(nvcc --version 2>&1 | tail -1), ninja $(ninja --version 2>&1)"
+TORCH_DIR=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+say "torch: $(python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>&1) at $TORCH_DIR"
+
+if [ -n "$DEBS" ]; then
+  D=/tmp/zipmoe-deps
+  mkdir -p $D
+  for f in "$DEBS"/*.deb; do dpkg-deb -x "$f" $D; done
+  U=$D/usr
+  L=$U/lib/x86_64-linux-gnu
+  # .pc files name /usr; pkg-config must see the unpacked prefix. libzmq's private requirements
+  # (krb5, pgm, norm, sodium, bsd) only matter for static links.
+  sed -i "s|=/usr|=$U|g" $L/pkgconfig/*.pc $U/share/pkgconfig/*.pc 2>/dev/null
+  sed -i '/^Requires.private/d' $L/pkgconfig/libzmq.pc
+  export PATH=$U/bin:$PATH
+  export LD_LIBRARY_PATH=$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PKG_CONFIG_PATH=$L/pkgconfig:$U/share/pkgconfig
+  export CMAKE_PREFIX_PATH=$U
+  say "dependencies unpacked from $DEBS into $D ($(ls "$DEBS"/*.deb | wc -l) packages)"
+fi
+
+step configure cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DTorch_DIR="$TORCH_DIR/share/cmake/Torch" \
+  ${CMAKE_EXTRA_ARGS:-} || { cp "$B/CMakeFiles/CMakeError.log" "$OUT/" 2>/dev/null; exit 1; }
+grep -E "zipmoe: CUDA|Torch|CUDA" "$OUT/configure.log" | head -5 >>"$SUMMARY"
+[ -n "${CONFIGURE_ONLY:-}" ] && exit 0
+step build ninja -C "$B" -k 0 zipmoe zipmoe_kernels_tests recovery_bench zipmoe_cache_manager_tests
+say "build errors: $(grep -c 'error:' "$OUT/build.log")"
+grep -m 20 'error:' "$OUT/build.log" >>"$SUMMARY"
+BIN=$B/bin
+
+# 1. Kernel tests on the device: every GPU test must run, not skip.
+if [ -x $BIN/zipmoe_kernels_tests ]; then
+  step kernels_tests $BIN/zipmoe_kernels_tests
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/kernels_tests.log" >>"$SUMMARY"
+  grep -E "SKIPPED|FAILED" "$OUT/kernels_tests.log" | head -10 >>"$SUMMARY"
+fi
+if [ -x $BIN/zipmoe_cache_manager_tests ]; then
+  step cache_manager_tests $BIN/zipmoe_cache_manager_tests
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/cache_manager_tests.log" >>"$SUMMARY"
+fi
+# 2. The recovery kernel's bandwidth (bytes moved: n E + n SM read, 2n written) next to a D2D copy.
+if [ -x $BIN/recovery_bench ]; then
+  step recovery_bench $BIN/recovery_bench --benchmark_filter='Gpu|D2D' --benchmark_min_time=0.2 \
+    --benchmark_out="$OUT/recovery_bench.json" --benchmark_out_format=json
+  grep -E "Gpu|D2D" "$OUT/recovery_bench.log" >>"$SUMMARY"
+fi
+# 3. generate: CPU (float32) vs CUDA (BF16), from the checkpoint and from its compressed directory.
+Z=$BIN/zipmoe
+if [ -x "$Z" ]; then
+  M=$ROOT/models/qwen2moe-debian-18m
+  C=/tmp/zipmoe-gpu-compressed
+  step compress $Z compress "$M" "$C" --force
+  step verify $Z verify "$M" "$C"
+  P="The cat sat on the"
+  V=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$M/config.json")
+  for src in ckpt:$M zip:$C; do
+    tag=${src%%:*} dir=${src#*:}
+    for dev in cpu cuda; do
+      step "gen_${tag}_$dev" $Z generate --model "$dir" --prompt "$P" --max-new-tokens 16 --ignore-eos --device $dev \
+        --logits-out "$OUT/logits_${tag}_$dev.f32" --json
+    done
+  done
+  step gen_zip_cuda_budget $Z generate --model "$C" --prompt "$P" --max-new-tokens 16 --ignore-eos --device cuda \
+    --memory-budget 50% --logits-out "$OUT/logits_zipb_cuda.f32" --json
+  step gen_zip_cuda_greedy $Z generate --model "$C" --prompt "$P" --max-new-tokens 16 --ignore-eos --device cuda \
+    --device-assignment greedy --logits-out "$OUT/logits_zipg_cuda.f32" --json
+  for pair in "ckpt_cpu zip_cpu" "zip_cuda zipb_cuda" "ckpt_cuda zip_cuda" "zip_cpu zip_cuda" "zip_cuda zipg_cuda"; do
+    set -- $pair
+    echo "compare $1 vs $2: $(python3 "$ROOT/scripts/compare_logits.py" "$OUT/logits_$1.f32" "$OUT/logits_$2.f32" --vocab "$V" 2>&1)" \
+      | tee -a "$SUMMARY"
+  done
+  for f in "$OUT"/gen_*.log; do
+    echo "$(basename "$f" .log): $(grep -o '"generated_ids":\[[0-9,]*\]' "$f" | head -1) $(grep -o '"tpot_s":[0-9.e-]*' "$f" | head -1)" >>"$SUMMARY"
+  done
+fi
+say "done"
