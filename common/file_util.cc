@@ -1,6 +1,7 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -182,6 +183,30 @@ Status CreateDirectories(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) return Status::IoError(path + ": mkdir: " + ec.message());
+  return Status::Ok();
+}
+
+namespace {
+thread_local std::string g_remove_tree_error;  // nftw's callback takes no user pointer
+int RemoveTreeEntry(const char* path, const struct stat*, int type, struct FTW*) {
+  if (::remove(path) == 0 || errno == ENOENT) return 0;
+  g_remove_tree_error = std::string(path) + ": remove: " + std::strerror(errno);
+  (void)type;
+  return -1;
+}
+}  // namespace
+
+Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::IoError(path + ": stat: " + std::strerror(errno));
+  }
+  g_remove_tree_error.clear();
+  if (::nftw(path.c_str(), RemoveTreeEntry, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+    if (!g_remove_tree_error.empty()) return Status::IoError(g_remove_tree_error);
+    return Status::IoError(path + ": walk: " + std::strerror(errno));
+  }
   return Status::Ok();
 }
 

@@ -107,5 +107,10 @@ bool FileExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 // mkdir -p. Errors: kIoError.
 Status CreateDirectories(const std::string& path);
+// rm -rf: removes `path` and everything under it without following symbolic links (nftw, depth
+// first); a missing path is not an error. Used instead of std::filesystem::remove_all, which PyPI's
+// libtorch.so (torch 2.x) exports in a broken copy that can win symbol lookup process-wide.
+// Errors: kIoError naming the first entry that could not be removed (what was removed stays removed).
+Status RemoveTree(const std::string& path);
 
 }  // namespace zipmoe

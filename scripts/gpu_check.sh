@@ -60,10 +60,14 @@ step configure cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   ${CMAKE_EXTRA_ARGS:-} || { cp "$B/CMakeFiles/CMakeError.log" "$OUT/" 2>/dev/null; exit 1; }
 grep -E "zipmoe: CUDA|Torch|CUDA" "$OUT/configure.log" | head -5 >>"$SUMMARY"
 [ -n "${CONFIGURE_ONLY:-}" ] && exit 0
-step build ninja -C "$B" -k 0 zipmoe zipmoe_kernels_tests recovery_bench zipmoe_cache_manager_tests
+# The environment of this build, for commands run after this script: `. $B/env.sh`.
+declare -p PATH LD_LIBRARY_PATH 2>/dev/null | sed 's/^declare -x/export/' >"$B/env.sh"
+step build ninja -C "$B" -k 0 zipmoe zipmoe_kernels_tests recovery_bench zipmoe_cache_manager_tests \
+  zipmoe_executor_tests
 say "build errors: $(grep -c 'error:' "$OUT/build.log")"
 grep -m 20 'error:' "$OUT/build.log" >>"$SUMMARY"
 BIN=$B/bin
+[ -n "${BUILD_ONLY:-}" ] && exit 0
 
 # 1. Kernel tests on the device: every GPU test must run, not skip.
 if [ -x $BIN/zipmoe_kernels_tests ]; then
@@ -110,4 +114,32 @@ if [ -x "$Z" ]; then
     echo "$(basename "$f" .log): $(grep -o '"generated_ids":\[[0-9,]*\]' "$f" | head -1) $(grep -o '"tpot_s":[0-9.e-]*' "$f" | head -1)" >>"$SUMMARY"
   done
 fi
+# 4. Every architecture (synthetic tiny checkpoints): CUDA from the checkpoint, from the compressed
+#    directory and under a 30 % budget must give the same bytes; CUDA vs the CPU: same tokens.
+if [ -x "$Z" ]; then
+  for arch in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2; do
+    d=/tmp/zipmoe-gpu-$arch
+    step "synth_$arch" $Z synth --arch $arch --preset tiny --out "$d/ckpt" --router-skew 0.5 || continue
+    step "compress_$arch" $Z compress "$d/ckpt" "$d/zip" --force || continue
+    V=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$d/ckpt/config.json")
+    for run in "ckpt cpu" "ckpt cuda" "zip cuda" "zip cuda 30%"; do
+      set -- $run
+      tag="$1_$2${3:+_b}"
+      step "gen_${arch}_$tag" $Z generate --model "$d/$1" --prompt-ids 5,17,42,99,7,3 --max-new-tokens 12 \
+        --ignore-eos --device $2 ${3:+--memory-budget $3} --logits-out "$d/$tag.f32" --json >/dev/null
+    done
+    for pair in "ckpt_cuda zip_cuda" "zip_cuda zip_cuda_b" "ckpt_cpu ckpt_cuda"; do
+      set -- $pair
+      echo "$arch: $1 vs $2: $(python3 "$ROOT/scripts/compare_logits.py" "$d/$1.f32" "$d/$2.f32" --vocab "$V" 2>&1)" \
+        | tee -a "$SUMMARY"
+    done
+  done
+fi
+# 5. The executor's tests on a CUDA build.
+if [ -x $BIN/zipmoe_executor_tests ]; then
+  step executor_tests timeout ${EXECUTOR_TESTS_TIMEOUT:-150} $BIN/zipmoe_executor_tests
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/executor_tests.log" | head -20 >>"$SUMMARY"
+fi
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=summary.txt --exclude='*.f32' *.log *.json 2>/dev/null &&
+  find . -maxdepth 1 -type f ! -name logs.tgz ! -name summary.txt -delete)
 say "done"

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/file_util.h"
+
 namespace zipmoe::testing {
 
 TempDir::TempDir() {
@@ -25,10 +27,7 @@ TempDir::TempDir() {
   path_ = buf.data();
 }
 
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
+TempDir::~TempDir() { (void)RemoveTree(path_); }
 
 CommandResult RunCli(const std::string& args) {
   CommandResult result;
@@ -62,7 +61,7 @@ std::string CachedCliDir(const std::string& command_head, const std::string& com
   if (std::filesystem::exists(dir / ".complete", ec)) return dir.string();
   std::filesystem::create_directories(root, ec);
   const std::filesystem::path tmp = dir.string() + ".tmp." + std::to_string(::getpid());
-  std::filesystem::remove_all(tmp, ec);
+  (void)RemoveTree(tmp.string());
   const CommandResult r = RunCli(command_head + " " + tmp.string() + " " + command_tail);
   if (r.exit_code != 0) {
     ADD_FAILURE() << "zipmoe " << command_head << " ... " << command_tail << " failed:\n" << r.output;
@@ -70,7 +69,7 @@ std::string CachedCliDir(const std::string& command_head, const std::string& com
   }
   WriteAll((tmp / ".complete").string(), key);
   std::filesystem::rename(tmp, dir, ec);  // a concurrent process may have won the race: keep its copy
-  if (ec) std::filesystem::remove_all(tmp, ec);
+  if (ec) (void)RemoveTree(tmp.string());
   return dir.string();
 }
 

@@ -145,7 +145,7 @@ Status Commit(const std::string& tmp_dir, const std::string& out_dir, bool overw
   }
   fs::rename(tmp_dir, out_dir, ec);
   if (ec) return Status::IoError(tmp_dir + " -> " + out_dir + ": rename: " + ec.message());
-  if (!old_dir.empty()) fs::remove_all(old_dir, ec);
+  if (!old_dir.empty()) (void)RemoveTree(old_dir);  // the new directory is in place; a leftover is harmless
   return Status::Ok();
 }
 
@@ -186,15 +186,14 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   });
 
   const std::string tmp_dir = opt.out_dir + ".tmp." + std::to_string(::getpid());
-  fs::remove_all(tmp_dir, ec);
+  ZM_RETURN_IF_ERROR(RemoveTree(tmp_dir));
   ZM_RETURN_IF_ERROR(CreateDirectories(tmp_dir));
   // Removes the temp directory on any early return.
   struct TmpGuard {
     std::string dir;
     bool keep = false;
     ~TmpGuard() {
-      std::error_code e;
-      if (!keep) fs::remove_all(dir, e);
+      if (!keep) (void)RemoveTree(dir);
     }
   } guard{tmp_dir};
 

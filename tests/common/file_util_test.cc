@@ -188,3 +188,44 @@ TEST(FileUtilTest, UniqueFdReleaseAndMove) {
 
 }  // namespace
 }  // namespace zipmoe
+
+namespace zipmoe {
+namespace {
+
+TEST(RemoveTreeTest, RemovesNestedFilesAndDirectoriesButNotWhatALinkPointsTo) {
+  testing::TempDir tmp;
+  const std::string outside = tmp.Sub("outside");
+  ASSERT_TRUE(CreateDirectories(outside).ok());
+  std::ofstream(outside + "/keep.txt") << "keep";
+  const std::string tree = tmp.Sub("tree");
+  ASSERT_TRUE(CreateDirectories(tree + "/a/b/c").ok());
+  std::ofstream(tree + "/a/b/c/x.bin") << "x";
+  std::ofstream(tree + "/top.txt") << "t";
+  std::filesystem::create_directory_symlink(outside, tree + "/a/link");
+  ASSERT_TRUE(RemoveTree(tree).ok());
+  EXPECT_FALSE(std::filesystem::exists(tree));
+  EXPECT_TRUE(std::filesystem::exists(outside + "/keep.txt")) << "the link's target must survive";
+}
+
+TEST(RemoveTreeTest, MissingPathIsOkAndASingleFileIsRemoved) {
+  testing::TempDir tmp;
+  EXPECT_TRUE(RemoveTree(tmp.Sub("never-made")).ok());
+  const std::string file = tmp.Sub("f.txt");
+  std::ofstream(file) << "f";
+  EXPECT_TRUE(RemoveTree(file).ok());
+  EXPECT_FALSE(std::filesystem::exists(file));
+}
+
+TEST(RemoveTreeTest, APathThatCannotBeReadIsAnErrorNamingIt) {
+  testing::TempDir tmp;
+  const std::string file = tmp.Sub("plain.txt");
+  std::ofstream(file) << "p";
+  const Status st = RemoveTree(file + "/below");  // ENOTDIR: a file is not a directory
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find("plain.txt/below"), std::string::npos) << st.message();
+  EXPECT_TRUE(std::filesystem::exists(file));
+}
+
+}  // namespace
+}  // namespace zipmoe
