@@ -95,13 +95,37 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
   }
 }
 
+bool RemoteExpertProvider::AbsorbAck(const msg::Body& body) {
+  const auto* ack = std::get_if<msg::Ack>(&body);
+  if (ack == nullptr) return false;
+  if (unacked_ends_ > 0) --unacked_ends_;
+  if (!ack->status.ok() && deferred_.ok()) deferred_ = ack->status.WithContext("the scheduler refused a LayerEnd");
+  return true;
+}
+
+Status RemoteExpertProvider::TakeDeferred() {
+  Status st = std::move(deferred_);
+  deferred_ = Status::Ok();
+  return st;
+}
+
+Status RemoteExpertProvider::Flush() {
+  while (unacked_ends_ > 0) {
+    ZM_ASSIGN_OR_RETURN(msg::Body body, Receive("LayerEnd"));
+    (void)AbsorbAck(body);  // anything else here is stale (heartbeat answers, an aborted layer's)
+  }
+  return TakeDeferred();
+}
+
 Status RemoteExpertProvider::Ping(milliseconds wait) {
   const auto deadline = Clock::now() + wait;
   MutexLock lock(&mu_);
   ZM_RETURN_IF_ERROR(channel_.Send(msg::Heartbeat{0, 0}, wait));
   while (Clock::now() < deadline) {
     Result<msg::Received> got = channel_.Recv(milliseconds(5));
-    if (got.ok() && std::holds_alternative<msg::Heartbeat>(got->message.body)) return Status::Ok();
+    if (!got.ok()) continue;
+    if (std::holds_alternative<msg::Heartbeat>(got->message.body)) return Status::Ok();
+    (void)AbsorbAck(got->message.body);
   }
   return Status::Unavailable(fmt::format("scheduler at {} did not answer within {} ms", config_.endpoint,
                                          wait.count()));
@@ -123,6 +147,7 @@ Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
     return Status::InvalidArgument(fmt::format("BeginLayer({}): {} experts but {} token counts", routing.layer_id,
                                                routing.expert_ids.size(), routing.tokens_per_expert.size()));
   }
+  ZM_RETURN_IF_ERROR(TakeDeferred());
   msg::LayerRequest request{routing.layer_id, routing.expert_ids, routing.tokens_per_expert, routing.mean_scores,
                             routing.substituted, false};
   {
@@ -143,8 +168,12 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
   const trace::TraceSpan span("message", [&] { return fmt::format("recv ExpertReady (layer {})", layer_id_); });
   while (true) {
     ZM_ASSIGN_OR_RETURN(msg::Body body, Receive("NextReady"));
+    if (AbsorbAck(body)) {  // the previous layer's LayerEnd answered
+      ZM_RETURN_IF_ERROR(TakeDeferred());
+      continue;
+    }
     auto* ready = std::get_if<msg::ExpertReady>(&body);
-    if (ready == nullptr) continue;  // a stale Ack / heartbeat
+    if (ready == nullptr) continue;  // a stale heartbeat
     if (!ready->status.ok()) return ready->status;
     if (ready->layer_id != layer_id_) continue;  // stale message of an aborted layer
     const uint64_t size = arena_.size_bytes();
@@ -191,15 +220,13 @@ void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id) {
 }
 
 Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
-  const trace::TraceSpan span("message", [&] { return fmt::format("LayerEnd / Ack (layer {})", layer_id); });
+  const trace::TraceSpan span("message", [&] { return fmt::format("send LayerEnd (layer {})", layer_id); });
   {
     MutexLock lock(&mu_);
     ZM_RETURN_IF_ERROR(channel_.Send(msg::LayerEnd{layer_id}, config_.timeout));
   }
-  while (true) {
-    ZM_ASSIGN_OR_RETURN(msg::Body body, Receive("EndLayer"));
-    if (auto* ack = std::get_if<msg::Ack>(&body)) return ack->status;
-  }
+  ++unacked_ends_;
+  return TakeDeferred();
 }
 
 // ---- scheduler side -------------------------------------------------------------------------------

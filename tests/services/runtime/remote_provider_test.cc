@@ -143,6 +143,7 @@ TEST_F(RemoteProviderTest, PingAnswersOnlyOnceTheSchedulerServes) {
     got[v.expert_id].assign(down, down + kMatrixBytes);
   }
   ASSERT_TRUE(remote_->EndLayer(2).ok());
+  ASSERT_TRUE(remote_->Flush().ok());  // EndLayer does not wait for the scheduler's answer
   EXPECT_EQ(provider_->ended(2), 1);
   ASSERT_EQ(got.size(), 2u);
   for (int32_t e : {0, 2}) {
@@ -174,6 +175,49 @@ TEST_F(RemoteProviderTest, UnrecoveredExpertsCrossAsTheirPlanes) {
   EXPECT_NE(std::memcmp(v.down_planes.sm, m + 2 * kMatrixBytes, half), 0) << "the pattern tells offsets apart";
   lease->reset();
   ASSERT_TRUE(remote_->EndLayer(1).ok());
+  server_->Stop();
+}
+
+// EndLayer is pipelined: it returns before the scheduler answers, the next layer's request follows
+// at once and still finds the layer ended (one peer's messages are handled in order). A LayerEnd the
+// scheduler refuses comes back as an error of the next call that reads from it.
+TEST_F(RemoteProviderTest, EndLayerDoesNotWaitAndARefusalSurfacesAtTheNextCall) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
+  ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  for (int32_t layer = 0; layer < 3; ++layer) {  // back to back: no Ack waited for in between
+    ASSERT_TRUE(remote_->BeginLayer(LayerRouting(layer, {1}, {1})).ok());
+    Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
+    ASSERT_TRUE(lease.ok()) << "layer " << layer << ": " << lease.status().ToString();
+    EXPECT_EQ((*lease)->weights().layer_id, layer);
+    lease->reset();
+    ASSERT_TRUE(remote_->EndLayer(layer).ok());
+  }
+  ASSERT_TRUE(remote_->Flush().ok());
+  for (int32_t layer = 0; layer < 3; ++layer) EXPECT_EQ(provider_->ended(layer), 1) << "layer " << layer;
+
+  // Ending a layer that is not open: EndLayer itself returns OK, the refusal comes with the next call.
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(4, {0}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  lease->reset();
+  ASSERT_TRUE(remote_->EndLayer(5).ok());
+  const Status refused = remote_->Flush();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_NE(refused.ToString().find("EndLayer(5)"), std::string::npos) << refused.ToString();
+  EXPECT_TRUE(remote_->Flush().ok()) << "a refusal is returned once";
+  ASSERT_TRUE(remote_->EndLayer(4).ok());
+  ASSERT_TRUE(remote_->Flush().ok());
+  EXPECT_EQ(provider_->ended(4), 1);
+
+  // The same refusal without Flush: the next BeginLayer... or NextReady returns it.
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(6, {2}, {1})).ok());
+  lease = remote_->NextReady();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  lease->reset();
+  ASSERT_TRUE(remote_->EndLayer(7).ok());
+  Status next = remote_->BeginLayer(LayerRouting(8, {2}, {1}));
+  if (next.ok()) next = remote_->NextReady().status();  // the Ack may still be on its way
+  EXPECT_EQ(next.code(), StatusCode::kInvalidArgument) << next.ToString();
   server_->Stop();
 }
 
