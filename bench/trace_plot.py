@@ -2,7 +2,8 @@
 """Draws one decode step of a zipmoe Chrome trace (generate/serve/up --trace-events) as a timeline:
 one lane per process and thread, spans coloured by category (step, layer, expert, message, io, decode),
 and prints where the step's time went per process (busy time by category, and the executor's time
-waiting for experts).
+waiting for experts), plus the mean and median of every decode step in the trace (the number to
+compare between two runs: one step is noisy on a shared machine).
 
 Usage: bench/trace_plot.py TRACE.json --out step.png [--step K] [--json summary.json]
   --step K: the K-th forward step of the executor whose span covers one token per sequence (a decode
@@ -11,6 +12,7 @@ Needs python3-matplotlib for the picture (the summary is printed without it).
 """
 import argparse
 import json
+import statistics
 import sys
 from collections import defaultdict
 
@@ -69,7 +71,9 @@ def main():
     waits = sum(min(s["ts"] + s["dur"], t1) - max(s["ts"], t0) for s in inside
                 if s["cat"] == "expert" and s["name"].startswith("wait"))
     summary = {"trace": args.trace, "step_index": args.step if args.step >= 0 else len(steps) + args.step,
-               "decode_steps": len(steps), "step_ms": step["dur"] / 1e3, "executor_wait_for_experts_ms": waits / 1e3,
+               "decode_steps": len(steps), "step_ms": step["dur"] / 1e3,
+               "all_steps_ms": {"mean": round(statistics.mean(s["dur"] for s in steps) / 1e3, 3),
+                                "median": round(statistics.median(s["dur"] for s in steps) / 1e3, 3)}, "executor_wait_for_experts_ms": waits / 1e3,
                "busy_ms": {p: {c: round(v / 1e3, 3) for c, v in cats.items()} for p, cats in busy.items()}}
     print(json.dumps(summary, indent=2))
     if args.json:
