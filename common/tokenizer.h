@@ -19,9 +19,7 @@
 //      transformers' LlamaTokenizerFast.update_post_processor does.
 // Decode: ids -> token strings (unknown ids are skipped; special tokens too if asked) -> decoder
 // (tokenizer_decoder.h) -> concatenation; bytes that are not valid UTF-8 come out as U+FFFD.
-// Not supported: WordPiece/WordLevel models, Precompiled (SentencePiece charsmap) normalizers
-// (a real T5 tokenizer.json, whose normalizer is Precompiled, is rejected naming it), offsets,
-// truncation/padding, pair sequences, BPE dropout, transformers' clean_up_tokenization_spaces.
+// Not supported: WordPiece/WordLevel models, offsets, truncation/padding, pair sequences, BPE dropout, transformers' clean_up_tokenization_spaces.
 //
 // Thread-safety: a loaded Tokenizer is immutable (the BPE word cache is internally locked), so
 // Encode/Decode/ApplyChatTemplate may be called from many threads at once. A StreamDecoder

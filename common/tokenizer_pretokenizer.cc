@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/tokenizer_json.h"
+#include "common/tokenizer_precompiled.h"
 #include "common/tokenizer_unicode.h"
 
 namespace zipmoe::tokenizer {
@@ -35,6 +36,18 @@ class UnicodeNormalizer : public Normalizer {
 
  private:
   NormalizationForm form_;
+};
+
+class PrecompiledNormalizer : public Normalizer {
+ public:
+  explicit PrecompiledNormalizer(PrecompiledCharsMap map) : map_(std::move(map)) {}
+  Status Normalize(std::string* text) const override {
+    *text = map_.Normalize(*text);
+    return Status::Ok();
+  }
+
+ private:
+  PrecompiledCharsMap map_;
 };
 
 class LowercaseNormalizer : public Normalizer {
@@ -380,6 +393,16 @@ Result<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j, const std::st
   if (type == "NFKC") return NormPtr(std::make_unique<UnicodeNormalizer>(NormalizationForm::kNfkc));
   if (type == "NFKD") return NormPtr(std::make_unique<UnicodeNormalizer>(NormalizationForm::kNfkd));
   if (type == "Lowercase") return NormPtr(std::make_unique<LowercaseNormalizer>());
+  if (type == "Precompiled") {
+    // An empty or null charsmap (a SentencePiece model with the identity rule) normalizes nothing.
+    ZM_ASSIGN_OR_RETURN(const json* charsmap, GetField(j, "precompiled_charsmap", where));
+    if (charsmap->is_null()) return NormPtr();
+    if (!charsmap->is_string()) return Status::Corruption(where + ".precompiled_charsmap: expected a base64 string");
+    const std::string& base64 = charsmap->get_ref<const std::string&>();
+    if (base64.empty()) return NormPtr();
+    ZM_ASSIGN_OR_RETURN(PrecompiledCharsMap map, PrecompiledCharsMap::ParseBase64(base64, where));
+    return NormPtr(std::make_unique<PrecompiledNormalizer>(std::move(map)));
+  }
   if (type == "Strip") {
     ZM_ASSIGN_OR_RETURN(bool left, GetBoolOr(j, "strip_left", true, where));
     ZM_ASSIGN_OR_RETURN(bool right, GetBoolOr(j, "strip_right", true, where));

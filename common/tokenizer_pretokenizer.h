@@ -3,13 +3,14 @@
 // A normalizer rewrites the text of one input segment (the text between added tokens); a
 // pre-tokenizer splits it into pieces that the BPE model encodes independently. Supported:
 //   normalizer:    NFC, NFD, NFKC, NFKD (libutf8proc), Lowercase, Strip, Prepend,
-//                  Replace (String or Regex pattern), Sequence
+//                  Replace (String or Regex pattern), Precompiled (SentencePiece charsmap,
+//                  tokenizer_precompiled.h), Sequence
 //   pre_tokenizer: ByteLevel (add_prefix_space, use_regex with the GPT-2 pattern), Split (String or
 //                  Regex pattern; behavior Removed/Isolated/MergedWithPrevious/MergedWithNext/
 //                  Contiguous; invert), Metaspace (replacement, prepend_scheme always/first/never,
 //                  split; legacy add_prefix_space), Digits, Punctuation, Whitespace,
 //                  WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit, Sequence
-// Anything else (e.g. Precompiled, BertNormalizer, UnicodeScripts) is rejected when parsing.
+// Anything else (e.g. BertNormalizer, UnicodeScripts) is rejected when parsing.
 //
 // Parsed objects are immutable: callable from many threads at once.
 #pragma once

@@ -566,8 +566,11 @@ TEST(TokenizerTest, LoadErrorsNameFileAndField) {
   j["model"]["merges"].push_back("nospace");
   expect_error(j, StatusCode::kCorruption, "merges[8]");
   j = ByteLevelTokenizerJson();
-  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AA=="}};
-  expect_error(j, StatusCode::kInvalidArgument, "'Precompiled'");
+  j["normalizer"] = {{"type", "BertNormalizer"}};
+  expect_error(j, StatusCode::kInvalidArgument, "'BertNormalizer'");
+  j = ByteLevelTokenizerJson();
+  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AA=="}};  // 1 byte: no header
+  expect_error(j, StatusCode::kCorruption, "precompiled_charsmap");
   j = ByteLevelTokenizerJson();
   j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "UnicodeScripts"}}}}};
   expect_error(j, StatusCode::kInvalidArgument, "pre_tokenizer.pretokenizers[0]: unsupported pre_tokenizer type 'UnicodeScripts'");
