@@ -75,6 +75,16 @@ def added(id_, content):
             "normalized": False, "special": True}
 
 
+def t5_post_processor():
+    """T5's TemplateProcessing: </s> (id 1) after each sequence."""
+    return {
+        "type": "TemplateProcessing",
+        "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+        "special_tokens": {"</s>": {"id": "</s>", "ids": [1], "tokens": ["</s>"]}}}
+
+
 def build(prompts, byte_fallback):
     vocab = [["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0]]
     if byte_fallback:
@@ -102,12 +112,7 @@ def build(prompts, byte_fallback):
             {"type": "NFKC"},
             {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
         "pre_tokenizer": pre,
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
-            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}},
-                     {"Sequence": {"id": "B", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
-            "special_tokens": {"</s>": {"id": "</s>", "ids": [1], "tokens": ["</s>"]}}},
+        "post_processor": t5_post_processor(),
         "decoder": decoder,
         "model": {"type": "Unigram", "unk_id": 2, "vocab": vocab, "byte_fallback": byte_fallback},
     }

@@ -38,7 +38,7 @@ try:
 except ImportError as e:  # pragma: no cover - environment check
     sys.exit(f"spm_reference: python3-sentencepiece is missing ({e}): run scripts/install_deps.sh")
 
-META = "\u2581"
+from make_t5_tokenizer import META, t5_post_processor  # this folder (the script's directory is on sys.path)
 
 
 def train(prompts, out_dir, byte_fallback):
@@ -70,12 +70,7 @@ def build(model_path, byte_fallback):
             {"type": "Strip", "strip_left": False, "strip_right": True},
             {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
         "pre_tokenizer": {"type": "Metaspace", "replacement": META, "prepend_scheme": "always", "split": True},
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
-            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}},
-                     {"Sequence": {"id": "B", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
-            "special_tokens": {"</s>": {"id": "</s>", "ids": [1], "tokens": ["</s>"]}}},
+        "post_processor": t5_post_processor(),
         "decoder": {"type": "Metaspace", "replacement": META, "prepend_scheme": "always", "split": True},
         "model": {"type": "Unigram", "unk_id": 2, "vocab": vocab, "byte_fallback": byte_fallback},
     }
