@@ -2,8 +2,6 @@
 
 #include "common/trace_events.h"
 
-#include <cctype>
-#include <cmath>
 #include <utility>
 
 #include <fmt/format.h>
@@ -12,32 +10,6 @@
 #include "common/file_util.h"
 
 namespace zipmoe::cli {
-
-Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    return Status::InvalidArgument(fmt::format("{} '{}': expected a size such as 512MiB", flag, text));
-  }
-  std::string unit = text.substr(pos);
-  unit.erase(0, unit.find_first_not_of(' '));
-  for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  double scale = 0;
-  const std::pair<const char*, double> units[] = {
-      {"", 1},         {"b", 1},          {"k", 1e3},         {"kb", 1e3},        {"kib", 1024.0},
-      {"m", 1e6},      {"mb", 1e6},       {"mib", 1048576.0}, {"g", 1e9},         {"gb", 1e9},
-      {"gib", 1073741824.0}, {"t", 1e12}, {"tb", 1e12},       {"tib", 1099511627776.0}};
-  for (const auto& [name, s] : units) {
-    if (unit == name) scale = s;
-  }
-  if (scale == 0 || !(value >= 0) || !std::isfinite(value)) {
-    return Status::InvalidArgument(fmt::format("{} '{}': unknown unit '{}' (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)",
-                                               flag, text, unit));
-  }
-  return static_cast<uint64_t>(std::floor(value * scale));
-}
 
 Result<std::vector<std::string>> LoadPromptsFile(const std::string& path) {
   ZM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));

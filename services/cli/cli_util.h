@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "services/runtime/runtime_options.h"
 
 namespace zipmoe::cli {
 
-// "512MiB", "1.5GB", "4096", "64k": B, K/KB = 1e3, KiB = 2^10, M/MB, MiB, G/GB, GiB, T/TB, TiB.
-// Errors: kInvalidArgument naming `flag` and the text.
-Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag);
+// ParseByteSize ("512MiB", "50GB"...) lives in services/runtime/runtime_options.h (the services parse budgets too).
+using runtime::ParseByteSize;
 
 // A prompts file for benchmarks and load tests: a JSON array whose items are either strings or
 // ShareGPT conversations ({"conversations": [{"from": "human", "value": TEXT}, ...]}; the first

@@ -48,14 +48,21 @@
 #include "common/metrics_server.h"
 #include "common/shm_region.h"
 #include "services/cli/commands.h"
-#include "services/cli/service_config.h"
-#include "services/cli/service_util.h"
+#include "services/runtime/service_config.h"
+#include "services/runtime/service_util.h"
 
 extern char** environ;
 
 namespace zipmoe::cli {
 namespace {
 
+using runtime::LoadServiceConfig;
+using runtime::MergeServiceTraces;
+using runtime::ServiceConfig;
+using runtime::ServiceConfigToJson;
+using runtime::ServiceLog;
+using runtime::StartMetrics;
+using runtime::TerminationSignals;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 

@@ -3,17 +3,8 @@
 // stderr as "error: <Status>").
 #pragma once
 
-#include <cstdint>
-#include <memory>
-#include <string>
-
-#include "common/status.h"
-
 namespace CLI {
 class App;
-}
-namespace zipmoe::metrics {
-class MetricsServer;
 }
 
 namespace zipmoe::cli {
@@ -29,14 +20,5 @@ void AddReplayCommand(CLI::App& app, int* exit_code);    // cmd_replay.cc
 void AddServeCommand(CLI::App& app, int* exit_code);     // cmd_serve.cc
 void AddServiceCommand(CLI::App& app, int* exit_code);   // cmd_service.cc
 void AddUpCommand(CLI::App& app, int* exit_code);        // cmd_up.cc
-
-struct ServiceConfig;
-class TerminationSignals;
-// The service's Prometheus registry and /metrics endpoint on config.metrics_host:port (0 = registry
-// only), with its file_sd entry in metrics.sd_dir (cmd_service.cc).
-Result<std::unique_ptr<metrics::MetricsServer>> StartMetrics(const ServiceConfig& config, const std::string& service,
-                                                             int64_t port);
-// The executor service: the OpenAI-style HTTP API over a RemoteExpertProvider (cmd_serve.cc).
-int RunExecutorService(const ServiceConfig& config, TerminationSignals& signals);
 
 }  // namespace zipmoe::cli

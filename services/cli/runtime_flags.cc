@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <exception>
 #include <map>
 #include <string>
 
@@ -12,8 +11,6 @@
 #include "common/file_util.h"
 #include "common/manifest.h"
 #include "services/cache_manager/plan_trace.h"
-#include "services/cli/cli_util.h"
-#include "services/executor/prefetch_residuals.h"
 
 namespace zipmoe::cli {
 
@@ -62,58 +59,6 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
                   "output; 0 (the default) computes the exact model")
       ->capture_default_str();
   cmd->add_option("--stats-json", f->stats_json, "write runtime statistics (requests per pool, misses, I/O, makespan)");
-}
-
-PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir) {
-  if (policy == "smoe") return PrefetchMode::kTopScore;
-  if (policy == "dali")
-    return FileExists(JoinPath(model_dir, executor::kPrefetchResidualsFileName)) ? PrefetchMode::kResidual
-                                                                            : PrefetchMode::kTopScore;
-  return PrefetchMode::kNone;
-}
-
-Result<PrefetchMode> ResolvePrefetch(const std::string& prefetch, const std::string& policy,
-                                     const std::string& model_dir) {
-  if (prefetch.empty()) return DefaultPrefetch(policy, model_dir);
-  return ParsePrefetchMode(prefetch);
-}
-
-Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std::string& model_dir) {
-  runtime::OffloadConfig c;
-  c.model_dir = model_dir;
-  if (!f.memory_budget.empty() && f.memory_budget.back() == '%') {
-    // A share of the model's BF16 expert bytes (what every expert resident would take).
-    double percent = -1;
-    try {
-      size_t used = 0;
-      percent = std::stod(f.memory_budget.substr(0, f.memory_budget.size() - 1), &used);
-      if (used != f.memory_budget.size() - 1) percent = -1;
-    } catch (const std::exception&) {
-      percent = -1;
-    }
-    if (!(percent > 0)) {
-      return Status::InvalidArgument(
-          fmt::format("--memory-budget '{}': a percentage must be in (0, 1000]", f.memory_budget));
-    }
-    c.memory_budget_percent = percent;  // resolved against the expert bytes by OffloadExpertProvider::Create
-  } else {
-    ZM_ASSIGN_OR_RETURN(c.memory_budget_bytes, ParseByteSize(f.memory_budget, "--memory-budget"));
-  }
-  ZM_ASSIGN_OR_RETURN(c.policy, cm::ParseCachePolicy(f.policy));
-  c.pools = f.pools;
-  c.pool_ratios = f.pool_ratios;
-  c.trace_path = f.plan_trace;
-  c.profile_path = f.profile;
-  c.tolerance = f.tolerance;
-  c.n_workers = f.decompress_threads;
-  c.staging_slots = f.staging_slots;
-  c.page_cache = f.page_cache;
-  c.scheduler = !f.fifo_dispatch;
-  c.verify_recovered = !f.no_verify_recovery;
-  c.no_compression = f.no_compression;
-  c.fused_recovery = !f.separate_recovery;
-  ZM_ASSIGN_OR_RETURN(c.prefetch, ResolvePrefetch(f.prefetch, f.policy, model_dir));
-  return c;
 }
 
 Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const RuntimeFlags& flags,

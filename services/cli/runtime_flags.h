@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "services/executor/generator.h"
 #include "services/runtime/offload_provider.h"
+#include "services/runtime/runtime_options.h"
 
 namespace CLI {
 class App;
@@ -18,46 +19,19 @@ class App;
 
 namespace zipmoe::cli {
 
-struct RuntimeFlags {
-  std::string memory_budget;     // "" = every expert resident (no runtime)
-  std::string policy = "zipmoe";
-  std::string pools;  // Λ; "" = the policy's own (zipmoe FCSE, the others F)
-  std::string pool_ratios;       // "" = planner
-  std::string plan_trace;        // planner workload
-  std::string profile;
-  int decompress_threads = 0;
-  uint32_t staging_slots = 0;
-  int32_t tolerance = 0;
-  bool page_cache = false;
-  bool fifo_dispatch = false;    // FIFO order instead of Alg. 1
-  bool no_verify_recovery = false;
-  bool no_compression = false;
-  bool separate_recovery = false;  // recover BF16 before compute even for a CPU executor
-  std::string prefetch;          // PrefetchMode name; "" = the policy's default (DefaultPrefetch)
-  double substitution_alpha = 0;  // SMoE expert substitution α (executor); 0 = exact
-  std::string stats_json;
-  bool preload = false;          // fill the cache before the first request (OffloadExpertProvider::Preload)
-};
+// The options themselves and their translation into an OffloadConfig live in
+// services/runtime/runtime_options.h (the service processes use them too).
+using runtime::RuntimeFlags;
+using runtime::DefaultPrefetch;
+using runtime::ResolvePrefetch;
+using runtime::ToOffloadConfig;
 
 // --policy mmap: the benchmark baseline that serves experts from the memory map of the uncompressed
 // checkpoint (services/runtime/mmap_provider.h), not the runtime; only `zipmoe generate` accepts it.
 inline bool UsesMmapBaseline(const RuntimeFlags& flags) { return flags.policy == "mmap"; }
 
-// The predictor a policy uses when --prefetch is not given: smoe → top-score (SMoE's own); dali →
-// residual when `model_dir` holds its calibration (prefetch_residuals.safetensors), else top-score;
-// every other policy → none.
-PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir);
-// `prefetch` parsed, or DefaultPrefetch when it is "" (the flag / service key not given).
-// Errors: ParsePrefetchMode's.
-Result<PrefetchMode> ResolvePrefetch(const std::string& prefetch, const std::string& policy,
-                                     const std::string& model_dir);
-
 // Registers the flags on `cmd`. `budget_required`: --memory-budget is mandatory (replay).
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* flags, bool budget_required);
-
-// Errors: kInvalidArgument for an unparsable budget / policy. "N%" budgets are resolved by
-// OffloadExpertProvider::Create (OffloadConfig::memory_budget_percent).
-Result<runtime::OffloadConfig> ToOffloadConfig(const RuntimeFlags& flags, const std::string& model_dir);
 
 // The runtime for `model_dir` as the flags describe it, with its summary printed to stderr; nullptr
 // when --memory-budget is not given (every expert resident). Errors: kInvalidArgument when the

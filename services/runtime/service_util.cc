@@ -1,4 +1,4 @@
-#include "services/cli/service_util.h"
+#include "services/runtime/service_util.h"
 
 #include <sched.h>
 #include <time.h>
@@ -13,10 +13,11 @@
 
 #include <fmt/format.h>
 
+#include "common/metrics_server.h"
 #include "common/trace_events.h"
-#include "services/cli/service_config.h"
+#include "services/runtime/service_config.h"
 
-namespace zipmoe::cli {
+namespace zipmoe::runtime {
 
 TerminationSignals::TerminationSignals() {
   sigemptyset(&set_);
@@ -98,4 +99,52 @@ Result<size_t> MergeServiceTraces(const std::string& prefix) {
   return parts.size();
 }
 
-}  // namespace zipmoe::cli
+int FailService(const std::string& service, const Status& status) {
+  std::fprintf(stderr, "error: %s: %s\n", service.c_str(), status.ToString().c_str());
+  return 1;
+}
+
+Result<std::unique_ptr<metrics::MetricsServer>> StartMetrics(const ServiceConfig& c, const std::string& service,
+                                                             int64_t port) {
+  metrics::MetricsServerConfig m;
+  m.service = service;
+  m.host = c.metrics_host;
+  m.port = static_cast<int>(port);
+  m.sd_dir = c.metrics_sd_dir;
+  Result<std::unique_ptr<metrics::MetricsServer>> server = metrics::MetricsServer::Start(m);
+  if (!server.ok() && m.port > 0) {
+    // A service without its /metrics endpoint still serves: log it and keep the registry only.
+    ServiceLog(service, "E: no /metrics endpoint: " + server.status().ToString());
+    m.port = 0;
+    server = metrics::MetricsServer::Start(m);
+  }
+  if (server.ok() && (*server)->port() > 0) ServiceLog(service, "metrics at " + (*server)->url());
+  return server;
+}
+
+Result<ShmRegion> AttachArena(const std::string& service, const std::string& shm_name, TerminationSignals& signals) {
+  bool told = false;
+  while (true) {
+    Result<ShmRegion> arena = ShmRegion::Attach(shm_name);
+    if (arena.ok()) return arena;
+    const StatusCode code = arena.status().code();
+    if (code != StatusCode::kNotFound && code != StatusCode::kUnavailable) return arena.status();
+    if (!told) ServiceLog(service, fmt::format("waiting for the arena {} ({})", shm_name, arena.status().message()));
+    told = true;
+    if (signals.Wait(std::chrono::milliseconds(200)) != 0) {
+      return Status::Unavailable("stopped while waiting for the arena");
+    }
+  }
+}
+
+messaging::PullWorkerConfig PullConfig(const ServiceConfig& c, const std::string& role) {
+  messaging::PullWorkerConfig pull;
+  pull.endpoint = c.endpoint_workers;
+  pull.identity = fmt::format("{}-{}-{}", role, HostName(), static_cast<long>(::getpid()));
+  pull.heartbeat_interval = std::chrono::milliseconds(c.heartbeat_ms);
+  pull.liveness = static_cast<int>(c.liveness);
+  pull.log = ServiceLogger(role);
+  return pull;
+}
+
+}  // namespace zipmoe::runtime

@@ -1,4 +1,4 @@
-#include "services/cli/service_config.h"
+#include "services/runtime/service_config.h"
 
 #include <dlfcn.h>
 
@@ -18,7 +18,7 @@
 #include "services/api/request_grouping.h"
 #include "services/scheduler/device_assignment.h"
 
-namespace zipmoe::cli {
+namespace zipmoe::runtime {
 namespace {
 
 using nlohmann::json;
@@ -310,4 +310,22 @@ std::string ServiceConfigToJson(const ServiceConfig& config) {
   return out.dump(2) + "\n";
 }
 
-}  // namespace zipmoe::cli
+RuntimeFlags RuntimeFlagsOf(const ServiceConfig& c) {
+  RuntimeFlags f;
+  f.memory_budget = c.memory_budget;
+  f.policy = c.policy;
+  f.prefetch = c.prefetch;
+  f.pools = c.pools;
+  f.pool_ratios = c.pool_ratios;
+  f.plan_trace = c.plan_trace;
+  f.profile = c.profile;
+  f.decompress_threads = static_cast<int>(c.decompress_threads);
+  f.staging_slots = static_cast<uint32_t>(c.staging_slots);
+  f.page_cache = c.page_cache;
+  f.fifo_dispatch = c.fifo_dispatch;
+  f.no_verify_recovery = !c.verify_recovery;
+  f.separate_recovery = c.separate_recovery;
+  return f;
+}
+
+}  // namespace zipmoe::runtime

@@ -9,6 +9,13 @@
 //   parsed as the key's type; an error names the variable.
 // - --set key=value: the same parsing; an error names the key.
 // Endpoints left empty default to ipc://<run_dir>/<name>.sock.
+//
+// Why services/runtime and not common/: the config names every zipmoe service and its keys, so it is
+// the deployment's glue, not a service-agnostic utility; services/runtime is where that glue lives,
+// and this file is a small library of its own (zipmoe_service_base, no torch, no CLI) that every
+// service's process entry (services/<name>/service.h) and the CLI link.
+// Threads: plain data and pure functions, callable from any thread.
+// Errors: Status values (kInvalidArgument / kNotFound), each naming the file, variable or key.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +23,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "services/runtime/runtime_options.h"
 
-namespace zipmoe::cli {
+namespace zipmoe::runtime {
 
 struct ServiceConfig {
   std::string model_dir;                 // compressed model directory (zipmoe compress)
@@ -93,7 +101,11 @@ const std::vector<std::string>& ServiceConfigKeys();
 Result<ServiceConfig> LoadServiceConfig(const std::string& file, const std::vector<std::string>& sets,
                                         char** environ);
 
+// The runtime options the config sets (memory budget, policy, pools, workers, I/O mode...): what the
+// cache-manager and the scheduler build their OffloadConfig from (ToOffloadConfig).
+RuntimeFlags RuntimeFlagsOf(const ServiceConfig& config);
+
 // The configuration as a JSON object with every key (what `zipmoe up` writes for its services).
 std::string ServiceConfigToJson(const ServiceConfig& config);
 
-}  // namespace zipmoe::cli
+}  // namespace zipmoe::runtime

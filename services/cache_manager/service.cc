@@ -1,0 +1,81 @@
+#include "services/cache_manager/service.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include "common/expert_store.h"
+#include "common/metrics_server.h"
+#include "services/runtime/cache_backend.h"
+#include "services/runtime/cache_server.h"
+#include "services/runtime/runtime_options.h"
+#include "services/runtime/service_metrics.h"
+
+namespace zipmoe::cache_manager {
+namespace {
+
+using runtime::FailService;
+using runtime::ServiceLog;
+using std::chrono::milliseconds;
+
+// One line: the cache-manager's plan (pools and capacities, staging) and its arena.
+std::string CacheSummary(const runtime::OffloadConfig& o, runtime::LocalCacheBackend& backend) {
+  const CacheCounters counters = backend.manager().Counters();
+  std::string pools;
+  for (Pool pool : kPoolOrder) {
+    const PoolCounters& pc = counters.pools[PoolIndex(pool)];
+    if (pc.capacity_bytes > 0) pools += fmt::format(" {}={:.1f}MiB", PoolLetter(pool), pc.capacity_bytes / 1048576.0);
+  }
+  return fmt::format("policy {}, budget {:.1f} MiB, pools{}, {} staging slot(s) of {:.1f} MiB, arena {} ({} bytes)",
+                     CachePolicyName(o.policy), o.memory_budget_bytes / 1048576.0, pools.empty() ? " none" : pools,
+                     backend.staging_slots(), backend.staging_layout().slot_bytes / 1048576.0, backend.arena_name(),
+                     backend.arena_bytes());
+}
+
+}  // namespace
+
+int RunCacheManagerService(const runtime::ServiceConfig& c, runtime::TerminationSignals& signals) {
+  const std::string name = "cache-manager";
+  Result<std::unique_ptr<metrics::MetricsServer>> metrics_server =
+      runtime::StartMetrics(c, name, c.metrics_port_cache_manager);
+  if (!metrics_server.ok()) return FailService(name, metrics_server.status());
+  metrics::CacheMetrics cache_metrics((*metrics_server)->registry());
+  metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
+  if (c.model_dir.empty()) return FailService(name, Status::InvalidArgument("model_dir is not set"));
+  Result<runtime::OffloadConfig> offload = runtime::ToOffloadConfig(runtime::RuntimeFlagsOf(c), c.model_dir);
+  if (!offload.ok()) return FailService(name, offload.status());
+  offload->shm_name = c.shm_name;
+  Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
+  if (!store.ok()) return FailService(name, store.status());
+  Result<std::unique_ptr<runtime::LocalCacheBackend>> created =
+      runtime::LocalCacheBackend::Create(&*offload, (*store)->manifest());
+  if (!created.ok()) return FailService(name, created.status());
+  std::unique_ptr<runtime::LocalCacheBackend> backend = std::move(created).value();
+  zmq::context_t context(1);
+  runtime::CacheServerConfig server_config;
+  server_config.endpoint = c.endpoint_cache_manager;
+  server_config.heartbeat_interval = milliseconds(c.heartbeat_ms);
+  server_config.liveness = static_cast<int>(c.liveness);
+  server_config.log = runtime::ServiceLogger(name);
+  Result<std::unique_ptr<runtime::CacheServer>> server =
+      runtime::CacheServer::Start(context, server_config, backend.get());
+  if (!server.ok()) return FailService(name, server.status());
+  ServiceLog(name, fmt::format("ready: {}; scheduler at {}", CacheSummary(*offload, *backend), (*server)->endpoint()));
+  do {
+    cache_metrics.Update(backend->manager().Counters());
+    bad_metrics.Set((*server)->stats().bad_messages);
+    activity_metrics.Update();
+  } while (signals.Wait(milliseconds(1000)) == 0);
+  ServiceLog(name, "stopping");
+  (*server)->Stop();
+  server->reset();
+  backend.reset();  // unmaps and removes the arena
+  return 0;
+}
+
+}  // namespace zipmoe::cache_manager

@@ -1,0 +1,213 @@
+#include "services/executor/service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <prometheus/registry.h>
+
+#include "common/build_info.h"
+#include "common/file_util.h"
+#include "common/metrics_server.h"
+#include "common/tokenizer.h"
+#include "services/api/api_server.h"
+#include "services/api/http_server.h"
+#include "services/executor/generator.h"
+#include "services/runtime/remote_provider.h"
+#include "services/runtime/runtime_options.h"
+#include "services/runtime/service_metrics.h"
+
+namespace zipmoe::executor {
+namespace {
+
+constexpr int kSignalPollMillis = 200;  // how often the main thread checks for signals and a dead listener
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+std::string BaseName(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.find_last_of('/');
+  return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+}  // namespace
+
+void ResolveServeOptions(ServeOptions* args) {
+  if (args->api_key.empty()) {
+    if (const char* key = std::getenv("ZIPMOE_API_KEY")) args->api_key = key;
+  }
+  if (args->served_model_names.empty()) {
+    if (const char* names = std::getenv("ZIPMOE_SERVED_MODEL_NAME")) {
+      std::string all = names;
+      size_t from = 0;
+      while (from <= all.size()) {
+        const size_t comma = std::min(all.find(',', from), all.size());
+        if (comma > from) args->served_model_names.push_back(all.substr(from, comma - from));
+        from = comma + 1;
+      }
+    }
+  }
+  if (args->served_model_names.empty()) args->served_model_names.push_back(BaseName(args->model_dir));
+  if (args->http_threads <= 0) args->http_threads = 2 * std::max(1, args->max_batch) + 32;
+}
+
+int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, runtime::TerminationSignals& signals,
+             prometheus::Registry* registry, metrics::ExecutorMetrics* metrics, std::function<void()> refresh,
+             const std::function<void()>& tick) {
+  api::ApiServerOptions api_options;
+  api_options.served_model_names = args.served_model_names;
+  api_options.api_key = args.api_key;
+  api_options.max_batch = args.max_batch;
+  api_options.max_waiting = args.max_waiting;
+  api_options.group_window = args.group_window;
+  {
+    Result<api::RequestGrouping> grouping = api::ParseRequestGrouping(args.request_grouping);
+    if (!grouping.ok()) return Fail(grouping.status().WithContext("--request-grouping"));
+    api_options.grouping = *grouping;
+  }
+  api::ApiServer server(api_options);
+  server.SetMetrics(metrics, registry, std::move(refresh));
+  api::HttpServerOptions http;
+  http.host = args.host;
+  http.port = args.port;
+  http.threads = args.http_threads;
+  http.read_timeout_ms = args.http_read_timeout_ms;
+  http.cors_origin = args.cors_origin;
+  http.error_body = &api::ApiServer::ErrorBody;
+  Result<std::unique_ptr<api::HttpServer>> listening = api::HttpServer::Start(
+      http, [&server](const api::HttpRequest& request, api::HttpExchange& exchange) { server.Handle(request, exchange); });
+  if (!listening.ok()) return Fail(listening.status());
+  std::unique_ptr<api::HttpServer> httpd = std::move(listening).value();
+  std::fprintf(stderr, "%s",
+               fmt::format("I: serve: listening on http://{}:{} (model {}, served as '{}', {} HTTP workers), loading\n",
+                           args.host, httpd->port(), args.model_dir, args.served_model_names.front(), args.http_threads)
+                   .c_str());
+  auto fail = [&](const Status& status) {
+    httpd->Stop();
+    return Fail(status);
+  };
+  const std::string tokenizer_path = JoinPath(args.model_dir, "tokenizer.json");
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (FileExists(tokenizer_path)) {
+    Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(tokenizer_path);
+    if (!loaded.ok()) return fail(loaded.status());
+    tokenizer = std::move(loaded).value();
+  }
+  GeneratorOptions options;
+  options.model_dir = args.model_dir;
+  options.n_threads = args.threads;
+  options.device = args.device;
+  Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
+  if (!assignment.ok()) return fail(assignment.status());
+  options.device_assignment = *assignment;
+  options.substitution_alpha = args.substitution_alpha;
+  Result<std::unique_ptr<ExpertProvider>> created = make_provider();
+  if (!created.ok()) return fail(created.status());
+  std::unique_ptr<ExpertProvider> provider = std::move(created).value();
+  options.expert_provider = provider.get();
+  Result<std::unique_ptr<Generator>> generator = Generator::Create(options);
+  if (!generator.ok()) return fail(generator.status());
+  server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
+  std::fprintf(stderr, "%s",
+               fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, request grouping {})\n",
+                           args.host, httpd->port(), std::max(1, args.max_batch),
+                           api_options.grouping == api::RequestGrouping::kNone
+                               ? std::string("none")
+                               : fmt::format("{} over {} waiting", api::RequestGroupingName(api_options.grouping),
+                                             std::max(1, args.group_window)))
+                   .c_str());
+  while (signals.Wait(std::chrono::milliseconds(kSignalPollMillis)) == 0) {
+    if (tick) tick();
+  }
+  std::fprintf(stderr, "I: serve: stopping (new requests get 503; %d ms for the running ones)\n",
+               args.shutdown_grace_ms);
+  server.Drain(std::chrono::milliseconds(args.shutdown_grace_ms));
+  server.StopBatching();  // ends what is left, so every handler returns
+  httpd->Stop();
+  std::fprintf(stderr, "I: serve: stopped\n");
+  return 0;
+}
+
+void SetBuildInfo(metrics::ExecutorMetrics* metrics) {
+  const BuildInfo& b = GetBuildInfo();
+  metrics->SetBuildInfo(b.version, b.commit, b.cuda.empty() ? "none" : b.cuda, TorchVersion());
+}
+
+int RunExecutorService(const runtime::ServiceConfig& config, runtime::TerminationSignals& signals) {
+  ServeOptions args;
+  args.model_dir = config.model_dir;
+  args.host = config.http_host;
+  args.port = static_cast<int>(config.http_port);
+  args.api_key = config.http_api_key;
+  args.threads = static_cast<int>(config.threads);
+  args.device = config.device;
+  args.device_assignment = config.device_assignment;
+  args.max_batch = static_cast<int>(config.http_max_batch);
+  args.request_grouping = config.http_request_grouping;
+  args.group_window = static_cast<int>(config.http_group_window);
+  ResolveServeOptions(&args);  // ZIPMOE_API_KEY / ZIPMOE_SERVED_MODEL_NAME when the config sets none
+  if (args.max_batch < 1) return Fail(Status::InvalidArgument("executor: http.max_batch must be >= 1"));
+  if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));
+  Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = runtime::StartMetrics(config, "executor",
+                                                                               config.metrics_port_executor);
+  if (!metrics_server.ok()) return Fail(metrics_server.status());
+  metrics::ExecutorMetrics executor_metrics((*metrics_server)->registry());
+  SetBuildInfo(&executor_metrics);
+  metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
+  metrics::MessageMetrics message_metrics((*metrics_server)->registry());
+  metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
+  std::atomic<runtime::RemoteExpertProvider*> connected{nullptr};
+  auto tick = [&connected, &bad_metrics, &message_metrics, &activity_metrics] {
+    activity_metrics.Update();
+    if (runtime::RemoteExpertProvider* r = connected.load()) {
+      bad_metrics.Set(r->bad_messages());
+      const messaging::ChannelStats st = r->channel_stats();
+      message_metrics.Set("scheduler", st.sent, st.received);
+    }
+  };
+  return RunServe(args, [&config, &signals, &connected]() -> Result<std::unique_ptr<ExpertProvider>> {
+    runtime::RemoteProviderConfig remote;
+    remote.endpoint = config.endpoint_scheduler;
+    remote.arena_name = config.shm_name;
+    remote.timeout = std::chrono::milliseconds(config.timeout_ms);
+    remote.register_with_cuda = true;  // kept only when built with CUDA and a device answers
+    ZM_ASSIGN_OR_RETURN(remote.prefetch, runtime::ResolvePrefetch(config.prefetch, config.policy, config.model_dir));
+    bool told = false;
+    while (true) {  // the arena appears when the cache-manager has planned the cache
+      Result<std::unique_ptr<runtime::RemoteExpertProvider>> provider = runtime::RemoteExpertProvider::Connect(remote);
+      if (provider.ok()) {
+        // Ready (and /health 200) only once the scheduler answers: it has its cache-manager session.
+        bool told_scheduler = false;
+        while (true) {
+          const Status ping = (*provider)->Ping(std::chrono::milliseconds(500));
+          if (ping.ok()) break;
+          if (!told_scheduler) runtime::ServiceLog("executor", "waiting for the scheduler: " + ping.ToString());
+          told_scheduler = true;
+          if (signals.Wait(std::chrono::milliseconds(100)) != 0) return Status::Unavailable("stopped while loading");
+        }
+        runtime::ServiceLog("executor", fmt::format("connected to the scheduler at {} (arena {})", remote.endpoint,
+                                           remote.arena_name));
+        connected.store(provider->get());
+        return std::unique_ptr<ExpertProvider>(std::move(provider).value());
+      }
+      const StatusCode code = provider.status().code();
+      if (code != StatusCode::kNotFound && code != StatusCode::kUnavailable) return provider.status();
+      if (!told) runtime::ServiceLog("executor", fmt::format("waiting for the arena {}", remote.arena_name));
+      told = true;
+      if (signals.Wait(std::chrono::milliseconds(200)) != 0) return Status::Unavailable("stopped while loading");
+    }
+  }, signals, &(*metrics_server)->registry(), &executor_metrics, nullptr, tick);
+}
+
+}  // namespace zipmoe::executor
