@@ -16,18 +16,6 @@ namespace {
 using nlohmann::json;
 using Pieces = std::vector<std::string>;
 
-// Splits a UTF-8 string into code points (each as its own string).
-std::vector<std::string> CodePoints(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    out.push_back(s.substr(i, len));
-    i += len;
-  }
-  return out;
-}
-
 // Reference BPE encoder over byte-level characters: repeatedly apply the lowest-rank merge.
 std::vector<std::string> Encode(const std::string& bytes, const std::map<std::pair<std::string, std::string>, size_t>& ranks) {
   std::vector<std::string> sym;
