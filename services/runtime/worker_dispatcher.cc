@@ -1,13 +1,11 @@
+// WorkerDispatcher (worker_dispatcher.h): the scheduler's ROUTER towards the storage and decompressor
+// worker processes: credits, heart-beats and liveness, re-issue of a silent worker's ops (after
+// fencing it: worker_fence.h), cancellation and statistics. Its read / decode engines are
+// remote_engines.cc.
 #include "services/runtime/worker_dispatcher.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <deque>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -24,57 +22,13 @@
 #include "common/mutex.h"
 #include "common/router_server.h"
 #include "common/trace_events.h"
+#include "services/runtime/worker_fence.h"
 
 namespace zipmoe::runtime {
 
 namespace msg = messaging;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-namespace {
-
-// A worker that stopped heart-beating while holding ops may only be stalled (SIGSTOP, a long
-// page-in), not dead: once its ops are re-issued and their arena slots recycled, it could wake up
-// and write into slots handed to someone else. Before its ops are re-issued it is fenced: when its
-// process is visible here (same host and pid namespace: `zipmoe up`; compose with `pid: host`) and
-// is the zipmoe service it announced (`zipmoe service ROLE ...`, not this process), it is SIGKILLed
-// and this waits (at most 2 s) until the kernel has torn it down (no /proc entry, or a zombie), so
-// none of its writes can follow; its supervisor restarts it. Returns a phrase for the log.
-std::string FenceWorker(int32_t pid, const std::string& role) {
-  if (pid <= 0 || pid == ::getpid()) return "not fenced (runs in this process or sent no pid)";
-  const std::string proc = fmt::format("/proc/{}", pid);
-  std::ifstream cmd(proc + "/cmdline", std::ios::binary);
-  std::vector<std::string> argv;
-  for (std::string arg; std::getline(cmd, arg, '\0');) argv.push_back(arg);
-  if (argv.size() < 3) return fmt::format("not fenced: pid {} is not visible from this process", pid);
-  const std::string exe = argv[0].substr(argv[0].find_last_of('/') + 1);
-  if (exe.rfind("zipmoe", 0) != 0 || argv[1] != "service" || argv[2] != role)
-    return fmt::format("not fenced: pid {} is not a `zipmoe service {}` process", pid, role);
-  if (::kill(pid, SIGKILL) != 0 && errno != ESRCH) return fmt::format("not fenced: kill({}): errno {}", pid, errno);
-  for (int i = 0; i < 1000; ++i) {
-    std::ifstream stat(proc + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t paren = text.rfind(')');
-    if (!stat || paren == std::string::npos || paren + 2 >= text.size()) return "SIGKILLed and gone (fenced)";
-    const char state = text[paren + 2];
-    if (state == 'Z' || state == 'X') return "SIGKILLed and gone (fenced)";
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return "SIGKILLed, still exiting after 2 s";
-}
-
-// True when `pid` is visible here and stopped (SIGSTOP, a tracer): it will not heart-beat again
-// on its own, whether or not it holds ops.
-bool ProcessStopped(int32_t pid) {
-  if (pid <= 0 || pid == ::getpid()) return false;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');
-  if (!stat || paren == std::string::npos || paren + 2 >= text.size()) return false;
-  return text[paren + 2] == 'T' || text[paren + 2] == 't';
-}
-
-}  // namespace
 
 struct WorkerDispatcher::State : msg::RouterServer::Handler {
   struct ReadItem {
@@ -564,47 +518,6 @@ DispatcherStats WorkerDispatcher::stats() const {
     }
   }
   return out;
-}
-
-// ---- Engines over the dispatcher ---------------------------------------------------------------
-
-namespace {
-
-class RemoteReadEngine : public ReadEngine {
- public:
-  explicit RemoteReadEngine(std::shared_ptr<WorkerDispatcher> d) : d_(std::move(d)) {}
-  Status Submit(std::vector<storage::ReadOp> ops) override { return d_->SubmitReads(std::move(ops)); }
-  void Stop() override { d_->Stop(); }
-  bool direct_io() const override { return d_->config().direct_io; }
-
- private:
-  std::shared_ptr<WorkerDispatcher> d_;
-};
-
-class RemoteDecodeEngine : public DecodeEngine {
- public:
-  explicit RemoteDecodeEngine(std::shared_ptr<WorkerDispatcher> d) : d_(std::move(d)) {}
-  Status Add(decompressor::DecompressOp op, bool ready) override { return d_->AddDecode(std::move(op), ready); }
-  Status MarkReady(uint64_t op_id) override { return d_->MarkReady(op_id); }
-  Status Cancel(uint64_t op_id, Status reason) override { return d_->Cancel(op_id, std::move(reason)); }
-  void Stop() override { d_->Stop(); }
-
- private:
-  std::shared_ptr<WorkerDispatcher> d_;
-};
-
-}  // namespace
-
-EngineFactory RemoteEngineFactory(zmq::context_t& context, DispatcherConfig config,
-                                  std::shared_ptr<WorkerDispatcher>* out) {
-  return [&context, config = std::move(config), out](const EngineSetup& setup) -> Result<Engines> {
-    ZM_ASSIGN_OR_RETURN(std::shared_ptr<WorkerDispatcher> d, WorkerDispatcher::Start(context, config, setup));
-    if (out != nullptr) *out = d;
-    Engines engines;
-    engines.reads = std::make_unique<RemoteReadEngine>(d);
-    engines.decodes = std::make_unique<RemoteDecodeEngine>(d);
-    return engines;
-  };
 }
 
 }  // namespace zipmoe::runtime
