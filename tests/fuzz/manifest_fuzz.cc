@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/hash.h"
 #include "common/manifest.h"
@@ -25,13 +27,16 @@ void PutLe(std::string* s, uint64_t v, int bytes) {
 }
 
 // Sets every expert record's record_xxh64 (where the field is present) to the hash of its fields,
-// converted as FromFlatBuffer in common/manifest.cc converts them.
+// converted as FromFlatBuffer in common/manifest.cc converts them. Every hash is computed before any
+// is written: in a fuzzed buffer one record's hash field may overlap another table's offsets, and a
+// write during the walk would send the rest of the walk outside the verified buffer.
 void FixRecordHashes(std::string* body) {
   auto* base = reinterpret_cast<uint8_t*>(body->data());
   flatbuffers::Verifier verifier(base, body->size());
   if (!fb::VerifyManifestBuffer(verifier)) return;
   const fb::Manifest* m = fb::GetManifest(base);
   if (m->expert_tensors() == nullptr) return;
+  std::vector<std::pair<uint8_t*, uint64_t>> writes;
   for (const fb::ExpertTensor* e : *m->expert_tensors()) {
     zipmoe::ExpertTensorInfo t;
     t.name = e->name() != nullptr ? e->name()->str() : "";
@@ -56,9 +61,9 @@ void FixRecordHashes(std::string* body) {
     // The generated table inherits flatbuffers::Table privately; the object is one.
     const auto* table = reinterpret_cast<const flatbuffers::Table*>(e);
     const uint8_t* field = table->GetAddressOf(fb::ExpertTensor::VT_RECORD_XXH64);
-    if (field != nullptr)
-      flatbuffers::WriteScalar<uint64_t>(const_cast<uint8_t*>(field), zipmoe::RecordHash(t));
+    if (field != nullptr) writes.emplace_back(const_cast<uint8_t*>(field), zipmoe::RecordHash(t));
   }
+  for (const auto& [field, hash] : writes) flatbuffers::WriteScalar<uint64_t>(field, hash);
 }
 
 }  // namespace
