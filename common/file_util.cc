@@ -188,10 +188,9 @@ Status CreateDirectories(const std::string& path) {
 
 namespace {
 thread_local std::string g_remove_tree_error;  // nftw's callback takes no user pointer
-int RemoveTreeEntry(const char* path, const struct stat*, int type, struct FTW*) {
+int RemoveTreeEntry(const char* path, const struct stat*, int /*type*/, struct FTW*) {
   if (::remove(path) == 0 || errno == ENOENT) return 0;
   g_remove_tree_error = std::string(path) + ": remove: " + std::strerror(errno);
-  (void)type;
   return -1;
 }
 }  // namespace

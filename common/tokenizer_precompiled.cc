@@ -116,6 +116,7 @@ std::string PrecompiledCharsMap::Normalize(std::string_view text) const {
     // One extended grapheme cluster [pos, end).
     size_t end = pos;
     char32_t prev = NextCodePoint(text, &end);
+    const size_t first_end = end;
     while (end < text.size()) {
       size_t next = end;
       const char32_t cp = NextCodePoint(text, &next);
@@ -126,10 +127,15 @@ std::string PrecompiledCharsMap::Normalize(std::string_view text) const {
       end = next;
     }
     const std::string_view cluster = text.substr(pos, end - pos);
+    const bool one_code_point = end == first_end;
     pos = end;
     if (cluster.size() < 6) {
       if (std::optional<std::string_view> r = Transform(cluster)) {
         out.append(*r);
+        continue;
+      }
+      if (one_code_point) {  // the per-code-point lookup below would repeat this one
+        out.append(cluster);
         continue;
       }
     }
