@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -88,6 +90,40 @@ Result<uint64_t> ChunkFile::ReadAt(uint64_t file_offset, uint64_t stored_bytes, 
     // A short O_DIRECT read that leaves the position unaligned only happens at EOF of a file that is
     // not padded to 4 KiB; another pread from an unaligned offset would fail with EINVAL.
     if (direct && done % kChunkAlignmentBytes != 0) break;
+  }
+  return done;
+}
+
+Result<uint64_t> ChunkFile::ReadVAt(uint64_t file_offset, const std::vector<struct iovec>& parts) {
+  uint64_t want = 0;
+  for (const struct iovec& p : parts) want += p.iov_len;
+  std::vector<struct iovec> rest = parts;  // what is still to read, advanced after a short read
+  size_t first = 0;
+  uint64_t done = 0;
+  while (done < want) {
+    const bool direct = direct_io();
+    const int n_parts = static_cast<int>(std::min<size_t>(rest.size() - first, IOV_MAX));
+    const ssize_t n = ::preadv(fd_.get(), rest.data() + first, n_parts, static_cast<off_t>(file_offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EINVAL && direct && done == 0 && !fell_back()) {
+        ZM_RETURN_IF_ERROR(FallBackToBuffered("read"));
+        continue;
+      }
+      return Status::IoError(fmt::format("{}@{}: preadv of {} bytes in {} parts{}: {}", path_, file_offset + done,
+                                         want - done, rest.size() - first, direct ? " (O_DIRECT)" : "",
+                                         std::strerror(errno)));
+    }
+    if (n == 0) break;  // EOF
+    done += static_cast<uint64_t>(n);
+    // Skip the parts filled completely; shorten the one filled in part.
+    uint64_t left = static_cast<uint64_t>(n);
+    while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;
+    if (left > 0) {
+      rest[first].iov_base = static_cast<uint8_t*>(rest[first].iov_base) + left;
+      rest[first].iov_len -= left;
+    }
+    if (direct && done % kChunkAlignmentBytes != 0) break;  // EOF of a file not padded to 4 KiB (see ReadAt)
   }
   return done;
 }

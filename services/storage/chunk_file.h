@@ -11,11 +11,15 @@
 // Ownership: move-only owner of the descriptor. Thread-compatible: one thread reads at a time (the
 // storage service's I/O thread); direct_io()/fell_back() may be read from any thread.
 // io_uring is left for later (liburing is not installed); see docs/benchmarks.md "Runtime: storage reads".
+// ReadVAt reads chunks that lie back to back in the file with one preadv (StorageService coalesces them).
 #pragma once
+
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/file_util.h"
 #include "common/status.h"
@@ -41,6 +45,13 @@ class ChunkFile {
   // O_DIRECT), fewer only when EOF came first (the caller reports the truncation).
   // Errors: kIoError naming path, offset and errno text.
   Result<uint64_t> ReadAt(uint64_t file_offset, uint64_t stored_bytes, uint8_t* dst, uint64_t dst_capacity_bytes);
+
+  // One vectored read (preadv) of the file range that starts at file_offset into `parts` in order:
+  // parts[i] gets the next parts[i].iov_len bytes. Used for chunks that lie back to back in the file.
+  //   file_offset, every iov_base and every iov_len: multiples of 4096 when direct_io().
+  // Returns the bytes transferred: the sum of the lengths normally, fewer only when EOF came first.
+  // Errors: kIoError naming path, offset and errno text.
+  Result<uint64_t> ReadVAt(uint64_t file_offset, const std::vector<struct iovec>& parts);
 
   const std::string& path() const { return path_; }
   // True while reads go through O_DIRECT.

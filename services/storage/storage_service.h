@@ -6,7 +6,8 @@
 // Flow for a scheduler:
 //   1. Submit({ReadOp...}) appends ops to the FIFO in order (Alg. 1 block order: E-chunks before
 //      SM-chunks within a block). Submit validates and returns at once.
-//   2. The I/O thread preads each op (O_DIRECT by default, see ChunkFile), hashes the stored bytes
+//   2. The I/O thread preads each op (O_DIRECT by default, see ChunkFile; ops that continue each other in
+//      the file in one preadv, see kMaxCoalescedChunks), hashes the stored bytes
 //      and invokes `on_complete(ReadCompletion)` on the I/O thread, in submission order; a scheduler
 //      reacts there, e.g. marks the E-chunk's decode op READY in the decompressor pool.
 //   3. A non-OK completion means the destination bytes must not be used: kCorruption (hash
@@ -68,6 +69,13 @@ struct ReadCompletion {
   uint64_t verify_us = 0;        // time hashing the stored bytes
 };
 
+// The I/O thread reads the op at the head of its queue together with the ops queued right behind it
+// whose chunks continue it in the file (Alg. 1 lists a tensor's E-chunks back to back, and the
+// converter writes them back to back): one preadv of up to kMaxCoalescedChunks chunks and
+// kMaxCoalescedBytes. Reads stay in submission order; each op still completes (and is verified) alone.
+inline constexpr size_t kMaxCoalescedChunks = 64;
+inline constexpr uint64_t kMaxCoalescedBytes = uint64_t{8} << 20;
+
 struct StorageConfig {
   std::string path;              // experts.bin, or any file of 4 KiB-aligned chunks
   bool page_cache = false;       // false: O_DIRECT (buffered fallback if refused); true: buffered pread
@@ -81,6 +89,7 @@ struct StorageStats {
   uint64_t ops_ok = 0;
   uint64_t ops_failed = 0;       // kCorruption / kIoError
   uint64_t ops_unavailable = 0;  // dropped by Stop
+  uint64_t reads = 0;            // pread/preadv calls for ops (fewer than ops when chunks were coalesced)
   uint64_t io_bytes_e = 0;       // verified stored bytes of E-chunks
   uint64_t io_bytes_sm = 0;      // verified stored bytes of SM-chunks
   uint64_t read_us = 0;          // total pread time
@@ -121,7 +130,12 @@ class StorageService {
  private:
   StorageService(StorageConfig config, ChunkFile file);
   void IoLoop();
+  // One chunk, one pread.
   ReadCompletion Execute(const ReadOp& op);
+  // Chunks back to back in the file, one preadv; after an I/O error each chunk is read again alone.
+  std::vector<ReadCompletion> ExecuteCoalesced(const std::vector<ReadOp>& group);
+  // The completion of `op` once read_bytes of it arrived: a short read is kCorruption, else its xxh64 is checked.
+  ReadCompletion Finish(const ReadOp& op, uint64_t read_bytes, uint64_t read_us);
   void Complete(const ReadCompletion& completion);
 
   const StorageConfig config_;   // constant after construction

@@ -1,6 +1,6 @@
 // StorageService (the I/O thread): bit-exact chunk reads of a real compressed model through O_DIRECT,
 // completion order = submission order, hash failures named and never served, short reads at EOF,
-// the buffered fallback, validation and Stop semantics.
+// chunks back to back in the file read in one preadv, the buffered fallback, validation and Stop semantics.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/vfs.h>
@@ -76,6 +76,20 @@ std::vector<ReadOp> MakeOps(std::vector<TensorBuffers>& tensors, uint64_t first_
     }
   }
   return ops;
+}
+
+// How many ops from the first on continue each other in the file (what the I/O thread reads in one
+// preadv when they are queued together), within its limits.
+size_t LeadingContiguousRun(const std::vector<ReadOp>& ops) {
+  size_t n = ops.empty() ? 0 : 1;
+  uint64_t bytes = ops.empty() ? 0 : RoundUpBytes(ops[0].stored_bytes);
+  while (n < ops.size() && n < kMaxCoalescedChunks &&
+         ops[n].file_offset == ops[n - 1].file_offset + RoundUpBytes(ops[n - 1].stored_bytes) &&
+         bytes + RoundUpBytes(ops[n].stored_bytes) <= kMaxCoalescedBytes) {
+    bytes += RoundUpBytes(ops[n].stored_bytes);
+    ++n;
+  }
+  return n;
 }
 
 // Records callback order; lets a test wait for n completions without sleeping.
@@ -441,6 +455,97 @@ TEST(StorageServiceTest, FlippedByteCompletesWithCorruptionNamingTheChunk) {
   EXPECT_EQ(stats.ops_ok, ops.size() - 1);
 }
 
+TEST(StorageServiceTest, ChunksBackToBackInTheFileAreReadInOnePreadvBitExact) {
+  auto store = ExpertStore::Open(CompressedModel::Dir());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const auto& all = (*store)->manifest().expert_tensors;
+  ASSERT_GE(all.size(), 4u);
+  // Three tensors the converter wrote one after another (E-chunks, SM-chunk, next tensor), then the
+  // first tensor of the file again: a jump back, which must start a new read.
+  std::vector<TensorBuffers> tensors;
+  for (size_t i : {1, 2, 3, 0}) tensors.push_back({&all[i], {}});
+  std::vector<ReadOp> ops = MakeOps(tensors, 1);
+  const size_t run = LeadingContiguousRun(ops);
+  ASSERT_EQ(run, ops.size() - all[0].chunks.size()) << "the converter writes tensors back to back";
+  StorageConfig config;
+  config.path = (*store)->experts_path();
+  config.retain_completions = true;
+  std::unique_ptr<StorageService> service;
+  {
+    auto created = StorageService::Create(config);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    service = std::move(created).value();
+  }
+  if (!service->direct_io()) GTEST_SKIP() << "O_DIRECT is refused here: buffered reads are not coalesced";
+  ASSERT_TRUE(service->Submit(ops).ok());
+  for (const ReadOp& op : ops) {
+    auto c = service->WaitFor(op.op_id);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE(c->status.ok()) << c->status.ToString();
+    EXPECT_EQ(c->read_bytes, RoundUpBytes(op.stored_bytes));
+  }
+  // Every chunk holds exactly its stored bytes (each read alone through ExpertStore for reference).
+  for (const TensorBuffers& tb : tensors) {
+    for (size_t i = 0; i < tb.chunks.size(); ++i) {
+      std::vector<uint8_t> want(tb.t->chunks[i].stored_bytes);
+      ASSERT_TRUE((*store)->ReadChunk(*tb.t, static_cast<int>(i), want.data()).ok());
+      EXPECT_EQ(std::memcmp(tb.chunks[i].data(), want.data(), want.size()), 0) << tb.t->name << " chunk " << i;
+    }
+  }
+  const StorageStats stats = service->stats();
+  EXPECT_EQ(stats.ops_ok, ops.size());
+  // Submit queues every op under one lock, so the I/O thread finds them all: one preadv for the run of
+  // three tensors, one for the first tensor's chunks (back to back among themselves).
+  EXPECT_EQ(stats.reads, 2u);
+}
+
+TEST(StorageServiceTest, CoalescedReadEndingAtEofFailsOnlyTheChunksPastIt) {
+  TempDir tmp;
+  // Three 4 KiB chunks back to back, but the file ends 1000 bytes into the second (a truncated copy).
+  const std::string path = tmp.Sub("truncated.bin");
+  std::string bytes(4096 + 1000, '\0');
+  std::mt19937 rng(5);
+  for (char& ch : bytes) ch = static_cast<char>(rng());
+  WriteAll(path, bytes);
+  StorageConfig config;
+  config.path = path;
+  config.retain_completions = true;
+  auto service = StorageService::Create(config);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  if (!(*service)->direct_io()) GTEST_SKIP() << "O_DIRECT is refused here: buffered reads are not coalesced";
+  std::vector<AlignedBuffer> bufs;
+  std::vector<ReadOp> ops;
+  for (int i = 0; i < 3; ++i) {
+    auto b = AlignedBuffer::Allocate(4096);
+    ASSERT_TRUE(b.ok());
+    bufs.push_back(std::move(b).value());
+    ReadOp op;
+    op.op_id = static_cast<uint64_t>(i + 1);
+    op.file_offset = 4096 * static_cast<uint64_t>(i);
+    op.stored_bytes = 4096;
+    op.dst = bufs.back().data();
+    op.dst_capacity_bytes = bufs.back().capacity_bytes();
+    op.xxh64 = i == 0 ? Xxh64(bytes.data(), 4096) : 0;
+    op.tensor_name = "chunk" + std::to_string(i);
+    ops.push_back(op);
+  }
+  ASSERT_TRUE((*service)->Submit(ops).ok());
+  auto c1 = (*service)->WaitFor(1);
+  auto c2 = (*service)->WaitFor(2);
+  auto c3 = (*service)->WaitFor(3);
+  ASSERT_TRUE(c1.ok() && c2.ok() && c3.ok());
+  ASSERT_TRUE(c1->status.ok()) << c1->status.ToString();
+  EXPECT_EQ(std::memcmp(bufs[0].data(), bytes.data(), 4096), 0);
+  for (const auto* c : {&*c2, &*c3}) {
+    EXPECT_EQ(c->status.code(), StatusCode::kCorruption) << c->status.ToString();
+    EXPECT_NE(c->status.message().find("unexpected end of file"), std::string::npos) << c->status.ToString();
+    EXPECT_NE(c->status.message().find(path), std::string::npos);
+  }
+  EXPECT_NE(c2->status.message().find("chunk1"), std::string::npos);
+  EXPECT_NE(c3->status.message().find("chunk2"), std::string::npos);
+  EXPECT_EQ((*service)->stats().reads, 1u);
+}
+
 TEST(StorageServiceTest, InvalidOpsAreRejectedAndNothingIsQueued) {
   auto store = ExpertStore::Open(CompressedModel::Dir());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -518,13 +623,21 @@ TEST(StorageServiceTest, StopCompletesQueuedOpsWithUnavailable) {
   (*service)->Stop();
   (*service)->Stop();  // idempotent
   ASSERT_EQ(completions.size(), ops.size());  // every op completed exactly once
-  EXPECT_TRUE(completions[0].status.ok()) << completions[0].status.ToString();
-  for (size_t i = 1; i < completions.size(); ++i) {
+  // The I/O thread read op 1 together with the ops that continue it in the file (one preadv): those
+  // were in progress when the stop came and arrive intact; every op still queued is kUnavailable.
+  const size_t in_progress = LeadingContiguousRun(ops);
+  ASSERT_GE(in_progress, 1u);
+  ASSERT_LT(in_progress, ops.size()) << "PickTensors must leave a gap in the file";
+  for (size_t i = 0; i < completions.size(); ++i) {
     EXPECT_EQ(completions[i].op_id, ops[i].op_id);
+    if (i < in_progress) {
+      EXPECT_TRUE(completions[i].status.ok()) << i << ": " << completions[i].status.ToString();
+      continue;
+    }
     EXPECT_EQ(completions[i].status.code(), StatusCode::kUnavailable) << completions[i].status.ToString();
     EXPECT_NE(completions[i].status.message().find(ops[i].tensor_name), std::string::npos);
   }
-  EXPECT_EQ((*service)->stats().ops_unavailable, ops.size() - 1);
+  EXPECT_EQ((*service)->stats().ops_unavailable, ops.size() - in_progress);
   EXPECT_EQ((*service)->Submit({ops[0]}).code(), StatusCode::kUnavailable);
 }
 
