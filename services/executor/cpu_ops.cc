@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -76,8 +77,57 @@ void RunRange(const std::vector<Task>& tasks, size_t begin, size_t end) {
   }
 }
 
-// Thread i of T runs the contiguous tasks whose cumulative cost falls in [i C / T, (i + 1) C / T):
-// equal shares, and each thread streams long row ranges. Every task writes disjoint outputs.
+// Tasks [front, back) of one thread's share not yet claimed, packed in one word so that the owner
+// (from the front) and a thief (from the back) claim with one compare-and-swap.
+class Share {
+ public:
+  void Reset(size_t front, size_t back) { word_.store(Pack(front, back), std::memory_order_relaxed); }
+  size_t left() const {
+    const uint64_t w = word_.load(std::memory_order_relaxed);
+    return Back(w) - Front(w);
+  }
+  // The owner takes a quarter of what is left (at least one task) from the front: long runs first.
+  bool ClaimFront(size_t* begin, size_t* end) {
+    uint64_t w = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      const size_t f = Front(w), b = Back(w);
+      if (f >= b) return false;
+      const size_t take = std::max<size_t>(1, (b - f) / 4);
+      if (word_.compare_exchange_weak(w, Pack(f + take, b), std::memory_order_relaxed)) {
+        *begin = f;
+        *end = f + take;
+        return true;
+      }
+    }
+  }
+  // A thief takes half of what is left from the back.
+  bool ClaimBack(size_t* begin, size_t* end) {
+    uint64_t w = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      const size_t f = Front(w), b = Back(w);
+      if (f >= b) return false;
+      const size_t take = std::max<size_t>(1, (b - f) / 2);
+      if (word_.compare_exchange_weak(w, Pack(f, b - take), std::memory_order_relaxed)) {
+        *begin = b - take;
+        *end = b;
+        return true;
+      }
+    }
+  }
+
+ private:
+  static uint64_t Pack(size_t front, size_t back) { return (static_cast<uint64_t>(front) << 32) | back; }
+  static size_t Front(uint64_t w) { return static_cast<size_t>(w >> 32); }
+  static size_t Back(uint64_t w) { return static_cast<size_t>(w & 0xffffffffu); }
+  std::atomic<uint64_t> word_{0};
+};
+
+// Thread i of T owns the contiguous tasks whose cumulative cost falls in [i C / T, (i + 1) C / T)
+// (equal shares, each streamed as long row ranges) and works through them from the front; a
+// thread done with its share steals half of the largest share left from its back. So a thread that
+// shares its core with other work (the I/O thread, a decompression worker) ends up with less, and
+// the others do not wait at the end for its fixed share. Every task writes disjoint outputs and
+// computes them the same way whichever thread runs it: the results do not depend on who ran what.
 void RunTasks(const std::vector<Task>& tasks) {
   if (tasks.empty()) return;
   int64_t total = 0;
@@ -87,17 +137,34 @@ void RunTasks(const std::vector<Task>& tasks) {
     RunRange(tasks, 0, tasks.size());
     return;
   }
-  std::vector<size_t> bounds(static_cast<size_t>(threads) + 1, tasks.size());
-  bounds[0] = 0;
+  ZM_CHECK(tasks.size() < (size_t{1} << 32)) << tasks.size() << " tasks";
+  std::vector<Share> shares(static_cast<size_t>(threads));
   int64_t done = 0;
   size_t i = 0;
-  for (int64_t k = 1; k < threads; ++k) {
-    const int64_t target = total * k / threads;
-    while (i < tasks.size() && done + tasks[i].cost / 2 < target) done += tasks[i++].cost;
-    bounds[static_cast<size_t>(k)] = i;
+  for (int64_t k = 0; k < threads; ++k) {
+    const size_t first = i;
+    const int64_t target = total * (k + 1) / threads;
+    while (i < tasks.size() && (k + 1 == threads || done + tasks[i].cost / 2 < target)) done += tasks[i++].cost;
+    shares[static_cast<size_t>(k)].Reset(first, i);
   }
   at::parallel_for(0, threads, 1, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) RunRange(tasks, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k) + 1]);
+    for (int64_t k = b; k < e; ++k) {
+      size_t begin = 0, end = 0;
+      while (shares[static_cast<size_t>(k)].ClaimFront(&begin, &end)) RunRange(tasks, begin, end);
+      for (;;) {  // steal from the share with the most left
+        Share* victim = nullptr;
+        size_t most = 0;
+        for (Share& s : shares) {
+          const size_t left = s.left();
+          if (left > most) {
+            most = left;
+            victim = &s;
+          }
+        }
+        if (victim == nullptr) break;
+        if (victim->ClaimBack(&begin, &end)) RunRange(tasks, begin, end);
+      }
+    }
   });
 }
 
