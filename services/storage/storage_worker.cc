@@ -94,7 +94,10 @@ void StorageWorker::Handle(const msg::Body& body) {
     op.chunk_index = r.chunk_index;
     ops.push_back(std::move(op));
   }
-  // Submit one by one: a bad op (e.g. offset not aligned in the file) fails alone, not the batch.
+  // Submit the request's ops together, so the I/O thread finds them all queued and reads chunks that
+  // continue each other in the file with one preadv. Submit is all-or-nothing: when it refuses the
+  // batch, submit one by one, so that a bad op (e.g. offset not aligned in the file) fails alone.
+  if (ops.empty() || service_->Submit(ops).ok()) return;
   for (ReadOp& op : ops) {
     const uint64_t id = op.op_id;
     const ChunkKind kind = op.kind;

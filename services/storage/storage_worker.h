@@ -39,6 +39,7 @@ class StorageWorker {
   messaging::PullWorkerStats stats() const { return pull_->stats(); }
   bool direct_io() const { return service_->direct_io(); }
   uint64_t queued() const;  // reads accepted and not completed
+  StorageStats storage_stats() const { return service_->stats(); }  // the I/O thread's counters
 
  private:
   StorageWorker() = default;
