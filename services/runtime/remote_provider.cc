@@ -84,6 +84,11 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
   while (true) {
     {
       MutexLock lock(&mu_);
+      if (!inbox_.empty()) {
+        msg::Body body = std::move(inbox_.front());
+        inbox_.pop_front();
+        return body;
+      }
       Result<msg::Received> got = channel_.Recv(milliseconds(5));
       if (got.ok()) return std::move(got->message.body);
       if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
@@ -92,6 +97,28 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
       return Status::DeadlineExceeded(fmt::format("scheduler at {} did not answer {} within {} ms", config_.endpoint,
                                                   what, config_.timeout.count()));
     }
+  }
+}
+
+bool RemoteExpertProvider::NextIsReady() const {
+  if (delivered_ >= expected_) return false;
+  const auto ready_here = [this](const msg::Body& body) {
+    const auto* ready = std::get_if<msg::ExpertReady>(&body);
+    return ready != nullptr && ready->layer_id == layer_id_;
+  };
+  MutexLock lock(&mu_);
+  for (const msg::Body& body : inbox_) {
+    if (ready_here(body)) return true;
+  }
+  for (;;) {  // what has arrived, without waiting
+    Result<msg::Received> got = channel_.Recv(milliseconds(0));
+    if (!got.ok()) {
+      const StatusCode code = got.status().code();
+      if (code == StatusCode::kCorruption || code == StatusCode::kInvalidArgument) continue;  // a bad frame: dropped
+      return false;  // nothing more now (or a broken socket, which NextReady reports)
+    }
+    inbox_.push_back(std::move(got->message.body));
+    if (ready_here(inbox_.back())) return true;
   }
 }
 
@@ -120,6 +147,8 @@ Status RemoteExpertProvider::Flush() {
 Status RemoteExpertProvider::Ping(milliseconds wait) {
   const auto deadline = Clock::now() + wait;
   MutexLock lock(&mu_);
+  for (const msg::Body& body : inbox_) (void)AbsorbAck(body);  // the rest is stale here, as below
+  inbox_.clear();
   ZM_RETURN_IF_ERROR(channel_.Send(msg::Heartbeat{0, 0}, wait));
   while (Clock::now() < deadline) {
     Result<msg::Received> got = channel_.Recv(milliseconds(5));

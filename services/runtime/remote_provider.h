@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -69,6 +70,10 @@ class RemoteExpertProvider : public ExpertProvider {
   // Errors: the scheduler's layer error; kDeadlineExceeded (no answer within the timeout, naming the
   // endpoint); kCorruption (an expert outside the arena).
   Result<std::unique_ptr<ExpertLease>> NextReady() override;
+  // True when an ExpertReady of the layer has already arrived (messages waiting on the socket are
+  // taken into an inbox, in order, without blocking), so the executor computes the experts that
+  // arrived together (the cache hits the scheduler answers at once) in one parallel region.
+  bool NextIsReady() const override;
   // Sends LayerEnd and returns at once; a deferred error of an earlier LayerEnd is returned here too.
   Status EndLayer(int32_t layer_id) override;
   // Waits until the scheduler has answered every LayerEnd sent. Errors: the first refused
@@ -96,8 +101,10 @@ class RemoteExpertProvider : public ExpertProvider {
   ShmRegion arena_;
   std::optional<kernels::HostRegistration> registration_;  // after arena_: unregistered before unmapping
   std::unique_ptr<zmq::context_t> context_;  // outlives channel_ (declared before it)
-  mutable Mutex mu_;        // guards channel_
-  messaging::Channel channel_ ZM_GUARDED_BY(mu_);
+  mutable Mutex mu_;        // guards channel_ and inbox_
+  // mutable: NextIsReady() (const) moves the messages that already arrived into inbox_.
+  mutable messaging::Channel channel_ ZM_GUARDED_BY(mu_);
+  mutable std::deque<messaging::Body> inbox_ ZM_GUARDED_BY(mu_);  // received, not yet read by Receive
   int32_t layer_id_ = -1;
   size_t expected_ = 0;
   size_t delivered_ = 0;

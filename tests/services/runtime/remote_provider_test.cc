@@ -4,12 +4,14 @@
 // the shared arena, and a server that never starts gives kUnavailable naming the endpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -218,6 +220,58 @@ TEST_F(RemoteProviderTest, EndLayerDoesNotWaitAndARefusalSurfacesAtTheNextCall) 
   Status next = remote_->BeginLayer(LayerRouting(8, {2}, {1}));
   if (next.ok()) next = remote_->NextReady().status();  // the Ack may still be on its way
   EXPECT_EQ(next.code(), StatusCode::kInvalidArgument) << next.ToString();
+  server_->Stop();
+}
+
+// Experts that arrived together are ready at once: NextIsReady() takes what is waiting on the socket
+// into an inbox (never blocking) and NextReady() reads the inbox first, in arrival order, so an Ack
+// that came before an ExpertReady is still taken in before it.
+TEST_F(RemoteProviderTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArrivalOrder) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
+  ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  const auto wait_ready = [&] {  // the scheduler's next ExpertReady arrives within a moment
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!remote_->NextIsReady()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return true;
+  };
+  EXPECT_FALSE(remote_->NextIsReady()) << "no layer begun";
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(2, {0, 1, 2}, {1, 1, 1})).ok());
+  std::vector<int32_t> got;
+  std::vector<std::unique_ptr<ExpertLease>> held;
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0) ASSERT_TRUE(wait_ready()) << "expert " << i << " never became ready";
+    Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    EXPECT_EQ((*lease)->weights().layer_id, 2);
+    EXPECT_EQ(std::memcmp((*lease)->weights().gate, arena_->data() + 3 * (*lease)->weights().expert_id * kMatrixBytes,
+                          kMatrixBytes), 0);
+    got.push_back((*lease)->weights().expert_id);
+    held.push_back(std::move(lease).value());
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_FALSE(remote_->NextIsReady()) << "every expert of the layer was delivered";
+  held.clear();
+  ASSERT_TRUE(remote_->EndLayer(2).ok());
+  ASSERT_TRUE(remote_->Flush().ok());
+
+  // A refused LayerEnd's Ack arrives before the next layer's ExpertReady; NextIsReady() takes both
+  // into the inbox, and NextReady() still takes the Ack in first and returns the refusal.
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(4, {0}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  lease->reset();
+  ASSERT_TRUE(remote_->EndLayer(5).ok());  // layer 5 is not open: the scheduler refuses it
+  Status begun = remote_->BeginLayer(LayerRouting(6, {1}, {1}));
+  if (begun.ok()) {  // the Ack may also have come in time for BeginLayer, which then returns it
+    ASSERT_TRUE(wait_ready());
+    begun = remote_->NextReady().status();
+  }
+  EXPECT_EQ(begun.code(), StatusCode::kInvalidArgument) << begun.ToString();
+  EXPECT_NE(begun.ToString().find("EndLayer(5)"), std::string::npos) << begun.ToString();
   server_->Stop();
 }
 
