@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/trace_events.h"
+#include "kernels/bf16_gemm.h"
 #include "services/executor/cpu_ops.h"
 #include "services/executor/routing.h"
 #include "services/executor/torch_util.h"
@@ -103,8 +104,12 @@ void SoftmaxRows(float* x, int64_t n, int64_t d) {
   }
 }
 
+// Up to this many tokens (decode steps, small batches) the router runs on the calling thread alone.
+constexpr int64_t kRouterOnOneThreadMaxTokens = 8;
+
 // MoeForward on the CPU in float32 without a torch operator per step (services/executor/cpu_ops.h):
-//   region 1: router logits, the shared expert's gate/up (+ silu·up) and qwen2_moe's shared gate;
+//   region 0: router logits, then BeginLayer (the provider starts loading while region 1 runs);
+//   region 1: the shared expert's gate/up (+ silu·up), qwen2_moe's shared gate, the next router;
 //   per group of experts the provider has ready: region 2 gate/up (+ silu·up) of every expert of the
 //   group, region 3 their downs (the first group also runs the shared expert's down);
 //   then the weighted outputs are summed in ascending expert id order and the shared output added.
@@ -117,10 +122,25 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   const float* xp = x.data_ptr<float>();
   const int64_t n_experts = w.router.size(0);
 
-  // 1. Router logits, shared expert gate/up, shared expert gate (and the next layer's router on
-  //    x + r for prefetching): one region.
+  // 1. Router logits, then the layer is announced at once: the provider starts loading its missing
+  //    experts (reads, decodes; a remote scheduler's cache lookup) while this thread computes the
+  //    shared expert's gate/up below, instead of after it.
+  //    A decode step's router is a few hundred KiB of weights: this thread alone computes it faster
+  //    than waking the others for a region (the same bits either way: rows are computed alike).
   std::vector<float> scores(static_cast<size_t>(n * n_experts));
-  std::vector<kernels::GemmArgs> first = {cpu::Product(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts)};
+  const kernels::GemmArgs router = cpu::Product(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts);
+  if (n <= kRouterOnOneThreadMaxTokens) {
+    kernels::Bf16Gemm(router);
+  } else {
+    cpu::Gemms({router});
+  }
+  SoftmaxRows(scores.data(), n, n_experts);
+  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign,
+                      RouteAndBegin(config, layer_id, scores.data(), n, provider, substitution_alpha));
+
+  // 2. Shared expert gate/up, qwen2_moe's shared expert gate (and the next layer's router on x + r
+  //    for prefetching): one region; then the prediction for the next layer.
+  std::vector<kernels::GemmArgs> first;
   const bool predict = Predicts(provider, next);
   std::vector<float> next_scores, shifted;
   if (predict) {
@@ -161,12 +181,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       first.push_back(cpu::Product(GemmWeightsOf(w.shared_expert_gate), xp, n, hidden, shared_gate.data(), 1));
     }
   }
-  cpu::MlpGateUp(shared, first);
-  SoftmaxRows(scores.data(), n, n_experts);
-
-  // 2. Announce the layer, then the prediction for the next one.
-  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign,
-                      RouteAndBegin(config, layer_id, scores.data(), n, provider, substitution_alpha));
+  if (!shared.empty() || !first.empty()) cpu::MlpGateUp(shared, first);
   if (predict) {
     SoftmaxRows(next_scores.data(), n, next->weights->router.size(0));
     provider.Prefetch(RankPredictedExperts(config, next->layer_id, next_scores.data(), n));
