@@ -296,10 +296,6 @@ struct ProviderServer::State : msg::RouterServer::Handler {
     server->Wake();
   }
   void Deliver();
-  // Sends the ExpertReady of a lease the provider delivered (keeps the lease until its LeaseRelease),
-  // or the layer's error; drops it while aborting (releasing and retaking mu). False after an error
-  // (nothing more to deliver).
-  bool PostLeaseLocked(Result<std::unique_ptr<ExpertLease>> lease) ZM_REQUIRES(mu);
   // msg::RouterServer::Handler, on the loop thread.
   void OnTick(std::chrono::steady_clock::time_point now) override;
   void OnMessage(msg::Received& got) override { Handle(got.peer, std::move(got.message.body)); }
@@ -321,51 +317,46 @@ void ProviderServer::State::Deliver() {
       Result<std::unique_ptr<ExpertLease>> lease = provider->NextReady();
       lock.Lock();
       --to_deliver;
-      if (!PostLeaseLocked(std::move(lease))) {
+      if (!lease.ok()) {
+        msg::ExpertReady failed;
+        failed.layer_id = layer_id;
+        failed.status = lease.status();
+        Post(peer, std::move(failed));
         to_deliver = 0;
         break;
       }
+      const ExpertWeightsView& v = (*lease)->weights();
+      if (aborting) {
+        std::unique_ptr<ExpertLease> drop = std::move(lease).value();
+        lock.Unlock();
+        drop.reset();
+        lock.Lock();
+        continue;
+      }
+      msg::ExpertReady ready;
+      ready.layer_id = v.layer_id;
+      ready.expert_id = v.expert_id;
+      auto offset = [this](const void* p) {
+        return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base);
+      };
+      if (v.planes()) {  // unrecovered: the CPU executor fuses the recovery into its matmul
+        for (const ExpertPlanes* planes : {&v.gate_planes, &v.up_planes, &v.down_planes}) {
+          ready.e_plane_offsets.push_back(offset(planes->e));
+          ready.sm_offsets.push_back(offset(planes->sm));
+        }
+      } else {
+        ready.gate_offset = offset(v.gate);
+        ready.up_offset = offset(v.up);
+        ready.down_offset = offset(v.down);
+      }
+      ready.intermediate = v.intermediate;
+      ready.hidden = v.hidden;
+      leases[v.expert_id] = std::move(lease).value();
+      Post(peer, std::move(ready));
     }
     delivering = false;
     cv.NotifyAll();
   }
-}
-
-bool ProviderServer::State::PostLeaseLocked(Result<std::unique_ptr<ExpertLease>> lease) {
-  if (!lease.ok()) {
-    msg::ExpertReady failed;
-    failed.layer_id = layer_id;
-    failed.status = lease.status();
-    Post(peer, std::move(failed));
-    return false;
-  }
-  if (aborting) {
-    std::unique_ptr<ExpertLease> drop = std::move(lease).value();
-    mu.Unlock();
-    drop.reset();  // released outside mu: admission + the next wave
-    mu.Lock();
-    return true;
-  }
-  const ExpertWeightsView& v = (*lease)->weights();
-  msg::ExpertReady ready;
-  ready.layer_id = v.layer_id;
-  ready.expert_id = v.expert_id;
-  auto offset = [this](const void* p) { return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base); };
-  if (v.planes()) {  // unrecovered: the CPU executor fuses the recovery into its matmul
-    for (const ExpertPlanes* planes : {&v.gate_planes, &v.up_planes, &v.down_planes}) {
-      ready.e_plane_offsets.push_back(offset(planes->e));
-      ready.sm_offsets.push_back(offset(planes->sm));
-    }
-  } else {
-    ready.gate_offset = offset(v.gate);
-    ready.up_offset = offset(v.up);
-    ready.down_offset = offset(v.down);
-  }
-  ready.intermediate = v.intermediate;
-  ready.hidden = v.hidden;
-  leases[v.expert_id] = std::move(lease).value();
-  Post(peer, std::move(ready));
-  return true;
 }
 
 void ProviderServer::State::AbortLocked(MutexLock* lock) {
@@ -418,23 +409,7 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     active = true;
     layer_id = request->layer_id;
     peer = from;
-    // The experts the provider holds ready at once (cache hits) go out from this thread, without a
-    // hand-off to the deliverer and back; the deliverer waits for the rest. Nothing else delivers
-    // now: the previous layer ended or was aborted (to_deliver == 0, !delivering).
-    size_t left = request->expert_ids.size();
-    while (left > 0) {
-      lock.Unlock();
-      std::optional<Result<std::unique_ptr<ExpertLease>>> lease;
-      if (provider->NextIsReady()) lease.emplace(provider->NextReady());
-      lock.Lock();
-      if (!lease.has_value()) break;
-      --left;
-      if (!PostLeaseLocked(std::move(*lease))) {
-        left = 0;
-        break;
-      }
-    }
-    to_deliver = left;
+    to_deliver = request->expert_ids.size();
     cv.NotifyAll();
     return;
   }

@@ -38,10 +38,7 @@ constexpr uint64_t kMatrixBytes = kIntermediate * kHidden * 2;
 // with `planes`, unrecovered: each matrix's first half as its E plane, second half as its SM plane.
 class ArenaProvider : public ExpertProvider {
  public:
-  // ready_at_once: NextIsReady() says so (as a provider holding every expert resident would), so the
-  // server delivers from its loop thread instead of its deliverer thread.
-  explicit ArenaProvider(uint8_t* arena, bool planes = false, bool ready_at_once = false)
-      : arena_(arena), planes_(planes), ready_at_once_(ready_at_once) {
+  explicit ArenaProvider(uint8_t* arena, bool planes = false) : arena_(arena), planes_(planes) {
     for (uint64_t i = 0; i < kExperts * 3 * kMatrixBytes; ++i) arena_[i] = static_cast<uint8_t>(i * 7 + 1);
   }
   Status BeginLayer(const LayerRouting& routing) override {
@@ -69,7 +66,6 @@ class ArenaProvider : public ExpertProvider {
     v.hidden = kHidden;
     return std::unique_ptr<ExpertLease>(new Lease(v));
   }
-  bool NextIsReady() const override { return ready_at_once_ && next_ < routing_.expert_ids.size(); }
   Status EndLayer(int32_t layer_id) override {
     ++ended_[layer_id];
     return Status::Ok();
@@ -87,7 +83,6 @@ class ArenaProvider : public ExpertProvider {
   };
   uint8_t* arena_;
   bool planes_;
-  bool ready_at_once_;
   LayerRouting routing_;
   size_t next_ = 0;
   std::map<int32_t, int> ended_;
@@ -109,8 +104,8 @@ class RemoteProviderTest : public ::testing::Test {
     ASSERT_TRUE(remote.ok()) << remote.status().ToString();  // a ZeroMQ connect needs nobody listening
     remote_ = std::move(remote).value();
   }
-  void StartServer(bool planes, bool ready_at_once = false) {
-    provider_ = std::make_unique<ArenaProvider>(arena_->data(), planes, ready_at_once);
+  void StartServer(bool planes) {
+    provider_ = std::make_unique<ArenaProvider>(arena_->data(), planes);
     ProviderServerConfig server_config;
     server_config.endpoint = config_.endpoint;
     Result<std::unique_ptr<ProviderServer>> server =
@@ -231,12 +226,8 @@ TEST_F(RemoteProviderTest, EndLayerDoesNotWaitAndARefusalSurfacesAtTheNextCall) 
 // Experts that arrived together are ready at once: NextIsReady() takes what is waiting on the socket
 // into an inbox (never blocking) and NextReady() reads the inbox first, in arrival order, so an Ack
 // that came before an ExpertReady is still taken in before it.
-class RemoteProviderDeliveryTest : public RemoteProviderTest, public ::testing::WithParamInterface<bool> {};
-
-// Either way the server delivers (its deliverer thread, or its loop thread for experts its provider
-// holds ready at once), the experts that arrived together are ready at once on the executor's side.
-TEST_P(RemoteProviderDeliveryTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArrivalOrder) {
-  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false, /*ready_at_once=*/GetParam()));
+TEST_F(RemoteProviderTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArrivalOrder) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
   ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
   const auto wait_ready = [&] {  // the scheduler's next ExpertReady arrives within a moment
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -251,9 +242,7 @@ TEST_P(RemoteProviderDeliveryTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArr
   std::vector<int32_t> got;
   std::vector<std::unique_ptr<ExpertLease>> held;
   for (int i = 0; i < 3; ++i) {
-    if (i > 0) {
-      ASSERT_TRUE(wait_ready()) << "expert " << i << " never became ready";
-    }
+    if (i > 0) ASSERT_TRUE(wait_ready()) << "expert " << i << " never became ready";
     Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
     ASSERT_TRUE(lease.ok()) << lease.status().ToString();
     EXPECT_EQ((*lease)->weights().layer_id, 2);
@@ -285,11 +274,6 @@ TEST_P(RemoteProviderDeliveryTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArr
   EXPECT_NE(begun.ToString().find("EndLayer(5)"), std::string::npos) << begun.ToString();
   server_->Stop();
 }
-
-INSTANTIATE_TEST_SUITE_P(ServerSide, RemoteProviderDeliveryTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("FromTheLoopThread") : std::string("FromTheDeliverer");
-                         });
 
 }  // namespace
 }  // namespace zipmoe::runtime
