@@ -242,7 +242,9 @@ TEST_F(RemoteProviderTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArrivalOrde
   std::vector<int32_t> got;
   std::vector<std::unique_ptr<ExpertLease>> held;
   for (int i = 0; i < 3; ++i) {
-    if (i > 0) ASSERT_TRUE(wait_ready()) << "expert " << i << " never became ready";
+    if (i > 0) {
+      ASSERT_TRUE(wait_ready()) << "expert " << i << " never became ready";
+    }
     Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
     ASSERT_TRUE(lease.ok()) << lease.status().ToString();
     EXPECT_EQ((*lease)->weights().layer_id, 2);
