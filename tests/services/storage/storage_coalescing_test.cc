@@ -1,0 +1,120 @@
+// StorageService: chunks queued back to back in the file are read with one preadv, bit-exactly, and
+// a coalesced read cut short by EOF fails only the chunks past it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/expert_store.h"
+#include "common/hash.h"
+#include "services/storage/aligned_buffer.h"
+#include "services/storage/storage_service.h"
+#include "tests/services/storage/storage_test_util.h"
+#include "tests/test_util.h"
+
+namespace zipmoe::storage {
+namespace {
+
+using test::CompressedModel;
+using test::TensorBuffers;
+using test::MakeOps;
+using test::LeadingContiguousRun;
+using testing::TempDir;
+using testing::WriteAll;
+
+TEST(StorageServiceTest, ChunksBackToBackInTheFileAreReadInOnePreadvBitExact) {
+  auto store = ExpertStore::Open(CompressedModel::Dir());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const auto& all = (*store)->manifest().expert_tensors;
+  ASSERT_GE(all.size(), 4u);
+  // Three tensors the converter wrote one after another (E-chunks, SM-chunk, next tensor), then the
+  // first tensor of the file again: a jump back, which must start a new read.
+  std::vector<TensorBuffers> tensors;
+  for (size_t i : {1, 2, 3, 0}) tensors.push_back({&all[i], {}});
+  std::vector<ReadOp> ops = MakeOps(tensors, 1);
+  const size_t run = LeadingContiguousRun(ops);
+  ASSERT_EQ(run, ops.size() - all[0].chunks.size()) << "the converter writes tensors back to back";
+  StorageConfig config;
+  config.path = (*store)->experts_path();
+  config.retain_completions = true;
+  std::unique_ptr<StorageService> service;
+  {
+    auto created = StorageService::Create(config);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    service = std::move(created).value();
+  }
+  if (!service->direct_io()) GTEST_SKIP() << "O_DIRECT is refused here: buffered reads are not coalesced";
+  ASSERT_TRUE(service->Submit(ops).ok());
+  for (const ReadOp& op : ops) {
+    auto c = service->WaitFor(op.op_id);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE(c->status.ok()) << c->status.ToString();
+    EXPECT_EQ(c->read_bytes, RoundUpBytes(op.stored_bytes));
+  }
+  // Every chunk holds exactly its stored bytes (each read alone through ExpertStore for reference).
+  for (const TensorBuffers& tb : tensors) {
+    for (size_t i = 0; i < tb.chunks.size(); ++i) {
+      std::vector<uint8_t> want(tb.t->chunks[i].stored_bytes);
+      ASSERT_TRUE((*store)->ReadChunk(*tb.t, static_cast<int>(i), want.data()).ok());
+      EXPECT_EQ(std::memcmp(tb.chunks[i].data(), want.data(), want.size()), 0) << tb.t->name << " chunk " << i;
+    }
+  }
+  const StorageStats stats = service->stats();
+  EXPECT_EQ(stats.ops_ok, ops.size());
+  // Submit queues every op under one lock, so the I/O thread finds them all: one preadv for the run of
+  // three tensors, one for the first tensor's chunks (back to back among themselves).
+  EXPECT_EQ(stats.reads, 2u);
+}
+
+TEST(StorageServiceTest, CoalescedReadEndingAtEofFailsOnlyTheChunksPastIt) {
+  TempDir tmp;
+  // Three 4 KiB chunks back to back, but the file ends 1000 bytes into the second (a truncated copy).
+  const std::string path = tmp.Sub("truncated.bin");
+  std::string bytes(4096 + 1000, '\0');
+  std::mt19937 rng(5);
+  for (char& ch : bytes) ch = static_cast<char>(rng());
+  WriteAll(path, bytes);
+  StorageConfig config;
+  config.path = path;
+  config.retain_completions = true;
+  auto service = StorageService::Create(config);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  if (!(*service)->direct_io()) GTEST_SKIP() << "O_DIRECT is refused here: buffered reads are not coalesced";
+  std::vector<AlignedBuffer> bufs;
+  std::vector<ReadOp> ops;
+  for (int i = 0; i < 3; ++i) {
+    auto b = AlignedBuffer::Allocate(4096);
+    ASSERT_TRUE(b.ok());
+    bufs.push_back(std::move(b).value());
+    ReadOp op;
+    op.op_id = static_cast<uint64_t>(i + 1);
+    op.file_offset = 4096 * static_cast<uint64_t>(i);
+    op.stored_bytes = 4096;
+    op.dst = bufs.back().data();
+    op.dst_capacity_bytes = bufs.back().capacity_bytes();
+    op.xxh64 = i == 0 ? Xxh64(bytes.data(), 4096) : 0;
+    op.tensor_name = "chunk" + std::to_string(i);
+    ops.push_back(op);
+  }
+  ASSERT_TRUE((*service)->Submit(ops).ok());
+  auto c1 = (*service)->WaitFor(1);
+  auto c2 = (*service)->WaitFor(2);
+  auto c3 = (*service)->WaitFor(3);
+  ASSERT_TRUE(c1.ok() && c2.ok() && c3.ok());
+  ASSERT_TRUE(c1->status.ok()) << c1->status.ToString();
+  EXPECT_EQ(std::memcmp(bufs[0].data(), bytes.data(), 4096), 0);
+  for (const auto* c : {&*c2, &*c3}) {
+    EXPECT_EQ(c->status.code(), StatusCode::kCorruption) << c->status.ToString();
+    EXPECT_NE(c->status.message().find("unexpected end of file"), std::string::npos) << c->status.ToString();
+    EXPECT_NE(c->status.message().find(path), std::string::npos);
+  }
+  EXPECT_NE(c2->status.message().find("chunk1"), std::string::npos);
+  EXPECT_NE(c3->status.message().find("chunk2"), std::string::npos);
+  EXPECT_EQ((*service)->stats().reads, 1u);
+}
+
+}  // namespace
+}  // namespace zipmoe::storage
