@@ -18,6 +18,7 @@
 #include "common/shm_region.h"
 #include "services/storage/aligned_buffer.h"
 #include "services/storage/storage_worker.h"
+#include "tests/services/storage/storage_test_util.h"
 #include "tests/test_util.h"
 
 namespace zipmoe::storage {
@@ -28,14 +29,10 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kTimeout{10000};
 
-std::string CompressedModelDir() {
-  return testing::CachedCompress(testing::CachedSynth("--arch qwen2_moe --preset tiny --seed 11"), "--shards 4");
-}
-
 class StorageWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = ExpertStore::Open(CompressedModelDir());
+    auto store = ExpertStore::Open(test::CompressedModel::Dir());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();
     auto arena = ShmRegion::Create(fmt::format("/zm-storage-worker-test-{}", ::getpid()), kArenaBytes);
