@@ -133,12 +133,13 @@ void StorageService::IoLoop() {
       for (const ReadOp& op : group) bytes += op.stored_bytes;
       return trace::SpanText(fmt::format("read {}", what), fmt::format(R"({{"bytes": {}}})", bytes));
     }, trace::Activity::kRead);
+    uint64_t reads = 1;
     std::vector<ReadCompletion> done = group.size() == 1 ? std::vector<ReadCompletion>{Execute(group.front())}
-                                                         : ExecuteCoalesced(group);
+                                                         : ExecuteCoalesced(group, &reads);
     span.End();
     {
       MutexLock lock(&mu_);
-      ++stats_.reads;
+      stats_.reads += reads;
     }
     for (const ReadCompletion& c : done) Complete(c);
   }
@@ -160,7 +161,7 @@ ReadCompletion StorageService::Execute(const ReadOp& op) {
   return Finish(op, *read, read_us);
 }
 
-std::vector<ReadCompletion> StorageService::ExecuteCoalesced(const std::vector<ReadOp>& group) {
+std::vector<ReadCompletion> StorageService::ExecuteCoalesced(const std::vector<ReadOp>& group, uint64_t* reads) {
   std::vector<struct iovec> parts;
   uint64_t group_bytes = 0;
   for (const ReadOp& op : group) {
@@ -171,8 +172,10 @@ std::vector<ReadCompletion> StorageService::ExecuteCoalesced(const std::vector<R
   Result<uint64_t> read = file_.ReadVAt(group.front().file_offset, parts);
   const uint64_t read_us = MicrosSince(read_start);
   std::vector<ReadCompletion> done;
+  *reads = 1;
   if (!read.ok()) {  // read each chunk on its own: an error then names the chunk, and the others still arrive
     for (const ReadOp& op : group) done.push_back(Execute(op));
+    *reads += group.size();
     return done;
   }
   uint64_t at = 0;  // where this op's bytes begin in the group's range

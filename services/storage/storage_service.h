@@ -89,7 +89,7 @@ struct StorageStats {
   uint64_t ops_ok = 0;
   uint64_t ops_failed = 0;       // kCorruption / kIoError
   uint64_t ops_unavailable = 0;  // dropped by Stop
-  uint64_t reads = 0;            // pread/preadv calls for ops (fewer than ops when chunks were coalesced)
+  uint64_t reads = 0;            // pread/preadv calls made (fewer than ops when chunks were coalesced)
   uint64_t io_bytes_e = 0;       // verified stored bytes of E-chunks
   uint64_t io_bytes_sm = 0;      // verified stored bytes of SM-chunks
   uint64_t read_us = 0;          // total pread time
@@ -133,7 +133,8 @@ class StorageService {
   // One chunk, one pread.
   ReadCompletion Execute(const ReadOp& op);
   // Chunks back to back in the file, one preadv; after an I/O error each chunk is read again alone.
-  std::vector<ReadCompletion> ExecuteCoalesced(const std::vector<ReadOp>& group);
+  // *reads: the read calls made (1, or 1 + the group's size after an error).
+  std::vector<ReadCompletion> ExecuteCoalesced(const std::vector<ReadOp>& group, uint64_t* reads);
   // The completion of `op` once read_bytes of it arrived: a short read is kCorruption, else its xxh64 is checked.
   ReadCompletion Finish(const ReadOp& op, uint64_t read_bytes, uint64_t read_us);
   void Complete(const ReadCompletion& completion);
