@@ -26,6 +26,16 @@ std::string ChunkLabel(const ReadOp& op) {
                      op.layer_id, op.expert_id);
 }
 
+// The completion of `op` with `status`; the caller fills in what it measured.
+ReadCompletion CompletionOf(const ReadOp& op, Status status) {
+  ReadCompletion c;
+  c.op_id = op.op_id;
+  c.kind = op.kind;
+  c.stored_bytes = op.stored_bytes;
+  c.status = std::move(status);
+  return c;
+}
+
 }  // namespace
 
 ReadOp MakeChunkReadOp(const ExpertTensorInfo& t, int chunk_index, uint64_t op_id, uint8_t* dst,
@@ -117,13 +127,9 @@ void StorageService::IoLoop() {
       }
     }
     if (stopped) {
-      ReadCompletion c;
-      c.op_id = group.front().op_id;
-      c.kind = group.front().kind;
-      c.stored_bytes = group.front().stored_bytes;
-      c.status = Status::Unavailable(fmt::format("{}@{}: {}: storage service stopped before the read", path(),
-                                                 group.front().file_offset, ChunkLabel(group.front())));
-      Complete(c);
+      const ReadOp& op = group.front();
+      Complete(CompletionOf(op, Status::Unavailable(fmt::format("{}@{}: {}: storage service stopped before the read",
+                                                                path(), op.file_offset, ChunkLabel(op)))));
       continue;
     }
     trace::TraceSpan span("io", [&] {
@@ -150,12 +156,8 @@ ReadCompletion StorageService::Execute(const ReadOp& op) {
   Result<uint64_t> read = file_.ReadAt(op.file_offset, op.stored_bytes, op.dst, op.dst_capacity_bytes);
   const uint64_t read_us = MicrosSince(read_start);
   if (!read.ok()) {
-    ReadCompletion c;
-    c.op_id = op.op_id;
-    c.kind = op.kind;
-    c.stored_bytes = op.stored_bytes;
+    ReadCompletion c = CompletionOf(op, read.status().WithContext(ChunkLabel(op)));
     c.read_us = read_us;
-    c.status = read.status().WithContext(ChunkLabel(op));
     return c;
   }
   return Finish(op, *read, read_us);
@@ -190,10 +192,7 @@ std::vector<ReadCompletion> StorageService::ExecuteCoalesced(const std::vector<R
 }
 
 ReadCompletion StorageService::Finish(const ReadOp& op, uint64_t read_bytes, uint64_t read_us) {
-  ReadCompletion c;
-  c.op_id = op.op_id;
-  c.kind = op.kind;
-  c.stored_bytes = op.stored_bytes;
+  ReadCompletion c = CompletionOf(op, Status::Ok());
   c.read_us = read_us;
   c.read_bytes = read_bytes;
   if (c.read_bytes < op.stored_bytes) {
