@@ -6,7 +6,6 @@
 
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -24,8 +23,10 @@ using test::CompressedModel;
 using test::TensorBuffers;
 using test::MakeOps;
 using test::LeadingContiguousRun;
+using test::FileChunks;
+using test::BackToBack4KiBChunks;
+using test::WriteRandomFile;
 using testing::TempDir;
-using testing::WriteAll;
 
 TEST(StorageServiceTest, ChunksBackToBackInTheFileAreReadInOnePreadvBitExact) {
   auto store = ExpertStore::Open(CompressedModel::Dir());
@@ -75,33 +76,17 @@ TEST(StorageServiceTest, CoalescedReadEndingAtEofFailsOnlyTheChunksPastIt) {
   TempDir tmp;
   // Three 4 KiB chunks back to back, but the file ends 1000 bytes into the second (a truncated copy).
   const std::string path = tmp.Sub("truncated.bin");
-  std::string bytes(4096 + 1000, '\0');
-  std::mt19937 rng(5);
-  for (char& ch : bytes) ch = static_cast<char>(rng());
-  WriteAll(path, bytes);
+  const std::string bytes = WriteRandomFile(path, 4096 + 1000, 5);
   StorageConfig config;
   config.path = path;
   config.retain_completions = true;
   auto service = StorageService::Create(config);
   ASSERT_TRUE(service.ok()) << service.status().ToString();
   if (!(*service)->direct_io()) GTEST_SKIP() << "O_DIRECT is refused here: buffered reads are not coalesced";
-  std::vector<AlignedBuffer> bufs;
-  std::vector<ReadOp> ops;
-  for (int i = 0; i < 3; ++i) {
-    auto b = AlignedBuffer::Allocate(4096);
-    ASSERT_TRUE(b.ok());
-    bufs.push_back(std::move(b).value());
-    ReadOp op;
-    op.op_id = static_cast<uint64_t>(i + 1);
-    op.file_offset = 4096 * static_cast<uint64_t>(i);
-    op.stored_bytes = 4096;
-    op.dst = bufs.back().data();
-    op.dst_capacity_bytes = bufs.back().capacity_bytes();
-    op.xxh64 = i == 0 ? Xxh64(bytes.data(), 4096) : 0;
-    op.tensor_name = "chunk" + std::to_string(i);
-    ops.push_back(op);
-  }
-  ASSERT_TRUE((*service)->Submit(ops).ok());
+  FileChunks chunks = BackToBack4KiBChunks(3);
+  chunks.ops[0].xxh64 = Xxh64(bytes.data(), 4096);  // the others are never verified: EOF comes first
+  const std::vector<AlignedBuffer>& bufs = chunks.bufs;
+  ASSERT_TRUE((*service)->Submit(chunks.ops).ok());
   auto c1 = (*service)->WaitFor(1);
   auto c2 = (*service)->WaitFor(2);
   auto c3 = (*service)->WaitFor(3);
@@ -121,10 +106,7 @@ TEST(StorageServiceTest, CoalescedReadEndingAtEofFailsOnlyTheChunksPastIt) {
 TEST(StorageServiceTest, AFailedCoalescedReadIsRetriedChunkByChunkAndOnlyTheBadChunkFails) {
   TempDir tmp;
   const std::string path = tmp.Sub("three.bin");
-  std::string bytes(3 * 4096, '\0');
-  std::mt19937 rng(9);
-  for (char& ch : bytes) ch = static_cast<char>(rng());
-  WriteAll(path, bytes);
+  const std::string bytes = WriteRandomFile(path, 3 * 4096, 9);
   StorageConfig config;
   config.path = path;
   config.retain_completions = true;
@@ -134,23 +116,11 @@ TEST(StorageServiceTest, AFailedCoalescedReadIsRetriedChunkByChunkAndOnlyTheBadC
   // The middle chunk's destination is aligned but not writable: the group's preadv fails (EFAULT).
   void* no_access = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(no_access, MAP_FAILED);
-  std::vector<AlignedBuffer> bufs;
-  std::vector<ReadOp> ops;
-  for (int i = 0; i < 3; ++i) {
-    auto b = AlignedBuffer::Allocate(4096);
-    ASSERT_TRUE(b.ok());
-    bufs.push_back(std::move(b).value());
-    ReadOp op;
-    op.op_id = static_cast<uint64_t>(i + 1);
-    op.file_offset = 4096 * static_cast<uint64_t>(i);
-    op.stored_bytes = 4096;
-    op.dst = i == 1 ? static_cast<uint8_t*>(no_access) : bufs.back().data();
-    op.dst_capacity_bytes = 4096;
-    op.xxh64 = Xxh64(bytes.data() + op.file_offset, 4096);
-    op.tensor_name = "chunk" + std::to_string(i);
-    ops.push_back(op);
-  }
-  ASSERT_TRUE((*service)->Submit(ops).ok());
+  FileChunks chunks = BackToBack4KiBChunks(3);
+  for (ReadOp& op : chunks.ops) op.xxh64 = Xxh64(bytes.data() + op.file_offset, 4096);
+  chunks.ops[1].dst = static_cast<uint8_t*>(no_access);
+  const std::vector<AlignedBuffer>& bufs = chunks.bufs;
+  ASSERT_TRUE((*service)->Submit(chunks.ops).ok());
   std::vector<ReadCompletion> done;
   for (uint64_t id = 1; id <= 3; ++id) {
     auto c = (*service)->WaitFor(id);

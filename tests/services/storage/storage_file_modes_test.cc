@@ -11,7 +11,6 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -29,10 +28,10 @@ using test::CompressedModel;
 using test::TensorBuffers;
 using test::MakeOps;
 using test::CompletionLog;
+using test::WriteRandomFile;
 namespace fs = std::filesystem;
 using testing::ReadAll;
 using testing::TempDir;
-using testing::WriteAll;
 
 // The file-status flags of this process's descriptor(s) for `path`, from /proc/self/fdinfo.
 std::vector<long> OpenFlagsOf(const std::string& path) {
@@ -165,10 +164,7 @@ TEST(StorageServiceTest, FallsBackToBufferedWhenODirectIsRefused) {
 TEST(StorageServiceTest, ShortFinalReadOfUnpaddedFile) {
   TempDir tmp;
   const std::string path = tmp.Sub("unpadded.bin");
-  std::string bytes(4096 + 1000, '\0');
-  std::mt19937 rng(3);
-  for (char& ch : bytes) ch = static_cast<char>(rng());
-  WriteAll(path, bytes);
+  const std::string bytes = WriteRandomFile(path, 4096 + 1000, 3);
   StorageConfig config;
   config.path = path;
   config.retain_completions = true;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,39 @@ inline size_t LeadingContiguousRun(const std::vector<ReadOp>& ops) {
     ++n;
   }
   return n;
+}
+
+// Writes `size` pseudo-random bytes (std::mt19937 from `seed`) to `path` and returns them.
+inline std::string WriteRandomFile(const std::string& path, size_t size, uint32_t seed) {
+  std::string bytes(size, '\0');
+  std::mt19937 rng(seed);
+  for (char& ch : bytes) ch = static_cast<char>(rng());
+  testing::WriteAll(path, bytes);
+  return bytes;
+}
+
+// Reads of `n` 4 KiB chunks back to back from offset 0 of a file, each into a buffer of its own:
+// op ids 1..n, labels "chunk0".."chunk<n-1>", xxh64 left 0 for the test to set.
+struct FileChunks {
+  std::vector<AlignedBuffer> bufs;
+  std::vector<ReadOp> ops;
+};
+inline FileChunks BackToBack4KiBChunks(int n) {
+  FileChunks f;
+  for (int i = 0; i < n; ++i) {
+    auto b = AlignedBuffer::Allocate(4096);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    f.bufs.push_back(std::move(b).value());
+    ReadOp op;
+    op.op_id = static_cast<uint64_t>(i + 1);
+    op.file_offset = 4096 * static_cast<uint64_t>(i);
+    op.stored_bytes = 4096;
+    op.dst = f.bufs.back().data();
+    op.dst_capacity_bytes = f.bufs.back().capacity_bytes();
+    op.tensor_name = "chunk" + std::to_string(i);
+    f.ops.push_back(op);
+  }
+  return f;
 }
 
 // Records callback order; lets a test wait for n completions without sleeping.
