@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -293,18 +294,34 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave, 
   return Status::Ok();
 }
 
+std::optional<OffloadExpertProvider::OpRef> OffloadExpertProvider::TakeOpLocked(uint64_t op_id) {
+  auto it = ops_.find(op_id);
+  if (it == ops_.end()) return std::nullopt;
+  const OpRef ref = it->second;
+  ops_.erase(it);
+  --works_.at(ref.expert).ops;
+  return ref;
+}
+
+void OffloadExpertProvider::EndCompletionLocked(const OpRef& ref, bool current, std::vector<uint64_t>* dropped) {
+  if (!current) {  // the work may be gone (a failed prefetch frees it)
+    auto left = works_.find(ref.expert);
+    if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
+  }
+  dropped->swap(cancel_later_);
+  cv_.NotifyAll();
+}
+
 void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
   std::vector<std::pair<uint64_t, Status>> cancels;
   std::vector<uint64_t> dropped;
   {
     MutexLock lock(&mu_);
-    auto it = ops_.find(c.op_id);
-    if (it == ops_.end()) return;
-    const OpRef ref = it->second;
-    ops_.erase(it);
+    const std::optional<OpRef> taken = TakeOpLocked(c.op_id);
+    if (!taken.has_value()) return;
+    const OpRef ref = *taken;
     ExpertWork& w = works_.at(ref.expert);
     const bool current = w.current;  // a prefetch's failures are its own: they fail no layer
-    --w.ops;
     w.read_bytes += c.read_bytes;
     ++stats_.io_ops;
     stats_.io_read_bytes += c.read_bytes;
@@ -339,12 +356,7 @@ void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
       w.tensors[ref.proj].sm_ready = true;
       TensorProgressLocked(ref.expert, ref.proj);
     }
-    if (!current) {
-      auto left = works_.find(ref.expert);
-      if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
-    }
-    dropped.swap(cancel_later_);
-    cv_.NotifyAll();
+    EndCompletionLocked(ref, current, &dropped);
   }
   for (const auto& [id, status] : cancels) {
     if (!pool_->Cancel(id, status).ok()) continue;  // already completed or stopping: nothing to undo
@@ -356,13 +368,11 @@ void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressC
   std::vector<uint64_t> dropped;
   {
     MutexLock lock(&mu_);
-    auto it = ops_.find(c.op_id);
-    if (it == ops_.end()) return;
-    const OpRef ref = it->second;
-    ops_.erase(it);
+    const std::optional<OpRef> taken = TakeOpLocked(c.op_id);
+    if (!taken.has_value()) return;
+    const OpRef ref = *taken;
     ExpertWork& w = works_.at(ref.expert);
     const bool current = w.current;  // a prefetch's failures are its own: they fail no layer
-    --w.ops;
     if (!c.status.ok()) {
       if (current) {
         FailLocked(c.status);
@@ -387,12 +397,7 @@ void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressC
       }
       TensorDoneLocked(w, ref.expert);
     }
-    if (!current) {
-      auto left = works_.find(ref.expert);
-      if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
-    }
-    dropped.swap(cancel_later_);
-    cv_.NotifyAll();
+    EndCompletionLocked(ref, current, &dropped);
   }
   CancelDecodes(dropped);
 }

@@ -250,6 +250,12 @@ class OffloadExpertProvider : public ExpertProvider {
   void FailPrefetchLocked(int32_t work) ZM_REQUIRES(mu_);  // counted as failed, then dropped
   void FreeWorkLocked(int32_t work) ZM_REQUIRES(mu_);  // staging slot + lease released, work erased
   void OpDoneLocked(ExpertWork& w, int32_t work) ZM_REQUIRES(mu_);  // an op of w completed: frees a dropped work
+  // A storage / decompressor completion's op: removed from ops_ and counted off its work's ops;
+  // nullopt when unknown (already cancelled or never ours).
+  std::optional<OpRef> TakeOpLocked(uint64_t op_id) ZM_REQUIRES(mu_);
+  // After a completion was handled: a prefetch's op done (frees it once dropped and idle), the
+  // decodes to cancel outside mu_ moved to *dropped, waiters woken.
+  void EndCompletionLocked(const OpRef& ref, bool current, std::vector<uint64_t>* dropped) ZM_REQUIRES(mu_);
   void CancelDecodes(const std::vector<uint64_t>& ids) ZM_EXCLUDES(mu_);  // without mu_
   void OnReadComplete(const storage::ReadCompletion& c) ZM_EXCLUDES(mu_);
   void OnDecompressComplete(const decompressor::DecompressCompletion& c) ZM_EXCLUDES(mu_);
