@@ -23,6 +23,7 @@
 #include "common/router_server.h"
 #include "common/trace_events.h"
 #include "services/runtime/worker_fence.h"
+#include "services/storage/storage_worker.h"
 
 namespace zipmoe::runtime {
 
@@ -247,21 +248,7 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
         ReadItem& item = reads.at(op_id);
         item.peer = id;
         peer.held.insert(op_id);
-        const storage::ReadOp& op = item.op;
-        msg::ChunkRead r;
-        r.op_id = op.op_id;
-        r.attempt = item.attempt;
-        r.file_offset = op.file_offset;
-        r.stored_bytes = op.stored_bytes;
-        r.dst_offset = static_cast<uint64_t>(op.dst - setup.arena_base);
-        r.dst_capacity_bytes = op.dst_capacity_bytes;
-        r.xxh64 = op.xxh64;
-        r.tensor_name = op.tensor_name;
-        r.layer_id = op.layer_id;
-        r.expert_id = op.expert_id;
-        r.kind = op.kind;
-        r.chunk_index = op.chunk_index;
-        request.ops.push_back(std::move(r));
+        request.ops.push_back(storage::ChunkReadToWire(item.op, setup.arena_base, item.attempt));
       }
       if (!request.ops.empty()) sends.emplace_back(id, std::move(request));
     }

@@ -9,6 +9,39 @@ namespace zipmoe::storage {
 
 namespace msg = messaging;
 
+msg::ChunkRead ChunkReadToWire(const ReadOp& op, const uint8_t* arena_base, uint32_t attempt) {
+  msg::ChunkRead r;
+  r.op_id = op.op_id;
+  r.attempt = attempt;
+  r.file_offset = op.file_offset;
+  r.stored_bytes = op.stored_bytes;
+  r.dst_offset = static_cast<uint64_t>(op.dst - arena_base);
+  r.dst_capacity_bytes = op.dst_capacity_bytes;
+  r.xxh64 = op.xxh64;
+  r.tensor_name = op.tensor_name;
+  r.layer_id = op.layer_id;
+  r.expert_id = op.expert_id;
+  r.kind = op.kind;
+  r.chunk_index = op.chunk_index;
+  return r;
+}
+
+ReadOp ChunkReadFromWire(const msg::ChunkRead& r, uint8_t* arena_base) {
+  ReadOp op;
+  op.op_id = r.op_id;
+  op.file_offset = r.file_offset;
+  op.stored_bytes = r.stored_bytes;
+  op.dst = arena_base + r.dst_offset;
+  op.dst_capacity_bytes = r.dst_capacity_bytes;
+  op.xxh64 = r.xxh64;
+  op.tensor_name = r.tensor_name;
+  op.layer_id = r.layer_id;
+  op.expert_id = r.expert_id;
+  op.kind = r.kind;
+  op.chunk_index = r.chunk_index;
+  return op;
+}
+
 Result<std::unique_ptr<StorageWorker>> StorageWorker::Create(zmq::context_t& context, const ShmRegion& arena,
                                                              StorageWorkerOptions options) {
   if (options.queue_depth < 1) {
@@ -80,19 +113,7 @@ void StorageWorker::Handle(const msg::Body& body) {
       if (in_flight_.count(r.op_id) != 0) continue;  // re-issued while still queued here
       in_flight_[r.op_id] = r.attempt;
     }
-    ReadOp op;
-    op.op_id = r.op_id;
-    op.file_offset = r.file_offset;
-    op.stored_bytes = r.stored_bytes;
-    op.dst = arena_->data() + r.dst_offset;
-    op.dst_capacity_bytes = r.dst_capacity_bytes;
-    op.xxh64 = r.xxh64;
-    op.tensor_name = r.tensor_name;
-    op.layer_id = r.layer_id;
-    op.expert_id = r.expert_id;
-    op.kind = r.kind;
-    op.chunk_index = r.chunk_index;
-    ops.push_back(std::move(op));
+    ops.push_back(ChunkReadFromWire(r, arena_->data()));
   }
   // Submit the request's ops together, so the I/O thread finds them all queued and reads chunks that
   // continue each other in the file with one preadv. Submit is all-or-nothing: when it refuses the

@@ -21,6 +21,13 @@
 
 namespace zipmoe::storage {
 
+// The wire form of a chunk read (the scheduler's dispatcher sends it, StorageWorker reads it):
+// pointers into the shared arena travel as offsets from its base, which every process maps.
+// ChunkReadToWire: op.dst must lie in the arena at `arena_base`. ChunkReadFromWire does not check
+// the destination's range (StorageWorker checks it against its mapping first).
+messaging::ChunkRead ChunkReadToWire(const ReadOp& op, const uint8_t* arena_base, uint32_t attempt);
+ReadOp ChunkReadFromWire(const messaging::ChunkRead& r, uint8_t* arena_base);
+
 struct StorageWorkerOptions {
   messaging::PullWorkerConfig pull;  // endpoint, identity, heartbeat; role/credits/arena are set here
   std::string experts_path;          // the compressed directory's experts.bin

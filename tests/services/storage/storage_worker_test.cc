@@ -65,21 +65,10 @@ class StorageWorkerTest : public ::testing::Test {
   }
 
   // The read of chunk `c` of `t` into the arena at `dst_offset`.
-  static msg::ChunkRead Read(const ExpertTensorInfo& t, int c, uint64_t op_id, uint64_t dst_offset) {
-    const ChunkInfo& chunk = t.chunks.at(static_cast<size_t>(c));
-    msg::ChunkRead r;
-    r.op_id = op_id;
-    r.file_offset = chunk.file_offset;
-    r.stored_bytes = chunk.stored_bytes;
-    r.dst_offset = dst_offset;
-    r.dst_capacity_bytes = RoundUpBytes(chunk.stored_bytes);
-    r.xxh64 = chunk.xxh64;
-    r.tensor_name = t.name;
-    r.layer_id = t.layer_id;
-    r.expert_id = t.expert_id;
-    r.kind = chunk.kind;
-    r.chunk_index = c;
-    return r;
+  msg::ChunkRead Read(const ExpertTensorInfo& t, int c, uint64_t op_id, uint64_t dst_offset) const {
+    uint8_t* dst = arena_->data() + dst_offset;
+    const uint64_t capacity = RoundUpBytes(t.chunks.at(static_cast<size_t>(c)).stored_bytes);
+    return ChunkReadToWire(MakeChunkReadOp(t, c, op_id, dst, capacity), arena_->data(), /*attempt=*/0);
   }
 
   // Sends `request` and collects one ReadCompletion per op, by op id.
@@ -163,6 +152,38 @@ TEST_F(StorageWorkerTest, ABadOpFailsAloneAndTheRestOfItsRequestIsRead) {
   EXPECT_NE(done.at(3).status.message().find("not a multiple of 4096"), std::string::npos)
       << done.at(3).status.ToString();
   EXPECT_EQ(worker_->queued(), 0u);
+}
+
+TEST(ChunkReadWireTest, ARoundTripKeepsEveryFieldAndTheDestinationBecomesAnArenaOffset) {
+  std::vector<uint8_t> arena(3 * 4096);
+  ReadOp op;
+  op.op_id = 77;
+  op.file_offset = 8192;
+  op.stored_bytes = 1234;
+  op.dst = arena.data() + 4096;
+  op.dst_capacity_bytes = 4096;
+  op.xxh64 = 0x0123456789abcdefULL;
+  op.tensor_name = "model.layers.3.mlp.experts.5.up_proj.weight";
+  op.layer_id = 3;
+  op.expert_id = 5;
+  op.kind = ChunkKind::kSm;
+  op.chunk_index = 4;
+  const msg::ChunkRead wire = ChunkReadToWire(op, arena.data(), /*attempt=*/2);
+  EXPECT_EQ(wire.dst_offset, 4096u);
+  EXPECT_EQ(wire.attempt, 2u);
+  std::vector<uint8_t> other(3 * 4096);  // another process's mapping of the same arena
+  const ReadOp back = ChunkReadFromWire(wire, other.data());
+  EXPECT_EQ(back.dst, other.data() + 4096);
+  EXPECT_EQ(back.op_id, op.op_id);
+  EXPECT_EQ(back.file_offset, op.file_offset);
+  EXPECT_EQ(back.stored_bytes, op.stored_bytes);
+  EXPECT_EQ(back.dst_capacity_bytes, op.dst_capacity_bytes);
+  EXPECT_EQ(back.xxh64, op.xxh64);
+  EXPECT_EQ(back.tensor_name, op.tensor_name);
+  EXPECT_EQ(back.layer_id, op.layer_id);
+  EXPECT_EQ(back.expert_id, op.expert_id);
+  EXPECT_EQ(back.kind, op.kind);
+  EXPECT_EQ(back.chunk_index, op.chunk_index);
 }
 
 }  // namespace
