@@ -114,7 +114,7 @@ Status PullWorker::Run(const Handler& handler) {
       }
       const auto now = Clock::now();
       if (now - last_sent >= config_.heartbeat_interval) {
-        (void)channel.Send(Heartbeat{static_cast<uint32_t>(config_.heartbeat_interval.count()), 0}, milliseconds(100));
+        (void)channel.Send(MakeHeartbeat(static_cast<uint32_t>(config_.heartbeat_interval.count()), 0), milliseconds(100));
         last_sent = now;
       }
       if (now - last_heard >= config_.heartbeat_interval * config_.liveness) {
@@ -154,7 +154,7 @@ Status PullWorker::Run(const Handler& handler) {
           });
     }
     if (stop_.load()) {
-      (void)channel.Send(Disconnect{"worker stopping"}, milliseconds(200));
+      (void)channel.Send(MakeDisconnect("worker stopping"), milliseconds(200));
       break;
     }
     std::this_thread::sleep_for(backoff);

@@ -9,6 +9,64 @@ namespace zipmoe::decompressor {
 
 namespace msg = messaging;
 
+static_assert(static_cast<int>(msg::DecodeKind::MAX) == static_cast<int>(DecompressOpKind::kRecoverBf16) &&
+                  static_cast<int>(msg::DecodeKind::RecoverBf16) == static_cast<int>(DecompressOpKind::kRecoverBf16),
+              "schemas/messages.fbs DecodeKind must mirror decompressor::DecompressOpKind");
+
+msg::DecodeRequest DecodeRequestToWire(const DecompressOp& op, const uint8_t* arena_base, uint32_t attempt) {
+  msg::DecodeRequest d;
+  d.op_id = op.op_id;
+  d.attempt = attempt;
+  d.priority = op.priority;
+  d.kind = static_cast<msg::DecodeKind>(op.kind);
+  d.codec = msg::ToWire(op.codec);
+  d.src_offset = static_cast<uint64_t>(op.src - arena_base);
+  d.stored_bytes = op.stored_bytes;
+  d.sm_offset = op.sm != nullptr ? static_cast<uint64_t>(op.sm - arena_base) : 0;
+  d.dst_offset = static_cast<uint64_t>(op.dst - arena_base);
+  d.raw_bytes = op.raw_bytes;
+  d.expected_xxh64 = op.expected_xxh64;
+  d.tensor_name = op.tensor_name;
+  d.layer_id = op.layer_id;
+  d.expert_id = op.expert_id;
+  d.chunk_index = op.chunk_index;
+  return d;
+}
+
+DecompressOp DecodeRequestFromWire(const msg::DecodeRequest& r, uint8_t* arena_base) {
+  const bool recover = r.kind == msg::DecodeKind::RecoverBf16;
+  DecompressOp op;
+  op.op_id = r.op_id;
+  op.priority = r.priority;
+  op.kind = static_cast<DecompressOpKind>(r.kind);
+  op.codec = msg::FromWire(r.codec);
+  op.src = arena_base + r.src_offset;
+  op.stored_bytes = r.stored_bytes;
+  op.sm = recover ? arena_base + r.sm_offset : nullptr;
+  op.dst = arena_base + r.dst_offset;
+  op.raw_bytes = r.raw_bytes;
+  op.expected_xxh64 = r.expected_xxh64;
+  op.tensor_name = r.tensor_name;
+  op.layer_id = r.layer_id;
+  op.expert_id = r.expert_id;
+  op.chunk_index = r.chunk_index;
+  return op;
+}
+
+msg::DecodeCompletion DecodeCompletionToWire(const DecompressCompletion& c, uint32_t attempt) {
+  msg::DecodeCompletion done;
+  done.op_id = c.op_id;
+  done.attempt = attempt;
+  msg::SetStatus(&done, c.status);
+  done.worker_index = c.worker_index;
+  done.run_us = c.run_us;
+  return done;
+}
+
+DecompressCompletion DecodeCompletionFromWire(const msg::DecodeCompletion& done) {
+  return DecompressCompletion{done.op_id, msg::StatusOf(done), done.worker_index, done.run_us};
+}
+
 Result<std::unique_ptr<DecompressorWorker>> DecompressorWorker::Create(zmq::context_t& context, const ShmRegion& arena,
                                                                        DecompressorWorkerOptions options) {
   if (options.n_threads < 1) {
@@ -27,23 +85,19 @@ Result<std::unique_ptr<DecompressorWorker>> DecompressorWorker::Create(zmq::cont
   DecompressorConfig config;
   config.n_workers = options.n_threads;
   config.on_complete = [raw](const DecompressCompletion& c) {
-    msg::DecodeCompletion done;
-    done.op_id = c.op_id;
-    done.status = c.status;
-    done.worker_index = c.worker_index;
-    done.run_us = c.run_us;
+    uint32_t attempt = 0;
     bool recover = false;
     {
       MutexLock lock(&raw->mu_);
       auto it = raw->running_.find(c.op_id);
       if (it != raw->running_.end()) {
-        done.attempt = it->second.attempt;
+        attempt = it->second.attempt;
         recover = it->second.recover;
         raw->running_.erase(it);
       }
     }
     if (raw->options_.on_op && c.worker_index >= 0) raw->options_.on_op(recover, c.run_us * 1e-6);
-    raw->pull_->Post(std::move(done));
+    raw->pull_->Post(DecodeCompletionToWire(c, attempt));
   };
   ZM_ASSIGN_OR_RETURN(w->pool_, DecompressorPool::Create(config));
   return w;
@@ -52,18 +106,17 @@ Result<std::unique_ptr<DecompressorWorker>> DecompressorWorker::Create(zmq::cont
 void DecompressorWorker::Handle(const msg::Body& body) {
   const auto* r = std::get_if<msg::DecodeRequest>(&body);
   if (r == nullptr) return;  // a ReadRequest is not for us (the scheduler never sends one)
-  const bool recover = r->kind == msg::DecodeKind::kRecoverBf16;
+  const bool recover = r->kind == msg::DecodeKind::RecoverBf16;
   const uint64_t size = arena_->size_bytes();
   auto inside = [size](uint64_t offset, uint64_t bytes) { return offset <= size && bytes <= size - offset; };
-  msg::DecodeCompletion reject;
+  DecompressCompletion reject;
   reject.op_id = r->op_id;
-  reject.attempt = r->attempt;
   if (!inside(r->src_offset, recover ? r->raw_bytes : r->stored_bytes) ||
       !inside(r->dst_offset, recover ? 2 * r->raw_bytes : r->raw_bytes) || (recover && !inside(r->sm_offset, r->raw_bytes)) ||
       r->raw_bytes > size) {
     reject.status = Status::InvalidArgument(fmt::format(
         "decode op {} of '{}' reaches outside the arena {} ({} bytes)", r->op_id, r->tensor_name, arena_->name(), size));
-    pull_->Post(std::move(reject));
+    pull_->Post(DecodeCompletionToWire(reject, r->attempt));
     return;
   }
   {
@@ -71,30 +124,14 @@ void DecompressorWorker::Handle(const msg::Body& body) {
     if (running_.count(r->op_id) != 0) return;  // re-issued while still running here
     running_[r->op_id] = Running{r->attempt, recover};
   }
-  uint8_t* base = arena_->data();
-  DecompressOp op;
-  op.op_id = r->op_id;
-  op.priority = r->priority;
-  op.kind = recover ? DecompressOpKind::kRecoverBf16 : DecompressOpKind::kDecodeEChunk;
-  op.codec = r->codec;
-  op.src = base + r->src_offset;
-  op.stored_bytes = r->stored_bytes;
-  op.sm = recover ? base + r->sm_offset : nullptr;
-  op.dst = base + r->dst_offset;
-  op.raw_bytes = r->raw_bytes;
-  op.expected_xxh64 = r->expected_xxh64;
-  op.tensor_name = r->tensor_name;
-  op.layer_id = r->layer_id;
-  op.expert_id = r->expert_id;
-  op.chunk_index = r->chunk_index;
-  Status st = pool_->Add(std::move(op), /*ready=*/true);
+  Status st = pool_->Add(DecodeRequestFromWire(*r, arena_->data()), /*ready=*/true);
   if (!st.ok()) {
     {
       MutexLock lock(&mu_);
       running_.erase(r->op_id);
     }
     reject.status = st;
-    pull_->Post(std::move(reject));
+    pull_->Post(DecodeCompletionToWire(reject, r->attempt));
   }
 }
 

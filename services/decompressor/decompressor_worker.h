@@ -22,6 +22,17 @@
 
 namespace zipmoe::decompressor {
 
+// The wire form of a decode op (the scheduler's dispatcher sends it, DecompressorWorker reads it):
+// pointers into the shared arena travel as offsets from its base, which every process maps.
+// DecodeRequestToWire: op.src/sm/dst must lie in the arena at `arena_base` (sm may be null: offset 0).
+// DecodeRequestFromWire does not check the ranges (DecompressorWorker checks them against its mapping
+// first); sm is null unless the op is a recovery.
+messaging::DecodeRequest DecodeRequestToWire(const DecompressOp& op, const uint8_t* arena_base, uint32_t attempt);
+DecompressOp DecodeRequestFromWire(const messaging::DecodeRequest& r, uint8_t* arena_base);
+// The wire form of an op's completion; `attempt` is the DecodeRequest's, copied back.
+messaging::DecodeCompletion DecodeCompletionToWire(const DecompressCompletion& c, uint32_t attempt);
+DecompressCompletion DecodeCompletionFromWire(const messaging::DecodeCompletion& done);
+
 struct DecompressorWorkerOptions {
   messaging::PullWorkerConfig pull;  // endpoint, identity, heartbeat; role/credits/threads/arena are set here
   int n_threads = 1;                 // L

@@ -13,6 +13,7 @@
 #include "common/mutex.h"
 #include "common/router_server.h"
 #include "common/trace_events.h"
+#include "services/runtime/cache_wire.h"
 
 namespace zipmoe::runtime {
 
@@ -23,6 +24,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr milliseconds kReplyTimeout{1000};  // longest wait for a reply to be queued
+
+msg::CacheReply CacheReplyOf(uint64_t request_id, const Status& status) {
+  msg::CacheReply reply;
+  reply.request_id = request_id;
+  msg::SetStatus(&reply, status);
+  return reply;
+}
 }  // namespace
 
 struct CacheServer::State : msg::RouterServer::Handler {
@@ -116,9 +124,10 @@ void CacheServer::State::HandleHello(const std::string& peer, const msg::CacheHe
   msg::CacheHelloReply reply;
   reply.request_id = hello.request_id;
   if (!hello.arena_name.empty() && hello.arena_name != backend->arena_name()) {
-    reply.status = Status::InvalidArgument(fmt::format("arena mismatch: this cache-manager serves arena {}, the "
-                                                       "client expects {}", backend->arena_name(), hello.arena_name));
-    Log(fmt::format("E: refused client {} (pid {}): {}", msg::PrintableId(peer), hello.pid, reply.status.message()));
+    msg::SetStatus(&reply, Status::InvalidArgument(fmt::format("arena mismatch: this cache-manager serves arena {}, "
+                                                               "the client expects {}", backend->arena_name(),
+                                                               hello.arena_name)));
+    Log(fmt::format("E: refused client {} (pid {}): {}", msg::PrintableId(peer), hello.pid, reply.message));
     Reply(peer, std::move(reply));
     return;
   }
@@ -165,22 +174,22 @@ void CacheServer::State::HandleLookup(const std::string& peer, const msg::CacheL
   reply.layer_id = lookup.layer_id;
   auto it = clients.find(peer);
   if (it == clients.end()) {
-    reply.status = Status::Unavailable("no CacheHello from this client (or it was replaced): connect again");
+    msg::SetStatus(&reply, Status::Unavailable("no CacheHello from this client (or it was replaced): connect again"));
     Reply(peer, std::move(reply));
     return;
   }
   Client& c = it->second;
   if (!lookup.scores.empty()) backend->ObserveScores(lookup.layer_id, lookup.scores);
   std::vector<CachedExpert> found;
-  reply.status = lookup.pin_only ? backend->PinLayer(lookup.layer_id, lookup.expert_ids, &found)
-                                 : backend->LookupLayer(lookup.layer_id, lookup.expert_ids, &found);
+  msg::SetStatus(&reply, lookup.pin_only ? backend->PinLayer(lookup.layer_id, lookup.expert_ids, &found)
+                                         : backend->LookupLayer(lookup.layer_id, lookup.expert_ids, &found));
   for (const CachedExpert& e : found) {
-    reply.entries.push_back(msg::CacheEntry{e.expert_id, static_cast<uint8_t>(e.state), e.slot_offset, e.lease});
+    reply.entries.emplace_back(e.expert_id, static_cast<uint8_t>(e.state), e.slot_offset, e.lease);
     if (e.lease != kNoLease) c.leases.insert(e.lease);
   }
   reply.admit_calls = c.totals.calls;
   reply.admit_outcomes.assign(c.totals.outcomes.begin(), c.totals.outcomes.end());
-  reply.admit_status = c.admit_error;
+  msg::StatusTo(c.admit_error, &reply.admit_status_code, &reply.admit_message);
   c.admit_error = Status::Ok();
   {
     MutexLock lock(&mu);
@@ -194,13 +203,14 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
   if (it == clients.end()) {
     Log(fmt::format("E: CacheAdmit from {} without CacheHello (replaced client?): ignored", msg::PrintableId(peer)));
     if (admit.want_reply) {
-      Reply(peer, msg::CacheReply{admit.request_id, Status::Unavailable("no CacheHello from this client")});
+      Reply(peer, CacheReplyOf(admit.request_id, Status::Unavailable("no CacheHello from this client")));
     }
     return;
   }
   Client& c = it->second;
   uint64_t admits = 0, errors = 0, releases = 0;
-  for (const msg::CacheAdmitItem& item : admit.items) {
+  for (const std::unique_ptr<msg::CacheAdmitItem>& admitted : admit.items) {
+    const msg::CacheAdmitItem& item = *admitted;
     uint64_t lease = kNoLease;
     if (item.lease_id != kNoLease) {
       if (c.leases.erase(item.lease_id) > 0) {
@@ -216,36 +226,8 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
       continue;
     }
     CacheAdmitRequest request;
-    request.layer_id = item.layer_id;
-    request.expert_id = item.expert_id;
+    const Status shape = CacheAdmitFromWire(item, backend->layout().Find(item.layer_id, item.expert_id), &request);
     request.lease = lease;
-    request.parts.e = (item.parts & msg::kCachePartE) != 0;
-    request.parts.sm = (item.parts & msg::kCachePartSm) != 0;
-    request.parts.bf16 = (item.parts & msg::kCachePartBf16) != 0;
-    Status shape;
-    const cm::ExpertSlotLayout* layout = backend->layout().Find(item.layer_id, item.expert_id);
-    size_t used = 0;
-    if (layout != nullptr) {
-      for (int proj = 0; proj < cm::kProjCount; ++proj) {
-        const cm::TensorSlotLayout& t = layout->tensors[proj];
-        const size_t k = t.present && request.parts.e ? t.e_chunks.size() : 0;
-        if (used + k > item.e_offsets.size()) break;
-        request.e_chunks[proj].assign(item.e_offsets.begin() + static_cast<std::ptrdiff_t>(used),
-                                      item.e_offsets.begin() + static_cast<std::ptrdiff_t>(used + k));
-        used += k;
-        if (proj < static_cast<int>(item.sm_offsets.size())) request.sm[proj] = item.sm_offsets[proj];
-        if (proj < static_cast<int>(item.bf16_offsets.size())) request.bf16[proj] = item.bf16_offsets[proj];
-        if (proj < static_cast<int>(item.e_plane_offsets.size())) request.e_plane[proj] = item.e_plane_offsets[proj];
-      }
-      request.bf16_from_planes = item.bf16_from_planes;
-      if (used != item.e_offsets.size() || (request.parts.sm && item.sm_offsets.size() != cm::kProjCount) ||
-          (request.parts.bf16 && item.bf16_offsets.size() != cm::kProjCount) ||
-          (item.bf16_from_planes && item.e_plane_offsets.size() != cm::kProjCount)) {
-        shape = Status::InvalidArgument(fmt::format(
-            "CacheAdmit layer {} expert {}: {} E-chunk / {} SM / {} BF16 offsets do not match its layout",
-            item.layer_id, item.expert_id, item.e_offsets.size(), item.sm_offsets.size(), item.bf16_offsets.size()));
-      }
-    }
     Status st = shape;
     if (st.ok()) {
       Result<cm::AdmitResult> result = backend->AdmitWithResult(request);  // releases `lease` after it
@@ -268,7 +250,7 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
     stats.admit_errors += errors;
     stats.releases += releases;
   }
-  if (admit.want_reply) Reply(peer, msg::CacheReply{admit.request_id, Status::Ok()});
+  if (admit.want_reply) Reply(peer, CacheReplyOf(admit.request_id, Status::Ok()));
 }
 
 void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
@@ -286,19 +268,7 @@ void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
     Result<cm::CacheCounters> counters = backend->Counters();
     msg::CacheStats reply;
     reply.request_id = m->request_id;
-    if (counters.ok()) {
-      reply.lookups = counters->lookups;
-      reply.misses = counters->misses;
-      reply.drops = counters->drops;
-      reply.pinned_skips = counters->pinned_skips;
-      for (const cm::PoolCounters& p : counters->pools) {
-        for (uint64_t v : {p.requests, p.admissions, p.evictions, p.removals, p.resident_experts, p.resident_bytes,
-                           p.capacity_bytes}) {
-          reply.pool_counters.push_back(v);
-        }
-      }
-      for (const auto& row : counters->layer_requests) reply.layer_requests.insert(reply.layer_requests.end(), row.begin(), row.end());
-    }
+    if (counters.ok()) reply = CacheStatsToWire(m->request_id, *counters);
     Reply(peer, std::move(reply));
   } else if (std::holds_alternative<msg::Disconnect>(body)) {
     Reclaim(peer, "disconnected");

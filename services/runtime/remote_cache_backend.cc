@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/trace_events.h"
+#include "services/runtime/cache_wire.h"
 #include "services/runtime/offload_provider.h"
 
 namespace zipmoe::runtime {
@@ -28,24 +29,6 @@ cm::Pool PoolOfState(CompressionState s) {
     case CompressionState::kS: return cm::Pool::kS;
     default: return cm::Pool::kE;
   }
-}
-
-cm::CacheCounters CountersOf(const msg::CacheStats& m) {
-  cm::CacheCounters c;
-  c.lookups = m.lookups;
-  c.misses = m.misses;
-  c.drops = m.drops;
-  c.pinned_skips = m.pinned_skips;
-  for (size_t p = 0; p < c.pools.size() && (p + 1) * 7 <= m.pool_counters.size(); ++p) {
-    const uint64_t* v = &m.pool_counters[p * 7];
-    c.pools[p] = cm::PoolCounters{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
-  }
-  for (size_t l = 0; (l + 1) * 5 <= m.layer_requests.size(); ++l) {
-    std::array<uint64_t, 5> row{};
-    for (size_t s = 0; s < 5; ++s) row[s] = m.layer_requests[l * 5 + s];
-    c.layer_requests.push_back(row);
-  }
-  return c;
 }
 
 // The reply of the expected type (a peer could answer a request id with another table).
@@ -86,9 +69,12 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
     bool answered = false;
     while (!answered) {
       const uint64_t id = b->next_id_++;
-      ZM_RETURN_IF_ERROR(b->SendLocked(msg::CacheHello{id, static_cast<int32_t>(::getpid()),
-                                                       static_cast<uint32_t>(config.heartbeat_interval.count()),
-                                                       config.arena_name}));
+      msg::CacheHello hello;
+      hello.request_id = id;
+      hello.pid = static_cast<int32_t>(::getpid());
+      hello.heartbeat_interval_ms = static_cast<uint32_t>(config.heartbeat_interval.count());
+      hello.arena_name = config.arena_name;
+      ZM_RETURN_IF_ERROR(b->SendLocked(std::move(hello)));
       const auto resend = Clock::now() + kHelloResend;
       while (!answered && Clock::now() < resend) {
         if (config.keep_waiting && !config.keep_waiting()) {
@@ -113,8 +99,8 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
     }
     ++b->round_trips_;
   }
-  if (!reply.status.ok()) {
-    return reply.status.WithContext(fmt::format("cache-manager at {} refused this scheduler", config.endpoint));
+  if (const Status refused = msg::StatusOf(reply); !refused.ok()) {
+    return refused.WithContext(fmt::format("cache-manager at {} refused this scheduler", config.endpoint));
   }
   if (!config.arena_name.empty() && reply.arena_name != config.arena_name) {
     return Status::InvalidArgument(fmt::format("arena mismatch: the cache-manager at {} serves arena {}, this "
@@ -178,7 +164,7 @@ RemoteCacheBackend::~RemoteCacheBackend() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
-    (void)channel_.Send(msg::Disconnect{"scheduler stopping"}, milliseconds(100));
+    (void)channel_.Send(msg::MakeDisconnect("scheduler stopping"), milliseconds(100));
   }
   stop_cv_.NotifyAll();
   if (heartbeat_.joinable()) heartbeat_.join();
@@ -190,7 +176,7 @@ void RemoteCacheBackend::HeartbeatLoop() {
     stop_cv_.WaitFor(&lock, config_.heartbeat_interval);
     if (stopping_) break;
     if (Clock::now() - last_send_ >= config_.heartbeat_interval) {
-      (void)SendLocked(msg::Heartbeat{static_cast<uint32_t>(config_.heartbeat_interval.count()), 0});
+      (void)SendLocked(msg::MakeHeartbeat(static_cast<uint32_t>(config_.heartbeat_interval.count()), 0));
     }
   }
 }
@@ -258,7 +244,11 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
   {
     MutexLock lock(&mu_);
     const uint64_t id = next_id_++;
-    msg::CacheLookup lookup{id, layer_id, expert_ids, {}, pin_only};
+    msg::CacheLookup lookup;
+    lookup.request_id = id;
+    lookup.layer_id = layer_id;
+    lookup.expert_ids = expert_ids;
+    lookup.pin_only = pin_only;
     if (!pin_only && scores_layer_ == layer_id) {  // this step's (ObserveScores)
       lookup.scores = std::move(scores_);
       scores_layer_ = -1;
@@ -271,16 +261,18 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
       totals_.outcomes[o] = reply.admit_outcomes[o];
     }
   }
-  if (!reply.status.ok()) return NoteSessionLoss(reply.status);
+  if (const Status st = msg::StatusOf(reply); !st.ok()) return NoteSessionLoss(st);
   std::vector<uint64_t> leases;
   for (const msg::CacheEntry& e : reply.entries) {
-    if (e.lease_id != kNoLease) leases.push_back(e.lease_id);
+    if (e.lease_id() != kNoLease) leases.push_back(e.lease_id());
   }
   auto fail = [&](Status st) {
     if (!leases.empty()) ReleaseLeases(leases);
     return st;
   };
-  if (!reply.admit_status.ok()) return fail(reply.admit_status.WithContext("an earlier admission failed"));
+  if (const Status admit = msg::StatusFrom(reply.admit_status_code, reply.admit_message); !admit.ok()) {
+    return fail(admit.WithContext("an earlier admission failed"));
+  }
   if (reply.entries.size() != expert_ids.size()) {
     return fail(Status::Corruption(fmt::format("cache-manager at {}: {} entries for the {} experts of layer {}",
                                                config_.endpoint, reply.entries.size(), expert_ids.size(), layer_id)));
@@ -294,24 +286,24 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
     CachedExpert c;
     c.layer_id = layer_id;
     c.expert_id = expert_ids[i];
-    c.state = static_cast<CompressionState>(e.state);
+    c.state = static_cast<CompressionState>(e.state());
     c.layout = layout_.Find(layer_id, c.expert_id);
-    c.lease = e.lease_id;
-    if (e.expert_id != c.expert_id || c.layout == nullptr) {
+    c.lease = e.lease_id();
+    if (e.expert_id() != c.expert_id || c.layout == nullptr) {
       return fail(Status::Corruption(fmt::format("cache-manager at {}: entry {} of layer {} is expert {}, asked {}",
-                                                 config_.endpoint, i, layer_id, e.expert_id, c.expert_id)));
+                                                 config_.endpoint, i, layer_id, e.expert_id(), c.expert_id)));
     }
     if (c.state != CompressionState::kMiss) {
       const cm::Pool pool = PoolOfState(c.state);
       const uint64_t bytes = c.layout->PoolBytes(pool);
-      if (e.slot_offset > size || bytes > size - e.slot_offset) {
+      if (e.slot_offset() > size || bytes > size - e.slot_offset()) {
         return fail(Status::Corruption(fmt::format("cache-manager at {}: layer {} expert {} in pool {} at offset {} "
                                                    "(+{} bytes) lies outside the arena {} ({} bytes)",
                                                    config_.endpoint, layer_id, c.expert_id, cm::PoolLetter(pool),
-                                                   e.slot_offset, bytes, arena_->name(), size)));
+                                                   e.slot_offset(), bytes, arena_->name(), size)));
       }
-      c.slot_offset = e.slot_offset;
-      uint8_t* slot = base + e.slot_offset;
+      c.slot_offset = e.slot_offset();
+      uint8_t* slot = base + e.slot_offset();
       if (cm::PoolHoldsE(pool)) c.e_part = slot;
       if (cm::PoolHoldsSm(pool)) c.sm_part = slot + c.layout->SmPartOffset(pool);
       if (cm::PoolHoldsBf16(pool)) c.f_part = slot;
@@ -322,32 +314,18 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
 }
 
 Status RemoteCacheBackend::Admit(const CacheAdmitRequest& request) {
-  msg::CacheAdmitItem item;
-  item.layer_id = request.layer_id;
-  item.expert_id = request.expert_id;
-  item.lease_id = request.lease;
-  item.admit = true;
-  item.parts = (request.parts.e ? msg::kCachePartE : 0) | (request.parts.sm ? msg::kCachePartSm : 0) |
-               (request.parts.bf16 ? msg::kCachePartBf16 : 0);
-  for (int proj = 0; proj < cm::kProjCount; ++proj) {
-    item.e_offsets.insert(item.e_offsets.end(), request.e_chunks[proj].begin(), request.e_chunks[proj].end());
-    item.sm_offsets.push_back(request.sm[proj]);
-    item.bf16_offsets.push_back(request.bf16[proj]);
-    if (request.bf16_from_planes) item.e_plane_offsets.push_back(request.e_plane[proj]);
-  }
-  item.bf16_from_planes = request.bf16_from_planes;  // the cache-manager recovers the BF16 for F
   MutexLock lock(&mu_);
   msg::CacheAdmit admit;
   admit.request_id = next_id_++;
-  admit.items.push_back(std::move(item));
+  admit.items.push_back(std::make_unique<msg::CacheAdmitItem>(CacheAdmitToWire(request)));
   return SendLocked(std::move(admit));
 }
 
 void RemoteCacheBackend::ReleaseLeases(const std::vector<uint64_t>& leases) {
   msg::CacheAdmit release;
   for (uint64_t lease : leases) {
-    msg::CacheAdmitItem item;
-    item.lease_id = lease;
+    auto item = std::make_unique<msg::CacheAdmitItem>();
+    item->lease_id = lease;
     release.items.push_back(std::move(item));
   }
   MutexLock lock(&mu_);
@@ -364,7 +342,7 @@ Status RemoteCacheBackend::Sync() {
   sync.want_reply = true;
   ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, std::move(sync), "CacheAdmit (sync)"));
   ZM_ASSIGN_OR_RETURN(msg::CacheReply reply, ReplyAs<msg::CacheReply>(std::move(body), config_.endpoint));
-  return NoteSessionLoss(reply.status);
+  return NoteSessionLoss(msg::StatusOf(reply));
 }
 
 Status RemoteCacheBackend::NoteSessionLoss(Status status) {
@@ -407,9 +385,11 @@ void RemoteCacheBackend::ReleaseStaging(uint32_t slot) {
 Result<cm::CacheCounters> RemoteCacheBackend::Counters() {
   MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
-  ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, msg::CacheStatsRequest{id}, "CacheStatsRequest"));
+  msg::CacheStatsRequest request;
+  request.request_id = id;
+  ZM_ASSIGN_OR_RETURN(msg::Body body, RoundTripLocked(id, std::move(request), "CacheStatsRequest"));
   ZM_ASSIGN_OR_RETURN(msg::CacheStats stats, ReplyAs<msg::CacheStats>(std::move(body), config_.endpoint));
-  return CountersOf(stats);
+  return CacheCountersFromWire(stats);
 }
 
 AdmitTotals RemoteCacheBackend::admit_totals() const {

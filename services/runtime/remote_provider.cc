@@ -126,7 +126,9 @@ bool RemoteExpertProvider::AbsorbAck(const msg::Body& body) {
   const auto* ack = std::get_if<msg::Ack>(&body);
   if (ack == nullptr) return false;
   if (unacked_ends_ > 0) --unacked_ends_;
-  if (!ack->status.ok() && deferred_.ok()) deferred_ = ack->status.WithContext("the scheduler refused a LayerEnd");
+  if (const Status st = msg::StatusOf(*ack); !st.ok() && deferred_.ok()) {
+    deferred_ = st.WithContext("the scheduler refused a LayerEnd");
+  }
   return true;
 }
 
@@ -149,7 +151,7 @@ Status RemoteExpertProvider::Ping(milliseconds wait) {
   MutexLock lock(&mu_);
   for (const msg::Body& body : inbox_) (void)AbsorbAck(body);  // the rest is stale here, as below
   inbox_.clear();
-  ZM_RETURN_IF_ERROR(channel_.Send(msg::Heartbeat{0, 0}, wait));
+  ZM_RETURN_IF_ERROR(channel_.Send(msg::MakeHeartbeat(0, 0), wait));
   while (Clock::now() < deadline) {
     Result<msg::Received> got = channel_.Recv(milliseconds(5));
     if (!got.ok()) continue;
@@ -162,9 +164,8 @@ Status RemoteExpertProvider::Ping(milliseconds wait) {
 
 void RemoteExpertProvider::Prefetch(const LayerRouting& predicted) {
   if (config_.prefetch == PrefetchMode::kNone) return;
-  msg::LayerRequest request{predicted.layer_id, predicted.expert_ids, predicted.tokens_per_expert, {}, 0, true};
   MutexLock lock(&mu_);
-  (void)channel_.Send(std::move(request), config_.timeout);
+  (void)channel_.Send(LayerRequestToWire(predicted, /*prefetch=*/true), config_.timeout);
 }
 
 Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
@@ -177,11 +178,9 @@ Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
                                                routing.expert_ids.size(), routing.tokens_per_expert.size()));
   }
   ZM_RETURN_IF_ERROR(TakeDeferred());
-  msg::LayerRequest request{routing.layer_id, routing.expert_ids, routing.tokens_per_expert, routing.mean_scores,
-                            routing.substituted, false};
   {
     MutexLock lock(&mu_);
-    ZM_RETURN_IF_ERROR(channel_.Send(std::move(request), config_.timeout));
+    ZM_RETURN_IF_ERROR(channel_.Send(LayerRequestToWire(routing, /*prefetch=*/false), config_.timeout));
   }
   layer_id_ = routing.layer_id;
   expected_ = routing.expert_ids.size();
@@ -203,41 +202,9 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
     }
     auto* ready = std::get_if<msg::ExpertReady>(&body);
     if (ready == nullptr) continue;  // a stale heartbeat
-    if (!ready->status.ok()) return ready->status;
+    if (const Status failed = msg::StatusOf(*ready); !failed.ok()) return failed;
     if (ready->layer_id != layer_id_) continue;  // stale message of an aborted layer
-    const uint64_t size = arena_.size_bytes();
-    const bool planes = !ready->e_plane_offsets.empty();
-    const uint64_t numel = static_cast<uint64_t>(ready->intermediate) * static_cast<uint64_t>(ready->hidden);
-    std::vector<uint64_t> offsets = {ready->gate_offset, ready->up_offset, ready->down_offset};
-    if (planes) {  // E and SM planes: one byte per weight each
-      offsets = ready->e_plane_offsets;
-      offsets.insert(offsets.end(), ready->sm_offsets.begin(), ready->sm_offsets.end());
-    }
-    const uint64_t bytes = planes ? numel : 2 * numel;
-    bool inside = ready->intermediate > 0 && ready->hidden > 0 &&
-                  (!planes || (ready->e_plane_offsets.size() == 3 && ready->sm_offsets.size() == 3));
-    for (uint64_t offset : offsets) inside = inside && offset <= size && bytes <= size - offset;
-    if (!inside) {
-      return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} lies outside the arena {} "
-                                            "({} bytes)", config_.endpoint, ready->expert_id, ready->layer_id,
-                                            arena_.name(), size));
-    }
-    ExpertWeightsView view;
-    view.layer_id = ready->layer_id;
-    view.expert_id = ready->expert_id;
-    view.dtype = DType::kBF16;
-    if (planes) {
-      const uint8_t* base = arena_.data();
-      view.gate_planes = {base + ready->e_plane_offsets[0], base + ready->sm_offsets[0]};
-      view.up_planes = {base + ready->e_plane_offsets[1], base + ready->sm_offsets[1]};
-      view.down_planes = {base + ready->e_plane_offsets[2], base + ready->sm_offsets[2]};
-    } else {
-      view.gate = arena_.data() + ready->gate_offset;
-      view.up = arena_.data() + ready->up_offset;
-      view.down = arena_.data() + ready->down_offset;
-    }
-    view.intermediate = ready->intermediate;
-    view.hidden = ready->hidden;
+    ZM_ASSIGN_OR_RETURN(const ExpertWeightsView view, ExpertWeightsFromWire(*ready, arena_, config_.endpoint));
     ++delivered_;
     return std::unique_ptr<ExpertLease>(new Lease(this, view));
   }
@@ -245,14 +212,19 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
 
 void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id) {
   MutexLock lock(&mu_);
-  (void)channel_.Send(msg::LeaseRelease{layer_id, expert_id}, config_.timeout);
+  msg::LeaseRelease release;
+  release.layer_id = layer_id;
+  release.expert_id = expert_id;
+  (void)channel_.Send(std::move(release), config_.timeout);
 }
 
 Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
   const trace::TraceSpan span("message", [&] { return fmt::format("send LayerEnd (layer {})", layer_id); });
   {
     MutexLock lock(&mu_);
-    ZM_RETURN_IF_ERROR(channel_.Send(msg::LayerEnd{layer_id}, config_.timeout));
+    msg::LayerEnd end;
+    end.layer_id = layer_id;
+    ZM_RETURN_IF_ERROR(channel_.Send(std::move(end), config_.timeout));
   }
   ++unacked_ends_;
   return TakeDeferred();
@@ -320,7 +292,7 @@ void ProviderServer::State::Deliver() {
       if (!lease.ok()) {
         msg::ExpertReady failed;
         failed.layer_id = layer_id;
-        failed.status = lease.status();
+        msg::SetStatus(&failed, lease.status());
         Post(peer, std::move(failed));
         to_deliver = 0;
         break;
@@ -333,24 +305,7 @@ void ProviderServer::State::Deliver() {
         lock.Lock();
         continue;
       }
-      msg::ExpertReady ready;
-      ready.layer_id = v.layer_id;
-      ready.expert_id = v.expert_id;
-      auto offset = [this](const void* p) {
-        return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base);
-      };
-      if (v.planes()) {  // unrecovered: the CPU executor fuses the recovery into its matmul
-        for (const ExpertPlanes* planes : {&v.gate_planes, &v.up_planes, &v.down_planes}) {
-          ready.e_plane_offsets.push_back(offset(planes->e));
-          ready.sm_offsets.push_back(offset(planes->sm));
-        }
-      } else {
-        ready.gate_offset = offset(v.gate);
-        ready.up_offset = offset(v.up);
-        ready.down_offset = offset(v.down);
-      }
-      ready.intermediate = v.intermediate;
-      ready.hidden = v.hidden;
+      msg::ExpertReady ready = ExpertReadyToWire(v, arena_base);
       leases[v.expert_id] = std::move(lease).value();
       Post(peer, std::move(ready));
     }
@@ -386,23 +341,21 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
   MutexLock lock(&mu);
   if (auto* request = std::get_if<msg::LayerRequest>(&body); request != nullptr && request->prefetch) {
     // A prediction for a later layer of the same executor: the open layer stays open.
-    LayerRouting predicted{request->layer_id, request->expert_ids, request->tokens_per_expert};
+    const LayerRouting predicted = LayerRoutingFromWire(*request);
     lock.Unlock();
     provider->Prefetch(predicted);
     return;
   }
   if (auto* request = std::get_if<msg::LayerRequest>(&body)) {
     if (active) AbortLocked(&lock);
-    LayerRouting routing{request->layer_id, request->expert_ids, request->tokens_per_expert};
-    routing.mean_scores = request->mean_scores;
-    routing.substituted = request->substituted;
+    const LayerRouting routing = LayerRoutingFromWire(*request);
     lock.Unlock();
     Status st = provider->BeginLayer(routing);
     lock.Lock();
     if (!st.ok()) {
       msg::ExpertReady failed;
       failed.layer_id = request->layer_id;
-      failed.status = st;
+      msg::SetStatus(&failed, st);
       Post(from, std::move(failed));
       return;
     }
@@ -437,11 +390,13 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
       active = false;
       ++stats.layers;
     }
-    Post(from, msg::Ack{st});
+    msg::Ack ack;
+    msg::SetStatus(&ack, st);
+    Post(from, std::move(ack));
     return;
   }
   // A ping of an executor that is connecting (RemoteExpertProvider::Ping): answer it.
-  if (std::holds_alternative<msg::Heartbeat>(body)) Post(from, msg::Heartbeat{0, 0});
+  if (std::holds_alternative<msg::Heartbeat>(body)) Post(from, msg::MakeHeartbeat(0, 0));
   // Anything else: nothing to do.
 }
 

@@ -38,6 +38,7 @@
 #include "common/shm_region.h"
 #include "common/status.h"
 #include "kernels/host_registration.h"
+#include "services/runtime/provider_wire.h"
 
 namespace zipmoe::runtime {
 

@@ -22,6 +22,7 @@
 #include "common/mutex.h"
 #include "common/router_server.h"
 #include "common/trace_events.h"
+#include "services/decompressor/decompressor_worker.h"
 #include "services/runtime/worker_fence.h"
 #include "services/storage/storage_worker.h"
 
@@ -173,7 +174,7 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
                       "serves arena {} ({} bytes)", msg::PrintableId(peer), ready_msg->pid, ready_msg->role,
                       ready_msg->arena_name, ready_msg->arena_bytes, ready_msg->credits, setup.arena_name,
                       setup.arena_bytes));
-      replies->emplace_back(peer, msg::Disconnect{"refused: different arena or role"});
+      replies->emplace_back(peer, msg::MakeDisconnect("refused: different arena or role"));
       return;
     }
     if (known != peers.end()) ReissueLocked(peer, "reconnected");  // what it held may be lost
@@ -190,7 +191,7 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
     return;
   }
   if (std::holds_alternative<msg::Heartbeat>(body)) {
-    if (known == peers.end()) replies->emplace_back(peer, msg::Disconnect{"unknown worker: send WorkerReady"});
+    if (known == peers.end()) replies->emplace_back(peer, msg::MakeDisconnect("unknown worker: send WorkerReady"));
     return;
   }
   if (std::holds_alternative<msg::Disconnect>(body)) {
@@ -205,15 +206,7 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
     }
     if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done->op_id);
     reads.erase(it);
-    storage::ReadCompletion c;
-    c.op_id = done->op_id;
-    c.status = done->status;
-    c.kind = done->kind;
-    c.stored_bytes = done->stored_bytes;
-    c.read_bytes = done->read_bytes;
-    c.read_us = done->read_us;
-    c.verify_us = done->verify_us;
-    read_done->push_back(std::move(c));
+    read_done->push_back(storage::ReadCompletionFromWire(*done));
     return;
   }
   if (auto* done = std::get_if<msg::DecodeCompletion>(&body)) {
@@ -224,8 +217,7 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
     }
     if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done->op_id);
     decodes.erase(it);
-    decode_done->push_back(decompressor::DecompressCompletion{done->op_id, done->status, done->worker_index,
-                                                              done->run_us});
+    decode_done->push_back(decompressor::DecodeCompletionFromWire(*done));
     return;
   }
   ++counters.bad_messages;
@@ -248,7 +240,8 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
         ReadItem& item = reads.at(op_id);
         item.peer = id;
         peer.held.insert(op_id);
-        request.ops.push_back(storage::ChunkReadToWire(item.op, setup.arena_base, item.attempt));
+        request.ops.push_back(
+            std::make_unique<msg::ChunkRead>(storage::ChunkReadToWire(item.op, setup.arena_base, item.attempt)));
       }
       if (!request.ops.empty()) sends.emplace_back(id, std::move(request));
     }
@@ -270,32 +263,15 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
       DecodeItem& item = decodes.at(op_id);
       item.peer = *best_id;
       best->held.insert(op_id);
-      const decompressor::DecompressOp& op = item.op;
-      msg::DecodeRequest d;
-      d.op_id = op.op_id;
-      d.attempt = item.attempt;
-      d.priority = op.priority;
-      d.kind = static_cast<msg::DecodeKind>(op.kind);
-      d.codec = op.codec;
-      d.src_offset = static_cast<uint64_t>(op.src - setup.arena_base);
-      d.stored_bytes = op.stored_bytes;
-      d.sm_offset = op.sm != nullptr ? static_cast<uint64_t>(op.sm - setup.arena_base) : 0;
-      d.dst_offset = static_cast<uint64_t>(op.dst - setup.arena_base);
-      d.raw_bytes = op.raw_bytes;
-      d.expected_xxh64 = op.expected_xxh64;
-      d.tensor_name = op.tensor_name;
-      d.layer_id = op.layer_id;
-      d.expert_id = op.expert_id;
-      d.chunk_index = op.chunk_index;
-      sends.emplace_back(*best_id, std::move(d));
+      sends.emplace_back(*best_id, decompressor::DecodeRequestToWire(item.op, setup.arena_base, item.attempt));
     }
     // Heartbeats to workers we have not sent anything for an interval.
     std::unordered_set<std::string> sending;
     for (const auto& s : sends) sending.insert(s.first);
     for (auto& [id, peer] : peers) {
       if (sending.count(id) == 0 && now - peer.last_sent >= config.heartbeat_interval) {
-        sends.emplace_back(id, msg::Heartbeat{static_cast<uint32_t>(config.heartbeat_interval.count()),
-                                              static_cast<uint32_t>(peer.held.size())});
+        sends.emplace_back(id, msg::MakeHeartbeat(static_cast<uint32_t>(config.heartbeat_interval.count()),
+                                                  static_cast<uint32_t>(peer.held.size())));
       }
       if (sending.count(id) != 0 || now - peer.last_sent >= config.heartbeat_interval) peer.last_sent = now;
     }
@@ -343,7 +319,7 @@ void WorkerDispatcher::State::OnLoopEnd() {
     for (const auto& [id, peer] : peers) ids.push_back(id);
   }
   for (const std::string& id : ids) {
-    (void)server->channel().SendTo(id, msg::Disconnect{"scheduler stopping"}, milliseconds(100));
+    (void)server->channel().SendTo(id, msg::MakeDisconnect("scheduler stopping"), milliseconds(100));
   }
 }
 

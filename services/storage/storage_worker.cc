@@ -21,7 +21,7 @@ msg::ChunkRead ChunkReadToWire(const ReadOp& op, const uint8_t* arena_base, uint
   r.tensor_name = op.tensor_name;
   r.layer_id = op.layer_id;
   r.expert_id = op.expert_id;
-  r.kind = op.kind;
+  r.kind = msg::ToWire(op.kind);
   r.chunk_index = op.chunk_index;
   return r;
 }
@@ -37,9 +37,34 @@ ReadOp ChunkReadFromWire(const msg::ChunkRead& r, uint8_t* arena_base) {
   op.tensor_name = r.tensor_name;
   op.layer_id = r.layer_id;
   op.expert_id = r.expert_id;
-  op.kind = r.kind;
+  op.kind = msg::FromWire(r.kind);
   op.chunk_index = r.chunk_index;
   return op;
+}
+
+msg::ReadCompletion ReadCompletionToWire(const ReadCompletion& c, uint32_t attempt) {
+  msg::ReadCompletion done;
+  done.op_id = c.op_id;
+  done.attempt = attempt;
+  msg::SetStatus(&done, c.status);
+  done.kind = msg::ToWire(c.kind);
+  done.stored_bytes = c.stored_bytes;
+  done.read_bytes = c.read_bytes;
+  done.read_us = c.read_us;
+  done.verify_us = c.verify_us;
+  return done;
+}
+
+ReadCompletion ReadCompletionFromWire(const msg::ReadCompletion& done) {
+  ReadCompletion c;
+  c.op_id = done.op_id;
+  c.status = msg::StatusOf(done);
+  c.kind = msg::FromWire(done.kind);
+  c.stored_bytes = done.stored_bytes;
+  c.read_bytes = done.read_bytes;
+  c.read_us = done.read_us;
+  c.verify_us = done.verify_us;
+  return c;
 }
 
 Result<std::unique_ptr<StorageWorker>> StorageWorker::Create(zmq::context_t& context, const ShmRegion& arena,
@@ -61,24 +86,17 @@ Result<std::unique_ptr<StorageWorker>> StorageWorker::Create(zmq::context_t& con
   config.path = options.experts_path;
   config.page_cache = options.page_cache;
   config.on_complete = [raw](const ReadCompletion& c) {
-    msg::ReadCompletion done;
-    done.op_id = c.op_id;
-    done.status = c.status;
-    done.kind = c.kind;
-    done.stored_bytes = c.stored_bytes;
-    done.read_bytes = c.read_bytes;
-    done.read_us = c.read_us;
-    done.verify_us = c.verify_us;
+    uint32_t attempt = 0;
     {
       MutexLock lock(&raw->mu_);
       auto it = raw->in_flight_.find(c.op_id);
       if (it != raw->in_flight_.end()) {
-        done.attempt = it->second;
+        attempt = it->second;
         raw->in_flight_.erase(it);
       }
     }
     if (raw->options_.on_read) raw->options_.on_read(c.kind, c.stored_bytes, c.read_us * 1e-6, c.status.ok());
-    raw->pull_->Post(std::move(done));
+    raw->pull_->Post(ReadCompletionToWire(c, attempt));
   };
   ZM_ASSIGN_OR_RETURN(w->service_, StorageService::Create(config));
   return w;
@@ -94,18 +112,18 @@ void StorageWorker::Handle(const msg::Body& body) {
   if (request == nullptr) return;  // a DecodeRequest is not for us
   const uint64_t size = arena_->size_bytes();
   std::vector<ReadOp> ops;
-  for (const msg::ChunkRead& r : request->ops) {
+  for (const std::unique_ptr<msg::ChunkRead>& read : request->ops) {
+    const msg::ChunkRead& r = *read;
     const bool inside = r.dst_offset <= size && r.dst_capacity_bytes <= size - r.dst_offset &&
                         r.stored_bytes <= r.dst_capacity_bytes && r.dst_offset % kChunkAlignmentBytes == 0;
     if (!inside) {
-      msg::ReadCompletion reject;
+      ReadCompletion reject;
       reject.op_id = r.op_id;
-      reject.attempt = r.attempt;
-      reject.kind = r.kind;
+      reject.kind = msg::FromWire(r.kind);
       reject.status = Status::InvalidArgument(fmt::format(
           "read op {} of '{}': destination [{}, +{}) is not a 4 KiB-aligned range of the arena {} ({} bytes)", r.op_id,
           r.tensor_name, r.dst_offset, r.dst_capacity_bytes, arena_->name(), size));
-      pull_->Post(std::move(reject));
+      pull_->Post(ReadCompletionToWire(reject, r.attempt));
       continue;
     }
     {
@@ -132,12 +150,11 @@ void StorageWorker::Handle(const msg::Body& body) {
         attempt = in_flight_[id];
         in_flight_.erase(id);
       }
-      msg::ReadCompletion reject;
+      ReadCompletion reject;
       reject.op_id = id;
-      reject.attempt = attempt;
       reject.kind = kind;
       reject.status = st;
-      pull_->Post(std::move(reject));
+      pull_->Post(ReadCompletionToWire(reject, attempt));
     }
   }
 }

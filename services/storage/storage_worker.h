@@ -27,6 +27,10 @@ namespace zipmoe::storage {
 // the destination's range (StorageWorker checks it against its mapping first).
 messaging::ChunkRead ChunkReadToWire(const ReadOp& op, const uint8_t* arena_base, uint32_t attempt);
 ReadOp ChunkReadFromWire(const messaging::ChunkRead& r, uint8_t* arena_base);
+// The wire form of a read's completion (StorageWorker sends it, the dispatcher reads it); `attempt`
+// is the ChunkRead's, copied back so the dispatcher can drop a stale completion.
+messaging::ReadCompletion ReadCompletionToWire(const ReadCompletion& c, uint32_t attempt);
+ReadCompletion ReadCompletionFromWire(const messaging::ReadCompletion& done);
 
 struct StorageWorkerOptions {
   messaging::PullWorkerConfig pull;  // endpoint, identity, heartbeat; role/credits/arena are set here

@@ -33,7 +33,7 @@ class Recorder : public RouterServer::Handler {
   void OnTick(RouterServer::Clock::time_point) override { ticks.fetch_add(1); }
   void OnMessage(Received& got) override {
     if (const auto* hb = std::get_if<Heartbeat>(&got.message.body)) {
-      (void)server_->channel().SendTo(got.peer, Heartbeat{hb->interval_ms, hb->in_flight + 1}, milliseconds(100));
+      (void)server_->channel().SendTo(got.peer, MakeHeartbeat(hb->interval_ms, hb->in_flight + 1), milliseconds(100));
     }
     MutexLock lock(&mu);
     order.push_back("message from " + got.message.sender);
@@ -86,7 +86,7 @@ TEST(RouterServer, ServesMessagesInOrderAndRepliesThroughItsChannel) {
   raw.set(zmq::sockopt::linger, 0);
   raw.connect((*server)->endpoint());
 
-  ASSERT_TRUE(client->Send(Heartbeat{250, 1}, milliseconds(100)).ok());
+  ASSERT_TRUE(client->Send(MakeHeartbeat(250, 1), milliseconds(100)).ok());
   Result<Received> echo = client->Recv(milliseconds(2000));
   ASSERT_TRUE(echo.ok()) << echo.status().ToString();
   ASSERT_TRUE(std::holds_alternative<Heartbeat>(echo->message.body));
@@ -95,7 +95,7 @@ TEST(RouterServer, ServesMessagesInOrderAndRepliesThroughItsChannel) {
 
   raw.send(zmq::str_buffer("not a flatbuffer"));
   ASSERT_TRUE(Eventually([&] { return recorder.Order().size() == 2; }));
-  ASSERT_TRUE(client->Send(Heartbeat{250, 5}, milliseconds(100)).ok());
+  ASSERT_TRUE(client->Send(MakeHeartbeat(250, 5), milliseconds(100)).ok());
   ASSERT_TRUE(Eventually([&] { return recorder.Order().size() == 3; }));
   EXPECT_EQ(recorder.Order(),
             (std::vector<std::string>{"message from client", "bad Corruption", "message from client"}));

@@ -5,6 +5,7 @@
 //   make_seeds CORPUS_DIR     (scripts/fuzz.sh --make-seeds runs it on tests/fuzz/corpus)
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "common/file_util.h"
@@ -12,6 +13,7 @@
 #include "common/manifest.h"
 #include "common/messaging.h"
 #include "common/safetensors.h"
+#include "tests/common/messaging_samples.h"
 
 namespace {
 
@@ -28,52 +30,13 @@ void Write(const std::string& path, const std::string& bytes) {
   }
 }
 
+// The first sample of each message type (tests/common/messaging_samples.h).
 void WriteMessages(const std::string& dir) {
-  msg::ChunkRead read{7, 1, 8192, 1000, 4096 * 3, 4096, 0x1234, "model.layers.0.mlp.experts.1.up_proj.weight",
-                      0, 1, ChunkKind::kSm, 4};
-  msg::DecodeRequest decode;
-  decode.op_id = 9;
-  decode.kind = msg::DecodeKind::kRecoverBf16;
-  decode.raw_bytes = 4096;
-  decode.expected_xxh64 = 42;
-  decode.tensor_name = "t";
-  msg::CacheLookupReply lookup_reply;
-  lookup_reply.request_id = 3;
-  lookup_reply.entries = {{1, 4, 4096, 11}, {2, 0, 0, 0}};
-  lookup_reply.admit_outcomes = {1, 2, 3};
-  lookup_reply.admit_status = Status::Unavailable("no slot");
-  msg::CacheAdmitItem item{0, 1, 11, true, msg::kCachePartE | msg::kCachePartSm, {4096, 8192}, {1, 2, 3}, {}};
-  msg::CacheHelloReply hello_reply;
-  hello_reply.arena_name = "/zipmoe-arena";
-  hello_reply.staging_offsets = {0, 4096};
-  hello_reply.sm_read_us = 1.5;
-  msg::CacheStats stats;
-  stats.pool_counters.assign(28, 1);
-  stats.layer_requests = {1, 2, 3, 4, 5};
-  const msg::Body bodies[] = {
-      msg::ReadRequest{{read, read}},
-      msg::ReadCompletion{7, 1, Status::Corruption("xxh64 mismatch"), ChunkKind::kE, 100, 4096, 3, 1},
-      decode,
-      msg::DecodeCompletion{9, 0, Status::Ok(), 2, 17},
-      msg::WorkerReady{4, 4, "/zipmoe-arena", 1 << 20, 1234, 500, msg::kRoleDecompressor},
-      msg::Heartbeat{500, 2},
-      msg::Disconnect{"bye"},
-      msg::LayerRequest{3, {0, 5}, {2, 1}, {0.5f, 0.5f}, 0},
-      msg::ExpertReady{3, 5, Status::Ok(), 0, 4096, 8192, 64, 32},
-      msg::LeaseRelease{3, 5},
-      msg::LayerEnd{3},
-      msg::Ack{Status::Internal("x")},
-      msg::CacheHello{1, 99, 500, ""},
-      hello_reply,
-      msg::CacheLookup{2, 3, {0, 5}, {0.25f}},
-      lookup_reply,
-      msg::CacheAdmit{4, {item}, true},
-      msg::CacheReply{4, Status::Ok()},
-      msg::CacheStatsRequest{5},
-      stats,
-  };
-  for (const msg::Body& body : bodies)
+  std::set<size_t> written;
+  for (const msg::Body& body : msg::samples::AllBodies()) {
+    if (!written.insert(body.index()).second) continue;
     Write(JoinPath(dir, std::string("message/") + msg::BodyName(body) + ".bin"), msg::EncodeMessage("fuzz-1", body));
+  }
 }
 
 Manifest SmallManifest() {

@@ -38,6 +38,21 @@ using testing::CachedCompress;
 using testing::CachedSynth;
 using testing::TempDir;
 
+msg::CacheHello HelloOf(uint64_t request_id, uint32_t heartbeat_ms) {
+  msg::CacheHello hello;
+  hello.request_id = request_id;
+  hello.heartbeat_interval_ms = heartbeat_ms;
+  return hello;
+}
+
+msg::CacheLookup LookupOf(uint64_t request_id, int32_t layer_id, std::vector<int32_t> expert_ids) {
+  msg::CacheLookup lookup;
+  lookup.request_id = request_id;
+  lookup.layer_id = layer_id;
+  lookup.expert_ids = std::move(expert_ids);
+  return lookup;
+}
+
 std::string Model() { return CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 3"), "--shards 4"); }
 
 std::string UniqueShm(const char* tag) {
@@ -255,7 +270,7 @@ TEST(CacheServer, GarbageAndTruncatedFlatBuffersAreDroppedAndCounted) {
   const Manifest& m = (*store)->manifest();
   TempDir tmp;
   CacheManagerProcess cache_manager(tmp, BaseConfig(dir, m, 0.4), m);
-  const std::string good = msg::EncodeMessage("test", msg::CacheLookup{7, 0, {0, 1}, {}});
+  const std::string good = msg::EncodeMessage("test", LookupOf(7, 0, {0, 1}));
   zmq::context_t context(1);
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
@@ -265,7 +280,9 @@ TEST(CacheServer, GarbageAndTruncatedFlatBuffersAreDroppedAndCounted) {
   std::string wrong = good;
   wrong[7] ^= 0x40;  // file identifier / offsets
   dealer.send(zmq::buffer(wrong), zmq::send_flags::none);
-  dealer.send(zmq::buffer(msg::EncodeMessage("test", msg::LayerEnd{3})), zmq::send_flags::none);  // not for it
+  msg::LayerEnd end;
+  end.layer_id = 3;
+  dealer.send(zmq::buffer(msg::EncodeMessage("test", end)), zmq::send_flags::none);  // not for it
   EXPECT_TRUE(Eventually([&] { return cache_manager.server->stats().bad_messages >= 4; }))
       << cache_manager.server->stats().bad_messages;
   // A CacheAdmit whose offsets point outside the arena is refused, not executed.
@@ -274,19 +291,19 @@ TEST(CacheServer, GarbageAndTruncatedFlatBuffersAreDroppedAndCounted) {
     options.kind = msg::SocketKind::kDealer;
     options.endpoint = cache_manager.server->endpoint();
     msg::Channel channel = std::move(msg::Channel::Open(context, options).value());
-    ASSERT_TRUE(channel.Send(msg::CacheHello{1, 0, 100, ""}, milliseconds(1000)).ok());
+    ASSERT_TRUE(channel.Send(HelloOf(1, 100), milliseconds(1000)).ok());
     Result<msg::Received> hello = channel.Recv(milliseconds(5000));
     ASSERT_TRUE(hello.ok()) << hello.status().ToString();
     msg::CacheAdmit admit;
     admit.request_id = 2;
     admit.want_reply = true;
-    msg::CacheAdmitItem item;
-    item.layer_id = m.expert_tensors.front().layer_id;
-    item.expert_id = 0;
-    item.admit = true;
-    item.parts = msg::kCachePartBf16;
-    item.bf16_offsets = {~0ull - 10, 0, 0};
-    admit.items.push_back(item);
+    auto item = std::make_unique<msg::CacheAdmitItem>();
+    item->layer_id = m.expert_tensors.front().layer_id;
+    item->expert_id = 0;
+    item->admit = true;
+    item->parts = msg::kCachePartBf16;
+    item->bf16_offsets = {~0ull - 10, 0, 0};
+    admit.items.push_back(std::move(item));
     ASSERT_TRUE(channel.Send(admit, milliseconds(1000)).ok());
     Result<msg::Received> reply = channel.Recv(milliseconds(5000));
     ASSERT_TRUE(reply.ok());
@@ -323,15 +340,15 @@ TEST(CacheServer, LeasesOfADisappearedOrReplacedClientAreReclaimed) {
     options.kind = msg::SocketKind::kDealer;
     options.endpoint = cache_manager.server->endpoint();
     msg::Channel channel = std::move(msg::Channel::Open(context, options).value());
-    EXPECT_TRUE(channel.Send(msg::CacheHello{1, 0, heartbeat_ms, ""}, milliseconds(1000)).ok());
+    EXPECT_TRUE(channel.Send(HelloOf(1, heartbeat_ms), milliseconds(1000)).ok());
     EXPECT_TRUE(channel.Recv(milliseconds(5000)).ok());
-    EXPECT_TRUE(channel.Send(msg::CacheLookup{2, layer, all, {}}, milliseconds(1000)).ok());
+    EXPECT_TRUE(channel.Send(LookupOf(2, layer, all), milliseconds(1000)).ok());
     Result<msg::Received> got = channel.Recv(milliseconds(5000));
     EXPECT_TRUE(got.ok());
     size_t leases = 0;
     if (got.ok()) {
       for (const msg::CacheEntry& e : std::get<msg::CacheLookupReply>(got->message.body).entries) {
-        leases += e.lease_id != 0;
+        leases += e.lease_id() != 0;
       }
     }
     return std::make_pair(std::move(channel), leases);

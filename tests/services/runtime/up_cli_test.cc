@@ -477,7 +477,7 @@ TEST(UpCli, GarbageOnSchedulerAndCacheManagerSocketsIsDroppedAndCounted) {
   TempDir tmp;
   Up up(tmp, model, 1);
   ASSERT_TRUE(up.WaitHealthy()) << up.log();
-  const std::string good = messaging::EncodeMessage("test", messaging::Heartbeat{100, 0});
+  const std::string good = messaging::EncodeMessage("test", messaging::MakeHeartbeat(100, 0));
   zmq::context_t context(1);
   for (const char* sock : {"workers.sock", "scheduler.sock", "cache-manager.sock"}) {
     zmq::socket_t dealer(context, zmq::socket_type::dealer);

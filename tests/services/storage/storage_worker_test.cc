@@ -65,21 +65,24 @@ class StorageWorkerTest : public ::testing::Test {
   }
 
   // The read of chunk `c` of `t` into the arena at `dst_offset`.
-  msg::ChunkRead Read(const ExpertTensorInfo& t, int c, uint64_t op_id, uint64_t dst_offset) const {
+  std::unique_ptr<msg::ChunkRead> Read(const ExpertTensorInfo& t, int c, uint64_t op_id, uint64_t dst_offset) const {
     uint8_t* dst = arena_->data() + dst_offset;
     const uint64_t capacity = RoundUpBytes(t.chunks.at(static_cast<size_t>(c)).stored_bytes);
-    return ChunkReadToWire(MakeChunkReadOp(t, c, op_id, dst, capacity), arena_->data(), /*attempt=*/0);
+    return std::make_unique<msg::ChunkRead>(
+        ChunkReadToWire(MakeChunkReadOp(t, c, op_id, dst, capacity), arena_->data(), /*attempt=*/0));
   }
 
-  // Sends `request` and collects one ReadCompletion per op, by op id.
-  std::map<uint64_t, msg::ReadCompletion> Exchange(const msg::ReadRequest& request) {
-    std::map<uint64_t, msg::ReadCompletion> done;
+  // Sends `request` and collects one completion per op, by op id.
+  std::map<uint64_t, ReadCompletion> Exchange(const msg::ReadRequest& request) {
+    std::map<uint64_t, ReadCompletion> done;
     EXPECT_TRUE(router_->SendTo(peer_, request, kTimeout).ok());
     while (done.size() < request.ops.size()) {
       auto got = router_->Recv(kTimeout);
       EXPECT_TRUE(got.ok()) << got.status().ToString();
       if (!got.ok()) break;
-      if (const auto* c = std::get_if<msg::ReadCompletion>(&got->message.body)) done[c->op_id] = *c;
+      if (const auto* c = std::get_if<msg::ReadCompletion>(&got->message.body)) {
+        done[c->op_id] = ReadCompletionFromWire(*c);
+      }
     }
     return done;
   }
@@ -132,12 +135,12 @@ TEST_F(StorageWorkerTest, ABadOpFailsAloneAndTheRestOfItsRequestIsRead) {
   const ExpertTensorInfo& t = all.at(all.size() / 2);
   msg::ReadRequest request;
   request.ops.push_back(Read(t, 0, 1, 0));
-  msg::ChunkRead outside = Read(t, 1, 2, kArenaBytes - 4096);  // its destination runs past the arena
-  outside.dst_capacity_bytes = 8192;
-  request.ops.push_back(outside);
-  msg::ChunkRead misaligned = Read(t, 2, 3, 1 << 20);  // the I/O thread refuses this file offset
-  misaligned.file_offset += 512;
-  request.ops.push_back(misaligned);
+  std::unique_ptr<msg::ChunkRead> outside = Read(t, 1, 2, kArenaBytes - 4096);  // its destination runs past the arena
+  outside->dst_capacity_bytes = 8192;
+  request.ops.push_back(std::move(outside));
+  std::unique_ptr<msg::ChunkRead> misaligned = Read(t, 2, 3, 1 << 20);  // the I/O thread refuses this file offset
+  misaligned->file_offset += 512;
+  request.ops.push_back(std::move(misaligned));
   request.ops.push_back(Read(t, 3, 4, 2 << 20));
   const auto done = Exchange(request);
   ASSERT_EQ(done.size(), 4u);
@@ -184,6 +187,30 @@ TEST(ChunkReadWireTest, ARoundTripKeepsEveryFieldAndTheDestinationBecomesAnArena
   EXPECT_EQ(back.expert_id, op.expert_id);
   EXPECT_EQ(back.kind, op.kind);
   EXPECT_EQ(back.chunk_index, op.chunk_index);
+}
+
+TEST(ChunkReadWireTest, ACompletionRoundTripKeepsItsStatusAndAttempt) {
+  ReadCompletion c;
+  c.op_id = 78;
+  c.status = Status::Corruption("experts.bin@8192: xxh64 mismatch");
+  c.kind = ChunkKind::kSm;
+  c.stored_bytes = 1234;
+  c.read_bytes = 4096;
+  c.read_us = 17;
+  c.verify_us = 3;
+  const msg::ReadCompletion wire = ReadCompletionToWire(c, /*attempt=*/5);
+  EXPECT_EQ(wire.attempt, 5u);
+  const ReadCompletion back = ReadCompletionFromWire(wire);
+  EXPECT_EQ(back.op_id, c.op_id);
+  EXPECT_EQ(back.status.code(), StatusCode::kCorruption);
+  EXPECT_EQ(back.status.message(), c.status.message());
+  EXPECT_EQ(back.kind, c.kind);
+  EXPECT_EQ(back.stored_bytes, c.stored_bytes);
+  EXPECT_EQ(back.read_bytes, c.read_bytes);
+  EXPECT_EQ(back.read_us, c.read_us);
+  EXPECT_EQ(back.verify_us, c.verify_us);
+  c.status = Status::Ok();
+  EXPECT_TRUE(ReadCompletionFromWire(ReadCompletionToWire(c, 0)).status.ok());
 }
 
 }  // namespace
