@@ -36,7 +36,7 @@ namespace zipmoe::messaging {
 
 // Envelope.version this build writes and the only one it accepts. Bumped only for a change an older
 // peer would misread; adding fields or union members at the end keeps it (docs/messaging.md).
-inline constexpr uint16_t kMessageVersion = 1;
+inline constexpr uint16_t kMessageVersion = 2;  // 2: LeaseRelease.expert_ids, LayerEnd.released_expert_ids
 // Largest encoded message accepted (Decode) or produced (Channel::Send). A ReadRequest of 10 000
 // chunk reads is ~1.5 MiB.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;

@@ -139,6 +139,10 @@ Status RemoteExpertProvider::TakeDeferred() {
 }
 
 Status RemoteExpertProvider::Flush() {
+  {
+    MutexLock lock(&mu_);
+    FlushReleasesLocked();
+  }
   while (unacked_ends_ > 0) {
     ZM_ASSIGN_OR_RETURN(msg::Body body, Receive("LayerEnd"));
     (void)AbsorbAck(body);  // anything else here is stale (heartbeat answers, an aborted layer's)
@@ -180,6 +184,7 @@ Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
   ZM_RETURN_IF_ERROR(TakeDeferred());
   {
     MutexLock lock(&mu_);
+    FlushReleasesLocked();  // leases that outlived their layer (an error path): the server drops them
     ZM_RETURN_IF_ERROR(channel_.Send(LayerRequestToWire(routing, /*prefetch=*/false), config_.timeout));
   }
   layer_id_ = routing.layer_id;
@@ -192,6 +197,12 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
   if (delivered_ >= expected_) {
     return Status::InvalidArgument(fmt::format("NextReady: all {} experts of layer {} were delivered", expected_,
                                                layer_id_));
+  }
+  {
+    // The leases of the group computed since the last NextReady, in one message (as soon as the
+    // one-by-one sends would have gone: the executor releases a group before taking the next).
+    MutexLock lock(&mu_);
+    FlushReleasesLocked();
   }
   const trace::TraceSpan span("message", [&] { return fmt::format("recv ExpertReady (layer {})", layer_id_); });
   while (true) {
@@ -212,9 +223,17 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
 
 void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id) {
   MutexLock lock(&mu_);
+  if (!released_.empty() && released_layer_ != layer_id) FlushReleasesLocked();
+  released_layer_ = layer_id;
+  released_.push_back(expert_id);
+}
+
+void RemoteExpertProvider::FlushReleasesLocked() {
+  if (released_.empty()) return;
   msg::LeaseRelease release;
-  release.layer_id = layer_id;
-  release.expert_id = expert_id;
+  release.layer_id = released_layer_;
+  release.expert_ids = std::move(released_);
+  released_.clear();
   (void)channel_.Send(std::move(release), config_.timeout);
 }
 
@@ -222,8 +241,11 @@ Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
   const trace::TraceSpan span("message", [&] { return fmt::format("send LayerEnd (layer {})", layer_id); });
   {
     MutexLock lock(&mu_);
+    if (!released_.empty() && released_layer_ != layer_id) FlushReleasesLocked();
     msg::LayerEnd end;
     end.layer_id = layer_id;
+    end.released_expert_ids = std::move(released_);  // the last group's releases ride along
+    released_.clear();
     ZM_RETURN_IF_ERROR(channel_.Send(std::move(end), config_.timeout));
   }
   ++unacked_ends_;
@@ -275,6 +297,9 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   void OnLoopError(const Status& error) override { Log("E: " + error.ToString()); }
   // Releases and retakes mu (held by the caller's `lock`) while the layer's leases go.
   void AbortLocked(MutexLock* lock) ZM_REQUIRES(mu);
+  // Destroys the open layer's leases on `expert_ids` (admission, next wave), mu released meanwhile;
+  // releases of another layer or of experts not held are stale and ignored.
+  void ReleaseLocked(MutexLock* lock, int32_t layer, const std::vector<int32_t>& expert_ids) ZM_REQUIRES(mu);
   void Handle(const std::string& peer, msg::Body body);
 };
 
@@ -335,6 +360,21 @@ void ProviderServer::State::AbortLocked(MutexLock* lock) {
   active = false;
 }
 
+void ProviderServer::State::ReleaseLocked(MutexLock* lock, int32_t layer, const std::vector<int32_t>& expert_ids) {
+  if (!active || layer != layer_id) return;  // stale
+  std::vector<std::unique_ptr<ExpertLease>> released;
+  for (int32_t expert : expert_ids) {
+    auto it = leases.find(expert);
+    if (it == leases.end()) continue;  // stale
+    released.push_back(std::move(it->second));
+    leases.erase(it);
+  }
+  if (released.empty()) return;
+  lock->Unlock();
+  released.clear();  // admission + next wave (OffloadExpertProvider::OnLeaseReleased)
+  lock->Lock();
+}
+
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
   const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(body); },
                                trace::Activity::kHandleMessage);
@@ -367,15 +407,11 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     return;
   }
   if (auto* release = std::get_if<msg::LeaseRelease>(&body)) {
-    auto it = leases.find(release->expert_id);
-    if (!active || release->layer_id != layer_id || it == leases.end()) return;  // stale
-    std::unique_ptr<ExpertLease> lease = std::move(it->second);
-    leases.erase(it);
-    lock.Unlock();
-    lease.reset();  // admission + next wave (OffloadExpertProvider::OnLeaseReleased)
+    ReleaseLocked(&lock, release->layer_id, release->expert_ids);
     return;
   }
   if (auto* end = std::get_if<msg::LayerEnd>(&body)) {
+    ReleaseLocked(&lock, end->layer_id, end->released_expert_ids);
     Status st;
     if (!active || end->layer_id != layer_id) {
       st = Status::InvalidArgument(fmt::format("EndLayer({}): the open layer is {}", end->layer_id,

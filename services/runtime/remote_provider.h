@@ -6,8 +6,10 @@
 //   executor                               scheduler
 //   BeginLayer  -- LayerRequest -->        OffloadExpertProvider::BeginLayer
 //   NextReady   <-- ExpertReady --         NextReady (deliverer thread), one message per expert
-//   ~Lease      -- LeaseRelease -->        the lease is destroyed (admission, next wave)
-//   EndLayer    -- LayerEnd -->            EndLayer; its Ack is not waited for (below)
+//   ~Lease      -- LeaseRelease -->        the leases are destroyed (admission, next wave); a group's
+//                                          releases in one message, sent at the next NextReady
+//   EndLayer    -- LayerEnd -->            the last group's releases, then EndLayer; its Ack is not
+//                                          waited for (below)
 //               <-- Ack --                 read by the executor's next receive
 //   Prefetch    -- LayerRequest{prefetch} -->  Prefetch (no answer)
 //
@@ -92,7 +94,10 @@ class RemoteExpertProvider : public ExpertProvider {
   RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena,
                        std::unique_ptr<zmq::context_t> context, messaging::Channel channel);
   Result<messaging::Body> Receive(const char* what);  // next message (mu_ taken per slice)
+  // A lease's release is buffered; the buffer goes out as one LeaseRelease at the next NextReady
+  // (the group computed since), with the LayerEnd, or before BeginLayer / Flush.
   void Release(int32_t layer_id, int32_t expert_id);
+  void FlushReleasesLocked() ZM_REQUIRES(mu_);
   // Takes in an Ack (a LayerEnd's answer); true if `body` was one.
   bool AbsorbAck(const messaging::Body& body);
   // The deferred error of a refused LayerEnd, once (then cleared).
@@ -106,6 +111,8 @@ class RemoteExpertProvider : public ExpertProvider {
   // mutable: NextIsReady() (const) moves the messages that already arrived into inbox_.
   mutable messaging::Channel channel_ ZM_GUARDED_BY(mu_);
   mutable std::deque<messaging::Body> inbox_ ZM_GUARDED_BY(mu_);  // received, not yet read by Receive
+  std::vector<int32_t> released_ ZM_GUARDED_BY(mu_);  // experts whose leases were released, not yet sent
+  int32_t released_layer_ ZM_GUARDED_BY(mu_) = -1;
   int32_t layer_id_ = -1;
   size_t expected_ = 0;
   size_t delivered_ = 0;

@@ -120,9 +120,11 @@ inline std::vector<Body> AllBodies() {
   SetStatus(&expert_failed, Status::Corruption("layer 3: E-chunk 1 of 'w': xxh64 mismatch"));
   LeaseRelease release;
   release.layer_id = 7;
-  release.expert_id = -3;
+  release.expert_ids = {-3, 4, 59};
   LayerEnd end;
   end.layer_id = 23;
+  LayerEnd end_releasing = end;
+  end_releasing.released_expert_ids = {0, 5};
 
   // Cache manager (scheduler <-> cache-manager).
   CacheHello hello;
@@ -215,6 +217,7 @@ inline std::vector<Body> AllBodies() {
   bodies.emplace_back(expert_failed);
   bodies.emplace_back(release);
   bodies.emplace_back(end);
+  bodies.emplace_back(end_releasing);
   bodies.emplace_back(Ack());
   bodies.emplace_back(WithStatus(Ack(), Status::InvalidArgument("EndLayer(3): the active layer is 4")));
   bodies.emplace_back(hello);
