@@ -21,6 +21,79 @@ void MergeBf16(const uint8_t* __restrict e, const uint8_t* __restrict sm, int64_
   }
 }
 
+void SplitF32(const uint32_t* __restrict in, int64_t n, uint8_t* __restrict e, uint8_t* __restrict sm) {
+  uint8_t* __restrict hi = sm + 2 * n;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t x = in[i];
+    e[i] = static_cast<uint8_t>(x >> 23);
+    sm[2 * i] = static_cast<uint8_t>(x);  // lo plane, little-endian whatever the host order
+    sm[2 * i + 1] = static_cast<uint8_t>(x >> 8);
+    hi[i] = static_cast<uint8_t>(((x >> 24) & 0x80u) | ((x >> 16) & 0x7fu));
+  }
+}
+
+void MergeF32(const uint8_t* __restrict e, const uint8_t* __restrict sm, int64_t n, uint32_t* __restrict out) {
+  const uint8_t* __restrict hi = sm + 2 * n;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t s = hi[i];
+    const uint32_t top = ((s & 0x80u) << 8) | (static_cast<uint32_t>(e[i]) << 7) | (s & 0x7fu);
+    out[i] = top << 16 | static_cast<uint32_t>(sm[2 * i + 1]) << 8 | sm[2 * i];
+  }
+}
+
+void SplitF16(const uint16_t* __restrict in, int64_t n, uint8_t* __restrict e, uint8_t* __restrict sm) {
+  uint8_t* __restrict packed = sm + n;
+  const int64_t groups = (n + 7) / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    uint32_t word = 0;  // eight 3-bit fields, little-endian
+    for (int64_t j = 0; j < 8 && 8 * g + j < n; ++j) {
+      const int64_t i = 8 * g + j;
+      const uint16_t x = in[i];
+      e[i] = static_cast<uint8_t>((x >> 10) & 0x1fu);
+      sm[i] = static_cast<uint8_t>(x);
+      word |= (((x >> 13) & 4u) | ((x >> 8) & 3u)) << (3 * j);
+    }
+    packed[3 * g] = static_cast<uint8_t>(word);
+    packed[3 * g + 1] = static_cast<uint8_t>(word >> 8);
+    packed[3 * g + 2] = static_cast<uint8_t>(word >> 16);
+  }
+}
+
+void MergeF16(const uint8_t* __restrict e, const uint8_t* __restrict sm, int64_t n, uint16_t* __restrict out) {
+  const uint8_t* __restrict packed = sm + n;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g = i / 8, j = i % 8;
+    const uint32_t word = packed[3 * g] | static_cast<uint32_t>(packed[3 * g + 1]) << 8 |
+                          static_cast<uint32_t>(packed[3 * g + 2]) << 16;
+    const uint32_t t = (word >> (3 * j)) & 7u;
+    out[i] = static_cast<uint16_t>((t >> 2) << 15 | (e[i] & 0x1fu) << 10 | (t & 3u) << 8 | sm[i]);
+  }
+}
+
+uint64_t SmPlaneBytes(DType dtype, int64_t n) {
+  if (n <= 0) return 0;
+  const auto u = static_cast<uint64_t>(n);
+  switch (dtype) {
+    case DType::kBF16: return u;
+    case DType::kF32: return 3 * u;
+    case DType::kF16: return u + 3 * ((u + 7) / 8);
+    default: return 0;
+  }
+}
+
+bool HasExponentSplit(DType dtype) {
+  return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32;
+}
+
+int SmBitsPerValue(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return 8;
+    case DType::kF16: return 11;
+    case DType::kF32: return 24;
+    default: return 0;
+  }
+}
+
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t n, int n_shards) {
   int64_t k = n_shards < 1 ? 1 : n_shards;
   if (k > n) k = n > 0 ? n : 1;

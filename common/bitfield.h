@@ -1,14 +1,28 @@
-// Bit-field decomposition of BF16 tensors (ZipMoE §2.2, §3.1 Fig. 5 ➊).
+// Bit-field decomposition of floating-point expert tensors (ZipMoE §2.2, §3.1 Fig. 5 ➊), per dtype.
+// The E plane always holds one uint8 per value (the exponent field, compressed in K E-chunks); the SM
+// plane holds sign and mantissa, stored raw in the SM-chunk, as densely as whole bytes allow:
 //
-// BF16 bits: s eeeeeeee mmmmmmm. The E plane holds the 8 exponent bits of each value,
-// e[i] = (x >> 7) & 0xff; the SM plane holds sign and mantissa, sm[i] = (x >> 8 & 0x80) | (x & 0x7f).
-// Merge is the exact inverse for all 65,536 bit patterns (NaN, Inf, subnormals, -0).
-// Pure functions; thread-safe; vectorised by the compiler (no alignment required).
+//   BF16 s eeeeeeee mmmmmmm (8+7):  e[i] = (x >> 7) & 0xff
+//        SM = [n] uint8 sm[i] = (x >> 8 & 0x80) | (x & 0x7f)                        1 byte/value
+//   F32  s eeeeeeee m{23}:          e[i] = (x >> 23) & 0xff
+//        SM = [n] uint16 LE lo[i] = x & 0xffff (mantissa bits 15..0), then
+//             [n] uint8      hi[i] = (x >> 24 & 0x80) | (x >> 16 & 0x7f) (sign, mantissa 22..16)
+//        so the top 16 bits of x are MergeBf16(e, hi): 3 bytes/value, both planes byte-aligned.
+//   F16  s eeeee m{10}:             e[i] = (x >> 10) & 0x1f
+//        SM = [n] uint8 lo[i] = x & 0xff (mantissa bits 7..0), then ceil(n/8) groups of 3 bytes:
+//             group g holds, little-endian, the 3-bit fields t[8g+j] = (x >> 13 & 4) | (x >> 8 & 3)
+//             (sign, mantissa 9..8) at bits [3j, 3j+3), j = 0..7; unused fields of the last group are 0.
+//        n + 3·ceil(n/8) bytes: 11 bits/value.
+//
+// Each Merge is the exact inverse of its Split for every bit pattern (NaN payloads, Inf, subnormals,
+// -0; all 65,536 for BF16/F16). Pure functions; thread-safe; no alignment required.
 #pragma once
 
 #include <cstdint>
 #include <utility>
 #include <vector>
+
+#include "common/dtype.h"
 
 namespace zipmoe {
 
@@ -16,6 +30,24 @@ namespace zipmoe {
 void SplitBf16(const uint16_t* in, int64_t n, uint8_t* e, uint8_t* sm);
 //   e, sm: [n] uint8 -> out: [n] uint16 BF16 bit patterns. out = (sm & 0x80) << 8 | e << 7 | (sm & 0x7f).
 void MergeBf16(const uint8_t* e, const uint8_t* sm, int64_t n, uint16_t* out);
+
+//   in: [n] uint32 F32 bit patterns -> e: [n] uint8, sm: [SmPlaneBytes(kF32, n)] = lo [n] uint16 LE | hi [n] uint8.
+void SplitF32(const uint32_t* in, int64_t n, uint8_t* e, uint8_t* sm);
+//   e: [n] uint8, sm: as SplitF32 -> out: [n] uint32. out = MergeBf16(e, hi) << 16 | lo.
+void MergeF32(const uint8_t* e, const uint8_t* sm, int64_t n, uint32_t* out);
+//   in: [n] uint16 F16 bit patterns -> e: [n] uint8 (0..31), sm: [SmPlaneBytes(kF16, n)] = lo [n] | packed t.
+void SplitF16(const uint16_t* in, int64_t n, uint8_t* e, uint8_t* sm);
+//   e: [n] uint8, sm: as SplitF16 -> out: [n] uint16. out = (t >> 2) << 15 | (e & 0x1f) << 10 | (t & 3) << 8 | lo.
+void MergeF16(const uint8_t* e, const uint8_t* sm, int64_t n, uint16_t* out);
+
+// Bytes of the SM plane of n values of `dtype` (BF16: n, F32: 3n, F16: n + 3·ceil(n/8)); 0 for n <= 0
+// and for dtypes without an E/SM split (see HasExponentSplit).
+uint64_t SmPlaneBytes(DType dtype, int64_t n);
+// True for the dtypes the converter splits losslessly: BF16, F16, F32.
+bool HasExponentSplit(DType dtype);
+// Bits per value of the SM plane (BF16 8, F16 11, F32 24; 0 otherwise). The entropy bound of the
+// compression ratio is (SmBitsPerValue + H(exponent)) / (8 · DTypeSize).
+int SmBitsPerValue(DType dtype);
 
 // Element ranges of K shards (E-chunks) over n elements: K contiguous [offset, count) ranges, sizes
 // differing by at most one, larger ones first; K is clamped to [1, max(n,1)].

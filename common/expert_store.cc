@@ -16,10 +16,19 @@
 
 namespace zipmoe {
 
-Result<std::unique_ptr<ExpertStore>> ExpertStore::Open(const std::string& dir) {
+Result<std::unique_ptr<ExpertStore>> ExpertStore::Open(const std::string& dir, ExpertDTypes dtypes) {
   std::unique_ptr<ExpertStore> store(new ExpertStore());
   store->dir_ = dir;
   ZM_ASSIGN_OR_RETURN(store->manifest_, ReadManifest(dir));
+  if (dtypes == ExpertDTypes::kServedOnly) {
+    for (const ExpertTensorInfo& t : store->manifest_.expert_tensors) {
+      if (t.dtype == DType::kBF16) continue;
+      return Status::InvalidArgument(fmt::format(
+          "{}: expert tensor '{}' (layer {}, expert {}) is {}; the runtime serves BF16 experts (compress/verify/"
+          "inspect keep F32/F16 bit-exact; compress with --convert-dtype to serve this model)",
+          JoinPath(dir, kManifestFileName), t.name, t.layer_id, t.expert_id, DTypeName(t.dtype)));
+    }
+  }
   store->experts_path_ = JoinPath(dir, store->manifest_.experts_file);
   store->fd_ = UniqueFd(::open(store->experts_path_.c_str(), O_RDONLY | O_CLOEXEC));
   if (!store->fd_.valid()) {
@@ -81,9 +90,16 @@ Status ExpertStore::DecodeEChunk(const ExpertTensorInfo& t, int chunk_index, con
 }
 
 Status ExpertStore::ReadTensorBf16(const ExpertTensorInfo& t, uint16_t* out) const {
+  if (t.dtype != DType::kBF16)
+    return Status::InvalidArgument(fmt::format("{}: '{}' (layer {}, expert {}) is {}, not BF16", experts_path_, t.name,
+                                               t.layer_id, t.expert_id, DTypeName(t.dtype)));
+  return ReadTensor(t, reinterpret_cast<uint8_t*>(out));
+}
+
+Status ExpertStore::ReadTensor(const ExpertTensorInfo& t, uint8_t* out) const {
   const int64_t n = t.numel();
   std::vector<uint8_t> e_plane(static_cast<size_t>(n));
-  std::vector<uint8_t> sm_plane(static_cast<size_t>(n));
+  std::vector<uint8_t> sm_plane(SmPlaneBytes(t.dtype, n));
   std::vector<uint8_t> stored;
   for (size_t i = 0; i < t.chunks.size(); ++i) {
     const ChunkInfo& c = t.chunks[i];
@@ -95,8 +111,26 @@ Status ExpertStore::ReadTensorBf16(const ExpertTensorInfo& t, uint16_t* out) con
     ZM_RETURN_IF_ERROR(ReadChunk(t, static_cast<int>(i), stored.data()));
     ZM_RETURN_IF_ERROR(DecodeEChunk(t, static_cast<int>(i), stored.data(), e_plane.data()));
   }
-  MergeBf16(e_plane.data(), sm_plane.data(), n, out);
-  const uint64_t got = Xxh64(out, static_cast<uint64_t>(n) * 2);
+  // out may have any alignment: merge in place when it suits the element type, else through scratch.
+  const auto merge = [&](auto merge_fn, auto element) -> void {
+    using T = decltype(element);
+    if (reinterpret_cast<uintptr_t>(out) % alignof(T) == 0) {
+      merge_fn(e_plane.data(), sm_plane.data(), n, reinterpret_cast<T*>(out));
+      return;
+    }
+    std::vector<T> v(static_cast<size_t>(n));
+    merge_fn(e_plane.data(), sm_plane.data(), n, v.data());
+    std::memcpy(out, v.data(), v.size() * sizeof(T));
+  };
+  switch (t.dtype) {
+    case DType::kBF16: merge(&MergeBf16, uint16_t{}); break;
+    case DType::kF16: merge(&MergeF16, uint16_t{}); break;
+    case DType::kF32: merge(&MergeF32, uint32_t{}); break;
+    default:
+      return Status::Corruption(fmt::format("{}: '{}' (layer {}, expert {}) has dtype {} (no E/SM split)",
+                                            experts_path_, t.name, t.layer_id, t.expert_id, DTypeName(t.dtype)));
+  }
+  const uint64_t got = Xxh64(out, t.raw_bytes());
   if (got != t.bf16_xxh64)
     return Status::Corruption(fmt::format("{}: recovered '{}' (layer {}, expert {}) hashes to {:016x}, manifest {:016x}",
                                           experts_path_, t.name, t.layer_id, t.expert_id, got, t.bf16_xxh64));

@@ -18,11 +18,20 @@
 
 namespace zipmoe {
 
+// Which expert dtypes ExpertStore::Open accepts.
+enum class ExpertDTypes : uint8_t {
+  kServedOnly = 0,  // BF16 only: what the runtime, executor and storage serve (the default)
+  kAny = 1,         // BF16, F16 and F32 (compress/verify/inspect keep F16/F32 bit-exact)
+};
+
 class ExpertStore {
  public:
   // Opens DIR/manifest.bin (see ReadManifest for errors) and DIR/experts.bin. Errors: kNotFound
-  // (missing experts.bin), kCorruption (experts.bin size differs from the manifest's record).
-  static Result<std::unique_ptr<ExpertStore>> Open(const std::string& dir);
+  // (missing experts.bin), kCorruption (experts.bin size differs from the manifest's record),
+  // kInvalidArgument with kServedOnly when an expert tensor is not BF16 (naming the first one and its
+  // dtype: the runtime serves BF16 experts only).
+  static Result<std::unique_ptr<ExpertStore>> Open(const std::string& dir,
+                                                   ExpertDTypes dtypes = ExpertDTypes::kServedOnly);
 
   const std::string& dir() const { return dir_; }
   const std::string& experts_path() const { return experts_path_; }
@@ -42,7 +51,13 @@ class ExpertStore {
 
   // Reads and decodes a whole tensor: out: [numel] uint16 BF16 bit patterns. Checks every chunk hash
   // and the hash of the recovered BF16 bytes (kCorruption naming the tensor if they differ).
+  // kInvalidArgument if t.dtype is not BF16 (use ReadTensor).
   Status ReadTensorBf16(const ExpertTensorInfo& t, uint16_t* out) const;
+
+  // ReadTensorBf16 for any split dtype: out: [t.raw_bytes()] bytes, the original tensor in t.dtype
+  // (BF16/F16 as uint16, F32 as uint32, little-endian), recovered by MergeBf16/MergeF16/MergeF32.
+  // Same checks and errors as ReadTensorBf16.
+  Status ReadTensor(const ExpertTensorInfo& t, uint8_t* out) const;
 
  private:
   ExpertStore() = default;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/bitfield.h"
 #include "common/file_util.h"
 #include "common/hash.h"
 #include "common/safetensors.h"
@@ -43,8 +44,9 @@ Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTenso
   if (numel < 0)
     return Status::Corruption(
         fmt::format("{}: {}: negative dimension or more than 2^63 elements in its shape", path, Where(t)));
-  if (t.dtype != DType::kBF16)
-    return Status::Corruption(fmt::format("{}: {}: dtype {} (expected BF16)", path, Where(t), DTypeName(t.dtype)));
+  if (!HasExponentSplit(t.dtype))
+    return Status::Corruption(
+        fmt::format("{}: {}: dtype {} (expected BF16, F16 or F32)", path, Where(t), DTypeName(t.dtype)));
   if (t.n_shards < 1 || t.chunks.size() != static_cast<size_t>(t.n_shards) + 1)
     return Status::Corruption(fmt::format("{}: {}: {} chunks for K={} (expected K E-chunks + 1 SM-chunk)", path,
                                           Where(t), t.chunks.size(), t.n_shards));
@@ -58,7 +60,7 @@ Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTenso
     if (c.file_offset % m.alignment != 0)
       return Status::Corruption(fmt::format("{}: {}: {} {} at offset {} is not {}-byte aligned", path, Where(t),
                                             kind, i, c.file_offset, m.alignment));
-    if (c.raw_bytes != c.elem_count)
+    if (!is_sm && c.raw_bytes != c.elem_count)
       return Status::Corruption(fmt::format("{}: {}: {} {} raw_bytes {} != elem_count {}", path, Where(t), kind, i,
                                             c.raw_bytes, c.elem_count));
     if (m.experts_file_bytes != 0 &&
@@ -66,8 +68,15 @@ Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTenso
       return Status::Corruption(fmt::format("{}: {}: {} {} [{}, +{}) beyond experts.bin ({} bytes)", path, Where(t),
                                             kind, i, c.file_offset, c.stored_bytes, m.experts_file_bytes));
     if (is_sm) {
-      if (c.elem_offset != 0 || c.elem_count != static_cast<uint64_t>(numel) || c.stored_bytes != c.raw_bytes)
-        return Status::Corruption(fmt::format("{}: {}: SM-chunk does not cover [0, {}) raw", path, Where(t), numel));
+      if (c.elem_offset != 0 || c.elem_count != static_cast<uint64_t>(numel))
+        return Status::Corruption(fmt::format("{}: {}: SM-chunk covers [{}, +{}), expected [0, {})", path, Where(t),
+                                              c.elem_offset, c.elem_count, numel));
+      const uint64_t want = SmPlaneBytes(t.dtype, numel);
+      if (c.raw_bytes != want || c.stored_bytes != want)
+        return Status::Corruption(fmt::format("{}: {}: {} SM-chunk of {} elements has raw_bytes {}, stored_bytes {}; "
+                                              "expected {} (stored raw)",
+                                              path, Where(t), DTypeName(t.dtype), numel, c.raw_bytes, c.stored_bytes,
+                                              want));
     } else {
       if (c.elem_offset != next)
         return Status::Corruption(fmt::format("{}: {}: E-chunk {} starts at element {}, expected {}", path, Where(t),
@@ -106,6 +115,10 @@ int64_t ExpertTensorInfo::numel() const {
     if (__builtin_mul_overflow(n, d, &n)) return -1;  // a crafted shape (found by fuzzing)
   }
   return n;
+}
+
+uint64_t ExpertTensorInfo::raw_bytes() const {
+  return static_cast<uint64_t>(numel()) * static_cast<uint64_t>(DTypeSize(dtype));
 }
 
 uint64_t ExpertTensorInfo::stored_bytes() const {
@@ -174,11 +187,23 @@ std::string SerializeManifest(const Manifest& m) {
   std::vector<flatbuffers::Offset<flatbuffers::String>> sources;
   for (const auto& s : m.source_files) sources.push_back(fbb.CreateString(s));
   std::vector<uint64_t> hist(m.exponent_histogram.begin(), m.exponent_histogram.end());
+  // Per-dtype histograms only when some dtype is not BF16: a BF16-only body stays byte-identical to one
+  // written before the field existed (a null offset is not stored).
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::DTypeHistogram>>> per_dtype;
+  if (std::any_of(m.exponent_histograms.begin(), m.exponent_histograms.end(),
+                  [](const DTypeHistogram& h) { return h.dtype != DType::kBF16; })) {
+    std::vector<flatbuffers::Offset<fb::DTypeHistogram>> entries;
+    for (const DTypeHistogram& h : m.exponent_histograms) {
+      std::vector<uint64_t> counts(h.counts.begin(), h.counts.end());
+      entries.push_back(fb::CreateDTypeHistogram(fbb, static_cast<fb::DType>(h.dtype), fbb.CreateVector(counts)));
+    }
+    per_dtype = fbb.CreateVector(entries);
+  }
   auto root = fb::CreateManifest(
       fbb, m.version, fbb.CreateString(m.arch), fbb.CreateString(m.config_json), static_cast<fb::Codec>(m.codec),
       m.level, m.n_shards, m.alignment, fbb.CreateString(m.experts_file), m.experts_file_bytes,
       fbb.CreateString(m.dense_file), fbb.CreateVector(experts), fbb.CreateVector(dense), m.n_layers, m.n_experts,
-      fbb.CreateVector(hist), fbb.CreateVector(sources));
+      fbb.CreateVector(hist), fbb.CreateVector(sources), per_dtype);
   fb::FinishManifestBuffer(fbb, root);
 
   std::string out;
@@ -278,6 +303,19 @@ Result<Manifest> FromFlatBuffer(const std::string& path, const fb::Manifest& f) 
       t.record_xxh64 = e->record_xxh64();
       m.expert_tensors.push_back(std::move(t));
     }
+  }
+  if (f.exponent_histograms() != nullptr) {
+    for (const auto* h : *f.exponent_histograms()) {
+      if (!EnumInRange(h->dtype(), fb::DType::MAX) || h->counts() == nullptr || h->counts()->size() != 256)
+        return Status::Corruption(path + ": a per-dtype exponent histogram has an unknown dtype or not 256 bins");
+      DTypeHistogram d;
+      d.dtype = static_cast<DType>(h->dtype());
+      const std::vector<uint64_t> counts = CopyVector(h->counts());
+      std::copy(counts.begin(), counts.end(), d.counts.begin());
+      m.exponent_histograms.push_back(d);
+    }
+  } else if (!m.expert_tensors.empty()) {
+    m.exponent_histograms.push_back({DType::kBF16, m.exponent_histogram});  // written before F16/F32 experts
   }
   return m;
 }

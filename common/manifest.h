@@ -36,7 +36,8 @@ enum class ChunkKind : uint8_t { kE = 0, kSm = 1 };
 struct ChunkInfo {
   ChunkKind kind = ChunkKind::kE;
   uint64_t elem_offset = 0;   // first element covered
-  uint64_t elem_count = 0;    // elements covered (= raw_bytes)
+  uint64_t elem_count = 0;    // elements covered (E-chunk: = raw_bytes; SM-chunk: raw_bytes =
+                              // SmPlaneBytes(dtype, elem_count), common/bitfield.h)
   uint64_t file_offset = 0;   // in experts.bin, multiple of kChunkAlignmentBytes
   uint64_t stored_bytes = 0;  // bytes in experts.bin
   uint64_t raw_bytes = 0;     // bytes after decoding
@@ -53,16 +54,16 @@ struct ExpertTensorInfo {
   int32_t expert_id = 0;
   ExpertProj proj = ExpertProj::kGate;
   std::vector<int64_t> shape;
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;       // BF16, F16 or F32; the E/SM planes per dtype: common/bitfield.h
   Codec codec = Codec::kZstd;
   int32_t level = 0;
   int32_t n_shards = 1;             // K
   std::vector<ChunkInfo> chunks;    // K E-chunks in element order, then the SM-chunk
-  uint64_t bf16_xxh64 = 0;          // of the original BF16 bytes
+  uint64_t bf16_xxh64 = 0;          // of the original tensor bytes, any dtype (named when all were BF16)
   uint64_t record_xxh64 = 0;        // RecordHash(*this), set by the converter
 
   int64_t numel() const;  // -1 for a negative dimension or a count beyond int64
-  uint64_t raw_bytes() const { return static_cast<uint64_t>(numel()) * 2; }
+  uint64_t raw_bytes() const;       // numel · DTypeSize(dtype): the original tensor's bytes
   uint64_t stored_bytes() const;    // sum of chunk stored_bytes (no alignment padding)
   uint64_t e_stored_bytes() const;  // E-chunks only
 };
@@ -73,6 +74,12 @@ struct DenseTensorInfo {
   DType dtype = DType::kBF16;
   uint64_t xxh64 = 0;  // XXH64 of the tensor's bytes in dense.safetensors, verified at load; 0 = not
                        // recorded (a directory compressed before dense checksums existed)
+};
+
+// Exponent histogram of the expert tensors of one dtype.
+struct DTypeHistogram {
+  DType dtype = DType::kBF16;
+  std::array<uint64_t, 256> counts{};
 };
 
 struct Manifest {
@@ -91,6 +98,9 @@ struct Manifest {
   int32_t n_layers = 0;   // decoder layers (config num_hidden_layers)
   int32_t n_experts = 0;  // routed experts per MoE layer
   std::array<uint64_t, 256> exponent_histogram{};  // over all expert exponent bytes
+  // One per expert dtype present, in DType order. Parsed from a manifest without the field (every
+  // expert BF16), it holds {BF16, exponent_histogram}; serialised only if some dtype is not BF16.
+  std::vector<DTypeHistogram> exponent_histograms;
   std::vector<std::string> source_files;           // extra files copied verbatim
 };
 
@@ -104,7 +114,8 @@ std::string SerializeManifest(const Manifest& manifest);
 // short file, bad magic, unsupported header version (kInvalidArgument), body size mismatch, body
 // checksum mismatch (names the first expert tensor whose record hash no longer matches, or says the
 // damage is outside expert records), FlatBuffers verification failure, unknown enum values,
-// chunk fields inconsistent (offset not aligned, E-chunks not covering [0, numel), SM-chunk size).
+// chunk fields inconsistent (offset not aligned, E-chunks not covering [0, numel), SM-chunk size not
+// SmPlaneBytes(dtype, numel)), an expert dtype other than BF16/F16/F32 — each naming the tensor.
 Result<Manifest> ParseManifest(const std::string& path, const std::string& bytes);
 
 class SafetensorsFile;

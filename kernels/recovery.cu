@@ -1,5 +1,6 @@
-// CUDA BF16 recovery kernel (ZipMoE §3.3 "Memory-Coalesced Tensor Recovery Kernel", §3.1 Fig. 5 ➐)
-// and its launcher.
+// CUDA recovery kernels (ZipMoE §3.3 "Memory-Coalesced Tensor Recovery Kernel", §3.1 Fig. 5 ➐) and
+// their launchers: BF16 (the served dtype), then F32 and F16 (lossless FP32/F16 experts, formulas in
+// kernels/recovery.h: F32 reuses the BF16 word recovery for its top halves).
 //
 // The kernel is memory-bound (4 bytes of traffic and a handful of bit operations per element), so
 // each thread moves 16 elements with one 128-bit load of e, one of sm and two 128-bit stores of out;
@@ -91,6 +92,103 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+// ---- F32 / F16 (formulas and plane layouts: kernels/recovery.h) ----
+
+__device__ __forceinline__ uint32_t RecoverF32One(uint8_t e, uint8_t hi, uint16_t lo) {
+  return static_cast<uint32_t>(RecoverOne(e, hi)) << 16 | lo;
+}
+
+__device__ __forceinline__ uint16_t RecoverF16One(uint8_t e, uint8_t lo, uint32_t t) {
+  return static_cast<uint16_t>((t >> 2) << 15 | (e & 0x1fu) << 10 | (t & 3u) << 8 | lo);
+}
+
+// Element i of an F16 tensor, any alignment: reads e[i], lo[i] and the 3 bytes of i's packed group.
+__device__ __forceinline__ uint16_t RecoverF16At(const uint8_t* __restrict__ e, const uint8_t* __restrict__ lo,
+                                                 const uint8_t* __restrict__ packed, int64_t i) {
+  const int64_t g = i >> 3;
+  const uint32_t w = packed[3 * g] | static_cast<uint32_t>(packed[3 * g + 1]) << 8 |
+                     static_cast<uint32_t>(packed[3 * g + 2]) << 16;
+  return RecoverF16One(e[i], lo[i], w >> (3 * (i & 7)) & 7u);
+}
+
+// F32 vector path. Grid: x = grid-stride over groups of 4 elements; the n % 4 tail elements are done
+// one per thread by the first threads.
+//   e: [n] uint8, lo: [n] uint16 (the first 2n bytes of the SM-chunk), hi: [n] uint8 (its last n),
+//   out: [n] uint32. Preconditions (RecoverF32VectorPathFits): e, hi 4-aligned, lo 8-aligned, out 16-aligned.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RecoverF32VecKernel(const uint8_t* __restrict__ e, const uint16_t* __restrict__ lo, const uint8_t* __restrict__ hi,
+                        uint32_t* __restrict__ out, int64_t n) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t groups = n / 4;
+  for (int64_t g = tid; g < groups; g += stride) {
+    const uint32_t e4 = reinterpret_cast<const uint32_t*>(e)[g];
+    const uint32_t h4 = reinterpret_cast<const uint32_t*>(hi)[g];
+    const uint2 l4 = reinterpret_cast<const uint2*>(lo)[g];  // lo[4g..4g+1] in .x, lo[4g+2..4g+3] in .y
+    const uint2 top = RecoverWord(e4, h4);                    // the 4 BF16 top halves, packed as l4
+    // __byte_perm(x, y, s): bytes 0..3 of x, 4..7 of y; out = top << 16 | lo per element.
+    reinterpret_cast<uint4*>(out)[g] =
+        make_uint4(__byte_perm(l4.x, top.x, 0x5410), __byte_perm(l4.x, top.x, 0x7632),
+                   __byte_perm(l4.y, top.y, 0x5410), __byte_perm(l4.y, top.y, 0x7632));
+  }
+  const int64_t tail = groups * 4;
+  if (tid < n - tail) out[tail + tid] = RecoverF32One(e[tail + tid], hi[tail + tid], lo[tail + tid]);
+}
+
+// F32 element path (any plane alignment). Grid: x = grid-stride over elements. Shapes as above; lo
+// is read as two bytes.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RecoverF32ScalarKernel(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm, uint32_t* __restrict__ out,
+                           int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const uint16_t lo = static_cast<uint16_t>(sm[2 * i] | sm[2 * i + 1] << 8);
+    out[i] = RecoverF32One(e[i], sm[2 * n + i], lo);
+  }
+}
+
+// F16 vector path. Grid: x = grid-stride over the n / 8 full groups; the last partial group (< 8
+// elements) is done one per thread by the first threads.
+//   e: [n] uint8, lo: [n] uint8, packed: [3·ceil(n/8)] bytes, out: [n] uint16.
+// Preconditions (RecoverF16VectorPathFits): e and lo 8-aligned, out 16-aligned.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RecoverF16VecKernel(const uint8_t* __restrict__ e, const uint8_t* __restrict__ lo,
+                        const uint8_t* __restrict__ packed, uint16_t* __restrict__ out, int64_t n) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t groups = n / 8;
+  for (int64_t g = tid; g < groups; g += stride) {
+    const uint2 e8 = reinterpret_cast<const uint2*>(e)[g];
+    const uint2 l8 = reinterpret_cast<const uint2*>(lo)[g];
+    const uint32_t w = packed[3 * g] | static_cast<uint32_t>(packed[3 * g + 1]) << 8 |
+                       static_cast<uint32_t>(packed[3 * g + 2]) << 16;
+    uint32_t r[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // elements 2k and 2k+1 of the group
+      const uint32_t ew = k < 2 ? e8.x : e8.y, lw = k < 2 ? l8.x : l8.y;
+      const int b = (k & 1) * 16;  // bit offset of element 2k within its 4-byte word
+      const uint16_t a =
+          RecoverF16One(static_cast<uint8_t>(ew >> b), static_cast<uint8_t>(lw >> b), w >> (6 * k) & 7u);
+      const uint16_t c = RecoverF16One(static_cast<uint8_t>(ew >> (b + 8)), static_cast<uint8_t>(lw >> (b + 8)),
+                                       w >> (6 * k + 3) & 7u);
+      r[k] = static_cast<uint32_t>(c) << 16 | a;
+    }
+    reinterpret_cast<uint4*>(out)[g] = make_uint4(r[0], r[1], r[2], r[3]);
+  }
+  const int64_t tail = groups * 8;
+  if (tid < n - tail) out[tail + tid] = RecoverF16At(e, lo, packed, tail + tid);
+}
+
+// F16 element path (any plane alignment). Grid: x = grid-stride over elements. Shapes as above.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RecoverF16ScalarKernel(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm, uint16_t* __restrict__ out,
+                           int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = RecoverF16At(e, sm, sm + n, i);
+  }
+}
+
 Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
   (void)cudaGetLastError();  // a failed runtime call also sets the (non-sticky) last error; clear it
@@ -121,6 +219,43 @@ Status GridBlocks(Kernel kernel, int64_t work, int* blocks) {
 int64_t HeadElements(const uint8_t* e, int64_t width, int64_t n) {
   const int64_t head = static_cast<int64_t>((width - reinterpret_cast<uintptr_t>(e) % width) % width);
   return head < n ? head : n;
+}
+
+// Validation shared by the F32/F16 launchers. `out_align`: bytes of one output element.
+Status CheckFpLaunch(const char* fn, const uint8_t* e, const uint8_t* sm, const void* out, int64_t n,
+                     uintptr_t out_align) {
+  if (n < 0) return Status::InvalidArgument(std::string(fn) + ": negative n=" + std::to_string(n));
+  if (n > 0 && (e == nullptr || sm == nullptr || out == nullptr))
+    return Status::InvalidArgument(std::string(fn) + ": null pointer with n=" + std::to_string(n));
+  if (reinterpret_cast<uintptr_t>(out) % out_align != 0)
+    return Status::InvalidArgument(std::string(fn) + ": out is not " + std::to_string(out_align) + "-byte aligned");
+  return Status::Ok();
+}
+
+// Copies e ([n]) and sm ([sm_bytes]) to fresh device buffers, each `offset` bytes past its allocation's
+// start, runs `launch(d_e, d_sm, d_out)` and copies out ([out_bytes]) back. Syncs (test/bench helper).
+template <typename Launch>
+Status RunOnDevice(const uint8_t* e, const uint8_t* sm, void* out, int64_t n, uint64_t sm_bytes, uint64_t out_bytes,
+                   int offset, Launch launch) {
+  if (CudaDeviceCount() == 0) return Status::Unavailable("no CUDA device");
+  if (offset < 0 || offset > 255) return Status::InvalidArgument("offset must be in [0, 255]");
+  uint8_t* d_e = nullptr;
+  uint8_t* d_sm = nullptr;
+  uint8_t* d_out = nullptr;
+  const size_t pad = static_cast<size_t>(offset);
+  const size_t e_bytes = static_cast<size_t>(n);
+  Status st = CudaStatus(cudaMalloc(&d_e, e_bytes + pad + 1), "cudaMalloc e");
+  if (st.ok()) st = CudaStatus(cudaMalloc(&d_sm, sm_bytes + pad + 1), "cudaMalloc sm");
+  if (st.ok()) st = CudaStatus(cudaMalloc(&d_out, out_bytes + 16), "cudaMalloc out");
+  if (st.ok()) st = CudaStatus(cudaMemcpy(d_e + pad, e, e_bytes, cudaMemcpyHostToDevice), "cudaMemcpy e");
+  if (st.ok()) st = CudaStatus(cudaMemcpy(d_sm + pad, sm, sm_bytes, cudaMemcpyHostToDevice), "cudaMemcpy sm");
+  if (st.ok()) st = launch(d_e + pad, d_sm + pad, d_out);
+  // NOTE(sync): the copy back synchronises the default stream; this helper is for tests/benches.
+  if (st.ok()) st = CudaStatus(cudaMemcpy(out, d_out, out_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy out");
+  cudaFree(d_e);
+  cudaFree(d_sm);
+  cudaFree(d_out);
+  return st;
 }
 
 }  // namespace
@@ -187,6 +322,55 @@ Status RecoverBf16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, i
   cudaFree(d_sm);
   cudaFree(d_out);
   return st;
+}
+
+Status LaunchRecoverF32(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n, void* stream) {
+  ZM_RETURN_IF_ERROR(CheckFpLaunch("LaunchRecoverF32", e, sm, out, n, 4));
+  if (n == 0) return Status::Ok();
+  const auto s = static_cast<cudaStream_t>(stream);
+  int blocks = 1;
+  if (RecoverF32VectorPathFits(e, sm, out, n)) {
+    ZM_RETURN_IF_ERROR(GridBlocks(RecoverF32VecKernel, n / 4, &blocks));
+    RecoverF32VecKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, reinterpret_cast<const uint16_t*>(sm), sm + 2 * n,
+                                                            out, n);
+    return CudaStatus(cudaGetLastError(), "RecoverF32VecKernel launch");
+  }
+  ZM_RETURN_IF_ERROR(GridBlocks(RecoverF32ScalarKernel, n, &blocks));
+  RecoverF32ScalarKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+  return CudaStatus(cudaGetLastError(), "RecoverF32ScalarKernel launch");
+}
+
+Status LaunchRecoverF16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, void* stream) {
+  ZM_RETURN_IF_ERROR(CheckFpLaunch("LaunchRecoverF16", e, sm, out, n, 2));
+  if (n == 0) return Status::Ok();
+  const auto s = static_cast<cudaStream_t>(stream);
+  int blocks = 1;
+  if (RecoverF16VectorPathFits(e, sm, out)) {
+    ZM_RETURN_IF_ERROR(GridBlocks(RecoverF16VecKernel, n / 8, &blocks));
+    RecoverF16VecKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, sm + n, out, n);
+    return CudaStatus(cudaGetLastError(), "RecoverF16VecKernel launch");
+  }
+  ZM_RETURN_IF_ERROR(GridBlocks(RecoverF16ScalarKernel, n, &blocks));
+  RecoverF16ScalarKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+  return CudaStatus(cudaGetLastError(), "RecoverF16ScalarKernel launch");
+}
+
+Status RecoverF32OnDevice(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n, int offset) {
+  ZM_RETURN_IF_ERROR(CheckFpLaunch("RecoverF32OnDevice", e, sm, out, n, 1));
+  const uint64_t count = static_cast<uint64_t>(n);
+  return RunOnDevice(e, sm, out, n, 3 * count, 4 * count, offset,
+                     [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
+                       return LaunchRecoverF32(d_e, d_sm, reinterpret_cast<uint32_t*>(d_out), n, nullptr);
+                     });
+}
+
+Status RecoverF16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, int offset) {
+  ZM_RETURN_IF_ERROR(CheckFpLaunch("RecoverF16OnDevice", e, sm, out, n, 1));
+  const uint64_t count = static_cast<uint64_t>(n);
+  return RunOnDevice(e, sm, out, n, count + 3 * ((count + 7) / 8), 2 * count, offset,
+                     [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
+                       return LaunchRecoverF16(d_e, d_sm, reinterpret_cast<uint16_t*>(d_out), n, nullptr);
+                     });
 }
 
 }  // namespace zipmoe::kernels

@@ -1,11 +1,13 @@
-// BF16 tensor recovery (ZipMoE §3.1 Fig. 5 ➐, §3.3 "Memory-Coalesced Tensor Recovery Kernel"):
-// re-assembles BF16 from the exponent plane (decoded E-chunks) and the sign|mantissa plane
-// (SM-chunk). Host API only; no torch, no CUDA headers.
+// Tensor recovery (ZipMoE §3.1 Fig. 5 ➐, §3.3 "Memory-Coalesced Tensor Recovery Kernel"): re-assembles
+// BF16, F32 or F16 values from the exponent plane (decoded E-chunks) and the sign|mantissa plane
+// (SM-chunk). Host API only; no torch, no CUDA headers. Plane layouts per dtype: common/bitfield.h.
 //
-// Every path computes, for i in [0, n):
+// BF16 (the served dtype), for i in [0, n):
 //   out[i] = (sm[i] & 0x80) << 8 | e[i] << 7 | (sm[i] & 0x7f)
 //   e: [n] uint8 exponent plane; sm: [n] uint8 sign<<7 | mantissa; out: [n] uint16 BF16 bit patterns.
 // and all of them are bit-identical to RecoverBf16Reference for all 65,536 (e, sm) pairs.
+// F32 and F16 (lossless FP32/F16 checkpoints; the runtime does not serve them yet): see the
+// RecoverF32* / RecoverF16* section below for their formulas.
 //
 // Paths:
 //   RecoverBf16Reference  scalar reference (the same bit formula; see common/bitfield.h).
@@ -99,5 +101,56 @@ Status LaunchRecoverBf16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int
 // Errors: kUnavailable without CUDA or device; kInvalidArgument as LaunchRecoverBf16;
 // kInternal on CUDA errors.
 Status RecoverBf16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
+
+// ---- F32 and F16 recovery (kernels/recovery_ref.cc, recovery_fp_cpu.cc, recovery.cu) ----------
+//
+// F32, for i in [0, n) (ZipMoE §3.1's split applied to the 8-bit FP32 exponent):
+//   hi = sm[2n + i], lo = sm[2i] | sm[2i + 1] << 8
+//   out[i] = ((hi & 0x80) << 8 | e[i] << 7 | (hi & 0x7f)) << 16 | lo
+//   e: [n] uint8 exponent plane; sm: [3n] bytes = lo plane [n] uint16 little-endian (mantissa bits
+//   15..0), then hi plane [n] uint8 (sign << 7 | mantissa bits 22..16); out: [n] uint32 F32 patterns.
+// F16, for i in [0, n), g = i / 8, j = i % 8:
+//   w = sm[n + 3g] | sm[n + 3g + 1] << 8 | sm[n + 3g + 2] << 16,  t = w >> 3j & 7  (sign << 2 | mantissa 9..8)
+//   out[i] = (t >> 2) << 15 | (e[i] & 0x1f) << 10 | (t & 3) << 8 | sm[i]
+//   e: [n] uint8 exponent plane (0..31); sm: [n + 3·ceil(n/8)] bytes = lo plane [n] uint8 (mantissa
+//   bits 7..0), then ceil(n/8) 3-byte groups of eight 3-bit fields; out: [n] uint16 F16 patterns.
+// Every path is bit-identical to its Reference (tests: all 65,536 F16 patterns; F32 NaN payloads,
+// Inf, subnormals, -0). Pointers may have any alignment on the CPU; n <= 0 touches nothing.
+
+// Scalar references (MergeF32 / MergeF16 of common/bitfield.h).
+void RecoverF32Reference(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n);
+void RecoverF16Reference(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
+
+// CPU fast paths (kernels/recovery_fp_cpu.cc), single-threaded, any alignment, no intrinsics: F32 in
+// fixed 16-element blocks the compiler vectorises (on par with MergeF32, which GCC vectorises too); F16
+// in 2048-element blocks, the packed fields first spread to bytes, then a vectorised combine (~4x
+// MergeF16; bench/recovery_fp_bench.cc). No error path, as RecoverBf16Cpu.
+void RecoverF32Cpu(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n);
+void RecoverF16Cpu(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
+
+// GPU recovery (kernels/recovery.cu). Grid-stride, coalesced: a thread recovers 4 F32 values (4-byte
+// loads of e and hi, one 8-byte load of lo, one 16-byte store) or one 8-value F16 group (8-byte loads
+// of e and lo, 3 byte loads of the packed group, one 16-byte store) when the planes allow it:
+//   F32 vector path: e ≡ 0 (mod 4), sm ≡ 0 (mod 8), sm + 2n ≡ 0 (mod 4), out ≡ 0 (mod 16)
+//   F16 vector path: e ≡ 0 (mod 8), sm ≡ 0 (mod 8), out ≡ 0 (mod 16)
+// (always true for cudaMalloc'd planes of even n); otherwise one element per thread, any alignment
+// (out must still be aligned to its element type). Pointers device-accessible; `stream` is a
+// cudaStream_t as void* (nullptr = default stream). Enqueues only (no sync).
+// Errors: kInvalidArgument (n < 0, null pointer with n > 0, misaligned out), kUnavailable (built
+// without CUDA), kInternal (device query or launch error, with the CUDA error string).
+Status LaunchRecoverF32(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n, void* stream);
+Status LaunchRecoverF16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, void* stream);
+// True when LaunchRecoverF32 / LaunchRecoverF16 take their vector path for these pointers (pure
+// address arithmetic; usable without CUDA).
+bool RecoverF32VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint32_t* out, int64_t n);
+bool RecoverF16VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint16_t* out);
+
+// Test/bench helpers as RecoverBf16OnDevice: the host planes (sm of SmPlaneBytes(dtype, n) bytes) are
+// copied to fresh device buffers, e and sm each starting `offset` bytes past a 256-byte boundary
+// (0 = the vector path for even n; an odd offset forces the element path), recovered into a fresh
+// aligned out, copied back; syncs.
+// Errors: kUnavailable without CUDA or device; kInvalidArgument as the launchers; kInternal on CUDA errors.
+Status RecoverF32OnDevice(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n, int offset = 0);
+Status RecoverF16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, int offset = 0);
 
 }  // namespace zipmoe::kernels

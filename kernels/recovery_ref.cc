@@ -1,5 +1,5 @@
-// Host side of BF16 recovery (ZipMoE §3.3): the scalar reference, the GPU kernel-path selection
-// (pure address arithmetic, shared by recovery.cu and the host tests), and the no-CUDA stubs.
+// Host side of BF16/F32/F16 recovery (ZipMoE §3.3): the scalar references, the GPU kernel-path
+// selection (pure address arithmetic, shared by recovery.cu and the host tests), and the no-CUDA stubs.
 #include "common/bitfield.h"
 #include "kernels/recovery.h"
 
@@ -7,6 +7,28 @@ namespace zipmoe::kernels {
 
 void RecoverBf16Reference(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n) {
   MergeBf16(e, sm, n, out);
+}
+
+void RecoverF32Reference(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n) {
+  if (n > 0) MergeF32(e, sm, n, out);
+}
+
+void RecoverF16Reference(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n) {
+  if (n > 0) MergeF16(e, sm, n, out);
+}
+
+bool RecoverF32VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint32_t* out, int64_t n) {
+  const auto ea = reinterpret_cast<uintptr_t>(e);
+  const auto sa = reinterpret_cast<uintptr_t>(sm);
+  const auto oa = reinterpret_cast<uintptr_t>(out);
+  return ea % 4 == 0 && sa % 8 == 0 && (sa + 2 * static_cast<uintptr_t>(n)) % 4 == 0 && oa % 16 == 0;
+}
+
+bool RecoverF16VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint16_t* out) {
+  const auto ea = reinterpret_cast<uintptr_t>(e);
+  const auto sa = reinterpret_cast<uintptr_t>(sm);
+  const auto oa = reinterpret_cast<uintptr_t>(out);
+  return ea % 8 == 0 && sa % 8 == 0 && oa % 16 == 0;
 }
 
 const char* RecoveryKernelPathName(RecoveryKernelPath path) {
@@ -51,6 +73,18 @@ Status LaunchRecoverBf16(const uint8_t*, const uint8_t*, uint16_t*, int64_t, voi
 }
 Status RecoverBf16OnDevice(const uint8_t*, const uint8_t*, uint16_t*, int64_t) {
   return Status::Unavailable("RecoverBf16OnDevice: zipmoe was built without CUDA");
+}
+Status LaunchRecoverF32(const uint8_t*, const uint8_t*, uint32_t*, int64_t, void*) {
+  return Status::Unavailable("LaunchRecoverF32: zipmoe was built without CUDA");
+}
+Status LaunchRecoverF16(const uint8_t*, const uint8_t*, uint16_t*, int64_t, void*) {
+  return Status::Unavailable("LaunchRecoverF16: zipmoe was built without CUDA");
+}
+Status RecoverF32OnDevice(const uint8_t*, const uint8_t*, uint32_t*, int64_t, int) {
+  return Status::Unavailable("RecoverF32OnDevice: zipmoe was built without CUDA");
+}
+Status RecoverF16OnDevice(const uint8_t*, const uint8_t*, uint16_t*, int64_t, int) {
+  return Status::Unavailable("RecoverF16OnDevice: zipmoe was built without CUDA");
 }
 #endif
 

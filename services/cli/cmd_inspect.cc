@@ -38,6 +38,13 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
     fmt::print("  exponent plane  {:.3f} bits/value stored, Shannon entropy {:.3f} bits -> bound ratio {:.4f}\n",
                v["e_bits_per_value"].get<double>(), v["exponent_entropy_bits"].get<double>(),
                v["entropy_bound_ratio"].get<double>());
+    for (const auto& d : v["dtypes"]) {
+      fmt::print("  {:<5} experts    {} tensors, ratio {:.4f}; {} SM bits + exponent entropy {:.3f} bits -> bound "
+                 "ratio {:.4f}\n",
+                 d["dtype"].get<std::string>(), d["tensors"].get<int64_t>(), d["ratio"].get<double>(),
+                 d["sm_bits_per_value"].get<int>(), d["exponent_entropy_bits"].get<double>(),
+                 d["entropy_bound_ratio"].get<double>());
+    }
   });
 }
 

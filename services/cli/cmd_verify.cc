@@ -24,7 +24,7 @@ void AddVerifyCommand(CLI::App& app, int* exit_code) {
       return;
     }
     const auto& s = summary.value();
-    fmt::print("verify OK: {} expert tensors ({} chunks, {:.1f} MB BF16) and {} dense tensors are bit-exact ({:.1f} s)\n",
+    fmt::print("verify OK: {} expert tensors ({} chunks, {:.1f} MB) and {} dense tensors are bit-exact ({:.1f} s)\n",
                s.expert_tensors, s.chunks, s.expert_bytes_raw / 1e6, s.dense_tensors, s.seconds);
   });
 }

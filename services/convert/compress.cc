@@ -37,35 +37,53 @@ struct EncodedTensor {
   uint64_t histogram[256] = {};
 };
 
-// BF16 bytes of `view`, converting F16/F32 (round to nearest even) when allowed.
-Result<std::vector<uint16_t>> ToBf16(const TensorView& view, bool convert_dtype) {
+// BF16 bytes of `view`, rounding F16/F32 to nearest even (--convert-dtype only).
+std::vector<uint16_t> RoundToBf16(const TensorView& view) {
   const int64_t n = view.spec.numel();
   std::vector<uint16_t> out(static_cast<size_t>(n));
-  switch (view.spec.dtype) {
-    case DType::kBF16:
-      std::memcpy(out.data(), view.data, static_cast<size_t>(n) * 2);
-      return out;
-    case DType::kF16:
-    case DType::kF32:
-      if (!convert_dtype) break;
-      for (int64_t i = 0; i < n; ++i) {
-        float f;
-        if (view.spec.dtype == DType::kF32) {
-          std::memcpy(&f, view.data + 4 * i, 4);
-        } else {
-          uint16_t h;
-          std::memcpy(&h, view.data + 2 * i, 2);
-          f = F16ToFloat(h);
-        }
-        out[static_cast<size_t>(i)] = FloatToBf16(f);
-      }
-      return out;
-    default:
-      break;
+  for (int64_t i = 0; i < n; ++i) {
+    float f;
+    if (view.spec.dtype == DType::kF32) {
+      std::memcpy(&f, view.data + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, view.data + 2 * i, 2);
+      f = F16ToFloat(h);
+    }
+    out[static_cast<size_t>(i)] = FloatToBf16(f);
   }
+  return out;
+}
+
+// The dtype an expert tensor is stored in: its own (BF16, F16 and F32 split losslessly), or BF16 for
+// F16/F32 with --convert-dtype. Errors: kInvalidArgument naming a tensor of any other dtype.
+Result<DType> StoredDType(const TensorView& view, bool convert_dtype) {
+  const DType dtype = view.spec.dtype;
+  if (dtype == DType::kBF16) return dtype;
+  if (dtype == DType::kF16 || dtype == DType::kF32) return convert_dtype ? DType::kBF16 : dtype;
   return Status::InvalidArgument(fmt::format(
-      "{}: expert tensor '{}' is {}, expected BF16 (pass --convert-dtype to round F16/F32 to BF16; this is lossy)",
-      view.file, view.spec.name, DTypeName(view.spec.dtype)));
+      "{}: expert tensor '{}' is {}, expected BF16, F16 or F32 (the dtypes with an exponent/sign-mantissa split)",
+      view.file, view.spec.name, DTypeName(dtype)));
+}
+
+// Splits `n` values of `dtype` at `data` (the tensor's bytes; any alignment) into the E and SM planes.
+void SplitPlanes(DType dtype, const uint8_t* data, int64_t n, std::vector<uint8_t>* e_plane,
+                 std::vector<uint8_t>* sm_plane) {
+  e_plane->resize(static_cast<size_t>(n));
+  sm_plane->resize(SmPlaneBytes(dtype, n));
+  if (dtype == DType::kF32) {
+    std::vector<uint32_t> v(static_cast<size_t>(n));
+    std::memcpy(v.data(), data, v.size() * 4);
+    SplitF32(v.data(), n, e_plane->data(), sm_plane->data());
+    return;
+  }
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  std::memcpy(v.data(), data, v.size() * 2);
+  if (dtype == DType::kF16) {
+    SplitF16(v.data(), n, e_plane->data(), sm_plane->data());
+  } else {
+    SplitBf16(v.data(), n, e_plane->data(), sm_plane->data());
+  }
 }
 
 Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOptions& opt) {
@@ -76,15 +94,20 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
   t.expert_id = src.id.expert_id;
   t.proj = src.id.proj;
   t.shape = src.view.spec.shape;
-  t.dtype = DType::kBF16;
+  ZM_ASSIGN_OR_RETURN(t.dtype, StoredDType(src.view, opt.convert_dtype));
   t.codec = opt.codec.codec;
   t.level = opt.codec.level == 0 ? DefaultCodecLevel(opt.codec.codec) : opt.codec.level;
 
-  ZM_ASSIGN_OR_RETURN(std::vector<uint16_t> bf16, ToBf16(src.view, opt.convert_dtype));
-  const int64_t n = static_cast<int64_t>(bf16.size());
-  t.bf16_xxh64 = Xxh64(bf16.data(), bf16.size() * 2);
-  std::vector<uint8_t> e_plane(bf16.size()), sm_plane(bf16.size());
-  SplitBf16(bf16.data(), n, e_plane.data(), sm_plane.data());
+  const int64_t n = src.view.spec.numel();
+  std::vector<uint8_t> e_plane, sm_plane;
+  if (t.dtype != src.view.spec.dtype) {  // --convert-dtype: rounded, lossy
+    const std::vector<uint16_t> bf16 = RoundToBf16(src.view);
+    t.bf16_xxh64 = Xxh64(bf16.data(), bf16.size() * 2);
+    SplitPlanes(DType::kBF16, reinterpret_cast<const uint8_t*>(bf16.data()), n, &e_plane, &sm_plane);
+  } else {
+    t.bf16_xxh64 = Xxh64(src.view.data, src.view.size_bytes());  // of the original bytes, any dtype
+    SplitPlanes(t.dtype, src.view.data, n, &e_plane, &sm_plane);
+  }
   AccumulateHistogram(e_plane.data(), n, enc.histogram);
 
   const auto ranges = ShardRanges(n, opt.n_shards);
@@ -99,8 +122,8 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
                         static_cast<uint64_t>(count), Xxh64(buf.data(), buf.size())});
     enc.bytes.push_back(std::move(buf));
   }
-  t.chunks.push_back({ChunkKind::kSm, 0, static_cast<uint64_t>(n), 0, static_cast<uint64_t>(n),
-                      static_cast<uint64_t>(n), Xxh64(sm_plane.data(), sm_plane.size())});
+  t.chunks.push_back({ChunkKind::kSm, 0, static_cast<uint64_t>(n), 0, sm_plane.size(), sm_plane.size(),
+                      Xxh64(sm_plane.data(), sm_plane.size())});
   enc.bytes.push_back(std::move(sm_plane));
   return enc;
 }
@@ -119,6 +142,14 @@ std::vector<std::string> ExtraFiles(const std::string& model_dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Adds `histogram` to the entry of `dtype` in `per_dtype` (kept in DType order), creating it.
+void AddHistogram(DType dtype, const uint64_t (&histogram)[256], std::vector<DTypeHistogram>* per_dtype) {
+  auto it = std::find_if(per_dtype->begin(), per_dtype->end(),
+                         [&](const DTypeHistogram& h) { return h.dtype >= dtype; });
+  if (it == per_dtype->end() || it->dtype != dtype) it = per_dtype->insert(it, DTypeHistogram{dtype, {}});
+  for (int s = 0; s < 256; ++s) it->counts[static_cast<size_t>(s)] += histogram[s];
 }
 
 Status CopyFileAtomic(const std::string& from, const std::string& to) {
@@ -169,10 +200,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
       if (view.spec.shape.size() != 2)
         return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' has {} dims, expected 2", view.file, name,
                                                    view.spec.shape.size()));
-      if (view.spec.dtype != DType::kBF16 && !opt.convert_dtype) {
-        auto st = ToBf16(view, false);  // produces the descriptive error
-        return st.status();
-      }
+      ZM_RETURN_IF_ERROR(StoredDType(view, opt.convert_dtype).status());  // names a tensor of another dtype
       experts.push_back({*id, view});
     } else {
       dense.push_back(view);
@@ -225,6 +253,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
         ZM_RETURN_IF_ERROR(experts_file.Write(enc.bytes[c].data(), enc.bytes[c].size()));
       }
       for (int s = 0; s < 256; ++s) m.exponent_histogram[s] += enc.histogram[s];
+      AddHistogram(enc.info.dtype, enc.histogram, &m.exponent_histograms);
       enc.info.record_xxh64 = RecordHash(enc.info);
       prog.tensors_done++;
       prog.raw_bytes_done += enc.info.raw_bytes();

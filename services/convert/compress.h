@@ -24,14 +24,15 @@ struct CompressOptions {
   CodecOptions codec;     // of the E-chunks; level 0 = codec default
   int n_shards = 4;       // K: E-chunks per tensor (>= 1; clamped to the element count)
   int n_threads = 0;      // 0 = hardware concurrency
-  bool convert_dtype = false;  // allow F16/F32 expert tensors, rounding them to BF16 (lossy!)
+  bool convert_dtype = false;  // round F16/F32 expert tensors to BF16 (lossy!) so the runtime can serve
+                               // them; without it they are split losslessly in their own dtype
   bool overwrite = false;      // replace an existing OUT_DIR
 };
 
 struct CompressProgress {
   int64_t tensors_done = 0;
   int64_t tensors_total = 0;
-  uint64_t raw_bytes_done = 0;     // BF16 bytes of the expert tensors written so far
+  uint64_t raw_bytes_done = 0;     // original bytes (BF16 after --convert-dtype) of the expert tensors so far
   uint64_t stored_bytes_done = 0;  // chunk bytes written so far (no padding)
 };
 
@@ -44,9 +45,11 @@ struct CompressSummary {
   double seconds = 0;
 };
 
+// Expert tensors keep their dtype bit-exactly: BF16, F16 and F32 each get their own E/SM planes
+// (common/bitfield.h); convert_dtype rounds F16/F32 to BF16 instead.
 // Errors: those of Checkpoint::Open; kInvalidArgument (OUT_DIR exists without overwrite, no routed
-// expert tensors found, an expert tensor that is not BF16 without convert_dtype — naming it, a tensor
-// that is not 2-D); kIoError writing. `progress` (optional) is called from the calling thread.
+// expert tensors found, an expert tensor that is not BF16/F16/F32 — naming it, a tensor that is not
+// 2-D); kIoError writing. `progress` (optional) is called from the calling thread.
 Result<CompressSummary> CompressModel(const CompressOptions& options,
                                       const std::function<void(const CompressProgress&)>& progress = nullptr);
 

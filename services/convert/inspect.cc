@@ -30,6 +30,37 @@ nlohmann::json InspectManifest(const Manifest& m) {
   for (int i = 0; i < 256; ++i) hist[i] = m.exponent_histogram[static_cast<size_t>(i)];
   const double entropy = ShannonEntropyBits(hist);
 
+  // Per dtype: sizes from the records, entropy from that dtype's exponent histogram.
+  nlohmann::json dtypes = nlohmann::json::array();
+  double bound_bits = 0;  // Σ values · (SM bits + H) over dtypes
+  for (const DTypeHistogram& h : m.exponent_histograms) {
+    uint64_t d_tensors = 0, d_values = 0, d_raw = 0, d_stored = 0, d_e_stored = 0;
+    for (const auto& t : m.expert_tensors) {
+      if (t.dtype != h.dtype) continue;
+      ++d_tensors;
+      d_values += static_cast<uint64_t>(t.numel());
+      d_raw += t.raw_bytes();
+      d_stored += t.stored_bytes();
+      d_e_stored += t.e_stored_bytes();
+    }
+    for (int i = 0; i < 256; ++i) hist[i] = h.counts[static_cast<size_t>(i)];
+    const double d_entropy = ShannonEntropyBits(hist);
+    const int sm_bits = SmBitsPerValue(h.dtype);
+    const int total_bits = 8 * DTypeSize(h.dtype);
+    bound_bits += static_cast<double>(d_values) * (sm_bits + d_entropy);
+    dtypes.push_back({{"dtype", DTypeName(h.dtype)},
+                      {"tensors", d_tensors},
+                      {"values", d_values},
+                      {"raw_bytes", d_raw},
+                      {"stored_bytes", d_stored},
+                      {"e_bytes_stored", d_e_stored},
+                      {"sm_bytes_stored", d_stored - d_e_stored},
+                      {"ratio", d_raw ? static_cast<double>(d_stored) / static_cast<double>(d_raw) : 0.0},
+                      {"sm_bits_per_value", sm_bits},
+                      {"exponent_entropy_bits", d_entropy},
+                      {"entropy_bound_ratio", (sm_bits + d_entropy) / total_bits}});
+  }
+
   nlohmann::json per_layer = nlohmann::json::array();
   for (const auto& [layer_id, l] : layers) {
     per_layer.push_back({{"layer_id", layer_id},
@@ -56,7 +87,10 @@ nlohmann::json InspectManifest(const Manifest& m) {
   j["file_ratio"] = raw ? static_cast<double>(m.experts_file_bytes) / static_cast<double>(raw) : 0.0;
   j["e_bits_per_value"] = values ? 8.0 * static_cast<double>(e_stored) / static_cast<double>(values) : 0.0;
   j["exponent_entropy_bits"] = entropy;
-  j["entropy_bound_ratio"] = (entropy + 8.0) / 16.0;
+  // All BF16: exactly (H + 8)/16 as before; otherwise the value-weighted bound of the dtypes present.
+  const bool all_bf16 = m.exponent_histograms.size() == 1 && m.exponent_histograms[0].dtype == DType::kBF16;
+  j["entropy_bound_ratio"] = all_bf16 || raw == 0 ? (entropy + 8.0) / 16.0 : bound_bits / (8.0 * raw);
+  j["dtypes"] = dtypes;
   j["per_layer"] = per_layer;
   return j;
 }

@@ -68,16 +68,26 @@ Status VerifyExpert(const ExpertStore& store, const Checkpoint& ckpt, const Expe
   if (view->spec.shape != t.shape)
     return Status::Corruption(fmt::format("tensor '{}': shape {} in the manifest, {} in {}", t.name,
                                           ShapeString(t.shape), ShapeString(view->spec.shape), view->file));
-  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
-  ZM_RETURN_IF_ERROR(store.ReadTensorBf16(t, out.data()));
-  if (view->spec.dtype != DType::kBF16)
-    return Status::Ok();  // converted with --convert-dtype: the BF16 hash check above is the reference
-  if (std::memcmp(out.data(), view->data, out.size() * 2) != 0) {
+  std::vector<uint8_t> out(t.raw_bytes());
+  ZM_RETURN_IF_ERROR(store.ReadTensor(t, out.data()));
+  if (view->spec.dtype != t.dtype) {
+    const bool rounded =
+        t.dtype == DType::kBF16 && (view->spec.dtype == DType::kF16 || view->spec.dtype == DType::kF32);
+    if (rounded) return Status::Ok();  // --convert-dtype: the BF16 hash check above is the reference
+    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): {} in the manifest, {} in {}", t.name,
+                                          t.layer_id, t.expert_id, DTypeName(t.dtype), DTypeName(view->spec.dtype),
+                                          view->file));
+  }
+  if (view->size_bytes() != out.size() || std::memcmp(out.data(), view->data, out.size()) != 0) {
+    const size_t width = static_cast<size_t>(DTypeSize(t.dtype));
     size_t i = 0;
-    while (i < out.size() && std::memcmp(&out[i], view->data + 2 * i, 2) == 0) ++i;
-    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): element {} recovers as 0x{:04x}, "
+    while ((i + 1) * width <= out.size() && std::memcmp(&out[i * width], view->data + i * width, width) == 0) ++i;
+    uint32_t got = 0;
+    if ((i + 1) * width <= out.size()) std::memcpy(&got, &out[i * width], std::min(width, sizeof got));
+    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): {} element {} recovers as 0x{:0{}x}, "
                                           "checkpoint {} has a different value",
-                                          t.name, t.layer_id, t.expert_id, i, out[i], view->file));
+                                          t.name, t.layer_id, t.expert_id, DTypeName(t.dtype), i, got, 2 * width,
+                                          view->file));
   }
   return Status::Ok();
 }
@@ -107,7 +117,7 @@ Status VerifyDense(const Manifest& m, const std::string& dense_path, const Check
 
 Result<VerifySummary> VerifyCompressed(const VerifyOptions& opt, const std::function<void(int64_t, int64_t)>& progress) {
   const auto start = std::chrono::steady_clock::now();
-  ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, ExpertStore::Open(opt.compressed_dir));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, ExpertStore::Open(opt.compressed_dir, ExpertDTypes::kAny));
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(opt.model_dir));
   const Manifest& m = store->manifest();
 

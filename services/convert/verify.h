@@ -2,9 +2,9 @@
 //
 // Checks, in order: manifest.bin (header checksum, record hashes, structure — see ReadManifest);
 // experts.bin size, chunk placement (aligned, non-overlapping) and zero padding between chunks; for
-// every expert tensor, every chunk's xxHash64, E-chunk decoding, the recovered BF16 hash, and the
-// recovered bytes against the checkpoint tensor; every dense tensor's bytes against the checkpoint;
-// and that the two directories hold exactly the same tensor names, shapes and dtypes.
+// every expert tensor, every chunk's xxHash64, E-chunk decoding, the recovered tensor's hash, and the
+// recovered bytes (BF16, F16 or F32, bit-exact) against the checkpoint tensor; every dense tensor's
+// bytes against the checkpoint; and that the two directories hold exactly the same tensor names, shapes and dtypes.
 #pragma once
 
 #include <cstdint>

@@ -243,17 +243,20 @@ TEST(ConvertTest, ZstdMeetsTheEntropyBoundOnGaussianWeights) {
   EXPECT_TRUE(VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2}).ok());
 }
 
-TEST(ConvertTest, RefusesNonBf16ExpertsUnlessAsked) {
+// F16/F32 experts are kept bit-exact since issue 19 (tests/services/convert_fp_test.cc); a dtype without
+// an exponent/sign-mantissa split is refused, naming the tensor, and --convert-dtype still rounds F32.
+TEST(ConvertTest, RefusesUnsplittableExpertsAndRoundsF32OnRequest) {
   TempDir tmp;
-  WriteToyCheckpoint(tmp.Sub("m"), DType::kF32, 2, 16, 24, 3);
-  auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2));
+  WriteToyCheckpoint(tmp.Sub("m64"), DType::kF64, 2, 16, 24, 3);
+  auto s = CompressModel(Options(tmp.Sub("m64"), tmp.Sub("c"), Codec::kZstd, 2));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("model.layers.0.mlp.experts.0.down_proj.weight"), std::string::npos)
       << s.status().ToString();
-  EXPECT_NE(s.status().message().find("F32"), std::string::npos);
+  EXPECT_NE(s.status().message().find("F64"), std::string::npos);
   EXPECT_FALSE(fs::exists(tmp.Sub("c")));
 
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kF32, 2, 16, 24, 3);
   CompressOptions o = Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2);
   o.convert_dtype = true;
   s = CompressModel(o);
