@@ -1,7 +1,9 @@
 // Test helpers: a temporary directory removed at scope exit, and running the zipmoe CLI.
 #pragma once
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 namespace zipmoe::testing {
 
@@ -38,5 +40,17 @@ std::string CachedCompress(const std::string& model_dir, const std::string& comp
 // Reads/writes whole files (test setup only; failures abort the test via ADD_FAILURE + empty result).
 std::string ReadAll(const std::string& path);
 void WriteAll(const std::string& path, const std::string& data);
+
+// Polls `done` every 5 ms for up to `limit`: for state another thread changes (a server's
+// counters, a worker's statistics). Returns done()'s last value.
+template <typename F>
+bool Eventually(F done, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return done();
+}
 
 }  // namespace zipmoe::testing

@@ -15,11 +15,13 @@
 #include <fmt/format.h>
 
 #include "common/mutex.h"
+#include "tests/test_util.h"
 
 namespace zipmoe::messaging {
 namespace {
 
 using std::chrono::milliseconds;
+using zipmoe::testing::Eventually;
 
 std::string Endpoint(const char* tag) {
   static int counter = 0;
@@ -56,15 +58,6 @@ class Recorder : public RouterServer::Handler {
   Mutex mu;
   std::vector<std::string> order ZM_GUARDED_BY(mu);
 };
-
-template <typename F>
-bool Eventually(F done) {
-  for (int i = 0; i < 400; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return done();
-}
 
 TEST(RouterServer, ServesMessagesInOrderAndRepliesThroughItsChannel) {
   zmq::context_t context;

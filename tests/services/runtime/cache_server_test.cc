@@ -36,6 +36,7 @@ namespace msg = messaging;
 using std::chrono::milliseconds;
 using testing::CachedCompress;
 using testing::CachedSynth;
+using testing::Eventually;
 using testing::TempDir;
 
 msg::CacheHello HelloOf(uint64_t request_id, uint32_t heartbeat_ms) {
@@ -181,17 +182,6 @@ OffloadConfig BaseConfig(const std::string& dir, const Manifest& m, double share
   c.n_workers = 2;
   c.staging_slots = 4;
   return c;
-}
-
-// Waits up to `limit` for `done` (polling the server's state, which changes on its own thread).
-template <typename F>
-bool Eventually(F done, milliseconds limit = milliseconds(5000)) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return done();
 }
 
 TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
