@@ -299,7 +299,7 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   void AbortLocked(MutexLock* lock) ZM_REQUIRES(mu);
   // Destroys the open layer's leases on `expert_ids` (admission, next wave), mu released meanwhile;
   // releases of another layer or of experts not held are stale and ignored.
-  void ReleaseLocked(MutexLock* lock, int32_t layer, const std::vector<int32_t>& expert_ids) ZM_REQUIRES(mu);
+  void ReleaseLocked(int32_t layer, const std::vector<int32_t>& expert_ids) ZM_REQUIRES(mu);
   void Handle(const std::string& peer, msg::Body body);
 };
 
@@ -360,7 +360,7 @@ void ProviderServer::State::AbortLocked(MutexLock* lock) {
   active = false;
 }
 
-void ProviderServer::State::ReleaseLocked(MutexLock* lock, int32_t layer, const std::vector<int32_t>& expert_ids) {
+void ProviderServer::State::ReleaseLocked(int32_t layer, const std::vector<int32_t>& expert_ids) {
   if (!active || layer != layer_id) return;  // stale
   std::vector<std::unique_ptr<ExpertLease>> released;
   for (int32_t expert : expert_ids) {
@@ -370,9 +370,9 @@ void ProviderServer::State::ReleaseLocked(MutexLock* lock, int32_t layer, const 
     leases.erase(it);
   }
   if (released.empty()) return;
-  lock->Unlock();
+  mu.Unlock();
   released.clear();  // admission + next wave (OffloadExpertProvider::OnLeaseReleased)
-  lock->Lock();
+  mu.Lock();
 }
 
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
@@ -407,11 +407,11 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     return;
   }
   if (auto* release = std::get_if<msg::LeaseRelease>(&body)) {
-    ReleaseLocked(&lock, release->layer_id, release->expert_ids);
+    ReleaseLocked(release->layer_id, release->expert_ids);
     return;
   }
   if (auto* end = std::get_if<msg::LayerEnd>(&body)) {
-    ReleaseLocked(&lock, end->layer_id, end->released_expert_ids);
+    ReleaseLocked(end->layer_id, end->released_expert_ids);
     Status st;
     if (!active || end->layer_id != layer_id) {
       st = Status::InvalidArgument(fmt::format("EndLayer({}): the open layer is {}", end->layer_id,
