@@ -1,0 +1,146 @@
+"""The slow, deliberately different token-by-token implementation of the numpy reference
+(moe_reference.py), used by check_logits.py's self-test through Model.forward(ids, naive=True).
+"""
+
+import math
+
+import numpy as np
+
+from moe_reference_ops import F32, linear, rms_norm
+
+# ----------------------------------------------------------------------------------------------------
+# A deliberately different, slow implementation used by the self-test: one token at a time with a KV
+# cache, per-head loops, RoPE as explicit 2-D rotations of (i, i+d/2) pairs (NeoX) or of the original
+# interleaved (2i, 2i+1) pairs (DeepSeek, no de-interleave), angles and cos/sin in float64, and per-token
+# routing with python sorting. It shares only the projections/norm/MLP primitives with Model.
+# ----------------------------------------------------------------------------------------------------
+
+def _rotate_pairs_neox(x, pos, inv_freq):
+    d = x.shape[-1]
+    h = d // 2
+    out = np.empty_like(x)
+    for i in range(h):
+        a = pos * float(inv_freq[i])
+        c, s = math.cos(a), math.sin(a)
+        x1, x2 = x[..., i].astype(np.float64), x[..., i + h].astype(np.float64)
+        out[..., i] = x1 * c - x2 * s
+        out[..., i + h] = x2 * c + x1 * s
+    return out
+
+
+def _rotate_pairs_interleaved(x, pos, inv_freq):
+    d = x.shape[-1]
+    out = np.empty_like(x)
+    for i in range(d // 2):
+        a = pos * float(inv_freq[i])
+        c, s = math.cos(a), math.sin(a)
+        x1, x2 = x[..., 2 * i].astype(np.float64), x[..., 2 * i + 1].astype(np.float64)
+        out[..., 2 * i] = x1 * c - x2 * s
+        out[..., 2 * i + 1] = x2 * c + x1 * s
+    return out
+
+
+class NaiveRunner:
+    def __init__(self, model):
+        self.m = model
+
+    def _route_token(self, p, x):
+        m = self.m
+        gate = m.ckpt[(p + "block_sparse_moe.gate.weight") if m.type == "mixtral" else (p + "mlp.gate.weight")]
+        logits = [float(np.dot(gate[e].astype(np.float64), x.astype(np.float64))) for e in range(gate.shape[0])]
+        mx = max(logits)
+        ex = [math.exp(v - mx) for v in logits]
+        z = sum(ex)
+        probs = [v / z for v in ex]
+        cand = list(range(len(probs)))
+        if m.type == "deepseek_v2" and m.topk_method == "group_limited_greedy":
+            gsz = len(probs) // m.n_group
+            gscore = [max(probs[g * gsz:(g + 1) * gsz]) for g in range(m.n_group)]
+            keep = sorted(range(m.n_group), key=lambda g: -gscore[g])[:m.topk_group]
+            cand = [e for e in cand if e // gsz in keep]
+        chosen = sorted(cand, key=lambda e: -probs[e])[:m.top_k]
+        ws = [probs[e] for e in chosen]
+        if m.type == "deepseek_v2":
+            if m.top_k > 1 and m.norm_topk:
+                tot = sum(ws) + 1e-20
+                ws = [v / tot for v in ws]
+            else:
+                ws = [v * m.routed_scale for v in ws]
+        elif m.norm_topk:
+            tot = sum(ws)
+            ws = [v / tot for v in ws]
+        return chosen, ws
+
+    def _mlp_token(self, i, x):
+        m = self.m
+        p = f"model.layers.{i}."
+        xr = x[None, :]
+        if not m.is_moe_layer(i):
+            return m.gated_mlp(p + "mlp", xr)[0]
+        chosen, ws = self._route_token(p, x)
+        acc = np.zeros(x.shape, dtype=np.float64)
+        for e, wgt in zip(chosen, ws):
+            acc += wgt * m.expert(p, e, xr)[0].astype(np.float64)
+        if m.type == "qwen2_moe" and m.has_shared_expert:
+            g = float(np.dot(m.ckpt[p + "mlp.shared_expert_gate.weight"][0].astype(np.float64), x.astype(np.float64)))
+            acc += (1.0 / (1.0 + math.exp(-g))) * m.gated_mlp(p + "mlp.shared_expert", xr)[0].astype(np.float64)
+        if m.type == "deepseek_v2" and m.n_shared > 0:
+            acc += m.gated_mlp(p + "mlp.shared_experts", xr)[0].astype(np.float64)
+        return acc.astype(F32)
+
+    def _attend(self, q, keys, vals, scale):
+        """q [D]; keys [T, D]; vals [T, Dv] (all past + current), float64 softmax."""
+        sc = [float(np.dot(q.astype(np.float64), kk.astype(np.float64))) * scale for kk in keys]
+        mx = max(sc)
+        ex = [math.exp(v - mx) for v in sc]
+        z = sum(ex)
+        out = np.zeros(vals[0].shape, dtype=np.float64)
+        for e, vv in zip(ex, vals):
+            out += (e / z) * vv.astype(np.float64)
+        return out
+
+    def forward(self, ids):
+        m = self.m
+        W = m.ckpt
+        H = m.n_heads
+        caches = [([], []) for _ in range(m.n_layers)]  # per layer: list over time of per-head K/V
+        rows = []
+        inv = m.inv_freq.astype(np.float64)
+        for t, tok in enumerate(ids):
+            pos = t / m.rope_linear_factor
+            h = m.embed([tok])[0]
+            for i in range(m.n_layers):
+                p = f"model.layers.{i}."
+                x = rms_norm(h[None, :], W[p + "input_layernorm.weight"], m.eps)
+                kc, vc = caches[i]
+                if m.type == "deepseek_v2":
+                    q_nope, q_pe, k_pe, k_nope, v = m.mla_project(p, x)  # S = 1
+                    q_pe = _rotate_pairs_interleaved(q_pe[:, 0, :], pos, inv) * m.rope_mscale
+                    k_pe = _rotate_pairs_interleaved(k_pe[0], pos, inv) * m.rope_mscale
+                    kc.append([np.concatenate([k_nope[hh, 0], k_pe]) for hh in range(H)])
+                    vc.append([v[hh, 0] for hh in range(H)])
+                    heads = []
+                    for hh in range(H):
+                        qh = np.concatenate([q_nope[hh, 0], q_pe[hh]])
+                        heads.append(self._attend(qh, [kk[hh] for kk in kc], [vv[hh] for vv in vc], m.softmax_scale))
+                    bias = W[p + "self_attn.o_proj.bias"] if m.attention_bias else None
+                else:
+                    q, k, v = m.std_qkv(p, x)  # [H,1,D], [Hkv,1,D]
+                    q = _rotate_pairs_neox(q[:, 0, :], pos, inv)
+                    k = _rotate_pairs_neox(k[:, 0, :], pos, inv)
+                    kc.append([k[j] for j in range(m.n_kv)])
+                    vc.append([v[j, 0] for j in range(m.n_kv)])
+                    win = m.sliding_window(i)
+                    lo = 0 if win is None else max(0, t - win + 1)
+                    heads = []
+                    group = H // m.n_kv
+                    for hh in range(H):
+                        j = hh // group
+                        heads.append(self._attend(q[hh], [kk[j] for kk in kc[lo:]], [vv[j] for vv in vc[lo:]], m.scale))
+                    bias = W[p + "self_attn.o_proj.bias"] if m.o_bias else None
+                o = np.concatenate(heads).astype(F32)[None, :]
+                h = h + linear(o, W[p + "self_attn.o_proj.weight"], bias)[0]
+                x = rms_norm(h[None, :], W[p + "post_attention_layernorm.weight"], m.eps)[0]
+                h = h + self._mlp_token(i, x)
+            rows.append(m.lm_head(h[None, :])[0])
+        return np.stack(rows).astype(F32)

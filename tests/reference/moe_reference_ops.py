@@ -1,0 +1,185 @@
+"""Numerical helpers of the numpy reference (moe_reference.py), all float32 in, float32 out: RMSNorm,
+linear, activations, softmax, RoPE (NeoX and de-interleaved), DeepSeek-V2 YaRN, attention with a causal
+(optionally sliding-window) mask, and expert selection per architecture.
+"""
+
+import math
+
+import numpy as np
+
+F32 = np.float32
+
+
+# ----------------------------------------------------------------------------------------------------
+# Numerical helpers (all float32 in, float32 out)
+# ----------------------------------------------------------------------------------------------------
+
+def rms_norm(x, weight, eps):
+    """HF LlamaRMSNorm-style: x * rsqrt(mean(x^2, -1) + eps) * weight, in fp32."""
+    x = np.asarray(x, dtype=F32)
+    var = np.mean(x * x, axis=-1, keepdims=True, dtype=F32)
+    return (x * (F32(1.0) / np.sqrt(var + F32(eps)))) * weight
+
+
+def linear(x, w, b=None):
+    """nn.Linear: x @ W^T (+ b). W is [out, in]."""
+    y = x @ w.T
+    if b is not None:
+        y = y + b
+    return y.astype(F32, copy=False)
+
+
+def silu(x):
+    with np.errstate(over="ignore"):
+        return (x / (F32(1.0) + np.exp(-x))).astype(F32, copy=False)
+
+
+def sigmoid(x):
+    with np.errstate(over="ignore"):
+        return (F32(1.0) / (F32(1.0) + np.exp(-x))).astype(F32, copy=False)
+
+
+def softmax(x, axis=-1):
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    return (e / np.sum(e, axis=axis, keepdims=True)).astype(F32, copy=False)
+
+
+def rope_inv_freq(dim, base):
+    """1 / base^(arange(0, dim, 2) / dim). Computed in float64, rounded to float32 (HF computes the
+    power in float32; the two agree to ~1 ulp)."""
+    return (1.0 / (float(base) ** (np.arange(0, dim, 2, dtype=np.float64) / dim))).astype(F32)
+
+
+def rope_cos_sin(positions, inv_freq, mscale=1.0):
+    """NeoX/HF layout cos/sin tables [S, dim]: emb = cat(freqs, freqs). The angle t * inv_freq is
+    formed in float32 as HF does (outer product of float32 tensors); cos/sin are evaluated in float64
+    and rounded to float32."""
+    t = np.asarray(positions, dtype=F32)
+    freqs = (t[:, None] * inv_freq[None, :]).astype(F32)
+    emb = np.concatenate([freqs, freqs], axis=-1).astype(np.float64)
+    cos = (np.cos(emb) * mscale).astype(F32)
+    sin = (np.sin(emb) * mscale).astype(F32)
+    return cos, sin
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x [..., S, d]; cos/sin [S, d]."""
+    return (x * cos + rotate_half(x) * sin).astype(F32, copy=False)
+
+
+def deinterleave(x):
+    """DeepSeek: x.view(..., d/2, 2).transpose(-1, -2).reshape(..., d): [a0 b0 a1 b1 ..] -> [a0 a1 .. b0 b1 ..]."""
+    d = x.shape[-1]
+    return x.reshape(x.shape[:-1] + (d // 2, 2)).swapaxes(-1, -2).reshape(x.shape)
+
+
+# --- DeepSeek-V2 YaRN (DeepseekV2YarnRotaryEmbedding of modeling_deepseek.py) ---
+
+def yarn_find_correction_dim(num_rotations, dim, base=10000, max_position_embeddings=2048):
+    return (dim * math.log(max_position_embeddings / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+
+def yarn_find_correction_range(low_rot, high_rot, dim, base=10000, max_position_embeddings=2048):
+    low = math.floor(yarn_find_correction_dim(low_rot, dim, base, max_position_embeddings))
+    high = math.ceil(yarn_find_correction_dim(high_rot, dim, base, max_position_embeddings))
+    return max(low, 0), min(high, dim - 1)
+
+
+def yarn_get_mscale(scale=1.0, mscale=1.0):
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_linear_ramp_mask(lo, hi, dim):
+    if lo == hi:
+        hi += 0.001
+    ramp = (np.arange(dim, dtype=F32) - F32(lo)) / F32(hi - lo)
+    return np.clip(ramp, 0, 1).astype(F32)
+
+
+def deepseek_yarn_inv_freq_and_mscale(dim, base, rope_scaling):
+    """Returns (inv_freq [dim/2] float32, cos/sin multiplier) of DeepseekV2YarnRotaryEmbedding."""
+    factor = float(rope_scaling["factor"])
+    orig = rope_scaling.get("original_max_position_embeddings", 4096)
+    beta_fast = rope_scaling.get("beta_fast", 32)
+    beta_slow = rope_scaling.get("beta_slow", 1)
+    mscale = rope_scaling.get("mscale", 1)
+    mscale_all_dim = rope_scaling.get("mscale_all_dim", 0)
+    exps = np.arange(0, dim, 2, dtype=np.float64) / dim
+    freq_extra = (1.0 / (float(base) ** exps)).astype(F32)
+    freq_inter = (1.0 / (factor * float(base) ** exps)).astype(F32)
+    low, high = yarn_find_correction_range(beta_fast, beta_slow, dim, base, orig)
+    inv_freq_mask = F32(1.0) - yarn_linear_ramp_mask(low, high, dim // 2)
+    inv_freq = (freq_inter * (F32(1.0) - inv_freq_mask) + freq_extra * inv_freq_mask).astype(F32)
+    m = float(yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim))
+    return inv_freq, m
+
+
+# --- routing ---
+
+def topk_desc(x, k):
+    """Indices of the k largest per row, in descending order (ties: lower index first)."""
+    idx = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    return idx, np.take_along_axis(x, idx, axis=-1)
+
+
+def causal_mask(s, sliding_window=None):
+    """[S, S] boolean: True where query i may attend key j (j <= i and, with a window W, i - j < W)."""
+    i = np.arange(s)[:, None]
+    j = np.arange(s)[None, :]
+    ok = j <= i
+    if sliding_window is not None:
+        ok &= (i - j) < sliding_window
+    return ok
+
+
+def attention(q, k, v, scale, sliding_window=None):
+    """q [H, S, D], k [Hkv, S, D], v [Hkv, S, Dv] -> [S, H*Dv]. GQA by repeating kv heads
+    (query head h reads kv head h // (H/Hkv)), causal, softmax in fp32."""
+    h, s, _ = q.shape
+    rep = h // k.shape[0]
+    if rep > 1:
+        k = np.repeat(k, rep, axis=0)
+        v = np.repeat(v, rep, axis=0)
+    scores = (q @ k.transpose(0, 2, 1)) * F32(scale)
+    scores = np.where(causal_mask(s, sliding_window)[None], scores, F32(-np.inf))
+    probs = softmax(scores, axis=-1)
+    out = probs @ v
+    return out.transpose(1, 0, 2).reshape(s, -1).astype(F32, copy=False)
+
+
+def select_experts(model_type, probs, top_k, norm_topk, routed_scale=1.0, topk_method="greedy",
+                   n_group=1, topk_group=1):
+    """Routing of the HF MoE blocks given the router softmax probs [S, E] (fp32).
+    qwen2_moe/qwen3_moe/olmoe: top-k of probs, divided by their sum iff norm_topk_prob.
+    mixtral: top-k of probs, always divided by their sum.
+    deepseek_v2 (MoEGate of modeling_deepseek.py, V2): greedy or group_limited_greedy top-k, then
+      `if top_k > 1 and norm_topk_prob: w /= (sum + 1e-20) else: w *= routed_scaling_factor`."""
+    k = top_k
+    if model_type == "deepseek_v2":
+        if topk_method == "group_limited_greedy":
+            s, e = probs.shape
+            gs = probs.reshape(s, n_group, e // n_group).max(axis=-1)
+            gidx, _ = topk_desc(gs, topk_group)
+            gmask = np.zeros(gs.shape, dtype=bool)
+            np.put_along_axis(gmask, gidx, True, axis=-1)
+            smask = np.repeat(gmask, e // n_group, axis=-1)
+            idx, w = topk_desc(np.where(smask, probs, F32(0.0)), k)
+        else:
+            idx, w = topk_desc(probs, k)
+        if k > 1 and norm_topk:
+            w = w / (np.sum(w, axis=-1, keepdims=True) + F32(1e-20))
+        else:
+            w = w * F32(routed_scale)
+    else:
+        idx, w = topk_desc(probs, k)
+        if norm_topk or model_type == "mixtral":
+            w = w / np.sum(w, axis=-1, keepdims=True)
+    return idx, w.astype(F32)

@@ -1,0 +1,263 @@
+// Tests of the executor's BatchSession (continuous batching, services/executor/generator.h):
+// sequences joining mid-generation, per-sequence ends, refused sequences, forward failures,
+// logprobs and the frequency penalty.
+#include "services/executor/generator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "common/resident_expert_provider.h"
+#include "common/safetensors.h"
+#include "tests/services/executor/generator_test_util.h"
+#include "tests/services/executor/test_models.h"
+#include "tests/test_util.h"
+
+namespace zipmoe::executor {
+namespace {
+
+using testing::TinyModelDir;
+using test::MakeGenerator;
+using test::kPrompt;
+using test::BitEqual;
+
+// ---------------------------------------------------------------------------------------------
+// BatchSession (continuous batching)
+
+// Fails BeginLayer while `fail` is set; otherwise forwards to the inner provider.
+class SwitchableFailingProvider : public ExpertProvider {
+ public:
+  explicit SwitchableFailingProvider(ExpertProvider* inner) : inner_(inner) {}
+  Status BeginLayer(const LayerRouting& routing) override {
+    if (fail) return Status::IoError("injected provider failure");
+    return inner_->BeginLayer(routing);
+  }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
+  Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
+  bool fail = false;
+
+ private:
+  ExpertProvider* inner_;
+};
+
+std::vector<int32_t> AloneGreedy(Generator& g, const std::vector<int32_t>& prompt, int64_t n) {
+  GenerationParams params;
+  params.max_new_tokens = n;
+  params.stop_on_eos = false;
+  auto r = g.Generate({prompt}, params);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? r->front().generated_ids : std::vector<int32_t>{};
+}
+
+TEST(BatchSessionTest, SequencesJoiningMidGenerationGetTheirAloneTokens) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  const std::vector<int32_t> a = {5, 17, 300, 1000, 42, 7, 1999};
+  const std::vector<int32_t> b = {64, 128};
+  const std::vector<int32_t> c = {3, 900, 1500, 77, 8};
+  GenerationParams params;
+  params.stop_on_eos = false;
+  auto session = g->NewSession();
+  std::map<BatchSession::SequenceId, std::vector<int32_t>> streamed;
+  auto add = [&](const std::vector<int32_t>& prompt, int64_t n) {
+    params.max_new_tokens = n;
+    auto holder = std::make_shared<BatchSession::SequenceId>(0);
+    auto id = session->AddSequence(prompt, params, 0, [&streamed, holder](const SampledToken& t) {
+      streamed[*holder].push_back(t.id);
+      return true;
+    });
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    *holder = *id;
+    return *id;
+  };
+  std::map<BatchSession::SequenceId, GenerationResult> done;
+  auto step = [&] {
+    for (auto& f : session->Step()) {
+      EXPECT_TRUE(f.status.ok()) << f.status.ToString();
+      EXPECT_FALSE(f.cancelled);
+      done[f.id] = std::move(f.result);
+    }
+  };
+  const auto id_a = add(a, 8);
+  EXPECT_EQ(session->queued(), 1u);
+  step();  // prefill a
+  step();  // decode a
+  EXPECT_EQ(session->running(), 1u);
+  const auto id_b = add(b, 3);  // b's prefill joins a's third step
+  EXPECT_EQ(session->queued(), 1u);
+  step();
+  const auto id_c = add(c, 5);
+  while (!session->empty()) step();
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[id_a].generated_ids, AloneGreedy(*g, a, 8));
+  EXPECT_EQ(done[id_b].generated_ids, AloneGreedy(*g, b, 3));
+  EXPECT_EQ(done[id_c].generated_ids, AloneGreedy(*g, c, 5));
+  EXPECT_EQ(done[id_a].prompt_ids, a);
+  for (auto id : {id_a, id_b, id_c}) EXPECT_EQ(streamed[id], done[id].generated_ids);
+  // a ran 8 steps alone or with others; b and c joined without extra steps: 8 steps in all.
+  EXPECT_EQ(session->steps(), 8);
+}
+
+TEST(BatchSessionTest, CallbackFalseEndsOnlyThatSequence) {
+  auto g = MakeGenerator(TinyModelDir("olmoe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 6;
+  params.stop_on_eos = false;
+  auto session = g->NewSession();
+  int seen = 0;
+  auto stopper = session->AddSequence(kPrompt, params, 0, [&seen](const SampledToken&) { return ++seen < 2; });
+  auto other = session->AddSequence({64, 128}, params);
+  ASSERT_TRUE(stopper.ok() && other.ok());
+  std::map<BatchSession::SequenceId, BatchSession::Finished> done;
+  while (!session->empty()) {
+    for (auto& f : session->Step()) done[f.id] = std::move(f);
+  }
+  EXPECT_TRUE(done[*stopper].cancelled);
+  EXPECT_EQ(done[*stopper].result.generated_ids.size(), 2u);
+  EXPECT_FALSE(done[*other].cancelled);
+  EXPECT_EQ(done[*other].result.generated_ids, AloneGreedy(*g, {64, 128}, 6));
+}
+
+TEST(BatchSessionTest, ZeroNewTokensEndsAfterPrefillWithLogits) {
+  auto g = MakeGenerator(TinyModelDir("olmoe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 0;
+  params.record_logits = true;
+  auto session = g->NewSession();
+  ASSERT_TRUE(session->AddSequence(kPrompt, params).ok());
+  auto finished = session->Step();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_TRUE(finished[0].result.generated_ids.empty());
+  EXPECT_EQ(finished[0].result.logits_rows, static_cast<int64_t>(kPrompt.size()));
+  auto whole = g->ForwardChunks({kPrompt});
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE(BitEqual(finished[0].result.logits, *whole));
+  EXPECT_TRUE(session->empty());
+}
+
+TEST(BatchSessionTest, BadSequencesAreRefusedWithoutQueueing) {
+  auto g = MakeGenerator(TinyModelDir("olmoe"));
+  ASSERT_TRUE(g);
+  auto session = g->NewSession();
+  GenerationParams params;
+  auto bad_id = session->AddSequence({1, 2, 5000}, params);
+  ASSERT_FALSE(bad_id.ok());
+  EXPECT_EQ(bad_id.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_id.status().message().find("5000"), std::string::npos);
+  EXPECT_EQ(session->AddSequence({}, params).status().code(), StatusCode::kInvalidArgument);
+  std::vector<int32_t> huge(static_cast<size_t>(g->config().max_position_embeddings) + 1, 1);
+  EXPECT_EQ(session->AddSequence(huge, params).status().code(), StatusCode::kInvalidArgument);
+  params.max_new_tokens = -1;
+  EXPECT_EQ(session->AddSequence({1, 2}, params).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(session->empty());
+  EXPECT_TRUE(session->Step().empty());
+  EXPECT_EQ(session->steps(), 0);
+}
+
+TEST(BatchSessionTest, ForwardFailureEndsEverySequenceOfTheStepAndTheSessionGoesOn) {
+  const std::string dir = TinyModelDir("olmoe");
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto resident = ResidentExpertProvider::FromCheckpoint(**ckpt);
+  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+  SwitchableFailingProvider failing(resident->get());
+  auto g = MakeGenerator(dir, &failing);
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 4;
+  params.stop_on_eos = false;
+  auto session = g->NewSession();
+  ASSERT_TRUE(session->AddSequence(kPrompt, params).ok());
+  ASSERT_TRUE(session->AddSequence({64, 128}, params).ok());
+  EXPECT_TRUE(session->Step().empty());  // both prefilled, both running
+  failing.fail = true;
+  auto failed = session->Step();
+  ASSERT_EQ(failed.size(), 2u);
+  for (const auto& f : failed) {
+    EXPECT_EQ(f.status.code(), StatusCode::kIoError);
+    EXPECT_NE(f.status.message().find("injected"), std::string::npos);
+    EXPECT_EQ(f.result.generated_ids.size(), 1u);  // the prefill's token stays
+  }
+  EXPECT_TRUE(session->empty());
+  failing.fail = false;
+  auto again = session->AddSequence({64, 128}, params);
+  ASSERT_TRUE(again.ok());
+  std::vector<BatchSession::Finished> done;
+  while (!session->empty()) {
+    for (auto& f : session->Step()) done.push_back(std::move(f));
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].status.ok());
+  EXPECT_EQ(done[0].result.generated_ids, AloneGreedy(*g, {64, 128}, 4));
+}
+
+// Logprobs are log_softmax of the recorded raw logits of the same step (known answer), the top list
+// is sorted and starts with the greedy token.
+TEST(BatchSessionTest, LogprobsAreLogSoftmaxOfTheStepsLogits) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 3;
+  params.stop_on_eos = false;
+  params.record_logits = true;
+  params.logprobs = 5;
+  auto session = g->NewSession();
+  std::vector<SampledToken> seen;
+  ASSERT_TRUE(session->AddSequence(kPrompt, params, 0, [&seen](const SampledToken& t) {
+                       seen.push_back(t);
+                       return true;
+                     }).ok());
+  GenerationResult result;
+  while (!session->empty())
+    for (auto& f : session->Step()) result = std::move(f.result);
+  ASSERT_EQ(seen.size(), 3u);
+  const int64_t vocab = g->config().vocab_size;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    // Row of the position that produced token i: last prompt position, then each fed-back token.
+    const int64_t row = static_cast<int64_t>(kPrompt.size()) - 1 + static_cast<int64_t>(i);
+    const float* l = result.logits.data() + row * vocab;
+    double mx = l[0];
+    for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(l[v]));
+    double sum = 0;
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(l[v]) - mx);
+    const double expected = static_cast<double>(l[seen[i].id]) - mx - std::log(sum);
+    EXPECT_NEAR(seen[i].logprob, expected, 1e-5);
+    EXPECT_EQ(seen[i].id, result.generated_ids[i]);
+    ASSERT_EQ(seen[i].top.size(), 5u);
+    EXPECT_EQ(seen[i].top[0].id, seen[i].id);  // greedy: the sampled token is the most likely
+    EXPECT_FLOAT_EQ(seen[i].top[0].logprob, seen[i].logprob);
+    for (size_t k = 1; k < 5; ++k) EXPECT_GE(seen[i].top[k - 1].logprob, seen[i].top[k].logprob);
+    EXPECT_LE(seen[i].logprob, 0.0f);
+  }
+}
+
+// A large frequency penalty forbids repeating a generated token; without it greedy decoding of the
+// tiny random model repeats. The first token (no history yet) is the same either way.
+TEST(BatchSessionTest, FrequencyPenaltyStopsRepeatsAndLeavesTheFirstTokenAlone) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 40;
+  params.stop_on_eos = false;
+  auto plain = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  params.sampling.frequency_penalty = 1000.0f;
+  auto penalized = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(penalized.ok()) << penalized.status().ToString();
+  const std::vector<int32_t>& a = (*plain)[0].generated_ids;
+  const std::vector<int32_t>& b = (*penalized)[0].generated_ids;
+  ASSERT_EQ(a.size(), 40u);
+  ASSERT_EQ(b.size(), 40u);
+  EXPECT_EQ(a[0], b[0]);
+  EXPECT_LT(std::set<int32_t>(a.begin(), a.end()).size(), a.size()) << "greedy run without repeats: weak test";
+  EXPECT_EQ(std::set<int32_t>(b.begin(), b.end()).size(), b.size());
+}
+
+}  // namespace
+}  // namespace zipmoe::executor
