@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Re-exported to the section modules: what the other mode runs (for the caveats), (m)'s limit, routing stats.
-from suite import MODES, OTHERS_MAX  # noqa: E402,F401
+from suite_config import MODES, OTHERS_MAX  # noqa: E402,F401
 import routing_stats  # noqa: E402,F401
 
 try:
