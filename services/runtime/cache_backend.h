@@ -70,8 +70,8 @@ struct CacheAdmitRequest {
   std::array<uint64_t, cache_manager::kProjCount> bf16{};                 // per proj
   // Fused recovery (OffloadConfig::fused_recovery): no recovered BF16 exists; with parts.bf16 the
   // BF16 part is recovered from the decoded exponent planes at `e_plane` and the SM planes at `sm`
-  // while it is copied into F (ExpertSources::e_plane). In-process cache only: the remote backend
-  // refuses it (kInvalidArgument).
+  // while it is copied into F (ExpertSources::e_plane); in `zipmoe up` the cache-manager process does
+  // it (CacheAdmitItem.bf16_from_planes, services/runtime/cache_wire.h).
   bool bf16_from_planes = false;
   std::array<uint64_t, cache_manager::kProjCount> e_plane{};              // per proj
 };
