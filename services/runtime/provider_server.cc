@@ -1,0 +1,277 @@
+// ProviderServer (services/runtime/remote_provider.h): the scheduler side of the executor protocol. A
+// ROUTER loop (common/router_server.h) takes LayerRequests, lease releases and LayerEnds; a deliverer
+// thread waits in the provider's NextReady and posts each ready expert back through the loop.
+#include "services/runtime/remote_provider.h"
+
+#include <deque>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/event_fd.h"
+#include "common/mutex.h"
+#include "common/router_server.h"
+#include "common/trace_events.h"
+
+namespace zipmoe::runtime {
+
+namespace msg = messaging;
+using std::chrono::milliseconds;
+
+namespace {
+// The ProviderServer's loop waits this long when idle; a posted reply wakes it at once.
+constexpr milliseconds kExecutorPollInterval{500};
+}  // namespace
+
+struct ProviderServer::State : msg::RouterServer::Handler {
+  State(ProviderServerConfig c, ExpertProvider* p, const uint8_t* base, uint64_t bytes,
+        std::unique_ptr<msg::RouterServer> r)
+      : config(std::move(c)), provider(p), arena_base(base), arena_bytes(bytes), server(std::move(r)) {}
+
+  const ProviderServerConfig config;
+  ExpertProvider* const provider;
+  const uint8_t* const arena_base;
+  const uint64_t arena_bytes;
+  const std::unique_ptr<msg::RouterServer> server;  // its channel: the loop thread's only
+  std::thread deliver_thread;
+  Mutex stop_mu;  // one Stop at a time; guards joined
+  bool joined ZM_GUARDED_BY(stop_mu) = false;
+
+  Mutex mu;  // guards everything below
+  CondVar cv;  // waits on mu
+  bool stopping ZM_GUARDED_BY(mu) = false;
+  // The open layer.
+  bool active ZM_GUARDED_BY(mu) = false;
+  int32_t layer_id ZM_GUARDED_BY(mu) = -1;
+  std::string peer ZM_GUARDED_BY(mu);                 // the executor that opened it
+  size_t to_deliver ZM_GUARDED_BY(mu) = 0;            // NextReady calls the deliverer still has to make
+  bool delivering ZM_GUARDED_BY(mu) = false;          // the deliverer is inside the layer
+  bool aborting ZM_GUARDED_BY(mu) = false;            // release leases as they come
+  std::map<int32_t, std::unique_ptr<ExpertLease>> leases ZM_GUARDED_BY(mu);  // by expert id
+  std::deque<std::pair<std::string, msg::Body>> outbox ZM_GUARDED_BY(mu);
+  ProviderServerStats stats ZM_GUARDED_BY(mu);
+
+  void Log(const std::string& line) const {
+    if (config.log) config.log(line);
+  }
+  void Post(std::string to, msg::Body body) ZM_REQUIRES(mu) {
+    outbox.emplace_back(std::move(to), std::move(body));
+    server->Wake();
+  }
+  void Deliver();
+  // msg::RouterServer::Handler, on the loop thread.
+  void OnTick(std::chrono::steady_clock::time_point now) override;
+  void OnMessage(msg::Received& got) override { Handle(got.peer, std::move(got.message.body)); }
+  void OnBadMessage(const Status& bad) override;
+  void OnLoopError(const Status& error) override { Log("E: " + error.ToString()); }
+  // Releases and retakes mu (held by the caller's `lock`) while the layer's leases go.
+  void AbortLocked(MutexLock* lock) ZM_REQUIRES(mu);
+  // Destroys the open layer's leases on `expert_ids` (admission, next wave), mu released meanwhile;
+  // releases of another layer or of experts not held are stale and ignored.
+  void ReleaseLocked(int32_t layer, const std::vector<int32_t>& expert_ids) ZM_REQUIRES(mu);
+  void Handle(const std::string& peer, msg::Body body);
+};
+
+void ProviderServer::State::Deliver() {
+  MutexLock lock(&mu);
+  while (true) {
+    cv.Wait(&lock, [&]() ZM_REQUIRES(mu) { return stopping || to_deliver > 0; });
+    if (stopping) return;
+    delivering = true;
+    while (to_deliver > 0 && !stopping) {
+      lock.Unlock();
+      Result<std::unique_ptr<ExpertLease>> lease = provider->NextReady();
+      lock.Lock();
+      --to_deliver;
+      if (!lease.ok()) {
+        msg::ExpertReady failed;
+        failed.layer_id = layer_id;
+        msg::SetStatus(&failed, lease.status());
+        Post(peer, std::move(failed));
+        to_deliver = 0;
+        break;
+      }
+      const ExpertWeightsView& v = (*lease)->weights();
+      if (aborting) {
+        std::unique_ptr<ExpertLease> drop = std::move(lease).value();
+        lock.Unlock();
+        drop.reset();
+        lock.Lock();
+        continue;
+      }
+      msg::ExpertReady ready = ExpertReadyToWire(v, arena_base);
+      leases[v.expert_id] = std::move(lease).value();
+      Post(peer, std::move(ready));
+    }
+    delivering = false;
+    cv.NotifyAll();
+  }
+}
+
+void ProviderServer::State::AbortLocked(MutexLock* lock) {
+  if (!active) return;
+  ++stats.aborted_layers;
+  Log(fmt::format("aborting layer {} of a previous executor", layer_id));
+  aborting = true;
+  std::map<int32_t, std::unique_ptr<ExpertLease>> held;
+  held.swap(leases);
+  mu.Unlock();
+  held.clear();  // releases: later waves can start, so the deliverer finishes
+  mu.Lock();
+  cv.Wait(lock, [&]() ZM_REQUIRES(mu) { return !delivering && to_deliver == 0; });
+  held.swap(leases);
+  const int32_t ending = layer_id;  // only Handle (this thread) changes it
+  mu.Unlock();
+  held.clear();
+  (void)provider->EndLayer(ending);
+  mu.Lock();
+  aborting = false;
+  active = false;
+}
+
+void ProviderServer::State::ReleaseLocked(int32_t layer, const std::vector<int32_t>& expert_ids) {
+  if (!active || layer != layer_id) return;  // stale
+  std::vector<std::unique_ptr<ExpertLease>> released;
+  for (int32_t expert : expert_ids) {
+    auto it = leases.find(expert);
+    if (it == leases.end()) continue;  // stale
+    released.push_back(std::move(it->second));
+    leases.erase(it);
+  }
+  if (released.empty()) return;
+  mu.Unlock();
+  released.clear();  // admission + next wave (OffloadExpertProvider::OnLeaseReleased)
+  mu.Lock();
+}
+
+void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
+  const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(body); },
+                               trace::Activity::kHandleMessage);
+  MutexLock lock(&mu);
+  if (auto* request = std::get_if<msg::LayerRequest>(&body); request != nullptr && request->prefetch) {
+    // A prediction for a later layer of the same executor: the open layer stays open.
+    const LayerRouting predicted = LayerRoutingFromWire(*request);
+    lock.Unlock();
+    provider->Prefetch(predicted);
+    return;
+  }
+  if (auto* request = std::get_if<msg::LayerRequest>(&body)) {
+    if (active) AbortLocked(&lock);
+    const LayerRouting routing = LayerRoutingFromWire(*request);
+    lock.Unlock();
+    Status st = provider->BeginLayer(routing);
+    lock.Lock();
+    if (!st.ok()) {
+      msg::ExpertReady failed;
+      failed.layer_id = request->layer_id;
+      msg::SetStatus(&failed, st);
+      Post(from, std::move(failed));
+      return;
+    }
+    active = true;
+    layer_id = request->layer_id;
+    peer = from;
+    to_deliver = request->expert_ids.size();
+    cv.NotifyAll();
+    return;
+  }
+  if (auto* release = std::get_if<msg::LeaseRelease>(&body)) {
+    ReleaseLocked(release->layer_id, release->expert_ids);
+    return;
+  }
+  if (auto* end = std::get_if<msg::LayerEnd>(&body)) {
+    ReleaseLocked(end->layer_id, end->released_expert_ids);
+    Status st;
+    if (!active || end->layer_id != layer_id) {
+      st = Status::InvalidArgument(fmt::format("EndLayer({}): the open layer is {}", end->layer_id,
+                                               active ? std::to_string(layer_id) : std::string("none")));
+    } else if (delivering || to_deliver > 0 || !leases.empty()) {
+      st = Status::InvalidArgument(fmt::format("EndLayer({}): {} experts not yet taken, {} leases held", end->layer_id,
+                                               to_deliver, leases.size()));
+    } else {
+      lock.Unlock();
+      st = provider->EndLayer(end->layer_id);
+      lock.Lock();
+      active = false;
+      ++stats.layers;
+    }
+    msg::Ack ack;
+    msg::SetStatus(&ack, st);
+    Post(from, std::move(ack));
+    return;
+  }
+  // A ping of an executor that is connecting (RemoteExpertProvider::Ping): answer it.
+  if (std::holds_alternative<msg::Heartbeat>(body)) Post(from, msg::MakeHeartbeat(0, 0));
+  // Anything else: nothing to do.
+}
+
+void ProviderServer::State::OnTick(std::chrono::steady_clock::time_point) {
+  std::deque<std::pair<std::string, msg::Body>> out;
+  {
+    MutexLock lock(&mu);
+    out.swap(outbox);
+  }
+  for (auto& [to, body] : out) {
+    Status st = server->channel().SendTo(to, std::move(body), milliseconds(1000));
+    if (!st.ok()) Log(fmt::format("E: reply to executor: {}", st.ToString()));
+  }
+}
+
+void ProviderServer::State::OnBadMessage(const Status& bad) {
+  MutexLock lock(&mu);
+  ++stats.bad_messages;
+  Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
+}
+
+ProviderServer::ProviderServer(std::unique_ptr<State> s) : s_(std::move(s)) {}
+
+Result<std::unique_ptr<ProviderServer>> ProviderServer::Start(zmq::context_t& context, ProviderServerConfig config,
+                                                              ExpertProvider* provider, const uint8_t* arena_base,
+                                                              uint64_t arena_bytes) {
+  msg::ChannelOptions options;
+  options.endpoint = config.endpoint;
+  options.sender = "scheduler";
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::RouterServer> router, msg::RouterServer::Bind(context, options));
+  auto state = std::make_unique<State>(std::move(config), provider, arena_base, arena_bytes, std::move(router));
+  std::unique_ptr<ProviderServer> server(new ProviderServer(std::move(state)));
+  State* s = server->s_.get();
+  s->deliver_thread = std::thread([s] { s->Deliver(); });
+  s->server->Start(s, kExecutorPollInterval);
+  return server;
+}
+
+ProviderServer::~ProviderServer() { Stop(); }
+
+void ProviderServer::Stop() {
+  MutexLock stop_lock(&s_->stop_mu);
+  if (s_->joined) return;
+  std::map<int32_t, std::unique_ptr<ExpertLease>> held;
+  {
+    MutexLock lock(&s_->mu);
+    s_->stopping = true;
+    held.swap(s_->leases);
+  }
+  held.clear();
+  s_->cv.NotifyAll();
+  s_->server->Stop();
+  // The deliverer may sit in NextReady until the provider's engines stop (the provider's owner does that).
+  if (s_->deliver_thread.joinable()) s_->deliver_thread.join();
+  {
+    MutexLock lock(&s_->mu);  // both threads are gone; taken so the leases are only ever touched under it
+    held.swap(s_->leases);
+  }
+  held.clear();
+  s_->joined = true;
+}
+
+ProviderServerStats ProviderServer::stats() const {
+  MutexLock lock(&s_->mu);
+  return s_->stats;
+}
+
+std::string ProviderServer::endpoint() const { return s_->server->endpoint(); }
+
+}  // namespace zipmoe::runtime
