@@ -18,73 +18,14 @@
 #include "services/convert/compress.h"
 #include "services/convert/inspect.h"
 #include "services/convert/verify.h"
+#include "tests/services/convert_test_util.h"
 #include "tests/test_util.h"
 
 namespace zipmoe::convert {
 namespace {
 
 using testing::TempDir;
-
-// Special bit patterns mixed into the "special" checkpoints.
-const uint32_t kF32Specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u,
-                                 0x7f800001u, 0x00000001u, 0x807fffffu, 0x00400000u, 0x7f7fffffu, 0xff7fffffu};
-const uint16_t kF16Specials[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfd55, 0x7c01,
-                                 0x0001, 0x83ff, 0x0200, 0x7bff, 0xfbff};
-
-// float -> F16 bits, truncating the mantissa (realistic exponents are all these tests need); values
-// below 2^-14 become subnormals, below 2^-24 zero, above the F16 range infinity.
-uint16_t FloatToF16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  const int exp = static_cast<int>((u >> 23) & 0xff) - 127 + 15;
-  const uint32_t mant = u & 0x7fffffu;
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (exp <= 0) return exp < -10 ? sign : static_cast<uint16_t>(sign | ((mant | 0x800000u) >> (14 - exp)));
-  return static_cast<uint16_t>(sign | exp << 10 | mant >> 13);
-}
-
-// One MoE layer of `n_experts` experts, gate/up [rows, cols] and down [cols, rows], in `dtype` (F32 or
-// F16): N(0, 0.02²) weights, and with `specials` every 7th value one of the special patterns.
-void WriteFpCheckpoint(const std::string& dir, DType dtype, int n_experts, int rows, int cols, uint64_t seed,
-                       bool specials) {
-  ASSERT_TRUE(CreateDirectories(dir).ok());
-  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "config.json"),
-                              R"({"model_type": "qwen2_moe", "num_hidden_layers": 1, "num_experts": )" +
-                                  std::to_string(n_experts) + "}")
-                  .ok());
-  std::vector<TensorSpec> specs;
-  specs.push_back({"model.layers.0.mlp.gate.weight", DType::kBF16, {n_experts, cols}});
-  for (int e = 0; e < n_experts; ++e) {
-    const std::string p = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
-    specs.push_back({p + "gate_proj.weight", dtype, {rows, cols}});
-    specs.push_back({p + "up_proj.weight", dtype, {rows, cols}});
-    specs.push_back({p + "down_proj.weight", dtype, {cols, rows}});
-  }
-  auto st = WriteCheckpointWeights(dir, specs, uint64_t{1} << 40, [&](const TensorSpec& spec, uint8_t* out) {
-    std::mt19937_64 rng(seed + std::hash<std::string>()(spec.name));
-    std::normal_distribution<float> normal(0.0f, 0.02f);
-    for (int64_t i = 0; i < spec.numel(); ++i) {
-      const float f = normal(rng);
-      const bool special = specials && i % 7 == 3;
-      if (spec.dtype == DType::kF32) {
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        if (special) u = kF32Specials[(i / 7) % 12];
-        std::memcpy(out + 4 * i, &u, 4);
-      } else if (spec.dtype == DType::kF16) {
-        uint16_t h = FloatToF16Bits(f);
-        if (special) h = kF16Specials[(i / 7) % 12];
-        std::memcpy(out + 2 * i, &h, 2);
-      } else {
-        const uint16_t b = FloatToBf16(f);
-        std::memcpy(out + 2 * i, &b, 2);
-      }
-    }
-    return Status::Ok();
-  });
-  ASSERT_TRUE(st.ok()) << st.ToString();
-}
+using test::WriteToyCheckpoint;
 
 CompressOptions Options(const std::string& model, const std::string& out, int k) {
   CompressOptions o;
@@ -101,7 +42,7 @@ class ConvertFpTest : public ::testing::TestWithParam<DType> {};
 TEST_P(ConvertFpTest, CompressVerifyBitExactWithSpecialValues) {
   const DType dtype = GetParam();
   TempDir tmp;
-  WriteFpCheckpoint(tmp.Sub("m"), dtype, 2, 24, 40, 3, /*specials=*/true);
+  WriteToyCheckpoint(tmp.Sub("m"), dtype, 2, 24, 40, 3, /*specials=*/true);
   auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), 3));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->expert_bytes_raw, uint64_t{6} * 24 * 40 * DTypeSize(dtype));
@@ -149,7 +90,7 @@ TEST_P(ConvertFpTest, CompressVerifyBitExactWithSpecialValues) {
 TEST_P(ConvertFpTest, CompressedSizeIsWithin06PointOfTheEntropyBound) {
   const DType dtype = GetParam();
   TempDir tmp;
-  WriteFpCheckpoint(tmp.Sub("m"), dtype, 4, 512, 704, 11, /*specials=*/false);
+  WriteToyCheckpoint(tmp.Sub("m"), dtype, 4, 512, 704, 11, /*specials=*/false);
   auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), 4));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto j = InspectCompressed(tmp.Sub("c"));
@@ -172,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ConvertFpTest, ::testing::Values(DType::kF32, D
 
 TEST(ConvertFpCorruptionTest, DamagedF32SmChunkNamesTheTensor) {
   TempDir tmp;
-  WriteFpCheckpoint(tmp.Sub("m"), DType::kF32, 2, 16, 24, 5, /*specials=*/true);
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kF32, 2, 16, 24, 5, /*specials=*/true);
   ASSERT_TRUE(CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), 2)).ok());
   auto m = ReadManifest(tmp.Sub("c"));
   ASSERT_TRUE(m.ok());
@@ -219,11 +160,11 @@ TEST(ConvertFpCorruptionTest, DamagedF32SmChunkNamesTheTensor) {
 
 TEST(ConvertFpCorruptionTest, CheckpointWithAnotherDtypeFailsVerify) {
   TempDir tmp;
-  WriteFpCheckpoint(tmp.Sub("m"), DType::kF16, 1, 8, 16, 4, /*specials=*/false);
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kF16, 1, 8, 16, 4, /*specials=*/false);
   ASSERT_TRUE(CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), 2)).ok());
   // The checkpoint is rewritten with BF16 experts of the same shapes (and bytes count per value).
   ASSERT_TRUE(RemoveTree(tmp.Sub("m")).ok());
-  WriteFpCheckpoint(tmp.Sub("m"), DType::kBF16, 1, 8, 16, 4, /*specials=*/false);
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kBF16, 1, 8, 16, 4, /*specials=*/false);
   auto r = VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
@@ -232,7 +173,7 @@ TEST(ConvertFpCorruptionTest, CheckpointWithAnotherDtypeFailsVerify) {
 
 TEST(ConvertFpRoundingTest, ConvertDtypeStillRoundsF16ToBf16) {
   TempDir tmp;
-  WriteFpCheckpoint(tmp.Sub("m"), DType::kF16, 1, 8, 16, 9, /*specials=*/false);
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kF16, 1, 8, 16, 9, /*specials=*/false);
   CompressOptions o = Options(tmp.Sub("m"), tmp.Sub("c"), 2);
   o.convert_dtype = true;
   ASSERT_TRUE(CompressModel(o).ok());

@@ -18,6 +18,7 @@
 #include "services/convert/compress.h"
 #include "services/convert/inspect.h"
 #include "services/convert/verify.h"
+#include "tests/services/convert_test_util.h"
 #include "tests/test_util.h"
 
 namespace zipmoe::convert {
@@ -26,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::RunCli;
 using testing::TempDir;
+using test::WriteToyCheckpoint;
 
 const char* const kArchs[] = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"};
 
@@ -192,38 +194,6 @@ TEST(ConvertCorruptionTest, ChangedDenseTensorFailsVerify) {
   auto r = VerifyCompressed({c->model, c->dir, 2});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("dense.safetensors"), std::string::npos) << r.status().ToString();
-}
-
-// Writes a checkpoint with one MoE layer of `n_experts` experts (gate/up/down [rows, cols]) in `dtype`.
-void WriteToyCheckpoint(const std::string& dir, DType dtype, int n_experts, int rows, int cols, uint64_t seed) {
-  ASSERT_TRUE(CreateDirectories(dir).ok());
-  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "config.json"),
-                              R"({"model_type": "qwen2_moe", "num_hidden_layers": 1, "num_experts": )" +
-                                  std::to_string(n_experts) + "}")
-                  .ok());
-  std::vector<TensorSpec> specs;
-  specs.push_back({"model.layers.0.mlp.gate.weight", DType::kBF16, {n_experts, cols}});
-  for (int e = 0; e < n_experts; ++e) {
-    const std::string p = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
-    specs.push_back({p + "gate_proj.weight", dtype, {rows, cols}});
-    specs.push_back({p + "up_proj.weight", dtype, {rows, cols}});
-    specs.push_back({p + "down_proj.weight", dtype, {cols, rows}});
-  }
-  auto st = WriteCheckpointWeights(dir, specs, uint64_t{1} << 40, [seed](const TensorSpec& spec, uint8_t* out) {
-    std::mt19937_64 rng(seed + std::hash<std::string>()(spec.name));
-    std::normal_distribution<float> normal(0.0f, 0.02f);
-    for (int64_t i = 0; i < spec.numel(); ++i) {
-      const float f = normal(rng);
-      if (spec.dtype == DType::kF32) {
-        std::memcpy(out + 4 * i, &f, 4);
-      } else {
-        const uint16_t b = FloatToBf16(f);
-        std::memcpy(out + 2 * i, &b, 2);
-      }
-    }
-    return Status::Ok();
-  });
-  ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
 TEST(ConvertTest, ZstdMeetsTheEntropyBoundOnGaussianWeights) {
