@@ -8,11 +8,13 @@ papers, without transformers or torch, for checking zipmoe's executor (never imp
     bidirectional in the encoder, causal in the decoder) computed by block 0 of each stack and shared
     by its other blocks; the attention mask is added to that bias ((1 - mask) * float32 min);
     cross-attention has no position bias;
-  - feed-forward wo(relu(wi(x))); every sparse block's FF is SwitchTransformersSparseMLP with the
-    Top1Router: logits = classifier(x) in float32, softmax, argmax expert, per batch row a cumulative
-    count over the sequence of the tokens sent to each expert; a token whose count exceeds
-    expert_capacity is dropped (keeps x); the output is max(prob) * (expert(x) or x), and the layer
-    adds its residual. Padded positions count toward capacity exactly as HF's batch does;
+  - feed-forward wo(relu(wi(x))) (`layer.{1|2}.mlp.{wi,wo}` in a dense block); every sparse block's FF
+    is SwitchTransformersSparseMLP with the Top1Router: logits = classifier(x) in float32, softmax,
+    argmax expert, per batch row a cumulative count over the sequence of the tokens sent to each
+    expert; a token whose count exceeds expert_capacity is dropped: its FF output is 0 (transformers'
+    current `next_states = zeros`; releases before mid-2023 kept x there), so the residual carries it
+    through unchanged; a kept token's output is max(prob) * expert(x). Padded positions count toward
+    capacity exactly as HF's batch does;
   - a stack's block i is sparse iff sparse_step > 0 and (i % sparse_step == 1 or sparse_step == 1);
   - logits = lm_head(final_layer_norm(decoder output) * d_model^-0.5 if tie_word_embeddings).
 
@@ -161,7 +163,7 @@ class SwitchModel:
         priority = np.cumsum(one_hot, axis=-2)
         keep = (one_hot * (priority <= self.capacity)).astype(bool)  # [B, S, E]
         gate = np.max(probs, axis=-1, keepdims=True).astype(F32)
-        out = x.copy()
+        out = np.zeros_like(x)  # a dropped token contributes nothing
         for e in range(self.n_experts):
             sel = keep[:, :, e]
             if np.any(sel):
@@ -181,7 +183,7 @@ class SwitchModel:
             else:
                 y = self._sparse_mlp(pre + ".mlp", x)
         else:
-            y = self._expert(pre + ".DenseReluDense", x)
+            y = self._expert(pre + ".mlp", x)
         return (h + y).astype(F32)
 
     # ------------------------------------------------------------------------------------------------
@@ -274,14 +276,16 @@ class SwitchModel:
             x = t5_layer_norm(hv, self._w(pre + ".layer_norm.weight"), self.eps)
             step = self.enc_step if stack == "encoder" else self.dec_step
             if not block_is_sparse(i, step):
-                return hv + self._expert(pre + ".DenseReluDense", x[None])[0]
+                return hv + self._expert(pre + ".mlp", x[None])[0]
             logits = (x @ self._w(pre + ".mlp.router.classifier.weight").T).astype(F32)
             if self.ckpt.has(pre + ".mlp.router.classifier.bias"):
                 logits = logits + self._w(pre + ".mlp.router.classifier.bias")
             p = softmax(logits)
             e = int(np.argmax(p))
             counts[e] = counts.get(e, 0) + 1
-            y = self._expert(f"{pre}.mlp.experts.expert_{e}", x[None])[0] if counts[e] <= self.capacity else x
+            if counts[e] > self.capacity:  # dropped: the FF adds nothing
+                return hv.astype(F32)
+            y = self._expert(f"{pre}.mlp.experts.expert_{e}", x[None])[0]
             return (hv + F32(np.max(p)) * y).astype(F32)
 
         # encoder: layer by layer over all positions

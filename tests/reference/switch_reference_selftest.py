@@ -96,8 +96,8 @@ def write_checkpoint(d, cfg, seed, zero_routers=False, lm_head=None):
                     t[f"{p}.{ff_layer}.mlp.experts.expert_{e}.wi.weight"] = w(F, D)
                     t[f"{p}.{ff_layer}.mlp.experts.expert_{e}.wo.weight"] = w(D, F)
             else:
-                t[f"{p}.{ff_layer}.DenseReluDense.wi.weight"] = w(F, D)
-                t[f"{p}.{ff_layer}.DenseReluDense.wo.weight"] = w(D, F)
+                t[f"{p}.{ff_layer}.mlp.wi.weight"] = w(F, D)
+                t[f"{p}.{ff_layer}.mlp.wo.weight"] = w(D, F)
         t[f"{stack}.final_layer_norm.weight"] = (1.0 + w(D, scale=0.1)).astype(F32)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
@@ -140,14 +140,14 @@ def capacity_drop(t, work):
     write_checkpoint(d, cfg, seed=3, zero_routers=True)
     m = ref.SwitchModel(d)
     # Zero router weights: uniform probabilities 1/E, argmax = expert 0 for every token; the first two
-    # tokens of each sequence are computed by expert 0, the rest pass through as x, all times 1/E.
+    # tokens of each sequence are computed by expert 0 (times 1/E), the rest are dropped: output 0.
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 5, cfg["d_model"])).astype(F32)
     prefix = "encoder.block.1.layer.1.mlp"
     got = m._sparse_mlp(prefix, x)
     e0 = m._expert(prefix + ".experts.expert_0", x.reshape(-1, cfg["d_model"])).reshape(x.shape)
-    want = np.concatenate([e0[:, :2], x[:, 2:]], axis=1) / F32(cfg["num_experts"])
-    t.close(got, want, "capacity 2: tokens 3.. of each row pass through, all scaled by max prob 1/E", 1e-6)
+    want = np.concatenate([e0[:, :2] / F32(cfg["num_experts"]), np.zeros_like(x[:, 2:])], axis=1)
+    t.close(got, want, "capacity 2: expert 0 * 1/E for tokens 1-2 of each row, 0 for the dropped rest", 1e-6)
     # Teacher-forced decoding counts capacity over the decoder positions, generation per token.
     enc = np.array([[5, 6, 7, 8]])
     dec = np.array([[0, 9, 10, 11, 12]])
