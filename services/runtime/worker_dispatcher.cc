@@ -342,7 +342,7 @@ Result<std::shared_ptr<WorkerDispatcher>> WorkerDispatcher::Start(zmq::context_t
   auto state = std::make_unique<State>(context, std::move(config), setup, std::move(server));
   std::shared_ptr<WorkerDispatcher> d(new WorkerDispatcher(std::move(state)));
   State* s = d->s_.get();
-  s->server->Start(s, s->config.heartbeat_interval / 2);
+  s->server->Start(s, s->config.heartbeat_interval / 2, "zm-dispatch");
   return d;
 }
 
