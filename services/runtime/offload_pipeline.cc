@@ -309,7 +309,11 @@ void OffloadExpertProvider::EndCompletionLocked(const OpRef& ref, bool current, 
     if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
   }
   dropped->swap(cancel_later_);
-  cv_.NotifyAll();
+  NotifyWaitersLocked();
+}
+
+void OffloadExpertProvider::NotifyWaitersLocked() {
+  if (!error_.ok() || !ready_.empty() || ops_.empty()) cv_.NotifyAll();
 }
 
 void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {

@@ -349,7 +349,7 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
       if (!st.ok()) FailLocked(st);
     }
     dropped.swap(cancel_later_);
-    cv_.NotifyAll();
+    NotifyWaitersLocked();
   }
   CancelDecodes(dropped);
 }

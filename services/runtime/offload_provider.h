@@ -266,6 +266,11 @@ class OffloadExpertProvider : public ExpertProvider {
   // Gives the works at the front of *queue a staging slot each while slots are free; returns them.
   std::vector<int32_t> TakeStagingLocked(std::deque<int32_t>* queue) ZM_REQUIRES(mu_);
   void FailLocked(const Status& status) ZM_REQUIRES(mu_);
+  // Wakes cv_'s waiters only when what they wait for holds: NextReady (an expert ready or an
+  // error) and Drain (no op left). A chunk's completion that changes neither wakes nobody: with
+  // ~15 chunks per missed expert, waking NextReady's caller for each one cost a context switch per
+  // chunk (docs/benchmarks.md (h), "context switches").
+  void NotifyWaitersLocked() ZM_REQUIRES(mu_);
   void OnLeaseReleased(int32_t expert) ZM_EXCLUDES(mu_);
   // Waits for in-flight ops (failed layer); releases and retakes mu_ (held by the caller's `lock`).
   void DrainLocked(MutexLock* lock) ZM_REQUIRES(mu_);
@@ -284,7 +289,7 @@ class OffloadExpertProvider : public ExpertProvider {
   std::unique_ptr<DecodeEngine> pool_;
 
   mutable Mutex mu_;  // guards everything below: the layer state, prefetches, stats
-  CondVar cv_;  // waits on mu_: an expert became ready, an op completed, or the layer failed
+  CondVar cv_;  // waits on mu_: an expert became ready, the last op completed, or the layer failed
   bool active_ ZM_GUARDED_BY(mu_) = false;         // between BeginLayer and EndLayer
   int32_t layer_id_ ZM_GUARDED_BY(mu_) = -1;
   std::unordered_map<int32_t, ExpertWork> works_ ZM_GUARDED_BY(mu_);  // by work id: the active layer's and prefetches
