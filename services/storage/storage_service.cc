@@ -134,6 +134,7 @@ void StorageService::IoLoop() {
       const ReadOp& op = group.front();
       Complete(CompletionOf(op, Status::Unavailable(fmt::format("{}@{}: {}: storage service stopped before the read",
                                                                 path(), op.file_offset, ChunkLabel(op)))));
+      if (config_.on_read_done) config_.on_read_done();
       continue;
     }
     trace::TraceSpan span("io", [&] {
@@ -152,6 +153,7 @@ void StorageService::IoLoop() {
       stats_.reads += reads;
     }
     for (const ReadCompletion& c : done) Complete(c);
+    if (config_.on_read_done) config_.on_read_done();
   }
 }
 
