@@ -25,8 +25,9 @@ class ResidentExpertProvider : public ExpertProvider {
   // Errors: kInvalidArgument naming a tensor of another dtype, an expert whose gate/up/down dtypes
   // differ, or whose shapes do not form gate/up [I, H], down [H, I]; kNotFound naming a missing gate/up/down tensor of an expert.
   static Result<std::unique_ptr<ResidentExpertProvider>> FromCheckpoint(const Checkpoint& checkpoint);
-  // Decodes every expert of `store` into memory using `n_threads` threads (0 = all cores).
-  // Errors: those of ExpertStore::ReadTensorBf16 (kCorruption naming tensor and chunk), kNotFound.
+  // Decodes every expert of `store` into memory, in its own dtype (BF16, F16 or F32, as stored), using
+  // `n_threads` threads (0 = all cores). Errors: those of ExpertStore::ReadTensor (kCorruption naming
+  // tensor and chunk), kNotFound, kInvalidArgument for an expert whose gate/up/down dtypes differ.
   static Result<std::unique_ptr<ResidentExpertProvider>> FromStore(const ExpertStore& store, int n_threads = 0);
 
   Status BeginLayer(const LayerRouting& routing) override;
@@ -44,7 +45,7 @@ class ResidentExpertProvider : public ExpertProvider {
  private:
   ResidentExpertProvider() = default;
   std::map<std::pair<int32_t, int32_t>, ExpertWeightsView> experts_;
-  std::vector<std::vector<uint16_t>> owned_;  // decoded tensors (FromStore only)
+  std::vector<std::vector<uint32_t>> owned_;  // decoded tensors, raw bytes in uint32 words (FromStore only)
   bool active_ = false;
   LayerRouting current_;
   size_t next_ = 0;

@@ -5,12 +5,14 @@
 
 #include <fmt/format.h>
 
+#include "common/bitfield.h"
+
 namespace zipmoe::decompressor {
 
 namespace msg = messaging;
 
-static_assert(static_cast<int>(msg::DecodeKind::MAX) == static_cast<int>(DecompressOpKind::kRecoverBf16) &&
-                  static_cast<int>(msg::DecodeKind::RecoverBf16) == static_cast<int>(DecompressOpKind::kRecoverBf16),
+static_assert(static_cast<int>(msg::DecodeKind::MAX) == static_cast<int>(DecompressOpKind::kRecover) &&
+                  static_cast<int>(msg::DecodeKind::RecoverBf16) == static_cast<int>(DecompressOpKind::kRecover),
               "schemas/messages.fbs DecodeKind must mirror decompressor::DecompressOpKind");
 
 msg::DecodeRequest DecodeRequestToWire(const DecompressOp& op, const uint8_t* arena_base, uint32_t attempt) {
@@ -30,6 +32,7 @@ msg::DecodeRequest DecodeRequestToWire(const DecompressOp& op, const uint8_t* ar
   d.layer_id = op.layer_id;
   d.expert_id = op.expert_id;
   d.chunk_index = op.chunk_index;
+  d.dtype = static_cast<uint8_t>(op.dtype);
   return d;
 }
 
@@ -50,6 +53,7 @@ DecompressOp DecodeRequestFromWire(const msg::DecodeRequest& r, uint8_t* arena_b
   op.layer_id = r.layer_id;
   op.expert_id = r.expert_id;
   op.chunk_index = r.chunk_index;
+  op.dtype = static_cast<DType>(r.dtype);
   return op;
 }
 
@@ -134,11 +138,19 @@ bool DecompressorWorker::Accept(const msg::DecodeRequest& r) {
   const bool recover = r.kind == msg::DecodeKind::RecoverBf16;
   const uint64_t size = arena_->size_bytes();
   auto inside = [size](uint64_t offset, uint64_t bytes) { return offset <= size && bytes <= size - offset; };
-  if (!inside(r.src_offset, recover ? r.raw_bytes : r.stored_bytes) ||
-      !inside(r.dst_offset, recover ? 2 * r.raw_bytes : r.raw_bytes) || (recover && !inside(r.sm_offset, r.raw_bytes)) ||
-      r.raw_bytes > size) {
-    DecompressCompletion reject;
-    reject.op_id = r.op_id;
+  DecompressCompletion reject;
+  reject.op_id = r.op_id;
+  const auto dtype = static_cast<DType>(r.dtype);
+  if (recover && !HasExponentSplit(dtype)) {
+    reject.status = Status::InvalidArgument(fmt::format("decode op {} of '{}': recovery of dtype {} (no E/SM split)",
+                                                        r.op_id, r.tensor_name, static_cast<int>(r.dtype)));
+    pull_->Post(DecodeCompletionToWire(reject, r.attempt));
+    return false;
+  }
+  const uint64_t elem_bytes = static_cast<uint64_t>(DTypeSize(dtype));
+  if (r.raw_bytes > size || !inside(r.src_offset, recover ? r.raw_bytes : r.stored_bytes) ||
+      !inside(r.dst_offset, recover ? elem_bytes * r.raw_bytes : r.raw_bytes) ||
+      (recover && !inside(r.sm_offset, SmPlaneBytes(dtype, static_cast<int64_t>(r.raw_bytes))))) {
     reject.status = Status::InvalidArgument(fmt::format(
         "decode op {} of '{}' reaches outside the arena {} ({} bytes)", r.op_id, r.tensor_name, arena_->name(), size));
     pull_->Post(DecodeCompletionToWire(reject, r.attempt));

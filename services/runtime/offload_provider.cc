@@ -76,7 +76,9 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
     p->cache_ = std::move(local);
   }
   p->arena_base_ = p->cache_->arena_base();
-  p->fused_ = cfg.fused_recovery;
+  // F32/F16 experts are recovered before compute: the executor's fused kernels read BF16 planes only.
+  p->dtype_ = p->cache_->layout().dtype();
+  p->fused_ = cfg.fused_recovery && p->dtype_ == DType::kBF16;
 
   p->cost_ = p->cache_->plan().cost;  // the planner's cost model is the scheduler's
   p->cost_.n_shards = std::max(1, p->cost_.n_shards);
@@ -207,7 +209,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
       w.lookup = found[i];
       if (w.lookup.state == CompressionState::kF) {
         for (int proj = 0; proj < cm::kProjCount; ++proj) {
-          w.tensors[proj].weights = w.lookup.Bf16(static_cast<ExpertProj>(proj));
+          w.tensors[proj].weights = w.lookup.Full(static_cast<ExpertProj>(proj));
         }
         ready_.push_back(id);
       } else {
@@ -283,7 +285,7 @@ Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
   ExpertWeightsView view;
   view.layer_id = layer_id_;
   view.expert_id = w.expert_id;
-  view.dtype = DType::kBF16;
+  view.dtype = dtype_;
   if (fused_ && w.lookup.state != CompressionState::kF) {
     view.gate_planes = {w.tensors[0].e_plane, w.tensors[0].sm};
     view.up_planes = {w.tensors[1].e_plane, w.tensors[1].sm};

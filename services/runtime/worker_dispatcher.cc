@@ -409,11 +409,11 @@ Status WorkerDispatcher::SubmitReads(std::vector<storage::ReadOp> ops) {
 }
 
 Status WorkerDispatcher::AddDecode(decompressor::DecompressOp op, bool ready) {
-  const bool recover = op.kind == decompressor::DecompressOpKind::kRecoverBf16;
-  ZM_RETURN_IF_ERROR(s_->Offset(op.src, recover ? op.raw_bytes : op.stored_bytes, "decode source", op.tensor_name).status());
-  ZM_RETURN_IF_ERROR(s_->Offset(op.dst, recover ? 2 * op.raw_bytes : op.raw_bytes, "decode destination",
-                                op.tensor_name).status());
-  if (recover) ZM_RETURN_IF_ERROR(s_->Offset(op.sm, op.raw_bytes, "SM plane", op.tensor_name).status());
+  const bool recover = op.kind == decompressor::DecompressOpKind::kRecover;
+  ZM_RETURN_IF_ERROR(s_->Offset(op.src, decompressor::OpSrcBytes(op), "decode source", op.tensor_name).status());
+  ZM_RETURN_IF_ERROR(
+      s_->Offset(op.dst, decompressor::OpDstBytes(op), "decode destination", op.tensor_name).status());
+  if (recover) ZM_RETURN_IF_ERROR(s_->Offset(op.sm, decompressor::OpSmBytes(op), "SM plane", op.tensor_name).status());
   {
     MutexLock lock(&s_->mu);
     if (s_->stopping) return Status::Unavailable("scheduler dispatcher stopped");
