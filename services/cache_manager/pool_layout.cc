@@ -96,6 +96,15 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
   // Offsets: parts ordered by projection, E-chunks by shard (the manifest's chunk order).
   for (ExpertSlotLayout& e : layout.experts_) {
     if (e.layer_id < 0) continue;
+    // The runtime's pipeline, cache slots and wire messages carry gate, up and down of every expert.
+    for (int proj = 0; proj < kProjCount; ++proj) {
+      if (!e.tensors[proj].present) {
+        return Status::InvalidArgument(fmt::format(
+            "manifest: layer {} expert {} has no {} tensor: the offloading runtime serves gate/up/down experts "
+            "only (gate-less switch_transformers experts are served with every expert resident)",
+            e.layer_id, e.expert_id, ExpertProjName(static_cast<ExpertProj>(proj))));
+      }
+    }
     for (TensorSlotLayout& tl : e.tensors) {
       if (!tl.present) continue;
       for (SlotExtent& c : tl.e_chunks) {

@@ -76,7 +76,8 @@ struct CachePlan {
 class ModelLayout {
  public:
   // Layouts of every (layer, expert) in `manifest`. Errors: kInvalidArgument naming the tensor when a
-  // record is inconsistent (not BF16, negative ids, no SM-chunk, a projection twice).
+  // record is inconsistent (not BF16, negative ids, no SM-chunk, a projection twice), or naming the
+  // expert when one lacks a gate/up/down tensor (gate-less experts: not served by the runtime yet).
   static Result<ModelLayout> FromManifest(const Manifest& manifest);
 
   int32_t n_layers() const { return n_layers_; }    // max(manifest n_layers, max layer_id + 1)
