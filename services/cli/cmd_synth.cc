@@ -99,7 +99,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("synth", "write a synthetic MoE checkpoint in the Hugging Face layout");
   cmd->add_option("--arch", args->options.arch, "architecture")
       ->required()
-      ->check(CLI::IsMember({"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"}));
+      ->check(CLI::IsMember({"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers"}));
   cmd->add_option("--preset", args->options.preset, "size preset: tiny (<= 20 MB) or mini (half width, GBs)")
       ->required()
       ->check(CLI::IsMember({"tiny", "mini"}));

@@ -24,6 +24,7 @@
 #include "services/synth/tensor_init.h"
 #include "services/synth/thread_pool.h"
 #include "services/synth/tokenizer_files.h"
+#include "services/synth/unigram_tokenizer_builder.h"
 
 namespace zipmoe::synth {
 namespace {
@@ -161,8 +162,16 @@ Result<SynthReport> SynthesizeCheckpoint(const SynthOptions& options) {
   ZM_RETURN_IF_ERROR(ValidateOptions(options));
   ZM_ASSIGN_OR_RETURN(PreparedModel model, Prepare(options));
   const ModelLayout& layout = model.layout;
-  ZM_ASSIGN_OR_RETURN(SpecialTokenLayout tokens, SpecialTokensForArch(options.arch, layout.vocab_size));
-  ZM_ASSIGN_OR_RETURN(BpeTokenizer tokenizer, BuildBpeTokenizer(tokens));
+  const bool t5 = options.arch == "switch_transformers";
+  SpecialTokenLayout tokens;
+  BpeTokenizer tokenizer;
+  UnigramTokenizer unigram;
+  if (t5) {
+    ZM_ASSIGN_OR_RETURN(unigram, BuildUnigramTokenizer(layout.vocab_size, EnglishCorpus()));
+  } else {
+    ZM_ASSIGN_OR_RETURN(tokens, SpecialTokensForArch(options.arch, layout.vocab_size));
+    ZM_ASSIGN_OR_RETURN(tokenizer, BuildBpeTokenizer(tokens));
+  }
 
   const std::string& dir = options.out_dir;
   ZM_RETURN_IF_ERROR(CreateDirectories(dir));
@@ -179,9 +188,23 @@ Result<SynthReport> SynthesizeCheckpoint(const SynthOptions& options) {
   };
   ZM_RETURN_IF_ERROR(WriteCheckpointWeights(dir, layout.Specs(), options.shard_size_bytes, fill));
 
-  ZM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer.json"), tokenizer.json_text));
-  ZM_RETURN_IF_ERROR(WriteJson(dir, "tokenizer_config.json", TokenizerConfigJson(options.arch, tokens)));
-  ZM_RETURN_IF_ERROR(WriteJson(dir, "generation_config.json", GenerationConfigJson(model.config)));
+  if (t5) {
+    ZM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer.json"), unigram.json_text));
+    nlohmann::json sentinels = nlohmann::json::array();
+    for (int64_t i = 0; i < unigram.n_sentinels; ++i) sentinels.push_back(fmt::format("<extra_id_{}>", i));
+    ZM_RETURN_IF_ERROR(WriteJson(dir, "tokenizer_config.json",
+                                 nlohmann::json{{"tokenizer_class", "T5Tokenizer"}, {"eos_token", "</s>"},
+                                                {"pad_token", "<pad>"}, {"unk_token", "<unk>"},
+                                                {"extra_ids", unigram.n_sentinels}, {"model_max_length", 512},
+                                                {"additional_special_tokens", sentinels}}));
+    ZM_RETURN_IF_ERROR(WriteJson(dir, "generation_config.json",
+                                 nlohmann::json{{"_from_model_config", true}, {"decoder_start_token_id", 0},
+                                                {"eos_token_id", 1}, {"pad_token_id", 0}}));
+  } else {
+    ZM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer.json"), tokenizer.json_text));
+    ZM_RETURN_IF_ERROR(WriteJson(dir, "tokenizer_config.json", TokenizerConfigJson(options.arch, tokens)));
+    ZM_RETURN_IF_ERROR(WriteJson(dir, "generation_config.json", GenerationConfigJson(model.config)));
+  }
   ZM_RETURN_IF_ERROR(WriteJson(dir, "config.json", model.config));
 
   SynthReport report;
