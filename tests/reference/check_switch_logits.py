@@ -16,7 +16,7 @@ Row layout of `generate --logits-out` for an encoder-decoder model (services/cli
 feeds the encoder and only decoder positions give rows: one for decoder_start_token_id, then one per
 generated token fed back (the last generated token is not fed), i.e. max(1, n_generated) rows per sequence,
 the sequences of a batch one after the other. The decoder inputs are therefore
-[decoder_start_token_id] + generated_ids[:-1], read from --json "sequences".
+[decoder_start_token_id] + generated_ids[:-1], read from --json batch_prompt_ids / batch_generated_ids.
 
 The cases run on the synthetic model as written and on a copy whose attention and feed-forward projections
 are rescaled from std 0.02 to 1/sqrt(fan_in) (write_scaled_copy): at 0.02 the encoder reaches the logits
@@ -93,9 +93,11 @@ def run_generate(zipmoe, model, work, name, source, sampled, threads):
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if not lines:
         raise CheckError(f"{name}: no --json line in the output:\n{stdout[-2000:]}")
-    seqs = json.loads(lines[-1]).get("sequences")
-    if not seqs:
-        raise CheckError(f"{name}: --json has no 'sequences'")
+    j = json.loads(lines[-1])
+    if "batch_prompt_ids" not in j:
+        raise CheckError(f"{name}: --json has no batch_prompt_ids / batch_generated_ids / batch_logits_rows")
+    seqs = [{"prompt_ids": p, "generated_ids": g, "logits_rows": n}
+            for p, g, n in zip(j["batch_prompt_ids"], j["batch_generated_ids"], j["batch_logits_rows"])]
     return out, seqs
 
 
@@ -108,7 +110,7 @@ def check_case(m, zipmoe, model, work, name, source, sampled, threads, strict, e
     # Row layout: max(1, n_generated) decoder rows per sequence, in batch order.
     want_rows = [max(1, len(s["generated_ids"])) for s in seqs]
     if [s["logits_rows"] for s in seqs] != want_rows or rows.shape[0] != sum(want_rows):
-        raise CheckError(f"{name}: {rows.shape[0]} rows, --json logits_rows {[s['logits_rows'] for s in seqs]}; "
+        raise CheckError(f"{name}: {rows.shape[0]} rows, --json batch_logits_rows {[s['logits_rows'] for s in seqs]}; "
                          f"expected {want_rows} (one per decoder position fed)")
     if len(set(want_rows)) != 1:
         raise CheckError(f"{name}: sequences generated {want_rows} tokens despite --ignore-eos")

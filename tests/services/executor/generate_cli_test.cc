@@ -67,24 +67,24 @@ TEST(GenerateCliTest, JsonAndLogitsRowsWithGeneratedTokens) {
   EXPECT_EQ(ReadFloats(tmp.Sub("l.bin")).size(), (3 + n_generated - 1) * 2048u);
 }
 
-// --json "sequences" lists every sequence of a batch with its own ids and --logits-out row count, and
-// the rows follow each other in batch order.
-TEST(GenerateCliTest, JsonSequencesDescribeEveryBatchRowAndItsLogitsRows) {
+// --json batch_* list every sequence of a batch with its own ids and --logits-out row count, and the
+// rows follow each other in batch order.
+TEST(GenerateCliTest, JsonBatchFieldsDescribeEverySequenceAndItsLogitsRows) {
   testing::TempDir tmp;
   const auto r = RunCli("generate --model " + TinyModelDir("deepseek_v2") +
                         " --prompt-ids 5,17,300 --batch 2 --max-new-tokens 3 --ignore-eos --threads 2 --json"
                         " --logits-out " + tmp.Sub("l.bin") + " 2>/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output);
-  ASSERT_EQ(j["sequences"].size(), 2u);
-  EXPECT_EQ(j["sequences"][0]["prompt_ids"], nlohmann::json({5, 17, 300}));
-  EXPECT_EQ(j["sequences"][1]["prompt_ids"], nlohmann::json({17, 300, 5}));  // rotated left by 1
-  EXPECT_EQ(j["sequences"][0]["generated_ids"], j["generated_ids"]);
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.rfind("{\"")));  // no nested objects
+  ASSERT_EQ(j["batch_prompt_ids"].size(), 2u);
+  EXPECT_EQ(j["batch_prompt_ids"][0], nlohmann::json({5, 17, 300}));
+  EXPECT_EQ(j["batch_prompt_ids"][1], nlohmann::json({17, 300, 5}));  // rotated left by 1
+  EXPECT_EQ(j["batch_generated_ids"][0], j["generated_ids"]);
   size_t rows = 0;
-  for (const nlohmann::json& s : j["sequences"]) {
-    EXPECT_EQ(s["generated_ids"].size(), 3u);
-    EXPECT_EQ(s["logits_rows"].get<size_t>(), 3u + 3u - 1u);
-    rows += s["logits_rows"].get<size_t>();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(j["batch_generated_ids"][i].size(), 3u);
+    EXPECT_EQ(j["batch_logits_rows"][i].get<size_t>(), 3u + 3u - 1u);
+    rows += j["batch_logits_rows"][i].get<size_t>();
   }
   EXPECT_EQ(ReadFloats(tmp.Sub("l.bin")).size(), rows * 2048u);
 }
