@@ -117,6 +117,9 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", args->options.n_threads, "generator threads (0 = hardware concurrency)");
   cmd->add_option("--q-lora-rank", args->options.q_lora_rank,
                   "deepseek_v2 only: set q_lora_rank (q_a_proj/q_b_proj MLA variant); 0 = null");
+  cmd->add_option("--dtype", args->options.dtype,
+                  "switch_transformers only: tensor dtype, f32 (default, as released) or bf16 (servable by the runtime)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_flag("--measure-skew", args->measure_skew,
                 "after writing, print the router top-10% share (layer-0 approximation)");
   cmd->add_flag("--measure-only", args->measure_only,

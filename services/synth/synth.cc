@@ -108,6 +108,15 @@ Result<PreparedModel> Prepare(const SynthOptions& options) {
   for (TensorRecipe& r : m.layout.tensors) {
     if (r.kind == InitKind::kEmbedding) r.std = static_cast<float>(options.embedding_std);
   }
+  if (!options.dtype.empty()) {
+    if (options.arch != "switch_transformers" || (options.dtype != "bf16" && options.dtype != "f32"))
+      return Status::InvalidArgument(fmt::format("synth: --dtype '{}' for arch '{}': only switch_transformers takes "
+                                                 "--dtype (bf16 or f32)",
+                                                 options.dtype, options.arch));
+    const DType dtype = options.dtype == "bf16" ? DType::kBF16 : DType::kF32;
+    for (TensorRecipe& r : m.layout.tensors) r.spec.dtype = dtype;
+    m.config["torch_dtype"] = options.dtype == "bf16" ? "bfloat16" : "float32";
+  }
   ZM_ASSIGN_OR_RETURN(m.skew, MakeSkewModel(m.layout.hidden_size, options.seed, options.router_skew,
                                             options.skew_channel_scale, options.embedding_std));
   return m;
