@@ -20,13 +20,16 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::Open(const std::string& dir, E
   std::unique_ptr<ExpertStore> store(new ExpertStore());
   store->dir_ = dir;
   ZM_ASSIGN_OR_RETURN(store->manifest_, ReadManifest(dir));
-  if (dtypes == ExpertDTypes::kServedOnly) {
-    for (const ExpertTensorInfo& t : store->manifest_.expert_tensors) {
-      if (t.dtype == DType::kBF16) continue;
+  const auto& experts = store->manifest_.expert_tensors;
+  if (!experts.empty()) store->expert_dtype_ = experts.front().dtype;
+  for (const ExpertTensorInfo& t : experts) {
+    if (dtypes == ExpertDTypes::kServedOnly && t.dtype != store->expert_dtype_) {
+      const ExpertTensorInfo& first = experts.front();
       return Status::InvalidArgument(fmt::format(
-          "{}: expert tensor '{}' (layer {}, expert {}) is {}; the runtime serves BF16 experts (compress/verify/"
-          "inspect keep F32/F16 bit-exact; compress with --convert-dtype to serve this model)",
-          JoinPath(dir, kManifestFileName), t.name, t.layer_id, t.expert_id, DTypeName(t.dtype)));
+          "{}: expert tensor '{}' (layer {}, expert {}) is {} but '{}' is {}; the runtime serves experts of one "
+          "dtype (pool slots are sized per model): recompress with --convert-dtype to make them all BF16",
+          JoinPath(dir, kManifestFileName), t.name, t.layer_id, t.expert_id, DTypeName(t.dtype), first.name,
+          DTypeName(first.dtype)));
     }
   }
   store->experts_path_ = JoinPath(dir, store->manifest_.experts_file);

@@ -20,22 +20,25 @@ namespace zipmoe {
 
 // Which expert dtypes ExpertStore::Open accepts.
 enum class ExpertDTypes : uint8_t {
-  kServedOnly = 0,  // BF16 only: what the runtime, executor and storage serve (the default)
-  kAny = 1,         // BF16, F16 and F32 (compress/verify/inspect keep F16/F32 bit-exact)
+  kServedOnly = 0,  // BF16, F16 or F32, one dtype for every expert tensor: what the runtime, executor
+                    // and storage serve (the default; pool slot sizes are per model, ModelLayout)
+  kAny = 1,         // BF16, F16 and F32, mixed too (compress/verify/inspect keep each bit-exact)
 };
 
 class ExpertStore {
  public:
   // Opens DIR/manifest.bin (see ReadManifest for errors) and DIR/experts.bin. Errors: kNotFound
   // (missing experts.bin), kCorruption (experts.bin size differs from the manifest's record),
-  // kInvalidArgument with kServedOnly when an expert tensor is not BF16 (naming the first one and its
-  // dtype: the runtime serves BF16 experts only).
+  // kInvalidArgument with kServedOnly when the expert
+  // tensors mix dtypes (naming the first tensor that differs from the first one, and both dtypes).
   static Result<std::unique_ptr<ExpertStore>> Open(const std::string& dir,
                                                    ExpertDTypes dtypes = ExpertDTypes::kServedOnly);
 
   const std::string& dir() const { return dir_; }
   const std::string& experts_path() const { return experts_path_; }
   const Manifest& manifest() const { return manifest_; }
+  // The dtype of the first expert tensor (with kServedOnly: of every one); BF16 when there are none.
+  DType expert_dtype() const { return expert_dtype_; }
 
   // The tensor for (layer, expert, proj), or nullptr.
   const ExpertTensorInfo* Find(int32_t layer_id, int32_t expert_id, ExpertProj proj) const;
@@ -55,8 +58,9 @@ class ExpertStore {
   Status ReadTensorBf16(const ExpertTensorInfo& t, uint16_t* out) const;
 
   // ReadTensorBf16 for any split dtype: out: [t.raw_bytes()] bytes, the original tensor in t.dtype
-  // (BF16/F16 as uint16, F32 as uint32, little-endian), recovered by MergeBf16/MergeF16/MergeF32.
-  // Same checks and errors as ReadTensorBf16.
+  // (BF16/F16 as uint16, F32 as uint32, little-endian; any alignment), recovered by
+  // MergeBf16/MergeF16/MergeF32. Same checks and errors as ReadTensorBf16 (chunk sizes per dtype were
+  // checked against the record by ReadManifest).
   Status ReadTensor(const ExpertTensorInfo& t, uint8_t* out) const;
 
  private:
@@ -64,6 +68,7 @@ class ExpertStore {
   std::string dir_;
   std::string experts_path_;
   Manifest manifest_;
+  DType expert_dtype_ = DType::kBF16;
   UniqueFd fd_;
   std::map<std::tuple<int32_t, int32_t, int>, size_t> index_;
 };

@@ -83,6 +83,18 @@ Status CheckEnums(const DecodeRequest& m) {
   return CheckEnum(m.codec, "DecodeRequest", "codec");
 }
 
+// A batch: each item as if it had come alone, the failing one named by its index.
+template <typename Batch>
+Status CheckItems(const Batch& batch) {
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    ZM_RETURN_IF_ERROR(CheckEnums(*batch.items[i]).WithContext(fmt::format("{}.items[{}]", TableName<Batch>(), i)));
+  }
+  return Status::Ok();
+}
+Status CheckEnums(const ReadCompletions& m) { return CheckItems(m); }
+Status CheckEnums(const DecodeRequests& m) { return CheckItems(m); }
+Status CheckEnums(const DecodeCompletions& m) { return CheckItems(m); }
+
 Status CheckEnums(const CacheLookupReply& m) {
   ZM_RETURN_IF_ERROR(CheckEnum(m.status_code, "CacheLookupReply", "status_code"));
   ZM_RETURN_IF_ERROR(CheckEnum(m.admit_status_code, "CacheLookupReply", "admit_status_code"));

@@ -36,7 +36,10 @@ namespace zipmoe::messaging {
 
 // Envelope.version this build writes and the only one it accepts. Bumped only for a change an older
 // peer would misread; adding fields or union members at the end keeps it (docs/messaging.md).
-inline constexpr uint16_t kMessageVersion = 2;  // 2: LeaseRelease.expert_ids, LayerEnd.released_expert_ids
+// 2: LeaseRelease.expert_ids, LayerEnd.released_expert_ids. 3: ReadCompletions, DecodeRequests,
+// DecodeCompletions (an older scheduler would drop a worker's batched completions, so a version-2
+// peer is refused at its first message instead).
+inline constexpr uint16_t kMessageVersion = 3;
 // Largest encoded message accepted (Decode) or produced (Channel::Send). A ReadRequest of 10 000
 // chunk reads is ~1.5 MiB.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;
@@ -62,6 +65,9 @@ using ReadCompletion = fb::ReadCompletionT;      // storage -> scheduler: one pe
 using DecodeKind = fb::DecodeKind;               // mirrors decompressor::DecompressOpKind value for value
 using DecodeRequest = fb::DecodeRequestT;        // scheduler -> decompressor: one DecompressOp
 using DecodeCompletion = fb::DecodeCompletionT;  // decompressor -> scheduler: one per DecodeRequest (+ credit)
+using ReadCompletions = fb::ReadCompletionsT;      // storage -> scheduler: several ReadCompletions in one frame
+using DecodeRequests = fb::DecodeRequestsT;        // scheduler -> decompressor: several DecodeRequests
+using DecodeCompletions = fb::DecodeCompletionsT;  // decompressor -> scheduler: several DecodeCompletions
 using WorkerReady = fb::WorkerReadyT;            // worker -> queue, first message after (re)connecting
 using Heartbeat = fb::HeartbeatT;                // either direction, after one silent interval
 using Disconnect = fb::DisconnectT;              // either direction: the sender leaves cleanly
@@ -125,7 +131,7 @@ Codec FromWire(fb::Codec codec);
 using Body = std::variant<ReadRequest, ReadCompletion, DecodeRequest, DecodeCompletion, WorkerReady,
                           Heartbeat, Disconnect, LayerRequest, ExpertReady, LeaseRelease, LayerEnd, Ack,
                           CacheHello, CacheHelloReply, CacheLookup, CacheLookupReply, CacheAdmit, CacheReply,
-                          CacheStatsRequest, CacheStats>;
+                          CacheStatsRequest, CacheStats, ReadCompletions, DecodeRequests, DecodeCompletions>;
 
 struct Message {
   uint16_t version = kMessageVersion;  // filled by DecodeMessage; EncodeMessage always writes kMessageVersion

@@ -44,6 +44,63 @@ void PullWorker::Post(Body completion) {
   wake_.Notify();
 }
 
+void PullWorker::PostAll(std::vector<Body> completions) {
+  if (completions.empty()) return;
+  {
+    MutexLock lock(&mu_);
+    for (Body& body : completions) outbox_.push_back(std::move(body));
+  }
+  wake_.Notify();
+}
+
+namespace {
+
+// Appends `run` (consecutive completions of one type) to `frames`: alone, or as Batch items.
+template <typename Item, typename Batch>
+void FlushRun(std::vector<Item>* run, std::vector<Body>* frames) {
+  if (run->size() == 1) {
+    frames->emplace_back(std::move(run->front()));
+  } else if (!run->empty()) {
+    Batch batch;
+    batch.items.reserve(run->size());
+    for (Item& item : *run) batch.items.push_back(std::make_unique<Item>(std::move(item)));
+    frames->emplace_back(std::move(batch));
+  }
+  run->clear();
+}
+
+size_t ItemsIn(const Body& frame) {
+  if (const auto* r = std::get_if<ReadCompletions>(&frame)) return r->items.size();
+  if (const auto* d = std::get_if<DecodeCompletions>(&frame)) return d->items.size();
+  return 1;
+}
+
+}  // namespace
+
+std::vector<Body> BatchCompletions(std::deque<Body> bodies) {
+  std::vector<Body> frames;
+  std::vector<ReadCompletion> reads;
+  std::vector<DecodeCompletion> decodes;
+  for (Body& body : bodies) {
+    if (auto* r = std::get_if<ReadCompletion>(&body)) {
+      FlushRun<DecodeCompletion, DecodeCompletions>(&decodes, &frames);
+      reads.push_back(std::move(*r));
+      if (reads.size() == kMaxCompletionsPerFrame) FlushRun<ReadCompletion, ReadCompletions>(&reads, &frames);
+    } else if (auto* d = std::get_if<DecodeCompletion>(&body)) {
+      FlushRun<ReadCompletion, ReadCompletions>(&reads, &frames);
+      decodes.push_back(std::move(*d));
+      if (decodes.size() == kMaxCompletionsPerFrame) FlushRun<DecodeCompletion, DecodeCompletions>(&decodes, &frames);
+    } else {
+      FlushRun<ReadCompletion, ReadCompletions>(&reads, &frames);
+      FlushRun<DecodeCompletion, DecodeCompletions>(&decodes, &frames);
+      frames.push_back(std::move(body));
+    }
+  }
+  FlushRun<ReadCompletion, ReadCompletions>(&reads, &frames);
+  FlushRun<DecodeCompletion, DecodeCompletions>(&decodes, &frames);
+  return frames;
+}
+
 void PullWorker::RequestStop() {
   stop_.store(true);
   wake_.Notify();
@@ -102,15 +159,17 @@ Status PullWorker::Run(const Handler& handler) {
         MutexLock lock(&mu_);
         out.swap(outbox_);
       }
-      for (Body& body : out) {
-        Status st = channel.Send(std::move(body), milliseconds(1000));
+      for (Body& frame : BatchCompletions(std::move(out))) {
+        const size_t items = ItemsIn(frame);
+        Status st = channel.Send(std::move(frame), milliseconds(1000));
         if (!st.ok()) {
           Log(fmt::format("send to {}: {}", config_.endpoint, st.ToString()));
           continue;
         }
         last_sent = Clock::now();
         MutexLock lock(&mu_);
-        ++stats_.completions;
+        stats_.completions += items;
+        ++stats_.frames;
       }
       const auto now = Clock::now();
       if (now - last_sent >= config_.heartbeat_interval) {
@@ -134,10 +193,12 @@ Status PullWorker::Run(const Handler& handler) {
             if (!peer_heard) backoff = kReconnectBackoffMin;
             peer_heard = true;
             const Body& body = got.message.body;
-            if (std::holds_alternative<ReadRequest>(body) || std::holds_alternative<DecodeRequest>(body)) {
+            const auto* batch = std::get_if<DecodeRequests>(&body);
+            if (batch != nullptr || std::holds_alternative<ReadRequest>(body) ||
+                std::holds_alternative<DecodeRequest>(body)) {
               {
                 MutexLock lock(&mu_);
-                ++stats_.requests;
+                stats_.requests += batch != nullptr ? batch->items.size() : 1;
               }
               handler(body);
             } else if (std::holds_alternative<Disconnect>(body)) {

@@ -2,8 +2,9 @@
 // decompressor processes (docs/messaging.md "Pull workers"; Paranoid Pirate, ZeroMQ guide ch. 4).
 //
 // Run() connects a DEALER to the scheduler's ROUTER, announces itself with WorkerReady (role,
-// threads, credits, arena), then loops: requests (ReadRequest / DecodeRequest) go to the handler on
-// the loop thread; completions queued with Post() from any thread are sent; a Heartbeat goes out
+// threads, credits, arena), then loops: requests (ReadRequest / DecodeRequest / DecodeRequests) go to
+// the handler on the loop thread; completions queued with Post() / PostAll() from any thread are sent,
+// those queued together in one frame (BatchCompletions); a Heartbeat goes out
 // after each silent interval; when the scheduler has been silent for `liveness` intervals the socket
 // is closed and re-opened with exponential backoff (kReconnectBackoffMin .. Max) and WorkerReady is
 // sent again. Completions of work that finished while disconnected are still sent (the scheduler
@@ -19,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -45,13 +47,22 @@ struct PullWorkerConfig {
 struct PullWorkerStats {
   uint64_t bad_messages = 0;  // frames dropped on receipt
   uint64_t connects = 0;      // WorkerReady sent (1 + reconnects)
-  uint64_t requests = 0;      // ReadRequest/DecodeRequest handled
-  uint64_t completions = 0;   // completions sent
+  uint64_t requests = 0;      // ReadRequests and decodes (a DecodeRequests counts its items) handled
+  uint64_t completions = 0;   // completions sent (a batch counts its items)
+  uint64_t frames = 0;        // messages those completions were sent in
 };
+
+// Most completions one frame carries (a longer run of queued completions is split).
+inline constexpr size_t kMaxCompletionsPerFrame = 256;
+
+// The frames to send for `bodies`, in order: each run of consecutive ReadCompletions becomes one
+// ReadCompletions, each run of DecodeCompletions one DecodeCompletions (up to
+// kMaxCompletionsPerFrame items; a run of one stays as it is); anything else is sent alone.
+std::vector<Body> BatchCompletions(std::deque<Body> bodies);
 
 class PullWorker {
  public:
-  // handler: called on the loop thread for every ReadRequest / DecodeRequest; must not block (queue
+  // handler: called on the loop thread for every ReadRequest / DecodeRequest / DecodeRequests; must not block (queue
   // the work and Post() its completions). Other message types are handled here.
   using Handler = std::function<void(const Body& request)>;
 
@@ -60,6 +71,8 @@ class PullWorker {
   // Runs until RequestStop(). Errors: kInvalidArgument (bad endpoint/identity: never retried).
   Status Run(const Handler& handler);
   void Post(Body completion);  // any thread
+  // Queues completions that are ready together (one wakeup of the loop; they share a frame).
+  void PostAll(std::vector<Body> completions);  // any thread
   void RequestStop();          // any thread; Run() sends Disconnect and returns
   PullWorkerStats stats() const;
 

@@ -104,8 +104,8 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromStor
   p->owned_.resize(tensors.size());
   std::vector<Status> results(tensors.size());
   ParallelFor(0, tensors.size(), n_threads, [&](size_t i) {
-    p->owned_[i].resize(static_cast<size_t>(tensors[i].numel()));
-    results[i] = store.ReadTensorBf16(tensors[i], p->owned_[i].data());
+    p->owned_[i].resize(static_cast<size_t>((tensors[i].raw_bytes() + 3) / 4));  // uint32 words: F32-aligned
+    results[i] = store.ReadTensor(tensors[i], reinterpret_cast<uint8_t*>(p->owned_[i].data()));
   });
   for (const Status& st : results) ZM_RETURN_IF_ERROR(st);
 
@@ -126,6 +126,13 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromStor
     ZM_RETURN_IF_ERROR(CheckShapes(store.dir() + ": '" + tensors[idx[1]].name + "'",
                                    w.gated ? &tensors[idx[0]].shape : nullptr, tensors[idx[1]].shape,
                                    tensors[idx[2]].shape, &w));
+    const DType dtype = tensors[idx[1]].dtype;
+    if (tensors[idx[2]].dtype != dtype || (w.gated && tensors[idx[0]].dtype != dtype))
+      return Status::InvalidArgument(fmt::format("{}: layer {} expert {}: gate/up/down dtypes {}/{}/{} differ",
+                                                 store.dir(), key.first, key.second,
+                                                 w.gated ? DTypeName(tensors[idx[0]].dtype) : "-", DTypeName(dtype),
+                                                 DTypeName(tensors[idx[2]].dtype)));
+    w.dtype = dtype;
     w.gate = w.gated ? p->owned_[idx[0]].data() : nullptr;
     w.up = p->owned_[idx[1]].data();
     w.down = p->owned_[idx[2]].data();

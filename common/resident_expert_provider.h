@@ -27,9 +27,10 @@ class ResidentExpertProvider : public ExpertProvider {
   // gate/up/down dtypes differ, or whose shapes do not form gate/up [I, H], down [H, I], or experts
   // that mix the gated and gate-less layouts; kNotFound naming a missing up/down tensor of an expert.
   static Result<std::unique_ptr<ResidentExpertProvider>> FromCheckpoint(const Checkpoint& checkpoint);
-  // Decodes every expert of `store` into memory using `n_threads` threads (0 = all cores).
-  // Errors: those of ExpertStore::ReadTensorBf16 (kCorruption naming tensor and chunk), and as
-  // FromCheckpoint (kNotFound, kInvalidArgument for mixed gated / gate-less experts).
+  // Decodes every expert of `store` into memory, in its own dtype (BF16, F16 or F32, as stored), using
+  // `n_threads` threads (0 = all cores). Errors: those of ExpertStore::ReadTensor (kCorruption naming
+  // tensor and chunk), kNotFound, kInvalidArgument for an expert whose gate/up/down dtypes differ or
+  // for mixed gated / gate-less experts (as FromCheckpoint).
   static Result<std::unique_ptr<ResidentExpertProvider>> FromStore(const ExpertStore& store, int n_threads = 0);
 
   Status BeginLayer(const LayerRouting& routing) override;
@@ -47,7 +48,7 @@ class ResidentExpertProvider : public ExpertProvider {
  private:
   ResidentExpertProvider() = default;
   std::map<std::pair<int32_t, int32_t>, ExpertWeightsView> experts_;
-  std::vector<std::vector<uint16_t>> owned_;  // decoded tensors (FromStore only)
+  std::vector<std::vector<uint32_t>> owned_;  // decoded tensors, raw bytes in uint32 words (FromStore only)
   bool active_ = false;
   LayerRouting current_;
   size_t next_ = 0;

@@ -1,5 +1,7 @@
 #include "common/router_server.h"
 
+#include "common/thread_name.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -18,9 +20,12 @@ Result<std::unique_ptr<RouterServer>> RouterServer::Bind(zmq::context_t& context
 
 RouterServer::~RouterServer() { Stop(); }
 
-void RouterServer::Start(Handler* handler, std::chrono::milliseconds poll_interval) {
+void RouterServer::Start(Handler* handler, std::chrono::milliseconds poll_interval, const std::string& thread_name) {
   const std::chrono::milliseconds interval = std::max(poll_interval, std::chrono::milliseconds(1));
-  thread_ = std::thread([this, handler, interval] { Loop(handler, interval); });
+  thread_ = std::thread([this, handler, interval, thread_name] {
+    SetCurrentThreadName(thread_name);
+    Loop(handler, interval);
+  });
 }
 
 void RouterServer::Stop() {

@@ -57,7 +57,8 @@ class RouterServer {
 
   // Starts the loop thread with `handler` (borrowed until Stop returns). poll_interval (>= 1 ms):
   // the longest wait between two OnTick calls when nothing arrives. Call once.
-  void Start(Handler* handler, std::chrono::milliseconds poll_interval);
+  // thread_name names the loop thread (common/thread_name.h), e.g. "zm-dispatch".
+  void Start(Handler* handler, std::chrono::milliseconds poll_interval, const std::string& thread_name = "zm-router");
   // Ends the current wait early (another thread queued work for OnTick).
   void Wake() { wake_.Notify(); }
   bool stop_requested() const { return stop_.load(std::memory_order_acquire); }

@@ -6,8 +6,8 @@
 //   out[i] = (sm[i] & 0x80) << 8 | e[i] << 7 | (sm[i] & 0x7f)
 //   e: [n] uint8 exponent plane; sm: [n] uint8 sign<<7 | mantissa; out: [n] uint16 BF16 bit patterns.
 // and all of them are bit-identical to RecoverBf16Reference for all 65,536 (e, sm) pairs.
-// F32 and F16 (lossless FP32/F16 checkpoints; the runtime does not serve them yet): see the
-// RecoverF32* / RecoverF16* section below for their formulas.
+// F32 and F16 (lossless FP32/F16 checkpoints, served as such by the runtime): see the
+// RecoverF32* / RecoverF16* section below for their formulas; RecoverCpu dispatches on the dtype.
 //
 // Paths:
 //   RecoverBf16Reference  scalar reference (the same bit formula; see common/bitfield.h).
@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 namespace zipmoe::kernels {
@@ -127,6 +128,13 @@ void RecoverF16Reference(const uint8_t* e, const uint8_t* sm, uint16_t* out, int
 // MergeF16; bench/recovery_fp_bench.cc). No error path, as RecoverBf16Cpu.
 void RecoverF32Cpu(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n);
 void RecoverF16Cpu(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
+
+// The CPU fast path of `dtype`, chosen once per call (the per-value loops have no dtype branch):
+// RecoverBf16Cpu, RecoverF16Cpu or RecoverF32Cpu.
+//   e: [n] uint8; sm: [SmPlaneBytes(dtype, n)] bytes (common/bitfield.h); out: [n · DTypeSize(dtype)]
+//   bytes, any alignment; out must not overlap e or sm.
+// Errors: kInvalidArgument naming the dtype when it has no E/SM split (nothing written).
+Status RecoverCpu(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, int64_t n);
 
 // GPU recovery (kernels/recovery.cu). Grid-stride, coalesced: a thread recovers 4 F32 values (4-byte
 // loads of e and hi, one 8-byte load of lo, one 16-byte store) or one 8-value F16 group (8-byte loads

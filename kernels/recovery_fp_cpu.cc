@@ -8,6 +8,7 @@
 // the word for every element), then e, lo and those bytes are combined by a loop the compiler
 // vectorises like the BF16 one. Both handle any alignment and any n.
 #include <cstring>
+#include <string>
 
 #include "kernels/recovery.h"
 
@@ -63,6 +64,17 @@ void RecoverF16Cpu(const uint8_t* __restrict e, const uint8_t* __restrict sm, ui
     const uint8_t* __restrict lo = sm + begin;
     uint16_t* __restrict ob = out + begin;
     for (int64_t i = 0; i < count; ++i) ob[i] = RecoverF16One(eb[i], lo[i], t[i]);
+  }
+}
+
+Status RecoverCpu(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, int64_t n) {
+  // RecoverBf16Cpu / RecoverF16Cpu / RecoverF32Cpu take any alignment; the casts only name the type.
+  switch (dtype) {
+    case DType::kBF16: RecoverBf16Cpu(e, sm, static_cast<uint16_t*>(out), n); return Status::Ok();
+    case DType::kF16: RecoverF16Cpu(e, sm, static_cast<uint16_t*>(out), n); return Status::Ok();
+    case DType::kF32: RecoverF32Cpu(e, sm, static_cast<uint32_t*>(out), n); return Status::Ok();
+    default:
+      return Status::InvalidArgument(std::string("RecoverCpu: dtype ") + DTypeName(dtype) + " has no E/SM split");
   }
 }
 

@@ -14,6 +14,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "common/thread_name.h"
 #include "services/api/api_server_jobs.h"
 #include "services/runtime/service_metrics.h"
 
@@ -52,7 +53,10 @@ void ApiServer::SetLoaded(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<
   tokenizer_ = std::move(tokenizer);
   provider_ = std::move(provider);
   generator_ = std::move(generator);
-  batch_thread_ = std::thread([this] { BatchLoop(); });
+  batch_thread_ = std::thread([this] {
+    SetCurrentThreadName("zm-batch");
+    BatchLoop();
+  });
   ready_.store(true, std::memory_order_release);
 }
 

@@ -211,9 +211,10 @@ void CacheManager::CopyParts(const Placement& pl, const ExpertSources& sources) 
       if (sources.bf16[proj] != nullptr) {
         std::memcpy(pl.dst + t.bf16.offset, sources.bf16[proj], t.bf16.bytes);
       } else {
-        kernels::RecoverBf16Cpu(sources.e_plane[proj], sources.sm[proj],
-                                reinterpret_cast<uint16_t*>(pl.dst + t.bf16.offset),
-                                static_cast<int64_t>(t.bf16.bytes / 2));
+        // The dtype was checked when the layout was built (ModelLayout::FromManifest): cannot fail.
+        const Status st = kernels::RecoverCpu(layout_.dtype(), sources.e_plane[proj], sources.sm[proj],
+                                              pl.dst + t.bf16.offset, static_cast<int64_t>(t.e_plane.bytes));
+        ZM_CHECK(st.ok()) << st.ToString();
       }
     }
   }

@@ -119,10 +119,10 @@ const uint8_t* ExpertLookup::Sm(ExpertProj proj) const {
   return t.present ? sm_part + t.sm.offset : nullptr;
 }
 
-const uint16_t* ExpertLookup::Bf16(ExpertProj proj) const {
+const uint8_t* ExpertLookup::Full(ExpertProj proj) const {
   if (f_part == nullptr || layout == nullptr) return nullptr;
   const TensorSlotLayout& t = layout->tensors[static_cast<int>(proj)];
-  return t.present ? reinterpret_cast<const uint16_t*>(f_part + t.bf16.offset) : nullptr;
+  return t.present ? f_part + t.bf16.offset : nullptr;
 }
 
 // ---- CacheManager ----
@@ -234,7 +234,7 @@ StagingLayout StagingLayout::ForModel(const ModelLayout& layout) {
   StagingLayout s;
   s.e_sm_bytes = AlignSlotBytes(layout.slot_bytes(Pool::kC));
   s.e_plane_offset = s.e_sm_bytes;
-  s.bf16_offset = s.e_plane_offset + AlignSlotBytes(layout.slot_bytes(Pool::kF) / 2);
+  s.bf16_offset = s.e_plane_offset + AlignSlotBytes(layout.slot_bytes(Pool::kF) / layout.elem_bytes());
   s.slot_bytes = s.bf16_offset + AlignSlotBytes(layout.slot_bytes(Pool::kF));
   return s;
 }

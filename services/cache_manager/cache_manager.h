@@ -1,5 +1,6 @@
 // CacheManager: the compression-aware expert cache (ZipMoE §3.2, §3.4). It owns the shared-memory
-// arena (common/slot_arena.h) carved into the pools F (full BF16 tensors), C (E-chunks + SM-chunks),
+// arena (common/slot_arena.h) carved into the pools F (full tensors in the model's expert dtype: BF16,
+// F16 or F32, ModelLayout::dtype), C (E-chunks + SM-chunks),
 // S (SM-chunks) and E (E-chunks), the residency + pin table, the runtime activation frequency per
 // (layer, expert), and the dispatching/eviction policy.
 //
@@ -132,13 +133,15 @@ CachePlan DaliPlan(const ModelLayout& layout, uint64_t pool_bytes);
 // the slot start; every region 4 KiB-aligned so chunks can be O_DIRECT destinations:
 //   [0, e_sm_bytes)            the expert's E-chunks then SM-chunks, exactly as in a C-pool slot
 //                              (ExpertSlotLayout offsets; SM part at layout.SmPartOffset(kC))
-//   [e_plane_offset, +f/2)     decoded exponent planes: proj p at e_plane_offset + bf16.offset / 2
-//                              ([numel] uint8 each)
-//   [bf16_offset, +f)          recovered BF16: proj p at bf16_offset + bf16.offset ([numel] uint16)
+//   [e_plane_offset, +f/s)     decoded exponent planes: proj p at e_plane_offset + e_plane.offset
+//                              (= bf16.offset / s; [numel] uint8 each), s = layout.elem_bytes()
+//   [bf16_offset, +f)          the recovered tensors in the expert dtype: proj p at bf16_offset +
+//                              bf16.offset ([numel] uint16 BF16/F16, or uint32 F32)
+// (f = slot_bytes(F); for BF16 and F16 s = 2, for F32 s = 4.)
 struct StagingLayout {
   uint64_t e_sm_bytes = 0;      // slot_bytes(C)
   uint64_t e_plane_offset = 0;  // = e_sm_bytes
-  uint64_t bf16_offset = 0;     // e_plane_offset + AlignSlotBytes(slot_bytes(F) / 2)
+  uint64_t bf16_offset = 0;     // e_plane_offset + AlignSlotBytes(slot_bytes(F) / s)
   uint64_t slot_bytes = 0;      // bf16_offset + slot_bytes(F)
   static StagingLayout ForModel(const ModelLayout& layout);
 };
@@ -178,14 +181,14 @@ struct ExpertLookup {
   const ExpertSlotLayout* layout = nullptr;  // chunk offsets; owned by the manager (lives as long)
   uint8_t* e_part = nullptr;     // C/E: start of the E part (E-chunk j of proj p at layout offset)
   uint8_t* sm_part = nullptr;    // C/S: start of the SM part
-  uint8_t* f_part = nullptr;     // F: start of the BF16 part
+  uint8_t* f_part = nullptr;     // F: start of the F part (full tensors, layout dtype)
   uint64_t slot_offset = 0;      // slot start from the arena base (for processes that Attach it)
   SlotLease lease;               // empty for a miss
 
   // Cached bytes of one chunk / tensor, or nullptr when not cached here (or proj absent).
   const uint8_t* EChunk(ExpertProj proj, int shard) const;   // [stored bytes]
   const uint8_t* Sm(ExpertProj proj) const;                  // [numel] sign|mantissa
-  const uint16_t* Bf16(ExpertProj proj) const;               // [numel] BF16 bit patterns
+  const uint8_t* Full(ExpertProj proj) const;                // [numel] values of the expert dtype
 };
 
 // Which parts of an expert (all its tensors) are in memory after it ran, and where. In a backed
@@ -194,15 +197,16 @@ struct ExpertLookup {
 struct AvailableParts {
   bool e = false;     // all E-chunks (stored, compressed bytes)
   bool sm = false;    // all SM-chunks
-  bool bf16 = false;  // the recovered BF16 tensors
+  bool bf16 = false;  // the recovered full tensors (expert dtype; named when all were BF16)
 };
 struct ExpertSources {
   std::array<std::vector<const uint8_t*>, kProjCount> e_chunks;  // [K] per proj: stored bytes
   std::array<const uint8_t*, kProjCount> sm{};                   // [numel] per proj
-  std::array<const uint16_t*, kProjCount> bf16{};                // [numel] per proj
-  // [numel] per proj: the decoded exponent plane. Where bf16[proj] is null, the BF16 part is
-  // recovered from e_plane + sm while it is copied into the F pool (fused recovery: the CPU
-  // executor computed from the planes, so no recovered copy exists).
+  std::array<const void*, kProjCount> bf16{};                    // [numel] per proj, expert dtype
+  // [numel] per proj: the decoded exponent plane. Where bf16[proj] is null, the full tensor is
+  // recovered from e_plane + sm (the dtype's CPU fast path, kernels::RecoverCpu) while it is copied
+  // into the F pool (fused recovery: the CPU executor computed from the planes, so no recovered copy
+  // exists; BF16 only in practice).
   std::array<const uint8_t*, kProjCount> e_plane{};
 };
 

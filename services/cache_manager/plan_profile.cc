@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "common/bitfield.h"
 #include "common/codec.h"
 #include "common/hash.h"
 #include "kernels/recovery.h"
@@ -135,7 +136,7 @@ Result<StorageProfile> ProfileStorage(const std::string& dir, const ProfileOptio
   profile.n_shards = manifest.n_shards;
   double sm_us = 0, e_us = 0, dec_us = 0, sm_bytes = 0, e_bytes = 0, raw_bytes = 0;
   std::vector<uint8_t> stored, decoded, e_plane, sm_plane;
-  std::vector<uint16_t> bf16;
+  std::vector<uint32_t> recovered;  // uint32 words: aligned for every expert dtype
   double rec_us = 0;
   int64_t recoveries = 0;
   volatile uint64_t hash_sink = 0;
@@ -149,13 +150,16 @@ Result<StorageProfile> ProfileStorage(const std::string& dir, const ProfileOptio
         sm_us += us;
         sm_bytes += static_cast<double>(c.stored_bytes);
         ++profile.sm_reads;
-        // CPU recovery as the runtime's workers run it: SM + E planes -> BF16, then the BF16 hash check.
-        sm_plane.assign(reader.buffer(), reader.buffer() + std::min<uint64_t>(c.stored_bytes, e_plane.size()));
-        sm_plane.resize(e_plane.size());
-        bf16.resize(e_plane.size());
+        // CPU recovery as the runtime's workers run it: SM + E planes -> the tensor in its dtype (BF16,
+        // F16 or F32), then the hash check.
+        const uint64_t sm_size = SmPlaneBytes(t.dtype, t.numel());
+        sm_plane.assign(reader.buffer(), reader.buffer() + std::min<uint64_t>(c.stored_bytes, sm_size));
+        sm_plane.resize(sm_size);
+        recovered.resize(static_cast<size_t>((t.raw_bytes() + 3) / 4));
         const auto start = std::chrono::steady_clock::now();
-        kernels::RecoverBf16Cpu(e_plane.data(), sm_plane.data(), bf16.data(), static_cast<int64_t>(bf16.size()));
-        hash_sink = Xxh64(bf16.data(), bf16.size() * 2);  // volatile: the hash is not optimised away
+        ZM_RETURN_IF_ERROR(
+            kernels::RecoverCpu(t.dtype, e_plane.data(), sm_plane.data(), recovered.data(), t.numel()));
+        hash_sink = Xxh64(recovered.data(), t.raw_bytes());  // volatile: the hash is not optimised away
         rec_us += MicrosSince(start);
         ++recoveries;
         continue;

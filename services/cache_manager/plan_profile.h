@@ -25,7 +25,7 @@ struct StorageProfile {
   double sm_read_us = 0;     // u: mean time to read one SM-chunk
   double e_read_us = 0;      // v: mean time to read one E-chunk
   double decompress_us = 0;  // c: mean time to decode one E-chunk on one thread
-  double recovery_us = 0;        // BF16 recovery of one tensor on one CPU worker incl. its hash check
+  double recovery_us = 0;        // recovery of one tensor (its dtype) on one CPU worker incl. its hash check
                                  // (the runtime's path); 0 = excluded (e.g. set by hand for a GPU)
   double expert_compute_us = 0;  // not measured; may be set by hand, 0 = excluded
   double sm_chunk_bytes = 0;        // mean bytes of the SM-chunks read

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/bitfield.h"
 #include "common/slot_arena.h"
 
 namespace zipmoe::cache_manager {
@@ -56,14 +57,22 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
     layout.n_layers_ = std::max(layout.n_layers_, t.layer_id + 1);
     layout.n_experts_ = std::max(layout.n_experts_, t.expert_id + 1);
   }
+  if (!manifest.expert_tensors.empty()) layout.dtype_ = manifest.expert_tensors.front().dtype;
   layout.experts_.resize(static_cast<size_t>(layout.n_layers_) * layout.n_experts_);
   layout.layer_has_experts_.assign(layout.n_layers_, 0);
 
   for (const ExpertTensorInfo& t : manifest.expert_tensors) {
     const int proj = static_cast<int>(t.proj);
-    if (t.dtype != DType::kBF16 || proj < 0 || proj >= kProjCount) {
-      return Status::InvalidArgument(fmt::format("manifest: tensor '{}' (layer {}, expert {}): not a BF16 "
-                                                 "gate/up/down projection", t.name, t.layer_id, t.expert_id));
+    if (!HasExponentSplit(t.dtype) || proj < 0 || proj >= kProjCount) {
+      return Status::InvalidArgument(fmt::format("manifest: tensor '{}' (layer {}, expert {}): not a BF16/F16/F32 "
+                                                 "gate/up/down projection ({})", t.name, t.layer_id, t.expert_id,
+                                                 DTypeName(t.dtype)));
+    }
+    if (t.dtype != layout.dtype_) {
+      const ExpertTensorInfo& first = manifest.expert_tensors.front();
+      return Status::InvalidArgument(fmt::format("manifest: tensor '{}' (layer {}, expert {}) is {} but '{}' is {}: "
+                                                 "the cache serves experts of one dtype", t.name, t.layer_id,
+                                                 t.expert_id, DTypeName(t.dtype), first.name, DTypeName(first.dtype)));
     }
     ExpertSlotLayout& e = layout.experts_[static_cast<size_t>(t.layer_id) * layout.n_experts_ + t.expert_id];
     e.layer_id = t.layer_id;
@@ -89,8 +98,9 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
       return Status::InvalidArgument(fmt::format("manifest: tensor '{}' (layer {}, expert {}): no SM-chunk",
                                                  t.name, t.layer_id, t.expert_id));
     }
-    const uint64_t bf16_bytes = static_cast<uint64_t>(tl.numel) * 2;
-    tl.bf16 = {0, bf16_bytes, AlignSlotBytes(bf16_bytes)};
+    const uint64_t full_bytes = static_cast<uint64_t>(tl.numel) * layout.elem_bytes();
+    tl.bf16 = {0, full_bytes, AlignSlotBytes(full_bytes)};
+    tl.e_plane = {0, static_cast<uint64_t>(tl.numel), static_cast<uint64_t>(tl.numel)};
   }
 
   // Offsets: parts ordered by projection, E-chunks by shard (the manifest's chunk order).
@@ -124,6 +134,7 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
       tl.sm.offset = e.sm_part_bytes;
       e.sm_part_bytes += tl.sm.read_bytes;
       tl.bf16.offset = e.f_part_bytes;
+      tl.e_plane.offset = tl.bf16.offset / layout.elem_bytes();  // a multiple of 1 KiB (F32) or 2 KiB
       e.f_part_bytes += tl.bf16.read_bytes;
     }
     for (Pool p : kPoolOrder) {

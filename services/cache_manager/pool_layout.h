@@ -3,7 +3,7 @@
 //
 // A slot holds one *expert* (all its routed tensors: gate, up, down; or up, down for a gate-less
 // expert such as switch_transformers' wi/wo, whose absent gate takes no bytes) in one of four forms:
-//   F: the BF16 tensors                     [F part]
+//   F: the full tensors, in the model's expert dtype (BF16, F16 or F32; one dtype per model)  [F part]
 //   C: E-chunks then SM-chunks              [E part | SM part]
 //   S: SM-chunks                            [SM part]
 //   E: E-chunks                             [E part]
@@ -33,6 +33,8 @@ char PoolLetter(Pool p);                    // 'F', 'C', 'S', 'E'
 CompressionState PoolState(Pool p);         // the state of an expert cached in `p`
 inline bool PoolHoldsE(Pool p) { return p == Pool::kC || p == Pool::kE; }
 inline bool PoolHoldsSm(Pool p) { return p == Pool::kC || p == Pool::kS; }
+// The F pool holds full tensors in the expert dtype (ModelLayout::dtype); "Bf16" from when every
+// served expert was BF16.
 inline bool PoolHoldsBf16(Pool p) { return p == Pool::kF; }
 
 inline constexpr int kProjCount = 3;  // gate, up, down (ExpertProj order)
@@ -40,7 +42,7 @@ inline constexpr int kProjCount = 3;  // gate, up, down (ExpertProj order)
 // One chunk or tensor inside a slot part.
 struct SlotExtent {
   uint64_t offset = 0;      // from the start of its part, multiple of 4 KiB
-  uint64_t bytes = 0;       // payload bytes (stored bytes of a chunk; 2·numel for BF16)
+  uint64_t bytes = 0;       // payload bytes (stored bytes of a chunk; numel · DTypeSize(dtype) for a full tensor)
   uint64_t read_bytes = 0;  // bytes reserved: `bytes` rounded up to 4 KiB (an O_DIRECT read length)
 };
 
@@ -48,8 +50,14 @@ struct TensorSlotLayout {
   bool present = false;              // false: the expert has no tensor for this projection
   int64_t numel = 0;
   std::vector<SlotExtent> e_chunks;  // [K], in the E part
-  SlotExtent sm;                     // in the SM part
-  SlotExtent bf16;                   // in the F part
+  SlotExtent sm;                     // in the SM part: SmPlaneBytes(dtype, numel) payload bytes
+  // In the F part: the full tensor, numel · DTypeSize(dtype) bytes (the name is from when every
+  // served expert was BF16; F32 and F16 experts keep their own dtype here).
+  SlotExtent bf16;
+  // The decoded exponent plane in a staging slot ([numel] uint8, one byte per value for every
+  // dtype), from StagingLayout::e_plane_offset: bf16.offset / DTypeSize(dtype), so the planes of an
+  // expert's tensors never overlap.
+  SlotExtent e_plane;
 };
 
 struct ExpertSlotLayout {
@@ -58,7 +66,7 @@ struct ExpertSlotLayout {
   std::array<TensorSlotLayout, kProjCount> tensors;  // by ExpertProj
   uint64_t e_part_bytes = 0;   // Σ E-chunk read_bytes
   uint64_t sm_part_bytes = 0;  // Σ SM read_bytes
-  uint64_t f_part_bytes = 0;   // Σ BF16 read_bytes
+  uint64_t f_part_bytes = 0;   // Σ full-tensor (bf16) read_bytes
 
   // Bytes this expert uses in a slot of `p`; where the SM part starts in such a slot (the E part
   // always starts at 0).
@@ -76,11 +84,16 @@ struct CachePlan {
 
 class ModelLayout {
  public:
-  // Layouts of every (layer, expert) in `manifest`. Errors: kInvalidArgument naming the tensor when a
-  // record is inconsistent (not BF16, negative ids, no SM-chunk, a projection twice), or naming the
-  // expert when it lacks up or down, or has a gate where the others have none (or the reverse).
+  // Layouts of every (layer, expert) in `manifest`; every expert tensor must have the dtype of the
+  // first (BF16, F16 or F32: slot sizes are per model). Errors: kInvalidArgument naming the tensor
+  // when a record is inconsistent (a dtype without E/SM split, a dtype other than the first tensor's
+  // (naming both), negative ids, no SM-chunk, a projection twice), or naming the expert when it lacks
+  // up or down, or has a gate where the others have none (or the reverse).
   static Result<ModelLayout> FromManifest(const Manifest& manifest);
 
+  // The experts' dtype (BF16 for a manifest without experts) and its bytes per value (2 or 4).
+  DType dtype() const { return dtype_; }
+  uint64_t elem_bytes() const { return static_cast<uint64_t>(DTypeSize(dtype_)); }
   int32_t n_layers() const { return n_layers_; }    // max(manifest n_layers, max layer_id + 1)
   int32_t n_experts() const { return n_experts_; }  // max(manifest n_experts, max expert_id + 1)
   // Whether the experts have a gate projection (gate/up/down); false: up/down only (tensors[kGate]
@@ -96,6 +109,7 @@ class ModelLayout {
   uint64_t PlanBytes(const CachePlan& plan) const;
 
  private:
+  DType dtype_ = DType::kBF16;
   int32_t n_layers_ = 0;
   int32_t n_experts_ = 0;
   bool gated_ = true;

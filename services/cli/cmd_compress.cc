@@ -22,8 +22,9 @@ void AddCompressCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--shards", args->options.n_shards, "K: E-chunks per expert tensor")->capture_default_str();
   cmd->add_option("--threads", args->options.n_threads, "worker threads (0 = all cores)")->capture_default_str();
   cmd->add_flag("--convert-dtype", args->options.convert_dtype,
-                "round F16/F32 expert tensors to BF16 so the runtime can serve them (lossy; without it they "
-                "are kept bit-exact in their own dtype, which compress/verify/inspect handle)");
+                "round F16/F32 expert tensors to BF16 (lossy; halves F32 expert bytes, and makes a model whose "
+                "experts mix dtypes servable); without it they are kept bit-exact in their own dtype, which "
+                "the runtime serves when all experts share one");
   cmd->add_flag("--force", args->options.overwrite, "replace OUT_DIR if it exists");
   cmd->callback([args, exit_code] {
     auto codec = ParseCodec(args->codec);

@@ -24,8 +24,8 @@ struct CompressOptions {
   CodecOptions codec;     // of the E-chunks; level 0 = codec default
   int n_shards = 4;       // K: E-chunks per tensor (>= 1; clamped to the element count)
   int n_threads = 0;      // 0 = hardware concurrency
-  bool convert_dtype = false;  // round F16/F32 expert tensors to BF16 (lossy!) so the runtime can serve
-                               // them; without it they are split losslessly in their own dtype
+  bool convert_dtype = false;  // round F16/F32 expert tensors to BF16 (lossy!); without it they are split
+                               // losslessly in their own dtype (served when all experts share one)
   bool overwrite = false;      // replace an existing OUT_DIR
 };
 

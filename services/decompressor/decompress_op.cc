@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/bitfield.h"
 #include "common/hash.h"
 #include "kernels/recovery.h"
 
@@ -26,26 +27,40 @@ DecompressOp MakeDecodeEChunkOp(const ExpertTensorInfo& t, int chunk_index, uint
   return op;
 }
 
-DecompressOp MakeRecoverBf16Op(const ExpertTensorInfo& t, uint64_t op_id, int32_t priority, const uint8_t* e_plane,
-                               const uint8_t* sm_plane, uint16_t* out) {
+DecompressOp MakeRecoverOp(const ExpertTensorInfo& t, uint64_t op_id, int32_t priority, const uint8_t* e_plane,
+                           const uint8_t* sm_plane, void* out) {
   DecompressOp op;
   op.op_id = op_id;
   op.priority = priority;
-  op.kind = DecompressOpKind::kRecoverBf16;
+  op.kind = DecompressOpKind::kRecover;
   op.codec = Codec::kNone;
   op.src = e_plane;
   op.sm = sm_plane;
-  op.dst = reinterpret_cast<uint8_t*>(out);
+  op.dst = static_cast<uint8_t*>(out);
   op.raw_bytes = static_cast<uint64_t>(t.numel());
   op.expected_xxh64 = t.bf16_xxh64;
+  op.dtype = t.dtype;
   op.tensor_name = t.name;
   op.layer_id = t.layer_id;
   op.expert_id = t.expert_id;
   return op;
 }
 
+uint64_t OpSrcBytes(const DecompressOp& op) {
+  return op.kind == DecompressOpKind::kRecover ? op.raw_bytes : op.stored_bytes;
+}
+
+uint64_t OpSmBytes(const DecompressOp& op) {
+  return op.kind == DecompressOpKind::kRecover ? SmPlaneBytes(op.dtype, static_cast<int64_t>(op.raw_bytes)) : 0;
+}
+
+uint64_t OpDstBytes(const DecompressOp& op) {
+  return op.kind == DecompressOpKind::kRecover ? op.raw_bytes * static_cast<uint64_t>(DTypeSize(op.dtype))
+                                               : op.raw_bytes;
+}
+
 std::string DescribeOp(const DecompressOp& op) {
-  if (op.kind == DecompressOpKind::kRecoverBf16)
+  if (op.kind == DecompressOpKind::kRecover)
     return fmt::format("recovery of '{}' (layer {}, expert {})", op.tensor_name, op.layer_id, op.expert_id);
   return fmt::format("E-chunk {} of '{}' (layer {}, expert {})", op.chunk_index, op.tensor_name, op.layer_id,
                      op.expert_id);
@@ -61,7 +76,8 @@ Status ValidateOp(const DecompressOp& op) {
       if (op.dst == nullptr && op.raw_bytes > 0) return bad("null destination");
       if (op.codec != Codec::kNone && op.codec != Codec::kZstd && op.codec != Codec::kLz4) return bad("unknown codec");
       return Status::Ok();
-    case DecompressOpKind::kRecoverBf16:
+    case DecompressOpKind::kRecover:
+      if (!HasExponentSplit(op.dtype)) return bad("dtype without an E/SM split");
       if (op.raw_bytes > 0 && (op.src == nullptr || op.sm == nullptr || op.dst == nullptr))
         return bad("null E plane, SM plane or output");
       return Status::Ok();
@@ -76,13 +92,12 @@ Status RunDecompressOp(const DecompressOp& op) {
     if (!st.ok()) return Status::Corruption(fmt::format("{}: {}", DescribeOp(op), st.message()));
     return Status::Ok();
   }
-  auto* out = reinterpret_cast<uint16_t*>(op.dst);
-  kernels::RecoverBf16Cpu(op.src, op.sm, out, static_cast<int64_t>(op.raw_bytes));
+  ZM_RETURN_IF_ERROR(kernels::RecoverCpu(op.dtype, op.src, op.sm, op.dst, static_cast<int64_t>(op.raw_bytes)));
   if (op.expected_xxh64.has_value()) {
-    const uint64_t got = Xxh64(out, op.raw_bytes * 2);
+    const uint64_t got = Xxh64(op.dst, OpDstBytes(op));
     if (got != *op.expected_xxh64)
-      return Status::Corruption(
-          fmt::format("{}: BF16 xxh64 {:016x}, manifest {:016x}", DescribeOp(op), got, *op.expected_xxh64));
+      return Status::Corruption(fmt::format("{}: {} xxh64 {:016x}, manifest {:016x}", DescribeOp(op),
+                                            DTypeName(op.dtype), got, *op.expected_xxh64));
   }
   return Status::Ok();
 }

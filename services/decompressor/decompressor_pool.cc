@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/thread_name.h"
 #include "common/trace_events.h"
 
 namespace zipmoe::decompressor {
@@ -23,7 +24,12 @@ Result<std::unique_ptr<DecompressorPool>> DecompressorPool::Create(const Decompr
   const int n = config.n_workers == 0 ? DefaultWorkerCount() : config.n_workers;
   std::unique_ptr<DecompressorPool> pool(new DecompressorPool(config));
   pool->workers_.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) pool->workers_.emplace_back([p = pool.get(), i] { p->WorkerLoop(i); });
+  for (int i = 0; i < n; ++i) {
+    pool->workers_.emplace_back([p = pool.get(), i] {
+      SetCurrentThreadName("zm-decode-" + std::to_string(i));
+      p->WorkerLoop(i);
+    });
+  }
   return pool;
 }
 

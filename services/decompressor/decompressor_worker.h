@@ -4,6 +4,13 @@
 // bounds-checked (an op outside the arena completes with kInvalidArgument, nothing is touched) and
 // run with DecompressorPool priorities. A request whose op_id is already running here (re-issued
 // after a reconnect) is ignored: the running op's completion answers it.
+//
+// Completions go back per expert: while other ops of the same (layer, expert) are still queued or
+// running here, a successful op's completion is held, and the expert's completions leave together,
+// back to back, when its last op here ends (or at once with any failed one). The scheduler needs an
+// expert's every op before it can hand the expert on, so this delays nothing it can use, and a burst
+// costs each process on the path one wakeup instead of one per op (docs/benchmarks.md (h),
+// "context switches"). Ops without an expert label (layer_id or expert_id < 0) complete alone.
 // Thread-safety: Run() on one thread; RequestStop() from any thread (e.g. a signal watcher).
 #pragma once
 
@@ -18,6 +25,7 @@
 #include "common/mutex.h"
 #include "common/pull_worker.h"
 #include "common/shm_region.h"
+#include "services/decompressor/completion_groups.h"
 #include "services/decompressor/decompressor_pool.h"
 
 namespace zipmoe::decompressor {
@@ -57,17 +65,25 @@ class DecompressorWorker {
  private:
   DecompressorWorker() = default;
   void Handle(const messaging::Body& body);
+  // Bounds-checks `request` (a refusal is answered at once) and records it as running here, counted
+  // for its expert; false when refused or already running (a re-issue).
+  bool Accept(const messaging::DecodeRequest& request);
 
   const ShmRegion* arena_ = nullptr;
   DecompressorWorkerOptions options_;
   std::unique_ptr<messaging::PullWorker> pull_;
   std::unique_ptr<DecompressorPool> pool_;
   Mutex mu_;
+  using ExpertKey = CompletionGroups<messaging::DecodeCompletion>::ExpertKey;  // (layer, expert); -1 = none
   struct Running {
     uint32_t attempt = 0;  // copied into the completion
     bool recover = false;  // BF16 recovery (else E-chunk decode), for metrics
+    ExpertKey expert{-1, -1};
   };
+  // Called by the pool for every op; posts the completion now or holds it for its expert's burst.
+  void OnComplete(const DecompressCompletion& c);
   std::unordered_map<uint64_t, Running> running_ ZM_GUARDED_BY(mu_);  // by op_id
+  CompletionGroups<messaging::DecodeCompletion> groups_ ZM_GUARDED_BY(mu_);  // what to hold, what to send
 };
 
 }  // namespace zipmoe::decompressor

@@ -24,10 +24,10 @@ const uint8_t* CachedExpert::Sm(ExpertProj proj) const {
   return t.present ? sm_part + t.sm.offset : nullptr;
 }
 
-const uint16_t* CachedExpert::Bf16(ExpertProj proj) const {
+const uint8_t* CachedExpert::Full(ExpertProj proj) const {
   if (f_part == nullptr || layout == nullptr) return nullptr;
   const cm::TensorSlotLayout& t = layout->tensors[static_cast<int>(proj)];
-  return t.present ? reinterpret_cast<const uint16_t*>(f_part + t.bf16.offset) : nullptr;
+  return t.present ? f_part + t.bf16.offset : nullptr;
 }
 
 Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConfig* config, const Manifest& manifest) {
@@ -59,9 +59,9 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   if (cfg.memory_budget_bytes < staging.slot_bytes) {
     return Status::InvalidArgument(fmt::format(
         "memory budget {} bytes ({:.2f} MiB) is below the minimum {} bytes ({:.2f} MiB) for {}: one expert in "
-        "flight needs one staging slot (E-/SM-chunks, exponent planes and BF16 of its {} tensors)",
+        "flight needs one staging slot (E-/SM-chunks, exponent planes and recovered {} of its {} tensors)",
         cfg.memory_budget_bytes, cfg.memory_budget_bytes / 1048576.0, staging.slot_bytes,
-        staging.slot_bytes / 1048576.0, cfg.model_dir, model.tensors_per_expert));
+        staging.slot_bytes / 1048576.0, cfg.model_dir, DTypeName(layout.dtype()), model.tensors_per_expert));
   }
   const uint32_t slots = cfg.staging_slots > 0
                              ? cfg.staging_slots
@@ -205,16 +205,16 @@ Result<cm::AdmitResult> LocalCacheBackend::AdmitWithResult(const CacheAdmitReque
       if (!p.ok()) checked = p.status(); else sources.sm[proj] = *p;
     }
     if (request.parts.bf16 && checked.ok() && request.bf16_from_planes) {
-      Result<const uint8_t*> e = at(request.e_plane[proj], t.bf16.bytes / 2, "exponent plane", proj);
-      Result<const uint8_t*> sm = at(request.sm[proj], t.bf16.bytes / 2, "SM plane", proj);
+      Result<const uint8_t*> e = at(request.e_plane[proj], t.e_plane.bytes, "exponent plane", proj);
+      Result<const uint8_t*> sm = at(request.sm[proj], t.sm.bytes, "SM plane", proj);
       if (!e.ok()) checked = e.status(); else if (!sm.ok()) checked = sm.status();
       if (checked.ok()) {
         sources.e_plane[proj] = *e;
         sources.sm[proj] = *sm;
       }
     } else if (request.parts.bf16 && checked.ok()) {
-      Result<const uint8_t*> p = at(request.bf16[proj], t.bf16.bytes, "BF16 tensor", proj);
-      if (!p.ok()) checked = p.status(); else sources.bf16[proj] = reinterpret_cast<const uint16_t*>(*p);
+      Result<const uint8_t*> p = at(request.bf16[proj], t.bf16.bytes, "full tensor", proj);
+      if (!p.ok()) checked = p.status(); else sources.bf16[proj] = *p;
     }
   }
   result = checked.ok() ? manager_->Admit(request.layer_id, request.expert_id, request.parts, sources)

@@ -50,12 +50,12 @@ struct CachedExpert {
   uint64_t slot_offset = 0;   // cache slot start from the arena base (state != kMiss)
   uint8_t* e_part = nullptr;  // C/E: E part (E-chunk j of proj p at its layout offset)
   uint8_t* sm_part = nullptr; // C/S: SM part
-  uint8_t* f_part = nullptr;  // F: BF16 part
+  uint8_t* f_part = nullptr;  // F: F part (full tensors in the layout's dtype)
   uint64_t lease = kNoLease;  // kNoLease for a miss
 
   const uint8_t* EChunk(ExpertProj proj, int shard) const;  // [stored bytes] or nullptr
-  const uint8_t* Sm(ExpertProj proj) const;                 // [numel] or nullptr
-  const uint16_t* Bf16(ExpertProj proj) const;              // [numel] or nullptr
+  const uint8_t* Sm(ExpertProj proj) const;                 // [SmPlaneBytes(dtype, numel)] or nullptr
+  const uint8_t* Full(ExpertProj proj) const;               // [numel] values of layout dtype, or nullptr
 };
 
 // Admission of one expert after it ran (CacheManager::Admit), sources as arena offsets, then the
@@ -67,9 +67,9 @@ struct CacheAdmitRequest {
   cache_manager::AvailableParts parts;
   std::array<std::vector<uint64_t>, cache_manager::kProjCount> e_chunks;  // [K] per proj
   std::array<uint64_t, cache_manager::kProjCount> sm{};                   // per proj
-  std::array<uint64_t, cache_manager::kProjCount> bf16{};                 // per proj
-  // Fused recovery (OffloadConfig::fused_recovery): no recovered BF16 exists; with parts.bf16 the
-  // BF16 part is recovered from the decoded exponent planes at `e_plane` and the SM planes at `sm`
+  std::array<uint64_t, cache_manager::kProjCount> bf16{};                 // per proj: full tensor, layout dtype
+  // Fused recovery (OffloadConfig::fused_recovery, BF16 experts only): no recovered BF16 exists; with
+  // parts.bf16 the BF16 part is recovered from the decoded exponent planes at `e_plane` and the SM planes at `sm`
   // while it is copied into F (ExpertSources::e_plane); in `zipmoe up` the cache-manager process does
   // it (CacheAdmitItem.bf16_from_planes, services/runtime/cache_wire.h).
   bool bf16_from_planes = false;

@@ -299,7 +299,7 @@ Result<std::unique_ptr<CacheServer>> CacheServer::Start(zmq::context_t& context,
   auto state = std::make_unique<State>(std::move(config), backend, std::move(router));
   std::unique_ptr<CacheServer> server(new CacheServer(std::move(state)));
   State* s = server->s_.get();
-  s->server->Start(s, s->config.heartbeat_interval);
+  s->server->Start(s, s->config.heartbeat_interval, "zm-cache-srv");
   return server;
 }
 

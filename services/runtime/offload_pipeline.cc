@@ -213,8 +213,8 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave, 
       const cm::TensorSlotLayout& tl = w.lookup.layout->tensors[proj];
       const ExpertProj ep = static_cast<ExpertProj>(proj);
       uint8_t* base = w.staging_base;
-      tw.e_plane = base + sl.e_plane_offset + tl.bf16.offset / 2;
-      tw.bf16 = reinterpret_cast<uint16_t*>(base + sl.bf16_offset + tl.bf16.offset);
+      tw.e_plane = base + sl.e_plane_offset + tl.e_plane.offset;
+      tw.bf16 = base + sl.bf16_offset + tl.bf16.offset;
       tw.weights = tw.bf16;
       tw.e_src.resize(tl.e_chunks.size());
       for (size_t i = 0; i < tl.e_chunks.size(); ++i) {
@@ -315,7 +315,11 @@ void OffloadExpertProvider::EndCompletionLocked(const OpRef& ref, bool current, 
     if (left != works_.end()) OpDoneLocked(left->second, ref.expert);
   }
   dropped->swap(cancel_later_);
-  cv_.NotifyAll();
+  NotifyWaitersLocked();
+}
+
+void OffloadExpertProvider::NotifyWaitersLocked() {
+  if (!error_.ok() || !ready_.empty() || ops_.empty()) cv_.NotifyAll();
 }
 
 void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
@@ -430,7 +434,7 @@ void OffloadExpertProvider::TensorProgressLocked(int32_t work, int32_t proj) {
   // value); a prefetch's only ahead of the prefetches' decodes.
   const int32_t priority = w.current ? std::numeric_limits<int32_t>::min() + static_cast<int32_t>(id % (1u << 30))
                                      : kPrefetchPriority - 1;
-  decompressor::DecompressOp op = decompressor::MakeRecoverBf16Op(*tw.info, id, priority, tw.e_plane, tw.sm, tw.bf16);
+  decompressor::DecompressOp op = decompressor::MakeRecoverOp(*tw.info, id, priority, tw.e_plane, tw.sm, tw.bf16);
   if (!config_.verify_recovered) op.expected_xxh64.reset();
   ops_[id] = OpRef{work, proj, -1, OpKind::kRecover, 0};
   ++w.ops;

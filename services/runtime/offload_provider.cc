@@ -76,7 +76,9 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
     p->cache_ = std::move(local);
   }
   p->arena_base_ = p->cache_->arena_base();
-  p->fused_ = cfg.fused_recovery;
+  // F32/F16 experts are recovered before compute: the executor's fused kernels read BF16 planes only.
+  p->dtype_ = p->cache_->layout().dtype();
+  p->fused_ = cfg.fused_recovery && p->dtype_ == DType::kBF16;
   p->gated_ = p->cache_->layout().gated();
 
   p->cost_ = p->cache_->plan().cost;  // the planner's cost model is the scheduler's
@@ -208,7 +210,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
       w.lookup = found[i];
       if (w.lookup.state == CompressionState::kF) {
         for (int proj = 0; proj < cm::kProjCount; ++proj) {
-          if (HasProj(proj)) w.tensors[proj].weights = w.lookup.Bf16(static_cast<ExpertProj>(proj));
+          if (HasProj(proj)) w.tensors[proj].weights = w.lookup.Full(static_cast<ExpertProj>(proj));
         }
         ready_.push_back(id);
       } else {
@@ -285,7 +287,7 @@ Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
   ExpertWeightsView view;
   view.layer_id = layer_id_;
   view.expert_id = w.expert_id;
-  view.dtype = DType::kBF16;
+  view.dtype = dtype_;
   const TensorWork& gate = w.tensors[static_cast<int>(ExpertProj::kGate)];
   const TensorWork& up = w.tensors[static_cast<int>(ExpertProj::kUp)];
   const TensorWork& down = w.tensors[static_cast<int>(ExpertProj::kDown)];
@@ -357,7 +359,7 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
       if (!st.ok()) FailLocked(st);
     }
     dropped.swap(cancel_later_);
-    cv_.NotifyAll();
+    NotifyWaitersLocked();
   }
   CancelDecodes(dropped);
 }

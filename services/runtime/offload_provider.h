@@ -90,8 +90,8 @@ namespace zipmoe::runtime {
 struct OffloadConfig {
   std::string model_dir;              // compressed directory (zipmoe compress)
   uint64_t memory_budget_bytes = 0;   // the whole arena: cache pools + staging slots
-  double memory_budget_percent = 0;   // > 0: the budget is this share (%) of the model's BF16 expert
-                                      // bytes, in (0, 1000]; replaces memory_budget_bytes
+  double memory_budget_percent = 0;   // > 0: the budget is this share (%) of the model's expert
+                                      // bytes (in their dtype), in (0, 1000]; replaces memory_budget_bytes
   cache_manager::CachePolicy policy = cache_manager::CachePolicy::kZipMoe;
   std::string pools;                  // Λ; "" = the policy's own (zipmoe FCSE, the others F); another
                                       // policy given more than F gets planned per-layer pools
@@ -105,7 +105,7 @@ struct OffloadConfig {
   uint32_t staging_slots = 0;         // experts in flight at once; 0 = auto (see ChooseStagingSlots)
   bool page_cache = false;            // buffered reads instead of O_DIRECT
   bool scheduler = true;              // Alg. 1 (true) or FIFO order (false)
-  bool verify_recovered = true;       // check each recovered tensor against its BF16 xxh64
+  bool verify_recovered = true;       // check each recovered tensor against its manifest xxh64
   // CPU executor: a missed expert is served as its planes (ExpertWeightsView::*_planes: decoded E
   // plane + SM plane in staging) as soon as its decodes are done, with no recovery op; the BF16
   // copy is recovered only if the cache admits the expert into F, while copying it there (by the
@@ -199,10 +199,10 @@ class OffloadExpertProvider : public ExpertProvider {
   struct TensorWork {
     const ExpertTensorInfo* info = nullptr;  // null: the expert has no tensor for this projection
     std::vector<const uint8_t*> e_src;       // [K] stored E-chunk bytes (cache slot or staging)
-    const uint8_t* sm = nullptr;             // [numel] SM plane (cache slot or staging)
+    const uint8_t* sm = nullptr;             // [SmPlaneBytes(dtype, numel)] SM plane (cache slot or staging)
     uint8_t* e_plane = nullptr;              // [numel] in staging
-    uint16_t* bf16 = nullptr;                // [numel] recovery output in staging
-    const uint16_t* weights = nullptr;       // [numel] what the lease serves: bf16, or the F slot
+    uint8_t* bf16 = nullptr;                 // [numel] values of the expert dtype: recovery output in staging
+    const void* weights = nullptr;           // [numel] what the lease serves: bf16, or the F slot
     int decodes_left = 0;
     bool sm_ready = false;
     bool recovering = false;
@@ -266,6 +266,11 @@ class OffloadExpertProvider : public ExpertProvider {
   // Gives the works at the front of *queue a staging slot each while slots are free; returns them.
   std::vector<int32_t> TakeStagingLocked(std::deque<int32_t>* queue) ZM_REQUIRES(mu_);
   void FailLocked(const Status& status) ZM_REQUIRES(mu_);
+  // Wakes cv_'s waiters only when what they wait for holds: NextReady (an expert ready or an
+  // error) and Drain (no op left). A chunk's completion that changes neither wakes nobody: with
+  // ~15 chunks per missed expert, waking NextReady's caller for each one cost a context switch per
+  // chunk (docs/benchmarks.md (h), "context switches").
+  void NotifyWaitersLocked() ZM_REQUIRES(mu_);
   void OnLeaseReleased(int32_t expert) ZM_EXCLUDES(mu_);
   // Waits for in-flight ops (failed layer); releases and retakes mu_ (held by the caller's `lock`).
   void DrainLocked(MutexLock* lock) ZM_REQUIRES(mu_);
@@ -281,8 +286,9 @@ class OffloadExpertProvider : public ExpertProvider {
 
   // Constant after Create.
   OffloadConfig config_;
-  bool fused_ = false;  // config_.fused_recovery with the in-process cache
+  bool fused_ = false;  // config_.fused_recovery and BF16 experts (the fused kernels read BF16 planes only)
   bool gated_ = true;   // the manifest's experts have a gate (false: switch_transformers' wi/wo = up/down)
+  DType dtype_ = DType::kBF16;  // the experts' dtype (cache_->layout().dtype()), what leases carry
   std::unique_ptr<ExpertStore> store_;
   uint8_t* arena_base_ = nullptr;  // cache_->arena_base()
   scheduler::CostModel cost_;
@@ -291,7 +297,7 @@ class OffloadExpertProvider : public ExpertProvider {
   std::unique_ptr<DecodeEngine> pool_;
 
   mutable Mutex mu_;  // guards everything below: the layer state, prefetches, stats
-  CondVar cv_;  // waits on mu_: an expert became ready, an op completed, or the layer failed
+  CondVar cv_;  // waits on mu_: an expert became ready, the last op completed, or the layer failed
   bool active_ ZM_GUARDED_BY(mu_) = false;         // between BeginLayer and EndLayer
   int32_t layer_id_ ZM_GUARDED_BY(mu_) = -1;
   std::unordered_map<int32_t, ExpertWork> works_ ZM_GUARDED_BY(mu_);  // by work id: the active layer's and prefetches

@@ -14,6 +14,7 @@
 #include "common/event_fd.h"
 #include "common/mutex.h"
 #include "common/router_server.h"
+#include "common/thread_name.h"
 #include "common/trace_events.h"
 
 namespace zipmoe::runtime {
@@ -238,8 +239,11 @@ Result<std::unique_ptr<ProviderServer>> ProviderServer::Start(zmq::context_t& co
   auto state = std::make_unique<State>(std::move(config), provider, arena_base, arena_bytes, std::move(router));
   std::unique_ptr<ProviderServer> server(new ProviderServer(std::move(state)));
   State* s = server->s_.get();
-  s->deliver_thread = std::thread([s] { s->Deliver(); });
-  s->server->Start(s, kExecutorPollInterval);
+  s->deliver_thread = std::thread([s] {
+    SetCurrentThreadName("zm-deliver");
+    s->Deliver();
+  });
+  s->server->Start(s, kExecutorPollInterval, "zm-provider");
   return server;
 }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "common/bitfield.h"
+
 namespace zipmoe::runtime {
 
 namespace msg = messaging;
@@ -47,6 +49,7 @@ msg::ExpertReady ExpertReadyToWire(const ExpertWeightsView& v, const uint8_t* ar
   }
   ready.intermediate = v.intermediate;
   ready.hidden = v.hidden;
+  ready.dtype = static_cast<uint8_t>(v.dtype);
   return ready;
 }
 
@@ -61,7 +64,14 @@ Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, c
     offsets = ready.e_plane_offsets;
     offsets.insert(offsets.end(), ready.sm_offsets.begin(), ready.sm_offsets.end());
   }
-  const uint64_t bytes = planes ? numel : 2 * numel;
+  const auto dtype = static_cast<DType>(ready.dtype);
+  if (!HasExponentSplit(dtype) || (planes && dtype != DType::kBF16)) {
+    return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} has dtype {}{}", endpoint,
+                                          ready.expert_id, ready.layer_id, static_cast<int>(ready.dtype),
+                                          planes ? " with E/SM planes (BF16 only)" : " (BF16, F16 or F32 expected)"));
+  }
+  // BF16 planes: one byte per weight each (the SM plane is n bytes for BF16 only).
+  const uint64_t bytes = planes ? numel : numel * static_cast<uint64_t>(DTypeSize(dtype));
   const size_t n_proj = ready.gated ? 3 : 2;  // gate, up, down or up, down
   bool inside = ready.intermediate > 0 && ready.hidden > 0 &&
                 (!planes || (ready.e_plane_offsets.size() == n_proj && ready.sm_offsets.size() == n_proj));
@@ -74,7 +84,7 @@ Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, c
   ExpertWeightsView view;
   view.layer_id = ready.layer_id;
   view.expert_id = ready.expert_id;
-  view.dtype = DType::kBF16;
+  view.dtype = dtype;
   view.gated = ready.gated;
   if (planes) {
     const size_t up = ready.gated ? 1 : 0;  // the planes' index of up (down follows)

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/thread_name.h"
 #include "common/trace_events.h"
 #include "services/runtime/cache_wire.h"
 #include "services/runtime/offload_provider.h"
@@ -156,7 +157,10 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
     b->last_send_ = Clock::now();
   }
   RemoteCacheBackend* raw = b.get();
-  b->heartbeat_ = std::thread([raw] { raw->HeartbeatLoop(); });
+  b->heartbeat_ = std::thread([raw] {
+    SetCurrentThreadName("zm-cache-hb");
+    raw->HeartbeatLoop();
+  });
   return b;
 }
 

@@ -29,7 +29,7 @@ namespace zipmoe::runtime {
 
 struct ServiceConfig {
   std::string model_dir;                 // compressed model directory (zipmoe compress)
-  std::string memory_budget = "50%";     // bytes ("4GiB") or a share of the BF16 expert bytes ("50%")
+  std::string memory_budget = "50%";     // bytes ("4GiB") or a share of the expert bytes, in their dtype ("50%")
   std::string policy = "zipmoe";         // zipmoe | lru | fifo | lfu | marking | dali | smoe | coserve | full-load
   std::string prefetch;                  // none | top-score | residual; "" = the policy's (DefaultPrefetch)
   std::string pools;
@@ -40,7 +40,7 @@ struct ServiceConfig {
   int64_t staging_slots = 0;             // 0 = auto
   bool page_cache = false;               // buffered reads instead of O_DIRECT
   bool fifo_dispatch = false;            // FIFO order instead of Alg. 1
-  bool verify_recovery = true;           // check recovered BF16 against its xxh64
+  bool verify_recovery = true;           // check each recovered tensor against its xxh64
   bool separate_recovery = false;        // recover BF16 before compute even for a CPU executor
   std::string run_dir = "/tmp/zipmoe";   // ipc sockets, pid files (zipmoe up)
   std::string shm_name = "/zipmoe-arena";  // the shared arena

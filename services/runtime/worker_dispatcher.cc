@@ -107,6 +107,11 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
   void HandleLocked(const std::string& peer, msg::Message message, std::vector<storage::ReadCompletion>* read_done,
                     std::vector<decompressor::DecompressCompletion>* decode_done,
                     std::vector<std::pair<std::string, msg::Body>>* replies) ZM_REQUIRES(mu);
+  // One completion, alone or an item of a batch: stale or duplicate ones are counted and dropped.
+  void ReadDoneLocked(const msg::ReadCompletion& done, std::vector<storage::ReadCompletion>* read_done)
+      ZM_REQUIRES(mu);
+  void DecodeDoneLocked(const msg::DecodeCompletion& done, std::vector<decompressor::DecompressCompletion>* decode_done)
+      ZM_REQUIRES(mu);
 };
 
 void WorkerDispatcher::State::ReissueLocked(const std::string& id, const std::string& why) {
@@ -155,6 +160,30 @@ void WorkerDispatcher::State::ExpireLocked(Clock::time_point now) {
   }
 }
 
+void WorkerDispatcher::State::ReadDoneLocked(const msg::ReadCompletion& done,
+                                             std::vector<storage::ReadCompletion>* read_done) {
+  auto it = reads.find(done.op_id);
+  if (it == reads.end() || it->second.peer.empty()) {
+    ++counters.duplicates;
+    return;
+  }
+  if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done.op_id);
+  reads.erase(it);
+  read_done->push_back(storage::ReadCompletionFromWire(done));
+}
+
+void WorkerDispatcher::State::DecodeDoneLocked(const msg::DecodeCompletion& done,
+                                               std::vector<decompressor::DecompressCompletion>* decode_done) {
+  auto it = decodes.find(done.op_id);
+  if (it == decodes.end() || it->second.peer.empty()) {
+    ++counters.duplicates;
+    return;
+  }
+  if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done.op_id);
+  decodes.erase(it);
+  decode_done->push_back(decompressor::DecodeCompletionFromWire(done));
+}
+
 void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message message,
                                            std::vector<storage::ReadCompletion>* read_done,
                                            std::vector<decompressor::DecompressCompletion>* decode_done,
@@ -199,25 +228,19 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
     return;
   }
   if (auto* done = std::get_if<msg::ReadCompletion>(&body)) {
-    auto it = reads.find(done->op_id);
-    if (it == reads.end() || it->second.peer.empty()) {
-      ++counters.duplicates;
-      return;
-    }
-    if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done->op_id);
-    reads.erase(it);
-    read_done->push_back(storage::ReadCompletionFromWire(*done));
+    ReadDoneLocked(*done, read_done);
+    return;
+  }
+  if (auto* batch = std::get_if<msg::ReadCompletions>(&body)) {
+    for (const std::unique_ptr<msg::ReadCompletion>& done : batch->items) ReadDoneLocked(*done, read_done);
     return;
   }
   if (auto* done = std::get_if<msg::DecodeCompletion>(&body)) {
-    auto it = decodes.find(done->op_id);
-    if (it == decodes.end() || it->second.peer.empty()) {
-      ++counters.duplicates;
-      return;
-    }
-    if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done->op_id);
-    decodes.erase(it);
-    decode_done->push_back(decompressor::DecodeCompletionFromWire(*done));
+    DecodeDoneLocked(*done, decode_done);
+    return;
+  }
+  if (auto* batch = std::get_if<msg::DecodeCompletions>(&body)) {
+    for (const std::unique_ptr<msg::DecodeCompletion>& done : batch->items) DecodeDoneLocked(*done, decode_done);
     return;
   }
   ++counters.bad_messages;
@@ -245,7 +268,9 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
       }
       if (!request.ops.empty()) sends.emplace_back(id, std::move(request));
     }
-    // Decodes: the most urgent READY op to the decompressor with the most free credits.
+    // Decodes: the most urgent READY op to the decompressor with the most free credits; a worker's
+    // decodes of this tick leave in one DecodeRequests frame (in the order given).
+    std::map<std::string, std::vector<std::unique_ptr<msg::DecodeRequest>>> decode_frames;
     while (!ready.empty()) {
       Peer* best = nullptr;
       const std::string* best_id = nullptr;
@@ -263,7 +288,17 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
       DecodeItem& item = decodes.at(op_id);
       item.peer = *best_id;
       best->held.insert(op_id);
-      sends.emplace_back(*best_id, decompressor::DecodeRequestToWire(item.op, setup.arena_base, item.attempt));
+      decode_frames[*best_id].push_back(std::make_unique<msg::DecodeRequest>(
+          decompressor::DecodeRequestToWire(item.op, setup.arena_base, item.attempt)));
+    }
+    for (auto& [id, items] : decode_frames) {
+      if (items.size() == 1) {
+        sends.emplace_back(id, std::move(*items.front()));
+      } else {
+        msg::DecodeRequests frame;
+        frame.items = std::move(items);
+        sends.emplace_back(id, std::move(frame));
+      }
     }
     // Heartbeats to workers we have not sent anything for an interval.
     std::unordered_set<std::string> sending;
@@ -342,7 +377,7 @@ Result<std::shared_ptr<WorkerDispatcher>> WorkerDispatcher::Start(zmq::context_t
   auto state = std::make_unique<State>(context, std::move(config), setup, std::move(server));
   std::shared_ptr<WorkerDispatcher> d(new WorkerDispatcher(std::move(state)));
   State* s = d->s_.get();
-  s->server->Start(s, s->config.heartbeat_interval / 2);
+  s->server->Start(s, s->config.heartbeat_interval / 2, "zm-dispatch");
   return d;
 }
 
@@ -374,11 +409,11 @@ Status WorkerDispatcher::SubmitReads(std::vector<storage::ReadOp> ops) {
 }
 
 Status WorkerDispatcher::AddDecode(decompressor::DecompressOp op, bool ready) {
-  const bool recover = op.kind == decompressor::DecompressOpKind::kRecoverBf16;
-  ZM_RETURN_IF_ERROR(s_->Offset(op.src, recover ? op.raw_bytes : op.stored_bytes, "decode source", op.tensor_name).status());
-  ZM_RETURN_IF_ERROR(s_->Offset(op.dst, recover ? 2 * op.raw_bytes : op.raw_bytes, "decode destination",
-                                op.tensor_name).status());
-  if (recover) ZM_RETURN_IF_ERROR(s_->Offset(op.sm, op.raw_bytes, "SM plane", op.tensor_name).status());
+  const bool recover = op.kind == decompressor::DecompressOpKind::kRecover;
+  ZM_RETURN_IF_ERROR(s_->Offset(op.src, decompressor::OpSrcBytes(op), "decode source", op.tensor_name).status());
+  ZM_RETURN_IF_ERROR(
+      s_->Offset(op.dst, decompressor::OpDstBytes(op), "decode destination", op.tensor_name).status());
+  if (recover) ZM_RETURN_IF_ERROR(s_->Offset(op.sm, decompressor::OpSmBytes(op), "SM plane", op.tensor_name).status());
   {
     MutexLock lock(&s_->mu);
     if (s_->stopping) return Status::Unavailable("scheduler dispatcher stopped");

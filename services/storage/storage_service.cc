@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/hash.h"
+#include "common/thread_name.h"
 #include "common/trace_events.h"
 #include "services/storage/aligned_buffer.h"
 
@@ -62,7 +63,10 @@ StorageService::StorageService(StorageConfig config, ChunkFile file)
 Result<std::unique_ptr<StorageService>> StorageService::Create(const StorageConfig& config) {
   ZM_ASSIGN_OR_RETURN(ChunkFile file, ChunkFile::Open(config.path, config.page_cache));
   std::unique_ptr<StorageService> service(new StorageService(config, std::move(file)));
-  service->io_thread_ = std::thread([s = service.get()] { s->IoLoop(); });
+  service->io_thread_ = std::thread([s = service.get()] {
+    SetCurrentThreadName("zm-io");
+    s->IoLoop();
+  });
   return service;
 }
 
@@ -130,6 +134,7 @@ void StorageService::IoLoop() {
       const ReadOp& op = group.front();
       Complete(CompletionOf(op, Status::Unavailable(fmt::format("{}@{}: {}: storage service stopped before the read",
                                                                 path(), op.file_offset, ChunkLabel(op)))));
+      if (config_.on_read_done) config_.on_read_done();
       continue;
     }
     trace::TraceSpan span("io", [&] {
@@ -148,6 +153,7 @@ void StorageService::IoLoop() {
       stats_.reads += reads;
     }
     for (const ReadCompletion& c : done) Complete(c);
+    if (config_.on_read_done) config_.on_read_done();
   }
 }
 

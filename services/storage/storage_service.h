@@ -82,6 +82,9 @@ struct StorageConfig {
   // Called once per op on the I/O thread (kUnavailable ones at Stop included), in submission order.
   // Must not throw and must not call Stop(). May call Submit(). Empty = no callback.
   std::function<void(const ReadCompletion&)> on_complete;
+  // Called on the I/O thread after the on_complete calls of one read (a coalesced read completes
+  // several ops at once), so a caller can send those completions together. Empty = none.
+  std::function<void()> on_read_done;
   bool retain_completions = false;  // keep completions until WaitFor(op_id) takes them
 };
 

@@ -85,6 +85,8 @@ Result<std::unique_ptr<StorageWorker>> StorageWorker::Create(zmq::context_t& con
   StorageConfig config;
   config.path = options.experts_path;
   config.page_cache = options.page_cache;
+  // A read's completions are collected on the I/O thread and posted together when the read is done
+  // (one frame for a coalesced read's chunks: pull_worker.h BatchCompletions).
   config.on_complete = [raw](const ReadCompletion& c) {
     uint32_t attempt = 0;
     {
@@ -96,8 +98,9 @@ Result<std::unique_ptr<StorageWorker>> StorageWorker::Create(zmq::context_t& con
       }
     }
     if (raw->options_.on_read) raw->options_.on_read(c.kind, c.stored_bytes, c.read_us * 1e-6, c.status.ok());
-    raw->pull_->Post(ReadCompletionToWire(c, attempt));
+    raw->read_done_.emplace_back(ReadCompletionToWire(c, attempt));
   };
+  config.on_read_done = [raw] { raw->pull_->PostAll(std::exchange(raw->read_done_, {})); };
   ZM_ASSIGN_OR_RETURN(w->service_, StorageService::Create(config));
   return w;
 }

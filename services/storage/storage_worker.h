@@ -2,7 +2,8 @@
 // reads, xxh64 per chunk) fed by a PullWorker (common/pull_worker.h) connected to the scheduler.
 // ReadRequests name arena offsets in the cache manager's shared arena; each is bounds- and
 // alignment-checked (a bad op completes with kInvalidArgument and nothing is read). Ops whose op_id
-// is already being read here (re-issued after a reconnect) are skipped.
+// is already being read here (re-issued after a reconnect) are skipped. The completions of one read
+// (a coalesced read's chunks) go back together, in one ReadCompletions frame.
 // Thread-safety: Run() on one thread; RequestStop() from any thread.
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -62,6 +64,7 @@ class StorageWorker {
   std::unique_ptr<StorageService> service_;
   mutable Mutex mu_;
   std::unordered_map<uint64_t, uint32_t> in_flight_ ZM_GUARDED_BY(mu_);  // op_id -> attempt
+  std::vector<messaging::Body> read_done_;  // the current read's completions; the I/O thread's only
 };
 
 }  // namespace zipmoe::storage

@@ -197,6 +197,16 @@ inline std::vector<Body> AllBodies() {
   stats.pool_counters.assign(28, 7);
   stats.layer_requests = {1, 2, 3, 4, 5};
 
+  ReadCompletions read_batch;  // batches (message version 3): items as they would travel alone
+  read_batch.items.push_back(std::make_unique<ReadCompletion>(read_failed));
+  read_batch.items.push_back(std::make_unique<ReadCompletion>());
+  DecodeRequests decode_batch;
+  decode_batch.items.push_back(std::make_unique<DecodeRequest>(decode));
+  decode_batch.items.push_back(std::make_unique<DecodeRequest>(recover));
+  DecodeCompletions decoded_batch;
+  decoded_batch.items.push_back(std::make_unique<DecodeCompletion>(decoded));
+  decoded_batch.items.push_back(std::make_unique<DecodeCompletion>(cancelled));
+
   std::vector<Body> bodies;
   bodies.emplace_back(std::move(reads));
   bodies.emplace_back(ReadRequest());
@@ -233,6 +243,10 @@ inline std::vector<Body> AllBodies() {
   bodies.emplace_back(WithStatus(cache_reply, Status::Unavailable("no CacheHello from this client")));
   bodies.emplace_back(stats_request);
   bodies.emplace_back(stats);
+  bodies.emplace_back(std::move(read_batch));
+  bodies.emplace_back(ReadCompletions());
+  bodies.emplace_back(std::move(decode_batch));
+  bodies.emplace_back(std::move(decoded_batch));
   return bodies;
 }
 

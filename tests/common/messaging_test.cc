@@ -153,6 +153,12 @@ TEST(MessagingTest, FlippedBytesNeverCrash) {
           EXPECT_LE(static_cast<int>(d->kind), 1);
           EXPECT_LE(static_cast<int>(d->codec), 2);
         }
+        if (const auto* batch = std::get_if<DecodeRequests>(&out->body)) {
+          for (const auto& d : batch->items) {
+            EXPECT_LE(static_cast<int>(d->kind), 1);
+            EXPECT_LE(static_cast<int>(d->codec), 2);
+          }
+        }
       }
     }
   }
@@ -221,6 +227,18 @@ TEST(MessagingTest, OutOfRangeEnumsAreRejectedNamingTheField) {
   out = DecodeMessage(fbb.GetBufferPointer(), fbb.GetSize());
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(), HasSubstr("DecodeRequest.codec = 3"));
+
+  // Inside a batch, the bad item is named by its index.
+  fbb.Clear();
+  std::vector<flatbuffers::Offset<fb::DecodeRequest>> items = {
+      fb::CreateDecodeRequest(fbb, 1), fb::CreateDecodeRequest(fbb, 2, 0, 0, fb::DecodeKind::DecodeEChunk,
+                                                               static_cast<fb::Codec>(3))};
+  const auto batch = fb::CreateDecodeRequests(fbb, fbb.CreateVector(items)).Union();
+  fbb.FinishSizePrefixed(fb::CreateEnvelope(fbb, kMessageVersion, 0, fb::Body::DecodeRequests, batch),
+                         fb::EnvelopeIdentifier());
+  out = DecodeMessage(fbb.GetBufferPointer(), fbb.GetSize());
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("DecodeRequests.items[1]: DecodeRequest.codec = 3"));
 }
 
 // A peer's [ulong] whose elements start 4 bytes off their alignment (the Verifier checks only the

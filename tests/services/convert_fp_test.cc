@@ -177,7 +177,7 @@ TEST(ConvertFpRoundingTest, ConvertDtypeStillRoundsF16ToBf16) {
   CompressOptions o = Options(tmp.Sub("m"), tmp.Sub("c"), 2);
   o.convert_dtype = true;
   ASSERT_TRUE(CompressModel(o).ok());
-  auto store = ExpertStore::Open(tmp.Sub("c"));  // BF16 now: servable
+  auto store = ExpertStore::Open(tmp.Sub("c"));  // BF16 now
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   auto ckpt = Checkpoint::Open(tmp.Sub("m"));
   ASSERT_TRUE(ckpt.ok());

@@ -118,7 +118,7 @@ struct ExpertBytes {
         if (lookup.Sm(proj) == nullptr || std::memcmp(lookup.Sm(proj), sm[p].data(), sm[p].size()) != 0) return false;
       }
       if (s == CompressionState::kF) {
-        if (lookup.Bf16(proj) == nullptr || std::memcmp(lookup.Bf16(proj), bf16[p].data(), 2 * bf16[p].size()) != 0) {
+        if (lookup.Full(proj) == nullptr || std::memcmp(lookup.Full(proj), bf16[p].data(), 2 * bf16[p].size()) != 0) {
           return false;
         }
       }

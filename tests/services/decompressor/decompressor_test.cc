@@ -50,7 +50,7 @@ TEST(DecompressorPoolTest, DecodesAndRecoversRealTensorsBitExact) {
     std::lock_guard<std::mutex> lock(mu);
     if (--planes[ti].decodes_left == 0) {
       Planes& p = planes[ti];
-      Status st = raw->Add(MakeRecoverBf16Op(*tensors[ti], 1000 + ti, 0, p.e.data(), p.sm.data(), p.out.data()),
+      Status st = raw->Add(MakeRecoverOp(*tensors[ti], 1000 + ti, 0, p.e.data(), p.sm.data(), p.out.data()),
                            /*ready=*/true);
       if (!st.ok()) recover_add_errors.push_back(st);
     }
@@ -132,7 +132,7 @@ TEST(DecompressorPoolTest, CorruptStreamIsCorruptionNamingTensorAndChunk) {
   // Recovery checks the BF16 hash.
   std::vector<uint8_t> sm(static_cast<size_t>(t.numel()), 0);
   std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
-  ASSERT_TRUE((*pool)->Add(MakeRecoverBf16Op(t, 10, 0, e.data(), sm.data(), out.data()), true).ok());
+  ASSERT_TRUE((*pool)->Add(MakeRecoverOp(t, 10, 0, e.data(), sm.data(), out.data()), true).ok());
   auto r = (*pool)->WaitFor(10);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status.code(), StatusCode::kCorruption) << r->status.ToString();

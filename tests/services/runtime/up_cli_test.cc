@@ -21,7 +21,9 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "common/dtype.h"
 #include "common/messaging.h"
+#include "tests/services/runtime/fp_experts_test_util.h"
 #include "tests/services/runtime/http_test_util.h"
 #include "tests/services/runtime/up_cli_test_util.h"
 #include "tests/test_util.h"
@@ -80,6 +82,36 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
     EXPECT_FALSE(Exists(up.run_dir() + "/scheduler.pid"));
     EXPECT_FALSE(Exists(up.run_dir() + "/decompressor-0.pid"));
     EXPECT_NE(up.log().find("I: up: stopped"), std::string::npos);
+  }
+}
+
+// F32 and F16 experts (issue 19) through every process: the storage reads their chunks, the
+// decompressors decode and recover them in their dtype (DecodeRequest.dtype), the cache-manager keeps
+// them in per-dtype slots, the executor reads F32/F16 weights from the arena (ExpertReady.dtype):
+// the tokens of `generate` on the uncompressed Hugging Face checkpoint.
+TEST(UpCli, F32AndF16ExpertsGiveTheTokensOfTheHfDirectory) {
+  constexpr int kNewTokens = 12;
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TempDir tmp;
+    const std::string bf16 = testing::CachedSynth("--arch qwen2_moe --preset tiny --seed 5");
+    ASSERT_NO_FATAL_FAILURE(testing::WriteExpertDtypeVariant(bf16, tmp.Sub("hf"), dtype));
+    auto c = RunCli(fmt::format("compress {} {} --shards 4", tmp.Sub("hf"), tmp.Sub("c")));
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
+                                  "--json",
+                                  tmp.Sub("hf"), up_cli::test::kPromptIds, kNewTokens));
+    ASSERT_EQ(gen.exit_code, 0) << gen.output;
+    const std::string ref_text = json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>();
+    ASSERT_FALSE(ref_text.empty());
+    Up up(tmp, tmp.Sub("c"), 2);
+    ASSERT_TRUE(up.WaitHealthy()) << up.log();
+    HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
+    ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+    const json got = json::parse(reply.body);
+    EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), ref_text);
+    EXPECT_EQ(got["usage"]["completion_tokens"].get<int>(), kNewTokens);
+    ASSERT_TRUE(up.Stop()) << up.log();
   }
 }
 

@@ -148,6 +148,47 @@ TEST_F(ExpertWire, AnExpertOutsideTheArenaIsCorruptionNamingIt) {
   EXPECT_EQ(ExpertWeightsFromWire(ready, *arena_, "x").status().code(), StatusCode::kCorruption);
 }
 
+// F32 / F16 experts (issue 19): the dtype travels (ExpertReady.dtype) and the bounds check counts
+// DTypeSize bytes per weight; planes of a non-BF16 expert, or a dtype without E/SM split, are refused.
+TEST_F(ExpertWire, F32AndF16ExpertsCarryTheirDtypeAndItsByteSize) {
+  uint8_t* base = arena_->data();
+  const uint64_t numel = 16 * 32;
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const uint64_t bytes = numel * DTypeSize(dtype);
+    ExpertWeightsView v;
+    v.layer_id = 1;
+    v.expert_id = 4;
+    v.dtype = dtype;
+    v.gate = base;
+    v.up = base + 4096;
+    v.down = base + kArenaBytes - bytes;  // the last weight ends at the arena's end
+    v.intermediate = 16;
+    v.hidden = 32;
+    msg::ExpertReady ready = ExpertReadyToWire(v, base);
+    EXPECT_EQ(ready.dtype, static_cast<uint8_t>(dtype));
+    auto back = ExpertWeightsFromWire(ready, *arena_, "ipc://scheduler");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->dtype, dtype);
+    EXPECT_EQ(back->down, base + kArenaBytes - bytes);
+    ready.down_offset += 2;  // its last bytes now lie past the end
+    EXPECT_EQ(ExpertWeightsFromWire(ready, *arena_, "x").status().code(), StatusCode::kCorruption);
+  }
+  msg::ExpertReady planes;
+  planes.intermediate = 16;
+  planes.hidden = 32;
+  planes.e_plane_offsets = {0, 0, 0};
+  planes.sm_offsets = {0, 0, 0};
+  planes.dtype = static_cast<uint8_t>(DType::kF32);
+  auto got = ExpertWeightsFromWire(planes, *arena_, "x");
+  EXPECT_EQ(got.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(got.status().message(), HasSubstr("BF16 only"));
+  planes.e_plane_offsets.clear();
+  planes.sm_offsets.clear();
+  planes.dtype = static_cast<uint8_t>(DType::kI32);
+  EXPECT_EQ(ExpertWeightsFromWire(planes, *arena_, "x").status().code(), StatusCode::kCorruption);
+}
+
 cm::ExpertSlotLayout TwoChunkLayout() {
   cm::ExpertSlotLayout layout;
   for (cm::TensorSlotLayout& t : layout.tensors) {

@@ -72,7 +72,7 @@ class StorageWorkerTest : public ::testing::Test {
         ChunkReadToWire(MakeChunkReadOp(t, c, op_id, dst, capacity), arena_->data(), /*attempt=*/0));
   }
 
-  // Sends `request` and collects one completion per op, by op id.
+  // Sends `request` and collects one completion per op, by op id (alone or in ReadCompletions frames).
   std::map<uint64_t, ReadCompletion> Exchange(const msg::ReadRequest& request) {
     std::map<uint64_t, ReadCompletion> done;
     EXPECT_TRUE(router_->SendTo(peer_, request, kTimeout).ok());
@@ -82,6 +82,8 @@ class StorageWorkerTest : public ::testing::Test {
       if (!got.ok()) break;
       if (const auto* c = std::get_if<msg::ReadCompletion>(&got->message.body)) {
         done[c->op_id] = ReadCompletionFromWire(*c);
+      } else if (const auto* batch = std::get_if<msg::ReadCompletions>(&got->message.body)) {
+        for (const auto& item : batch->items) done[item->op_id] = ReadCompletionFromWire(*item);
       }
     }
     return done;
