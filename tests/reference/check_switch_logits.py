@@ -28,8 +28,9 @@ generation does): max|zipmoe - ref| <= 1e-4 * max|ref| per row. On the rescaled 
 require that the capacity drop is visible (the reference with an unlimited capacity must differ from the
 rows by more than 10x the tolerance) and the sampled cases that the decoder was fed varied tokens. Exit 1 on any failure, naming case, sequence, row.
 
-The compressed directory is not checked: the tiny preset's experts are F32, which the runtime does not serve
-yet (compress keeps them bit-exact; the bit-exact runtime tests cover compressed BF16 Switch experts).
+The compressed directory: the rescaled copy is compressed (`compress --shards 4`; its experts stay F32, bit-exact)
+and every case runs again from it, with every expert resident and through the offloading runtime at two memory
+budgets and policies (COMPRESSED_RUNS); each logits file must be byte-identical to the HF directory's.
 Run with Debian's /usr/bin/python3 (needs python3-numpy).
 """
 
@@ -82,11 +83,17 @@ def write_scaled_copy(src, dst):
     write_safetensors(os.path.join(dst, "model.safetensors"), tensors, dtype="F32")
 
 
-def run_generate(zipmoe, model, work, name, source, sampled, threads):
-    """Runs generate; returns (rows [n_rows, vocab], sequences from --json)."""
+# Runs from the compressed directory: (tag, extra generate arguments). Each must reproduce the HF run's bytes.
+COMPRESSED_RUNS = (("resident", []),
+                   ("zipmoe-40pct", ["--memory-budget", "40%", "--policy", "zipmoe"]),
+                   ("lru-25pct", ["--memory-budget", "25%", "--policy", "lru"]))
+
+
+def run_generate(zipmoe, model, work, name, source, sampled, threads, extra=()):
+    """Runs generate; returns (path of the logits file, sequences from --json)."""
     out = os.path.join(work, name + ".logits.f32")
     cmd = [zipmoe, "generate", "--model", model, "--max-new-tokens", str(MAX_NEW_TOKENS), "--ignore-eos",
-           "--json", "--logits-out", out, "--threads", str(threads)] + source
+           "--json", "--logits-out", out, "--threads", str(threads)] + source + list(extra)
     if sampled:
         cmd += ["--temperature", "1.0", "--seed", "11"]
     stdout, _ = run_cmd(cmd, f"{name}: zipmoe generate")
@@ -99,6 +106,26 @@ def run_generate(zipmoe, model, work, name, source, sampled, threads):
     seqs = [{"prompt_ids": p, "generated_ids": g, "logits_rows": n}
             for p, g, n in zip(j["batch_prompt_ids"], j["batch_generated_ids"], j["batch_logits_rows"])]
     return out, seqs
+
+
+def check_compressed(zipmoe, compressed, work, name, source, sampled, threads):
+    """The case `name` again from the compressed directory, per COMPRESSED_RUNS: byte-equal logits files."""
+    failures = []
+    with open(os.path.join(work, name.replace("/", "-") + ".logits.f32"), "rb") as f:
+        want = f.read()
+    for tag, extra in COMPRESSED_RUNS:
+        run = f"{name}@compressed-{tag}"
+        path, _ = run_generate(zipmoe, compressed, work, run.replace("/", "-"), source, sampled, threads, extra)
+        with open(path, "rb") as f:
+            got = f.read()
+        if got != want:
+            n = min(len(got), len(want)) // 4
+            diff = np.nonzero(np.frombuffer(got[:4 * n], "<f4") != np.frombuffer(want[:4 * n], "<f4"))[0]
+            failures.append(f"{run}: logits differ from the HF directory's ({len(got)} vs {len(want)} bytes, "
+                            f"{diff.size} floats differ, first at {int(diff[0]) if diff.size else -1})")
+    log(f"[{name}] compressed directory: {', '.join(t for t, _ in COMPRESSED_RUNS)} "
+        f"{'byte-identical' if not failures else 'DIFFER'}")
+    return failures
 
 
 def check_case(m, zipmoe, model, work, name, source, sampled, threads, strict, expect_drop):
@@ -171,6 +198,9 @@ def main():
         with open(prompts_file, "w", encoding="utf-8") as f:
             json.dump(BATCH_PROMPTS, f)
         batch = ["--prompts-file", prompts_file, "--batch", str(len(BATCH_PROMPTS))]
+        compressed = scaled + ".z"
+        shutil.rmtree(compressed, ignore_errors=True)
+        run_cmd([zipmoe, "compress", "--shards", "4", scaled, compressed], "zipmoe compress")
         # The synthetic model as written (drops invisible at 0.02 std: no drop assertion), then the rescaled one.
         for tag, d, drop in (("synth", model, False), ("scaled", scaled, True)):
             m = SwitchModel(d)
@@ -181,6 +211,9 @@ def main():
                 try:
                     failures += check_case(m, zipmoe, d, work, f"{tag}/{name}", source, sampled, args.threads,
                                            drop, drop and long)
+                    if d == scaled:
+                        failures += check_compressed(zipmoe, compressed, work, f"{tag}/{name}", source, sampled,
+                                                     args.threads)
                 except CheckError as e:
                     failures.append(str(e))
     except CheckError as e:
