@@ -42,7 +42,8 @@ struct ExpertPlanes {
 
 // Weights of one routed expert (row-major, as in the checkpoint):
 //   gate: [intermediate, hidden], up: [intermediate, hidden], down: [hidden, intermediate],
-// all three of element type `dtype`: BF16 bit patterns (compressed directories, the runtime), or
+// computing down(silu(gate(x)) * up(x)); or, for a gate-less expert (gated = false; gate and
+// gate_planes null: switch_transformers' wi = up, wo = down), down(relu(up(x))). All of element type `dtype`: BF16 bit patterns (compressed directories, the runtime), or
 // F16/F32 when an HF checkpoint stores its experts that way (e.g. OLMoE's F32 release).
 // A provider serving a CPU executor may instead hand out a BF16 expert unrecovered, as its E/SM
 // planes (gate/up/down null, *_planes set): the executor's kernels fuse the recovery into the
@@ -57,8 +58,9 @@ struct ExpertWeightsView {
   ExpertPlanes gate_planes, up_planes, down_planes;  // BF16 only, when gate/up/down are null
   int64_t intermediate = 0;
   int64_t hidden = 0;
+  bool gated = true;  // false: no gate projection (2 tensors, ReLU)
 
-  bool planes() const { return gate == nullptr; }
+  bool planes() const { return up == nullptr; }
 };
 
 // Keeps an expert's weights resident (pinned) while alive; the destructor releases the pin.

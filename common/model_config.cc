@@ -121,7 +121,7 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
                                                it->type_name()));
   const std::string t = it->get<std::string>();
   for (ModelArch a : {ModelArch::kQwen2Moe, ModelArch::kMixtral, ModelArch::kQwen3Moe, ModelArch::kOlmoe,
-                      ModelArch::kDeepseekV2})
+                      ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers})
     if (t == ModelArchName(a)) return a;
   return Status::InvalidArgument(fmt::format("{}: unsupported model_type '{}' (supported: {})", source, t,
                                              SupportedModelTypes()));
@@ -307,6 +307,86 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
   return Status::Ok();
 }
 
+// switch_transformers (SwitchTransformersConfig; defaults as its __init__). The sparse steps: a
+// config.json written by transformers carries encoder_sparse_step / decoder_sparse_step, which
+// PretrainedConfig sets after __init__ derived them, so they win; without them the step is derived
+// as __init__ does: num_layers // num_sparse_encoder_layers (default 3), or num_layers when that is 0.
+Status ParseSwitchConfig(const KeyReader& r, const std::string& source, ModelConfig& c) {
+  ZM_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveOr("vocab_size", 32128));
+  ZM_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveOr("d_model", 768));
+  ZM_ASSIGN_OR_RETURN(c.head_dim, r.PositiveOr("d_kv", 64));
+  ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveOr("d_ff", 2048));
+  c.moe_intermediate_size = c.intermediate_size;
+  ZM_ASSIGN_OR_RETURN(c.num_encoder_layers, r.PositiveOr("num_layers", 12));
+  ZM_ASSIGN_OR_RETURN(c.num_decoder_layers, r.PositiveOr("num_decoder_layers", c.num_encoder_layers));
+  c.num_hidden_layers = c.num_encoder_layers + c.num_decoder_layers;
+  ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveOr("num_heads", 12));
+  c.num_key_value_heads = c.num_attention_heads;
+  ZM_ASSIGN_OR_RETURN(c.num_experts, r.PositiveOr("num_experts", 8));
+  c.num_experts_per_tok = 1;
+  ZM_ASSIGN_OR_RETURN(c.expert_capacity, r.IntOr("expert_capacity", 64));
+  if (c.expert_capacity < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'expert_capacity' must be >= 0, got {}", source, c.expert_capacity));
+  struct Stack {
+    const char* step_key;
+    const char* sparse_key;
+    int64_t n_layers;
+    int64_t* step;
+  };
+  for (const Stack& s : {Stack{"encoder_sparse_step", "num_sparse_encoder_layers", c.num_encoder_layers, &c.encoder_sparse_step},
+                         Stack{"decoder_sparse_step", "num_sparse_decoder_layers", c.num_decoder_layers, &c.decoder_sparse_step}}) {
+    if (r.Has(s.step_key)) {
+      ZM_ASSIGN_OR_RETURN(*s.step, r.Int(s.step_key));
+    } else {
+      ZM_ASSIGN_OR_RETURN(const int64_t n_sparse, r.IntOr(s.sparse_key, 3));
+      *s.step = n_sparse > 0 ? s.n_layers / n_sparse : s.n_layers;
+    }
+    if (*s.step < 0)
+      return Status::InvalidArgument(fmt::format("{}: key '{}' must be >= 0, got {}", source, s.step_key, *s.step));
+  }
+  ZM_ASSIGN_OR_RETURN(c.relative_attention_num_buckets, r.PositiveOr("relative_attention_num_buckets", 32));
+  ZM_ASSIGN_OR_RETURN(c.relative_attention_max_distance, r.PositiveOr("relative_attention_max_distance", 128));
+  if (c.relative_attention_num_buckets < 4)
+    return Status::InvalidArgument(fmt::format("{}: key 'relative_attention_num_buckets' must be >= 4, got {}", source,
+                                               c.relative_attention_num_buckets));
+  ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.NumberOr("layer_norm_epsilon", 1e-6));
+  ZM_ASSIGN_OR_RETURN(const std::string router_dtype, r.StringOr("router_dtype", "float32"));
+  if (router_dtype != "float32")
+    return Status::InvalidArgument(
+        fmt::format("{}: unsupported router_dtype '{}' (supported: float32)", source, router_dtype));
+  ZM_ASSIGN_OR_RETURN(const bool router_bias, r.BoolOr("router_bias", false));
+  if (router_bias)
+    return Status::InvalidArgument(fmt::format("{}: router_bias = true is not supported", source));
+  // SwitchTransformersConfig reads dense_act_fn (default "relu"); feed_forward_proj is T5's spelling
+  // ("relu" or "gated-relu"), accepted when present. Only the plain ReLU DenseActDense exists in
+  // modeling_switch_transformers.py.
+  for (const char* key : {"dense_act_fn", "feed_forward_proj"}) {
+    ZM_ASSIGN_OR_RETURN(const std::string act, r.StringOr(key, "relu"));
+    if (act != "relu")
+      return Status::InvalidArgument(fmt::format("{}: unsupported {} '{}' (supported: relu; gated variants are not)",
+                                                 source, key, act));
+  }
+  ZM_ASSIGN_OR_RETURN(const bool is_gated_act, r.BoolOr("is_gated_act", false));
+  if (is_gated_act)
+    return Status::InvalidArgument(fmt::format("{}: is_gated_act = true is not supported (relu only)", source));
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", true));
+  ZM_ASSIGN_OR_RETURN(const int64_t pad, r.IntOr("pad_token_id", 0));
+  ZM_ASSIGN_OR_RETURN(const int64_t start, r.IntOr("decoder_start_token_id", pad));
+  if (pad < 0 || pad >= c.vocab_size || start < 0 || start >= c.vocab_size)
+    return Status::InvalidArgument(fmt::format("{}: pad_token_id {} / decoder_start_token_id {} outside [0, {})",
+                                               source, pad, start, c.vocab_size));
+  c.pad_token_id = static_cast<int32_t>(pad);
+  c.decoder_start_token_id = static_cast<int32_t>(start);
+  if (r.Has("eos_token_id")) {
+    ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));
+    for (int64_t id : eos) c.eos_token_ids.push_back(static_cast<int32_t>(id));
+  } else {
+    c.eos_token_ids.push_back(1);  // SwitchTransformersConfig default
+  }
+  c.max_position_embeddings = kSwitchMaxPositions;
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* ModelArchName(ModelArch arch) {
@@ -316,11 +396,12 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kQwen3Moe: return "qwen3_moe";
     case ModelArch::kOlmoe: return "olmoe";
     case ModelArch::kDeepseekV2: return "deepseek_v2";
+    case ModelArch::kSwitchTransformers: return "switch_transformers";
   }
   return "unknown";
 }
 
-const char* SupportedModelTypes() { return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2"; }
+const char* SupportedModelTypes() { return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, switch_transformers"; }
 
 bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
   if (num_experts <= 0) return false;
@@ -335,6 +416,13 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
       return (layer_id + 1) % decoder_sparse_step == 0;
     case ModelArch::kDeepseekV2:
       return layer_id >= first_k_dense_replace && layer_id % moe_layer_freq == 0;
+    case ModelArch::kSwitchTransformers: {
+      if (layer_id < 0 || layer_id >= num_encoder_layers + num_decoder_layers) return false;
+      const bool decoder = layer_id >= num_encoder_layers;
+      const int64_t i = decoder ? layer_id - num_encoder_layers : layer_id;
+      const int64_t step = decoder ? decoder_sparse_step : encoder_sparse_step;
+      return step > 0 && (i % step == 1 || step == 1);
+    }
   }
   return false;
 }
@@ -373,6 +461,10 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
   ZM_ASSIGN_OR_RETURN(c.arch, ParseArch(config, source_path));
   c.model_type = ModelArchName(c.arch);
   KeyReader r(config, source_path);
+  if (c.arch == ModelArch::kSwitchTransformers) {
+    ZM_RETURN_IF_ERROR(ParseSwitchConfig(r, source_path, c));
+    return c;
+  }
 
   ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
   if (act != "silu")

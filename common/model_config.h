@@ -8,9 +8,22 @@
 //   qwen3_moe   Qwen3MoeForCausalLM   (q_norm / k_norm per head over head_dim)
 //   olmoe       OlmoeForCausalLM      (q_norm / k_norm over the whole projection, clip_qkv)
 //   deepseek_v2 DeepseekV2ForCausalLM (modeling_deepseek.py on the Hub: MLA, yarn RoPE, MoEGate)
+//   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
+//               T5-style encoder-decoder, relative position buckets, top-1 router with expert capacity)
 // Defaults for keys a config.json may omit are those of the transformers config classes (e.g.
 // norm_topk_prob = false for Qwen2-MoE, Qwen3-MoE and OLMoE; the real Qwen3-MoE config.json sets
 // it to true). Size keys are required.
+//
+// switch_transformers (an encoder-decoder) is mapped onto the decoder-only fields as follows:
+// hidden_size = d_model, intermediate_size = moe_intermediate_size = d_ff, num_attention_heads =
+// num_key_value_heads = num_heads, head_dim = d_kv (q/k/v project to num_heads * d_kv, which need not
+// equal d_model), num_experts_per_tok = 1, rms_norm_eps = layer_norm_epsilon. ONE global layer
+// numbering is used by the expert provider, the manifest and the cache: encoder blocks are layers
+// 0..num_layers-1 (num_encoder_layers), decoder blocks are num_layers..num_layers+num_decoder_layers-1,
+// and num_hidden_layers is their sum, so every per-layer array keeps working. tie_word_embeddings
+// defaults to true (PretrainedConfig's default; SwitchTransformersConfig does not override it):
+// the decoder output is then scaled by d_model^-0.5 and lm_head is shared.weight.
+// max_position_embeddings (no such key: positions are relative) is kSwitchMaxPositions.
 //
 // Plain value type; pure functions; thread-safe.
 #pragma once
@@ -26,11 +39,23 @@
 
 namespace zipmoe {
 
-enum class ModelArch : uint8_t { kQwen2Moe = 0, kMixtral = 1, kQwen3Moe = 2, kOlmoe = 3, kDeepseekV2 = 4 };
+enum class ModelArch : uint8_t {
+  kQwen2Moe = 0,
+  kMixtral = 1,
+  kQwen3Moe = 2,
+  kOlmoe = 3,
+  kDeepseekV2 = 4,
+  kSwitchTransformers = 5,
+};
 
-// "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2".
+// switch_transformers has no position limit of its own (relative position buckets); the encoder input
+// and the decoded sequence are each capped at this many tokens (the T5 tokenizer's model_max_length is
+// 512; the cap only bounds memory).
+inline constexpr int64_t kSwitchMaxPositions = 4096;
+
+// "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers".
 const char* ModelArchName(ModelArch arch);
-// "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2" (for error messages).
+// "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, switch_transformers" (for error messages).
 const char* SupportedModelTypes();
 
 // rope_scaling of config.json. kNone: plain RoPE. kLinear: positions divided by `factor`.
@@ -97,15 +122,29 @@ struct ModelConfig {
   int64_t n_group = 1;                   // deepseek_v2 group_limited_greedy
   int64_t topk_group = 1;
 
+  // --- encoder-decoder (switch_transformers; 0 / unused for decoder-only models) ---
+  int64_t num_encoder_layers = 0;   // num_layers: global layers [0, num_encoder_layers)
+  int64_t num_decoder_layers = 0;   // global layers [num_encoder_layers, num_hidden_layers)
+  int64_t encoder_sparse_step = 0;  // (decoder_sparse_step above holds the decoder's)
+  int64_t expert_capacity = 0;      // tokens per expert and sequence per forward call (Top1Router)
+  int64_t relative_attention_num_buckets = 32;
+  int64_t relative_attention_max_distance = 128;
+  int32_t decoder_start_token_id = 0;  // first decoder input (T5: = pad_token_id)
+  int32_t pad_token_id = 0;
+
   // --- embeddings / generation ---
   bool tie_word_embeddings = false;
   std::vector<int32_t> eos_token_ids;  // union of config.json and generation_config.json, in order
   std::optional<int32_t> bos_token_id;
 
+  bool is_encoder_decoder() const { return arch == ModelArch::kSwitchTransformers; }
+
   // True iff decoder layer `layer_id` has a sparse MoE block (else a dense MLP):
   //   qwen2_moe/qwen3_moe: layer not in mlp_only_layers, num_experts > 0, (layer+1) % step == 0;
   //   mixtral/olmoe: always; deepseek_v2: num_experts > 0, layer >= first_k_dense_replace and
-  //   layer % moe_layer_freq == 0.
+  //   layer % moe_layer_freq == 0;
+  //   switch_transformers (global layer numbering above; SwitchTransformersStack.__init__): block i of
+  //   a stack with sparse step s is sparse iff s > 0 and (i % s == 1 or s == 1).
   bool IsMoeLayer(int64_t layer_id) const;
   // Width of the rotary part of q/k: qk_rope_head_dim (deepseek_v2) or head_dim.
   int64_t rope_dim() const;
@@ -123,7 +162,9 @@ struct ModelConfig {
 // Parses a config.json object. `source_path` names the file in messages.
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
-// hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func.
+// hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func;
+// switch_transformers: a dense_act_fn / feed_forward_proj other than "relu" (gated variants too),
+// router_dtype other than "float32", router_bias true, expert_capacity < 0.
 Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::string& source_path);
 
 // Reads DIR/config.json (required) and DIR/generation_config.json (optional; its eos_token_id ids

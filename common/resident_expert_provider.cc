@@ -21,15 +21,37 @@ class ResidentLease : public ExpertLease {
   ExpertWeightsView w_;
 };
 
-// Checks gate/up [I, H] and down [H, I] and fills the view's dimensions.
-Status CheckShapes(const std::string& where, const std::vector<int64_t>& gate, const std::vector<int64_t>& up,
+// Checks up [I, H], down [H, I] (and gate = up when `gate` is non-null) and fills the view's dimensions.
+Status CheckShapes(const std::string& where, const std::vector<int64_t>* gate, const std::vector<int64_t>& up,
                    const std::vector<int64_t>& down, ExpertWeightsView* w) {
-  if (gate.size() != 2 || up != gate || down.size() != 2 || down[0] != gate[1] || down[1] != gate[0])
+  if (up.size() != 2 || (gate != nullptr && *gate != up) || down.size() != 2 || down[0] != up[1] ||
+      down[1] != up[0])
     return Status::InvalidArgument(fmt::format(
         "{}: expert shapes gate [{}], up [{}], down [{}] do not form gate/up [I, H], down [H, I]", where,
-        fmt::join(gate, ", "), fmt::join(up, ", "), fmt::join(down, ", ")));
-  w->intermediate = gate[0];
-  w->hidden = gate[1];
+        gate != nullptr ? fmt::format("{}", fmt::join(*gate, ", ")) : "none", fmt::join(up, ", "),
+        fmt::join(down, ", ")));
+  w->intermediate = up[0];
+  w->hidden = up[1];
+  return Status::Ok();
+}
+
+// Checks that (layer, expert) has up and down, and a gate iff the first expert seen had one
+// (*gated: -1 before the first expert, then 0/1). Errors: kNotFound naming the missing projection;
+// kInvalidArgument when experts mix gated (gate/up/down) and gate-less (up/down) layouts.
+Status CheckProjections(const std::string& dir, std::pair<int32_t, int32_t> key, bool has_gate, bool has_up,
+                        bool has_down, int* gated) {
+  for (const auto& [present, proj] : {std::make_pair(has_up, ExpertProj::kUp), std::make_pair(has_down, ExpertProj::kDown)})
+    if (!present)
+      return Status::NotFound(fmt::format("{}: layer {} expert {} has no {} tensor", dir, key.first, key.second,
+                                          ExpertProjName(proj)));
+  if (*gated < 0) {
+    *gated = has_gate ? 1 : 0;
+  } else if (*gated != (has_gate ? 1 : 0)) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: layer {} expert {} {} a gate projection but earlier experts {}: a model's experts are either all "
+        "gate/up/down or all up/down (gate-less)",
+        dir, key.first, key.second, has_gate ? "has" : "lacks", has_gate ? "lack one" : "have one"));
+  }
   return Status::Ok();
 }
 
@@ -40,8 +62,9 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromChec
   std::map<std::pair<int32_t, int32_t>, std::array<const TensorView*, 3>> found;
   std::vector<TensorView> views;
   views.reserve(ckpt.names().size());  // never reallocates: pointers into it stay valid
+  const int64_t n_encoder_layers = EncoderLayerCount(ckpt.config());
   for (const auto& name : ckpt.names()) {
-    auto id = ParseExpertTensorName(name);
+    auto id = ParseExpertTensorName(name, n_encoder_layers);
     if (!id) continue;
     ZM_ASSIGN_OR_RETURN(TensorView v, ckpt.Find(name));
     if (v.spec.dtype != DType::kBF16 && v.spec.dtype != DType::kF16 && v.spec.dtype != DType::kF32)
@@ -51,22 +74,22 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromChec
     auto& slot = found.try_emplace({id->layer_id, id->expert_id}, std::array<const TensorView*, 3>{}).first->second;
     slot[static_cast<int>(id->proj)] = &views.back();
   }
+  int gated = -1;
   for (const auto& [key, t] : found) {
-    for (int k = 0; k < 3; ++k)
-      if (t[k] == nullptr)
-        return Status::NotFound(fmt::format("{}: layer {} expert {} has no {} tensor", ckpt.dir(), key.first,
-                                            key.second, ExpertProjName(static_cast<ExpertProj>(k))));
+    ZM_RETURN_IF_ERROR(CheckProjections(ckpt.dir(), key, t[0] != nullptr, t[1] != nullptr, t[2] != nullptr, &gated));
     ExpertWeightsView w;
     w.layer_id = key.first;
     w.expert_id = key.second;
-    ZM_RETURN_IF_ERROR(CheckShapes(t[0]->file + ": '" + t[0]->spec.name + "'", t[0]->spec.shape, t[1]->spec.shape,
-                                   t[2]->spec.shape, &w));
-    if (t[1]->spec.dtype != t[0]->spec.dtype || t[2]->spec.dtype != t[0]->spec.dtype)
+    w.gated = t[0] != nullptr;
+    ZM_RETURN_IF_ERROR(CheckShapes(t[1]->file + ": '" + t[1]->spec.name + "'", w.gated ? &t[0]->spec.shape : nullptr,
+                                   t[1]->spec.shape, t[2]->spec.shape, &w));
+    const DType gate_dtype = w.gated ? t[0]->spec.dtype : t[1]->spec.dtype;
+    if (t[1]->spec.dtype != gate_dtype || t[2]->spec.dtype != gate_dtype)
       return Status::InvalidArgument(fmt::format("{}: layer {} expert {}: gate/up/down dtypes {}/{}/{} differ",
-                                                 ckpt.dir(), key.first, key.second, DTypeName(t[0]->spec.dtype),
+                                                 ckpt.dir(), key.first, key.second, DTypeName(gate_dtype),
                                                  DTypeName(t[1]->spec.dtype), DTypeName(t[2]->spec.dtype)));
-    w.dtype = t[0]->spec.dtype;
-    w.gate = t[0]->data;
+    w.dtype = t[1]->spec.dtype;
+    w.gate = w.gated ? t[0]->data : nullptr;
     w.up = t[1]->data;
     w.down = t[2]->data;
     p->experts_[key] = w;
@@ -92,23 +115,25 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromStor
                                        SIZE_MAX, SIZE_MAX, SIZE_MAX}).first->second;
     slot[static_cast<int>(tensors[i].proj)] = i;
   }
+  int gated = -1;
   for (const auto& [key, idx] : found) {
-    for (int k = 0; k < 3; ++k)
-      if (idx[k] == SIZE_MAX)
-        return Status::NotFound(fmt::format("{}: layer {} expert {} has no {} tensor", store.dir(), key.first,
-                                            key.second, ExpertProjName(static_cast<ExpertProj>(k))));
+    ZM_RETURN_IF_ERROR(CheckProjections(store.dir(), key, idx[0] != SIZE_MAX, idx[1] != SIZE_MAX, idx[2] != SIZE_MAX,
+                                        &gated));
     ExpertWeightsView w;
     w.layer_id = key.first;
     w.expert_id = key.second;
-    ZM_RETURN_IF_ERROR(CheckShapes(store.dir() + ": '" + tensors[idx[0]].name + "'", tensors[idx[0]].shape,
-                                   tensors[idx[1]].shape, tensors[idx[2]].shape, &w));
-    if (tensors[idx[1]].dtype != tensors[idx[0]].dtype || tensors[idx[2]].dtype != tensors[idx[0]].dtype)
+    w.gated = idx[0] != SIZE_MAX;
+    ZM_RETURN_IF_ERROR(CheckShapes(store.dir() + ": '" + tensors[idx[1]].name + "'",
+                                   w.gated ? &tensors[idx[0]].shape : nullptr, tensors[idx[1]].shape,
+                                   tensors[idx[2]].shape, &w));
+    const DType dtype = tensors[idx[1]].dtype;
+    if (tensors[idx[2]].dtype != dtype || (w.gated && tensors[idx[0]].dtype != dtype))
       return Status::InvalidArgument(fmt::format("{}: layer {} expert {}: gate/up/down dtypes {}/{}/{} differ",
                                                  store.dir(), key.first, key.second,
-                                                 DTypeName(tensors[idx[0]].dtype), DTypeName(tensors[idx[1]].dtype),
+                                                 w.gated ? DTypeName(tensors[idx[0]].dtype) : "-", DTypeName(dtype),
                                                  DTypeName(tensors[idx[2]].dtype)));
-    w.dtype = tensors[idx[0]].dtype;
-    w.gate = p->owned_[idx[0]].data();
+    w.dtype = dtype;
+    w.gate = w.gated ? p->owned_[idx[0]].data() : nullptr;
     w.up = p->owned_[idx[1]].data();
     w.down = p->owned_[idx[2]].data();
     p->experts_[key] = w;

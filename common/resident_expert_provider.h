@@ -22,12 +22,15 @@ class ResidentExpertProvider : public ExpertProvider {
  public:
   // Uses the routed-expert tensors of `checkpoint` (which must outlive the provider).
   // Experts may be BF16, F16 or F32 (served as stored; ExpertWeightsView::dtype says which).
-  // Errors: kInvalidArgument naming a tensor of another dtype, an expert whose gate/up/down dtypes
-  // differ, or whose shapes do not form gate/up [I, H], down [H, I]; kNotFound naming a missing gate/up/down tensor of an expert.
+  // Experts are gate/up/down, or gate-less up/down (switch_transformers wi/wo: ExpertWeightsView::gated
+  // false), all alike. Errors: kInvalidArgument naming a tensor of another dtype, an expert whose
+  // gate/up/down dtypes differ, or whose shapes do not form gate/up [I, H], down [H, I], or experts
+  // that mix the gated and gate-less layouts; kNotFound naming a missing up/down tensor of an expert.
   static Result<std::unique_ptr<ResidentExpertProvider>> FromCheckpoint(const Checkpoint& checkpoint);
   // Decodes every expert of `store` into memory, in its own dtype (BF16, F16 or F32, as stored), using
   // `n_threads` threads (0 = all cores). Errors: those of ExpertStore::ReadTensor (kCorruption naming
-  // tensor and chunk), kNotFound, kInvalidArgument for an expert whose gate/up/down dtypes differ.
+  // tensor and chunk), kNotFound, kInvalidArgument for an expert whose gate/up/down dtypes differ or
+  // for mixed gated / gate-less experts (as FromCheckpoint).
   static Result<std::unique_ptr<ResidentExpertProvider>> FromStore(const ExpertStore& store, int n_threads = 0);
 
   Status BeginLayer(const LayerRouting& routing) override;

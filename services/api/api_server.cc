@@ -268,7 +268,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
       job->owner = request.get();
       job->index = p * static_cast<size_t>(r.n) + static_cast<size_t>(k);
       job->prompt = p;
-      job->params.max_new_tokens = r.MaxNewTokens(p, context);
+      job->params.max_new_tokens = r.MaxNewTokens(p, context, generator_->config().is_encoder_decoder());
       job->params.sampling = r.sampling;
       job->params.stop_on_eos = !r.ignore_eos;
       job->params.logprobs = r.logprobs;

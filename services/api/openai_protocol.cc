@@ -169,6 +169,12 @@ bool ParseMessages(const json& j, const ProtocolContext& ctx, CompletionRequest*
     messages.push_back(ChatMessage{std::move(role), std::move(content)});
   }
   Result<std::string> text = ctx.tokenizer->ApplyChatTemplate(messages, /*add_generation_prompt=*/true);
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound)
+    return *err = BadRequest(fmt::format("this model has no chat template ({}): chat endpoints need one; use "
+                                         "/v1/completions with a plain prompt",
+                                         text.status().message()),
+                             "messages"),
+           false;
   if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
   PromptInput in;
   Result<std::vector<int32_t>> ids = ctx.tokenizer->Encode(*text, /*add_special_tokens=*/false);
@@ -236,8 +242,9 @@ nlohmann::json ErrorJson(const ApiError& e) {
                 {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
 }
 
-int64_t CompletionRequest::MaxNewTokens(size_t i, int64_t context_length) const {
+int64_t CompletionRequest::MaxNewTokens(size_t i, int64_t context_length, bool encoder_decoder) const {
   if (max_tokens >= 0) return max_tokens;
+  if (encoder_decoder) return context_length;
   return std::max<int64_t>(0, context_length - static_cast<int64_t>(prompts[i].ids.size()));
 }
 
@@ -350,10 +357,12 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
                                              len, c.max_position_embeddings),
                                  prompt_param),
                false;
-      if (out->max_tokens >= 0 && len + out->max_tokens > c.max_position_embeddings)
+      // An encoder-decoder model's prompt feeds the encoder; the completion has the decoder's own limit.
+      const int64_t used = c.is_encoder_decoder() ? 0 : len;
+      if (out->max_tokens >= 0 && used + out->max_tokens > c.max_position_embeddings)
         return *err = BadRequest(fmt::format("this model's context length is {} tokens; the request asks for {} ({} in "
                                              "the prompt, {} in the completion)",
-                                             c.max_position_embeddings, len + out->max_tokens, len, out->max_tokens),
+                                             c.max_position_embeddings, used + out->max_tokens, used, out->max_tokens),
                                  tokens_key),
                false;
     }

@@ -75,8 +75,9 @@ struct CompletionRequest {
   int32_t logprobs = -1;             // -1 = none; k >= 0 = the sampled token's and the top k
   std::vector<std::string> ignored;  // fields present and without effect (for the server log)
 
-  // The new tokens prompt `i` may generate: max_tokens, or the context length minus its length.
-  int64_t MaxNewTokens(size_t i, int64_t context_length) const;
+  // The new tokens prompt `i` may generate: max_tokens, or the context length minus its length (the
+  // whole context_length for an encoder-decoder model, whose prompt feeds the encoder).
+  int64_t MaxNewTokens(size_t i, int64_t context_length, bool encoder_decoder = false) const;
 };
 
 // What parsing needs from the loaded model.
@@ -87,7 +88,8 @@ struct ProtocolContext {
 
 // Parses and validates `body`. Returns false with `*error` set (400 naming the field) for anything
 // the client got wrong: not a JSON object, a field of the wrong type or range, an unsupported
-// feature, an empty prompt, a prompt (plus max_tokens) longer than the context.
+// feature, an empty prompt, a prompt (plus max_tokens; max_tokens alone for an encoder-decoder model)
+// longer than the context, a chat request for a model without a chat template.
 bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const ProtocolContext& context,
                             CompletionRequest* out, ApiError* error);
 

@@ -104,8 +104,27 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
   }
 
   // Offsets: parts ordered by projection, E-chunks by shard (the manifest's chunk order).
+  bool seen_expert = false;
   for (ExpertSlotLayout& e : layout.experts_) {
     if (e.layer_id < 0) continue;
+    // Every expert has up and down; all have a gate (SwiGLU experts) or none does (switch_transformers'
+    // wi/wo: up/down only). The pipeline, slots and wire messages skip an absent gate.
+    const bool gated = e.tensors[static_cast<int>(ExpertProj::kGate)].present;
+    if (!seen_expert) layout.gated_ = gated;
+    seen_expert = true;
+    for (int proj = 0; proj < kProjCount; ++proj) {
+      const ExpertProj ep = static_cast<ExpertProj>(proj);
+      if (!e.tensors[proj].present && ep != ExpertProj::kGate) {
+        return Status::InvalidArgument(fmt::format("manifest: layer {} expert {} has no {} tensor", e.layer_id,
+                                                   e.expert_id, ExpertProjName(ep)));
+      }
+    }
+    if (gated != layout.gated_) {
+      return Status::InvalidArgument(fmt::format(
+          "manifest: layer {} expert {} {} gate_proj tensor but earlier experts {}: every expert must have one, "
+          "or none (gate-less up/down experts)",
+          e.layer_id, e.expert_id, gated ? "has a" : "has no", gated ? "have none" : "have one"));
+    }
     for (TensorSlotLayout& tl : e.tensors) {
       if (!tl.present) continue;
       for (SlotExtent& c : tl.e_chunks) {

@@ -1,7 +1,8 @@
 // Cache pools and the byte layout of one expert inside a pool slot (ZipMoE §3.2 compression states,
 // §3.4 pools F ≺ C ≺ S ≺ E).
 //
-// A slot holds one *expert* (all its routed tensors: gate, up, down) in one of four forms:
+// A slot holds one *expert* (all its routed tensors: gate, up, down; or up, down for a gate-less
+// expert such as switch_transformers' wi/wo, whose absent gate takes no bytes) in one of four forms:
 //   F: the full tensors, in the model's expert dtype (BF16, F16 or F32; one dtype per model)  [F part]
 //   C: E-chunks then SM-chunks              [E part | SM part]
 //   S: SM-chunks                            [SM part]
@@ -86,7 +87,8 @@ class ModelLayout {
   // Layouts of every (layer, expert) in `manifest`; every expert tensor must have the dtype of the
   // first (BF16, F16 or F32: slot sizes are per model). Errors: kInvalidArgument naming the tensor
   // when a record is inconsistent (a dtype without E/SM split, a dtype other than the first tensor's
-  // (naming both), negative ids, no SM-chunk, a projection twice).
+  // (naming both), negative ids, no SM-chunk, a projection twice), or naming the expert when it lacks
+  // up or down, or has a gate where the others have none (or the reverse).
   static Result<ModelLayout> FromManifest(const Manifest& manifest);
 
   // The experts' dtype (BF16 for a manifest without experts) and its bytes per value (2 or 4).
@@ -94,6 +96,9 @@ class ModelLayout {
   uint64_t elem_bytes() const { return static_cast<uint64_t>(DTypeSize(dtype_)); }
   int32_t n_layers() const { return n_layers_; }    // max(manifest n_layers, max layer_id + 1)
   int32_t n_experts() const { return n_experts_; }  // max(manifest n_experts, max expert_id + 1)
+  // Whether the experts have a gate projection (gate/up/down); false: up/down only (tensors[kGate]
+  // absent in every ExpertSlotLayout). True for a manifest without experts.
+  bool gated() const { return gated_; }
   bool LayerHasExperts(int32_t layer_id) const;
   // nullptr if (layer, expert) has no tensors in the manifest.
   const ExpertSlotLayout* Find(int32_t layer_id, int32_t expert_id) const;
@@ -107,6 +112,7 @@ class ModelLayout {
   DType dtype_ = DType::kBF16;
   int32_t n_layers_ = 0;
   int32_t n_experts_ = 0;
+  bool gated_ = true;
   std::vector<ExpertSlotLayout> experts_;  // [n_layers * n_experts], layer_id -1 when absent
   std::vector<uint8_t> layer_has_experts_;
   std::array<uint64_t, kPoolCount> slot_bytes_{};

@@ -20,8 +20,13 @@
 // --logits-out FILE: float32 little-endian rows [n_rows, vocab], one per position fed through the
 // model in order (every prompt position, then each generated token fed back), so
 // --max-new-tokens 0 writes exactly the prompt's logits.
+// An encoder-decoder model (switch_transformers) feeds the prompt to its encoder; its rows are the
+// decoder's: one for decoder_start_token_id, then one per generated token fed back, so a sequence has
+// max(1, generated) rows. With --batch N the sequences' rows follow each other in batch order.
 // --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s, batch,
-// prompt_tokens_total, generated_tokens_total} (ids and text of the first sequence) where
+// prompt_tokens_total, generated_tokens_total} (ids and text of the first sequence), plus
+// batch_prompt_ids, batch_generated_ids and batch_logits_rows: one entry per sequence of the batch
+// (batch_logits_rows counts its --logits-out rows, 0 without the flag), where
 // tokens_per_s = generated tokens (all sequences) / wall time of the whole generation (prefill
 // included); otherwise
 // the text streams to stdout as it is generated and a timing line goes to stderr.
@@ -357,6 +362,18 @@ int RunGenerate(const GenerateArgs& args) {
     out["batch"] = args.batch;
     out["prompt_tokens_total"] = prompt_total;
     out["generated_tokens_total"] = generated_total;
+    // Every sequence of the batch, as parallel arrays (no nested objects: callers find the line's
+    // object by its last `{"`).
+    nlohmann::json prompts_ids = nlohmann::json::array(), generated_ids = nlohmann::json::array(),
+                   logits_rows = nlohmann::json::array();
+    for (const executor::GenerationResult& row : *results) {
+      prompts_ids.push_back(row.prompt_ids);
+      generated_ids.push_back(row.generated_ids);
+      logits_rows.push_back(row.logits_rows);
+    }
+    out["batch_prompt_ids"] = std::move(prompts_ids);
+    out["batch_generated_ids"] = std::move(generated_ids);
+    out["batch_logits_rows"] = std::move(logits_rows);
     if (assigning) out["device_assignment"] = DeviceAssignmentJson(**generator);
     std::printf("%s\n", out.dump().c_str());
     return 0;

@@ -99,7 +99,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("synth", "write a synthetic MoE checkpoint in the Hugging Face layout");
   cmd->add_option("--arch", args->options.arch, "architecture")
       ->required()
-      ->check(CLI::IsMember({"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"}));
+      ->check(CLI::IsMember({"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers"}));
   cmd->add_option("--preset", args->options.preset, "size preset: tiny (<= 20 MB) or mini (half width, GBs)")
       ->required()
       ->check(CLI::IsMember({"tiny", "mini"}));
@@ -117,6 +117,9 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", args->options.n_threads, "generator threads (0 = hardware concurrency)");
   cmd->add_option("--q-lora-rank", args->options.q_lora_rank,
                   "deepseek_v2 only: set q_lora_rank (q_a_proj/q_b_proj MLA variant); 0 = null");
+  cmd->add_option("--dtype", args->options.dtype,
+                  "switch_transformers only: tensor dtype, f32 (default, as released) or bf16 (servable by the runtime)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_flag("--measure-skew", args->measure_skew,
                 "after writing, print the router top-10% share (layer-0 approximation)");
   cmd->add_flag("--measure-only", args->measure_only,

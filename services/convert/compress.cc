@@ -194,9 +194,10 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   // Classify tensors.
   std::vector<ExpertSource> experts;
   std::vector<TensorView> dense;
+  const int64_t n_encoder_layers = EncoderLayerCount(ckpt->config());
   for (const std::string& name : ckpt->names()) {
     ZM_ASSIGN_OR_RETURN(TensorView view, ckpt->Find(name));
-    if (auto id = ParseExpertTensorName(name)) {
+    if (auto id = ParseExpertTensorName(name, n_encoder_layers)) {
       if (view.spec.shape.size() != 2)
         return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' has {} dims, expected 2", view.file, name,
                                                    view.spec.shape.size()));

@@ -36,6 +36,12 @@ class KvCache {
   // Commits t new positions once every layer has appended them.
   void Advance(int64_t t) { length_ += t; }
 
+  // Encoder-decoder models (switch_model.h): per decoder layer the cross-attention keys and values
+  // [heads, T_encoder, d_kv], computed once from the encoder output. Empty before the encoder ran.
+  bool has_cross() const { return !cross_.empty(); }
+  const std::vector<std::pair<at::Tensor, at::Tensor>>& cross() const { return cross_; }
+  void set_cross(std::vector<std::pair<at::Tensor, at::Tensor>> cross) { cross_ = std::move(cross); }
+
  private:
   struct Layer {
     at::Tensor k;  // [n, capacity, dk]
@@ -43,6 +49,7 @@ class KvCache {
   };
   std::vector<Layer> layers_;
   int64_t length_ = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> cross_;
 };
 
 // How the N rows of a batch map onto sequences: rows [starts[i], starts[i] + lengths[i]) belong to

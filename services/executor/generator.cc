@@ -91,6 +91,11 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   load.resident_experts = options.expert_provider == nullptr;
   load.n_threads = impl->n_threads;
   ZM_ASSIGN_OR_RETURN(impl->loaded, LoadModel(options.model_dir, load));
+  if (impl->loaded->config.is_encoder_decoder() &&
+      (options.substitution_alpha != 0.0 || options.device_assignment != scheduler::DeviceAssignmentMode::kNone))
+    return Status::InvalidArgument(fmt::format(
+        "{}: expert substitution and device assignment are not supported for model_type {}", options.model_dir,
+        impl->loaded->config.model_type));
   ExpertProvider* provider = options.expert_provider != nullptr
                                  ? options.expert_provider
                                  : static_cast<ExpertProvider*>(impl->loaded->resident_experts.get());
@@ -292,7 +297,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
   for (size_t j = 0; j < sequences.size(); ++j) {
     Impl::Sequence& s = *sequences[j];
     GenerationResult& r = s.result;
-    const int64_t len = static_cast<int64_t>(tokens[j]->size());
+    const int64_t len = impl_->model->LogitsRows(static_cast<int64_t>(tokens[j]->size()), !s.prefilled);
     if (all_logits && s.params.record_logits) {
       AppendRows(logits, row, len, &r.logits);
       r.logits_rows += len;
@@ -326,7 +331,10 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
       } else if (!keep) {
         cancelled = true;
       } else {
-        const int64_t fed = static_cast<int64_t>(r.prompt_ids.size() + r.generated_ids.size()) - 1;
+        // Positions fed to the decoder: the prompt and the generated tokens but the last, or for an
+        // encoder-decoder model the start token and the generated tokens but the last.
+        const int64_t fed = static_cast<int64_t>((c.is_encoder_decoder() ? 1 : r.prompt_ids.size()) +
+                                                 r.generated_ids.size()) - 1;
         go_on = static_cast<int64_t>(r.generated_ids.size()) < s.params.max_new_tokens && fed < c.max_position_embeddings;
       }
     }
@@ -401,6 +409,9 @@ Result<PrefetchResiduals> Generator::CalibratePrefetchResiduals(const std::vecto
     if (impl_->loaded->weights.layers[static_cast<size_t>(l)].is_moe) moe_layers.push_back(static_cast<int32_t>(l));
   }
   if (prompts.empty()) return Status::InvalidArgument("prefetch residual calibration: no prompts");
+  if (c.is_encoder_decoder())
+    return Status::InvalidArgument(fmt::format("prefetch residual calibration: not supported for {} ({})",
+                                               c.model_type, c.source));
   if (moe_layers.size() < 2) {
     return Status::InvalidArgument(fmt::format(
         "prefetch residual calibration: the model has {} MoE layer(s); prefetching needs a next MoE layer",

@@ -73,7 +73,9 @@ struct GenerationResult {
   bool stopped_on_eos = false;
   // record_logits: float32 [logits_rows, vocab_size], one row per position fed, in order: every
   // prompt position, then each generated token that was fed back (the last generated token is not
-  // fed), so logits_rows = prompt length + max(0, generated - 1).
+  // fed), so logits_rows = prompt length + max(0, generated - 1). An encoder-decoder model
+  // (switch_transformers) feeds the prompt to its encoder and the decoder starts from
+  // decoder_start_token_id: logits_rows = 1 + max(0, generated - 1).
   std::vector<float> logits;
   int64_t logits_rows = 0;
 };

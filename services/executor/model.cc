@@ -13,6 +13,8 @@ namespace zipmoe::executor {
 Model::Model(const LoadedModel& model, ExpertProvider* provider, at::Device device, at::ScalarType dtype)
     : model_(model), provider_(provider), device_(device), dtype_(dtype), rope_(model.config, device) {
   // The next MoE layer after each layer (prefetch predictions), once: -1 after the last.
+  if (model.config.arch == ModelArch::kSwitchTransformers)
+    switch_ = std::make_unique<SwitchModel>(model, provider, device, dtype);
   const std::vector<LayerWeights>& layers = model.weights.layers;
   next_moe_.assign(layers.size(), -1);
   for (int64_t l = static_cast<int64_t>(layers.size()) - 2; l >= 0; --l) {
@@ -23,6 +25,7 @@ Model::Model(const LoadedModel& model, ExpertProvider* provider, at::Device devi
 
 Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>& tokens,
                                   const std::vector<KvCache*>& caches, bool all_logits) {
+  if (switch_) return switch_->Forward(tokens, caches, all_logits);
   const ModelConfig& c = model_.config;
   if (tokens.empty() || tokens.size() != caches.size())
     return Status::InvalidArgument(
@@ -113,7 +116,7 @@ Result<std::vector<std::vector<int32_t>>> Model::PredictExperts(const std::vecto
       return Status::InvalidArgument(fmt::format("token id {} is outside the vocabulary [0, {})", id, c.vocab_size));
   }
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(c.num_hidden_layers));
-  if (ids.empty()) return out;
+  if (ids.empty() || switch_) return out;  // no estimate for encoder-decoder models (their prompt feeds the encoder)
   const RouterParams params = RouterParamsFor(c);
   ZM_RETURN_IF_ERROR(TorchBoundary("predict experts", [&]() -> Status {
     const ModelWeights& w = model_.weights;

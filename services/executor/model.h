@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "services/executor/model_weights.h"
 #include "services/executor/moe_block.h"
 #include "services/executor/rope.h"
+#include "services/executor/switch_model.h"
 
 namespace zipmoe::executor {
 
@@ -33,7 +35,11 @@ class Model {
   Model(const LoadedModel& model, ExpertProvider* provider, at::Device device, at::ScalarType dtype);
 
   const ModelConfig& config() const { return model_.config; }
-  KvCache NewCache() const { return KvCache(model_.config.num_hidden_layers); }
+  KvCache NewCache() const { return switch_ ? switch_->NewCache() : KvCache(model_.config.num_hidden_layers); }
+  // Logits rows a sequence's step yields for its `n_fed` new tokens: n_fed, except an
+  // encoder-decoder model's first step (the prompt feeds the encoder; one row, for the decoder's
+  // start token).
+  int64_t LogitsRows(int64_t n_fed, bool first_step) const { return switch_ && first_step ? 1 : n_fed; }
 
   // Feeds tokens[i] to the sequence of caches[i] (positions caches[i]->length() onward) and advances
   // the caches. Returns float32 logits on the CPU: [sum of tokens[i].size(), vocab] when all_logits,
@@ -41,6 +47,8 @@ class Model {
   // Errors: kInvalidArgument (token id outside [0, vocab_size), a sequence beyond
   // max_position_embeddings, empty input); MoeForward's errors; kInternal (torch). After an error
   // the caches of this call are unusable.
+  // switch_transformers: delegated to SwitchModel::Forward (the first step of a sequence feeds its
+  // encoder; see switch_model.h).
   Result<at::Tensor> Forward(const std::vector<const std::vector<int32_t>*>& tokens,
                              const std::vector<KvCache*>& caches, bool all_logits);
 
@@ -81,6 +89,7 @@ class Model {
   double substitution_alpha_ = 0.0;
   std::optional<DevicePlacement> placement_;
   std::function<void(int32_t, const at::Tensor&)> router_input_observer_;
+  std::unique_ptr<SwitchModel> switch_;  // switch_transformers only
 };
 
 }  // namespace zipmoe::executor

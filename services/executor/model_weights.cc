@@ -14,6 +14,12 @@ namespace {
 
 // Name of routed expert `expert_id`'s projection in layer `layer_id`, as the checkpoint spells it.
 std::string ExpertTensorName(const ModelConfig& c, int64_t layer_id, int64_t expert_id, ExpertProj proj) {
+  if (c.arch == ModelArch::kSwitchTransformers) {
+    const bool decoder = layer_id >= c.num_encoder_layers;
+    return fmt::format("{}.block.{}.layer.{}.mlp.experts.expert_{}.{}.weight", decoder ? "decoder" : "encoder",
+                       decoder ? layer_id - c.num_encoder_layers : layer_id, decoder ? 2 : 1, expert_id,
+                       proj == ExpertProj::kUp ? "wi" : "wo");
+  }
   if (c.arch == ModelArch::kMixtral) {
     const char* w = proj == ExpertProj::kGate ? "w1" : proj == ExpertProj::kUp ? "w3" : "w2";
     return fmt::format("model.layers.{}.block_sparse_moe.experts.{}.{}.weight", layer_id, expert_id, w);
@@ -116,6 +122,7 @@ class Loader {
     const std::vector<int64_t> out_shape = {c_.hidden_size, c_.moe_intermediate_size};
     for (int64_t e = 0; e < c_.num_experts; ++e) {
       for (ExpertProj proj : {ExpertProj::kGate, ExpertProj::kUp, ExpertProj::kDown}) {
+        if (proj == ExpertProj::kGate && c_.arch == ModelArch::kSwitchTransformers) continue;  // wi/wo only
         const std::string name = ExpertTensorName(c_, layer_id, e, proj);
         const std::vector<int64_t>& want = proj == ExpertProj::kDown ? out_shape : in_shape;
         if (m_.checkpoint) {
@@ -158,6 +165,64 @@ class Loader {
                           GetMlp(moe + "shared_experts", c_.n_shared_experts * c_.moe_intermediate_size));
     }
     ZM_RETURN_IF_ERROR(CheckExperts(l));
+    return w;
+  }
+
+  Result<SwitchBlockWeights> GetSwitchBlock(int64_t l) const {
+    const bool decoder = l >= c_.num_encoder_layers;
+    const std::string p = fmt::format("{}.block.{}.layer.", decoder ? "decoder" : "encoder",
+                                      decoder ? l - c_.num_encoder_layers : l);
+    const int64_t d = c_.hidden_size, inner = c_.num_attention_heads * c_.head_dim, ff = c_.intermediate_size;
+    SwitchBlockWeights w;
+    ZM_ASSIGN_OR_RETURN(w.self_attn_norm, Get(p + "0.layer_norm.weight", {d}));
+    ZM_ASSIGN_OR_RETURN(w.q, GetLinear(p + "0.SelfAttention.q", inner, d, false));
+    ZM_ASSIGN_OR_RETURN(w.k, GetLinear(p + "0.SelfAttention.k", inner, d, false));
+    ZM_ASSIGN_OR_RETURN(w.v, GetLinear(p + "0.SelfAttention.v", inner, d, false));
+    ZM_ASSIGN_OR_RETURN(w.o, GetLinear(p + "0.SelfAttention.o", d, inner, false));
+    if (decoder) {
+      ZM_ASSIGN_OR_RETURN(w.cross_attn_norm, Get(p + "1.layer_norm.weight", {d}));
+      ZM_ASSIGN_OR_RETURN(w.cross_q, GetLinear(p + "1.EncDecAttention.q", inner, d, false));
+      ZM_ASSIGN_OR_RETURN(w.cross_k, GetLinear(p + "1.EncDecAttention.k", inner, d, false));
+      ZM_ASSIGN_OR_RETURN(w.cross_v, GetLinear(p + "1.EncDecAttention.v", inner, d, false));
+      ZM_ASSIGN_OR_RETURN(w.cross_o, GetLinear(p + "1.EncDecAttention.o", d, inner, false));
+    }
+    const std::string f = p + (decoder ? "2." : "1.");
+    ZM_ASSIGN_OR_RETURN(w.ff_norm, Get(f + "layer_norm.weight", {d}));
+    w.is_moe = c_.IsMoeLayer(l);
+    if (!w.is_moe) {
+      ZM_ASSIGN_OR_RETURN(w.wi, Get(f + "mlp.wi.weight", {ff, d}));
+      ZM_ASSIGN_OR_RETURN(w.wo, Get(f + "mlp.wo.weight", {d, ff}));
+      return w;
+    }
+    ZM_ASSIGN_OR_RETURN(w.router, Get(f + "mlp.router.classifier.weight", {c_.num_experts, d}, at::kFloat));
+    ZM_RETURN_IF_ERROR(CheckExperts(l));
+    return w;
+  }
+
+  Result<SwitchWeights> GetSwitch() const {
+    SwitchWeights w;
+    const int64_t d = c_.hidden_size, vocab = c_.vocab_size;
+    {
+      ZM_ASSIGN_OR_RETURN(TensorView v, Find("shared.weight"));
+      ZM_RETURN_IF_ERROR(CheckShape(v.file, v.spec.name, v.spec.shape, {vocab, d}));
+      ZM_ASSIGN_OR_RETURN(at::Tensor embed, WrapView(v));
+      w.shared = o_.device.is_cpu() ? embed : embed.to(o_.device).contiguous();
+    }
+    const std::vector<int64_t> bias_shape = {c_.relative_attention_num_buckets, c_.num_attention_heads};
+    ZM_ASSIGN_OR_RETURN(w.encoder_position_bias,
+                        Get("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", bias_shape, at::kFloat));
+    ZM_ASSIGN_OR_RETURN(w.decoder_position_bias,
+                        Get("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", bias_shape, at::kFloat));
+    ZM_ASSIGN_OR_RETURN(w.encoder_final_norm, Get("encoder.final_layer_norm.weight", {d}));
+    ZM_ASSIGN_OR_RETURN(w.decoder_final_norm, Get("decoder.final_layer_norm.weight", {d}));
+    // A tied model's safetensors hold shared.weight only (transformers drops the tied aliases
+    // encoder/decoder.embed_tokens and lm_head when saving); an untied one has lm_head.weight.
+    ZM_ASSIGN_OR_RETURN(w.lm_head, Get(c_.tie_word_embeddings ? "shared.weight" : "lm_head.weight", {vocab, d}));
+    w.blocks.reserve(static_cast<size_t>(c_.num_hidden_layers));
+    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+      ZM_ASSIGN_OR_RETURN(SwitchBlockWeights block, GetSwitchBlock(l));
+      w.blocks.push_back(std::move(block));
+    }
     return w;
   }
 
@@ -223,6 +288,10 @@ Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const Loa
   if (model->dense) ZM_RETURN_IF_ERROR(VerifyDenseTensors(model->store->manifest(), *model->dense));
   ZM_RETURN_IF_ERROR(TorchBoundary("loading " + dir, [&]() -> Status {
     Loader loader(*model, options);
+    if (model->config.arch == ModelArch::kSwitchTransformers) {
+      ZM_ASSIGN_OR_RETURN(model->switch_weights, loader.GetSwitch());
+      return Status::Ok();
+    }
     ZM_ASSIGN_OR_RETURN(model->weights, loader.GetAll());
     return Status::Ok();
   }));

@@ -81,6 +81,35 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
+// switch_transformers (modeling_switch_transformers.py): one block of the encoder or the decoder,
+// at its global layer id (model_config.h). Names are those of the HF state dict with
+// P = {encoder|decoder}.block.{i}.layer:
+//   P.0.layer_norm.weight, P.0.SelfAttention.{q,k,v,o}.weight (no biases);
+//   decoder only: P.1.layer_norm.weight, P.1.EncDecAttention.{q,k,v,o}.weight;
+//   FF at F = P.1 (encoder) / P.2 (decoder): F.layer_norm.weight, then dense F.mlp.{wi,wo}.weight or
+//   sparse F.mlp.router.classifier.weight + routed experts F.mlp.experts.expert_{E}.{wi,wo}.weight.
+struct SwitchBlockWeights {
+  at::Tensor self_attn_norm;                         // [d_model]
+  LinearWeights q, k, v;                             // [heads*d_kv, d_model]
+  LinearWeights o;                                   // [d_model, heads*d_kv]
+  at::Tensor cross_attn_norm;                        // decoder: [d_model]
+  LinearWeights cross_q, cross_k, cross_v, cross_o;  // decoder: as q/k/v/o
+  at::Tensor ff_norm;                                // [d_model]
+  bool is_moe = false;
+  at::Tensor wi, wo;                                 // dense: [d_ff, d_model], [d_model, d_ff]
+  at::Tensor router;                                 // sparse: [n_experts, d_model] float32
+};
+
+struct SwitchWeights {
+  at::Tensor shared;           // shared.weight [vocab, d_model] (CPU: zero-copy view); the input embedding of both stacks
+  at::Tensor encoder_position_bias;  // encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight [buckets, heads]
+  at::Tensor decoder_position_bias;  // decoder.block.0...relative_attention_bias.weight [buckets, heads]
+  std::vector<SwitchBlockWeights> blocks;  // [num_hidden_layers]: encoder blocks, then decoder blocks
+  at::Tensor encoder_final_norm;   // encoder.final_layer_norm.weight [d_model]
+  at::Tensor decoder_final_norm;   // decoder.final_layer_norm.weight [d_model]
+  at::Tensor lm_head;              // [vocab, d_model]: shared.weight when tie_word_embeddings, else lm_head.weight
+};
+
 struct LoadOptions {
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;  // compute dtype: float32 (CPU) or bfloat16 (GPU)
@@ -93,7 +122,8 @@ struct LoadedModel {
   std::string dir;
   ModelDirKind kind = ModelDirKind::kHuggingFace;
   ModelConfig config;
-  ModelWeights weights;
+  ModelWeights weights;        // decoder-only archs
+  SwitchWeights switch_weights;  // switch_transformers
   std::unique_ptr<Checkpoint> checkpoint;    // kHuggingFace
   std::unique_ptr<SafetensorsFile> dense;    // kCompressed
   std::unique_ptr<ExpertStore> store;        // kCompressed

@@ -90,6 +90,10 @@ Result<size_t> SlotOf(const ModelConfig& config, const ExpertAssignment& assign,
   if (ew.planes() && ew.dtype != DType::kBF16)
     return Status::InvalidArgument(fmt::format("layer {} expert {}: E/SM planes of a {} expert", layer_id,
                                                ew.expert_id, DTypeName(ew.dtype)));
+  if (!ew.gated)
+    return Status::InvalidArgument(fmt::format("layer {} expert {}: a gate-less (up/down) expert in a {} model, "
+                                               "whose experts have gate/up/down", layer_id, ew.expert_id,
+                                               config.model_type));
   return slot;
 }
 
@@ -308,18 +312,20 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
       w.cols = cols;
       return w;
     };
-    const kernels::GemmWeights gate = matrix(ew.gate, ew.gate_planes, inter, hidden);
     const kernels::GemmWeights up = matrix(ew.up, ew.up_planes, inter, hidden);
     const kernels::GemmWeights down = matrix(ew.down, ew.down_planes, hidden, inter);
+    if (!ew.gated) return LinearCpu(at::relu(LinearCpu(x, up)), down);
+    const kernels::GemmWeights gate = matrix(ew.gate, ew.gate_planes, inter, hidden);
     const std::vector<at::Tensor> gate_up = LinearCpuGroup(x, {gate, up});
     return LinearCpu(at::silu(gate_up[0]) * gate_up[1], down);
   }
   TORCH_CHECK(!ew.planes(), "layer ", ew.layer_id, " expert ", ew.expert_id,
               ": E/SM planes (fused recovery) are only computed on the CPU in float32");
   MlpWeights expert;  // CPU: F32 used in place, F16 widened (exact); GPU: converted for the device
-  expert.gate = WrapExpertTensor(ew.gate, ew.dtype, inter, hidden).to(x.device(), x.scalar_type());
   expert.up = WrapExpertTensor(ew.up, ew.dtype, inter, hidden).to(x.device(), x.scalar_type());
   expert.down = WrapExpertTensor(ew.down, ew.dtype, hidden, inter).to(x.device(), x.scalar_type());
+  if (!ew.gated) return Linear(at::relu(Linear(x, expert.up)), expert.down);
+  expert.gate = WrapExpertTensor(ew.gate, ew.dtype, inter, hidden).to(x.device(), x.scalar_type());
   return MlpForward(expert, x);
 }
 

@@ -31,7 +31,8 @@ namespace zipmoe::executor {
 // down(silu(gate(x)) * up(x)); x: [n, hidden] -> [n, hidden].
 at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x);
 
-// One routed expert, down(silu(gate(x)) * up(x)), on its tokens x: [m, hidden] -> [m, hidden].
+// One routed expert, down(silu(gate(x)) * up(x)) (or down(relu(up(x))) for a gate-less expert,
+// ExpertWeightsView::gated false), on its tokens x: [m, hidden] -> [m, hidden].
 // CPU float32: BF16 weights are read in place by the kernels (kernels/bf16_gemm.h), from the
 // interleaved BF16 tensors or, when the provider serves the expert unrecovered, straight from its
 // E/SM planes (recovery fused into the matmul; the same bits either way); F32 experts are read in

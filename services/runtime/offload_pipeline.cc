@@ -25,11 +25,15 @@ bool SmCached(CompressionState s) { return s == CompressionState::kC || s == Com
 
 }  // namespace
 
-std::vector<scheduler::ExpertTask> OffloadExpertProvider::TasksOf(const std::vector<int32_t>& experts) const {
+std::vector<scheduler::ExpertTask> OffloadExpertProvider::TasksOf(
+    const std::vector<int32_t>& experts, std::vector<std::pair<int32_t, int32_t>>* task_refs) const {
   std::vector<scheduler::ExpertTask> tasks;
-  for (int32_t id : experts) {
-    const ExpertWork& w = works_.at(id);
+  if (task_refs != nullptr) task_refs->clear();
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const ExpertWork& w = works_.at(experts[i]);
     for (int proj = 0; proj < cm::kProjCount; ++proj) {
+      if (!HasProj(proj)) continue;
+      if (task_refs != nullptr) task_refs->emplace_back(static_cast<int32_t>(i), proj);
       scheduler::ExpertTask t;
       t.expert_id = w.expert_id;
       t.proj = static_cast<ExpertProj>(proj);
@@ -50,7 +54,7 @@ int32_t OffloadExpertProvider::NewWorkLocked(int32_t layer_id, int32_t expert_id
   w.layer_id = layer_id;
   w.expert_id = expert_id;
   for (int proj = 0; proj < cm::kProjCount; ++proj) {
-    w.tensors[proj].info = store_->Find(layer_id, expert_id, static_cast<ExpertProj>(proj));
+    if (HasProj(proj)) w.tensors[proj].info = store_->Find(layer_id, expert_id, static_cast<ExpertProj>(proj));
   }
   return id;
 }
@@ -122,7 +126,7 @@ void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
       if (std::find(wanted.begin(), wanted.end(), e) != wanted.end()) continue;
       bool complete = true;
       for (int proj = 0; proj < cm::kProjCount; ++proj) {
-        complete = complete && store_->Find(predicted.layer_id, e, static_cast<ExpertProj>(proj)) != nullptr;
+        complete = complete && (!HasProj(proj) || store_->Find(predicted.layer_id, e, static_cast<ExpertProj>(proj)) != nullptr);
       }
       if (complete) wanted.push_back(e);  // else not an expert of this model: nothing to fetch
     }
@@ -188,7 +192,8 @@ Status OffloadExpertProvider::StartPendingLocked() {
 }
 
 Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave, bool prefetch) {
-  const std::vector<scheduler::ExpertTask> tasks = TasksOf(wave);
+  std::vector<std::pair<int32_t, int32_t>> task_refs;  // per task: index in `wave`, projection
+  const std::vector<scheduler::ExpertTask> tasks = TasksOf(wave, &task_refs);
   const auto start = std::chrono::steady_clock::now();
   ZM_ASSIGN_OR_RETURN(scheduler::LayerSchedule sched, config_.scheduler ? scheduler::ScheduleLayer(tasks, cost_)
                                                                        : scheduler::ScheduleLayerBaseline(tasks, cost_));
@@ -203,6 +208,7 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave, 
     ExpertWork& w = works_.at(id);
     const CompressionState s = w.lookup.state;
     for (int proj = 0; proj < cm::kProjCount; ++proj) {
+      if (!HasProj(proj)) continue;
       TensorWork& tw = w.tensors[proj];
       const cm::TensorSlotLayout& tl = w.lookup.layout->tensors[proj];
       const ExpertProj ep = static_cast<ExpertProj>(proj);
@@ -244,8 +250,8 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave, 
   std::vector<std::pair<decompressor::DecompressOp, bool>> decodes;
   for (size_t rank = 0; rank < sched.order.decode_order.size(); ++rank) {
     const scheduler::DecodeOp& d = sched.order.decode_order[rank];
-    const int32_t work = wave[d.task / cm::kProjCount];
-    const int32_t proj = d.task % cm::kProjCount;
+    const auto& [position, proj] = task_refs.at(static_cast<size_t>(d.task));
+    const int32_t work = wave[static_cast<size_t>(position)];
     TensorWork& tw = works_.at(work).tensors[proj];
     const uint64_t id = next_op_id_++;
     decode_id[static_cast<size_t>(d.task) * sched.n_shards + d.shard] = id;
@@ -256,8 +262,8 @@ Status OffloadExpertProvider::StartWaveLocked(const std::vector<int32_t>& wave, 
   }
   std::vector<storage::ReadOp> reads;
   for (const scheduler::IoOp& io : sched.order.io_order) {
-    const int32_t work = wave[io.task / cm::kProjCount];
-    const int32_t proj = io.task % cm::kProjCount;
+    const auto& [position, proj] = task_refs.at(static_cast<size_t>(io.task));
+    const int32_t work = wave[static_cast<size_t>(position)];
     ExpertWork& w = works_.at(work);
     TensorWork& tw = w.tensors[proj];
     const cm::TensorSlotLayout& tl = w.lookup.layout->tensors[proj];

@@ -79,6 +79,7 @@ Result<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(con
   // F32/F16 experts are recovered before compute: the executor's fused kernels read BF16 planes only.
   p->dtype_ = p->cache_->layout().dtype();
   p->fused_ = cfg.fused_recovery && p->dtype_ == DType::kBF16;
+  p->gated_ = p->cache_->layout().gated();
 
   p->cost_ = p->cache_->plan().cost;  // the planner's cost model is the scheduler's
   p->cost_.n_shards = std::max(1, p->cost_.n_shards);
@@ -165,7 +166,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   }
   for (int32_t e : routing.expert_ids) {
     for (int proj = 0; proj < cm::kProjCount; ++proj) {
-      if (store_->Find(routing.layer_id, e, static_cast<ExpertProj>(proj)) == nullptr) {
+      if (HasProj(proj) && store_->Find(routing.layer_id, e, static_cast<ExpertProj>(proj)) == nullptr) {
         return Status::NotFound(fmt::format("{}: layer {} expert {} has no {} tensor", config_.model_dir,
                                             routing.layer_id, e, ExpertProjName(static_cast<ExpertProj>(proj))));
       }
@@ -209,7 +210,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
       w.lookup = found[i];
       if (w.lookup.state == CompressionState::kF) {
         for (int proj = 0; proj < cm::kProjCount; ++proj) {
-          w.tensors[proj].weights = w.lookup.Full(static_cast<ExpertProj>(proj));
+          if (HasProj(proj)) w.tensors[proj].weights = w.lookup.Full(static_cast<ExpertProj>(proj));
         }
         ready_.push_back(id);
       } else {
@@ -236,7 +237,8 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   Status st;
   if (to_load.size() > cache_->staging_slots()) {
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<scheduler::ExpertTask> tasks = TasksOf(to_load);
+    std::vector<std::pair<int32_t, int32_t>> task_refs;
+    const std::vector<scheduler::ExpertTask> tasks = TasksOf(to_load, &task_refs);
     Result<scheduler::LayerSchedule> sched =
         config_.scheduler ? scheduler::ScheduleLayer(tasks, cost_) : scheduler::ScheduleLayerBaseline(tasks, cost_);
     stats_.schedule_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -245,7 +247,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
     } else {
       std::vector<bool> seen(to_load.size(), false);
       for (int32_t t : sched->task_order) {
-        const size_t e = static_cast<size_t>(t) / cm::kProjCount;
+        const size_t e = static_cast<size_t>(task_refs.at(static_cast<size_t>(t)).first);
         if (!seen[e]) pending_.push_back(to_load[e]);
         seen[e] = true;
       }
@@ -286,17 +288,21 @@ Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
   view.layer_id = layer_id_;
   view.expert_id = w.expert_id;
   view.dtype = dtype_;
+  const TensorWork& gate = w.tensors[static_cast<int>(ExpertProj::kGate)];
+  const TensorWork& up = w.tensors[static_cast<int>(ExpertProj::kUp)];
+  const TensorWork& down = w.tensors[static_cast<int>(ExpertProj::kDown)];
+  view.gated = gated_;  // a gate-less expert leaves gate / gate_planes null
   if (fused_ && w.lookup.state != CompressionState::kF) {
-    view.gate_planes = {w.tensors[0].e_plane, w.tensors[0].sm};
-    view.up_planes = {w.tensors[1].e_plane, w.tensors[1].sm};
-    view.down_planes = {w.tensors[2].e_plane, w.tensors[2].sm};
+    if (gated_) view.gate_planes = {gate.e_plane, gate.sm};
+    view.up_planes = {up.e_plane, up.sm};
+    view.down_planes = {down.e_plane, down.sm};
   } else {
-    view.gate = w.tensors[0].weights;
-    view.up = w.tensors[1].weights;
-    view.down = w.tensors[2].weights;
+    if (gated_) view.gate = gate.weights;
+    view.up = up.weights;
+    view.down = down.weights;
   }
-  view.intermediate = w.tensors[0].info->shape.at(0);
-  view.hidden = w.tensors[0].info->shape.at(1);
+  view.intermediate = up.info->shape.at(0);  // up: [intermediate, hidden]
+  view.hidden = up.info->shape.at(1);
   return std::unique_ptr<ExpertLease>(new Lease(this, id, view));
 }
 
@@ -315,11 +321,13 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
     request.lease = w.lookup.lease;
     if (w.lookup.state == CompressionState::kF) {
       request.parts.bf16 = true;
-      for (int proj = 0; proj < cm::kProjCount; ++proj) request.bf16[proj] = OffsetOf(w.tensors[proj].weights);
+      for (int proj = 0; proj < cm::kProjCount; ++proj)
+        if (HasProj(proj)) request.bf16[proj] = OffsetOf(w.tensors[proj].weights);
     } else {
       request.parts.e = request.parts.sm = request.parts.bf16 = true;
       request.bf16_from_planes = fused_;  // then F admission recovers from the planes
       for (int proj = 0; proj < cm::kProjCount; ++proj) {
+        if (!HasProj(proj)) continue;  // an absent gate: no parts (offsets stay 0, the cache skips it)
         const TensorWork& tw = w.tensors[proj];
         for (const uint8_t* e : tw.e_src) request.e_chunks[proj].push_back(OffsetOf(e));
         request.sm[proj] = OffsetOf(tw.sm);

@@ -215,7 +215,7 @@ class OffloadExpertProvider : public ExpertProvider {
     CachedExpert lookup;                     // state + lease
     uint32_t staging = SlotArena::kNoSlot;
     uint8_t* staging_base = nullptr;
-    std::array<TensorWork, 3> tensors;
+    std::array<TensorWork, 3> tensors;  // by ExpertProj; tensors[kGate] unused (info null) when !gated_
     int tensors_left = 0;
     bool delivered = false;
     bool released = false;
@@ -276,11 +276,18 @@ class OffloadExpertProvider : public ExpertProvider {
   void DrainLocked(MutexLock* lock) ZM_REQUIRES(mu_);
   void ResetLayerLocked(bool prefetches_too = false) ZM_REQUIRES(mu_);
   uint64_t OffsetOf(const void* p) const { return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base_); }
-  std::vector<scheduler::ExpertTask> TasksOf(const std::vector<int32_t>& experts) const ZM_REQUIRES(mu_);
+  // One task per projection the experts have (gate/up/down, or up/down when !gated_), expert by
+  // expert. *task_refs (optional) gets, per task, its expert's index in `experts` and its projection.
+  std::vector<scheduler::ExpertTask> TasksOf(const std::vector<int32_t>& experts,
+                                             std::vector<std::pair<int32_t, int32_t>>* task_refs = nullptr) const
+      ZM_REQUIRES(mu_);
+  // Whether the experts have projection `proj` (ExpertProj value): all three, or up/down when gate-less.
+  bool HasProj(int proj) const { return gated_ || proj != static_cast<int>(ExpertProj::kGate); }
 
   // Constant after Create.
   OffloadConfig config_;
   bool fused_ = false;  // config_.fused_recovery and BF16 experts (the fused kernels read BF16 planes only)
+  bool gated_ = true;   // the manifest's experts have a gate (false: switch_transformers' wi/wo = up/down)
   DType dtype_ = DType::kBF16;  // the experts' dtype (cache_->layout().dtype()), what leases carry
   std::unique_ptr<ExpertStore> store_;
   uint8_t* arena_base_ = nullptr;  // cache_->arena_base()

@@ -35,13 +35,15 @@ msg::ExpertReady ExpertReadyToWire(const ExpertWeightsView& v, const uint8_t* ar
   ready.layer_id = v.layer_id;
   ready.expert_id = v.expert_id;
   auto offset = [arena_base](const void* p) { return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base); };
+  ready.gated = v.gated;
   if (v.planes()) {  // unrecovered: the CPU executor fuses the recovery into its matmul
     for (const ExpertPlanes* planes : {&v.gate_planes, &v.up_planes, &v.down_planes}) {
+      if (planes == &v.gate_planes && !v.gated) continue;
       ready.e_plane_offsets.push_back(offset(planes->e));
       ready.sm_offsets.push_back(offset(planes->sm));
     }
   } else {
-    ready.gate_offset = offset(v.gate);
+    if (v.gated) ready.gate_offset = offset(v.gate);
     ready.up_offset = offset(v.up);
     ready.down_offset = offset(v.down);
   }
@@ -56,7 +58,8 @@ Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, c
   const uint64_t size = arena.size_bytes();
   const bool planes = !ready.e_plane_offsets.empty();
   const uint64_t numel = static_cast<uint64_t>(ready.intermediate) * static_cast<uint64_t>(ready.hidden);
-  std::vector<uint64_t> offsets = {ready.gate_offset, ready.up_offset, ready.down_offset};
+  std::vector<uint64_t> offsets = {ready.up_offset, ready.down_offset};
+  if (ready.gated) offsets.push_back(ready.gate_offset);
   if (planes) {  // E and SM planes: one byte per weight each
     offsets = ready.e_plane_offsets;
     offsets.insert(offsets.end(), ready.sm_offsets.begin(), ready.sm_offsets.end());
@@ -69,8 +72,9 @@ Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, c
   }
   // BF16 planes: one byte per weight each (the SM plane is n bytes for BF16 only).
   const uint64_t bytes = planes ? numel : numel * static_cast<uint64_t>(DTypeSize(dtype));
+  const size_t n_proj = ready.gated ? 3 : 2;  // gate, up, down or up, down
   bool inside = ready.intermediate > 0 && ready.hidden > 0 &&
-                (!planes || (ready.e_plane_offsets.size() == 3 && ready.sm_offsets.size() == 3));
+                (!planes || (ready.e_plane_offsets.size() == n_proj && ready.sm_offsets.size() == n_proj));
   for (uint64_t offset : offsets) inside = inside && offset <= size && bytes <= size - offset;
   if (!inside) {
     return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} lies outside the arena {} "
@@ -81,12 +85,14 @@ Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, c
   view.layer_id = ready.layer_id;
   view.expert_id = ready.expert_id;
   view.dtype = dtype;
+  view.gated = ready.gated;
   if (planes) {
-    view.gate_planes = {base + ready.e_plane_offsets[0], base + ready.sm_offsets[0]};
-    view.up_planes = {base + ready.e_plane_offsets[1], base + ready.sm_offsets[1]};
-    view.down_planes = {base + ready.e_plane_offsets[2], base + ready.sm_offsets[2]};
+    const size_t up = ready.gated ? 1 : 0;  // the planes' index of up (down follows)
+    if (ready.gated) view.gate_planes = {base + ready.e_plane_offsets[0], base + ready.sm_offsets[0]};
+    view.up_planes = {base + ready.e_plane_offsets[up], base + ready.sm_offsets[up]};
+    view.down_planes = {base + ready.e_plane_offsets[up + 1], base + ready.sm_offsets[up + 1]};
   } else {
-    view.gate = base + ready.gate_offset;
+    if (ready.gated) view.gate = base + ready.gate_offset;
     view.up = base + ready.up_offset;
     view.down = base + ready.down_offset;
   }

@@ -243,18 +243,79 @@ uint64_t ModelLayout::total_bytes() const {
   return total;
 }
 
+// switch_transformers (SwitchTransformersForConditionalGeneration's state dict as saved to safetensors:
+// the tied aliases encoder/decoder.embed_tokens and lm_head are not stored). F32 like the released
+// checkpoints. Block i of a stack with sparse step s is sparse iff s > 0 and (i % s == 1 or s == 1).
+Result<ModelLayout> BuildSwitchLayout(const nlohmann::json& config, ModelLayout layout) {
+  ZM_ASSIGN_OR_RETURN(const int64_t d, GetPositive(config, "d_model"));
+  ZM_ASSIGN_OR_RETURN(const int64_t d_kv, GetPositive(config, "d_kv"));
+  ZM_ASSIGN_OR_RETURN(const int64_t d_ff, GetPositive(config, "d_ff"));
+  ZM_ASSIGN_OR_RETURN(const int64_t heads, GetPositive(config, "num_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_enc, GetPositive(config, "num_layers"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_dec, GetPositive(config, "num_decoder_layers"));
+  ZM_ASSIGN_OR_RETURN(const int64_t buckets, GetPositive(config, "relative_attention_num_buckets"));
+  ZM_ASSIGN_OR_RETURN(const int64_t enc_step, GetOptional(config, "encoder_sparse_step", 0));
+  ZM_ASSIGN_OR_RETURN(const int64_t dec_step, GetOptional(config, "decoder_sparse_step", 0));
+  ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(config, "vocab_size"));
+  ZM_ASSIGN_OR_RETURN(layout.n_experts, GetPositive(config, "num_experts"));
+  layout.hidden_size = d;
+  layout.top_k = 1;
+  if (config.contains("layer_norm_epsilon") && config["layer_norm_epsilon"].is_number())
+    layout.rms_norm_eps = config["layer_norm_epsilon"].get<double>();
+  LayoutBuilder b(&layout);
+  layout.embed_name = "shared.weight";
+  b.Add(layout.embed_name, {layout.vocab_size, d}, InitKind::kEmbedding, 0.0f, kProjectionStd, -1);
+  const int64_t inner = heads * d_kv;
+  for (int64_t g = 0; g < n_enc + n_dec; ++g) {
+    const bool decoder = g >= n_enc;
+    const int64_t i = decoder ? g - n_enc : g;
+    const int64_t step = decoder ? dec_step : enc_step;
+    const int32_t l = static_cast<int32_t>(g);
+    const std::string p = fmt::format("{}.block.{}.layer.", decoder ? "decoder" : "encoder", i);
+    for (const char* m : {"q", "k", "v"}) b.Reader(p + "0.SelfAttention." + m, inner, d, l);
+    b.Linear(p + "0.SelfAttention.o", d, inner, l);
+    if (i == 0) b.Add(p + "0.SelfAttention.relative_attention_bias.weight", {buckets, heads}, InitKind::kNormal, 0.0f,
+                      kRelativeBiasStd, l);
+    b.Norm(p + "0.layer_norm.weight", d, l);
+    if (decoder) {
+      for (const char* m : {"q", "k", "v"}) b.Linear(p + "1.EncDecAttention." + m, inner, d, l);
+      b.Linear(p + "1.EncDecAttention.o", d, inner, l);
+      b.Norm(p + "1.layer_norm.weight", d, l);
+    }
+    const std::string f = p + (decoder ? "2." : "1.");
+    if (step > 0 && (i % step == 1 || step == 1)) {
+      b.Router(f + "mlp.router.classifier", layout.n_experts, d, l, f + "layer_norm.weight");
+      for (int64_t e = 0; e < layout.n_experts; ++e) {
+        const std::string x = fmt::format("{}mlp.experts.expert_{}.", f, e);
+        b.Reader(x + "wi", d_ff, d, l, false, static_cast<int32_t>(e));
+        b.Linear(x + "wo", d, d_ff, l, false, static_cast<int32_t>(e));
+      }
+    } else {
+      b.Reader(f + "mlp.wi", d_ff, d, l);
+      b.Linear(f + "mlp.wo", d, d_ff, l);
+    }
+    b.Norm(f + "layer_norm.weight", d, l);
+    if (i + 1 == (decoder ? n_dec : n_enc)) b.Norm(fmt::format("{}.final_layer_norm.weight", decoder ? "decoder" : "encoder"), d, -1);
+  }
+  if (!GetBool(config, "tie_word_embeddings", true)) b.Reader("lm_head", layout.vocab_size, d, -1);
+  for (TensorRecipe& r : layout.tensors) r.spec.dtype = DType::kF32;
+  return layout;
+}
+
 Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (!config.is_object()) return Status::InvalidArgument("config.json: not a JSON object");
   ModelLayout layout;
   layout.model_type = config.value("model_type", "");
   const std::string& type = layout.model_type;
+  if (type == "switch_transformers") return BuildSwitchLayout(config, std::move(layout));
   const char* experts_key = nullptr;
   if (type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe") experts_key = "num_experts";
   if (type == "mixtral") experts_key = "num_local_experts";
   if (type == "deepseek_v2") experts_key = "n_routed_experts";
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
-        "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2)",
+        "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
+        "switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));

@@ -3,7 +3,8 @@
 //
 // Names follow the transformers implementations (state_dict order: embed_tokens, then per layer
 // self_attn, mlp / block_sparse_moe, input_layernorm, post_attention_layernorm; then model.norm and
-// lm_head). Supported model_type: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2. Works on real
+// lm_head). Supported model_type: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2 and
+// switch_transformers (encoder-decoder, F32 tensors; layer_id = the global layer). Works on real
 // downloaded configs too (used by the router-skew measurement). Pure; thread-safe.
 #pragma once
 
@@ -30,6 +31,7 @@ constexpr float kProjectionStd = 0.02f;  // every Linear weight, embeddings, lm_
 constexpr float kNormMean = 1.0f;        // RMSNorm weights: 1 + N(0, kNormStd²)
 constexpr float kNormStd = 0.02f;
 constexpr float kBiasStd = 0.01f;        // qwen2_moe q/k/v biases
+constexpr float kRelativeBiasStd = 0.1f; // switch_transformers relative_attention_bias (scores are unscaled)
 
 struct TensorRecipe {
   TensorSpec spec;  // BF16, shape [out, in] for Linear weights (row-major, as torch)

@@ -236,6 +236,58 @@ json DeepseekV2Config(const PresetRow& p) {
   };
 }
 
+// switch_transformers: google/switch-base-128's config.json key set. tiny: small for unit tests, with
+// expert_capacity 2 so a prompt of a dozen tokens overflows experts; mini: Switch-Base shapes (d_model
+// 768, d_ff 3072, 12 heads, d_kv 64, sparse step 2, capacity 64) at 2+2 blocks and 32 experts (128
+// F32 experts of one layer alone are 2.4 GB), real vocab: ~1.4 GB.
+json SwitchConfig(const std::string& preset) {
+  const bool tiny = preset == "tiny";
+  const int64_t layers = 2;
+  return json{
+      {"architectures", {"SwitchTransformersForConditionalGeneration"}},
+      {"add_router_probs", false},
+      {"batch_prioritized_routing", false},
+      {"d_ff", tiny ? 128 : 3072},
+      {"d_kv", tiny ? 16 : 64},
+      {"d_model", tiny ? 64 : 768},
+      {"decoder_sparse_step", 2},
+      {"decoder_start_token_id", 0},
+      {"dense_act_fn", "relu"},
+      {"dropout_rate", 0.1},
+      {"encoder_sparse_step", 2},
+      {"eos_token_id", 1},
+      {"expert_capacity", tiny ? 2 : 64},
+      {"feed_forward_proj", "relu"},
+      {"initializer_factor", 1.0},
+      {"is_encoder_decoder", true},
+      {"is_gated_act", false},
+      {"layer_norm_epsilon", 1e-06},
+      {"model_type", "switch_transformers"},
+      {"num_decoder_layers", layers},
+      {"num_experts", tiny ? 8 : 32},
+      {"num_heads", tiny ? 4 : 12},
+      {"num_layers", layers},
+      {"num_selected_experts", 1},
+      {"num_sparse_decoder_layers", layers / 2},
+      {"num_sparse_encoder_layers", layers / 2},
+      {"pad_token_id", 0},
+      {"relative_attention_max_distance", 128},
+      {"relative_attention_num_buckets", 32},
+      {"router_aux_loss_coef", 0.001},
+      {"router_bias", false},
+      {"router_dtype", "float32"},
+      {"router_ignore_padding_tokens", false},
+      {"router_jitter_noise", 0.01},
+      {"router_type", "tokens_masked"},
+      {"router_z_loss_coef", 0.001},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "float32"},
+      {"transformers_version", "4.25.0.dev0"},
+      {"use_cache", true},
+      {"vocab_size", tiny ? 512 : 32128},
+  };
+}
+
 }  // namespace
 
 const std::vector<PresetRow>& PresetTable() { return kPresets; }
@@ -253,6 +305,14 @@ const std::vector<std::string>& PresetNames() {
 
 Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::string& preset,
                                          int64_t q_lora_rank) {
+  if (arch == "switch_transformers") {
+    if (preset != "tiny" && preset != "mini")
+      return Status::InvalidArgument(fmt::format("unknown preset '{}' for arch '{}' (expected tiny or mini)", preset, arch));
+    if (q_lora_rank != 0)
+      return Status::InvalidArgument(
+          fmt::format("q_lora_rank {} given for arch '{}': only deepseek_v2 has MLA", q_lora_rank, arch));
+    return SwitchConfig(preset);
+  }
   const PresetRow* row = nullptr;
   for (const PresetRow& p : kPresets) {
     if (arch == p.arch && preset == p.preset) row = &p;
@@ -262,7 +322,8 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
     for (const std::string& a : ArchNames()) arch_known |= (a == arch);
     if (!arch_known) {
       return Status::InvalidArgument(fmt::format(
-          "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2)", arch));
+          "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, switch_transformers)",
+          arch));
     }
     return Status::InvalidArgument(
         fmt::format("unknown preset '{}' for arch '{}' (expected tiny or mini)", preset, arch));

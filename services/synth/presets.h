@@ -43,7 +43,8 @@ const std::vector<PresetRow>& PresetTable();
 const std::vector<std::string>& ArchNames();    // in table order
 const std::vector<std::string>& PresetNames();  // tiny, mini
 
-// config.json of (arch, preset). q_lora_rank > 0 sets deepseek_v2's q_lora_rank (MLA with a low-rank
+// config.json of (arch, preset); arch "switch_transformers" (not in the table: an encoder-decoder
+// with its own keys) has presets tiny and mini too (docs/synth.md). q_lora_rank > 0 sets deepseek_v2's q_lora_rank (MLA with a low-rank
 // query: q_a_proj / q_a_layernorm / q_b_proj); 0 keeps the preset's null.
 // Errors: kInvalidArgument naming the unknown arch/preset, or q_lora_rank on another arch / < 0.
 Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::string& preset,

@@ -24,6 +24,7 @@
 #include "services/synth/tensor_init.h"
 #include "services/synth/thread_pool.h"
 #include "services/synth/tokenizer_files.h"
+#include "services/synth/unigram_tokenizer_builder.h"
 
 namespace zipmoe::synth {
 namespace {
@@ -107,6 +108,15 @@ Result<PreparedModel> Prepare(const SynthOptions& options) {
   for (TensorRecipe& r : m.layout.tensors) {
     if (r.kind == InitKind::kEmbedding) r.std = static_cast<float>(options.embedding_std);
   }
+  if (!options.dtype.empty()) {
+    if (options.arch != "switch_transformers" || (options.dtype != "bf16" && options.dtype != "f32"))
+      return Status::InvalidArgument(fmt::format("synth: --dtype '{}' for arch '{}': only switch_transformers takes "
+                                                 "--dtype (bf16 or f32)",
+                                                 options.dtype, options.arch));
+    const DType dtype = options.dtype == "bf16" ? DType::kBF16 : DType::kF32;
+    for (TensorRecipe& r : m.layout.tensors) r.spec.dtype = dtype;
+    m.config["torch_dtype"] = options.dtype == "bf16" ? "bfloat16" : "float32";
+  }
   ZM_ASSIGN_OR_RETURN(m.skew, MakeSkewModel(m.layout.hidden_size, options.seed, options.router_skew,
                                             options.skew_channel_scale, options.embedding_std));
   return m;
@@ -161,8 +171,16 @@ Result<SynthReport> SynthesizeCheckpoint(const SynthOptions& options) {
   ZM_RETURN_IF_ERROR(ValidateOptions(options));
   ZM_ASSIGN_OR_RETURN(PreparedModel model, Prepare(options));
   const ModelLayout& layout = model.layout;
-  ZM_ASSIGN_OR_RETURN(SpecialTokenLayout tokens, SpecialTokensForArch(options.arch, layout.vocab_size));
-  ZM_ASSIGN_OR_RETURN(BpeTokenizer tokenizer, BuildBpeTokenizer(tokens));
+  const bool t5 = options.arch == "switch_transformers";
+  SpecialTokenLayout tokens;
+  BpeTokenizer tokenizer;
+  UnigramTokenizer unigram;
+  if (t5) {
+    ZM_ASSIGN_OR_RETURN(unigram, BuildUnigramTokenizer(layout.vocab_size, EnglishCorpus()));
+  } else {
+    ZM_ASSIGN_OR_RETURN(tokens, SpecialTokensForArch(options.arch, layout.vocab_size));
+    ZM_ASSIGN_OR_RETURN(tokenizer, BuildBpeTokenizer(tokens));
+  }
 
   const std::string& dir = options.out_dir;
   ZM_RETURN_IF_ERROR(CreateDirectories(dir));
@@ -179,9 +197,23 @@ Result<SynthReport> SynthesizeCheckpoint(const SynthOptions& options) {
   };
   ZM_RETURN_IF_ERROR(WriteCheckpointWeights(dir, layout.Specs(), options.shard_size_bytes, fill));
 
-  ZM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer.json"), tokenizer.json_text));
-  ZM_RETURN_IF_ERROR(WriteJson(dir, "tokenizer_config.json", TokenizerConfigJson(options.arch, tokens)));
-  ZM_RETURN_IF_ERROR(WriteJson(dir, "generation_config.json", GenerationConfigJson(model.config)));
+  if (t5) {
+    ZM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer.json"), unigram.json_text));
+    nlohmann::json sentinels = nlohmann::json::array();
+    for (int64_t i = 0; i < unigram.n_sentinels; ++i) sentinels.push_back(fmt::format("<extra_id_{}>", i));
+    ZM_RETURN_IF_ERROR(WriteJson(dir, "tokenizer_config.json",
+                                 nlohmann::json{{"tokenizer_class", "T5Tokenizer"}, {"eos_token", "</s>"},
+                                                {"pad_token", "<pad>"}, {"unk_token", "<unk>"},
+                                                {"extra_ids", unigram.n_sentinels}, {"model_max_length", 512},
+                                                {"additional_special_tokens", sentinels}}));
+    ZM_RETURN_IF_ERROR(WriteJson(dir, "generation_config.json",
+                                 nlohmann::json{{"_from_model_config", true}, {"decoder_start_token_id", 0},
+                                                {"eos_token_id", 1}, {"pad_token_id", 0}}));
+  } else {
+    ZM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer.json"), tokenizer.json_text));
+    ZM_RETURN_IF_ERROR(WriteJson(dir, "tokenizer_config.json", TokenizerConfigJson(options.arch, tokens)));
+    ZM_RETURN_IF_ERROR(WriteJson(dir, "generation_config.json", GenerationConfigJson(model.config)));
+  }
   ZM_RETURN_IF_ERROR(WriteJson(dir, "config.json", model.config));
 
   SynthReport report;

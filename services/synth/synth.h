@@ -41,6 +41,9 @@ struct SynthOptions {
   uint64_t shard_size_bytes = 2ull << 30;    // max bytes per safetensors shard
   int n_threads = 0;                         // 0 = std::thread::hardware_concurrency()
   int64_t q_lora_rank = 0;                   // deepseek_v2 only: > 0 sets q_lora_rank (q_a/q_b path)
+  // switch_transformers only: "bf16" writes every tensor as BF16 (config torch_dtype "bfloat16") instead
+  // of the released checkpoints' F32, e.g. to serve the experts through the runtime; "" = the preset's.
+  std::string dtype;
 };
 
 struct SynthFile {

@@ -31,8 +31,8 @@ int64_t RowCount(const TensorSpec& spec) {
   return len == 0 ? 0 : spec.numel() / len;
 }
 
-void GenerateRowsBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed, int64_t row_begin,
-                      int64_t row_end, uint16_t* out) {
+void GenerateRowsF32(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed, int64_t row_begin,
+                     int64_t row_end, float* out) {
   const int64_t row_len = RowLength(recipe.spec);
   const int64_t n = (row_end - row_begin) * row_len;
   if (n <= 0) return;
@@ -52,10 +52,10 @@ void GenerateRowsBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_
   }
   for (int64_t r = row_begin; r < row_end; ++r) {
     float* zr = z.data() + (r - row_begin) * row_len;
-    uint16_t* o = out + (r - row_begin) * row_len;
+    float* o = out + (r - row_begin) * row_len;
     if (skewed && recipe.kind == InitKind::kEmbedding) {
       for (int64_t j = 0; j < row_len; ++j) {
-        o[j] = FloatToBf16(recipe.std * zr[j] + skew.channel_amplitude * dir[static_cast<size_t>(j)]);
+        o[j] = recipe.std * zr[j] + skew.channel_amplitude * dir[static_cast<size_t>(j)];
       }
       continue;
     }
@@ -63,19 +63,28 @@ void GenerateRowsBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_
       ProjectOut(dir, zr);
       const float b = beta[static_cast<size_t>(r)];
       for (int64_t j = 0; j < row_len; ++j) {
-        o[j] = FloatToBf16(recipe.std * zr[j] + b * dir[static_cast<size_t>(j)]);
+        o[j] = recipe.std * zr[j] + b * dir[static_cast<size_t>(j)];
       }
       continue;
     }
     if (skewed && recipe.reads_residual) ProjectOut(dir, zr);
-    for (int64_t j = 0; j < row_len; ++j) o[j] = FloatToBf16(recipe.mean + recipe.std * zr[j]);
+    for (int64_t j = 0; j < row_len; ++j) o[j] = recipe.mean + recipe.std * zr[j];
   }
+}
+
+void GenerateRowsBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed, int64_t row_begin,
+                      int64_t row_end, uint16_t* out) {
+  const int64_t n = (row_end - row_begin) * RowLength(recipe.spec);
+  if (n <= 0) return;
+  std::vector<float> f(static_cast<size_t>(n));
+  GenerateRowsF32(recipe, skew, seed, row_begin, row_end, f.data());
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(f[static_cast<size_t>(i)]);
 }
 
 Status FillTensorBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed,
                       ParallelRunner& runner, uint8_t* out) {
-  if (recipe.spec.dtype != DType::kBF16) {
-    return Status::InvalidArgument(fmt::format("tensor '{}': synth only writes BF16, recipe has {}",
+  if (recipe.spec.dtype != DType::kBF16 && recipe.spec.dtype != DType::kF32) {
+    return Status::InvalidArgument(fmt::format("tensor '{}': synth writes BF16 or F32, recipe has {}",
                                                recipe.spec.name, DTypeName(recipe.spec.dtype)));
   }
   const int64_t row_len = RowLength(recipe.spec);
@@ -87,6 +96,12 @@ Status FillTensorBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_
   runner.ParallelFor(n_tasks, [&](int64_t task) {
     const int64_t begin = task * rows_per_task;
     const int64_t end = std::min(rows, begin + rows_per_task);
+    if (recipe.spec.dtype == DType::kF32) {  // any alignment: generated, then copied
+      std::vector<float> tmp(static_cast<size_t>((end - begin) * row_len));
+      GenerateRowsF32(recipe, skew, seed, begin, end, tmp.data());
+      std::memcpy(out + static_cast<uint64_t>(begin * row_len) * sizeof(float), tmp.data(), tmp.size() * sizeof(float));
+      return;
+    }
     uint8_t* dst = out + static_cast<uint64_t>(begin * row_len) * sizeof(uint16_t);
     if (aligned) {
       GenerateRowsBf16(recipe, skew, seed, begin, end, reinterpret_cast<uint16_t*>(dst));

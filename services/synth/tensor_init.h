@@ -29,8 +29,13 @@ int64_t RowCount(const TensorSpec& spec);   // numel / RowLength
 void GenerateRowsBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed, int64_t row_begin,
                       int64_t row_end, uint16_t* out);
 
-// Fills the whole tensor (spec.size_bytes() bytes at `out`, any alignment) using `runner`.
-// Errors: kInvalidArgument if the recipe is not BF16.
+// The same rows as float32 values before rounding (an F32 recipe stores them as they are).
+void GenerateRowsF32(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed, int64_t row_begin,
+                     int64_t row_end, float* out);
+
+// Fills the whole tensor (spec.size_bytes() bytes at `out`, any alignment) using `runner`: BF16
+// recipes as GenerateRowsBf16, F32 ones (switch_transformers) as GenerateRowsF32.
+// Errors: kInvalidArgument if the recipe is neither BF16 nor F32.
 Status FillTensorBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed,
                       ParallelRunner& runner, uint8_t* out);
 

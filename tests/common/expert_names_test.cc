@@ -6,15 +6,15 @@ namespace zipmoe {
 namespace {
 
 TEST(ExpertNamesTest, ParsesEveryArchitecture) {
-  auto q = ParseExpertTensorName("model.layers.12.mlp.experts.59.down_proj.weight");
+  auto q = ParseExpertTensorName("model.layers.12.mlp.experts.59.down_proj.weight", 0);
   ASSERT_TRUE(q.has_value());
   EXPECT_EQ(q->layer_id, 12);
   EXPECT_EQ(q->expert_id, 59);
   EXPECT_EQ(q->proj, ExpertProj::kDown);
 
-  auto m1 = ParseExpertTensorName("model.layers.0.block_sparse_moe.experts.7.w1.weight");
-  auto m2 = ParseExpertTensorName("model.layers.0.block_sparse_moe.experts.7.w2.weight");
-  auto m3 = ParseExpertTensorName("model.layers.0.block_sparse_moe.experts.7.w3.weight");
+  auto m1 = ParseExpertTensorName("model.layers.0.block_sparse_moe.experts.7.w1.weight", 0);
+  auto m2 = ParseExpertTensorName("model.layers.0.block_sparse_moe.experts.7.w2.weight", 0);
+  auto m3 = ParseExpertTensorName("model.layers.0.block_sparse_moe.experts.7.w3.weight", 0);
   ASSERT_TRUE(m1 && m2 && m3);
   EXPECT_EQ(m1->proj, ExpertProj::kGate);
   EXPECT_EQ(m2->proj, ExpertProj::kDown);
@@ -36,8 +36,39 @@ TEST(ExpertNamesTest, RejectsNonRoutedTensors) {
            "model.embed_tokens.weight",
            "lm_head.weight",
        }) {
-    EXPECT_FALSE(ParseExpertTensorName(name).has_value()) << name;
+    EXPECT_FALSE(ParseExpertTensorName(name, 0).has_value()) << name;
   }
+}
+
+// Switch Transformers: wi = up, wo = down, no gate; decoder blocks follow the encoder's in one
+// global layer numbering (num_encoder_layers = 12 here).
+TEST(ExpertNamesTest, SwitchTransformersGlobalLayerIds) {
+  auto enc = ParseExpertTensorName("encoder.block.3.layer.1.mlp.experts.expert_7.wi.weight", 12);
+  ASSERT_TRUE(enc.has_value());
+  EXPECT_EQ(enc->layer_id, 3);
+  EXPECT_EQ(enc->expert_id, 7);
+  EXPECT_EQ(enc->proj, ExpertProj::kUp);
+  auto dec = ParseExpertTensorName("decoder.block.3.layer.2.mlp.experts.expert_127.wo.weight", 12);
+  ASSERT_TRUE(dec.has_value());
+  EXPECT_EQ(dec->layer_id, 15);
+  EXPECT_EQ(dec->expert_id, 127);
+  EXPECT_EQ(dec->proj, ExpertProj::kDown);
+  for (const char* name : {
+           "encoder.block.1.layer.1.mlp.router.classifier.weight",
+           "encoder.block.1.layer.1.mlp.wi.weight",
+           "encoder.block.1.layer.2.mlp.experts.expert_0.wi.weight",  // the encoder's FF is layer.1
+           "decoder.block.1.layer.1.mlp.experts.expert_0.wi.weight",  // the decoder's FF is layer.2
+           "decoder.block.1.layer.2.mlp.experts.expert_0.wi.bias",
+           "decoder.block.1.layer.2.mlp.experts.0.wi.weight",
+       }) {
+    EXPECT_FALSE(ParseExpertTensorName(name, 12).has_value()) << name;
+  }
+}
+
+TEST(ExpertNamesTest, EncoderLayerCountOnlyForSwitch) {
+  EXPECT_EQ(EncoderLayerCount(nlohmann::json{{"model_type", "switch_transformers"}, {"num_layers", 12}}), 12);
+  EXPECT_EQ(EncoderLayerCount(nlohmann::json{{"model_type", "qwen2_moe"}, {"num_layers", 12}}), 0);
+  EXPECT_EQ(EncoderLayerCount(nlohmann::json{{"model_type", "switch_transformers"}}), 0);
 }
 
 }  // namespace

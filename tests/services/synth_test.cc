@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -149,6 +151,44 @@ TEST_P(SynthTinyTest, TokenizerFilesAreConsistentWithConfig) {
 
 INSTANTIATE_TEST_SUITE_P(AllArchs, SynthTinyTest,
                          ::testing::Values("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"));
+
+// --dtype bf16 (switch_transformers only): the same tensors, every one BF16, torch_dtype "bfloat16";
+// the values are the F32 checkpoint's rounded to nearest even. Other archs refuse --dtype.
+TEST(SynthDtype, SwitchBf16IsTheF32CheckpointRoundedAndOtherArchsRefuseIt) {
+  TempDir tmp;
+  SynthOptions f32 = TinyOptions("switch_transformers", tmp.Sub("f32"), 3);
+  SynthOptions bf16 = TinyOptions("switch_transformers", tmp.Sub("bf16"), 3);
+  bf16.dtype = "bf16";
+  ASSERT_TRUE(SynthesizeCheckpoint(f32).ok());
+  Result<SynthReport> report = SynthesizeCheckpoint(bf16);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  auto a = Checkpoint::Open(tmp.Sub("f32"));
+  auto b = Checkpoint::Open(tmp.Sub("bf16"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*b)->config()["torch_dtype"], "bfloat16");
+  EXPECT_EQ((*a)->names(), (*b)->names());
+  for (const std::string& name : (*b)->names()) {
+    auto va = (*a)->Find(name);
+    auto vb = (*b)->Find(name);
+    ASSERT_TRUE(va.ok() && vb.ok()) << name;
+    ASSERT_EQ(vb->spec.dtype, DType::kBF16) << name;
+    ASSERT_EQ(va->spec.shape, vb->spec.shape) << name;
+    const int64_t n = std::min<int64_t>(va->spec.numel(), 64);
+    for (int64_t i = 0; i < n; ++i) {
+      float x;
+      uint16_t h;
+      std::memcpy(&x, va->data + 4 * i, 4);
+      std::memcpy(&h, vb->data + 2 * i, 2);
+      EXPECT_EQ(h, FloatToBf16(x)) << name << "[" << i << "]";
+    }
+  }
+  SynthOptions other = TinyOptions("qwen2_moe", tmp.Sub("q"));
+  other.dtype = "bf16";
+  Result<SynthReport> refused = SynthesizeCheckpoint(other);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("only switch_transformers"), std::string::npos)
+      << refused.status().ToString();
+}
 
 TEST(SynthPresets, MiniPresetsAreHalfWidthAndAtMostAboutEightGigabytes) {
   for (const char* arch : {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"}) {

@@ -107,6 +107,41 @@ TEST_F(OpenAiProtocolTest, MaxTokensDefaultsToTheRestOfTheContext) {
   EXPECT_EQ(RejectedParam(json{{"prompt", {1, 2}}, {"max_tokens", config_->max_position_embeddings}}), "max_tokens");
 }
 
+// An encoder-decoder model (switch_transformers): the prompt feeds the encoder, so max_tokens is bounded
+// by the decoder's context alone and defaults to all of it; without a chat template the chat endpoint
+// is a 400 that says so.
+TEST(OpenAiProtocolSwitchTest, PromptFeedsTheEncoderAndChatNeedsATemplate) {
+  const std::string dir = testing::CachedSynth("--arch switch_transformers --preset tiny --seed 7");
+  auto tok = Tokenizer::Load(JoinPath(dir, "tokenizer.json"));
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto cfg = LoadModelConfig(dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  ASSERT_TRUE(cfg->is_encoder_decoder());
+  const ProtocolContext ctx{tok->get(), &*cfg};
+  const int64_t context = cfg->max_position_embeddings;
+  const json prompt = json::array({5, 17, 300, 42, 1});
+  CompletionRequest r;
+  ApiError e;
+  ASSERT_TRUE(ParseCompletionRequest(json{{"prompt", prompt}, {"max_tokens", context}}.dump(), Endpoint::kCompletions,
+                                     ctx, &r, &e))
+      << e.message;
+  EXPECT_EQ(r.MaxNewTokens(0, context, /*encoder_decoder=*/true), context);
+  ASSERT_TRUE(ParseCompletionRequest(json{{"prompt", prompt}}.dump(), Endpoint::kCompletions, ctx, &r, &e));
+  EXPECT_EQ(r.MaxNewTokens(0, context, /*encoder_decoder=*/true), context);
+  EXPECT_EQ(r.MaxNewTokens(0, context), context - 5);  // decoder-only arithmetic, for contrast
+  EXPECT_FALSE(ParseCompletionRequest(json{{"prompt", prompt}, {"max_tokens", context + 1}}.dump(),
+                                      Endpoint::kCompletions, ctx, &r, &e));
+  EXPECT_EQ(e.param, "max_tokens");
+
+  e = ApiError();
+  EXPECT_FALSE(ParseCompletionRequest(json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}}.dump(),
+                                      Endpoint::kChat, ctx, &r, &e));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(e.message.find("no chat template"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("tokenizer_config.json"), std::string::npos) << e.message;
+}
+
 TEST_F(OpenAiProtocolTest, SeedsNAndSamplingRanges) {
   CompletionRequest a, b;
   ApiError e;

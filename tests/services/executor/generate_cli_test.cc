@@ -67,6 +67,28 @@ TEST(GenerateCliTest, JsonAndLogitsRowsWithGeneratedTokens) {
   EXPECT_EQ(ReadFloats(tmp.Sub("l.bin")).size(), (3 + n_generated - 1) * 2048u);
 }
 
+// --json batch_* list every sequence of a batch with its own ids and --logits-out row count, and the
+// rows follow each other in batch order.
+TEST(GenerateCliTest, JsonBatchFieldsDescribeEverySequenceAndItsLogitsRows) {
+  testing::TempDir tmp;
+  const auto r = RunCli("generate --model " + TinyModelDir("deepseek_v2") +
+                        " --prompt-ids 5,17,300 --batch 2 --max-new-tokens 3 --ignore-eos --threads 2 --json"
+                        " --logits-out " + tmp.Sub("l.bin") + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.rfind("{\"")));  // no nested objects
+  ASSERT_EQ(j["batch_prompt_ids"].size(), 2u);
+  EXPECT_EQ(j["batch_prompt_ids"][0], nlohmann::json({5, 17, 300}));
+  EXPECT_EQ(j["batch_prompt_ids"][1], nlohmann::json({17, 300, 5}));  // rotated left by 1
+  EXPECT_EQ(j["batch_generated_ids"][0], j["generated_ids"]);
+  size_t rows = 0;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(j["batch_generated_ids"][i].size(), 3u);
+    EXPECT_EQ(j["batch_logits_rows"][i].get<size_t>(), 3u + 3u - 1u);
+    rows += j["batch_logits_rows"][i].get<size_t>();
+  }
+  EXPECT_EQ(ReadFloats(tmp.Sub("l.bin")).size(), rows * 2048u);
+}
+
 TEST(GenerateCliTest, HfAndCompressedDirectoriesWriteIdenticalLogits) {
   testing::TempDir tmp;
   for (const char* which : {"hf", "zip"}) {

@@ -1,5 +1,5 @@
 // HTTP helpers for the CLI server tests (serve_cli_test.cc, up_cli_test.cc): a free TCP port, one
-// request through curl, and whether a process is still alive.
+// request through curl, whether a process is still alive, and a background `zipmoe serve`.
 #pragma once
 
 #include <arpa/inet.h>
@@ -8,9 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -74,5 +76,35 @@ inline bool Alive(int pid) {
   const size_t paren = stat.rfind(')');
   return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
 }
+
+// Starts `zipmoe serve <args>` in the background and waits for GET /health 200; kills it on scope exit.
+class ServeProcess {  // one per test; not thread-safe
+ public:
+  ServeProcess(const TempDir& tmp, const std::string& args) : tmp_(tmp), port_(FreePort()) {
+    log_ = tmp.Sub("serve2.log");
+    const std::string pid_file = tmp.Sub("serve2.pid");
+    auto start = RunCli(fmt::format("serve {} --port {} > {} 2>&1 & echo $! > {}", args, port_, log_, pid_file));
+    pid_ = start.exit_code == 0 ? std::atoi(ReadAll(pid_file).c_str()) : 0;
+    HttpReply health;
+    for (int i = 0; i < 600 && pid_ > 0 && health.status != 200 && Alive(pid_); ++i) {
+      health = Http(tmp_, port_, "GET", "/health");
+      if (health.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    healthy_ = health.status == 200;
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+  bool healthy() const { return healthy_; }
+  int port() const { return port_; }
+  std::string log() const { return ReadAll(log_); }
+
+ private:
+  const TempDir& tmp_;
+  int port_ = 0;
+  int pid_ = 0;
+  std::string log_;
+  bool healthy_ = false;
+};
 
 }  // namespace zipmoe::testing

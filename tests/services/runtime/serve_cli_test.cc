@@ -38,6 +38,7 @@ using testing::FreePort;
 using testing::Http;
 using testing::HttpReply;
 using testing::Alive;
+using testing::ServeProcess;
 
 TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
   const std::string model = CachedSynth("--arch qwen2_moe --preset tiny --seed 7");
@@ -228,36 +229,6 @@ std::string Shell(const std::string& command) {
   ::pclose(pipe);
   return out;
 }
-
-// Starts `zipmoe serve <args>` in the background and waits for GET /health 200; kills it on scope exit.
-class ServeProcess {
- public:
-  ServeProcess(const TempDir& tmp, const std::string& args) : tmp_(tmp), port_(FreePort()) {
-    log_ = tmp.Sub("serve2.log");
-    const std::string pid_file = tmp.Sub("serve2.pid");
-    auto start = RunCli(fmt::format("serve {} --port {} > {} 2>&1 & echo $! > {}", args, port_, log_, pid_file));
-    pid_ = start.exit_code == 0 ? std::atoi(ReadAll(pid_file).c_str()) : 0;
-    HttpReply health;
-    for (int i = 0; i < 600 && pid_ > 0 && health.status != 200 && Alive(pid_); ++i) {
-      health = Http(tmp_, port_, "GET", "/health");
-      if (health.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    healthy_ = health.status == 200;
-  }
-  ~ServeProcess() {
-    if (pid_ > 0) ::kill(pid_, SIGKILL);
-  }
-  bool healthy() const { return healthy_; }
-  int port() const { return port_; }
-  std::string log() const { return ReadAll(log_); }
-
- private:
-  const TempDir& tmp_;
-  int port_ = 0;
-  int pid_ = 0;
-  std::string log_;
-  bool healthy_ = false;
-};
 
 // A full queue answers 429 (rate_limit_error, queue_full) instead of queueing without bound.
 TEST(ServeCli, FullQueueAnswers429) {

@@ -88,6 +88,48 @@ TEST_F(ExpertWire, BF16TensorsAndPlanesBecomeOffsetsValidInAnotherMapping) {
   EXPECT_EQ(planes->down_planes.sm, other->data() + 600);
 }
 
+// A gate-less expert (switch_transformers' wi/wo): gated = false travels, no gate offset is needed
+// or checked, and its planes come in twos (up, down).
+TEST_F(ExpertWire, AGateLessExpertTravelsWithoutAGate) {
+  uint8_t* base = arena_->data();
+  ExpertWeightsView v;
+  v.layer_id = 1;
+  v.expert_id = 5;
+  v.gated = false;
+  v.up = base + 8192;
+  v.down = base + 12288;
+  v.intermediate = 16;
+  v.hidden = 32;
+  msg::ExpertReady ready = ExpertReadyToWire(v, base);
+  EXPECT_FALSE(ready.gated);
+  ready.gate_offset = kArenaBytes * 4;  // ignored: a gate-less expert has none
+  auto back = ExpertWeightsFromWire(ready, *arena_, "ipc://scheduler");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->gated);
+  EXPECT_EQ(back->gate, nullptr);
+  EXPECT_EQ(back->up, base + 8192);
+  EXPECT_EQ(back->down, base + 12288);
+
+  ExpertWeightsView p = v;
+  p.up = p.down = nullptr;
+  p.up_planes = {base + 300, base + 400};
+  p.down_planes = {base + 500, base + 600};
+  const msg::ExpertReady planes_ready = ExpertReadyToWire(p, base);
+  EXPECT_EQ(planes_ready.e_plane_offsets, (std::vector<uint64_t>{300, 500}));
+  EXPECT_EQ(planes_ready.sm_offsets, (std::vector<uint64_t>{400, 600}));
+  auto planes = ExpertWeightsFromWire(planes_ready, *arena_, "ipc://scheduler");
+  ASSERT_TRUE(planes.ok()) << planes.status().ToString();
+  ASSERT_TRUE(planes->planes());
+  EXPECT_FALSE(planes->gated);
+  EXPECT_EQ(planes->gate_planes.e, nullptr);
+  EXPECT_EQ(planes->up_planes.e, base + 300);
+  EXPECT_EQ(planes->down_planes.sm, base + 600);
+  msg::ExpertReady three = planes_ready;  // three planes for a gate-less expert: refused
+  three.e_plane_offsets.push_back(0);
+  three.sm_offsets.push_back(0);
+  EXPECT_EQ(ExpertWeightsFromWire(three, *arena_, "x").status().code(), StatusCode::kCorruption);
+}
+
 TEST_F(ExpertWire, AnExpertOutsideTheArenaIsCorruptionNamingIt) {
   msg::ExpertReady ready;
   ready.layer_id = 2;
