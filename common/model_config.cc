@@ -295,6 +295,8 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
                         source, c.num_experts, c.n_group, c.topk_group));
       break;
     }
+    case ModelArch::kSwitchTransformers:  // parsed on its own path (encoder-decoder keys), never here
+      return Status::Internal(fmt::format("{}: ParseMoe called for switch_transformers", source));
   }
   if (c.num_experts < 0)
     return Status::InvalidArgument(fmt::format("{}: number of experts must be >= 0, got {}", source, c.num_experts));

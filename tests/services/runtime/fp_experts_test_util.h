@@ -40,7 +40,7 @@ inline void WriteExpertDtypeVariant(const std::string& src, const std::string& d
   for (const auto& file : (*ckpt)->files()) {
     for (const TensorView& v : file->tensors()) {
       TensorSpec spec = v.spec;
-      const auto expert = ParseExpertTensorName(spec.name);
+      const auto expert = ParseExpertTensorName(spec.name, /*num_encoder_layers=*/0);  // decoder-only models
       if (expert && !(keep_bf16 && keep_bf16(expert->layer_id, expert->expert_id))) {
         ASSERT_EQ(spec.dtype, DType::kBF16) << spec.name;
         spec.dtype = dtype;
