@@ -35,6 +35,17 @@ Status CheckShapes(const std::string& where, const std::vector<int64_t>* gate, c
   return Status::Ok();
 }
 
+// Checks that an expert's projections share one dtype (gate null for a gate-less expert) and returns
+// it. Errors: kInvalidArgument naming dir, layer, expert and the three dtypes ("-" for no gate).
+Result<DType> CommonDtype(const std::string& dir, std::pair<int32_t, int32_t> key, const DType* gate, DType up,
+                          DType down) {
+  if (down != up || (gate != nullptr && *gate != up))
+    return Status::InvalidArgument(fmt::format("{}: layer {} expert {}: gate/up/down dtypes {}/{}/{} differ", dir,
+                                               key.first, key.second, gate != nullptr ? DTypeName(*gate) : "-",
+                                               DTypeName(up), DTypeName(down)));
+  return up;
+}
+
 // Checks that (layer, expert) has up and down, and a gate iff the first expert seen had one
 // (*gated: -1 before the first expert, then 0/1). Errors: kNotFound naming the missing projection;
 // kInvalidArgument when experts mix gated (gate/up/down) and gate-less (up/down) layouts.
@@ -83,12 +94,8 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromChec
     w.gated = t[0] != nullptr;
     ZM_RETURN_IF_ERROR(CheckShapes(t[1]->file + ": '" + t[1]->spec.name + "'", w.gated ? &t[0]->spec.shape : nullptr,
                                    t[1]->spec.shape, t[2]->spec.shape, &w));
-    const DType gate_dtype = w.gated ? t[0]->spec.dtype : t[1]->spec.dtype;
-    if (t[1]->spec.dtype != gate_dtype || t[2]->spec.dtype != gate_dtype)
-      return Status::InvalidArgument(fmt::format("{}: layer {} expert {}: gate/up/down dtypes {}/{}/{} differ",
-                                                 ckpt.dir(), key.first, key.second, DTypeName(gate_dtype),
-                                                 DTypeName(t[1]->spec.dtype), DTypeName(t[2]->spec.dtype)));
-    w.dtype = t[1]->spec.dtype;
+    ZM_ASSIGN_OR_RETURN(w.dtype, CommonDtype(ckpt.dir(), key, w.gated ? &t[0]->spec.dtype : nullptr,
+                                             t[1]->spec.dtype, t[2]->spec.dtype));
     w.gate = w.gated ? t[0]->data : nullptr;
     w.up = t[1]->data;
     w.down = t[2]->data;
@@ -126,13 +133,8 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromStor
     ZM_RETURN_IF_ERROR(CheckShapes(store.dir() + ": '" + tensors[idx[1]].name + "'",
                                    w.gated ? &tensors[idx[0]].shape : nullptr, tensors[idx[1]].shape,
                                    tensors[idx[2]].shape, &w));
-    const DType dtype = tensors[idx[1]].dtype;
-    if (tensors[idx[2]].dtype != dtype || (w.gated && tensors[idx[0]].dtype != dtype))
-      return Status::InvalidArgument(fmt::format("{}: layer {} expert {}: gate/up/down dtypes {}/{}/{} differ",
-                                                 store.dir(), key.first, key.second,
-                                                 w.gated ? DTypeName(tensors[idx[0]].dtype) : "-", DTypeName(dtype),
-                                                 DTypeName(tensors[idx[2]].dtype)));
-    w.dtype = dtype;
+    ZM_ASSIGN_OR_RETURN(w.dtype, CommonDtype(store.dir(), key, w.gated ? &tensors[idx[0]].dtype : nullptr,
+                                             tensors[idx[1]].dtype, tensors[idx[2]].dtype));
     w.gate = w.gated ? p->owned_[idx[0]].data() : nullptr;
     w.up = p->owned_[idx[1]].data();
     w.down = p->owned_[idx[2]].data();

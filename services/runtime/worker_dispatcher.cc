@@ -107,6 +107,10 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
   void HandleLocked(const std::string& peer, msg::Message message, std::vector<storage::ReadCompletion>* read_done,
                     std::vector<decompressor::DecompressCompletion>* decode_done,
                     std::vector<std::pair<std::string, msg::Body>>* replies) ZM_REQUIRES(mu);
+  // Removes op `op_id` of `items` (reads or decodes) and from its holder's held set; false (counted as
+  // a duplicate) when it is unknown or not held by a worker: a stale or repeated completion.
+  template <typename Items>
+  bool TakeHeldLocked(Items& items, uint64_t op_id) ZM_REQUIRES(mu);
   // One completion, alone or an item of a batch: stale or duplicate ones are counted and dropped.
   void ReadDoneLocked(const msg::ReadCompletion& done, std::vector<storage::ReadCompletion>* read_done)
       ZM_REQUIRES(mu);
@@ -160,28 +164,26 @@ void WorkerDispatcher::State::ExpireLocked(Clock::time_point now) {
   }
 }
 
+template <typename Items>
+bool WorkerDispatcher::State::TakeHeldLocked(Items& items, uint64_t op_id) {
+  auto it = items.find(op_id);
+  if (it == items.end() || it->second.peer.empty()) {
+    ++counters.duplicates;
+    return false;
+  }
+  if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(op_id);
+  items.erase(it);
+  return true;
+}
+
 void WorkerDispatcher::State::ReadDoneLocked(const msg::ReadCompletion& done,
                                              std::vector<storage::ReadCompletion>* read_done) {
-  auto it = reads.find(done.op_id);
-  if (it == reads.end() || it->second.peer.empty()) {
-    ++counters.duplicates;
-    return;
-  }
-  if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done.op_id);
-  reads.erase(it);
-  read_done->push_back(storage::ReadCompletionFromWire(done));
+  if (TakeHeldLocked(reads, done.op_id)) read_done->push_back(storage::ReadCompletionFromWire(done));
 }
 
 void WorkerDispatcher::State::DecodeDoneLocked(const msg::DecodeCompletion& done,
                                                std::vector<decompressor::DecompressCompletion>* decode_done) {
-  auto it = decodes.find(done.op_id);
-  if (it == decodes.end() || it->second.peer.empty()) {
-    ++counters.duplicates;
-    return;
-  }
-  if (auto holder = peers.find(it->second.peer); holder != peers.end()) holder->second.held.erase(done.op_id);
-  decodes.erase(it);
-  decode_done->push_back(decompressor::DecodeCompletionFromWire(done));
+  if (TakeHeldLocked(decodes, done.op_id)) decode_done->push_back(decompressor::DecodeCompletionFromWire(done));
 }
 
 void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message message,

@@ -1,5 +1,6 @@
 // HTTP helpers for the CLI server tests (serve_cli_test.cc, up_cli_test.cc): a free TCP port, one
-// request through curl, whether a process is still alive, and a background `zipmoe serve`.
+// request through curl, the payloads of a streamed (server-sent events) reply, whether a process is
+// still alive, and a background `zipmoe serve`.
 #pragma once
 
 #include <arpa/inet.h>
@@ -13,12 +14,33 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include "tests/test_util.h"
 
 namespace zipmoe::testing {
+
+// The `data: ` payloads of a server-sent-events body, in order, up to `[DONE]` (not included). An
+// event without its terminating blank line fails the test and ends the list.
+inline std::vector<std::string> SsePayloads(const std::string& body) {
+  std::vector<std::string> payloads;
+  for (size_t pos = 0; (pos = body.find("data: ", pos)) != std::string::npos;) {
+    const size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) {
+      ADD_FAILURE() << "an event without its blank line at byte " << pos << ": " << body.substr(pos);
+      break;
+    }
+    std::string payload = body.substr(pos + 6, end - pos - 6);
+    pos = end + 2;
+    if (payload == "[DONE]") break;
+    payloads.push_back(std::move(payload));
+  }
+  return payloads;
+}
 
 // A TCP port that was free a moment ago (bind to port 0, read it back, close).
 inline int FreePort() {

@@ -39,6 +39,7 @@ using testing::Http;
 using testing::HttpReply;
 using testing::Alive;
 using testing::ServeProcess;
+using testing::SsePayloads;
 
 TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
   const std::string model = CachedSynth("--arch qwen2_moe --preset tiny --seed 7");
@@ -108,12 +109,7 @@ TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
   std::string streamed;
   int chunks = 0;
   std::string finish;
-  for (size_t pos = 0; (pos = stream.body.find("data: ", pos)) != std::string::npos;) {
-    const size_t end = stream.body.find("\n\n", pos);
-    ASSERT_NE(end, std::string::npos);
-    const std::string payload = stream.body.substr(pos + 6, end - pos - 6);
-    pos = end + 2;
-    if (payload == "[DONE]") break;
+  for (const std::string& payload : SsePayloads(stream.body)) {
     const json chunk = json::parse(payload);
     ++chunks;
     streamed += chunk["choices"][0]["text"].get<std::string>();

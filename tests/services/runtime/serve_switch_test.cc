@@ -26,6 +26,7 @@ using testing::HttpReply;
 using testing::RunCli;
 using testing::ServeProcess;
 using testing::TempDir;
+using testing::SsePayloads;
 
 constexpr int kNewTokens = 5;
 
@@ -94,12 +95,7 @@ TEST(ServeSwitch, CompletionsFeedTheEncoderAndMatchGenerate) {
   const HttpReply stream = Http(tmp, serve.port(), "POST", "/v1/completions", stream_request.dump());
   ASSERT_EQ(stream.status, 200) << stream.body;
   std::string streamed;
-  for (size_t pos = 0; (pos = stream.body.find("data: ", pos)) != std::string::npos;) {
-    const size_t end = stream.body.find("\n\n", pos);
-    ASSERT_NE(end, std::string::npos);
-    const std::string payload = stream.body.substr(pos + 6, end - pos - 6);
-    pos = end + 2;
-    if (payload == "[DONE]") break;
+  for (const std::string& payload : SsePayloads(stream.body)) {
     streamed += json::parse(payload)["choices"][0]["text"].get<std::string>();
   }
   EXPECT_EQ(streamed, gen_text["text"]);
