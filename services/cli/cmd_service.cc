@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "common/thread_priority.h"
 #include "services/cache_manager/service.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
@@ -48,6 +51,17 @@ int RunService(const ServiceArgs& args) {
   if (const std::string& cpus = runtime::CpuAffinityOf(*config, args.name); !cpus.empty()) {
     // Before any thread starts, so every thread of the service inherits it.
     if (Status st = runtime::PinToCpus(cpus, args.name); !st.ok()) return FailService(args.name, st);
+  }
+  if (args.name != "executor") {
+    // Every thread of a pipeline service inherits the main thread's priority (common/thread_priority.h);
+    // the executor raises only its ZeroMQ I/O threads once they exist (executor/service.cc).
+    Result<ThreadPriority> want = ParseThreadPriority(config->pipeline_priority, "pipeline_priority");
+    Result<ThreadPriority> got = want.ok() ? RaiseThread(*want) : Result<ThreadPriority>(want.status());
+    if (!got.ok()) return FailService(args.name, got.status().WithContext("pipeline_priority"));
+    if (*got != ThreadPriority::kNone) {
+      runtime::ServiceLog(args.name, fmt::format("pipeline priority {} (pipeline_priority = {})",
+                                                 ThreadPriorityName(*got), config->pipeline_priority));
+    }
   }
   using Runner = int (*)(const ServiceConfig&, TerminationSignals&);
   Runner run = nullptr;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/thread_name.h"
+#include "common/thread_priority.h"
 #include "common/trace_events.h"
 
 namespace zipmoe::decompressor {
@@ -27,6 +28,7 @@ Result<std::unique_ptr<DecompressorPool>> DecompressorPool::Create(const Decompr
   for (int i = 0; i < n; ++i) {
     pool->workers_.emplace_back([p = pool.get(), i] {
       SetCurrentThreadName("zm-decode-" + std::to_string(i));
+      RaisePipelineThread();
       p->WorkerLoop(i);
     });
   }

@@ -17,6 +17,7 @@
 #include "common/build_info.h"
 #include "common/file_util.h"
 #include "common/metrics_server.h"
+#include "common/thread_priority.h"
 #include "common/tokenizer.h"
 #include "services/api/api_server.h"
 #include "services/api/http_server.h"
@@ -198,6 +199,14 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
         }
         runtime::ServiceLog("executor", fmt::format("connected to the scheduler at {} (arena {})", remote.endpoint,
                                            remote.arena_name));
+        // The messages to and from the scheduler pass through ZeroMQ's I/O threads: they run ahead of
+        // the compute threads as the pipeline services do (common/thread_priority.h).
+        ZM_ASSIGN_OR_RETURN(ThreadPriority want, ParseThreadPriority(config.pipeline_priority, "pipeline_priority"));
+        ZM_ASSIGN_OR_RETURN(ThreadPriority level, ResolveThreadPriority(want));
+        if (const int raised = RaiseZmqIoThreads(level); raised > 0) {
+          runtime::ServiceLog("executor", fmt::format("{} ZeroMQ I/O thread(s) at pipeline priority {}", raised,
+                                                      ThreadPriorityName(level)));
+        }
         connected.store(provider->get());
         return std::unique_ptr<ExpertProvider>(std::move(provider).value());
       }

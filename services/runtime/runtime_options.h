@@ -34,6 +34,9 @@ struct RuntimeFlags {
   double substitution_alpha = 0;  // SMoE expert substitution α (executor); 0 = exact
   std::string stats_json;
   bool preload = false;          // fill the cache before the first request (OffloadExpertProvider::Preload)
+  // Scheduling priority of the I/O thread and decompression workers over the executor's compute
+  // threads (common/thread_priority.h): auto | realtime | slice | none.
+  std::string pipeline_priority = "auto";
 };
 
 // "512MiB", "1.5GB", "4096", "64k": B, K/KB = 1e3, KiB = 2^10, M/MB, MiB, G/GB, GiB, T/TB, TiB.

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/thread_priority.h"
 #include "kernels/recovery.h"
 #include "services/api/request_grouping.h"
 #include "services/scheduler/device_assignment.h"
@@ -30,6 +31,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"memory_budget", &c.memory_budget},
       {"policy", &c.policy},
       {"prefetch", &c.prefetch},
+      {"pipeline_priority", &c.pipeline_priority},
       {"pools", &c.pools},
       {"pool_ratios", &c.pool_ratios},
       {"plan_trace", &c.plan_trace},
@@ -176,6 +178,7 @@ Status Validate(const ServiceConfig& c) {
     if (v < 0 || v > 65535) return Status::InvalidArgument(fmt::format("{} = {}: not a TCP port", key, v));
   }
   if (c.staging_slots < 0) return Status::InvalidArgument("staging_slots must be >= 0");
+  ZM_RETURN_IF_ERROR(ParseThreadPriority(c.pipeline_priority, "pipeline_priority").status());
   ZM_RETURN_IF_ERROR(positive(c.http_group_window, "http.group_window"));
   ZM_RETURN_IF_ERROR(api::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
   return Status::Ok();
@@ -325,6 +328,7 @@ RuntimeFlags RuntimeFlagsOf(const ServiceConfig& c) {
   f.fifo_dispatch = c.fifo_dispatch;
   f.no_verify_recovery = !c.verify_recovery;
   f.separate_recovery = c.separate_recovery;
+  f.pipeline_priority = c.pipeline_priority;
   return f;
 }
 

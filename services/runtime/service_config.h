@@ -54,6 +54,10 @@ struct ServiceConfig {
   int64_t timeout_ms = 20000;            // executor: longest wait for the scheduler (a request in flight when
                                          // the scheduler dies fails after this)
   int64_t threads = 0;                   // executor: torch threads (0 = all cores)
+  // Scheduling priority of every thread of the storage, decompressor, cache-manager and scheduler
+  // processes and of the executor's ZeroMQ I/O threads over the executor's compute threads
+  // (common/thread_priority.h): auto | realtime | slice | none.
+  std::string pipeline_priority = "auto";
   std::string device = "cpu";            // executor: "cpu" or "cuda[:N]" (a CUDA libtorch)
   std::string device_assignment = "none";  // executor: none | greedy (DALI's CPU/GPU split, --device-assignment)
   int64_t http_max_batch = 8;            // executor: sequences decoded together (continuous batching)

@@ -8,6 +8,7 @@
 
 #include "common/hash.h"
 #include "common/thread_name.h"
+#include "common/thread_priority.h"
 #include "common/trace_events.h"
 #include "services/storage/aligned_buffer.h"
 
@@ -65,6 +66,7 @@ Result<std::unique_ptr<StorageService>> StorageService::Create(const StorageConf
   std::unique_ptr<StorageService> service(new StorageService(config, std::move(file)));
   service->io_thread_ = std::thread([s = service.get()] {
     SetCurrentThreadName("zm-io");
+    RaisePipelineThread();
     s->IoLoop();
   });
   return service;

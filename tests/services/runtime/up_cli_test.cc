@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -116,8 +117,9 @@ TEST(UpCli, F32AndF16ExpertsGiveTheTokensOfTheHfDirectory) {
 }
 
 // cpu_affinity.<service>: each service runs on the CPUs its key lists (the kernel's view of it), and
-// says so; the others keep every CPU.
-TEST(UpCli, CpuAffinityPinsEachServiceToItsCpus) {
+// says so; the others keep every CPU. pipeline_priority (default auto): the pipeline services run at
+// the level they report, the executor's compute (main) thread stays a normal thread.
+TEST(UpCli, CpuAffinityPinsEachServiceToItsCpusAndPipelinePriorityRaisesTheServices) {
   const std::string model = Model();
   TempDir tmp;
   Up up(tmp, model, 1, "--set cpu_affinity.storage=0 --set cpu_affinity.decompressor=0 --set cpu_affinity.executor=0-1");
@@ -138,6 +140,26 @@ TEST(UpCli, CpuAffinityPinsEachServiceToItsCpus) {
   }
   const std::string log = up.log();
   EXPECT_NE(log.find("I: storage: pinned to CPUs 0 (cpu_affinity.storage)"), std::string::npos) << log;
+  // The kernel's policy of a process's main thread (/proc/PID/sched: 0 normal, 1 SCHED_FIFO) and slice (ns).
+  const auto sched = [&](const char* pid_file, const char* field) {
+    const std::string text = ReadAll(fmt::format("/proc/{}/sched", ReadPid(up.run_dir() + "/" + pid_file)));
+    const size_t at = text.find(field);
+    if (at == std::string::npos) return std::string("?");
+    const size_t begin = text.find_first_not_of(" \t:", at + std::strlen(field));
+    return text.substr(begin, text.find('\n', begin) - begin);
+  };
+  EXPECT_EQ(sched("executor.pid", "policy"), "0");
+  for (const char* service : {"storage", "scheduler", "cache-manager", "decompressor"}) {
+    const std::string pid_file = std::string(service == std::string("decompressor") ? "decompressor-0" : service) + ".pid";
+    if (log.find(fmt::format("I: {}: pipeline priority realtime", service)) != std::string::npos) {
+      EXPECT_EQ(sched(pid_file.c_str(), "policy"), "1") << service;
+    } else if (log.find(fmt::format("I: {}: pipeline priority slice", service)) != std::string::npos) {
+      EXPECT_EQ(sched(pid_file.c_str(), "se.slice"), "100000") << service;
+    } else {
+      EXPECT_EQ(log.find(fmt::format("I: {}: pipeline priority", service)), std::string::npos) << log;
+      EXPECT_EQ(sched(pid_file.c_str(), "policy"), "0") << service;
+    }
+  }
   HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(4));
   EXPECT_EQ(reply.status, 200) << reply.body << log;
   EXPECT_TRUE(up.Stop());
@@ -286,6 +308,9 @@ TEST(UpCli, ServiceConfigErrorsNameTheKey) {
   r = RunCli("service executor --set device_assignment=optimal");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("device_assignment = 'optimal'"), std::string::npos) << r.output;
+  r = RunCli("service storage --set pipeline_priority=fast");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("pipeline_priority = 'fast'"), std::string::npos) << r.output;
   r = RunCli("service storage --set cpu_affinity.storage=3-1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("cpu_affinity.storage = '3-1': '3-1' runs backwards"), std::string::npos) << r.output;
