@@ -114,6 +114,10 @@ class ExpertProvider {
   // each expert as it arrives. Never blocks.
   virtual bool NextIsReady() const { return false; }
   virtual Status EndLayer(int32_t layer_id) = 0;
+  // Releases every lease of *leases (leaving it empty) as one batch, e.g. the experts the executor
+  // computed together: a provider whose cache lives in another process sends their admissions in one
+  // message. Default: destroys them one by one, in order.
+  virtual void ReleaseAll(std::vector<std::unique_ptr<ExpertLease>>* leases) { leases->clear(); }
 
   // SMoE expert substitution (importance-driven-expert-scheduling §IV-B): which experts of
   // `layer_id` the provider would serve now without I/O or decoding (cached[e] = 1, [n_experts]

@@ -106,6 +106,13 @@ class CacheBackend {
   virtual Status Admit(const CacheAdmitRequest& request) = 0;
   // Releases leases without admitting (a failed layer). Unknown ids are ignored.
   virtual void ReleaseLeases(const std::vector<uint64_t>& leases) = 0;
+  // Admissions between HoldAdmits and the matching FlushAdmits may go to the cache together (remote:
+  // one CacheAdmit message instead of one per expert); every other message to the cache, and the
+  // outermost FlushAdmits, sends them first, so their order and the staging-slot rule are unchanged.
+  // Calls nest. Default (a local cache, which admits on the call): nothing to hold.
+  // FlushAdmits errors: remote send errors (the held admissions are lost with the session).
+  virtual void HoldAdmits() {}
+  virtual Status FlushAdmits() { return Status::Ok(); }
 
   // Staging slots (cache_manager::StagingLayout), one per expert in flight. kUnavailable when all
   // are taken. A slot handed out holds no pending admission source.

@@ -364,6 +364,17 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
   CancelDecodes(dropped);
 }
 
+void OffloadExpertProvider::ReleaseAll(std::vector<std::unique_ptr<ExpertLease>>* leases) {
+  cache_->HoldAdmits();
+  leases->clear();  // OnLeaseReleased each: admission (held), staging slot, next wave
+  const Status sent = cache_->FlushAdmits();
+  if (!sent.ok()) {
+    MutexLock lock(&mu_);
+    FailLocked(sent);
+    NotifyWaitersLocked();
+  }
+}
+
 Status OffloadExpertProvider::EndLayer(int32_t layer_id) {
   MutexLock lock(&mu_);
   if (!active_ || layer_id != layer_id_) {

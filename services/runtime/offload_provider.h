@@ -158,6 +158,9 @@ class OffloadExpertProvider : public ExpertProvider {
   // True when a recovered (or cache-hit) expert waits in the ready queue, or a failure would be returned.
   bool NextIsReady() const override;
   Status EndLayer(int32_t layer_id) override;
+  // The leases' admissions go to the cache together (CacheBackend::HoldAdmits): one CacheAdmit
+  // message per batch when the cache is remote. A failed send fails the layer.
+  void ReleaseAll(std::vector<std::unique_ptr<ExpertLease>>* leases) override;
   PrefetchMode prefetch_mode() const override;
   void Prefetch(const LayerRouting& predicted) override;
   // The layer's F-pool residents (CacheBackend::FullResidents; none with a remote cache).

@@ -144,7 +144,7 @@ void ProviderServer::State::ReleaseLocked(int32_t layer, const std::vector<int32
   }
   if (released.empty()) return;
   mu.Unlock();
-  released.clear();  // admission + next wave (OffloadExpertProvider::OnLeaseReleased)
+  provider->ReleaseAll(&released);  // admissions (one message to a remote cache) + next wave
   mu.Lock();
 }
 

@@ -185,7 +185,20 @@ void RemoteCacheBackend::HeartbeatLoop() {
   }
 }
 
+Status RemoteCacheBackend::SendHeldLocked() {
+  if (!held_admit_.has_value()) return Status::Ok();
+  msg::CacheAdmit batch = std::move(*held_admit_);
+  held_admit_.reset();
+  Status st = channel_.Send(std::move(batch), config_.timeout);
+  if (st.ok()) {
+    last_send_ = Clock::now();
+    ++one_way_;
+  }
+  return st;
+}
+
 Status RemoteCacheBackend::SendLocked(msg::Body body) {
+  ZM_RETURN_IF_ERROR(SendHeldLocked());
   const bool one_way = std::holds_alternative<msg::CacheAdmit>(body);
   Status st = channel_.Send(std::move(body), config_.timeout);
   if (st.ok()) {
@@ -197,6 +210,7 @@ Status RemoteCacheBackend::SendLocked(msg::Body body) {
 
 Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body body, const char* what) {
   const trace::TraceSpan span("message", [&] { return std::string("round trip ") + what; });
+  ZM_RETURN_IF_ERROR(SendHeldLocked());
   ZM_RETURN_IF_ERROR(channel_.Send(std::move(body), config_.timeout));
   last_send_ = Clock::now();
   ++round_trips_;
@@ -319,10 +333,29 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
 
 Status RemoteCacheBackend::Admit(const CacheAdmitRequest& request) {
   MutexLock lock(&mu_);
+  if (admit_holds_ > 0) {
+    // Held: the item's id is taken now (ReleaseStaging compares with it); the batch carries the last.
+    if (!held_admit_.has_value()) held_admit_.emplace();
+    held_admit_->request_id = next_id_++;
+    held_admit_->items.push_back(std::make_unique<msg::CacheAdmitItem>(CacheAdmitToWire(request)));
+    return Status::Ok();
+  }
   msg::CacheAdmit admit;
   admit.request_id = next_id_++;
   admit.items.push_back(std::make_unique<msg::CacheAdmitItem>(CacheAdmitToWire(request)));
   return SendLocked(std::move(admit));
+}
+
+void RemoteCacheBackend::HoldAdmits() {
+  MutexLock lock(&mu_);
+  ++admit_holds_;
+}
+
+Status RemoteCacheBackend::FlushAdmits() {
+  MutexLock lock(&mu_);
+  if (admit_holds_ > 0) --admit_holds_;
+  if (admit_holds_ > 0) return Status::Ok();
+  return SendHeldLocked();
 }
 
 void RemoteCacheBackend::ReleaseLeases(const std::vector<uint64_t>& leases) {

@@ -6,7 +6,8 @@
 //                    other than the configured one is refused), plan (cost model, budget, policy,
 //                    pools) and every staging slot, granted to this client
 //   LookupLayer      CacheLookup -> CacheLookupReply: one round trip per MoE layer
-//   Admit            CacheAdmit, one-way (admission + lease release, done in order by the server)
+//   Admit            CacheAdmit, one-way (admission + lease release, done in order by the server);
+//                    between HoldAdmits and FlushAdmits the items wait and go as one CacheAdmit
 //   ReleaseLeases    CacheAdmit without admission, one-way
 //   Acquire/ReleaseStaging  local, over the granted slots; a slot released after an Admit is reused
 //                    only once a later round trip was answered (messages are processed in order, so
@@ -68,6 +69,8 @@ class RemoteCacheBackend : public CacheBackend {
   Status PinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, std::vector<CachedExpert>* out) override;
   Status Admit(const CacheAdmitRequest& request) override;
   void ReleaseLeases(const std::vector<uint64_t>& leases) override;
+  void HoldAdmits() override;
+  Status FlushAdmits() override;
   Result<uint32_t> AcquireStaging() override;
   void ReleaseStaging(uint32_t slot) override;
   uint64_t StagingOffset(uint32_t slot) const override { return staging_offsets_.at(slot); }
@@ -105,6 +108,8 @@ class RemoteCacheBackend : public CacheBackend {
   // Sends `body` (request id `id`) and waits for the reply with that id.
   Result<messaging::Body> RoundTripLocked(uint64_t id, messaging::Body body, const char* what) ZM_REQUIRES(mu_);
   Status SendLocked(messaging::Body body) ZM_REQUIRES(mu_);
+  // Sends the held admissions (held_admit_), if any, as one CacheAdmit.
+  Status SendHeldLocked() ZM_REQUIRES(mu_);
   Status Sync();                             // a CacheAdmit{want_reply} round trip
   void HeartbeatLoop();
 
@@ -128,6 +133,8 @@ class RemoteCacheBackend : public CacheBackend {
   AdmitTotals totals_ ZM_GUARDED_BY(mu_);
   uint64_t round_trips_ ZM_GUARDED_BY(mu_) = 0;
   uint64_t one_way_ ZM_GUARDED_BY(mu_) = 0;
+  int admit_holds_ ZM_GUARDED_BY(mu_) = 0;                        // HoldAdmits nesting depth
+  std::optional<messaging::CacheAdmit> held_admit_ ZM_GUARDED_BY(mu_);  // admissions not yet sent
   int32_t scores_layer_ ZM_GUARDED_BY(mu_) = -1;    // ObserveScores' layer, -1 = none pending
   std::vector<float> scores_ ZM_GUARDED_BY(mu_);    // its scores
   bool stopping_ ZM_GUARDED_BY(mu_) = false;

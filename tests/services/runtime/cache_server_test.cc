@@ -101,8 +101,19 @@ std::vector<LayerRouting> Routings(const Manifest& m, int top_k, int steps, uint
 }
 
 // Drives the provider; returns a digest of every lease (layer, expert, the three tensors' bytes).
-std::vector<std::string> Drive(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings) {
+// `batch` > 0: leases are held and released `batch` at a time with ReleaseAll (as the scheduler does
+// for the experts the executor computed together), *release_calls counting the calls; 0: each lease
+// is released as soon as it is read.
+std::vector<std::string> Drive(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings,
+                               size_t batch = 0, size_t* release_calls = nullptr) {
   std::vector<std::string> served;
+  std::vector<std::unique_ptr<ExpertLease>> held;
+  const auto release_held = [&] {
+    if (held.empty()) return;
+    provider.ReleaseAll(&held);
+    EXPECT_TRUE(held.empty());
+    if (release_calls != nullptr) ++*release_calls;
+  };
   for (const LayerRouting& r : routings) {
     Status begun = provider.BeginLayer(r);
     EXPECT_TRUE(begun.ok()) << begun.ToString();
@@ -126,7 +137,12 @@ std::vector<std::string> Drive(OffloadExpertProvider& provider, const std::vecto
         for (const void* p : {w.gate, w.up, w.down}) s.append(static_cast<const char*>(p), bytes);
       }
       layer[w.expert_id] = std::move(s);
+      if (batch > 0) {
+        held.push_back(std::move(lease).value());
+        if (held.size() == batch) release_held();
+      }
     }
+    release_held();
     EXPECT_TRUE(provider.EndLayer(r.layer_id).ok());
     for (auto& [e, s] : layer) served.push_back(std::move(s));
   }
@@ -250,6 +266,59 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
     EXPECT_GT(rs.cache.HitsTotal(), 0u);
     EXPECT_EQ(cache_manager.backend->manager().LivePins(), 0u);
     EXPECT_EQ(cache_manager.server->stats().admit_errors, 0u);
+  }
+}
+
+// ReleaseAll of several leases sends their admissions in one CacheAdmit (RemoteCacheBackend::
+// HoldAdmits/FlushAdmits): the same bytes and the same cache state as releasing them one by one in a
+// local cache, and exactly one one-way message per batch.
+TEST(CacheServer, BatchedReleasesSendOneAdmissionMessagePerBatch) {
+  const std::string dir = Model();
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest& m = (*store)->manifest();
+  const auto routings = Routings(m, 4, 8, 11);
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused" : "separate");
+    OffloadConfig base = BaseConfig(dir, m, 0.4);
+    base.fused_recovery = fused;
+    OffloadConfig local_config = base;
+    local_config.shm_name = UniqueShm("local");
+    auto local = OffloadExpertProvider::Create(local_config);
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    const std::vector<std::string> want = Drive(**local, routings);
+
+    TempDir tmp;
+    CacheManagerProcess cache_manager(tmp, base, m);
+    auto remote = OffloadExpertProvider::Create(cache_manager.SchedulerConfig(base));
+    ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+    auto* client = dynamic_cast<RemoteCacheBackend*>(&(*remote)->cache_backend());
+    ASSERT_NE(client, nullptr);
+    const uint64_t one_way_before = client->one_way_sends();
+    const uint64_t trips_before = client->round_trips();
+    size_t release_calls = 0;
+    const std::vector<std::string> got = Drive(**remote, routings, /*batch=*/3, &release_calls);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(got[i] == want[i]) << "lease " << i << " differs";
+    // One message per batch; a batch whose release restarts a wave is split where the wave's staging
+    // slot needs a sync (the held admissions go first): at most one more message per sync.
+    const uint64_t one_way = client->one_way_sends() - one_way_before;
+    const uint64_t syncs = client->round_trips() - trips_before - routings.size();
+    EXPECT_GE(one_way, release_calls);
+    EXPECT_LE(one_way, release_calls + syncs);
+    EXPECT_LT(one_way, got.size());
+
+    const RuntimeStats ls = (*local)->stats();
+    const RuntimeStats rs = (*remote)->stats();  // its stats request follows the held admissions
+    EXPECT_EQ(rs.cache.misses, ls.cache.misses);
+    for (int p = 0; p < cm::kPoolCount; ++p) {
+      EXPECT_EQ(rs.cache.pools[p].admissions, ls.cache.pools[p].admissions) << p;
+      EXPECT_EQ(rs.cache.pools[p].evictions, ls.cache.pools[p].evictions) << p;
+      EXPECT_EQ(rs.cache.pools[p].resident_experts, ls.cache.pools[p].resident_experts) << p;
+    }
+    EXPECT_EQ(cache_manager.backend->manager().LivePins(), 0u);
+    EXPECT_EQ(cache_manager.server->stats().admit_errors, 0u);
+    EXPECT_EQ(cache_manager.server->stats().admits, got.size());
   }
 }
 
