@@ -69,7 +69,43 @@ class ExperimentSections:
                 self.p(f"| {pct}% | | physical limit | {f3(z['physical_limit_s'])} | | | | | "
                        f"{z['decode_read_bytes_per_token'] / MIB:.1f} / step | | | |")
         self.p("")
+        self.switch_c()
         return c
+
+    def switch_model_text(self, model):
+        cfg = model.get("config") or {}
+        return (f"Switch Transformers **{model['preset']}** (encoder-decoder, {cfg.get('num_layers', '?')}+"
+                f"{cfg.get('num_decoder_layers', '?')} blocks, every {cfg.get('encoder_sparse_step', '?')}nd sparse, "
+                f"{cfg.get('num_experts', '?')} experts, top-1 with capacity {cfg.get('expert_capacity', '?')}; "
+                f"{model['expert_bytes'] / MIB:.0f} MiB of **F32** expert weights, compressed losslessly: 8-bit exponent "
+                "plane + 24-bit sign|mantissa plane)")
+
+    def switch_c(self):
+        """(c) for the Switch model (issue 19): the same prompt, token count, cap rule and check."""
+        d = load(self.a.out, "c_tpot_vs_budget_switch_transformers.json")
+        self.p("### (c) on Switch Transformers", "")
+        if not d:
+            self.p("Not run.", "")
+            return
+        self.p(f"{self.switch_model_text(d['model'])}. The prompt feeds the encoder; decoding starts from "
+               "`decoder_start_token_id`. Same prompt, new tokens, cap rule and bit-exactness check as above.", "",
+               "| budget | cap GiB | system | TPOT s | / zipmoe | TTFT s | hit rate | read MiB | peak GiB | = resident |",
+               "|---|---|---|---|---|---|---|---|---|---|")
+        for r in d["rows"]:
+            z = next((x for x in d["rows"] if x["budget_pct"] == r["budget_pct"] and x["system"] == "zipmoe"
+                      and x.get("ok")), None)
+            if not r.get("ok"):
+                why = "OOM-killed under the cap" if r.get("oom") else f"failed: {r.get('error', '')[:120]}"
+                self.p(f"| {r['budget_pct']}% | {gib(r.get('cap_bytes'))} | {r['system']} | {why} | | | | | "
+                       f"{gib(r.get('peak_bytes'))} | |")
+                continue
+            ratio = f"{r['tpot_s'] / z['tpot_s']:.2f}" if z and z["tpot_s"] else "–"
+            read = f"{r['read_bytes'] / MIB:.0f}" if r.get("read_bytes") is not None else \
+                f"{r.get('major_faults', 0)} major faults"
+            self.p(f"| {r['budget_pct']}% | {gib(r.get('cap_bytes'))} | {r['system']} | {f3(r['tpot_s'])} | {ratio} | "
+                   f"{f3(r['ttft_s'], 2)} | {f3(r.get('hit_rate'))} | {read} | {gib(r.get('peak_bytes'))} | "
+                   f"{'yes' if r['bit_identical'] else '**NO**'} |")
+        self.p("")
 
     # ------------------------------------------------------------------ (r)
 
@@ -381,6 +417,16 @@ class ExperimentSections:
             plt.legend(fontsize=7)
             self.fig("f_ablation.png", "eviction ablation")
         self.ablation_table(ok, read_digits=0)
+        self.p("")
+        s = load(self.a.out, "f_ablation_switch_transformers.json")
+        self.p("### (f) on Switch Transformers", "")
+        if not s:
+            self.p("Not run.", "")
+            return
+        self.p(f"{self.switch_model_text(s['model'])}: every eviction policy at (f)'s budget(s); no prefetch systems "
+               "(no next-layer prediction for an encoder-decoder model). With one expert per token per sparse layer "
+               "and two sparse layers, a decode step touches 2 experts.", "")
+        self.ablation_table(s["rows"], read_digits=1)
         self.p("")
 
     # ------------------------------------------------------------------ (d), (e)

@@ -85,6 +85,11 @@ class CoreExperiments:
         out = {k: m[k] for k in keep if k in m}
         info = m["inspect"]
         out["inspect"] = {k: v for k, v in info.items() if k != "per_layer"}
+        cfg = m.get("config") or {}
+        out["config"] = {k: cfg[k] for k in ("model_type", "num_layers", "num_decoder_layers", "num_hidden_layers",
+                                             "encoder_sparse_step", "decoder_sparse_step", "num_experts",
+                                             "num_local_experts", "num_experts_per_tok", "expert_capacity",
+                                             "torch_dtype") if k in cfg}
         return out
 
     def exp_a(self, m):
@@ -185,6 +190,24 @@ class CoreExperiments:
             for system in self.cfg["length_systems"]:
                 rows.append(self.run(m, system, 50, n))
         self.save(f"e_length_{m['arch']}", {"budget_pct": 50, "rows": [self.public(r) for r in rows]})
+
+    def exp_switch(self):
+        """Switch Transformers (issue 19; the paper's third model family) in (c) and (f): the F32 encoder-decoder
+        preset cfg["switch"] (top-1 routing, 2 sparse layers of 32 experts), the prompt feeding the encoder and
+        decoding from decoder_start_token_id. (c): every policy at each of (c)'s budgets; (f): the eviction
+        ablation at (f)'s budgets, without the prefetch systems (no next-layer prediction for encoder-decoder
+        models). Same prompt, token count, cap rule and bit-exactness check as the decoder-only runs."""
+        m = self.prepare("switch_transformers", self.cfg["switch"])
+        self.calibrate(m, 50)
+        tokens = self.cfg["tokens"]
+        self.reference(m, tokens)
+        rows = []
+        for pct in self.cfg["budgets"]:
+            for system in POLICIES if pct == 50 else self.cfg["c_systems_other_budgets"]:
+                rows.append(self.run(m, system, pct, tokens))
+        self.save("c_tpot_vs_budget_switch_transformers", {"model": self.model_meta(m), "rows": [self.public(r) for r in rows]})
+        rows = [self.run(m, system, pct, tokens) for pct in self.cfg["ablation_budgets"] for system in ABLATION]
+        self.save("f_ablation_switch_transformers", {"model": self.model_meta(m), "rows": [self.public(r) for r in rows]})
 
     def exp_i(self):
         gpu = self.meta["machine"].get("gpu")
