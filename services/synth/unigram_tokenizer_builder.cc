@@ -67,6 +67,23 @@ Result<UnigramTokenizer> BuildUnigramTokenizer(int64_t vocab_size, std::string_v
     if (static_cast<int64_t>(pieces.size()) >= n_pieces) break;
     if (taken.insert(p.first).second) pieces.push_back(p);
   }
+  // A vocabulary larger than the corpus's pieces (t5-base's 32128): filled with lower-case letter
+  // strings of 2, 3, 4 letters, with and without the marker, in lexicographic order, each scored as a
+  // single occurrence (below every corpus piece of the same length).
+  std::string filler;
+  for (size_t len = 2; len <= 4 && static_cast<int64_t>(pieces.size()) < n_pieces; ++len) {
+    std::vector<int> digits(len, 0);
+    while (static_cast<int64_t>(pieces.size()) < n_pieces) {
+      filler.clear();
+      for (int d : digits) filler.push_back(static_cast<char>('a' + d));
+      for (const std::string& s : {std::string(kMeta) + filler, filler}) {
+        if (static_cast<int64_t>(pieces.size()) < n_pieces && taken.insert(s).second) pieces.emplace_back(s, 1);
+      }
+      size_t i = len;  // next string of this length
+      while (i > 0 && ++digits[i - 1] == 26) digits[--i] = 0;
+      if (i == 0) break;
+    }
+  }
   if (static_cast<int64_t>(pieces.size()) < n_pieces)
     return Status::InvalidArgument(fmt::format("unigram tokenizer: the corpus yields {} pieces, vocab_size {} needs {}",
                                                pieces.size(), vocab_size, n_pieces));

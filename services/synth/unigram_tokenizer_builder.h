@@ -4,7 +4,8 @@
 // (`<extra_id_0>` = vocab_size - 1, as in t5-base), and T5's TemplateProcessing post-processor that
 // appends `</s>`. Pieces are the words of the embedded English corpus and their character n-grams
 // (with the "▁" word-start marker), plus every printable ASCII character, scored by the log of their
-// corpus frequency. Pure; thread-safe.
+// corpus frequency; a vocabulary the corpus cannot fill (mini's 32128) is completed with lower-case
+// letter strings of 2-4 letters (with and without "▁"), scored as single occurrences. Pure; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,8 @@ struct UnigramTokenizer {
 };
 
 // vocab_size ids exactly: 3 specials + pieces + min(100, vocab_size / 16) sentinels.
-// Errors: kInvalidArgument if vocab_size < 256 or the corpus yields too few pieces to fill it.
+// Errors: kInvalidArgument if vocab_size < 256 or vocab_size is beyond what corpus + filler can fill
+// (~950 k).
 Result<UnigramTokenizer> BuildUnigramTokenizer(int64_t vocab_size, std::string_view corpus);
 
 }  // namespace zipmoe::synth
