@@ -135,7 +135,7 @@ class Suite(CoreExperiments, ServingExperiments, PeerExperiments, QualityExperim
         logits = os.path.join(self.out, tag + ".logits")
         r = self.zm("generate", "--model", m["hf"], *self.prompt_args(), "--max-new-tokens", str(tokens),
                     "--ignore-eos", "--threads", str(self.threads), "--json", "--batch", str(batch),
-                    "--logits-out", logits, log=tag + ".log", cold=True)
+                    "--logits-out", logits, *m.get("gen_args", []), log=tag + ".log", cold=True)
         j = json.loads(r["stdout"].strip().splitlines()[-1])
         row = {"tokens": tokens, "logits": open(logits, "rb").read(), "generated_ids": j["generated_ids"],
                "prompt_ids": j["prompt_ids"], "prompt_tokens_total": j["prompt_tokens_total"], "tpot_s": j["tpot_s"],
@@ -149,7 +149,8 @@ class Suite(CoreExperiments, ServingExperiments, PeerExperiments, QualityExperim
             # The compute floor: (c)'s generation again with the page cache still warm, so every expert
             # is resident and nothing is read or decoded. No cache policy's TPOT can go below it here.
             w = self.zm("generate", "--model", m["hf"], *self.prompt_args(), "--max-new-tokens", str(n),
-                        "--ignore-eos", "--threads", str(self.threads), "--json", log=tag + "-warm.log")
+                        "--ignore-eos", "--threads", str(self.threads), "--json", *m.get("gen_args", []),
+                        log=tag + "-warm.log")
             floor = json.loads(w["stdout"].strip().splitlines()[-1])["tpot_s"]
             self.meta.setdefault("compute_floor", {})[floor_key] = floor
         self.meta.setdefault("reference", {})[f"{m['arch']}-{m['preset']}" + ("" if batch == 1 else f"-b{batch}")] = ref_meta
@@ -184,7 +185,7 @@ class Suite(CoreExperiments, ServingExperiments, PeerExperiments, QualityExperim
             part = f"{trace}.{i}"
             self.zm("generate", "--model", m["zstd"], *self.prompt_args(PLAN_INDEX + i), "--max-new-tokens",
                     str(self.cfg["tokens"]), "--ignore-eos", "--threads", str(self.threads), "--json",
-                    "--memory-budget", str(budget), "--policy", "lru", "--trace-out", part,
+                    "--memory-budget", str(budget), "--policy", "lru", "--trace-out", part, *m.get("gen_args", []),
                     log=f"{m['arch']}-{m['preset']}-warmup-{i}.log", cold=True)
             for line in open(part):
                 rec = json.loads(line)
@@ -250,6 +251,7 @@ class Suite(CoreExperiments, ServingExperiments, PeerExperiments, QualityExperim
             r = self.zm("generate", "--model", model_dir, *self.prompt_args(), "--max-new-tokens", str(tokens),
                         "--ignore-eos", "--threads", str(self.threads), "--json", "--batch", str(batch),
                         "--memory-budget", str(budget), "--stats-json", stats, "--logits-out", logits, *extra,
+                        *m.get("gen_args", []),
                         log=tag + ".log", cold=True, capped=True, limit=limit, timeout=1800)
         except bl.RunError as e:
             res = e.args[1]

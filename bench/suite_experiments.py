@@ -193,20 +193,24 @@ class CoreExperiments:
 
     def exp_switch(self):
         """Switch Transformers (issue 19; the paper's third model family) in (c) and (f): the F32 encoder-decoder
-        preset cfg["switch"] (top-1 routing, 2 sparse layers of 32 experts), the prompt feeding the encoder and
-        decoding from decoder_start_token_id. (c): every policy at each of (c)'s budgets; (f): the eviction
-        ablation at (f)'s budgets, without the prefetch systems (no next-layer prediction for encoder-decoder
-        models). Same prompt, token count, cap rule and bit-exactness check as the decoder-only runs."""
-        m = self.prepare("switch_transformers", self.cfg["switch"])
+        preset of cfg["switch"] (top-1 routing, one sparse layer of 32 experts in the encoder and one in the
+        decoder), the prompt feeding the encoder and decoding from decoder_start_token_id. Its own budgets, token
+        count and sampling: with tied embeddings and N(0, 0.02²) layers the synthetic model's output repeats its
+        input token, so greedy decoding emits token 0 forever and selects one decoder expert; sampled at
+        temperature cfg["switch"]["sampling"] (seeded, so the run is reproducible and checked against the
+        reference with the same seed) the tokens, and so the decoder's experts, vary as a real model's would. (c): every policy at each budget; (f): the eviction ablation, without the
+        prefetch systems (no next-layer prediction for encoder-decoder models). Same prompt, cap rule and
+        bit-exactness check as the decoder-only runs."""
+        sc = self.cfg["switch"]
+        m = self.prepare("switch_transformers", sc["preset"])
+        m["gen_args"] = list(sc["sampling"])  # calibrate(), reference() and run() pass them to every generation
         self.calibrate(m, 50)
-        tokens = self.cfg["tokens"]
+        tokens = sc["tokens"]
         self.reference(m, tokens)
-        rows = []
-        for pct in self.cfg["budgets"]:
-            for system in POLICIES if pct == 50 else self.cfg["c_systems_other_budgets"]:
-                rows.append(self.run(m, system, pct, tokens))
-        self.save("c_tpot_vs_budget_switch_transformers", {"model": self.model_meta(m), "rows": [self.public(r) for r in rows]})
-        rows = [self.run(m, system, pct, tokens) for pct in self.cfg["ablation_budgets"] for system in ABLATION]
+        rows = [self.run(m, system, pct, tokens) for pct in sc["budgets"] for system in POLICIES]
+        self.save("c_tpot_vs_budget_switch_transformers", {"model": self.model_meta(m), "sampling": sc["sampling"],
+                                                           "rows": [self.public(r) for r in rows]})
+        rows = [self.run(m, system, pct, tokens) for pct in sc["ablation_budgets"] for system in ABLATION]
         self.save("f_ablation_switch_transformers", {"model": self.model_meta(m), "rows": [self.public(r) for r in rows]})
 
     def exp_i(self):
