@@ -94,6 +94,7 @@ Status CheckItems(const Batch& batch) {
 Status CheckEnums(const ReadCompletions& m) { return CheckItems(m); }
 Status CheckEnums(const DecodeRequests& m) { return CheckItems(m); }
 Status CheckEnums(const DecodeCompletions& m) { return CheckItems(m); }
+Status CheckEnums(const ExpertsReady& m) { return CheckItems(m); }
 
 Status CheckEnums(const CacheLookupReply& m) {
   ZM_RETURN_IF_ERROR(CheckEnum(m.status_code, "CacheLookupReply", "status_code"));

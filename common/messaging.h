@@ -38,8 +38,9 @@ namespace zipmoe::messaging {
 // peer would misread; adding fields or union members at the end keeps it (docs/messaging.md).
 // 2: LeaseRelease.expert_ids, LayerEnd.released_expert_ids. 3: ReadCompletions, DecodeRequests,
 // DecodeCompletions (an older scheduler would drop a worker's batched completions, so a version-2
-// peer is refused at its first message instead).
-inline constexpr uint16_t kMessageVersion = 3;
+// peer is refused at its first message instead). 4: ExpertsReady (an older executor would drop the
+// batched experts of a layer and wait for them forever).
+inline constexpr uint16_t kMessageVersion = 4;
 // Largest encoded message accepted (Decode) or produced (Channel::Send). A ReadRequest of 10 000
 // chunk reads is ~1.5 MiB.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;
@@ -73,6 +74,7 @@ using Heartbeat = fb::HeartbeatT;                // either direction, after one 
 using Disconnect = fb::DisconnectT;              // either direction: the sender leaves cleanly
 using LayerRequest = fb::LayerRequestT;          // executor -> scheduler: ExpertProvider::BeginLayer
 using ExpertReady = fb::ExpertReadyT;            // scheduler -> executor: one expert ready, or the layer failed
+using ExpertsReady = fb::ExpertsReadyT;          // scheduler -> executor: several ExpertReady in one frame
 using LeaseRelease = fb::LeaseReleaseT;          // executor -> scheduler: an expert lease was released
 using LayerEnd = fb::LayerEndT;                  // executor -> scheduler: ExpertProvider::EndLayer (-> Ack)
 using Ack = fb::AckT;                            // a reply that carries only a status
@@ -131,7 +133,8 @@ Codec FromWire(fb::Codec codec);
 using Body = std::variant<ReadRequest, ReadCompletion, DecodeRequest, DecodeCompletion, WorkerReady,
                           Heartbeat, Disconnect, LayerRequest, ExpertReady, LeaseRelease, LayerEnd, Ack,
                           CacheHello, CacheHelloReply, CacheLookup, CacheLookupReply, CacheAdmit, CacheReply,
-                          CacheStatsRequest, CacheStats, ReadCompletions, DecodeRequests, DecodeCompletions>;
+                          CacheStatsRequest, CacheStats, ReadCompletions, DecodeRequests, DecodeCompletions,
+                          ExpertsReady>;
 
 struct Message {
   uint16_t version = kMessageVersion;  // filled by DecodeMessage; EncodeMessage always writes kMessageVersion

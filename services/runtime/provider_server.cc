@@ -1,6 +1,7 @@
 // ProviderServer (services/runtime/remote_provider.h): the scheduler side of the executor protocol. A
 // ROUTER loop (common/router_server.h) takes LayerRequests, lease releases and LayerEnds; a deliverer
-// thread waits in the provider's NextReady and posts each ready expert back through the loop.
+// thread waits in the provider's NextReady and posts the ready experts back through the loop (those
+// ready together in one ExpertsReady frame).
 #include "services/runtime/remote_provider.h"
 
 #include <deque>
@@ -63,6 +64,8 @@ struct ProviderServer::State : msg::RouterServer::Handler {
     server->Wake();
   }
   void Deliver();
+  // Posts *ready (one ExpertReady, or an ExpertsReady of several) to the layer's executor; clears it.
+  void PostReady(std::vector<msg::ExpertReady>* ready) ZM_REQUIRES(mu);
   // msg::RouterServer::Handler, on the loop thread.
   void OnTick(std::chrono::steady_clock::time_point now) override;
   void OnMessage(msg::Received& got) override { Handle(got.peer, std::move(got.message.body)); }
@@ -76,8 +79,21 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   void Handle(const std::string& peer, msg::Body body);
 };
 
+void ProviderServer::State::PostReady(std::vector<msg::ExpertReady>* ready) {
+  if (ready->empty()) return;
+  if (ready->size() == 1) {
+    Post(peer, std::move(ready->front()));
+  } else {
+    msg::ExpertsReady batch;
+    for (msg::ExpertReady& r : *ready) batch.items.push_back(std::make_unique<msg::ExpertReady>(std::move(r)));
+    Post(peer, std::move(batch));
+  }
+  ready->clear();
+}
+
 void ProviderServer::State::Deliver() {
   MutexLock lock(&mu);
+  std::vector<msg::ExpertReady> ready;  // taken, not yet posted: the experts ready together
   while (true) {
     cv.Wait(&lock, [&]() ZM_REQUIRES(mu) { return stopping || to_deliver > 0; });
     if (stopping) return;
@@ -88,6 +104,7 @@ void ProviderServer::State::Deliver() {
       lock.Lock();
       --to_deliver;
       if (!lease.ok()) {
+        PostReady(&ready);  // what was ready before the failure goes first
         msg::ExpertReady failed;
         failed.layer_id = layer_id;
         msg::SetStatus(&failed, lease.status());
@@ -97,16 +114,27 @@ void ProviderServer::State::Deliver() {
       }
       const ExpertWeightsView& v = (*lease)->weights();
       if (aborting) {
+        ready.clear();
         std::unique_ptr<ExpertLease> drop = std::move(lease).value();
         lock.Unlock();
         drop.reset();
         lock.Lock();
         continue;
       }
-      msg::ExpertReady ready = ExpertReadyToWire(v, arena_base);
+      ready.push_back(ExpertReadyToWire(v, arena_base));
       leases[v.expert_id] = std::move(lease).value();
-      Post(peer, std::move(ready));
+      // One frame for the experts ready now (NextIsReady never blocks): a layer's cache hits travel
+      // together instead of one message each.
+      bool more = false;
+      if (to_deliver > 0 && !stopping) {
+        lock.Unlock();
+        more = provider->NextIsReady();
+        lock.Lock();
+      }
+      if (!more || aborting || stopping) PostReady(&ready);
     }
+    if (aborting) ready.clear();
+    PostReady(&ready);
     delivering = false;
     cv.NotifyAll();
   }

@@ -80,7 +80,10 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
         return body;
       }
       Result<msg::Received> got = channel_.Recv(milliseconds(5));
-      if (got.ok()) return std::move(got->message.body);
+      if (got.ok()) {
+        InboxLocked(std::move(got->message.body));
+        continue;  // taken from the inbox above
+      }
       if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
     }
     if (Clock::now() > deadline) {
@@ -107,9 +110,22 @@ bool RemoteExpertProvider::NextIsReady() const {
       if (code == StatusCode::kCorruption || code == StatusCode::kInvalidArgument) continue;  // a bad frame: dropped
       return false;  // nothing more now (or a broken socket, which NextReady reports)
     }
-    inbox_.push_back(std::move(got->message.body));
-    if (ready_here(inbox_.back())) return true;
+    const size_t before = inbox_.size();
+    InboxLocked(std::move(got->message.body));
+    for (size_t i = before; i < inbox_.size(); ++i) {
+      if (ready_here(inbox_[i])) return true;
+    }
   }
+}
+
+void RemoteExpertProvider::InboxLocked(msg::Body body) const {
+  if (auto* batch = std::get_if<msg::ExpertsReady>(&body)) {
+    for (std::unique_ptr<msg::ExpertReady>& item : batch->items) {
+      if (item != nullptr) inbox_.emplace_back(std::move(*item));
+    }
+    return;
+  }
+  inbox_.push_back(std::move(body));
 }
 
 bool RemoteExpertProvider::AbsorbAck(const msg::Body& body) {

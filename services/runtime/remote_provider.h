@@ -5,7 +5,7 @@
 //
 //   executor                               scheduler
 //   BeginLayer  -- LayerRequest -->        OffloadExpertProvider::BeginLayer
-//   NextReady   <-- ExpertReady --         NextReady (deliverer thread), one message per expert
+//   NextReady   <-- ExpertReady(s) --      NextReady (deliverer thread); experts ready together in one frame
 //   ~Lease      -- LeaseRelease -->        the leases are destroyed (admission, next wave); a group's
 //                                          releases in one message, sent at the next NextReady
 //   EndLayer    -- LayerEnd -->            the last group's releases, then EndLayer; its Ack is not
@@ -94,6 +94,8 @@ class RemoteExpertProvider : public ExpertProvider {
   RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena,
                        std::unique_ptr<zmq::context_t> context, messaging::Channel channel);
   Result<messaging::Body> Receive(const char* what);  // next message (mu_ taken per slice)
+  // Appends a received message to inbox_; an ExpertsReady as its items, one ExpertReady each.
+  void InboxLocked(messaging::Body body) const ZM_REQUIRES(mu_);
   // A lease's release is buffered; the buffer goes out as one LeaseRelease at the next NextReady
   // (the group computed since), with the LayerEnd, or before BeginLayer / Flush.
   void Release(int32_t layer_id, int32_t expert_id);

@@ -207,6 +207,10 @@ inline std::vector<Body> AllBodies() {
   decoded_batch.items.push_back(std::make_unique<DecodeCompletion>(decoded));
   decoded_batch.items.push_back(std::make_unique<DecodeCompletion>(cancelled));
 
+  ExpertsReady experts_batch;  // message version 4
+  experts_batch.items.push_back(std::make_unique<ExpertReady>(expert));
+  experts_batch.items.push_back(std::make_unique<ExpertReady>(expert_planes));
+
   std::vector<Body> bodies;
   bodies.emplace_back(std::move(reads));
   bodies.emplace_back(ReadRequest());
@@ -247,6 +251,8 @@ inline std::vector<Body> AllBodies() {
   bodies.emplace_back(ReadCompletions());
   bodies.emplace_back(std::move(decode_batch));
   bodies.emplace_back(std::move(decoded_batch));
+  bodies.emplace_back(std::move(experts_batch));
+  bodies.emplace_back(ExpertsReady());
   return bodies;
 }
 

@@ -239,6 +239,16 @@ TEST(MessagingTest, OutOfRangeEnumsAreRejectedNamingTheField) {
   out = DecodeMessage(fbb.GetBufferPointer(), fbb.GetSize());
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(), HasSubstr("DecodeRequests.items[1]: DecodeRequest.codec = 3"));
+  // The same for a batch of experts (message version 4).
+  fbb.Clear();
+  std::vector<flatbuffers::Offset<fb::ExpertReady>> experts = {
+      fb::CreateExpertReady(fbb, 1, 2, static_cast<fb::StatusCode>(250))};
+  const auto experts_batch = fb::CreateExpertsReady(fbb, fbb.CreateVector(experts)).Union();
+  fbb.FinishSizePrefixed(fb::CreateEnvelope(fbb, kMessageVersion, 0, fb::Body::ExpertsReady, experts_batch),
+                         fb::EnvelopeIdentifier());
+  out = DecodeMessage(fbb.GetBufferPointer(), fbb.GetSize());
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("ExpertsReady.items[0]: ExpertReady.status_code = 250"));
 }
 
 // A peer's [ulong] whose elements start 4 bytes off their alignment (the Verifier checks only the

@@ -35,10 +35,12 @@ constexpr int32_t kExperts = 3;
 constexpr uint64_t kMatrixBytes = kIntermediate * kHidden * 2;
 
 // Serves expert e of any layer from arena bytes [3e, 3e+3) matrices, filled with a known pattern;
-// with `planes`, unrecovered: each matrix's first half as its E plane, second half as its SM plane.
+// with `planes`, unrecovered: each matrix's first half as its E plane, second half as its SM plane;
+// with `ready_together`, NextIsReady says every expert of the layer is ready (a layer of cache hits).
 class ArenaProvider : public ExpertProvider {
  public:
-  explicit ArenaProvider(uint8_t* arena, bool planes = false) : arena_(arena), planes_(planes) {
+  explicit ArenaProvider(uint8_t* arena, bool planes = false, bool ready_together = false)
+      : arena_(arena), planes_(planes), ready_together_(ready_together) {
     for (uint64_t i = 0; i < kExperts * 3 * kMatrixBytes; ++i) arena_[i] = static_cast<uint8_t>(i * 7 + 1);
   }
   Status BeginLayer(const LayerRouting& routing) override {
@@ -66,6 +68,7 @@ class ArenaProvider : public ExpertProvider {
     v.hidden = kHidden;
     return std::unique_ptr<ExpertLease>(new Lease(v));
   }
+  bool NextIsReady() const override { return ready_together_ && next_ < routing_.expert_ids.size(); }
   Status EndLayer(int32_t layer_id) override {
     ++ended_[layer_id];
     return Status::Ok();
@@ -83,6 +86,7 @@ class ArenaProvider : public ExpertProvider {
   };
   uint8_t* arena_;
   bool planes_;
+  bool ready_together_;
   LayerRouting routing_;
   size_t next_ = 0;
   std::map<int32_t, int> ended_;
@@ -104,8 +108,8 @@ class RemoteProviderTest : public ::testing::Test {
     ASSERT_TRUE(remote.ok()) << remote.status().ToString();  // a ZeroMQ connect needs nobody listening
     remote_ = std::move(remote).value();
   }
-  void StartServer(bool planes) {
-    provider_ = std::make_unique<ArenaProvider>(arena_->data(), planes);
+  void StartServer(bool planes, bool ready_together = false) {
+    provider_ = std::make_unique<ArenaProvider>(arena_->data(), planes, ready_together);
     ProviderServerConfig server_config;
     server_config.endpoint = config_.endpoint;
     Result<std::unique_ptr<ProviderServer>> server =
@@ -274,6 +278,30 @@ TEST_F(RemoteProviderTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArrivalOrde
   }
   EXPECT_EQ(begun.code(), StatusCode::kInvalidArgument) << begun.ToString();
   EXPECT_NE(begun.ToString().find("EndLayer(5)"), std::string::npos) << begun.ToString();
+  server_->Stop();
+}
+
+// Experts the provider has ready together (NextIsReady) cross in one ExpertsReady frame (message
+// version 4) and come out of NextReady one by one, in order, with their bytes.
+TEST_F(RemoteProviderTest, ExpertsReadyTogetherCrossInOneFrame) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false, /*ready_together=*/true));
+  ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  const uint64_t frames_before = remote_->channel_stats().received;
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(7, {0, 1, 2}, {1, 1, 1})).ok());
+  std::vector<std::unique_ptr<ExpertLease>> held;
+  for (int32_t e = 0; e < 3; ++e) {
+    Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    EXPECT_EQ((*lease)->weights().layer_id, 7);
+    EXPECT_EQ((*lease)->weights().expert_id, e);
+    EXPECT_EQ(std::memcmp((*lease)->weights().down, arena_->data() + (3 * e + 2) * kMatrixBytes, kMatrixBytes), 0);
+    held.push_back(std::move(lease).value());
+  }
+  EXPECT_EQ(remote_->channel_stats().received - frames_before, 1u) << "three experts, one frame";
+  held.clear();
+  ASSERT_TRUE(remote_->EndLayer(7).ok());
+  ASSERT_TRUE(remote_->Flush().ok());
+  EXPECT_EQ(provider_->ended(7), 1);
   server_->Stop();
 }
 
