@@ -189,12 +189,7 @@ Status RemoteCacheBackend::SendHeldLocked() {
   if (!held_admit_.has_value()) return Status::Ok();
   msg::CacheAdmit batch = std::move(*held_admit_);
   held_admit_.reset();
-  Status st = channel_.Send(std::move(batch), config_.timeout);
-  if (st.ok()) {
-    last_send_ = Clock::now();
-    ++one_way_;
-  }
-  return st;
+  return SendLocked(std::move(batch));  // nothing is held now: it goes straight out
 }
 
 Status RemoteCacheBackend::SendLocked(msg::Body body) {
