@@ -200,6 +200,33 @@ OffloadConfig BaseConfig(const std::string& dir, const Manifest& m, double share
   return c;
 }
 
+// The remote run served every lease with the local run's bytes, in the same order.
+void ExpectSameLeases(const std::vector<std::string>& got, const std::vector<std::string>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(got[i] == want[i]) << "lease " << i << " differs";
+}
+
+// Same cache state: the counters of both CacheManagers agree (the remote stats request follows the
+// admissions), and the cache-manager holds no pin and saw no failed admission.
+void ExpectSameCacheState(OffloadExpertProvider& remote, OffloadExpertProvider& local,
+                          const CacheManagerProcess& cache_manager) {
+  const RuntimeStats ls = local.stats();
+  const RuntimeStats rs = remote.stats();
+  EXPECT_EQ(rs.cache.lookups, ls.cache.lookups);
+  EXPECT_EQ(rs.cache.misses, ls.cache.misses);
+  EXPECT_EQ(rs.cache.drops, ls.cache.drops);
+  for (int p = 0; p < cm::kPoolCount; ++p) {
+    EXPECT_EQ(rs.cache.pools[p].requests, ls.cache.pools[p].requests) << p;
+    EXPECT_EQ(rs.cache.pools[p].admissions, ls.cache.pools[p].admissions) << p;
+    EXPECT_EQ(rs.cache.pools[p].evictions, ls.cache.pools[p].evictions) << p;
+    EXPECT_EQ(rs.cache.pools[p].resident_experts, ls.cache.pools[p].resident_experts) << p;
+  }
+  EXPECT_EQ(rs.cache.layer_requests, ls.cache.layer_requests);
+  EXPECT_GT(rs.cache.HitsTotal(), 0u);
+  EXPECT_EQ(cache_manager.backend->manager().LivePins(), 0u);
+  EXPECT_EQ(cache_manager.server->stats().admit_errors, 0u);
+}
+
 TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
   const std::string dir = Model();
   auto store = ExpertStore::Open(dir);
@@ -234,8 +261,7 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
     ASSERT_NE(client, nullptr);
     const uint64_t trips_before = client->round_trips();
     const std::vector<std::string> got = Drive(**remote, routings);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(got[i] == want[i]) << "lease " << i << " differs";
+    ASSERT_NO_FATAL_FAILURE(ExpectSameLeases(got, want));
 
     // One round trip per layer, plus a sync only where a layer ran in waves (step 0 here).
     const uint64_t trips = client->round_trips() - trips_before;
@@ -250,22 +276,7 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
                 routings.size(), static_cast<unsigned long long>(trips), static_cast<unsigned long long>(waves),
                 static_cast<unsigned long long>(client->one_way_sends()));
 
-    // Same cache state: the counters of both CacheManagers agree (the stats request follows the admissions).
-    const RuntimeStats ls = (*local)->stats();
-    const RuntimeStats rs = (*remote)->stats();
-    EXPECT_EQ(rs.cache.lookups, ls.cache.lookups);
-    EXPECT_EQ(rs.cache.misses, ls.cache.misses);
-    EXPECT_EQ(rs.cache.drops, ls.cache.drops);
-    for (int p = 0; p < cm::kPoolCount; ++p) {
-      EXPECT_EQ(rs.cache.pools[p].requests, ls.cache.pools[p].requests) << p;
-      EXPECT_EQ(rs.cache.pools[p].admissions, ls.cache.pools[p].admissions) << p;
-      EXPECT_EQ(rs.cache.pools[p].evictions, ls.cache.pools[p].evictions) << p;
-      EXPECT_EQ(rs.cache.pools[p].resident_experts, ls.cache.pools[p].resident_experts) << p;
-    }
-    EXPECT_EQ(rs.cache.layer_requests, ls.cache.layer_requests);
-    EXPECT_GT(rs.cache.HitsTotal(), 0u);
-    EXPECT_EQ(cache_manager.backend->manager().LivePins(), 0u);
-    EXPECT_EQ(cache_manager.server->stats().admit_errors, 0u);
+    ExpectSameCacheState(**remote, **local, cache_manager);
   }
 }
 
@@ -298,8 +309,7 @@ TEST(CacheServer, BatchedReleasesSendOneAdmissionMessagePerBatch) {
     const uint64_t trips_before = client->round_trips();
     size_t release_calls = 0;
     const std::vector<std::string> got = Drive(**remote, routings, /*batch=*/3, &release_calls);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(got[i] == want[i]) << "lease " << i << " differs";
+    ASSERT_NO_FATAL_FAILURE(ExpectSameLeases(got, want));
     // One message per batch; a batch whose release restarts a wave is split where the wave's staging
     // slot needs a sync (the held admissions go first): at most one more message per sync.
     const uint64_t one_way = client->one_way_sends() - one_way_before;
@@ -308,16 +318,7 @@ TEST(CacheServer, BatchedReleasesSendOneAdmissionMessagePerBatch) {
     EXPECT_LE(one_way, release_calls + syncs);
     EXPECT_LT(one_way, got.size());
 
-    const RuntimeStats ls = (*local)->stats();
-    const RuntimeStats rs = (*remote)->stats();  // its stats request follows the held admissions
-    EXPECT_EQ(rs.cache.misses, ls.cache.misses);
-    for (int p = 0; p < cm::kPoolCount; ++p) {
-      EXPECT_EQ(rs.cache.pools[p].admissions, ls.cache.pools[p].admissions) << p;
-      EXPECT_EQ(rs.cache.pools[p].evictions, ls.cache.pools[p].evictions) << p;
-      EXPECT_EQ(rs.cache.pools[p].resident_experts, ls.cache.pools[p].resident_experts) << p;
-    }
-    EXPECT_EQ(cache_manager.backend->manager().LivePins(), 0u);
-    EXPECT_EQ(cache_manager.server->stats().admit_errors, 0u);
+    ExpectSameCacheState(**remote, **local, cache_manager);  // its stats request follows the held admissions
     EXPECT_EQ(cache_manager.server->stats().admits, got.size());
   }
 }
