@@ -63,6 +63,15 @@ class Loader {
     return t.to(o_.device, want_dtype).contiguous();
   }
 
+  // The token embedding `name` [vocab, hidden] in its stored dtype: on the CPU a zero-copy view
+  // whose rows are upcast on lookup (exact), on another device a contiguous copy there.
+  Result<at::Tensor> GetEmbedding(const std::string& name, int64_t vocab, int64_t hidden) const {
+    ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
+    ZM_RETURN_IF_ERROR(CheckShape(v.file, v.spec.name, v.spec.shape, {vocab, hidden}));
+    ZM_ASSIGN_OR_RETURN(at::Tensor embed, WrapView(v));
+    return o_.device.is_cpu() ? embed : embed.to(o_.device).contiguous();
+  }
+
   Result<LinearWeights> GetLinear(const std::string& prefix, int64_t out, int64_t in, bool bias) const {
     LinearWeights w;
     ZM_ASSIGN_OR_RETURN(w.weight, Get(prefix + ".weight", {out, in}));
@@ -202,12 +211,7 @@ class Loader {
   Result<SwitchWeights> GetSwitch() const {
     SwitchWeights w;
     const int64_t d = c_.hidden_size, vocab = c_.vocab_size;
-    {
-      ZM_ASSIGN_OR_RETURN(TensorView v, Find("shared.weight"));
-      ZM_RETURN_IF_ERROR(CheckShape(v.file, v.spec.name, v.spec.shape, {vocab, d}));
-      ZM_ASSIGN_OR_RETURN(at::Tensor embed, WrapView(v));
-      w.shared = o_.device.is_cpu() ? embed : embed.to(o_.device).contiguous();
-    }
+    ZM_ASSIGN_OR_RETURN(w.shared, GetEmbedding("shared.weight", vocab, d));
     const std::vector<int64_t> bias_shape = {c_.relative_attention_num_buckets, c_.num_attention_heads};
     ZM_ASSIGN_OR_RETURN(w.encoder_position_bias,
                         Get("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", bias_shape, at::kFloat));
@@ -229,13 +233,7 @@ class Loader {
   Result<ModelWeights> GetAll() const {
     ModelWeights w;
     const int64_t h = c_.hidden_size, vocab = c_.vocab_size;
-    {
-      ZM_ASSIGN_OR_RETURN(TensorView v, Find("model.embed_tokens.weight"));
-      ZM_RETURN_IF_ERROR(CheckShape(v.file, v.spec.name, v.spec.shape, {vocab, h}));
-      ZM_ASSIGN_OR_RETURN(at::Tensor embed, WrapView(v));
-      // On the CPU the embedding stays a zero-copy view; rows are upcast on lookup (exact).
-      w.embed_tokens = o_.device.is_cpu() ? embed : embed.to(o_.device).contiguous();
-    }
+    ZM_ASSIGN_OR_RETURN(w.embed_tokens, GetEmbedding("model.embed_tokens.weight", vocab, h));
     ZM_ASSIGN_OR_RETURN(w.norm, Get("model.norm.weight", {h}));
     if (c_.tie_word_embeddings) {
       ZM_ASSIGN_OR_RETURN(w.lm_head, Get("model.embed_tokens.weight", {vocab, h}));
