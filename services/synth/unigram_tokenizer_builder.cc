@@ -85,7 +85,7 @@ Result<UnigramTokenizer> BuildUnigramTokenizer(int64_t vocab_size, std::string_v
     }
   }
   if (static_cast<int64_t>(pieces.size()) < n_pieces)
-    return Status::InvalidArgument(fmt::format("unigram tokenizer: the corpus yields {} pieces, vocab_size {} needs {}",
+    return Status::InvalidArgument(fmt::format("unigram tokenizer: the corpus and the filler yield {} pieces, vocab_size {} needs {}",
                                                pieces.size(), vocab_size, n_pieces));
   pieces.resize(static_cast<size_t>(n_pieces));
   double total = 0.0;
