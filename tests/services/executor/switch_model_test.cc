@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <numeric>
 
 #include "common/model_config.h"
@@ -144,6 +145,19 @@ class SwitchModelTest : public ::testing::Test {
     delete dir_;
     dir_ = nullptr;
   }
+  // Generator::Create's error for a copy of the tiny model whose config.json `edit` changed.
+  static Status CreateWithConfig(const std::function<void(json&)>& edit) {
+    zipmoe::testing::TempDir tmp;
+    std::filesystem::copy(dir_->Sub("hf"), tmp.Sub("m"), std::filesystem::copy_options::recursive);
+    EXPECT_FALSE(std::filesystem::exists(tmp.Sub("m") + "/model.safetensors.index.json"));  // tiny: one file
+    json config = json::parse(zipmoe::testing::ReadAll(tmp.Sub("m") + "/config.json"));
+    edit(config);
+    zipmoe::testing::WriteAll(tmp.Sub("m") + "/config.json", config.dump(2));
+    GeneratorOptions o;
+    o.model_dir = tmp.Sub("m");
+    auto g = Generator::Create(o);
+    return g.ok() ? Status::Ok() : g.status();
+  }
   static std::unique_ptr<Generator> Make(const std::string& dir, std::vector<LayerRouting>* log = nullptr) {
     GeneratorOptions o;
     o.model_dir = dir;
@@ -193,34 +207,18 @@ TEST_F(SwitchModelTest, GenerateDropsOverCapacityAndIsDeterministic) {
 }
 
 TEST_F(SwitchModelTest, MissingTensorIsNamed) {
-  zipmoe::testing::TempDir tmp;
-  std::filesystem::copy(dir_->Sub("hf"), tmp.Sub("m"), std::filesystem::copy_options::recursive);
-  // Point the index at a tensor name that does not exist by renaming the decoder's final norm.
-  const std::string index = tmp.Sub("m") + "/model.safetensors.index.json";
-  ASSERT_FALSE(std::filesystem::exists(index));  // tiny: one file
-  json config = json::parse(zipmoe::testing::ReadAll(tmp.Sub("m") + "/config.json"));
-  config["tie_word_embeddings"] = false;  // lm_head.weight is then required and absent
-  zipmoe::testing::WriteAll(tmp.Sub("m") + "/config.json", config.dump(2));
-  GeneratorOptions o;
-  o.model_dir = tmp.Sub("m");
-  auto g = Generator::Create(o);
-  ASSERT_FALSE(g.ok());
-  EXPECT_EQ(g.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(g.status().message().find("lm_head.weight"), std::string::npos) << g.status().ToString();
+  // Untied: lm_head.weight is then required, and the tiny model's one file lacks it.
+  const Status st = CreateWithConfig([](json& config) { config["tie_word_embeddings"] = false; });
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("lm_head.weight"), std::string::npos) << st.ToString();
 }
 
 TEST_F(SwitchModelTest, UnsupportedActivationIsRejectedAtLoad) {
-  zipmoe::testing::TempDir tmp;
-  std::filesystem::copy(dir_->Sub("hf"), tmp.Sub("m"), std::filesystem::copy_options::recursive);
-  json config = json::parse(zipmoe::testing::ReadAll(tmp.Sub("m") + "/config.json"));
-  config["dense_act_fn"] = "gelu";
-  zipmoe::testing::WriteAll(tmp.Sub("m") + "/config.json", config.dump(2));
-  GeneratorOptions o;
-  o.model_dir = tmp.Sub("m");
-  auto g = Generator::Create(o);
-  ASSERT_FALSE(g.ok());
-  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(g.status().message().find("dense_act_fn"), std::string::npos) << g.status().ToString();
+  const Status st = CreateWithConfig([](json& config) { config["dense_act_fn"] = "gelu"; });
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("dense_act_fn"), std::string::npos) << st.ToString();
 }
 
 }  // namespace
