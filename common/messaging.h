@@ -77,6 +77,7 @@ using ExpertReady = fb::ExpertReadyT;            // scheduler -> executor: one e
 using ExpertsReady = fb::ExpertsReadyT;          // scheduler -> executor: several ExpertReady in one frame
 using LeaseRelease = fb::LeaseReleaseT;          // executor -> scheduler: an expert lease was released
 using LayerEnd = fb::LayerEndT;                  // executor -> scheduler: ExpertProvider::EndLayer (-> Ack)
+using PipeOpen = fb::PipeOpenT;                  // executor -> scheduler: use this shared-memory pipe (-> Ack)
 using Ack = fb::AckT;                            // a reply that carries only a status
 // scheduler <-> cache-manager (services/runtime/cache_backend.h). Every request carries request_id;
 // its reply copies it.
@@ -134,7 +135,7 @@ using Body = std::variant<ReadRequest, ReadCompletion, DecodeRequest, DecodeComp
                           Heartbeat, Disconnect, LayerRequest, ExpertReady, LeaseRelease, LayerEnd, Ack,
                           CacheHello, CacheHelloReply, CacheLookup, CacheLookupReply, CacheAdmit, CacheReply,
                           CacheStatsRequest, CacheStats, ReadCompletions, DecodeRequests, DecodeCompletions,
-                          ExpertsReady>;
+                          ExpertsReady, PipeOpen>;
 
 struct Message {
   uint16_t version = kMessageVersion;  // filled by DecodeMessage; EncodeMessage always writes kMessageVersion

@@ -197,8 +197,17 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
           told_scheduler = true;
           if (signals.Wait(std::chrono::milliseconds(100)) != 0) return Status::Unavailable("stopped while loading");
         }
-        runtime::ServiceLog("executor", fmt::format("connected to the scheduler at {} (arena {})", remote.endpoint,
-                                           remote.arena_name));
+        std::string link = "ZeroMQ";
+        if (config.executor_pipe) {
+          const Status piped = (*provider)->OpenPipe(std::chrono::milliseconds(2000));
+          if (piped.ok()) {
+            link = "a shared-memory pipe";
+          } else {
+            runtime::ServiceLog("executor", "W: the link to the scheduler stays on ZeroMQ: " + piped.ToString());
+          }
+        }
+        runtime::ServiceLog("executor", fmt::format("connected to the scheduler at {} over {} (arena {})",
+                                                    remote.endpoint, link, remote.arena_name));
         // The messages to and from the scheduler pass through ZeroMQ's I/O threads: they run ahead of
         // the compute threads as the pipeline services do (common/thread_priority.h).
         ZM_ASSIGN_OR_RETURN(ThreadPriority want, ParseThreadPriority(config.pipeline_priority, "pipeline_priority"));

@@ -1,7 +1,9 @@
 // ProviderServer (services/runtime/remote_provider.h): the scheduler side of the executor protocol. A
 // ROUTER loop (common/router_server.h) takes LayerRequests, lease releases and LayerEnds; a deliverer
 // thread waits in the provider's NextReady and posts the ready experts back through the loop (those
-// ready together in one ExpertsReady frame).
+// ready together in one ExpertsReady frame). An executor that opened a shared-memory pipe (PipeOpen)
+// is served by a reader thread on that pipe instead, and replies to it are written straight into the
+// pipe by whichever thread posts them (no hop through the loop).
 #include "services/runtime/remote_provider.h"
 
 #include <deque>
@@ -15,6 +17,7 @@
 #include "common/event_fd.h"
 #include "common/mutex.h"
 #include "common/router_server.h"
+#include "common/shm_pipe.h"
 #include "common/thread_name.h"
 #include "common/trace_events.h"
 
@@ -26,6 +29,11 @@ using std::chrono::milliseconds;
 namespace {
 // The ProviderServer's loop waits this long when idle; a posted reply wakes it at once.
 constexpr milliseconds kExecutorPollInterval{500};
+// The pipe reader's longest wait; Interrupt ends it at once.
+constexpr milliseconds kPipePollInterval{500};
+// The peer name of messages that came through a pipe: never a ZeroMQ routing id (those are given by
+// the executor's DEALER: random 5 bytes starting with 0).
+constexpr char kPipePeerPrefix[] = "pipe:";
 }  // namespace
 
 struct ProviderServer::State : msg::RouterServer::Handler {
@@ -55,20 +63,49 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   std::map<int32_t, std::unique_ptr<ExpertLease>> leases ZM_GUARDED_BY(mu);  // by expert id
   std::deque<std::pair<std::string, msg::Body>> outbox ZM_GUARDED_BY(mu);
   ProviderServerStats stats ZM_GUARDED_BY(mu);
+  // The newest executor's pipe and the peer name its messages carry; a reply to an older pipe's peer
+  // is dropped (that executor is gone).
+  std::shared_ptr<msg::ShmPipe> pipe ZM_GUARDED_BY(mu);
+  std::string pipe_peer ZM_GUARDED_BY(mu);
+
+  // The pipe's reader thread and its stop flag: started and stopped by the loop thread (OpenPipe),
+  // and by Stop once the loop has ended.
+  std::thread pipe_reader;
+  std::shared_ptr<std::atomic<bool>> pipe_reader_stop;
+  std::shared_ptr<msg::ShmPipe> pipe_reading;
+  Mutex handle_mu;  // one Handle at a time: the loop's messages and the pipe's
 
   void Log(const std::string& line) const {
     if (config.log) config.log(line);
   }
   void Post(std::string to, msg::Body body) ZM_REQUIRES(mu) {
+    if (to.rfind(kPipePeerPrefix, 0) == 0) {
+      if (pipe == nullptr || to != pipe_peer) return;  // a replaced pipe: its executor is gone
+      if (const Status st = pipe->Send(std::move(body), milliseconds(1000)); !st.ok()) {
+        Log(fmt::format("E: reply to executor: {}", st.ToString()));
+      }
+      return;
+    }
     outbox.emplace_back(std::move(to), std::move(body));
     server->Wake();
   }
+  // PipeOpen (loop thread): attaches the executor's pipe, replaces the previous one and its reader,
+  // and answers with an Ack over ZeroMQ.
+  void OpenPipe(const std::string& from, const msg::PipeOpen& open);
+  void StopPipeReader();
+  void ReadPipe(const std::shared_ptr<msg::ShmPipe>& pipe, const std::shared_ptr<std::atomic<bool>>& stop);
   void Deliver();
   // Posts *ready (one ExpertReady, or an ExpertsReady of several) to the layer's executor; clears it.
   void PostReady(std::vector<msg::ExpertReady>* ready) ZM_REQUIRES(mu);
   // msg::RouterServer::Handler, on the loop thread.
   void OnTick(std::chrono::steady_clock::time_point now) override;
-  void OnMessage(msg::Received& got) override { Handle(got.peer, std::move(got.message.body)); }
+  void OnMessage(msg::Received& got) override {
+    if (const auto* open = std::get_if<msg::PipeOpen>(&got.message.body)) {
+      OpenPipe(got.peer, *open);
+      return;
+    }
+    Handle(got.peer, std::move(got.message.body));
+  }
   void OnBadMessage(const Status& bad) override;
   void OnLoopError(const Status& error) override { Log("E: " + error.ToString()); }
   // Releases and retakes mu (held by the caller's `lock`) while the layer's leases go.
@@ -176,9 +213,64 @@ void ProviderServer::State::ReleaseLocked(int32_t layer, const std::vector<int32
   mu.Lock();
 }
 
+void ProviderServer::State::OpenPipe(const std::string& from, const msg::PipeOpen& open) {
+  Result<std::unique_ptr<msg::ShmPipe>> attached = msg::ShmPipe::Attach(open.name, "scheduler");
+  Status st = attached.status();
+  if (st.ok() && (*attached)->ring_bytes() != open.ring_bytes) {
+    st = Status::InvalidArgument(fmt::format("PipeOpen: {} has rings of {} bytes, the message says {}", open.name,
+                                             (*attached)->ring_bytes(), open.ring_bytes));
+  }
+  if (st.ok()) {
+    StopPipeReader();  // the previous executor's
+    std::shared_ptr<msg::ShmPipe> opened = std::move(attached).value();
+    {
+      MutexLock lock(&mu);
+      pipe = opened;
+      pipe_peer = kPipePeerPrefix + opened->name();
+    }
+    pipe_reading = opened;
+    pipe_reader_stop = std::make_shared<std::atomic<bool>>(false);
+    pipe_reader = std::thread([this, p = opened, stop = pipe_reader_stop] {
+      SetCurrentThreadName("zm-pipe");
+      ReadPipe(p, stop);
+    });
+    Log(fmt::format("executor link on the shared-memory pipe {}", open.name));
+  } else {
+    Log(fmt::format("W: executor pipe refused, the link stays on ZeroMQ: {}", st.ToString()));
+  }
+  msg::Ack ack;
+  msg::SetStatus(&ack, st);
+  MutexLock lock(&mu);
+  Post(from, std::move(ack));
+}
+
+void ProviderServer::State::StopPipeReader() {
+  if (!pipe_reader.joinable()) return;
+  pipe_reader_stop->store(true);
+  pipe_reading->Interrupt();
+  pipe_reader.join();
+  pipe_reading.reset();
+}
+
+void ProviderServer::State::ReadPipe(const std::shared_ptr<msg::ShmPipe>& p,
+                                     const std::shared_ptr<std::atomic<bool>>& stop) {
+  const std::string peer = kPipePeerPrefix + p->name();
+  while (!stop->load()) {
+    Result<msg::Message> got = p->Recv(kPipePollInterval);
+    if (got.ok()) {
+      Handle(peer, std::move(got->body));
+      continue;
+    }
+    if (got.status().code() == StatusCode::kDeadlineExceeded) continue;
+    OnBadMessage(got.status());
+    if (p->broken()) return;  // every later Recv fails the same way; the executor times out
+  }
+}
+
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
   const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(body); },
                                trace::Activity::kHandleMessage);
+  MutexLock handle_lock(&handle_mu);
   MutexLock lock(&mu);
   if (auto* request = std::get_if<msg::LayerRequest>(&body); request != nullptr && request->prefetch) {
     // A prediction for a later layer of the same executor: the open layer stays open.
@@ -289,6 +381,7 @@ void ProviderServer::Stop() {
   held.clear();
   s_->cv.NotifyAll();
   s_->server->Stop();
+  s_->StopPipeReader();  // the loop, which also starts readers, has ended
   // The deliverer may sit in NextReady until the provider's engines stop (the provider's owner does that).
   if (s_->deliver_thread.joinable()) s_->deliver_thread.join();
   {

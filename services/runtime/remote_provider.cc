@@ -1,5 +1,8 @@
 #include "services/runtime/remote_provider.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <utility>
@@ -61,12 +64,70 @@ Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(cons
 
 messaging::ChannelStats RemoteExpertProvider::channel_stats() const {
   MutexLock lock(&mu_);
-  return channel_.stats();
+  msg::ChannelStats st = channel_.stats();
+  if (pipe_ != nullptr) {
+    const msg::ChannelStats p = pipe_->stats();
+    st.sent += p.sent;
+    st.received += p.received;
+    st.bad_messages += p.bad_messages;
+  }
+  return st;
 }
 
-uint64_t RemoteExpertProvider::bad_messages() const {
+uint64_t RemoteExpertProvider::bad_messages() const { return channel_stats().bad_messages; }
+
+bool RemoteExpertProvider::on_pipe() const {
   MutexLock lock(&mu_);
-  return channel_.stats().bad_messages;
+  return pipe_ != nullptr;
+}
+
+Status RemoteExpertProvider::SendLocked(msg::Body body) {
+  if (pipe_ != nullptr) return pipe_->Send(std::move(body), config_.timeout);
+  return channel_.Send(std::move(body), config_.timeout);
+}
+
+Result<msg::Body> RemoteExpertProvider::RecvLocked(milliseconds timeout) const {
+  if (pipe_ != nullptr) {
+    ZM_ASSIGN_OR_RETURN(msg::Message got, pipe_->Recv(timeout));
+    return std::move(got.body);
+  }
+  ZM_ASSIGN_OR_RETURN(msg::Received got, channel_.Recv(timeout));
+  return std::move(got.message.body);
+}
+
+Status RemoteExpertProvider::OpenPipe(milliseconds wait) {
+  static constexpr char kPrefix[] = "/zipmoe-pipe-";
+  static std::atomic<int> counter{0};
+  if (unacked_ends_ > 0 || delivered_ < expected_) {
+    return Status::InvalidArgument("OpenPipe: a layer is open; open the pipe before the first layer");
+  }
+  {
+    MutexLock lock(&mu_);
+    if (pipe_ != nullptr) return Status::InvalidArgument("OpenPipe: the pipe " + pipe_->name() + " is already open");
+  }
+  ShmRegion::ReclaimStaleAndLog(kPrefix, "executor");  // pipes of executors that died
+  const std::string name = fmt::format("{}{}-{}", kPrefix, static_cast<long>(::getpid()), counter++);
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::ShmPipe> pipe,
+                      msg::ShmPipe::Create(name, msg::ShmPipe::kDefaultRingBytes, "executor"));
+  msg::PipeOpen open;
+  open.name = name;
+  open.ring_bytes = pipe->ring_bytes();
+  const auto deadline = Clock::now() + wait;
+  MutexLock lock(&mu_);
+  ZM_RETURN_IF_ERROR(channel_.Send(std::move(open), wait));
+  while (Clock::now() < deadline) {
+    Result<msg::Received> got = channel_.Recv(milliseconds(5));
+    if (!got.ok()) continue;
+    const auto* ack = std::get_if<msg::Ack>(&got->message.body);
+    if (ack == nullptr) continue;  // a late heartbeat answer
+    if (const Status st = msg::StatusOf(*ack); !st.ok()) {
+      return st.WithContext(fmt::format("the scheduler at {} refused the pipe {}", config_.endpoint, name));
+    }
+    pipe_ = std::move(pipe);
+    return Status::Ok();
+  }
+  return Status::Unavailable(fmt::format("scheduler at {} did not answer PipeOpen within {} ms", config_.endpoint,
+                                         wait.count()));
 }
 
 Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
@@ -79,11 +140,12 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
         inbox_.pop_front();
         return body;
       }
-      Result<msg::Received> got = channel_.Recv(milliseconds(5));
+      Result<msg::Body> got = RecvLocked(milliseconds(5));
       if (got.ok()) {
-        InboxLocked(std::move(got->message.body));
+        InboxLocked(std::move(got).value());
         continue;  // taken from the inbox above
       }
+      if (pipe_ != nullptr && pipe_->broken()) return got.status();  // nothing more will come through it
       if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
     }
     if (Clock::now() > deadline) {
@@ -104,14 +166,15 @@ bool RemoteExpertProvider::NextIsReady() const {
     if (ready_here(body)) return true;
   }
   for (;;) {  // what has arrived, without waiting
-    Result<msg::Received> got = channel_.Recv(milliseconds(0));
+    Result<msg::Body> got = RecvLocked(milliseconds(0));
     if (!got.ok()) {
       const StatusCode code = got.status().code();
-      if (code == StatusCode::kCorruption || code == StatusCode::kInvalidArgument) continue;  // a bad frame: dropped
-      return false;  // nothing more now (or a broken socket, which NextReady reports)
+      const bool broken = pipe_ != nullptr && pipe_->broken();
+      if (!broken && (code == StatusCode::kCorruption || code == StatusCode::kInvalidArgument)) continue;  // dropped
+      return false;  // nothing more now (or a broken link, which NextReady reports)
     }
     const size_t before = inbox_.size();
-    InboxLocked(std::move(got->message.body));
+    InboxLocked(std::move(got).value());
     for (size_t i = before; i < inbox_.size(); ++i) {
       if (ready_here(inbox_[i])) return true;
     }
@@ -161,12 +224,12 @@ Status RemoteExpertProvider::Ping(milliseconds wait) {
   MutexLock lock(&mu_);
   for (const msg::Body& body : inbox_) (void)AbsorbAck(body);  // the rest is stale here, as below
   inbox_.clear();
-  ZM_RETURN_IF_ERROR(channel_.Send(msg::MakeHeartbeat(0, 0), wait));
+  ZM_RETURN_IF_ERROR(SendLocked(msg::MakeHeartbeat(0, 0)));
   while (Clock::now() < deadline) {
-    Result<msg::Received> got = channel_.Recv(milliseconds(5));
+    Result<msg::Body> got = RecvLocked(milliseconds(5));
     if (!got.ok()) continue;
-    if (std::holds_alternative<msg::Heartbeat>(got->message.body)) return Status::Ok();
-    (void)AbsorbAck(got->message.body);
+    if (std::holds_alternative<msg::Heartbeat>(*got)) return Status::Ok();
+    (void)AbsorbAck(*got);
   }
   return Status::Unavailable(fmt::format("scheduler at {} did not answer within {} ms", config_.endpoint,
                                          wait.count()));
@@ -175,7 +238,7 @@ Status RemoteExpertProvider::Ping(milliseconds wait) {
 void RemoteExpertProvider::Prefetch(const LayerRouting& predicted) {
   if (config_.prefetch == PrefetchMode::kNone) return;
   MutexLock lock(&mu_);
-  (void)channel_.Send(LayerRequestToWire(predicted, /*prefetch=*/true), config_.timeout);
+  (void)SendLocked(LayerRequestToWire(predicted, /*prefetch=*/true));
 }
 
 Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
@@ -191,7 +254,7 @@ Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
   {
     MutexLock lock(&mu_);
     FlushReleasesLocked();  // leases that outlived their layer (an error path): the server drops them
-    ZM_RETURN_IF_ERROR(channel_.Send(LayerRequestToWire(routing, /*prefetch=*/false), config_.timeout));
+    ZM_RETURN_IF_ERROR(SendLocked(LayerRequestToWire(routing, /*prefetch=*/false)));
   }
   layer_id_ = routing.layer_id;
   expected_ = routing.expert_ids.size();
@@ -240,7 +303,7 @@ void RemoteExpertProvider::FlushReleasesLocked() {
   release.layer_id = released_layer_;
   release.expert_ids = std::move(released_);
   released_.clear();
-  (void)channel_.Send(std::move(release), config_.timeout);
+  (void)SendLocked(std::move(release));
 }
 
 Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
@@ -252,7 +315,7 @@ Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
     end.layer_id = layer_id;
     end.released_expert_ids = std::move(released_);  // the last group's releases ride along
     released_.clear();
-    ZM_RETURN_IF_ERROR(channel_.Send(std::move(end), config_.timeout));
+    ZM_RETURN_IF_ERROR(SendLocked(std::move(end)));
   }
   ++unacked_ends_;
   return TakeDeferred();

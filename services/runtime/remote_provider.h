@@ -13,6 +13,12 @@
 //               <-- Ack --                 read by the executor's next receive
 //   Prefetch    -- LayerRequest{prefetch} -->  Prefetch (no answer)
 //
+// Transport. Connect opens a ZeroMQ DEALER; OpenPipe then moves the link onto a shared-memory pipe
+// (common/shm_pipe.h) the executor creates and the scheduler attaches (PipeOpen, answered by an Ack
+// over ZeroMQ). Every message above then goes through the pipe: no ZeroMQ I/O thread on either side,
+// and the scheduler's deliverer writes ExpertReady straight into it (issue 20). The server answers
+// each message on the link it came from, so a scheduler that refuses the pipe keeps ZeroMQ.
+//
 // EndLayer is pipelined: it sends LayerEnd and returns without the round trip (issue 20: the
 // LayerEnd / Ack wait cost ~0.13 ms per layer, 3 ms of a 23 ms decode step on 2 cores). The
 // scheduler handles one peer's messages in order, so the next LayerRequest still finds the layer
@@ -37,6 +43,7 @@
 #include "common/expert_provider.h"
 #include "common/messaging_channel.h"
 #include "common/mutex.h"
+#include "common/shm_pipe.h"
 #include "common/shm_region.h"
 #include "common/status.h"
 #include "kernels/host_registration.h"
@@ -67,6 +74,15 @@ class RemoteExpertProvider : public ExpertProvider {
   // scheduler is ready to serve layers (a ZeroMQ connect alone succeeds with nobody listening).
   // Errors: kUnavailable (no answer within `wait`, naming the endpoint).
   Status Ping(std::chrono::milliseconds wait);
+  // Moves the link onto a shared-memory pipe: creates it (POSIX shm "/zipmoe-pipe-<pid>-<n>", swept
+  // by the next executor if this process dies), sends PipeOpen and waits up to `wait` for the
+  // scheduler's Ack. Call after Ping answered and before the first layer. On an error the link
+  // stays on ZeroMQ and works as before. Errors: kInvalidArgument (a layer is open, or a pipe is
+  // already open), ShmPipe::Create's, the scheduler's refusal (e.g. kNotFound: it cannot see this
+  // host's /dev/shm), kUnavailable (no answer within `wait`: an older scheduler ignores PipeOpen).
+  Status OpenPipe(std::chrono::milliseconds wait);
+  // Whether the link runs over a shared-memory pipe (OpenPipe succeeded).
+  bool on_pipe() const;
   // Whether the arena is registered with CUDA (register_with_cuda and it worked).
   bool cuda_registered() const { return registration_.has_value(); }
   Status BeginLayer(const LayerRouting& routing) override;
@@ -87,13 +103,16 @@ class RemoteExpertProvider : public ExpertProvider {
   // send that fails is dropped (a prediction is a hint).
   void Prefetch(const LayerRouting& predicted) override;
   uint64_t bad_messages() const;
-  messaging::ChannelStats channel_stats() const;  // messages to / from the scheduler
+  messaging::ChannelStats channel_stats() const;  // messages to / from the scheduler (ZeroMQ + pipe)
 
  private:
   class Lease;
   RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena,
                        std::unique_ptr<zmq::context_t> context, messaging::Channel channel);
   Result<messaging::Body> Receive(const char* what);  // next message (mu_ taken per slice)
+  // One message over the link in use (the pipe once open, else the channel).
+  Status SendLocked(messaging::Body body) ZM_REQUIRES(mu_);
+  Result<messaging::Body> RecvLocked(std::chrono::milliseconds timeout) const ZM_REQUIRES(mu_);
   // Appends a received message to inbox_; an ExpertsReady as its items, one ExpertReady each.
   void InboxLocked(messaging::Body body) const ZM_REQUIRES(mu_);
   // A lease's release is buffered; the buffer goes out as one LeaseRelease at the next NextReady
@@ -112,6 +131,7 @@ class RemoteExpertProvider : public ExpertProvider {
   mutable Mutex mu_;        // guards channel_ and inbox_
   // mutable: NextIsReady() (const) moves the messages that already arrived into inbox_.
   mutable messaging::Channel channel_ ZM_GUARDED_BY(mu_);
+  std::unique_ptr<messaging::ShmPipe> pipe_ ZM_GUARDED_BY(mu_);  // the link once OpenPipe succeeded
   mutable std::deque<messaging::Body> inbox_ ZM_GUARDED_BY(mu_);  // received, not yet read by Receive
   std::vector<int32_t> released_ ZM_GUARDED_BY(mu_);  // experts whose leases were released, not yet sent
   int32_t released_layer_ ZM_GUARDED_BY(mu_) = -1;

@@ -253,6 +253,11 @@ inline std::vector<Body> AllBodies() {
   bodies.emplace_back(std::move(decoded_batch));
   bodies.emplace_back(std::move(experts_batch));
   bodies.emplace_back(ExpertsReady());
+  PipeOpen pipe;
+  pipe.name = "/zipmoe-pipe-4242-0";
+  pipe.ring_bytes = 1u << 20;
+  bodies.emplace_back(pipe);
+  bodies.emplace_back(PipeOpen());
   return bodies;
 }
 

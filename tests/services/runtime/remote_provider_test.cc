@@ -1,7 +1,9 @@
 // The executor <-> scheduler link (remote_provider.h): a RemoteExpertProvider talking to a
-// ProviderServer over ipc:// in this process. Ping answers only once the server runs (what the
-// executor waits for before it reports ready), a layer round trip delivers the server's bytes in
-// the shared arena, and a server that never starts gives kUnavailable naming the endpoint.
+// ProviderServer over ipc:// in this process, each test once over ZeroMQ and once over the
+// shared-memory pipe (OpenPipe). Ping answers only once the server runs (what the executor waits for
+// before it reports ready), a layer round trip delivers the server's bytes in the shared arena, and a
+// server that never starts gives kUnavailable naming the endpoint. A new executor's pipe replaces the
+// old one (whose open layer is aborted); a pipe the scheduler cannot attach is refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -93,8 +95,9 @@ class ArenaProvider : public ExpertProvider {
 };
 
 // An arena, an executor's RemoteExpertProvider connected to an ipc:// endpoint, and (StartServer)
-// a ProviderServer there over an ArenaProvider.
-class RemoteProviderTest : public ::testing::Test {
+// a ProviderServer there over an ArenaProvider. The parameter: whether Link() moves the link onto a
+// shared-memory pipe.
+class RemoteProviderTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     Result<ShmRegion> arena = ShmRegion::Create(fmt::format("/zipmoe-test-remote-{}", static_cast<long>(::getpid())),
@@ -117,6 +120,16 @@ class RemoteProviderTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
   }
+  // What the executor service does once the scheduler serves: Ping, then (parameter) OpenPipe.
+  static void Link(RemoteExpertProvider* remote) {
+    ASSERT_TRUE(remote->Ping(milliseconds(5000)).ok());
+    if (GetParam()) {
+      const Status piped = remote->OpenPipe(milliseconds(5000));
+      ASSERT_TRUE(piped.ok()) << piped.ToString();
+    }
+    EXPECT_EQ(remote->on_pipe(), GetParam());
+  }
+  void Link() { Link(remote_.get()); }
 
   TempDir tmp_;
   std::optional<ShmRegion> arena_;
@@ -127,7 +140,7 @@ class RemoteProviderTest : public ::testing::Test {
   std::unique_ptr<ProviderServer> server_;
 };
 
-TEST_F(RemoteProviderTest, PingAnswersOnlyOnceTheSchedulerServes) {
+TEST_P(RemoteProviderTest, PingAnswersOnlyOnceTheSchedulerServes) {
   const Status early = remote_->Ping(milliseconds(300));
   EXPECT_EQ(early.code(), StatusCode::kUnavailable) << early.ToString();
   EXPECT_NE(early.ToString().find(config_.endpoint), std::string::npos) << early.ToString();
@@ -135,6 +148,8 @@ TEST_F(RemoteProviderTest, PingAnswersOnlyOnceTheSchedulerServes) {
   ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
   EXPECT_TRUE(remote_->Ping(milliseconds(5000)).ok());
   EXPECT_TRUE(remote_->Ping(milliseconds(5000)).ok()) << "a second ping is answered too";
+  ASSERT_NO_FATAL_FAILURE(Link());
+  EXPECT_TRUE(remote_->Ping(milliseconds(5000)).ok()) << "a ping over the link in use";
 
   // The stale ping answers do not disturb a layer: the executor sees the server's bytes.
   ASSERT_TRUE(remote_->BeginLayer(LayerRouting(2, {0, 2}, {1, 1})).ok());
@@ -161,9 +176,9 @@ TEST_F(RemoteProviderTest, PingAnswersOnlyOnceTheSchedulerServes) {
 
 // An unrecovered expert (fused recovery on a CPU executor) crosses as its E/SM plane offsets: the
 // executor's view has planes, not BF16, at the scheduler's bytes.
-TEST_F(RemoteProviderTest, UnrecoveredExpertsCrossAsTheirPlanes) {
+TEST_P(RemoteProviderTest, UnrecoveredExpertsCrossAsTheirPlanes) {
   ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/true));
-  ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  ASSERT_NO_FATAL_FAILURE(Link());
   ASSERT_TRUE(remote_->BeginLayer(LayerRouting(1, {1}, {2})).ok());
   Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
@@ -187,9 +202,9 @@ TEST_F(RemoteProviderTest, UnrecoveredExpertsCrossAsTheirPlanes) {
 // EndLayer is pipelined: it returns before the scheduler answers, the next layer's request follows
 // at once and still finds the layer ended (one peer's messages are handled in order). A LayerEnd the
 // scheduler refuses comes back as an error of the next call that reads from it.
-TEST_F(RemoteProviderTest, EndLayerDoesNotWaitAndARefusalSurfacesAtTheNextCall) {
+TEST_P(RemoteProviderTest, EndLayerDoesNotWaitAndARefusalSurfacesAtTheNextCall) {
   ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
-  ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  ASSERT_NO_FATAL_FAILURE(Link());
   for (int32_t layer = 0; layer < 3; ++layer) {  // back to back: no Ack waited for in between
     ASSERT_TRUE(remote_->BeginLayer(LayerRouting(layer, {1}, {1})).ok());
     Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
@@ -230,9 +245,9 @@ TEST_F(RemoteProviderTest, EndLayerDoesNotWaitAndARefusalSurfacesAtTheNextCall) 
 // Experts that arrived together are ready at once: NextIsReady() takes what is waiting on the socket
 // into an inbox (never blocking) and NextReady() reads the inbox first, in arrival order, so an Ack
 // that came before an ExpertReady is still taken in before it.
-TEST_F(RemoteProviderTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArrivalOrder) {
+TEST_P(RemoteProviderTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArrivalOrder) {
   ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
-  ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  ASSERT_NO_FATAL_FAILURE(Link());
   const auto wait_ready = [&] {  // the scheduler's next ExpertReady arrives within a moment
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (!remote_->NextIsReady()) {
@@ -283,9 +298,9 @@ TEST_F(RemoteProviderTest, ExpertsThatArrivedTogetherAreReadyAtOnceInArrivalOrde
 
 // Experts the provider has ready together (NextIsReady) cross in one ExpertsReady frame (message
 // version 4) and come out of NextReady one by one, in order, with their bytes.
-TEST_F(RemoteProviderTest, ExpertsReadyTogetherCrossInOneFrame) {
+TEST_P(RemoteProviderTest, ExpertsReadyTogetherCrossInOneFrame) {
   ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false, /*ready_together=*/true));
-  ASSERT_TRUE(remote_->Ping(milliseconds(5000)).ok());
+  ASSERT_NO_FATAL_FAILURE(Link());
   const uint64_t frames_before = remote_->channel_stats().received;
   ASSERT_TRUE(remote_->BeginLayer(LayerRouting(7, {0, 1, 2}, {1, 1, 1})).ok());
   std::vector<std::unique_ptr<ExpertLease>> held;
@@ -303,6 +318,78 @@ TEST_F(RemoteProviderTest, ExpertsReadyTogetherCrossInOneFrame) {
   ASSERT_TRUE(remote_->Flush().ok());
   EXPECT_EQ(provider_->ended(7), 1);
   server_->Stop();
+}
+
+// A second executor connects while the first holds a lease of an open layer: its pipe replaces the
+// first one, its first LayerRequest aborts the old layer (its leases released, the layer ended), and
+// it is served; replies to the old executor are dropped.
+TEST_P(RemoteProviderTest, ANewExecutorReplacesTheOldOneAndItsOpenLayer) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
+  ASSERT_NO_FATAL_FAILURE(Link());
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(3, {0, 1}, {1, 1})).ok());
+  Result<std::unique_ptr<ExpertLease>> held = remote_->NextReady();
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+
+  Result<std::unique_ptr<RemoteExpertProvider>> second = RemoteExpertProvider::Connect(config_);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(Link(second->get()));
+  ASSERT_TRUE((*second)->BeginLayer(LayerRouting(9, {2}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = (*second)->NextReady();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ((*lease)->weights().layer_id, 9);
+  EXPECT_EQ(std::memcmp((*lease)->weights().up, arena_->data() + (3 * 2 + 1) * kMatrixBytes, kMatrixBytes), 0);
+  lease->reset();
+  ASSERT_TRUE((*second)->EndLayer(9).ok());
+  ASSERT_TRUE((*second)->Flush().ok());
+  EXPECT_EQ(provider_->ended(3), 1) << "the old executor's layer was ended";
+  EXPECT_EQ(provider_->ended(9), 1);
+  EXPECT_EQ(server_->stats().aborted_layers, 1u);
+  held->reset();  // the old executor's release is stale now: ignored
+  server_->Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Link, RemoteProviderTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Pipe" : "ZeroMQ"; });
+
+// A PipeOpen naming a region the scheduler cannot attach is refused with an Ack that names it; the
+// link stays on ZeroMQ and keeps working.
+TEST(RemotePipeTest, APipeTheSchedulerCannotAttachIsRefusedByName) {
+  TempDir tmp;
+  Result<ShmRegion> arena = ShmRegion::Create(fmt::format("/zipmoe-test-remote-pipe-{}", static_cast<long>(::getpid())),
+                                              1 << 16);
+  ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+  ArenaProvider provider(arena->data());
+  zmq::context_t context(1);
+  ProviderServerConfig server_config;
+  server_config.endpoint = "ipc://" + tmp.path() + "/scheduler.sock";
+  Result<std::unique_ptr<ProviderServer>> server =
+      ProviderServer::Start(context, server_config, &provider, arena->data(), arena->size_bytes());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+
+  messaging::ChannelOptions options;
+  options.kind = messaging::SocketKind::kDealer;
+  options.endpoint = server_config.endpoint;
+  Result<messaging::Channel> raw = messaging::Channel::Open(context, options);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  messaging::PipeOpen open;
+  open.name = fmt::format("/zipmoe-test-no-such-pipe-{}", static_cast<long>(::getpid()));
+  open.ring_bytes = 4096;
+  ASSERT_TRUE(raw->Send(open, milliseconds(5000)).ok());
+  Result<messaging::Received> answer = raw->Recv(milliseconds(5000));
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  const auto* ack = std::get_if<messaging::Ack>(&answer->message.body);
+  ASSERT_NE(ack, nullptr);
+  const Status refused = messaging::StatusOf(*ack);
+  EXPECT_EQ(refused.code(), StatusCode::kNotFound) << refused.ToString();
+  EXPECT_NE(refused.ToString().find(open.name), std::string::npos) << refused.ToString();
+
+  ASSERT_TRUE(raw->Send(LayerRequestToWire(LayerRouting(1, {2}, {1}), false), milliseconds(5000)).ok());
+  Result<messaging::Received> ready = raw->Recv(milliseconds(5000));
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString();
+  const auto* expert = std::get_if<messaging::ExpertReady>(&ready->message.body);
+  ASSERT_NE(expert, nullptr) << messaging::BodyName(ready->message.body);
+  EXPECT_EQ(expert->expert_id, 2);
+  (*server)->Stop();
 }
 
 }  // namespace
