@@ -23,30 +23,49 @@ class ServingSections:
                "arena), instead of being multiplied straight from its E/SM planes; it tells how much of up's gap is "
                "that recovery rather than the processes and messages. Target (issue 20): up / serve TPOT ≤ 1.05 at "
                "concurrency 1, ≤ 1.10 at 4.", "")
+        rounds = h.get("rounds", 1)
+        if rounds > 1:
+            self.p(f"The modes ran in turn {rounds} times (serve, serve-separate-recovery, up, then again), each time on "
+                   "a fresh server; each cell is the median over the rounds (per-round values in brackets), so a slow "
+                   "spell of the machine does not land on one mode only.", "")
         self.p("| concurrency | mode | TPOT p50 s | TTFT p50 s | tokens/s | / serve TPOT | target | met? | "
                "same text as serve |", "|---|---|---|---|---|---|---|---|---|")
-        by = {(r.get("mode"), r.get("concurrency")): r for r in h["rows"] if r.get("ok")}
+
+        def median(xs):
+            xs = sorted(x for x in xs if x is not None)
+            return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
+
+        def cell(rs, key, digits=3):
+            vals = [((r["summary"].get(key) or {}).get("p50") if key != "output_tokens_per_s"
+                     else r["summary"].get(key)) for r in rs]
+            med = median(vals)
+            if len(rs) < 2:
+                return med, f3(med, digits)
+            return med, f"{f3(med, digits)} ({', '.join(f3(v, digits) for v in vals)})"
+        by = {}
+        for r in h["rows"]:
+            if r.get("ok"):
+                by.setdefault((r.get("mode"), r.get("concurrency")), []).append(r)
         for c in sorted({r.get("concurrency") for r in h["rows"] if r.get("concurrency")}):
+            base, _ = cell(by.get(("serve", c), []), "tpot_s") if by.get(("serve", c)) else (None, "")
             for mode in ("serve", "serve-separate-recovery", "up"):
-                r = by.get((mode, c))
-                if not r:
+                rs = by.get((mode, c))
+                if not rs:
                     self.p(f"| {c} | {mode} | failed | | | | | | |")
                     continue
-                s = r["summary"]
-                tp = (s.get("tpot_s") or {}).get("p50")
-                tt = (s.get("ttft_s") or {}).get("p50")
+                tp, tp_text = cell(rs, "tpot_s")
+                _, tt_text = cell(rs, "ttft_s", 2)
+                _, tps_text = cell(rs, "output_tokens_per_s", 2)
                 ratio, target, met = "", "", ""
-                base = by.get(("serve", c))
-                if mode != "serve" and base and tp and (base["summary"].get("tpot_s") or {}).get("p50"):
-                    x = tp / base["summary"]["tpot_s"]["p50"]
+                if mode != "serve" and base and tp:
+                    x = tp / base
                     ratio = f"{x:.2f}"
                     if mode == "up":
                         target = 1.05 if c == 1 else 1.10
                         met = "yes" if x <= target else "**no**"
                         target = f"≤ {target}"
-                same = "–" if mode == "serve" else ("yes" if r.get("same_text_as_serve") else "**NO**")
-                self.p(f"| {c} | {mode} | {f3(tp)} | {f3(tt, 2)} | {f3(s.get('output_tokens_per_s'), 2)} | {ratio} | "
-                       f"{target} | {met} | {same} |")
+                same = "–" if mode == "serve" else ("yes" if all(r.get("same_text_as_serve") for r in rs) else "**NO**")
+                self.p(f"| {c} | {mode} | {tp_text} | {tt_text} | {tps_text} | {ratio} | {target} | {met} | {same} |")
         for r in h["rows"]:
             if not r.get("ok") and r.get("error"):
                 self.p("", f"{r.get('mode')}: failed: `{r['error'][:300]}`")

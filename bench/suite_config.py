@@ -54,6 +54,9 @@ MODES = {
                          "systems": ["zipmoe", "lru", "fifo", "marking", "dali", "coserve"]},
               "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 8, "max_tokens": 8,
                        "max_prompt_chars": 400},
+              # (h): the (l) requests with more tokens each, serve and up interleaved `rounds` times (one
+              # 8 x 8-token sample per mode moved the up/serve ratio by +-0.1 from run to run)
+              "h": {"rounds": 2, "max_tokens": 16},
               "peer": PEER_QUICK,
               "residual_prompts": 16,
               "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+residual", "dali+residual"],
@@ -73,6 +76,7 @@ MODES = {
                                     "zipmoe-noplan"]},
              "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 16, "max_tokens": 32,
                       "max_prompt_chars": 1000},
+             "h": {"rounds": 3, "max_tokens": 32},
              "peer": PEER_FULL,
              "residual_prompts": 64,
              "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+top-score", "lru+residual",

@@ -128,10 +128,10 @@ class ServingExperiments:
         self.save(f"q_request_grouping_{m['arch']}", {"budget_pct": qc["budget"], "config": qc,
                                                       "prompt_offset": LOAD_INDEX, "rows": rows})
 
-    def load_run(self, url, tag, concurrency, reference=None, warmup=True):
-        """bench/load.py against `url` (closed loop, the (l) requests of this mode); one warm-up request first
-        when `warmup`. Returns (rc, summary, output path)."""
-        lc = self.cfg["load"]
+    def load_run(self, url, tag, concurrency, reference=None, warmup=True, lc=None):
+        """bench/load.py against `url` (closed loop, the (l) requests of this mode, or `lc`); one warm-up request
+        first when `warmup`. Returns (rc, summary, output path)."""
+        lc = lc or self.cfg["load"]
         load_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "load.py")
         common = [sys.executable, load_py, "--url", url, "--prompts", PROMPTS_FILE, "--max-tokens",
                   str(lc["max_tokens"]), "--max-prompt-chars", str(lc["max_prompt_chars"]), "--ignore-eos",
@@ -154,9 +154,12 @@ class ServingExperiments:
         """(h) `zipmoe serve` (embedded: every service a thread of one process) vs `zipmoe up` (one process per
         service, ZeroMQ + the shared arena), measured the same way (issue 20): both warm (one warm-up request
         first), both through bench/load.py with the (l) requests, closed loop at each concurrency of (l), the
-        same 50 % budget and memory cap, one fresh server each; up's completions must equal serve's."""
+        same 50 % budget and memory cap, one fresh server each; up's completions must equal serve's. The modes
+        run in turn `rounds` times (serve, ..., up, serve, ..., up), so a slow spell of the machine hits both."""
         os.makedirs(os.path.join(self.out, "runs"), exist_ok=True)
-        lc = self.cfg["load"]
+        hc = self.cfg.get("h", {})
+        lc = dict(self.cfg["load"], max_tokens=hc.get("max_tokens", self.cfg["load"]["max_tokens"]))
+        rounds = hc.get("rounds", 1)
         budget = m["expert_bytes"] * 50 // 100
         cap = self.cap_bytes(m, 50)
         plan = ["--set", f"plan_trace={m['trace']}"] if m.get("trace") else []
@@ -178,29 +181,32 @@ class ServingExperiments:
                      for x in ("--set", f"metrics.port.{svc}=0")],
         }
         rows, first = [], {}
-        for mode, args in modes.items():
-            try:
-                with self.server(args, f"h-{mode}.log", cap) as url:
-                    for c in lc["concurrency"]:
-                        rc, summ, out = self.load_run(url, f"h-{mode}", c, reference=first.get(c), warmup=(c == lc["concurrency"][0]))
-                        row = {"mode": mode, "concurrency": c, "ok": rc == 0, "summary": summ,
-                               "peak_bytes": self.cap.peak_bytes(), "cap_bytes": cap}
-                        if c in first:
-                            row["same_text_as_serve"] = rc == 0
-                            if rc != 0:
-                                self.failures.append(f"h-{mode}-c{c}")
-                        first.setdefault(c, out)
-                        rows.append(row)
-                        tpot = (summ.get("tpot_s") or {}).get("p50")
-                        bl.log(f"h: {mode} concurrency {c}: rc {rc}, TPOT p50 {tpot}")
-            except RuntimeError as e:
-                bl.warn(f"h: {mode}: {e}")
-                rows.append({"mode": mode, "ok": False, "error": str(e)[:500]})
+        for rnd in range(rounds):
+            for mode, args in modes.items():
+                tag = f"h-{mode}" if rnd == 0 else f"h-{mode}-r{rnd}"
+                try:
+                    with self.server(args, f"{tag}.log", cap) as url:
+                        for c in lc["concurrency"]:
+                            rc, summ, out = self.load_run(url, tag, c, reference=first.get(c),
+                                                          warmup=(c == lc["concurrency"][0]), lc=lc)
+                            row = {"mode": mode, "round": rnd, "concurrency": c, "ok": rc == 0, "summary": summ,
+                                   "peak_bytes": self.cap.peak_bytes(), "cap_bytes": cap}
+                            if c in first:
+                                row["same_text_as_serve"] = rc == 0
+                                if rc != 0:
+                                    self.failures.append(f"{tag}-c{c}")
+                            first.setdefault(c, out)
+                            rows.append(row)
+                            tpot = (summ.get("tpot_s") or {}).get("p50")
+                            bl.log(f"h: round {rnd} {mode} concurrency {c}: rc {rc}, TPOT p50 {tpot}")
+                except RuntimeError as e:
+                    bl.warn(f"h: {mode}: {e}")
+                    rows.append({"mode": mode, "round": rnd, "ok": False, "error": str(e)[:500]})
         n_proc = None
         with contextlib.suppress(OSError):
             m2 = re.search(r"(\d+) processes", open(os.path.join(self.logs, "h-up.log")).read())
             n_proc = int(m2.group(1)) if m2 else None
-        self.save(f"h_embedded_vs_up_{m['arch']}", {"budget_pct": 50, "config": lc, "prompt_offset": LOAD_INDEX,
-                                                    "processes": n_proc, "rows": rows})
+        self.save(f"h_embedded_vs_up_{m['arch']}", {"budget_pct": 50, "config": lc, "rounds": rounds,
+                                                    "prompt_offset": LOAD_INDEX, "processes": n_proc, "rows": rows})
 
     # ---------------------------------------------------------------- (m) llama.cpp peer

@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <iterator>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -15,6 +18,10 @@ namespace zipmoe::messaging {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+namespace {
+size_t ItemsIn(const Body& frame);
+}  // namespace
 
 Result<std::unique_ptr<PullWorker>> PullWorker::Create(zmq::context_t& context, PullWorkerConfig config) {
   if (config.endpoint.empty()) return Status::InvalidArgument("pull worker: no scheduler endpoint");
@@ -37,20 +44,48 @@ void PullWorker::Log(const std::string& line) const {
 }
 
 void PullWorker::Post(Body completion) {
-  {
-    MutexLock lock(&mu_);
-    outbox_.push_back(std::move(completion));
-  }
-  wake_.Notify();
+  std::vector<Body> one;
+  one.push_back(std::move(completion));
+  PostAll(std::move(one));
 }
 
 void PullWorker::PostAll(std::vector<Body> completions) {
   if (completions.empty()) return;
+  std::shared_ptr<ShmPipe> pipe;
   {
     MutexLock lock(&mu_);
-    for (Body& body : completions) outbox_.push_back(std::move(body));
+    pipe = pipe_;
+    if (pipe == nullptr) {
+      for (Body& body : completions) outbox_.push_back(std::move(body));
+    }
   }
-  wake_.Notify();
+  if (pipe == nullptr) {
+    wake_.Notify();
+    return;
+  }
+  SendThroughPipe(*pipe, std::deque<Body>(std::make_move_iterator(completions.begin()),
+                                          std::make_move_iterator(completions.end())));
+}
+
+void PullWorker::SendThroughPipe(ShmPipe& pipe, std::deque<Body> bodies) {
+  for (Body& frame : BatchCompletions(std::move(bodies))) {
+    const size_t items = ItemsIn(frame);
+    const bool completion = std::holds_alternative<ReadCompletion>(frame) ||
+                            std::holds_alternative<ReadCompletions>(frame) ||
+                            std::holds_alternative<DecodeCompletion>(frame) ||
+                            std::holds_alternative<DecodeCompletions>(frame);
+    if (Status st = pipe.Send(std::move(frame), milliseconds(1000)); !st.ok()) {
+      Log(fmt::format("send to {} through {}: {}", config_.endpoint, pipe.name(), st.ToString()));
+      continue;
+    }
+    MutexLock lock(&mu_);
+    last_sent_ = Clock::now();
+    ++stats_.pipe_frames;
+    if (completion) {
+      stats_.completions += items;
+      ++stats_.frames;
+    }
+  }
 }
 
 namespace {
@@ -104,6 +139,12 @@ std::vector<Body> BatchCompletions(std::deque<Body> bodies) {
 void PullWorker::RequestStop() {
   stop_.store(true);
   wake_.Notify();
+  std::shared_ptr<ShmPipe> pipe;
+  {
+    MutexLock lock(&mu_);
+    pipe = pipe_;
+  }
+  if (pipe != nullptr) pipe->Interrupt();  // the loop may be waiting on it
 }
 
 PullWorkerStats PullWorker::stats() const {
@@ -112,8 +153,11 @@ PullWorkerStats PullWorker::stats() const {
 }
 
 Status PullWorker::Run(const Handler& handler) {
+  static constexpr char kPipePrefix[] = "/zipmoe-pipe-";
+  static std::atomic<int> pipe_counter{0};
   milliseconds backoff = kReconnectBackoffMin;
   const std::string sender = config_.identity;
+  if (config_.pipe) ShmRegion::ReclaimStaleAndLog(kPipePrefix, config_.identity);  // pipes of workers that died
   while (!stop_.load()) {
     ChannelOptions options;
     options.kind = SocketKind::kDealer;
@@ -130,6 +174,17 @@ Status PullWorker::Run(const Handler& handler) {
       continue;
     }
     Channel channel = std::move(opened).value();
+    // A fresh pipe per connection: nothing of an earlier connection's is read by the new one.
+    std::shared_ptr<ShmPipe> offered;
+    if (config_.pipe) {
+      const std::string name = fmt::format("{}{}-{}", kPipePrefix, static_cast<long>(::getpid()), pipe_counter++);
+      Result<std::unique_ptr<ShmPipe>> created = ShmPipe::Create(name, ShmPipe::kDefaultRingBytes, sender);
+      if (created.ok()) {
+        offered = std::move(created).value();
+      } else {
+        Log(fmt::format("W: no shared-memory pipe ({}); ZeroMQ carries everything", created.status().ToString()));
+      }
+    }
     WorkerReady ready;
     ready.n_threads = config_.n_threads;
     ready.credits = config_.credits;
@@ -138,6 +193,7 @@ Status PullWorker::Run(const Handler& handler) {
     ready.pid = static_cast<int32_t>(::getpid());
     ready.heartbeat_interval_ms = static_cast<uint32_t>(config_.heartbeat_interval.count());
     ready.role = config_.role;
+    if (offered != nullptr) ready.pipe_name = offered->name();
     if (Status st = channel.Send(ready, milliseconds(1000)); !st.ok()) {
       Log(fmt::format("WorkerReady to {}: {}", config_.endpoint, st.ToString()));
       continue;
@@ -145,36 +201,85 @@ Status PullWorker::Run(const Handler& handler) {
     {
       MutexLock lock(&mu_);
       ++stats_.connects;
+      last_sent_ = Clock::now();
     }
     Log(fmt::format("connected to {} as {} ({} threads, {} credits)", config_.endpoint, config_.identity,
                     config_.n_threads, config_.credits));
     auto last_heard = Clock::now();
-    auto last_sent = Clock::now();
     bool peer_heard = false;  // the scheduler answered since this connect
     bool reconnect = false;
+    std::shared_ptr<ShmPipe> live;  // `offered`, once the scheduler accepted it
+    const auto on_message = [&](const Body& body) {
+      last_heard = Clock::now();
+      if (!peer_heard) backoff = kReconnectBackoffMin;
+      peer_heard = true;
+      const auto* batch = std::get_if<DecodeRequests>(&body);
+      if (batch != nullptr || std::holds_alternative<ReadRequest>(body) ||
+          std::holds_alternative<DecodeRequest>(body)) {
+        {
+          MutexLock lock(&mu_);
+          stats_.requests += batch != nullptr ? batch->items.size() : 1;
+        }
+        handler(body);
+      } else if (std::holds_alternative<Disconnect>(body)) {
+        Log(fmt::format("scheduler disconnected us: {}", std::get<Disconnect>(body).reason));
+        reconnect = true;
+        return false;
+      } else if (const auto* ack = std::get_if<Ack>(&body); ack != nullptr && offered != nullptr && live == nullptr) {
+        // The answer to the pipe offered in WorkerReady.
+        if (const Status st = StatusOf(*ack); st.ok()) {
+          live = offered;
+          MutexLock lock(&mu_);
+          pipe_ = live;  // from now on Post() writes into it
+          Log(fmt::format("requests and completions through the shared-memory pipe {}", live->name()));
+        } else {
+          Log(fmt::format("W: the scheduler refused the pipe {}, ZeroMQ carries everything: {}", offered->name(),
+                          st.ToString()));
+          offered.reset();
+        }
+      }  // Heartbeat: liveness only. Anything else is not for a worker: ignored.
+      return true;
+    };
+    const auto on_bad = [&](const Status& bad) {
+      MutexLock lock(&mu_);
+      ++stats_.bad_messages;
+      Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
+    };
     while (!stop_.load() && !reconnect) {
-      // Send what is queued.
+      // Send what is queued (posted before the pipe was in use, or with none).
       std::deque<Body> out;
+      Clock::time_point last_sent;
       {
         MutexLock lock(&mu_);
         out.swap(outbox_);
+        last_sent = last_sent_;
       }
-      for (Body& frame : BatchCompletions(std::move(out))) {
-        const size_t items = ItemsIn(frame);
-        Status st = channel.Send(std::move(frame), milliseconds(1000));
-        if (!st.ok()) {
-          Log(fmt::format("send to {}: {}", config_.endpoint, st.ToString()));
-          continue;
+      if (live != nullptr) {
+        SendThroughPipe(*live, std::move(out));
+      } else {
+        for (Body& frame : BatchCompletions(std::move(out))) {
+          const size_t items = ItemsIn(frame);
+          Status st = channel.Send(std::move(frame), milliseconds(1000));
+          if (!st.ok()) {
+            Log(fmt::format("send to {}: {}", config_.endpoint, st.ToString()));
+            continue;
+          }
+          MutexLock lock(&mu_);
+          last_sent = last_sent_ = Clock::now();
+          stats_.completions += items;
+          ++stats_.frames;
         }
-        last_sent = Clock::now();
-        MutexLock lock(&mu_);
-        stats_.completions += items;
-        ++stats_.frames;
       }
       const auto now = Clock::now();
       if (now - last_sent >= config_.heartbeat_interval) {
-        (void)channel.Send(MakeHeartbeat(static_cast<uint32_t>(config_.heartbeat_interval.count()), 0), milliseconds(100));
-        last_sent = now;
+        Heartbeat beat = MakeHeartbeat(static_cast<uint32_t>(config_.heartbeat_interval.count()), 0);
+        if (live != nullptr) {
+          (void)live->Send(beat, milliseconds(100));
+        } else {
+          (void)channel.Send(beat, milliseconds(100));
+        }
+        MutexLock lock(&mu_);
+        last_sent = last_sent_ = now;
       }
       if (now - last_heard >= config_.heartbeat_interval * config_.liveness) {
         Log(fmt::format("scheduler at {} silent for {} ms: reconnecting in {} ms", config_.endpoint,
@@ -183,39 +288,40 @@ Status PullWorker::Run(const Handler& handler) {
         break;
       }
       const auto wait = config_.heartbeat_interval - std::chrono::duration_cast<milliseconds>(now - last_sent);
+      if (live != nullptr) {
+        // Requests come through the pipe; the socket carries only what the scheduler sent before it
+        // took the pipe, drained after every wake-up.
+        Result<Message> got = live->Recv(std::max(wait, milliseconds(1)));
+        while (got.ok() || got.status().code() != StatusCode::kDeadlineExceeded) {
+          if (!got.ok()) {
+            on_bad(got.status());
+            if (live->broken()) {
+              reconnect = true;  // a fresh connection gets a fresh pipe
+              break;
+            }
+          } else if (!on_message(got->body)) {
+            break;
+          }
+          got = live->Recv(milliseconds(0));
+        }
+        if (!reconnect) ReceiveAll(channel, [&](Received& r) { return on_message(r.message.body); }, on_bad);
+        continue;
+      }
       Result<bool> readable = WaitReadable(channel, wake_, wait);
       if (!readable.ok()) return readable.status();
       if (!*readable) continue;
-      ReceiveAll(
-          channel,
-          [&](Received& got) {
-            last_heard = Clock::now();
-            if (!peer_heard) backoff = kReconnectBackoffMin;
-            peer_heard = true;
-            const Body& body = got.message.body;
-            const auto* batch = std::get_if<DecodeRequests>(&body);
-            if (batch != nullptr || std::holds_alternative<ReadRequest>(body) ||
-                std::holds_alternative<DecodeRequest>(body)) {
-              {
-                MutexLock lock(&mu_);
-                stats_.requests += batch != nullptr ? batch->items.size() : 1;
-              }
-              handler(body);
-            } else if (std::holds_alternative<Disconnect>(body)) {
-              Log(fmt::format("scheduler disconnected us: {}", std::get<Disconnect>(body).reason));
-              reconnect = true;
-              return false;
-            }  // Heartbeat: liveness only. Anything else is not for a worker: ignored.
-            return true;
-          },
-          [&](const Status& bad) {
-            MutexLock lock(&mu_);
-            ++stats_.bad_messages;
-            Log(fmt::format("E: dropped a bad message: {}", bad.ToString()));
-          });
+      ReceiveAll(channel, [&](Received& got) { return on_message(got.message.body); }, on_bad);
+    }
+    {
+      MutexLock lock(&mu_);
+      pipe_.reset();  // Post() queues again; the pipe goes once the last sender is done with it
     }
     if (stop_.load()) {
-      (void)channel.Send(MakeDisconnect("worker stopping"), milliseconds(200));
+      if (live != nullptr) {
+        (void)live->Send(MakeDisconnect("worker stopping"), milliseconds(200));
+      } else {
+        (void)channel.Send(MakeDisconnect("worker stopping"), milliseconds(200));
+      }
       break;
     }
     std::this_thread::sleep_for(backoff);

@@ -11,6 +11,14 @@
 // drops duplicates). A malformed frame is logged, counted (stats().bad_messages) and dropped. On stop
 // it sends Disconnect so the scheduler re-issues what it held at once.
 //
+// Shared-memory pipe (PullWorkerConfig::pipe, issue 20). Each connect creates a fresh pipe
+// (common/shm_pipe.h, "/zipmoe-pipe-<pid>-<n>") and names it in WorkerReady. Once the scheduler
+// answers with an OK Ack (over ZeroMQ), requests, heartbeats and Disconnect arrive through the pipe
+// and the loop waits on it (the ZeroMQ socket is still drained after every wake-up and at least once
+// per heartbeat interval), and Post() writes completions into the pipe from the posting thread: a
+// completion costs one wake-up of the scheduler instead of this loop's, two ZeroMQ I/O threads' and
+// the scheduler's. A refusing Ack, or none (an older scheduler), keeps ZeroMQ for everything.
+//
 // Thread-safety: Run() on one thread; Post(), RequestStop() and stats() from any thread.
 #pragma once
 
@@ -27,6 +35,7 @@
 #include "common/event_fd.h"
 #include "common/messaging.h"
 #include "common/mutex.h"
+#include "common/shm_pipe.h"
 #include "common/status.h"
 
 namespace zipmoe::messaging {
@@ -42,6 +51,7 @@ struct PullWorkerConfig {
   std::chrono::milliseconds heartbeat_interval = kDefaultHeartbeatInterval;
   int liveness = kDefaultLiveness;
   std::function<void(const std::string&)> log;  // one line per event (connects, bad frames); may be empty
+  bool pipe = false;         // offer a shared-memory pipe with each WorkerReady (above)
 };
 
 struct PullWorkerStats {
@@ -50,6 +60,7 @@ struct PullWorkerStats {
   uint64_t requests = 0;      // ReadRequests and decodes (a DecodeRequests counts its items) handled
   uint64_t completions = 0;   // completions sent (a batch counts its items)
   uint64_t frames = 0;        // messages those completions were sent in
+  uint64_t pipe_frames = 0;   // of all messages sent, those that went through the pipe
 };
 
 // Most completions one frame carries (a longer run of queued completions is split).
@@ -70,7 +81,7 @@ class PullWorker {
 
   // Runs until RequestStop(). Errors: kInvalidArgument (bad endpoint/identity: never retried).
   Status Run(const Handler& handler);
-  void Post(Body completion);  // any thread
+  void Post(Body completion);  // any thread; written into the pipe at once when one is in use
   // Queues completions that are ready together (one wakeup of the loop; they share a frame).
   void PostAll(std::vector<Body> completions);  // any thread
   void RequestStop();          // any thread; Run() sends Disconnect and returns
@@ -79,6 +90,8 @@ class PullWorker {
  private:
   PullWorker(zmq::context_t& context, PullWorkerConfig config, EventFd wake);
   void Log(const std::string& line) const;
+  // Sends `bodies` (batched: BatchCompletions) through `pipe`, counting them.
+  void SendThroughPipe(ShmPipe& pipe, std::deque<Body> bodies);
 
   zmq::context_t& context_;
   const PullWorkerConfig config_;
@@ -86,6 +99,8 @@ class PullWorker {
   std::atomic<bool> stop_{false};
   mutable Mutex mu_;
   std::deque<Body> outbox_ ZM_GUARDED_BY(mu_);
+  std::shared_ptr<ShmPipe> pipe_ ZM_GUARDED_BY(mu_);  // the accepted pipe of this connection, if any
+  std::chrono::steady_clock::time_point last_sent_ ZM_GUARDED_BY(mu_);  // any send, any thread
   PullWorkerStats stats_ ZM_GUARDED_BY(mu_);
 };
 

@@ -198,7 +198,7 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
           if (signals.Wait(std::chrono::milliseconds(100)) != 0) return Status::Unavailable("stopped while loading");
         }
         std::string link = "ZeroMQ";
-        if (config.executor_pipe) {
+        if (config.shm_pipes) {
           const Status piped = (*provider)->OpenPipe(std::chrono::milliseconds(2000));
           if (piped.ok()) {
             link = "a shared-memory pipe";

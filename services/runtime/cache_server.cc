@@ -12,6 +12,8 @@
 #include "common/messaging_channel.h"
 #include "common/mutex.h"
 #include "common/router_server.h"
+#include "common/shm_pipe.h"
+#include "common/thread_name.h"
 #include "common/trace_events.h"
 #include "services/runtime/cache_wire.h"
 
@@ -49,8 +51,18 @@ struct CacheServer::State : msg::RouterServer::Handler {
   const CacheServerConfig config;
   LocalCacheBackend* const backend;
   const std::unique_ptr<msg::RouterServer> server;  // its channel: the loop thread's only
-  std::map<std::string, Client> clients;  // loop thread only (after the join: Stop)
-  std::vector<std::pair<std::string, msg::Body>> pending_replies;  // loop thread only
+  // A client's shared-memory pipe and the thread that reads it.
+  struct PipeLink {
+    std::shared_ptr<msg::ShmPipe> pipe;
+    std::thread reader;
+    std::atomic<bool> stop{false};
+  };
+  // One message (or tick) at a time: the loop thread and the pipes' reader threads.
+  Mutex loop_mu;
+  std::map<std::string, Client> clients ZM_GUARDED_BY(loop_mu);
+  std::vector<std::pair<std::string, msg::Body>> pending_replies ZM_GUARDED_BY(loop_mu);
+  std::map<std::string, std::shared_ptr<PipeLink>> pipes ZM_GUARDED_BY(loop_mu);  // by the client's routing id
+  std::vector<std::shared_ptr<PipeLink>> retired ZM_GUARDED_BY(loop_mu);        // stopped, to be joined
 
   mutable Mutex mu;  // guards the two below
   bool joined ZM_GUARDED_BY(mu) = false;
@@ -68,25 +80,49 @@ struct CacheServer::State : msg::RouterServer::Handler {
   }
   // Replies are queued while a message is handled and sent by Handle after PublishCounts, so a client
   // that has its reply also sees stats() that include the request (tests and metrics read them).
-  void Reply(const std::string& peer, msg::Body body) { pending_replies.emplace_back(peer, std::move(body)); }
-  void FlushReplies() {
+  void Reply(const std::string& peer, msg::Body body) ZM_REQUIRES(loop_mu) {
+    pending_replies.emplace_back(peer, std::move(body));
+  }
+  // A reply to a client with a pipe goes into it; to another one through the ROUTER, which only the
+  // loop thread may use (a reader thread's sender always has its pipe; if it was just retired, the
+  // reply is dropped: that client is gone).
+  void FlushReplies(bool on_loop_thread) ZM_REQUIRES(loop_mu) {
     for (auto& [peer, body] : pending_replies) {
-      Status st = server->channel().SendTo(peer, std::move(body), kReplyTimeout);
+      Status st;
+      if (auto it = pipes.find(peer); it != pipes.end()) {
+        st = it->second->pipe->Send(std::move(body), kReplyTimeout);
+      } else if (on_loop_thread) {
+        st = server->channel().SendTo(peer, std::move(body), kReplyTimeout);
+      } else {
+        continue;
+      }
       if (!st.ok()) Log(fmt::format("E: reply to {}: {}", msg::PrintableId(peer), st.ToString()));
     }
     pending_replies.clear();
   }
-  void Reclaim(const std::string& peer, const std::string& why);
+  // keep_pipe: the client said hello again through the pipe it keeps.
+  void Reclaim(const std::string& peer, const std::string& why, bool keep_pipe = false) ZM_REQUIRES(loop_mu);
+  void RetirePipe(const std::string& peer) ZM_REQUIRES(loop_mu);
+  void JoinRetired() ZM_EXCLUDES(loop_mu);
+  void OpenPipe(const std::string& peer, const msg::PipeOpen& open) ZM_REQUIRES(loop_mu);
+  void ReadPipe(const std::string& peer, PipeLink* link) ZM_EXCLUDES(loop_mu);
   // msg::RouterServer::Handler, on the loop thread.
   void OnTick(Clock::time_point now) override;
-  void OnMessage(msg::Received& got) override { Handle(got.peer, got.message.body); }
+  void OnMessage(msg::Received& got) override {
+    MutexLock lock(&loop_mu);
+    if (const auto* open = std::get_if<msg::PipeOpen>(&got.message.body)) {
+      OpenPipe(got.peer, *open);
+      return;
+    }
+    Handle(got.peer, got.message.body, /*on_loop_thread=*/true);
+  }
   void OnBadMessage(const Status& bad) override { Bad(bad.ToString()); }
   void OnLoopError(const Status& error) override { Log("E: " + error.ToString()); }
-  void Handle(const std::string& peer, msg::Body& body);
-  void HandleHello(const std::string& peer, const msg::CacheHello& hello);
-  void HandleLookup(const std::string& peer, const msg::CacheLookup& lookup);
-  void HandleAdmit(const std::string& peer, const msg::CacheAdmit& admit);
-  void PublishCounts();
+  void Handle(const std::string& peer, msg::Body& body, bool on_loop_thread) ZM_REQUIRES(loop_mu);
+  void HandleHello(const std::string& peer, const msg::CacheHello& hello) ZM_REQUIRES(loop_mu);
+  void HandleLookup(const std::string& peer, const msg::CacheLookup& lookup) ZM_REQUIRES(loop_mu);
+  void HandleAdmit(const std::string& peer, const msg::CacheAdmit& admit) ZM_REQUIRES(loop_mu);
+  void PublishCounts() ZM_REQUIRES(loop_mu);
 };
 
 void CacheServer::State::PublishCounts() {
@@ -95,9 +131,72 @@ void CacheServer::State::PublishCounts() {
   MutexLock lock(&mu);
   stats.clients = clients.size();
   stats.leases_held = leases;
+  stats.pipes = pipes.size();
 }
 
-void CacheServer::State::Reclaim(const std::string& peer, const std::string& why) {
+void CacheServer::State::RetirePipe(const std::string& peer) {
+  auto it = pipes.find(peer);
+  if (it == pipes.end()) return;
+  it->second->stop.store(true);
+  it->second->pipe->Interrupt();
+  retired.push_back(std::move(it->second));
+  pipes.erase(it);
+}
+
+void CacheServer::State::JoinRetired() {
+  std::vector<std::shared_ptr<PipeLink>> done;
+  {
+    MutexLock lock(&loop_mu);
+    done.swap(retired);
+  }
+  for (const std::shared_ptr<PipeLink>& link : done) {
+    if (link->reader.joinable()) link->reader.join();
+  }
+}
+
+void CacheServer::State::OpenPipe(const std::string& peer, const msg::PipeOpen& open) {
+  msg::Ack ack;
+  Result<std::unique_ptr<msg::ShmPipe>> attached = msg::ShmPipe::Attach(open.name, "cache-manager");
+  if (attached.ok()) {
+    RetirePipe(peer);  // an earlier pipe of the same client
+    auto link = std::make_shared<PipeLink>();
+    link->pipe = std::move(attached).value();
+    PipeLink* raw = link.get();
+    link->reader = std::thread([this, peer, raw] {
+      SetCurrentThreadName("zm-cache-pipe");
+      ReadPipe(peer, raw);
+    });
+    pipes[peer] = std::move(link);
+    PublishCounts();
+    Log(fmt::format("client {} on the shared-memory pipe {}", msg::PrintableId(peer), open.name));
+    msg::SetStatus(&ack, Status::Ok());
+  } else {
+    Log(fmt::format("W: client {}: cannot attach its pipe, ZeroMQ carries everything: {}", msg::PrintableId(peer),
+                    attached.status().ToString()));
+    msg::SetStatus(&ack, attached.status());
+  }
+  // The answer goes over ZeroMQ: the client reads its pipe only once it has it.
+  Status st = server->channel().SendTo(peer, std::move(ack), kReplyTimeout);
+  if (!st.ok()) Log(fmt::format("E: reply to {}: {}", msg::PrintableId(peer), st.ToString()));
+}
+
+void CacheServer::State::ReadPipe(const std::string& peer, PipeLink* link) {
+  while (!link->stop.load()) {
+    Result<msg::Message> got = link->pipe->Recv(config.heartbeat_interval);
+    if (!got.ok()) {
+      if (got.status().code() == StatusCode::kDeadlineExceeded) continue;
+      Bad(got.status().ToString());
+      if (link->pipe->broken()) return;  // the client goes silent here and is reclaimed
+      continue;
+    }
+    MutexLock lock(&loop_mu);
+    if (link->stop.load()) return;  // retired meanwhile
+    Handle(peer, got->body, /*on_loop_thread=*/false);
+  }
+}
+
+void CacheServer::State::Reclaim(const std::string& peer, const std::string& why, bool keep_pipe) {
+  if (!keep_pipe) RetirePipe(peer);
   auto it = clients.find(peer);
   if (it == clients.end()) return;
   const std::vector<uint64_t> leases(it->second.leases.begin(), it->second.leases.end());
@@ -120,7 +219,9 @@ void CacheServer::State::HandleHello(const std::string& peer, const msg::CacheHe
   // One scheduler at a time: a Hello replaces every earlier client (and an earlier session of the sender).
   std::vector<std::string> old;
   for (const auto& [p, c] : clients) old.push_back(p);
-  for (const std::string& p : old) Reclaim(p, p == peer ? "said hello again" : "replaced by a new scheduler");
+  for (const std::string& p : old) {
+    Reclaim(p, p == peer ? "said hello again" : "replaced by a new scheduler", /*keep_pipe=*/p == peer);
+  }
   msg::CacheHelloReply reply;
   reply.request_id = hello.request_id;
   if (!hello.arena_name.empty() && hello.arena_name != backend->arena_name()) {
@@ -253,7 +354,7 @@ void CacheServer::State::HandleAdmit(const std::string& peer, const msg::CacheAd
   if (admit.want_reply) Reply(peer, CacheReplyOf(admit.request_id, Status::Ok()));
 }
 
-void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
+void CacheServer::State::Handle(const std::string& peer, msg::Body& body, bool on_loop_thread) {
   const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(body); },
                                trace::Activity::kHandleMessage);
   auto known = clients.find(peer);
@@ -276,10 +377,12 @@ void CacheServer::State::Handle(const std::string& peer, msg::Body& body) {
     Bad(fmt::format("unexpected {} from {}", msg::BodyName(body), msg::PrintableId(peer)));
   }
   PublishCounts();
-  FlushReplies();
+  FlushReplies(on_loop_thread);
 }
 
 void CacheServer::State::OnTick(Clock::time_point now) {
+  JoinRetired();
+  MutexLock lock(&loop_mu);
   // Liveness: a client silent for `liveness` of its intervals is dead.
   std::vector<std::string> dead;
   for (const auto& [peer, c] : clients) {
@@ -311,10 +414,20 @@ void CacheServer::Stop() {
     if (s_->joined) return;
   }
   s_->server->Stop();
-  std::vector<std::string> peers;
-  for (const auto& [peer, c] : s_->clients) peers.push_back(peer);
-  for (const std::string& peer : peers) s_->Reclaim(peer, "dropped at shutdown");
-  s_->PublishCounts();
+  {
+    MutexLock loop_lock(&s_->loop_mu);  // nothing arrives through a pipe any more
+    std::vector<std::string> piped;
+    for (const auto& [peer, link] : s_->pipes) piped.push_back(peer);
+    for (const std::string& peer : piped) s_->RetirePipe(peer);
+  }
+  s_->JoinRetired();
+  {
+    MutexLock loop_lock(&s_->loop_mu);
+    std::vector<std::string> peers;
+    for (const auto& [peer, c] : s_->clients) peers.push_back(peer);
+    for (const std::string& peer : peers) s_->Reclaim(peer, "dropped at shutdown");
+    s_->PublishCounts();
+  }
   MutexLock lock(&s_->mu);
   s_->joined = true;
 }

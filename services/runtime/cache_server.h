@@ -14,6 +14,9 @@
 //   CacheStatsRequest CacheStats (the CacheManager's counters)
 //   Heartbeat         liveness only
 //   Disconnect        reclaims the sender's leases and staging slots at once
+//   PipeOpen          attaches the client's shared-memory pipe (common/shm_pipe.h) and answers with an
+//                     Ack over ZeroMQ; a reader thread then handles what the client sends through it,
+//                     as from that client, and replies to the client go into the pipe (issue 20)
 // A client silent for `liveness` of its heartbeat intervals is dead: its leases and staging slots
 // are reclaimed. A message from a client that has not said CacheHello gets an error reply.
 // Malformed frames and unexpected tables are logged ("E: ... dropped a bad message"), counted
@@ -55,6 +58,7 @@ struct CacheServerStats {
   uint64_t reclaimed_leases = 0;   // leases released on their behalf
   uint64_t clients = 0;            // now
   uint64_t leases_held = 0;        // now, over all clients
+  uint64_t pipes = 0;              // clients served through a shared-memory pipe, now
 };
 
 class CacheServer {

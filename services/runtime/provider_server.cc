@@ -240,6 +240,7 @@ void ProviderServer::State::OpenPipe(const std::string& from, const msg::PipeOpe
   }
   msg::Ack ack;
   msg::SetStatus(&ack, st);
+  if (st.ok()) ack.message = open.name;  // tells this answer from a late one to an earlier offer
   MutexLock lock(&mu);
   Post(from, std::move(ack));
 }

@@ -154,6 +154,11 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
   offload->shm_name = reply.arena_name;
   {
     MutexLock lock(&b->mu_);  // not yet shared (the heartbeat starts below); taken all the same
+    if (config.pipe) {
+      if (const Status piped = b->OpenPipeLocked(); !piped.ok() && config.log) {
+        config.log("W: the link to the cache-manager stays on ZeroMQ: " + piped.ToString());
+      }
+    }
     b->last_send_ = Clock::now();
   }
   RemoteCacheBackend* raw = b.get();
@@ -168,7 +173,11 @@ RemoteCacheBackend::~RemoteCacheBackend() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
-    (void)channel_.Send(msg::MakeDisconnect("scheduler stopping"), milliseconds(100));
+    if (pipe_ != nullptr) {
+      (void)pipe_->Send(msg::MakeDisconnect("scheduler stopping"), milliseconds(100));
+    } else {
+      (void)channel_.Send(msg::MakeDisconnect("scheduler stopping"), milliseconds(100));
+    }
   }
   stop_cv_.NotifyAll();
   if (heartbeat_.joinable()) heartbeat_.join();
@@ -192,10 +201,52 @@ Status RemoteCacheBackend::SendHeldLocked() {
   return SendLocked(std::move(batch));  // nothing is held now: it goes straight out
 }
 
+Status RemoteCacheBackend::SendRawLocked(msg::Body body) {
+  if (pipe_ != nullptr) return pipe_->Send(std::move(body), config_.timeout);
+  return channel_.Send(std::move(body), config_.timeout);
+}
+
+Result<msg::Body> RemoteCacheBackend::RecvLocked(milliseconds timeout) {
+  if (pipe_ != nullptr) {
+    ZM_ASSIGN_OR_RETURN(msg::Message got, pipe_->Recv(timeout));
+    return std::move(got.body);
+  }
+  ZM_ASSIGN_OR_RETURN(msg::Received got, channel_.Recv(timeout));
+  return std::move(got.message.body);
+}
+
+Status RemoteCacheBackend::OpenPipeLocked() {
+  static constexpr char kPrefix[] = "/zipmoe-pipe-";
+  static std::atomic<int> counter{0};
+  ShmRegion::ReclaimStaleAndLog(kPrefix, "scheduler");  // pipes of processes that died
+  const std::string name = fmt::format("{}{}-c{}", kPrefix, static_cast<long>(::getpid()), counter++);
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::ShmPipe> pipe,
+                      msg::ShmPipe::Create(name, msg::ShmPipe::kDefaultRingBytes, "scheduler"));
+  msg::PipeOpen open;
+  open.name = name;
+  open.ring_bytes = pipe->ring_bytes();
+  ZM_RETURN_IF_ERROR(channel_.Send(std::move(open), config_.timeout));
+  const auto deadline = Clock::now() + config_.timeout;
+  while (Clock::now() < deadline) {
+    Result<msg::Received> got = channel_.Recv(kPollSlice);
+    if (!got.ok()) continue;
+    const auto* ack = std::get_if<msg::Ack>(&got->message.body);
+    if (ack == nullptr) continue;  // nothing else is due on this socket now
+    if (const Status st = msg::StatusOf(*ack); !st.ok()) {
+      return st.WithContext(fmt::format("the cache-manager at {} refused the pipe {}", config_.endpoint, name));
+    }
+    pipe_ = std::move(pipe);
+    if (config_.log) config_.log(fmt::format("cache-manager link on the shared-memory pipe {}", name));
+    return Status::Ok();
+  }
+  return Status::DeadlineExceeded(fmt::format("the cache-manager at {} did not answer PipeOpen within {} ms",
+                                              config_.endpoint, config_.timeout.count()));
+}
+
 Status RemoteCacheBackend::SendLocked(msg::Body body) {
   ZM_RETURN_IF_ERROR(SendHeldLocked());
   const bool one_way = std::holds_alternative<msg::CacheAdmit>(body);
-  Status st = channel_.Send(std::move(body), config_.timeout);
+  Status st = SendRawLocked(std::move(body));
   if (st.ok()) {
     last_send_ = Clock::now();
     if (one_way) ++one_way_;
@@ -206,25 +257,34 @@ Status RemoteCacheBackend::SendLocked(msg::Body body) {
 Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body body, const char* what) {
   const trace::TraceSpan span("message", [&] { return std::string("round trip ") + what; });
   ZM_RETURN_IF_ERROR(SendHeldLocked());
-  ZM_RETURN_IF_ERROR(channel_.Send(std::move(body), config_.timeout));
+  ZM_RETURN_IF_ERROR(SendRawLocked(std::move(body)));
   last_send_ = Clock::now();
   ++round_trips_;
   const auto deadline = Clock::now() + config_.timeout;
   while (true) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() < 0) {
+      if (pipe_ != nullptr) {
+        // Nothing through the pipe: the cache-manager died (a restarted one never reads this pipe) or
+        // hangs. Either way this session is gone; the scheduler exits on it and is started afresh.
+        session_lost_.store(true);
+        return Status::DeadlineExceeded(fmt::format("cache-manager at {} did not answer {} through the pipe {} within "
+                                                    "{} ms: the session is lost", config_.endpoint, what,
+                                                    pipe_->name(), config_.timeout.count()));
+      }
       return Status::DeadlineExceeded(fmt::format("cache-manager at {} did not answer {} within {} ms",
                                                   config_.endpoint, what, config_.timeout.count()));
     }
-    Result<msg::Received> got = channel_.Recv(std::max(left, milliseconds(1)));
+    Result<msg::Body> got = RecvLocked(std::max(left, milliseconds(1)));
     if (!got.ok()) {
+      if (pipe_ != nullptr && pipe_->broken()) return got.status();  // nothing more will come through it
       if (got.status().code() == StatusCode::kDeadlineExceeded || got.status().code() == StatusCode::kCorruption ||
           got.status().code() == StatusCode::kInvalidArgument) {
         continue;  // timeout (checked above) or a bad frame (counted, dropped)
       }
       return got.status();
     }
-    msg::Body& reply = got->message.body;
+    msg::Body& reply = *got;
     uint64_t reply_id = 0;
     if (auto* r = std::get_if<msg::CacheLookupReply>(&reply)) reply_id = r->request_id;
     if (auto* r = std::get_if<msg::CacheReply>(&reply)) reply_id = r->request_id;
@@ -441,12 +501,21 @@ uint64_t RemoteCacheBackend::one_way_sends() const {
 
 messaging::ChannelStats RemoteCacheBackend::channel_stats() const {
   MutexLock lock(&mu_);
-  return channel_.stats();
+  msg::ChannelStats st = channel_.stats();
+  if (pipe_ != nullptr) {
+    const msg::ChannelStats p = pipe_->stats();
+    st.sent += p.sent;
+    st.received += p.received;
+    st.bad_messages += p.bad_messages;
+  }
+  return st;
 }
 
-uint64_t RemoteCacheBackend::bad_messages() const {
+uint64_t RemoteCacheBackend::bad_messages() const { return channel_stats().bad_messages; }
+
+bool RemoteCacheBackend::on_pipe() const {
   MutexLock lock(&mu_);
-  return channel_.stats().bad_messages;
+  return pipe_ != nullptr;
 }
 
 CacheBackendFactory RemoteCacheBackendFactory(RemoteCacheConfig config) {

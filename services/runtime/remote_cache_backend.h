@@ -14,6 +14,10 @@
 //                    the admission has copied its bytes out): a LookupLayer reply normally proves it;
 //                    otherwise AcquireStaging makes one CacheAdmit{want_reply} round trip
 //   Counters         CacheStatsRequest -> CacheStats
+// With RemoteCacheConfig::pipe, Connect then offers a shared-memory pipe (PipeOpen, answered by an
+// Ack over ZeroMQ; common/shm_pipe.h): on an OK answer every later message of the session (lookups
+// and their replies, admissions, heartbeats, Disconnect) travels through it, with no ZeroMQ I/O
+// thread on either side (issue 20). A refusal keeps ZeroMQ (logged).
 // A heartbeat goes out after each silent interval, so the server can tell a dead scheduler (and
 // reclaim its leases and staging slots) from an idle one. The destructor sends Disconnect.
 // Admission outcomes (admit_totals) are those reported by the latest LookupLayer reply; a failed
@@ -37,6 +41,7 @@
 
 #include "common/messaging_channel.h"
 #include "common/mutex.h"
+#include "common/shm_pipe.h"
 #include "common/shm_region.h"
 #include "services/runtime/cache_backend.h"
 
@@ -51,6 +56,7 @@ struct RemoteCacheConfig {
   // Polled while waiting for the CacheHelloReply; returning false gives up (kUnavailable).
   std::function<bool()> keep_waiting;
   std::function<void(const std::string&)> log;  // may be empty
+  bool pipe = false;  // offer a shared-memory pipe once the session is open (above)
 };
 
 class RemoteCacheBackend : public CacheBackend {
@@ -90,10 +96,13 @@ class RemoteCacheBackend : public CacheBackend {
   uint64_t round_trips() const;    // request/reply exchanges so far (Hello included)
   uint64_t one_way_sends() const;  // admissions, releases, heartbeats
   uint64_t bad_messages() const;   // frames dropped on receipt
-  messaging::ChannelStats channel_stats() const;  // messages to / from the cache-manager
+  messaging::ChannelStats channel_stats() const;  // messages to / from the cache-manager (ZeroMQ + pipe)
+  bool on_pipe() const;  // the session runs over a shared-memory pipe
   // The cache-manager no longer knows this client (it missed `liveness` heartbeats, e.g. a stalled
   // process, or a newer scheduler said hello): its leases and staging slots were reclaimed, so this
-  // session cannot go on. The scheduler service exits on it and `zipmoe up` starts a fresh one.
+  // session cannot go on (also: no answer through the pipe within the timeout: a restarted
+  // cache-manager never reads the old pipe). The scheduler service exits on it and `zipmoe up` starts
+  // a fresh one.
   bool session_lost() const { return session_lost_.load(); }
 
  private:
@@ -108,6 +117,12 @@ class RemoteCacheBackend : public CacheBackend {
   // Sends `body` (request id `id`) and waits for the reply with that id.
   Result<messaging::Body> RoundTripLocked(uint64_t id, messaging::Body body, const char* what) ZM_REQUIRES(mu_);
   Status SendLocked(messaging::Body body) ZM_REQUIRES(mu_);
+  // One message over the link in use, as Channel::Send / Recv.
+  Status SendRawLocked(messaging::Body body) ZM_REQUIRES(mu_);
+  Result<messaging::Body> RecvLocked(std::chrono::milliseconds timeout) ZM_REQUIRES(mu_);
+  // PipeOpen -> Ack over ZeroMQ; on OK the session moves onto the pipe. Errors: ShmPipe::Create's,
+  // the server's refusal, kDeadlineExceeded (no answer within the timeout).
+  Status OpenPipeLocked() ZM_REQUIRES(mu_);
   // Sends the held admissions (held_admit_), if any, as one CacheAdmit.
   Status SendHeldLocked() ZM_REQUIRES(mu_);
   Status Sync();                             // a CacheAdmit{want_reply} round trip
@@ -126,6 +141,7 @@ class RemoteCacheBackend : public CacheBackend {
   // under it and are also read under staging_mu_ alone; session_lost_ is set and read with or without it.
   mutable Mutex mu_;
   messaging::Channel channel_ ZM_GUARDED_BY(mu_);
+  std::unique_ptr<messaging::ShmPipe> pipe_ ZM_GUARDED_BY(mu_);  // the link once OpenPipeLocked succeeded
   std::atomic<uint64_t> next_id_{1};     // id of the next message sent
   std::atomic<uint64_t> confirmed_{0};   // every message with an id below this was processed by the server
   std::atomic<bool> session_lost_{false};

@@ -121,8 +121,10 @@ Status RemoteExpertProvider::OpenPipe(milliseconds wait) {
     const auto* ack = std::get_if<msg::Ack>(&got->message.body);
     if (ack == nullptr) continue;  // a late heartbeat answer
     if (const Status st = msg::StatusOf(*ack); !st.ok()) {
+      if (st.message().find(name) == std::string::npos) continue;  // about an earlier offer
       return st.WithContext(fmt::format("the scheduler at {} refused the pipe {}", config_.endpoint, name));
     }
+    if (ack->message != name) continue;  // the late answer to an earlier offer
     pipe_ = std::move(pipe);
     return Status::Ok();
   }
@@ -149,6 +151,14 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
       if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
     }
     if (Clock::now() > deadline) {
+      MutexLock lock(&mu_);
+      if (pipe_ != nullptr) {
+        std::fprintf(stderr, "W: executor: nothing from the scheduler through the pipe %s for %lld ms: back to "
+                     "ZeroMQ; a new pipe is offered at the next layer\n", pipe_->name().c_str(),
+                     static_cast<long long>(config_.timeout.count()));
+        pipe_.reset();
+        pipe_lost_ = true;
+      }
       return Status::DeadlineExceeded(fmt::format("scheduler at {} did not answer {} within {} ms", config_.endpoint,
                                                   what, config_.timeout.count()));
     }
@@ -251,6 +261,23 @@ Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
                                                routing.expert_ids.size(), routing.tokens_per_expert.size()));
   }
   ZM_RETURN_IF_ERROR(TakeDeferred());
+  if (pipe_lost_ && Clock::now() >= next_pipe_try_) {
+    // The scheduler that had the pipe is gone (or was silent); its answers went with it.
+    unacked_ends_ = 0;
+    expected_ = delivered_ = 0;
+    {
+      MutexLock lock(&mu_);
+      inbox_.clear();
+    }
+    Status reopened = Ping(milliseconds(500));
+    if (reopened.ok()) reopened = OpenPipe(milliseconds(1000));
+    if (reopened.ok()) {
+      pipe_lost_ = false;
+    } else {
+      next_pipe_try_ = Clock::now() + std::chrono::seconds(1);
+      std::fprintf(stderr, "W: executor: no new pipe yet, staying on ZeroMQ: %s\n", reopened.ToString().c_str());
+    }
+  }
   {
     MutexLock lock(&mu_);
     FlushReleasesLocked();  // leases that outlived their layer (an error path): the server drops them

@@ -74,7 +74,10 @@ class RemoteExpertProvider : public ExpertProvider {
   // scheduler is ready to serve layers (a ZeroMQ connect alone succeeds with nobody listening).
   // Errors: kUnavailable (no answer within `wait`, naming the endpoint).
   Status Ping(std::chrono::milliseconds wait);
-  // Moves the link onto a shared-memory pipe: creates it (POSIX shm "/zipmoe-pipe-<pid>-<n>", swept
+  // Moves the link onto a shared-memory pipe. If nothing arrives through it within the timeout (the
+  // scheduler died: a restarted one never reads the old pipe), the link falls back to ZeroMQ, and the
+  // next BeginLayer pings the scheduler and offers a new pipe (at most once a second).
+  // Creates it (POSIX shm "/zipmoe-pipe-<pid>-<n>", swept
   // by the next executor if this process dies), sends PipeOpen and waits up to `wait` for the
   // scheduler's Ack. Call after Ping answered and before the first layer. On an error the link
   // stays on ZeroMQ and works as before. Errors: kInvalidArgument (a layer is open, or a pipe is
@@ -139,6 +142,8 @@ class RemoteExpertProvider : public ExpertProvider {
   size_t expected_ = 0;
   size_t delivered_ = 0;
   int unacked_ends_ = 0;  // LayerEnds sent whose Ack has not arrived (driving thread only)
+  bool pipe_lost_ = false;  // the pipe went silent: offer a new one (driving thread only)
+  std::chrono::steady_clock::time_point next_pipe_try_;
   Status deferred_;       // the first refused LayerEnd not yet returned (driving thread only)
 };
 

@@ -51,7 +51,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"liveness", &c.liveness},
       {"storage_queue_depth", &c.storage_queue_depth},
       {"decompress_queue_depth", &c.decompress_queue_depth},
-      {"executor_pipe", &c.executor_pipe},
+      {"shm_pipes", &c.shm_pipes},
       {"timeout_ms", &c.timeout_ms},
       {"threads", &c.threads},
       {"device", &c.device},

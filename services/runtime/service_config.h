@@ -51,9 +51,10 @@ struct ServiceConfig {
   int64_t liveness = 3;                  // silent intervals before a peer is dead
   int64_t storage_queue_depth = 64;      // chunk reads a storage worker takes at once
   int64_t decompress_queue_depth = 32;   // decode requests a decompressor replica takes at once (>= its threads)
-  // executor: move the executor <-> scheduler messages onto a shared-memory pipe with a futex
-  // doorbell (common/shm_pipe.h; PipeOpen over ZeroMQ); false, or a scheduler that refuses it: ZeroMQ.
-  bool executor_pipe = true;
+  // The executor's and the workers' messages to and from the scheduler through shared-memory pipes
+  // with a futex doorbell (common/shm_pipe.h), offered over ZeroMQ (PipeOpen, WorkerReady.pipe_name);
+  // false, or a scheduler that refuses a pipe: ZeroMQ carries them.
+  bool shm_pipes = true;
   int64_t timeout_ms = 20000;            // executor: longest wait for the scheduler (a request in flight when
                                          // the scheduler dies fails after this)
   int64_t threads = 0;                   // executor: torch threads (0 = all cores)

@@ -144,6 +144,7 @@ messaging::PullWorkerConfig PullConfig(const ServiceConfig& c, const std::string
   pull.heartbeat_interval = std::chrono::milliseconds(c.heartbeat_ms);
   pull.liveness = static_cast<int>(c.liveness);
   pull.log = ServiceLogger(role);
+  pull.pipe = c.shm_pipes;
   return pull;
 }
 

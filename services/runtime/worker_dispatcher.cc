@@ -21,6 +21,8 @@
 #include "common/messaging_channel.h"
 #include "common/mutex.h"
 #include "common/router_server.h"
+#include "common/shm_pipe.h"
+#include "common/thread_name.h"
 #include "common/trace_events.h"
 #include "services/decompressor/decompressor_worker.h"
 #include "services/runtime/worker_fence.h"
@@ -45,7 +47,14 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
     uint64_t seq = 0;
     std::string peer;
   };
+  // A pipe's reader thread (ReadPipe) and its stop flag.
+  struct PipeReader {
+    std::thread thread;
+    std::atomic<bool> stop{false};
+  };
   struct Peer {
+    std::shared_ptr<msg::ShmPipe> pipe;  // the worker's pipe once attached; null: ZeroMQ
+    std::shared_ptr<PipeReader> reader;
     std::string role;
     int32_t credits = 1;
     int32_t threads = 1;
@@ -55,6 +64,11 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
     std::unordered_set<uint64_t> held;
   };
   using ReadyKey = std::tuple<int32_t, uint64_t, uint64_t>;  // (priority, seq, op_id)
+  struct Send {
+    std::string peer;
+    std::shared_ptr<msg::ShmPipe> pipe;  // null: through the ROUTER (dispatcher thread only)
+    msg::Body body;
+  };
 
   State(zmq::context_t& c, DispatcherConfig cfg, EngineSetup s, std::unique_ptr<msg::RouterServer> r)
       : context(c), config(std::move(cfg)), setup(std::move(s)), server(std::move(r)) {}
@@ -69,6 +83,9 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
   std::vector<std::pair<std::string, msg::Body>> replies;
   Mutex stop_mu;  // one Stop at a time; guards joined
   bool joined ZM_GUARDED_BY(stop_mu) = false;
+  // Held from choosing a tick's sends to having sent them, so no two threads reorder the messages to
+  // one worker. Taken before mu.
+  Mutex dispatch_mu;
 
   mutable Mutex mu;  // guards everything below
   std::deque<uint64_t> read_queue ZM_GUARDED_BY(mu);                 // waiting reads, in submission order
@@ -79,6 +96,9 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
   uint64_t seq ZM_GUARDED_BY(mu) = 0;
   bool stopping ZM_GUARDED_BY(mu) = false;
   DispatcherStats counters ZM_GUARDED_BY(mu);
+  int32_t zmq_workers ZM_GUARDED_BY(mu) = 0;  // live peers without a pipe
+  // Readers of pipes whose worker is gone: stopped, joined by the dispatcher thread (or Stop).
+  std::vector<std::shared_ptr<PipeReader>> retired ZM_GUARDED_BY(mu);
 
   void Log(const std::string& line) const {
     if (config.log) config.log(line);
@@ -101,6 +121,20 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
   void OnMessagesDone() override;
   void OnLoopEnd() override;
   void OnLoopError(const Status& error) override { Log("E: " + error.ToString()); }
+  // Chooses the sends of one tick under mu and sends them: reads and decodes to workers with credits
+  // and, on the dispatcher thread, heartbeats and expiry. Off the dispatcher thread only pipe workers
+  // are served (the ROUTER is the dispatcher thread's); it is woken when ZeroMQ workers could take
+  // work. Takes dispatch_mu and mu.
+  void Dispatch(Clock::time_point now, bool on_dispatcher_thread) ZM_EXCLUDES(mu);
+  // Work waiting was added from another thread: hand it out.
+  void Kick() ZM_EXCLUDES(mu);
+  void JoinRetired() ZM_EXCLUDES(mu);
+  // Reader thread of worker `id`'s pipe.
+  void ReadPipe(const std::string& id, const std::shared_ptr<msg::ShmPipe>& pipe, PipeReader* reader);
+  // Attaches the pipe a WorkerReady names and starts its reader; the Ack for the worker goes into
+  // *replies (over ZeroMQ). On a refusal the peer stays on ZeroMQ.
+  void AttachPipeLocked(const std::string& id, const std::string& name, Peer* p,
+                        std::vector<std::pair<std::string, msg::Body>>* replies) ZM_REQUIRES(mu);
   // The *Locked methods require mu held.
   void ExpireLocked(Clock::time_point now) ZM_REQUIRES(mu);
   void ReissueLocked(const std::string& id, const std::string& why) ZM_REQUIRES(mu);
@@ -145,6 +179,13 @@ void WorkerDispatcher::State::ReissueLocked(const std::string& id, const std::st
   }
   Log(fmt::format("worker {} (pid {}) {}: re-issuing {} ops", msg::PrintableId(id), it->second.pid, why,
                   it->second.held.size()));
+  if (it->second.reader != nullptr) {
+    it->second.reader->stop.store(true);
+    it->second.pipe->Interrupt();
+    retired.push_back(std::move(it->second.reader));
+  } else {
+    --zmq_workers;
+  }
   peers.erase(it);
 }
 
@@ -216,9 +257,12 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
     p.pid = ready_msg->pid;
     p.expiry = now + config.heartbeat_interval * config.liveness;
     p.last_sent = now;
+    if (!ready_msg->pipe_name.empty()) AttachPipeLocked(peer, ready_msg->pipe_name, &p, replies);
+    if (p.pipe == nullptr) ++zmq_workers;
+    Log(fmt::format("{} worker {} (pid {}) ready: {} threads, {} credits, over {}", ready_msg->role,
+                    msg::PrintableId(peer), ready_msg->pid, ready_msg->n_threads, ready_msg->credits,
+                    p.pipe != nullptr ? "the shared-memory pipe " + p.pipe->name() : std::string("ZeroMQ")));
     peers[peer] = std::move(p);
-    Log(fmt::format("{} worker {} (pid {}) ready: {} threads, {} credits", ready_msg->role, msg::PrintableId(peer),
-                    ready_msg->pid, ready_msg->n_threads, ready_msg->credits));
     return;
   }
   if (std::holds_alternative<msg::Heartbeat>(body)) {
@@ -250,14 +294,101 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
                   msg::BodyName(body)));
 }
 
-void WorkerDispatcher::State::OnTick(Clock::time_point now) {
-  std::vector<std::pair<std::string, msg::Body>> sends;
+void WorkerDispatcher::State::AttachPipeLocked(const std::string& id, const std::string& name, Peer* p,
+                                               std::vector<std::pair<std::string, msg::Body>>* replies) {
+  msg::Ack ack;
+  Result<std::unique_ptr<msg::ShmPipe>> attached = msg::ShmPipe::Attach(name, "scheduler");
+  if (!attached.ok()) {
+    Log(fmt::format("W: worker {}: cannot attach its pipe, ZeroMQ carries everything: {}", msg::PrintableId(id),
+                    attached.status().ToString()));
+    msg::SetStatus(&ack, attached.status());
+    replies->emplace_back(id, std::move(ack));
+    return;
+  }
+  p->pipe = std::move(attached).value();
+  p->reader = std::make_shared<PipeReader>();
+  PipeReader* reader = p->reader.get();
+  p->reader->thread = std::thread([this, id, pipe = p->pipe, reader] {
+    SetCurrentThreadName("zm-wpipe");
+    ReadPipe(id, pipe, reader);
+  });
+  msg::SetStatus(&ack, Status::Ok());
+  replies->emplace_back(id, std::move(ack));
+}
+
+void WorkerDispatcher::State::ReadPipe(const std::string& id, const std::shared_ptr<msg::ShmPipe>& pipe,
+                                       PipeReader* reader) {
+  std::vector<storage::ReadCompletion> reads_done;
+  std::vector<decompressor::DecompressCompletion> decodes_done;
+  std::vector<std::pair<std::string, msg::Body>> answers;
+  while (!reader->stop.load()) {
+    Result<msg::Message> got = pipe->Recv(config.heartbeat_interval);
+    if (!got.ok()) {
+      if (got.status().code() == StatusCode::kDeadlineExceeded) continue;
+      OnBadMessage(got.status());
+      if (pipe->broken()) return;  // the worker goes silent here and expires
+      continue;
+    }
+    {
+      const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(got->body); },
+                                   trace::Activity::kHandleMessage);
+      MutexLock lock(&mu);
+      if (reader->stop.load()) return;  // its worker was re-issued meanwhile
+      HandleLocked(id, std::move(got).value(), &reads_done, &decodes_done, &answers);
+      // What else has arrived, under the same lock.
+      while (pipe->Readable()) {
+        Result<msg::Message> more = pipe->Recv(milliseconds(0));
+        if (!more.ok()) break;
+        HandleLocked(id, std::move(more).value(), &reads_done, &decodes_done, &answers);
+      }
+    }
+    for (auto& [to, body] : answers) (void)pipe->Send(std::move(body), milliseconds(100));
+    answers.clear();
+    for (const storage::ReadCompletion& c : reads_done) {
+      if (setup.on_read) setup.on_read(c);
+    }
+    reads_done.clear();
+    for (const decompressor::DecompressCompletion& c : decodes_done) {
+      if (setup.on_decode) setup.on_decode(c);
+    }
+    decodes_done.clear();
+    Kick();  // credits came back and completions may have made decodes ready
+  }
+}
+
+void WorkerDispatcher::State::JoinRetired() {
+  std::vector<std::shared_ptr<PipeReader>> done;
   {
     MutexLock lock(&mu);
-    ExpireLocked(now);
+    done.swap(retired);
+  }
+  for (const std::shared_ptr<PipeReader>& r : done) {
+    if (r->thread.joinable()) r->thread.join();
+  }
+}
+
+void WorkerDispatcher::State::Kick() {
+  bool has_pipes = false;
+  bool has_zmq = false;
+  {
+    MutexLock lock(&mu);
+    has_zmq = zmq_workers > 0;
+    has_pipes = static_cast<int32_t>(peers.size()) > zmq_workers;
+  }
+  if (has_pipes) Dispatch(Clock::now(), /*on_dispatcher_thread=*/false);
+  if (has_zmq || !has_pipes) server->Wake();
+}
+
+void WorkerDispatcher::State::Dispatch(Clock::time_point now, bool on_dispatcher_thread) {
+  MutexLock dispatch_lock(&dispatch_mu);
+  std::vector<Send> sends;
+  {
+    MutexLock lock(&mu);
+    if (on_dispatcher_thread) ExpireLocked(now);
+    const auto eligible = [&](const Peer& peer) { return on_dispatcher_thread || peer.pipe != nullptr; };
     // Reads: in order, to storage workers with free credits.
     for (auto& [id, peer] : peers) {
-      if (peer.role != msg::kRoleStorage || read_queue.empty()) continue;
+      if (peer.role != msg::kRoleStorage || read_queue.empty() || !eligible(peer)) continue;
       msg::ReadRequest request;
       while (!read_queue.empty() && static_cast<int32_t>(peer.held.size()) < peer.credits) {
         const uint64_t op_id = read_queue.front();
@@ -268,7 +399,7 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
         request.ops.push_back(
             std::make_unique<msg::ChunkRead>(storage::ChunkReadToWire(item.op, setup.arena_base, item.attempt)));
       }
-      if (!request.ops.empty()) sends.emplace_back(id, std::move(request));
+      if (!request.ops.empty()) sends.push_back({id, peer.pipe, std::move(request)});
     }
     // Decodes: the most urgent READY op to the decompressor with the most free credits; a worker's
     // decodes of this tick leave in one DecodeRequests frame (in the order given).
@@ -277,7 +408,7 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
       Peer* best = nullptr;
       const std::string* best_id = nullptr;
       for (auto& [id, peer] : peers) {
-        if (peer.role != msg::kRoleDecompressor) continue;
+        if (peer.role != msg::kRoleDecompressor || !eligible(peer)) continue;
         const int32_t free = peer.credits - static_cast<int32_t>(peer.held.size());
         if (free > 0 && (best == nullptr || free > best->credits - static_cast<int32_t>(best->held.size()))) {
           best = &peer;
@@ -294,32 +425,41 @@ void WorkerDispatcher::State::OnTick(Clock::time_point now) {
           decompressor::DecodeRequestToWire(item.op, setup.arena_base, item.attempt)));
     }
     for (auto& [id, items] : decode_frames) {
+      const std::shared_ptr<msg::ShmPipe>& pipe = peers.at(id).pipe;
       if (items.size() == 1) {
-        sends.emplace_back(id, std::move(*items.front()));
+        sends.push_back({id, pipe, std::move(*items.front())});
       } else {
         msg::DecodeRequests frame;
         frame.items = std::move(items);
-        sends.emplace_back(id, std::move(frame));
+        sends.push_back({id, pipe, std::move(frame)});
       }
     }
-    // Heartbeats to workers we have not sent anything for an interval.
     std::unordered_set<std::string> sending;
-    for (const auto& s : sends) sending.insert(s.first);
+    for (const Send& s : sends) sending.insert(s.peer);
     for (auto& [id, peer] : peers) {
-      if (sending.count(id) == 0 && now - peer.last_sent >= config.heartbeat_interval) {
-        sends.emplace_back(id, msg::MakeHeartbeat(static_cast<uint32_t>(config.heartbeat_interval.count()),
-                                                  static_cast<uint32_t>(peer.held.size())));
+      // Heartbeats to workers we have not sent anything for an interval (dispatcher thread only).
+      if (on_dispatcher_thread && sending.count(id) == 0 && now - peer.last_sent >= config.heartbeat_interval) {
+        sends.push_back({id, peer.pipe,
+                         msg::MakeHeartbeat(static_cast<uint32_t>(config.heartbeat_interval.count()),
+                                            static_cast<uint32_t>(peer.held.size()))});
+        sending.insert(id);
       }
-      if (sending.count(id) != 0 || now - peer.last_sent >= config.heartbeat_interval) peer.last_sent = now;
+      if (sending.count(id) != 0) peer.last_sent = now;
     }
   }
-  for (auto& [peer, body] : sends) {
-    Status st = server->channel().SendTo(peer, std::move(body), milliseconds(200));
+  for (Send& send : sends) {
+    const Status st = send.pipe != nullptr ? send.pipe->Send(std::move(send.body), milliseconds(200))
+                                           : server->channel().SendTo(send.peer, std::move(send.body), milliseconds(200));
     if (!st.ok()) {
       MutexLock lock(&mu);
-      ReissueLocked(peer, "unreachable");
+      ReissueLocked(send.peer, "unreachable (" + st.ToString() + ")");
     }
   }
+}
+
+void WorkerDispatcher::State::OnTick(Clock::time_point now) {
+  JoinRetired();
+  Dispatch(now, /*on_dispatcher_thread=*/true);
 }
 
 void WorkerDispatcher::State::OnMessage(msg::Received& got) {
@@ -350,13 +490,17 @@ void WorkerDispatcher::State::OnMessagesDone() {
 
 void WorkerDispatcher::State::OnLoopEnd() {
   // Leaving: tell every worker, so it reconnects to the next scheduler without waiting for liveness.
-  std::vector<std::string> ids;
+  std::vector<std::pair<std::string, std::shared_ptr<msg::ShmPipe>>> ids;
   {
     MutexLock lock(&mu);
-    for (const auto& [id, peer] : peers) ids.push_back(id);
+    for (const auto& [id, peer] : peers) ids.emplace_back(id, peer.pipe);
   }
-  for (const std::string& id : ids) {
-    (void)server->channel().SendTo(id, msg::MakeDisconnect("scheduler stopping"), milliseconds(100));
+  for (const auto& [id, pipe] : ids) {
+    if (pipe != nullptr) {
+      (void)pipe->Send(msg::MakeDisconnect("scheduler stopping"), milliseconds(100));
+    } else {
+      (void)server->channel().SendTo(id, msg::MakeDisconnect("scheduler stopping"), milliseconds(100));
+    }
   }
 }
 
@@ -406,7 +550,7 @@ Status WorkerDispatcher::SubmitReads(std::vector<storage::ReadOp> ops) {
       s_->read_queue.push_back(id);
     }
   }
-  s_->server->Wake();
+  s_->Kick();
   return Status::Ok();
 }
 
@@ -430,7 +574,7 @@ Status WorkerDispatcher::AddDecode(decompressor::DecompressOp op, bool ready) {
     item.op = std::move(op);
     s_->decodes[id] = std::move(item);
   }
-  if (ready) s_->server->Wake();
+  if (ready) s_->Kick();
   return Status::Ok();
 }
 
@@ -446,7 +590,7 @@ Status WorkerDispatcher::MarkReady(uint64_t op_id) {
     it->second.ready = true;
     s_->ready.emplace(it->second.op.priority, it->second.seq, op_id);
   }
-  s_->server->Wake();
+  s_->Kick();
   return Status::Ok();
 }
 
@@ -473,6 +617,16 @@ void WorkerDispatcher::Stop() {
     s_->stopping = true;
   }
   s_->server->Stop();
+  {
+    MutexLock lock(&s_->mu);  // every pipe reader stops: nothing arrives any more
+    for (auto& [id, peer] : s_->peers) {
+      if (peer.reader == nullptr) continue;
+      peer.reader->stop.store(true);
+      peer.pipe->Interrupt();
+      s_->retired.push_back(peer.reader);
+    }
+  }
+  s_->JoinRetired();
   s_->joined = true;
   std::vector<uint64_t> read_ids, decode_ids;
   {
@@ -507,6 +661,7 @@ DispatcherStats WorkerDispatcher::stats() const {
     } else {
       ++out.storage_workers;
     }
+    if (peer.pipe != nullptr) ++out.pipe_workers;
   }
   out.reads_waiting = s_->read_queue.size();
   out.reads_in_flight = s_->reads.size() - s_->read_queue.size();

@@ -13,7 +13,15 @@
 //   The first completion of an op is delivered; later ones are counted as duplicates and dropped.
 // - The dispatcher heart-beats each worker after a silent interval.
 // - Malformed frames are logged, counted (stats().bad_messages) and dropped.
-// Completions go to EngineSetup::on_read / on_decode on the dispatcher thread, with no lock held.
+// - Shared-memory pipes (issue 20): a worker that names a pipe in WorkerReady (PullWorker's `pipe`)
+//   is attached and answered with an OK Ack over ZeroMQ; from then on its requests, heartbeats and
+//   Disconnect go into the pipe, and a reader thread per pipe handles what the worker sends. That
+//   thread also hands out at once the work its completions made ready (to pipe workers), as do
+//   SubmitReads / AddDecode / MarkReady: no hop through the dispatcher thread, which keeps
+//   liveness, heartbeats and the ZeroMQ workers. A pipe that cannot be attached is refused with an
+//   error Ack and the worker stays on ZeroMQ.
+// Completions go to EngineSetup::on_read / on_decode on the dispatcher thread or a pipe's reader
+// thread, with no lock held.
 //
 // Open point (documented in docs/messaging.md): a worker that is stalled, not dead, may still write
 // an op's destination after the op was re-issued and completed elsewhere.
@@ -55,6 +63,7 @@ struct DispatcherStats {
   uint64_t reads_in_flight = 0;
   uint64_t decodes_waiting = 0;    // READY or not, not yet sent
   uint64_t decodes_in_flight = 0;
+  int32_t pipe_workers = 0;        // live workers served through a shared-memory pipe
 };
 
 class WorkerDispatcher;

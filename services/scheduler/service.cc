@@ -57,6 +57,7 @@ int RunSchedulerService(const runtime::ServiceConfig& c, runtime::TerminationSig
   cache_config.heartbeat_interval = milliseconds(c.heartbeat_ms);
   cache_config.keep_waiting = [&signals] { return signals.Wait(milliseconds(0)) == 0; };
   cache_config.log = runtime::ServiceLogger(name);
+  cache_config.pipe = c.shm_pipes;
   offload->cache = runtime::RemoteCacheBackendFactory(cache_config);
   offload->on_layer_end = [&scheduler_metrics](int32_t, double makespan_us, double bound_us) {
     scheduler_metrics.ObserveLayer(makespan_us * 1e-6, bound_us > 0 ? makespan_us / bound_us : 0.0);

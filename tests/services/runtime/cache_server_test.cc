@@ -172,13 +172,15 @@ struct CacheManagerProcess {
     backend.reset();
   }
   // `base` as a scheduler attached to this cache-manager configures it: its arena, a remote cache.
-  OffloadConfig SchedulerConfig(OffloadConfig base) const {
+  // pipe: the client moves its session onto a shared-memory pipe (RemoteCacheConfig::pipe).
+  OffloadConfig SchedulerConfig(OffloadConfig base, bool pipe = false) const {
     base.shm_name = config.shm_name;
-    base.cache = RemoteCacheBackendFactory(ClientConfig());
+    base.cache = RemoteCacheBackendFactory(ClientConfig(pipe));
     return base;
   }
-  RemoteCacheConfig ClientConfig() const {
+  RemoteCacheConfig ClientConfig(bool pipe = false) const {
     RemoteCacheConfig c;
+    c.pipe = pipe;
     c.endpoint = server->endpoint();
     c.arena_name = config.shm_name;
     c.timeout = milliseconds(10000);
@@ -320,6 +322,53 @@ TEST(CacheServer, BatchedReleasesSendOneAdmissionMessagePerBatch) {
 
     ExpectSameCacheState(**remote, **local, cache_manager);  // its stats request follows the held admissions
     EXPECT_EQ(cache_manager.server->stats().admits, got.size());
+  }
+}
+
+// The same session over a shared-memory pipe (PipeOpen after the Hello): the same bytes and cache
+// state as a local cache; a second scheduler's Hello replaces the first one and retires its pipe; a
+// scheduler that leaves (Disconnect through its pipe) is reclaimed and its pipe retired.
+TEST(CacheServer, OverAPipeTheSameBytesAndCacheStateAndALeavingClientIsReclaimed) {
+  const std::string dir = Model();
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest& m = (*store)->manifest();
+  const auto routings = Routings(m, 4, 8, 7);
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused" : "separate");
+    OffloadConfig base = BaseConfig(dir, m, 0.4);
+    base.fused_recovery = fused;
+    OffloadConfig local_config = base;
+    local_config.shm_name = UniqueShm("local");
+    auto local = OffloadExpertProvider::Create(local_config);
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    const std::vector<std::string> want = Drive(**local, routings);
+
+    TempDir tmp;
+    CacheManagerProcess cache_manager(tmp, base, m);
+    auto remote = OffloadExpertProvider::Create(cache_manager.SchedulerConfig(base, /*pipe=*/true));
+    ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+    auto* client = dynamic_cast<RemoteCacheBackend*>(&(*remote)->cache_backend());
+    ASSERT_NE(client, nullptr);
+    EXPECT_TRUE(client->on_pipe());
+    EXPECT_EQ(cache_manager.server->stats().pipes, 1u);
+    const std::vector<std::string> got = Drive(**remote, routings);
+    ASSERT_NO_FATAL_FAILURE(ExpectSameLeases(got, want));
+    ExpectSameCacheState(**remote, **local, cache_manager);
+    EXPECT_EQ(cache_manager.server->stats().bad_messages, 0u);
+
+    auto second = OffloadExpertProvider::Create(cache_manager.SchedulerConfig(base, /*pipe=*/true));
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    EXPECT_EQ(cache_manager.server->stats().clients, 1u) << "the second Hello replaced the first client";
+    EXPECT_EQ(cache_manager.server->stats().pipes, 1u) << "and retired its pipe";
+    EXPECT_FALSE(Drive(**second, routings).empty());
+    remote->reset();
+    second->reset();  // Disconnect through its pipe
+    EXPECT_TRUE(Eventually([&] {
+      const CacheServerStats st = cache_manager.server->stats();
+      return st.clients == 0 && st.pipes == 0;
+    }));
+    EXPECT_EQ(cache_manager.backend->manager().LivePins(), 0u);
   }
 }
 
