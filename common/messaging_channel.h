@@ -67,6 +67,14 @@ struct ChannelStats {
   uint64_t bad_messages = 0;  // received and dropped (wrong frames, DecodeMessage errors)
 };
 
+// Field by field: the counts of a link that used two transports (a Channel, then a ShmPipe).
+inline ChannelStats operator+(ChannelStats a, const ChannelStats& b) {
+  a.sent += b.sent;
+  a.received += b.received;
+  a.bad_messages += b.bad_messages;
+  return a;
+}
+
 class Channel {
  public:
   // Creates the socket on `context` and binds or connects it to options.endpoint.

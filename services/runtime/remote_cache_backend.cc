@@ -501,14 +501,7 @@ uint64_t RemoteCacheBackend::one_way_sends() const {
 
 messaging::ChannelStats RemoteCacheBackend::channel_stats() const {
   MutexLock lock(&mu_);
-  msg::ChannelStats st = channel_.stats();
-  if (pipe_ != nullptr) {
-    const msg::ChannelStats p = pipe_->stats();
-    st.sent += p.sent;
-    st.received += p.received;
-    st.bad_messages += p.bad_messages;
-  }
-  return st;
+  return pipe_ != nullptr ? channel_.stats() + pipe_->stats() : channel_.stats();
 }
 
 uint64_t RemoteCacheBackend::bad_messages() const { return channel_stats().bad_messages; }

@@ -64,14 +64,7 @@ Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(cons
 
 messaging::ChannelStats RemoteExpertProvider::channel_stats() const {
   MutexLock lock(&mu_);
-  msg::ChannelStats st = channel_.stats();
-  if (pipe_ != nullptr) {
-    const msg::ChannelStats p = pipe_->stats();
-    st.sent += p.sent;
-    st.received += p.received;
-    st.bad_messages += p.bad_messages;
-  }
-  return st;
+  return pipe_ != nullptr ? channel_.stats() + pipe_->stats() : channel_.stats();
 }
 
 uint64_t RemoteExpertProvider::bad_messages() const { return channel_stats().bad_messages; }

@@ -126,6 +126,9 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
   // are served (the ROUTER is the dispatcher thread's); it is woken when ZeroMQ workers could take
   // work. Takes dispatch_mu and mu.
   void Dispatch(Clock::time_point now, bool on_dispatcher_thread) ZM_EXCLUDES(mu);
+  // Hands the completions to the engines' callbacks (no lock held) and clears them.
+  void Complete(std::vector<storage::ReadCompletion>* reads_done,
+                std::vector<decompressor::DecompressCompletion>* decodes_done) ZM_EXCLUDES(mu);
   // Work waiting was added from another thread: hand it out.
   void Kick() ZM_EXCLUDES(mu);
   void JoinRetired() ZM_EXCLUDES(mu);
@@ -344,14 +347,7 @@ void WorkerDispatcher::State::ReadPipe(const std::string& id, const std::shared_
     }
     for (auto& [to, body] : answers) (void)pipe->Send(std::move(body), milliseconds(100));
     answers.clear();
-    for (const storage::ReadCompletion& c : reads_done) {
-      if (setup.on_read) setup.on_read(c);
-    }
-    reads_done.clear();
-    for (const decompressor::DecompressCompletion& c : decodes_done) {
-      if (setup.on_decode) setup.on_decode(c);
-    }
-    decodes_done.clear();
+    Complete(&reads_done, &decodes_done);
     Kick();  // credits came back and completions may have made decodes ready
   }
 }
@@ -478,14 +474,19 @@ void WorkerDispatcher::State::OnBadMessage(const Status& bad) {
 void WorkerDispatcher::State::OnMessagesDone() {
   for (auto& [peer, body] : replies) (void)server->channel().SendTo(peer, std::move(body), milliseconds(100));
   replies.clear();
-  for (const storage::ReadCompletion& c : read_done) {
+  Complete(&read_done, &decode_done);
+}
+
+void WorkerDispatcher::State::Complete(std::vector<storage::ReadCompletion>* reads_done,
+                                       std::vector<decompressor::DecompressCompletion>* decodes_done) {
+  for (const storage::ReadCompletion& c : *reads_done) {
     if (setup.on_read) setup.on_read(c);
   }
-  read_done.clear();
-  for (const decompressor::DecompressCompletion& c : decode_done) {
+  reads_done->clear();
+  for (const decompressor::DecompressCompletion& c : *decodes_done) {
     if (setup.on_decode) setup.on_decode(c);
   }
-  decode_done.clear();
+  decodes_done->clear();
 }
 
 void WorkerDispatcher::State::OnLoopEnd() {

@@ -202,6 +202,19 @@ OffloadConfig BaseConfig(const std::string& dir, const Manifest& m, double share
   return c;
 }
 
+// `base` in a local cache (an arena of its own): the provider, and in *leases the bytes it served for
+// `routings`, which a remote run must reproduce. Null (a test failure recorded) if it cannot start.
+std::unique_ptr<OffloadExpertProvider> RunLocal(const OffloadConfig& base, const std::vector<LayerRouting>& routings,
+                                                std::vector<std::string>* leases) {
+  OffloadConfig local_config = base;
+  local_config.shm_name = UniqueShm("local");
+  auto local = OffloadExpertProvider::Create(local_config);
+  EXPECT_TRUE(local.ok()) << local.status().ToString();
+  if (!local.ok()) return nullptr;
+  *leases = Drive(**local, routings);
+  return std::move(local).value();
+}
+
 // The remote run served every lease with the local run's bytes, in the same order.
 void ExpectSameLeases(const std::vector<std::string>& got, const std::vector<std::string>& want) {
   ASSERT_EQ(got.size(), want.size());
@@ -246,19 +259,17 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
     OffloadConfig base = BaseConfig(dir, m, 0.4);
     base.policy = *cm::ParseCachePolicy(policy);
     base.fused_recovery = fused;
-    OffloadConfig local_config = base;
-    local_config.shm_name = UniqueShm("local");
-    auto local = OffloadExpertProvider::Create(local_config);
-    ASSERT_TRUE(local.ok()) << local.status().ToString();
-    const std::vector<std::string> want = Drive(**local, routings);
+    std::vector<std::string> want;
+    const std::unique_ptr<OffloadExpertProvider> local = RunLocal(base, routings, &want);
+    ASSERT_NE(local, nullptr);
 
     TempDir tmp;
     CacheManagerProcess cache_manager(tmp, base, m);
     OffloadConfig remote_config = cache_manager.SchedulerConfig(base);
     auto remote = OffloadExpertProvider::Create(remote_config);
     ASSERT_TRUE(remote.ok()) << remote.status().ToString();
-    EXPECT_EQ((*remote)->config().staging_slots, (*local)->config().staging_slots);
-    EXPECT_EQ((*remote)->cache_backend().arena_bytes(), (*local)->cache_backend().arena_bytes());
+    EXPECT_EQ((*remote)->config().staging_slots, local->config().staging_slots);
+    EXPECT_EQ((*remote)->cache_backend().arena_bytes(), local->cache_backend().arena_bytes());
     auto* client = dynamic_cast<RemoteCacheBackend*>(&(*remote)->cache_backend());
     ASSERT_NE(client, nullptr);
     const uint64_t trips_before = client->round_trips();
@@ -278,7 +289,7 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
                 routings.size(), static_cast<unsigned long long>(trips), static_cast<unsigned long long>(waves),
                 static_cast<unsigned long long>(client->one_way_sends()));
 
-    ExpectSameCacheState(**remote, **local, cache_manager);
+    ExpectSameCacheState(**remote, *local, cache_manager);
   }
 }
 
@@ -295,11 +306,9 @@ TEST(CacheServer, BatchedReleasesSendOneAdmissionMessagePerBatch) {
     SCOPED_TRACE(fused ? "fused" : "separate");
     OffloadConfig base = BaseConfig(dir, m, 0.4);
     base.fused_recovery = fused;
-    OffloadConfig local_config = base;
-    local_config.shm_name = UniqueShm("local");
-    auto local = OffloadExpertProvider::Create(local_config);
-    ASSERT_TRUE(local.ok()) << local.status().ToString();
-    const std::vector<std::string> want = Drive(**local, routings);
+    std::vector<std::string> want;
+    const std::unique_ptr<OffloadExpertProvider> local = RunLocal(base, routings, &want);
+    ASSERT_NE(local, nullptr);
 
     TempDir tmp;
     CacheManagerProcess cache_manager(tmp, base, m);
@@ -320,7 +329,7 @@ TEST(CacheServer, BatchedReleasesSendOneAdmissionMessagePerBatch) {
     EXPECT_LE(one_way, release_calls + syncs);
     EXPECT_LT(one_way, got.size());
 
-    ExpectSameCacheState(**remote, **local, cache_manager);  // its stats request follows the held admissions
+    ExpectSameCacheState(**remote, *local, cache_manager);  // its stats request follows the held admissions
     EXPECT_EQ(cache_manager.server->stats().admits, got.size());
   }
 }
@@ -338,11 +347,9 @@ TEST(CacheServer, OverAPipeTheSameBytesAndCacheStateAndALeavingClientIsReclaimed
     SCOPED_TRACE(fused ? "fused" : "separate");
     OffloadConfig base = BaseConfig(dir, m, 0.4);
     base.fused_recovery = fused;
-    OffloadConfig local_config = base;
-    local_config.shm_name = UniqueShm("local");
-    auto local = OffloadExpertProvider::Create(local_config);
-    ASSERT_TRUE(local.ok()) << local.status().ToString();
-    const std::vector<std::string> want = Drive(**local, routings);
+    std::vector<std::string> want;
+    const std::unique_ptr<OffloadExpertProvider> local = RunLocal(base, routings, &want);
+    ASSERT_NE(local, nullptr);
 
     TempDir tmp;
     CacheManagerProcess cache_manager(tmp, base, m);
@@ -354,7 +361,7 @@ TEST(CacheServer, OverAPipeTheSameBytesAndCacheStateAndALeavingClientIsReclaimed
     EXPECT_EQ(cache_manager.server->stats().pipes, 1u);
     const std::vector<std::string> got = Drive(**remote, routings);
     ASSERT_NO_FATAL_FAILURE(ExpectSameLeases(got, want));
-    ExpectSameCacheState(**remote, **local, cache_manager);
+    ExpectSameCacheState(**remote, *local, cache_manager);
     EXPECT_EQ(cache_manager.server->stats().bad_messages, 0u);
 
     auto second = OffloadExpertProvider::Create(cache_manager.SchedulerConfig(base, /*pipe=*/true));
