@@ -17,8 +17,8 @@ class ServingSections:
         self.p(f"50 % budget, the same memory cap, the (l) requests (ShareGPT from #{h['prompt_offset']}, "
                f"{lc['requests']} requests of {lc['max_tokens']} new tokens, `--ignore-eos`), closed loop, one warm-up "
                "request first, TTFT/TPOT client-side (`bench/load.py`). `serve` runs every service as a thread of one "
-               f"process; `up` runs {h.get('processes') or 'one process per service'} processes (ZeroMQ + the shared "
-               "arena). `serve-separate-recovery` = serve with `--separate-recovery`: every missed expert is recovered "
+               f"process; `up` runs {h.get('processes') or 'one process per service'} processes (ZeroMQ handshakes, "
+               "shared-memory pipes for the messages, the shared arena). `serve-separate-recovery` = serve with `--separate-recovery`: every missed expert is recovered "
                "to BF16 before it is computed, as up must do (its executor is another process and reads BF16 from the "
                "arena), instead of being multiplied straight from its E/SM planes; it tells how much of up's gap is "
                "that recovery rather than the processes and messages. Target (issue 20): up / serve TPOT ≤ 1.05 at "
@@ -63,7 +63,7 @@ class ServingSections:
                     if mode == "up":
                         target = 1.05 if c == 1 else 1.10
                         met = "yes" if x <= target else "**no**"
-                        target = f"≤ {target}"
+                        target = f"≤ {target:.2f}"
                 same = "–" if mode == "serve" else ("yes" if all(r.get("same_text_as_serve") for r in rs) else "**NO**")
                 self.p(f"| {c} | {mode} | {tp_text} | {tt_text} | {tps_text} | {ratio} | {target} | {met} | {same} |")
         for r in h["rows"]:
