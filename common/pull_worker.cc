@@ -63,28 +63,26 @@ void PullWorker::PostAll(std::vector<Body> completions) {
     wake_.Notify();
     return;
   }
-  SendThroughPipe(*pipe, std::deque<Body>(std::make_move_iterator(completions.begin()),
-                                          std::make_move_iterator(completions.end())));
+  SendCompletions(std::deque<Body>(std::make_move_iterator(completions.begin()),
+                                  std::make_move_iterator(completions.end())),
+                  pipe.get(), nullptr);
 }
 
-void PullWorker::SendThroughPipe(ShmPipe& pipe, std::deque<Body> bodies) {
-  for (Body& frame : BatchCompletions(std::move(bodies))) {
+void PullWorker::SendCompletions(std::deque<Body> completions, ShmPipe* pipe, Channel* channel) {
+  for (Body& frame : BatchCompletions(std::move(completions))) {
     const size_t items = ItemsIn(frame);
-    const bool completion = std::holds_alternative<ReadCompletion>(frame) ||
-                            std::holds_alternative<ReadCompletions>(frame) ||
-                            std::holds_alternative<DecodeCompletion>(frame) ||
-                            std::holds_alternative<DecodeCompletions>(frame);
-    if (Status st = pipe.Send(std::move(frame), milliseconds(1000)); !st.ok()) {
-      Log(fmt::format("send to {} through {}: {}", config_.endpoint, pipe.name(), st.ToString()));
+    const Status st = pipe != nullptr ? pipe->Send(std::move(frame), milliseconds(1000))
+                                      : channel->Send(std::move(frame), milliseconds(1000));
+    if (!st.ok()) {
+      Log(fmt::format("send to {}{}: {}", config_.endpoint, pipe != nullptr ? " through " + pipe->name() : "",
+                      st.ToString()));
       continue;
     }
     MutexLock lock(&mu_);
     last_sent_ = Clock::now();
-    ++stats_.pipe_frames;
-    if (completion) {
-      stats_.completions += items;
-      ++stats_.frames;
-    }
+    stats_.completions += items;
+    ++stats_.frames;
+    if (pipe != nullptr) ++stats_.pipe_frames;
   }
 }
 
@@ -153,11 +151,8 @@ PullWorkerStats PullWorker::stats() const {
 }
 
 Status PullWorker::Run(const Handler& handler) {
-  static constexpr char kPipePrefix[] = "/zipmoe-pipe-";
-  static std::atomic<int> pipe_counter{0};
   milliseconds backoff = kReconnectBackoffMin;
   const std::string sender = config_.identity;
-  if (config_.pipe) ShmRegion::ReclaimStaleAndLog(kPipePrefix, config_.identity);  // pipes of workers that died
   while (!stop_.load()) {
     ChannelOptions options;
     options.kind = SocketKind::kDealer;
@@ -177,8 +172,7 @@ Status PullWorker::Run(const Handler& handler) {
     // A fresh pipe per connection: nothing of an earlier connection's is read by the new one.
     std::shared_ptr<ShmPipe> offered;
     if (config_.pipe) {
-      const std::string name = fmt::format("{}{}-{}", kPipePrefix, static_cast<long>(::getpid()), pipe_counter++);
-      Result<std::unique_ptr<ShmPipe>> created = ShmPipe::Create(name, ShmPipe::kDefaultRingBytes, sender);
+      Result<std::unique_ptr<ShmPipe>> created = ShmPipe::CreateForThisProcess(sender, config_.identity);
       if (created.ok()) {
         offered = std::move(created).value();
       } else {
@@ -240,6 +234,10 @@ Status PullWorker::Run(const Handler& handler) {
       }  // Heartbeat: liveness only. Anything else is not for a worker: ignored.
       return true;
     };
+    // Heartbeats and Disconnect: through the pipe once it is in use.
+    const auto send_control = [&](Body body, milliseconds timeout) {
+      (void)(live != nullptr ? live->Send(std::move(body), timeout) : channel.Send(std::move(body), timeout));
+    };
     const auto on_bad = [&](const Status& bad) {
       MutexLock lock(&mu_);
       ++stats_.bad_messages;
@@ -248,36 +246,19 @@ Status PullWorker::Run(const Handler& handler) {
     while (!stop_.load() && !reconnect) {
       // Send what is queued (posted before the pipe was in use, or with none).
       std::deque<Body> out;
-      Clock::time_point last_sent;
       {
         MutexLock lock(&mu_);
         out.swap(outbox_);
-        last_sent = last_sent_;
       }
-      if (live != nullptr) {
-        SendThroughPipe(*live, std::move(out));
-      } else {
-        for (Body& frame : BatchCompletions(std::move(out))) {
-          const size_t items = ItemsIn(frame);
-          Status st = channel.Send(std::move(frame), milliseconds(1000));
-          if (!st.ok()) {
-            Log(fmt::format("send to {}: {}", config_.endpoint, st.ToString()));
-            continue;
-          }
-          MutexLock lock(&mu_);
-          last_sent = last_sent_ = Clock::now();
-          stats_.completions += items;
-          ++stats_.frames;
-        }
+      if (!out.empty()) SendCompletions(std::move(out), live.get(), &channel);
+      Clock::time_point last_sent;
+      {
+        MutexLock lock(&mu_);
+        last_sent = last_sent_;  // any thread's send
       }
       const auto now = Clock::now();
       if (now - last_sent >= config_.heartbeat_interval) {
-        Heartbeat beat = MakeHeartbeat(static_cast<uint32_t>(config_.heartbeat_interval.count()), 0);
-        if (live != nullptr) {
-          (void)live->Send(beat, milliseconds(100));
-        } else {
-          (void)channel.Send(beat, milliseconds(100));
-        }
+        send_control(MakeHeartbeat(static_cast<uint32_t>(config_.heartbeat_interval.count()), 0), milliseconds(100));
         MutexLock lock(&mu_);
         last_sent = last_sent_ = now;
       }
@@ -317,11 +298,7 @@ Status PullWorker::Run(const Handler& handler) {
       pipe_.reset();  // Post() queues again; the pipe goes once the last sender is done with it
     }
     if (stop_.load()) {
-      if (live != nullptr) {
-        (void)live->Send(MakeDisconnect("worker stopping"), milliseconds(200));
-      } else {
-        (void)channel.Send(MakeDisconnect("worker stopping"), milliseconds(200));
-      }
+      send_control(MakeDisconnect("worker stopping"), milliseconds(200));
       break;
     }
     std::this_thread::sleep_for(backoff);

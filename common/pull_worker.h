@@ -60,7 +60,7 @@ struct PullWorkerStats {
   uint64_t requests = 0;      // ReadRequests and decodes (a DecodeRequests counts its items) handled
   uint64_t completions = 0;   // completions sent (a batch counts its items)
   uint64_t frames = 0;        // messages those completions were sent in
-  uint64_t pipe_frames = 0;   // of all messages sent, those that went through the pipe
+  uint64_t pipe_frames = 0;   // of those frames, the ones that went through the pipe
 };
 
 // Most completions one frame carries (a longer run of queued completions is split).
@@ -90,8 +90,9 @@ class PullWorker {
  private:
   PullWorker(zmq::context_t& context, PullWorkerConfig config, EventFd wake);
   void Log(const std::string& line) const;
-  // Sends `bodies` (batched: BatchCompletions) through `pipe`, counting them.
-  void SendThroughPipe(ShmPipe& pipe, std::deque<Body> bodies);
+  // Sends `completions` (batched: BatchCompletions) through `pipe`, or `channel` when it is null (the
+  // loop thread's only), counting them.
+  void SendCompletions(std::deque<Body> completions, ShmPipe* pipe, Channel* channel);
 
   zmq::context_t& context_;
   const PullWorkerConfig config_;

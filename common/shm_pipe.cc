@@ -100,6 +100,14 @@ Result<std::unique_ptr<ShmPipe>> ShmPipe::Create(const std::string& name, uint32
   return std::unique_ptr<ShmPipe>(new ShmPipe(std::move(region), ring_bytes, 0, std::move(sender)));
 }
 
+Result<std::unique_ptr<ShmPipe>> ShmPipe::CreateForThisProcess(std::string sender, const std::string& who) {
+  static constexpr char kPrefix[] = "/zipmoe-pipe-";
+  static std::atomic<int> counter{0};
+  ShmRegion::ReclaimStaleAndLog(kPrefix, who);
+  const std::string name = fmt::format("{}{}-{}", kPrefix, static_cast<long>(::getpid()), counter++);
+  return Create(name, kDefaultRingBytes, std::move(sender));
+}
+
 Result<std::unique_ptr<ShmPipe>> ShmPipe::Attach(const std::string& name, std::string sender) {
   ZM_ASSIGN_OR_RETURN(ShmRegion region, ShmRegion::Attach(name));
   if (region.size_bytes() < kHeaderBytes) {
@@ -220,6 +228,42 @@ Result<Message> ShmPipe::Recv(milliseconds timeout) {
   }
   received_.fetch_add(1, std::memory_order_relaxed);
   return got;
+}
+
+Status OfferPipe(Channel& channel, const ShmPipe& pipe, milliseconds wait) {
+  PipeOpen open;
+  open.name = pipe.name();
+  open.ring_bytes = pipe.ring_bytes();
+  const auto deadline = Clock::now() + wait;
+  ZM_RETURN_IF_ERROR(channel.Send(std::move(open), wait));
+  while (Clock::now() < deadline) {
+    Result<Received> got = channel.Recv(milliseconds(5));
+    if (!got.ok()) continue;
+    const auto* ack = std::get_if<Ack>(&got->message.body);
+    if (ack == nullptr) continue;  // not the answer (a late heartbeat answer)
+    if (const Status st = StatusOf(*ack); !st.ok()) {
+      if (st.message().find(pipe.name()) == std::string::npos) continue;  // about an earlier offer
+      return st.WithContext(fmt::format("{} refused the pipe {}", channel.endpoint(), pipe.name()));
+    }
+    if (ack->message == pipe.name()) return Status::Ok();
+  }
+  return Status::Unavailable(fmt::format("{} did not answer PipeOpen within {} ms", channel.endpoint(), wait.count()));
+}
+
+Result<std::unique_ptr<ShmPipe>> AttachOfferedPipe(const PipeOpen& open, std::string sender) {
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<ShmPipe> pipe, ShmPipe::Attach(open.name, std::move(sender)));
+  if (pipe->ring_bytes() != open.ring_bytes) {
+    return Status::InvalidArgument(fmt::format("PipeOpen: {} has rings of {} bytes, the message says {}", open.name,
+                                               pipe->ring_bytes(), open.ring_bytes));
+  }
+  return pipe;
+}
+
+Ack PipeOpenAck(const PipeOpen& open, const Status& attached) {
+  Ack ack;
+  SetStatus(&ack, attached);
+  if (attached.ok()) ack.message = open.name;  // tells this answer from a late one to an earlier offer
+  return ack;
 }
 
 ChannelStats ShmPipe::stats() const {

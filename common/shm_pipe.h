@@ -55,6 +55,10 @@ class ShmPipe {
   // side sends. ring_bytes: a multiple of 8 in [4096, 1 GiB].
   // Errors: kInvalidArgument (ring_bytes), ShmRegion::Create's.
   static Result<std::unique_ptr<ShmPipe>> Create(const std::string& name, uint32_t ring_bytes, std::string sender);
+  // Create with the name "/zipmoe-pipe-<pid>-<n>" (n counts this process's pipes) and the default
+  // ring size, after removing the pipes of processes that died (ShmRegion::ReclaimStaleAndLog, logged
+  // as `who`). What the executor, the workers and the scheduler's cache session offer their peers.
+  static Result<std::unique_ptr<ShmPipe>> CreateForThisProcess(std::string sender, const std::string& who);
   // Maps the region `name` made by a Create in another process (or this one) as the other end.
   // Errors: ShmRegion::Attach's (kNotFound: no such region); kInvalidArgument naming the region when
   // it is not a pipe (magic, ring size and region size disagree).
@@ -105,5 +109,16 @@ class ShmPipe {
   std::atomic<uint64_t> received_{0};
   std::atomic<uint64_t> bad_{0};
 };
+
+// The handshake that moves a DEALER's link onto `pipe` (docs/messaging.md "Shared-memory pipes").
+// Client side: sends PipeOpen{name, ring_bytes} on `channel` and waits up to `wait` for the Ack that
+// names this pipe (a late answer to an earlier offer is skipped). Errors: Channel::Send's, the peer's
+// refusal, kUnavailable (no answer within `wait`: an older peer ignores PipeOpen).
+Status OfferPipe(Channel& channel, const ShmPipe& pipe, std::chrono::milliseconds wait);
+// Server side: attaches the pipe `open` names, as `sender`. Errors: ShmPipe::Attach's;
+// kInvalidArgument when its rings are not `open.ring_bytes` (both naming the pipe).
+Result<std::unique_ptr<ShmPipe>> AttachOfferedPipe(const PipeOpen& open, std::string sender);
+// The answer to `open`: `attached` (OK, or the refusal), with the pipe's name on success.
+Ack PipeOpenAck(const PipeOpen& open, const Status& attached);
 
 }  // namespace zipmoe::messaging

@@ -155,8 +155,7 @@ void CacheServer::State::JoinRetired() {
 }
 
 void CacheServer::State::OpenPipe(const std::string& peer, const msg::PipeOpen& open) {
-  msg::Ack ack;
-  Result<std::unique_ptr<msg::ShmPipe>> attached = msg::ShmPipe::Attach(open.name, "cache-manager");
+  Result<std::unique_ptr<msg::ShmPipe>> attached = msg::AttachOfferedPipe(open, "cache-manager");
   if (attached.ok()) {
     RetirePipe(peer);  // an earlier pipe of the same client
     auto link = std::make_shared<PipeLink>();
@@ -169,14 +168,12 @@ void CacheServer::State::OpenPipe(const std::string& peer, const msg::PipeOpen& 
     pipes[peer] = std::move(link);
     PublishCounts();
     Log(fmt::format("client {} on the shared-memory pipe {}", msg::PrintableId(peer), open.name));
-    msg::SetStatus(&ack, Status::Ok());
   } else {
     Log(fmt::format("W: client {}: cannot attach its pipe, ZeroMQ carries everything: {}", msg::PrintableId(peer),
                     attached.status().ToString()));
-    msg::SetStatus(&ack, attached.status());
   }
   // The answer goes over ZeroMQ: the client reads its pipe only once it has it.
-  Status st = server->channel().SendTo(peer, std::move(ack), kReplyTimeout);
+  Status st = server->channel().SendTo(peer, msg::PipeOpenAck(open, attached.status()), kReplyTimeout);
   if (!st.ok()) Log(fmt::format("E: reply to {}: {}", msg::PrintableId(peer), st.ToString()));
 }
 

@@ -214,12 +214,8 @@ void ProviderServer::State::ReleaseLocked(int32_t layer, const std::vector<int32
 }
 
 void ProviderServer::State::OpenPipe(const std::string& from, const msg::PipeOpen& open) {
-  Result<std::unique_ptr<msg::ShmPipe>> attached = msg::ShmPipe::Attach(open.name, "scheduler");
-  Status st = attached.status();
-  if (st.ok() && (*attached)->ring_bytes() != open.ring_bytes) {
-    st = Status::InvalidArgument(fmt::format("PipeOpen: {} has rings of {} bytes, the message says {}", open.name,
-                                             (*attached)->ring_bytes(), open.ring_bytes));
-  }
+  Result<std::unique_ptr<msg::ShmPipe>> attached = msg::AttachOfferedPipe(open, "scheduler");
+  const Status st = attached.status();
   if (st.ok()) {
     StopPipeReader();  // the previous executor's
     std::shared_ptr<msg::ShmPipe> opened = std::move(attached).value();
@@ -238,11 +234,8 @@ void ProviderServer::State::OpenPipe(const std::string& from, const msg::PipeOpe
   } else {
     Log(fmt::format("W: executor pipe refused, the link stays on ZeroMQ: {}", st.ToString()));
   }
-  msg::Ack ack;
-  msg::SetStatus(&ack, st);
-  if (st.ok()) ack.message = open.name;  // tells this answer from a late one to an earlier offer
   MutexLock lock(&mu);
-  Post(from, std::move(ack));
+  Post(from, msg::PipeOpenAck(open, st));
 }
 
 void ProviderServer::State::StopPipeReader() {

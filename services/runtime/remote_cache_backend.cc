@@ -216,31 +216,11 @@ Result<msg::Body> RemoteCacheBackend::RecvLocked(milliseconds timeout) {
 }
 
 Status RemoteCacheBackend::OpenPipeLocked() {
-  static constexpr char kPrefix[] = "/zipmoe-pipe-";
-  static std::atomic<int> counter{0};
-  ShmRegion::ReclaimStaleAndLog(kPrefix, "scheduler");  // pipes of processes that died
-  const std::string name = fmt::format("{}{}-c{}", kPrefix, static_cast<long>(::getpid()), counter++);
-  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::ShmPipe> pipe,
-                      msg::ShmPipe::Create(name, msg::ShmPipe::kDefaultRingBytes, "scheduler"));
-  msg::PipeOpen open;
-  open.name = name;
-  open.ring_bytes = pipe->ring_bytes();
-  ZM_RETURN_IF_ERROR(channel_.Send(std::move(open), config_.timeout));
-  const auto deadline = Clock::now() + config_.timeout;
-  while (Clock::now() < deadline) {
-    Result<msg::Received> got = channel_.Recv(kPollSlice);
-    if (!got.ok()) continue;
-    const auto* ack = std::get_if<msg::Ack>(&got->message.body);
-    if (ack == nullptr) continue;  // nothing else is due on this socket now
-    if (const Status st = msg::StatusOf(*ack); !st.ok()) {
-      return st.WithContext(fmt::format("the cache-manager at {} refused the pipe {}", config_.endpoint, name));
-    }
-    pipe_ = std::move(pipe);
-    if (config_.log) config_.log(fmt::format("cache-manager link on the shared-memory pipe {}", name));
-    return Status::Ok();
-  }
-  return Status::DeadlineExceeded(fmt::format("the cache-manager at {} did not answer PipeOpen within {} ms",
-                                              config_.endpoint, config_.timeout.count()));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::ShmPipe> pipe, msg::ShmPipe::CreateForThisProcess("scheduler", "scheduler"));
+  ZM_RETURN_IF_ERROR(msg::OfferPipe(channel_, *pipe, config_.timeout).WithContext("the cache-manager"));
+  pipe_ = std::move(pipe);
+  if (config_.log) config_.log(fmt::format("cache-manager link on the shared-memory pipe {}", pipe_->name()));
+  return Status::Ok();
 }
 
 Status RemoteCacheBackend::SendLocked(msg::Body body) {

@@ -120,8 +120,8 @@ class RemoteCacheBackend : public CacheBackend {
   // One message over the link in use, as Channel::Send / Recv.
   Status SendRawLocked(messaging::Body body) ZM_REQUIRES(mu_);
   Result<messaging::Body> RecvLocked(std::chrono::milliseconds timeout) ZM_REQUIRES(mu_);
-  // PipeOpen -> Ack over ZeroMQ; on OK the session moves onto the pipe. Errors: ShmPipe::Create's,
-  // the server's refusal, kDeadlineExceeded (no answer within the timeout).
+  // PipeOpen -> Ack over ZeroMQ (OfferPipe); on OK the session moves onto the pipe. Errors:
+  // ShmPipe::Create's, OfferPipe's.
   Status OpenPipeLocked() ZM_REQUIRES(mu_);
   // Sends the held admissions (held_admit_), if any, as one CacheAdmit.
   Status SendHeldLocked() ZM_REQUIRES(mu_);

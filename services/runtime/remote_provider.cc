@@ -89,8 +89,6 @@ Result<msg::Body> RemoteExpertProvider::RecvLocked(milliseconds timeout) const {
 }
 
 Status RemoteExpertProvider::OpenPipe(milliseconds wait) {
-  static constexpr char kPrefix[] = "/zipmoe-pipe-";
-  static std::atomic<int> counter{0};
   if (unacked_ends_ > 0 || delivered_ < expected_) {
     return Status::InvalidArgument("OpenPipe: a layer is open; open the pipe before the first layer");
   }
@@ -98,31 +96,11 @@ Status RemoteExpertProvider::OpenPipe(milliseconds wait) {
     MutexLock lock(&mu_);
     if (pipe_ != nullptr) return Status::InvalidArgument("OpenPipe: the pipe " + pipe_->name() + " is already open");
   }
-  ShmRegion::ReclaimStaleAndLog(kPrefix, "executor");  // pipes of executors that died
-  const std::string name = fmt::format("{}{}-{}", kPrefix, static_cast<long>(::getpid()), counter++);
-  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::ShmPipe> pipe,
-                      msg::ShmPipe::Create(name, msg::ShmPipe::kDefaultRingBytes, "executor"));
-  msg::PipeOpen open;
-  open.name = name;
-  open.ring_bytes = pipe->ring_bytes();
-  const auto deadline = Clock::now() + wait;
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::ShmPipe> pipe, msg::ShmPipe::CreateForThisProcess("executor", "executor"));
   MutexLock lock(&mu_);
-  ZM_RETURN_IF_ERROR(channel_.Send(std::move(open), wait));
-  while (Clock::now() < deadline) {
-    Result<msg::Received> got = channel_.Recv(milliseconds(5));
-    if (!got.ok()) continue;
-    const auto* ack = std::get_if<msg::Ack>(&got->message.body);
-    if (ack == nullptr) continue;  // a late heartbeat answer
-    if (const Status st = msg::StatusOf(*ack); !st.ok()) {
-      if (st.message().find(name) == std::string::npos) continue;  // about an earlier offer
-      return st.WithContext(fmt::format("the scheduler at {} refused the pipe {}", config_.endpoint, name));
-    }
-    if (ack->message != name) continue;  // the late answer to an earlier offer
-    pipe_ = std::move(pipe);
-    return Status::Ok();
-  }
-  return Status::Unavailable(fmt::format("scheduler at {} did not answer PipeOpen within {} ms", config_.endpoint,
-                                         wait.count()));
+  ZM_RETURN_IF_ERROR(msg::OfferPipe(channel_, *pipe, wait).WithContext("the scheduler"));
+  pipe_ = std::move(pipe);
+  return Status::Ok();
 }
 
 Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {

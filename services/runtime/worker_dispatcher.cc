@@ -299,13 +299,13 @@ void WorkerDispatcher::State::HandleLocked(const std::string& peer, msg::Message
 
 void WorkerDispatcher::State::AttachPipeLocked(const std::string& id, const std::string& name, Peer* p,
                                                std::vector<std::pair<std::string, msg::Body>>* replies) {
-  msg::Ack ack;
+  msg::PipeOpen offered;  // WorkerReady.pipe_name: no ring size to check
+  offered.name = name;
   Result<std::unique_ptr<msg::ShmPipe>> attached = msg::ShmPipe::Attach(name, "scheduler");
+  replies->emplace_back(id, msg::PipeOpenAck(offered, attached.status()));
   if (!attached.ok()) {
     Log(fmt::format("W: worker {}: cannot attach its pipe, ZeroMQ carries everything: {}", msg::PrintableId(id),
                     attached.status().ToString()));
-    msg::SetStatus(&ack, attached.status());
-    replies->emplace_back(id, std::move(ack));
     return;
   }
   p->pipe = std::move(attached).value();
@@ -315,8 +315,6 @@ void WorkerDispatcher::State::AttachPipeLocked(const std::string& id, const std:
     SetCurrentThreadName("zm-wpipe");
     ReadPipe(id, pipe, reader);
   });
-  msg::SetStatus(&ack, Status::Ok());
-  replies->emplace_back(id, std::move(ack));
 }
 
 void WorkerDispatcher::State::ReadPipe(const std::string& id, const std::shared_ptr<msg::ShmPipe>& pipe,
