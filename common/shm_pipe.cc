@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "common/thread_name.h"
+
 namespace zipmoe::messaging {
 
 namespace {
@@ -264,6 +266,33 @@ Ack PipeOpenAck(const PipeOpen& open, const Status& attached) {
   SetStatus(&ack, attached);
   if (attached.ok()) ack.message = open.name;  // tells this answer from a late one to an earlier offer
   return ack;
+}
+
+void PipeReader::Start(const std::string& thread_name, std::function<bool(Message&)> on_message,
+                       std::function<void(const Status&)> on_bad) {
+  thread_ = std::thread([this, thread_name, on_message = std::move(on_message), on_bad = std::move(on_bad)] {
+    SetCurrentThreadName(thread_name);
+    while (!stop_.load()) {
+      Result<Message> got = pipe_->Recv(milliseconds(500));  // Interrupt ends the wait at a stop
+      if (got.ok()) {
+        if (!on_message(*got)) return;
+        continue;
+      }
+      if (got.status().code() == StatusCode::kDeadlineExceeded) continue;
+      on_bad(got.status());
+      if (pipe_->broken()) return;  // every later Recv fails the same way; the peer goes silent here
+    }
+  });
+}
+
+void PipeReader::RequestStop() {
+  stop_.store(true);
+  pipe_->Interrupt();
+}
+
+void PipeReader::Stop() {
+  RequestStop();
+  if (thread_.joinable()) thread_.join();
 }
 
 ChannelStats ShmPipe::stats() const {

@@ -34,7 +34,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "common/messaging.h"
 #include "common/messaging_channel.h"
@@ -108,6 +110,34 @@ class ShmPipe {
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> received_{0};
   std::atomic<uint64_t> bad_{0};
+};
+
+// The thread that reads one pipe on the attaching side (ProviderServer, WorkerDispatcher, CacheServer).
+// Construct it, then Start: each message goes to on_message (false ends the thread), each refused
+// frame to on_bad; a broken pipe ends the thread after its on_bad. The owner may read
+// stop_requested() from inside on_message (e.g. under its own lock) to drop what arrives after it
+// retired the reader. Thread-safety: RequestStop and stop_requested from any thread, Stop from any
+// thread but the reader's own.
+class PipeReader {
+ public:
+  explicit PipeReader(std::shared_ptr<ShmPipe> pipe) : pipe_(std::move(pipe)) {}
+  PipeReader(const PipeReader&) = delete;
+  PipeReader& operator=(const PipeReader&) = delete;
+  ~PipeReader() { Stop(); }
+  // Starts the thread, named `thread_name` (common/thread_name.h). Call once.
+  void Start(const std::string& thread_name, std::function<bool(Message&)> on_message,
+             std::function<void(const Status&)> on_bad);
+  // Never blocks (callable under the owner's locks, or from on_message): the thread ends at its next
+  // wake-up, which Interrupt makes immediate.
+  void RequestStop();
+  bool stop_requested() const { return stop_.load(); }
+  void Stop();  // RequestStop, then joins
+  const std::shared_ptr<ShmPipe>& pipe() const { return pipe_; }
+
+ private:
+  const std::shared_ptr<ShmPipe> pipe_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 // The handshake that moves a DEALER's link onto `pipe` (docs/messaging.md "Shared-memory pipes").

@@ -51,18 +51,13 @@ struct CacheServer::State : msg::RouterServer::Handler {
   const CacheServerConfig config;
   LocalCacheBackend* const backend;
   const std::unique_ptr<msg::RouterServer> server;  // its channel: the loop thread's only
-  // A client's shared-memory pipe and the thread that reads it.
-  struct PipeLink {
-    std::shared_ptr<msg::ShmPipe> pipe;
-    std::thread reader;
-    std::atomic<bool> stop{false};
-  };
   // One message (or tick) at a time: the loop thread and the pipes' reader threads.
   Mutex loop_mu;
   std::map<std::string, Client> clients ZM_GUARDED_BY(loop_mu);
   std::vector<std::pair<std::string, msg::Body>> pending_replies ZM_GUARDED_BY(loop_mu);
-  std::map<std::string, std::shared_ptr<PipeLink>> pipes ZM_GUARDED_BY(loop_mu);  // by the client's routing id
-  std::vector<std::shared_ptr<PipeLink>> retired ZM_GUARDED_BY(loop_mu);        // stopped, to be joined
+  // A client's pipe (and the thread reading it), by the client's routing id.
+  std::map<std::string, std::shared_ptr<msg::PipeReader>> pipes ZM_GUARDED_BY(loop_mu);
+  std::vector<std::shared_ptr<msg::PipeReader>> retired ZM_GUARDED_BY(loop_mu);  // stopping, to be joined
 
   mutable Mutex mu;  // guards the two below
   bool joined ZM_GUARDED_BY(mu) = false;
@@ -90,7 +85,7 @@ struct CacheServer::State : msg::RouterServer::Handler {
     for (auto& [peer, body] : pending_replies) {
       Status st;
       if (auto it = pipes.find(peer); it != pipes.end()) {
-        st = it->second->pipe->Send(std::move(body), kReplyTimeout);
+        st = it->second->pipe()->Send(std::move(body), kReplyTimeout);
       } else if (on_loop_thread) {
         st = server->channel().SendTo(peer, std::move(body), kReplyTimeout);
       } else {
@@ -105,7 +100,6 @@ struct CacheServer::State : msg::RouterServer::Handler {
   void RetirePipe(const std::string& peer) ZM_REQUIRES(loop_mu);
   void JoinRetired() ZM_EXCLUDES(loop_mu);
   void OpenPipe(const std::string& peer, const msg::PipeOpen& open) ZM_REQUIRES(loop_mu);
-  void ReadPipe(const std::string& peer, PipeLink* link) ZM_EXCLUDES(loop_mu);
   // msg::RouterServer::Handler, on the loop thread.
   void OnTick(Clock::time_point now) override;
   void OnMessage(msg::Received& got) override {
@@ -137,35 +131,36 @@ void CacheServer::State::PublishCounts() {
 void CacheServer::State::RetirePipe(const std::string& peer) {
   auto it = pipes.find(peer);
   if (it == pipes.end()) return;
-  it->second->stop.store(true);
-  it->second->pipe->Interrupt();
+  it->second->RequestStop();
   retired.push_back(std::move(it->second));
   pipes.erase(it);
 }
 
 void CacheServer::State::JoinRetired() {
-  std::vector<std::shared_ptr<PipeLink>> done;
+  std::vector<std::shared_ptr<msg::PipeReader>> done;
   {
     MutexLock lock(&loop_mu);
     done.swap(retired);
   }
-  for (const std::shared_ptr<PipeLink>& link : done) {
-    if (link->reader.joinable()) link->reader.join();
-  }
+  for (const std::shared_ptr<msg::PipeReader>& reader : done) reader->Stop();
 }
 
 void CacheServer::State::OpenPipe(const std::string& peer, const msg::PipeOpen& open) {
   Result<std::unique_ptr<msg::ShmPipe>> attached = msg::AttachOfferedPipe(open, "cache-manager");
   if (attached.ok()) {
     RetirePipe(peer);  // an earlier pipe of the same client
-    auto link = std::make_shared<PipeLink>();
-    link->pipe = std::move(attached).value();
-    PipeLink* raw = link.get();
-    link->reader = std::thread([this, peer, raw] {
-      SetCurrentThreadName("zm-cache-pipe");
-      ReadPipe(peer, raw);
-    });
-    pipes[peer] = std::move(link);
+    auto reader = std::make_shared<msg::PipeReader>(std::move(attached).value());
+    msg::PipeReader* raw = reader.get();
+    reader->Start(
+        "zm-cache-pipe",
+        [this, peer, raw](msg::Message& got) {
+          MutexLock lock(&loop_mu);
+          if (raw->stop_requested()) return false;  // retired meanwhile
+          Handle(peer, got.body, /*on_loop_thread=*/false);
+          return true;
+        },
+        [this](const Status& bad) { Bad(bad.ToString()); });  // a broken pipe: the client goes silent, is reclaimed
+    pipes[peer] = std::move(reader);
     PublishCounts();
     Log(fmt::format("client {} on the shared-memory pipe {}", msg::PrintableId(peer), open.name));
   } else {
@@ -175,21 +170,6 @@ void CacheServer::State::OpenPipe(const std::string& peer, const msg::PipeOpen& 
   // The answer goes over ZeroMQ: the client reads its pipe only once it has it.
   Status st = server->channel().SendTo(peer, msg::PipeOpenAck(open, attached.status()), kReplyTimeout);
   if (!st.ok()) Log(fmt::format("E: reply to {}: {}", msg::PrintableId(peer), st.ToString()));
-}
-
-void CacheServer::State::ReadPipe(const std::string& peer, PipeLink* link) {
-  while (!link->stop.load()) {
-    Result<msg::Message> got = link->pipe->Recv(config.heartbeat_interval);
-    if (!got.ok()) {
-      if (got.status().code() == StatusCode::kDeadlineExceeded) continue;
-      Bad(got.status().ToString());
-      if (link->pipe->broken()) return;  // the client goes silent here and is reclaimed
-      continue;
-    }
-    MutexLock lock(&loop_mu);
-    if (link->stop.load()) return;  // retired meanwhile
-    Handle(peer, got->body, /*on_loop_thread=*/false);
-  }
 }
 
 void CacheServer::State::Reclaim(const std::string& peer, const std::string& why, bool keep_pipe) {

@@ -29,8 +29,6 @@ using std::chrono::milliseconds;
 namespace {
 // The ProviderServer's loop waits this long when idle; a posted reply wakes it at once.
 constexpr milliseconds kExecutorPollInterval{500};
-// The pipe reader's longest wait; Interrupt ends it at once.
-constexpr milliseconds kPipePollInterval{500};
 // The peer name of messages that came through a pipe: never a ZeroMQ routing id (those are given by
 // the executor's DEALER: random 5 bytes starting with 0).
 constexpr char kPipePeerPrefix[] = "pipe:";
@@ -68,11 +66,9 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   std::shared_ptr<msg::ShmPipe> pipe ZM_GUARDED_BY(mu);
   std::string pipe_peer ZM_GUARDED_BY(mu);
 
-  // The pipe's reader thread and its stop flag: started and stopped by the loop thread (OpenPipe),
-  // and by Stop once the loop has ended.
-  std::thread pipe_reader;
-  std::shared_ptr<std::atomic<bool>> pipe_reader_stop;
-  std::shared_ptr<msg::ShmPipe> pipe_reading;
+  // The pipe's reader: started and stopped by the loop thread (OpenPipe), and by Stop once the loop
+  // has ended.
+  std::unique_ptr<msg::PipeReader> pipe_reader;
   Mutex handle_mu;  // one Handle at a time: the loop's messages and the pipe's
 
   void Log(const std::string& line) const {
@@ -93,7 +89,6 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   // and answers with an Ack over ZeroMQ.
   void OpenPipe(const std::string& from, const msg::PipeOpen& open);
   void StopPipeReader();
-  void ReadPipe(const std::shared_ptr<msg::ShmPipe>& pipe, const std::shared_ptr<std::atomic<bool>>& stop);
   void Deliver();
   // Posts *ready (one ExpertReady, or an ExpertsReady of several) to the layer's executor; clears it.
   void PostReady(std::vector<msg::ExpertReady>* ready) ZM_REQUIRES(mu);
@@ -224,12 +219,14 @@ void ProviderServer::State::OpenPipe(const std::string& from, const msg::PipeOpe
       pipe = opened;
       pipe_peer = kPipePeerPrefix + opened->name();
     }
-    pipe_reading = opened;
-    pipe_reader_stop = std::make_shared<std::atomic<bool>>(false);
-    pipe_reader = std::thread([this, p = opened, stop = pipe_reader_stop] {
-      SetCurrentThreadName("zm-pipe");
-      ReadPipe(p, stop);
-    });
+    pipe_reader = std::make_unique<msg::PipeReader>(opened);
+    pipe_reader->Start(
+        "zm-pipe",
+        [this, peer = kPipePeerPrefix + opened->name()](msg::Message& got) {
+          Handle(peer, std::move(got.body));
+          return true;
+        },
+        [this](const Status& bad) { OnBadMessage(bad); });
     Log(fmt::format("executor link on the shared-memory pipe {}", open.name));
   } else {
     Log(fmt::format("W: executor pipe refused, the link stays on ZeroMQ: {}", st.ToString()));
@@ -239,26 +236,9 @@ void ProviderServer::State::OpenPipe(const std::string& from, const msg::PipeOpe
 }
 
 void ProviderServer::State::StopPipeReader() {
-  if (!pipe_reader.joinable()) return;
-  pipe_reader_stop->store(true);
-  pipe_reading->Interrupt();
-  pipe_reader.join();
-  pipe_reading.reset();
-}
-
-void ProviderServer::State::ReadPipe(const std::shared_ptr<msg::ShmPipe>& p,
-                                     const std::shared_ptr<std::atomic<bool>>& stop) {
-  const std::string peer = kPipePeerPrefix + p->name();
-  while (!stop->load()) {
-    Result<msg::Message> got = p->Recv(kPipePollInterval);
-    if (got.ok()) {
-      Handle(peer, std::move(got->body));
-      continue;
-    }
-    if (got.status().code() == StatusCode::kDeadlineExceeded) continue;
-    OnBadMessage(got.status());
-    if (p->broken()) return;  // every later Recv fails the same way; the executor times out
-  }
+  if (pipe_reader == nullptr) return;
+  pipe_reader->Stop();
+  pipe_reader.reset();
 }
 
 void ProviderServer::State::Handle(const std::string& from, msg::Body body) {

@@ -47,14 +47,9 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
     uint64_t seq = 0;
     std::string peer;
   };
-  // A pipe's reader thread (ReadPipe) and its stop flag.
-  struct PipeReader {
-    std::thread thread;
-    std::atomic<bool> stop{false};
-  };
   struct Peer {
     std::shared_ptr<msg::ShmPipe> pipe;  // the worker's pipe once attached; null: ZeroMQ
-    std::shared_ptr<PipeReader> reader;
+    std::shared_ptr<msg::PipeReader> reader;  // its thread (HandlePiped)
     std::string role;
     int32_t credits = 1;
     int32_t threads = 1;
@@ -98,7 +93,7 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
   DispatcherStats counters ZM_GUARDED_BY(mu);
   int32_t zmq_workers ZM_GUARDED_BY(mu) = 0;  // live peers without a pipe
   // Readers of pipes whose worker is gone: stopped, joined by the dispatcher thread (or Stop).
-  std::vector<std::shared_ptr<PipeReader>> retired ZM_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<msg::PipeReader>> retired ZM_GUARDED_BY(mu);
 
   void Log(const std::string& line) const {
     if (config.log) config.log(line);
@@ -132,8 +127,9 @@ struct WorkerDispatcher::State : msg::RouterServer::Handler {
   // Work waiting was added from another thread: hand it out.
   void Kick() ZM_EXCLUDES(mu);
   void JoinRetired() ZM_EXCLUDES(mu);
-  // Reader thread of worker `id`'s pipe.
-  void ReadPipe(const std::string& id, const std::shared_ptr<msg::ShmPipe>& pipe, PipeReader* reader);
+  // On the reader thread of worker `id`'s pipe: `got` and what else has arrived, then the callbacks
+  // and the work they made ready; false once `reader` was retired.
+  bool HandlePiped(const std::string& id, msg::PipeReader* reader, msg::Message& got) ZM_EXCLUDES(mu);
   // Attaches the pipe a WorkerReady names and starts its reader; the Ack for the worker goes into
   // *replies (over ZeroMQ). On a refusal the peer stays on ZeroMQ.
   void AttachPipeLocked(const std::string& id, const std::string& name, Peer* p,
@@ -183,8 +179,7 @@ void WorkerDispatcher::State::ReissueLocked(const std::string& id, const std::st
   Log(fmt::format("worker {} (pid {}) {}: re-issuing {} ops", msg::PrintableId(id), it->second.pid, why,
                   it->second.held.size()));
   if (it->second.reader != nullptr) {
-    it->second.reader->stop.store(true);
-    it->second.pipe->Interrupt();
+    it->second.reader->RequestStop();
     retired.push_back(std::move(it->second.reader));
   } else {
     --zmq_workers;
@@ -309,56 +304,45 @@ void WorkerDispatcher::State::AttachPipeLocked(const std::string& id, const std:
     return;
   }
   p->pipe = std::move(attached).value();
-  p->reader = std::make_shared<PipeReader>();
-  PipeReader* reader = p->reader.get();
-  p->reader->thread = std::thread([this, id, pipe = p->pipe, reader] {
-    SetCurrentThreadName("zm-wpipe");
-    ReadPipe(id, pipe, reader);
-  });
+  p->reader = std::make_shared<msg::PipeReader>(p->pipe);
+  msg::PipeReader* reader = p->reader.get();
+  // A broken pipe ends the reader: the worker goes silent and expires.
+  reader->Start(
+      "zm-wpipe", [this, id, reader](msg::Message& got) { return HandlePiped(id, reader, got); },
+      [this](const Status& bad) { OnBadMessage(bad); });
 }
 
-void WorkerDispatcher::State::ReadPipe(const std::string& id, const std::shared_ptr<msg::ShmPipe>& pipe,
-                                       PipeReader* reader) {
+bool WorkerDispatcher::State::HandlePiped(const std::string& id, msg::PipeReader* reader, msg::Message& got) {
   std::vector<storage::ReadCompletion> reads_done;
   std::vector<decompressor::DecompressCompletion> decodes_done;
   std::vector<std::pair<std::string, msg::Body>> answers;
-  while (!reader->stop.load()) {
-    Result<msg::Message> got = pipe->Recv(config.heartbeat_interval);
-    if (!got.ok()) {
-      if (got.status().code() == StatusCode::kDeadlineExceeded) continue;
-      OnBadMessage(got.status());
-      if (pipe->broken()) return;  // the worker goes silent here and expires
-      continue;
+  msg::ShmPipe& pipe = *reader->pipe();
+  {
+    const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(got.body); },
+                                 trace::Activity::kHandleMessage);
+    MutexLock lock(&mu);
+    if (reader->stop_requested()) return false;  // its worker was re-issued meanwhile
+    HandleLocked(id, std::move(got), &reads_done, &decodes_done, &answers);
+    // What else has arrived, under the same lock.
+    while (pipe.Readable()) {
+      Result<msg::Message> more = pipe.Recv(milliseconds(0));
+      if (!more.ok()) break;
+      HandleLocked(id, std::move(more).value(), &reads_done, &decodes_done, &answers);
     }
-    {
-      const trace::TraceSpan span("message", [&] { return std::string("handle ") + msg::BodyName(got->body); },
-                                   trace::Activity::kHandleMessage);
-      MutexLock lock(&mu);
-      if (reader->stop.load()) return;  // its worker was re-issued meanwhile
-      HandleLocked(id, std::move(got).value(), &reads_done, &decodes_done, &answers);
-      // What else has arrived, under the same lock.
-      while (pipe->Readable()) {
-        Result<msg::Message> more = pipe->Recv(milliseconds(0));
-        if (!more.ok()) break;
-        HandleLocked(id, std::move(more).value(), &reads_done, &decodes_done, &answers);
-      }
-    }
-    for (auto& [to, body] : answers) (void)pipe->Send(std::move(body), milliseconds(100));
-    answers.clear();
-    Complete(&reads_done, &decodes_done);
-    Kick();  // credits came back and completions may have made decodes ready
   }
+  for (auto& [to, body] : answers) (void)pipe.Send(std::move(body), milliseconds(100));
+  Complete(&reads_done, &decodes_done);
+  Kick();  // credits came back and completions may have made decodes ready
+  return true;
 }
 
 void WorkerDispatcher::State::JoinRetired() {
-  std::vector<std::shared_ptr<PipeReader>> done;
+  std::vector<std::shared_ptr<msg::PipeReader>> done;
   {
     MutexLock lock(&mu);
     done.swap(retired);
   }
-  for (const std::shared_ptr<PipeReader>& r : done) {
-    if (r->thread.joinable()) r->thread.join();
-  }
+  for (const std::shared_ptr<msg::PipeReader>& r : done) r->Stop();
 }
 
 void WorkerDispatcher::State::Kick() {
@@ -620,8 +604,7 @@ void WorkerDispatcher::Stop() {
     MutexLock lock(&s_->mu);  // every pipe reader stops: nothing arrives any more
     for (auto& [id, peer] : s_->peers) {
       if (peer.reader == nullptr) continue;
-      peer.reader->stop.store(true);
-      peer.pipe->Interrupt();
+      peer.reader->RequestStop();
       s_->retired.push_back(peer.reader);
     }
   }
