@@ -215,6 +215,17 @@ Status PullWorker::Run(const Handler& handler) {
           stats_.requests += batch != nullptr ? batch->items.size() : 1;
         }
         handler(body);
+        last_heard = Clock::now();  // the handler may have worked a while: silence counts from now
+        if (live == nullptr) {
+          // Completions the handler posted itself (a worker that does the work on this thread) leave
+          // now, not after the rest of this wake-up's messages.
+          std::deque<Body> out;
+          {
+            MutexLock lock(&mu_);
+            out.swap(outbox_);
+          }
+          if (!out.empty()) SendCompletions(std::move(out), nullptr, &channel);
+        }
       } else if (std::holds_alternative<Disconnect>(body)) {
         Log(fmt::format("scheduler disconnected us: {}", std::get<Disconnect>(body).reason));
         reconnect = true;

@@ -73,8 +73,11 @@ std::vector<Body> BatchCompletions(std::deque<Body> bodies);
 
 class PullWorker {
  public:
-  // handler: called on the loop thread for every ReadRequest / DecodeRequest / DecodeRequests; must not block (queue
-  // the work and Post() its completions). Other message types are handled here.
+  // handler: called on the loop thread for every ReadRequest / DecodeRequest / DecodeRequests. It either queues
+  // the work and returns, or does it right there (the storage worker reads a request's chunks: no second thread
+  // to wake) and Post()s its completions as they come: over ZeroMQ those leave when the handler returns. Either
+  // way it must not wait for anything but its own work (the scheduler's silence is counted from its return).
+  // Other message types are handled here.
   using Handler = std::function<void(const Body& request)>;
 
   static Result<std::unique_ptr<PullWorker>> Create(zmq::context_t& context, PullWorkerConfig config);

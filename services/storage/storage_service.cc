@@ -64,11 +64,13 @@ StorageService::StorageService(StorageConfig config, ChunkFile file)
 Result<std::unique_ptr<StorageService>> StorageService::Create(const StorageConfig& config) {
   ZM_ASSIGN_OR_RETURN(ChunkFile file, ChunkFile::Open(config.path, config.page_cache));
   std::unique_ptr<StorageService> service(new StorageService(config, std::move(file)));
-  service->io_thread_ = std::thread([s = service.get()] {
-    SetCurrentThreadName("zm-io");
-    RaisePipelineThread();
-    s->IoLoop();
-  });
+  if (config.io_thread) {
+    service->io_thread_ = std::thread([s = service.get()] {
+      SetCurrentThreadName("zm-io");
+      RaisePipelineThread();
+      s->IoLoop();
+    });
+  }
   return service;
 }
 
@@ -109,54 +111,67 @@ Status StorageService::Submit(std::vector<ReadOp> ops) {
 }
 
 void StorageService::IoLoop() {
-  for (;;) {
-    std::vector<ReadOp> group;  // the op at the queue's head and the ops right behind it that continue it in the file
-    bool stopped = false;
-    {
-      MutexLock lock(&mu_);
-      queue_cv_.Wait(&lock, [this]() ZM_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping_ and nothing left
-      group.push_back(std::move(queue_.front()));
-      queue_.pop_front();
-      stopped = stopping_;
-      uint64_t end = group.front().file_offset + RoundUpBytes(group.front().stored_bytes);
-      uint64_t bytes = RoundUpBytes(group.front().stored_bytes);
-      // Buffered reads (page cache) go one by one: the kernel's readahead already merges them there.
-      while (!stopped && file_.direct_io() && !queue_.empty() && group.size() < kMaxCoalescedChunks) {
-        const ReadOp& next = queue_.front();
-        const uint64_t len = RoundUpBytes(next.stored_bytes);
-        if (next.file_offset != end || bytes + len > kMaxCoalescedBytes) break;
-        end += len;
-        bytes += len;
-        group.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-    }
-    if (stopped) {
-      const ReadOp& op = group.front();
-      Complete(CompletionOf(op, Status::Unavailable(fmt::format("{}@{}: {}: storage service stopped before the read",
-                                                                path(), op.file_offset, ChunkLabel(op)))));
-      if (config_.on_read_done) config_.on_read_done();
-      continue;
-    }
-    trace::TraceSpan span("io", [&] {
-      const std::string what = group.size() == 1 ? ChunkLabel(group.front())
-                                                 : fmt::format("{} chunks from {}", group.size(), ChunkLabel(group.front()));
-      uint64_t bytes = 0;
-      for (const ReadOp& op : group) bytes += op.stored_bytes;
-      return trace::SpanText(fmt::format("read {}", what), fmt::format(R"({{"bytes": {}}})", bytes));
-    }, trace::Activity::kRead);
-    uint64_t reads = 1;
-    std::vector<ReadCompletion> done = group.size() == 1 ? std::vector<ReadCompletion>{Execute(group.front())}
-                                                         : ExecuteCoalesced(group, &reads);
-    span.End();
-    {
-      MutexLock lock(&mu_);
-      stats_.reads += reads;
-    }
-    for (const ReadCompletion& c : done) Complete(c);
-    if (config_.on_read_done) config_.on_read_done();
+  std::vector<ReadOp> group;
+  bool stopped = false;
+  while (TakeGroup(/*wait=*/true, &group, &stopped)) RunGroup(group, stopped);
+}
+
+void StorageService::RunQueued() {
+  if (config_.io_thread) return;
+  MutexLock run_lock(&run_mu_);
+  std::vector<ReadOp> group;
+  bool stopped = false;
+  while (TakeGroup(/*wait=*/false, &group, &stopped)) RunGroup(group, stopped);
+}
+
+bool StorageService::TakeGroup(bool wait, std::vector<ReadOp>* group, bool* stopped) {
+  group->clear();
+  MutexLock lock(&mu_);
+  if (wait) queue_cv_.Wait(&lock, [this]() ZM_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
+  if (queue_.empty()) return false;  // stopping_ and nothing left, or nothing queued
+  group->push_back(std::move(queue_.front()));
+  queue_.pop_front();
+  *stopped = stopping_;
+  uint64_t end = group->front().file_offset + RoundUpBytes(group->front().stored_bytes);
+  uint64_t bytes = RoundUpBytes(group->front().stored_bytes);
+  // Buffered reads (page cache) go one by one: the kernel's readahead already merges them there.
+  while (!*stopped && file_.direct_io() && !queue_.empty() && group->size() < kMaxCoalescedChunks) {
+    const ReadOp& next = queue_.front();
+    const uint64_t len = RoundUpBytes(next.stored_bytes);
+    if (next.file_offset != end || bytes + len > kMaxCoalescedBytes) break;
+    end += len;
+    bytes += len;
+    group->push_back(std::move(queue_.front()));
+    queue_.pop_front();
   }
+  return true;
+}
+
+void StorageService::RunGroup(const std::vector<ReadOp>& group, bool stopped) {
+  if (stopped) {
+    const ReadOp& op = group.front();
+    Complete(CompletionOf(op, Status::Unavailable(fmt::format("{}@{}: {}: storage service stopped before the read",
+                                                              path(), op.file_offset, ChunkLabel(op)))));
+    if (config_.on_read_done) config_.on_read_done();
+    return;
+  }
+  trace::TraceSpan span("io", [&] {
+    const std::string what = group.size() == 1 ? ChunkLabel(group.front())
+                                               : fmt::format("{} chunks from {}", group.size(), ChunkLabel(group.front()));
+    uint64_t bytes = 0;
+    for (const ReadOp& op : group) bytes += op.stored_bytes;
+    return trace::SpanText(fmt::format("read {}", what), fmt::format(R"({{"bytes": {}}})", bytes));
+  }, trace::Activity::kRead);
+  uint64_t reads = 1;
+  std::vector<ReadCompletion> done = group.size() == 1 ? std::vector<ReadCompletion>{Execute(group.front())}
+                                                       : ExecuteCoalesced(group, &reads);
+  span.End();
+  {
+    MutexLock lock(&mu_);
+    stats_.reads += reads;
+  }
+  for (const ReadCompletion& c : done) Complete(c);
+  if (config_.on_read_done) config_.on_read_done();
 }
 
 ReadCompletion StorageService::Execute(const ReadOp& op) {
@@ -242,6 +257,7 @@ void StorageService::Complete(const ReadCompletion& c) {
 Result<ReadCompletion> StorageService::WaitFor(uint64_t op_id) {
   if (!config_.retain_completions)
     return Status::InvalidArgument(path() + ": WaitFor needs StorageConfig::retain_completions");
+  RunQueued();
   MutexLock lock(&mu_);
   done_cv_.Wait(&lock, [&]() ZM_REQUIRES(mu_) { return in_flight_.count(op_id) == 0; });
   auto it = completions_.find(op_id);
@@ -266,6 +282,7 @@ void StorageService::Stop() {
   if (joined_) return;
   RequestStop();
   if (io_thread_.joinable()) io_thread_.join();
+  RunQueued();  // without an I/O thread: what is still queued completes with kUnavailable
   joined_ = true;
 }
 

@@ -17,6 +17,12 @@
 // Every submitted op completes exactly once. WaitFor(op_id) blocks for one op's completion (tests,
 // simple callers) when `retain_completions` is set.
 //
+// Without an I/O thread (StorageConfig::io_thread = false) the thread that submits runs the reads
+// too, with RunQueued(): the storage process's request loop reads a request's chunks itself, so a
+// request that arrives through a shared-memory pipe starts its read without waking a second thread
+// (one wake-up less on the path of a cache miss, docs/messaging.md). Order and callbacks are the same;
+// "the I/O thread" below is then the thread in RunQueued().
+//
 // Thread-safety: Submit, WaitFor, stats and Stop may be called from any thread, including from
 // `on_complete` (except Stop: it joins the I/O thread). Destinations must stay valid until the op
 // completes. Lock order: mu_ only; never held while reading, hashing or calling back.
@@ -86,6 +92,8 @@ struct StorageConfig {
   // several ops at once), so a caller can send those completions together. Empty = none.
   std::function<void()> on_read_done;
   bool retain_completions = false;  // keep completions until WaitFor(op_id) takes them
+  // false: no I/O thread is started; submitted ops are read when the owner calls RunQueued().
+  bool io_thread = true;
 };
 
 struct StorageStats {
@@ -113,16 +121,23 @@ class StorageService {
   // kUnavailable (RequestStop() or Stop() was called).
   Status Submit(std::vector<ReadOp> ops);
 
-  // Blocks until op_id completes and returns (and forgets) its completion. Errors: kInvalidArgument
-  // (retain_completions is off), kNotFound (op_id unknown, or its completion was already taken).
+  // Without an I/O thread: reads every queued op on the calling thread (callbacks included) until the
+  // queue is empty, and returns; after RequestStop the queued ops complete with kUnavailable. One
+  // thread at a time (calls are serialised); not from on_complete. With an I/O thread: does nothing.
+  void RunQueued();
+
+  // Blocks until op_id completes and returns (and forgets) its completion (without an I/O thread it
+  // runs the queue first). Errors: kInvalidArgument (retain_completions is off), kNotFound (op_id
+  // unknown, or its completion was already taken).
   Result<ReadCompletion> WaitFor(uint64_t op_id);
 
   // Begins stopping without waiting: Submit() fails from now on; the read in progress finishes and
   // every op still queued completes with kUnavailable on the I/O thread. Callable from any thread,
   // on_complete included (e.g. a scheduler giving up after a fatal error).
   void RequestStop();
-  // RequestStop(), then joins the I/O thread, so every submitted op has completed when it returns.
-  // Idempotent; safe from any thread but the I/O thread itself.
+  // RequestStop(), then joins the I/O thread (without one: runs the queue, completing what is left
+  // with kUnavailable), so every submitted op has completed when it returns. Idempotent; safe from any
+  // thread but the I/O thread itself.
   void Stop();
 
   const std::string& path() const { return file_.path(); }
@@ -133,6 +148,11 @@ class StorageService {
  private:
   StorageService(StorageConfig config, ChunkFile file);
   void IoLoop();
+  // Takes the op at the queue's head and the ops right behind it that continue it in the file.
+  // wait: blocks until there is one or stopping_. False: nothing to take (queue empty).
+  bool TakeGroup(bool wait, std::vector<ReadOp>* group, bool* stopped);
+  // Reads (or, stopped, fails with kUnavailable) one group and calls back.
+  void RunGroup(const std::vector<ReadOp>& group, bool stopped);
   // One chunk, one pread.
   ReadCompletion Execute(const ReadOp& op);
   // Chunks back to back in the file, one preadv; after an I/O error each chunk is read again alone.
@@ -145,6 +165,7 @@ class StorageService {
   const StorageConfig config_;   // constant after construction
   ChunkFile file_;               // used by the I/O thread only (its flags are atomics)
 
+  Mutex run_mu_;                 // serialises RunQueued() (no I/O thread)
   Mutex stop_mu_;                // serialises Stop() calls
   bool joined_ ZM_GUARDED_BY(stop_mu_) = false;
 

@@ -1,5 +1,7 @@
-// The storage service's body (`zipmoe service storage`): the I/O thread (StorageService, O_DIRECT
-// reads, xxh64 per chunk) fed by a PullWorker (common/pull_worker.h) connected to the scheduler.
+// The storage service's body (`zipmoe service storage`): a StorageService (O_DIRECT reads, xxh64 per
+// chunk) without an I/O thread of its own, fed by a PullWorker (common/pull_worker.h) connected to the
+// scheduler: the PullWorker's thread reads each request's chunks itself (StorageService::RunQueued),
+// so a request starts its read without waking a second thread.
 // ReadRequests name arena offsets in the cache manager's shared arena; each is bounds- and
 // alignment-checked (a bad op completes with kInvalidArgument and nothing is read). Ops whose op_id
 // is already being read here (re-issued after a reconnect) are skipped. The completions of one read
@@ -39,7 +41,7 @@ struct StorageWorkerOptions {
   std::string experts_path;          // the compressed directory's experts.bin
   bool page_cache = false;
   int32_t queue_depth = 64;          // chunk reads accepted at once (credits)
-  // Called after each read, on the I/O thread: kind, stored bytes, seconds in pread, ok.
+  // Called after each read, on the reading thread: kind, stored bytes, seconds in pread, ok.
   std::function<void(ChunkKind kind, uint64_t stored_bytes, double seconds, bool ok)> on_read;
 };
 
@@ -52,7 +54,7 @@ class StorageWorker {
   messaging::PullWorkerStats stats() const { return pull_->stats(); }
   bool direct_io() const { return service_->direct_io(); }
   uint64_t queued() const;  // reads accepted and not completed
-  StorageStats storage_stats() const { return service_->stats(); }  // the I/O thread's counters
+  StorageStats storage_stats() const { return service_->stats(); }  // the reads' counters
 
  private:
   StorageWorker() = default;
@@ -64,7 +66,7 @@ class StorageWorker {
   std::unique_ptr<StorageService> service_;
   mutable Mutex mu_;
   std::unordered_map<uint64_t, uint32_t> in_flight_ ZM_GUARDED_BY(mu_);  // op_id -> attempt
-  std::vector<messaging::Body> read_done_;  // the current read's completions; the I/O thread's only
+  std::vector<messaging::Body> read_done_;  // the current read's completions; the reading thread's only
 };
 
 }  // namespace zipmoe::storage
