@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -136,6 +137,19 @@ class ExpertProvider {
   // start loading any of them, or none; a wrong prediction costs bandwidth, never correctness.
   // Never fails (a prefetch that fails is dropped; the expert is loaded again when selected).
   virtual void Prefetch(const LayerRouting& predicted) { (void)predicted; }
+  // Asks the provider to call `listener` whenever NextIsReady() may have turned true without a call
+  // of the listener's owner: on the thread that made an expert of the open layer ready or failed the
+  // layer (a read or decode completing, a lease released, a prefetch), with no lock of the provider
+  // held. The listener may call NextIsReady / NextReady / release leases, and is called again (on
+  // the same thread) from inside those calls when they make more ready: it must tolerate that. An
+  // empty function removes it; when SetReadyListener returns, no call of the old listener is running
+  // or will start. A remote executor's scheduler sends the experts from there (no thread woken just to
+  // deliver). Returns false when the provider never calls a listener (the default): the caller must
+  // then wait in NextReady.
+  virtual bool SetReadyListener(std::function<void()> listener) {
+    (void)listener;
+    return false;
+  }
 };
 
 }  // namespace zipmoe

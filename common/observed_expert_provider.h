@@ -26,6 +26,9 @@ class ObservedExpertProvider : public ExpertProvider {
   Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
   PrefetchMode prefetch_mode() const override { return inner_->prefetch_mode(); }
   void Prefetch(const LayerRouting& predicted) override { inner_->Prefetch(predicted); }
+  bool SetReadyListener(std::function<void()> listener) override {
+    return inner_->SetReadyListener(std::move(listener));
+  }
   void CachedExperts(int32_t layer_id, int32_t n_experts, std::vector<uint8_t>* cached) const override {
     inner_->CachedExperts(layer_id, n_experts, cached);
   }

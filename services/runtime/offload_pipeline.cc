@@ -152,6 +152,7 @@ void OffloadExpertProvider::Prefetch(const LayerRouting& predicted) {
     cancel.swap(cancel_later_);
   }
   CancelDecodes(cancel);
+  CallListenerIfDue();
 }
 
 void OffloadExpertProvider::CachedExperts(int32_t layer_id, int32_t n_experts, std::vector<uint8_t>* cached) const {
@@ -320,6 +321,23 @@ void OffloadExpertProvider::EndCompletionLocked(const OpRef& ref, bool current, 
 
 void OffloadExpertProvider::NotifyWaitersLocked() {
   if (!error_.ok() || !ready_.empty() || ops_.empty()) cv_.NotifyAll();
+  if (active_ && (!error_.ok() || !ready_.empty())) listener_due_ = true;
+}
+
+void OffloadExpertProvider::CallListenerIfDue() {
+  {
+    MutexLock lock(&mu_);
+    if (!listener_due_) return;
+    listener_due_ = false;
+  }
+  std::lock_guard<std::recursive_mutex> listener_lock(listener_mu_);
+  if (ready_listener_) ready_listener_();
+}
+
+bool OffloadExpertProvider::SetReadyListener(std::function<void()> listener) {
+  std::lock_guard<std::recursive_mutex> listener_lock(listener_mu_);
+  ready_listener_ = std::move(listener);
+  return true;
 }
 
 void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
@@ -372,6 +390,7 @@ void OffloadExpertProvider::OnReadComplete(const storage::ReadCompletion& c) {
     if (!pool_->Cancel(id, status).ok()) continue;  // already completed or stopping: nothing to undo
   }
   CancelDecodes(dropped);
+  CallListenerIfDue();
 }
 
 void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressCompletion& c) {
@@ -410,6 +429,7 @@ void OffloadExpertProvider::OnDecompressComplete(const decompressor::DecompressC
     EndCompletionLocked(ref, current, &dropped);
   }
   CancelDecodes(dropped);
+  CallListenerIfDue();
 }
 
 void OffloadExpertProvider::TensorDoneLocked(ExpertWork& w, int32_t work) {
@@ -455,6 +475,7 @@ void OffloadExpertProvider::FailLocked(const Status& status) {
     error_ = Status(status.code(), fmt::format("layer {}: {}", layer_id_, status.message()));
   }
   cv_.NotifyAll();
+  if (active_) listener_due_ = true;
 }
 
 

@@ -259,8 +259,10 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   if (!st.ok()) FailLocked(st);
   std::vector<uint64_t> cancel;
   cancel.swap(cancel_later_);
+  if (!ready_.empty() || !error_.ok()) listener_due_ = true;  // cache hits, an adopted prefetch
   lock.Unlock();
   CancelDecodes(cancel);
+  CallListenerIfDue();
   return st;
 }
 
@@ -362,6 +364,7 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
     NotifyWaitersLocked();
   }
   CancelDecodes(dropped);
+  CallListenerIfDue();
 }
 
 void OffloadExpertProvider::ReleaseAll(std::vector<std::unique_ptr<ExpertLease>>* leases) {
@@ -373,6 +376,7 @@ void OffloadExpertProvider::ReleaseAll(std::vector<std::unique_ptr<ExpertLease>>
     FailLocked(sent);
     NotifyWaitersLocked();
   }
+  CallListenerIfDue();
 }
 
 Status OffloadExpertProvider::EndLayer(int32_t layer_id) {

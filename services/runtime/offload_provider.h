@@ -67,6 +67,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -163,6 +164,9 @@ class OffloadExpertProvider : public ExpertProvider {
   void ReleaseAll(std::vector<std::unique_ptr<ExpertLease>>* leases) override;
   PrefetchMode prefetch_mode() const override;
   void Prefetch(const LayerRouting& predicted) override;
+  // Supported (returns true): called at the end of OnReadComplete / OnDecompressComplete, lease
+  // releases, Prefetch and BeginLayer when an expert of the active layer became ready or the layer failed.
+  bool SetReadyListener(std::function<void()> listener) override;
   // The layer's F-pool residents (CacheBackend::FullResidents; none with a remote cache).
   void CachedExperts(int32_t layer_id, int32_t n_experts, std::vector<uint8_t>* cached) const override;
 
@@ -274,6 +278,9 @@ class OffloadExpertProvider : public ExpertProvider {
   // ~15 chunks per missed expert, waking NextReady's caller for each one cost a context switch per
   // chunk (docs/benchmarks.md (h), "context switches").
   void NotifyWaitersLocked() ZM_REQUIRES(mu_);
+  // Calls the ready listener when NotifyWaitersLocked / FailLocked found something for it since the
+  // last call. Every method that takes mu_ and may make an expert ready calls it after releasing mu_.
+  void CallListenerIfDue() ZM_EXCLUDES(mu_);
   void OnLeaseReleased(int32_t expert) ZM_EXCLUDES(mu_);
   // Waits for in-flight ops (failed layer); releases and retakes mu_ (held by the caller's `lock`).
   void DrainLocked(MutexLock* lock) ZM_REQUIRES(mu_);
@@ -299,8 +306,14 @@ class OffloadExpertProvider : public ExpertProvider {
   std::unique_ptr<ReadEngine> storage_;
   std::unique_ptr<DecodeEngine> pool_;
 
+  // The ready listener (SetReadyListener). Held while it runs, so removing it waits for a running call;
+  // recursive: the listener's own NextReady / lease releases call CallListenerIfDue again.
+  std::recursive_mutex listener_mu_;
+  std::function<void()> ready_listener_;  // guarded by listener_mu_
+
   mutable Mutex mu_;  // guards everything below: the layer state, prefetches, stats
   CondVar cv_;  // waits on mu_: an expert became ready, the last op completed, or the layer failed
+  bool listener_due_ ZM_GUARDED_BY(mu_) = false;  // an expert became ready / the layer failed since the last call
   bool active_ ZM_GUARDED_BY(mu_) = false;         // between BeginLayer and EndLayer
   int32_t layer_id_ ZM_GUARDED_BY(mu_) = -1;
   std::unordered_map<int32_t, ExpertWork> works_ ZM_GUARDED_BY(mu_);  // by work id: the active layer's and prefetches

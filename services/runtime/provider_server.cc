@@ -1,7 +1,9 @@
 // ProviderServer (services/runtime/remote_provider.h): the scheduler side of the executor protocol. A
-// ROUTER loop (common/router_server.h) takes LayerRequests, lease releases and LayerEnds; a deliverer
-// thread waits in the provider's NextReady and posts the ready experts back through the loop (those
-// ready together in one ExpertsReady frame). An executor that opened a shared-memory pipe (PipeOpen)
+// ROUTER loop (common/router_server.h) takes LayerRequests, lease releases and LayerEnds. The ready
+// experts go back (those ready together in one ExpertsReady frame) from the thread that made them
+// ready: the provider's ready listener (ExpertProvider::SetReadyListener) runs DeliverReady on the
+// completion's thread, and the LayerRequest's handler delivers the cache hits. A provider without a
+// listener gets a deliverer thread that waits in its NextReady. An executor that opened a shared-memory pipe (PipeOpen)
 // is served by a reader thread on that pipe instead, and replies to it are written straight into the
 // pipe by whichever thread posts them (no hop through the loop).
 #include "services/runtime/remote_provider.h"
@@ -57,6 +59,12 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   std::string peer ZM_GUARDED_BY(mu);                 // the executor that opened it
   size_t to_deliver ZM_GUARDED_BY(mu) = 0;            // NextReady calls the deliverer still has to make
   bool delivering ZM_GUARDED_BY(mu) = false;          // the deliverer is inside the layer
+  // With a ready listener (the provider calls DeliverReady on the thread that made an expert ready):
+  // no deliverer thread; one thread at a time delivers (`deliver_busy`), another that finds it busy
+  // leaves `deliver_pending` for it.
+  bool listener = false;                              // constant after Start
+  bool deliver_busy ZM_GUARDED_BY(mu) = false;
+  bool deliver_pending ZM_GUARDED_BY(mu) = false;
   bool aborting ZM_GUARDED_BY(mu) = false;            // release leases as they come
   std::map<int32_t, std::unique_ptr<ExpertLease>> leases ZM_GUARDED_BY(mu);  // by expert id
   std::deque<std::pair<std::string, msg::Body>> outbox ZM_GUARDED_BY(mu);
@@ -90,6 +98,13 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   void OpenPipe(const std::string& from, const msg::PipeOpen& open);
   void StopPipeReader();
   void Deliver();
+  // The listener's delivery: posts every expert of the open layer that is ready now (never waits).
+  void DeliverReady() ZM_EXCLUDES(mu);
+  // One NextReady result of the open layer (to_deliver counted down): a failure is posted after what
+  // is in *ready; a lease is kept (its ExpertReady appended to *ready) or, aborting, dropped (mu
+  // released meanwhile). False: the layer failed, nothing more to deliver.
+  bool TakeLocked(Result<std::unique_ptr<ExpertLease>> lease, std::vector<msg::ExpertReady>* ready)
+      ZM_REQUIRES(mu);
   // Posts *ready (one ExpertReady, or an ExpertsReady of several) to the layer's executor; clears it.
   void PostReady(std::vector<msg::ExpertReady>* ready) ZM_REQUIRES(mu);
   // msg::RouterServer::Handler, on the loop thread.
@@ -123,6 +138,57 @@ void ProviderServer::State::PostReady(std::vector<msg::ExpertReady>* ready) {
   ready->clear();
 }
 
+bool ProviderServer::State::TakeLocked(Result<std::unique_ptr<ExpertLease>> lease,
+                                       std::vector<msg::ExpertReady>* ready) {
+  --to_deliver;
+  if (!lease.ok()) {
+    PostReady(ready);  // what was ready before the failure goes first
+    msg::ExpertReady failed;
+    failed.layer_id = layer_id;
+    msg::SetStatus(&failed, lease.status());
+    Post(peer, std::move(failed));
+    to_deliver = 0;
+    return false;
+  }
+  if (aborting) {
+    ready->clear();
+    std::unique_ptr<ExpertLease> drop = std::move(lease).value();
+    mu.Unlock();
+    drop.reset();
+    mu.Lock();
+    return true;
+  }
+  const ExpertWeightsView& v = (*lease)->weights();
+  ready->push_back(ExpertReadyToWire(v, arena_base));
+  leases[v.expert_id] = std::move(lease).value();
+  return true;
+}
+
+void ProviderServer::State::DeliverReady() {
+  MutexLock lock(&mu);
+  deliver_pending = true;
+  if (deliver_busy) return;  // that thread delivers this too
+  deliver_busy = true;
+  std::vector<msg::ExpertReady> ready;  // taken, not yet posted: the experts ready together
+  while (deliver_pending && !stopping) {
+    deliver_pending = false;
+    while (active && to_deliver > 0 && !stopping) {
+      lock.Unlock();
+      const bool now = provider->NextIsReady();
+      lock.Lock();
+      if (!now || !active || to_deliver == 0 || stopping) break;
+      lock.Unlock();
+      Result<std::unique_ptr<ExpertLease>> lease = provider->NextReady();  // ready: returns at once
+      lock.Lock();
+      if (!TakeLocked(std::move(lease), &ready)) break;
+    }
+    if (aborting) ready.clear();
+    PostReady(&ready);  // one frame for what was ready together
+  }
+  deliver_busy = false;
+  cv.NotifyAll();  // AbortLocked waits for the token
+}
+
 void ProviderServer::State::Deliver() {
   MutexLock lock(&mu);
   std::vector<msg::ExpertReady> ready;  // taken, not yet posted: the experts ready together
@@ -134,27 +200,8 @@ void ProviderServer::State::Deliver() {
       lock.Unlock();
       Result<std::unique_ptr<ExpertLease>> lease = provider->NextReady();
       lock.Lock();
-      --to_deliver;
-      if (!lease.ok()) {
-        PostReady(&ready);  // what was ready before the failure goes first
-        msg::ExpertReady failed;
-        failed.layer_id = layer_id;
-        msg::SetStatus(&failed, lease.status());
-        Post(peer, std::move(failed));
-        to_deliver = 0;
-        break;
-      }
-      const ExpertWeightsView& v = (*lease)->weights();
-      if (aborting) {
-        ready.clear();
-        std::unique_ptr<ExpertLease> drop = std::move(lease).value();
-        lock.Unlock();
-        drop.reset();
-        lock.Lock();
-        continue;
-      }
-      ready.push_back(ExpertReadyToWire(v, arena_base));
-      leases[v.expert_id] = std::move(lease).value();
+      if (!TakeLocked(std::move(lease), &ready)) break;
+      if (aborting) continue;
       // One frame for the experts ready now (NextIsReady never blocks): a layer's cache hits travel
       // together instead of one message each.
       bool more = false;
@@ -182,6 +229,21 @@ void ProviderServer::State::AbortLocked(MutexLock* lock) {
   mu.Unlock();
   held.clear();  // releases: later waves can start, so the deliverer finishes
   mu.Lock();
+  if (listener) {
+    // No deliverer thread: take the delivery token and drop what is left, waiting for each (its ops
+    // complete; their listener calls find the token taken and return).
+    cv.Wait(lock, [&]() ZM_REQUIRES(mu) { return !deliver_busy; });
+    deliver_busy = true;
+    std::vector<msg::ExpertReady> none;
+    while (to_deliver > 0) {
+      mu.Unlock();
+      Result<std::unique_ptr<ExpertLease>> lease = provider->NextReady();
+      mu.Lock();
+      if (!TakeLocked(std::move(lease), &none)) break;
+    }
+    deliver_busy = false;
+    deliver_pending = false;
+  }
   cv.Wait(lock, [&]() ZM_REQUIRES(mu) { return !delivering && to_deliver == 0; });
   held.swap(leases);
   const int32_t ending = layer_id;  // only Handle (this thread) changes it
@@ -271,6 +333,10 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     peer = from;
     to_deliver = request->expert_ids.size();
     cv.NotifyAll();
+    if (listener) {
+      lock.Unlock();
+      DeliverReady();  // the cache hits, at once, in one frame
+    }
     return;
   }
   if (auto* release = std::get_if<msg::LeaseRelease>(&body)) {
@@ -333,10 +399,16 @@ Result<std::unique_ptr<ProviderServer>> ProviderServer::Start(zmq::context_t& co
   auto state = std::make_unique<State>(std::move(config), provider, arena_base, arena_bytes, std::move(router));
   std::unique_ptr<ProviderServer> server(new ProviderServer(std::move(state)));
   State* s = server->s_.get();
-  s->deliver_thread = std::thread([s] {
-    SetCurrentThreadName("zm-deliver");
-    s->Deliver();
-  });
+  // The provider calls back on the thread that made an expert ready (a completion's), which sends it
+  // on: one thread less to wake per expert. A provider without that gets a deliverer thread waiting in
+  // NextReady.
+  s->listener = provider->SetReadyListener([s] { s->DeliverReady(); });
+  if (!s->listener) {
+    s->deliver_thread = std::thread([s] {
+      SetCurrentThreadName("zm-deliver");
+      s->Deliver();
+    });
+  }
   s->server->Start(s, kExecutorPollInterval, "zm-provider");
   return server;
 }
@@ -356,6 +428,8 @@ void ProviderServer::Stop() {
   s_->cv.NotifyAll();
   s_->server->Stop();
   s_->StopPipeReader();  // the loop, which also starts readers, has ended
+  // Waits for a listener call in progress; none starts after (the provider outlives this server).
+  if (s_->listener) s_->provider->SetReadyListener(nullptr);
   // The deliverer may sit in NextReady until the provider's engines stop (the provider's owner does that).
   if (s_->deliver_thread.joinable()) s_->deliver_thread.join();
   {

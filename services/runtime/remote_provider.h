@@ -5,7 +5,8 @@
 //
 //   executor                               scheduler
 //   BeginLayer  -- LayerRequest -->        OffloadExpertProvider::BeginLayer
-//   NextReady   <-- ExpertReady(s) --      NextReady (deliverer thread); experts ready together in one frame
+//   NextReady   <-- ExpertReady(s) --      NextReady on the thread that made them ready (the provider's
+//                                          ready listener); experts ready together in one frame
 //   ~Lease      -- LeaseRelease -->        the leases are destroyed (admission, next wave); a group's
 //                                          releases in one message, sent at the next NextReady
 //   EndLayer    -- LayerEnd -->            the last group's releases, then EndLayer; its Ack is not
@@ -16,7 +17,8 @@
 // Transport. Connect opens a ZeroMQ DEALER; OpenPipe then moves the link onto a shared-memory pipe
 // (common/shm_pipe.h) the executor creates and the scheduler attaches (PipeOpen, answered by an Ack
 // over ZeroMQ). Every message above then goes through the pipe: no ZeroMQ I/O thread on either side,
-// and the scheduler's deliverer writes ExpertReady straight into it (issue 20). The server answers
+// and the scheduler writes ExpertReady straight into it from the thread that made the expert ready
+// (issue 20). The server answers
 // each message on the link it came from, so a scheduler that refuses the pipe keeps ZeroMQ.
 //
 // EndLayer is pipelined: it sends LayerEnd and returns without the round trip (issue 20: the
@@ -165,9 +167,9 @@ class ProviderServer {
                                                        ExpertProvider* provider, const uint8_t* arena_base,
                                                        uint64_t arena_bytes);
   ~ProviderServer();  // Stop()
-  // Releases held leases and joins. A deliverer blocked in the provider's NextReady is only released
-  // when the provider fails the layer: stop the provider's engines first
-  // (OffloadExpertProvider::Shutdown).
+  // Releases held leases, removes the provider's ready listener (waiting for a call in progress) and
+  // joins. With a provider that has no ready listener a deliverer thread waits in its NextReady, and is
+  // only released when the provider fails the layer: stop that provider's engines first.
   void Stop();
   ProviderServerStats stats() const;
   std::string endpoint() const;

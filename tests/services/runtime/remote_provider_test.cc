@@ -3,14 +3,19 @@
 // shared-memory pipe (OpenPipe). Ping answers only once the server runs (what the executor waits for
 // before it reports ready), a layer round trip delivers the server's bytes in the shared arena, and a
 // server that never starts gives kUnavailable naming the endpoint. A new executor's pipe replaces the
-// old one (whose open layer is aborted); a pipe the scheduler cannot attach is refused by name.
+// old one (whose open layer is aborted); a pipe the scheduler cannot attach is refused by name. With a
+// provider that has a ready listener, experts leave from the thread that made them ready, and an
+// abort waits for an expert still loading.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -92,6 +97,65 @@ class ArenaProvider : public ExpertProvider {
   LayerRouting routing_;
   size_t next_ = 0;
   std::map<int32_t, int> ended_;
+};
+
+// A provider with a ready listener (what OffloadExpertProvider is to the scheduler): BeginLayer has
+// the layer's first expert ready (a cache hit); the test makes the others ready with MakeReady from a
+// thread of its own (a read's or decode's completion), which calls the listener. NextReady waits for
+// readiness and records which thread took each expert.
+class ListenerProvider : public ExpertProvider {
+ public:
+  explicit ListenerProvider(uint8_t* arena) : inner_(arena) {}
+  Status BeginLayer(const LayerRouting& routing) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    layer_ = routing.layer_id;
+    n_ = routing.expert_ids.size();
+    next_ = 0;
+    ready_ = std::min<size_t>(1, n_);
+    return inner_.BeginLayer(routing);
+  }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return next_ < ready_; });
+    ++next_;
+    takers_[layer_].push_back(std::this_thread::get_id());
+    return inner_.NextReady();
+  }
+  bool NextIsReady() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_ < ready_;
+  }
+  Status EndLayer(int32_t layer_id) override { return inner_.EndLayer(layer_id); }
+  bool SetReadyListener(std::function<void()> listener) override {
+    std::lock_guard<std::recursive_mutex> lock(listener_mu_);
+    listener_ = std::move(listener);
+    return true;
+  }
+  // k more experts of the open layer are ready; calls the listener on this thread.
+  void MakeReady(size_t k) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_ = std::min(ready_ + k, n_);
+    }
+    cv_.notify_all();
+    std::lock_guard<std::recursive_mutex> lock(listener_mu_);
+    if (listener_) listener_();
+  }
+  std::vector<std::thread::id> takers(int32_t layer_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return takers_[layer_id];
+  }
+  int ended(int32_t layer_id) { return inner_.ended(layer_id); }
+
+ private:
+  ArenaProvider inner_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int32_t layer_ = -1;
+  size_t n_ = 0, next_ = 0, ready_ = 0;
+  std::map<int32_t, std::vector<std::thread::id>> takers_;
+  std::recursive_mutex listener_mu_;
+  std::function<void()> listener_;
 };
 
 // An arena, an executor's RemoteExpertProvider connected to an ipc:// endpoint, and (StartServer)
@@ -346,6 +410,90 @@ TEST_P(RemoteProviderTest, ANewExecutorReplacesTheOldOneAndItsOpenLayer) {
   EXPECT_EQ(server_->stats().aborted_layers, 1u);
   held->reset();  // the old executor's release is stale now: ignored
   server_->Stop();
+}
+
+// With a ready listener the server has no deliverer thread: the cache hit goes out from the
+// LayerRequest's handler, each later expert from the thread that made it ready (the listener's).
+TEST_P(RemoteProviderTest, WithAReadyListenerExpertsAreSentFromTheThreadThatMadeThemReady) {
+  ListenerProvider provider(arena_->data());
+  ProviderServerConfig server_config;
+  server_config.endpoint = config_.endpoint;
+  Result<std::unique_ptr<ProviderServer>> server =
+      ProviderServer::Start(context_, server_config, &provider, arena_->data(), arena_->size_bytes());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(Link());
+  for (int32_t layer : {2, 3}) {
+    ASSERT_TRUE(remote_->BeginLayer(LayerRouting(layer, {0, 1, 2}, {1, 1, 1})).ok());
+    std::vector<std::unique_ptr<ExpertLease>> held;
+    Result<std::unique_ptr<ExpertLease>> hit = remote_->NextReady();  // ready at BeginLayer
+    ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+    EXPECT_EQ((*hit)->weights().expert_id, 0);
+    held.push_back(std::move(hit).value());
+    std::thread::id completer;
+    std::thread completion([&] {
+      completer = std::this_thread::get_id();
+      provider.MakeReady(2);
+    });
+    completion.join();
+    for (int32_t e : {1, 2}) {
+      Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      EXPECT_EQ((*lease)->weights().layer_id, layer);
+      EXPECT_EQ((*lease)->weights().expert_id, e);
+      EXPECT_EQ(std::memcmp((*lease)->weights().up, arena_->data() + (3 * e + 1) * kMatrixBytes, kMatrixBytes), 0);
+      held.push_back(std::move(lease).value());
+    }
+    const std::vector<std::thread::id> takers = provider.takers(layer);
+    ASSERT_EQ(takers.size(), 3u);
+    EXPECT_NE(takers[0], completer) << "the hit was sent before the completion";
+    EXPECT_EQ(takers[1], completer) << "expert 1 was not sent from the thread that made it ready";
+    EXPECT_EQ(takers[2], completer);
+    held.clear();
+    ASSERT_TRUE(remote_->EndLayer(layer).ok());
+  }
+  ASSERT_TRUE(remote_->Flush().ok());
+  EXPECT_EQ(provider.ended(2), 1);
+  EXPECT_EQ(provider.ended(3), 1);
+  (*server)->Stop();
+  provider.MakeReady(1);  // after Stop: the listener is gone, nothing is sent
+}
+
+// A new executor aborts an open layer whose last expert is not ready yet: with a ready listener the
+// abort waits for it (its completion's listener call finds the delivery taken) and ends the layer.
+TEST_P(RemoteProviderTest, WithAReadyListenerANewExecutorAbortsALayerStillLoading) {
+  ListenerProvider provider(arena_->data());
+  ProviderServerConfig server_config;
+  server_config.endpoint = config_.endpoint;
+  Result<std::unique_ptr<ProviderServer>> server =
+      ProviderServer::Start(context_, server_config, &provider, arena_->data(), arena_->size_bytes());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(Link());
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(3, {0, 1}, {1, 1})).ok());
+  Result<std::unique_ptr<ExpertLease>> held = remote_->NextReady();
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+
+  Result<std::unique_ptr<RemoteExpertProvider>> second = RemoteExpertProvider::Connect(config_);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(Link(second->get()));
+  std::thread completion([&] {
+    std::this_thread::sleep_for(milliseconds(200));  // the abort is waiting for expert 1 by now
+    provider.MakeReady(1);
+  });
+  ASSERT_TRUE((*second)->BeginLayer(LayerRouting(9, {2}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = (*second)->NextReady();
+  completion.join();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ((*lease)->weights().layer_id, 9);
+  EXPECT_EQ(std::memcmp((*lease)->weights().gate, arena_->data() + 3 * 2 * kMatrixBytes, kMatrixBytes), 0);
+  lease->reset();
+  ASSERT_TRUE((*second)->EndLayer(9).ok());
+  ASSERT_TRUE((*second)->Flush().ok());
+  EXPECT_EQ(provider.ended(3), 1) << "the old executor's layer was ended";
+  EXPECT_EQ(provider.ended(9), 1);
+  EXPECT_EQ(provider.takers(3).size(), 2u) << "the abort took the expert still loading";
+  EXPECT_EQ((*server)->stats().aborted_layers, 1u);
+  held->reset();
+  (*server)->Stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Link, RemoteProviderTest, ::testing::Values(false, true),
