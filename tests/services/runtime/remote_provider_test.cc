@@ -175,12 +175,15 @@ class RemoteProviderTest : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(remote.ok()) << remote.status().ToString();  // a ZeroMQ connect needs nobody listening
     remote_ = std::move(remote).value();
   }
-  void StartServer(bool planes, bool ready_together = false) {
-    provider_ = std::make_unique<ArenaProvider>(arena_->data(), planes, ready_together);
+  // A ProviderServer at the executor's endpoint over `provider` (which must outlive it).
+  Result<std::unique_ptr<ProviderServer>> Serve(ExpertProvider* provider) {
     ProviderServerConfig server_config;
     server_config.endpoint = config_.endpoint;
-    Result<std::unique_ptr<ProviderServer>> server =
-        ProviderServer::Start(context_, server_config, provider_.get(), arena_->data(), arena_->size_bytes());
+    return ProviderServer::Start(context_, server_config, provider, arena_->data(), arena_->size_bytes());
+  }
+  void StartServer(bool planes, bool ready_together = false) {
+    provider_ = std::make_unique<ArenaProvider>(arena_->data(), planes, ready_together);
+    Result<std::unique_ptr<ProviderServer>> server = Serve(provider_.get());
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
   }
@@ -416,10 +419,7 @@ TEST_P(RemoteProviderTest, ANewExecutorReplacesTheOldOneAndItsOpenLayer) {
 // LayerRequest's handler, each later expert from the thread that made it ready (the listener's).
 TEST_P(RemoteProviderTest, WithAReadyListenerExpertsAreSentFromTheThreadThatMadeThemReady) {
   ListenerProvider provider(arena_->data());
-  ProviderServerConfig server_config;
-  server_config.endpoint = config_.endpoint;
-  Result<std::unique_ptr<ProviderServer>> server =
-      ProviderServer::Start(context_, server_config, &provider, arena_->data(), arena_->size_bytes());
+  Result<std::unique_ptr<ProviderServer>> server = Serve(&provider);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   ASSERT_NO_FATAL_FAILURE(Link());
   for (int32_t layer : {2, 3}) {
@@ -462,10 +462,7 @@ TEST_P(RemoteProviderTest, WithAReadyListenerExpertsAreSentFromTheThreadThatMade
 // abort waits for it (its completion's listener call finds the delivery taken) and ends the layer.
 TEST_P(RemoteProviderTest, WithAReadyListenerANewExecutorAbortsALayerStillLoading) {
   ListenerProvider provider(arena_->data());
-  ProviderServerConfig server_config;
-  server_config.endpoint = config_.endpoint;
-  Result<std::unique_ptr<ProviderServer>> server =
-      ProviderServer::Start(context_, server_config, &provider, arena_->data(), arena_->size_bytes());
+  Result<std::unique_ptr<ProviderServer>> server = Serve(&provider);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   ASSERT_NO_FATAL_FAILURE(Link());
   ASSERT_TRUE(remote_->BeginLayer(LayerRouting(3, {0, 1}, {1, 1})).ok());
