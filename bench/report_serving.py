@@ -27,7 +27,9 @@ class ServingSections:
         if rounds > 1:
             self.p(f"The modes ran in turn {rounds} times (serve, serve-separate-recovery, up, then again), each time on "
                    "a fresh server; each cell is the median over the rounds (per-round values in brackets), so a slow "
-                   "spell of the machine does not land on one mode only.", "")
+                   "spell of the machine does not land on one mode only. The ratio to serve is paired: each round's "
+                   "TPOT over the same round's serve TPOT, then the median of those (per-round ratios in brackets), "
+                   "so a spell that slows one whole round cancels out of it.", "")
         self.p("| concurrency | mode | TPOT p50 s | TTFT p50 s | tokens/s | / serve TPOT | target | met? | "
                "same text as serve |", "|---|---|---|---|---|---|---|---|---|")
 
@@ -46,6 +48,16 @@ class ServingSections:
         for r in h["rows"]:
             if r.get("ok"):
                 by.setdefault((r.get("mode"), r.get("concurrency")), []).append(r)
+        def tpot(r):
+            return (r["summary"].get("tpot_s") or {}).get("p50")
+
+        def paired(rs, base_rs):
+            """Median of per-round TPOT(rs) / TPOT(serve) and the per-round ratios (rounds both have)."""
+            base_by = {r.get("round", 0): tpot(r) for r in base_rs}
+            ratios = [tpot(r) / base_by[r.get("round", 0)] for r in rs
+                      if tpot(r) and base_by.get(r.get("round", 0))]
+            return median(ratios), ratios
+
         for c in sorted({r.get("concurrency") for r in h["rows"] if r.get("concurrency")}):
             base, _ = cell(by.get(("serve", c), []), "tpot_s") if by.get(("serve", c)) else (None, "")
             for mode in ("serve", "serve-separate-recovery", "up"):
@@ -58,8 +70,10 @@ class ServingSections:
                 _, tps_text = cell(rs, "output_tokens_per_s", 2)
                 ratio, target, met = "", "", ""
                 if mode != "serve" and base and tp:
-                    x = tp / base
-                    ratio = f"{x:.2f}"
+                    x, per_round = paired(rs, by.get(("serve", c), []))
+                    if x is None:  # no round with both: the ratio of the medians
+                        x, per_round = tp / base, []
+                    ratio = f"{x:.2f}" + (f" ({', '.join(f'{v:.2f}' for v in per_round)})" if len(per_round) > 1 else "")
                     if mode == "up":
                         target = 1.05 if c == 1 else 1.10
                         met = "yes" if x <= target else "**no**"

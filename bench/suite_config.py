@@ -56,9 +56,9 @@ MODES = {
                        "max_prompt_chars": 400},
               # (h): the (l) requests with more tokens each, serve and up interleaved `rounds` times (one
               # 8 x 8-token sample per mode moved the up/serve ratio by +-0.1 from run to run; one round of
-              # two hand runs put up at 1.26x serve and the other three rounds at 0.99-1.04: an odd number
-              # of rounds gives a median that one slow round cannot move)
-              "h": {"rounds": 3, "max_tokens": 16},
+              # two hand runs put up at 1.26x serve and the other three rounds at 0.99-1.04; a three-round
+              # run had 1.23, 0.96 and 1.08: five rounds give a median that two slow rounds cannot move)
+              "h": {"rounds": 5, "max_tokens": 16},
               "peer": PEER_QUICK,
               "residual_prompts": 16,
               "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+residual", "dali+residual"],
@@ -78,7 +78,7 @@ MODES = {
                                     "zipmoe-noplan"]},
              "load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 16, "max_tokens": 32,
                       "max_prompt_chars": 1000},
-             "h": {"rounds": 3, "max_tokens": 32},
+             "h": {"rounds": 5, "max_tokens": 32},
              "peer": PEER_FULL,
              "residual_prompts": 64,
              "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+top-score", "lru+residual",
