@@ -139,35 +139,33 @@ void StorageWorker::Handle(const msg::Body& body) {
     }
     ops.push_back(ChunkReadFromWire(r, arena_->data()));
   }
-  // Submit the request's ops together, so the I/O thread finds them all queued and reads chunks that
+  // Submit the request's ops together, so RunQueued finds them all queued and reads chunks that
   // continue each other in the file with one preadv. Submit is all-or-nothing: when it refuses the
   // batch, submit one by one, so that a bad op (e.g. offset not aligned in the file) fails alone.
   if (ops.empty()) return;
-  if (service_->Submit(ops).ok()) {
-    service_->RunQueued();
-    return;
-  }
-  for (ReadOp& op : ops) {
-    const uint64_t id = op.op_id;
-    const ChunkKind kind = op.kind;
-    std::vector<ReadOp> one;
-    one.push_back(std::move(op));
-    Status st = service_->Submit(std::move(one));
-    if (!st.ok()) {
-      uint32_t attempt = 0;
-      {
-        MutexLock lock(&mu_);
-        attempt = in_flight_[id];
-        in_flight_.erase(id);
+  if (!service_->Submit(ops).ok()) {
+    for (ReadOp& op : ops) {
+      const uint64_t id = op.op_id;
+      const ChunkKind kind = op.kind;
+      std::vector<ReadOp> one;
+      one.push_back(std::move(op));
+      Status st = service_->Submit(std::move(one));
+      if (!st.ok()) {
+        uint32_t attempt = 0;
+        {
+          MutexLock lock(&mu_);
+          attempt = in_flight_[id];
+          in_flight_.erase(id);
+        }
+        ReadCompletion reject;
+        reject.op_id = id;
+        reject.kind = kind;
+        reject.status = st;
+        pull_->Post(ReadCompletionToWire(reject, attempt));
       }
-      ReadCompletion reject;
-      reject.op_id = id;
-      reject.kind = kind;
-      reject.status = st;
-      pull_->Post(ReadCompletionToWire(reject, attempt));
     }
   }
-  service_->RunQueued();
+  service_->RunQueued();  // on this thread: no I/O thread to wake
 }
 
 Status StorageWorker::Run() {

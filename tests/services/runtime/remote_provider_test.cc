@@ -197,6 +197,20 @@ class RemoteProviderTest : public ::testing::TestWithParam<bool> {
     EXPECT_EQ(remote->on_pipe(), GetParam());
   }
   void Link() { Link(remote_.get()); }
+  // The first executor (linked) opens layer 3 of experts {0, 1} and holds expert 0's lease in *held;
+  // then a second executor connects and links (a restarted executor, while the old layer is open).
+  void OpenLayerThenConnectASecondExecutor(std::unique_ptr<ExpertLease>* held,
+                                           std::unique_ptr<RemoteExpertProvider>* second) {
+    ASSERT_NO_FATAL_FAILURE(Link());
+    ASSERT_TRUE(remote_->BeginLayer(LayerRouting(3, {0, 1}, {1, 1})).ok());
+    Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    *held = std::move(lease).value();
+    Result<std::unique_ptr<RemoteExpertProvider>> connected = RemoteExpertProvider::Connect(config_);
+    ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+    ASSERT_NO_FATAL_FAILURE(Link(connected->get()));
+    *second = std::move(connected).value();
+  }
 
   TempDir tmp_;
   std::optional<ShmRegion> arena_;
@@ -392,26 +406,21 @@ TEST_P(RemoteProviderTest, ExpertsReadyTogetherCrossInOneFrame) {
 // it is served; replies to the old executor are dropped.
 TEST_P(RemoteProviderTest, ANewExecutorReplacesTheOldOneAndItsOpenLayer) {
   ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
-  ASSERT_NO_FATAL_FAILURE(Link());
-  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(3, {0, 1}, {1, 1})).ok());
-  Result<std::unique_ptr<ExpertLease>> held = remote_->NextReady();
-  ASSERT_TRUE(held.ok()) << held.status().ToString();
-
-  Result<std::unique_ptr<RemoteExpertProvider>> second = RemoteExpertProvider::Connect(config_);
-  ASSERT_TRUE(second.ok()) << second.status().ToString();
-  ASSERT_NO_FATAL_FAILURE(Link(second->get()));
-  ASSERT_TRUE((*second)->BeginLayer(LayerRouting(9, {2}, {1})).ok());
-  Result<std::unique_ptr<ExpertLease>> lease = (*second)->NextReady();
+  std::unique_ptr<ExpertLease> held;
+  std::unique_ptr<RemoteExpertProvider> second;
+  ASSERT_NO_FATAL_FAILURE(OpenLayerThenConnectASecondExecutor(&held, &second));
+  ASSERT_TRUE(second->BeginLayer(LayerRouting(9, {2}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = second->NextReady();
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   EXPECT_EQ((*lease)->weights().layer_id, 9);
   EXPECT_EQ(std::memcmp((*lease)->weights().up, arena_->data() + (3 * 2 + 1) * kMatrixBytes, kMatrixBytes), 0);
   lease->reset();
-  ASSERT_TRUE((*second)->EndLayer(9).ok());
-  ASSERT_TRUE((*second)->Flush().ok());
+  ASSERT_TRUE(second->EndLayer(9).ok());
+  ASSERT_TRUE(second->Flush().ok());
   EXPECT_EQ(provider_->ended(3), 1) << "the old executor's layer was ended";
   EXPECT_EQ(provider_->ended(9), 1);
   EXPECT_EQ(server_->stats().aborted_layers, 1u);
-  held->reset();  // the old executor's release is stale now: ignored
+  held.reset();  // the old executor's release is stale now: ignored
   server_->Stop();
 }
 
@@ -464,32 +473,27 @@ TEST_P(RemoteProviderTest, WithAReadyListenerANewExecutorAbortsALayerStillLoadin
   ListenerProvider provider(arena_->data());
   Result<std::unique_ptr<ProviderServer>> server = Serve(&provider);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  ASSERT_NO_FATAL_FAILURE(Link());
-  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(3, {0, 1}, {1, 1})).ok());
-  Result<std::unique_ptr<ExpertLease>> held = remote_->NextReady();
-  ASSERT_TRUE(held.ok()) << held.status().ToString();
-
-  Result<std::unique_ptr<RemoteExpertProvider>> second = RemoteExpertProvider::Connect(config_);
-  ASSERT_TRUE(second.ok()) << second.status().ToString();
-  ASSERT_NO_FATAL_FAILURE(Link(second->get()));
+  std::unique_ptr<ExpertLease> held;
+  std::unique_ptr<RemoteExpertProvider> second;
+  ASSERT_NO_FATAL_FAILURE(OpenLayerThenConnectASecondExecutor(&held, &second));
   std::thread completion([&] {
     std::this_thread::sleep_for(milliseconds(200));  // the abort is waiting for expert 1 by now
     provider.MakeReady(1);
   });
-  ASSERT_TRUE((*second)->BeginLayer(LayerRouting(9, {2}, {1})).ok());
-  Result<std::unique_ptr<ExpertLease>> lease = (*second)->NextReady();
+  ASSERT_TRUE(second->BeginLayer(LayerRouting(9, {2}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = second->NextReady();
   completion.join();
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   EXPECT_EQ((*lease)->weights().layer_id, 9);
   EXPECT_EQ(std::memcmp((*lease)->weights().gate, arena_->data() + 3 * 2 * kMatrixBytes, kMatrixBytes), 0);
   lease->reset();
-  ASSERT_TRUE((*second)->EndLayer(9).ok());
-  ASSERT_TRUE((*second)->Flush().ok());
+  ASSERT_TRUE(second->EndLayer(9).ok());
+  ASSERT_TRUE(second->Flush().ok());
   EXPECT_EQ(provider.ended(3), 1) << "the old executor's layer was ended";
   EXPECT_EQ(provider.ended(9), 1);
   EXPECT_EQ(provider.takers(3).size(), 2u) << "the abort took the expert still loading";
   EXPECT_EQ((*server)->stats().aborted_layers, 1u);
-  held->reset();
+  held.reset();
   (*server)->Stop();
 }
 
