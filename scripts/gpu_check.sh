@@ -6,7 +6,13 @@
 #   3. `generate` on the CPU and on CUDA from the same checkpoint and its compressed directory, and
 #      compares token ids and logits (scripts/compare_logits.py), with and without DALI's greedy
 #      CPU/GPU expert assignment.
+#   4. every synthetic architecture on CUDA (checkpoint, compressed, under a budget) vs the CPU,
+#   5. the executor's tests on the CUDA build,
+#   6. qwen2_moe mini: warm decode TPOT on CUDA (all resident; budgets; policies) next to the CPU at
+#      16 threads, logits compared.
 # Results go to $OUT (default /tmp/gpu_check): one log per step and summary.txt.
+# GPU_CHECK_STEPS (default "kernels cache recovery trained archs executor mini") picks the sections to run;
+# MINI_QUICK=1 runs only mini's CPU, all-resident CUDA and 25 % budget runs.
 #
 # Usage: bash scripts/gpu_check.sh [DEBS_DIR]
 #   DEBS_DIR (optional): Debian 12 .deb files of the build dependencies (scripts/install_deps.sh's
@@ -20,6 +26,8 @@ B=${GPU_BUILD_DIR:-/tmp/zipmoe-gpu-build}
 ARCH=${CMAKE_CUDA_ARCHITECTURES:-90}
 DEBS=${1:-}
 SUMMARY="$OUT/summary.txt"
+STEPS=" ${GPU_CHECK_STEPS:-kernels cache recovery trained archs executor mini} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
 : >"$SUMMARY"
 say() { echo "== $*" | tee -a "$SUMMARY"; }
 step() {  # step NAME CMD...: runs CMD, log in $OUT/NAME.log, result line in the summary
@@ -62,32 +70,36 @@ grep -E "zipmoe: CUDA|Torch|CUDA" "$OUT/configure.log" | head -5 >>"$SUMMARY"
 [ -n "${CONFIGURE_ONLY:-}" ] && exit 0
 # The environment of this build, for commands run after this script: `. $B/env.sh`.
 declare -p PATH LD_LIBRARY_PATH 2>/dev/null | sed 's/^declare -x/export/' >"$B/env.sh"
-step build ninja -C "$B" -k 0 zipmoe zipmoe_kernels_tests recovery_bench zipmoe_cache_manager_tests \
-  zipmoe_executor_tests
+TARGETS="zipmoe"
+want kernels && TARGETS+=" zipmoe_kernels_tests"
+want cache && TARGETS+=" zipmoe_cache_manager_tests"
+want recovery && TARGETS+=" recovery_bench"
+want executor && TARGETS+=" zipmoe_executor_tests"
+step build ninja -C "$B" -k 0 $TARGETS
 say "build errors: $(grep -c 'error:' "$OUT/build.log")"
 grep -m 20 'error:' "$OUT/build.log" >>"$SUMMARY"
 BIN=$B/bin
 [ -n "${BUILD_ONLY:-}" ] && exit 0
 
 # 1. Kernel tests on the device: every GPU test must run, not skip.
-if [ -x $BIN/zipmoe_kernels_tests ]; then
+if want kernels && [ -x $BIN/zipmoe_kernels_tests ]; then
   step kernels_tests $BIN/zipmoe_kernels_tests
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/kernels_tests.log" >>"$SUMMARY"
   grep -E "SKIPPED|FAILED" "$OUT/kernels_tests.log" | head -10 >>"$SUMMARY"
 fi
-if [ -x $BIN/zipmoe_cache_manager_tests ]; then
+if want cache && [ -x $BIN/zipmoe_cache_manager_tests ]; then
   step cache_manager_tests $BIN/zipmoe_cache_manager_tests
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/cache_manager_tests.log" >>"$SUMMARY"
 fi
 # 2. The recovery kernel's bandwidth (bytes moved: n E + n SM read, 2n written) next to a D2D copy.
-if [ -x $BIN/recovery_bench ]; then
+if want recovery && [ -x $BIN/recovery_bench ]; then
   step recovery_bench $BIN/recovery_bench --benchmark_filter='Gpu|D2D' --benchmark_min_time=0.2 \
     --benchmark_out="$OUT/recovery_bench.json" --benchmark_out_format=json
   grep -E "Gpu|D2D" "$OUT/recovery_bench.log" >>"$SUMMARY"
 fi
 # 3. generate: CPU (float32) vs CUDA (BF16), from the checkpoint and from its compressed directory.
 Z=$BIN/zipmoe
-if [ -x "$Z" ]; then
+if want trained && [ -x "$Z" ]; then
   M=$ROOT/models/qwen2moe-debian-18m
   C=/tmp/zipmoe-gpu-compressed
   step compress $Z compress "$M" "$C" --force
@@ -116,7 +128,7 @@ if [ -x "$Z" ]; then
 fi
 # 4. Every architecture (synthetic tiny checkpoints): CUDA from the checkpoint, from the compressed
 #    directory and under a 30 % budget must give the same bytes; CUDA vs the CPU: same tokens.
-if [ -x "$Z" ]; then
+if want archs && [ -x "$Z" ]; then
   for arch in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2; do
     d=/tmp/zipmoe-gpu-$arch
     step "synth_$arch" $Z synth --arch $arch --preset tiny --out "$d/ckpt" --router-skew 0.5 || continue
@@ -136,9 +148,45 @@ if [ -x "$Z" ]; then
   done
 fi
 # 5. The executor's tests on a CUDA build.
-if [ -x $BIN/zipmoe_executor_tests ]; then
+if want executor && [ -x $BIN/zipmoe_executor_tests ]; then
   step executor_tests timeout ${EXECUTOR_TESTS_TIMEOUT:-150} $BIN/zipmoe_executor_tests
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/executor_tests.log" | head -20 >>"$SUMMARY"
+fi
+# 6. qwen2_moe mini (hidden 1024, 24 layers, 60 experts, top-4, a shared expert; 6.2 GB of BF16 experts):
+#    warm decode TPOT (32 tokens after a 16-token prompt; the executor's own timer) on CUDA with every
+#    weight on the device, from the compressed directory under budgets and policies, next to the CPU
+#    (float32, 16 threads).
+if want mini && [ -x "$Z" ]; then
+  d=/tmp/zipmoe-gpu-mini
+  V=151936
+  IDS=5,17,42,99,7,3,11,64,128,256,1000,31,77,500,900,12
+  if [ ! -f "$d/zip/manifest.bin" ]; then
+    step synth_mini $Z synth --arch qwen2_moe --preset mini --out "$d/ckpt" --router-skew 0.5
+    step compress_mini $Z compress "$d/ckpt" "$d/zip" --force --threads "$(nproc)"
+  fi
+  gen() {  # gen TAG ARGS...: one greedy run, logits in $d/TAG.f32, TPOT into the summary
+    local tag=$1; shift
+    step "mini_$tag" $Z generate --prompt-ids $IDS --max-new-tokens 32 --ignore-eos --json \
+      --logits-out "$d/$tag.f32" "$@"
+    echo "mini $tag: $(grep -o '"tpot_s":[0-9.e-]*' "$OUT/mini_$tag.log" | head -1) $(grep -o '"ttft_s":[0-9.e-]*' "$OUT/mini_$tag.log" | head -1)" | tee -a "$SUMMARY"
+  }
+  gen cpu16 --model "$d/ckpt" --device cpu --threads 16
+  gen cuda_ckpt --model "$d/ckpt" --device cuda
+  if [ -n "${MINI_QUICK:-}" ]; then  # a baseline: CPU, CUDA all-resident, CUDA at 25 %
+    gen cuda_zip_b25 --model "$d/zip" --device cuda --memory-budget 25% --policy zipmoe
+    echo "mini: cpu16 vs cuda_ckpt: $(python3 "$ROOT/scripts/compare_logits.py" "$d/cpu16.f32" "$d/cuda_ckpt.f32" --vocab "$V" 2>&1)" | tee -a "$SUMMARY"
+    echo "mini: cuda_ckpt vs cuda_zip_b25: $(python3 "$ROOT/scripts/compare_logits.py" "$d/cuda_ckpt.f32" "$d/cuda_zip_b25.f32" --vocab "$V" 2>&1)" | tee -a "$SUMMARY"
+  else
+  gen cuda_zip --model "$d/zip" --device cuda
+  for b in 50 25 10; do gen "cuda_zip_b$b" --model "$d/zip" --device cuda --memory-budget $b% --policy zipmoe; done
+  gen cuda_zip_b25_lru --model "$d/zip" --device cuda --memory-budget 25% --policy lru
+  for pair in "cuda_ckpt cuda_zip" "cuda_zip cuda_zip_b50" "cuda_zip cuda_zip_b25" "cuda_zip cuda_zip_b10" \
+              "cuda_zip cuda_zip_b25_lru" "cpu16 cuda_zip"; do
+    set -- $pair
+    echo "mini: $1 vs $2: $(python3 "$ROOT/scripts/compare_logits.py" "$d/$1.f32" "$d/$2.f32" --vocab "$V" 2>&1)" \
+      | tee -a "$SUMMARY"
+  done
+  fi
 fi
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=summary.txt --exclude='*.f32' *.log *.json 2>/dev/null &&
   find . -maxdepth 1 -type f ! -name logs.tgz ! -name summary.txt -delete)
