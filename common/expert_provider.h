@@ -99,6 +99,16 @@ struct LayerRouting {
   // BeginLayer only: (token, slot) pairs whose low-score expert the executor replaced by a cached
   // one (SMoE expert substitution, `--substitution-alpha`); expert_ids already lists the substitutes.
   int32_t substituted = 0;
+  // BeginLayer only: selected experts the executor serves from its own device-memory copies (the
+  // GPU executor's device F slots, services/executor/device_expert_cache.h), ascending, with their
+  // token counts. They are not in expert_ids: the provider serves none of them. Observers (routing
+  // traces, popularity) see both lists together (AllSelected).
+  std::vector<int32_t> device_resident;
+  std::vector<int32_t> device_resident_tokens;
+
+  // expert_ids ∪ device_resident (ascending) with their token counts, device_resident empty;
+  // the routing itself when device_resident is empty.
+  LayerRouting AllSelected() const;
 };
 
 class ExpertProvider {

@@ -18,7 +18,7 @@ class ObservedExpertProvider : public ExpertProvider {
       : inner_(inner), observer_(std::move(observer)) {}
 
   Status BeginLayer(const LayerRouting& routing) override {
-    if (observer_) observer_(routing);
+    if (observer_) observer_(routing.device_resident.empty() ? routing : routing.AllSelected());
     return inner_->BeginLayer(routing);
   }
   Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }

@@ -74,6 +74,7 @@ struct GenerateArgs {
   int threads = 0;
   std::string device = "cpu";
   std::string device_assignment = "none";
+  std::string device_memory_budget;
   std::string logits_out;
   std::string trace_out;
   std::string trace_events;
@@ -180,6 +181,11 @@ int RunGenerate(const GenerateArgs& args) {
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return Fail(assignment.status());
   options.device_assignment = *assignment;
+  if (Status st = runtime::ParseDeviceMemoryBudget(args.device_memory_budget, "--device-memory-budget",
+                                                   &options.device_memory_budget_bytes,
+                                                   &options.device_memory_budget_percent);
+      !st.ok())
+    return Fail(st);
   // Routing trace (docs/planner.md "Trace format"): one record per forward step and MoE layer; a
   // new step starts when the layer id does not increase.
   std::vector<cache_manager::ActivationRecord> trace;
@@ -420,6 +426,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
+  cmd->add_option("--device-memory-budget", args->device_memory_budget, kDeviceMemoryBudgetHelp);
   cmd->add_option("--logits-out", args->logits_out,
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");

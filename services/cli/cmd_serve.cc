@@ -99,6 +99,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", args->serve.threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
   cmd->add_option("--device", args->serve.device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->serve.device_assignment, kDeviceAssignmentHelp)->capture_default_str();
+  cmd->add_option("--device-memory-budget", args->serve.device_memory_budget, kDeviceMemoryBudgetHelp);
   cmd->add_option("--trace-events", args->trace_events,
                   "record the server's timeline (layers, expert waits, reads, decodes) as Chrome trace JSON, written "
                   "to FILE when it stops (open it in ui.perfetto.dev)");

@@ -11,6 +11,7 @@
 #include "common/file_util.h"
 #include "common/manifest.h"
 #include "common/thread_priority.h"
+#include "kernels/recovery.h"
 #include "services/cache_manager/plan_trace.h"
 
 namespace zipmoe::cli {
@@ -80,7 +81,10 @@ Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const Runt
   // Before the runtime starts its threads: they raise themselves to it (RaisePipelineThread).
   ZM_ASSIGN_OR_RETURN(ThreadPriority resolved, ResolveThreadPriority(priority));
   SetPipelineThreadPriority(resolved);
-  config.fused_recovery = config.fused_recovery && device == "cpu";
+  // The executor recovers missed experts from their planes (unless --separate-recovery): the CPU
+  // inside its matmul, the GPU executor with the recovery kernel reading the arena in place, for
+  // which the arena is registered with CUDA.
+  config.register_with_cuda = device != "cpu" && kernels::CudaDeviceCount() > 0;
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
                       runtime::OffloadExpertProvider::Create(config));
   PrintRuntimeSummary(*provider);
@@ -125,7 +129,9 @@ void PrintRuntimeSummary(const runtime::OffloadExpertProvider& p) {
                            cache.staging_layout().slot_bytes / 1048576.0, c.n_workers,
                            s.direct_io ? "O_DIRECT" : "buffered",
                            c.scheduler ? "cache-affinity scheduler (Alg. 1)" : "FIFO dispatch",
-                           c.fused_recovery ? "fused into the CPU matmul" : "before compute",
+                           !c.fused_recovery        ? "before compute"
+                           : c.register_with_cuda ? "by the executor (GPU recovery kernel, arena read in place)"
+                                                  : "by the executor (fused into the CPU matmul)",
                            PrefetchModeName(p.prefetch_mode()), ThreadPriorityName(PipelineThreadPriority()))
                    .c_str());
 }

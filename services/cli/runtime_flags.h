@@ -56,6 +56,13 @@ inline constexpr const char* kDeviceAssignmentHelp =
     "--device, by a warm-up-profiled cost model (CPU experts compute in float32: logits differ from an all-GPU run "
     "by rounding); with --device cpu there is no accelerator and nothing changes";
 
+// --device-memory-budget (generate, serve; executor key device_memory_budget).
+inline constexpr const char* kDeviceMemoryBudgetHelp =
+    "auto | N% | SIZE: device memory for the GPU executor's recovered experts (device F slots, kept between layers "
+    "and steps; the rest are recovered into staging slots per use). auto: every expert that fits on a discrete GPU, "
+    "none on an integrated one (Jetson); N% of the routed-expert bytes; or a size such as 4GiB (0 = staging only). "
+    "Only with --device cuda";
+
 // One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
 // far (`what` = "decided"); says so when there is no accelerator.
 std::string DeviceAssignmentLine(const executor::Generator& generator, const std::string& what);

@@ -19,6 +19,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/device_memory.h"
+#include "kernels/recovery.h"
 #include "services/executor/device_profile.h"
 #include "services/executor/model.h"
 #include "services/executor/model_weights.h"
@@ -72,6 +74,36 @@ const ModelConfig& Generator::config() const { return impl_->loaded->config; }
 const std::string& Generator::model_dir() const { return impl_->dir; }
 int Generator::n_threads() const { return impl_->n_threads; }
 
+namespace {
+
+// The device F slots of GeneratorOptions::device_memory_budget_* for `config` on `device`.
+Result<std::unique_ptr<DeviceExpertCache>> MakeDeviceExpertCache(const ModelConfig& config, at::Device device,
+                                                                 const GeneratorOptions& options) {
+  const int64_t slot_elems = 3 * config.moe_intermediate_size * config.hidden_size;
+  const auto slot_bytes = static_cast<uint64_t>(slot_elems) * 2;
+  int64_t routed = 0;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l)
+    if (config.IsMoeLayer(l)) routed += config.num_experts;
+  int64_t capacity = 0;
+  if (options.device_memory_budget_percent > 0) {
+    capacity = static_cast<int64_t>(static_cast<double>(routed) * options.device_memory_budget_percent / 100.0);
+  } else if (options.device_memory_budget_bytes >= 0) {
+    capacity = static_cast<int64_t>(static_cast<uint64_t>(options.device_memory_budget_bytes) / slot_bytes);
+  } else {
+    ZM_ASSIGN_OR_RETURN(kernels::DeviceProperties p, kernels::QueryDevice());
+    if (!p.integrated) {
+      const double usable = 0.9 * static_cast<double>(p.free_bytes) - 2.0 * (1ull << 30);
+      capacity = usable > 0 ? static_cast<int64_t>(usable / static_cast<double>(slot_bytes)) : 0;
+    }
+  }
+  capacity = std::min(capacity, routed);
+  return std::make_unique<DeviceExpertCache>(capacity, [device, slot_elems] {
+    return at::empty({slot_elems}, at::TensorOptions().dtype(at::kBFloat16).device(device));
+  });
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->dir = options.model_dir;
@@ -120,6 +152,12 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     }
     impl->model->set_device_placement(cost);
   }
+  if (device.is_cuda() && options.device_assignment == scheduler::DeviceAssignmentMode::kNone &&
+      !impl->loaded->config.is_encoder_decoder() && kernels::BuiltWithCuda() && kernels::CudaDeviceCount() > 0) {
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExpertCache> cache,
+                        MakeDeviceExpertCache(impl->loaded->config, device, options));
+    impl->model->set_device_expert_cache(std::move(cache));
+  }
   if (provider->prefetch_mode() == PrefetchMode::kResidual) {
     const ModelConfig& c = impl->loaded->config;
     const std::string path = options.prefetch_residuals.empty()
@@ -143,6 +181,22 @@ const scheduler::DeviceCostModel& Generator::device_cost() const {
   static const scheduler::DeviceCostModel kNoAccelerator;  // has_accelerator false
   const DevicePlacement* placement = impl_->model->device_placement();
   return placement != nullptr ? placement->cost : kNoAccelerator;
+}
+
+DeviceExpertStats Generator::device_expert_stats() const {
+  DeviceExpertStats out;
+  const DeviceExpertCache* cache = impl_->model->device_expert_cache();
+  if (cache == nullptr) return out;
+  const ModelConfig& c = impl_->loaded->config;
+  out.active = true;
+  out.capacity = cache->capacity();
+  out.resident = cache->size();
+  out.hits = cache->stats().hits;
+  out.misses = cache->stats().misses;
+  out.evictions = cache->stats().evictions;
+  out.staged = cache->stats().staged;
+  out.slot_bytes = static_cast<uint64_t>(3 * c.moe_intermediate_size * c.hidden_size * 2);
+  return out;
 }
 
 scheduler::DeviceAssignmentStats Generator::device_assignment_stats() const {

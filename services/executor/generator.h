@@ -55,6 +55,25 @@ struct GeneratorOptions {
   // there and nothing changes. kNone (the default): every expert on `device`.
   scheduler::DeviceAssignmentMode device_assignment = scheduler::DeviceAssignmentMode::kNone;
   const scheduler::DeviceCostModel* device_cost = nullptr;  // borrowed for Create only; null = profile
+  // The GPU executor's device F slots (issue 36; device_expert_cache.h), used on a CUDA device with
+  // CUDA kernels in the binary and no device assignment, for the decoder architectures:
+  //   device_memory_budget_bytes < 0 and percent 0 (auto, the default): a discrete GPU keeps every
+  //     routed expert that fits in 90 % of its free memory less 2 GiB (activations, KV cache); an
+  //     integrated GPU (Jetson: one memory) keeps none between layers, as the host budget holds them;
+  //   device_memory_budget_percent > 0: that share of the model's routed-expert bytes (in BF16);
+  //   device_memory_budget_bytes >= 0: that many bytes; 0 = stage every expert per use.
+  // Ignored elsewhere.
+  int64_t device_memory_budget_bytes = -1;
+  double device_memory_budget_percent = 0;
+};
+
+// What the GPU executor's device F slots did (Generator::device_expert_stats).
+struct DeviceExpertStats {
+  bool active = false;       // the device path runs (CUDA device, device slots made)
+  int64_t capacity = 0;      // experts kept between layers
+  int64_t resident = 0;      // experts in slots now
+  uint64_t hits = 0, misses = 0, evictions = 0, staged = 0;
+  uint64_t slot_bytes = 0;   // one expert's BF16 bytes
 };
 
 struct GenerationParams {
@@ -229,6 +248,8 @@ class Generator {
   // accelerator; has_accelerator false otherwise) and what it has decided so far.
   const scheduler::DeviceCostModel& device_cost() const;
   scheduler::DeviceAssignmentStats device_assignment_stats() const;
+  // The device F slots' counters (active false without them).
+  DeviceExpertStats device_expert_stats() const;
 
  private:
   struct Impl;

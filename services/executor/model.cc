@@ -88,7 +88,8 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
         }
         ZM_ASSIGN_OR_RETURN(at::Tensor moe_out,
                             MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr,
-                                       substitution_alpha_, placement_ ? &*placement_ : nullptr));
+                                       substitution_alpha_, placement_ ? &*placement_ : nullptr,
+                                       device_experts_.get()));
         h = h + moe_out;
       } else {
         h = h + MlpForward(lw.dense_mlp, mlp_in);

@@ -22,6 +22,7 @@
 #include "common/expert_provider.h"
 #include "common/status.h"
 #include "services/executor/attention.h"
+#include "services/executor/device_expert_cache.h"
 #include "services/executor/model_weights.h"
 #include "services/executor/moe_block.h"
 #include "services/executor/rope.h"
@@ -72,6 +73,10 @@ class Model {
   }
   // The placement's cost model and what it decided so far; null without set_device_placement.
   const DevicePlacement* device_placement() const { return placement_ ? &*placement_ : nullptr; }
+  // The GPU executor's device F slots (device_expert_cache.h): with a cache, MoE layers on a CUDA
+  // device run MoeForwardDevice (moe_device.h) unless a device placement is set.
+  void set_device_expert_cache(std::unique_ptr<DeviceExpertCache> cache) { device_experts_ = std::move(cache); }
+  const DeviceExpertCache* device_expert_cache() const { return device_experts_.get(); }
   // Called in Forward with every MoE layer's router input (post_attention_layernorm output,
   // [tokens, hidden] in the compute dtype), before the layer runs; empty = none (calibration).
   void set_router_input_observer(std::function<void(int32_t layer_id, const at::Tensor& x)> observer) {
@@ -90,6 +95,7 @@ class Model {
   std::optional<DevicePlacement> placement_;
   std::function<void(int32_t, const at::Tensor&)> router_input_observer_;
   std::unique_ptr<SwitchModel> switch_;  // switch_transformers only
+  std::unique_ptr<DeviceExpertCache> device_experts_;
 };
 
 }  // namespace zipmoe::executor

@@ -8,7 +8,9 @@
 
 #include "common/trace_events.h"
 #include "kernels/bf16_gemm.h"
+#include "kernels/recovery.h"
 #include "services/executor/cpu_ops.h"
+#include "services/executor/moe_device.h"
 #include "services/executor/routing.h"
 #include "services/executor/torch_util.h"
 
@@ -37,45 +39,47 @@ kernels::GemmWeights ExpertMatrix(const ExpertWeightsView& ew, const void* data,
   return w;
 }
 
-// Whether MoeForward should predict for `next` at all.
+}  // namespace
+
 bool Predicts(const ExpertProvider& provider, const NextMoeLayer* next) {
   return next != nullptr && next->weights != nullptr && next->layer_id >= 0 &&
          provider.prefetch_mode() != PrefetchMode::kNone;
 }
 
-// Top-k selection (SelectExperts), SMoE substitution when alpha > 0, grouping by expert, then
-// BeginLayer with the selected experts (ascending), the tokens routed to each, the batch's mean
-// router scores and the substitutions made. scores: [n, n_experts] softmax probabilities.
-Result<ExpertAssignment> RouteAndBegin(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n,
-                                       ExpertProvider& provider, double substitution_alpha) {
+Result<RoutedLayer> RouteExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n,
+                                 ExpertProvider& provider, double substitution_alpha,
+                                 const std::function<bool(int32_t)>& also_cached) {
   const RouterParams params = RouterParamsFor(config);
   const int64_t top_k = params.top_k, n_experts = params.n_experts;
   std::vector<int32_t> topk_ids(static_cast<size_t>(n * top_k));
   std::vector<float> topk_weights(static_cast<size_t>(n * top_k));
   SelectExperts(scores, n, params, topk_ids.data(), topk_weights.data());
-  LayerRouting routing;
+  RoutedLayer out;
+  LayerRouting& routing = out.routing;
   routing.layer_id = layer_id;
   if (substitution_alpha > 0.0) {
     std::vector<uint8_t> cached;
     provider.CachedExperts(layer_id, static_cast<int32_t>(n_experts), &cached);
     cached.resize(static_cast<size_t>(n_experts), 0);
+    if (also_cached) {
+      for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e)
+        if (also_cached(e)) cached[static_cast<size_t>(e)] = 1;
+    }
     routing.substituted = static_cast<int32_t>(SubstituteExperts(scores, n, params, substitution_alpha, cached.data(),
                                                                  topk_ids.data(), topk_weights.data()));
   }
-  ExpertAssignment assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
-  routing.expert_ids = assign.expert_ids;
-  for (const auto& rows : assign.token_rows) routing.tokens_per_expert.push_back(static_cast<int32_t>(rows.size()));
+  out.assign = GroupByExpert(topk_ids.data(), topk_weights.data(), n, top_k);
+  routing.expert_ids = out.assign.expert_ids;
+  for (const auto& rows : out.assign.token_rows) routing.tokens_per_expert.push_back(static_cast<int32_t>(rows.size()));
   routing.mean_scores.assign(static_cast<size_t>(n_experts), 0.0f);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t e = 0; e < n_experts; ++e) routing.mean_scores[static_cast<size_t>(e)] += scores[t * n_experts + e];
   for (float& v : routing.mean_scores) v /= static_cast<float>(std::max<int64_t>(n, 1));
-  ZM_RETURN_IF_ERROR(provider.BeginLayer(routing));
-  return assign;
+  return out;
 }
 
-// Checks a delivered lease against the layer's request; returns its slot in assign.expert_ids.
-Result<size_t> SlotOf(const ModelConfig& config, const ExpertAssignment& assign, int32_t layer_id, int64_t hidden,
-                      const ExpertWeightsView& ew, const std::vector<bool>& delivered) {
+Result<size_t> CheckLease(const ModelConfig& config, const ExpertAssignment& assign, int32_t layer_id, int64_t hidden,
+                          const ExpertWeightsView& ew, const std::vector<bool>& delivered) {
   auto it = std::lower_bound(assign.expert_ids.begin(), assign.expert_ids.end(), ew.expert_id);
   if (ew.layer_id != layer_id || it == assign.expert_ids.end() || *it != ew.expert_id)
     return Status::InvalidArgument(fmt::format("layer {}: provider delivered layer {} expert {}, not requested",
@@ -95,6 +99,16 @@ Result<size_t> SlotOf(const ModelConfig& config, const ExpertAssignment& assign,
                                                "whose experts have gate/up/down", layer_id, ew.expert_id,
                                                config.model_type));
   return slot;
+}
+
+namespace {
+
+// RouteExperts, then BeginLayer with every selected expert.
+Result<ExpertAssignment> RouteAndBegin(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n,
+                                       ExpertProvider& provider, double substitution_alpha) {
+  ZM_ASSIGN_OR_RETURN(RoutedLayer routed, RouteExperts(config, layer_id, scores, n, provider, substitution_alpha, {}));
+  ZM_RETURN_IF_ERROR(provider.BeginLayer(routed.routing));
+  return std::move(routed.assign);
 }
 
 // softmax over each of n rows of width d, in place: exp(x - max) / Σ.
@@ -217,7 +231,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     scratch.reserve(2 * group.size());
     for (const std::unique_ptr<ExpertLease>& lease : group) {
       const ExpertWeightsView& ew = lease->weights();
-      ZM_ASSIGN_OR_RETURN(size_t slot, SlotOf(config, assign, layer_id, hidden, ew, delivered));
+      ZM_ASSIGN_OR_RETURN(size_t slot, CheckLease(config, assign, layer_id, hidden, ew, delivered));
       delivered[slot] = true;
       const std::vector<int64_t>& rows = assign.token_rows[slot];
       const int64_t m = static_cast<int64_t>(rows.size());
@@ -319,13 +333,19 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
     const std::vector<at::Tensor> gate_up = LinearCpuGroup(x, {gate, up});
     return LinearCpu(at::silu(gate_up[0]) * gate_up[1], down);
   }
-  TORCH_CHECK(!ew.planes(), "layer ", ew.layer_id, " expert ", ew.expert_id,
-              ": E/SM planes (fused recovery) are only computed on the CPU in float32");
+  // An expert served as its E/SM planes (a provider recovering nothing for a GPU executor) is
+  // recovered here on the CPU (BF16, bit-exact) before it is converted for x's device.
+  const auto tensor = [&](const void* data, const ExpertPlanes& planes, int64_t rows, int64_t cols) {
+    if (data != nullptr) return WrapExpertTensor(data, ew.dtype, rows, cols).to(x.device(), x.scalar_type());
+    at::Tensor bf16 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kBFloat16));
+    kernels::RecoverBf16Cpu(planes.e, planes.sm, static_cast<uint16_t*>(bf16.data_ptr()), rows * cols);
+    return bf16.to(x.device(), x.scalar_type());
+  };
   MlpWeights expert;  // CPU: F32 used in place, F16 widened (exact); GPU: converted for the device
-  expert.up = WrapExpertTensor(ew.up, ew.dtype, inter, hidden).to(x.device(), x.scalar_type());
-  expert.down = WrapExpertTensor(ew.down, ew.dtype, hidden, inter).to(x.device(), x.scalar_type());
+  expert.up = tensor(ew.up, ew.up_planes, inter, hidden);
+  expert.down = tensor(ew.down, ew.down_planes, hidden, inter);
   if (!ew.gated) return Linear(at::relu(Linear(x, expert.up)), expert.down);
-  expert.gate = WrapExpertTensor(ew.gate, ew.dtype, inter, hidden).to(x.device(), x.scalar_type());
+  expert.gate = tensor(ew.gate, ew.gate_planes, inter, hidden);
   return MlpForward(expert, x);
 }
 
@@ -389,9 +409,12 @@ std::vector<scheduler::ExpertDevice> PlaceExperts(const ExpertAssignment& assign
 
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
                               const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next,
-                              double substitution_alpha, DevicePlacement* placement) {
+                              double substitution_alpha, DevicePlacement* placement,
+                              DeviceExpertCache* device_cache) {
   if (x.is_cpu() && x.scalar_type() == at::kFloat && RunsOnCpuKernels(x, w.router))
     return MoeForwardCpu(config, w, layer_id, x, provider, next, substitution_alpha);
+  if (device_cache != nullptr && placement == nullptr && x.is_cuda())
+    return MoeForwardDevice(config, w, layer_id, x, provider, next, substitution_alpha, *device_cache);
   const int64_t n = x.size(0), hidden = x.size(1);
   const at::Device device = x.device();
   const at::ScalarType dtype = x.scalar_type();
@@ -425,7 +448,7 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
     wait_span.End();
     const ExpertWeightsView& ew = lease->weights();
-    ZM_ASSIGN_OR_RETURN(size_t slot, SlotOf(config, assign, layer_id, hidden, ew, delivered));
+    ZM_ASSIGN_OR_RETURN(size_t slot, CheckLease(config, assign, layer_id, hidden, ew, delivered));
     delivered[slot] = true;
     const std::vector<int64_t>& token_rows = assign.token_rows[slot];
     if (!where.empty() && where[slot] == scheduler::ExpertDevice::kCpu) {

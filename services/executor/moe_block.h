@@ -19,14 +19,19 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "common/expert_provider.h"
 #include "common/model_config.h"
 #include "common/status.h"
 #include "services/executor/model_weights.h"
+#include "services/executor/routing.h"
 #include "services/scheduler/device_assignment.h"
 
 namespace zipmoe::executor {
+
+class DeviceExpertCache;  // device_expert_cache.h
 
 // down(silu(gate(x)) * up(x)); x: [n, hidden] -> [n, hidden].
 at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x);
@@ -37,7 +42,7 @@ at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x);
 // interleaved BF16 tensors or, when the provider serves the expert unrecovered, straight from its
 // E/SM planes (recovery fused into the matmul; the same bits either way); F32 experts are read in
 // place and F16 ones widened (exact), through the same kernels (Linear). On the GPU the tensors are
-// converted to x's dtype and device. Throws c10::Error for planes off the CPU.
+// converted to x's dtype and device (planes recovered on the CPU first).
 at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x);
 
 // The next MoE layer, for prefetching (ExpertProvider::Prefetch): its id, weights (its router) and,
@@ -54,6 +59,28 @@ struct NextMoeLayer {
 // (SelectExperts), ranked over the batch by how many tokens picked them (the workload), then by the
 // sum of their probabilities, then lower id; best first. tokens_per_expert: how many tokens picked each.
 LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens);
+
+// ---- Steps shared by the MoE block's paths (moe_block.cc; the GPU executor's moe_device.cc) ----
+
+// Whether the block predicts the next layer's experts for `provider` at all.
+bool Predicts(const ExpertProvider& provider, const NextMoeLayer* next);
+
+// A layer's routing: the per-expert token rows and weights, and the LayerRouting for BeginLayer.
+struct RoutedLayer {
+  ExpertAssignment assign;
+  LayerRouting routing;  // every selected expert (ascending), tokens, mean scores, substitutions
+};
+// Top-k selection (SelectExperts) over scores [n, n_experts] (softmax probabilities), SMoE
+// substitution when substitution_alpha > 0 (an expert counts as cached when the provider's
+// CachedExperts or `also_cached` says so), grouping by expert. Does not call BeginLayer.
+Result<RoutedLayer> RouteExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n,
+                                 ExpertProvider& provider, double substitution_alpha,
+                                 const std::function<bool(int32_t)>& also_cached);
+// Checks a delivered lease against the layer's request; returns its index in assign.expert_ids.
+// Errors: kInvalidArgument (an expert not requested or delivered twice, dimensions other than the
+// config's, planes of a non-BF16 expert, a gate-less expert), naming layer and expert.
+Result<size_t> CheckLease(const ModelConfig& config, const ExpertAssignment& assign, int32_t layer_id, int64_t hidden,
+                          const ExpertWeightsView& ew, const std::vector<bool>& delivered);
 
 // The executor's CPU/accelerator expert placement: the cost model (warm-up profiled,
 // device_profile.h) and what it decided so far. One per Model; not thread-safe (as Forward).
@@ -78,8 +105,11 @@ struct DevicePlacement {
 // Errors: the provider's (BeginLayer / NextReady / EndLayer, e.g. kCorruption from storage),
 // kInvalidArgument if a lease is for an expert that was not requested, is delivered twice, or its
 // dimensions differ from the config (naming layer and expert).
+// With `device_cache` (the GPU executor: x on a CUDA device, no placement) the block runs
+// MoeForwardDevice (moe_device.h): experts in device slots, recovered there, grouped launches.
 Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
                               const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next = nullptr,
-                              double substitution_alpha = 0.0, DevicePlacement* placement = nullptr);
+                              double substitution_alpha = 0.0, DevicePlacement* placement = nullptr,
+                              DeviceExpertCache* device_cache = nullptr);
 
 }  // namespace zipmoe::executor

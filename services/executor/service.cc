@@ -112,6 +112,11 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return fail(assignment.status());
   options.device_assignment = *assignment;
+  if (Status st = runtime::ParseDeviceMemoryBudget(args.device_memory_budget, "device memory budget",
+                                                   &options.device_memory_budget_bytes,
+                                                   &options.device_memory_budget_percent);
+      !st.ok())
+    return fail(st);
   options.substitution_alpha = args.substitution_alpha;
   Result<std::unique_ptr<ExpertProvider>> created = make_provider();
   if (!created.ok()) return fail(created.status());
@@ -154,6 +159,7 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
   args.threads = static_cast<int>(config.threads);
   args.device = config.device;
   args.device_assignment = config.device_assignment;
+  args.device_memory_budget = config.device_memory_budget;
   args.max_batch = static_cast<int>(config.http_max_batch);
   args.request_grouping = config.http_request_grouping;
   args.group_window = static_cast<int>(config.http_group_window);

@@ -42,6 +42,7 @@ struct ServeOptions {
   int threads = 0;
   std::string device = "cpu";
   std::string device_assignment = "none";
+  std::string device_memory_budget;  // GPU executor's device slots: "" = auto (ParseDeviceMemoryBudget)
   int max_batch = 8;  // sequences decoded together (continuous batching); 1 = one at a time
   int max_waiting = 256;  // sequences queued beyond the batch before requests get 429
   int http_threads = 0;  // 0 = 2 x max_batch + 32

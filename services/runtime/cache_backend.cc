@@ -112,6 +112,7 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   }
   cache_config.tolerance = cfg.tolerance;
   cache_config.staging_slots = slots;
+  cache_config.register_with_cuda = cfg.register_with_cuda;
   ZM_ASSIGN_OR_RETURN(b->manager_, cm::CacheManager::Create(manifest, cache_config));
   return b;
 }

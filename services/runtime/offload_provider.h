@@ -114,6 +114,10 @@ struct OffloadConfig {
   // that reads planes (executor::ExpertForward on the CPU; under `zipmoe up` ExpertReady carries the
   // plane offsets). Hits in F are served as BF16 either way.
   bool fused_recovery = false;
+  // Register the arena with CUDA (cache_manager::CacheConfig::register_with_cuda), so a GPU executor
+  // reads planes and BF16 experts in place through their device alias. Embedded mode with a CUDA
+  // device; `up` registers the arena in the executor process instead.
+  bool register_with_cuda = false;
   // How the executor predicts the next layer's experts for prefetching (see the file comment);
   // kNone = no prefetching. With prefetching, staging_slots = 0 chooses twice as many slots.
   PrefetchMode prefetch = PrefetchMode::kNone;

@@ -1,6 +1,8 @@
 #include "services/runtime/runtime_options.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cmath>
 #include <exception>
 #include <string>
@@ -40,6 +42,29 @@ Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag)
                                                flag, text, unit));
   }
   return static_cast<uint64_t>(std::floor(value * scale));
+}
+
+Status ParseDeviceMemoryBudget(const std::string& text, const std::string& flag, int64_t* bytes, double* percent) {
+  *bytes = -1;
+  *percent = 0;
+  if (text.empty() || text == "auto") return Status::Ok();
+  if (text.back() == '%') {
+    double v = 0;
+    size_t pos = 0;
+    try {
+      v = std::stod(text.substr(0, text.size() - 1), &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != text.size() - 1 || !(v > 0 && v <= 100))
+      return Status::InvalidArgument(fmt::format("{} '{}': expected auto, a share in (0, 100]% or a size such as 4GiB",
+                                                 flag, text));
+    *percent = v;
+    return Status::Ok();
+  }
+  ZM_ASSIGN_OR_RETURN(uint64_t b, ParseByteSize(text, flag));
+  *bytes = static_cast<int64_t>(std::min<uint64_t>(b, static_cast<uint64_t>(INT64_MAX)));
+  return Status::Ok();
 }
 
 PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir) {

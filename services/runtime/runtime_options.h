@@ -43,6 +43,12 @@ struct RuntimeFlags {
 // Errors: kInvalidArgument naming `flag` and the text.
 Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag);
 
+// The GPU executor's device budget (--device-memory-budget, executor key device_memory_budget;
+// executor::GeneratorOptions::device_memory_budget_*): "" or "auto" -> bytes -1, percent 0; "N%"
+// (0 < N <= 100) -> percent N; a size (ParseByteSize) -> bytes. Errors: kInvalidArgument naming
+// `flag` and the text.
+Status ParseDeviceMemoryBudget(const std::string& text, const std::string& flag, int64_t* bytes, double* percent);
+
 // The predictor a policy uses when --prefetch is not given: smoe → top-score (SMoE's own); dali →
 // residual when `model_dir` holds its calibration (prefetch_residuals.safetensors), else top-score;
 // every other policy → none.

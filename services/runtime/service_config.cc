@@ -56,6 +56,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"threads", &c.threads},
       {"device", &c.device},
       {"device_assignment", &c.device_assignment},
+      {"device_memory_budget", &c.device_memory_budget},
       {"http.max_batch", &c.http_max_batch},
       {"http.request_grouping", &c.http_request_grouping},
       {"http.group_window", &c.http_group_window},

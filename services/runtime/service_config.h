@@ -64,6 +64,7 @@ struct ServiceConfig {
   std::string pipeline_priority = "auto";
   std::string device = "cpu";            // executor: "cpu" or "cuda[:N]" (a CUDA libtorch)
   std::string device_assignment = "none";  // executor: none | greedy (DALI's CPU/GPU split, --device-assignment)
+  std::string device_memory_budget = "auto";  // executor: the GPU executor's device slots (--device-memory-budget)
   int64_t http_max_batch = 8;            // executor: sequences decoded together (continuous batching)
   std::string http_request_grouping = "none";  // executor: none | coserve (request_grouping.h)
   int64_t http_group_window = 8;         // executor: waiting sequences request grouping looks at

@@ -37,9 +37,11 @@ int RunSchedulerService(const runtime::ServiceConfig& c, runtime::TerminationSig
   if (c.model_dir.empty()) return FailService(name, Status::InvalidArgument("model_dir is not set"));
   Result<runtime::OffloadConfig> offload = runtime::ToOffloadConfig(runtime::RuntimeFlagsOf(c), c.model_dir);
   if (!offload.ok()) return FailService(name, offload.status());
-  // A CPU executor multiplies missed experts straight from their E/SM planes (ExpertReady carries
-  // the plane offsets): no recovery op, and the cache-manager recovers BF16 only for F admissions.
-  offload->fused_recovery = !c.separate_recovery && c.device == "cpu";
+  // The executor recovers missed experts itself from their E/SM planes (ExpertReady carries the
+  // plane offsets): the CPU executor inside its matmul, the GPU executor with the recovery kernel
+  // reading the registered arena in place. No recovery op here; the cache-manager recovers BF16
+  // only for F admissions.
+  offload->fused_recovery = !c.separate_recovery;
   zmq::context_t context(1);
   runtime::DispatcherConfig dispatch;
   dispatch.endpoint = c.endpoint_workers;

@@ -1,0 +1,70 @@
+#include "services/executor/device_expert_cache.h"
+
+namespace zipmoe::executor {
+
+void DeviceExpertCache::BeginLayer() {
+  for (auto& [key, e] : entries_) e.in_use = false;
+}
+
+at::Tensor* DeviceExpertCache::Find(int32_t layer, int32_t expert) {
+  auto it = entries_.find(Key(layer, expert));
+  if (it == entries_.end()) return nullptr;
+  Entry& e = it->second;
+  lru_.splice(lru_.begin(), lru_, e.lru);
+  e.in_use = true;
+  ++stats_.hits;
+  return &e.slot;
+}
+
+at::Tensor& DeviceExpertCache::Insert(int32_t layer, int32_t expert) {
+  const uint64_t key = Key(layer, expert);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    it->second.in_use = true;
+    return it->second.slot;
+  }
+  if (size() >= capacity_) {
+    const bool any_unused = [&] {
+      for (const auto& [k, e] : entries_)
+        if (!e.in_use) return true;
+      return false;
+    }();
+    if (any_unused && size() > 0) {
+      EvictOne(/*only_unused=*/true);
+    } else {
+      ++stats_.staged;
+    }
+  }
+  lru_.push_front(key);
+  Entry& e = entries_[key];
+  e.slot = allocate_();
+  e.lru = lru_.begin();
+  e.in_use = true;
+  ++stats_.misses;
+  return e.slot;
+}
+
+void DeviceExpertCache::Erase(int32_t layer, int32_t expert) {
+  auto it = entries_.find(Key(layer, expert));
+  if (it == entries_.end()) return;
+  lru_.erase(it->second.lru);
+  entries_.erase(it);
+}
+
+void DeviceExpertCache::EndLayer() {
+  while (size() > capacity_) EvictOne(/*only_unused=*/false);
+  for (auto& [key, e] : entries_) e.in_use = false;
+}
+
+void DeviceExpertCache::EvictOne(bool only_unused) {
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    auto entry = entries_.find(*it);
+    if (only_unused && entry->second.in_use) continue;
+    lru_.erase(std::next(it).base());
+    entries_.erase(entry);
+    ++stats_.evictions;
+    return;
+  }
+}
+
+}  // namespace zipmoe::executor

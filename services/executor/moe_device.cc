@@ -1,0 +1,243 @@
+#include "services/executor/moe_device.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/trace_events.h"
+#include "kernels/device_memory.h"
+#include "kernels/grouped_expert.h"
+#include "kernels/recovery.h"
+#include "services/executor/routing.h"
+#include "services/executor/torch_util.h"
+
+namespace zipmoe::executor {
+namespace {
+
+// The layer's grouped-MLP tables packed into one buffer (one host->device copy): each array at an
+// 8-byte aligned offset.
+struct PackedTables {
+  std::vector<uint8_t> bytes;
+  size_t weights = 0, expert_pair_offsets = 0, pair_token = 0, pair_weight = 0, token_pair_offsets = 0,
+         token_pairs = 0;
+
+  template <typename T>
+  size_t Append(const std::vector<T>& v) {
+    const size_t at = (bytes.size() + 7) / 8 * 8;
+    bytes.resize(at + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes.data() + at, v.data(), v.size() * sizeof(T));
+    return at;
+  }
+};
+
+}  // namespace
+
+Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads_host) {
+  const int64_t n = ew.intermediate * ew.hidden;
+  auto* base = static_cast<uint16_t*>(slot.data_ptr());
+  const void* data[3] = {ew.gate, ew.up, ew.down};
+  const ExpertPlanes planes[3] = {ew.gate_planes, ew.up_planes, ew.down_planes};
+  const int64_t rows[3] = {ew.intermediate, ew.intermediate, ew.hidden};
+  for (int m = 0; m < 3; ++m) {
+    uint16_t* out = base + m * n;
+    if (ew.planes()) {
+      const void* e = kernels::DeviceAliasOf(planes[m].e);
+      const void* sm = kernels::DeviceAliasOf(planes[m].sm);
+      if (slot.is_cpu()) {  // the tests' CPU stand-in for the device
+        kernels::RecoverBf16Cpu(planes[m].e, planes[m].sm, out, n);
+      } else if (e != nullptr && sm != nullptr) {  // read in place from the registered arena
+        ZM_RETURN_IF_ERROR(kernels::LaunchRecoverBf16(static_cast<const uint8_t*>(e), static_cast<const uint8_t*>(sm),
+                                                      out, n, nullptr));
+        *reads_host = true;
+      } else {  // pageable planes: copied to the device (synchronously), recovered there
+        const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte);
+        const at::Tensor de = at::from_blob(const_cast<uint8_t*>(planes[m].e), {n}, bytes).to(slot.device());
+        const at::Tensor dsm = at::from_blob(const_cast<uint8_t*>(planes[m].sm), {n}, bytes).to(slot.device());
+        ZM_RETURN_IF_ERROR(kernels::LaunchRecoverBf16(de.data_ptr<uint8_t>(), dsm.data_ptr<uint8_t>(), out, n, nullptr));
+      }
+    } else if (ew.dtype == DType::kBF16) {
+      if (!slot.is_cpu() && kernels::DeviceAliasOf(data[m]) != nullptr) {  // pinned / registered: one DMA, async
+        ZM_RETURN_IF_ERROR(kernels::CopyAsync(out, data[m], static_cast<uint64_t>(n) * 2, nullptr));
+        *reads_host = true;
+      } else {
+        slot.narrow(0, m * n, n).copy_(WrapExpertTensor(data[m], ew.dtype, 1, n).reshape({n}));
+      }
+    } else {  // F16 / F32 experts: converted to BF16 on the way (as the torch path converts them)
+      slot.narrow(0, m * n, n).copy_(WrapExpertTensor(data[m], ew.dtype, rows[m], n / rows[m]).reshape({n}));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
+                                    const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next,
+                                    double substitution_alpha, DeviceExpertCache& cache) {
+  const int64_t n = x.size(0), hidden = x.size(1), inter = config.moe_intermediate_size;
+  const at::Device device = x.device();
+  const int64_t n_experts = w.router.size(0);
+
+  // 1. Routers (float32, as DeepSeek's MoEGate and the CPU path), one device->host copy.
+  const at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor probs = at::softmax(Linear(x32, w.router), -1);
+  const bool predict = Predicts(provider, next);
+  int64_t next_experts = 0;
+  if (predict) {
+    at::Tensor in = x32;
+    if (next->residual.defined()) in = in + next->residual.to(device, at::kFloat);
+    const at::Tensor next_probs = at::softmax(Linear(in, next->weights->router), -1);
+    next_experts = next_probs.size(1);
+    probs = at::cat({probs, next_probs}, 1);
+  }
+  const at::Tensor host = probs.to(at::kCPU).contiguous();
+  std::vector<float> scores(static_cast<size_t>(n * n_experts)), next_scores(static_cast<size_t>(n * next_experts));
+  const float* hp = host.data_ptr<float>();
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(hp + t * (n_experts + next_experts), n_experts, scores.data() + t * n_experts);
+    std::copy_n(hp + t * (n_experts + next_experts) + n_experts, next_experts, next_scores.data() + t * next_experts);
+  }
+
+  // 2. Route; device hits are served here, the rest asked of the provider.
+  ZM_ASSIGN_OR_RETURN(
+      RoutedLayer routed,
+      RouteExperts(config, layer_id, scores.data(), n, provider, substitution_alpha,
+                   [&](int32_t e) { return cache.Contains(layer_id, e); }));
+  const ExpertAssignment& assign = routed.assign;
+  const size_t n_selected = assign.expert_ids.size();
+  cache.BeginLayer();
+  LayerRouting ask = routed.routing;
+  ask.expert_ids.clear();
+  ask.tokens_per_expert.clear();
+  std::vector<at::Tensor*> slots(n_selected, nullptr);
+  std::vector<bool> delivered(n_selected, false);
+  for (size_t j = 0; j < n_selected; ++j) {
+    const int32_t e = assign.expert_ids[j];
+    const auto tokens = static_cast<int32_t>(assign.token_rows[j].size());
+    if (at::Tensor* s = cache.Find(layer_id, e)) {
+      slots[j] = s;
+      delivered[j] = true;
+      ask.device_resident.push_back(e);
+      ask.device_resident_tokens.push_back(tokens);
+    } else {
+      ask.expert_ids.push_back(e);
+      ask.tokens_per_expert.push_back(tokens);
+    }
+  }
+  ZM_RETURN_IF_ERROR(provider.BeginLayer(ask));
+  if (predict) {
+    LayerRouting predicted = RankPredictedExperts(config, next->layer_id, next_scores.data(), n);
+    LayerRouting wanted;
+    wanted.layer_id = predicted.layer_id;
+    for (size_t i = 0; i < predicted.expert_ids.size(); ++i) {
+      if (cache.Contains(next->layer_id, predicted.expert_ids[i])) continue;
+      wanted.expert_ids.push_back(predicted.expert_ids[i]);
+      if (i < predicted.tokens_per_expert.size()) wanted.tokens_per_expert.push_back(predicted.tokens_per_expert[i]);
+    }
+    if (!wanted.expert_ids.empty()) provider.Prefetch(wanted);
+  }
+
+  // 3. The provider's experts into device slots, as they arrive.
+  std::vector<std::unique_ptr<ExpertLease>> leases;
+  bool reads_host = false;
+  for (size_t i = 0; i < ask.expert_ids.size(); ++i) {
+    trace::TraceSpan wait_span("expert", [&] { return fmt::format("wait for an expert (layer {})", layer_id); },
+                               trace::Activity::kWaitExperts);
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
+    wait_span.End();
+    const ExpertWeightsView& ew = lease->weights();
+    ZM_ASSIGN_OR_RETURN(size_t j, CheckLease(config, assign, layer_id, hidden, ew, delivered));
+    delivered[j] = true;
+    at::Tensor& slot = cache.Insert(layer_id, ew.expert_id);
+    const Status filled = FillDeviceSlot(ew, slot, &reads_host);
+    if (!filled.ok()) {
+      cache.Erase(layer_id, ew.expert_id);
+      return Status(filled.code(), fmt::format("layer {} expert {}: {}", layer_id, ew.expert_id, filled.message()));
+    }
+    slots[j] = &slot;
+    leases.push_back(std::move(lease));
+  }
+
+  // 4. The grouped expert MLP over every selected expert.
+  at::Tensor y;
+  if (n_selected > 0) {
+    std::vector<uint64_t> weights;
+    std::vector<int32_t> expert_pair_offsets{0}, pair_token, token_pair_offsets{0}, token_pairs;
+    std::vector<float> pair_weight;
+    const int64_t matrix = inter * hidden;
+    for (size_t j = 0; j < n_selected; ++j) {
+      const auto* base = static_cast<const uint16_t*>(slots[j]->data_ptr());
+      for (int m = 0; m < 3; ++m) weights.push_back(reinterpret_cast<uint64_t>(base + m * matrix));
+      for (size_t r = 0; r < assign.token_rows[j].size(); ++r) {
+        pair_token.push_back(static_cast<int32_t>(assign.token_rows[j][r]));
+        pair_weight.push_back(assign.weights[j][r]);
+      }
+      expert_pair_offsets.push_back(static_cast<int32_t>(pair_token.size()));
+    }
+    std::vector<std::vector<int32_t>> by_token(static_cast<size_t>(n));
+    for (size_t p = 0; p < pair_token.size(); ++p) by_token[static_cast<size_t>(pair_token[p])].push_back(static_cast<int32_t>(p));
+    for (const auto& list : by_token) {
+      token_pairs.insert(token_pairs.end(), list.begin(), list.end());
+      token_pair_offsets.push_back(static_cast<int32_t>(token_pairs.size()));
+    }
+    PackedTables packed;
+    packed.weights = packed.Append(weights);
+    packed.expert_pair_offsets = packed.Append(expert_pair_offsets);
+    packed.pair_token = packed.Append(pair_token);
+    packed.pair_weight = packed.Append(pair_weight);
+    packed.token_pair_offsets = packed.Append(token_pair_offsets);
+    packed.token_pairs = packed.Append(token_pairs);
+    const at::Tensor tables =
+        at::from_blob(packed.bytes.data(), {static_cast<int64_t>(packed.bytes.size())}, at::TensorOptions().dtype(at::kByte))
+            .to(device);
+    const auto* tb = tables.data_ptr<uint8_t>();
+    at::Tensor xb = x.to(at::kBFloat16).contiguous();
+    if (reinterpret_cast<uintptr_t>(xb.data_ptr()) % 16 != 0) xb = xb.clone();
+    const auto n_pairs = static_cast<int64_t>(pair_token.size());
+    const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+    at::Tensor act = at::empty({n_pairs, inter}, f32), out = at::empty({n_pairs, hidden}, f32);
+    y = at::empty({n, hidden}, f32);
+    kernels::GroupedExpertArgs a;
+    a.x = static_cast<const uint16_t*>(xb.data_ptr());
+    a.n_tokens = n;
+    a.hidden = hidden;
+    a.inter = inter;
+    a.weights = reinterpret_cast<const uint64_t*>(tb + packed.weights);
+    a.n_experts = static_cast<int32_t>(n_selected);
+    a.expert_pair_offsets = reinterpret_cast<const int32_t*>(tb + packed.expert_pair_offsets);
+    a.n_pairs = static_cast<int32_t>(n_pairs);
+    a.pair_token = reinterpret_cast<const int32_t*>(tb + packed.pair_token);
+    a.pair_weight = reinterpret_cast<const float*>(tb + packed.pair_weight);
+    a.token_pair_offsets = reinterpret_cast<const int32_t*>(tb + packed.token_pair_offsets);
+    a.token_pairs = reinterpret_cast<const int32_t*>(tb + packed.token_pairs);
+    a.act = act.data_ptr<float>();
+    a.out = out.data_ptr<float>();
+    a.y = y.data_ptr<float>();
+    const trace::TraceSpan compute_span(
+        "expert", [&] { return fmt::format("compute {} experts on the device (layer {})", n_selected, layer_id); });
+    if (x.is_cpu()) {  // the tests' CPU stand-in for the device: the kernels' reference
+      ZM_RETURN_IF_ERROR(kernels::GroupedExpertMlpReference(a));
+    } else {
+      ZM_RETURN_IF_ERROR(kernels::LaunchGroupedExpertMlp(a, nullptr));
+    }
+    y = y.to(x.scalar_type());
+  } else {
+    y = at::zeros({n, hidden}, x.options());
+  }
+  // The device may still be reading delivered experts' host memory: wait before releasing them.
+  if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
+  provider.ReleaseAll(&leases);
+  ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
+  cache.EndLayer();
+
+  // 5. Shared experts.
+  if (w.has_shared_expert) {
+    at::Tensor shared = MlpForward(w.shared_expert, x);
+    if (config.arch == ModelArch::kQwen2Moe) shared = at::sigmoid(Linear(x, w.shared_expert_gate)) * shared;
+    y = y + shared;
+  }
+  return y;
+}
+
+}  // namespace zipmoe::executor

@@ -1,0 +1,335 @@
+// The GPU executor's MoE block (moe_device.h) and device F slots (device_expert_cache.h), driven with
+// the CPU stand-in for the device (a BF16 CPU x and CPU slots: the same host logic, the kernels' CPU
+// references in place of the launches). On a CUDA machine scripts/gpu_check.sh runs the real path.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/bitfield.h"
+#include "common/observed_expert_provider.h"
+#include "common/resident_expert_provider.h"
+#include "services/executor/device_expert_cache.h"
+#include "services/executor/model_weights.h"
+#include "services/executor/moe_block.h"
+#include "services/executor/moe_device.h"
+#include "tests/services/executor/test_models.h"
+
+namespace zipmoe::executor {
+namespace {
+
+// ---- DeviceExpertCache -------------------------------------------------------------------------
+
+DeviceExpertCache SmallCache(int64_t capacity, int* allocations) {
+  return DeviceExpertCache(capacity, [allocations] {
+    ++*allocations;
+    return at::zeros({4}, at::TensorOptions().dtype(at::kBFloat16));
+  });
+}
+
+TEST(DeviceExpertCacheTest, HitsMissesAndLeastRecentlyUsedEviction) {
+  int allocations = 0;
+  DeviceExpertCache c = SmallCache(2, &allocations);
+  c.BeginLayer();
+  EXPECT_EQ(c.Find(0, 1), nullptr);
+  c.Insert(0, 1).fill_(1);
+  c.Insert(0, 2).fill_(2);
+  c.EndLayer();
+  c.BeginLayer();
+  ASSERT_NE(c.Find(0, 1), nullptr);  // 1 is now the most recent, 2 the least
+  EXPECT_EQ(c.Find(0, 1)->sum().item<float>(), 4.0f);
+  c.EndLayer();
+  c.BeginLayer();
+  c.Insert(1, 7);  // full: evicts (0, 2), not in use
+  c.EndLayer();
+  EXPECT_TRUE(c.Contains(0, 1));
+  EXPECT_FALSE(c.Contains(0, 2));
+  EXPECT_TRUE(c.Contains(1, 7));
+  EXPECT_EQ(c.stats().hits, 2u);
+  EXPECT_EQ(c.stats().misses, 3u);
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_EQ(allocations, 3);
+}
+
+TEST(DeviceExpertCacheTest, ALayerNeverEvictsItsOwnExpertsAndGrowsThenTrims) {
+  int allocations = 0;
+  DeviceExpertCache c = SmallCache(2, &allocations);
+  c.BeginLayer();
+  at::Tensor& a = c.Insert(3, 0);
+  a.fill_(5);
+  c.Insert(3, 1);
+  c.Insert(3, 2);  // every entry in use: staged past capacity
+  c.Insert(3, 3);
+  EXPECT_EQ(c.size(), 4);
+  EXPECT_EQ(c.stats().staged, 2u);
+  EXPECT_EQ(a.sum().item<float>(), 20.0f);  // the first slot is intact while the layer runs
+  c.EndLayer();
+  EXPECT_EQ(c.size(), 2);  // trimmed, least recently used first
+  EXPECT_TRUE(c.Contains(3, 2));
+  EXPECT_TRUE(c.Contains(3, 3));
+  EXPECT_EQ(c.stats().evictions, 2u);
+}
+
+TEST(DeviceExpertCacheTest, CapacityZeroStagesEveryExpertAndEraseDropsOne) {
+  int allocations = 0;
+  DeviceExpertCache c = SmallCache(0, &allocations);
+  c.BeginLayer();
+  c.Insert(0, 0);
+  c.Insert(0, 1);
+  c.Erase(0, 1);
+  EXPECT_FALSE(c.Contains(0, 1));
+  c.EndLayer();
+  EXPECT_EQ(c.size(), 0);
+  c.BeginLayer();
+  EXPECT_EQ(c.Find(0, 0), nullptr);
+  c.EndLayer();
+}
+
+// ---- LayerRouting::AllSelected -----------------------------------------
+
+TEST(LayerRoutingTest, AllSelectedMergesDeviceResidentExpertsInOrder) {
+  LayerRouting r(4, {1, 6}, {2, 1});
+  r.device_resident = {0, 3, 9};
+  r.device_resident_tokens = {1, 3, 1};
+  const LayerRouting all = r.AllSelected();
+  EXPECT_EQ(all.expert_ids, (std::vector<int32_t>{0, 1, 3, 6, 9}));
+  EXPECT_EQ(all.tokens_per_expert, (std::vector<int32_t>{1, 2, 3, 1, 1}));
+  EXPECT_TRUE(all.device_resident.empty());
+  LayerRouting plain(2, {3}, {1});
+  EXPECT_EQ(plain.AllSelected().expert_ids, plain.expert_ids);
+}
+
+// ---- MoeForwardDevice on the CPU stand-in ------------------------------------------------------
+
+// Serves the inner provider's experts, optionally as their E/SM planes (as the runtime does for an
+// executor that recovers them itself); records what the executor asked for.
+class RecordingProvider : public ExpertProvider {
+ public:
+  RecordingProvider(ExpertProvider* inner, bool planes, PrefetchMode prefetch = PrefetchMode::kNone)
+      : inner_(inner), planes_(planes), prefetch_(prefetch) {}
+
+  Status BeginLayer(const LayerRouting& routing) override {
+    begun.push_back(routing);
+    return inner_->BeginLayer(routing);
+  }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override {
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, inner_->NextReady());
+    if (!planes_) return lease;
+    return std::unique_ptr<ExpertLease>(new PlaneLease(std::move(lease)));
+  }
+  Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
+  PrefetchMode prefetch_mode() const override { return prefetch_; }
+  void Prefetch(const LayerRouting& predicted) override { prefetched.push_back(predicted); }
+
+  std::vector<LayerRouting> begun, prefetched;
+
+ private:
+  class PlaneLease : public ExpertLease {
+   public:
+    explicit PlaneLease(std::unique_ptr<ExpertLease> inner) : inner_(std::move(inner)) {
+      view_ = inner_->weights();
+      const void* data[3] = {view_.gate, view_.up, view_.down};
+      ExpertPlanes* planes[3] = {&view_.gate_planes, &view_.up_planes, &view_.down_planes};
+      const int64_t n = view_.intermediate * view_.hidden;
+      for (int m = 0; m < 3; ++m) {
+        e_[m].resize(static_cast<size_t>(n));
+        sm_[m].resize(static_cast<size_t>(n));
+        SplitBf16(static_cast<const uint16_t*>(data[m]), n, e_[m].data(), sm_[m].data());
+        *planes[m] = {e_[m].data(), sm_[m].data()};
+      }
+      view_.gate = view_.up = view_.down = nullptr;
+    }
+    const ExpertWeightsView& weights() const override { return view_; }
+
+   private:
+    std::unique_ptr<ExpertLease> inner_;
+    ExpertWeightsView view_;
+    std::vector<uint8_t> e_[3], sm_[3];
+  };
+
+  ExpertProvider* inner_;
+  bool planes_;
+  PrefetchMode prefetch_;
+};
+
+struct Tiny {
+  std::unique_ptr<LoadedModel> model;
+  std::vector<int32_t> moe_layers;
+};
+
+Tiny LoadTiny(const std::string& variant) {
+  LoadOptions options;
+  options.dtype = at::kBFloat16;
+  Result<std::unique_ptr<LoadedModel>> r = LoadModel(testing::TinyModelDir(variant), options);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  Tiny t;
+  if (!r.ok()) return t;
+  t.model = std::move(r).value();
+  for (size_t l = 0; l < t.model->weights.layers.size(); ++l)
+    if (t.model->weights.layers[l].is_moe) t.moe_layers.push_back(static_cast<int32_t>(l));
+  return t;
+}
+
+DeviceExpertCache CpuSlots(const ModelConfig& c, int64_t capacity) {
+  const int64_t elems = 3 * c.moe_intermediate_size * c.hidden_size;
+  return DeviceExpertCache(capacity, [elems] {
+    return at::full({elems}, std::nanf(""), at::TensorOptions().dtype(at::kFloat)).to(at::kBFloat16);  // poisoned
+  });
+}
+
+at::Tensor Input(int64_t n, int64_t hidden) {
+  at::manual_seed(5);
+  return (at::randn({n, hidden}) * 0.5).to(at::kBFloat16);
+}
+
+bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.numel() * a.element_size()) == 0;
+}
+
+class MoeDeviceTest : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Archs, MoeDeviceTest,
+                         ::testing::Values("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"));
+
+// The same bits whichever way an expert reached its slot (BF16 copy, planes recovered, a hit from
+// an earlier step) and whatever the capacity; within BF16 rounding of the torch device path and of
+// the float32 CPU path.
+TEST_P(MoeDeviceTest, SameBitsFromEverySourceAndCloseToTheOtherPaths) {
+  Tiny t = LoadTiny(GetParam());
+  ASSERT_FALSE(t.moe_layers.empty());
+  const ModelConfig& c = t.model->config;
+  const int32_t layer = t.moe_layers.front();
+  const LayerWeights& lw = t.model->weights.layers[static_cast<size_t>(layer)];
+  const at::Tensor x = Input(5, c.hidden_size);
+  const int64_t all = c.num_experts;
+
+  at::Tensor first;
+  for (bool planes : {false, true}) {
+    for (int64_t capacity : {int64_t{0}, int64_t{2}, all}) {
+      RecordingProvider provider(t.model->resident_experts.get(), planes);
+      DeviceExpertCache cache = CpuSlots(c, capacity);
+      for (int step = 0; step < 2; ++step) {
+        Result<at::Tensor> y = MoeForwardDevice(c, lw, layer, x, provider, nullptr, 0.0, cache);
+        ASSERT_TRUE(y.ok()) << y.status().ToString();
+        if (!first.defined()) first = *y;
+        EXPECT_TRUE(SameBytes(*y, first)) << "planes " << planes << " capacity " << capacity << " step " << step;
+      }
+      // Step 2 with every expert kept: the provider is asked for none, told which the device holds.
+      const LayerRouting& second = provider.begun.back();
+      if (capacity == all) {
+        EXPECT_TRUE(second.expert_ids.empty());
+        EXPECT_EQ(second.AllSelected().expert_ids, provider.begun.front().expert_ids);
+        EXPECT_EQ(cache.stats().hits, provider.begun.front().expert_ids.size());
+      } else if (capacity == 0) {
+        EXPECT_TRUE(second.device_resident.empty());
+        EXPECT_EQ(cache.size(), 0);
+      }
+    }
+  }
+  // The torch device path (per-expert linears on the BF16 stand-in) and the float32 CPU path.
+  Result<at::Tensor> torch_path = MoeForward(c, lw, layer, x, *t.model->resident_experts);
+  ASSERT_TRUE(torch_path.ok()) << torch_path.status().ToString();
+  const double scale = first.to(at::kFloat).abs().max().item<double>();
+  EXPECT_LT((first.to(at::kFloat) - torch_path->to(at::kFloat)).abs().max().item<double>(), 2e-2 * scale + 1e-3);
+}
+
+TEST(MoeDevice, ObserversSeeEverySelectedExpertWhileTheProviderIsAskedForMissesOnly) {
+  Tiny t = LoadTiny("qwen2_moe");
+  const ModelConfig& c = t.model->config;
+  const int32_t layer = t.moe_layers.front();
+  const LayerWeights& lw = t.model->weights.layers[static_cast<size_t>(layer)];
+  std::vector<LayerRouting> observed;
+  RecordingProvider inner(t.model->resident_experts.get(), false);
+  ObservedExpertProvider provider(&inner, [&](const LayerRouting& r) { observed.push_back(r); });
+  DeviceExpertCache cache = CpuSlots(c, c.num_experts);
+  const at::Tensor x = Input(3, c.hidden_size);
+  for (int step = 0; step < 2; ++step) ASSERT_TRUE(MoeForwardDevice(c, lw, layer, x, provider, nullptr, 0.0, cache).ok());
+  ASSERT_EQ(observed.size(), 2u);
+  EXPECT_EQ(observed[0].expert_ids, observed[1].expert_ids);
+  EXPECT_EQ(observed[0].tokens_per_expert, observed[1].tokens_per_expert);
+  EXPECT_TRUE(inner.begun[1].expert_ids.empty());
+}
+
+TEST(MoeDevice, PrefetchSkipsExpertsTheDeviceHolds) {
+  Tiny t = LoadTiny("qwen2_moe");
+  ASSERT_GE(t.moe_layers.size(), 2u);
+  const ModelConfig& c = t.model->config;
+  const int32_t l0 = t.moe_layers[0], l1 = t.moe_layers[1];
+  RecordingProvider provider(t.model->resident_experts.get(), false, PrefetchMode::kTopScore);
+  DeviceExpertCache cache = CpuSlots(c, c.num_experts);
+  const at::Tensor x = Input(2, c.hidden_size);
+  NextMoeLayer next;
+  next.layer_id = l1;
+  next.weights = &t.model->weights.layers[static_cast<size_t>(l1)];
+  ASSERT_TRUE(MoeForwardDevice(c, t.model->weights.layers[static_cast<size_t>(l0)], l0, x, provider, &next, 0.0, cache).ok());
+  ASSERT_EQ(provider.prefetched.size(), 1u);
+  const std::vector<int32_t> predicted = provider.prefetched[0].expert_ids;
+  ASSERT_FALSE(predicted.empty());
+  // Put the predicted experts on the device (run layer l1 on the same x: its router picks them).
+  ASSERT_TRUE(MoeForwardDevice(c, t.model->weights.layers[static_cast<size_t>(l1)], l1, x, provider, nullptr, 0.0, cache).ok());
+  for (int32_t e : predicted) EXPECT_TRUE(cache.Contains(l1, e)) << e;
+  provider.prefetched.clear();
+  ASSERT_TRUE(MoeForwardDevice(c, t.model->weights.layers[static_cast<size_t>(l0)], l0, x, provider, &next, 0.0, cache).ok());
+  EXPECT_TRUE(provider.prefetched.empty());  // nothing left to prefetch
+}
+
+TEST(MoeDevice, FillDeviceSlotLaysOutGateUpDownAndConvertsF32) {
+  const int64_t inter = 3, hidden = 4, n = inter * hidden;
+  std::vector<float> f32[3];
+  for (int m = 0; m < 3; ++m)
+    for (int64_t i = 0; i < n; ++i) f32[m].push_back(static_cast<float>(m * 100 + i) + 0.25f);
+  ExpertWeightsView ew;
+  ew.dtype = DType::kF32;
+  ew.intermediate = inter;
+  ew.hidden = hidden;
+  ew.gate = f32[0].data();
+  ew.up = f32[1].data();
+  ew.down = f32[2].data();
+  at::Tensor slot = at::zeros({3 * n}, at::TensorOptions().dtype(at::kBFloat16));
+  bool reads_host = false;
+  ASSERT_TRUE(FillDeviceSlot(ew, slot, &reads_host).ok());
+  EXPECT_FALSE(reads_host);  // a synchronous conversion
+  const at::Tensor want = at::cat({at::tensor(f32[0]), at::tensor(f32[1]), at::tensor(f32[2])}).to(at::kBFloat16);
+  EXPECT_TRUE(SameBytes(slot, want));
+}
+
+TEST(MoeDevice, AnUnrequestedExpertIsRefusedAndItsSlotDropped) {
+  Tiny t = LoadTiny("mixtral");
+  const ModelConfig& c = t.model->config;
+  const int32_t layer = t.moe_layers.front();
+  const LayerWeights& lw = t.model->weights.layers[static_cast<size_t>(layer)];
+  // An input whose routing does not select expert 0 (found with a well-behaved provider).
+  at::Tensor x;
+  for (int seed = 0; seed < 100 && !x.defined(); ++seed) {
+    at::manual_seed(seed);
+    const at::Tensor candidate = (at::randn({1, c.hidden_size}) * 0.5).to(at::kBFloat16);
+    RecordingProvider probe(t.model->resident_experts.get(), false);
+    DeviceExpertCache none = CpuSlots(c, 0);
+    ASSERT_TRUE(MoeForwardDevice(c, lw, layer, candidate, probe, nullptr, 0.0, none).ok());
+    if (probe.begun[0].expert_ids.front() != 0) x = candidate;
+  }
+  ASSERT_TRUE(x.defined()) << "no input routed away from expert 0";
+  // A provider that delivers expert 0 whatever was asked.
+  class Wrong : public ExpertProvider {
+   public:
+    explicit Wrong(ExpertProvider* inner) : inner_(inner) {}
+    Status BeginLayer(const LayerRouting& r) override { return inner_->BeginLayer(LayerRouting(r.layer_id, {0}, {1})); }
+    Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
+    Status EndLayer(int32_t id) override { return inner_->EndLayer(id); }
+
+   private:
+    ExpertProvider* inner_;
+  } wrong(t.model->resident_experts.get());
+  DeviceExpertCache cache = CpuSlots(c, c.num_experts);
+  Result<at::Tensor> y = MoeForwardDevice(c, lw, layer, x, wrong, nullptr, 0.0, cache);
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find("not requested"), std::string::npos) << y.status().ToString();
+  EXPECT_FALSE(cache.Contains(layer, 0));
+}
+
+}  // namespace
+}  // namespace zipmoe::executor
