@@ -153,9 +153,10 @@ if want executor && [ -x $BIN/zipmoe_executor_tests ]; then
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/executor_tests.log" | head -20 >>"$SUMMARY"
 fi
 # 6. qwen2_moe mini (hidden 1024, 24 layers, 60 experts, top-4, a shared expert; 6.2 GB of BF16 experts):
-#    warm decode TPOT (32 tokens after a 16-token prompt; the executor's own timer) on CUDA with every
-#    weight on the device, from the compressed directory under budgets and policies, next to the CPU
-#    (float32, 16 threads).
+#    warm decode TPOT (32 tokens after a 16-token prompt; the executor's own timer) on CUDA next to the
+#    CPU (float32, 16 threads): every weight on the device (device F slots), host budgets and policies,
+#    device budgets of 25 % and 0 (staging only) with the experts in host memory; logits compared;
+#    floors from the device-to-device and pinned host-to-device bandwidth measured in the same run.
 if want mini && [ -x "$Z" ]; then
   d=/tmp/zipmoe-gpu-mini
   V=151936
@@ -164,29 +165,82 @@ if want mini && [ -x "$Z" ]; then
     step synth_mini $Z synth --arch qwen2_moe --preset mini --out "$d/ckpt" --router-skew 0.5
     step compress_mini $Z compress "$d/ckpt" "$d/zip" --force --threads "$(nproc)"
   fi
-  gen() {  # gen TAG ARGS...: one greedy run, logits in $d/TAG.f32, TPOT into the summary
+  python3 - >"$OUT/bandwidth.txt" 2>&1 <<'PY'
+import torch
+def rate(fn, nbytes, reps=20):
+    fn(); torch.cuda.synchronize()
+    s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps): fn()
+    e.record(); torch.cuda.synchronize()
+    return nbytes * reps / (s.elapsed_time(e) / 1e3)
+n = 1 << 30
+a = torch.empty(n, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
+h = torch.empty(n, dtype=torch.uint8).pin_memory()
+print(f"d2d {rate(lambda: b.copy_(a), 2 * n):.4e}")  # bytes read + written per second
+print(f"h2d {rate(lambda: a.copy_(h, non_blocking=True), n):.4e}")  # pinned host -> device
+PY
+  cat "$OUT/bandwidth.txt" | tee -a "$SUMMARY"
+  gen() {  # gen TAG ARGS...: one greedy run, logits in $d/TAG.f32, TPOT and device slots into the summary
     local tag=$1; shift
     step "mini_$tag" $Z generate --prompt-ids $IDS --max-new-tokens 32 --ignore-eos --json \
       --logits-out "$d/$tag.f32" "$@"
-    echo "mini $tag: $(grep -o '"tpot_s":[0-9.e-]*' "$OUT/mini_$tag.log" | head -1) $(grep -o '"ttft_s":[0-9.e-]*' "$OUT/mini_$tag.log" | head -1)" | tee -a "$SUMMARY"
+    echo "mini $tag: $(grep -o '"tpot_s":[0-9.e-]*' "$OUT/mini_$tag.log" | head -1) $(grep -o '"ttft_s":[0-9.e-]*' "$OUT/mini_$tag.log" | head -1) $(grep -o '"device_experts":{[^}]*}' "$OUT/mini_$tag.log" | head -1)" | tee -a "$SUMMARY"
   }
   gen cpu16 --model "$d/ckpt" --device cpu --threads 16
   gen cuda_ckpt --model "$d/ckpt" --device cuda
   if [ -n "${MINI_QUICK:-}" ]; then  # a baseline: CPU, CUDA all-resident, CUDA at 25 %
     gen cuda_zip_b25 --model "$d/zip" --device cuda --memory-budget 25% --policy zipmoe
-    echo "mini: cpu16 vs cuda_ckpt: $(python3 "$ROOT/scripts/compare_logits.py" "$d/cpu16.f32" "$d/cuda_ckpt.f32" --vocab "$V" 2>&1)" | tee -a "$SUMMARY"
-    echo "mini: cuda_ckpt vs cuda_zip_b25: $(python3 "$ROOT/scripts/compare_logits.py" "$d/cuda_ckpt.f32" "$d/cuda_zip_b25.f32" --vocab "$V" 2>&1)" | tee -a "$SUMMARY"
+    pairs="cpu16:cuda_ckpt cuda_ckpt:cuda_zip_b25"
   else
-  gen cuda_zip --model "$d/zip" --device cuda
-  for b in 50 25 10; do gen "cuda_zip_b$b" --model "$d/zip" --device cuda --memory-budget $b% --policy zipmoe; done
-  gen cuda_zip_b25_lru --model "$d/zip" --device cuda --memory-budget 25% --policy lru
-  for pair in "cuda_ckpt cuda_zip" "cuda_zip cuda_zip_b50" "cuda_zip cuda_zip_b25" "cuda_zip cuda_zip_b10" \
-              "cuda_zip cuda_zip_b25_lru" "cpu16 cuda_zip"; do
-    set -- $pair
-    echo "mini: $1 vs $2: $(python3 "$ROOT/scripts/compare_logits.py" "$d/$1.f32" "$d/$2.f32" --vocab "$V" 2>&1)" \
+    gen cuda_zip --model "$d/zip" --device cuda
+    for b in 50 25 10; do gen "cuda_zip_b$b" --model "$d/zip" --device cuda --memory-budget $b% --policy zipmoe; done
+    gen cuda_zip_b25_lru --model "$d/zip" --device cuda --memory-budget 25% --policy lru
+    gen cuda_zip_d0 --model "$d/zip" --device cuda --device-memory-budget 0
+    gen cuda_zip_h100_d25 --model "$d/zip" --device cuda --memory-budget 100% --policy zipmoe --device-memory-budget 25%
+    gen cuda_zip_h100_d25_lru --model "$d/zip" --device cuda --memory-budget 100% --policy lru --device-memory-budget 25%
+    gen cuda_zip_b25_d25 --model "$d/zip" --device cuda --memory-budget 25% --policy zipmoe --device-memory-budget 25%
+    pairs="cuda_ckpt:cuda_zip cuda_zip:cuda_zip_b50 cuda_zip:cuda_zip_b25 cuda_zip:cuda_zip_b10 cuda_zip:cuda_zip_b25_lru"
+    pairs+=" cuda_zip:cuda_zip_d0 cuda_zip:cuda_zip_h100_d25 cuda_zip:cuda_zip_h100_d25_lru cuda_zip:cuda_zip_b25_d25 cpu16:cuda_zip"
+  fi
+  for pair in $pairs; do
+    echo "mini: ${pair%%:*} vs ${pair##*:}: $(python3 "$ROOT/scripts/compare_logits.py" "$d/${pair%%:*}.f32" "$d/${pair##*:}.f32" --vocab "$V" 2>&1)" \
       | tee -a "$SUMMARY"
   done
-  fi
+  # Floors: weights one decode token reads (BF16: attention, shared expert, top-k experts, lm_head;
+  # the float32 router) over the device copy rate; host->device bytes per forward step (the prompt's
+  # step included, so an upper bound for a decode step) over the pinned copy rate.
+  python3 - "$d/ckpt/config.json" "$OUT" <<'PY' | tee -a "$SUMMARY"
+import json, re, sys, glob, os
+c = json.load(open(sys.argv[1])); out = sys.argv[2]
+bw = dict(l.split() for l in open(os.path.join(out, "bandwidth.txt")) if re.match(r"^(d2d|h2d) ", l))
+d2d, h2d = float(bw.get("d2d", "nan")), float(bw.get("h2d", "nan"))
+H, L, hd = c["hidden_size"], c["num_hidden_layers"], c["hidden_size"] // c["num_attention_heads"]
+attn = H * hd * (2 * c["num_attention_heads"] + 2 * c["num_key_value_heads"])
+moe = c["num_experts_per_tok"] * 3 * H * c["moe_intermediate_size"] + 3 * H * c["shared_expert_intermediate_size"] + H
+per_token = 2 * (L * (attn + moe) + c["vocab_size"] * H) + 4 * L * c["num_experts"] * H
+hbm_floor = per_token / d2d
+def field(tag, key):
+    try:
+        t = open(os.path.join(out, f"mini_{tag}.log")).read()
+        m = re.search(r'"%s":([0-9.e+-]+)' % key, t)
+        return float(m.group(1)) if m else None
+    except OSError:
+        return None
+cpu = field("cpu16", "tpot_s")
+print(f"mini floors: {per_token/1e6:.1f} MB of weights per token; HBM floor {hbm_floor*1e3:.3f} ms (d2d {d2d/1e12:.2f} TB/s); pinned h2d {h2d/1e9:.1f} GB/s")
+for tag in ["cuda_ckpt", "cuda_zip", "cuda_zip_b25", "cuda_zip_d0", "cuda_zip_h100_d25", "cuda_zip_h100_d25_lru", "cuda_zip_b25_d25"]:
+    t = field(tag, "tpot_s")
+    if t is None: continue
+    line = f"mini {tag}: TPOT {t*1e3:.2f} ms = {t/hbm_floor:.1f}x the HBM floor"
+    if cpu: line += f", {t/cpu:.3f}x the CPU's at 16 threads ({cpu*1e3:.2f} ms)"
+    b = field(tag, "bytes_in")
+    if b:
+        steps = 32  # the prompt's step + 31 decode steps
+        floor = b / steps / h2d
+        line += f"; {b/1e6:.0f} MB to the device ({b/steps/1e6:.1f} MB/step): PCIe floor {floor*1e3:.2f} ms, TPOT/floor {t/floor:.2f}"
+    print(line)
+PY
 fi
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=summary.txt --exclude='*.f32' *.log *.json 2>/dev/null &&
   find . -maxdepth 1 -type f ! -name logs.tgz ! -name summary.txt -delete)

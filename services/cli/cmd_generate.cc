@@ -355,6 +355,7 @@ int RunGenerate(const GenerateArgs& args) {
                                                : std::string()).c_str());
   }
   if (assigning) std::fprintf(stderr, "%s", DeviceAssignmentLine(**generator, "decided").c_str());
+  std::fprintf(stderr, "%s", DeviceExpertsLine(**generator).c_str());
   const double tokens_per_s =
       stats.total_seconds > 0 ? static_cast<double>(generated_total) / stats.total_seconds : 0.0;
   if (args.json) {
@@ -381,6 +382,7 @@ int RunGenerate(const GenerateArgs& args) {
     out["batch_generated_ids"] = std::move(generated_ids);
     out["batch_logits_rows"] = std::move(logits_rows);
     if (assigning) out["device_assignment"] = DeviceAssignmentJson(**generator);
+    out["device_experts"] = DeviceExpertsJson(**generator);
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }

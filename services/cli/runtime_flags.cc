@@ -172,4 +172,23 @@ nlohmann::json DeviceAssignmentJson(const executor::Generator& generator) {
           {"estimated_all_gpu_us", st.estimated_all_gpu_us}};
 }
 
+nlohmann::json DeviceExpertsJson(const executor::Generator& generator) {
+  const executor::DeviceExpertStats s = generator.device_expert_stats();
+  if (!s.active) return nullptr;
+  return {{"capacity", s.capacity},   {"resident", s.resident},     {"hits", s.hits},
+          {"misses", s.misses},       {"evictions", s.evictions},   {"staged", s.staged},
+          {"slot_bytes", s.slot_bytes}, {"bytes_in", s.misses * s.slot_bytes}};
+}
+
+std::string DeviceExpertsLine(const executor::Generator& generator) {
+  const executor::DeviceExpertStats s = generator.device_expert_stats();
+  if (!s.active) return std::string();
+  const uint64_t served = s.hits + s.misses;
+  return fmt::format("I: executor: device F slots: {} experts kept ({:.1f} MiB each), {} resident; hit rate {:.1f} % "
+                     "({} hits, {} delivered = {:.1f} MiB to the device), {} evicted, {} staged past capacity\n",
+                     s.capacity, s.slot_bytes / 1048576.0, s.resident,
+                     served == 0 ? 0.0 : 100.0 * static_cast<double>(s.hits) / static_cast<double>(served), s.hits,
+                     s.misses, static_cast<double>(s.misses * s.slot_bytes) / 1048576.0, s.evictions, s.staged);
+}
+
 }  // namespace zipmoe::cli

@@ -70,4 +70,11 @@ std::string DeviceAssignmentLine(const executor::Generator& generator, const std
 //  "estimated_all_gpu_us"} for --json / stats.
 nlohmann::json DeviceAssignmentJson(const executor::Generator& generator);
 
+// The GPU executor's device F slots (Generator::device_expert_stats): {"capacity", "resident", "hits",
+// "misses", "evictions", "staged", "slot_bytes", "bytes_in"} (bytes_in = misses x slot_bytes, what
+// reached the device), or null when the device path does not run; and a one-line stderr summary
+// ("" when it does not run).
+nlohmann::json DeviceExpertsJson(const executor::Generator& generator);
+std::string DeviceExpertsLine(const executor::Generator& generator);
+
 }  // namespace zipmoe::cli

@@ -188,9 +188,18 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
     packed.pair_weight = packed.Append(pair_weight);
     packed.token_pair_offsets = packed.Append(token_pair_offsets);
     packed.token_pairs = packed.Append(token_pairs);
-    const at::Tensor tables =
-        at::from_blob(packed.bytes.data(), {static_cast<int64_t>(packed.bytes.size())}, at::TensorOptions().dtype(at::kByte))
-            .to(device);
+    // One copy of the tables: from pinned memory, asynchronously (a pageable source would make the
+    // copy wait for the device's queue first), through torch so its host allocator keeps the
+    // buffer until the copy is done.
+    const auto table_bytes = static_cast<int64_t>(packed.bytes.size());
+    at::Tensor tables;
+    if (x.is_cpu()) {
+      tables = at::from_blob(packed.bytes.data(), {table_bytes}, at::TensorOptions().dtype(at::kByte)).clone();
+    } else {
+      at::Tensor pinned = at::empty({table_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+      std::memcpy(pinned.data_ptr(), packed.bytes.data(), packed.bytes.size());
+      tables = pinned.to(device, /*non_blocking=*/true);
+    }
     const auto* tb = tables.data_ptr<uint8_t>();
     at::Tensor xb = x.to(at::kBFloat16).contiguous();
     if (reinterpret_cast<uintptr_t>(xb.data_ptr()) % 16 != 0) xb = xb.clone();
