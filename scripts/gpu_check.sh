@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # GPU check: builds zipmoe with CUDA (kernels for CMAKE_CUDA_ARCHITECTURES, default 90) against the
 # CUDA libtorch of the machine's Python torch, then runs
-#   1. the kernel tests on the device (recovery kernel vs its CPU reference, host registration),
+#   1. the kernel tests on the device (recovery kernel and grouped expert MLP vs their CPU
+#      references, host registration),
 #   2. the recovery kernel's bandwidth next to a device-to-device copy (bench/recovery_bench.cc),
-#   3. `generate` on the CPU and on CUDA from the same checkpoint and its compressed directory, and
+#   3. qwen2_moe mini: warm decode TPOT on CUDA (the GPU executor: every expert in device F slots;
+#      host budgets and policies; device budgets 25 % and 0 with the experts in host memory) next to
+#      the CPU at 16 threads, logits compared, HBM and PCIe floors from bandwidths measured in the run,
+#   4. `generate` on the CPU and on CUDA from the shipped checkpoint and its compressed directory,
 #      compares token ids and logits (scripts/compare_logits.py), with and without DALI's greedy
-#      CPU/GPU expert assignment.
-#   4. every synthetic architecture on CUDA (checkpoint, compressed, under a budget) vs the CPU,
-#   5. the executor's tests on the CUDA build,
-#   6. qwen2_moe mini: warm decode TPOT on CUDA (all resident; budgets; policies) next to the CPU at
-#      16 threads, logits compared.
-# Results go to $OUT (default /tmp/gpu_check): one log per step and summary.txt.
+#      CPU/GPU expert assignment,
+#   5. every synthetic architecture on CUDA (checkpoint, compressed, under a budget) vs the CPU,
+#   6. the executor's tests on the CUDA build.
+# Results go to $OUT (default /tmp/gpu_check): summary.txt, and logs.tgz with one log per step.
 # GPU_CHECK_STEPS (default "kernels cache recovery trained archs executor mini") picks the sections to run;
 # MINI_QUICK=1 runs only mini's CPU, all-resident CUDA and 25 % budget runs.
 #
@@ -26,17 +28,21 @@ B=${GPU_BUILD_DIR:-/tmp/zipmoe-gpu-build}
 ARCH=${CMAKE_CUDA_ARCHITECTURES:-90}
 DEBS=${1:-}
 SUMMARY="$OUT/summary.txt"
+# Logs and bandwidth figures live beside $OUT until the end, when they are packed into logs.tgz, so
+# summary.txt is the one file in $OUT even if the run is cut short.
+LOGS=${GPU_CHECK_LOGS:-/tmp/gpu_check_logs}
+rm -rf "$LOGS" && mkdir -p "$LOGS"
 STEPS=" ${GPU_CHECK_STEPS:-kernels cache recovery trained archs executor mini} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 : >"$SUMMARY"
 say() { echo "== $*" | tee -a "$SUMMARY"; }
-step() {  # step NAME CMD...: runs CMD, log in $OUT/NAME.log, result line in the summary
+step() {  # step NAME CMD...: runs CMD, log in $LOGS/NAME.log, result line in the summary
   local name=$1; shift
   local t0=$SECONDS
-  "$@" >"$OUT/$name.log" 2>&1
+  "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
   say "$name: rc=$rc ($((SECONDS - t0)) s)"
-  tail -n 25 "$OUT/$name.log"
+  tail -n 25 "$LOGS/$name.log"
   return $rc
 }
 
@@ -65,8 +71,8 @@ fi
 
 step configure cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DTorch_DIR="$TORCH_DIR/share/cmake/Torch" \
-  ${CMAKE_EXTRA_ARGS:-} || { cp "$B/CMakeFiles/CMakeError.log" "$OUT/" 2>/dev/null; exit 1; }
-grep -E "zipmoe: CUDA|Torch|CUDA" "$OUT/configure.log" | head -5 >>"$SUMMARY"
+  ${CMAKE_EXTRA_ARGS:-} || { cp "$B/CMakeFiles/CMakeError.log" "$LOGS/" 2>/dev/null; exit 1; }
+grep -E "zipmoe: CUDA|Torch|CUDA" "$LOGS/configure.log" | head -5 >>"$SUMMARY"
 [ -n "${CONFIGURE_ONLY:-}" ] && exit 0
 # The environment of this build, for commands run after this script: `. $B/env.sh`.
 declare -p PATH LD_LIBRARY_PATH 2>/dev/null | sed 's/^declare -x/export/' >"$B/env.sh"
@@ -76,83 +82,28 @@ want cache && TARGETS+=" zipmoe_cache_manager_tests"
 want recovery && TARGETS+=" recovery_bench"
 want executor && TARGETS+=" zipmoe_executor_tests"
 step build ninja -C "$B" -k 0 $TARGETS
-say "build errors: $(grep -c 'error:' "$OUT/build.log")"
-grep -m 20 'error:' "$OUT/build.log" >>"$SUMMARY"
+say "build errors: $(grep -c 'error:' "$LOGS/build.log")"
+grep -m 20 'error:' "$LOGS/build.log" >>"$SUMMARY"
 BIN=$B/bin
 [ -n "${BUILD_ONLY:-}" ] && exit 0
 
 # 1. Kernel tests on the device: every GPU test must run, not skip.
 if want kernels && [ -x $BIN/zipmoe_kernels_tests ]; then
   step kernels_tests $BIN/zipmoe_kernels_tests
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/kernels_tests.log" >>"$SUMMARY"
-  grep -E "SKIPPED|FAILED" "$OUT/kernels_tests.log" | head -10 >>"$SUMMARY"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$LOGS/kernels_tests.log" >>"$SUMMARY"
+  grep -E "SKIPPED|FAILED" "$LOGS/kernels_tests.log" | head -10 >>"$SUMMARY"
 fi
 if want cache && [ -x $BIN/zipmoe_cache_manager_tests ]; then
   step cache_manager_tests $BIN/zipmoe_cache_manager_tests
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/cache_manager_tests.log" >>"$SUMMARY"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$LOGS/cache_manager_tests.log" >>"$SUMMARY"
 fi
 # 2. The recovery kernel's bandwidth (bytes moved: n E + n SM read, 2n written) next to a D2D copy.
 if want recovery && [ -x $BIN/recovery_bench ]; then
   step recovery_bench $BIN/recovery_bench --benchmark_filter='Gpu|D2D' --benchmark_min_time=0.2 \
-    --benchmark_out="$OUT/recovery_bench.json" --benchmark_out_format=json
-  grep -E "Gpu|D2D" "$OUT/recovery_bench.log" >>"$SUMMARY"
+    --benchmark_out="$LOGS/recovery_bench.json" --benchmark_out_format=json
+  grep -E "Gpu|D2D" "$LOGS/recovery_bench.log" >>"$SUMMARY"
 fi
-# 3. generate: CPU (float32) vs CUDA (BF16), from the checkpoint and from its compressed directory.
-Z=$BIN/zipmoe
-if want trained && [ -x "$Z" ]; then
-  M=$ROOT/models/qwen2moe-debian-18m
-  C=/tmp/zipmoe-gpu-compressed
-  step compress $Z compress "$M" "$C" --force
-  step verify $Z verify "$M" "$C"
-  P="The cat sat on the"
-  V=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$M/config.json")
-  for src in ckpt:$M zip:$C; do
-    tag=${src%%:*} dir=${src#*:}
-    for dev in cpu cuda; do
-      step "gen_${tag}_$dev" $Z generate --model "$dir" --prompt "$P" --max-new-tokens 16 --ignore-eos --device $dev \
-        --logits-out "$OUT/logits_${tag}_$dev.f32" --json
-    done
-  done
-  step gen_zip_cuda_budget $Z generate --model "$C" --prompt "$P" --max-new-tokens 16 --ignore-eos --device cuda \
-    --memory-budget 50% --logits-out "$OUT/logits_zipb_cuda.f32" --json
-  step gen_zip_cuda_greedy $Z generate --model "$C" --prompt "$P" --max-new-tokens 16 --ignore-eos --device cuda \
-    --device-assignment greedy --logits-out "$OUT/logits_zipg_cuda.f32" --json
-  for pair in "ckpt_cpu zip_cpu" "zip_cuda zipb_cuda" "ckpt_cuda zip_cuda" "zip_cpu zip_cuda" "zip_cuda zipg_cuda"; do
-    set -- $pair
-    echo "compare $1 vs $2: $(python3 "$ROOT/scripts/compare_logits.py" "$OUT/logits_$1.f32" "$OUT/logits_$2.f32" --vocab "$V" 2>&1)" \
-      | tee -a "$SUMMARY"
-  done
-  for f in "$OUT"/gen_*.log; do
-    echo "$(basename "$f" .log): $(grep -o '"generated_ids":\[[0-9,]*\]' "$f" | head -1) $(grep -o '"tpot_s":[0-9.e-]*' "$f" | head -1)" >>"$SUMMARY"
-  done
-fi
-# 4. Every architecture (synthetic tiny checkpoints): CUDA from the checkpoint, from the compressed
-#    directory and under a 30 % budget must give the same bytes; CUDA vs the CPU: same tokens.
-if want archs && [ -x "$Z" ]; then
-  for arch in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2; do
-    d=/tmp/zipmoe-gpu-$arch
-    step "synth_$arch" $Z synth --arch $arch --preset tiny --out "$d/ckpt" --router-skew 0.5 || continue
-    step "compress_$arch" $Z compress "$d/ckpt" "$d/zip" --force || continue
-    V=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$d/ckpt/config.json")
-    for run in "ckpt cpu" "ckpt cuda" "zip cuda" "zip cuda 30%"; do
-      set -- $run
-      tag="$1_$2${3:+_b}"
-      step "gen_${arch}_$tag" $Z generate --model "$d/$1" --prompt-ids 5,17,42,99,7,3 --max-new-tokens 12 \
-        --ignore-eos --device $2 ${3:+--memory-budget $3} --logits-out "$d/$tag.f32" --json >/dev/null
-    done
-    for pair in "ckpt_cuda zip_cuda" "zip_cuda zip_cuda_b" "ckpt_cpu ckpt_cuda"; do
-      set -- $pair
-      echo "$arch: $1 vs $2: $(python3 "$ROOT/scripts/compare_logits.py" "$d/$1.f32" "$d/$2.f32" --vocab "$V" 2>&1)" \
-        | tee -a "$SUMMARY"
-    done
-  done
-fi
-# 5. The executor's tests on a CUDA build.
-if want executor && [ -x $BIN/zipmoe_executor_tests ]; then
-  step executor_tests timeout ${EXECUTOR_TESTS_TIMEOUT:-150} $BIN/zipmoe_executor_tests
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/executor_tests.log" | head -20 >>"$SUMMARY"
-fi
-# 6. qwen2_moe mini (hidden 1024, 24 layers, 60 experts, top-4, a shared expert; 6.2 GB of BF16 experts):
+# 3. qwen2_moe mini (hidden 1024, 24 layers, 60 experts, top-4, a shared expert; 6.2 GB of BF16 experts):
 #    warm decode TPOT (32 tokens after a 16-token prompt; the executor's own timer) on CUDA next to the
 #    CPU (float32, 16 threads): every weight on the device (device F slots), host budgets and policies,
 #    device budgets of 25 % and 0 (staging only) with the experts in host memory; logits compared;
@@ -165,7 +116,7 @@ if want mini && [ -x "$Z" ]; then
     step synth_mini $Z synth --arch qwen2_moe --preset mini --out "$d/ckpt" --router-skew 0.5
     step compress_mini $Z compress "$d/ckpt" "$d/zip" --force --threads "$(nproc)"
   fi
-  python3 - >"$OUT/bandwidth.txt" 2>&1 <<'PY'
+  python3 - >"$LOGS/bandwidth.txt" 2>&1 <<'PY'
 import torch
 def rate(fn, nbytes, reps=20):
     fn(); torch.cuda.synchronize()
@@ -180,12 +131,12 @@ h = torch.empty(n, dtype=torch.uint8).pin_memory()
 print(f"d2d {rate(lambda: b.copy_(a), 2 * n):.4e}")  # bytes read + written per second
 print(f"h2d {rate(lambda: a.copy_(h, non_blocking=True), n):.4e}")  # pinned host -> device
 PY
-  cat "$OUT/bandwidth.txt" | tee -a "$SUMMARY"
+  cat "$LOGS/bandwidth.txt" | tee -a "$SUMMARY"
   gen() {  # gen TAG ARGS...: one greedy run, logits in $d/TAG.f32, TPOT and device slots into the summary
     local tag=$1; shift
     step "mini_$tag" $Z generate --prompt-ids $IDS --max-new-tokens 32 --ignore-eos --json \
       --logits-out "$d/$tag.f32" "$@"
-    echo "mini $tag: $(grep -o '"tpot_s":[0-9.e-]*' "$OUT/mini_$tag.log" | head -1) $(grep -o '"ttft_s":[0-9.e-]*' "$OUT/mini_$tag.log" | head -1) $(grep -o '"device_experts":{[^}]*}' "$OUT/mini_$tag.log" | head -1)" | tee -a "$SUMMARY"
+    echo "mini $tag: $(grep -o '"tpot_s":[0-9.e-]*' "$LOGS/mini_$tag.log" | head -1) $(grep -o '"ttft_s":[0-9.e-]*' "$LOGS/mini_$tag.log" | head -1) $(grep -o '"device_experts":{[^}]*}' "$LOGS/mini_$tag.log" | head -1)" | tee -a "$SUMMARY"
   }
   gen cpu16 --model "$d/ckpt" --device cpu --threads 16
   gen cuda_ckpt --model "$d/ckpt" --device cuda
@@ -210,7 +161,7 @@ PY
   # Floors: weights one decode token reads (BF16: attention, shared expert, top-k experts, lm_head;
   # the float32 router) over the device copy rate; host->device bytes per forward step (the prompt's
   # step included, so an upper bound for a decode step) over the pinned copy rate.
-  python3 - "$d/ckpt/config.json" "$OUT" <<'PY' | tee -a "$SUMMARY"
+  python3 - "$d/ckpt/config.json" "$LOGS" <<'PY' | tee -a "$SUMMARY"
 import json, re, sys, glob, os
 c = json.load(open(sys.argv[1])); out = sys.argv[2]
 bw = dict(l.split() for l in open(os.path.join(out, "bandwidth.txt")) if re.match(r"^(d2d|h2d) ", l))
@@ -242,6 +193,60 @@ for tag in ["cuda_ckpt", "cuda_zip", "cuda_zip_b25", "cuda_zip_d0", "cuda_zip_h1
     print(line)
 PY
 fi
-(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=summary.txt --exclude='*.f32' *.log *.json 2>/dev/null &&
-  find . -maxdepth 1 -type f ! -name logs.tgz ! -name summary.txt -delete)
+# 4. generate: CPU (float32) vs CUDA (BF16), from the checkpoint and from its compressed directory.
+Z=$BIN/zipmoe
+if want trained && [ -x "$Z" ]; then
+  M=$ROOT/models/qwen2moe-debian-18m
+  C=/tmp/zipmoe-gpu-compressed
+  step compress $Z compress "$M" "$C" --force
+  step verify $Z verify "$M" "$C"
+  P="The cat sat on the"
+  V=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$M/config.json")
+  for src in ckpt:$M zip:$C; do
+    tag=${src%%:*} dir=${src#*:}
+    for dev in cpu cuda; do
+      step "gen_${tag}_$dev" $Z generate --model "$dir" --prompt "$P" --max-new-tokens 16 --ignore-eos --device $dev \
+        --logits-out "$LOGS/logits_${tag}_$dev.f32" --json
+    done
+  done
+  step gen_zip_cuda_budget $Z generate --model "$C" --prompt "$P" --max-new-tokens 16 --ignore-eos --device cuda \
+    --memory-budget 50% --logits-out "$LOGS/logits_zipb_cuda.f32" --json
+  step gen_zip_cuda_greedy $Z generate --model "$C" --prompt "$P" --max-new-tokens 16 --ignore-eos --device cuda \
+    --device-assignment greedy --logits-out "$LOGS/logits_zipg_cuda.f32" --json
+  for pair in "ckpt_cpu zip_cpu" "zip_cuda zipb_cuda" "ckpt_cuda zip_cuda" "zip_cpu zip_cuda" "zip_cuda zipg_cuda"; do
+    set -- $pair
+    echo "compare $1 vs $2: $(python3 "$ROOT/scripts/compare_logits.py" "$LOGS/logits_$1.f32" "$LOGS/logits_$2.f32" --vocab "$V" 2>&1)" \
+      | tee -a "$SUMMARY"
+  done
+  for f in "$LOGS"/gen_*.log; do
+    echo "$(basename "$f" .log): $(grep -o '"generated_ids":\[[0-9,]*\]' "$f" | head -1) $(grep -o '"tpot_s":[0-9.e-]*' "$f" | head -1)" >>"$SUMMARY"
+  done
+fi
+# 5. Every architecture (synthetic tiny checkpoints): CUDA from the checkpoint, from the compressed
+#    directory and under a 30 % budget must give the same bytes; CUDA vs the CPU: same tokens.
+if want archs && [ -x "$Z" ]; then
+  for arch in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2; do
+    d=/tmp/zipmoe-gpu-$arch
+    step "synth_$arch" $Z synth --arch $arch --preset tiny --out "$d/ckpt" --router-skew 0.5 || continue
+    step "compress_$arch" $Z compress "$d/ckpt" "$d/zip" --force || continue
+    V=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$d/ckpt/config.json")
+    for run in "ckpt cpu" "ckpt cuda" "zip cuda" "zip cuda 30%"; do
+      set -- $run
+      tag="$1_$2${3:+_b}"
+      step "gen_${arch}_$tag" $Z generate --model "$d/$1" --prompt-ids 5,17,42,99,7,3 --max-new-tokens 12 \
+        --ignore-eos --device $2 ${3:+--memory-budget $3} --logits-out "$d/$tag.f32" --json >/dev/null
+    done
+    for pair in "ckpt_cuda zip_cuda" "zip_cuda zip_cuda_b" "ckpt_cpu ckpt_cuda"; do
+      set -- $pair
+      echo "$arch: $1 vs $2: $(python3 "$ROOT/scripts/compare_logits.py" "$d/$1.f32" "$d/$2.f32" --vocab "$V" 2>&1)" \
+        | tee -a "$SUMMARY"
+    done
+  done
+fi
+# 6. The executor's tests on a CUDA build.
+if want executor && [ -x $BIN/zipmoe_executor_tests ]; then
+  step executor_tests timeout ${EXECUTOR_TESTS_TIMEOUT:-150} $BIN/zipmoe_executor_tests
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$LOGS/executor_tests.log" | head -20 >>"$SUMMARY"
+fi
+(cd "$LOGS" && tar czf "$OUT/logs.tgz" --exclude='*.f32' *.log *.json *.txt 2>/dev/null)
 say "done"

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/device_memory.h"
@@ -155,7 +156,13 @@ class GroupedExpertTest : public ::testing::TestWithParam<Shape> {};
 // and small batches (tokens sharing experts, more than 4 tokens on one expert).
 INSTANTIATE_TEST_SUITE_P(Shapes, GroupedExpertTest,
                          ::testing::Values(Shape{1, 512, 96, 4, 4}, Shape{7, 256, 64, 6, 2}, Shape{3, 100, 36, 3, 2},
-                                           Shape{5, 264, 44, 4, 3}, Shape{9, 60, 48, 2, 2}, Shape{1, 8, 8, 1, 1}));
+                                           Shape{5, 264, 44, 4, 3}, Shape{9, 60, 48, 2, 2}, Shape{1, 8, 8, 1, 1}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           const Shape& s = info.param;
+                           return "n" + std::to_string(s.n_tokens) + "_h" + std::to_string(s.hidden) + "_i" +
+                                  std::to_string(s.inter) + "_e" + std::to_string(s.n_experts) + "_k" +
+                                  std::to_string(s.top_k);
+                         });
 
 TEST_P(GroupedExpertTest, ReferenceMatchesFloat64WithinFp32Rounding) {
   const Shape s = GetParam();
