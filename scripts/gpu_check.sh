@@ -134,7 +134,7 @@ PY
   cat "$LOGS/bandwidth.txt" | tee -a "$SUMMARY"
   gen() {  # gen TAG ARGS...: one greedy run, logits in $d/TAG.f32, TPOT and device slots into the summary
     local tag=$1; shift
-    step "mini_$tag" $Z generate --prompt-ids $IDS --max-new-tokens 32 --ignore-eos --json \
+    step "mini_$tag" timeout 120 $Z generate --prompt-ids $IDS --max-new-tokens 32 --ignore-eos --json \
       --logits-out "$d/$tag.f32" "$@"
     echo "mini $tag: $(grep -o '"tpot_s":[0-9.e-]*' "$LOGS/mini_$tag.log" | head -1) $(grep -o '"ttft_s":[0-9.e-]*' "$LOGS/mini_$tag.log" | head -1) $(grep -o '"device_experts":{[^}]*}' "$LOGS/mini_$tag.log" | head -1)" | tee -a "$SUMMARY"
   }
