@@ -85,6 +85,7 @@ step build ninja -C "$B" -k 0 $TARGETS
 say "build errors: $(grep -c 'error:' "$LOGS/build.log")"
 grep -m 20 'error:' "$LOGS/build.log" >>"$SUMMARY"
 BIN=$B/bin
+Z=$BIN/zipmoe
 [ -n "${BUILD_ONLY:-}" ] && exit 0
 
 # 1. Kernel tests on the device: every GPU test must run, not skip.

@@ -24,6 +24,7 @@
 #include "services/executor/device_profile.h"
 #include "services/executor/model.h"
 #include "services/executor/model_weights.h"
+#include "services/executor/moe_device.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
@@ -156,6 +157,14 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
       !impl->loaded->config.is_encoder_decoder() && kernels::BuiltWithCuda() && kernels::CudaDeviceCount() > 0) {
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExpertCache> cache,
                         MakeDeviceExpertCache(impl->loaded->config, device, options));
+    // Every expert resident in host memory and room for all of them on the device: put them there
+    // now (the provider itself, not the observed one: a preload is no routing).
+    if (impl->loaded->resident_experts != nullptr && options.expert_provider == nullptr) {
+      Status preloaded = TorchBoundary("preloading the device F slots", [&]() -> Status {
+        return PreloadDeviceExperts(impl->loaded->config, *impl->loaded->resident_experts, *cache).status();
+      });
+      ZM_RETURN_IF_ERROR(preloaded);
+    }
     impl->model->set_device_expert_cache(std::move(cache));
   }
   if (provider->prefetch_mode() == PrefetchMode::kResidual) {

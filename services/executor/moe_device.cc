@@ -72,6 +72,56 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
   return Status::Ok();
 }
 
+Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, ExpertProvider& provider, DeviceExpertCache& cache) {
+  std::vector<int32_t> layers;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l)
+    if (config.IsMoeLayer(l)) layers.push_back(static_cast<int32_t>(l));
+  const int64_t total = static_cast<int64_t>(layers.size()) * config.num_experts;
+  if (total == 0 || cache.capacity() < total) return int64_t{0};
+  int64_t written = 0;
+  for (int32_t layer : layers) {
+    LayerRouting routing;
+    routing.layer_id = layer;
+    for (int32_t e = 0; e < config.num_experts; ++e) {
+      if (cache.Contains(layer, e)) continue;
+      routing.expert_ids.push_back(e);
+      routing.tokens_per_expert.push_back(0);
+    }
+    if (routing.expert_ids.empty()) continue;
+    cache.BeginLayer();
+    ZM_RETURN_IF_ERROR(provider.BeginLayer(routing));
+    bool reads_host = false;
+    std::vector<std::unique_ptr<ExpertLease>> leases;
+    for (size_t i = 0; i < routing.expert_ids.size(); ++i) {
+      if (!leases.empty() && !provider.NextIsReady()) {  // as MoeForwardDevice: never wait holding leases
+        if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
+        reads_host = false;
+        provider.ReleaseAll(&leases);
+      }
+      ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
+      const ExpertWeightsView& ew = lease->weights();
+      if (ew.layer_id != layer || ew.intermediate != config.moe_intermediate_size || ew.hidden != config.hidden_size ||
+          !ew.gated)
+        return Status::InvalidArgument(fmt::format("preloading layer {}: the provider delivered layer {} expert {} of "
+                                                   "[I={}, H={}]{}", layer, ew.layer_id, ew.expert_id, ew.intermediate,
+                                                   ew.hidden, ew.gated ? "" : " without a gate"));
+      at::Tensor& slot = cache.Insert(layer, ew.expert_id);
+      const Status filled = FillDeviceSlot(ew, slot, &reads_host);
+      if (!filled.ok()) {
+        cache.Erase(layer, ew.expert_id);
+        return filled;
+      }
+      ++written;
+      leases.push_back(std::move(lease));
+    }
+    if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
+    provider.ReleaseAll(&leases);
+    ZM_RETURN_IF_ERROR(provider.EndLayer(layer));
+    cache.EndLayer();
+  }
+  return written;
+}
+
 Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
                                     const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next,
                                     double substitution_alpha, DeviceExpertCache& cache) {
@@ -142,6 +192,13 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
   std::vector<std::unique_ptr<ExpertLease>> leases;
   bool reads_host = false;
   for (size_t i = 0; i < ask.expert_ids.size(); ++i) {
+    // Before waiting, hand back what is held: the provider may need those staging slots to start
+    // the layer's next experts (it never has all of a layer in flight at once).
+    if (!leases.empty() && !provider.NextIsReady()) {
+      if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
+      reads_host = false;
+      provider.ReleaseAll(&leases);
+    }
     trace::TraceSpan wait_span("expert", [&] { return fmt::format("wait for an expert (layer {})", layer_id); },
                                trace::Activity::kWaitExperts);
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());

@@ -44,6 +44,14 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
                                     const at::Tensor& x, ExpertProvider& provider, const NextMoeLayer* next,
                                     double substitution_alpha, DeviceExpertCache& cache);
 
+// Fills the cache with every routed expert of every MoE layer of `config`, asking `provider` for
+// each layer's experts in turn (BeginLayer with all of them, NextReady, EndLayer), when the cache's
+// capacity holds them all; otherwise does nothing and returns 0. For an all-resident provider on a
+// discrete GPU: "warm" then means every weight on the device before the first request, not after
+// each expert's first use. Returns the number of experts written. Errors: the provider's,
+// FillDeviceSlot's.
+Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, ExpertProvider& provider, DeviceExpertCache& cache);
+
 // Writes one delivered expert into `slot` ([3 · inter · hidden] BF16 on the device: gate | up |
 // down), as step 3 above describes. *reads_host is set when a device operation still reads the
 // lease's host memory after the call returns (the caller must sync before releasing the lease).

@@ -276,6 +276,89 @@ TEST(MoeDevice, PrefetchSkipsExpertsTheDeviceHolds) {
   EXPECT_TRUE(provider.prefetched.empty());  // nothing left to prefetch
 }
 
+TEST(MoeDevice, PreloadPutsEveryExpertOnTheDeviceWhenThereIsRoomAndNothingOtherwise) {
+  Tiny t = LoadTiny("deepseek_v2");  // a dense first layer: only MoE layers are preloaded
+  const ModelConfig& c = t.model->config;
+  const int64_t all = static_cast<int64_t>(t.moe_layers.size()) * c.num_experts;
+  {
+    DeviceExpertCache small = CpuSlots(c, all - 1);
+    Result<int64_t> n = PreloadDeviceExperts(c, *t.model->resident_experts, small);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(*n, 0);
+    EXPECT_EQ(small.size(), 0);
+  }
+  DeviceExpertCache cache = CpuSlots(c, all);
+  RecordingProvider provider(t.model->resident_experts.get(), /*planes=*/true);
+  Result<int64_t> n = PreloadDeviceExperts(c, provider, cache);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, all);
+  EXPECT_EQ(cache.size(), all);
+  EXPECT_EQ(provider.begun.size(), t.moe_layers.size());
+  // A forward pass then asks the provider for nothing, with the bits of a cold start.
+  const int32_t layer = t.moe_layers.back();
+  const LayerWeights& lw = t.model->weights.layers[static_cast<size_t>(layer)];
+  const at::Tensor x = Input(4, c.hidden_size);
+  Result<at::Tensor> warm = MoeForwardDevice(c, lw, layer, x, provider, nullptr, 0.0, cache);
+  ASSERT_TRUE(warm.ok()) << warm.status().ToString();
+  EXPECT_TRUE(provider.begun.back().expert_ids.empty());
+  DeviceExpertCache cold_cache = CpuSlots(c, 0);
+  RecordingProvider cold(t.model->resident_experts.get(), false);
+  Result<at::Tensor> cold_y = MoeForwardDevice(c, lw, layer, x, cold, nullptr, 0.0, cold_cache);
+  ASSERT_TRUE(cold_y.ok());
+  EXPECT_TRUE(SameBytes(*warm, *cold_y));
+}
+
+// A provider with one staging slot: it can deliver the next expert only once the last lease is back
+// (as the runtime, whose layer continues in waves as leases are released). Holding a lease while
+// waiting would hang; here it is an error.
+class OneSlotProvider : public ExpertProvider {
+ public:
+  explicit OneSlotProvider(ExpertProvider* inner) : inner_(inner) {}
+  Status BeginLayer(const LayerRouting& r) override { return inner_->BeginLayer(r); }
+  Result<std::unique_ptr<ExpertLease>> NextReady() override {
+    if (*held_ > 0) return Status::InvalidArgument("NextReady while a lease is held: the one staging slot is taken");
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, inner_->NextReady());
+    ++*held_;
+    return std::unique_ptr<ExpertLease>(new Counted(std::move(lease), held_));
+  }
+  bool NextIsReady() const override { return false; }
+  Status EndLayer(int32_t id) override { return inner_->EndLayer(id); }
+
+ private:
+  class Counted : public ExpertLease {
+   public:
+    Counted(std::unique_ptr<ExpertLease> inner, std::shared_ptr<int> held) : inner_(std::move(inner)), held_(held) {}
+    ~Counted() override { --*held_; }
+    const ExpertWeightsView& weights() const override { return inner_->weights(); }
+
+   private:
+    std::unique_ptr<ExpertLease> inner_;
+    std::shared_ptr<int> held_;
+  };
+  ExpertProvider* inner_;
+  std::shared_ptr<int> held_ = std::make_shared<int>(0);
+};
+
+TEST(MoeDevice, LeasesAreHandedBackBeforeWaitingSoAOneSlotProviderNeverStalls) {
+  Tiny t = LoadTiny("olmoe");
+  const ModelConfig& c = t.model->config;
+  const int32_t layer = t.moe_layers.front();
+  const LayerWeights& lw = t.model->weights.layers[static_cast<size_t>(layer)];
+  const at::Tensor x = Input(6, c.hidden_size);
+  OneSlotProvider one(t.model->resident_experts.get());
+  DeviceExpertCache cache = CpuSlots(c, c.num_experts);
+  Result<at::Tensor> y = MoeForwardDevice(c, lw, layer, x, one, nullptr, 0.0, cache);
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  RecordingProvider plain(t.model->resident_experts.get(), false);
+  DeviceExpertCache other = CpuSlots(c, 0);
+  Result<at::Tensor> want = MoeForwardDevice(c, lw, layer, x, plain, nullptr, 0.0, other);
+  ASSERT_TRUE(want.ok());
+  EXPECT_TRUE(SameBytes(*y, *want));
+  DeviceExpertCache fresh = CpuSlots(c, c.num_experts * static_cast<int64_t>(t.moe_layers.size()));
+  Result<int64_t> n = PreloadDeviceExperts(c, one, fresh);
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+}
+
 TEST(MoeDevice, FillDeviceSlotLaysOutGateUpDownAndConvertsF32) {
   const int64_t inter = 3, hidden = 4, n = inter * hidden;
   std::vector<float> f32[3];
