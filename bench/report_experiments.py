@@ -533,6 +533,7 @@ class ExperimentSections:
     def exp_i(self):
         i = load(self.a.out, "i_gpu.json")
         self.p("## (i) GPU", "")
-        self.p(("Skipped: " + i["reason"] + ".") if i and i["skipped"] else (i or {}).get("reason", "Not run."), "")
+        self.p((("Skipped: " + i["reason"] + ".") if i and i["skipped"] else (i or {}).get("reason", "Not run.")) +
+               ' The hand runs of `scripts/gpu_check.sh` on GPU machines are under "Background: GPU check runs".', "")
 
     # ------------------------------------------------------------------ assemble
