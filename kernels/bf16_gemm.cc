@@ -44,6 +44,9 @@ bool CpuSupports(GemmIsa isa) {
   if (isa == GemmIsa::kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (isa == GemmIsa::kAvx512)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
+  if (isa == GemmIsa::kAvx512Bf16)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("fma");
 #endif
 #if defined(ZIPMOE_GEMM_NEON)
   if (isa == GemmIsa::kNeon) return true;  // part of the AArch64 baseline
@@ -58,6 +61,7 @@ GemmFn FunctionFor(GemmIsa isa) {
 #if defined(ZIPMOE_GEMM_X86)
     case GemmIsa::kAvx2: return &Bf16GemmAvx2;
     case GemmIsa::kAvx512: return &Bf16GemmAvx512;
+    case GemmIsa::kAvx512Bf16: return &Bf16GemmAvx512Bf16;
 #endif
 #if defined(ZIPMOE_GEMM_NEON)
     case GemmIsa::kNeon: return &Bf16GemmNeon;
@@ -68,10 +72,12 @@ GemmFn FunctionFor(GemmIsa isa) {
 
 GemmIsa DetectBestIsa() {
   if (const char* env = std::getenv("ZIPMOE_GEMM_ISA"); env != nullptr && *env != '\0') {
-    for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon}) {
+    for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon, GemmIsa::kAvx512Bf16}) {
       if (std::string(env) == GemmIsaName(isa) && FunctionFor(isa) != nullptr) return isa;
     }
   }
+  // kAvx512Bf16 only on request: measured no faster than kAvx512 on a Zen 5 (docs/architecture.md
+  // "CPU kernels"), and it leaves the fp32 summation order.
   for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kNeon}) {
     if (FunctionFor(isa) != nullptr) return isa;
   }
@@ -86,6 +92,7 @@ const char* GemmIsaName(GemmIsa isa) {
     case GemmIsa::kAvx2: return "avx2";
     case GemmIsa::kAvx512: return "avx512";
     case GemmIsa::kNeon: return "neon";
+    case GemmIsa::kAvx512Bf16: return "avx512bf16";
   }
   return "unknown";
 }
@@ -131,6 +138,62 @@ void Bf16GemmReference(const GemmArgs& a) {
       }
       float s = lane[0];
       for (int64_t k = 16 * kb; k < cols; ++k) s = std::fma(WeightAt(a.w, row + k), x[k], s);
+      if (a.bias != nullptr) s += a.bias[r];
+      a.y[t * a.ldy + r] = s;
+    }
+  }
+}
+
+namespace {
+
+// Round to nearest even to BF16 (NaN kept quiet), and back.
+uint16_t ToBf16Rne(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float FromBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+void Bf16GemmBf16DotReference(const GemmArgs& a) {
+  if (a.w.f32 != nullptr && a.w.bf16 == nullptr) {
+    Bf16GemmReference(a);
+    return;
+  }
+  const int64_t cols = a.w.cols, kb = cols / 32;
+  for (int64_t t = 0; t < a.n; ++t) {
+    const float* x = a.x + t * a.ldx;
+    for (int64_t r = a.row_begin; r < a.row_end; ++r) {
+      const int64_t row = r * cols;
+      float lane[16] = {};
+      for (int64_t b = 0; b < kb; ++b) {
+        float hi[32], lo[32];
+        for (int k = 0; k < 32; ++k) {
+          const float xv = x[32 * b + k];
+          hi[k] = FromBf16(ToBf16Rne(xv));
+          lo[k] = FromBf16(ToBf16Rne(xv - hi[k]));
+        }
+        for (const float* h : {hi, lo}) {
+          for (int i = 0; i < 16; ++i) {
+            lane[i] += WeightAt(a.w, row + 32 * b + 2 * i + 1) * h[2 * i + 1];
+            lane[i] += WeightAt(a.w, row + 32 * b + 2 * i) * h[2 * i];
+          }
+        }
+      }
+      for (int width = 8; width >= 1; width /= 2) {
+        for (int j = 0; j < width; ++j) lane[j] = lane[j] + lane[j + width];
+      }
+      float s = lane[0];
+      for (int64_t k = 32 * kb; k < cols; ++k) s = std::fma(WeightAt(a.w, row + k), x[k], s);
       if (a.bias != nullptr) s += a.bias[r];
       a.y[t * a.ldy + r] = s;
     }

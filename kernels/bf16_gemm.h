@@ -26,8 +26,14 @@
 //   kAvx2     x86-64 with AVX2 + FMA: 2 x 8 lanes per block.
 //   kAvx512   x86-64 with AVX-512 F/BW: 16 lanes per block, 4-row x 4-token register tiles.
 //   kNeon     AArch64 (Jetson's Cortex-A78AE): 4 x 4 lanes per block.
-// AVX-512-BF16 (vdpbf16ps) is deliberately not used: it rounds the fp32 activations to BF16, which
-// would change the model's numerics (docs/architecture.md "CPU kernels").
+//   kAvx512Bf16  x86-64 with AVX512_BF16 (vdpbf16ps): BF16 weights times the activation split into
+//             two BF16 halves (hi + lo: 16 significant bits), 32 columns per instruction, no widening
+//             of the weights (kernels/bf16_gemm_avx512bf16.cc). NOT in the fp32 summation order
+//             above: its own order is Bf16GemmBf16DotReference's; results stay within ~2^-16 of the
+//             fp32 products (tests bound them, and the logits within 1e-4 of the fp32 reference).
+//             Opt-in (ZIPMOE_GEMM_ISA=avx512bf16): on a Zen 5 it measured no faster than kAvx512
+//             (decode is bound by memory there; the two dot products per weight vector cost what
+//             the widening saved) and it leaves the fp32 order (docs/architecture.md "CPU kernels").
 //
 // Thread-safety: every function is reentrant; callers split rows across threads (disjoint row
 // ranges write disjoint outputs).
@@ -68,14 +74,15 @@ struct GemmArgs {
   int64_t row_end = 0;
 };
 
-enum class GemmIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3 };
+enum class GemmIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3, kAvx512Bf16 = 4 };
 
-// "scalar", "avx2", "avx512", "neon" ("unknown" for other values).
+// "scalar", "avx2", "avx512", "neon", "avx512bf16" ("unknown" for other values).
 const char* GemmIsaName(GemmIsa isa);
 // True when `isa` is compiled into this binary and the CPU (and OS) support it. kScalar always is.
 bool GemmIsaAvailable(GemmIsa isa);
 // AVX-512 > AVX2 on x86-64, NEON on AArch64, else scalar; detected once per process.
-// ZIPMOE_GEMM_ISA=scalar|avx2|avx512|neon in the environment overrides it when that ISA is available.
+// ZIPMOE_GEMM_ISA=scalar|avx2|avx512|neon|avx512bf16 in the environment overrides it when that ISA
+// is available.
 GemmIsa BestGemmIsa();
 
 // Checks the shapes and pointers of `a`. Errors: kInvalidArgument naming the bad field (null
@@ -84,6 +91,14 @@ Status ValidateGemmArgs(const GemmArgs& a);
 
 // The scalar reference (the summation order above, element by element). No validation.
 void Bf16GemmReference(const GemmArgs& a);
+
+// The scalar model of kAvx512Bf16 (its header comment): hi = bf16_rne(x), lo = bf16_rne(x - hi);
+// per 32-column block and lane i, acc += W[2i+1]·hi[2i+1], acc += W[2i]·hi[2i] (each rounded,
+// as the SDM's VDPBF16PS pseudo-code), then the same with lo; the lanes reduced by the tree above;
+// the remaining columns with fp32 FMAs on x; the bias. A CPU may round a pair's sum once (the
+// instruction's internal order is not architecturally fixed), so tests compare the variant with
+// this model within a tolerance, not bit for bit. F32 weights: Bf16GemmReference. No validation.
+void Bf16GemmBf16DotReference(const GemmArgs& a);
 
 // BestGemmIsa()'s variant on the calling thread. No validation (the executor validates shapes
 // once per tensor; see ValidateGemmArgs); n == 0 or an empty row range does nothing.

@@ -1,0 +1,153 @@
+// The AVX-512-BF16 variant of the CPU matmuls (kernels/bf16_gemm_avx512bf16.cc, opt-in): against
+// its scalar model (Bf16GemmBf16DotReference) and a float64 dot product, and the invariances every
+// variant keeps (row split, batch, BF16 vs planes). Skipped with a message on a CPU without
+// AVX512_BF16 (qemu-user has none).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/bitfield.h"
+#include "kernels/bf16_gemm.h"
+
+namespace zipmoe::kernels {
+namespace {
+
+uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+double FromBf16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+struct Problem {
+  int64_t rows, cols, n;
+  std::vector<uint16_t> w;
+  std::vector<uint8_t> e, sm;
+  std::vector<float> x, bias;
+  Problem(int64_t r, int64_t c, int64_t tokens, uint32_t seed) : rows(r), cols(c), n(tokens) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    w.resize(static_cast<size_t>(r * c));
+    for (auto& v : w) v = ToBf16(normal(rng) * 0.05f);
+    e.resize(w.size());
+    sm.resize(w.size());
+    SplitBf16(w.data(), static_cast<int64_t>(w.size()), e.data(), sm.data());
+    x.resize(static_cast<size_t>(tokens * c));
+    for (auto& v : x) v = normal(rng);
+    bias.resize(static_cast<size_t>(r));
+    for (auto& v : bias) v = normal(rng);
+  }
+  GemmArgs Args(bool planes, std::vector<float>& y, int64_t n_tokens = -1, int64_t token0 = 0) const {
+    const int64_t nt = n_tokens < 0 ? n : n_tokens;
+    y.assign(static_cast<size_t>(nt * rows), std::numeric_limits<float>::quiet_NaN());
+    GemmArgs a;
+    a.w.rows = rows;
+    a.w.cols = cols;
+    if (planes) {
+      a.w.e = e.data();
+      a.w.sm = sm.data();
+    } else {
+      a.w.bf16 = w.data();
+    }
+    a.x = x.data() + token0 * cols;
+    a.n = nt;
+    a.ldx = cols;
+    a.bias = bias.data();
+    a.y = y.data();
+    a.ldy = rows;
+    a.row_begin = 0;
+    a.row_end = rows;
+    return a;
+  }
+};
+
+class Bf16DotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!GemmIsaAvailable(GemmIsa::kAvx512Bf16))
+      GTEST_SKIP() << "avx512bf16 is not compiled into this binary or not supported by this CPU";
+  }
+};
+
+// Shapes with and without a 32-column remainder, decode and batches past the 16-token split block.
+const int64_t kShapes[][3] = {{13, 64, 1}, {9, 100, 3}, {33, 1024, 1}, {17, 96, 21}, {5, 31, 4}, {40, 2048, 5}};
+
+TEST_F(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
+  for (const auto& s : kShapes) {
+    const Problem p(s[0], s[1], s[2], 7);
+    std::vector<float> got, model;
+    ASSERT_TRUE(Bf16GemmWithIsa(GemmIsa::kAvx512Bf16, p.Args(false, got)).ok());
+    Bf16GemmBf16DotReference(p.Args(false, model));
+    for (int64_t t = 0; t < p.n; ++t) {
+      for (int64_t r = 0; r < p.rows; ++r) {
+        double exact = p.bias[static_cast<size_t>(r)], mass = std::abs(exact);
+        for (int64_t k = 0; k < p.cols; ++k) {
+          const double term = FromBf16(p.w[static_cast<size_t>(r * p.cols + k)]) * p.x[static_cast<size_t>(t * p.cols + k)];
+          exact += term;
+          mass += std::abs(term);
+        }
+        const size_t i = static_cast<size_t>(t * p.rows + r);
+        // The activation's lo half keeps 16 significant bits: each product within 2^-16 (+ fp32 sums).
+        EXPECT_LE(std::abs(got[i] - exact), std::ldexp(mass, -15)) << s[0] << "x" << s[1] << " t" << t << " r" << r;
+        EXPECT_LE(std::abs(got[i] - model[i]), std::ldexp(mass, -20)) << s[0] << "x" << s[1] << " t" << t << " r" << r;
+      }
+    }
+  }
+}
+
+TEST_F(Bf16DotTest, SameBitsWhateverTheRowSplitTheBatchAndTheEncoding) {
+  const Problem p(37, 200, 19, 3);
+  std::vector<float> all;
+  ASSERT_TRUE(Bf16GemmWithIsa(GemmIsa::kAvx512Bf16, p.Args(false, all)).ok());
+  std::vector<float> planes;
+  ASSERT_TRUE(Bf16GemmWithIsa(GemmIsa::kAvx512Bf16, p.Args(true, planes)).ok());
+  EXPECT_EQ(0, std::memcmp(all.data(), planes.data(), all.size() * sizeof(float)));
+  // Row ranges of 5 and tokens one at a time.
+  std::vector<float> split(all.size(), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t t = 0; t < p.n; ++t) {
+    for (int64_t r0 = 0; r0 < p.rows; r0 += 5) {
+      std::vector<float> y;
+      GemmArgs a = p.Args(false, y, 1, t);
+      a.row_begin = r0;
+      a.row_end = std::min<int64_t>(p.rows, r0 + 5);
+      ASSERT_TRUE(Bf16GemmWithIsa(GemmIsa::kAvx512Bf16, a).ok());
+      for (int64_t r = a.row_begin; r < a.row_end; ++r)
+        split[static_cast<size_t>(t * p.rows + r)] = y[static_cast<size_t>(r)];
+    }
+  }
+  EXPECT_EQ(0, std::memcmp(all.data(), split.data(), all.size() * sizeof(float)));
+}
+
+TEST(Bf16DotModelTest, KnownAnswerForExactlyRepresentableInputs) {
+  // x = 1 + 2^-10 needs more than BF16's 8 bits: hi = 1, lo = 2^-10; the model recovers it exactly.
+  const int64_t cols = 32;
+  std::vector<uint16_t> w(cols, ToBf16(2.0f));
+  std::vector<float> x(cols, 1.0f + std::ldexp(1.0f, -10)), y(1);
+  GemmArgs a;
+  a.w.bf16 = w.data();
+  a.w.rows = 1;
+  a.w.cols = cols;
+  a.x = x.data();
+  a.n = 1;
+  a.ldx = cols;
+  a.y = y.data();
+  a.ldy = 1;
+  a.row_end = 1;
+  Bf16GemmBf16DotReference(a);
+  EXPECT_EQ(y[0], 64.0f + std::ldexp(64.0f, -10));
+}
+
+}  // namespace
+}  // namespace zipmoe::kernels
