@@ -136,17 +136,10 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
   if (!known)
     return SendError(exchange, ApiError{404, "not_found_error", fmt::format("unknown path {} {}", http.method, path),
                                         "", ""});
-  if (!options_.api_key.empty()) {
-    const std::string auth = http.Header("Authorization");
-    const std::string want = "Bearer " + options_.api_key;
-    bool same = auth.size() == want.size();
-    unsigned char diff = 0;
-    for (size_t i = 0; same && i < want.size(); ++i) diff |= static_cast<unsigned char>(auth[i] ^ want[i]);
-    if (!same || diff != 0)
-      return SendError(exchange, ApiError{401, "authentication_error",
-                                          "missing or invalid API key (Authorization: Bearer KEY)", "",
-                                          "invalid_api_key"});
-  }
+  if (!Authorized(http))
+    return SendError(exchange, ApiError{401, "authentication_error",
+                                        "missing or invalid API key (Authorization: Bearer KEY)", "",
+                                        "invalid_api_key"});
   if (!ready_.load(std::memory_order_acquire))
     return SendError(exchange, ApiError{503, "server_error",
                                         "the model is still loading; retry when GET /health is 200", "", ""});
@@ -161,6 +154,37 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
   if (path == "/v1/chat/completions") return HandleCompletion(http, exchange, Endpoint::kChat);
   if (path == "/tokenize") return HandleTokenize(http, exchange);
   return HandleDetokenize(http, exchange);
+}
+
+bool ApiServer::Authorized(const HttpRequest& http) const {
+  if (options_.api_key.empty()) return true;
+  const std::string auth = http.Header("Authorization");
+  const std::string want = "Bearer " + options_.api_key;
+  bool same = auth.size() == want.size();
+  unsigned char diff = 0;
+  for (size_t i = 0; same && i < want.size(); ++i) diff |= static_cast<unsigned char>(auth[i] ^ want[i]);
+  return same && diff == 0;
+}
+
+void ApiServer::CheckHead(const HttpRequest& head, HttpExchange& exchange) {
+  const std::string& path = head.path;
+  // Only the API's own paths need the key (an unknown path is a 404 from Handle, /health and
+  // /metrics are open).
+  static const std::vector<std::string> kApi = {"/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize",
+                                                "/detokenize"};
+  if (std::find(kApi.begin(), kApi.end(), path) == kApi.end() && path.rfind("/v1/models/", 0) != 0) return;
+  if (!Authorized(head))
+    return SendError(exchange, ApiError{401, "authentication_error",
+                                        "missing or invalid API key (Authorization: Bearer KEY)", "",
+                                        "invalid_api_key"});
+  if (path == "/tokenize" || path == "/detokenize") {
+    const std::string length = head.Header("Content-Length");
+    if (!length.empty() && length.size() < 19 && std::stoull(length) > kTokenizeMaxBodyBytes)
+      return SendError(exchange, ApiError{413, "invalid_request_error",
+                                          fmt::format("the {} body ({} bytes) is larger than {} bytes", path, length,
+                                                      kTokenizeMaxBodyBytes),
+                                          "", ""});
+  }
 }
 
 void ApiServer::HandleModels(const HttpRequest& http, HttpExchange& exchange) {
@@ -185,6 +209,10 @@ void ApiServer::HandleModels(const HttpRequest& http, HttpExchange& exchange) {
 }
 
 void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) {
+  if (http.body.size() > kTokenizeMaxBodyBytes)  // a chunked body (no Content-Length for CheckHead)
+    return SendError(exchange, ApiError{413, "invalid_request_error",
+                                        fmt::format("the /tokenize body is larger than {} bytes", kTokenizeMaxBodyBytes),
+                                        "", ""});
   const json j = json::parse(http.body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return SendError(exchange, BadRequest("the request body is not a JSON object"));
   if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
@@ -220,6 +248,10 @@ void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) 
 }
 
 void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange) {
+  if (http.body.size() > kTokenizeMaxBodyBytes)
+    return SendError(exchange, ApiError{413, "invalid_request_error",
+                                        fmt::format("the /detokenize body is larger than {} bytes", kTokenizeMaxBodyBytes),
+                                        "", ""});
   const json j = json::parse(http.body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return SendError(exchange, BadRequest("the request body is not a JSON object"));
   if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));

@@ -95,6 +95,14 @@ class ApiServer {
 
   // Routes one HTTP request (the HttpServer's handler).
   void Handle(const HttpRequest& request, HttpExchange& exchange);
+  // The request's head before its body is read (HttpServerOptions::on_head): 401 for an API path
+  // without a valid key, 413 for a /tokenize or /detokenize body above kTokenizeMaxBodyBytes; the
+  // body is then never read. Sends nothing otherwise.
+  void CheckHead(const HttpRequest& head, HttpExchange& exchange);
+
+  // The largest /tokenize and /detokenize request body (413 above it): bounds the memory of one
+  // such request (the text, its ids and, with with_pieces, their JSON) to tens of MiB.
+  static constexpr size_t kTokenizeMaxBodyBytes = size_t{1} << 20;
 
   // Body of HTTP-layer errors as the OpenAI error object (HttpServerOptions::error_body).
   static std::pair<std::string, std::string> ErrorBody(int status, const std::string& message);
@@ -124,6 +132,8 @@ class ApiServer {
   void HandleDetokenize(const HttpRequest& http, HttpExchange& exchange);
   void HandleModels(const HttpRequest& http, HttpExchange& exchange);
   void SendJson(HttpExchange& exchange, int status, const nlohmann::json& body);
+  // Whether the request carries the API key (always true without one), compared in constant time.
+  bool Authorized(const HttpRequest& http) const;
   void SendError(HttpExchange& exchange, const ApiError& error);
   std::string TokenText(int32_t id) const;
 

@@ -122,6 +122,35 @@ int FindListeningFd(int port) {
   });
 }
 
+// Why the request's framing headers are refused (RFC 9112 §6), as (status, message); status 0 = fine.
+std::pair<int, std::string> CheckFraming(const mg_request_info* ri) {
+  // civetweb keeps at most 64 headers and silently drops the rest, Content-Length included.
+  if (ri->num_headers >= 64) return {431, "too many header fields (at most 63)"};
+  int lengths = 0;
+  bool chunked = false, transfer_encoding = false;
+  for (int i = 0; i < ri->num_headers; ++i) {
+    const std::string_view name = ri->http_headers[i].name != nullptr ? ri->http_headers[i].name : "";
+    std::string_view value = ri->http_headers[i].value != nullptr ? ri->http_headers[i].value : "";
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    if (IEquals(name, "Content-Length")) {
+      ++lengths;
+      if (value.empty() || value.size() > 18 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return {400, "invalid Content-Length header (a decimal number >= 0)"};
+    } else if (IEquals(name, "Transfer-Encoding")) {
+      if (transfer_encoding) return {400, "more than one Transfer-Encoding header"};
+      transfer_encoding = true;
+      if (!IEquals(value, "chunked"))
+        return {501, fmt::format("Transfer-Encoding '{}' is not supported (only chunked)", value.substr(0, 64))};
+      chunked = true;
+    }
+  }
+  if (lengths > 1) return {400, "more than one Content-Length header"};
+  if (lengths == 1 && chunked) return {400, "Content-Length together with Transfer-Encoding"};
+  return {0, std::string()};
+}
+
 }  // namespace
 
 std::string HttpRequest::Header(std::string_view name) const {
@@ -150,6 +179,7 @@ bool HttpExchange::SendHeaders(int status, std::string_view content_type, long l
     head += "Transfer-Encoding: chunked\r\n";
   }
   if (!options_.cors_origin.empty()) head += fmt::format("Access-Control-Allow-Origin: {}\r\n", options_.cors_origin);
+  if (close_) head += "Connection: close\r\n";
   for (const auto& [k, v] : headers_) head += fmt::format("{}: {}\r\n", k, v);
   head += "\r\n";
   if (mg_write(conn_, head.data(), head.size()) != static_cast<int>(head.size())) failed_ = true;
@@ -297,7 +327,12 @@ void HttpServer::Serve(mg_connection* conn) {
   request.remote_port = ri->remote_port;
   for (int i = 0; i < ri->num_headers; ++i)
     request.headers.emplace_back(ri->http_headers[i].name, ri->http_headers[i].value);
+  if (const auto [status, message] = CheckFraming(ri); status != 0) {
+    SendLayerError(conn, status, message);
+    return;
+  }
   if (!options_.cors_origin.empty() && request.method == "OPTIONS") {
+    if (ri->content_length != 0) mg_disable_connection_keep_alive(conn);  // its body is never read
     // CORS preflight: answered for every path, before authentication.
     std::string allow_headers = request.Header("Access-Control-Request-Headers");
     if (allow_headers.empty()) allow_headers = "Authorization, Content-Type";
@@ -312,6 +347,31 @@ void HttpServer::Serve(mg_connection* conn) {
     SendLayerError(conn, 413, fmt::format("the request body ({} bytes) is larger than {} bytes",
                                           ri->content_length, options_.max_body_bytes));
     return;
+  }
+  if (options_.on_head) {
+    HttpExchange head(conn, options_, ri->server_port);
+    head.set_close(true);
+    try {
+      options_.on_head(request, head);
+    } catch (const std::exception& e) {
+      if (!head.sent()) SendLayerError(conn, 500, e.what());
+      return;
+    }
+    if (head.sent()) {
+      mg_disable_connection_keep_alive(conn);
+      return;
+    }
+  }
+  const std::string expect = request.Header("Expect");
+  if (!expect.empty()) {
+    if (!IEquals(expect, "100-continue")) {
+      SendLayerError(conn, 417, "only 'Expect: 100-continue' is supported");
+      return;
+    }
+    if (ri->content_length != 0) {
+      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      mg_write(conn, kContinue, sizeof kContinue - 1);
+    }
   }
   if (ri->content_length != 0) {  // > 0, or -1: chunked / until the end
     char buf[16384];

@@ -12,9 +12,16 @@
 // requests that can wait on generation at once (the API server sizes it as batch + spare) for
 // GET /health and /metrics to keep answering under load or idle connections.
 //
-// Requests: the whole body is read before the handler runs. A Content-Length that is not a decimal
-// number >= 0 answers 400; one above `max_body_bytes` (or a chunked body growing past it) 413; both
-// before the handler, with `error_body(status, message)` as the body. OPTIONS (a CORS preflight)
+// Requests: the whole body is read before the handler runs. Framing is strict (RFC 9112 §6, issue
+// 37: a request a proxy could read differently is refused and its connection closed, so nothing
+// can be smuggled behind it): a Content-Length that is not decimal digits, a repeated one (even
+// with the same value) or one together with Transfer-Encoding answers 400; a Transfer-Encoding
+// other than "chunked" 400 (civetweb's own answer) or 501; 64 headers or more (civetweb keeps 64 and drops the rest) 431; a
+// Content-Length above `max_body_bytes` (or a chunked body growing past it) 413; `Expect:
+// 100-continue` gets "100 Continue" before the body is read, another expectation 417. Then
+// `on_head` sees the request without its body and may answer it at once (authentication: 401
+// before a byte of the body is read; per-path body limits), which closes the connection. All of
+// these before the handler, with `error_body(status, message)` as the body of the layer's own. OPTIONS (a CORS preflight)
 // answers 204 before the handler when `cors_origin` is set, and every response then carries
 // Access-Control-Allow-Origin.
 //
@@ -48,6 +55,9 @@ struct HttpServerOptions {
   // Body of the responses the layer itself sends (400, 413, civetweb's errors): (status, message) ->
   // (content type, body). Empty = text/plain message.
   std::function<std::pair<std::string, std::string>(int status, const std::string& message)> error_body;
+  // Called with the request line and headers (body empty, not yet read); a response it sends ends
+  // the request, with "Connection: close", and the body is never read into memory. Empty = none.
+  std::function<void(const struct HttpRequest& head, class HttpExchange& exchange)> on_head;
 };
 
 struct HttpRequest {
@@ -78,6 +88,8 @@ class HttpExchange {
   bool Write(std::string_view data);  // one chunk; false once the client is gone
   void EndStream();
   bool sent() const { return sent_; }
+  // Adds "Connection: close" to the response (set before Send/BeginStream).
+  void set_close(bool close) { close_ = close; }
   int status() const { return status_; }
 
   // Whether the client closed or reset its connection (probed without blocking; pipelined bytes
@@ -91,6 +103,7 @@ class HttpExchange {
   int local_port_;
   std::vector<std::pair<std::string, std::string>> headers_;
   bool sent_ = false;
+  bool close_ = false;
   bool failed_ = false;
   int status_ = 0;
   int fd_ = -2;  // the connection's socket; -2 = not looked up yet, -1 = not found

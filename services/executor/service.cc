@@ -86,6 +86,9 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   http.read_timeout_ms = args.http_read_timeout_ms;
   http.cors_origin = args.cors_origin;
   http.error_body = &api::ApiServer::ErrorBody;
+  http.on_head = [&server](const api::HttpRequest& head, api::HttpExchange& exchange) {
+    server.CheckHead(head, exchange);
+  };
   Result<std::unique_ptr<api::HttpServer>> listening = api::HttpServer::Start(
       http, [&server](const api::HttpRequest& request, api::HttpExchange& exchange) { server.Handle(request, exchange); });
   if (!listening.ok()) return Fail(listening.status());

@@ -1,5 +1,6 @@
 // HttpServer (services/api/http_server.h) over real sockets: pipelining, body limits, malformed
-// Content-Length, CORS preflight, chunked streaming, and the closed-client probe.
+// Content-Length, strict framing (no request smuggling), answers from the head before the body,
+// Expect: 100-continue, CORS preflight, chunked streaming, and the closed-client probe.
 #include "services/api/http_server.h"
 
 #include <arpa/inet.h>
@@ -115,6 +116,86 @@ TEST_F(HttpServerTest, MalformedContentLengthIs400AndTooLargeIs413) {
   SendAll(ok, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
   EXPECT_NE(ReadUntil(ok, "POST /x 3").find("POST /x 3"), std::string::npos);
   ::close(ok);
+}
+
+// Each request would hide a second one ("GET /smuggled") in what one reader takes for its body and
+// another for the next request (RFC 9112 §6, issue 37): every one is refused with its status, the
+// connection closed, and no second response ever comes.
+TEST_F(HttpServerTest, AmbiguousFramingIsRefusedAndNothingIsSmuggled) {
+  std::atomic<int> calls{0};
+  Start([&calls](const HttpRequest& r, HttpExchange& x) {
+    ++calls;
+    x.Send(200, "text/plain", r.method + " " + r.path);
+  });
+  const std::string hidden = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string len = std::to_string(hidden.size());
+  std::string many_headers;
+  for (int i = 0; i < 70; ++i) many_headers += "X-H" + std::to_string(i) + ": v\r\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"HTTP/1.1 400", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0x3c\r\n\r\n" + hidden},
+      {"HTTP/1.1 400", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: +" + len + "\r\n\r\n" + hidden},
+      {"HTTP/1.1 400", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: " + len + "\r\n\r\n" + hidden},
+      {"HTTP/1.1 400", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: " + len + "\r\nContent-Length: " + len +
+                           "\r\n\r\n" + hidden},
+      {"HTTP/1.1 400", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+                           hidden},
+      // civetweb refuses this one itself (400) before the layer would (501).
+      {"HTTP/1.1 400", "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" + hidden},
+      {"HTTP/1.1 431", "POST /a HTTP/1.1\r\nHost: x\r\n" + many_headers + "Content-Length: " + len + "\r\n\r\n" + hidden},
+      {"HTTP/1.1 400", "OPTIONS /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: " + len + "\r\n\r\n" + hidden},
+  };
+  for (const auto& [want, request] : cases) {
+    const int fd = Connect(server_->port());
+    ASSERT_GE(fd, 0);
+    SendAll(fd, request);
+    const std::string got = ReadUntil(fd, "never");  // everything until the server closes
+    EXPECT_EQ(got.rfind(want, 0), 0u) << request.substr(0, 120) << "\n-> " << got.substr(0, 200);
+    EXPECT_EQ(Count(got, "HTTP/1.1 "), 1u) << got;
+    EXPECT_EQ(got.find("smuggled"), std::string::npos) << got;
+    ::close(fd);
+  }
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST_F(HttpServerTest, OnHeadAnswersBeforeTheBodyIsReadAndClosesTheConnection) {
+  HttpServerOptions options;
+  std::atomic<int> bodies{0};
+  options.on_head = [](const HttpRequest& head, HttpExchange& x) {
+    EXPECT_TRUE(head.body.empty());
+    if (head.Header("Authorization") != "Bearer k") x.Send(401, "text/plain", "no key");
+  };
+  Start([&bodies](const HttpRequest& r, HttpExchange& x) {
+    ++bodies;
+    x.Send(200, "text/plain", std::to_string(r.body.size()));
+  }, options);
+  // A 30 MiB body is announced but only its headers are sent: the 401 comes from them alone.
+  const int fd = Connect(server_->port());
+  SendAll(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 31457280\r\n\r\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string got = ReadUntil(fd, "no key");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  ::close(fd);
+  const int ok = Connect(server_->port());
+  SendAll(ok, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Length: 3\r\n\r\nabc");
+  EXPECT_NE(ReadUntil(ok, "\r\n\r\n3").find("HTTP/1.1 200"), std::string::npos);
+  ::close(ok);
+  EXPECT_EQ(bodies.load(), 1);
+}
+
+TEST_F(HttpServerTest, ExpectContinueIsHonouredAndOtherExpectationsAre417) {
+  Start(Echo());
+  const int fd = Connect(server_->port());
+  SendAll(fd, "POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+  EXPECT_EQ(ReadUntil(fd, "\r\n\r\n").rfind("HTTP/1.1 100 Continue", 0), 0u);
+  SendAll(fd, "abcd");
+  EXPECT_NE(ReadUntil(fd, "POST /e 4").find("POST /e 4"), std::string::npos);
+  ::close(fd);
+  const int bad = Connect(server_->port());
+  SendAll(bad, "POST /e HTTP/1.1\r\nHost: x\r\nExpect: something\r\nContent-Length: 4\r\n\r\nabcd");
+  EXPECT_EQ(ReadUntil(bad, "\r\n\r\n").rfind("HTTP/1.1 417", 0), 0u);
+  ::close(bad);
 }
 
 TEST_F(HttpServerTest, CorsPreflightIsAnsweredBeforeTheHandler) {

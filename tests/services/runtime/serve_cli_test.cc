@@ -155,6 +155,20 @@ TEST(ServeCli, CompletionsMatchGenerateStreamAndErrors) {
   auto wrong_key = Http(tmp, port, "GET", "/v1/models", "", "wrong");
   EXPECT_EQ(wrong_key.status, 401) << wrong_key.body;
   EXPECT_EQ(json::parse(wrong_key.body)["error"]["type"], "authentication_error");
+  // Authentication before the body (issue 37): the headers of a 30 MiB POST without the key get the
+  // 401 at once, and the connection is closed without the body being read.
+  const auto head_t0 = std::chrono::steady_clock::now();
+  const std::string head_only = testing::RawHeadOnly(
+      port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 31457280\r\n\r\n");
+  EXPECT_EQ(head_only.rfind("HTTP/1.1 401", 0), 0u) << head_only;
+  EXPECT_NE(head_only.find("authentication_error"), std::string::npos) << head_only;
+  EXPECT_LT(std::chrono::steady_clock::now() - head_t0, std::chrono::seconds(3));
+  // /tokenize is bounded like a prompt, before its body is read or parsed.
+  const std::string big_tokenize = json{{"content", std::string(size_t{2} << 20, 'a')}}.dump();
+  auto tokenize_bomb = Http(tmp, port, "POST", "/tokenize", big_tokenize, key);
+  EXPECT_EQ(tokenize_bomb.status, 413) << tokenize_bomb.body.substr(0, 200);
+  auto small_tokenize = Http(tmp, port, "POST", "/tokenize", json{{"content", "hello"}}.dump(), key);
+  EXPECT_EQ(small_tokenize.status, 200) << small_tokenize.body;
   auto unknown = Http(tmp, port, "GET", "/v1/nope", "", key);
   EXPECT_EQ(unknown.status, 404) << unknown.body;
   EXPECT_TRUE(json::parse(unknown.body).contains("error")) << unknown.body;
