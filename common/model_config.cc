@@ -455,6 +455,35 @@ bool ModelConfig::IsEos(int32_t token_id) const {
   return std::find(eos_token_ids.begin(), eos_token_ids.end(), token_id) != eos_token_ids.end();
 }
 
+namespace {
+
+// Bounds on the sizes and constants a checkpoint's config.json may give (issue 37): far above any
+// released model, far below what would make the executor allocate without bound or compute
+// nonsense (1e9 layers, a negative rope_theta, an epsilon of 1e308). Errors name the key.
+Status CheckRanges(const ModelConfig& c) {
+  const auto size = [&](const char* key, int64_t v, int64_t hi) -> Status {
+    if (v > hi) return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is above {}", c.source, key, v, hi));
+    return Status::Ok();
+  };
+  ZM_RETURN_IF_ERROR(size("vocab_size", c.vocab_size, int64_t{1} << 24));
+  ZM_RETURN_IF_ERROR(size("hidden_size", c.hidden_size, int64_t{1} << 17));
+  ZM_RETURN_IF_ERROR(size("num_hidden_layers", c.num_hidden_layers, 4096));
+  ZM_RETURN_IF_ERROR(size("intermediate_size", c.intermediate_size, int64_t{1} << 20));
+  ZM_RETURN_IF_ERROR(size("max_position_embeddings", c.max_position_embeddings, int64_t{1} << 24));
+  ZM_RETURN_IF_ERROR(size("num_attention_heads", c.num_attention_heads, 4096));
+  ZM_RETURN_IF_ERROR(size("moe_intermediate_size", c.moe_intermediate_size, int64_t{1} << 20));
+  ZM_RETURN_IF_ERROR(size("shared_expert_intermediate_size", c.shared_expert_intermediate_size, int64_t{1} << 20));
+  ZM_RETURN_IF_ERROR(size("num_experts", c.num_experts, int64_t{1} << 16));
+  if (!(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0 && c.rms_norm_eps < 1))
+    return Status::InvalidArgument(
+        fmt::format("{}: key 'rms_norm_eps' = {} is outside (0, 1)", c.source, c.rms_norm_eps));
+  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0 && c.rope_theta <= 1e12))
+    return Status::InvalidArgument(fmt::format("{}: key 'rope_theta' = {} is outside (0, 1e12]", c.source, c.rope_theta));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::string& source_path) {
   if (!config.is_object())
     return Status::InvalidArgument(fmt::format("{}: config is not a JSON object", source_path));
@@ -498,6 +527,7 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     ZM_ASSIGN_OR_RETURN(int64_t bos, r.Int("bos_token_id"));
     c.bos_token_id = static_cast<int32_t>(bos);
   }
+  ZM_RETURN_IF_ERROR(CheckRanges(c));
   return c;
 }
 

@@ -17,9 +17,9 @@
 # MINI_QUICK=1 runs only mini's CPU, all-resident CUDA and 25 % budget runs.
 #
 # Usage: bash scripts/gpu_check.sh [DEBS_DIR]
-#   DEBS_DIR (optional): Debian 12 .deb files of the build dependencies (scripts/install_deps.sh's
-#   list) for a machine that cannot reach a registry; they are unpacked under /tmp/zipmoe-deps and
-#   used from there (nothing is installed into /).
+#   DEBS_DIR (optional): Debian 12 .deb files of the build dependencies for a machine that cannot
+#   reach a registry (scripts/gpu_debs.sh DIR downloads them); they are unpacked under
+#   /tmp/zipmoe-deps and used from there (nothing is installed into /).
 set -u -o pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"

@@ -118,6 +118,31 @@ TEST(ModelConfigTest, MissingAndMistypedKeysNameKeyAndFile) {
   EXPECT_NE(c.status().message().find("noaux_tc"), std::string::npos);
 }
 
+// Values no released model has, which would make the executor allocate without bound or compute
+// garbage, are refused naming the key (issue 37).
+TEST(ModelConfigTest, OutOfRangeSizesAndConstantsAreRefusedNamingTheKey) {
+  const std::pair<const char*, json> cases[] = {
+      {"num_hidden_layers", 1000000000}, {"vocab_size", int64_t{1} << 30}, {"hidden_size", int64_t{1} << 20},
+      {"max_position_embeddings", int64_t{1} << 40}, {"rope_theta", -1e308}, {"rope_theta", 1e308},
+      {"rms_norm_eps", 1e308}, {"rms_norm_eps", 0.0}, {"num_experts", 1 << 20}, {"moe_intermediate_size", 1 << 24},
+  };
+  for (const auto& [key, value] : cases) {
+    json j = Preset("qwen2_moe");
+    j[key] = value;
+    auto c = ParseModelConfig(j, "/m/config.json");
+    ASSERT_FALSE(c.ok()) << key << " = " << value.dump();
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(std::string("'") + key + "'"), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find("/m/config.json"), std::string::npos);
+  }
+  // Real models' extremes load: a 1e7 rope_theta (Qwen3-Next), a 262144-token context, 512 experts.
+  json big = Preset("qwen2_moe");
+  big["rope_theta"] = 1e7;
+  big["max_position_embeddings"] = 262144;
+  big["num_experts"] = 512;
+  EXPECT_TRUE(ParseModelConfig(big, "/m/config.json").ok());
+}
+
 TEST(ModelConfigTest, EosIdsFromIntListAndGenerationConfig) {
   testing::TempDir dir;
   json j = Preset("qwen3_moe");
