@@ -123,6 +123,24 @@ Status ValidateGemmArgs(const GemmArgs& a) {
   return Status::Ok();
 }
 
+namespace {
+
+// The end of one output of both references: the 16 lanes reduced by the tree of bf16_gemm.h, the
+// columns [from, cols) with fp32 FMAs on x, the bias; written to y.
+void FinishOutput(const GemmArgs& a, float* lane, int64_t t, int64_t r, int64_t from) {
+  const int64_t row = r * a.w.cols;
+  const float* x = a.x + t * a.ldx;
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int j = 0; j < width; ++j) lane[j] = lane[j] + lane[j + width];
+  }
+  float s = lane[0];
+  for (int64_t k = from; k < a.w.cols; ++k) s = std::fma(WeightAt(a.w, row + k), x[k], s);
+  if (a.bias != nullptr) s += a.bias[r];
+  a.y[t * a.ldy + r] = s;
+}
+
+}  // namespace
+
 void Bf16GemmReference(const GemmArgs& a) {
   const int64_t cols = a.w.cols, kb = cols / 16;
   for (int64_t t = 0; t < a.n; ++t) {
@@ -133,13 +151,7 @@ void Bf16GemmReference(const GemmArgs& a) {
       for (int64_t b = 0; b < kb; ++b) {
         for (int j = 0; j < 16; ++j) lane[j] = std::fma(WeightAt(a.w, row + 16 * b + j), x[16 * b + j], lane[j]);
       }
-      for (int width = 8; width >= 1; width /= 2) {
-        for (int j = 0; j < width; ++j) lane[j] = lane[j] + lane[j + width];
-      }
-      float s = lane[0];
-      for (int64_t k = 16 * kb; k < cols; ++k) s = std::fma(WeightAt(a.w, row + k), x[k], s);
-      if (a.bias != nullptr) s += a.bias[r];
-      a.y[t * a.ldy + r] = s;
+      FinishOutput(a, lane, t, r, 16 * kb);
     }
   }
 }
@@ -189,13 +201,7 @@ void Bf16GemmBf16DotReference(const GemmArgs& a) {
           }
         }
       }
-      for (int width = 8; width >= 1; width /= 2) {
-        for (int j = 0; j < width; ++j) lane[j] = lane[j] + lane[j + width];
-      }
-      float s = lane[0];
-      for (int64_t k = 32 * kb; k < cols; ++k) s = std::fma(WeightAt(a.w, row + k), x[k], s);
-      if (a.bias != nullptr) s += a.bias[r];
-      a.y[t * a.ldy + r] = s;
+      FinishOutput(a, lane, t, r, 32 * kb);
     }
   }
 }

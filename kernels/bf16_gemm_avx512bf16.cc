@@ -20,6 +20,7 @@
 #include <cstdlib>
 
 #include "kernels/bf16_gemm_isa.h"
+#include "kernels/bf16_gemm_tile.h"
 
 namespace zipmoe::kernels {
 namespace {
@@ -63,17 +64,13 @@ inline float Reduce(__m512 acc) {  // the tree of bf16_gemm.h: j + j+8, j + j+4,
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
-inline float WeightAt(const GemmWeights& w, int64_t index, Enc enc) {
-  uint32_t bits;
-  if (enc == Enc::kPlanes) {
-    const uint32_t e = w.e[index], sm = w.sm[index];
-    bits = (sm & 0x80u) << 24 | e << 23 | (sm & 0x7fu) << 16;
-  } else {
-    bits = static_cast<uint32_t>(w.bf16[index]) << 16;
-  }
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof(f));
-  return f;
+// The scalar tail's weights: bf16_gemm_tile.h's WeightAt, instantiated on a type of this
+// translation unit so the instantiation stays internal to it.
+struct Tag {};
+template <Enc kEnc>
+inline float WeightAt(const GemmWeights& w, int64_t index) {
+  return gemm_tile::WeightAt<Tag, kEnc == Enc::kPlanes ? gemm_tile::Encoding::kPlanes : gemm_tile::Encoding::kBf16>(
+      w, index);
 }
 
 // The split activations of tokens [t0, t0 + count): token j's hi at xs + 2 j stride, lo after it.
@@ -135,7 +132,7 @@ inline void Tile(const GemmArgs& a, const SplitX& sx, int64_t t0, int64_t r, int
     for (int j = 0; j < T; ++j) {
       const float* xt = a.x + (t0 + t + j) * a.ldx;
       float s = Reduce(acc[i][j]);
-      for (int64_t k = kb * 32; k < cols; ++k) s = __builtin_fmaf(WeightAt(a.w, row + k, kEnc), xt[k], s);
+      for (int64_t k = kb * 32; k < cols; ++k) s = __builtin_fmaf(WeightAt<kEnc>(a.w, row + k), xt[k], s);
       if (a.bias != nullptr) s += a.bias[r + i];
       a.y[(t0 + t + j) * a.ldy + r + i] = s;
     }

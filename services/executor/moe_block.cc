@@ -312,6 +312,13 @@ at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x) {
   return Linear(at::silu(gate_up[0]) * gate_up[1], w.down);
 }
 
+at::Tensor SharedExpertForward(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x) {
+  if (!w.has_shared_expert) return at::Tensor();
+  at::Tensor shared = MlpForward(w.shared_expert, x);
+  if (config.arch == ModelArch::kQwen2Moe) shared = at::sigmoid(Linear(x, w.shared_expert_gate)) * shared;
+  return shared;
+}
+
 at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
   const int64_t inter = ew.intermediate, hidden = ew.hidden;
   if (x.is_cpu() && x.scalar_type() == at::kFloat && ew.dtype == DType::kBF16) {
@@ -473,11 +480,7 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
   for (size_t i = 0; i < n_selected; ++i) y.index_add_(0, rows[i], outputs[i]);
 
   // 5. Shared experts.
-  if (w.has_shared_expert) {
-    at::Tensor shared = MlpForward(w.shared_expert, x);
-    if (config.arch == ModelArch::kQwen2Moe) shared = at::sigmoid(Linear(x, w.shared_expert_gate)) * shared;
-    y = y + shared;
-  }
+  if (w.has_shared_expert) y = y + SharedExpertForward(config, w, x);
   return y;
 }
 

@@ -36,6 +36,11 @@ class DeviceExpertCache;  // device_expert_cache.h
 // down(silu(gate(x)) * up(x)); x: [n, hidden] -> [n, hidden].
 at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x);
 
+// The shared experts' contribution to a MoE layer's output (x: [n, hidden] -> [n, hidden], x's dtype):
+// qwen2_moe's shared_expert(x) * sigmoid(shared_expert_gate(x)), deepseek_v2's shared_experts(x);
+// undefined when the layer has none.
+at::Tensor SharedExpertForward(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x);
+
 // One routed expert, down(silu(gate(x)) * up(x)) (or down(relu(up(x))) for a gate-less expert,
 // ExpertWeightsView::gated false), on its tokens x: [m, hidden] -> [m, hidden].
 // CPU float32: BF16 weights are read in place by the kernels (kernels/bf16_gemm.h), from the

@@ -298,11 +298,7 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
   cache.EndLayer();
 
   // 5. Shared experts.
-  if (w.has_shared_expert) {
-    at::Tensor shared = MlpForward(w.shared_expert, x);
-    if (config.arch == ModelArch::kQwen2Moe) shared = at::sigmoid(Linear(x, w.shared_expert_gate)) * shared;
-    y = y + shared;
-  }
+  if (w.has_shared_expert) y = y + SharedExpertForward(config, w, x);
   return y;
 }
 
