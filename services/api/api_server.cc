@@ -213,8 +213,8 @@ void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) 
     return SendError(exchange, ApiError{413, "invalid_request_error",
                                         fmt::format("the /tokenize body is larger than {} bytes", kTokenizeMaxBodyBytes),
                                         "", ""});
-  const json j = json::parse(http.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return SendError(exchange, BadRequest("the request body is not a JSON object"));
+  json j;
+  if (ApiError bad; !ParseJsonObject(http.body, &j, &bad)) return SendError(exchange, bad);
   if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
   if (!j.contains("content") || !j["content"].is_string())
     return SendError(exchange, BadRequest("'content' must be a string", "content"));
@@ -252,8 +252,8 @@ void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange
     return SendError(exchange, ApiError{413, "invalid_request_error",
                                         fmt::format("the /detokenize body is larger than {} bytes", kTokenizeMaxBodyBytes),
                                         "", ""});
-  const json j = json::parse(http.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return SendError(exchange, BadRequest("the request body is not a JSON object"));
+  json j;
+  if (ApiError bad; !ParseJsonObject(http.body, &j, &bad)) return SendError(exchange, bad);
   if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
   if (!j.contains("tokens") || !j["tokens"].is_array())
     return SendError(exchange, BadRequest("'tokens' must be an array of token ids", "tokens"));

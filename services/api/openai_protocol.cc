@@ -248,13 +248,42 @@ int64_t CompletionRequest::MaxNewTokens(size_t i, int64_t context_length, bool e
   return std::max<int64_t>(0, context_length - static_cast<int64_t>(prompts[i].ids.size()));
 }
 
-bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const ProtocolContext& ctx,
-                            CompletionRequest* out, ApiError* err) {
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    *err = BadRequest("the request body is not a JSON object");
+bool ParseJsonObject(const std::string& body, json* out, ApiError* err) {
+  try {
+    *out = json::parse(body);
+  } catch (const json::parse_error& e) {
+    const size_t at = e.byte > 0 ? e.byte - 1 : 0;
+    // Printable ASCII only: the message goes back inside a JSON string (no control bytes, no
+    // invalid UTF-8 from a cut multi-byte character).
+    const auto printable = [](std::string text) {
+      for (char& c : text)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+      return text;
+    };
+    const std::string near = printable(body.substr(std::min(at, body.size()), 64));
+    // e.what() quotes the token being read, which may be most of the body: give only its reason.
+    std::string reason = e.what();
+    const size_t colon = reason.find(": syntax error");
+    if (colon != std::string::npos) reason = reason.substr(colon + 2);
+    const size_t last_read = reason.find("; last read:");
+    if (last_read != std::string::npos) reason = reason.substr(0, last_read);
+    if (reason.size() > 160) reason.resize(160);
+    reason = printable(reason);
+    *err = BadRequest(fmt::format("the request body is not valid JSON: {} at byte {} (near '{}')", reason, e.byte,
+                                  near));
     return false;
   }
+  if (!out->is_object()) {
+    *err = BadRequest(fmt::format("the request body is a JSON {}, not an object", out->type_name()));
+    return false;
+  }
+  return true;
+}
+
+bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const ProtocolContext& ctx,
+                            CompletionRequest* out, ApiError* err) {
+  json j;
+  if (!ParseJsonObject(body, &j, err)) return false;
   const bool chat = endpoint == Endpoint::kChat;
   *out = CompletionRequest();
   out->endpoint = endpoint;

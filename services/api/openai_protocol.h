@@ -48,6 +48,11 @@ struct ApiError {
 
 ApiError BadRequest(std::string message, std::string param = "");
 
+// Parses a request body that must be one JSON object. On failure *err says why, quoting at most 64
+// bytes of the body: where the JSON syntax broke (byte offset and the parser's reason), or which JSON
+// type came instead of an object.
+bool ParseJsonObject(const std::string& body, nlohmann::json* out, ApiError* err);
+
 // {"error": {"message", "type", "param", "code"}} (param/code null when empty).
 nlohmann::json ErrorJson(const ApiError& error);
 

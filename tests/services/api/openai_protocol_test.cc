@@ -91,6 +91,25 @@ TEST_F(OpenAiProtocolTest, ChatContentPartsRolesAndNullContent) {
   EXPECT_EQ(RejectedParam(json{{"messages", json::array()}}, Endpoint::kChat), "messages");
 }
 
+TEST(ParseJsonObjectTest, SyntaxErrorsSayWhereAndWhyAndQuoteLittle) {
+  json j;
+  ApiError e;
+  EXPECT_FALSE(ParseJsonObject("{\"prompt\": [1, 2,, 3]}", &j, &e));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_NE(e.message.find("not valid JSON"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("at byte 18"), std::string::npos) << e.message;
+  // A 5 MB string that never closes: the message stays short.
+  EXPECT_FALSE(ParseJsonObject("{\"prompt\": \"" + std::string(5 << 20, 'a'), &j, &e));
+  EXPECT_LT(e.message.size(), 400u) << e.message.substr(0, 400);
+  // Invalid UTF-8 and control bytes near the error are not quoted as such (the message must dump).
+  EXPECT_FALSE(ParseJsonObject(std::string("{\"a\": \xff\xfe\x01 }"), &j, &e));
+  EXPECT_NO_THROW((void)ErrorJson(e).dump()) << e.message;
+  EXPECT_FALSE(ParseJsonObject("[1, 2]", &j, &e));
+  EXPECT_NE(e.message.find("a JSON array, not an object"), std::string::npos) << e.message;
+  EXPECT_TRUE(ParseJsonObject("{\"a\": 1}", &j, &e));
+  EXPECT_EQ(j["a"], 1);
+}
+
 TEST_F(OpenAiProtocolTest, MaxTokensDefaultsToTheRestOfTheContext) {
   CompletionRequest r;
   ApiError e;
