@@ -100,6 +100,34 @@ TEST(OffloadProvider, FusedRecoveryServesPlanesAndAdmitsExactBf16IntoF) {
   }
 }
 
+// A GPU executor that holds every selected expert in device slots announces a layer with no expert
+// to serve (LayerRouting::device_resident names them): the runtime must take it, serve nothing, and
+// go on serving the next layers as usual.
+TEST(OffloadProvider, ALayerWithNothingToServeBeginsAndEnds) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = ExpertBytes(m) / 2;
+  config.n_workers = 1;
+  config.fused_recovery = true;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  const std::vector<LayerRouting> routings = MakeRoutings(m, 2, 3, 9);
+  for (const LayerRouting& r : routings) {
+    LayerRouting empty(r.layer_id, {}, {});
+    empty.device_resident = r.expert_ids;
+    empty.device_resident_tokens = r.tokens_per_expert;
+    ASSERT_TRUE((*provider)->BeginLayer(empty).ok());
+    EXPECT_FALSE((*provider)->NextReady().ok());  // nothing was asked for
+    ASSERT_TRUE((*provider)->EndLayer(r.layer_id).ok());
+  }
+  Drive(**provider, routings, expected);  // and it serves the same layers exactly afterwards
+}
+
 TEST(OffloadProvider, FixedRatiosHitEveryPoolAndNeverExceedTheBudget) {
   const std::string dir = TinyCompressed("qwen2_moe");
   auto store = ExpertStore::Open(dir);
