@@ -23,18 +23,8 @@ at::Tensor& DeviceExpertCache::Insert(int32_t layer, int32_t expert) {
     it->second.in_use = true;
     return it->second.slot;
   }
-  if (size() >= capacity_) {
-    const bool any_unused = [&] {
-      for (const auto& [k, e] : entries_)
-        if (!e.in_use) return true;
-      return false;
-    }();
-    if (any_unused && size() > 0) {
-      EvictOne(/*only_unused=*/true);
-    } else {
-      ++stats_.staged;
-    }
-  }
+  // Full: the least recently used entry the layer does not use makes room; none left = staging.
+  if (size() >= capacity_ && !EvictOne(/*only_unused=*/true)) ++stats_.staged;
   lru_.push_front(key);
   Entry& e = entries_[key];
   e.slot = allocate_();
@@ -56,15 +46,16 @@ void DeviceExpertCache::EndLayer() {
   for (auto& [key, e] : entries_) e.in_use = false;
 }
 
-void DeviceExpertCache::EvictOne(bool only_unused) {
+bool DeviceExpertCache::EvictOne(bool only_unused) {
   for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
     auto entry = entries_.find(*it);
     if (only_unused && entry->second.in_use) continue;
     lru_.erase(std::next(it).base());
     entries_.erase(entry);
     ++stats_.evictions;
-    return;
+    return true;
   }
+  return false;
 }
 
 }  // namespace zipmoe::executor

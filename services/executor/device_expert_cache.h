@@ -71,7 +71,8 @@ class DeviceExpertCache {
     std::list<uint64_t>::iterator lru;  // position in lru_ (front = most recent)
     bool in_use = false;
   };
-  void EvictOne(bool only_unused);
+  // Drops the least recently used entry (not in use, with only_unused); false when none qualifies.
+  bool EvictOne(bool only_unused);
 
   int64_t capacity_;
   std::function<at::Tensor()> allocate_;

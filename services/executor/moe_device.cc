@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,44 @@ struct PackedTables {
   }
 };
 
+// Takes `count` experts from `provider` (the layer it has begun) into new slots of `cache`: each
+// lease is checked against the layer's request `assign` (CheckLease; `delivered` marks the experts
+// already served) and written by FillDeviceSlot; `filled(index in assign, slot)` is told where it went. Leases are handed back before any
+// wait (the provider may need those staging slots to start the layer's next experts: it never has all
+// of a layer in flight at once) and at the end, each time after the device has finished reading
+// their host memory. A failed fill drops its slot; errors name the layer and expert.
+Status FillFromProvider(const ModelConfig& config, const ExpertAssignment& assign, std::vector<bool>& delivered,
+                        ExpertProvider& provider, DeviceExpertCache& cache, int32_t layer_id, size_t count,
+                        const std::function<void(size_t, at::Tensor&)>& filled) {
+  std::vector<std::unique_ptr<ExpertLease>> leases;
+  bool reads_host = false;
+  const auto release = [&]() -> Status {
+    if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
+    reads_host = false;
+    provider.ReleaseAll(&leases);
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < count; ++i) {
+    if (!leases.empty() && !provider.NextIsReady()) ZM_RETURN_IF_ERROR(release());
+    trace::TraceSpan wait_span("expert", [&] { return fmt::format("wait for an expert (layer {})", layer_id); },
+                               trace::Activity::kWaitExperts);
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
+    wait_span.End();
+    const ExpertWeightsView& ew = lease->weights();
+    ZM_ASSIGN_OR_RETURN(size_t index, CheckLease(config, assign, layer_id, config.hidden_size, ew, delivered));
+    delivered[index] = true;
+    at::Tensor& slot = cache.Insert(layer_id, ew.expert_id);
+    const Status st = FillDeviceSlot(ew, slot, &reads_host);
+    if (!st.ok()) {
+      cache.Erase(layer_id, ew.expert_id);
+      return Status(st.code(), fmt::format("layer {} expert {}: {}", layer_id, ew.expert_id, st.message()));
+    }
+    filled(index, slot);
+    leases.push_back(std::move(lease));
+  }
+  return release();
+}
+
 }  // namespace
 
 Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads_host) {
@@ -43,12 +82,12 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
   const int64_t rows[3] = {ew.intermediate, ew.intermediate, ew.hidden};
   for (int m = 0; m < 3; ++m) {
     uint16_t* out = base + m * n;
-    if (ew.planes()) {
+    if (ew.planes() && slot.is_cpu()) {  // the tests' CPU stand-in for the device
+      kernels::RecoverBf16Cpu(planes[m].e, planes[m].sm, out, n);
+    } else if (ew.planes()) {
       const void* e = kernels::DeviceAliasOf(planes[m].e);
       const void* sm = kernels::DeviceAliasOf(planes[m].sm);
-      if (slot.is_cpu()) {  // the tests' CPU stand-in for the device
-        kernels::RecoverBf16Cpu(planes[m].e, planes[m].sm, out, n);
-      } else if (e != nullptr && sm != nullptr) {  // read in place from the registered arena
+      if (e != nullptr && sm != nullptr) {  // read in place from the registered arena
         ZM_RETURN_IF_ERROR(kernels::LaunchRecoverBf16(static_cast<const uint8_t*>(e), static_cast<const uint8_t*>(sm),
                                                       out, n, nullptr));
         *reads_host = true;
@@ -90,32 +129,11 @@ Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, ExpertProvider& 
     if (routing.expert_ids.empty()) continue;
     cache.BeginLayer();
     ZM_RETURN_IF_ERROR(provider.BeginLayer(routing));
-    bool reads_host = false;
-    std::vector<std::unique_ptr<ExpertLease>> leases;
-    for (size_t i = 0; i < routing.expert_ids.size(); ++i) {
-      if (!leases.empty() && !provider.NextIsReady()) {  // as MoeForwardDevice: never wait holding leases
-        if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
-        reads_host = false;
-        provider.ReleaseAll(&leases);
-      }
-      ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
-      const ExpertWeightsView& ew = lease->weights();
-      if (ew.layer_id != layer || ew.intermediate != config.moe_intermediate_size || ew.hidden != config.hidden_size ||
-          !ew.gated)
-        return Status::InvalidArgument(fmt::format("preloading layer {}: the provider delivered layer {} expert {} of "
-                                                   "[I={}, H={}]{}", layer, ew.layer_id, ew.expert_id, ew.intermediate,
-                                                   ew.hidden, ew.gated ? "" : " without a gate"));
-      at::Tensor& slot = cache.Insert(layer, ew.expert_id);
-      const Status filled = FillDeviceSlot(ew, slot, &reads_host);
-      if (!filled.ok()) {
-        cache.Erase(layer, ew.expert_id);
-        return filled;
-      }
-      ++written;
-      leases.push_back(std::move(lease));
-    }
-    if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
-    provider.ReleaseAll(&leases);
+    ExpertAssignment request;  // what CheckLease checks a lease against: the ids asked for
+    request.expert_ids = routing.expert_ids;
+    std::vector<bool> delivered(request.expert_ids.size(), false);
+    ZM_RETURN_IF_ERROR(FillFromProvider(config, request, delivered, provider, cache, layer, request.expert_ids.size(),
+                                        [&](size_t, at::Tensor&) { ++written; }));
     ZM_RETURN_IF_ERROR(provider.EndLayer(layer));
     cache.EndLayer();
   }
@@ -188,33 +206,10 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
     if (!wanted.expert_ids.empty()) provider.Prefetch(wanted);
   }
 
-  // 3. The provider's experts into device slots, as they arrive.
-  std::vector<std::unique_ptr<ExpertLease>> leases;
-  bool reads_host = false;
-  for (size_t i = 0; i < ask.expert_ids.size(); ++i) {
-    // Before waiting, hand back what is held: the provider may need those staging slots to start
-    // the layer's next experts (it never has all of a layer in flight at once).
-    if (!leases.empty() && !provider.NextIsReady()) {
-      if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
-      reads_host = false;
-      provider.ReleaseAll(&leases);
-    }
-    trace::TraceSpan wait_span("expert", [&] { return fmt::format("wait for an expert (layer {})", layer_id); },
-                               trace::Activity::kWaitExperts);
-    ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
-    wait_span.End();
-    const ExpertWeightsView& ew = lease->weights();
-    ZM_ASSIGN_OR_RETURN(size_t j, CheckLease(config, assign, layer_id, hidden, ew, delivered));
-    delivered[j] = true;
-    at::Tensor& slot = cache.Insert(layer_id, ew.expert_id);
-    const Status filled = FillDeviceSlot(ew, slot, &reads_host);
-    if (!filled.ok()) {
-      cache.Erase(layer_id, ew.expert_id);
-      return Status(filled.code(), fmt::format("layer {} expert {}: {}", layer_id, ew.expert_id, filled.message()));
-    }
-    slots[j] = &slot;
-    leases.push_back(std::move(lease));
-  }
+  // 3. The provider's experts into device slots, as they arrive (their leases are back before the
+  //    grouped launch: each slot holds its own copy).
+  ZM_RETURN_IF_ERROR(FillFromProvider(config, assign, delivered, provider, cache, layer_id, ask.expert_ids.size(),
+                                      [&](size_t j, at::Tensor& slot) { slots[j] = &slot; }));
 
   // 4. The grouped expert MLP over every selected expert.
   at::Tensor y;
@@ -291,9 +286,6 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
   } else {
     y = at::zeros({n, hidden}, x.options());
   }
-  // The device may still be reading delivered experts' host memory: wait before releasing them.
-  if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
-  provider.ReleaseAll(&leases);
   ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
   cache.EndLayer();
 

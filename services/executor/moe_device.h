@@ -10,11 +10,12 @@
 //      recovery kernel reading them in place through the device alias of the provider's registered
 //      arena (zero-copy on a Jetson, over PCIe on a discrete GPU; planes in pageable memory are
 //      copied first), or from its BF16 bytes by one asynchronous copy (F16/F32 experts converted
-//      to BF16);
+//      to BF16); leases go back before any wait for the next expert and at the end, each time after
+//      the device has read them (one stream sync, only when one was read from host memory
+//      asynchronously);
 //   4. every selected expert in one grouped computation (kernels/grouped_expert.h: three launches),
 //      summed in ascending expert order; the shared expert (qwen2_moe gated, deepseek_v2 plain) by
-//      torch; leases are released once the device has read them (one stream sync, only when a
-//      delivered expert was read from host memory asynchronously).
+//      torch.
 // A CPU x with CPU slots stands in for the device in tests: the same host logic, with the kernels'
 // CPU references (RecoverBf16Cpu, GroupedExpertMlpReference) in place of the launches.
 // The result depends only on the experts' BF16 bits, never on which pool, slot or path served them:
@@ -49,7 +50,7 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
 // capacity holds them all; otherwise does nothing and returns 0. For an all-resident provider on a
 // discrete GPU: "warm" then means every weight on the device before the first request, not after
 // each expert's first use. Returns the number of experts written. Errors: the provider's,
-// FillDeviceSlot's.
+// CheckLease's (an expert not asked for, other dimensions), FillDeviceSlot's.
 Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, ExpertProvider& provider, DeviceExpertCache& cache);
 
 // Writes one delivered expert into `slot` ([3 · inter · hidden] BF16 on the device: gate | up |
