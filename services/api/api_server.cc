@@ -29,6 +29,27 @@ constexpr auto kClientProbe = std::chrono::milliseconds(200);  // how often a wa
 // becomes U+FFFD instead of throwing.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// The API's own routes, "/v1/models/{id}" included: they need the key; any other path is a 404
+// (/health and /metrics are answered before, without a key).
+bool IsApiPath(const std::string& path) {
+  static const std::vector<std::string> kRoutes = {"/v1/models", "/v1/completions", "/v1/chat/completions",
+                                                   "/tokenize", "/detokenize"};
+  return std::find(kRoutes.begin(), kRoutes.end(), path) != kRoutes.end() || path.rfind("/v1/models/", 0) == 0;
+}
+
+ApiError Unauthorized() {
+  return ApiError{401, "authentication_error", "missing or invalid API key (Authorization: Bearer KEY)", "",
+                  "invalid_api_key"};
+}
+
+// A /tokenize or /detokenize body of `bytes` above ApiServer::kTokenizeMaxBodyBytes.
+ApiError TokenizeBodyTooLarge(const std::string& path, size_t bytes) {
+  return ApiError{413, "invalid_request_error",
+                  fmt::format("the {} body ({} bytes) is larger than {} bytes", path, bytes,
+                              ApiServer::kTokenizeMaxBodyBytes),
+                  "", ""};
+}
+
 json Bytes(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
@@ -130,16 +151,10 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
     exchange.Send(200, "text/plain; version=0.0.4; charset=utf-8", text);
     return;
   }
-  static const std::vector<std::string> kKnown = {"/v1/models", "/v1/completions", "/v1/chat/completions",
-                                                  "/tokenize", "/detokenize"};
-  const bool known = std::find(kKnown.begin(), kKnown.end(), path) != kKnown.end() || route == "/v1/models/{id}";
-  if (!known)
+  if (!IsApiPath(path))
     return SendError(exchange, ApiError{404, "not_found_error", fmt::format("unknown path {} {}", http.method, path),
                                         "", ""});
-  if (!Authorized(http))
-    return SendError(exchange, ApiError{401, "authentication_error",
-                                        "missing or invalid API key (Authorization: Bearer KEY)", "",
-                                        "invalid_api_key"});
+  if (!Authorized(http)) return SendError(exchange, Unauthorized());
   if (!ready_.load(std::memory_order_acquire))
     return SendError(exchange, ApiError{503, "server_error",
                                         "the model is still loading; retry when GET /health is 200", "", ""});
@@ -168,22 +183,13 @@ bool ApiServer::Authorized(const HttpRequest& http) const {
 
 void ApiServer::CheckHead(const HttpRequest& head, HttpExchange& exchange) {
   const std::string& path = head.path;
-  // Only the API's own paths need the key (an unknown path is a 404 from Handle, /health and
-  // /metrics are open).
-  static const std::vector<std::string> kApi = {"/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize",
-                                                "/detokenize"};
-  if (std::find(kApi.begin(), kApi.end(), path) == kApi.end() && path.rfind("/v1/models/", 0) != 0) return;
-  if (!Authorized(head))
-    return SendError(exchange, ApiError{401, "authentication_error",
-                                        "missing or invalid API key (Authorization: Bearer KEY)", "",
-                                        "invalid_api_key"});
+  if (!IsApiPath(path)) return;  // Handle answers 404 (or /health, /metrics, which need no key)
+  if (!Authorized(head)) return SendError(exchange, Unauthorized());
   if (path == "/tokenize" || path == "/detokenize") {
+    // The HTTP layer has checked the header (decimal digits, at most 18 of them); stoull stays in range.
     const std::string length = head.Header("Content-Length");
     if (!length.empty() && length.size() < 19 && std::stoull(length) > kTokenizeMaxBodyBytes)
-      return SendError(exchange, ApiError{413, "invalid_request_error",
-                                          fmt::format("the {} body ({} bytes) is larger than {} bytes", path, length,
-                                                      kTokenizeMaxBodyBytes),
-                                          "", ""});
+      return SendError(exchange, TokenizeBodyTooLarge(path, std::stoull(length)));
   }
 }
 
@@ -210,9 +216,7 @@ void ApiServer::HandleModels(const HttpRequest& http, HttpExchange& exchange) {
 
 void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) {
   if (http.body.size() > kTokenizeMaxBodyBytes)  // a chunked body (no Content-Length for CheckHead)
-    return SendError(exchange, ApiError{413, "invalid_request_error",
-                                        fmt::format("the /tokenize body is larger than {} bytes", kTokenizeMaxBodyBytes),
-                                        "", ""});
+    return SendError(exchange, TokenizeBodyTooLarge(http.path, http.body.size()));
   json j;
   if (ApiError bad; !ParseJsonObject(http.body, &j, &bad)) return SendError(exchange, bad);
   if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
@@ -249,9 +253,7 @@ void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) 
 
 void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange) {
   if (http.body.size() > kTokenizeMaxBodyBytes)
-    return SendError(exchange, ApiError{413, "invalid_request_error",
-                                        fmt::format("the /detokenize body is larger than {} bytes", kTokenizeMaxBodyBytes),
-                                        "", ""});
+    return SendError(exchange, TokenizeBodyTooLarge(http.path, http.body.size()));
   json j;
   if (ApiError bad; !ParseJsonObject(http.body, &j, &bad)) return SendError(exchange, bad);
   if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
