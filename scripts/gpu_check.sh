@@ -195,7 +195,6 @@ for tag in ["cuda_ckpt", "cuda_zip", "cuda_zip_b25", "cuda_zip_d0", "cuda_zip_h1
 PY
 fi
 # 4. generate: CPU (float32) vs CUDA (BF16), from the checkpoint and from its compressed directory.
-Z=$BIN/zipmoe
 if want trained && [ -x "$Z" ]; then
   M=$ROOT/models/qwen2moe-debian-18m
   C=/tmp/zipmoe-gpu-compressed

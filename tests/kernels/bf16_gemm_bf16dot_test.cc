@@ -13,23 +13,13 @@
 
 #include "common/bitfield.h"
 #include "kernels/bf16_gemm.h"
+#include "tests/kernels/bf16_values.h"
 
 namespace zipmoe::kernels {
 namespace {
 
-uint16_t ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-double FromBf16(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+using testing::FromBf16;
+using testing::ToBf16;
 
 struct Problem {
   int64_t rows, cols, n;
@@ -94,7 +84,7 @@ TEST_F(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
       for (int64_t r = 0; r < p.rows; ++r) {
         double exact = p.bias[static_cast<size_t>(r)], mass = std::abs(exact);
         for (int64_t k = 0; k < p.cols; ++k) {
-          const double term = FromBf16(p.w[static_cast<size_t>(r * p.cols + k)]) * p.x[static_cast<size_t>(t * p.cols + k)];
+          const double term = static_cast<double>(FromBf16(p.w[static_cast<size_t>(r * p.cols + k)])) * p.x[static_cast<size_t>(t * p.cols + k)];
           exact += term;
           mass += std::abs(term);
         }

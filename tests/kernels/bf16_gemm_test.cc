@@ -17,23 +17,13 @@
 
 #include "common/bitfield.h"
 #include "kernels/bf16_gemm.h"
+#include "tests/kernels/bf16_values.h"
 
 namespace zipmoe::kernels {
 namespace {
 
-uint16_t ToBf16(float f) {  // round to nearest even (finite inputs)
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float FromBf16(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+using testing::FromBf16;
+using testing::ToBf16;
 
 uint32_t Bits(float f) {
   uint32_t b;

@@ -11,23 +11,13 @@
 
 #include "kernels/device_memory.h"
 #include "kernels/recovery.h"
+#include "tests/kernels/bf16_values.h"
 
 namespace zipmoe::kernels {
 namespace {
 
-uint16_t ToBf16(float f) {  // round to nearest even (no NaNs in these inputs)
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-double FromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+using testing::FromBf16;
+using testing::ToBf16;
 
 // A MoE layer's grouped inputs: `n_experts` selected experts with random BF16 weights, n_tokens
 // tokens each routed to `top_k` distinct experts with random weights. Owns every buffer.
