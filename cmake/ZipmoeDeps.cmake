@@ -28,13 +28,13 @@ target_include_directories(zipmoe_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR
 target_compile_definitions(zipmoe_httplib INTERFACE CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT
                                                     CPPHTTPLIB_BROTLI_SUPPORT)
 target_link_libraries(zipmoe_httplib INTERFACE ${HTTPLIB_LIBRARY} Threads::Threads)
-# civetweb (libcivetweb-dev, the HTTP server of `zipmoe serve`, services/api/http_server.h): keeps
-# pipelined requests, bounded worker pool and listen backlog as options.
-find_path(CIVETWEB_INCLUDE_DIR civetweb.h REQUIRED)
-find_library(CIVETWEB_LIBRARY civetweb REQUIRED)
-add_library(zipmoe_civetweb INTERFACE)
-target_include_directories(zipmoe_civetweb SYSTEM INTERFACE ${CIVETWEB_INCLUDE_DIR})
-target_link_libraries(zipmoe_civetweb INTERFACE ${CIVETWEB_LIBRARY} Threads::Threads)
+# GNU libmicrohttpd (libmicrohttpd-dev, the HTTP server of `zipmoe serve`, services/api/http_server.h):
+# one event thread for every connection, so a slow client costs a buffer, not a thread (issue 37).
+find_path(MICROHTTPD_INCLUDE_DIR microhttpd.h REQUIRED)
+find_library(MICROHTTPD_LIBRARY microhttpd REQUIRED)
+add_library(zipmoe_microhttpd INTERFACE)
+target_include_directories(zipmoe_microhttpd SYSTEM INTERFACE ${MICROHTTPD_INCLUDE_DIR})
+target_link_libraries(zipmoe_microhttpd INTERFACE ${MICROHTTPD_LIBRARY} Threads::Threads)
 find_package(prometheus-cpp REQUIRED CONFIG)   # 1.0.1; prometheus-cpp::core, ::pull (common/metrics_server.h)
 if(ZIPMOE_BUILD_TESTS)
   find_package(GTest REQUIRED)

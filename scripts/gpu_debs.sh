@@ -19,7 +19,7 @@ apt-get download \
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian \
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 \
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1 libssl-dev libssl3 \
-  libcivetweb-dev libcivetweb1 civetweb \
+  libcivetweb-dev libcivetweb1 civetweb libmicrohttpd-dev libmicrohttpd12 \
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0 \
   pkgconf pkgconf-bin libpkgconf3 pkg-config
 echo "gpu_debs: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in $PWD"

@@ -10,7 +10,7 @@ PACKAGES=(
   prometheus-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-openmp libpcre2-dev libutf8proc-dev
-  libcpp-httplib-dev libssl-dev libcivetweb-dev
+  libcpp-httplib-dev libssl-dev libmicrohttpd-dev
   prometheus   # promtool: tests check the /metrics exposition
   python3-numpy
   python3-sentencepiece python3-protobuf   # tests/tokenizer_reference/run.sh --sentencepiece: SentencePiece as a reference

@@ -91,6 +91,10 @@ size_t ApiServer::running() const {
   return running_count_;
 }
 
+bool ApiServer::IsProbe(const HttpRequest& head) {
+  return (head.method == "GET" || head.method == "HEAD") && (head.path == "/health" || head.path == "/metrics");
+}
+
 std::pair<std::string, std::string> ApiServer::ErrorBody(int status, const std::string& message) {
   ApiError e;
   e.http_status = status;

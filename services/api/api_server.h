@@ -104,6 +104,10 @@ class ApiServer {
   // such request (the text, its ids and, with with_pieces, their JSON) to tens of MiB.
   static constexpr size_t kTokenizeMaxBodyBytes = size_t{1} << 20;
 
+  // GET/HEAD /health and /metrics (HttpServerOptions::priority): quick and never waiting on
+  // generation, so they run on workers of their own and answer while every other worker is busy.
+  static bool IsProbe(const HttpRequest& head);
+
   // Body of HTTP-layer errors as the OpenAI error object (HttpServerOptions::error_body).
   static std::pair<std::string, std::string> ErrorBody(int status, const std::string& message);
 

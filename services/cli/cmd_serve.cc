@@ -10,8 +10,9 @@
 // The server listens first, then loads the model (and, with --memory-budget, the ZipMoE runtime as in
 // `zipmoe generate`); until then every route but /health and /metrics answers 503. GET /metrics on
 // the same port exports the serving metrics and, with the embedded runtime, its cache, I/O and
-// decompression counters. The HTTP worker pool is --http-threads (default 2 x max-batch + 32) so
-// /health and /metrics answer while every batch slot is busy and idle connections wait.
+// decompression counters. HTTP (services/api/http_server.h): one event thread reads every
+// connection, so slow or idle clients cost a buffer; a request whose body has arrived runs on one of
+// --http-threads workers (default 2 x max-batch + 32), /health and /metrics on workers of their own.
 // SIGINT/SIGTERM: blocked in every thread (TerminationSignals) and taken by the main thread: new
 // requests get 503, the running ones have --shutdown-grace-ms to finish, the rest end (503 / an error
 // event), then the process exits 0.
@@ -121,11 +122,11 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--http-threads", args->serve.http_threads,
-                  "HTTP worker threads, one connection each (0 = 2 x max-batch + 32)")
+                  "HTTP handler threads: requests handled at once (0 = 2 x max-batch + 32)")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
   cmd->add_option("--http-read-timeout-ms", args->serve.http_read_timeout_ms,
-                  "a connection whose read or write stalls this long is closed")
+                  "a connection that moves no byte this long is closed")
       ->capture_default_str()
       ->check(CLI::Range(100, 3600000));
   cmd->add_option("--cors-origin", args->serve.cors_origin, "Access-Control-Allow-Origin ('' = no CORS)")

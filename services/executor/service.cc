@@ -86,6 +86,7 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   http.read_timeout_ms = args.http_read_timeout_ms;
   http.cors_origin = args.cors_origin;
   http.error_body = &api::ApiServer::ErrorBody;
+  http.priority = &api::ApiServer::IsProbe;
   http.on_head = [&server](const api::HttpRequest& head, api::HttpExchange& exchange) {
     server.CheckHead(head, exchange);
   };

@@ -139,8 +139,7 @@ TEST_F(HttpServerTest, AmbiguousFramingIsRefusedAndNothingIsSmuggled) {
                            "\r\n\r\n" + hidden},
       {"HTTP/1.1 400", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
                            hidden},
-      // civetweb refuses this one itself (400) before the layer would (501).
-      {"HTTP/1.1 400", "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" + hidden},
+      {"HTTP/1.1 501", "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" + hidden},
       {"HTTP/1.1 431", "POST /a HTTP/1.1\r\nHost: x\r\n" + many_headers + "Content-Length: " + len + "\r\n\r\n" + hidden},
       {"HTTP/1.1 400", "OPTIONS /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: " + len + "\r\n\r\n" + hidden},
   };
@@ -150,7 +149,10 @@ TEST_F(HttpServerTest, AmbiguousFramingIsRefusedAndNothingIsSmuggled) {
     SendAll(fd, request);
     const std::string got = ReadUntil(fd, "never");  // everything until the server closes
     EXPECT_EQ(got.rfind(want, 0), 0u) << request.substr(0, 120) << "\n-> " << got.substr(0, 200);
-    EXPECT_EQ(Count(got, "HTTP/1.1 "), 1u) << got;
+    // One answer; libmicrohttpd 0.9.75 (Debian 12) writes the head of its own answer to a malformed
+    // Content-Length twice (fixed upstream in 0.9.76), so every status line must be the refusal.
+    EXPECT_GE(Count(got, want), 1u) << got;
+    EXPECT_EQ(Count(got, "HTTP/1.1 "), Count(got, want)) << got;
     EXPECT_EQ(got.find("smuggled"), std::string::npos) << got;
     ::close(fd);
   }
@@ -264,6 +266,125 @@ TEST_F(HttpServerTest, IdleConnectionsDoNotStarveOtherClients) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   ::close(fd);
   for (int i : idle) ::close(i);
+}
+
+// Issue 37: 60 clients that trickle one byte at a time and two requests that hold every handler
+// worker do not keep /health (a priority request) from answering within 1 s, every time.
+TEST_F(HttpServerTest, TricklingClientsAndBusyWorkersDoNotDelayPriorityRequests) {
+  HttpServerOptions options;
+  options.threads = 2;
+  options.priority = [](const HttpRequest& head) { return head.path == "/health"; };
+  std::atomic<bool> release{false};
+  Start([&release](const HttpRequest& r, HttpExchange& x) {
+    while (r.path == "/busy" && !release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    x.Send(200, "text/plain", r.method + " " + r.path + " " + std::to_string(r.body.size()));
+  }, options);
+  std::vector<int> busy;
+  for (int i = 0; i < 2; ++i) {
+    busy.push_back(Connect(server_->port()));
+    SendAll(busy.back(), "GET /busy HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  std::vector<int> slow;
+  for (int i = 0; i < 60; ++i) slow.push_back(Connect(server_->port()));
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  size_t sent = 0;
+  int probes = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    for (int fd : slow) ::send(fd, head.data() + sent % head.size(), 1, MSG_NOSIGNAL);
+    ++sent;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int fd = Connect(server_->port());
+    SendAll(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_NE(ReadUntil(fd, "GET /health 0").find("HTTP/1.1 200"), std::string::npos);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "probe " << probes;
+    ::close(fd);
+    ++probes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_GE(probes, 10);
+  release = true;
+  for (int fd : busy) {
+    EXPECT_NE(ReadUntil(fd, "GET /busy 0").find("HTTP/1.1 200"), std::string::npos);
+    ::close(fd);
+  }
+  for (int fd : slow) ::close(fd);
+}
+
+// A request whose headers (or body) trickle in past their deadline loses its connection, with no
+// handler run.
+TEST_F(HttpServerTest, HeadersAndBodiesPastTheirDeadlineCloseTheConnection) {
+  HttpServerOptions options;
+  options.header_timeout_ms = 800;
+  options.body_timeout_ms = 800;
+  std::atomic<int> calls{0};
+  Start([&calls](const HttpRequest& r, HttpExchange& x) {
+    ++calls;
+    x.Send(200, "text/plain", r.path);
+  }, options);
+  const std::string requests[] = {
+      "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(200, 'a') + "\r\n\r\n",
+      "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n" + std::string(200, 'b'),
+  };
+  for (const std::string& request : requests) {
+    const int fd = Connect(server_->port());
+    const bool body = request.rfind("POST", 0) == 0;
+    const size_t first = body ? request.find("\r\n\r\n") + 4 : 1;
+    SendAll(fd, request.substr(0, first));
+    const auto t0 = std::chrono::steady_clock::now();
+    bool closed = false;
+    for (size_t i = first; i < request.size() && !closed; ++i) {
+      if (::send(fd, request.data() + i, 1, MSG_NOSIGNAL) != 1) closed = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      char c;
+      const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_TRUE(closed) << request.substr(0, 20);
+    EXPECT_LT(took, std::chrono::milliseconds(2500)) << request.substr(0, 20);
+    ::close(fd);
+  }
+  EXPECT_EQ(calls.load(), 0);
+  // A prompt request on the same server is served.
+  const int fd = Connect(server_->port());
+  SendAll(fd, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(ReadUntil(fd, "/ok").find("HTTP/1.1 200"), std::string::npos);
+  ::close(fd);
+}
+
+// Request bodies held at once are capped: a request that would pass the cap answers 503 from its
+// headers; `OPTIONS *` and an absolute-form target are answered (RFC 9112 §3.2).
+TEST_F(HttpServerTest, BufferedBodiesAreCappedAndEveryTargetFormIsAnswered) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1 << 20;
+  options.max_buffered_body_bytes = 1000;
+  Start(Echo(), options);
+  const int held = Connect(server_->port());  // 800 bytes announced, 10 sent: 800 held
+  SendAll(held, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 800\r\n\r\n0123456789");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int over = Connect(server_->port());
+  SendAll(over, "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n");
+  EXPECT_EQ(ReadUntil(over, "\r\n\r\n").rfind("HTTP/1.1 503", 0), 0u);
+  ::close(over);
+  SendAll(held, std::string(790, 'x'));
+  EXPECT_NE(ReadUntil(held, "POST /a 800").find("POST /a 800"), std::string::npos);
+  ::close(held);
+  const int again = Connect(server_->port());  // released: fits again
+  SendAll(again, "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n" + std::string(300, 'y'));
+  EXPECT_NE(ReadUntil(again, "POST /b 300").find("POST /b 300"), std::string::npos);
+  ::close(again);
+
+  const int star = Connect(server_->port());
+  SendAll(star, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string got = ReadUntil(star, "\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 204", 0), 0u) << got;
+  EXPECT_NE(got.find("Allow: GET, HEAD, POST, OPTIONS"), std::string::npos) << got;
+  ::close(star);
+  const int absolute = Connect(server_->port());
+  SendAll(absolute, "GET http://localhost:1/health?x=1 HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  EXPECT_NE(ReadUntil(absolute, "GET /health 0").find("GET /health 0"), std::string::npos);
+  ::close(absolute);
 }
 
 TEST(HttpServerStartTest, BadOptionsAndBusyPortsAreErrors) {
