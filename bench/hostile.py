@@ -124,6 +124,52 @@ def slow_clients(port, n, seconds):
     return f"{len(conns)} connections sending a byte every 2 s for {seconds} s"
 
 
+def half_sent(port, n, key):
+    """n requests whose headers arrived and whose bodies never finish, while one real completion runs."""
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+            f"Content-Length: 100\r\n\r\n{{").encode()
+    conns = []
+    for _ in range(n):
+        try:
+            s = socket.create_connection((HOST, port), timeout=2)
+            s.sendall(head)
+            conns.append(s)
+        except OSError:
+            break
+    body = b'{"prompt": "Hello", "max_tokens": 4}'
+    t0 = time.monotonic()
+    got = exchange(port, (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+                          f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body, timeout=30)
+    took = time.monotonic() - t0
+    for s in conns:
+        s.close()
+    return f"{len(conns)} open; a real completion meanwhile -> {status_of(got)} in {took * 1e3:.0f} ms"
+
+
+def many_completions(port, n, key):
+    """n completions at once (8 tokens each); counts their statuses."""
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    body = b'{"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true}'
+    raw = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+           f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    statuses, lock = {}, threading.Lock()
+
+    def one():
+        line = status_of(exchange(port, raw, timeout=60)).split(" ")
+        status = line[1] if len(line) > 1 else "none"
+        with lock:
+            statuses[status] = statuses.get(status, 0) + 1
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return f"statuses {dict(sorted(statuses.items()))} in {time.monotonic() - t0:.1f} s"
+
+
 def big_post(port, path, size, key=None, read_after_headers=True):
     auth = f"Authorization: Bearer {key}\r\n" if key else ""
     head = (f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
@@ -165,6 +211,8 @@ def main():
     port, pid, key = args.port, args.pid, args.api_key or None
 
     run_case("slow clients", port, pid, lambda: slow_clients(port, args.slow, args.seconds))
+    run_case("half-sent requests", port, pid, lambda: half_sent(port, 300, key))
+    run_case("300 real requests", port, pid, lambda: many_completions(port, 300, key))
 
     def tokenize_bomb():
         status, first = big_post(port, "/tokenize", 28 << 20, key)
