@@ -74,6 +74,11 @@ bool RemoteExpertProvider::on_pipe() const {
   return pipe_ != nullptr;
 }
 
+std::string RemoteExpertProvider::pipe_name() const {
+  MutexLock lock(&mu_);
+  return pipe_ != nullptr ? pipe_->name() : std::string();
+}
+
 Status RemoteExpertProvider::SendLocked(msg::Body body) {
   if (pipe_ != nullptr) return pipe_->Send(std::move(body), config_.timeout);
   return channel_.Send(std::move(body), config_.timeout);
@@ -118,7 +123,16 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
         InboxLocked(std::move(got).value());
         continue;  // taken from the inbox above
       }
-      if (pipe_ != nullptr && pipe_->broken()) return got.status();  // nothing more will come through it
+      if (pipe_ != nullptr && pipe_->broken()) {
+        // Nothing more will come through it: back to ZeroMQ, and a new pipe at the next layer (the
+        // answers of this layer went into the broken ring: this call fails).
+        std::fprintf(stderr, "W: executor: %s: back to ZeroMQ; a new pipe is offered at the next layer\n",
+                     got.status().ToString().c_str());
+        pipe_.reset();
+        pipe_lost_ = true;
+        next_pipe_try_ = Clock::now();
+        return got.status();
+      }
       if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
     }
     if (Clock::now() > deadline) {

@@ -77,8 +77,10 @@ class RemoteExpertProvider : public ExpertProvider {
   // Errors: kUnavailable (no answer within `wait`, naming the endpoint).
   Status Ping(std::chrono::milliseconds wait);
   // Moves the link onto a shared-memory pipe. If nothing arrives through it within the timeout (the
-  // scheduler died: a restarted one never reads the old pipe), the link falls back to ZeroMQ, and the
-  // next BeginLayer pings the scheduler and offers a new pipe (at most once a second).
+  // scheduler died: a restarted one never reads the old pipe) or it is found broken (a record length
+  // outside its ring: the call that found it fails with kCorruption, issue 37), the link falls back
+  // to ZeroMQ, and the next BeginLayer pings the scheduler and offers a new pipe (at most once a
+  // second).
   // Creates it (POSIX shm "/zipmoe-pipe-<pid>-<n>", swept
   // by the next executor if this process dies), sends PipeOpen and waits up to `wait` for the
   // scheduler's Ack. Call after Ping answered and before the first layer. On an error the link
@@ -88,6 +90,8 @@ class RemoteExpertProvider : public ExpertProvider {
   Status OpenPipe(std::chrono::milliseconds wait);
   // Whether the link runs over a shared-memory pipe (OpenPipe succeeded).
   bool on_pipe() const;
+  // The pipe's shared-memory name ("/zipmoe-pipe-<pid>-<n>"), "" on ZeroMQ.
+  std::string pipe_name() const;
   // Whether the arena is registered with CUDA (register_with_cuda and it worked).
   bool cuda_registered() const { return registration_.has_value(); }
   Status BeginLayer(const LayerRouting& routing) override;
@@ -144,7 +148,7 @@ class RemoteExpertProvider : public ExpertProvider {
   size_t expected_ = 0;
   size_t delivered_ = 0;
   int unacked_ends_ = 0;  // LayerEnds sent whose Ack has not arrived (driving thread only)
-  bool pipe_lost_ = false;  // the pipe went silent: offer a new one (driving thread only)
+  bool pipe_lost_ = false;  // the pipe went silent or broke: offer a new one (driving thread only)
   std::chrono::steady_clock::time_point next_pipe_try_;
   Status deferred_;       // the first refused LayerEnd not yet returned (driving thread only)
 };

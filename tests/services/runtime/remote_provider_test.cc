@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -421,6 +422,53 @@ TEST_P(RemoteProviderTest, ANewExecutorReplacesTheOldOneAndItsOpenLayer) {
   EXPECT_EQ(provider_->ended(9), 1);
   EXPECT_EQ(server_->stats().aborted_layers, 1u);
   held.reset();  // the old executor's release is stale now: ignored
+  server_->Stop();
+}
+
+// Issue 37 item 5: a record length outside the executor's receiving ring (ring 1 of its pipe)
+// breaks the pipe. The layer that finds it fails with kCorruption; the link falls back to ZeroMQ,
+// and the next layer pings, offers a new pipe, and is served the right bytes through it.
+TEST_P(RemoteProviderTest, ABrokenPipeFailsOneLayerAndTheNextRunsOnANewPipe) {
+  if (!GetParam()) GTEST_SKIP() << "a pipe case";
+  ASSERT_NO_FATAL_FAILURE(StartServer(/*planes=*/false));
+  ASSERT_NO_FATAL_FAILURE(Link());
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(1, {1}, {1})).ok());
+  ASSERT_TRUE(remote_->NextReady().ok());
+  ASSERT_TRUE(remote_->EndLayer(1).ok());
+  ASSERT_TRUE(remote_->Flush().ok());
+  const std::string old_pipe = remote_->pipe_name();
+  ASSERT_FALSE(old_pipe.empty());
+  {
+    // The pipe's layout (common/shm_pipe.cc): a 4096-byte header {magic[8], ring_bytes, pid, then two
+    // 64-byte-aligned rings of {head, tail, doorbell} lines of 64 bytes each}, then ring 0's data and
+    // ring 1's. The executor created the pipe: the scheduler writes ring 1, the executor reads it.
+    Result<ShmRegion> raw = ShmRegion::Attach(old_pipe);
+    ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+    uint32_t ring_bytes = 0;
+    std::memcpy(&ring_bytes, raw->data() + 8, sizeof ring_bytes);
+    auto* tail = reinterpret_cast<std::atomic<uint64_t>*>(raw->data() + 64 + 192 + 64);
+    const uint64_t at = tail->load();
+    const uint32_t header[2] = {ring_bytes * 2, 0};  // a record longer than the ring
+    std::memcpy(raw->data() + 4096 + ring_bytes + at % ring_bytes, header, sizeof header);
+    tail->store(at + 64);
+  }
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(2, {0}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> broken = remote_->NextReady();
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.status().code(), StatusCode::kCorruption) << broken.status().ToString();
+  EXPECT_NE(broken.status().message().find(old_pipe), std::string::npos) << broken.status().ToString();
+  EXPECT_FALSE(remote_->on_pipe());
+
+  ASSERT_TRUE(remote_->BeginLayer(LayerRouting(3, {2}, {1})).ok());
+  EXPECT_TRUE(remote_->on_pipe()) << "a new pipe was offered and taken";
+  EXPECT_NE(remote_->pipe_name(), old_pipe);
+  Result<std::unique_ptr<ExpertLease>> lease = remote_->NextReady();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ((*lease)->weights().layer_id, 3);
+  EXPECT_EQ(std::memcmp((*lease)->weights().up, arena_->data() + (3 * 2 + 1) * kMatrixBytes, kMatrixBytes), 0);
+  lease->reset();
+  ASSERT_TRUE(remote_->EndLayer(3).ok());
+  ASSERT_TRUE(remote_->Flush().ok());
   server_->Stop();
 }
 
