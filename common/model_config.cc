@@ -93,7 +93,7 @@ class KeyReader {
   }
   Status Mistyped(const char* key, const char* want, const json& got) const {
     return Status::InvalidArgument(
-        fmt::format("{}: key '{}' must be {}, got {} ({})", source_, key, want, got.type_name(), Clip(got.dump())));
+        fmt::format("{}: key '{}' must be {}, got {} ({})", source_, key, want, got.type_name(), Clip(got.dump(), 60)));
   }
 
  private:
@@ -105,7 +105,6 @@ class KeyReader {
     }
     return Mistyped(key, "an integer", v);
   }
-  static std::string Clip(const std::string& s) { return s.size() > 60 ? s.substr(0, 57) + "..." : s; }
 
   const json& j_;
   const std::string& source_;

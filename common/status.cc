@@ -21,6 +21,13 @@ std::string Status::ToString() const {
   return std::string(StatusCodeName(code_)) + ": " + message_;
 }
 
+std::string Clip(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return std::string(s);
+  size_t n = max_bytes > 3 ? max_bytes - 3 : 0;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // s[n] starts a character
+  return std::string(s.substr(0, n)) + "...";
+}
+
 Status Status::WithContext(const std::string& prefix) const {
   if (ok()) return *this;
   return Status(code_, prefix + ": " + message_);

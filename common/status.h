@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace zipmoe {
@@ -31,6 +32,10 @@ enum class StatusCode : int {
 
 // Human-readable code name, e.g. "Corruption".
 const char* StatusCodeName(StatusCode code);
+
+// What an error message quotes of an input: `s` when at most `max_bytes` long, else its first
+// max_bytes - 3 bytes (not splitting a UTF-8 character) + "...", so no message grows with its input.
+std::string Clip(std::string_view s, size_t max_bytes = 80);
 
 class [[nodiscard]] Status {
  public:

@@ -313,6 +313,16 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_s
 }
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::string text = DecodeJoined(ids, skip_special_tokens, /*keep_bytes=*/false);
+  if (!tokenizer::IsValidUtf8(text)) text = tokenizer::Utf8Lossy(text);
+  return text;
+}
+
+std::string Tokenizer::DecodeBytes(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  return DecodeJoined(ids, skip_special_tokens, /*keep_bytes=*/true);
+}
+
+std::string Tokenizer::DecodeJoined(const std::vector<int32_t>& ids, bool skip_special_tokens, bool keep_bytes) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
@@ -322,12 +332,11 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
   }
   std::string text;
   if (impl_->decoder != nullptr) {
-    impl_->decoder->DecodeChain(&tokens);
+    impl_->decoder->DecodeChain(&tokens, keep_bytes);
     for (const std::string& t : tokens) text += t;
   } else {
     for (size_t i = 0; i < tokens.size(); ++i) text += (i == 0 ? "" : " ") + tokens[i];
   }
-  if (!tokenizer::IsValidUtf8(text)) text = tokenizer::Utf8Lossy(text);
   return text;
 }
 

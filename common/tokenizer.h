@@ -68,6 +68,9 @@ class Tokenizer {
 
   // Text of `ids` (valid UTF-8; incomplete or invalid byte sequences become U+FFFD).
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+  // The same bytes before that replacement: a byte-level token that is part of a UTF-8 sequence
+  // comes back as its raw byte(s) (what /tokenize's pieces and logprobs' `bytes` report).
+  std::string DecodeBytes(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
   // 1 + the largest id of the vocab and the added tokens (the embedding rows it can address).
   int32_t vocab_size() const;
@@ -90,6 +93,7 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::string DecodeJoined(const std::vector<int32_t>& ids, bool skip_special_tokens, bool keep_bytes) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -62,7 +62,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const st
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > max_id) {
       return Status::Corruption(fmt::format("{}.vocab: token '{}' has id {}, expected an integer in [0, {}]",
-                                            where, it.key(), it->dump(), max_id));
+                                            where, Clip(it.key()), Clip(it->dump()), max_id));
     }
     const auto id = static_cast<int32_t>(it->get<int64_t>());
     bpe->vocab_[it.key()] = id;
@@ -102,7 +102,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const st
       const std::string s = m.get<std::string>();
       const size_t space = s.find(' ');
       if (space == std::string::npos) {
-        return Status::Corruption(fmt::format("{}.merges[{}]: '{}' is not two tokens separated by a space", where, rank, s));
+        return Status::Corruption(fmt::format("{}.merges[{}]: '{}' is not two tokens separated by a space", where, rank, Clip(s)));
       }
       left = s.substr(0, space);
       right = s.substr(space + 1);
@@ -110,7 +110,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const st
       left = m[0].get<std::string>();
       right = m[1].get<std::string>();
     } else {
-      return Status::Corruption(fmt::format("{}.merges[{}]: expected \"a b\" or [\"a\", \"b\"], found {}", where, rank, m.dump()));
+      return Status::Corruption(fmt::format("{}.merges[{}]: expected \"a b\" or [\"a\", \"b\"], found {}", where, rank, Clip(m.dump())));
     }
     const std::string merged = left + right.substr(std::min(prefix_len, right.size()));
     int32_t ids[3];
@@ -119,7 +119,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const st
       auto it = bpe->vocab_.find(*parts[k]);
       if (it == bpe->vocab_.end()) {
         return Status::Corruption(fmt::format("{}.merges[{}]: token '{}' of merge '{} {}' is not in the vocab",
-                                              where, rank, *parts[k], left, right));
+                                              where, rank, Clip(*parts[k]), Clip(left), Clip(right)));
       }
       ids[k] = it->second;
     }

@@ -36,7 +36,7 @@ std::string ReplaceLiteral(std::string_view text, std::string_view from, std::st
 // chain becomes one string.
 class ByteLevelDecoder : public Decoder {
  public:
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const override {
     std::string bytes;
     for (const std::string& token : *tokens) {
       const size_t mark = bytes.size();
@@ -55,7 +55,7 @@ class ByteLevelDecoder : public Decoder {
         bytes += token;
       }
     }
-    tokens->assign(1, Utf8Lossy(bytes));
+    tokens->assign(1, keep_bytes ? bytes : Utf8Lossy(bytes));
   }
 };
 
@@ -65,7 +65,7 @@ class MetaspaceDecoder : public Decoder {
  public:
   MetaspaceDecoder(std::string replacement, bool strip_first)
       : replacement_(std::move(replacement)), strip_first_(strip_first) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       (*tokens)[i] = ReplaceLiteral((*tokens)[i], replacement_, i == 0 && strip_first_ ? "" : " ");
     }
@@ -80,7 +80,7 @@ class ReplaceDecoder : public Decoder {
  public:
   ReplaceDecoder(std::optional<std::string> literal, std::optional<Regex> regex, std::string content)
       : literal_(std::move(literal)), regex_(std::move(regex)), content_(std::move(content)) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const override {
     for (std::string& token : *tokens) {
       if (literal_.has_value()) {
         token = ReplaceLiteral(token, *literal_, content_);
@@ -101,14 +101,14 @@ class ReplaceDecoder : public Decoder {
 // run is not valid UTF-8.
 class ByteFallbackDecoder : public Decoder {
  public:
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const override {
     std::vector<std::string> out;
     out.reserve(tokens->size());
     std::string run;
     size_t run_tokens = 0;
     auto flush = [&]() {
       if (run_tokens == 0) return;
-      if (IsValidUtf8(run)) {
+      if (keep_bytes || IsValidUtf8(run)) {
         out.push_back(run);
       } else {
         for (size_t i = 0; i < run_tokens; ++i) out.emplace_back(kReplacementUtf8);
@@ -148,7 +148,7 @@ class ByteFallbackDecoder : public Decoder {
 
 class FuseDecoder : public Decoder {
  public:
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const override {
     std::string joined;
     for (const std::string& t : *tokens) joined += t;
     tokens->assign(1, std::move(joined));
@@ -160,7 +160,7 @@ class StripDecoder : public Decoder {
  public:
   StripDecoder(char32_t content, int64_t start, int64_t stop)
       : content_(content), start_(start), stop_(stop) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const override {
     for (std::string& token : *tokens) {
       std::vector<size_t> offsets;  // byte offset of each character, plus the end
       std::vector<char32_t> chars;
@@ -186,7 +186,7 @@ class StripDecoder : public Decoder {
 class SuffixDecoder : public Decoder {
  public:
   explicit SuffixDecoder(std::string suffix) : suffix_(std::move(suffix)) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       (*tokens)[i] = ReplaceLiteral((*tokens)[i], suffix_, i + 1 == tokens->size() ? "" : " ");
     }
@@ -199,8 +199,8 @@ class SuffixDecoder : public Decoder {
 class SequenceDecoder : public Decoder {
  public:
   explicit SequenceDecoder(std::vector<DecoderPtr> steps) : steps_(std::move(steps)) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
-    for (const DecoderPtr& step : steps_) step->DecodeChain(tokens);
+  void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const override {
+    for (const DecoderPtr& step : steps_) step->DecodeChain(tokens, keep_bytes);
   }
 
  private:

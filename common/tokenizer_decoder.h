@@ -22,8 +22,10 @@ namespace zipmoe::tokenizer {
 class Decoder {
  public:
   virtual ~Decoder() = default;
-  // Rewrites *tokens in place; the output may have a different number of strings.
-  virtual void DecodeChain(std::vector<std::string>* tokens) const = 0;
+  // Rewrites *tokens in place; the output may have a different number of strings. Byte runs that
+  // are not valid UTF-8 (ByteLevel, ByteFallback) become U+FFFD as in HF's decoders, or stay raw
+  // bytes with `keep_bytes` (Tokenizer::DecodeBytes).
+  virtual void DecodeChain(std::vector<std::string>* tokens, bool keep_bytes) const = 0;
 };
 
 // Parses a tokenizer.json "decoder" value; JSON null gives nullptr (the tokenizer then joins the

@@ -15,6 +15,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "common/thread_name.h"
+#include "common/tokenizer_unicode.h"
 #include "services/api/api_server_jobs.h"
 #include "services/runtime/service_metrics.h"
 
@@ -113,6 +114,10 @@ void ApiServer::SendError(HttpExchange& exchange, const ApiError& error) {
 
 std::string ApiServer::TokenText(int32_t id) const {
   return tokenizer_ ? tokenizer_->Decode({id}) : std::to_string(id);
+}
+
+std::string ApiServer::TokenBytes(int32_t id) const {
+  return tokenizer_ ? tokenizer_->DecodeBytes({id}) : std::to_string(id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -244,11 +249,10 @@ void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) 
       continue;
     }
     // The piece as text when it is valid UTF-8 on its own, else its bytes (llama.cpp's format).
-    const std::string piece = tokenizer_->Decode({id});
-    try {
-      (void)json(piece).dump();  // throws on invalid UTF-8
+    const std::string piece = tokenizer_->DecodeBytes({id});
+    if (tokenizer::IsValidUtf8(piece)) {
       tokens.push_back(json{{"id", id}, {"piece", piece}});
-    } catch (const json::exception&) {
+    } else {
       tokens.push_back(json{{"id", id}, {"piece", Bytes(piece)}});
     }
   }
@@ -278,8 +282,9 @@ void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange
 
 namespace {
 
-json ChatLogprobEntry(const std::string& token, float logprob) {
-  return json{{"token", token}, {"logprob", logprob}, {"bytes", Bytes(token)}};
+// `bytes`: the token's own bytes, which may be part of a UTF-8 sequence (the text shows U+FFFD).
+json ChatLogprobEntry(const std::string& token, const std::string& raw, float logprob) {
+  return json{{"token", token}, {"logprob", logprob}, {"bytes", Bytes(raw)}};
 }
 
 }  // namespace
@@ -327,9 +332,9 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     if (chat) {
       json content = json::array();
       for (const executor::SampledToken& t : tokens) {
-        json e = ChatLogprobEntry(TokenText(t.id), t.logprob);
+        json e = ChatLogprobEntry(TokenText(t.id), TokenBytes(t.id), t.logprob);
         json top = json::array();
-        for (const executor::TokenLogprob& alt : t.top) top.push_back(ChatLogprobEntry(TokenText(alt.id), alt.logprob));
+        for (const executor::TokenLogprob& alt : t.top) top.push_back(ChatLogprobEntry(TokenText(alt.id), TokenBytes(alt.id), alt.logprob));
         e["top_logprobs"] = top;
         content.push_back(e);
       }

@@ -140,6 +140,7 @@ class ApiServer {
   bool Authorized(const HttpRequest& http) const;
   void SendError(HttpExchange& exchange, const ApiError& error);
   std::string TokenText(int32_t id) const;
+  std::string TokenBytes(int32_t id) const;  // its raw bytes (Tokenizer::DecodeBytes)
 
   const ApiServerOptions options_;
   const std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();

@@ -32,6 +32,19 @@ TEST(StatusTest, ResultFromOkStatusIsInternalError) {
   EXPECT_EQ(r.status().code(), StatusCode::kInternal);
 }
 
+// Error messages quote a bounded prefix of an input (issue 37): short text as is, long text cut
+// at a character boundary with "...".
+TEST(StatusTest, ClipBoundsWhatAMessageQuotes) {
+  EXPECT_EQ(Clip("short"), "short");
+  EXPECT_EQ(Clip(std::string(80, 'a')), std::string(80, 'a'));
+  EXPECT_EQ(Clip(std::string(5000000, 'a')), std::string(77, 'a') + "...");
+  // "é" is two bytes: a cut inside it moves back to its start.
+  std::string accents;
+  for (int i = 0; i < 50; ++i) accents += "\xC3\xA9";
+  const std::string clipped = Clip(accents, 10);
+  EXPECT_EQ(clipped, "\xC3\xA9\xC3\xA9\xC3\xA9...");
+}
+
 TEST(StatusDeathTest, CheckAbortsWithFileAndLine) {
   EXPECT_DEATH({ ZM_CHECK(1 + 1 == 3) << "layer " << 7; }, "status_test.cc:[0-9]+: check failed: 1 \\+ 1 == 3 layer 7");
 }

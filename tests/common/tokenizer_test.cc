@@ -146,6 +146,9 @@ TEST(TokenizerTest, InvalidUtf8InputIsReplacedWithFffd) {
   // Decoding a lone byte token gives U+FFFD, as String::from_utf8_lossy.
   EXPECT_EQ(t->Decode({0xE4, 0xBD}), "\uFFFD");
   EXPECT_EQ(t->Decode({'a', 0xFF, 'b'}), "a\uFFFDb");
+  // DecodeBytes keeps what those bytes are (/tokenize's pieces, logprobs' `bytes`).
+  EXPECT_EQ(t->DecodeBytes({0xE4, 0xBD}), "\xE4\xBD");
+  EXPECT_EQ(t->DecodeBytes({'a', 0xFF, 'b'}), "a\xFF" "b");
   EXPECT_EQ(t->Decode({'a', -5, 100000, 'b'}), "ab");  // ids without a token are skipped
 }
 
@@ -182,6 +185,7 @@ TEST(TokenizerTest, SentencePieceByteFallbackRoundTrip) {
   }
   // An incomplete byte run decodes to one U+FFFD per byte (HF ByteFallback).
   EXPECT_EQ(t->Decode({3 + 0xF0, 3 + 0x9F}), "\uFFFD\uFFFD");
+  EXPECT_EQ(t->DecodeBytes({3 + 0xF0, 3 + 0x9F}), "\xF0\x9F");
 }
 
 TEST(TokenizerTest, SentencePieceUnknownWithoutByteFallbackIsFusedUnk) {
@@ -292,6 +296,15 @@ TEST(TokenizerTest, LoadErrorsNameFileAndField) {
   j = ByteLevelTokenizerJson();
   j["model"]["merges"].push_back("nospace");
   expect_error(j, StatusCode::kCorruption, "merges[8]");
+  // A 5 MB merge string: the message quotes a bounded prefix of it (issue 37).
+  for (const std::string& huge : {std::string(5000000, 'x'), "a " + std::string(5000000, 'y')}) {
+    j = ByteLevelTokenizerJson();
+    j["model"]["merges"].push_back(huge);
+    auto t = Tokenizer::FromJson(j, json(), "dir/tokenizer.json");
+    ASSERT_FALSE(t.ok());
+    EXPECT_THAT(t.status().message(), HasSubstr("merges[8]"));
+    EXPECT_LT(t.status().message().size(), 400u) << t.status().message().substr(0, 200);
+  }
   j = ByteLevelTokenizerJson();
   j["normalizer"] = {{"type", "BertNormalizer"}};
   expect_error(j, StatusCode::kInvalidArgument, "'BertNormalizer'");

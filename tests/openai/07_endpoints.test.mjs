@@ -52,6 +52,25 @@ test('13b POST /tokenize with_pieces: tokens as [{id, piece}]', T, async () => {
   );
 });
 
+test('13c POST /tokenize with_pieces: a character split over byte tokens comes back as its bytes', T, async () => {
+  const content = 'héllo 👋 世界';
+  const r = await http('POST', '/tokenize', { body: { content, with_pieces: true } });
+  assert.equal(r.status, 200, r.text);
+  const bytes = [];
+  for (const t of r.json.tokens) {
+    if (typeof t.piece === 'string') {
+      assert.ok(!t.piece.includes('\uFFFD'), `U+FFFD in ${JSON.stringify(t)}`);
+      bytes.push(...Buffer.from(t.piece, 'utf8'));
+    } else {
+      for (const b of t.piece) assert.ok(Number.isInteger(b) && b >= 0 && b < 256, `byte in ${JSON.stringify(t)}`);
+      bytes.push(...t.piece);
+    }
+  }
+  // The pieces, as bytes, are the content's UTF-8 bytes (no replacement characters anywhere).
+  assert.deepEqual(Buffer.from(bytes), Buffer.from(content, 'utf8'));
+  assert.ok(r.json.tokens.some((t) => Array.isArray(t.piece)), 'some piece is part of a character here');
+});
+
 test('14a CORS preflight: OPTIONS answers 2xx with Allow-Origin and Allow-Headers incl. authorization', T, async () => {
   const res = await preflight('/v1/chat/completions');
   assert.ok(res.status === 200 || res.status === 204, `HTTP ${res.status}`);
