@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16_gemm.h"
 #include "services/executor/generator.h"
 
 namespace {
@@ -123,6 +124,8 @@ int main(int argc, char** argv) {
     best_prefill = std::max(best_prefill, prefill);
     best_decode = std::max(best_decode, decode);
   }
+  // Which matrix kernel ran (ZIPMOE_GEMM_ISA or the CPU's best): bench (m) reports it per machine.
+  std::printf("I: gemm isa %s\n", zipmoe::kernels::GemmIsaName(zipmoe::kernels::BestGemmIsa()));
   std::printf("%s (%s): threads %d, batch %lld, prompt %lld, decode %lld: prefill %.1f tokens/s, decode %.2f tokens/s\n",
               args.model_dir.c_str(), config.model_type.c_str(), (*generator)->n_threads(),
               static_cast<long long>(args.batch), static_cast<long long>(args.prompt_len),

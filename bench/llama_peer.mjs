@@ -25,7 +25,7 @@
 // (mmap), so the weights come from the page cache: for warm figures have the file cached (e.g. read it once)
 // and enough free memory to keep it there; a decode step that meets an expert only on disk includes its read.
 import { parseArgs } from "node:util";
-import { existsSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 
 const USAGE = "usage: node bench/llama_peer.mjs --model FILE.gguf [--prompt-ids 1,2,3 | --prompt TEXT] [--threads N]\n" +
@@ -122,6 +122,18 @@ async function feed(sequence, tokens, next) {
 
 const GREEDY = { token: true, options: { temperature: 0 } };
 
+// Which of ggml's CPU backends (libggml-cpu-<variant>.so: haswell, zen4, sapphirerapids, ...) this
+// process loaded, read from its memory map; null when none is mapped (a build without variants).
+function cpuVariant() {
+  try {
+    const maps = readFileSync("/proc/self/maps", "utf8");
+    const m = maps.match(/libggml-cpu-([A-Za-z0-9_]+)\.so/);
+    return m ? m[1] : null;
+  } catch {
+    return null;
+  }
+}
+
 async function main() {
   const opt = parseOptions();
   const { getLlama, LlamaLogLevel } = await import("node-llama-cpp").catch(() =>
@@ -184,6 +196,8 @@ async function main() {
   const result = {
     system: "llama.cpp",
     llama_cpp_release: llama.llamaCppRelease?.release ?? null,
+    cpu_variant: cpuVariant(),
+    system_info: llama.systemInfo ?? null,
     model: opt.model,
     threads: opt.threads,
     load_s: loadS,

@@ -7,6 +7,7 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,25 @@ import time
 
 import benchlib as bl
 from suite_config import BENCH_DIR, OTHERS_MAX, PEER_SEED, cpu_busy_s, decode_bytes_per_token, safetensors_tensors
+
+# CPU flags that decide which matrix kernels a system can run (ours and llama.cpp's variants).
+KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                "amx_tile", "amx_bf16", "amx_int8", "avx_vnni", "asimd", "bf16", "i8mm", "sve", "sve2")
+
+
+def cpu_description():
+    """The CPU model, its core count and which of KERNEL_FLAGS it has (bench (m) reports it per machine)."""
+    model, flags = None, set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            key = line.split(":", 1)[0].strip()
+            if key in ("model name", "Model") and model is None:
+                model = line.split(":", 1)[1].strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"cpu": model, "nproc": os.cpu_count(), "flags": [f for f in KERNEL_FLAGS if f in flags]}
 
 
 class PeerExperiments:
@@ -142,7 +162,8 @@ class PeerExperiments:
         compressed dir, --memory-budget = cap - its overhead from calibrate()); (5) zipmoe's cold TPOT at 50 %
         over its warm TPOT."""
         pc = self.cfg["peer"]
-        res = {"config": pc, "threads": self.threads, "seed": PEER_SEED, "others_max": OTHERS_MAX}
+        res = {"config": pc, "threads": self.threads, "seed": PEER_SEED, "others_max": OTHERS_MAX,
+               "machine": cpu_description()}
         rng = random.Random(PEER_SEED)
         ids = [rng.randrange(int(m["config"]["vocab_size"])) for _ in range(pc["prompt_len"])]
         ids_s = ",".join(map(str, ids))
@@ -187,8 +208,10 @@ class PeerExperiments:
                                timeout=600)
             reps = [(float(a), float(b), float(c)) for a, b, c in re.findall(
                 r"rep \d+: ttft ([0-9.]+) s, tpot ([0-9.]+) s, prefill ([0-9.]+) tokens/s", r["stdout"])]
+            isa = re.search(r"I: gemm isa (\w+)", r["stdout"])
             row = {"system": "zipmoe", "round": i, "ok": r["rc"] == 0 and bool(reps), "resident": resid,
-                   "wall_s": r["wall_s"], "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"]}
+                   "wall_s": r["wall_s"], "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"],
+                   "kernel": isa.group(1) if isa else None}
             if row["ok"]:
                 row.update({"tpot_s": min(x[1] for x in reps), "prefill_tokens_per_s": max(x[2] for x in reps),
                             "reps": [{"ttft_s": a, "tpot_s": b, "prefill_tokens_per_s": c} for a, b, c in reps]})
@@ -210,6 +233,7 @@ class PeerExperiments:
             if j:
                 row.update({k: j.get(k) for k in ("tpot_s", "prefill_tokens_per_s", "prefill_s", "load_s",
                                                   "decode_step_s", "generated_ids", "llama_cpp_release")})
+                row["kernel"] = j.get("cpu_variant")  # which libggml-cpu-<variant>.so it loaded
                 bl.log(f"m: warm llama.cpp #{i}: tpot {row['tpot_s']:.4f} s, prefill "
                        f"{row['prefill_tokens_per_s']:.1f} tok/s (others used {r['others_cpu']:.2f} cores)")
             else:
@@ -251,7 +275,11 @@ class PeerExperiments:
                 best[sysname] = {"tpot_s": fastest["tpot_s"], "others_cpu": fastest["others_cpu"],
                                  "prefill_tokens_per_s": prefill["prefill_tokens_per_s"],
                                  "prefill_others_cpu": prefill["others_cpu"],
-                                 "peak_bytes": max((w["peak_bytes"] or 0) for w in ok) or None}
+                                 "peak_bytes": max((w["peak_bytes"] or 0) for w in ok) or None,
+                                 # medians over the interleaved rounds (the VM's bandwidth drifts: both)
+                                 "tpot_s_median": statistics.median(w["tpot_s"] for w in ok),
+                                 "prefill_tokens_per_s_median": statistics.median(w["prefill_tokens_per_s"] for w in ok),
+                                 "kernel": next((w.get("kernel") for w in ok if w.get("kernel")), None)}
         res["best"] = best
         # (3) peak RSS of an all-resident generate (warm), and the resident run's tokens for the cold runs.
         rss_file = os.path.join(self.out, "m-rss.txt")

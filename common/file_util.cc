@@ -54,6 +54,7 @@ Status MappedFile::Populate() const {
 #define MADV_POPULATE_READ 22  // Linux 5.14 uapi; glibc 2.36 headers may lack it
 #endif
   void* addr = const_cast<uint8_t*>(data_);
+  (void)::madvise(addr, size_, MADV_HUGEPAGE);  // a hint: EINVAL without THP support is fine
   if (::madvise(addr, size_, MADV_POPULATE_READ) == 0) return Status::Ok();
   if (errno != EINVAL) return Status::IoError(path_ + ": populating the memory map: " + ErrnoText());
   // Kernel without MADV_POPULATE_READ: touch one byte per page.
