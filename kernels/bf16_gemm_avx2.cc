@@ -1,6 +1,7 @@
 // Bf16Gemm's AVX2 variant (kernels/bf16_gemm.h). Compiled with -mavx2 -mfma (kernels/CMakeLists.txt);
 // called only after CPUID reports AVX2 and FMA. The 16 lanes are two 256-bit registers (lanes 0-7,
-// 8-15); decode tiles of 4 rows keep 8 accumulators, batch tiles of 2 rows x 3 tokens 12.
+// 8-15); decode streams one row at a time (2 accumulators: fewer streams per thread keep the
+// memory system busier, as in the AVX-512 variant), batch tiles of 2 rows x 3 tokens keep 12.
 #include <immintrin.h>
 
 #include "kernels/bf16_gemm_isa.h"
@@ -14,7 +15,7 @@ struct Avx2 {
     __m256 lo, hi;
   };
   using Vec = Acc;
-  static constexpr int kGemvRows = 4;
+  static constexpr int kGemvRows = 1;
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 3;
 

@@ -1,7 +1,10 @@
 // Bf16Gemm's AVX-512 variant (kernels/bf16_gemm.h). Compiled with -mavx512f -mavx512bw -mfma
 // (kernels/CMakeLists.txt); called only after CPUID reports AVX-512 F/BW.
 // One 512-bit register holds the 16 lanes; tiles of 4 rows x 4 tokens keep 16 accumulators,
-// 4 widened weight vectors and one activation vector in the 32 zmm registers.
+// 4 widened weight vectors and one activation vector in the 32 zmm registers. Decode (one token)
+// streams one row at a time (kGemvRows 1): with the next row prefetched that is two streams per
+// thread, which the memory system keeps busier than 4 rows + 4 prefetched ones (13 % faster decode on
+// a 2-core Zen 5, AVX2 the same; issue 35, docs/architecture.md "CPU kernels").
 #include <immintrin.h>
 
 #include "kernels/bf16_gemm_isa.h"
@@ -13,7 +16,7 @@ namespace {
 struct Avx512 {
   using Acc = __m512;
   using Vec = __m512;
-  static constexpr int kGemvRows = 4;
+  static constexpr int kGemvRows = 1;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 4;
 

@@ -174,7 +174,7 @@ void Run(const GemmArgs& a) {
     } else if (count >= 2) {
       Rows<kEnc, 4, 2>(a, sx, t0, count);
     } else {
-      Rows<kEnc, 8, 1>(a, sx, t0, count);
+      Rows<kEnc, 1, 1>(a, sx, t0, count);
     }
   }
   std::free(buf);

@@ -8,7 +8,8 @@
 //   V::LoadX also loads 16 float32 weights (GemmWeights::f32)
 //   V::Fma(w, x, acc)        acc + w * x per lane, one rounding
 //   V::Reduce(acc)           the fixed tree of bf16_gemm.h: lanes j + j+8, then j + j+4, j + j+2, j + j+1
-//   kGemvRows                rows per tile when tokens are computed one by one (decode)
+//   kGemvRows                rows per tile when tokens are computed one by one (decode); x86: 1,
+//                            measured fastest (issue 35): each row is one stream, the next row prefetched
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
 // Include only from an ISA translation unit and define V in an anonymous namespace there: every
 // instantiation (compiled with that ISA's flags) then has internal linkage and is never picked by
