@@ -200,7 +200,14 @@ class PeerExperiments:
         res["page_in_s"] = round(time.time() - t0, 1)
         warm = []
 
+        def round_membw(name, i):
+            """The bandwidth right before a run: the VM's drifts by 1.5x within minutes, so each run is judged
+            against the floor of its own moment (issue 35 item 2)."""
+            b = self.membw(2, f"membw-{name}-{i}.log")
+            return b["gbps"] if b else None
+
         def warm_zipmoe(i):
+            bw_now = round_membw("zipmoe", i)
             resid = self.residency(hf_files)
             r = self.run_group([os.path.join(self.a.bin, "executor_bench"), m["hf"], "--threads", str(self.threads),
                                 "--prompt-ids", ids_s, "--decode-tokens", str(pc["warm_decode"]), "--reps",
@@ -211,7 +218,7 @@ class PeerExperiments:
             isa = re.search(r"I: gemm isa (\w+)", r["stdout"])
             row = {"system": "zipmoe", "round": i, "ok": r["rc"] == 0 and bool(reps), "resident": resid,
                    "wall_s": r["wall_s"], "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"],
-                   "kernel": isa.group(1) if isa else None}
+                   "kernel": isa.group(1) if isa else None, "membw_gbps": bw_now}
             if row["ok"]:
                 row.update({"tpot_s": min(x[1] for x in reps), "prefill_tokens_per_s": max(x[2] for x in reps),
                             "reps": [{"ttft_s": a, "tpot_s": b, "prefill_tokens_per_s": c} for a, b, c in reps]})
@@ -223,13 +230,14 @@ class PeerExperiments:
             warm.append(row)
 
         def warm_llama(i):
+            bw_now = round_membw("llama", i)
             resid = self.residency([gguf])
             r = self.run_group(llama_cmd + ["--decode-tokens", str(pc["warm_decode"]), "--warmup-tokens", "2",
                                             "--prefill-reps", "3"], f"m-warm-llama-{i}.log", capped=True,
                                limit=None, timeout=600)
             j = self.last_json(r["stdout"]) if r["rc"] == 0 else None
             row = {"system": "llama.cpp", "round": i, "ok": j is not None, "resident": resid, "wall_s": r["wall_s"],
-                   "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"]}
+                   "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"], "membw_gbps": bw_now}
             if j:
                 row.update({k: j.get(k) for k in ("tpot_s", "prefill_tokens_per_s", "prefill_s", "load_s",
                                                   "decode_step_s", "generated_ids", "llama_cpp_release")})
@@ -280,6 +288,18 @@ class PeerExperiments:
                                  "tpot_s_median": statistics.median(w["tpot_s"] for w in ok),
                                  "prefill_tokens_per_s_median": statistics.median(w["prefill_tokens_per_s"] for w in ok),
                                  "kernel": next((w.get("kernel") for w in ok if w.get("kernel")), None)}
+                # each run's TPOT over the floor at its own moment's bandwidth, and the per-round ratio
+                floors = [w["tpot_s"] / (res["floor_bytes"]["total"] / (w["membw_gbps"] * 1e9)) for w in ok
+                          if w.get("membw_gbps")]
+                if floors:
+                    best[sysname]["floor_ratio_median"] = statistics.median(floors)
+                    best[sysname]["floor_ratio_min"] = min(floors)
+        z_rounds = {w["round"]: w for w in warm if w["system"] == "zipmoe" and w["ok"]}
+        l_rounds = {w["round"]: w for w in warm if w["system"] == "llama.cpp" and w["ok"]}
+        paired = [z_rounds[k]["tpot_s"] / l_rounds[k]["tpot_s"] for k in z_rounds if k in l_rounds]
+        if paired:
+            res["tpot_ratio_per_round"] = paired
+            res["tpot_ratio_median"] = statistics.median(paired)
         res["best"] = best
         # (3) peak RSS of an all-resident generate (warm), and the resident run's tokens for the cold runs.
         rss_file = os.path.join(self.out, "m-rss.txt")
