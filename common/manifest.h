@@ -29,6 +29,9 @@ inline constexpr uint64_t kChunkAlignmentBytes = 4096;  // O_DIRECT-friendly chu
 inline constexpr const char* kManifestFileName = "manifest.bin";
 inline constexpr const char* kExpertsFileName = "experts.bin";
 inline constexpr const char* kDenseFileName = "dense.safetensors";
+// The prefetch predictor's residual vectors (`zipmoe profile`, services/executor/prefetch_residuals.h),
+// optional in a model directory (HF or compressed).
+inline constexpr const char* kPrefetchResidualsFileName = "prefetch_residuals.safetensors";
 
 enum class ChunkKind : uint8_t { kE = 0, kSm = 1 };
 

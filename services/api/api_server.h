@@ -51,7 +51,7 @@
 #include "common/tokenizer.h"
 #include "services/api/http_server.h"
 #include "services/api/openai_protocol.h"
-#include "services/api/request_grouping.h"
+#include "services/scheduler/request_grouping.h"
 #include "services/executor/generator.h"
 
 namespace prometheus {
@@ -63,6 +63,12 @@ class ExecutorMetrics;
 }
 
 namespace zipmoe::api {
+
+// The scheduler's request grouping (CoServe), which the batch loop applies to its waiting queue.
+using scheduler::ChooseAdmissions;
+using scheduler::ExpertSets;
+using scheduler::GroupingCandidate;
+using scheduler::RequestGrouping;
 
 struct ApiServerOptions {
   std::vector<std::string> served_model_names;  // non-empty; [0] is the id answers carry when a

@@ -18,11 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "common/manifest.h"
 #include "common/status.h"
 
 namespace zipmoe::executor {
 
-inline constexpr const char* kPrefetchResidualsFileName = "prefetch_residuals.safetensors";
+using ::zipmoe::kPrefetchResidualsFileName;  // common/manifest.h
 
 struct PrefetchResiduals {
   int64_t hidden = 0;

@@ -73,7 +73,7 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   api_options.max_waiting = args.max_waiting;
   api_options.group_window = args.group_window;
   {
-    Result<api::RequestGrouping> grouping = api::ParseRequestGrouping(args.request_grouping);
+    Result<scheduler::RequestGrouping> grouping = scheduler::ParseRequestGrouping(args.request_grouping);
     if (!grouping.ok()) return Fail(grouping.status().WithContext("--request-grouping"));
     api_options.grouping = *grouping;
   }
@@ -132,9 +132,9 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   std::fprintf(stderr, "%s",
                fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, request grouping {})\n",
                            args.host, httpd->port(), std::max(1, args.max_batch),
-                           api_options.grouping == api::RequestGrouping::kNone
+                           api_options.grouping == scheduler::RequestGrouping::kNone
                                ? std::string("none")
-                               : fmt::format("{} over {} waiting", api::RequestGroupingName(api_options.grouping),
+                               : fmt::format("{} over {} waiting", scheduler::RequestGroupingName(api_options.grouping),
                                              std::max(1, args.group_window)))
                    .c_str());
   while (signals.Wait(std::chrono::milliseconds(kSignalPollMillis)) == 0) {

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "common/file_util.h"
+#include "common/manifest.h"
 #include "services/cache_manager/cache_manager.h"
-#include "services/executor/prefetch_residuals.h"  // kPrefetchResidualsFileName only (torch-free header)
 
 namespace zipmoe::runtime {
 
@@ -70,7 +70,7 @@ Status ParseDeviceMemoryBudget(const std::string& text, const std::string& flag,
 PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir) {
   if (policy == "smoe") return PrefetchMode::kTopScore;
   if (policy == "dali")
-    return FileExists(JoinPath(model_dir, executor::kPrefetchResidualsFileName)) ? PrefetchMode::kResidual
+    return FileExists(JoinPath(model_dir, kPrefetchResidualsFileName)) ? PrefetchMode::kResidual
                                                                             : PrefetchMode::kTopScore;
   return PrefetchMode::kNone;
 }

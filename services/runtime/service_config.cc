@@ -16,7 +16,7 @@
 #include "common/file_util.h"
 #include "common/thread_priority.h"
 #include "kernels/recovery.h"
-#include "services/api/request_grouping.h"
+#include "services/scheduler/request_grouping.h"
 #include "services/scheduler/device_assignment.h"
 
 namespace zipmoe::runtime {
@@ -182,7 +182,7 @@ Status Validate(const ServiceConfig& c) {
   if (c.staging_slots < 0) return Status::InvalidArgument("staging_slots must be >= 0");
   ZM_RETURN_IF_ERROR(ParseThreadPriority(c.pipeline_priority, "pipeline_priority").status());
   ZM_RETURN_IF_ERROR(positive(c.http_group_window, "http.group_window"));
-  ZM_RETURN_IF_ERROR(api::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
+  ZM_RETURN_IF_ERROR(scheduler::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
   return Status::Ok();
 }
 

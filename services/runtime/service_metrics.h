@@ -151,7 +151,7 @@ class ExecutorMetrics {
   void SetQueueDepth(double sequences);   // sequences waiting for a batch slot (queue depth, requests_waiting)
   void SetRunning(double sequences);      // sequences in the batch
   // Sequences admitted to the batch, by order: "fifo" (the oldest waiting) or "grouped" (request
-  // grouping, request_grouping.h, admitted one queued after a sequence still waiting).
+  // grouping, services/scheduler/request_grouping.h, admitted one queued after a sequence still waiting).
   void CountAdmitted(std::string_view order);
   void ObserveE2e(double seconds);        // request arrival → its last choice ended
   // A finished sequence by finish_reason: "stop", "length", "abort" (client gone or shutdown), "error".

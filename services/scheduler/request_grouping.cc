@@ -1,10 +1,10 @@
-#include "services/api/request_grouping.h"
+#include "services/scheduler/request_grouping.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-namespace zipmoe::api {
+namespace zipmoe::scheduler {
 
 const char* RequestGroupingName(RequestGrouping grouping) {
   switch (grouping) {
@@ -78,4 +78,4 @@ std::vector<size_t> ChooseAdmissions(const std::vector<GroupingCandidate>& windo
   return picked;
 }
 
-}  // namespace zipmoe::api
+}  // namespace zipmoe::scheduler

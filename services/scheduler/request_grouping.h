@@ -3,7 +3,7 @@
 // defined window") adapted to an MoE language model, where a request depends on the experts its
 // tokens route to in every MoE layer.
 //
-// When more sequences wait than the batch has free slots, the batch loop (api_server.h) looks at the
+// When more sequences wait than the batch has free slots, the API's batch loop (services/api/api_server.h) looks at the
 // first `window` waiting sequences (FIFO order) and admits, one slot at a time, the one whose
 // predicted experts (executor::Generator::PredictExperts) are most "at hand": already served without
 // I/O (the provider's cached experts and those the running batch just used,
@@ -25,7 +25,7 @@
 
 #include "common/status.h"
 
-namespace zipmoe::api {
+namespace zipmoe::scheduler {
 
 enum class RequestGrouping : uint8_t {
   kNone = 0,     // first come, first served
@@ -58,4 +58,4 @@ struct GroupingCandidate {
 std::vector<size_t> ChooseAdmissions(const std::vector<GroupingCandidate>& window, const ExpertSets& at_hand,
                                      size_t slots, int max_passes);
 
-}  // namespace zipmoe::api
+}  // namespace zipmoe::scheduler

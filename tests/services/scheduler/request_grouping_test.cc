@@ -1,12 +1,12 @@
 // CoServe's dependency-aware request grouping (request_grouping.h): overlap known answers, the
 // admission order it picks, its starvation bound, and option parsing.
-#include "services/api/request_grouping.h"
+#include "services/scheduler/request_grouping.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-namespace zipmoe::api {
+namespace zipmoe::scheduler {
 namespace {
 
 TEST(RequestGrouping, OverlapCountsLayerExpertPairs) {
@@ -63,4 +63,4 @@ TEST(RequestGrouping, ParsesNames) {
 }
 
 }  // namespace
-}  // namespace zipmoe::api
+}  // namespace zipmoe::scheduler
