@@ -11,9 +11,10 @@
 #      compares token ids and logits (scripts/compare_logits.py), with and without DALI's greedy
 #      CPU/GPU expert assignment,
 #   5. every synthetic architecture on CUDA (checkpoint, compressed, under a budget) vs the CPU,
-#   6. the executor's tests on the CUDA build.
+#   6. the executor's tests on the CUDA build,
+#   7. the host's CPU on 6 and 12 cores: mini warm and cold at a 50 % budget (scripts/cpu_cores_check.sh).
 # Results go to $OUT (default /tmp/gpu_check): summary.txt, and logs.tgz with one log per step.
-# GPU_CHECK_STEPS (default "kernels cache recovery trained archs executor mini") picks the sections to run;
+# GPU_CHECK_STEPS (default "kernels cache recovery trained archs executor mini cores") picks the sections to run;
 # MINI_QUICK=1 runs only mini's CPU, all-resident CUDA and 25 % budget runs.
 #
 # Usage: bash scripts/gpu_check.sh [DEBS_DIR]
@@ -32,7 +33,7 @@ SUMMARY="$OUT/summary.txt"
 # summary.txt is the one file in $OUT even if the run is cut short.
 LOGS=${GPU_CHECK_LOGS:-/tmp/gpu_check_logs}
 rm -rf "$LOGS" && mkdir -p "$LOGS"
-STEPS=" ${GPU_CHECK_STEPS:-kernels cache recovery trained archs executor mini} "
+STEPS=" ${GPU_CHECK_STEPS:-kernels cache recovery trained archs executor mini cores} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 : >"$SUMMARY"
 say() { echo "== $*" | tee -a "$SUMMARY"; }
@@ -247,6 +248,16 @@ fi
 if want executor && [ -x $BIN/zipmoe_executor_tests ]; then
   step executor_tests timeout ${EXECUTOR_TESTS_TIMEOUT:-150} $BIN/zipmoe_executor_tests
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$LOGS/executor_tests.log" | head -20 >>"$SUMMARY"
+fi
+# 7. The host's CPU on 6 and 12 of its cores (issue 36 item 7): mini warm, and cold at a 50 % budget.
+if want cores && [ -x "$Z" ]; then
+  d=/tmp/zipmoe-gpu-mini
+  if [ ! -f "$d/zip/manifest.bin" ]; then
+    step synth_mini $Z synth --arch qwen2_moe --preset mini --out "$d/ckpt" --router-skew 0.5
+    step compress_mini $Z compress "$d/ckpt" "$d/zip" --force --threads "$(nproc)"
+  fi
+  step cores bash "$ROOT/scripts/cpu_cores_check.sh" "$Z" "$d/ckpt" "$d/zip" "$LOGS" ${CORES:-6 12}
+  grep -E '^cores ' "$LOGS/cores.log" >>"$SUMMARY"
 fi
 (cd "$LOGS" && tar czf "$OUT/logs.tgz" --exclude='*.f32' *.log *.json *.txt 2>/dev/null)
 say "done"
