@@ -14,7 +14,7 @@ Floors, lowest first (a file may include its own folder or any lower floor, noth
                                                the plumbing every process shares
   5 services/executor/                         the model's forward pass
   6 services/api/                              the OpenAI-compatible HTTP API
-  7 services/*/service.{h,cc}, services/cli/   each process's entry (`zipmoe service NAME`) and the CLI
+  7 services/processes/, services/cli/        each process's entry (`zipmoe service NAME`) and the CLI
 Within floor 3 the folders are independent (a component never includes another). tests/, bench/ and
 tools above everything are not checked. Standard library only.
 """
@@ -26,7 +26,7 @@ import tempfile
 
 COMPONENTS = ("storage", "decompressor", "cache_manager", "scheduler", "synth", "convert")
 FLOORS = {"schemas": 0, "common": 1, "kernels": 2, "services/runtime": 4, "services/executor": 5,
-          "services/api": 6, "services/cli": 7}
+          "services/api": 6, "services/processes": 7, "services/cli": 7}
 for _c in COMPONENTS:
     FLOORS["services/" + _c] = 3
 CHECKED_DIRS = ("schemas", "common", "kernels", "services")
@@ -39,10 +39,7 @@ def unit_of(path):
     folder = "/".join(parts[:2]) if parts[0] == "services" and len(parts) > 2 else parts[0]
     if folder not in FLOORS:
         return None
-    floor = FLOORS[folder]
-    if parts[0] == "services" and parts[-1] in ("service.h", "service.cc"):
-        floor = 7  # a process entry: composes everything below
-    return folder, floor
+    return folder, FLOORS[folder]
 
 
 def violations(root):
@@ -79,7 +76,7 @@ def self_test():
                 f.write(text)
         write("common/ok.h", '#include "schemas/x.h"\n')
         write("services/api/ok.cc", '#include "services/runtime/service_metrics.h"\n')
-        write("services/scheduler/service.cc", '#include "services/runtime/offload_provider.h"\n')
+        write("services/processes/scheduler_service.cc", '#include "services/runtime/offload_provider.h"\n')
         if violations(tmp):
             print("check_layers self-test: a downward include was reported", file=sys.stderr)
             return 1

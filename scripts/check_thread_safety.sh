@@ -39,8 +39,8 @@ fi
 import json, shlex, sys
 for entry in json.load(open(sys.argv[1])):
     f = entry["file"]
-    if not f.endswith(".cc") or ("/services/executor/" in f and not f.endswith("/services/executor/service.cc")):
-        continue  # the executor's sources and tests; its process entry (service.cc) is torch-free
+    if not f.endswith(".cc") or "/services/executor/" in f:
+        continue  # the executor's sources and tests (torch); its process entry (services/processes/) is torch-free
     args = entry.get("arguments") or shlex.split(entry["command"])
     keep, skip = [], False
     for a in args[1:]:  # the compiler, -o OUT, -c and the source itself go

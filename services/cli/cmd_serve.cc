@@ -1,6 +1,6 @@
 // `zipmoe serve`: the OpenAI-compatible HTTP API (services/api/api_server.h) over the embedded
 // executor. This file parses the flags and builds the embedded runtime; the serve loop is
-// executor::RunServe (services/executor/service.h), which the executor process of `zipmoe up` runs too.
+// executor::RunServe (services/processes/executor_service.h), which the executor process of `zipmoe up` runs too.
 //
 //   zipmoe serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY | env ZIPMOE_API_KEY]
 //                [--served-model-name NAME... | env ZIPMOE_SERVED_MODEL_NAME] [--threads N]
@@ -30,7 +30,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
-#include "services/executor/service.h"
+#include "services/processes/executor_service.h"
 #include "services/runtime/offload_provider.h"
 #include "services/runtime/service_metrics.h"
 #include "services/runtime/service_util.h"

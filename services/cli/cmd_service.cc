@@ -2,11 +2,11 @@
 // (services issue; docs/services.md). This file loads the configuration (services/runtime/
 // service_config.h: file, then ZIPMOE_* environment, then --set), pins the CPUs, starts the trace and
 // calls the service's entry, which lives in its own folder:
-//   cache-manager services/cache_manager/service.h  the arena owner: plans the pools, creates the arena
-//   scheduler     services/scheduler/service.h      Alg. 1 over the cache-manager, storage and decompressors
-//   storage       services/storage/service.h        the I/O thread: chunk reads into the shared arena
-//   decompressor  services/decompressor/service.h   L decode/recovery threads; run N replicas
-//   executor      services/executor/service.h       the model + the OpenAI-style HTTP API
+//   cache-manager services/processes/cache_manager_service.h  the arena owner: plans the pools, creates the arena
+//   scheduler     services/processes/scheduler_service.h      Alg. 1 over the cache-manager, storage and decompressors
+//   storage       services/processes/storage_service.h        the I/O thread: chunk reads into the shared arena
+//   decompressor  services/processes/decompressor_service.h   L decode/recovery threads; run N replicas
+//   executor      services/processes/executor_service.h       the model + the OpenAI-style HTTP API
 // SIGINT/SIGTERM stop the service cleanly (a worker tells the scheduler, which re-issues its ops).
 #include <CLI/CLI.hpp>
 
@@ -19,15 +19,15 @@
 #include <fmt/format.h>
 
 #include "common/thread_priority.h"
-#include "services/cache_manager/service.h"
+#include "services/processes/cache_manager_service.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
-#include "services/decompressor/service.h"
-#include "services/executor/service.h"
+#include "services/processes/decompressor_service.h"
+#include "services/processes/executor_service.h"
 #include "services/runtime/service_config.h"
 #include "services/runtime/service_util.h"
-#include "services/scheduler/service.h"
-#include "services/storage/service.h"
+#include "services/processes/scheduler_service.h"
+#include "services/processes/storage_service.h"
 
 extern char** environ;
 

@@ -13,7 +13,7 @@
 // Why services/runtime and not common/: the config names every zipmoe service and its keys, so it is
 // the deployment's glue, not a service-agnostic utility; services/runtime is where that glue lives,
 // and this file is a small library of its own (zipmoe_service_base, no torch, no CLI) that every
-// service's process entry (services/<name>/service.h) and the CLI link.
+// service's process entry (services/processes/<name>_service.h) and the CLI link.
 // Threads: plain data and pure functions, callable from any thread.
 // Errors: Status values (kInvalidArgument / kNotFound), each naming the file, variable or key.
 #pragma once

@@ -1,4 +1,4 @@
-// The small helpers every zipmoe service process shares (services/<name>/service.h, `zipmoe up`):
+// The small helpers every zipmoe service process shares (services/processes/<name>_service.h, `zipmoe up`):
 // signal handling, log lines, CPU pinning, the /metrics endpoint, attaching the shared arena, the
 // pull-worker loop and trace files. In services/runtime beside service_config.h (not common/): most
 // take the deployment's ServiceConfig; library zipmoe_service_base, torch-free and CLI-free.

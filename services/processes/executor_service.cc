@@ -1,4 +1,4 @@
-#include "services/executor/service.h"
+#include "services/processes/executor_service.h"
 
 #include <algorithm>
 #include <atomic>

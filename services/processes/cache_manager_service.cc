@@ -1,4 +1,4 @@
-#include "services/cache_manager/service.h"
+#include "services/processes/cache_manager_service.h"
 
 #include <chrono>
 #include <memory>

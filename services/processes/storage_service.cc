@@ -1,4 +1,4 @@
-#include "services/storage/service.h"
+#include "services/processes/storage_service.h"
 
 #include <memory>
 #include <string>

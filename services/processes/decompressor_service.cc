@@ -1,4 +1,4 @@
-#include "services/decompressor/service.h"
+#include "services/processes/decompressor_service.h"
 
 #include <memory>
 #include <string>

@@ -1,4 +1,4 @@
-#include "services/scheduler/service.h"
+#include "services/processes/scheduler_service.h"
 
 #include <chrono>
 #include <cstdint>
