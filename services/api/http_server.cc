@@ -264,6 +264,9 @@ struct HttpServer::Impl {
       }
     }
   }
+  std::string BodiesFullMessage() const {
+    return fmt::format("too many request bodies in memory ({} bytes at most); retry", options.max_buffered_body_bytes);
+  }
   void Release(HttpCall& call) {
     if (call.reserved > 0) buffered.fetch_sub(call.reserved);
     call.reserved = 0;
@@ -271,21 +274,22 @@ struct HttpServer::Impl {
   // Hands a response to the library: called on the event thread from the access handler only.
   MHD_Result Queue(MHD_Connection* conn, int status, std::string_view content_type, std::string_view body, bool close,
                    const std::vector<std::pair<std::string, std::string>>& headers) {
-    MHD_Response* response = MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()),
-                                                             MHD_RESPMEM_MUST_COPY);
-    if (response == nullptr) return MHD_NO;
-    Decorate(response, content_type, close, headers);
-    const MHD_Result rc = MHD_queue_response(conn, static_cast<unsigned>(status), response);
-    MHD_destroy_response(response);
-    return rc;
+    return Submit(conn, status,
+                  MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY),
+                  content_type, close, headers);
   }
-  void Decorate(MHD_Response* response, std::string_view content_type, bool close,
-                const std::vector<std::pair<std::string, std::string>>& headers) {
+  // Adds the headers to `response` (null: the library could not make it) and queues it.
+  MHD_Result Submit(MHD_Connection* conn, int status, MHD_Response* response, std::string_view content_type,
+                    bool close, const std::vector<std::pair<std::string, std::string>>& headers) {
+    if (response == nullptr) return MHD_NO;
     if (!content_type.empty()) MHD_add_response_header(response, "Content-Type", std::string(content_type).c_str());
     if (!options.cors_origin.empty())
       MHD_add_response_header(response, "Access-Control-Allow-Origin", options.cors_origin.c_str());
     if (close) MHD_add_response_header(response, "Connection", "close");
     for (const auto& [k, v] : headers) MHD_add_response_header(response, k.c_str(), v.c_str());
+    const MHD_Result rc = MHD_queue_response(conn, static_cast<unsigned>(status), response);
+    MHD_destroy_response(response);
+    return rc;
   }
   MHD_Result LayerError(MHD_Connection* conn, int status, const std::string& message) {
     const auto [type, body] = ErrorBody(status, message);
@@ -435,8 +439,7 @@ MHD_Result HttpServer::Impl::FirstCall(MHD_Connection* conn, const char* url, co
     const size_t want = static_cast<size_t>(call->declared);
     if (buffered.fetch_add(want) + want > options.max_buffered_body_bytes) {
       buffered.fetch_sub(want);
-      return LayerError(conn, 503, fmt::format("too many request bodies in memory ({} bytes at most); retry",
-                                               options.max_buffered_body_bytes));
+      return LayerError(conn, 503, BodiesFullMessage());
     }
     call->reserved = want;
     request.body.reserve(want);
@@ -465,21 +468,19 @@ MHD_Result HttpServer::Impl::Answer(MHD_Connection* conn, const char* url, const
     *upload_size = 0;
     if (call->refused != 0) return MHD_YES;  // discarded; answered at its end
     std::string& body = call->request.body;
-    if (body.size() + n > options.max_body_bytes) {
-      call->refused = 413;
-      call->refused_message = fmt::format("the request body is larger than {} bytes", options.max_body_bytes);
+    const auto refuse = [&](int status, std::string message) {  // the rest is read and dropped
+      call->refused = status;
+      call->refused_message = std::move(message);
       std::string().swap(body);
       return MHD_YES;
-    }
+    };
+    if (body.size() + n > options.max_body_bytes)
+      return refuse(413, fmt::format("the request body is larger than {} bytes", options.max_body_bytes));
     if (body.size() + n > call->reserved) {  // a chunked body: counted as it grows
       const size_t more = std::max<size_t>(body.size() + n - call->reserved, 64 << 10);
       if (buffered.fetch_add(more) + more > options.max_buffered_body_bytes) {
         buffered.fetch_sub(more);
-        call->refused = 503;
-        call->refused_message =
-            fmt::format("too many request bodies in memory ({} bytes at most); retry", options.max_buffered_body_bytes);
-        std::string().swap(body);
-        return MHD_YES;
+        return refuse(503, BodiesFullMessage());
       }
       call->reserved += more;
     }
@@ -506,13 +507,10 @@ MHD_Result HttpServer::Impl::Answer(MHD_Connection* conn, const char* url, const
   if (!call->stream) return Queue(conn, call->status, call->content_type, call->body, call->close, call->headers);
   MHD_Response* response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, &Impl::ReadStream,
                                                              new std::shared_ptr<HttpCall>(call), &Impl::FreeStream);
-  if (response == nullptr) return MHD_NO;
-  Decorate(response, call->content_type, call->close, call->headers);
-  const unsigned status = static_cast<unsigned>(call->status);
+  // The head was written once, before `ready` (HttpExchange::Respond), so it is read without the lock,
+  // which the library's ReadStream takes while queueing.
   lock.unlock();
-  const MHD_Result rc = MHD_queue_response(conn, status, response);
-  MHD_destroy_response(response);
-  return rc;
+  return Submit(conn, call->status, response, call->content_type, call->close, call->headers);
 }
 
 void HttpServer::Impl::Dispatch(std::shared_ptr<HttpCall> call) {
@@ -577,7 +575,7 @@ bool Deliver(HttpCall& call, const Change& change) {
 
 }  // namespace
 
-bool HttpExchange::Send(int status, std::string_view content_type, std::string_view body) {
+bool HttpExchange::Respond(int status, std::string_view content_type, bool stream, std::string_view body) {
   if (sent_) return false;
   sent_ = true;
   status_ = status;
@@ -587,24 +585,19 @@ bool HttpExchange::Send(int status, std::string_view content_type, std::string_v
     c.content_type = std::string(content_type);
     c.headers = std::move(headers_);
     c.close = close_;
-    c.stream = false;
+    c.stream = stream;
     c.body.assign(body.data(), body.size());
   });
 }
 
+bool HttpExchange::Send(int status, std::string_view content_type, std::string_view body) {
+  return Respond(status, content_type, /*stream=*/false, body);
+}
+
 bool HttpExchange::BeginStream(int status, std::string_view content_type) {
   if (sent_) return false;
-  sent_ = true;
-  status_ = status;
   AddHeader("Cache-Control", "no-cache");
-  return Deliver(*call_, [&](HttpCall& c) {
-    c.ready = true;
-    c.status = status;
-    c.content_type = std::string(content_type);
-    c.headers = std::move(headers_);
-    c.close = close_;
-    c.stream = true;
-  });
+  return Respond(status, content_type, /*stream=*/true, {});
 }
 
 bool HttpExchange::Write(std::string_view data) {

@@ -119,6 +119,8 @@ class HttpExchange {
   bool ClientGone();
 
  private:
+  // The response head (and a Send's body) for the event thread to queue; false once sent or gone.
+  bool Respond(int status, std::string_view content_type, bool stream, std::string_view body);
   std::shared_ptr<HttpCall> call_;
   std::vector<std::pair<std::string, std::string>> headers_;
   bool sent_ = false;
