@@ -108,6 +108,13 @@ Status RemoteExpertProvider::OpenPipe(milliseconds wait) {
   return Status::Ok();
 }
 
+void RemoteExpertProvider::DropPipeLocked(const std::string& why) {
+  std::fprintf(stderr, "W: executor: %s: back to ZeroMQ; a new pipe is offered at the next layer\n", why.c_str());
+  pipe_.reset();
+  pipe_lost_ = true;
+  next_pipe_try_ = Clock::now();
+}
+
 Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
   const auto deadline = Clock::now() + config_.timeout;
   while (true) {
@@ -124,13 +131,9 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
         continue;  // taken from the inbox above
       }
       if (pipe_ != nullptr && pipe_->broken()) {
-        // Nothing more will come through it: back to ZeroMQ, and a new pipe at the next layer (the
-        // answers of this layer went into the broken ring: this call fails).
-        std::fprintf(stderr, "W: executor: %s: back to ZeroMQ; a new pipe is offered at the next layer\n",
-                     got.status().ToString().c_str());
-        pipe_.reset();
-        pipe_lost_ = true;
-        next_pipe_try_ = Clock::now();
+        // Nothing more will come through it (the answers of this layer went into the broken ring:
+        // this call fails).
+        DropPipeLocked(got.status().ToString());
         return got.status();
       }
       if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
@@ -138,11 +141,8 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
     if (Clock::now() > deadline) {
       MutexLock lock(&mu_);
       if (pipe_ != nullptr) {
-        std::fprintf(stderr, "W: executor: nothing from the scheduler through the pipe %s for %lld ms: back to "
-                     "ZeroMQ; a new pipe is offered at the next layer\n", pipe_->name().c_str(),
-                     static_cast<long long>(config_.timeout.count()));
-        pipe_.reset();
-        pipe_lost_ = true;
+        DropPipeLocked(fmt::format("nothing from the scheduler through the pipe {} for {} ms", pipe_->name(),
+                                   config_.timeout.count()));
       }
       return Status::DeadlineExceeded(fmt::format("scheduler at {} did not answer {} within {} ms", config_.endpoint,
                                                   what, config_.timeout.count()));

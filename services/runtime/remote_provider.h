@@ -122,6 +122,9 @@ class RemoteExpertProvider : public ExpertProvider {
   // One message over the link in use (the pipe once open, else the channel).
   Status SendLocked(messaging::Body body) ZM_REQUIRES(mu_);
   Result<messaging::Body> RecvLocked(std::chrono::milliseconds timeout) const ZM_REQUIRES(mu_);
+  // Closes the pipe (silent or broken, `why` logged) and falls back to ZeroMQ; the next BeginLayer
+  // offers a new one. Driving thread.
+  void DropPipeLocked(const std::string& why) ZM_REQUIRES(mu_);
   // Appends a received message to inbox_; an ExpertsReady as its items, one ExpertReady each.
   void InboxLocked(messaging::Body body) const ZM_REQUIRES(mu_);
   // A lease's release is buffered; the buffer goes out as one LeaseRelease at the next NextReady
