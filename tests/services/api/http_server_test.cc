@@ -58,6 +58,16 @@ std::string ReadUntil(int fd, const std::string& stop, int times = 1) {
   return out;
 }
 
+// One request on a new connection: sends `request`, reads until `stop` (or the close, or the
+// timeout), closes.
+std::string Ask(int port, const std::string& request, const std::string& stop) {
+  const int fd = Connect(port);
+  SendAll(fd, request);
+  std::string got = ReadUntil(fd, stop);
+  ::close(fd);
+  return got;
+}
+
 size_t Count(const std::string& s, const std::string& what) {
   size_t n = 0;
   for (size_t pos = s.find(what); pos != std::string::npos; pos = s.find(what, pos + 1)) ++n;
@@ -102,20 +112,15 @@ TEST_F(HttpServerTest, MalformedContentLengthIs400AndTooLargeIs413) {
   options.max_body_bytes = 1000;
   Start(Echo(), options);
   for (const char* bad : {"-5", "abc"}) {
-    const int fd = Connect(server_->port());
-    SendAll(fd, std::string("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: ") + bad + "\r\n\r\n");
-    const std::string got = ReadUntil(fd, "\r\n\r\n");
+    const std::string got =
+        Ask(server_->port(), std::string("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: ") + bad + "\r\n\r\n", "\r\n\r\n");
     EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << bad << ": " << got;
-    ::close(fd);
   }
-  const int fd = Connect(server_->port());
-  SendAll(fd, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n");
-  EXPECT_EQ(ReadUntil(fd, "\r\n\r\n").rfind("HTTP/1.1 413", 0), 0u);
-  ::close(fd);
-  const int ok = Connect(server_->port());
-  SendAll(ok, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
-  EXPECT_NE(ReadUntil(ok, "POST /x 3").find("POST /x 3"), std::string::npos);
-  ::close(ok);
+  EXPECT_EQ(Ask(server_->port(), "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", "\r\n\r\n")
+                .rfind("HTTP/1.1 413", 0),
+            0u);
+  EXPECT_NE(Ask(server_->port(), "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", "POST /x 3").find("POST /x 3"),
+            std::string::npos);
 }
 
 // Each request would hide a second one ("GET /smuggled") in what one reader takes for its body and
@@ -179,10 +184,11 @@ TEST_F(HttpServerTest, OnHeadAnswersBeforeTheBodyIsReadAndClosesTheConnection) {
   EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got;
   EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
   ::close(fd);
-  const int ok = Connect(server_->port());
-  SendAll(ok, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Length: 3\r\n\r\nabc");
-  EXPECT_NE(ReadUntil(ok, "\r\n\r\n3").find("HTTP/1.1 200"), std::string::npos);
-  ::close(ok);
+  EXPECT_NE(Ask(server_->port(),
+                "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Length: 3\r\n\r\nabc",
+                "\r\n\r\n3")
+                .find("HTTP/1.1 200"),
+            std::string::npos);
   EXPECT_EQ(bodies.load(), 1);
 }
 
@@ -194,10 +200,10 @@ TEST_F(HttpServerTest, ExpectContinueIsHonouredAndOtherExpectationsAre417) {
   SendAll(fd, "abcd");
   EXPECT_NE(ReadUntil(fd, "POST /e 4").find("POST /e 4"), std::string::npos);
   ::close(fd);
-  const int bad = Connect(server_->port());
-  SendAll(bad, "POST /e HTTP/1.1\r\nHost: x\r\nExpect: something\r\nContent-Length: 4\r\n\r\nabcd");
-  EXPECT_EQ(ReadUntil(bad, "\r\n\r\n").rfind("HTTP/1.1 417", 0), 0u);
-  ::close(bad);
+  EXPECT_EQ(Ask(server_->port(), "POST /e HTTP/1.1\r\nHost: x\r\nExpect: something\r\nContent-Length: 4\r\n\r\nabcd",
+                "\r\n\r\n")
+                .rfind("HTTP/1.1 417", 0),
+            0u);
 }
 
 TEST_F(HttpServerTest, CorsPreflightIsAnsweredBeforeTheHandler) {
@@ -294,11 +300,9 @@ TEST_F(HttpServerTest, TricklingClientsAndBusyWorkersDoNotDelayPriorityRequests)
     for (int fd : slow) ::send(fd, head.data() + sent % head.size(), 1, MSG_NOSIGNAL);
     ++sent;
     const auto t0 = std::chrono::steady_clock::now();
-    const int fd = Connect(server_->port());
-    SendAll(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
-    EXPECT_NE(ReadUntil(fd, "GET /health 0").find("HTTP/1.1 200"), std::string::npos);
+    EXPECT_NE(Ask(server_->port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", "GET /health 0").find("HTTP/1.1 200"),
+              std::string::npos);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "probe " << probes;
-    ::close(fd);
     ++probes;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -347,10 +351,7 @@ TEST_F(HttpServerTest, HeadersAndBodiesPastTheirDeadlineCloseTheConnection) {
   }
   EXPECT_EQ(calls.load(), 0);
   // A prompt request on the same server is served.
-  const int fd = Connect(server_->port());
-  SendAll(fd, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n");
-  EXPECT_NE(ReadUntil(fd, "/ok").find("HTTP/1.1 200"), std::string::npos);
-  ::close(fd);
+  EXPECT_NE(Ask(server_->port(), "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n", "/ok").find("HTTP/1.1 200"), std::string::npos);
 }
 
 // Request bodies held at once are capped: a request that would pass the cap answers 503 from its
@@ -363,35 +364,28 @@ TEST_F(HttpServerTest, BufferedBodiesAreCappedAndEveryTargetFormIsAnswered) {
   const int held = Connect(server_->port());  // 800 bytes announced, 10 sent: 800 held
   SendAll(held, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 800\r\n\r\n0123456789");
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const int over = Connect(server_->port());
-  SendAll(over, "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n");
-  EXPECT_EQ(ReadUntil(over, "\r\n\r\n").rfind("HTTP/1.1 503", 0), 0u);
-  ::close(over);
+  EXPECT_EQ(Ask(server_->port(), "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n", "\r\n\r\n")
+                .rfind("HTTP/1.1 503", 0),
+            0u);
   SendAll(held, std::string(790, 'x'));
   EXPECT_NE(ReadUntil(held, "POST /a 800").find("POST /a 800"), std::string::npos);
   ::close(held);
   // Released once its handler has returned (just after its response went out): fits again.
   std::string got_again;
   for (int attempt = 0; attempt < 40; ++attempt) {
-    const int again = Connect(server_->port());
-    SendAll(again, "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n" + std::string(300, 'y'));
-    got_again = ReadUntil(again, "POST /b 300");
-    ::close(again);
+    got_again = Ask(server_->port(), "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n" + std::string(300, 'y'),
+                    "POST /b 300");
     if (got_again.rfind("HTTP/1.1 503", 0) != 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   EXPECT_NE(got_again.find("POST /b 300"), std::string::npos) << got_again;
 
-  const int star = Connect(server_->port());
-  SendAll(star, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n");
-  const std::string got = ReadUntil(star, "\r\n\r\n");
+  const std::string got = Ask(server_->port(), "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", "\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 204", 0), 0u) << got;
   EXPECT_NE(got.find("Allow: GET, HEAD, POST, OPTIONS"), std::string::npos) << got;
-  ::close(star);
-  const int absolute = Connect(server_->port());
-  SendAll(absolute, "GET http://localhost:1/health?x=1 HTTP/1.1\r\nHost: localhost\r\n\r\n");
-  EXPECT_NE(ReadUntil(absolute, "GET /health 0").find("GET /health 0"), std::string::npos);
-  ::close(absolute);
+  EXPECT_NE(Ask(server_->port(), "GET http://localhost:1/health?x=1 HTTP/1.1\r\nHost: localhost\r\n\r\n", "GET /health 0")
+                .find("GET /health 0"),
+            std::string::npos);
 }
 
 TEST(HttpServerStartTest, BadOptionsAndBusyPortsAreErrors) {
