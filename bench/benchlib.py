@@ -209,13 +209,28 @@ def same_prefix(path, want):
     return len(got) > 0 and want[:len(got)] == got
 
 
-def machine_info():
-    info = {"hostname": platform.node(), "kernel": platform.release(), "nproc": os.cpu_count()}
+def cpu_model_and_flags():
+    """(model name, set of flags) of the first CPU in /proc/cpuinfo (x86 "model name"/"flags", Arm
+    "Model"/"Features"); (None, set()) when unreadable."""
+    model, flags = None, set()
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
+            key = line.split(":", 1)[0].strip()
+            if key in ("model name", "Model") and model is None:
+                model = line.split(":", 1)[1].strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return model, flags
+
+
+def machine_info():
+    info = {"hostname": platform.node(), "kernel": platform.release(), "nproc": os.cpu_count()}
+    model, _ = cpu_model_and_flags()
+    if model:
+        info["cpu"] = model
+    try:
         for line in open("/proc/meminfo"):
             if line.startswith("MemTotal"):
                 info["mem_gib"] = round(int(line.split()[1]) / (1 << 20), 1)

@@ -124,11 +124,17 @@ def slow_clients(port, n, seconds):
     return f"{len(conns)} connections sending a byte every 2 s for {seconds} s"
 
 
+def post_head(path, length, key=None, close=False):
+    """The head of a JSON POST of `length` body bytes, with the API key when given."""
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    conn = "Connection: close\r\n" if close else ""
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n{conn}"
+            f"Content-Length: {length}\r\n\r\n").encode()
+
+
 def half_sent(port, n, key):
     """n requests whose headers arrived and whose bodies never finish, while one real completion runs."""
-    auth = f"Authorization: Bearer {key}\r\n" if key else ""
-    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
-            f"Content-Length: 100\r\n\r\n{{").encode()
+    head = post_head("/v1/completions", 100, key) + b"{"
     conns = []
     for _ in range(n):
         try:
@@ -139,8 +145,7 @@ def half_sent(port, n, key):
             break
     body = b'{"prompt": "Hello", "max_tokens": 4}'
     t0 = time.monotonic()
-    got = exchange(port, (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
-                          f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body, timeout=30)
+    got = exchange(port, post_head("/v1/completions", len(body), key, close=True) + body, timeout=30)
     took = time.monotonic() - t0
     for s in conns:
         s.close()
@@ -149,10 +154,8 @@ def half_sent(port, n, key):
 
 def many_completions(port, n, key):
     """n completions at once (8 tokens each); counts their statuses."""
-    auth = f"Authorization: Bearer {key}\r\n" if key else ""
     body = b'{"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true}'
-    raw = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
-           f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    raw = post_head("/v1/completions", len(body), key, close=True) + body
     statuses, lock = {}, threading.Lock()
 
     def one():
@@ -171,9 +174,7 @@ def many_completions(port, n, key):
 
 
 def big_post(port, path, size, key=None, read_after_headers=True):
-    auth = f"Authorization: Bearer {key}\r\n" if key else ""
-    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
-            f"Content-Length: {size}\r\n\r\n").encode()
+    head = post_head(path, size, key)
     s = socket.create_connection((HOST, port), timeout=10)
     t0 = time.monotonic()
     s.sendall(head)

@@ -23,16 +23,7 @@ KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx51
 
 def cpu_description():
     """The CPU model, its core count and which of KERNEL_FLAGS it has (bench (m) reports it per machine)."""
-    model, flags = None, set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            key = line.split(":", 1)[0].strip()
-            if key in ("model name", "Model") and model is None:
-                model = line.split(":", 1)[1].strip()
-            elif key in ("flags", "Features") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
+    model, flags = bl.cpu_model_and_flags()
     return {"cpu": model, "nproc": os.cpu_count(), "flags": [f for f in KERNEL_FLAGS if f in flags]}
 
 
