@@ -5,7 +5,7 @@
 //   RunExecutorService: `zipmoe service executor` (one of `zipmoe up`'s processes): RunServe over a
 //                       RemoteExpertProvider connected to the scheduler process (remote_provider.h),
 //                       with its /metrics on metrics.port.executor.
-// Torch-free: this file and service.cc use the executor only through generator.h. They form library
+// Torch-free: this file and executor_service.cc use the executor only through generator.h. They form library
 // zipmoe_executor_service, apart from zipmoe_executor (which they link, with zipmoe_api and
 // zipmoe_runtime).
 // Threads: call from the process's main thread, after `signals` was constructed and before any other
