@@ -10,7 +10,7 @@ pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)      # tokenizer pre-tokenizer regexes
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)   # tokenizer NFC/NFKC, categories
-pkg_check_modules(ZMQ REQUIRED libzmq)                             # ZeroMQ transport (common/messaging_channel.h)
+pkg_check_modules(ZMQ REQUIRED libzmq)                             # ZeroMQ transport (common/ipc/messaging_channel.h)
 find_path(CPPZMQ_INCLUDE_DIR zmq.hpp zmq_addon.hpp REQUIRED)       # cppzmq: header-only C++ binding (cppzmq-dev)
 # zipmoe_zmq: libzmq + the cppzmq headers. Not PkgConfig::ZMQ: libzmq.pc's Cflags add the include
 # dirs of its private dependencies (krb5, pgm, libxml2) to every target, and none is needed.

@@ -2,7 +2,7 @@
 # (*.fbs) generating OUT_DIR/<stem>_generated.h; OUT_VAR receives the header paths. Used by the main
 # build (schemas/CMakeLists.txt) and the fuzz project (tests/fuzz/), so both generate the same code.
 # The object API (--gen-object-api: a plain C++ struct `<Table>T` per table, Pack/UnPack) with
-# operator== (--gen-compare) is the message types' C++ side (common/messaging.h); C++17 makes
+# operator== (--gen-compare) is the message types' C++ side (common/ipc/messaging.h); C++17 makes
 # optional scalars std::optional; --reflect-types --reflect-names add each table's field types and names (MiniReflectTypeTable, used
 # by messaging.cc's alignment check). A schema may `include` another one of the folder (messages.fbs
 # includes manifest.fbs), so each header depends on every schema and flatc searches the folder.

@@ -18,7 +18,7 @@ endfunction()
 # zipmoe_<name>_service from services/processes/<name>_service.cc, the process entry of `zipmoe
 # service <name>` (services/processes/<name>_service.h), linking zipmoe_<name>, the process helpers
 # (zipmoe_service_base), the per-service metrics and <libraries>. The entries sit on the top floor,
-# above services/runtime, the executor and the API that they compose (docs/architecture.md "Layers").
+# above services/pipeline, services/links, services/service_base, the executor and the API that they compose (docs/architecture.md "Layers").
 function(zipmoe_add_service_process name)
   add_library(zipmoe_${name}_service STATIC ${CMAKE_CURRENT_SOURCE_DIR}/${name}_service.cc)
   target_link_libraries(zipmoe_${name}_service PUBLIC zipmoe_${name} zipmoe_service_base zipmoe_service_metrics

@@ -2,7 +2,7 @@
 // one both the cache planner (services/cache_manager/plan_cost.h: makespan estimates, Alg. 4) and the
 // cache-affinity scheduler (services/scheduler: Algorithm 1, Lemma B.3's bound, the simulator) read.
 // `zipmoe profile` measures it (profile.json); the runtime also measures it per layer
-// (services/runtime/runtime_stats.h).
+// (services/pipeline/runtime_stats.h).
 //
 // Execution model: one I/O thread reads chunks back to back, L decode workers decode one E-chunk
 // each per operation, one recovery stream recovers tensors (E + SM -> BF16), and the GPU (or the

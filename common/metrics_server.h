@@ -1,6 +1,6 @@
 // MetricsServer: one process's Prometheus registry and its `/metrics` pull endpoint (prometheus-cpp
 // 1.0.1 Registry + TextSerializer, text format 0.0.4, served by cpp-httplib). The metric families themselves are registered by
-// services/runtime/service_metrics.h; names, labels and buckets are fixed in docs/metrics.md.
+// services/service_base/service_metrics.h; names, labels and buckets are fixed in docs/metrics.md.
 //
 // Start() binds the first free port of [port, port + port_search - 1], so scaled replicas on one host
 // (docker compose --scale, several decompressors) each get their own endpoint without configuration.

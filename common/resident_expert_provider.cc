@@ -6,7 +6,7 @@
 #include <array>
 #include <cstdint>
 
-#include "common/expert_names.h"
+#include "common/checkpoint/expert_names.h"
 #include "common/parallel.h"
 
 namespace zipmoe {

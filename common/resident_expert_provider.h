@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/expert_provider.h"
-#include "common/expert_store.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/expert_store.h"
+#include "common/checkpoint/safetensors.h"
 
 namespace zipmoe {
 

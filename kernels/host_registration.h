@@ -1,5 +1,5 @@
 // HostRegistration: a move-only owner of one cudaHostRegister()ed host range (style.md "Ownership"),
-// used to make the shared-memory arena (common/slot_arena.h) readable by the recovery kernel in place
+// used to make the shared-memory arena (common/ipc/slot_arena.h) readable by the recovery kernel in place
 // (ZipMoE §4: SM-chunks are read "directly into host-pinned memory registered for direct GPU access";
 // zero-copy on Jetson's unified memory, over PCIe on a discrete GPU).
 //

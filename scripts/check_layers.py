@@ -10,12 +10,14 @@ Floors, lowest first (a file may include its own folder or any lower floor, noth
   2 kernels/                                   CPU/CUDA kernels
   3 services/{storage,decompressor,cache_manager,scheduler,synth,convert}
                                                the paper's components and tools, libraries only
-  4 services/runtime/                          the pipeline that wires them, the links of `up`, and
-                                               the plumbing every process shares
-  5 services/executor/                         the model's forward pass
-  6 services/api/                              the OpenAI-compatible HTTP API
-  7 services/processes/, services/cli/        each process's entry (`zipmoe service NAME`) and the CLI
-Within floor 3 the folders are independent (a component never includes another). tests/, bench/ and
+  4 services/pipeline/                         the embedded pipeline that wires them in one process
+  5 services/links/                            what carries the pipeline between the processes of `up`
+  6 services/service_base/                     the plumbing every process shares (config, metrics)
+  7 services/executor/                         the model's forward pass
+  8 services/api/                              the OpenAI-compatible HTTP API
+  9 services/processes/, services/cli/        each process's entry (`zipmoe service NAME`) and the CLI
+Within floor 3 the folders are independent (a component never includes another). A folder under
+services/ that has no floor here is itself an error: a new folder must be given its place. tests/, bench/ and
 tools above everything are not checked. Standard library only.
 """
 import argparse
@@ -25,8 +27,9 @@ import sys
 import tempfile
 
 COMPONENTS = ("storage", "decompressor", "cache_manager", "scheduler", "synth", "convert")
-FLOORS = {"schemas": 0, "common": 1, "kernels": 2, "services/runtime": 4, "services/executor": 5,
-          "services/api": 6, "services/processes": 7, "services/cli": 7}
+FLOORS = {"schemas": 0, "common": 1, "kernels": 2, "services/pipeline": 4, "services/links": 5,
+          "services/service_base": 6, "services/executor": 7, "services/api": 8, "services/processes": 9,
+          "services/cli": 9}
 for _c in COMPONENTS:
     FLOORS["services/" + _c] = 3
 CHECKED_DIRS = ("schemas", "common", "kernels", "services")
@@ -52,6 +55,9 @@ def violations(root):
                 rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
                 src = unit_of(rel)
                 if src is None:
+                    if rel.startswith("services/") and rel.count("/") >= 2:
+                        found.append(f"{rel}: folder {'/'.join(rel.split('/')[:2])} has no floor "
+                                     "(give it one in scripts/check_layers.py and docs/architecture.md)")
                     continue
                 with open(os.path.join(dirpath, name), errors="replace") as f:
                     for lineno, line in enumerate(f, 1):
@@ -75,17 +81,18 @@ def self_test():
             with open(os.path.join(tmp, rel), "w") as f:
                 f.write(text)
         write("common/ok.h", '#include "schemas/x.h"\n')
-        write("services/api/ok.cc", '#include "services/runtime/service_metrics.h"\n')
-        write("services/processes/scheduler_service.cc", '#include "services/runtime/offload_provider.h"\n')
+        write("services/api/ok.cc", '#include "services/service_base/service_metrics.h"\n')
+        write("services/processes/scheduler_service.cc", '#include "services/pipeline/offload_provider.h"\n')
         if violations(tmp):
             print("check_layers self-test: a downward include was reported", file=sys.stderr)
             return 1
-        write("services/runtime/planted.cc", '#include "services/api/http_server.h"\n')
+        write("services/pipeline/planted.cc", '#include "services/links/remote_provider.h"\n')
         write("services/storage/planted.h", '#include "services/scheduler/policy.h"\n')
+        write("services/nowhere/planted.h", '#include "common/status.h"\n')
         found = violations(tmp)
-        want = ["services/runtime/planted.cc:1", "services/storage/planted.h:1"]
-        if len(found) != 2 or not all(any(f.startswith(w) for f in found) for w in want):
-            print(f"check_layers self-test: expected the two planted includes, got {found}", file=sys.stderr)
+        want = ["services/pipeline/planted.cc:1", "services/storage/planted.h:1", "services/nowhere/planted.h"]
+        if len(found) != 3 or not all(any(f.startswith(w) for f in found) for w in want):
+            print(f"check_layers self-test: expected the three planted faults, got {found}", file=sys.stderr)
             return 1
         print("check_layers self-test: the planted upward includes were caught:\n  " + "\n  ".join(found))
         return 0

@@ -8,7 +8,7 @@
 
 #include "services/api/api_server.h"
 #include "services/api/api_server_jobs.h"
-#include "services/runtime/service_metrics.h"
+#include "services/service_base/service_metrics.h"
 
 namespace zipmoe::api {
 namespace {

@@ -15,9 +15,9 @@
 #include <prometheus/text_serializer.h>
 
 #include "common/thread_name.h"
-#include "common/tokenizer_unicode.h"
+#include "common/tokenizer/tokenizer_unicode.h"
 #include "services/api/api_server_jobs.h"
-#include "services/runtime/service_metrics.h"
+#include "services/service_base/service_metrics.h"
 
 namespace zipmoe::api {
 namespace {

@@ -48,7 +48,7 @@
 
 #include "common/mutex.h"
 #include "common/expert_provider.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "services/api/http_server.h"
 #include "services/api/openai_protocol.h"
 #include "services/scheduler/request_grouping.h"

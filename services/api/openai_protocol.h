@@ -31,8 +31,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "common/checkpoint/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "services/executor/sampler.h"
 
 namespace zipmoe::api {

@@ -1,5 +1,5 @@
 // CacheManager: the compression-aware expert cache (ZipMoE §3.2, §3.4). It owns the shared-memory
-// arena (common/slot_arena.h) carved into the pools F (full tensors in the model's expert dtype: BF16,
+// arena (common/ipc/slot_arena.h) carved into the pools F (full tensors in the model's expert dtype: BF16,
 // F16 or F32, ModelLayout::dtype), C (E-chunks + SM-chunks),
 // S (SM-chunks) and E (E-chunks), the residency + pin table, the runtime activation frequency per
 // (layer, expert), and the dispatching/eviction policy.
@@ -42,9 +42,9 @@
 #include <vector>
 
 #include "common/compression_state.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/mutex.h"
-#include "common/slot_arena.h"
+#include "common/ipc/slot_arena.h"
 #include "common/status.h"
 #include "kernels/host_registration.h"
 #include "services/cache_manager/expert_frequency.h"

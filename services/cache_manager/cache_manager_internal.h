@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "common/slot_arena.h"
+#include "common/ipc/slot_arena.h"
 #include "services/cache_manager/cache_manager.h"
 
 namespace zipmoe::cache_manager::internal {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/status.h"
 #include "services/cache_manager/plan_cost.h"
 #include "services/cache_manager/planner.h"

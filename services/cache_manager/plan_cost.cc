@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 
 namespace zipmoe::cache_manager {
 

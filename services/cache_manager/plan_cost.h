@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/cost_model.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/status.h"
 #include "services/cache_manager/plan_probability.h"
 

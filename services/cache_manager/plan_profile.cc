@@ -20,7 +20,7 @@
 #include "common/hash.h"
 #include "kernels/recovery.h"
 #include "common/file_util.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 
 namespace zipmoe::cache_manager {
 namespace {

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/bitfield.h"
-#include "common/slot_arena.h"
+#include "common/ipc/slot_arena.h"
 
 namespace zipmoe::cache_manager {
 

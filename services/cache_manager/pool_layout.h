@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/compression_state.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/status.h"
 #include "services/cache_manager/pool.h"
 

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "common/status.h"
-#include "services/runtime/runtime_options.h"
+#include "services/pipeline/runtime_options.h"
 
 namespace zipmoe::cli {
 
-// ParseByteSize ("512MiB", "50GB"...) lives in services/runtime/runtime_options.h (the services parse budgets too).
+// ParseByteSize ("512MiB", "50GB"...) lives in services/pipeline/runtime_options.h (the services parse budgets too).
 using runtime::ParseByteSize;
 
 // A prompts file for benchmarks and load tests: a JSON array whose items are either strings or

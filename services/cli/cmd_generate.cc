@@ -9,9 +9,9 @@
 //
 // DIR is a Hugging Face checkpoint or a compressed zipmoe directory. Without --memory-budget every
 // expert is held resident; with it (compressed DIR only) experts are served by the embedded ZipMoE
-// runtime (services/runtime/offload_provider.h) within that budget, with bit-identical outputs.
+// runtime (services/pipeline/offload_provider.h) within that budget, with bit-identical outputs.
 // --policy mmap (a benchmark baseline) needs the uncompressed HF DIR instead: experts are read through
-// the page cache of its memory map (services/runtime/mmap_provider.h); --memory-budget is ignored.
+// the page cache of its memory map (services/pipeline/mmap_provider.h); --memory-budget is ignored.
 // --prompts-file F (a JSON array of strings or ShareGPT conversations, e.g.
 // bench/data/sharegpt-first-turn-500.json): sequence i of --batch N is prompt (I + i) mod |F|, so a
 // batch is a mix of real prompts of different lengths; without it --batch rotates the one prompt.
@@ -48,14 +48,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "common/manifest.h"
-#include "common/tokenizer.h"
+#include "common/checkpoint/manifest.h"
+#include "common/tokenizer/tokenizer.h"
 #include "services/cache_manager/plan_trace.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
 #include "services/executor/generator.h"
-#include "services/runtime/mmap_provider.h"
+#include "services/pipeline/mmap_provider.h"
 
 namespace zipmoe::cli {
 namespace {

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "services/cache_manager/cache_manager.h"
 #include "services/cache_manager/plan_builder.h"
 #include "services/cache_manager/plan_cost.h"
@@ -94,7 +94,7 @@ Status RunPlan(const PlanArgs& args) {
   const cm::PoolCosts& costs = build.costs;
   const cm::PoolPlan& plan = build.plan;
   const cm::PoolPlan& f_plan = build.f_only;
-  // What the policy does with the budget (the runtime: services/runtime/cache_backend.cc): zipmoe
+  // What the policy does with the budget (the runtime: services/pipeline/cache_backend.cc): zipmoe
   // the plan above; dali one F pool per layer of equal size (DaliPlan); full-load nothing; the
   // others one F pool of the whole budget shared by every layer, which the F-only plan (the budget
   // split equally by layer) estimates.

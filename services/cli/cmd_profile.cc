@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/file_util.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "services/executor/generator.h"
 #include "services/cache_manager/plan_profile.h"
 #include "services/cli/commands.h"

@@ -31,9 +31,9 @@
 #include "services/cli/commands.h"
 #include "services/cli/runtime_flags.h"
 #include "services/processes/executor_service.h"
-#include "services/runtime/offload_provider.h"
-#include "services/runtime/service_metrics.h"
-#include "services/runtime/service_util.h"
+#include "services/pipeline/offload_provider.h"
+#include "services/service_base/service_metrics.h"
+#include "services/service_base/service_util.h"
 
 namespace zipmoe::cli {
 namespace {

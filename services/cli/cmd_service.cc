@@ -1,5 +1,5 @@
 // `zipmoe service NAME [--config FILE] [--set key=value]...`: one zipmoe service as its own process
-// (services issue; docs/services.md). This file loads the configuration (services/runtime/
+// (services issue; docs/services.md). This file loads the configuration (services/service_base/
 // service_config.h: file, then ZIPMOE_* environment, then --set), pins the CPUs, starts the trace and
 // calls the service's entry, which lives in its own folder:
 //   cache-manager services/processes/cache_manager_service.h  the arena owner: plans the pools, creates the arena
@@ -24,8 +24,8 @@
 #include "services/cli/commands.h"
 #include "services/processes/decompressor_service.h"
 #include "services/processes/executor_service.h"
-#include "services/runtime/service_config.h"
-#include "services/runtime/service_util.h"
+#include "services/service_base/service_config.h"
+#include "services/service_base/service_util.h"
 #include "services/processes/scheduler_service.h"
 #include "services/processes/storage_service.h"
 

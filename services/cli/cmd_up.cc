@@ -46,10 +46,10 @@
 
 #include "common/file_util.h"
 #include "common/metrics_server.h"
-#include "common/shm_region.h"
+#include "common/ipc/shm_region.h"
 #include "services/cli/commands.h"
-#include "services/runtime/service_config.h"
-#include "services/runtime/service_util.h"
+#include "services/service_base/service_config.h"
+#include "services/service_base/service_util.h"
 
 extern char** environ;
 

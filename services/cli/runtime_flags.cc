@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/file_util.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/thread_priority.h"
 #include "kernels/recovery.h"
 #include "services/cache_manager/plan_trace.h"

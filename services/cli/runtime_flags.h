@@ -1,4 +1,4 @@
-// Flags of the embedded runtime (services/runtime/offload_provider.h) shared by `zipmoe generate`
+// Flags of the embedded runtime (services/pipeline/offload_provider.h) shared by `zipmoe generate`
 // and `zipmoe replay`: memory budget, cache policy, pools, workers, staging, I/O mode, stats.
 #pragma once
 
@@ -10,8 +10,8 @@
 
 #include "common/status.h"
 #include "services/executor/generator.h"
-#include "services/runtime/offload_provider.h"
-#include "services/runtime/runtime_options.h"
+#include "services/pipeline/offload_provider.h"
+#include "services/pipeline/runtime_options.h"
 
 namespace CLI {
 class App;
@@ -20,14 +20,14 @@ class App;
 namespace zipmoe::cli {
 
 // The options themselves and their translation into an OffloadConfig live in
-// services/runtime/runtime_options.h (the service processes use them too).
+// services/pipeline/runtime_options.h (the service processes use them too).
 using runtime::RuntimeFlags;
 using runtime::DefaultPrefetch;
 using runtime::ResolvePrefetch;
 using runtime::ToOffloadConfig;
 
 // --policy mmap: the benchmark baseline that serves experts from the memory map of the uncompressed
-// checkpoint (services/runtime/mmap_provider.h), not the runtime; only `zipmoe generate` accepts it.
+// checkpoint (services/pipeline/mmap_provider.h), not the runtime; only `zipmoe generate` accepts it.
 inline bool UsesMmapBaseline(const RuntimeFlags& flags) { return flags.policy == "mmap"; }
 
 // Registers the flags on `cmd`. `budget_required`: --memory-budget is mandatory (replay).

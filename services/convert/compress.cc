@@ -13,12 +13,12 @@
 
 #include "common/bitfield.h"
 #include "common/dtype.h"
-#include "common/expert_names.h"
+#include "common/checkpoint/expert_names.h"
 #include "common/file_util.h"
 #include "common/hash.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/parallel.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 
 namespace zipmoe::convert {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/status.h"
 
 namespace zipmoe::convert {

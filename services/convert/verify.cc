@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/file_util.h"
 #include "common/parallel.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 
 namespace zipmoe::convert {
 namespace {

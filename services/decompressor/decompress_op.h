@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/codec.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/status.h"
 
 namespace zipmoe::decompressor {

@@ -1,5 +1,5 @@
 // The decompressor service's body (`zipmoe service decompressor`): a DecompressorPool of L threads
-// fed by a PullWorker (common/pull_worker.h) connected to the scheduler. DecodeRequests name arena
+// fed by a PullWorker (common/ipc/pull_worker.h) connected to the scheduler. DecodeRequests name arena
 // offsets; they are resolved in this process's mapping of the cache manager's shared arena,
 // bounds-checked (an op outside the arena completes with kInvalidArgument, nothing is touched) and
 // run with DecompressorPool priorities. A request whose op_id is already running here (re-issued
@@ -23,8 +23,8 @@
 #include <zmq.hpp>
 
 #include "common/mutex.h"
-#include "common/pull_worker.h"
-#include "common/shm_region.h"
+#include "common/ipc/pull_worker.h"
+#include "common/ipc/shm_region.h"
 #include "services/decompressor/completion_groups.h"
 #include "services/decompressor/decompressor_pool.h"
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 #include "services/executor/model_weights.h"
 #include "services/executor/rope.h"
 

@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 #include "common/status.h"
 #include "services/scheduler/device_assignment.h"
 

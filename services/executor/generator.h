@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/expert_provider.h"
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 #include "common/status.h"
 #include "services/executor/prefetch_residuals.h"
 #include "services/executor/sampler.h"

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/file_util.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {

@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "common/expert_provider.h"
-#include "common/expert_store.h"
-#include "common/model_config.h"
+#include "common/checkpoint/expert_store.h"
+#include "common/checkpoint/model_config.h"
 #include "common/resident_expert_provider.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "common/status.h"
 
 namespace zipmoe::executor {

@@ -29,7 +29,7 @@
 #include <cstdint>
 
 #include "common/expert_provider.h"
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 #include "common/status.h"
 #include "services/executor/device_expert_cache.h"
 #include "services/executor/model_weights.h"

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 
 namespace zipmoe::executor {
 

@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/status.h"
 
 namespace zipmoe::executor {
 
-using ::zipmoe::kPrefetchResidualsFileName;  // common/manifest.h
+using ::zipmoe::kPrefetchResidualsFileName;  // common/checkpoint/manifest.h
 
 struct PrefetchResiduals {
   int64_t hidden = 0;

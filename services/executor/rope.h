@@ -21,7 +21,7 @@
 
 #include <utility>
 
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 
 namespace zipmoe::executor {
 

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "common/expert_provider.h"
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 #include "common/status.h"
 #include "services/executor/attention.h"
 #include "services/executor/model_weights.h"

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "common/status.h"
 #include "kernels/bf16_gemm.h"
 

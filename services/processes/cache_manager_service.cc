@@ -8,12 +8,12 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/metrics_server.h"
-#include "services/runtime/cache_backend.h"
-#include "services/runtime/cache_server.h"
-#include "services/runtime/runtime_options.h"
-#include "services/runtime/service_metrics.h"
+#include "services/pipeline/cache_backend.h"
+#include "services/links/cache_server.h"
+#include "services/pipeline/runtime_options.h"
+#include "services/service_base/service_metrics.h"
 
 namespace zipmoe::cache_manager {
 namespace {

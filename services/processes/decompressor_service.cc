@@ -7,9 +7,9 @@
 #include <zmq.hpp>
 
 #include "common/metrics_server.h"
-#include "common/shm_region.h"
+#include "common/ipc/shm_region.h"
 #include "services/decompressor/decompressor_worker.h"
-#include "services/runtime/service_metrics.h"
+#include "services/service_base/service_metrics.h"
 
 namespace zipmoe::decompressor {
 

@@ -7,8 +7,8 @@
 // Errors: returns the exit code (0, or 1 after "error: decompressor: ..." on stderr).
 #pragma once
 
-#include "services/runtime/service_config.h"
-#include "services/runtime/service_util.h"
+#include "services/service_base/service_config.h"
+#include "services/service_base/service_util.h"
 
 namespace zipmoe::decompressor {
 

@@ -18,13 +18,13 @@
 #include "common/file_util.h"
 #include "common/metrics_server.h"
 #include "common/thread_priority.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "services/api/api_server.h"
 #include "services/api/http_server.h"
 #include "services/executor/generator.h"
-#include "services/runtime/remote_provider.h"
-#include "services/runtime/runtime_options.h"
-#include "services/runtime/service_metrics.h"
+#include "services/links/remote_provider.h"
+#include "services/pipeline/runtime_options.h"
+#include "services/service_base/service_metrics.h"
 
 namespace zipmoe::executor {
 namespace {

@@ -20,8 +20,8 @@
 
 #include "common/expert_provider.h"
 #include "common/status.h"
-#include "services/runtime/service_config.h"
-#include "services/runtime/service_util.h"
+#include "services/service_base/service_config.h"
+#include "services/service_base/service_util.h"
 
 namespace prometheus {
 class Registry;

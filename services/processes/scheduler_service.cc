@@ -10,13 +10,13 @@
 #include <zmq.hpp>
 
 #include "common/metrics_server.h"
-#include "services/runtime/cache_backend.h"
-#include "services/runtime/offload_provider.h"
-#include "services/runtime/remote_cache_backend.h"
-#include "services/runtime/remote_provider.h"
-#include "services/runtime/runtime_options.h"
-#include "services/runtime/service_metrics.h"
-#include "services/runtime/worker_dispatcher.h"
+#include "services/pipeline/cache_backend.h"
+#include "services/pipeline/offload_provider.h"
+#include "services/links/remote_cache_backend.h"
+#include "services/links/remote_provider.h"
+#include "services/pipeline/runtime_options.h"
+#include "services/service_base/service_metrics.h"
+#include "services/links/worker_dispatcher.h"
 
 namespace zipmoe::scheduler {
 

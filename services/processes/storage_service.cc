@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/metrics_server.h"
-#include "common/shm_region.h"
-#include "services/runtime/service_metrics.h"
+#include "common/ipc/shm_region.h"
+#include "services/service_base/service_metrics.h"
 #include "services/storage/storage_worker.h"
 
 namespace zipmoe::storage {

@@ -6,8 +6,8 @@
 // Errors: returns the exit code (0, or 1 after "error: storage: ..." on stderr).
 #pragma once
 
-#include "services/runtime/service_config.h"
-#include "services/runtime/service_util.h"
+#include "services/service_base/service_config.h"
+#include "services/service_base/service_util.h"
 
 namespace zipmoe::storage {
 

@@ -20,7 +20,7 @@
 #include <limits>
 #include <vector>
 
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "services/scheduler/scheduler_types.h"
 
 namespace zipmoe::scheduler {

@@ -11,7 +11,7 @@
 
 #include "common/compression_state.h"
 #include "common/cost_model.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/status.h"
 
 namespace zipmoe::scheduler {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/status.h"
 
 namespace zipmoe::storage {

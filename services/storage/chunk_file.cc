@@ -12,7 +12,7 @@
 #include <cstring>
 #include <utility>
 
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "services/storage/aligned_buffer.h"
 
 namespace zipmoe::storage {

@@ -38,7 +38,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "services/storage/chunk_file.h"

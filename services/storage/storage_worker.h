@@ -1,5 +1,5 @@
 // The storage service's body (`zipmoe service storage`): a StorageService (O_DIRECT reads, xxh64 per
-// chunk) without an I/O thread of its own, fed by a PullWorker (common/pull_worker.h) connected to the
+// chunk) without an I/O thread of its own, fed by a PullWorker (common/ipc/pull_worker.h) connected to the
 // scheduler: the PullWorker's thread reads each request's chunks itself (StorageService::RunQueued),
 // so a request starts its read without waking a second thread.
 // ReadRequests name arena offsets in the cache manager's shared arena; each is bounds- and
@@ -19,8 +19,8 @@
 #include <zmq.hpp>
 
 #include "common/mutex.h"
-#include "common/pull_worker.h"
-#include "common/shm_region.h"
+#include "common/ipc/pull_worker.h"
+#include "common/ipc/shm_region.h"
 #include "services/storage/storage_service.h"
 
 namespace zipmoe::storage {

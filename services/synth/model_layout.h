@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "common/status.h"
 
 namespace zipmoe::synth {

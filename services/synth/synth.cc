@@ -16,7 +16,7 @@
 
 #include "common/dtype.h"
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "services/synth/bpe_tokenizer_builder.h"
 #include "services/synth/model_layout.h"
 #include "services/synth/presets.h"

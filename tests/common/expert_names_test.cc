@@ -1,4 +1,4 @@
-#include "common/expert_names.h"
+#include "common/checkpoint/expert_names.h"
 
 #include <gtest/gtest.h>
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "services/convert/compress.h"
 #include "tests/test_util.h"
 

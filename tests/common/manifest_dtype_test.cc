@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/bitfield.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 
 namespace zipmoe {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 
 #include <gtest/gtest.h>
 

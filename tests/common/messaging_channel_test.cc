@@ -2,7 +2,7 @@
 // over inproc://, ipc:// and tcp://127.0.0.1; a channel drops and counts bad messages and keeps
 // serving; recv timeouts give kDeadlineExceeded; a ROUTER routes replies to the right DEALER by
 // routing id; sends beyond the high-water mark time out.
-#include "common/messaging_channel.h"
+#include "common/ipc/messaging_channel.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// One value of every message type of common/messaging.h (schemas/messages.fbs), for the messaging
+// One value of every message type of common/ipc/messaging.h (schemas/messages.fbs), for the messaging
 // and channel tests: fields chosen so that a swapped, truncated or sign-mangled field shows (all
 // bits used, negatives, empty and non-ASCII strings, embedded NUL), plus each type at its defaults.
 #pragma once
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/messaging.h"
+#include "common/ipc/messaging.h"
 
 namespace zipmoe::messaging::samples {
 

@@ -2,7 +2,7 @@
 // round-trips bit-exactly in memory; random bytes, truncations, flipped bytes, a wrong version, a
 // missing or unknown body, and out-of-range enums are rejected with a
 // clear error and never crash. The transport: messaging_channel_test.cc.
-#include "common/messaging.h"
+#include "common/ipc/messaging.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // PullWorker's framing of completions: BatchCompletions turns runs of queued completions into one
 // frame each (order kept, other messages alone, long runs split), and completions posted together
 // with PostAll reach the scheduler in one frame.
-#include "common/pull_worker.h"
+#include "common/ipc/pull_worker.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "common/messaging_channel.h"
+#include "common/ipc/messaging_channel.h"
 #include "tests/test_util.h"
 
 namespace zipmoe::messaging {

@@ -1,7 +1,7 @@
-// RouterServer (common/router_server.h): the loop skeleton of the three ROUTER servers. Ticks while
+// RouterServer (common/ipc/router_server.h): the loop skeleton of the three ROUTER servers. Ticks while
 // idle, hands every message and every bad frame to the handler in order, answers through its
 // channel, wakes on Wake(), and Stop() runs OnLoopEnd once and is idempotent.
-#include "common/router_server.h"
+#include "common/ipc/router_server.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // Tests for common/safetensors' checkpoint directories: single file, sharded + index, oversize tensors,
 // stale files, fallback, symlinks as in the hub cache, and every directory / index corruption path.
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

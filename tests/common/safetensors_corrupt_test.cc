@@ -1,6 +1,6 @@
 // Tests for common/safetensors on handcrafted corrupt files: every header corruption path names the
 // file and, where there is one, the tensor.
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 
 #include <gtest/gtest.h>
 

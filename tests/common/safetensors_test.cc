@@ -1,7 +1,7 @@
 // Tests for common/safetensors: write -> read round trips (bit-exact), zero-copy views, tensor order,
 // the reference writer's layout, and write errors that leave no file. Corrupt files and checkpoint
 // directories have files of their own.
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "common/status.h"
 
 namespace zipmoe::safetensors::test {

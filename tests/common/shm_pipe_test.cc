@@ -3,7 +3,7 @@
 // for space; a forked process on the other end echoes; an empty pipe times out and Interrupt ends a
 // long wait; oversized messages, a full ring, a corrupt frame, a record length outside the ring and
 // a region that is not a pipe are errors naming the pipe.
-#include "common/shm_pipe.h"
+#include "common/ipc/shm_pipe.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

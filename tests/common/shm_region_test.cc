@@ -1,6 +1,6 @@
 // Tests for common/shm_region: create/attach/unlink, a second process's view (fork), 0600 mode,
 // stale-name reclaim after a crashed owner, the prefix sweep, live-owner refusal, move semantics, bad names.
-#include "common/shm_region.h"
+#include "common/ipc/shm_region.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

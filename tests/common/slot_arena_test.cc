@@ -1,6 +1,6 @@
 // Tests for common/slot_arena: layout and 4 KiB alignment, capacity, budget accounting (also under
 // seeded random alloc/free), unbacked arenas, a peer's view through ShmRegion::Attach, double free.
-#include "common/slot_arena.h"
+#include "common/ipc/slot_arena.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Tests for the tokenizer's chat templates (common/tokenizer_chat): ChatML with and without a default
 // system prompt, Mistral and DeepSeek styles, and unsupported or missing templates.
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer_pretokenizer.h"
-#include "common/tokenizer_regex.h"
-#include "common/tokenizer_unicode.h"
-#include "common/tokenizer_unigram.h"
+#include "common/tokenizer/tokenizer_pretokenizer.h"
+#include "common/tokenizer/tokenizer_regex.h"
+#include "common/tokenizer/tokenizer_unicode.h"
+#include "common/tokenizer/tokenizer_unigram.h"
 #include "tests/test_util.h"
 
 namespace zipmoe {

@@ -1,8 +1,8 @@
-// The Precompiled normalizer's charsmap reader (common/tokenizer_precompiled.h) on a hand-built
+// The Precompiled normalizer's charsmap reader (common/tokenizer/tokenizer_precompiled.h) on a hand-built
 // Darts-clone double array with known answers, and its failure paths. The nmt_nfkc charsmap of a real
 // SentencePiece model is checked against SentencePiece itself in tests/tokenizer_reference (ctest
 // tokenizer_precompiled_reference).
-#include "common/tokenizer_precompiled.h"
+#include "common/tokenizer/tokenizer_precompiled.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Tests for common/tokenizer_unicode and common/tokenizer_pretokenizer: UTF-8 repair, the GPT-2 byte
 // alphabet, normalization forms, pre-tokenizer regexes (GPT-2, Qwen2, DeepSeek) and split behaviours.
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer_pretokenizer.h"
-#include "common/tokenizer_regex.h"
-#include "common/tokenizer_unicode.h"
-#include "common/tokenizer_unigram.h"
+#include "common/tokenizer/tokenizer_pretokenizer.h"
+#include "common/tokenizer/tokenizer_regex.h"
+#include "common/tokenizer/tokenizer_unicode.h"
+#include "common/tokenizer/tokenizer_unigram.h"
 #include "tests/common/tokenizer_test_util.h"
 #include "tests/test_util.h"
 

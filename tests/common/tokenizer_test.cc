@@ -1,7 +1,7 @@
 // Tests for common/tokenizer*: hand-worked byte-level BPE encodings, added tokens, round trips,
 // SentencePiece-style byte fallback, streaming decode, load errors and the synthetic checkpoint's
 // tokenizer. Pre-tokenization, chat templates and Unigram have files of their own.
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer_pretokenizer.h"
-#include "common/tokenizer_regex.h"
-#include "common/tokenizer_unicode.h"
-#include "common/tokenizer_unigram.h"
+#include "common/tokenizer/tokenizer_pretokenizer.h"
+#include "common/tokenizer/tokenizer_regex.h"
+#include "common/tokenizer/tokenizer_unicode.h"
+#include "common/tokenizer/tokenizer_unigram.h"
 #include "tests/common/tokenizer_test_util.h"
 #include "tests/test_util.h"
 

@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer.h"
-#include "common/tokenizer_pretokenizer.h"
-#include "common/tokenizer_unicode.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/tokenizer_pretokenizer.h"
+#include "common/tokenizer/tokenizer_unicode.h"
 
 namespace zipmoe::tokenizer::test {
 

@@ -1,6 +1,6 @@
 // Tests for common/tokenizer_unigram (SentencePiece Unigram, T5 style): Viterbi segmentation, unknown
 // scores and ties as HF's encode_optimized, byte fallback, errors, and the T5 pipeline with sentinels.
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,10 +12,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer_pretokenizer.h"
-#include "common/tokenizer_regex.h"
-#include "common/tokenizer_unicode.h"
-#include "common/tokenizer_unigram.h"
+#include "common/tokenizer/tokenizer_pretokenizer.h"
+#include "common/tokenizer/tokenizer_regex.h"
+#include "common/tokenizer/tokenizer_unicode.h"
+#include "common/tokenizer/tokenizer_unigram.h"
 #include "tests/common/tokenizer_test_util.h"
 #include "tests/test_util.h"
 

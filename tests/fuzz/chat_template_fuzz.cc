@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer_chat.h"
+#include "common/tokenizer/tokenizer_chat.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -10,9 +10,9 @@
 
 #include "common/file_util.h"
 #include "common/hash.h"
-#include "common/manifest.h"
-#include "common/messaging.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/manifest.h"
+#include "common/ipc/messaging.h"
+#include "common/checkpoint/safetensors.h"
 #include "tests/common/messaging_samples.h"
 
 namespace {

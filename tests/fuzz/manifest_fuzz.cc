@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/hash.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "schemas/manifest_generated.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -27,7 +27,7 @@ void PutLe(std::string* s, uint64_t v, int bytes) {
 }
 
 // Sets every expert record's record_xxh64 (where the field is present) to the hash of its fields,
-// converted as FromFlatBuffer in common/manifest.cc converts them. Every hash is computed before any
+// converted as FromFlatBuffer in common/checkpoint/manifest.cc converts them. Every hash is computed before any
 // is written: in a fuzzed buffer one record's hash field may overlap another table's offsets, and a
 // write during the walk would send the rest of the walk outside the verified buffer.
 void FixRecordHashes(std::string* body) {

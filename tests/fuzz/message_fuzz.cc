@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/messaging.h"
+#include "common/ipc/messaging.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/tokenizer.h"
-#include "common/tokenizer_unicode.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/tokenizer_unicode.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "services/convert/compress.h"
 #include "services/convert/inspect.h"
 #include "services/convert/verify.h"

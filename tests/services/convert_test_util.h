@@ -13,7 +13,7 @@
 
 #include "common/dtype.h"
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 
 namespace zipmoe::convert::test {
 

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "tests/services/synth_test_util.h"
 #include "tests/test_util.h"
 

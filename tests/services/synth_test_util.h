@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "services/synth/synth.h"
 
 namespace zipmoe::synth::test {

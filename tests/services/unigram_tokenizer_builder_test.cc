@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "services/synth/bpe_tokenizer_builder.h"
 
 namespace zipmoe::synth {

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 //   coserve.cc    CoServe's two-stage eviction (coserve.txt §4.3), one global F pool
 //   full_load.cc  caches nothing
 // A prefetcher is not a cache rule: predictions reach the runtime through ExpertProvider::Prefetch
-// (common/expert_provider.h) and never evict (services/runtime/offload_provider.h).
+// (common/expert_provider.h) and never evict (services/pipeline/offload_provider.h).
 #pragma once
 
 #include <array>

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "common/manifest.h"
+#include "common/checkpoint/manifest.h"
 #include "services/cache_manager/plan_cost.h"
 #include "services/cache_manager/plan_probability.h"
 #include "services/cache_manager/plan_profile.h"

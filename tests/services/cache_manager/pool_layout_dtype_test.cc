@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/bitfield.h"
-#include "common/slot_arena.h"
+#include "common/ipc/slot_arena.h"
 #include "tests/services/cache_manager/cache_manager_test_util.h"
 
 namespace zipmoe::cache_manager {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/codec.h"
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/hash.h"
 #include "services/decompressor/decompress_op.h"
 #include "services/decompressor/decompressor_pool.h"

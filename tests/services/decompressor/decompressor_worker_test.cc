@@ -16,8 +16,8 @@
 
 #include <fmt/format.h>
 
-#include "common/messaging_channel.h"
-#include "common/shm_region.h"
+#include "common/ipc/messaging_channel.h"
+#include "common/ipc/shm_region.h"
 
 namespace zipmoe::decompressor {
 namespace {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/resident_expert_provider.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "tests/services/executor/generator_test_util.h"
 #include "tests/services/executor/test_models.h"
 #include "tests/test_util.h"

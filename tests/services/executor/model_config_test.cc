@@ -1,5 +1,5 @@
-// Tests of common/model_config.h (kept beside the executor tests, its only consumer so far).
-#include "common/model_config.h"
+// Tests of common/checkpoint/model_config.h (kept beside the executor tests, its only consumer so far).
+#include "common/checkpoint/model_config.h"
 
 #include <gtest/gtest.h>
 

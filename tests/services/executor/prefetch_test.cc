@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
 #include "services/executor/moe_block.h"
 #include "services/executor/prefetch_residuals.h"
 #include "tests/test_util.h"

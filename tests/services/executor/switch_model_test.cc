@@ -1,4 +1,4 @@
-// Tests of switch_transformers support: config parsing (common/model_config.h), the relative position
+// Tests of switch_transformers support: config parsing (common/checkpoint/model_config.h), the relative position
 // buckets and the capacity-limited top-1 router (services/executor/switch_model.h), and generation on a
 // tiny synthetic Switch checkpoint (services/synth) through the Generator.
 #include "services/executor/switch_model.h"
@@ -9,7 +9,7 @@
 #include <functional>
 #include <numeric>
 
-#include "common/model_config.h"
+#include "common/checkpoint/model_config.h"
 #include "services/executor/generator.h"
 #include "services/synth/synth.h"
 #include "tests/test_util.h"

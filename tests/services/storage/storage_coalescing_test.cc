@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/hash.h"
 #include "services/storage/aligned_buffer.h"
 #include "services/storage/storage_service.h"

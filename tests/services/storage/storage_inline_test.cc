@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "services/storage/storage_service.h"
 #include "tests/services/storage/storage_test_util.h"
 

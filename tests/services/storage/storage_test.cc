@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/hash.h"
 #include "kernels/recovery.h"
 #include "services/storage/aligned_buffer.h"

@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/expert_store.h"
+#include "common/checkpoint/expert_store.h"
 #include "services/storage/aligned_buffer.h"
 #include "services/storage/storage_service.h"
 #include "tests/test_util.h"

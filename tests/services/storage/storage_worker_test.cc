@@ -13,9 +13,9 @@
 
 #include <fmt/format.h>
 
-#include "common/expert_store.h"
-#include "common/messaging_channel.h"
-#include "common/shm_region.h"
+#include "common/checkpoint/expert_store.h"
+#include "common/ipc/messaging_channel.h"
+#include "common/ipc/shm_region.h"
 #include "services/storage/aligned_buffer.h"
 #include "services/storage/storage_worker.h"
 #include "tests/services/storage/storage_test_util.h"

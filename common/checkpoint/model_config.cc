@@ -1,0 +1,555 @@
+// Parsing of Hugging Face config.json files into ModelConfig (see model_config.h).
+#include "common/checkpoint/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/file_util.h"
+
+namespace zipmoe {
+namespace {
+
+using nlohmann::json;
+
+// Reads keys of one config object, producing messages that name the key and the file.
+class KeyReader {
+ public:
+  KeyReader(const json& j, const std::string& source) : j_(j), source_(source) {}
+
+  bool Has(const char* key) const {
+    auto it = j_.find(key);
+    return it != j_.end() && !it->is_null();
+  }
+
+  Result<int64_t> Int(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return Missing(key, "an integer");
+    return AsInt(key, *it);
+  }
+  Result<int64_t> IntOr(const char* key, int64_t fallback) const {
+    return Has(key) ? Int(key) : Result<int64_t>(fallback);
+  }
+  Result<int64_t> Positive(const char* key) const {
+    ZM_ASSIGN_OR_RETURN(int64_t v, Int(key));
+    if (v <= 0) return Status::InvalidArgument(fmt::format("{}: key '{}' must be > 0, got {}", source_, key, v));
+    return v;
+  }
+  Result<int64_t> PositiveOr(const char* key, int64_t fallback) const {
+    return Has(key) ? Positive(key) : Result<int64_t>(fallback);
+  }
+  Result<double> Number(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return Missing(key, "a number");
+    if (!it->is_number()) return Mistyped(key, "a number", *it);
+    return it->get<double>();
+  }
+  Result<double> NumberOr(const char* key, double fallback) const {
+    return Has(key) ? Number(key) : Result<double>(fallback);
+  }
+  Result<bool> BoolOr(const char* key, bool fallback) const {
+    if (!Has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) return Mistyped(key, "a boolean", v);
+    return v.get<bool>();
+  }
+  Result<std::string> StringOr(const char* key, const std::string& fallback) const {
+    if (!Has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_string()) return Mistyped(key, "a string", v);
+    return v.get<std::string>();
+  }
+  // An int or a list of ints (eos_token_id); missing/null gives an empty list.
+  Result<std::vector<int64_t>> IntOrIntList(const char* key) const {
+    std::vector<int64_t> out;
+    if (!Has(key)) return out;
+    const json& v = j_.at(key);
+    if (v.is_array()) {
+      for (const json& e : v) {
+        ZM_ASSIGN_OR_RETURN(int64_t x, AsInt(key, e));
+        out.push_back(x);
+      }
+      return out;
+    }
+    ZM_ASSIGN_OR_RETURN(int64_t x, AsInt(key, v));
+    out.push_back(x);
+    return out;
+  }
+  Result<std::vector<int64_t>> IntList(const char* key) const {
+    std::vector<int64_t> out;
+    if (!Has(key)) return out;
+    const json& v = j_.at(key);
+    if (!v.is_array()) return Mistyped(key, "a list of integers", v);
+    for (const json& e : v) {
+      ZM_ASSIGN_OR_RETURN(int64_t x, AsInt(key, e));
+      out.push_back(x);
+    }
+    return out;
+  }
+
+  Status Missing(const char* key, const char* want) const {
+    return Status::InvalidArgument(fmt::format("{}: missing key '{}' ({})", source_, key, want));
+  }
+  Status Mistyped(const char* key, const char* want, const json& got) const {
+    return Status::InvalidArgument(
+        fmt::format("{}: key '{}' must be {}, got {} ({})", source_, key, want, got.type_name(), Clip(got.dump(), 60)));
+  }
+
+ private:
+  Result<int64_t> AsInt(const char* key, const json& v) const {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+    }
+    return Mistyped(key, "an integer", v);
+  }
+
+  const json& j_;
+  const std::string& source_;
+};
+
+Result<ModelArch> ParseArch(const json& config, const std::string& source) {
+  auto it = config.find("model_type");
+  if (it == config.end() || it->is_null())
+    return Status::InvalidArgument(fmt::format("{}: missing key 'model_type' (supported: {})", source,
+                                               SupportedModelTypes()));
+  if (!it->is_string())
+    return Status::InvalidArgument(fmt::format("{}: key 'model_type' must be a string, got {}", source,
+                                               it->type_name()));
+  const std::string t = it->get<std::string>();
+  for (ModelArch a : {ModelArch::kQwen2Moe, ModelArch::kMixtral, ModelArch::kQwen3Moe, ModelArch::kOlmoe,
+                      ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers})
+    if (t == ModelArchName(a)) return a;
+  return Status::InvalidArgument(fmt::format("{}: unsupported model_type '{}' (supported: {})", source, t,
+                                             SupportedModelTypes()));
+}
+
+// Rope scaling from `rope_scaling` (transformers 4.x) or, when that is absent or null, from
+// `rope_parameters` (transformers 5 writes {"rope_type": ..., "rope_theta": ..., factor, ...} there).
+Status ParseRopeScaling(const json& config, const std::string& source, ModelConfig& c) {
+  const char* key = "rope_scaling";
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) {
+    key = "rope_parameters";
+    it = config.find(key);
+  }
+  if (it == config.end() || it->is_null()) return Status::Ok();
+  if (!it->is_object())
+    return Status::InvalidArgument(
+        fmt::format("{}: key '{}' must be an object or null, got {}", source, key, it->type_name()));
+  const std::string where = source + " " + key;
+  KeyReader r(*it, where);
+  ZM_ASSIGN_OR_RETURN(std::string type, r.StringOr("type", ""));
+  if (type.empty()) {
+    ZM_ASSIGN_OR_RETURN(type, r.StringOr("rope_type", ""));
+  }
+  RopeScaling& s = c.rope_scaling;
+  if (type == "default" || type.empty()) {
+    s.type = RopeScaling::Type::kNone;
+    return Status::Ok();
+  }
+  ZM_ASSIGN_OR_RETURN(s.factor, r.Number("factor"));
+  if (!(s.factor > 0.0))
+    return Status::InvalidArgument(fmt::format("{}: key 'factor' must be > 0, got {}", where, s.factor));
+  if (type == "linear") {
+    s.type = RopeScaling::Type::kLinear;
+    return Status::Ok();
+  }
+  if (type == "yarn" && c.arch == ModelArch::kDeepseekV2) {
+    s.type = RopeScaling::Type::kYarn;
+    ZM_ASSIGN_OR_RETURN(s.original_max_position_embeddings, r.PositiveOr("original_max_position_embeddings", 4096));
+    ZM_ASSIGN_OR_RETURN(s.beta_fast, r.NumberOr("beta_fast", 32.0));
+    ZM_ASSIGN_OR_RETURN(s.beta_slow, r.NumberOr("beta_slow", 1.0));
+    ZM_ASSIGN_OR_RETURN(s.mscale, r.NumberOr("mscale", 1.0));
+    ZM_ASSIGN_OR_RETURN(s.mscale_all_dim, r.NumberOr("mscale_all_dim", 0.0));
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(fmt::format(
+      "{}: unsupported rope_scaling type '{}' for model_type '{}' (supported: linear{})", source, type,
+      c.model_type, c.arch == ModelArch::kDeepseekV2 ? ", yarn" : ""));
+}
+
+Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig& c) {
+  ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.Positive("num_attention_heads"));
+  ZM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.PositiveOr("num_key_value_heads", c.num_attention_heads));
+  ZM_ASSIGN_OR_RETURN(const bool attention_bias, r.BoolOr("attention_bias", false));
+  if (c.arch == ModelArch::kDeepseekV2) {
+    // MLA: every head has its own k_nope/v from kv_b_proj; k_pe is shared (no GQA grouping).
+    c.num_key_value_heads = c.num_attention_heads;
+    ZM_ASSIGN_OR_RETURN(c.q_lora_rank, r.IntOr("q_lora_rank", 0));
+    if (c.q_lora_rank < 0)
+      return Status::InvalidArgument(fmt::format("{}: key 'q_lora_rank' must be >= 0 or null", source));
+    ZM_ASSIGN_OR_RETURN(c.kv_lora_rank, r.Positive("kv_lora_rank"));
+    ZM_ASSIGN_OR_RETURN(c.qk_nope_head_dim, r.Positive("qk_nope_head_dim"));
+    ZM_ASSIGN_OR_RETURN(c.qk_rope_head_dim, r.Positive("qk_rope_head_dim"));
+    ZM_ASSIGN_OR_RETURN(c.v_head_dim, r.Positive("v_head_dim"));
+    if (c.qk_rope_head_dim % 2 != 0)
+      return Status::InvalidArgument(
+          fmt::format("{}: qk_rope_head_dim {} must be even", source, c.qk_rope_head_dim));
+    c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+    c.qkv_bias = attention_bias;  // q_a_proj / kv_a_proj_with_mqa
+    c.o_bias = attention_bias;
+    return Status::Ok();
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return Status::InvalidArgument(
+        fmt::format("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", source,
+                    c.num_attention_heads, c.num_key_value_heads));
+  int64_t head_dim = 0;
+  if (c.arch == ModelArch::kQwen3Moe || c.arch == ModelArch::kMixtral) {
+    ZM_ASSIGN_OR_RETURN(head_dim, r.PositiveOr("head_dim", 0));
+  }
+  if (head_dim == 0) {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      return Status::InvalidArgument(fmt::format("{}: hidden_size {} is not a multiple of num_attention_heads {}",
+                                                 source, c.hidden_size, c.num_attention_heads));
+    head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (head_dim % 2 != 0)
+    return Status::InvalidArgument(fmt::format("{}: head_dim {} must be even for RoPE", source, head_dim));
+  c.head_dim = head_dim;
+  if (c.arch == ModelArch::kQwen2Moe) {
+    c.qkv_bias = true;
+    c.o_bias = false;
+  } else if (c.arch == ModelArch::kMixtral) {
+    c.qkv_bias = false;
+    c.o_bias = false;
+  } else {
+    c.qkv_bias = attention_bias;
+    c.o_bias = attention_bias;
+  }
+  if (c.arch == ModelArch::kOlmoe && r.Has("clip_qkv")) {
+    ZM_ASSIGN_OR_RETURN(double clip, r.Number("clip_qkv"));
+    c.clip_qkv = clip;
+  }
+  if (c.arch == ModelArch::kMixtral && r.Has("sliding_window")) {
+    ZM_ASSIGN_OR_RETURN(int64_t w, r.Positive("sliding_window"));
+    c.sliding_window = w;
+  }
+  if (c.arch == ModelArch::kQwen2Moe || c.arch == ModelArch::kQwen3Moe) {
+    ZM_ASSIGN_OR_RETURN(const bool use_sliding_window, r.BoolOr("use_sliding_window", false));
+    if (use_sliding_window)
+      return Status::InvalidArgument(
+          fmt::format("{}: use_sliding_window = true is not supported for model_type '{}'", source, c.model_type));
+  }
+  return Status::Ok();
+}
+
+Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
+  switch (c.arch) {
+    case ModelArch::kQwen2Moe:
+    case ModelArch::kQwen3Moe: {
+      ZM_ASSIGN_OR_RETURN(c.num_experts, r.Int("num_experts"));
+      ZM_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.Positive("moe_intermediate_size"));
+      ZM_ASSIGN_OR_RETURN(c.decoder_sparse_step, r.PositiveOr("decoder_sparse_step", 1));
+      ZM_ASSIGN_OR_RETURN(c.mlp_only_layers, r.IntList("mlp_only_layers"));
+      ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", false));
+      if (c.arch == ModelArch::kQwen2Moe) {
+        ZM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, r.Int("shared_expert_intermediate_size"));
+      }
+      break;
+    }
+    case ModelArch::kMixtral: {
+      ZM_ASSIGN_OR_RETURN(c.num_experts, r.Int("num_local_experts"));
+      c.moe_intermediate_size = c.intermediate_size;
+      c.norm_topk_prob = true;  // MixtralSparseMoeBlock always renormalises
+      break;
+    }
+    case ModelArch::kOlmoe: {
+      ZM_ASSIGN_OR_RETURN(c.num_experts, r.Int("num_experts"));
+      c.moe_intermediate_size = c.intermediate_size;
+      ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", false));
+      break;
+    }
+    case ModelArch::kDeepseekV2: {
+      ZM_ASSIGN_OR_RETURN(c.num_experts, r.IntOr("n_routed_experts", 0));
+      ZM_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.Positive("moe_intermediate_size"));
+      ZM_ASSIGN_OR_RETURN(c.n_shared_experts, r.IntOr("n_shared_experts", 0));
+      ZM_ASSIGN_OR_RETURN(c.first_k_dense_replace, r.IntOr("first_k_dense_replace", 0));
+      ZM_ASSIGN_OR_RETURN(c.moe_layer_freq, r.PositiveOr("moe_layer_freq", 1));
+      ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", false));
+      ZM_ASSIGN_OR_RETURN(c.routed_scaling_factor, r.NumberOr("routed_scaling_factor", 1.0));
+      ZM_ASSIGN_OR_RETURN(std::string scoring, r.StringOr("scoring_func", "softmax"));
+      if (scoring != "softmax")
+        return Status::InvalidArgument(
+            fmt::format("{}: unsupported scoring_func '{}' (supported: softmax)", source, scoring));
+      ZM_ASSIGN_OR_RETURN(std::string method, r.StringOr("topk_method", "greedy"));
+      if (method == "greedy") {
+        c.topk_method = TopkMethod::kGreedy;
+      } else if (method == "group_limited_greedy") {
+        c.topk_method = TopkMethod::kGroupLimitedGreedy;
+      } else {
+        return Status::InvalidArgument(fmt::format(
+            "{}: unsupported topk_method '{}' (supported: greedy, group_limited_greedy)", source, method));
+      }
+      ZM_ASSIGN_OR_RETURN(c.n_group, r.PositiveOr("n_group", 1));
+      ZM_ASSIGN_OR_RETURN(c.topk_group, r.PositiveOr("topk_group", 1));
+      if (c.topk_method == TopkMethod::kGroupLimitedGreedy &&
+          (c.num_experts % c.n_group != 0 || c.topk_group > c.n_group))
+        return Status::InvalidArgument(
+            fmt::format("{}: group_limited_greedy needs n_routed_experts {} divisible by n_group {} and "
+                        "topk_group {} <= n_group",
+                        source, c.num_experts, c.n_group, c.topk_group));
+      break;
+    }
+    case ModelArch::kSwitchTransformers:  // parsed on its own path (encoder-decoder keys), never here
+      return Status::Internal(fmt::format("{}: ParseMoe called for switch_transformers", source));
+  }
+  if (c.num_experts < 0)
+    return Status::InvalidArgument(fmt::format("{}: number of experts must be >= 0, got {}", source, c.num_experts));
+  if (c.num_experts > 0) {
+    ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Positive("num_experts_per_tok"));
+    if (c.num_experts_per_tok > c.num_experts)
+      return Status::InvalidArgument(fmt::format("{}: num_experts_per_tok {} exceeds the {} experts", source,
+                                                 c.num_experts_per_tok, c.num_experts));
+  }
+  return Status::Ok();
+}
+
+// switch_transformers (SwitchTransformersConfig; defaults as its __init__). The sparse steps: a
+// config.json written by transformers carries encoder_sparse_step / decoder_sparse_step, which
+// PretrainedConfig sets after __init__ derived them, so they win; without them the step is derived
+// as __init__ does: num_layers // num_sparse_encoder_layers (default 3), or num_layers when that is 0.
+Status ParseSwitchConfig(const KeyReader& r, const std::string& source, ModelConfig& c) {
+  ZM_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveOr("vocab_size", 32128));
+  ZM_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveOr("d_model", 768));
+  ZM_ASSIGN_OR_RETURN(c.head_dim, r.PositiveOr("d_kv", 64));
+  ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveOr("d_ff", 2048));
+  c.moe_intermediate_size = c.intermediate_size;
+  ZM_ASSIGN_OR_RETURN(c.num_encoder_layers, r.PositiveOr("num_layers", 12));
+  ZM_ASSIGN_OR_RETURN(c.num_decoder_layers, r.PositiveOr("num_decoder_layers", c.num_encoder_layers));
+  c.num_hidden_layers = c.num_encoder_layers + c.num_decoder_layers;
+  ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveOr("num_heads", 12));
+  c.num_key_value_heads = c.num_attention_heads;
+  ZM_ASSIGN_OR_RETURN(c.num_experts, r.PositiveOr("num_experts", 8));
+  c.num_experts_per_tok = 1;
+  ZM_ASSIGN_OR_RETURN(c.expert_capacity, r.IntOr("expert_capacity", 64));
+  if (c.expert_capacity < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'expert_capacity' must be >= 0, got {}", source, c.expert_capacity));
+  struct Stack {
+    const char* step_key;
+    const char* sparse_key;
+    int64_t n_layers;
+    int64_t* step;
+  };
+  for (const Stack& s : {Stack{"encoder_sparse_step", "num_sparse_encoder_layers", c.num_encoder_layers, &c.encoder_sparse_step},
+                         Stack{"decoder_sparse_step", "num_sparse_decoder_layers", c.num_decoder_layers, &c.decoder_sparse_step}}) {
+    if (r.Has(s.step_key)) {
+      ZM_ASSIGN_OR_RETURN(*s.step, r.Int(s.step_key));
+    } else {
+      ZM_ASSIGN_OR_RETURN(const int64_t n_sparse, r.IntOr(s.sparse_key, 3));
+      *s.step = n_sparse > 0 ? s.n_layers / n_sparse : s.n_layers;
+    }
+    if (*s.step < 0)
+      return Status::InvalidArgument(fmt::format("{}: key '{}' must be >= 0, got {}", source, s.step_key, *s.step));
+  }
+  ZM_ASSIGN_OR_RETURN(c.relative_attention_num_buckets, r.PositiveOr("relative_attention_num_buckets", 32));
+  ZM_ASSIGN_OR_RETURN(c.relative_attention_max_distance, r.PositiveOr("relative_attention_max_distance", 128));
+  if (c.relative_attention_num_buckets < 4)
+    return Status::InvalidArgument(fmt::format("{}: key 'relative_attention_num_buckets' must be >= 4, got {}", source,
+                                               c.relative_attention_num_buckets));
+  ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.NumberOr("layer_norm_epsilon", 1e-6));
+  ZM_ASSIGN_OR_RETURN(const std::string router_dtype, r.StringOr("router_dtype", "float32"));
+  if (router_dtype != "float32")
+    return Status::InvalidArgument(
+        fmt::format("{}: unsupported router_dtype '{}' (supported: float32)", source, router_dtype));
+  ZM_ASSIGN_OR_RETURN(const bool router_bias, r.BoolOr("router_bias", false));
+  if (router_bias)
+    return Status::InvalidArgument(fmt::format("{}: router_bias = true is not supported", source));
+  // SwitchTransformersConfig reads dense_act_fn (default "relu"); feed_forward_proj is T5's spelling
+  // ("relu" or "gated-relu"), accepted when present. Only the plain ReLU DenseActDense exists in
+  // modeling_switch_transformers.py.
+  for (const char* key : {"dense_act_fn", "feed_forward_proj"}) {
+    ZM_ASSIGN_OR_RETURN(const std::string act, r.StringOr(key, "relu"));
+    if (act != "relu")
+      return Status::InvalidArgument(fmt::format("{}: unsupported {} '{}' (supported: relu; gated variants are not)",
+                                                 source, key, act));
+  }
+  ZM_ASSIGN_OR_RETURN(const bool is_gated_act, r.BoolOr("is_gated_act", false));
+  if (is_gated_act)
+    return Status::InvalidArgument(fmt::format("{}: is_gated_act = true is not supported (relu only)", source));
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", true));
+  ZM_ASSIGN_OR_RETURN(const int64_t pad, r.IntOr("pad_token_id", 0));
+  ZM_ASSIGN_OR_RETURN(const int64_t start, r.IntOr("decoder_start_token_id", pad));
+  if (pad < 0 || pad >= c.vocab_size || start < 0 || start >= c.vocab_size)
+    return Status::InvalidArgument(fmt::format("{}: pad_token_id {} / decoder_start_token_id {} outside [0, {})",
+                                               source, pad, start, c.vocab_size));
+  c.pad_token_id = static_cast<int32_t>(pad);
+  c.decoder_start_token_id = static_cast<int32_t>(start);
+  if (r.Has("eos_token_id")) {
+    ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));
+    for (int64_t id : eos) c.eos_token_ids.push_back(static_cast<int32_t>(id));
+  } else {
+    c.eos_token_ids.push_back(1);  // SwitchTransformersConfig default
+  }
+  c.max_position_embeddings = kSwitchMaxPositions;
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* ModelArchName(ModelArch arch) {
+  switch (arch) {
+    case ModelArch::kQwen2Moe: return "qwen2_moe";
+    case ModelArch::kMixtral: return "mixtral";
+    case ModelArch::kQwen3Moe: return "qwen3_moe";
+    case ModelArch::kOlmoe: return "olmoe";
+    case ModelArch::kDeepseekV2: return "deepseek_v2";
+    case ModelArch::kSwitchTransformers: return "switch_transformers";
+  }
+  return "unknown";
+}
+
+const char* SupportedModelTypes() { return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, switch_transformers"; }
+
+bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
+  if (num_experts <= 0) return false;
+  switch (arch) {
+    case ModelArch::kMixtral:
+    case ModelArch::kOlmoe:
+      return true;
+    case ModelArch::kQwen2Moe:
+    case ModelArch::kQwen3Moe:
+      if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer_id) != mlp_only_layers.end())
+        return false;
+      return (layer_id + 1) % decoder_sparse_step == 0;
+    case ModelArch::kDeepseekV2:
+      return layer_id >= first_k_dense_replace && layer_id % moe_layer_freq == 0;
+    case ModelArch::kSwitchTransformers: {
+      if (layer_id < 0 || layer_id >= num_encoder_layers + num_decoder_layers) return false;
+      const bool decoder = layer_id >= num_encoder_layers;
+      const int64_t i = decoder ? layer_id - num_encoder_layers : layer_id;
+      const int64_t step = decoder ? decoder_sparse_step : encoder_sparse_step;
+      return step > 0 && (i % step == 1 || step == 1);
+    }
+  }
+  return false;
+}
+
+int64_t ModelConfig::rope_dim() const { return arch == ModelArch::kDeepseekV2 ? qk_rope_head_dim : head_dim; }
+
+int64_t ModelConfig::q_head_dim() const {
+  return arch == ModelArch::kDeepseekV2 ? qk_nope_head_dim + qk_rope_head_dim : head_dim;
+}
+
+int64_t ModelConfig::v_dim() const { return arch == ModelArch::kDeepseekV2 ? v_head_dim : head_dim; }
+
+double ModelConfig::softmax_scale() const {
+  double scale = 1.0 / std::sqrt(static_cast<double>(q_head_dim()));
+  // DeepseekV2Attention: `if self.config.rope_scaling is not None: mscale_all_dim = ...get("mscale_all_dim", 0);
+  // if mscale_all_dim: scale *= yarn_get_mscale(factor, mscale_all_dim) ** 2` (any scaling type with
+  // a factor; yarn_get_mscale(s, m) = 0.1 * m * ln(s) + 1 for s > 1, else 1).
+  if (arch == ModelArch::kDeepseekV2 && rope_scaling.type != RopeScaling::Type::kNone &&
+      rope_scaling.mscale_all_dim != 0.0) {
+    const double f = rope_scaling.factor;
+    const double m = f <= 1.0 ? 1.0 : 0.1 * rope_scaling.mscale_all_dim * std::log(f) + 1.0;
+    scale *= m * m;
+  }
+  return scale;
+}
+
+bool ModelConfig::IsEos(int32_t token_id) const {
+  return std::find(eos_token_ids.begin(), eos_token_ids.end(), token_id) != eos_token_ids.end();
+}
+
+namespace {
+
+// Bounds on the sizes and constants a checkpoint's config.json may give (issue 37): far above any
+// released model, far below what would make the executor allocate without bound or compute
+// nonsense (1e9 layers, a negative rope_theta, an epsilon of 1e308). Errors name the key.
+Status CheckRanges(const ModelConfig& c) {
+  const auto size = [&](const char* key, int64_t v, int64_t hi) -> Status {
+    if (v > hi) return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is above {}", c.source, key, v, hi));
+    return Status::Ok();
+  };
+  ZM_RETURN_IF_ERROR(size("vocab_size", c.vocab_size, int64_t{1} << 24));
+  ZM_RETURN_IF_ERROR(size("hidden_size", c.hidden_size, int64_t{1} << 17));
+  ZM_RETURN_IF_ERROR(size("num_hidden_layers", c.num_hidden_layers, 4096));
+  ZM_RETURN_IF_ERROR(size("intermediate_size", c.intermediate_size, int64_t{1} << 20));
+  ZM_RETURN_IF_ERROR(size("max_position_embeddings", c.max_position_embeddings, int64_t{1} << 24));
+  ZM_RETURN_IF_ERROR(size("num_attention_heads", c.num_attention_heads, 4096));
+  ZM_RETURN_IF_ERROR(size("moe_intermediate_size", c.moe_intermediate_size, int64_t{1} << 20));
+  ZM_RETURN_IF_ERROR(size("shared_expert_intermediate_size", c.shared_expert_intermediate_size, int64_t{1} << 20));
+  ZM_RETURN_IF_ERROR(size("num_experts", c.num_experts, int64_t{1} << 16));
+  if (!(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0 && c.rms_norm_eps < 1))
+    return Status::InvalidArgument(
+        fmt::format("{}: key 'rms_norm_eps' = {} is outside (0, 1)", c.source, c.rms_norm_eps));
+  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0 && c.rope_theta <= 1e12))
+    return Status::InvalidArgument(fmt::format("{}: key 'rope_theta' = {} is outside (0, 1e12]", c.source, c.rope_theta));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::string& source_path) {
+  if (!config.is_object())
+    return Status::InvalidArgument(fmt::format("{}: config is not a JSON object", source_path));
+  ModelConfig c;
+  c.source = source_path;
+  ZM_ASSIGN_OR_RETURN(c.arch, ParseArch(config, source_path));
+  c.model_type = ModelArchName(c.arch);
+  KeyReader r(config, source_path);
+  if (c.arch == ModelArch::kSwitchTransformers) {
+    ZM_RETURN_IF_ERROR(ParseSwitchConfig(r, source_path, c));
+    return c;
+  }
+
+  ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
+  if (act != "silu")
+    return Status::InvalidArgument(fmt::format("{}: unsupported hidden_act '{}' (supported: silu)", source_path, act));
+  ZM_ASSIGN_OR_RETURN(c.vocab_size, r.Positive("vocab_size"));
+  ZM_ASSIGN_OR_RETURN(c.hidden_size, r.Positive("hidden_size"));
+  ZM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Positive("num_hidden_layers"));
+  ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.Positive("intermediate_size"));
+  ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Positive("max_position_embeddings"));
+  ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps"));
+  {
+    // transformers 5 moves rope_theta into `rope_parameters`; the top-level key wins when present.
+    double default_theta = c.arch == ModelArch::kMixtral ? 1e6 : 10000.0;
+    auto params = config.find("rope_parameters");
+    if (params != config.end() && params->is_object()) {
+      KeyReader pr(*params, source_path + " rope_parameters");
+      ZM_ASSIGN_OR_RETURN(default_theta, pr.NumberOr("rope_theta", default_theta));
+    }
+    ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", default_theta));
+  }
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
+  ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
+  ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));
+  ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
+
+  ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));
+  for (int64_t id : eos) c.eos_token_ids.push_back(static_cast<int32_t>(id));
+  if (r.Has("bos_token_id")) {
+    ZM_ASSIGN_OR_RETURN(int64_t bos, r.Int("bos_token_id"));
+    c.bos_token_id = static_cast<int32_t>(bos);
+  }
+  ZM_RETURN_IF_ERROR(CheckRanges(c));
+  return c;
+}
+
+Result<ModelConfig> LoadModelConfig(const std::string& dir) {
+  const std::string path = JoinPath(dir, "config.json");
+  if (!FileExists(path)) return Status::NotFound(fmt::format("{}: no config.json", dir));
+  ZM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Corruption(fmt::format("{}: not valid JSON", path));
+  ZM_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(j, path));
+
+  const std::string gen_path = JoinPath(dir, "generation_config.json");
+  if (FileExists(gen_path)) {
+    ZM_ASSIGN_OR_RETURN(std::string gen_text, ReadFileToString(gen_path));
+    json g = json::parse(gen_text, nullptr, /*allow_exceptions=*/false);
+    if (g.is_discarded() || !g.is_object())
+      return Status::Corruption(fmt::format("{}: not a valid JSON object", gen_path));
+    KeyReader gr(g, gen_path);
+    ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, gr.IntOrIntList("eos_token_id"));
+    for (int64_t id : eos)
+      if (!c.IsEos(static_cast<int32_t>(id))) c.eos_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  return c;
+}
+
+}  // namespace zipmoe

@@ -1,0 +1,261 @@
+#include "services/pipeline/cache_backend.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "services/decompressor/decompressor_pool.h"
+#include "services/pipeline/offload_provider.h"
+
+namespace zipmoe::runtime {
+
+namespace cm = cache_manager;
+
+const uint8_t* CachedExpert::EChunk(ExpertProj proj, int shard) const {
+  if (e_part == nullptr || layout == nullptr) return nullptr;
+  const cm::TensorSlotLayout& t = layout->tensors[static_cast<int>(proj)];
+  if (!t.present || shard < 0 || shard >= static_cast<int>(t.e_chunks.size())) return nullptr;
+  return e_part + t.e_chunks[shard].offset;
+}
+
+const uint8_t* CachedExpert::Sm(ExpertProj proj) const {
+  if (sm_part == nullptr || layout == nullptr) return nullptr;
+  const cm::TensorSlotLayout& t = layout->tensors[static_cast<int>(proj)];
+  return t.present ? sm_part + t.sm.offset : nullptr;
+}
+
+const uint8_t* CachedExpert::Full(ExpertProj proj) const {
+  if (f_part == nullptr || layout == nullptr) return nullptr;
+  const cm::TensorSlotLayout& t = layout->tensors[static_cast<int>(proj)];
+  return t.present ? f_part + t.bf16.offset : nullptr;
+}
+
+Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConfig* config, const Manifest& manifest) {
+  OffloadConfig& cfg = *config;
+  if (cfg.n_workers <= 0) cfg.n_workers = decompressor::DefaultWorkerCount();
+  if (cfg.memory_budget_percent != 0) {
+    if (!(cfg.memory_budget_percent > 0 && cfg.memory_budget_percent <= 1000)) {
+      return Status::InvalidArgument(
+          fmt::format("memory budget {}%: a percentage must be in (0, 1000]", cfg.memory_budget_percent));
+    }
+    uint64_t expert_bytes = 0;
+    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
+    cfg.memory_budget_bytes =
+        static_cast<uint64_t>(static_cast<double>(expert_bytes) * cfg.memory_budget_percent / 100.0);
+  }
+  if (cfg.no_compression) {
+    if (cfg.policy != cm::CachePolicy::kZipMoe || manifest.codec != Codec::kNone) {
+      return Status::InvalidArgument(fmt::format(
+          "--no-compression runs the zipmoe policy on uncompressed experts: give a directory made with `zipmoe "
+          "compress --codec none` ({} uses {}) and --policy zipmoe (got {})",
+          cfg.model_dir, CodecName(manifest.codec), cm::CachePolicyName(cfg.policy)));
+    }
+    cfg.pools = "F";
+    cfg.pool_ratios.clear();
+  }
+  ZM_ASSIGN_OR_RETURN(cm::ModelLayout layout, cm::ModelLayout::FromManifest(manifest));
+  ZM_ASSIGN_OR_RETURN(cm::ModelPlanInputs model, cm::ModelPlanInputsFromManifest(manifest, cfg.model_dir));
+  const cm::StagingLayout staging = cm::StagingLayout::ForModel(layout);
+  if (cfg.memory_budget_bytes < staging.slot_bytes) {
+    return Status::InvalidArgument(fmt::format(
+        "memory budget {} bytes ({:.2f} MiB) is below the minimum {} bytes ({:.2f} MiB) for {}: one expert in "
+        "flight needs one staging slot (E-/SM-chunks, exponent planes and recovered {} of its {} tensors)",
+        cfg.memory_budget_bytes, cfg.memory_budget_bytes / 1048576.0, staging.slot_bytes,
+        staging.slot_bytes / 1048576.0, cfg.model_dir, DTypeName(layout.dtype()), model.tensors_per_expert));
+  }
+  const uint32_t slots = cfg.staging_slots > 0
+                             ? cfg.staging_slots
+                             : ChooseStagingSlots(cfg.memory_budget_bytes, staging.slot_bytes, model.top_k,
+                                                  cfg.prefetch != PrefetchMode::kNone);
+  const uint64_t staging_bytes = static_cast<uint64_t>(slots) * staging.slot_bytes;
+  if (staging_bytes > cfg.memory_budget_bytes) {
+    return Status::InvalidArgument(fmt::format("{} staging slots need {} bytes, more than the memory budget of {} bytes",
+                                               slots, staging_bytes, cfg.memory_budget_bytes));
+  }
+  cfg.staging_slots = slots;
+
+  // Plan the pools with what the staging slots leave (the cost model serves every policy).
+  std::unique_ptr<LocalCacheBackend> b(new LocalCacheBackend());
+  // Any other policy given pools beyond F gets the planner's per-layer pools, evicting within each by
+  // its own rule.
+  ZM_ASSIGN_OR_RETURN(const cm::PolicyPools resolved, cm::ResolvePolicyPools(cfg.policy, cfg.pools));
+  const bool planned = resolved.planned;
+  cfg.pools = resolved.pools;  // what runs (stats, logs)
+  if (!planned && !cfg.pool_ratios.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "--pool-ratios {}: the {} policy keeps one F pool; give --pools (e.g. FCSE) to plan pools for it",
+        cfg.pool_ratios, cm::CachePolicyName(cfg.policy)));
+  }
+  cm::PlanRequest request;
+  request.model_dir = cfg.model_dir;
+  request.budget_bytes = planned ? cfg.memory_budget_bytes - staging_bytes : 0;
+  ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(cfg.pools));
+  request.trace_path = cfg.trace_path;
+  request.n_workers = cfg.n_workers;
+  request.profile_path = cfg.profile_path;
+  if (!cfg.pool_ratios.empty()) {  // planned (refused above otherwise)
+    ZM_ASSIGN_OR_RETURN(request.ratios, cm::ParsePoolRatios(cfg.pool_ratios));
+  }
+  ZM_ASSIGN_OR_RETURN(b->plan_, cm::BuildPlan(manifest, request));
+
+  cm::CacheConfig cache_config;
+  cache_config.policy = cfg.policy;
+  cache_config.budget_bytes = cfg.memory_budget_bytes;
+  cache_config.shm_name = cfg.shm_name;
+  cache_config.plan = planned ? cm::ToCachePlan(b->plan_, layout) : cm::CachePlan{};
+  cache_config.pools = cfg.pools;
+  cache_config.pools_from_plan = planned && cfg.policy != cm::CachePolicy::kZipMoe;
+  if (cfg.policy == cm::CachePolicy::kDali) {  // equal per-layer F pools; w_size = 4 tokens, u_size = top-k
+    if (!planned) cache_config.plan = cm::DaliPlan(layout, cfg.memory_budget_bytes - staging_bytes);
+    cache_config.workload_window = 4 * std::max(model.top_k, 1);
+    cache_config.replacements_per_window = std::max(model.top_k, 1);
+  }
+  cache_config.tolerance = cfg.tolerance;
+  cache_config.staging_slots = slots;
+  cache_config.register_with_cuda = cfg.register_with_cuda;
+  ZM_ASSIGN_OR_RETURN(b->manager_, cm::CacheManager::Create(manifest, cache_config));
+  return b;
+}
+
+LocalCacheBackend::~LocalCacheBackend() {
+  MutexLock lock(&mu_);
+  leases_.clear();
+}
+
+Status LocalCacheBackend::LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
+                                      std::vector<CachedExpert>* out) {
+  return LookupOrPinLayer(layer_id, expert_ids, /*activation=*/true, out);
+}
+
+Status LocalCacheBackend::PinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
+                                   std::vector<CachedExpert>* out) {
+  return LookupOrPinLayer(layer_id, expert_ids, /*activation=*/false, out);
+}
+
+Status LocalCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids, bool activation,
+                                           std::vector<CachedExpert>* out) {
+  std::vector<cm::ExpertLookup> found;
+  found.reserve(expert_ids.size());
+  for (int32_t expert_id : expert_ids) {
+    ZM_ASSIGN_OR_RETURN(cm::ExpertLookup lookup, activation ? manager_->Lookup(layer_id, expert_id)
+                                                            : manager_->Pin(layer_id, expert_id));  // earlier pins drop
+    found.push_back(std::move(lookup));
+  }
+  out->clear();
+  out->reserve(found.size());
+  MutexLock lock(&mu_);
+  for (cm::ExpertLookup& f : found) {
+    CachedExpert e;
+    e.state = f.state;
+    e.layer_id = f.layer_id;
+    e.expert_id = f.expert_id;
+    e.layout = f.layout;
+    e.slot_offset = f.slot_offset;
+    e.e_part = f.e_part;
+    e.sm_part = f.sm_part;
+    e.f_part = f.f_part;
+    if (f.lease.valid()) {
+      e.lease = next_lease_++;
+      leases_.emplace(e.lease, std::move(f.lease));
+    }
+    out->push_back(e);
+  }
+  return Status::Ok();
+}
+
+Status LocalCacheBackend::Admit(const CacheAdmitRequest& request) { return AdmitWithResult(request).status(); }
+
+Result<cm::AdmitResult> LocalCacheBackend::AdmitWithResult(const CacheAdmitRequest& request) {
+  Result<cm::AdmitResult> result = Status::Internal("unreachable");
+  const cm::ExpertSlotLayout* layout = manager_->layout().Find(request.layer_id, request.expert_id);
+  uint8_t* base = manager_->arena_base();
+  const uint64_t size = manager_->arena_bytes();
+  // Every source range [offset, + bytes) must lie in the arena (offsets come from peers).
+  auto at = [&](uint64_t offset, uint64_t bytes, const char* what, int proj) -> Result<const uint8_t*> {
+    if (base == nullptr) return static_cast<const uint8_t*>(nullptr);
+    if (offset > size || bytes > size - offset) {
+      return Status::InvalidArgument(fmt::format(
+          "admit layer {} expert {}: {} of proj {} at arena offset {} (+{} bytes) is outside the arena ({} bytes)",
+          request.layer_id, request.expert_id, what, proj, offset, bytes, size));
+    }
+    return static_cast<const uint8_t*>(base + offset);
+  };
+  cm::ExpertSources sources;
+  Status checked;
+  if (layout == nullptr) {
+    checked = Status::InvalidArgument(fmt::format("admit: layer {} expert {} is not in the manifest",
+                                                  request.layer_id, request.expert_id));
+  }
+  for (int proj = 0; proj < cm::kProjCount && checked.ok() && base != nullptr; ++proj) {
+    const cm::TensorSlotLayout& t = layout->tensors[proj];
+    if (!t.present) continue;
+    if (request.parts.e) {
+      if (request.e_chunks[proj].size() != t.e_chunks.size()) {
+        checked = Status::InvalidArgument(fmt::format("admit layer {} expert {}: {} E-chunk offsets for proj {}, "
+                                                      "the layout has {}", request.layer_id, request.expert_id,
+                                                      request.e_chunks[proj].size(), proj, t.e_chunks.size()));
+        break;
+      }
+      for (size_t i = 0; i < t.e_chunks.size() && checked.ok(); ++i) {
+        Result<const uint8_t*> p = at(request.e_chunks[proj][i], t.e_chunks[i].bytes, "E-chunk", proj);
+        if (!p.ok()) checked = p.status(); else sources.e_chunks[proj].push_back(*p);
+      }
+    }
+    if (request.parts.sm && checked.ok()) {
+      Result<const uint8_t*> p = at(request.sm[proj], t.sm.bytes, "SM plane", proj);
+      if (!p.ok()) checked = p.status(); else sources.sm[proj] = *p;
+    }
+    if (request.parts.bf16 && checked.ok() && request.bf16_from_planes) {
+      Result<const uint8_t*> e = at(request.e_plane[proj], t.e_plane.bytes, "exponent plane", proj);
+      Result<const uint8_t*> sm = at(request.sm[proj], t.sm.bytes, "SM plane", proj);
+      if (!e.ok()) checked = e.status(); else if (!sm.ok()) checked = sm.status();
+      if (checked.ok()) {
+        sources.e_plane[proj] = *e;
+        sources.sm[proj] = *sm;
+      }
+    } else if (request.parts.bf16 && checked.ok()) {
+      Result<const uint8_t*> p = at(request.bf16[proj], t.bf16.bytes, "full tensor", proj);
+      if (!p.ok()) checked = p.status(); else sources.bf16[proj] = *p;
+    }
+  }
+  result = checked.ok() ? manager_->Admit(request.layer_id, request.expert_id, request.parts, sources)
+                        : Result<cm::AdmitResult>(checked);
+  cm::SlotLease released;
+  MutexLock lock(&mu_);
+  ++totals_.calls;
+  if (result.ok()) ++totals_.outcomes[static_cast<int>(result->outcome)];
+  auto it = leases_.find(request.lease);
+  if (it != leases_.end()) {
+    released = std::move(it->second);  // unpinned at return, after the admission
+    leases_.erase(it);
+  }
+  return result;
+}
+
+void LocalCacheBackend::ReleaseLeases(const std::vector<uint64_t>& leases) {
+  MutexLock lock(&mu_);
+  for (uint64_t id : leases) leases_.erase(id);
+}
+
+uint64_t LocalCacheBackend::StagingOffset(uint32_t slot) const {
+  const uint8_t* data = manager_->StagingData(slot);
+  return data == nullptr ? 0 : static_cast<uint64_t>(data - manager_->arena_base());
+}
+
+AdmitTotals LocalCacheBackend::admit_totals() const {
+  MutexLock lock(&mu_);
+  return totals_;
+}
+
+void LocalCacheBackend::ResetCounters() {
+  manager_->ResetCounters();
+  MutexLock lock(&mu_);
+  totals_ = AdmitTotals();
+}
+
+uint64_t LocalCacheBackend::leases_held() const {
+  MutexLock lock(&mu_);
+  return leases_.size();
+}
+
+}  // namespace zipmoe::runtime

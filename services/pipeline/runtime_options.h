@@ -1,0 +1,65 @@
+// The embedded runtime's options as the `zipmoe generate / replay / serve` flags (services/cli/
+// runtime_flags.h) and the service config (service_config.h, RuntimeFlagsOf) give them, and their
+// translation into an OffloadConfig (offload_provider.h). Shared by the CLI and the cache-manager,
+// scheduler and executor processes, so it lives here rather than in services/cli.
+// Threads: plain data and pure functions (DefaultPrefetch reads the model directory), any thread.
+// Errors: kInvalidArgument naming the flag and the text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/expert_provider.h"
+#include "common/status.h"
+#include "services/pipeline/offload_provider.h"
+
+namespace zipmoe::runtime {
+
+struct RuntimeFlags {
+  std::string memory_budget;     // "" = every expert resident (no runtime)
+  std::string policy = "zipmoe";
+  std::string pools;  // Λ; "" = the policy's own (zipmoe FCSE, the others F)
+  std::string pool_ratios;       // "" = planner
+  std::string plan_trace;        // planner workload
+  std::string profile;
+  int decompress_threads = 0;
+  uint32_t staging_slots = 0;
+  int32_t tolerance = 0;
+  bool page_cache = false;
+  bool fifo_dispatch = false;    // FIFO order instead of Alg. 1
+  bool no_verify_recovery = false;
+  bool no_compression = false;
+  bool separate_recovery = false;  // recover BF16 before compute even for a CPU executor
+  std::string prefetch;          // PrefetchMode name; "" = the policy's default (DefaultPrefetch)
+  double substitution_alpha = 0;  // SMoE expert substitution α (executor); 0 = exact
+  std::string stats_json;
+  bool preload = false;          // fill the cache before the first request (OffloadExpertProvider::Preload)
+  // Scheduling priority of the I/O thread and decompression workers over the executor's compute
+  // threads (common/thread_priority.h): auto | realtime | slice | none.
+  std::string pipeline_priority = "auto";
+};
+
+// "512MiB", "1.5GB", "4096", "64k": B, K/KB = 1e3, KiB = 2^10, M/MB, MiB, G/GB, GiB, T/TB, TiB.
+// Errors: kInvalidArgument naming `flag` and the text.
+Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag);
+
+// The GPU executor's device budget (--device-memory-budget, executor key device_memory_budget;
+// executor::GeneratorOptions::device_memory_budget_*): "" or "auto" -> bytes -1, percent 0; "N%"
+// (0 < N <= 100) -> percent N; a size (ParseByteSize) -> bytes. Errors: kInvalidArgument naming
+// `flag` and the text.
+Status ParseDeviceMemoryBudget(const std::string& text, const std::string& flag, int64_t* bytes, double* percent);
+
+// The predictor a policy uses when --prefetch is not given: smoe → top-score (SMoE's own); dali →
+// residual when `model_dir` holds its calibration (prefetch_residuals.safetensors), else top-score;
+// every other policy → none.
+PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir);
+// `prefetch` parsed, or DefaultPrefetch when it is "" (the flag / service key not given).
+// Errors: ParsePrefetchMode's.
+Result<PrefetchMode> ResolvePrefetch(const std::string& prefetch, const std::string& policy,
+                                     const std::string& model_dir);
+
+// Errors: kInvalidArgument for an unparsable budget / policy. "N%" budgets are resolved by
+// OffloadExpertProvider::Create (OffloadConfig::memory_budget_percent).
+Result<OffloadConfig> ToOffloadConfig(const RuntimeFlags& flags, const std::string& model_dir);
+
+}  // namespace zipmoe::runtime
