@@ -450,7 +450,11 @@ class Evaluator {
         items.insert(items.end(), right.list().begin(), right.list().end());
         return Value::List(std::move(items));
       }
-      if (left.is_string() || right.is_string()) return Value::String(left.ToString() + right.ToString());
+      const bool container = left.is_list() || left.is_mapping_like() || right.is_list() || right.is_mapping_like();
+      // a string plus a scalar concatenates (as @huggingface/jinja); plus a list or dict is an error (jinja2)
+      if ((left.is_string() || right.is_string()) && !container) {
+        return Value::String(left.ToString() + right.ToString());
+      }
     }
     if (op == "*") {
       const Value& seq = left.kind() == Value::Kind::kInt ? right : left;
