@@ -9,6 +9,8 @@
 namespace zipmoe::jinja {
 namespace {
 
+constexpr int kMaxNesting = 100;  // expression nesting limit (real templates nest < 10)
+
 class Parser {
  public:
   Parser(const std::vector<Token>& tokens, std::string_view source, const std::string& name)
@@ -119,6 +121,11 @@ class Parser {
   }
 
   Result<NodePtr> ParseStatement(uint32_t offset) {
+    struct DepthGuard {  // bounds the recursion of nested blocks
+      int* depth;
+      ~DepthGuard() { --*depth; }
+    } guard{&(++depth_, depth_)};
+    if (depth_ > kMaxNesting) return ErrorAt(offset, "blocks nested too deeply");
     if (!IsKind(TokenKind::kName)) return Unexpected("a statement name");
     const std::string word = tokens_[pos_].text;
     const uint32_t word_offset = tokens_[pos_].offset;
@@ -292,6 +299,11 @@ class Parser {
   }
 
   Result<NodePtr> ParseExpression() {
+    struct DepthGuard {  // bounds the recursion on hostile input ("((((...")
+      int* depth;
+      ~DepthGuard() { --*depth; }
+    } guard{&(++depth_, depth_)};
+    if (depth_ > kMaxNesting) return ErrorAt(Offset(), "expression nested too deeply");
     const uint32_t offset = Offset();
     ZM_ASSIGN_OR_RETURN(NodePtr value, ParseOr());
     if (!IsName("if")) return value;
@@ -619,6 +631,7 @@ class Parser {
   std::string_view source_;
   const std::string& name_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -241,6 +241,11 @@ TEST(JinjaTest, ErrorBadSyntaxNamesLineAndColumn) {
   EXPECT_NE(s.message().find("chat_template line 3, column 8"), std::string::npos) << s.message();
   EXPECT_NE(ParseError("{% endfor %}").message().find("unexpected statement 'endfor'"), std::string::npos);
   EXPECT_NE(ParseError("{% frobnicate %}").message().find("line 1"), std::string::npos);
+  EXPECT_NE(ParseError("{{ " + std::string(5000, '(') + " }}").message().find("nested too deeply"), std::string::npos);
+  EXPECT_NE(ParseError("{{ " + std::string(100000, '[') + " }}").message().find("nested too deeply"), std::string::npos);
+  std::string deep_blocks;
+  for (int i = 0; i < 5000; ++i) deep_blocks += "{% if x %}";
+  EXPECT_NE(ParseError(deep_blocks).message().find("nested too deeply"), std::string::npos);
   EXPECT_NE(ParseError("{{ a ? b }}").message().find("unexpected character '?'"), std::string::npos);
   // lines are those of the original source, also after trim_blocks removed newlines
   EXPECT_NE(ParseError("{% if a %}\n{% endif %}\n{% if b %}\n{{ x|nope }}\n{% endif %}").message().find("line 4"),
