@@ -89,6 +89,13 @@ class Tokenizer {
   // add_special_tokens = false: the template already contains the BOS where the model wants one.
   Result<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                         bool add_generation_prompt) const;
+  // The chat template (parsed once at load; a "tool_use" one when `tools` is a non-empty list and
+  // the config has one) rendered with OpenAI message objects (tool_calls etc. pass through),
+  // `tools` (null: none) and `extra_kwargs` (chat_template_kwargs such as enable_thinking; null:
+  // none). Errors: as zipmoe::ApplyChatTemplate (tokenizer_chat.h).
+  Result<std::string> ApplyChatTemplate(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                        bool add_generation_prompt,
+                                        const nlohmann::ordered_json& extra_kwargs) const;
 
  private:
   struct Impl;
