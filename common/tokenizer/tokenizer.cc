@@ -44,6 +44,30 @@ struct Tokenizer::Impl {
   int32_t vocab_size = 0;
   json config;  // tokenizer_config.json or null
   std::optional<int32_t> bos_id, eos_id;
+  // The chat template(s), parsed once at load: `chat_template` (the string, or the "default"
+  // entry of a list) and `chat_template_tools` (the "tool_use" entry, if the list has one).
+  // chat_template_status: why `chat_template` is empty (kNotFound, or the parse error).
+  std::optional<jinja::Template> chat_template, chat_template_tools;
+  Status chat_template_status;
+
+  void ParseChatTemplates() {
+    Result<std::string> plain = zipmoe::ChatTemplateSource(config, /*with_tools=*/false);
+    if (!plain.ok()) {
+      chat_template_status = plain.status();
+      return;
+    }
+    Result<jinja::Template> parsed = jinja::Template::Parse(*plain, "chat_template");
+    if (!parsed.ok()) {
+      chat_template_status = parsed.status().WithContext(source);
+      return;
+    }
+    chat_template = std::move(parsed).value();
+    Result<std::string> tools = zipmoe::ChatTemplateSource(config, /*with_tools=*/true);
+    if (tools.ok() && *tools != *plain) {
+      Result<jinja::Template> parsed_tools = jinja::Template::Parse(*tools, "chat_template tool_use");
+      if (parsed_tools.ok()) chat_template_tools = std::move(parsed_tools).value();
+    }
+  }
 
   std::optional<int32_t> TokenToId(std::string_view token) const {
     auto it = added_by_content.find(std::string(token));
@@ -193,6 +217,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& tokenizer_
   if (FileExists(config_path)) {
     ZM_ASSIGN_OR_RETURN(config, ReadJson(config_path));
   }
+  // A chat_template.jinja beside it replaces tokenizer_config.json's chat_template (as transformers).
+  const std::string template_path = JoinPath(dir, "chat_template.jinja");
+  if (FileExists(template_path)) {
+    ZM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(template_path));
+    if (!config.is_object()) config = json::object();
+    config["chat_template"] = std::move(text);
+  }
   return FromJson(tokenizer_json, config, tokenizer_json_path);
 }
 
@@ -254,6 +285,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tokenizer_jso
   // Post-processor, then tokenizer_config.json's add_bos_token / add_eos_token override.
   ZM_ASSIGN_OR_RETURN(PostIds post, ParsePostProcessor(field("post_processor"), source + ": post_processor"));
   impl->config = tokenizer_config;
+  impl->ParseChatTemplates();
   const std::string config_name = "tokenizer_config.json";
   for (const auto& [key, out] : {std::make_pair("bos_token", &impl->bos_id), std::make_pair("eos_token", &impl->eos_id)}) {
     const std::string text = ConfigTokenText(tokenizer_config, key);
@@ -360,7 +392,24 @@ const json& Tokenizer::config() const { return impl_->config; }
 
 Result<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt) const {
-  return zipmoe::ApplyChatTemplate(impl_->config, messages, add_generation_prompt);
+  return ApplyChatTemplate(ChatMessagesJson(messages), nlohmann::ordered_json(nullptr), add_generation_prompt,
+                           nlohmann::ordered_json(nullptr));
+}
+
+std::string Tokenizer::ChatTemplateSource(bool with_tools) const {
+  Result<std::string> source = zipmoe::ChatTemplateSource(impl_->config, with_tools);
+  return source.ok() ? std::move(source).value() : std::string();
+}
+
+Result<std::string> Tokenizer::ApplyChatTemplate(const nlohmann::ordered_json& messages,
+                                                 const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                                 const nlohmann::ordered_json& extra_kwargs) const {
+  const bool with_tools = tools.is_array() && !tools.empty();
+  const jinja::Template* tmpl = with_tools && impl_->chat_template_tools ? &*impl_->chat_template_tools
+                                : impl_->chat_template                   ? &*impl_->chat_template
+                                                                         : nullptr;
+  if (tmpl == nullptr) return impl_->chat_template_status;
+  return tmpl->Render(ChatTemplateContext(impl_->config, messages, tools, add_generation_prompt, extra_kwargs));
 }
 
 // ---- StreamDecoder ----

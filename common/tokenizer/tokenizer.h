@@ -89,6 +89,17 @@ class Tokenizer {
   // add_special_tokens = false: the template already contains the BOS where the model wants one.
   Result<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                         bool add_generation_prompt) const;
+  // The chat template (parsed once at load; a "tool_use" one when `tools` is a non-empty list and
+  // the config has one) rendered with OpenAI message objects (tool_calls etc. pass through),
+  // `tools` (null: none) and `extra_kwargs` (chat_template_kwargs such as enable_thinking; null:
+  // none). Errors: as zipmoe::ApplyChatTemplate (tokenizer_chat.h).
+  Result<std::string> ApplyChatTemplate(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                        bool add_generation_prompt,
+                                        const nlohmann::ordered_json& extra_kwargs) const;
+  // The text of the template ApplyChatTemplate renders (the "tool_use" one when `with_tools` and the
+  // config has it); "" when the model has none. For reading its markers (the API's reasoning and
+  // tool-call parser, services/api/chat_output_parser.h).
+  std::string ChatTemplateSource(bool with_tools) const;
 
  private:
   struct Impl;

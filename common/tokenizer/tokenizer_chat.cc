@@ -1,161 +1,78 @@
-// Chat template recognition and rendering (see tokenizer_chat.h).
+// Chat templates rendered with the Jinja engine (see tokenizer_chat.h).
 #include "common/tokenizer/tokenizer_chat.h"
-
-#include <optional>
-
-#include <fmt/format.h>
 
 #include "common/tokenizer/tokenizer_json.h"
 
 namespace zipmoe {
-namespace {
 
 using nlohmann::json;
-using tokenizer::ConfigTokenText;
+using nlohmann::ordered_json;
 
-constexpr char kImStart[] = "<|im_start|>";
-constexpr char kImEnd[] = "<|im_end|>";
-
-// The template string: chat_template as a string, or the "default" entry of a list of
-// {name, template}.
-std::optional<std::string> TemplateText(const json& config) {
-  auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_array()) {
-    for (const json& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string()) {
-        return entry["template"].get<std::string>();
-      }
-    }
+Result<std::string> ChatTemplateSource(const json& tokenizer_config, bool with_tools) {
+  const json* entry = nullptr;
+  if (tokenizer_config.is_object()) {
+    auto it = tokenizer_config.find("chat_template");
+    if (it != tokenizer_config.end()) entry = &*it;
   }
-  return std::nullopt;
+  if (entry != nullptr && entry->is_string()) return entry->get<std::string>();
+  if (entry != nullptr && entry->is_array()) {
+    const json* fallback = nullptr;
+    for (const json& t : *entry) {
+      if (!t.is_object() || !t.contains("template") || !t["template"].is_string()) continue;
+      const std::string name = t.value("name", "");
+      if (with_tools && name == "tool_use") return t["template"].get<std::string>();
+      if (name == "default") fallback = &t;
+    }
+    if (fallback != nullptr) return (*fallback)["template"].get<std::string>();
+  }
+  return Status::NotFound("tokenizer_config.json has no chat_template (nor a chat_template.jinja beside it)");
 }
 
-// Undoes the escapes of a Jinja string literal: \n, \t, \', \", \\.
-std::string UnescapeJinja(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      const char c = s[++i];
-      out.push_back(c == 'n' ? '\n' : c == 't' ? '\t' : c);
-    } else {
-      out.push_back(s[i]);
+ordered_json ChatTemplateContext(const json& tokenizer_config, const ordered_json& messages, const ordered_json& tools,
+                                 bool add_generation_prompt, const ordered_json& extra_kwargs) {
+  ordered_json context = ordered_json::object();
+  context["messages"] = messages;
+  if (!tools.is_null()) context["tools"] = tools;
+  context["add_generation_prompt"] = add_generation_prompt;
+  for (const char* key : {"bos_token", "eos_token"}) {
+    const std::string text = tokenizer::ConfigTokenText(tokenizer_config, key);
+    if (!text.empty()) context[key] = text;
+  }
+  if (extra_kwargs.is_object()) {
+    // As transformers' render(messages=..., tools=..., add_generation_prompt=..., **kwargs): the
+    // kwargs cannot replace those three (there a duplicate keyword is an error; the API refuses them).
+    for (const auto& [k, v] : extra_kwargs.items()) {
+      if (k != "messages" && k != "tools" && k != "add_generation_prompt") context[k] = v;
     }
   }
+  return context;
+}
+
+Result<std::string> ApplyChatTemplate(const json& tokenizer_config, const ordered_json& messages,
+                                      const ordered_json& tools, bool add_generation_prompt,
+                                      const ordered_json& extra_kwargs) {
+  const bool with_tools = tools.is_array() && !tools.empty();
+  ZM_ASSIGN_OR_RETURN(std::string source, ChatTemplateSource(tokenizer_config, with_tools));
+  ZM_ASSIGN_OR_RETURN(jinja::Template tmpl, jinja::Template::Parse(source, "chat_template"));
+  return tmpl.Render(ChatTemplateContext(tokenizer_config, messages, tools, add_generation_prompt, extra_kwargs));
+}
+
+Result<std::string> ApplyChatTemplate(const json& tokenizer_config, const json& messages, const json& tools,
+                                      bool add_generation_prompt, const json& extra_kwargs) {
+  return ApplyChatTemplate(tokenizer_config, ordered_json::parse(messages.dump()), ordered_json::parse(tools.dump()),
+                           add_generation_prompt, ordered_json::parse(extra_kwargs.dump()));
+}
+
+ordered_json ChatMessagesJson(const std::vector<ChatMessage>& messages) {
+  ordered_json out = ordered_json::array();
+  for (const ChatMessage& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
   return out;
 }
 
-// The default system prompt of a ChatML template: the text of a constant literal
-// '<|im_start|>system\n<TEXT><|im_end|>' (no quote, brace or '+' inside), if there is one.
-std::optional<std::string> DefaultSystemPrompt(const std::string& tmpl) {
-  for (const std::string& opener : {std::string(kImStart) + "system\\n", std::string(kImStart) + "system\n"}) {
-    size_t pos = 0;
-    while ((pos = tmpl.find(opener, pos)) != std::string::npos) {
-      pos += opener.size();
-      const size_t end = tmpl.find(kImEnd, pos);
-      if (end == std::string::npos) break;
-      const std::string text = tmpl.substr(pos, end - pos);
-      if (!text.empty() && text.find_first_of("'\"{}+") == std::string::npos) return UnescapeJinja(text);
-    }
-  }
-  return std::nullopt;
-}
-
-std::string RenderChatMl(const std::string& tmpl, const std::vector<ChatMessage>& messages,
-                         bool add_generation_prompt) {
-  std::string out;
-  auto append = [&out](const std::string& role, const std::string& content) {
-    out += fmt::format("{}{}\n{}{}\n", kImStart, role, content, kImEnd);
-  };
-  if (!messages.empty() && messages[0].role != "system") {
-    if (std::optional<std::string> system = DefaultSystemPrompt(tmpl)) append("system", *system);
-  }
-  for (const ChatMessage& m : messages) append(m.role, m.content);
-  if (add_generation_prompt) out += fmt::format("{}assistant\n", kImStart);
-  return out;
-}
-
-Result<std::string> RenderMistral(const std::string& bos, const std::string& eos,
-                                  const std::vector<ChatMessage>& messages) {
-  std::string out = bos;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    if ((m.role == "user") != (i % 2 == 0)) {
-      return Status::InvalidArgument(fmt::format(
-          "chat_template: conversation roles must alternate user/assistant/user/assistant/... "
-          "(message {} has role '{}')", i, m.role));
-    }
-    if (m.role == "user") {
-      out += "[INST] " + m.content + " [/INST]";
-    } else if (m.role == "assistant") {
-      out += m.content + eos;
-    } else {
-      return Status::InvalidArgument(fmt::format(
-          "chat_template: only user and assistant roles are supported (message {} has role '{}')", i, m.role));
-    }
-  }
-  return out;
-}
-
-std::string RenderDeepseek(const std::string& bos, const std::string& eos,
-                           const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out = bos;
-  for (const ChatMessage& m : messages) {
-    if (m.role == "user") {
-      out += "User: " + m.content + "\n\n";
-    } else if (m.role == "assistant") {
-      out += "Assistant: " + m.content + eos;
-    } else if (m.role == "system") {
-      out += m.content + "\n\n";
-    }
-  }
-  if (add_generation_prompt) out += "Assistant:";
-  return out;
-}
-
-std::string RenderTulu(const std::string& bos, const std::string& eos,
-                       const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out = bos;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    const bool last = i + 1 == messages.size();
-    if (m.role == "system") {
-      out += "<|system|>\n" + m.content + "\n";
-    } else if (m.role == "user") {
-      out += "<|user|>\n" + m.content + "\n";
-    } else if (m.role == "assistant") {
-      out += "<|assistant|>\n" + m.content + eos + (last ? "" : "\n");
-    }
-    if (last && add_generation_prompt) out += "<|assistant|>\n";
-  }
-  return out;
-}
-
-}  // namespace
-
-Result<std::string> ApplyChatTemplate(const json& tokenizer_config,
-                                      const std::vector<ChatMessage>& messages,
+Result<std::string> ApplyChatTemplate(const json& tokenizer_config, const std::vector<ChatMessage>& messages,
                                       bool add_generation_prompt) {
-  if (!tokenizer_config.is_object()) {
-    return Status::NotFound("tokenizer_config.json: no chat_template (config is not an object)");
-  }
-  const std::optional<std::string> tmpl = TemplateText(tokenizer_config);
-  if (!tmpl) return Status::NotFound("tokenizer_config.json: no chat_template");
-  // The bos_token is emitted only where the template mentions it.
-  const std::string bos =
-      tmpl->find("bos_token") != std::string::npos ? ConfigTokenText(tokenizer_config, "bos_token") : "";
-  const std::string eos = ConfigTokenText(tokenizer_config, "eos_token");
-
-  if (tmpl->find(kImStart) != std::string::npos) return RenderChatMl(*tmpl, messages, add_generation_prompt);
-  if (tmpl->find("[INST]") != std::string::npos) return RenderMistral(bos, eos, messages);
-  if (tmpl->find("User: ") != std::string::npos && tmpl->find("Assistant:") != std::string::npos) {
-    return RenderDeepseek(bos, eos, messages, add_generation_prompt);
-  }
-  if (tmpl->find("<|user|>") != std::string::npos) return RenderTulu(bos, eos, messages, add_generation_prompt);
-  return Status::InvalidArgument("unsupported chat_template (recognised: ChatML, Mistral [INST], "
-                                 "DeepSeek User:/Assistant:, Tulu <|user|>)");
+  return ApplyChatTemplate(tokenizer_config, ChatMessagesJson(messages), ordered_json(nullptr), add_generation_prompt,
+                           ordered_json(nullptr));
 }
 
 }  // namespace zipmoe

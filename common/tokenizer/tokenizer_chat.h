@@ -1,24 +1,9 @@
-// Chat prompt formatting from a Hugging Face tokenizer_config.json "chat_template", without a
-// Jinja engine: the template is recognised by its markers and rendered by fixed C++ code that
-// produces what the real template produces for plain {role, content} messages.
-//
-//   ChatML (template contains "<|im_start|>"; Qwen1.5/Qwen2/Qwen3-MoE):
-//     "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then "<|im_start|>assistant\n" if
-//     add_generation_prompt. A default system prompt is injected only when the template itself
-//     does so: when it contains a constant literal '<|im_start|>system\n<TEXT><|im_end|>' (as
-//     Qwen1.5's "You are a helpful assistant" and Qwen2.5's "You are Qwen, ...") and the first
-//     message is not a system message. Qwen3's <think> handling and tool calls are not rendered.
-//   Mistral/Mixtral (contains "[INST]"): bos_token, then "[INST] {user} [/INST]" and
-//     "{assistant}{eos_token}"; roles must alternate user/assistant starting with user and a
-//     system message is an error, as the Mixtral-8x7B-Instruct template raises.
-//     add_generation_prompt adds nothing ("[/INST]" is the prompt).
-//   DeepSeek (contains "User: " and "Assistant:"): bos_token, "{system}\n\n", "User: {user}\n\n",
-//     "Assistant: {assistant}{eos_token}", then "Assistant:" if add_generation_prompt; other roles
-//     are skipped, as in DeepSeek-V2-Chat's template.
-//   Tulu (contains "<|user|>"; OLMoE-Instruct): "<|system|>\n{c}\n", "<|user|>\n{c}\n",
-//     "<|assistant|>\n{c}{eos_token}" ("\n" after it unless it is the last message), then
-//     "<|assistant|>\n" if add_generation_prompt.
-// bos_token / eos_token come from the same tokenizer_config.json (a string or {"content": ...}).
+// Chat prompt formatting from a Hugging Face chat template: tokenizer_config.json's "chat_template"
+// (a string, or a list of {name, template}) or a chat_template.jinja beside it (Tokenizer::Load
+// puts that file's text into chat_template), rendered by the Jinja engine (common/jinja/jinja.h)
+// as transformers' apply_chat_template does: the variables are messages, tools (when given),
+// add_generation_prompt, bos_token / eos_token (tokenizer_config strings or {"content": ...},
+// when set), then the chat_template_kwargs (e.g. enable_thinking).
 // Pure; callable from any thread.
 #pragma once
 
@@ -27,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/jinja/jinja.h"
 #include "common/status.h"
 
 namespace zipmoe {
@@ -36,13 +22,36 @@ struct ChatMessage {
   std::string content;  // UTF-8, inserted verbatim
 };
 
-// Renders `messages` with the chat_template of `tokenizer_config` (the parsed
-// tokenizer_config.json; chat_template may be a string or a list of {name, template}, where the
-// one named "default" is used).
-// Errors: kNotFound if there is no chat_template; kInvalidArgument "unsupported chat_template" for
-// an unrecognised template, or a message sequence the template rejects (roles, system message).
+// The template text of `tokenizer_config`: chat_template as a string, or from a list of
+// {name, template} the one named "tool_use" when `with_tools` and it exists, else "default".
+// Errors: kNotFound if there is none.
+Result<std::string> ChatTemplateSource(const nlohmann::json& tokenizer_config, bool with_tools);
+
+// The render variables (see above). `tools` null or absent: no `tools` variable.
+nlohmann::ordered_json ChatTemplateContext(const nlohmann::json& tokenizer_config,
+                                           const nlohmann::ordered_json& messages,
+                                           const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                           const nlohmann::ordered_json& extra_kwargs);
+
+// Renders `messages` (OpenAI message objects: role, content, tool_calls, tool_call_id, ...) with
+// the chat template of `tokenizer_config` (parsed on each call; Tokenizer caches the parse).
+// `tools`: OpenAI function schemas, or null for none. `extra_kwargs`: an object of extra
+// variables (chat_template_kwargs), or null.
+// Errors: kNotFound if there is no chat_template; kInvalidArgument "chat_template line L, column
+// C: ..." if the template does not parse or fails on these messages (raise_exception included).
+Result<std::string> ApplyChatTemplate(const nlohmann::json& tokenizer_config, const nlohmann::ordered_json& messages,
+                                      const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                      const nlohmann::ordered_json& extra_kwargs);
+// The same for nlohmann::json arguments (objects in sorted key order, which tojson then shows).
+Result<std::string> ApplyChatTemplate(const nlohmann::json& tokenizer_config, const nlohmann::json& messages,
+                                      const nlohmann::json& tools, bool add_generation_prompt,
+                                      const nlohmann::json& extra_kwargs);
+// Plain {role, content} messages, no tools, no extra variables.
 Result<std::string> ApplyChatTemplate(const nlohmann::json& tokenizer_config,
                                       const std::vector<ChatMessage>& messages,
                                       bool add_generation_prompt);
+
+// {role, content} messages as OpenAI message objects.
+nlohmann::ordered_json ChatMessagesJson(const std::vector<ChatMessage>& messages);
 
 }  // namespace zipmoe

@@ -1,4 +1,4 @@
-// Tests for common/tokenizer_unicode and common/tokenizer_pretokenizer: UTF-8 repair, the GPT-2 byte
+// Tests for common/tokenizer/tokenizer_unicode and tokenizer_pretokenizer: UTF-8 repair, the GPT-2 byte
 // alphabet, normalization forms, pre-tokenizer regexes (GPT-2, Qwen2, DeepSeek) and split behaviours.
 #include "common/tokenizer/tokenizer.h"
 

@@ -267,6 +267,41 @@ TEST(StreamDecoderTest, MetaspaceKeepsSpacesBetweenChunks) {
   EXPECT_EQ(stream.Step(271), " Hello");
 }
 
+// ---- chat templates through the Tokenizer (parsed once at load) ----
+
+TEST(TokenizerTest, ChatTemplateJinjaFileReplacesConfigTemplate) {
+  TempDir tmp;
+  WriteAll(tmp.Sub("tokenizer.json"), ByteLevelTokenizerJson().dump());
+  WriteAll(tmp.Sub("tokenizer_config.json"),
+           json{{"chat_template", "from config"}, {"eos_token", {{"content", "</s>"}}}}.dump());
+  WriteAll(tmp.Sub("chat_template.jinja"),
+           "{% for m in messages %}{{ m.role }}={{ m.content }}{{ eos_token }}\n{% endfor %}"
+           "{% if tools %}{{ tools[0].function.name }}{% endif %}{% if enable_thinking is false %}!{% endif %}\n");
+  auto t = Tokenizer::Load(tmp.Sub("tokenizer.json"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto plain = (*t)->ApplyChatTemplate({{"user", "hi"}}, false);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(*plain, "user=hi</s>\n");  // the file's template; its final newline dropped, as jinja2
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "x"}])");
+  const nlohmann::ordered_json tools =
+      nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "lookup"}}])");
+  auto with_tools = (*t)->ApplyChatTemplate(messages, tools, false, {{"enable_thinking", false}});
+  ASSERT_TRUE(with_tools.ok()) << with_tools.status().ToString();
+  EXPECT_EQ(*with_tools, "user=x</s>\nlookup!");
+}
+
+TEST(TokenizerTest, BrokenChatTemplateLoadsButFailsToApply) {
+  auto t = Tokenizer::FromJson(ByteLevelTokenizerJson(), json{{"chat_template", "{% for m in messages %}"}},
+                               "dir/tokenizer.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();  // encoding still works without a usable template
+  auto chat = (*t)->ApplyChatTemplate({{"user", "hi"}}, true);
+  EXPECT_EQ(chat.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(chat.status().message(), HasSubstr("unclosed 'for'"));
+  auto none = Tokenizer::FromJson(ByteLevelTokenizerJson(), json(), "dir/tokenizer.json");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ((*none)->ApplyChatTemplate({{"user", "hi"}}, true).status().code(), StatusCode::kNotFound);
+}
+
 // ---- load errors ----
 
 TEST(TokenizerTest, LoadErrorsNameFileAndField) {

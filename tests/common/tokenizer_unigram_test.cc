@@ -1,4 +1,4 @@
-// Tests for common/tokenizer_unigram (SentencePiece Unigram, T5 style): Viterbi segmentation, unknown
+// Tests for common/tokenizer/tokenizer_unigram (SentencePiece Unigram, T5 style): Viterbi segmentation, unknown
 // scores and ties as HF's encode_optimized, byte fallback, errors, and the T5 pipeline with sentinels.
 #include "common/tokenizer/tokenizer.h"
 

@@ -1,0 +1,44 @@
+// String helpers of the template engine (common/jinja/): UTF-8 code points and the Python str
+// methods chat templates call. Case mapping is ASCII-only (bytes >= 0x80 are kept as they are).
+// Pure functions; callable from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zipmoe::jinja {
+
+// Code point at byte `pos` of `s`; *len = its byte length (1 for an invalid byte, returned as is).
+uint32_t DecodeUtf8(std::string_view s, size_t pos, size_t* len);
+// `s` split into its UTF-8 characters (each a string of 1-4 bytes).
+std::vector<std::string> Utf8Chars(std::string_view s);
+size_t Utf8Length(std::string_view s);
+
+std::string AsciiLower(std::string_view s);
+std::string AsciiUpper(std::string_view s);
+// Python str.title(): upper-cases the first letter of each run of letters, lower-cases the rest.
+std::string TitleCase(std::string_view s);
+// Python str.capitalize(): first character upper, the rest lower.
+std::string Capitalize(std::string_view s);
+
+bool IsSpace(char c);  // Python's ASCII whitespace: space, \t \n \v \f \r
+// Python str.strip/lstrip/rstrip: `chars` null strips whitespace, else any byte of *chars.
+std::string Strip(std::string_view s, const std::string* chars, bool left, bool right);
+// Python str.split(sep, maxsplit) / rsplit: `sep` null splits on runs of whitespace.
+std::vector<std::string> Split(std::string_view s, const std::string* sep, int64_t maxsplit);
+std::vector<std::string> RSplit(std::string_view s, const std::string* sep, int64_t maxsplit);
+// Python str.replace(old, new, count); count < 0 replaces all.
+std::string Replace(std::string_view s, std::string_view old_text, std::string_view new_text, int64_t count);
+// Python str.count / str.find (byte offsets; -1 when absent).
+int64_t CountOccurrences(std::string_view s, std::string_view sub);
+bool StartsWith(std::string_view s, std::string_view prefix);
+bool EndsWith(std::string_view s, std::string_view suffix);
+
+// Python slice indices for a sequence of `size`: start/stop/step already defaulted by
+// `has_*`; returns the selected indices (step != 0 checked by the caller).
+std::vector<int64_t> SliceIndices(int64_t size, bool has_start, int64_t start, bool has_stop, int64_t stop,
+                                  int64_t step);
+
+}  // namespace zipmoe::jinja

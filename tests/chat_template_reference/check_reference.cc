@@ -1,0 +1,129 @@
+// zipmoe_chat_template_reference_check REFERENCE_JSONL
+//
+// Renders each line of REFERENCE_JSONL (written by render_reference.mjs: template source,
+// context, and @huggingface/jinja's output or error) with zipmoe's engine (common/jinja) and
+// requires byte equality, or an error from both. Prints the first mismatch with the byte offset,
+// line and an escaped excerpt of both outputs, then "N passed, N failed".
+// Exit 0 iff every render matched, every template rendered at least one conversation without an
+// error, and there was at least one line.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/jinja/jinja.h"
+
+namespace {
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void PrintDiff(const std::string& want, const std::string& got) {
+  size_t at = 0;
+  while (at < want.size() && at < got.size() && want[at] == got[at]) ++at;
+  int line = 1;
+  for (size_t i = 0; i < at; ++i) line += want[i] == '\n';
+  const size_t from = at > 60 ? at - 60 : 0;
+  std::fprintf(stderr, "  first difference at byte %zu (output line %d); lengths: reference %zu, zipmoe %zu\n", at,
+               line, want.size(), got.size());
+  std::fprintf(stderr, "  reference: ...%s|>>>%s\n", Escape(want.substr(from, at - from)).c_str(),
+               Escape(want.substr(at, 80)).c_str());
+  std::fprintf(stderr, "  zipmoe:    ...%s|>>>%s\n", Escape(got.substr(from, at - from)).c_str(),
+               Escape(got.substr(at, 80)).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s REFERENCE_JSONL\n", argv[0]);
+    return 2;
+  }
+  std::ifstream in(argv[1]);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", argv[1]);
+    return 2;
+  }
+  std::map<std::string, zipmoe::jinja::Template> parsed;
+  std::map<std::string, int> rendered_ok;  // per template: conversations rendered without error
+  int passed = 0, failed = 0;
+  bool printed = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const nlohmann::ordered_json ref = nlohmann::ordered_json::parse(line);
+    const std::string tname = ref["template"].get<std::string>();
+    const std::string cname = ref["conversation"].get<std::string>();
+    rendered_ok.emplace(tname, 0);
+    std::string got;
+    std::string error;
+    auto it = parsed.find(tname);
+    if (it == parsed.end()) {
+      auto t = zipmoe::jinja::Template::Parse(ref["source"].get<std::string>(), "chat_template");
+      if (!t.ok()) {
+        error = t.status().ToString();
+      } else {
+        it = parsed.emplace(tname, std::move(t).value()).first;
+      }
+    }
+    if (it != parsed.end()) {
+      auto r = it->second.Render(ref["context"]);
+      if (r.ok()) {
+        got = *r;
+      } else {
+        error = r.status().ToString();
+      }
+    }
+    const bool ref_ok = ref["ok"].get<bool>();
+    bool match = false;
+    if (ref_ok) {
+      match = error.empty() && got == ref["output"].get<std::string>();
+      if (match) ++rendered_ok[tname];
+    } else {
+      match = !error.empty();
+    }
+    if (match) {
+      ++passed;
+      continue;
+    }
+    ++failed;
+    std::fprintf(stderr, "MISMATCH %s x %s\n", tname.c_str(), cname.c_str());
+    if (printed) continue;  // details for the first mismatch only
+    printed = true;
+    if (!ref_ok) {
+      std::fprintf(stderr, "  reference raised \"%s\"; zipmoe rendered %zu bytes\n",
+                   ref.value("error", std::string("?")).c_str(), got.size());
+    } else if (!error.empty()) {
+      std::fprintf(stderr, "  reference rendered; zipmoe failed: %s\n", error.c_str());
+    } else {
+      PrintDiff(ref["output"].get<std::string>(), got);
+    }
+  }
+  int status = failed == 0 && passed > 0 ? 0 : 1;
+  for (const auto& [tname, n] : rendered_ok) {
+    std::fprintf(stderr, "  %s: %d conversations rendered equal\n", tname.c_str(), n);
+    if (n == 0) {
+      std::fprintf(stderr, "  %s rendered no conversation without an error: the check proves nothing for it\n",
+                   tname.c_str());
+      status = 1;
+    }
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return status;
+}

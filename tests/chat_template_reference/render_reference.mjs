@@ -1,0 +1,56 @@
+// Renders every chat template x conversation with @huggingface/jinja (the reference renderer of
+// zipmoe's common/jinja engine) and writes one JSON line per pair to OUT_JSONL:
+//   {template, conversation, source, context, ok, output | error}
+// Templates: the chat_template of each @lenml/tokenizer-* dependency in package.json
+// (node_modules/<pkg>/models/tokenizer_config.json). Conversations: CONVERSATIONS_JSON.
+// The context is what transformers' apply_chat_template passes: messages, tools (when given),
+// add_generation_prompt, bos_token / eos_token (when set), then the conversation's kwargs.
+// Usage: node render_reference.mjs CONVERSATIONS_JSON OUT_JSONL
+import { readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Template } from "@huggingface/jinja";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const [conversationsPath, outPath] = process.argv.slice(2);
+if (!conversationsPath || !outPath) {
+  console.error("usage: node render_reference.mjs CONVERSATIONS_JSON OUT_JSONL");
+  process.exit(2);
+}
+const pkg = JSON.parse(readFileSync(join(here, "package.json"), "utf8"));
+const conversations = JSON.parse(readFileSync(conversationsPath, "utf8"));
+
+const tokenText = (t) => (t === null || t === undefined ? undefined : typeof t === "string" ? t : t.content);
+
+const lines = [];
+for (const name of Object.keys(pkg.dependencies).filter((d) => d.startsWith("@lenml/tokenizer-"))) {
+  const dir = join(here, "node_modules", name);
+  const version = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")).version;
+  const config = JSON.parse(readFileSync(join(dir, "models", "tokenizer_config.json"), "utf8"));
+  let source = config.chat_template;
+  if (Array.isArray(source)) source = source.find((t) => t.name === "default").template;
+  if (typeof source !== "string") throw new Error(`${name}: no chat_template`);
+  const template = new Template(source);
+  for (const conv of conversations) {
+    const context = { messages: conv.messages };
+    if (conv.tools !== undefined) context.tools = conv.tools;
+    context.add_generation_prompt = conv.add_generation_prompt;
+    const bos = tokenText(config.bos_token);
+    const eos = tokenText(config.eos_token);
+    if (bos !== undefined) context.bos_token = bos;
+    if (eos !== undefined) context.eos_token = eos;
+    Object.assign(context, conv.kwargs ?? {});
+    // render() converts the context itself; hand it a deep copy so no render sees another's edits
+    const line = { template: `${name}@${version}`, conversation: conv.name, source, context };
+    try {
+      line.output = template.render(structuredClone(context));
+      line.ok = true;
+    } catch (e) {
+      line.ok = false;
+      line.error = String(e && e.message ? e.message : e);
+    }
+    lines.push(JSON.stringify(line));
+  }
+}
+writeFileSync(outPath, lines.join("\n") + "\n");
+console.error(`render_reference: ${lines.length} renders written to ${outPath}`);
