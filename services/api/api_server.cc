@@ -17,6 +17,7 @@
 #include "common/thread_name.h"
 #include "common/tokenizer/tokenizer_unicode.h"
 #include "services/api/api_server_jobs.h"
+#include "services/api/chat_output_parser.h"
 #include "services/service_base/service_metrics.h"
 
 namespace zipmoe::api {
@@ -282,6 +283,30 @@ void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange
 
 namespace {
 
+// OpenAI's tool_calls array; `first`: the index of the first call within its choice (streamed
+// chunks carry it, as the SDK merges deltas by index).
+json ToolCallsJson(const std::vector<ParsedToolCall>& calls, int first, bool with_index) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c{{"id", calls[i].id},
+           {"type", "function"},
+           {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = first + static_cast<int>(i);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void AppendDelta(ChatDelta more, ChatDelta* d) {
+  d->content += more.content;
+  d->reasoning += more.reasoning;
+  for (ParsedToolCall& c : more.tool_calls) d->tool_calls.push_back(std::move(c));
+}
+
+bool AllWhitespace(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
+}
+
 // `bytes`: the token's own bytes, which may be part of a UTF-8 sequence (the text shows U+FFFD).
 json ChatLogprobEntry(const std::string& token, const std::string& raw, float logprob) {
   return json{{"token", token}, {"logprob", logprob}, {"bytes", Bytes(raw)}};
@@ -384,13 +409,26 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     json choices = json::array();
     for (const auto& job : request->jobs) {
       json choice{{"index", job->index}};
-      if (chat) {
+      std::string finish_reason = job->finish_reason;
+      if (chat && r.chat_syntax.active()) {  // reasoning and tool calls apart from the answer
+        ChatOutputParser parser(r.chat_syntax, fmt::format("call_{}_{}_", request->id, job->index));
+        ChatDelta d = parser.Push(job->text);
+        AppendDelta(parser.Finish(), &d);
+        json message{{"role", "assistant"}, {"content", d.content}};
+        if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
+        if (!d.tool_calls.empty()) {
+          message["tool_calls"] = ToolCallsJson(d.tool_calls, 0, /*with_index=*/false);
+          if (AllWhitespace(d.content)) message["content"] = nullptr;
+          if (finish_reason == "stop") finish_reason = "tool_calls";
+        }
+        choice["message"] = message;
+      } else if (chat) {
         choice["message"] = json{{"role", "assistant"}, {"content", job->text}};
       } else {
         choice["text"] = r.echo ? r.prompts[job->prompt].text + job->text : job->text;
       }
       choice["logprobs"] = r.logprobs >= 0 ? logprobs_json(job->logprobs, job->offsets) : json(nullptr);
-      choice["finish_reason"] = job->finish_reason;
+      choice["finish_reason"] = finish_reason;
       choices.push_back(choice);
     }
     json body = envelope(false);
@@ -409,6 +447,20 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     client_ok = exchange.Write(event);
     if (!client_ok && !request->cancelled.exchange(true)) queue_cv_.NotifyAll();
     return client_ok;
+  };
+  // Chat with reasoning / tool-call markers: one parser per choice, on this thread only.
+  std::vector<std::unique_ptr<ChatOutputParser>> parsers(request->jobs.size());
+  if (chat && r.chat_syntax.active()) {
+    for (size_t i = 0; i < parsers.size(); ++i)
+      parsers[i] = std::make_unique<ChatOutputParser>(
+          r.chat_syntax, fmt::format("call_{}_{}_", request->id, request->jobs[i]->index));
+  }
+  auto delta_json = [&](const ChatDelta& d, int first_call) {
+    json delta = json::object();
+    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.tool_calls.empty()) delta["tool_calls"] = ToolCallsJson(d.tool_calls, first_call, /*with_index=*/true);
+    return delta;
   };
   auto chunk_choice = [&](const Job& job, const std::string& text, const json& finish_reason) {
     json c{{"index", job.index}};
@@ -474,6 +526,27 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     }
     for (Out& o : outs) {
       const Job& job = *request->jobs[o.job];
+      ChatOutputParser* parser = parsers[o.job].get();
+      if (parser != nullptr) {  // the text goes through the parser: content, reasoning, tool calls
+        const int first_call = parser->tool_call_count();
+        ChatDelta d = parser->Push(o.text);
+        if (o.finish) AppendDelta(parser->Finish(), &d);
+        if (!d.empty() || !o.logprobs.empty()) {
+          json c = envelope(true);
+          json choice = chunk_choice(job, "", nullptr);
+          choice["delta"] = delta_json(d, first_call);
+          if (r.logprobs >= 0) choice["logprobs"] = logprobs_json(o.logprobs, o.offsets);
+          c["choices"] = json::array({choice});
+          send(c);
+        }
+        if (o.finish && !job.failed) {
+          const bool called = parser->tool_call_count() > 0 && job.finish_reason == "stop";
+          json c = envelope(true);
+          c["choices"] = json::array({chunk_choice(job, "", called ? "tool_calls" : job.finish_reason)});
+          send(c);
+        }
+        continue;
+      }
       if (!o.text.empty() || !o.logprobs.empty()) {
         json c = envelope(true);
         json choice = chunk_choice(job, o.text, nullptr);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <stdexcept>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -10,6 +12,7 @@ namespace zipmoe::api {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 constexpr int kMaxChoices = 128;   // n per prompt
 constexpr int kMaxPrompts = 128;   // prompts of one completions request
@@ -21,7 +24,7 @@ constexpr size_t kMaxStopBytes = 1024;   // bytes per stop string
 // matter with tools).
 const std::set<std::string>& NoEffectFields() {
   static const std::set<std::string> fields = {"user", "metadata", "store", "service_tier",
-                                               "parallel_tool_calls", "reasoning_effort", "prediction"};
+                                               "parallel_tool_calls", "prediction"};
   return fields;
 }
 
@@ -31,7 +34,8 @@ const std::set<std::string>& KnownFields() {
       "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
       "seed", "n", "presence_penalty", "frequency_penalty", "stop", "stream", "stream_options", "ignore_eos",
       "logprobs", "top_logprobs", "echo", "best_of", "response_format", "tools", "tool_choice", "functions",
-      "function_call", "logit_bias", "suffix", "min_p", "repetition_penalty", "top_a"};
+      "function_call", "logit_bias", "suffix", "min_p", "repetition_penalty", "top_a", "chat_template_kwargs",
+      "reasoning_effort"};
   return fields;
 }
 
@@ -122,15 +126,71 @@ bool ParsePrompts(const json& j, const ProtocolContext& ctx, CompletionRequest* 
   return true;
 }
 
-bool ParseMessages(const json& j, const ProtocolContext& ctx, CompletionRequest* out, ApiError* err) {
+// An assistant message's tool_calls as templates expect them: OpenAI's [{id, type: "function",
+// function: {name, arguments}}], arguments (a JSON string on the wire) parsed into an object as vLLM
+// and llama.cpp hand them to templates (a string that is not JSON stays a string).
+bool ToolCalls(const ordered_json& calls, const std::string& where, ordered_json* out, ApiError* err) {
+  if (!calls.is_array()) return *err = BadRequest(where + " must be an array", where), false;
+  *out = ordered_json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const ordered_json& c = calls[k];
+    const std::string w = fmt::format("{}[{}]", where, k);
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      return *err = BadRequest(w + " must be an object with a 'function' object", w), false;
+    const ordered_json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string())
+      return *err = BadRequest(w + ".function.name must be a string", w + ".function.name"), false;
+    ordered_json call = c;
+    call["type"] = "function";
+    if (f.contains("arguments") && f["arguments"].is_string()) {
+      const std::string& text = f["arguments"].get_ref<const std::string&>();
+      ordered_json parsed = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (!parsed.is_discarded()) call["function"]["arguments"] = std::move(parsed);
+    } else if (!f.contains("arguments") || f["arguments"].is_null()) {
+      call["function"]["arguments"] = ordered_json::object();
+    } else if (!f["arguments"].is_object()) {
+      return *err = BadRequest(w + ".function.arguments must be a JSON string or an object", w + ".function.arguments"),
+             false;
+    }
+    out->push_back(std::move(call));
+  }
+  return true;
+}
+
+// tools: [{type: "function", function: {name, description?, parameters?}}], handed to the template
+// as given.
+bool Tools(const ordered_json& j, ordered_json* out, ApiError* err) {
+  if (!j.contains("tools") || j["tools"].is_null()) return true;
+  const ordered_json& tools = j["tools"];
+  if (!tools.is_array()) return *err = BadRequest("'tools' must be an array", "tools"), false;
+  for (size_t k = 0; k < tools.size(); ++k) {
+    const ordered_json& t = tools[k];
+    const std::string w = fmt::format("tools[{}]", k);
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      return *err = BadRequest(w + " must be {\"type\": \"function\", \"function\": {...}}", w), false;
+    if (!t["function"].contains("name") || !t["function"]["name"].is_string())
+      return *err = BadRequest(w + ".function.name must be a string", w + ".function.name"), false;
+  }
+  if (!tools.empty()) *out = tools;
+  return true;
+}
+
+// `j` is the body as parsed for validation; `oj` the same body with its objects' key order kept
+// (what reaches the template: tojson of tools and arguments writes keys in the client's order, as
+// transformers does).
+bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext& ctx, CompletionRequest* out,
+                   ApiError* err) {
   if (!Present(j, "messages") || !j["messages"].is_array() || j["messages"].empty())
     return *err = BadRequest("'messages' must be a non-empty array", "messages"), false;
   if (ctx.tokenizer == nullptr)
     return *err = BadRequest("chat needs tokenizer.json in the model directory", "messages"), false;
-  std::vector<ChatMessage> messages;
+  ordered_json messages = ordered_json::array();
+  const bool template_knows_tool_calls =
+      ctx.tokenizer->ChatTemplateSource(Present(j, "tools")).find("tool_calls") != std::string::npos;
   const json& arr = j["messages"];
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& m = arr[i];
+    const ordered_json& om = oj["messages"][i];
     const std::string where = fmt::format("messages[{}]", i);
     if (!m.is_object()) return *err = BadRequest(where + " must be an object", where), false;
     if (!m.contains("role") || !m["role"].is_string())
@@ -143,14 +203,20 @@ bool ParseMessages(const json& j, const ProtocolContext& ctx, CompletionRequest*
                                where + ".role"),
              false;
     if (role == "developer") role = "system";  // OpenAI's newer name for the system message
-    std::string content;
+    ordered_json message{{"role", role}};
     const std::string cwhere = where + ".content";
+    const bool has_calls = role == "assistant" && Present(m, "tool_calls");
     if (!m.contains("content") || m["content"].is_null()) {
       if (role != "assistant")
         return *err = BadRequest(cwhere + " is required (null only on an assistant message)", cwhere), false;
+      // null beside tool calls for a template that renders them (it tests for null); otherwise an
+      // empty answer, which templates that concatenate content can render.
+      const bool calls = has_calls && m["tool_calls"].is_array() && !m["tool_calls"].empty();
+      message["content"] = calls && template_knows_tool_calls ? ordered_json(nullptr) : ordered_json("");
     } else if (m["content"].is_string()) {
-      content = m["content"].get<std::string>();
+      message["content"] = m["content"];
     } else if (m["content"].is_array()) {
+      std::string content;
       for (const json& part : m["content"]) {
         if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
           return *err = BadRequest(cwhere + ": each part needs a string 'type'", cwhere), false;
@@ -163,12 +229,54 @@ bool ParseMessages(const json& j, const ProtocolContext& ctx, CompletionRequest*
           return *err = BadRequest(cwhere + ": a text part needs a string 'text'", cwhere), false;
         content += part["text"].get<std::string>();
       }
+      message["content"] = content;
     } else {
       return *err = BadRequest(cwhere + " must be a string, an array of text parts or null", cwhere), false;
     }
-    messages.push_back(ChatMessage{std::move(role), std::move(content)});
+    if (has_calls) {
+      ordered_json calls;
+      if (!ToolCalls(om["tool_calls"], where + ".tool_calls", &calls, err)) return false;
+      message["tool_calls"] = std::move(calls);
+    }
+    if (role == "tool") {
+      if (Present(m, "tool_call_id")) {
+        if (!m["tool_call_id"].is_string())
+          return *err = BadRequest(where + ".tool_call_id must be a string", where + ".tool_call_id"), false;
+        message["tool_call_id"] = m["tool_call_id"];
+      }
+    }
+    if (Present(m, "name")) {
+      if (!m["name"].is_string()) return *err = BadRequest(where + ".name must be a string", where + ".name"), false;
+      message["name"] = m["name"];
+    }
+    // Thinking text a client sends back (vLLM's and DeepSeek's field): templates that render it read it.
+    if (role == "assistant" && Present(m, "reasoning_content") && m["reasoning_content"].is_string())
+      message["reasoning_content"] = m["reasoning_content"];
+    messages.push_back(std::move(message));
   }
-  Result<std::string> text = ctx.tokenizer->ApplyChatTemplate(messages, /*add_generation_prompt=*/true);
+  ordered_json tools;
+  if (!Tools(oj, &tools, err)) return false;
+  const bool tool_choice_none = Present(j, "tool_choice") && j["tool_choice"] == "none";
+  if (tool_choice_none) tools = ordered_json();  // the model is not offered the tools
+  ordered_json kwargs = ordered_json::object();
+  if (Present(j, "chat_template_kwargs")) {
+    if (!j["chat_template_kwargs"].is_object())
+      return *err = BadRequest("'chat_template_kwargs' must be an object", "chat_template_kwargs"), false;
+    kwargs = oj["chat_template_kwargs"];
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt"}) {
+      if (kwargs.contains(reserved))
+        return *err = BadRequest(fmt::format("'chat_template_kwargs' may not set '{}' (a request field sets it)",
+                                             reserved),
+                                 "chat_template_kwargs"),
+               false;
+    }
+  }
+  if (Present(j, "reasoning_effort")) {
+    if (!j["reasoning_effort"].is_string())
+      return *err = BadRequest("'reasoning_effort' must be a string", "reasoning_effort"), false;
+    if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = j["reasoning_effort"];
+  }
+  Result<std::string> text = ctx.tokenizer->ApplyChatTemplate(messages, tools, /*add_generation_prompt=*/true, kwargs);
   if (!text.ok() && text.status().code() == StatusCode::kNotFound)
     return *err = BadRequest(fmt::format("this model has no chat template ({}): chat endpoints need one; use "
                                          "/v1/completions with a plain prompt",
@@ -176,12 +284,45 @@ bool ParseMessages(const json& j, const ProtocolContext& ctx, CompletionRequest*
                              "messages"),
            false;
   if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
+  out->chat_syntax = DetectChatSyntax(ctx.tokenizer->ChatTemplateSource(!tools.is_null()), *text);
+  if (tool_choice_none) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
   PromptInput in;
   Result<std::vector<int32_t>> ids = ctx.tokenizer->Encode(*text, /*add_special_tokens=*/false);
   if (!ids.ok()) return *err = BadRequest(ids.status().ToString(), "messages"), false;
   in.ids = std::move(ids).value();
   in.text = std::move(text).value();
   out->prompts.push_back(std::move(in));
+  return true;
+}
+
+// logit_bias: {"<token id>": bias in [-100, 100]} (OpenAI's API reference), ids within the vocabulary.
+bool LogitBias(const json& j, const ProtocolContext& ctx, executor::SamplingParams* sampling, ApiError* err) {
+  if (!Present(j, "logit_bias")) return true;
+  const json& m = j["logit_bias"];
+  if (!m.is_object()) return *err = BadRequest("'logit_bias' must be an object {token id: bias}", "logit_bias"), false;
+  constexpr size_t kMaxBiases = 1024;
+  if (m.size() > kMaxBiases)
+    return *err = BadRequest(fmt::format("'logit_bias' has {} entries (at most {})", m.size(), kMaxBiases), "logit_bias"),
+           false;
+  const int64_t vocab = ctx.config != nullptr ? ctx.config->vocab_size : INT32_MAX;
+  for (const auto& [key, value] : m.items()) {
+    int64_t id = -1;
+    size_t used = 0;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != key.size() || key.empty() || id < 0 || id >= vocab)
+      return *err = BadRequest(fmt::format("'logit_bias': key '{}' is not a token id in [0, {})", Clip(key), vocab),
+                               "logit_bias"),
+             false;
+    if (!value.is_number() || value.get<double>() < -100.0 || value.get<double>() > 100.0)
+      return *err = BadRequest(fmt::format("'logit_bias': the bias of token {} must be a number in [-100, 100]", id),
+                               "logit_bias"),
+             false;
+    sampling->logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
   return true;
 }
 
@@ -194,17 +335,17 @@ bool RejectUnsupported(const json& j, bool chat, const CompletionRequest& r, Api
                                "response_format"),
              false;
   }
-  if (Present(j, "tools") && !(j["tools"].is_array() && j["tools"].empty()))
-    return *err = BadRequest("'tools': tool calling is not supported by this server", "tools"), false;
+  if (!chat && Present(j, "tools")) return *err = BadRequest("'tools' is a chat field", "tools"), false;
   if (Present(j, "tool_choice") && j["tool_choice"] != "none" && j["tool_choice"] != "auto")
-    return *err = BadRequest("'tool_choice': tool calling is not supported by this server", "tool_choice"), false;
+    return *err = BadRequest("'tool_choice': only \"none\" and \"auto\" are supported (forcing a call needs "
+                             "constrained decoding, not yet built)",
+                             "tool_choice"),
+           false;
   if (Present(j, "functions") && !(j["functions"].is_array() && j["functions"].empty()))
     return *err = BadRequest("'functions': function calling is not supported by this server", "functions"), false;
   if (Present(j, "function_call") && j["function_call"] != "none")
     return *err = BadRequest("'function_call': function calling is not supported by this server", "function_call"),
            false;
-  if (Present(j, "logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
-    return *err = BadRequest("'logit_bias' is not supported by this server", "logit_bias"), false;
   if (Present(j, "suffix") && !(j["suffix"].is_string() && j["suffix"].get<std::string>().empty()))
     return *err = BadRequest("'suffix' (insertion) is not supported by this server", "suffix"), false;
   if (Present(j, "min_p") && !(j["min_p"].is_number() && j["min_p"].get<double>() == 0.0))
@@ -313,6 +454,7 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
     out->sampling.top_k = top_k;
     out->sampling.presence_penalty = static_cast<float>(presence);
     out->sampling.frequency_penalty = static_cast<float>(frequency);
+    if (!LogitBias(j, ctx, &out->sampling, err)) return false;
     if (Present(j, "seed")) {
       if (!j["seed"].is_number_integer()) return *err = BadRequest("'seed' must be an integer", "seed"), false;
       out->sampling.seed = j["seed"].is_number_unsigned() ? j["seed"].get<uint64_t>()
@@ -364,7 +506,10 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
       if (Present(j, "top_logprobs") && !want)
         return *err = BadRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs"), false;
       out->logprobs = want ? static_cast<int32_t>(top) : -1;
-      if (!ParseMessages(j, ctx, out, err)) return false;
+      // The same body with key order kept, for the template (parsed only for chat; it parsed above).
+      const ordered_json oj = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+      if (!oj.is_object()) return *err = BadRequest("the body must be a JSON object"), false;
+      if (!ParseMessages(j, oj, ctx, out, err)) return false;
     } else {
       if (Present(j, "logprobs")) {
         int64_t k = 0;

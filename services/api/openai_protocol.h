@@ -33,6 +33,7 @@
 
 #include "common/checkpoint/model_config.h"
 #include "common/tokenizer/tokenizer.h"
+#include "services/api/chat_output_parser.h"
 #include "services/executor/sampler.h"
 
 namespace zipmoe::api {
@@ -79,6 +80,9 @@ struct CompletionRequest {
   bool echo = false;
   int32_t logprobs = -1;             // -1 = none; k >= 0 = the sampled token's and the top k
   std::vector<std::string> ignored;  // fields present and without effect (for the server log)
+  // Chat: the reasoning / tool-call markers of the model's template (chat_output_parser.h); inactive
+  // for completions and for templates without them.
+  ChatSyntax chat_syntax;
 
   // The new tokens prompt `i` may generate: max_tokens, or the context length minus its length (the
   // whole context_length for an encoder-decoder model, whose prompt feeds the encoder).

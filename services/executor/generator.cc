@@ -375,10 +375,15 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
       const float* row_logits = logits.data_ptr<float>() + last * vocab;
       const SamplingParams& sp = s.params.sampling;
       int32_t token = 0;
-      if ((sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) && !s.counts.empty()) {
+      const bool penalties = (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) && !s.counts.empty();
+      if (penalties || !sp.logit_bias.empty()) {
         penalized.assign(row_logits, row_logits + vocab);
-        for (const auto& [t, count] : s.counts)
-          penalized[static_cast<size_t>(t)] -= static_cast<float>(count) * sp.frequency_penalty + sp.presence_penalty;
+        for (const auto& [t, bias] : sp.logit_bias)
+          if (t >= 0 && t < vocab) penalized[static_cast<size_t>(t)] += bias;
+        if (penalties) {
+          for (const auto& [t, count] : s.counts)
+            penalized[static_cast<size_t>(t)] -= static_cast<float>(count) * sp.frequency_penalty + sp.presence_penalty;
+        }
         token = s.sampler.Sample(penalized.data(), vocab);
       } else {
         token = s.sampler.Sample(row_logits, vocab);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace zipmoe::executor {
@@ -26,6 +27,9 @@ struct SamplingParams {
   // generated so far (the prompt does not count, as in vLLM). 0 = off; they apply to greedy too.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // OpenAI's logit_bias: {token id, bias in [-100, 100]} added to the raw logits before the penalties
+  // and everything above (-100 bans a token in practice, 100 forces it). Empty = off.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 class Sampler {

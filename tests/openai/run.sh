@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# tests/openai/run.sh ZIPMOE_BIN MODE   (MODE: serve | up)
+# tests/openai/run.sh ZIPMOE_BIN MODE [scripted]   (MODE: serve | up)
+#
+# With `scripted`, the model is tests/openai/make_scripted_model.py's (a tiny qwen2_moe whose greedy
+# answer is a known reasoning block and tool call, with a tool-aware chat template) and the tests are
+# tests/openai/scripted_tools.mjs (ctest openai_sdk_tools_serve / openai_sdk_tools_up); steps 4-5 are
+# skipped.
 #
 # The OpenAI API compatibility suite, through the official `openai` npm package (tests/openai/*.test.mjs,
 # node:test). Registered in ctest as openai_sdk_serve / openai_sdk_up (tests/CMakeLists.txt).
@@ -19,12 +24,14 @@
 # ZIPMOE_OPENAI_TEST_ARGS (more `node --test` arguments, e.g. --test-name-pattern=...).
 set -uo pipefail
 
-if [ $# -ne 2 ] || { [ "$2" != serve ] && [ "$2" != up ]; }; then
-  echo "usage: $0 ZIPMOE_BIN serve|up" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ] || { [ "$2" != serve ] && [ "$2" != up ]; } || { [ $# -eq 3 ] && [ "$3" != scripted ]; }; then
+  echo "usage: $0 ZIPMOE_BIN serve|up [scripted]" >&2
   exit 2
 fi
 BIN=$(readlink -f "$1")
 MODE=$2
+SCRIPTED=0
+[ "${3:-}" = scripted ] && SCRIPTED=1
 HERE=$(cd "$(dirname "$0")" && pwd)
 API_KEY=some-key
 MAX_BATCH=4
@@ -71,9 +78,14 @@ print_log() {
 HF="$TMP/tiny-qwen2-moe"
 "$BIN" synth --arch qwen2_moe --preset tiny --seed 7 --out "$HF" > "$TMP/synth.log" 2>&1 || {
   cat "$TMP/synth.log" >&2; say "synth failed"; exit 1; }
+if [ "$SCRIPTED" = 1 ]; then
+  /usr/bin/python3 "$HERE/make_scripted_model.py" --base "$HF" --out "$TMP/scripted-qwen2-moe" > "$TMP/scripted.log" 2>&1 || {
+    cat "$TMP/scripted.log" >&2; say "make_scripted_model.py failed"; exit 1; }
+  HF="$TMP/scripted-qwen2-moe"
+fi
 MODEL_DIR=$HF
 if [ "$MODE" = up ]; then
-  MODEL_DIR="$TMP/tiny-qwen2-moe.z"
+  MODEL_DIR="$HF.z"
   "$BIN" compress "$HF" "$MODEL_DIR" --shards 4 > "$TMP/compress.log" 2>&1 || {
     cat "$TMP/compress.log" >&2; say "compress failed"; exit 1; }
 fi
@@ -111,7 +123,9 @@ say "server pid $SERVER_PID healthy on $BASE_URL (model id $MODEL_ID)"
 cd "$HERE"
 shopt -s nullglob
 # shellcheck disable=SC2206
-FILES=(${ZIPMOE_OPENAI_TESTS:-*.test.mjs})
+DEFAULT_TESTS='*.test.mjs'
+[ "$SCRIPTED" = 1 ] && DEFAULT_TESTS=scripted_tools.mjs
+FILES=(${ZIPMOE_OPENAI_TESTS:-$DEFAULT_TESTS})
 if [ ${#FILES[@]} -eq 0 ]; then say "no test files match ${ZIPMOE_OPENAI_TESTS:-*.test.mjs}"; exit 1; fi
 # shellcheck disable=SC2086
 ZIPMOE_BASE_URL=$BASE_URL ZIPMOE_MODEL_ID=$MODEL_ID ZIPMOE_MODE=$MODE ZIPMOE_API_KEY=$API_KEY \
@@ -119,6 +133,11 @@ ZIPMOE_MAX_BATCH=$MAX_BATCH \
   node --test --test-concurrency=1 --test-reporter=spec ${ZIPMOE_OPENAI_TEST_ARGS:-} "${FILES[@]}"
 node_rc=$?
 if ! alive "$SERVER_PID"; then say "the server died during the tests"; node_rc=1; fi
+if [ "$SCRIPTED" = 1 ]; then  # the scripted model's tests only; the SIGTERM check is the main suite's
+  [ "$node_rc" = 0 ] || { say "FAILED (node --test exit $node_rc)"; print_log; exit 1; }
+  say "all passed"
+  exit 0
+fi
 
 # 4. SIGTERM with 2 long non-streaming requests in flight (no max_tokens: the whole context; ignore_eos,
 # vLLM's extension, so that an early EOS cannot end them): the server must exit within 5 s.

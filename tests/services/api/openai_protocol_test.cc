@@ -221,7 +221,11 @@ TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreLis
   EXPECT_EQ(RejectedParam(with("response_format", {{"type", "json_object"}})), "response_format");
   EXPECT_EQ(RejectedParam(with("tools", json::array({json{{"type", "function"}}}))), "tools");
   EXPECT_EQ(RejectedParam(with("tool_choice", "required")), "tool_choice");
-  EXPECT_EQ(RejectedParam(with("logit_bias", {{"5", 10}})), "logit_bias");
+  EXPECT_EQ(RejectedParam(with("logit_bias", {{"x5", 10}})), "logit_bias");
+  EXPECT_EQ(RejectedParam(with("logit_bias", {{"5", 101}})), "logit_bias");
+  EXPECT_EQ(RejectedParam(with("logit_bias", {{"5", "high"}})), "logit_bias");
+  EXPECT_EQ(RejectedParam(with("logit_bias", {{std::to_string(config_->vocab_size), 1}})), "logit_bias");
+  EXPECT_EQ(RejectedParam(with("logit_bias", json::array({5}))), "logit_bias");
   EXPECT_EQ(RejectedParam(with("best_of", 3)), "best_of");
   EXPECT_EQ(RejectedParam(with("suffix", "x")), "suffix");
   EXPECT_EQ(RejectedParam(with("repetition_penalty", 1.2)), "repetition_penalty");
@@ -235,6 +239,9 @@ TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreLis
   ok["my_extension"] = 3;
   ASSERT_TRUE(Parse(ok, Endpoint::kCompletions, &r, &e)) << e.message;
   EXPECT_EQ(r.ignored, (std::vector<std::string>{"my_extension", "user"}));
+  EXPECT_TRUE(r.sampling.logit_bias.empty());
+  ASSERT_TRUE(Parse(with("logit_bias", {{"5", 10}, {"7", -100}}), Endpoint::kCompletions, &r, &e)) << e.message;
+  EXPECT_EQ(r.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, 10.0f}, {7, -100.0f}}));
   EXPECT_EQ(ErrorJson(BadRequest("m", "p")).dump(),
             R"({"error":{"code":null,"message":"m","param":"p","type":"invalid_request_error"}})");
   EXPECT_FALSE(ParseCompletionRequest("{not json", Endpoint::kCompletions, ProtocolContext{tokenizer_, config_}, &r, &e));

@@ -259,5 +259,29 @@ TEST(BatchSessionTest, FrequencyPenaltyStopsRepeatsAndLeavesTheFirstTokenAlone) 
   EXPECT_EQ(std::set<int32_t>(b.begin(), b.end()).size(), b.size());
 }
 
+// logit_bias (OpenAI): +100 on a token greedy decoding would not pick makes it every token; -100 on
+// the tokens an unbiased run picks bans them; an empty list changes nothing.
+TEST(BatchSessionTest, LogitBiasForcesAndBansTokens) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 8;
+  params.stop_on_eos = false;
+  auto plain = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const std::vector<int32_t>& a = (*plain)[0].generated_ids;
+  ASSERT_EQ(a.size(), 8u);
+  const int32_t forced = a[0] == 7 ? 8 : 7;
+  params.sampling.logit_bias = {{forced, 100.0f}};
+  auto biased = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(biased.ok()) << biased.status().ToString();
+  EXPECT_EQ((*biased)[0].generated_ids, std::vector<int32_t>(8, forced));
+  params.sampling.logit_bias.clear();
+  for (int32_t t : std::set<int32_t>(a.begin(), a.end())) params.sampling.logit_bias.emplace_back(t, -100.0f);
+  auto banned = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(banned.ok()) << banned.status().ToString();
+  for (int32_t t : (*banned)[0].generated_ids) EXPECT_EQ(std::count(a.begin(), a.end(), t), 0) << "token " << t;
+}
+
 }  // namespace
 }  // namespace zipmoe::executor

@@ -1,0 +1,307 @@
+#include "services/api/chat_output_parser.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace zipmoe::api {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kThinkOpen = "<think>";
+constexpr std::string_view kThinkClose = "</think>";
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kDeepSeekCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDeepSeekCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDeepSeekOpen = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDeepSeekClose = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
+constexpr std::string_view kArgKey = "<arg_key>";
+constexpr std::string_view kArgKeyEnd = "</arg_key>";
+constexpr std::string_view kArgValue = "<arg_value>";
+constexpr std::string_view kArgValueEnd = "</arg_value>";
+
+bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool AllSpace(std::string_view s) { return Trim(s).empty(); }
+
+// The marker that opens a tool call, the one that closes it ("" = the end of the output) and markers
+// dropped from the content (DeepSeek's list brackets).
+struct ToolMarkers {
+  std::string_view open, close;
+  std::vector<std::string_view> silent;
+};
+
+ToolMarkers MarkersOf(ToolCallSyntax s) {
+  switch (s) {
+    case ToolCallSyntax::kHermes: return {kHermesOpen, kHermesClose, {}};
+    case ToolCallSyntax::kDeepSeek: return {kDeepSeekOpen, kDeepSeekClose, {kDeepSeekCallsBegin, kDeepSeekCallsEnd}};
+    case ToolCallSyntax::kMistral: return {kMistralOpen, "", {}};
+    case ToolCallSyntax::kNone: break;
+  }
+  return {};
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of `marker`.
+size_t PartialSuffix(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+// A JSON object parsed from `text`, or a discarded value.
+json ParseObject(std::string_view text) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : json(json::value_t::discarded);
+}
+
+// OpenAI's arguments text from a call's arguments value (an object, or a string holding one).
+bool ArgumentsText(const json& args, std::string* out) {
+  if (args.is_null()) {
+    *out = "{}";
+    return true;
+  }
+  if (args.is_object()) {
+    *out = args.dump();
+    return true;
+  }
+  if (args.is_string()) {
+    const json inner = ParseObject(args.get<std::string>());
+    if (inner.is_discarded()) return false;
+    *out = inner.dump();
+    return true;
+  }
+  return false;
+}
+
+// A function name as OpenAI allows them (letters, digits, '_', '-'; '.' and ':' for namespaced tools).
+bool ValidName(std::string_view name) {
+  if (name.empty() || name.size() > 256) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.' || c == ':';
+  });
+}
+
+}  // namespace
+
+ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view rendered_prompt) {
+  ChatSyntax s;
+  s.reasoning = chat_template.find(kThinkClose) != std::string_view::npos;
+  if (chat_template.find(kDeepSeekOpen) != std::string_view::npos) {
+    s.tool_calls = ToolCallSyntax::kDeepSeek;
+  } else if (chat_template.find(kHermesOpen) != std::string_view::npos) {
+    s.tool_calls = ToolCallSyntax::kHermes;
+  } else if (chat_template.find(kMistralOpen) != std::string_view::npos) {
+    s.tool_calls = ToolCallSyntax::kMistral;
+  }
+  const std::string_view tail = Trim(rendered_prompt);
+  s.starts_in_reasoning = s.reasoning && tail.size() >= kThinkOpen.size() &&
+                          tail.substr(tail.size() - kThinkOpen.size()) == kThinkOpen;
+  return s;
+}
+
+ChatOutputParser::ChatOutputParser(ChatSyntax syntax, std::string id_prefix)
+    : syntax_(syntax), id_prefix_(std::move(id_prefix)) {
+  if (syntax_.starts_in_reasoning) state_ = State::kReasoning;
+}
+
+ChatDelta ChatOutputParser::Push(std::string_view text) {
+  ChatDelta out;
+  buf_.append(text);
+  Run(/*final=*/false, &out);
+  return out;
+}
+
+ChatDelta ChatOutputParser::Finish() {
+  ChatDelta out;
+  Run(/*final=*/true, &out);
+  pending_space_.clear();
+  return out;
+}
+
+void ChatOutputParser::EmitContent(std::string_view text, ChatDelta* out) {
+  if (text.empty()) return;
+  if (skip_space_) {
+    while (!text.empty() && IsSpace(text.front())) text.remove_prefix(1);
+    if (text.empty()) return;
+    skip_space_ = false;
+  }
+  if (calls_ > 0 && AllSpace(text)) {
+    pending_space_.append(text);
+    return;
+  }
+  if (calls_ > 0) {
+    // Whitespace between tool calls and the text after them is dropped only while nothing else follows.
+    out->content += pending_space_;
+    pending_space_.clear();
+  }
+  out->content.append(text);
+}
+
+bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
+  std::vector<ParsedToolCall> calls;
+  auto add = [&](std::string_view name, const json& args) {
+    std::string text;
+    if (!ValidName(name) || !ArgumentsText(args, &text)) return false;
+    calls.push_back(ParsedToolCall{"", std::string(name), std::move(text)});
+    return true;
+  };
+  body = Trim(body);
+  switch (syntax_.tool_calls) {
+    case ToolCallSyntax::kHermes: {
+      const json j = ParseObject(body);
+      if (!j.is_discarded()) {
+        if (!j.contains("name") || !j["name"].is_string()) return false;
+        const json args = j.contains("arguments") ? j["arguments"] : j.value("parameters", json());
+        if (!add(j["name"].get<std::string>(), args)) return false;
+        break;
+      }
+      // GLM-4.5: NAME then <arg_key>k</arg_key><arg_value>v</arg_value> pairs.
+      const size_t first = body.find(kArgKey);
+      const std::string_view name = Trim(body.substr(0, first));
+      json args = json::object();
+      size_t pos = first;
+      while (pos != std::string_view::npos) {
+        const size_t k0 = pos + kArgKey.size();
+        const size_t k1 = body.find(kArgKeyEnd, k0);
+        if (k1 == std::string_view::npos) return false;
+        const size_t v0 = body.find(kArgValue, k1);
+        if (v0 == std::string_view::npos || !AllSpace(body.substr(k1 + kArgKeyEnd.size(), v0 - k1 - kArgKeyEnd.size())))
+          return false;
+        const size_t v1 = body.find(kArgValueEnd, v0);
+        if (v1 == std::string_view::npos) return false;
+        const std::string_view value = body.substr(v0 + kArgValue.size(), v1 - v0 - kArgValue.size());
+        json parsed = json::parse(value.begin(), value.end(), nullptr, false);
+        args[std::string(Trim(body.substr(k0, k1 - k0)))] = parsed.is_discarded() ? json(std::string(value)) : parsed;
+        const size_t next = v1 + kArgValueEnd.size();
+        pos = body.find(kArgKey, next);
+        if (!AllSpace(body.substr(next, pos == std::string_view::npos ? std::string_view::npos : pos - next)))
+          return false;
+      }
+      if (!add(name, args)) return false;
+      break;
+    }
+    case ToolCallSyntax::kDeepSeek: {
+      const size_t sep = body.find(kDeepSeekSep);
+      if (sep == std::string_view::npos) return false;
+      const std::string_view left = Trim(body.substr(0, sep));
+      std::string_view right = Trim(body.substr(sep + kDeepSeekSep.size()));
+      std::string_view name = left;
+      if (left == "function") {  // V3/R1: NAME\n```json\n{...}\n```
+        const size_t nl = right.find('\n');
+        if (nl == std::string_view::npos) return false;
+        name = Trim(right.substr(0, nl));
+        right = Trim(right.substr(nl + 1));
+        if (right.substr(0, 7) == "```json") right.remove_prefix(7);
+        else if (right.substr(0, 3) == "```") right.remove_prefix(3);
+        if (right.size() >= 3 && right.substr(right.size() - 3) == "```") right.remove_suffix(3);
+        right = Trim(right);
+      }
+      const json args = ParseObject(right);
+      if (args.is_discarded() || !add(name, args)) return false;
+      break;
+    }
+    case ToolCallSyntax::kMistral: {
+      const json j = json::parse(body.begin(), body.end(), nullptr, false);
+      if (!j.is_array() || j.empty()) return false;
+      for (const json& c : j) {
+        if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) return false;
+        if (!add(c["name"].get<std::string>(), c.value("arguments", json()))) return false;
+      }
+      break;
+    }
+    case ToolCallSyntax::kNone: return false;
+  }
+  for (ParsedToolCall& c : calls) {
+    c.id = id_prefix_ + std::to_string(calls_++);
+    out->tool_calls.push_back(std::move(c));
+  }
+  pending_space_.clear();
+  return true;
+}
+
+void ChatOutputParser::Run(bool final, ChatDelta* out) {
+  const ToolMarkers tools = MarkersOf(syntax_.tool_calls);
+  for (;;) {
+    if (state_ == State::kContent) {
+      // The earliest marker that changes state or is dropped.
+      size_t best = std::string::npos;
+      std::string_view marker;
+      auto consider = [&](std::string_view m) {
+        if (m.empty()) return;
+        const size_t p = buf_.find(m);
+        if (p != std::string::npos && (p < best || (p == best && m.size() > marker.size()))) best = p, marker = m;
+      };
+      if (syntax_.reasoning) consider(kThinkOpen);
+      consider(tools.open);
+      for (std::string_view m : tools.silent) consider(m);
+      if (best == std::string::npos) {
+        size_t keep = 0;
+        if (!final) {
+          if (syntax_.reasoning) keep = std::max(keep, PartialSuffix(buf_, kThinkOpen));
+          if (!tools.open.empty()) keep = std::max(keep, PartialSuffix(buf_, tools.open));
+          for (std::string_view m : tools.silent) keep = std::max(keep, PartialSuffix(buf_, m));
+        }
+        EmitContent(std::string_view(buf_).substr(0, buf_.size() - keep), out);
+        buf_.erase(0, buf_.size() - keep);
+        return;
+      }
+      EmitContent(std::string_view(buf_).substr(0, best), out);
+      buf_.erase(0, best + marker.size());
+      if (marker == kThinkOpen) {
+        state_ = State::kReasoning;
+      } else if (marker == tools.open) {
+        state_ = State::kToolCall;
+      }
+      continue;
+    }
+    if (state_ == State::kReasoning) {
+      const size_t p = buf_.find(kThinkClose);
+      if (p == std::string::npos) {
+        const size_t keep = final ? 0 : PartialSuffix(buf_, kThinkClose);
+        out->reasoning.append(buf_, 0, buf_.size() - keep);
+        buf_.erase(0, buf_.size() - keep);
+        return;
+      }
+      out->reasoning.append(buf_, 0, p);
+      buf_.erase(0, p + kThinkClose.size());
+      state_ = State::kContent;
+      skip_space_ = true;  // the answer starts after the blank lines that follow </think>
+      continue;
+    }
+    // kToolCall
+    if (tools.close.empty()) {  // Mistral: the list runs to the end of the output
+      if (!final) return;
+      if (!ParseCall(buf_, out)) EmitContent(std::string(tools.open) + buf_, out);
+      buf_.clear();
+      state_ = State::kContent;
+      return;
+    }
+    const size_t p = buf_.find(tools.close);
+    if (p == std::string::npos) {
+      if (!final) return;
+      EmitContent(std::string(tools.open) + buf_, out);  // never closed: the model's text as written
+      buf_.clear();
+      state_ = State::kContent;
+      return;
+    }
+    if (!ParseCall(std::string_view(buf_).substr(0, p), out))
+      EmitContent(std::string(tools.open) + buf_.substr(0, p + tools.close.size()), out);
+    buf_.erase(0, p + tools.close.size());
+    state_ = State::kContent;
+  }
+}
+
+}  // namespace zipmoe::api

@@ -1,0 +1,86 @@
+// What a chat model's generated text means to an OpenAI client: the answer (`content`), the
+// thinking that came before it (`reasoning_content`, as DeepSeek's and vLLM's APIs name it) and the
+// tool calls it made (`tool_calls`), told apart by the markers of the model's own chat template.
+//
+// The syntax is read from the template (DetectChatSyntax), never from a flag:
+//   reasoning   <think> ... </think>  (Qwen3, DeepSeek-R1, GLM-4.5, ...): when the rendered prompt
+//               ends inside an open <think> (templates that open it for the model), the output starts
+//               as reasoning; a model that never closes it has reasoned all along.
+//   tool calls  kHermes     <tool_call>{"name": N, "arguments": {...}}</tool_call>  (Hermes, Qwen2.5,
+//                           Qwen3), or GLM-4.5's <tool_call>N<arg_key>k</arg_key><arg_value>v</arg_value>
+//                           ...</tool_call> (a value that parses as JSON is that JSON, else a string)
+//               kDeepSeek   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
+//                           <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>  (DeepSeek-V3/R1; V3.1's
+//                           <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜> too)
+//               kMistral    [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] to the end of the output
+//                           (Mistral/Mixtral v3 templates)
+// A call whose body does not parse stays in `content` as the model wrote it, so nothing is lost.
+// Arguments are handed on as JSON text (OpenAI's `function.arguments` string).
+//
+// Streaming: Push() returns only what is certain. Text that may be the start of a marker (e.g. a
+// trailing "<tool" or "</th") is held back until the next Push or Finish decides it; a tool call is
+// returned whole once its closing marker arrived. Whitespace between and after tool calls is dropped.
+// Not thread-safe: one parser per generated choice.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zipmoe::api {
+
+enum class ToolCallSyntax { kNone, kHermes, kDeepSeek, kMistral };
+
+struct ChatSyntax {
+  bool reasoning = false;            // <think> ... </think>
+  bool starts_in_reasoning = false;  // the prompt ended inside an open <think>
+  ToolCallSyntax tool_calls = ToolCallSyntax::kNone;
+  bool active() const { return reasoning || tool_calls != ToolCallSyntax::kNone; }
+};
+
+// The syntax of the template source `chat_template` (the Jinja text); `rendered_prompt` is this
+// request's rendered prompt (for starts_in_reasoning). Templates without any marker: inactive.
+ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view rendered_prompt);
+
+struct ParsedToolCall {
+  std::string id;         // "<id_prefix><n>", n counting from 0 per parser
+  std::string name;
+  std::string arguments;  // JSON text of the arguments object
+};
+
+// One step's certain output. Empty strings / vectors: nothing of that kind.
+struct ChatDelta {
+  std::string content;
+  std::string reasoning;
+  std::vector<ParsedToolCall> tool_calls;
+  bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
+};
+
+class ChatOutputParser {
+ public:
+  ChatOutputParser(ChatSyntax syntax, std::string id_prefix);
+
+  // Feeds the next piece of generated text (valid UTF-8 as the stream decoder emits it).
+  ChatDelta Push(std::string_view text);
+  // The end of the output: everything held back is decided (an unclosed tool call goes to content;
+  // Mistral's call list is parsed here).
+  ChatDelta Finish();
+
+  int tool_call_count() const { return calls_; }
+
+ private:
+  enum class State { kContent, kReasoning, kToolCall };
+  void Run(bool final, ChatDelta* out);
+  void EmitContent(std::string_view text, ChatDelta* out);
+  bool ParseCall(std::string_view body, ChatDelta* out);
+
+  ChatSyntax syntax_;
+  std::string id_prefix_;
+  State state_ = State::kContent;
+  std::string buf_;           // undecided text
+  std::string pending_space_;  // whitespace after a tool call, kept until other content follows
+  bool skip_space_ = false;    // drop the whitespace that follows </think>
+  int calls_ = 0;
+};
+
+}  // namespace zipmoe::api

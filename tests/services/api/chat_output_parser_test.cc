@@ -1,0 +1,193 @@
+// Tests for services/api/chat_output_parser: content, reasoning and tool calls told apart by each
+// template family's markers, whole and split at every byte (streaming must give the same result).
+#include "services/api/chat_output_parser.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace zipmoe::api {
+namespace {
+
+using nlohmann::json;
+
+ChatSyntax Syntax(bool reasoning, ToolCallSyntax tools, bool starts_in_reasoning = false) {
+  ChatSyntax s;
+  s.reasoning = reasoning;
+  s.tool_calls = tools;
+  s.starts_in_reasoning = starts_in_reasoning;
+  return s;
+}
+
+// The output fed whole, and fed in pieces of `step` bytes; both must agree.
+ChatDelta Parse(ChatSyntax syntax, const std::string& text, size_t step = 0) {
+  ChatOutputParser p(syntax, "call_");
+  ChatDelta all;
+  auto merge = [&](ChatDelta d) {
+    all.content += d.content;
+    all.reasoning += d.reasoning;
+    for (auto& c : d.tool_calls) all.tool_calls.push_back(std::move(c));
+  };
+  if (step == 0) {
+    merge(p.Push(text));
+  } else {
+    for (size_t i = 0; i < text.size(); i += step) merge(p.Push(text.substr(i, step)));
+  }
+  merge(p.Finish());
+  return all;
+}
+
+void ExpectSameWhenStreamed(ChatSyntax syntax, const std::string& text) {
+  const ChatDelta whole = Parse(syntax, text);
+  for (size_t step : {1, 2, 3, 7}) {
+    const ChatDelta s = Parse(syntax, text, step);
+    EXPECT_EQ(s.content, whole.content) << "step " << step;
+    EXPECT_EQ(s.reasoning, whole.reasoning) << "step " << step;
+    ASSERT_EQ(s.tool_calls.size(), whole.tool_calls.size()) << "step " << step;
+    for (size_t i = 0; i < s.tool_calls.size(); ++i) {
+      EXPECT_EQ(s.tool_calls[i].name, whole.tool_calls[i].name);
+      EXPECT_EQ(s.tool_calls[i].arguments, whole.tool_calls[i].arguments);
+    }
+  }
+}
+
+TEST(DetectChatSyntax, ReadsTheTemplatesMarkers) {
+  EXPECT_FALSE(DetectChatSyntax("{{ '<|im_start|>' + m.content }}", "x").active());
+  ChatSyntax q3 = DetectChatSyntax("{{ '<tool_call>' }} {{ '</think>' }}", "<|im_start|>assistant\n");
+  EXPECT_TRUE(q3.reasoning);
+  EXPECT_EQ(q3.tool_calls, ToolCallSyntax::kHermes);
+  EXPECT_FALSE(q3.starts_in_reasoning);
+  ChatSyntax r1 = DetectChatSyntax("<｜tool▁call▁begin｜> </think>", "<｜Assistant｜><think>\n");
+  EXPECT_EQ(r1.tool_calls, ToolCallSyntax::kDeepSeek);
+  EXPECT_TRUE(r1.starts_in_reasoning);
+  EXPECT_EQ(DetectChatSyntax("[TOOL_CALLS]", "").tool_calls, ToolCallSyntax::kMistral);
+  // Thinking switched off: the prompt closes the think block itself.
+  EXPECT_FALSE(DetectChatSyntax("</think>", "assistant\n<think>\n\n</think>\n\n").starts_in_reasoning);
+}
+
+TEST(ChatOutputParser, PlainTextPassesThroughUntouched) {
+  const std::string text = "a < b and <toolbox> and <thinking> </tool> [TOOL";
+  const ChatDelta d = Parse(Syntax(true, ToolCallSyntax::kHermes), text);
+  EXPECT_EQ(d.content, text);
+  EXPECT_TRUE(d.reasoning.empty());
+  EXPECT_TRUE(d.tool_calls.empty());
+  ExpectSameWhenStreamed(Syntax(true, ToolCallSyntax::kHermes), text);
+}
+
+TEST(ChatOutputParser, SplitsReasoningFromTheAnswer) {
+  const std::string text = "<think>\nLet me add 2 and 2.\n</think>\n\nThe answer is 4.";
+  const ChatDelta d = Parse(Syntax(true, ToolCallSyntax::kNone), text);
+  EXPECT_EQ(d.reasoning, "\nLet me add 2 and 2.\n");
+  EXPECT_EQ(d.content, "The answer is 4.");
+  ExpectSameWhenStreamed(Syntax(true, ToolCallSyntax::kNone), text);
+}
+
+TEST(ChatOutputParser, ThePromptMayOpenTheThinkBlock) {
+  const std::string text = "hmm, 4.</think>4";
+  const ChatDelta d = Parse(Syntax(true, ToolCallSyntax::kNone, true), text);
+  EXPECT_EQ(d.reasoning, "hmm, 4.");
+  EXPECT_EQ(d.content, "4");
+  // Never closed: everything was reasoning.
+  EXPECT_EQ(Parse(Syntax(true, ToolCallSyntax::kNone, true), "still thinking").reasoning, "still thinking");
+  ExpectSameWhenStreamed(Syntax(true, ToolCallSyntax::kNone, true), text);
+}
+
+TEST(ChatOutputParser, HermesToolCalls) {
+  const std::string text =
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n";
+  const ChatDelta d = Parse(Syntax(true, ToolCallSyntax::kHermes), text);
+  EXPECT_EQ(d.content, "Let me check.\n");
+  ASSERT_EQ(d.tool_calls.size(), 2u);
+  EXPECT_EQ(d.tool_calls[0].id, "call_0");
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(d.tool_calls[0].arguments), json({{"city", "Paris"}, {"days", 2}}));
+  EXPECT_EQ(d.tool_calls[1].id, "call_1");
+  EXPECT_EQ(d.tool_calls[1].name, "now");
+  EXPECT_EQ(d.tool_calls[1].arguments, "{}");
+  ExpectSameWhenStreamed(Syntax(true, ToolCallSyntax::kHermes), text);
+}
+
+TEST(ChatOutputParser, ArgumentsGivenAsAJsonString) {
+  const ChatDelta d =
+      Parse(Syntax(false, ToolCallSyntax::kHermes), "<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}</tool_call>");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].arguments, "{\"a\":1}");
+}
+
+TEST(ChatOutputParser, GlmArgumentPairs) {
+  const std::string text =
+      "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+      "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>";
+  const ChatDelta d = Parse(Syntax(true, ToolCallSyntax::kHermes), text);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(d.tool_calls[0].arguments), json({{"city", "Beijing"}, {"days", 3}}));
+  EXPECT_TRUE(d.content.empty());
+  ExpectSameWhenStreamed(Syntax(true, ToolCallSyntax::kHermes), text);
+}
+
+TEST(ChatOutputParser, DeepSeekV3AndV31Calls) {
+  const std::string v3 =
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```"
+      "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜>";
+  const ChatDelta d = Parse(Syntax(true, ToolCallSyntax::kDeepSeek), v3);
+  ASSERT_EQ(d.tool_calls.size(), 2u);
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(d.tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
+  EXPECT_EQ(d.tool_calls[1].name, "now");
+  EXPECT_TRUE(d.content.empty()) << d.content;
+  ExpectSameWhenStreamed(Syntax(true, ToolCallSyntax::kDeepSeek), v3);
+  const std::string v31 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"x\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  const ChatDelta e = Parse(Syntax(true, ToolCallSyntax::kDeepSeek), v31);
+  ASSERT_EQ(e.tool_calls.size(), 1u);
+  EXPECT_EQ(e.tool_calls[0].name, "search");
+  EXPECT_EQ(e.tool_calls[0].arguments, "{\"q\":\"x\"}");
+}
+
+TEST(ChatOutputParser, MistralCallList) {
+  const std::string text = "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]";
+  const ChatDelta d = Parse(Syntax(false, ToolCallSyntax::kMistral), text);
+  ASSERT_EQ(d.tool_calls.size(), 2u);
+  EXPECT_EQ(d.tool_calls[0].name, "a");
+  EXPECT_EQ(d.tool_calls[1].name, "b");
+  EXPECT_TRUE(d.content.empty());
+  ExpectSameWhenStreamed(Syntax(false, ToolCallSyntax::kMistral), text);
+}
+
+TEST(ChatOutputParser, ABrokenCallStaysInTheContent) {
+  const std::string bad = "x <tool_call>{\"name\": \"f\", \"arguments\": {oops}}</tool_call> y";
+  const ChatDelta d = Parse(Syntax(false, ToolCallSyntax::kHermes), bad);
+  EXPECT_TRUE(d.tool_calls.empty());
+  EXPECT_EQ(d.content, bad);
+  // Unclosed at the end of the output.
+  const std::string open = "x <tool_call>{\"name\": \"f\"";
+  EXPECT_EQ(Parse(Syntax(false, ToolCallSyntax::kHermes), open).content, open);
+  ExpectSameWhenStreamed(Syntax(false, ToolCallSyntax::kHermes), bad);
+  ExpectSameWhenStreamed(Syntax(false, ToolCallSyntax::kHermes), open);
+  // A name that is not one (spaces) and a non-object are refused too.
+  EXPECT_TRUE(Parse(Syntax(false, ToolCallSyntax::kHermes), "<tool_call>{\"name\": \"a b\"}</tool_call>").tool_calls.empty());
+  EXPECT_TRUE(Parse(Syntax(false, ToolCallSyntax::kHermes), "<tool_call>[1]</tool_call>").tool_calls.empty());
+}
+
+TEST(ChatOutputParser, HoldsBackOnlyWhatMayBeAMarker) {
+  ChatOutputParser p(Syntax(true, ToolCallSyntax::kHermes), "c");
+  EXPECT_EQ(p.Push("Hello <to").content, "Hello ");
+  EXPECT_EQ(p.Push("day").content, "<today");
+  EXPECT_EQ(p.Push(" </").content, " </");  // "</" is not a prefix of any marker outside reasoning
+  EXPECT_EQ(p.Finish().content, "");
+}
+
+TEST(ChatOutputParser, TextAfterACallIsKept) {
+  const std::string text = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n\nDone.";
+  const ChatDelta d = Parse(Syntax(false, ToolCallSyntax::kHermes), text);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.content, "\n\nDone.");
+  EXPECT_EQ(Parse(Syntax(false, ToolCallSyntax::kHermes), "<tool_call>{\"name\": \"f\"}</tool_call>\n\n").content, "");
+  ExpectSameWhenStreamed(Syntax(false, ToolCallSyntax::kHermes), text);
+}
+
+}  // namespace
+}  // namespace zipmoe::api
