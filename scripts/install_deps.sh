@@ -14,6 +14,7 @@ PACKAGES=(
   prometheus   # promtool: tests check the /metrics exposition
   python3-numpy
   python3-sentencepiece python3-protobuf   # tests/tokenizer_reference/run.sh --sentencepiece: SentencePiece as a reference
+  python3-jsonschema   # tests/openai/structured_outputs.py: an independent JSON Schema validator
   clang libclang-rt-dev llvm   # tests/fuzz (scripts/fuzz.sh): clang, libFuzzer + sanitizer runtimes, llvm-symbolizer
 )
 # The AArch64 (Jetson) build of the CPU kernels, cross-compiled and run under qemu-user with

@@ -342,6 +342,13 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
       job->params.logprobs = r.logprobs;
       job->sampler_stream = static_cast<uint64_t>(k);
       job->matcher = std::make_unique<StopMatcher>(r.stop);
+      if (r.grammar != nullptr && tokenizer_) {
+        std::call_once(constraint_vocab_once_, [&] {
+          constraint_vocab_ = ConstraintVocabulary::Build(*tokenizer_, generator_->config().vocab_size,
+                                                          generator_->config().eos_token_ids);
+        });
+        job->params.constraint = std::make_shared<JsonConstraint>(r.grammar, constraint_vocab_);
+      }
       if (tokenizer_) job->decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
       request->jobs.push_back(std::move(job));
     }

@@ -40,6 +40,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,7 @@
 #include "common/expert_provider.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/api/http_server.h"
+#include "services/api/json_constraint.h"
 #include "services/api/openai_protocol.h"
 #include "services/scheduler/request_grouping.h"
 #include "services/executor/generator.h"
@@ -171,6 +173,10 @@ class ApiServer {
   bool stopping_ ZM_GUARDED_BY(queue_mu_) = false;
   std::thread batch_thread_;
   std::atomic<uint64_t> next_id_{1};
+  // The vocabulary as structured outputs see it (json_constraint.h), built at the first request that
+  // asks for response_format json_object / json_schema.
+  std::once_flag constraint_vocab_once_;
+  std::shared_ptr<const ConstraintVocabulary> constraint_vocab_;
 };
 
 }  // namespace zipmoe::api

@@ -286,6 +286,7 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
   out->chat_syntax = DetectChatSyntax(ctx.tokenizer->ChatTemplateSource(!tools.is_null()), *text);
   if (tool_choice_none) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
+  if (out->grammar != nullptr) out->chat_syntax = ChatSyntax{};  // constrained JSON is all content
   PromptInput in;
   Result<std::vector<int32_t>> ids = ctx.tokenizer->Encode(*text, /*add_special_tokens=*/false);
   if (!ids.ok()) return *err = BadRequest(ids.status().ToString(), "messages"), false;
@@ -326,15 +327,39 @@ bool LogitBias(const json& j, const ProtocolContext& ctx, executor::SamplingPara
   return true;
 }
 
+// response_format: text (free), json_object (any JSON object) or json_schema (that schema), compiled
+// into the grammar the choices are constrained to.
+bool ResponseFormat(const json& j, CompletionRequest* out, ApiError* err) {
+  if (!Present(j, "response_format")) return true;
+  const json& f = j["response_format"];
+  const auto bad = [&](const std::string& why) {
+    *err = BadRequest("'response_format': " + why, "response_format");
+    return false;
+  };
+  if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+    return bad("must be an object with a string 'type' (text, json_object or json_schema)");
+  const std::string type = f["type"].get<std::string>();
+  if (type == "text") return true;
+  static const json kAnything = json::object();
+  const json* schema = &kAnything;
+  if (type == "json_schema") {
+    if (!f.contains("json_schema") || !f["json_schema"].is_object())
+      return bad("type json_schema needs a 'json_schema' object {name, schema, strict}");
+    const json& js = f["json_schema"];
+    if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
+      return bad("json_schema.schema must be a JSON Schema object");
+    schema = &js["schema"];
+  } else if (type != "json_object") {
+    return bad(fmt::format("unknown type '{}' (text, json_object or json_schema)", Clip(type)));
+  }
+  Result<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::Compile(*schema, /*object_root=*/type == "json_object");
+  if (!g.ok()) return bad(std::string(g.status().message()));
+  out->grammar = std::move(g).value();
+  return true;
+}
+
 // Fields whose non-default values this server cannot honour: 400 naming them.
 bool RejectUnsupported(const json& j, bool chat, const CompletionRequest& r, ApiError* err) {
-  if (Present(j, "response_format")) {
-    const json& f = j["response_format"];
-    if (!f.is_object() || !f.contains("type") || f["type"] != "text")
-      return *err = BadRequest("'response_format': only {\"type\": \"text\"} is supported (no JSON mode or schemas)",
-                               "response_format"),
-             false;
-  }
   if (!chat && Present(j, "tools")) return *err = BadRequest("'tools' is a chat field", "tools"), false;
   if (Present(j, "tool_choice") && j["tool_choice"] != "none" && j["tool_choice"] != "auto")
     return *err = BadRequest("'tool_choice': only \"none\" and \"auto\" are supported (forcing a call needs "
@@ -455,6 +480,7 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
     out->sampling.presence_penalty = static_cast<float>(presence);
     out->sampling.frequency_penalty = static_cast<float>(frequency);
     if (!LogitBias(j, ctx, &out->sampling, err)) return false;
+    if (!ResponseFormat(j, out, err)) return false;
     if (Present(j, "seed")) {
       if (!j["seed"].is_number_integer()) return *err = BadRequest("'seed' must be an integer", "seed"), false;
       out->sampling.seed = j["seed"].is_number_unsigned() ? j["seed"].get<uint64_t>()

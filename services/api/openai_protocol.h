@@ -20,9 +20,11 @@
 //   logprobs: chat: bool, with top_logprobs 0..20 (top_logprobs needs logprobs: true);
 //             completions: integer 0..20
 //   echo (completions): the prompt's text is prepended to each choice (not with logprobs)
-//   best_of (completions): must equal n; response_format: {"type":"text"} only; tools (non-empty),
-//   tool_choice other than "none", functions, logit_bias (non-empty), suffix (non-empty),
-//   min_p > 0, repetition_penalty != 1, top_a: 400 naming the field.
+//   best_of (completions): must equal n; response_format: {"type": "text" | "json_object" |
+//   "json_schema", "json_schema": {"name", "schema", "strict"}} (json_grammar.h; a schema it cannot
+//   enforce is a 400 naming the keyword); tools (chat), tool_choice none | auto (required / a named
+//   function: 400), logit_bias {id: [-100, 100]}; functions, suffix (non-empty), min_p > 0,
+//   repetition_penalty != 1, top_a: 400 naming the field.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@
 #include "common/checkpoint/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/api/chat_output_parser.h"
+#include "services/api/json_grammar.h"
 #include "services/executor/sampler.h"
 
 namespace zipmoe::api {
@@ -83,6 +86,9 @@ struct CompletionRequest {
   // Chat: the reasoning / tool-call markers of the model's template (chat_output_parser.h); inactive
   // for completions and for templates without them.
   ChatSyntax chat_syntax;
+  // response_format json_object / json_schema: the grammar every choice is constrained to
+  // (json_grammar.h); null = free text.
+  std::shared_ptr<const JsonGrammar> grammar;
 
   // The new tokens prompt `i` may generate: max_tokens, or the context length minus its length (the
   // whole context_length for an encoder-decoder model, whose prompt feeds the encoder).

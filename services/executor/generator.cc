@@ -376,7 +376,8 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
       const SamplingParams& sp = s.params.sampling;
       int32_t token = 0;
       const bool penalties = (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) && !s.counts.empty();
-      if (penalties || !sp.logit_bias.empty()) {
+      TokenConstraint* constraint = s.params.constraint.get();
+      if (penalties || !sp.logit_bias.empty() || constraint != nullptr) {
         penalized.assign(row_logits, row_logits + vocab);
         for (const auto& [t, bias] : sp.logit_bias)
           if (t >= 0 && t < vocab) penalized[static_cast<size_t>(t)] += bias;
@@ -384,7 +385,9 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
           for (const auto& [t, count] : s.counts)
             penalized[static_cast<size_t>(t)] -= static_cast<float>(count) * sp.frequency_penalty + sp.presence_penalty;
         }
+        if (constraint != nullptr) constraint->Mask(penalized.data(), vocab);
         token = s.sampler.Sample(penalized.data(), vocab);
+        if (constraint != nullptr) constraint->Accept(token);
       } else {
         token = s.sampler.Sample(row_logits, vocab);
       }

@@ -76,6 +76,17 @@ struct DeviceExpertStats {
   uint64_t slot_bytes = 0;   // one expert's BF16 bytes
 };
 
+// A rule on what a sequence may generate (structured outputs: services/api/json_constraint.h). Each
+// step, Mask() sets the logits of every token the rule forbids to -inf (after logit_bias and the
+// penalties, before sampling); Accept() then moves it past the sampled token. Logprobs stay those of
+// the model's raw distribution. One object per sequence; called from the generating thread only.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual void Mask(float* logits, int64_t vocab) = 0;
+  virtual void Accept(int32_t token) = 0;
+};
+
 struct GenerationParams {
   int64_t max_new_tokens = 32;  // >= 0; 0 runs the prompt only (for its logits)
   SamplingParams sampling;      // temperature 0 = greedy
@@ -84,6 +95,7 @@ struct GenerationParams {
   int32_t logprobs = -1;
   bool record_logits = false;   // keep float32 logits of every position fed through the model
   bool stop_on_eos = true;      // stop a sequence once it generates one of config().eos_token_ids
+  std::shared_ptr<TokenConstraint> constraint;  // null: unconstrained
 };
 
 struct GenerationResult {

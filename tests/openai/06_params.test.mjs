@@ -61,10 +61,24 @@ test('12b logit_bias: +100 on a token makes it every token; a bias out of range 
   });
 });
 
-test("12c response_format json_object is a 400 with param 'response_format'", T, async () => {
-  await expectApiError(chat(c, MSGS, { max_tokens: 4, response_format: { type: 'json_object' } }), 400, {
-    param: 'response_format',
+test("12c response_format json_schema: the content parses and has the schema's shape; an unsupported keyword is a 400 naming response_format", T, async () => {
+  const schema = {
+    type: 'object',
+    properties: { color: { enum: ['red', 'green'] }, n: { enum: [1, 2, 3] } },
+    required: ['color', 'n'],
+  };
+  const r = await chat(c, MSGS, {
+    temperature: 1, seed: 11, max_tokens: 300,
+    response_format: { type: 'json_schema', json_schema: { name: 'pick', schema, strict: true } },
   });
+  assert.equal(r.choices[0].finish_reason, 'stop', JSON.stringify(r));
+  const v = JSON.parse(r.choices[0].message.content);
+  assert.ok(['red', 'green'].includes(v.color), r.choices[0].message.content);
+  assert.ok([1, 2, 3].includes(v.n), r.choices[0].message.content);
+  await expectApiError(chat(c, MSGS, {
+    max_tokens: 4,
+    response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: '^a' } } },
+  }), 400, { param: 'response_format' });
 });
 
 test("12d response_format text is accepted", T, async () => {

@@ -218,7 +218,11 @@ TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreLis
     b[key] = std::move(value);
     return b;
   };
-  EXPECT_EQ(RejectedParam(with("response_format", {{"type", "json_object"}})), "response_format");
+  EXPECT_EQ(RejectedParam(with("response_format", {{"type", "xml"}})), "response_format");
+  EXPECT_EQ(RejectedParam(with("response_format", {{"type", "json_schema"}})), "response_format");
+  EXPECT_EQ(RejectedParam(with("response_format", {{"type", "json_schema"},
+                                                   {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "a+"}}}}}})),
+            "response_format");
   EXPECT_EQ(RejectedParam(with("tools", json::array({json{{"type", "function"}}}))), "tools");
   EXPECT_EQ(RejectedParam(with("tool_choice", "required")), "tool_choice");
   EXPECT_EQ(RejectedParam(with("logit_bias", {{"x5", 10}})), "logit_bias");
@@ -240,6 +244,10 @@ TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreLis
   ASSERT_TRUE(Parse(ok, Endpoint::kCompletions, &r, &e)) << e.message;
   EXPECT_EQ(r.ignored, (std::vector<std::string>{"my_extension", "user"}));
   EXPECT_TRUE(r.sampling.logit_bias.empty());
+  EXPECT_EQ(r.grammar, nullptr);  // response_format text
+  ASSERT_TRUE(Parse(with("response_format", {{"type", "json_object"}}), Endpoint::kCompletions, &r, &e)) << e.message;
+  ASSERT_NE(r.grammar, nullptr);
+  EXPECT_EQ(r.grammar->node(r.grammar->root()).kind, SchemaNode::Kind::kObject);
   ASSERT_TRUE(Parse(with("logit_bias", {{"5", 10}, {"7", -100}}), Endpoint::kCompletions, &r, &e)) << e.message;
   EXPECT_EQ(r.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, 10.0f}, {7, -100.0f}}));
   EXPECT_EQ(ErrorJson(BadRequest("m", "p")).dump(),

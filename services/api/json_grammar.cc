@@ -1,0 +1,720 @@
+#include "services/api/json_grammar.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace zipmoe::api {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// Compilation
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const json& root) : root_(root) {}
+
+  Result<std::shared_ptr<const JsonGrammar>> Run(bool object_root) {
+    auto g = std::make_shared<JsonGrammar>();
+    g_ = g.get();
+    any_ = Add(SchemaNode{});
+    ZM_ASSIGN_OR_RETURN(int32_t root, Compile(root_, ""));
+    if (object_root) {
+      SchemaNode& r = g_->nodes_[static_cast<size_t>(root)];
+      if (r.kind == SchemaNode::Kind::kAny) {
+        SchemaNode obj;
+        obj.kind = SchemaNode::Kind::kObject;
+        obj.additional = any_;
+        root = Add(std::move(obj));
+      } else if (r.kind != SchemaNode::Kind::kObject) {
+        return Status::InvalidArgument("the schema's root must be an object");
+      }
+    }
+    g_->root_ = root;
+    return std::shared_ptr<const JsonGrammar>(std::move(g));
+  }
+
+ private:
+  int32_t Add(SchemaNode n) {
+    g_->nodes_.push_back(std::move(n));
+    return static_cast<int32_t>(g_->nodes_.size() - 1);
+  }
+  SchemaNode& At(int32_t i) { return g_->nodes_[static_cast<size_t>(i)]; }
+
+  static std::string Where(const std::string& path) { return path.empty() ? "the root" : path; }
+
+  Status Unsupported(const std::string& key, const std::string& path) {
+    return Status::InvalidArgument(fmt::format("unsupported JSON Schema keyword '{}' at {}", key, Where(path)));
+  }
+
+  Result<int32_t> Ref(const std::string& ref, const std::string& path) {
+    if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+    const json* target = nullptr;
+    if (ref == "#") {
+      target = &root_;
+    } else {
+      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+        const std::string p(prefix);
+        if (ref.compare(0, p.size(), p) != 0) continue;
+        const std::string section = p.substr(2, p.size() - 3);  // "$defs" / "definitions"
+        const std::string name = ref.substr(p.size());
+        if (root_.is_object() && root_.contains(section) && root_[section].is_object() && root_[section].contains(name))
+          target = &root_[section][name];
+      }
+    }
+    if (target == nullptr)
+      return Status::InvalidArgument(fmt::format("$ref '{}' at {} does not resolve (only '#', '#/$defs/NAME' and "
+                                                 "'#/definitions/NAME' are supported)",
+                                                 Clip(ref), Where(path)));
+    // The node exists before its body is compiled, so a recursive reference finds it.
+    const int32_t slot = Add(SchemaNode{});
+    refs_[ref] = slot;
+    ZM_ASSIGN_OR_RETURN(int32_t body, Compile(*target, ref.substr(1)));
+    SchemaNode copy = At(body);
+    At(slot) = std::move(copy);
+    return slot;
+  }
+
+  Result<int32_t> Compile(const json& s, const std::string& path) {
+    if (++depth_ > 64) return Status::InvalidArgument(fmt::format("the schema nests deeper than 64 at {}", Where(path)));
+    struct Leave {
+      int* d;
+      ~Leave() { --*d; }
+    } leave{&depth_};
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return any_;
+      return Status::InvalidArgument(fmt::format("the schema 'false' at {} admits nothing", Where(path)));
+    }
+    if (!s.is_object()) return Status::InvalidArgument(fmt::format("the schema at {} must be an object", Where(path)));
+    static const std::set<std::string> kIgnored = {"title",   "description", "default",  "examples",  "$schema",
+                                                   "$id",     "$comment",    "deprecated", "readOnly", "writeOnly",
+                                                   "$defs",   "definitions", "strict"};
+    static const std::set<std::string> kKnown = {"type",     "properties", "required",  "additionalProperties",
+                                                 "items",    "minItems",   "maxItems",  "minLength",
+                                                 "maxLength", "enum",      "const",     "anyOf",
+                                                 "$ref"};
+    for (const auto& [key, value] : s.items()) {
+      if (kIgnored.count(key) == 0 && kKnown.count(key) == 0) return Unsupported(key, path);
+    }
+    if (s.contains("$ref")) {
+      if (!s["$ref"].is_string()) return Status::InvalidArgument(fmt::format("$ref at {} must be a string", Where(path)));
+      for (const auto& [key, value] : s.items()) {
+        if (key != "$ref" && kIgnored.count(key) == 0)
+          return Status::InvalidArgument(fmt::format("'{}' beside $ref at {} is not supported", key, Where(path)));
+      }
+      return Ref(s["$ref"].get<std::string>(), path);
+    }
+    if (s.contains("enum") || s.contains("const")) {
+      SchemaNode n;
+      n.kind = SchemaNode::Kind::kLiterals;
+      if (s.contains("const")) {
+        n.literals.push_back(s["const"].dump());
+      } else {
+        if (!s["enum"].is_array() || s["enum"].empty())
+          return Status::InvalidArgument(fmt::format("enum at {} must be a non-empty array", Where(path)));
+        for (const json& v : s["enum"]) n.literals.push_back(v.dump());
+      }
+      std::sort(n.literals.begin(), n.literals.end());
+      n.literals.erase(std::unique(n.literals.begin(), n.literals.end()), n.literals.end());
+      return Add(std::move(n));
+    }
+    if (s.contains("anyOf")) {
+      if (!s["anyOf"].is_array() || s["anyOf"].empty())
+        return Status::InvalidArgument(fmt::format("anyOf at {} must be a non-empty array", Where(path)));
+      SchemaNode n;
+      n.kind = SchemaNode::Kind::kAnyOf;
+      for (size_t i = 0; i < s["anyOf"].size(); ++i) {
+        ZM_ASSIGN_OR_RETURN(int32_t alt, Compile(s["anyOf"][i], fmt::format("{}/anyOf/{}", path, i)));
+        n.alternatives.push_back(alt);
+      }
+      if (s.contains("type")) {
+        return Status::InvalidArgument(fmt::format("'type' beside anyOf at {} is not supported", Where(path)));
+      }
+      return Add(std::move(n));
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      if (s["type"].is_string()) {
+        types.push_back(s["type"].get<std::string>());
+      } else if (s["type"].is_array() && !s["type"].empty()) {
+        for (const json& t : s["type"]) {
+          if (!t.is_string()) return Status::InvalidArgument(fmt::format("type at {} must name types", Where(path)));
+          types.push_back(t.get<std::string>());
+        }
+      } else {
+        return Status::InvalidArgument(fmt::format("type at {} must be a string or a list of strings", Where(path)));
+      }
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
+      types.push_back("object");
+    } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+      types.push_back("array");
+    } else if (s.contains("minLength") || s.contains("maxLength")) {
+      types.push_back("string");
+    } else {
+      return any_;
+    }
+    std::vector<int32_t> alts;
+    for (const std::string& t : types) {
+      ZM_ASSIGN_OR_RETURN(int32_t n, Typed(s, t, path));
+      alts.push_back(n);
+    }
+    if (alts.size() == 1) return alts[0];
+    SchemaNode n;
+    n.kind = SchemaNode::Kind::kAnyOf;
+    n.alternatives = std::move(alts);
+    return Add(std::move(n));
+  }
+
+  Result<int32_t> Count(const json& s, const char* key, const std::string& path, int32_t* out) {
+    if (!s.contains(key)) return 0;
+    if (!s[key].is_number_integer() || s[key].get<int64_t>() < 0 || s[key].get<int64_t>() > INT32_MAX)
+      return Status::InvalidArgument(fmt::format("{} at {} must be a non-negative integer", key, Where(path)));
+    *out = static_cast<int32_t>(s[key].get<int64_t>());
+    return 0;
+  }
+
+  Result<int32_t> Typed(const json& s, const std::string& type, const std::string& path) {
+    SchemaNode n;
+    if (type == "object") {
+      n.kind = SchemaNode::Kind::kObject;
+      std::map<std::string, const json*> props;  // literal text -> schema
+      std::map<std::string, std::string> literal_of;
+      if (s.contains("properties")) {
+        if (!s["properties"].is_object())
+          return Status::InvalidArgument(fmt::format("properties at {} must be an object", Where(path)));
+        for (const auto& [name, sub] : s["properties"].items()) {
+          const std::string lit = json(name).dump();
+          props[lit] = &sub;
+          literal_of[name] = lit;
+        }
+      }
+      if (props.size() > static_cast<size_t>(kMaxObjectProperties))
+        return Status::InvalidArgument(
+            fmt::format("the object at {} has {} properties; at most {}", Where(path), props.size(), kMaxObjectProperties));
+      for (const auto& [lit, sub] : props) n.keys.push_back(lit);
+      if (s.contains("required")) {
+        if (!s["required"].is_array())
+          return Status::InvalidArgument(fmt::format("required at {} must be an array", Where(path)));
+        for (const json& r : s["required"]) {
+          if (!r.is_string() || literal_of.count(r.get<std::string>()) == 0)
+            return Status::InvalidArgument(fmt::format("required '{}' at {} is not one of its properties",
+                                                       Clip(r.dump()), Where(path)));
+          const auto pos = std::lower_bound(n.keys.begin(), n.keys.end(), literal_of[r.get<std::string>()]);
+          n.required |= uint64_t{1} << (pos - n.keys.begin());
+        }
+      }
+      if (s.contains("additionalProperties")) {
+        const json& ap = s["additionalProperties"];
+        if (!(ap.is_boolean() && !ap.get<bool>())) {
+          if (!props.empty())
+            return Status::InvalidArgument(fmt::format(
+                "additionalProperties other than false beside properties at {} is not supported", Where(path)));
+          ZM_ASSIGN_OR_RETURN(int32_t add, Compile(ap, path + "/additionalProperties"));
+          n.additional = add;
+        }
+      } else if (props.empty()) {
+        n.additional = any_;  // {"type": "object"}: any object
+      }
+      const int32_t self = Add(std::move(n));
+      std::vector<int32_t> key_nodes;
+      for (const auto& [lit, sub] : props) {
+        ZM_ASSIGN_OR_RETURN(int32_t child, Compile(*sub, path + "/properties/" + json::parse(lit).get<std::string>()));
+        key_nodes.push_back(child);
+      }
+      At(self).key_nodes = std::move(key_nodes);
+      return self;
+    }
+    if (type == "array") {
+      n.kind = SchemaNode::Kind::kArray;
+      ZM_RETURN_IF_ERROR(Count(s, "minItems", path, &n.min_items).status());
+      ZM_RETURN_IF_ERROR(Count(s, "maxItems", path, &n.max_items).status());
+      if (n.max_items >= 0 && n.min_items > n.max_items)
+        return Status::InvalidArgument(fmt::format("minItems > maxItems at {}", Where(path)));
+      n.items = any_;
+      if (s.contains("items")) {
+        if (s["items"].is_array()) return Unsupported("items (as a list; use prefixItems)", path);
+        ZM_ASSIGN_OR_RETURN(int32_t items, Compile(s["items"], path + "/items"));
+        n.items = items;
+      }
+      return Add(std::move(n));
+    }
+    if (type == "string") {
+      n.kind = SchemaNode::Kind::kString;
+      ZM_RETURN_IF_ERROR(Count(s, "minLength", path, &n.min_length).status());
+      ZM_RETURN_IF_ERROR(Count(s, "maxLength", path, &n.max_length).status());
+      if (n.max_length >= 0 && n.min_length > n.max_length)
+        return Status::InvalidArgument(fmt::format("minLength > maxLength at {}", Where(path)));
+      return Add(std::move(n));
+    }
+    if (type == "number" || type == "integer") {
+      n.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
+      return Add(std::move(n));
+    }
+    if (type == "boolean") {
+      n.kind = SchemaNode::Kind::kBoolean;
+      return Add(std::move(n));
+    }
+    if (type == "null") {
+      n.kind = SchemaNode::Kind::kNull;
+      return Add(std::move(n));
+    }
+    return Status::InvalidArgument(fmt::format("unknown type '{}' at {}", Clip(type), Where(path)));
+  }
+
+  const json& root_;
+  JsonGrammar* g_ = nullptr;
+  int32_t any_ = -1;
+  int depth_ = 0;
+  std::map<std::string, int32_t> refs_;
+};
+
+Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::Compile(const json& schema, bool object_root) {
+  return SchemaCompiler(schema).Run(object_root);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matching
+
+namespace {
+
+enum Kind : uint8_t { kValue = 1, kObject, kArray, kString, kNumber, kLiteral };
+// Object phases
+enum : uint8_t { kObjOpen, kObjKey, kObjAfterKey, kObjValue, kObjAfterValue, kObjComma };
+// Array phases
+enum : uint8_t { kArrOpen, kArrItem, kArrAfterItem, kArrComma };
+// String phases
+enum : uint8_t { kStrPlain, kStrEscape, kStrUnicode };
+// Number phases
+enum : uint8_t { kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumExp, kNumExpSign, kNumExpDigits, kNumStart };
+// Literal lists
+enum : uint8_t { kLitNode, kLitKeys, kLitBool, kLitNull, kLitAny };
+
+const std::vector<std::string>& BoolLiterals() {
+  static const std::vector<std::string> v = {"false", "true"};
+  return v;
+}
+const std::vector<std::string>& NullLiteral() {
+  static const std::vector<std::string> v = {"null"};
+  return v;
+}
+const std::vector<std::string>& AnyLiterals() {
+  static const std::vector<std::string> v = {"false", "null", "true"};
+  return v;
+}
+
+bool IsWs(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+bool NumberAccepting(uint8_t phase) {
+  return phase == kNumZero || phase == kNumInt || phase == kNumFrac || phase == kNumExpDigits;
+}
+
+constexpr size_t kMaxStacks = 64;
+
+}  // namespace
+
+JsonMatcher::JsonMatcher(std::shared_ptr<const JsonGrammar> grammar) : grammar_(std::move(grammar)) {
+  Stack s;
+  s.frames[0].kind = kValue;
+  s.frames[0].node = grammar_->root();
+  s.depth = 1;
+  stacks_.push_back(s);
+}
+
+const std::vector<std::string>& JsonMatcher::LiteralsOf(const Frame& f) const {
+  switch (f.phase) {
+    case kLitNode: return grammar_->node(f.node).literals;
+    case kLitKeys: return grammar_->node(f.node).keys;
+    case kLitBool: return BoolLiterals();
+    case kLitNull: return NullLiteral();
+    default: return AnyLiterals();
+  }
+}
+
+// The top frame completed (key: the object key index a key literal matched, else -1): pop it and
+// advance its parent.
+void JsonMatcher::ChildDone(Stack& s) const {
+  const int32_t key = s.frames[s.depth - 1].kind == kLiteral && s.frames[s.depth - 1].phase == kLitKeys
+                          ? s.frames[s.depth - 1].a  // the single candidate left
+                          : -1;
+  --s.depth;
+  if (s.depth == 0) return;
+  Frame& p = s.frames[s.depth - 1];
+  if (p.kind == kObject) {
+    if (p.phase == kObjKey) {
+      if (key >= 0) p.seen |= uint64_t{1} << key;
+      p.c = key;
+      p.phase = kObjAfterKey;
+    } else {
+      p.phase = kObjAfterValue;
+    }
+  } else if (p.kind == kArray) {
+    ++p.a;
+    p.phase = kArrAfterItem;
+  }
+}
+
+// Replaces nothing: `s` has no frame for the value yet; pushes the frame that `c` starts (for every
+// alternative of an anyOf) and consumes c. False when c cannot start a value of the node.
+bool JsonMatcher::StartValue(Stack& s, int32_t node_index, uint8_t c, std::vector<Stack>* out) const {
+  const SchemaNode& n = grammar_->node(node_index);
+  if (n.kind == SchemaNode::Kind::kAnyOf) {
+    for (int32_t alt : n.alternatives) {
+      Stack t = s;
+      StartValue(t, alt, c, out);
+    }
+    return false;
+  }
+  if (s.depth >= kMaxDepth) return false;
+  Frame f;
+  f.node = node_index;
+  using K = SchemaNode::Kind;
+  const bool any = n.kind == K::kAny;
+  if (c == '{' && (any || n.kind == K::kObject)) {
+    f.kind = kObject;
+    f.phase = kObjOpen;
+    s.frames[s.depth++] = f;
+    out->push_back(s);
+    return true;
+  }
+  if (c == '[' && (any || n.kind == K::kArray)) {
+    f.kind = kArray;
+    f.phase = kArrOpen;
+    s.frames[s.depth++] = f;
+    out->push_back(s);
+    return true;
+  }
+  if (c == '"' && (any || n.kind == K::kString)) {
+    f.kind = kString;
+    f.phase = kStrPlain;
+    f.node = any ? -1 : node_index;
+    s.frames[s.depth++] = f;
+    out->push_back(s);
+    return true;
+  }
+  if ((c == '-' || IsDigit(c)) && (any || n.kind == K::kNumber || n.kind == K::kInteger)) {
+    f.kind = kNumber;
+    f.phase = kNumStart;
+    s.frames[s.depth++] = f;
+    Step(s, c, out);
+    return true;
+  }
+  if (n.kind == K::kLiterals || n.kind == K::kBoolean || n.kind == K::kNull || (any && (c == 't' || c == 'f' || c == 'n'))) {
+    f.kind = kLiteral;
+    f.phase = n.kind == K::kLiterals ? kLitNode : n.kind == K::kBoolean ? kLitBool : n.kind == K::kNull ? kLitNull : kLitAny;
+    f.a = 0;
+    f.b = static_cast<int32_t>(LiteralsOf(f).size());
+    f.c = 0;
+    s.frames[s.depth++] = f;
+    Step(s, c, out);
+    return true;
+  }
+  return false;
+}
+
+void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) const {
+  Stack s = s0;
+  const bool ws = IsWs(c);
+  if (s.depth == 0) {  // a complete value: whitespace only
+    if (ws && s.ws < kMaxWhitespaceRun) {
+      ++s.ws;
+      out->push_back(s);
+    }
+    return;
+  }
+  Frame& f = s.frames[s.depth - 1];
+  auto whitespace = [&] {
+    if (s.ws >= kMaxWhitespaceRun) return;
+    ++s.ws;
+    out->push_back(s);
+  };
+  switch (f.kind) {
+    case kValue: {
+      if (ws) return whitespace();
+      s.ws = 0;
+      const int32_t node = f.node;
+      --s.depth;
+      StartValue(s, node, c, out);
+      return;
+    }
+    case kObject: {
+      const SchemaNode& n = grammar_->node(f.node);
+      const bool free = n.kind == SchemaNode::Kind::kAny || n.additional >= 0;
+      if (ws) {
+        if (f.phase == kObjOpen || f.phase == kObjAfterKey || f.phase == kObjAfterValue || f.phase == kObjComma)
+          whitespace();
+        return;
+      }
+      s.ws = 0;
+      const uint64_t all = n.keys.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << n.keys.size()) - 1;
+      if ((f.phase == kObjOpen || f.phase == kObjComma) && c == '"') {
+        f.phase = kObjKey;
+        if (s.depth >= kMaxDepth) return;
+        Frame k;
+        if (free) {
+          k.kind = kString;
+          k.phase = kStrPlain;
+          k.node = -1;
+          s.frames[s.depth++] = k;
+          out->push_back(s);
+        } else {
+          if ((f.seen & all) == all) return;  // every property written
+          k.kind = kLiteral;
+          k.phase = kLitKeys;
+          k.node = f.node;
+          k.a = 0;
+          k.b = static_cast<int32_t>(n.keys.size());
+          k.c = 0;
+          s.frames[s.depth++] = k;
+          Step(s, c, out);
+        }
+        return;
+      }
+      if ((f.phase == kObjOpen || f.phase == kObjAfterValue) && c == '}') {
+        if ((f.seen & n.required) != n.required) return;
+        ChildDone(s);
+        out->push_back(s);
+        return;
+      }
+      if (f.phase == kObjAfterKey && c == ':') {
+        f.phase = kObjValue;
+        if (s.depth >= kMaxDepth) return;
+        Frame v;
+        v.kind = kValue;
+        v.node = n.kind == SchemaNode::Kind::kAny ? f.node
+                 : f.c >= 0                        ? n.key_nodes[static_cast<size_t>(f.c)]
+                                                   : n.additional;
+        s.frames[s.depth++] = v;
+        out->push_back(s);
+        return;
+      }
+      if (f.phase == kObjAfterValue && c == ',') {
+        if (!free && (f.seen & all) == all) return;
+        f.phase = kObjComma;
+        out->push_back(s);
+      }
+      return;
+    }
+    case kArray: {
+      const SchemaNode& n = grammar_->node(f.node);
+      const bool any = n.kind == SchemaNode::Kind::kAny;
+      const int32_t min_items = any ? 0 : n.min_items, max_items = any ? -1 : n.max_items;
+      const int32_t items = any ? f.node : n.items;
+      if (ws) {
+        if (f.phase != kArrItem) whitespace();
+        return;
+      }
+      s.ws = 0;
+      if ((f.phase == kArrOpen && c == ']' && min_items == 0) || (f.phase == kArrAfterItem && c == ']' && f.a >= min_items)) {
+        ChildDone(s);
+        out->push_back(s);
+        return;
+      }
+      if (f.phase == kArrAfterItem) {
+        if (c == ',' && (max_items < 0 || f.a < max_items)) {
+          f.phase = kArrComma;
+          out->push_back(s);
+        }
+        return;
+      }
+      if (f.phase == kArrOpen && max_items == 0) return;
+      f.phase = kArrItem;  // kArrOpen or kArrComma: c starts an item
+      StartValue(s, items, c, out);
+      return;
+    }
+    case kString: {
+      s.ws = 0;
+      const int32_t max_len = f.node >= 0 ? grammar_->node(f.node).max_length : -1;
+      const int32_t min_len = f.node >= 0 ? grammar_->node(f.node).min_length : 0;
+      if (f.phase == kStrEscape) {
+        if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+          f.phase = kStrPlain;
+          ++f.a;
+          out->push_back(s);
+        } else if (c == 'u') {
+          f.phase = kStrUnicode;
+          f.b = 0;
+          out->push_back(s);
+        }
+        return;
+      }
+      if (f.phase == kStrUnicode) {
+        if (!IsHex(c)) return;
+        if (++f.b == 4) {
+          f.phase = kStrPlain;
+          f.b = 0;
+          ++f.a;
+        }
+        out->push_back(s);
+        return;
+      }
+      if (f.b > 0) {  // inside a UTF-8 sequence: continuation bytes only, the first within [lo, hi]
+        const uint8_t lo = static_cast<uint8_t>(f.c & 0xFF), hi = static_cast<uint8_t>(f.c >> 8);
+        if (c < lo || c > hi) return;
+        --f.b;
+        f.c = 0xBF << 8 | 0x80;
+        out->push_back(s);
+        return;
+      }
+      if (c == '"') {
+        if (f.a < min_len) return;
+        ChildDone(s);
+        out->push_back(s);
+        return;
+      }
+      int32_t pending = 0;
+      uint8_t lo = 0, hi = 0;
+      if (c < 0x20 || !Utf8Lead(c, &pending, &lo, &hi)) return;
+      if (max_len >= 0 && f.a >= max_len) return;
+      if (c == '\\') {
+        f.phase = kStrEscape;
+        out->push_back(s);
+        return;
+      }
+      ++f.a;
+      f.b = pending;
+      f.c = hi << 8 | lo;
+      out->push_back(s);
+      return;
+    }
+    case kNumber: {
+      const bool integer = grammar_->node(f.node).kind == SchemaNode::Kind::kInteger;
+      uint8_t next = 0xFF;
+      switch (f.phase) {
+        case kNumStart: next = c == '-' ? kNumMinus : c == '0' ? kNumZero : IsDigit(c) ? kNumInt : 0xFF; break;
+        case kNumMinus: next = c == '0' ? kNumZero : IsDigit(c) ? kNumInt : 0xFF; break;
+        case kNumZero: next = (!integer && c == '.') ? kNumDot : (!integer && (c == 'e' || c == 'E')) ? kNumExp : 0xFF; break;
+        case kNumInt:
+          next = IsDigit(c) ? kNumInt : (!integer && c == '.') ? kNumDot : (!integer && (c == 'e' || c == 'E')) ? kNumExp : 0xFF;
+          break;
+        case kNumDot: next = IsDigit(c) ? kNumFrac : 0xFF; break;
+        case kNumFrac: next = IsDigit(c) ? kNumFrac : (c == 'e' || c == 'E') ? kNumExp : 0xFF; break;
+        case kNumExp: next = (c == '+' || c == '-') ? kNumExpSign : IsDigit(c) ? kNumExpDigits : 0xFF; break;
+        case kNumExpSign: next = IsDigit(c) ? kNumExpDigits : 0xFF; break;
+        case kNumExpDigits: next = IsDigit(c) && f.b < kMaxExponentDigits ? kNumExpDigits : 0xFF; break;
+      }
+      if (next != 0xFF && f.a < kMaxNumberChars) {
+        Stack t = s;
+        Frame& g = t.frames[t.depth - 1];
+        g.phase = next;
+        ++g.a;
+        if (next == kNumExpDigits) ++g.b;
+        t.ws = 0;
+        out->push_back(t);
+        return;  // a character that continues a number never also ends it
+      }
+      if (NumberAccepting(f.phase)) {  // the number ended before c: c belongs to the parent
+        ChildDone(s);
+        Step(s, c, out);
+      }
+      return;
+    }
+    case kLiteral: {
+      const std::vector<std::string>& lits = LiteralsOf(f);
+      const size_t pos = static_cast<size_t>(f.c);
+      // A literal matched exactly so far may end here (enum 1 beside 12): c then belongs to the parent.
+      if (f.phase != kLitKeys) {
+        for (int32_t i = f.a; i < f.b; ++i) {
+          if (lits[static_cast<size_t>(i)].size() == pos && pos > 0) {
+            Stack t = s;
+            ChildDone(t);
+            Step(t, c, out);
+            break;
+          }
+        }
+      }
+      int32_t lo = f.b, hi = f.a;
+      for (int32_t i = f.a; i < f.b; ++i) {
+        const std::string& l = lits[static_cast<size_t>(i)];
+        if (l.size() > pos && static_cast<uint8_t>(l[pos]) == c) {
+          lo = std::min(lo, i);
+          hi = std::max(hi, i + 1);
+        }
+      }
+      if (lo >= hi) return;
+      uint64_t seen = 0;
+      if (f.phase == kLitKeys) {
+        seen = s.frames[s.depth - 2].seen;
+        bool open = false;
+        for (int32_t i = lo; i < hi && !open; ++i) open = (seen >> i & 1) == 0;
+        if (!open) return;
+      }
+      s.ws = 0;
+      f.a = lo;
+      f.b = hi;
+      f.c = static_cast<int32_t>(pos + 1);
+      // One candidate left and fully matched: nothing longer can follow, so it is complete now.
+      if (hi - lo == 1 && lits[static_cast<size_t>(lo)].size() == pos + 1) {
+        if (f.phase == kLitKeys && (seen >> lo & 1)) return;
+        ChildDone(s);
+      }
+      out->push_back(s);
+      return;
+    }
+    default: return;
+  }
+}
+
+bool JsonMatcher::Feed(std::string_view bytes) {
+  std::vector<Stack> cur = stacks_;
+  for (char ch : bytes) {
+    scratch_.clear();
+    for (const Stack& s : cur) {
+      Step(s, static_cast<uint8_t>(ch), &scratch_);
+      if (scratch_.size() > kMaxStacks) break;
+    }
+    if (scratch_.empty()) {
+      scratch_.clear();
+      return false;
+    }
+    if (scratch_.size() > kMaxStacks) scratch_.resize(kMaxStacks);
+    cur.swap(scratch_);
+  }
+  stacks_.swap(cur);
+  scratch_.clear();  // nothing stale to copy with the matcher
+  return true;
+}
+
+bool JsonMatcher::StackAccepting(const Stack& s) const {
+  if (s.depth == 0) return true;
+  if (s.depth != 1) return false;
+  const Frame& f = s.frames[0];
+  if (f.kind == kNumber) return NumberAccepting(f.phase);
+  if (f.kind == kLiteral && f.phase != kLitKeys) {
+    const std::vector<std::string>& lits = LiteralsOf(f);
+    for (int32_t i = f.a; i < f.b; ++i)
+      if (lits[static_cast<size_t>(i)].size() == static_cast<size_t>(f.c)) return true;
+  }
+  return false;
+}
+
+bool JsonMatcher::Accepting() const {
+  return std::any_of(stacks_.begin(), stacks_.end(), [&](const Stack& s) { return StackAccepting(s); });
+}
+
+bool JsonMatcher::InPlainString(int32_t* room) const {
+  int32_t r = INT32_MAX;
+  for (const Stack& s : stacks_) {
+    if (s.depth == 0) return false;
+    const Frame& f = s.frames[s.depth - 1];
+    if (f.kind != kString || f.phase != kStrPlain || f.b != 0) return false;
+    if (f.node >= 0 && grammar_->node(f.node).max_length >= 0)
+      r = std::min(r, grammar_->node(f.node).max_length - f.a);
+  }
+  *room = r;
+  return !stacks_.empty();
+}
+
+void JsonMatcher::AdvancePlainString(int32_t code_points) {
+  for (Stack& s : stacks_) {
+    s.frames[s.depth - 1].a += code_points;
+    s.ws = 0;
+  }
+}
+
+}  // namespace zipmoe::api

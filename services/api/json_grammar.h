@@ -1,0 +1,159 @@
+// Structured outputs, the character level: a JSON Schema compiled into a grammar (JsonGrammar) and an
+// incremental matcher (JsonMatcher) that says, byte by byte, whether a text can still become a JSON
+// value valid for the schema. The token level (which vocabulary entries may come next) is
+// json_constraint.h; the API uses both for `response_format` (docs/api.md).
+//
+// Schema subset (JSON Schema 2020-12 / OpenAI structured outputs), anything else is refused by name:
+//   type (a name or a list of names), properties, required, additionalProperties (false, or true / a
+//   schema on an object without properties), items, minItems, maxItems, minLength, maxLength (code
+//   points), enum, const, anyOf, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed);
+//   annotations (title, description, default, examples, $schema, $id, $comment, deprecated, readOnly,
+//   writeOnly) are ignored. Objects list their properties in any order, each at most once; every
+//   `required` one before the closing brace; an object schema without additionalProperties admits only
+//   its properties (as OpenAI's strict mode requires). An empty schema {} is any JSON value.
+// What the matcher admits besides the schema: whitespace runs of at most kMaxWhitespaceRun bytes
+// between tokens (none inside numbers and literals), numbers of at most kMaxNumberChars characters
+// and kMaxExponentDigits exponent digits,
+// nesting of at most kMaxDepth levels, strings of well-formed UTF-8 (no control bytes; escapes
+// \" \\ \/ \b \f \n \r \t \uXXXX). enum and const values must be written as nlohmann's compact dump.
+// Thread-safety: a compiled JsonGrammar is immutable and shared; a JsonMatcher belongs to one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace zipmoe::api {
+
+constexpr int kMaxWhitespaceRun = 24;
+constexpr int kMaxNumberChars = 32;
+constexpr int kMaxExponentDigits = 2;  // |exponent| <= 99: every parser reads the number as a finite double
+constexpr int kMaxDepth = 32;
+constexpr int kMaxObjectProperties = 64;
+
+// Well-formed UTF-8 (RFC 3629, Unicode Table 3-7): for a first byte, how many continuation bytes
+// follow and the range of the first of them (later ones are 0x80..0xBF). False for a byte that cannot
+// start a character (a continuation byte, C0, C1, F5..FF).
+inline bool Utf8Lead(uint8_t c, int32_t* pending, uint8_t* lo, uint8_t* hi) {
+  *lo = 0x80;
+  *hi = 0xBF;
+  if (c < 0x80) return *pending = 0, true;
+  if (c < 0xC2) return false;
+  if (c < 0xE0) return *pending = 1, true;
+  if (c < 0xF0) {
+    if (c == 0xE0) *lo = 0xA0;
+    if (c == 0xED) *hi = 0x9F;  // no surrogates
+    return *pending = 2, true;
+  }
+  if (c < 0xF5) {
+    if (c == 0xF0) *lo = 0x90;
+    if (c == 0xF4) *hi = 0x8F;  // nothing past U+10FFFF
+    return *pending = 3, true;
+  }
+  return false;
+}
+
+// One compiled schema node (internal to the matcher; exposed for tests and the constraint).
+struct SchemaNode {
+  enum class Kind : uint8_t { kAny, kObject, kArray, kString, kNumber, kInteger, kBoolean, kNull, kLiterals, kAnyOf };
+  Kind kind = Kind::kAny;
+  // kObject: property names as JSON string literals ("\"name\""), sorted; their value nodes;
+  // required ones as a bit mask over that order; `additional` >= 0: other keys allowed, values of
+  // that node (only when there are no properties).
+  std::vector<std::string> keys;
+  std::vector<int32_t> key_nodes;
+  uint64_t required = 0;
+  int32_t additional = -1;
+  // kArray
+  int32_t items = -1;
+  int32_t min_items = 0, max_items = -1;  // -1: unbounded
+  // kString (code points)
+  int32_t min_length = 0, max_length = -1;
+  // kLiterals: the allowed values' compact JSON texts, sorted and unique
+  std::vector<std::string> literals;
+  // kAnyOf
+  std::vector<int32_t> alternatives;
+};
+
+class JsonGrammar {
+ public:
+  // Compiles `schema`. `object_root`: the value must be an object (json_object mode compiles {} with
+  // it). Errors: kInvalidArgument naming the keyword and where it sits ("unsupported keyword
+  // 'pattern' at /properties/name"), an unresolvable $ref, contradictions (minItems > maxItems, a
+  // required property that is not listed, more than kMaxObjectProperties properties).
+  static Result<std::shared_ptr<const JsonGrammar>> Compile(const nlohmann::json& schema, bool object_root = false);
+
+  const SchemaNode& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  int32_t root() const { return root_; }
+
+ private:
+  friend class SchemaCompiler;
+  std::vector<SchemaNode> nodes_;
+  int32_t root_ = 0;
+};
+
+// The matcher's state: one or more parse stacks (anyOf keeps alternatives alive until a byte tells
+// them apart). Cheap to copy (the constraint copies it per vocabulary prefix it tries).
+class JsonMatcher {
+ public:
+  explicit JsonMatcher(std::shared_ptr<const JsonGrammar> grammar);
+
+  // Consumes bytes; false (and the state unchanged) if no valid text continues with them.
+  bool Feed(std::string_view bytes);
+  // True when the text so far is one complete valid value (possibly followed by whitespace).
+  bool Accepting() const;
+  // True when nothing at all can follow (complete, and the whitespace budget spent or none allowed).
+  bool dead() const { return stacks_.empty(); }
+
+  // The plain-string fast path of the constraint: true when every stack is inside a string, outside
+  // any escape or UTF-8 sequence, so that any run of ordinary characters (no '"', '\\', control or
+  // partial UTF-8) keeps the state as it is but for the length; `*room` = code points the tightest
+  // maxLength still allows (INT32_MAX when none).
+  bool InPlainString(int32_t* room) const;
+  // Advances every stack's string length by `code_points` (after InPlainString said true and
+  // code_points <= room).
+  void AdvancePlainString(int32_t code_points);
+
+  struct Frame {
+    uint8_t kind = 0, phase = 0;
+    int32_t node = -1;
+    int32_t a = 0, b = 0, c = 0;  // per kind: literal range [a, b) and position c; string length a,
+                                  // pending UTF-8 bytes / escape digits b; array count a; object key c
+    uint64_t seen = 0;            // object: properties seen
+  };
+  struct Stack {
+    Frame frames[kMaxDepth];
+    int32_t depth = 0;
+    int32_t ws = 0;  // the current whitespace run
+    Stack() = default;
+    Stack(const Stack& o) : depth(o.depth), ws(o.ws) {
+      for (int32_t i = 0; i < depth; ++i) frames[i] = o.frames[i];
+    }
+    Stack& operator=(const Stack& o) {
+      depth = o.depth;
+      ws = o.ws;
+      for (int32_t i = 0; i < depth; ++i) frames[i] = o.frames[i];
+      return *this;
+    }
+  };
+
+ private:
+  void Step(const Stack& s, uint8_t c, std::vector<Stack>* out) const;
+  bool StepTop(Stack& s, uint8_t c, std::vector<Stack>* out) const;
+  void ChildDone(Stack& s) const;
+  bool StartValue(Stack& s, int32_t node, uint8_t c, std::vector<Stack>* out) const;
+  bool StackAccepting(const Stack& s) const;
+  const std::vector<std::string>& LiteralsOf(const Frame& f) const;
+
+  std::shared_ptr<const JsonGrammar> grammar_;
+  std::vector<Stack> stacks_;
+  std::vector<Stack> scratch_;
+};
+
+}  // namespace zipmoe::api
