@@ -277,12 +277,23 @@ Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::Compile(const json& sche
   return SchemaCompiler(schema).Run(object_root);
 }
 
+Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileFramed(const json& schema, std::string prefix,
+                                                                      std::string suffix) {
+  ZM_ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> g, SchemaCompiler(schema).Run(false));
+  auto framed = std::make_shared<JsonGrammar>(*g);
+  framed->prefix_ = std::move(prefix);
+  framed->suffix_ = std::move(suffix);
+  return std::shared_ptr<const JsonGrammar>(std::move(framed));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Matching
 
 namespace {
 
-enum Kind : uint8_t { kValue = 1, kObject, kArray, kString, kNumber, kLiteral };
+enum Kind : uint8_t { kValue = 1, kObject, kArray, kString, kNumber, kLiteral, kText };
+// Text phases (which of the grammar's fixed texts)
+enum : uint8_t { kTextPrefix, kTextSuffix };
 // Object phases
 enum : uint8_t { kObjOpen, kObjKey, kObjAfterKey, kObjValue, kObjAfterValue, kObjComma };
 // Array phases
@@ -319,10 +330,21 @@ constexpr size_t kMaxStacks = 64;
 }  // namespace
 
 JsonMatcher::JsonMatcher(std::shared_ptr<const JsonGrammar> grammar) : grammar_(std::move(grammar)) {
+  // Bottom to top: the suffix waiting for the value, the value, the prefix to write first.
   Stack s;
-  s.frames[0].kind = kValue;
-  s.frames[0].node = grammar_->root();
-  s.depth = 1;
+  if (!grammar_->suffix().empty()) {
+    s.frames[s.depth].kind = kText;
+    s.frames[s.depth].phase = kTextSuffix;
+    ++s.depth;
+  }
+  s.frames[s.depth].kind = kValue;
+  s.frames[s.depth].node = grammar_->root();
+  ++s.depth;
+  if (!grammar_->prefix().empty()) {
+    s.frames[s.depth].kind = kText;
+    s.frames[s.depth].phase = kTextPrefix;
+    ++s.depth;
+  }
   stacks_.push_back(s);
 }
 
@@ -434,6 +456,21 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
     out->push_back(s);
   };
   switch (f.kind) {
+    case kText: {
+      const std::string& text = f.phase == kTextPrefix ? grammar_->prefix() : grammar_->suffix();
+      if (ws && f.c == 0 && f.phase == kTextSuffix) {  // whitespace between the value and the suffix
+        Stack t = s;
+        if (t.ws < kMaxWhitespaceRun) {
+          ++t.ws;
+          out->push_back(t);
+        }
+      }
+      if (static_cast<size_t>(f.c) >= text.size() || static_cast<uint8_t>(text[static_cast<size_t>(f.c)]) != c) return;
+      s.ws = 0;
+      if (static_cast<size_t>(++f.c) == text.size()) --s.depth;  // written: the frame below goes on
+      out->push_back(s);
+      return;
+    }
     case kValue: {
       if (ws) return whitespace();
       s.ws = 0;

@@ -88,6 +88,13 @@ class JsonGrammar {
   // 'pattern' at /properties/name"), an unresolvable $ref, contradictions (minItems > maxItems, a
   // required property that is not listed, more than kMaxObjectProperties properties).
   static Result<std::shared_ptr<const JsonGrammar>> Compile(const nlohmann::json& schema, bool object_root = false);
+  // The value between fixed texts: `prefix` first, then the value (whitespace allowed before it), then
+  // `suffix` (whitespace allowed before it). For a forced tool call in the template's syntax, e.g.
+  // "<tool_call>" {"name": ..., "arguments": ...} "</tool_call>".
+  static Result<std::shared_ptr<const JsonGrammar>> CompileFramed(const nlohmann::json& schema, std::string prefix,
+                                                                  std::string suffix);
+  const std::string& prefix() const { return prefix_; }
+  const std::string& suffix() const { return suffix_; }
 
   const SchemaNode& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
@@ -96,6 +103,7 @@ class JsonGrammar {
   friend class SchemaCompiler;
   std::vector<SchemaNode> nodes_;
   int32_t root_ = 0;
+  std::string prefix_, suffix_;
 };
 
 // The matcher's state: one or more parse stacks (anyOf keeps alternatives alive until a byte tells

@@ -178,6 +178,39 @@ bool Tools(const ordered_json& j, ordered_json* out, ApiError* err) {
 // `j` is the body as parsed for validation; `oj` the same body with its objects' key order kept
 // (what reaches the template: tojson of tools and arguments writes keys in the client's order, as
 // transformers does).
+// tool_choice "required" or a named function: the answer is constrained to one call in the template's
+// own syntax, <tool_call>{"name": N, "arguments": {...}}</tool_call> (Hermes / Qwen templates), with
+// the arguments valid for the tool's `parameters` schema (json_grammar.h).
+bool ForcedToolCall(const json& j, const ordered_json& tools, CompletionRequest* out, ApiError* err) {
+  if (!Present(j, "tool_choice") || (j["tool_choice"].is_string() && j["tool_choice"] != "required")) return true;
+  const auto bad = [&](const std::string& why) {
+    *err = BadRequest("'tool_choice': " + why, "tool_choice");
+    return false;
+  };
+  if (!tools.is_array() || tools.empty()) return bad("forcing a call needs 'tools'");
+  if (out->grammar != nullptr) return bad("a forced call and a JSON response_format cannot be combined");
+  if (out->chat_syntax.tool_calls != ToolCallSyntax::kHermes)
+    return bad("forcing a call needs a chat template whose calls are <tool_call>{json}</tool_call> (Hermes, Qwen); "
+               "this model's template writes them otherwise or not at all");
+  const std::string wanted = j["tool_choice"].is_object() ? j["tool_choice"]["function"]["name"].get<std::string>() : "";
+  json alternatives = json::array();
+  for (const ordered_json& t : tools) {
+    const std::string name = t["function"]["name"].get<std::string>();
+    if (!wanted.empty() && name != wanted) continue;
+    json params = t["function"].contains("parameters") ? json::parse(t["function"]["parameters"].dump())
+                                                       : json{{"type", "object"}, {"properties", json::object()}};
+    alternatives.push_back(json{{"type", "object"},
+                                {"properties", {{"name", {{"const", name}}}, {"arguments", std::move(params)}}},
+                                {"required", {"name", "arguments"}}});
+  }
+  if (alternatives.empty()) return bad(fmt::format("no tool is named '{}'", Clip(wanted)));
+  const json schema = alternatives.size() == 1 ? alternatives[0] : json{{"anyOf", alternatives}};
+  Result<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::CompileFramed(schema, "<tool_call>", "</tool_call>");
+  if (!g.ok()) return bad(fmt::format("a tool's parameters cannot be enforced: {}", g.status().message()));
+  out->grammar = std::move(g).value();
+  return true;
+}
+
 bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext& ctx, CompletionRequest* out,
                    ApiError* err) {
   if (!Present(j, "messages") || !j["messages"].is_array() || j["messages"].empty())
@@ -287,6 +320,7 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   out->chat_syntax = DetectChatSyntax(ctx.tokenizer->ChatTemplateSource(!tools.is_null()), *text);
   if (tool_choice_none) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
   if (out->grammar != nullptr) out->chat_syntax = ChatSyntax{};  // constrained JSON is all content
+  if (!ForcedToolCall(j, tools, out, err)) return false;
   PromptInput in;
   Result<std::vector<int32_t>> ids = ctx.tokenizer->Encode(*text, /*add_special_tokens=*/false);
   if (!ids.ok()) return *err = BadRequest(ids.status().ToString(), "messages"), false;
@@ -361,11 +395,18 @@ bool ResponseFormat(const json& j, CompletionRequest* out, ApiError* err) {
 // Fields whose non-default values this server cannot honour: 400 naming them.
 bool RejectUnsupported(const json& j, bool chat, const CompletionRequest& r, ApiError* err) {
   if (!chat && Present(j, "tools")) return *err = BadRequest("'tools' is a chat field", "tools"), false;
-  if (Present(j, "tool_choice") && j["tool_choice"] != "none" && j["tool_choice"] != "auto")
-    return *err = BadRequest("'tool_choice': only \"none\" and \"auto\" are supported (forcing a call needs "
-                             "constrained decoding, not yet built)",
-                             "tool_choice"),
-           false;
+  if (Present(j, "tool_choice")) {
+    const json& tc = j["tool_choice"];
+    const bool word = tc.is_string() && (tc == "none" || tc == "auto" || tc == "required");
+    const bool named = tc.is_object() && tc.value("type", "") == "function" && tc.contains("function") &&
+                       tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string();
+    if (!word && !named)
+      return *err = BadRequest("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                               "\"function\": {\"name\": ...}}",
+                               "tool_choice"),
+             false;
+    if (!chat) return *err = BadRequest("'tool_choice' is a chat field", "tool_choice"), false;
+  }
   if (Present(j, "functions") && !(j["functions"].is_array() && j["functions"].empty()))
     return *err = BadRequest("'functions': function calling is not supported by this server", "functions"), false;
   if (Present(j, "function_call") && j["function_call"] != "none")

@@ -22,8 +22,8 @@
 //   echo (completions): the prompt's text is prepended to each choice (not with logprobs)
 //   best_of (completions): must equal n; response_format: {"type": "text" | "json_object" |
 //   "json_schema", "json_schema": {"name", "schema", "strict"}} (json_grammar.h; a schema it cannot
-//   enforce is a 400 naming the keyword); tools (chat), tool_choice none | auto (required / a named
-//   function: 400), logit_bias {id: [-100, 100]}; functions, suffix (non-empty), min_p > 0,
+//   enforce is a 400 naming the keyword); tools (chat), tool_choice none | auto | required | a named function
+//   (the last two constrain the answer to one call in a <tool_call> template's syntax, else 400), logit_bias {id: [-100, 100]}; functions, suffix (non-empty), min_p > 0,
 //   repetition_penalty != 1, top_a: 400 naming the field.
 #pragma once
 
@@ -86,8 +86,8 @@ struct CompletionRequest {
   // Chat: the reasoning / tool-call markers of the model's template (chat_output_parser.h); inactive
   // for completions and for templates without them.
   ChatSyntax chat_syntax;
-  // response_format json_object / json_schema: the grammar every choice is constrained to
-  // (json_grammar.h); null = free text.
+  // response_format json_object / json_schema, or a forced tool call (tool_choice required / named):
+  // the grammar every choice is constrained to (json_grammar.h); null = free text.
   std::shared_ptr<const JsonGrammar> grammar;
 
   // The new tokens prompt `i` may generate: max_tokens, or the context length minus its length (the

@@ -13,7 +13,8 @@ model that *does* call a tool; a random tiny model never would. This turns `zipm
 Each piece of SCRIPT is an added token (ids from the base vocabulary's size on). Every weight of every
 decoder layer is zero (attention and MoE add nothing to the residual stream) and the norms are one, so
 the hidden state at a position is the embedding of its token: piece i embeds as e_(i+1), every other
-token as e_0, and the output head maps e_i to piece i (and e_n to EOS) with a logit of ~113 against 0.
+token as e_0, and the output head maps e_i to piece i (and e_n to EOS) with a logit of ~113 against 0 (and e_0 to
+<tool_call> with ~57, the runner-up when a forced call masks <think>).
 So the next token depends only on the current one, and the answer follows from any prompt. The chat
 template (CHAT_TEMPLATE, written for this test) renders tools, tool calls, tool results and the
 enable_thinking switch in the Hermes/Qwen style, so the server must detect <think> and <tool_call>
@@ -70,6 +71,7 @@ CHAT_TEMPLATE = """{%- if tools %}<|im_start|>system
 
 BF16_ONE = 0x3F80
 BF16_TEN = 0x4120
+BF16_FIVE = 0x40A0
 
 
 def read_safetensors(path):
@@ -107,12 +109,10 @@ def write_safetensors(path, metadata, tensors):
 
 
 def rows(vocab, hidden, fill):
-    """A [vocab, hidden] BF16 matrix (bytes) with row r = fill(r) -> (column, bf16 bits) or None."""
+    """A [vocab, hidden] BF16 matrix (bytes) with row r's cells = fill(r) -> [(column, bf16 bits)]."""
     out = bytearray(vocab * hidden * 2)
     for r in range(vocab):
-        cell = fill(r)
-        if cell is not None:
-            col, bits = cell
+        for col, bits in fill(r):
             struct.pack_into("<H", out, (r * hidden + col) * 2, bits)
     return bytes(out)
 
@@ -162,14 +162,21 @@ def main():
     position = {pid: k for k, pid in enumerate(piece_ids)}  # piece k embeds as e_(k+1)
 
     def embed(r):
-        return (position[r] + 1, BF16_ONE) if r in position else (0, BF16_ONE)
+        return [(position[r] + 1, BF16_ONE)] if r in position else [(0, BF16_ONE)]
+
+    tool_open = position[piece_ids[SCRIPT.index("<tool_call>")]]
 
     def head(r):
         if r in position:
-            return (position[r], BF16_TEN)  # e_k -> piece k
+            cells = [(position[r], BF16_TEN)]  # e_k -> piece k
+            if position[r] == tool_open:
+                # The runner-up from any prompt: when the answer must be a tool call (tool_choice
+                # required, which masks <think>), the call comes next, not the lowest-id token.
+                cells.append((0, BF16_FIVE))
+            return cells
         if r == eos:
-            return (len(SCRIPT), BF16_TEN)  # after the last piece
-        return None
+            return [(len(SCRIPT), BF16_TEN)]  # after the last piece
+        return []
 
     shards = sorted(n for n in os.listdir(args.base) if n.endswith(".safetensors"))
     for shard in shards:

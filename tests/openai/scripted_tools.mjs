@@ -88,7 +88,7 @@ test('10c the tool result goes back through the template (assistant tool_calls +
   assert.ok(tok.json.usage.prompt_tokens > first.usage.prompt_tokens, 'the history did not grow the prompt');
 });
 
-test('10d chat_template_kwargs reach the template; a forced tool_choice is refused by name', T, async () => {
+test('10d chat_template_kwargs reach the template', T, async () => {
   const off = await http('POST', '/v1/chat/completions', {
     body: { model: MODEL, messages: ASK, temperature: 0, chat_template_kwargs: { enable_thinking: false } },
   });
@@ -98,8 +98,22 @@ test('10d chat_template_kwargs reach the template; a forced tool_choice is refus
   // enable_thinking false closes an empty think block in the prompt: a longer prompt.
   assert.ok(off.json.usage.prompt_tokens > on.json.usage.prompt_tokens,
     `prompt tokens ${off.json.usage.prompt_tokens} vs ${on.json.usage.prompt_tokens}`);
+});
+
+test('10f tool_choice required / named: the answer is one call, constrained to the tool schema', T, async () => {
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const r = await c.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice, temperature: 0 });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r));
+    assert.equal(m.tool_calls?.length, 1, JSON.stringify(m));
+    assert.equal(m.tool_calls[0].function.name, 'get_weather');
+    assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), ARGS);
+    assert.ok(!m.reasoning_content, 'a forced call starts at once (no thinking)');
+  }
   await expectApiError(
-    c.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'required' }), 400,
+    c.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+    400, { param: 'tool_choice' });
+  await expectApiError(c.chat.completions.create({ model: MODEL, messages: ASK, tool_choice: 'required' }), 400,
     { param: 'tool_choice' });
 });
 

@@ -121,6 +121,21 @@ TEST(JsonGrammar, WhitespaceIsBounded) {
   EXPECT_FALSE(Accepts(g, "1e999"));  // parsers overflow past this
 }
 
+TEST(JsonGrammar, FramedValueForAToolCall) {
+  auto g = JsonGrammar::CompileFramed(json::parse(R"({"type": "object", "properties": {"name": {"const": "f"},
+      "arguments": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}},
+      "required": ["name", "arguments"]})"),
+                                      "<tool_call>", "</tool_call>");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(Accepts(*g, R"(<tool_call>{"name": "f", "arguments": {"n": 3}}</tool_call>)"));
+  EXPECT_TRUE(Accepts(*g, "<tool_call>\n{\"arguments\": {\"n\": 3}, \"name\": \"f\"}\n</tool_call>"));
+  EXPECT_TRUE(Accepts(*g, R"(<tool_call>{"name": "f", "arguments": {"n": 30}}</tool_call>)"));  // a number ends at '<'
+  EXPECT_FALSE(Accepts(*g, R"(<tool_call>{"name": "f", "arguments": {"n": 3}})"));  // no suffix yet
+  EXPECT_FALSE(Accepts(*g, R"({"name": "f", "arguments": {"n": 3}}</tool_call>)"));
+  EXPECT_FALSE(Accepts(*g, R"(<tool_call>{"name": "g", "arguments": {"n": 3}}</tool_call>)"));
+  EXPECT_FALSE(Accepts(*g, R"(<tool_call>{"name": "f", "arguments": {"n": 3}}</tool_call>x)"));
+}
+
 TEST(JsonGrammar, SchemaErrorsNameTheKeyword) {
   auto err = [](const char* schema) {
     auto g = JsonGrammar::Compile(json::parse(schema));
