@@ -16,12 +16,17 @@
 #endif
 #if defined(__aarch64__)
 #define ZIPMOE_GEMM_NEON 1
+#include <sys/auxv.h>
 #endif
 
 namespace zipmoe::kernels {
 namespace {
 
 using GemmFn = void (*)(const GemmArgs&);
+
+#if defined(ZIPMOE_GEMM_NEON)
+constexpr unsigned long kHwcap2Bf16 = 1UL << 14;  // HWCAP2_BF16 (Linux arch/arm64/include/uapi/asm/hwcap.h)
+#endif
 
 float WeightAt(const GemmWeights& w, int64_t index) {
   if (w.f32 != nullptr && w.bf16 == nullptr) return w.f32[index];
@@ -50,6 +55,7 @@ bool CpuSupports(GemmIsa isa) {
 #endif
 #if defined(ZIPMOE_GEMM_NEON)
   if (isa == GemmIsa::kNeon) return true;  // part of the AArch64 baseline
+  if (isa == GemmIsa::kNeonBf16) return (getauxval(AT_HWCAP2) & kHwcap2Bf16) != 0;  // FEAT_BF16
 #endif
   return isa == GemmIsa::kScalar;
 }
@@ -65,6 +71,7 @@ GemmFn FunctionFor(GemmIsa isa) {
 #endif
 #if defined(ZIPMOE_GEMM_NEON)
     case GemmIsa::kNeon: return &Bf16GemmNeon;
+    case GemmIsa::kNeonBf16: return &Bf16GemmNeonBf16;
 #endif
     default: return nullptr;
   }
@@ -72,12 +79,14 @@ GemmFn FunctionFor(GemmIsa isa) {
 
 GemmIsa DetectBestIsa() {
   if (const char* env = std::getenv("ZIPMOE_GEMM_ISA"); env != nullptr && *env != '\0') {
-    for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon, GemmIsa::kAvx512Bf16}) {
+    for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon, GemmIsa::kAvx512Bf16,
+                        GemmIsa::kNeonBf16}) {
       if (std::string(env) == GemmIsaName(isa) && FunctionFor(isa) != nullptr) return isa;
     }
   }
-  // kAvx512Bf16 only on request: measured no faster than kAvx512 on a Zen 5 (docs/architecture.md
-  // "CPU kernels"), and it leaves the fp32 summation order.
+  // kAvx512Bf16 / kNeonBf16 only on request: measured no faster than kAvx512 on a Zen 5
+  // (docs/architecture.md "CPU kernels"; the Arm one not yet measured on hardware), and they leave
+  // the fp32 summation order.
   for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kNeon}) {
     if (FunctionFor(isa) != nullptr) return isa;
   }
@@ -93,6 +102,7 @@ const char* GemmIsaName(GemmIsa isa) {
     case GemmIsa::kAvx512: return "avx512";
     case GemmIsa::kNeon: return "neon";
     case GemmIsa::kAvx512Bf16: return "avx512bf16";
+    case GemmIsa::kNeonBf16: return "neonbf16";
   }
   return "unknown";
 }

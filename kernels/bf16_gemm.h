@@ -74,14 +74,14 @@ struct GemmArgs {
   int64_t row_end = 0;
 };
 
-enum class GemmIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3, kAvx512Bf16 = 4 };
+enum class GemmIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3, kAvx512Bf16 = 4, kNeonBf16 = 5 };
 
-// "scalar", "avx2", "avx512", "neon", "avx512bf16" ("unknown" for other values).
+// "scalar", "avx2", "avx512", "neon", "avx512bf16", "neonbf16" ("unknown" for other values).
 const char* GemmIsaName(GemmIsa isa);
 // True when `isa` is compiled into this binary and the CPU (and OS) support it. kScalar always is.
 bool GemmIsaAvailable(GemmIsa isa);
 // AVX-512 > AVX2 on x86-64, NEON on AArch64, else scalar; detected once per process.
-// ZIPMOE_GEMM_ISA=scalar|avx2|avx512|neon|avx512bf16 in the environment overrides it when that ISA
+// ZIPMOE_GEMM_ISA=scalar|avx2|avx512|neon|avx512bf16|neonbf16 in the environment overrides it when that ISA
 // is available.
 GemmIsa BestGemmIsa();
 

@@ -1,7 +1,8 @@
-// The AVX-512-BF16 variant of the CPU matmuls (kernels/bf16_gemm_avx512bf16.cc, opt-in): against
-// its scalar model (Bf16GemmBf16DotReference) and a float64 dot product, and the invariances every
-// variant keeps (row split, batch, BF16 vs planes). Skipped with a message on a CPU without
-// AVX512_BF16 (qemu-user has none).
+// The BF16 dot-product variants of the CPU matmuls (kernels/bf16_gemm_avx512bf16.cc and
+// bf16_gemm_neon_bf16.cc, opt-in): against their scalar model (Bf16GemmBf16DotReference) and a float64
+// dot product, and the invariances every variant keeps (row split, batch, BF16 vs planes). Each
+// instantiation is skipped with a message where its instructions are missing (x86 without AVX512_BF16;
+// the Arm one runs under qemu-user, tests/kernels/aarch64).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/bitfield.h"
@@ -63,22 +65,22 @@ struct Problem {
   }
 };
 
-class Bf16DotTest : public ::testing::Test {
+class Bf16DotTest : public ::testing::TestWithParam<GemmIsa> {
  protected:
   void SetUp() override {
-    if (!GemmIsaAvailable(GemmIsa::kAvx512Bf16))
-      GTEST_SKIP() << "avx512bf16 is not compiled into this binary or not supported by this CPU";
+    if (!GemmIsaAvailable(GetParam()))
+      GTEST_SKIP() << GemmIsaName(GetParam()) << " is not compiled into this binary or not supported by this CPU";
   }
 };
 
 // Shapes with and without a 32-column remainder, decode and batches past the 16-token split block.
 const int64_t kShapes[][3] = {{13, 64, 1}, {9, 100, 3}, {33, 1024, 1}, {17, 96, 21}, {5, 31, 4}, {40, 2048, 5}};
 
-TEST_F(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
+TEST_P(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
   for (const auto& s : kShapes) {
     const Problem p(s[0], s[1], s[2], 7);
     std::vector<float> got, model;
-    ASSERT_TRUE(Bf16GemmWithIsa(GemmIsa::kAvx512Bf16, p.Args(false, got)).ok());
+    ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(false, got)).ok());
     Bf16GemmBf16DotReference(p.Args(false, model));
     for (int64_t t = 0; t < p.n; ++t) {
       for (int64_t r = 0; r < p.rows; ++r) {
@@ -97,12 +99,12 @@ TEST_F(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
   }
 }
 
-TEST_F(Bf16DotTest, SameBitsWhateverTheRowSplitTheBatchAndTheEncoding) {
+TEST_P(Bf16DotTest, SameBitsWhateverTheRowSplitTheBatchAndTheEncoding) {
   const Problem p(37, 200, 19, 3);
   std::vector<float> all;
-  ASSERT_TRUE(Bf16GemmWithIsa(GemmIsa::kAvx512Bf16, p.Args(false, all)).ok());
+  ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(false, all)).ok());
   std::vector<float> planes;
-  ASSERT_TRUE(Bf16GemmWithIsa(GemmIsa::kAvx512Bf16, p.Args(true, planes)).ok());
+  ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, planes)).ok());
   EXPECT_EQ(0, std::memcmp(all.data(), planes.data(), all.size() * sizeof(float)));
   // Row ranges of 5 and tokens one at a time.
   std::vector<float> split(all.size(), std::numeric_limits<float>::quiet_NaN());
@@ -112,13 +114,16 @@ TEST_F(Bf16DotTest, SameBitsWhateverTheRowSplitTheBatchAndTheEncoding) {
       GemmArgs a = p.Args(false, y, 1, t);
       a.row_begin = r0;
       a.row_end = std::min<int64_t>(p.rows, r0 + 5);
-      ASSERT_TRUE(Bf16GemmWithIsa(GemmIsa::kAvx512Bf16, a).ok());
+      ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), a).ok());
       for (int64_t r = a.row_begin; r < a.row_end; ++r)
         split[static_cast<size_t>(t * p.rows + r)] = y[static_cast<size_t>(r)];
     }
   }
   EXPECT_EQ(0, std::memcmp(all.data(), split.data(), all.size() * sizeof(float)));
 }
+
+INSTANTIATE_TEST_SUITE_P(BothDotIsas, Bf16DotTest, ::testing::Values(GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16),
+                         [](const ::testing::TestParamInfo<GemmIsa>& info) { return std::string(GemmIsaName(info.param)); });
 
 TEST(Bf16DotModelTest, KnownAnswerForExactlyRepresentableInputs) {
   // x = 1 + 2^-10 needs more than BF16's 8 bits: hi = 1, lo = 2^-10; the model recovers it exactly.

@@ -51,7 +51,7 @@ echo "$TAG: build $((built - start)) s"
 
 BIN=$BUILD_DIR/zipmoe_kernels_aarch64_tests
 QEMU=(qemu-aarch64-static -L /usr/aarch64-linux-gnu)
-NEON_FILTER='*/neon:*/dispatched'  # the NEON instantiations and the dispatched path (NEON on AArch64)
+NEON_FILTER='*/neon:*/neonbf16:*/dispatched'  # the NEON and BFDOT instantiations and the dispatched path
 # ZIPMOE_GEMM_ISA would override Bf16Gemm's dispatch (kernels/bf16_gemm.h): keep the default (NEON).
 unset ZIPMOE_GEMM_ISA
 
@@ -67,6 +67,7 @@ fail() { echo "$TAG: FAILED: $*" >&2; exit 1; }
 if grep -q '^\[  SKIPPED \]' "$log"; then fail "NEON test cases were skipped (NEON not compiled in or not detected)"; fi
 grep -q '^\[       OK \] AllIsas/Bf16GemmIsaTest\..*/neon' "$log" || fail "no Bf16Gemm NEON test case ran"
 grep -q '^\[       OK \] AllVariants/RecoveryCpuTest\..*/neon' "$log" || fail "no RecoverBf16Cpu NEON test case ran"
+grep -q '^\[       OK \] BothDotIsas/Bf16DotTest\..*/neonbf16' "$log" || fail "no Bf16Gemm BFDOT (neonbf16) test case ran"
 if [ -z "$passed" ] || [ "$passed" -ne "$listed" ]; then fail "$listed NEON test cases listed, ${passed:-0} passed"; fi
 
 # 2. Everything else (scalar/portable variants, references, argument checks, dispatch); the x86
