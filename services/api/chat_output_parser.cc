@@ -44,7 +44,8 @@ struct ToolMarkers {
 
 ToolMarkers MarkersOf(ToolCallSyntax s) {
   switch (s) {
-    case ToolCallSyntax::kHermes: return {kHermesOpen, kHermesClose, {}};
+    case ToolCallSyntax::kHermes:
+    case ToolCallSyntax::kQwenXml: return {kHermesOpen, kHermesClose, {}};
     case ToolCallSyntax::kDeepSeek: return {kDeepSeekOpen, kDeepSeekClose, {kDeepSeekCallsBegin, kDeepSeekCallsEnd}};
     case ToolCallSyntax::kMistral: return {kMistralOpen, "", {}};
     case ToolCallSyntax::kNone: break;
@@ -102,7 +103,8 @@ ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view ren
   if (chat_template.find(kDeepSeekOpen) != std::string_view::npos) {
     s.tool_calls = ToolCallSyntax::kDeepSeek;
   } else if (chat_template.find(kHermesOpen) != std::string_view::npos) {
-    s.tool_calls = ToolCallSyntax::kHermes;
+    s.tool_calls = chat_template.find("<parameter=") != std::string_view::npos ? ToolCallSyntax::kQwenXml
+                                                                               : ToolCallSyntax::kHermes;
   } else if (chat_template.find(kMistralOpen) != std::string_view::npos) {
     s.tool_calls = ToolCallSyntax::kMistral;
   }
@@ -189,6 +191,34 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
         pos = body.find(kArgKey, next);
         if (!AllSpace(body.substr(next, pos == std::string_view::npos ? std::string_view::npos : pos - next)))
           return false;
+      }
+      if (!add(name, args)) return false;
+      break;
+    }
+    case ToolCallSyntax::kQwenXml: {  // <function=N> (<parameter=K> V </parameter>)* </function>
+      constexpr std::string_view kFn = "<function=", kFnEnd = "</function>", kParam = "<parameter=",
+                                 kParamEnd = "</parameter>";
+      if (body.substr(0, kFn.size()) != kFn) return false;
+      const size_t name_end = body.find('>');
+      if (name_end == std::string_view::npos) return false;
+      const std::string_view name = body.substr(kFn.size(), name_end - kFn.size());
+      std::string_view rest = Trim(body.substr(name_end + 1));
+      if (rest.size() < kFnEnd.size() || rest.substr(rest.size() - kFnEnd.size()) != kFnEnd) return false;
+      rest = Trim(rest.substr(0, rest.size() - kFnEnd.size()));
+      json args = json::object();
+      while (!rest.empty()) {
+        if (rest.substr(0, kParam.size()) != kParam) return false;
+        const size_t key_end = rest.find('>');
+        const size_t value_end = rest.find(kParamEnd);
+        if (key_end == std::string_view::npos || value_end == std::string_view::npos || value_end < key_end)
+          return false;
+        const std::string key(rest.substr(kParam.size(), key_end - kParam.size()));
+        std::string_view value = rest.substr(key_end + 1, value_end - key_end - 1);
+        if (!value.empty() && value.front() == '\n') value.remove_prefix(1);
+        if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
+        json parsed = json::parse(value.begin(), value.end(), nullptr, false);
+        args[key] = parsed.is_discarded() ? json(std::string(value)) : parsed;
+        rest = Trim(rest.substr(value_end + kParamEnd.size()));
       }
       if (!add(name, args)) return false;
       break;

@@ -9,6 +9,9 @@
 //   tool calls  kHermes     <tool_call>{"name": N, "arguments": {...}}</tool_call>  (Hermes, Qwen2.5,
 //                           Qwen3), or GLM-4.5's <tool_call>N<arg_key>k</arg_key><arg_value>v</arg_value>
 //                           ...</tool_call> (a value that parses as JSON is that JSON, else a string)
+//               kQwenXml    <tool_call><function=N><parameter=k>v</parameter>...</function></tool_call>
+//                           (Qwen3-Coder; a value that parses as JSON is that JSON, else the text
+//                           without its surrounding newlines)
 //               kDeepSeek   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
 //                           <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>  (DeepSeek-V3/R1; V3.1's
 //                           <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜> too)
@@ -29,7 +32,7 @@
 
 namespace zipmoe::api {
 
-enum class ToolCallSyntax { kNone, kHermes, kDeepSeek, kMistral };
+enum class ToolCallSyntax { kNone, kHermes, kQwenXml, kDeepSeek, kMistral };
 
 struct ChatSyntax {
   bool reasoning = false;            // <think> ... </think>

@@ -128,6 +128,24 @@ TEST(ChatOutputParser, GlmArgumentPairs) {
   ExpectSameWhenStreamed(Syntax(true, ToolCallSyntax::kHermes), text);
 }
 
+TEST(ChatOutputParser, QwenCoderXmlCalls) {
+  EXPECT_EQ(DetectChatSyntax("<tool_call>\n<function=x>\n<parameter=y>", "").tool_calls, ToolCallSyntax::kQwenXml);
+  const std::string text =
+      "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"c\"}\n</parameter>\n</function>\n</tool_call>";
+  const ChatDelta d = Parse(Syntax(false, ToolCallSyntax::kQwenXml), text);
+  EXPECT_EQ(d.content, "Sure.\n");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(d.tool_calls[0].arguments),
+            json({{"city", "New York"}, {"days", 3}, {"opts", {{"unit", "c"}}}}));
+  ExpectSameWhenStreamed(Syntax(false, ToolCallSyntax::kQwenXml), text);
+  // A call without its </function> is the model's text, kept as written.
+  const std::string broken = "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call>";
+  EXPECT_TRUE(Parse(Syntax(false, ToolCallSyntax::kQwenXml), broken).tool_calls.empty());
+  EXPECT_EQ(Parse(Syntax(false, ToolCallSyntax::kQwenXml), broken).content, broken);
+}
+
 TEST(ChatOutputParser, DeepSeekV3AndV31Calls) {
   const std::string v3 =
       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```"
