@@ -223,6 +223,9 @@ int RunUp(const UpArgs& args) {
   children.push_back({"storage", "storage"});
   for (int i = 0; i < args.decompressors; ++i) children.push_back({"decompressor", fmt::format("decompressor-{}", i)});
   children.push_back({"executor", "executor"});
+  // Every service's counter exists from the start at 0 (Prometheus: export known label values before
+  // the first event), so rate() and alerts see the series before a first restart.
+  for (const Child& c : children) restarts_total.Add({{"service", c.service}});
   Supervisor supervisor(config.run_dir, config_path);
   for (Child& c : children) {
     if (Status st = supervisor.Spawn(c); !st.ok()) {

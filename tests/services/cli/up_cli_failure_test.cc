@@ -96,6 +96,12 @@ TEST_P(UpKillTest, InFlightRequestEndsInTimeAndTheNextOneHasTheSameText) {
   const int metrics_port = FreePort();
   Up up(tmp, model, 1, fmt::format("--set metrics.port.up={}", metrics_port));
   ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  // Before any restart every service's counter is there, at 0.
+  const HttpReply before = Http(tmp, metrics_port, "GET", "/metrics");
+  for (const char* s : {"storage", "decompressor", "scheduler", "cache-manager", "executor"}) {
+    EXPECT_NE(before.body.find(fmt::format("zipmoe_up_restarts_total{{service=\"{}\"}} 0", s)), std::string::npos)
+        << s << "\n" << before.body;
+  }
   const std::string pid_path = up.run_dir() + "/" + service + ".pid";
   const int victim = ReadPid(pid_path);
   ASSERT_GT(victim, 0);
