@@ -1,6 +1,10 @@
 #include "services/convert/compress.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 
 #include <fmt/format.h>
 
@@ -180,6 +184,32 @@ Status Commit(const std::string& tmp_dir, const std::string& out_dir, bool overw
   return Status::Ok();
 }
 
+// The temporary directories an interrupted compress of `out_dir` left (OUT.tmp.PID, OUT.old.PID)
+// whose process is gone (SIGKILL, power loss): removed, so a rerun of the same command frees their
+// space. A directory whose process still runs (another compress) is left alone. Returns how many went.
+int64_t RemoveStaleTempDirs(const std::string& out_dir) {
+  const fs::path out(out_dir);
+  const std::string base = out.filename().string();
+  std::error_code ec;
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  int64_t removed = 0;
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const char* tag : {".tmp.", ".old."}) {
+      const std::string prefix = base + tag;
+      if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string digits = name.substr(prefix.size());
+      if (digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      const long long value = std::stoll(digits);
+      if (value > INT32_MAX) continue;
+      const pid_t pid = static_cast<pid_t>(value);
+      if (pid <= 0 || pid == ::getpid() || (::kill(pid, 0) == 0 || errno != ESRCH)) continue;
+      if (RemoveTree(entry.path().string()).ok()) ++removed;
+    }
+  }
+  return removed;
+}
+
 }  // namespace
 
 Result<CompressSummary> CompressModel(const CompressOptions& opt,
@@ -214,6 +244,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
            std::make_tuple(b.id.layer_id, b.id.expert_id, static_cast<int>(b.id.proj));
   });
 
+  const int64_t stale = RemoveStaleTempDirs(opt.out_dir);
   const std::string tmp_dir = opt.out_dir + ".tmp." + std::to_string(::getpid());
   ZM_RETURN_IF_ERROR(RemoveTree(tmp_dir));
   ZM_RETURN_IF_ERROR(CreateDirectories(tmp_dir));
@@ -297,6 +328,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   s.expert_bytes_stored = prog.stored_bytes_done;
   s.experts_file_bytes = m.experts_file_bytes;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.stale_temp_dirs_removed = stale;
   return s;
 }
 

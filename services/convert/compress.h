@@ -43,13 +43,18 @@ struct CompressSummary {
   uint64_t expert_bytes_stored = 0;
   uint64_t experts_file_bytes = 0;
   double seconds = 0;
+  // Temporary directories of an earlier, interrupted compress of the same OUT_DIR (OUT.tmp.PID,
+  // OUT.old.PID of a process that is gone) removed at the start.
+  int64_t stale_temp_dirs_removed = 0;
 };
 
 // Expert tensors keep their dtype bit-exactly: BF16, F16 and F32 each get their own E/SM planes
 // (common/bitfield.h); convert_dtype rounds F16/F32 to BF16 instead.
 // Errors: those of Checkpoint::Open; kInvalidArgument (OUT_DIR exists without overwrite, no routed
 // expert tensors found, an expert tensor that is not BF16/F16/F32 — naming it, a tensor that is not
-// 2-D); kIoError writing. `progress` (optional) is called from the calling thread.
+// 2-D); kIoError writing. The output is built in OUT_DIR.tmp.PID and renamed into place at the end,
+// so a failure or a kill never leaves a directory that looks complete; a failure removes it, and the
+// next run removes those a killed run left. `progress` (optional) is called from the calling thread.
 Result<CompressSummary> CompressModel(const CompressOptions& options,
                                       const std::function<void(const CompressProgress&)>& progress = nullptr);
 

@@ -1,6 +1,7 @@
 // Offline converter, verify and inspect: bit-exact round trips for every architecture, codec and K,
 // and failure paths (corrupt files, wrong dtypes, existing output, missing inputs).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -276,6 +277,28 @@ TEST(ConvertTest, FailureLeavesNothingBehind) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(tmp.path())) left.push_back(e.path().filename().string());
   EXPECT_EQ(left, std::vector<std::string>{"m"});
+}
+
+// A compress killed mid-way leaves OUT.tmp.PID (and, replacing, OUT.old.PID): the next run of the same
+// command removes those whose process is gone, keeps a live one's, and never touches other names.
+TEST(ConvertTest, ARerunRemovesWhatAKilledRunLeft) {
+  TempDir tmp;
+  WriteToyCheckpoint(tmp.Sub("m"), DType::kBF16, 2, 8, 8, 5);
+  const std::string dead = "2147483646";  // above any pid_max: no such process
+  for (const std::string& d : {"c.tmp." + dead, "c.old." + dead, "c.tmp." + std::to_string(::getpid() == 1 ? 2 : 1),
+                               std::string("c.tmp.notapid"), "other.tmp." + dead}) {
+    ASSERT_TRUE(CreateDirectories(tmp.Sub(d)).ok());
+    ASSERT_TRUE(WriteFileAtomic(tmp.Sub(d + "/experts.bin"), "partial").ok());
+  }
+  auto s = CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 2));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->stale_temp_dirs_removed, 2);
+  EXPECT_FALSE(FileExists(tmp.Sub("c.tmp." + dead)));
+  EXPECT_FALSE(FileExists(tmp.Sub("c.old." + dead)));
+  EXPECT_TRUE(FileExists(tmp.Sub("c.tmp.1")) || FileExists(tmp.Sub("c.tmp.2")));  // pid 1 (or 2) is alive
+  EXPECT_TRUE(FileExists(tmp.Sub("c.tmp.notapid")));
+  EXPECT_TRUE(FileExists(tmp.Sub("other.tmp." + dead)));
+  EXPECT_TRUE(VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2}).ok());
 }
 
 TEST(ConvertTest, NoExpertsIsAnError) {
