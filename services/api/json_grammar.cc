@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <set>
 #include <utility>
@@ -97,7 +98,8 @@ class SchemaCompiler {
     static const std::set<std::string> kKnown = {"type",     "properties", "required",  "additionalProperties",
                                                  "items",    "minItems",   "maxItems",  "minLength",
                                                  "maxLength", "enum",      "const",     "anyOf",
-                                                 "$ref"};
+                                                 "$ref",     "minimum",    "maximum",   "exclusiveMinimum",
+                                                 "exclusiveMaximum"};
     for (const auto& [key, value] : s.items()) {
       if (kIgnored.count(key) == 0 && kKnown.count(key) == 0) return Unsupported(key, path);
     }
@@ -253,6 +255,30 @@ class SchemaCompiler {
     }
     if (type == "number" || type == "integer") {
       n.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
+      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        if (!s.contains(key)) continue;
+        if (type == "number") return Unsupported(std::string(key) + " (on type number; integers only)", path);
+        if (!s[key].is_number())
+          return Status::InvalidArgument(fmt::format("{} at {} must be a number", key, Where(path)));
+        const double v = s[key].get<double>();
+        if (!(std::abs(v) <= static_cast<double>(kMaxIntegerBound)))
+          return Status::InvalidArgument(fmt::format("{} {} at {} is beyond +-1e15", key, v, Where(path)));
+        const std::string k(key);
+        const bool lower = k == "minimum" || k == "exclusiveMinimum";
+        const bool exclusive = k.compare(0, 9, "exclusive") == 0;
+        // The integers that satisfy the bound: ceil / floor, one further when exclusive and integral.
+        int64_t bound = static_cast<int64_t>(lower ? std::ceil(v) : std::floor(v));
+        if (exclusive && static_cast<double>(bound) == v) bound += lower ? 1 : -1;
+        if (lower) {
+          n.minimum = n.has_minimum ? std::max(n.minimum, bound) : bound;
+          n.has_minimum = true;
+        } else {
+          n.maximum = n.has_maximum ? std::min(n.maximum, bound) : bound;
+          n.has_maximum = true;
+        }
+      }
+      if (n.has_minimum && n.has_maximum && n.minimum > n.maximum)
+        return Status::InvalidArgument(fmt::format("no integer lies within the bounds at {}", Where(path)));
       return Add(std::move(n));
     }
     if (type == "boolean") {
@@ -326,6 +352,29 @@ bool NumberAccepting(uint8_t phase) {
 }
 
 constexpr size_t kMaxStacks = 64;
+
+bool IntegerInBounds(const SchemaNode& n, bool negative, uint64_t magnitude) {
+  if (magnitude > static_cast<uint64_t>(kMaxIntegerBound) * 100) return false;
+  const int64_t v = negative ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
+  return (!n.has_minimum || v >= n.minimum) && (!n.has_maximum || v <= n.maximum);
+}
+
+// Whether an integer typed so far (sign, magnitude, phase: kNumMinus = only "-", kNumZero = "0" or
+// "-0", else digits that more digits may follow) can still end within the node's bounds.
+bool IntegerFeasible(const SchemaNode& n, bool negative, uint64_t magnitude, uint8_t phase) {
+  const int64_t lo = n.has_minimum ? n.minimum : INT64_MIN, hi = n.has_maximum ? n.maximum : INT64_MAX;
+  if (phase == kNumMinus) return lo <= -1;  // some negative integer fits ("-0" is not offered)
+  if (phase == kNumZero) return !negative && lo <= 0 && 0 <= hi;
+  // Completions: magnitude * 10^k + [0, 10^k - 1], k = 0, 1, ... while they stay within 1e17.
+  uint64_t span = 1;
+  for (uint64_t base = magnitude; base <= static_cast<uint64_t>(kMaxIntegerBound) * 100; base *= 10, span *= 10) {
+    const int64_t a = static_cast<int64_t>(base), b = static_cast<int64_t>(base + span - 1);
+    const int64_t from = negative ? -b : a, to = negative ? -a : b;
+    if (from <= hi && to >= lo) return true;
+    if (base == 0) break;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -635,18 +684,25 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
         case kNumExpSign: next = IsDigit(c) ? kNumExpDigits : 0xFF; break;
         case kNumExpDigits: next = IsDigit(c) && f.b < kMaxExponentDigits ? kNumExpDigits : 0xFF; break;
       }
+      const SchemaNode& num = grammar_->node(f.node);
+      const bool bounded = integer && (num.has_minimum || num.has_maximum);
       if (next != 0xFF && f.a < kMaxNumberChars) {
         Stack t = s;
         Frame& g = t.frames[t.depth - 1];
         g.phase = next;
         ++g.a;
         if (next == kNumExpDigits) ++g.b;
+        if (bounded) {  // g.c: negative; g.seen: the magnitude so far
+          if (next == kNumMinus) g.c = 1;
+          if (IsDigit(c)) g.seen = g.seen * 10 + static_cast<uint64_t>(c - '0');
+          if (!IntegerFeasible(num, g.c != 0, g.seen, next == kNumZero || next == kNumMinus ? next : kNumInt)) return;
+        }
         t.ws = 0;
         out->push_back(t);
         return;  // a character that continues a number never also ends it
       }
-      if (NumberAccepting(f.phase)) {  // the number ended before c: c belongs to the parent
-        ChildDone(s);
+      if (NumberAccepting(f.phase) && (!bounded || IntegerInBounds(num, f.c != 0, f.seen))) {
+        ChildDone(s);  // the number ended before c: c belongs to the parent
         Step(s, c, out);
       }
       return;
@@ -721,7 +777,11 @@ bool JsonMatcher::StackAccepting(const Stack& s) const {
   if (s.depth == 0) return true;
   if (s.depth != 1) return false;
   const Frame& f = s.frames[0];
-  if (f.kind == kNumber) return NumberAccepting(f.phase);
+  if (f.kind == kNumber) {
+    const SchemaNode& num = grammar_->node(f.node);
+    const bool bounded = num.kind == SchemaNode::Kind::kInteger && (num.has_minimum || num.has_maximum);
+    return NumberAccepting(f.phase) && (!bounded || IntegerInBounds(num, f.c != 0, f.seen));
+  }
   if (f.kind == kLiteral && f.phase != kLitKeys) {
     const std::vector<std::string>& lits = LiteralsOf(f);
     for (int32_t i = f.a; i < f.b; ++i)

@@ -6,7 +6,8 @@
 // Schema subset (JSON Schema 2020-12 / OpenAI structured outputs), anything else is refused by name:
 //   type (a name or a list of names), properties, required, additionalProperties (false, or true / a
 //   schema on an object without properties), items, minItems, maxItems, minLength, maxLength (code
-//   points), enum, const, anyOf, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed);
+//   points), minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (|bound| <= 1e15;
+//   on numbers they are refused), enum, const, anyOf, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed);
 //   annotations (title, description, default, examples, $schema, $id, $comment, deprecated, readOnly,
 //   writeOnly) are ignored. Objects list their properties in any order, each at most once; every
 //   `required` one before the closing brace; an object schema without additionalProperties admits only
@@ -36,6 +37,7 @@ constexpr int kMaxNumberChars = 32;
 constexpr int kMaxExponentDigits = 2;  // |exponent| <= 99: every parser reads the number as a finite double
 constexpr int kMaxDepth = 32;
 constexpr int kMaxObjectProperties = 64;
+constexpr int64_t kMaxIntegerBound = 1000000000000000;  // 1e15: bounds are exact in int64 and double
 
 // Well-formed UTF-8 (RFC 3629, Unicode Table 3-7): for a first byte, how many continuation bytes
 // follow and the range of the first of them (later ones are 0x80..0xBF). False for a byte that cannot
@@ -75,6 +77,9 @@ struct SchemaNode {
   int32_t min_items = 0, max_items = -1;  // -1: unbounded
   // kString (code points)
   int32_t min_length = 0, max_length = -1;
+  // kInteger: inclusive bounds (minimum / maximum / exclusive*), |bound| <= kMaxIntegerBound
+  bool has_minimum = false, has_maximum = false;
+  int64_t minimum = 0, maximum = 0;
   // kLiterals: the allowed values' compact JSON texts, sorted and unique
   std::vector<std::string> literals;
   // kAnyOf

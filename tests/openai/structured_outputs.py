@@ -6,8 +6,8 @@
 
 Check mode (ctest structured_outputs): serves a tiny synthesized qwen2_moe (or --model) with
 `zipmoe serve`, draws --schemas random schemas (nested objects with required and optional
-properties, arrays with maxItems, enums and const, numbers, integers, booleans, null, strings with
-maxLength, anyOf, nullable type lists, $defs + $ref), asks /v1/chat/completions for each with
+properties, arrays with maxItems, enums and const, numbers, integers with and without bounds,
+booleans, null, strings with maxLength, anyOf, nullable type lists, $defs + $ref), asks /v1/chat/completions for each with
 response_format json_schema at temperature 1 (a random model explores the whole grammar), and
 requires every answer to end with finish_reason "stop", parse as JSON and validate against its schema
 with python3-jsonschema, an independent validator. Strings carry a maxLength so that a random model
@@ -88,8 +88,14 @@ class SchemaGen:
         r = self.rng.random()
         if r < 0.2:
             return {"type": "string", "maxLength": self.rng.randint(0, 8)}
-        if r < 0.35:
+        if r < 0.28:
             return {"type": "integer"}
+        if r < 0.35:
+            lo = self.rng.randint(-1000, 1000)
+            s = {"type": "integer", "minimum": lo, "maximum": lo + self.rng.choice([0, 1, 9, 10, 99, 5000])}
+            if self.rng.random() < 0.3:
+                s["exclusiveMinimum"] = s.pop("minimum") - 1
+            return s
         if r < 0.5:
             return {"type": "number"}
         if r < 0.6:

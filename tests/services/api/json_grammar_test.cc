@@ -121,6 +121,27 @@ TEST(JsonGrammar, WhitespaceIsBounded) {
   EXPECT_FALSE(Accepts(g, "1e999"));  // parsers overflow past this
 }
 
+TEST(JsonGrammar, IntegerBoundsAreExact) {
+  auto g = Grammar(json::parse(R"({"type": "integer", "minimum": 0, "maximum": 120})"));
+  for (const char* ok : {"0", "7", "99", "120"}) EXPECT_TRUE(Accepts(g, ok)) << ok;
+  for (const char* bad : {"-1", "121", "1000", "00", "-0", "1.5"}) EXPECT_FALSE(Accepts(g, bad)) << bad;
+  EXPECT_TRUE(Alive(g, "12"));   // 12, 120 fit
+  EXPECT_FALSE(Alive(g, "130"));  // no completion of 130 fits
+  EXPECT_FALSE(Alive(g, "-"));
+  auto neg = Grammar(json::parse(R"({"type": "integer", "exclusiveMinimum": -51, "maximum": -10})"));
+  for (const char* ok : {"-10", "-50", "-23"}) EXPECT_TRUE(Accepts(neg, ok)) << ok;
+  for (const char* bad : {"-5", "-51", "5", "0", "-9"}) EXPECT_FALSE(Accepts(neg, bad)) << bad;
+  auto ex = Grammar(json::parse(R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 3.5})"));
+  for (const char* ok : {"1", "2", "3"}) EXPECT_TRUE(Accepts(ex, ok)) << ok;
+  for (const char* bad : {"0", "4"}) EXPECT_FALSE(Accepts(ex, bad)) << bad;
+  auto in_object = Grammar(json::parse(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 18}},
+      "required": ["age"]})"));
+  EXPECT_TRUE(Accepts(in_object, R"({"age": 18})"));
+  EXPECT_FALSE(Accepts(in_object, R"({"age": 17})"));  // ends at '}' below the minimum
+  EXPECT_FALSE(JsonGrammar::Compile(json::parse(R"({"type": "number", "minimum": 0})")).ok());
+  EXPECT_FALSE(JsonGrammar::Compile(json::parse(R"({"type": "integer", "minimum": 5, "maximum": 4})")).ok());
+}
+
 TEST(JsonGrammar, FramedValueForAToolCall) {
   auto g = JsonGrammar::CompileFramed(json::parse(R"({"type": "object", "properties": {"name": {"const": "f"},
       "arguments": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}},
@@ -143,7 +164,9 @@ TEST(JsonGrammar, SchemaErrorsNameTheKeyword) {
     return g.ok() ? std::string() : g.status().message();
   };
   EXPECT_NE(err(R"({"type": "string", "pattern": "^a"})").find("'pattern' at the root"), std::string::npos);
-  EXPECT_NE(err(R"({"properties": {"x": {"type": "number", "minimum": 0}}})").find("'minimum' at /properties/x"),
+  EXPECT_NE(err(R"({"properties": {"x": {"type": "number", "minimum": 0}}})").find("'minimum (on type number"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"properties": {"x": {"type": "string", "format": "email"}}})").find("'format' at /properties/x"),
             std::string::npos);
   EXPECT_NE(err(R"({"$ref": "#/nowhere"})").find("does not resolve"), std::string::npos);
   EXPECT_NE(err(R"({"type": "object", "properties": {}, "required": ["a"]})").find("required"), std::string::npos);
