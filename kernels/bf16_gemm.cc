@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/dtype.h"
 #include "kernels/bf16_gemm_isa.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -166,25 +167,12 @@ void Bf16GemmReference(const GemmArgs& a) {
   }
 }
 
-namespace {
-
-// Round to nearest even to BF16 (NaN kept quiet), and back.
-uint16_t ToBf16Rne(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+void SplitBf16Activations(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
+  for (int64_t k = 0; k < n; ++k) {
+    hi[k] = FloatToBf16(x[k]);
+    lo[k] = FloatToBf16(x[k] - Bf16ToFloat(hi[k]));
+  }
 }
-
-float FromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-}  // namespace
 
 void Bf16GemmBf16DotReference(const GemmArgs& a) {
   if (a.w.f32 != nullptr && a.w.bf16 == nullptr) {
@@ -198,16 +186,12 @@ void Bf16GemmBf16DotReference(const GemmArgs& a) {
       const int64_t row = r * cols;
       float lane[16] = {};
       for (int64_t b = 0; b < kb; ++b) {
-        float hi[32], lo[32];
-        for (int k = 0; k < 32; ++k) {
-          const float xv = x[32 * b + k];
-          hi[k] = FromBf16(ToBf16Rne(xv));
-          lo[k] = FromBf16(ToBf16Rne(xv - hi[k]));
-        }
-        for (const float* h : {hi, lo}) {
+        uint16_t hi[32], lo[32];
+        SplitBf16Activations(x + 32 * b, 32, hi, lo);
+        for (const uint16_t* h : {hi, lo}) {
           for (int i = 0; i < 16; ++i) {
-            lane[i] += WeightAt(a.w, row + 32 * b + 2 * i + 1) * h[2 * i + 1];
-            lane[i] += WeightAt(a.w, row + 32 * b + 2 * i) * h[2 * i];
+            lane[i] += WeightAt(a.w, row + 32 * b + 2 * i + 1) * Bf16ToFloat(h[2 * i + 1]);
+            lane[i] += WeightAt(a.w, row + 32 * b + 2 * i) * Bf16ToFloat(h[2 * i]);
           }
         }
       }

@@ -19,38 +19,19 @@
 #include <arm_neon.h>
 
 #include <cstdlib>
-#include <cstring>
 
 #include "kernels/bf16_gemm_isa.h"
+#include "kernels/bf16_gemm_tile.h"
 
 namespace zipmoe::kernels {
 namespace {
 
-// Round to nearest even to BF16 (NaN kept quiet), as Bf16GemmBf16DotReference does.
-inline uint16_t ToBf16Rne(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float FromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
+// The scalar tail's weights: bf16_gemm_tile.h's WeightAt, instantiated on a type of this translation
+// unit so the instantiation stays internal to it (compiled with the BF16 flags).
+struct Tag {};
 inline float WeightAt(const GemmWeights& w, int64_t index) {
-  if (w.planes()) {
-    const uint32_t e = w.e[index], sm = w.sm[index];
-    const uint32_t bits = (sm & 0x80u) << 24 | e << 23 | (sm & 0x7fu) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-  }
-  return FromBf16(w.bf16[index]);
+  return w.planes() ? gemm_tile::WeightAt<Tag, gemm_tile::Encoding::kPlanes>(w, index)
+                    : gemm_tile::WeightAt<Tag, gemm_tile::Encoding::kBf16>(w, index);
 }
 
 // 16 BF16 weights from the two planes (the byte interleave of bf16_gemm_neon.cc's LoadPlanes).
@@ -118,11 +99,7 @@ void Bf16GemmNeonBf16(const GemmArgs& a) {
     for (int64_t j = 0; j < count; ++j) {
       const float* x = a.x + (t0 + j) * a.ldx;
       uint16_t* hi = buf + 2 * j * stride;
-      uint16_t* lo = hi + stride;
-      for (int64_t k = 0; k < stride; ++k) {
-        hi[k] = ToBf16Rne(x[k]);
-        lo[k] = ToBf16Rne(x[k] - FromBf16(hi[k]));
-      }
+      SplitBf16Activations(x, stride, hi, hi + stride);  // as the scalar model splits
     }
     for (int64_t r = a.row_begin; r < a.row_end; ++r) {
       if (r + 1 < a.row_end) {  // the next row, as the other variants prefetch
