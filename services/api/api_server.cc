@@ -303,9 +303,6 @@ void AppendDelta(ChatDelta more, ChatDelta* d) {
   for (ParsedToolCall& c : more.tool_calls) d->tool_calls.push_back(std::move(c));
 }
 
-bool AllWhitespace(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
-}
 
 // `bytes`: the token's own bytes, which may be part of a UTF-8 sequence (the text shows U+FFFD).
 json ChatLogprobEntry(const std::string& token, const std::string& raw, float logprob) {
@@ -425,7 +422,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
         if (!d.reasoning.empty()) message["reasoning_content"] = d.reasoning;
         if (!d.tool_calls.empty()) {
           message["tool_calls"] = ToolCallsJson(d.tool_calls, 0, /*with_index=*/false);
-          if (AllWhitespace(d.content)) message["content"] = nullptr;
+          if (IsBlank(d.content)) message["content"] = nullptr;
           if (finish_reason == "stop") finish_reason = "tool_calls";
         }
         choice["message"] = message;

@@ -33,7 +33,6 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-bool AllSpace(std::string_view s) { return Trim(s).empty(); }
 
 // The marker that opens a tool call, the one that closes it ("" = the end of the output) and markers
 // dropped from the content (DeepSeek's list brackets).
@@ -97,6 +96,8 @@ bool ValidName(std::string_view name) {
 
 }  // namespace
 
+bool IsBlank(std::string_view s) { return Trim(s).empty(); }
+
 ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view rendered_prompt) {
   ChatSyntax s;
   s.reasoning = chat_template.find(kThinkClose) != std::string_view::npos;
@@ -140,7 +141,7 @@ void ChatOutputParser::EmitContent(std::string_view text, ChatDelta* out) {
     if (text.empty()) return;
     skip_space_ = false;
   }
-  if (calls_ > 0 && AllSpace(text)) {
+  if (calls_ > 0 && IsBlank(text)) {
     pending_space_.append(text);
     return;
   }
@@ -180,7 +181,7 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
         const size_t k1 = body.find(kArgKeyEnd, k0);
         if (k1 == std::string_view::npos) return false;
         const size_t v0 = body.find(kArgValue, k1);
-        if (v0 == std::string_view::npos || !AllSpace(body.substr(k1 + kArgKeyEnd.size(), v0 - k1 - kArgKeyEnd.size())))
+        if (v0 == std::string_view::npos || !IsBlank(body.substr(k1 + kArgKeyEnd.size(), v0 - k1 - kArgKeyEnd.size())))
           return false;
         const size_t v1 = body.find(kArgValueEnd, v0);
         if (v1 == std::string_view::npos) return false;
@@ -189,7 +190,7 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
         args[std::string(Trim(body.substr(k0, k1 - k0)))] = parsed.is_discarded() ? json(std::string(value)) : parsed;
         const size_t next = v1 + kArgValueEnd.size();
         pos = body.find(kArgKey, next);
-        if (!AllSpace(body.substr(next, pos == std::string_view::npos ? std::string_view::npos : pos - next)))
+        if (!IsBlank(body.substr(next, pos == std::string_view::npos ? std::string_view::npos : pos - next)))
           return false;
       }
       if (!add(name, args)) return false;

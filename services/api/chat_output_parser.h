@@ -41,6 +41,9 @@ struct ChatSyntax {
   bool active() const { return reasoning || tool_calls != ToolCallSyntax::kNone; }
 };
 
+// True when `s` holds only JSON/ASCII whitespace (' ', '\n', '\t', '\r'), or nothing.
+bool IsBlank(std::string_view s);
+
 // The syntax of the template source `chat_template` (the Jinja text); `rendered_prompt` is this
 // request's rendered prompt (for starts_in_reasoning). Templates without any marker: inactive.
 ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view rendered_prompt);

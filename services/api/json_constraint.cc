@@ -122,30 +122,30 @@ void JsonConstraint::Walk(int32_t node, const JsonMatcher& state) {
     JsonMatcher next = state;
     const char byte = static_cast<char>(t.byte);
     if (!next.Feed(std::string_view(&byte, 1))) continue;
-    for (int32_t i = t.tokens_begin; i < t.tokens_end; ++i) allowed_[static_cast<size_t>(vocab_->trie_tokens_[static_cast<size_t>(i)])] = 1;
+    for (int32_t i = t.tokens_begin; i < t.tokens_end; ++i) Allow(vocab_->trie_tokens_[static_cast<size_t>(i)]);
     Walk(child, next);
   }
 }
 
 const std::vector<uint8_t>& JsonConstraint::Allowed() {
   allowed_.assign(vocab_->bytes_.size(), 0);
+  allowed_count_ = 0;
   if (!broken_) {
     int32_t room = 0;
     if (matcher_.InPlainString(&room)) {
       for (size_t i = 0; i < vocab_->plain_ids_.size() && vocab_->plain_cps_[i] <= room; ++i)
-        allowed_[static_cast<size_t>(vocab_->plain_ids_[i])] = 1;
+        Allow(vocab_->plain_ids_[i]);
       for (int32_t id : vocab_->other_ids_) {
         JsonMatcher m = matcher_;
-        if (m.Feed(vocab_->bytes_[static_cast<size_t>(id)])) allowed_[static_cast<size_t>(id)] = 1;
+        if (m.Feed(vocab_->bytes_[static_cast<size_t>(id)])) Allow(id);
       }
     } else if (!vocab_->trie_.empty()) {
       Walk(0, matcher_);
     }
   }
-  const bool any = std::find(allowed_.begin(), allowed_.end(), 1) != allowed_.end();
   // EOS once the value is complete; and when nothing else can follow (a dead end the vocabulary
   // cannot get out of, or a foreign token), so that the sequence ends instead of running on.
-  if (broken_ || matcher_.Accepting() || !any) {
+  if (broken_ || matcher_.Accepting() || allowed_count_ == 0) {
     for (int32_t e : vocab_->eos_) allowed_[static_cast<size_t>(e)] = 1;
   }
   return allowed_;

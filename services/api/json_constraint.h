@@ -62,11 +62,16 @@ class JsonConstraint : public executor::TokenConstraint {
 
  private:
   void Walk(int32_t node, const JsonMatcher& state);
+  void Allow(int32_t id) {  // each id is marked at most once per step (trie, plain and other are disjoint)
+    allowed_[static_cast<size_t>(id)] = 1;
+    ++allowed_count_;
+  }
 
   std::shared_ptr<const ConstraintVocabulary> vocab_;
   JsonMatcher matcher_;
   bool broken_ = false;  // a token outside the mask was accepted (not by us): only EOS from here
   std::vector<uint8_t> allowed_;
+  int64_t allowed_count_ = 0;  // tokens Allowed() marked this step, EOS aside
 };
 
 }  // namespace zipmoe::api

@@ -218,8 +218,13 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   if (ctx.tokenizer == nullptr)
     return *err = BadRequest("chat needs tokenizer.json in the model directory", "messages"), false;
   ordered_json messages = ordered_json::array();
-  const bool template_knows_tool_calls =
-      ctx.tokenizer->ChatTemplateSource(Present(j, "tools")).find("tool_calls") != std::string::npos;
+  ordered_json tools;
+  if (!Tools(oj, &tools, err)) return false;
+  const bool tool_choice_none = Present(j, "tool_choice") && j["tool_choice"] == "none";
+  if (tool_choice_none) tools = ordered_json();  // the model is not offered the tools
+  // The template ApplyChatTemplate renders (its tool_use variant when tools are given), read once.
+  const std::string source = ctx.tokenizer->ChatTemplateSource(!tools.is_null());
+  const bool template_knows_tool_calls = source.find("tool_calls") != std::string::npos;
   const json& arr = j["messages"];
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& m = arr[i];
@@ -287,10 +292,6 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
       message["reasoning_content"] = m["reasoning_content"];
     messages.push_back(std::move(message));
   }
-  ordered_json tools;
-  if (!Tools(oj, &tools, err)) return false;
-  const bool tool_choice_none = Present(j, "tool_choice") && j["tool_choice"] == "none";
-  if (tool_choice_none) tools = ordered_json();  // the model is not offered the tools
   ordered_json kwargs = ordered_json::object();
   if (Present(j, "chat_template_kwargs")) {
     if (!j["chat_template_kwargs"].is_object())
@@ -317,7 +318,7 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
                              "messages"),
            false;
   if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
-  out->chat_syntax = DetectChatSyntax(ctx.tokenizer->ChatTemplateSource(!tools.is_null()), *text);
+  out->chat_syntax = DetectChatSyntax(source, *text);
   if (tool_choice_none) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
   if (out->grammar != nullptr) out->chat_syntax = ChatSyntax{};  // constrained JSON is all content
   if (!ForcedToolCall(j, tools, out, err)) return false;
