@@ -76,7 +76,7 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromChec
   const int64_t n_encoder_layers = EncoderLayerCount(ckpt.config());
   for (const auto& name : ckpt.names()) {
     auto id = ParseExpertTensorName(name, n_encoder_layers);
-    if (!id) continue;
+    if (!id || IsMtpLayerTensor(name, ckpt.config())) continue;
     ZM_ASSIGN_OR_RETURN(TensorView v, ckpt.Find(name));
     if (v.spec.dtype != DType::kBF16 && v.spec.dtype != DType::kF16 && v.spec.dtype != DType::kF32)
       return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' is {}, expected BF16, F16 or F32", v.file,

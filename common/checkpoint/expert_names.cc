@@ -98,4 +98,16 @@ std::optional<ExpertTensorName> ParseExpertTensorName(const std::string& name, i
   return out;
 }
 
+bool IsMtpLayerTensor(const std::string& name, const nlohmann::json& config) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0 || !config.is_object()) return false;
+  if (config.value("model_type", std::string()) == "switch_transformers") return false;
+  auto it = config.find("num_hidden_layers");
+  if (it == config.end() || !it->is_number_integer()) return false;
+  size_t pos = kPrefix.size();
+  int32_t layer = 0;
+  if (!ReadIndex(name, &pos, &layer)) return false;
+  return layer >= it->get<int64_t>();
+}
+
 }  // namespace zipmoe

@@ -88,6 +88,18 @@ class KeyReader {
     return out;
   }
 
+  Result<std::vector<std::string>> Strings(const char* key) const {
+    std::vector<std::string> out;
+    if (!Has(key)) return out;
+    const json& v = j_.at(key);
+    if (!v.is_array()) return Mistyped(key, "a list of strings", v);
+    for (const json& e : v) {
+      if (!e.is_string()) return Mistyped(key, "a list of strings", v);
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  }
+
   Status Missing(const char* key, const char* want) const {
     return Status::InvalidArgument(fmt::format("{}: missing key '{}' ({})", source_, key, want));
   }
@@ -120,7 +132,8 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
                                                it->type_name()));
   const std::string t = it->get<std::string>();
   for (ModelArch a : {ModelArch::kQwen2Moe, ModelArch::kMixtral, ModelArch::kQwen3Moe, ModelArch::kOlmoe,
-                      ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers})
+                      ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers, ModelArch::kDeepseekV3,
+                      ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite})
     if (t == ModelArchName(a)) return a;
   return Status::InvalidArgument(fmt::format("{}: unsupported model_type '{}' (supported: {})", source, t,
                                              SupportedModelTypes()));
@@ -157,7 +170,7 @@ Status ParseRopeScaling(const json& config, const std::string& source, ModelConf
     s.type = RopeScaling::Type::kLinear;
     return Status::Ok();
   }
-  if (type == "yarn" && c.arch == ModelArch::kDeepseekV2) {
+  if (type == "yarn" && c.mla()) {
     s.type = RopeScaling::Type::kYarn;
     ZM_ASSIGN_OR_RETURN(s.original_max_position_embeddings, r.PositiveOr("original_max_position_embeddings", 4096));
     ZM_ASSIGN_OR_RETURN(s.beta_fast, r.NumberOr("beta_fast", 32.0));
@@ -168,14 +181,55 @@ Status ParseRopeScaling(const json& config, const std::string& source, ModelConf
   }
   return Status::InvalidArgument(fmt::format(
       "{}: unsupported rope_scaling type '{}' for model_type '{}' (supported: linear{})", source, type,
-      c.model_type, c.arch == ModelArch::kDeepseekV2 ? ", yarn" : ""));
+      c.model_type, c.mla() ? ", yarn" : ""));
+}
+
+// partial_rotary_factor: top-level (GLM-4.5's config.json) or inside rope_parameters (transformers 5).
+// Glm4MoeConfig defaults it to 0.5; the others to 1. Honoured by glm4_moe; another model with a
+// factor != 1 is refused (on the MLA models transformers' rotary tables would not match q_pe's width).
+Status ParsePartialRotary(const nlohmann::json& config, const std::string& source, ModelConfig& c) {
+  double factor = c.arch == ModelArch::kGlm4Moe ? 0.5 : 1.0;
+  const char* key = "partial_rotary_factor";
+  auto params = config.find("rope_parameters");
+  if (params != config.end() && params->is_object()) {
+    KeyReader pr(*params, source + " rope_parameters");
+    ZM_ASSIGN_OR_RETURN(factor, pr.NumberOr(key, factor));
+  }
+  KeyReader r(config, source);
+  ZM_ASSIGN_OR_RETURN(factor, r.NumberOr(key, factor));
+  if (!(factor > 0.0 && factor <= 1.0))
+    return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is outside (0, 1]", source, key, factor));
+  if (factor != 1.0 && c.arch != ModelArch::kGlm4Moe)
+    return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is not supported for model_type '{}' (expected 1)",
+                                               source, key, factor, c.model_type));
+  c.partial_rotary_factor = factor;
+  const int64_t dim = c.rope_dim();
+  if (dim <= 0 || dim % 2 != 0)
+    return Status::InvalidArgument(fmt::format("{}: the rotary width {} (head width x {} = {}) must be even and > 0",
+                                               source, key, factor, dim));
+  return Status::Ok();
+}
+
+// Quantized checkpoints (a quantization_config: FP8 block-scaled, MXFP4, GPTQ, AWQ, ...) are refused
+// by name: zipmoe serves BF16 / F16 / F32 weights as released.
+Status RefuseQuantization(const nlohmann::json& config, const std::string& source) {
+  auto it = config.find("quantization_config");
+  if (it == config.end() || it->is_null()) return Status::Ok();
+  std::string method = "?";
+  if (it->is_object()) {
+    auto m = it->find("quant_method");
+    if (m != it->end() && m->is_string()) method = m->get<std::string>();
+  }
+  return Status::InvalidArgument(fmt::format(
+      "{}: quantization_config with quant_method '{}' is not supported (checkpoints in BF16, F16 or F32 only)",
+      source, method));
 }
 
 Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig& c) {
   ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.Positive("num_attention_heads"));
   ZM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.PositiveOr("num_key_value_heads", c.num_attention_heads));
   ZM_ASSIGN_OR_RETURN(const bool attention_bias, r.BoolOr("attention_bias", false));
-  if (c.arch == ModelArch::kDeepseekV2) {
+  if (c.mla()) {
     // MLA: every head has its own k_nope/v from kv_b_proj; k_pe is shared (no GQA grouping).
     c.num_key_value_heads = c.num_attention_heads;
     ZM_ASSIGN_OR_RETURN(c.q_lora_rank, r.IntOr("q_lora_rank", 0));
@@ -191,14 +245,22 @@ Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig
     c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
     c.qkv_bias = attention_bias;  // q_a_proj / kv_a_proj_with_mqa
     c.o_bias = attention_bias;
+    ZM_ASSIGN_OR_RETURN(c.rope_interleave, r.BoolOr("rope_interleave", true));
+    if (c.arch == ModelArch::kDeepseekV2 && !c.rope_interleave)
+      return Status::InvalidArgument(
+          fmt::format("{}: rope_interleave = false is not supported for model_type 'deepseek_v2'", source));
     return Status::Ok();
   }
+  if (r.Has("rope_interleave"))
+    return Status::InvalidArgument(fmt::format("{}: key 'rope_interleave' is only supported for the MLA models "
+                                               "(deepseek_v2, deepseek_v3, glm4_moe_lite), not '{}'",
+                                               source, c.model_type));
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     return Status::InvalidArgument(
         fmt::format("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", source,
                     c.num_attention_heads, c.num_key_value_heads));
   int64_t head_dim = 0;
-  if (c.arch == ModelArch::kQwen3Moe || c.arch == ModelArch::kMixtral) {
+  if (c.arch == ModelArch::kQwen3Moe || c.arch == ModelArch::kMixtral || c.arch == ModelArch::kGlm4Moe) {
     ZM_ASSIGN_OR_RETURN(head_dim, r.PositiveOr("head_dim", 0));
   }
   if (head_dim == 0) {
@@ -216,6 +278,10 @@ Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig
   } else if (c.arch == ModelArch::kMixtral) {
     c.qkv_bias = false;
     c.o_bias = false;
+  } else if (c.arch == ModelArch::kGlm4Moe) {  // Glm4MoeAttention: o_proj never has a bias
+    c.qkv_bias = attention_bias;
+    c.o_bias = false;
+    ZM_ASSIGN_OR_RETURN(c.use_qk_norm, r.BoolOr("use_qk_norm", false));
   } else {
     c.qkv_bias = attention_bias;
     c.o_bias = attention_bias;
@@ -233,6 +299,86 @@ Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig
     if (use_sliding_window)
       return Status::InvalidArgument(
           fmt::format("{}: use_sliding_window = true is not supported for model_type '{}'", source, c.model_type));
+  }
+  return Status::Ok();
+}
+
+// The DeepSeek-style MoE keys (deepseek_v2: MoEGate of modeling_deepseek.py; deepseek_v3, glm4_moe,
+// glm4_moe_lite: DeepseekV3TopkRouter / Glm4MoeTopkRouter of transformers, which always run noaux_tc
+// with sigmoid scores whatever config.json says, so other values are refused there, naming the key).
+Status ParseDeepseekMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
+  const bool v2 = c.arch == ModelArch::kDeepseekV2;
+  ZM_ASSIGN_OR_RETURN(c.num_experts, r.IntOr("n_routed_experts", 0));
+  ZM_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.Positive("moe_intermediate_size"));
+  ZM_ASSIGN_OR_RETURN(c.n_shared_experts, r.IntOr("n_shared_experts", v2 ? 0 : 1));
+  if (c.n_shared_experts < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'n_shared_experts' must be >= 0", source));
+  const int64_t default_first_dense = c.arch == ModelArch::kDeepseekV3 ? 3 : c.arch == ModelArch::kGlm4Moe ? 1 : 0;
+  ZM_ASSIGN_OR_RETURN(c.first_k_dense_replace,
+                      r.IntOr("first_k_dense_replace", c.arch == ModelArch::kGlm4MoeLite ? 1 : default_first_dense));
+  if (c.first_k_dense_replace < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'first_k_dense_replace' must be >= 0", source));
+  ZM_ASSIGN_OR_RETURN(c.moe_layer_freq, r.PositiveOr("moe_layer_freq", 1));
+  if (c.moe_layer_freq != 1 && (c.arch == ModelArch::kGlm4Moe || c.arch == ModelArch::kGlm4MoeLite))
+    return Status::InvalidArgument(fmt::format(
+        "{}: moe_layer_freq {} is not supported for model_type '{}' (its decoder layer ignores it; expected 1)",
+        source, c.moe_layer_freq, c.model_type));
+  ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", !v2));
+  ZM_ASSIGN_OR_RETURN(c.routed_scaling_factor, r.NumberOr("routed_scaling_factor", 1.0));
+  if (!std::isfinite(c.routed_scaling_factor))
+    return Status::InvalidArgument(fmt::format("{}: key 'routed_scaling_factor' must be finite", source));
+  ZM_ASSIGN_OR_RETURN(c.num_nextn_predict_layers, r.IntOr("num_nextn_predict_layers", 0));
+  ZM_ASSIGN_OR_RETURN(std::string scoring, r.StringOr("scoring_func", v2 ? "softmax" : "sigmoid"));
+  ZM_ASSIGN_OR_RETURN(std::string method, r.StringOr("topk_method", v2 ? "greedy" : "noaux_tc"));
+  if (v2) {
+    if (scoring != "softmax")
+      return Status::InvalidArgument(
+          fmt::format("{}: unsupported scoring_func '{}' for deepseek_v2 (supported: softmax)", source, scoring));
+    if (method == "greedy") {
+      c.topk_method = TopkMethod::kGreedy;
+    } else if (method == "group_limited_greedy") {
+      c.topk_method = TopkMethod::kGroupLimitedGreedy;
+    } else {
+      return Status::InvalidArgument(fmt::format(
+          "{}: unsupported topk_method '{}' for deepseek_v2 (supported: greedy, group_limited_greedy)", source,
+          method));
+    }
+    c.scoring_func = ScoringFunc::kSoftmax;
+  } else {
+    if (scoring != "sigmoid")
+      return Status::InvalidArgument(fmt::format(
+          "{}: unsupported scoring_func '{}' for model_type '{}' (supported: sigmoid)", source, scoring, c.model_type));
+    if (method != "noaux_tc")
+      return Status::InvalidArgument(fmt::format(
+          "{}: unsupported topk_method '{}' for model_type '{}' (supported: noaux_tc)", source, method, c.model_type));
+    c.topk_method = TopkMethod::kNoauxTc;
+    c.scoring_func = ScoringFunc::kSigmoid;
+  }
+  ZM_ASSIGN_OR_RETURN(c.n_group, r.PositiveOr("n_group", 1));
+  ZM_ASSIGN_OR_RETURN(c.topk_group, r.PositiveOr("topk_group", 1));
+  const bool grouped = c.topk_method != TopkMethod::kGreedy;
+  if (grouped && (c.num_experts % c.n_group != 0 || c.topk_group > c.n_group))
+    return Status::InvalidArgument(
+        fmt::format("{}: topk_method '{}' needs n_routed_experts {} divisible by n_group {} and topk_group {} <= n_group",
+                    source, method, c.num_experts, c.n_group, c.topk_group));
+  if (c.topk_method == TopkMethod::kNoauxTc && c.num_experts > 0 && c.num_experts / c.n_group < 2)
+    return Status::InvalidArgument(fmt::format(
+        "{}: noaux_tc scores each group by its two best experts: n_routed_experts / n_group must be >= 2, got {} / {}",
+        source, c.num_experts, c.n_group));
+  if (c.arch == ModelArch::kGlm4MoeLite && r.Has("mlp_layer_types")) {
+    // Checked against num_hidden_layers by the caller (which has read it by now).
+    auto types = r.Strings("mlp_layer_types");
+    if (!types.ok()) return types.status();
+    if (static_cast<int64_t>(types->size()) != c.num_hidden_layers)
+      return Status::InvalidArgument(fmt::format("{}: key 'mlp_layer_types' has {} entries for {} num_hidden_layers",
+                                                 source, types->size(), c.num_hidden_layers));
+    for (size_t i = 0; i < types->size(); ++i) {
+      const std::string& t = (*types)[i];
+      if (t != "dense" && t != "sparse")
+        return Status::InvalidArgument(fmt::format(
+            "{}: key 'mlp_layer_types' entry {} is '{}' (expected \"dense\" or \"sparse\")", source, i, t));
+      c.sparse_layers.push_back(t == "sparse" ? 1 : 0);
+    }
   }
   return Status::Ok();
 }
@@ -263,37 +409,12 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
       ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", false));
       break;
     }
-    case ModelArch::kDeepseekV2: {
-      ZM_ASSIGN_OR_RETURN(c.num_experts, r.IntOr("n_routed_experts", 0));
-      ZM_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.Positive("moe_intermediate_size"));
-      ZM_ASSIGN_OR_RETURN(c.n_shared_experts, r.IntOr("n_shared_experts", 0));
-      ZM_ASSIGN_OR_RETURN(c.first_k_dense_replace, r.IntOr("first_k_dense_replace", 0));
-      ZM_ASSIGN_OR_RETURN(c.moe_layer_freq, r.PositiveOr("moe_layer_freq", 1));
-      ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", false));
-      ZM_ASSIGN_OR_RETURN(c.routed_scaling_factor, r.NumberOr("routed_scaling_factor", 1.0));
-      ZM_ASSIGN_OR_RETURN(std::string scoring, r.StringOr("scoring_func", "softmax"));
-      if (scoring != "softmax")
-        return Status::InvalidArgument(
-            fmt::format("{}: unsupported scoring_func '{}' (supported: softmax)", source, scoring));
-      ZM_ASSIGN_OR_RETURN(std::string method, r.StringOr("topk_method", "greedy"));
-      if (method == "greedy") {
-        c.topk_method = TopkMethod::kGreedy;
-      } else if (method == "group_limited_greedy") {
-        c.topk_method = TopkMethod::kGroupLimitedGreedy;
-      } else {
-        return Status::InvalidArgument(fmt::format(
-            "{}: unsupported topk_method '{}' (supported: greedy, group_limited_greedy)", source, method));
-      }
-      ZM_ASSIGN_OR_RETURN(c.n_group, r.PositiveOr("n_group", 1));
-      ZM_ASSIGN_OR_RETURN(c.topk_group, r.PositiveOr("topk_group", 1));
-      if (c.topk_method == TopkMethod::kGroupLimitedGreedy &&
-          (c.num_experts % c.n_group != 0 || c.topk_group > c.n_group))
-        return Status::InvalidArgument(
-            fmt::format("{}: group_limited_greedy needs n_routed_experts {} divisible by n_group {} and "
-                        "topk_group {} <= n_group",
-                        source, c.num_experts, c.n_group, c.topk_group));
+    case ModelArch::kDeepseekV2:
+    case ModelArch::kDeepseekV3:
+    case ModelArch::kGlm4Moe:
+    case ModelArch::kGlm4MoeLite:
+      ZM_RETURN_IF_ERROR(ParseDeepseekMoe(r, source, c));
       break;
-    }
     case ModelArch::kSwitchTransformers:  // parsed on its own path (encoder-decoder keys), never here
       return Status::Internal(fmt::format("{}: ParseMoe called for switch_transformers", source));
   }
@@ -398,11 +519,25 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kOlmoe: return "olmoe";
     case ModelArch::kDeepseekV2: return "deepseek_v2";
     case ModelArch::kSwitchTransformers: return "switch_transformers";
+    case ModelArch::kDeepseekV3: return "deepseek_v3";
+    case ModelArch::kGlm4Moe: return "glm4_moe";
+    case ModelArch::kGlm4MoeLite: return "glm4_moe_lite";
   }
   return "unknown";
 }
 
-const char* SupportedModelTypes() { return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, switch_transformers"; }
+const char* SupportedModelTypes() {
+  return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, "
+         "switch_transformers";
+}
+
+bool ModelConfig::mla() const {
+  return arch == ModelArch::kDeepseekV2 || arch == ModelArch::kDeepseekV3 || arch == ModelArch::kGlm4MoeLite;
+}
+
+bool ModelConfig::deepseek_moe() const {
+  return mla() || arch == ModelArch::kGlm4Moe;
+}
 
 bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
   if (num_experts <= 0) return false;
@@ -416,7 +551,15 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
         return false;
       return (layer_id + 1) % decoder_sparse_step == 0;
     case ModelArch::kDeepseekV2:
+    case ModelArch::kDeepseekV3:
       return layer_id >= first_k_dense_replace && layer_id % moe_layer_freq == 0;
+    case ModelArch::kGlm4Moe:
+      return layer_id >= first_k_dense_replace;
+    case ModelArch::kGlm4MoeLite:
+      if (!sparse_layers.empty())
+        return layer_id >= 0 && layer_id < static_cast<int64_t>(sparse_layers.size()) &&
+               sparse_layers[static_cast<size_t>(layer_id)] != 0;
+      return layer_id >= first_k_dense_replace;
     case ModelArch::kSwitchTransformers: {
       if (layer_id < 0 || layer_id >= num_encoder_layers + num_decoder_layers) return false;
       const bool decoder = layer_id >= num_encoder_layers;
@@ -428,20 +571,22 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
   return false;
 }
 
-int64_t ModelConfig::rope_dim() const { return arch == ModelArch::kDeepseekV2 ? qk_rope_head_dim : head_dim; }
-
-int64_t ModelConfig::q_head_dim() const {
-  return arch == ModelArch::kDeepseekV2 ? qk_nope_head_dim + qk_rope_head_dim : head_dim;
+int64_t ModelConfig::rope_dim() const {
+  const int64_t width = mla() ? qk_rope_head_dim : head_dim;
+  if (partial_rotary_factor == 1.0) return width;
+  return static_cast<int64_t>(static_cast<double>(width) * partial_rotary_factor);
 }
 
-int64_t ModelConfig::v_dim() const { return arch == ModelArch::kDeepseekV2 ? v_head_dim : head_dim; }
+int64_t ModelConfig::q_head_dim() const { return mla() ? qk_nope_head_dim + qk_rope_head_dim : head_dim; }
+
+int64_t ModelConfig::v_dim() const { return mla() ? v_head_dim : head_dim; }
 
 double ModelConfig::softmax_scale() const {
   double scale = 1.0 / std::sqrt(static_cast<double>(q_head_dim()));
   // DeepseekV2Attention: `if self.config.rope_scaling is not None: mscale_all_dim = ...get("mscale_all_dim", 0);
   // if mscale_all_dim: scale *= yarn_get_mscale(factor, mscale_all_dim) ** 2` (any scaling type with
   // a factor; yarn_get_mscale(s, m) = 0.1 * m * ln(s) + 1 for s > 1, else 1).
-  if (arch == ModelArch::kDeepseekV2 && rope_scaling.type != RopeScaling::Type::kNone &&
+  if (mla() && rope_scaling.type != RopeScaling::Type::kNone &&
       rope_scaling.mscale_all_dim != 0.0) {
     const double f = rope_scaling.factor;
     const double m = f <= 1.0 ? 1.0 : 0.1 * rope_scaling.mscale_all_dim * std::log(f) + 1.0;
@@ -518,6 +663,8 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
   ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
   ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
   ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));
+  ZM_RETURN_IF_ERROR(ParsePartialRotary(config, source_path, c));
+  ZM_RETURN_IF_ERROR(RefuseQuantization(config, source_path));
   ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
 
   ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));

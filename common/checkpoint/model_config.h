@@ -8,6 +8,16 @@
 //   qwen3_moe   Qwen3MoeForCausalLM   (q_norm / k_norm per head over head_dim)
 //   olmoe       OlmoeForCausalLM      (q_norm / k_norm over the whole projection, clip_qkv)
 //   deepseek_v2 DeepseekV2ForCausalLM (modeling_deepseek.py on the Hub: MLA, yarn RoPE, MoEGate)
+//   deepseek_v3 DeepseekV3ForCausalLM (transformers modeling_deepseek_v3.py: the MLA of deepseek_v2,
+//               the "noaux_tc" router: sigmoid scores, e_score_correction_bias for selection only,
+//               group score = sum of a group's top-2, normalise, then x routed_scaling_factor)
+//   glm4_moe    Glm4MoeForCausalLM    (modeling_glm4_moe.py: GQA with q/k/v bias, optional per-head
+//               q/k norm, partial rotary (rotate-half over the first head_dim * partial_rotary_factor
+//               dims), the deepseek_v3 router, shared experts, first_k_dense_replace dense layers)
+//   glm4_moe_lite Glm4MoeLiteForCausalLM (modular_glm4_moe_lite.py: deepseek_v3's MLA with the
+//               glm4_moe router and MoE; dense/sparse per layer from mlp_layer_types)
+// Multi-token-prediction layers (num_nextn_predict_layers; tensors model.layers.L.* with
+// L >= num_hidden_layers) are not part of the decoding forward pass: every loader skips them.
 //   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
 //               T5-style encoder-decoder, relative position buckets, top-1 router with expert capacity)
 // Defaults for keys a config.json may omit are those of the transformers config classes (e.g.
@@ -46,6 +56,9 @@ enum class ModelArch : uint8_t {
   kOlmoe = 3,
   kDeepseekV2 = 4,
   kSwitchTransformers = 5,
+  kDeepseekV3 = 6,
+  kGlm4Moe = 7,
+  kGlm4MoeLite = 8,
 };
 
 // switch_transformers has no position limit of its own (relative position buckets); the encoder input
@@ -53,13 +66,15 @@ enum class ModelArch : uint8_t {
 // 512; the cap only bounds memory).
 inline constexpr int64_t kSwitchMaxPositions = 4096;
 
-// "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers".
+// "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers", "deepseek_v3",
+// "glm4_moe", "glm4_moe_lite".
 const char* ModelArchName(ModelArch arch);
-// "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, switch_transformers" (for error messages).
+// Every supported model_type, comma-separated (for error messages).
 const char* SupportedModelTypes();
 
 // rope_scaling of config.json. kNone: plain RoPE. kLinear: positions divided by `factor`.
-// kYarn: DeepSeek-V2's DeepseekV2YarnRotaryEmbedding (deepseek_v2 only).
+// kYarn: DeepSeek-V2's DeepseekV2YarnRotaryEmbedding (the MLA models: deepseek_v2, deepseek_v3,
+// glm4_moe_lite).
 struct RopeScaling {
   enum class Type : uint8_t { kNone = 0, kLinear = 1, kYarn = 2 };
   Type type = Type::kNone;
@@ -72,8 +87,12 @@ struct RopeScaling {
   double mscale_all_dim = 0.0;
 };
 
-// DeepSeek-V2 MoEGate topk_method.
-enum class TopkMethod : uint8_t { kGreedy = 0, kGroupLimitedGreedy = 1 };
+// MoEGate topk_method: DeepSeek-V2's greedy / group_limited_greedy (group score = the group's max
+// score), DeepSeek-V3's noaux_tc (selection on score + e_score_correction_bias; group score = sum of
+// the group's two best).
+enum class TopkMethod : uint8_t { kGreedy = 0, kGroupLimitedGreedy = 1, kNoauxTc = 2 };
+// scoring_func: router probabilities = softmax(logits) over the experts, or sigmoid(logits) each.
+enum class ScoringFunc : uint8_t { kSoftmax = 0, kSigmoid = 1 };
 
 struct ModelConfig {
   ModelArch arch = ModelArch::kQwen2Moe;
@@ -86,7 +105,7 @@ struct ModelConfig {
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;  // = num_attention_heads for MHA and for deepseek_v2
-  int64_t head_dim = 0;             // per-head q/k/v width (not used by deepseek_v2)
+  int64_t head_dim = 0;             // per-head q/k/v width (MLA: qk_nope + qk_rope)
   int64_t intermediate_size = 0;    // dense MLP width (mixtral, olmoe: also the expert width)
   int64_t moe_intermediate_size = 0;  // routed expert width (= intermediate_size for mixtral, olmoe)
   int64_t shared_expert_intermediate_size = 0;  // qwen2_moe; 0 = no shared expert
@@ -100,8 +119,15 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // glm4_moe: RoPE rotates the first int(head_dim * factor) dims of each head; 1 = all (the only
+  // value other models accept).
+  double partial_rotary_factor = 1.0;
+  // MLA: the rope part of q/k is interleaved in the checkpoint (rope_interleave, default true; the
+  // DeepSeek-V2 Hub code always de-interleaves).
+  bool rope_interleave = true;
+  bool use_qk_norm = false;  // glm4_moe: RMSNorm per head over head_dim on q and k (q_norm / k_norm)
 
-  // --- deepseek_v2 multi-head latent attention ---
+  // --- multi-head latent attention (deepseek_v2, deepseek_v3, glm4_moe_lite) ---
   int64_t q_lora_rank = 0;  // 0 = null (q_proj); > 0: q_a_proj -> q_a_layernorm -> q_b_proj
   int64_t kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0;
@@ -114,13 +140,17 @@ struct ModelConfig {
   bool norm_topk_prob = false;      // mixtral: always true
   int64_t decoder_sparse_step = 1;  // qwen
   std::vector<int64_t> mlp_only_layers;  // qwen
-  int64_t n_shared_experts = 0;          // deepseek_v2 (shared MLP width = n * moe_intermediate_size)
-  int64_t first_k_dense_replace = 0;     // deepseek_v2
-  int64_t moe_layer_freq = 1;            // deepseek_v2
-  double routed_scaling_factor = 1.0;    // deepseek_v2
-  TopkMethod topk_method = TopkMethod::kGreedy;  // deepseek_v2
-  int64_t n_group = 1;                   // deepseek_v2 group_limited_greedy
-  int64_t topk_group = 1;
+  // DeepSeek-style MoE (deepseek_v2/v3, glm4_moe, glm4_moe_lite):
+  int64_t n_shared_experts = 0;          // shared MLP width = n * moe_intermediate_size
+  int64_t first_k_dense_replace = 0;     // layers below are dense MLPs
+  int64_t moe_layer_freq = 1;            // deepseek_v2/v3
+  std::vector<uint8_t> sparse_layers;    // glm4_moe_lite mlp_layer_types: 1 = "sparse" (empty = rule above)
+  double routed_scaling_factor = 1.0;
+  TopkMethod topk_method = TopkMethod::kGreedy;
+  ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+  int64_t n_group = 1;                   // group-limited selection: experts in n_group equal groups,
+  int64_t topk_group = 1;                //   the topk_group best groups kept
+  int64_t num_nextn_predict_layers = 0;  // MTP layers after the decoder layers (not used for decoding)
 
   // --- encoder-decoder (switch_transformers; 0 / unused for decoder-only models) ---
   int64_t num_encoder_layers = 0;   // num_layers: global layers [0, num_encoder_layers)
@@ -138,22 +168,31 @@ struct ModelConfig {
   std::optional<int32_t> bos_token_id;
 
   bool is_encoder_decoder() const { return arch == ModelArch::kSwitchTransformers; }
+  // Multi-head latent attention (deepseek_v2, deepseek_v3, glm4_moe_lite).
+  bool mla() const;
+  // DeepSeek-style MoE blocks: `mlp.shared_experts`, first_k_dense_replace (deepseek_v2, deepseek_v3,
+  // glm4_moe, glm4_moe_lite).
+  bool deepseek_moe() const;
+  // The router has an e_score_correction_bias [num_experts] float32 (topk_method noaux_tc).
+  bool has_selection_bias() const { return topk_method == TopkMethod::kNoauxTc; }
 
   // True iff decoder layer `layer_id` has a sparse MoE block (else a dense MLP):
   //   qwen2_moe/qwen3_moe: layer not in mlp_only_layers, num_experts > 0, (layer+1) % step == 0;
-  //   mixtral/olmoe: always; deepseek_v2: num_experts > 0, layer >= first_k_dense_replace and
-  //   layer % moe_layer_freq == 0;
+  //   mixtral/olmoe: always; deepseek_v2/v3: num_experts > 0, layer >= first_k_dense_replace and
+  //   layer % moe_layer_freq == 0; glm4_moe: layer >= first_k_dense_replace; glm4_moe_lite:
+  //   mlp_layer_types[layer] == "sparse" (without it layer >= first_k_dense_replace);
   //   switch_transformers (global layer numbering above; SwitchTransformersStack.__init__): block i of
   //   a stack with sparse step s is sparse iff s > 0 and (i % s == 1 or s == 1).
   bool IsMoeLayer(int64_t layer_id) const;
-  // Width of the rotary part of q/k: qk_rope_head_dim (deepseek_v2) or head_dim.
+  // Width of the rotary part of q/k: qk_rope_head_dim (MLA) or head_dim, times
+  // partial_rotary_factor (int(), as Glm4MoeRotaryEmbedding); even.
   int64_t rope_dim() const;
-  // Per-head q/k width: qk_nope + qk_rope (deepseek_v2) or head_dim.
+  // Per-head q/k width: qk_nope + qk_rope (MLA) or head_dim.
   int64_t q_head_dim() const;
-  // Per-head v width: v_head_dim (deepseek_v2) or head_dim.
+  // Per-head v width: v_head_dim (MLA) or head_dim.
   int64_t v_dim() const;
   // Attention softmax scale: q_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 for
-  // deepseek_v2 when rope_scaling sets mscale_all_dim (DeepseekV2Attention.__init__).
+  // the MLA models when rope_scaling sets mscale_all_dim (DeepseekV2Attention.__init__).
   double softmax_scale() const;
   // Whether `token_id` is one of eos_token_ids.
   bool IsEos(int32_t token_id) const;
@@ -162,7 +201,9 @@ struct ModelConfig {
 // Parses a config.json object. `source_path` names the file in messages.
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
-// hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func;
+// hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func (named),
+// a quantization_config (quantized checkpoints are refused, naming quant_method), rope_interleave
+// false on a non-MLA model, mlp_layer_types of the wrong length or with an unknown entry;
 // switch_transformers: a dense_act_fn / feed_forward_proj other than "relu" (gated variants too),
 // router_dtype other than "float32", router_bias true, expert_capacity < 0.
 Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::string& source_path);

@@ -99,7 +99,8 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("synth", "write a synthetic MoE checkpoint in the Hugging Face layout");
   cmd->add_option("--arch", args->options.arch, "architecture")
       ->required()
-      ->check(CLI::IsMember({"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers"}));
+      ->check(CLI::IsMember({"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
+                             "glm4_moe_lite", "switch_transformers"}));
   cmd->add_option("--preset", args->options.preset, "size preset: tiny (<= 20 MB) or mini (half width, GBs)")
       ->required()
       ->check(CLI::IsMember({"tiny", "mini"}));
@@ -116,7 +117,8 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--shard-size", args->shard_size, "max bytes per safetensors shard, e.g. 512M, 2G (default 2G)");
   cmd->add_option("--threads", args->options.n_threads, "generator threads (0 = hardware concurrency)");
   cmd->add_option("--q-lora-rank", args->options.q_lora_rank,
-                  "deepseek_v2 only: set q_lora_rank (q_a_proj/q_b_proj MLA variant); 0 = null");
+                  "MLA models only (deepseek_v2, deepseek_v3, glm4_moe_lite): set q_lora_rank (q_a_proj/q_b_proj); "
+                  "0 = the preset's");
   cmd->add_option("--dtype", args->options.dtype,
                   "switch_transformers only: tensor dtype, f32 (default, as released) or bf16 (servable by the runtime)")
       ->check(CLI::IsMember({"f32", "bf16"}));

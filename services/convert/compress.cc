@@ -225,8 +225,15 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   std::vector<ExpertSource> experts;
   std::vector<TensorView> dense;
   const int64_t n_encoder_layers = EncoderLayerCount(ckpt->config());
+  int64_t mtp_tensors = 0;
+  uint64_t mtp_bytes = 0;
   for (const std::string& name : ckpt->names()) {
     ZM_ASSIGN_OR_RETURN(TensorView view, ckpt->Find(name));
+    if (IsMtpLayerTensor(name, ckpt->config())) {
+      ++mtp_tensors;
+      mtp_bytes += view.spec.size_bytes();
+      continue;
+    }
     if (auto id = ParseExpertTensorName(name, n_encoder_layers)) {
       if (view.spec.shape.size() != 2)
         return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' has {} dims, expected 2", view.file, name,
@@ -329,6 +336,8 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   s.experts_file_bytes = m.experts_file_bytes;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.stale_temp_dirs_removed = stale;
+  s.mtp_tensors_skipped = mtp_tensors;
+  s.mtp_bytes_skipped = mtp_bytes;
   return s;
 }
 

@@ -46,6 +46,10 @@ struct CompressSummary {
   // Temporary directories of an earlier, interrupted compress of the same OUT_DIR (OUT.tmp.PID,
   // OUT.old.PID of a process that is gone) removed at the start.
   int64_t stale_temp_dirs_removed = 0;
+  // Tensors of multi-token-prediction layers (model.layers.L, L >= num_hidden_layers) left out: not
+  // used for decoding (expert_names.h IsMtpLayerTensor), and their bytes.
+  int64_t mtp_tensors_skipped = 0;
+  uint64_t mtp_bytes_skipped = 0;
 };
 
 // Expert tensors keep their dtype bit-exactly: BF16, F16 and F32 each get their own E/SM planes

@@ -1,5 +1,6 @@
-// Attention modules: Qwen2MoeAttention, MixtralAttention, Qwen3MoeAttention, OlmoeAttention (eager
-// paths of transformers) and DeepseekV2Attention (modeling_deepseek.py), in float32 on the CPU.
+// Attention modules: Qwen2MoeAttention, MixtralAttention, Qwen3MoeAttention, OlmoeAttention,
+// Glm4MoeAttention, DeepseekV3Attention (eager paths of transformers) and DeepseekV2Attention
+// (modeling_deepseek.py), in float32 on the CPU.
 #include "services/executor/attention.h"
 
 #include <algorithm>
@@ -121,21 +122,26 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
   q = q.view({n, c.num_attention_heads, hd});
   k = k.view({n, c.num_key_value_heads, hd});
   v = v.view({n, c.num_key_value_heads, hd});
-  if (c.arch == ModelArch::kQwen3Moe) {  // Qwen3MoeAttention: RMSNorm per head over head_dim
+  if (w.q_norm.defined() && c.arch != ModelArch::kOlmoe) {  // Qwen3MoeAttention / Glm4MoeAttention use_qk_norm: RMSNorm per head over head_dim
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
   }
+  // Partial rotary (glm4_moe): the first rope_dim dims of each head rotate, the rest pass through.
+  const int64_t rd = batch.cos.size(-1);
   if (q.is_cpu() && q.scalar_type() == at::kFloat && q.is_contiguous() && k.is_contiguous() &&
       batch.cos.is_cpu() && batch.cos.scalar_type() == at::kFloat && batch.cos.is_contiguous() &&
-      batch.sin.is_contiguous() && batch.cos.size(-1) == hd) {
+      batch.sin.is_contiguous() && rd <= hd) {
     // q, k are this step's own projections (fresh tensors): rotated in place.
-    cpu::RotateHalf(q.data_ptr<float>(), n, c.num_attention_heads, hd, batch.cos.data_ptr<float>(),
+    cpu::RotateHalf(q.data_ptr<float>(), n, c.num_attention_heads, hd, rd, batch.cos.data_ptr<float>(),
                     batch.sin.data_ptr<float>());
-    cpu::RotateHalf(k.data_ptr<float>(), n, c.num_key_value_heads, hd, batch.cos.data_ptr<float>(),
+    cpu::RotateHalf(k.data_ptr<float>(), n, c.num_key_value_heads, hd, rd, batch.cos.data_ptr<float>(),
                     batch.sin.data_ptr<float>());
-  } else {
+  } else if (rd == hd) {
     q = RotaryEmbedding::Apply(q, batch.cos, batch.sin, /*interleaved=*/false);
     k = RotaryEmbedding::Apply(k, batch.cos, batch.sin, /*interleaved=*/false);
+  } else {
+    q = at::cat({RotaryEmbedding::Apply(q.narrow(-1, 0, rd), batch.cos, batch.sin, false), q.narrow(-1, rd, hd - rd)}, -1);
+    k = at::cat({RotaryEmbedding::Apply(k.narrow(-1, 0, rd), batch.cos, batch.sin, false), k.narrow(-1, rd, hd - rd)}, -1);
   }
   const at::Tensor attn =
       AttendBatch(q, k, v, layer_id, batch, c.softmax_scale(), c.sliding_window.value_or(0));
@@ -165,8 +171,8 @@ at::Tensor MlaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
   const at::Tensor k_nope = kv.narrow(-1, 0, nope);
   const at::Tensor v = kv.narrow(-1, nope, vd);
 
-  q_pe = RotaryEmbedding::Apply(q_pe, batch.cos, batch.sin, /*interleaved=*/true);
-  k_pe = RotaryEmbedding::Apply(k_pe, batch.cos, batch.sin, /*interleaved=*/true);
+  q_pe = RotaryEmbedding::Apply(q_pe, batch.cos, batch.sin, c.rope_interleave);
+  k_pe = RotaryEmbedding::Apply(k_pe, batch.cos, batch.sin, c.rope_interleave);
   const at::Tensor query = at::cat({q_nope, q_pe}, -1);                            // [N, heads, q_head_dim]
   const at::Tensor key = at::cat({k_nope, k_pe.expand({n, heads, rope})}, -1);  // k_pe shared by heads
   const at::Tensor attn = AttendBatch(query, key, v, layer_id, batch, c.softmax_scale(), 0);
@@ -177,7 +183,7 @@ at::Tensor MlaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
 
 at::Tensor AttentionForward(const ModelConfig& config, const AttentionWeights& w, int64_t layer_id,
                             const at::Tensor& x, const BatchLayout& batch) {
-  if (config.arch == ModelArch::kDeepseekV2) return MlaForward(config, w, layer_id, x, batch);
+  if (config.mla()) return MlaForward(config, w, layer_id, x, batch);
   return GqaForward(config, w, layer_id, x, batch);
 }
 

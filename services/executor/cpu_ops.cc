@@ -202,13 +202,13 @@ void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float ep
   }
 }
 
-void RotateHalf(float* x, int64_t n, int64_t heads, int64_t d, const float* cos, const float* sin) {
+void RotateHalf(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t d, const float* cos, const float* sin) {
   const int64_t half = d / 2;
   for (int64_t t = 0; t < n; ++t) {
     const float* c = cos + t * d;
     const float* s = sin + t * d;
     for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + (t * heads + h) * d;
+      float* v = x + (t * heads + h) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
         const float x1 = v[i], x2 = v[i + half];
         v[i] = x1 * c[i] + -x2 * s[i];

@@ -31,9 +31,10 @@ namespace zipmoe::executor::cpu {
 // RMSNorm of n rows of width d (row stride d): x [n, d], weight [d] float32 -> y [n, d] (y may be x).
 void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float eps, float* y);
 
-// Rotate-half rotary embedding in place (apply_rotary_pos_emb, non-interleaved): x [n, heads, d]
-// contiguous, cos/sin [n, d] (row t is token t's position).
-void RotateHalf(float* x, int64_t n, int64_t heads, int64_t d, const float* cos, const float* sin);
+// Rotate-half rotary embedding in place (apply_rotary_pos_emb, non-interleaved) of the first d dims
+// of each head: x [n, heads, head_dim] contiguous (d <= head_dim; the dims from d on pass through, as
+// Glm4Moe's partial rotary), cos/sin [n, d] (row t is token t's position).
+void RotateHalf(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t d, const float* cos, const float* sin);
 
 // Causal attention of one sequence (AttendCausal in attention.h), heads grouped as repeat_kv does:
 // q [n_heads, t, dk] contiguous; key j of kv head h at k + h * k_head_stride + j * dk (v likewise

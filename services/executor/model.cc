@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/trace_events.h"
+#include "services/executor/moe_block.h"
 #include "services/executor/routing.h"
 #include "services/executor/torch_util.h"
 
@@ -118,21 +119,21 @@ Result<std::vector<std::vector<int32_t>>> Model::PredictExperts(const std::vecto
   }
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(c.num_hidden_layers));
   if (ids.empty() || switch_) return out;  // no estimate for encoder-decoder models (their prompt feeds the encoder)
-  const RouterParams params = RouterParamsFor(c);
   ZM_RETURN_IF_ERROR(TorchBoundary("predict experts", [&]() -> Status {
     const ModelWeights& w = model_.weights;
     const std::vector<int64_t> ids64(ids.begin(), ids.end());
     const at::Tensor id_tensor = at::tensor(ids64, at::TensorOptions().dtype(at::kLong)).to(w.embed_tokens.device());
     const at::Tensor h = w.embed_tokens.index_select(0, id_tensor).to(device_, dtype_);
     const int64_t n = static_cast<int64_t>(ids.size());
-    std::vector<int32_t> topk_ids(static_cast<size_t>(n * params.top_k));
+    std::vector<int32_t> topk_ids(static_cast<size_t>(n * c.num_experts_per_tok));
     std::vector<float> topk_weights(topk_ids.size());
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
       if (!lw.is_moe) continue;
       const at::Tensor x = RmsNorm(h, lw.post_attention_layernorm, c.rms_norm_eps).to(at::kFloat);
-      const at::Tensor scores = at::softmax(Linear(x, lw.router), -1).to(at::kCPU).contiguous();
-      SelectExperts(scores.data_ptr<float>(), n, params, topk_ids.data(), topk_weights.data());
+      const at::Tensor scores = RouterScores(c, Linear(x, lw.router)).to(at::kCPU).contiguous();
+      SelectExperts(scores.data_ptr<float>(), n, RouterParamsFor(c, SelectionBias(lw)), topk_ids.data(),
+                    topk_weights.data());
       std::vector<int32_t>& layer = out[static_cast<size_t>(l)];
       layer.assign(topk_ids.begin(), topk_ids.end());
       std::sort(layer.begin(), layer.end());

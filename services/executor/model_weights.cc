@@ -1,6 +1,7 @@
 // Model directory loading: tensor names and shapes per architecture follow the transformers modules
-// (Qwen2MoeForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM) and the Hub's
-// modeling_deepseek.py (DeepseekV2ForCausalLM).
+// (Qwen2MoeForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV3ForCausalLM,
+// Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM) and the Hub's modeling_deepseek.py (DeepseekV2ForCausalLM).
+// Multi-token-prediction layers (model.layers.L with L >= num_hidden_layers) are never read.
 #include "services/executor/model_weights.h"
 
 #include <fmt/format.h>
@@ -93,7 +94,7 @@ class Loader {
   Result<AttentionWeights> GetAttention(const std::string& p) const {
     const int64_t h = c_.hidden_size, n_heads = c_.num_attention_heads;
     AttentionWeights a;
-    if (c_.arch == ModelArch::kDeepseekV2) {
+    if (c_.mla()) {
       const int64_t q_out = n_heads * c_.q_head_dim();
       if (c_.q_lora_rank == 0) {
         ZM_ASSIGN_OR_RETURN(a.q_proj, GetLinear(p + "q_proj", q_out, h, false));
@@ -115,7 +116,7 @@ class Loader {
     ZM_ASSIGN_OR_RETURN(a.k_proj, GetLinear(p + "k_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.v_proj, GetLinear(p + "v_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + "o_proj", h, n_heads * hd, c_.o_bias));
-    if (c_.arch == ModelArch::kQwen3Moe) {
+    if (c_.arch == ModelArch::kQwen3Moe || c_.use_qk_norm) {
       ZM_ASSIGN_OR_RETURN(a.q_norm, Get(p + "q_norm.weight", {hd}));
       ZM_ASSIGN_OR_RETURN(a.k_norm, Get(p + "k_norm.weight", {hd}));
     } else if (c_.arch == ModelArch::kOlmoe) {
@@ -168,10 +169,17 @@ class Loader {
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert, GetMlp(moe + "shared_expert", c_.shared_expert_intermediate_size));
       ZM_ASSIGN_OR_RETURN(w.shared_expert_gate, Get(moe + "shared_expert_gate.weight", {1, h}));
-    } else if (c_.arch == ModelArch::kDeepseekV2 && c_.n_shared_experts > 0) {
+    } else if (c_.deepseek_moe() && c_.n_shared_experts > 0) {
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert,
                           GetMlp(moe + "shared_experts", c_.n_shared_experts * c_.moe_intermediate_size));
+    }
+    if (c_.has_selection_bias()) {  // a float32 buffer in transformers (_keep_in_fp32_modules_strict)
+      const std::string name = moe + "gate.e_score_correction_bias";
+      ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
+      ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, {c_.num_experts}));
+      ZM_ASSIGN_OR_RETURN(at::Tensor bias, WrapView(v));
+      w.router_bias = bias.to(at::kCPU, at::kFloat).contiguous();
     }
     ZM_RETURN_IF_ERROR(CheckExperts(l));
     return w;

@@ -51,8 +51,8 @@ struct MlpWeights {  // SwiGLU MLP: down(silu(gate(x)) * up(x))
 struct AttentionWeights {
   // GQA (qwen2_moe, mixtral, qwen3_moe, olmoe)
   LinearWeights q_proj, k_proj, v_proj;  // [heads*head_dim | kv_heads*head_dim, hidden]
-  at::Tensor q_norm, k_norm;  // qwen3_moe: [head_dim]; olmoe: [heads*head_dim], [kv_heads*head_dim]
-  // MLA (deepseek_v2); q_proj above when q_lora_rank is null
+  at::Tensor q_norm, k_norm;  // qwen3_moe, glm4_moe use_qk_norm: [head_dim]; olmoe: [heads*head_dim], [kv_heads*head_dim]
+  // MLA (deepseek_v2/v3, glm4_moe_lite); q_proj above when q_lora_rank is null
   LinearWeights q_a_proj;     // [q_lora_rank, hidden]
   at::Tensor q_a_layernorm;   // [q_lora_rank]
   LinearWeights q_b_proj;     // [heads*q_head_dim, q_lora_rank]
@@ -69,7 +69,8 @@ struct LayerWeights {
   bool is_moe = false;
   MlpWeights dense_mlp;            // !is_moe
   at::Tensor router;               // is_moe: [n_experts, hidden]; the gate runs in fp32 (CPU: BF16 weight)
-  MlpWeights shared_expert;        // qwen2_moe shared_expert / deepseek_v2 shared_experts (if any)
+  at::Tensor router_bias;          // noaux_tc: mlp.gate.e_score_correction_bias [n_experts] float32, on the CPU
+  MlpWeights shared_expert;        // qwen2_moe shared_expert / DeepSeek-style shared_experts (if any)
   at::Tensor shared_expert_gate;   // qwen2_moe: [1, hidden]
   bool has_shared_expert = false;
 };

@@ -46,10 +46,18 @@ bool Predicts(const ExpertProvider& provider, const NextMoeLayer* next) {
          provider.prefetch_mode() != PrefetchMode::kNone;
 }
 
-Result<RoutedLayer> RouteExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n,
-                                 ExpertProvider& provider, double substitution_alpha,
-                                 const std::function<bool(int32_t)>& also_cached) {
-  const RouterParams params = RouterParamsFor(config);
+const float* SelectionBias(const LayerWeights& w) {
+  return w.router_bias.defined() ? w.router_bias.data_ptr<float>() : nullptr;
+}
+
+at::Tensor RouterScores(const ModelConfig& config, const at::Tensor& logits) {
+  return config.scoring_func == ScoringFunc::kSigmoid ? at::sigmoid(logits) : at::softmax(logits, -1);
+}
+
+Result<RoutedLayer> RouteExperts(const ModelConfig& config, int32_t layer_id, const float* scores,
+                                 const float* selection_bias, int64_t n, ExpertProvider& provider,
+                                 double substitution_alpha, const std::function<bool(int32_t)>& also_cached) {
+  const RouterParams params = RouterParamsFor(config, selection_bias);
   const int64_t top_k = params.top_k, n_experts = params.n_experts;
   std::vector<int32_t> topk_ids(static_cast<size_t>(n * top_k));
   std::vector<float> topk_weights(static_cast<size_t>(n * top_k));
@@ -104,22 +112,13 @@ Result<size_t> CheckLease(const ModelConfig& config, const ExpertAssignment& ass
 namespace {
 
 // RouteExperts, then BeginLayer with every selected expert.
-Result<ExpertAssignment> RouteAndBegin(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n,
-                                       ExpertProvider& provider, double substitution_alpha) {
-  ZM_ASSIGN_OR_RETURN(RoutedLayer routed, RouteExperts(config, layer_id, scores, n, provider, substitution_alpha, {}));
+Result<ExpertAssignment> RouteAndBegin(const ModelConfig& config, int32_t layer_id, const float* scores,
+                                       const float* selection_bias, int64_t n, ExpertProvider& provider,
+                                       double substitution_alpha) {
+  ZM_ASSIGN_OR_RETURN(RoutedLayer routed,
+                      RouteExperts(config, layer_id, scores, selection_bias, n, provider, substitution_alpha, {}));
   ZM_RETURN_IF_ERROR(provider.BeginLayer(routed.routing));
   return std::move(routed.assign);
-}
-
-// softmax over each of n rows of width d, in place: exp(x - max) / Σ.
-void SoftmaxRows(float* x, int64_t n, int64_t d) {
-  for (int64_t t = 0; t < n; ++t) {
-    float* r = x + t * d;
-    const float m = *std::max_element(r, r + d);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < d; ++i) sum += r[i] = std::exp(r[i] - m);
-    for (int64_t i = 0; i < d; ++i) r[i] /= sum;
-  }
 }
 
 // Up to this many tokens (decode steps, small batches) the router runs on the calling thread alone.
@@ -152,9 +151,9 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   } else {
     cpu::Gemms({router});
   }
-  SoftmaxRows(scores.data(), n, n_experts);
-  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign,
-                      RouteAndBegin(config, layer_id, scores.data(), n, provider, substitution_alpha));
+  ScoreRows(scores.data(), n, n_experts, config.scoring_func);
+  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign, RouteAndBegin(config, layer_id, scores.data(), SelectionBias(w),
+                                                                    n, provider, substitution_alpha));
 
   // 2. Shared expert gate/up, qwen2_moe's shared expert gate (and the next layer's router on x + r
   //    for prefetching): one region; then the prediction for the next layer.
@@ -201,8 +200,9 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   }
   if (!shared.empty() || !first.empty()) cpu::MlpGateUp(shared, first);
   if (predict) {
-    SoftmaxRows(next_scores.data(), n, next->weights->router.size(0));
-    provider.Prefetch(RankPredictedExperts(config, next->layer_id, next_scores.data(), n));
+    ScoreRows(next_scores.data(), n, next->weights->router.size(0), config.scoring_func);
+    provider.Prefetch(
+        RankPredictedExperts(config, next->layer_id, next_scores.data(), n, SelectionBias(*next->weights)));
   }
 
   // 3. Experts, in groups of those ready together.
@@ -356,11 +356,12 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
   return MlpForward(expert, x);
 }
 
-LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens) {
+LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens,
+                                  const float* selection_bias) {
   const int64_t top_k = config.num_experts_per_tok, n_experts = config.num_experts;
   std::vector<int32_t> ids(static_cast<size_t>(n_tokens * top_k));
   std::vector<float> weights(ids.size());
-  SelectExperts(scores, n_tokens, RouterParamsFor(config), ids.data(), weights.data());
+  SelectExperts(scores, n_tokens, RouterParamsFor(config, selection_bias), ids.data(), weights.data());
   std::vector<double> mass(static_cast<size_t>(n_experts), 0.0);
   std::vector<int32_t> tokens(static_cast<size_t>(n_experts), 0);
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -428,16 +429,17 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
 
   // 1. Router in float32 (DeepSeek's MoEGate casts both operands; the CPU path is float32 anyway).
   const at::Tensor logits = Linear(x.to(at::kFloat), w.router);
-  const at::Tensor scores = at::softmax(logits, -1).to(at::kCPU).contiguous();
+  const at::Tensor scores = RouterScores(config, logits).to(at::kCPU).contiguous();
 
   // 2. Announce the layer, then the prediction for the next one.
-  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign,
-                      RouteAndBegin(config, layer_id, scores.data_ptr<float>(), n, provider, substitution_alpha));
+  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign, RouteAndBegin(config, layer_id, scores.data_ptr<float>(),
+                                                                    SelectionBias(w), n, provider, substitution_alpha));
   if (Predicts(provider, next)) {
     at::Tensor in = x.to(at::kFloat);
     if (next->residual.defined()) in = in + next->residual.to(in.device(), at::kFloat);
-    const at::Tensor predicted = at::softmax(Linear(in, next->weights->router), -1).to(at::kCPU).contiguous();
-    provider.Prefetch(RankPredictedExperts(config, next->layer_id, predicted.data_ptr<float>(), n));
+    const at::Tensor predicted = RouterScores(config, Linear(in, next->weights->router)).to(at::kCPU).contiguous();
+    provider.Prefetch(RankPredictedExperts(config, next->layer_id, predicted.data_ptr<float>(), n,
+                                           SelectionBias(*next->weights)));
   }
 
   // 3. Compute each expert as it arrives (on the CPU or x's device, DALI's assignment with a

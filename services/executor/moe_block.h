@@ -63,7 +63,16 @@ struct NextMoeLayer {
 // the next layer's router; per token the experts the architecture's top-k selection picks
 // (SelectExperts), ranked over the batch by how many tokens picked them (the workload), then by the
 // sum of their probabilities, then lower id; best first. tokens_per_expert: how many tokens picked each.
-LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens);
+// selection_bias: the next layer's e_score_correction_bias (SelectionBias), null for none.
+LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens,
+                                  const float* selection_bias = nullptr);
+
+// The layer's e_score_correction_bias as a float32 pointer (noaux_tc routers), else null.
+const float* SelectionBias(const LayerWeights& w);
+
+// Router scores from router logits [N, n_experts] float32 on any device: softmax over the experts
+// or sigmoid per value (config.scoring_func).
+at::Tensor RouterScores(const ModelConfig& config, const at::Tensor& logits);
 
 // ---- Steps shared by the MoE block's paths (moe_block.cc; the GPU executor's moe_device.cc) ----
 
@@ -75,11 +84,13 @@ struct RoutedLayer {
   ExpertAssignment assign;
   LayerRouting routing;  // every selected expert (ascending), tokens, mean scores, substitutions
 };
-// Top-k selection (SelectExperts) over scores [n, n_experts] (softmax probabilities), SMoE
+// Top-k selection (SelectExperts) over scores [n, n_experts] (ScoreRows' router scores; selection_bias
+// the layer's SelectionBias), SMoE
 // substitution when substitution_alpha > 0 (an expert counts as cached when the provider's
 // CachedExperts or `also_cached` says so), grouping by expert. Does not call BeginLayer.
-Result<RoutedLayer> RouteExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n,
-                                 ExpertProvider& provider, double substitution_alpha,
+Result<RoutedLayer> RouteExperts(const ModelConfig& config, int32_t layer_id, const float* scores,
+                                 const float* selection_bias, int64_t n, ExpertProvider& provider,
+                                 double substitution_alpha,
                                  const std::function<bool(int32_t)>& also_cached);
 // Checks a delivered lease against the layer's request; returns its index in assign.expert_ids.
 // Errors: kInvalidArgument (an expert not requested or delivered twice, dimensions other than the

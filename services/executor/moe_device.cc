@@ -149,13 +149,13 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
 
   // 1. Routers (float32, as DeepSeek's MoEGate and the CPU path), one device->host copy.
   const at::Tensor x32 = x.to(at::kFloat);
-  at::Tensor probs = at::softmax(Linear(x32, w.router), -1);
+  at::Tensor probs = RouterScores(config, Linear(x32, w.router));
   const bool predict = Predicts(provider, next);
   int64_t next_experts = 0;
   if (predict) {
     at::Tensor in = x32;
     if (next->residual.defined()) in = in + next->residual.to(device, at::kFloat);
-    const at::Tensor next_probs = at::softmax(Linear(in, next->weights->router), -1);
+    const at::Tensor next_probs = RouterScores(config, Linear(in, next->weights->router));
     next_experts = next_probs.size(1);
     probs = at::cat({probs, next_probs}, 1);
   }
@@ -170,7 +170,7 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
   // 2. Route; device hits are served here, the rest asked of the provider.
   ZM_ASSIGN_OR_RETURN(
       RoutedLayer routed,
-      RouteExperts(config, layer_id, scores.data(), n, provider, substitution_alpha,
+      RouteExperts(config, layer_id, scores.data(), SelectionBias(w), n, provider, substitution_alpha,
                    [&](int32_t e) { return cache.Contains(layer_id, e); }));
   const ExpertAssignment& assign = routed.assign;
   const size_t n_selected = assign.expert_ids.size();
@@ -195,7 +195,8 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
   }
   ZM_RETURN_IF_ERROR(provider.BeginLayer(ask));
   if (predict) {
-    LayerRouting predicted = RankPredictedExperts(config, next->layer_id, next_scores.data(), n);
+    LayerRouting predicted =
+        RankPredictedExperts(config, next->layer_id, next_scores.data(), n, SelectionBias(*next->weights));
     LayerRouting wanted;
     wanted.layer_id = predicted.layer_id;
     for (size_t i = 0; i < predicted.expert_ids.size(); ++i) {

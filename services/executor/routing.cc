@@ -24,8 +24,10 @@ void TopK(const float* v, int64_t n, int64_t k, std::vector<int32_t>* out) {
 
 }  // namespace
 
-RouterParams RouterParamsFor(const ModelConfig& config) {
+RouterParams RouterParamsFor(const ModelConfig& config, const float* selection_bias) {
   RouterParams p;
+  p.scoring_func = config.scoring_func;
+  p.selection_bias = selection_bias;
   p.arch = config.arch;
   p.n_experts = config.num_experts;
   p.top_k = config.num_experts_per_tok;
@@ -37,31 +39,93 @@ RouterParams RouterParamsFor(const ModelConfig& config) {
   return p;
 }
 
-namespace {
-
-// The scores top-k selects from for one token: the row itself, or DeepSeek-V2's group-limited
-// masking of it (into `masked`).
-const float* SelectionScores(const float* row, const RouterParams& p, std::vector<float>* masked,
-                             std::vector<float>* group_scores, std::vector<int32_t>* group_order) {
-  if (p.arch != ModelArch::kDeepseekV2 || p.topk_method != TopkMethod::kGroupLimitedGreedy) return row;
-  const int64_t e = p.n_experts;
-  const int64_t per_group = e / p.n_group;
-  group_scores->assign(static_cast<size_t>(p.n_group), 0.0f);
-  for (int64_t g = 0; g < p.n_group; ++g) {
-    float m = row[g * per_group];
-    for (int64_t i = 1; i < per_group; ++i) m = std::max(m, row[g * per_group + i]);
-    (*group_scores)[static_cast<size_t>(g)] = m;
+void ScoreRows(float* x, int64_t n, int64_t d, ScoringFunc scoring) {
+  if (scoring == ScoringFunc::kSigmoid) {
+    for (int64_t i = 0; i < n * d; ++i) x[i] = 1.0f / (1.0f + std::exp(-x[i]));
+    return;
   }
-  TopK(group_scores->data(), p.n_group, p.topk_group, group_order);
-  masked->assign(static_cast<size_t>(e), 0.0f);  // scores.masked_fill(~score_mask, 0.0)
-  for (int32_t g : *group_order) std::copy(row + g * per_group, row + (g + 1) * per_group, masked->begin() + g * per_group);
-  return masked->data();
+  for (int64_t t = 0; t < n; ++t) {  // softmax: exp(x - max) / sum
+    float* r = x + t * d;
+    const float m = *std::max_element(r, r + d);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < d; ++i) sum += r[i] = std::exp(r[i] - m);
+    for (int64_t i = 0; i < d; ++i) r[i] /= sum;
+  }
 }
 
-// The combine weights of one token's k selected experts ids[0, k) (descending score) from their
-// selection scores, per architecture (see routing.h).
-void Weigh(const float* select_from, const int32_t* ids, const RouterParams& p, float* w) {
+namespace {
+
+// Per-token scratch of SelectionScores.
+struct Scratch {
+  std::vector<float> masked, group_scores;
+  std::vector<int32_t> group_order, order;
+};
+
+// The scores top-k selects from for one token: the row itself, DeepSeek-V2's group-limited masking
+// of it, or noaux_tc's biased and group-masked copy (into s->masked).
+const float* SelectionScores(const float* row, const RouterParams& p, Scratch* s) {
+  const bool noaux = p.topk_method == TopkMethod::kNoauxTc;
+  const bool v2_groups = p.arch == ModelArch::kDeepseekV2 && p.topk_method == TopkMethod::kGroupLimitedGreedy;
+  if (!noaux && !v2_groups) return row;
+  const int64_t e = p.n_experts;
+  const float* choice = row;
+  if (noaux) {  // scores_for_choice = scores + e_score_correction_bias
+    s->masked.resize(static_cast<size_t>(e));
+    for (int64_t i = 0; i < e; ++i) s->masked[static_cast<size_t>(i)] = row[i] + (p.selection_bias != nullptr ? p.selection_bias[i] : 0.0f);
+    choice = s->masked.data();
+    if (p.n_group <= 1 || p.topk_group >= p.n_group) return choice;  // every group kept: no mask
+  }
+  const int64_t per_group = e / p.n_group;
+  s->group_scores.assign(static_cast<size_t>(p.n_group), 0.0f);
+  for (int64_t g = 0; g < p.n_group; ++g) {
+    const float* v = choice + g * per_group;
+    if (noaux) {  // .topk(2, dim=-1)[0].sum(dim=-1): the two largest, largest first
+      float a = Key(v[0]), b = Key(v[1]);
+      if (b > a) std::swap(a, b);
+      for (int64_t i = 2; i < per_group; ++i) {
+        const float x = Key(v[i]);
+        if (x > a) {
+          b = a;
+          a = x;
+        } else if (x > b) {
+          b = x;
+        }
+      }
+      s->group_scores[static_cast<size_t>(g)] = a + b;
+    } else {
+      float m = v[0];
+      for (int64_t i = 1; i < per_group; ++i) m = std::max(m, v[i]);
+      s->group_scores[static_cast<size_t>(g)] = m;
+    }
+  }
+  TopK(s->group_scores.data(), p.n_group, p.topk_group, &s->group_order);
+  // masked_fill(~score_mask, 0.0): the kept groups' values, 0 elsewhere (in place for noaux_tc).
+  std::vector<uint8_t> keep(static_cast<size_t>(p.n_group), 0);
+  for (int32_t g : s->group_order) keep[static_cast<size_t>(g)] = 1;
+  std::vector<float> out(static_cast<size_t>(e), 0.0f);
+  for (int64_t g = 0; g < p.n_group; ++g)
+    if (keep[static_cast<size_t>(g)]) std::copy(choice + g * per_group, choice + (g + 1) * per_group, out.begin() + g * per_group);
+  s->masked.swap(out);
+  return s->masked.data();
+}
+
+// The combine weights of one token's k selected experts ids[0, k) (descending selection score),
+// per architecture (see routing.h): from the selection scores, or for noaux_tc from the unbiased
+// scores `row`.
+void Weigh(const float* row, const float* select_from, const int32_t* ids, const RouterParams& p, float* w) {
   const int64_t k = p.top_k;
+  if (p.topk_method == TopkMethod::kNoauxTc) {
+    for (int64_t j = 0; j < k; ++j) w[j] = row[ids[j]];
+    if (p.norm_topk_prob) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += w[j];
+      const float denominator = sum + 1e-20f;
+      for (int64_t j = 0; j < k; ++j) w[j] = w[j] / denominator;
+    }
+    const float scale = static_cast<float>(p.routed_scaling_factor);
+    for (int64_t j = 0; j < k; ++j) w[j] = w[j] * scale;
+    return;
+  }
   for (int64_t j = 0; j < k; ++j) w[j] = select_from[ids[j]];
   float sum = 0.0f;
   for (int64_t j = 0; j < k; ++j) sum += w[j];
@@ -89,13 +153,12 @@ bool Before(const float* v, int32_t a, int32_t b) {
 void SelectExperts(const float* scores, int64_t n_tokens, const RouterParams& p, int32_t* topk_ids,
                    float* topk_weights) {
   const int64_t e = p.n_experts, k = p.top_k;
-  std::vector<int32_t> order, group_order;
-  std::vector<float> masked, group_scores;
+  Scratch s;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* select_from = SelectionScores(scores + t * e, p, &masked, &group_scores, &group_order);
-    TopK(select_from, e, k, &order);
-    std::copy(order.begin(), order.begin() + k, topk_ids + t * k);
-    Weigh(select_from, topk_ids + t * k, p, topk_weights + t * k);
+    const float* select_from = SelectionScores(scores + t * e, p, &s);
+    TopK(select_from, e, k, &s.order);
+    std::copy(s.order.begin(), s.order.begin() + k, topk_ids + t * k);
+    Weigh(scores + t * e, select_from, topk_ids + t * k, p, topk_weights + t * k);
   }
 }
 
@@ -103,13 +166,13 @@ int64_t SubstituteExperts(const float* scores, int64_t n_tokens, const RouterPar
                           const uint8_t* cached, int32_t* topk_ids, float* topk_weights) {
   const int64_t e = p.n_experts, k = p.top_k;
   if (alpha <= 0.0 || k >= e || k <= 0) return 0;
-  std::vector<int32_t> order, group_order;
-  std::vector<float> masked, group_scores;
+  Scratch scratch;
+  std::vector<int32_t>& order = scratch.order;
   // S_{k+1} per token, and C: every token's top-score experts.
   std::vector<float> next_score(static_cast<size_t>(n_tokens));
   std::vector<uint8_t> top_score(static_cast<size_t>(e), 0);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* s = SelectionScores(scores + t * e, p, &masked, &group_scores, &group_order);
+    const float* s = SelectionScores(scores + t * e, p, &scratch);
     TopK(s, e, k + 1, &order);
     const float sk1 = Key(s[order[static_cast<size_t>(k)]]);
     next_score[static_cast<size_t>(t)] = sk1;
@@ -124,7 +187,7 @@ int64_t SubstituteExperts(const float* scores, int64_t n_tokens, const RouterPar
   std::vector<int32_t> replace, substitutes;
   std::vector<uint8_t> selected(static_cast<size_t>(e));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* s = SelectionScores(scores + t * e, p, &masked, &group_scores, &group_order);
+    const float* s = SelectionScores(scores + t * e, p, &scratch);
     const float sk1 = next_score[static_cast<size_t>(t)];
     const float high = static_cast<float>((1.0 + alpha) * sk1);
     const float low = static_cast<float>((1.0 - alpha) * sk1);
@@ -149,7 +212,7 @@ int64_t SubstituteExperts(const float* scores, int64_t n_tokens, const RouterPar
     for (size_t i = 0; i < n; ++i) ids[replace[i]] = substitutes[i];
     substituted += static_cast<int64_t>(n);
     std::sort(ids, ids + k, [s](int32_t a, int32_t b) { return Before(s, a, b); });
-    Weigh(s, ids, p, topk_weights + t * k);
+    Weigh(scores + t * e, s, ids, p, topk_weights + t * k);
   }
   return substituted;
 }

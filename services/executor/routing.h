@@ -1,6 +1,6 @@
 // Router top-k selection and weight normalisation of each architecture's MoE block, torch-free
-// (the executor computes router_logits = gate(x) and the softmax in float32, then calls this on
-// the CPU copy of the scores).
+// (the executor computes router_logits = gate(x) in float32 and the scores with ScoreRows, then
+// calls this on the CPU copy of the scores).
 //
 // Selection: the top_k largest scores per token; ties go to the lowest expert index first (the
 // order torch.topk produces on the CPU for equal values). Output slots are in descending score.
@@ -15,6 +15,13 @@
 //       if top_k > 1 and norm_topk_prob: w = p / (sum(p) + 1e-20)
 //       else:                            w = p * routed_scaling_factor
 //     i.e. with normalisation the routed_scaling_factor is NOT applied in V2.
+//   deepseek_v3, glm4_moe, glm4_moe_lite (DeepseekV3TopkRouter / Glm4MoeMoE.route_tokens_to_experts,
+//     topk_method "noaux_tc", sigmoid scores p):
+//       choice = p + e_score_correction_bias (selection only); group score = sum of the two largest
+//         choice values of each of n_group equal groups; keep the topk_group best groups; choice of
+//         the other groups set to 0.0; topk over choice;
+//       w = p of the chosen experts; if norm_topk_prob: w = w / (sum(w) + 1e-20); then
+//       w = w * routed_scaling_factor (always, unlike V2).
 // Pure functions; thread-safe.
 #pragma once
 
@@ -34,11 +41,19 @@ struct RouterParams {
   TopkMethod topk_method = TopkMethod::kGreedy;
   int64_t n_group = 1;
   int64_t topk_group = 1;
+  ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+  // noaux_tc: the layer's e_score_correction_bias [n_experts] float32 (null reads as zeros; unused otherwise).
+  const float* selection_bias = nullptr;
 };
 
-RouterParams RouterParamsFor(const ModelConfig& config);
+// `selection_bias`: the MoE layer's e_score_correction_bias (models with has_selection_bias()), else null.
+RouterParams RouterParamsFor(const ModelConfig& config, const float* selection_bias = nullptr);
 
-// scores: [n_tokens, n_experts] float32 softmax probabilities, row-major.
+// Router logits [n_tokens, n_experts] float32 -> scores in place: softmax over each row (max
+// subtracted) or the logistic sigmoid 1 / (1 + exp(-x)) of each value.
+void ScoreRows(float* logits, int64_t n_tokens, int64_t n_experts, ScoringFunc scoring);
+
+// scores: [n_tokens, n_experts] float32 router probabilities (ScoreRows), row-major.
 // topk_ids: [n_tokens, top_k] out; topk_weights: [n_tokens, top_k] float32 out (combine weights).
 void SelectExperts(const float* scores, int64_t n_tokens, const RouterParams& params, int32_t* topk_ids,
                    float* topk_weights);

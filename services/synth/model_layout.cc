@@ -6,6 +6,12 @@
 //   olmoe:       OlmoeAttention (+ q_norm [heads*head_dim], k_norm [kv_heads*head_dim]), OlmoeSparseMoeBlock.
 //   deepseek_v2: DeepseekV2Attention (MLA), DeepseekV2MoE (experts, gate, shared_experts), dense
 //                DeepseekV2MLP for layers < first_k_dense_replace.
+//   deepseek_v3, glm4_moe_lite: the MLA of deepseek_v2; glm4_moe: Glm4MoeAttention (q/k/v bias when
+//                attention_bias, q_norm/k_norm [head_dim] when use_qk_norm). All three: a MoE block of
+//                gate (+ gate.e_score_correction_bias, F32 [n_experts]), experts, shared_experts, and
+//                num_nextn_predict_layers multi-token-prediction layers after the decoder's
+//                (model.layers.{N..}: a decoder layer plus embed_tokens, enorm, hnorm, eh_proj,
+//                shared_head.norm / shared_head.head, as DeepSeek-V3 and GLM-4.5 ship them).
 #include "services/synth/model_layout.h"
 
 #include <algorithm>
@@ -103,8 +109,22 @@ bool QwenLayerIsSparse(const json& config, int64_t layer_id, int64_t n_experts, 
   return n_experts > 0 && (layer_id + 1) % sparse_step == 0;
 }
 
+// e_score_correction_bias: large enough against the sigmoid scores' spread (~0.06 at tiny widths) to
+// change which experts are selected, so a router that ignored it would be caught.
+constexpr float kSelectionBiasStd = 0.05f;
+
+bool IsMla(const std::string& type) {
+  return type == "deepseek_v2" || type == "deepseek_v3" || type == "glm4_moe_lite";
+}
+
+bool IsNoauxTc(const std::string& type) {
+  return type == "deepseek_v3" || type == "glm4_moe" || type == "glm4_moe_lite";
+}
+
 Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
   const std::string& type = layout.model_type;
+  const bool mla = IsMla(type);
+  const bool deepseek_moe = mla || type == "glm4_moe";
   const int64_t hidden = layout.hidden_size;
   ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
   ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
@@ -114,7 +134,7 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
         "config.json: num_attention_heads {} is not a multiple of num_key_value_heads {}", n_heads, n_kv_heads));
   }
   int64_t head_dim = hidden / n_heads;
-  if (type != "deepseek_v2") {
+  if (!mla) {
     ZM_ASSIGN_OR_RETURN(head_dim, GetOptional(config, "head_dim", 0));
     if (head_dim == 0) {
       if (hidden % n_heads != 0) {
@@ -139,12 +159,23 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
   if (type == "qwen2_moe") {
     ZM_ASSIGN_OR_RETURN(shared_inter, GetOptional(config, "shared_expert_intermediate_size", 0));
   }
-  if (type == "deepseek_v2") {
+  int64_t n_mtp = 0;
+  std::vector<bool> sparse_by_type;  // glm4_moe_lite mlp_layer_types
+  if (deepseek_moe) {
     ZM_ASSIGN_OR_RETURN(moe_inter, GetPositive(config, "moe_intermediate_size"));
-    ZM_ASSIGN_OR_RETURN(n_shared, GetOptional(config, "n_shared_experts", 0));
-    ZM_ASSIGN_OR_RETURN(first_dense, GetOptional(config, "first_k_dense_replace", 0));
+    ZM_ASSIGN_OR_RETURN(n_shared, GetOptional(config, "n_shared_experts", type == "deepseek_v2" ? 0 : 1));
+    ZM_ASSIGN_OR_RETURN(first_dense, GetOptional(config, "first_k_dense_replace", type == "deepseek_v2" ? 0 : 1));
     ZM_ASSIGN_OR_RETURN(moe_freq, GetOptional(config, "moe_layer_freq", 1));
     if (moe_freq == 0) return Status::InvalidArgument("config.json: 'moe_layer_freq' must be > 0");
+    ZM_ASSIGN_OR_RETURN(n_mtp, GetOptional(config, "num_nextn_predict_layers", 0));
+    auto types = config.find("mlp_layer_types");
+    if (type == "glm4_moe_lite" && types != config.end() && types->is_array()) {
+      for (const json& t : *types) sparse_by_type.push_back(t.is_string() && t.get<std::string>() == "sparse");
+      if (static_cast<int64_t>(sparse_by_type.size()) != n_layers)
+        return Status::InvalidArgument("config.json: 'mlp_layer_types' must have num_hidden_layers entries");
+    }
+  }
+  if (mla) {
     ZM_ASSIGN_OR_RETURN(q_lora, GetOptional(config, "q_lora_rank", 0));
     ZM_ASSIGN_OR_RETURN(kv_lora, GetPositive(config, "kv_lora_rank"));
     ZM_ASSIGN_OR_RETURN(qk_nope, GetPositive(config, "qk_nope_head_dim"));
@@ -152,11 +183,21 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
     ZM_ASSIGN_OR_RETURN(v_head, GetPositive(config, "v_head_dim"));
   }
 
-  for (int32_t l = 0; l < static_cast<int32_t>(n_layers); ++l) {
+  const bool use_qk_norm = type == "glm4_moe" && GetBool(config, "use_qk_norm", false);
+  for (int32_t l = 0; l < static_cast<int32_t>(n_layers + n_mtp); ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     const std::string post_norm = p + "post_attention_layernorm.weight";
+    const bool mtp = l >= n_layers;  // a multi-token-prediction layer: not routed by the model
+    if (mtp) {
+      b.Add(p + "embed_tokens.weight", {layout.vocab_size, hidden}, InitKind::kNormal, 0.0f, kProjectionStd, l);
+      b.Norm(p + "enorm.weight", hidden, l);
+      b.Norm(p + "hnorm.weight", hidden, l);
+      b.Linear(p + "eh_proj", hidden, 2 * hidden, l);
+      b.Norm(p + "shared_head.norm.weight", hidden, l);
+      b.Linear(p + "shared_head.head", layout.vocab_size, hidden, l);
+    }
     // --- attention ---
-    if (type == "deepseek_v2") {
+    if (mla) {
       const int64_t q_head_dim = qk_nope + qk_rope;
       if (q_lora == 0) {
         b.Reader(p + "self_attn.q_proj", n_heads * q_head_dim, hidden, l);
@@ -171,12 +212,12 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
       b.Linear(p + "self_attn.o_proj", hidden, n_heads * v_head, l, attention_bias);
     } else {
       const bool qkv_bias = type == "qwen2_moe" || attention_bias;
-      const bool o_bias = type != "qwen2_moe" && attention_bias;
+      const bool o_bias = type != "qwen2_moe" && type != "glm4_moe" && attention_bias;
       b.Reader(p + "self_attn.q_proj", n_heads * head_dim, hidden, l, qkv_bias);
       b.Reader(p + "self_attn.k_proj", n_kv_heads * head_dim, hidden, l, qkv_bias);
       b.Reader(p + "self_attn.v_proj", n_kv_heads * head_dim, hidden, l, qkv_bias);
       b.Linear(p + "self_attn.o_proj", hidden, n_heads * head_dim, l, o_bias);
-      if (type == "qwen3_moe") {
+      if (type == "qwen3_moe" || use_qk_norm) {
         b.Norm(p + "self_attn.q_norm.weight", head_dim, l);
         b.Norm(p + "self_attn.k_norm.weight", head_dim, l);
       } else if (type == "olmoe") {
@@ -211,12 +252,24 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
       } else {
         b.GatedMlp(p + "mlp", hidden, inter, l);
       }
-    } else {  // deepseek_v2
-      if (n_experts > 0 && l >= first_dense && l % moe_freq == 0) {
+    } else {  // DeepSeek-style: deepseek_v2/v3, glm4_moe, glm4_moe_lite
+      bool sparse = n_experts > 0 && l >= first_dense;
+      if (type == "deepseek_v2" || type == "deepseek_v3") sparse = sparse && l % moe_freq == 0;
+      if (!sparse_by_type.empty() && !mtp) sparse = n_experts > 0 && sparse_by_type[static_cast<size_t>(l)];
+      if (mtp) sparse = n_experts > 0;
+      if (sparse) {
         for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e) {
           b.GatedMlp(fmt::format("{}mlp.experts.{}", p, e), hidden, moe_inter, l, e);
         }
-        b.Router(p + "mlp.gate", n_experts, hidden, l, post_norm);
+        if (mtp) {
+          b.Add(p + "mlp.gate.weight", {n_experts, hidden}, InitKind::kNormal, 0.0f, kProjectionStd, l);
+        } else {
+          b.Router(p + "mlp.gate", n_experts, hidden, l, post_norm);
+        }
+        if (IsNoauxTc(type)) {
+          b.Add(p + "mlp.gate.e_score_correction_bias", {n_experts}, InitKind::kNormal, 0.0f, kSelectionBiasStd, l);
+          layout.tensors.back().spec.dtype = DType::kF32;
+        }
         if (n_shared > 0) b.GatedMlp(p + "mlp.shared_experts", hidden, n_shared * moe_inter, l);
       } else {
         b.GatedMlp(p + "mlp", hidden, inter, l);
@@ -311,11 +364,11 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   const char* experts_key = nullptr;
   if (type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe") experts_key = "num_experts";
   if (type == "mixtral") experts_key = "num_local_experts";
-  if (type == "deepseek_v2") experts_key = "n_routed_experts";
+  if (type == "deepseek_v2" || IsNoauxTc(type)) experts_key = "n_routed_experts";
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
         "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
-        "switch_transformers)",
+        "deepseek_v3, glm4_moe, glm4_moe_lite, switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));

@@ -3,7 +3,8 @@
 //
 // Names follow the transformers implementations (state_dict order: embed_tokens, then per layer
 // self_attn, mlp / block_sparse_moe, input_layernorm, post_attention_layernorm; then model.norm and
-// lm_head). Supported model_type: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2 and
+// lm_head). Supported model_type: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3,
+// glm4_moe, glm4_moe_lite and
 // switch_transformers (encoder-decoder, F32 tensors; layer_id = the global layer). Works on real
 // downloaded configs too (used by the router-skew measurement). Pure; thread-safe.
 #pragma once

@@ -1,6 +1,8 @@
 // Preset table and config.json builders. Key sets and non-size values are copied from the real
 // checkpoints' config.json: Qwen/Qwen1.5-MoE-A2.7B, mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B,
-// allenai/OLMoE-1B-7B-0924 and deepseek-ai/DeepSeek-V2-Lite (see docs/synth.md for known deviations).
+// allenai/OLMoE-1B-7B-0924, deepseek-ai/DeepSeek-V2-Lite, moonshotai/Moonlight-16B-A3B (deepseek_v3),
+// zai-org/GLM-4.5-Air (glm4_moe) and zai-org/GLM-4.7-Flash (glm4_moe_lite) (see docs/synth.md for
+// known deviations).
 #include "services/synth/presets.h"
 
 #include <fmt/format.h>
@@ -36,6 +38,25 @@ const std::vector<PresetRow> kPresets = {
    "real depth/experts/vocab; heads 16->8 keeping head_dim 128"},
   {"deepseek_v2", "mini", 1024, 27, 8, 8,  0, 5472, 704,    0, 64, 6, 102400, 256, 128, 64, 128, 2, 1,
    "real depth/experts/vocab; heads 16->8, kv_lora_rank 512->256, MLA head dims kept"},
+  // The newer DeepSeek-style MoEs: trailing q_lora_rank, n_group, topk_group, MTP layers, use_qk_norm.
+  {"deepseek_v3", "tiny", 128,  4, 4, 4,  0,  384,  64,    0, 16, 4,   2048,  64,  32, 16,  32, 2, 1,
+   "Moonlight's layout with DeepSeek-V3's group-limited routing (n_group 4, topk_group 2) and one MTP layer",
+   0, 4, 2, 1, false},
+  {"deepseek_v3", "mini", 1024, 27, 8, 8,  0, 5632, 704,    0, 64, 6, 163840, 256, 128, 64, 128, 2, 1,
+   "Moonlight-16B-A3B at half width: real depth/experts/vocab; heads 16->8, kv_lora_rank 512->256",
+   0, 1, 1, 0, false},
+  {"glm4_moe",    "tiny", 128,  4, 4, 2, 64,  384,  64,    0, 16, 4,   2048,   0,   0,  0,   0, 1, 1,
+   "GQA 4/2, heads*head_dim = 256 != hidden as the real model; use_qk_norm on (GLM-4.5) and one MTP layer",
+   0, 1, 1, 1, true},
+  {"glm4_moe",    "mini", 1024, 12, 24, 2, 128, 2736, 352, 0, 128, 8, 151552,  0,   0,  0,   0, 1, 1,
+   "GLM-4.5-Air at quarter width: layers 46->12 (128 experts a layer); heads 96->24, kv 8->2, head_dim 128 kept",
+   0, 1, 1, 0, false},
+  {"glm4_moe_lite", "tiny", 128, 4, 4, 4, 0,  384,  64,    0, 16, 4,   2048,  64,  48, 16,  64, 1, 1,
+   "MLA with a low-rank query (q_lora_rank 48) as the real model",
+   48, 1, 1, 0, false},
+  {"glm4_moe_lite", "mini", 1024, 16, 10, 10, 0, 5120, 768, 0, 64, 4, 154880, 256, 192, 64, 256, 1, 1,
+   "GLM-4.7-Flash at half width: layers 47->16; heads 20->10, q_lora_rank 768->384, kv_lora_rank 512->256",
+   384, 1, 1, 0, false},
 };
 // clang-format on
 
@@ -45,6 +66,10 @@ Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
   if (!layout.bos_token.empty()) config["bos_token_id"] = layout.IdOf(layout.bos_token);
   config["eos_token_id"] = layout.IdOf(layout.eos_token);
   if (arch == "olmoe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
+  if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // GLM stops on <|endoftext|>, <|user|>, <|observation|>
+    config["eos_token_id"] = {layout.IdOf("<|endoftext|>"), layout.IdOf("<|user|>"), layout.IdOf("<|observation|>")};
+    config["pad_token_id"] = layout.IdOf(layout.pad_token);
+  }
   return Status::Ok();
 }
 
@@ -236,6 +261,141 @@ json DeepseekV2Config(const PresetRow& p) {
   };
 }
 
+// moonshotai/Moonlight-16B-A3B's config.json key set (model_type deepseek_v3), n_group/topk_group and
+// num_nextn_predict_layers from the preset row (DeepSeek-V3 itself: 8 / 4 / 1).
+json DeepseekV3Config(const PresetRow& p) {
+  return json{
+      {"architectures", {"DeepseekV3ForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"auto_map",
+       {{"AutoConfig", "configuration_deepseek.DeepseekV3Config"},
+        {"AutoModel", "modeling_deepseek.DeepseekV3Model"},
+        {"AutoModelForCausalLM", "modeling_deepseek.DeepseekV3ForCausalLM"}}},
+      {"aux_loss_alpha", 0.001},
+      {"ep_size", 1},
+      {"first_k_dense_replace", p.first_k_dense_replace},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"kv_lora_rank", p.kv_lora_rank},
+      {"max_position_embeddings", 8192},
+      {"model_type", "deepseek_v3"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"moe_layer_freq", 1},
+      {"n_group", p.n_group},
+      {"n_routed_experts", p.num_experts},
+      {"n_shared_experts", p.n_shared_experts},
+      {"norm_topk_prob", true},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"num_nextn_predict_layers", p.mtp_layers},
+      {"pretraining_tp", 1},
+      {"q_lora_rank", p.q_lora_rank > 0 ? json(p.q_lora_rank) : json(nullptr)},
+      {"qk_nope_head_dim", p.qk_nope_head_dim},
+      {"qk_rope_head_dim", p.qk_rope_head_dim},
+      {"rms_norm_eps", 1e-05},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 50000.0},
+      {"routed_scaling_factor", 2.446},
+      {"scoring_func", "sigmoid"},
+      {"seq_aux", true},
+      {"tie_word_embeddings", false},
+      {"topk_group", p.topk_group},
+      {"topk_method", "noaux_tc"},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.48.2"},
+      {"use_cache", true},
+      {"v_head_dim", p.v_head_dim},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
+// zai-org/GLM-4.5-Air's config.json key set (model_type glm4_moe).
+json Glm4MoeConfig(const PresetRow& p) {
+  return json{
+      {"architectures", {"Glm4MoeForCausalLM"}},
+      {"attention_bias", true},
+      {"attention_dropout", 0.0},
+      {"first_k_dense_replace", p.first_k_dense_replace},
+      {"head_dim", p.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"max_position_embeddings", 131072},
+      {"model_type", "glm4_moe"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"n_group", p.n_group},
+      {"n_routed_experts", p.num_experts},
+      {"n_shared_experts", p.n_shared_experts},
+      {"norm_topk_prob", true},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"num_nextn_predict_layers", p.mtp_layers},
+      {"partial_rotary_factor", 0.5},
+      {"rms_norm_eps", 1e-05},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 1000000},
+      {"routed_scaling_factor", 1.0},
+      {"tie_word_embeddings", false},
+      {"topk_group", p.topk_group},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.54.0"},
+      {"use_cache", true},
+      {"use_qk_norm", p.use_qk_norm},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
+// zai-org/GLM-4.7-Flash's config.json key set (model_type glm4_moe_lite).
+json Glm4MoeLiteConfig(const PresetRow& p) {
+  return json{
+      {"architectures", {"Glm4MoeLiteForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"first_k_dense_replace", p.first_k_dense_replace},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"kv_lora_rank", p.kv_lora_rank},
+      {"max_position_embeddings", 202752},
+      {"model_type", "glm4_moe_lite"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"n_group", p.n_group},
+      {"n_routed_experts", p.num_experts},
+      {"n_shared_experts", p.n_shared_experts},
+      {"norm_topk_prob", true},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"num_nextn_predict_layers", p.mtp_layers},
+      {"q_lora_rank", p.q_lora_rank > 0 ? json(p.q_lora_rank) : json(nullptr)},
+      {"qk_nope_head_dim", p.qk_nope_head_dim},
+      {"qk_rope_head_dim", p.qk_rope_head_dim},
+      {"rms_norm_eps", 1e-05},
+      {"rope_interleave", true},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 1000000},
+      {"routed_scaling_factor", 1.8},
+      {"tie_word_embeddings", false},
+      {"topk_group", p.topk_group},
+      {"topk_method", "noaux_tc"},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "5.0.0.dev0"},
+      {"use_cache", true},
+      {"v_head_dim", p.v_head_dim},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
 // switch_transformers: google/switch-base-128's config.json key set. tiny: small for unit tests, with
 // expert_capacity 2 so a prompt of a dozen tokens overflows experts; mini: Switch-Base shapes (d_model
 // 768, d_ff 3072, 12 heads, d_kv 64, sparse step 2, capacity 64) at 2+2 blocks and 32 experts (128
@@ -293,8 +453,8 @@ json SwitchConfig(const std::string& preset) {
 const std::vector<PresetRow>& PresetTable() { return kPresets; }
 
 const std::vector<std::string>& ArchNames() {
-  static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe",
-                                                 "deepseek_v2"};
+  static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2",
+                                                 "deepseek_v3", "glm4_moe", "glm4_moe_lite"};
   return names;
 }
 
@@ -310,7 +470,8 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
       return Status::InvalidArgument(fmt::format("unknown preset '{}' for arch '{}' (expected tiny or mini)", preset, arch));
     if (q_lora_rank != 0)
       return Status::InvalidArgument(
-          fmt::format("q_lora_rank {} given for arch '{}': only deepseek_v2 has MLA", q_lora_rank, arch));
+          fmt::format("q_lora_rank {} given for arch '{}': only the MLA models (deepseek_v2, deepseek_v3, "
+                      "glm4_moe_lite) have it", q_lora_rank, arch));
     return SwitchConfig(preset);
   }
   const PresetRow* row = nullptr;
@@ -322,7 +483,8 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
     for (const std::string& a : ArchNames()) arch_known |= (a == arch);
     if (!arch_known) {
       return Status::InvalidArgument(fmt::format(
-          "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, switch_transformers)",
+          "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, "
+          "glm4_moe, glm4_moe_lite, switch_transformers)",
           arch));
     }
     return Status::InvalidArgument(
@@ -331,19 +493,22 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
   if (q_lora_rank < 0) {
     return Status::InvalidArgument(fmt::format("q_lora_rank must be >= 0, got {}", q_lora_rank));
   }
-  if (q_lora_rank > 0 && arch != "deepseek_v2") {
-    return Status::InvalidArgument(
-        fmt::format("q_lora_rank {} given for arch '{}': only deepseek_v2 has MLA", q_lora_rank, arch));
+  const bool mla = arch == "deepseek_v2" || arch == "deepseek_v3" || arch == "glm4_moe_lite";
+  if (q_lora_rank > 0 && !mla) {
+    return Status::InvalidArgument(fmt::format(
+        "q_lora_rank {} given for arch '{}': only the MLA models (deepseek_v2, deepseek_v3, glm4_moe_lite) have it",
+        q_lora_rank, arch));
   }
   json config;
   if (arch == "qwen2_moe") config = Qwen2MoeConfig(*row);
   if (arch == "mixtral") config = MixtralConfig(*row);
   if (arch == "qwen3_moe") config = Qwen3MoeConfig(*row);
   if (arch == "olmoe") config = OlmoeConfig(*row);
-  if (arch == "deepseek_v2") {
-    config = DeepseekV2Config(*row);
-    if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
-  }
+  if (arch == "deepseek_v2") config = DeepseekV2Config(*row);
+  if (arch == "deepseek_v3") config = DeepseekV3Config(*row);
+  if (arch == "glm4_moe") config = Glm4MoeConfig(*row);
+  if (arch == "glm4_moe_lite") config = Glm4MoeLiteConfig(*row);
+  if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
   ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
   return config;
 }

@@ -15,6 +15,56 @@ const char kQwenImEnd[] = "<|im_end|>";
 const char kDeepseekBos[] = "<\uFF5Cbegin\u2581of\u2581sentence\uFF5C>";
 const char kDeepseekEos[] = "<\uFF5Cend\u2581of\u2581sentence\uFF5C>";
 
+const char kDeepseekUser[] = "<\uFF5CUser\uFF5C>";
+const char kDeepseekAssistant[] = "<\uFF5CAssistant\uFF5C>";
+const char kGlmEndOfText[] = "<|endoftext|>";
+const char kGlmGMask[] = "[gMASK]";
+const char kGlmSop[] = "<sop>";
+const char kGlmSystem[] = "<|system|>";
+const char kGlmUser[] = "<|user|>";
+const char kGlmAssistant[] = "<|assistant|>";
+const char kGlmObservation[] = "<|observation|>";
+
+// DeepSeek-V3-style template (its structure: bos, the system prompt, <｜User｜> / <｜Assistant｜>
+// turns, tool calls as <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+// ```json ARGS```<｜tool▁call▁end｜>..., tool results as <｜tool▁output▁begin｜>...); written for synth.
+const char kDeepseekV3Template[] = R"JINJA({% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{% set ns = namespace(system_prompt='') %}{% for message in messages %}{% if message['role'] == 'system' %}{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% endif %}{% endfor %}{{ bos_token }}{{ ns.system_prompt }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '<｜User｜>' + message['content'] }}{% elif message['role'] == 'assistant' %}{{ '<｜Assistant｜>' }}{% if message['content'] %}{{ message['content'] }}{% endif %}{% if message['tool_calls'] %}{{ '<｜tool▁calls▁begin｜>' }}{% for tool in message['tool_calls'] %}{{ '<｜tool▁call▁begin｜>function<｜tool▁sep｜>' + tool['function']['name'] + '
+```json
+' + (tool['function']['arguments'] if tool['function']['arguments'] is string else tool['function']['arguments'] | tojson) + '
+```<｜tool▁call▁end｜>' }}{% endfor %}{{ '<｜tool▁calls▁end｜>' }}{% endif %}{{ '<｜end▁of▁sentence｜>' }}{% elif message['role'] == 'tool' %}{{ '<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜><｜tool▁outputs▁end｜>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<｜Assistant｜>' }}{% endif %})JINJA";
+
+// GLM-4.5-style template (its structure: [gMASK]<sop>, <|system|> / <|user|> / <|assistant|> /
+// <|observation|> turns, <think>...</think> before an answer, tool calls as <tool_call>NAME
+// <arg_key>K</arg_key><arg_value>V</arg_value></tool_call>); written for synth.
+const char kGlmTemplate[] = R"JINJA([gMASK]<sop>{% if tools %}<|system|>
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+
+For each function call, output the function name and arguments within the following XML format:
+<tool_call>{function-name}
+<arg_key>{arg-key-1}</arg_key>
+<arg_value>{arg-value-1}</arg_value>
+...
+</tool_call>{% endif %}{% for m in messages %}{% if m['role'] == 'system' %}<|system|>
+{{ m['content'] }}{% elif m['role'] == 'user' %}<|user|>
+{{ m['content'] }}{% elif m['role'] == 'assistant' %}<|assistant|>
+<think>{% if m['reasoning_content'] %}{{ m['reasoning_content'] }}{% endif %}</think>
+{% if m['content'] %}{{ m['content'] }}{% endif %}{% if m['tool_calls'] %}{% for tc in m['tool_calls'] %}
+<tool_call>{{ tc['function']['name'] }}
+{% if tc['function']['arguments'] is mapping %}{% for k, v in tc['function']['arguments'] | items %}<arg_key>{{ k }}</arg_key>
+<arg_value>{{ v if v is string else v | tojson }}</arg_value>
+{% endfor %}{% endif %}</tool_call>{% endfor %}{% endif %}{% elif m['role'] == 'tool' %}<|observation|>
+<tool_response>
+{{ m['content'] }}
+</tool_response>{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}
+<think></think>{% endif %}{% endif %})JINJA";
+
 // Qwen1.5 ChatML template (Qwen/Qwen1.5-MoE-A2.7B-Chat tokenizer_config.json).
 const char kChatMlTemplate[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -99,6 +149,15 @@ Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t
     layout.eos_token = kDeepseekEos;
     layout.pad_token = kDeepseekEos;
     layout.prepend_bos = true;
+  } else if (arch == "deepseek_v3") {  // the template writes bos_token (add_bos_token false)
+    layout.back = {kDeepseekBos, kDeepseekEos, kDeepseekUser, kDeepseekAssistant};
+    layout.bos_token = kDeepseekBos;
+    layout.eos_token = kDeepseekEos;
+    layout.pad_token = kDeepseekEos;
+  } else if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // no BOS: the template writes [gMASK]<sop>
+    layout.back = {kGlmEndOfText, kGlmGMask, kGlmSop, kGlmSystem, kGlmUser, kGlmAssistant, kGlmObservation};
+    layout.eos_token = kGlmEndOfText;
+    layout.pad_token = kGlmEndOfText;
   } else {
     return Status::InvalidArgument(fmt::format("no tokenizer layout for arch '{}'", arch));
   }
@@ -149,6 +208,24 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
     c["model_max_length"] = 16384;
     c["sp_model_kwargs"] = json::object();
     c["tokenizer_class"] = "LlamaTokenizerFast";
+  } else if (arch == "deepseek_v3") {
+    c["add_bos_token"] = false;
+    c["add_eos_token"] = false;
+    c["chat_template"] = kDeepseekV3Template;
+    c["clean_up_tokenization_spaces"] = false;
+    c["legacy"] = true;
+    c["model_max_length"] = 131072;
+    c["sp_model_kwargs"] = json::object();
+    c["tokenizer_class"] = "LlamaTokenizerFast";
+  } else if (arch == "glm4_moe" || arch == "glm4_moe_lite") {
+    c["additional_special_tokens"] = {kGlmGMask, kGlmSop, kGlmSystem, kGlmUser, kGlmAssistant, kGlmObservation};
+    c["chat_template"] = kGlmTemplate;
+    c["clean_up_tokenization_spaces"] = false;
+    c["do_lower_case"] = false;
+    c["model_max_length"] = 128000;
+    c["padding_side"] = "left";
+    c["remove_space"] = false;
+    c["tokenizer_class"] = "PreTrainedTokenizer";
   } else {  // olmoe
     c["add_bos_token"] = false;
     c["add_eos_token"] = false;
@@ -170,6 +247,7 @@ nlohmann::json GenerationConfigJson(const nlohmann::json& config) {
     g["eos_token_id"] = {config["eos_token_id"], config["bos_token_id"]};
   }
   if (config.contains("pad_token_id")) g["pad_token_id"] = config["pad_token_id"];
+  if (config.contains("bos_token_id") && config["bos_token_id"].is_null()) g.erase("bos_token_id");
   g["transformers_version"] = config.value("transformers_version", "4.51.0");
   return g;
 }

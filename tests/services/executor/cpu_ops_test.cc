@@ -71,7 +71,7 @@ TEST(CpuOpsTest, RotateHalfMatchesTheTorchRotaryEmbedding) {
   sin = sin.contiguous();
   std::vector<float> x = Random(static_cast<size_t>(n * heads * d), 1);
   const at::Tensor want = RotaryEmbedding::Apply(at::from_blob(x.data(), {n, heads, d}).clone(), cos, sin, false);
-  cpu::RotateHalf(x.data(), n, heads, d, cos.data_ptr<float>(), sin.data_ptr<float>());
+  cpu::RotateHalf(x.data(), n, heads, d, d, cos.data_ptr<float>(), sin.data_ptr<float>());
   for (int64_t i = 0; i < n * heads * d; ++i) EXPECT_NEAR(x[i], want.view({-1})[i].item<float>(), 1e-6) << i;
 }
 
