@@ -551,9 +551,9 @@ def v3_model_checks(t, label, cfg, m, d1, tensors, dtypes, ids, full, scale, wor
     """deepseek_v3 / glm4_moe / glm4_moe_lite: the bias and the groups change the routing, MTP layers are
     not read, an FP8 checkpoint equals the F32 checkpoint of its weights dequantized independently."""
     moe_layers = [i for i in range(m.n_layers) if m.is_moe_layer(i)]
-    t.check(bool(moe_layers) and any(not m.is_moe_layer(i) for i in range(m.n_layers)) == (
-        any(n.startswith("model.layers.") and n.endswith(".mlp.gate_proj.weight") for n in tensors)),
-        f"{label}: MoE layers {moe_layers} match the dense mlp tensors")
+    dense = [i for i in range(m.n_layers) if f"model.layers.{i}.mlp.gate_proj.weight" in tensors]
+    t.check(bool(moe_layers) and dense == [i for i in range(m.n_layers) if i not in moe_layers],
+            f"{label}: MoE layers {moe_layers}, dense layers {dense}")
     if m.router == "noaux_tc":
         m2 = ref.Model(d1)
         for i in moe_layers:

@@ -8,7 +8,6 @@ quant_method "fp8") are dequantized exactly to float32.
 import json
 import math
 import os
-import re
 import struct
 
 import numpy as np
