@@ -7,15 +7,16 @@
       each logits file is compared with the reference forward over the full fed sequence (prompt +
       the greedy tokens fed back, read from the argmax of the rows themselves):
       max|zipmoe - ref| <= 1e-4 * max|ref| per row. Exit 1 on any failure (arch, dir kind, row named).
-      Three synth variants follow the five presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded,
+      Three synth variants follow the eight presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded,
       mixtral --router-skew); --base-only skips them.
 
   check_logits.py --self-test [--arch ...]
       Internal consistency of the reference without zipmoe: known-answer checks of its helpers
-      (rmsnorm, rope, de-interleave, yarn, routing, bf16, safetensors), and, on small checkpoints
-      written here in exact HF layout (several config variants per arch): layout check, vectorised
-      pass == independent slow token-by-token pass, causality (prefix logits == first rows),
-      sharded == single-file checkpoint, and the CLI output file.
+      (rmsnorm, rope, partial rope, de-interleave, yarn, routing incl. the noaux_tc router, bf16, the
+      e4m3 decoder, FP8 dequantization, safetensors), and, on small checkpoints written here in exact
+      HF layout (several config variants per arch, FP8 ones too): layout check, vectorised pass ==
+      independent slow token-by-token pass, causality (prefix logits == first rows), sharded ==
+      single-file checkpoint, and the CLI output file.
 
 Run with Debian's /usr/bin/python3 (needs python3-numpy).
 """
@@ -34,12 +35,12 @@ from check_logits_selftest import run_self_test  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--zipmoe", help="path of the zipmoe binary")
-    ap.add_argument("--arch", action="append", help="architecture(s), comma-separated or repeated (default all 5)")
+    ap.add_argument("--arch", action="append", help="architecture(s), comma-separated or repeated (default all 8)")
     ap.add_argument("--seed", type=int, default=7, help="zipmoe synth seed")
     ap.add_argument("--threads", type=int, default=2, help="zipmoe generate --threads")
     ap.add_argument("--work-dir", help="keep everything in this dir instead of a temp dir")
     ap.add_argument("--keep", action="store_true", help="do not delete the temp dir")
-    ap.add_argument("--base-only", action="store_true", help="only the five tiny presets, no synth variants")
+    ap.add_argument("--base-only", action="store_true", help="only the tiny presets, no synth variants")
     ap.add_argument("--self-test", action="store_true", help="check the reference itself (no zipmoe needed)")
     ap.add_argument("--model-dir", action="append",
                     help="also check this existing HF model directory (e.g. the shipped models/qwen2moe-debian-18m)")

@@ -14,8 +14,9 @@ import numpy as np
 
 import moe_reference as ref
 
-ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"]
-# Extra synth variants run after the five base cases (skip with --base-only): (label, arch, synth args).
+ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite"]
+# Extra synth variants run after the base cases, one per arch of ARCHS (skip with --base-only): (label, arch,
+# synth args). The deepseek_v3 / glm4_moe / glm4_moe_lite presets have none yet.
 VARIANTS = [
     ("deepseek_v2+q_lora", "deepseek_v2", ["--q-lora-rank", "48"]),   # q_a_proj/q_a_layernorm/q_b_proj
     ("qwen3_moe+sharded", "qwen3_moe", ["--shard-size", "2M"]),        # index.json + several shards

@@ -6,6 +6,7 @@ pass, causality, sharded == single file, and the CLI output file.
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -136,6 +137,122 @@ def known_answer_tests(t):
     k2 = np.zeros((2, 1, 2), dtype=np.float32)
     v2 = np.array([[[1.0, 1.0]], [[5.0, 5.0]]], dtype=np.float32)
     t.close(ref.attention(q4, k2, v2, 1.0), [[1, 1, 1, 1, 5, 5, 5, 5]], "GQA head mapping")
+    known_answer_tests_v3(t)
+
+
+def e4m3_by_ldexp(code):
+    """E4M3 decoded from the OCP FP8 definition with math.ldexp (independent of the reader's bit tricks)."""
+    sign = -1.0 if code & 0x80 else 1.0
+    e, m = (code >> 3) & 0xF, code & 0x7
+    if e == 15 and m == 7:
+        return float("nan")
+    if e == 0:
+        return sign * math.ldexp(m, -9)          # subnormal: m/8 * 2^(1-7)
+    return sign * math.ldexp(8 + m, e - 10)      # normal: (1 + m/8) * 2^(e-7)
+
+
+def known_answer_tests_v3(t):
+    """DeepSeek-V3 / GLM-4.5: the noaux_tc router, transformers' YaRN, partial rotary, FP8 E4M3."""
+    # noaux_tc, bias changes the choice: scores [.9 .8 .7 .1] + bias [0 0 .3 0] -> choice [.9 .8 1.0 .1]:
+    # experts 2 then 0 (not 1), weights from the UNBIASED scores [.7 .9]; norm: /1.6; always x scaling 2.
+    sc = np.array([[0.9, 0.8, 0.7, 0.1]], dtype=np.float32)
+    bias = np.array([0.0, 0.0, 0.3, 0.0], dtype=np.float32)
+    idx, w = ref.select_experts_noaux_tc(sc, bias, 2, 1, 1, True, 2.0)
+    t.check(idx.tolist() == [[2, 0]], f"noaux_tc: the bias changes the choice to experts [2, 0] (got {idx.tolist()})")
+    t.close(w, [[0.7 / 1.6 * 2.0, 0.9 / 1.6 * 2.0]], "noaux_tc: unbiased weights, normalised, then x routed_scaling_factor")
+    t.close(ref.select_experts_noaux_tc(sc, bias, 2, 1, 1, False, 2.0)[1], [[1.4, 1.8]],
+            "noaux_tc: no norm -> unbiased scores x routed_scaling_factor")
+    idx, _ = ref.select_experts_noaux_tc(sc, np.zeros(4, dtype=np.float32), 2, 1, 1, True, 1.0)
+    t.check(idx.tolist() == [[0, 1]], "noaux_tc: zero bias picks the top scores")
+    # top_k 1 with norm_topk_prob: w = s/(s + 1e-20) = 1, then x 2.5 (the V2 rule would give s x 2.5).
+    t.close(ref.select_experts_noaux_tc(np.array([[0.3, 0.6]], dtype=np.float32), np.zeros(2, dtype=np.float32),
+                                        1, 1, 1, True, 2.5)[1], [[2.5]], "noaux_tc: top_k 1 + norm -> 1 x scaling")
+    # Groups: 8 experts in 4 groups of 2, keep 2 groups, top-3. Group scores are the sums of the two best:
+    # g0 {.9 .1} = 1.0, g1 {.6 .5} = 1.1, g2 {.8 .05} = .85, g3 {.3 .3} = .6 -> keep g1, g0 -> experts 0, 2, 3
+    # (expert 4 = .8 is the second best overall but its group is dropped; a max-per-group rule would keep g2).
+    sc = np.array([[0.9, 0.1, 0.6, 0.5, 0.8, 0.05, 0.3, 0.3]], dtype=np.float32)
+    idx, w = ref.select_experts_noaux_tc(sc, np.zeros(8, dtype=np.float32), 3, 4, 2, False, 1.0)
+    t.check(idx.tolist() == [[0, 2, 3]], f"noaux_tc groups: sum of the top-2 per group (got {idx.tolist()})")
+    t.close(w, [[0.9, 0.6, 0.5]], "noaux_tc groups: weights")
+    # The bias moves the groups: +.7 on expert 5 gives choice .75 there and g2 = .8 + .75 = 1.55: groups g2, g1
+    # are kept, g0 (with the best score .9) is dropped; top-3 choice: 4 (.8), 5 (.75), 2 (.6); weights are the
+    # unbiased scores .8, .05, .6.
+    b5 = np.array([0, 0, 0, 0, 0, 0.7, 0, 0], dtype=np.float32)
+    idx, w = ref.select_experts_noaux_tc(sc, b5, 3, 4, 2, False, 1.0)
+    t.check(idx.tolist() == [[4, 5, 2]], f"noaux_tc groups: the bias selects groups 2 and 1 (got {idx.tolist()})")
+    t.close(w, [[0.8, 0.05, 0.6]], "noaux_tc groups: biased choice, unbiased weights")
+    # The masked value: scores [.9 .1 .3 .2] + bias [.5 -.3 0 0] -> choice [1.4 -.2 .3 .2]; groups {0,1} = 1.2,
+    # {2,3} = .5: group 0 kept. masked_fill 0.0 (transformers' DeepseekV3 / Glm4Moe): [1.4 -.2 0 0] -> top-2 is
+    # expert 0 then a dropped expert at 0.0 (the tie 2/3 goes to the lower index: 2, weight .3); with -inf
+    # (the newest Glm4MoeLite, vLLM) it would be expert 1 (weight .1).
+    sc = np.array([[0.9, 0.1, 0.3, 0.2]], dtype=np.float32)
+    bneg = np.array([0.5, -0.3, 0.0, 0.0], dtype=np.float32)
+    idx, w = ref.select_experts_noaux_tc(sc, bneg, 2, 2, 1, False, 1.0)
+    t.check(idx.tolist() == [[0, 2]], f"noaux_tc: masked experts score 0.0 (got {idx.tolist()})")
+    t.close(w, [[0.9, 0.3]], "noaux_tc: masked 0.0 weights")
+    idx, _ = ref.select_experts_noaux_tc(sc, bneg, 2, 2, 1, False, 1.0, mask_value=-np.inf)
+    t.check(idx.tolist() == [[0, 1]], "noaux_tc: masked -inf keeps the kept group's negative choice")
+    try:
+        ref.select_experts_noaux_tc(np.zeros((1, 6), dtype=np.float32), np.zeros(6, dtype=np.float32), 2, 4, 1,
+                                    True, 1.0)
+        t.check(False, "noaux_tc accepts 6 experts in 4 groups")
+    except ValueError:
+        t.check(True, "noaux_tc rejects uneven groups")
+
+    # transformers' YaRN (DeepSeek-V3 constants: factor 40, mscale = mscale_all_dim = 1, orig 4096): the
+    # inv_freq of DeepSeek-V2's remote YaRN, cos/sin multiplier 1.
+    rs = {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
+          "original_max_position_embeddings": 4096}
+    inv, m = ref.hf_yarn_inv_freq_and_attention_factor(16, 10000, rs, 163840)
+    inv2, _ = ref.deepseek_yarn_inv_freq_and_mscale(16, 10000, rs)
+    t.check(np.array_equal(inv, inv2), "HF yarn inv_freq == DeepSeek-V2 yarn inv_freq (same orig)")
+    t.close(m, 1.0, "HF yarn attention factor (mscale == mscale_all_dim) = 1")
+    # mscale_all_dim 0: HF uses get_mscale(factor) = 1 + 0.1 ln 40 (DeepSeek-V2's remote code: get_mscale(40, .707)).
+    _, m = ref.hf_yarn_inv_freq_and_attention_factor(16, 10000, dict(rs, mscale=0.707, mscale_all_dim=0), 163840)
+    t.close(m, 1 + 0.1 * math.log(40), "HF yarn attention factor, mscale_all_dim 0", rtol=1e-12)
+    _, m = ref.hf_yarn_inv_freq_and_attention_factor(16, 10000, dict(rs, attention_factor=0.75), 163840)
+    t.close(m, 0.75, "HF yarn attention_factor override", rtol=1e-12)
+    # No original_max_position_embeddings: the range uses max_position_embeddings 8192: dim 16, theta 1e4:
+    # low = floor(16 ln(8192/(64 pi)) / (2 ln 1e4)) = 3, high = ceil(16 ln(8192/(2 pi)) / (2 ln 1e4)) = 7.
+    rs2 = {"type": "yarn", "factor": 4}
+    inv, m = ref.hf_yarn_inv_freq_and_attention_factor(16, 10000, rs2, 8192)
+    ramp = [0, 0, 0, 0, 0.25, 0.5, 0.75, 1]
+    want = [10000 ** (-2 * i / 16) for i in range(8)]
+    t.close(inv, [f * (1 - r) + f / 4 * r for f, r in zip(want, ramp)], "HF yarn, orig = max_position_embeddings",
+            rtol=2e-7)
+    t.close(m, 1 + 0.1 * math.log(4), "HF yarn default attention factor", rtol=1e-12)
+    lo = 16 * math.log(8192 / (64 * math.pi)) / (2 * math.log(1e4))
+    hi = 16 * math.log(8192 / (2 * math.pi)) / (2 * math.log(1e4))
+    inv, _ = ref.hf_yarn_inv_freq_and_attention_factor(16, 10000, dict(rs2, truncate=False), 8192)
+    ramp = [min(max((i - lo) / (hi - lo), 0), 1) for i in range(8)]
+    t.close(inv, [f * (1 - r) + f / 4 * r for f, r in zip(want, ramp)], "HF yarn truncate=false", rtol=2e-6)
+
+    # GLM partial rotary: head 8, rotary dim 4 (inv_freq [1, .01]) at position 1: pairs (0,2) and (1,3) rotate,
+    # dims 4..7 pass through.
+    cos, sin = ref.rope_cos_sin([1], ref.rope_inv_freq(4, 10000.0))
+    x = np.array([[[1, 0, 0, 0, 7, 8, 9, 10], [0, 1, 0, 0, 7, 8, 9, 10]]], dtype=np.float32)
+    c1, s1 = math.cos(1), math.sin(1)
+    c01, s01 = math.cos(0.01), math.sin(0.01)
+    t.close(ref.apply_partial_rope(x.transpose(1, 0, 2), cos, sin)[:, 0, :],
+            [[c1, 0, s1, 0, 7, 8, 9, 10], [0, c01, 0, s01, 7, 8, 9, 10]], "partial rope (rotary dim 4 of 8)")
+
+    # FP8 E4M3: all 256 codes against the ldexp definition (NaN at 0x7F / 0xFF, signed zeros).
+    got = ref.e4m3_bits_to_f32(np.arange(256, dtype=np.uint8))
+    want = np.array([e4m3_by_ldexp(c) for c in range(256)], dtype=np.float64)
+    nan_ok = np.array_equal(np.isnan(got), np.isnan(want))
+    fin = ~np.isnan(want)
+    t.check(got.dtype == np.float32 and nan_ok and np.array_equal(got[fin].astype(np.float64), want[fin])
+            and np.array_equal(np.signbit(got[fin]), np.signbit(want[fin])),
+            "e4m3 decoder: all 256 codes equal the ldexp definition")
+    t.check([float(got[c]) for c in (0x01, 0x08, 0x38, 0x7E, 0xB8, 0xFE)] == [2.0 ** -9, 2.0 ** -6, 1.0, 448.0, -1.0,
+                                                                              -448.0], "e4m3 landmarks")
+    t.check(int(np.isnan(got).sum()) == 2 and bool(np.isnan(got[0x7F])) and bool(np.isnan(got[0xFF])),
+            "e4m3: exactly 0x7F and 0xFF are NaN (no infinities)")
+    codes = np.array([c for c in range(256) if c not in (0x7F, 0xFF)], dtype=np.uint8)
+    t.check(np.array_equal(ref.f32_to_e4m3_bits(ref.e4m3_bits_to_f32(codes)), codes), "e4m3 encoder round trip")
+    mid = np.array([1.0625, 1.1875, 2.0 ** -10, 3 * 2.0 ** -10, 1000.0, -1000.0, 464.0], dtype=np.float32)
+    t.check(ref.f32_to_e4m3_bits(mid).tolist() == [0x38, 0x3A, 0x00, 0x02, 0x7E, 0xFE, 0x7E],
+            f"e4m3 encoder: ties to even, saturation (got {[hex(v) for v in ref.f32_to_e4m3_bits(mid)]})")
 
 
 # --- synthetic checkpoints for the self-test, in exact HF layout ---
@@ -189,7 +306,110 @@ def selftest_configs():
          _cfg_common("deepseek_v2", **dict(ds, routed_scaling_factor=2.5, n_shared_experts=0,
                                           rope_scaling=dict(yarn, mscale=1.0, mscale_all_dim=0.5)))),
         ("deepseek_v2/no_rope_scaling", _cfg_common("deepseek_v2", **dict(ds, rope_scaling=None))),
+    ] + selftest_configs_v3()
+
+
+FP8_QUANT = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [16, 16]}
+
+
+def selftest_configs_v3():
+    """deepseek_v3, glm4_moe, glm4_moe_lite. Each has a nonzero random e_score_correction_bias (model_tests
+    checks that it changes the routing) and, where noted, an MTP layer after the last layer."""
+    yarn3 = {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
+             "original_max_position_embeddings": 4096}
+    v3 = dict(intermediate_size=48, moe_intermediate_size=16, kv_lora_rank=24, qk_nope_head_dim=8,
+              qk_rope_head_dim=16, v_head_dim=12, n_routed_experts=8, n_shared_experts=1, first_k_dense_replace=1,
+              moe_layer_freq=1, norm_topk_prob=True, routed_scaling_factor=2.5, scoring_func="sigmoid",
+              topk_method="noaux_tc", n_group=4, topk_group=2, q_lora_rank=20, attention_bias=False,
+              rope_scaling=yarn3, rope_interleave=True, num_key_value_heads=4, num_experts_per_tok=3,
+              num_nextn_predict_layers=1, max_position_embeddings=163840)
+    glm = dict(head_dim=16, num_key_value_heads=2, intermediate_size=48, moe_intermediate_size=16,
+               n_routed_experts=8, n_shared_experts=1, first_k_dense_replace=1, norm_topk_prob=True,
+               routed_scaling_factor=2.5, n_group=1, topk_group=1, attention_bias=True, use_qk_norm=False,
+               partial_rotary_factor=0.5, rope_theta=1e6, rms_norm_eps=1e-5, num_experts_per_tok=3,
+               num_nextn_predict_layers=1)
+    lite = dict(intermediate_size=48, moe_intermediate_size=16, kv_lora_rank=24, qk_nope_head_dim=8,
+                qk_rope_head_dim=16, v_head_dim=12, n_routed_experts=8, n_shared_experts=1, q_lora_rank=20,
+                norm_topk_prob=True, routed_scaling_factor=1.8, n_group=1, topk_group=1, attention_bias=False,
+                rope_interleave=True, rope_theta=1e6, rms_norm_eps=1e-5, num_key_value_heads=4,
+                num_experts_per_tok=3, mlp_layer_types=["dense", "sparse", "sparse"], num_nextn_predict_layers=1)
+    return [
+        ("deepseek_v3", _cfg_common("deepseek_v3", **v3)),
+        ("deepseek_v3/q_lora_null+no_groups+no_norm+no_rope_scaling",
+         _cfg_common("deepseek_v3", **dict(v3, q_lora_rank=None, n_group=1, topk_group=1, norm_topk_prob=False,
+                                          routed_scaling_factor=1.5, n_shared_experts=2, rope_scaling=None,
+                                          num_nextn_predict_layers=0))),
+        ("deepseek_v3/mscale_all_dim0+no_interleave+freq2+dense0",
+         _cfg_common("deepseek_v3", **dict(v3, rope_scaling=dict(yarn3, mscale=0.707, mscale_all_dim=0),
+                                          rope_interleave=False, moe_layer_freq=2, first_k_dense_replace=0,
+                                          num_hidden_layers=4))),
+        ("deepseek_v3/group_limited_greedy+softmax(V2 gate)",
+         _cfg_common("deepseek_v3", **dict(v3, topk_method="group_limited_greedy", scoring_func="softmax",
+                                          norm_topk_prob=False, routed_scaling_factor=2.0))),
+        ("deepseek_v3/fp8", _cfg_common("deepseek_v3", **dict(v3, quantization_config=FP8_QUANT))),
+        ("glm4_moe", _cfg_common("glm4_moe", **glm)),
+        ("glm4_moe/qk_norm+groups+rope_parameters(partial .25)",
+         _cfg_common("glm4_moe", **dict({k: v for k, v in glm.items() if k not in ("partial_rotary_factor",
+                                                                                 "rope_theta")},
+                                        use_qk_norm=True, n_group=4, topk_group=2,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                         "partial_rotary_factor": 0.25}))),
+        ("glm4_moe/defaults(partial .5, head_dim)+no_bias+tied",
+         _cfg_common("glm4_moe", **dict({k: v for k, v in glm.items() if k not in ("partial_rotary_factor",
+                                                                                 "head_dim")},
+                                        attention_bias=False, tie_word_embeddings=True, norm_topk_prob=False,
+                                        n_shared_experts=2, num_nextn_predict_layers=0))),
+        ("glm4_moe/fp8+not_converted_o_proj",
+         _cfg_common("glm4_moe", **dict(glm, use_qk_norm=True, n_group=2, topk_group=1, moe_intermediate_size=24,
+                                        intermediate_size=40,
+                                        quantization_config=dict(FP8_QUANT, modules_to_not_convert=[
+                                            "model.layers.1.self_attn.o_proj"])))),
+        ("glm4_moe_lite", _cfg_common("glm4_moe_lite", **lite)),
+        ("glm4_moe_lite/q_lora_null+first_k_dense2+groups",
+         _cfg_common("glm4_moe_lite", **dict({k: v for k, v in lite.items() if k != "mlp_layer_types"},
+                                             q_lora_rank=None, first_k_dense_replace=2, num_hidden_layers=4,
+                                             n_group=2, topk_group=1, norm_topk_prob=False))),
     ]
+
+
+def fp8_quantize(w, block):
+    """Block-wise E4M3 quantization as DeepSeek-V3's FP8 checkpoints: per [b0, b1] block, scale_inv =
+    amax / 448 and bits = e4m3(w / scale_inv)."""
+    b0, b1 = block
+    o, i = w.shape
+    scale = np.ones((math.ceil(o / b0), math.ceil(i / b1)), dtype=np.float32)
+    bits = np.zeros(w.shape, dtype=np.uint8)
+    for r in range(scale.shape[0]):
+        for c in range(scale.shape[1]):
+            blk = w[r * b0:(r + 1) * b0, c * b1:(c + 1) * b1]
+            amax = float(np.max(np.abs(blk)))
+            scale[r, c] = np.float32(amax / 448.0) if amax > 0 else np.float32(1.0)
+            bits[r * b0:(r + 1) * b0, c * b1:(c + 1) * b1] = ref.f32_to_e4m3_bits(blk / scale[r, c])
+    return bits, scale
+
+
+def fp8_candidate(name, tensors):
+    """The linear weights a real FP8 checkpoint quantizes: 2-D `.weight`s, not embeddings, heads, norms or
+    the router."""
+    leaf = name.split(".")[-2] if name.endswith(".weight") else None
+    return (leaf is not None and tensors[name].ndim == 2 and "norm" not in leaf
+            and leaf not in ("embed_tokens", "lm_head", "head", "gate"))
+
+
+def synth_checkpoint(cfg, rng):
+    """(tensors, dtypes) of a self-test checkpoint: BF16, e_score_correction_bias F32, and for an FP8 config
+    the quantizable weights as F8_E4M3 bits + F32 `_scale_inv` (except modules_to_not_convert)."""
+    tensors = synth_tensors(cfg, rng)
+    dtypes = {n: "F32" for n in tensors if n.endswith("e_score_correction_bias")}
+    q = cfg.get("quantization_config")
+    if q:
+        keep = q.get("modules_to_not_convert") or []
+        for name in sorted(tensors):
+            if fp8_candidate(name, tensors) and not any(k in name for k in keep):
+                bits, scale = fp8_quantize(tensors[name], q["weight_block_size"])
+                tensors[name], tensors[name + "_scale_inv"] = bits, scale
+                dtypes[name], dtypes[name + "_scale_inv"] = "F8_E4M3", "F32"
+    return tensors, dtypes
 
 
 def synth_tensors(cfg, rng):
@@ -206,9 +426,16 @@ def synth_tensors(cfg, rng):
         is_bias = name.endswith(".bias")
         if name == "model.embed_tokens.weight" or name == "lm_head.weight":
             return (V, H)
-        if name == "model.norm.weight" or leaf in ("input_layernorm", "post_attention_layernorm"):
+        if name == "model.norm.weight" or leaf in ("input_layernorm", "post_attention_layernorm", "enorm", "hnorm",
+                                                    "norm"):
             return (H,)
-        if t == "deepseek_v2":
+        if name.endswith("mlp.gate.e_score_correction_bias"):
+            return (cfg["n_routed_experts"],)
+        if leaf == "embed_tokens" or leaf == "head":  # MTP layer: embed_tokens, shared_head.head
+            return (V, H)
+        if leaf == "eh_proj":
+            return (H, 2 * H)
+        if t in ref.MLA_TYPES:
             qh = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
             shapes = {"q_proj": (nh * qh, H), "q_a_proj": (cfg.get("q_lora_rank") or 0, H),
                       "q_a_layernorm": (cfg.get("q_lora_rank") or 0,),
@@ -220,7 +447,7 @@ def synth_tensors(cfg, rng):
         else:
             shapes = {"q_proj": (nh * hd, H), "k_proj": (nkv * hd, H), "v_proj": (nkv * hd, H),
                       "o_proj": (H, nh * hd)}
-            if t == "qwen3_moe":
+            if t in ("qwen3_moe", "glm4_moe"):
                 shapes.update({"q_norm": (hd,), "k_norm": (hd,)})
             if t == "olmoe":
                 shapes.update({"q_norm": (nh * hd,), "k_norm": (nkv * hd,)})
@@ -256,6 +483,13 @@ def synth_tensors(cfg, rng):
         names = ref.Model(tmp).expected_names()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if cfg.get("num_nextn_predict_layers"):
+        # One DeepSeek-V3 / GLM-4.5 MTP layer after the last one: a full decoder layer (a copy of the last
+        # layer's names) plus embed_tokens, enorm, hnorm, eh_proj and shared_head.{norm,head}.
+        n, last = cfg["num_hidden_layers"], f"model.layers.{cfg['num_hidden_layers'] - 1}."
+        names += [f"model.layers.{n}." + x[len(last):] for x in names if x.startswith(last)]
+        names += [f"model.layers.{n}.{x}.weight" for x in ("embed_tokens", "enorm", "hnorm", "eh_proj",
+                                                            "shared_head.norm", "shared_head.head")]
     out = {}
     for name in names:
         s = shape_of(name)
@@ -266,6 +500,10 @@ def synth_tensors(cfg, rng):
             a = 0.2 * rng.standard_normal(s)
         elif name == "model.embed_tokens.weight":
             a = rng.standard_normal(s)
+        elif name.endswith("e_score_correction_bias"):
+            # Large enough to change the selection (model_tests checks that it does), and positive, so that
+            # every biased score stays > 0 and the masked_fill value (0.0 or -inf) cannot matter.
+            a = rng.uniform(0.0, 0.6, s)
         elif leaf == "gate":
             a = 3.0 * rng.standard_normal(s) / math.sqrt(s[1])
         else:
@@ -274,23 +512,127 @@ def synth_tensors(cfg, rng):
     return out
 
 
-def write_checkpoint(d, cfg, tensors, shards=1):
+def write_checkpoint(d, cfg, tensors, shards=1, dtypes=None):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     if shards == 1:
-        ref.write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+        ref.write_safetensors(os.path.join(d, "model.safetensors"), tensors, dtypes=dtypes)
         return
     names = sorted(tensors)
     weight_map = {}
     for s in range(shards):
         fn = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         part = {n: tensors[n] for n in names[s::shards]}
-        ref.write_safetensors(os.path.join(d, fn), part)
+        ref.write_safetensors(os.path.join(d, fn), part, dtypes=dtypes)
         for n in part:
             weight_map[n] = fn
     with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=1)
+
+
+def _dir_name(label):
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", label.replace("/", "__"))
+
+
+def dequantize_independently(bits, scale, block):
+    """w[i, j] = e4m3(bits[i, j]) * scale[i // b0, j // b1], block by block with the ldexp decoder."""
+    lut = np.array([e4m3_by_ldexp(c) for c in range(256)], dtype=np.float64)
+    b0, b1 = block
+    out = np.zeros(bits.shape, dtype=np.float32)
+    for r in range(scale.shape[0]):
+        for c in range(scale.shape[1]):
+            blk = bits[r * b0:(r + 1) * b0, c * b1:(c + 1) * b1]
+            out[r * b0:(r + 1) * b0, c * b1:(c + 1) * b1] = (lut[blk] * float(scale[r, c])).astype(np.float32)
+    return out
+
+
+def v3_model_checks(t, label, cfg, m, d1, tensors, dtypes, ids, full, scale, work):
+    """deepseek_v3 / glm4_moe / glm4_moe_lite: the bias and the groups change the routing, MTP layers are
+    not read, an FP8 checkpoint equals the F32 checkpoint of its weights dequantized independently."""
+    moe_layers = [i for i in range(m.n_layers) if m.is_moe_layer(i)]
+    dense = [i for i in range(m.n_layers) if f"model.layers.{i}.mlp.gate_proj.weight" in tensors]
+    t.check(bool(moe_layers) and dense == [i for i in range(m.n_layers) if i not in moe_layers],
+            f"{label}: MoE layers {moe_layers}, dense layers {dense}")
+    if m.router == "noaux_tc":
+        m2 = ref.Model(d1)
+        for i in moe_layers:
+            name = f"model.layers.{i}.mlp.gate.e_score_correction_bias"
+            t.check(m2.ckpt.dtype(name) == "F32", f"{label}: {name} is stored F32")
+            m2.ckpt._cache[name] = np.zeros(m.n_experts, dtype=np.float32)
+        diff = float(np.max(np.abs(m2.forward(ids) - full)))
+        t.check(diff > 1e-3 * scale, f"{label}: zeroing e_score_correction_bias changes the logits by only {diff:.2e}"
+                                     f" (the bias should change the selection)")
+    if m.n_group > 1 and m.topk_group < m.n_group:
+        m3 = ref.Model(d1)
+        m3.topk_group = m3.n_group
+        diff = float(np.max(np.abs(m3.forward(ids) - full)))
+        t.check(diff > 1e-3 * scale, f"{label}: keeping every group changes the logits by only {diff:.2e} "
+                                     f"(topk_group should limit the selection)")
+    extra = [n for n in m.ckpt.where if m.is_extra_layer_name(n)]
+    if cfg.get("num_nextn_predict_layers"):
+        t.check(len(extra) > 10, f"{label}: the checkpoint holds an MTP layer ({len(extra)} tensors)")
+    t.check(not any(m.is_extra_layer_name(n) for n in m.ckpt.used), f"{label}: an MTP tensor was read")
+    q = cfg.get("quantization_config")
+    if not q:
+        return
+    f8 = sorted(n for n in tensors if dtypes.get(n) == "F8_E4M3")
+    t.check(len(f8) > 10 and all(m.ckpt.dtype(n) == "F8_E4M3" for n in f8), f"{label}: FP8 weights stored F8_E4M3")
+    for k in q.get("modules_to_not_convert") or []:
+        t.check(m.ckpt.dtype(k + ".weight") == "BF16", f"{label}: {k} (modules_to_not_convert) stays BF16")
+    deq = dict(tensors)
+    ddt = dict(dtypes)
+    for n in f8:
+        deq[n] = dequantize_independently(tensors[n], tensors[n + "_scale_inv"], q["weight_block_size"])
+        ddt[n] = "F32"
+        del deq[n + "_scale_inv"], ddt[n + "_scale_inv"]
+    name = f8[len(f8) // 2]
+    t.check(np.array_equal(m.ckpt[name], deq[name]), f"{label}: dequantized {name} differs from the ldexp one")
+    dcfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    d3 = d1 + "__dequantized"
+    write_checkpoint(d3, dcfg, deq, dtypes=ddt)
+    md = ref.Model(d3)
+    md.check_layout()
+    t.check(np.array_equal(md.forward(ids), full), f"{label}: FP8 logits differ from those of the F32 checkpoint "
+                                                   f"of the independently dequantized weights")
+
+
+def fp8_error_tests(t, work):
+    """The FP8 reader on a hand-made [3, 5] weight with [2, 2] blocks, and its errors."""
+    codes = np.array([[0x38, 0x40, 0xB8, 0x01, 0x7E], [0x00, 0x80, 0x39, 0x08, 0x3F], [0xC0, 0x30, 0x48, 0x50, 0x7D]],
+                     dtype=np.uint8)
+    sc = np.array([[0.5, 2.0, 4.0], [8.0, 0.25, 1.0]], dtype=np.float32)
+    want = [[e4m3_by_ldexp(int(codes[i, j])) * float(sc[i // 2, j // 2]) for j in range(5)] for i in range(3)]
+    q = dict(FP8_QUANT, weight_block_size=[2, 2])
+
+    def make(name, cfg, tensors, dtypes):
+        d = os.path.join(work, "fp8_" + name)
+        write_checkpoint(d, cfg, tensors, dtypes=dtypes)
+        return d
+
+    base_t = {"a.weight": codes, "a.weight_scale_inv": sc, "n.weight": np.ones(3, dtype=np.float32)}
+    base_d = {"a.weight": "F8_E4M3", "a.weight_scale_inv": "F32"}
+    ck = ref.Checkpoint(make("ok", {"quantization_config": q}, base_t, base_d))
+    got = ck["a.weight"]
+    t.check(got.dtype == np.float32 and np.array_equal(got, np.array(want, dtype=np.float32)),
+            f"FP8 dequantization of a [3, 5] weight with [2, 2] blocks: got {got.tolist()}")
+    t.check("a.weight_scale_inv" in ck.used, "FP8: reading a weight marks its scale as read")
+    cases = [
+        ("missing_scale", {"quantization_config": q}, {"a.weight": codes}, {"a.weight": "F8_E4M3"},
+         ValueError, "'a.weight' is F8_E4M3 but its scale 'a.weight_scale_inv' is missing"),
+        ("bad_scale_shape", {"quantization_config": q}, dict(base_t, **{"a.weight_scale_inv": sc[:1]}), base_d,
+         ValueError, "expected a float tensor of shape [2, 3]"),
+        ("not_converted", {"quantization_config": dict(q, modules_to_not_convert=["a"])}, base_t, base_d,
+         ValueError, "modules_to_not_convert"),
+        ("no_quant_config", {}, base_t, base_d, ValueError, "no quantization_config"),
+        ("e5m2", {"quantization_config": dict(q, fmt="e5m2")}, base_t, base_d, NotImplementedError, "e5m2"),
+    ]
+    for name, cfg, tens, dts, exc, text in cases:
+        try:
+            ref.Checkpoint(make(name, cfg, tens, dts))
+            t.check(False, f"FP8 {name}: no error")
+        except exc as e:
+            t.check(text in str(e), f"FP8 {name}: error {e!r} lacks {text!r}")
 
 
 def model_tests(t, archs, work):
@@ -301,11 +643,11 @@ def model_tests(t, archs, work):
         if cfg["model_type"] not in archs:
             continue
         t0 = time.time()
-        tensors = synth_tensors(cfg, rng)
-        d1 = os.path.join(work, label.replace("/", "__"))
+        tensors, dtypes = synth_checkpoint(cfg, rng)
+        d1 = os.path.join(work, _dir_name(label))
         d2 = d1 + "__sharded"
-        write_checkpoint(d1, cfg, tensors, shards=1)
-        write_checkpoint(d2, cfg, tensors, shards=3)
+        write_checkpoint(d1, cfg, tensors, shards=1, dtypes=dtypes)
+        write_checkpoint(d2, cfg, tensors, shards=3, dtypes=dtypes)
         m = ref.Model(d1)
         try:
             m.check_layout()
@@ -316,8 +658,8 @@ def model_tests(t, archs, work):
         scale = float(np.max(np.abs(full)))
         t.check(full.shape == (len(ids), cfg["vocab_size"]) and full.dtype == np.float32, f"{label}: logits shape/dtype")
         t.check(bool(np.all(np.isfinite(full))), f"{label}: finite logits")
-        # Every tensor except the routed experts must have been read; routed experts: most of them.
-        unused = [n for n in m.ckpt.unused() if ".experts." not in n]
+        # Every tensor except the routed experts (and MTP layers) must have been read.
+        unused = [n for n in m.ckpt.unused() if ".experts." not in n and not m.is_extra_layer_name(n)]
         t.check(not unused, f"{label}: tensors never read by the forward: {unused[:6]}")
         # vectorised == slow independent loop
         naive = m.forward(ids, naive=True)
@@ -338,12 +680,15 @@ def model_tests(t, archs, work):
         # the weights were rounded to bf16 exactly: a re-read tensor is bf16-representable
         emb = m.ckpt["model.embed_tokens.weight"]
         t.check(np.all((emb.view(np.uint32) & 0xFFFF) == 0), f"{label}: upcast bf16 has nonzero low bits")
-        log(f"  {label:<48} max|logit| {scale:7.3f}  naive err {err:.2e}  prefix err {perr:.1e}  "
+        if m.type in ref.NEW_TYPE_DEFAULTS:
+            v3_model_checks(t, label, cfg, m, d1, tensors, dtypes, ids, full, scale, work)
+        log(f"  {label:<56} max|logit| {scale:7.3f}  naive err {err:.2e}  prefix err {perr:.1e}  "
             f"({time.time() - t0:.1f}s)")
+    fp8_error_tests(t, work)
     # CLI
     label, cfg = selftest_configs()[0]
     if cfg["model_type"] in archs:
-        d1 = os.path.join(work, label.replace("/", "__"))
+        d1 = os.path.join(work, _dir_name(label))
         out = os.path.join(work, "cli.f32")
         p = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "moe_reference.py"),
                             "--model", d1, "--ids", ",".join(map(str, ids)), "--out", out],

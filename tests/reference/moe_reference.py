@@ -1,15 +1,19 @@
 #!/usr/bin/python3
-"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of five MoE LLMs.
+"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of eight MoE LLMs.
 
-Written from the HF modeling code (as remembered) and the model papers, without transformers/torch:
-  qwen2_moe   Qwen2MoeForCausalLM    (Qwen1.5-MoE)
-  mixtral     MixtralForCausalLM
-  qwen3_moe   Qwen3MoeForCausalLM
-  olmoe       OlmoeForCausalLM
-  deepseek_v2 DeepseekV2ForCausalLM  (the remote code `modeling_deepseek.py` of DeepSeek-V2/-Lite)
+Written from the HF modeling code and the model papers, without transformers/torch:
+  qwen2_moe     Qwen2MoeForCausalLM    (Qwen1.5-MoE)
+  mixtral       MixtralForCausalLM
+  qwen3_moe     Qwen3MoeForCausalLM
+  olmoe         OlmoeForCausalLM
+  deepseek_v2   DeepseekV2ForCausalLM  (the remote code `modeling_deepseek.py` of DeepSeek-V2/-Lite)
+  deepseek_v3   DeepseekV3ForCausalLM  (DeepSeek-V3/R1, Moonlight, Kimi-K2: MLA + the noaux_tc sigmoid router)
+  glm4_moe      Glm4MoeForCausalLM     (GLM-4.5/-Air/4.6/4.7: GQA, partial rotary, noaux_tc router)
+  glm4_moe_lite Glm4MoeLiteForCausalLM (GLM-4.7-Flash: MLA + the GLM-4.5 MoE)
 
-Everything is computed in float32 (BF16/F16 weights are upcast exactly); see docs/reference.md for the
-semantics implemented per architecture and the choices that are uncertain.
+Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights are
+dequantized exactly); see docs/reference.md for the semantics implemented per architecture and the
+choices that are uncertain.
 
 CLI:  /usr/bin/python3 moe_reference.py --model DIR --ids 1,2,3 --out FILE
       writes float32 little-endian logits [n_ids, vocab] row-major.
@@ -24,29 +28,58 @@ their names are re-exported here, as check_logits.py uses them (ref.rms_norm, re
 """
 
 import argparse
+import re
 import sys
 
 import numpy as np
 
 from moe_reference_naive import NaiveRunner
-from moe_reference_ops import (F32, apply_rope, attention, causal_mask, deepseek_yarn_inv_freq_and_mscale,
-    deinterleave, linear, rms_norm, rope_cos_sin, rope_inv_freq, rotate_half, select_experts, sigmoid, silu,
-    softmax, topk_desc, yarn_find_correction_dim, yarn_find_correction_range, yarn_get_mscale,
+from moe_reference_ops import (F32, apply_partial_rope, apply_rope, attention, causal_mask,
+    deepseek_yarn_inv_freq_and_mscale, deinterleave, hf_yarn_inv_freq_and_attention_factor, linear, rms_norm,
+    rope_cos_sin, rope_inv_freq, rotate_half, select_experts, select_experts_noaux_tc, sigmoid, silu, softmax,
+    topk_desc, yarn_find_correction_dim, yarn_find_correction_range, yarn_get_mscale,
     yarn_linear_ramp_mask)  # noqa: F401
-from moe_reference_safetensors import (Checkpoint, SafetensorsFile, bf16_bits_to_f32, f32_to_bf16_bits,
-    write_safetensors)  # noqa: F401
+from moe_reference_safetensors import (E4M3_TO_F32, FP8_SCALE_SUFFIX, Checkpoint, SafetensorsFile,
+    bf16_bits_to_f32, e4m3_bits_to_f32, f32_to_bf16_bits, f32_to_e4m3_bits, write_safetensors)  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------------
 # The model
 # ----------------------------------------------------------------------------------------------------
 
-SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2")
+SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
+             "glm4_moe_lite")
+MLA_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")       # DeepSeek multi-head latent attention
+DEEPSEEK_MOE_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # mlp.gate + shared_experts
+MTP_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")         # may ship MTP layers >= num_hidden_layers
 DEEPSEEK_LORA_NORM_EPS = 1e-6
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
+
+# Defaults of the transformers config classes (DeepseekV3Config, Glm4MoeConfig, Glm4MoeLiteConfig) for keys
+# a config.json may omit. A key present with the value null counts as null (q_lora_rank: null = no q LoRA).
+NEW_TYPE_DEFAULTS = {
+    "deepseek_v3": dict(q_lora_rank=1536, n_routed_experts=256, n_shared_experts=1, routed_scaling_factor=2.5,
+                        n_group=8, topk_group=4, first_k_dense_replace=3, moe_layer_freq=1, norm_topk_prob=True,
+                        rope_interleave=True, rms_norm_eps=1e-6, attention_bias=False, partial_rotary_factor=1.0,
+                        max_position_embeddings=4096, topk_method="noaux_tc", scoring_func="sigmoid"),
+    "glm4_moe": dict(n_routed_experts=128, n_shared_experts=1, routed_scaling_factor=1.0, n_group=1, topk_group=1,
+                     first_k_dense_replace=1, norm_topk_prob=True, use_qk_norm=False, rms_norm_eps=1e-5,
+                     attention_bias=False, partial_rotary_factor=0.5, max_position_embeddings=131072),
+    "glm4_moe_lite": dict(q_lora_rank=768, n_routed_experts=64, n_shared_experts=1, routed_scaling_factor=1.8,
+                          n_group=1, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True, rope_interleave=True,
+                          rms_norm_eps=1e-5, attention_bias=False, partial_rotary_factor=1.0,
+                          max_position_embeddings=202752),
+}
 
 
 def _get(cfg, key, default=None):
     v = cfg.get(key, default)
     return default if v is None else v
+
+
+def _key(cfg, key, default):
+    """cfg[key] if the key is present (even null), else default (HF: a config.json value replaces the class
+    default, null included)."""
+    return cfg[key] if key in cfg else default
 
 
 class Model:
@@ -61,13 +94,19 @@ class Model:
         self.n_layers = int(c["num_hidden_layers"])
         self.n_heads = int(c["num_attention_heads"])
         self.n_kv = int(_get(c, "num_key_value_heads", self.n_heads))
-        self.eps = float(_get(c, "rms_norm_eps", 1e-6))
+        d = NEW_TYPE_DEFAULTS.get(self.type, {})
+        self.eps = float(_get(c, "rms_norm_eps", d.get("rms_norm_eps", 1e-6)))
         self.vocab = int(c["vocab_size"])
         self.theta = float(_get(c, "rope_theta", 10000.0))
         self.tie = bool(_get(c, "tie_word_embeddings", False))
         self.top_k = int(_get(c, "num_experts_per_tok", 0))
         t = self.type
-        if t == "deepseek_v2":
+        self.mla = t in MLA_TYPES
+        self.router = "softmax"
+        self.rotary_dim = None
+        if t in NEW_TYPE_DEFAULTS:
+            self._init_new_type(c, d)
+        elif t == "deepseek_v2":
             self.q_lora = int(_get(c, "q_lora_rank", 0))
             self.kv_lora = int(c["kv_lora_rank"])
             self.qk_nope = int(c["qk_nope_head_dim"])
@@ -138,6 +177,89 @@ class Model:
             self.qkv_bias = True if t == "qwen2_moe" else (False if t == "mixtral" else bool(_get(c, "attention_bias", False)))
             self.o_bias = False if t in ("qwen2_moe", "mixtral") else bool(_get(c, "attention_bias", False))
             self.clip_qkv = _get(c, "clip_qkv", None) if t == "olmoe" else None
+            self.qk_norm_per_head = t == "qwen3_moe"
+        self.n_shared_experts_used = t in DEEPSEEK_MOE_TYPES and getattr(self, "n_shared", 0) > 0
+
+    # --- deepseek_v3 / glm4_moe / glm4_moe_lite configuration ---
+
+    def _init_new_type(self, c, d):
+        t = self.type
+        self.n_experts = int(_key(c, "n_routed_experts", d["n_routed_experts"]) or 0)
+        self.n_shared = int(_key(c, "n_shared_experts", d["n_shared_experts"]) or 0)
+        self.first_dense = int(_key(c, "first_k_dense_replace", d["first_k_dense_replace"]) or 0)
+        self.moe_freq = int(_get(c, "moe_layer_freq", 1)) if t == "deepseek_v3" else 1
+        self.norm_topk = bool(_key(c, "norm_topk_prob", d["norm_topk_prob"]))
+        self.routed_scale = float(_key(c, "routed_scaling_factor", d["routed_scaling_factor"]))
+        self.n_group = int(_key(c, "n_group", d["n_group"]))
+        self.topk_group = int(_key(c, "topk_group", d["topk_group"]))
+        self.attention_bias = bool(_key(c, "attention_bias", d["attention_bias"]))
+        self.router = "noaux_tc"
+        self.topk_method = "noaux_tc"
+        if t == "deepseek_v3":
+            method = _get(c, "topk_method", d["topk_method"])
+            scoring = _get(c, "scoring_func", d["scoring_func"])
+            if method in ("greedy", "group_limited_greedy") and scoring == "softmax":
+                self.router, self.topk_method = "deepseek_v2", method   # the V2 MoEGate, V2 weight rule
+            elif (method, scoring) != ("noaux_tc", "sigmoid"):
+                raise NotImplementedError(f"deepseek_v3 topk_method {method!r} with scoring_func {scoring!r} "
+                                          f"(noaux_tc+sigmoid, or greedy/group_limited_greedy+softmax)")
+        self.mlp_layer_types = None
+        if t == "glm4_moe_lite" and c.get("mlp_layer_types") is not None:
+            kinds = list(c["mlp_layer_types"])
+            if len(kinds) != self.n_layers or any(k not in ("dense", "sparse") for k in kinds):
+                raise ValueError(f"glm4_moe_lite mlp_layer_types {kinds!r}: want {self.n_layers} of 'dense'/'sparse'")
+            self.mlp_layer_types = kinds
+        # RoPE parameters: transformers 5 reads the `rope_scaling` dict (else `rope_parameters`); rope_theta and
+        # partial_rotary_factor come from that dict first, then the top-level keys, then the class default.
+        rp = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
+        kind = rp.get("rope_type", rp.get("type")) or "default"
+        self.theta = float(_get(rp, "rope_theta", _get(c, "rope_theta", 10000.0)))
+        partial = float(_get(rp, "partial_rotary_factor", _get(c, "partial_rotary_factor", d["partial_rotary_factor"])))
+        max_pos = int(_get(c, "max_position_embeddings", d["max_position_embeddings"]))
+        if self.mla:
+            q_lora = _key(c, "q_lora_rank", d["q_lora_rank"])
+            self.q_lora = int(q_lora) if q_lora else 0
+            self.kv_lora = int(c["kv_lora_rank"])
+            self.qk_nope = int(c["qk_nope_head_dim"])
+            self.qk_rope = int(c["qk_rope_head_dim"])
+            self.v_head = int(c["v_head_dim"])
+            self.q_head = self.qk_nope + self.qk_rope
+            self.rope_interleave = bool(_key(c, "rope_interleave", d["rope_interleave"]))
+            base_dim = self.qk_rope
+        else:  # glm4_moe: standard GQA attention
+            hd = c.get("head_dim")
+            self.head_dim = int(hd) if hd else self.hidden // self.n_heads
+            self.qkv_bias = self.attention_bias
+            self.o_bias = False
+            self.clip_qkv = None
+            self.qk_norm_per_head = bool(_key(c, "use_qk_norm", d["use_qk_norm"]))
+            self.scale = self.head_dim ** -0.5
+            base_dim = self.head_dim
+        rd = int(base_dim * partial)
+        if rd <= 0 or rd % 2:
+            raise NotImplementedError(f"{t}: rotary dim int({base_dim} * {partial}) = {rd} must be even and > 0")
+        if self.mla and rd != self.qk_rope:
+            raise NotImplementedError(f"{t}: partial_rotary_factor {partial} with MLA (rotary dim {rd} != "
+                                      f"qk_rope_head_dim {self.qk_rope})")
+        self.rotary_dim = rd
+        self.rope_linear_factor = 1.0
+        self.rope_mscale = 1.0
+        if kind == "default":
+            self.inv_freq = rope_inv_freq(rd, self.theta)
+        elif kind == "linear":
+            self.inv_freq = rope_inv_freq(rd, self.theta)
+            self.rope_linear_factor = float(rp["factor"])
+        elif kind == "yarn":
+            self.inv_freq, self.rope_mscale = hf_yarn_inv_freq_and_attention_factor(
+                rd, self.theta, rp, max_pos, original_max=c.get("original_max_position_embeddings"))
+        else:
+            raise NotImplementedError(f"{t} rope type {kind!r} (only default, linear, yarn)")
+        if self.mla:
+            self.softmax_scale = self.q_head ** -0.5
+            mscale_all_dim = rp.get("mscale_all_dim") if kind != "default" else None
+            if mscale_all_dim:
+                m = yarn_get_mscale(float(rp["factor"]), mscale_all_dim)
+                self.softmax_scale = self.softmax_scale * m * m
 
     # --- layer kinds ---
 
@@ -145,9 +267,21 @@ class Model:
         t = self.type
         if t in ("qwen2_moe", "qwen3_moe"):
             return (i not in self.mlp_only) and self.n_experts > 0 and (i + 1) % self.sparse_step == 0
-        if t == "deepseek_v2":
+        if t in ("deepseek_v2", "deepseek_v3"):
             return self.n_experts > 0 and i >= self.first_dense and i % self.moe_freq == 0
+        if t == "glm4_moe_lite" and self.mlp_layer_types is not None:
+            return self.mlp_layer_types[i] == "sparse"
+        if t in ("glm4_moe", "glm4_moe_lite"):
+            return self.n_experts > 0 and i >= self.first_dense
         return True  # mixtral, olmoe: every layer is sparse
+
+    def is_extra_layer_name(self, name):
+        """A tensor of a layer >= num_hidden_layers (the MTP / next-token-prediction layers DeepSeek-V3 and
+        GLM-4.5 ship): ignored by the forward pass and the layout check of those types."""
+        if self.type not in MTP_TYPES:
+            return False
+        m = _LAYER_RE.match(name)
+        return bool(m) and int(m.group(1)) >= self.n_layers
 
     def sliding_window(self, i):
         c = self.cfg
@@ -187,8 +321,8 @@ class Model:
         q = q.reshape(s, H, D)
         k = k.reshape(s, Hkv, D)
         v = v.reshape(s, Hkv, D)
-        if self.type == "qwen3_moe":
-            # Qwen3: RMSNorm per head over head_dim, before rope.
+        if self.qk_norm_per_head:
+            # Qwen3 / GLM-4.5 use_qk_norm: RMSNorm per head over head_dim, before rope.
             q = rms_norm(q, W[p + "self_attn.q_norm.weight"], self.eps)
             k = rms_norm(k, W[p + "self_attn.k_norm.weight"], self.eps)
         return q.transpose(1, 0, 2), k.transpose(1, 0, 2), v.transpose(1, 0, 2)
@@ -197,8 +331,8 @@ class Model:
         p = f"model.layers.{i}."
         q, k, v = self.std_qkv(p, x)
         cos, sin = self.rope_tables(positions)
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
+        q = apply_partial_rope(q, cos, sin)  # GLM: the first rotary_dim dims only; the others: all dims
+        k = apply_partial_rope(k, cos, sin)
         o = attention(q, k, v, self.scale, self.sliding_window(i))
         return linear(o, self.ckpt[p + "self_attn.o_proj.weight"],
                       self._bias(p + "self_attn.o_proj.bias", self.o_bias))
@@ -234,8 +368,10 @@ class Model:
         H = self.n_heads
         q_nope, q_pe, k_pe, k_nope, v = self.mla_project(p, x)
         cos, sin = self.rope_tables(positions)
-        q_pe = apply_rope(deinterleave(q_pe), cos, sin)
-        k_pe = apply_rope(deinterleave(k_pe), cos, sin)  # [S, rope], shared by all heads
+        if getattr(self, "rope_interleave", True):  # deepseek_v2 always; v3 / glm4_moe_lite: rope_interleave
+            q_pe, k_pe = deinterleave(q_pe), deinterleave(k_pe)
+        q_pe = apply_rope(q_pe, cos, sin)
+        k_pe = apply_rope(k_pe, cos, sin)  # [S, rope], shared by all heads
         q = np.concatenate([q_nope, q_pe], axis=-1)
         k = np.concatenate([k_nope, np.broadcast_to(k_pe[None], (H, s, self.qk_rope))], axis=-1)
         o = attention(q, k, v, self.softmax_scale)
@@ -254,8 +390,13 @@ class Model:
         """(topk_idx [S,k], topk_weight [S,k]) of the router of layer prefix p."""
         W = self.ckpt
         name = p + ("block_sparse_moe.gate.weight" if self.type == "mixtral" else "mlp.gate.weight")
+        if self.router == "noaux_tc":
+            scores = sigmoid(linear(x, W[name]))
+            return select_experts_noaux_tc(scores, W[p + "mlp.gate.e_score_correction_bias"], self.top_k,
+                                           self.n_group, self.topk_group, self.norm_topk, self.routed_scale)
         probs = softmax(linear(x, W[name]), axis=-1)
-        return select_experts(self.type, probs, self.top_k, self.norm_topk,
+        return select_experts("deepseek_v2" if self.router == "deepseek_v2" else self.type, probs, self.top_k,
+                              self.norm_topk,
                               routed_scale=getattr(self, "routed_scale", 1.0),
                               topk_method=getattr(self, "topk_method", "greedy"),
                               n_group=getattr(self, "n_group", 1), topk_group=getattr(self, "topk_group", 1))
@@ -269,7 +410,7 @@ class Model:
             p = f"model.layers.{i}."
             names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
             a = p + "self_attn."
-            if self.type == "deepseek_v2":
+            if self.mla:
                 if self.q_lora:
                     names += [a + "q_a_proj.weight", a + "q_a_layernorm.weight", a + "q_b_proj.weight"]
                     if self.attention_bias:
@@ -288,7 +429,7 @@ class Model:
                 names.append(a + "o_proj.weight")
                 if self.o_bias:
                     names.append(a + "o_proj.bias")
-                if self.type in ("qwen3_moe", "olmoe"):
+                if self.qk_norm_per_head or self.type == "olmoe":
                     names += [a + "q_norm.weight", a + "k_norm.weight"]
             mlp3 = ("gate_proj", "up_proj", "down_proj")
             if self.type == "mixtral":
@@ -297,21 +438,26 @@ class Model:
                     names += [f"{p}block_sparse_moe.experts.{e}.{w}.weight" for w in ("w1", "w2", "w3")]
             elif self.is_moe_layer(i):
                 names.append(p + "mlp.gate.weight")
+                if self.router == "noaux_tc":
+                    names.append(p + "mlp.gate.e_score_correction_bias")
                 for e in range(self.n_experts):
                     names += [f"{p}mlp.experts.{e}.{w}.weight" for w in mlp3]
                 if self.type == "qwen2_moe" and self.has_shared_expert:
                     names += [f"{p}mlp.shared_expert.{w}.weight" for w in mlp3]
                     names.append(p + "mlp.shared_expert_gate.weight")
-                if self.type == "deepseek_v2" and self.n_shared > 0:
+                if self.n_shared_experts_used:
                     names += [f"{p}mlp.shared_experts.{w}.weight" for w in mlp3]
             else:
                 names += [f"{p}mlp.{w}.weight" for w in mlp3]
         return names
 
     def check_layout(self):
-        """Raises ValueError when the checkpoint's tensor names differ from the HF state dict's."""
+        """Raises ValueError when the checkpoint's tensor names differ from the HF state dict's. MTP layers
+        (>= num_hidden_layers, deepseek_v3 / glm4_moe / glm4_moe_lite) are ignored; an F8_E4M3 tensor brings
+        its `_scale_inv` companion (FP8 checkpoints)."""
         want = set(self.expected_names())
-        have = set(self.ckpt.where)
+        want |= {n + FP8_SCALE_SUFFIX for n in want if n in self.ckpt.where and self.ckpt.dtype(n) == "F8_E4M3"}
+        have = {n for n in self.ckpt.where if not self.is_extra_layer_name(n)}
         missing, extra = sorted(want - have), sorted(have - want)
         if missing or extra:
             raise ValueError(f"{self.ckpt.dir}: checkpoint layout differs from the {self.type} HF model: "
@@ -337,7 +483,7 @@ class Model:
             sh = self.gated_mlp(p + "mlp.shared_expert", x)
             gate = sigmoid(linear(x, self.ckpt[p + "mlp.shared_expert_gate.weight"]))
             out = out + gate * sh
-        if self.type == "deepseek_v2" and self.n_shared > 0:
+        if self.n_shared_experts_used:
             out = out + self.gated_mlp(p + "mlp.shared_experts", x)
         return out
 
@@ -371,7 +517,7 @@ class Model:
         for i in range(self.n_layers):
             p = f"model.layers.{i}."
             x = rms_norm(h, W[p + "input_layernorm.weight"], self.eps)
-            if self.type == "deepseek_v2":
+            if self.mla:
                 h = h + self.mla_attention(i, x, positions)
             else:
                 h = h + self.std_attention(i, x, positions)

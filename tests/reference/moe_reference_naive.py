@@ -10,18 +10,19 @@ from moe_reference_ops import F32, linear, rms_norm
 
 # ----------------------------------------------------------------------------------------------------
 # A deliberately different, slow implementation used by the self-test: one token at a time with a KV
-# cache, per-head loops, RoPE as explicit 2-D rotations of (i, i+d/2) pairs (NeoX) or of the original
-# interleaved (2i, 2i+1) pairs (DeepSeek, no de-interleave), angles and cos/sin in float64, and per-token
-# routing with python sorting. It shares only the projections/norm/MLP primitives with Model.
+# cache, per-head loops, RoPE as explicit 2-D rotations of (i, i+d/2) pairs (NeoX; GLM: of the first
+# rotary_dim dims only) or of the original interleaved (2i, 2i+1) pairs (DeepSeek, no de-interleave), angles
+# and cos/sin in float64, and per-token routing in python floats (softmax or sigmoid, groups, sorting). It
+# shares only the projections/norm/MLP primitives (and the checkpoint reader) with Model.
 # ----------------------------------------------------------------------------------------------------
 
-def _rotate_pairs_neox(x, pos, inv_freq):
-    d = x.shape[-1]
-    h = d // 2
-    out = np.empty_like(x)
+def _rotate_pairs_neox(x, pos, inv_freq, mscale=1.0):
+    """Rotates (i, i + rd/2) for i < rd/2 with rd = 2 * len(inv_freq), times mscale; dims >= rd are copied."""
+    h = len(inv_freq)
+    out = np.array(x, copy=True)
     for i in range(h):
         a = pos * float(inv_freq[i])
-        c, s = math.cos(a), math.sin(a)
+        c, s = math.cos(a) * mscale, math.sin(a) * mscale
         x1, x2 = x[..., i].astype(np.float64), x[..., i + h].astype(np.float64)
         out[..., i] = x1 * c - x2 * s
         out[..., i + h] = x2 * c + x1 * s
@@ -44,23 +45,46 @@ class NaiveRunner:
     def __init__(self, model):
         self.m = model
 
+    def _route_token_noaux(self, gate_logits, bias):
+        """DeepSeek-V3 / GLM-4.5 noaux_tc, one token, python floats."""
+        m = self.m
+        n = len(gate_logits)
+        score = [1.0 / (1.0 + math.exp(-v)) for v in gate_logits]
+        biased = [score[e] + float(bias[e]) for e in range(n)]
+        size = n // m.n_group
+        group_total = []
+        for g in range(m.n_group):
+            best = sorted(biased[g * size:(g + 1) * size], reverse=True)
+            group_total.append(best[0] + best[1])
+        kept = sorted(range(m.n_group), key=lambda g: (-group_total[g], g))[:m.topk_group]
+        masked = [biased[e] if (e // size) in kept else 0.0 for e in range(n)]
+        chosen = sorted(range(n), key=lambda e: (-masked[e], e))[:m.top_k]
+        ws = [score[e] for e in chosen]
+        if m.norm_topk:
+            tot = sum(ws) + 1e-20
+            ws = [v / tot for v in ws]
+        return chosen, [v * m.routed_scale for v in ws]
+
     def _route_token(self, p, x):
         m = self.m
         gate = m.ckpt[(p + "block_sparse_moe.gate.weight") if m.type == "mixtral" else (p + "mlp.gate.weight")]
         logits = [float(np.dot(gate[e].astype(np.float64), x.astype(np.float64))) for e in range(gate.shape[0])]
+        if m.router == "noaux_tc":
+            return self._route_token_noaux(logits, m.ckpt[p + "mlp.gate.e_score_correction_bias"])
         mx = max(logits)
         ex = [math.exp(v - mx) for v in logits]
         z = sum(ex)
         probs = [v / z for v in ex]
         cand = list(range(len(probs)))
-        if m.type == "deepseek_v2" and m.topk_method == "group_limited_greedy":
+        deepseek = m.type == "deepseek_v2" or m.router == "deepseek_v2"
+        if deepseek and m.topk_method == "group_limited_greedy":
             gsz = len(probs) // m.n_group
             gscore = [max(probs[g * gsz:(g + 1) * gsz]) for g in range(m.n_group)]
             keep = sorted(range(m.n_group), key=lambda g: -gscore[g])[:m.topk_group]
             cand = [e for e in cand if e // gsz in keep]
         chosen = sorted(cand, key=lambda e: -probs[e])[:m.top_k]
         ws = [probs[e] for e in chosen]
-        if m.type == "deepseek_v2":
+        if deepseek:
             if m.top_k > 1 and m.norm_topk:
                 tot = sum(ws) + 1e-20
                 ws = [v / tot for v in ws]
@@ -84,7 +108,7 @@ class NaiveRunner:
         if m.type == "qwen2_moe" and m.has_shared_expert:
             g = float(np.dot(m.ckpt[p + "mlp.shared_expert_gate.weight"][0].astype(np.float64), x.astype(np.float64)))
             acc += (1.0 / (1.0 + math.exp(-g))) * m.gated_mlp(p + "mlp.shared_expert", xr)[0].astype(np.float64)
-        if m.type == "deepseek_v2" and m.n_shared > 0:
+        if m.type in ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite") and m.n_shared > 0:
             acc += m.gated_mlp(p + "mlp.shared_experts", xr)[0].astype(np.float64)
         return acc.astype(F32)
 
@@ -113,10 +137,11 @@ class NaiveRunner:
                 p = f"model.layers.{i}."
                 x = rms_norm(h[None, :], W[p + "input_layernorm.weight"], m.eps)
                 kc, vc = caches[i]
-                if m.type == "deepseek_v2":
+                if m.type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite"):
                     q_nope, q_pe, k_pe, k_nope, v = m.mla_project(p, x)  # S = 1
-                    q_pe = _rotate_pairs_interleaved(q_pe[:, 0, :], pos, inv) * m.rope_mscale
-                    k_pe = _rotate_pairs_interleaved(k_pe[0], pos, inv) * m.rope_mscale
+                    rot = _rotate_pairs_interleaved if getattr(m, "rope_interleave", True) else _rotate_pairs_neox
+                    q_pe = rot(q_pe[:, 0, :], pos, inv) * m.rope_mscale
+                    k_pe = rot(k_pe[0], pos, inv) * m.rope_mscale
                     kc.append([np.concatenate([k_nope[hh, 0], k_pe]) for hh in range(H)])
                     vc.append([v[hh, 0] for hh in range(H)])
                     heads = []
@@ -126,8 +151,8 @@ class NaiveRunner:
                     bias = W[p + "self_attn.o_proj.bias"] if m.attention_bias else None
                 else:
                     q, k, v = m.std_qkv(p, x)  # [H,1,D], [Hkv,1,D]
-                    q = _rotate_pairs_neox(q[:, 0, :], pos, inv)
-                    k = _rotate_pairs_neox(k[:, 0, :], pos, inv)
+                    q = _rotate_pairs_neox(q[:, 0, :], pos, inv, m.rope_mscale)
+                    k = _rotate_pairs_neox(k[:, 0, :], pos, inv, m.rope_mscale)
                     kc.append([k[j] for j in range(m.n_kv)])
                     vc.append([v[j, 0] for j in range(m.n_kv)])
                     win = m.sliding_window(i)

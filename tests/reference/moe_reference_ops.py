@@ -1,6 +1,8 @@
 """Numerical helpers of the numpy reference (moe_reference.py), all float32 in, float32 out: RMSNorm,
-linear, activations, softmax, RoPE (NeoX and de-interleaved), DeepSeek-V2 YaRN, attention with a causal
-(optionally sliding-window) mask, and expert selection per architecture.
+linear, activations, softmax, RoPE (NeoX, partial and de-interleaved), DeepSeek-V2 YaRN and the YaRN of
+transformers' modeling_rope_utils, attention with a causal (optionally sliding-window) mask, and expert
+selection per architecture (softmax top-k, DeepSeek-V2 MoEGate, the DeepSeek-V3 / GLM-4.5 "noaux_tc"
+sigmoid router).
 """
 
 import math
@@ -73,6 +75,15 @@ def apply_rope(x, cos, sin):
     return (x * cos + rotate_half(x) * sin).astype(F32, copy=False)
 
 
+def apply_partial_rope(x, cos, sin):
+    """GLM partial rotary: NeoX rope on the first rotary_dim = cos.shape[-1] dims of each head, the rest
+    passes through unchanged."""
+    rd = cos.shape[-1]
+    if rd == x.shape[-1]:
+        return apply_rope(x, cos, sin)
+    return np.concatenate([apply_rope(x[..., :rd], cos, sin), x[..., rd:]], axis=-1).astype(F32, copy=False)
+
+
 def deinterleave(x):
     """DeepSeek: x.view(..., d/2, 2).transpose(-1, -2).reshape(..., d): [a0 b0 a1 b1 ..] -> [a0 a1 .. b0 b1 ..]."""
     d = x.shape[-1]
@@ -122,12 +133,76 @@ def deepseek_yarn_inv_freq_and_mscale(dim, base, rope_scaling):
     return inv_freq, m
 
 
+# --- YaRN of transformers' modeling_rope_utils (_compute_yarn_parameters), used by deepseek_v3,
+# glm4_moe and glm4_moe_lite (the native HF models; DeepSeek-V2 above follows its remote code) ---
+
+def hf_yarn_inv_freq_and_attention_factor(dim, base, rp, max_position_embeddings, original_max=None):
+    """rp: the rope_scaling / rope_parameters dict. Returns (inv_freq [dim/2] float32, cos/sin multiplier).
+    Differences from DeepSeek-V2's remote YaRN: the correction range uses original_max_position_embeddings
+    (top-level config key first, then rp's, else max_position_embeddings); factor defaults to
+    max_position_embeddings / original; the multiplier is rp["attention_factor"] if set, else
+    get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) only when BOTH are non-zero, else
+    get_mscale(factor) = 0.1 ln(factor) + 1; `truncate` (default true) floors/ceils the range."""
+    if original_max is None:
+        original_max = rp.get("original_max_position_embeddings") or max_position_embeddings
+    factor = rp.get("factor")
+    factor = float(max_position_embeddings) / float(original_max) if factor is None else float(factor)
+    attention_factor = rp.get("attention_factor")
+    if attention_factor is None:
+        mscale, mscale_all_dim = rp.get("mscale"), rp.get("mscale_all_dim")
+        if mscale and mscale_all_dim:
+            attention_factor = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = yarn_get_mscale(factor)
+    beta_fast = rp.get("beta_fast") or 32
+    beta_slow = rp.get("beta_slow") or 1
+    exps = np.arange(0, dim, 2, dtype=np.float64) / dim
+    freq_extra = (1.0 / (float(base) ** exps)).astype(F32)
+    freq_inter = (1.0 / (factor * float(base) ** exps)).astype(F32)
+    low = yarn_find_correction_dim(beta_fast, dim, base, original_max)
+    high = yarn_find_correction_dim(beta_slow, dim, base, original_max)
+    if rp.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    extra_mask = F32(1.0) - yarn_linear_ramp_mask(low, high, dim // 2)
+    inv_freq = (freq_inter * (F32(1.0) - extra_mask) + freq_extra * extra_mask).astype(F32)
+    return inv_freq, float(attention_factor)
+
+
 # --- routing ---
 
 def topk_desc(x, k):
     """Indices of the k largest per row, in descending order (ties: lower index first)."""
     idx = np.argsort(-x, axis=-1, kind="stable")[..., :k]
     return idx, np.take_along_axis(x, idx, axis=-1)
+
+
+def select_experts_noaux_tc(scores, bias, top_k, n_group, topk_group, norm_topk, routed_scale,
+                           mask_value=0.0):
+    """The "noaux_tc" router of DeepSeek-V3 / GLM-4.5 (DeepseekV3TopkRouter, Glm4MoeMoE) given the sigmoid
+    scores [S, E] (fp32) and e_score_correction_bias [E]:
+      choice = scores + bias; group score = sum of the 2 largest `choice` of each of n_group equal groups;
+      keep the topk_group best groups, set `choice` of the other groups' experts to mask_value (0.0 as in
+      transformers' masked_fill(..., 0.0)); top_k of `choice`; the weights are the UNBIASED scores of the
+      chosen experts, divided by (sum + 1e-20) iff norm_topk_prob, then always * routed_scaling_factor.
+    Ties go to the lower index (groups and experts)."""
+    s, e = scores.shape
+    if n_group < 1 or e % n_group != 0 or e // n_group < 2 or not (1 <= topk_group <= n_group):
+        raise ValueError(f"noaux_tc router: {e} experts, n_group {n_group}, topk_group {topk_group}: the groups "
+                         f"must split the experts evenly, two or more per group")
+    choice = (scores + bias[None, :].astype(F32)).astype(F32)
+    grouped = np.sort(choice.reshape(s, n_group, e // n_group), axis=-1)
+    gscore = (grouped[..., -1] + grouped[..., -2]).astype(F32)
+    gidx, _ = topk_desc(gscore, topk_group)
+    gmask = np.zeros(gscore.shape, dtype=bool)
+    np.put_along_axis(gmask, gidx, True, axis=-1)
+    smask = np.repeat(gmask, e // n_group, axis=-1)
+    idx, _ = topk_desc(np.where(smask, choice, F32(mask_value)), top_k)
+    w = np.take_along_axis(scores, idx, axis=-1)
+    if norm_topk:
+        w = w / (np.sum(w, axis=-1, keepdims=True) + F32(1e-20))
+    w = w * F32(routed_scale)
+    return idx, w.astype(F32)
 
 
 def causal_mask(s, sliding_window=None):

@@ -1,9 +1,12 @@
 """Safetensors for the numpy reference (moe_reference.py), parsed by hand without the safetensors
 package: a file reader, a writer (used by check_logits.py's self-test) and Hugging Face checkpoint
-directories (single file or shards + index). BF16/F16 weights are upcast exactly to float32.
+directories (single file or shards + index). BF16/F16 weights are upcast exactly to float32; FP8 (E4M3)
+block-scaled weights (`X.weight` F8_E4M3 + `X.weight_scale_inv` F32, config `quantization_config`
+quant_method "fp8") are dequantized exactly to float32.
 """
 
 import json
+import math
 import os
 import struct
 
@@ -24,6 +27,7 @@ _ST_DTYPES = {
     "I8": ("i1", 1),
     "U8": ("u1", 1),
     "BOOL": ("u1", 1),
+    "F8_E4M3": ("u1", 1),
 }
 
 
@@ -37,6 +41,51 @@ def f32_to_bf16_bits(x):
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     return rounded.astype(np.uint16)
+
+
+# --- FP8 E4M3 (OCP "e4m3fn": 1 sign bit, 4 exponent bits with bias 7, 3 mantissa bits, subnormals,
+# S.1111.111 = NaN, no infinities; largest finite value 448) ---
+
+def _e4m3_table():
+    """The 256 decoded values, built by placing the fields into float32 bit patterns (the known-answer
+    test checks it against an independent ldexp formula)."""
+    code = np.arange(256, dtype=np.uint32)
+    sign = (code >> np.uint32(7)) << np.uint32(31)
+    exp = (code >> np.uint32(3)) & np.uint32(0xF)
+    man = code & np.uint32(0x7)
+    # normal: (1 + m/8) * 2^(e - 7): float32 exponent field e - 7 + 127, mantissa m at the top 3 bits.
+    normal = (sign | ((exp + np.uint32(120)) << np.uint32(23)) | (man << np.uint32(20))).view(np.float32)
+    # subnormal (e == 0): m/8 * 2^-6 = m * 2^-9 (exact in float32).
+    sub = (man.astype(np.float32) * np.float32(2.0 ** -9)) * np.where(sign != 0, np.float32(-1), np.float32(1))
+    out = np.where(exp == 0, sub, normal).astype(np.float32)
+    out[(code & np.uint32(0x7F)) == np.uint32(0x7F)] = np.float32("nan")
+    return out
+
+
+E4M3_TO_F32 = _e4m3_table()
+E4M3_MAX = 448.0
+
+
+def e4m3_bits_to_f32(bits):
+    """uint8 E4M3 bit patterns -> float32 (exact)."""
+    return E4M3_TO_F32[np.asarray(bits, dtype=np.uint8)]
+
+
+def f32_to_e4m3_bits(x):
+    """float32 -> E4M3 bits, round-to-nearest-even, saturating at +-448 (NaN -> 0x7F). Used by the
+    self-test to write FP8 checkpoints."""
+    x = np.asarray(x, dtype=np.float32)
+    pos_codes = np.arange(0x7F, dtype=np.uint8)            # 0x00..0x7E: the finite non-negative values
+    pos_vals = E4M3_TO_F32[pos_codes].astype(np.float64)    # increasing with the code
+    a = np.minimum(np.abs(x.astype(np.float64)), E4M3_MAX)
+    hi = np.clip(np.searchsorted(pos_vals, a, side="left"), 0, len(pos_vals) - 1)
+    lo = np.maximum(hi - 1, 0)
+    d_lo = a - pos_vals[lo]
+    d_hi = pos_vals[hi] - a
+    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
+    code = np.where(pick_hi, hi, lo).astype(np.uint8)
+    code = np.where(np.signbit(x), code | np.uint8(0x80), code)
+    return np.where(np.isnan(x), np.uint8(0x7F), code).astype(np.uint8)
 
 
 class SafetensorsFile:
@@ -79,25 +128,45 @@ class SafetensorsFile:
         buf = self._mm[self.data_start + b:self.data_start + e]
         return np.frombuffer(buf, dtype=np_dt).reshape(info["shape"]), info["dtype"]
 
+    def dtype(self, name):
+        return self.meta[name]["dtype"]
+
+    def shape(self, name):
+        return list(self.meta[name]["shape"])
+
     def get_f32(self, name):
+        """float32 values as stored; F8_E4M3 is decoded WITHOUT its block scales (Checkpoint applies them)."""
         arr, dt = self.raw(name)
         if dt == "BF16":
             return np.ascontiguousarray(bf16_bits_to_f32(arr))
+        if dt == "F8_E4M3":
+            return np.ascontiguousarray(e4m3_bits_to_f32(arr))
         return np.ascontiguousarray(arr.astype(np.float32))
 
 
-def write_safetensors(path, tensors, dtype="BF16"):
-    """Writes {name: float32 array} as BF16 (or F32) safetensors. Used by the self-test."""
+def write_safetensors(path, tensors, dtype="BF16", dtypes=None):
+    """Writes {name: array} as safetensors. Used by the self-test. Each tensor is written as
+    dtypes[name] if given, else `dtype`: BF16 (float32 rounded to nearest even), F32, or F8_E4M3 (the
+    array holds the uint8 bit patterns, written as they are)."""
     header = {}
     blobs = []
     off = 0
     for name in sorted(tensors):
-        a = np.asarray(tensors[name], dtype=np.float32)
-        if dtype == "BF16":
+        dt = (dtypes or {}).get(name, dtype)
+        if dt == "F8_E4M3":
+            a = np.asarray(tensors[name])
+            if a.dtype != np.uint8:
+                raise ValueError(f"{name}: F8_E4M3 tensors are written from their uint8 bit patterns")
+            data = a.tobytes()
+        elif dt == "BF16":
+            a = np.asarray(tensors[name], dtype=np.float32)
             data = f32_to_bf16_bits(a).astype("<u2").tobytes()
-        else:
+        elif dt == "F32":
+            a = np.asarray(tensors[name], dtype=np.float32)
             data = a.astype("<f4").tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(data)]}
+        else:
+            raise ValueError(f"{name}: the writer does not write {dt}")
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(data)]}
         blobs.append(data)
         off += len(data)
     header["__metadata__"] = {"format": "pt"}
@@ -110,8 +179,22 @@ def write_safetensors(path, tensors, dtype="BF16"):
             f.write(blob)
 
 
+FP8_SCALE_SUFFIX = "_scale_inv"
+
+
+def _module_of(name):
+    """'model.layers.0.mlp.down_proj.weight' -> 'model.layers.0.mlp.down_proj'."""
+    return name.rsplit(".", 1)[0]
+
+
 class Checkpoint:
-    """A Hugging Face checkpoint dir: config.json + model.safetensors or index + shards."""
+    """A Hugging Face checkpoint dir: config.json + model.safetensors or index + shards.
+
+    FP8 (config `quantization_config.quant_method == "fp8"`, DeepSeek-V3 / GLM-4.5-FP8 style): a tensor
+    stored as F8_E4M3 [out, in] is returned dequantized, w[i, j] = e4m3(bits[i, j]) * scale_inv[i // b0,
+    j // b1] in float32, with scale_inv the companion `<name>_scale_inv` ([ceil(out/b0), ceil(in/b1)])
+    and [b0, b1] = `weight_block_size`. Every F8_E4M3 tensor must have its companion; a module listed in
+    `modules_to_not_convert` / `ignored_layers` must not be F8_E4M3 (it is read as stored)."""
 
     def __init__(self, model_dir):
         self.dir = model_dir
@@ -138,15 +221,84 @@ class Checkpoint:
             raise FileNotFoundError(f"{model_dir}: neither model.safetensors nor model.safetensors.index.json")
         self.used = set()
         self._cache = {}
+        self._init_fp8()
+
+    # --- FP8 ---
+
+    def _init_fp8(self):
+        q = self.config.get("quantization_config") or {}
+        self.fp8_block = None
+        self.fp8_keep = []
+        fp8_names = sorted(n for n in self.where if self.dtype(n) == "F8_E4M3")
+        if q:
+            method = q.get("quant_method")
+            if method != "fp8":
+                raise NotImplementedError(f"{self.dir}: quantization_config.quant_method {method!r} (only 'fp8')")
+            fmt = q.get("fmt", "e4m3")
+            if fmt != "e4m3":
+                raise NotImplementedError(f"{self.dir}: quantization_config.fmt {fmt!r} (only 'e4m3')")
+            block = q.get("weight_block_size")
+            if block is None or len(block) != 2 or int(block[0]) <= 0 or int(block[1]) <= 0:
+                raise NotImplementedError(f"{self.dir}: quantization_config.weight_block_size {block!r} "
+                                          f"(only block-wise [b0, b1] scales)")
+            self.fp8_block = (int(block[0]), int(block[1]))
+            self.fp8_keep = list(q.get("modules_to_not_convert") or []) + list(q.get("ignored_layers") or [])
+        elif fp8_names:
+            raise ValueError(f"{self.dir}: tensor '{fp8_names[0]}' is F8_E4M3 but config.json has no "
+                             f"quantization_config (quant_method 'fp8', weight_block_size)")
+        for name in fp8_names:
+            scale = name + FP8_SCALE_SUFFIX
+            if scale not in self.where:
+                raise ValueError(f"{self.dir}: tensor '{name}' is F8_E4M3 but its scale '{scale}' is missing")
+            if self.fp8_kept(name):
+                raise ValueError(f"{self.dir}: tensor '{name}' is F8_E4M3 but its module is listed in "
+                                 f"quantization_config modules_to_not_convert/ignored_layers {self.fp8_keep}")
+            shape = self.shape(name)
+            if len(shape) != 2:
+                raise ValueError(f"{self.dir}: F8_E4M3 tensor '{name}' has shape {shape}, expected [out, in]")
+            want = [math.ceil(shape[0] / self.fp8_block[0]), math.ceil(shape[1] / self.fp8_block[1])]
+            if self.shape(scale) != want or self.dtype(scale) not in ("F32", "BF16", "F16"):
+                raise ValueError(f"{self.dir}: '{scale}' is {self.dtype(scale)} {self.shape(scale)}, expected a "
+                                 f"float tensor of shape {want} (weight {shape}, block {list(self.fp8_block)})")
+
+    def fp8_kept(self, name):
+        """True if name's module is listed in modules_to_not_convert / ignored_layers (HF matches these
+        as substrings of the module name)."""
+        mod = _module_of(name)
+        return any(k and (k == mod or k in mod) for k in self.fp8_keep)
+
+    def fp8_scale_names(self):
+        """The `_scale_inv` companions of the F8_E4M3 tensors."""
+        return {n + FP8_SCALE_SUFFIX for n in self.where if self.dtype(n) == "F8_E4M3"}
+
+    def _dequant(self, name):
+        vals = self.where[name].get_f32(name)  # e4m3 decoded, unscaled
+        scale_name = name + FP8_SCALE_SUFFIX
+        scale = self.where[scale_name].get_f32(scale_name)
+        self.used.add(scale_name)
+        b0, b1 = self.fp8_block
+        full = np.repeat(np.repeat(scale, b0, axis=0), b1, axis=1)[:vals.shape[0], :vals.shape[1]]
+        return (vals * full).astype(np.float32)
+
+    # --- access ---
 
     def has(self, name):
         return name in self.where
+
+    def dtype(self, name):
+        return self.where[name].dtype(name)
+
+    def shape(self, name):
+        return self.where[name].shape(name)
 
     def __getitem__(self, name):
         if name not in self._cache:
             if name not in self.where:
                 raise KeyError(f"{self.dir}: tensor '{name}' not found in the checkpoint")
-            self._cache[name] = self.where[name].get_f32(name)
+            if self.dtype(name) == "F8_E4M3":
+                self._cache[name] = self._dequant(name)
+            else:
+                self._cache[name] = self.where[name].get_f32(name)
         self.used.add(name)
         return self._cache[name]
 
