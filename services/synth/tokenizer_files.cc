@@ -35,7 +35,8 @@ const char kDeepseekV3Template[] = R"JINJA({% if not add_generation_prompt is de
 
 // GLM-4.5-style template (its structure: [gMASK]<sop>, <|system|> / <|user|> / <|assistant|> /
 // <|observation|> turns, <think>...</think> before an answer, tool calls as <tool_call>NAME
-// <arg_key>K</arg_key><arg_value>V</arg_value></tool_call>); written for synth.
+// <arg_key>K</arg_key><arg_value>V</arg_value></tool_call>); written for synth. Templates render
+// with trim_blocks (a newline right after a block tag is dropped), so such newlines are expressions.
 const char kGlmTemplate[] = R"JINJA([gMASK]<sop>{% if tools %}<|system|>
 # Tools
 
@@ -62,8 +63,7 @@ For each function call, output the function name and arguments within the follow
 {% endfor %}{% endif %}</tool_call>{% endfor %}{% endif %}{% elif m['role'] == 'tool' %}<|observation|>
 <tool_response>
 {{ m['content'] }}
-</tool_response>{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}
-<think></think>{% endif %}{% endif %})JINJA";
+</tool_response>{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}{{ '\n<think></think>' }}{% endif %}{% endif %})JINJA";
 
 // Qwen1.5 ChatML template (Qwen/Qwen1.5-MoE-A2.7B-Chat tokenizer_config.json).
 const char kChatMlTemplate[] =

@@ -30,7 +30,8 @@ using testing::RunCli;
 using testing::TempDir;
 using test::WriteToyCheckpoint;
 
-const char* const kArchs[] = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2"};
+const char* const kArchs[] = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
+                               "glm4_moe_lite"};
 
 // Tiny synthetic checkpoint of `arch` (seed 7), shared across test processes (read-only).
 std::string TinyModel(const std::string& arch) { return testing::CachedSynth("--arch " + arch + " --preset tiny --seed 7"); }
@@ -66,8 +67,15 @@ TEST_P(ConvertRoundTripTest, CompressVerifyBitExact) {
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   auto ckpt = Checkpoint::Open(model);
   ASSERT_TRUE(ckpt.ok());
+  // Multi-token-prediction layers (model.layers.L, L >= num_hidden_layers; deepseek_v3 and glm4_moe
+  // tiny have one) are left out.
+  const int64_t n_layers = (*ckpt)->config().value("num_hidden_layers", int64_t{0});
   int64_t experts_in_ckpt = 0;
-  for (const auto& name : (*ckpt)->names()) experts_in_ckpt += name.find(".experts.") != std::string::npos;
+  for (const auto& name : (*ckpt)->names()) {
+    if (name.find(".experts.") == std::string::npos) continue;
+    if (name.rfind("model.layers.", 0) == 0 && std::stoll(name.substr(13)) >= n_layers) continue;
+    ++experts_in_ckpt;
+  }
   ASSERT_EQ(static_cast<int64_t>((*store)->manifest().expert_tensors.size()), experts_in_ckpt);
   for (const auto& t : (*store)->manifest().expert_tensors) {
     EXPECT_EQ(t.chunks.size(), static_cast<size_t>(std::min<int64_t>(k, t.numel())) + 1) << t.name;
@@ -299,6 +307,23 @@ TEST(ConvertTest, ARerunRemovesWhatAKilledRunLeft) {
   EXPECT_TRUE(FileExists(tmp.Sub("c.tmp.notapid")));
   EXPECT_TRUE(FileExists(tmp.Sub("other.tmp." + dead)));
   EXPECT_TRUE(VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2}).ok());
+}
+
+// DeepSeek-V3 / GLM-4.5 ship num_nextn_predict_layers multi-token-prediction layers after the
+// decoder's (synth tiny deepseek_v3 and glm4_moe write one): compress leaves them out and says how
+// many, verify accepts exactly their absence, and the checkpoint's own experts all round-trip.
+TEST(ConvertTest, MultiTokenPredictionLayersAreLeftOutAndVerifyAcceptsOnlyThat) {
+  for (const char* arch : {"deepseek_v3", "glm4_moe"}) {
+    const std::string model = TinyModel(arch);
+    TempDir out;
+    auto summary = CompressModel(Options(model, out.Sub("c"), Codec::kZstd, 2));
+    ASSERT_TRUE(summary.ok()) << arch << ": " << summary.status().ToString();
+    EXPECT_GT(summary->mtp_tensors_skipped, 16 * 3) << arch;  // its 16 routed experts and more
+    EXPECT_GT(summary->mtp_bytes_skipped, 0u);
+    EXPECT_EQ(summary->expert_tensors, 3 * 16 * 3) << arch;  // layers 1-3 are MoE, layer 4 is the MTP one
+    auto verified = VerifyCompressed({model, out.Sub("c"), 2});
+    EXPECT_TRUE(verified.ok()) << arch << ": " << verified.status().ToString();
+  }
 }
 
 TEST(ConvertTest, NoExpertsIsAnError) {

@@ -1,6 +1,6 @@
 // End to end through the CLI: `zipmoe generate --memory-budget` must write --logits-out files that
 // are byte-equal to the all-resident run, for every policy × budget {10, 30, 60 % of the expert
-// bytes} × decompression workers L ∈ {1, 2, 4}, on tiny qwen2_moe and deepseek_v2.
+// bytes} × decompression workers L ∈ {1, 2, 4}, on tiny qwen2_moe, deepseek_v2, deepseek_v3 and glm4_moe.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -78,7 +78,8 @@ TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudget
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest, ::testing::Values("qwen2_moe", "deepseek_v2"));
+INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest,
+                         ::testing::Values("qwen2_moe", "deepseek_v2", "deepseek_v3", "glm4_moe"));
 
 // Prefetching changes what is read ahead, never what is computed: both predictors, two budgets, a
 // ranked and a global policy, on every architecture; the prediction is exercised (issued > 0) and
@@ -125,7 +126,8 @@ TEST_P(GeneratePrefetchTest, LogitsAreByteEqualToAllResidentWithEveryPredictor) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, GeneratePrefetchTest,
-                         ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe"));
+                         ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe", "deepseek_v3",
+                                           "glm4_moe", "glm4_moe_lite"));
 
 // DALI's workload-aware replacement (policies/dali.cc: per-layer F pools), alone and with a
 // prefetcher, on two architectures: byte-equal logits, and its pools do fill.
@@ -226,7 +228,8 @@ TEST_P(GenerateSeedPolicyTest, OtherPoliciesOverPlannedPoolsAreByteExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateSeedPolicyTest,
-                         ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe"));
+                         ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe", "deepseek_v3",
+                                           "glm4_moe", "glm4_moe_lite"));
 
 // SMoE expert substitution is off unless asked; when asked it replaces only experts the cache does
 // not hold, counts every replacement, and the output then differs from the exact model's.

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 namespace zipmoe::executor {
@@ -100,6 +101,67 @@ Substituted Substitute(const std::vector<float>& scores, const RouterParams& p, 
   const int64_t n = static_cast<int64_t>(scores.size()) / p.n_experts;
   s.count = SubstituteExperts(scores.data(), n, p, alpha, cached.data(), s.routed.ids.data(), s.routed.weights.data());
   return s;
+}
+
+// DeepSeek-V3 / GLM-4.5 noaux_tc (Glm4MoeMoE.route_tokens_to_experts), hand-computed.
+RouterParams Noaux(int64_t n_experts, int64_t top_k, int64_t n_group, int64_t topk_group, bool norm, double scale,
+                   const float* bias) {
+  RouterParams p = Params(ModelArch::kDeepseekV3, n_experts, top_k, norm);
+  p.topk_method = TopkMethod::kNoauxTc;
+  p.scoring_func = ScoringFunc::kSigmoid;
+  p.n_group = n_group;
+  p.topk_group = topk_group;
+  p.routed_scaling_factor = scale;
+  p.selection_bias = bias;
+  return p;
+}
+
+TEST(RoutingTest, NoauxTcSelectsOnBiasedScoresButWeighsTheUnbiasedOnes) {
+  // Unbiased top-2 would be experts 0 and 1; the bias lifts expert 3 above expert 1.
+  const std::vector<float> scores = {0.9f, 0.6f, 0.5f, 0.4f};
+  const std::vector<float> bias = {0.0f, 0.0f, 0.05f, 0.3f};  // choice: 0.9, 0.6, 0.55, 0.7
+  const Routed r = Route(scores, Noaux(4, 2, 1, 1, /*norm=*/true, /*scale=*/2.5, bias.data()));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 3}));
+  // weights from the sigmoid scores 0.9 and 0.4: normalised (sum + 1e-20), then x 2.5.
+  EXPECT_FLOAT_EQ(r.weights[0], 0.9f / (0.9f + 0.4f + 1e-20f) * 2.5f);
+  EXPECT_FLOAT_EQ(r.weights[1], 0.4f / (0.9f + 0.4f + 1e-20f) * 2.5f);
+  // Without norm_topk_prob the scaling still applies (V2 would not scale a normalised one either way).
+  const Routed u = Route(scores, Noaux(4, 2, 1, 1, /*norm=*/false, 2.5, bias.data()));
+  EXPECT_EQ(u.ids, (std::vector<int32_t>{0, 3}));
+  EXPECT_FLOAT_EQ(u.weights[0], 0.9f * 2.5f);
+  EXPECT_FLOAT_EQ(u.weights[1], 0.4f * 2.5f);
+}
+
+TEST(RoutingTest, NoauxTcScoresGroupsByTheSumOfTheirTwoBest) {
+  // 3 groups of 3. Group maxima: g0 0.95, g1 0.7, g2 0.72 -> a max rule (V2) keeps g0 and g2;
+  // top-2 sums: g0 0.95 + 0.1 = 1.05, g1 0.7 + 0.69 = 1.39, g2 0.72 + 0.2 = 0.92 -> keeps g1 and g0.
+  const std::vector<float> scores = {0.95f, 0.1f, 0.05f, 0.7f, 0.69f, 0.3f, 0.72f, 0.2f, 0.1f};
+  const std::vector<float> zero(9, 0.0f);
+  const Routed r = Route(scores, Noaux(9, 3, 3, 2, true, 1.0, zero.data()));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 3, 4}));  // 0.72 of the dropped group 2 is not eligible
+  const float sum = 0.95f + 0.7f + 0.69f;
+  EXPECT_FLOAT_EQ(r.weights[0], 0.95f / (sum + 1e-20f));
+  // A null bias reads as zeros: the same selection.
+  EXPECT_EQ(Route(scores, Noaux(9, 3, 3, 2, true, 1.0, nullptr)).ids, r.ids);
+  // The group choice uses the biased scores too: +0.7 on expert 8 (choice 0.8) makes group 2's pair
+  // 0.8 + 0.72 = 1.52: groups 2 and 1 are kept, group 0 (1.05) with the best score 0.95 is dropped.
+  std::vector<float> bias(9, 0.0f);
+  bias[8] = 0.7f;
+  const Routed b = Route(scores, Noaux(9, 3, 3, 2, true, 1.0, bias.data()));
+  EXPECT_EQ(b.ids, (std::vector<int32_t>{8, 6, 3}));
+  EXPECT_FLOAT_EQ(b.weights[0], 0.1f / (0.1f + 0.72f + 0.7f + 1e-20f));  // expert 8 weighs its own 0.1
+}
+
+TEST(RoutingTest, ScoreRowsSigmoidAndSoftmax) {
+  std::vector<float> x = {0.0f, 2.0f, -1.0f};
+  ScoreRows(x.data(), 1, 3, ScoringFunc::kSigmoid);
+  EXPECT_FLOAT_EQ(x[0], 0.5f);
+  EXPECT_NEAR(x[1], 1.0 / (1.0 + std::exp(-2.0)), 1e-7);
+  EXPECT_NEAR(x[2], 1.0 / (1.0 + std::exp(1.0)), 1e-7);
+  std::vector<float> y = {0.0f, std::log(3.0f)};
+  ScoreRows(y.data(), 1, 2, ScoringFunc::kSoftmax);
+  EXPECT_NEAR(y[0], 0.25, 1e-7);
+  EXPECT_NEAR(y[1], 0.75, 1e-7);
 }
 
 TEST(RoutingTest, SubstitutionReplacesALowScoreExpertByACachedOneWithACloseScore) {

@@ -1,0 +1,226 @@
+// The config.json files of released DeepSeek-V3-style checkpoints (issue 40), as published on the
+// Hugging Face Hub (key sets and values of moonshotai/Moonlight-16B-A3B, deepseek-ai/DeepSeek-V3,
+// zai-org/GLM-4.5-Air and zai-org/GLM-4.7-Flash, written down by hand; auto_map omitted): each parses
+// with the fields that change the computation read as transformers reads them, and a changed field
+// zipmoe does not implement is refused naming it.
+#include "common/checkpoint/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+namespace zipmoe {
+namespace {
+
+using nlohmann::json;
+
+const char kMoonlight[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "aux_loss_alpha": 0.001, "bos_token_id": 163584, "eos_token_id": 163585, "first_k_dense_replace": 1,
+  "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 11264,
+  "kv_lora_rank": 512, "max_position_embeddings": 8192, "model_type": "deepseek_v3",
+  "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+  "n_shared_experts": 2, "norm_topk_prob": true, "num_attention_heads": 16, "num_experts_per_tok": 6,
+  "num_hidden_layers": 27, "num_key_value_heads": 16, "num_nextn_predict_layers": 0, "pretraining_tp": 1,
+  "q_lora_rank": null, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-05,
+  "rope_scaling": null, "rope_theta": 50000.0, "routed_scaling_factor": 2.446, "scoring_func": "sigmoid",
+  "seq_aux": true, "tie_word_embeddings": false, "topk_group": 1, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "4.48.2", "use_cache": true, "v_head_dim": 128,
+  "vocab_size": 163840})";
+
+const char kDeepseekV3[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
+  "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432,
+  "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+  "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+  "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8,
+  "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "original_max_position_embeddings": 4096, "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+  "transformers_version": "4.33.1", "use_cache": true, "v_head_dim": 128, "vocab_size": 129280})";
+
+const char kGlm45Air[] = R"({
+  "architectures": ["Glm4MoeForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+  "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 4096, "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 10944,
+  "max_position_embeddings": 131072, "model_type": "glm4_moe", "moe_intermediate_size": 1408,
+  "norm_topk_prob": true, "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 128,
+  "n_shared_experts": 1, "routed_scaling_factor": 1.0, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+  "num_hidden_layers": 46, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": null,
+  "rope_theta": 1000000, "num_nextn_predict_layers": 1, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "transformers_version": "4.54.0", "use_cache": true, "use_qk_norm": false,
+  "vocab_size": 151552})";
+
+const char kGlm47Flash[] = R"({
+  "architectures": ["Glm4MoeLiteForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "pad_token_id": 154820, "eos_token_id": [154820, 154827, 154829], "first_k_dense_replace": 1,
+  "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 10240, "kv_lora_rank": 512,
+  "max_position_embeddings": 202752, "model_type": "glm4_moe_lite", "moe_intermediate_size": 1536,
+  "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 1, "norm_topk_prob": true,
+  "num_attention_heads": 20, "num_experts_per_tok": 4, "num_hidden_layers": 47, "num_key_value_heads": 20,
+  "num_nextn_predict_layers": 1, "q_lora_rank": 768, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64,
+  "rms_norm_eps": 1e-05, "rope_interleave": true, "rope_scaling": null, "rope_theta": 1000000,
+  "routed_scaling_factor": 1.8, "tie_word_embeddings": false, "topk_group": 1, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "5.0.0.dev0", "use_cache": true, "v_head_dim": 256,
+  "vocab_size": 154880})";
+
+Result<ModelConfig> Parse(const char* text) { return ParseModelConfig(json::parse(text), "config.json"); }
+
+// Expects `j` to be refused with a message that contains every one of `words`.
+void ExpectRefused(const json& j, std::initializer_list<const char*> words) {
+  auto c = ParseModelConfig(j, "config.json");
+  ASSERT_FALSE(c.ok()) << j.dump();
+  for (const char* w : words) EXPECT_NE(c.status().message().find(w), std::string::npos) << c.status().ToString();
+}
+
+TEST(PublishedConfigs, MoonlightIsDeepseekV3WithNoauxTcRouting) {
+  auto c = Parse(kMoonlight);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kDeepseekV3);
+  EXPECT_TRUE(c->mla());
+  EXPECT_TRUE(c->deepseek_moe());
+  EXPECT_EQ(c->topk_method, TopkMethod::kNoauxTc);
+  EXPECT_EQ(c->scoring_func, ScoringFunc::kSigmoid);
+  EXPECT_TRUE(c->has_selection_bias());
+  EXPECT_DOUBLE_EQ(c->routed_scaling_factor, 2.446);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_EQ(c->num_experts, 64);
+  EXPECT_EQ(c->n_shared_experts, 2);
+  EXPECT_EQ(c->q_lora_rank, 0);
+  EXPECT_EQ(c->q_head_dim(), 192);
+  EXPECT_EQ(c->rope_dim(), 64);
+  EXPECT_TRUE(c->rope_interleave);
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(1));
+  EXPECT_TRUE(c->IsMoeLayer(26));
+  EXPECT_DOUBLE_EQ(c->softmax_scale(), 1.0 / std::sqrt(192.0));
+}
+
+TEST(PublishedConfigs, DeepseekV3ParsesUpToItsFp8QuantizationWhichIsNamed) {
+  json j = json::parse(kDeepseekV3);
+  ExpectRefused(j, {"quantization_config", "fp8"});
+  j.erase("quantization_config");  // DeepSeek-V3 converted to BF16 (its fp8_cast_bf16.py)
+  auto c = ParseModelConfig(j, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->n_group, 8);
+  EXPECT_EQ(c->topk_group, 4);
+  EXPECT_EQ(c->q_lora_rank, 1536);
+  EXPECT_EQ(c->num_nextn_predict_layers, 1);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_FALSE(c->IsMoeLayer(2));
+  EXPECT_TRUE(c->IsMoeLayer(3));
+  // yarn_get_mscale(40, 1.0)^2 on the softmax scale, as DeepseekV3Attention.
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(c->softmax_scale(), 1.0 / std::sqrt(192.0) * m * m);
+}
+
+TEST(PublishedConfigs, Glm45AirIsGqaWithPartialRotaryAndTheNoauxTcRouter) {
+  auto c = Parse(kGlm45Air);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kGlm4Moe);
+  EXPECT_FALSE(c->mla());
+  EXPECT_TRUE(c->deepseek_moe());
+  EXPECT_EQ(c->head_dim, 128);  // explicit: 96 * 128 != 4096
+  EXPECT_EQ(c->rope_dim(), 64);  // partial_rotary_factor 0.5
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_FALSE(c->o_bias);  // Glm4MoeAttention.o_proj has no bias
+  EXPECT_FALSE(c->use_qk_norm);
+  EXPECT_EQ(c->topk_method, TopkMethod::kNoauxTc);  // the default: GLM's config does not name it
+  EXPECT_EQ(c->scoring_func, ScoringFunc::kSigmoid);
+  EXPECT_EQ(c->num_experts, 128);
+  EXPECT_EQ(c->n_shared_experts, 1);
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(45));
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{151329, 151336, 151338}));
+  EXPECT_DOUBLE_EQ(c->softmax_scale(), 1.0 / std::sqrt(128.0));
+  // Without the key, Glm4MoeConfig's default 0.5 applies; transformers 5 puts it in rope_parameters.
+  json j = json::parse(kGlm45Air);
+  j.erase("partial_rotary_factor");
+  EXPECT_EQ(ParseModelConfig(j, "config.json")->rope_dim(), 64);
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000}, {"partial_rotary_factor", 0.25}};
+  EXPECT_EQ(ParseModelConfig(j, "config.json")->rope_dim(), 32);
+}
+
+TEST(PublishedConfigs, Glm47FlashIsMlaWithTheGlmRouter) {
+  auto c = Parse(kGlm47Flash);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kGlm4MoeLite);
+  EXPECT_TRUE(c->mla());
+  EXPECT_EQ(c->num_key_value_heads, 20);
+  EXPECT_EQ(c->q_lora_rank, 768);
+  EXPECT_EQ(c->q_head_dim(), 256);
+  EXPECT_EQ(c->v_dim(), 256);
+  EXPECT_EQ(c->rope_dim(), 64);
+  EXPECT_DOUBLE_EQ(c->routed_scaling_factor, 1.8);
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(1));
+  // mlp_layer_types (transformers 5) decides per layer when present.
+  json j = json::parse(kGlm47Flash);
+  json types = json::array();
+  for (int i = 0; i < 47; ++i) types.push_back(i % 2 == 0 ? "dense" : "sparse");
+  j["mlp_layer_types"] = types;
+  auto t = ParseModelConfig(j, "config.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->IsMoeLayer(2));
+  EXPECT_TRUE(t->IsMoeLayer(3));
+  types.erase(types.begin());
+  j["mlp_layer_types"] = types;
+  ExpectRefused(j, {"mlp_layer_types", "46", "47"});
+  types.push_back("moe");
+  j["mlp_layer_types"] = types;
+  ExpectRefused(j, {"mlp_layer_types", "moe"});
+}
+
+TEST(PublishedConfigs, FieldsThatChangeTheComputationAreRefusedByName) {
+  json j = json::parse(kMoonlight);
+  j["scoring_func"] = "softmax";
+  ExpectRefused(j, {"scoring_func", "softmax", "deepseek_v3"});
+  j = json::parse(kMoonlight);
+  j["topk_method"] = "group_limited_greedy";
+  ExpectRefused(j, {"topk_method", "group_limited_greedy"});
+  j = json::parse(kMoonlight);
+  j["n_group"] = 5;  // 64 experts in 5 groups
+  ExpectRefused(j, {"n_group"});
+  j = json::parse(kMoonlight);
+  j["partial_rotary_factor"] = 0.5;  // q_pe is qk_rope_head_dim wide on MLA
+  ExpectRefused(j, {"partial_rotary_factor", "deepseek_v3"});
+  j = json::parse(kMoonlight);
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  ExpectRefused(j, {"rope_scaling", "dynamic"});
+  j = json::parse(kGlm45Air);
+  j["moe_layer_freq"] = 2;
+  ExpectRefused(j, {"moe_layer_freq", "glm4_moe"});
+  j = json::parse(kGlm45Air);
+  j["rope_interleave"] = true;
+  ExpectRefused(j, {"rope_interleave", "glm4_moe"});
+  j = json::parse(kGlm45Air);
+  j["hidden_act"] = "gelu";
+  ExpectRefused(j, {"hidden_act", "gelu"});
+  j = json::parse(kGlm45Air);
+  j["quantization_config"] = {{"quant_method", "mxfp4"}};
+  ExpectRefused(j, {"quantization_config", "mxfp4"});
+  // deepseek_v2 keeps its own rules: softmax scores, no rope_interleave = false.
+  json v2 = json::parse(kMoonlight);
+  v2["model_type"] = "deepseek_v2";
+  ExpectRefused(v2, {"scoring_func", "sigmoid", "deepseek_v2"});
+  v2["scoring_func"] = "softmax";
+  v2["topk_method"] = "greedy";
+  v2["rope_interleave"] = false;
+  ExpectRefused(v2, {"rope_interleave", "deepseek_v2"});
+  // Other models keep refusing a partial rotary factor they would ignore.
+  json qwen = json::parse(kGlm45Air);
+  qwen["model_type"] = "qwen3_moe";
+  qwen["num_experts"] = 128;
+  ExpectRefused(qwen, {"partial_rotary_factor", "qwen3_moe"});
+}
+
+}  // namespace
+}  // namespace zipmoe
