@@ -70,6 +70,23 @@ void MergeF16(const uint8_t* __restrict e, const uint8_t* __restrict sm, int64_t
   }
 }
 
+void SplitF8E4M3(const uint8_t* __restrict in, int64_t n, uint8_t* __restrict e, uint8_t* __restrict sm) {
+  for (int64_t i = 0; i < n; ++i) e[i] = static_cast<uint8_t>((in[i] >> 3) & 0x0fu);
+  for (int64_t j = 0; 2 * j < n; ++j) {
+    const uint32_t a = in[2 * j];
+    const uint32_t b = 2 * j + 1 < n ? in[2 * j + 1] : 0u;
+    const uint32_t ta = ((a >> 4) & 8u) | (a & 7u), tb = ((b >> 4) & 8u) | (b & 7u);
+    sm[j] = static_cast<uint8_t>(ta | tb << 4);
+  }
+}
+
+void MergeF8E4M3(const uint8_t* __restrict e, const uint8_t* __restrict sm, int64_t n, uint8_t* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t t = (sm[i / 2] >> (4 * (i % 2))) & 0x0fu;
+    out[i] = static_cast<uint8_t>((t & 8u) << 4 | (e[i] & 0x0fu) << 3 | (t & 7u));
+  }
+}
+
 uint64_t SmPlaneBytes(DType dtype, int64_t n) {
   if (n <= 0) return 0;
   const auto u = static_cast<uint64_t>(n);
@@ -77,12 +94,13 @@ uint64_t SmPlaneBytes(DType dtype, int64_t n) {
     case DType::kBF16: return u;
     case DType::kF32: return 3 * u;
     case DType::kF16: return u + 3 * ((u + 7) / 8);
+    case DType::kF8E4M3: return (u + 1) / 2;
     default: return 0;
   }
 }
 
 bool HasExponentSplit(DType dtype) {
-  return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32;
+  return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32 || dtype == DType::kF8E4M3;
 }
 
 int SmBitsPerValue(DType dtype) {
@@ -90,6 +108,7 @@ int SmBitsPerValue(DType dtype) {
     case DType::kBF16: return 8;
     case DType::kF16: return 11;
     case DType::kF32: return 24;
+    case DType::kF8E4M3: return 4;
     default: return 0;
   }
 }

@@ -13,9 +13,12 @@
 //             group g holds, little-endian, the 3-bit fields t[8g+j] = (x >> 13 & 4) | (x >> 8 & 3)
 //             (sign, mantissa 9..8) at bits [3j, 3j+3), j = 0..7; unused fields of the last group are 0.
 //        n + 3·ceil(n/8) bytes: 11 bits/value.
+//   F8_E4M3 s eeee mmm (OCP FP8 E4M3, DeepSeek-V3 / GLM FP8 checkpoints): e[i] = (x >> 3) & 0xf
+//        SM = ceil(n/2) bytes of 4-bit fields t[i] = (x >> 4 & 8) | (x & 7) (sign, mantissa), value 2j in
+//             the low nibble of byte j, 2j+1 in the high one (0 when n is odd): 4 bits/value.
 //
 // Each Merge is the exact inverse of its Split for every bit pattern (NaN payloads, Inf, subnormals,
-// -0; all 65,536 for BF16/F16). Pure functions; thread-safe; no alignment required.
+// -0; all 65,536 for BF16/F16, all 256 for F8_E4M3). Pure functions; thread-safe; no alignment required.
 #pragma once
 
 #include <cstdint>
@@ -40,12 +43,18 @@ void SplitF16(const uint16_t* in, int64_t n, uint8_t* e, uint8_t* sm);
 //   e: [n] uint8, sm: as SplitF16 -> out: [n] uint16. out = (t >> 2) << 15 | (e & 0x1f) << 10 | (t & 3) << 8 | lo.
 void MergeF16(const uint8_t* e, const uint8_t* sm, int64_t n, uint16_t* out);
 
-// Bytes of the SM plane of n values of `dtype` (BF16: n, F32: 3n, F16: n + 3·ceil(n/8)); 0 for n <= 0
+//   in: [n] uint8 F8_E4M3 bit patterns -> e: [n] uint8 (0..15), sm: [ceil(n/2)] packed sign|mantissa nibbles.
+void SplitF8E4M3(const uint8_t* in, int64_t n, uint8_t* e, uint8_t* sm);
+//   e: [n] uint8, sm: as SplitF8E4M3 -> out: [n] uint8. out = (t & 8) << 4 | (e & 0xf) << 3 | (t & 7).
+void MergeF8E4M3(const uint8_t* e, const uint8_t* sm, int64_t n, uint8_t* out);
+
+// Bytes of the SM plane of n values of `dtype` (BF16: n, F32: 3n, F16: n + 3·ceil(n/8), F8_E4M3:
+// ceil(n/2)); 0 for n <= 0
 // and for dtypes without an E/SM split (see HasExponentSplit).
 uint64_t SmPlaneBytes(DType dtype, int64_t n);
-// True for the dtypes the converter splits losslessly: BF16, F16, F32.
+// True for the dtypes the converter splits losslessly: BF16, F16, F32, F8_E4M3.
 bool HasExponentSplit(DType dtype);
-// Bits per value of the SM plane (BF16 8, F16 11, F32 24; 0 otherwise). The entropy bound of the
+// Bits per value of the SM plane (BF16 8, F16 11, F32 24, F8_E4M3 4; 0 otherwise). The entropy bound of the
 // compression ratio is (SmBitsPerValue + H(exponent)) / (8 · DTypeSize).
 int SmBitsPerValue(DType dtype);
 

@@ -233,4 +233,46 @@ Status DecompressChunk(Codec codec, const uint8_t* src, uint64_t stored_bytes, u
   return Status::InvalidArgument("unknown codec " + std::to_string(static_cast<int>(codec)));
 }
 
+uint64_t EChunkStreamBytes(DType dtype, uint64_t count) {
+  return dtype == DType::kF8E4M3 ? (count + 1) / 2 : count;
+}
+
+Status CompressEChunk(DType dtype, const CodecOptions& options, const uint8_t* e, uint64_t count,
+                      std::vector<uint8_t>* out) {
+  const uint8_t* src = e;
+  std::vector<uint8_t> packed;
+  if (dtype == DType::kF8E4M3) {
+    packed.resize(EChunkStreamBytes(dtype, count));
+    for (uint64_t j = 0; j < packed.size(); ++j) {
+      const uint32_t lo = e[2 * j] & 0x0fu, hi = 2 * j + 1 < count ? e[2 * j + 1] & 0x0fu : 0u;
+      packed[j] = static_cast<uint8_t>(lo | hi << 4);
+    }
+    src = packed.data();
+  }
+  const uint64_t stream = EChunkStreamBytes(dtype, count);
+  out->resize(CompressBoundBytes(options.codec, stream));
+  ZM_ASSIGN_OR_RETURN(const uint64_t stored, CompressChunk(options, src, stream, out->data(), out->size()));
+  out->resize(stored);
+  return Status::Ok();
+}
+
+Status DecompressEChunk(DType dtype, Codec codec, const uint8_t* src, uint64_t stored_bytes, uint8_t* dst,
+                        uint64_t count) {
+  if (dtype != DType::kF8E4M3) return DecompressChunk(codec, src, stored_bytes, dst, count);
+  thread_local std::vector<uint8_t> packed;
+  packed.resize(EChunkStreamBytes(dtype, count));
+  ZM_RETURN_IF_ERROR(DecompressChunk(codec, src, stored_bytes, packed.data(), packed.size()));
+  const uint64_t pairs = count / 2;
+  for (uint64_t j = 0; j < pairs; ++j) {
+    dst[2 * j] = packed[j] & 0x0fu;
+    dst[2 * j + 1] = packed[j] >> 4;
+  }
+  if (count % 2 != 0) {
+    if ((packed[pairs] >> 4) != 0)
+      return Status::Corruption("packed F8_E4M3 E-chunk: the unused nibble after the odd last value is not 0");
+    dst[count - 1] = packed[pairs] & 0x0fu;
+  }
+  return Status::Ok();
+}
+
 }  // namespace zipmoe

@@ -1,6 +1,8 @@
 #include "common/dtype.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace zipmoe {
 
@@ -57,6 +59,41 @@ float F16ToFloat(uint16_t h) {
     v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
   }
   return sign ? -v : v;
+}
+
+float F8E4M3ToFloat(uint8_t bits) {
+  const int e = (bits >> 3) & 0xf, m = bits & 7;
+  float v;
+  if (e == 0xf && m == 7) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (e == 0) {
+    v = std::ldexp(static_cast<float>(m), -9);
+  } else {
+    v = std::ldexp(static_cast<float>(8 + m), e - 10);
+  }
+  return (bits & 0x80) != 0 ? -v : v;
+}
+
+uint8_t FloatToF8E4M3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < std::ldexp(1.0f, -6)) {  // subnormal range: m * 2^-9, m = 0..8 (8 is the smallest normal, code 8)
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &a, sizeof bits);
+  int e = static_cast<int>(bits >> 23) - 127;  // -6 .. 8
+  uint32_t m = (bits & 0x7fffffu) >> 20;
+  const uint32_t rest = bits & 0xfffffu, half = 0x80000u;
+  if (rest > half || (rest == half && (m & 1u) != 0)) ++m;
+  if (m == 8) {
+    m = 0;
+    ++e;
+  }
+  const uint32_t code = static_cast<uint32_t>(e + 7) << 3 | m;
+  return sign | static_cast<uint8_t>(code > 0x7e ? 0x7e : code);
 }
 
 }  // namespace zipmoe

@@ -41,5 +41,11 @@ inline uint16_t FloatToBf16(float f) {
 }
 // IEEE half -> float32 (exact).
 float F16ToFloat(uint16_t bits);
+// OCP FP8 E4M3 (s eeee mmm, bias 7, subnormals, no infinities, S.1111.111 = NaN) -> float32 (exact):
+// e > 0: (-1)^s (1 + m/8) 2^(e-7); e = 0: (-1)^s m 2^-9.
+float F8E4M3ToFloat(uint8_t bits);
+// float32 -> FP8 E4M3, round to nearest even, saturating to +-448 (as torch's float8_e4m3fn cast of
+// values already divided by their block scale); NaN -> 0x7f. -0 keeps its sign.
+uint8_t FloatToF8E4M3(float f);
 
 }  // namespace zipmoe

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 
+#include "common/bitfield.h"
 #include "common/checkpoint/expert_names.h"
 #include "common/parallel.h"
 
@@ -78,8 +79,8 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromChec
     auto id = ParseExpertTensorName(name, n_encoder_layers);
     if (!id || IsMtpLayerTensor(name, ckpt.config())) continue;
     ZM_ASSIGN_OR_RETURN(TensorView v, ckpt.Find(name));
-    if (v.spec.dtype != DType::kBF16 && v.spec.dtype != DType::kF16 && v.spec.dtype != DType::kF32)
-      return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' is {}, expected BF16, F16 or F32", v.file,
+    if (!HasExponentSplit(v.spec.dtype))
+      return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' is {}, expected BF16, F16, F32 or F8_E4M3", v.file,
                                                  name, DTypeName(v.spec.dtype)));
     views.push_back(v);
     auto& slot = found.try_emplace({id->layer_id, id->expert_id}, std::array<const TensorView*, 3>{}).first->second;

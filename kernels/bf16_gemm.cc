@@ -31,6 +31,8 @@ constexpr unsigned long kHwcap2Bf16 = 1UL << 14;  // HWCAP2_BF16 (Linux arch/arm
 
 float WeightAt(const GemmWeights& w, int64_t index) {
   if (w.f32 != nullptr && w.bf16 == nullptr) return w.f32[index];
+  if (w.f8 != nullptr && w.bf16 == nullptr && w.f32 == nullptr)
+    return F8E4M3ToFloat(w.f8[index]) * w.F8Scale(index / w.cols, index % w.cols);
   uint32_t bits;
   if (w.planes()) {
     const uint32_t e = w.e[index], sm = w.sm[index];
@@ -130,7 +132,12 @@ Status ValidateGemmArgs(const GemmArgs& a) {
   if (w.cols == 0) return Status::Ok();
   if (a.x == nullptr) return Status::InvalidArgument("Bf16Gemm: x is null");
   if (w.planes() && (w.e == nullptr || w.sm == nullptr))
-    return Status::InvalidArgument("Bf16Gemm: weights have neither BF16 nor F32 data nor both E and SM planes");
+    return Status::InvalidArgument("Bf16Gemm: weights have neither BF16, F32 nor FP8 data nor both E and SM planes");
+  if (w.f8 != nullptr && w.bf16 == nullptr && w.f32 == nullptr &&
+      (w.f8_scale == nullptr || w.block_rows <= 0 || w.block_cols <= 0 || w.block_cols % 16 != 0))
+    return Status::InvalidArgument(fmt::format(
+        "Bf16Gemm: FP8 weights need f8_scale and block sizes > 0 with block_cols a multiple of 16 (got {} x {}{})",
+        w.block_rows, w.block_cols, w.f8_scale == nullptr ? ", no scales" : ""));
   return Status::Ok();
 }
 
@@ -175,7 +182,7 @@ void SplitBf16Activations(const float* x, int64_t n, uint16_t* hi, uint16_t* lo)
 }
 
 void Bf16GemmBf16DotReference(const GemmArgs& a) {
-  if (a.w.f32 != nullptr && a.w.bf16 == nullptr) {
+  if (a.w.bf16 == nullptr && (a.w.f32 != nullptr || a.w.f8 != nullptr)) {
     Bf16GemmReference(a);
     return;
   }

@@ -45,20 +45,35 @@
 
 namespace zipmoe::kernels {
 
-// The weights W of one linear layer, [rows, cols] row-major (row stride = cols), in one of three
+// The weights W of one linear layer, [rows, cols] row-major (row stride = cols), in one of four
 // encodings, checked in this order: `bf16` set (BF16 bit patterns); `f32` set (float32, e.g. an F32
 // checkpoint: the same loops without the widening, so an F32 checkpoint whose values are BF16
-// values gives the same bits as its BF16 original); else both planes (e: exponent plane,
-// sm: sign<<7 | mantissa, one byte per element each, as common/bitfield.h splits them).
+// values gives the same bits as its BF16 original); `f8` set (block-scaled FP8, below); else both
+// planes (e: exponent plane, sm: sign<<7 | mantissa, one byte per element each, as common/bitfield.h
+// splits BF16).
+// FP8 (DeepSeek-V3 / GLM FP8 checkpoints: F8_E4M3 weights with 128x128 `weight_scale_inv` blocks):
+//   W[r, k] = e4m3(f8[r, k]) * f8_scale[(r / block_rows) * ceil(cols / block_cols) + k / block_cols]
+// with e4m3() exact (common/dtype.h F8E4M3ToFloat) and one fp32 multiplication (rounded to nearest):
+// the dequantization of DeepSeek's weight_dequant and transformers' FP8 integration, done in the inner
+// loop as BF16 is widened there (the weights stay 1 byte each); then the fp32 order below.
+// block_cols must be a multiple of 16 (ValidateGemmArgs).
 struct GemmWeights {
   const uint16_t* bf16 = nullptr;  // [rows, cols] BF16 bit patterns, or nullptr
   const float* f32 = nullptr;      // [rows, cols] float32 (when bf16 is nullptr), or nullptr
-  const uint8_t* e = nullptr;      // [rows, cols] exponent plane (when bf16 and f32 are nullptr)
-  const uint8_t* sm = nullptr;     // [rows, cols] sign|mantissa plane (when bf16 and f32 are nullptr)
+  const uint8_t* f8 = nullptr;     // [rows, cols] F8_E4M3 bit patterns (when bf16 and f32 are nullptr), or nullptr
+  const float* f8_scale = nullptr; // f8: [ceil(rows / block_rows), ceil(cols / block_cols)] float32 scales
+  int64_t block_rows = 0;          // f8: rows of one scale block (128 in released checkpoints)
+  int64_t block_cols = 0;          // f8: columns of one scale block
+  const uint8_t* e = nullptr;      // [rows, cols] exponent plane (when bf16, f32 and f8 are nullptr)
+  const uint8_t* sm = nullptr;     // [rows, cols] sign|mantissa plane (as e)
   int64_t rows = 0;
   int64_t cols = 0;
 
-  bool planes() const { return bf16 == nullptr && f32 == nullptr; }
+  bool planes() const { return bf16 == nullptr && f32 == nullptr && f8 == nullptr; }
+  // f8: the scale of weight (r, k).
+  float F8Scale(int64_t r, int64_t k) const {
+    return f8_scale[(r / block_rows) * ((cols + block_cols - 1) / block_cols) + k / block_cols];
+  }
 };
 
 // One matrix product: out = x · Wᵀ (+ bias) for the rows [row_begin, row_end) of W.
@@ -86,7 +101,8 @@ bool GemmIsaAvailable(GemmIsa isa);
 GemmIsa BestGemmIsa();
 
 // Checks the shapes and pointers of `a`. Errors: kInvalidArgument naming the bad field (null
-// pointer with work to do, cols > ldx, row range outside [0, rows], ldy < rows, negative n).
+// pointer with work to do, cols > ldx, row range outside [0, rows], ldy < rows, negative n; FP8
+// weights without scales or with block sizes <= 0 or block_cols not a multiple of 16).
 Status ValidateGemmArgs(const GemmArgs& a);
 
 // The scalar reference (the summation order above, element by element). No validation.
@@ -97,7 +113,7 @@ void Bf16GemmReference(const GemmArgs& a);
 // as the SDM's VDPBF16PS pseudo-code), then the same with lo; the lanes reduced by the tree above;
 // the remaining columns with fp32 FMAs on x; the bias. A CPU may round a pair's sum once (the
 // instruction's internal order is not architecturally fixed), so tests compare the variant with
-// this model within a tolerance, not bit for bit. F32 weights: Bf16GemmReference. No validation.
+// this model within a tolerance, not bit for bit. F32 and FP8 weights: Bf16GemmReference. No validation.
 void Bf16GemmBf16DotReference(const GemmArgs& a);
 
 // BestGemmIsa()'s variant on the calling thread. No validation (the executor validates shapes

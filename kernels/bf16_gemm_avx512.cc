@@ -33,6 +33,20 @@ struct Avx512 {
     const __m512i mant = _mm512_slli_epi32(_mm512_and_si512(sv, _mm512_set1_epi32(0x7f)), 16);
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_or_si512(sign, mant), _mm512_slli_epi32(ev, 23)));
   }
+  // FP8 E4M3: exponent > 0 by moving the fields into an fp32 and the bias from 7 to 127; exponent 0
+  // (subnormal) as m * 2^-9; S.1111.111 NaN; the sign last; then one multiplication by the scale.
+  static Vec LoadF8(const uint8_t* p, float scale) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+    __m512 v = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
+    v = _mm512_mask_mov_ps(v, _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)),
+                           _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f)));
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)),
+                           _mm512_set1_ps(__builtin_nanf("")));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+    v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+    return _mm512_mul_ps(v, _mm512_set1_ps(scale));
+  }
   static Acc Fma(Vec w, Vec x, Acc acc) { return _mm512_fmadd_ps(w, x, acc); }
   static float Reduce(Acc acc) {
     const __m256 lo = _mm512_castps512_ps256(acc);

@@ -46,6 +46,24 @@ struct Neon {
     Widen(vreinterpretq_u16_u8(vzip2q_u8(lo, hi)), &w.v2, &w.v3);
     return w;
   }
+  // 4 FP8 E4M3 weights (as uint32 lanes) decoded exactly (as the x86 LoadF8), times `scale`.
+  static float32x4_t F8x4(uint32x4_t b, float32x4_t scale) {
+    const uint32x4_t mag = vandq_u32(b, vdupq_n_u32(0x7f));
+    float32x4_t v = vreinterpretq_f32_u32(vaddq_u32(vshlq_n_u32(mag, 20), vdupq_n_u32(120u << 23)));
+    const float32x4_t sub = vmulq_f32(vcvtq_f32_u32(mag), vdupq_n_f32(0x1p-9f));
+    v = vbslq_f32(vcltq_u32(mag, vdupq_n_u32(8)), sub, v);
+    v = vbslq_f32(vceqq_u32(mag, vdupq_n_u32(0x7f)), vdupq_n_f32(__builtin_nanf("")), v);
+    const uint32x4_t sign = vshlq_n_u32(vandq_u32(b, vdupq_n_u32(0x80)), 24);
+    v = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(v), sign));
+    return vmulq_f32(v, scale);
+  }
+  static Vec LoadF8(const uint8_t* p, float scale) {
+    const uint8x16_t b = vld1q_u8(p);
+    const uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_high_u8(b);
+    const float32x4_t s = vdupq_n_f32(scale);
+    return {F8x4(vmovl_u16(vget_low_u16(lo)), s), F8x4(vmovl_high_u16(lo), s), F8x4(vmovl_u16(vget_low_u16(hi)), s),
+            F8x4(vmovl_high_u16(hi), s)};
+  }
   static Acc Fma(const Vec& w, const Vec& x, const Acc& acc) {
     return {vfmaq_f32(acc.v0, w.v0, x.v0), vfmaq_f32(acc.v1, w.v1, x.v1), vfmaq_f32(acc.v2, w.v2, x.v2),
             vfmaq_f32(acc.v3, w.v3, x.v3)};

@@ -80,7 +80,7 @@ inline float Dot(const GemmArgs& a, const uint16_t* hi, const uint16_t* lo, cons
 
 void Bf16GemmNeonBf16(const GemmArgs& a) {
   if (a.n <= 0 || a.row_end <= a.row_begin) return;
-  if (a.w.bf16 == nullptr && !a.w.planes()) {  // F32 weights
+  if (a.w.bf16 == nullptr && !a.w.planes()) {  // F32 or FP8 weights
     Bf16GemmNeon(a);
     return;
   }

@@ -6,6 +6,8 @@
 //   V::LoadBf16(const uint16_t*)                 16 BF16 weights widened to fp32 (exact)
 //   V::LoadPlanes(const uint8_t* e, const uint8_t* sm)   16 weights from the two planes (exact)
 //   V::LoadX also loads 16 float32 weights (GemmWeights::f32)
+//   V::LoadF8(const uint8_t* p, float scale)    16 FP8 E4M3 weights decoded exactly, times `scale`
+//                            (one fp32 multiplication each: GemmWeights' FP8 formula)
 //   V::Fma(w, x, acc)        acc + w * x per lane, one rounding
 //   V::Reduce(acc)           the fixed tree of bf16_gemm.h: lanes j + j+8, then j + j+4, j + j+2, j + j+1
 //   kGemvRows                rows per tile when tokens are computed one by one (decode); x86: 1,
@@ -23,13 +25,29 @@
 namespace zipmoe::kernels::gemm_tile {
 
 // How the weights are stored (GemmWeights).
-enum class Encoding { kBf16, kF32, kPlanes };
+enum class Encoding { kBf16, kF32, kPlanes, kF8 };
+
+// FP8 E4M3 -> float32, exact, from bits and builtins only (common/dtype.h F8E4M3ToFloat's formula).
+inline float F8ToFloat(uint32_t b) {
+  const uint32_t mag = b & 0x7fu;
+  float v;
+  if (mag == 0x7fu) {
+    v = __builtin_nanf("");
+  } else if (mag < 8u) {  // exponent 0: m * 2^-9
+    v = static_cast<float>(mag) * 0x1p-9f;
+  } else {  // (1 + m/8) 2^(e-7): the bits shifted into place, the bias moved from 7 to 127
+    const uint32_t bits = (mag << 20) + (120u << 23);
+    __builtin_memcpy(&v, &bits, sizeof(v));
+  }
+  return (b & 0x80u) != 0 ? -v : v;
+}
 
 // Weight `index` of `w` as float32 (the scalar tails). Templated on V, unused inside, so that each
 // ISA translation unit's instantiation has internal linkage like every other template here.
 template <class V, Encoding kEnc>
 inline float WeightAt(const GemmWeights& w, int64_t index) {
   if (kEnc == Encoding::kF32) return w.f32[index];
+  if (kEnc == Encoding::kF8) return F8ToFloat(w.f8[index]) * w.F8Scale(index / w.cols, index % w.cols);
   uint32_t bits;
   if (kEnc == Encoding::kPlanes) {
     const uint32_t e = w.e[index], sm = w.sm[index];
@@ -60,8 +78,22 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   // page boundaries, and a weight row is often exactly one page (hidden 2048 in BF16) of a
   // memory-mapped checkpoint, so without this every row starts with a full memory latency.
   const int64_t next_rows = a.w.rows - r - R < R ? a.w.rows - r - R : R;  // rows of the next tile (<= 0: none)
+  // FP8: each row's scales, and the column block of k counted without a division.
+  const float* scale_row[R] = {};
+  const int64_t chunks_per_block = kEnc == Encoding::kF8 ? a.w.block_cols / 16 : 1;
+  if (kEnc == Encoding::kF8) {
+    const int64_t scale_cols = (cols + a.w.block_cols - 1) / a.w.block_cols;
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) scale_row[i] = a.w.f8_scale + ((r + i) / a.w.block_rows) * scale_cols;
+  }
+  int64_t col_block = 0, chunk_in_block = 0;
   for (int64_t b = 0; b < kb; ++b) {
     const int64_t k = b * 16;
+    if (kEnc == Encoding::kF8 && chunk_in_block == chunks_per_block) {
+      ++col_block;
+      chunk_in_block = 0;
+    }
+    ++chunk_in_block;
     if (next_rows > 0) {
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
@@ -70,6 +102,8 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
         if (kEnc == Encoding::kPlanes) {
           __builtin_prefetch(a.w.e + off);
           __builtin_prefetch(a.w.sm + off);
+        } else if (kEnc == Encoding::kF8) {
+          __builtin_prefetch(a.w.f8 + off);
         } else if (kEnc == Encoding::kF32) {
           __builtin_prefetch(a.w.f32 + off);
         } else {
@@ -85,6 +119,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
       const int64_t off = (r + i) * cols + k;
       const typename V::Vec w = kEnc == Encoding::kPlanes ? V::LoadPlanes(a.w.e + off, a.w.sm + off)
                                 : kEnc == Encoding::kF32  ? V::LoadX(a.w.f32 + off)
+                                : kEnc == Encoding::kF8   ? V::LoadF8(a.w.f8 + off, scale_row[i][col_block])
                                                           : V::LoadBf16(a.w.bf16 + off);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w, x[j], acc[i][j]);
@@ -142,6 +177,8 @@ inline void Gemm(const GemmArgs& a) {
     Run<V, Encoding::kBf16>(a);
   } else if (a.w.f32 != nullptr) {
     Run<V, Encoding::kF32>(a);
+  } else if (a.w.f8 != nullptr) {
+    Run<V, Encoding::kF8>(a);
   } else {
     Run<V, Encoding::kPlanes>(a);
   }

@@ -128,9 +128,14 @@ void RecoverF16Reference(const uint8_t* e, const uint8_t* sm, uint16_t* out, int
 // MergeF16; bench/recovery_fp_bench.cc). No error path, as RecoverBf16Cpu.
 void RecoverF32Cpu(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n);
 void RecoverF16Cpu(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n);
+// F8_E4M3 (DeepSeek-V3 / GLM FP8 experts): out[i] = (t >> 3) << 7 | (e & 0xf) << 3 | (t & 7) with t the
+// i-th nibble of sm (MergeF8E4M3); the fast path takes values in pairs (one SM byte), the reference one
+// at a time.
+void RecoverF8E4M3Cpu(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n);
+void RecoverF8E4M3Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n);
 
 // The CPU fast path of `dtype`, chosen once per call (the per-value loops have no dtype branch):
-// RecoverBf16Cpu, RecoverF16Cpu or RecoverF32Cpu.
+// RecoverBf16Cpu, RecoverF16Cpu, RecoverF32Cpu or RecoverF8E4M3Cpu.
 //   e: [n] uint8; sm: [SmPlaneBytes(dtype, n)] bytes (common/bitfield.h); out: [n · DTypeSize(dtype)]
 //   bytes, any alignment; out must not overlap e or sm.
 // Errors: kInvalidArgument naming the dtype when it has no E/SM split (nothing written).
@@ -148,6 +153,11 @@ Status RecoverCpu(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, i
 // without CUDA), kInternal (device query or launch error, with the CUDA error string).
 Status LaunchRecoverF32(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n, void* stream);
 Status LaunchRecoverF16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, void* stream);
+// F8_E4M3 (kernels/recovery.cu): a thread recovers 8 values (one 8-byte load of e, one 4-byte load of
+// sm, one 8-byte store) when e ≡ 0 (mod 8), sm ≡ 0 (mod 4), out ≡ 0 (mod 8) and n ≡ 0 (mod 8)
+// (RecoverF8E4M3VectorPathFits), else a pair of values (one SM byte) per thread. As above otherwise.
+Status LaunchRecoverF8E4M3(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, void* stream);
+bool RecoverF8E4M3VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8_t* out, int64_t n);
 // True when LaunchRecoverF32 / LaunchRecoverF16 take their vector path for these pointers (pure
 // address arithmetic; usable without CUDA).
 bool RecoverF32VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint32_t* out, int64_t n);
@@ -160,5 +170,6 @@ bool RecoverF16VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint16_
 // Errors: kUnavailable without CUDA or device; kInvalidArgument as the launchers; kInternal on CUDA errors.
 Status RecoverF32OnDevice(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n, int offset = 0);
 Status RecoverF16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, int offset = 0);
+Status RecoverF8E4M3OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, int offset = 0);
 
 }  // namespace zipmoe::kernels

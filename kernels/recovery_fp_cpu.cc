@@ -67,12 +67,28 @@ void RecoverF16Cpu(const uint8_t* __restrict e, const uint8_t* __restrict sm, ui
   }
 }
 
+void RecoverF8E4M3Cpu(const uint8_t* __restrict e, const uint8_t* __restrict sm, uint8_t* __restrict out, int64_t n) {
+  if (n <= 0) return;
+  // Pairs: one SM byte holds the fields of values 2j (low nibble) and 2j+1 (high nibble).
+  const int64_t pairs = n / 2;
+  for (int64_t j = 0; j < pairs; ++j) {
+    const uint32_t s = sm[j];
+    out[2 * j] = static_cast<uint8_t>((s & 8u) << 4 | (e[2 * j] & 0x0fu) << 3 | (s & 7u));
+    out[2 * j + 1] = static_cast<uint8_t>((s & 0x80u) | (e[2 * j + 1] & 0x0fu) << 3 | (s >> 4 & 7u));
+  }
+  if (n % 2 != 0) {
+    const uint32_t s = sm[pairs];
+    out[n - 1] = static_cast<uint8_t>((s & 8u) << 4 | (e[n - 1] & 0x0fu) << 3 | (s & 7u));
+  }
+}
+
 Status RecoverCpu(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, int64_t n) {
   // RecoverBf16Cpu / RecoverF16Cpu / RecoverF32Cpu take any alignment; the casts only name the type.
   switch (dtype) {
     case DType::kBF16: RecoverBf16Cpu(e, sm, static_cast<uint16_t*>(out), n); return Status::Ok();
     case DType::kF16: RecoverF16Cpu(e, sm, static_cast<uint16_t*>(out), n); return Status::Ok();
     case DType::kF32: RecoverF32Cpu(e, sm, static_cast<uint32_t*>(out), n); return Status::Ok();
+    case DType::kF8E4M3: RecoverF8E4M3Cpu(e, sm, static_cast<uint8_t*>(out), n); return Status::Ok();
     default:
       return Status::InvalidArgument(std::string("RecoverCpu: dtype ") + DTypeName(dtype) + " has no E/SM split");
   }

@@ -24,6 +24,11 @@ bool RecoverF32VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint32_
   return ea % 4 == 0 && sa % 8 == 0 && (sa + 2 * static_cast<uintptr_t>(n)) % 4 == 0 && oa % 16 == 0;
 }
 
+bool RecoverF8E4M3VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8_t* out, int64_t n) {
+  return reinterpret_cast<uintptr_t>(e) % 8 == 0 && reinterpret_cast<uintptr_t>(sm) % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(out) % 8 == 0 && n % 8 == 0;
+}
+
 bool RecoverF16VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint16_t* out) {
   const auto ea = reinterpret_cast<uintptr_t>(e);
   const auto sa = reinterpret_cast<uintptr_t>(sm);
@@ -65,6 +70,13 @@ RecoveryKernelPath SelectRecoveryKernelPath(const uint8_t* e, const uint8_t* sm,
   return RecoveryKernelPath::kScalar;
 }
 
+void RecoverF8E4M3Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t t = (sm[i / 2] >> (4 * (i % 2))) & 0x0fu;
+    out[i] = static_cast<uint8_t>((t >> 3) << 7 | (e[i] & 0x0fu) << 3 | (t & 7u));
+  }
+}
+
 #ifndef ZIPMOE_HAVE_CUDA
 bool BuiltWithCuda() { return false; }
 int CudaDeviceCount() { return 0; }
@@ -85,6 +97,12 @@ Status RecoverF32OnDevice(const uint8_t*, const uint8_t*, uint32_t*, int64_t, in
 }
 Status RecoverF16OnDevice(const uint8_t*, const uint8_t*, uint16_t*, int64_t, int) {
   return Status::Unavailable("RecoverF16OnDevice: zipmoe was built without CUDA");
+}
+Status LaunchRecoverF8E4M3(const uint8_t*, const uint8_t*, uint8_t*, int64_t, void*) {
+  return Status::Unavailable("LaunchRecoverF8E4M3: zipmoe was built without CUDA");
+}
+Status RecoverF8E4M3OnDevice(const uint8_t*, const uint8_t*, uint8_t*, int64_t, int) {
+  return Status::Unavailable("RecoverF8E4M3OnDevice: zipmoe was built without CUDA");
 }
 #endif
 

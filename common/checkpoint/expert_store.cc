@@ -85,7 +85,7 @@ Status ExpertStore::ReadChunk(const ExpertTensorInfo& t, int chunk_index, uint8_
 
 Status ExpertStore::DecodeEChunk(const ExpertTensorInfo& t, int chunk_index, const uint8_t* stored, uint8_t* e_plane) {
   const ChunkInfo& c = t.chunks.at(static_cast<size_t>(chunk_index));
-  Status st = DecompressChunk(t.codec, stored, c.stored_bytes, e_plane + c.elem_offset, c.raw_bytes);
+  Status st = DecompressEChunk(t.dtype, t.codec, stored, c.stored_bytes, e_plane + c.elem_offset, c.raw_bytes);
   if (!st.ok())
     return st.WithContext(fmt::format("E-chunk {} of '{}' (layer {}, expert {})", chunk_index, t.name, t.layer_id,
                                       t.expert_id));
@@ -129,6 +129,7 @@ Status ExpertStore::ReadTensor(const ExpertTensorInfo& t, uint8_t* out) const {
     case DType::kBF16: merge(&MergeBf16, uint16_t{}); break;
     case DType::kF16: merge(&MergeF16, uint16_t{}); break;
     case DType::kF32: merge(&MergeF32, uint32_t{}); break;
+    case DType::kF8E4M3: merge(&MergeF8E4M3, uint8_t{}); break;
     default:
       return Status::Corruption(fmt::format("{}: '{}' (layer {}, expert {}) has dtype {} (no E/SM split)",
                                             experts_path_, t.name, t.layer_id, t.expert_id, DTypeName(t.dtype)));

@@ -46,7 +46,7 @@ Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTenso
         fmt::format("{}: {}: negative dimension or more than 2^63 elements in its shape", path, Where(t)));
   if (!HasExponentSplit(t.dtype))
     return Status::Corruption(
-        fmt::format("{}: {}: dtype {} (expected BF16, F16 or F32)", path, Where(t), DTypeName(t.dtype)));
+        fmt::format("{}: {}: dtype {} (expected BF16, F16, F32 or F8_E4M3)", path, Where(t), DTypeName(t.dtype)));
   if (t.n_shards < 1 || t.chunks.size() != static_cast<size_t>(t.n_shards) + 1)
     return Status::Corruption(fmt::format("{}: {}: {} chunks for K={} (expected K E-chunks + 1 SM-chunk)", path,
                                           Where(t), t.chunks.size(), t.n_shards));
@@ -82,7 +82,7 @@ Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTenso
         return Status::Corruption(fmt::format("{}: {}: E-chunk {} starts at element {}, expected {}", path, Where(t),
                                               i, c.elem_offset, next));
       next += c.elem_count;
-      if (t.codec == Codec::kNone && c.stored_bytes != c.raw_bytes)
+      if (t.codec == Codec::kNone && c.stored_bytes != EChunkStreamBytes(t.dtype, c.raw_bytes))
         return Status::Corruption(fmt::format("{}: {}: uncompressed E-chunk {} size mismatch", path, Where(t), i));
     }
   }

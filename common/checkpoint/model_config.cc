@@ -210,19 +210,39 @@ Status ParsePartialRotary(const nlohmann::json& config, const std::string& sourc
   return Status::Ok();
 }
 
-// Quantized checkpoints (a quantization_config: FP8 block-scaled, MXFP4, GPTQ, AWQ, ...) are refused
-// by name: zipmoe serves BF16 / F16 / F32 weights as released.
-Status RefuseQuantization(const nlohmann::json& config, const std::string& source) {
+// quantization_config: FP8 block-scaled checkpoints (DeepSeek-V3 as released, GLM-4.5-Air-FP8,
+// Qwen3-*-FP8: {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+// "weight_block_size": [128, 128]}) are served as stored (F8_E4M3 weights + weight_scale_inv);
+// every other method (MXFP4, GPTQ, AWQ, bitsandbytes, ...) or FP8 variant is refused by name.
+Status ParseQuantization(const nlohmann::json& config, const std::string& source, ModelConfig& c) {
   auto it = config.find("quantization_config");
   if (it == config.end() || it->is_null()) return Status::Ok();
-  std::string method = "?";
-  if (it->is_object()) {
-    auto m = it->find("quant_method");
-    if (m != it->end() && m->is_string()) method = m->get<std::string>();
-  }
-  return Status::InvalidArgument(fmt::format(
-      "{}: quantization_config with quant_method '{}' is not supported (checkpoints in BF16, F16 or F32 only)",
-      source, method));
+  const std::string where = source + " quantization_config";
+  if (!it->is_object())
+    return Status::InvalidArgument(fmt::format("{}: must be an object, got {}", where, it->type_name()));
+  KeyReader q(*it, where);
+  ZM_ASSIGN_OR_RETURN(const std::string method, q.StringOr("quant_method", "?"));
+  if (method != "fp8")
+    return Status::InvalidArgument(fmt::format(
+        "{}: quant_method '{}' is not supported (supported: fp8 with block scales; or BF16, F16, F32 weights)", where,
+        method));
+  ZM_ASSIGN_OR_RETURN(const std::string fmt_name, q.StringOr("fmt", "e4m3"));
+  if (fmt_name != "e4m3")
+    return Status::InvalidArgument(fmt::format("{}: fmt '{}' is not supported (supported: e4m3)", where, fmt_name));
+  ZM_ASSIGN_OR_RETURN(const std::string scheme, q.StringOr("activation_scheme", "dynamic"));
+  if (scheme != "dynamic")
+    return Status::InvalidArgument(fmt::format(
+        "{}: activation_scheme '{}' is not supported (supported: dynamic; activations stay float32 here)", where,
+        scheme));
+  ZM_ASSIGN_OR_RETURN(const std::vector<int64_t> block, q.IntList("weight_block_size"));
+  if (block.size() != 2 || block[0] <= 0 || block[1] <= 0 || block[1] % 16 != 0)
+    return Status::InvalidArgument(fmt::format(
+        "{}: weight_block_size must be [rows, cols] with rows > 0 and cols a positive multiple of 16 (per-tensor "
+        "or per-channel FP8 is not supported), got {}",
+        where, it->contains("weight_block_size") ? (*it)["weight_block_size"].dump() : std::string("nothing")));
+  c.fp8_block_rows = block[0];
+  c.fp8_block_cols = block[1];
+  return Status::Ok();
 }
 
 Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig& c) {
@@ -664,7 +684,7 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
   ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
   ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));
   ZM_RETURN_IF_ERROR(ParsePartialRotary(config, source_path, c));
-  ZM_RETURN_IF_ERROR(RefuseQuantization(config, source_path));
+  ZM_RETURN_IF_ERROR(ParseQuantization(config, source_path, c));
   ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
 
   ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));

@@ -162,6 +162,13 @@ struct ModelConfig {
   int32_t decoder_start_token_id = 0;  // first decoder input (T5: = pad_token_id)
   int32_t pad_token_id = 0;
 
+  // --- FP8 checkpoints (quantization_config quant_method "fp8"; 0 = not quantized) ---
+  // Linear weights may be F8_E4M3 with `<name>_scale_inv` float32 [ceil(out/rows), ceil(in/cols)]:
+  // W = e4m3(q) * scale_inv per block (kernels/bf16_gemm.h GemmWeights::f8).
+  int64_t fp8_block_rows = 0;
+  int64_t fp8_block_cols = 0;
+  bool fp8() const { return fp8_block_rows > 0; }
+
   // --- embeddings / generation ---
   bool tie_word_embeddings = false;
   std::vector<int32_t> eos_token_ids;  // union of config.json and generation_config.json, in order
@@ -202,8 +209,8 @@ struct ModelConfig {
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
 // hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func (named),
-// a quantization_config (quantized checkpoints are refused, naming quant_method), rope_interleave
-// false on a non-MLA model, mlp_layer_types of the wrong length or with an unknown entry;
+// a quantization_config other than block-scaled FP8 e4m3 with dynamic activations (naming the key),
+// rope_interleave false on a non-MLA model, mlp_layer_types of the wrong length or with an unknown entry;
 // switch_transformers: a dense_act_fn / feed_forward_proj other than "relu" (gated variants too),
 // router_dtype other than "float32", router_bias true, expert_capacity < 0.
 Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::string& source_path);

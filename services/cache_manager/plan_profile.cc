@@ -171,7 +171,7 @@ Result<StorageProfile> ProfileStorage(const std::string& dir, const ProfileOptio
       decoded.resize(c.raw_bytes);
       for (int32_t rep = 0; rep < std::max(options.decode_repeats, 1); ++rep) {
         const auto start = std::chrono::steady_clock::now();
-        Status st = DecompressChunk(t.codec, stored.data(), c.stored_bytes, decoded.data(), c.raw_bytes);
+        Status st = DecompressEChunk(t.dtype, t.codec, stored.data(), c.stored_bytes, decoded.data(), c.raw_bytes);
         dec_us += MicrosSince(start);
         if (!st.ok()) {
           return st.WithContext(fmt::format("{}@{}: E-chunk {} of '{}' (layer {}, expert {})", path, c.file_offset,

@@ -120,8 +120,9 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
                   "MLA models only (deepseek_v2, deepseek_v3, glm4_moe_lite): set q_lora_rank (q_a_proj/q_b_proj); "
                   "0 = the preset's");
   cmd->add_option("--dtype", args->options.dtype,
-                  "switch_transformers only: tensor dtype, f32 (default, as released) or bf16 (servable by the runtime)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                  "tensor dtype: switch_transformers f32 (default, as released) or bf16 (servable by the runtime); the "
+                  "decoder-only archs fp8 (block-scaled F8_E4M3 *_proj weights, as DeepSeek-V3's FP8 release)")
+      ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
   cmd->add_flag("--measure-skew", args->measure_skew,
                 "after writing, print the router top-10% share (layer-0 approximation)");
   cmd->add_flag("--measure-only", args->measure_only,

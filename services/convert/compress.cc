@@ -59,14 +59,16 @@ std::vector<uint16_t> RoundToBf16(const TensorView& view) {
   return out;
 }
 
-// The dtype an expert tensor is stored in: its own (BF16, F16 and F32 split losslessly), or BF16 for
-// F16/F32 with --convert-dtype. Errors: kInvalidArgument naming a tensor of any other dtype.
+// The dtype an expert tensor is stored in: its own (BF16, F16, F32 and F8_E4M3 split losslessly), or
+// BF16 for F16/F32 with --convert-dtype (FP8 is never converted: its block scales would no longer
+// apply). Errors: kInvalidArgument naming a tensor of any other dtype.
 Result<DType> StoredDType(const TensorView& view, bool convert_dtype) {
   const DType dtype = view.spec.dtype;
-  if (dtype == DType::kBF16) return dtype;
+  if (dtype == DType::kBF16 || dtype == DType::kF8E4M3) return dtype;
   if (dtype == DType::kF16 || dtype == DType::kF32) return convert_dtype ? DType::kBF16 : dtype;
   return Status::InvalidArgument(fmt::format(
-      "{}: expert tensor '{}' is {}, expected BF16, F16 or F32 (the dtypes with an exponent/sign-mantissa split)",
+      "{}: expert tensor '{}' is {}, expected BF16, F16, F32 or F8_E4M3 (the dtypes with an exponent/sign-mantissa "
+      "split)",
       view.file, view.spec.name, DTypeName(dtype)));
 }
 
@@ -79,6 +81,10 @@ void SplitPlanes(DType dtype, const uint8_t* data, int64_t n, std::vector<uint8_
     std::vector<uint32_t> v(static_cast<size_t>(n));
     std::memcpy(v.data(), data, v.size() * 4);
     SplitF32(v.data(), n, e_plane->data(), sm_plane->data());
+    return;
+  }
+  if (dtype == DType::kF8E4M3) {
+    SplitF8E4M3(data, n, e_plane->data(), sm_plane->data());
     return;
   }
   std::vector<uint16_t> v(static_cast<size_t>(n));
@@ -118,10 +124,9 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
   t.n_shards = static_cast<int32_t>(ranges.size());
   const CodecOptions codec{t.codec, t.level};
   for (const auto& [offset, count] : ranges) {
-    std::vector<uint8_t> buf(CompressBoundBytes(t.codec, static_cast<uint64_t>(count)));
-    ZM_ASSIGN_OR_RETURN(uint64_t stored, CompressChunk(codec, e_plane.data() + offset, static_cast<uint64_t>(count),
-                                                       buf.data(), buf.size()));
-    buf.resize(stored);
+    std::vector<uint8_t> buf;
+    ZM_RETURN_IF_ERROR(CompressEChunk(t.dtype, codec, e_plane.data() + offset, static_cast<uint64_t>(count), &buf));
+    const uint64_t stored = buf.size();
     t.chunks.push_back({ChunkKind::kE, static_cast<uint64_t>(offset), static_cast<uint64_t>(count), 0, stored,
                         static_cast<uint64_t>(count), Xxh64(buf.data(), buf.size())});
     enc.bytes.push_back(std::move(buf));

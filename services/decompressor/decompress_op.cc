@@ -16,6 +16,7 @@ DecompressOp MakeDecodeEChunkOp(const ExpertTensorInfo& t, int chunk_index, uint
   op.priority = priority;
   op.kind = DecompressOpKind::kDecodeEChunk;
   op.codec = t.codec;
+  op.dtype = t.dtype;  // F8_E4M3 E-chunks hold packed nibbles (common/codec.h DecompressEChunk)
   op.src = stored;
   op.stored_bytes = c.stored_bytes;
   op.dst = e_plane == nullptr ? nullptr : e_plane + c.elem_offset;
@@ -88,7 +89,7 @@ Status ValidateOp(const DecompressOp& op) {
 Status RunDecompressOp(const DecompressOp& op) {
   ZM_RETURN_IF_ERROR(ValidateOp(op));
   if (op.kind == DecompressOpKind::kDecodeEChunk) {
-    Status st = DecompressChunk(op.codec, op.src, op.stored_bytes, op.dst, op.raw_bytes);
+    Status st = DecompressEChunk(op.dtype, op.codec, op.src, op.stored_bytes, op.dst, op.raw_bytes);
     if (!st.ok()) return Status::Corruption(fmt::format("{}: {}", DescribeOp(op), st.message()));
     return Status::Ok();
   }

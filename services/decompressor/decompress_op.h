@@ -37,7 +37,7 @@ struct DecompressOp {
   uint8_t* dst = nullptr;          // see DecompressOpKind
   uint64_t raw_bytes = 0;          // decoded bytes (kDecodeEChunk) / elements (kRecover)
   std::optional<uint64_t> expected_xxh64;  // kRecover: xxHash64 of the recovered bytes, checked if set
-  DType dtype = DType::kBF16;      // kRecover: the tensor's dtype (BF16, F16 or F32)
+  DType dtype = DType::kBF16;      // the tensor's dtype (BF16, F16, F32 or F8_E4M3; kDecodeEChunk: F8 packs nibbles)
   // Labels for messages.
   std::string tensor_name;
   int32_t layer_id = -1;

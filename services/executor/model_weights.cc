@@ -30,7 +30,8 @@ std::string ExpertTensorName(const ModelConfig& c, int64_t layer_id, int64_t exp
 
 class Loader {
  public:
-  Loader(const LoadedModel& model, const LoadOptions& options) : m_(model), o_(options), c_(model.config) {}
+  Loader(const LoadedModel& model, const LoadOptions& options, std::vector<at::Tensor>* fp8_weights)
+      : m_(model), o_(options), c_(model.config), fp8_weights_(fp8_weights) {}
 
   // The view of `name`. Errors: kNotFound naming the tensor and the directory.
   Result<TensorView> Find(const std::string& name) const {
@@ -48,13 +49,58 @@ class Loader {
                                                ShapeString(found), ShapeString(want), c_.source));
   }
 
+  // The weight_scale_inv of FP8 weight `name` [rows, cols]: float32 [ceil(rows/br), ceil(cols/bc)].
+  Result<const float*> Fp8ScalesOf(const std::string& name, int64_t rows, int64_t cols) const {
+    const std::string scale_name = name + "_scale_inv";
+    auto found = Find(scale_name);
+    if (!found.ok())
+      return Status::NotFound(fmt::format("{}: FP8 tensor '{}' has no '{}' (block scales)", m_.dir, name, scale_name));
+    const TensorView& s = *found;
+    const int64_t br = c_.fp8_block_rows, bc = c_.fp8_block_cols;
+    ZM_RETURN_IF_ERROR(CheckShape(s.file, scale_name, s.spec.shape, {(rows + br - 1) / br, (cols + bc - 1) / bc}));
+    if (s.spec.dtype != DType::kF32)
+      return Status::InvalidArgument(
+          fmt::format("{}: '{}' is {}, expected F32 block scales", s.file, scale_name, DTypeName(s.spec.dtype)));
+    if (reinterpret_cast<uintptr_t>(s.data) % alignof(float) != 0)
+      return Status::InvalidArgument(fmt::format("{}: '{}' is not 4-byte aligned in its file", s.file, scale_name));
+    return reinterpret_cast<const float*>(s.data);
+  }
+
+  // An F8_E4M3 linear weight: a uint8 view with its scales attached (CPU only).
+  Result<at::Tensor> GetFp8(const TensorView& v, const std::string& name) const {
+    if (!c_.fp8())
+      return Status::InvalidArgument(fmt::format(
+          "{}: tensor '{}' is F8_E4M3 but {} has no FP8 quantization_config (block sizes)", v.file, name, c_.source));
+    if (v.spec.shape.size() != 2)
+      return Status::InvalidArgument(fmt::format("{}: F8_E4M3 tensor '{}' is not a matrix", v.file, name));
+    if (!o_.device.is_cpu())
+      return Status::InvalidArgument(fmt::format(
+          "{}: FP8 checkpoints run on the CPU executor; the {} path does not read F8_E4M3 weights yet", m_.dir,
+          o_.device.str()));
+    const int64_t rows = v.spec.shape[0], cols = v.spec.shape[1];
+    ZM_ASSIGN_OR_RETURN(const float* scales, Fp8ScalesOf(name, rows, cols));
+    at::Tensor weight =
+        at::from_blob(const_cast<uint8_t*>(v.data), {rows, cols}, at::TensorOptions().dtype(at::kByte));
+    const int64_t br = c_.fp8_block_rows, bc = c_.fp8_block_cols;
+    Fp8Scales s;
+    s.scale_inv = at::from_blob(const_cast<float*>(scales), {(rows + br - 1) / br, (cols + bc - 1) / bc},
+                                at::TensorOptions().dtype(at::kFloat));
+    s.block_rows = br;
+    s.block_cols = bc;
+    AttachFp8Scales(weight, std::move(s));
+    fp8_weights_->push_back(weight);
+    return weight;
+  }
+
   // The tensor `name` with shape `want` on the compute device, in the compute dtype (or `dtype`).
   // On the CPU a BF16 matrix stays a zero-copy BF16 view of the file (Linear reads it as
-  // stored: no fp32 copy of any weight); BF16 vectors (norms, biases) are upcast to float32 (exact).
+  // stored: no fp32 copy of any weight); BF16 vectors (norms, biases) are upcast to float32 (exact);
+  // an F8_E4M3 matrix stays a uint8 view with its block scales attached (GetFp8).
   Result<at::Tensor> Get(const std::string& name, const std::vector<int64_t>& want,
                          c10::optional<at::ScalarType> dtype = c10::nullopt) const {
     ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
     ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, want));
+    if (v.spec.dtype == DType::kF8E4M3) return GetFp8(v, name);
     const at::ScalarType want_dtype = dtype.value_or(o_.dtype);
     if (v.spec.dtype == DType::kBF16 && o_.device.is_cpu() && want_dtype == at::kFloat) {
       if (want.size() == 2) return WrapView(v);
@@ -182,7 +228,33 @@ class Loader {
       w.router_bias = bias.to(at::kCPU, at::kFloat).contiguous();
     }
     ZM_RETURN_IF_ERROR(CheckExperts(l));
+    if (c_.fp8()) ZM_RETURN_IF_ERROR(GetExpertScales(l, &w));
     return w;
+  }
+
+  // FP8 checkpoints: the scales of every routed expert of layer `l` whose weights are F8_E4M3 (as
+  // the checkpoint or the compressed directory's manifest records them).
+  Status GetExpertScales(int64_t l, LayerWeights* w) const {
+    w->expert_scales.assign(static_cast<size_t>(c_.num_experts), {nullptr, nullptr, nullptr});
+    for (int64_t e = 0; e < c_.num_experts; ++e) {
+      for (ExpertProj proj : {ExpertProj::kGate, ExpertProj::kUp, ExpertProj::kDown}) {
+        const std::string name = ExpertTensorName(c_, l, e, proj);
+        DType dtype = DType::kBF16;
+        if (m_.checkpoint) {
+          ZM_ASSIGN_OR_RETURN(TensorView v, m_.checkpoint->Find(name));
+          dtype = v.spec.dtype;
+        } else if (const ExpertTensorInfo* t = m_.store->Find(static_cast<int32_t>(l), static_cast<int32_t>(e), proj)) {
+          dtype = t->dtype;
+        }
+        if (dtype != DType::kF8E4M3) continue;
+        const bool down = proj == ExpertProj::kDown;
+        const int64_t rows = down ? c_.hidden_size : c_.moe_intermediate_size;
+        const int64_t cols = down ? c_.moe_intermediate_size : c_.hidden_size;
+        ZM_ASSIGN_OR_RETURN(w->expert_scales[static_cast<size_t>(e)][static_cast<int>(proj)],
+                            Fp8ScalesOf(name, rows, cols));
+      }
+    }
+    return Status::Ok();
   }
 
   Result<SwitchBlockWeights> GetSwitchBlock(int64_t l) const {
@@ -260,6 +332,7 @@ class Loader {
   const LoadedModel& m_;
   const LoadOptions& o_;
   const ModelConfig& c_;
+  std::vector<at::Tensor>* fp8_weights_;
 };
 
 }  // namespace
@@ -269,6 +342,10 @@ Result<ModelDirKind> DetectModelDir(const std::string& dir) {
   if (FileExists(JoinPath(dir, "config.json"))) return ModelDirKind::kHuggingFace;
   return Status::NotFound(fmt::format("{}: not a model directory (no {} and no config.json)", dir,
                                       kManifestFileName));
+}
+
+LoadedModel::~LoadedModel() {
+  for (const at::Tensor& w : fp8_weights) DetachFp8Scales(w);
 }
 
 Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const LoadOptions& options) {
@@ -293,7 +370,7 @@ Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const Loa
   // here, once, against the manifest.
   if (model->dense) ZM_RETURN_IF_ERROR(VerifyDenseTensors(model->store->manifest(), *model->dense));
   ZM_RETURN_IF_ERROR(TorchBoundary("loading " + dir, [&]() -> Status {
-    Loader loader(*model, options);
+    Loader loader(*model, options, &model->fp8_weights);
     if (model->config.arch == ModelArch::kSwitchTransformers) {
       ZM_ASSIGN_OR_RETURN(model->switch_weights, loader.GetSwitch());
       return Status::Ok();

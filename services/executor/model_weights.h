@@ -18,6 +18,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,10 @@ struct LayerWeights {
   at::Tensor router;               // is_moe: [n_experts, hidden]; the gate runs in fp32 (CPU: BF16 weight)
   at::Tensor router_bias;          // noaux_tc: mlp.gate.e_score_correction_bias [n_experts] float32, on the CPU
   MlpWeights shared_expert;        // qwen2_moe shared_expert / DeepSeek-style shared_experts (if any)
+  // FP8 checkpoints: each routed expert's weight_scale_inv per projection (ExpertProj order gate, up,
+  // down), float32 [ceil(rows / block_rows), ceil(cols / block_cols)] in the mapped checkpoint / dense
+  // file; empty otherwise. The experts' F8_E4M3 bytes come from the expert provider as usual.
+  std::vector<std::array<const float*, 3>> expert_scales;
   at::Tensor shared_expert_gate;   // qwen2_moe: [1, hidden]
   bool has_shared_expert = false;
 };
@@ -120,6 +125,11 @@ struct LoadOptions {
 
 // Everything a loaded model directory owns. Views in `weights` point into `checkpoint`/`dense`.
 struct LoadedModel {
+  LoadedModel() = default;
+  LoadedModel(const LoadedModel&) = delete;
+  LoadedModel& operator=(const LoadedModel&) = delete;
+  ~LoadedModel();  // detaches the FP8 scales of fp8_weights (torch_util.h AttachFp8Scales)
+
   std::string dir;
   ModelDirKind kind = ModelDirKind::kHuggingFace;
   ModelConfig config;
@@ -129,8 +139,13 @@ struct LoadedModel {
   std::unique_ptr<SafetensorsFile> dense;    // kCompressed
   std::unique_ptr<ExpertStore> store;        // kCompressed
   std::unique_ptr<ResidentExpertProvider> resident_experts;  // if LoadOptions::resident_experts
+  std::vector<at::Tensor> fp8_weights;  // every FP8 linear weight whose scales are attached
 };
 
+// FP8 checkpoints (config.fp8()): every F8_E4M3 linear weight stays a zero-copy uint8 view with its
+// `<name>_scale_inv` attached (torch_util.h Fp8Scales; shape checked against the config's blocks), on
+// the CPU only: another device is refused (kInvalidArgument), as is an F8_E4M3 tensor in a model
+// without a quantization_config or one without its scales (kNotFound naming it).
 // Loads DIR. The dense weights' file, and with resident_experts a checkpoint's every file, are
 // mapped in full before returning (MappedFile::Populate: no page fault inside a request).
 // Errors: DetectModelDir's; LoadModelConfig's; Checkpoint/SafetensorsFile/ExpertStore open errors;

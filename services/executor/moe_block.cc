@@ -1,6 +1,7 @@
 #include "services/executor/moe_block.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -17,14 +18,21 @@
 namespace zipmoe::executor {
 namespace {
 
-// The kernels' view of one routed expert matrix [rows, cols]: BF16 in place, its E/SM planes, or
-// float32 (an F32 expert in place; an F16 one widened into `keep`, exact).
-kernels::GemmWeights ExpertMatrix(const ExpertWeightsView& ew, const void* data, const ExpertPlanes& planes,
-                                  int64_t rows, int64_t cols, std::vector<at::Tensor>& keep) {
+// The kernels' view of one routed expert matrix [rows, cols]: BF16 in place, its E/SM planes,
+// float32 (an F32 expert in place; an F16 one widened into `keep`, exact), or FP8 in place with its
+// block scales (`f8_scale`, from LayerWeights::expert_scales).
+kernels::GemmWeights ExpertMatrix(const ModelConfig& config, const ExpertWeightsView& ew, const void* data,
+                                  const ExpertPlanes& planes, int64_t rows, int64_t cols, const float* f8_scale,
+                                  std::vector<at::Tensor>& keep) {
   kernels::GemmWeights w;
   w.rows = rows;
   w.cols = cols;
-  if (ew.dtype == DType::kBF16) {
+  if (ew.dtype == DType::kF8E4M3) {
+    w.f8 = static_cast<const uint8_t*>(data);
+    w.f8_scale = f8_scale;
+    w.block_rows = config.fp8_block_rows;
+    w.block_cols = config.fp8_block_cols;
+  } else if (ew.dtype == DType::kBF16) {
     w.bf16 = static_cast<const uint16_t*>(data);
     if (data == nullptr) {
       w.e = planes.e;
@@ -236,9 +244,18 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       const std::vector<int64_t>& rows = assign.token_rows[slot];
       const int64_t m = static_cast<int64_t>(rows.size());
       cpu::MlpJob j;
-      j.gate = ExpertMatrix(ew, ew.gate, ew.gate_planes, inter, hidden, keep);
-      j.up = ExpertMatrix(ew, ew.up, ew.up_planes, inter, hidden, keep);
-      j.down = ExpertMatrix(ew, ew.down, ew.down_planes, hidden, inter, keep);
+      std::array<const float*, 3> scales = {nullptr, nullptr, nullptr};
+      if (ew.dtype == DType::kF8E4M3) {
+        if (static_cast<size_t>(ew.expert_id) >= w.expert_scales.size() || w.expert_scales[ew.expert_id][0] == nullptr ||
+            w.expert_scales[ew.expert_id][1] == nullptr || w.expert_scales[ew.expert_id][2] == nullptr)
+          return Status::InvalidArgument(fmt::format(
+              "layer {} expert {}: FP8 weights without block scales (the model's config has no FP8 "
+              "quantization_config, or its checkpoint lacks the experts' weight_scale_inv)", layer_id, ew.expert_id));
+        scales = w.expert_scales[static_cast<size_t>(ew.expert_id)];
+      }
+      j.gate = ExpertMatrix(config, ew, ew.gate, ew.gate_planes, inter, hidden, scales[0], keep);
+      j.up = ExpertMatrix(config, ew, ew.up, ew.up_planes, inter, hidden, scales[1], keep);
+      j.down = ExpertMatrix(config, ew, ew.down, ew.down_planes, hidden, inter, scales[2], keep);
       j.n = m;
       j.ldx = hidden;
       bool identity = m == n;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <shared_mutex>
+#include <unordered_map>
 
 #include "services/executor/cpu_ops.h"
 
@@ -27,6 +29,8 @@ Result<at::Tensor> WrapView(const TensorView& view) {
 }
 
 at::Tensor WrapExpertTensor(const void* data, DType dtype, int64_t d0, int64_t d1) {
+  TORCH_CHECK(dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32, "WrapExpertTensor: ",
+              DTypeName(dtype), " expert weights are read by the CPU kernels only (FP8 needs its block scales)");
   const at::ScalarType type = dtype == DType::kF32 ? at::kFloat : dtype == DType::kF16 ? at::kHalf : at::kBFloat16;
   return at::from_blob(const_cast<void*>(data), {d0, d1}, at::TensorOptions().dtype(type));
 }
@@ -64,14 +68,55 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * normed.to(x.scalar_type());
 }
 
+namespace {
+
+struct Fp8Registry {
+  std::shared_mutex mu;
+  std::unordered_map<const void*, Fp8Scales> scales;
+};
+
+Fp8Registry& Registry() {
+  static Fp8Registry* registry = new Fp8Registry();  // never destroyed: models may outlive statics
+  return *registry;
+}
+
+}  // namespace
+
+void AttachFp8Scales(const at::Tensor& weight, Fp8Scales scales) {
+  Fp8Registry& r = Registry();
+  std::unique_lock<std::shared_mutex> lock(r.mu);
+  r.scales[weight.data_ptr()] = std::move(scales);
+}
+
+void DetachFp8Scales(const at::Tensor& weight) {
+  Fp8Registry& r = Registry();
+  std::unique_lock<std::shared_mutex> lock(r.mu);
+  r.scales.erase(weight.data_ptr());
+}
+
+const Fp8Scales* FindFp8Scales(const void* data) {
+  Fp8Registry& r = Registry();
+  std::shared_lock<std::shared_mutex> lock(r.mu);
+  auto it = r.scales.find(data);
+  return it == r.scales.end() ? nullptr : &it->second;  // entries are stable until detached
+}
+
 kernels::GemmWeights GemmWeightsOf(const at::Tensor& weight) {
   const bool bf16 = weight.scalar_type() == at::kBFloat16;
-  TORCH_CHECK(weight.dim() == 2 && weight.is_cpu() && (bf16 || weight.scalar_type() == at::kFloat) &&
+  const bool fp8 = weight.scalar_type() == at::kByte;
+  TORCH_CHECK(weight.dim() == 2 && weight.is_cpu() && (bf16 || fp8 || weight.scalar_type() == at::kFloat) &&
                   weight.is_contiguous(),
-              "GemmWeightsOf: expected a contiguous 2-D CPU BF16 or float32 tensor, got ", weight.sizes(), " ",
+              "GemmWeightsOf: expected a contiguous 2-D CPU BF16, float32 or FP8 tensor, got ", weight.sizes(), " ",
               weight.scalar_type());
   kernels::GemmWeights w;
-  if (bf16) {
+  if (fp8) {
+    const Fp8Scales* scales = FindFp8Scales(weight.data_ptr());
+    TORCH_CHECK(scales != nullptr, "GemmWeightsOf: a uint8 weight ", weight.sizes(), " without FP8 scales attached");
+    w.f8 = weight.data_ptr<uint8_t>();
+    w.f8_scale = scales->scale_inv.data_ptr<float>();
+    w.block_rows = scales->block_rows;
+    w.block_cols = scales->block_cols;
+  } else if (bf16) {
     w.bf16 = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
   } else {
     w.f32 = weight.data_ptr<float>();
@@ -123,7 +168,8 @@ at::Tensor LinearCpu(const at::Tensor& x, const kernels::GemmWeights& w, const a
 
 bool RunsOnCpuKernels(const at::Tensor& x, const at::Tensor& weight) {
   return x.is_cpu() && x.scalar_type() == at::kFloat && weight.is_cpu() &&
-         (weight.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kFloat);
+         (weight.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kFloat ||
+          (weight.scalar_type() == at::kByte && FindFp8Scales(weight.data_ptr()) != nullptr));
 }
 
 std::vector<at::Tensor> Linears(const at::Tensor& x, const std::vector<std::pair<at::Tensor, at::Tensor>>& layers) {

@@ -41,7 +41,8 @@ Result<at::ScalarType> ToScalarType(DType dtype, const std::string& what);
 Result<at::Tensor> WrapView(const TensorView& view);
 
 // Expert weights [d0, d1] (row-major) of element type `dtype` (BF16, F16 or F32; ExpertWeightsView) as
-// a tensor view without copying; read-only as WrapView.
+// a tensor view without copying; read-only as WrapView. Throws c10::Error for another dtype (FP8
+// experts are multiplied by the CPU kernels with their scales: moe_block.cc).
 at::Tensor WrapExpertTensor(const void* data, DType dtype, int64_t d0, int64_t d1);
 
 // BF16 bit patterns of `shape` (row-major) converted to a new float32 CPU tensor (exact: bits << 16, NaN payloads
@@ -63,9 +64,25 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // at::linear.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());
 
-// The kernels' view of a contiguous 2-D CPU BF16 or float32 tensor [rows, cols] (no copy; valid
-// while it lives). Throws c10::Error for other tensors.
+// The kernels' view of a contiguous 2-D CPU BF16 or float32 tensor [rows, cols], or of a uint8 one
+// holding F8_E4M3 bit patterns with scales attached (AttachFp8Scales) (no copy; valid while it
+// lives). Throws c10::Error for other tensors (a uint8 one without scales too).
 kernels::GemmWeights GemmWeightsOf(const at::Tensor& weight);
+
+// Block-scaled FP8 linear weights (quantization_config fp8): torch 1.13 has no FP8 dtype, so such a
+// weight is a kByte CPU tensor [rows, cols] of E4M3 bit patterns, and its weight_scale_inv
+// ([ceil(rows / block_rows), ceil(cols / block_cols)] float32, contiguous CPU) is attached to it here,
+// keyed by the weight's data pointer, for GemmWeightsOf. The loader attaches them and detaches them
+// when the model is freed (LoadedModel). Thread-safe.
+struct Fp8Scales {
+  at::Tensor scale_inv;
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+};
+void AttachFp8Scales(const at::Tensor& weight, Fp8Scales scales);
+void DetachFp8Scales(const at::Tensor& weight);
+// The scales attached to the weight whose data starts at `data`, or nullptr.
+const Fp8Scales* FindFp8Scales(const void* data);
 
 // x · Wᵀ (+ bias) with the CPU kernels of kernels/bf16_gemm.h: x [..., w.cols] float32 CPU
 // (made contiguous if it is not) -> [..., w.rows] float32; bias [w.rows] float32 or undefined.
@@ -82,7 +99,8 @@ at::Tensor LinearCpu(const at::Tensor& x, const kernels::GemmWeights& w, const a
 std::vector<at::Tensor> LinearCpuGroup(const at::Tensor& x, const std::vector<kernels::GemmWeights>& ws,
                                        const std::vector<at::Tensor>& biases = {});
 
-// True when Linear(x, weight) runs on the CPU kernels (float32 x on the CPU, BF16/F32 CPU weight).
+// True when Linear(x, weight) runs on the CPU kernels (float32 x on the CPU, BF16/F32 CPU weight, or
+// an FP8 one with scales attached).
 bool RunsOnCpuKernels(const at::Tensor& x, const at::Tensor& weight);
 
 // Linear of each (weight, bias) on the same x: one LinearCpuGroup when every one runs on the CPU

@@ -44,6 +44,11 @@ struct TensorRecipe {
   // A Linear weight whose input is the RMSNorm-ed residual stream (q/k/v, q_a, kv_a, gate/up/w1/w3,
   // shared_expert_gate, lm_head): under router skew its rows are made ⊥ the skew direction.
   bool reads_residual = false;
+  // FP8 (synth --dtype fp8): a weight recipe of dtype F8_E4M3 carries its block sizes; its
+  // `<name>_scale_inv` recipe (F32) names the weight in fp8_source (tensor_init.h FillFp8).
+  int64_t fp8_block_rows = 0;
+  int64_t fp8_block_cols = 0;
+  std::string fp8_source;
 };
 
 // One MoE layer's router and the RMSNorm that feeds it.

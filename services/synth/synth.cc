@@ -98,6 +98,40 @@ struct PreparedModel {
   SkewModel skew;
 };
 
+// --dtype fp8: every *_proj.weight matrix (attention, dense MLPs, shared and routed experts; not the
+// routers, embeddings, norms or lm_head, as DeepSeek-V3's FP8 release) becomes F8_E4M3 with a
+// `<name>_scale_inv` F32 tensor of block x block scales, and config.json gets the quantization_config
+// DeepSeek-V3 ships.
+Status QuantizeToFp8(int64_t block, PreparedModel& m) {
+  std::vector<TensorRecipe> scales;
+  static const std::string kSuffix = "_proj.weight";
+  for (TensorRecipe& r : m.layout.tensors) {
+    const std::string& name = r.spec.name;
+    if (r.spec.shape.size() != 2 || name.size() < kSuffix.size() ||
+        name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+      continue;
+    r.spec.dtype = DType::kF8E4M3;
+    r.fp8_block_rows = block;
+    r.fp8_block_cols = block;
+    TensorRecipe s;
+    s.spec.name = name + "_scale_inv";
+    s.spec.dtype = DType::kF32;
+    s.spec.shape = {(r.spec.shape[0] + block - 1) / block, (r.spec.shape[1] + block - 1) / block};
+    s.layer_id = r.layer_id;
+    s.expert_id = r.expert_id;
+    s.fp8_block_rows = block;
+    s.fp8_block_cols = block;
+    s.fp8_source = name;
+    scales.push_back(std::move(s));
+  }
+  for (TensorRecipe& s : scales) m.layout.tensors.push_back(std::move(s));
+  m.config["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                     {"fmt", "e4m3"},
+                                     {"quant_method", "fp8"},
+                                     {"weight_block_size", {block, block}}};
+  return Status::Ok();
+}
+
 Result<PreparedModel> Prepare(const SynthOptions& options) {
   PreparedModel m;
   ZM_ASSIGN_OR_RETURN(m.config, BuildPresetConfig(options.arch, options.preset, options.q_lora_rank));
@@ -108,10 +142,14 @@ Result<PreparedModel> Prepare(const SynthOptions& options) {
   for (TensorRecipe& r : m.layout.tensors) {
     if (r.kind == InitKind::kEmbedding) r.std = static_cast<float>(options.embedding_std);
   }
-  if (!options.dtype.empty()) {
+  if (options.dtype == "fp8") {
+    if (options.arch == "switch_transformers")
+      return Status::InvalidArgument("synth: --dtype fp8 is for the decoder-only archs, not switch_transformers");
+    ZM_RETURN_IF_ERROR(QuantizeToFp8(options.preset == "tiny" ? 32 : 128, m));
+  } else if (!options.dtype.empty()) {
     if (options.arch != "switch_transformers" || (options.dtype != "bf16" && options.dtype != "f32"))
-      return Status::InvalidArgument(fmt::format("synth: --dtype '{}' for arch '{}': only switch_transformers takes "
-                                                 "--dtype (bf16 or f32)",
+      return Status::InvalidArgument(fmt::format("synth: --dtype '{}' for arch '{}': switch_transformers takes bf16 "
+                                                 "or f32, the decoder-only archs fp8",
                                                  options.dtype, options.arch));
     const DType dtype = options.dtype == "bf16" ? DType::kBF16 : DType::kF32;
     for (TensorRecipe& r : m.layout.tensors) r.spec.dtype = dtype;
@@ -193,7 +231,16 @@ Result<SynthReport> SynthesizeCheckpoint(const SynthOptions& options) {
   const TensorFiller fill = [&](const TensorSpec& spec, uint8_t* out) -> Status {
     auto it = recipes.find(spec.name);
     if (it == recipes.end()) return Status::Internal(fmt::format("synth: no recipe for tensor '{}'", spec.name));
-    return FillTensorBf16(*it->second, model.skew, options.seed, runner, out);
+    const TensorRecipe& recipe = *it->second;
+    if (recipe.spec.dtype == DType::kF8E4M3) return FillFp8(recipe, model.skew, options.seed, runner, out, nullptr);
+    if (!recipe.fp8_source.empty()) {
+      auto source = recipes.find(recipe.fp8_source);
+      if (source == recipes.end())
+        return Status::Internal(fmt::format("synth: '{}' scales a tensor '{}' not in the layout", spec.name,
+                                            recipe.fp8_source));
+      return FillFp8(*source->second, model.skew, options.seed, runner, nullptr, out);
+    }
+    return FillTensorBf16(recipe, model.skew, options.seed, runner, out);
   };
   ZM_RETURN_IF_ERROR(WriteCheckpointWeights(dir, layout.Specs(), options.shard_size_bytes, fill));
 

@@ -41,8 +41,11 @@ struct SynthOptions {
   uint64_t shard_size_bytes = 2ull << 30;    // max bytes per safetensors shard
   int n_threads = 0;                         // 0 = std::thread::hardware_concurrency()
   int64_t q_lora_rank = 0;                   // deepseek_v2 only: > 0 sets q_lora_rank (q_a/q_b path)
-  // switch_transformers only: "bf16" writes every tensor as BF16 (config torch_dtype "bfloat16") instead
-  // of the released checkpoints' F32, e.g. to serve the experts through the runtime; "" = the preset's.
+  // switch_transformers: "bf16" writes every tensor as BF16 (config torch_dtype "bfloat16") instead
+  // of the released checkpoints' F32, e.g. to serve the experts through the runtime. Decoder-only
+  // archs: "fp8" writes every *_proj.weight as block-scaled F8_E4M3 (blocks of 32 for tiny, 128 for
+  // mini) with its weight_scale_inv and the quantization_config of DeepSeek-V3's FP8 release
+  // (tensor_init.h FillFp8). "" = the preset's (BF16 / F32).
   std::string dtype;
 };
 

@@ -114,4 +114,39 @@ Status FillTensorBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_
   return Status::Ok();
 }
 
+Status FillFp8(const TensorRecipe& weight, const SkewModel& skew, uint64_t seed, ParallelRunner& runner,
+               uint8_t* q_out, uint8_t* scale_out) {
+  const TensorSpec& spec = weight.spec;
+  const int64_t br = weight.fp8_block_rows, bc = weight.fp8_block_cols;
+  if (spec.dtype != DType::kF8E4M3 || spec.shape.size() != 2 || br <= 0 || bc <= 0)
+    return Status::InvalidArgument(fmt::format("tensor '{}': FillFp8 needs a 2-D F8_E4M3 recipe with block sizes",
+                                               spec.name));
+  const int64_t rows = spec.shape[0], cols = spec.shape[1];
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  const int64_t rows_per_task = std::max<int64_t>(1, kFillChunkElems / std::max<int64_t>(1, cols));
+  runner.ParallelFor((rows + rows_per_task - 1) / rows_per_task, [&](int64_t task) {
+    const int64_t begin = task * rows_per_task, end = std::min(rows, begin + rows_per_task);
+    GenerateRowsF32(weight, skew, seed, begin, end, w.data() + begin * cols);
+  });
+  const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
+  std::vector<float> scale(static_cast<size_t>(srows * scols));
+  for (int64_t i = 0; i < srows; ++i) {
+    for (int64_t j = 0; j < scols; ++j) {
+      float amax = 0.0f;
+      for (int64_t r = i * br; r < std::min(rows, (i + 1) * br); ++r)
+        for (int64_t c = j * bc; c < std::min(cols, (j + 1) * bc); ++c)
+          amax = std::max(amax, std::fabs(w[static_cast<size_t>(r * cols + c)]));
+      scale[static_cast<size_t>(i * scols + j)] = amax > 0.0f ? amax / 448.0f : 1.0f;
+    }
+  }
+  if (scale_out != nullptr) std::memcpy(scale_out, scale.data(), scale.size() * sizeof(float));
+  if (q_out != nullptr) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        q_out[r * cols + c] = FloatToF8E4M3(w[static_cast<size_t>(r * cols + c)] /
+                                            scale[static_cast<size_t>((r / br) * scols + c / bc)]);
+  }
+  return Status::Ok();
+}
+
 }  // namespace zipmoe::synth

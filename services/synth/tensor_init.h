@@ -39,4 +39,13 @@ void GenerateRowsF32(const TensorRecipe& recipe, const SkewModel& skew, uint64_t
 Status FillTensorBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_t seed,
                       ParallelRunner& runner, uint8_t* out);
 
+// FP8 block quantization of an F8_E4M3 weight recipe (its float32 values as GenerateRowsF32), as the
+// released FP8 checkpoints are made (DeepSeek-V3's weight_quant): per block of fp8_block_rows x
+// fp8_block_cols, scale_inv = amax / 448 (1 for an all-zero block), q = e4m3_rne(w / scale_inv)
+// (common/dtype.h FloatToF8E4M3). Writes q [rows, cols] to q_out and/or the scales
+// [ceil(rows/br), ceil(cols/bc)] float32 to scale_out (either may be null; any alignment).
+// Errors: kInvalidArgument if the recipe is not a 2-D F8_E4M3 one with block sizes > 0.
+Status FillFp8(const TensorRecipe& weight, const SkewModel& skew, uint64_t seed, ParallelRunner& runner,
+               uint8_t* q_out, uint8_t* scale_out);
+
 }  // namespace zipmoe::synth

@@ -107,6 +107,37 @@ TEST(BitfieldFpTest, F16PlaneLayoutKnownAnswers) {
   EXPECT_EQ(sm[14], 0);
 }
 
+// F8_E4M3 (DeepSeek-V3 / GLM FP8 experts): every one of the 256 patterns round-trips, at every
+// position parity; the planes against the layout written out independently.
+TEST(BitfieldFpTest, F8E4M3RoundTripsAll256PatternsAndKnownLayout) {
+  for (const int64_t n : {int64_t{256}, int64_t{255}, int64_t{1}}) {
+    std::vector<uint8_t> in(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) in[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 37 + 11) & 0xff);
+    std::vector<uint8_t> e(in.size()), sm(SmPlaneBytes(DType::kF8E4M3, n), 0xaa), out(in.size());
+    SplitF8E4M3(in.data(), n, e.data(), sm.data());
+    MergeF8E4M3(e.data(), sm.data(), n, out.data());
+    EXPECT_EQ(out, in) << n;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t x = in[static_cast<size_t>(i)];
+      EXPECT_EQ(e[static_cast<size_t>(i)], (x >> 3) & 0xf) << i;
+      const int nibble = (sm[static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xf;
+      EXPECT_EQ(nibble, ((x >> 7) << 3) | (x & 7)) << i;  // sign, then the 3 mantissa bits
+    }
+    if (n % 2 == 1) {
+      EXPECT_EQ(sm.back() >> 4, 0) << "the unused high nibble of an odd tail is 0";
+    }
+  }
+  std::vector<uint8_t> all(256), e(256), sm(128), out(256);
+  for (int i = 0; i < 256; ++i) all[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+  SplitF8E4M3(all.data(), 256, e.data(), sm.data());
+  MergeF8E4M3(e.data(), sm.data(), 256, out.data());
+  EXPECT_EQ(out, all);
+  EXPECT_EQ(SmPlaneBytes(DType::kF8E4M3, 7), 4u);
+  EXPECT_EQ(SmBitsPerValue(DType::kF8E4M3), 4);
+  EXPECT_TRUE(HasExponentSplit(DType::kF8E4M3));
+  EXPECT_FALSE(HasExponentSplit(DType::kF8E5M2));
+}
+
 TEST(BitfieldFpTest, SmPlaneBytesPerDType) {
   EXPECT_EQ(SmPlaneBytes(DType::kBF16, 10), 10u);
   EXPECT_EQ(SmPlaneBytes(DType::kF32, 10), 30u);

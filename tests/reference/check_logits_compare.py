@@ -16,11 +16,15 @@ import moe_reference as ref
 
 ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite"]
 # Extra synth variants run after the base cases, one per arch of ARCHS (skip with --base-only): (label, arch,
-# synth args). The deepseek_v3 / glm4_moe / glm4_moe_lite presets have none yet.
+# synth args).
 VARIANTS = [
     ("deepseek_v2+q_lora", "deepseek_v2", ["--q-lora-rank", "48"]),   # q_a_proj/q_a_layernorm/q_b_proj
     ("qwen3_moe+sharded", "qwen3_moe", ["--shard-size", "2M"]),        # index.json + several shards
     ("mixtral+skew", "mixtral", ["--router-skew", "2"]),               # skewed, far-from-uniform routing
+    # FP8 block-scaled checkpoints (F8_E4M3 *_proj weights + weight_scale_inv, 32x32 blocks): served as
+    # stored, the reference dequantizes them itself.
+    ("deepseek_v3+fp8+q_lora", "deepseek_v3", ["--dtype", "fp8", "--q-lora-rank", "40"]),
+    ("glm4_moe+fp8", "glm4_moe", ["--dtype", "fp8"]),
 ]
 REL_TOL = 1e-4
 PROMPT_LEN = 16

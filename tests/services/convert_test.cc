@@ -224,6 +224,92 @@ TEST(ConvertTest, ZstdMeetsTheEntropyBoundOnGaussianWeights) {
 
 // F16/F32 experts are kept bit-exact since issue 19 (tests/services/convert_fp_test.cc); a dtype without
 // an exponent/sign-mantissa split is refused, naming the tensor, and --convert-dtype still rounds F32.
+// FP8 checkpoints (DeepSeek-V3 / GLM FP8 releases): F8_E4M3 experts with 128x128 block scales, made
+// here as DeepSeek's weight_quant makes them from N(0, 0.02^2) weights. compress splits them into a
+// 4-bit exponent plane (stored packed two per byte, common/codec.h) and a sign|mantissa nibble plane,
+// the scales go to dense.safetensors bit-exact; verify passes; the ratio is within 0.6 pt of the
+// bound (4 SM bits + exponent entropy) / 8.
+TEST(ConvertTest, Fp8ExpertsRoundTripWithinTheEntropyBound) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("m");
+  ASSERT_TRUE(CreateDirectories(dir).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "config.json"),
+                              R"({"model_type": "qwen2_moe", "num_hidden_layers": 1, "num_experts": 4,
+                                  "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                  "activation_scheme": "dynamic", "weight_block_size": [128, 128]}})")
+                  .ok());
+  const int64_t rows = 512, cols = 704, block = 128;
+  std::vector<TensorSpec> specs;
+  for (int e = 0; e < 4; ++e) {
+    const std::string p = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      const bool down = std::string(proj) == "down_proj";
+      const int64_t r = down ? cols : rows, c = down ? rows : cols;
+      specs.push_back({p + proj + ".weight", DType::kF8E4M3, {r, c}});
+      specs.push_back({p + proj + ".weight_scale_inv", DType::kF32, {(r + block - 1) / block, (c + block - 1) / block}});
+    }
+  }
+  // Both tensors of a pair come from the same weights: quantize once per weight name.
+  std::map<std::string, std::pair<std::vector<uint8_t>, std::vector<float>>> quantized;
+  auto quantize = [&](const std::string& weight, int64_t r, int64_t c) -> const std::pair<std::vector<uint8_t>, std::vector<float>>& {
+    auto it = quantized.find(weight);
+    if (it != quantized.end()) return it->second;
+    std::mt19937_64 rng(std::hash<std::string>()(weight));
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    std::vector<float> w(static_cast<size_t>(r * c));
+    for (float& v : w) v = normal(rng);
+    const int64_t sr = (r + block - 1) / block, sc = (c + block - 1) / block;
+    std::vector<float> scale(static_cast<size_t>(sr * sc), 0.0f);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) {
+        float& m = scale[static_cast<size_t>((i / block) * sc + j / block)];
+        m = std::max(m, std::fabs(w[static_cast<size_t>(i * c + j)]));
+      }
+    for (float& v : scale) v /= 448.0f;
+    std::vector<uint8_t> q(w.size());
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j)
+        q[static_cast<size_t>(i * c + j)] =
+            FloatToF8E4M3(w[static_cast<size_t>(i * c + j)] / scale[static_cast<size_t>((i / block) * sc + j / block)]);
+    return quantized.emplace(weight, std::make_pair(std::move(q), std::move(scale))).first->second;
+  };
+  auto st = WriteCheckpointWeights(dir, specs, uint64_t{1} << 40, [&](const TensorSpec& spec, uint8_t* out) {
+    const bool is_scale = spec.dtype == DType::kF32;
+    const std::string weight = is_scale ? spec.name.substr(0, spec.name.size() - 10) : spec.name;
+    const bool down = weight.find("down_proj") != std::string::npos;
+    const auto& [q, scale] = quantize(weight, down ? cols : rows, down ? rows : cols);
+    if (is_scale) {
+      std::memcpy(out, scale.data(), scale.size() * sizeof(float));
+    } else {
+      std::memcpy(out, q.data(), q.size());
+    }
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto s = CompressModel(Options(dir, tmp.Sub("c"), Codec::kZstd, 4));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->expert_tensors, 12);
+  EXPECT_EQ(s->dense_tensors, 12);  // the scales
+  auto verified = VerifyCompressed({dir, tmp.Sub("c"), 2});
+  EXPECT_TRUE(verified.ok()) << verified.status().ToString();
+  auto j = InspectCompressed(tmp.Sub("c"));
+  ASSERT_TRUE(j.ok());
+  const double ratio = (*j)["ratio"].get<double>();
+  const double bound = (*j)["entropy_bound_ratio"].get<double>();
+  EXPECT_GT(ratio, bound) << "cannot beat the Shannon bound";
+  EXPECT_LE(ratio, bound + 0.006) << j->dump();
+  EXPECT_NEAR(bound, (4 + 2.55) / 8, 0.02) << "block-scaled N(0, 0.02^2) FP8 exponents carry about 2.55 bits";
+  // Read back through the store: every F8 tensor equals the checkpoint's bytes.
+  auto store = ExpertStore::Open(tmp.Sub("c"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->expert_dtype(), DType::kF8E4M3);
+  for (const auto& t : (*store)->manifest().expert_tensors) {
+    std::vector<uint8_t> got(static_cast<size_t>(t.numel()));
+    ASSERT_TRUE((*store)->ReadTensor(t, got.data()).ok()) << t.name;
+    EXPECT_EQ(got, quantized.at(t.name).first) << t.name;
+  }
+}
+
 TEST(ConvertTest, RefusesUnsplittableExpertsAndRoundsF32OnRequest) {
   TempDir tmp;
   WriteToyCheckpoint(tmp.Sub("m64"), DType::kF64, 2, 16, 24, 3);

@@ -1,6 +1,7 @@
 // End to end through the CLI: `zipmoe generate --memory-budget` must write --logits-out files that
 // are byte-equal to the all-resident run, for every policy × budget {10, 30, 60 % of the expert
-// bytes} × decompression workers L ∈ {1, 2, 4}, on tiny qwen2_moe, deepseek_v2, deepseek_v3 and glm4_moe.
+// bytes} × decompression workers L ∈ {1, 2, 4}, on tiny qwen2_moe, deepseek_v2, deepseek_v3 and glm4_moe,
+// the last two also as FP8 checkpoints.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -78,8 +79,11 @@ TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudget
   }
 }
 
+// The two FP8 variants (synth --dtype fp8: F8_E4M3 experts split into a 4-bit exponent plane and a
+// packed sign|mantissa plane, block scales in dense.safetensors) run the same matrix.
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest,
-                         ::testing::Values("qwen2_moe", "deepseek_v2", "deepseek_v3", "glm4_moe"));
+                         ::testing::Values("qwen2_moe", "deepseek_v2", "deepseek_v3", "glm4_moe",
+                                           "deepseek_v3 --dtype fp8", "glm4_moe --dtype fp8"));
 
 // Prefetching changes what is read ahead, never what is computed: both predictors, two budgets, a
 // ranked and a global policy, on every architecture; the prediction is exercised (issued > 0) and
