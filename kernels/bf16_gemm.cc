@@ -49,9 +49,13 @@ float WeightAt(const GemmWeights& w, int64_t index) {
 bool CpuSupports(GemmIsa isa) {
 #if defined(ZIPMOE_GEMM_X86)
   __builtin_cpu_init();
-  if (isa == GemmIsa::kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  // F16C (AVX2) and AVX512VL (AVX-512) serve the FP8 weights (vcvtph2ps, 256-bit masks); every CPU
+  // with AVX2 / AVX512BW that has shipped has them.
+  if (isa == GemmIsa::kAvx2)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   if (isa == GemmIsa::kAvx512)
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
   if (isa == GemmIsa::kAvx512Bf16)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("fma");

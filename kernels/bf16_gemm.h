@@ -23,8 +23,8 @@
 // Variants (picked at run time by BestGemmIsa; each ISA lives in its own translation unit compiled
 // with that ISA's flags, reached only after CPUID says the CPU has it):
 //   kScalar   the reference, plain C++ (std::fma); any CPU.
-//   kAvx2     x86-64 with AVX2 + FMA: 2 x 8 lanes per block.
-//   kAvx512   x86-64 with AVX-512 F/BW: 16 lanes per block, 4-row x 4-token register tiles.
+//   kAvx2     x86-64 with AVX2 + FMA (+ F16C for FP8): 2 x 8 lanes per block.
+//   kAvx512   x86-64 with AVX-512 F/BW/VL: 16 lanes per block, 4-row x 4-token register tiles.
 //   kNeon     AArch64 (Jetson's Cortex-A78AE): 4 x 4 lanes per block.
 //   kAvx512Bf16  x86-64 with AVX512_BF16 (vdpbf16ps): BF16 weights times the activation split into
 //             two BF16 halves (hi + lo: 16 significant bits), 32 columns per instruction, no widening

@@ -16,6 +16,7 @@ struct Avx2 {
   };
   using Vec = Acc;
   static constexpr int kGemvRows = 1;
+  static constexpr int kGemvRowsF8 = 2;
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 3;
 
@@ -31,24 +32,25 @@ struct Avx2 {
     return _mm256_castsi256_ps(_mm256_or_si256(_mm256_or_si256(sign, mant), _mm256_slli_epi32(ev, 23)));
   }
 
-  // 8 FP8 E4M3 weights from 8 bytes, exact (as Avx512::LoadF8), times `scale`.
+  // 8 FP8 E4M3 weights from 8 bytes through IEEE half, exact (as Avx512::LoadF8; F16C), times `scale`.
   static __m256 F8x8(const uint8_t* p, __m256 scale) {
-    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
-    __m256 v = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
-    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
-    v = _mm256_blendv_ps(v, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
-    v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")),
-                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f))));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-    v = _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
-    return _mm256_mul_ps(v, scale);
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m128i x7 = _mm_slli_epi16(b, 7);
+    __m128i h = _mm_add_epi16(x7, _mm_and_si128(x7, _mm_set1_epi16(0x4000)));
+    const __m128i mag_mask = _mm_set1_epi16(0x3f80);
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, mag_mask), mag_mask);
+    h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7e00), nan);
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)), scale);
   }
 
   static Acc Zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static Vec LoadF8(const uint8_t* p, float scale) {
     const __m256 s = _mm256_set1_ps(scale);
     return {F8x8(p, s), F8x8(p + 8, s)};
+  }
+  static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
+    *w0 = LoadF8(p, scale);
+    *w1 = LoadF8(p + 16, scale);
   }
   static Vec LoadX(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
   static Vec LoadBf16(const uint16_t* p) {

@@ -1,5 +1,5 @@
-// Bf16Gemm's AVX-512 variant (kernels/bf16_gemm.h). Compiled with -mavx512f -mavx512bw -mfma
-// (kernels/CMakeLists.txt); called only after CPUID reports AVX-512 F/BW.
+// Bf16Gemm's AVX-512 variant (kernels/bf16_gemm.h). Compiled with -mavx512f -mavx512bw -mavx512vl -mfma
+// (kernels/CMakeLists.txt); called only after CPUID reports AVX-512 F/BW/VL.
 // One 512-bit register holds the 16 lanes; tiles of 4 rows x 4 tokens keep 16 accumulators,
 // 4 widened weight vectors and one activation vector in the 32 zmm registers. Decode (one token)
 // streams one row at a time (kGemvRows 1): with the next row prefetched that is two streams per
@@ -17,6 +17,7 @@ struct Avx512 {
   using Acc = __m512;
   using Vec = __m512;
   static constexpr int kGemvRows = 1;
+  static constexpr int kGemvRowsF8 = 2;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 4;
 
@@ -33,19 +34,32 @@ struct Avx512 {
     const __m512i mant = _mm512_slli_epi32(_mm512_and_si512(sv, _mm512_set1_epi32(0x7f)), 16);
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_or_si512(sign, mant), _mm512_slli_epi32(ev, 23)));
   }
-  // FP8 E4M3: exponent > 0 by moving the fields into an fp32 and the bias from 7 to 127; exponent 0
-  // (subnormal) as m * 2^-9; S.1111.111 NaN; the sign last; then one multiplication by the scale.
+  // FP8 E4M3 through IEEE half: the byte's fields moved into a binary16 (sign to bit 15, exponent
+  // and mantissa to bits 7..13) are the E4M3 value / 2^8 exactly, subnormals included, which
+  // vcvtph2ps widens exactly; S.1111.111 (NaN) would read as 1.875 there and becomes a half NaN
+  // first. Then one multiplication by scale * 2^8 (exact while finite, so the product is the one
+  // rounding of GemmWeights' FP8 formula), or by 2^8 and the scale when that overflows.
+  static __m512i HalfBits(__m512i b16) {
+    const __m512i x7 = _mm512_slli_epi16(b16, 7);  // sign at bit 14, exponent|mantissa at 7..13
+    const __m512i h = _mm512_add_epi16(x7, _mm512_and_si512(x7, _mm512_set1_epi16(0x4000)));  // sign to bit 15
+    const __m512i mag_mask = _mm512_set1_epi16(0x3f80);
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, mag_mask), mag_mask);
+    return _mm512_mask_mov_epi16(h, nan, _mm512_set1_epi16(0x7e00));
+  }
+  static __m512 Scaled(__m256i half, float scale) {
+    const __m512 v = _mm512_cvtph_ps(half);
+    const float s256 = scale * 256.0f;
+    if (__builtin_isinf(s256)) return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(256.0f)), _mm512_set1_ps(scale));
+    return _mm512_mul_ps(v, _mm512_set1_ps(s256));
+  }
   static Vec LoadF8(const uint8_t* p, float scale) {
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
-    __m512 v = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
-    v = _mm512_mask_mov_ps(v, _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)),
-                           _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f)));
-    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)),
-                           _mm512_set1_ps(__builtin_nanf("")));
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
-    v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
-    return _mm512_mul_ps(v, _mm512_set1_ps(scale));
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    return Scaled(_mm512_castsi512_si256(HalfBits(b)), scale);
+  }
+  static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
+    const __m512i h = HalfBits(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+    *w0 = Scaled(_mm512_castsi512_si256(h), scale);
+    *w1 = Scaled(_mm512_extracti64x4_epi64(h, 1), scale);
   }
   static Acc Fma(Vec w, Vec x, Acc acc) { return _mm512_fmadd_ps(w, x, acc); }
   static float Reduce(Acc acc) {

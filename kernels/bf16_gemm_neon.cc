@@ -15,6 +15,7 @@ struct Neon {
   };
   using Vec = Acc;
   static constexpr int kGemvRows = 4;
+  static constexpr int kGemvRowsF8 = 4;
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 2;
 
@@ -63,6 +64,10 @@ struct Neon {
     const float32x4_t s = vdupq_n_f32(scale);
     return {F8x4(vmovl_u16(vget_low_u16(lo)), s), F8x4(vmovl_high_u16(lo), s), F8x4(vmovl_u16(vget_low_u16(hi)), s),
             F8x4(vmovl_high_u16(hi), s)};
+  }
+  static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
+    *w0 = LoadF8(p, scale);
+    *w1 = LoadF8(p + 16, scale);
   }
   static Acc Fma(const Vec& w, const Vec& x, const Acc& acc) {
     return {vfmaq_f32(acc.v0, w.v0, x.v0), vfmaq_f32(acc.v1, w.v1, x.v1), vfmaq_f32(acc.v2, w.v2, x.v2),

@@ -8,8 +8,10 @@
 //   V::LoadX also loads 16 float32 weights (GemmWeights::f32)
 //   V::LoadF8(const uint8_t* p, float scale)    16 FP8 E4M3 weights decoded exactly, times `scale`
 //                            (one fp32 multiplication each: GemmWeights' FP8 formula)
+//   V::LoadF8x2(p, scale, &w0, &w1)             32 of them (columns k..k+15, k+16..k+31), one block
 //   V::Fma(w, x, acc)        acc + w * x per lane, one rounding
 //   V::Reduce(acc)           the fixed tree of bf16_gemm.h: lanes j + j+8, then j + j+4, j + j+2, j + j+1
+//   kGemvRowsF8              the same for FP8 weights (more rows: FMA latency, not memory, bounds them)
 //   kGemvRows                rows per tile when tokens are computed one by one (decode); x86: 1,
 //                            measured fastest (issue 35): each row is one stream, the next row prefetched
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
@@ -87,6 +89,9 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
     for (int i = 0; i < R; ++i) scale_row[i] = a.w.f8_scale + ((r + i) / a.w.block_rows) * scale_cols;
   }
   int64_t col_block = 0, chunk_in_block = 0;
+  // FP8 with blocks of a multiple of 32 columns: 32 columns per step (pairs never straddle a block;
+  // the FMAs keep their order, so the bits are those of 16 at a time).
+  const bool f8_pairs = kEnc == Encoding::kF8 && chunks_per_block % 2 == 0;
   for (int64_t b = 0; b < kb; ++b) {
     const int64_t k = b * 16;
     if (kEnc == Encoding::kF8 && chunk_in_block == chunks_per_block) {
@@ -94,6 +99,31 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
       chunk_in_block = 0;
     }
     ++chunk_in_block;
+    if (kEnc == Encoding::kF8 && f8_pairs && b + 1 < kb) {
+      ++chunk_in_block;
+      if (next_rows > 0) {
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          if (i >= next_rows) break;
+          __builtin_prefetch(a.w.f8 + (r + R + i) * cols + k);
+        }
+      }
+      typename V::Vec x0[T], x1[T];
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) {
+        x0[j] = V::LoadX(a.x + (t + j) * a.ldx + k);
+        x1[j] = V::LoadX(a.x + (t + j) * a.ldx + k + 16);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        typename V::Vec w0, w1;
+        V::LoadF8x2(a.w.f8 + (r + i) * cols + k, scale_row[i][col_block], &w0, &w1);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w1, x1[j], V::Fma(w0, x0[j], acc[i][j]));
+      }
+      ++b;
+      continue;
+    }
     if (next_rows > 0) {
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
@@ -164,7 +194,9 @@ inline void Run(const GemmArgs& a) {
     } else if (t1 - t0 >= 2) {  // a routed expert's few prefill tokens: widen each weight once per pair
       Rows<V, kEnc, V::kGemmRows, 2>(a, t0, t1);
     } else {
-      Rows<V, kEnc, V::kGemvRows, 1>(a, t0, t1);
+      // FP8 decodes 16 weights per FMA of the one accumulator chain a row has, so its GEMV is bound by
+      // FMA latency with one row per tile: it takes kGemvRowsF8 independent rows (chains) at once.
+      Rows<V, kEnc, kEnc == Encoding::kF8 ? V::kGemvRowsF8 : V::kGemvRows, 1>(a, t0, t1);
     }
   }
 }

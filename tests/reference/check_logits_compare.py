@@ -15,7 +15,7 @@ import numpy as np
 import moe_reference as ref
 
 ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite"]
-# Extra synth variants run after the base cases, one per arch of ARCHS (skip with --base-only): (label, arch,
+# Extra synth variants run after the base cases, for the archs of ARCHS asked for (skip with --base-only): (label, arch,
 # synth args).
 VARIANTS = [
     ("deepseek_v2+q_lora", "deepseek_v2", ["--q-lora-rank", "48"]),   # q_a_proj/q_a_layernorm/q_b_proj
@@ -25,6 +25,7 @@ VARIANTS = [
     # stored, the reference dequantizes them itself.
     ("deepseek_v3+fp8+q_lora", "deepseek_v3", ["--dtype", "fp8", "--q-lora-rank", "40"]),
     ("glm4_moe+fp8", "glm4_moe", ["--dtype", "fp8"]),
+    ("qwen3_moe+fp8", "qwen3_moe", ["--dtype", "fp8"]),                # as Qwen3-30B-A3B-FP8
 ]
 REL_TOL = 1e-4
 PROMPT_LEN = 16
