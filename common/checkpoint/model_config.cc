@@ -133,7 +133,7 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
   const std::string t = it->get<std::string>();
   for (ModelArch a : {ModelArch::kQwen2Moe, ModelArch::kMixtral, ModelArch::kQwen3Moe, ModelArch::kOlmoe,
                       ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers, ModelArch::kDeepseekV3,
-                      ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite})
+                      ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe})
     if (t == ModelArchName(a)) return a;
   return Status::InvalidArgument(fmt::format("{}: unsupported model_type '{}' (supported: {})", source, t,
                                              SupportedModelTypes()));
@@ -247,7 +247,10 @@ Status ParseQuantization(const nlohmann::json& config, const std::string& source
 
 Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig& c) {
   ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.Positive("num_attention_heads"));
-  ZM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.PositiveOr("num_key_value_heads", c.num_attention_heads));
+  // Ernie4_5_MoeConfig defaults num_key_value_heads to 4; the others to the head count.
+  ZM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.PositiveOr("num_key_value_heads", c.arch == ModelArch::kErnie45Moe
+                                                                                    ? 4
+                                                                                    : c.num_attention_heads));
   ZM_ASSIGN_OR_RETURN(const bool attention_bias, r.BoolOr("attention_bias", false));
   if (c.mla()) {
     // MLA: every head has its own k_nope/v from kv_b_proj; k_pe is shared (no GQA grouping).
@@ -280,7 +283,8 @@ Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig
         fmt::format("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", source,
                     c.num_attention_heads, c.num_key_value_heads));
   int64_t head_dim = 0;
-  if (c.arch == ModelArch::kQwen3Moe || c.arch == ModelArch::kMixtral || c.arch == ModelArch::kGlm4Moe) {
+  if (c.arch == ModelArch::kQwen3Moe || c.arch == ModelArch::kMixtral || c.arch == ModelArch::kGlm4Moe ||
+      c.arch == ModelArch::kErnie45Moe) {
     ZM_ASSIGN_OR_RETURN(head_dim, r.PositiveOr("head_dim", 0));
   }
   if (head_dim == 0) {
@@ -296,6 +300,14 @@ Status ParseAttention(const KeyReader& r, const std::string& source, ModelConfig
     c.qkv_bias = true;
     c.o_bias = false;
   } else if (c.arch == ModelArch::kMixtral) {
+    c.qkv_bias = false;
+    c.o_bias = false;
+  } else if (c.arch == ModelArch::kErnie45Moe) {
+    // use_bias puts biases on every Linear, the experts' too, which the expert kernels do not take.
+    ZM_ASSIGN_OR_RETURN(const bool use_bias, r.BoolOr("use_bias", false));
+    if (use_bias)
+      return Status::InvalidArgument(fmt::format(
+          "{}: use_bias = true is not supported for model_type 'ernie4_5_moe' (biased experts)", source));
     c.qkv_bias = false;
     c.o_bias = false;
   } else if (c.arch == ModelArch::kGlm4Moe) {  // Glm4MoeAttention: o_proj never has a bias
@@ -403,6 +415,36 @@ Status ParseDeepseekMoe(const KeyReader& r, const std::string& source, ModelConf
   return Status::Ok();
 }
 
+// ernie4_5_moe (Ernie4_5_MoeConfig; the attribute_map aliases num_experts / num_experts_per_tok are read
+// when the moe_* keys are absent).
+Status ParseErnieMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
+  const char* experts_key = r.Has("moe_num_experts") ? "moe_num_experts" : "num_experts";
+  ZM_ASSIGN_OR_RETURN(c.num_experts, r.IntOr(experts_key, 64));
+  const char* k_key = r.Has("moe_k") ? "moe_k" : "num_experts_per_tok";
+  ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.PositiveOr(k_key, 6));
+  ZM_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.PositiveOr("moe_intermediate_size", 1536));
+  ZM_ASSIGN_OR_RETURN(c.n_shared_experts, r.IntOr("moe_num_shared_experts", 2));
+  if (c.n_shared_experts < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'moe_num_shared_experts' must be >= 0", source));
+  ZM_ASSIGN_OR_RETURN(c.moe_layer_start, r.IntOr("moe_layer_start_index", 1));
+  ZM_ASSIGN_OR_RETURN(c.moe_layer_end, r.IntOr("moe_layer_end_index", -1));
+  if (c.moe_layer_end == -1) c.moe_layer_end = c.num_hidden_layers - 1;
+  ZM_ASSIGN_OR_RETURN(c.moe_layer_freq, r.PositiveOr("moe_layer_interval", 1));
+  ZM_ASSIGN_OR_RETURN(c.norm_min, r.NumberOr("moe_norm_min", 1e-12));
+  if (!(std::isfinite(c.norm_min) && c.norm_min > 0.0))
+    return Status::InvalidArgument(fmt::format("{}: key 'moe_norm_min' must be > 0, got {}", source, c.norm_min));
+  ZM_ASSIGN_OR_RETURN(const std::string gate, r.StringOr("moe_gate", "topk"));
+  if (gate != "topk")
+    return Status::InvalidArgument(fmt::format("{}: unsupported moe_gate '{}' (supported: topk)", source, gate));
+  c.norm_topk_prob = true;
+  c.routed_scaling_factor = 1.0;
+  c.topk_method = TopkMethod::kNoauxTc;  // selection on score + bias, no groups
+  c.scoring_func = ScoringFunc::kSoftmax;
+  c.n_group = 1;
+  c.topk_group = 1;
+  return Status::Ok();
+}
+
 Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
   switch (c.arch) {
     case ModelArch::kQwen2Moe:
@@ -435,13 +477,18 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
     case ModelArch::kGlm4MoeLite:
       ZM_RETURN_IF_ERROR(ParseDeepseekMoe(r, source, c));
       break;
+    case ModelArch::kErnie45Moe:
+      ZM_RETURN_IF_ERROR(ParseErnieMoe(r, source, c));
+      break;
     case ModelArch::kSwitchTransformers:  // parsed on its own path (encoder-decoder keys), never here
       return Status::Internal(fmt::format("{}: ParseMoe called for switch_transformers", source));
   }
   if (c.num_experts < 0)
     return Status::InvalidArgument(fmt::format("{}: number of experts must be >= 0, got {}", source, c.num_experts));
   if (c.num_experts > 0) {
-    ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Positive("num_experts_per_tok"));
+    if (c.arch != ModelArch::kErnie45Moe) {  // ernie4_5_moe read moe_k
+      ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Positive("num_experts_per_tok"));
+    }
     if (c.num_experts_per_tok > c.num_experts)
       return Status::InvalidArgument(fmt::format("{}: num_experts_per_tok {} exceeds the {} experts", source,
                                                  c.num_experts_per_tok, c.num_experts));
@@ -542,12 +589,13 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kDeepseekV3: return "deepseek_v3";
     case ModelArch::kGlm4Moe: return "glm4_moe";
     case ModelArch::kGlm4MoeLite: return "glm4_moe_lite";
+    case ModelArch::kErnie45Moe: return "ernie4_5_moe";
   }
   return "unknown";
 }
 
 const char* SupportedModelTypes() {
-  return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, "
+  return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, "
          "switch_transformers";
 }
 
@@ -556,7 +604,7 @@ bool ModelConfig::mla() const {
 }
 
 bool ModelConfig::deepseek_moe() const {
-  return mla() || arch == ModelArch::kGlm4Moe;
+  return mla() || arch == ModelArch::kGlm4Moe || arch == ModelArch::kErnie45Moe;
 }
 
 bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
@@ -575,6 +623,8 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
       return layer_id >= first_k_dense_replace && layer_id % moe_layer_freq == 0;
     case ModelArch::kGlm4Moe:
       return layer_id >= first_k_dense_replace;
+    case ModelArch::kErnie45Moe:
+      return (layer_id + 1) % moe_layer_freq == 0 && layer_id >= moe_layer_start && layer_id <= moe_layer_end;
     case ModelArch::kGlm4MoeLite:
       if (!sparse_layers.empty())
         return layer_id >= 0 && layer_id < static_cast<int64_t>(sparse_layers.size()) &&
@@ -672,7 +722,7 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
   ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps"));
   {
     // transformers 5 moves rope_theta into `rope_parameters`; the top-level key wins when present.
-    double default_theta = c.arch == ModelArch::kMixtral ? 1e6 : 10000.0;
+    double default_theta = c.arch == ModelArch::kMixtral ? 1e6 : c.arch == ModelArch::kErnie45Moe ? 500000.0 : 10000.0;
     auto params = config.find("rope_parameters");
     if (params != config.end() && params->is_object()) {
       KeyReader pr(*params, source_path + " rope_parameters");
@@ -680,7 +730,7 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     }
     ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", default_theta));
   }
-  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", c.arch == ModelArch::kErnie45Moe));
   ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
   ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));
   ZM_RETURN_IF_ERROR(ParsePartialRotary(config, source_path, c));

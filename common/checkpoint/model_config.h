@@ -16,6 +16,10 @@
 //               dims), the deepseek_v3 router, shared experts, first_k_dense_replace dense layers)
 //   glm4_moe_lite Glm4MoeLiteForCausalLM (modular_glm4_moe_lite.py: deepseek_v3's MLA with the
 //               glm4_moe router and MoE; dense/sparse per layer from mlp_layer_types)
+//   ernie4_5_moe Ernie4_5_MoeForCausalLM (modeling_ernie4_5_moe.py: GQA with interleaved ("GLM") RoPE
+//               on the full head, softmax router whose selection adds moe_statics.e_score_correction_bias,
+//               weights / max(sum, moe_norm_min), shared experts; MoE on (layer + 1) % moe_layer_interval
+//               == 0 within [moe_layer_start_index, moe_layer_end_index]; tied embeddings by default)
 // Multi-token-prediction layers (num_nextn_predict_layers; tensors model.layers.L.* with
 // L >= num_hidden_layers) are not part of the decoding forward pass: every loader skips them.
 //   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
@@ -59,6 +63,7 @@ enum class ModelArch : uint8_t {
   kDeepseekV3 = 6,
   kGlm4Moe = 7,
   kGlm4MoeLite = 8,
+  kErnie45Moe = 9,
 };
 
 // switch_transformers has no position limit of its own (relative position buckets); the encoder input
@@ -67,7 +72,7 @@ enum class ModelArch : uint8_t {
 inline constexpr int64_t kSwitchMaxPositions = 4096;
 
 // "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers", "deepseek_v3",
-// "glm4_moe", "glm4_moe_lite".
+// "glm4_moe", "glm4_moe_lite", "ernie4_5_moe".
 const char* ModelArchName(ModelArch arch);
 // Every supported model_type, comma-separated (for error messages).
 const char* SupportedModelTypes();
@@ -143,7 +148,7 @@ struct ModelConfig {
   // DeepSeek-style MoE (deepseek_v2/v3, glm4_moe, glm4_moe_lite):
   int64_t n_shared_experts = 0;          // shared MLP width = n * moe_intermediate_size
   int64_t first_k_dense_replace = 0;     // layers below are dense MLPs
-  int64_t moe_layer_freq = 1;            // deepseek_v2/v3
+  int64_t moe_layer_freq = 1;            // deepseek_v2/v3; ernie4_5_moe moe_layer_interval
   std::vector<uint8_t> sparse_layers;    // glm4_moe_lite mlp_layer_types: 1 = "sparse" (empty = rule above)
   double routed_scaling_factor = 1.0;
   TopkMethod topk_method = TopkMethod::kGreedy;
@@ -151,6 +156,12 @@ struct ModelConfig {
   int64_t n_group = 1;                   // group-limited selection: experts in n_group equal groups,
   int64_t topk_group = 1;                //   the topk_group best groups kept
   int64_t num_nextn_predict_layers = 0;  // MTP layers after the decoder layers (not used for decoding)
+  // ernie4_5_moe: normalised weights are w / max(sum(w), norm_min) (moe_norm_min); 0 = the DeepSeek-V3
+  // rule w / (sum(w) + 1e-20). Its MoE layer range: (layer + 1) % moe_layer_interval == 0 and
+  // moe_layer_start <= layer <= moe_layer_end.
+  double norm_min = 0.0;
+  int64_t moe_layer_start = 0;
+  int64_t moe_layer_end = 0;
 
   // --- encoder-decoder (switch_transformers; 0 / unused for decoder-only models) ---
   int64_t num_encoder_layers = 0;   // num_layers: global layers [0, num_encoder_layers)
@@ -177,17 +188,19 @@ struct ModelConfig {
   bool is_encoder_decoder() const { return arch == ModelArch::kSwitchTransformers; }
   // Multi-head latent attention (deepseek_v2, deepseek_v3, glm4_moe_lite).
   bool mla() const;
-  // DeepSeek-style MoE blocks: `mlp.shared_experts`, first_k_dense_replace (deepseek_v2, deepseek_v3,
-  // glm4_moe, glm4_moe_lite).
+  // MoE blocks with `mlp.shared_experts` of n_shared_experts * moe_intermediate_size (deepseek_v2,
+  // deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe).
   bool deepseek_moe() const;
-  // The router has an e_score_correction_bias [num_experts] float32 (topk_method noaux_tc).
+  // The router has an e_score_correction_bias [num_experts] float32 for selection (topk_method noaux_tc;
+  // ernie4_5_moe's moe_statics too).
   bool has_selection_bias() const { return topk_method == TopkMethod::kNoauxTc; }
 
   // True iff decoder layer `layer_id` has a sparse MoE block (else a dense MLP):
   //   qwen2_moe/qwen3_moe: layer not in mlp_only_layers, num_experts > 0, (layer+1) % step == 0;
   //   mixtral/olmoe: always; deepseek_v2/v3: num_experts > 0, layer >= first_k_dense_replace and
   //   layer % moe_layer_freq == 0; glm4_moe: layer >= first_k_dense_replace; glm4_moe_lite:
-  //   mlp_layer_types[layer] == "sparse" (without it layer >= first_k_dense_replace);
+  //   mlp_layer_types[layer] == "sparse" (without it layer >= first_k_dense_replace); ernie4_5_moe:
+  //   (layer + 1) % moe_layer_freq == 0 and moe_layer_start <= layer <= moe_layer_end;
   //   switch_transformers (global layer numbering above; SwitchTransformersStack.__init__): block i of
   //   a stack with sparse step s is sparse iff s > 0 and (i % s == 1 or s == 1).
   bool IsMoeLayer(int64_t layer_id) const;

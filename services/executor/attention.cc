@@ -128,7 +128,12 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
   }
   // Partial rotary (glm4_moe): the first rope_dim dims of each head rotate, the rest pass through.
   const int64_t rd = batch.cos.size(-1);
-  if (q.is_cpu() && q.scalar_type() == at::kFloat && q.is_contiguous() && k.is_contiguous() &&
+  if (c.arch == ModelArch::kErnie45Moe) {
+    // Ernie4_5_Moe's interleaved ("GLM") RoPE on pairs (2i, 2i+1): the same values as rotate-half on
+    // the de-interleaved head, in another order that q and k share, so every q.k product is the same.
+    q = RotaryEmbedding::Apply(q, batch.cos, batch.sin, /*interleaved=*/true);
+    k = RotaryEmbedding::Apply(k, batch.cos, batch.sin, /*interleaved=*/true);
+  } else if (q.is_cpu() && q.scalar_type() == at::kFloat && q.is_contiguous() && k.is_contiguous() &&
       batch.cos.is_cpu() && batch.cos.scalar_type() == at::kFloat && batch.cos.is_contiguous() &&
       batch.sin.is_contiguous() && rd <= hd) {
     // q, k are this step's own projections (fresh tensors): rotated in place.

@@ -221,11 +221,14 @@ class Loader {
                           GetMlp(moe + "shared_experts", c_.n_shared_experts * c_.moe_intermediate_size));
     }
     if (c_.has_selection_bias()) {  // a float32 buffer in transformers (_keep_in_fp32_modules_strict)
-      const std::string name = moe + "gate.e_score_correction_bias";
+      // ernie4_5_moe keeps it in Ernie4_5_MoeStatics as [1, n_experts].
+      const bool ernie = c_.arch == ModelArch::kErnie45Moe;
+      const std::string name = moe + (ernie ? "moe_statics.e_score_correction_bias" : "gate.e_score_correction_bias");
       ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
-      ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, {c_.num_experts}));
+      if (!(ernie && v.spec.shape == std::vector<int64_t>{1, c_.num_experts}))
+        ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, {c_.num_experts}));
       ZM_ASSIGN_OR_RETURN(at::Tensor bias, WrapView(v));
-      w.router_bias = bias.to(at::kCPU, at::kFloat).contiguous();
+      w.router_bias = bias.reshape({c_.num_experts}).to(at::kCPU, at::kFloat).contiguous();
     }
     ZM_RETURN_IF_ERROR(CheckExperts(l));
     if (c_.fp8()) ZM_RETURN_IF_ERROR(GetExpertScales(l, &w));

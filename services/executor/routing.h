@@ -22,6 +22,8 @@
 //         the other groups set to 0.0; topk over choice;
 //       w = p of the chosen experts; if norm_topk_prob: w = w / (sum(w) + 1e-20); then
 //       w = w * routed_scaling_factor (always, unlike V2).
+//   ernie4_5_moe (Ernie4_5_MoeSparseMoeBlock): softmax scores p; the same selection on p + bias (one
+//     group); w = p / max(sum(p), moe_norm_min); routed_scaling_factor 1.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -42,6 +44,9 @@ struct RouterParams {
   int64_t n_group = 1;
   int64_t topk_group = 1;
   ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+  // noaux_tc with norm_topk_prob: w / max(sum, norm_min) when norm_min > 0 (ernie4_5_moe), else
+  // w / (sum + 1e-20) (DeepSeek-V3).
+  double norm_min = 0.0;
   // noaux_tc: the layer's e_score_correction_bias [n_experts] float32 (null reads as zeros; unused otherwise).
   const float* selection_bias = nullptr;
 };

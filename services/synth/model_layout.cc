@@ -125,6 +125,7 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
   const std::string& type = layout.model_type;
   const bool mla = IsMla(type);
   const bool deepseek_moe = mla || type == "glm4_moe";
+  const bool ernie = type == "ernie4_5_moe";
   const int64_t hidden = layout.hidden_size;
   ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
   ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
@@ -160,6 +161,17 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
     ZM_ASSIGN_OR_RETURN(shared_inter, GetOptional(config, "shared_expert_intermediate_size", 0));
   }
   int64_t n_mtp = 0;
+  int64_t ernie_start = 1, ernie_end = -1, ernie_interval = 1;
+  if (ernie) {
+    ZM_ASSIGN_OR_RETURN(moe_inter, GetPositive(config, "moe_intermediate_size"));
+    ZM_ASSIGN_OR_RETURN(n_shared, GetOptional(config, "moe_num_shared_experts", 2));
+    ZM_ASSIGN_OR_RETURN(ernie_start, GetOptional(config, "moe_layer_start_index", 1));
+    auto end = config.find("moe_layer_end_index");
+    if (end != config.end() && end->is_number_integer()) ernie_end = end->get<int64_t>();
+    if (ernie_end < 0) ernie_end = n_layers - 1;
+    ZM_ASSIGN_OR_RETURN(ernie_interval, GetOptional(config, "moe_layer_interval", 1));
+    if (ernie_interval == 0) return Status::InvalidArgument("config.json: 'moe_layer_interval' must be > 0");
+  }
   std::vector<bool> sparse_by_type;  // glm4_moe_lite mlp_layer_types
   if (deepseek_moe) {
     ZM_ASSIGN_OR_RETURN(moe_inter, GetPositive(config, "moe_intermediate_size"));
@@ -211,8 +223,8 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
       b.Linear(p + "self_attn.kv_b_proj", n_heads * (qk_nope + v_head), kv_lora, l);
       b.Linear(p + "self_attn.o_proj", hidden, n_heads * v_head, l, attention_bias);
     } else {
-      const bool qkv_bias = type == "qwen2_moe" || attention_bias;
-      const bool o_bias = type != "qwen2_moe" && type != "glm4_moe" && attention_bias;
+      const bool qkv_bias = type == "qwen2_moe" || (attention_bias && !ernie);
+      const bool o_bias = type != "qwen2_moe" && type != "glm4_moe" && !ernie && attention_bias;
       b.Reader(p + "self_attn.q_proj", n_heads * head_dim, hidden, l, qkv_bias);
       b.Reader(p + "self_attn.k_proj", n_kv_heads * head_dim, hidden, l, qkv_bias);
       b.Reader(p + "self_attn.v_proj", n_kv_heads * head_dim, hidden, l, qkv_bias);
@@ -249,6 +261,20 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
           b.GatedMlp(p + "mlp.shared_expert", hidden, shared_inter, l);
           b.Reader(p + "mlp.shared_expert_gate", 1, hidden, l);
         }
+      } else {
+        b.GatedMlp(p + "mlp", hidden, inter, l);
+      }
+    } else if (ernie) {  // Ernie4_5_MoeSparseMoeBlock: gate (F32), moe_statics, experts, shared_experts
+      if (n_experts > 0 && (l + 1) % ernie_interval == 0 && l >= ernie_start && l <= ernie_end) {
+        b.Router(p + "mlp.gate", n_experts, hidden, l, post_norm);
+        layout.tensors.back().spec.dtype = DType::kF32;  // _keep_in_fp32_modules_strict
+        b.Add(p + "mlp.moe_statics.e_score_correction_bias", {1, n_experts}, InitKind::kNormal, 0.0f,
+              kSelectionBiasStd / 4, l);  // against softmax probabilities (~1/E each)
+        layout.tensors.back().spec.dtype = DType::kF32;
+        for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e) {
+          b.GatedMlp(fmt::format("{}mlp.experts.{}", p, e), hidden, moe_inter, l, e);
+        }
+        if (n_shared > 0) b.GatedMlp(p + "mlp.shared_experts", hidden, n_shared * moe_inter, l);
       } else {
         b.GatedMlp(p + "mlp", hidden, inter, l);
       }
@@ -365,16 +391,17 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe") experts_key = "num_experts";
   if (type == "mixtral") experts_key = "num_local_experts";
   if (type == "deepseek_v2" || IsNoauxTc(type)) experts_key = "n_routed_experts";
+  if (type == "ernie4_5_moe") experts_key = "moe_num_experts";
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
         "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
-        "deepseek_v3, glm4_moe, glm4_moe_lite, switch_transformers)",
+        "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));
   ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(config, "vocab_size"));
   ZM_ASSIGN_OR_RETURN(layout.n_experts, GetOptional(config, experts_key, 0));
-  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(config, "num_experts_per_tok"));
+  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(config, type == "ernie4_5_moe" ? "moe_k" : "num_experts_per_tok"));
   if (layout.n_experts > 0 && layout.top_k > layout.n_experts) {
     return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > {} {}", layout.top_k,
                                                experts_key, layout.n_experts));
@@ -388,7 +415,7 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
         kProjectionStd, -1);
   ZM_RETURN_IF_ERROR(BuildLayers(config, layout, b));
   b.Norm("model.norm.weight", layout.hidden_size, -1);
-  if (!GetBool(config, "tie_word_embeddings", false)) {
+  if (!GetBool(config, "tie_word_embeddings", type == "ernie4_5_moe")) {
     b.Reader("lm_head", layout.vocab_size, layout.hidden_size, -1);
   }
   return layout;

@@ -1,8 +1,8 @@
 // Preset table and config.json builders. Key sets and non-size values are copied from the real
 // checkpoints' config.json: Qwen/Qwen1.5-MoE-A2.7B, mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B,
 // allenai/OLMoE-1B-7B-0924, deepseek-ai/DeepSeek-V2-Lite, moonshotai/Moonlight-16B-A3B (deepseek_v3),
-// zai-org/GLM-4.5-Air (glm4_moe) and zai-org/GLM-4.7-Flash (glm4_moe_lite) (see docs/synth.md for
-// known deviations).
+// zai-org/GLM-4.5-Air (glm4_moe), zai-org/GLM-4.7-Flash (glm4_moe_lite) and baidu/ERNIE-4.5-21B-A3B-PT
+// (ernie4_5_moe) (see docs/synth.md for known deviations).
 #include "services/synth/presets.h"
 
 #include <fmt/format.h>
@@ -57,6 +57,10 @@ const std::vector<PresetRow> kPresets = {
   {"glm4_moe_lite", "mini", 1024, 16, 10, 10, 0, 5120, 768, 0, 64, 4, 154880, 256, 192, 64, 256, 1, 1,
    "GLM-4.7-Flash at half width: layers 47->16; heads 20->10, q_lora_rank 768->384, kv_lora_rank 512->256",
    384, 1, 1, 0, false},
+  {"ernie4_5_moe", "tiny", 128, 4, 4, 2, 0,  384,  64,    0, 16, 4,   2048,   0,   0,  0,   0, 2, 1,
+   "GQA 4/2 as the real model (20/4), two shared experts, layer 0 dense, tied embeddings", 0, 1, 1, 0, false},
+  {"ernie4_5_moe", "mini", 1280, 12, 10, 2, 128, 6144, 768, 0, 64, 6, 103424, 0,   0,  0,   0, 2, 1,
+   "ERNIE-4.5-21B-A3B at half width: layers 28->12; heads 20->10, kv 4->2, head_dim 128 kept", 0, 1, 1, 0, false},
 };
 // clang-format on
 
@@ -66,6 +70,7 @@ Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
   if (!layout.bos_token.empty()) config["bos_token_id"] = layout.IdOf(layout.bos_token);
   config["eos_token_id"] = layout.IdOf(layout.eos_token);
   if (arch == "olmoe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
+  if (arch == "ernie4_5_moe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // GLM stops on <|endoftext|>, <|user|>, <|observation|>
     config["eos_token_id"] = {layout.IdOf("<|endoftext|>"), layout.IdOf("<|user|>"), layout.IdOf("<|observation|>")};
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
@@ -396,6 +401,38 @@ json Glm4MoeLiteConfig(const PresetRow& p) {
   };
 }
 
+// baidu/ERNIE-4.5-21B-A3B-PT's config.json key set (model_type ernie4_5_moe).
+json Ernie45MoeConfig(const PresetRow& p) {
+  json c{
+      {"architectures", {"Ernie4_5_MoeForCausalLM"}},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"intermediate_size", p.intermediate_size},
+      {"max_position_embeddings", 131072},
+      {"model_type", "ernie4_5_moe"},
+      {"moe_gate", "topk"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"moe_k", p.top_k},
+      {"moe_layer_interval", 1},
+      {"moe_layer_start_index", p.first_k_dense_replace},
+      {"moe_num_experts", p.num_experts},
+      {"moe_num_shared_experts", p.n_shared_experts},
+      {"moe_use_aux_free", true},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"rms_norm_eps", 1e-05},
+      {"rope_theta", 500000},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "bfloat16"},
+      {"use_bias", false},
+      {"use_cache", false},
+      {"vocab_size", p.vocab_size},
+  };
+  if (p.head_dim > 0) c["head_dim"] = p.head_dim;
+  return c;
+}
+
 // switch_transformers: google/switch-base-128's config.json key set. tiny: small for unit tests, with
 // expert_capacity 2 so a prompt of a dozen tokens overflows experts; mini: Switch-Base shapes (d_model
 // 768, d_ff 3072, 12 heads, d_kv 64, sparse step 2, capacity 64) at 2+2 blocks and 32 experts (128
@@ -454,7 +491,7 @@ const std::vector<PresetRow>& PresetTable() { return kPresets; }
 
 const std::vector<std::string>& ArchNames() {
   static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2",
-                                                 "deepseek_v3", "glm4_moe", "glm4_moe_lite"};
+                                                 "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe"};
   return names;
 }
 
@@ -484,7 +521,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
     if (!arch_known) {
       return Status::InvalidArgument(fmt::format(
           "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, "
-          "glm4_moe, glm4_moe_lite, switch_transformers)",
+          "glm4_moe, glm4_moe_lite, ernie4_5_moe, switch_transformers)",
           arch));
     }
     return Status::InvalidArgument(
@@ -508,6 +545,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
   if (arch == "deepseek_v3") config = DeepseekV3Config(*row);
   if (arch == "glm4_moe") config = Glm4MoeConfig(*row);
   if (arch == "glm4_moe_lite") config = Glm4MoeLiteConfig(*row);
+  if (arch == "ernie4_5_moe") config = Ernie45MoeConfig(*row);
   if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
   ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
   return config;

@@ -65,6 +65,13 @@ For each function call, output the function name and arguments within the follow
 {{ m['content'] }}
 </tool_response>{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}{{ '\n<think></think>' }}{% endif %}{% endif %})JINJA";
 
+const char kErnieCls[] = "<|begin_of_sentence|>";
+const char kErnieSep[] = "<|end_of_sentence|>";
+
+// ERNIE-4.5-style template (cls token, "User: " / "Assistant: " turns, the sep token after an answer);
+// written for synth.
+const char kErnieTemplate[] = R"JINJA({%- if not add_generation_prompt is defined -%}{%- set add_generation_prompt = true -%}{%- endif -%}{{- '<|begin_of_sentence|>' -}}{%- for message in messages -%}{%- if message['role'] == 'system' -%}{{- message['content'] + '\n' -}}{%- elif message['role'] == 'user' -%}{{- 'User: ' + message['content'] + '\n' -}}{%- elif message['role'] == 'assistant' -%}{{- 'Assistant: ' + message['content'] + '<|end_of_sentence|>' -}}{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}{{- 'Assistant: ' -}}{%- endif -%})JINJA";
+
 // Qwen1.5 ChatML template (Qwen/Qwen1.5-MoE-A2.7B-Chat tokenizer_config.json).
 const char kChatMlTemplate[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -154,6 +161,12 @@ Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t
     layout.bos_token = kDeepseekBos;
     layout.eos_token = kDeepseekEos;
     layout.pad_token = kDeepseekEos;
+  } else if (arch == "ernie4_5_moe") {  // <unk> 0 (pad), <s> 1, </s> 2 as the real vocabulary
+    layout.front = {"<unk>", "<s>", "</s>"};
+    layout.back = {kErnieCls, kErnieSep};
+    layout.bos_token = "<s>";
+    layout.eos_token = "</s>";
+    layout.pad_token = "<unk>";
   } else if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // no BOS: the template writes [gMASK]<sop>
     layout.back = {kGlmEndOfText, kGlmGMask, kGlmSop, kGlmSystem, kGlmUser, kGlmAssistant, kGlmObservation};
     layout.eos_token = kGlmEndOfText;
@@ -217,6 +230,15 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
     c["model_max_length"] = 131072;
     c["sp_model_kwargs"] = json::object();
     c["tokenizer_class"] = "LlamaTokenizerFast";
+  } else if (arch == "ernie4_5_moe") {
+    c["add_bos_token"] = false;
+    c["add_eos_token"] = false;
+    c["chat_template"] = kErnieTemplate;
+    c["clean_up_tokenization_spaces"] = false;
+    c["cls_token"] = kErnieCls;
+    c["sep_token"] = kErnieSep;
+    c["model_max_length"] = 131072;
+    c["tokenizer_class"] = "Ernie4_5_Tokenizer";
   } else if (arch == "glm4_moe" || arch == "glm4_moe_lite") {
     c["additional_special_tokens"] = {kGlmGMask, kGlmSop, kGlmSystem, kGlmUser, kGlmAssistant, kGlmObservation};
     c["chat_template"] = kGlmTemplate;
@@ -248,6 +270,9 @@ nlohmann::json GenerationConfigJson(const nlohmann::json& config) {
   }
   if (config.contains("pad_token_id")) g["pad_token_id"] = config["pad_token_id"];
   if (config.contains("bos_token_id") && config["bos_token_id"].is_null()) g.erase("bos_token_id");
+  // ERNIE answers end with <|end_of_sentence|> (the vocabulary's last token in synth): a stop id too.
+  if (config.value("model_type", "") == "ernie4_5_moe" && config.contains("vocab_size"))
+    g["eos_token_id"] = {config["eos_token_id"], config["vocab_size"].get<int64_t>() - 1};
   g["transformers_version"] = config.value("transformers_version", "4.51.0");
   return g;
 }

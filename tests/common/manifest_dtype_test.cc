@@ -84,7 +84,7 @@ TEST(ManifestDtypeTest, DtypesWithoutASplitAreRejected) {
   auto p = ParseManifest("m.bin", SerializeManifest(WithTensors({t})));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(p.status().message().find("dtype F64 (expected BF16, F16 or F32)"), std::string::npos)
+  EXPECT_NE(p.status().message().find("dtype F64 (expected BF16, F16, F32 or F8_E4M3)"), std::string::npos)
       << p.status().ToString();
   EXPECT_NE(p.status().message().find(t.name), std::string::npos);
 }

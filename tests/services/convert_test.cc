@@ -31,7 +31,7 @@ using testing::TempDir;
 using test::WriteToyCheckpoint;
 
 const char* const kArchs[] = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-                               "glm4_moe_lite"};
+                               "glm4_moe_lite", "ernie4_5_moe"};
 
 // Tiny synthetic checkpoint of `arch` (seed 7), shared across test processes (read-only).
 std::string TinyModel(const std::string& arch) { return testing::CachedSynth("--arch " + arch + " --preset tiny --seed 7"); }

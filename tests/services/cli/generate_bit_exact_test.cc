@@ -131,7 +131,7 @@ TEST_P(GeneratePrefetchTest, LogitsAreByteEqualToAllResidentWithEveryPredictor) 
 
 INSTANTIATE_TEST_SUITE_P(Archs, GeneratePrefetchTest,
                          ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe", "deepseek_v3",
-                                           "glm4_moe", "glm4_moe_lite"));
+                                           "glm4_moe", "glm4_moe_lite", "ernie4_5_moe"));
 
 // DALI's workload-aware replacement (policies/dali.cc: per-layer F pools), alone and with a
 // prefetcher, on two architectures: byte-equal logits, and its pools do fill.
@@ -233,7 +233,7 @@ TEST_P(GenerateSeedPolicyTest, OtherPoliciesOverPlannedPoolsAreByteExact) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateSeedPolicyTest,
                          ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe", "deepseek_v3",
-                                           "glm4_moe", "glm4_moe_lite"));
+                                           "glm4_moe", "glm4_moe_lite", "ernie4_5_moe"));
 
 // SMoE expert substitution is off unless asked; when asked it replaces only experts the cache does
 // not hold, counts every replacement, and the output then differs from the exact model's.

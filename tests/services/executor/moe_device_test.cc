@@ -193,7 +193,7 @@ bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
 class MoeDeviceTest : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Archs, MoeDeviceTest,
                          ::testing::Values("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3",
-                                           "glm4_moe", "glm4_moe_lite"));
+                                           "glm4_moe", "glm4_moe_lite", "ernie4_5_moe"));
 
 // The same bits whichever way an expert reached its slot (BF16 copy, planes recovered, a hit from
 // an earlier step) and whatever the capacity; within BF16 rounding of the torch device path and of

@@ -72,6 +72,16 @@ const char kGlm47Flash[] = R"({
   "torch_dtype": "bfloat16", "transformers_version": "5.0.0.dev0", "use_cache": true, "v_head_dim": 256,
   "vocab_size": 154880})";
 
+const char kErnie45[] = R"({
+  "architectures": ["Ernie4_5_MoeForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+  "hidden_size": 2560, "intermediate_size": 12288, "max_position_embeddings": 131072, "model_type": "ernie4_5_moe",
+  "num_attention_heads": 20, "num_key_value_heads": 4, "num_hidden_layers": 28, "pad_token_id": 0,
+  "rms_norm_eps": 1e-05, "use_cache": false, "vocab_size": 103424, "rope_theta": 500000, "use_bias": false,
+  "tie_word_embeddings": true, "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1,
+  "moe_intermediate_size": 1536, "moe_capacity": [64, 64, 64], "moe_gate": "topk", "moe_k": 6,
+  "moe_layer_interval": 1, "moe_use_aux_free": true, "torch_dtype": "bfloat16", "num_nextn_predict_layers": 1,
+  "multi_token_pred_lambda": 0.3})";
+
 Result<ModelConfig> Parse(const char* text) { return ParseModelConfig(json::parse(text), "config.json"); }
 
 // Expects `j` to be refused with a message that contains every one of `words`.
@@ -104,12 +114,23 @@ TEST(PublishedConfigs, MoonlightIsDeepseekV3WithNoauxTcRouting) {
   EXPECT_DOUBLE_EQ(c->softmax_scale(), 1.0 / std::sqrt(192.0));
 }
 
-TEST(PublishedConfigs, DeepseekV3ParsesUpToItsFp8QuantizationWhichIsNamed) {
+TEST(PublishedConfigs, DeepseekV3AsReleasedIsFp8WithGroupedRouting) {
   json j = json::parse(kDeepseekV3);
-  ExpectRefused(j, {"quantization_config", "fp8"});
-  j.erase("quantization_config");  // DeepSeek-V3 converted to BF16 (its fp8_cast_bf16.py)
   auto c = ParseModelConfig(j, "config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->fp8());
+  EXPECT_EQ(c->fp8_block_rows, 128);
+  EXPECT_EQ(c->fp8_block_cols, 128);
+  j["quantization_config"]["fmt"] = "e5m2";
+  ExpectRefused(j, {"quantization_config", "fmt", "e5m2"});
+  j["quantization_config"]["fmt"] = "e4m3";
+  j["quantization_config"]["activation_scheme"] = "static";
+  ExpectRefused(j, {"activation_scheme", "static"});
+  j["quantization_config"]["activation_scheme"] = "dynamic";
+  j["quantization_config"]["weight_block_size"] = {128, 100};
+  ExpectRefused(j, {"weight_block_size", "multiple of 16"});
+  j["quantization_config"].erase("weight_block_size");
+  ExpectRefused(j, {"weight_block_size"});
   EXPECT_EQ(c->n_group, 8);
   EXPECT_EQ(c->topk_group, 4);
   EXPECT_EQ(c->q_lora_rank, 1536);
@@ -177,6 +198,44 @@ TEST(PublishedConfigs, Glm47FlashIsMlaWithTheGlmRouter) {
   types.push_back("moe");
   j["mlp_layer_types"] = types;
   ExpectRefused(j, {"mlp_layer_types", "moe"});
+}
+
+TEST(PublishedConfigs, Ernie45IsGqaWithTheBiasedSoftmaxRouter) {
+  auto c = Parse(kErnie45);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kErnie45Moe);
+  EXPECT_EQ(c->num_experts, 64);
+  EXPECT_EQ(c->num_experts_per_tok, 6);
+  EXPECT_EQ(c->n_shared_experts, 2);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->num_key_value_heads, 4);
+  EXPECT_EQ(c->scoring_func, ScoringFunc::kSoftmax);
+  EXPECT_TRUE(c->has_selection_bias());
+  EXPECT_DOUBLE_EQ(c->norm_min, 1e-12);
+  EXPECT_DOUBLE_EQ(c->routed_scaling_factor, 1.0);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(1));
+  EXPECT_TRUE(c->IsMoeLayer(27));  // moe_layer_end_index -1 = the last layer
+  json j = json::parse(kErnie45);
+  j["moe_layer_interval"] = 2;
+  j["moe_layer_end_index"] = 20;
+  auto e = ParseModelConfig(j, "config.json");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_FALSE(e->IsMoeLayer(2));
+  EXPECT_TRUE(e->IsMoeLayer(3));
+  EXPECT_TRUE(e->IsMoeLayer(19));
+  EXPECT_FALSE(e->IsMoeLayer(21));
+  j = json::parse(kErnie45);
+  j["use_bias"] = true;
+  ExpectRefused(j, {"use_bias", "ernie4_5_moe"});
+  j = json::parse(kErnie45);
+  j["moe_gate"] = "top2";
+  ExpectRefused(j, {"moe_gate", "top2"});
+  j = json::parse(kErnie45);
+  j.erase("moe_k");
+  j["num_experts_per_tok"] = 4;  // the attribute_map alias
+  EXPECT_EQ(ParseModelConfig(j, "config.json")->num_experts_per_tok, 4);
 }
 
 TEST(PublishedConfigs, FieldsThatChangeTheComputationAreRefusedByName) {

@@ -152,6 +152,27 @@ TEST(RoutingTest, NoauxTcScoresGroupsByTheSumOfTheirTwoBest) {
   EXPECT_FLOAT_EQ(b.weights[0], 0.1f / (0.1f + 0.72f + 0.7f + 1e-20f));  // expert 8 weighs its own 0.1
 }
 
+// ERNIE-4.5 (Ernie4_5_MoeSparseMoeBlock): softmax probabilities, selection on p + bias, weights
+// p / max(sum, moe_norm_min), no scaling.
+TEST(RoutingTest, ErnieSelectsOnBiasedProbabilitiesAndClampsTheNormaliser) {
+  const std::vector<float> scores = {0.4f, 0.3f, 0.2f, 0.1f};
+  const std::vector<float> bias = {0.0f, 0.0f, 0.15f, 0.0f};  // choice 0.4, 0.3, 0.35, 0.1
+  RouterParams p = Noaux(4, 2, 1, 1, /*norm=*/true, /*scale=*/1.0, bias.data());
+  p.arch = ModelArch::kErnie45Moe;
+  p.scoring_func = ScoringFunc::kSoftmax;
+  p.norm_min = 1e-12;
+  const Routed r = Route(scores, p);
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 2}));
+  EXPECT_FLOAT_EQ(r.weights[0], 0.4f / (0.4f + 0.2f));
+  EXPECT_FLOAT_EQ(r.weights[1], 0.2f / (0.4f + 0.2f));
+  // A sum below moe_norm_min divides by moe_norm_min instead.
+  const std::vector<float> tiny = {4e-13f, 3e-13f, 2e-13f, 1e-13f};
+  p.selection_bias = nullptr;
+  const Routed t = Route(tiny, p);
+  EXPECT_EQ(t.ids, (std::vector<int32_t>{0, 1}));
+  EXPECT_FLOAT_EQ(t.weights[0], 4e-13f / 1e-12f);
+}
+
 TEST(RoutingTest, ScoreRowsSigmoidAndSoftmax) {
   std::vector<float> x = {0.0f, 2.0f, -1.0f};
   ScoreRows(x.data(), 1, 3, ScoringFunc::kSigmoid);
