@@ -7,16 +7,16 @@
       each logits file is compared with the reference forward over the full fed sequence (prompt +
       the greedy tokens fed back, read from the argmax of the rows themselves):
       max|zipmoe - ref| <= 1e-4 * max|ref| per row. Exit 1 on any failure (arch, dir kind, row named).
-      Three synth variants follow the eight presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded,
-      mixtral --router-skew); --base-only skips them.
+      Synth variants follow the presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded, mixtral
+      --router-skew, FP8 checkpoints); --base-only skips them.
 
   check_logits.py --self-test [--arch ...]
       Internal consistency of the reference without zipmoe: known-answer checks of its helpers
-      (rmsnorm, rope, partial rope, de-interleave, yarn, routing incl. the noaux_tc router, bf16, the
-      e4m3 decoder, FP8 dequantization, safetensors), and, on small checkpoints written here in exact
-      HF layout (several config variants per arch, FP8 ones too): layout check, vectorised pass ==
-      independent slow token-by-token pass, causality (prefix logits == first rows), sharded ==
-      single-file checkpoint, and the CLI output file.
+      (rmsnorm, rope, partial rope, de-interleave, ERNIE's interleaved rope, yarn, routing incl. the
+      noaux_tc and ERNIE routers, bf16, the e4m3 decoder, FP8 dequantization, safetensors, ERNIE config
+      parsing), and, on small checkpoints written here in exact HF layout (several config variants per
+      arch, FP8 ones too): layout check, vectorised pass == independent slow token-by-token pass,
+      causality (prefix logits == first rows), sharded == single-file checkpoint, and the CLI output file.
 
 Run with Debian's /usr/bin/python3 (needs python3-numpy).
 """
@@ -35,7 +35,7 @@ from check_logits_selftest import run_self_test  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--zipmoe", help="path of the zipmoe binary")
-    ap.add_argument("--arch", action="append", help="architecture(s), comma-separated or repeated (default all 8)")
+    ap.add_argument("--arch", action="append", help="architecture(s), comma-separated or repeated (default: all)")
     ap.add_argument("--seed", type=int, default=7, help="zipmoe synth seed")
     ap.add_argument("--threads", type=int, default=2, help="zipmoe generate --threads")
     ap.add_argument("--work-dir", help="keep everything in this dir instead of a temp dir")

@@ -14,7 +14,8 @@ import numpy as np
 
 import moe_reference as ref
 
-ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite"]
+ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite",
+         "ernie4_5_moe"]
 # Extra synth variants run after the base cases, for the archs of ARCHS asked for (skip with --base-only): (label, arch,
 # synth args).
 VARIANTS = [

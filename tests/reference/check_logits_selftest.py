@@ -138,6 +138,7 @@ def known_answer_tests(t):
     v2 = np.array([[[1.0, 1.0]], [[5.0, 5.0]]], dtype=np.float32)
     t.close(ref.attention(q4, k2, v2, 1.0), [[1, 1, 1, 1, 5, 5, 5, 5]], "GQA head mapping")
     known_answer_tests_v3(t)
+    known_answer_tests_ernie(t)
 
 
 def e4m3_by_ldexp(code):
@@ -255,6 +256,145 @@ def known_answer_tests_v3(t):
             f"e4m3 encoder: ties to even, saturation (got {[hex(v) for v in ref.f32_to_e4m3_bits(mid)]})")
 
 
+def known_answer_tests_ernie(t):
+    """ERNIE 4.5 MoE: the interleaved RoPE and the router with its selection-only bias and norm_min."""
+    # rotate_half of modeling_ernie4_5*.py: (x0, x1, x2, x3) -> (-x1, x0, -x3, x2) (NeoX: (-x2, -x3, x0, x1)).
+    t.close(ref.rotate_half_interleaved(np.array([1, 2, 3, 4], dtype=np.float32)), [-2, 1, -4, 3],
+            "rotate_half_interleaved")
+    # Position 1, head 4, theta 1e4 (inv_freq [1, .01]): pair (0,1) turns by 1 rad, pair (2,3) by .01 rad.
+    cos, sin = ref.rope_cos_sin([0, 1], ref.rope_inv_freq(4, 10000.0))
+    c1, s1 = math.cos(1), math.sin(1)
+    c01, s01 = math.cos(0.01), math.sin(0.01)
+    x = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [1, 2, 3, 4]], dtype=np.float32)
+    want = [[c1, s1, 0, 0], [-s1, c1, 0, 0], [0, 0, c01, s01], [0, 0, -s01, c01],
+            [c1 - 2 * s1, 2 * c1 + s1, 3 * c01 - 4 * s01, 4 * c01 + 3 * s01]]
+    t.close(ref.apply_rope_interleaved(x[:, None, :], cos[1:2], sin[1:2])[:, 0, :], want,
+            "interleaved rope at position 1 (pairs (0,1) by 1 rad, (2,3) by .01 rad)", rtol=1e-6, atol=1e-6)
+    t.close(ref.apply_rope_interleaved(x[:, None, :], cos[0:1], sin[0:1])[:, 0, :], x, "interleaved rope at position 0")
+    # Applying DeepSeek's de-interleave then NeoX rotate_half to both q and k gives the same q.k products
+    # (the same permutation of the head dims on both sides), and the rotated vectors are that permutation of
+    # the interleaved ones; plain NeoX on the stored layout gives other products.
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((3, 6, 16)).astype(np.float32)
+    k = rng.standard_normal((3, 6, 16)).astype(np.float32)
+    cos, sin = ref.rope_cos_sin(np.arange(6), ref.rope_inv_freq(16, 500000.0))
+    qi, ki = ref.apply_rope_interleaved(q, cos, sin), ref.apply_rope_interleaved(k, cos, sin)
+    qd, kd = ref.apply_rope(ref.deinterleave(q), cos, sin), ref.apply_rope(ref.deinterleave(k), cos, sin)
+    dots_i = qi @ ki.transpose(0, 2, 1)
+    t.close(qd @ kd.transpose(0, 2, 1), dots_i, "interleaved rope q.k == de-interleave + rotate_half q.k",
+            rtol=1e-5, atol=1e-5)
+    t.close(qd, ref.deinterleave(qi), "de-interleave + rotate_half == de-interleave of the interleaved rope",
+            rtol=1e-6, atol=1e-6)
+    dots_n = ref.apply_rope(q, cos, sin) @ ref.apply_rope(k, cos, sin).transpose(0, 2, 1)
+    t.check(float(np.max(np.abs(dots_n - dots_i))) > 1e-2, "NeoX rope on the stored layout differs from ERNIE's")
+
+    # Router: probs [.1 .2 .3 .4], top-2. No bias: experts 3, 2, weights .4/.7, .3/.7.
+    probs = np.array([[0.1, 0.2, 0.3, 0.4]], dtype=np.float32)
+    idx, w = ref.select_experts_ernie(probs, np.zeros(4, dtype=np.float32), 2, 1e-12)
+    t.check(idx.tolist() == [[3, 2]], f"ernie router: no bias picks the top probs (got {idx.tolist()})")
+    t.close(w, [[0.4 / 0.7, 0.3 / 0.7]], "ernie router: weights renormalised")
+    # The bias changes the choice: +.25 on expert 1 gives [.1 .45 .3 .4]: experts 1, 3; the weights are the
+    # UNBIASED probs .2, .4 over their sum .6.
+    idx, w = ref.select_experts_ernie(probs, np.array([0, 0.25, 0, 0], dtype=np.float32), 2, 1e-12)
+    t.check(idx.tolist() == [[1, 3]], f"ernie router: the bias changes the choice to [1, 3] (got {idx.tolist()})")
+    t.close(w, [[0.2 / 0.6, 0.4 / 0.6]], "ernie router: unbiased probs weigh, renormalised")
+    # A negative bias drops a choice: -.5 on expert 3 gives [.1 .2 .3 -.1]: experts 2, 1, weights .3/.5, .2/.5.
+    idx, w = ref.select_experts_ernie(probs, np.array([0, 0, 0, -0.5], dtype=np.float32), 2, 1e-12)
+    t.check(idx.tolist() == [[2, 1]], f"ernie router: a negative bias drops expert 3 (got {idx.tolist()})")
+    t.close(w, [[0.6, 0.4]], "ernie router: weights after a negative bias")
+    # norm_min clamps the divisor: a tiny sum 5e-13 < 1e-12 gives w = p / 1e-12 = .3, .2 (not .6, .4) ...
+    tiny = np.array([[1e-13, 2e-13, 3e-13, 0.0]], dtype=np.float32)
+    idx, w = ref.select_experts_ernie(tiny, np.zeros(4, dtype=np.float32), 2, 1e-12)
+    t.check(idx.tolist() == [[2, 1]], "ernie router: tiny probs choose experts 2, 1")
+    t.close(w, [[0.3, 0.2]], "ernie router: sum 5e-13 < moe_norm_min 1e-12 divides by 1e-12", rtol=1e-6)
+    # ... and a large moe_norm_min .9 > .7 divides [.4 .3] by .9; top_k 1 with the default gives weight 1.
+    t.close(ref.select_experts_ernie(probs, np.zeros(4, dtype=np.float32), 2, 0.9)[1], [[0.4 / 0.9, 0.3 / 0.9]],
+            "ernie router: moe_norm_min .9 > sum .7")
+    t.close(ref.select_experts_ernie(probs, np.zeros(4, dtype=np.float32), 1, 1e-12)[1], [[1.0]],
+            "ernie router: top_k 1 -> weight 1")
+
+
+def _ernie_model(cfg, work, name):
+    """A Model on a config-only directory (no tensors): for the config parsing checks."""
+    d = os.path.join(work, "ernie_cfg_" + name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    ref.write_safetensors(os.path.join(d, "model.safetensors"), {})
+    return ref.Model(d)
+
+
+def ernie_config_tests(t, work):
+    """ernie4_5_moe config parsing: transformers' Ernie4_5_MoeConfig defaults, the MoE layer rule, the
+    attribute_map aliases, rope_theta sources, and the refused configs."""
+    log("ernie4_5_moe config checks")
+    base = {"model_type": "ernie4_5_moe", "hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 8,
+            "vocab_size": 96}
+    m = _ernie_model(base, work, "defaults")
+    got = (m.tie, m.eps, m.theta, m.top_k, m.n_experts, m.moe_inter, m.n_shared, m.norm_min, m.qkv_bias, m.o_bias,
+           m.mlp_bias, m.lm_head_bias, m.n_kv, m.head_dim, m.moe_start, m.moe_end, m.moe_interval)
+    t.check(got == (True, 1e-5, 500000.0, 6, 64, 1536, 2, 1e-12, False, False, False, False, 4, 8, 1, 5, 1),
+            f"ernie defaults (tie, eps, theta, k, E, moe_inter, shared, norm_min, biases, kv 4 (not the 8 heads), "
+            f"head_dim, start, end, interval): {got}")
+    t.close(m.inv_freq, [500000.0 ** (-i / 4) for i in range(4)], "ernie inv_freq over head_dim 8, theta 5e5",
+            rtol=2e-7)
+    t.check(m.rope_style == "interleaved", "ernie rope style interleaved")
+    names = m.expected_names()
+    t.check("lm_head.weight" not in names and "lm_head.bias" not in names, "ernie default: tied head, no bias")
+    t.check("model.layers.0.mlp.gate_proj.weight" in names and "model.layers.1.mlp.gate.weight" in names
+            and "model.layers.1.mlp.moe_statics.e_score_correction_bias" in names
+            and "model.layers.1.mlp.shared_experts.up_proj.weight" in names
+            and "model.layers.5.mlp.experts.63.down_proj.weight" in names,
+            "ernie default names: dense layer 0, MoE 1..5 with moe_statics and shared experts")
+    cases = [  # (config changes, MoE layers of 6)
+        (dict(moe_layer_start_index=1, moe_layer_end_index=4, moe_layer_interval=2), [1, 3]),
+        (dict(moe_layer_start_index=1, moe_layer_end_index=-1, moe_layer_interval=2), [1, 3, 5]),
+        (dict(moe_layer_start_index=0, moe_layer_interval=3), [2, 5]),
+        (dict(moe_layer_start_index=0), [0, 1, 2, 3, 4, 5]),
+        (dict(moe_layer_start_index=2, moe_layer_end_index=3), [2, 3]),
+        (dict(moe_layer_end_index=-2), []),  # only -1 means the last layer
+        (dict(moe_layer_end_index=None), [1, 2, 3, 4, 5]),
+    ]
+    for i, (kw, want) in enumerate(cases):
+        m = _ernie_model(dict(base, **kw), work, f"layers{i}")
+        got = [j for j in range(6) if m.is_moe_layer(j)]
+        t.check(got == want, f"ernie MoE layers for {kw}: {got}, want {want}")
+    m = _ernie_model(dict(base, num_experts=8, num_experts_per_tok=3), work, "aliases")
+    t.check((m.n_experts, m.top_k) == (8, 3), "ernie: num_experts / num_experts_per_tok alias moe_num_experts / moe_k")
+    m = _ernie_model(dict(base, num_experts=8, moe_num_experts=8, moe_k=2), work, "aliases_same")
+    t.check((m.n_experts, m.top_k) == (8, 2), "ernie: an alias equal to its moe_* key")
+    m = _ernie_model(dict(base, use_bias=True, tie_word_embeddings=False, moe_num_shared_experts=0,
+                          moe_num_experts=4, moe_k=2, head_dim=16, num_key_value_heads=2), work, "bias")
+    names = m.expected_names()
+    want = ["lm_head.weight", "lm_head.bias", "model.layers.0.self_attn.q_proj.bias",
+            "model.layers.0.self_attn.o_proj.bias", "model.layers.0.mlp.down_proj.bias",
+            "model.layers.1.mlp.experts.3.gate_proj.bias"]
+    t.check(all(n in names for n in want) and not any(".shared_experts." in n for n in names)
+            and "model.layers.1.mlp.gate.bias" not in names and (m.head_dim, m.n_kv) == (16, 2),
+            "ernie use_bias: q/k/v/o, every MLP and lm_head have a bias, the router none; no shared experts at 0")
+    m = _ernie_model(dict(base, rope_parameters={"rope_type": "default", "rope_theta": 1e4}), work, "rope_params")
+    t.check(m.theta == 1e4, "ernie rope_theta from rope_parameters")
+    m = _ernie_model(dict(base, rope_theta=2e5), work, "rope_theta")
+    t.check(m.theta == 2e5, "ernie top-level rope_theta")
+    m = _ernie_model(dict(base, rope_scaling={"type": "linear", "factor": 2.0}), work, "linear")
+    t.check(m.rope_linear_factor == 2.0, "ernie linear rope scaling")
+    bad = [
+        ("interval0", dict(moe_layer_interval=0), ValueError, "moe_layer_interval"),
+        ("alias_conflict", dict(moe_k=2, num_experts_per_tok=3), ValueError, "num_experts_per_tok"),
+        ("list_experts", dict(moe_num_experts=[64, 64]), ValueError, "moe_num_experts"),
+        ("k_gt_e", dict(moe_num_experts=4, moe_k=6), ValueError, "moe_k"),
+        ("yarn", dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), NotImplementedError, "yarn"),
+        ("partial", dict(partial_rotary_factor=0.5), NotImplementedError, "partial_rotary_factor"),
+        ("gelu", dict(hidden_act="gelu"), NotImplementedError, "hidden_act"),
+    ]
+    for name, kw, exc, text in bad:
+        try:
+            _ernie_model(dict(base, **kw), work, name)
+            t.check(False, f"ernie config {name}: no error")
+        except exc as e:
+            t.check(text in str(e), f"ernie config {name}: error {e!r} lacks {text!r}")
+
+
 # --- synthetic checkpoints for the self-test, in exact HF layout ---
 
 def _cfg_common(model_type, **kw):
@@ -306,7 +446,7 @@ def selftest_configs():
          _cfg_common("deepseek_v2", **dict(ds, routed_scaling_factor=2.5, n_shared_experts=0,
                                           rope_scaling=dict(yarn, mscale=1.0, mscale_all_dim=0.5)))),
         ("deepseek_v2/no_rope_scaling", _cfg_common("deepseek_v2", **dict(ds, rope_scaling=None))),
-    ] + selftest_configs_v3()
+    ] + selftest_configs_v3() + selftest_configs_ernie()
 
 
 FP8_QUANT = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [16, 16]}
@@ -372,6 +512,34 @@ def selftest_configs_v3():
     ]
 
 
+def _ernie_cfg(**kw):
+    """An ernie4_5_moe config: its own key names (moe_k, not num_experts_per_tok)."""
+    c = _cfg_common("ernie4_5_moe", rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
+                    intermediate_size=48, moe_intermediate_size=16, moe_num_experts=8, moe_k=2,
+                    moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=-1, moe_layer_interval=1,
+                    moe_norm_min=1e-12, use_bias=False, max_position_embeddings=131072)
+    del c["num_experts_per_tok"]
+    c.update(kw)
+    return {k: v for k, v in c.items() if v is not None}
+
+
+def selftest_configs_ernie():
+    """ernie4_5_moe. Each has a random e_score_correction_bias in [-0.1, 0.2) (model_tests checks that it
+    changes the routing)."""
+    return [
+        ("ernie4_5_moe", _ernie_cfg(num_nextn_predict_layers=1)),   # as ERNIE-4.5-21B-A3B, with an MTP layer
+        ("ernie4_5_moe/use_bias+untied+interval2+head_dim16",
+         _ernie_cfg(use_bias=True, tie_word_embeddings=False, moe_layer_interval=2, num_hidden_layers=4,
+                    head_dim=16, moe_k=3)),
+        ("ernie4_5_moe/end_index2+no_shared+mha+rope_parameters",
+         _ernie_cfg(num_hidden_layers=4, moe_layer_end_index=2, moe_num_shared_experts=0, num_key_value_heads=4,
+                    rope_theta=None, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+        ("ernie4_5_moe/norm_min.9+aliases+start0+bias+tied",
+         _ernie_cfg(moe_norm_min=0.9, moe_num_experts=None, moe_k=None, num_experts=8, num_experts_per_tok=2,
+                    moe_layer_start_index=0, use_bias=True, moe_num_shared_experts=1)),
+    ]
+
+
 def fp8_quantize(w, block):
     """Block-wise E4M3 quantization as DeepSeek-V3's FP8 checkpoints: per [b0, b1] block, scale_inv =
     amax / 448 and bits = e4m3(w / scale_inv)."""
@@ -397,10 +565,13 @@ def fp8_candidate(name, tensors):
 
 
 def synth_checkpoint(cfg, rng):
-    """(tensors, dtypes) of a self-test checkpoint: BF16, e_score_correction_bias F32, and for an FP8 config
-    the quantizable weights as F8_E4M3 bits + F32 `_scale_inv` (except modules_to_not_convert)."""
+    """(tensors, dtypes) of a self-test checkpoint: BF16, e_score_correction_bias F32 (ernie4_5_moe: the router
+    weight mlp.gate.weight too, as transformers keeps and saves it in fp32), and for an FP8 config the
+    quantizable weights as F8_E4M3 bits + F32 `_scale_inv` (except modules_to_not_convert)."""
     tensors = synth_tensors(cfg, rng)
     dtypes = {n: "F32" for n in tensors if n.endswith("e_score_correction_bias")}
+    if cfg["model_type"] == "ernie4_5_moe":
+        dtypes.update({n: "F32" for n in tensors if n.endswith("mlp.gate.weight")})
     q = cfg.get("quantization_config")
     if q:
         keep = q.get("modules_to_not_convert") or []
@@ -426,6 +597,14 @@ def synth_tensors(cfg, rng):
         is_bias = name.endswith(".bias")
         if name == "model.embed_tokens.weight" or name == "lm_head.weight":
             return (V, H)
+        if name == "lm_head.bias":
+            return (V,)
+        if name.startswith(("model.mtp_emb_norm.", "model.mtp_hidden_norm.")):  # ERNIE MTP
+            return (H,)
+        if name.startswith("model.mtp_linear_proj."):
+            return (H, 2 * H)
+        if name.endswith("mlp.moe_statics.e_score_correction_bias"):  # ERNIE: [1, E]
+            return (1, cfg.get("num_experts") or cfg["moe_num_experts"])
         if name == "model.norm.weight" or leaf in ("input_layernorm", "post_attention_layernorm", "enorm", "hnorm",
                                                     "norm"):
             return (H,)
@@ -456,7 +635,8 @@ def synth_tensors(cfg, rng):
             return (s[0],) if is_bias else s
         # MLPs
         if leaf == "gate":
-            n = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+            n = (cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+                 or cfg.get("moe_num_experts"))
             return (n, H)
         if leaf == "shared_expert_gate":
             return (1, H)
@@ -465,13 +645,13 @@ def synth_tensors(cfg, rng):
         elif ".shared_expert." in name:
             inter = cfg["shared_expert_intermediate_size"]
         elif ".shared_experts." in name:
-            inter = cfg["moe_intermediate_size"] * cfg["n_shared_experts"]
+            inter = cfg["moe_intermediate_size"] * cfg.get("n_shared_experts", cfg.get("moe_num_shared_experts"))
         else:
             inter = cfg["intermediate_size"]
         if leaf in ("gate_proj", "up_proj", "w1", "w3"):
-            return (inter, H)
+            return (inter,) if is_bias else (inter, H)
         if leaf in ("down_proj", "w2"):
-            return (H, inter)
+            return (H,) if is_bias else (H, inter)
         raise KeyError(f"no shape rule for {name} ({base})")
 
     # Names come from a throw-away Model built on a config-only directory.
@@ -483,7 +663,13 @@ def synth_tensors(cfg, rng):
         names = ref.Model(tmp).expected_names()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if cfg.get("num_nextn_predict_layers"):
+    if cfg.get("num_nextn_predict_layers") and t == "ernie4_5_moe":
+        # ERNIE 4.5's MTP layer as released: model.mtp_block.0.* (a decoder layer: a copy of the last layer's
+        # names), model.mtp_emb_norm.0, model.mtp_hidden_norm.0, model.mtp_linear_proj.0 [H, 2H].
+        last = f"model.layers.{cfg['num_hidden_layers'] - 1}."
+        names += ["model.mtp_block.0." + x[len(last):] for x in names if x.startswith(last)]
+        names += [f"model.{x}.0.weight" for x in ("mtp_emb_norm", "mtp_hidden_norm", "mtp_linear_proj")]
+    elif cfg.get("num_nextn_predict_layers"):
         # One DeepSeek-V3 / GLM-4.5 MTP layer after the last one: a full decoder layer (a copy of the last
         # layer's names) plus embed_tokens, enorm, hnorm, eh_proj and shared_head.{norm,head}.
         n, last = cfg["num_hidden_layers"], f"model.layers.{cfg['num_hidden_layers'] - 1}."
@@ -494,12 +680,16 @@ def synth_tensors(cfg, rng):
     for name in names:
         s = shape_of(name)
         leaf = name.split(".")[-2]
-        if "norm" in leaf:
+        if "norm" in leaf or name.startswith(("model.mtp_emb_norm.", "model.mtp_hidden_norm.")):
             a = 1.0 + 0.2 * rng.standard_normal(s)
         elif name.endswith(".bias"):
             a = 0.2 * rng.standard_normal(s)
         elif name == "model.embed_tokens.weight":
             a = rng.standard_normal(s)
+        elif name.endswith("moe_statics.e_score_correction_bias"):
+            # ERNIE: added to softmax probabilities (1/8 on average here); of the same order, so that both the
+            # probabilities and the bias decide (model_tests checks that the bias changes the selection).
+            a = rng.uniform(-0.1, 0.2, s)
         elif name.endswith("e_score_correction_bias"):
             # Large enough to change the selection (model_tests checks that it does), and positive, so that
             # every biased score stays > 0 and the masked_fill value (0.0 or -inf) cannot matter.
@@ -597,6 +787,43 @@ def v3_model_checks(t, label, cfg, m, d1, tensors, dtypes, ids, full, scale, wor
                                                    f"of the independently dequantized weights")
 
 
+def ernie_model_checks(t, label, cfg, m, d1, tensors, dtypes, ids, full, scale):
+    """ernie4_5_moe: the MoE/dense layers follow the config rule, the router weight and the bias are F32 with
+    the bias [1, E], the bias changes the routing, moe_norm_min acts when it exceeds the sums, MTP tensors
+    are present where configured and never read."""
+    n = cfg["num_hidden_layers"]
+    end = cfg.get("moe_layer_end_index", -1)
+    end = n - 1 if end == -1 else end
+    want = [i for i in range(n) if (i + 1) % cfg.get("moe_layer_interval", 1) == 0
+            and cfg.get("moe_layer_start_index", 1) <= i <= end]
+    moe_layers = [i for i in range(n) if m.is_moe_layer(i)]
+    dense = [i for i in range(n) if f"model.layers.{i}.mlp.gate_proj.weight" in tensors]
+    t.check(moe_layers == want and dense == [i for i in range(n) if i not in want],
+            f"{label}: MoE layers {moe_layers} (want {want}), dense layers {dense}")
+    e = cfg.get("moe_num_experts") or cfg["num_experts"]
+    for i in moe_layers:
+        bias, gate = f"model.layers.{i}.{ref.ERNIE_BIAS}", f"model.layers.{i}.mlp.gate.weight"
+        t.check(m.ckpt.dtype(bias) == "F32" and m.ckpt.shape(bias) == [1, e] and m.ckpt.dtype(gate) == "F32",
+                f"{label}: {bias} is F32 [1, {e}] and {gate} F32")
+    m2 = ref.Model(d1)
+    for i in moe_layers:
+        m2.ckpt._cache[f"model.layers.{i}.{ref.ERNIE_BIAS}"] = np.zeros((1, e), dtype=np.float32)
+    diff = float(np.max(np.abs(m2.forward(ids) - full)))
+    t.check(diff > 1e-3 * scale, f"{label}: zeroing moe_statics.e_score_correction_bias changes the logits by only "
+                                 f"{diff:.2e} (the bias should change the selection)")
+    if m.norm_min > 0.5:
+        m3 = ref.Model(d1)
+        m3.norm_min = 1e-12
+        diff = float(np.max(np.abs(m3.forward(ids) - full)))
+        t.check(diff > 1e-3 * scale,
+                f"{label}: moe_norm_min {m.norm_min} vs 1e-12 changes the logits by only {diff:.2e}")
+    extra = [x for x in m.ckpt.where if m.is_extra_layer_name(x)]
+    if cfg.get("num_nextn_predict_layers"):
+        t.check(len(extra) > 10 and all(x.startswith("model.mtp_") for x in extra),
+                f"{label}: the checkpoint holds an MTP layer ({len(extra)} model.mtp_* tensors)")
+    t.check(not any(m.is_extra_layer_name(x) for x in m.ckpt.used), f"{label}: an MTP tensor was read")
+
+
 def fp8_error_tests(t, work):
     """The FP8 reader on a hand-made [3, 5] weight with [2, 2] blocks, and its errors."""
     codes = np.array([[0x38, 0x40, 0xB8, 0x01, 0x7E], [0x00, 0x80, 0x39, 0x08, 0x3F], [0xC0, 0x30, 0x48, 0x50, 0x7D]],
@@ -682,9 +909,13 @@ def model_tests(t, archs, work):
         t.check(np.all((emb.view(np.uint32) & 0xFFFF) == 0), f"{label}: upcast bf16 has nonzero low bits")
         if m.type in ref.NEW_TYPE_DEFAULTS:
             v3_model_checks(t, label, cfg, m, d1, tensors, dtypes, ids, full, scale, work)
+        elif m.type == "ernie4_5_moe":
+            ernie_model_checks(t, label, cfg, m, d1, tensors, dtypes, ids, full, scale)
         log(f"  {label:<56} max|logit| {scale:7.3f}  naive err {err:.2e}  prefix err {perr:.1e}  "
             f"({time.time() - t0:.1f}s)")
     fp8_error_tests(t, work)
+    if "ernie4_5_moe" in archs:
+        ernie_config_tests(t, work)
     # CLI
     label, cfg = selftest_configs()[0]
     if cfg["model_type"] in archs:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of eight MoE LLMs.
+"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of nine MoE LLMs.
 
 Written from the HF modeling code and the model papers, without transformers/torch:
   qwen2_moe     Qwen2MoeForCausalLM    (Qwen1.5-MoE)
@@ -10,6 +10,8 @@ Written from the HF modeling code and the model papers, without transformers/tor
   deepseek_v3   DeepseekV3ForCausalLM  (DeepSeek-V3/R1, Moonlight, Kimi-K2: MLA + the noaux_tc sigmoid router)
   glm4_moe      Glm4MoeForCausalLM     (GLM-4.5/-Air/4.6/4.7: GQA, partial rotary, noaux_tc router)
   glm4_moe_lite Glm4MoeLiteForCausalLM (GLM-4.7-Flash: MLA + the GLM-4.5 MoE)
+  ernie4_5_moe  Ernie4_5_MoeForCausalLM (ERNIE-4.5-21B-A3B, -300B-A47B: GQA, interleaved RoPE, softmax
+                router with a selection-only bias, shared experts)
 
 Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights are
 dequantized exactly); see docs/reference.md for the semantics implemented per architecture and the
@@ -34,11 +36,11 @@ import sys
 import numpy as np
 
 from moe_reference_naive import NaiveRunner
-from moe_reference_ops import (F32, apply_partial_rope, apply_rope, attention, causal_mask,
-    deepseek_yarn_inv_freq_and_mscale, deinterleave, hf_yarn_inv_freq_and_attention_factor, linear, rms_norm,
-    rope_cos_sin, rope_inv_freq, rotate_half, select_experts, select_experts_noaux_tc, sigmoid, silu, softmax,
-    topk_desc, yarn_find_correction_dim, yarn_find_correction_range, yarn_get_mscale,
-    yarn_linear_ramp_mask)  # noqa: F401
+from moe_reference_ops import (F32, apply_partial_rope, apply_rope, apply_rope_interleaved, attention,
+    causal_mask, deepseek_yarn_inv_freq_and_mscale, deinterleave, hf_yarn_inv_freq_and_attention_factor, linear,
+    rms_norm, rope_cos_sin, rope_inv_freq, rotate_half, rotate_half_interleaved, select_experts,
+    select_experts_ernie, select_experts_noaux_tc, sigmoid, silu, softmax, topk_desc, yarn_find_correction_dim,
+    yarn_find_correction_range, yarn_get_mscale, yarn_linear_ramp_mask)  # noqa: F401
 from moe_reference_safetensors import (E4M3_TO_F32, FP8_SCALE_SUFFIX, Checkpoint, SafetensorsFile,
     bf16_bits_to_f32, e4m3_bits_to_f32, f32_to_bf16_bits, f32_to_e4m3_bits, write_safetensors)  # noqa: F401
 
@@ -47,12 +49,19 @@ from moe_reference_safetensors import (E4M3_TO_F32, FP8_SCALE_SUFFIX, Checkpoint
 # ----------------------------------------------------------------------------------------------------
 
 SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-             "glm4_moe_lite")
+             "glm4_moe_lite", "ernie4_5_moe")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")       # DeepSeek multi-head latent attention
 DEEPSEEK_MOE_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # mlp.gate + shared_experts
 MTP_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")         # may ship MTP layers >= num_hidden_layers
 DEEPSEEK_LORA_NORM_EPS = 1e-6
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
+ERNIE_BIAS = "mlp.moe_statics.e_score_correction_bias"   # its name in the checkpoint, shape [1, E]
+
+# Defaults of transformers' Ernie4_5_MoeConfig for keys a config.json may omit (null counts as missing).
+ERNIE_DEFAULTS = dict(num_key_value_heads=4, rms_norm_eps=1e-5, tie_word_embeddings=True, rope_theta=500000.0,
+                      use_bias=False, moe_intermediate_size=1536, moe_k=6, moe_num_experts=64, moe_num_shared_experts=2,
+                      moe_layer_start_index=1, moe_layer_end_index=-1, moe_layer_interval=1, moe_norm_min=1e-12,
+                      hidden_act="silu")
 
 # Defaults of the transformers config classes (DeepseekV3Config, Glm4MoeConfig, Glm4MoeLiteConfig) for keys
 # a config.json may omit. A key present with the value null counts as null (q_lora_rank: null = no q LoRA).
@@ -104,8 +113,13 @@ class Model:
         self.mla = t in MLA_TYPES
         self.router = "softmax"
         self.rotary_dim = None
+        self.rope_style = "neox"   # ernie4_5_moe: "interleaved"
+        self.mlp_bias = False      # ernie4_5_moe: every MLP linear (dense, experts, shared) has a bias iff use_bias
+        self.lm_head_bias = False  # ernie4_5_moe: lm_head.bias iff use_bias
         if t in NEW_TYPE_DEFAULTS:
             self._init_new_type(c, d)
+        elif t == "ernie4_5_moe":
+            self._init_ernie(c)
         elif t == "deepseek_v2":
             self.q_lora = int(_get(c, "q_lora_rank", 0))
             self.kv_lora = int(c["kv_lora_rank"])
@@ -178,7 +192,8 @@ class Model:
             self.o_bias = False if t in ("qwen2_moe", "mixtral") else bool(_get(c, "attention_bias", False))
             self.clip_qkv = _get(c, "clip_qkv", None) if t == "olmoe" else None
             self.qk_norm_per_head = t == "qwen3_moe"
-        self.n_shared_experts_used = t in DEEPSEEK_MOE_TYPES and getattr(self, "n_shared", 0) > 0
+        self.n_shared_experts_used = ((t in DEEPSEEK_MOE_TYPES or t == "ernie4_5_moe")
+                                      and getattr(self, "n_shared", 0) > 0)
 
     # --- deepseek_v3 / glm4_moe / glm4_moe_lite configuration ---
 
@@ -261,6 +276,78 @@ class Model:
                 m = yarn_get_mscale(float(rp["factor"]), mscale_all_dim)
                 self.softmax_scale = self.softmax_scale * m * m
 
+    # --- ernie4_5_moe configuration ---
+
+    def _init_ernie(self, c):
+        """Ernie4_5_MoeConfig + Ernie4_5_MoeForCausalLM. transformers' attribute_map makes `num_experts` /
+        `num_experts_per_tok` aliases of `moe_num_experts` / `moe_k` (an alias present in config.json is set
+        after the moe_* key and wins); both present with different values are refused here."""
+        d = ERNIE_DEFAULTS
+        self.n_kv = int(_get(c, "num_key_value_heads", d["num_key_value_heads"]))
+        self.eps = float(_get(c, "rms_norm_eps", d["rms_norm_eps"]))
+        self.tie = bool(_get(c, "tie_word_embeddings", d["tie_word_embeddings"]))
+        act = _get(c, "hidden_act", d["hidden_act"])
+        if act != "silu":
+            raise NotImplementedError(f"ernie4_5_moe hidden_act {act!r} (only silu)")
+
+        def moe_key(key, alias):
+            v = _get(c, key, d[key])
+            if c.get(alias) is not None:
+                if c.get(key) is not None and c[alias] != c[key]:
+                    raise ValueError(f"ernie4_5_moe: {alias} {c[alias]!r} differs from {key} {c[key]!r}")
+                v = c[alias]
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"ernie4_5_moe: {key} must be an integer, got {v!r}")
+            return v
+
+        self.n_experts = moe_key("moe_num_experts", "num_experts")
+        self.top_k = moe_key("moe_k", "num_experts_per_tok")
+        ints = {}
+        for key in ("moe_intermediate_size", "moe_num_shared_experts", "moe_layer_start_index",
+                    "moe_layer_end_index", "moe_layer_interval"):
+            v = _get(c, key, d[key])
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"ernie4_5_moe: {key} must be an integer, got {v!r}")
+            ints[key] = v
+        self.moe_inter = ints["moe_intermediate_size"]
+        self.n_shared = ints["moe_num_shared_experts"]
+        self.moe_start = ints["moe_layer_start_index"]
+        # Ernie4_5_MoeConfig: exactly -1 means the last layer; any other value is taken literally.
+        end = ints["moe_layer_end_index"]
+        self.moe_end = self.n_layers - 1 if end == -1 else end
+        self.moe_interval = ints["moe_layer_interval"]
+        if self.moe_interval < 1:
+            raise ValueError(f"ernie4_5_moe: moe_layer_interval {self.moe_interval} must be >= 1")
+        self.norm_min = float(_get(c, "moe_norm_min", d["moe_norm_min"]))
+        if any(self.is_moe_layer(i) for i in range(self.n_layers)) and not (1 <= self.top_k <= self.n_experts):
+            raise ValueError(f"ernie4_5_moe: moe_k {self.top_k} must be in [1, moe_num_experts {self.n_experts}]")
+        self.router = "ernie"
+        use_bias = bool(_get(c, "use_bias", d["use_bias"]))
+        self.qkv_bias = self.o_bias = self.mlp_bias = self.lm_head_bias = use_bias
+        self.clip_qkv = None
+        self.qk_norm_per_head = False
+        hd = c.get("head_dim")
+        self.head_dim = int(hd) if hd else self.hidden // self.n_heads
+        self.scale = self.head_dim ** -0.5
+        # RoPE: interleaved pairs over the whole head_dim. rope_theta from the rope_scaling / rope_parameters
+        # dict (transformers 5), else the top-level key, else 500000 (the config class default).
+        rp = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
+        kind = rp.get("rope_type", rp.get("type")) or "default"
+        self.theta = float(_get(rp, "rope_theta", _get(c, "rope_theta", d["rope_theta"])))
+        partial = float(_get(rp, "partial_rotary_factor", _get(c, "partial_rotary_factor", 1.0)))
+        if partial != 1.0:
+            raise NotImplementedError(f"ernie4_5_moe partial_rotary_factor {partial} (transformers rotates the "
+                                      f"whole head and could not broadcast a smaller table)")
+        self.rope_style = "interleaved"
+        self.rotary_dim = self.head_dim
+        self.inv_freq = rope_inv_freq(self.head_dim, self.theta)
+        self.rope_mscale = 1.0
+        self.rope_linear_factor = 1.0
+        if kind == "linear":
+            self.rope_linear_factor = float(rp["factor"])
+        elif kind != "default":
+            raise NotImplementedError(f"ernie4_5_moe rope type {kind!r} (only default, linear)")
+
     # --- layer kinds ---
 
     def is_moe_layer(self, i):
@@ -273,11 +360,17 @@ class Model:
             return self.mlp_layer_types[i] == "sparse"
         if t in ("glm4_moe", "glm4_moe_lite"):
             return self.n_experts > 0 and i >= self.first_dense
+        if t == "ernie4_5_moe":
+            return (i + 1) % self.moe_interval == 0 and self.moe_start <= i <= self.moe_end
         return True  # mixtral, olmoe: every layer is sparse
 
     def is_extra_layer_name(self, name):
         """A tensor of a layer >= num_hidden_layers (the MTP / next-token-prediction layers DeepSeek-V3 and
-        GLM-4.5 ship): ignored by the forward pass and the layout check of those types."""
+        GLM-4.5 ship), or for ernie4_5_moe one whose name contains "mtp" (`model.mtp_block.0.*`,
+        `model.mtp_emb_norm.0.weight`, ...; transformers' _keys_to_ignore_on_load_unexpected = ["mtp"]):
+        ignored by the forward pass and the layout check of those types."""
+        if self.type == "ernie4_5_moe":
+            return "mtp" in name
         if self.type not in MTP_TYPES:
             return False
         m = _LAYER_RE.match(name)
@@ -331,8 +424,12 @@ class Model:
         p = f"model.layers.{i}."
         q, k, v = self.std_qkv(p, x)
         cos, sin = self.rope_tables(positions)
-        q = apply_partial_rope(q, cos, sin)  # GLM: the first rotary_dim dims only; the others: all dims
-        k = apply_partial_rope(k, cos, sin)
+        if self.rope_style == "interleaved":  # ERNIE: adjacent pairs (2i, 2i+1)
+            q = apply_rope_interleaved(q, cos, sin)
+            k = apply_rope_interleaved(k, cos, sin)
+        else:
+            q = apply_partial_rope(q, cos, sin)  # GLM: the first rotary_dim dims only; the others: all dims
+            k = apply_partial_rope(k, cos, sin)
         o = attention(q, k, v, self.scale, self.sliding_window(i))
         return linear(o, self.ckpt[p + "self_attn.o_proj.weight"],
                       self._bias(p + "self_attn.o_proj.bias", self.o_bias))
@@ -382,9 +479,18 @@ class Model:
 
     def gated_mlp(self, prefix, x, names=("gate_proj", "up_proj", "down_proj")):
         W = self.ckpt
-        g = linear(x, W[f"{prefix}.{names[0]}.weight"])
-        u = linear(x, W[f"{prefix}.{names[1]}.weight"])
-        return linear(silu(g) * u, W[f"{prefix}.{names[2]}.weight"])
+        b = [self._bias(f"{prefix}.{n}.bias", self.mlp_bias) for n in names]
+        g = linear(x, W[f"{prefix}.{names[0]}.weight"], b[0])
+        u = linear(x, W[f"{prefix}.{names[1]}.weight"], b[1])
+        return linear(silu(g) * u, W[f"{prefix}.{names[2]}.weight"], b[2])
+
+    def ernie_bias(self, p):
+        """mlp.moe_statics.e_score_correction_bias of layer prefix p as [E] (stored [1, E], as transformers'
+        Ernie4_5_MoeStatics holds it; it squeezes it when adding)."""
+        b = self.ckpt[p + ERNIE_BIAS]
+        if b.shape != (1, self.n_experts):
+            raise ValueError(f"{p + ERNIE_BIAS}: shape {list(b.shape)}, expected [1, {self.n_experts}]")
+        return b[0]
 
     def route(self, p, x):
         """(topk_idx [S,k], topk_weight [S,k]) of the router of layer prefix p."""
@@ -395,6 +501,8 @@ class Model:
             return select_experts_noaux_tc(scores, W[p + "mlp.gate.e_score_correction_bias"], self.top_k,
                                            self.n_group, self.topk_group, self.norm_topk, self.routed_scale)
         probs = softmax(linear(x, W[name]), axis=-1)
+        if self.router == "ernie":
+            return select_experts_ernie(probs, self.ernie_bias(p), self.top_k, self.norm_min)
         return select_experts("deepseek_v2" if self.router == "deepseek_v2" else self.type, probs, self.top_k,
                               self.norm_topk,
                               routed_scale=getattr(self, "routed_scale", 1.0),
@@ -406,6 +514,8 @@ class Model:
         names = ["model.embed_tokens.weight", "model.norm.weight"]
         if not self.tie:
             names.append("lm_head.weight")
+        if self.lm_head_bias:
+            names.append("lm_head.bias")
         for i in range(self.n_layers):
             p = f"model.layers.{i}."
             names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
@@ -432,6 +542,7 @@ class Model:
                 if self.qk_norm_per_head or self.type == "olmoe":
                     names += [a + "q_norm.weight", a + "k_norm.weight"]
             mlp3 = ("gate_proj", "up_proj", "down_proj")
+            mlp3n = [w + ".weight" for w in mlp3] + ([w + ".bias" for w in mlp3] if self.mlp_bias else [])
             if self.type == "mixtral":
                 names.append(p + "block_sparse_moe.gate.weight")
                 for e in range(self.n_experts):
@@ -440,21 +551,23 @@ class Model:
                 names.append(p + "mlp.gate.weight")
                 if self.router == "noaux_tc":
                     names.append(p + "mlp.gate.e_score_correction_bias")
+                if self.router == "ernie":
+                    names.append(p + ERNIE_BIAS)
                 for e in range(self.n_experts):
-                    names += [f"{p}mlp.experts.{e}.{w}.weight" for w in mlp3]
+                    names += [f"{p}mlp.experts.{e}.{w}" for w in mlp3n]
                 if self.type == "qwen2_moe" and self.has_shared_expert:
                     names += [f"{p}mlp.shared_expert.{w}.weight" for w in mlp3]
                     names.append(p + "mlp.shared_expert_gate.weight")
                 if self.n_shared_experts_used:
-                    names += [f"{p}mlp.shared_experts.{w}.weight" for w in mlp3]
+                    names += [f"{p}mlp.shared_experts.{w}" for w in mlp3n]
             else:
-                names += [f"{p}mlp.{w}.weight" for w in mlp3]
+                names += [f"{p}mlp.{w}" for w in mlp3n]
         return names
 
     def check_layout(self):
         """Raises ValueError when the checkpoint's tensor names differ from the HF state dict's. MTP layers
-        (>= num_hidden_layers, deepseek_v3 / glm4_moe / glm4_moe_lite) are ignored; an F8_E4M3 tensor brings
-        its `_scale_inv` companion (FP8 checkpoints)."""
+        (>= num_hidden_layers, deepseek_v3 / glm4_moe / glm4_moe_lite; `*mtp*` names, ernie4_5_moe) are
+        ignored; an F8_E4M3 tensor brings its `_scale_inv` companion (FP8 checkpoints)."""
         want = set(self.expected_names())
         want |= {n + FP8_SCALE_SUFFIX for n in want if n in self.ckpt.where and self.ckpt.dtype(n) == "F8_E4M3"}
         have = {n for n in self.ckpt.where if not self.is_extra_layer_name(n)}
@@ -506,7 +619,7 @@ class Model:
         W = self.ckpt
         h = rms_norm(h, W["model.norm.weight"], self.eps)
         head = W["model.embed_tokens.weight"] if self.tie else W["lm_head.weight"]
-        return linear(h, head)
+        return linear(h, head, self._bias("lm_head.bias", self.lm_head_bias))
 
     def forward(self, ids, naive=False):
         if naive:

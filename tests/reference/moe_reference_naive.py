@@ -11,9 +11,10 @@ from moe_reference_ops import F32, linear, rms_norm
 # ----------------------------------------------------------------------------------------------------
 # A deliberately different, slow implementation used by the self-test: one token at a time with a KV
 # cache, per-head loops, RoPE as explicit 2-D rotations of (i, i+d/2) pairs (NeoX; GLM: of the first
-# rotary_dim dims only) or of the original interleaved (2i, 2i+1) pairs (DeepSeek, no de-interleave), angles
-# and cos/sin in float64, and per-token routing in python floats (softmax or sigmoid, groups, sorting). It
-# shares only the projections/norm/MLP primitives (and the checkpoint reader) with Model.
+# rotary_dim dims only) or of the original interleaved (2i, 2i+1) pairs (DeepSeek, no de-interleave; ERNIE,
+# without the repeated cos/sin tables), angles and cos/sin in float64, and per-token routing in python floats
+# (softmax or sigmoid, biases, groups, sorting, ERNIE's norm_min clamp). It shares only the
+# projections/norm/MLP primitives (and the checkpoint reader) with Model.
 # ----------------------------------------------------------------------------------------------------
 
 def _rotate_pairs_neox(x, pos, inv_freq, mscale=1.0):
@@ -65,6 +66,16 @@ class NaiveRunner:
             ws = [v / tot for v in ws]
         return chosen, [v * m.routed_scale for v in ws]
 
+    def _route_token_ernie(self, probs, bias):
+        """ERNIE 4.5, one token, python floats: choose by prob + bias, weigh by prob / max(sum, norm_min)."""
+        m = self.m
+        n = len(probs)
+        biased = [probs[e] + float(bias[0, e]) for e in range(n)]
+        chosen = sorted(range(n), key=lambda e: (-biased[e], e))[:m.top_k]
+        ws = [probs[e] for e in chosen]
+        tot = max(sum(ws), m.norm_min)
+        return chosen, [v / tot for v in ws]
+
     def _route_token(self, p, x):
         m = self.m
         gate = m.ckpt[(p + "block_sparse_moe.gate.weight") if m.type == "mixtral" else (p + "mlp.gate.weight")]
@@ -75,6 +86,11 @@ class NaiveRunner:
         ex = [math.exp(v - mx) for v in logits]
         z = sum(ex)
         probs = [v / z for v in ex]
+        if m.router == "ernie":
+            bias = m.ckpt[p + "mlp.moe_statics.e_score_correction_bias"]
+            if bias.shape != (1, len(probs)):
+                raise ValueError(f"{p}mlp.moe_statics.e_score_correction_bias: shape {list(bias.shape)}")
+            return self._route_token_ernie(probs, bias)
         cand = list(range(len(probs)))
         deepseek = m.type == "deepseek_v2" or m.router == "deepseek_v2"
         if deepseek and m.topk_method == "group_limited_greedy":
@@ -108,7 +124,7 @@ class NaiveRunner:
         if m.type == "qwen2_moe" and m.has_shared_expert:
             g = float(np.dot(m.ckpt[p + "mlp.shared_expert_gate.weight"][0].astype(np.float64), x.astype(np.float64)))
             acc += (1.0 / (1.0 + math.exp(-g))) * m.gated_mlp(p + "mlp.shared_expert", xr)[0].astype(np.float64)
-        if m.type in ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite") and m.n_shared > 0:
+        if m.type in ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe") and m.n_shared > 0:
             acc += m.gated_mlp(p + "mlp.shared_experts", xr)[0].astype(np.float64)
         return acc.astype(F32)
 
@@ -151,8 +167,12 @@ class NaiveRunner:
                     bias = W[p + "self_attn.o_proj.bias"] if m.attention_bias else None
                 else:
                     q, k, v = m.std_qkv(p, x)  # [H,1,D], [Hkv,1,D]
-                    q = _rotate_pairs_neox(q[:, 0, :], pos, inv, m.rope_mscale)
-                    k = _rotate_pairs_neox(k[:, 0, :], pos, inv, m.rope_mscale)
+                    if m.type == "ernie4_5_moe":  # adjacent pairs over the whole head
+                        q = _rotate_pairs_interleaved(q[:, 0, :], pos, inv)
+                        k = _rotate_pairs_interleaved(k[:, 0, :], pos, inv)
+                    else:
+                        q = _rotate_pairs_neox(q[:, 0, :], pos, inv, m.rope_mscale)
+                        k = _rotate_pairs_neox(k[:, 0, :], pos, inv, m.rope_mscale)
                     kc.append([k[j] for j in range(m.n_kv)])
                     vc.append([v[j, 0] for j in range(m.n_kv)])
                     win = m.sliding_window(i)

@@ -1,8 +1,8 @@
 """Numerical helpers of the numpy reference (moe_reference.py), all float32 in, float32 out: RMSNorm,
-linear, activations, softmax, RoPE (NeoX, partial and de-interleaved), DeepSeek-V2 YaRN and the YaRN of
-transformers' modeling_rope_utils, attention with a causal (optionally sliding-window) mask, and expert
-selection per architecture (softmax top-k, DeepSeek-V2 MoEGate, the DeepSeek-V3 / GLM-4.5 "noaux_tc"
-sigmoid router).
+linear, activations, softmax, RoPE (NeoX, partial, de-interleaved, and ERNIE's interleaved form), DeepSeek-V2
+YaRN and the YaRN of transformers' modeling_rope_utils, attention with a causal (optionally sliding-window)
+mask, and expert selection per architecture (softmax top-k, DeepSeek-V2 MoEGate, the DeepSeek-V3 / GLM-4.5
+"noaux_tc" sigmoid router, ERNIE 4.5's softmax router with a selection-only bias).
 """
 
 import math
@@ -82,6 +82,26 @@ def apply_partial_rope(x, cos, sin):
     if rd == x.shape[-1]:
         return apply_rope(x, cos, sin)
     return np.concatenate([apply_rope(x[..., :rd], cos, sin), x[..., rd:]], axis=-1).astype(F32, copy=False)
+
+
+def rotate_half_interleaved(x):
+    """ERNIE 4.5 (the GLM-style rotate_half of modeling_ernie4_5*.py): each adjacent pair (x[2i], x[2i+1])
+    becomes (-x[2i+1], x[2i])."""
+    out = np.empty_like(x)
+    out[..., 0::2] = -x[..., 1::2]
+    out[..., 1::2] = x[..., 0::2]
+    return out
+
+
+def apply_rope_interleaved(x, cos, sin):
+    """ERNIE 4.5 RoPE over the whole head: x [..., S, d]; cos/sin the NeoX tables [S, d] (cat(freqs, freqs)).
+    As transformers does it: the first half of each table, every entry repeated twice (dims 2i and 2i+1 get
+    the angle of frequency i), then x * cos + rotate_half_interleaved(x) * sin. This rotates each adjacent
+    pair (2i, 2i+1) by pos * inv_freq[i]."""
+    h = cos.shape[-1] // 2
+    c = np.repeat(cos[..., :h], 2, axis=-1)
+    s = np.repeat(sin[..., :h], 2, axis=-1)
+    return (x * c + rotate_half_interleaved(x) * s).astype(F32, copy=False)
 
 
 def deinterleave(x):
@@ -202,6 +222,18 @@ def select_experts_noaux_tc(scores, bias, top_k, n_group, topk_group, norm_topk,
     if norm_topk:
         w = w / (np.sum(w, axis=-1, keepdims=True) + F32(1e-20))
     w = w * F32(routed_scale)
+    return idx, w.astype(F32)
+
+
+def select_experts_ernie(probs, bias, top_k, norm_min):
+    """The router of ERNIE 4.5 MoE (Ernie4_5_MoeSparseMoeBlock / Ernie4_5_MoeTopKRouter) given the softmax
+    probs [S, E] (fp32) and moe_statics.e_score_correction_bias [E]: the experts are the top_k of
+    probs + bias (the bias only chooses); their weights are the UNBIASED probs, divided by
+    max(sum of the chosen probs, moe_norm_min). No scaling factor, no groups. Ties go to the lower index."""
+    choice = (probs + bias[None, :].astype(F32)).astype(F32)
+    idx, _ = topk_desc(choice, top_k)
+    w = np.take_along_axis(probs, idx, axis=-1)
+    w = w / np.maximum(np.sum(w, axis=-1, keepdims=True, dtype=F32), F32(norm_min))
     return idx, w.astype(F32)
 
 
