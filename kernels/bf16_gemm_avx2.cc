@@ -43,6 +43,10 @@ struct Avx2 {
     return _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)), scale);
   }
 
+  static void Store(float* p, const Vec& v) {
+    _mm256_storeu_ps(p, v.lo);
+    _mm256_storeu_ps(p + 8, v.hi);
+  }
   static Acc Zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static Vec LoadF8(const uint8_t* p, float scale) {
     const __m256 s = _mm256_set1_ps(scale);

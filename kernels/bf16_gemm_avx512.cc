@@ -21,6 +21,7 @@ struct Avx512 {
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 4;
 
+  static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Acc Zero() { return _mm512_setzero_ps(); }
   static Vec LoadX(const float* p) { return _mm512_loadu_ps(p); }
   static Vec LoadBf16(const uint16_t* p) {

@@ -25,6 +25,12 @@ struct Neon {
     *hi = vreinterpretq_f32_u32(vshll_high_n_u16(v, 16));
   }
 
+  static void Store(float* p, const Vec& v) {
+    vst1q_f32(p, v.v0);
+    vst1q_f32(p + 4, v.v1);
+    vst1q_f32(p + 8, v.v2);
+    vst1q_f32(p + 12, v.v3);
+  }
   static Acc Zero() {
     const float32x4_t z = vdupq_n_f32(0.0f);
     return {z, z, z, z};

@@ -9,6 +9,7 @@
 //   V::LoadF8(const uint8_t* p, float scale)    16 FP8 E4M3 weights decoded exactly, times `scale`
 //                            (one fp32 multiplication each: GemmWeights' FP8 formula)
 //   V::LoadF8x2(p, scale, &w0, &w1)             32 of them (columns k..k+15, k+16..k+31), one block
+//   V::Store(float* p, Vec v)                    16 floats to p (FP8 batches dequantize a tile once)
 //   V::Fma(w, x, acc)        acc + w * x per lane, one rounding
 //   V::Reduce(acc)           the fixed tree of bf16_gemm.h: lanes j + j+8, then j + j+4, j + j+2, j + j+1
 //   kGemvRowsF8              the same for FP8 weights (more rows: FMA latency, not memory, bounds them)
@@ -91,7 +92,9 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   int64_t col_block = 0, chunk_in_block = 0;
   // FP8 with blocks of a multiple of 32 columns: 32 columns per step (pairs never straddle a block;
   // the FMAs keep their order, so the bits are those of 16 at a time).
-  const bool f8_pairs = kEnc == Encoding::kF8 && chunks_per_block % 2 == 0;
+  // Only for tiles of at most 2 tokens: a 4 x 4 tile with both halves' activations live runs out of
+  // vector registers.
+  const bool f8_pairs = kEnc == Encoding::kF8 && T <= 2 && chunks_per_block % 2 == 0;
   for (int64_t b = 0; b < kb; ++b) {
     const int64_t k = b * 16;
     if (kEnc == Encoding::kF8 && chunk_in_block == chunks_per_block) {
@@ -185,8 +188,74 @@ inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
   for (; r < a.row_end; ++r) RowTile<V, kEnc, 1, T>(a, r, t0, t1);
 }
 
+// FP8 batches of at least two token tiles (prefill of dense weights, popular experts): decoding a
+// weight costs more than the FMAs of a few tokens, so each tile of rows is dequantized once per token
+// block into `buf` (float32, the exact values LoadF8 gives) and multiplied as F32 weights: the same
+// bits, the decode shared by every token tile of the block. Smaller batches decode in the tile.
+template <class V, int R, int T>
+inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
+  const int64_t cols = a.w.cols, bc = a.w.block_cols;
+  const int64_t scale_cols = (cols + bc - 1) / bc;
+  const auto dequantize = [&](int64_t r0, int rows) {
+    for (int i = 0; i < rows; ++i) {
+      const float* srow = a.w.f8_scale + ((r0 + i) / a.w.block_rows) * scale_cols;
+      const uint8_t* q = a.w.f8 + (r0 + i) * cols;
+      float* out = buf + i * cols;
+      for (int64_t k0 = 0, b = 0; k0 < cols; k0 += bc, ++b) {
+        const float scale = srow[b];
+        const int64_t k1 = k0 + bc < cols ? k0 + bc : cols;
+        int64_t k = k0;
+        for (; k + 16 <= k1; k += 16) V::Store(out + k, V::LoadF8(q + k, scale));
+        for (; k < k1; ++k) out[k] = F8ToFloat(q[k]) * scale;
+      }
+    }
+  };
+  GemmArgs sub = a;
+  sub.w.f8 = nullptr;
+  sub.w.f8_scale = nullptr;
+  sub.w.f32 = buf;
+  sub.row_begin = 0;
+  int64_t r = a.row_begin;
+  for (; r < a.row_end; r += R) {
+    const int rows = a.row_end - r >= R ? R : static_cast<int>(a.row_end - r);
+    dequantize(r, rows);
+    sub.w.rows = rows;
+    sub.row_end = rows;
+    sub.y = a.y + r;
+    sub.bias = a.bias != nullptr ? a.bias + r : nullptr;
+    if (rows == R) {
+      RowTile<V, Encoding::kF32, R, T>(sub, 0, t0, t1);
+    } else {
+      for (int i = 0; i < rows; ++i) {
+        GemmArgs one = sub;
+        one.w.f32 = buf + i * cols;
+        one.w.rows = 1;
+        one.row_end = 1;
+        one.y = a.y + r + i;
+        one.bias = a.bias != nullptr ? a.bias + r + i : nullptr;
+        RowTile<V, Encoding::kF32, 1, T>(one, 0, t0, t1);
+      }
+    }
+  }
+}
+
 template <class V, Encoding kEnc>
 inline void Run(const GemmArgs& a) {
+  if (kEnc == Encoding::kF8 && a.n >= 2 * V::kGemmTokens) {  // several token tiles share each decode
+    float* buf = static_cast<float*>(__builtin_malloc(static_cast<unsigned long>(V::kGemmRows * a.w.cols) * sizeof(float)));
+    if (buf != nullptr) {
+      for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
+        const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
+        if (t1 - t0 >= V::kGemmTokens) {
+          RowsF8<V, V::kGemmRows, V::kGemmTokens>(a, t0, t1, buf);
+        } else {
+          RowsF8<V, V::kGemmRows, 2>(a, t0, t1, buf);  // RowTile handles a single remaining token too
+        }
+      }
+      __builtin_free(buf);
+      return;
+    }  // no memory for the tile: decode in the loop below instead (the same bits)
+  }
   for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
     const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
     if (t1 - t0 >= V::kGemmTokens) {
