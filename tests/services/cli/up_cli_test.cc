@@ -116,6 +116,33 @@ TEST(UpCli, F32AndF16ExpertsGiveTheTokensOfTheHfDirectory) {
   }
 }
 
+// The DeepSeek-V3-style families and FP8 checkpoints (issue 40) through every process: the
+// noaux_tc / ERNIE routers' selection biases and F8_E4M3 experts (nibble-packed E-chunks decoded by
+// the decompressor processes, scales from dense.safetensors) give the tokens of the HF directory.
+TEST(UpCli, NewFamiliesAndFp8ExpertsGiveTheTokensOfTheHfDirectory) {
+  constexpr int kNewTokens = 8;
+  for (const char* synth : {"--arch deepseek_v3 --dtype fp8", "--arch glm4_moe", "--arch ernie4_5_moe"}) {
+    SCOPED_TRACE(synth);
+    TempDir tmp;
+    const std::string hf = testing::CachedSynth(std::string(synth) + " --preset tiny --seed 5");
+    auto c = RunCli(fmt::format("compress {} {} --shards 4", hf, tmp.Sub("c")));
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
+                                  "--json",
+                                  hf, up_cli::test::kPromptIds, kNewTokens));
+    ASSERT_EQ(gen.exit_code, 0) << gen.output;
+    const std::string ref_text = json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>();
+    ASSERT_FALSE(ref_text.empty());
+    Up up(tmp, tmp.Sub("c"), 2);
+    ASSERT_TRUE(up.WaitHealthy()) << up.log();
+    HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
+    ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+    const json got = json::parse(reply.body);
+    EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), ref_text);
+    ASSERT_TRUE(up.Stop()) << up.log();
+  }
+}
+
 // cpu_affinity.<service>: each service runs on the CPUs its key lists (the kernel's view of it), and
 // says so; the others keep every CPU. pipeline_priority (default auto): the pipeline services run at
 // the level they report, the executor's compute (main) thread stays a normal thread.
