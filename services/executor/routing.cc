@@ -56,10 +56,11 @@ void ScoreRows(float* x, int64_t n, int64_t d, ScoringFunc scoring) {
 
 namespace {
 
-// Per-token scratch of SelectionScores.
+// Per-token scratch of SelectionScores (reused across tokens: no allocation after the first).
 struct Scratch {
   std::vector<float> masked, group_scores;
   std::vector<int32_t> group_order, order;
+  std::vector<uint8_t> keep;
 };
 
 // The scores top-k selects from for one token: the row itself, DeepSeek-V2's group-limited masking
@@ -69,13 +70,13 @@ const float* SelectionScores(const float* row, const RouterParams& p, Scratch* s
   const bool v2_groups = p.arch == ModelArch::kDeepseekV2 && p.topk_method == TopkMethod::kGroupLimitedGreedy;
   if (!noaux && !v2_groups) return row;
   const int64_t e = p.n_experts;
-  const float* choice = row;
+  s->masked.assign(row, row + e);
   if (noaux) {  // scores_for_choice = scores + e_score_correction_bias
-    s->masked.resize(static_cast<size_t>(e));
-    for (int64_t i = 0; i < e; ++i) s->masked[static_cast<size_t>(i)] = row[i] + (p.selection_bias != nullptr ? p.selection_bias[i] : 0.0f);
-    choice = s->masked.data();
-    if (p.n_group <= 1 || p.topk_group >= p.n_group) return choice;  // every group kept: no mask
+    if (p.selection_bias != nullptr)
+      for (int64_t i = 0; i < e; ++i) s->masked[static_cast<size_t>(i)] += p.selection_bias[i];
+    if (p.n_group <= 1 || p.topk_group >= p.n_group) return s->masked.data();  // every group kept: no mask
   }
+  const float* choice = s->masked.data();
   const int64_t per_group = e / p.n_group;
   s->group_scores.assign(static_cast<size_t>(p.n_group), 0.0f);
   for (int64_t g = 0; g < p.n_group; ++g) {
@@ -100,13 +101,12 @@ const float* SelectionScores(const float* row, const RouterParams& p, Scratch* s
     }
   }
   TopK(s->group_scores.data(), p.n_group, p.topk_group, &s->group_order);
-  // masked_fill(~score_mask, 0.0): the kept groups' values, 0 elsewhere (in place for noaux_tc).
-  std::vector<uint8_t> keep(static_cast<size_t>(p.n_group), 0);
-  for (int32_t g : s->group_order) keep[static_cast<size_t>(g)] = 1;
-  std::vector<float> out(static_cast<size_t>(e), 0.0f);
+  // masked_fill(~score_mask, 0.0): the groups not kept are zeroed in place.
+  s->keep.assign(static_cast<size_t>(p.n_group), 0);
+  for (int32_t g : s->group_order) s->keep[static_cast<size_t>(g)] = 1;
   for (int64_t g = 0; g < p.n_group; ++g)
-    if (keep[static_cast<size_t>(g)]) std::copy(choice + g * per_group, choice + (g + 1) * per_group, out.begin() + g * per_group);
-  s->masked.swap(out);
+    if (s->keep[static_cast<size_t>(g)] == 0)
+      std::fill(s->masked.begin() + g * per_group, s->masked.begin() + (g + 1) * per_group, 0.0f);
   return s->masked.data();
 }
 

@@ -119,9 +119,7 @@ Status QuantizeToFp8(int64_t block, PreparedModel& m) {
     s.spec.shape = {(r.spec.shape[0] + block - 1) / block, (r.spec.shape[1] + block - 1) / block};
     s.layer_id = r.layer_id;
     s.expert_id = r.expert_id;
-    s.fp8_block_rows = block;
-    s.fp8_block_cols = block;
-    s.fp8_source = name;
+    s.fp8_source = name;  // FillFp8 reads the blocks from the weight's recipe
     scales.push_back(std::move(s));
   }
   for (TensorRecipe& s : scales) m.layout.tensors.push_back(std::move(s));

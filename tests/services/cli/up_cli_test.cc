@@ -86,33 +86,38 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
   }
 }
 
+// Compresses the Hugging Face directory `hf` into tmp/c, serves it with `up` (2 decompressors) and
+// expects the completion of `new_tokens` tokens to be the text of `generate` on `hf` itself.
+void ExpectUpGivesTheTokensOfTheHfDirectory(const TempDir& tmp, const std::string& hf, int new_tokens) {
+  auto c = RunCli(fmt::format("compress {} {} --shards 4", hf, tmp.Sub("c")));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
+                                "--json",
+                                hf, up_cli::test::kPromptIds, new_tokens));
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  const std::string ref_text = json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>();
+  ASSERT_FALSE(ref_text.empty());
+  Up up(tmp, tmp.Sub("c"), 2);
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(new_tokens));
+  ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+  const json got = json::parse(reply.body);
+  EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), ref_text);
+  EXPECT_EQ(got["usage"]["completion_tokens"].get<int>(), new_tokens);
+  ASSERT_TRUE(up.Stop()) << up.log();
+}
+
 // F32 and F16 experts (issue 19) through every process: the storage reads their chunks, the
 // decompressors decode and recover them in their dtype (DecodeRequest.dtype), the cache-manager keeps
 // them in per-dtype slots, the executor reads F32/F16 weights from the arena (ExpertReady.dtype):
 // the tokens of `generate` on the uncompressed Hugging Face checkpoint.
 TEST(UpCli, F32AndF16ExpertsGiveTheTokensOfTheHfDirectory) {
-  constexpr int kNewTokens = 12;
   for (DType dtype : {DType::kF32, DType::kF16}) {
     SCOPED_TRACE(DTypeName(dtype));
     TempDir tmp;
     const std::string bf16 = testing::CachedSynth("--arch qwen2_moe --preset tiny --seed 5");
     ASSERT_NO_FATAL_FAILURE(testing::WriteExpertDtypeVariant(bf16, tmp.Sub("hf"), dtype));
-    auto c = RunCli(fmt::format("compress {} {} --shards 4", tmp.Sub("hf"), tmp.Sub("c")));
-    ASSERT_EQ(c.exit_code, 0) << c.output;
-    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
-                                  "--json",
-                                  tmp.Sub("hf"), up_cli::test::kPromptIds, kNewTokens));
-    ASSERT_EQ(gen.exit_code, 0) << gen.output;
-    const std::string ref_text = json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>();
-    ASSERT_FALSE(ref_text.empty());
-    Up up(tmp, tmp.Sub("c"), 2);
-    ASSERT_TRUE(up.WaitHealthy()) << up.log();
-    HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
-    ASSERT_EQ(reply.status, 200) << reply.body << up.log();
-    const json got = json::parse(reply.body);
-    EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), ref_text);
-    EXPECT_EQ(got["usage"]["completion_tokens"].get<int>(), kNewTokens);
-    ASSERT_TRUE(up.Stop()) << up.log();
+    ASSERT_NO_FATAL_FAILURE(ExpectUpGivesTheTokensOfTheHfDirectory(tmp, tmp.Sub("hf"), 12));
   }
 }
 
@@ -120,26 +125,11 @@ TEST(UpCli, F32AndF16ExpertsGiveTheTokensOfTheHfDirectory) {
 // noaux_tc / ERNIE routers' selection biases and F8_E4M3 experts (nibble-packed E-chunks decoded by
 // the decompressor processes, scales from dense.safetensors) give the tokens of the HF directory.
 TEST(UpCli, NewFamiliesAndFp8ExpertsGiveTheTokensOfTheHfDirectory) {
-  constexpr int kNewTokens = 8;
   for (const char* synth : {"--arch deepseek_v3 --dtype fp8", "--arch glm4_moe", "--arch ernie4_5_moe"}) {
     SCOPED_TRACE(synth);
     TempDir tmp;
     const std::string hf = testing::CachedSynth(std::string(synth) + " --preset tiny --seed 5");
-    auto c = RunCli(fmt::format("compress {} {} --shards 4", hf, tmp.Sub("c")));
-    ASSERT_EQ(c.exit_code, 0) << c.output;
-    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
-                                  "--json",
-                                  hf, up_cli::test::kPromptIds, kNewTokens));
-    ASSERT_EQ(gen.exit_code, 0) << gen.output;
-    const std::string ref_text = json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>();
-    ASSERT_FALSE(ref_text.empty());
-    Up up(tmp, tmp.Sub("c"), 2);
-    ASSERT_TRUE(up.WaitHealthy()) << up.log();
-    HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
-    ASSERT_EQ(reply.status, 200) << reply.body << up.log();
-    const json got = json::parse(reply.body);
-    EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), ref_text);
-    ASSERT_TRUE(up.Stop()) << up.log();
+    ASSERT_NO_FATAL_FAILURE(ExpectUpGivesTheTokensOfTheHfDirectory(tmp, hf, 8));
   }
 }
 
