@@ -433,6 +433,9 @@ std::string NewSuffix(const std::string& text, const std::string& prefix) {
 }  // namespace
 
 std::string StreamDecoder::Step(int32_t id) {
+  if (drop_special_ && tokenizer_->IsSpecialToken(id) &&
+      std::find(keep_special_.begin(), keep_special_.end(), id) == keep_special_.end())
+    return "";
   window_.push_back(id);
   const std::string text = tokenizer_->Decode(window_, skip_special_tokens_);
   if (text.size() <= prefix_.size() || EndsWithReplacement(text)) return "";

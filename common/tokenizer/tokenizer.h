@@ -120,6 +120,11 @@ class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false)
       : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
+  // Skips every special token but those of `keep_special_ids`, which come out as their text (the
+  // markers a chat-output parser reads, e.g. a special "[TOOL_CALLS]" or "</think>").
+  StreamDecoder(const Tokenizer& tokenizer, std::vector<int32_t> keep_special_ids)
+      : tokenizer_(&tokenizer), skip_special_tokens_(false), drop_special_(true),
+        keep_special_(std::move(keep_special_ids)) {}
 
   // Text completed by `id`; "" while a character is incomplete. If the window's text no longer
   // starts with what was already emitted (an invalid byte run completed by a later byte), only
@@ -131,6 +136,8 @@ class StreamDecoder {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
+  bool drop_special_ = false;           // Step drops special ids not in keep_special_
+  std::vector<int32_t> keep_special_;
   std::vector<int32_t> window_;  // ids since the start of the previously emitted chunk
   size_t prefix_count_ = 0;      // window_[0, prefix_count_) decode to prefix_
   std::string prefix_;           // Decode(window_[0, prefix_count_)), already emitted

@@ -346,7 +346,19 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
         });
         job->params.constraint = std::make_shared<JsonConstraint>(r.grammar, constraint_vocab_);
       }
-      if (tokenizer_) job->decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true);
+      if (tokenizer_) {
+        // Special tokens are skipped, but for the chat syntax's markers where the tokenizer makes
+        // them special (Mistral's [TOOL_CALLS], GLM's </think>, ...): the output parser reads those.
+        std::vector<int32_t> keep;
+        if (chat && r.chat_syntax.active()) {
+          for (const std::string& marker : ChatSyntaxMarkers(r.chat_syntax)) {
+            const std::optional<int32_t> id = tokenizer_->TokenToId(marker);
+            if (id && tokenizer_->IsSpecialToken(*id)) keep.push_back(*id);
+          }
+        }
+        job->decoder = keep.empty() ? std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true)
+                                    : std::make_unique<StreamDecoder>(*tokenizer_, std::move(keep));
+      }
       request->jobs.push_back(std::move(job));
     }
   }

@@ -115,6 +115,23 @@ ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view ren
   return s;
 }
 
+std::vector<std::string> ChatSyntaxMarkers(const ChatSyntax& syntax) {
+  std::vector<std::string_view> m;
+  if (syntax.reasoning) m = {kThinkOpen, kThinkClose};
+  switch (syntax.tool_calls) {
+    case ToolCallSyntax::kHermes:
+      m.insert(m.end(), {kHermesOpen, kHermesClose, kArgKey, kArgKeyEnd, kArgValue, kArgValueEnd});
+      break;
+    case ToolCallSyntax::kQwenXml: m.insert(m.end(), {kHermesOpen, kHermesClose}); break;
+    case ToolCallSyntax::kDeepSeek:
+      m.insert(m.end(), {kDeepSeekCallsBegin, kDeepSeekCallsEnd, kDeepSeekOpen, kDeepSeekClose, kDeepSeekSep});
+      break;
+    case ToolCallSyntax::kMistral: m.push_back(kMistralOpen); break;
+    case ToolCallSyntax::kNone: break;
+  }
+  return std::vector<std::string>(m.begin(), m.end());
+}
+
 ChatOutputParser::ChatOutputParser(ChatSyntax syntax, std::string id_prefix)
     : syntax_(syntax), id_prefix_(std::move(id_prefix)) {
   if (syntax_.starts_in_reasoning) state_ = State::kReasoning;

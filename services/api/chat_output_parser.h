@@ -48,6 +48,11 @@ bool IsBlank(std::string_view s);
 // request's rendered prompt (for starts_in_reasoning). Templates without any marker: inactive.
 ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view rendered_prompt);
 
+// The marker texts the parser reads for `syntax` (<think>, </think>, <tool_call>, [TOOL_CALLS], ...).
+// Where a tokenizer makes one a special token, the detokenizer must keep it (the API's StreamDecoder
+// keeps exactly these and skips the other special tokens), or the parser never sees it.
+std::vector<std::string> ChatSyntaxMarkers(const ChatSyntax& syntax);
+
 struct ParsedToolCall {
   std::string id;         // "<id_prefix><n>", n counting from 0 per parser
   std::string name;

@@ -42,7 +42,13 @@ std::shared_ptr<const ConstraintVocabulary> ConstraintVocabulary::Build(const To
   const std::string anchor_text = anchor >= 0 ? tokenizer.DecodeBytes({anchor}) : std::string();
   const int32_t n = static_cast<int32_t>(std::min<int64_t>(model_vocab, tokenizer.vocab_size()));
   for (int32_t id = 0; id < n; ++id) {
-    if (tokenizer.IsSpecialToken(id)) continue;
+    if (tokenizer.IsSpecialToken(id)) {
+      if (std::find(eos_ids.begin(), eos_ids.end(), id) == eos_ids.end()) {
+        std::string text = tokenizer.DecodeBytes({id});
+        if (!text.empty()) v->specials_.emplace_back(id, std::move(text));
+      }
+      continue;
+    }
     std::string b;
     if (anchor >= 0) {
       b = tokenizer.DecodeBytes({anchor, id});
@@ -127,12 +133,38 @@ void JsonConstraint::Walk(int32_t node, const JsonMatcher& state) {
   }
 }
 
+void JsonConstraint::AllowFreeText() {
+  if (!free_classes_ready_) {
+    const char first = matcher_.grammar().free_until()[0];
+    free_allowed_.assign(vocab_->bytes_.size(), 0);
+    for (size_t id = 0; id < vocab_->bytes_.size(); ++id) {
+      const std::string& b = vocab_->bytes_[id];
+      if (b.empty()) continue;
+      if (b.find(first) != std::string::npos) {
+        free_marked_ids_.push_back(static_cast<int32_t>(id));
+      } else {
+        free_allowed_[id] = 1;
+        ++free_allowed_count_;
+      }
+    }
+    free_classes_ready_ = true;
+  }
+  allowed_ = free_allowed_;
+  allowed_count_ = free_allowed_count_;
+  for (int32_t id : free_marked_ids_) {
+    JsonMatcher m = matcher_;
+    if (m.Feed(vocab_->bytes_[static_cast<size_t>(id)])) Allow(id);
+  }
+}
+
 const std::vector<uint8_t>& JsonConstraint::Allowed() {
   allowed_.assign(vocab_->bytes_.size(), 0);
   allowed_count_ = 0;
   if (!broken_) {
     int32_t room = 0;
-    if (matcher_.InPlainString(&room)) {
+    if (matcher_.InFreeTextAtRest()) {
+      AllowFreeText();
+    } else if (matcher_.InPlainString(&room)) {
       for (size_t i = 0; i < vocab_->plain_ids_.size() && vocab_->plain_cps_[i] <= room; ++i)
         Allow(vocab_->plain_ids_[i]);
       for (int32_t id : vocab_->other_ids_) {
@@ -141,6 +173,12 @@ const std::vector<uint8_t>& JsonConstraint::Allowed() {
       }
     } else if (!vocab_->trie_.empty()) {
       Walk(0, matcher_);
+    }
+    if (matcher_.InFixedText()) {
+      for (const auto& [id, text] : vocab_->specials_) {
+        JsonMatcher m = matcher_;
+        if (m.FeedFixedText(text)) Allow(id);
+      }
     }
   }
   // EOS once the value is complete; and when nothing else can follow (a dead end the vocabulary
@@ -170,7 +208,17 @@ void JsonConstraint::Accept(int32_t token) {
     matcher_.AdvancePlainString(cps);
     return;
   }
-  if (b.empty() || !matcher_.Feed(b)) broken_ = true;
+  if (b.empty()) {
+    for (const auto& [id, text] : vocab_->specials_) {
+      if (id == token) {
+        if (!matcher_.FeedFixedText(text)) broken_ = true;
+        return;
+      }
+    }
+    broken_ = true;
+    return;
+  }
+  if (!matcher_.Feed(b)) broken_ = true;
 }
 
 }  // namespace zipmoe::api

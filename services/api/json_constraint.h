@@ -24,8 +24,11 @@ namespace zipmoe::api {
 class ConstraintVocabulary {
  public:
   // The bytes every token id in [0, model_vocab) adds to a text (decoded after an anchor token, so a
-  // SentencePiece "▁" keeps its space); special tokens and ids the tokenizer lacks get none (never
-  // allowed). `eos_ids`: the tokens that end a sequence (allowed once the value is complete).
+  // SentencePiece "▁" keeps its space); ids the tokenizer lacks get none (never allowed). Special
+  // tokens get none either: they are allowed only where their text completes part of the grammar's
+  // fixed texts (e.g. Mistral's [TOOL_CALLS] as a forced call's prefix, GLM's special </think> ending
+  // the free thinking text), never inside a JSON value. `eos_ids`: the tokens that end a sequence
+  // (allowed once the value is complete).
   static std::shared_ptr<const ConstraintVocabulary> Build(const Tokenizer& tokenizer, int64_t model_vocab,
                                                            std::vector<int32_t> eos_ids);
 
@@ -46,6 +49,7 @@ class ConstraintVocabulary {
   std::vector<int32_t> plain_cps_;   // their code points
   std::vector<int32_t> other_ids_;   // non-empty tokens that are not plain
   std::vector<int32_t> eos_;
+  std::vector<std::pair<int32_t, std::string>> specials_;  // special tokens (EOS aside) and their text
 };
 
 class JsonConstraint : public executor::TokenConstraint {
@@ -70,6 +74,13 @@ class JsonConstraint : public executor::TokenConstraint {
   std::shared_ptr<const ConstraintVocabulary> vocab_;
   JsonMatcher matcher_;
   bool broken_ = false;  // a token outside the mask was accepted (not by us): only EOS from here
+  // The free text before the grammar's free_until (json_grammar.h): the tokens holding the marker's
+  // first byte (tried one by one) and every other non-empty token (allowed as a class), made once.
+  void AllowFreeText();
+  bool free_classes_ready_ = false;
+  std::vector<int32_t> free_marked_ids_;
+  std::vector<uint8_t> free_allowed_;
+  int64_t free_allowed_count_ = 0;
   std::vector<uint8_t> allowed_;
   int64_t allowed_count_ = 0;  // tokens Allowed() marked this step, EOS aside
 };

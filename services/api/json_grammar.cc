@@ -37,6 +37,7 @@ class SchemaCompiler {
       }
     }
     g_->root_ = root;
+    g_->alternatives_ = {JsonGrammar::Alternative{"", "", root}};
     return std::shared_ptr<const JsonGrammar>(std::move(g));
   }
 
@@ -305,11 +306,44 @@ Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::Compile(const json& sche
 
 Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileFramed(const json& schema, std::string prefix,
                                                                       std::string suffix) {
-  ZM_ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> g, SchemaCompiler(schema).Run(false));
-  auto framed = std::make_shared<JsonGrammar>(*g);
-  framed->prefix_ = std::move(prefix);
-  framed->suffix_ = std::move(suffix);
-  return std::shared_ptr<const JsonGrammar>(std::move(framed));
+  return CompileAlternatives({Framing{schema, std::move(prefix), std::move(suffix)}});
+}
+
+Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileAlternatives(const std::vector<Framing>& framings,
+                                                                            std::string free_until) {
+  if (framings.empty()) return Status::InvalidArgument("a framed grammar needs at least one alternative");
+  if (framings.size() > static_cast<size_t>(kMaxAlternatives))
+    return Status::InvalidArgument(
+        fmt::format("{} alternatives; at most {} can be enforced at once", framings.size(), kMaxAlternatives));
+  auto out = std::make_shared<JsonGrammar>();
+  for (size_t i = 0; i < framings.size(); ++i) {
+    Result<std::shared_ptr<const JsonGrammar>> g = SchemaCompiler(framings[i].schema).Run(false);
+    if (!g.ok()) {
+      if (framings.size() == 1) return g.status();
+      return Status::InvalidArgument(fmt::format("alternative {}: {}", i, g.status().message()));
+    }
+    // The alternative's nodes after those already there: every node index shifts by `off`.
+    const int32_t off = static_cast<int32_t>(out->nodes_.size());
+    for (SchemaNode n : (*g)->nodes_) {
+      for (int32_t& k : n.key_nodes) k += off;
+      for (int32_t& a : n.alternatives) a += off;
+      if (n.additional >= 0) n.additional += off;
+      if (n.items >= 0) n.items += off;
+      out->nodes_.push_back(std::move(n));
+    }
+    out->alternatives_.push_back(Alternative{framings[i].prefix, framings[i].suffix, (*g)->root_ + off});
+  }
+  out->root_ = out->alternatives_[0].root;
+  out->free_until_ = std::move(free_until);
+  return std::shared_ptr<const JsonGrammar>(std::move(out));
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::WithFreeTextBefore(std::shared_ptr<const JsonGrammar> grammar,
+                                                                   std::string free_until) {
+  if (free_until.empty()) return grammar;
+  auto copy = std::make_shared<JsonGrammar>(*grammar);
+  copy->free_until_ = std::move(free_until);
+  return copy;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -317,8 +351,8 @@ Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileFramed(const json
 
 namespace {
 
-enum Kind : uint8_t { kValue = 1, kObject, kArray, kString, kNumber, kLiteral, kText };
-// Text phases (which of the grammar's fixed texts)
+enum Kind : uint8_t { kValue = 1, kObject, kArray, kString, kNumber, kLiteral, kText, kFree };
+// Text phases (which of the alternative's fixed texts; the alternative is Frame::a)
 enum : uint8_t { kTextPrefix, kTextSuffix };
 // Object phases
 enum : uint8_t { kObjOpen, kObjKey, kObjAfterKey, kObjValue, kObjAfterValue, kObjComma };
@@ -379,22 +413,24 @@ bool IntegerFeasible(const SchemaNode& n, bool negative, uint64_t magnitude, uin
 }  // namespace
 
 JsonMatcher::JsonMatcher(std::shared_ptr<const JsonGrammar> grammar) : grammar_(std::move(grammar)) {
-  // Bottom to top: the suffix waiting for the value, the value, the prefix to write first.
-  Stack s;
-  if (!grammar_->suffix().empty()) {
-    s.frames[s.depth].kind = kText;
-    s.frames[s.depth].phase = kTextSuffix;
-    ++s.depth;
+  // One stack per alternative, bottom to top: the suffix waiting for the value, the value, the prefix
+  // to write first, the free text before them.
+  const auto& alts = grammar_->alternatives();
+  for (size_t i = 0; i < alts.size(); ++i) {
+    Stack s;
+    auto push = [&](uint8_t kind, uint8_t phase, int32_t node) {
+      Frame& f = s.frames[s.depth++];
+      f.kind = kind;
+      f.phase = phase;
+      f.node = node;
+      f.a = static_cast<int32_t>(i);
+    };
+    if (!alts[i].suffix.empty()) push(kText, kTextSuffix, -1);
+    push(kValue, 0, alts[i].root);
+    if (!alts[i].prefix.empty()) push(kText, kTextPrefix, -1);
+    if (!grammar_->free_until().empty()) push(kFree, 0, -1);
+    stacks_.push_back(s);
   }
-  s.frames[s.depth].kind = kValue;
-  s.frames[s.depth].node = grammar_->root();
-  ++s.depth;
-  if (!grammar_->prefix().empty()) {
-    s.frames[s.depth].kind = kText;
-    s.frames[s.depth].phase = kTextPrefix;
-    ++s.depth;
-  }
-  stacks_.push_back(s);
 }
 
 const std::vector<std::string>& JsonMatcher::LiteralsOf(const Frame& f) const {
@@ -504,10 +540,39 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
     ++s.ws;
     out->push_back(s);
   };
+  if (fixed_text_only_ && f.kind != kText && f.kind != kFree) return;
   switch (f.kind) {
+    case kFree: {  // free text until free_until: f.c = how much of the marker the text ends with
+      const std::string& m = grammar_->free_until();
+      size_t k = static_cast<size_t>(f.c);
+      if (static_cast<uint8_t>(m[k]) == c) {
+        ++k;
+      } else {
+        if (fixed_text_only_) return;  // a special token may complete the marker, never be free text
+        // The longest prefix of the marker that the text (marker[0, k) + c) ends with.
+        const std::string seen = m.substr(0, k) + static_cast<char>(c);
+        k = 0;
+        for (size_t len = std::min(seen.size(), m.size() - 1); len > 0; --len) {
+          if (seen.compare(seen.size() - len, len, m, 0, len) == 0) {
+            k = len;
+            break;
+          }
+        }
+      }
+      s.ws = 0;
+      if (k == m.size()) {
+        --s.depth;  // the marker is written: the alternative's prefix or value goes on
+      } else {
+        f.c = static_cast<int32_t>(k);
+      }
+      out->push_back(s);
+      return;
+    }
     case kText: {
-      const std::string& text = f.phase == kTextPrefix ? grammar_->prefix() : grammar_->suffix();
-      if (ws && f.c == 0 && f.phase == kTextSuffix) {  // whitespace between the value and the suffix
+      const JsonGrammar::Alternative& alt = grammar_->alternatives()[static_cast<size_t>(f.a)];
+      const std::string& text = f.phase == kTextPrefix ? alt.prefix : alt.suffix;
+      // whitespace between the value and the suffix, or between the free text and the prefix
+      if (ws && f.c == 0 && (f.phase == kTextSuffix || !grammar_->free_until().empty())) {
         Stack t = s;
         if (t.ws < kMaxWhitespaceRun) {
           ++t.ws;
@@ -695,7 +760,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
         if (bounded) {  // g.c: negative; g.seen: the magnitude so far
           if (next == kNumMinus) g.c = 1;
           if (IsDigit(c)) g.seen = g.seen * 10 + static_cast<uint64_t>(c - '0');
-          if (!IntegerFeasible(num, g.c != 0, g.seen, next == kNumZero || next == kNumMinus ? next : kNumInt)) return;
+          if (!IntegerFeasible(num, g.c != 0, g.seen, next == kNumZero || next == kNumMinus ? next : static_cast<uint8_t>(kNumInt))) return;
         }
         t.ws = 0;
         out->push_back(t);
@@ -771,6 +836,25 @@ bool JsonMatcher::Feed(std::string_view bytes) {
   stacks_.swap(cur);
   scratch_.clear();  // nothing stale to copy with the matcher
   return true;
+}
+
+bool JsonMatcher::FeedFixedText(std::string_view bytes) {
+  fixed_text_only_ = true;
+  const bool ok = Feed(bytes);
+  fixed_text_only_ = false;
+  return ok;
+}
+
+bool JsonMatcher::InFixedText() const {
+  return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) {
+    return s.depth > 0 && (s.frames[s.depth - 1].kind == kText || s.frames[s.depth - 1].kind == kFree);
+  });
+}
+
+bool JsonMatcher::InFreeTextAtRest() const {
+  return !stacks_.empty() && std::all_of(stacks_.begin(), stacks_.end(), [](const Stack& s) {
+    return s.depth > 0 && s.frames[s.depth - 1].kind == kFree && s.frames[s.depth - 1].c == 0;
+  });
 }
 
 bool JsonMatcher::StackAccepting(const Stack& s) const {

@@ -37,6 +37,7 @@ constexpr int kMaxNumberChars = 32;
 constexpr int kMaxExponentDigits = 2;  // |exponent| <= 99: every parser reads the number as a finite double
 constexpr int kMaxDepth = 32;
 constexpr int kMaxObjectProperties = 64;
+constexpr int kMaxAlternatives = 32;  // framed values of one grammar (JsonGrammar::CompileAlternatives)
 constexpr int64_t kMaxIntegerBound = 1000000000000000;  // 1e15: bounds are exact in int64 and double
 
 // Well-formed UTF-8 (RFC 3629, Unicode Table 3-7): for a first byte, how many continuation bytes
@@ -98,8 +99,29 @@ class JsonGrammar {
   // "<tool_call>" {"name": ..., "arguments": ...} "</tool_call>".
   static Result<std::shared_ptr<const JsonGrammar>> CompileFramed(const nlohmann::json& schema, std::string prefix,
                                                                   std::string suffix);
-  const std::string& prefix() const { return prefix_; }
-  const std::string& suffix() const { return suffix_; }
+  // One of several framed values (the matcher keeps every alternative alive until a byte tells them
+  // apart), optionally after free text: with `free_until` non-empty, any text comes first up to and
+  // including the first occurrence of `free_until` (a thinking model's "</think>"), then whitespace,
+  // then one alternative. E.g. a forced DeepSeek-V3 call, whose prefix carries the function name:
+  // {prefix "<｜tool▁calls▁begin｜>...function<｜tool▁sep｜>get_weather\n```json\n", the tool's
+  // parameters, suffix "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"} per tool. Errors: as Compile,
+  // naming the alternative; no alternatives, or more than kMaxAlternatives of them.
+  struct Framing {
+    nlohmann::json schema;
+    std::string prefix, suffix;
+  };
+  static Result<std::shared_ptr<const JsonGrammar>> CompileAlternatives(const std::vector<Framing>& framings,
+                                                                        std::string free_until = "");
+  // `grammar` with free text up to `free_until` before its value(s) (a copy; `grammar` as it is when
+  // free_until is empty).
+  static std::shared_ptr<const JsonGrammar> WithFreeTextBefore(std::shared_ptr<const JsonGrammar> grammar,
+                                                               std::string free_until);
+  struct Alternative {
+    std::string prefix, suffix;
+    int32_t root = 0;
+  };
+  const std::vector<Alternative>& alternatives() const { return alternatives_; }
+  const std::string& free_until() const { return free_until_; }
 
   const SchemaNode& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
@@ -107,8 +129,9 @@ class JsonGrammar {
  private:
   friend class SchemaCompiler;
   std::vector<SchemaNode> nodes_;
-  int32_t root_ = 0;
-  std::string prefix_, suffix_;
+  int32_t root_ = 0;  // alternatives_[0].root
+  std::vector<Alternative> alternatives_;  // Compile: one, without texts
+  std::string free_until_;
 };
 
 // The matcher's state: one or more parse stacks (anyOf keeps alternatives alive until a byte tells
@@ -119,8 +142,17 @@ class JsonMatcher {
 
   // Consumes bytes; false (and the state unchanged) if no valid text continues with them.
   bool Feed(std::string_view bytes);
+  // As Feed, but only the grammar's fixed texts (a prefix or suffix) may take the bytes: how a special
+  // token (e.g. Mistral's [TOOL_CALLS]) is matched, which may write a marker but never JSON content.
+  bool FeedFixedText(std::string_view bytes);
+  // True when some parse stack is inside a fixed text (where FeedFixedText may succeed).
+  bool InFixedText() const;
+  // True when every parse stack is in the free text before `free_until` with none of the marker
+  // matched yet: any byte string without the marker's first byte keeps the state as it is.
+  bool InFreeTextAtRest() const;
   // True when the text so far is one complete valid value (possibly followed by whitespace).
   bool Accepting() const;
+  const JsonGrammar& grammar() const { return *grammar_; }
   // True when nothing at all can follow (complete, and the whitespace budget spent or none allowed).
   bool dead() const { return stacks_.empty(); }
 
@@ -167,6 +199,7 @@ class JsonMatcher {
   std::shared_ptr<const JsonGrammar> grammar_;
   std::vector<Stack> stacks_;
   std::vector<Stack> scratch_;
+  bool fixed_text_only_ = false;  // FeedFixedText in progress
 };
 
 }  // namespace zipmoe::api

@@ -178,10 +178,22 @@ bool Tools(const ordered_json& j, ordered_json* out, ApiError* err) {
 // `j` is the body as parsed for validation; `oj` the same body with its objects' key order kept
 // (what reaches the template: tojson of tools and arguments writes keys in the client's order, as
 // transformers does).
+// The text a thinking model writes before its answer when the prompt left it inside an open <think>:
+// a constrained answer (JSON or a forced call) starts after "</think>" (vLLM's order: reasoning free,
+// then the structured part).
+std::string FreeTextBefore(const ChatSyntax& syntax) { return syntax.starts_in_reasoning ? "</think>" : ""; }
+
 // tool_choice "required" or a named function: the answer is constrained to one call in the template's
-// own syntax, <tool_call>{"name": N, "arguments": {...}}</tool_call> (Hermes / Qwen templates), with
-// the arguments valid for the tool's `parameters` schema (json_grammar.h).
-bool ForcedToolCall(const json& j, const ordered_json& tools, CompletionRequest* out, ApiError* err) {
+// own syntax (chat_output_parser.h), with the arguments valid for the tool's `parameters` schema
+// (json_grammar.h):
+//   Hermes / Qwen   <tool_call>{"name": N, "arguments": {...}}</tool_call>
+//   Mistral         [TOOL_CALLS][{"name": N, "arguments": {...}}]
+//   DeepSeek-V3/R1  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+//   DeepSeek-V3.1   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+// (DeepSeek's name sits in the frame: one alternative per tool). GLM-4.5's <arg_key>/<arg_value> and
+// Qwen3-Coder's <parameter=...> are not JSON and are refused by name.
+bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string& source, CompletionRequest* out,
+                    ApiError* err) {
   if (!Present(j, "tool_choice") || (j["tool_choice"].is_string() && j["tool_choice"] != "required")) return true;
   const auto bad = [&](const std::string& why) {
     *err = BadRequest("'tool_choice': " + why, "tool_choice");
@@ -189,24 +201,54 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, CompletionRequest*
   };
   if (!tools.is_array() || tools.empty()) return bad("forcing a call needs 'tools'");
   if (out->grammar != nullptr) return bad("a forced call and a JSON response_format cannot be combined");
-  if (out->chat_syntax.tool_calls != ToolCallSyntax::kHermes)
-    return bad("forcing a call needs a chat template whose calls are <tool_call>{json}</tool_call> (Hermes, Qwen); "
-               "this model's template writes them otherwise or not at all");
+  const ToolCallSyntax syntax = out->chat_syntax.tool_calls;
+  if (syntax == ToolCallSyntax::kNone)
+    return bad("this model's chat template writes no tool calls, so none can be forced");
+  if (syntax == ToolCallSyntax::kQwenXml)
+    return bad("forcing a call in Qwen3-Coder's <function=...><parameter=...> syntax is not supported (its values "
+               "are not JSON); use tool_choice \"auto\"");
+  if (syntax == ToolCallSyntax::kHermes && source.find("<arg_key>") != std::string::npos)
+    return bad("forcing a call in GLM's <arg_key>/<arg_value> syntax is not supported (its values are not JSON); "
+               "use tool_choice \"auto\"");
   const std::string wanted = j["tool_choice"].is_object() ? j["tool_choice"]["function"]["name"].get<std::string>() : "";
-  json alternatives = json::array();
+  std::vector<std::pair<std::string, json>> chosen;  // name, parameters schema
   for (const ordered_json& t : tools) {
     const std::string name = t["function"]["name"].get<std::string>();
     if (!wanted.empty() && name != wanted) continue;
-    json params = t["function"].contains("parameters") ? json::parse(t["function"]["parameters"].dump())
-                                                       : json{{"type", "object"}, {"properties", json::object()}};
-    alternatives.push_back(json{{"type", "object"},
-                                {"properties", {{"name", {{"const", name}}}, {"arguments", std::move(params)}}},
-                                {"required", {"name", "arguments"}}});
+    chosen.emplace_back(name, t["function"].contains("parameters")
+                                  ? json::parse(t["function"]["parameters"].dump())
+                                  : json{{"type", "object"}, {"properties", json::object()},
+                                         {"additionalProperties", false}});  // OpenAI: no parameters
   }
-  if (alternatives.empty()) return bad(fmt::format("no tool is named '{}'", Clip(wanted)));
-  const json schema = alternatives.size() == 1 ? alternatives[0] : json{{"anyOf", alternatives}};
-  Result<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::CompileFramed(schema, "<tool_call>", "</tool_call>");
-  if (!g.ok()) return bad(fmt::format("a tool's parameters cannot be enforced: {}", g.status().message()));
+  if (chosen.empty()) return bad(fmt::format("no tool is named '{}'", Clip(wanted)));
+  std::vector<JsonGrammar::Framing> framings;
+  if (syntax == ToolCallSyntax::kDeepSeek) {
+    // V3/R1 write the type and a ```json fence; V3.1 the name right after the call's begin marker.
+    const bool fenced = source.find("```json") != std::string::npos;
+    for (auto& [name, params] : chosen) {
+      JsonGrammar::Framing f;
+      f.schema = std::move(params);
+      f.prefix = fenced ? "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"
+                        : "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>";
+      f.suffix = fenced ? "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>" : "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+      framings.push_back(std::move(f));
+    }
+  } else {
+    json alternatives = json::array();
+    for (auto& [name, params] : chosen)
+      alternatives.push_back(json{{"type", "object"},
+                                  {"properties", {{"name", {{"const", name}}}, {"arguments", std::move(params)}}},
+                                  {"required", {"name", "arguments"}}});
+    const json schema = alternatives.size() == 1 ? alternatives[0] : json{{"anyOf", alternatives}};
+    if (syntax == ToolCallSyntax::kMistral) {
+      framings.push_back({schema, "[TOOL_CALLS][", "]"});
+    } else {
+      framings.push_back({schema, "<tool_call>", "</tool_call>"});
+    }
+  }
+  Result<std::shared_ptr<const JsonGrammar>> g =
+      JsonGrammar::CompileAlternatives(framings, FreeTextBefore(out->chat_syntax));
+  if (!g.ok()) return bad(fmt::format("the tools' parameters cannot be enforced: {}", g.status().message()));
   out->grammar = std::move(g).value();
   return true;
 }
@@ -320,8 +362,17 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
   out->chat_syntax = DetectChatSyntax(source, *text);
   if (tool_choice_none) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
-  if (out->grammar != nullptr) out->chat_syntax = ChatSyntax{};  // constrained JSON is all content
-  if (!ForcedToolCall(j, tools, out, err)) return false;
+  if (out->grammar != nullptr) {
+    // response_format: the JSON is all content; a thinking model reasons first (free text up to
+    // its </think>), and that part goes to reasoning_content.
+    out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
+    if (!out->chat_syntax.starts_in_reasoning) {
+      out->chat_syntax = ChatSyntax{};
+    } else {
+      out->grammar = JsonGrammar::WithFreeTextBefore(out->grammar, FreeTextBefore(out->chat_syntax));
+    }
+  }
+  if (!ForcedToolCall(j, tools, source, out, err)) return false;
   PromptInput in;
   Result<std::vector<int32_t>> ids = ctx.tokenizer->Encode(*text, /*add_special_tokens=*/false);
   if (!ids.ok()) return *err = BadRequest(ids.status().ToString(), "messages"), false;

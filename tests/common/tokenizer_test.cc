@@ -267,6 +267,21 @@ TEST(StreamDecoderTest, MetaspaceKeepsSpacesBetweenChunks) {
   EXPECT_EQ(stream.Step(271), " Hello");
 }
 
+// The API's decoder for a chat syntax: special tokens skipped but its markers (here </s>), which come
+// out as their text exactly where Decode of the ids without the skipped ones puts them.
+TEST(StreamDecoderTest, KeepsOnlyTheNamedSpecialTokens) {
+  auto t = MustLoad(SentencePieceTokenizerJson());
+  ASSERT_NE(t, nullptr);
+  ASSERT_TRUE(t->IsSpecialToken(1) && t->IsSpecialToken(2));
+  StreamDecoder stream(*t, std::vector<int32_t>{2});
+  std::string streamed;
+  for (int32_t id : {1, 271, 2, 276, 1, 271}) streamed += stream.Step(id);
+  streamed += stream.Flush();
+  EXPECT_EQ(streamed, t->Decode({271, 2, 276, 271}));
+  EXPECT_NE(streamed.find("</s>"), std::string::npos);
+  EXPECT_EQ(streamed.find("<s>"), std::string::npos);
+}
+
 // ---- chat templates through the Tokenizer (parsed once at load) ----
 
 TEST(TokenizerTest, ChatTemplateJinjaFileReplacesConfigTemplate) {

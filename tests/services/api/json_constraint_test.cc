@@ -138,5 +138,46 @@ TEST_F(JsonConstraintTest, EosOnlyWhenCompleteAndForeignTokensEndTheSequence) {
   EXPECT_EQ(after[static_cast<size_t>(eos_)], 1);
 }
 
+// The free text before a thinking model's "</think>": the class fast path (every token without the
+// marker's first byte) gives the brute-force mask, at rest and with part of the marker written.
+TEST_F(JsonConstraintTest, FreeTextBeforeTheMarkerMatchesBruteForce) {
+  auto g = JsonGrammar::CompileAlternatives({{json::parse(R"({"type": "integer"})"), "", ""}}, "</think>");
+  ASSERT_TRUE(g.ok());
+  for (const std::string text : {"", "I think so", "a </th", "ok</think>", "ok</think> 1"}) {
+    JsonConstraint c(*g, *vocab_);
+    for (char ch : text) {  // single-byte tokens reach the state
+      Result<std::vector<int32_t>> ids = tokenizer_->Encode(std::string(1, ch), false);
+      ASSERT_TRUE(ids.ok() && ids->size() == 1) << ch;
+      c.Accept((*ids)[0]);
+    }
+    EXPECT_EQ(c.Allowed(), BruteForce(*g, text)) << "after '" << text << "'";
+  }
+}
+
+// A special token is allowed where its text writes the frame (a forced call's marker), and nowhere
+// else: not inside the value, not as free text.
+TEST_F(JsonConstraintTest, SpecialTokensOnlyWriteFixedTexts) {
+  const std::optional<int32_t> im_start = tokenizer_->TokenToId("<|im_start|>");
+  ASSERT_TRUE(im_start.has_value());
+  ASSERT_TRUE(tokenizer_->IsSpecialToken(*im_start));
+  auto g = JsonGrammar::CompileAlternatives({{json::parse(R"({"type": "string"})"), "<|im_start|>", ""}});
+  ASSERT_TRUE(g.ok());
+  JsonConstraint c(*g, *vocab_);
+  EXPECT_EQ(c.Allowed()[static_cast<size_t>(*im_start)], 1);
+  c.Accept(*im_start);
+  EXPECT_EQ(c.Allowed()[static_cast<size_t>(*im_start)], 0);  // the value now
+  const int32_t quote = (*tokenizer_->Encode("\"", false))[0];
+  EXPECT_EQ(c.Allowed()[static_cast<size_t>(quote)], 1);
+  c.Accept(quote);
+  EXPECT_EQ(c.Allowed()[static_cast<size_t>(*im_start)], 0);  // inside the string: its text is not content
+  c.Accept(quote);
+  EXPECT_TRUE(c.complete());
+  // Free text does not take special tokens either.
+  auto lead = JsonGrammar::CompileAlternatives({{json::parse(R"({"type": "string"})"), "", ""}}, "</think>");
+  ASSERT_TRUE(lead.ok());
+  JsonConstraint f(*lead, *vocab_);
+  EXPECT_EQ(f.Allowed()[static_cast<size_t>(*im_start)], 0);
+}
+
 }  // namespace
 }  // namespace zipmoe::api

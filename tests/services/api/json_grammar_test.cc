@@ -157,6 +157,91 @@ TEST(JsonGrammar, FramedValueForAToolCall) {
   EXPECT_FALSE(Accepts(*g, R"(<tool_call>{"name": "f", "arguments": {"n": 3}}</tool_call>x)"));
 }
 
+// A forced DeepSeek-V3 call: the function name sits in the frame, so each tool is an alternative
+// with its own prefix and schema; the matcher keeps both alive until the name tells them apart.
+TEST(JsonGrammar, AlternativesEachWithTheirOwnFrame) {
+  const std::string begin = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>";
+  const std::string end = "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  auto g = JsonGrammar::CompileAlternatives(
+      {{json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})"),
+        begin + "weather\n```json\n", end},
+       {json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})"),
+        begin + "wait\n```json\n", end}});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_EQ((*g)->alternatives().size(), 2u);
+  EXPECT_TRUE(Accepts(*g, begin + "weather\n```json\n{\"city\": \"Oslo\"}" + end));
+  EXPECT_TRUE(Accepts(*g, begin + "wait\n```json\n{\"n\": 5}" + end));
+  EXPECT_FALSE(Accepts(*g, begin + "weather\n```json\n{\"n\": 5}" + end));    // the other tool's arguments
+  EXPECT_FALSE(Accepts(*g, begin + "wait\n```json\n{\"city\": \"Oslo\"}" + end));
+  EXPECT_FALSE(Accepts(*g, begin + "sleep\n```json\n{}" + end));
+  EXPECT_FALSE(Accepts(*g, begin + "weather\n```json\n{\"city\": \"Oslo\"}"));  // no end yet
+  // The errors name the alternative; the number of alternatives is bounded.
+  auto bad = JsonGrammar::CompileAlternatives({{json::object(), "a", "b"}, {json::parse(R"({"pattern": "x"})"), "c", ""}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("alternative 1"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(JsonGrammar::CompileAlternatives({}).ok());
+  std::vector<JsonGrammar::Framing> many(kMaxAlternatives + 1, JsonGrammar::Framing{json::object(), "p", "s"});
+  EXPECT_FALSE(JsonGrammar::CompileAlternatives(many).ok());
+}
+
+// A thinking model under a constraint: free text up to the first "</think>", then the value (after
+// whitespace, and after the frame's prefix when there is one).
+TEST(JsonGrammar, FreeTextUpToTheMarkerThenTheValue) {
+  auto g = JsonGrammar::CompileAlternatives({{json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+      "required": ["a"]})"), "", ""}}, "</think>");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(Accepts(*g, "</think>{\"a\": 1}"));
+  EXPECT_TRUE(Accepts(*g, "Let me see: {\"b\": 2} is wrong, <b>bold</b>, <</think>\n\n{\"a\": 1}"));
+  EXPECT_TRUE(Accepts(*g, "a </thin and </thi</think>{\"a\": 1}"));  // marker prefixes that break off
+  EXPECT_FALSE(Accepts(*g, "{\"a\": 1}"));                            // still thinking: no answer yet
+  EXPECT_FALSE(Accepts(*g, "ok</think>"));
+  EXPECT_FALSE(Accepts(*g, "ok</think>{\"a\": \"x\"}"));
+  EXPECT_FALSE(Accepts(*g, "ok</think>{\"a\": 1}</think>"));           // one marker only: then JSON
+  JsonMatcher m(*g);
+  EXPECT_TRUE(m.InFreeTextAtRest());
+  ASSERT_TRUE(m.Feed("hmm </th"));
+  EXPECT_FALSE(m.InFreeTextAtRest());  // part of the marker is written
+  ASSERT_TRUE(m.Feed("ink>"));
+  EXPECT_FALSE(m.InFreeTextAtRest());
+
+  auto framed = JsonGrammar::CompileAlternatives({{json::object(), "<tool_call>", "</tool_call>"}}, "</think>");
+  ASSERT_TRUE(framed.ok());
+  EXPECT_TRUE(Accepts(*framed, "x</think>\n\n<tool_call>{}</tool_call>"));
+  EXPECT_FALSE(Accepts(*framed, "x\n\n<tool_call>{}</tool_call>"));
+  // WithFreeTextBefore adds the same lead to a compiled grammar.
+  auto plain = JsonGrammar::Compile(json::parse(R"({"type": "integer"})"));
+  ASSERT_TRUE(plain.ok());
+  auto led = JsonGrammar::WithFreeTextBefore(*plain, "</think>");
+  EXPECT_TRUE(Accepts(led, "so 3?</think> 3"));
+  EXPECT_FALSE(Accepts(led, "3"));
+  EXPECT_EQ(JsonGrammar::WithFreeTextBefore(*plain, ""), *plain);
+}
+
+// Special tokens (FeedFixedText) may write a fixed text or the end marker of the free text, never JSON
+// content or free text.
+TEST(JsonGrammar, FixedTextOnlyTakesMarkers) {
+  auto g = JsonGrammar::CompileAlternatives({{json::parse(R"({"type": "object", "properties": {"s": {"type": "string"}}})"),
+                                              "[TOOL_CALLS][", "]"}},
+                                            "</think>");
+  ASSERT_TRUE(g.ok());
+  JsonMatcher m(*g);
+  EXPECT_TRUE(m.InFixedText());
+  EXPECT_FALSE(JsonMatcher(m).FeedFixedText("[TOOL_CALLS]"));  // free text first
+  EXPECT_FALSE(JsonMatcher(m).FeedFixedText("<|im_end|>"));
+  ASSERT_TRUE(m.Feed("thinking"));
+  ASSERT_TRUE(m.FeedFixedText("</think>"));  // a special </think> (GLM) ends the free text
+  ASSERT_TRUE(m.Feed("\n"));
+  ASSERT_TRUE(m.FeedFixedText("[TOOL_CALLS]"));
+  EXPECT_FALSE(m.InFixedText() && JsonMatcher(m).FeedFixedText("[TOOL_CALLS]"));
+  ASSERT_TRUE(m.Feed("[{\"s\": \""));
+  EXPECT_FALSE(m.InFixedText());
+  EXPECT_FALSE(JsonMatcher(m).FeedFixedText("[TOOL_CALLS]"));  // inside a JSON string: plain bytes only
+  EXPECT_TRUE(JsonMatcher(m).Feed("[TOOL_CALLS]"));
+  ASSERT_TRUE(m.Feed("x\"}"));
+  EXPECT_TRUE(m.FeedFixedText("]"));
+  EXPECT_TRUE(m.Accepting());
+}
+
 TEST(JsonGrammar, SchemaErrorsNameTheKeyword) {
   auto err = [](const char* schema) {
     auto g = JsonGrammar::Compile(json::parse(schema));

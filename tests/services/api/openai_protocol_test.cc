@@ -255,5 +255,86 @@ TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreLis
   EXPECT_FALSE(ParseCompletionRequest("{not json", Endpoint::kCompletions, ProtocolContext{tokenizer_, config_}, &r, &e));
 }
 
+// The synthesized tokenizer with another chat template (what a model of that family ships).
+std::unique_ptr<Tokenizer> WithTemplate(const std::string& dir, const std::string& chat_template) {
+  auto read = [&](const char* name) {
+    Result<std::string> text = ReadFileToString(JoinPath(dir, name));
+    EXPECT_TRUE(text.ok()) << name;
+    return json::parse(text.ok() ? *text : "{}");
+  };
+  json config = read("tokenizer_config.json");
+  config["chat_template"] = chat_template;
+  auto tok = Tokenizer::FromJson(read("tokenizer.json"), config, "test");
+  EXPECT_TRUE(tok.ok()) << tok.status().ToString();
+  return tok.ok() ? std::move(tok).value() : nullptr;
+}
+
+// tool_choice "required" / named, in each template family's own call syntax; the syntaxes whose
+// values are not JSON are refused by name; a thinking model reasons first, then the constrained part.
+TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) {
+  const std::string plain = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
+  const json tools = json::array(
+      {json{{"type", "function"},
+            {"function", {{"name", "weather"},
+                          {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}},
+                                          {"required", {"city"}}}}}}},
+       json{{"type", "function"}, {"function", {{"name", "noop"}}}}});
+  const auto parse = [&](const std::string& tmpl, json extra, CompletionRequest* r, ApiError* e) {
+    std::unique_ptr<Tokenizer> tok = WithTemplate(*dir_, tmpl);
+    json body{{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    for (auto& [k, v] : extra.items()) body[k] = v;
+    return ParseCompletionRequest(body.dump(), Endpoint::kChat, ProtocolContext{tok.get(), config_}, r, e);
+  };
+  const auto accepts = [](const CompletionRequest& r, const std::string& text) {
+    JsonMatcher m(r.grammar);
+    return m.Feed(text) && m.Accepting();
+  };
+  const json forced{{"tools", tools}, {"tool_choice", "required"}};
+  const json named{{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "weather"}}}}}};
+  CompletionRequest r;
+  ApiError e;
+  // Mistral: [TOOL_CALLS][{...}]
+  ASSERT_TRUE(parse(plain + "{# [TOOL_CALLS] #}", named, &r, &e)) << e.message;
+  ASSERT_NE(r.grammar, nullptr);
+  EXPECT_TRUE(accepts(r, R"([TOOL_CALLS][{"name": "weather", "arguments": {"city": "Oslo"}}])"));
+  EXPECT_FALSE(accepts(r, R"([TOOL_CALLS][{"name": "noop", "arguments": {}}])"));
+  EXPECT_FALSE(accepts(r, R"(<tool_call>{"name": "weather", "arguments": {"city": "Oslo"}}</tool_call>)"));
+  // DeepSeek-V3 (a ```json fence) and V3.1 (none): the name in the frame, one alternative per tool.
+  const std::string ds = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>";
+  ASSERT_TRUE(parse(plain + "{# <｜tool▁call▁begin｜>function<｜tool▁sep｜>x\n```json\n #}", forced, &r, &e)) << e.message;
+  EXPECT_EQ(r.grammar->alternatives().size(), 2u);
+  EXPECT_TRUE(accepts(r, ds + "function<｜tool▁sep｜>weather\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"));
+  EXPECT_TRUE(accepts(r, ds + "function<｜tool▁sep｜>noop\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"));
+  EXPECT_FALSE(accepts(r, ds + "function<｜tool▁sep｜>noop\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"));
+  ASSERT_TRUE(parse(plain + "{# <｜tool▁call▁begin｜>x<｜tool▁sep｜> #}", named, &r, &e)) << e.message;
+  EXPECT_TRUE(accepts(r, ds + "weather<｜tool▁sep｜>{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"));
+  // Hermes / Qwen as before.
+  ASSERT_TRUE(parse(plain + "{# <tool_call> #}", forced, &r, &e)) << e.message;
+  EXPECT_TRUE(accepts(r, R"(<tool_call>{"name": "noop", "arguments": {}}</tool_call>)"));
+  // Not JSON: GLM's <arg_key>, Qwen3-Coder's <parameter=...>; no call syntax at all.
+  for (const std::string& t : {plain + "{# <tool_call><arg_key> #}", plain + "{# <tool_call><parameter= #}", plain}) {
+    EXPECT_FALSE(parse(t, forced, &r, &e)) << t;
+    EXPECT_EQ(e.param, "tool_choice");
+  }
+  EXPECT_NE(e.message.find("writes no tool calls"), std::string::npos) << e.message;
+  // A thinking model (the prompt ends in an open <think>): free reasoning up to </think>, then the
+  // forced call or the JSON answer; the parser keeps the reasoning apart.
+  const std::string thinking = plain + "{# <tool_call> </think> #}<think>\n";
+  ASSERT_TRUE(parse(thinking, forced, &r, &e)) << e.message;
+  EXPECT_TRUE(r.chat_syntax.starts_in_reasoning);
+  EXPECT_EQ(r.grammar->free_until(), "</think>");
+  EXPECT_TRUE(accepts(r, "The user wants weather.</think>\n\n<tool_call>{\"name\": \"noop\", \"arguments\": {}}</tool_call>"));
+  EXPECT_FALSE(accepts(r, "<tool_call>{\"name\": \"noop\", \"arguments\": {}}</tool_call>"));
+  ASSERT_TRUE(parse(thinking, {{"response_format", {{"type", "json_object"}}}}, &r, &e)) << e.message;
+  EXPECT_TRUE(r.chat_syntax.reasoning);
+  EXPECT_EQ(r.chat_syntax.tool_calls, ToolCallSyntax::kNone);
+  EXPECT_TRUE(accepts(r, "Think {not json} first.</think>\n{\"a\": 1}"));
+  EXPECT_FALSE(accepts(r, "{\"a\": 1}"));
+  // Without the open <think> the JSON is the whole answer, as before.
+  ASSERT_TRUE(parse(plain + "{# </think> #}", {{"response_format", {{"type", "json_object"}}}}, &r, &e)) << e.message;
+  EXPECT_FALSE(r.chat_syntax.active());
+  EXPECT_TRUE(r.grammar->free_until().empty());
+}
+
 }  // namespace
 }  // namespace zipmoe::api
