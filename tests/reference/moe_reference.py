@@ -584,7 +584,8 @@ class Model:
     def check_layout(self):
         """Raises ValueError when the checkpoint's tensor names differ from the HF state dict's. MTP layers
         (>= num_hidden_layers, deepseek_v3 / glm4_moe / glm4_moe_lite; `*mtp*` names, ernie4_5_moe) are
-        ignored; an F8_E4M3 tensor brings its `_scale_inv` companion (FP8 checkpoints)."""
+        ignored; an F8_E4M3 tensor brings its `_scale_inv` companion (FP8 checkpoints); gpt_oss MXFP4 experts
+        are named `*_blocks` / `*_scales` by expected_names itself."""
         want = set(self.expected_names())
         want |= {n + FP8_SCALE_SUFFIX for n in want if n in self.ckpt.where and self.ckpt.dtype(n) == "F8_E4M3"}
         have = {n for n in self.ckpt.where if not self.is_extra_layer_name(n)}
