@@ -8,15 +8,18 @@
       the greedy tokens fed back, read from the argmax of the rows themselves):
       max|zipmoe - ref| <= 1e-4 * max|ref| per row. Exit 1 on any failure (arch, dir kind, row named).
       Synth variants follow the presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded, mixtral
-      --router-skew, FP8 checkpoints); --base-only skips them.
+      --router-skew, FP8 checkpoints); --base-only skips them. gpt_oss (ARCHS_PENDING: no
+      `zipmoe synth --arch gpt_oss` yet) is compared only when named: --arch gpt_oss.
 
   check_logits.py --self-test [--arch ...]
       Internal consistency of the reference without zipmoe: known-answer checks of its helpers
       (rmsnorm, rope, partial rope, de-interleave, ERNIE's interleaved rope, yarn, routing incl. the
       noaux_tc and ERNIE routers, bf16, the e4m3 decoder, FP8 dequantization, safetensors, ERNIE config
+      parsing; gpt_oss: the MXFP4 decoder, the clamped SwiGLU, attention sinks, its router and YaRN, config
       parsing), and, on small checkpoints written here in exact HF layout (several config variants per
-      arch, FP8 ones too): layout check, vectorised pass == independent slow token-by-token pass,
+      arch, FP8 and MXFP4 ones too): layout check, vectorised pass == independent slow token-by-token pass,
       causality (prefix logits == first rows), sharded == single-file checkpoint, and the CLI output file.
+      The default is every arch of ARCHS and ARCHS_PENDING.
 
 Run with Debian's /usr/bin/python3 (needs python3-numpy).
 """
@@ -28,14 +31,16 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_logits_compare import ARCHS, run_compare  # noqa: E402
+from check_logits_compare import ARCHS, ARCHS_PENDING, run_compare  # noqa: E402
 from check_logits_selftest import run_self_test  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--zipmoe", help="path of the zipmoe binary")
-    ap.add_argument("--arch", action="append", help="architecture(s), comma-separated or repeated (default: all)")
+    ap.add_argument("--arch", action="append",
+                    help=f"architecture(s), comma-separated or repeated (default: {', '.join(ARCHS)}; with "
+                         f"--self-test also {', '.join(ARCHS_PENDING)}; {', '.join(ARCHS_PENDING)} only when named)")
     ap.add_argument("--seed", type=int, default=7, help="zipmoe synth seed")
     ap.add_argument("--threads", type=int, default=2, help="zipmoe generate --threads")
     ap.add_argument("--work-dir", help="keep everything in this dir instead of a temp dir")
@@ -46,11 +51,12 @@ def main():
                     help="also check this existing HF model directory (e.g. the shipped models/qwen2moe-debian-18m)")
     args = ap.parse_args()
     archs = []
-    for a in args.arch or [",".join(ARCHS)]:
+    default = ARCHS + ARCHS_PENDING if args.self_test else ARCHS   # pending archs are compared only when named
+    for a in args.arch or [",".join(default)]:
         archs += [x for x in a.split(",") if x]
     for a in archs:
-        if a not in ARCHS:
-            ap.error(f"unknown arch {a!r} (expected {', '.join(ARCHS)})")
+        if a not in ARCHS + ARCHS_PENDING:
+            ap.error(f"unknown arch {a!r} (expected {', '.join(ARCHS + ARCHS_PENDING)})")
     args.archs = archs
     if args.self_test:
         return run_self_test(args)

@@ -1,6 +1,7 @@
 """The self-test of the numpy reference (check_logits.py --self-test): known answers of its helpers and,
 on small checkpoints written here in exact HF layout, the vectorised pass against the independent slow
-pass, causality, sharded == single file, and the CLI output file.
+pass, causality, sharded == single file, and the CLI output file. The gpt_oss part is in
+check_logits_selftest_gpt_oss.py.
 """
 
 import json
@@ -17,6 +18,7 @@ import numpy as np
 
 import moe_reference as ref
 from check_logits_compare import CheckError, fed_sequence, log
+from check_logits_selftest_gpt_oss import gpt_oss_tests, known_answer_tests_gpt_oss
 
 # ====================================================================================================
 # self-test
@@ -139,6 +141,7 @@ def known_answer_tests(t):
     t.close(ref.attention(q4, k2, v2, 1.0), [[1, 1, 1, 1, 5, 5, 5, 5]], "GQA head mapping")
     known_answer_tests_v3(t)
     known_answer_tests_ernie(t)
+    known_answer_tests_gpt_oss(t)
 
 
 def e4m3_by_ldexp(code):
@@ -916,6 +919,8 @@ def model_tests(t, archs, work):
     fp8_error_tests(t, work)
     if "ernie4_5_moe" in archs:
         ernie_config_tests(t, work)
+    if "gpt_oss" in archs:
+        gpt_oss_tests(t, work)
     # CLI
     label, cfg = selftest_configs()[0]
     if cfg["model_type"] in archs:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of nine MoE LLMs.
+"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of ten MoE LLMs.
 
 Written from the HF modeling code and the model papers, without transformers/torch:
   qwen2_moe     Qwen2MoeForCausalLM    (Qwen1.5-MoE)
@@ -12,10 +12,13 @@ Written from the HF modeling code and the model papers, without transformers/tor
   glm4_moe_lite Glm4MoeLiteForCausalLM (GLM-4.7-Flash: MLA + the GLM-4.5 MoE)
   ernie4_5_moe  Ernie4_5_MoeForCausalLM (ERNIE-4.5-21B-A3B, -300B-A47B: GQA, interleaved RoPE, softmax
                 router with a selection-only bias, shared experts)
+  gpt_oss       GptOssForCausalLM      (gpt-oss-20b, -120b: attention sinks and biases, alternating sliding /
+                full layers, YaRN, biased top-k router with a softmax over the k, clamped SwiGLU experts
+                stored as MXFP4; moe_reference_gpt_oss.py)
 
-Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights are
-dequantized exactly); see docs/reference.md for the semantics implemented per architecture and the
-choices that are uncertain.
+Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights and
+MXFP4 (e2m1 x E8M0) expert weights are dequantized exactly); see docs/reference.md for the semantics
+implemented per architecture and the choices that are uncertain.
 
 CLI:  /usr/bin/python3 moe_reference.py --model DIR --ids 1,2,3 --out FILE
       writes float32 little-endian logits [n_ids, vocab] row-major.
@@ -24,8 +27,9 @@ Library:  m = Model(dir); logits = m.forward([1, 2, 3])            # vectorised 
           logits = m.forward([1, 2, 3], naive=True)                 # slow token-by-token loop with a
                                                                     # KV cache, written independently
 
-Modules: moe_reference_safetensors.py (the safetensors reader/writer and checkpoint directories),
-moe_reference_ops.py (the numerical helpers), moe_reference_naive.py (the slow token-by-token pass);
+Modules: moe_reference_safetensors.py (the safetensors reader/writer, checkpoint directories, FP8 and MXFP4),
+moe_reference_ops.py (the numerical helpers), moe_reference_naive.py (the slow token-by-token pass),
+moe_reference_gpt_oss.py (gpt_oss config, tensor names, router and experts);
 their names are re-exported here, as check_logits.py uses them (ref.rms_norm, ref.write_safetensors, ...).
 """
 
@@ -35,21 +39,23 @@ import sys
 
 import numpy as np
 
+import moe_reference_gpt_oss as gpt_oss
 from moe_reference_naive import NaiveRunner
 from moe_reference_ops import (F32, apply_partial_rope, apply_rope, apply_rope_interleaved, attention,
-    causal_mask, deepseek_yarn_inv_freq_and_mscale, deinterleave, hf_yarn_inv_freq_and_attention_factor, linear,
-    rms_norm, rope_cos_sin, rope_inv_freq, rotate_half, rotate_half_interleaved, select_experts,
-    select_experts_ernie, select_experts_noaux_tc, sigmoid, silu, softmax, topk_desc, yarn_find_correction_dim,
-    yarn_find_correction_range, yarn_get_mscale, yarn_linear_ramp_mask)  # noqa: F401
-from moe_reference_safetensors import (E4M3_TO_F32, FP8_SCALE_SUFFIX, Checkpoint, SafetensorsFile,
-    bf16_bits_to_f32, e4m3_bits_to_f32, f32_to_bf16_bits, f32_to_e4m3_bits, write_safetensors)  # noqa: F401
+    causal_mask, deepseek_yarn_inv_freq_and_mscale, deinterleave, gpt_oss_swiglu, hf_yarn_inv_freq_and_attention_factor,
+    linear, rms_norm, rope_cos_sin, rope_inv_freq, rotate_half, rotate_half_interleaved, select_experts,
+    select_experts_ernie, select_experts_gpt_oss, select_experts_noaux_tc, sigmoid, silu, softmax, topk_desc,
+    yarn_find_correction_dim, yarn_find_correction_range, yarn_get_mscale, yarn_linear_ramp_mask)  # noqa: F401
+from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFIX, Checkpoint, SafetensorsFile,
+    bf16_bits_to_f32, e4m3_bits_to_f32, e8m0_to_f32, f32_to_bf16_bits, f32_to_e4m3_bits, mxfp4_dequantize,
+    write_safetensors)  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------------
 # The model
 # ----------------------------------------------------------------------------------------------------
 
 SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-             "glm4_moe_lite", "ernie4_5_moe")
+             "glm4_moe_lite", "ernie4_5_moe", "gpt_oss")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")       # DeepSeek multi-head latent attention
 DEEPSEEK_MOE_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # mlp.gate + shared_experts
 MTP_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")         # may ship MTP layers >= num_hidden_layers
@@ -99,6 +105,16 @@ class Model:
         self.type = c.get("model_type")
         if self.type not in SUPPORTED:
             raise ValueError(f"unsupported model_type {self.type!r} (expected one of {', '.join(SUPPORTED)})")
+        self.mla = False
+        self.router = "softmax"
+        self.rope_style = "neox"   # ernie4_5_moe: "interleaved"
+        self.mlp_bias = False      # ernie4_5_moe: every MLP linear (dense, experts, shared) has a bias iff use_bias
+        self.lm_head_bias = False  # ernie4_5_moe: lm_head.bias iff use_bias
+        self.n_shared_experts_used = False
+        if self.type == "gpt_oss":  # every key has a GptOssConfig default (moe_reference_gpt_oss.py)
+            self.router = "gpt_oss"
+            gpt_oss.init_gpt_oss(self, c)
+            return
         self.hidden = int(c["hidden_size"])
         self.n_layers = int(c["num_hidden_layers"])
         self.n_heads = int(c["num_attention_heads"])
@@ -111,11 +127,7 @@ class Model:
         self.top_k = int(_get(c, "num_experts_per_tok", 0))
         t = self.type
         self.mla = t in MLA_TYPES
-        self.router = "softmax"
         self.rotary_dim = None
-        self.rope_style = "neox"   # ernie4_5_moe: "interleaved"
-        self.mlp_bias = False      # ernie4_5_moe: every MLP linear (dense, experts, shared) has a bias iff use_bias
-        self.lm_head_bias = False  # ernie4_5_moe: lm_head.bias iff use_bias
         if t in NEW_TYPE_DEFAULTS:
             self._init_new_type(c, d)
         elif t == "ernie4_5_moe":
@@ -362,7 +374,7 @@ class Model:
             return self.n_experts > 0 and i >= self.first_dense
         if t == "ernie4_5_moe":
             return (i + 1) % self.moe_interval == 0 and self.moe_start <= i <= self.moe_end
-        return True  # mixtral, olmoe: every layer is sparse
+        return True  # mixtral, olmoe, gpt_oss: every layer is sparse
 
     def is_extra_layer_name(self, name):
         """A tensor of a layer >= num_hidden_layers (the MTP / next-token-prediction layers DeepSeek-V3 and
@@ -378,6 +390,8 @@ class Model:
 
     def sliding_window(self, i):
         c = self.cfg
+        if self.type == "gpt_oss":
+            return self.layer_windows[i]   # layer_types: sliding_attention or full_attention
         if self.type == "mixtral":
             w = c.get("sliding_window")
             return int(w) if w else None
@@ -430,7 +444,8 @@ class Model:
         else:
             q = apply_partial_rope(q, cos, sin)  # GLM: the first rotary_dim dims only; the others: all dims
             k = apply_partial_rope(k, cos, sin)
-        o = attention(q, k, v, self.scale, self.sliding_window(i))
+        sinks = self.ckpt[p + "self_attn.sinks"] if self.type == "gpt_oss" else None   # [H]
+        o = attention(q, k, v, self.scale, self.sliding_window(i), sinks)
         return linear(o, self.ckpt[p + "self_attn.o_proj.weight"],
                       self._bias(p + "self_attn.o_proj.bias", self.o_bias))
 
@@ -511,6 +526,8 @@ class Model:
 
     def expected_names(self):
         """The state-dict names of the HF model for this config (what the checkpoint must hold)."""
+        if self.type == "gpt_oss":
+            return gpt_oss.expected_names(self)
         names = ["model.embed_tokens.weight", "model.norm.weight"]
         if not self.tie:
             names.append("lm_head.weight")
@@ -567,7 +584,8 @@ class Model:
     def check_layout(self):
         """Raises ValueError when the checkpoint's tensor names differ from the HF state dict's. MTP layers
         (>= num_hidden_layers, deepseek_v3 / glm4_moe / glm4_moe_lite; `*mtp*` names, ernie4_5_moe) are
-        ignored; an F8_E4M3 tensor brings its `_scale_inv` companion (FP8 checkpoints)."""
+        ignored; an F8_E4M3 tensor brings its `_scale_inv` companion (FP8 checkpoints); gpt_oss MXFP4 experts
+        are named `*_blocks` / `*_scales` by expected_names itself."""
         want = set(self.expected_names())
         want |= {n + FP8_SCALE_SUFFIX for n in want if n in self.ckpt.where and self.ckpt.dtype(n) == "F8_E4M3"}
         have = {n for n in self.ckpt.where if not self.is_extra_layer_name(n)}
@@ -601,6 +619,8 @@ class Model:
         return out
 
     def mlp(self, i, x):
+        if self.type == "gpt_oss":
+            return gpt_oss.moe(self, i, x)
         if self.is_moe_layer(i):
             return self.moe(i, x)
         return self.gated_mlp(f"model.layers.{i}.mlp", x)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+import moe_reference_gpt_oss as gpt_oss
 from moe_reference_ops import F32, linear, rms_norm
 
 # ----------------------------------------------------------------------------------------------------
@@ -13,8 +14,11 @@ from moe_reference_ops import F32, linear, rms_norm
 # cache, per-head loops, RoPE as explicit 2-D rotations of (i, i+d/2) pairs (NeoX; GLM: of the first
 # rotary_dim dims only) or of the original interleaved (2i, 2i+1) pairs (DeepSeek, no de-interleave; ERNIE,
 # without the repeated cos/sin tables), angles and cos/sin in float64, and per-token routing in python floats
-# (softmax or sigmoid, biases, groups, sorting, ERNIE's norm_min clamp). It shares only the
-# projections/norm/MLP primitives (and the checkpoint reader) with Model.
+# (softmax or sigmoid, biases, groups, sorting, ERNIE's norm_min clamp; gpt-oss: sort the biased logits, a softmax
+# of the k chosen, the attention sink as one more exp term in each softmax denominator, the experts as
+# matrix-vector products on the [E, out, in] orientation the MXFP4 blocks are stored in, even rows gate and odd
+# rows up, the clamps and the sigmoid in python floats). It shares only the projections/norm/MLP primitives
+# (and the checkpoint reader) with Model.
 # ----------------------------------------------------------------------------------------------------
 
 def _rotate_pairs_neox(x, pos, inv_freq, mscale=1.0):
@@ -111,8 +115,37 @@ class NaiveRunner:
             ws = [v / tot for v in ws]
         return chosen, ws
 
+    def _mlp_token_gpt_oss(self, i, x):
+        """gpt-oss, one token: route on the biased logits, run each chosen expert as W x on the stored
+        [out, in] orientation, gate/up from the even/odd output rows, clamped SwiGLU in python floats."""
+        m = self.m
+        p = f"model.layers.{i}.mlp."
+        x64 = x.astype(np.float64)
+        rw, rb = m.ckpt[p + "router.weight"], m.ckpt[p + "router.bias"]
+        logits = [float(np.dot(rw[e].astype(np.float64), x64)) + float(rb[e]) for e in range(rw.shape[0])]
+        chosen = sorted(range(len(logits)), key=lambda e: (-logits[e], e))[:m.top_k]
+        top = max(logits[e] for e in chosen)
+        ex = [math.exp(logits[e] - top) for e in chosen]
+        gu, dn = gpt_oss.expert_weights_stored(m, i)   # [E, 2I, H], [E, H, I]
+        bgu, bdn = m.ckpt[p + "experts.gate_up_proj_bias"], m.ckpt[p + "experts.down_proj_bias"]
+        lim, alpha = m.swiglu_limit, m.swiglu_alpha
+        acc = np.zeros(x.shape, dtype=np.float64)
+        for e, wgt in zip(chosen, ex):
+            h = gu[e].astype(np.float64) @ x64 + bgu[e].astype(np.float64)
+            act = np.zeros(dn.shape[2], dtype=np.float64)
+            for j in range(dn.shape[2]):
+                g = min(float(h[2 * j]), lim)
+                u = max(-lim, min(float(h[2 * j + 1]), lim))
+                a = alpha * g
+                sig = 1.0 / (1.0 + math.exp(-a)) if a >= 0 else math.exp(a) / (1.0 + math.exp(a))
+                act[j] = (u + 1.0) * g * sig
+            acc += (wgt / sum(ex)) * (dn[e].astype(np.float64) @ act + bdn[e].astype(np.float64))
+        return acc.astype(F32)
+
     def _mlp_token(self, i, x):
         m = self.m
+        if m.type == "gpt_oss":
+            return self._mlp_token_gpt_oss(i, x)
         p = f"model.layers.{i}."
         xr = x[None, :]
         if not m.is_moe_layer(i):
@@ -128,12 +161,13 @@ class NaiveRunner:
             acc += m.gated_mlp(p + "mlp.shared_experts", xr)[0].astype(np.float64)
         return acc.astype(F32)
 
-    def _attend(self, q, keys, vals, scale):
-        """q [D]; keys [T, D]; vals [T, Dv] (all past + current), float64 softmax."""
+    def _attend(self, q, keys, vals, scale, sink=None):
+        """q [D]; keys [T, D]; vals [T, Dv] (all past + current), float64 softmax. sink (gpt-oss): one more
+        logit whose exp joins the denominator only."""
         sc = [float(np.dot(q.astype(np.float64), kk.astype(np.float64))) * scale for kk in keys]
-        mx = max(sc)
+        mx = max(sc) if sink is None else max(max(sc), sink)
         ex = [math.exp(v - mx) for v in sc]
-        z = sum(ex)
+        z = sum(ex) + (0.0 if sink is None else math.exp(sink - mx))
         out = np.zeros(vals[0].shape, dtype=np.float64)
         for e, vv in zip(ex, vals):
             out += (e / z) * vv.astype(np.float64)
@@ -179,9 +213,11 @@ class NaiveRunner:
                     lo = 0 if win is None else max(0, t - win + 1)
                     heads = []
                     group = H // m.n_kv
+                    sinks = W[p + "self_attn.sinks"] if m.type == "gpt_oss" else None
                     for hh in range(H):
                         j = hh // group
-                        heads.append(self._attend(q[hh], [kk[j] for kk in kc[lo:]], [vv[j] for vv in vc[lo:]], m.scale))
+                        heads.append(self._attend(q[hh], [kk[j] for kk in kc[lo:]], [vv[j] for vv in vc[lo:]], m.scale,
+                                                  None if sinks is None else float(sinks[hh])))
                     bias = W[p + "self_attn.o_proj.bias"] if m.o_bias else None
                 o = np.concatenate(heads).astype(F32)[None, :]
                 h = h + linear(o, W[p + "self_attn.o_proj.weight"], bias)[0]

@@ -1,8 +1,9 @@
 """Numerical helpers of the numpy reference (moe_reference.py), all float32 in, float32 out: RMSNorm,
 linear, activations, softmax, RoPE (NeoX, partial, de-interleaved, and ERNIE's interleaved form), DeepSeek-V2
 YaRN and the YaRN of transformers' modeling_rope_utils, attention with a causal (optionally sliding-window)
-mask, and expert selection per architecture (softmax top-k, DeepSeek-V2 MoEGate, the DeepSeek-V3 / GLM-4.5
-"noaux_tc" sigmoid router, ERNIE 4.5's softmax router with a selection-only bias).
+mask and optional per-head attention sinks (gpt-oss), expert selection per architecture (softmax top-k,
+DeepSeek-V2 MoEGate, the DeepSeek-V3 / GLM-4.5 "noaux_tc" sigmoid router, ERNIE 4.5's softmax router with a
+selection-only bias, gpt-oss's top-k of biased logits with a softmax over the k), and gpt-oss's clamped SwiGLU.
 """
 
 import math
@@ -247,9 +248,11 @@ def causal_mask(s, sliding_window=None):
     return ok
 
 
-def attention(q, k, v, scale, sliding_window=None):
+def attention(q, k, v, scale, sliding_window=None, sinks=None):
     """q [H, S, D], k [Hkv, S, D], v [Hkv, S, Dv] -> [S, H*Dv]. GQA by repeating kv heads
-    (query head h reads kv head h // (H/Hkv)), causal, softmax in fp32."""
+    (query head h reads kv head h // (H/Hkv)), causal, softmax in fp32.
+    sinks [H] (gpt-oss): one extra logit per query head appended to every row of scores before the softmax
+    (the max is taken over it too) and dropped afterwards, so the kept probabilities sum to less than 1."""
     h, s, _ = q.shape
     rep = h // k.shape[0]
     if rep > 1:
@@ -257,7 +260,11 @@ def attention(q, k, v, scale, sliding_window=None):
         v = np.repeat(v, rep, axis=0)
     scores = (q @ k.transpose(0, 2, 1)) * F32(scale)
     scores = np.where(causal_mask(s, sliding_window)[None], scores, F32(-np.inf))
-    probs = softmax(scores, axis=-1)
+    if sinks is None:
+        probs = softmax(scores, axis=-1)
+    else:
+        col = np.broadcast_to(np.asarray(sinks, dtype=F32)[:, None, None], (h, s, 1))
+        probs = softmax(np.concatenate([scores, col], axis=-1), axis=-1)[..., :-1]
     out = probs @ v
     return out.transpose(1, 0, 2).reshape(s, -1).astype(F32, copy=False)
 
@@ -290,3 +297,20 @@ def select_experts(model_type, probs, top_k, norm_topk, routed_scale=1.0, topk_m
         if norm_topk or model_type == "mixtral":
             w = w / np.sum(w, axis=-1, keepdims=True)
     return idx, w.astype(F32)
+
+
+def select_experts_gpt_oss(logits, top_k):
+    """gpt-oss (GptOssTopKRouter) given the router logits [S, E] = x @ W^T + b (fp32): the experts are the
+    top_k logits; their weights are the softmax over those k logits only. Ties go to the lower index."""
+    idx, top = topk_desc(logits, top_k)
+    return idx, softmax(top, axis=-1)
+
+
+def gpt_oss_swiglu(gate_up, alpha=1.702, limit=7.0):
+    """The clamped SwiGLU of GptOssExperts on gate_up [..., 2I] (the x @ gate_up_proj + bias output):
+    gate = the even columns, up = the odd ones; gate is clamped above at limit, up to [-limit, limit];
+    returns (up + 1) * gate * sigmoid(alpha * gate), [..., I]."""
+    gate = np.minimum(gate_up[..., 0::2], F32(limit))
+    up = np.clip(gate_up[..., 1::2], F32(-limit), F32(limit))
+    glu = gate * sigmoid(gate * F32(alpha))
+    return ((up + F32(1.0)) * glu).astype(F32, copy=False)

@@ -2,12 +2,15 @@
 package: a file reader, a writer (used by check_logits.py's self-test) and Hugging Face checkpoint
 directories (single file or shards + index). BF16/F16 weights are upcast exactly to float32; FP8 (E4M3)
 block-scaled weights (`X.weight` F8_E4M3 + `X.weight_scale_inv` F32, config `quantization_config`
-quant_method "fp8") are dequantized exactly to float32.
+quant_method "fp8") are dequantized exactly to float32, and so are MXFP4 tensors (gpt_oss experts:
+`X_blocks` U8 [..., G, 16] of e2m1 nibble pairs + `X_scales` U8 [..., G] of E8M0 exponents, quant_method
+"mxfp4").
 """
 
 import json
 import math
 import os
+import re
 import struct
 
 import numpy as np
@@ -88,6 +91,52 @@ def f32_to_e4m3_bits(x):
     return np.where(np.isnan(x), np.uint8(0x7F), code).astype(np.uint8)
 
 
+# --- MXFP4 (OCP Microscaling: blocks of 32 FP4 E2M1 values sharing one E8M0 scale), as gpt-oss stores its
+# experts. E2M1: 1 sign bit (bit 3), 2 exponent bits (bias 1), 1 mantissa bit; no inf/NaN; values
+# 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives (code 8 is -0.0). E8M0: an unsigned biased exponent, the scale
+# is 2^(code - 127); 0xFF is NaN in the OCP spec. ---
+
+E2M1_TO_F32 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                        -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32)
+MXFP4_BLOCK = 32              # values per scale: 16 bytes of two nibbles
+MXFP4_BLOCKS_SUFFIX = "_blocks"
+MXFP4_SCALES_SUFFIX = "_scales"
+E8M0_NAN = 0xFF
+
+
+def e8m0_to_f32(codes):
+    """uint8 E8M0 codes -> float32 2^(code - 127) (exact: 2^-127 is a float32 subnormal, 2^127 is normal).
+    The code 0xFF (NaN in the OCP spec) is refused by mxfp4_dequantize, so it maps to NaN here."""
+    c = np.asarray(codes, dtype=np.uint8)
+    with np.errstate(over="ignore"):
+        out = np.ldexp(np.float32(1.0), c.astype(np.int32) - 127).astype(np.float32)
+    return np.where(c == E8M0_NAN, np.float32("nan"), out).astype(np.float32)
+
+
+def mxfp4_dequantize(blocks, scales, what="mxfp4 tensor"):
+    """blocks uint8 [..., G, 16], scales uint8 [..., G] -> float32 [..., G * 32], in the stored orientation
+    (for gpt-oss [E, out, in]). Byte j of block g holds elements g*32 + 2j (low nibble) and g*32 + 2j + 1
+    (high nibble), as transformers' convert_moe_packed_tensors lays them out. Each value is
+    e2m1(nibble) * 2^(scale - 127): exact in float32 (at most two significant bits, smallest magnitude
+    2^-128) unless it overflows, which needs a scale code >= 253. A scale 0xFF (NaN) or an overflow raises
+    ValueError naming `what` (transformers would produce inf/NaN weights there)."""
+    blocks = np.asarray(blocks, dtype=np.uint8)
+    scales = np.asarray(scales, dtype=np.uint8)
+    if blocks.ndim < 2 or blocks.shape[-1] != MXFP4_BLOCK // 2 or blocks.shape[:-1] != scales.shape:
+        raise ValueError(f"{what}: blocks {list(blocks.shape)} / scales {list(scales.shape)}: want blocks "
+                         f"[..., G, {MXFP4_BLOCK // 2}] and scales [..., G]")
+    if np.any(scales == E8M0_NAN):
+        raise ValueError(f"{what}: an E8M0 scale is 0xFF (NaN in the OCP MX spec)")
+    vals = np.empty(blocks.shape[:-1] + (MXFP4_BLOCK,), dtype=np.float32)
+    vals[..., 0::2] = E2M1_TO_F32[blocks & np.uint8(0x0F)]
+    vals[..., 1::2] = E2M1_TO_F32[blocks >> np.uint8(4)]
+    with np.errstate(over="ignore"):
+        out = (vals * e8m0_to_f32(scales)[..., None]).astype(np.float32)
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"{what}: a value e2m1 x 2^(scale - 127) overflows float32 (scale code >= 253)")
+    return out.reshape(blocks.shape[:-2] + (blocks.shape[-2] * MXFP4_BLOCK,))
+
+
 class SafetensorsFile:
     """Lazily converts tensors of one .safetensors file to float32 numpy arrays."""
 
@@ -146,17 +195,17 @@ class SafetensorsFile:
 
 def write_safetensors(path, tensors, dtype="BF16", dtypes=None):
     """Writes {name: array} as safetensors. Used by the self-test. Each tensor is written as
-    dtypes[name] if given, else `dtype`: BF16 (float32 rounded to nearest even), F32, or F8_E4M3 (the
-    array holds the uint8 bit patterns, written as they are)."""
+    dtypes[name] if given, else `dtype`: BF16 (float32 rounded to nearest even), F32, or F8_E4M3 / U8 (the
+    array holds the uint8 bit patterns or codes, written as they are)."""
     header = {}
     blobs = []
     off = 0
     for name in sorted(tensors):
         dt = (dtypes or {}).get(name, dtype)
-        if dt == "F8_E4M3":
+        if dt in ("F8_E4M3", "U8"):
             a = np.asarray(tensors[name])
             if a.dtype != np.uint8:
-                raise ValueError(f"{name}: F8_E4M3 tensors are written from their uint8 bit patterns")
+                raise ValueError(f"{name}: {dt} tensors are written from uint8 arrays")
             data = a.tobytes()
         elif dt == "BF16":
             a = np.asarray(tensors[name], dtype=np.float32)
@@ -194,7 +243,12 @@ class Checkpoint:
     stored as F8_E4M3 [out, in] is returned dequantized, w[i, j] = e4m3(bits[i, j]) * scale_inv[i // b0,
     j // b1] in float32, with scale_inv the companion `<name>_scale_inv` ([ceil(out/b0), ceil(in/b1)])
     and [b0, b1] = `weight_block_size`. Every F8_E4M3 tensor must have its companion; a module listed in
-    `modules_to_not_convert` / `ignored_layers` must not be F8_E4M3 (it is read as stored)."""
+    `modules_to_not_convert` / `ignored_layers` must not be F8_E4M3 (it is read as stored).
+
+    MXFP4 (`quant_method == "mxfp4"`, gpt-oss): a parameter X is stored as `X_blocks` U8 [..., G, 16] and
+    `X_scales` U8 [..., G]; `mxfp4(X)` returns it dequantized, float32 [..., G * 32] in the stored
+    orientation (mxfp4_dequantize). A module matched by a `modules_to_not_convert` pattern (transformers'
+    regex match at the start of the module name, `*` included) must not be stored that way."""
 
     def __init__(self, model_dir):
         self.dir = model_dir
@@ -221,19 +275,31 @@ class Checkpoint:
             raise FileNotFoundError(f"{model_dir}: neither model.safetensors nor model.safetensors.index.json")
         self.used = set()
         self._cache = {}
-        self._init_fp8()
+        self._init_quant()
 
-    # --- FP8 ---
+    # --- quantized checkpoints (FP8, MXFP4) ---
 
-    def _init_fp8(self):
+    def _init_quant(self):
         q = self.config.get("quantization_config") or {}
+        self.quant_method = q.get("quant_method") if q else None
         self.fp8_block = None
         self.fp8_keep = []
+        self.mx_keep = []
         fp8_names = sorted(n for n in self.where if self.dtype(n) == "F8_E4M3")
+        mx_names = sorted(n for n in self.where if self.dtype(n) == "U8"
+                          and n.endswith((MXFP4_BLOCKS_SUFFIX, MXFP4_SCALES_SUFFIX)))
+        if q and self.quant_method not in ("fp8", "mxfp4"):
+            raise NotImplementedError(f"{self.dir}: quantization_config.quant_method {self.quant_method!r} "
+                                      f"(only 'fp8' and 'mxfp4')")
+        if mx_names and self.quant_method != "mxfp4":
+            raise ValueError(f"{self.dir}: tensor '{mx_names[0]}' is an MXFP4 block/scale tensor (U8) but "
+                             f"config.json has no quantization_config with quant_method 'mxfp4'")
+        if self.quant_method == "mxfp4":
+            if fp8_names:
+                raise ValueError(f"{self.dir}: tensor '{fp8_names[0]}' is F8_E4M3 in an mxfp4 checkpoint")
+            self._init_mxfp4(q, mx_names)
+            return
         if q:
-            method = q.get("quant_method")
-            if method != "fp8":
-                raise NotImplementedError(f"{self.dir}: quantization_config.quant_method {method!r} (only 'fp8')")
             fmt = q.get("fmt", "e4m3")
             if fmt != "e4m3":
                 raise NotImplementedError(f"{self.dir}: quantization_config.fmt {fmt!r} (only 'e4m3')")
@@ -266,6 +332,48 @@ class Checkpoint:
         as substrings of the module name)."""
         mod = _module_of(name)
         return any(k and (k == mod or k in mod) for k in self.fp8_keep)
+
+    def _init_mxfp4(self, q, mx_names):
+        """Validates the MXFP4 pairs: every `X_blocks` has its `X_scales` (both U8, scales shaped blocks[:-1],
+        16 bytes per block) and the reverse; no pair for a module of modules_to_not_convert."""
+        self.mx_keep = [k for k in (q.get("modules_to_not_convert") or []) if k]
+        for name in mx_names:
+            if name.endswith(MXFP4_SCALES_SUFFIX):
+                base = name[:-len(MXFP4_SCALES_SUFFIX)]
+                if base + MXFP4_BLOCKS_SUFFIX not in self.where:
+                    raise ValueError(f"{self.dir}: MXFP4 scales '{name}' without '{base}{MXFP4_BLOCKS_SUFFIX}'")
+                continue
+            base = name[:-len(MXFP4_BLOCKS_SUFFIX)]
+            scales = base + MXFP4_SCALES_SUFFIX
+            if scales not in self.where or self.dtype(scales) != "U8":
+                raise ValueError(f"{self.dir}: MXFP4 blocks '{name}' without U8 scales '{scales}'")
+            shape = self.shape(name)
+            if len(shape) < 2 or shape[-1] != MXFP4_BLOCK // 2 or self.shape(scales) != shape[:-1]:
+                raise ValueError(f"{self.dir}: MXFP4 '{name}' {shape} / '{scales}' {self.shape(scales)}: want "
+                                 f"blocks [..., G, {MXFP4_BLOCK // 2}] and scales [..., G]")
+            if self.mxfp4_kept(_module_of(base)):
+                raise ValueError(f"{self.dir}: '{name}' is MXFP4 but its module is matched by "
+                                 f"quantization_config modules_to_not_convert {self.mx_keep}")
+
+    def mxfp4_kept(self, module):
+        """True if a modules_to_not_convert pattern matches the module name: transformers' mxfp4
+        should_convert_module takes each pattern as a regex matched at the start of the name (so
+        'model.layers.*.self_attn' matches 'model.layers.3.self_attn')."""
+        return any(re.match(k, module) for k in self.mx_keep)
+
+    def is_mxfp4(self, name):
+        """True if parameter `name` is stored as the MXFP4 pair `name_blocks` / `name_scales`."""
+        return self.quant_method == "mxfp4" and name + MXFP4_BLOCKS_SUFFIX in self.where
+
+    def mxfp4(self, name):
+        """Parameter `name` stored as MXFP4, dequantized: float32 [..., G * 32] in the stored orientation."""
+        if name not in self._cache:
+            bn, sn = name + MXFP4_BLOCKS_SUFFIX, name + MXFP4_SCALES_SUFFIX
+            if not self.is_mxfp4(name):
+                raise KeyError(f"{self.dir}: no MXFP4 pair '{bn}' / '{sn}' in the checkpoint")
+            self._cache[name] = mxfp4_dequantize(self.where[bn].raw(bn)[0], self.where[sn].raw(sn)[0], bn)
+        self.used.update((name + MXFP4_BLOCKS_SUFFIX, name + MXFP4_SCALES_SUFFIX))
+        return self._cache[name]
 
     def fp8_scale_names(self):
         """The `_scale_inv` companions of the F8_E4M3 tensors."""
