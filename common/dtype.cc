@@ -12,9 +12,17 @@ int DTypeSize(DType dtype) {
     case DType::kF32: case DType::kI32: case DType::kU32: return 4;
     case DType::kF64: case DType::kI64: case DType::kU64: return 8;
     case DType::kI8: case DType::kU8: case DType::kBool: case DType::kF8E4M3: case DType::kF8E5M2: return 1;
+    case DType::kMXFP4: return 0;
   }
   return 0;
 }
+
+uint64_t DTypeBytes(DType dtype, uint64_t numel) {
+  if (dtype == DType::kMXFP4) return numel / 2 + numel / 32;
+  return numel * static_cast<uint64_t>(DTypeSize(dtype));
+}
+
+bool IsSafetensorsDType(DType dtype) { return DTypeSize(dtype) > 0; }
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
@@ -33,6 +41,7 @@ const char* DTypeName(DType dtype) {
     case DType::kU64: return "U64";
     case DType::kF8E4M3: return "F8_E4M3";
     case DType::kF8E5M2: return "F8_E5M2";
+    case DType::kMXFP4: return "MXFP4";
   }
   return "?";
 }
@@ -42,7 +51,8 @@ Result<DType> ParseDType(const std::string& name) {
       {"BF16", DType::kBF16}, {"F16", DType::kF16}, {"F32", DType::kF32}, {"F64", DType::kF64},
       {"I64", DType::kI64},   {"I32", DType::kI32}, {"I16", DType::kI16}, {"I8", DType::kI8},
       {"U8", DType::kU8},     {"BOOL", DType::kBool}, {"U16", DType::kU16}, {"U32", DType::kU32},
-      {"U64", DType::kU64},   {"F8_E4M3", DType::kF8E4M3}, {"F8_E5M2", DType::kF8E5M2}};
+      {"U64", DType::kU64},   {"F8_E4M3", DType::kF8E4M3}, {"F8_E5M2", DType::kF8E5M2},
+      {"MXFP4", DType::kMXFP4}};
   for (const auto& e : kTable)
     if (name == e.name) return e.dtype;
   return Status::InvalidArgument("unknown dtype '" + name + "'");
@@ -94,6 +104,17 @@ uint8_t FloatToF8E4M3(float f) {
   }
   const uint32_t code = static_cast<uint32_t>(e + 7) << 3 | m;
   return sign | static_cast<uint8_t>(code > 0x7e ? 0x7e : code);
+}
+
+float Fp4E2M1ToFloat(uint8_t nibble) {
+  const int e = (nibble >> 1) & 3, m = nibble & 1;
+  const float v = e == 0 ? 0.5f * static_cast<float>(m) : std::ldexp(1.0f + 0.5f * static_cast<float>(m), e - 1);
+  return (nibble & 8) != 0 ? -v : v;
+}
+
+float E8M0ToFloat(uint8_t code) {
+  if (code == 0xff) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(code) - 127);
 }
 
 }  // namespace zipmoe

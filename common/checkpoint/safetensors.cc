@@ -109,7 +109,7 @@ Status ParseTensorEntry(const std::string& path, const std::string& name, const 
 
   const std::string dtype_name = dtype_it->get<std::string>();
   Result<DType> dtype = ParseDType(dtype_name);
-  if (!dtype.ok()) {
+  if (!dtype.ok() || !IsSafetensorsDType(*dtype)) {  // "MXFP4" names zipmoe's internal dtype only
     return Status::InvalidArgument(
         fmt::format("{}: tensor '{}': unknown dtype '{}'", path, name, dtype_name));
   }

@@ -54,8 +54,8 @@ class SafetensorsFile {
   //   header not valid JSON, duplicate tensor name, entry not an object or missing dtype / shape /
   //   data_offsets, data_offsets out of range (truncated file) / reversed / overlapping,
   //   data_offsets size != numel * dtype size, negative shape, __metadata__ not a str->str map);
-  //   kInvalidArgument (unknown dtype). Gaps between tensors and bytes after the last one are allowed;
-  //   zero-size tensors (a 0 dim, begin == end) are allowed anywhere.
+  //   kInvalidArgument (unknown dtype, or "MXFP4", which names zipmoe's internal dtype only). Gaps between
+  //   tensors and bytes after the last one are allowed; zero-size tensors (a 0 dim, begin == end) are allowed anywhere.
   static Result<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
 
   const std::string& path() const { return file_.path(); }
@@ -112,8 +112,8 @@ using TensorFiller = std::function<Status(const TensorSpec& spec, uint8_t* out)>
 // Writes one safetensors file atomically, streaming: header first, then each tensor's bytes from
 // `fill` in `specs` order (tensors are 8-byte aligned in the data section by header padding only).
 // Memory: one buffer the size of the largest tensor. `__metadata__` is omitted when `metadata` is empty.
-// Errors: kInvalidArgument (duplicate, empty or "__metadata__" name, negative dim, size overflow),
-// kIoError, or whatever `fill` returns (same code, message prefixed with path and tensor).
+// Errors: kInvalidArgument (duplicate, empty or "__metadata__" name, negative dim, size overflow, the
+// internal kMXFP4 dtype), kIoError, or whatever `fill` returns (same code, message prefixed with path and tensor).
 Status WriteSafetensors(const std::string& path, const std::vector<TensorSpec>& specs,
                         const TensorFiller& fill,
                         const std::map<std::string, std::string>& metadata = {{"format", "pt"}});

@@ -43,6 +43,9 @@ Status ValidateSpecs(const std::string& path, const std::vector<TensorSpec>& spe
           fmt::format("{}: tensor name '{}' is reserved", path, kMetadataKey));
     if (!seen.insert(spec.name).second)
       return Status::InvalidArgument(fmt::format("{}: duplicate tensor name '{}'", path, spec.name));
+    if (!IsSafetensorsDType(spec.dtype))
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}': dtype {} is not a safetensors dtype", path,
+                                                 spec.name, DTypeName(spec.dtype)));
     uint64_t numel = 0;
     std::string reason;
     if (!CheckedNumel(spec.shape, DTypeSize(spec.dtype), &numel, &reason))

@@ -90,6 +90,17 @@ TEST_F(SafetensorsCorruptTest, UnknownDtype) {
               StatusCode::kInvalidArgument, {"bad.safetensors", "'t'", "Q4_K"});
 }
 
+// MXFP4 is zipmoe's internal dtype (common/dtype.h): a file naming it is refused like any unknown dtype
+// (its byte size is not a whole number per element), and the writer refuses it too.
+TEST_F(SafetensorsCorruptTest, InternalMxfp4DtypeIsUnknownToSafetensors) {
+  ExpectError(OpenHeader(R"({"t":{"dtype":"MXFP4","shape":[32],"data_offsets":[0,17]}})", std::string(17, 'x')),
+              StatusCode::kInvalidArgument, {"bad.safetensors", "'t'", "MXFP4"});
+  const Status st = WriteSafetensors(path_, {{"w", DType::kMXFP4, {1, 32}}}, [](const TensorSpec&, uint8_t*) {
+    return Status::Ok();
+  });
+  ExpectError(st, StatusCode::kInvalidArgument, {"bad.safetensors", "'w'", "MXFP4 is not a safetensors dtype"});
+}
+
 TEST_F(SafetensorsCorruptTest, NegativeShape) {
   ExpectError(OpenHeader(R"({"t":{"dtype":"U8","shape":[2,-1],"data_offsets":[0,0]}})", ""),
               StatusCode::kCorruption, {"bad.safetensors", "'t'", "negative"});
