@@ -1,6 +1,11 @@
 #include "common/bitfield.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <cstring>
+
+#include "common/status.h"
 
 namespace zipmoe {
 
@@ -87,6 +92,62 @@ void MergeF8E4M3(const uint8_t* __restrict e, const uint8_t* __restrict sm, int6
   }
 }
 
+namespace {
+
+// MXFP4 nibble v -> its 2-bit sign|mantissa field, and back with the exponent field e.
+inline uint32_t Mxfp4Field(uint32_t v) { return (v >> 3) << 1 | (v & 1u); }
+inline uint32_t Mxfp4Nibble(uint32_t e, uint32_t t) { return (t >> 1) << 3 | (e & 3u) << 1 | (t & 1u); }
+
+}  // namespace
+
+void SplitMxfp4(const uint8_t* __restrict raw, int64_t n, uint8_t* __restrict e, uint8_t* __restrict sm) {
+  ZM_CHECK(n >= 0 && n % 32 == 0) << "MXFP4 tensors hold whole blocks of 32 values, got n=" << n;
+  for (int64_t j = 0; j < n / 2; ++j) {
+    e[2 * j] = static_cast<uint8_t>((raw[j] >> 1) & 3u);
+    e[2 * j + 1] = static_cast<uint8_t>((raw[j] >> 5) & 3u);
+  }
+  for (int64_t k = 0; k < n / 4; ++k) {  // values 4k..4k+3: the nibbles of raw bytes 2k and 2k+1
+    const uint32_t a = raw[2 * k], b = raw[2 * k + 1];
+    sm[k] = static_cast<uint8_t>(Mxfp4Field(a & 15u) | Mxfp4Field(a >> 4) << 2 | Mxfp4Field(b & 15u) << 4 |
+                                 Mxfp4Field(b >> 4) << 6);
+  }
+  if (n > 0) std::memcpy(sm + n / 4, raw + n / 2, static_cast<size_t>(n / 32));
+}
+
+void MergeMxfp4(const uint8_t* __restrict e, const uint8_t* __restrict sm, int64_t n, uint8_t* __restrict raw) {
+  ZM_CHECK(n >= 0 && n % 32 == 0) << "MXFP4 tensors hold whole blocks of 32 values, got n=" << n;
+  for (int64_t j = 0; j < n / 2; ++j) {
+    const uint32_t t = sm[j / 2] >> (4 * (j % 2));  // the fields of values 2j (bits 1..0) and 2j+1 (3..2)
+    raw[j] = static_cast<uint8_t>(Mxfp4Nibble(e[2 * j], t & 3u) | Mxfp4Nibble(e[2 * j + 1], (t >> 2) & 3u) << 4);
+  }
+  if (n > 0) std::memcpy(raw + n / 2, sm + n / 4, static_cast<size_t>(n / 32));
+}
+
+Status CheckMxfp4Values(const uint8_t* raw, int64_t n) {
+  if (n < 0 || n % 32 != 0)
+    return Status::InvalidArgument(fmt::format("MXFP4 tensor of {} values: not whole blocks of 32", n));
+  const uint8_t* scales = raw + n / 2;
+  for (int64_t g = 0; g < n / 32; ++g) {
+    const uint32_t s = scales[g];
+    if (s == 0xffu)
+      return Status::InvalidArgument(fmt::format(
+          "MXFP4 block {} (values [{}, {})): scale 0xFF is NaN in the OCP MX spec", g, 32 * g, 32 * g + 32));
+    if (s < 253u) continue;
+    // |fp4| * 2^(s-127) >= 2^128 <=> |fp4| >= 2^(255-s): magnitude codes >= 4 (2.0) at 254, >= 6 (4.0) at 253.
+    const uint32_t first_bad_code = s == 254u ? 4u : 6u;
+    for (int64_t j = 0; j < 16; ++j) {
+      const uint32_t byte = raw[16 * g + j];
+      for (const uint32_t v : {byte & 15u, byte >> 4}) {
+        if ((v & 7u) >= first_bad_code)
+          return Status::InvalidArgument(fmt::format(
+              "MXFP4 block {} (values [{}, {})): nibble 0x{:x} at scale {} overflows float32 (|value| >= 2^128)", g,
+              32 * g, 32 * g + 32, v, s));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 uint64_t SmPlaneBytes(DType dtype, int64_t n) {
   if (n <= 0) return 0;
   const auto u = static_cast<uint64_t>(n);
@@ -95,12 +156,14 @@ uint64_t SmPlaneBytes(DType dtype, int64_t n) {
     case DType::kF32: return 3 * u;
     case DType::kF16: return u + 3 * ((u + 7) / 8);
     case DType::kF8E4M3: return (u + 1) / 2;
+    case DType::kMXFP4: return u % 32 == 0 ? u / 4 + u / 32 : 0;
     default: return 0;
   }
 }
 
 bool HasExponentSplit(DType dtype) {
-  return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32 || dtype == DType::kF8E4M3;
+  return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32 || dtype == DType::kF8E4M3 ||
+         dtype == DType::kMXFP4;
 }
 
 int SmBitsPerValue(DType dtype) {
@@ -109,8 +172,17 @@ int SmBitsPerValue(DType dtype) {
     case DType::kF16: return 11;
     case DType::kF32: return 24;
     case DType::kF8E4M3: return 4;
+    case DType::kMXFP4: return 2;
     default: return 0;
   }
+}
+
+double SmPlaneBitsPerValue(DType dtype) {
+  return SmBitsPerValue(dtype) + (dtype == DType::kMXFP4 ? 8.0 / 32.0 : 0.0);
+}
+
+double RawBitsPerValue(DType dtype) {
+  return dtype == DType::kMXFP4 ? 4.0 + 8.0 / 32.0 : 8.0 * DTypeSize(dtype);
 }
 
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t n, int n_shards) {
@@ -153,6 +225,11 @@ void AccumulateHistogram(const uint8_t* data, int64_t n, uint64_t (&histogram)[2
   }
   for (; i < n; ++i) ++h[0][data[i]];
   for (int s = 0; s < 256; ++s) histogram[s] += h[0][s] + h[1][s] + h[2][s] + h[3][s];
+}
+
+void AccumulateMxfp4ScaleHistogram(const uint8_t* raw, int64_t n, uint64_t (&histogram)[256]) {
+  if (n <= 0 || n % 32 != 0) return;
+  AccumulateHistogram(raw + n / 2, n / 32, histogram);
 }
 
 }  // namespace zipmoe

@@ -16,9 +16,18 @@
 //   F8_E4M3 s eeee mmm (OCP FP8 E4M3, DeepSeek-V3 / GLM FP8 checkpoints): e[i] = (x >> 3) & 0xf
 //        SM = ceil(n/2) bytes of 4-bit fields t[i] = (x >> 4 & 8) | (x & 7) (sign, mantissa), value 2j in
 //             the low nibble of byte j, 2j+1 in the high one (0 when n is odd): 4 bits/value.
+//   MXFP4 (OCP MX FP4 E2M1 nibbles s ee m + one E8M0 scale per 32 values; gpt-oss's experts). The raw
+//        tensor of n values (n % 32 == 0; layout in common/dtype.h) is n/2 bytes of nibbles (value 2j in the
+//        low nibble of byte j, 2j+1 in the high one), then n/32 scale bytes.
+//        e[i] = (v >> 1) & 3 (the 2-bit exponent field of value i's nibble v): one byte per value, 0..3
+//        SM = n/4 bytes of 2-bit fields t[i] = (v >> 3) << 1 | (v & 1) (sign in bit 1, mantissa in bit 0),
+//             value i at bits [2(i%4), 2(i%4)+2) of byte i/4 (value 4k in the low bits of byte k), then
+//             the n/32 scale bytes verbatim: n/4 + n/32 bytes, 2.25 bits/value. The scales ride raw in the
+//             SM plane (no E-chunk of their own yet: docs/format.md "MXFP4" says why).
 //
 // Each Merge is the exact inverse of its Split for every bit pattern (NaN payloads, Inf, subnormals,
-// -0; all 65,536 for BF16/F16, all 256 for F8_E4M3). Pure functions; thread-safe; no alignment required.
+// -0; all 65,536 for BF16/F16, all 256 for F8_E4M3, every nibble and scale byte for MXFP4). Pure
+// functions; thread-safe; no alignment required.
 #pragma once
 
 #include <cstdint>
@@ -48,15 +57,38 @@ void SplitF8E4M3(const uint8_t* in, int64_t n, uint8_t* e, uint8_t* sm);
 //   e: [n] uint8, sm: as SplitF8E4M3 -> out: [n] uint8. out = (t & 8) << 4 | (e & 0xf) << 3 | (t & 7).
 void MergeF8E4M3(const uint8_t* e, const uint8_t* sm, int64_t n, uint8_t* out);
 
+//   raw: [n/2 + n/32] bytes, an MXFP4 tensor (blocks, then scales) -> e: [n] uint8 (0..3),
+//   sm: [SmPlaneBytes(kMXFP4, n)] = packed sign|mantissa fields [n/4], then the scales [n/32].
+// n must be a non-negative multiple of 32 (ZM_CHECK: every MXFP4 shape is whole blocks, and
+// ReadManifest refuses records that are not; validate data from elsewhere with CheckMxfp4Values first).
+void SplitMxfp4(const uint8_t* raw, int64_t n, uint8_t* e, uint8_t* sm);
+//   e: [n] uint8 (bits 7..2 ignored), sm: as SplitMxfp4 -> raw: [n/2 + n/32] bytes. Nibble of value i:
+//   (t >> 1) << 3 | (e & 3) << 1 | (t & 1). n as SplitMxfp4.
+void MergeMxfp4(const uint8_t* e, const uint8_t* sm, int64_t n, uint8_t* raw);
+// Checks an MXFP4 tensor of n values (raw as SplitMxfp4) for what has no finite fp32 value: a scale 0xFF
+// (NaN in the OCP MX spec) or a nibble whose value overflows fp32 (|fp4| · 2^(scale-127) >= 2^128: scale
+// 254 with |fp4| >= 2, scale 253 with |fp4| >= 4). The converter calls it before storing a tensor; the
+// kernels do not check (kernels/bf16_gemm.h says what they compute then). Reads the n/32 scales, and the
+// blocks of scales >= 253 only.
+// Errors: kInvalidArgument if n is negative or not a multiple of 32, or naming the first bad block (its
+// index n/32-wise, the scale, and the nibble for an overflow).
+Status CheckMxfp4Values(const uint8_t* raw, int64_t n);
+
 // Bytes of the SM plane of n values of `dtype` (BF16: n, F32: 3n, F16: n + 3·ceil(n/8), F8_E4M3:
-// ceil(n/2)); 0 for n <= 0
-// and for dtypes without an E/SM split (see HasExponentSplit).
+// ceil(n/2), MXFP4: n/4 + n/32); 0 for n <= 0, for MXFP4 when n is not a multiple of 32, and for
+// dtypes without an E/SM split (see HasExponentSplit).
 uint64_t SmPlaneBytes(DType dtype, int64_t n);
-// True for the dtypes the converter splits losslessly: BF16, F16, F32, F8_E4M3.
+// True for the dtypes the converter splits losslessly: BF16, F16, F32, F8_E4M3, MXFP4.
 bool HasExponentSplit(DType dtype);
-// Bits per value of the SM plane (BF16 8, F16 11, F32 24, F8_E4M3 4; 0 otherwise). The entropy bound of the
-// compression ratio is (SmBitsPerValue + H(exponent)) / (8 · DTypeSize).
+// Bits per value of the SM plane's sign|mantissa fields (BF16 8, F16 11, F32 24, F8_E4M3 4, MXFP4 2;
+// 0 otherwise). For every dtype but MXFP4 that is the whole SM plane; MXFP4's also carries the scale
+// bytes, 8/32 bits per value more (SmPlaneBitsPerValue). The entropy bound of the compression ratio is
+// (SmPlaneBitsPerValue + H(exponent)) / RawBitsPerValue.
 int SmBitsPerValue(DType dtype);
+// Bits per value of the whole SM plane for large n: SmBitsPerValue, plus 0.25 (the scales) for MXFP4.
+double SmPlaneBitsPerValue(DType dtype);
+// Bits per value of the raw tensor: 8 · DTypeSize, 4.25 for MXFP4.
+double RawBitsPerValue(DType dtype);
 
 // Element ranges of K shards (E-chunks) over n elements: K contiguous [offset, count) ranges, sizes
 // differing by at most one, larger ones first; K is clamped to [1, max(n,1)].
@@ -64,7 +96,12 @@ std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t n, int n_shards);
 
 // Shannon entropy in bits/symbol of a 256-bin byte histogram (0 for an empty histogram).
 double ShannonEntropyBits(const uint64_t (&histogram)[256]);
-// Adds the byte counts of data[0, n) to `histogram`.
+// Adds the byte counts of data[0, n) to `histogram`. On an E plane: the exponent histogram of any dtype
+// (MXFP4's holds 0..3 only).
 void AccumulateHistogram(const uint8_t* data, int64_t n, uint64_t (&histogram)[256]);
+// Adds the counts of the n/32 E8M0 scale bytes of an MXFP4 tensor of n values (raw as SplitMxfp4; the
+// scales start at raw + n/2) to `histogram`; nothing when n is not a positive multiple of 32. For the
+// compress report's scale entropy (ShannonEntropyBits).
+void AccumulateMxfp4ScaleHistogram(const uint8_t* raw, int64_t n, uint64_t (&histogram)[256]);
 
 }  // namespace zipmoe

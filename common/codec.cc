@@ -3,6 +3,7 @@
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode (experimental, set via setParameter)
 #include "common/codec.h"
 
+#include <fmt/format.h>
 #include <lz4.h>
 #include <lz4hc.h>
 #include <zstd.h>
@@ -234,19 +235,35 @@ Status DecompressChunk(Codec codec, const uint8_t* src, uint64_t stored_bytes, u
 }
 
 uint64_t EChunkStreamBytes(DType dtype, uint64_t count) {
-  return dtype == DType::kF8E4M3 ? (count + 1) / 2 : count;
+  if (dtype == DType::kF8E4M3) return (count + 1) / 2;
+  if (dtype == DType::kMXFP4) return (count + 3) / 4;
+  return count;
 }
+
+namespace {
+
+// Bits per packed exponent field: 4 for F8_E4M3 (two per byte), 2 for MXFP4 (four per byte), 0 = unpacked.
+int PackedFieldBits(DType dtype) { return dtype == DType::kF8E4M3 ? 4 : dtype == DType::kMXFP4 ? 2 : 0; }
+
+}  // namespace
 
 Status CompressEChunk(DType dtype, const CodecOptions& options, const uint8_t* e, uint64_t count,
                       std::vector<uint8_t>* out) {
   const uint8_t* src = e;
   std::vector<uint8_t> packed;
-  if (dtype == DType::kF8E4M3) {
-    packed.resize(EChunkStreamBytes(dtype, count));
-    for (uint64_t j = 0; j < packed.size(); ++j) {
-      const uint32_t lo = e[2 * j] & 0x0fu, hi = 2 * j + 1 < count ? e[2 * j + 1] & 0x0fu : 0u;
-      packed[j] = static_cast<uint8_t>(lo | hi << 4);
+  const int bits = PackedFieldBits(dtype);
+  if (bits != 0) {
+    const uint32_t per_byte = 8 / bits, mask = (1u << bits) - 1;
+    if (dtype == DType::kMXFP4) {  // F8 masks (its planes come from SplitF8E4M3 only); MXFP4 refuses
+      for (uint64_t i = 0; i < count; ++i) {
+        if (e[i] > mask)
+          return Status::InvalidArgument(fmt::format(
+              "MXFP4 E-chunk: exponent field {} at value {} of {} is not a 2-bit value (0..3)", e[i], i, count));
+      }
     }
+    packed.assign(EChunkStreamBytes(dtype, count), 0);
+    for (uint64_t i = 0; i < count; ++i)
+      packed[i / per_byte] |= static_cast<uint8_t>((e[i] & mask) << (bits * (i % per_byte)));
     src = packed.data();
   }
   const uint64_t stream = EChunkStreamBytes(dtype, count);
@@ -258,19 +275,34 @@ Status CompressEChunk(DType dtype, const CodecOptions& options, const uint8_t* e
 
 Status DecompressEChunk(DType dtype, Codec codec, const uint8_t* src, uint64_t stored_bytes, uint8_t* dst,
                         uint64_t count) {
-  if (dtype != DType::kF8E4M3) return DecompressChunk(codec, src, stored_bytes, dst, count);
+  const int bits = PackedFieldBits(dtype);
+  if (bits == 0) return DecompressChunk(codec, src, stored_bytes, dst, count);
   thread_local std::vector<uint8_t> packed;
   packed.resize(EChunkStreamBytes(dtype, count));
   ZM_RETURN_IF_ERROR(DecompressChunk(codec, src, stored_bytes, packed.data(), packed.size()));
-  const uint64_t pairs = count / 2;
-  for (uint64_t j = 0; j < pairs; ++j) {
-    dst[2 * j] = packed[j] & 0x0fu;
-    dst[2 * j + 1] = packed[j] >> 4;
+  const uint64_t per_byte = static_cast<uint64_t>(8 / bits), full = count / per_byte;
+  if (bits == 4) {
+    for (uint64_t j = 0; j < full; ++j) {
+      dst[2 * j] = packed[j] & 0x0fu;
+      dst[2 * j + 1] = packed[j] >> 4;
+    }
+  } else {
+    for (uint64_t j = 0; j < full; ++j) {
+      const uint32_t b = packed[j];
+      dst[4 * j] = b & 3u;
+      dst[4 * j + 1] = (b >> 2) & 3u;
+      dst[4 * j + 2] = (b >> 4) & 3u;
+      dst[4 * j + 3] = b >> 6;
+    }
   }
-  if (count % 2 != 0) {
-    if ((packed[pairs] >> 4) != 0)
-      return Status::Corruption("packed F8_E4M3 E-chunk: the unused nibble after the odd last value is not 0");
-    dst[count - 1] = packed[pairs] & 0x0fu;
+  const uint64_t rest = count - full * per_byte;  // values in the last, partial byte
+  if (rest != 0) {
+    const uint32_t b = packed[full], mask = (1u << bits) - 1;
+    if ((b >> (bits * rest)) != 0)
+      return Status::Corruption(fmt::format("packed {} E-chunk of {} values: the unused fields of the last byte "
+                                            "(0x{:02x}) are not 0",
+                                            DTypeName(dtype), count, b));
+    for (uint64_t i = 0; i < rest; ++i) dst[full * per_byte + i] = static_cast<uint8_t>((b >> (bits * i)) & mask);
   }
   return Status::Ok();
 }

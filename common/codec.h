@@ -58,16 +58,20 @@ Status DecompressChunk(Codec codec, const uint8_t* src, uint64_t stored_bytes, u
 // exponents have 4 bits: they are packed two per byte (value 2j in the low nibble of byte j, a zero
 // high nibble after an odd last value) before the codec and unpacked after it, so the entropy coder
 // sees 8-bit symbols: on block-scaled N(0, 0.02^2) FP8 weights zstd (exponent-plane profile) stores
-// 2.59 bits/value packed against 2.89 unpacked (Shannon 2.55). Other dtypes pass through unchanged.
-// EChunkStreamBytes: bytes the codec sees for `count` values (F8_E4M3: ceil(count / 2), else count).
+// 2.59 bits/value packed against 2.89 unpacked (Shannon 2.55). MXFP4 exponents have 2 bits: they are
+// packed four per byte (value 4j + k at bits [2k, 2k+2) of byte j; the unused fields of a partial last
+// byte are 0), so the coder sees 8-bit symbols as for F8. Other dtypes pass through unchanged.
+// EChunkStreamBytes: bytes the codec sees for `count` values (F8_E4M3: ceil(count / 2), MXFP4:
+// ceil(count / 4), else count). An E-chunk's count need not be a multiple of 4 (or of 32 for MXFP4).
 uint64_t EChunkStreamBytes(DType dtype, uint64_t count);
 // Compresses the `count` exponent bytes at `e` into *out (resized to the stored size).
-// Errors: CompressChunk's.
+// Errors: CompressChunk's; kInvalidArgument for an MXFP4 exponent byte above 3 (naming its index), which
+// SplitMxfp4 never writes (F8_E4M3 bytes are masked to their low nibble instead).
 Status CompressEChunk(DType dtype, const CodecOptions& options, const uint8_t* e, uint64_t count,
                       std::vector<uint8_t>* out);
-// Decodes an E-chunk into `count` exponent bytes at dst. Errors: DecompressChunk's (the stream must
-// decode to exactly EChunkStreamBytes(dtype, count) bytes), kCorruption for a packed F8 chunk whose
-// unused last nibble is not zero.
+// Decodes an E-chunk into `count` exponent bytes at dst (MXFP4: each 0..3). Errors: DecompressChunk's
+// (the stream must decode to exactly EChunkStreamBytes(dtype, count) bytes), kCorruption for a packed
+// F8 or MXFP4 chunk whose unused fields in the last byte are not zero.
 Status DecompressEChunk(DType dtype, Codec codec, const uint8_t* src, uint64_t stored_bytes, uint8_t* dst,
                         uint64_t count);
 

@@ -130,6 +130,7 @@ Status ExpertStore::ReadTensor(const ExpertTensorInfo& t, uint8_t* out) const {
     case DType::kF16: merge(&MergeF16, uint16_t{}); break;
     case DType::kF32: merge(&MergeF32, uint32_t{}); break;
     case DType::kF8E4M3: merge(&MergeF8E4M3, uint8_t{}); break;
+    case DType::kMXFP4: MergeMxfp4(e_plane.data(), sm_plane.data(), n, out); break;  // n % 32 == 0: ReadManifest
     default:
       return Status::Corruption(fmt::format("{}: '{}' (layer {}, expert {}) has dtype {} (no E/SM split)",
                                             experts_path_, t.name, t.layer_id, t.expert_id, DTypeName(t.dtype)));

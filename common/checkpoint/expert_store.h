@@ -58,9 +58,10 @@ class ExpertStore {
   Status ReadTensorBf16(const ExpertTensorInfo& t, uint16_t* out) const;
 
   // ReadTensorBf16 for any split dtype: out: [t.raw_bytes()] bytes, the original tensor in t.dtype
-  // (BF16/F16 as uint16, F32 as uint32, little-endian; any alignment), recovered by
-  // MergeBf16/MergeF16/MergeF32. Same checks and errors as ReadTensorBf16 (chunk sizes per dtype were
-  // checked against the record by ReadManifest).
+  // (BF16/F16 as uint16, F32 as uint32, little-endian; F8_E4M3 bytes; MXFP4 as its blocks then its
+  // scales, common/dtype.h; any alignment), recovered by MergeBf16/MergeF16/MergeF32/MergeF8E4M3/
+  // MergeMxfp4. Same checks and errors as ReadTensorBf16 (chunk sizes per dtype were checked against the
+  // record by ReadManifest).
   Status ReadTensor(const ExpertTensorInfo& t, uint8_t* out) const;
 
  private:

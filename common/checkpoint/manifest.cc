@@ -45,8 +45,11 @@ Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTenso
     return Status::Corruption(
         fmt::format("{}: {}: negative dimension or more than 2^63 elements in its shape", path, Where(t)));
   if (!HasExponentSplit(t.dtype))
-    return Status::Corruption(
-        fmt::format("{}: {}: dtype {} (expected BF16, F16, F32 or F8_E4M3)", path, Where(t), DTypeName(t.dtype)));
+    return Status::Corruption(fmt::format("{}: {}: dtype {} (expected BF16, F16, F32, F8_E4M3 or MXFP4)", path,
+                                          Where(t), DTypeName(t.dtype)));
+  if (t.dtype == DType::kMXFP4 && numel % 32 != 0)
+    return Status::Corruption(fmt::format("{}: {}: MXFP4 tensor of {} elements (not whole blocks of 32)", path,
+                                          Where(t), numel));
   if (t.n_shards < 1 || t.chunks.size() != static_cast<size_t>(t.n_shards) + 1)
     return Status::Corruption(fmt::format("{}: {}: {} chunks for K={} (expected K E-chunks + 1 SM-chunk)", path,
                                           Where(t), t.chunks.size(), t.n_shards));
@@ -118,7 +121,7 @@ int64_t ExpertTensorInfo::numel() const {
 }
 
 uint64_t ExpertTensorInfo::raw_bytes() const {
-  return static_cast<uint64_t>(numel()) * static_cast<uint64_t>(DTypeSize(dtype));
+  return DTypeBytes(dtype, static_cast<uint64_t>(numel()));
 }
 
 uint64_t ExpertTensorInfo::stored_bytes() const {

@@ -57,7 +57,8 @@ struct ExpertTensorInfo {
   int32_t expert_id = 0;
   ExpertProj proj = ExpertProj::kGate;
   std::vector<int64_t> shape;
-  DType dtype = DType::kBF16;       // BF16, F16 or F32; the E/SM planes per dtype: common/bitfield.h
+  DType dtype = DType::kBF16;       // BF16, F16, F32, F8_E4M3 or MXFP4; the E/SM planes per dtype:
+                                    // common/bitfield.h (MXFP4's raw layout: common/dtype.h)
   Codec codec = Codec::kZstd;
   int32_t level = 0;
   int32_t n_shards = 1;             // K
@@ -66,7 +67,7 @@ struct ExpertTensorInfo {
   uint64_t record_xxh64 = 0;        // RecordHash(*this), set by the converter
 
   int64_t numel() const;  // -1 for a negative dimension or a count beyond int64
-  uint64_t raw_bytes() const;       // numel · DTypeSize(dtype): the original tensor's bytes
+  uint64_t raw_bytes() const;       // DTypeBytes(dtype, numel): the original tensor's bytes
   uint64_t stored_bytes() const;    // sum of chunk stored_bytes (no alignment padding)
   uint64_t e_stored_bytes() const;  // E-chunks only
 };
@@ -118,7 +119,8 @@ std::string SerializeManifest(const Manifest& manifest);
 // checksum mismatch (names the first expert tensor whose record hash no longer matches, or says the
 // damage is outside expert records), FlatBuffers verification failure, unknown enum values,
 // chunk fields inconsistent (offset not aligned, E-chunks not covering [0, numel), SM-chunk size not
-// SmPlaneBytes(dtype, numel)), an expert dtype other than BF16/F16/F32 — each naming the tensor.
+// SmPlaneBytes(dtype, numel)), an expert dtype other than BF16/F16/F32/F8_E4M3/MXFP4, an MXFP4 tensor whose
+// element count is not a multiple of 32 — each naming the tensor.
 Result<Manifest> ParseManifest(const std::string& path, const std::string& bytes);
 
 class SafetensorsFile;

@@ -84,9 +84,42 @@ TEST(ManifestDtypeTest, DtypesWithoutASplitAreRejected) {
   auto p = ParseManifest("m.bin", SerializeManifest(WithTensors({t})));
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(p.status().message().find("dtype F64 (expected BF16, F16, F32 or F8_E4M3)"), std::string::npos)
+  EXPECT_NE(p.status().message().find("dtype F64 (expected BF16, F16, F32, F8_E4M3 or MXFP4)"), std::string::npos)
       << p.status().ToString();
   EXPECT_NE(p.status().message().find(t.name), std::string::npos);
+}
+
+// MXFP4 (issue 41): the record round-trips with its SM-chunk of n/4 + n/32 bytes and raw_bytes n/2 + n/32;
+// a wrong SM size or a tensor that is not whole blocks of 32 is refused, naming the tensor.
+TEST(ManifestDtypeTest, Mxfp4RecordsRoundTripAndPartialBlocksAreRefused) {
+  Manifest m = WithTensors({Record(DType::kMXFP4, DType::kMXFP4, 4, 64, 0)});
+  DTypeHistogram h{DType::kMXFP4, {}};
+  h.counts[2] = 256;
+  m.exponent_histograms = {h};
+  auto p = ParseManifest("m.bin", SerializeManifest(m));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const ExpertTensorInfo& t = p->expert_tensors[0];
+  EXPECT_EQ(t.dtype, DType::kMXFP4);
+  EXPECT_EQ(t.chunks.back().raw_bytes, 256u / 4 + 256u / 32);
+  EXPECT_EQ(t.raw_bytes(), 256u / 2 + 256u / 32);
+  ASSERT_EQ(p->exponent_histograms.size(), 1u);
+  EXPECT_EQ(p->exponent_histograms[0].dtype, DType::kMXFP4);
+  EXPECT_EQ(p->exponent_histograms[0].counts, h.counts);
+
+  const ExpertTensorInfo bf16_sized = Record(DType::kMXFP4, DType::kBF16, 4, 64, 0);
+  p = ParseManifest("dir/manifest.bin", SerializeManifest(WithTensors({bf16_sized})));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(p.status().message().find("MXFP4 SM-chunk of 256 elements"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("expected 72"), std::string::npos) << p.status().message();
+
+  const ExpertTensorInfo partial = Record(DType::kMXFP4, DType::kF8E4M3, 3, 16, 0);  // 48 values
+  p = ParseManifest("dir/manifest.bin", SerializeManifest(WithTensors({partial})));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(p.status().message().find("'" + partial.name + "'"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("MXFP4 tensor of 48 elements (not whole blocks of 32)"), std::string::npos)
+      << p.status().message();
 }
 
 TEST(ManifestDtypeTest, Bf16OnlyManifestIsUnchangedByPerDtypeHistograms) {
