@@ -1,6 +1,6 @@
 // CUDA recovery kernels (ZipMoE §3.3 "Memory-Coalesced Tensor Recovery Kernel", §3.1 Fig. 5 ➐) and
 // their launchers: BF16 (the served dtype), then F32 and F16 (lossless FP32/F16 experts, formulas in
-// kernels/recovery.h: F32 reuses the BF16 word recovery for its top halves).
+// kernels/recovery.h: F32 reuses the BF16 word recovery for its top halves), F8_E4M3 and MXFP4.
 //
 // The kernel is memory-bound (4 bytes of traffic and a handful of bit operations per element), so
 // each thread moves 16 elements with one 128-bit load of e, one of sm and two 128-bit stores of out;
@@ -221,6 +221,63 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+// MXFP4: the output word of 8 values from their 8 exponent bytes (e8, little-endian) and their two SM
+// bytes (s16): nibble i = (t_i >> 1) << 3 | e_i << 1 | (t_i & 1), the shifts of RecoverMxfp4Cpu.
+__device__ __forceinline__ uint32_t Mxfp4Word(uint64_t e8, uint32_t s16) {
+  uint64_t x = e8 & 0x0303030303030303ull;
+  x = (x | x >> 4) & 0x00ff00ff00ff00ffull;
+  x = (x | x >> 8) & 0x0000ffff0000ffffull;
+  x = (x | x >> 16) & 0xffffffffull;
+  uint32_t y = s16 & 0xffffu;
+  y = (y | y << 8) & 0x00ff00ffu;
+  y = (y | y << 4) & 0x0f0f0f0fu;
+  y = (y | y << 2) & 0x33333333u;
+  return (y & 0x11111111u) | (y & 0x22222222u) << 2 | static_cast<uint32_t>(x) << 1;
+}
+
+// The n/32 scale bytes after the n/4 SM field bytes, copied after the n/2 bytes of nibbles. Grid-stride
+// from global thread `tid` (shared by both MXFP4 kernels).
+__device__ __forceinline__ void CopyMxfp4Scales(const uint8_t* __restrict__ sm, uint8_t* __restrict__ out, int64_t n,
+                                                int64_t tid, int64_t stride) {
+  for (int64_t g = tid; g < n / 32; g += stride) out[n / 2 + g] = sm[n / 4 + g];
+}
+
+// MXFP4 vector path: 16 values per thread (one uint4 of e, one uint32 of sm, one uint2 of out).
+//   e: [n] uint8 16-aligned, sm: [n/4 + n/32] 4-aligned, out: [n/2 + n/32] 8-aligned; n % 32 == 0.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RecoverMxfp4VecKernel(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm, uint8_t* __restrict__ out,
+                          int64_t n) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = tid; g < n / 16; g += stride) {
+    const uint4 e16 = reinterpret_cast<const uint4*>(e)[g];
+    const uint32_t s32 = reinterpret_cast<const uint32_t*>(sm)[g];  // fields of values 16g .. 16g+15
+    const uint64_t lo = static_cast<uint64_t>(e16.y) << 32 | e16.x, hi = static_cast<uint64_t>(e16.w) << 32 | e16.z;
+    reinterpret_cast<uint2*>(out)[g] = make_uint2(Mxfp4Word(lo, s32), Mxfp4Word(hi, s32 >> 16));
+  }
+  CopyMxfp4Scales(sm, out, n, tid, stride);
+}
+
+// MXFP4 byte path (any alignment): 4 values (one SM byte, two output bytes) per thread. Shapes as above.
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RecoverMxfp4QuadKernel(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm, uint8_t* __restrict__ out,
+                           int64_t n) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t j = tid; j < n / 4; j += stride) {
+    const uint32_t s = sm[j];
+    uint32_t v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t t = (s >> (2 * k)) & 3u;
+      v[k] = (t >> 1) << 3 | (e[4 * j + k] & 3u) << 1 | (t & 1u);
+    }
+    out[2 * j] = static_cast<uint8_t>(v[0] | v[1] << 4);
+    out[2 * j + 1] = static_cast<uint8_t>(v[2] | v[3] << 4);
+  }
+  CopyMxfp4Scales(sm, out, n, tid, stride);
+}
+
 Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
   (void)cudaGetLastError();  // a failed runtime call also sets the (non-sticky) last error; clear it
@@ -400,6 +457,36 @@ Status LaunchRecoverF8E4M3(const uint8_t* e, const uint8_t* sm, uint8_t* out, in
   ZM_RETURN_IF_ERROR(GridBlocks(RecoverF8E4M3PairKernel, (n + 1) / 2, &blocks));
   RecoverF8E4M3PairKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
   return CudaStatus(cudaGetLastError(), "RecoverF8E4M3PairKernel launch");
+}
+
+Status LaunchRecoverMxfp4(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, void* stream) {
+  ZM_RETURN_IF_ERROR(CheckFpLaunch("LaunchRecoverMxfp4", e, sm, out, n, 1));
+  if (n % 32 != 0)
+    return Status::InvalidArgument("LaunchRecoverMxfp4: MXFP4 needs whole blocks of 32 values, got n=" +
+                                   std::to_string(n));
+  if (n == 0) return Status::Ok();
+  const auto s = static_cast<cudaStream_t>(stream);
+  int blocks = 1;
+  if (RecoverMxfp4VectorPathFits(e, sm, out)) {
+    ZM_RETURN_IF_ERROR(GridBlocks(RecoverMxfp4VecKernel, n / 16, &blocks));
+    RecoverMxfp4VecKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+    return CudaStatus(cudaGetLastError(), "RecoverMxfp4VecKernel launch");
+  }
+  ZM_RETURN_IF_ERROR(GridBlocks(RecoverMxfp4QuadKernel, n / 4, &blocks));
+  RecoverMxfp4QuadKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+  return CudaStatus(cudaGetLastError(), "RecoverMxfp4QuadKernel launch");
+}
+
+Status RecoverMxfp4OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, int offset) {
+  ZM_RETURN_IF_ERROR(CheckFpLaunch("RecoverMxfp4OnDevice", e, sm, out, n, 1));
+  if (n % 32 != 0)
+    return Status::InvalidArgument("RecoverMxfp4OnDevice: MXFP4 needs whole blocks of 32 values, got n=" +
+                                   std::to_string(n));
+  const uint64_t count = static_cast<uint64_t>(n);
+  return RunOnDevice(e, sm, out, n, count / 4 + count / 32, count / 2 + count / 32, offset,
+                     [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
+                       return LaunchRecoverMxfp4(d_e, d_sm, d_out, n, nullptr);
+                     });
 }
 
 Status RecoverF8E4M3OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, int offset) {

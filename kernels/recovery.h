@@ -1,6 +1,7 @@
 // Tensor recovery (ZipMoE §3.1 Fig. 5 ➐, §3.3 "Memory-Coalesced Tensor Recovery Kernel"): re-assembles
-// BF16, F32 or F16 values from the exponent plane (decoded E-chunks) and the sign|mantissa plane
-// (SM-chunk). Host API only; no torch, no CUDA headers. Plane layouts per dtype: common/bitfield.h.
+// BF16, F32, F16, F8_E4M3 or MXFP4 values from the exponent plane (decoded E-chunks) and the
+// sign|mantissa plane (SM-chunk). Host API only; no torch, no CUDA headers. Plane layouts per dtype:
+// common/bitfield.h.
 //
 // BF16 (the served dtype), for i in [0, n):
 //   out[i] = (sm[i] & 0x80) << 8 | e[i] << 7 | (sm[i] & 0x7f)
@@ -133,12 +134,23 @@ void RecoverF16Cpu(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n
 // at a time.
 void RecoverF8E4M3Cpu(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n);
 void RecoverF8E4M3Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n);
+// MXFP4 (gpt-oss experts; planes in common/bitfield.h, raw layout in common/dtype.h), for i in [0, n):
+//   t = sm[i / 4] >> 2 (i % 4) & 3,  v = (t >> 1) << 3 | (e[i] & 3) << 1 | (t & 1)
+//   out[i / 2] holds v in its low nibble for even i, in its high one for odd i; then
+//   out[n/2 + g] = sm[n/4 + g] for the n/32 scales g (bytes, never interpreted: 0xFF scales round-trip).
+//   e: [n] uint8 (0..3); sm: [n/4 + n/32] bytes; out: [n/2 + n/32] bytes = the raw MXFP4 tensor.
+// n must be a non-negative multiple of 32 (ZM_CHECK; RecoverCpu and LaunchRecoverMxfp4 return
+// kInvalidArgument instead). The fast path takes 8 values (two SM bytes, one 4-byte word of out) per
+// step with shifts and masks; the reference one value at a time (MergeMxfp4's formula).
+void RecoverMxfp4Cpu(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n);
+void RecoverMxfp4Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n);
 
 // The CPU fast path of `dtype`, chosen once per call (the per-value loops have no dtype branch):
-// RecoverBf16Cpu, RecoverF16Cpu, RecoverF32Cpu or RecoverF8E4M3Cpu.
-//   e: [n] uint8; sm: [SmPlaneBytes(dtype, n)] bytes (common/bitfield.h); out: [n · DTypeSize(dtype)]
+// RecoverBf16Cpu, RecoverF16Cpu, RecoverF32Cpu, RecoverF8E4M3Cpu or RecoverMxfp4Cpu.
+//   e: [n] uint8; sm: [SmPlaneBytes(dtype, n)] bytes (common/bitfield.h); out: [DTypeBytes(dtype, n)]
 //   bytes, any alignment; out must not overlap e or sm.
-// Errors: kInvalidArgument naming the dtype when it has no E/SM split (nothing written).
+// Errors: kInvalidArgument naming the dtype when it has no E/SM split, or for MXFP4 when n is not a
+// multiple of 32 (nothing written).
 Status RecoverCpu(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, int64_t n);
 
 // GPU recovery (kernels/recovery.cu). Grid-stride, coalesced: a thread recovers 4 F32 values (4-byte
@@ -158,6 +170,12 @@ Status LaunchRecoverF16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int6
 // (RecoverF8E4M3VectorPathFits), else a pair of values (one SM byte) per thread. As above otherwise.
 Status LaunchRecoverF8E4M3(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, void* stream);
 bool RecoverF8E4M3VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8_t* out, int64_t n);
+// MXFP4 (kernels/recovery.cu): a thread recovers 16 values (one 16-byte load of e, one 4-byte load of sm,
+// one 8-byte store) when e ≡ 0 (mod 16), sm ≡ 0 (mod 4) and out ≡ 0 (mod 8) (RecoverMxfp4VectorPathFits),
+// else 4 values (one SM byte, two output bytes) per thread; the n/32 scale bytes are copied by the same
+// launch. Errors as above, and kInvalidArgument when n is not a multiple of 32.
+Status LaunchRecoverMxfp4(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, void* stream);
+bool RecoverMxfp4VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8_t* out);
 // True when LaunchRecoverF32 / LaunchRecoverF16 take their vector path for these pointers (pure
 // address arithmetic; usable without CUDA).
 bool RecoverF32VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint32_t* out, int64_t n);
@@ -171,5 +189,6 @@ bool RecoverF16VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint16_
 Status RecoverF32OnDevice(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n, int offset = 0);
 Status RecoverF16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, int offset = 0);
 Status RecoverF8E4M3OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, int offset = 0);
+Status RecoverMxfp4OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, int offset = 0);
 
 }  // namespace zipmoe::kernels

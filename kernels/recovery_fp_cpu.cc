@@ -1,5 +1,6 @@
-// CPU fast paths for F32 and F16 recovery (ZipMoE §3.3 applied to lossless FP32/F16 experts; the
-// no-GPU counterpart of LaunchRecoverF32/F16). Formulas and plane layouts: kernels/recovery.h.
+// CPU fast paths for F32, F16, F8_E4M3 and MXFP4 recovery (ZipMoE §3.3 applied to lossless FP32/F16/FP8/
+// MXFP4 experts; the no-GPU counterpart of LaunchRecoverF32/F16/...). Formulas and plane layouts:
+// kernels/recovery.h.
 //
 // F32 works in fixed blocks of 16 elements over byte loads that the compiler turns into vector loads,
 // shifts and interleaves (no intrinsics: the top half is the BF16 formula, the bottom half a copy).
@@ -82,6 +83,25 @@ void RecoverF8E4M3Cpu(const uint8_t* __restrict e, const uint8_t* __restrict sm,
   }
 }
 
+void RecoverMxfp4Cpu(const uint8_t* __restrict e, const uint8_t* __restrict sm, uint8_t* __restrict out, int64_t n) {
+  ZM_CHECK(n >= 0 && n % 32 == 0) << "MXFP4 tensors hold whole blocks of 32 values, got n=" << n;
+  for (int64_t g = 0; g < n / 8; ++g) {  // values 8g..8g+7 -> out bytes 4g..4g+3
+    uint64_t x;
+    std::memcpy(&x, e + 8 * g, sizeof x);  // byte i = exponent field of value 8g + i (little-endian hosts)
+    x &= 0x0303030303030303ull;
+    x = (x | x >> 4) & 0x00ff00ff00ff00ffull;  // nibble i = field i: pairs, then quads, then all eight
+    x = (x | x >> 8) & 0x0000ffff0000ffffull;
+    x = (x | x >> 16) & 0xffffffffull;
+    uint32_t y = sm[2 * g] | static_cast<uint32_t>(sm[2 * g + 1]) << 8;  // eight 2-bit sign|mantissa fields
+    y = (y | y << 8) & 0x00ff00ffu;  // spread to nibbles: field i at bits 4i, 4i+1
+    y = (y | y << 4) & 0x0f0f0f0fu;
+    y = (y | y << 2) & 0x33333333u;
+    const uint32_t w = (y & 0x11111111u) | (y & 0x22222222u) << 2 | static_cast<uint32_t>(x) << 1;
+    std::memcpy(out + 4 * g, &w, sizeof w);  // nibble i of w = value 8g + i: low nibble first per byte
+  }
+  if (n > 0) std::memcpy(out + n / 2, sm + n / 4, static_cast<size_t>(n / 32));  // the scales
+}
+
 Status RecoverCpu(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, int64_t n) {
   // RecoverBf16Cpu / RecoverF16Cpu / RecoverF32Cpu take any alignment; the casts only name the type.
   switch (dtype) {
@@ -89,6 +109,11 @@ Status RecoverCpu(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, i
     case DType::kF16: RecoverF16Cpu(e, sm, static_cast<uint16_t*>(out), n); return Status::Ok();
     case DType::kF32: RecoverF32Cpu(e, sm, static_cast<uint32_t*>(out), n); return Status::Ok();
     case DType::kF8E4M3: RecoverF8E4M3Cpu(e, sm, static_cast<uint8_t*>(out), n); return Status::Ok();
+    case DType::kMXFP4:
+      if (n < 0 || n % 32 != 0)
+        return Status::InvalidArgument("RecoverCpu: MXFP4 needs whole blocks of 32 values, got n=" + std::to_string(n));
+      RecoverMxfp4Cpu(e, sm, static_cast<uint8_t*>(out), n);
+      return Status::Ok();
     default:
       return Status::InvalidArgument(std::string("RecoverCpu: dtype ") + DTypeName(dtype) + " has no E/SM split");
   }

@@ -1,4 +1,4 @@
-// Host side of BF16/F32/F16 recovery (ZipMoE §3.3): the scalar references, the GPU kernel-path
+// Host side of BF16/F32/F16/F8_E4M3/MXFP4 recovery (ZipMoE §3.3): the scalar references, the GPU kernel-path
 // selection (pure address arithmetic, shared by recovery.cu and the host tests), and the no-CUDA stubs.
 #include "common/bitfield.h"
 #include "kernels/recovery.h"
@@ -77,6 +77,25 @@ void RecoverF8E4M3Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, i
   }
 }
 
+void RecoverMxfp4Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n) {
+  ZM_CHECK(n >= 0 && n % 32 == 0) << "MXFP4 tensors hold whole blocks of 32 values, got n=" << n;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t t = (sm[i / 4] >> (2 * (i % 4))) & 3u;
+    const uint32_t v = (t >> 1) << 3 | (e[i] & 3u) << 1 | (t & 1u);
+    if (i % 2 == 0) {
+      out[i / 2] = static_cast<uint8_t>(v);
+    } else {
+      out[i / 2] = static_cast<uint8_t>(out[i / 2] | v << 4);
+    }
+  }
+  for (int64_t g = 0; g < n / 32; ++g) out[n / 2 + g] = sm[n / 4 + g];
+}
+
+bool RecoverMxfp4VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8_t* out) {
+  return reinterpret_cast<uintptr_t>(e) % 16 == 0 && reinterpret_cast<uintptr_t>(sm) % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(out) % 8 == 0;
+}
+
 #ifndef ZIPMOE_HAVE_CUDA
 bool BuiltWithCuda() { return false; }
 int CudaDeviceCount() { return 0; }
@@ -103,6 +122,12 @@ Status LaunchRecoverF8E4M3(const uint8_t*, const uint8_t*, uint8_t*, int64_t, vo
 }
 Status RecoverF8E4M3OnDevice(const uint8_t*, const uint8_t*, uint8_t*, int64_t, int) {
   return Status::Unavailable("RecoverF8E4M3OnDevice: zipmoe was built without CUDA");
+}
+Status LaunchRecoverMxfp4(const uint8_t*, const uint8_t*, uint8_t*, int64_t, void*) {
+  return Status::Unavailable("LaunchRecoverMxfp4: zipmoe was built without CUDA");
+}
+Status RecoverMxfp4OnDevice(const uint8_t*, const uint8_t*, uint8_t*, int64_t, int) {
+  return Status::Unavailable("RecoverMxfp4OnDevice: zipmoe was built without CUDA");
 }
 #endif
 
