@@ -20,6 +20,13 @@ constexpr std::string_view kDeepSeekOpen = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kDeepSeekClose = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
 constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
+constexpr std::string_view kHarmonyStart = "<|start|>";
+constexpr std::string_view kHarmonyChannel = "<|channel|>";
+constexpr std::string_view kHarmonyMessage = "<|message|>";
+constexpr std::string_view kHarmonyEnd = "<|end|>";
+constexpr std::string_view kHarmonyReturn = "<|return|>";
+constexpr std::string_view kHarmonyCall = "<|call|>";
+constexpr std::string_view kHarmonyConstrain = "<|constrain|>";
 constexpr std::string_view kArgKey = "<arg_key>";
 constexpr std::string_view kArgKeyEnd = "</arg_key>";
 constexpr std::string_view kArgValue = "<arg_value>";
@@ -47,6 +54,7 @@ ToolMarkers MarkersOf(ToolCallSyntax s) {
     case ToolCallSyntax::kQwenXml: return {kHermesOpen, kHermesClose, {}};
     case ToolCallSyntax::kDeepSeek: return {kDeepSeekOpen, kDeepSeekClose, {kDeepSeekCallsBegin, kDeepSeekCallsEnd}};
     case ToolCallSyntax::kMistral: return {kMistralOpen, "", {}};
+    case ToolCallSyntax::kHarmony:
     case ToolCallSyntax::kNone: break;
   }
   return {};
@@ -100,6 +108,11 @@ bool IsBlank(std::string_view s) { return Trim(s).empty(); }
 
 ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view rendered_prompt) {
   ChatSyntax s;
+  if (chat_template.find(kHarmonyChannel) != std::string_view::npos) {
+    s.harmony = true;
+    s.tool_calls = ToolCallSyntax::kHarmony;
+    return s;
+  }
   s.reasoning = chat_template.find(kThinkClose) != std::string_view::npos;
   if (chat_template.find(kDeepSeekOpen) != std::string_view::npos) {
     s.tool_calls = ToolCallSyntax::kDeepSeek;
@@ -127,14 +140,19 @@ std::vector<std::string> ChatSyntaxMarkers(const ChatSyntax& syntax) {
       m.insert(m.end(), {kDeepSeekCallsBegin, kDeepSeekCallsEnd, kDeepSeekOpen, kDeepSeekClose, kDeepSeekSep});
       break;
     case ToolCallSyntax::kMistral: m.push_back(kMistralOpen); break;
+    case ToolCallSyntax::kHarmony: break;
     case ToolCallSyntax::kNone: break;
   }
+  if (syntax.harmony)
+    m.insert(m.end(), {kHarmonyStart, kHarmonyChannel, kHarmonyMessage, kHarmonyEnd, kHarmonyReturn, kHarmonyCall,
+                       kHarmonyConstrain});
   return std::vector<std::string>(m.begin(), m.end());
 }
 
 ChatOutputParser::ChatOutputParser(ChatSyntax syntax, std::string id_prefix)
     : syntax_(syntax), id_prefix_(std::move(id_prefix)) {
   if (syntax_.starts_in_reasoning) state_ = State::kReasoning;
+  if (syntax_.harmony) state_ = State::kHeader;  // the prompt's <|start|>assistant opened it
 }
 
 ChatDelta ChatOutputParser::Push(std::string_view text) {
@@ -270,6 +288,11 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
       }
       break;
     }
+    case ToolCallSyntax::kHarmony: {  // body = the arguments object; the name came with the header
+      const json args = ParseObject(body);
+      if (args.is_discarded() || !add(recipient_.substr(std::string_view("functions.").size()), args)) return false;
+      break;
+    }
     case ToolCallSyntax::kNone: return false;
   }
   for (ParsedToolCall& c : calls) {
@@ -280,7 +303,92 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
   return true;
 }
 
+namespace {
+
+// The word after `key` in a Harmony header ("analysis" of "<|channel|>analysis", "functions.f" of
+// "to=functions.f"): up to a space or the next special token.
+std::string HeaderField(std::string_view header, std::string_view key) {
+  const size_t p = header.find(key);
+  if (p == std::string_view::npos) return "";
+  std::string_view rest = header.substr(p + key.size());
+  while (!rest.empty() && IsSpace(rest.front())) rest.remove_prefix(1);
+  size_t end = 0;
+  while (end < rest.size() && !IsSpace(rest[end]) && rest[end] != '<') ++end;
+  return std::string(rest.substr(0, end));
+}
+
+}  // namespace
+
+// A message's end: a call's body becomes the tool call (or, if it is not a JSON object, content as written).
+void ChatOutputParser::EndHarmonyMessage(ChatDelta* out) {
+  if (!recipient_.empty()) {
+    if (!ParseCall(call_body_, out)) EmitContent(call_body_, out);
+  }
+  header_.clear();
+  channel_.clear();
+  recipient_.clear();
+  call_body_.clear();
+  state_ = State::kHeader;
+}
+
+void ChatOutputParser::RunHarmony(bool final, ChatDelta* out) {
+  for (;;) {
+    if (state_ == State::kHeader) {
+      const size_t p = buf_.find(kHarmonyMessage);
+      if (p == std::string::npos) {
+        if (!final) return;
+        EmitContent(header_ + buf_, out);  // a header never finished: the text as written
+        header_.clear();
+        buf_.clear();
+        return;
+      }
+      header_ += buf_.substr(0, p);
+      buf_.erase(0, p + kHarmonyMessage.size());
+      // A new message may repeat <|start|>ROLE before its channel.
+      const size_t start = header_.rfind(kHarmonyStart);
+      if (start != std::string::npos) header_.erase(0, start + kHarmonyStart.size());
+      channel_ = HeaderField(header_, kHarmonyChannel);
+      const std::string to = HeaderField(header_, "to=");
+      recipient_ = to.rfind("functions.", 0) == 0 && to.size() > std::string_view("functions.").size() ? to : "";
+      state_ = State::kBody;
+      skip_space_ = false;
+      continue;
+    }
+    // kBody: up to the earliest terminator.
+    size_t best = std::string::npos, len = 0;
+    for (std::string_view m : {kHarmonyEnd, kHarmonyReturn, kHarmonyCall, kHarmonyStart}) {
+      const size_t p = buf_.find(m);
+      if (p != std::string::npos && p < best) best = p, len = m.size();
+    }
+    size_t take = best;
+    if (best == std::string::npos) {
+      size_t keep = 0;
+      if (!final)
+        for (std::string_view m : {kHarmonyEnd, kHarmonyReturn, kHarmonyCall, kHarmonyStart})
+          keep = std::max(keep, PartialSuffix(buf_, m));
+      take = buf_.size() - keep;
+    }
+    const std::string_view text = std::string_view(buf_).substr(0, take);
+    if (!recipient_.empty()) {
+      call_body_.append(text);
+    } else if (channel_ == "analysis") {
+      out->reasoning.append(text);
+    } else {
+      EmitContent(text, out);
+    }
+    if (best == std::string::npos) {
+      buf_.erase(0, take);
+      if (final) EndHarmonyMessage(out);
+      return;
+    }
+    const bool next_message = std::string_view(buf_).substr(best, len) == kHarmonyStart;
+    buf_.erase(0, best + (next_message ? 0 : len));  // <|start|> begins the next header
+    EndHarmonyMessage(out);
+  }
+}
+
 void ChatOutputParser::Run(bool final, ChatDelta* out) {
+  if (syntax_.harmony) return RunHarmony(final, out);
   const ToolMarkers tools = MarkersOf(syntax_.tool_calls);
   for (;;) {
     if (state_ == State::kContent) {

@@ -17,6 +17,14 @@
 //                           <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜> too)
 //               kMistral    [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] to the end of the output
 //                           (Mistral/Mixtral v3 templates)
+//   Harmony     gpt-oss (templates with <|channel|>): the output is messages HEADER<|message|>BODY ended by
+//               <|end|>, <|return|> or <|call|> (or the end of the output), the next one opened by
+//               <|start|>; the header names the channel (<|channel|>analysis / final / commentary) and
+//               an optional recipient (to=functions.NAME, before or after the channel, a <|constrain|>
+//               format after it). analysis -> reasoning, final -> content, a message to functions.NAME
+//               -> a tool call NAME with the body as its arguments (a JSON object), commentary without
+//               a recipient (a preamble) -> content. The prompt's <|start|>assistant opened the first
+//               header (OpenAI's Harmony format; gpt-oss's chat template).
 // A call whose body does not parse stays in `content` as the model wrote it, so nothing is lost.
 // Arguments are handed on as JSON text (OpenAI's `function.arguments` string).
 //
@@ -32,13 +40,14 @@
 
 namespace zipmoe::api {
 
-enum class ToolCallSyntax { kNone, kHermes, kQwenXml, kDeepSeek, kMistral };
+enum class ToolCallSyntax { kNone, kHermes, kQwenXml, kDeepSeek, kMistral, kHarmony };
 
 struct ChatSyntax {
   bool reasoning = false;            // <think> ... </think>
   bool starts_in_reasoning = false;  // the prompt ended inside an open <think>
   ToolCallSyntax tool_calls = ToolCallSyntax::kNone;
-  bool active() const { return reasoning || tool_calls != ToolCallSyntax::kNone; }
+  bool harmony = false;              // gpt-oss's channels (reasoning and tool calls in its own way)
+  bool active() const { return reasoning || harmony || tool_calls != ToolCallSyntax::kNone; }
 };
 
 // True when `s` holds only JSON/ASCII whitespace (' ', '\n', '\t', '\r'), or nothing.
@@ -80,8 +89,10 @@ class ChatOutputParser {
   int tool_call_count() const { return calls_; }
 
  private:
-  enum class State { kContent, kReasoning, kToolCall };
+  enum class State { kContent, kReasoning, kToolCall, kHeader, kBody };
   void Run(bool final, ChatDelta* out);
+  void RunHarmony(bool final, ChatDelta* out);
+  void EndHarmonyMessage(ChatDelta* out);
   void EmitContent(std::string_view text, ChatDelta* out);
   bool ParseCall(std::string_view body, ChatDelta* out);
 
@@ -92,6 +103,8 @@ class ChatOutputParser {
   std::string pending_space_;  // whitespace after a tool call, kept until other content follows
   bool skip_space_ = false;    // drop the whitespace that follows </think>
   int calls_ = 0;
+  // Harmony: the current message's header text, channel and recipient, a called tool's body so far.
+  std::string header_, channel_, recipient_, call_body_;
 };
 
 }  // namespace zipmoe::api

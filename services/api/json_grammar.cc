@@ -346,6 +346,13 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::WithFreeTextBefore(std::shared_p
   return copy;
 }
 
+std::shared_ptr<const JsonGrammar> JsonGrammar::WithPrefix(std::shared_ptr<const JsonGrammar> grammar,
+                                                           const std::string& prefix) {
+  auto copy = std::make_shared<JsonGrammar>(*grammar);
+  for (Alternative& a : copy->alternatives_) a.prefix = prefix + a.prefix;
+  return copy;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Matching
 

@@ -116,6 +116,9 @@ class JsonGrammar {
   // free_until is empty).
   static std::shared_ptr<const JsonGrammar> WithFreeTextBefore(std::shared_ptr<const JsonGrammar> grammar,
                                                                std::string free_until);
+  // `grammar` with `prefix` written before each alternative's own prefix (a copy).
+  static std::shared_ptr<const JsonGrammar> WithPrefix(std::shared_ptr<const JsonGrammar> grammar,
+                                                       const std::string& prefix);
   struct Alternative {
     std::string prefix, suffix;
     int32_t root = 0;

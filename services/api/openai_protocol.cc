@@ -190,7 +190,8 @@ std::string FreeTextBefore(const ChatSyntax& syntax) { return syntax.starts_in_r
 //   Mistral         [TOOL_CALLS][{"name": N, "arguments": {...}}]
 //   DeepSeek-V3/R1  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
 //   DeepSeek-V3.1   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
-// (DeepSeek's name sits in the frame: one alternative per tool). GLM-4.5's <arg_key>/<arg_value> and
+//   Harmony         <|channel|>commentary to=functions.N <|constrain|>json<|message|>{...} then <|call|> (an EOS id)
+// (DeepSeek's and Harmony's name sits in the frame: one alternative per tool). GLM-4.5's <arg_key>/<arg_value> and
 // Qwen3-Coder's <parameter=...> are not JSON and are refused by name.
 bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string& source, CompletionRequest* out,
                     ApiError* err) {
@@ -222,7 +223,11 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string&
   }
   if (chosen.empty()) return bad(fmt::format("no tool is named '{}'", Clip(wanted)));
   std::vector<JsonGrammar::Framing> framings;
-  if (syntax == ToolCallSyntax::kDeepSeek) {
+  if (syntax == ToolCallSyntax::kHarmony) {  // a message to functions.NAME; <|call|> (an EOS id) ends it
+    for (auto& [name, params] : chosen)
+      framings.push_back(
+          {std::move(params), "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>", ""});
+  } else if (syntax == ToolCallSyntax::kDeepSeek) {
     // V3/R1 write the type and a ```json fence; V3.1 the name right after the call's begin marker.
     const bool fenced = source.find("```json") != std::string::npos;
     for (auto& [name, params] : chosen) {
@@ -362,7 +367,10 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
   out->chat_syntax = DetectChatSyntax(source, *text);
   if (tool_choice_none) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
-  if (out->grammar != nullptr) {
+  if (out->grammar != nullptr && out->chat_syntax.harmony) {
+    // response_format on gpt-oss: the JSON is the final channel's message, written at once.
+    out->grammar = JsonGrammar::WithPrefix(out->grammar, "<|channel|>final<|message|>");
+  } else if (out->grammar != nullptr) {
     // response_format: the JSON is all content; a thinking model reasons first (free text up to
     // its </think>), and that part goes to reasoning_content.
     out->chat_syntax.tool_calls = ToolCallSyntax::kNone;

@@ -2,7 +2,9 @@
 // template family's markers, whole and split at every byte (streaming must give the same result).
 #include "services/api/chat_output_parser.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -205,6 +207,58 @@ TEST(ChatOutputParser, TextAfterACallIsKept) {
   EXPECT_EQ(d.content, "\n\nDone.");
   EXPECT_EQ(Parse(Syntax(false, ToolCallSyntax::kHermes), "<tool_call>{\"name\": \"f\"}</tool_call>\n\n").content, "");
   ExpectSameWhenStreamed(Syntax(false, ToolCallSyntax::kHermes), text);
+}
+
+// gpt-oss's Harmony channels: analysis -> reasoning, final -> content, a message to functions.NAME
+// -> a tool call (recipient before or after the channel), a preamble on commentary -> content; the
+// stop token may or may not reach the text; streamed byte by byte the same.
+TEST(ChatOutputParser, HarmonyChannelsAndCalls) {
+  const ChatSyntax h = DetectChatSyntax("{{ '<|start|>assistant<|channel|>final<|message|>' }}", "<|start|>assistant");
+  ASSERT_TRUE(h.harmony);
+  EXPECT_EQ(h.tool_calls, ToolCallSyntax::kHarmony);
+  const std::vector<std::string> markers = ChatSyntaxMarkers(h);
+  EXPECT_NE(std::find(markers.begin(), markers.end(), "<|channel|>"), markers.end());
+
+  const std::string answer =
+      "<|channel|>analysis<|message|>User greets. Reply.<|end|><|start|>assistant<|channel|>final<|message|>Hello "
+      "<there>!<|return|>";
+  ChatDelta d = Parse(h, answer);
+  EXPECT_EQ(d.reasoning, "User greets. Reply.");
+  EXPECT_EQ(d.content, "Hello <there>!");
+  EXPECT_TRUE(d.tool_calls.empty());
+  ExpectSameWhenStreamed(h, answer);
+  // Without the stop token in the text (an EOS is not detokenized).
+  EXPECT_EQ(Parse(h, "<|channel|>final<|message|>Hi").content, "Hi");
+
+  const std::string call =
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>";
+  d = Parse(h, call);
+  EXPECT_EQ(d.reasoning, "Need weather.");
+  EXPECT_EQ(d.content, "");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(d.tool_calls[0].arguments), json({{"city", "Paris"}}));
+  EXPECT_EQ(d.tool_calls[0].id, "call_0");
+  ExpectSameWhenStreamed(h, call);
+  // The recipient in the role part; <|call|> not in the text; a preamble first.
+  d = Parse(h, "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.f<|channel|>commentary "
+               "json<|message|>{}");
+  EXPECT_EQ(d.content, "Checking.");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "f");
+  EXPECT_EQ(d.tool_calls[0].arguments, "{}");
+  // A body that is not a JSON object stays as written; a header never finished too.
+  d = Parse(h, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>not json<|call|>");
+  EXPECT_TRUE(d.tool_calls.empty());
+  EXPECT_EQ(d.content, "not json");
+  EXPECT_EQ(Parse(h, "<|channel|>fin").content, "<|channel|>fin");
+  // With tool_choice none the parser keeps the channels but makes no calls.
+  ChatSyntax none = h;
+  none.tool_calls = ToolCallSyntax::kNone;
+  d = Parse(none, call);
+  EXPECT_TRUE(d.tool_calls.empty());
+  EXPECT_EQ(d.reasoning, "Need weather.");
 }
 
 }  // namespace

@@ -330,6 +330,17 @@ TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) 
   EXPECT_EQ(r.chat_syntax.tool_calls, ToolCallSyntax::kNone);
   EXPECT_TRUE(accepts(r, "Think {not json} first.</think>\n{\"a\": 1}"));
   EXPECT_FALSE(accepts(r, "{\"a\": 1}"));
+  // gpt-oss's Harmony: a forced call is a message to functions.NAME (its <|call|> is an EOS id); a JSON
+  // answer is the final channel's message.
+  const std::string harmony = plain + "{# <|channel|>final<|message|> #}<|start|>assistant";
+  ASSERT_TRUE(parse(harmony, named, &r, &e)) << e.message;
+  EXPECT_TRUE(r.chat_syntax.harmony);
+  EXPECT_TRUE(accepts(r, "<|channel|>commentary to=functions.weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}"));
+  EXPECT_FALSE(accepts(r, "<|channel|>final<|message|>{\"city\": \"Oslo\"}"));
+  ASSERT_TRUE(parse(harmony, {{"response_format", {{"type", "json_object"}}}}, &r, &e)) << e.message;
+  EXPECT_TRUE(r.chat_syntax.harmony);
+  EXPECT_TRUE(accepts(r, "<|channel|>final<|message|>{\"a\": 1}"));
+  EXPECT_FALSE(accepts(r, "{\"a\": 1}"));
   // Without the open <think> the JSON is the whole answer, as before.
   ASSERT_TRUE(parse(plain + "{# </think> #}", {{"response_format", {{"type", "json_object"}}}}, &r, &e)) << e.message;
   EXPECT_FALSE(r.chat_syntax.active());
