@@ -17,6 +17,7 @@ struct Avx2 {
   using Vec = Acc;
   static constexpr int kGemvRows = 1;
   static constexpr int kGemvRowsF8 = 2;
+  static constexpr int kGemvRowsMxfp4 = 2;
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 3;
 
@@ -41,6 +42,26 @@ struct Avx2 {
     const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, mag_mask), mag_mask);
     h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7e00), nan);
     return _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)), scale);
+  }
+
+  // MXFP4: the 8 E2M1 magnitudes times the block's scale (exact products, or the overflow's inf), looked
+  // up by the nibbles' low 3 bits with vpermps; the sign (bit 3) is then moved to bit 31 and xored in:
+  // -(|v| * s) is (-|v|) * s bit for bit.
+  using Fp4Table = __m256;
+  static Fp4Table MakeFp4Table(float scale) {
+    return _mm256_mul_ps(_mm256_loadu_ps(gemm_tile::kFp4Values), _mm256_set1_ps(scale));
+  }
+  static __m256 Mxfp4x8(__m128i nibble_bytes, __m256 table) {
+    const __m256i idx = _mm256_cvtepu8_epi32(nibble_bytes);
+    const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(idx, 28), _mm256_castps_si256(_mm256_set1_ps(-0.0f)));
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(sign));
+  }
+  static Vec LoadMxfp4(const uint8_t* p, __m256 table) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // 8 bytes: 16 nibbles
+    // Byte 2j = p[j] (its low nibble: column 2j), byte 2j+1 = p[j] >> 4 (column 2j+1); bits above the
+    // nibble come from the neighbouring byte and are shifted out or masked.
+    const __m128i nibbles = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));
+    return {Mxfp4x8(nibbles, table), Mxfp4x8(_mm_unpackhi_epi64(nibbles, nibbles), table)};
   }
 
   static void Store(float* p, const Vec& v) {

@@ -18,6 +18,7 @@ struct Avx512 {
   using Vec = __m512;
   static constexpr int kGemvRows = 1;
   static constexpr int kGemvRowsF8 = 2;
+  static constexpr int kGemvRowsMxfp4 = 2;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 4;
 
@@ -61,6 +62,19 @@ struct Avx512 {
     const __m512i h = HalfBits(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
     *w0 = Scaled(_mm512_castsi512_si256(h), scale);
     *w1 = Scaled(_mm512_extracti64x4_epi64(h, 1), scale);
+  }
+  // MXFP4: the 16 signed E2M1 values times the block's scale (exact products, or the overflow's inf),
+  // looked up by nibble with one vpermps (it reads index bits 3..0 only).
+  using Fp4Table = __m512;
+  static Fp4Table MakeFp4Table(float scale) {
+    return _mm512_mul_ps(_mm512_loadu_ps(gemm_tile::kFp4Values), _mm512_set1_ps(scale));
+  }
+  static Vec LoadMxfp4(const uint8_t* p, Fp4Table table) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // 8 bytes: 16 nibbles
+    // Byte 2j = p[j] (its low nibble: column 2j), byte 2j+1 = p[j] >> 4 (column 2j+1; the bits above
+    // come from p[j+1] and are ignored by the permute).
+    const __m128i nibbles = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));
+    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(nibbles), table);
   }
   static Acc Fma(Vec w, Vec x, Acc acc) { return _mm512_fmadd_ps(w, x, acc); }
   static float Reduce(Acc acc) {

@@ -9,10 +9,14 @@
 //   V::LoadF8(const uint8_t* p, float scale)    16 FP8 E4M3 weights decoded exactly, times `scale`
 //                            (one fp32 multiplication each: GemmWeights' FP8 formula)
 //   V::LoadF8x2(p, scale, &w0, &w1)             32 of them (columns k..k+15, k+16..k+31), one block
-//   V::Store(float* p, Vec v)                    16 floats to p (FP8 batches dequantize a tile once)
+//   V::Store(float* p, Vec v)                    16 floats to p (FP8 / MXFP4 batches dequantize a tile once)
+//   V::Fp4Table, V::MakeFp4Table(float scale)   what LoadMxfp4 needs for one 32-column block of scale `scale`
+//                            (the 16 E2M1 values times the scale: one fp32 multiplication each, exact)
+//   V::LoadMxfp4(const uint8_t* p, table)       16 MXFP4 weights from 8 bytes (column 2j: low nibble of p[j])
 //   V::Fma(w, x, acc)        acc + w * x per lane, one rounding
 //   V::Reduce(acc)           the fixed tree of bf16_gemm.h: lanes j + j+8, then j + j+4, j + j+2, j + j+1
 //   kGemvRowsF8              the same for FP8 weights (more rows: FMA latency, not memory, bounds them)
+//   kGemvRowsMxfp4           the same for MXFP4 weights
 //   kGemvRows                rows per tile when tokens are computed one by one (decode); x86: 1,
 //                            measured fastest (issue 35): each row is one stream, the next row prefetched
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
@@ -28,7 +32,7 @@
 namespace zipmoe::kernels::gemm_tile {
 
 // How the weights are stored (GemmWeights).
-enum class Encoding { kBf16, kF32, kPlanes, kF8 };
+enum class Encoding { kBf16, kF32, kPlanes, kF8, kMxfp4 };
 
 // FP8 E4M3 -> float32, exact, from bits and builtins only (common/dtype.h F8E4M3ToFloat's formula).
 inline float F8ToFloat(uint32_t b) {
@@ -45,12 +49,32 @@ inline float F8ToFloat(uint32_t b) {
   return (b & 0x80u) != 0 ? -v : v;
 }
 
+// E8M0 scale code -> float32 (common/dtype.h E8M0ToFloat): the exponent field `code` for 1..254, 2^-127
+// (a subnormal: 2^22 units of 2^-149) for 0, the quiet NaN for 0xFF.
+inline float Mxfp4Scale(uint32_t code) {
+  uint32_t bits = code << 23;
+  if (code == 0u) bits = 0x00400000u;
+  if (code == 0xffu) bits = 0x7fc00000u;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The 16 FP4 E2M1 values by nibble (common/dtype.h Fp4E2M1ToFloat): 0, .5, 1, 1.5, 2, 3, 4, 6, then
+// their negatives (code 8 is -0).
+constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
 // Weight `index` of `w` as float32 (the scalar tails). Templated on V, unused inside, so that each
 // ISA translation unit's instantiation has internal linkage like every other template here.
 template <class V, Encoding kEnc>
 inline float WeightAt(const GemmWeights& w, int64_t index) {
   if (kEnc == Encoding::kF32) return w.f32[index];
   if (kEnc == Encoding::kF8) return F8ToFloat(w.f8[index]) * w.F8Scale(index / w.cols, index % w.cols);
+  if (kEnc == Encoding::kMxfp4) {
+    const uint32_t nibble = (w.mxfp4[index / 2] >> (4 * (index % 2))) & 15u;
+    return kFp4Values[nibble] * Mxfp4Scale(w.mxfp4_scales[(index / w.cols) * (w.cols / 32) + (index % w.cols) / 32]);
+  }
   uint32_t bits;
   if (kEnc == Encoding::kPlanes) {
     const uint32_t e = w.e[index], sm = w.sm[index];
@@ -66,9 +90,65 @@ inline float WeightAt(const GemmWeights& w, int64_t index) {
 // Tokens per outer block: their activations stay in L2 while every row tile of the range streams by.
 constexpr int64_t kTokenBlock = 64;
 
+// MXFP4 rows [r, r + R) x tokens [t, t + T): per 32-column block, each row's table for its scale, then
+// the block's two 16-lane halves in order (the FMAs of Tile's loop, so the same bits); the reduction and
+// the bias. cols % 32 == 0 (ValidateGemmArgs), so there is no scalar tail.
+template <class V, int R, int T>
+inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
+  const int64_t cols = a.w.cols, blocks = cols / 32;
+  typename V::Acc acc[R][T];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) acc[i][j] = V::Zero();
+  }
+  const int64_t next_rows = a.w.rows - r - R < R ? a.w.rows - r - R : R;  // as Tile
+  const uint8_t* q = a.w.mxfp4 + r * (cols / 2);
+  const uint8_t* scales = a.w.mxfp4_scales + r * blocks;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t k = b * 32;
+    if (next_rows > 0 && (b & 3) == 0) {  // the next tile's rows: one 64-byte line of nibbles per 4 blocks
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        if (i >= next_rows) break;
+        __builtin_prefetch(q + (R + i) * (cols / 2) + k / 2);
+        if ((b & 63) == 0) __builtin_prefetch(scales + (R + i) * blocks + b);
+      }
+    }
+    typename V::Fp4Table table[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) table[i] = V::MakeFp4Table(Mxfp4Scale(scales[i * blocks + b]));
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      typename V::Vec x[T];
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) x[j] = V::LoadX(a.x + (t + j) * a.ldx + k + 16 * half);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const typename V::Vec w = V::LoadMxfp4(q + i * (cols / 2) + k / 2 + 8 * half, table[i]);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w, x[j], acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) {
+      float s = V::Reduce(acc[i][j]);
+      if (a.bias != nullptr) s += a.bias[r + i];
+      a.y[(t + j) * a.ldy + r + i] = s;
+    }
+  }
+}
+
 // Rows [r, r + R) x tokens [t, t + T): the 16-lane body, the reduction, the tail and the bias.
 template <class V, Encoding kEnc, int R, int T>
 inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
+  if constexpr (kEnc == Encoding::kMxfp4) {
+    TileMxfp4<V, R, T>(a, r, t);
+    return;
+  }
   const int64_t cols = a.w.cols;
   const int64_t kb = cols / 16;
   typename V::Acc acc[R][T];
@@ -188,19 +268,30 @@ inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
   for (; r < a.row_end; ++r) RowTile<V, kEnc, 1, T>(a, r, t0, t1);
 }
 
-// FP8 batches of at least two token tiles (prefill of dense weights, popular experts): decoding a
-// weight costs more than the FMAs of a few tokens, so each tile of rows is dequantized once per token
-// block into `buf` (float32, the exact values LoadF8 gives) and multiplied as F32 weights: the same
-// bits, the decode shared by every token tile of the block. Smaller batches decode in the tile.
-template <class V, int R, int T>
-inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
+// FP8 and MXFP4 batches of at least two token tiles (prefill of dense weights, popular experts):
+// decoding a weight costs more than the FMAs of a few tokens, so each tile of rows is dequantized once
+// per token block into `buf` (float32, the exact values LoadF8 / LoadMxfp4 give) and multiplied as F32
+// weights: the same bits, the decode shared by every token tile of the block. Smaller batches decode in
+// the tile.
+template <class V, Encoding kEnc, int R, int T>
+inline void RowsDequantized(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
   const int64_t cols = a.w.cols, bc = a.w.block_cols;
-  const int64_t scale_cols = (cols + bc - 1) / bc;
+  const int64_t scale_cols = kEnc == Encoding::kF8 ? (cols + bc - 1) / bc : cols / 32;
   const auto dequantize = [&](int64_t r0, int rows) {
     for (int i = 0; i < rows; ++i) {
+      float* out = buf + i * cols;
+      if (kEnc == Encoding::kMxfp4) {
+        const uint8_t* q = a.w.mxfp4 + (r0 + i) * (cols / 2);
+        const uint8_t* srow = a.w.mxfp4_scales + (r0 + i) * scale_cols;
+        for (int64_t b = 0; b < scale_cols; ++b) {
+          const typename V::Fp4Table table = V::MakeFp4Table(Mxfp4Scale(srow[b]));
+          V::Store(out + 32 * b, V::LoadMxfp4(q + 16 * b, table));
+          V::Store(out + 32 * b + 16, V::LoadMxfp4(q + 16 * b + 8, table));
+        }
+        continue;
+      }
       const float* srow = a.w.f8_scale + ((r0 + i) / a.w.block_rows) * scale_cols;
       const uint8_t* q = a.w.f8 + (r0 + i) * cols;
-      float* out = buf + i * cols;
       for (int64_t k0 = 0, b = 0; k0 < cols; k0 += bc, ++b) {
         const float scale = srow[b];
         const int64_t k1 = k0 + bc < cols ? k0 + bc : cols;
@@ -213,6 +304,8 @@ inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
   GemmArgs sub = a;
   sub.w.f8 = nullptr;
   sub.w.f8_scale = nullptr;
+  sub.w.mxfp4 = nullptr;
+  sub.w.mxfp4_scales = nullptr;
   sub.w.f32 = buf;
   sub.row_begin = 0;
   int64_t r = a.row_begin;
@@ -241,15 +334,16 @@ inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
 
 template <class V, Encoding kEnc>
 inline void Run(const GemmArgs& a) {
-  if (kEnc == Encoding::kF8 && a.n >= 2 * V::kGemmTokens) {  // several token tiles share each decode
+  constexpr bool kDecoded = kEnc == Encoding::kF8 || kEnc == Encoding::kMxfp4;  // a decode worth sharing
+  if (kDecoded && a.n >= 2 * V::kGemmTokens) {  // several token tiles share each decode
     float* buf = static_cast<float*>(__builtin_malloc(static_cast<unsigned long>(V::kGemmRows * a.w.cols) * sizeof(float)));
     if (buf != nullptr) {
       for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
         const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
         if (t1 - t0 >= V::kGemmTokens) {
-          RowsF8<V, V::kGemmRows, V::kGemmTokens>(a, t0, t1, buf);
+          RowsDequantized<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1, buf);
         } else {
-          RowsF8<V, V::kGemmRows, 2>(a, t0, t1, buf);  // RowTile handles a single remaining token too
+          RowsDequantized<V, kEnc, V::kGemmRows, 2>(a, t0, t1, buf);  // RowTile handles a single token too
         }
       }
       __builtin_free(buf);
@@ -264,8 +358,12 @@ inline void Run(const GemmArgs& a) {
       Rows<V, kEnc, V::kGemmRows, 2>(a, t0, t1);
     } else {
       // FP8 decodes 16 weights per FMA of the one accumulator chain a row has, so its GEMV is bound by
-      // FMA latency with one row per tile: it takes kGemvRowsF8 independent rows (chains) at once.
-      Rows<V, kEnc, kEnc == Encoding::kF8 ? V::kGemvRowsF8 : V::kGemvRows, 1>(a, t0, t1);
+      // FMA latency with one row per tile: it takes kGemvRowsF8 independent rows (chains) at once; MXFP4
+      // (a quarter of BF16's bytes) likewise kGemvRowsMxfp4.
+      constexpr int kRows = kEnc == Encoding::kF8      ? V::kGemvRowsF8
+                            : kEnc == Encoding::kMxfp4 ? V::kGemvRowsMxfp4
+                                                       : V::kGemvRows;
+      Rows<V, kEnc, kRows, 1>(a, t0, t1);
     }
   }
 }
@@ -280,6 +378,8 @@ inline void Gemm(const GemmArgs& a) {
     Run<V, Encoding::kF32>(a);
   } else if (a.w.f8 != nullptr) {
     Run<V, Encoding::kF8>(a);
+  } else if (a.w.mxfp4 != nullptr) {
+    Run<V, Encoding::kMxfp4>(a);
   } else {
     Run<V, Encoding::kPlanes>(a);
   }
