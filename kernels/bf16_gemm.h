@@ -24,9 +24,10 @@
 // with that ISA's flags, reached only after CPUID says the CPU has it):
 //   kScalar   the reference, plain C++ (std::fma); any CPU.
 //   kAvx2     x86-64 with AVX2 + FMA (+ F16C for FP8): 2 x 8 lanes per block.
-// MXFP4 weights are decoded in registers on every variant (a table of the 16 E2M1 values times the
-// block's scale, indexed by the nibbles: vpermps / vpermps + sign / TBL + FCVTL), never written out for
-// a decode; batches of two token tiles or more dequantize a row tile once per token block, as FP8.
+// MXFP4 weights are decoded in registers on every variant and at every batch size (a table of the E2M1
+// values times the block's scale, indexed by the nibbles: AVX-512 vpshufb + vpermps over 16 signed
+// values, AVX2 vpermps over 8 magnitudes + the sign bit, NEON TBL of IEEE half high bytes + FCVTL + one
+// multiply); four rows per decode (GEMV) tile, as FP8 has more than BF16: the decode, not memory, bounds it.
 //   kAvx512   x86-64 with AVX-512 F/BW/VL: 16 lanes per block, 4-row x 4-token register tiles.
 //   kNeon     AArch64 (Jetson's Cortex-A78AE): 4 x 4 lanes per block.
 //   kAvx512Bf16  x86-64 with AVX512_BF16 (vdpbf16ps): BF16 weights times the activation split into

@@ -17,7 +17,7 @@ struct Avx2 {
   using Vec = Acc;
   static constexpr int kGemvRows = 1;
   static constexpr int kGemvRowsF8 = 2;
-  static constexpr int kGemvRowsMxfp4 = 2;
+  static constexpr int kGemvRowsMxfp4 = 4;
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 3;
 
@@ -45,24 +45,24 @@ struct Avx2 {
   }
 
   // MXFP4: the 8 E2M1 magnitudes times the block's scale (exact products, or the overflow's inf), looked
-  // up by the nibbles' low 3 bits with vpermps; the sign (bit 3) is then moved to bit 31 and xored in:
-  // -(|v| * s) is (-|v|) * s bit for bit.
+  // up with vpermps by the nibbles' low 3 bits m; the nibble shifted left by 28 then puts its sign s at
+  // bit 31 and m at bits 28..30, and is xored in. The table's entry m holds its value ^ (m << 28), so
+  // the xor leaves |value| with the sign s: -(|v| * scale) is (-|v|) * scale bit for bit. The 4 bytes of
+  // 8 nibbles are broadcast to every lane (a load, no shuffle) and lane j is shifted right by 4j, so one
+  // vpermps is the only shuffle per 8 weights.
   using Fp4Table = __m256;
   static Fp4Table MakeFp4Table(float scale) {
-    return _mm256_mul_ps(_mm256_loadu_ps(gemm_tile::kFp4Values), _mm256_set1_ps(scale));
+    const __m256i code_bits = _mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28, 5 << 28, 6 << 28, 7 << 28);
+    return _mm256_xor_ps(_mm256_mul_ps(_mm256_loadu_ps(gemm_tile::kFp4Values), _mm256_set1_ps(scale)),
+                         _mm256_castsi256_ps(code_bits));
   }
-  static __m256 Mxfp4x8(__m128i nibble_bytes, __m256 table) {
-    const __m256i idx = _mm256_cvtepu8_epi32(nibble_bytes);
-    const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(idx, 28), _mm256_castps_si256(_mm256_set1_ps(-0.0f)));
-    return _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(sign));
+  static __m256 Mxfp4x8(const uint8_t* p, __m256 table) {
+    int32_t word;
+    __builtin_memcpy(&word, p, sizeof(word));
+    const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
   }
-  static Vec LoadMxfp4(const uint8_t* p, __m256 table) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // 8 bytes: 16 nibbles
-    // Byte 2j = p[j] (its low nibble: column 2j), byte 2j+1 = p[j] >> 4 (column 2j+1); bits above the
-    // nibble come from the neighbouring byte and are shifted out or masked.
-    const __m128i nibbles = _mm_unpacklo_epi8(b, _mm_srli_epi16(b, 4));
-    return {Mxfp4x8(nibbles, table), Mxfp4x8(_mm_unpackhi_epi64(nibbles, nibbles), table)};
-  }
+  static Vec LoadMxfp4(const uint8_t* p, __m256 table) { return {Mxfp4x8(p, table), Mxfp4x8(p + 4, table)}; }
 
   static void Store(float* p, const Vec& v) {
     _mm256_storeu_ps(p, v.lo);
