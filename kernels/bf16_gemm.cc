@@ -34,6 +34,11 @@ float WeightAt(const GemmWeights& w, int64_t index) {
   if (w.f32 != nullptr && w.bf16 == nullptr) return w.f32[index];
   if (w.f8 != nullptr && w.bf16 == nullptr && w.f32 == nullptr)
     return F8E4M3ToFloat(w.f8[index]) * w.F8Scale(index / w.cols, index % w.cols);
+  if (w.is_mxfp4()) {
+    const int64_t r = index / w.cols, k = index % w.cols;
+    const uint8_t nibble = static_cast<uint8_t>(w.mxfp4[index / 2] >> (4 * (index % 2)));
+    return Fp4E2M1ToFloat(nibble) * E8M0ToFloat(w.mxfp4_scales[r * (w.cols / 32) + k / 32]);
+  }
   uint32_t bits;
   if (w.planes()) {
     const uint32_t e = w.e[index], sm = w.sm[index];
@@ -145,7 +150,12 @@ Status ValidateGemmArgs(const GemmArgs& a) {
   if (w.cols == 0) return Status::Ok();
   if (a.x == nullptr) return Status::InvalidArgument("Bf16Gemm: x is null");
   if (w.planes() && (w.e == nullptr || w.sm == nullptr))
-    return Status::InvalidArgument("Bf16Gemm: weights have neither BF16, F32 nor FP8 data nor both E and SM planes");
+    return Status::InvalidArgument(
+        "Bf16Gemm: weights have neither BF16, F32, FP8 nor MXFP4 data nor both E and SM planes");
+  if (w.is_mxfp4() && (w.mxfp4_scales == nullptr || w.cols % 32 != 0))
+    return Status::InvalidArgument(
+        fmt::format("Bf16Gemm: MXFP4 weights need mxfp4_scales and cols a multiple of 32 (got cols {}{})", w.cols,
+                    w.mxfp4_scales == nullptr ? ", no scales" : ""));
   if (w.f8 != nullptr && w.bf16 == nullptr && w.f32 == nullptr &&
       (w.f8_scale == nullptr || w.block_rows <= 0 || w.block_cols <= 0 || w.block_cols % 16 != 0))
     return Status::InvalidArgument(fmt::format(
@@ -195,7 +205,7 @@ void SplitBf16Activations(const float* x, int64_t n, uint16_t* hi, uint16_t* lo)
 }
 
 void Bf16GemmBf16DotReference(const GemmArgs& a) {
-  if (a.w.bf16 == nullptr && (a.w.f32 != nullptr || a.w.f8 != nullptr)) {
+  if (a.w.bf16 == nullptr && !a.w.planes()) {  // F32, FP8 or MXFP4 weights
     Bf16GemmReference(a);
     return;
   }

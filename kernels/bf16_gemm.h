@@ -24,6 +24,10 @@
 // with that ISA's flags, reached only after CPUID says the CPU has it):
 //   kScalar   the reference, plain C++ (std::fma); any CPU.
 //   kAvx2     x86-64 with AVX2 + FMA (+ F16C for FP8): 2 x 8 lanes per block.
+// MXFP4 weights are decoded in registers on every variant and at every batch size (a table of the E2M1
+// values times the block's scale, indexed by the nibbles: AVX-512 vpshufb + vpermps over 16 signed
+// values, AVX2 vpermps over 8 magnitudes + the sign bit, NEON TBL of IEEE half high bytes + FCVTL + one
+// multiply); four rows per decode (GEMV) tile, as FP8 has more than BF16: the decode, not memory, bounds it.
 //   kAvx512   x86-64 with AVX-512 F/BW/VL: 16 lanes per block, 4-row x 4-token register tiles.
 //   kNeon     AArch64 (Jetson's Cortex-A78AE): 4 x 4 lanes per block.
 //   kAvx512Bf16  x86-64 with AVX512_BF16 (vdpbf16ps): BF16 weights times the activation split into
@@ -45,18 +49,28 @@
 
 namespace zipmoe::kernels {
 
-// The weights W of one linear layer, [rows, cols] row-major (row stride = cols), in one of four
+// The weights W of one linear layer, [rows, cols] row-major (row stride = cols), in one of five
 // encodings, checked in this order: `bf16` set (BF16 bit patterns); `f32` set (float32, e.g. an F32
 // checkpoint: the same loops without the widening, so an F32 checkpoint whose values are BF16
-// values gives the same bits as its BF16 original); `f8` set (block-scaled FP8, below); else both
-// planes (e: exponent plane, sm: sign<<7 | mantissa, one byte per element each, as common/bitfield.h
-// splits BF16).
+// values gives the same bits as its BF16 original); `f8` set (block-scaled FP8, below); `mxfp4` set
+// (MXFP4, below); else both planes (e: exponent plane, sm: sign<<7 | mantissa, one byte per element
+// each, as common/bitfield.h splits BF16).
 // FP8 (DeepSeek-V3 / GLM FP8 checkpoints: F8_E4M3 weights with 128x128 `weight_scale_inv` blocks):
 //   W[r, k] = e4m3(f8[r, k]) * f8_scale[(r / block_rows) * ceil(cols / block_cols) + k / block_cols]
 // with e4m3() exact (common/dtype.h F8E4M3ToFloat) and one fp32 multiplication (rounded to nearest):
 // the dequantization of DeepSeek's weight_dequant and transformers' FP8 integration, done in the inner
 // loop as BF16 is widened there (the weights stay 1 byte each); then the fp32 order below.
 // block_cols must be a multiple of 16 (ValidateGemmArgs).
+// MXFP4 (gpt-oss's experts, OCP Microscaling: FP4 E2M1 values, one E8M0 scale per 32 columns of a row):
+//   W[r, k] = e2m1(nibble k of row r) * 2^(mxfp4_scales[r * cols/32 + k/32] - 127)
+// with the nibble of column k in byte r * cols/2 + k/2 of `mxfp4` (even k: low nibble; odd k: high nibble),
+// e2m1() exact (common/dtype.h Fp4E2M1ToFloat) and the scale an exact float32 (E8M0ToFloat: 2^-127, a
+// subnormal, for code 0), multiplied once in fp32. Every finite product is exact (two significant bits,
+// magnitude >= 2^-128), so W is the dequantized weight bit for bit; then the fp32 order below. Values that
+// do not fit fp32 are not refused here (common/bitfield.h CheckMxfp4Values refuses them at conversion):
+// scale 254 with |e2m1| >= 2 or scale 253 with |e2m1| >= 4 gives W = +-inf (the product overflows), and
+// scale 0xFF (NaN in the spec) gives NaN for the block's 32 weights; outputs then follow IEEE arithmetic
+// (inf, or NaN for inf - inf and 0 * inf), identically on every variant. cols must be a multiple of 32.
 struct GemmWeights {
   const uint16_t* bf16 = nullptr;  // [rows, cols] BF16 bit patterns, or nullptr
   const float* f32 = nullptr;      // [rows, cols] float32 (when bf16 is nullptr), or nullptr
@@ -64,12 +78,16 @@ struct GemmWeights {
   const float* f8_scale = nullptr; // f8: [ceil(rows / block_rows), ceil(cols / block_cols)] float32 scales
   int64_t block_rows = 0;          // f8: rows of one scale block (128 in released checkpoints)
   int64_t block_cols = 0;          // f8: columns of one scale block
-  const uint8_t* e = nullptr;      // [rows, cols] exponent plane (when bf16, f32 and f8 are nullptr)
+  const uint8_t* mxfp4 = nullptr;  // [rows, cols/2] MXFP4 nibbles (when bf16, f32 and f8 are nullptr), or nullptr
+  const uint8_t* mxfp4_scales = nullptr;  // mxfp4: [rows, cols/32] E8M0 scale bytes
+  const uint8_t* e = nullptr;      // [rows, cols] exponent plane (when bf16, f32, f8 and mxfp4 are nullptr)
   const uint8_t* sm = nullptr;     // [rows, cols] sign|mantissa plane (as e)
   int64_t rows = 0;
   int64_t cols = 0;
 
-  bool planes() const { return bf16 == nullptr && f32 == nullptr && f8 == nullptr; }
+  bool planes() const { return bf16 == nullptr && f32 == nullptr && f8 == nullptr && mxfp4 == nullptr; }
+  // True when the MXFP4 pointers are the ones used.
+  bool is_mxfp4() const { return bf16 == nullptr && f32 == nullptr && f8 == nullptr && mxfp4 != nullptr; }
   // f8: the scale of weight (r, k).
   float F8Scale(int64_t r, int64_t k) const {
     return f8_scale[(r / block_rows) * ((cols + block_cols - 1) / block_cols) + k / block_cols];
@@ -102,7 +120,9 @@ GemmIsa BestGemmIsa();
 
 // Checks the shapes and pointers of `a`. Errors: kInvalidArgument naming the bad field (null
 // pointer with work to do, cols > ldx, row range outside [0, rows], ldy < rows, negative n; FP8
-// weights without scales or with block sizes <= 0 or block_cols not a multiple of 16).
+// weights without scales or with block sizes <= 0 or block_cols not a multiple of 16; MXFP4 weights
+// without scales or with cols not a multiple of 32). The weight values are not read (no scan for 0xFF
+// scales: see MXFP4 above).
 Status ValidateGemmArgs(const GemmArgs& a);
 
 // The scalar reference (the summation order above, element by element). No validation.
@@ -113,7 +133,8 @@ void Bf16GemmReference(const GemmArgs& a);
 // as the SDM's VDPBF16PS pseudo-code), then the same with lo; the lanes reduced by the tree above;
 // the remaining columns with fp32 FMAs on x; the bias. A CPU may round a pair's sum once (the
 // instruction's internal order is not architecturally fixed), so tests compare the variant with
-// this model within a tolerance, not bit for bit. F32 and FP8 weights: Bf16GemmReference. No validation.
+// this model within a tolerance, not bit for bit. F32, FP8 and MXFP4 weights: Bf16GemmReference. No
+// validation.
 void Bf16GemmBf16DotReference(const GemmArgs& a);
 
 // BestGemmIsa()'s variant on the calling thread. No validation (the executor validates shapes

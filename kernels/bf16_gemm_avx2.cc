@@ -17,6 +17,7 @@ struct Avx2 {
   using Vec = Acc;
   static constexpr int kGemvRows = 1;
   static constexpr int kGemvRowsF8 = 2;
+  static constexpr int kGemvRowsMxfp4 = 4;
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 3;
 
@@ -42,6 +43,26 @@ struct Avx2 {
     h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7e00), nan);
     return _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)), scale);
   }
+
+  // MXFP4: the 8 E2M1 magnitudes times the block's scale (exact products, or the overflow's inf), looked
+  // up with vpermps by the nibbles' low 3 bits m; the nibble shifted left by 28 then puts its sign s at
+  // bit 31 and m at bits 28..30, and is xored in. The table's entry m holds its value ^ (m << 28), so
+  // the xor leaves |value| with the sign s: -(|v| * scale) is (-|v|) * scale bit for bit. The 4 bytes of
+  // 8 nibbles are broadcast to every lane (a load, no shuffle) and lane j is shifted right by 4j, so one
+  // vpermps is the only shuffle per 8 weights.
+  using Fp4Table = __m256;
+  static Fp4Table MakeFp4Table(float scale) {
+    const __m256i code_bits = _mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28, 5 << 28, 6 << 28, 7 << 28);
+    return _mm256_xor_ps(_mm256_mul_ps(_mm256_loadu_ps(gemm_tile::kFp4Values), _mm256_set1_ps(scale)),
+                         _mm256_castsi256_ps(code_bits));
+  }
+  static __m256 Mxfp4x8(const uint8_t* p, __m256 table) {
+    int32_t word;
+    __builtin_memcpy(&word, p, sizeof(word));
+    const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+  }
+  static Vec LoadMxfp4(const uint8_t* p, __m256 table) { return {Mxfp4x8(p, table), Mxfp4x8(p + 4, table)}; }
 
   static void Store(float* p, const Vec& v) {
     _mm256_storeu_ps(p, v.lo);

@@ -18,6 +18,7 @@ struct Avx512 {
   using Vec = __m512;
   static constexpr int kGemvRows = 1;
   static constexpr int kGemvRowsF8 = 2;
+  static constexpr int kGemvRowsMxfp4 = 4;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 4;
 
@@ -61,6 +62,25 @@ struct Avx512 {
     const __m512i h = HalfBits(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
     *w0 = Scaled(_mm512_castsi512_si256(h), scale);
     *w1 = Scaled(_mm512_extracti64x4_epi64(h, 1), scale);
+  }
+  // MXFP4: the 16 signed E2M1 values times the block's scale (exact products, or the overflow's inf),
+  // looked up by nibble with one vpermps (it reads index bits 3..0 only). The 8 bytes of 16 nibbles are
+  // broadcast to every 128-bit lane (a load, no shuffle); an in-lane vpshufb gives lane j the byte
+  // holding column j, and lane j is shifted right by 4 (j % 2) for its nibble.
+  using Fp4Table = __m512;
+  static Fp4Table MakeFp4Table(float scale) {
+    return _mm512_mul_ps(_mm512_loadu_ps(gemm_tile::kFp4Values), _mm512_set1_ps(scale));
+  }
+  static Vec LoadMxfp4(const uint8_t* p, Fp4Table table) {
+    long long bytes;
+    __builtin_memcpy(&bytes, p, sizeof(bytes));
+    // Lane j (dword j % 4 of 128-bit lane j / 4) takes byte j / 2 in every one of its 4 bytes.
+    const __m512i pick = _mm512_set_epi32(0x07070707, 0x07070707, 0x06060606, 0x06060606, 0x05050505, 0x05050505,
+                                          0x04040404, 0x04040404, 0x03030303, 0x03030303, 0x02020202, 0x02020202,
+                                          0x01010101, 0x01010101, 0x00000000, 0x00000000);
+    const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i idx = _mm512_srlv_epi32(_mm512_shuffle_epi8(_mm512_set1_epi64(bytes), pick), shift);
+    return _mm512_permutexvar_ps(idx, table);
   }
   static Acc Fma(Vec w, Vec x, Acc acc) { return _mm512_fmadd_ps(w, x, acc); }
   static float Reduce(Acc acc) {

@@ -14,7 +14,8 @@
 // the exact activation, and the bias. The same instruction sequence whatever the tile, the thread
 // split or the encoding (BF16 or planes, reassembled to BF16 in registers), so results do not depend
 // on them; they differ from the fp32-activation variants by the rounding above (tests bound it).
-// F32 and FP8 weights (GemmWeights::f32 / f8) gain nothing from vdpbf16ps and take the AVX-512 variant.
+// F32, FP8 and MXFP4 weights (GemmWeights::f32 / f8 / mxfp4) gain nothing from vdpbf16ps and take the
+// AVX-512 variant.
 #include <immintrin.h>
 
 #include <cstdlib>
@@ -186,7 +187,7 @@ void Bf16GemmAvx512Bf16(const GemmArgs& a) {
   if (a.n <= 0 || a.row_end <= a.row_begin) return;
   if (a.w.bf16 != nullptr) {
     Run<Enc::kBf16>(a);
-  } else if (a.w.f32 != nullptr || a.w.f8 != nullptr) {
+  } else if (!a.w.planes()) {  // F32, FP8 or MXFP4 weights
     Bf16GemmAvx512(a);
   } else {
     Run<Enc::kPlanes>(a);

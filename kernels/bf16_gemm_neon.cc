@@ -16,6 +16,7 @@ struct Neon {
   using Vec = Acc;
   static constexpr int kGemvRows = 4;
   static constexpr int kGemvRowsF8 = 4;
+  static constexpr int kGemvRowsMxfp4 = 4;
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 2;
 
@@ -74,6 +75,24 @@ struct Neon {
   static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
     *w0 = LoadF8(p, scale);
     *w1 = LoadF8(p + 16, scale);
+  }
+  // MXFP4: each E2M1 value is an IEEE half whose low byte is 0, so the nibbles index a 16-byte table of
+  // the high bytes (TBL), a zip with zeros makes the halves, FCVTL widens them exactly, and one
+  // multiplication by the block's scale gives GemmWeights' value.
+  using Fp4Table = float32x4_t;
+  static Fp4Table MakeFp4Table(float scale) { return vdupq_n_f32(scale); }
+  static Vec LoadMxfp4(const uint8_t* p, float32x4_t scale) {
+    // High bytes of the halves 0, .5, 1, 1.5, 2, 3, 4, 6, -0, -.5, ..., -6 (0x3800 is 0.5).
+    static const uint8_t kHalfHigh[16] = {0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46,
+                                          0x80, 0xb8, 0xbc, 0xbe, 0xc0, 0xc2, 0xc4, 0xc6};
+    const uint8x8_t b = vld1_u8(p);  // 16 nibbles; column 2j in the low nibble of p[j]
+    const uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(0x0f)), vshr_n_u8(b, 4));
+    const uint8x16_t high = vqtbl1q_u8(vld1q_u8(kHalfHigh), vcombine_u8(z.val[0], z.val[1]));
+    const uint8x16_t zero = vdupq_n_u8(0);
+    const float16x8_t h0 = vreinterpretq_f16_u8(vzip1q_u8(zero, high));  // columns 0-7, little-endian halves
+    const float16x8_t h1 = vreinterpretq_f16_u8(vzip2q_u8(zero, high));  // columns 8-15
+    return {vmulq_f32(vcvt_f32_f16(vget_low_f16(h0)), scale), vmulq_f32(vcvt_high_f32_f16(h0), scale),
+            vmulq_f32(vcvt_f32_f16(vget_low_f16(h1)), scale), vmulq_f32(vcvt_high_f32_f16(h1), scale)};
   }
   static Acc Fma(const Vec& w, const Vec& x, const Acc& acc) {
     return {vfmaq_f32(acc.v0, w.v0, x.v0), vfmaq_f32(acc.v1, w.v1, x.v1), vfmaq_f32(acc.v2, w.v2, x.v2),

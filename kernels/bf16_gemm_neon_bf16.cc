@@ -13,8 +13,8 @@
 // the AVX-512-BF16 variant. BFDOT's own rounding (Arm ARM BFDotAdd: products and their pair sum
 // without IEEE rounding) differs from the model's fp32 steps by ulps (tests bound it). The same
 // instruction sequence whatever the row split, the batch or the encoding (BF16 or planes), so results
-// do not depend on them. F32 weights gain nothing from BFDOT and take the NEON variant. Opt-in
-// (ZIPMOE_GEMM_ISA=neonbf16), as on x86: it leaves the fp32-activation summation of the other
+// do not depend on them. F32, FP8 and MXFP4 weights gain nothing from BFDOT and take the NEON variant.
+// Opt-in (ZIPMOE_GEMM_ISA=neonbf16), as on x86: it leaves the fp32-activation summation of the other
 // variants.
 #include <arm_neon.h>
 
@@ -80,7 +80,7 @@ inline float Dot(const GemmArgs& a, const uint16_t* hi, const uint16_t* lo, cons
 
 void Bf16GemmNeonBf16(const GemmArgs& a) {
   if (a.n <= 0 || a.row_end <= a.row_begin) return;
-  if (a.w.bf16 == nullptr && !a.w.planes()) {  // F32 or FP8 weights
+  if (a.w.bf16 == nullptr && !a.w.planes()) {  // F32, FP8 or MXFP4 weights
     Bf16GemmNeon(a);
     return;
   }

@@ -10,9 +10,13 @@
 //                            (one fp32 multiplication each: GemmWeights' FP8 formula)
 //   V::LoadF8x2(p, scale, &w0, &w1)             32 of them (columns k..k+15, k+16..k+31), one block
 //   V::Store(float* p, Vec v)                    16 floats to p (FP8 batches dequantize a tile once)
+//   V::Fp4Table, V::MakeFp4Table(float scale)   what LoadMxfp4 needs for one 32-column block of scale `scale`
+//                            (the 16 E2M1 values times the scale: one fp32 multiplication each, exact)
+//   V::LoadMxfp4(const uint8_t* p, table)       16 MXFP4 weights from 8 bytes (column 2j: low nibble of p[j])
 //   V::Fma(w, x, acc)        acc + w * x per lane, one rounding
 //   V::Reduce(acc)           the fixed tree of bf16_gemm.h: lanes j + j+8, then j + j+4, j + j+2, j + j+1
 //   kGemvRowsF8              the same for FP8 weights (more rows: FMA latency, not memory, bounds them)
+//   kGemvRowsMxfp4           the same for MXFP4 weights
 //   kGemvRows                rows per tile when tokens are computed one by one (decode); x86: 1,
 //                            measured fastest (issue 35): each row is one stream, the next row prefetched
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
@@ -28,7 +32,7 @@
 namespace zipmoe::kernels::gemm_tile {
 
 // How the weights are stored (GemmWeights).
-enum class Encoding { kBf16, kF32, kPlanes, kF8 };
+enum class Encoding { kBf16, kF32, kPlanes, kF8, kMxfp4 };
 
 // FP8 E4M3 -> float32, exact, from bits and builtins only (common/dtype.h F8E4M3ToFloat's formula).
 inline float F8ToFloat(uint32_t b) {
@@ -45,12 +49,40 @@ inline float F8ToFloat(uint32_t b) {
   return (b & 0x80u) != 0 ? -v : v;
 }
 
+// E8M0 scale code -> float32 (common/dtype.h E8M0ToFloat): 2^(code - 127) for 0..254 (code 0: 2^-127, a
+// subnormal; the others: exponent field `code`), the quiet NaN for 0xFF. A table, so that the inner loop
+// reads a block's scale with one load-broadcast (doubling from 2^-127 is exact at every step).
+struct E8M0Table {
+  float value[256];
+};
+constexpr E8M0Table MakeE8M0Table() {
+  E8M0Table t{};
+  float s = 0x1p-127f;
+  for (int code = 0; code < 255; ++code) {
+    t.value[code] = s;
+    if (code < 254) s *= 2.0f;
+  }
+  t.value[255] = __builtin_nanf("");
+  return t;
+}
+constexpr E8M0Table kE8M0 = MakeE8M0Table();
+inline float Mxfp4Scale(uint32_t code) { return kE8M0.value[code & 0xffu]; }
+
+// The 16 FP4 E2M1 values by nibble (common/dtype.h Fp4E2M1ToFloat): 0, .5, 1, 1.5, 2, 3, 4, 6, then
+// their negatives (code 8 is -0).
+constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
 // Weight `index` of `w` as float32 (the scalar tails). Templated on V, unused inside, so that each
 // ISA translation unit's instantiation has internal linkage like every other template here.
 template <class V, Encoding kEnc>
 inline float WeightAt(const GemmWeights& w, int64_t index) {
   if (kEnc == Encoding::kF32) return w.f32[index];
   if (kEnc == Encoding::kF8) return F8ToFloat(w.f8[index]) * w.F8Scale(index / w.cols, index % w.cols);
+  if (kEnc == Encoding::kMxfp4) {
+    const uint32_t nibble = (w.mxfp4[index / 2] >> (4 * (index % 2))) & 15u;
+    return kFp4Values[nibble] * Mxfp4Scale(w.mxfp4_scales[(index / w.cols) * (w.cols / 32) + (index % w.cols) / 32]);
+  }
   uint32_t bits;
   if (kEnc == Encoding::kPlanes) {
     const uint32_t e = w.e[index], sm = w.sm[index];
@@ -66,9 +98,65 @@ inline float WeightAt(const GemmWeights& w, int64_t index) {
 // Tokens per outer block: their activations stay in L2 while every row tile of the range streams by.
 constexpr int64_t kTokenBlock = 64;
 
+// MXFP4 rows [r, r + R) x tokens [t, t + T): per 32-column block, each row's table for its scale, then
+// the block's two 16-lane halves in order (the FMAs of Tile's loop, so the same bits); the reduction and
+// the bias. cols % 32 == 0 (ValidateGemmArgs), so there is no scalar tail.
+template <class V, int R, int T>
+inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
+  const int64_t cols = a.w.cols, blocks = cols / 32;
+  typename V::Acc acc[R][T];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) acc[i][j] = V::Zero();
+  }
+  const int64_t next_rows = a.w.rows - r - R < R ? a.w.rows - r - R : R;  // as Tile
+  const uint8_t* q = a.w.mxfp4 + r * (cols / 2);
+  const uint8_t* scales = a.w.mxfp4_scales + r * blocks;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t k = b * 32;
+    if (next_rows > 0 && (b & 3) == 0) {  // the next tile's rows: one 64-byte line of nibbles per 4 blocks
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        if (i >= next_rows) break;
+        __builtin_prefetch(q + (R + i) * (cols / 2) + k / 2);
+        if ((b & 63) == 0) __builtin_prefetch(scales + (R + i) * blocks + b);
+      }
+    }
+    typename V::Fp4Table table[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) table[i] = V::MakeFp4Table(Mxfp4Scale(scales[i * blocks + b]));
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      typename V::Vec x[T];
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) x[j] = V::LoadX(a.x + (t + j) * a.ldx + k + 16 * half);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const typename V::Vec w = V::LoadMxfp4(q + i * (cols / 2) + k / 2 + 8 * half, table[i]);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w, x[j], acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) {
+      float s = V::Reduce(acc[i][j]);
+      if (a.bias != nullptr) s += a.bias[r + i];
+      a.y[(t + j) * a.ldy + r + i] = s;
+    }
+  }
+}
+
 // Rows [r, r + R) x tokens [t, t + T): the 16-lane body, the reduction, the tail and the bias.
 template <class V, Encoding kEnc, int R, int T>
 inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
+  if constexpr (kEnc == Encoding::kMxfp4) {
+    TileMxfp4<V, R, T>(a, r, t);
+    return;
+  }
   const int64_t cols = a.w.cols;
   const int64_t kb = cols / 16;
   typename V::Acc acc[R][T];
@@ -241,6 +329,9 @@ inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
 
 template <class V, Encoding kEnc>
 inline void Run(const GemmArgs& a) {
+  // MXFP4 decodes in the tile at every batch size: its decode (a load-broadcast, a shift, a permute) costs
+  // less than the float32 round trip (measured 0.69-0.75 x BF16's time against 1.2-1.3 x at 8-64 tokens,
+  // bench/mxfp4_gemm_bench.cc).
   if (kEnc == Encoding::kF8 && a.n >= 2 * V::kGemmTokens) {  // several token tiles share each decode
     float* buf = static_cast<float*>(__builtin_malloc(static_cast<unsigned long>(V::kGemmRows * a.w.cols) * sizeof(float)));
     if (buf != nullptr) {
@@ -264,8 +355,12 @@ inline void Run(const GemmArgs& a) {
       Rows<V, kEnc, V::kGemmRows, 2>(a, t0, t1);
     } else {
       // FP8 decodes 16 weights per FMA of the one accumulator chain a row has, so its GEMV is bound by
-      // FMA latency with one row per tile: it takes kGemvRowsF8 independent rows (chains) at once.
-      Rows<V, kEnc, kEnc == Encoding::kF8 ? V::kGemvRowsF8 : V::kGemvRows, 1>(a, t0, t1);
+      // FMA latency with one row per tile: it takes kGemvRowsF8 independent rows (chains) at once; MXFP4
+      // (a quarter of BF16's bytes) likewise kGemvRowsMxfp4.
+      constexpr int kRows = kEnc == Encoding::kF8      ? V::kGemvRowsF8
+                            : kEnc == Encoding::kMxfp4 ? V::kGemvRowsMxfp4
+                                                       : V::kGemvRows;
+      Rows<V, kEnc, kRows, 1>(a, t0, t1);
     }
   }
 }
@@ -280,6 +375,8 @@ inline void Gemm(const GemmArgs& a) {
     Run<V, Encoding::kF32>(a);
   } else if (a.w.f8 != nullptr) {
     Run<V, Encoding::kF8>(a);
+  } else if (a.w.mxfp4 != nullptr) {
+    Run<V, Encoding::kMxfp4>(a);
   } else {
     Run<V, Encoding::kPlanes>(a);
   }

@@ -284,7 +284,8 @@ TEST(Bf16GemmValidateTest, RejectsBadArgumentsNamingTheField) {
   a.w.bf16 = nullptr;
   a.w.e = p.e.data();  // sm missing
   s = ValidateGemmArgs(a);
-  EXPECT_NE(s.message().find("neither BF16, F32 nor FP8 data nor both E and SM planes"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("neither BF16, F32, FP8 nor MXFP4 data nor both E and SM planes"), std::string::npos)
+      << s.ToString();
   EXPECT_EQ(Bf16GemmWithIsa(GemmIsa::kScalar, a).code(), StatusCode::kInvalidArgument);
 }
 
