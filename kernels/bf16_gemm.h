@@ -70,7 +70,8 @@ namespace zipmoe::kernels {
 // do not fit fp32 are not refused here (common/bitfield.h CheckMxfp4Values refuses them at conversion):
 // scale 254 with |e2m1| >= 2 or scale 253 with |e2m1| >= 4 gives W = +-inf (the product overflows), and
 // scale 0xFF (NaN in the spec) gives NaN for the block's 32 weights; outputs then follow IEEE arithmetic
-// (inf, or NaN for inf - inf and 0 * inf), identically on every variant. cols must be a multiple of 32.
+// (inf, or NaN for inf - inf and 0 * inf), the same on every variant (a NaN's sign and payload may
+// differ). cols must be a multiple of 32.
 struct GemmWeights {
   const uint16_t* bf16 = nullptr;  // [rows, cols] BF16 bit patterns, or nullptr
   const float* f32 = nullptr;      // [rows, cols] float32 (when bf16 is nullptr), or nullptr

@@ -66,7 +66,9 @@ TEST(Mxfp4DTypeTest, EveryE2M1CodeAndE8M0ScaleDecodesToItsDefinition) {
   for (int code = 0; code < 255; ++code) {
     const float got = E8M0ToFloat(static_cast<uint8_t>(code));
     EXPECT_EQ(static_cast<double>(got), std::pow(2.0, code - 127)) << code;
-    if (code > 0) EXPECT_EQ(Bits(got), static_cast<uint32_t>(code) << 23) << code;
+    if (code > 0) {
+      EXPECT_EQ(Bits(got), static_cast<uint32_t>(code) << 23) << code;
+    }
   }
   EXPECT_EQ(Bits(E8M0ToFloat(0)), 0x00400000u);  // 2^-127 = 2^22 · 2^-149: a subnormal float32
   EXPECT_EQ(E8M0ToFloat(127), 1.0f);

@@ -29,7 +29,9 @@ TEST(CodecMxfp4Test, EChunksRoundTripForEveryCodecAndCount) {
       std::vector<uint8_t> stored;
       ASSERT_TRUE(CompressEChunk(DType::kMXFP4, {codec, 0}, e.data(), count, &stored).ok());
       EXPECT_EQ(EChunkStreamBytes(DType::kMXFP4, count), (count + 3) / 4);
-      if (codec == Codec::kNone) EXPECT_EQ(stored.size(), (count + 3) / 4);
+      if (codec == Codec::kNone) {
+        EXPECT_EQ(stored.size(), (count + 3) / 4);
+      }
       std::vector<uint8_t> back(count + 1, 0xaa);  // one guard byte
       const Status st = DecompressEChunk(DType::kMXFP4, codec, stored.data(), stored.size(), back.data(), count);
       ASSERT_TRUE(st.ok()) << CodecName(codec) << " " << count << ": " << st.ToString();

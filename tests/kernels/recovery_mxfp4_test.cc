@@ -76,7 +76,9 @@ TEST(RecoveryMxfp4Test, CpuFastPathMatchesReferenceAtEverySizeAndAlignment) {
       ASSERT_TRUE(RecoverCpu(DType::kMXFP4, e.data() + offset, sm.data() + offset, got.data() + offset, n).ok());
       ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + offset)) << "n=" << n << " off " << offset;
       EXPECT_EQ(got[static_cast<size_t>(offset) + want.size()], 0x5a) << "wrote past the end";
-      if (offset > 0) EXPECT_EQ(got[static_cast<size_t>(offset) - 1], 0x5a) << "wrote before the start";
+      if (offset > 0) {
+        EXPECT_EQ(got[static_cast<size_t>(offset) - 1], 0x5a) << "wrote before the start";
+      }
     }
   }
 }
