@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <map>
 
 #include "common/bitfield.h"
 #include "common/checkpoint/expert_names.h"
+#include "common/checkpoint/fused_experts.h"
 #include "common/parallel.h"
 
 namespace zipmoe {
@@ -67,10 +69,44 @@ Status CheckProjections(const std::string& dir, std::pair<int32_t, int32_t> key,
   return Status::Ok();
 }
 
+// gpt-oss's fused MXFP4 experts: each expert's gate/up/down made once in its raw layout (owned; the
+// fused tensors cannot be used in place: gate and up rows interleave, and blocks and scales sit apart).
+Status FromFusedExperts(const Checkpoint& ckpt,
+                                                                std::vector<std::vector<uint32_t>>* owned,
+                                                                std::map<std::pair<int32_t, int32_t>,
+                                                                         ExpertWeightsView>* experts) {
+  ZM_ASSIGN_OR_RETURN(const std::vector<FusedExpertRef> refs, ListFusedExperts(ckpt));
+  owned->resize(refs.size());
+  std::vector<Status> results(refs.size());
+  ParallelFor(0, refs.size(), 0, [&](size_t i) {
+    const uint64_t bytes = DTypeBytes(DType::kMXFP4, static_cast<uint64_t>(refs[i].shape[0] * refs[i].shape[1]));
+    (*owned)[i].resize(static_cast<size_t>((bytes + 3) / 4));
+    results[i] = ReadFusedExpert(ckpt, refs[i], reinterpret_cast<uint8_t*>((*owned)[i].data()));
+  });
+  for (const Status& st : results) ZM_RETURN_IF_ERROR(st);
+  for (size_t i = 0; i + 2 < refs.size(); i += 3) {  // sorted: gate, up, down of each expert
+    ExpertWeightsView w;
+    w.layer_id = refs[i].id.layer_id;
+    w.expert_id = refs[i].id.expert_id;
+    w.dtype = DType::kMXFP4;
+    ZM_RETURN_IF_ERROR(CheckShapes(ckpt.dir() + ": '" + refs[i + 1].name + "'", &refs[i].shape, refs[i + 1].shape,
+                                   refs[i + 2].shape, &w));
+    w.gate = (*owned)[i].data();
+    w.up = (*owned)[i + 1].data();
+    w.down = (*owned)[i + 2].data();
+    (*experts)[{w.layer_id, w.expert_id}] = w;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromCheckpoint(const Checkpoint& ckpt) {
   std::unique_ptr<ResidentExpertProvider> p(new ResidentExpertProvider());
+  if (HasFusedMxfp4Experts(ckpt.config())) {
+    ZM_RETURN_IF_ERROR(FromFusedExperts(ckpt, &p->owned_, &p->experts_));
+    return p;
+  }
   std::map<std::pair<int32_t, int32_t>, std::array<const TensorView*, 3>> found;
   std::vector<TensorView> views;
   views.reserve(ckpt.names().size());  // never reallocates: pointers into it stay valid

@@ -133,7 +133,7 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
   const std::string t = it->get<std::string>();
   for (ModelArch a : {ModelArch::kQwen2Moe, ModelArch::kMixtral, ModelArch::kQwen3Moe, ModelArch::kOlmoe,
                       ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers, ModelArch::kDeepseekV3,
-                      ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe})
+                      ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe, ModelArch::kGptOss})
     if (t == ModelArchName(a)) return a;
   return Status::InvalidArgument(fmt::format("{}: unsupported model_type '{}' (supported: {})", source, t,
                                              SupportedModelTypes()));
@@ -170,6 +170,29 @@ Status ParseRopeScaling(const json& config, const std::string& source, ModelConf
     s.type = RopeScaling::Type::kLinear;
     return Status::Ok();
   }
+  if (type == "yarn" && c.arch == ModelArch::kGptOss) {
+    // HF's generic yarn: original_max_position_embeddings from the top level first; mscale only when
+    // both mscale and mscale_all_dim are set (else get_mscale(factor), the same value for the defaults).
+    s.type = RopeScaling::Type::kYarn;
+    KeyReader top(config, source);
+    ZM_ASSIGN_OR_RETURN(s.original_max_position_embeddings, r.PositiveOr("original_max_position_embeddings", 4096));
+    ZM_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                        top.PositiveOr("original_max_position_embeddings", s.original_max_position_embeddings));
+    ZM_ASSIGN_OR_RETURN(s.beta_fast, r.NumberOr("beta_fast", 32.0));
+    ZM_ASSIGN_OR_RETURN(s.beta_slow, r.NumberOr("beta_slow", 1.0));
+    ZM_ASSIGN_OR_RETURN(const double mscale, r.NumberOr("mscale", 0.0));
+    ZM_ASSIGN_OR_RETURN(const double mscale_all_dim, r.NumberOr("mscale_all_dim", 0.0));
+    if (mscale != 0.0 && mscale_all_dim != 0.0) {
+      s.mscale = mscale;
+      s.mscale_all_dim = mscale_all_dim;
+    }
+    ZM_ASSIGN_OR_RETURN(s.truncate, r.BoolOr("truncate", true));
+    if (r.Has("attention_factor")) {
+      ZM_ASSIGN_OR_RETURN(const double f, r.Number("attention_factor"));
+      s.attention_factor = f;
+    }
+    return Status::Ok();
+  }
   if (type == "yarn" && c.mla()) {
     s.type = RopeScaling::Type::kYarn;
     ZM_ASSIGN_OR_RETURN(s.original_max_position_embeddings, r.PositiveOr("original_max_position_embeddings", 4096));
@@ -181,7 +204,7 @@ Status ParseRopeScaling(const json& config, const std::string& source, ModelConf
   }
   return Status::InvalidArgument(fmt::format(
       "{}: unsupported rope_scaling type '{}' for model_type '{}' (supported: linear{})", source, type,
-      c.model_type, c.mla() ? ", yarn" : ""));
+      c.model_type, c.mla() || c.arch == ModelArch::kGptOss ? ", yarn" : ""));
 }
 
 // partial_rotary_factor: top-level (GLM-4.5's config.json) or inside rope_parameters (transformers 5).
@@ -222,10 +245,16 @@ Status ParseQuantization(const nlohmann::json& config, const std::string& source
     return Status::InvalidArgument(fmt::format("{}: must be an object, got {}", where, it->type_name()));
   KeyReader q(*it, where);
   ZM_ASSIGN_OR_RETURN(const std::string method, q.StringOr("quant_method", "?"));
+  if (method == "mxfp4" && c.arch == ModelArch::kGptOss) {
+    // gpt-oss as released: every layer's routed experts as *_blocks / *_scales, everything else BF16
+    // (modules_to_not_convert lists those). Experts left unconverted there are refused by the loaders.
+    c.mxfp4_experts = true;
+    return Status::Ok();
+  }
   if (method != "fp8")
     return Status::InvalidArgument(fmt::format(
-        "{}: quant_method '{}' is not supported (supported: fp8 with block scales; or BF16, F16, F32 weights)", where,
-        method));
+        "{}: quant_method '{}' is not supported for model_type '{}' (supported: fp8 with block scales, mxfp4 for "
+        "gpt_oss; or BF16, F16, F32 weights)", where, method, c.model_type));
   ZM_ASSIGN_OR_RETURN(const std::string fmt_name, q.StringOr("fmt", "e4m3"));
   if (fmt_name != "e4m3")
     return Status::InvalidArgument(fmt::format("{}: fmt '{}' is not supported (supported: e4m3)", where, fmt_name));
@@ -480,8 +509,9 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
     case ModelArch::kErnie45Moe:
       ZM_RETURN_IF_ERROR(ParseErnieMoe(r, source, c));
       break;
-    case ModelArch::kSwitchTransformers:  // parsed on its own path (encoder-decoder keys), never here
-      return Status::Internal(fmt::format("{}: ParseMoe called for switch_transformers", source));
+    case ModelArch::kSwitchTransformers:  // parsed on their own paths, never here
+    case ModelArch::kGptOss:
+      return Status::Internal(fmt::format("{}: ParseMoe called for {}", source, c.model_type));
   }
   if (c.num_experts < 0)
     return Status::InvalidArgument(fmt::format("{}: number of experts must be >= 0, got {}", source, c.num_experts));
@@ -492,6 +522,113 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
     if (c.num_experts_per_tok > c.num_experts)
       return Status::InvalidArgument(fmt::format("{}: num_experts_per_tok {} exceeds the {} experts", source,
                                                  c.num_experts_per_tok, c.num_experts));
+  }
+  return Status::Ok();
+}
+
+// gpt_oss (GptOssConfig; defaults as its __init__ for keys the file omits). The RoPE and quantization
+// keys are read by ParseRopeScaling / ParseQuantization afterwards.
+Status ParseGptOssConfig(const json& config, const KeyReader& r, const std::string& source, ModelConfig& c) {
+  ZM_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveOr("vocab_size", 201088));
+  ZM_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveOr("hidden_size", 2880));
+  ZM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.PositiveOr("num_hidden_layers", 36));
+  ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveOr("intermediate_size", 2880));
+  c.moe_intermediate_size = c.intermediate_size;
+  ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveOr("max_position_embeddings", 131072));
+  ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.NumberOr("rms_norm_eps", 1e-5));
+  ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveOr("num_attention_heads", 64));
+  // An explicit null means MHA (num_key_value_heads) / hidden_size / heads (head_dim).
+  const bool kv_null = config.contains("num_key_value_heads") && config["num_key_value_heads"].is_null();
+  ZM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.PositiveOr("num_key_value_heads", kv_null ? c.num_attention_heads : 8));
+  const bool hd_null = config.contains("head_dim") && config["head_dim"].is_null();
+  ZM_ASSIGN_OR_RETURN(c.head_dim, r.PositiveOr("head_dim", hd_null ? c.hidden_size / c.num_attention_heads : 64));
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return Status::InvalidArgument(fmt::format("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                                               source, c.num_attention_heads, c.num_key_value_heads));
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+    return Status::InvalidArgument(fmt::format("{}: head_dim {} must be even and > 0 for RoPE", source, c.head_dim));
+  ZM_ASSIGN_OR_RETURN(const bool attention_bias, r.BoolOr("attention_bias", true));
+  if (!attention_bias)
+    return Status::InvalidArgument(fmt::format(
+        "{}: attention_bias = false is not supported for model_type 'gpt_oss' (its attention always has q/k/v/o biases "
+        "in transformers 4.55-5.0)", source));
+  c.qkv_bias = true;
+  c.o_bias = true;
+  c.attention_sinks = true;
+  {
+    double theta = 150000.0;
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      auto it = config.find(key);
+      if (it != config.end() && it->is_object()) {
+        KeyReader pr(*it, source + " " + key);
+        ZM_ASSIGN_OR_RETURN(theta, pr.NumberOr("rope_theta", theta));
+        break;
+      }
+    }
+    ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", theta));
+  }
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
+  // Layers: sliding (window) or full attention; default alternating, sliding first.
+  ZM_ASSIGN_OR_RETURN(const std::vector<std::string> types, r.Strings("layer_types"));
+  if (types.empty()) {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers.push_back((i + 1) % 2 != 0 ? 1 : 0);
+  } else {
+    if (static_cast<int64_t>(types.size()) != c.num_hidden_layers)
+      return Status::InvalidArgument(fmt::format("{}: key 'layer_types' has {} entries for {} num_hidden_layers", source,
+                                                 types.size(), c.num_hidden_layers));
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != "sliding_attention" && types[i] != "full_attention")
+        return Status::InvalidArgument(fmt::format(
+            "{}: key 'layer_types' entry {} is '{}' (expected \"sliding_attention\" or \"full_attention\")", source, i,
+            types[i]));
+      c.sliding_layers.push_back(types[i] == "sliding_attention" ? 1 : 0);
+    }
+  }
+  const bool window_null = config.contains("sliding_window") && config["sliding_window"].is_null();
+  if (!window_null) {
+    ZM_ASSIGN_OR_RETURN(const int64_t window, r.PositiveOr("sliding_window", 128));
+    c.sliding_window = window;
+  }
+  if (!c.sliding_window && std::find(c.sliding_layers.begin(), c.sliding_layers.end(), 1) != c.sliding_layers.end())
+    return Status::InvalidArgument(
+        fmt::format("{}: sliding_attention layers need a key 'sliding_window' >= 1, got null", source));
+  // MoE on every layer.
+  const char* experts_key = r.Has("num_local_experts") ? "num_local_experts" : "num_experts";
+  ZM_ASSIGN_OR_RETURN(c.num_experts, r.PositiveOr(experts_key, 128));
+  if (r.Has("num_local_experts") && r.Has("num_experts")) {
+    ZM_ASSIGN_OR_RETURN(const int64_t alias, r.Int("num_experts"));
+    if (alias != c.num_experts)
+      return Status::InvalidArgument(fmt::format("{}: key 'num_experts' {} differs from 'num_local_experts' {}", source,
+                                                 alias, c.num_experts));
+  }
+  ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.PositiveOr("num_experts_per_tok", 4));
+  if (c.num_experts_per_tok > c.num_experts)
+    return Status::InvalidArgument(fmt::format("{}: num_experts_per_tok {} exceeds the {} experts", source,
+                                               c.num_experts_per_tok, c.num_experts));
+  // softmax over the k selected logits = the renormalised top-k of the softmax over all of them.
+  c.norm_topk_prob = true;
+  c.scoring_func = ScoringFunc::kSoftmax;
+  c.router_logit_bias = true;
+  c.expert_bias = true;
+  ZM_ASSIGN_OR_RETURN(c.swiglu_limit, r.NumberOr("swiglu_limit", 7.0));
+  ZM_ASSIGN_OR_RETURN(c.swiglu_alpha, r.NumberOr("swiglu_alpha", 1.702));
+  if (!(std::isfinite(c.swiglu_limit) && c.swiglu_limit > 0.0 && std::isfinite(c.swiglu_alpha)))
+    return Status::InvalidArgument(fmt::format("{}: keys 'swiglu_limit' ({}) / 'swiglu_alpha' ({}) must be finite, the "
+                                               "limit > 0", source, c.swiglu_limit, c.swiglu_alpha));
+  ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
+  (void)act;  // GptOssExperts compute the clamped SwiGLU whatever hidden_act says (as transformers)
+  // GptOssConfig's default rope_scaling when the file has none.
+  const auto has_rope = [&](const char* key) {
+    auto it = config.find(key);
+    return it != config.end() && !it->is_null();
+  };
+  if (!has_rope("rope_scaling") && !has_rope("rope_parameters")) {
+    c.rope_scaling.type = RopeScaling::Type::kYarn;
+    c.rope_scaling.factor = 32.0;
+    c.rope_scaling.beta_fast = 32.0;
+    c.rope_scaling.beta_slow = 1.0;
+    c.rope_scaling.truncate = false;
+    c.rope_scaling.original_max_position_embeddings = 4096;
   }
   return Status::Ok();
 }
@@ -590,13 +727,14 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kGlm4Moe: return "glm4_moe";
     case ModelArch::kGlm4MoeLite: return "glm4_moe_lite";
     case ModelArch::kErnie45Moe: return "ernie4_5_moe";
+    case ModelArch::kGptOss: return "gpt_oss";
   }
   return "unknown";
 }
 
 const char* SupportedModelTypes() {
   return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, "
-         "switch_transformers";
+         "gpt_oss, switch_transformers";
 }
 
 bool ModelConfig::mla() const {
@@ -612,6 +750,7 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
   switch (arch) {
     case ModelArch::kMixtral:
     case ModelArch::kOlmoe:
+    case ModelArch::kGptOss:
       return true;
     case ModelArch::kQwen2Moe:
     case ModelArch::kQwen3Moe:
@@ -665,6 +804,15 @@ double ModelConfig::softmax_scale() const {
   return scale;
 }
 
+int64_t ModelConfig::attention_window(int64_t layer_id) const {
+  if (arch == ModelArch::kGptOss)
+    return layer_id >= 0 && layer_id < static_cast<int64_t>(sliding_layers.size()) &&
+                   sliding_layers[static_cast<size_t>(layer_id)] != 0
+               ? sliding_window.value_or(0)
+               : 0;
+  return sliding_window.value_or(0);
+}
+
 bool ModelConfig::IsEos(int32_t token_id) const {
   return std::find(eos_token_ids.begin(), eos_token_ids.end(), token_id) != eos_token_ids.end();
 }
@@ -711,6 +859,20 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     return c;
   }
 
+  if (c.arch == ModelArch::kGptOss) {
+    ZM_RETURN_IF_ERROR(ParseGptOssConfig(config, r, source_path, c));
+    ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));
+    ZM_RETURN_IF_ERROR(ParsePartialRotary(config, source_path, c));
+    ZM_RETURN_IF_ERROR(ParseQuantization(config, source_path, c));
+    ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));
+    for (int64_t id : eos) c.eos_token_ids.push_back(static_cast<int32_t>(id));
+    if (r.Has("bos_token_id")) {
+      ZM_ASSIGN_OR_RETURN(int64_t bos, r.Int("bos_token_id"));
+      c.bos_token_id = static_cast<int32_t>(bos);
+    }
+    ZM_RETURN_IF_ERROR(CheckRanges(c));
+    return c;
+  }
   ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
   if (act != "silu")
     return Status::InvalidArgument(fmt::format("{}: unsupported hidden_act '{}' (supported: silu)", source_path, act));

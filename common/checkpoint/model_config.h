@@ -20,6 +20,13 @@
 //               on the full head, softmax router whose selection adds moe_statics.e_score_correction_bias,
 //               weights / max(sum, moe_norm_min), shared experts; MoE on (layer + 1) % moe_layer_interval
 //               == 0 within [moe_layer_start_index, moe_layer_end_index]; tied embeddings by default)
+//   gpt_oss     GptOssForCausalLM     (modeling_gpt_oss.py: GQA with q/k/v/o biases and a learned sink
+//               logit per head (`self_attn.sinks`) in every softmax row, `layer_types` alternating
+//               sliding-window and full attention, YaRN RoPE over the whole head (HF's generic yarn,
+//               `truncate`), a router with a bias whose top-k logits get a softmax over those k, fused
+//               experts with biases and the clamped SwiGLU (up + 1) * g * sigmoid(alpha g) with
+//               g <= limit, |up| <= limit; its released experts are MXFP4 (quantization_config mxfp4,
+//               `*_blocks` / `*_scales`), served as shipped)
 // Multi-token-prediction layers (num_nextn_predict_layers; tensors model.layers.L.* with
 // L >= num_hidden_layers) are not part of the decoding forward pass: every loader skips them.
 //   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
@@ -64,6 +71,7 @@ enum class ModelArch : uint8_t {
   kGlm4Moe = 7,
   kGlm4MoeLite = 8,
   kErnie45Moe = 9,
+  kGptOss = 10,
 };
 
 // switch_transformers has no position limit of its own (relative position buckets); the encoder input
@@ -90,6 +98,11 @@ struct RopeScaling {
   double beta_slow = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  // HF's generic yarn (modeling_rope_utils._compute_yarn_parameters; gpt_oss): whether the correction
+  // range is floored/ceiled (`truncate`, default true; DeepSeek-V2's always is), and the cos/sin factor
+  // when the config sets `attention_factor` (else get_mscale as above).
+  bool truncate = true;
+  std::optional<double> attention_factor;
 };
 
 // MoEGate topk_method: DeepSeek-V2's greedy / group_limited_greedy (group score = the group's max
@@ -131,6 +144,10 @@ struct ModelConfig {
   // DeepSeek-V2 Hub code always de-interleaves).
   bool rope_interleave = true;
   bool use_qk_norm = false;  // glm4_moe: RMSNorm per head over head_dim on q and k (q_norm / k_norm)
+  // gpt_oss: layer_types, 1 = "sliding_attention" (window sliding_window), 0 = "full_attention"; and the
+  // learned sink logit per query head (self_attn.sinks [num_attention_heads] float32).
+  std::vector<uint8_t> sliding_layers;
+  bool attention_sinks = false;
 
   // --- multi-head latent attention (deepseek_v2, deepseek_v3, glm4_moe_lite) ---
   int64_t q_lora_rank = 0;  // 0 = null (q_proj); > 0: q_a_proj -> q_a_layernorm -> q_b_proj
@@ -162,6 +179,17 @@ struct ModelConfig {
   double norm_min = 0.0;
   int64_t moe_layer_start = 0;
   int64_t moe_layer_end = 0;
+  // gpt_oss: the router has a bias (mlp.router.bias [E]) added to its logits; the experts have biases
+  // (gate_up_proj_bias [E, 2I] interleaved gate/up, down_proj_bias [E, H], inside the routing weight)
+  // and the clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit),
+  // act = (u + 1) * g * sigmoid(alpha * g) (swiglu_limit > 0; else silu(gate) * up).
+  bool router_logit_bias = false;
+  bool expert_bias = false;
+  double swiglu_limit = 0.0;
+  double swiglu_alpha = 1.702;
+  // gpt_oss MXFP4 checkpoints (quantization_config quant_method "mxfp4"): the routed experts are FP4
+  // E2M1 values in 32-value blocks with an E8M0 scale each (common/dtype.h DType::kMXFP4).
+  bool mxfp4_experts = false;
 
   // --- encoder-decoder (switch_transformers; 0 / unused for decoder-only models) ---
   int64_t num_encoder_layers = 0;   // num_layers: global layers [0, num_encoder_layers)
@@ -214,11 +242,18 @@ struct ModelConfig {
   // Attention softmax scale: q_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 for
   // the MLA models when rope_scaling sets mscale_all_dim (DeepseekV2Attention.__init__).
   double softmax_scale() const;
+  // The attention window of decoder layer `layer_id` (0 = full causal attention): mixtral's
+  // sliding_window on every layer, gpt_oss's on its sliding_attention layers.
+  int64_t attention_window(int64_t layer_id) const;
   // Whether `token_id` is one of eos_token_ids.
   bool IsEos(int32_t token_id) const;
 };
 
-// Parses a config.json object. `source_path` names the file in messages.
+// Parses a config.json object. `source_path` names the file in messages. gpt_oss: keys it omits take
+// GptOssConfig's defaults (hidden 2880, 24 layers as released are read from the file; YaRN factor 32,
+// beta 32/1, truncate false, original 4096, theta 150000 when no rope settings are given);
+// attention_bias false, a quantization other than mxfp4, and a layer_types entry other than
+// sliding_attention / full_attention are refused by name.
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
 // hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func (named),

@@ -234,7 +234,7 @@ StagingLayout StagingLayout::ForModel(const ModelLayout& layout) {
   StagingLayout s;
   s.e_sm_bytes = AlignSlotBytes(layout.slot_bytes(Pool::kC));
   s.e_plane_offset = s.e_sm_bytes;
-  s.bf16_offset = s.e_plane_offset + AlignSlotBytes(layout.slot_bytes(Pool::kF) / layout.elem_bytes());
+  s.bf16_offset = s.e_plane_offset + layout.e_plane_slot_bytes();
   s.slot_bytes = s.bf16_offset + AlignSlotBytes(layout.slot_bytes(Pool::kF));
   return s;
 }

@@ -133,11 +133,12 @@ CachePlan DaliPlan(const ModelLayout& layout, uint64_t pool_bytes);
 // the slot start; every region 4 KiB-aligned so chunks can be O_DIRECT destinations:
 //   [0, e_sm_bytes)            the expert's E-chunks then SM-chunks, exactly as in a C-pool slot
 //                              (ExpertSlotLayout offsets; SM part at layout.SmPartOffset(kC))
-//   [e_plane_offset, +f/s)     decoded exponent planes: proj p at e_plane_offset + e_plane.offset
-//                              (= bf16.offset / s; [numel] uint8 each), s = layout.elem_bytes()
+//   [e_plane_offset, +e)       decoded exponent planes: proj p at e_plane_offset + e_plane.offset
+//                              ([numel] uint8 each; pool_layout.h), e = layout.e_plane_slot_bytes()
 //   [bf16_offset, +f)          the recovered tensors in the expert dtype: proj p at bf16_offset +
-//                              bf16.offset ([numel] uint16 BF16/F16, or uint32 F32)
-// (f = slot_bytes(F); for BF16 and F16 s = 2, for F32 s = 4.)
+//                              bf16.offset ([numel] uint16 BF16/F16, uint32 F32, uint8 F8_E4M3, or
+//                              MXFP4's blocks then scales)
+// (f = slot_bytes(F).)
 struct StagingLayout {
   uint64_t e_sm_bytes = 0;      // slot_bytes(C)
   uint64_t e_plane_offset = 0;  // = e_sm_bytes

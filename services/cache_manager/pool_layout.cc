@@ -98,7 +98,7 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
       return Status::InvalidArgument(fmt::format("manifest: tensor '{}' (layer {}, expert {}): no SM-chunk",
                                                  t.name, t.layer_id, t.expert_id));
     }
-    const uint64_t full_bytes = static_cast<uint64_t>(tl.numel) * layout.elem_bytes();
+    const uint64_t full_bytes = DTypeBytes(layout.dtype_, static_cast<uint64_t>(tl.numel));
     tl.bf16 = {0, full_bytes, AlignSlotBytes(full_bytes)};
     tl.e_plane = {0, static_cast<uint64_t>(tl.numel), static_cast<uint64_t>(tl.numel)};
   }
@@ -125,6 +125,8 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
           "or none (gate-less up/down experts)",
           e.layer_id, e.expert_id, gated ? "has a" : "has no", gated ? "have none" : "have one"));
     }
+    const uint64_t elem_bytes = static_cast<uint64_t>(DTypeSize(layout.dtype_));  // 0 for MXFP4
+    uint64_t e_plane_end = 0;
     for (TensorSlotLayout& tl : e.tensors) {
       if (!tl.present) continue;
       for (SlotExtent& c : tl.e_chunks) {
@@ -134,9 +136,12 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
       tl.sm.offset = e.sm_part_bytes;
       e.sm_part_bytes += tl.sm.read_bytes;
       tl.bf16.offset = e.f_part_bytes;
-      tl.e_plane.offset = tl.bf16.offset / layout.elem_bytes();  // a multiple of 1 KiB (F32) or 2 KiB
+      // A multiple of 1 KiB (F32), 2 KiB (BF16/F16) or 4 KiB (F8_E4M3); MXFP4: after the previous plane.
+      tl.e_plane.offset = elem_bytes > 0 ? tl.bf16.offset / elem_bytes : AlignSlotBytes(e_plane_end);
+      e_plane_end = tl.e_plane.offset + tl.e_plane.bytes;
       e.f_part_bytes += tl.bf16.read_bytes;
     }
+    layout.e_plane_slot_bytes_ = std::max(layout.e_plane_slot_bytes_, AlignSlotBytes(e_plane_end));
     for (Pool p : kPoolOrder) {
       layout.slot_bytes_[PoolIndex(p)] = std::max(layout.slot_bytes_[PoolIndex(p)], e.PoolBytes(p));
     }

@@ -42,7 +42,7 @@ inline constexpr int kProjCount = 3;  // gate, up, down (ExpertProj order)
 // One chunk or tensor inside a slot part.
 struct SlotExtent {
   uint64_t offset = 0;      // from the start of its part, multiple of 4 KiB
-  uint64_t bytes = 0;       // payload bytes (stored bytes of a chunk; numel · DTypeSize(dtype) for a full tensor)
+  uint64_t bytes = 0;       // payload bytes (stored bytes of a chunk; DTypeBytes(dtype, numel) for a full tensor)
   uint64_t read_bytes = 0;  // bytes reserved: `bytes` rounded up to 4 KiB (an O_DIRECT read length)
 };
 
@@ -51,12 +51,13 @@ struct TensorSlotLayout {
   int64_t numel = 0;
   std::vector<SlotExtent> e_chunks;  // [K], in the E part
   SlotExtent sm;                     // in the SM part: SmPlaneBytes(dtype, numel) payload bytes
-  // In the F part: the full tensor, numel · DTypeSize(dtype) bytes (the name is from when every
-  // served expert was BF16; F32 and F16 experts keep their own dtype here).
+  // In the F part: the full tensor, DTypeBytes(dtype, numel) bytes (the name is from when every
+  // served expert was BF16; F32, F16, F8_E4M3 and MXFP4 experts keep their own dtype here).
   SlotExtent bf16;
   // The decoded exponent plane in a staging slot ([numel] uint8, one byte per value for every
-  // dtype), from StagingLayout::e_plane_offset: bf16.offset / DTypeSize(dtype), so the planes of an
-  // expert's tensors never overlap.
+  // dtype), from StagingLayout::e_plane_offset: bf16.offset / DTypeSize(dtype) for the dtypes of a
+  // byte or more per value; for MXFP4 (under a byte per value) the planes of the expert's tensors one
+  // after the other, 4 KiB aligned. The planes of an expert's tensors never overlap.
   SlotExtent e_plane;
 };
 
@@ -91,9 +92,11 @@ class ModelLayout {
   // up or down, or has a gate where the others have none (or the reverse).
   static Result<ModelLayout> FromManifest(const Manifest& manifest);
 
-  // The experts' dtype (BF16 for a manifest without experts) and its bytes per value (2 or 4).
+  // The experts' dtype (BF16 for a manifest without experts).
   DType dtype() const { return dtype_; }
-  uint64_t elem_bytes() const { return static_cast<uint64_t>(DTypeSize(dtype_)); }
+  // Bytes a staging slot reserves for one expert's decoded exponent planes ([numel] uint8 per tensor,
+  // at each tensor's e_plane.offset): max over experts of the end of their last plane, 4 KiB aligned.
+  uint64_t e_plane_slot_bytes() const { return e_plane_slot_bytes_; }
   int32_t n_layers() const { return n_layers_; }    // max(manifest n_layers, max layer_id + 1)
   int32_t n_experts() const { return n_experts_; }  // max(manifest n_experts, max expert_id + 1)
   // Whether the experts have a gate projection (gate/up/down); false: up/down only (tensors[kGate]
@@ -116,6 +119,7 @@ class ModelLayout {
   std::vector<ExpertSlotLayout> experts_;  // [n_layers * n_experts], layer_id -1 when absent
   std::vector<uint8_t> layer_has_experts_;
   std::array<uint64_t, kPoolCount> slot_bytes_{};
+  uint64_t e_plane_slot_bytes_ = 0;
 };
 
 }  // namespace zipmoe::cache_manager

@@ -39,11 +39,16 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
                v["e_bits_per_value"].get<double>(), v["exponent_entropy_bits"].get<double>(),
                v["entropy_bound_ratio"].get<double>());
     for (const auto& d : v["dtypes"]) {
-      fmt::print("  {:<5} experts    {} tensors, ratio {:.4f}; {} SM bits + exponent entropy {:.3f} bits -> bound "
-                 "ratio {:.4f}\n",
+      const bool mxfp4 = d["dtype"].get<std::string>() == "MXFP4";
+      fmt::print("  {:<5} experts    {} tensors, ratio {:.4f}; {:g} SM bits{} + exponent entropy {:.3f} bits -> bound "
+                 "ratio {:.4f}{}\n",
                  d["dtype"].get<std::string>(), d["tensors"].get<int64_t>(), d["ratio"].get<double>(),
-                 d["sm_bits_per_value"].get<int>(), d["exponent_entropy_bits"].get<double>(),
-                 d["entropy_bound_ratio"].get<double>());
+                 d["sm_bits_per_value"].get<double>(), mxfp4 ? " (with the scales, raw)" : "",
+                 d["exponent_entropy_bits"].get<double>(), d["entropy_bound_ratio"].get<double>(),
+                 d.value("e_chunks_raw", 0) > 0
+                     ? fmt::format("; {} tensors' E-chunks stored raw (the codec did not shrink them)",
+                                   d["e_chunks_raw"].get<int64_t>())
+                     : std::string());
     }
   });
 }

@@ -18,6 +18,7 @@
 #include "common/bitfield.h"
 #include "common/dtype.h"
 #include "common/checkpoint/expert_names.h"
+#include "common/checkpoint/fused_experts.h"
 #include "common/file_util.h"
 #include "common/hash.h"
 #include "common/checkpoint/manifest.h"
@@ -31,7 +32,11 @@ namespace fs = std::filesystem;
 
 struct ExpertSource {
   ExpertTensorName id;
-  TensorView view;
+  TensorView view;  // fused: spec (name, kMXFP4, [rows, cols]) only, no data
+  // gpt-oss's fused MXFP4 experts (common/checkpoint/fused_experts.h): the expert's tensor is made from
+  // the fused ones when it is encoded, so that only a window of experts is ever copied at once.
+  const Checkpoint* ckpt = nullptr;
+  FusedExpertRef fused;
 };
 
 // One tensor after splitting and compression, before placement in experts.bin.
@@ -87,6 +92,10 @@ void SplitPlanes(DType dtype, const uint8_t* data, int64_t n, std::vector<uint8_
     SplitF8E4M3(data, n, e_plane->data(), sm_plane->data());
     return;
   }
+  if (dtype == DType::kMXFP4) {
+    SplitMxfp4(data, n, e_plane->data(), sm_plane->data());
+    return;
+  }
   std::vector<uint16_t> v(static_cast<size_t>(n));
   std::memcpy(v.data(), data, v.size() * 2);
   if (dtype == DType::kF16) {
@@ -104,13 +113,21 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
   t.expert_id = src.id.expert_id;
   t.proj = src.id.proj;
   t.shape = src.view.spec.shape;
-  ZM_ASSIGN_OR_RETURN(t.dtype, StoredDType(src.view, opt.convert_dtype));
   t.codec = opt.codec.codec;
   t.level = opt.codec.level == 0 ? DefaultCodecLevel(opt.codec.codec) : opt.codec.level;
 
   const int64_t n = src.view.spec.numel();
   std::vector<uint8_t> e_plane, sm_plane;
-  if (t.dtype != src.view.spec.dtype) {  // --convert-dtype: rounded, lossy
+  if (src.ckpt == nullptr) {
+    ZM_ASSIGN_OR_RETURN(t.dtype, StoredDType(src.view, opt.convert_dtype));
+  }
+  if (src.ckpt != nullptr) {  // an unfused MXFP4 expert: its raw layout, then the planes
+    t.dtype = DType::kMXFP4;
+    std::vector<uint8_t> raw(DTypeBytes(DType::kMXFP4, static_cast<uint64_t>(n)));
+    ZM_RETURN_IF_ERROR(ReadFusedExpert(*src.ckpt, src.fused, raw.data()));
+    t.bf16_xxh64 = Xxh64(raw.data(), raw.size());
+    SplitPlanes(t.dtype, raw.data(), n, &e_plane, &sm_plane);
+  } else if (t.dtype != src.view.spec.dtype) {  // --convert-dtype: rounded, lossy
     const std::vector<uint16_t> bf16 = RoundToBf16(src.view);
     t.bf16_xxh64 = Xxh64(bf16.data(), bf16.size() * 2);
     SplitPlanes(DType::kBF16, reinterpret_cast<const uint8_t*>(bf16.data()), n, &e_plane, &sm_plane);
@@ -122,14 +139,30 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
 
   const auto ranges = ShardRanges(n, opt.n_shards);
   t.n_shards = static_cast<int32_t>(ranges.size());
-  const CodecOptions codec{t.codec, t.level};
-  for (const auto& [offset, count] : ranges) {
-    std::vector<uint8_t> buf;
-    ZM_RETURN_IF_ERROR(CompressEChunk(t.dtype, codec, e_plane.data() + offset, static_cast<uint64_t>(count), &buf));
-    const uint64_t stored = buf.size();
-    t.chunks.push_back({ChunkKind::kE, static_cast<uint64_t>(offset), static_cast<uint64_t>(count), 0, stored,
-                        static_cast<uint64_t>(count), Xxh64(buf.data(), buf.size())});
-    enc.bytes.push_back(std::move(buf));
+  const auto encode = [&](Codec c) -> Status {
+    t.chunks.clear();
+    enc.bytes.clear();
+    const CodecOptions codec{c, t.level};
+    for (const auto& [offset, count] : ranges) {
+      std::vector<uint8_t> buf;
+      ZM_RETURN_IF_ERROR(CompressEChunk(t.dtype, codec, e_plane.data() + offset, static_cast<uint64_t>(count), &buf));
+      const uint64_t stored = buf.size();
+      t.chunks.push_back({ChunkKind::kE, static_cast<uint64_t>(offset), static_cast<uint64_t>(count), 0, stored,
+                          static_cast<uint64_t>(count), Xxh64(buf.data(), buf.size())});
+      enc.bytes.push_back(std::move(buf));
+    }
+    return Status::Ok();
+  };
+  ZM_RETURN_IF_ERROR(encode(t.codec));
+  // Where the codec does not shrink the exponent plane (MXFP4's 2-bit fields at their entropy, small
+  // tensors whose frame overhead outweighs the gain), its E-chunks are stored raw (codec none): the
+  // reader decodes by the tensor's own codec, and the tensor is never stored larger than the plane.
+  uint64_t e_raw = 0;
+  for (const auto& [offset, count] : ranges) e_raw += EChunkStreamBytes(t.dtype, static_cast<uint64_t>(count));
+  if (t.codec != Codec::kNone && t.e_stored_bytes() >= e_raw) {
+    t.codec = Codec::kNone;
+    t.level = 0;
+    ZM_RETURN_IF_ERROR(encode(t.codec));
   }
   t.chunks.push_back({ChunkKind::kSm, 0, static_cast<uint64_t>(n), 0, sm_plane.size(), sm_plane.size(),
                       Xxh64(sm_plane.data(), sm_plane.size())});
@@ -232,6 +265,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   const int64_t n_encoder_layers = EncoderLayerCount(ckpt->config());
   int64_t mtp_tensors = 0;
   uint64_t mtp_bytes = 0;
+  const bool fused = HasFusedMxfp4Experts(ckpt->config());
   for (const std::string& name : ckpt->names()) {
     ZM_ASSIGN_OR_RETURN(TensorView view, ckpt->Find(name));
     if (IsMtpLayerTensor(name, ckpt->config())) {
@@ -239,14 +273,32 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
       mtp_bytes += view.spec.size_bytes();
       continue;
     }
+    if (fused && IsFusedExpertTensor(name)) continue;  // stored per expert below
     if (auto id = ParseExpertTensorName(name, n_encoder_layers)) {
       if (view.spec.shape.size() != 2)
         return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' has {} dims, expected 2", view.file, name,
                                                    view.spec.shape.size()));
       ZM_RETURN_IF_ERROR(StoredDType(view, opt.convert_dtype).status());  // names a tensor of another dtype
-      experts.push_back({*id, view});
+      ExpertSource src;
+      src.id = *id;
+      src.view = view;
+      experts.push_back(std::move(src));
     } else {
       dense.push_back(view);
+    }
+  }
+  if (fused) {
+    ZM_ASSIGN_OR_RETURN(std::vector<FusedExpertRef> refs, ListFusedExperts(*ckpt));
+    for (FusedExpertRef& r : refs) {
+      ExpertSource src;
+      src.id = r.id;
+      src.view.spec.name = r.name;
+      src.view.spec.dtype = DType::kMXFP4;
+      src.view.spec.shape = r.shape;
+      src.view.file = ckpt->dir();
+      src.ckpt = ckpt.get();
+      src.fused = std::move(r);
+      experts.push_back(std::move(src));
     }
   }
   if (experts.empty())

@@ -34,10 +34,11 @@ nlohmann::json InspectManifest(const Manifest& m) {
   nlohmann::json dtypes = nlohmann::json::array();
   double bound_bits = 0;  // Σ values · (SM bits + H) over dtypes
   for (const DTypeHistogram& h : m.exponent_histograms) {
-    uint64_t d_tensors = 0, d_values = 0, d_raw = 0, d_stored = 0, d_e_stored = 0;
+    uint64_t d_tensors = 0, d_values = 0, d_raw = 0, d_stored = 0, d_e_stored = 0, d_e_raw = 0;
     for (const auto& t : m.expert_tensors) {
       if (t.dtype != h.dtype) continue;
       ++d_tensors;
+      if (t.codec == Codec::kNone && m.codec != Codec::kNone) ++d_e_raw;
       d_values += static_cast<uint64_t>(t.numel());
       d_raw += t.raw_bytes();
       d_stored += t.stored_bytes();
@@ -45,8 +46,10 @@ nlohmann::json InspectManifest(const Manifest& m) {
     }
     for (int i = 0; i < 256; ++i) hist[i] = h.counts[static_cast<size_t>(i)];
     const double d_entropy = ShannonEntropyBits(hist);
-    const int sm_bits = SmBitsPerValue(h.dtype);
-    const int total_bits = 8 * DTypeSize(h.dtype);
+    // The SM plane is stored raw: its bits (MXFP4's include the scale bytes, 0.25 bits a value) plus
+    // the exponent plane at its entropy, over the raw bits (4.25 a value for MXFP4).
+    const double sm_bits = SmPlaneBitsPerValue(h.dtype);
+    const double total_bits = RawBitsPerValue(h.dtype);
     bound_bits += static_cast<double>(d_values) * (sm_bits + d_entropy);
     dtypes.push_back({{"dtype", DTypeName(h.dtype)},
                       {"tensors", d_tensors},
@@ -57,6 +60,7 @@ nlohmann::json InspectManifest(const Manifest& m) {
                       {"sm_bytes_stored", d_stored - d_e_stored},
                       {"ratio", d_raw ? static_cast<double>(d_stored) / static_cast<double>(d_raw) : 0.0},
                       {"sm_bits_per_value", sm_bits},
+                      {"e_chunks_raw", d_e_raw},
                       {"exponent_entropy_bits", d_entropy},
                       {"entropy_bound_ratio", (sm_bits + d_entropy) / total_bits}});
   }

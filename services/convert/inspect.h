@@ -17,7 +17,7 @@ namespace zipmoe::convert {
 // entropy of all expert exponent bytes), entropy_bound_ratio (Σ_dtype values·(SM bits + H_dtype) / raw
 // bits; (H + 8)/16 when all experts are BF16), file_ratio (experts_file_bytes/raw), dtypes [{dtype,
 // tensors, values, raw_bytes, stored_bytes, e_bytes_stored, sm_bytes_stored, ratio, sm_bits_per_value,
-// exponent_entropy_bits, entropy_bound_ratio = (SM bits + H_dtype) / (8·DTypeSize)}] one per expert
+// exponent_entropy_bits, entropy_bound_ratio = (SM plane bits + H_dtype) / raw bits (common/bitfield.h SmPlaneBitsPerValue, RawBitsPerValue)}] one per expert
 // dtype present, per_layer [{layer_id, experts, raw, stored}].
 nlohmann::json InspectManifest(const Manifest& manifest);
 

@@ -6,11 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "common/checkpoint/expert_names.h"
+#include "common/checkpoint/fused_experts.h"
 #include "common/checkpoint/expert_store.h"
 #include "common/file_util.h"
 #include "common/parallel.h"
@@ -61,6 +63,28 @@ Status CheckLayout(const ExpertStore& store) {
   return check_zero(pos, file.size());
 }
 
+// An unfused gpt-oss expert (fused_experts.h): its raw MXFP4 layout made from the fused tensors.
+Status VerifyFusedExpert(const ExpertStore& store, const Checkpoint& ckpt, const ExpertTensorInfo& t,
+                         const FusedExpertRef& ref) {
+  if (t.dtype != DType::kMXFP4 || t.shape != ref.shape)
+    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): {} {} in the manifest, MXFP4 {} in {}",
+                                          t.name, t.layer_id, t.expert_id, DTypeName(t.dtype), ShapeString(t.shape),
+                                          ShapeString(ref.shape), ckpt.dir()));
+  std::vector<uint8_t> want(t.raw_bytes()), got(t.raw_bytes());
+  ZM_RETURN_IF_ERROR(ReadFusedExpert(ckpt, ref, want.data()));
+  ZM_RETURN_IF_ERROR(store.ReadTensor(t, got.data()));
+  if (want != got) {
+    size_t i = 0;
+    while (i < got.size() && got[i] == want[i]) ++i;
+    const size_t blocks = want.size() - want.size() / 17;  // numel / 2 of numel / 2 + numel / 32
+    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): MXFP4 {} byte {} recovers as 0x{:02x}, "
+                                          "the checkpoint's fused experts of {} have 0x{:02x}", t.name, t.layer_id,
+                                          t.expert_id, i < blocks ? "block" : "scale", i < blocks ? i : i - blocks,
+                                          got[i], ckpt.dir(), want[i]));
+  }
+  return Status::Ok();
+}
+
 Status VerifyExpert(const ExpertStore& store, const Checkpoint& ckpt, const ExpertTensorInfo& t) {
   auto view = ckpt.Find(t.name);
   if (!view.ok())
@@ -80,7 +104,7 @@ Status VerifyExpert(const ExpertStore& store, const Checkpoint& ckpt, const Expe
                                           view->file));
   }
   if (view->size_bytes() != out.size() || std::memcmp(out.data(), view->data, out.size()) != 0) {
-    const size_t width = static_cast<size_t>(DTypeSize(t.dtype));
+    const size_t width = static_cast<size_t>(std::max(1, DTypeSize(t.dtype)));
     size_t i = 0;
     while ((i + 1) * width <= out.size() && std::memcmp(&out[i * width], view->data + i * width, width) == 0) ++i;
     uint32_t got = 0;
@@ -123,21 +147,36 @@ Result<VerifySummary> VerifyCompressed(const VerifyOptions& opt, const std::func
   const Manifest& m = store->manifest();
 
   // Same tensor set on both sides, but for the multi-token-prediction layers compress leaves out.
+  // gpt-oss: the fused expert tensors are stored per expert (fused_experts.h), under their own names.
+  std::map<std::string, FusedExpertRef> fused;
+  {
+    ZM_ASSIGN_OR_RETURN(std::vector<FusedExpertRef> refs, ListFusedExperts(*ckpt));
+    for (FusedExpertRef& r : refs) fused.emplace(r.name, std::move(r));
+  }
   std::set<std::string> compressed_names;
   for (const auto& t : m.expert_tensors) compressed_names.insert(t.name);
   for (const auto& d : m.dense_tensors) compressed_names.insert(d.name);
-  size_t mtp = 0;
+  for (const auto& [name, ref] : fused)
+    if (!compressed_names.count(name))
+      return Status::NotFound(fmt::format("expert tensor '{}' (layer {}, expert {}, from the fused experts of {}) is "
+                                          "missing from {}", name, ref.id.layer_id, ref.id.expert_id, opt.model_dir,
+                                          opt.compressed_dir));
+  size_t mtp = 0, fused_sources = 0;
   for (const auto& name : ckpt->names()) {
     if (IsMtpLayerTensor(name, ckpt->config()) && !compressed_names.count(name)) {
       ++mtp;
       continue;
     }
+    if (!fused.empty() && IsFusedExpertTensor(name)) {
+      ++fused_sources;
+      continue;
+    }
     if (!compressed_names.count(name))
       return Status::NotFound(fmt::format("tensor '{}' of {} is missing from {}", name, opt.model_dir, opt.compressed_dir));
   }
-  if (compressed_names.size() + mtp != ckpt->names().size()) {
+  if (compressed_names.size() + mtp + fused_sources != ckpt->names().size() + fused.size()) {
     for (const auto& name : compressed_names)
-      if (!ckpt->Find(name).ok())
+      if (!fused.count(name) && !ckpt->Find(name).ok())
         return Status::NotFound(fmt::format("tensor '{}' of {} is not in {}", name, opt.compressed_dir, opt.model_dir));
   }
 
@@ -153,7 +192,9 @@ Result<VerifySummary> VerifyCompressed(const VerifyOptions& opt, const std::func
   for (int w = 0; w < n_threads; ++w) {
     workers.emplace_back([&] {
       for (size_t i = next++; i < m.expert_tensors.size() && !failed.load(); i = next++) {
-        results[i] = VerifyExpert(*store, *ckpt, m.expert_tensors[i]);
+        const auto f = fused.find(m.expert_tensors[i].name);
+        results[i] = f == fused.end() ? VerifyExpert(*store, *ckpt, m.expert_tensors[i])
+                                      : VerifyFusedExpert(*store, *ckpt, m.expert_tensors[i], f->second);
         if (!results[i].ok()) failed = true;
         ++done;
       }

@@ -56,8 +56,7 @@ uint64_t OpSmBytes(const DecompressOp& op) {
 }
 
 uint64_t OpDstBytes(const DecompressOp& op) {
-  return op.kind == DecompressOpKind::kRecover ? op.raw_bytes * static_cast<uint64_t>(DTypeSize(op.dtype))
-                                               : op.raw_bytes;
+  return op.kind == DecompressOpKind::kRecover ? DTypeBytes(op.dtype, op.raw_bytes) : op.raw_bytes;
 }
 
 std::string DescribeOp(const DecompressOp& op) {

@@ -20,7 +20,7 @@ namespace zipmoe::decompressor {
 enum class DecompressOpKind : uint8_t {
   kDecodeEChunk = 0,  // src [stored_bytes] compressed with `codec` -> dst [raw_bytes] uint8 (E-plane slice)
   kRecover = 1,       // src = E plane [raw_bytes] uint8, sm = SM plane [SmPlaneBytes(dtype, raw_bytes)]
-                      //   -> dst [raw_bytes · DTypeSize(dtype)] bytes = [raw_bytes] values of `dtype`
+                      //   -> dst [DTypeBytes(dtype, raw_bytes)] bytes = [raw_bytes] values of `dtype`
 };
 
 // One unit of worker work. Pointers are not owned and must stay valid until the op completes.

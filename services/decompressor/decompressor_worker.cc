@@ -147,9 +147,8 @@ bool DecompressorWorker::Accept(const msg::DecodeRequest& r) {
     pull_->Post(DecodeCompletionToWire(reject, r.attempt));
     return false;
   }
-  const uint64_t elem_bytes = static_cast<uint64_t>(DTypeSize(dtype));
   if (r.raw_bytes > size || !inside(r.src_offset, recover ? r.raw_bytes : r.stored_bytes) ||
-      !inside(r.dst_offset, recover ? elem_bytes * r.raw_bytes : r.raw_bytes) ||
+      !inside(r.dst_offset, recover ? DTypeBytes(dtype, r.raw_bytes) : r.raw_bytes) ||
       (recover && !inside(r.sm_offset, SmPlaneBytes(dtype, static_cast<int64_t>(r.raw_bytes))))) {
     reject.status = Status::InvalidArgument(fmt::format(
         "decode op {} of '{}' reaches outside the arena {} ({} bytes)", r.op_id, r.tensor_name, arena_->name(), size));

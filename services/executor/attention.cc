@@ -1,5 +1,5 @@
 // Attention modules: Qwen2MoeAttention, MixtralAttention, Qwen3MoeAttention, OlmoeAttention,
-// Glm4MoeAttention, DeepseekV3Attention (eager paths of transformers) and DeepseekV2Attention
+// Glm4MoeAttention, DeepseekV3Attention, GptOssAttention (eager paths of transformers) and DeepseekV2Attention
 // (modeling_deepseek.py), in float32 on the CPU.
 #include "services/executor/attention.h"
 
@@ -33,7 +33,7 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Te
 }
 
 at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
-                        int64_t window) {
+                        int64_t window, const at::Tensor& sinks) {
   const int64_t n_heads = q.size(0), t = q.size(1), dk = q.size(2);
   const int64_t n_kv = k.size(0), total = k.size(1), dv = v.size(2);
   const int64_t group = n_heads / n_kv;
@@ -57,6 +57,7 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
     a.pos0 = pos0;
     a.scale = static_cast<float>(scale);
     a.window = window;
+    if (sinks.defined()) a.sinks = sinks.data_ptr<float>();
     a.out = out.data_ptr<float>();
     cpu::AttendCausal(a);
     return out;
@@ -76,7 +77,14 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
                                 .masked_fill(hidden, -std::numeric_limits<float>::infinity());
     scores = (scores.view({n_kv, group, t, total}) + mask).view({n_kv, group * t, total});
   }
-  const at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  at::Tensor probs;
+  if (sinks.defined()) {  // gpt_oss: softmax over [scores, sink] per row, the sink column dropped
+    const at::Tensor sink = sinks.to(scores.device(), at::kFloat).view({n_kv, group, 1, 1}).expand({n_kv, group, t, 1});
+    const at::Tensor combined = at::cat({scores.view({n_kv, group, t, total}), sink}, -1);
+    probs = at::softmax(combined, -1).narrow(-1, 0, total).reshape({n_kv, group * t, total}).to(q.scalar_type());
+  } else {
+    probs = at::softmax(scores, -1).to(q.scalar_type());
+  }
   const at::Tensor out = at::bmm(probs, v);  // [n_kv, group * t, dv]
   // -> [n_heads, t, dv] -> [t, n_heads, dv] -> [t, n_heads * dv]
   return out.reshape({n_heads, t, dv}).permute({1, 0, 2}).reshape({t, n_heads * dv});
@@ -86,7 +94,7 @@ namespace {
 
 // q [N, n_heads, dk], k [N, n_kv, dk], v [N, n_kv, dv] -> [N, n_heads * dv], per sequence.
 at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer_id,
-                       const BatchLayout& batch, double scale, int64_t window) {
+                       const BatchLayout& batch, double scale, int64_t window, const at::Tensor& sinks = at::Tensor()) {
   std::vector<at::Tensor> outs;
   outs.reserve(batch.starts.size());
   for (size_t i = 0; i < batch.starts.size(); ++i) {
@@ -98,7 +106,7 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     const at::Tensor ks = k.narrow(0, start, len).transpose(0, 1);
     const at::Tensor vs = v.narrow(0, start, len).transpose(0, 1);
     auto [k_all, v_all] = cache->Append(layer_id, ks, vs);
-    outs.push_back(AttendCausal(qs, k_all, v_all, pos0, scale, window));
+    outs.push_back(AttendCausal(qs, k_all, v_all, pos0, scale, window, sinks));
   }
   return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
 }
@@ -149,7 +157,7 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
     k = at::cat({RotaryEmbedding::Apply(k.narrow(-1, 0, rd), batch.cos, batch.sin, false), k.narrow(-1, rd, hd - rd)}, -1);
   }
   const at::Tensor attn =
-      AttendBatch(q, k, v, layer_id, batch, c.softmax_scale(), c.sliding_window.value_or(0));
+      AttendBatch(q, k, v, layer_id, batch, c.softmax_scale(), c.attention_window(layer_id), w.sinks);
   return Linear(attn, w.o_proj.weight, w.o_proj.bias);
 }
 

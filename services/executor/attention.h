@@ -64,9 +64,11 @@ struct BatchLayout {
 // softmax(q k^T * scale + mask) v for one sequence, heads grouped as repeat_kv does (query head h
 // uses kv head h / (n_heads / n_kv_heads)). Query i sits at absolute position pos0 + i; key j at j.
 // Key j is visible to query i iff j <= pos0 + i and (no window or pos0 + i - j < window).
+// `sinks` (gpt_oss; undefined = none): [n_heads] float32 logits appended to each head's softmax rows
+// and dropped after it (GptOssAttention's eager path).
 //   q: [n_heads, t, dk], k: [n_kv_heads, T, dk], v: [n_kv_heads, T, dv] -> [t, n_heads * dv]
 at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
-                        int64_t window);
+                        int64_t window, const at::Tensor& sinks = at::Tensor());
 
 // Attention of layer `layer_id`: x [N, hidden] (after input_layernorm) -> [N, hidden] (after o_proj).
 // Appends each sequence's new keys/values to its cache (the caller calls Advance afterwards).

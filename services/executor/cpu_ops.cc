@@ -55,14 +55,24 @@ void RunTask(const Task& t) {
   const MlpJob& j = *static_cast<const MlpJob*>(t.what);
   const int64_t inter = j.gate.rows;
   if (t.kind == Task::kGateUp) {
-    RunGemmRows(Product(j.gate, j.x, j.n, j.ldx, j.act, inter), t.r0, t.r1);
-    RunGemmRows(Product(j.up, j.x, j.n, j.ldx, j.up_out, inter), t.r0, t.r1);
+    kernels::GemmArgs gate = Product(j.gate, j.x, j.n, j.ldx, j.act, inter);
+    kernels::GemmArgs up = Product(j.up, j.x, j.n, j.ldx, j.up_out, inter);
+    gate.bias = j.gate_bias;
+    up.bias = j.up_bias;
+    RunGemmRows(gate, t.r0, t.r1);
+    RunGemmRows(up, t.r0, t.r1);
     for (int64_t tok = 0; tok < j.n; ++tok) {
       float* act = j.act + tok * inter + t.r0;
-      SiluMul(act, j.up_out + tok * inter + t.r0, t.r1 - t.r0, act);
+      if (j.swiglu_limit > 0.0f) {
+        ClampedSwiglu(act, j.up_out + tok * inter + t.r0, t.r1 - t.r0, j.swiglu_limit, j.swiglu_alpha, act);
+      } else {
+        SiluMul(act, j.up_out + tok * inter + t.r0, t.r1 - t.r0, act);
+      }
     }
   } else {
-    RunGemmRows(Product(j.down, j.act, j.n, inter, j.y, j.ldy), t.r0, t.r1);
+    kernels::GemmArgs down = Product(j.down, j.act, j.n, inter, j.y, j.ldy);
+    down.bias = j.down_bias;
+    RunGemmRows(down, t.r0, t.r1);
   }
 }
 
@@ -240,8 +250,12 @@ void AttendCausal(const AttentionArgs& a) {
         if (first > last) continue;
         float m = -std::numeric_limits<float>::infinity();
         for (int64_t j = first; j <= last; ++j) m = std::max(m, s[j] *= a.scale);
+        // gpt_oss: the head's sink logit joins the row's max and its denominator, then is dropped.
+        const float sink = a.sinks != nullptr ? a.sinks[qh] : 0.0f;
+        if (a.sinks != nullptr) m = std::max(m, sink);
         float sum = 0.0f;
         for (int64_t j = first; j <= last; ++j) sum += s[j] = std::exp(s[j] - m);
+        if (a.sinks != nullptr) sum += std::exp(sink - m);
         for (int64_t j = first; j <= last; ++j) {
           const float p = s[j] / sum;
           const float* vj = vh + j * a.dv;
@@ -263,6 +277,15 @@ void AttendCausal(const AttentionArgs& a) {
 
 void SiluMul(const float* g, const float* u, int64_t count, float* act) {
   for (int64_t i = 0; i < count; ++i) act[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void ClampedSwiglu(const float* g, const float* u, int64_t count, float limit, float alpha, float* act) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float gate = std::min(g[i], limit);
+    const float up = std::min(std::max(u[i], -limit), limit);
+    const float glu = gate * (1.0f / (1.0f + std::exp(-(gate * alpha))));
+    act[i] = (up + 1.0f) * glu;
+  }
 }
 
 void Gemms(const std::vector<kernels::GemmArgs>& args) {

@@ -53,6 +53,9 @@ struct AttentionArgs {
   int64_t pos0 = 0;
   float scale = 1.0f;
   int64_t window = 0;
+  // gpt_oss: one logit per query head [n_heads] appended to every row of the softmax and dropped after
+  // it (p_j = exp(s_j - m) / (Σ exp(s - m) + exp(sink - m)), m = max(s, sink)); null = none.
+  const float* sinks = nullptr;
   float* out = nullptr;
 };
 void AttendCausal(const AttentionArgs& a);
@@ -60,6 +63,9 @@ void AttendCausal(const AttentionArgs& a);
 // act[t, i] = silu(g[t, i]) * u[t, i] for count elements (act may alias g or u).
 void SiluMul(const float* g, const float* u, int64_t count, float* act);
 
+// gpt_oss's clamped SwiGLU (GptOssExperts): g' = min(g, limit), u' = clamp(u, -limit, limit),
+// act = (u' + 1) * (g' * sigmoid(g' * alpha)), for count elements (act may alias g or u).
+void ClampedSwiglu(const float* g, const float* u, int64_t count, float limit, float alpha, float* act);
 // The product y = x · Wᵀ over all rows of `w`: x [n, ldx], y [n, ldy] (row_end = w.rows, no bias).
 kernels::GemmArgs Product(const kernels::GemmWeights& w, const float* x, int64_t n, int64_t ldx, float* y,
                           int64_t ldy);
@@ -68,7 +74,8 @@ kernels::GemmArgs Product(const kernels::GemmWeights& w, const float* x, int64_t
 // parallel region. No validation (shapes come from the loaded model).
 void Gemms(const std::vector<kernels::GemmArgs>& args);
 
-// One gated MLP y = down(silu(gate(x)) * up(x)): gate/up [I, H], down [H, I], x [n, H] (row stride
+// One gated MLP y = down(silu(gate(x)) * up(x)) (gpt_oss: with biases and the clamped SwiGLU, below):
+// gate/up [I, H], down [H, I], x [n, H] (row stride
 // ldx), y [n, H] (row stride ldy), with caller-owned scratch act and up_out, each [n, I].
 struct MlpJob {
   kernels::GemmWeights gate, up, down;
@@ -79,6 +86,13 @@ struct MlpJob {
   float* up_out = nullptr;  // [n, I]: up(x)
   float* y = nullptr;       // [n, ldy]: columns [0, H) written by MlpDown
   int64_t ldy = 0;
+  // gpt_oss: biases of the gate / up [I] and down [H] products (null: none), and the clamped SwiGLU
+  // (ClampedSwiglu) instead of silu·up when swiglu_limit > 0.
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+  float swiglu_limit = 0.0f;
+  float swiglu_alpha = 1.702f;
 };
 
 // Phase 1 of every job (gate and up products, then silu·up on the same rows, in the same task) and

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/file_util.h"
+#include "common/checkpoint/fused_experts.h"
 #include "common/checkpoint/manifest.h"
 #include "services/executor/torch_util.h"
 
@@ -21,6 +22,8 @@ std::string ExpertTensorName(const ModelConfig& c, int64_t layer_id, int64_t exp
                        decoder ? layer_id - c.num_encoder_layers : layer_id, decoder ? 2 : 1, expert_id,
                        proj == ExpertProj::kUp ? "wi" : "wo");
   }
+  if (c.arch == ModelArch::kGptOss)  // fused in the checkpoint; unfused in the store (fused_experts.h)
+    return UnfusedExpertName(static_cast<int32_t>(layer_id), static_cast<int32_t>(expert_id), proj);
   if (c.arch == ModelArch::kMixtral) {
     const char* w = proj == ExpertProj::kGate ? "w1" : proj == ExpertProj::kUp ? "w3" : "w2";
     return fmt::format("model.layers.{}.block_sparse_moe.experts.{}.{}.weight", layer_id, expert_id, w);
@@ -162,6 +165,10 @@ class Loader {
     ZM_ASSIGN_OR_RETURN(a.k_proj, GetLinear(p + "k_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.v_proj, GetLinear(p + "v_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + "o_proj", h, n_heads * hd, c_.o_bias));
+    if (c_.attention_sinks) {  // gpt_oss: one learned logit per query head, float32 on the CPU
+      ZM_ASSIGN_OR_RETURN(a.sinks, Get(p + "sinks", {n_heads}, at::kFloat));
+      a.sinks = a.sinks.to(at::kCPU).contiguous();
+    }
     if (c_.arch == ModelArch::kQwen3Moe || c_.use_qk_norm) {
       ZM_ASSIGN_OR_RETURN(a.q_norm, Get(p + "q_norm.weight", {hd}));
       ZM_ASSIGN_OR_RETURN(a.k_norm, Get(p + "k_norm.weight", {hd}));
@@ -172,8 +179,35 @@ class Loader {
     return a;
   }
 
+  // gpt-oss's fused MXFP4 experts of layer `layer_id` in an HF directory: every expert, gate/up [I, H],
+  // down [H, I] (ListFusedExperts checks the fused tensors against each other).
+  Status CheckFusedExperts(int64_t layer_id) const {
+    ZM_ASSIGN_OR_RETURN(const std::vector<FusedExpertRef> refs, ListFusedExperts(*m_.checkpoint));
+    int64_t found = 0;
+    for (const FusedExpertRef& r : refs) {
+      if (r.id.layer_id != layer_id) continue;
+      ++found;
+      const bool down = r.id.proj == ExpertProj::kDown;
+      const std::vector<int64_t> want = down ? std::vector<int64_t>{c_.hidden_size, c_.moe_intermediate_size}
+                                             : std::vector<int64_t>{c_.moe_intermediate_size, c_.hidden_size};
+      ZM_RETURN_IF_ERROR(CheckShape(m_.dir, r.name + " (from the fused MXFP4 experts)", r.shape, want));
+    }
+    if (found != 3 * c_.num_experts)
+      return Status::NotFound(fmt::format("{}: layer {} has {} fused MXFP4 expert projections, expected 3 x {} experts "
+                                          "(model.layers.{}.mlp.experts.gate_up_proj_blocks / _scales, down_proj_*)",
+                                          m_.dir, layer_id, found, c_.num_experts, layer_id));
+    return Status::Ok();
+  }
+
   // Checks that all routed experts of `layer_id` exist with gate/up [I, H], down [H, I].
   Status CheckExperts(int64_t layer_id) const {
+    if (m_.checkpoint && c_.arch == ModelArch::kGptOss) {
+      if (!c_.mxfp4_experts)
+        return Status::InvalidArgument(fmt::format(
+            "{}: gpt_oss without MXFP4 experts (transformers' dequantized gate_up_proj [E, H, 2I] layout) is not "
+            "supported; serve the MXFP4 release (quantization_config quant_method mxfp4)", m_.dir));
+      return CheckFusedExperts(layer_id);
+    }
     const std::vector<int64_t> in_shape = {c_.moe_intermediate_size, c_.hidden_size};
     const std::vector<int64_t> out_shape = {c_.hidden_size, c_.moe_intermediate_size};
     for (int64_t e = 0; e < c_.num_experts; ++e) {
@@ -210,7 +244,21 @@ class Loader {
       return w;
     }
     const std::string moe = c_.arch == ModelArch::kMixtral ? p + "block_sparse_moe." : p + "mlp.";
-    ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "gate.weight", {c_.num_experts, h}, at::kFloat));
+    if (c_.arch == ModelArch::kGptOss) {  // GptOssTopKRouter: mlp.router.{weight, bias}
+      ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "router.weight", {c_.num_experts, h}, at::kFloat));
+      ZM_ASSIGN_OR_RETURN(w.router_logit_bias, Get(moe + "router.bias", {c_.num_experts}, at::kFloat));
+      w.router_logit_bias = w.router_logit_bias.to(at::kCPU).contiguous();
+      // The experts' biases, float32 on the CPU: gate_up [E, 2I] interleaved (gate = even), down [E, H].
+      ZM_ASSIGN_OR_RETURN(at::Tensor gate_up_bias,
+                          Get(moe + "experts.gate_up_proj_bias", {c_.num_experts, 2 * c_.moe_intermediate_size}, at::kFloat));
+      gate_up_bias = gate_up_bias.to(at::kCPU, at::kFloat).contiguous().view({c_.num_experts, c_.moe_intermediate_size, 2});
+      w.expert_gate_bias = gate_up_bias.select(2, 0).contiguous();
+      w.expert_up_bias = gate_up_bias.select(2, 1).contiguous();
+      ZM_ASSIGN_OR_RETURN(w.expert_down_bias, Get(moe + "experts.down_proj_bias", {c_.num_experts, h}, at::kFloat));
+      w.expert_down_bias = w.expert_down_bias.to(at::kCPU, at::kFloat).contiguous();
+    } else {
+      ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "gate.weight", {c_.num_experts, h}, at::kFloat));
+    }
     if (c_.arch == ModelArch::kQwen2Moe && c_.shared_expert_intermediate_size > 0) {
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert, GetMlp(moe + "shared_expert", c_.shared_expert_intermediate_size));

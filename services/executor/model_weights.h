@@ -61,6 +61,7 @@ struct AttentionWeights {
   at::Tensor kv_a_layernorm;  // [kv_lora_rank]
   LinearWeights kv_b_proj;    // [heads*(qk_nope_head_dim + v_head_dim), kv_lora_rank]
   LinearWeights o_proj;       // [hidden, heads*v_dim]
+  at::Tensor sinks;           // gpt_oss: self_attn.sinks [heads] float32 on the CPU (a logit per head)
 };
 
 struct LayerWeights {
@@ -71,6 +72,10 @@ struct LayerWeights {
   MlpWeights dense_mlp;            // !is_moe
   at::Tensor router;               // is_moe: [n_experts, hidden]; the gate runs in fp32 (CPU: BF16 weight)
   at::Tensor router_bias;          // noaux_tc: mlp.gate.e_score_correction_bias [n_experts] float32, on the CPU
+  at::Tensor router_logit_bias;    // gpt_oss: mlp.router.bias [n_experts] float32 on the CPU, added to the logits
+  // gpt_oss: the routed experts' biases, float32 on the CPU: gate / up [n_experts, I] (the even / odd
+  // entries of gate_up_proj_bias), down [n_experts, hidden].
+  at::Tensor expert_gate_bias, expert_up_bias, expert_down_bias;
   MlpWeights shared_expert;        // qwen2_moe shared_expert / DeepSeek-style shared_experts (if any)
   // FP8 checkpoints: each routed expert's weight_scale_inv per projection (ExpertProj order gate, up,
   // down), float32 [ceil(rows / block_rows), ceil(cols / block_cols)] in the mapped checkpoint / dense

@@ -19,8 +19,8 @@ namespace zipmoe::executor {
 namespace {
 
 // The kernels' view of one routed expert matrix [rows, cols]: BF16 in place, its E/SM planes,
-// float32 (an F32 expert in place; an F16 one widened into `keep`, exact), or FP8 in place with its
-// block scales (`f8_scale`, from LayerWeights::expert_scales).
+// float32 (an F32 expert in place; an F16 one widened into `keep`, exact), FP8 in place with its
+// block scales (`f8_scale`, from LayerWeights::expert_scales), or MXFP4 in place (blocks and scales).
 kernels::GemmWeights ExpertMatrix(const ModelConfig& config, const ExpertWeightsView& ew, const void* data,
                                   const ExpertPlanes& planes, int64_t rows, int64_t cols, const float* f8_scale,
                                   std::vector<at::Tensor>& keep) {
@@ -32,6 +32,9 @@ kernels::GemmWeights ExpertMatrix(const ModelConfig& config, const ExpertWeights
     w.f8_scale = f8_scale;
     w.block_rows = config.fp8_block_rows;
     w.block_cols = config.fp8_block_cols;
+  } else if (ew.dtype == DType::kMXFP4) {  // the raw layout: blocks [rows, cols / 2], then scales [rows, cols / 32]
+    w.mxfp4 = static_cast<const uint8_t*>(data);
+    w.mxfp4_scales = w.mxfp4 + rows * cols / 2;
   } else if (ew.dtype == DType::kBF16) {
     w.bf16 = static_cast<const uint16_t*>(data);
     if (data == nullptr) {
@@ -153,7 +156,8 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   //    A decode step's router is a few hundred KiB of weights: this thread alone computes it faster
   //    than waking the others for a region (the same bits either way: rows are computed alike).
   std::vector<float> scores(static_cast<size_t>(n * n_experts));
-  const kernels::GemmArgs router = cpu::Product(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts);
+  kernels::GemmArgs router = cpu::Product(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts);
+  if (w.router_logit_bias.defined()) router.bias = w.router_logit_bias.data_ptr<float>();  // gpt_oss
   if (n <= kRouterOnOneThreadMaxTokens) {
     kernels::Bf16Gemm(router);
   } else {
@@ -181,6 +185,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       in = shifted.data();
     }
     first.push_back(cpu::Product(GemmWeightsOf(router), in, n, hidden, next_scores.data(), router.size(0)));
+    if (next->weights->router_logit_bias.defined()) first.back().bias = next->weights->router_logit_bias.data_ptr<float>();
   }
   std::vector<cpu::MlpJob> shared;
   std::vector<float> shared_act, shared_up, shared_out, shared_gate;
@@ -256,6 +261,13 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       j.gate = ExpertMatrix(config, ew, ew.gate, ew.gate_planes, inter, hidden, scales[0], keep);
       j.up = ExpertMatrix(config, ew, ew.up, ew.up_planes, inter, hidden, scales[1], keep);
       j.down = ExpertMatrix(config, ew, ew.down, ew.down_planes, hidden, inter, scales[2], keep);
+      if (w.expert_gate_bias.defined()) {  // gpt_oss: biased experts, clamped SwiGLU
+        j.gate_bias = w.expert_gate_bias.data_ptr<float>() + ew.expert_id * inter;
+        j.up_bias = w.expert_up_bias.data_ptr<float>() + ew.expert_id * inter;
+        j.down_bias = w.expert_down_bias.data_ptr<float>() + ew.expert_id * hidden;
+      }
+      j.swiglu_limit = static_cast<float>(config.swiglu_limit);
+      j.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
       j.n = m;
       j.ldx = hidden;
       bool identity = m == n;
@@ -438,6 +450,10 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
                               DeviceExpertCache* device_cache) {
   if (x.is_cpu() && x.scalar_type() == at::kFloat && RunsOnCpuKernels(x, w.router))
     return MoeForwardCpu(config, w, layer_id, x, provider, next, substitution_alpha);
+  if (config.arch == ModelArch::kGptOss)  // biased experts, clamped SwiGLU, MXFP4: the CPU kernels only
+    return Status::InvalidArgument(fmt::format(
+        "layer {}: gpt_oss runs on the CPU executor (float32 on the CPU); the {} path does not compute its experts "
+        "yet", layer_id, x.device().str()));
   if (device_cache != nullptr && placement == nullptr && x.is_cuda())
     return MoeForwardDevice(config, w, layer_id, x, provider, next, substitution_alpha, *device_cache);
   const int64_t n = x.size(0), hidden = x.size(1);

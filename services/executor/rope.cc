@@ -29,17 +29,20 @@ RotaryEmbedding::RotaryEmbedding(const ModelConfig& config, at::Device device) :
   const RopeScaling& s = config.rope_scaling;
   if (s.type == RopeScaling::Type::kYarn) {
     const at::Tensor freq_inter = 1.0 / (s.factor * base_pow);
-    double low = std::floor(YarnCorrectionDim(s.beta_fast, dim_, base,
-                                              static_cast<double>(s.original_max_position_embeddings)));
-    double high = std::ceil(YarnCorrectionDim(s.beta_slow, dim_, base,
-                                              static_cast<double>(s.original_max_position_embeddings)));
+    double low = YarnCorrectionDim(s.beta_fast, dim_, base, static_cast<double>(s.original_max_position_embeddings));
+    double high = YarnCorrectionDim(s.beta_slow, dim_, base, static_cast<double>(s.original_max_position_embeddings));
+    if (s.truncate) {  // DeepSeek-V2 always; HF's generic yarn unless `truncate` is false (gpt_oss)
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
     low = std::max(low, 0.0);
     high = std::min(high, static_cast<double>(dim_ - 1));
     if (low == high) high += 0.001;  // yarn_linear_ramp_mask: prevent singularity
     const at::Tensor ramp = at::clamp((at::arange(dim_ / 2, f32) - low) / (high - low), 0, 1);
     const at::Tensor inv_freq_mask = 1.0 - ramp;
     inv_freq_ = freq_inter * (1 - inv_freq_mask) + freq_extra * inv_freq_mask;
-    mscale_ = YarnGetMscale(s.factor, s.mscale) / YarnGetMscale(s.factor, s.mscale_all_dim);
+    mscale_ = s.attention_factor ? *s.attention_factor
+                                 : YarnGetMscale(s.factor, s.mscale) / YarnGetMscale(s.factor, s.mscale_all_dim);
   } else {
     inv_freq_ = freq_extra;
     if (s.type == RopeScaling::Type::kLinear) position_divisor_ = s.factor;

@@ -9,6 +9,9 @@
 //     inv_freq = freq_inter * (1 - mask) + freq_extra * mask;
 //     cos/sin multiplied by yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
 //     where yarn_get_mscale(s, m) = 1 if s <= 1 else 0.1 * m * ln(s) + 1.
+//   HF's generic yarn (modeling_rope_utils._compute_yarn_parameters; gpt_oss): the same, except that
+//     low/high are not floored/ceiled when rope_scaling.truncate is false, and the factor is the
+//     config's attention_factor when it sets one.
 //   cos/sin = cos/sin(cat(freqs, freqs)) with freqs = position * inv_freq: [T, dim].
 //   apply: x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[dim/2:], x[:dim/2]) (NeoX style).
 //   DeepSeek-V2 first de-interleaves x (x.view(.., d/2, 2).transpose(-1, -2).reshape(.., d)), as its

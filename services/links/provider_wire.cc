@@ -68,10 +68,10 @@ Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, c
   if (!HasExponentSplit(dtype) || (planes && dtype != DType::kBF16)) {
     return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} has dtype {}{}", endpoint,
                                           ready.expert_id, ready.layer_id, static_cast<int>(ready.dtype),
-                                          planes ? " with E/SM planes (BF16 only)" : " (BF16, F16 or F32 expected)"));
+                                          planes ? " with E/SM planes (BF16 only)" : " (BF16, F16, F32, F8_E4M3 or MXFP4 expected)"));
   }
   // BF16 planes: one byte per weight each (the SM plane is n bytes for BF16 only).
-  const uint64_t bytes = planes ? numel : numel * static_cast<uint64_t>(DTypeSize(dtype));
+  const uint64_t bytes = planes ? numel : DTypeBytes(dtype, numel);
   const size_t n_proj = ready.gated ? 3 : 2;  // gate, up, down or up, down
   bool inside = ready.intermediate > 0 && ready.hidden > 0 &&
                 (!planes || (ready.e_plane_offsets.size() == n_proj && ready.sm_offsets.size() == n_proj));

@@ -21,7 +21,7 @@ LayerRouting LayerRoutingFromWire(const messaging::LayerRequest& request);
 // view.dtype: BF16, F16 or F32; or the E and SM planes of an unrecovered BF16 expert) and the dtype.
 messaging::ExpertReady ExpertReadyToWire(const ExpertWeightsView& view, const uint8_t* arena_base);
 // The view of an ExpertReady in this process's mapping of `arena`, after checking that every
-// tensor lies inside it (numel · DTypeSize(dtype) bytes each). Errors: kCorruption naming
+// tensor lies inside it (DTypeBytes(dtype, numel) bytes each). Errors: kCorruption naming
 // `endpoint`, the expert and the arena, or a dtype other than BF16/F16/F32 (planes: BF16 only).
 Result<ExpertWeightsView> ExpertWeightsFromWire(const messaging::ExpertReady& ready, const ShmRegion& arena,
                                                 const std::string& endpoint);

@@ -49,8 +49,7 @@ Result<std::unique_ptr<ExpertLease>> MmapExpertProvider::NextReady() {
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, views_->NextReady());
   const ExpertWeightsView& w = lease->weights();
   ++experts_served_;
-  expert_bytes_ += 3 * static_cast<uint64_t>(w.intermediate) * static_cast<uint64_t>(w.hidden) *
-                   static_cast<uint64_t>(DTypeSize(w.dtype));
+  expert_bytes_ += 3 * DTypeBytes(w.dtype, static_cast<uint64_t>(w.intermediate) * static_cast<uint64_t>(w.hidden));
   return lease;
 }
 

@@ -121,7 +121,61 @@ bool IsNoauxTc(const std::string& type) {
   return type == "deepseek_v3" || type == "glm4_moe" || type == "glm4_moe_lite";
 }
 
+// gpt_oss (GptOssDecoderLayer): attention with q/k/v/o biases and sinks [heads]; mlp.router.{weight,
+// bias}; the experts fused and MXFP4 as released (gate_up_proj_blocks U8 [E, 2I, H/32, 16], _scales
+// [E, 2I, H/32], _bias [E, 2I]; down_proj_* [E, H, I/32, 16], [E, H, I/32], [E, H]), quantized from
+// float weight recipes that are not written themselves (FillMxfp4).
+constexpr float kSinkStd = 0.5f;        // a sink logit against attention scores of about +-1
+constexpr float kRouterBiasStd = 0.1f;  // against router logits of std ~0.2 at tiny widths: changes choices
+
+Status BuildGptOssLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
+  const int64_t hidden = layout.hidden_size, n_experts = layout.n_experts;
+  ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_kv, GetPositive(config, "num_key_value_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t head_dim, GetPositive(config, "head_dim"));
+  ZM_ASSIGN_OR_RETURN(const int64_t inter, GetPositive(config, "intermediate_size"));
+  if (hidden % 32 != 0 || inter % 32 != 0)
+    return Status::InvalidArgument(fmt::format(
+        "config.json: gpt_oss MXFP4 experts need hidden_size {} and intermediate_size {} to be multiples of 32", hidden,
+        inter));
+  for (int32_t l = 0; l < static_cast<int32_t>(n_layers); ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    const std::string post_norm = p + "post_attention_layernorm.weight";
+    b.Reader(p + "self_attn.q_proj", n_heads * head_dim, hidden, l, true);
+    b.Reader(p + "self_attn.k_proj", n_kv * head_dim, hidden, l, true);
+    b.Reader(p + "self_attn.v_proj", n_kv * head_dim, hidden, l, true);
+    b.Linear(p + "self_attn.o_proj", hidden, n_heads * head_dim, l, true);
+    b.Add(p + "self_attn.sinks", {n_heads}, InitKind::kNormal, 0.0f, kSinkStd, l);
+    b.Router(p + "mlp.router", n_experts, hidden, l, post_norm);
+    b.Add(p + "mlp.router.bias", {n_experts}, InitKind::kNormal, 0.0f, kRouterBiasStd, l);
+    struct Fused {
+      const char* name;
+      int64_t rows, cols;
+      bool reads_residual;
+    };
+    for (const Fused& f : {Fused{"gate_up_proj", 2 * inter, hidden, true}, Fused{"down_proj", hidden, inter, false}}) {
+      const std::string source = p + "mlp.experts." + f.name;
+      b.Add(source, {n_experts, f.rows, f.cols}, InitKind::kNormal, 0.0f, kProjectionStd, l);
+      layout.tensors.back().reads_residual = f.reads_residual;
+      layout.tensors.back().source_only = true;
+      b.Add(source + "_blocks", {n_experts, f.rows, f.cols / 32, 16}, InitKind::kNormal, 0.0f, 0.0f, l);
+      layout.tensors.back().spec.dtype = DType::kU8;
+      layout.tensors.back().mxfp4_source = source;
+      b.Add(source + "_scales", {n_experts, f.rows, f.cols / 32}, InitKind::kNormal, 0.0f, 0.0f, l);
+      layout.tensors.back().spec.dtype = DType::kU8;
+      layout.tensors.back().mxfp4_source = source;
+      layout.tensors.back().mxfp4_scales = true;
+      b.Add(source + "_bias", {n_experts, f.rows}, InitKind::kNormal, 0.0f, kBiasStd, l);
+    }
+    b.Norm(p + "input_layernorm.weight", hidden, l);
+    b.Norm(post_norm, hidden, l);
+  }
+  return Status::Ok();
+}
+
 Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
+  if (layout.model_type == "gpt_oss") return BuildGptOssLayers(config, layout, b);
   const std::string& type = layout.model_type;
   const bool mla = IsMla(type);
   const bool deepseek_moe = mla || type == "glm4_moe";
@@ -312,13 +366,15 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
 std::vector<TensorSpec> ModelLayout::Specs() const {
   std::vector<TensorSpec> specs;
   specs.reserve(tensors.size());
-  for (const TensorRecipe& r : tensors) specs.push_back(r.spec);
+  for (const TensorRecipe& r : tensors)
+    if (!r.source_only) specs.push_back(r.spec);
   return specs;
 }
 
 uint64_t ModelLayout::total_bytes() const {
   uint64_t total = 0;
-  for (const TensorRecipe& r : tensors) total += r.spec.size_bytes();
+  for (const TensorRecipe& r : tensors)
+    if (!r.source_only) total += r.spec.size_bytes();
   return total;
 }
 
@@ -392,10 +448,11 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (type == "mixtral") experts_key = "num_local_experts";
   if (type == "deepseek_v2" || IsNoauxTc(type)) experts_key = "n_routed_experts";
   if (type == "ernie4_5_moe") experts_key = "moe_num_experts";
+  if (type == "gpt_oss") experts_key = "num_local_experts";
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
         "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
-        "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, switch_transformers)",
+        "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));

@@ -4,7 +4,7 @@
 // Names follow the transformers implementations (state_dict order: embed_tokens, then per layer
 // self_attn, mlp / block_sparse_moe, input_layernorm, post_attention_layernorm; then model.norm and
 // lm_head). Supported model_type: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3,
-// glm4_moe, glm4_moe_lite and
+// glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss and
 // switch_transformers (encoder-decoder, F32 tensors; layer_id = the global layer). Works on real
 // downloaded configs too (used by the router-skew measurement). Pure; thread-safe.
 #pragma once
@@ -49,6 +49,12 @@ struct TensorRecipe {
   int64_t fp8_block_rows = 0;
   int64_t fp8_block_cols = 0;
   std::string fp8_source;
+  // MXFP4 (gpt_oss's fused experts): a U8 `*_blocks` / `*_scales` recipe names the float weight recipe
+  // it quantizes (tensor_init.h FillMxfp4) in mxfp4_source; that recipe is `source_only` (not a tensor
+  // of the checkpoint: Specs() leaves it out).
+  std::string mxfp4_source;
+  bool mxfp4_scales = false;  // with mxfp4_source: the scales (else the blocks)
+  bool source_only = false;
 };
 
 // One MoE layer's router and the RMSNorm that feeds it.

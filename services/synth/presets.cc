@@ -2,7 +2,7 @@
 // checkpoints' config.json: Qwen/Qwen1.5-MoE-A2.7B, mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B,
 // allenai/OLMoE-1B-7B-0924, deepseek-ai/DeepSeek-V2-Lite, moonshotai/Moonlight-16B-A3B (deepseek_v3),
 // zai-org/GLM-4.5-Air (glm4_moe), zai-org/GLM-4.7-Flash (glm4_moe_lite) and baidu/ERNIE-4.5-21B-A3B-PT
-// (ernie4_5_moe) (see docs/synth.md for known deviations).
+// (ernie4_5_moe) and openai/gpt-oss-20b (gpt_oss) (see docs/synth.md for known deviations).
 #include "services/synth/presets.h"
 
 #include <fmt/format.h>
@@ -61,6 +61,12 @@ const std::vector<PresetRow> kPresets = {
    "GQA 4/2 as the real model (20/4), two shared experts, layer 0 dense, tied embeddings", 0, 1, 1, 0, false},
   {"ernie4_5_moe", "mini", 1280, 12, 10, 2, 128, 6144, 768, 0, 64, 6, 103424, 0,   0,  0,   0, 2, 1,
    "ERNIE-4.5-21B-A3B at half width: layers 28->12; heads 20->10, kv 4->2, head_dim 128 kept", 0, 1, 1, 0, false},
+  // gpt_oss: MXFP4 experts (intermediate = the expert width, a multiple of 32), sliding window 8 in tiny
+  // (so a 16-token prompt crosses it) and 128 (the real one) in mini.
+  {"gpt_oss",     "tiny", 128,  4, 4, 2, 32,  128,   0,    0, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "GQA 4/2 with head_dim 32; sliding window 8 (128 in the real model) so a short prompt crosses it"},
+  {"gpt_oss",     "mini", 1440, 24, 32, 4, 64, 1440,  0,    0, 32, 4, 201088,   0,   0,  0,   0, 0, 0,
+   "gpt-oss-20b at half width: real depth/experts/vocab/head_dim; heads 64->32, kv 8->4"},
 };
 // clang-format on
 
@@ -71,6 +77,10 @@ Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
   config["eos_token_id"] = layout.IdOf(layout.eos_token);
   if (arch == "olmoe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "ernie4_5_moe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
+  if (arch == "gpt_oss") {  // stops on <|return|>; <|endoftext|> pads (the real ids 200002 / 199999)
+    config["pad_token_id"] = layout.IdOf(layout.pad_token);
+    config.erase("bos_token_id");
+  }
   if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // GLM stops on <|endoftext|>, <|user|>, <|observation|>
     config["eos_token_id"] = {layout.IdOf("<|endoftext|>"), layout.IdOf("<|user|>"), layout.IdOf("<|observation|>")};
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
@@ -433,6 +443,49 @@ json Ernie45MoeConfig(const PresetRow& p) {
   return c;
 }
 
+// openai/gpt-oss-20b's config.json key set (model_type gpt_oss), MXFP4 experts as released.
+json GptOssConfig(const PresetRow& p, bool tiny) {
+  json layer_types = json::array();
+  for (int64_t i = 0; i < p.num_hidden_layers; ++i) layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  return json{
+      {"architectures", {"GptOssForCausalLM"}},
+      {"attention_bias", true},
+      {"attention_dropout", 0.0},
+      {"experts_per_token", p.top_k},
+      {"head_dim", p.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initial_context_length", 4096},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"layer_types", layer_types},
+      {"max_position_embeddings", 131072},
+      {"model_type", "gpt_oss"},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"num_local_experts", p.num_experts},
+      {"output_router_logits", false},
+      {"quantization_config",
+       {{"modules_to_not_convert",
+         {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},
+        {"quant_method", "mxfp4"}}},
+      {"rms_norm_eps", 1e-05},
+      {"rope_scaling",
+       {{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
+        {"rope_type", "yarn"}, {"truncate", false}}},
+      {"rope_theta", 150000},
+      {"router_aux_loss_coef", 0.9},
+      {"sliding_window", tiny ? 8 : 128},
+      {"swiglu_limit", 7.0},
+      {"tie_word_embeddings", false},
+      {"transformers_version", "4.55.0.dev0"},
+      {"use_cache", true},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
 // switch_transformers: google/switch-base-128's config.json key set. tiny: small for unit tests, with
 // expert_capacity 2 so a prompt of a dozen tokens overflows experts; mini: Switch-Base shapes (d_model
 // 768, d_ff 3072, 12 heads, d_kv 64, sparse step 2, capacity 64) at 2+2 blocks and 32 experts (128
@@ -491,7 +544,8 @@ const std::vector<PresetRow>& PresetTable() { return kPresets; }
 
 const std::vector<std::string>& ArchNames() {
   static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2",
-                                                 "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe"};
+                                                 "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe",
+                                                 "gpt_oss"};
   return names;
 }
 
@@ -521,7 +575,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
     if (!arch_known) {
       return Status::InvalidArgument(fmt::format(
           "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, "
-          "glm4_moe, glm4_moe_lite, ernie4_5_moe, switch_transformers)",
+          "glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, switch_transformers)",
           arch));
     }
     return Status::InvalidArgument(
@@ -546,6 +600,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
   if (arch == "glm4_moe") config = Glm4MoeConfig(*row);
   if (arch == "glm4_moe_lite") config = Glm4MoeLiteConfig(*row);
   if (arch == "ernie4_5_moe") config = Ernie45MoeConfig(*row);
+  if (arch == "gpt_oss") config = GptOssConfig(*row, preset == "tiny");
   if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
   ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
   return config;

@@ -141,8 +141,10 @@ Result<PreparedModel> Prepare(const SynthOptions& options) {
     if (r.kind == InitKind::kEmbedding) r.std = static_cast<float>(options.embedding_std);
   }
   if (options.dtype == "fp8") {
-    if (options.arch == "switch_transformers")
-      return Status::InvalidArgument("synth: --dtype fp8 is for the decoder-only archs, not switch_transformers");
+    if (options.arch == "switch_transformers" || options.arch == "gpt_oss")
+      return Status::InvalidArgument(fmt::format(
+          "synth: --dtype fp8 is not for arch '{}' ({})", options.arch,
+          options.arch == "gpt_oss" ? "gpt_oss ships MXFP4 experts, which synth writes already" : "an encoder-decoder"));
     ZM_RETURN_IF_ERROR(QuantizeToFp8(options.preset == "tiny" ? 32 : 128, m));
   } else if (!options.dtype.empty()) {
     if (options.arch != "switch_transformers" || (options.dtype != "bf16" && options.dtype != "f32"))
@@ -231,6 +233,14 @@ Result<SynthReport> SynthesizeCheckpoint(const SynthOptions& options) {
     if (it == recipes.end()) return Status::Internal(fmt::format("synth: no recipe for tensor '{}'", spec.name));
     const TensorRecipe& recipe = *it->second;
     if (recipe.spec.dtype == DType::kF8E4M3) return FillFp8(recipe, model.skew, options.seed, runner, out, nullptr);
+    if (!recipe.mxfp4_source.empty()) {
+      auto source = recipes.find(recipe.mxfp4_source);
+      if (source == recipes.end())
+        return Status::Internal(fmt::format("synth: '{}' quantizes a tensor '{}' not in the layout", spec.name,
+                                            recipe.mxfp4_source));
+      return FillMxfp4(*source->second, model.skew, options.seed, runner, recipe.mxfp4_scales ? nullptr : out,
+                       recipe.mxfp4_scales ? out : nullptr);
+    }
     if (!recipe.fp8_source.empty()) {
       auto source = recipes.find(recipe.fp8_source);
       if (source == recipes.end())
@@ -274,7 +284,7 @@ Result<SynthReport> SynthesizeCheckpoint(const SynthOptions& options) {
     report.files.push_back({name, size});
     report.total_bytes += size;
   }
-  report.n_tensors = static_cast<int64_t>(layout.tensors.size());
+  report.n_tensors = static_cast<int64_t>(layout.Specs().size());
   report.weight_bytes = layout.total_bytes();
   report.vocab_size = layout.vocab_size;
   report.n_learned_merges = tokenizer.n_learned_merges;

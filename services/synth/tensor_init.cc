@@ -2,6 +2,7 @@
 #include "services/synth/tensor_init.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -146,6 +147,58 @@ Status FillFp8(const TensorRecipe& weight, const SkewModel& skew, uint64_t seed,
         q_out[r * cols + c] = FloatToF8E4M3(w[static_cast<size_t>(r * cols + c)] /
                                             scale[static_cast<size_t>((r / br) * scols + c / bc)]);
   }
+  return Status::Ok();
+}
+
+namespace {
+
+// The E2M1 code (s e e m) nearest to x (|x| <= 6 after scaling), ties to the even mantissa, as a
+// round-to-nearest-even cast: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are codes 0..7.
+uint8_t ToE2m1(float x) {
+  static const float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const uint8_t sign = std::signbit(x) ? 8 : 0;
+  const float a = std::min(std::fabs(x), 6.0f);
+  uint8_t best = 0;
+  for (uint8_t c = 1; c < 8; ++c) {
+    const float d = std::fabs(a - kMagnitude[c]), db = std::fabs(a - kMagnitude[best]);
+    if (d < db || (d == db && (c & 1) == 0)) best = c;
+  }
+  return static_cast<uint8_t>(sign | best);
+}
+
+}  // namespace
+
+Status FillMxfp4(const TensorRecipe& weight, const SkewModel& skew, uint64_t seed, ParallelRunner& runner,
+                 uint8_t* blocks_out, uint8_t* scales_out) {
+  const int64_t cols = RowLength(weight.spec), rows = RowCount(weight.spec);
+  if (cols % 32 != 0 || rows <= 0)
+    return Status::InvalidArgument(
+        fmt::format("tensor '{}': MXFP4 needs rows of a multiple of 32 values, got {}", weight.spec.name, cols));
+  const int64_t rows_per_task = std::max<int64_t>(1, kFillChunkElems / cols);
+  runner.ParallelFor((rows + rows_per_task - 1) / rows_per_task, [&](int64_t task) {
+    const int64_t begin = task * rows_per_task, end = std::min(rows, begin + rows_per_task);
+    std::vector<float> w(static_cast<size_t>((end - begin) * cols));
+    GenerateRowsF32(weight, skew, seed, begin, end, w.data());
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = w.data() + (r - begin) * cols;
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        const float* x = row + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+        // The smallest power of two 2^e with amax / 2^e <= 6 (e within E8M0's normal range).
+        int e = amax > 0.0f ? static_cast<int>(std::ceil(std::log2(amax / 6.0f))) : 0;
+        e = std::min(127, std::max(-126, e));
+        if (scales_out != nullptr) scales_out[r * (cols / 32) + b] = static_cast<uint8_t>(e + 127);
+        if (blocks_out != nullptr) {
+          uint8_t* out = blocks_out + r * (cols / 2) + 16 * b;
+          for (int i = 0; i < 16; ++i) {
+            const uint8_t lo = ToE2m1(std::ldexp(x[2 * i], -e)), hi = ToE2m1(std::ldexp(x[2 * i + 1], -e));
+            out[i] = static_cast<uint8_t>(lo | hi << 4);  // the even column in the low nibble
+          }
+        }
+      }
+    }
+  });
   return Status::Ok();
 }
 

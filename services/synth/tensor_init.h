@@ -48,4 +48,14 @@ Status FillTensorBf16(const TensorRecipe& recipe, const SkewModel& skew, uint64_
 Status FillFp8(const TensorRecipe& weight, const SkewModel& skew, uint64_t seed, ParallelRunner& runner,
                uint8_t* q_out, uint8_t* scale_out);
 
+// MXFP4 quantization of a float weight recipe (gpt_oss's experts; its values as GenerateRowsF32, rows
+// of RowLength values, a multiple of 32): per block of 32 values of a row, e = ceil(log2(amax / 6))
+// (0 for an all-zero block, clamped to [-126, 127]), scale byte e + 127 (E8M0), and each value the
+// E2M1 code nearest to w / 2^e (ties to the even mantissa), two per byte, the even column in the low
+// nibble (transformers' integrations/mxfp4.py order). Writes the blocks [rows, RowLength / 2] to
+// blocks_out and/or the scales [rows, RowLength / 32] to scales_out (either may be null).
+// Errors: kInvalidArgument if the row length is not a multiple of 32.
+Status FillMxfp4(const TensorRecipe& weight, const SkewModel& skew, uint64_t seed, ParallelRunner& runner,
+                 uint8_t* blocks_out, uint8_t* scales_out);
+
 }  // namespace zipmoe::synth

@@ -107,6 +107,25 @@ const char kTuluTemplate[] =
     "{% else %}{{ '<|assistant|>\\n' + message['content'] + eos_token }}{% endif %}{% endif %}"
     "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}";
 
+// gpt-oss's Harmony format, reduced to what a synthetic model needs (written for zipmoe, not the
+// released template, which also renders tools as a TypeScript namespace and the model identity):
+// every message is <|start|>ROLE<|message|>TEXT<|end|>; an assistant turn's reasoning is its
+// `analysis` channel, its answer the `final` channel; the generation prompt is <|start|>assistant.
+const char kHarmonyTemplate[] =
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' or message['role'] == 'developer' -%}"
+    "{{ '<|start|>' + ('system' if message['role'] == 'system' else 'developer') + '<|message|>' + message['content'] + '<|end|>' }}"
+    "{%- elif message['role'] == 'user' -%}"
+    "{{ '<|start|>user<|message|>' + message['content'] + '<|end|>' }}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{%- if message.get('reasoning_content') -%}"
+    "{{ '<|start|>assistant<|channel|>analysis<|message|>' + message['reasoning_content'] + '<|end|>' }}"
+    "{%- endif -%}"
+    "{{ '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
+
 json AddedTokensDecoder(const SpecialTokenLayout& layout) {
   json decoder = json::object();
   auto add = [&](const std::string& token) {
@@ -167,6 +186,12 @@ Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t
     layout.bos_token = "<s>";
     layout.eos_token = "</s>";
     layout.pad_token = "<unk>";
+  } else if (arch == "gpt_oss") {  // o200k_harmony's special tokens, in their real order
+    layout.back = {"<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+                   "<|start|>",       "<|end|>",       "<|message|>", "<|call|>"};
+    layout.bos_token = "<|startoftext|>";
+    layout.eos_token = "<|return|>";
+    layout.pad_token = "<|endoftext|>";
   } else if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // no BOS: the template writes [gMASK]<sop>
     layout.back = {kGlmEndOfText, kGlmGMask, kGlmSop, kGlmSystem, kGlmUser, kGlmAssistant, kGlmObservation};
     layout.eos_token = kGlmEndOfText;
@@ -248,6 +273,12 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
     c["padding_side"] = "left";
     c["remove_space"] = false;
     c["tokenizer_class"] = "PreTrainedTokenizer";
+  } else if (arch == "gpt_oss") {
+    c["chat_template"] = kHarmonyTemplate;
+    c["clean_up_tokenization_spaces"] = false;
+    c["model_input_names"] = {"input_ids", "attention_mask"};
+    c["model_max_length"] = 1e30;
+    c["tokenizer_class"] = "PreTrainedTokenizerFast";
   } else {  // olmoe
     c["add_bos_token"] = false;
     c["add_eos_token"] = false;
@@ -270,6 +301,11 @@ nlohmann::json GenerationConfigJson(const nlohmann::json& config) {
   }
   if (config.contains("pad_token_id")) g["pad_token_id"] = config["pad_token_id"];
   if (config.contains("bos_token_id") && config["bos_token_id"].is_null()) g.erase("bos_token_id");
+  // gpt-oss stops on <|return|>, <|endoftext|> and <|call|> (its generation_config.json).
+  if (config.value("model_type", "") == "gpt_oss" && config.contains("vocab_size")) {
+    const int64_t v = config["vocab_size"].get<int64_t>();  // the layout's back: ... <|message|>, <|call|>
+    g["eos_token_id"] = {config["eos_token_id"], config["pad_token_id"], v - 1};
+  }
   // ERNIE answers end with <|end_of_sentence|> (the vocabulary's last token in synth): a stop id too.
   if (config.value("model_type", "") == "ernie4_5_moe" && config.contains("vocab_size"))
     g["eos_token_id"] = {config["eos_token_id"], config["vocab_size"].get<int64_t>() - 1};

@@ -8,8 +8,8 @@
       the greedy tokens fed back, read from the argmax of the rows themselves):
       max|zipmoe - ref| <= 1e-4 * max|ref| per row. Exit 1 on any failure (arch, dir kind, row named).
       Synth variants follow the presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded, mixtral
-      --router-skew, FP8 checkpoints); --base-only skips them. gpt_oss (ARCHS_PENDING: no
-      `zipmoe synth --arch gpt_oss` yet) is compared only when named: --arch gpt_oss.
+      --router-skew, FP8 checkpoints); --base-only skips them. Archs of ARCHS_PENDING (implemented
+      here before `zipmoe synth` offers them; none at present) are compared only when named.
 
   check_logits.py --self-test [--arch ...]
       Internal consistency of the reference without zipmoe: known-answer checks of its helpers

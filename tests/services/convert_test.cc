@@ -10,6 +10,7 @@
 #include <random>
 #include <tuple>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
@@ -31,7 +32,7 @@ using testing::TempDir;
 using test::WriteToyCheckpoint;
 
 const char* const kArchs[] = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-                               "glm4_moe_lite", "ernie4_5_moe"};
+                               "glm4_moe_lite", "ernie4_5_moe", "gpt_oss"};
 
 // Tiny synthetic checkpoint of `arch` (seed 7), shared across test processes (read-only).
 std::string TinyModel(const std::string& arch) { return testing::CachedSynth("--arch " + arch + " --preset tiny --seed 7"); }
@@ -70,6 +71,39 @@ TEST_P(ConvertRoundTripTest, CompressVerifyBitExact) {
   // Multi-token-prediction layers (model.layers.L, L >= num_hidden_layers; deepseek_v3 and glm4_moe
   // tiny have one) are left out.
   const int64_t n_layers = (*ckpt)->config().value("num_hidden_layers", int64_t{0});
+  if (std::string(arch) == "gpt_oss") {
+    // Fused MXFP4 experts: every expert tensor read back from the store (blocks then scales) is put
+    // back into its place in the fused tensors (gate = even rows of gate_up, up = odd), which must then
+    // equal the checkpoint's bytes.
+    std::map<std::string, std::vector<uint8_t>> rebuilt;
+    for (const auto& t : (*store)->manifest().expert_tensors) {
+      ASSERT_EQ(t.dtype, DType::kMXFP4) << t.name;
+      EXPECT_EQ(t.chunks.size(), static_cast<size_t>(std::min<int64_t>(k, t.numel())) + 1) << t.name;
+      std::vector<uint8_t> raw(t.raw_bytes());
+      ASSERT_TRUE((*store)->ReadTensor(t, raw.data()).ok()) << t.name;
+      const bool down = t.proj == ExpertProj::kDown;
+      const std::string p = fmt::format("model.layers.{}.mlp.experts.{}", t.layer_id, down ? "down_proj" : "gate_up_proj");
+      const int64_t rows = t.shape[0], cols = t.shape[1], fused_rows = down ? rows : 2 * rows;
+      for (const char* part : {"_blocks", "_scales"}) {
+        auto v = (*ckpt)->Find(p + part);
+        ASSERT_TRUE(v.ok()) << p + part;
+        rebuilt[p + part].resize(v->size_bytes());
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t dst = t.expert_id * fused_rows + (down ? r : 2 * r + (t.proj == ExpertProj::kUp ? 1 : 0));
+        std::memcpy(rebuilt[p + "_blocks"].data() + dst * cols / 2, raw.data() + r * cols / 2, cols / 2);
+        std::memcpy(rebuilt[p + "_scales"].data() + dst * cols / 32, raw.data() + rows * cols / 2 + r * cols / 32,
+                    cols / 32);
+      }
+    }
+    ASSERT_EQ(rebuilt.size(), static_cast<size_t>(4 * n_layers));
+    for (const auto& [name, bytes] : rebuilt) {
+      auto v = (*ckpt)->Find(name);
+      ASSERT_TRUE(v.ok());
+      EXPECT_EQ(std::memcmp(bytes.data(), v->data, bytes.size()), 0) << name;
+    }
+    return;
+  }
   int64_t experts_in_ckpt = 0;
   for (const auto& name : (*ckpt)->names()) {
     if (name.find(".experts.") == std::string::npos) continue;

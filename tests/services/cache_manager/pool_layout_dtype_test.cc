@@ -44,7 +44,7 @@ TEST(PoolLayoutDtypeTest, SlotBytesPerDtypeByHand) {
     auto layout = ModelLayout::FromManifest(ManifestOf(w.dtype, 2, n));
     ASSERT_TRUE(layout.ok()) << layout.status().ToString();
     EXPECT_EQ(layout->dtype(), w.dtype);
-    EXPECT_EQ(layout->elem_bytes(), static_cast<uint64_t>(DTypeSize(w.dtype)));
+    EXPECT_EQ(layout->e_plane_slot_bytes(), AlignSlotBytes(2 * w.f_tensor / DTypeSize(w.dtype) + n));
     EXPECT_EQ(layout->slot_bytes(Pool::kF), 3 * w.f_tensor);
     EXPECT_EQ(layout->slot_bytes(Pool::kS), 3 * w.sm_tensor);
     EXPECT_EQ(layout->slot_bytes(Pool::kE), 3 * 2 * kSlotAlignmentBytes);  // 6 E-chunks of 100 bytes
@@ -66,6 +66,29 @@ TEST(PoolLayoutDtypeTest, SlotBytesPerDtypeByHand) {
     // The last plane ends inside its region.
     EXPECT_LE(e->tensors[2].e_plane.offset + n, s.bf16_offset - s.e_plane_offset);
   }
+}
+
+// MXFP4 (gpt-oss's experts, 17/32 bytes a value): the F slot holds blocks + scales, the exponent planes
+// (a byte a value, more than the F part) are laid one after the other in the staging slot.
+TEST(PoolLayoutDtypeTest, Mxfp4PlanesNeedMoreThanTheFPart) {
+  constexpr int64_t n = 4992;  // 156 blocks of 32
+  auto layout = ModelLayout::FromManifest(ManifestOf(DType::kMXFP4, 2, n));
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(layout->dtype(), DType::kMXFP4);
+  const uint64_t f_tensor = AlignSlotBytes(n / 2 + n / 32);  // 2496 + 156 -> 4096
+  EXPECT_EQ(layout->slot_bytes(Pool::kF), 3 * f_tensor);
+  const ExpertSlotLayout* e = layout->Find(0, 1);
+  ASSERT_NE(e, nullptr);
+  for (int p = 0; p < kProjCount; ++p) {
+    EXPECT_EQ(e->tensors[p].bf16.bytes, static_cast<uint64_t>(n / 2 + n / 32));
+    EXPECT_EQ(e->tensors[p].e_plane.offset, static_cast<uint64_t>(p) * AlignSlotBytes(n));  // 8192 apart
+    EXPECT_EQ(e->tensors[p].e_plane.bytes, static_cast<uint64_t>(n));
+  }
+  EXPECT_EQ(layout->e_plane_slot_bytes(), 2 * AlignSlotBytes(n) + AlignSlotBytes(n));
+  const StagingLayout s = StagingLayout::ForModel(*layout);
+  EXPECT_EQ(s.bf16_offset, s.e_plane_offset + 3 * AlignSlotBytes(n));
+  EXPECT_GT(s.bf16_offset - s.e_plane_offset, layout->slot_bytes(Pool::kF));
+  EXPECT_EQ(s.slot_bytes, s.bf16_offset + 3 * f_tensor);
 }
 
 TEST(PoolLayoutDtypeTest, MixedExpertDtypesAreRefusedNamingBothTensors) {

@@ -1,6 +1,6 @@
 // The config.json files of released DeepSeek-V3-style checkpoints (issue 40), as published on the
 // Hugging Face Hub (key sets and values of moonshotai/Moonlight-16B-A3B, deepseek-ai/DeepSeek-V3,
-// zai-org/GLM-4.5-Air and zai-org/GLM-4.7-Flash, written down by hand; auto_map omitted): each parses
+// zai-org/GLM-4.5-Air, zai-org/GLM-4.7-Flash and openai/gpt-oss-20b, written down by hand; auto_map omitted): each parses
 // with the fields that change the computation read as transformers reads them, and a changed field
 // zipmoe does not implement is refused naming it.
 #include "common/checkpoint/model_config.h"
@@ -89,6 +89,94 @@ void ExpectRefused(const json& j, std::initializer_list<const char*> words) {
   auto c = ParseModelConfig(j, "config.json");
   ASSERT_FALSE(c.ok()) << j.dump();
   for (const char* w : words) EXPECT_NE(c.status().message().find(w), std::string::npos) << c.status().ToString();
+}
+
+const char kGptOss20b[] = R"({
+  "architectures": ["GptOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.0, "eos_token_id": 200002,
+  "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "initial_context_length": 4096,
+  "initializer_range": 0.02, "intermediate_size": 2880,
+  "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+    "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+    "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+    "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+    "sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+  "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+  "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+  "output_router_logits": false, "pad_token_id": 199999,
+  "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+    "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+    "rope_type": "yarn", "truncate": false},
+  "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+  "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0", "use_cache": true, "vocab_size": 201088})";
+
+TEST(PublishedConfigs, GptOss20bIsMxfp4WithSinksSlidingLayersAndTheBiasedRouter) {
+  auto c = ParseModelConfig(json::parse(kGptOss20b), "gpt-oss-20b/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kGptOss);
+  EXPECT_EQ(c->hidden_size, 2880);
+  EXPECT_EQ(c->num_hidden_layers, 24);
+  EXPECT_EQ(c->num_attention_heads, 64);
+  EXPECT_EQ(c->num_key_value_heads, 8);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->num_experts, 32);
+  EXPECT_EQ(c->num_experts_per_tok, 4);
+  EXPECT_EQ(c->moe_intermediate_size, 2880);
+  EXPECT_TRUE(c->qkv_bias && c->o_bias && c->attention_sinks && c->router_logit_bias && c->expert_bias);
+  EXPECT_TRUE(c->mxfp4_experts);
+  EXPECT_TRUE(c->norm_topk_prob);  // softmax over the selected k
+  EXPECT_EQ(c->swiglu_limit, 7.0);
+  EXPECT_EQ(c->swiglu_alpha, 1.702);
+  EXPECT_EQ(c->attention_window(0), 128);
+  EXPECT_EQ(c->attention_window(1), 0);
+  EXPECT_EQ(c->attention_window(22), 128);
+  EXPECT_TRUE(c->IsMoeLayer(23));
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_EQ(c->rope_scaling.factor, 32.0);
+  EXPECT_FALSE(c->rope_scaling.truncate);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_EQ(c->rope_theta, 150000.0);
+  EXPECT_EQ(c->softmax_scale(), 0.125);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{200002});
+  // GptOssConfig's defaults: no rope settings -> its YaRN; no layer_types -> sliding first, alternating.
+  json bare = json::parse(kGptOss20b);
+  bare.erase("rope_scaling");
+  bare.erase("layer_types");
+  bare.erase("sliding_window");
+  auto d = ParseModelConfig(bare, "bare");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_FALSE(d->rope_scaling.truncate);
+  EXPECT_EQ(d->attention_window(0), 128);
+  EXPECT_EQ(d->attention_window(1), 0);
+  // Refused by name.
+  const auto refused = [](json j, const char* key) {
+    auto r = ParseModelConfig(j, "x/config.json");
+    EXPECT_FALSE(r.ok()) << key;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().message();
+    }
+  };
+  json j = json::parse(kGptOss20b);
+  j["attention_bias"] = false;
+  refused(j, "attention_bias");
+  j = json::parse(kGptOss20b);
+  j["quantization_config"]["quant_method"] = "gptq";
+  refused(j, "gptq");
+  j = json::parse(kGptOss20b);
+  j["layer_types"][3] = "linear_attention";
+  refused(j, "layer_types");
+  j = json::parse(kGptOss20b);
+  j["layer_types"].erase(0);
+  refused(j, "layer_types");
+  j = json::parse(kGptOss20b);
+  j["sliding_window"] = nullptr;
+  refused(j, "sliding_window");
+  j = json::parse(kGptOss20b);
+  j["num_experts_per_tok"] = 33;
+  refused(j, "num_experts_per_tok");
 }
 
 TEST(PublishedConfigs, MoonlightIsDeepseekV3WithNoauxTcRouting) {

@@ -1,0 +1,154 @@
+#include "common/checkpoint/fused_experts.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "common/dtype.h"
+
+namespace zipmoe {
+namespace {
+
+constexpr const char* kLayerPrefix = "model.layers.";
+constexpr const char* kExpertsInfix = ".mlp.experts.";
+constexpr const char* kParts[4] = {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks",
+                                   "down_proj_scales"};
+
+// The layer and part index (kParts) of a fused expert tensor name, or false.
+bool ParseFused(const std::string& name, int32_t* layer, int* part) {
+  const std::string prefix = kLayerPrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  size_t pos = prefix.size();
+  int64_t v = 0;
+  const size_t digits = pos;
+  while (pos < name.size() && name[pos] >= '0' && name[pos] <= '9' && v <= 1'000'000'000) v = v * 10 + (name[pos++] - '0');
+  if (pos == digits || v > 1'000'000'000) return false;
+  const std::string infix = kExpertsInfix;
+  if (name.compare(pos, infix.size(), infix) != 0) return false;
+  pos += infix.size();
+  for (int p = 0; p < 4; ++p) {
+    if (name.compare(pos, std::string::npos, kParts[p]) == 0) {
+      *layer = static_cast<int32_t>(v);
+      *part = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string FusedName(int32_t layer, int part) { return fmt::format("{}{}{}{}", kLayerPrefix, layer, kExpertsInfix, kParts[part]); }
+
+// The fused blocks + scales of one projection of one layer, checked against each other.
+struct FusedPair {
+  TensorView blocks, scales;
+  int64_t experts = 0, rows = 0, cols = 0;
+};
+
+Result<FusedPair> FindPair(const Checkpoint& ckpt, int32_t layer, bool down) {
+  FusedPair p;
+  ZM_ASSIGN_OR_RETURN(p.blocks, ckpt.Find(FusedName(layer, down ? 2 : 0)));
+  ZM_ASSIGN_OR_RETURN(p.scales, ckpt.Find(FusedName(layer, down ? 3 : 1)));
+  for (const TensorView* v : {&p.blocks, &p.scales})
+    if (v->spec.dtype != DType::kU8)
+      return Status::InvalidArgument(fmt::format("{}: fused expert tensor '{}' is {}, expected U8 (MXFP4)", v->file,
+                                                 v->spec.name, DTypeName(v->spec.dtype)));
+  const std::vector<int64_t>& b = p.blocks.spec.shape;
+  const std::vector<int64_t>& s = p.scales.spec.shape;
+  if (b.size() != 4 || b[3] != 16 || b[0] <= 0 || b[1] <= 0 || b[2] <= 0)
+    return Status::InvalidArgument(fmt::format("{}: '{}' has shape {}, expected [experts, rows, cols / 32, 16]",
+                                               p.blocks.file, p.blocks.spec.name, fmt::join(b, "x")));
+  if (s != std::vector<int64_t>{b[0], b[1], b[2]})
+    return Status::InvalidArgument(fmt::format("{}: '{}' has shape {}, expected [{}, {}, {}] (the blocks' {})",
+                                               p.scales.file, p.scales.spec.name, fmt::join(s, "x"), b[0], b[1], b[2],
+                                               p.blocks.spec.name));
+  if (!down && b[1] % 2 != 0)
+    return Status::InvalidArgument(fmt::format("{}: '{}' has {} rows; gate_up interleaves gate and up rows (even count)",
+                                               p.blocks.file, p.blocks.spec.name, b[1]));
+  p.experts = b[0];
+  p.rows = b[1];
+  p.cols = b[2] * 32;
+  return p;
+}
+
+}  // namespace
+
+bool IsFusedExpertTensor(const std::string& name) {
+  int32_t layer = 0;
+  int part = 0;
+  return ParseFused(name, &layer, &part);
+}
+
+bool HasFusedMxfp4Experts(const nlohmann::json& config) {
+  if (!config.is_object() || config.value("model_type", std::string()) != "gpt_oss") return false;
+  auto q = config.find("quantization_config");
+  return q != config.end() && q->is_object() && q->value("quant_method", std::string()) == "mxfp4";
+}
+
+std::string UnfusedExpertName(int32_t layer_id, int32_t expert_id, ExpertProj proj) {
+  return fmt::format("{}{}{}{}.{}", kLayerPrefix, layer_id, kExpertsInfix, expert_id, ExpertProjName(proj));
+}
+
+Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt) {
+  std::vector<FusedExpertRef> out;
+  if (!HasFusedMxfp4Experts(ckpt.config())) return out;
+  std::map<int32_t, int> parts;  // layer -> bit mask of kParts seen
+  for (const std::string& name : ckpt.names()) {
+    int32_t layer = 0;
+    int part = 0;
+    if (!ParseFused(name, &layer, &part) || IsMtpLayerTensor(name, ckpt.config())) continue;
+    parts[layer] |= 1 << part;
+  }
+  for (const auto& [layer, mask] : parts) {
+    if (mask != 0xF) {
+      for (int p = 0; p < 4; ++p)
+        if ((mask & (1 << p)) == 0)
+          return Status::InvalidArgument(fmt::format("{}: layer {} has fused MXFP4 experts but no '{}'", ckpt.dir(),
+                                                     layer, FusedName(layer, p)));
+    }
+    ZM_ASSIGN_OR_RETURN(const FusedPair gate_up, FindPair(ckpt, layer, false));
+    ZM_ASSIGN_OR_RETURN(const FusedPair down, FindPair(ckpt, layer, true));
+    if (down.experts != gate_up.experts || down.rows != gate_up.cols || down.cols != gate_up.rows / 2)
+      return Status::InvalidArgument(fmt::format(
+          "{}: layer {}: down_proj_blocks is [{} experts, {} x {}], gate_up_proj_blocks [{} experts, {} x {}]: "
+          "expected down [E, H, I] for gate_up [E, 2I, H]", ckpt.dir(), layer, down.experts, down.rows, down.cols,
+          gate_up.experts, gate_up.rows, gate_up.cols));
+    for (int64_t e = 0; e < gate_up.experts; ++e) {
+      for (ExpertProj proj : {ExpertProj::kGate, ExpertProj::kUp, ExpertProj::kDown}) {
+        FusedExpertRef r;
+        r.id = ExpertTensorName{layer, static_cast<int32_t>(e), proj};
+        r.name = UnfusedExpertName(layer, static_cast<int32_t>(e), proj);
+        r.shape = proj == ExpertProj::kDown ? std::vector<int64_t>{down.rows, down.cols}
+                                            : std::vector<int64_t>{gate_up.rows / 2, gate_up.cols};
+        out.push_back(std::move(r));
+      }
+    }
+  }
+  return out;
+}
+
+Status ReadFusedExpert(const Checkpoint& ckpt, const FusedExpertRef& ref, uint8_t* out) {
+  const bool down = ref.id.proj == ExpertProj::kDown;
+  ZM_ASSIGN_OR_RETURN(const FusedPair p, FindPair(ckpt, ref.id.layer_id, down));
+  const int64_t rows = down ? p.rows : p.rows / 2;
+  if (ref.id.expert_id < 0 || ref.id.expert_id >= p.experts || ref.shape != std::vector<int64_t>{rows, p.cols})
+    return Status::InvalidArgument(fmt::format("{}: '{}' [{}] does not fit '{}' ({} experts of {} x {})", ckpt.dir(),
+                                               ref.name, fmt::join(ref.shape, "x"), p.blocks.spec.name, p.experts,
+                                               rows, p.cols));
+  const int64_t block_row = p.cols / 2, scale_row = p.cols / 32;  // bytes per row
+  const uint8_t* blocks = p.blocks.data + ref.id.expert_id * p.rows * block_row;
+  const uint8_t* scales = p.scales.data + ref.id.expert_id * p.rows * scale_row;
+  // gate: even rows of gate_up, up: odd rows; down: every row.
+  const int64_t first = ref.id.proj == ExpertProj::kUp ? 1 : 0, step = down ? 1 : 2;
+  uint8_t* out_scales = out + rows * block_row;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t src = first + r * step;
+    std::memcpy(out + r * block_row, blocks + src * block_row, static_cast<size_t>(block_row));
+    std::memcpy(out_scales + r * scale_row, scales + src * scale_row, static_cast<size_t>(scale_row));
+  }
+  return Status::Ok();
+}
+
+}  // namespace zipmoe

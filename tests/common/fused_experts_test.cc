@@ -1,0 +1,136 @@
+// Tests for common/checkpoint/fused_experts: gpt-oss's fused MXFP4 experts served per expert. The gate is
+// the even rows of gate_up, the up projection the odd rows, each row with its own scales; putting the
+// unfused tensors back together gives the checkpoint's bytes; malformed checkpoints are refused by name.
+#include "common/checkpoint/fused_experts.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/dtype.h"
+#include "common/file_util.h"
+#include "tests/test_util.h"
+
+namespace zipmoe {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kE = 3, kH = 64, kI = 32;  // experts, hidden, intermediate (multiples of 32)
+
+// A gpt_oss directory with two layers of fused experts of random bytes (`drop`: a tensor left out;
+// `bad_dtype`: a tensor written as I8 instead of U8).
+std::map<std::string, std::vector<uint8_t>> WriteFused(const std::string& dir, const std::string& drop = "",
+                                                       const std::string& bad_dtype = "") {
+  std::mt19937 rng(7);
+  std::map<std::string, std::vector<uint8_t>> bytes;
+  std::vector<TensorSpec> specs;
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts.";
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> parts = {
+        {p + "gate_up_proj_blocks", {kE, 2 * kI, kH / 32, 16}}, {p + "gate_up_proj_scales", {kE, 2 * kI, kH / 32}},
+        {p + "down_proj_blocks", {kE, kH, kI / 32, 16}},       {p + "down_proj_scales", {kE, kH, kI / 32}}};
+    for (const auto& [name, shape] : parts) {
+      if (name == drop) continue;
+      TensorSpec s;
+      s.name = name;
+      s.dtype = name == bad_dtype ? DType::kI8 : DType::kU8;
+      s.shape = shape;
+      std::vector<uint8_t> b(static_cast<size_t>(s.numel()));
+      for (uint8_t& x : b) x = static_cast<uint8_t>(rng());
+      bytes[name] = b;
+      specs.push_back(s);
+    }
+  }
+  EXPECT_TRUE(WriteSafetensors(JoinPath(dir, "model.safetensors"), specs, [&](const TensorSpec& s, uint8_t* out) {
+                const std::vector<uint8_t>& b = bytes.at(s.name);
+                std::memcpy(out, b.data(), b.size());
+                return Status::Ok();
+              }).ok());
+  const json config{{"model_type", "gpt_oss"}, {"num_hidden_layers", 2},
+                    {"quantization_config", {{"quant_method", "mxfp4"}}}};
+  testing::WriteAll(JoinPath(dir, "config.json"), config.dump());
+  return bytes;
+}
+
+TEST(FusedExperts, GateIsTheEvenRowsUpTheOddAndTheyFuseBack) {
+  testing::TempDir tmp;
+  const auto bytes = WriteFused(tmp.path());
+  auto ckpt = Checkpoint::Open(tmp.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  EXPECT_TRUE(HasFusedMxfp4Experts((*ckpt)->config()));
+  EXPECT_TRUE(IsFusedExpertTensor("model.layers.12.mlp.experts.down_proj_scales"));
+  EXPECT_FALSE(IsFusedExpertTensor("model.layers.12.mlp.experts.down_proj_bias"));
+  EXPECT_FALSE(IsFusedExpertTensor("model.layers.x.mlp.experts.down_proj_blocks"));
+  auto refs = ListFusedExperts(**ckpt);
+  ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+  ASSERT_EQ(refs->size(), static_cast<size_t>(2 * kE * 3));
+  EXPECT_EQ((*refs)[0].name, "model.layers.0.mlp.experts.0.gate_proj");
+  EXPECT_EQ((*refs)[0].shape, (std::vector<int64_t>{kI, kH}));
+  EXPECT_EQ((*refs)[2].shape, (std::vector<int64_t>{kH, kI}));
+  // Rebuild the fused tensors from the unfused ones: equal to the file, byte for byte.
+  std::map<std::string, std::vector<uint8_t>> rebuilt;
+  for (const auto& [name, b] : bytes) rebuilt[name].assign(b.size(), 0xAA);
+  for (const FusedExpertRef& r : *refs) {
+    const int64_t rows = r.shape[0], cols = r.shape[1];
+    std::vector<uint8_t> raw(DTypeBytes(DType::kMXFP4, static_cast<uint64_t>(rows * cols)));
+    ASSERT_TRUE(ReadFusedExpert(**ckpt, r, raw.data()).ok());
+    const bool down = r.id.proj == ExpertProj::kDown;
+    const std::string p = "model.layers." + std::to_string(r.id.layer_id) + ".mlp.experts." +
+                          (down ? "down_proj" : "gate_up_proj");
+    const int64_t fused_rows = down ? rows : 2 * rows;
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t dst = down ? row : 2 * row + (r.id.proj == ExpertProj::kUp ? 1 : 0);
+      std::memcpy(rebuilt[p + "_blocks"].data() + (r.id.expert_id * fused_rows + dst) * cols / 2,
+                  raw.data() + row * cols / 2, static_cast<size_t>(cols / 2));
+      std::memcpy(rebuilt[p + "_scales"].data() + (r.id.expert_id * fused_rows + dst) * cols / 32,
+                  raw.data() + rows * cols / 2 + row * cols / 32, static_cast<size_t>(cols / 32));
+    }
+  }
+  EXPECT_EQ(rebuilt, bytes);
+  // A ref that does not fit the tensors.
+  FusedExpertRef wrong = (*refs)[0];
+  wrong.id.expert_id = kE;
+  std::vector<uint8_t> sink(DTypeBytes(DType::kMXFP4, kI * kH));
+  EXPECT_FALSE(ReadFusedExpert(**ckpt, wrong, sink.data()).ok());
+}
+
+TEST(FusedExperts, MalformedCheckpointsAreRefusedByName) {
+  {
+    testing::TempDir tmp;
+    WriteFused(tmp.path(), "model.layers.1.mlp.experts.down_proj_scales");
+    auto ckpt = Checkpoint::Open(tmp.path());
+    ASSERT_TRUE(ckpt.ok());
+    auto refs = ListFusedExperts(**ckpt);
+    ASSERT_FALSE(refs.ok());
+    EXPECT_NE(refs.status().message().find("model.layers.1.mlp.experts.down_proj_scales"), std::string::npos)
+        << refs.status().message();
+  }
+  {
+    testing::TempDir tmp;
+    WriteFused(tmp.path(), "", "model.layers.0.mlp.experts.gate_up_proj_scales");
+    auto ckpt = Checkpoint::Open(tmp.path());
+    ASSERT_TRUE(ckpt.ok());
+    auto refs = ListFusedExperts(**ckpt);
+    ASSERT_FALSE(refs.ok());
+    EXPECT_NE(refs.status().message().find("expected U8"), std::string::npos) << refs.status().message();
+  }
+  // Not gpt_oss / not MXFP4: nothing is unfused.
+  testing::TempDir tmp;
+  WriteFused(tmp.path());
+  testing::WriteAll(JoinPath(tmp.path(), "config.json"), R"({"model_type": "gpt_oss", "num_hidden_layers": 2})");
+  auto ckpt = Checkpoint::Open(tmp.path());
+  ASSERT_TRUE(ckpt.ok());
+  auto refs = ListFusedExperts(**ckpt);
+  ASSERT_TRUE(refs.ok());
+  EXPECT_TRUE(refs->empty());
+}
+
+}  // namespace
+}  // namespace zipmoe
