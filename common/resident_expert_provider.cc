@@ -69,8 +69,9 @@ Status CheckProjections(const std::string& dir, std::pair<int32_t, int32_t> key,
   return Status::Ok();
 }
 
-// gpt-oss's fused MXFP4 experts: each expert's gate/up/down made once in its raw layout (owned; the
-// fused tensors cannot be used in place: gate and up rows interleave, and blocks and scales sit apart).
+// gpt-oss's fused experts: each expert's gate/up/down made once in its raw layout (owned; the fused
+// tensors cannot be used in place: gate and up rows interleave, MXFP4's blocks and scales sit apart,
+// and the dense runtime tensors are [in, out]).
 Status FromFusedExperts(const Checkpoint& ckpt,
                                                                 std::vector<std::vector<uint32_t>>* owned,
                                                                 std::map<std::pair<int32_t, int32_t>,
@@ -79,7 +80,7 @@ Status FromFusedExperts(const Checkpoint& ckpt,
   owned->resize(refs.size());
   std::vector<Status> results(refs.size());
   ParallelFor(0, refs.size(), 0, [&](size_t i) {
-    const uint64_t bytes = DTypeBytes(DType::kMXFP4, static_cast<uint64_t>(refs[i].shape[0] * refs[i].shape[1]));
+    const uint64_t bytes = DTypeBytes(refs[i].dtype, static_cast<uint64_t>(refs[i].shape[0] * refs[i].shape[1]));
     (*owned)[i].resize(static_cast<size_t>((bytes + 3) / 4));
     results[i] = ReadFusedExpert(ckpt, refs[i], reinterpret_cast<uint8_t*>((*owned)[i].data()));
   });
@@ -88,7 +89,7 @@ Status FromFusedExperts(const Checkpoint& ckpt,
     ExpertWeightsView w;
     w.layer_id = refs[i].id.layer_id;
     w.expert_id = refs[i].id.expert_id;
-    w.dtype = DType::kMXFP4;
+    w.dtype = refs[i].dtype;
     ZM_RETURN_IF_ERROR(CheckShapes(ckpt.dir() + ": '" + refs[i + 1].name + "'", &refs[i].shape, refs[i + 1].shape,
                                    refs[i + 2].shape, &w));
     w.gate = (*owned)[i].data();
@@ -103,7 +104,7 @@ Status FromFusedExperts(const Checkpoint& ckpt,
 
 Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromCheckpoint(const Checkpoint& ckpt) {
   std::unique_ptr<ResidentExpertProvider> p(new ResidentExpertProvider());
-  if (HasFusedMxfp4Experts(ckpt.config())) {
+  if (HasFusedExperts(ckpt.config())) {
     ZM_RETURN_IF_ERROR(FromFusedExperts(ckpt, &p->owned_, &p->experts_));
     return p;
   }

@@ -14,8 +14,9 @@ namespace {
 
 constexpr const char* kLayerPrefix = "model.layers.";
 constexpr const char* kExpertsInfix = ".mlp.experts.";
-constexpr const char* kParts[4] = {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks",
-                                   "down_proj_scales"};
+constexpr const char* kParts[6] = {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks",
+                                   "down_proj_scales",    "gate_up_proj",        "down_proj"};
+constexpr int kDenseGateUp = 4, kDenseDown = 5;  // the dense runtime tensors' part indices
 
 // The layer and part index (kParts) of a fused expert tensor name, or false.
 bool ParseFused(const std::string& name, int32_t* layer, int* part) {
@@ -29,7 +30,7 @@ bool ParseFused(const std::string& name, int32_t* layer, int* part) {
   const std::string infix = kExpertsInfix;
   if (name.compare(pos, infix.size(), infix) != 0) return false;
   pos += infix.size();
-  for (int p = 0; p < 4; ++p) {
+  for (int p = 0; p < 6; ++p) {
     if (name.compare(pos, std::string::npos, kParts[p]) == 0) {
       *layer = static_cast<int32_t>(v);
       *part = p;
@@ -73,6 +74,39 @@ Result<FusedPair> FindPair(const Checkpoint& ckpt, int32_t layer, bool down) {
   return p;
 }
 
+// The dense runtime tensors of one layer: gate_up [E, H, 2I], down [E, I, H], one float dtype.
+struct DensePair {
+  TensorView gate_up, down;
+  int64_t experts = 0, hidden = 0, inter = 0;
+};
+
+Result<DensePair> FindDense(const Checkpoint& ckpt, int32_t layer) {
+  DensePair p;
+  ZM_ASSIGN_OR_RETURN(p.gate_up, ckpt.Find(FusedName(layer, kDenseGateUp)));
+  ZM_ASSIGN_OR_RETURN(p.down, ckpt.Find(FusedName(layer, kDenseDown)));
+  for (const TensorView* v : {&p.gate_up, &p.down}) {
+    const DType d = v->spec.dtype;
+    if (d != DType::kBF16 && d != DType::kF16 && d != DType::kF32)
+      return Status::InvalidArgument(fmt::format("{}: fused expert tensor '{}' is {}, expected BF16, F16 or F32 (or "
+                                                 "MXFP4 blocks with quant_method mxfp4)", v->file, v->spec.name,
+                                                 DTypeName(d)));
+    if (v->spec.shape.size() != 3)
+      return Status::InvalidArgument(fmt::format("{}: fused expert tensor '{}' has shape {}, expected 3 dims", v->file,
+                                                 v->spec.name, fmt::join(v->spec.shape, "x")));
+  }
+  const std::vector<int64_t>& g = p.gate_up.spec.shape;
+  const std::vector<int64_t>& d = p.down.spec.shape;
+  if (g[2] % 2 != 0 || d != std::vector<int64_t>{g[0], g[2] / 2, g[1]} || p.gate_up.spec.dtype != p.down.spec.dtype)
+    return Status::InvalidArgument(fmt::format(
+        "{}: layer {}: '{}' is {} [{}] and '{}' {} [{}]: expected gate_up [E, H, 2I] and down [E, I, H] of one dtype",
+        ckpt.dir(), layer, p.gate_up.spec.name, DTypeName(p.gate_up.spec.dtype), fmt::join(g, ", "), p.down.spec.name,
+        DTypeName(p.down.spec.dtype), fmt::join(d, ", ")));
+  p.experts = g[0];
+  p.hidden = g[1];
+  p.inter = g[2] / 2;
+  return p;
+}
+
 }  // namespace
 
 bool IsFusedExpertTensor(const std::string& name) {
@@ -81,8 +115,12 @@ bool IsFusedExpertTensor(const std::string& name) {
   return ParseFused(name, &layer, &part);
 }
 
+bool HasFusedExperts(const nlohmann::json& config) {
+  return config.is_object() && config.value("model_type", std::string()) == "gpt_oss";
+}
+
 bool HasFusedMxfp4Experts(const nlohmann::json& config) {
-  if (!config.is_object() || config.value("model_type", std::string()) != "gpt_oss") return false;
+  if (!HasFusedExperts(config)) return false;
   auto q = config.find("quantization_config");
   return q != config.end() && q->is_object() && q->value("quant_method", std::string()) == "mxfp4";
 }
@@ -93,7 +131,8 @@ std::string UnfusedExpertName(int32_t layer_id, int32_t expert_id, ExpertProj pr
 
 Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt) {
   std::vector<FusedExpertRef> out;
-  if (!HasFusedMxfp4Experts(ckpt.config())) return out;
+  if (!HasFusedExperts(ckpt.config())) return out;
+  const bool mxfp4 = HasFusedMxfp4Experts(ckpt.config());
   std::map<int32_t, int> parts;  // layer -> bit mask of kParts seen
   for (const std::string& name : ckpt.names()) {
     int32_t layer = 0;
@@ -101,6 +140,28 @@ Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt) {
     if (!ParseFused(name, &layer, &part) || IsMtpLayerTensor(name, ckpt.config())) continue;
     parts[layer] |= 1 << part;
   }
+  if (!mxfp4) {
+    for (const auto& [layer, mask] : parts) {
+      for (int p : {kDenseGateUp, kDenseDown})
+        if ((mask & (1 << p)) == 0)
+          return Status::InvalidArgument(fmt::format("{}: layer {} has fused experts but no '{}'", ckpt.dir(), layer,
+                                                     FusedName(layer, p)));
+      ZM_ASSIGN_OR_RETURN(const DensePair d, FindDense(ckpt, layer));
+      for (int64_t e = 0; e < d.experts; ++e) {
+        for (ExpertProj proj : {ExpertProj::kGate, ExpertProj::kUp, ExpertProj::kDown}) {
+          FusedExpertRef r;
+          r.id = ExpertTensorName{layer, static_cast<int32_t>(e), proj};
+          r.name = UnfusedExpertName(layer, static_cast<int32_t>(e), proj);
+          r.shape = proj == ExpertProj::kDown ? std::vector<int64_t>{d.hidden, d.inter}
+                                              : std::vector<int64_t>{d.inter, d.hidden};
+          r.dtype = d.gate_up.spec.dtype;
+          out.push_back(std::move(r));
+        }
+      }
+    }
+    return out;
+  }
+  for (auto& [layer, mask] : parts) mask &= 0xF;  // the dense names are not MXFP4 parts
   for (const auto& [layer, mask] : parts) {
     if (mask != 0xF) {
       for (int p = 0; p < 4; ++p)
@@ -131,6 +192,26 @@ Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt) {
 
 Status ReadFusedExpert(const Checkpoint& ckpt, const FusedExpertRef& ref, uint8_t* out) {
   const bool down = ref.id.proj == ExpertProj::kDown;
+  if (ref.dtype != DType::kMXFP4) {  // dense [E, H, 2I] / [E, I, H] -> [out, in]
+    ZM_ASSIGN_OR_RETURN(const DensePair d, FindDense(ckpt, ref.id.layer_id));
+    const int64_t rows = down ? d.hidden : d.inter, cols = down ? d.inter : d.hidden;
+    if (ref.id.expert_id < 0 || ref.id.expert_id >= d.experts || ref.shape != std::vector<int64_t>{rows, cols} ||
+        ref.dtype != d.gate_up.spec.dtype)
+      return Status::InvalidArgument(fmt::format("{}: '{}' [{}] does not fit the fused experts of layer {}", ckpt.dir(),
+                                                 ref.name, fmt::join(ref.shape, "x"), ref.id.layer_id));
+    const size_t w = static_cast<size_t>(DTypeSize(ref.dtype));
+    // out[r, c] = gate_up[e, c, 2r (+1 for up)] or down[e, c, r]
+    const TensorView& v = down ? d.down : d.gate_up;
+    const int64_t src_cols = down ? d.hidden : 2 * d.inter;  // the source's last dimension
+    const int64_t first = ref.id.proj == ExpertProj::kUp ? 1 : 0, step = down ? 1 : 2;
+    const uint8_t* base = v.data + static_cast<size_t>(ref.id.expert_id * cols * src_cols) * w;
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t* src_row = base + static_cast<size_t>(c * src_cols) * w;
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(out + static_cast<size_t>(r * cols + c) * w, src_row + static_cast<size_t>(first + r * step) * w, w);
+    }
+    return Status::Ok();
+  }
   ZM_ASSIGN_OR_RETURN(const FusedPair p, FindPair(ckpt, ref.id.layer_id, down));
   const int64_t rows = down ? p.rows : p.rows / 2;
   if (ref.id.expert_id < 0 || ref.id.expert_id >= p.experts || ref.shape != std::vector<int64_t>{rows, p.cols})

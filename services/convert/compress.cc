@@ -121,11 +121,11 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
   if (src.ckpt == nullptr) {
     ZM_ASSIGN_OR_RETURN(t.dtype, StoredDType(src.view, opt.convert_dtype));
   }
-  if (src.ckpt != nullptr) {  // an unfused MXFP4 expert: its raw layout, then the planes
-    t.dtype = DType::kMXFP4;
-    std::vector<uint8_t> raw(DTypeBytes(DType::kMXFP4, static_cast<uint64_t>(n)));
+  if (src.ckpt != nullptr) {  // an unfused expert (gpt-oss): its raw layout, then the planes
+    t.dtype = src.fused.dtype;
+    std::vector<uint8_t> raw(DTypeBytes(t.dtype, static_cast<uint64_t>(n)));
     ZM_RETURN_IF_ERROR(ReadFusedExpert(*src.ckpt, src.fused, raw.data()));
-    if (Status st = CheckMxfp4Values(raw.data(), n); !st.ok())
+    if (Status st = t.dtype == DType::kMXFP4 ? CheckMxfp4Values(raw.data(), n) : Status::Ok(); !st.ok())
       return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' (from the fused MXFP4 experts): {}",
                                                  src.ckpt->dir(), t.name, st.message()));
     t.bf16_xxh64 = Xxh64(raw.data(), raw.size());
@@ -268,7 +268,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   const int64_t n_encoder_layers = EncoderLayerCount(ckpt->config());
   int64_t mtp_tensors = 0;
   uint64_t mtp_bytes = 0;
-  const bool fused = HasFusedMxfp4Experts(ckpt->config());
+  const bool fused = HasFusedExperts(ckpt->config());
   for (const std::string& name : ckpt->names()) {
     ZM_ASSIGN_OR_RETURN(TensorView view, ckpt->Find(name));
     if (IsMtpLayerTensor(name, ckpt->config())) {
@@ -296,7 +296,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
       ExpertSource src;
       src.id = r.id;
       src.view.spec.name = r.name;
-      src.view.spec.dtype = DType::kMXFP4;
+      src.view.spec.dtype = r.dtype;
       src.view.spec.shape = r.shape;
       src.view.file = ckpt->dir();
       src.ckpt = ckpt.get();

@@ -66,21 +66,21 @@ Status CheckLayout(const ExpertStore& store) {
 // An unfused gpt-oss expert (fused_experts.h): its raw MXFP4 layout made from the fused tensors.
 Status VerifyFusedExpert(const ExpertStore& store, const Checkpoint& ckpt, const ExpertTensorInfo& t,
                          const FusedExpertRef& ref) {
-  if (t.dtype != DType::kMXFP4 || t.shape != ref.shape)
-    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): {} {} in the manifest, MXFP4 {} in {}",
+  if (t.dtype != ref.dtype || t.shape != ref.shape)
+    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): {} {} in the manifest, {} {} in {}",
                                           t.name, t.layer_id, t.expert_id, DTypeName(t.dtype), ShapeString(t.shape),
-                                          ShapeString(ref.shape), ckpt.dir()));
+                                          DTypeName(ref.dtype), ShapeString(ref.shape), ckpt.dir()));
   std::vector<uint8_t> want(t.raw_bytes()), got(t.raw_bytes());
   ZM_RETURN_IF_ERROR(ReadFusedExpert(ckpt, ref, want.data()));
   ZM_RETURN_IF_ERROR(store.ReadTensor(t, got.data()));
   if (want != got) {
     size_t i = 0;
     while (i < got.size() && got[i] == want[i]) ++i;
-    const size_t blocks = want.size() - want.size() / 17;  // numel / 2 of numel / 2 + numel / 32
-    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): MXFP4 {} byte {} recovers as 0x{:02x}, "
+    const size_t blocks = t.dtype == DType::kMXFP4 ? want.size() - want.size() / 17 : want.size();  // n/2 of 17n/32
+    return Status::Corruption(fmt::format("tensor '{}' (layer {}, expert {}): {} {} byte {} recovers as 0x{:02x}, "
                                           "the checkpoint's fused experts of {} have 0x{:02x}", t.name, t.layer_id,
-                                          t.expert_id, i < blocks ? "block" : "scale", i < blocks ? i : i - blocks,
-                                          got[i], ckpt.dir(), want[i]));
+                                          t.expert_id, DTypeName(t.dtype), i < blocks ? "value" : "scale",
+                                          i < blocks ? i : i - blocks, got[i], ckpt.dir(), want[i]));
   }
   return Status::Ok();
 }

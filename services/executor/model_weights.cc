@@ -179,7 +179,7 @@ class Loader {
     return a;
   }
 
-  // gpt-oss's fused MXFP4 experts of layer `layer_id` in an HF directory: every expert, gate/up [I, H],
+  // gpt-oss's fused experts (MXFP4 or dense) of layer `layer_id` in an HF directory: every expert, gate/up [I, H],
   // down [H, I] (ListFusedExperts checks the fused tensors against each other).
   Status CheckFusedExperts(int64_t layer_id) const {
     ZM_ASSIGN_OR_RETURN(const std::vector<FusedExpertRef> refs, ListFusedExperts(*m_.checkpoint));
@@ -190,24 +190,18 @@ class Loader {
       const bool down = r.id.proj == ExpertProj::kDown;
       const std::vector<int64_t> want = down ? std::vector<int64_t>{c_.hidden_size, c_.moe_intermediate_size}
                                              : std::vector<int64_t>{c_.moe_intermediate_size, c_.hidden_size};
-      ZM_RETURN_IF_ERROR(CheckShape(m_.dir, r.name + " (from the fused MXFP4 experts)", r.shape, want));
+      ZM_RETURN_IF_ERROR(CheckShape(m_.dir, r.name + " (from the fused experts)", r.shape, want));
     }
     if (found != 3 * c_.num_experts)
-      return Status::NotFound(fmt::format("{}: layer {} has {} fused MXFP4 expert projections, expected 3 x {} experts "
-                                          "(model.layers.{}.mlp.experts.gate_up_proj_blocks / _scales, down_proj_*)",
+      return Status::NotFound(fmt::format("{}: layer {} has {} fused expert projections, expected 3 x {} experts "
+                                          "(model.layers.{}.mlp.experts.gate_up_proj[_blocks / _scales], down_proj*)",
                                           m_.dir, layer_id, found, c_.num_experts, layer_id));
     return Status::Ok();
   }
 
   // Checks that all routed experts of `layer_id` exist with gate/up [I, H], down [H, I].
   Status CheckExperts(int64_t layer_id) const {
-    if (m_.checkpoint && c_.arch == ModelArch::kGptOss) {
-      if (!c_.mxfp4_experts)
-        return Status::InvalidArgument(fmt::format(
-            "{}: gpt_oss without MXFP4 experts (transformers' dequantized gate_up_proj [E, H, 2I] layout) is not "
-            "supported; serve the MXFP4 release (quantization_config quant_method mxfp4)", m_.dir));
-      return CheckFusedExperts(layer_id);
-    }
+    if (m_.checkpoint && c_.arch == ModelArch::kGptOss) return CheckFusedExperts(layer_id);
     const std::vector<int64_t> in_shape = {c_.moe_intermediate_size, c_.hidden_size};
     const std::vector<int64_t> out_shape = {c_.hidden_size, c_.moe_intermediate_size};
     for (int64_t e = 0; e < c_.num_experts; ++e) {

@@ -121,15 +121,69 @@ TEST(FusedExperts, MalformedCheckpointsAreRefusedByName) {
     ASSERT_FALSE(refs.ok());
     EXPECT_NE(refs.status().message().find("expected U8"), std::string::npos) << refs.status().message();
   }
-  // Not gpt_oss / not MXFP4: nothing is unfused.
+  // gpt_oss without quant_method mxfp4 reads the dense runtime tensors, which this checkpoint lacks.
   testing::TempDir tmp;
   WriteFused(tmp.path());
   testing::WriteAll(JoinPath(tmp.path(), "config.json"), R"({"model_type": "gpt_oss", "num_hidden_layers": 2})");
   auto ckpt = Checkpoint::Open(tmp.path());
   ASSERT_TRUE(ckpt.ok());
   auto refs = ListFusedExperts(**ckpt);
+  ASSERT_FALSE(refs.ok());
+  EXPECT_NE(refs.status().message().find("model.layers.0.mlp.experts.gate_up_proj'"), std::string::npos)
+      << refs.status().message();
+  // Another model_type: nothing is unfused.
+  testing::WriteAll(JoinPath(tmp.path(), "config.json"), R"({"model_type": "mixtral", "num_hidden_layers": 2})");
+  auto other = Checkpoint::Open(tmp.path());
+  ASSERT_TRUE(other.ok());
+  refs = ListFusedExperts(**other);
   ASSERT_TRUE(refs.ok());
   EXPECT_TRUE(refs->empty());
+}
+
+// A dequantized gpt-oss (no quantization_config): transformers' runtime tensors gate_up_proj [E, H, 2I] and
+// down_proj [E, I, H] (x @ W), unfused to [out, in]: gate[i][h] = gate_up[h][2i], up[i][h] = gate_up[h][2i+1],
+// down[h][i] = down_proj[i][h].
+TEST(FusedExperts, DenseRuntimeTensorsAreTransposedPerExpert) {
+  testing::TempDir tmp;
+  std::vector<TensorSpec> specs(2);
+  specs[0].name = "model.layers.0.mlp.experts.gate_up_proj";
+  specs[0].dtype = DType::kBF16;
+  specs[0].shape = {kE, kH, 2 * kI};
+  specs[1].name = "model.layers.0.mlp.experts.down_proj";
+  specs[1].dtype = DType::kBF16;
+  specs[1].shape = {kE, kI, kH};
+  const auto value = [](const TensorSpec& s, int64_t flat) { return static_cast<uint16_t>(flat * 7 + s.shape[2]); };
+  ASSERT_TRUE(WriteSafetensors(tmp.Sub("model.safetensors"), specs, [&](const TensorSpec& s, uint8_t* out) {
+                for (int64_t i = 0; i < s.numel(); ++i) {
+                  const uint16_t v = value(s, i);
+                  std::memcpy(out + 2 * i, &v, 2);
+                }
+                return Status::Ok();
+              }).ok());
+  testing::WriteAll(tmp.Sub("config.json"), R"({"model_type": "gpt_oss", "num_hidden_layers": 1})");
+  auto ckpt = Checkpoint::Open(tmp.path());
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_TRUE(HasFusedExperts((*ckpt)->config()));
+  EXPECT_FALSE(HasFusedMxfp4Experts((*ckpt)->config()));
+  auto refs = ListFusedExperts(**ckpt);
+  ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+  ASSERT_EQ(refs->size(), static_cast<size_t>(kE * 3));
+  for (const FusedExpertRef& r : *refs) {
+    EXPECT_EQ(r.dtype, DType::kBF16);
+    const bool down = r.id.proj == ExpertProj::kDown;
+    ASSERT_EQ(r.shape, down ? (std::vector<int64_t>{kH, kI}) : (std::vector<int64_t>{kI, kH}));
+    std::vector<uint16_t> got(static_cast<size_t>(kI * kH));
+    ASSERT_TRUE(ReadFusedExpert(**ckpt, r, reinterpret_cast<uint8_t*>(got.data())).ok());
+    const int64_t e = r.id.expert_id;
+    for (int64_t row = 0; row < r.shape[0]; ++row) {
+      for (int64_t col = 0; col < r.shape[1]; ++col) {
+        const int64_t src = down ? (e * kI + col) * kH + row
+                                 : (e * kH + col) * 2 * kI + 2 * row + (r.id.proj == ExpertProj::kUp ? 1 : 0);
+        ASSERT_EQ(got[static_cast<size_t>(row * r.shape[1] + col)], value(specs[down ? 1 : 0], src))
+            << r.name << " [" << row << ", " << col << "]";
+      }
+    }
+  }
 }
 
 }  // namespace

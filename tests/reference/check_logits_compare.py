@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -30,7 +31,12 @@ VARIANTS = [
     ("deepseek_v3+fp8+q_lora", "deepseek_v3", ["--dtype", "fp8", "--q-lora-rank", "40"]),
     ("glm4_moe+fp8", "glm4_moe", ["--dtype", "fp8"]),
     ("qwen3_moe+fp8", "qwen3_moe", ["--dtype", "fp8"]),                # as Qwen3-30B-A3B-FP8
+    # gpt-oss with its MXFP4 experts widened to BF16 (scripts/gpt_oss_widen.py: transformers' dense
+    # gate_up_proj [E, H, 2I] / down_proj [E, I, H] layout): the same function, so zipmoe's logits must also
+    # equal the MXFP4 run's byte for byte (check_arch compares them when both ran).
+    ("gpt_oss+bf16", "gpt_oss", []),
 ]
+WIDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpt_oss_widen.py")
 REL_TOL = 1e-4
 PROMPT_LEN = 16
 MAX_NEW_TOKENS = 4
@@ -131,6 +137,10 @@ def check_arch(zipmoe, label, arch, extra, seed, work, threads, model_dir=None):
     if not model_dir:
         run_cmd([zipmoe, "synth", "--arch", arch, "--preset", "tiny", "--seed", str(seed), "--out", hf] + extra,
                 f"{label}: zipmoe synth")
+        if label.endswith("+bf16"):  # gpt_oss: the same checkpoint with dense BF16 experts
+            run_cmd([sys.executable, WIDEN, hf, hf + ".bf16"], f"{label}: gpt_oss_widen.py")
+            shutil.rmtree(hf)
+            os.rename(hf + ".bf16", hf)
     run_cmd([zipmoe, "compress", hf, cz, "--shards", "4"], f"{label}: zipmoe compress")
     model = ref.Model(hf)
     model.check_layout()
@@ -194,6 +204,7 @@ def run_compare(args):
         cases += [v + (None,) for v in VARIANTS if v[1] in args.archs]
     for d in args.model_dir or []:
         cases.append((os.path.basename(os.path.normpath(d)), None, [], os.path.abspath(d)))
+    first_logits = {}  # label -> the HF directory's logits
     for label, arch, extra, model_dir in cases:
         t0 = time.time()
         try:
@@ -206,6 +217,7 @@ def run_compare(args):
         all_failures += failures
         for r in results:
             table.append((label, r, hf_vs_z))
+        first_logits[label] = results[0]["logits"]
         log(f"[{label}] prompt {prompt}  generated hf={results[0]['generated']} "
             f"compressed={results[1]['generated']}  ({time.time() - t0:.1f}s)")
     log("")
@@ -215,6 +227,13 @@ def run_compare(args):
         status = "ok" if r["max_rel"] <= REL_TOL else "FAIL"
         log(f"{arch:<19} {r['kind']:<11} {r['rows']:>4} {r['max_abs']:>12.3e} {r['max_rel']:>12.3e} "
             f"{r['worst_row']:>5} {str(r['argmax_same']):>7} {hz:>10.3e} {r['t_gen']:>6.2f} {r['t_ref']:>6.2f}  {status}")
+    # gpt-oss: MXFP4 experts and the same experts widened to BF16 compute the same bits.
+    if "gpt_oss" in first_logits and "gpt_oss+bf16" in first_logits:
+        a, b = first_logits["gpt_oss"], first_logits["gpt_oss+bf16"]
+        same = a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        log(f"gpt_oss MXFP4 vs BF16-widened experts: logits {'byte-equal' if same else 'DIFFER'}")
+        if not same:
+            all_failures.append("arch=gpt_oss+bf16: logits differ from the MXFP4 checkpoint's (the same weights)")
     if not args.keep and not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     if all_failures:
