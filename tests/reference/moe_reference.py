@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of ten MoE LLMs.
+"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of twelve MoE LLMs.
 
 Written from the HF modeling code and the model papers, without transformers/torch:
   qwen2_moe     Qwen2MoeForCausalLM    (Qwen1.5-MoE)
@@ -15,6 +15,11 @@ Written from the HF modeling code and the model papers, without transformers/tor
   gpt_oss       GptOssForCausalLM      (gpt-oss-20b, -120b: attention sinks and biases, alternating sliding /
                 full layers, YaRN, biased top-k router with a softmax over the k, clamped SwiGLU experts
                 stored as MXFP4; moe_reference_gpt_oss.py)
+  qwen3_next    Qwen3NextForCausalLM   (Qwen3-Next-80B-A3B: Gated DeltaNet linear attention layers + gated full
+                attention, zero-centred RMSNorm, softmax top-k MoE with a sigmoid-gated shared expert;
+                moe_reference_qwen3_next.py)
+  qwen3_5_moe   Qwen3_5MoeForConditionalGeneration's text model (Qwen3.5-35B-A3B: the same blocks, un-interleaved
+                DeltaNet projections, fused experts, `model.language_model.` names; vision tower ignored)
 
 Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights and
 MXFP4 (e2m1 x E8M0) expert weights are dequantized exactly); see docs/reference.md for the semantics
@@ -29,7 +34,8 @@ Library:  m = Model(dir); logits = m.forward([1, 2, 3])            # vectorised 
 
 Modules: moe_reference_safetensors.py (the safetensors reader/writer, checkpoint directories, FP8 and MXFP4),
 moe_reference_ops.py (the numerical helpers), moe_reference_naive.py (the slow token-by-token pass),
-moe_reference_gpt_oss.py (gpt_oss config, tensor names, router and experts);
+moe_reference_gpt_oss.py (gpt_oss config, tensor names, router and experts), moe_reference_qwen3_next.py
+(qwen3_next / qwen3_5_moe config, tensor names, the gated delta rule recurrent and chunked, the vectorised pass);
 their names are re-exported here, as check_logits.py uses them (ref.rms_norm, ref.write_safetensors, ...).
 """
 
@@ -40,6 +46,7 @@ import sys
 import numpy as np
 
 import moe_reference_gpt_oss as gpt_oss
+import moe_reference_qwen3_next as qwen3_next
 from moe_reference_naive import NaiveRunner
 from moe_reference_ops import (F32, apply_partial_rope, apply_rope, apply_rope_interleaved, attention,
     causal_mask, deepseek_yarn_inv_freq_and_mscale, deinterleave, gpt_oss_swiglu, hf_yarn_inv_freq_and_attention_factor,
@@ -55,7 +62,7 @@ from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFI
 # ----------------------------------------------------------------------------------------------------
 
 SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-             "glm4_moe_lite", "ernie4_5_moe", "gpt_oss")
+             "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")       # DeepSeek multi-head latent attention
 DEEPSEEK_MOE_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # mlp.gate + shared_experts
 MTP_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")         # may ship MTP layers >= num_hidden_layers
@@ -114,6 +121,9 @@ class Model:
         if self.type == "gpt_oss":  # every key has a GptOssConfig default (moe_reference_gpt_oss.py)
             self.router = "gpt_oss"
             gpt_oss.init_gpt_oss(self, c)
+            return
+        if self.type in qwen3_next.TYPES:  # hybrid Gated DeltaNet / gated attention (moe_reference_qwen3_next.py)
+            qwen3_next.init(self, c)
             return
         self.hidden = int(c["hidden_size"])
         self.n_layers = int(c["num_hidden_layers"])
@@ -364,6 +374,8 @@ class Model:
 
     def is_moe_layer(self, i):
         t = self.type
+        if t in qwen3_next.TYPES:
+            return qwen3_next.is_moe_layer(self, i)
         if t in ("qwen2_moe", "qwen3_moe"):
             return (i not in self.mlp_only) and self.n_experts > 0 and (i + 1) % self.sparse_step == 0
         if t in ("deepseek_v2", "deepseek_v3"):
@@ -383,6 +395,8 @@ class Model:
         ignored by the forward pass and the layout check of those types."""
         if self.type == "ernie4_5_moe":
             return "mtp" in name
+        if self.type in qwen3_next.TYPES:
+            return qwen3_next.is_extra_name(self, name)
         if self.type not in MTP_TYPES:
             return False
         m = _LAYER_RE.match(name)
@@ -528,6 +542,8 @@ class Model:
         """The state-dict names of the HF model for this config (what the checkpoint must hold)."""
         if self.type == "gpt_oss":
             return gpt_oss.expected_names(self)
+        if self.type in qwen3_next.TYPES:
+            return qwen3_next.expected_names(self)
         names = ["model.embed_tokens.weight", "model.norm.weight"]
         if not self.tie:
             names.append("lm_head.weight")
@@ -644,6 +660,8 @@ class Model:
     def forward(self, ids, naive=False):
         if naive:
             return NaiveRunner(self).forward(ids)
+        if self.type in qwen3_next.TYPES:
+            return qwen3_next.forward(self, ids)
         W = self.ckpt
         h = self.embed(ids)
         positions = np.arange(h.shape[0])

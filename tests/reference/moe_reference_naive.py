@@ -18,7 +18,10 @@ from moe_reference_ops import F32, linear, rms_norm
 # of the k chosen, the attention sink as one more exp term in each softmax denominator, the experts as
 # matrix-vector products on the [E, out, in] orientation the MXFP4 blocks are stored in, even rows gate and odd
 # rows up, the clamps and the sigmoid in python floats). It shares only the projections/norm/MLP primitives
-# (and the checkpoint reader) with Model.
+# (and the checkpoint reader) with Model. qwen3_next / qwen3_5_moe (forward_qwen3_next) share nothing but the
+# reader: float64 matrix-vector products, the DeltaNet projections split by explicit per-head offsets, an explicit
+# conv state (the last K-1 inputs) and one recurrent delta-rule step per token and value head, the gated attention
+# with a KV cache and per-head 2-D rotations, routing in python floats.
 # ----------------------------------------------------------------------------------------------------
 
 def _rotate_pairs_neox(x, pos, inv_freq, mscale=1.0):
@@ -173,8 +176,164 @@ class NaiveRunner:
             out += (e / z) * vv.astype(np.float64)
         return out
 
+    # --- qwen3_next / qwen3_5_moe: one recurrent step per token, per-head loops, float64 ---
+
+    @staticmethod
+    def _zc_norm64(x, w, eps):
+        x = np.asarray(x, dtype=np.float64)
+        return x / math.sqrt(float(np.mean(x * x)) + eps) * (1.0 + w.astype(np.float64))
+
+    def _gdn_token(self, i, x, st):
+        """One Gated DeltaNet step. st: {"conv": list of the previous K-1 conv inputs, "S": per value head
+        [dk, dv] float64 states}. The projections are split by explicit offsets per head."""
+        m = self.m
+        W = m.ckpt
+        a = f"{m.prefix}layers.{i}.linear_attn."
+        nk, nv, dk, dv = m.lin_nk, m.lin_nv, m.lin_dk, m.lin_dv
+        r = nv // nk
+        qs, ks, vs, zs, bs, as_ = [], [], [], [], [], []
+        if m.type == "qwen3_next":
+            qkvz = W[a + "in_proj_qkvz.weight"].astype(np.float64) @ x
+            ba = W[a + "in_proj_ba.weight"].astype(np.float64) @ x
+            grp = 2 * dk + 2 * r * dv
+            for j in range(nk):
+                base = j * grp
+                qs.append(qkvz[base:base + dk])
+                ks.append(qkvz[base + dk:base + 2 * dk])
+                for u in range(r):
+                    vs.append(qkvz[base + 2 * dk + u * dv:base + 2 * dk + (u + 1) * dv])
+                    zs.append(qkvz[base + 2 * dk + r * dv + u * dv:base + 2 * dk + r * dv + (u + 1) * dv])
+                    bs.append(float(ba[j * 2 * r + u]))
+                    as_.append(float(ba[j * 2 * r + r + u]))
+        else:
+            qkv = W[a + "in_proj_qkv.weight"].astype(np.float64) @ x
+            z = W[a + "in_proj_z.weight"].astype(np.float64) @ x
+            bb = W[a + "in_proj_b.weight"].astype(np.float64) @ x
+            aa = W[a + "in_proj_a.weight"].astype(np.float64) @ x
+            qs = [qkv[j * dk:(j + 1) * dk] for j in range(nk)]
+            ks = [qkv[nk * dk + j * dk:nk * dk + (j + 1) * dk] for j in range(nk)]
+            vs = [qkv[2 * nk * dk + h * dv:2 * nk * dk + (h + 1) * dv] for h in range(nv)]
+            zs = [z[h * dv:(h + 1) * dv] for h in range(nv)]
+            bs, as_ = [float(v) for v in bb], [float(v) for v in aa]
+        cur = np.concatenate(qs + ks + vs)          # the conv channels: q | k | v
+        w = W[a + "conv1d.weight"].astype(np.float64)  # [C, 1, K]
+        kk = w.shape[2]
+        if not st["conv"]:
+            st["conv"] = [np.zeros(cur.shape) for _ in range(kk - 1)]
+        hist = st["conv"] + [cur]
+        conv = sum(w[:, 0, j] * hist[j] for j in range(kk))
+        conv = conv / (1.0 + np.exp(-conv))
+        st["conv"] = hist[1:]
+        if not st["S"]:
+            st["S"] = [np.zeros((dk, dv)) for _ in range(nv)]
+        A_log, dt_bias, nw = W[a + "A_log"], W[a + "dt_bias"], W[a + "norm.weight"].astype(np.float64)
+        outs = []
+        for h in range(nv):
+            j = h // r
+            q = conv[j * dk:(j + 1) * dk]
+            k = conv[nk * dk + j * dk:nk * dk + (j + 1) * dk]
+            v = conv[2 * nk * dk + h * dv:2 * nk * dk + (h + 1) * dv]
+            q = q / math.sqrt(float(q @ q) + 1e-6) / math.sqrt(dk)
+            k = k / math.sqrt(float(k @ k) + 1e-6)
+            beta = 1.0 / (1.0 + math.exp(-bs[h]))
+            sp = as_[h] + float(dt_bias[h])
+            sp = sp if sp > 20 else math.log1p(math.exp(sp))
+            decay = math.exp(-math.exp(float(A_log[h])) * sp)
+            S = st["S"][h] * decay
+            delta = (v - S.T @ k) * beta
+            S = S + np.outer(k, delta)
+            st["S"][h] = S
+            o = S.T @ q
+            o = o / math.sqrt(float(np.mean(o * o)) + m.eps) * nw
+            zz = zs[h]
+            outs.append(o * zz / (1.0 + np.exp(-zz)))
+        return (W[a + "out_proj.weight"].astype(np.float64) @ np.concatenate(outs)).astype(F32)
+
+    def _gated_attn_token(self, i, x, pos, cache):
+        m = self.m
+        W = m.ckpt
+        a = f"{m.prefix}layers.{i}.self_attn."
+        H, D = m.n_heads, m.head_dim
+
+        def proj(name):
+            y = W[a + name + ".weight"].astype(np.float64) @ x
+            return y + W[a + name + ".bias"] if m.attention_bias else y
+        qg, k, v = proj("q_proj"), proj("k_proj"), proj("v_proj")
+        inv = m.inv_freq.astype(np.float64)
+        ks, vs = [], []
+        for j in range(m.n_kv):
+            kj = self._zc_norm64(k[j * D:(j + 1) * D], W[a + "k_norm.weight"], m.eps)
+            ks.append(_rotate_pairs_neox(kj, pos, inv))
+            vs.append(v[j * D:(j + 1) * D])
+        cache[0].append(ks)
+        cache[1].append(vs)
+        heads = []
+        for hh in range(H):
+            q = self._zc_norm64(qg[hh * 2 * D:hh * 2 * D + D], W[a + "q_norm.weight"], m.eps)
+            q = _rotate_pairs_neox(q, pos, inv)
+            gate = qg[hh * 2 * D + D:(hh + 1) * 2 * D]
+            j = hh // (H // m.n_kv)
+            o = self._attend(q, [kk[j] for kk in cache[0]], [vv[j] for vv in cache[1]], m.scale)
+            heads.append(o / (1.0 + np.exp(-gate)))
+        o = np.concatenate(heads)
+        y = W[a + "o_proj.weight"].astype(np.float64) @ o
+        return (y + W[a + "o_proj.bias"] if m.attention_bias else y).astype(F32)
+
+    def _moe_token_qwen3_next(self, i, x):
+        m = self.m
+        W = m.ckpt
+        p = f"{m.prefix}layers.{i}.mlp."
+
+        def swiglu(gw, uw, dw):
+            g, u = gw.astype(np.float64) @ x, uw.astype(np.float64) @ x
+            return dw.astype(np.float64) @ (g / (1.0 + np.exp(-g)) * u)
+        if not m.is_moe_layer(i):
+            return swiglu(W[p + "gate_proj.weight"], W[p + "up_proj.weight"], W[p + "down_proj.weight"]).astype(F32)
+        logits = [float(v) for v in W[p + "gate.weight"].astype(np.float64) @ x]
+        mx = max(logits)
+        ex = [math.exp(v - mx) for v in logits]
+        probs = [v / sum(ex) for v in ex]
+        chosen = sorted(range(len(probs)), key=lambda e: (-probs[e], e))[:m.top_k]
+        ws = [probs[e] for e in chosen]
+        if m.norm_topk:
+            ws = [v / sum(ws) for v in ws]
+        acc = np.zeros(x.shape)
+        I = m.moe_inter
+        for e, wgt in zip(chosen, ws):
+            if m.fused_experts:
+                gu = W[p + "experts.gate_up_proj"][e]
+                acc += wgt * swiglu(gu[:I], gu[I:], W[p + "experts.down_proj"][e])
+            else:
+                acc += wgt * swiglu(*[W[f"{p}experts.{e}.{n}_proj.weight"] for n in ("gate", "up", "down")])
+        sg = float(W[p + "shared_expert_gate.weight"][0].astype(np.float64) @ x)
+        sh = swiglu(*[W[f"{p}shared_expert.{n}_proj.weight"] for n in ("gate", "up", "down")])
+        return (acc + sh / (1.0 + math.exp(-sg))).astype(F32)
+
+    def forward_qwen3_next(self, ids):
+        m = self.m
+        W = m.ckpt
+        states = [{"conv": [], "S": []} for _ in range(m.n_layers)]
+        caches = [([], []) for _ in range(m.n_layers)]
+        rows = []
+        for t, tok in enumerate(ids):
+            h = W[m.prefix + "embed_tokens.weight"][int(tok)].astype(np.float64)
+            for i in range(m.n_layers):
+                p = f"{m.prefix}layers.{i}."
+                x = self._zc_norm64(h, W[p + "input_layernorm.weight"], m.eps)
+                if m.layer_types[i] == "linear_attention":
+                    h = h + self._gdn_token(i, x, states[i])
+                else:
+                    h = h + self._gated_attn_token(i, x, float(t), caches[i])
+                h = h + self._moe_token_qwen3_next(i, self._zc_norm64(h, W[p + "post_attention_layernorm.weight"], m.eps))
+            hn = self._zc_norm64(h, W[m.prefix + "norm.weight"], m.eps)
+            head = W[m.prefix + "embed_tokens.weight"] if m.tie else W["lm_head.weight"]
+            rows.append((head.astype(np.float64) @ hn).astype(F32))
+        return np.stack(rows)
+
     def forward(self, ids):
         m = self.m
+        if m.type in ("qwen3_next", "qwen3_5_moe"):
+            return self.forward_qwen3_next(ids)
         W = m.ckpt
         H = m.n_heads
         caches = [([], []) for _ in range(m.n_layers)]  # per layer: list over time of per-head K/V
