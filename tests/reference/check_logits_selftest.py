@@ -19,6 +19,7 @@ import numpy as np
 import moe_reference as ref
 from check_logits_compare import CheckError, fed_sequence, log
 from check_logits_selftest_gpt_oss import gpt_oss_tests, known_answer_tests_gpt_oss
+from check_logits_selftest_qwen3_next import known_answer_tests_qwen3_next, qwen3_next_tests
 
 # ====================================================================================================
 # self-test
@@ -142,6 +143,7 @@ def known_answer_tests(t):
     known_answer_tests_v3(t)
     known_answer_tests_ernie(t)
     known_answer_tests_gpt_oss(t)
+    known_answer_tests_qwen3_next(t)
 
 
 def e4m3_by_ldexp(code):
@@ -921,6 +923,8 @@ def model_tests(t, archs, work):
         ernie_config_tests(t, work)
     if "gpt_oss" in archs:
         gpt_oss_tests(t, work)
+    if any(a in archs for a in ref.qwen3_next.TYPES):
+        qwen3_next_tests(t, work, archs)
     # CLI
     label, cfg = selftest_configs()[0]
     if cfg["model_type"] in archs:
