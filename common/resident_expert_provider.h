@@ -21,7 +21,9 @@ namespace zipmoe {
 class ResidentExpertProvider : public ExpertProvider {
  public:
   // Uses the routed-expert tensors of `checkpoint` (which must outlive the provider).
-  // Experts may be BF16, F16 or F32 (served as stored; ExpertWeightsView::dtype says which).
+  // Experts may be BF16, F16, F32 or F8_E4M3 (served as stored; ExpertWeightsView::dtype says which).
+  // gpt-oss's fused experts (common/checkpoint/fused_experts.h: MXFP4, or dense runtime tensors) are
+  // unfused into owned per-expert copies (errors: ListFusedExperts / ReadFusedExpert's).
   // Experts are gate/up/down, or gate-less up/down (switch_transformers wi/wo: ExpertWeightsView::gated
   // false), all alike. Errors: kInvalidArgument naming a tensor of another dtype, an expert whose
   // gate/up/down dtypes differ, or whose shapes do not form gate/up [I, H], down [H, I], or experts
@@ -48,7 +50,7 @@ class ResidentExpertProvider : public ExpertProvider {
  private:
   ResidentExpertProvider() = default;
   std::map<std::pair<int32_t, int32_t>, ExpertWeightsView> experts_;
-  std::vector<std::vector<uint32_t>> owned_;  // decoded tensors, raw bytes in uint32 words (FromStore only)
+  std::vector<std::vector<uint32_t>> owned_;  // decoded / unfused tensors, raw bytes in uint32 words
   bool active_ = false;
   LayerRouting current_;
   size_t next_ = 0;

@@ -494,6 +494,9 @@ MHD_Result HttpServer::Impl::Answer(MHD_Connection* conn, const char* url, const
       return LayerError(conn, call->refused, call->refused_message);
     }
     call->dispatched = true;
+    // The body is complete: its deadline is met. The handler may compute as long as it needs (a long
+    // non-streaming completion); the connection is not closed under it.
+    SetDeadline(conn, Clock::time_point::max());
     Dispatch(call);
   }
   std::unique_lock<std::mutex> lock(call->mu);

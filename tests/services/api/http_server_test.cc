@@ -357,6 +357,22 @@ TEST_F(HttpServerTest, HeadersAndBodiesPastTheirDeadlineCloseTheConnection) {
   EXPECT_NE(Ask(server_->port(), "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n", "/ok").find("HTTP/1.1 200"), std::string::npos);
 }
 
+// The body deadline covers the body's arrival only: a handler that computes longer than body_timeout_ms
+// after a complete POST (a long non-streaming completion) still answers on its connection.
+TEST_F(HttpServerTest, AHandlerSlowerThanTheBodyDeadlineStillAnswers) {
+  HttpServerOptions options;
+  options.body_timeout_ms = 300;
+  options.header_timeout_ms = 300;
+  Start([](const HttpRequest& r, HttpExchange& x) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    x.Send(200, "text/plain", "done " + r.body);
+  }, options);
+  const std::string got =
+      Ask(server_->port(), "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody", "done body");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_NE(got.find("done body"), std::string::npos) << got;
+}
+
 // Request bodies held at once are capped: a request that would pass the cap answers 503 from its
 // headers; `OPTIONS *` and an absolute-form target are answered (RFC 9112 §3.2).
 TEST_F(HttpServerTest, BufferedBodiesAreCappedAndEveryTargetFormIsAnswered) {
