@@ -859,30 +859,18 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     return c;
   }
 
-  if (c.arch == ModelArch::kGptOss) {
+  if (c.arch == ModelArch::kGptOss) {  // sizes, attention and MoE with GptOssConfig's defaults
     ZM_RETURN_IF_ERROR(ParseGptOssConfig(config, r, source_path, c));
-    ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));
-    ZM_RETURN_IF_ERROR(ParsePartialRotary(config, source_path, c));
-    ZM_RETURN_IF_ERROR(ParseQuantization(config, source_path, c));
-    ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));
-    for (int64_t id : eos) c.eos_token_ids.push_back(static_cast<int32_t>(id));
-    if (r.Has("bos_token_id")) {
-      ZM_ASSIGN_OR_RETURN(int64_t bos, r.Int("bos_token_id"));
-      c.bos_token_id = static_cast<int32_t>(bos);
-    }
-    ZM_RETURN_IF_ERROR(CheckRanges(c));
-    return c;
-  }
-  ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
-  if (act != "silu")
-    return Status::InvalidArgument(fmt::format("{}: unsupported hidden_act '{}' (supported: silu)", source_path, act));
-  ZM_ASSIGN_OR_RETURN(c.vocab_size, r.Positive("vocab_size"));
-  ZM_ASSIGN_OR_RETURN(c.hidden_size, r.Positive("hidden_size"));
-  ZM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Positive("num_hidden_layers"));
-  ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.Positive("intermediate_size"));
-  ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Positive("max_position_embeddings"));
-  ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps"));
-  {
+  } else {
+    ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
+    if (act != "silu")
+      return Status::InvalidArgument(fmt::format("{}: unsupported hidden_act '{}' (supported: silu)", source_path, act));
+    ZM_ASSIGN_OR_RETURN(c.vocab_size, r.Positive("vocab_size"));
+    ZM_ASSIGN_OR_RETURN(c.hidden_size, r.Positive("hidden_size"));
+    ZM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Positive("num_hidden_layers"));
+    ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.Positive("intermediate_size"));
+    ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Positive("max_position_embeddings"));
+    ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Number("rms_norm_eps"));
     // transformers 5 moves rope_theta into `rope_parameters`; the top-level key wins when present.
     double default_theta = c.arch == ModelArch::kMixtral ? 1e6 : c.arch == ModelArch::kErnie45Moe ? 500000.0 : 10000.0;
     auto params = config.find("rope_parameters");
@@ -891,13 +879,13 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
       ZM_ASSIGN_OR_RETURN(default_theta, pr.NumberOr("rope_theta", default_theta));
     }
     ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", default_theta));
+    ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", c.arch == ModelArch::kErnie45Moe));
+    ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
   }
-  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", c.arch == ModelArch::kErnie45Moe));
-  ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
   ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));
   ZM_RETURN_IF_ERROR(ParsePartialRotary(config, source_path, c));
   ZM_RETURN_IF_ERROR(ParseQuantization(config, source_path, c));
-  ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
+  if (c.arch != ModelArch::kGptOss) ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
 
   ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));
   for (int64_t id : eos) c.eos_token_ids.push_back(static_cast<int32_t>(id));

@@ -327,6 +327,15 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
   request->model = r.model.empty() ? options_.served_model_names.front() : r.model;
   request->created = static_cast<int64_t>(std::time(nullptr));
   const int64_t context = generator_->config().max_position_embeddings;
+  // Every choice's detokenizer skips special tokens, but for the chat syntax's markers where the
+  // tokenizer makes them special (Mistral's [TOOL_CALLS], GLM's </think>, ...): the output parser reads those.
+  std::vector<int32_t> keep_special;
+  if (tokenizer_ && chat && r.chat_syntax.active()) {
+    for (const std::string& marker : ChatSyntaxMarkers(r.chat_syntax)) {
+      const std::optional<int32_t> id = tokenizer_->TokenToId(marker);
+      if (id && tokenizer_->IsSpecialToken(*id)) keep_special.push_back(*id);
+    }
+  }
   for (size_t p = 0; p < r.prompts.size(); ++p) {
     for (int k = 0; k < r.n; ++k) {
       auto job = std::make_unique<Job>();
@@ -347,17 +356,8 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
         job->params.constraint = std::make_shared<JsonConstraint>(r.grammar, constraint_vocab_);
       }
       if (tokenizer_) {
-        // Special tokens are skipped, but for the chat syntax's markers where the tokenizer makes
-        // them special (Mistral's [TOOL_CALLS], GLM's </think>, ...): the output parser reads those.
-        std::vector<int32_t> keep;
-        if (chat && r.chat_syntax.active()) {
-          for (const std::string& marker : ChatSyntaxMarkers(r.chat_syntax)) {
-            const std::optional<int32_t> id = tokenizer_->TokenToId(marker);
-            if (id && tokenizer_->IsSpecialToken(*id)) keep.push_back(*id);
-          }
-        }
-        job->decoder = keep.empty() ? std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true)
-                                    : std::make_unique<StreamDecoder>(*tokenizer_, std::move(keep));
+        job->decoder = keep_special.empty() ? std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special_tokens=*/true)
+                                            : std::make_unique<StreamDecoder>(*tokenizer_, keep_special);
       }
       request->jobs.push_back(std::move(job));
     }

@@ -118,9 +118,6 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
 
   const int64_t n = src.view.spec.numel();
   std::vector<uint8_t> e_plane, sm_plane;
-  if (src.ckpt == nullptr) {
-    ZM_ASSIGN_OR_RETURN(t.dtype, StoredDType(src.view, opt.convert_dtype));
-  }
   if (src.ckpt != nullptr) {  // an unfused expert (gpt-oss): its raw layout, then the planes
     t.dtype = src.fused.dtype;
     std::vector<uint8_t> raw(DTypeBytes(t.dtype, static_cast<uint64_t>(n)));
@@ -130,13 +127,16 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
                                                  src.ckpt->dir(), t.name, st.message()));
     t.bf16_xxh64 = Xxh64(raw.data(), raw.size());
     SplitPlanes(t.dtype, raw.data(), n, &e_plane, &sm_plane);
-  } else if (t.dtype != src.view.spec.dtype) {  // --convert-dtype: rounded, lossy
-    const std::vector<uint16_t> bf16 = RoundToBf16(src.view);
-    t.bf16_xxh64 = Xxh64(bf16.data(), bf16.size() * 2);
-    SplitPlanes(DType::kBF16, reinterpret_cast<const uint8_t*>(bf16.data()), n, &e_plane, &sm_plane);
   } else {
-    t.bf16_xxh64 = Xxh64(src.view.data, src.view.size_bytes());  // of the original bytes, any dtype
-    SplitPlanes(t.dtype, src.view.data, n, &e_plane, &sm_plane);
+    ZM_ASSIGN_OR_RETURN(t.dtype, StoredDType(src.view, opt.convert_dtype));
+    if (t.dtype != src.view.spec.dtype) {  // --convert-dtype: rounded, lossy
+      const std::vector<uint16_t> bf16 = RoundToBf16(src.view);
+      t.bf16_xxh64 = Xxh64(bf16.data(), bf16.size() * 2);
+      SplitPlanes(DType::kBF16, reinterpret_cast<const uint8_t*>(bf16.data()), n, &e_plane, &sm_plane);
+    } else {
+      t.bf16_xxh64 = Xxh64(src.view.data, src.view.size_bytes());  // of the original bytes, any dtype
+      SplitPlanes(t.dtype, src.view.data, n, &e_plane, &sm_plane);
+    }
   }
   AccumulateHistogram(e_plane.data(), n, enc.histogram);
 

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "common/file_util.h"
 #include "common/checkpoint/fused_experts.h"
 #include "common/checkpoint/manifest.h"
@@ -182,9 +184,12 @@ class Loader {
   // gpt-oss's fused experts (MXFP4 or dense) of layer `layer_id` in an HF directory: every expert, gate/up [I, H],
   // down [H, I] (ListFusedExperts checks the fused tensors against each other).
   Status CheckFusedExperts(int64_t layer_id) const {
-    ZM_ASSIGN_OR_RETURN(const std::vector<FusedExpertRef> refs, ListFusedExperts(*m_.checkpoint));
+    if (!fused_refs_) {  // listed (and checked) once per load, not once per layer
+      ZM_ASSIGN_OR_RETURN(std::vector<FusedExpertRef> refs, ListFusedExperts(*m_.checkpoint));
+      fused_refs_ = std::move(refs);
+    }
     int64_t found = 0;
-    for (const FusedExpertRef& r : refs) {
+    for (const FusedExpertRef& r : *fused_refs_) {
       if (r.id.layer_id != layer_id) continue;
       ++found;
       const bool down = r.id.proj == ExpertProj::kDown;
@@ -378,6 +383,7 @@ class Loader {
   const LoadOptions& o_;
   const ModelConfig& c_;
   std::vector<at::Tensor>* fp8_weights_;
+  mutable std::optional<std::vector<FusedExpertRef>> fused_refs_;  // gpt-oss in an HF directory
 };
 
 }  // namespace

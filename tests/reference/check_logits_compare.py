@@ -46,6 +46,17 @@ def log(msg=""):
     print(msg, flush=True)
 
 
+def config_only_model(work, dirname, cfg):
+    """A Model on a directory holding `cfg` as config.json and no tensors (WORK/DIRNAME): for the self-tests'
+    config parsing checks."""
+    d = os.path.join(work, dirname)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    ref.write_safetensors(os.path.join(d, "model.safetensors"), {})
+    return ref.Model(d)
+
+
 # ====================================================================================================
 # zipmoe comparison
 # ====================================================================================================

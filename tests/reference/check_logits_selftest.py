@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import moe_reference as ref
-from check_logits_compare import CheckError, fed_sequence, log
+from check_logits_compare import CheckError, config_only_model, fed_sequence, log
 from check_logits_selftest_gpt_oss import gpt_oss_tests, known_answer_tests_gpt_oss
 from check_logits_selftest_qwen3_next import known_answer_tests_qwen3_next, qwen3_next_tests
 
@@ -320,13 +320,7 @@ def known_answer_tests_ernie(t):
 
 
 def _ernie_model(cfg, work, name):
-    """A Model on a config-only directory (no tensors): for the config parsing checks."""
-    d = os.path.join(work, "ernie_cfg_" + name)
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    ref.write_safetensors(os.path.join(d, "model.safetensors"), {})
-    return ref.Model(d)
+    return config_only_model(work, "ernie_cfg_" + name, cfg)
 
 
 def ernie_config_tests(t, work):

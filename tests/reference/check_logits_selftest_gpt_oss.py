@@ -7,7 +7,6 @@ independent dequantization.
 """
 
 import copy
-import json
 import math
 import os
 import time
@@ -15,7 +14,7 @@ import time
 import numpy as np
 
 import moe_reference as ref
-from check_logits_compare import log
+from check_logits_compare import config_only_model, log
 
 VOCAB = 200
 SEQ = 20   # > every sliding_window used below
@@ -176,12 +175,7 @@ def known_answer_tests_gpt_oss(t):
 
 
 def _config_model(work, name, cfg):
-    d = os.path.join(work, "gptoss_cfg_" + name)
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    ref.write_safetensors(os.path.join(d, "model.safetensors"), {})
-    return ref.Model(d)
+    return config_only_model(work, "gptoss_cfg_" + name, cfg)
 
 
 def gpt_oss_config_tests(t, work):

@@ -7,7 +7,6 @@ here in the exact HF layout (MTP and vision tensors present and ignored) on whic
 """
 
 import copy
-import json
 import math
 import os
 import time
@@ -16,7 +15,7 @@ import numpy as np
 
 import moe_reference as ref
 import moe_reference_qwen3_next as q3n
-from check_logits_compare import log
+from check_logits_compare import config_only_model, log
 
 VOCAB = 200
 SEQ = 40
@@ -78,12 +77,7 @@ def small_35(**kw):
 
 
 def _config_model(work, name, cfg):
-    d = os.path.join(work, "q3n_cfg_" + name)
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    ref.write_safetensors(os.path.join(d, "model.safetensors"), {})
-    return ref.Model(d)
+    return config_only_model(work, "q3n_cfg_" + name, cfg)
 
 
 def _rel(a, b):
