@@ -114,7 +114,7 @@ Result<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::FromChec
   const int64_t n_encoder_layers = EncoderLayerCount(ckpt.config());
   for (const auto& name : ckpt.names()) {
     auto id = ParseExpertTensorName(name, n_encoder_layers);
-    if (!id || IsMtpLayerTensor(name, ckpt.config())) continue;
+    if (!id || IsNotDecodedTensor(name, ckpt.config())) continue;
     ZM_ASSIGN_OR_RETURN(TensorView v, ckpt.Find(name));
     if (!HasExponentSplit(v.spec.dtype))
       return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' is {}, expected BF16, F16, F32 or F8_E4M3", v.file,

@@ -98,10 +98,14 @@ std::optional<ExpertTensorName> ParseExpertTensorName(const std::string& name, i
   return out;
 }
 
-bool IsMtpLayerTensor(const std::string& name, const nlohmann::json& config) {
+bool IsNotDecodedTensor(const std::string& name, const nlohmann::json& config) {
   static const std::string kPrefix = "model.layers.";
-  if (name.compare(0, kPrefix.size(), kPrefix) != 0 || !config.is_object()) return false;
-  if (config.value("model_type", std::string()) == "switch_transformers") return false;
+  if (!config.is_object()) return false;
+  const std::string type = config.value("model_type", std::string());
+  if (type == "switch_transformers") return false;
+  if (name.compare(0, 4, "mtp.") == 0) return true;
+  if (type == "qwen3_5_moe" && name.compare(0, 13, "model.visual.") == 0) return true;
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return false;
   auto it = config.find("num_hidden_layers");
   if (it == config.end() || !it->is_number_integer()) return false;
   size_t pos = kPrefix.size();

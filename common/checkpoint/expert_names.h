@@ -34,10 +34,11 @@ std::optional<ExpertTensorName> ParseExpertTensorName(const std::string& name, i
 // "switch_transformers" (0 if absent or mistyped: ParseModelConfig reports that), else 0.
 int64_t EncoderLayerCount(const nlohmann::json& config);
 
-// Whether `name` belongs to a multi-token-prediction layer: "model.layers.{L}." with L >= the
-// config's integer num_hidden_layers (DeepSeek-V3 / GLM-4.5 ship num_nextn_predict_layers such
-// layers after the decoder's). They are not part of decoding: loaders and `compress` skip them (their
-// experts included). Always false for switch_transformers or a config without num_hidden_layers.
-bool IsMtpLayerTensor(const std::string& name, const nlohmann::json& config);
+// Whether `name` is a tensor decoding never reads: a multi-token-prediction layer, "model.layers.{L}."
+// with L >= the config's integer num_hidden_layers (DeepSeek-V3 / GLM-4.5 ship num_nextn_predict_layers
+// such layers after the decoder's), or "mtp.*" (qwen3_next, qwen3_5_moe); and qwen3_5_moe's vision
+// tower "model.visual.*". Loaders and `compress` skip them (their experts included). Never true for
+// switch_transformers.
+bool IsNotDecodedTensor(const std::string& name, const nlohmann::json& config);
 
 }  // namespace zipmoe

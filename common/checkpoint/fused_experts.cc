@@ -13,6 +13,7 @@ namespace zipmoe {
 namespace {
 
 constexpr const char* kLayerPrefix = "model.layers.";
+constexpr const char* kLanguageModelLayerPrefix = "model.language_model.layers.";  // qwen3_5_moe
 constexpr const char* kExpertsInfix = ".mlp.experts.";
 constexpr const char* kParts[6] = {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks",
                                    "down_proj_scales",    "gate_up_proj",        "down_proj"};
@@ -20,7 +21,8 @@ constexpr int kDenseGateUp = 4, kDenseDown = 5;  // the dense runtime tensors' p
 
 // The layer and part index (kParts) of a fused expert tensor name, or false.
 bool ParseFused(const std::string& name, int32_t* layer, int* part) {
-  const std::string prefix = kLayerPrefix;
+  std::string prefix = kLayerPrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0) prefix = kLanguageModelLayerPrefix;
   if (name.compare(0, prefix.size(), prefix) != 0) return false;
   size_t pos = prefix.size();
   int64_t v = 0;
@@ -40,7 +42,15 @@ bool ParseFused(const std::string& name, int32_t* layer, int* part) {
   return false;
 }
 
-std::string FusedName(int32_t layer, int part) { return fmt::format("{}{}{}{}", kLayerPrefix, layer, kExpertsInfix, kParts[part]); }
+bool IsQwen35(const nlohmann::json& config) {
+  return config.is_object() && config.value("model_type", std::string()) == "qwen3_5_moe";
+}
+
+// The checkpoint's name of fused part `part` of `layer`.
+std::string FusedName(const Checkpoint& ckpt, int32_t layer, int part) {
+  return fmt::format("{}{}{}{}", IsQwen35(ckpt.config()) ? kLanguageModelLayerPrefix : kLayerPrefix, layer,
+                     kExpertsInfix, kParts[part]);
+}
 
 // The fused blocks + scales of one projection of one layer, checked against each other.
 struct FusedPair {
@@ -50,8 +60,8 @@ struct FusedPair {
 
 Result<FusedPair> FindPair(const Checkpoint& ckpt, int32_t layer, bool down) {
   FusedPair p;
-  ZM_ASSIGN_OR_RETURN(p.blocks, ckpt.Find(FusedName(layer, down ? 2 : 0)));
-  ZM_ASSIGN_OR_RETURN(p.scales, ckpt.Find(FusedName(layer, down ? 3 : 1)));
+  ZM_ASSIGN_OR_RETURN(p.blocks, ckpt.Find(FusedName(ckpt, layer, down ? 2 : 0)));
+  ZM_ASSIGN_OR_RETURN(p.scales, ckpt.Find(FusedName(ckpt, layer, down ? 3 : 1)));
   for (const TensorView* v : {&p.blocks, &p.scales})
     if (v->spec.dtype != DType::kU8)
       return Status::InvalidArgument(fmt::format("{}: fused expert tensor '{}' is {}, expected U8 (MXFP4)", v->file,
@@ -74,16 +84,19 @@ Result<FusedPair> FindPair(const Checkpoint& ckpt, int32_t layer, bool down) {
   return p;
 }
 
-// The dense runtime tensors of one layer: gate_up [E, H, 2I], down [E, I, H], one float dtype.
+// The dense fused tensors of one layer, one float dtype: gpt_oss's runtime layout gate_up [E, H, 2I]
+// (gate / up interleaved), down [E, I, H]; or qwen3_5_moe's (rows_layout) gate_up [E, 2I, H] (gate rows
+// first), down [E, H, I].
 struct DensePair {
   TensorView gate_up, down;
   int64_t experts = 0, hidden = 0, inter = 0;
+  bool rows_layout = false;
 };
 
 Result<DensePair> FindDense(const Checkpoint& ckpt, int32_t layer) {
   DensePair p;
-  ZM_ASSIGN_OR_RETURN(p.gate_up, ckpt.Find(FusedName(layer, kDenseGateUp)));
-  ZM_ASSIGN_OR_RETURN(p.down, ckpt.Find(FusedName(layer, kDenseDown)));
+  ZM_ASSIGN_OR_RETURN(p.gate_up, ckpt.Find(FusedName(ckpt, layer, kDenseGateUp)));
+  ZM_ASSIGN_OR_RETURN(p.down, ckpt.Find(FusedName(ckpt, layer, kDenseDown)));
   for (const TensorView* v : {&p.gate_up, &p.down}) {
     const DType d = v->spec.dtype;
     if (d != DType::kBF16 && d != DType::kF16 && d != DType::kF32)
@@ -96,6 +109,18 @@ Result<DensePair> FindDense(const Checkpoint& ckpt, int32_t layer) {
   }
   const std::vector<int64_t>& g = p.gate_up.spec.shape;
   const std::vector<int64_t>& d = p.down.spec.shape;
+  if (IsQwen35(ckpt.config())) {
+    if (g[1] % 2 != 0 || d != std::vector<int64_t>{g[0], g[2], g[1] / 2} || p.gate_up.spec.dtype != p.down.spec.dtype)
+      return Status::InvalidArgument(fmt::format(
+          "{}: layer {}: '{}' is {} [{}] and '{}' {} [{}]: expected gate_up [E, 2I, H] and down [E, H, I] of one dtype",
+          ckpt.dir(), layer, p.gate_up.spec.name, DTypeName(p.gate_up.spec.dtype), fmt::join(g, ", "), p.down.spec.name,
+          DTypeName(p.down.spec.dtype), fmt::join(d, ", ")));
+    p.experts = g[0];
+    p.hidden = g[2];
+    p.inter = g[1] / 2;
+    p.rows_layout = true;
+    return p;
+  }
   if (g[2] % 2 != 0 || d != std::vector<int64_t>{g[0], g[2] / 2, g[1]} || p.gate_up.spec.dtype != p.down.spec.dtype)
     return Status::InvalidArgument(fmt::format(
         "{}: layer {}: '{}' is {} [{}] and '{}' {} [{}]: expected gate_up [E, H, 2I] and down [E, I, H] of one dtype",
@@ -116,7 +141,7 @@ bool IsFusedExpertTensor(const std::string& name) {
 }
 
 bool HasFusedExperts(const nlohmann::json& config) {
-  return config.is_object() && config.value("model_type", std::string()) == "gpt_oss";
+  return config.is_object() && (config.value("model_type", std::string()) == "gpt_oss" || IsQwen35(config));
 }
 
 bool HasFusedMxfp4Experts(const nlohmann::json& config) {
@@ -137,7 +162,7 @@ Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt) {
   for (const std::string& name : ckpt.names()) {
     int32_t layer = 0;
     int part = 0;
-    if (!ParseFused(name, &layer, &part) || IsMtpLayerTensor(name, ckpt.config())) continue;
+    if (!ParseFused(name, &layer, &part) || IsNotDecodedTensor(name, ckpt.config())) continue;
     parts[layer] |= 1 << part;
   }
   if (!mxfp4) {
@@ -145,7 +170,7 @@ Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt) {
       for (int p : {kDenseGateUp, kDenseDown})
         if ((mask & (1 << p)) == 0)
           return Status::InvalidArgument(fmt::format("{}: layer {} has fused experts but no '{}'", ckpt.dir(), layer,
-                                                     FusedName(layer, p)));
+                                                     FusedName(ckpt, layer, p)));
       ZM_ASSIGN_OR_RETURN(const DensePair d, FindDense(ckpt, layer));
       for (int64_t e = 0; e < d.experts; ++e) {
         for (ExpertProj proj : {ExpertProj::kGate, ExpertProj::kUp, ExpertProj::kDown}) {
@@ -167,7 +192,7 @@ Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt) {
       for (int p = 0; p < 4; ++p)
         if ((mask & (1 << p)) == 0)
           return Status::InvalidArgument(fmt::format("{}: layer {} has fused MXFP4 experts but no '{}'", ckpt.dir(),
-                                                     layer, FusedName(layer, p)));
+                                                     layer, FusedName(ckpt, layer, p)));
     }
     ZM_ASSIGN_OR_RETURN(const FusedPair gate_up, FindPair(ckpt, layer, false));
     ZM_ASSIGN_OR_RETURN(const FusedPair down, FindPair(ckpt, layer, true));
@@ -200,6 +225,13 @@ Status ReadFusedExpert(const Checkpoint& ckpt, const FusedExpertRef& ref, uint8_
       return Status::InvalidArgument(fmt::format("{}: '{}' [{}] does not fit the fused experts of layer {}", ckpt.dir(),
                                                  ref.name, fmt::join(ref.shape, "x"), ref.id.layer_id));
     const size_t w = static_cast<size_t>(DTypeSize(ref.dtype));
+    if (d.rows_layout) {  // qwen3_5_moe: gate = rows [0, I) of gate_up[e], up = rows [I, 2I), down = down[e]
+      const TensorView& v = down ? d.down : d.gate_up;
+      const int64_t per_expert = down ? d.hidden * d.inter : 2 * d.inter * d.hidden;
+      const int64_t offset = ref.id.expert_id * per_expert + (ref.id.proj == ExpertProj::kUp ? d.inter * d.hidden : 0);
+      std::memcpy(out, v.data + static_cast<size_t>(offset) * w, static_cast<size_t>(rows * cols) * w);
+      return Status::Ok();
+    }
     // out[r, c] = gate_up[e, c, 2r (+1 for up)] or down[e, c, r]
     const TensorView& v = down ? d.down : d.gate_up;
     const int64_t src_cols = down ? d.hidden : 2 * d.inter;  // the source's last dimension

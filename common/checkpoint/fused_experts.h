@@ -1,4 +1,10 @@
-// gpt-oss's fused MXFP4 experts, served as zipmoe's per-expert gate / up / down tensors.
+// Fused expert tensors (gpt-oss's MXFP4 or dense ones, Qwen3.5-MoE's dense ones), served as zipmoe's
+// per-expert gate / up / down tensors.
+//
+// qwen3_5_moe (modeling_qwen3_5_moe.py, Qwen3_5MoeExperts) ships each MoE layer's experts as
+//   model.language_model.layers.{L}.mlp.experts.gate_up_proj  [E, 2I, H]  rows [0, I) gate, [I, 2I) up
+//   model.language_model.layers.{L}.mlp.experts.down_proj     [E, H, I]
+// in BF16 / F16 / F32 ([out, in] already: expert e's gate is a contiguous [I, H] block).
 //
 // gpt-oss (model_type gpt_oss, quantization_config quant_method "mxfp4"; transformers'
 // integrations/mxfp4.py) ships each MoE layer's routed experts in four fused U8 tensors:
@@ -38,7 +44,8 @@ namespace zipmoe {
 bool IsFusedExpertTensor(const std::string& name);
 
 // Whether `config` (a config.json object) describes a checkpoint with fused experts: model_type
-// gpt_oss (MXFP4 with quantization_config.quant_method "mxfp4", else the dense runtime tensors).
+// gpt_oss (MXFP4 with quantization_config.quant_method "mxfp4", else the dense runtime tensors) or
+// qwen3_5_moe.
 bool HasFusedExperts(const nlohmann::json& config);
 // Whether those fused experts are MXFP4 (quant_method "mxfp4").
 bool HasFusedMxfp4Experts(const nlohmann::json& config);
@@ -56,10 +63,10 @@ struct FusedExpertRef {
 };
 
 // Every unfused expert tensor of `ckpt` (empty unless HasFusedExperts), sorted by (layer, expert,
-// proj); multi-token-prediction layers are skipped (IsMtpLayerTensor). Errors (kInvalidArgument,
+// proj); multi-token-prediction layers are skipped (IsNotDecodedTensor). Errors (kInvalidArgument,
 // naming the file and tensor): a fused MXFP4 tensor that is not U8, a blocks tensor whose shape is not
 // [E, rows, cols/32, 16] or a scales tensor not [E, rows, cols/32] for the same E and rows; a dense one
-// not BF16/F16/F32 or not [E, H, 2I] / [E, I, H]; gate_up with an odd width, a layer with some of its
+// not BF16/F16/F32 or not [E, H, 2I] / [E, I, H] (qwen3_5_moe: [E, 2I, H] / [E, H, I]); gate_up with an odd width, a layer with some of its
 // tensors but not all, down not matching gate_up.
 Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt);
 

@@ -133,7 +133,8 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
   const std::string t = it->get<std::string>();
   for (ModelArch a : {ModelArch::kQwen2Moe, ModelArch::kMixtral, ModelArch::kQwen3Moe, ModelArch::kOlmoe,
                       ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers, ModelArch::kDeepseekV3,
-                      ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe, ModelArch::kGptOss})
+                      ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe, ModelArch::kGptOss,
+                      ModelArch::kQwen3Next, ModelArch::kQwen35Moe})
     if (t == ModelArchName(a)) return a;
   return Status::InvalidArgument(fmt::format("{}: unsupported model_type '{}' (supported: {})", source, t,
                                              SupportedModelTypes()));
@@ -211,7 +212,7 @@ Status ParseRopeScaling(const json& config, const std::string& source, ModelConf
 // Glm4MoeConfig defaults it to 0.5; the others to 1. Honoured by glm4_moe; another model with a
 // factor != 1 is refused (on the MLA models transformers' rotary tables would not match q_pe's width).
 Status ParsePartialRotary(const nlohmann::json& config, const std::string& source, ModelConfig& c) {
-  double factor = c.arch == ModelArch::kGlm4Moe ? 0.5 : 1.0;
+  double factor = c.arch == ModelArch::kGlm4Moe ? 0.5 : c.hybrid_linear_attention() ? 0.25 : 1.0;
   const char* key = "partial_rotary_factor";
   auto params = config.find("rope_parameters");
   if (params != config.end() && params->is_object()) {
@@ -222,7 +223,7 @@ Status ParsePartialRotary(const nlohmann::json& config, const std::string& sourc
   ZM_ASSIGN_OR_RETURN(factor, r.NumberOr(key, factor));
   if (!(factor > 0.0 && factor <= 1.0))
     return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is outside (0, 1]", source, key, factor));
-  if (factor != 1.0 && c.arch != ModelArch::kGlm4Moe)
+  if (factor != 1.0 && c.arch != ModelArch::kGlm4Moe && !c.hybrid_linear_attention())
     return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is not supported for model_type '{}' (expected 1)",
                                                source, key, factor, c.model_type));
   c.partial_rotary_factor = factor;
@@ -511,6 +512,8 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
       break;
     case ModelArch::kSwitchTransformers:  // parsed on their own paths, never here
     case ModelArch::kGptOss:
+    case ModelArch::kQwen3Next:
+    case ModelArch::kQwen35Moe:
       return Status::Internal(fmt::format("{}: ParseMoe called for {}", source, c.model_type));
   }
   if (c.num_experts < 0)
@@ -633,6 +636,127 @@ Status ParseGptOssConfig(const json& config, const KeyReader& r, const std::stri
   return Status::Ok();
 }
 
+// qwen3_next (Qwen3NextConfig) and the text settings of qwen3_5_moe (Qwen3_5MoeTextConfig), with their
+// defaults for keys the file omits. The RoPE, partial-rotary and quantization keys are read by the
+// common parsers afterwards.
+Status ParseQwen3NextConfig(const json& config, const KeyReader& r, const std::string& source, ModelConfig& c) {
+  const bool v35 = c.arch == ModelArch::kQwen35Moe;
+  ZM_ASSIGN_OR_RETURN(const std::string act, r.StringOr("hidden_act", "silu"));
+  if (act != "silu")
+    return Status::InvalidArgument(fmt::format(
+        "{}: unsupported hidden_act '{}' for model_type '{}' (supported: silu: the experts, the conv1d and the gated "
+        "norm)", source, act, c.model_type));
+  ZM_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveOr("vocab_size", v35 ? 248320 : 151936));
+  ZM_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveOr("hidden_size", 2048));
+  ZM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.PositiveOr("num_hidden_layers", v35 ? 40 : 48));
+  ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveOr("max_position_embeddings", 32768));
+  ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.NumberOr("rms_norm_eps", 1e-6));
+  {
+    double theta = 10000.0;
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      auto it = config.find(key);
+      if (it != config.end() && it->is_object()) {
+        KeyReader pr(*it, source + " " + key);
+        ZM_ASSIGN_OR_RETURN(theta, pr.NumberOr("rope_theta", theta));
+        break;
+      }
+    }
+    ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", theta));
+  }
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
+  // Gated full attention.
+  ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveOr("num_attention_heads", 16));
+  ZM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.PositiveOr("num_key_value_heads", 2));
+  ZM_ASSIGN_OR_RETURN(c.head_dim, r.PositiveOr("head_dim", 256));
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return Status::InvalidArgument(fmt::format("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                                               source, c.num_attention_heads, c.num_key_value_heads));
+  if (c.head_dim % 2 != 0)
+    return Status::InvalidArgument(fmt::format("{}: head_dim {} must be even for RoPE", source, c.head_dim));
+  ZM_ASSIGN_OR_RETURN(const bool attention_bias, r.BoolOr("attention_bias", false));
+  c.qkv_bias = attention_bias;
+  c.o_bias = attention_bias;
+  ZM_ASSIGN_OR_RETURN(c.attn_output_gate, r.BoolOr("attn_output_gate", true));
+  if (!c.attn_output_gate)
+    return Status::InvalidArgument(fmt::format(
+        "{}: attn_output_gate = false is not supported for model_type '{}' (transformers always gates its full "
+        "attention)", source, c.model_type));
+  ZM_ASSIGN_OR_RETURN(const bool use_sliding_window, r.BoolOr("use_sliding_window", false));
+  if (use_sliding_window)
+    return Status::InvalidArgument(
+        fmt::format("{}: use_sliding_window = true is not supported for model_type '{}'", source, c.model_type));
+  c.use_qk_norm = true;
+  c.zero_centered_norms = true;
+  // Gated DeltaNet.
+  ZM_ASSIGN_OR_RETURN(c.linear_num_key_heads, r.PositiveOr("linear_num_key_heads", 16));
+  ZM_ASSIGN_OR_RETURN(c.linear_num_value_heads, r.PositiveOr("linear_num_value_heads", 32));
+  ZM_ASSIGN_OR_RETURN(c.linear_key_head_dim, r.PositiveOr("linear_key_head_dim", 128));
+  ZM_ASSIGN_OR_RETURN(c.linear_value_head_dim, r.PositiveOr("linear_value_head_dim", 128));
+  ZM_ASSIGN_OR_RETURN(c.linear_conv_kernel_dim, r.PositiveOr("linear_conv_kernel_dim", 4));
+  if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
+    return Status::InvalidArgument(fmt::format(
+        "{}: linear_num_value_heads {} is not a multiple of linear_num_key_heads {}", source, c.linear_num_value_heads,
+        c.linear_num_key_heads));
+  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"linear_num_value_heads", c.linear_num_value_heads},
+                               {"linear_key_head_dim", c.linear_key_head_dim},
+                               {"linear_value_head_dim", c.linear_value_head_dim},
+                               {"linear_conv_kernel_dim", c.linear_conv_kernel_dim}})
+    if (v > 4096) return Status::InvalidArgument(fmt::format("{}: key '{}' = {} is above 4096", source, key, v));
+  ZM_ASSIGN_OR_RETURN(const std::vector<std::string> types, r.Strings("layer_types"));
+  if (types.empty()) {
+    ZM_ASSIGN_OR_RETURN(const int64_t interval, r.PositiveOr("full_attention_interval", 4));
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.linear_layers.push_back((i + 1) % interval == 0 ? 0 : 1);
+  } else {
+    if (static_cast<int64_t>(types.size()) != c.num_hidden_layers)
+      return Status::InvalidArgument(fmt::format("{}: key 'layer_types' has {} entries for {} num_hidden_layers", source,
+                                                 types.size(), c.num_hidden_layers));
+    for (size_t i = 0; i < types.size(); ++i) {
+      // transformers maps the legacy names "attention" / "mamba" onto these two.
+      const std::string& t = types[i];
+      const bool linear = t == "linear_attention" || t == "mamba";
+      if (!linear && t != "full_attention" && t != "attention")
+        return Status::InvalidArgument(fmt::format(
+            "{}: key 'layer_types' entry {} is '{}' (expected \"linear_attention\" or \"full_attention\")", source, i, t));
+      c.linear_layers.push_back(linear ? 1 : 0);
+    }
+  }
+  // MoE: the qwen2_moe block (softmax router, top-k, a shared expert gated by sigmoid(shared_expert_gate)).
+  ZM_ASSIGN_OR_RETURN(c.num_experts, r.IntOr("num_experts", v35 ? 256 : 512));
+  if (c.num_experts < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'num_experts' must be >= 0, got {}", source, c.num_experts));
+  ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.PositiveOr("num_experts_per_tok", v35 ? 8 : 10));
+  ZM_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.PositiveOr("moe_intermediate_size", 512));
+  ZM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, r.IntOr("shared_expert_intermediate_size", 512));
+  if (c.shared_expert_intermediate_size < 1)
+    return Status::InvalidArgument(fmt::format(
+        "{}: key 'shared_expert_intermediate_size' = {} is not supported for model_type '{}' (its MoE block always has "
+        "a shared expert)", source, c.shared_expert_intermediate_size, c.model_type));
+  if (v35) {
+    ZM_ASSIGN_OR_RETURN(const int64_t step, r.IntOr("decoder_sparse_step", 1));
+    ZM_ASSIGN_OR_RETURN(const std::vector<int64_t> mlp_only, r.IntList("mlp_only_layers"));
+    ZM_ASSIGN_OR_RETURN(const bool norm_topk, r.BoolOr("norm_topk_prob", true));
+    if (step != 1 || !mlp_only.empty() || !norm_topk)
+      return Status::InvalidArgument(fmt::format(
+          "{}: decoder_sparse_step {} / mlp_only_layers / norm_topk_prob {} are not supported for model_type "
+          "'qwen3_5_moe' (every Qwen3.5-MoE layer is sparse and its router always renormalises)", source, step,
+          norm_topk));
+    if (c.num_experts < 1)
+      return Status::InvalidArgument(fmt::format("{}: key 'num_experts' must be >= 1 for qwen3_5_moe", source));
+    c.norm_topk_prob = true;
+  } else {
+    ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveOr("intermediate_size", 5632));
+    ZM_ASSIGN_OR_RETURN(c.decoder_sparse_step, r.PositiveOr("decoder_sparse_step", 1));
+    ZM_ASSIGN_OR_RETURN(c.mlp_only_layers, r.IntList("mlp_only_layers"));
+    ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", true));
+  }
+  if (c.num_experts > 0 && c.num_experts_per_tok > c.num_experts)
+    return Status::InvalidArgument(fmt::format("{}: num_experts_per_tok {} exceeds the {} experts", source,
+                                               c.num_experts_per_tok, c.num_experts));
+  c.scoring_func = ScoringFunc::kSoftmax;
+  c.topk_method = TopkMethod::kGreedy;
+  return Status::Ok();
+}
+
 // switch_transformers (SwitchTransformersConfig; defaults as its __init__). The sparse steps: a
 // config.json written by transformers carries encoder_sparse_step / decoder_sparse_step, which
 // PretrainedConfig sets after __init__ derived them, so they win; without them the step is derived
@@ -728,13 +852,15 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kGlm4MoeLite: return "glm4_moe_lite";
     case ModelArch::kErnie45Moe: return "ernie4_5_moe";
     case ModelArch::kGptOss: return "gpt_oss";
+    case ModelArch::kQwen3Next: return "qwen3_next";
+    case ModelArch::kQwen35Moe: return "qwen3_5_moe";
   }
   return "unknown";
 }
 
 const char* SupportedModelTypes() {
   return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, "
-         "gpt_oss, switch_transformers";
+         "gpt_oss, qwen3_next, qwen3_5_moe, switch_transformers";
 }
 
 bool ModelConfig::mla() const {
@@ -752,8 +878,11 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
     case ModelArch::kOlmoe:
     case ModelArch::kGptOss:
       return true;
+    case ModelArch::kQwen35Moe:
+      return true;
     case ModelArch::kQwen2Moe:
     case ModelArch::kQwen3Moe:
+    case ModelArch::kQwen3Next:
       if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer_id) != mlp_only_layers.end())
         return false;
       return (layer_id + 1) % decoder_sparse_step == 0;
@@ -813,6 +942,11 @@ int64_t ModelConfig::attention_window(int64_t layer_id) const {
   return sliding_window.value_or(0);
 }
 
+bool ModelConfig::IsLinearAttentionLayer(int64_t layer_id) const {
+  return layer_id >= 0 && layer_id < static_cast<int64_t>(linear_layers.size()) &&
+         linear_layers[static_cast<size_t>(layer_id)] != 0;
+}
+
 bool ModelConfig::IsEos(int32_t token_id) const {
   return std::find(eos_token_ids.begin(), eos_token_ids.end(), token_id) != eos_token_ids.end();
 }
@@ -853,7 +987,32 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
   c.source = source_path;
   ZM_ASSIGN_OR_RETURN(c.arch, ParseArch(config, source_path));
   c.model_type = ModelArchName(c.arch);
-  KeyReader r(config, source_path);
+  // qwen3_5_moe: the decoder's settings nest in text_config; tie_word_embeddings may sit at either level.
+  nlohmann::json text;
+  if (c.arch == ModelArch::kQwen35Moe) {
+    auto it = config.find("text_config");
+    if (it == config.end() || !it->is_object())
+      return Status::InvalidArgument(fmt::format("{}: model_type 'qwen3_5_moe' needs an object 'text_config'", source_path));
+    text = *it;
+    const std::string text_type = text.value("model_type", std::string("qwen3_5_moe_text"));
+    if (text_type != "qwen3_5_moe_text")
+      return Status::InvalidArgument(fmt::format("{}: text_config.model_type '{}' (expected qwen3_5_moe_text)",
+                                                 source_path, text_type));
+    auto top_tie = config.find("tie_word_embeddings");
+    if (top_tie != config.end() && top_tie->is_boolean()) {
+      auto text_tie = text.find("tie_word_embeddings");
+      if (text_tie == text.end() || text_tie->is_null()) {
+        text["tie_word_embeddings"] = *top_tie;
+      } else if (*text_tie != *top_tie) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: tie_word_embeddings {} differs from text_config's {}", source_path, top_tie->dump(), text_tie->dump()));
+      }
+    }
+    c.weight_prefix = "model.language_model.";
+  }
+  const nlohmann::json& settings = c.arch == ModelArch::kQwen35Moe ? text : config;
+  const std::string settings_source = c.arch == ModelArch::kQwen35Moe ? source_path + " text_config" : source_path;
+  KeyReader r(settings, settings_source);
   if (c.arch == ModelArch::kSwitchTransformers) {
     ZM_RETURN_IF_ERROR(ParseSwitchConfig(r, source_path, c));
     return c;
@@ -861,6 +1020,8 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
 
   if (c.arch == ModelArch::kGptOss) {  // sizes, attention and MoE with GptOssConfig's defaults
     ZM_RETURN_IF_ERROR(ParseGptOssConfig(config, r, source_path, c));
+  } else if (c.hybrid_linear_attention()) {
+    ZM_RETURN_IF_ERROR(ParseQwen3NextConfig(settings, r, settings_source, c));
   } else {
     ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
     if (act != "silu")
@@ -882,12 +1043,17 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", c.arch == ModelArch::kErnie45Moe));
     ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
   }
-  ZM_RETURN_IF_ERROR(ParseRopeScaling(config, source_path, c));
-  ZM_RETURN_IF_ERROR(ParsePartialRotary(config, source_path, c));
+  ZM_RETURN_IF_ERROR(ParseRopeScaling(settings, settings_source, c));
+  ZM_RETURN_IF_ERROR(ParsePartialRotary(settings, settings_source, c));
   ZM_RETURN_IF_ERROR(ParseQuantization(config, source_path, c));
-  if (c.arch != ModelArch::kGptOss) ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
+  if (c.arch != ModelArch::kGptOss && !c.hybrid_linear_attention()) ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
 
   ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));
+  if (c.arch == ModelArch::kQwen35Moe) {  // the top level may name more
+    ZM_ASSIGN_OR_RETURN(const std::vector<int64_t> top, KeyReader(config, source_path).IntOrIntList("eos_token_id"));
+    for (int64_t id : top)
+      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  }
   for (int64_t id : eos) c.eos_token_ids.push_back(static_cast<int32_t>(id));
   if (r.Has("bos_token_id")) {
     ZM_ASSIGN_OR_RETURN(int64_t bos, r.Int("bos_token_id"));

@@ -27,8 +27,21 @@
 //               experts with biases and the clamped SwiGLU (up + 1) * g * sigmoid(alpha g) with
 //               g <= limit, |up| <= limit; its released experts are MXFP4 (quantization_config mxfp4,
 //               `*_blocks` / `*_scales`), served as shipped)
+//   qwen3_next  Qwen3NextForCausalLM  (modeling_qwen3_next.py: hybrid layers, `layer_types` or every
+//               full_attention_interval-th layer full attention, the others Gated DeltaNet linear
+//               attention; zero-centred RMSNorm weights (x * (1 + w)); full attention with an output
+//               gate (q_proj gives query and gate per head), per-head q/k norms and rotate-half RoPE over
+//               head_dim * partial_rotary_factor (0.25); the qwen2_moe MoE block with a sigmoid-gated
+//               shared expert; MTP tensors `mtp.*` are not read)
+//   qwen3_5_moe Qwen3_5MoeForConditionalGeneration's text model (modeling_qwen3_5_moe.py: qwen3_next's
+//               layers with in_proj_qkv / in_proj_z / in_proj_b / in_proj_a instead of the interleaved
+//               in_proj_qkvz / in_proj_ba, every layer MoE, the top-k always renormalised, fused experts
+//               `mlp.experts.gate_up_proj` [E, 2I, H] / `down_proj` [E, H, I]; the settings nest in
+//               `text_config`, the weights under `model.language_model.`; the vision tower
+//               `model.visual.*` is not read)
 // Multi-token-prediction layers (num_nextn_predict_layers; tensors model.layers.L.* with
-// L >= num_hidden_layers) are not part of the decoding forward pass: every loader skips them.
+// L >= num_hidden_layers, or qwen3_next's `mtp.*`) are not part of the decoding forward pass: every
+// loader skips them.
 //   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
 //               T5-style encoder-decoder, relative position buckets, top-1 router with expert capacity)
 // Defaults for keys a config.json may omit are those of the transformers config classes (e.g.
@@ -72,6 +85,8 @@ enum class ModelArch : uint8_t {
   kGlm4MoeLite = 8,
   kErnie45Moe = 9,
   kGptOss = 10,
+  kQwen3Next = 11,
+  kQwen35Moe = 12,
 };
 
 // switch_transformers has no position limit of its own (relative position buckets); the encoder input
@@ -80,7 +95,7 @@ enum class ModelArch : uint8_t {
 inline constexpr int64_t kSwitchMaxPositions = 4096;
 
 // "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers", "deepseek_v3",
-// "glm4_moe", "glm4_moe_lite", "ernie4_5_moe".
+// "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe".
 const char* ModelArchName(ModelArch arch);
 // Every supported model_type, comma-separated (for error messages).
 const char* SupportedModelTypes();
@@ -148,6 +163,24 @@ struct ModelConfig {
   // learned sink logit per query head (self_attn.sinks [num_attention_heads] float32).
   std::vector<uint8_t> sliding_layers;
   bool attention_sinks = false;
+
+  // --- hybrid linear attention (qwen3_next, qwen3_5_moe: Gated DeltaNet, modeling_qwen3_next.py) ---
+  // Per decoder layer: 1 = "linear_attention" (Gated DeltaNet), 0 = "full_attention". Empty for
+  // every other model.
+  std::vector<uint8_t> linear_layers;
+  int64_t linear_num_key_heads = 0;    // q/k heads of the delta rule
+  int64_t linear_num_value_heads = 0;  // v heads (a multiple of the key heads; value head h reads key
+                                       // head h / (value heads / key heads))
+  int64_t linear_key_head_dim = 0;
+  int64_t linear_value_head_dim = 0;
+  int64_t linear_conv_kernel_dim = 0;  // the causal depthwise conv1d's width over time
+  // The full attention's output gate: q_proj yields [query | gate] per head, out = o_proj(attn * sigmoid(gate)).
+  bool attn_output_gate = false;
+  // RMSNorm weights stored zero-centred: every norm but the DeltaNet's gated one scales by (1 + w).
+  bool zero_centered_norms = false;
+  // Where the decoder's tensors live: "model." (model.embed_tokens, model.layers.L., model.norm), or
+  // "model.language_model." (qwen3_5_moe, a multimodal checkpoint).
+  std::string weight_prefix = "model.";
 
   // --- multi-head latent attention (deepseek_v2, deepseek_v3, glm4_moe_lite) ---
   int64_t q_lora_rank = 0;  // 0 = null (q_proj); > 0: q_a_proj -> q_a_layernorm -> q_b_proj
@@ -245,6 +278,10 @@ struct ModelConfig {
   // The attention window of decoder layer `layer_id` (0 = full causal attention): mixtral's
   // sliding_window on every layer, gpt_oss's on its sliding_attention layers.
   int64_t attention_window(int64_t layer_id) const;
+  // Whether decoder layer `layer_id` is a Gated DeltaNet (linear attention) layer.
+  bool IsLinearAttentionLayer(int64_t layer_id) const;
+  // qwen3_next / qwen3_5_moe.
+  bool hybrid_linear_attention() const { return arch == ModelArch::kQwen3Next || arch == ModelArch::kQwen35Moe; }
   // Whether `token_id` is one of eos_token_ids.
   bool IsEos(int32_t token_id) const;
 };
@@ -254,6 +291,12 @@ struct ModelConfig {
 // beta 32/1, truncate false, original 4096, theta 150000 when no rope settings are given);
 // attention_bias false, a quantization other than mxfp4, and a layer_types entry other than
 // sliding_attention / full_attention are refused by name.
+// qwen3_next / qwen3_5_moe: keys the file omits take Qwen3NextConfig's / Qwen3_5MoeTextConfig's
+// defaults; qwen3_5_moe's settings are read from `text_config` (model_type qwen3_5_moe_text), a
+// tie_word_embeddings there that contradicts the top level is refused; attn_output_gate false, a
+// rope type other than default, use_sliding_window true, a layer_types entry other than
+// linear_attention / full_attention, and for qwen3_5_moe decoder_sparse_step != 1, mlp_only_layers or
+// norm_topk_prob false are refused by name.
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
 // hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func (named),

@@ -271,7 +271,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   const bool fused = HasFusedExperts(ckpt->config());
   for (const std::string& name : ckpt->names()) {
     ZM_ASSIGN_OR_RETURN(TensorView view, ckpt->Find(name));
-    if (IsMtpLayerTensor(name, ckpt->config())) {
+    if (IsNotDecodedTensor(name, ckpt->config())) {
       ++mtp_tensors;
       mtp_bytes += view.spec.size_bytes();
       continue;

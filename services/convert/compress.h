@@ -47,7 +47,7 @@ struct CompressSummary {
   // OUT.old.PID of a process that is gone) removed at the start.
   int64_t stale_temp_dirs_removed = 0;
   // Tensors of multi-token-prediction layers (model.layers.L, L >= num_hidden_layers) left out: not
-  // used for decoding (expert_names.h IsMtpLayerTensor), and their bytes.
+  // used for decoding (expert_names.h IsNotDecodedTensor), and their bytes.
   int64_t mtp_tensors_skipped = 0;
   uint64_t mtp_bytes_skipped = 0;
 };

@@ -163,7 +163,7 @@ Result<VerifySummary> VerifyCompressed(const VerifyOptions& opt, const std::func
                                           opt.compressed_dir));
   size_t mtp = 0, fused_sources = 0;
   for (const auto& name : ckpt->names()) {
-    if (IsMtpLayerTensor(name, ckpt->config()) && !compressed_names.count(name)) {
+    if (IsNotDecodedTensor(name, ckpt->config()) && !compressed_names.count(name)) {
       ++mtp;
       continue;
     }

@@ -5,7 +5,7 @@
 // every expert tensor, every chunk's xxHash64, E-chunk decoding, the recovered tensor's hash, and the
 // recovered bytes (BF16, F16 or F32, bit-exact) against the checkpoint tensor; every dense tensor's
 // bytes against the checkpoint; and that the two directories hold exactly the same tensor names, shapes and dtypes
-// (but for the multi-token-prediction layers compress leaves out: expert_names.h IsMtpLayerTensor).
+// (but for the multi-token-prediction layers compress leaves out: expert_names.h IsNotDecodedTensor).
 #pragma once
 
 #include <cstdint>

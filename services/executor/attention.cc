@@ -1,5 +1,5 @@
 // Attention modules: Qwen2MoeAttention, MixtralAttention, Qwen3MoeAttention, OlmoeAttention,
-// Glm4MoeAttention, DeepseekV3Attention, GptOssAttention (eager paths of transformers) and DeepseekV2Attention
+// Glm4MoeAttention, DeepseekV3Attention, GptOssAttention, Qwen3NextAttention (eager paths of transformers) and DeepseekV2Attention
 // (modeling_deepseek.py), in float32 on the CPU.
 #include "services/executor/attention.h"
 
@@ -117,6 +117,12 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
   const std::vector<at::Tensor> qkv =
       Linears(x, {{w.q_proj.weight, w.q_proj.bias}, {w.k_proj.weight, w.k_proj.bias}, {w.v_proj.weight, w.v_proj.bias}});
   at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
+  at::Tensor gate;  // attn_output_gate (Qwen3NextAttention): q_proj gives [query | gate] per head
+  if (c.attn_output_gate) {
+    const at::Tensor qg = q.view({n, c.num_attention_heads, 2 * hd});
+    gate = qg.narrow(-1, hd, hd).reshape({n, c.num_attention_heads * hd});
+    q = qg.narrow(-1, 0, hd).contiguous().view({n, c.num_attention_heads * hd});
+  }
   if (c.arch == ModelArch::kOlmoe) {  // OlmoeAttention: RMSNorm over the whole projection, then clip
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
@@ -156,8 +162,8 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
     q = at::cat({RotaryEmbedding::Apply(q.narrow(-1, 0, rd), batch.cos, batch.sin, false), q.narrow(-1, rd, hd - rd)}, -1);
     k = at::cat({RotaryEmbedding::Apply(k.narrow(-1, 0, rd), batch.cos, batch.sin, false), k.narrow(-1, rd, hd - rd)}, -1);
   }
-  const at::Tensor attn =
-      AttendBatch(q, k, v, layer_id, batch, c.softmax_scale(), c.attention_window(layer_id), w.sinks);
+  at::Tensor attn = AttendBatch(q, k, v, layer_id, batch, c.softmax_scale(), c.attention_window(layer_id), w.sinks);
+  if (gate.defined()) attn = attn * at::sigmoid(gate);
   return Linear(attn, w.o_proj.weight, w.o_proj.bias);
 }
 

@@ -22,7 +22,8 @@
 
 namespace zipmoe::executor {
 
-// Keys and values of one sequence for every layer, grown by doubling.
+// Keys and values of one sequence for every layer, grown by doubling (and the Gated DeltaNet layers'
+// fixed-size state).
 class KvCache {
  public:
   KvCache() = default;
@@ -36,6 +37,17 @@ class KvCache {
   // Commits t new positions once every layer has appended them.
   void Advance(int64_t t) { length_ += t; }
 
+  // Gated DeltaNet layers (linear_attention.h): the conv1d's last K-1 inputs [K-1, C] and the delta
+  // rule's state [nv, dk, dv], float32 row-major, empty until the layer first runs (then zeros).
+  struct LinearState {
+    std::vector<float> conv;
+    std::vector<float> recurrent;
+  };
+  LinearState& linear_state(int64_t layer_id) {
+    if (linear_.size() < layers_.size()) linear_.resize(layers_.size());
+    return linear_[static_cast<size_t>(layer_id)];
+  }
+
   // Encoder-decoder models (switch_model.h): per decoder layer the cross-attention keys and values
   // [heads, T_encoder, d_kv], computed once from the encoder output. Empty before the encoder ran.
   bool has_cross() const { return !cross_.empty(); }
@@ -48,6 +60,7 @@ class KvCache {
     at::Tensor v;  // [n, capacity, dv]
   };
   std::vector<Layer> layers_;
+  std::vector<LinearState> linear_;  // [n_layers] once a Gated DeltaNet layer ran
   int64_t length_ = 0;
   std::vector<std::pair<at::Tensor, at::Tensor>> cross_;
 };

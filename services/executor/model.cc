@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/trace_events.h"
+#include "services/executor/linear_attention.h"
 #include "services/executor/moe_block.h"
 #include "services/executor/routing.h"
 #include "services/executor/torch_util.h"
@@ -71,7 +72,8 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
       const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
       trace::TraceSpan attention_span("layer", [&] { return fmt::format("attention {}", l); });
       const at::Tensor attn_in = RmsNorm(h, lw.input_layernorm, c.rms_norm_eps);
-      h = h + AttentionForward(c, lw.attn, l, attn_in, batch);
+      h = h + (lw.linear_attention ? LinearAttentionForward(c, lw.linear_attn, l, attn_in, batch)
+                                   : AttentionForward(c, lw.attn, l, attn_in, batch));
       attention_span.End();
       const trace::TraceSpan mlp_span("layer", [&] { return fmt::format("{} {}", lw.is_moe ? "moe" : "mlp", l); });
       const at::Tensor mlp_in = RmsNorm(h, lw.post_attention_layernorm, c.rms_norm_eps);

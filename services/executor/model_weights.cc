@@ -1,6 +1,7 @@
 // Model directory loading: tensor names and shapes per architecture follow the transformers modules
 // (Qwen2MoeForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV3ForCausalLM,
-// Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM) and the Hub's modeling_deepseek.py (DeepseekV2ForCausalLM).
+// Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM, Ernie4_5_MoeForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM,
+// Qwen3_5MoeForConditionalGeneration's text model) and the Hub's modeling_deepseek.py (DeepseekV2ForCausalLM).
 // Multi-token-prediction layers (model.layers.L with L >= num_hidden_layers) are never read.
 #include "services/executor/model_weights.h"
 
@@ -24,13 +25,13 @@ std::string ExpertTensorName(const ModelConfig& c, int64_t layer_id, int64_t exp
                        decoder ? layer_id - c.num_encoder_layers : layer_id, decoder ? 2 : 1, expert_id,
                        proj == ExpertProj::kUp ? "wi" : "wo");
   }
-  if (c.arch == ModelArch::kGptOss)  // fused in the checkpoint; unfused in the store (fused_experts.h)
+  if (c.arch == ModelArch::kGptOss || c.arch == ModelArch::kQwen35Moe)  // fused in the checkpoint (fused_experts.h)
     return UnfusedExpertName(static_cast<int32_t>(layer_id), static_cast<int32_t>(expert_id), proj);
   if (c.arch == ModelArch::kMixtral) {
     const char* w = proj == ExpertProj::kGate ? "w1" : proj == ExpertProj::kUp ? "w3" : "w2";
     return fmt::format("model.layers.{}.block_sparse_moe.experts.{}.{}.weight", layer_id, expert_id, w);
   }
-  return fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", layer_id, expert_id, ExpertProjName(proj));
+  return fmt::format("{}layers.{}.mlp.experts.{}.{}.weight", c.weight_prefix, layer_id, expert_id, ExpertProjName(proj));
 }
 
 class Loader {
@@ -115,6 +116,45 @@ class Loader {
     return t.to(o_.device, want_dtype).contiguous();
   }
 
+  // An RMSNorm weight [d]: as stored, or (zero_centered_norms: Qwen3NextRMSNorm) 1 + w computed in
+  // float32 as the module does, then in the compute dtype.
+  Result<at::Tensor> GetNorm(const std::string& name, int64_t d) const {
+    if (!c_.zero_centered_norms) return Get(name, {d});
+    ZM_ASSIGN_OR_RETURN(at::Tensor w, Get(name, {d}, at::kFloat));
+    return (w.to(at::kFloat) + 1.0).to(o_.dtype);  // a new tensor: never written through the file's view
+  }
+
+  // Gated DeltaNet weights of a linear-attention layer (prefix p = "...layers.L.linear_attn.").
+  Result<LinearAttentionWeights> GetLinearAttention(const std::string& p) const {
+    if (!o_.device.is_cpu())
+      return Status::InvalidArgument(fmt::format(
+          "{}: {}'s Gated DeltaNet layers run on the CPU executor; the {} path does not have them yet", m_.dir,
+          c_.model_type, o_.device.str()));
+    const int64_t h = c_.hidden_size, nk = c_.linear_num_key_heads, nv = c_.linear_num_value_heads;
+    const int64_t dk = c_.linear_key_head_dim, dv = c_.linear_value_head_dim, kk = c_.linear_conv_kernel_dim;
+    const int64_t channels = 2 * nk * dk + nv * dv;
+    LinearAttentionWeights a;
+    if (c_.arch == ModelArch::kQwen3Next) {
+      ZM_ASSIGN_OR_RETURN(a.in_proj_qkvz, Get(p + "in_proj_qkvz.weight", {channels + nv * dv, h}));
+      ZM_ASSIGN_OR_RETURN(a.in_proj_ba, Get(p + "in_proj_ba.weight", {2 * nv, h}));
+    } else {
+      ZM_ASSIGN_OR_RETURN(a.in_proj_qkv, Get(p + "in_proj_qkv.weight", {channels, h}));
+      ZM_ASSIGN_OR_RETURN(a.in_proj_z, Get(p + "in_proj_z.weight", {nv * dv, h}));
+      ZM_ASSIGN_OR_RETURN(a.in_proj_b, Get(p + "in_proj_b.weight", {nv, h}));
+      ZM_ASSIGN_OR_RETURN(a.in_proj_a, Get(p + "in_proj_a.weight", {nv, h}));
+    }
+    ZM_ASSIGN_OR_RETURN(a.conv1d, Get(p + "conv1d.weight", {channels, 1, kk}, at::kFloat));
+    a.conv1d = a.conv1d.to(at::kFloat).reshape({channels, kk}).contiguous();
+    ZM_ASSIGN_OR_RETURN(at::Tensor a_log, Get(p + "A_log", {nv}, at::kFloat));
+    a.neg_exp_a = -at::exp(a_log.to(at::kFloat));  // Qwen3NextGatedDeltaNet.forward: -self.A_log.float().exp()
+    ZM_ASSIGN_OR_RETURN(a.dt_bias, Get(p + "dt_bias", {nv}, at::kFloat));
+    a.dt_bias = a.dt_bias.to(at::kFloat).contiguous();
+    ZM_ASSIGN_OR_RETURN(a.norm, Get(p + "norm.weight", {dv}, at::kFloat));
+    a.norm = a.norm.to(at::kFloat).contiguous();
+    ZM_ASSIGN_OR_RETURN(a.out_proj, Get(p + "out_proj.weight", {h, nv * dv}));
+    return a;
+  }
+
   // The token embedding `name` [vocab, hidden] in its stored dtype: on the CPU a zero-copy view
   // whose rows are upcast on lookup (exact), on another device a contiguous copy there.
   Result<at::Tensor> GetEmbedding(const std::string& name, int64_t vocab, int64_t hidden) const {
@@ -163,7 +203,7 @@ class Loader {
       return a;
     }
     const int64_t hd = c_.head_dim, kv = c_.num_key_value_heads;
-    ZM_ASSIGN_OR_RETURN(a.q_proj, GetLinear(p + "q_proj", n_heads * hd, h, c_.qkv_bias));
+    ZM_ASSIGN_OR_RETURN(a.q_proj, GetLinear(p + "q_proj", (c_.attn_output_gate ? 2 : 1) * n_heads * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.k_proj, GetLinear(p + "k_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.v_proj, GetLinear(p + "v_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + "o_proj", h, n_heads * hd, c_.o_bias));
@@ -172,8 +212,8 @@ class Loader {
       a.sinks = a.sinks.to(at::kCPU).contiguous();
     }
     if (c_.arch == ModelArch::kQwen3Moe || c_.use_qk_norm) {
-      ZM_ASSIGN_OR_RETURN(a.q_norm, Get(p + "q_norm.weight", {hd}));
-      ZM_ASSIGN_OR_RETURN(a.k_norm, Get(p + "k_norm.weight", {hd}));
+      ZM_ASSIGN_OR_RETURN(a.q_norm, GetNorm(p + "q_norm.weight", hd));
+      ZM_ASSIGN_OR_RETURN(a.k_norm, GetNorm(p + "k_norm.weight", hd));
     } else if (c_.arch == ModelArch::kOlmoe) {
       ZM_ASSIGN_OR_RETURN(a.q_norm, Get(p + "q_norm.weight", {n_heads * hd}));
       ZM_ASSIGN_OR_RETURN(a.k_norm, Get(p + "k_norm.weight", {kv * hd}));
@@ -199,14 +239,14 @@ class Loader {
     }
     if (found != 3 * c_.num_experts)
       return Status::NotFound(fmt::format("{}: layer {} has {} fused expert projections, expected 3 x {} experts "
-                                          "(model.layers.{}.mlp.experts.gate_up_proj[_blocks / _scales], down_proj*)",
-                                          m_.dir, layer_id, found, c_.num_experts, layer_id));
+                                          "({}layers.{}.mlp.experts.gate_up_proj[_blocks / _scales], down_proj*)",
+                                          m_.dir, layer_id, found, c_.num_experts, c_.weight_prefix, layer_id));
     return Status::Ok();
   }
 
   // Checks that all routed experts of `layer_id` exist with gate/up [I, H], down [H, I].
   Status CheckExperts(int64_t layer_id) const {
-    if (m_.checkpoint && c_.arch == ModelArch::kGptOss) return CheckFusedExperts(layer_id);
+    if (m_.checkpoint && HasFusedExperts(m_.checkpoint->config())) return CheckFusedExperts(layer_id);
     const std::vector<int64_t> in_shape = {c_.moe_intermediate_size, c_.hidden_size};
     const std::vector<int64_t> out_shape = {c_.hidden_size, c_.moe_intermediate_size};
     for (int64_t e = 0; e < c_.num_experts; ++e) {
@@ -231,12 +271,17 @@ class Loader {
   }
 
   Result<LayerWeights> GetLayer(int64_t l) const {
-    const std::string p = fmt::format("model.layers.{}.", l);
+    const std::string p = fmt::format("{}layers.{}.", c_.weight_prefix, l);
     const int64_t h = c_.hidden_size;
     LayerWeights w;
-    ZM_ASSIGN_OR_RETURN(w.input_layernorm, Get(p + "input_layernorm.weight", {h}));
-    ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm, Get(p + "post_attention_layernorm.weight", {h}));
-    ZM_ASSIGN_OR_RETURN(w.attn, GetAttention(p + "self_attn."));
+    ZM_ASSIGN_OR_RETURN(w.input_layernorm, GetNorm(p + "input_layernorm.weight", h));
+    ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm, GetNorm(p + "post_attention_layernorm.weight", h));
+    w.linear_attention = c_.IsLinearAttentionLayer(l);
+    if (w.linear_attention) {
+      ZM_ASSIGN_OR_RETURN(w.linear_attn, GetLinearAttention(p + "linear_attn."));
+    } else {
+      ZM_ASSIGN_OR_RETURN(w.attn, GetAttention(p + "self_attn."));
+    }
     w.is_moe = c_.IsMoeLayer(l);
     if (!w.is_moe) {
       ZM_ASSIGN_OR_RETURN(w.dense_mlp, GetMlp(p + "mlp", c_.intermediate_size));
@@ -258,7 +303,7 @@ class Loader {
     } else {
       ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "gate.weight", {c_.num_experts, h}, at::kFloat));
     }
-    if (c_.arch == ModelArch::kQwen2Moe && c_.shared_expert_intermediate_size > 0) {
+    if ((c_.arch == ModelArch::kQwen2Moe || c_.hybrid_linear_attention()) && c_.shared_expert_intermediate_size > 0) {
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert, GetMlp(moe + "shared_expert", c_.shared_expert_intermediate_size));
       ZM_ASSIGN_OR_RETURN(w.shared_expert_gate, Get(moe + "shared_expert_gate.weight", {1, h}));
@@ -363,10 +408,11 @@ class Loader {
   Result<ModelWeights> GetAll() const {
     ModelWeights w;
     const int64_t h = c_.hidden_size, vocab = c_.vocab_size;
-    ZM_ASSIGN_OR_RETURN(w.embed_tokens, GetEmbedding("model.embed_tokens.weight", vocab, h));
-    ZM_ASSIGN_OR_RETURN(w.norm, Get("model.norm.weight", {h}));
+    const std::string embed = c_.weight_prefix + "embed_tokens.weight";
+    ZM_ASSIGN_OR_RETURN(w.embed_tokens, GetEmbedding(embed, vocab, h));
+    ZM_ASSIGN_OR_RETURN(w.norm, GetNorm(c_.weight_prefix + "norm.weight", h));
     if (c_.tie_word_embeddings) {
-      ZM_ASSIGN_OR_RETURN(w.lm_head, Get("model.embed_tokens.weight", {vocab, h}));
+      ZM_ASSIGN_OR_RETURN(w.lm_head, Get(embed, {vocab, h}));
     } else {
       ZM_ASSIGN_OR_RETURN(w.lm_head, Get("lm_head.weight", {vocab, h}));
     }

@@ -52,7 +52,9 @@ struct MlpWeights {  // SwiGLU MLP: down(silu(gate(x)) * up(x))
 struct AttentionWeights {
   // GQA (qwen2_moe, mixtral, qwen3_moe, olmoe)
   LinearWeights q_proj, k_proj, v_proj;  // [heads*head_dim | kv_heads*head_dim, hidden]
-  at::Tensor q_norm, k_norm;  // qwen3_moe, glm4_moe use_qk_norm: [head_dim]; olmoe: [heads*head_dim], [kv_heads*head_dim]
+  // qwen3_moe, glm4_moe use_qk_norm, qwen3_next: [head_dim] (qwen3_next: 1 + w); olmoe: [heads*head_dim], [kv_heads*head_dim]
+  at::Tensor q_norm, k_norm;
+  // q_proj is [heads * 2 * head_dim, hidden] when attn_output_gate (qwen3_next): per head query then gate.
   // MLA (deepseek_v2/v3, glm4_moe_lite); q_proj above when q_lora_rank is null
   LinearWeights q_a_proj;     // [q_lora_rank, hidden]
   at::Tensor q_a_layernorm;   // [q_lora_rank]
@@ -64,10 +66,29 @@ struct AttentionWeights {
   at::Tensor sinks;           // gpt_oss: self_attn.sinks [heads] float32 on the CPU (a logit per head)
 };
 
+// Gated DeltaNet (qwen3_next Qwen3NextGatedDeltaNet, qwen3_5_moe Qwen3_5MoeGatedDeltaNet), with
+// nk / nv key / value heads of width dk / dv, r = nv / nk, C = 2 nk dk + nv dv conv channels.
+struct LinearAttentionWeights {
+  // qwen3_next: in_proj_qkvz [nk (2 dk + 2 r dv), hidden], per key head j the rows
+  // [q_j (dk) | k_j (dk) | v of value heads jr..jr+r-1 (r dv) | z of the same (r dv)]; in_proj_ba
+  // [2 nv, hidden], per key head j [b of its r value heads | a of them].
+  at::Tensor in_proj_qkvz, in_proj_ba;
+  // qwen3_5_moe: in_proj_qkv [C, hidden] (channels q | k | v), in_proj_z [nv dv, hidden], in_proj_b /
+  // in_proj_a [nv, hidden].
+  at::Tensor in_proj_qkv, in_proj_z, in_proj_b, in_proj_a;
+  at::Tensor conv1d;     // conv1d.weight [C, 1, K] as [C, K] float32 on the CPU (no bias)
+  at::Tensor neg_exp_a;  // -exp(A_log) [nv] float32 on the CPU (A_log is float32 in the checkpoint)
+  at::Tensor dt_bias;    // [nv] float32 on the CPU
+  at::Tensor norm;       // the gated RMSNorm's weight [dv] float32 (not zero-centred)
+  at::Tensor out_proj;   // [hidden, nv dv]
+};
+
 struct LayerWeights {
-  at::Tensor input_layernorm;           // [hidden]
-  at::Tensor post_attention_layernorm;  // [hidden]
-  AttentionWeights attn;
+  at::Tensor input_layernorm;           // [hidden] (zero_centered_norms: 1 + w, float32)
+  at::Tensor post_attention_layernorm;  // [hidden] (as input_layernorm)
+  AttentionWeights attn;                // full-attention layers
+  bool linear_attention = false;        // qwen3_next / qwen3_5_moe Gated DeltaNet layers: linear_attn below
+  LinearAttentionWeights linear_attn;
   bool is_moe = false;
   MlpWeights dense_mlp;            // !is_moe
   at::Tensor router;               // is_moe: [n_experts, hidden]; the gate runs in fp32 (CPU: BF16 weight)
@@ -81,7 +102,7 @@ struct LayerWeights {
   // down), float32 [ceil(rows / block_rows), ceil(cols / block_cols)] in the mapped checkpoint / dense
   // file; empty otherwise. The experts' F8_E4M3 bytes come from the expert provider as usual.
   std::vector<std::array<const float*, 3>> expert_scales;
-  at::Tensor shared_expert_gate;   // qwen2_moe: [1, hidden]
+  at::Tensor shared_expert_gate;   // qwen2_moe, qwen3_next, qwen3_5_moe: [1, hidden] (sigmoid gate); else undefined
   bool has_shared_expert = false;
 };
 

@@ -206,7 +206,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     j.y = shared_out.data();
     j.ldy = hidden;
     shared.push_back(j);
-    if (config.arch == ModelArch::kQwen2Moe) {
+    if (w.shared_expert_gate.defined()) {
       shared_gate.resize(static_cast<size_t>(n));
       first.push_back(cpu::Product(GemmWeightsOf(w.shared_expert_gate), xp, n, hidden, shared_gate.data(), 1));
     }
@@ -344,7 +344,7 @@ at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x) {
 at::Tensor SharedExpertForward(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x) {
   if (!w.has_shared_expert) return at::Tensor();
   at::Tensor shared = MlpForward(w.shared_expert, x);
-  if (config.arch == ModelArch::kQwen2Moe) shared = at::sigmoid(Linear(x, w.shared_expert_gate)) * shared;
+  if (w.shared_expert_gate.defined()) shared = at::sigmoid(Linear(x, w.shared_expert_gate)) * shared;
   return shared;
 }
 

@@ -1,0 +1,34 @@
+// Gated DeltaNet, the linear attention of qwen3_next / qwen3_5_moe (transformers'
+// Qwen3NextGatedDeltaNet / Qwen3_5MoeGatedDeltaNet; Yang et al., "Gated Delta Networks", 2024), over
+// a ragged batch with each sequence's state in its KvCache. Per layer, with nk / nv key / value heads
+// of width dk / dv (value head h reads key head h / (nv / nk)) and C = 2 nk dk + nv dv channels:
+//   [q | k | v], z, b, a = the input projections of x   (qwen3_next: in_proj_qkvz / in_proj_ba
+//                          de-interleaved per key-head group; qwen3_5_moe: in_proj_qkv / _z / _b / _a)
+//   [q | k | v] = silu(causal depthwise conv1d over time, kernel K, no bias), the K-1 inputs before the
+//                 first new token taken from the cache (zeros for a new sequence)
+//   q = l2norm(q) * dk^-0.5, k = l2norm(k)   (l2norm(x) = x / sqrt(Σ x² + 1e-6) per head)
+//   beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)   (softplus: x above 20, as torch)
+//   per value head, state S [dk, dv]: S *= exp(g); S += k ((v - Sᵀk) beta)ᵀ; o = Sᵀq   (one token at a
+//   time, in order: prefill and decode run the same recurrence, so a prompt fed in one call or token
+//   by token gives the same bits)
+//   y = out_proj(RMSNorm(o) * norm.weight * silu(z))   (per value head, eps rms_norm_eps)
+// Everything between the projections is float32 on the CPU (the executor refuses these layers on
+// another device at load time).
+//
+// Internal to services/executor. Reentrant; a KvCache is used by one thread at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "common/checkpoint/model_config.h"
+#include "services/executor/attention.h"
+#include "services/executor/model_weights.h"
+
+namespace zipmoe::executor {
+
+// x [N, hidden] float32 CPU (after input_layernorm) -> [N, hidden] (after out_proj). Reads and
+// advances each sequence's LinearState of `layer_id` in batch.caches (the caller calls Advance).
+at::Tensor LinearAttentionForward(const ModelConfig& config, const LinearAttentionWeights& w, int64_t layer_id,
+                                  const at::Tensor& x, const BatchLayout& batch);
+
+}  // namespace zipmoe::executor
