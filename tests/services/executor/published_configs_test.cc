@@ -1,6 +1,7 @@
 // The config.json files of released DeepSeek-V3-style checkpoints (issue 40), as published on the
 // Hugging Face Hub (key sets and values of moonshotai/Moonlight-16B-A3B, deepseek-ai/DeepSeek-V3,
-// zai-org/GLM-4.5-Air, zai-org/GLM-4.7-Flash and openai/gpt-oss-20b, written down by hand; auto_map omitted): each parses
+// zai-org/GLM-4.5-Air, zai-org/GLM-4.7-Flash, openai/gpt-oss-20b, Qwen/Qwen3-Next-80B-A3B-Instruct and
+// Qwen/Qwen3.5-35B-A3B, written down by hand; auto_map omitted): each parses
 // with the fields that change the computation read as transformers reads them, and a changed field
 // zipmoe does not implement is refused naming it.
 #include "common/checkpoint/model_config.h"
@@ -367,6 +368,176 @@ TEST(PublishedConfigs, FieldsThatChangeTheComputationAreRefusedByName) {
   qwen["model_type"] = "qwen3_moe";
   qwen["num_experts"] = 128;
   ExpectRefused(qwen, {"partial_rotary_factor", "qwen3_moe"});
+}
+
+// Qwen/Qwen3-Next-80B-A3B-Instruct (transformers 4.57).
+const char kQwen3Next80b[] = R"({
+  "architectures": ["Qwen3NextForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "full_attention_interval": 4,
+  "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5120,
+  "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+  "linear_value_head_dim": 128, "max_position_embeddings": 262144, "mlp_only_layers": [],
+  "model_type": "qwen3_next", "moe_intermediate_size": 512, "norm_topk_prob": true, "num_attention_heads": 16,
+  "num_experts": 512, "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2,
+  "output_router_logits": false, "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_scaling": null,
+  "rope_theta": 10000000, "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 512,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.57.0.dev0", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+// Qwen/Qwen3.5-35B-A3B (the text settings nest in text_config; vision_config abridged).
+const char kQwen35_35b[] = R"({
+  "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+  "image_token_id": 248056, "video_token_id": 248057, "vision_start_token_id": 248053,
+  "vision_end_token_id": 248054, "tie_word_embeddings": false,
+  "text_config": {
+    "model_type": "qwen3_5_moe_text", "attention_bias": false, "attention_dropout": 0.0, "attn_output_gate": true,
+    "eos_token_id": 248044, "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048,
+    "layer_types": [
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention",
+    "linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "linear_value_head_dim": 128, "mamba_ssm_dtype": "float32",
+    "max_position_embeddings": 262144, "moe_intermediate_size": 512, "mtp_num_hidden_layers": 1,
+    "mtp_use_dedicated_embeddings": false, "num_attention_heads": 16, "num_experts": 256,
+    "num_experts_per_tok": 8, "num_hidden_layers": 40, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+    "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10], "rope_type": "default",
+                        "rope_theta": 10000000, "partial_rotary_factor": 0.25},
+    "shared_expert_intermediate_size": 512, "tie_word_embeddings": false, "vocab_size": 248320},
+  "vision_config": {"depth": 27, "hidden_size": 1152, "out_hidden_size": 2048, "patch_size": 16}})";
+
+TEST(PublishedConfigs, Qwen3Next80bIsHybridWithGatedAttentionAndASharedExpert) {
+  auto c = ParseModelConfig(json::parse(kQwen3Next80b), "Qwen3-Next-80B-A3B/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kQwen3Next);
+  EXPECT_EQ(c->weight_prefix, "model.");
+  EXPECT_EQ(c->num_hidden_layers, 48);
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->rope_dim(), 64);  // 256 x 0.25
+  EXPECT_EQ(c->rope_theta, 1e7);
+  EXPECT_TRUE(c->attn_output_gate && c->zero_centered_norms && c->use_qk_norm);
+  EXPECT_FALSE(c->qkv_bias || c->o_bias);
+  EXPECT_EQ(c->linear_num_key_heads, 16);
+  EXPECT_EQ(c->linear_num_value_heads, 32);
+  EXPECT_EQ(c->linear_key_head_dim, 128);
+  EXPECT_EQ(c->linear_value_head_dim, 128);
+  EXPECT_EQ(c->linear_conv_kernel_dim, 4);
+  int full = 0;
+  for (int64_t l = 0; l < 48; ++l) {
+    EXPECT_EQ(c->IsLinearAttentionLayer(l), (l + 1) % 4 != 0) << l;
+    full += c->IsLinearAttentionLayer(l) ? 0 : 1;
+    EXPECT_TRUE(c->IsMoeLayer(l)) << l;
+  }
+  EXPECT_EQ(full, 12);
+  EXPECT_EQ(c->num_experts, 512);
+  EXPECT_EQ(c->num_experts_per_tok, 10);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 512);
+  EXPECT_EQ(c->intermediate_size, 5120);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{151645});
+  // mlp_only_layers make dense layers; layer_types (legacy names too) override the interval.
+  json j = json::parse(kQwen3Next80b);
+  j["mlp_only_layers"] = {0};
+  j["num_hidden_layers"] = 4;
+  j["layer_types"] = {"mamba", "full_attention", "linear_attention", "attention"};
+  auto d = ParseModelConfig(j, "x");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_FALSE(d->IsMoeLayer(0));
+  EXPECT_TRUE(d->IsMoeLayer(1));
+  EXPECT_TRUE(d->IsLinearAttentionLayer(0));
+  EXPECT_FALSE(d->IsLinearAttentionLayer(1));
+  EXPECT_TRUE(d->IsLinearAttentionLayer(2));
+  EXPECT_FALSE(d->IsLinearAttentionLayer(3));
+  // Qwen3NextConfig's defaults for a bare file.
+  auto e = ParseModelConfig(json{{"model_type", "qwen3_next"}}, "bare");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->hidden_size, 2048);
+  EXPECT_EQ(e->num_hidden_layers, 48);
+  EXPECT_EQ(e->rope_dim(), 64);
+  EXPECT_EQ(e->intermediate_size, 5632);
+  // Refused by name.
+  const auto refused = [](json k, const char* key) {
+    auto r = ParseModelConfig(k, "x/config.json");
+    EXPECT_FALSE(r.ok()) << key;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().message();
+    }
+  };
+  j = json::parse(kQwen3Next80b);
+  j["attn_output_gate"] = false;
+  refused(j, "attn_output_gate");
+  j = json::parse(kQwen3Next80b);
+  j["layer_types"] = json::array();
+  for (int i = 0; i < 48; ++i) j["layer_types"].push_back(i == 5 ? "sliding_attention" : "full_attention");
+  refused(j, "layer_types");
+  j = json::parse(kQwen3Next80b);
+  j["linear_num_value_heads"] = 24;
+  refused(j, "linear_num_value_heads");
+  j = json::parse(kQwen3Next80b);
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  refused(j, "yarn");
+  j = json::parse(kQwen3Next80b);
+  j["hidden_act"] = "gelu";
+  refused(j, "hidden_act");
+  j = json::parse(kQwen3Next80b);
+  j["use_sliding_window"] = true;
+  refused(j, "use_sliding_window");
+}
+
+TEST(PublishedConfigs, Qwen35_35bReadsTextConfigUnderTheLanguageModelPrefix) {
+  auto c = ParseModelConfig(json::parse(kQwen35_35b), "Qwen3.5-35B-A3B/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kQwen35Moe);
+  EXPECT_EQ(c->weight_prefix, "model.language_model.");
+  EXPECT_EQ(c->num_hidden_layers, 40);
+  EXPECT_EQ(c->vocab_size, 248320);
+  EXPECT_EQ(c->rope_theta, 1e7);
+  EXPECT_EQ(c->rope_dim(), 64);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kNone);  // mrope with equal t/h/w rows for text
+  EXPECT_EQ(c->num_experts, 256);
+  EXPECT_EQ(c->num_experts_per_tok, 8);
+  EXPECT_TRUE(c->norm_topk_prob);
+  for (int64_t l = 0; l < 40; ++l) {
+    EXPECT_EQ(c->IsLinearAttentionLayer(l), (l + 1) % 4 != 0) << l;
+    EXPECT_TRUE(c->IsMoeLayer(l)) << l;
+  }
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{248044});
+  const auto refused = [](json k, const char* key) {
+    auto r = ParseModelConfig(k, "x/config.json");
+    EXPECT_FALSE(r.ok()) << key;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().message();
+    }
+  };
+  json j = json::parse(kQwen35_35b);
+  j.erase("text_config");
+  refused(j, "text_config");
+  j = json::parse(kQwen35_35b);
+  j["text_config"]["model_type"] = "qwen3_next";
+  refused(j, "text_config");
+  j = json::parse(kQwen35_35b);
+  j["tie_word_embeddings"] = true;
+  refused(j, "tie_word_embeddings");
+  j = json::parse(kQwen35_35b);
+  j["text_config"]["norm_topk_prob"] = false;
+  refused(j, "norm_topk_prob");
+  j = json::parse(kQwen35_35b);
+  j["text_config"]["mlp_only_layers"] = {3};
+  refused(j, "mlp_only_layers");
+  // A tie flag only at the top level is the text model's.
+  j = json::parse(kQwen35_35b);
+  j["text_config"].erase("tie_word_embeddings");
+  j["tie_word_embeddings"] = true;
+  auto t = ParseModelConfig(j, "x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(t->tie_word_embeddings);
 }
 
 }  // namespace
