@@ -2,6 +2,9 @@
 // enumeration, grid-search behaviour, budgets, pool sets and argument errors.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+
 #include <fmt/format.h>
 
 #include <random>
@@ -111,6 +114,27 @@ TEST(PlanPoolsTest, SkewedWorkloadPrefersFullTensors) {
   EXPECT_LT(plan->expected_makespan_us, 0.1 * plan->all_miss_makespan_us);
   EXPECT_EQ(plan->grid_points, 1771);  // C(20 + 3, 3) ratio vectors at δ = 0.05
   ExpectWithinBudget(*plan, budget, costs, n);
+}
+
+TEST(PlanPoolsTest, PlansQwen3NextAndQwen35ExpertCounts) {
+  // Qwen3-Next (512 experts, top-10) and Qwen3.5 (256, top-8): one layer's plan at a 25 % budget, Zipf-like
+  // popularity. The planner runs once per layer at start-up: its time and memory must stay small at these counts.
+  for (const auto& [n, k] : {std::pair<int, int>{512, 10}, {256, 8}}) {
+    std::vector<double> w(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) w[static_cast<size_t>(r)] = 1.0 / (1.0 + r);
+    const auto f = NormalizeInclusion(w, k).value();
+    const PoolCosts costs = TestPoolCosts();
+    const uint64_t budget = static_cast<uint64_t>(n / 4) * 6000;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto plan = PlanPools(f, k, budget, costs, TestCost());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_LT(seconds, 20.0) << n << " experts";
+    std::printf("PlanPools: %d experts, top-%d: %.3f s, %d grid points, expected makespan %.0f of %.0f us all-miss\n", n,
+                k, seconds, plan->grid_points, plan->expected_makespan_us, plan->all_miss_makespan_us);
+    EXPECT_LT(plan->expected_makespan_us, plan->all_miss_makespan_us);
+    ExpectWithinBudget(*plan, budget, costs, n);
+  }
 }
 
 TEST(PlanPoolsTest, BudgetLimitedUniformWorkloadUsesCompressedPools) {
