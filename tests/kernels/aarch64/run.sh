@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Cross-compiles the CPU kernels' AArch64 build (Bf16Gemm's NEON variant, RecoverBf16Cpu's NEON
-# path) with their GoogleTest suites and runs them under qemu-user; fails unless every NEON (and
+# Cross-compiles the CPU kernels' AArch64 build (Bf16Gemm's and GatedDeltaRecurrent's NEON variants,
+# RecoverBf16Cpu's NEON path) with their GoogleTest suites and runs them under qemu-user; fails unless every NEON (and
 # dispatched) test case ran and passed. The main suite runs it as ctest test kernels_aarch64_qemu.
 #   tests/kernels/aarch64/run.sh [build dir]    default: ${ZIPMOE_BUILD_DIR:-build}/aarch64
 # Incremental: configures once, then only rebuilds what changed. Needs the Debian packages
@@ -69,6 +69,7 @@ grep -q '^\[       OK \] AllIsas/Bf16GemmIsaTest\..*/neon' "$log" || fail "no Bf
 grep -q '^\[       OK \] AllVariants/RecoveryCpuTest\..*/neon' "$log" || fail "no RecoverBf16Cpu NEON test case ran"
 grep -q '^\[       OK \] BothDotIsas/Bf16DotTest\..*/neonbf16' "$log" || fail "no Bf16Gemm BFDOT (neonbf16) test case ran"
 grep -q '^\[       OK \] AllIsas/Mxfp4GemmIsaTest\..*/neon' "$log" || fail "no MXFP4 Bf16Gemm NEON test case ran"
+grep -q '^\[       OK \] AllIsas/GatedDeltaIsaTest\..*/neon' "$log" || fail "no GatedDeltaRecurrent NEON test case ran"
 if [ -z "$passed" ] || [ "$passed" -ne "$listed" ]; then fail "$listed NEON test cases listed, ${passed:-0} passed"; fi
 
 # 2. Everything else (scalar/portable variants, references, argument checks, dispatch); the x86
