@@ -1,5 +1,6 @@
 // Gated DeltaNet (linear_attention.h): Qwen3NextGatedDeltaNet.forward's eager path with
-// torch_recurrent_gated_delta_rule, in float32 on the CPU.
+// torch_recurrent_gated_delta_rule, in float32 on the CPU; the conv1d, the L2 norms and the delta rule
+// are kernels/gated_delta.h's (its fixed operation order: the same bits on every ISA).
 #include "services/executor/linear_attention.h"
 
 #include <ATen/Parallel.h>
@@ -7,13 +8,12 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/gated_delta.h"
 #include "services/executor/cpu_ops.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
 namespace {
-
-constexpr float kL2NormEps = 1e-6f;  // transformers' l2norm(x, dim=-1, eps=1e-6)
 
 struct Dims {
   int64_t nk, nv, dk, dv, r, kernel, channels;
@@ -35,48 +35,6 @@ float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 // torch's F.softplus with beta 1, threshold 20.
 float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
-// x [n] /= sqrt(Σ x² + eps), then * scale.
-void L2Normalize(float* x, int64_t n, float scale) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
-  const float inv = 1.0f / std::sqrt(sum + kL2NormEps);
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * inv * scale;
-}
-
-// The delta rule of value head h over t tokens: state [dk, dv]; q/k of its key head at
-// q + token * q_stride (dk values), v at v + token * v_stride (dv), g / beta at token * nv + h,
-// out at out + token * out_stride (dv).
-void DeltaRuleHead(const Dims& d, int64_t t, const float* q, const float* k, int64_t qk_stride, const float* v,
-                   int64_t v_stride, const float* g, const float* beta, int64_t h, float* state, float* out,
-                   int64_t out_stride) {
-  std::vector<float> kv(static_cast<size_t>(d.dv));
-  for (int64_t s = 0; s < t; ++s) {
-    const float* qs = q + s * qk_stride;
-    const float* ks = k + s * qk_stride;
-    const float* vs = v + s * v_stride;
-    const float decay = std::exp(g[s * d.nv + h]);
-    const float b = beta[s * d.nv + h];
-    for (int64_t i = 0; i < d.dk * d.dv; ++i) state[i] *= decay;
-    std::fill(kv.begin(), kv.end(), 0.0f);
-    for (int64_t i = 0; i < d.dk; ++i) {
-      const float ki = ks[i];
-      const float* row = state + i * d.dv;
-      for (int64_t j = 0; j < d.dv; ++j) kv[static_cast<size_t>(j)] += row[j] * ki;
-    }
-    for (int64_t j = 0; j < d.dv; ++j) kv[static_cast<size_t>(j)] = (vs[j] - kv[static_cast<size_t>(j)]) * b;
-    float* o = out + s * out_stride;
-    std::fill(o, o + d.dv, 0.0f);
-    for (int64_t i = 0; i < d.dk; ++i) {
-      const float ki = ks[i], qi = qs[i];
-      float* row = state + i * d.dv;
-      for (int64_t j = 0; j < d.dv; ++j) {
-        row[j] += ki * kv[static_cast<size_t>(j)];
-        o[j] += row[j] * qi;
-      }
-    }
-  }
-}
 
 }  // namespace
 
@@ -142,38 +100,41 @@ at::Tensor LinearAttentionForward(const ModelConfig& c, const LinearAttentionWei
     const int64_t hist = d.kernel - 1;
     if (st.conv.empty()) st.conv.assign(static_cast<size_t>(hist * d.channels), 0.0f);
     if (st.recurrent.empty()) st.recurrent.assign(static_cast<size_t>(d.nv * d.dk * d.dv), 0.0f);
-    // xx = the carried K-1 inputs, then this call's len rows.
-    std::vector<float> xx(static_cast<size_t>((hist + len) * d.channels));
-    std::copy(st.conv.begin(), st.conv.end(), xx.begin());
-    const float* in = mixed.data_ptr<float>() + start * d.channels;
-    std::copy(in, in + len * d.channels, xx.begin() + hist * d.channels);
     float* co = conv_out.data_ptr<float>() + start * d.channels;
-    at::parallel_for(0, d.channels, 256, [&](int64_t c0, int64_t c1) {
-      for (int64_t t = 0; t < len; ++t) {
-        for (int64_t ch = c0; ch < c1; ++ch) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < d.kernel; ++j) acc += xx[static_cast<size_t>((t + j) * d.channels + ch)] * conv_w[ch * d.kernel + j];
-          co[t * d.channels + ch] = Silu(acc);
-        }
-      }
-    });
-    std::copy(xx.end() - hist * d.channels, xx.end(), st.conv.begin());
-    for (int64_t t = 0; t < len; ++t) {
-      float* row = co + t * d.channels;
-      for (int64_t h = 0; h < d.nk; ++h) {
-        L2Normalize(row + h * d.dk, d.dk, q_scale);
-        L2Normalize(row + kd + h * d.dk, d.dk, 1.0f);
-      }
-    }
-    const float* gp = g_t.data_ptr<float>() + start * d.nv;
-    const float* betap = beta_t.data_ptr<float>() + start * d.nv;
-    float* op = o_t.data_ptr<float>() + start * vd;
+    kernels::CausalConvArgs conv;
+    conv.x = mixed.data_ptr<float>() + start * d.channels;
+    conv.w = conv_w;
+    conv.state = st.conv.data();
+    conv.out = co;
+    conv.t = len;
+    conv.channels = d.channels;
+    conv.kernel = d.kernel;
+    conv.x_token_stride = d.channels;
+    conv.out_token_stride = d.channels;
+    kernels::CausalConv1dSilu(conv);
+    kernels::L2NormalizeHeads(co, len, d.nk, d.dk, d.channels, q_scale);
+    kernels::L2NormalizeHeads(co + kd, len, d.nk, d.dk, d.channels, 1.0f);
+    kernels::GatedDeltaArgs rule;
+    rule.q = co;
+    rule.k = co + kd;
+    rule.v = co + 2 * kd;
+    rule.g = g_t.data_ptr<float>() + start * d.nv;
+    rule.beta = beta_t.data_ptr<float>() + start * d.nv;
+    rule.state = st.recurrent.data();
+    rule.out = o_t.data_ptr<float>() + start * vd;
+    rule.t = len;
+    rule.n_k = d.nk;
+    rule.n_v = d.nv;
+    rule.dk = d.dk;
+    rule.dv = d.dv;
+    rule.q_token_stride = rule.k_token_stride = rule.v_token_stride = d.channels;
+    rule.out_token_stride = vd;
+    // Value heads in parallel: each thread writes its own heads' state and output columns.
     at::parallel_for(0, d.nv, 1, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        const int64_t kh = h / d.r;
-        DeltaRuleHead(d, len, co + kh * d.dk, co + kd + kh * d.dk, d.channels, co + 2 * kd + h * d.dv, d.channels, gp,
-                      betap, h, st.recurrent.data() + h * d.dk * d.dv, op + h * d.dv, vd);
-      }
+      kernels::GatedDeltaArgs part = rule;
+      part.head_begin = h0;
+      part.head_end = h1;
+      kernels::GatedDeltaRecurrent(part);
     });
   }
 
