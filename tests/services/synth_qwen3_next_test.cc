@@ -298,6 +298,28 @@ TEST_P(SynthHybridTest, RouterSkewConcentratesRouting) {
   EXPECT_GT(skewed->mean_top_share, 0.45);
 }
 
+// --dtype fp8: qwen3_next's *_proj.weight become F8_E4M3 (experts, attention, the DeltaNet's out_proj; not
+// its in_proj_qkvz / in_proj_ba, whose names do not end so); qwen3_5_moe refuses it.
+TEST(SynthHybridDtype, Fp8ForQwen3NextOnly) {
+  TempDir tmp;
+  SynthOptions o = TinyOptions("qwen3_next", tmp.Sub("n"), 7);
+  o.dtype = "fp8";
+  ASSERT_TRUE(SynthesizeCheckpoint(o).ok());
+  auto ckpt = Checkpoint::Open(tmp.Sub("n"));
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_EQ((*ckpt)->Find("model.layers.0.linear_attn.out_proj.weight")->spec.dtype, DType::kF8E4M3);
+  EXPECT_EQ((*ckpt)->Find("model.layers.0.linear_attn.in_proj_qkvz.weight")->spec.dtype, DType::kBF16);
+  EXPECT_EQ((*ckpt)->Find("model.layers.3.self_attn.q_proj.weight")->spec.dtype, DType::kF8E4M3);
+  EXPECT_EQ((*ckpt)->Find("model.layers.0.mlp.experts.3.down_proj.weight")->spec.dtype, DType::kF8E4M3);
+  EXPECT_TRUE((*ckpt)->Find("model.layers.0.mlp.experts.3.down_proj.weight_scale_inv").ok());
+  EXPECT_EQ((*ckpt)->Find("model.layers.0.linear_attn.conv1d.weight")->spec.dtype, DType::kBF16);
+  o = TinyOptions("qwen3_5_moe", tmp.Sub("v"), 7);
+  o.dtype = "fp8";
+  const Status refused = SynthesizeCheckpoint(o).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("fused experts"), std::string::npos) << refused.ToString();
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, SynthHybridTest, ::testing::Values("qwen3_next", "qwen3_5_moe"));
 
 // mini: hidden 1024, 12 layers (9 linear + 3 full), 128 experts; under 4 GB of BF16 with the MTP layer.
