@@ -174,6 +174,132 @@ Status BuildGptOssLayers(const json& config, ModelLayout& layout, LayoutBuilder&
   return Status::Ok();
 }
 
+// qwen3_next / qwen3_5_moe (Qwen3NextDecoderLayer / Qwen3_5MoeDecoderLayer): `config` is the decoder's
+// settings (qwen3_5_moe: text_config), `prefix` "model." or "model.language_model.". Per layer a Gated
+// DeltaNet (linear_attn.*) or a gated full attention (self_attn.*: q_proj [2 * heads * head_dim, H]
+// gives query and gate per head, q_norm / k_norm [head_dim]), then the MoE block: mlp.gate, the routed
+// experts (qwen3_next one module per expert; qwen3_5_moe fused: mlp.experts.gate_up_proj [E, 2I, H],
+// gate rows first, and mlp.experts.down_proj [E, H, I], no .weight suffix), mlp.shared_expert and
+// mlp.shared_expert_gate [1, H]. RMSNorm weights are zero-centred (applied as 1 + w) except the
+// DeltaNet's gated norm. After the decoder, mtp_num_hidden_layers MTP layers as released (mtp.fc,
+// mtp.pre_fc_norm_{embedding,hidden}, mtp.layers.N.* a full-attention MoE layer, mtp.norm) and, for
+// qwen3_5_moe, the vision tower's patch embedding (model.visual.*): never read by a text decoder.
+//
+// Scales (docs/synth.md "Gated DeltaNet"): conv1d N(0, kConvStd²) as nn.Conv1d's default init for
+// kernel 4; A_log = log U(1, 16) (transformers: log U(0, 16)); dt_bias = softplus⁻¹(dt), dt log-uniform
+// in [0.001, 0.1] as Mamba2, so exp(g) per token spans ~0.2 (short memory) to ~0.999 (long memory);
+// the gated norm's weight 1 + N(0, 0.02²) as the other norms (transformers: ones).
+constexpr float kConvStd = 0.3f;
+constexpr float kALogLo = 1.0f, kALogHi = 16.0f;
+constexpr float kDtLo = 0.001f, kDtHi = 0.1f;
+
+Status BuildQwen3NextLayers(const json& config, const std::string& prefix, ModelLayout& layout, LayoutBuilder& b) {
+  const bool v35 = layout.model_type == "qwen3_5_moe";
+  const int64_t hidden = layout.hidden_size, n_experts = layout.n_experts;
+  ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_kv, GetPositive(config, "num_key_value_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t head_dim, GetPositive(config, "head_dim"));
+  ZM_ASSIGN_OR_RETURN(const int64_t moe_inter, GetPositive(config, "moe_intermediate_size"));
+  ZM_ASSIGN_OR_RETURN(const int64_t shared_inter, GetPositive(config, "shared_expert_intermediate_size"));
+  ZM_ASSIGN_OR_RETURN(const int64_t nk, GetPositive(config, "linear_num_key_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t nv, GetPositive(config, "linear_num_value_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t dk, GetPositive(config, "linear_key_head_dim"));
+  ZM_ASSIGN_OR_RETURN(const int64_t dv, GetPositive(config, "linear_value_head_dim"));
+  ZM_ASSIGN_OR_RETURN(const int64_t kernel, GetPositive(config, "linear_conv_kernel_dim"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_mtp, GetOptional(config, "mtp_num_hidden_layers", 0));
+  if (n_heads % n_kv != 0 || nv % nk != 0)
+    return Status::InvalidArgument(fmt::format(
+        "config.json: num_attention_heads {} / linear_num_value_heads {} must be multiples of num_key_value_heads {} "
+        "/ linear_num_key_heads {}", n_heads, nv, n_kv, nk));
+  if (n_experts < 1) return Status::InvalidArgument("config.json: 'num_experts' must be > 0");
+  std::vector<bool> linear(static_cast<size_t>(n_layers));
+  auto types = config.find("layer_types");
+  if (types != config.end() && types->is_array()) {
+    if (static_cast<int64_t>(types->size()) != n_layers)
+      return Status::InvalidArgument("config.json: 'layer_types' must have num_hidden_layers entries");
+    for (size_t i = 0; i < linear.size(); ++i) {
+      const std::string t = (*types)[i].is_string() ? (*types)[i].get<std::string>() : "";
+      if (t != "linear_attention" && t != "full_attention")
+        return Status::InvalidArgument(fmt::format("config.json: layer_types[{}] '{}' is not linear_attention or "
+                                                   "full_attention", i, t));
+      linear[i] = t == "linear_attention";
+    }
+  } else {
+    ZM_ASSIGN_OR_RETURN(const int64_t interval, GetOptional(config, "full_attention_interval", 4));
+    if (interval == 0) return Status::InvalidArgument("config.json: 'full_attention_interval' must be > 0");
+    for (int64_t i = 0; i < n_layers; ++i) linear[static_cast<size_t>(i)] = (i + 1) % interval != 0;
+  }
+  auto zc_norm = [&](const std::string& name, int64_t dim, int32_t l) {
+    b.Add(name, {dim}, InitKind::kNormal, 0.0f, kZeroCentredNormStd, l);
+  };
+  const int64_t kd = nk * dk, vd = nv * dv, channels = 2 * kd + vd;
+  // One decoder layer under p (MTP layers: full attention, their router a plain tensor).
+  auto layer = [&](const std::string& p, int32_t l, bool is_linear, bool mtp) {
+    const std::string post_norm = p + "post_attention_layernorm.weight";
+    zc_norm(p + "input_layernorm.weight", hidden, l);
+    zc_norm(post_norm, hidden, l);
+    if (is_linear) {
+      const std::string a = p + "linear_attn.";
+      if (v35) {
+        b.Reader(a + "in_proj_qkv", channels, hidden, l);
+        b.Reader(a + "in_proj_z", vd, hidden, l);
+        b.Reader(a + "in_proj_b", nv, hidden, l);
+        b.Reader(a + "in_proj_a", nv, hidden, l);
+      } else {
+        b.Reader(a + "in_proj_qkvz", channels + vd, hidden, l);
+        b.Reader(a + "in_proj_ba", 2 * nv, hidden, l);
+      }
+      b.Add(a + "conv1d.weight", {channels, 1, kernel}, InitKind::kNormal, 0.0f, kConvStd, l);
+      b.Add(a + "dt_bias", {nv}, InitKind::kInvSoftplusDt, 0.0f, 0.0f, l);
+      layout.tensors.back().uniform_lo = kDtLo;
+      layout.tensors.back().uniform_hi = kDtHi;
+      b.Add(a + "A_log", {nv}, InitKind::kLogUniform, 0.0f, 0.0f, l);
+      layout.tensors.back().uniform_lo = kALogLo;
+      layout.tensors.back().uniform_hi = kALogHi;
+      b.Norm(a + "norm.weight", dv, l);
+      b.Linear(a + "out_proj", hidden, vd, l);
+    } else {
+      const std::string a = p + "self_attn.";
+      b.Reader(a + "q_proj", 2 * n_heads * head_dim, hidden, l);
+      b.Reader(a + "k_proj", n_kv * head_dim, hidden, l);
+      b.Reader(a + "v_proj", n_kv * head_dim, hidden, l);
+      b.Linear(a + "o_proj", hidden, n_heads * head_dim, l);
+      zc_norm(a + "q_norm.weight", head_dim, l);
+      zc_norm(a + "k_norm.weight", head_dim, l);
+    }
+    if (mtp) {
+      b.Add(p + "mlp.gate.weight", {n_experts, hidden}, InitKind::kNormal, 0.0f, kProjectionStd, l);
+    } else {
+      b.Router(p + "mlp.gate", n_experts, hidden, l, post_norm);
+    }
+    if (v35) {
+      b.Add(p + "mlp.experts.gate_up_proj", {n_experts, 2 * moe_inter, hidden}, InitKind::kNormal, 0.0f,
+            kProjectionStd, l);
+      layout.tensors.back().reads_residual = true;
+      b.Add(p + "mlp.experts.down_proj", {n_experts, hidden, moe_inter}, InitKind::kNormal, 0.0f, kProjectionStd, l);
+    } else {
+      for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e)
+        b.GatedMlp(fmt::format("{}mlp.experts.{}", p, e), hidden, moe_inter, l, e);
+    }
+    b.GatedMlp(p + "mlp.shared_expert", hidden, shared_inter, l);
+    b.Reader(p + "mlp.shared_expert_gate", 1, hidden, l);
+  };
+  for (int32_t l = 0; l < static_cast<int32_t>(n_layers); ++l)
+    layer(fmt::format("{}layers.{}.", prefix, l), l, linear[static_cast<size_t>(l)], false);
+  for (int32_t m = 0; m < static_cast<int32_t>(n_mtp); ++m) {
+    const int32_t l = static_cast<int32_t>(n_layers) + m;
+    if (m == 0) {
+      b.Linear("mtp.fc", hidden, 2 * hidden, l);
+      zc_norm("mtp.pre_fc_norm_embedding.weight", hidden, l);
+      zc_norm("mtp.pre_fc_norm_hidden.weight", hidden, l);
+    }
+    layer(fmt::format("mtp.layers.{}.", m), l, false, true);
+    if (m + 1 == n_mtp) zc_norm("mtp.norm.weight", hidden, l);
+  }
+  return Status::Ok();
+}
+
 Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
   if (layout.model_type == "gpt_oss") return BuildGptOssLayers(config, layout, b);
   const std::string& type = layout.model_type;
@@ -437,6 +563,50 @@ Result<ModelLayout> BuildSwitchLayout(const nlohmann::json& config, ModelLayout 
   return layout;
 }
 
+// qwen3_next / qwen3_5_moe: the decoder's settings at the top level / in text_config; tensors under
+// model. / model.language_model. (lm_head.weight at the top level either way); qwen3_5_moe's vision
+// tower reduced to its patch embedding (Conv3d [hidden, in_channels, temporal, patch, patch] + bias).
+Result<ModelLayout> BuildQwen3NextLayout(const nlohmann::json& config, ModelLayout layout) {
+  const bool v35 = layout.model_type == "qwen3_5_moe";
+  const json* settings = &config;
+  if (v35) {
+    auto it = config.find("text_config");
+    if (it == config.end() || !it->is_object())
+      return Status::InvalidArgument("config.json: model_type 'qwen3_5_moe' needs an object 'text_config'");
+    settings = &*it;
+  }
+  const json& c = *settings;
+  const std::string prefix = v35 ? "model.language_model." : "model.";
+  ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(c, "hidden_size"));
+  ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(c, "vocab_size"));
+  ZM_ASSIGN_OR_RETURN(layout.n_experts, GetPositive(c, "num_experts"));
+  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(c, "num_experts_per_tok"));
+  if (layout.top_k > layout.n_experts)
+    return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > num_experts {}", layout.top_k,
+                                               layout.n_experts));
+  if (c.contains("rms_norm_eps") && c["rms_norm_eps"].is_number()) layout.rms_norm_eps = c["rms_norm_eps"].get<double>();
+  layout.zero_centred_norms = true;
+  LayoutBuilder b(&layout);
+  layout.embed_name = prefix + "embed_tokens.weight";
+  b.Add(layout.embed_name, {layout.vocab_size, layout.hidden_size}, InitKind::kEmbedding, 0.0f, kProjectionStd, -1);
+  ZM_RETURN_IF_ERROR(BuildQwen3NextLayers(c, prefix, layout, b));
+  b.Add(prefix + "norm.weight", {layout.hidden_size}, InitKind::kNormal, 0.0f, kZeroCentredNormStd, -1);
+  if (!GetBool(c, "tie_word_embeddings", GetBool(config, "tie_word_embeddings", false)))
+    b.Reader("lm_head", layout.vocab_size, layout.hidden_size, -1);
+  if (v35) {
+    auto vit = config.find("vision_config");
+    if (vit != config.end() && vit->is_object()) {
+      const json& v = *vit;
+      const int64_t vh = v.value("hidden_size", int64_t{32}), patch = v.value("patch_size", int64_t{16});
+      const int64_t ch = v.value("in_channels", int64_t{3}), temporal = v.value("temporal_patch_size", int64_t{2});
+      b.Add("model.visual.patch_embed.proj.weight", {vh, ch, temporal, patch, patch}, InitKind::kNormal, 0.0f,
+            kProjectionStd, -1);
+      b.Add("model.visual.patch_embed.proj.bias", {vh}, InitKind::kNormal, 0.0f, kBiasStd, -1);
+    }
+  }
+  return layout;
+}
+
 Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (!config.is_object()) return Status::InvalidArgument("config.json: not a JSON object");
   ModelLayout layout;
@@ -449,10 +619,11 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (type == "deepseek_v2" || IsNoauxTc(type)) experts_key = "n_routed_experts";
   if (type == "ernie4_5_moe") experts_key = "moe_num_experts";
   if (type == "gpt_oss") experts_key = "num_local_experts";
+  if (type == "qwen3_next" || type == "qwen3_5_moe") return BuildQwen3NextLayout(config, std::move(layout));
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
         "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
-        "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, switch_transformers)",
+        "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));

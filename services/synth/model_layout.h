@@ -4,8 +4,8 @@
 // Names follow the transformers implementations (state_dict order: embed_tokens, then per layer
 // self_attn, mlp / block_sparse_moe, input_layernorm, post_attention_layernorm; then model.norm and
 // lm_head). Supported model_type: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3,
-// glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss and
-// switch_transformers (encoder-decoder, F32 tensors; layer_id = the global layer). Works on real
+// glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe (its text_config; tensors under
+// model.language_model.) and switch_transformers (encoder-decoder, F32 tensors; layer_id = the global layer). Works on real
 // downloaded configs too (used by the router-skew measurement). Pure; thread-safe.
 #pragma once
 
@@ -25,6 +25,10 @@ enum class InitKind : uint8_t {
   kNormal,     // N(mean, std²) element-wise
   kEmbedding,  // N(0, std²) plus, under router skew, the shared channel a·μ̂ on every row
   kRouter,     // N(0, std²) rows, under router skew made ⊥ μ̂ and shifted by β_e·μ̂
+  // Gated DeltaNet gates (qwen3_next / qwen3_5_moe), u = Φ(z) uniform in (0, 1) from the same stream:
+  kLogUniform,     // A_log: log(U(uniform_lo, uniform_hi)) (transformers: A = uniform_(0, 16), A_log = log A)
+  kInvSoftplusDt,  // dt_bias: dt = exp(U(log lo, log hi)), stored softplus⁻¹(dt) = dt + log(-expm1(-dt))
+                   // (Mamba2's dt init), so softplus(a + dt_bias) ≈ dt for small a
 };
 
 // Standard deviations used by synth (HF initializer_range is 0.02; norms are weights ≈ 1).
@@ -33,6 +37,9 @@ constexpr float kNormMean = 1.0f;        // RMSNorm weights: 1 + N(0, kNormStd²
 constexpr float kNormStd = 0.02f;
 constexpr float kBiasStd = 0.01f;        // qwen2_moe q/k/v biases
 constexpr float kRelativeBiasStd = 0.1f; // switch_transformers relative_attention_bias (scores are unscaled)
+// qwen3_next / qwen3_5_moe store their RMSNorm weights zero-centred (the model multiplies by 1 + w):
+// N(0, kZeroCentredNormStd²), wide enough that a loader using w, or 1, instead of 1 + w is caught.
+constexpr float kZeroCentredNormStd = 0.1f;
 
 struct TensorRecipe {
   TensorSpec spec;  // BF16, shape [out, in] for Linear weights (row-major, as torch)
@@ -55,6 +62,9 @@ struct TensorRecipe {
   std::string mxfp4_source;
   bool mxfp4_scales = false;  // with mxfp4_source: the scales (else the blocks)
   bool source_only = false;
+  // kLogUniform / kInvSoftplusDt: the uniform range.
+  float uniform_lo = 0.0f;
+  float uniform_hi = 0.0f;
 };
 
 // One MoE layer's router and the RMSNorm that feeds it.
@@ -71,6 +81,7 @@ struct ModelLayout {
   int64_t n_experts = 0;  // routed experts per MoE layer
   int64_t top_k = 0;
   double rms_norm_eps = 1e-6;
+  bool zero_centred_norms = false;  // RMSNorm weights stored as w, applied as 1 + w (qwen3_next, qwen3_5_moe)
   std::string embed_name;  // model.embed_tokens.weight [vocab, hidden]
   std::vector<TensorRecipe> tensors;
   std::vector<MoeLayerInfo> moe_layers;

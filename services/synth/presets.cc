@@ -2,7 +2,8 @@
 // checkpoints' config.json: Qwen/Qwen1.5-MoE-A2.7B, mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B,
 // allenai/OLMoE-1B-7B-0924, deepseek-ai/DeepSeek-V2-Lite, moonshotai/Moonlight-16B-A3B (deepseek_v3),
 // zai-org/GLM-4.5-Air (glm4_moe), zai-org/GLM-4.7-Flash (glm4_moe_lite) and baidu/ERNIE-4.5-21B-A3B-PT
-// (ernie4_5_moe) and openai/gpt-oss-20b (gpt_oss) (see docs/synth.md for known deviations).
+// (ernie4_5_moe), openai/gpt-oss-20b (gpt_oss), Qwen/Qwen3-Next-80B-A3B-Instruct (qwen3_next) and
+// Qwen/Qwen3.5-35B-A3B (qwen3_5_moe) (see docs/synth.md for known deviations).
 #include "services/synth/presets.h"
 
 #include <fmt/format.h>
@@ -67,6 +68,23 @@ const std::vector<PresetRow> kPresets = {
    "GQA 4/2 with head_dim 32; sliding window 8 (128 in the real model) so a short prompt crosses it"},
   {"gpt_oss",     "mini", 1440, 24, 32, 4, 64, 1440,  0,    0, 32, 4, 201088,   0,   0,  0,   0, 0, 0,
    "gpt-oss-20b at half width: real depth/experts/vocab/head_dim; heads 64->32, kv 8->4"},
+  // The hybrids: layers 3 Gated DeltaNet + 1 gated full attention, repeated; every layer MoE with a
+  // shared expert; one MTP layer (mtp.*) never read. Trailing: q_lora_rank, n_group, topk_group,
+  // mtp_layers, use_qk_norm, linear key heads, linear value heads, linear head dim (dk = dv).
+  {"qwen3_next",  "tiny", 128,  4, 4, 2, 64,  256,  64,   64, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "3 linear + 1 full layer; GQA 4/2, head_dim 64 (rotary 16); linear heads 2 key / 4 value of 32",
+   0, 1, 1, 1, false, 2, 4, 32},
+  {"qwen3_next",  "mini", 1024, 12, 8, 2, 256, 2560, 256, 256, 128, 10, 151936, 0,  0,  0,   0, 0, 0,
+   "Qwen3-Next-80B-A3B at half width: layers 48->12 (9 linear + 3 full), experts 512->128 (top-10 kept); "
+   "heads 16->8 with the real head_dim 256, linear heads 16/32->8/16 of the real 128",
+   0, 1, 1, 1, false, 8, 16, 128},
+  {"qwen3_5_moe", "tiny", 128,  4, 4, 2, 64,    0,  64,   64, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "3 linear + 1 full layer; GQA 4/2, head_dim 64 (rotary 16); linear heads 2 key / 4 value of 32; fused experts",
+   0, 1, 1, 1, false, 2, 4, 32},
+  {"qwen3_5_moe", "mini", 1024, 12, 8, 2, 256,    0, 256, 256, 128, 8, 248320, 0,  0,  0,   0, 0, 0,
+   "Qwen3.5-35B-A3B at half width: layers 40->12 (9 linear + 3 full), experts 256->128 (top-8 kept); "
+   "heads 16->8 with the real head_dim 256, linear heads 16/32->8/16 of the real 128",
+   0, 1, 1, 1, false, 8, 16, 128},
 };
 // clang-format on
 
@@ -80,6 +98,15 @@ Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
   if (arch == "gpt_oss") {  // stops on <|return|>; <|endoftext|> pads (the real ids 200002 / 199999)
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
     config.erase("bos_token_id");
+  }
+  if (arch == "qwen3_5_moe") {  // text_config eos <|endoftext|> as the real 248044; vision ids at the top
+    config.erase("bos_token_id");
+    config.erase("eos_token_id");
+    config["text_config"]["eos_token_id"] = layout.IdOf("<|endoftext|>");
+    config["image_token_id"] = layout.IdOf("<|image_pad|>");
+    config["video_token_id"] = layout.IdOf("<|video_pad|>");
+    config["vision_start_token_id"] = layout.IdOf("<|vision_start|>");
+    config["vision_end_token_id"] = layout.IdOf("<|vision_end|>");
   }
   if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // GLM stops on <|endoftext|>, <|user|>, <|observation|>
     config["eos_token_id"] = {layout.IdOf("<|endoftext|>"), layout.IdOf("<|user|>"), layout.IdOf("<|observation|>")};
@@ -486,6 +513,123 @@ json GptOssConfig(const PresetRow& p, bool tiny) {
   };
 }
 
+// Qwen/Qwen3-Next-80B-A3B-Instruct's config.json key set (model_type qwen3_next): no layer_types key,
+// full_attention_interval 4 places the full-attention layers (3, 7, ...).
+json Qwen3NextConfig(const PresetRow& p) {
+  return json{
+      {"architectures", {"Qwen3NextForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"decoder_sparse_step", 1},
+      {"full_attention_interval", 4},
+      {"head_dim", p.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"linear_conv_kernel_dim", 4},
+      {"linear_key_head_dim", p.linear_head_dim},
+      {"linear_num_key_heads", p.linear_key_heads},
+      {"linear_num_value_heads", p.linear_value_heads},
+      {"linear_value_head_dim", p.linear_head_dim},
+      {"max_position_embeddings", 262144},
+      {"mlp_only_layers", json::array()},
+      {"model_type", "qwen3_next"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"mtp_num_hidden_layers", p.mtp_layers},
+      {"mtp_use_dedicated_embeddings", false},
+      {"norm_topk_prob", true},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts", p.num_experts},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"output_router_logits", false},
+      {"partial_rotary_factor", 0.25},
+      {"rms_norm_eps", 1e-06},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 10000000},
+      {"router_aux_loss_coef", 0.001},
+      {"shared_expert_intermediate_size", p.shared_intermediate},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.57.0.dev0"},
+      {"use_cache", true},
+      {"use_sliding_window", false},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
+// Qwen/Qwen3.5-35B-A3B's config.json (model_type qwen3_5_moe): the decoder in text_config (explicit
+// layer_types, rope_parameters with the multimodal RoPE sections, which change nothing for text), a
+// small vision_config: synth writes only the vision tower's patch embedding (model.visual.*), which
+// text serving never reads. The token ids are filled in by AddTokenIds.
+json Qwen35MoeConfig(const PresetRow& p, bool tiny) {
+  json layer_types = json::array();
+  for (int64_t i = 0; i < p.num_hidden_layers; ++i)
+    layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+  // mrope_section sums to the rotary half-width: head_dim * 0.25 / 2 (the real 11 + 11 + 10 = 32 of 256).
+  const int64_t half = p.head_dim / 8;
+  const int64_t sec = (half + 2) / 3;
+  json text{
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"attn_output_gate", true},
+      {"dtype", "bfloat16"},
+      {"full_attention_interval", 4},
+      {"head_dim", p.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"layer_types", layer_types},
+      {"linear_conv_kernel_dim", 4},
+      {"linear_key_head_dim", p.linear_head_dim},
+      {"linear_num_key_heads", p.linear_key_heads},
+      {"linear_num_value_heads", p.linear_value_heads},
+      {"linear_value_head_dim", p.linear_head_dim},
+      {"mamba_ssm_dtype", "float32"},
+      {"max_position_embeddings", 262144},
+      {"model_type", "qwen3_5_moe_text"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"mtp_num_hidden_layers", p.mtp_layers},
+      {"mtp_use_dedicated_embeddings", false},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts", p.num_experts},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"rms_norm_eps", 1e-06},
+      {"rope_parameters",
+       {{"mrope_interleaved", true},
+        {"mrope_section", {sec, sec, half - 2 * sec}},
+        {"partial_rotary_factor", 0.25},
+        {"rope_theta", 10000000},
+        {"rope_type", "default"}}},
+      {"shared_expert_intermediate_size", p.shared_intermediate},
+      {"tie_word_embeddings", false},
+      {"use_cache", true},
+      {"vocab_size", p.vocab_size},
+  };
+  json vision{
+      {"depth", 0},  // synth writes no vision block (docs/synth.md)
+      {"hidden_size", tiny ? 32 : 576},
+      {"in_channels", 3},
+      {"model_type", "qwen3_5_moe"},
+      {"out_hidden_size", p.hidden_size},
+      {"patch_size", 16},
+      {"spatial_merge_size", 2},
+      {"temporal_patch_size", 2},
+  };
+  return json{
+      {"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+      {"model_type", "qwen3_5_moe"},
+      {"text_config", text},
+      {"tie_word_embeddings", false},
+      {"transformers_version", "5.2.0.dev0"},
+      {"vision_config", vision},
+  };
+}
+
 // switch_transformers: google/switch-base-128's config.json key set. tiny: small for unit tests, with
 // expert_capacity 2 so a prompt of a dozen tokens overflows experts; mini: Switch-Base shapes (d_model
 // 768, d_ff 3072, 12 heads, d_kv 64, sparse step 2, capacity 64) at 2+2 blocks and 32 experts (128
@@ -545,7 +689,7 @@ const std::vector<PresetRow>& PresetTable() { return kPresets; }
 const std::vector<std::string>& ArchNames() {
   static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2",
                                                  "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe",
-                                                 "gpt_oss"};
+                                                 "gpt_oss", "qwen3_next", "qwen3_5_moe"};
   return names;
 }
 
@@ -575,7 +719,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
     if (!arch_known) {
       return Status::InvalidArgument(fmt::format(
           "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, "
-          "glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, switch_transformers)",
+          "glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, switch_transformers)",
           arch));
     }
     return Status::InvalidArgument(
@@ -601,6 +745,8 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
   if (arch == "glm4_moe_lite") config = Glm4MoeLiteConfig(*row);
   if (arch == "ernie4_5_moe") config = Ernie45MoeConfig(*row);
   if (arch == "gpt_oss") config = GptOssConfig(*row, preset == "tiny");
+  if (arch == "qwen3_next") config = Qwen3NextConfig(*row);
+  if (arch == "qwen3_5_moe") config = Qwen35MoeConfig(*row, preset == "tiny");
   if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
   ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
   return config;

@@ -16,7 +16,7 @@ namespace zipmoe::synth {
 
 // One row of the preset table. Sizes are element counts; 0 means "not used by this architecture".
 struct PresetRow {
-  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2 | deepseek_v3 | glm4_moe | glm4_moe_lite | ernie4_5_moe | gpt_oss
+  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2 | deepseek_v3 | glm4_moe | glm4_moe_lite | ernie4_5_moe | gpt_oss | qwen3_next | qwen3_5_moe
   const char* preset;  // tiny | mini
   int64_t hidden_size;
   int64_t num_hidden_layers;
@@ -43,6 +43,10 @@ struct PresetRow {
   int64_t topk_group = 1;
   int64_t mtp_layers = 0;       // num_nextn_predict_layers: MTP layers written after the decoder's
   bool use_qk_norm = false;     // glm4_moe
+  // Gated DeltaNet of the hybrid models (qwen3_next, qwen3_5_moe; every 4th layer full attention):
+  int64_t linear_key_heads = 0;    // linear_num_key_heads
+  int64_t linear_value_heads = 0;  // linear_num_value_heads
+  int64_t linear_head_dim = 0;     // linear_key_head_dim = linear_value_head_dim
 };
 
 const std::vector<PresetRow>& PresetTable();

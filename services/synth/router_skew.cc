@@ -126,6 +126,8 @@ Result<RouterShareReport> MeasureTopShare(const ModelLayout& layout, const Tenso
                                                  moe.layer_id, moe.norm_name, moe.router_name, norm.size(),
                                                  router.size(), hidden, layout.n_experts * hidden));
     }
+    if (layout.zero_centred_norms)
+      for (float& w : norm) w += 1.0f;  // Qwen3NextRMSNorm: x * (1 + w)
     for (int64_t t = 0; t < n_tokens; ++t) {
       for (int64_t j = 0; j < hidden; ++j) {
         const size_t i = static_cast<size_t>(t * hidden + j);

@@ -141,10 +141,13 @@ Result<PreparedModel> Prepare(const SynthOptions& options) {
     if (r.kind == InitKind::kEmbedding) r.std = static_cast<float>(options.embedding_std);
   }
   if (options.dtype == "fp8") {
-    if (options.arch == "switch_transformers" || options.arch == "gpt_oss")
+    if (options.arch == "switch_transformers" || options.arch == "gpt_oss" || options.arch == "qwen3_5_moe")
       return Status::InvalidArgument(fmt::format(
           "synth: --dtype fp8 is not for arch '{}' ({})", options.arch,
-          options.arch == "gpt_oss" ? "gpt_oss ships MXFP4 experts, which synth writes already" : "an encoder-decoder"));
+          options.arch == "gpt_oss"       ? "gpt_oss ships MXFP4 experts, which synth writes already"
+          : options.arch == "qwen3_5_moe" ? "its fused experts would stay BF16 beside FP8 projections, which the "
+                                            "loaders do not read"
+                                          : "an encoder-decoder"));
     ZM_RETURN_IF_ERROR(QuantizeToFp8(options.preset == "tiny" ? 32 : 128, m));
   } else if (!options.dtype.empty()) {
     if (options.arch != "switch_transformers" || (options.dtype != "bf16" && options.dtype != "f32"))

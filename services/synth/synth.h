@@ -4,11 +4,13 @@
 // look like to any loader: config.json (the real model's key set), BF16 safetensors weights named and
 // shaped as the transformers implementation expects (sharded with model.safetensors.index.json above
 // shard_size_bytes), generation_config.json, tokenizer.json (byte-level BPE, Qwen2 pre-tokenizer) and
-// tokenizer_config.json. Architectures: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2; presets
+// tokenizer_config.json. Architectures: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3,
+// glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe (and switch_transformers); presets
 // tiny (<= 20 MB, for tests) and mini (the real model at half width, a few GB). See docs/synth.md.
 //
 // Weights are N(mean, std²) (embeddings std SynthOptions::embedding_std = 1, projections std 0.02,
-// RMSNorm weights 1 + N(0, 0.02²), biases std 0.01)
+// RMSNorm weights 1 + N(0, 0.02²) or, where the model applies 1 + w (qwen3_next, qwen3_5_moe), N(0, 0.1²),
+// biases std 0.01; the Gated DeltaNet's conv1d / A_log / dt_bias as model_layout.cc)
 // drawn from a per-tensor stream seeded by (seed, tensor name): the output bytes depend only on the
 // options, never on the thread count. router_skew > 0 makes expert popularity skewed (a few hot experts
 // per layer) through a shared embedding direction read only by the routers (docs/synth.md).
@@ -27,7 +29,7 @@
 namespace zipmoe::synth {
 
 struct SynthOptions {
-  std::string arch;      // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2
+  std::string arch;      // an arch of presets.h ArchNames(), or switch_transformers
   std::string preset;    // tiny | mini
   std::string out_dir;   // created if missing; existing weight files there are replaced
   uint64_t seed = 0;
@@ -78,7 +80,8 @@ Result<nlohmann::json> PresetConfig(const std::string& arch, const std::string& 
 Result<uint64_t> ParseByteSize(const std::string& text);
 
 // Expert popularity measured on an approximation of each MoE layer's router input (docs/synth.md):
-// x = RMSNorm(embedding row of a uniformly random token id) * post_attention_layernorm.weight of that
+// x = RMSNorm(embedding row of a uniformly random token id) * post_attention_layernorm.weight (1 + w
+// for zero-centred norms) of that
 // layer, i.e. as if the residual stream were still the embedding. No attention or expert is run.
 struct RouterShareReport {
   std::vector<int32_t> layer_ids;  // MoE layers, ascending

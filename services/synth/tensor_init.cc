@@ -23,6 +23,15 @@ void ProjectOut(const std::vector<float>& dir, float* z) {
   for (size_t j = 0; j < n; ++j) z[j] -= d * dir[j];
 }
 
+// kLogUniform / kInvSoftplusDt (model_layout.h) from a standard normal z: u = Φ(z) in (0, 1).
+float GateValue(const TensorRecipe& r, float z) {
+  const double u = std::min(std::max(0.5 * std::erfc(-static_cast<double>(z) / std::sqrt(2.0)), 1e-12), 1.0 - 1e-12);
+  const double lo = r.uniform_lo, hi = r.uniform_hi;
+  if (r.kind == InitKind::kLogUniform) return static_cast<float>(std::log(lo + (hi - lo) * u));
+  const double dt = std::exp(std::log(lo) + (std::log(hi) - std::log(lo)) * u);
+  return static_cast<float>(dt + std::log(-std::expm1(-dt)));
+}
+
 }  // namespace
 
 int64_t RowLength(const TensorSpec& spec) { return spec.shape.empty() ? 1 : spec.shape.back(); }
@@ -66,6 +75,10 @@ void GenerateRowsF32(const TensorRecipe& recipe, const SkewModel& skew, uint64_t
       for (int64_t j = 0; j < row_len; ++j) {
         o[j] = recipe.std * zr[j] + b * dir[static_cast<size_t>(j)];
       }
+      continue;
+    }
+    if (recipe.kind == InitKind::kLogUniform || recipe.kind == InitKind::kInvSoftplusDt) {
+      for (int64_t j = 0; j < row_len; ++j) o[j] = GateValue(recipe, zr[j]);
       continue;
     }
     if (skewed && recipe.reads_residual) ProjectOut(dir, zr);

@@ -155,10 +155,17 @@ int64_t SpecialTokenLayout::IdOf(const std::string& token) const {
 Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t vocab_size) {
   SpecialTokenLayout layout;
   layout.vocab_size = vocab_size;
-  if (arch == "qwen2_moe" || arch == "qwen3_moe") {
+  if (arch == "qwen2_moe" || arch == "qwen3_moe" || arch == "qwen3_next") {
     layout.back = {kQwenEndOfText, kQwenImStart, kQwenImEnd};
     layout.bos_token = kQwenEndOfText;
     layout.eos_token = arch == "qwen2_moe" ? kQwenEndOfText : kQwenImEnd;
+    layout.pad_token = kQwenEndOfText;
+  } else if (arch == "qwen3_5_moe") {  // Qwen's specials in their real order (vision ids as in config.json)
+    layout.back = {kQwenEndOfText,      kQwenImStart,      kQwenImEnd,        "<|object_ref_start|>",
+                   "<|object_ref_end|>", "<|box_start|>",   "<|box_end|>",     "<|quad_start|>",
+                   "<|quad_end|>",       "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+                   "<|image_pad|>",      "<|video_pad|>"};
+    layout.eos_token = kQwenImEnd;
     layout.pad_token = kQwenEndOfText;
   } else if (arch == "mixtral") {
     layout.front = {"<unk>", "<s>", "</s>"};
@@ -214,16 +221,17 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
   c["eos_token"] = layout.eos_token;
   c["pad_token"] = NullOr(layout.pad_token);
   c["unk_token"] = nullptr;
-  if (arch == "qwen2_moe" || arch == "qwen3_moe") {
+  const bool qwen3 = arch == "qwen3_moe" || arch == "qwen3_next" || arch == "qwen3_5_moe";
+  if (arch == "qwen2_moe" || qwen3) {
     c["add_prefix_space"] = false;
     c["additional_special_tokens"] = {kQwenImStart, kQwenImEnd};
     c["chat_template"] = kChatMlTemplate;
     c["clean_up_tokenization_spaces"] = false;
     c["errors"] = "replace";
-    c["model_max_length"] = arch == "qwen2_moe" ? 32768 : 131072;
+    c["model_max_length"] = arch == "qwen2_moe" ? 32768 : qwen3 && arch != "qwen3_moe" ? 262144 : 131072;
     c["split_special_tokens"] = false;
     c["tokenizer_class"] = "Qwen2Tokenizer";
-    if (arch == "qwen3_moe") c["add_bos_token"] = false;
+    if (qwen3) c["add_bos_token"] = false;
   } else if (arch == "mixtral") {
     c["add_bos_token"] = true;
     c["add_eos_token"] = false;
@@ -293,11 +301,19 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
 nlohmann::json GenerationConfigJson(const nlohmann::json& config) {
   json g;
   g["_from_model_config"] = true;
+  const std::string type = config.value("model_type", "");
   if (config.contains("bos_token_id")) g["bos_token_id"] = config["bos_token_id"];
-  g["eos_token_id"] = config["eos_token_id"];
+  if (config.contains("eos_token_id")) g["eos_token_id"] = config["eos_token_id"];
   // Qwen3 stops on <|im_end|> or <|endoftext|>, as its real generation_config.json.
-  if (config.value("model_type", "") == "qwen3_moe" && config.contains("bos_token_id")) {
+  if ((type == "qwen3_moe" || type == "qwen3_next") && config.contains("bos_token_id")) {
     g["eos_token_id"] = {config["eos_token_id"], config["bos_token_id"]};
+  }
+  // Qwen3.5: config.json's text_config names <|endoftext|>; generation stops on <|im_end|> (the id after
+  // <|im_start|>, two after <|endoftext|>) or <|endoftext|>, as its generation_config.json.
+  if (type == "qwen3_5_moe" && config.contains("text_config") && config["text_config"].contains("eos_token_id")) {
+    const int64_t end_of_text = config["text_config"]["eos_token_id"].get<int64_t>();
+    g["eos_token_id"] = {end_of_text + 2, end_of_text};
+    g["pad_token_id"] = end_of_text;
   }
   if (config.contains("pad_token_id")) g["pad_token_id"] = config["pad_token_id"];
   if (config.contains("bos_token_id") && config["bos_token_id"].is_null()) g.erase("bos_token_id");
