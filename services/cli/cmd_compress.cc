@@ -50,8 +50,8 @@ void AddCompressCommand(CLI::App& app, int* exit_code) {
       fmt::print(stderr, "I: compress: removed {} temporary director{} an interrupted compress of {} left\n",
                  s.stale_temp_dirs_removed, s.stale_temp_dirs_removed == 1 ? "y" : "ies", args->options.out_dir);
     if (s.mtp_tensors_skipped > 0)
-      fmt::print(stderr, "I: compress: left out {} tensors ({:.1f} MB) of multi-token-prediction layers "
-                 "(model.layers.L, L >= num_hidden_layers): they are not used for decoding\n",
+      fmt::print(stderr, "I: compress: left out {} tensors ({:.1f} MB) that decoding never reads (multi-token-prediction "
+                 "layers: model.layers.L with L >= num_hidden_layers, mtp.*; a vision tower: model.visual.*)\n",
                  s.mtp_tensors_skipped, s.mtp_bytes_skipped / 1e6);
     fmt::print("compressed {} -> {}: {} expert tensors ({:.1f} MB -> {:.1f} MB stored, ratio {:.4f}; experts.bin "
                "{:.1f} MB with 4 KiB alignment), {} dense tensors, {:.1f} s\n",

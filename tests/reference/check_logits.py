@@ -9,7 +9,7 @@
       max|zipmoe - ref| <= 1e-4 * max|ref| per row. Exit 1 on any failure (arch, dir kind, row named).
       Synth variants follow the presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded, mixtral
       --router-skew, FP8 checkpoints); --base-only skips them. Archs of ARCHS_PENDING (implemented
-      here before `zipmoe synth` offers them: qwen3_next, qwen3_5_moe) are compared only when named.
+      here before `zipmoe synth` offers them; none at present) are compared only when named.
 
   check_logits.py --self-test [--arch ...]
       Internal consistency of the reference without zipmoe: known-answer checks of its helpers
@@ -40,8 +40,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--zipmoe", help="path of the zipmoe binary")
     ap.add_argument("--arch", action="append",
-                    help=f"architecture(s), comma-separated or repeated (default: {', '.join(ARCHS)}; with "
-                         f"--self-test also {', '.join(ARCHS_PENDING)}; {', '.join(ARCHS_PENDING)} only when named)")
+                    help=f"architecture(s), comma-separated or repeated (default: {', '.join(ARCHS)}"
+                         + (f"; with --self-test also {', '.join(ARCHS_PENDING)}; {', '.join(ARCHS_PENDING)} only "
+                            f"when named)" if ARCHS_PENDING else ")"))
     ap.add_argument("--seed", type=int, default=7, help="zipmoe synth seed")
     ap.add_argument("--threads", type=int, default=2, help="zipmoe generate --threads")
     ap.add_argument("--work-dir", help="keep everything in this dir instead of a temp dir")

@@ -32,7 +32,7 @@ using testing::TempDir;
 using test::WriteToyCheckpoint;
 
 const char* const kArchs[] = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-                               "glm4_moe_lite", "ernie4_5_moe", "gpt_oss"};
+                               "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe"};
 
 // Tiny synthetic checkpoint of `arch` (seed 7), shared across test processes (read-only).
 std::string TinyModel(const std::string& arch) { return testing::CachedSynth("--arch " + arch + " --preset tiny --seed 7"); }
@@ -69,7 +69,7 @@ TEST_P(ConvertRoundTripTest, CompressVerifyBitExact) {
   auto ckpt = Checkpoint::Open(model);
   ASSERT_TRUE(ckpt.ok());
   // Multi-token-prediction layers (model.layers.L, L >= num_hidden_layers; deepseek_v3 and glm4_moe
-  // tiny have one) are left out.
+  // tiny have one; qwen3_next's mtp.*) are left out.
   const int64_t n_layers = (*ckpt)->config().value("num_hidden_layers", int64_t{0});
   if (std::string(arch) == "gpt_oss") {
     // Fused MXFP4 experts: every expert tensor read back from the store (blocks then scales) is put
@@ -104,9 +104,38 @@ TEST_P(ConvertRoundTripTest, CompressVerifyBitExact) {
     }
     return;
   }
+  if (std::string(arch) == "qwen3_5_moe") {
+    // Fused BF16 experts gate_up_proj [E, 2I, H] (gate rows first) and down_proj [E, H, I]: every expert
+    // tensor read back from the store goes back into its place, and the rebuilt tensors must equal the
+    // checkpoint's bytes.
+    std::map<std::string, std::vector<uint8_t>> rebuilt;
+    for (const auto& t : (*store)->manifest().expert_tensors) {
+      ASSERT_EQ(t.dtype, DType::kBF16) << t.name;
+      std::vector<uint8_t> raw(t.raw_bytes());
+      ASSERT_TRUE((*store)->ReadTensor(t, raw.data()).ok()) << t.name;
+      const bool down = t.proj == ExpertProj::kDown;
+      const std::string name = fmt::format("model.language_model.layers.{}.mlp.experts.{}", t.layer_id,
+                                           down ? "down_proj" : "gate_up_proj");
+      auto v = (*ckpt)->Find(name);
+      ASSERT_TRUE(v.ok()) << name;
+      rebuilt[name].resize(v->size_bytes());
+      const size_t per_expert = v->size_bytes() / static_cast<size_t>(v->spec.shape[0]);
+      const size_t offset = t.expert_id * per_expert + (t.proj == ExpertProj::kUp ? per_expert / 2 : 0);
+      ASSERT_LE(offset + raw.size(), rebuilt[name].size()) << t.name;
+      std::memcpy(rebuilt[name].data() + offset, raw.data(), raw.size());
+    }
+    const int64_t text_layers = (*ckpt)->config()["text_config"].value("num_hidden_layers", int64_t{0});
+    ASSERT_EQ(rebuilt.size(), static_cast<size_t>(2 * text_layers));
+    for (const auto& [name, bytes] : rebuilt) {
+      auto v = (*ckpt)->Find(name);
+      ASSERT_TRUE(v.ok());
+      EXPECT_EQ(std::memcmp(bytes.data(), v->data, bytes.size()), 0) << name;
+    }
+    return;
+  }
   int64_t experts_in_ckpt = 0;
   for (const auto& name : (*ckpt)->names()) {
-    if (name.find(".experts.") == std::string::npos) continue;
+    if (name.find(".experts.") == std::string::npos || name.rfind("mtp.", 0) == 0) continue;
     if (name.rfind("model.layers.", 0) == 0 && std::stoll(name.substr(13)) >= n_layers) continue;
     ++experts_in_ckpt;
   }

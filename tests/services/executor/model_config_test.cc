@@ -21,7 +21,7 @@ json Preset(const std::string& arch, int64_t q_lora_rank = 0) {
 
 TEST(ModelConfigTest, ParsesEveryPreset) {
   for (const char* arch : {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-                           "glm4_moe_lite", "ernie4_5_moe", "gpt_oss"}) {
+                           "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe"}) {
     auto c = ParseModelConfig(Preset(arch), "config.json");
     ASSERT_TRUE(c.ok()) << arch << ": " << c.status().ToString();
     EXPECT_EQ(c->model_type, arch);

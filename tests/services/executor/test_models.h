@@ -14,10 +14,11 @@
 
 namespace zipmoe::testing {
 
-// Variants: the five archs, plus "deepseek_v2_qlora" (q_lora_rank 32: q_a_proj/q_b_proj MLA path).
+// Variants: the five first archs, "deepseek_v2_qlora" (q_lora_rank 32: q_a_proj/q_b_proj MLA path) and the
+// hybrid linear-attention ones (Gated DeltaNet state beside the KV cache).
 inline const std::vector<std::string>& ExecutorVariants() {
-  static const std::vector<std::string> v = {"qwen2_moe", "mixtral",          "qwen3_moe",
-                                             "olmoe",     "deepseek_v2",      "deepseek_v2_qlora"};
+  static const std::vector<std::string> v = {"qwen2_moe",   "mixtral",           "qwen3_moe",  "olmoe",
+                                             "deepseek_v2", "deepseek_v2_qlora", "qwen3_next", "qwen3_5_moe"};
   return v;
 }
 
