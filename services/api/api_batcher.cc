@@ -213,6 +213,9 @@ void ApiServer::BatchLoop() {
     for (executor::BatchSession::Finished& f : session->Step()) {
       auto it = running.find(f.id);
       if (it == running.end()) continue;
+      it->second->cached_tokens = f.result.cached_prompt_tokens;
+      if (metrics_ != nullptr && f.result.cached_prompt_tokens > 0)
+        metrics_->AddCachedPromptTokens(static_cast<uint64_t>(f.result.cached_prompt_tokens));
       Finish(*it->second, f.status, f.result.stopped_on_eos);
       running.erase(it);
     }

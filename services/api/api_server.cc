@@ -393,12 +393,18 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     return json{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
   };
   const auto usage = [&] {
-    int64_t prompt_tokens = 0, completion_tokens = 0;
+    int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     for (const PromptInput& p : r.prompts) prompt_tokens += static_cast<int64_t>(p.ids.size());
-    for (const auto& job : request->jobs) completion_tokens += job->completion_tokens;
+    std::vector<int64_t> cached(r.prompts.size(), 0);  // per prompt: what its choices found cached
+    for (const auto& job : request->jobs) {
+      completion_tokens += job->completion_tokens;
+      if (job->prompt < cached.size()) cached[job->prompt] = std::max(cached[job->prompt], job->cached_tokens);
+    }
+    for (int64_t c : cached) cached_tokens += c;
     return json{{"prompt_tokens", prompt_tokens},
                 {"completion_tokens", completion_tokens},
-                {"total_tokens", prompt_tokens + completion_tokens}};
+                {"total_tokens", prompt_tokens + completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
   };
   const auto all_done = [&]() ZM_REQUIRES(request->mu) { return request->done_jobs == request->jobs.size(); };
 

@@ -49,6 +49,7 @@ struct ApiServer::Job {
   ApiError error;
   std::string text;  // the whole text once done
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache held (not prefilled)
   std::string finish_reason = "length";
   std::vector<executor::SampledToken> logprobs;  // every token's (when requested)
   std::vector<size_t> offsets;                   // text offset of every token (completions logprobs)

@@ -107,6 +107,11 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-batch", args->serve.max_batch, "requests decoded together (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--prefix-cache", args->serve.prefix_cache_mib,
+                  "MiB of finished requests' KV caches kept so that a prompt starting with their tokens (a chat's "
+                  "history) is not prefilled again; 0 = off")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--max-waiting", args->serve.max_waiting, "sequences queued for a batch slot before requests get 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

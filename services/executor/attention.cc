@@ -32,6 +32,32 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Te
   return {l.k.narrow(1, 0, need), l.v.narrow(1, 0, need)};
 }
 
+int64_t KvCache::bytes() const {
+  int64_t total = 0;
+  for (const Layer& l : layers_) {
+    if (l.k.defined()) total += static_cast<int64_t>(l.k.nbytes() + l.v.nbytes());
+  }
+  for (const LinearState& s : linear_) total += static_cast<int64_t>((s.conv.size() + s.recurrent.size()) * sizeof(float));
+  return total;
+}
+
+KvCache KvCache::Prefix(int64_t n) const {
+  TORCH_CHECK(n > 0 && n <= length_, "KvCache::Prefix: ", n, " positions of ", length_);
+  TORCH_CHECK(!has_recurrent_state() || n == length_,
+              "KvCache::Prefix: a Gated DeltaNet state holds all ", length_, " positions, not ", n);
+  TORCH_CHECK(cross_.empty(), "KvCache::Prefix: an encoder-decoder cache is not shared");
+  KvCache out(static_cast<int64_t>(layers_.size()));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    if (!l.k.defined()) continue;
+    out.layers_[i].k = l.k.narrow(1, 0, n).clone(at::MemoryFormat::Contiguous);
+    out.layers_[i].v = l.v.narrow(1, 0, n).clone(at::MemoryFormat::Contiguous);
+  }
+  out.linear_ = linear_;
+  out.length_ = n;
+  return out;
+}
+
 at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
                         int64_t window, const at::Tensor& sinks) {
   const int64_t n_heads = q.size(0), t = q.size(1), dk = q.size(2);

@@ -37,6 +37,18 @@ class KvCache {
   // Commits t new positions once every layer has appended them.
   void Advance(int64_t t) { length_ += t; }
 
+  // Bytes the cache holds: every layer's key and value tensors (their whole capacity) and the Gated
+  // DeltaNet layers' state.
+  int64_t bytes() const;
+  // Whether a Gated DeltaNet layer ran: its state summarises every position, so the cache can be
+  // reused at its full length only (a KV cache can be cut at any position).
+  bool has_recurrent_state() const { return !linear_.empty(); }
+  // A copy holding positions [0, n) of every layer, each key / value tensor sized to n (a prompt that
+  // starts with those n tokens continues from it: prefix_cache.h). Requires 0 < n <= length(), n ==
+  // length() when has_recurrent_state(), and no cross-attention state (encoder-decoder caches are not
+  // shared). Throws c10::Error otherwise.
+  KvCache Prefix(int64_t n) const;
+
   // Gated DeltaNet layers (linear_attention.h): the conv1d's last K-1 inputs [K-1, C] and the delta
   // rule's state [nv, dk, dv], float32 row-major, empty until the layer first runs (then zeros).
   struct LinearState {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
@@ -25,6 +26,7 @@
 #include "services/executor/model.h"
 #include "services/executor/model_weights.h"
 #include "services/executor/moe_device.h"
+#include "services/executor/prefix_cache.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
@@ -66,6 +68,7 @@ struct Generator::Impl {
   std::unique_ptr<ObservedExpertProvider> observed;  // records each layer's routing, then on_routing
   std::vector<std::vector<int32_t>> last_routing;    // [num_hidden_layers]: the latest step's experts
   std::unique_ptr<Model> model;
+  std::unique_ptr<PrefixCache> prefix_cache;  // GeneratorOptions::prefix_cache_bytes > 0
 };
 
 Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -113,6 +116,10 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     return Status::InvalidArgument(fmt::format(
         "substitution alpha {} is outside [0, 1): 0 computes the exact model, (0, 1) lets SMoE replace low-score experts",
         options.substitution_alpha));
+  if (options.prefix_cache_bytes < 0)
+    return Status::InvalidArgument(fmt::format("prefix cache bytes {} is negative (0 turns it off)",
+                                               options.prefix_cache_bytes));
+  if (options.prefix_cache_bytes > 0) impl->prefix_cache = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
   ZM_ASSIGN_OR_RETURN(at::Device device, ParseDevice(options.device));
   ZM_RETURN_IF_ERROR(TorchBoundary("set_num_threads", [&]() -> Status {
     at::set_num_threads(impl->n_threads);  // torch reports 1 otherwise in this build
@@ -190,6 +197,22 @@ const scheduler::DeviceCostModel& Generator::device_cost() const {
   static const scheduler::DeviceCostModel kNoAccelerator;  // has_accelerator false
   const DevicePlacement* placement = impl_->model->device_placement();
   return placement != nullptr ? placement->cost : kNoAccelerator;
+}
+
+PrefixCacheCounters Generator::prefix_cache_stats() const {
+  PrefixCacheCounters out;
+  if (!impl_->prefix_cache) return out;
+  const PrefixCacheStats& s = impl_->prefix_cache->stats();
+  out.enabled = true;
+  out.lookups = s.lookups;
+  out.hits = s.hits;
+  out.reused_tokens = s.reused_tokens;
+  out.inserted = s.inserted;
+  out.evicted = s.evicted;
+  out.entries = s.entries;
+  out.bytes = s.bytes;
+  out.budget_bytes = s.budget_bytes;
+  return out;
 }
 
 DeviceExpertStats Generator::device_expert_stats() const {
@@ -279,6 +302,7 @@ struct BatchSession::Impl {
     SequenceCallback on_token;
     GenerationResult result;
     bool prefilled = false;
+    std::vector<int32_t> prefill;  // the prompt tokens to feed (all, or those after a prefix-cache hit)
     std::vector<int32_t> feed;  // the one token of a decode step
     std::unordered_map<int32_t, int32_t> counts;  // generated token -> occurrences (penalties)
     Sequence(SequenceId i, const GenerationParams& p, uint64_t stream, KvCache c, SequenceCallback cb,
@@ -289,9 +313,35 @@ struct BatchSession::Impl {
   };
   Model* model = nullptr;
   const ModelConfig* config = nullptr;
+  PrefixCache* prefix_cache = nullptr;  // the Generator's, or null
   std::vector<std::unique_ptr<Sequence>> sequences;  // in the order they were added
   SequenceId next_id = 1;
   int64_t steps = 0;
+
+  // A finished sequence's cache goes to the prefix cache with the tokens its positions hold.
+  void KeepForReuse(Sequence& s) {
+    if (prefix_cache == nullptr || config->is_encoder_decoder()) return;
+    const int64_t n = s.cache.length();
+    if (n <= 0) return;
+    std::vector<int32_t> tokens = s.result.prompt_ids;
+    tokens.insert(tokens.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
+    if (static_cast<int64_t>(tokens.size()) < n) return;
+    tokens.resize(static_cast<size_t>(n));
+    prefix_cache->Insert(std::move(tokens), std::move(s.cache));
+  }
+  // A model with a recurrent state (Gated DeltaNet) keeps a copy of the cache right after the prompt too
+  // (prefix_cache.h): a chat's next turn starts with this prompt even when the answer re-tokenizes
+  // differently.
+  void KeepPromptSnapshot(const Sequence& s) {
+    if (prefix_cache == nullptr || config->is_encoder_decoder() || s.params.record_logits ||
+        !s.cache.has_recurrent_state() || s.cache.length() != static_cast<int64_t>(s.result.prompt_ids.size()))
+      return;
+    // A snapshot that cannot be made (out of memory) only costs a later prefill.
+    (void)TorchBoundary("prefix cache snapshot", [&]() -> Status {
+      prefix_cache->Insert(s.result.prompt_ids, s.cache.Prefix(s.cache.length()));
+      return Status::Ok();
+    });
+  }
 };
 
 BatchSession::BatchSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -301,6 +351,7 @@ std::unique_ptr<BatchSession> Generator::NewSession() {
   auto impl = std::make_unique<BatchSession::Impl>();
   impl->model = impl_->model.get();
   impl->config = &impl_->loaded->config;
+  impl->prefix_cache = impl_->prefix_cache.get();
   return std::unique_ptr<BatchSession>(new BatchSession(std::move(impl)));
 }
 
@@ -325,9 +376,23 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
       return Status::InvalidArgument(
           fmt::format("prompt token {} (position {}) is outside the vocabulary [0, {})", prompt[i], i, c.vocab_size));
   }
+  // A prompt that starts with a finished sequence's tokens continues from a copy of its cache.
+  int64_t reused = 0;
+  std::optional<KvCache> hit;
+  if (impl_->prefix_cache != nullptr && !params.record_logits && !c.is_encoder_decoder()) {
+    Status looked = TorchBoundary("prefix cache lookup", [&]() -> Status {
+      hit = impl_->prefix_cache->Lookup(prompt, &reused);
+      return Status::Ok();
+    });
+    if (!looked.ok()) return looked;
+  }
   const SequenceId id = impl_->next_id++;
-  impl_->sequences.push_back(std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->model->NewCache(),
-                                                              std::move(on_token), std::move(prompt)));
+  auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream,
+                                              hit ? std::move(*hit) : impl_->model->NewCache(), std::move(on_token),
+                                              std::move(prompt));
+  seq->prefill.assign(seq->result.prompt_ids.begin() + reused, seq->result.prompt_ids.end());
+  seq->result.cached_prompt_tokens = reused;
+  impl_->sequences.push_back(std::move(seq));
   return id;
 }
 
@@ -343,7 +408,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
   for (auto& s : sequences) {
     all_logits = all_logits || s->params.record_logits;
     if (s->prefilled) s->feed.assign(1, s->result.generated_ids.back());
-    tokens.push_back(s->prefilled ? &s->feed : &s->result.prompt_ids);
+    tokens.push_back(s->prefilled ? &s->feed : &s->prefill);
     caches.push_back(&s->cache);
   }
   Result<at::Tensor> forward = impl_->model->Forward(tokens, caches, all_logits);
@@ -369,6 +434,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
     row += len;
     const bool was_prefill = !s.prefilled;
     s.prefilled = true;
+    if (was_prefill) impl_->KeepPromptSnapshot(s);
     bool go_on = false;
     bool cancelled = false;
     if (!(was_prefill && s.params.max_new_tokens == 0)) {
@@ -412,6 +478,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
     if (go_on) {
       still.push_back(std::move(sequences[j]));
     } else {
+      impl_->KeepForReuse(s);
       finished.push_back(Finished{s.id, Status::Ok(), std::move(r), cancelled});
     }
   }

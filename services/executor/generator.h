@@ -65,6 +65,18 @@ struct GeneratorOptions {
   // Ignored elsewhere.
   int64_t device_memory_budget_bytes = -1;
   double device_memory_budget_percent = 0;
+  // Prefix reuse (prefix_cache.h): bytes of finished sequences' KV caches kept so that a later prompt
+  // starting with their tokens continues from a copy instead of feeding them again (a multi-turn chat
+  // re-sends its history). 0 = off (the default: benchmarks measure full prefills). Sequences that
+  // record logits and encoder-decoder models never use it. Negative: kInvalidArgument from Create.
+  int64_t prefix_cache_bytes = 0;
+};
+
+// What the prefix cache did (Generator::prefix_cache_stats).
+struct PrefixCacheCounters {
+  bool enabled = false;
+  uint64_t lookups = 0, hits = 0, reused_tokens = 0, inserted = 0, evicted = 0;
+  int64_t entries = 0, bytes = 0, budget_bytes = 0;
 };
 
 // What the GPU executor's device F slots did (Generator::device_expert_stats).
@@ -109,6 +121,8 @@ struct GenerationResult {
   // decoder_start_token_id: logits_rows = 1 + max(0, generated - 1).
   std::vector<float> logits;
   int64_t logits_rows = 0;
+  // Prompt tokens not fed because the prefix cache held them (GeneratorOptions::prefix_cache_bytes).
+  int64_t cached_prompt_tokens = 0;
 };
 
 // Timings of one Generate call (wall clock, seconds).
@@ -262,6 +276,8 @@ class Generator {
   scheduler::DeviceAssignmentStats device_assignment_stats() const;
   // The device F slots' counters (active false without them).
   DeviceExpertStats device_expert_stats() const;
+  // The prefix cache's counters (enabled false without one). Call between steps, on the stepping thread.
+  PrefixCacheCounters prefix_cache_stats() const;
 
  private:
   struct Impl;

@@ -122,6 +122,7 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
       !st.ok())
     return fail(st);
   options.substitution_alpha = args.substitution_alpha;
+  options.prefix_cache_bytes = args.prefix_cache_mib << 20;
   Result<std::unique_ptr<ExpertProvider>> created = make_provider();
   if (!created.ok()) return fail(created.status());
   std::unique_ptr<ExpertProvider> provider = std::move(created).value();
@@ -130,8 +131,10 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   if (!generator.ok()) return fail(generator.status());
   server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
   std::fprintf(stderr, "%s",
-               fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, request grouping {})\n",
+               fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, prefix cache {}, request "
+                           "grouping {})\n",
                            args.host, httpd->port(), std::max(1, args.max_batch),
+                           args.prefix_cache_mib > 0 ? fmt::format("{} MiB", args.prefix_cache_mib) : std::string("off"),
                            api_options.grouping == scheduler::RequestGrouping::kNone
                                ? std::string("none")
                                : fmt::format("{} over {} waiting", scheduler::RequestGroupingName(api_options.grouping),
@@ -165,10 +168,13 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
   args.device_assignment = config.device_assignment;
   args.device_memory_budget = config.device_memory_budget;
   args.max_batch = static_cast<int>(config.http_max_batch);
+  args.prefix_cache_mib = config.http_prefix_cache_mib;
   args.request_grouping = config.http_request_grouping;
   args.group_window = static_cast<int>(config.http_group_window);
   ResolveServeOptions(&args);  // ZIPMOE_API_KEY / ZIPMOE_SERVED_MODEL_NAME when the config sets none
   if (args.max_batch < 1) return Fail(Status::InvalidArgument("executor: http.max_batch must be >= 1"));
+  if (args.prefix_cache_mib < 0)
+    return Fail(Status::InvalidArgument("executor: http.prefix_cache_mib must be >= 0 (0 turns prefix reuse off)"));
   if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));
   Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = runtime::StartMetrics(config, "executor",
                                                                                config.metrics_port_executor);

@@ -45,6 +45,9 @@ struct ServeOptions {
   std::string device_memory_budget;  // GPU executor's device slots: "" = auto (ParseDeviceMemoryBudget)
   int max_batch = 8;  // sequences decoded together (continuous batching); 1 = one at a time
   int max_waiting = 256;  // sequences queued beyond the batch before requests get 429
+  // Finished sequences' KV caches kept so a prompt that starts with their tokens (a chat's history) is
+  // not prefilled again (services/executor/prefix_cache.h); 0 = off.
+  int64_t prefix_cache_mib = 512;
   int http_threads = 0;  // 0 = 2 x max_batch + 32
   int http_read_timeout_ms = 10000;
   std::string cors_origin = "*";

@@ -225,9 +225,14 @@ ExecutorMetrics::ExecutorMetrics(prometheus::Registry& registry) {
                         .Register(registry);
   prompt_tokens_ = &prometheus::BuildCounter()
                         .Name("zipmoe_prompt_tokens_total")
-                        .Help("Prompt tokens prefilled (each choice's prompt).")
+                        .Help("Prompt tokens of admitted requests (each choice's prompt), cached ones included.")
                         .Register(registry)
                         .Add({});
+  cached_prompt_tokens_ = &prometheus::BuildCounter()
+                               .Name("zipmoe_prompt_tokens_cached_total")
+                               .Help("Prompt tokens the prefix cache held: continued from a kept KV cache, not prefilled.")
+                               .Register(registry)
+                               .Add({});
   generation_tokens_ = &prometheus::BuildCounter()
                             .Name("zipmoe_generation_tokens_total")
                             .Help("Tokens generated.")
@@ -287,6 +292,9 @@ void ExecutorMetrics::AddTokens(uint64_t tokens) {
   generation_tokens_->Increment(static_cast<double>(tokens));
 }
 void ExecutorMetrics::AddPromptTokens(uint64_t tokens) { prompt_tokens_->Increment(static_cast<double>(tokens)); }
+void ExecutorMetrics::AddCachedPromptTokens(uint64_t tokens) {
+  cached_prompt_tokens_->Increment(static_cast<double>(tokens));
+}
 void ExecutorMetrics::SetQueueDepth(double sequences) {
   queue_depth_->Set(NonNegative(sequences));
   requests_waiting_->Set(NonNegative(sequences));

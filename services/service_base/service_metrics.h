@@ -147,7 +147,8 @@ class ExecutorMetrics {
   void ObserveTtft(double seconds);  // sequence arrival → its first generated token (both TTFT families)
   void ObserveTpot(double seconds);  // one token after the first (tpot and inter-token latency)
   void AddTokens(uint64_t tokens);   // generated tokens (both generated/generation token counters)
-  void AddPromptTokens(uint64_t tokens);  // prompt tokens prefilled
+  void AddPromptTokens(uint64_t tokens);  // prompt tokens of admitted requests
+  void AddCachedPromptTokens(uint64_t tokens);  // of them, those the prefix cache held
   void SetQueueDepth(double sequences);   // sequences waiting for a batch slot (queue depth, requests_waiting)
   void SetRunning(double sequences);      // sequences in the batch
   // Sequences admitted to the batch, by order: "fifo" (the oldest waiting) or "grouped" (request
@@ -170,6 +171,7 @@ class ExecutorMetrics {
   prometheus::Family<prometheus::Counter>* http_requests_ = nullptr;
   // The serving metrics every LLM server exports (vLLM's names under the zipmoe_ prefix).
   prometheus::Counter* prompt_tokens_ = nullptr;
+  prometheus::Counter* cached_prompt_tokens_ = nullptr;
   prometheus::Counter* generation_tokens_ = nullptr;
   prometheus::Gauge* requests_running_ = nullptr;
   prometheus::Family<prometheus::Counter>* admitted_ = nullptr;

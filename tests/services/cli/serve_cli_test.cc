@@ -333,6 +333,50 @@ TEST(ServeCli, CoServeRequestGroupingKeepsEveryCompletionExact) {
 // With the embedded runtime, GET /metrics on the API port has the serving, cache and runtime
 // families, and promtool accepts the exposition. SMoE's policy brings its top-score prefetching by
 // default; substitution is counted.
+// Prefix reuse (--prefix-cache, on by default): a chat's next turn re-sends the history; the tokens a
+// finished request's cache holds are not prefilled again (usage.prompt_tokens_details.cached_tokens,
+// zipmoe_prompt_tokens_cached_total), and the completion equals `zipmoe generate` on the whole prompt.
+TEST(ServeCli, APromptStartingWithAFinishedRequestsTokensIsNotPrefilledAgain) {
+  const std::string model = CachedSynth("--arch qwen2_moe --preset tiny --seed 7");
+  TempDir tmp;
+  const std::vector<int32_t> turn1 = {5, 17, 300, 42, 900, 1500, 77, 8};
+  const auto generate = [&](const std::vector<int32_t>& prompt, int n) {
+    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
+                                  "--json", model, fmt::join(prompt, ","), n));
+    EXPECT_EQ(gen.exit_code, 0) << gen.output;
+    return json::parse(gen.output.substr(gen.output.find('{')));
+  };
+  const json ref1 = generate(turn1, 6);
+  std::vector<int32_t> turn2 = turn1;
+  for (int32_t id : ref1["generated_ids"].get<std::vector<int32_t>>()) turn2.push_back(id);
+  const size_t history = turn2.size() - 1;  // the last generated token was never fed
+  for (int32_t id : {64, 128, 3}) turn2.push_back(id);
+  const json ref2 = generate(turn2, 6);
+  for (const bool on : {true, false}) {
+    SCOPED_TRACE(on ? "prefix cache on" : "--prefix-cache 0");
+    TempDir run;
+    ServeProcess serve(run, fmt::format("--model {} --threads 1{}", model, on ? "" : " --prefix-cache 0"));
+    ASSERT_TRUE(serve.healthy()) << serve.log();
+    const auto complete = [&](const std::vector<int32_t>& prompt) {
+      const HttpReply r = Http(run, serve.port(), "POST", "/v1/completions",
+                               json{{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}}.dump());
+      EXPECT_EQ(r.status, 200) << r.body;
+      return r.status == 200 ? json::parse(r.body) : json::object();
+    };
+    const json first = complete(turn1);
+    EXPECT_EQ(first["choices"][0]["text"], ref1["text"]);
+    EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    const json second = complete(turn2);
+    EXPECT_EQ(second["choices"][0]["text"], ref2["text"]);
+    EXPECT_EQ(second["usage"]["prompt_tokens"], turn2.size());
+    EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], on ? history : 0);
+    const HttpReply metrics = Http(run, serve.port(), "GET", "/metrics");
+    const std::string sample = fmt::format("zipmoe_prompt_tokens_cached_total {}", on ? history : 0);
+    EXPECT_NE(metrics.body.find(sample), std::string::npos) << sample << "\n" << metrics.body;
+    EXPECT_NE(serve.log().find(on ? "prefix cache 512 MiB" : "prefix cache off"), std::string::npos) << serve.log();
+  }
+}
+
 TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
   const std::string model = testing::CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 7"));
   TempDir tmp;
