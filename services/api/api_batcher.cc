@@ -219,6 +219,10 @@ void ApiServer::BatchLoop() {
       Finish(*it->second, f.status, f.result.stopped_on_eos);
       running.erase(it);
     }
+    if (metrics_ != nullptr) {
+      const executor::KvBudgetCounters kv = generator_->kv_budget_stats();
+      metrics_->SetKvCache(kv.used_bytes, kv.budget_bytes, kv.preemptions);
+    }
     {
       MutexLock lock(&queue_mu_);
       running_count_ = running.size();

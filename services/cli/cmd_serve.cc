@@ -112,6 +112,12 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "history) is not prefilled again; 0 = off")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--kv-budget", args->serve.kv_budget_mib,
+                  "MiB the running requests' KV caches may use: prompts wait while it is full, a request that needs "
+                  "room preempts the latest admitted one (resumed exactly later), a prompt larger than all of it is a "
+                  "400; -1 = auto (half the memory available once the model is loaded, at least 256), 0 = none")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
   cmd->add_option("--max-waiting", args->serve.max_waiting, "sequences queued for a batch slot before requests get 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

@@ -17,7 +17,8 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Te
   const int64_t need = length_ + t;
   const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
   if (need > capacity) {
-    const int64_t new_capacity = std::max<int64_t>({need, 2 * capacity, 16});
+    const int64_t new_capacity = page_positions_ > 0 ? (need + page_positions_ - 1) / page_positions_ * page_positions_
+                                                    : std::max<int64_t>({need, 2 * capacity, 16});
     at::Tensor nk = at::empty({k.size(0), new_capacity, k.size(2)}, k.options());
     at::Tensor nv = at::empty({v.size(0), new_capacity, v.size(2)}, v.options());
     if (length_ > 0) {
@@ -55,6 +56,7 @@ KvCache KvCache::Prefix(int64_t n) const {
   }
   out.linear_ = linear_;
   out.length_ = n;
+  out.page_positions_ = page_positions_;
   return out;
 }
 

@@ -31,6 +31,9 @@ class KvCache {
 
   // Positions cached (the next token's position).
   int64_t length() const { return length_; }
+  // Growth in whole pages of `positions` (a KV budget counts pages: generator.h kv_budget_bytes)
+  // instead of doubling; 0 = doubling (the default).
+  void set_page_positions(int64_t positions) { page_positions_ = positions; }
   // Appends k [n, t, dk], v [n, t, dv] at position length() of `layer_id` and returns views of
   // the whole cache of that layer: k [n, length()+t, dk], v [n, length()+t, dv].
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v);
@@ -74,6 +77,7 @@ class KvCache {
   std::vector<Layer> layers_;
   std::vector<LinearState> linear_;  // [n_layers] once a Gated DeltaNet layer ran
   int64_t length_ = 0;
+  int64_t page_positions_ = 0;
   std::vector<std::pair<at::Tensor, at::Tensor>> cross_;
 };
 

@@ -60,6 +60,21 @@ void AppendRows(const at::Tensor& logits, int64_t first, int64_t n, std::vector<
 
 }  // namespace
 
+// The KV budget of GeneratorOptions::kv_budget_bytes, shared by the Generator's sessions.
+struct KvBudget {
+  int64_t bytes = 0;               // 0: unbounded
+  int64_t page_positions = 0;      // caches grow in pages of this many positions (0: doubling)
+  int64_t bytes_per_position = 0;  // Model::KvBytesPerPosition
+  int64_t fixed_bytes = 0;         // Model::KvFixedBytes
+  int64_t used_bytes = 0;          // held by sequences now
+  uint64_t preemptions = 0;
+  // A sequence's bytes at `positions` cached positions, in whole pages.
+  int64_t SequenceBytes(int64_t positions) const {
+    const int64_t pages = page_positions > 0 ? (positions + page_positions - 1) / page_positions : 0;
+    return pages * page_positions * bytes_per_position + fixed_bytes;
+  }
+};
+
 struct Generator::Impl {
   std::string dir;
   int n_threads = 1;
@@ -69,6 +84,8 @@ struct Generator::Impl {
   std::vector<std::vector<int32_t>> last_routing;    // [num_hidden_layers]: the latest step's experts
   std::unique_ptr<Model> model;
   std::unique_ptr<PrefixCache> prefix_cache;  // GeneratorOptions::prefix_cache_bytes > 0
+  KvBudget budget;
+  int64_t kv_page_positions = 64;  // GeneratorOptions::kv_page_positions
 };
 
 Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -120,6 +137,13 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     return Status::InvalidArgument(fmt::format("prefix cache bytes {} is negative (0 turns it off)",
                                                options.prefix_cache_bytes));
   if (options.prefix_cache_bytes > 0) impl->prefix_cache = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
+  if (options.kv_budget_bytes < 0 || options.kv_page_positions < 1)
+    return Status::InvalidArgument(fmt::format("KV budget {} bytes / page {} positions: the budget must be >= 0 (0 = "
+                                               "unbounded) and the page >= 1", options.kv_budget_bytes,
+                                               options.kv_page_positions));
+  impl->budget.bytes = options.kv_budget_bytes;
+  impl->kv_page_positions = options.kv_page_positions;
+  impl->budget.page_positions = options.kv_budget_bytes > 0 ? options.kv_page_positions : 0;
   ZM_ASSIGN_OR_RETURN(at::Device device, ParseDevice(options.device));
   ZM_RETURN_IF_ERROR(TorchBoundary("set_num_threads", [&]() -> Status {
     at::set_num_threads(impl->n_threads);  // torch reports 1 otherwise in this build
@@ -150,6 +174,8 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   provider = impl->observed.get();
   impl->provider = provider;
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
+  impl->budget.bytes_per_position = impl->model->KvBytesPerPosition();
+  impl->budget.fixed_bytes = impl->model->KvFixedBytes();
   impl->model->set_substitution_alpha(options.substitution_alpha);
   if (options.device_assignment == scheduler::DeviceAssignmentMode::kGreedy && !device.is_cpu()) {
     scheduler::DeviceCostModel cost;
@@ -197,6 +223,25 @@ const scheduler::DeviceCostModel& Generator::device_cost() const {
   static const scheduler::DeviceCostModel kNoAccelerator;  // has_accelerator false
   const DevicePlacement* placement = impl_->model->device_placement();
   return placement != nullptr ? placement->cost : kNoAccelerator;
+}
+
+Status Generator::set_kv_budget_bytes(int64_t bytes) {
+  if (bytes < 0) return Status::InvalidArgument(fmt::format("KV budget {} bytes is negative (0 = unbounded)", bytes));
+  impl_->budget.bytes = bytes;
+  if (bytes > 0 && impl_->budget.page_positions == 0) impl_->budget.page_positions = impl_->kv_page_positions;
+  return Status::Ok();
+}
+
+KvBudgetCounters Generator::kv_budget_stats() const {
+  KvBudgetCounters out;
+  const KvBudget& b = impl_->budget;
+  out.enabled = b.bytes > 0 && !impl_->loaded->config.is_encoder_decoder();
+  out.budget_bytes = b.bytes;
+  out.used_bytes = b.used_bytes;
+  out.bytes_per_position = b.bytes_per_position;
+  out.fixed_bytes = b.fixed_bytes;
+  out.preemptions = b.preemptions;
+  return out;
 }
 
 PrefixCacheCounters Generator::prefix_cache_stats() const {
@@ -302,7 +347,10 @@ struct BatchSession::Impl {
     SequenceCallback on_token;
     GenerationResult result;
     bool prefilled = false;
-    std::vector<int32_t> prefill;  // the prompt tokens to feed (all, or those after a prefix-cache hit)
+    bool looked_up = false;        // the prefix cache was asked (once, when first considered for a step)
+    int64_t held_bytes = 0;        // KV bytes counted against the budget (KvBudget)
+    std::vector<int32_t> prefill;  // the tokens to feed (the prompt, its part after a prefix-cache hit, or
+                                   // after a preemption the prompt and every generated token)
     std::vector<int32_t> feed;  // the one token of a decode step
     std::unordered_map<int32_t, int32_t> counts;  // generated token -> occurrences (penalties)
     Sequence(SequenceId i, const GenerationParams& p, uint64_t stream, KvCache c, SequenceCallback cb,
@@ -314,9 +362,42 @@ struct BatchSession::Impl {
   Model* model = nullptr;
   const ModelConfig* config = nullptr;
   PrefixCache* prefix_cache = nullptr;  // the Generator's, or null
+  KvBudget* budget = nullptr;           // the Generator's; budget->bytes == 0: unbounded
   std::vector<std::unique_ptr<Sequence>> sequences;  // in the order they were added
   SequenceId next_id = 1;
   int64_t steps = 0;
+
+  bool bounded() const { return budget->bytes > 0 && !config->is_encoder_decoder(); }
+  // Drops a running sequence's cache to make room: it waits again and re-prefills its prompt and every
+  // token it generated (the same bits, the kernels being batch-invariant), then samples on.
+  void Preempt(Sequence& s) {
+    budget->used_bytes -= s.held_bytes;
+    s.held_bytes = 0;
+    s.cache = model->NewCache();
+    s.cache.set_page_positions(budget->page_positions);
+    s.prefill = s.result.prompt_ids;
+    s.prefill.insert(s.prefill.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
+    s.prefilled = false;
+    ++budget->preemptions;
+  }
+  // The first time a waiting sequence is considered for a step: a prompt that starts with a finished
+  // sequence's tokens continues from a copy of its cache (a lookup made then, not when it was queued, so
+  // a waiting sequence holds no copy).
+  void LookUpPrefix(Sequence& s) {
+    s.looked_up = true;
+    if (prefix_cache == nullptr || s.params.record_logits || config->is_encoder_decoder()) return;
+    int64_t reused = 0;
+    std::optional<KvCache> hit;
+    if (!TorchBoundary("prefix cache lookup", [&]() -> Status {
+          hit = prefix_cache->Lookup(s.result.prompt_ids, &reused);
+          return Status::Ok();
+        }).ok() || !hit)
+      return;
+    s.cache = std::move(*hit);
+    s.cache.set_page_positions(budget->page_positions);
+    s.prefill.assign(s.result.prompt_ids.begin() + reused, s.result.prompt_ids.end());
+    s.result.cached_prompt_tokens = reused;
+  }
 
   // A finished sequence's cache goes to the prefix cache with the tokens its positions hold.
   void KeepForReuse(Sequence& s) {
@@ -352,6 +433,7 @@ std::unique_ptr<BatchSession> Generator::NewSession() {
   impl->model = impl_->model.get();
   impl->config = &impl_->loaded->config;
   impl->prefix_cache = impl_->prefix_cache.get();
+  impl->budget = &impl_->budget;
   return std::unique_ptr<BatchSession>(new BatchSession(std::move(impl)));
 }
 
@@ -376,22 +458,16 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
       return Status::InvalidArgument(
           fmt::format("prompt token {} (position {}) is outside the vocabulary [0, {})", prompt[i], i, c.vocab_size));
   }
-  // A prompt that starts with a finished sequence's tokens continues from a copy of its cache.
-  int64_t reused = 0;
-  std::optional<KvCache> hit;
-  if (impl_->prefix_cache != nullptr && !params.record_logits && !c.is_encoder_decoder()) {
-    Status looked = TorchBoundary("prefix cache lookup", [&]() -> Status {
-      hit = impl_->prefix_cache->Lookup(prompt, &reused);
-      return Status::Ok();
-    });
-    if (!looked.ok()) return looked;
-  }
+  if (impl_->bounded() && impl_->budget->SequenceBytes(static_cast<int64_t>(prompt.size())) > impl_->budget->bytes)
+    return Status::InvalidArgument(fmt::format(
+        "the prompt's {} tokens need {:.1f} MiB of KV cache, more than the whole KV budget of {:.1f} MiB", prompt.size(),
+        static_cast<double>(impl_->budget->SequenceBytes(static_cast<int64_t>(prompt.size()))) / (1 << 20),
+        static_cast<double>(impl_->budget->bytes) / (1 << 20)));
   const SequenceId id = impl_->next_id++;
-  auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream,
-                                              hit ? std::move(*hit) : impl_->model->NewCache(), std::move(on_token),
+  auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->model->NewCache(), std::move(on_token),
                                               std::move(prompt));
-  seq->prefill.assign(seq->result.prompt_ids.begin() + reused, seq->result.prompt_ids.end());
-  seq->result.cached_prompt_tokens = reused;
+  seq->cache.set_page_positions(impl_->budget->page_positions);
+  seq->prefill = seq->result.prompt_ids;
   impl_->sequences.push_back(std::move(seq));
   return id;
 }
@@ -402,10 +478,72 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
   if (sequences.empty()) return finished;
   const ModelConfig& c = *impl_->config;
   const int64_t vocab = c.vocab_size;
+  KvBudget& budget = *impl_->budget;
+  // Which sequences this step feeds: every one without a KV budget. With one, running sequences first
+  // (oldest first), each growing by a position; one that needs bytes that are not free preempts the most
+  // recently admitted other running sequence (itself when it is that one); then waiting sequences, oldest
+  // first, while their prefill fits (no overtaking).
+  std::vector<Impl::Sequence*> batch;
+  for (auto& sp : sequences) {
+    if (!sp->looked_up && !sp->prefilled) impl_->LookUpPrefix(*sp);
+  }
+  if (!impl_->bounded()) {
+    for (auto& sp : sequences) batch.push_back(sp.get());
+  } else {
+    std::vector<Impl::Sequence*> running;
+    for (auto& sp : sequences)
+      if (sp->prefilled) running.push_back(sp.get());
+    for (size_t i = 0; i < running.size(); ++i) {
+      Impl::Sequence& s = *running[i];
+      if (!s.prefilled) continue;  // preempted for an older one in this loop
+      const int64_t need = budget.SequenceBytes(s.cache.length() + 1) - s.held_bytes;
+      while (budget.used_bytes + need > budget.bytes) {
+        // The youngest running sequence that may be preempted (not recording logits: a re-prefill would
+        // record its rows again).
+        Impl::Sequence* victim = nullptr;
+        for (size_t v = running.size(); v-- > i;) {
+          if (running[v]->prefilled && !running[v]->params.record_logits) {
+            victim = running[v];
+            break;
+          }
+        }
+        if (victim == nullptr && !s.params.record_logits) victim = &s;
+        if (victim == nullptr) break;
+        impl_->Preempt(*victim);
+        if (victim == &s) break;
+      }
+      if (!s.prefilled) continue;
+      if (budget.used_bytes + need > budget.bytes) continue;  // nothing to preempt: it waits (logits recorded)
+      budget.used_bytes += need;
+      s.held_bytes += need;
+      batch.push_back(&s);
+    }
+    for (auto& sp : sequences) {
+      Impl::Sequence& s = *sp;
+      if (s.prefilled) continue;
+      const int64_t need =
+          budget.SequenceBytes(s.cache.length() + static_cast<int64_t>(s.prefill.size())) - s.held_bytes;
+      if (budget.used_bytes + need > budget.bytes) break;
+      budget.used_bytes += need;
+      s.held_bytes += need;
+      batch.push_back(&s);
+    }
+    // Keep the batch in the sequences' order (the order of `tokens` must not depend on preemptions).
+    std::sort(batch.begin(), batch.end(), [&](const Impl::Sequence* a, const Impl::Sequence* b) { return a->id < b->id; });
+    if (batch.empty()) {  // cannot happen: a lone sequence always fits (AddSequence and `fits` below)
+      for (auto& sp : sequences) {
+        budget.used_bytes -= sp->held_bytes;
+        finished.push_back(Finished{sp->id, Status::Unavailable("no waiting sequence fits in the KV budget"),
+                                    std::move(sp->result), false});
+      }
+      sequences.clear();
+      return finished;
+    }
+  }
   bool all_logits = false;  // every position's logits, when some sequence records them
   std::vector<const std::vector<int32_t>*> tokens;
   std::vector<KvCache*> caches;
-  for (auto& s : sequences) {
+  for (Impl::Sequence* s : batch) {
     all_logits = all_logits || s->params.record_logits;
     if (s->prefilled) s->feed.assign(1, s->result.generated_ids.back());
     tokens.push_back(s->prefilled ? &s->feed : &s->prefill);
@@ -414,16 +552,22 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
   Result<at::Tensor> forward = impl_->model->Forward(tokens, caches, all_logits);
   ++impl_->steps;
   if (!forward.ok()) {
-    for (auto& s : sequences) finished.push_back(Finished{s->id, forward.status(), std::move(s->result), false});
-    sequences.clear();
+    for (Impl::Sequence* s : batch) {
+      budget.used_bytes -= s->held_bytes;
+      finished.push_back(Finished{s->id, forward.status(), std::move(s->result), false});
+    }
+    std::vector<std::unique_ptr<Impl::Sequence>> waiting;
+    for (auto& sp : sequences)
+      if (std::find(batch.begin(), batch.end(), sp.get()) == batch.end()) waiting.push_back(std::move(sp));
+    sequences.swap(waiting);
     return finished;
   }
   const at::Tensor& logits = *forward;
   std::vector<float> penalized;  // scratch: one row with the sequence's penalties applied
-  std::vector<std::unique_ptr<Impl::Sequence>> still;
+  std::vector<Impl::Sequence*> ended;
   int64_t row = 0;
-  for (size_t j = 0; j < sequences.size(); ++j) {
-    Impl::Sequence& s = *sequences[j];
+  for (size_t j = 0; j < batch.size(); ++j) {
+    Impl::Sequence& s = *batch[j];
     GenerationResult& r = s.result;
     const int64_t len = impl_->model->LogitsRows(static_cast<int64_t>(tokens[j]->size()), !s.prefilled);
     if (all_logits && s.params.record_logits) {
@@ -469,20 +613,29 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
         cancelled = true;
       } else {
         // Positions fed to the decoder: the prompt and the generated tokens but the last, or for an
-        // encoder-decoder model the start token and the generated tokens but the last.
+        // encoder-decoder model the start token and the generated tokens but the last. With a KV budget
+        // a sequence also ends where it alone would no longer fit.
         const int64_t fed = static_cast<int64_t>((c.is_encoder_decoder() ? 1 : r.prompt_ids.size()) +
                                                  r.generated_ids.size()) - 1;
-        go_on = static_cast<int64_t>(r.generated_ids.size()) < s.params.max_new_tokens && fed < c.max_position_embeddings;
+        const bool fits = !impl_->bounded() || budget.SequenceBytes(fed + 1) <= budget.bytes;
+        go_on = static_cast<int64_t>(r.generated_ids.size()) < s.params.max_new_tokens &&
+                fed < c.max_position_embeddings && fits;
       }
     }
-    if (go_on) {
-      still.push_back(std::move(sequences[j]));
-    } else {
+    if (!go_on) {
+      budget.used_bytes -= s.held_bytes;
+      s.held_bytes = 0;
       impl_->KeepForReuse(s);
       finished.push_back(Finished{s.id, Status::Ok(), std::move(r), cancelled});
+      ended.push_back(&s);
     }
   }
-  sequences.swap(still);
+  if (!ended.empty()) {
+    std::vector<std::unique_ptr<Impl::Sequence>> still;
+    for (auto& sp : sequences)
+      if (std::find(ended.begin(), ended.end(), sp.get()) == ended.end()) still.push_back(std::move(sp));
+    sequences.swap(still);
+  }
   return finished;
 }
 

@@ -70,6 +70,27 @@ struct GeneratorOptions {
   // re-sends its history). 0 = off (the default: benchmarks measure full prefills). Sequences that
   // record logits and encoder-decoder models never use it. Negative: kInvalidArgument from Create.
   int64_t prefix_cache_bytes = 0;
+  // A bound on the KV caches of the sequences a session runs (issue 43): caches grow in pages of
+  // kv_page_positions positions and every page counts against kv_budget_bytes. A step admits a waiting
+  // prompt only when its pages fit (oldest first, no overtaking); a running sequence that needs a page
+  // that is not free preempts the most recently admitted running sequence (itself, when it is that one):
+  // its cache is dropped, it waits again, and when readmitted it re-prefills its prompt and every token
+  // it generated, then samples on: the same tokens and log-probabilities as an uninterrupted run (the
+  // kernels do not depend on the batch). A prompt whose pages alone exceed the budget is refused
+  // (AddSequence: kInvalidArgument); a sequence ends, as at max_position_embeddings, where it alone would
+  // not fit. Encoder-decoder models are not bounded. 0 = unbounded (the default). Negative budget or
+  // page < 1: kInvalidArgument from Create.
+  int64_t kv_budget_bytes = 0;
+  int64_t kv_page_positions = 64;
+};
+
+// The KV budget's state (Generator::kv_budget_stats).
+struct KvBudgetCounters {
+  bool enabled = false;
+  int64_t budget_bytes = 0, used_bytes = 0;
+  int64_t bytes_per_position = 0;  // every attention layer's keys and values of one position
+  int64_t fixed_bytes = 0;         // per sequence, whatever its length (Gated DeltaNet state)
+  uint64_t preemptions = 0;
 };
 
 // What the prefix cache did (Generator::prefix_cache_stats).
@@ -193,15 +214,17 @@ class BatchSession {
   BatchSession(const BatchSession&) = delete;
   BatchSession& operator=(const BatchSession&) = delete;
 
-  // Queues a sequence; the next Step feeds its prompt. `sampler_stream` is the Sampler stream
-  // (sampler.h; Generate uses the prompt index, a server 0 so a request samples alike in any batch).
-  // Errors (nothing queued): kInvalidArgument for an empty prompt, a prompt longer than
-  // max_position_embeddings, a token id outside [0, vocab_size), negative max_new_tokens.
+  // Queues a sequence; a later Step feeds its prompt (the next one, unless a KV budget makes it wait).
+  // `sampler_stream` is the Sampler stream (sampler.h; Generate uses the prompt index, a server 0 so a
+  // request samples alike in any batch). Errors (nothing queued): kInvalidArgument for an empty prompt, a
+  // prompt longer than max_position_embeddings or than the KV budget holds, a token id outside
+  // [0, vocab_size), negative max_new_tokens.
   Result<SequenceId> AddSequence(std::vector<int32_t> prompt, const GenerationParams& params,
                                  uint64_t sampler_stream = 0, SequenceCallback on_token = nullptr);
 
-  // One forward pass over every queued prompt and running sequence, in the order they were added;
-  // samples one token per sequence (a sequence with max_new_tokens 0 ends after its prefill).
+  // One forward pass over every queued prompt and running sequence (with a KV budget: those that fit,
+  // GeneratorOptions::kv_budget_bytes), in the order they were added; samples one token per sequence
+  // fed (a sequence with max_new_tokens 0 ends after its prefill).
   // Returns the sequences that ended in this step: EOS (when params.stop_on_eos), max_new_tokens,
   // the context length, or a callback returning false. If the forward fails, every sequence of the
   // step ends with that status (their KV caches are unusable). An exception thrown by a callback
@@ -278,6 +301,11 @@ class Generator {
   DeviceExpertStats device_expert_stats() const;
   // The prefix cache's counters (enabled false without one). Call between steps, on the stepping thread.
   PrefixCacheCounters prefix_cache_stats() const;
+  // The KV budget's state (enabled false without one). Call between steps, on the stepping thread.
+  KvBudgetCounters kv_budget_stats() const;
+  // Sets GeneratorOptions::kv_budget_bytes after Create (a server sizes it once the model is loaded),
+  // before any session runs a step. Errors: kInvalidArgument for a negative budget.
+  Status set_kv_budget_bytes(int64_t bytes);
 
  private:
   struct Impl;

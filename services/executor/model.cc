@@ -25,6 +25,34 @@ Model::Model(const LoadedModel& model, ExpertProvider* provider, at::Device devi
   }
 }
 
+int64_t Model::KvBytesPerPosition() const {
+  const ModelConfig& c = model_.config;
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype_));
+  if (switch_) return 2 * c.num_decoder_layers * 2 * c.num_attention_heads * c.head_dim * elem;  // self + cross
+  int64_t per_layer = 0;
+  if (c.mla()) {
+    per_layer = c.num_attention_heads * (c.q_head_dim() + c.v_dim());
+  } else {
+    per_layer = c.num_key_value_heads * 2 * c.head_dim;
+  }
+  int64_t total = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (!c.IsLinearAttentionLayer(l)) total += per_layer * elem;
+  return total;
+}
+
+int64_t Model::KvFixedBytes() const {
+  const ModelConfig& c = model_.config;
+  const int64_t channels = 2 * c.linear_num_key_heads * c.linear_key_head_dim +
+                           c.linear_num_value_heads * c.linear_value_head_dim;
+  const int64_t per_layer = c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim +
+                            (c.linear_conv_kernel_dim - 1) * channels;
+  int64_t total = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.IsLinearAttentionLayer(l)) total += per_layer * static_cast<int64_t>(sizeof(float));
+  return total;
+}
+
 Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>& tokens,
                                   const std::vector<KvCache*>& caches, bool all_logits) {
   if (switch_) return switch_->Forward(tokens, caches, all_logits);

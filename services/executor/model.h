@@ -36,6 +36,11 @@ class Model {
   Model(const LoadedModel& model, ExpertProvider* provider, at::Device device, at::ScalarType dtype);
 
   const ModelConfig& config() const { return model_.config; }
+  // A sequence's cache size: bytes per cached position (every attention layer's keys and values in the
+  // compute dtype; switch_transformers: decoder self- and cross-attention) and bytes that do not grow
+  // (the Gated DeltaNet layers' conv inputs and state, float32).
+  int64_t KvBytesPerPosition() const;
+  int64_t KvFixedBytes() const;
   KvCache NewCache() const { return switch_ ? switch_->NewCache() : KvCache(model_.config.num_hidden_layers); }
   // Logits rows a sequence's step yields for its `n_fed` new tokens: n_fed, except an
   // encoder-decoder model's first step (the prompt feeds the encoder; one row, for the decoder's

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +29,30 @@
 #include "services/service_base/service_metrics.h"
 
 namespace zipmoe::executor {
+namespace {
+
+// /proc/meminfo's MemAvailable in bytes (0 if unreadable).
+int64_t AvailableMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+// The bytes of the regular files directly in `dir` (a model directory is flat).
+int64_t DirectoryBytes(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) total += static_cast<int64_t>(e.file_size(ec));
+  return total;
+}
+
+}  // namespace
+
 namespace {
 
 constexpr int kSignalPollMillis = 200;  // how often the main thread checks for signals and a dead listener
@@ -123,17 +149,30 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
     return fail(st);
   options.substitution_alpha = args.substitution_alpha;
   options.prefix_cache_bytes = args.prefix_cache_mib << 20;
+  // The KV budget is sized after the model is loaded (what is left then is what caches can use).
+  options.kv_budget_bytes = args.kv_budget_mib > 0 ? args.kv_budget_mib << 20 : 0;
   Result<std::unique_ptr<ExpertProvider>> created = make_provider();
   if (!created.ok()) return fail(created.status());
   std::unique_ptr<ExpertProvider> provider = std::move(created).value();
   options.expert_provider = provider.get();
   Result<std::unique_ptr<Generator>> generator = Generator::Create(options);
   if (!generator.ok()) return fail(generator.status());
+  if (args.kv_budget_mib < 0) {
+    // Auto, measured now that the weights are loaded: half of MemAvailable less the model directory's
+    // bytes (its mapped pages count as available page cache), less the prefix cache; at least 256 MiB.
+    const int64_t left = std::max<int64_t>(0, AvailableMemoryBytes() - DirectoryBytes(args.model_dir));
+    if (Status st = (*generator)->set_kv_budget_bytes(
+            std::max<int64_t>(int64_t{256} << 20, left / 2 - options.prefix_cache_bytes));
+        !st.ok())
+      return fail(st);
+  }
+  const int64_t kv_budget_bytes = (*generator)->kv_budget_stats().budget_bytes;
   server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
   std::fprintf(stderr, "%s",
-               fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, prefix cache {}, request "
-                           "grouping {})\n",
+               fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, KV budget {}, prefix cache "
+                           "{}, request grouping {})\n",
                            args.host, httpd->port(), std::max(1, args.max_batch),
+                           kv_budget_bytes > 0 ? fmt::format("{} MiB", kv_budget_bytes >> 20) : std::string("none"),
                            args.prefix_cache_mib > 0 ? fmt::format("{} MiB", args.prefix_cache_mib) : std::string("off"),
                            api_options.grouping == scheduler::RequestGrouping::kNone
                                ? std::string("none")
@@ -169,10 +208,13 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
   args.device_memory_budget = config.device_memory_budget;
   args.max_batch = static_cast<int>(config.http_max_batch);
   args.prefix_cache_mib = config.http_prefix_cache_mib;
+  args.kv_budget_mib = config.http_kv_budget_mib;
   args.request_grouping = config.http_request_grouping;
   args.group_window = static_cast<int>(config.http_group_window);
   ResolveServeOptions(&args);  // ZIPMOE_API_KEY / ZIPMOE_SERVED_MODEL_NAME when the config sets none
   if (args.max_batch < 1) return Fail(Status::InvalidArgument("executor: http.max_batch must be >= 1"));
+  if (args.kv_budget_mib < -1)
+    return Fail(Status::InvalidArgument("executor: http.kv_budget_mib must be -1 (auto), 0 (none) or a size in MiB"));
   if (args.prefix_cache_mib < 0)
     return Fail(Status::InvalidArgument("executor: http.prefix_cache_mib must be >= 0 (0 turns prefix reuse off)"));
   if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));

@@ -48,6 +48,11 @@ struct ServeOptions {
   // Finished sequences' KV caches kept so a prompt that starts with their tokens (a chat's history) is
   // not prefilled again (services/executor/prefix_cache.h); 0 = off.
   int64_t prefix_cache_mib = 512;
+  // Bound on the running sequences' KV caches (services/executor/generator.h kv_budget_bytes): prompts
+  // wait while it is full, a running sequence that needs room preempts the most recently admitted one
+  // (resumed exactly later), a prompt larger than all of it is a 400. -1 = auto: half the memory
+  // available once the model is loaded, less the prefix cache, at least 256 MiB; 0 = unbounded.
+  int64_t kv_budget_mib = -1;
   int http_threads = 0;  // 0 = 2 x max_batch + 32
   int http_read_timeout_ms = 10000;
   std::string cors_origin = "*";

@@ -59,6 +59,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"device_memory_budget", &c.device_memory_budget},
       {"http.max_batch", &c.http_max_batch},
       {"http.prefix_cache_mib", &c.http_prefix_cache_mib},
+      {"http.kv_budget_mib", &c.http_kv_budget_mib},
       {"http.request_grouping", &c.http_request_grouping},
       {"http.group_window", &c.http_group_window},
       {"http.host", &c.http_host},

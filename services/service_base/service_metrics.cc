@@ -228,6 +228,18 @@ ExecutorMetrics::ExecutorMetrics(prometheus::Registry& registry) {
                         .Help("Prompt tokens of admitted requests (each choice's prompt), cached ones included.")
                         .Register(registry)
                         .Add({});
+  auto& kv_bytes = prometheus::BuildGauge()
+                       .Name("zipmoe_kv_cache_bytes")
+                       .Help("Bytes of KV cache the running sequences hold (state=\"used\") and may hold (state=\"budget\"; "
+                             "0 = unbounded).")
+                       .Register(registry);
+  kv_used_bytes_ = &kv_bytes.Add({{"state", "used"}});
+  kv_budget_bytes_ = &kv_bytes.Add({{"state", "budget"}});
+  preemptions_ = &prometheus::BuildCounter()
+                      .Name("zipmoe_preemptions_total")
+                      .Help("Running sequences preempted for KV-cache room (their caches dropped, resumed exactly later).")
+                      .Register(registry)
+                      .Add({});
   cached_prompt_tokens_ = &prometheus::BuildCounter()
                                .Name("zipmoe_prompt_tokens_cached_total")
                                .Help("Prompt tokens the prefix cache held: continued from a kept KV cache, not prefilled.")
@@ -292,6 +304,13 @@ void ExecutorMetrics::AddTokens(uint64_t tokens) {
   generation_tokens_->Increment(static_cast<double>(tokens));
 }
 void ExecutorMetrics::AddPromptTokens(uint64_t tokens) { prompt_tokens_->Increment(static_cast<double>(tokens)); }
+void ExecutorMetrics::SetKvCache(int64_t used_bytes, int64_t budget_bytes, uint64_t preemptions) {
+  kv_used_bytes_->Set(static_cast<double>(used_bytes));
+  kv_budget_bytes_->Set(static_cast<double>(budget_bytes));
+  if (preemptions > preemptions_seen_) preemptions_->Increment(static_cast<double>(preemptions - preemptions_seen_));
+  preemptions_seen_ = preemptions;
+}
+
 void ExecutorMetrics::AddCachedPromptTokens(uint64_t tokens) {
   cached_prompt_tokens_->Increment(static_cast<double>(tokens));
 }

@@ -149,6 +149,9 @@ class ExecutorMetrics {
   void AddTokens(uint64_t tokens);   // generated tokens (both generated/generation token counters)
   void AddPromptTokens(uint64_t tokens);  // prompt tokens of admitted requests
   void AddCachedPromptTokens(uint64_t tokens);  // of them, those the prefix cache held
+  // The KV budget: bytes the running sequences' caches hold and may hold (0 = unbounded), and the
+  // preemptions so far (a running total; the counter advances by the difference).
+  void SetKvCache(int64_t used_bytes, int64_t budget_bytes, uint64_t preemptions);
   void SetQueueDepth(double sequences);   // sequences waiting for a batch slot (queue depth, requests_waiting)
   void SetRunning(double sequences);      // sequences in the batch
   // Sequences admitted to the batch, by order: "fifo" (the oldest waiting) or "grouped" (request
@@ -172,6 +175,10 @@ class ExecutorMetrics {
   // The serving metrics every LLM server exports (vLLM's names under the zipmoe_ prefix).
   prometheus::Counter* prompt_tokens_ = nullptr;
   prometheus::Counter* cached_prompt_tokens_ = nullptr;
+  prometheus::Gauge* kv_used_bytes_ = nullptr;
+  prometheus::Gauge* kv_budget_bytes_ = nullptr;
+  prometheus::Counter* preemptions_ = nullptr;
+  uint64_t preemptions_seen_ = 0;  // batch loop only
   prometheus::Counter* generation_tokens_ = nullptr;
   prometheus::Gauge* requests_running_ = nullptr;
   prometheus::Family<prometheus::Counter>* admitted_ = nullptr;

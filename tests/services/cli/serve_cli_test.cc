@@ -377,6 +377,56 @@ TEST(ServeCli, APromptStartingWithAFinishedRequestsTokensIsNotPrefilledAgain) {
   }
 }
 
+// --kv-budget: requests that do not fit wait or preempt the latest admitted one, and every completion
+// still equals `zipmoe generate` on its prompt; a prompt larger than the whole budget is a 400 naming it.
+// qwen2_moe tiny holds 4 KiB of keys and values per position: 1 MiB = 256 positions (4 pages of 64).
+TEST(ServeCli, KvBudgetQueuesPreemptsAndRefusesWhatCannotFit) {
+  const std::string model = CachedSynth("--arch qwen2_moe --preset tiny --seed 7");
+  TempDir tmp;
+  constexpr int kRequests = 4;
+  constexpr int kNewTokens = 90;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> want;
+  for (int r = 0; r < kRequests; ++r) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < 40; ++i) p.push_back(16 + (r * 131 + i * 17) % 2000);
+    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
+                                  "--json", model, fmt::join(p, ","), kNewTokens));
+    ASSERT_EQ(gen.exit_code, 0) << gen.output;
+    want.push_back(json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>());
+    prompts.push_back(std::move(p));
+  }
+  ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --kv-budget 1 --prefix-cache 0", model));
+  ASSERT_TRUE(serve.healthy()) << serve.log();
+  EXPECT_NE(serve.log().find("KV budget 1 MiB"), std::string::npos) << serve.log();
+  std::vector<std::thread> clients;
+  std::vector<HttpReply> replies(kRequests);
+  std::vector<TempDir> client_dirs(kRequests);  // Http keeps each request's files in its directory
+  for (int r = 0; r < kRequests; ++r) {
+    clients.emplace_back([&, r] {
+      replies[r] = Http(client_dirs[r], serve.port(), "POST", "/v1/completions",
+                        json{{"prompt", prompts[r]}, {"max_tokens", kNewTokens}, {"temperature", 0}, {"ignore_eos", true}}
+                            .dump());
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int r = 0; r < kRequests; ++r) {
+    ASSERT_EQ(replies[r].status, 200) << replies[r].body;
+    EXPECT_EQ(json::parse(replies[r].body)["choices"][0]["text"], want[r]) << "request " << r;
+  }
+  const HttpReply metrics = Http(tmp, serve.port(), "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("zipmoe_kv_cache_bytes{state=\"budget\"} 1048576"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("zipmoe_kv_cache_bytes{state=\"used\"} 0"), std::string::npos) << metrics.body;
+  const size_t at = metrics.body.find("\nzipmoe_preemptions_total ");
+  ASSERT_NE(at, std::string::npos) << metrics.body;
+  EXPECT_GT(std::stod(metrics.body.substr(at + 26)), 0.0) << "four 130-position requests in 256 positions never preempted";
+  // 300 prompt tokens need 5 pages: more than the whole budget.
+  const HttpReply big = Http(tmp, serve.port(), "POST", "/v1/completions",
+                             json{{"prompt", std::vector<int32_t>(300, 42)}, {"max_tokens", 2}}.dump());
+  EXPECT_EQ(big.status, 400) << big.body;
+  EXPECT_NE(big.body.find("KV budget"), std::string::npos) << big.body;
+}
+
 TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
   const std::string model = testing::CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 7"));
   TempDir tmp;
