@@ -17,6 +17,7 @@
 #include <prometheus/registry.h>
 
 #include "common/build_info.h"
+#include "common/checkpoint/manifest.h"
 #include "common/file_util.h"
 #include "common/metrics_server.h"
 #include "common/thread_priority.h"
@@ -42,10 +43,16 @@ int64_t AvailableMemoryBytes() {
   return 0;
 }
 
-// The bytes of the regular files directly in `dir` (a model directory is flat).
-int64_t DirectoryBytes(const std::string& dir) {
-  int64_t total = 0;
+// The bytes of model directory `dir` that loading maps and populates from files (page cache that
+// MemAvailable still counts as available): a compressed directory's dense.safetensors (its experts live
+// in the runtime's anonymous pools, already out of MemAvailable), or a checkpoint's every file.
+int64_t MappedModelBytes(const std::string& dir) {
   std::error_code ec;
+  if (FileExists(JoinPath(dir, kManifestFileName))) {
+    const auto size = std::filesystem::file_size(JoinPath(dir, kDenseFileName), ec);
+    return ec ? 0 : static_cast<int64_t>(size);
+  }
+  int64_t total = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec))
     if (e.is_regular_file(ec)) total += static_cast<int64_t>(e.file_size(ec));
   return total;
@@ -158,9 +165,9 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   Result<std::unique_ptr<Generator>> generator = Generator::Create(options);
   if (!generator.ok()) return fail(generator.status());
   if (args.kv_budget_mib < 0) {
-    // Auto, measured now that the weights are loaded: half of MemAvailable less the model directory's
-    // bytes (its mapped pages count as available page cache), less the prefix cache; at least 256 MiB.
-    const int64_t left = std::max<int64_t>(0, AvailableMemoryBytes() - DirectoryBytes(args.model_dir));
+    // Auto, measured now that the weights are loaded: half of MemAvailable less the model's mapped file
+    // bytes (page cache MemAvailable counts as available), less the prefix cache; at least 256 MiB.
+    const int64_t left = std::max<int64_t>(0, AvailableMemoryBytes() - MappedModelBytes(args.model_dir));
     if (Status st = (*generator)->set_kv_budget_bytes(
             std::max<int64_t>(int64_t{256} << 20, left / 2 - options.prefix_cache_bytes));
         !st.ok())
