@@ -754,6 +754,7 @@ Status ParseQwen3NextConfig(const json& config, const KeyReader& r, const std::s
                                                c.num_experts_per_tok, c.num_experts));
   c.scoring_func = ScoringFunc::kSoftmax;
   c.topk_method = TopkMethod::kGreedy;
+  ZM_ASSIGN_OR_RETURN(c.num_nextn_predict_layers, r.IntOr("mtp_num_hidden_layers", 0));
   return Status::Ok();
 }
 
@@ -942,6 +943,15 @@ int64_t ModelConfig::attention_window(int64_t layer_id) const {
   return sliding_window.value_or(0);
 }
 
+std::string ModelConfig::UnusedParts() const {
+  std::string out;
+  if (num_nextn_predict_layers > 0)
+    out = fmt::format("{} multi-token-prediction layer{}", num_nextn_predict_layers,
+                      num_nextn_predict_layers == 1 ? "" : "s");
+  if (vision_tower) out += out.empty() ? "the vision tower" : " and the vision tower";
+  return out;
+}
+
 bool ModelConfig::IsLinearAttentionLayer(int64_t layer_id) const {
   return layer_id >= 0 && layer_id < static_cast<int64_t>(linear_layers.size()) &&
          linear_layers[static_cast<size_t>(layer_id)] != 0;
@@ -1009,6 +1019,8 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
       }
     }
     c.weight_prefix = "model.language_model.";
+    auto vision = config.find("vision_config");
+    c.vision_tower = vision != config.end() && vision->is_object();
   }
   const nlohmann::json& settings = c.arch == ModelArch::kQwen35Moe ? text : config;
   const std::string settings_source = c.arch == ModelArch::kQwen35Moe ? source_path + " text_config" : source_path;

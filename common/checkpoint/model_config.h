@@ -205,7 +205,9 @@ struct ModelConfig {
   ScoringFunc scoring_func = ScoringFunc::kSoftmax;
   int64_t n_group = 1;                   // group-limited selection: experts in n_group equal groups,
   int64_t topk_group = 1;                //   the topk_group best groups kept
-  int64_t num_nextn_predict_layers = 0;  // MTP layers after the decoder layers (not used for decoding)
+  int64_t num_nextn_predict_layers = 0;  // MTP layers (DeepSeek-style after the decoder's; qwen3_next's mtp.*),
+                                         // not used for decoding
+  bool vision_tower = false;             // qwen3_5_moe: a vision_config (model.visual.*), not used
   // ernie4_5_moe: normalised weights are w / max(sum(w), norm_min) (moe_norm_min); 0 = the DeepSeek-V3
   // rule w / (sum(w) + 1e-20). Its MoE layer range: (layer + 1) % moe_layer_interval == 0 and
   // moe_layer_start <= layer <= moe_layer_end.
@@ -282,6 +284,9 @@ struct ModelConfig {
   bool IsLinearAttentionLayer(int64_t layer_id) const;
   // qwen3_next / qwen3_5_moe.
   bool hybrid_linear_attention() const { return arch == ModelArch::kQwen3Next || arch == ModelArch::kQwen35Moe; }
+  // What the checkpoint ships that decoding does not use, for a note printed once at load: e.g. "1
+  // multi-token-prediction layer and the vision tower"; empty when nothing.
+  std::string UnusedParts() const;
   // Whether `token_id` is one of eos_token_ids.
   bool IsEos(int32_t token_id) const;
 };

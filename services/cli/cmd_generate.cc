@@ -226,6 +226,8 @@ int RunGenerate(const GenerateArgs& args) {
     std::fprintf(stderr, "W: --substitution-alpha has no effect without --memory-budget: every expert is served as is\n");
   Result<std::unique_ptr<executor::Generator>> generator = executor::Generator::Create(options);
   if (!generator.ok()) return Fail(generator.status());
+  if (const std::string unused = (*generator)->config().UnusedParts(); !unused.empty())
+    std::fprintf(stderr, "I: the checkpoint's %s: not used for decoding, not loaded\n", unused.c_str());
   const bool assigning = options.device_assignment == scheduler::DeviceAssignmentMode::kGreedy;
   if (assigning) std::fprintf(stderr, "%s", DeviceAssignmentLine(**generator, "profiled").c_str());
 

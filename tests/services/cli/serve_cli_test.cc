@@ -427,6 +427,40 @@ TEST(ServeCli, KvBudgetQueuesPreemptsAndRefusesWhatCannotFit) {
   EXPECT_NE(big.body.find("KV budget"), std::string::npos) << big.body;
 }
 
+// The hybrid models (Gated DeltaNet state per request) through serve: each completion equals `zipmoe generate`,
+// alone and with three requests in one batch.
+TEST(ServeCli, HybridModelsMatchGenerate) {
+  for (const char* arch : {"qwen3_next", "qwen3_5_moe"}) {
+    SCOPED_TRACE(arch);
+    const std::string model = CachedSynth(fmt::format("--arch {} --preset tiny --seed 7", arch));
+    TempDir tmp;
+    std::vector<std::vector<int32_t>> prompts = {{5, 17, 300, 42}, {900, 1500, 77, 8, 64, 128, 3}, {1234, 56}};
+    std::vector<std::string> want;
+    for (const auto& p : prompts) {
+      auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens 12 --threads 1 --ignore-eos "
+                                    "--json", model, fmt::join(p, ",")));
+      ASSERT_EQ(gen.exit_code, 0) << gen.output;
+      want.push_back(json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>());
+    }
+    ServeProcess serve(tmp, fmt::format("--model {} --threads 1", model));
+    ASSERT_TRUE(serve.healthy()) << serve.log();
+    std::vector<std::thread> clients;
+    std::vector<HttpReply> replies(prompts.size());
+    std::vector<TempDir> dirs(prompts.size());
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      clients.emplace_back([&, r] {
+        replies[r] = Http(dirs[r], serve.port(), "POST", "/v1/completions",
+                          json{{"prompt", prompts[r]}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}}.dump());
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      ASSERT_EQ(replies[r].status, 200) << replies[r].body;
+      EXPECT_EQ(json::parse(replies[r].body)["choices"][0]["text"], want[r]) << "prompt " << r;
+    }
+  }
+}
+
 TEST(ServeCli, MetricsOnTheApiPortIncludeTheEmbeddedRuntime) {
   const std::string model = testing::CachedCompress(CachedSynth("--arch qwen2_moe --preset tiny --seed 7"));
   TempDir tmp;

@@ -509,6 +509,7 @@ TEST(PublishedConfigs, Qwen35_35bReadsTextConfigUnderTheLanguageModelPrefix) {
     EXPECT_TRUE(c->IsMoeLayer(l)) << l;
   }
   EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{248044});
+  EXPECT_EQ(c->UnusedParts(), "1 multi-token-prediction layer and the vision tower");
   const auto refused = [](json k, const char* key) {
     auto r = ParseModelConfig(k, "x/config.json");
     EXPECT_FALSE(r.ok()) << key;
