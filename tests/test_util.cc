@@ -29,6 +29,8 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() { (void)RemoveTree(path_); }
 
+std::string CliPath() { return ZIPMOE_CLI_PATH; }
+
 CommandResult RunCli(const std::string& args) {
   CommandResult result;
   std::string cmd = std::string(ZIPMOE_CLI_PATH) + " " + args + " 2>&1";

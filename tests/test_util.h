@@ -27,6 +27,8 @@ struct CommandResult {
 
 // Runs "<build>/bin/zipmoe <args>" through the shell and captures its output.
 CommandResult RunCli(const std::string& args);
+// "<build>/bin/zipmoe" (for tests that fork/exec it themselves: to signal it, or to set its rlimits).
+std::string CliPath();
 
 // Output directory of `zipmoe synth <synth_args> --out DIR` (e.g. "--arch qwen2_moe --preset tiny
 // --seed 7"), generated once and shared by every test process of this build: cached under

@@ -16,7 +16,7 @@ void AddCompressCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<Args>();  // shared: outlives this function, owned by the callback
   CLI::App* cmd = app.add_subcommand("compress", "Convert a Hugging Face MoE checkpoint into the compressed layout");
   cmd->add_option("MODEL_DIR", args->options.model_dir, "Hugging Face checkpoint directory")->required();
-  cmd->add_option("OUT_DIR", args->options.out_dir, "output directory (created atomically)")->required();
+  cmd->add_option("OUT_DIR", args->options.out_dir, "output directory (built in OUT_DIR.partial, renamed into place when complete; the same command resumes a killed run)")->required();
   cmd->add_option("--codec", args->codec, "E-chunk codec: zstd | lz4 | none")->capture_default_str();
   cmd->add_option("--level", args->options.codec.level, "codec level (0 = tuned default)")->capture_default_str();
   cmd->add_option("--shards", args->options.n_shards, "K: E-chunks per expert tensor")->capture_default_str();

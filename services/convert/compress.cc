@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include "common/checkpoint/manifest.h"
 #include "common/parallel.h"
 #include "common/checkpoint/safetensors.h"
+#include "services/convert/compress_journal.h"
 
 namespace zipmoe::convert {
 namespace {
@@ -225,8 +227,9 @@ Status Commit(const std::string& tmp_dir, const std::string& out_dir, bool overw
   return Status::Ok();
 }
 
-// The temporary directories an interrupted compress of `out_dir` left (OUT.tmp.PID, OUT.old.PID)
-// whose process is gone (SIGKILL, power loss): removed, so a rerun of the same command frees their
+// The temporary directories an interrupted compress of `out_dir` left whose process is gone (SIGKILL,
+// power loss): OUT.old.PID (the replaced directory of a --force run killed in Commit) and OUT.tmp.PID
+// (the work directory of builds before OUT.partial): removed, so a rerun of the same command frees their
 // space. A directory whose process still runs (another compress) is left alone. Returns how many went.
 int64_t RemoveStaleTempDirs(const std::string& out_dir) {
   const fs::path out(out_dir);
@@ -312,59 +315,103 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   });
 
   const int64_t stale = RemoveStaleTempDirs(opt.out_dir);
-  const std::string tmp_dir = opt.out_dir + ".tmp." + std::to_string(::getpid());
-  ZM_RETURN_IF_ERROR(RemoveTree(tmp_dir));
-  ZM_RETURN_IF_ERROR(CreateDirectories(tmp_dir));
-  // Removes the temp directory on any early return.
-  struct TmpGuard {
+  const int32_t level = opt.codec.level == 0 ? DefaultCodecLevel(opt.codec.codec) : opt.codec.level;
+  std::vector<std::string> names;
+  for (const ExpertSource& e : experts) names.push_back(e.view.spec.name);
+  ZM_ASSIGN_OR_RETURN(std::string fingerprint,
+                      CompressFingerprint(opt.model_dir,
+                                          fmt::format("codec {} level {} shards {} convert_dtype {}",
+                                                      CodecName(opt.codec.codec), level, opt.n_shards,
+                                                      opt.convert_dtype ? 1 : 0),
+                                          names));
+  const std::string work_dir = opt.out_dir + ".partial";
+  const auto failed = [&](const Status& st) {
+    return Status(st.code(), fmt::format("{} (removed the partial output {})", st.message(), work_dir));
+  };
+  auto opened = CompressWorkDir::Open(work_dir, fingerprint, names);
+  if (!opened.ok()) {  // a write that failed there (ENOSPC) frees what it made; a lock held by another run does not
+    if (opened.status().code() != StatusCode::kIoError) return opened.status();
+    (void)RemoveTree(work_dir);
+    return failed(opened.status());
+  }
+  std::unique_ptr<CompressWorkDir> work = std::move(opened).value();
+  // Any failure from here on removes the work directory (a kill keeps it for the next run).
+  struct WorkGuard {
     std::string dir;
     bool keep = false;
-    ~TmpGuard() {
+    ~WorkGuard() {
       if (!keep) (void)RemoveTree(dir);
     }
-  } guard{tmp_dir};
+  } guard{work_dir};
+  if (!work->restart_reason().empty())
+    std::fprintf(stderr, "%s", fmt::format("I: compress: {}: {}; starting over\n", work_dir, work->restart_reason()).c_str());
+  if (!work->kept().empty())
+    std::fprintf(stderr, "%s", fmt::format("I: compress: resuming {}: {} of {} expert tensors already written\n",
+                                           opt.out_dir, work->kept().size(), experts.size()).c_str());
 
   Manifest m;
   m.arch = ckpt->config().value("model_type", std::string());
   m.config_json = ckpt->config().dump(2);
   m.codec = opt.codec.codec;
-  m.level = opt.codec.level == 0 ? DefaultCodecLevel(opt.codec.codec) : opt.codec.level;
+  m.level = level;
   m.n_shards = opt.n_shards;
   m.n_layers = ConfigInt(ckpt->config(), {"num_hidden_layers"});
   m.n_experts = ConfigInt(ckpt->config(), {"num_experts", "num_local_experts", "n_routed_experts"});
 
-  // experts.bin: encode windows of tensors in parallel, write each window in order.
-  ZM_ASSIGN_OR_RETURN(AtomicFile experts_file, AtomicFile::Create(JoinPath(tmp_dir, kExpertsFileName)));
-  const int n_threads = ResolveThreadCount(opt.n_threads);
-  const size_t window = static_cast<size_t>(n_threads) * 4;
   CompressProgress prog;
   prog.tensors_total = static_cast<int64_t>(experts.size());
-  for (size_t begin = 0; begin < experts.size(); begin += window) {
+  // Adds a placed tensor (encoded now or resumed from the journal) to the manifest and the counts.
+  const auto add_tensor = [&](size_t i, ExpertTensorInfo info, const uint64_t (&histogram)[256]) {
+    info.layer_id = experts[i].id.layer_id;
+    info.expert_id = experts[i].id.expert_id;
+    info.proj = experts[i].id.proj;
+    info.shape = experts[i].view.spec.shape;
+    for (int s = 0; s < 256; ++s) m.exponent_histogram[s] += histogram[s];
+    AddHistogram(info.dtype, histogram, &m.exponent_histograms);
+    info.record_xxh64 = RecordHash(info);
+    prog.tensors_done++;
+    prog.raw_bytes_done += info.raw_bytes();
+    prog.stored_bytes_done += info.stored_bytes();
+    m.expert_tensors.push_back(std::move(info));
+  };
+  for (const JournaledTensor& t : work->kept()) {
+    uint64_t histogram[256];
+    std::copy(t.histogram.begin(), t.histogram.end(), histogram);
+    add_tensor(m.expert_tensors.size(), t.info, histogram);
+  }
+  const int64_t resumed = prog.tensors_done;
+  if (resumed > 0 && progress) progress(prog);
+
+  // experts.bin: encode windows of tensors in parallel, write each window in order, then journal it.
+  const int n_threads = ResolveThreadCount(opt.n_threads);
+  const size_t window = static_cast<size_t>(n_threads) * 4;
+  for (size_t begin = work->kept().size(); begin < experts.size(); begin += window) {
     const size_t end = std::min(experts.size(), begin + window);
     std::vector<Result<EncodedTensor>> encoded(end - begin, Status::Internal("not encoded"));
     ParallelFor(begin, end, n_threads, [&](size_t i) { encoded[i - begin] = EncodeTensor(experts[i], opt); });
-    for (auto& r : encoded) {
-      if (!r.ok()) return r.status();
+    std::vector<JournaledTensor> journal;
+    for (size_t i = begin; i < end; ++i) {
+      Result<EncodedTensor>& r = encoded[i - begin];
+      if (!r.ok()) return failed(r.status());
       EncodedTensor& enc = r.value();
       for (size_t c = 0; c < enc.bytes.size(); ++c) {
-        ZM_RETURN_IF_ERROR(experts_file.PadTo(kChunkAlignmentBytes));
-        enc.info.chunks[c].file_offset = experts_file.position();
-        ZM_RETURN_IF_ERROR(experts_file.Write(enc.bytes[c].data(), enc.bytes[c].size()));
+        if (Status st = work->PadTo(kChunkAlignmentBytes); !st.ok()) return failed(st);
+        enc.info.chunks[c].file_offset = work->position();
+        if (Status st = work->Write(enc.bytes[c].data(), enc.bytes[c].size()); !st.ok()) return failed(st);
       }
-      for (int s = 0; s < 256; ++s) m.exponent_histogram[s] += enc.histogram[s];
-      AddHistogram(enc.info.dtype, enc.histogram, &m.exponent_histograms);
-      enc.info.record_xxh64 = RecordHash(enc.info);
-      prog.tensors_done++;
-      prog.raw_bytes_done += enc.info.raw_bytes();
-      prog.stored_bytes_done += enc.info.stored_bytes();
-      m.expert_tensors.push_back(std::move(enc.info));
+      JournaledTensor j;
+      j.info = enc.info;
+      std::copy(std::begin(enc.histogram), std::end(enc.histogram), j.histogram.begin());
+      j.end = work->position();
+      journal.push_back(std::move(j));
+      add_tensor(i, std::move(enc.info), enc.histogram);
     }
+    if (Status st = work->Journal(journal); !st.ok()) return failed(st);
     if (progress) progress(prog);
   }
-  ZM_RETURN_IF_ERROR(experts_file.PadTo(kChunkAlignmentBytes));
-  m.experts_file_bytes = experts_file.position();
-  ZM_RETURN_IF_ERROR(experts_file.Commit());
-
+  if (Status st = work->PadTo(kChunkAlignmentBytes); !st.ok()) return failed(st);
+  m.experts_file_bytes = work->position();
+  if (Status st = work->CloseExperts(); !st.ok()) return failed(st);
   // dense.safetensors: every non-expert tensor, bytes unchanged.
   std::vector<TensorSpec> dense_specs;
   std::unordered_map<std::string, const TensorView*> dense_by_name;
@@ -373,19 +420,25 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
     dense_by_name[v.spec.name] = &v;
     m.dense_tensors.push_back({v.spec.name, v.spec.shape, v.spec.dtype, Xxh64(v.data, v.size_bytes())});
   }
-  ZM_RETURN_IF_ERROR(WriteSafetensors(JoinPath(tmp_dir, kDenseFileName), dense_specs,
-                                      [&](const TensorSpec& spec, uint8_t* out) {
-                                        const TensorView* v = dense_by_name.at(spec.name);
-                                        std::memcpy(out, v->data, v->size_bytes());
-                                        return Status::Ok();
-                                      }));
+  if (Status st = WriteSafetensors(JoinPath(work_dir, kDenseFileName), dense_specs,
+                                   [&](const TensorSpec& spec, uint8_t* out) {
+                                     const TensorView* v = dense_by_name.at(spec.name);
+                                     std::memcpy(out, v->data, v->size_bytes());
+                                     return Status::Ok();
+                                   });
+      !st.ok())
+    return failed(st);
 
   for (const std::string& name : ExtraFiles(opt.model_dir)) {
-    ZM_RETURN_IF_ERROR(CopyFileAtomic(JoinPath(opt.model_dir, name), JoinPath(tmp_dir, name)));
+    if (Status st = CopyFileAtomic(JoinPath(opt.model_dir, name), JoinPath(work_dir, name)); !st.ok())
+      return failed(st);
     m.source_files.push_back(name);
   }
-  ZM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp_dir, kManifestFileName), SerializeManifest(m)));
-  ZM_RETURN_IF_ERROR(Commit(tmp_dir, opt.out_dir, opt.overwrite));
+  if (Status st = WriteFileAtomic(JoinPath(work_dir, kManifestFileName), SerializeManifest(m)); !st.ok())
+    return failed(st);
+  // The journal goes last: a kill before this point resumes with every tensor written.
+  if (Status st = work->RemoveJournal(); !st.ok()) return failed(st);
+  if (Status st = Commit(work_dir, opt.out_dir, opt.overwrite); !st.ok()) return failed(st);
   guard.keep = true;
 
   CompressSummary s;
@@ -396,6 +449,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   s.experts_file_bytes = m.experts_file_bytes;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.stale_temp_dirs_removed = stale;
+  s.resumed_tensors = resumed;
   s.mtp_tensors_skipped = mtp_tensors;
   s.mtp_bytes_skipped = mtp_bytes;
   return s;

@@ -5,8 +5,9 @@
 // (per routed-expert tensor: K E-chunks, then the raw SM-chunk, each 4 KiB-aligned, one expert's
 // gate/up/down tensors adjacent, ordered by (layer, expert, proj)), dense.safetensors (every other
 // tensor, unchanged), and the checkpoint's other files (config.json, tokenizer*.json, ...) copied.
-// The directory is built under "<out>.tmp.<pid>" and renamed into place only when complete, so a
-// failure or interruption never leaves a half-written OUT_DIR.
+// The directory is built under "<out>.partial" (services/convert/compress_journal.h) and renamed into
+// place only when complete, so a failure or interruption never leaves a half-written OUT_DIR; a run
+// killed at any moment is resumed, per expert tensor, by the next run of the same command.
 #pragma once
 
 #include <cstdint>
@@ -43,9 +44,11 @@ struct CompressSummary {
   uint64_t expert_bytes_stored = 0;
   uint64_t experts_file_bytes = 0;
   double seconds = 0;
-  // Temporary directories of an earlier, interrupted compress of the same OUT_DIR (OUT.tmp.PID,
-  // OUT.old.PID of a process that is gone) removed at the start.
+  // Temporary directories of an interrupted compress of the same OUT_DIR whose process is gone removed
+  // at the start: OUT.old.PID (a killed --force replace) and OUT.tmp.PID (builds before OUT.partial).
   int64_t stale_temp_dirs_removed = 0;
+  // Expert tensors a killed run of the same command had written (OUT_DIR.partial), kept, not encoded again.
+  int64_t resumed_tensors = 0;
   // Tensors of multi-token-prediction layers (model.layers.L, L >= num_hidden_layers) left out: not
   // used for decoding (expert_names.h IsNotDecodedTensor), and their bytes.
   int64_t mtp_tensors_skipped = 0;
@@ -56,9 +59,18 @@ struct CompressSummary {
 // (common/bitfield.h); convert_dtype rounds F16/F32 to BF16 instead.
 // Errors: those of Checkpoint::Open; kInvalidArgument (OUT_DIR exists without overwrite, no routed
 // expert tensors found, an expert tensor that is not BF16/F16/F32 — naming it, a tensor that is not
-// 2-D); kIoError writing. The output is built in OUT_DIR.tmp.PID and renamed into place at the end,
-// so a failure or a kill never leaves a directory that looks complete; a failure removes it, and the
-// next run removes those a killed run left. `progress` (optional) is called from the calling thread.
+// 2-D); kIoError writing (ENOSPC, EFBIG, ...) naming the file; kUnavailable when another compress of
+// the same OUT_DIR is running. The output is built in OUT_DIR.partial and renamed into place at the
+// end, so neither a failure nor a kill ever leaves a directory at OUT_DIR that looks complete.
+// Resuming: experts.bin is written there in its final order and journaled per tensor; a run killed
+// at any moment leaves OUT_DIR.partial, and the next run with the same inputs and options (the
+// fingerprint: model files' names, sizes and mtimes, codec, level, shards, convert_dtype, the build;
+// not the thread count) keeps the tensors it finds intact and continues after them, printing
+// "I: compress: resuming OUT_DIR: N of M expert tensors already written"; the result is byte-identical
+// to an uninterrupted run's. Other inputs or options start over (saying why). Any error (a write that
+// fails with ENOSPC included) removes OUT_DIR.partial, saying so in the message, so a failed run frees
+// its space. OUT_DIR.tmp.PID / OUT_DIR.old.PID directories of older, killed runs are removed at the
+// start. `progress` (optional) is called from the calling thread, first right after resuming.
 Result<CompressSummary> CompressModel(const CompressOptions& options,
                                       const std::function<void(const CompressProgress&)>& progress = nullptr);
 

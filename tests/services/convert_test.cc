@@ -436,7 +436,7 @@ TEST(ConvertTest, FailureLeavesNothingBehind) {
   EXPECT_EQ(left, std::vector<std::string>{"m"});
 }
 
-// A compress killed mid-way leaves OUT.tmp.PID (and, replacing, OUT.old.PID): the next run of the same
+// A compress killed mid-way left OUT.tmp.PID before OUT.partial (and, replacing, OUT.old.PID): the next run of the same
 // command removes those whose process is gone, keeps a live one's, and never touches other names.
 TEST(ConvertTest, ARerunRemovesWhatAKilledRunLeft) {
   TempDir tmp;
