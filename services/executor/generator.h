@@ -187,10 +187,12 @@ std::string TorchVersion();
 // own KV cache, GenerationParams and Sampler. Generate() is a session whose sequences all join
 // before the first step.
 //
-// Numerics: a sequence sees the same weights and positions in any batch; the float32 GEMMs of a
-// batched step may round differently from a lone run, so greedy tokens of concurrent sequences can
-// differ from their single-sequence run in rare near-ties (as in every batching server). A session
-// with one sequence reproduces Generate exactly.
+// Numerics: a sequence sees the same weights and positions in any batch. On the CPU every product is
+// batch-invariant (kernels/bf16_gemm.h: each output in a fixed summation order whatever the batch), so
+// a sequence's logits are bit-identical alone, in any batch, after a prefix-cache hit or after a
+// preemption (tests/services/executor/prefix_cache_test.cc, kv_budget_test.cc). On a GPU (torch's
+// BF16 matmuls) a batched step may round differently from a lone run, so greedy tokens of concurrent
+// sequences can differ in rare near-ties (as in every batching server).
 //
 // Thread-safety: none; one thread drives a session (AddSequence/Step), and a Generator runs one
 // session step or Generate call at a time. The session borrows its Generator (must outlive it).
