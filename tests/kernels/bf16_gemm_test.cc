@@ -18,18 +18,16 @@
 #include "common/bitfield.h"
 #include "kernels/bf16_gemm.h"
 #include "tests/kernels/bf16_values.h"
+#include "tests/kernels/expect_bits.h"
 
 namespace zipmoe::kernels {
 namespace {
 
+using testing::Bits;
+using testing::ExpectSameBits;
+
 using testing::FromBf16;
 using testing::ToBf16;
-
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof(b));
-  return b;
-}
 
 enum class Enc { kBf16, kPlanes, kF32 };
 const char* EncName(Enc e) { return e == Enc::kBf16 ? "bf16" : e == Enc::kPlanes ? "planes" : "f32"; }
@@ -90,15 +88,6 @@ struct Problem {
 };
 
 // Bitwise equality of the written outputs (NaN == NaN whatever the payload).
-void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  int reported = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const bool same = Bits(want[i]) == Bits(got[i]) || (std::isnan(want[i]) && std::isnan(got[i]));
-    if (!same && reported++ < 5) ADD_FAILURE() << what << ": element " << i << ": " << want[i] << " vs " << got[i];
-  }
-}
-
 struct IsaParam {
   GemmIsa isa;
 };

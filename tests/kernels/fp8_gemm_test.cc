@@ -16,15 +16,13 @@
 
 #include "common/dtype.h"
 #include "kernels/bf16_gemm.h"
+#include "tests/kernels/expect_bits.h"
 
 namespace zipmoe::kernels {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof(b));
-  return b;
-}
+using testing::Bits;
+using testing::ExpectSameBits;
 
 // E4M3 by its definition (OCP 8-bit floating point spec, E4M3: bias 7, subnormals, NaN = S.1111.111),
 // in double.
@@ -105,15 +103,6 @@ struct Fp8Problem {
     return a;
   }
 };
-
-void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  int reported = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const bool same = Bits(want[i]) == Bits(got[i]) || (std::isnan(want[i]) && std::isnan(got[i]));
-    if (!same && reported++ < 5) ADD_FAILURE() << what << ": element " << i << ": " << want[i] << " vs " << got[i];
-  }
-}
 
 class Fp8GemmIsaTest : public ::testing::TestWithParam<GemmIsa> {
  protected:

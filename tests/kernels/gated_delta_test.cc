@@ -19,24 +19,13 @@
 #include <vector>
 
 #include "kernels/gated_delta.h"
+#include "tests/kernels/expect_bits.h"
 
 namespace zipmoe::kernels {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof(b));
-  return b;
-}
-
-void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  int reported = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const bool same = Bits(want[i]) == Bits(got[i]) || (std::isnan(want[i]) && std::isnan(got[i]));
-    if (!same && reported++ < 5) ADD_FAILURE() << what << ": element " << i << ": " << want[i] << " vs " << got[i];
-  }
-}
+using testing::Bits;
+using testing::ExpectSameBits;
 
 struct Shape {
   int64_t t, n_k, n_v, dk, dv;

@@ -17,15 +17,13 @@
 #include <vector>
 
 #include "kernels/bf16_gemm.h"
+#include "tests/kernels/expect_bits.h"
 
 namespace zipmoe::kernels {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof(b));
-  return b;
-}
+using testing::Bits;
+using testing::ExpectSameBits;
 
 // The OCP MX definitions, in double: E2M1 (bias 1, exponent 0 subnormal) times 2^(scale - 127).
 double E2M1Definition(int code) {
@@ -115,15 +113,6 @@ struct Mxfp4Problem {
     return a;
   }
 };
-
-void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  int reported = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const bool same = Bits(want[i]) == Bits(got[i]) || (std::isnan(want[i]) && std::isnan(got[i]));
-    if (!same && reported++ < 5) ADD_FAILURE() << what << ": element " << i << ": " << want[i] << " vs " << got[i];
-  }
-}
 
 class Mxfp4GemmIsaTest : public ::testing::TestWithParam<GemmIsa> {
  protected:
