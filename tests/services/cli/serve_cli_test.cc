@@ -333,6 +333,16 @@ TEST(ServeCli, CoServeRequestGroupingKeepsEveryCompletionExact) {
 // With the embedded runtime, GET /metrics on the API port has the serving, cache and runtime
 // families, and promtool accepts the exposition. SMoE's policy brings its top-score prefetching by
 // default; substitution is counted.
+// `zipmoe generate --json` of `prompt` (greedy, EOS ignored, n new tokens): the reference a completion
+// of the same prompt must equal.
+json GenerateGreedy(const std::string& model, const std::vector<int32_t>& prompt, int n) {
+  auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos --json",
+                                model, fmt::join(prompt, ","), n));
+  EXPECT_EQ(gen.exit_code, 0) << gen.output;
+  const size_t at = gen.output.find('{');
+  return at == std::string::npos ? json::object() : json::parse(gen.output.substr(at));
+}
+
 // Prefix reuse (--prefix-cache, on by default): a chat's next turn re-sends the history; the tokens a
 // finished request's cache holds are not prefilled again (usage.prompt_tokens_details.cached_tokens,
 // zipmoe_prompt_tokens_cached_total), and the completion equals `zipmoe generate` on the whole prompt.
@@ -340,18 +350,12 @@ TEST(ServeCli, APromptStartingWithAFinishedRequestsTokensIsNotPrefilledAgain) {
   const std::string model = CachedSynth("--arch qwen2_moe --preset tiny --seed 7");
   TempDir tmp;
   const std::vector<int32_t> turn1 = {5, 17, 300, 42, 900, 1500, 77, 8};
-  const auto generate = [&](const std::vector<int32_t>& prompt, int n) {
-    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
-                                  "--json", model, fmt::join(prompt, ","), n));
-    EXPECT_EQ(gen.exit_code, 0) << gen.output;
-    return json::parse(gen.output.substr(gen.output.find('{')));
-  };
-  const json ref1 = generate(turn1, 6);
+  const json ref1 = GenerateGreedy(model, turn1, 6);
   std::vector<int32_t> turn2 = turn1;
   for (int32_t id : ref1["generated_ids"].get<std::vector<int32_t>>()) turn2.push_back(id);
   const size_t history = turn2.size() - 1;  // the last generated token was never fed
   for (int32_t id : {64, 128, 3}) turn2.push_back(id);
-  const json ref2 = generate(turn2, 6);
+  const json ref2 = GenerateGreedy(model, turn2, 6);
   for (const bool on : {true, false}) {
     SCOPED_TRACE(on ? "prefix cache on" : "--prefix-cache 0");
     TempDir run;
@@ -390,10 +394,7 @@ TEST(ServeCli, KvBudgetQueuesPreemptsAndRefusesWhatCannotFit) {
   for (int r = 0; r < kRequests; ++r) {
     std::vector<int32_t> p;
     for (int i = 0; i < 40; ++i) p.push_back(16 + (r * 131 + i * 17) % 2000);
-    auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens {} --threads 1 --ignore-eos "
-                                  "--json", model, fmt::join(p, ","), kNewTokens));
-    ASSERT_EQ(gen.exit_code, 0) << gen.output;
-    want.push_back(json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>());
+    want.push_back(GenerateGreedy(model, p, kNewTokens)["text"].get<std::string>());
     prompts.push_back(std::move(p));
   }
   ServeProcess serve(tmp, fmt::format("--model {} --threads 1 --kv-budget 1 --prefix-cache 0", model));
@@ -437,10 +438,7 @@ TEST(ServeCli, HybridModelsMatchGenerate) {
     std::vector<std::vector<int32_t>> prompts = {{5, 17, 300, 42}, {900, 1500, 77, 8, 64, 128, 3}, {1234, 56}};
     std::vector<std::string> want;
     for (const auto& p : prompts) {
-      auto gen = RunCli(fmt::format("generate --model {} --prompt-ids {} --max-new-tokens 12 --threads 1 --ignore-eos "
-                                    "--json", model, fmt::join(p, ",")));
-      ASSERT_EQ(gen.exit_code, 0) << gen.output;
-      want.push_back(json::parse(gen.output.substr(gen.output.find('{')))["text"].get<std::string>());
+      want.push_back(GenerateGreedy(model, p, 12)["text"].get<std::string>());
     }
     ServeProcess serve(tmp, fmt::format("--model {} --threads 1", model));
     ASSERT_TRUE(serve.healthy()) << serve.log();

@@ -1,6 +1,7 @@
 // Helpers of the executor tests (generator_test.cc, generator_errors_test.cc,
-// generator_batch_test.cc): a generator on a model directory, the error of one that fails to load,
-// a fixed prompt and a bit-exact comparison of logits.
+// generator_batch_test.cc, prefix_cache_test.cc, kv_budget_test.cc): a generator on a model directory,
+// the error of one that fails to load, a fixed prompt and bit-exact comparisons of logits and of
+// sampled tokens.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -40,6 +41,23 @@ inline const std::vector<int32_t> kPrompt = {5, 17, 300, 1000, 42, 7, 1999, 256,
 
 inline bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Every sampled token and every log-probability (the sampled one's and the top candidates') equal, bit
+// for bit: what a run continued from a prefix-cache hit or resumed after a preemption must reproduce.
+inline void ExpectSameSampledTokens(const std::vector<SampledToken>& got, const std::vector<SampledToken>& want,
+                                    const std::string& what) {
+  const auto same = [](float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; };
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].id, want[i].id) << what << " step " << i;
+    EXPECT_TRUE(same(got[i].logprob, want[i].logprob)) << what << " step " << i;
+    ASSERT_EQ(got[i].top.size(), want[i].top.size()) << what << " step " << i;
+    for (size_t k = 0; k < got[i].top.size(); ++k) {
+      EXPECT_EQ(got[i].top[k].id, want[i].top[k].id) << what << " step " << i << " candidate " << k;
+      EXPECT_TRUE(same(got[i].top[k].logprob, want[i].top[k].logprob)) << what << " step " << i << " candidate " << k;
+    }
+  }
 }
 
 }  // namespace zipmoe::executor::test

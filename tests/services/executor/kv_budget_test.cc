@@ -4,7 +4,6 @@
 // they alone would not fit.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
@@ -63,17 +62,6 @@ std::vector<Steps> RunSession(Generator& g, const std::vector<std::vector<int32_
   return out;
 }
 
-void ExpectSame(const Steps& got, const Steps& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].id, want[i].id) << what << " step " << i;
-    EXPECT_EQ(std::memcmp(&got[i].logprob, &want[i].logprob, sizeof(float)), 0) << what << " step " << i;
-    ASSERT_EQ(got[i].top.size(), want[i].top.size());
-    for (size_t k = 0; k < got[i].top.size(); ++k)
-      EXPECT_EQ(std::memcmp(&got[i].top[k].logprob, &want[i].top[k].logprob, sizeof(float)), 0) << what << " step " << i;
-  }
-}
-
 class KvBudgetTest : public ::testing::TestWithParam<std::string> {};
 
 // Three sequences that together need more than the budget: admitted as pages free up, preempted when a
@@ -94,7 +82,8 @@ TEST_P(KvBudgetTest, PreemptedSequencesResumeWithTheirUnboundedTokens) {
   auto bounded = MakeBudgetGenerator(dir, budget);
   ASSERT_TRUE(bounded);
   const std::vector<Steps> got = RunSession(*bounded, prompts, kNew);
-  for (size_t i = 0; i < prompts.size(); ++i) ExpectSame(got[i], want[i], GetParam() + " sequence " + std::to_string(i));
+  for (size_t i = 0; i < prompts.size(); ++i)
+    test::ExpectSameSampledTokens(got[i], want[i], GetParam() + " sequence " + std::to_string(i));
   const KvBudgetCounters k = bounded->kv_budget_stats();
   EXPECT_TRUE(k.enabled);
   EXPECT_EQ(k.budget_bytes, budget);

@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -57,20 +56,7 @@ SequenceRun Generate(Generator& g, const std::vector<int32_t>& prompt, int64_t m
   return run;
 }
 
-// Every sampled token and every log-probability equal, bit for bit.
-void ExpectSameSteps(const SequenceRun& got, const SequenceRun& want, const std::string& what) {
-  ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
-  for (size_t i = 0; i < got.tokens.size(); ++i) {
-    EXPECT_EQ(got.tokens[i].id, want.tokens[i].id) << what << " step " << i;
-    EXPECT_EQ(std::memcmp(&got.tokens[i].logprob, &want.tokens[i].logprob, sizeof(float)), 0) << what << " step " << i;
-    ASSERT_EQ(got.tokens[i].top.size(), want.tokens[i].top.size()) << what << " step " << i;
-    for (size_t k = 0; k < got.tokens[i].top.size(); ++k) {
-      EXPECT_EQ(got.tokens[i].top[k].id, want.tokens[i].top[k].id) << what << " step " << i;
-      EXPECT_EQ(std::memcmp(&got.tokens[i].top[k].logprob, &want.tokens[i].top[k].logprob, sizeof(float)), 0)
-          << what << " step " << i << " candidate " << k;
-    }
-  }
-}
+using test::ExpectSameSampledTokens;
 
 class PrefixReuseTest : public ::testing::TestWithParam<std::string> {};
 
@@ -89,7 +75,7 @@ TEST_P(PrefixReuseTest, SecondTurnContinuesFromTheFirstTurnsCacheWithTheSameLogp
   for (int32_t t : {77, 8, 1234, 56}) turn2.push_back(t);
   const SequenceRun second = Generate(*cached, turn2, 8);
   EXPECT_EQ(second.result.cached_prompt_tokens, static_cast<int64_t>(history));
-  ExpectSameSteps(second, Generate(*plain, turn2, 8), GetParam() + " second turn");
+  ExpectSameSampledTokens(second.tokens, Generate(*plain, turn2, 8).tokens, GetParam() + " second turn");
   const PrefixCacheCounters stats = cached->prefix_cache_stats();
   EXPECT_TRUE(stats.enabled);
   EXPECT_EQ(stats.hits, 1u);
@@ -114,19 +100,19 @@ TEST_P(PrefixReuseTest, APartialPrefixIsReusedOnlyWithoutRecurrentState) {
   const SequenceRun got = Generate(*cached, b, 6);
   const bool recurrent = GetParam() == "qwen3_next" || GetParam() == "qwen3_5_moe";
   EXPECT_EQ(got.result.cached_prompt_tokens, recurrent ? 0 : 6);
-  ExpectSameSteps(got, Generate(*plain, b, 6), GetParam() + " partial prefix");
+  ExpectSameSampledTokens(got.tokens, Generate(*plain, b, 6).tokens, GetParam() + " partial prefix");
   // The same prompt again: all but its last token come from the cache, never the whole prompt.
   const SequenceRun again = Generate(*cached, a, 4);
   EXPECT_LE(again.result.cached_prompt_tokens, static_cast<int64_t>(a.size()) - 1);
   EXPECT_EQ(again.result.cached_prompt_tokens, recurrent ? 0 : static_cast<int64_t>(a.size()) - 1);
-  ExpectSameSteps(again, Generate(*plain, a, 4), GetParam() + " repeated prompt");
+  ExpectSameSampledTokens(again.tokens, Generate(*plain, a, 4).tokens, GetParam() + " repeated prompt");
   // A next turn whose re-sent answer differs from the generated tokens still starts with the whole prompt:
   // the KV caches cut there, the recurrent models continue from the snapshot taken after the prompt.
   std::vector<int32_t> c = a;
   for (int32_t t : {2047, 2046, 2045}) c.push_back(t);
   const SequenceRun next = Generate(*cached, c, 4);
   EXPECT_EQ(next.result.cached_prompt_tokens, static_cast<int64_t>(a.size()));
-  ExpectSameSteps(next, Generate(*plain, c, 4), GetParam() + " prompt snapshot");
+  ExpectSameSampledTokens(next.tokens, Generate(*plain, c, 4).tokens, GetParam() + " prompt snapshot");
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, PrefixReuseTest,
