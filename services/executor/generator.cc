@@ -245,19 +245,7 @@ KvBudgetCounters Generator::kv_budget_stats() const {
 }
 
 PrefixCacheCounters Generator::prefix_cache_stats() const {
-  PrefixCacheCounters out;
-  if (!impl_->prefix_cache) return out;
-  const PrefixCacheStats& s = impl_->prefix_cache->stats();
-  out.enabled = true;
-  out.lookups = s.lookups;
-  out.hits = s.hits;
-  out.reused_tokens = s.reused_tokens;
-  out.inserted = s.inserted;
-  out.evicted = s.evicted;
-  out.entries = s.entries;
-  out.bytes = s.bytes;
-  out.budget_bytes = s.budget_bytes;
-  return out;
+  return impl_->prefix_cache ? impl_->prefix_cache->stats() : PrefixCacheCounters{};
 }
 
 DeviceExpertStats Generator::device_expert_stats() const {
@@ -368,13 +356,18 @@ struct BatchSession::Impl {
   int64_t steps = 0;
 
   bool bounded() const { return budget->bytes > 0 && !config->is_encoder_decoder(); }
+  // A new sequence's empty cache, growing in the budget's pages (KvCache::Prefix copies keep them).
+  KvCache NewCache() const {
+    KvCache cache = model->NewCache();
+    cache.set_page_positions(budget->page_positions);
+    return cache;
+  }
   // Drops a running sequence's cache to make room: it waits again and re-prefills its prompt and every
   // token it generated (the same bits, the kernels being batch-invariant), then samples on.
   void Preempt(Sequence& s) {
     budget->used_bytes -= s.held_bytes;
     s.held_bytes = 0;
-    s.cache = model->NewCache();
-    s.cache.set_page_positions(budget->page_positions);
+    s.cache = NewCache();
     s.prefill = s.result.prompt_ids;
     s.prefill.insert(s.prefill.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
     s.prefilled = false;
@@ -394,7 +387,6 @@ struct BatchSession::Impl {
         }).ok() || !hit)
       return;
     s.cache = std::move(*hit);
-    s.cache.set_page_positions(budget->page_positions);
     s.prefill.assign(s.result.prompt_ids.begin() + reused, s.result.prompt_ids.end());
     s.result.cached_prompt_tokens = reused;
   }
@@ -464,9 +456,8 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
         static_cast<double>(impl_->budget->SequenceBytes(static_cast<int64_t>(prompt.size()))) / (1 << 20),
         static_cast<double>(impl_->budget->bytes) / (1 << 20)));
   const SequenceId id = impl_->next_id++;
-  auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->model->NewCache(), std::move(on_token),
+  auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->NewCache(), std::move(on_token),
                                               std::move(prompt));
-  seq->cache.set_page_positions(impl_->budget->page_positions);
   seq->prefill = seq->result.prompt_ids;
   impl_->sequences.push_back(std::move(seq));
   return id;

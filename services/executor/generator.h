@@ -93,11 +93,17 @@ struct KvBudgetCounters {
   uint64_t preemptions = 0;
 };
 
-// What the prefix cache did (Generator::prefix_cache_stats).
+// What the prefix cache did (Generator::prefix_cache_stats; prefix_cache.h keeps them).
 struct PrefixCacheCounters {
-  bool enabled = false;
-  uint64_t lookups = 0, hits = 0, reused_tokens = 0, inserted = 0, evicted = 0;
-  int64_t entries = 0, bytes = 0, budget_bytes = 0;
+  bool enabled = false;        // GeneratorOptions::prefix_cache_bytes > 0
+  uint64_t lookups = 0;        // prompts looked up
+  uint64_t hits = 0;           // of them, continued from an entry
+  uint64_t reused_tokens = 0;  // prompt tokens not fed thanks to hits
+  uint64_t inserted = 0;       // caches kept
+  uint64_t evicted = 0;        // entries dropped for the budget or superseded
+  int64_t entries = 0;         // entries now
+  int64_t bytes = 0;           // their bytes now
+  int64_t budget_bytes = 0;
 };
 
 // What the GPU executor's device F slots did (Generator::device_expert_stats).

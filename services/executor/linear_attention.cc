@@ -32,7 +32,6 @@ Dims DimsOf(const ModelConfig& c) {
 }
 
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 // torch's F.softplus with beta 1, threshold 20.
 float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
@@ -141,8 +140,7 @@ at::Tensor LinearAttentionForward(const ModelConfig& c, const LinearAttentionWei
   // 4. The gated RMSNorm per value head, then out_proj.
   float* op = o_t.data_ptr<float>();
   cpu::RmsNorm(op, n * d.nv, d.dv, w.norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps), op);
-  const float* zp = z.data_ptr<float>();
-  for (int64_t e = 0; e < n * vd; ++e) op[e] = op[e] * Silu(zp[e]);
+  cpu::SiluMul(z.data_ptr<float>(), op, n * vd, op);  // RMSNorm(o) * silu(z)
   return Linear(o_t, w.out_proj);
 }
 

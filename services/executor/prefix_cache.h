@@ -32,23 +32,16 @@
 #include <vector>
 
 #include "services/executor/attention.h"
+#include "services/executor/generator.h"
 
 namespace zipmoe::executor {
 
-struct PrefixCacheStats {
-  uint64_t lookups = 0;        // prompts looked up
-  uint64_t hits = 0;           // of them, continued from an entry
-  uint64_t reused_tokens = 0;  // prompt tokens not fed thanks to hits
-  uint64_t inserted = 0;       // caches kept
-  uint64_t evicted = 0;        // entries dropped for the budget or superseded
-  int64_t entries = 0;         // entries now
-  int64_t bytes = 0;           // their bytes now
-  int64_t budget_bytes = 0;
-};
-
 class PrefixCache {
  public:
-  explicit PrefixCache(int64_t budget_bytes) { stats_.budget_bytes = budget_bytes; }
+  explicit PrefixCache(int64_t budget_bytes) {
+    stats_.enabled = true;
+    stats_.budget_bytes = budget_bytes;
+  }
 
   // The longest reusable prefix of `prompt` (1 <= n <= prompt.size() - 1): a copy of that entry's
   // cache holding its first n positions (KvCache::Prefix), and n in *reused; nullopt (and 0) on a miss.
@@ -57,7 +50,7 @@ class PrefixCache {
   // Keeps `cache`, whose positions hold `tokens` (tokens.size() == cache.length() > 0), then evicts.
   void Insert(std::vector<int32_t> tokens, KvCache cache);
 
-  const PrefixCacheStats& stats() const { return stats_; }
+  const PrefixCacheCounters& stats() const { return stats_; }
 
  private:
   struct Entry {
@@ -68,7 +61,7 @@ class PrefixCache {
   void EvictOverBudget();
 
   std::list<Entry> entries_;  // most recently used first
-  PrefixCacheStats stats_;
+  PrefixCacheCounters stats_;
 };
 
 }  // namespace zipmoe::executor
