@@ -529,6 +529,21 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
   return Status::Ok();
 }
 
+// rope_theta: the top-level key, else the one inside the first object of rope_scaling / rope_parameters
+// (transformers 5 moves it there), else `fallback` (the config class's default).
+Result<double> RopeTheta(const json& config, const KeyReader& r, const std::string& source, double fallback) {
+  double theta = fallback;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    auto it = config.find(key);
+    if (it != config.end() && it->is_object()) {
+      KeyReader pr(*it, source + " " + key);
+      ZM_ASSIGN_OR_RETURN(theta, pr.NumberOr("rope_theta", theta));
+      break;
+    }
+  }
+  return r.NumberOr("rope_theta", theta);
+}
+
 // gpt_oss (GptOssConfig; defaults as its __init__ for keys the file omits). The RoPE and quantization
 // keys are read by ParseRopeScaling / ParseQuantization afterwards.
 Status ParseGptOssConfig(const json& config, const KeyReader& r, const std::string& source, ModelConfig& c) {
@@ -558,18 +573,7 @@ Status ParseGptOssConfig(const json& config, const KeyReader& r, const std::stri
   c.qkv_bias = true;
   c.o_bias = true;
   c.attention_sinks = true;
-  {
-    double theta = 150000.0;
-    for (const char* key : {"rope_scaling", "rope_parameters"}) {
-      auto it = config.find(key);
-      if (it != config.end() && it->is_object()) {
-        KeyReader pr(*it, source + " " + key);
-        ZM_ASSIGN_OR_RETURN(theta, pr.NumberOr("rope_theta", theta));
-        break;
-      }
-    }
-    ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", theta));
-  }
+  ZM_ASSIGN_OR_RETURN(c.rope_theta, RopeTheta(config, r, source, 150000.0));
   ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
   // Layers: sliding (window) or full attention; default alternating, sliding first.
   ZM_ASSIGN_OR_RETURN(const std::vector<std::string> types, r.Strings("layer_types"));
@@ -651,18 +655,7 @@ Status ParseQwen3NextConfig(const json& config, const KeyReader& r, const std::s
   ZM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.PositiveOr("num_hidden_layers", v35 ? 40 : 48));
   ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveOr("max_position_embeddings", 32768));
   ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.NumberOr("rms_norm_eps", 1e-6));
-  {
-    double theta = 10000.0;
-    for (const char* key : {"rope_scaling", "rope_parameters"}) {
-      auto it = config.find(key);
-      if (it != config.end() && it->is_object()) {
-        KeyReader pr(*it, source + " " + key);
-        ZM_ASSIGN_OR_RETURN(theta, pr.NumberOr("rope_theta", theta));
-        break;
-      }
-    }
-    ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", theta));
-  }
+  ZM_ASSIGN_OR_RETURN(c.rope_theta, RopeTheta(config, r, source, 10000.0));
   ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
   // Gated full attention.
   ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveOr("num_attention_heads", 16));
