@@ -18,86 +18,69 @@ import http.client
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import MemoryCap  # noqa: E402
+from benchlib import MemoryCap, server  # noqa: E402
 
 MIB = 1 << 20
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dir_bytes(d):
     return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if os.path.isfile(os.path.join(d, f)))
 
 
-def run(args, cap, kv_budget_mib, label):
-    port = free_port()
+def vocab_size(model):
+    with open(os.path.join(model, "config.json")) as f:
+        c = json.load(f)
+    return (c.get("text_config") or c)["vocab_size"]
+
+
+def run(args, cap, limit, kv_budget_mib, label):
+    vocab = vocab_size(args.model)
     log_path = f"/tmp/kv_budget_memory_{label}.log"
-    cap.reset_peak()
     oom_before = cap.oom_kills()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([args.zipmoe, "serve", "--model", args.model, "--port", str(port), "--threads",
-                                 str(args.threads), "--kv-budget", str(kv_budget_mib), "--prefix-cache", "0",
-                                 "--max-batch", str(args.concurrency)],
-                                stdout=log, stderr=subprocess.STDOUT, preexec_fn=cap.preexec())
-    for _ in range(1200):
-        if proc.poll() is not None:
-            break
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.25)
-    statuses = [None] * args.concurrency
+    serve = ["serve", "--model", args.model, "--threads", str(args.threads), "--kv-budget", str(kv_budget_mib),
+             "--prefix-cache", "0", "--max-batch", str(args.concurrency)]
+    with server(args.zipmoe, serve, log_path, cap, cap_bytes=limit, cold=False) as (url, proc):
+        port = int(url.rsplit(":", 1)[1])
+        statuses = [None] * args.concurrency
 
-    def client(i):
-        prompt = [16 + (i * 7919 + j * 31) % 40000 for j in range(args.prompt)]
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
-            c.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": args.max_tokens,
-                                                              "temperature": 0, "ignore_eos": True}))
-            statuses[i] = c.getresponse().status
-        except OSError as e:
-            statuses[i] = f"connection: {e.__class__.__name__}"
+        def client(i):
+            prompt = [16 + (i * 7919 + j * 31) % (vocab - 32) for j in range(args.prompt)]
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
+                c.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": args.max_tokens,
+                                                                  "temperature": 0, "ignore_eos": True}))
+                statuses[i] = c.getresponse().status
+            except OSError as e:
+                statuses[i] = f"connection: {e.__class__.__name__}"
 
-    t0 = time.time()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.time() - t0
-    preemptions = None
-    if proc.poll() is None:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/metrics")
-            m = re.search(r"^zipmoe_preemptions_total (\S+)$", c.getresponse().read().decode(), re.M)
-            preemptions = int(float(m.group(1))) if m else None
-        except OSError:
-            pass
-        proc.terminate()
-        proc.wait(timeout=30)
-        alive = "alive"
-    else:
-        alive = f"exited {proc.returncode}"
-    oom = cap.oom_kills() - oom_before
+        t0 = time.time()
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.time() - t0
+        preemptions = None
+        if proc.poll() is None:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/metrics")
+                m = re.search(r"^zipmoe_preemptions_total (\S+)$", c.getresponse().read().decode(), re.M)
+                preemptions = int(float(m.group(1))) if m else None
+            except OSError:
+                pass
+            alive = "alive"
+        else:
+            alive = f"exited {proc.returncode}"
+        peak_mib = cap.peak_bytes() / MIB
     ready = [line for line in open(log_path) if "ready on" in line]
-    return {"label": label, "statuses": statuses, "server": alive, "oom_kills": oom, "peak_mib": cap.peak_bytes() / MIB,
-            "preemptions": preemptions, "wall_s": wall, "ready": ready[0].strip() if ready else ""}
+    return {"label": label, "statuses": statuses, "server": alive, "oom_kills": cap.oom_kills() - oom_before,
+            "peak_mib": peak_mib, "preemptions": preemptions, "wall_s": wall, "ready": ready[0].strip() if ready else ""}
 
 
 def main():
@@ -120,11 +103,9 @@ def main():
         raise SystemExit(f"no memory cgroup: {cap.reason}")
     model_bytes = 0 if args.without_model_bytes else dir_bytes(args.model)
     limit = model_bytes + int(args.kv_budget * 1.1 * MIB) + args.overhead * MIB
-    cap.set_limit(limit)
     try:
-        rows = [run(args, cap, args.kv_budget, "budget"), run(args, cap, 0, "unbounded")]
+        rows = [run(args, cap, limit, args.kv_budget, "budget"), run(args, cap, limit, 0, "unbounded")]
     finally:
-        cap.set_limit(None)
         cap.remove()
     print(f"kv_budget_memory: {args.model}, cap {limit / MIB:.0f} MiB (model {model_bytes / MIB:.0f} + KV "
           f"budget {args.kv_budget} x 1.1 + {args.overhead}), {args.concurrency} clients x {args.prompt}-id prompts, "

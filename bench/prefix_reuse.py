@@ -17,19 +17,14 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import MemoryCap, server  # noqa: E402
+
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sharegpt-first-turn-500.json")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load_prompts(n, max_chars):
@@ -46,71 +41,42 @@ def load_prompts(n, max_chars):
     raise SystemExit(f"{DATA}: fewer than {n} prompts of at most {max_chars} characters")
 
 
-class Server:
-    def __init__(self, zipmoe, model, threads, prefix_cache_mib, log_path):
-        self.port = free_port()
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([zipmoe, "serve", "--model", model, "--port", str(self.port), "--threads",
-                                      str(threads), "--prefix-cache", str(prefix_cache_mib)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 600
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"zipmoe serve exited {self.proc.returncode}; see {log_path}")
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise SystemExit(f"zipmoe serve not healthy after 600 s; see {log_path}")
-
-    def chat(self, messages, max_tokens):
-        """(ttft seconds, text, cached prompt tokens, prompt tokens) of one streamed greedy completion."""
-        body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                           "stream_options": {"include_usage": True}})
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        t0 = time.perf_counter()
-        c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
-        r = c.getresponse()
-        if r.status != 200:
-            raise SystemExit(f"chat completion: HTTP {r.status}: {r.read()[:300]!r}")
-        ttft, text, usage = None, [], {}
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            for choice in chunk.get("choices", []):
-                piece = choice.get("delta", {}).get("content")
-                if piece:
-                    if ttft is None:
-                        ttft = time.perf_counter() - t0
-                    text.append(piece)
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        return ttft if ttft is not None else time.perf_counter() - t0, "".join(text), cached, usage.get("prompt_tokens", 0)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+def chat(port, messages, max_tokens):
+    """(ttft seconds, text, cached prompt tokens, prompt tokens) of one streamed greedy completion."""
+    body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}})
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"chat completion: HTTP {r.status}: {r.read()[:300]!r}")
+    ttft, text, usage = None, [], {}
+    for raw in r:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices", []):
+            piece = choice.get("delta", {}).get("content")
+            if piece:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                text.append(piece)
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return ttft if ttft is not None else time.perf_counter() - t0, "".join(text), cached, usage.get("prompt_tokens", 0)
 
 
-def replay(server, conversations, max_tokens):
+def replay(port, conversations, max_tokens):
     """rows[t] = list over conversations of (ttft, text, cached, prompt_tokens)."""
     rows = [[] for _ in conversations[0]]
     for prompts in conversations:
         messages = []
         for t, prompt in enumerate(prompts):
             messages.append({"role": "user", "content": prompt})
-            ttft, text, cached, prompt_tokens = server.chat(messages, max_tokens)
+            ttft, text, cached, prompt_tokens = chat(port, messages, max_tokens)
             messages.append({"role": "assistant", "content": text})
             rows[t].append((ttft, text, cached, prompt_tokens))
     return rows
@@ -132,12 +98,14 @@ def main():
     prompts = load_prompts(args.turns * args.conversations, args.max_chars)
     conversations = [prompts[i * args.turns:(i + 1) * args.turns] for i in range(args.conversations)]
     results = {}
-    for mode, mib in (("reuse", args.prefix_cache), ("none", 0)):
-        server = Server(args.zipmoe, args.model, args.threads, mib, os.path.join(args.work_dir, f"serve_{mode}.log"))
-        try:
-            results[mode] = replay(server, conversations, args.max_tokens)
-        finally:
-            server.stop()
+    cap = MemoryCap("zipmoe_prefix_reuse")  # no limit is set: benchlib.server wants a group to start in
+    try:
+        for mode, mib in (("reuse", args.prefix_cache), ("none", 0)):
+            serve = ["serve", "--model", args.model, "--threads", str(args.threads), "--prefix-cache", str(mib)]
+            with server(args.zipmoe, serve, os.path.join(args.work_dir, f"serve_{mode}.log"), cap, cold=False) as (url, _):
+                results[mode] = replay(int(url.rsplit(":", 1)[1]), conversations, args.max_tokens)
+    finally:
+        cap.remove()
     print(f"prefix_reuse: {args.model}, {args.conversations} conversations x {args.turns} turns, {args.max_tokens} "
           f"tokens per answer, --threads {args.threads}; medians over conversations")
     print("| turn | prompt tokens | cached tokens | TTFT reuse s | TTFT none s | reuse / none | same text |")
