@@ -388,6 +388,8 @@ struct BatchSession::Impl {
       return;
     s.cache = std::move(*hit);
     s.prefill.assign(s.result.prompt_ids.begin() + reused, s.result.prompt_ids.end());
+    // A resumed sequence (AddSequence's `generated`) feeds its earlier tokens after the prompt.
+    s.prefill.insert(s.prefill.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
     s.result.cached_prompt_tokens = reused;
   }
 
@@ -437,28 +439,54 @@ size_t BatchSession::running() const { return impl_->sequences.size() - queued()
 int64_t BatchSession::steps() const { return impl_->steps; }
 
 Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> prompt, const GenerationParams& params,
-                                                           uint64_t sampler_stream, SequenceCallback on_token) {
+                                                           uint64_t sampler_stream, SequenceCallback on_token,
+                                                           std::vector<int32_t> generated) {
   const ModelConfig& c = *impl_->config;
   if (params.max_new_tokens < 0)
     return Status::InvalidArgument(fmt::format("max_new_tokens must be >= 0, got {}", params.max_new_tokens));
   if (prompt.empty()) return Status::InvalidArgument("the prompt is empty");
-  if (static_cast<int64_t>(prompt.size()) > c.max_position_embeddings)
-    return Status::InvalidArgument(fmt::format("the prompt has {} tokens, longer than max_position_embeddings {} ({})",
-                                               prompt.size(), c.max_position_embeddings, c.source));
+  if (!generated.empty() && static_cast<int64_t>(generated.size()) >= params.max_new_tokens)
+    return Status::InvalidArgument(fmt::format("{} tokens already generated, not fewer than max_new_tokens {}",
+                                               generated.size(), params.max_new_tokens));
+  if (!generated.empty() && c.is_encoder_decoder())
+    return Status::InvalidArgument(fmt::format("resuming a sequence is not supported for {} ({})", c.model_type, c.source));
+  // Positions the first step feeds: the prompt, then what was generated before (a resumed sequence).
+  const int64_t fed = static_cast<int64_t>(prompt.size() + generated.size());
+  if (fed > c.max_position_embeddings)
+    return Status::InvalidArgument(fmt::format("the prompt has {} tokens{}, longer than max_position_embeddings {} ({})",
+                                               prompt.size(),
+                                               generated.empty() ? "" : fmt::format(" (+ {} generated)", generated.size()),
+                                               c.max_position_embeddings, c.source));
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= c.vocab_size)
       return Status::InvalidArgument(
           fmt::format("prompt token {} (position {}) is outside the vocabulary [0, {})", prompt[i], i, c.vocab_size));
   }
-  if (impl_->bounded() && impl_->budget->SequenceBytes(static_cast<int64_t>(prompt.size())) > impl_->budget->bytes)
+  for (size_t i = 0; i < generated.size(); ++i) {
+    if (generated[i] < 0 || generated[i] >= c.vocab_size)
+      return Status::InvalidArgument(fmt::format("generated token {} (index {}) is outside the vocabulary [0, {})",
+                                                 generated[i], i, c.vocab_size));
+  }
+  if (impl_->bounded() && impl_->budget->SequenceBytes(fed) > impl_->budget->bytes)
     return Status::InvalidArgument(fmt::format(
-        "the prompt's {} tokens need {:.1f} MiB of KV cache, more than the whole KV budget of {:.1f} MiB", prompt.size(),
-        static_cast<double>(impl_->budget->SequenceBytes(static_cast<int64_t>(prompt.size()))) / (1 << 20),
+        "the prompt's {} tokens need {:.1f} MiB of KV cache, more than the whole KV budget of {:.1f} MiB", fed,
+        static_cast<double>(impl_->budget->SequenceBytes(fed)) / (1 << 20),
         static_cast<double>(impl_->budget->bytes) / (1 << 20)));
   const SequenceId id = impl_->next_id++;
   auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->NewCache(), std::move(on_token),
                                               std::move(prompt));
+  if (!generated.empty()) {
+    // As if this session had sampled them: one draw each, counted for the penalties, accepted by the
+    // constraint; the first step feeds them after the prompt, as after a preemption.
+    seq->sampler.Skip(generated.size());
+    for (int32_t t : generated) {
+      ++seq->counts[t];
+      if (params.constraint != nullptr) params.constraint->Accept(t);
+    }
+    seq->result.generated_ids = std::move(generated);
+  }
   seq->prefill = seq->result.prompt_ids;
+  seq->prefill.insert(seq->prefill.end(), seq->result.generated_ids.begin(), seq->result.generated_ids.end());
   impl_->sequences.push_back(std::move(seq));
   return id;
 }

@@ -227,8 +227,18 @@ class BatchSession {
   // request samples alike in any batch). Errors (nothing queued): kInvalidArgument for an empty prompt, a
   // prompt longer than max_position_embeddings or than the KV budget holds, a token id outside
   // [0, vocab_size), negative max_new_tokens.
+  //
+  // `generated`: tokens this sequence already generated elsewhere (an executor that died mid-request,
+  // resumed by the HTTP front: services/front/front_server.h). The sequence continues exactly as if it
+  // had sampled them itself: its first step prefills prompt + generated, the Sampler skips their draws,
+  // the penalties count them, params.constraint Accepts each (here, in order), they count against
+  // max_new_tokens and appear first in GenerationResult::generated_ids; on_token is not called for
+  // them. With batch-invariant kernels (the CPU) the tokens that follow are those of an uninterrupted
+  // run. Errors: those above for prompt + generated, and kInvalidArgument when generated already holds
+  // max_new_tokens tokens or more.
   Result<SequenceId> AddSequence(std::vector<int32_t> prompt, const GenerationParams& params,
-                                 uint64_t sampler_stream = 0, SequenceCallback on_token = nullptr);
+                                 uint64_t sampler_stream = 0, SequenceCallback on_token = nullptr,
+                                 std::vector<int32_t> generated = {});
 
   // One forward pass over every queued prompt and running sequence (with a KV budget: those that fit,
   // GeneratorOptions::kv_budget_bytes), in the order they were added; samples one token per sequence

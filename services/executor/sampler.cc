@@ -44,7 +44,10 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
   order_.clear();
   for (int64_t i = 0; i < vocab; ++i)
     if (!std::isnan(logits[i])) order_.push_back(static_cast<int32_t>(i));
-  if (order_.empty()) return 0;
+  if (order_.empty()) {  // every logit NaN: still one draw, so Skip stays exact
+    (void)rng_();
+    return 0;
+  }
   auto by_logit = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   size_t keep = order_.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
@@ -84,6 +87,10 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
     if (u < cumulative) return order_[i];
   }
   return order_[keep - 1];
+}
+
+void Sampler::Skip(uint64_t n) {
+  if (!greedy()) rng_.discard(n);
 }
 
 }  // namespace zipmoe::executor

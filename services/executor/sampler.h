@@ -43,6 +43,11 @@ class Sampler {
 
   bool greedy() const { return params_.temperature <= 0.0f; }
 
+  // Moves the stream past `n` samples without computing them: every non-greedy Sample consumes
+  // exactly one 64-bit draw, so Skip(n) then Sample gives what the (n+1)-th Sample would have given
+  // (a sequence resumed after its first n tokens: BatchSession::AddSequence's `generated`).
+  void Skip(uint64_t n);
+
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;

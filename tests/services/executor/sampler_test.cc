@@ -35,6 +35,36 @@ TEST(SamplerTest, SameSeedSameTokensDifferentSeedsDiffer) {
   EXPECT_NE(a, Draw(p, 0, flat, 32));
 }
 
+// Skip(n) moves the stream past n samples (a resumed sequence): the samples after it are those a
+// stream that sampled n times would give, whatever logits the skipped samples saw (also all-NaN rows).
+TEST(SamplerTest, SkipEqualsSamplingThatManyTimes) {
+  std::vector<float> logits(64);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = 0.05f * static_cast<float>(i % 7);
+  const std::vector<float> nan_row(64, std::nanf(""));
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_p = 0.9f;
+  p.seed = 99;
+  Sampler whole(p, 2);
+  std::vector<int32_t> want;
+  for (int i = 0; i < 20; ++i) {
+    const std::vector<float>& row = i == 3 ? nan_row : logits;
+    want.push_back(whole.Sample(row.data(), 64));
+  }
+  for (int k : {0, 1, 4, 19}) {
+    Sampler resumed(p, 2);
+    resumed.Skip(static_cast<uint64_t>(k));
+    for (int i = k; i < 20; ++i) {
+      const std::vector<float>& row = i == 3 ? nan_row : logits;
+      EXPECT_EQ(resumed.Sample(row.data(), 64), want[static_cast<size_t>(i)]) << "skip " << k << ", sample " << i;
+    }
+  }
+  // Greedy consumes nothing: Skip is a no-op.
+  Sampler greedy(SamplingParams{}, 0);
+  greedy.Skip(5);
+  EXPECT_EQ(greedy.Sample(logits.data(), 64), Argmax(logits.data(), 64));
+}
+
 TEST(SamplerTest, TopKOneAndTinyTopPAreGreedy) {
   const std::vector<float> logits = {0.5f, 0.1f, 3.0f, 2.9f};
   SamplingParams p;
