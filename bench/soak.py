@@ -5,7 +5,7 @@ service every --kill-every seconds under `up`. Reports requests, errors (inside 
 kill windows), text equality with a single-client run at temperature 0, RSS over time (slope) and
 /dev/shm after exit.
 
-  bench/soak.sh [--minutes 30] [--mode serve|up|both] [--kill-every 300] [--cap 6GiB]
+  bench/soak.sh [--minutes 30] [--mode serve|up|both] [--kill-every 300] [--kill executor,...] [--cap 6GiB]
                 [--model COMPRESSED_DIR] [--concurrency 16] [--requests-per-round 64] [--out DIR]
 
 Without --model a tiny qwen2_moe is synthesized and compressed under --out. Writes DIR/soak.json
@@ -27,7 +27,7 @@ import benchlib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KILL_WINDOW_S = 35.0  # a request that ends this long after a kill may fail (docs/services.md: <= 30 s)
-SERVICES = ["storage", "decompressor-0", "scheduler", "cache-manager", "executor"]
+SERVICES = ["storage", "decompressor-0", "scheduler", "cache-manager", "executor", "front"]
 
 
 def rss_kib(pids):
@@ -93,7 +93,7 @@ def run_rounds(mode, port, proc, run_dir, args, cap, summary):
     rng = random.Random(args.seed)
     while time.time() - start < args.minutes * 60:
         if mode == "up" and time.time() >= next_kill:
-            victim = rng.choice(SERVICES)
+            victim = rng.choice(args.kill)
             try:
                 with open(os.path.join(run_dir, f"{victim}.pid")) as f:
                     os.kill(int(f.read()), signal.SIGKILL)
@@ -178,6 +178,9 @@ def main():
     p.add_argument("--minutes", type=float, default=30)
     p.add_argument("--mode", choices=["serve", "up", "both"], default="both")
     p.add_argument("--kill-every", type=float, default=300, help="seconds between kills under up (default 300)")
+    p.add_argument("--kill", default=",".join(s for s in SERVICES if s != "front"),
+                   help="comma-separated services to pick the victim from (default: every one but the HTTP "
+                        "front, which holds the clients' connections); e.g. --kill executor")
     p.add_argument("--cap", default="6GiB", help="memory cap of the server's cgroup (default 6GiB)")
     p.add_argument("--budget", default="50%", help="--memory-budget of the runtime (default 50%%)")
     p.add_argument("--model", help="compressed model directory (default: a tiny qwen2_moe, synthesized)")
@@ -188,6 +191,10 @@ def main():
     p.add_argument("--build-dir", default=os.environ.get("ZIPMOE_BENCH_BUILD_DIR", os.path.join(REPO, "build")))
     p.add_argument("--out", default=os.path.join(REPO, "out", "soak"))
     args = p.parse_args()
+    args.kill = [s for s in args.kill.split(",") if s]
+    for s in args.kill:
+        if s not in SERVICES:
+            p.error(f"--kill: unknown service '{s}' (one of {', '.join(SERVICES)})")
     os.makedirs(args.out, exist_ok=True)
     zipmoe = os.path.join(args.build_dir, "bin", "zipmoe")
     model = args.model

@@ -5,8 +5,12 @@
 #
 # The container's zipmoe process is the one the entrypoint exec'd: its pid is in $ZIPMOE_PID_FILE
 # (docker/entrypoint.sh writes it; the same pid namespace as this check, also under `pid: host`).
-#   service executor   GET /health on the HTTP API (ZIPMOE_HTTP_HOST/ZIPMOE_HTTP_PORT) must answer 200
-#                      (503 while the model loads: compose's start_period covers that)
+#   service front      GET /health on the HTTP API (ZIPMOE_HTTP_HOST/ZIPMOE_HTTP_PORT) must answer 200:
+#                      the front answers the executor's health (503 while the model loads or the
+#                      executor restarts: compose's start_period covers the first load)
+#   service executor   GET /health must answer 200: on the loopback address it wrote to
+#                      $ZIPMOE_RUN_DIR/executor.http behind a front (ZIPMOE_HTTP_FRONT, default true),
+#                      else on ZIPMOE_HTTP_HOST/ZIPMOE_HTTP_PORT
 #   other services     the process's own file_sd file $ZIPMOE_METRICS_SD_DIR/<service>-<pid>.json
 #                      names its /metrics address (decompressor replicas probe for a free port, so
 #                      only that file knows it); GET /metrics there must answer 200
@@ -26,12 +30,20 @@ get() {  # url -> 0 if it answers 2xx within 4 s
   curl -fsS -o /dev/null --max-time 4 "$1" 2>&1 || fail "GET $1 failed"
 }
 
-if [ "$service" = executor ]; then
+front_on() { case "${ZIPMOE_HTTP_FRONT:-true}" in 0|false|no|off) return 1 ;; esac; return 0; }
+if [ "$service" = executor ] && front_on; then
+  address_file="${ZIPMOE_RUN_DIR:-/tmp/zipmoe}/executor.http"
+  [ -r "$address_file" ] || fail "no $address_file (the executor is not listening yet)"
+  get "http://$(head -n 1 "$address_file")/health"
+  echo "healthy: executor /health 200 at $(head -n 1 "$address_file")"
+  exit 0
+fi
+if [ "$service" = executor ] || [ "$service" = front ]; then
   host=${ZIPMOE_HTTP_HOST:-127.0.0.1}
   case "$host" in 0.0.0.0|""|::|"[::]") host=127.0.0.1 ;; esac
   case "$host" in *:*) case "$host" in \[*) ;; *) host="[$host]" ;; esac ;; esac  # IPv6 literal
   get "http://$host:${ZIPMOE_HTTP_PORT:-8080}/health"
-  echo "healthy: executor /health 200"
+  echo "healthy: $service /health 200"
   exit 0
 fi
 if [ -n "$service" ] && [ -n "${ZIPMOE_METRICS_SD_DIR:-}" ]; then

@@ -15,7 +15,8 @@ Floors, lowest first (a file may include its own folder or any lower floor, noth
   6 services/service_base/                     the plumbing every process shares (config, metrics)
   7 services/executor/                         the model's forward pass
   8 services/api/                              the OpenAI-compatible HTTP API
-  9 services/processes/, services/cli/        each process's entry (`zipmoe service NAME`) and the CLI
+  9 services/front/                            the HTTP front of `up` (re-issues requests when the executor dies)
+ 10 services/processes/, services/cli/        each process's entry (`zipmoe service NAME`) and the CLI
 Within floor 3 the folders are independent (a component never includes another). A folder under
 services/ that has no floor here is itself an error: a new folder must be given its place. tests/, bench/ and
 tools above everything are not checked. Standard library only.
@@ -28,8 +29,8 @@ import tempfile
 
 COMPONENTS = ("storage", "decompressor", "cache_manager", "scheduler", "synth", "convert")
 FLOORS = {"schemas": 0, "common": 1, "kernels": 2, "services/pipeline": 4, "services/links": 5,
-          "services/service_base": 6, "services/executor": 7, "services/api": 8, "services/processes": 9,
-          "services/cli": 9}
+          "services/service_base": 6, "services/executor": 7, "services/api": 8, "services/front": 9,
+          "services/processes": 10, "services/cli": 10}
 for _c in COMPONENTS:
     FLOORS["services/" + _c] = 3
 CHECKED_DIRS = ("schemas", "common", "kernels", "services")

@@ -28,7 +28,8 @@ bool ApiServer::Submit(const std::shared_ptr<Request>& request) {
     if (!stopping && queue_.size() + request->jobs.size() > static_cast<size_t>(std::max(1, options_.max_waiting)))
       return false;
     for (const auto& job : request->jobs) {
-      if (job->params.max_new_tokens == 0 || stopping) {
+      if (job->resumed_finished) continue;  // done before Submit (a resumed request)
+      if (job->params.max_new_tokens == 0 || job->ended_in_replay || stopping) {
         now_done.push_back(job.get());
       } else {
         queue_.push_back(job.get());
@@ -38,7 +39,7 @@ bool ApiServer::Submit(const std::shared_ptr<Request>& request) {
   }
   queue_cv_.NotifyAll();
   for (Job* job : now_done)
-    Finish(*job, stopping ? Status::Unavailable("the server is shutting down") : Status::Ok(), false);
+    Finish(*job, stopping ? Status::Unavailable("the server is shutting down") : Status::Ok(), job->eos_in_replay);
   return true;
 }
 
@@ -66,6 +67,7 @@ bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
     }
     if (req.request.stream) {
       job.pending += job.matcher->TakeSafe(/*all=*/false);
+      job.pending_tokens.push_back(token.id);
       if (want_logprobs) {
         job.pending_logprobs.push_back(token);
         job.pending_offsets.push_back(offset);
@@ -199,8 +201,9 @@ void ApiServer::BatchLoop() {
     for (Job* job : admit) {
       const std::vector<int32_t>& prompt = job->owner->request.prompts[job->prompt].ids;
       Result<executor::BatchSession::SequenceId> id =
-          session->AddSequence(prompt, job->params, job->sampler_stream,
-                               [this, job](const executor::SampledToken& token) { return OnToken(*job, token); });
+          session->AddSequence(
+              prompt, job->params, job->sampler_stream,
+              [this, job](const executor::SampledToken& token) { return OnToken(*job, token); }, job->resume_tokens);
       if (!id.ok()) {
         Finish(*job, id.status(), false);
       } else {

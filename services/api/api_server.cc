@@ -18,6 +18,7 @@
 #include "common/tokenizer/tokenizer_unicode.h"
 #include "services/api/api_server_jobs.h"
 #include "services/api/chat_output_parser.h"
+#include "services/api/front_protocol.h"
 #include "services/service_base/service_metrics.h"
 
 namespace zipmoe::api {
@@ -181,10 +182,12 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
   return HandleDetokenize(http, exchange);
 }
 
-bool ApiServer::Authorized(const HttpRequest& http) const {
-  if (options_.api_key.empty()) return true;
+bool ApiServer::Authorized(const HttpRequest& http) const { return KeyMatches(options_.api_key, http); }
+
+bool ApiServer::KeyMatches(const std::string& api_key, const HttpRequest& http) {
+  if (api_key.empty()) return true;
   const std::string auth = http.Header("Authorization");
-  const std::string want = "Bearer " + options_.api_key;
+  const std::string want = "Bearer " + api_key;
   bool same = auth.size() == want.size();
   unsigned char diff = 0;
   for (size_t i = 0; same && i < want.size(); ++i) diff |= static_cast<unsigned char>(auth[i] ^ want[i]);
@@ -192,9 +195,13 @@ bool ApiServer::Authorized(const HttpRequest& http) const {
 }
 
 void ApiServer::CheckHead(const HttpRequest& head, HttpExchange& exchange) {
+  CheckHeadWithKey(options_.api_key, head, exchange);
+}
+
+void ApiServer::CheckHeadWithKey(const std::string& api_key, const HttpRequest& head, HttpExchange& exchange) {
   const std::string& path = head.path;
   if (!IsApiPath(path)) return;  // Handle answers 404 (or /health, /metrics, which need no key)
-  if (!Authorized(head)) return SendError(exchange, Unauthorized());
+  if (!KeyMatches(api_key, head)) return SendError(exchange, Unauthorized());
   if (path == "/tokenize" || path == "/detokenize") {
     // The HTTP layer has checked the header (decimal digits, at most 18 of them); stoull stays in range.
     const std::string length = head.Header("Content-Length");
@@ -316,8 +323,26 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
   auto request = std::make_shared<Request>();
   ApiError err;
   const ProtocolContext ctx{tokenizer_.get(), &generator_->config()};
-  if (!ParseCompletionRequest(http.body, endpoint, ctx, &request->request, &err)) return SendError(exchange, err);
+  // Sent by the HTTP front (front_protocol.h): streamed in units; a re-issued request names what the
+  // client already has in "zipmoe_resume", which the OpenAI parser never sees.
+  request->front = http.Header(kFrontHeader) == "1";
+  std::optional<ResumeState> resume;
+  std::string stripped;
+  const std::string* body = &http.body;
+  if (request->front && http.body.find(kResumeField) != std::string::npos) {
+    json j = json::parse(http.body, nullptr, false);
+    if (j.is_object() && j.contains(kResumeField)) {
+      std::string why;
+      resume.emplace();
+      if (!ResumeFromJson(j[kResumeField], &*resume, &why)) return SendError(exchange, BadRequest(why, kResumeField));
+      j.erase(kResumeField);
+      stripped = j.dump();
+      body = &stripped;
+    }
+  }
+  if (!ParseCompletionRequest(*body, endpoint, ctx, &request->request, &err)) return SendError(exchange, err);
   const CompletionRequest& r = request->request;
+  if (resume && !r.stream) return SendError(exchange, BadRequest("only a streaming request is resumed", kResumeField));
   if (!r.ignored.empty()) {
     std::string list;
     for (const std::string& f : r.ignored) list += (list.empty() ? "" : ", ") + f;
@@ -360,6 +385,40 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
                                             : std::make_unique<StreamDecoder>(*tokenizer_, keep_special);
       }
       request->jobs.push_back(std::move(job));
+    }
+  }
+  if (resume) {  // replay what the client has (front_protocol.h "Resuming")
+    request->id = resume->id;
+    request->created = resume->created;
+    request->head_sent = resume->head_sent;
+    const int64_t vocab = generator_->config().vocab_size;
+    for (const ChoiceResume& c : resume->choices) {
+      if (c.index >= request->jobs.size())
+        return SendError(exchange, BadRequest(fmt::format("{}: choice {} does not exist", kResumeField, c.index),
+                                              kResumeField));
+      Job& job = *request->jobs[c.index];
+      for (const std::vector<int32_t>& group : c.groups) {
+        for (int32_t t : group) {
+          if (t >= vocab)
+            return SendError(exchange, BadRequest(fmt::format("{}: token {} is outside the vocabulary", kResumeField, t),
+                                                  kResumeField));
+          job.resume_tokens.push_back(t);
+          ++job.count;
+          if (job.decoder && !job.matcher->stopped()) job.matcher->Append(job.decoder->Step(t));
+          if (job.params.stop_on_eos && generator_->config().IsEos(t)) job.eos_in_replay = true;
+        }
+        job.replayed_texts.push_back(job.matcher->TakeSafe(/*all=*/false));
+      }
+      job.resumed_finished = c.finished;
+      job.ended_in_replay = !c.finished && (job.matcher->stopped() || job.eos_in_replay ||
+                                            job.count >= job.params.max_new_tokens);
+      if (job.resumed_finished) {
+        job.done = true;
+        job.text = job.matcher->text();
+        job.completion_tokens = job.count;
+        MutexLock lock(&request->mu);
+        ++request->done_jobs;
+      }
     }
   }
   const auto envelope = [&](bool chunk) {
@@ -463,19 +522,38 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
   // never stalls the other sequences of the batch.
   exchange.BeginStream(200, "text/event-stream");
   bool client_ok = true;
-  auto send = [&](const json& j) {
+  auto write = [&](const std::string& bytes) {
     if (!client_ok) return false;
-    const std::string event = "data: " + Dump(j) + "\n\n";
-    client_ok = exchange.Write(event);
+    client_ok = exchange.Write(bytes);
     if (!client_ok && !request->cancelled.exchange(true)) queue_cv_.NotifyAll();
     return client_ok;
+  };
+  // For the front the events go out in units (front_protocol.h): `unit` collects them until flush.
+  const bool front = request->front;
+  std::string unit;
+  auto send = [&](const json& j) {
+    const std::string event = "data: " + Dump(j) + "\n\n";
+    if (front) {
+      unit += event;
+      return client_ok;
+    }
+    return write(event);
+  };
+  auto flush = [&](const json& meta) {
+    if (!front) return;
+    const std::string header = UnitHeader(meta, unit.size());
+    write(header + unit);
+    unit.clear();
   };
   // Chat with reasoning / tool-call markers: one parser per choice, on this thread only.
   std::vector<std::unique_ptr<ChatOutputParser>> parsers(request->jobs.size());
   if (chat && r.chat_syntax.active()) {
-    for (size_t i = 0; i < parsers.size(); ++i)
+    for (size_t i = 0; i < parsers.size(); ++i) {
       parsers[i] = std::make_unique<ChatOutputParser>(
           r.chat_syntax, fmt::format("call_{}_{}_", request->id, request->jobs[i]->index));
+      // A resumed choice: the parser sees the text of each unit the client got, as it was cut.
+      for (const std::string& text : request->jobs[i]->replayed_texts) (void)parsers[i]->Push(text);
+    }
   }
   auto delta_json = [&](const ChatDelta& d, int first_call) {
     json delta = json::object();
@@ -495,7 +573,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     c["finish_reason"] = finish_reason;
     return c;
   };
-  if (chat) {  // OpenAI sends the role first, one chunk per choice
+  if (chat && !request->head_sent) {  // OpenAI sends the role first, one chunk per choice
     for (const auto& job : request->jobs) {
       json first = envelope(true);
       first["choices"] = json::array({json{{"index", job->index},
@@ -505,14 +583,16 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
       send(first);
     }
   }
-  if (r.echo) {  // the prompt first, as its own chunk per choice
+  if (r.echo && !request->head_sent) {  // the prompt first, as its own chunk per choice
     for (const auto& job : request->jobs) {
       json c = envelope(true);
       c["choices"] = json::array({chunk_choice(*job, r.prompts[job->prompt].text, nullptr)});
       send(c);
     }
   }
+  if (!request->head_sent) flush(json{{"k", "head"}});
   std::vector<bool> finished_sent(request->jobs.size(), false);
+  for (size_t i = 0; i < request->jobs.size(); ++i) finished_sent[i] = request->jobs[i]->resumed_finished;
   while (true) {
     struct Out {
       size_t job;
@@ -520,6 +600,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
       std::vector<executor::SampledToken> logprobs;
       std::vector<size_t> offsets;
       bool finish;
+      std::vector<int32_t> tokens;
     };
     std::vector<Out> outs;
     bool done = false;
@@ -529,7 +610,9 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
         if (all_done()) return true;
         for (size_t i = 0; i < request->jobs.size(); ++i) {
           const Job& j = *request->jobs[i];
-          if (!j.pending.empty() || !j.pending_logprobs.empty() || (j.done && !finished_sent[i])) return true;
+          if (!j.pending.empty() || !j.pending_logprobs.empty() || !j.pending_tokens.empty() ||
+              (j.done && !finished_sent[i]))
+            return true;
         }
         return false;
       };
@@ -537,11 +620,13 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
       for (size_t i = 0; i < request->jobs.size(); ++i) {
         Job& j = *request->jobs[i];
         const bool finish = j.done && !finished_sent[i];
-        if (j.pending.empty() && j.pending_logprobs.empty() && !finish) continue;
-        outs.push_back(Out{i, std::move(j.pending), std::move(j.pending_logprobs), std::move(j.pending_offsets), finish});
+        if (j.pending.empty() && j.pending_logprobs.empty() && j.pending_tokens.empty() && !finish) continue;
+        outs.push_back(Out{i, std::move(j.pending), std::move(j.pending_logprobs), std::move(j.pending_offsets), finish,
+                           std::move(j.pending_tokens)});
         j.pending.clear();
         j.pending_logprobs.clear();
         j.pending_offsets.clear();
+        j.pending_tokens.clear();
         if (finish) finished_sent[i] = true;
       }
       done = all_done() && std::all_of(finished_sent.begin(), finished_sent.end(), [](bool b) { return b; });
@@ -567,6 +652,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
           c["choices"] = json::array({chunk_choice(job, "", called ? "tool_calls" : job.finish_reason)});
           send(c);
         }
+        flush(json{{"k", "tok"}, {"i", job.index}, {"t", o.tokens}, {"f", o.finish}});
         continue;
       }
       if (!o.text.empty() || !o.logprobs.empty()) {
@@ -581,6 +667,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
         c["choices"] = json::array({chunk_choice(job, "", job.finish_reason)});
         send(c);
       }
+      flush(json{{"k", "tok"}, {"i", job.index}, {"t", o.tokens}, {"f", o.finish}});
     }
     if (done) break;
   }
@@ -596,7 +683,12 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     last["usage"] = usage();
     send(last);
   }
-  if (client_ok) client_ok = exchange.Write("data: [DONE]\n\n");
+  if (front) {
+    unit += "data: [DONE]\n\n";
+    flush(json{{"k", "tail"}});
+  } else {
+    write("data: [DONE]\n\n");
+  }
   if (client_ok) exchange.EndStream();
 }
 

@@ -107,6 +107,11 @@ class ApiServer {
   // without a valid key, 413 for a /tokenize or /detokenize body above kTokenizeMaxBodyBytes; the
   // body is then never read. Sends nothing otherwise.
   void CheckHead(const HttpRequest& head, HttpExchange& exchange);
+  // The same check for a server that holds only the key (the HTTP front, services/front/).
+  static void CheckHeadWithKey(const std::string& api_key, const HttpRequest& head, HttpExchange& exchange);
+  // Whether `http` carries "Authorization: Bearer api_key" (always true for an empty key), compared in
+  // constant time.
+  static bool KeyMatches(const std::string& api_key, const HttpRequest& http);
 
   // The largest /tokenize and /detokenize request body (413 above it): bounds the memory of one
   // such request (the text, its ids and, with with_pieces, their JSON) to tens of MiB.
@@ -143,10 +148,10 @@ class ApiServer {
   void HandleTokenize(const HttpRequest& http, HttpExchange& exchange);
   void HandleDetokenize(const HttpRequest& http, HttpExchange& exchange);
   void HandleModels(const HttpRequest& http, HttpExchange& exchange);
-  void SendJson(HttpExchange& exchange, int status, const nlohmann::json& body);
+  static void SendJson(HttpExchange& exchange, int status, const nlohmann::json& body);
   // Whether the request carries the API key (always true without one), compared in constant time.
   bool Authorized(const HttpRequest& http) const;
-  void SendError(HttpExchange& exchange, const ApiError& error);
+  static void SendError(HttpExchange& exchange, const ApiError& error);
   std::string TokenText(int32_t id) const;
   std::string TokenBytes(int32_t id) const;  // its raw bytes (Tokenizer::DecodeBytes)
 

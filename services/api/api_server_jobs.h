@@ -24,6 +24,8 @@ struct ApiServer::Request {
   int64_t created = 0;
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
   std::atomic<bool> cancelled{false};  // the client went away or the server stops: end every job
+  bool front = false;      // sent by the HTTP front (front_protocol.h): streamed in units
+  bool head_sent = false;  // a resumed request whose head unit the client already has
   Mutex mu;                            // guards the jobs' shared fields below
   CondVar cv;                          // waits on mu
   std::vector<std::unique_ptr<Job>> jobs;  // choice index order (prompt-major)
@@ -44,6 +46,7 @@ struct ApiServer::Job {
   std::string pending;                               // emit-safe text not sent yet (streaming)
   std::vector<executor::SampledToken> pending_logprobs;  // their tokens' logprobs (streaming)
   std::vector<size_t> pending_offsets;
+  std::vector<int32_t> pending_tokens;  // the tokens `pending` came from (streaming; front_protocol.h units)
   bool done = false;
   bool failed = false;
   ApiError error;
@@ -53,6 +56,16 @@ struct ApiServer::Job {
   std::string finish_reason = "length";
   std::vector<executor::SampledToken> logprobs;  // every token's (when requested)
   std::vector<size_t> offsets;                   // text offset of every token (completions logprobs)
+
+  // A resumed choice (front_protocol.h), set by the handler before Submit: the tokens the client has,
+  // the text each of its units carried (replayed through the chat output parser), and whether it
+  // finished (nothing left to run) or ended within those tokens (a stop string, EOS or its token limit:
+  // only its finish chunk is left).
+  std::vector<int32_t> resume_tokens;
+  std::vector<std::string> replayed_texts;
+  bool resumed_finished = false;
+  bool ended_in_replay = false;
+  bool eos_in_replay = false;
 
   // Batch loop only.
   std::unique_ptr<StopMatcher> matcher;

@@ -633,8 +633,8 @@ int HttpServer::port() const { return impl_->port; }
 const HttpServerOptions& HttpServer::options() const { return impl_->options; }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, HttpHandler handler) {
-  if (options.port < 1 || options.port > 65535)
-    return Status::InvalidArgument(fmt::format("HTTP port {} is outside 1..65535", options.port));
+  if (options.port < 0 || options.port > 65535)
+    return Status::InvalidArgument(fmt::format("HTTP port {} is outside 0..65535", options.port));
   if (options.threads < 1 || options.priority_threads < 1)
     return Status::InvalidArgument("HTTP threads and priority_threads must be >= 1");
   if (options.queue < 1) return Status::InvalidArgument("HTTP queue must be >= 1");
@@ -671,6 +671,12 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   }
   // Connections that send nothing stay in the kernel (TCP_DEFER_ACCEPT, as nginx's "deferred"); the
   // kernel drops them after about header_timeout_ms.
+  int bound_port = options.port;  // port 0: the one the kernel chose
+  {
+    sockaddr_in bound{};
+    socklen_t len = sizeof bound;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) bound_port = ntohs(bound.sin_port);
+  }
   const int defer_seconds = std::max(1, options.header_timeout_ms / 1000);
   ::setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_seconds, sizeof defer_seconds);
 
@@ -678,7 +684,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   impl->options = options;
   impl->handler = std::move(handler);
   impl->listen_fd = fd;
-  impl->port = options.port;
+  impl->port = bound_port;
   impl->workers = std::make_unique<WorkerPool>(options.threads);
   impl->priority_workers = std::make_unique<WorkerPool>(options.priority_threads);
   Impl* self = impl.get();

@@ -54,7 +54,7 @@ class HttpExchange;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";  // IPv4 address or "0.0.0.0"
-  int port = 8080;                 // 1..65535
+  int port = 8080;                 // 1..65535; 0 = a free port the kernel picks (HttpServer::port())
   int threads = 64;                // handler workers (requests handled at once), >= 1
   int priority_threads = 2;        // workers for requests `priority` accepts, >= 1
   int queue = 1024;                // listen backlog
@@ -143,7 +143,7 @@ class HttpServer {
   // Stops accepting, waits for the handlers running now (and queued) to return (make them return
   // first: a handler waiting on generation blocks this), then closes every connection.
   void Stop();
-  int port() const;
+  int port() const;  // the bound port (the kernel's pick when options.port was 0)
   const HttpServerOptions& options() const;
 
   struct Impl;

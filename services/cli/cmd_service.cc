@@ -7,6 +7,7 @@
 //   storage       services/processes/storage_service.h        the I/O thread: chunk reads into the shared arena
 //   decompressor  services/processes/decompressor_service.h   L decode/recovery threads; run N replicas
 //   executor      services/processes/executor_service.h       the model + the OpenAI-style HTTP API
+//   front         services/processes/front_service.h          the HTTP front before the executor (http.front)
 // SIGINT/SIGTERM stop the service cleanly (a worker tells the scheduler, which re-issues its ops).
 #include <CLI/CLI.hpp>
 
@@ -24,6 +25,7 @@
 #include "services/cli/commands.h"
 #include "services/processes/decompressor_service.h"
 #include "services/processes/executor_service.h"
+#include "services/processes/front_service.h"
 #include "services/service_base/service_config.h"
 #include "services/service_base/service_util.h"
 #include "services/processes/scheduler_service.h"
@@ -52,7 +54,7 @@ int RunService(const ServiceArgs& args) {
     // Before any thread starts, so every thread of the service inherits it.
     if (Status st = runtime::PinToCpus(cpus, args.name); !st.ok()) return FailService(args.name, st);
   }
-  if (args.name != "executor") {
+  if (args.name != "executor" && args.name != "front") {
     // Every thread of a pipeline service inherits the main thread's priority (common/thread_priority.h);
     // the executor raises only its ZeroMQ I/O threads once they exist (executor/service.cc).
     Result<ThreadPriority> want = ParseThreadPriority(config->pipeline_priority, "pipeline_priority");
@@ -75,6 +77,8 @@ int RunService(const ServiceArgs& args) {
     run = decompressor::RunDecompressorService;
   } else if (args.name == "executor") {
     run = executor::RunExecutorService;
+  } else if (args.name == "front") {
+    run = front::RunFrontService;
   } else {
     return FailService(args.name, Status::InvalidArgument("unknown service"));
   }
@@ -89,9 +93,9 @@ int RunService(const ServiceArgs& args) {
 void AddServiceCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ServiceArgs>();
   CLI::App* cmd = app.add_subcommand("service", "run one zipmoe service as its own process (zipmoe up, compose)");
-  cmd->add_option("name", args->name, "cache-manager | scheduler | storage | decompressor | executor")
+  cmd->add_option("name", args->name, "cache-manager | scheduler | storage | decompressor | executor | front")
       ->required()
-      ->check(CLI::IsMember({"cache-manager", "scheduler", "storage", "decompressor", "executor"}));
+      ->check(CLI::IsMember({"cache-manager", "scheduler", "storage", "decompressor", "executor", "front"}));
   cmd->add_option("--config", args->config_file, "JSON config file (docs/services.md); ZIPMOE_* variables override it");
   cmd->add_option("--set", args->sets, "key=value, overrides file and environment (repeatable)");
   cmd->callback([args, exit_code] { *exit_code = RunService(*args); });

@@ -10,13 +10,16 @@
 //     stops everything, exit 1), logged and counted in zipmoe_up_restarts_total{service} (up's own
 //     /metrics, config metrics.port.up). Storage, decompressors, the scheduler and the executor
 //     reconnect to the others (ZeroMQ reconnects; the scheduler re-issues what a lost worker held;
-//     requests in flight when the scheduler or the executor dies fail). The cache-manager owns the
+//     requests in flight when the scheduler dies fail, those of a dying executor are re-issued by the
+//     front to its replacement, or fail without a front). The cache-manager owns the
 //     arena every other service maps: when it dies, every service is stopped and the deployment
 //     starts again in order.
 //   - start order: cache-manager (the arena owner) first, then scheduler, storage, decompressors,
-//     executor (each waits for what it needs: the arena, the cache-manager, the scheduler)
+//     executor (each waits for what it needs: the arena, the cache-manager, the scheduler), then the
+//     HTTP front (http.front, default true: services/front/front_server.h), which holds the clients'
+//     connections and re-issues their requests when the executor dies, so its restart loses nothing
 //   - a service gets SIGTERM when `up` dies, whatever killed it (PR_SET_PDEATHSIG)
-//   - SIGINT/SIGTERM: SIGTERM to executor, workers, the scheduler, then the cache-manager (which
+//   - SIGINT/SIGTERM: SIGTERM to the front, executor, workers, the scheduler, then the cache-manager (which
 //     removes the arena); SIGKILL after 10 s; pid files removed; exit 0.
 #include <CLI/CLI.hpp>
 
@@ -134,15 +137,16 @@ class Supervisor {
 
   std::string PidFile(const Child& c) const { return JoinPath(run_dir_, c.name + ".pid"); }
 
-  // SIGTERM to each group in order, SIGKILL after the grace period; removes pid files.
-  void StopAll(std::vector<Child>& children) {
+  // SIGTERM to each group in order (but the service named `keep`), SIGKILL after the grace period;
+  // removes pid files.
+  void StopAll(std::vector<Child>& children, const std::string& keep = "") {
     const std::vector<std::vector<std::string>> order = {
-        {"executor"}, {"storage", "decompressor"}, {"scheduler"}, {"cache-manager"}};
+        {"front"}, {"executor"}, {"storage", "decompressor"}, {"scheduler"}, {"cache-manager"}};
     for (const auto& group : order) {
       std::vector<Child*> members;
       for (Child& c : children) {
         for (const std::string& s : group) {
-          if (c.service == s && c.pid > 0) members.push_back(&c);
+          if (c.service == s && c.pid > 0 && c.service != keep) members.push_back(&c);
         }
       }
       for (Child* c : members) ::kill(c->pid, SIGTERM);
@@ -223,6 +227,8 @@ int RunUp(const UpArgs& args) {
   children.push_back({"storage", "storage"});
   for (int i = 0; i < args.decompressors; ++i) children.push_back({"decompressor", fmt::format("decompressor-{}", i)});
   children.push_back({"executor", "executor"});
+  // The HTTP front holds the clients' connections, so an executor restart is invisible to them.
+  if (config.http_front) children.push_back({"front", "front"});
   // Every service's counter exists from the start at 0 (Prometheus: export known label values before
   // the first event), so rate() and alerts see the series before a first restart.
   for (const Child& c : children) restarts_total.Add({{"service", c.service}});
@@ -273,11 +279,13 @@ int RunUp(const UpArgs& args) {
     }
     if (restart_all && !fatal) {
       // Every other service maps the arena of the dead cache-manager: stop them, start all in order.
+      // The HTTP front maps nothing and keeps the clients' connections: it re-issues their requests
+      // to the new executor.
       Child* owner = nullptr;
       for (Child& c : children)
         if (c.service == "cache-manager") owner = &c;
       const Clock::time_point at = owner->start_at;
-      supervisor.StopAll(children);
+      supervisor.StopAll(children, /*keep=*/"front");
       ::shm_unlink(config.shm_name.c_str());  // the killed owner could not remove it
       for (Child& c : children) c.start_at = at;
     }
@@ -298,6 +306,7 @@ int RunUp(const UpArgs& args) {
   // The services are gone: remove the arena if its owner could not (killed), and the ipc:// socket
   // files (a new `up` binds them again).
   ::shm_unlink(config.shm_name.c_str());
+  ::unlink(runtime::ExecutorAddressFile(config).c_str());
   for (const std::string& endpoint : {config.endpoint_scheduler, config.endpoint_workers, config.endpoint_cache_manager}) {
     if (endpoint.rfind("ipc://", 0) == 0) ::unlink(endpoint.substr(6).c_str());
   }
@@ -319,7 +328,7 @@ int RunUp(const UpArgs& args) {
 void AddUpCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<UpArgs>();
   CLI::App* cmd = app.add_subcommand("up", "start every service as its own process (cache-manager, scheduler, "
-                                           "storage, decompressors, executor) and supervise them");
+                                           "storage, decompressors, executor, HTTP front) and supervise them");
   cmd->add_option("--model", args->model_dir, "compressed model directory")->required();
   cmd->add_option("--decompressors", args->decompressors, "decompressor replicas")
       ->capture_default_str()

@@ -135,6 +135,10 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
     httpd->Stop();
     return Fail(status);
   };
+  if (!args.address_file.empty()) {
+    if (Status st = WriteFileAtomic(args.address_file, fmt::format("{}:{}\n", args.host, httpd->port())); !st.ok())
+      return fail(st);
+  }
   const std::string tokenizer_path = JoinPath(args.model_dir, "tokenizer.json");
   std::unique_ptr<Tokenizer> tokenizer;
   if (FileExists(tokenizer_path)) {
@@ -210,6 +214,11 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
   args.model_dir = config.model_dir;
   args.host = config.http_host;
   args.port = static_cast<int>(config.http_port);
+  if (config.http_front) {  // clients talk to the HTTP front, which finds this address in the run dir
+    args.host = "127.0.0.1";
+    args.port = 0;
+    args.address_file = runtime::ExecutorAddressFile(config);
+  }
   args.api_key = config.http_api_key;
   args.threads = static_cast<int>(config.threads);
   args.device = config.device;

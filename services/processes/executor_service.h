@@ -36,7 +36,10 @@ namespace zipmoe::executor {
 struct ServeOptions {
   std::string model_dir;
   std::string host = "127.0.0.1";
-  int port = 8080;
+  int port = 8080;  // 0 = a free port (with address_file, for an HTTP front)
+  // "" = none; else, once listening, "HOST:PORT\n" is written here atomically (RUN_DIR/executor.http,
+  // read by the HTTP front: services/front/front_server.h).
+  std::string address_file;
   std::string api_key;
   std::vector<std::string> served_model_names;
   int threads = 0;

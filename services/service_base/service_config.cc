@@ -65,6 +65,8 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"http.host", &c.http_host},
       {"http.port", &c.http_port},
       {"http.api_key", &c.http_api_key},
+      {"http.front", &c.http_front},
+      {"http.resume_timeout_ms", &c.http_resume_timeout_ms},
       {"metrics.host", &c.metrics_host},
       {"metrics.sd_dir", &c.metrics_sd_dir},
       {"metrics.port.storage", &c.metrics_port_storage},
@@ -73,6 +75,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"metrics.port.scheduler", &c.metrics_port_scheduler},
       {"metrics.port.executor", &c.metrics_port_executor},
       {"metrics.port.up", &c.metrics_port_up},
+      {"metrics.port.front", &c.metrics_port_front},
       {"cpu_affinity.storage", &c.cpu_affinity_storage},
       {"cpu_affinity.decompressor", &c.cpu_affinity_decompressor},
       {"cpu_affinity.cache_manager", &c.cpu_affinity_cache_manager},
@@ -174,11 +177,13 @@ Status Validate(const ServiceConfig& c) {
   ZM_RETURN_IF_ERROR(positive(c.storage_queue_depth, "storage_queue_depth"));
   ZM_RETURN_IF_ERROR(positive(c.decompress_queue_depth, "decompress_queue_depth"));
   ZM_RETURN_IF_ERROR(positive(c.timeout_ms, "timeout_ms"));
+  ZM_RETURN_IF_ERROR(positive(c.http_resume_timeout_ms, "http.resume_timeout_ms"));
   for (auto [v, key] : {std::pair{c.http_port, "http.port"}, {c.metrics_port_storage, "metrics.port.storage"},
                         {c.metrics_port_decompressor, "metrics.port.decompressor"},
                         {c.metrics_port_cache_manager, "metrics.port.cache_manager"},
                         {c.metrics_port_scheduler, "metrics.port.scheduler"},
-                        {c.metrics_port_executor, "metrics.port.executor"}, {c.metrics_port_up, "metrics.port.up"}}) {
+                        {c.metrics_port_executor, "metrics.port.executor"}, {c.metrics_port_up, "metrics.port.up"},
+                        {c.metrics_port_front, "metrics.port.front"}}) {
     if (v < 0 || v > 65535) return Status::InvalidArgument(fmt::format("{} = {}: not a TCP port", key, v));
   }
   if (c.staging_slots < 0) return Status::InvalidArgument("staging_slots must be >= 0");
@@ -189,6 +194,8 @@ Status Validate(const ServiceConfig& c) {
 }
 
 }  // namespace
+
+std::string ExecutorAddressFile(const ServiceConfig& config) { return JoinPath(config.run_dir, "executor.http"); }
 
 const std::string& CpuAffinityOf(const ServiceConfig& config, const std::string& service) {
   static const std::string kNone;

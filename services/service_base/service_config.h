@@ -73,6 +73,12 @@ struct ServiceConfig {
   std::string http_host = "127.0.0.1";
   int64_t http_port = 8080;
   std::string http_api_key;
+  // The HTTP front (`zipmoe service front`, services/front/front_server.h): with it (`up` starts it,
+  // compose runs it) clients talk to the front on http.host:http.port, the executor listens on a free
+  // loopback port it writes to RUN_DIR/executor.http, and an executor that dies mid-request is
+  // invisible to clients. false: the executor serves http.host:http.port itself (issue 43 item 1).
+  bool http_front = true;
+  int64_t http_resume_timeout_ms = 60000;  // front: longest wait for a restarted executor, per try
   std::string metrics_host = "127.0.0.1";
   std::string metrics_sd_dir;            // Prometheus file_sd directory ("" = none)
   int64_t metrics_port_storage = 9471;   // 0 = no /metrics endpoint
@@ -81,6 +87,7 @@ struct ServiceConfig {
   int64_t metrics_port_scheduler = 9474;
   int64_t metrics_port_executor = 9475;
   int64_t metrics_port_up = 9470;  // `zipmoe up`'s supervisor: zipmoe_up_restarts_total{service}
+  int64_t metrics_port_front = 9476;  // the HTTP front
   // CPUs each service runs on (sched_setaffinity before it starts a thread), as a Linux CPU list:
   // "0-3,6"; "" = whatever it inherits. On a Jetson, e.g. the executor on the big cores, storage and
   // the decompressors on the others (docs/deploy.md).
@@ -103,6 +110,10 @@ std::string CpuAffinityKey(const std::string& service);
 // "0-3,6" -> {0, 1, 2, 3, 6} (ascending, no duplicates). Errors: kInvalidArgument naming `key`, the
 // text and the bad item (not a number, a range that runs backwards, a CPU >= 1024, nothing listed).
 Result<std::vector<int>> ParseCpuList(const std::string& text, const std::string& key);
+
+// RUN_DIR/executor.http: where the executor writes "127.0.0.1:PORT" when an HTTP front stands before it
+// (http.front), and where the front reads it.
+std::string ExecutorAddressFile(const ServiceConfig& config);
 
 // Every key, dotted, in documentation order.
 const std::vector<std::string>& ServiceConfigKeys();

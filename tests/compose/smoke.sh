@@ -6,7 +6,7 @@
 # 2. builds zipmoe-base:bookworm with debootstrap (cached), the zipmoe image from the host binary
 #    (docker/build-image.sh prebuilt) and the Debian Prometheus image;
 # 3. synthesizes + compresses a tiny model with the host binary (cached in the work dir);
-# 4. brings up cache-manager (arena owner), scheduler, storage, 2 decompressors, executor and Prometheus (no
+# 4. brings up cache-manager (arena owner), scheduler, storage, 2 decompressors, executor, the HTTP front and Prometheus (no
 #    Grafana: not packaged in Debian), waits for /health and for every container's healthcheck,
 #    checks that a temperature-0 completion
 #    equals `zipmoe generate` on the host, scales out to 3 decompressors (file_sd must list the new
@@ -20,7 +20,7 @@
 #   SMOKE_ARCH [qwen2_moe]  SMOKE_PRESET [tiny]  SMOKE_BUDGET [30%]  SMOKE_MAX_TOKENS [8]
 #   SMOKE_PROMPT ["The quick brown fox"]  SMOKE_HEALTH_TIMEOUT [300 s]  SMOKE_LOAD_SECONDS [40]
 #   SMOKE_RATE_WINDOW [1m]: replaces Grafana's $__rate_interval; SMOKE_HTTP_PORT [18080]
-#   SMOKE_PROMETHEUS_PORT [19090]  SMOKE_METRICS_PORT_BASE [19470]: metrics ports base+1..base+5,
+#   SMOKE_PROMETHEUS_PORT [19090]  SMOKE_METRICS_PORT_BASE [19470]: metrics ports base+1..base+6,
 #   decompressors from base+10 (away from the defaults, which a host `zipmoe up` may hold)
 #   SMOKE_COMPOSE_FILES [compose.yaml]: compose files, relative to the repository root (Jetson: add
 #   docker/compose.jetson.yaml)  SMOKE_KEEP [0]: 1 leaves the stack up on failure  SMOKE_COMPOSE: compose command (default
@@ -124,7 +124,7 @@ export ZIPMOE_MODEL="$MODEL" ZIPMOE_RESTART=no ZIPMOE_MEMORY_BUDGET="$BUDGET" ZI
        ZIPMOE_SHM_NAME=/zipmoe-smoke-arena PROMETHEUS_PORT="$PROM_PORT" \
        ZIPMOE_METRICS_PORT_STORAGE=$((MPORT + 1)) ZIPMOE_METRICS_PORT_DECOMPRESSOR=$((MPORT + 10)) \
        ZIPMOE_METRICS_PORT_CACHE_MANAGER=$((MPORT + 3)) ZIPMOE_METRICS_PORT_SCHEDULER=$((MPORT + 4)) \
-       ZIPMOE_METRICS_PORT_EXECUTOR=$((MPORT + 5))
+       ZIPMOE_METRICS_PORT_EXECUTOR=$((MPORT + 5)) ZIPMOE_METRICS_PORT_FRONT=$((MPORT + 6))
 # Compose files (-f each), e.g. SMOKE_COMPOSE_FILES="compose.yaml docker/compose.jetson.yaml" on Jetson.
 read -r -a COMPOSE_FILES <<< "${SMOKE_COMPOSE_FILES:-compose.yaml}"
 COMPOSE_ARGS=()

@@ -409,11 +409,26 @@ TEST_F(HttpServerTest, BufferedBodiesAreCappedAndEveryTargetFormIsAnswered) {
 
 TEST(HttpServerStartTest, BadOptionsAndBusyPortsAreErrors) {
   HttpServerOptions options;
-  options.port = 0;
+  options.port = 65536;
+  EXPECT_EQ(HttpServer::Start(options, Echo()).status().code(), StatusCode::kInvalidArgument);
+  options.port = -1;
   EXPECT_EQ(HttpServer::Start(options, Echo()).status().code(), StatusCode::kInvalidArgument);
   options.port = 8080;
   options.threads = 0;
   EXPECT_EQ(HttpServer::Start(options, Echo()).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Port 0: the kernel picks a free port, which port() reports and which answers (the executor behind
+// the HTTP front listens so).
+TEST(HttpServerStartTest, PortZeroListensOnAFreePortItReports) {
+  HttpServerOptions options;
+  options.port = 0;
+  Result<std::unique_ptr<HttpServer>> server = HttpServer::Start(options, Echo());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_GT((*server)->port(), 0);
+  EXPECT_NE(Ask((*server)->port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", "GET /health 0").find("GET /health 0"),
+            std::string::npos);
+  (*server)->Stop();
 }
 
 }  // namespace

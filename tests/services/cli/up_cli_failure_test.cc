@@ -72,7 +72,7 @@ TEST(UpCli, SigkillDecompressorMidGenerationStillCompletesAndIsReplaced) {
   EXPECT_TRUE(Alive(replacement));
   EXPECT_NE(log.find(fmt::format("decompressor-0 (pid {}) killed by signal 9", victim)), std::string::npos) << log;
   EXPECT_TRUE(Alive(cache_manager)) << "the cache-manager is not restarted by a worker's death";
-  EXPECT_NE(up.log().find(fmt::format("{} processes", 4 + 2)), std::string::npos);
+  EXPECT_NE(up.log().find(fmt::format("{} processes", 5 + 2)), std::string::npos);
   EXPECT_NE(log.find(fmt::format("-{} (pid {}) ready", replacement, replacement)), std::string::npos) << log;
   // And it serves: another request completes.
   HttpReply again = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));

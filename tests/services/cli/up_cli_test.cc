@@ -57,7 +57,7 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
     SCOPED_TRACE(fmt::format("{} decompressors", n));
     Up up(tmp, model, n);
     ASSERT_TRUE(up.WaitHealthy()) << up.log();
-    for (const char* pid : {"cache-manager.pid", "scheduler.pid", "storage.pid", "executor.pid"}) {
+    for (const char* pid : {"cache-manager.pid", "scheduler.pid", "storage.pid", "executor.pid", "front.pid"}) {
       EXPECT_TRUE(Alive(ReadPid(up.run_dir() + "/" + pid))) << pid;
     }
     for (int i = 0; i < n; ++i) EXPECT_TRUE(Alive(ReadPid(fmt::format("{}/decompressor-{}.pid", up.run_dir(), i))));
@@ -67,7 +67,7 @@ TEST(UpCli, SameTokensAsEmbeddedGenerateWith1_2_4Decompressors) {
     EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), ref_text);
     EXPECT_EQ(got["usage"]["completion_tokens"].get<int>(), kNewTokens);
     const std::string log = up.log();
-    EXPECT_NE(log.find(fmt::format("{} processes", 4 + n)), std::string::npos) << log;
+    EXPECT_NE(log.find(fmt::format("{} processes", 5 + n)), std::string::npos) << log;
     // The cache-manager owns the arena: its plan and arena are in its own log lines.
     EXPECT_NE(log.find("I: cache-manager: ready:"), std::string::npos) << log;
     const std::string arena = fmt::format("/dev/shm/zipmoe-up-{}", up.pid());
@@ -197,7 +197,7 @@ TEST(UpCli, TraceEventsMergeEveryServicesTimeline) {
     HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(4));
     ASSERT_EQ(reply.status, 200) << reply.body << up.log();
     ASSERT_TRUE(up.Stop()) << up.log();
-    EXPECT_NE(up.log().find("trace of 5 processes merged into " + trace), std::string::npos) << up.log();
+    EXPECT_NE(up.log().find("trace of 6 processes merged into " + trace), std::string::npos) << up.log();
   }
   ASSERT_TRUE(Exists(trace));
   const json doc = json::parse(ReadAll(trace));
@@ -210,7 +210,7 @@ TEST(UpCli, TraceEventsMergeEveryServicesTimeline) {
       pids_with_spans.insert(e["pid"].get<int>());
     }
   }
-  EXPECT_EQ(processes, (std::set<std::string>{"cache-manager", "scheduler", "storage", "decompressor", "executor"}));
+  EXPECT_EQ(processes, (std::set<std::string>{"cache-manager", "scheduler", "storage", "decompressor", "executor", "front"}));
   for (const char* cat : {"step", "layer", "expert", "message", "io"}) EXPECT_EQ(categories.count(cat), 1u) << cat;
   EXPECT_GE(pids_with_spans.size(), 4u);
   EXPECT_TRUE(doc["otherData"]["missing"].empty());

@@ -72,7 +72,8 @@ class Up {
     auto start = RunCli(fmt::format(
         "up --model {} --decompressors {} --port {} --run-dir {} --memory-budget {} --set threads=1 "
         "--set heartbeat_ms=250 --set metrics.port.storage=0 --set metrics.port.decompressor=0 "
-        "--set metrics.port.scheduler=0 --set metrics.port.executor=0 --set metrics.port.cache_manager=0 {} "
+        "--set metrics.port.scheduler=0 --set metrics.port.executor=0 --set metrics.port.cache_manager=0 "
+        "--set metrics.port.front=0 {} "
         "> {} 2>&1 & echo $! > {}",
         model, decompressors, port_, run_dir_, kBudget, extra, log_, pid_file));
     EXPECT_EQ(start.exit_code, 0) << start.output;
