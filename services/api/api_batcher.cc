@@ -217,6 +217,13 @@ void ApiServer::BatchLoop() {
       auto it = running.find(f.id);
       if (it == running.end()) continue;
       it->second->cached_tokens = f.result.cached_prompt_tokens;
+      if (f.result.transient_retries > 0) {
+        std::fprintf(stderr, "%s",
+                     fmt::format("I: serve: {} choice {}: re-prefilled and went on after {} failed forward pass(es) "
+                                 "(the expert pipeline was restarting)\n",
+                                 it->second->owner->id, it->second->index, f.result.transient_retries)
+                         .c_str());
+      }
       if (metrics_ != nullptr && f.result.cached_prompt_tokens > 0)
         metrics_->AddCachedPromptTokens(static_cast<uint64_t>(f.result.cached_prompt_tokens));
       Finish(*it->second, f.status, f.result.stopped_on_eos);

@@ -365,13 +365,18 @@ struct BatchSession::Impl {
   // Drops a running sequence's cache to make room: it waits again and re-prefills its prompt and every
   // token it generated (the same bits, the kernels being batch-invariant), then samples on.
   void Preempt(Sequence& s) {
+    Restart(s);
+    ++budget->preemptions;
+  }
+  // The sequence's cache is gone (preempted, or a failed forward left it unusable): it waits again
+  // and re-prefills its prompt and every generated token.
+  void Restart(Sequence& s) {
     budget->used_bytes -= s.held_bytes;
     s.held_bytes = 0;
     s.cache = NewCache();
     s.prefill = s.result.prompt_ids;
     s.prefill.insert(s.prefill.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
     s.prefilled = false;
-    ++budget->preemptions;
   }
   // The first time a waiting sequence is considered for a step: a prompt that starts with a finished
   // sequence's tokens continues from a copy of its cache (a lookup made then, not when it was queued, so
@@ -571,13 +576,23 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
   Result<at::Tensor> forward = impl_->model->Forward(tokens, caches, all_logits);
   ++impl_->steps;
   if (!forward.ok()) {
+    const StatusCode code = forward.status().code();
+    const bool transient = code == StatusCode::kUnavailable || code == StatusCode::kDeadlineExceeded;
+    std::vector<Impl::Sequence*> failed;
     for (Impl::Sequence* s : batch) {
+      if (transient && s->result.transient_retries < kMaxTransientRetries && !s->params.record_logits &&
+          !c.is_encoder_decoder()) {
+        impl_->Restart(*s);  // runs again once the pipeline answers; the same bits (batch-invariant kernels)
+        ++s->result.transient_retries;
+        continue;
+      }
       budget.used_bytes -= s->held_bytes;
       finished.push_back(Finished{s->id, forward.status(), std::move(s->result), false});
+      failed.push_back(s);
     }
     std::vector<std::unique_ptr<Impl::Sequence>> waiting;
     for (auto& sp : sequences)
-      if (std::find(batch.begin(), batch.end(), sp.get()) == batch.end()) waiting.push_back(std::move(sp));
+      if (std::find(failed.begin(), failed.end(), sp.get()) == failed.end()) waiting.push_back(std::move(sp));
     sequences.swap(waiting);
     return finished;
   }

@@ -150,6 +150,9 @@ struct GenerationResult {
   int64_t logits_rows = 0;
   // Prompt tokens not fed because the prefix cache held them (GeneratorOptions::prefix_cache_bytes).
   int64_t cached_prompt_tokens = 0;
+  // Forward passes of this sequence that failed with a transient error (BatchSession::Step) and were
+  // run again from a re-prefill.
+  int32_t transient_retries = 0;
 };
 
 // Timings of one Generate call (wall clock, seconds).
@@ -245,9 +248,15 @@ class BatchSession {
   // fed (a sequence with max_new_tokens 0 ends after its prefill).
   // Returns the sequences that ended in this step: EOS (when params.stop_on_eos), max_new_tokens,
   // the context length, or a callback returning false. If the forward fails, every sequence of the
-  // step ends with that status (their KV caches are unusable). An exception thrown by a callback
-  // propagates; the session is then only fit to be destroyed.
+  // step loses its KV cache (unusable): with a transient error (kUnavailable, kDeadlineExceeded: the
+  // expert pipeline lost a process, e.g. `up` restarting the scheduler) a sequence waits again and
+  // re-prefills its prompt and generated tokens, exactly as after a preemption, at most
+  // kMaxTransientRetries times (GenerationResult::transient_retries); otherwise, or past that, or when
+  // it records logits or the model is an encoder-decoder, it ends with that status. An exception
+  // thrown by a callback propagates; the session is then only fit to be destroyed.
   std::vector<Finished> Step();
+
+  static constexpr int32_t kMaxTransientRetries = 3;
 
   size_t queued() const;   // sequences waiting for their prefill
   size_t running() const;  // sequences past their prefill

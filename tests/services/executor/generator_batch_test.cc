@@ -33,12 +33,17 @@ class SwitchableFailingProvider : public ExpertProvider {
  public:
   explicit SwitchableFailingProvider(ExpertProvider* inner) : inner_(inner) {}
   Status BeginLayer(const LayerRouting& routing) override {
+    if (transient_failures > 0) {
+      --transient_failures;
+      return Status::DeadlineExceeded("injected: the scheduler did not answer");
+    }
     if (fail) return Status::IoError("injected provider failure");
     return inner_->BeginLayer(routing);
   }
   Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
   Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
   bool fail = false;
+  int transient_failures = 0;  // the next this many BeginLayer calls fail with kDeadlineExceeded
 
  private:
   ExpertProvider* inner_;
@@ -195,6 +200,52 @@ TEST(BatchSessionTest, ForwardFailureEndsEverySequenceOfTheStepAndTheSessionGoes
   ASSERT_EQ(done.size(), 1u);
   EXPECT_TRUE(done[0].status.ok());
   EXPECT_EQ(done[0].result.generated_ids, AloneGreedy(*g, {64, 128}, 4));
+}
+
+// A transient failure (the pipeline lost a process: kDeadlineExceeded / kUnavailable) costs the step's
+// sequences their caches, not their requests: they re-prefill prompt + generated tokens and go on to
+// the tokens of an undisturbed run; past kMaxTransientRetries failures they end with the status.
+TEST(BatchSessionTest, TransientForwardFailuresRePrefillAndContinueWithTheSameTokens) {
+  const std::string dir = TinyModelDir("olmoe");
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto resident = ResidentExpertProvider::FromCheckpoint(**ckpt);
+  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+  SwitchableFailingProvider failing(resident->get());
+  auto g = MakeGenerator(dir, &failing);
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 6;
+  params.stop_on_eos = false;
+  const std::vector<int32_t> want_a = AloneGreedy(*g, kPrompt, 6);
+  const std::vector<int32_t> want_b = AloneGreedy(*g, {64, 128}, 6);
+  auto session = g->NewSession();
+  ASSERT_TRUE(session->AddSequence(kPrompt, params).ok());
+  ASSERT_TRUE(session->AddSequence({64, 128}, params).ok());
+  EXPECT_TRUE(session->Step().empty());
+  EXPECT_TRUE(session->Step().empty());
+  failing.transient_failures = 2;  // two failed steps in a row, then the pipeline is back
+  std::vector<BatchSession::Finished> done;
+  while (!session->empty()) {
+    for (auto& f : session->Step()) done.push_back(std::move(f));
+  }
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& f : done) {
+    EXPECT_TRUE(f.status.ok()) << f.status.ToString();
+    EXPECT_EQ(f.result.transient_retries, 2);
+    EXPECT_EQ(f.result.generated_ids, f.result.prompt_ids == kPrompt ? want_a : want_b);
+  }
+  // A pipeline that stays down: the retries run out and the sequence ends with the status.
+  ASSERT_TRUE(session->AddSequence(kPrompt, params).ok());
+  failing.transient_failures = 1000;
+  std::vector<BatchSession::Finished> failed;
+  for (int i = 0; i < 10 && !session->empty(); ++i) {
+    for (auto& f : session->Step()) failed.push_back(std::move(f));
+  }
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(failed[0].result.transient_retries, BatchSession::kMaxTransientRetries);
+  failing.transient_failures = 0;
 }
 
 // Logprobs are log_softmax of the recorded raw logits of the same step (known answer), the top list
