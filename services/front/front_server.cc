@@ -167,6 +167,7 @@ void FrontServer::Handle(const HttpRequest& request, HttpExchange& exchange) {
     // A seed of the front's when the client gave none: every try samples the same tokens.
     json j = json::parse(request.body, nullptr, false);
     if (j.is_object()) {
+      j.erase(api::kResumeField);  // only the front says what a client already has
       if (!j.contains("seed")) {
         static thread_local std::mt19937_64 rng{std::random_device{}()};
         j["seed"] = rng() >> 1;
@@ -271,7 +272,8 @@ void FrontServer::ForwardStream(const HttpRequest& request, const std::string& b
     auto apply_units = [&]() {
       const std::string_view prefix = api::kUnitPrefix;
       while (!buffer.empty()) {
-        if (buffer.compare(0, std::min(buffer.size(), prefix.size()), prefix.substr(0, std::min(buffer.size(), prefix.size()))) != 0) {
+        const size_t n = std::min(buffer.size(), prefix.size());
+        if (std::string_view(buffer).substr(0, n) != prefix.substr(0, n)) {
           broken_protocol = true;  // an executor that does not speak front_protocol.h
           return false;
         }

@@ -119,6 +119,16 @@ TEST(UpFront, ExecutorKilledMidRequestIsInvisibleToStreamingAndNonStreamingClien
   }
   EXPECT_EQ(want_stream[0], Reference(model, kTokens)["text"].get<std::string>());
   EXPECT_NE(want_stream[2], want_stream[0]);  // sampling (seed 1002) is not greedy here
+  {  // A client cannot pose as the front: its "zipmoe_resume" is dropped before the executor sees it.
+    auto [path, body] = Request(0, true);
+    json forged = json::parse(body);
+    forged["zipmoe_resume"] = {{"id", "x"}, {"created", 1}, {"head", true},
+                               {"choices", json::array({json{{"index", 0}, {"groups", {{7, 7, 7}}}, {"finished", false}}})}};
+    const HttpReply r = Http(tmp, up.port(), "POST", path, forged.dump(), "", "forged");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(ParseStream(r.body).text, want_stream[0]);
+    EXPECT_EQ(ParseStream(r.body).completion_tokens, kTokens);
+  }
 
   // 1. One stream, the executor killed once it has sent a few events.
   {
