@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "common/ipc/link_guard.h"
+
 namespace zipmoe::messaging {
 namespace {
 
@@ -53,6 +55,38 @@ zmq::socket_type ToZmq(SocketKind kind) {
 }
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The monitor events of a bound CURVE channel: the ways a handshake ends without a link.
+constexpr int kRefusalEvents =
+    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+// The ZAP domain of CURVE servers (RFC 27; libzmq passes it to the handler, which accepts any).
+constexpr const char* kZapDomain = "zipmoe";
+constexpr size_t kCurveKeyBytes = 32;
+
+// zmq_setsockopt of a 32-byte CURVE key given in Z85; throws zmq::error_t like cppzmq (caught by Open).
+void SetCurveKey(zmq::socket_t& socket, int option, const std::string& z85) {
+  uint8_t key[kCurveKeyBytes];
+  if (z85.size() != 40 || zmq_z85_decode(key, z85.c_str()) == nullptr) {
+    errno = EINVAL;
+    throw zmq::error_t();
+  }
+  if (zmq_setsockopt(socket.handle(), option, key, sizeof(key)) != 0) throw zmq::error_t();
+}
+
+// What a CURVE endpoint needs before its socket exists: keys, and for a bind the context's guard.
+Status CheckCurveOptions(const zmq::context_t& context, const ChannelOptions& options, const std::string& what) {
+  const LinkSecurity& security = options.security;
+  const std::string why = fmt::format("{} needs CURVE (link_security.mode {})", what,
+                                      LinkSecurityModeName(security.mode));
+  if (!security.keys.has_value()) return Status::InvalidArgument(why + " but no key pair was given (link_security.key_file)");
+  if (options.bind && security.guard == nullptr) {
+    return Status::InvalidArgument(why + " but has no LinkGuard (ZAP handler) to vet its clients");
+  }
+  if (options.bind && security.guard->context() != &context) {
+    return Status::InvalidArgument(why + " but its LinkGuard runs on another zmq context");
+  }
+  return Status::Ok();
+}
 
 // Waits until `socket` has `events` or `deadline` passes; false at the deadline. EINTR re-polls.
 // Throws zmq::error_t like cppzmq does (caught by the callers).
@@ -109,6 +143,57 @@ std::string PrintableId(const std::string& routing_id) {
 Channel::Channel(zmq::socket_t socket, SocketKind kind, std::string endpoint, std::string sender)
     : socket_(std::move(socket)), kind_(kind), endpoint_(std::move(endpoint)), sender_(std::move(sender)) {}
 
+Channel::~Channel() { StopMonitor(); }
+
+Channel& Channel::operator=(Channel&& other) noexcept {
+  if (this == &other) return *this;
+  StopMonitor();
+  socket_ = std::move(other.socket_);
+  kind_ = other.kind_;
+  endpoint_ = std::move(other.endpoint_);
+  sender_ = std::move(other.sender_);
+  stats_ = other.stats_;
+  curve_ = other.curve_;
+  monitor_ = std::move(other.monitor_);
+  guard_ = other.guard_;
+  guard_label_ = std::move(other.guard_label_);
+  return *this;
+}
+
+void Channel::StopMonitor() {
+  if (monitor_.handle() == nullptr) return;
+  // Stops libzmq's side first (it closes its PAIR: no later event is sent), then the reader. The
+  // return code is not needed: on a closing context there is nothing left to send events either.
+  if (socket_.handle() != nullptr) (void)zmq_socket_monitor(socket_.handle(), nullptr, 0);
+  monitor_.close();
+}
+
+void Channel::DrainMonitor() {
+  if (monitor_.handle() == nullptr || guard_ == nullptr) return;
+  for (;;) {
+    // Event format 1 (zmq_socket_monitor): [u16 event, u32 value][endpoint]. A failed non-blocking
+    // receive means drained (EAGAIN) or a closing context (ETERM): nothing more to count either way.
+    zmq::message_t first;
+    if (zmq_msg_recv(first.handle(), monitor_.handle(), ZMQ_DONTWAIT) < 0) return;
+    uint16_t event = 0;
+    const bool well_formed = first.size() == sizeof(uint16_t) + sizeof(uint32_t);
+    if (well_formed) std::memcpy(&event, first.data(), sizeof(event));
+    for (bool more = first.more(); more;) {  // the rest of the event is already here (atomic delivery)
+      zmq::message_t rest;
+      if (zmq_msg_recv(rest.handle(), monitor_.handle(), 0) < 0) return;
+      more = rest.more();
+    }
+    if (!well_formed) continue;
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      guard_->CountRefusal(guard_label_, RefusalReason::kKey);
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      guard_->CountRefusal(guard_label_, RefusalReason::kProtocol);
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      guard_->CountRefusal(guard_label_, RefusalReason::kIncomplete);
+    }
+  }
+}
+
 Result<Channel> Channel::Open(zmq::context_t& context, const ChannelOptions& options) {
   ZM_RETURN_IF_ERROR(ValidateEndpoint(options.endpoint));
   const std::string what = fmt::format("{} {} {}", SocketKindName(options.kind),
@@ -120,6 +205,8 @@ Result<Channel> Channel::Open(zmq::context_t& context, const ChannelOptions& opt
   if (options.linger_ms < 0) {
     return Status::InvalidArgument(fmt::format("{}: linger_ms {} < 0", what, options.linger_ms));
   }
+  const bool curve = options.security.NeedsCurve(options.endpoint);
+  if (curve) ZM_RETURN_IF_ERROR(CheckCurveOptions(context, options, what));
   try {
     zmq::socket_t socket(context, ToZmq(options.kind));
     socket.set(zmq::sockopt::linger, options.linger_ms);
@@ -129,14 +216,43 @@ Result<Channel> Channel::Open(zmq::context_t& context, const ChannelOptions& opt
       socket.set(zmq::sockopt::router_mandatory, true);
       socket.set(zmq::sockopt::router_handover, true);
     }
-    std::string endpoint = options.endpoint;
-    if (options.bind) {
-      socket.bind(options.endpoint);
-      endpoint = socket.get(zmq::sockopt::last_endpoint);
-    } else {
-      socket.connect(options.endpoint);
+    // From here the Channel owns the socket, so a failed bind still stops the monitor first.
+    Channel channel(std::move(socket), options.kind, options.endpoint, options.sender);
+    channel.curve_ = curve;
+    if (curve) {
+      const CurveKeyPair& keys = *options.security.keys;
+      zmq::socket_t& s = channel.socket_;
+      if (options.bind) {
+        // CURVE server (RFC 26): its long-term key is the deployment's; ZAP (RFC 27) vets each client.
+        s.set(zmq::sockopt::curve_server, true);
+        SetCurveKey(s, ZMQ_CURVE_SECRETKEY, keys.secret_key);
+        s.set(zmq::sockopt::zap_domain, kZapDomain);
+        LinkGuard* guard = options.security.guard;
+        const std::string monitor_endpoint = guard->NextMonitorEndpoint();
+        if (zmq_socket_monitor(s.handle(), monitor_endpoint.c_str(), kRefusalEvents) != 0) throw zmq::error_t();
+        zmq::socket_t monitor(context, zmq::socket_type::pair);
+        monitor.set(zmq::sockopt::linger, 0);
+        monitor.set(zmq::sockopt::rcvhwm, 0);  // unbounded: libzmq's I/O thread never blocks on an event
+        monitor.connect(monitor_endpoint);
+        channel.monitor_ = std::move(monitor);
+        channel.guard_ = guard;
+        channel.guard_label_ = options.endpoint;
+        guard->Track(options.endpoint);
+      } else {
+        // CURVE client: every server of the deployment holds its key pair, so its public key is the
+        // server key, and the same pair is this client's (the servers' ZAP handlers allow it).
+        SetCurveKey(s, ZMQ_CURVE_SERVERKEY, keys.public_key);
+        SetCurveKey(s, ZMQ_CURVE_PUBLICKEY, keys.public_key);
+        SetCurveKey(s, ZMQ_CURVE_SECRETKEY, keys.secret_key);
+      }
     }
-    return Channel(std::move(socket), options.kind, std::move(endpoint), options.sender);
+    if (options.bind) {
+      channel.socket_.bind(options.endpoint);
+      channel.endpoint_ = channel.socket_.get(zmq::sockopt::last_endpoint);
+    } else {
+      channel.socket_.connect(options.endpoint);
+    }
+    return channel;
   } catch (const zmq::error_t& e) {
     return FromZmqError(e, what);
   }
@@ -208,6 +324,7 @@ Result<Received> Channel::Recv(milliseconds timeout) {
   if (timeout.count() < 0) {
     return Status::InvalidArgument(fmt::format("{}: recv timeout {} ms < 0", endpoint_, timeout.count()));
   }
+  DrainMonitor();
   const Clock::time_point deadline = Clock::now() + timeout;
   std::vector<zmq::message_t> frames;
   size_t n_frames = 0;
@@ -262,14 +379,18 @@ Result<Received> Channel::Recv(milliseconds timeout) {
 }
 
 Result<bool> WaitReadable(Channel& channel, const EventFd& wake, std::chrono::milliseconds timeout) {
-  zmq::pollitem_t items[2] = {{channel.socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
+  zmq::socket_t* monitor = channel.monitor();
+  zmq::pollitem_t items[3] = {{channel.socket().handle(), 0, ZMQ_POLLIN, 0},
+                              {nullptr, wake.fd(), ZMQ_POLLIN, 0},
+                              {monitor != nullptr ? monitor->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
   try {
-    zmq::poll(items, 2, std::max(timeout, std::chrono::milliseconds(1)));
+    zmq::poll(items, monitor != nullptr ? 3 : 2, std::max(timeout, std::chrono::milliseconds(1)));
   } catch (const zmq::error_t& e) {
     if (e.num() == EINTR) return false;
     return Status::Internal(fmt::format("zmq_poll on {}: {}", channel.endpoint(), e.what()));
   }
   if (items[1].revents & ZMQ_POLLIN) wake.Drain();
+  if (monitor != nullptr && (items[2].revents & ZMQ_POLLIN) != 0) channel.DrainMonitor();
   return (items[0].revents & ZMQ_POLLIN) != 0;
 }
 

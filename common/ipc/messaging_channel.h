@@ -15,6 +15,16 @@
 // ZMQ_ROUTER_MANDATORY (SendTo an unknown or gone peer is kUnavailable, not a silent drop) and
 // ZMQ_ROUTER_HANDOVER (a restarted worker reusing its routing id takes the id over at once).
 //
+// Link security (common/ipc/link_security.h, issue 43 item 3). When ChannelOptions::security says an
+// endpoint needs CURVE (tcp:// off loopback under link_security.mode auto, every tcp:// under on), Open
+// makes the socket a CURVE server (bind: ZMQ_CURVE_SERVER, the deployment's secret key, ZAP domain
+// "zipmoe" so security.guard's ZAP handler vets every client key) or a CURVE client (connect: the
+// deployment's public key as the server key, and its key pair as the client's). A bound CURVE channel
+// also monitors its socket (zmq_socket_monitor, HANDSHAKE_FAILED_* events on an inproc PAIR whose
+// receive high-water mark is 0, so libzmq never waits for the reader) and counts each refused peer in
+// security.guard (LinkGuard::CountRefusal); Recv and WaitReadable read those events. ipc://, inproc://
+// and plaintext tcp:// channels are as before.
+//
 // Thread-safety: a Channel, like its zmq socket, is created in and used by one thread; move it to
 // another thread only before use. The zmq::context_t is thread-safe and must outlive every Channel
 // opened on it; inproc:// endpoints only connect sockets of the same context.
@@ -32,6 +42,7 @@
 #include <zmq.hpp>
 
 #include "common/ipc/event_fd.h"
+#include "common/ipc/link_security.h"
 #include "common/ipc/messaging.h"
 #include "common/status.h"
 
@@ -54,6 +65,9 @@ struct ChannelOptions {
                             // empty: ZeroMQ assigns a random binary one
   std::string sender;       // Message::sender stamped by Send/SendTo, e.g. "decompressor-2"
   int linger_ms = 0;        // how long closing waits to flush unsent messages
+  // CURVE or plaintext (above); the default is plaintext. A CURVE endpoint needs security.keys, and a
+  // bound one security.guard started on the same context.
+  LinkSecurity security{};
 };
 
 struct Received {
@@ -79,15 +93,16 @@ class Channel {
  public:
   // Creates the socket on `context` and binds or connects it to options.endpoint.
   // Errors: kInvalidArgument (unsupported URL scheme, bad identity, malformed address, ipc path too
-  // long), kUnavailable (address in use or not local, context terminated), kIoError (other
-  // zmq errors; the message names endpoint and zmq's text).
+  // long; a CURVE endpoint without security.keys, or bound without a security.guard of `context`),
+  // kUnavailable (address in use or not local, context terminated), kIoError (other zmq errors; the
+  // message names endpoint and zmq's text).
   static Result<Channel> Open(zmq::context_t& context, const ChannelOptions& options);
 
-  Channel(Channel&&) noexcept = default;
-  Channel& operator=(Channel&&) noexcept = default;
+  Channel(Channel&& other) noexcept = default;
+  Channel& operator=(Channel&& other) noexcept;
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
-  ~Channel() = default;  // closes the socket (waits up to linger_ms to flush)
+  ~Channel();  // stops the socket monitor, closes the socket (waits up to linger_ms to flush)
 
   // DEALER/PAIR: sends {kMessageVersion, options.sender, body}. Waits up to `timeout` while the
   // socket's high-water mark is reached. Errors: kInvalidArgument (ROUTER channel, negative timeout,
@@ -112,21 +127,35 @@ class Channel {
   // The socket, for a zmq_pollitem_t in a caller's poll loop over several channels; after it polls
   // readable, call Recv(0ms). Do not send or receive on it directly.
   zmq::socket_t& socket() { return socket_; }
+  // Whether this channel runs CURVE (ChannelOptions::security).
+  bool curve() const { return curve_; }
+  // A bound CURVE channel's monitor socket, else nullptr: a poll loop over several channels adds it to
+  // its items and calls DrainMonitor() when it polls readable (Recv and WaitReadable do it themselves).
+  zmq::socket_t* monitor() { return monitor_.handle() != nullptr ? &monitor_ : nullptr; }
+  // Reads the queued monitor events, counting each refused handshake in the guard. Never blocks.
+  void DrainMonitor();
 
  private:
   Channel(zmq::socket_t socket, SocketKind kind, std::string endpoint, std::string sender);
   Status SendFrames(const std::string* peer, const std::string& payload, std::chrono::milliseconds timeout);
+  // Turns the socket monitor off (before the socket or the reader closes, so libzmq never has an
+  // event to send to a closed reader).
+  void StopMonitor();
 
   zmq::socket_t socket_;
   SocketKind kind_ = SocketKind::kDealer;
   std::string endpoint_;
   std::string sender_;
   ChannelStats stats_;
+  bool curve_ = false;
+  zmq::socket_t monitor_;        // bound CURVE channels: the PAIR reading socket_'s monitor events
+  LinkGuard* guard_ = nullptr;   // where those refusals are counted (borrowed)
+  std::string guard_label_;      // the endpoint as configured: the refusals' `endpoint` label
 };
 
 // One wait of a poll loop that serves `channel` and is woken by `wake` (EventFd::Notify from other
-// threads): waits up to `timeout` (>= 1 ms is used), drains `wake`, and returns whether `channel`
-// has a message to Recv. An interrupted wait (EINTR) returns false. Errors: kInternal (zmq_poll).
+// threads): waits up to `timeout` (>= 1 ms is used), drains `wake` and the channel's monitor (a bound
+// CURVE channel's refused handshakes), and returns whether `channel` has a message to Recv. An interrupted wait (EINTR) returns false. Errors: kInternal (zmq_poll).
 Result<bool> WaitReadable(Channel& channel, const EventFd& wake, std::chrono::milliseconds timeout);
 
 // Receives every message queued on `channel` now, without waiting: on_message for each one that

@@ -159,6 +159,7 @@ Status PullWorker::Run(const Handler& handler) {
     options.endpoint = config_.endpoint;
     options.identity = config_.identity;
     options.sender = sender;
+    options.security = config_.security;
     Result<Channel> opened = Channel::Open(context_, options);
     if (!opened.ok()) {
       if (opened.status().code() == StatusCode::kInvalidArgument) return opened.status();

@@ -33,6 +33,7 @@
 #include <zmq.hpp>
 
 #include "common/ipc/event_fd.h"
+#include "common/ipc/link_security.h"
 #include "common/ipc/messaging.h"
 #include "common/mutex.h"
 #include "common/ipc/shm_pipe.h"
@@ -52,6 +53,7 @@ struct PullWorkerConfig {
   int liveness = kDefaultLiveness;
   std::function<void(const std::string&)> log;  // one line per event (connects, bad frames); may be empty
   bool pipe = false;         // offer a shared-memory pipe with each WorkerReady (above)
+  LinkSecurity security;     // CURVE when the endpoint needs it (common/ipc/link_security.h); default plaintext
 };
 
 struct PullWorkerStats {

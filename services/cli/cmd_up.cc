@@ -21,6 +21,9 @@
 //   - a service gets SIGTERM when `up` dies, whatever killed it (PR_SET_PDEATHSIG)
 //   - SIGINT/SIGTERM: SIGTERM to the front, executor, workers, the scheduler, then the cache-manager (which
 //     removes the arena); SIGKILL after 10 s; pid files removed; exit 0.
+//   - link security: when an endpoint carries CURVE (link_security.mode; tcp:// off loopback under the
+//     default auto), a new key pair for this deployment in RUN_DIR/link.key (0600), named by the
+//     config and removed at the end; a key file configured elsewhere is only checked.
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
@@ -49,9 +52,11 @@
 
 #include "common/file_util.h"
 #include "common/metrics_server.h"
+#include "common/ipc/link_security.h"
 #include "common/ipc/shm_region.h"
 #include "services/cli/commands.h"
 #include "services/service_base/service_config.h"
+#include "services/service_base/service_links.h"
 #include "services/service_base/service_util.h"
 
 extern char** environ;
@@ -175,6 +180,27 @@ class Supervisor {
   std::string config_path_;
 };
 
+// The link key of a deployment whose endpoints carry CURVE: a new pair written to RUN_DIR/link.key when
+// link_security.key_file is that default (returns its path), else the configured file is loaded to
+// check it (returns ""). Nothing when no endpoint needs CURVE (returns ""). Errors: the key file's,
+// naming it.
+Result<std::string> PrepareLinkKey(const ServiceConfig& config) {
+  ZM_ASSIGN_OR_RETURN(const bool needs_curve, runtime::DeploymentNeedsCurve(config));
+  if (!needs_curve) return std::string();
+  const std::string& path = config.link_security_key_file;
+  if (path != JoinPath(config.run_dir, "link.key")) {
+    ZM_RETURN_IF_ERROR(messaging::LoadCurveKeyFile(path).status().WithContext("link_security.key_file"));
+    ServiceLog("up", fmt::format("link security: CURVE with the key pair of {} (link_security.mode {})", path,
+                                 config.link_security_mode));
+    return std::string();
+  }
+  ZM_ASSIGN_OR_RETURN(messaging::CurveKeyPair keys, messaging::GenerateCurveKeyPair());
+  ZM_RETURN_IF_ERROR(messaging::SaveCurveKeyFile(path, keys));
+  ServiceLog("up", fmt::format("link security: CURVE (link_security.mode {}) with a new key pair in {}, public key {}",
+                               config.link_security_mode, path, keys.public_key));
+  return path;
+}
+
 int RunUp(const UpArgs& args) {
   TerminationSignals signals;
   signals.AlsoChildren();
@@ -202,6 +228,14 @@ int RunUp(const UpArgs& args) {
   if (ec || ::chmod(config.run_dir.c_str(), 0700) != 0) {
     std::fprintf(stderr, "error: up: cannot create run dir %s: %s\n", config.run_dir.c_str(),
                  ec ? ec.message().c_str() : std::strerror(errno));
+    return 1;
+  }
+  // Link security (docs/messaging.md "Link security"): when an endpoint carries CURVE, this deployment
+  // gets a fresh key pair in RUN_DIR/link.key (0600), which the config names (link_security.key_file);
+  // a key file configured elsewhere is the operator's (shared with peers on other hosts): only checked.
+  Result<std::string> written_key = PrepareLinkKey(config);
+  if (!written_key.ok()) {
+    std::fprintf(stderr, "error: up: %s\n", written_key.status().ToString().c_str());
     return 1;
   }
   // The config holds the API key: readable by this user only.
@@ -310,6 +344,7 @@ int RunUp(const UpArgs& args) {
   for (const std::string& endpoint : {config.endpoint_scheduler, config.endpoint_workers, config.endpoint_cache_manager}) {
     if (endpoint.rfind("ipc://", 0) == 0) ::unlink(endpoint.substr(6).c_str());
   }
+  if (!written_key->empty()) ::unlink(written_key->c_str());  // this deployment's key ends with it
   if (!config.trace_events.empty()) {  // every service wrote its part when it stopped
     Result<size_t> merged = MergeServiceTraces(config.trace_events);
     if (merged.ok()) {

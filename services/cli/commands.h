@@ -20,5 +20,6 @@ void AddReplayCommand(CLI::App& app, int* exit_code);    // cmd_replay.cc
 void AddServeCommand(CLI::App& app, int* exit_code);     // cmd_serve.cc
 void AddServiceCommand(CLI::App& app, int* exit_code);   // cmd_service.cc
 void AddUpCommand(CLI::App& app, int* exit_code);        // cmd_up.cc
+void AddKeygenCommand(CLI::App& app, int* exit_code);    // cmd_keygen.cc
 
 }  // namespace zipmoe::cli

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   zipmoe::cli::AddServeCommand(app, &exit_code);
   zipmoe::cli::AddServiceCommand(app, &exit_code);
   zipmoe::cli::AddUpCommand(app, &exit_code);
+  zipmoe::cli::AddKeygenCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -375,6 +375,7 @@ Result<std::unique_ptr<CacheServer>> CacheServer::Start(zmq::context_t& context,
   msg::ChannelOptions options;
   options.endpoint = config.endpoint;
   options.sender = "cache-manager";
+  options.security = config.security;
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::RouterServer> router, msg::RouterServer::Bind(context, options));
   auto state = std::make_unique<State>(std::move(config), backend, std::move(router));
   std::unique_ptr<CacheServer> server(new CacheServer(std::move(state)));

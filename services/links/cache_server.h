@@ -33,6 +33,7 @@
 
 #include <zmq.hpp>
 
+#include "common/ipc/link_security.h"
 #include "common/ipc/messaging.h"
 #include "common/status.h"
 #include "services/pipeline/cache_backend.h"
@@ -45,6 +46,7 @@ struct CacheServerConfig {
   std::chrono::milliseconds heartbeat_interval = messaging::kDefaultHeartbeatInterval;
   int liveness = messaging::kDefaultLiveness;
   std::function<void(const std::string&)> log;  // may be empty
+  messaging::LinkSecurity security;  // CURVE on the endpoint when it needs it (common/ipc/link_security.h)
 };
 
 struct CacheServerStats {

@@ -395,6 +395,7 @@ Result<std::unique_ptr<ProviderServer>> ProviderServer::Start(zmq::context_t& co
   msg::ChannelOptions options;
   options.endpoint = config.endpoint;
   options.sender = "scheduler";
+  options.security = config.security;
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::RouterServer> router, msg::RouterServer::Bind(context, options));
   auto state = std::make_unique<State>(std::move(config), provider, arena_base, arena_bytes, std::move(router));
   std::unique_ptr<ProviderServer> server(new ProviderServer(std::move(state)));

@@ -57,6 +57,7 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
   options.endpoint = config.endpoint;
   options.sender = "scheduler";
   options.linger_ms = 200;  // lets the Disconnect of the destructor out
+  options.security = config.security;
   ZM_ASSIGN_OR_RETURN(msg::Channel channel, msg::Channel::Open(*context, options));
   std::unique_ptr<RemoteCacheBackend> b(new RemoteCacheBackend(config, std::move(context), std::move(channel)));
   ZM_ASSIGN_OR_RETURN(b->layout_, cm::ModelLayout::FromManifest(manifest));

@@ -57,6 +57,7 @@ struct RemoteCacheConfig {
   std::function<bool()> keep_waiting;
   std::function<void(const std::string&)> log;  // may be empty
   bool pipe = false;  // offer a shared-memory pipe once the session is open (above)
+  messaging::LinkSecurity security;  // CURVE to the cache-manager when the endpoint needs it (link_security.h)
 };
 
 class RemoteCacheBackend : public CacheBackend {

@@ -43,6 +43,7 @@ Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(cons
   options.kind = msg::SocketKind::kDealer;
   options.endpoint = config.endpoint;
   options.sender = "executor";
+  options.security = config.security;
   ZM_ASSIGN_OR_RETURN(msg::Channel channel, msg::Channel::Open(*context, options));
   std::optional<kernels::HostRegistration> registration;
   if (config.register_with_cuda) {

@@ -64,6 +64,7 @@ struct RemoteProviderConfig {
   // The predictor the executor runs for the scheduler's prefetching (the service config's
   // `prefetch`, resolved like the runtime flag); kNone: no predictions are sent.
   PrefetchMode prefetch = PrefetchMode::kNone;
+  messaging::LinkSecurity security;  // CURVE to the scheduler when the endpoint needs it (link_security.h)
 };
 
 class RemoteExpertProvider : public ExpertProvider {
@@ -159,6 +160,7 @@ class RemoteExpertProvider : public ExpertProvider {
 struct ProviderServerConfig {
   std::string endpoint;  // ROUTER bind URL
   std::function<void(const std::string&)> log;
+  messaging::LinkSecurity security;  // CURVE on the endpoint when it needs it (common/ipc/link_security.h)
 };
 
 struct ProviderServerStats {

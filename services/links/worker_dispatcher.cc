@@ -502,6 +502,7 @@ Result<std::shared_ptr<WorkerDispatcher>> WorkerDispatcher::Start(zmq::context_t
   msg::ChannelOptions options;
   options.endpoint = config.endpoint;
   options.sender = "scheduler";
+  options.security = config.security;
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<msg::RouterServer> server, msg::RouterServer::Bind(context, options));
   auto state = std::make_unique<State>(context, std::move(config), setup, std::move(server));
   std::shared_ptr<WorkerDispatcher> d(new WorkerDispatcher(std::move(state)));

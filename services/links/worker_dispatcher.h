@@ -37,6 +37,7 @@
 
 #include <zmq.hpp>
 
+#include "common/ipc/link_security.h"
 #include "common/ipc/messaging.h"
 #include "common/status.h"
 #include "services/pipeline/engines.h"
@@ -49,6 +50,7 @@ struct DispatcherConfig {
   int liveness = messaging::kDefaultLiveness;
   bool direct_io = true;  // what ReadEngine::direct_io() reports (the storage worker's mode)
   std::function<void(const std::string&)> log;  // may be empty
+  messaging::LinkSecurity security;  // CURVE on the endpoint when it needs it (common/ipc/link_security.h)
 };
 
 struct DispatcherStats {

@@ -13,6 +13,7 @@
 #include "services/pipeline/cache_backend.h"
 #include "services/links/cache_server.h"
 #include "services/pipeline/runtime_options.h"
+#include "services/service_base/service_links.h"
 #include "services/service_base/service_metrics.h"
 
 namespace zipmoe::cache_manager {
@@ -46,7 +47,10 @@ int RunCacheManagerService(const runtime::ServiceConfig& c, runtime::Termination
   metrics::CacheMetrics cache_metrics((*metrics_server)->registry());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
+  metrics::LinkMetrics link_metrics((*metrics_server)->registry(), {c.endpoint_cache_manager});
   if (c.model_dir.empty()) return FailService(name, Status::InvalidArgument("model_dir is not set"));
+  Result<messaging::LinkSecurity> security = runtime::LinkSecurityOf(c, name, runtime::ServiceLogger(name));
+  if (!security.ok()) return FailService(name, security.status());
   Result<runtime::OffloadConfig> offload = runtime::ToOffloadConfig(runtime::RuntimeFlagsOf(c), c.model_dir);
   if (!offload.ok()) return FailService(name, offload.status());
   offload->shm_name = c.shm_name;
@@ -57,7 +61,12 @@ int RunCacheManagerService(const runtime::ServiceConfig& c, runtime::Termination
   if (!created.ok()) return FailService(name, created.status());
   std::unique_ptr<runtime::LocalCacheBackend> backend = std::move(created).value();
   zmq::context_t context(1);
+  // Before the server binds, destroyed after it stops (declared after the context: destroyed before it).
+  Result<std::unique_ptr<messaging::LinkGuard>> guard =
+      runtime::StartLinkGuard(context, &*security, runtime::ServiceLogger(name));
+  if (!guard.ok()) return FailService(name, guard.status());
   runtime::CacheServerConfig server_config;
+  server_config.security = *security;
   server_config.endpoint = c.endpoint_cache_manager;
   server_config.heartbeat_interval = milliseconds(c.heartbeat_ms);
   server_config.liveness = static_cast<int>(c.liveness);
@@ -69,6 +78,7 @@ int RunCacheManagerService(const runtime::ServiceConfig& c, runtime::Termination
   do {
     cache_metrics.Update(backend->manager().Counters());
     bad_metrics.Set((*server)->stats().bad_messages);
+    if (*guard != nullptr) link_metrics.Set((*guard)->refusals());
     activity_metrics.Update();
   } while (signals.Wait(milliseconds(1000)) == 0);
   ServiceLog(name, "stopping");

@@ -9,6 +9,7 @@
 #include "common/metrics_server.h"
 #include "common/ipc/shm_region.h"
 #include "services/decompressor/decompressor_worker.h"
+#include "services/service_base/service_links.h"
 #include "services/service_base/service_metrics.h"
 
 namespace zipmoe::decompressor {
@@ -23,11 +24,14 @@ int RunDecompressorService(const runtime::ServiceConfig& c, runtime::Termination
   if (!metrics_server.ok()) return FailService(name, metrics_server.status());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
+  Result<messaging::LinkSecurity> security = runtime::LinkSecurityOf(c, name, runtime::ServiceLogger(name));
+  if (!security.ok()) return FailService(name, security.status());
   Result<ShmRegion> arena = runtime::AttachArena(name, c.shm_name, signals);
   if (!arena.ok()) return FailService(name, arena.status());
   zmq::context_t context(1);
   DecompressorWorkerOptions options;
   options.pull = runtime::PullConfig(c, name);
+  options.pull.security = *security;
   options.n_threads = static_cast<int>(c.decompress_threads);
   options.queue_depth = static_cast<int>(c.decompress_queue_depth);
   metrics::DecompressorMetrics decompressor_metrics((*metrics_server)->registry(), options.pull.identity,

@@ -27,6 +27,7 @@
 #include "services/executor/generator.h"
 #include "services/links/remote_provider.h"
 #include "services/pipeline/runtime_options.h"
+#include "services/service_base/service_links.h"
 #include "services/service_base/service_metrics.h"
 
 namespace zipmoe::executor {
@@ -236,6 +237,8 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
   if (args.prefix_cache_mib < 0)
     return Fail(Status::InvalidArgument("executor: http.prefix_cache_mib must be >= 0 (0 turns prefix reuse off)"));
   if (args.model_dir.empty()) return Fail(Status::InvalidArgument("executor: model_dir is not set"));
+  Result<messaging::LinkSecurity> security = runtime::LinkSecurityOf(config, "executor", runtime::ServiceLogger("executor"));
+  if (!security.ok()) return Fail(security.status().WithContext("executor"));
   Result<std::unique_ptr<metrics::MetricsServer>> metrics_server = runtime::StartMetrics(config, "executor",
                                                                                config.metrics_port_executor);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
@@ -253,9 +256,10 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
       message_metrics.Set("scheduler", st.sent, st.received);
     }
   };
-  return RunServe(args, [&config, &signals, &connected]() -> Result<std::unique_ptr<ExpertProvider>> {
+  return RunServe(args, [&config, &signals, &connected, &security]() -> Result<std::unique_ptr<ExpertProvider>> {
     runtime::RemoteProviderConfig remote;
     remote.endpoint = config.endpoint_scheduler;
+    remote.security = *security;
     remote.arena_name = config.shm_name;
     remote.timeout = std::chrono::milliseconds(config.timeout_ms);
     remote.register_with_cuda = true;  // kept only when built with CUDA and a device answers

@@ -15,6 +15,7 @@
 #include "services/links/remote_cache_backend.h"
 #include "services/links/remote_provider.h"
 #include "services/pipeline/runtime_options.h"
+#include "services/service_base/service_links.h"
 #include "services/service_base/service_metrics.h"
 #include "services/links/worker_dispatcher.h"
 
@@ -34,7 +35,10 @@ int RunSchedulerService(const runtime::ServiceConfig& c, runtime::TerminationSig
   metrics::MessageMetrics message_metrics((*metrics_server)->registry());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
+  metrics::LinkMetrics link_metrics((*metrics_server)->registry(), {c.endpoint_scheduler, c.endpoint_workers});
   if (c.model_dir.empty()) return FailService(name, Status::InvalidArgument("model_dir is not set"));
+  Result<messaging::LinkSecurity> security = runtime::LinkSecurityOf(c, name, runtime::ServiceLogger(name));
+  if (!security.ok()) return FailService(name, security.status());
   Result<runtime::OffloadConfig> offload = runtime::ToOffloadConfig(runtime::RuntimeFlagsOf(c), c.model_dir);
   if (!offload.ok()) return FailService(name, offload.status());
   // The executor recovers missed experts itself from their E/SM planes (ExpertReady carries the
@@ -43,7 +47,12 @@ int RunSchedulerService(const runtime::ServiceConfig& c, runtime::TerminationSig
   // only for F admissions.
   offload->fused_recovery = !c.separate_recovery;
   zmq::context_t context(1);
+  // Before the servers bind, destroyed after they stop (declared after the context: destroyed before it).
+  Result<std::unique_ptr<messaging::LinkGuard>> guard =
+      runtime::StartLinkGuard(context, &*security, runtime::ServiceLogger(name));
+  if (!guard.ok()) return FailService(name, guard.status());
   runtime::DispatcherConfig dispatch;
+  dispatch.security = *security;
   dispatch.endpoint = c.endpoint_workers;
   dispatch.heartbeat_interval = milliseconds(c.heartbeat_ms);
   dispatch.liveness = static_cast<int>(c.liveness);
@@ -60,6 +69,7 @@ int RunSchedulerService(const runtime::ServiceConfig& c, runtime::TerminationSig
   cache_config.keep_waiting = [&signals] { return signals.Wait(milliseconds(0)) == 0; };
   cache_config.log = runtime::ServiceLogger(name);
   cache_config.pipe = c.shm_pipes;
+  cache_config.security = *security;
   offload->cache = runtime::RemoteCacheBackendFactory(cache_config);
   offload->on_layer_end = [&scheduler_metrics](int32_t, double makespan_us, double bound_us) {
     scheduler_metrics.ObserveLayer(makespan_us * 1e-6, bound_us > 0 ? makespan_us / bound_us : 0.0);
@@ -72,6 +82,7 @@ int RunSchedulerService(const runtime::ServiceConfig& c, runtime::TerminationSig
   runtime::ProviderServerConfig server_config;
   server_config.endpoint = c.endpoint_scheduler;
   server_config.log = runtime::ServiceLogger(name);
+  server_config.security = *security;
   Result<std::unique_ptr<runtime::ProviderServer>> server = runtime::ProviderServer::Start(
       context, server_config, provider.get(), cache.arena_base(), cache.arena_bytes());
   if (!server.ok()) return FailService(name, server.status());
@@ -88,6 +99,7 @@ int RunSchedulerService(const runtime::ServiceConfig& c, runtime::TerminationSig
     scheduler_metrics.SetQueueDepth("decode", static_cast<double>(d.decodes_waiting + d.decodes_in_flight));
     runtime_metrics.Update(provider->local_stats(), cache_manager::CachePolicyName(provider->config().policy));
     activity_metrics.Update();
+    if (*guard != nullptr) link_metrics.Set((*guard)->refusals());
     if (remote_cache != nullptr) {
       const messaging::ChannelStats st = remote_cache->channel_stats();
       message_metrics.Set("cache-manager", st.sent, st.received);

@@ -9,6 +9,7 @@
 #include "common/checkpoint/expert_store.h"
 #include "common/metrics_server.h"
 #include "common/ipc/shm_region.h"
+#include "services/service_base/service_links.h"
 #include "services/service_base/service_metrics.h"
 #include "services/storage/storage_worker.h"
 
@@ -25,6 +26,8 @@ int RunStorageService(const runtime::ServiceConfig& c, runtime::TerminationSigna
   metrics::StorageMetrics storage_metrics((*metrics_server)->registry());
   metrics::BadMessageMetrics bad_metrics((*metrics_server)->registry());
   metrics::ActivityMetrics activity_metrics((*metrics_server)->registry());
+  Result<messaging::LinkSecurity> security = runtime::LinkSecurityOf(c, name, runtime::ServiceLogger(name));
+  if (!security.ok()) return FailService(name, security.status());
   Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
   if (!store.ok()) return FailService(name, store.status());
   Result<ShmRegion> arena = runtime::AttachArena(name, c.shm_name, signals);
@@ -32,6 +35,7 @@ int RunStorageService(const runtime::ServiceConfig& c, runtime::TerminationSigna
   zmq::context_t context(1);
   StorageWorkerOptions options;
   options.pull = runtime::PullConfig(c, name);
+  options.pull.security = *security;
   options.experts_path = (*store)->experts_path();
   options.page_cache = c.page_cache;
   options.queue_depth = static_cast<int32_t>(c.storage_queue_depth);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/ipc/link_security.h"
 #include "common/thread_priority.h"
 #include "kernels/recovery.h"
 #include "services/scheduler/request_grouping.h"
@@ -47,6 +48,8 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"endpoints.scheduler", &c.endpoint_scheduler},
       {"endpoints.workers", &c.endpoint_workers},
       {"endpoints.cache_manager", &c.endpoint_cache_manager},
+      {"link_security.mode", &c.link_security_mode},
+      {"link_security.key_file", &c.link_security_key_file},
       {"heartbeat_ms", &c.heartbeat_ms},
       {"liveness", &c.liveness},
       {"storage_queue_depth", &c.storage_queue_depth},
@@ -188,6 +191,7 @@ Status Validate(const ServiceConfig& c) {
   }
   if (c.staging_slots < 0) return Status::InvalidArgument("staging_slots must be >= 0");
   ZM_RETURN_IF_ERROR(ParseThreadPriority(c.pipeline_priority, "pipeline_priority").status());
+  ZM_RETURN_IF_ERROR(messaging::ParseLinkSecurityMode(c.link_security_mode, "link_security.mode").status());
   ZM_RETURN_IF_ERROR(positive(c.http_group_window, "http.group_window"));
   ZM_RETURN_IF_ERROR(scheduler::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
   return Status::Ok();
@@ -304,6 +308,7 @@ Result<ServiceConfig> LoadServiceConfig(const std::string& file, const std::vect
   if (c.endpoint_scheduler.empty()) c.endpoint_scheduler = "ipc://" + JoinPath(c.run_dir, "scheduler.sock");
   if (c.endpoint_workers.empty()) c.endpoint_workers = "ipc://" + JoinPath(c.run_dir, "workers.sock");
   if (c.endpoint_cache_manager.empty()) c.endpoint_cache_manager = "ipc://" + JoinPath(c.run_dir, "cache-manager.sock");
+  if (c.link_security_key_file.empty()) c.link_security_key_file = JoinPath(c.run_dir, "link.key");
   ZM_RETURN_IF_ERROR(Validate(c));
   return c;
 }

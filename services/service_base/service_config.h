@@ -8,7 +8,7 @@
 //   ZIPMOE_HTTP_PORT, metrics.port.cache_manager -> ZIPMOE_METRICS_PORT_CACHE_MANAGER). Values are
 //   parsed as the key's type; an error names the variable.
 // - --set key=value: the same parsing; an error names the key.
-// Endpoints left empty default to ipc://<run_dir>/<name>.sock.
+// Endpoints left empty default to ipc://<run_dir>/<name>.sock, link_security.key_file to <run_dir>/link.key.
 //
 // Why services/service_base and not common/: the config names every zipmoe service and its keys, so
 // it is the deployment's glue, not a service-agnostic utility; services/service_base is where it lives,
@@ -47,6 +47,10 @@ struct ServiceConfig {
   std::string endpoint_scheduler;        // endpoints.scheduler: executor -> scheduler (ROUTER)
   std::string endpoint_workers;          // endpoints.workers: storage/decompressors -> scheduler (ROUTER)
   std::string endpoint_cache_manager;    // endpoints.cache_manager: scheduler -> cache-manager (ROUTER)
+  // Link security (common/ipc/link_security.h, docs/messaging.md "Link security"): CURVE on tcp://
+  // endpoints: auto = those off loopback, on = all (loopback too), off = none (warned off loopback).
+  std::string link_security_mode = "auto";
+  std::string link_security_key_file;    // the deployment's key pair (mode 0600); "" = <run_dir>/link.key
   int64_t heartbeat_ms = 500;            // pull-protocol heartbeat interval
   int64_t liveness = 3;                  // silent intervals before a peer is dead
   int64_t storage_queue_depth = 64;      // chunk reads a storage worker takes at once

@@ -435,6 +435,33 @@ BadMessageMetrics::BadMessageMetrics(prometheus::Registry& registry) {
                        .Add({});
 }
 
+LinkMetrics::LinkMetrics(prometheus::Registry& registry, const std::vector<std::string>& endpoints) {
+  family_ = &prometheus::BuildCounter()
+                 .Name("zipmoe_link_auth_refused_total")
+                 .Help("Peers a CURVE endpoint refused (link_security), by endpoint and reason: key (a CURVE key "
+                       "not of this deployment), protocol (plaintext, a wrong server key), incomplete (gone "
+                       "mid-handshake).")
+                 .Register(registry);
+  for (const std::string& endpoint : endpoints) {
+    for (int r = 0; r < messaging::kRefusalReasonCount; ++r) {
+      family_->Add({{"endpoint", endpoint},
+                    {"reason", messaging::RefusalReasonName(static_cast<messaging::RefusalReason>(r))}});
+    }
+  }
+}
+
+void LinkMetrics::Set(const std::vector<messaging::LinkRefusals>& refusals) {
+  MutexLock lock(&mu_);
+  for (const messaging::LinkRefusals& r : refusals) {
+    uint64_t& before = last_[{r.endpoint, r.reason}];
+    const uint64_t delta = r.count >= before ? r.count - before : r.count;
+    prometheus::Counter& counter =
+        family_->Add({{"endpoint", r.endpoint}, {"reason", messaging::RefusalReasonName(r.reason)}});
+    if (delta > 0) counter.Increment(static_cast<double>(delta));
+    before = r.count;
+  }
+}
+
 MessageMetrics::MessageMetrics(prometheus::Registry& registry) {
   messages_ = &prometheus::BuildCounter()
                    .Name("zipmoe_messages_total")

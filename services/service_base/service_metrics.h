@@ -29,6 +29,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/ipc/link_guard.h"
 #include "common/mutex.h"
 #include "services/cache_manager/cache_manager.h"
 #include "services/pipeline/runtime_stats.h"
@@ -247,6 +248,26 @@ class BadMessageMetrics {
   prometheus::Counter* bad_messages_ = nullptr;
   Mutex mu_;  // guards last_total_
   uint64_t last_total_ ZM_GUARDED_BY(mu_) = 0;
+};
+
+// A service that binds endpoints (scheduler, cache-manager): zipmoe_link_auth_refused_total{endpoint,
+// reason}, the peers a CURVE endpoint refused (common/ipc/link_guard.h: reason key | protocol |
+// incomplete). Every endpoint given at construction has its three series from the start, at 0 (a
+// plaintext endpoint, ipc:// or loopback, stays there: nothing is vetted on it).
+class LinkMetrics {
+ public:
+  LinkMetrics(prometheus::Registry& registry, const std::vector<std::string>& endpoints);
+  LinkMetrics(const LinkMetrics&) = delete;
+  LinkMetrics& operator=(const LinkMetrics&) = delete;
+
+  // Publishes a LinkGuard's cumulative counts (LinkGuard::refusals()) as BadMessageMetrics::Set does:
+  // each series grows by its delta since the previous call. Call it from one thread.
+  void Set(const std::vector<messaging::LinkRefusals>& refusals);
+
+ private:
+  prometheus::Family<prometheus::Counter>* family_ = nullptr;
+  Mutex mu_;  // guards last_
+  std::map<std::pair<std::string, messaging::RefusalReason>, uint64_t> last_ ZM_GUARDED_BY(mu_);
 };
 
 // A client's message traffic with one peer (Channel::stats(), counted where the client connects):

@@ -44,8 +44,12 @@ int TerminationSignals::Wait(std::chrono::milliseconds timeout) {
 }
 
 void ServiceLog(const std::string& service, const std::string& line) {
-  const std::string text = line.rfind("E: ", 0) == 0 ? fmt::format("E: {}: {}\n", service, line.substr(3))
-                                                     : fmt::format("I: {}: {}\n", service, line);
+  std::string text;
+  if (line.rfind("E: ", 0) == 0 || line.rfind("W: ", 0) == 0) {
+    text = fmt::format("{}{}: {}\n", line.substr(0, 3), service, line.substr(3));
+  } else {
+    text = fmt::format("I: {}: {}\n", service, line);
+  }
   std::fwrite(text.data(), 1, text.size(), stderr);
 }
 

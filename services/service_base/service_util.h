@@ -43,7 +43,8 @@ class TerminationSignals {
   int taken_ = 0;
 };
 
-// "I: <service>: <line>" on stderr (one write per line).
+// "I: <service>: <line>" on stderr (one write per line); a line that starts with "E: " or "W: " keeps
+// that level: "E: <service>: <rest>".
 void ServiceLog(const std::string& service, const std::string& line);
 std::function<void(const std::string&)> ServiceLogger(const std::string& service);
 std::string HostName();

@@ -233,5 +233,33 @@ TEST(ServiceMetricsTest, BadMessagesFollowTheCumulativeCount) {
   EXPECT_SAMPLE(Samples(text), "zipmoe_bad_messages_total", "7");
 }
 
+// zipmoe_link_auth_refused_total: every endpoint's three reasons from construction, at 0; then each
+// series follows its LinkGuard's cumulative count, and a series the guard adds later appears.
+TEST(ServiceMetricsTest, LinkRefusalsExistAtZeroAndFollowTheGuardsCounts) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  LinkMetrics m(server->registry(), {"tcp://10.0.0.5:5555", "ipc:///run/zipmoe/workers.sock"});
+  const auto series = [](const char* endpoint, const char* reason) {
+    return fmt::format("zipmoe_link_auth_refused_total{{endpoint=\"{}\",reason=\"{}\"}}", endpoint, reason);
+  };
+  std::string text = Scrape(*server);
+  EXPECT_TRUE(HasLine(text, "# TYPE zipmoe_link_auth_refused_total counter")) << text;
+  for (const char* endpoint : {"tcp://10.0.0.5:5555", "ipc:///run/zipmoe/workers.sock"}) {
+    for (const char* reason : {"key", "protocol", "incomplete"}) {
+      EXPECT_TRUE(HasLine(text, series(endpoint, reason) + " 0")) << text;
+    }
+  }
+  using messaging::RefusalReason;
+  m.Set({{"tcp://10.0.0.5:5555", RefusalReason::kKey, 2}, {"tcp://10.0.0.5:5555", RefusalReason::kProtocol, 1}});
+  m.Set({{"tcp://10.0.0.5:5555", RefusalReason::kKey, 5}, {"tcp://10.0.0.5:5555", RefusalReason::kProtocol, 1},
+         {"tcp://10.0.0.6:5555", RefusalReason::kIncomplete, 4}});
+  text = Scrape(*server);
+  EXPECT_TRUE(HasLine(text, series("tcp://10.0.0.5:5555", "key") + " 5")) << text;
+  EXPECT_TRUE(HasLine(text, series("tcp://10.0.0.5:5555", "protocol") + " 1")) << text;
+  EXPECT_TRUE(HasLine(text, series("tcp://10.0.0.5:5555", "incomplete") + " 0")) << text;
+  EXPECT_TRUE(HasLine(text, series("tcp://10.0.0.6:5555", "incomplete") + " 4")) << text;
+  EXPECT_TRUE(HasLine(text, series("ipc:///run/zipmoe/workers.sock", "key") + " 0")) << text;
+}
+
 }  // namespace
 }  // namespace zipmoe::metrics
