@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Soak test (issue 15, not CI): bench/load.py at --concurrency for --minutes against `zipmoe serve`
 and/or `zipmoe up` in a memory cap (bench/benchlib.py MemoryCap, cgroup v1), killing one random
-service every --kill-every seconds under `up`. Reports requests, errors (inside and outside the
+service every --kill-every seconds under `up` (1 s into a round of load, with requests in flight).
+Reports requests, errors (inside and outside the
 kill windows), text equality with a single-client run at temperature 0, RSS over time (slope) and
 /dev/shm after exit.
 
@@ -20,12 +21,14 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KILL_DELAY_S = 1.0   # a due kill lands this long into a round of load (requests in flight)
 KILL_WINDOW_S = 35.0  # a request that ends this long after a kill may fail (docs/services.md: <= 30 s)
 SERVICES = ["storage", "decompressor-0", "scheduler", "cache-manager", "executor", "front"]
 
@@ -65,9 +68,12 @@ def shm_names(prefixes):
 
 
 def load(port, out_json, args, concurrency):
+    # --wait: a round that starts while a killed service restarts waits for /health, as a client
+    # that checks it would (the requests themselves are what the soak counts).
     cmd = ["/usr/bin/python3", os.path.join(REPO, "bench", "load.py"), "--url", f"http://127.0.0.1:{port}",
            "--requests", str(args.requests_per_round), "--concurrency", str(concurrency),
-           "--max-tokens", str(args.max_tokens), "--temperature", "0", "--timeout", "120", "--out", out_json]
+           "--max-tokens", str(args.max_tokens), "--temperature", "0", "--timeout", "120", "--wait", "120",
+           "--out", out_json]
     if os.path.exists(out_json):
         os.remove(out_json)
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -91,16 +97,21 @@ def run_rounds(mode, port, proc, run_dir, args, cap, summary):
     next_kill = start + args.kill_every
     round_no = 0
     rng = random.Random(args.seed)
+    def kill(victim):
+        try:
+            with open(os.path.join(run_dir, f"{victim}.pid")) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+            summary["kills"].append({"t": time.time() - start, "service": victim})
+            benchlib.log(f"soak up: SIGKILL {victim} at {time.time() - start:.0f} s (mid-round)")
+        except (OSError, ValueError) as e:
+            benchlib.warn(f"soak up: could not kill {victim}: {e}")
+
     while time.time() - start < args.minutes * 60:
+        killer = None
         if mode == "up" and time.time() >= next_kill:
-            victim = rng.choice(args.kill)
-            try:
-                with open(os.path.join(run_dir, f"{victim}.pid")) as f:
-                    os.kill(int(f.read()), signal.SIGKILL)
-                summary["kills"].append({"t": time.time() - start, "service": victim})
-                benchlib.log(f"soak up: SIGKILL {victim} at {time.time() - start:.0f} s")
-            except (OSError, ValueError) as e:
-                benchlib.warn(f"soak up: could not kill {victim}: {e}")
+            # The kill lands KILL_DELAY_S into the round, with requests in flight.
+            killer = threading.Timer(KILL_DELAY_S, kill, args=(rng.choice(args.kill),))
+            killer.start()
             next_kill += args.kill_every
         pids = [proc.pid]
         if mode == "up":
@@ -116,6 +127,9 @@ def run_rounds(mode, port, proc, run_dir, args, cap, summary):
                                    "cgroup_bytes": cap.peak_bytes() if cap.available else None})
         t_round = time.time() - start
         out = load(port, os.path.join(args.out, f"{mode}-round.json"), args, args.concurrency)
+        if killer is not None:
+            killer.join()
+        t_round_end = time.time() - start
         round_no += 1
         for row in out["requests"]:
             summary["requests"] += 1
@@ -124,8 +138,8 @@ def run_rounds(mode, port, proc, run_dir, args, cap, summary):
                     summary["mismatches"] += 1
                 continue
             summary["errors"] += 1
-            t = t_round  # the round's start: a conservative time for the failed request
-            in_window = any(0 <= t - k["t"] <= KILL_WINDOW_S for k in summary["kills"])
+            # In a kill window: a kill during the round, or at most KILL_WINDOW_S before it started.
+            in_window = any(t_round - KILL_WINDOW_S <= k["t"] <= t_round_end for k in summary["kills"])
             summary["errors_in_kill_windows" if in_window else "errors_outside"] += 1
         if proc.poll() is not None:
             summary["fatal"] = f"the server exited (code {proc.returncode})"
