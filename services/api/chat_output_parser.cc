@@ -197,6 +197,9 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
     return true;
   };
   body = Trim(body);
+  const auto raw_string = [this](std::string_view tool, const std::string& arg) {
+    return syntax_.string_arguments.count({std::string(Trim(tool)), arg}) > 0;
+  };
   switch (syntax_.tool_calls) {
     case ToolCallSyntax::kHermes: {
       const json j = ParseObject(body);
@@ -221,8 +224,9 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
         const size_t v1 = body.find(kArgValueEnd, v0);
         if (v1 == std::string_view::npos) return false;
         const std::string_view value = body.substr(v0 + kArgValue.size(), v1 - v0 - kArgValue.size());
-        json parsed = json::parse(value.begin(), value.end(), nullptr, false);
-        args[std::string(Trim(body.substr(k0, k1 - k0)))] = parsed.is_discarded() ? json(std::string(value)) : parsed;
+        const std::string key(Trim(body.substr(k0, k1 - k0)));
+        json parsed = raw_string(name, key) ? json(nullptr) : json::parse(value.begin(), value.end(), nullptr, false);
+        args[key] = parsed.is_discarded() || raw_string(name, key) ? json(std::string(value)) : parsed;
         const size_t next = v1 + kArgValueEnd.size();
         pos = body.find(kArgKey, next);
         if (!IsBlank(body.substr(next, pos == std::string_view::npos ? std::string_view::npos : pos - next)))
@@ -252,8 +256,8 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
         std::string_view value = rest.substr(key_end + 1, value_end - key_end - 1);
         if (!value.empty() && value.front() == '\n') value.remove_prefix(1);
         if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
-        json parsed = json::parse(value.begin(), value.end(), nullptr, false);
-        args[key] = parsed.is_discarded() ? json(std::string(value)) : parsed;
+        json parsed = raw_string(name, key) ? json(nullptr) : json::parse(value.begin(), value.end(), nullptr, false);
+        args[key] = parsed.is_discarded() || raw_string(name, key) ? json(std::string(value)) : parsed;
         rest = Trim(rest.substr(value_end + kParamEnd.size()));
       }
       if (!add(name, args)) return false;

@@ -34,6 +34,7 @@
 // Not thread-safe: one parser per generated choice.
 #pragma once
 
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,11 @@ struct ChatSyntax {
   bool starts_in_reasoning = false;  // the prompt ended inside an open <think>
   ToolCallSyntax tool_calls = ToolCallSyntax::kNone;
   bool harmony = false;              // gpt-oss's channels (reasoning and tool calls in its own way)
+  // (tool name, argument name) of every argument whose schema is a string (its `type`, or an enum of
+  // strings): in the tagged syntaxes (GLM-4.5's <arg_value>, Qwen3-Coder's <parameter=...>) its value
+  // is the raw text even when that text reads as JSON ("42", "true"), as vLLM's parsers of those
+  // families read it; other values are JSON when they parse, else text.
+  std::set<std::pair<std::string, std::string>> string_arguments;
   bool active() const { return reasoning || harmony || tool_calls != ToolCallSyntax::kNone; }
 };
 

@@ -309,8 +309,74 @@ Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileFramed(const json
   return CompileAlternatives({Framing{schema, std::move(prefix), std::move(suffix)}});
 }
 
+const TagTexts& TagTextsOf(TagSyntax syntax) {
+  static const TagTexts kNone{};
+  static const TagTexts kGlmTexts{"<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>"};
+  static const TagTexts kQwenTexts{"<parameter=", ">\n", "\n</parameter>"};
+  switch (syntax) {
+    case TagSyntax::kGlm: return kGlmTexts;
+    case TagSyntax::kQwenXml: return kQwenTexts;
+    default: return kNone;
+  }
+}
+
+namespace {
+
+// Fills the tagged-pair texts of every node (SchemaNode::tag_keys, tag_literals) for `syntax`, and
+// checks that each alternative's root is an object of named properties.
+Status PrepareTags(TagSyntax syntax, const std::vector<JsonGrammar::Alternative>& alts, std::vector<SchemaNode>* nodes) {
+  const TagTexts& t = TagTextsOf(syntax);
+  for (size_t i = 0; i < alts.size(); ++i) {
+    const SchemaNode& root = (*nodes)[static_cast<size_t>(alts[i].root)];
+    if (root.kind != SchemaNode::Kind::kObject || root.additional >= 0)
+      return Status::InvalidArgument(fmt::format(
+          "alternative {}: tagged arguments need an object schema with 'properties' (and no other keys)", i));
+  }
+  for (SchemaNode& n : *nodes) {
+    if (n.kind == SchemaNode::Kind::kObject) {
+      std::vector<std::pair<std::string, int32_t>> keys;
+      for (size_t k = 0; k < n.keys.size(); ++k) {
+        const std::string name = json::parse(n.keys[k]).get<std::string>();
+        if (name.empty() || name.find(t.key_close.substr(0, 1)) != std::string::npos ||
+            name.find('\n') != std::string::npos || name.find('<') != std::string::npos)
+          return Status::InvalidArgument(fmt::format("the property name {} cannot be written as a tagged argument",
+                                                     n.keys[k]));
+        keys.emplace_back(name, static_cast<int32_t>(k));
+      }
+      std::sort(keys.begin(), keys.end());
+      n.tag_keys.clear();
+      n.tag_key_index.clear();
+      for (auto& [text, index] : keys) {
+        n.tag_keys.push_back(std::move(text));
+        n.tag_key_index.push_back(index);
+      }
+    } else if (n.kind == SchemaNode::Kind::kLiterals) {
+      n.tag_literals.clear();
+      bool strings = true;
+      for (const std::string& l : n.literals) {
+        const json v = json::parse(l);
+        if (!v.is_string()) {
+          strings = false;
+          break;
+        }
+        if (v.get<std::string>().find(t.value_close) != std::string::npos)
+          return Status::InvalidArgument(fmt::format("the enum value {} holds '{}'", l, t.value_close));
+        n.tag_literals.push_back(v.get<std::string>());
+      }
+      if (!strings) {
+        n.tag_literals.clear();
+      } else {
+        std::sort(n.tag_literals.begin(), n.tag_literals.end());
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileAlternatives(const std::vector<Framing>& framings,
-                                                                            std::string free_until) {
+                                                                            std::string free_until, TagSyntax tags) {
   if (framings.empty()) return Status::InvalidArgument("a framed grammar needs at least one alternative");
   if (framings.size() > static_cast<size_t>(kMaxAlternatives))
     return Status::InvalidArgument(
@@ -335,6 +401,10 @@ Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileAlternatives(cons
   }
   out->root_ = out->alternatives_[0].root;
   out->free_until_ = std::move(free_until);
+  if (tags != TagSyntax::kJson) {
+    ZM_RETURN_IF_ERROR(PrepareTags(tags, out->alternatives_, &out->nodes_));
+    out->tags_ = tags;
+  }
   return std::shared_ptr<const JsonGrammar>(std::move(out));
 }
 
@@ -358,7 +428,13 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::WithPrefix(std::shared_ptr<const
 
 namespace {
 
-enum Kind : uint8_t { kValue = 1, kObject, kArray, kString, kNumber, kLiteral, kText, kFree };
+enum Kind : uint8_t { kValue = 1, kObject, kArray, kString, kNumber, kLiteral, kText, kFree, kTagged, kRawString };
+// Tagged-arguments phases (kTagged: the root object as tagged pairs, TagSyntax; Frame::seen = the
+// properties written, b = the property being written, c = position in a fixed text)
+enum : uint8_t {
+  kTagBetween, kTagKeyOpen, kTagKey, kTagKeyClose, kTagValueStart, kTagValueRaw, kTagValueEnum, kTagValueClose,
+  kTagValueJson, kTagAfterJson
+};
 // Text phases (which of the alternative's fixed texts; the alternative is Frame::a)
 enum : uint8_t { kTextPrefix, kTextSuffix };
 // Object phases
@@ -370,7 +446,7 @@ enum : uint8_t { kStrPlain, kStrEscape, kStrUnicode };
 // Number phases
 enum : uint8_t { kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumExp, kNumExpSign, kNumExpDigits, kNumStart };
 // Literal lists
-enum : uint8_t { kLitNode, kLitKeys, kLitBool, kLitNull, kLitAny };
+enum : uint8_t { kLitNode, kLitKeys, kLitBool, kLitNull, kLitAny, kLitTagKeys, kLitTagValue };
 
 const std::vector<std::string>& BoolLiterals() {
   static const std::vector<std::string> v = {"false", "true"};
@@ -433,7 +509,12 @@ JsonMatcher::JsonMatcher(std::shared_ptr<const JsonGrammar> grammar) : grammar_(
       f.a = static_cast<int32_t>(i);
     };
     if (!alts[i].suffix.empty()) push(kText, kTextSuffix, -1);
-    push(kValue, 0, alts[i].root);
+    if (grammar_->tags() != TagSyntax::kJson) {
+      push(kTagged, kTagBetween, alts[i].root);
+      s.frames[s.depth - 1].seen = 0;
+    } else {
+      push(kValue, 0, alts[i].root);
+    }
     if (!alts[i].prefix.empty()) push(kText, kTextPrefix, -1);
     if (!grammar_->free_until().empty()) push(kFree, 0, -1);
     stacks_.push_back(s);
@@ -444,6 +525,8 @@ const std::vector<std::string>& JsonMatcher::LiteralsOf(const Frame& f) const {
   switch (f.phase) {
     case kLitNode: return grammar_->node(f.node).literals;
     case kLitKeys: return grammar_->node(f.node).keys;
+    case kLitTagKeys: return grammar_->node(f.node).tag_keys;
+    case kLitTagValue: return grammar_->node(f.node).tag_literals;
     case kLitBool: return BoolLiterals();
     case kLitNull: return NullLiteral();
     default: return AnyLiterals();
@@ -453,12 +536,30 @@ const std::vector<std::string>& JsonMatcher::LiteralsOf(const Frame& f) const {
 // The top frame completed (key: the object key index a key literal matched, else -1): pop it and
 // advance its parent.
 void JsonMatcher::ChildDone(Stack& s) const {
-  const int32_t key = s.frames[s.depth - 1].kind == kLiteral && s.frames[s.depth - 1].phase == kLitKeys
-                          ? s.frames[s.depth - 1].a  // the single candidate left
-                          : -1;
+  const Frame& done = s.frames[s.depth - 1];
+  int32_t key = done.kind == kLiteral && done.phase == kLitKeys ? done.a : -1;  // the single candidate left
+  if (done.kind == kLiteral && done.phase == kLitTagKeys)
+    key = grammar_->node(done.node).tag_key_index[static_cast<size_t>(done.a)];
   --s.depth;
   if (s.depth == 0) return;
   Frame& p = s.frames[s.depth - 1];
+  if (p.kind == kTagged) {
+    if (p.phase == kTagKey) {
+      p.seen |= uint64_t{1} << key;
+      p.b = key;
+      p.phase = kTagKeyClose;
+      p.c = 0;
+    } else if (p.phase == kTagValueJson) {
+      p.phase = kTagAfterJson;
+      p.c = 0;
+    } else if (p.phase == kTagValueEnum) {
+      p.phase = kTagValueClose;
+      p.c = 0;
+    } else {  // a raw string, its closing text included
+      p.phase = kTagBetween;
+    }
+    return;
+  }
   if (p.kind == kObject) {
     if (p.phase == kObjKey) {
       if (key >= 0) p.seen |= uint64_t{1} << key;
@@ -547,7 +648,9 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
     ++s.ws;
     out->push_back(s);
   };
-  if (fixed_text_only_ && f.kind != kText && f.kind != kFree) return;
+  // A special token writes only fixed texts: the alternatives' prefixes and suffixes, the free text's
+  // marker, and the tagged pairs' texts (kTagged phases; a raw string's closing text).
+  if (fixed_text_only_ && f.kind != kText && f.kind != kFree && f.kind != kTagged && f.kind != kRawString) return;
   switch (f.kind) {
     case kFree: {  // free text until free_until: f.c = how much of the marker the text ends with
       const std::string& m = grammar_->free_until();
@@ -598,6 +701,149 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
       const int32_t node = f.node;
       --s.depth;
       StartValue(s, node, c, out);
+      return;
+    }
+    case kTagged: {
+      const SchemaNode& n = grammar_->node(f.node);
+      const TagTexts& t = TagTextsOf(grammar_->tags());
+      const uint64_t all = n.keys.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << n.keys.size()) - 1;
+      switch (f.phase) {
+        case kTagBetween: {
+          if (ws) return whitespace();
+          if ((f.seen & n.required) == n.required) {  // the pairs may end: c belongs to what follows
+            Stack done = s;
+            ChildDone(done);
+            done.ws = 0;
+            Step(done, c, out);
+          }
+          if ((f.seen & all) == all || static_cast<uint8_t>(t.key_open[0]) != c) return;
+          s.ws = 0;
+          f.phase = kTagKeyOpen;
+          f.c = 1;
+          out->push_back(s);
+          return;
+        }
+        case kTagKeyOpen: {
+          if (static_cast<uint8_t>(t.key_open[static_cast<size_t>(f.c)]) != c) return;
+          if (static_cast<size_t>(++f.c) == t.key_open.size()) {
+            if (s.depth >= kMaxDepth) return;
+            f.phase = kTagKey;
+            Frame k;
+            k.kind = kLiteral;
+            k.phase = kLitTagKeys;
+            k.node = f.node;
+            k.a = 0;
+            k.b = static_cast<int32_t>(n.tag_keys.size());
+            k.c = 0;
+            s.frames[s.depth++] = k;
+          }
+          out->push_back(s);
+          return;
+        }
+        case kTagKeyClose:
+        case kTagValueClose: {  // fixed texts after a key name and after an enum value
+          const std::string& text = f.phase == kTagKeyClose ? t.key_close : t.value_close;
+          if (static_cast<uint8_t>(text[static_cast<size_t>(f.c)]) != c) return;
+          s.ws = 0;
+          if (static_cast<size_t>(++f.c) == text.size()) {
+            f.phase = f.phase == kTagKeyClose ? kTagValueStart : kTagBetween;
+            f.c = 0;
+          }
+          out->push_back(s);
+          return;
+        }
+        case kTagValueStart: {
+          if (fixed_text_only_) return;  // a special token never starts a value
+          if (s.depth >= kMaxDepth) return;
+          const int32_t value = n.key_nodes[static_cast<size_t>(f.b)];
+          const SchemaNode& v = grammar_->node(value);
+          Frame g;
+          g.node = value;
+          if (v.kind == SchemaNode::Kind::kString) {
+            f.phase = kTagValueRaw;
+            g.kind = kRawString;
+            g.a = 0;
+            g.b = 0;
+            g.c = 0xBF << 8 | 0x80;
+            g.seen = 0;
+            s.frames[s.depth++] = g;
+            Step(s, c, out);
+          } else if (v.kind == SchemaNode::Kind::kLiterals && !v.tag_literals.empty()) {
+            f.phase = kTagValueEnum;
+            g.kind = kLiteral;
+            g.phase = kLitTagValue;
+            g.a = 0;
+            g.b = static_cast<int32_t>(v.tag_literals.size());
+            g.c = 0;
+            s.frames[s.depth++] = g;
+            Step(s, c, out);
+          } else {
+            f.phase = kTagValueJson;
+            s.ws = 0;
+            StartValue(s, value, c, out);
+          }
+          return;
+        }
+        case kTagAfterJson: {  // whitespace, then value_close without its leading whitespace
+          size_t lead = 0;
+          while (lead < t.value_close.size() && IsWs(static_cast<uint8_t>(t.value_close[lead]))) ++lead;
+          const std::string_view close = std::string_view(t.value_close).substr(lead);
+          if (ws && f.c == 0) return whitespace();
+          if (static_cast<uint8_t>(close[static_cast<size_t>(f.c)]) != c) return;
+          s.ws = 0;
+          if (static_cast<size_t>(++f.c) == close.size()) {
+            f.phase = kTagBetween;
+            f.c = 0;
+          }
+          out->push_back(s);
+          return;
+        }
+        default: return;
+      }
+    }
+    case kRawString: {  // a string property's raw text up to value_close (Frame::seen: how much of it
+                        // the text ends with; a: code points including that part; b, c: UTF-8 as kString)
+      s.ws = 0;
+      const std::string& m = TagTextsOf(grammar_->tags()).value_close;
+      const SchemaNode& n = grammar_->node(f.node);
+      if (f.b > 0) {  // inside a UTF-8 sequence (value_close is ASCII: never part of it)
+        const uint8_t lo = static_cast<uint8_t>(f.c & 0xFF), hi = static_cast<uint8_t>(f.c >> 8);
+        if (c < lo || c > hi) return;
+        --f.b;
+        f.c = 0xBF << 8 | 0x80;
+        out->push_back(s);
+        return;
+      }
+      size_t k = static_cast<size_t>(f.seen);
+      if (static_cast<uint8_t>(m[k]) == c) {
+        ++k;
+      } else {
+        if (fixed_text_only_) return;  // a special token may write value_close, never content
+        const std::string seen = m.substr(0, k) + static_cast<char>(c);
+        k = 0;
+        for (size_t len = std::min(seen.size(), m.size() - 1); len > 0; --len) {
+          if (seen.compare(seen.size() - len, len, m, 0, len) == 0) {
+            k = len;
+            break;
+          }
+        }
+      }
+      if (k == m.size()) {  // closed: the value is what came before value_close
+        if (f.a - static_cast<int32_t>(m.size() - 1) < n.min_length) return;
+        ChildDone(s);
+        out->push_back(s);
+        return;
+      }
+      int32_t pending = 0;
+      uint8_t lo = 0, hi = 0;
+      if ((c < 0x20 && c != '\n' && c != '\t') || !Utf8Lead(c, &pending, &lo, &hi)) return;
+      // Code points that are surely content: all but the part that may still become value_close.
+      if (n.max_length >= 0 && f.a + 1 - static_cast<int32_t>(k) > n.max_length) return;
+      ++f.a;
+      f.b = pending;
+      f.c = hi << 8 | lo;
+      f.seen = k;
+      out->push_back(s);
       return;
     }
     case kObject: {
@@ -786,7 +1032,12 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
       if (f.phase != kLitKeys) {
         for (int32_t i = f.a; i < f.b; ++i) {
           if (lits[static_cast<size_t>(i)].size() == pos && pos > 0) {
+            if (f.phase == kLitTagKeys) {  // a raw name that ends here ("a" beside "ab"), if not written yet
+              const int32_t property = grammar_->node(f.node).tag_key_index[static_cast<size_t>(i)];
+              if (s.frames[s.depth - 2].seen >> property & 1) break;
+            }
             Stack t = s;
+            t.frames[t.depth - 1].a = i;  // the candidate that ended (ChildDone reads it for keys)
             ChildDone(t);
             Step(t, c, out);
             break;
@@ -803,10 +1054,15 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
       }
       if (lo >= hi) return;
       uint64_t seen = 0;
-      if (f.phase == kLitKeys) {
+      // The property index of literal i (a key literal): its own index, or via tag_key_index.
+      const auto property = [&](int32_t i) {
+        return f.phase == kLitTagKeys ? grammar_->node(f.node).tag_key_index[static_cast<size_t>(i)] : i;
+      };
+      const bool keys = f.phase == kLitKeys || f.phase == kLitTagKeys;
+      if (keys) {
         seen = s.frames[s.depth - 2].seen;
         bool open = false;
-        for (int32_t i = lo; i < hi && !open; ++i) open = (seen >> i & 1) == 0;
+        for (int32_t i = lo; i < hi && !open; ++i) open = (seen >> property(i) & 1) == 0;
         if (!open) return;
       }
       s.ws = 0;
@@ -815,7 +1071,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
       f.c = static_cast<int32_t>(pos + 1);
       // One candidate left and fully matched: nothing longer can follow, so it is complete now.
       if (hi - lo == 1 && lits[static_cast<size_t>(lo)].size() == pos + 1) {
-        if (f.phase == kLitKeys && (seen >> lo & 1)) return;
+        if (keys && (seen >> property(lo) & 1)) return;
         ChildDone(s);
       }
       out->push_back(s);
@@ -854,7 +1110,9 @@ bool JsonMatcher::FeedFixedText(std::string_view bytes) {
 
 bool JsonMatcher::InFixedText() const {
   return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) {
-    return s.depth > 0 && (s.frames[s.depth - 1].kind == kText || s.frames[s.depth - 1].kind == kFree);
+    if (s.depth == 0) return false;
+    const uint8_t kind = s.frames[s.depth - 1].kind;
+    return kind == kText || kind == kFree || kind == kTagged || kind == kRawString;
   });
 }
 
@@ -873,7 +1131,7 @@ bool JsonMatcher::StackAccepting(const Stack& s) const {
     const bool bounded = num.kind == SchemaNode::Kind::kInteger && (num.has_minimum || num.has_maximum);
     return NumberAccepting(f.phase) && (!bounded || IntegerInBounds(num, f.c != 0, f.seen));
   }
-  if (f.kind == kLiteral && f.phase != kLitKeys) {
+  if (f.kind == kLiteral && f.phase != kLitKeys && f.phase != kLitTagKeys && f.phase != kLitTagValue) {
     const std::vector<std::string>& lits = LiteralsOf(f);
     for (int32_t i = f.a; i < f.b; ++i)
       if (lits[static_cast<size_t>(i)].size() == static_cast<size_t>(f.c)) return true;

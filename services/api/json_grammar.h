@@ -62,6 +62,18 @@ inline bool Utf8Lead(uint8_t c, int32_t* pending, uint8_t* lo, uint8_t* hi) {
   return false;
 }
 
+// How a framed value's root object is written. kJson: as JSON. The others write a tool call's arguments
+// as tagged pairs, as those chat templates render them (each property once, any order; a string
+// property's value raw up to its closing tag, anything else as JSON; whitespace allowed before each
+// pair and before the alternative's suffix):
+//   kGlm      GLM-4.5 / 4.6 / 4.7:  <arg_key>K</arg_key>\n<arg_value>V</arg_value>
+//   kQwenXml  Qwen3-Coder:          <parameter=K>\nV\n</parameter>
+enum class TagSyntax : uint8_t { kJson, kGlm, kQwenXml };
+struct TagTexts {
+  std::string key_open, key_close, value_close;
+};
+const TagTexts& TagTextsOf(TagSyntax syntax);
+
 // One compiled schema node (internal to the matcher; exposed for tests and the constraint).
 struct SchemaNode {
   enum class Kind : uint8_t { kAny, kObject, kArray, kString, kNumber, kInteger, kBoolean, kNull, kLiterals, kAnyOf };
@@ -85,6 +97,12 @@ struct SchemaNode {
   std::vector<std::string> literals;
   // kAnyOf
   std::vector<int32_t> alternatives;
+  // Tagged arguments (TagSyntax other than kJson), filled for the grammar's syntax. kObject: each
+  // property's name followed by key_close, sorted, and the index in `keys` of each; kLiterals whose
+  // values are all strings: each value raw (decoded) followed by value_close, sorted.
+  std::vector<std::string> tag_keys;
+  std::vector<int32_t> tag_key_index;
+  std::vector<std::string> tag_literals;
 };
 
 class JsonGrammar {
@@ -110,8 +128,12 @@ class JsonGrammar {
     nlohmann::json schema;
     std::string prefix, suffix;
   };
+  // `tags` other than kJson: every alternative's schema must be an object with properties (a tool's
+  // parameters), written as tagged pairs (TagSyntax); a string enum value or a property name holding
+  // the syntax's closing text is an error naming it.
   static Result<std::shared_ptr<const JsonGrammar>> CompileAlternatives(const std::vector<Framing>& framings,
-                                                                        std::string free_until = "");
+                                                                        std::string free_until = "",
+                                                                        TagSyntax tags = TagSyntax::kJson);
   // `grammar` with free text up to `free_until` before its value(s) (a copy; `grammar` as it is when
   // free_until is empty).
   static std::shared_ptr<const JsonGrammar> WithFreeTextBefore(std::shared_ptr<const JsonGrammar> grammar,
@@ -125,6 +147,7 @@ class JsonGrammar {
   };
   const std::vector<Alternative>& alternatives() const { return alternatives_; }
   const std::string& free_until() const { return free_until_; }
+  TagSyntax tags() const { return tags_; }
 
   const SchemaNode& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
@@ -135,6 +158,7 @@ class JsonGrammar {
   int32_t root_ = 0;  // alternatives_[0].root
   std::vector<Alternative> alternatives_;  // Compile: one, without texts
   std::string free_until_;
+  TagSyntax tags_ = TagSyntax::kJson;
 };
 
 // The matcher's state: one or more parse stacks (anyOf keeps alternatives alive until a byte tells
@@ -148,7 +172,8 @@ class JsonMatcher {
   // As Feed, but only the grammar's fixed texts (a prefix or suffix) may take the bytes: how a special
   // token (e.g. Mistral's [TOOL_CALLS]) is matched, which may write a marker but never JSON content.
   bool FeedFixedText(std::string_view bytes);
-  // True when some parse stack is inside a fixed text (where FeedFixedText may succeed).
+  // True when some parse stack is inside or before a fixed text (where FeedFixedText may succeed): a
+  // prefix, suffix or free-text marker, or the texts of tagged pairs.
   bool InFixedText() const;
   // True when every parse stack is in the free text before `free_until` with none of the marker
   // matched yet: any byte string without the marker's first byte keeps the state as it is.

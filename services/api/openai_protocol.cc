@@ -191,8 +191,10 @@ std::string FreeTextBefore(const ChatSyntax& syntax) { return syntax.starts_in_r
 //   DeepSeek-V3/R1  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
 //   DeepSeek-V3.1   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
 //   Harmony         <|channel|>commentary to=functions.N <|constrain|>json<|message|>{...} then <|call|> (an EOS id)
-// (DeepSeek's and Harmony's name sits in the frame: one alternative per tool). GLM-4.5's <arg_key>/<arg_value> and
-// Qwen3-Coder's <parameter=...> are not JSON and are refused by name.
+//   GLM-4.5/4.6/4.7 <tool_call>N\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>...</tool_call>
+//   Qwen3-Coder     <tool_call>\n<function=N>\n<parameter=k>\nv\n</parameter>\n...</function>\n</tool_call>
+// (DeepSeek's, Harmony's, GLM's and Qwen3-Coder's name sits in the frame: one alternative per tool; the
+// last two write the arguments as tagged pairs, a string raw, anything else as JSON: TagSyntax).
 bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string& source, CompletionRequest* out,
                     ApiError* err) {
   if (!Present(j, "tool_choice") || (j["tool_choice"].is_string() && j["tool_choice"] != "required")) return true;
@@ -205,12 +207,7 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string&
   const ToolCallSyntax syntax = out->chat_syntax.tool_calls;
   if (syntax == ToolCallSyntax::kNone)
     return bad("this model's chat template writes no tool calls, so none can be forced");
-  if (syntax == ToolCallSyntax::kQwenXml)
-    return bad("forcing a call in Qwen3-Coder's <function=...><parameter=...> syntax is not supported (its values "
-               "are not JSON); use tool_choice \"auto\"");
-  if (syntax == ToolCallSyntax::kHermes && source.find("<arg_key>") != std::string::npos)
-    return bad("forcing a call in GLM's <arg_key>/<arg_value> syntax is not supported (its values are not JSON); "
-               "use tool_choice \"auto\"");
+  const bool glm = syntax == ToolCallSyntax::kHermes && source.find("<arg_key>") != std::string::npos;
   const std::string wanted = j["tool_choice"].is_object() ? j["tool_choice"]["function"]["name"].get<std::string>() : "";
   std::vector<std::pair<std::string, json>> chosen;  // name, parameters schema
   for (const ordered_json& t : tools) {
@@ -223,7 +220,19 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string&
   }
   if (chosen.empty()) return bad(fmt::format("no tool is named '{}'", Clip(wanted)));
   std::vector<JsonGrammar::Framing> framings;
-  if (syntax == ToolCallSyntax::kHarmony) {  // a message to functions.NAME; <|call|> (an EOS id) ends it
+  TagSyntax tags = TagSyntax::kJson;
+  if (glm || syntax == ToolCallSyntax::kQwenXml) {
+    // The arguments as tagged pairs (json_grammar.h TagSyntax), one alternative per tool (its name is in
+    // the frame): GLM-4.5 <tool_call>N<arg_key>..., Qwen3-Coder <tool_call>\n<function=N>\n<parameter=...
+    tags = glm ? TagSyntax::kGlm : TagSyntax::kQwenXml;
+    for (auto& [name, params] : chosen) {
+      if (glm) {
+        framings.push_back({std::move(params), "<tool_call>" + name, "</tool_call>"});
+      } else {
+        framings.push_back({std::move(params), "<tool_call>\n<function=" + name + ">\n", "</function>\n</tool_call>"});
+      }
+    }
+  } else if (syntax == ToolCallSyntax::kHarmony) {  // a message to functions.NAME; <|call|> (an EOS id) ends it
     for (auto& [name, params] : chosen)
       framings.push_back(
           {std::move(params), "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>", ""});
@@ -252,7 +261,7 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string&
     }
   }
   Result<std::shared_ptr<const JsonGrammar>> g =
-      JsonGrammar::CompileAlternatives(framings, FreeTextBefore(out->chat_syntax));
+      JsonGrammar::CompileAlternatives(framings, FreeTextBefore(out->chat_syntax), tags);
   if (!g.ok()) return bad(fmt::format("the tools' parameters cannot be enforced: {}", g.status().message()));
   out->grammar = std::move(g).value();
   return true;
@@ -367,6 +376,23 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
   out->chat_syntax = DetectChatSyntax(source, *text);
   if (tool_choice_none) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
+  if (tools.is_array()) {  // string arguments stay text in the tagged call syntaxes (ChatSyntax)
+    for (const ordered_json& t : tools) {
+      const ordered_json& f = t["function"];
+      if (!f.contains("parameters") || !f["parameters"].is_object() || !f["parameters"].contains("properties") ||
+          !f["parameters"]["properties"].is_object())
+        continue;
+      for (const auto& [arg, schema] : f["parameters"]["properties"].items()) {
+        bool text = schema.is_object() && ((schema.contains("type") && schema["type"] == "string") ||
+                                           (schema.contains("const") && schema["const"].is_string()));
+        if (schema.is_object() && !schema.contains("type") && schema.contains("enum") && schema["enum"].is_array() &&
+            !schema["enum"].empty()) {
+          text = std::all_of(schema["enum"].begin(), schema["enum"].end(), [](const ordered_json& v) { return v.is_string(); });
+        }
+        if (text) out->chat_syntax.string_arguments.emplace(f["name"].get<std::string>(), arg);
+      }
+    }
+  }
   if (out->grammar != nullptr && out->chat_syntax.harmony) {
     // response_format on gpt-oss: the JSON is the final channel's message, written at once.
     out->grammar = JsonGrammar::WithPrefix(out->grammar, "<|channel|>final<|message|>");

@@ -2,6 +2,7 @@
 """Structured outputs against random JSON schemas (issue 39): every constrained answer validates.
 
   structured_outputs.py --zipmoe BIN [--model DIR] [--schemas 200] [--seed 1]
+  structured_outputs.py --zipmoe BIN --tool-syntax glm|qwen_xml [--schemas 100] [--seed 1]
   structured_outputs.py --zipmoe BIN --model DIR --bench [--tokens 128] [--rounds 3]
 
 Check mode (ctest structured_outputs): serves a tiny synthesized qwen2_moe (or --model) with
@@ -12,6 +13,13 @@ response_format json_schema at temperature 1 (a random model explores the whole 
 requires every answer to end with finish_reason "stop", parse as JSON and validate against its schema
 with python3-jsonschema, an independent validator. Strings carry a maxLength so that a random model
 ends them; the grammar bounds numbers, whitespace and nesting itself.
+
+Tool mode (--tool-syntax): forced tool calls in a family whose call syntax is not JSON. The tiny
+model gets a chat template of that family (GLM-4.5's <arg_key>/<arg_value> pairs, or Qwen3-Coder's
+<function=...><parameter=...> XML; written here, only the markers matter), and each random object
+schema becomes a tool's `parameters`, called with tool_choice "required" at temperature 1: every
+answer must end with finish_reason "tool_calls" and its arguments (parsed back from the tagged text
+by the server) must validate against the schema.
 
 Bench mode: the mask's cost per decode step. The same prompt decodes --tokens tokens free
 (ignore_eos) and under a schema whose one string runs as long, interleaved for --rounds rounds; prints
@@ -186,6 +194,73 @@ def check(args, base):
     return 0 if not failures else 1
 
 
+# Minimal chat templates of two families whose tool calls are tagged text (only their markers matter
+# to the server: services/api/chat_output_parser.h DetectChatSyntax).
+TOOL_TEMPLATES = {
+    "glm": ("{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% endfor %}"
+            "{% if tools %}<|system|>\nTools: {% for t in tools %}{{ t | tojson }}{% endfor %}. Call one as "
+            "<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>{% endif %}"
+            "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"),
+    "qwen_xml": ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                 "{% if tools %}<|im_start|>system\nTools: {% for t in tools %}{{ t | tojson }}{% endfor %}. Call one as "
+                 "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>"
+                 "<|im_end|>\n{% endif %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
+}
+
+
+def use_tool_template(model, syntax):
+    path = os.path.join(model, "tokenizer_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["chat_template"] = TOOL_TEMPLATES[syntax]
+    with open(path, "w") as f:
+        json.dump(config, f)
+
+
+def check_tools(args, base):
+    import jsonschema  # python3-jsonschema
+
+    rng = random.Random(args.seed)
+    gen = SchemaGen(rng)
+    failures, lengths = [], []
+    for i in range(args.schemas):
+        gen.defs = {}
+        schema = gen.obj(0)
+        if gen.defs:
+            schema["$defs"] = gen.defs
+        tool = {"type": "function", "function": {"name": f"tool_{i}", "description": "random", "parameters": schema}}
+        status, r = post(base, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": f"Call the tool ({i})."}],
+            "temperature": 1.0, "seed": args.seed * 1000 + i, "max_tokens": 2000,
+            "tools": [tool], "tool_choice": "required",
+        })
+        why, text = None, None
+        if status != 200:
+            why = f"HTTP {status}: {r}"
+        else:
+            ch = r["choices"][0]
+            lengths.append(r["usage"]["completion_tokens"])
+            calls = ch["message"].get("tool_calls") or []
+            text = ch["message"].get("content")
+            if ch["finish_reason"] != "tool_calls" or len(calls) != 1:
+                why = f"finish_reason {ch['finish_reason']}, {len(calls)} call(s) after {r['usage']['completion_tokens']} tokens"
+            elif calls[0]["function"]["name"] != f"tool_{i}":
+                why = f"called {calls[0]['function']['name']}"
+            else:
+                text = calls[0]["function"]["arguments"]
+                try:
+                    jsonschema.validate(json.loads(text), schema)
+                except (ValueError, jsonschema.ValidationError) as e:
+                    why = f"{type(e).__name__}: {str(e)[:300]}"
+        if why:
+            failures.append({"schema": schema, "why": why, "text": text})
+    print(json.dumps({"syntax": args.tool_syntax, "schemas": args.schemas, "valid": args.schemas - len(failures),
+                      "median_tokens": statistics.median(lengths) if lengths else 0}))
+    for f in failures[:5]:
+        print(json.dumps(f, ensure_ascii=False)[:1500], file=sys.stderr)
+    return 0 if not failures else 1
+
+
 def bench(args, base):
     schema = {"type": "object", "properties": {"text": {"type": "string", "maxLength": 100000}}, "required": ["text"]}
     body = {"messages": [{"role": "user", "content": "Write a long story."}], "temperature": 0, "max_tokens": args.tokens}
@@ -217,6 +292,7 @@ def main():
     ap.add_argument("--schemas", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--tool-syntax", choices=sorted(TOOL_TEMPLATES), help="forced tool calls in this family's syntax")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
@@ -234,8 +310,16 @@ def main():
             model = os.path.join(work, "tiny-qwen2-moe")
             subprocess.run([args.zipmoe, "synth", "--arch", "qwen2_moe", "--preset", "tiny", "--seed", "7", "--out", model],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if args.tool_syntax:
+            if args.model is not None:
+                copy = os.path.join(work, "model")
+                shutil.copytree(model, copy)
+                model = copy
+            use_tool_template(model, args.tool_syntax)
         server = Server(args.zipmoe, model, work)
-        return bench(args, server.base) if args.bench else check(args, server.base)
+        if args.bench:
+            return bench(args, server.base)
+        return check_tools(args, server.base) if args.tool_syntax else check(args, server.base)
     finally:
         if server:
             server.close()

@@ -130,6 +130,27 @@ TEST(ChatOutputParser, GlmArgumentPairs) {
   ExpectSameWhenStreamed(Syntax(true, ToolCallSyntax::kHermes), text);
 }
 
+// A string-typed argument (ChatSyntax::string_arguments) keeps its raw text even when that reads as JSON;
+// the same text for an argument of another type is JSON.
+TEST(ChatOutputParser, StringArgumentsStayTextInTaggedSyntaxes) {
+  ChatSyntax glm = Syntax(false, ToolCallSyntax::kHermes);
+  glm.string_arguments = {{"f", "code"}, {"f", "flag"}};
+  const std::string text = "<tool_call>f\n<arg_key>code</arg_key>\n<arg_value>42</arg_value>\n"
+                           "<arg_key>flag</arg_key>\n<arg_value>true</arg_value>\n"
+                           "<arg_key>n</arg_key>\n<arg_value>42</arg_value>\n</tool_call>";
+  const ChatDelta d = Parse(glm, text);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(json::parse(d.tool_calls[0].arguments), json({{"code", "42"}, {"flag", "true"}, {"n", 42}}));
+  ExpectSameWhenStreamed(glm, text);
+  ChatSyntax qwen = Syntax(false, ToolCallSyntax::kQwenXml);
+  qwen.string_arguments = {{"f", "code"}};
+  const std::string xml = "<tool_call>\n<function=f>\n<parameter=code>\nnull\n</parameter>\n"
+                          "<parameter=n>\nnull\n</parameter>\n</function>\n</tool_call>";
+  const ChatDelta q = Parse(qwen, xml);
+  ASSERT_EQ(q.tool_calls.size(), 1u);
+  EXPECT_EQ(json::parse(q.tool_calls[0].arguments), json({{"code", "null"}, {"n", nullptr}}));
+}
+
 TEST(ChatOutputParser, QwenCoderXmlCalls) {
   EXPECT_EQ(DetectChatSyntax("<tool_call>\n<function=x>\n<parameter=y>", "").tool_calls, ToolCallSyntax::kQwenXml);
   const std::string text =

@@ -263,3 +263,101 @@ TEST(JsonGrammar, SchemaErrorsNameTheKeyword) {
 
 }  // namespace
 }  // namespace zipmoe::api
+
+namespace zipmoe::api {
+namespace {
+
+// Tagged arguments (TagSyntax): a GLM-4.5 call and a Qwen3-Coder call as their chat templates write
+// them; string values raw up to the closing tag, other values as JSON; any order, each property once,
+// required ones present; enums of strings raw; special-token texts only where the syntax has them.
+std::shared_ptr<const JsonGrammar> Tagged(TagSyntax tags, const std::string& prefix, const std::string& suffix) {
+  const json schema = json::parse(R"({"type": "object", "properties": {
+      "city": {"type": "string", "minLength": 1, "maxLength": 12},
+      "days": {"type": "integer", "minimum": 1, "maximum": 14},
+      "unit": {"enum": ["c", "celsius", "f"]},
+      "ci": {"type": "boolean"},
+      "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["city", "unit"], "additionalProperties": false})");
+  auto g = JsonGrammar::CompileAlternatives({{schema, prefix, suffix}}, "", tags);
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return g.ok() ? *g : nullptr;
+}
+
+TEST(JsonGrammar, GlmTaggedArguments) {
+  const auto g = Tagged(TagSyntax::kGlm, "<tool_call>get_weather", "</tool_call>");
+  const std::string kv = "\n<arg_key>city</arg_key>\n<arg_value>Rome <3 &\"x\"</arg_value>"
+                         "\n<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>";
+  EXPECT_TRUE(Accepts(g, "<tool_call>get_weather" + kv + "\n</tool_call>"));
+  EXPECT_TRUE(Accepts(g, "<tool_call>get_weather\n<arg_key>unit</arg_key>\n<arg_value>c</arg_value>"
+                         "\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>"
+                         "<arg_key>ci</arg_key>\n<arg_value>true</arg_value>"
+                         "<arg_key>tags</arg_key>\n<arg_value>[\"a\", \"b\"]</arg_value>"
+                         "<arg_key>city</arg_key>\n<arg_value>Köln\nWest</arg_value></tool_call>"));
+  EXPECT_FALSE(Accepts(g, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value></tool_call>"))
+      << "unit is required";
+  EXPECT_FALSE(Accepts(g, "<tool_call>get_weather" + kv + "<arg_key>city</arg_key>\n<arg_value>X</arg_value></tool_call>"))
+      << "a property twice";
+  EXPECT_FALSE(Accepts(g, "<tool_call>get_weather" + kv + "<arg_key>days</arg_key>\n<arg_value>15</arg_value></tool_call>"))
+      << "maximum";
+  EXPECT_FALSE(Accepts(g, "<tool_call>get_weather" + kv + "<arg_key>days</arg_key>\n<arg_value>\"3\"</arg_value></tool_call>"))
+      << "an integer is JSON";
+  EXPECT_FALSE(Accepts(g, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value></arg_value>"
+                          "<arg_key>unit</arg_key>\n<arg_value>c</arg_value></tool_call>"))
+      << "minLength 1";
+  EXPECT_FALSE(Accepts(g, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>abcdefghijklm</arg_value>"
+                          "<arg_key>unit</arg_key>\n<arg_value>c</arg_value></tool_call>"))
+      << "maxLength 12";
+  EXPECT_TRUE(Accepts(g, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>abcdefghijkl</arg_value>"
+                         "<arg_key>unit</arg_key>\n<arg_value>c</arg_value></tool_call>"));
+  EXPECT_FALSE(Accepts(g, "<tool_call>get_weather\n<arg_key>unit</arg_key>\n<arg_value>kelvin</arg_value>"
+                          "<arg_key>city</arg_key>\n<arg_value>X</arg_value></tool_call>"))
+      << "not in the enum";
+  EXPECT_FALSE(Accepts(g, "<tool_call>get_weather\n<arg_key>town</arg_key>\n<arg_value>X</arg_value></tool_call>"));
+  // The raw string cannot hold its closing tag, but may hold a prefix of it.
+  EXPECT_TRUE(Accepts(g, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value></arg_valu</arg_value>"
+                         "<arg_key>unit</arg_key>\n<arg_value>f</arg_value></tool_call>"));
+  // Special tokens write the syntax's texts, never a name or a value.
+  JsonMatcher m(g);
+  ASSERT_TRUE(m.FeedFixedText("<tool_call>"));
+  ASSERT_TRUE(m.Feed("get_weather\n"));
+  EXPECT_TRUE(m.InFixedText());
+  ASSERT_TRUE(m.FeedFixedText("<arg_key>"));
+  EXPECT_FALSE(JsonMatcher(m).FeedFixedText("city"));
+  ASSERT_TRUE(m.Feed("city"));
+  ASSERT_TRUE(m.FeedFixedText("</arg_key>"));
+  ASSERT_TRUE(m.Feed("\n"));
+  ASSERT_TRUE(m.FeedFixedText("<arg_value>"));
+  ASSERT_TRUE(m.Feed("Rome"));
+  ASSERT_TRUE(m.FeedFixedText("</arg_value>"));
+  EXPECT_FALSE(m.Accepting());
+}
+
+TEST(JsonGrammar, QwenXmlTaggedArguments) {
+  const auto g = Tagged(TagSyntax::kQwenXml, "<tool_call>\n<function=get_weather>\n", "</function>\n</tool_call>");
+  EXPECT_TRUE(Accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose\n</parameter>\n"
+                         "<parameter=unit>\nf\n</parameter>\n<parameter=days>\n7\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(Accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=unit>\ncelsius\n</parameter>\n"
+                         "<parameter=city>\nln 1\nln 2\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(Accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(Accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=unit>\nc\n</parameter>\n"
+                          "<parameter=city>\nX\n</parameter>\n<parameter=days>\n0\n</parameter>\n</function>\n</tool_call>"));
+}
+
+TEST(JsonGrammar, TaggedArgumentsNeedPropertiesAndWritableNames) {
+  EXPECT_FALSE(JsonGrammar::CompileAlternatives({{json{{"type", "array"}}, "", ""}}, "", TagSyntax::kGlm).ok());
+  EXPECT_FALSE(JsonGrammar::CompileAlternatives({{json::parse(R"({"type":"object","additionalProperties":true})"), "", ""}},
+                                                "", TagSyntax::kGlm).ok());
+  const auto bad = JsonGrammar::CompileAlternatives(
+      {{json::parse(R"({"type":"object","properties":{"a<b":{"type":"string"}}})"), "", ""}}, "", TagSyntax::kGlm);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a<b"), std::string::npos) << bad.status().ToString();
+  // No parameters at all: the call is its frame.
+  auto none = JsonGrammar::CompileAlternatives(
+      {{json::parse(R"({"type":"object","properties":{},"additionalProperties":false})"), "<tool_call>ping", "</tool_call>"}},
+      "", TagSyntax::kGlm);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(Accepts(*none, "<tool_call>ping\n</tool_call>"));
+}
+
+}  // namespace
+}  // namespace zipmoe::api

@@ -269,8 +269,8 @@ std::unique_ptr<Tokenizer> WithTemplate(const std::string& dir, const std::strin
   return tok.ok() ? std::move(tok).value() : nullptr;
 }
 
-// tool_choice "required" / named, in each template family's own call syntax; the syntaxes whose
-// values are not JSON are refused by name; a thinking model reasons first, then the constrained part.
+// tool_choice "required" / named, in each template family's own call syntax (JSON, or GLM's and Qwen3-Coder's
+// tagged pairs); a thinking model reasons first, then the constrained part.
 TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) {
   const std::string plain = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
   const json tools = json::array(
@@ -311,11 +311,21 @@ TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) 
   // Hermes / Qwen as before.
   ASSERT_TRUE(parse(plain + "{# <tool_call> #}", forced, &r, &e)) << e.message;
   EXPECT_TRUE(accepts(r, R"(<tool_call>{"name": "noop", "arguments": {}}</tool_call>)"));
-  // Not JSON: GLM's <arg_key>, Qwen3-Coder's <parameter=...>; no call syntax at all.
-  for (const std::string& t : {plain + "{# <tool_call><arg_key> #}", plain + "{# <tool_call><parameter= #}", plain}) {
-    EXPECT_FALSE(parse(t, forced, &r, &e)) << t;
-    EXPECT_EQ(e.param, "tool_choice");
-  }
+  // Tagged pairs: GLM's <arg_key>/<arg_value>, Qwen3-Coder's <parameter=...>, the name in the frame.
+  ASSERT_TRUE(parse(plain + "{# <tool_call><arg_key> #}", forced, &r, &e)) << e.message;
+  EXPECT_EQ(r.grammar->tags(), TagSyntax::kGlm);
+  EXPECT_EQ(r.grammar->alternatives().size(), 2u);
+  EXPECT_TRUE(accepts(r, "<tool_call>weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"));
+  EXPECT_TRUE(accepts(r, "<tool_call>noop\n</tool_call>"));
+  EXPECT_FALSE(accepts(r, "<tool_call>noop\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"));
+  EXPECT_FALSE(accepts(r, "<tool_call>weather\n</tool_call>"));  // city is required
+  EXPECT_TRUE(r.chat_syntax.string_arguments.count({"weather", "city"}));
+  ASSERT_TRUE(parse(plain + "{# <tool_call><parameter= #}", named, &r, &e)) << e.message;
+  EXPECT_EQ(r.grammar->tags(), TagSyntax::kQwenXml);
+  EXPECT_TRUE(accepts(r, "<tool_call>\n<function=weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"));
+  // No call syntax at all.
+  EXPECT_FALSE(parse(plain, forced, &r, &e));
+  EXPECT_EQ(e.param, "tool_choice");
   EXPECT_NE(e.message.find("writes no tool calls"), std::string::npos) << e.message;
   // A thinking model (the prompt ends in an open <think>): free reasoning up to </think>, then the
   // forced call or the JSON answer; the parser keeps the reasoning apart.
