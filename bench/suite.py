@@ -42,7 +42,7 @@ import benchlib as bl  # noqa: E402
 from load import load_prompts  # noqa: E402
 from suite_config import MODES, EMBEDDING_STD, PLAN_INDEX, PREFETCHERS, PROMPTS_FILE, RESIDUAL_INDEX, ROUTER_SKEW  # noqa: E402
 from suite_experiments import CoreExperiments  # noqa: E402
-from suite_peer import PeerExperiments  # noqa: E402
+from experiments.m_llama_peer import PeerExperiments  # noqa: E402
 from suite_quality import QualityExperiments  # noqa: E402
 from suite_serving import ServingExperiments  # noqa: E402
 
