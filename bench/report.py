@@ -72,6 +72,13 @@ class Report:
                "on the same 2 cores during the run, so wall-clock numbers carry roughly ±10-20 % noise; compare "
                "rows of one run, not runs.",
                "")
+        ran = m.get("experiment_seconds") or {}
+        cuts = [e.quick_note(m.get("cfg") or {}) for e in experiments.REGISTRY
+                if hasattr(e, "quick_note") and e.NAME in ran]
+        cuts = [c for c in cuts if c]
+        if m["mode"] == "quick" and cuts:
+            self.p("**Quick mode** runs fewer rounds and points than `--full` to stay within its 15 minutes on 2 "
+                   "cores, so its ratios are noisier: " + "; ".join(cuts) + ".", "")
         for run in m.get("partial_runs") or []:  # experiments re-run later with --only, merged into this report
             self.p(f"**Added later**: ({', '.join(run['experiments'])}) by `{run['command']}` at commit "
                    f"`{run['commit']}`, finished {run['finished']}; the other sections are from the run above.", "")
@@ -168,7 +175,10 @@ class Report:
         if self.meta.get("bit_exact_failures"):
             self.p("## BIT-EXACTNESS FAILURES", "", *[f"- {t}" for t in self.meta["bit_exact_failures"]], "")
         secs = self.meta.get("experiment_seconds", {})
-        self.p("Seconds per experiment in this run: " + ", ".join(f"{k} {v:.0f}" for k, v in secs.items()) + ".", "")
+        prep = self.meta.get("prepare_seconds")
+        self.p("Seconds per experiment in this run: " + ", ".join(f"{k} {v:.0f}" for k, v in secs.items())
+               + (f"; before them {prep:.0f} s for the mini model, the disk, the calibration and the reference"
+                  if prep is not None else "") + ".", "")
         template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks_template.md")
         if os.path.exists(template):
             self.md += ["", open(template).read().rstrip()]

@@ -23,7 +23,7 @@
 #   --quick (default)  ≤ 15 min after the build on the 2-core VM: qwen2_moe mini, 2 budgets,
 #                      8 tokens, batch 1/2, a short replay, deepseek_v2 tiny for the bit-exactness sweep, zipmoe
 #                      vs llama.cpp warm and at 4 caps (llama.cpp at 3); fewer rounds or points than --full in
-#                      (h) (r) (m) (t) (s) (q) and Switch Transformers, listed in the report's header
+#                      r f deepseek switch h m t s q, listed in the report's header
 #   --full             ~1 h: 5 budgets, 32 tokens, lengths to 256, batch 16, deepseek_v2 mini, every round
 #   --no-build         use the binaries already in the build directory
 # Environment: ZIPMOE_BENCH_BUILD_DIR (default build-bench), PYTHON (default /usr/bin/python3),

@@ -1,8 +1,9 @@
 """The experiments of bench/suite.py, one module each: NAME (the letter `bench/run.sh --only` takes), CONFIG (its
 settings per mode, merged into the suite's cfg), NEEDS (what bench/suite.py prepares first on the qwen2_moe mini
-model: "calibrate" = the cap overhead and the planner's warm-up trace, "reference" = the all-resident run), QUICK_NOTE
-(what quick mode cuts where a ratio does not need it, or None), run(suite) (writes OUT/<name>.json) and
-report(report) (its section of docs/benchmarks.md, from those JSON files only).
+model: "calibrate" = the cap overhead and the planner's warm-up trace, "reference" = the all-resident run), run(suite)
+(writes OUT/<name>.json), report(report) (its section of docs/benchmarks.md, from those JSON files only), and where
+quick mode runs fewer rounds or points than --full to stay within 15 minutes, quick_note(cfg) (one line saying what,
+for the report's header).
 
 REGISTRY is the order they run in (most valuable first); SECTIONS the order of the page's sections."""
 from experiments import (a_ratio, b_read_vs_decode, c_tpot_vs_budget, d_batch, deepseek, e_length, f_ablation,

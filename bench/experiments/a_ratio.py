@@ -9,7 +9,6 @@ from benchlib import f3, load
 NAME = "a"
 NEEDS = ()
 CONFIG = {"quick": {}, "full": {}}
-QUICK_NOTE = None
 
 
 def run(s):

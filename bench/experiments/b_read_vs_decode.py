@@ -15,7 +15,6 @@ NEEDS = ()
 # codec_bench --io_mib: MiB each read row reads.
 CONFIG = {"quick": {"codec_sections": "ratio,threads,io", "io_mib": 256},
           "full": {"codec_sections": "ratio,threads,io", "io_mib": 1024}}
-QUICK_NOTE = None
 
 
 def codec_bench(s, sections, log, extra=()):

@@ -14,7 +14,6 @@ POLICIES = ["zipmoe", "lru", "fifo", "lfu", "marking", "dali", "smoe", "coserve"
 # Systems at the budgets other than 50 % (50 % runs every policy).
 CONFIG = {"quick": {"c_systems_other_budgets": ["zipmoe", "lru", "mmap"]},
           "full": {"c_systems_other_budgets": POLICIES}}
-QUICK_NOTE = None
 
 
 def run(s):

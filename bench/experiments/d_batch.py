@@ -4,7 +4,6 @@ NAME = "d"
 NEEDS = ("calibrate", "reference")
 CONFIG = {"quick": {"batches": [1, 2], "batch_systems": ["zipmoe", "lru"]},
           "full": {"batches": [1, 4, 16], "batch_systems": ["zipmoe", "lru", "full-load", "mmap"]}}
-QUICK_NOTE = None
 
 
 def run(s):

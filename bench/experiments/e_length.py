@@ -4,7 +4,6 @@ NAME = "e"
 NEEDS = ("calibrate", "reference")
 CONFIG = {"quick": {"lengths": [8, 16], "length_systems": ["zipmoe", "lru"]},
           "full": {"lengths": [32, 64, 128, 256], "length_systems": ["zipmoe", "lru", "mmap"]}}
-QUICK_NOTE = None
 
 
 def run(s):

@@ -7,12 +7,15 @@ NAME = "f"
 NEEDS = ("calibrate", "reference")
 # Every eviction policy (smoe brings its own top-score prefetching), then the prefetch systems of the mode.
 ABLATION = ("fifo", "lru", "marking", "dali", "smoe", "coserve", "zipmoe-noplan", "zipmoe")
-CONFIG = {"quick": {"ablation_budgets": [50],
-                    "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+residual", "dali+residual"]},
+CONFIG = {"quick": {"ablation_budgets": [50], "prefetch_systems": ["zipmoe+residual", "lru+residual"]},
           "full": {"ablation_budgets": [25, 50],
                    "prefetch_systems": ["zipmoe+top-score", "zipmoe+residual", "lru+top-score", "lru+residual",
                                         "dali+residual"]}}
-QUICK_NOTE = None
+
+
+def quick_note(cfg):
+    return (f"(f) and (t) prefetch systems {', '.join(cfg['prefetch_systems'])} "
+            f"(`--full`: {', '.join(CONFIG['full']['prefetch_systems'])})")
 
 
 def run(s):

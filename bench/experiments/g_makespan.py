@@ -5,7 +5,6 @@ from benchlib import f3, load
 NAME = "g"
 NEEDS = ("calibrate", "reference")
 CONFIG = {"quick": {"fifo_budgets": [50]}, "full": {"fifo_budgets": [25, 50, 75]}}
-QUICK_NOTE = None
 
 
 def run(s):

@@ -13,9 +13,24 @@ from benchlib import BENCH_DIR, LOAD_INDEX, PROMPTS_FILE, f3, load
 
 NAME = "h"
 NEEDS = ("calibrate", "reference")
-# The (l) requests with more tokens each, the modes interleaved `rounds` times.
-CONFIG = {"quick": {"h": {"rounds": 5, "max_tokens": 16}}, "full": {"h": {"rounds": 5, "max_tokens": 32}}}
-QUICK_NOTE = None
+# The (l) requests with more tokens each (`requests` of them per concurrency, default (l)'s), the modes interleaved
+# `rounds` times, serve-separate-recovery in the first `separate_recovery_rounds` only (default all). One 8 x 8-token
+# sample per mode moved the up/serve ratio by +-0.1 from run to run; one round of two hand runs put up at 1.26x serve
+# and the other three rounds at 0.99-1.04; a three-round run had 1.23, 0.96 and 1.08: five rounds give a median that
+# two slow rounds cannot move (--full). Quick mode runs three, with half the requests: 746 of the 1753 s of a quick
+# run went to five rounds of three modes (2026-11-27).
+CONFIG = {"quick": {"h": {"rounds": 3, "max_tokens": 16, "requests": 4, "separate_recovery_rounds": 1}},
+          "full": {"h": {"rounds": 5, "max_tokens": 32}}}
+
+
+def quick_note(cfg):
+    q, f = cfg["h"], CONFIG["full"]["h"]
+    sep = q.get("separate_recovery_rounds", q["rounds"])
+    if q["rounds"] == f["rounds"] and "requests" not in q and sep == q["rounds"]:
+        return None
+    return (f"(h) {q['rounds']} interleaved rounds (`--full`: {f['rounds']})"
+            + (f", {q['requests']} requests per concurrency (`--full`: (l)'s)" if "requests" in q else "")
+            + (f", serve-separate-recovery in the first {sep} round(s) only" if sep < q["rounds"] else ""))
 
 
 def load_run(s, url, tag, concurrency, reference=None, warmup=True, lc=None):
@@ -50,8 +65,10 @@ def run(s):
     m = s.mini
     os.makedirs(os.path.join(s.out, "runs"), exist_ok=True)
     hc = s.cfg.get("h", {})
-    lc = dict(s.cfg["load"], max_tokens=hc.get("max_tokens", s.cfg["load"]["max_tokens"]))
+    lc = dict(s.cfg["load"], max_tokens=hc.get("max_tokens", s.cfg["load"]["max_tokens"]),
+              requests=hc.get("requests", s.cfg["load"]["requests"]))
     rounds = hc.get("rounds", 1)
+    separate_rounds = hc.get("separate_recovery_rounds", rounds)
     budget = m["expert_bytes"] * 50 // 100
     cap = s.cap_bytes(m, 50)
     plan = ["--set", f"plan_trace={m['trace']}"] if m.get("trace") else []
@@ -75,6 +92,8 @@ def run(s):
     rows, first = [], {}
     for rnd in range(rounds):
         for mode, args in modes.items():
+            if mode == "serve-separate-recovery" and rnd >= separate_rounds:
+                continue
             tag = f"h-{mode}" if rnd == 0 else f"h-{mode}-r{rnd}"
             try:
                 with s.server(args, f"{tag}.log", cap) as url:
@@ -99,6 +118,7 @@ def run(s):
         m2 = re.search(r"(\d+) processes", open(os.path.join(s.logs, "h-up.log")).read())
         n_proc = int(m2.group(1)) if m2 else None
     s.save(f"h_embedded_vs_up_{m['arch']}", {"budget_pct": 50, "config": lc, "rounds": rounds,
+                                             "separate_recovery_rounds": separate_rounds,
                                              "prompt_offset": LOAD_INDEX, "processes": n_proc, "rows": rows})
 
 
@@ -126,7 +146,9 @@ def report(rep):
               "a fresh server; each cell is the median over the rounds (per-round values in brackets), so a slow "
               "spell of the machine does not land on one mode only. The ratio to serve is paired: each round's "
               "TPOT over the same round's serve TPOT, then the median of those (per-round ratios in brackets), "
-              "so a spell that slows one whole round cancels out of it.", "")
+              "so a spell that slows one whole round cancels out of it."
+              + (f" serve-separate-recovery ran in the first {h['separate_recovery_rounds']} round(s) only."
+                 if h.get("separate_recovery_rounds", rounds) < rounds else ""), "")
     rep.p("| concurrency | mode | TPOT p50 s | TTFT p50 s | tokens/s | / serve TPOT | target | met? | "
           "same text as serve |", "|---|---|---|---|---|---|---|---|---|")
 

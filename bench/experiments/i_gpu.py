@@ -5,7 +5,6 @@ from benchlib import load
 NAME = "i"
 NEEDS = ()
 CONFIG = {"quick": {}, "full": {}}
-QUICK_NOTE = None
 
 
 def run(s):

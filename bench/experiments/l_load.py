@@ -15,7 +15,6 @@ CONFIG = {"quick": {"load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4]
                              "max_prompt_chars": 400}},
           "full": {"load": {"systems": ["zipmoe", "lru"], "concurrency": [1, 4], "requests": 16, "max_tokens": 32,
                             "max_prompt_chars": 1000}}}
-QUICK_NOTE = None
 
 
 def run(s, m=None, tag=""):

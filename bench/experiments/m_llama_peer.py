@@ -29,15 +29,23 @@ NEEDS = ("calibrate",)  # the mini model's cap overhead and warm-up trace (Suite
 # cap a second time with `--prefetch sweep_prefetch` (None: not).
 PEER_SEED = 12345
 OTHERS_MAX = 0.3
-PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 2,
-              "extra_rounds": 1, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
+PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 1,
+              "extra_rounds": 0, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
               "llama_at_zipmoe_pcts": False, "llama_timeout_s": 45, "zipmoe_timeout_s": 300}
 PEER_FULL = {"sweep_prefetch": "residual", "prompt_len": 64, "warm_decode": 32, "zipmoe_reps": 3, "rounds": 3,
              "extra_rounds": 2, "membw_reps": 8, "cold_tokens": 16, "llama_fractions": [1.0, 0.85, 0.7, 0.5, 0.3],
              "zipmoe_pcts": [50, 25, 10], "llama_at_zipmoe_pcts": True, "llama_timeout_s": 600,
              "zipmoe_timeout_s": 1800}
 CONFIG = {"quick": {"peer": PEER_QUICK}, "full": {"peer": PEER_FULL}}
-QUICK_NOTE = None
+
+
+def quick_note(cfg):
+    q, f = cfg["peer"], CONFIG["full"]["peer"]
+    if (q["rounds"], q.get("extra_rounds")) == (f["rounds"], f["extra_rounds"]):
+        return None
+    extra = q.get("extra_rounds", 0)
+    return (f"(m) {q['rounds']} warm round(s), {f'up to {extra} more' if extra else 'no extra one'} while other work "
+            f"shared the cores (`--full`: {f['rounds']} + up to {f['extra_rounds']})")
 
 
 def cpu_busy_s():

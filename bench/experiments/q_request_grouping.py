@@ -12,11 +12,17 @@ from benchlib import BENCH_DIR, LOAD_INDEX, PROMPTS_FILE, f3, load
 
 NAME = "q"
 NEEDS = ("calibrate",)
-CONFIG = {"quick": {"grouping": {"budget": 25, "max_batch": 2, "concurrency": 8, "requests": 16, "max_tokens": 8,
+# Quick mode: one request per client, so the queue forms once, at the start.
+CONFIG = {"quick": {"grouping": {"budget": 25, "max_batch": 2, "concurrency": 8, "requests": 8, "max_tokens": 8,
                                  "max_prompt_chars": 400}},
           "full": {"grouping": {"budget": 25, "max_batch": 2, "concurrency": 8, "requests": 32, "max_tokens": 32,
                                 "max_prompt_chars": 1000}}}
-QUICK_NOTE = None
+
+
+def quick_note(cfg):
+    q, f = cfg["grouping"], CONFIG["full"]["grouping"]
+    return (f"(q) {q['requests']} requests of {q['max_tokens']} tokens from {q['concurrency']} clients (`--full`: "
+            f"{f['requests']} of {f['max_tokens']})")
 
 
 def scrape(url):

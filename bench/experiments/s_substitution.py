@@ -14,9 +14,13 @@ NEEDS = ("calibrate",)
 # Prompts from SUBST_INDEX, the thresholds α swept (0 = exact).
 SUBST_INDEX = 400
 SUBST_ALPHAS = [0.0, 0.1, 0.2, 0.3, 0.5]
-CONFIG = {"quick": {"substitution": {"models": ["trained"], "prompts": 4, "tokens": 24, "budget": 25}},
+CONFIG = {"quick": {"substitution": {"models": ["trained"], "prompts": 2, "tokens": 24, "budget": 25}},
           "full": {"substitution": {"models": ["trained", "mini"], "prompts": 8, "tokens": 32, "budget": 25}}}
-QUICK_NOTE = None
+
+
+def quick_note(cfg):
+    q, f = cfg["substitution"], CONFIG["full"]["substitution"]
+    return f"(s) {q['prompts']} prompts, the trained model only (`--full`: {f['prompts']}, and the mini model)"
 
 
 def logit_rows(path, vocab):

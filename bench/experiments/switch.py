@@ -7,11 +7,16 @@ from experiments.f_ablation import ABLATION, ablation_table
 
 NAME = "switch"
 NEEDS = ()
-CONFIG = {"quick": {"switch": {"preset": "mini", "tokens": 32, "budgets": [10, 25], "ablation_budgets": [10],
+CONFIG = {"quick": {"switch": {"preset": "mini", "tokens": 16, "budgets": [10], "ablation_budgets": [10],
                                "sampling": ["--temperature", "30", "--seed", "1"]}},
           "full": {"switch": {"preset": "mini", "tokens": 64, "budgets": [10, 25, 50], "ablation_budgets": [10, 25],
                               "sampling": ["--temperature", "30", "--seed", "1"]}}}
-QUICK_NOTE = None
+
+
+def quick_note(cfg):
+    q, f = cfg["switch"], CONFIG["full"]["switch"]
+    return (f"Switch Transformers {q['tokens']} tokens per run at {' / '.join(str(b) for b in q['budgets'])} % "
+            f"(`--full`: {f['tokens']} at {' / '.join(str(b) for b in f['budgets'])} %)")
 
 
 def run(s):

@@ -13,10 +13,16 @@ from experiments.f_ablation import ABLATION, ablation_table
 
 NAME = "t"
 NEEDS = ()  # calibrates the trained model itself; routing statistics use the mini model's HF directory
-CONFIG = {"quick": {"trained": {"tokens": 32, "budgets": [25, 50], "routing_prompts": 16, "routing_prompts_mini": 6}},
+CONFIG = {"quick": {"trained": {"tokens": 32, "budgets": [25], "routing_prompts": 16, "routing_prompts_mini": 3}},
           "full": {"trained": {"tokens": 64, "budgets": [10, 25, 50], "routing_prompts": 32,
                                "routing_prompts_mini": 16}}}
-QUICK_NOTE = None
+
+
+def quick_note(cfg):
+    q, f = cfg["trained"], CONFIG["full"]["trained"]
+    return (f"(t) the ablation at {' / '.join(str(b) for b in q['budgets'])} %, the mini model's routing statistics "
+            f"over {q['routing_prompts_mini']} prompts (`--full`: {' / '.join(str(b) for b in f['budgets'])} %, "
+            f"{f['routing_prompts_mini']} prompts)")
 
 
 def run(s):
