@@ -20,10 +20,11 @@
 #
 #   --only LETTERS     comma-separated, default all, in this order: c r a b g f d e deepseek switch h l m t s q i
 #                      (bench/suite.py's docstring and docs/benchmarks.md say what each measures)
-#   --quick (default)  ≤ 15 min after the build on the 2-core VM: qwen2_moe mini, 2 budgets,
-#                      8 tokens, batch 1/2, a short replay, deepseek_v2 tiny for the bit-exactness sweep, zipmoe
-#                      vs llama.cpp warm and at 4 caps (llama.cpp at 3); fewer rounds or points than --full in
-#                      r f deepseek switch h m t s q, listed in the report's header
+#   --quick (default)  ≤ 15 min after the build on the 2-core VM (12 min 49 s on 2026-11-29, the models already
+#                      under --models): qwen2_moe mini, 2 budgets, 8 tokens, batch 1/2, a short replay,
+#                      deepseek_v2 tiny for the bit-exactness sweep, zipmoe vs llama.cpp warm and at 4 caps
+#                      (llama.cpp at 3); fewer rounds or points than --full in r f deepseek switch h m t s q,
+#                      listed in the report's header
 #   --full             ~1 h: 5 budgets, 32 tokens, lengths to 256, batch 16, deepseek_v2 mini, every round
 #   --no-build         use the binaries already in the build directory
 # Environment: ZIPMOE_BENCH_BUILD_DIR (default build-bench), PYTHON (default /usr/bin/python3),
