@@ -1,10 +1,13 @@
-"""Shared pieces of the benchmark suite (bench/run.sh -> bench/suite.py): the memory cap (a cgroup v1
-memory controller child group), dropping the page cache, running one `zipmoe` command under the cap
-with its peak memory recorded, reading the machine description, and byte-comparing logits files.
+"""Shared pieces of the benchmark suite (bench/run.sh -> bench/suite.py, bench/experiments/) and of the
+standalone tools in bench/: the memory cap (a cgroup v1 memory controller child group), dropping the page
+cache, running one `zipmoe` command under the cap with its peak memory recorded, a server started and stopped
+under it, reading the machine description, byte-comparing logits files; the constants the experiments share
+(prompt indices, synthetic model settings); and the report's formatters and figure backend.
 
-Nothing here times anything by itself; bench/suite.py decides what runs.
+Nothing here times anything by itself; the experiments decide what runs.
 """
 import contextlib
+import glob
 import json
 import os
 import platform
@@ -19,6 +22,22 @@ import urllib.request
 CGROUP_V1_ROOT = "/sys/fs/cgroup/memory"
 MIB = 1 << 20
 GIB = 1 << 30
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+# Real prompts (bench/data/README.md): every generation's prompt comes from ShareGPT. Sequence i of a batch of N
+# is prompt prompt_index + i (the suite's cfg: quick #3 "Suggest subchapters for chapter 5", 33 characters, so a
+# cold prefill reads part of the model rather than all of it; full #0, 70 characters); the planner's workload
+# profile is single-prompt runs on other prompts from PLAN_INDEX (ZipMoE §3.4: popularity from a calibration
+# workload, not the measured one).
+PROMPTS_FILE = os.path.join(BENCH_DIR, "data", "sharegpt-first-turn-500.json")
+PLAN_INDEX = 100
+LOAD_INDEX = 200      # (l), (h), (q): the HTTP load tests' requests start here
+RESIDUAL_INDEX = 300  # DALI residual calibration (`zipmoe profile --prefetch-residuals`): prompts from here
+# Prefetching systems (--prefetch, ExpertProvider::Prefetch): "<policy>+<predictor>".
+PREFETCHERS = ("top-score", "residual")
+EMBEDDING_STD = 1.0  # docs/synth.md "Embedding scale": keeps decode-time routing token-dependent
+ROUTER_SKEW = 0.5  # docs/synth.md: X = 0.25-0.5 gives the 20-30 % top-10 % shares of trained MoE models
+TRAINED = "qwen2moe-debian-18m"  # models/TRAINED: the model trained on Debian text (models/TRAINED/README.md)
 
 
 def log(msg):
@@ -294,3 +313,37 @@ def write_json(path, obj):
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=2)
     os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- report helpers
+
+DPI = 80
+TARGETS = {"zipmoe/lru": 0.5, "zipmoe/mmap": 0.35, "TPOT/physical limit": 1.3, "makespan/bound": 1.2}
+COLORS = {"zipmoe": "C3", "lru": "C0", "fifo": "C1", "lfu": "C2", "marking": "C4", "dali": "C6", "full-load": "C7",
+          "mmap": "C5", "zipmoe-noplan": "C8", "zipmoe-fifo-dispatch": "C9", "smoe": "tab:olive",
+          "coserve": "tab:brown"}
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None without matplotlib (the report then has its tables only)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def load(out, pattern):
+    """The first OUT file matching `pattern` (glob), parsed, or None."""
+    paths = sorted(glob.glob(os.path.join(out, pattern)))
+    return json.load(open(paths[0])) if paths else None
+
+
+def f3(x, nd=3):
+    return "–" if x is None else f"{x:.{nd}f}"
+
+
+def gib(x):
+    return "–" if x is None else (f"{x / GIB:.2f}" if x >= GIB / 10 or x == 0 else f"{x / GIB:.4f}")

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Turns the JSON files of one bench/suite.py run (OUT/*.json) into PNG figures and the generated
-docs/benchmarks.md (the prose that does not change between runs lives in bench/benchmarks_template.md).
-Every number in the output comes from OUT; nothing is typed in by hand.
+docs/benchmarks.md: the header (machine, memory cap) here, then each experiment's section from its module in
+bench/experiments/ (experiments.SECTIONS has the page's order), then the prose that does not change between runs,
+bench/benchmarks_template.md (the "Background:" sections of hand runs included). Every number in the output
+comes from OUT; nothing is typed in by hand.
 
 Usage: bench/report.py --out OUT --docs docs/benchmarks.md --figures docs/bench [--command "bench/run.sh --quick"]
 """
@@ -13,15 +15,18 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report_experiments import ExperimentSections  # noqa: E402
-from report_peer import PeerSections  # noqa: E402
-from report_serving import ServingSections  # noqa: E402
-from report_util import DPI, f3, gib, plt  # noqa: E402
+import experiments  # noqa: E402
+from benchlib import COLORS, DPI, f3, gib, load, pyplot  # noqa: E402
 
 
-class Report(ExperimentSections, ServingSections, PeerSections):
+class Report:
+    """What every experiment's report(report) gets: the options (a: out, docs, figures, command), meta.json
+    (meta), the figure backend (plt, None without matplotlib), p() to add lines, fig() to save the current
+    figure and link it, and the helpers several sections share."""
+
     def __init__(self, a):
         self.a = a
+        self.plt = pyplot()
         self.meta = json.load(open(os.path.join(a.out, "meta.json")))
         self.md = []
         self.figs = a.figures
@@ -33,9 +38,9 @@ class Report(ExperimentSections, ServingSections, PeerSections):
 
     def fig(self, name, title):
         path = os.path.join(self.figs, name)
-        plt.tight_layout()
-        plt.savefig(path, dpi=DPI)
-        plt.close()
+        self.plt.tight_layout()
+        self.plt.savefig(path, dpi=DPI)
+        self.plt.close()
         self.p("", f"![{title}]({self.rel}/{name})", "")
 
     # ------------------------------------------------------------------ header
@@ -67,6 +72,13 @@ class Report(ExperimentSections, ServingSections, PeerSections):
                "on the same 2 cores during the run, so wall-clock numbers carry roughly ±10-20 % noise; compare "
                "rows of one run, not runs.",
                "")
+        ran = m.get("experiment_seconds") or {}
+        cuts = [e.quick_note(m.get("cfg") or {}) for e in experiments.REGISTRY
+                if hasattr(e, "quick_note") and e.NAME in ran]
+        cuts = [c for c in cuts if c]
+        if m["mode"] == "quick" and cuts:
+            self.p("**Quick mode** runs fewer rounds and points than `--full` to stay within its 15 minutes on 2 "
+                   "cores, so its ratios are noisier: " + "; ".join(cuts) + ".", "")
         for run in m.get("partial_runs") or []:  # experiments re-run later with --only, merged into this report
             self.p(f"**Added later**: ({', '.join(run['experiments'])}) by `{run['command']}` at commit "
                    f"`{run['commit']}`, finished {run['finished']}; the other sections are from the run above.", "")
@@ -104,40 +116,69 @@ class Report(ExperimentSections, ServingSections, PeerSections):
                    "| model | BF16 expert GiB | calibration peak GiB | its arena GiB | overhead GiB |",
                    "|---|---|---|---|---|", *rows, "")
 
-    # ------------------------------------------------------------------ (c)
+    # ------------------------------------------------------------------ shared by sections
+
+    def prompt_text(self):
+        m = self.meta
+        if "prompt_index" not in m:
+            return "prompt in meta.json"
+        text = m.get("prompt", "")
+        short = text if len(text) <= 80 else text[:77] + "..."
+        return f"`{m.get('prompts_file')}` #{m['prompt_index']}: “{short}”"
+
+    def plan_text(self):
+        pp = self.meta.get("plan_prompts")
+        if not pp:
+            return "a *different* prompt"
+        return f"{pp[1] - pp[0] + 1} *other* ShareGPT prompts (#{pp[0]}–{pp[1]}, one generation each)"
+
+    def xy_section(self, pattern, title, xkey, xlabel, ykey, ylabel, png):
+        """(d) and (e): one x/y figure of the rows that ran and their table."""
+        plt = self.plt
+        d = load(self.a.out, pattern)
+        self.p(f"## {title}", "")
+        if not d:
+            self.p("Not run.", "")
+            return
+        ok = [r for r in d["rows"] if r.get("ok")]
+        systems = sorted({r["system"] for r in ok}, key=lambda s: list(COLORS).index(s) if s in COLORS else 99)
+        if plt and ok:
+            plt.figure(figsize=(6, 3.4))
+            for s in systems:
+                pts = sorted((r[xkey], r[ykey]) for r in ok if r["system"] == s)
+                plt.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=s, color=COLORS.get(s))
+            plt.xlabel(xlabel)
+            plt.ylabel(ylabel)
+            plt.ylim(bottom=0)
+            plt.grid(alpha=0.3)
+            plt.legend(fontsize=8)
+            self.fig(png, title)
+        self.p(f"| {xlabel} | system | TPOT s | TTFT s | tokens/s | generation s | process wall s | = resident |",
+               "|---|---|---|---|---|---|---|---|")
+        for r in sorted(ok, key=lambda r: (r[xkey], r["system"])):
+            self.p(f"| {r[xkey]} | {r['system']} | {f3(r['tpot_s'])} | {f3(r['ttft_s'], 2)} | {f3(r['tokens_per_s'], 2)} | "
+                   f"{f3(r.get('total_s'), 2)} | {f3(r['wall_s'], 1)} | {'yes' if r['bit_identical'] else '**NO**'} |")
+        for r in d["rows"]:
+            if not r.get("ok"):
+                self.p(f"| {r[xkey]} | {r['system']} | failed: {r.get('error', '')[:120]} | | | | | |")
+        self.p("")
+
+    # ------------------------------------------------------------------ assemble
 
     def write(self):
         self.header()
-        c = self.exp_c()
-        head_at = len(self.md)
-        rp = self.exp_r()
-        self.exp_a()
-        self.exp_b()
-        self.exp_g()
-        self.exp_f()
-        self.exp_xy("d_batch_qwen2_moe.json", "(d) Throughput vs batch size at 50 % (Fig. 8)", "batch", "batch",
-                    "tokens_per_s", "tokens/s (all sequences)", "d_batch.png")
-        self.exp_xy("e_length_qwen2_moe.json", "(e) Latency vs output length at 50 % (Fig. 9)", "tokens",
-                    "new tokens", "total_s", "generation latency (s): prefill + decode", "e_length.png")
-        self.deepseek()
-        self.exp_h()
-        self.exp_l()
-        self.exp_m()
-        self.exp_t()
-        self.exp_s()
-        self.exp_q()
-        self.exp_i()
-        body = self.md[head_at:]
-        self.md = self.md[:head_at]
-        self.headline(c, rp)
-        self.md += body
+        for section in experiments.SECTIONS:
+            section(self)
         errs = self.meta.get("experiment_errors")
         if errs:
             self.p("## Experiments that failed in this run", "", *[f"- ({k}) `{v[:300]}`" for k, v in errs.items()], "")
         if self.meta.get("bit_exact_failures"):
             self.p("## BIT-EXACTNESS FAILURES", "", *[f"- {t}" for t in self.meta["bit_exact_failures"]], "")
         secs = self.meta.get("experiment_seconds", {})
-        self.p("Seconds per experiment in this run: " + ", ".join(f"{k} {v:.0f}" for k, v in secs.items()) + ".", "")
+        prep = self.meta.get("prepare_seconds")
+        self.p("Seconds per experiment in this run: " + ", ".join(f"{k} {v:.0f}" for k, v in secs.items())
+               + (f"; before them {prep:.0f} s for the mini model, the disk, the calibration and the reference"
+                  if prep is not None else "") + ".", "")
         template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks_template.md")
         if os.path.exists(template):
             self.md += ["", open(template).read().rstrip()]
@@ -157,7 +198,7 @@ def main():
     ap.add_argument("--figures", required=True)
     ap.add_argument("--command", default="bench/run.sh")
     a = ap.parse_args()
-    if plt is None:
+    if pyplot() is None:
         print("W: matplotlib missing (use /usr/bin/python3 with python3-matplotlib): tables only", file=sys.stderr)
     Report(a).write()
     return 0

@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """The benchmark suite behind bench/run.sh (ZipMoE §5, Figs. 3, 4, 7-10; issue 6). Not a test.
 
-Prepares the models (synth -> compress -> profile, cached under --models), measures the disk, then
-runs the experiments in order of value, each writing OUT/<experiment>.json:
+Prepares the qwen2_moe mini model (synth -> compress -> profile, cached under --models), measures the disk,
+calibrates the memory cap and the planner's warm-up trace and runs the all-resident reference where the selected
+experiments need them, then runs each experiment of bench/experiments/ (one file each: its settings, run and
+report section; experiments.REGISTRY has the order) that --only names, each writing OUT/<experiment>.json, and
+OUT/meta.json with the seconds each took. bench/report.py turns OUT into PNGs and docs/benchmarks.md.
 
   c  TPOT / TTFT vs memory budget, every policy + mmap, with the physical-limit line (Fig. 7)
   r  the same runtime under capacity pressure: `zipmoe replay` of a Zipf routing trace vs budget
@@ -12,24 +15,27 @@ runs the experiments in order of value, each writing OUT/<experiment>.json:
   f  eviction ablation FIFO / LRU / Marking / zipmoe with and without the plan (Fig. 10)
   d  throughput vs batch size (Fig. 8)
   e  end-to-end latency vs output length (Fig. 9)
-  h  embedded (`zipmoe generate`) vs multi-process (`zipmoe up`) TPOT
+  deepseek, switch  (c) on deepseek_v2 and Switch Transformers ((f) too for Switch)
+  h  embedded (`zipmoe serve`) vs multi-process (`zipmoe up`) TPOT
   l  HTTP serving under load: bench/load.py's ShareGPT requests at concurrency 1..C against `zipmoe serve`
   m  llama.cpp as a peer (bench/llama_peer.mjs on a GGUF of the same weights): warm TPOT / prefill against
      llama.cpp and the memory-bandwidth decode floor, peak RSS, and cold TPOT vs memory cap for both
   t  the trained model (models/qwen2moe-debian-18m): routing statistics of learned vs synthetic routing
      (bench/routing_stats.py) and (f)'s eviction ablation on learned routing
+  s  SMoE expert substitution: KL / top-1 agreement against speed for the threshold α
   q  CoServe's request grouping in `zipmoe serve` (--request-grouping none vs coserve) under a queue longer
      than the batch: throughput, TTFT, hit rate, same text
   i  GPU recovery kernel and TPOT (skipped without a CUDA device)
 
 Every generation runs cold (page cache dropped) inside one cgroup v1 memory group whose limit is
 the same for every system at a given budget (benchlib.MemoryCap), and its --logits-out must be
-byte-equal to (a prefix of) the all-resident run; the suite exits 1 otherwise. bench/report.py
-turns OUT into PNGs and docs/benchmarks.md.
+byte-equal to (a prefix of) the all-resident run; the suite exits 1 otherwise.
 
 Usage: bench/suite.py --mode quick|full --bin BUILD/bin --out DIR --models DIR [--only c,a,...]
 """
 import argparse
+import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -39,18 +45,33 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as bl  # noqa: E402
+import experiments  # noqa: E402
+from benchlib import (EMBEDDING_STD, PLAN_INDEX, PREFETCHERS, PROMPTS_FILE, RESIDUAL_INDEX, ROUTER_SKEW,  # noqa: E402
+                      TRAINED)
 from load import load_prompts  # noqa: E402
-from suite_config import MODES, EMBEDDING_STD, PLAN_INDEX, PREFETCHERS, PROMPTS_FILE, RESIDUAL_INDEX, ROUTER_SKEW  # noqa: E402
-from suite_experiments import CoreExperiments  # noqa: E402
-from suite_peer import PeerExperiments  # noqa: E402
-from suite_quality import QualityExperiments  # noqa: E402
-from suite_serving import ServingExperiments  # noqa: E402
+
+# The settings every experiment shares, per mode; each experiment adds its own (its CONFIG). "tokens" new tokens
+# per generation and "budgets" (% of the BF16 expert bytes) of (c) and the runs that reuse its rows;
+# "prompt_index" the measured ShareGPT prompt, "plan_prompts" how many from PLAN_INDEX the planner's warm-up
+# trace runs, "residual_prompts" how many DALI's residual calibration runs.
+CORE = {
+    "quick": {"tokens": 8, "budgets": [25, 50], "prompt_index": 3, "plan_prompts": 2, "residual_prompts": 16},
+    "full": {"tokens": 32, "budgets": [10, 25, 50, 75, 90], "prompt_index": 0, "plan_prompts": 4,
+             "residual_prompts": 64},
+}
+MODES = {mode: experiments.config(mode, CORE) for mode in CORE}
 
 
-class Suite(CoreExperiments, ServingExperiments, PeerExperiments, QualityExperiments):
+class Suite:
+    """What every experiment's run(suite) gets: the options (a), the mode's cfg, the prepared models (mini = the
+    qwen2_moe mini model), the memory cap, meta.json's dict, and the shared runs: zm() (one zipmoe command),
+    reference() (all-resident), calibrate() (cap overhead + warm-up trace), run() (one capped, cold, checked
+    generation, cached by its key), server() (a server in the cap), save() (OUT/<name>.json)."""
+
     def __init__(self, a):
         self.a = a
         self.cfg = MODES[a.mode]
+        self.mini = None
         self.zipmoe = os.path.join(a.bin, "zipmoe")
         self.out = a.out
         self.logs = os.path.join(a.out, "logs")
@@ -293,7 +314,47 @@ class Suite(CoreExperiments, ServingExperiments, PeerExperiments, QualityExperim
     def public(row):
         return {k: v for k, v in row.items() if k not in ("stats",)}
 
-    # ---------------------------------------------------------------- experiments
+    def model_meta(self, m):
+        keep = ("arch", "preset", "hf", "zstd", "expert_bytes", "overhead_bytes", "calibration", "prepare_s")
+        out = {k: m[k] for k in keep if k in m}
+        info = m["inspect"]
+        out["inspect"] = {k: v for k, v in info.items() if k != "per_layer"}
+        cfg = m.get("config") or {}
+        out["config"] = {k: cfg[k] for k in ("model_type", "num_layers", "num_decoder_layers", "num_hidden_layers",
+                                             "encoder_sparse_step", "decoder_sparse_step", "num_experts",
+                                             "num_local_experts", "num_experts_per_tok", "expert_capacity",
+                                             "torch_dtype") if k in cfg}
+        return out
+
+    @contextlib.contextmanager
+    def server(self, args, log, cap_bytes):
+        """bl.server cold inside the memory cap (limit `cap_bytes`), logging to logs/LOG; yields its URL."""
+        with bl.server(self.zipmoe, args, os.path.join(self.logs, log), self.cap, cap_bytes) as (url, _):
+            yield url
+
+    def prepare_trained(self):
+        """The trained Qwen2-MoE shipped in models/ (learned routing, a learned BPE tokenizer): its HF
+        directory as is, compressed once under --models (again when the checkpoint's bytes change)."""
+        hf = os.path.join(self.a.repo, "models", TRAINED)
+        zstd = os.path.join(self.a.models, TRAINED + "-zstd")
+        digest = hashlib.sha256(open(os.path.join(hf, "model.safetensors"), "rb").read()).hexdigest()
+        stamp = os.path.join(zstd, "source.sha256")
+        t0 = time.time()
+        if not (os.path.exists(stamp) and open(stamp).read().strip() == digest):
+            bl.log(f"compress {hf} -> {zstd}")
+            self.zm("compress", hf, zstd, "--codec", "zstd", "--force", log=f"compress-{TRAINED}.log")
+            self.zm("profile", "--model", zstd, log=f"profile-{TRAINED}.log", cold=True)
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(zstd, "prefetch_residuals.safetensors"))
+            open(stamp, "w").write(digest + "\n")
+        self.calibrate_residuals(zstd, TRAINED)
+        info = json.loads(subprocess.run([self.zipmoe, "inspect", zstd, "--json"], capture_output=True, text=True,
+                                         check=True).stdout)
+        m = {"arch": "qwen2_moe", "preset": "trained", "root": hf, "hf": hf, "zstd": zstd, "inspect": info,
+             "config": json.load(open(os.path.join(zstd, "config.json"))),
+             "expert_bytes": int(info["expert_bytes_raw"]), "prepare_s": time.time() - t0}
+        self.models[("qwen2_moe", "trained")] = m
+        return m
 
     def disk(self, m):
         """O_DIRECT bandwidth of the disk holding the models: dd over the largest compressed file."""
@@ -316,39 +377,38 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ap.add_argument("--only", default="c,r,a,b,g,f,d,e,deepseek,switch,h,l,m,t,s,q,i")
+    ap.add_argument("--only", default=",".join(experiments.NAMES))
     a = ap.parse_args()
+    only = a.only.split(",")
+    unknown = [x for x in only if x not in experiments.NAMES]
+    if unknown:
+        ap.error(f"--only: no experiment {', '.join(unknown)} (have {', '.join(experiments.NAMES)})")
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.models, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below: meta.json, cgroup removal
     t0 = time.time()
     s = Suite(a)
-    only = a.only.split(",")
+    selected = [e for e in experiments.REGISTRY if e.NAME in only]
     status = 0
     try:
-        m = s.prepare("qwen2_moe", "mini")
+        m = s.mini = s.prepare("qwen2_moe", "mini")
         s.disk(m)
-        if any(x in only for x in ("c", "r", "g", "f", "d", "e", "h", "l", "m", "s", "q")):
+        if any("calibrate" in e.NEEDS for e in selected):
             s.calibrate(m, 50)
-        if any(x in only for x in ("c", "g", "f", "d", "e", "h")):  # one reference long enough for all
+        if any("reference" in e.NEEDS for e in selected):  # one reference long enough for all
             s.reference(m, max([s.cfg["tokens"]] + (s.cfg["lengths"] if "e" in only else [])))
-        steps = [("c", lambda: s.exp_c(m)), ("r", lambda: s.exp_r(m)), ("a", lambda: s.exp_a(m)), ("b", lambda: s.exp_b(m)),
-                 ("g", lambda: s.exp_g(m)), ("f", lambda: s.exp_f(m)), ("d", lambda: s.exp_d(m)),
-                 ("e", lambda: s.exp_e(m)), ("deepseek", s.exp_deepseek), ("switch", s.exp_switch),
-                 ("h", lambda: s.exp_h(m)),
-                 ("l", lambda: s.exp_l(m)), ("m", lambda: s.exp_m(m)), ("t", lambda: s.exp_t(m)), ("s", lambda: s.exp_s(m)),
-                 ("q", lambda: s.exp_q(m)), ("i", s.exp_i)]
-        for name, fn in steps:
-            if name not in only:
-                continue
+        s.meta["prepare_seconds"] = round(time.time() - t0, 1)
+        bl.log(f"models, disk, calibration and reference: {s.meta['prepare_seconds']:.0f} s")
+        for e in selected:
             t = time.time()
-            bl.log(f"experiment {name}")
+            bl.log(f"experiment {e.NAME}")
             try:
-                fn()
-            except bl.RunError as e:
-                bl.warn(f"experiment {name} failed: {e.args[0][:500]}")
-                s.meta.setdefault("experiment_errors", {})[name] = e.args[0][:500]
-            s.meta.setdefault("experiment_seconds", {})[name] = round(time.time() - t, 1)
+                e.run(s)
+            except bl.RunError as err:
+                bl.warn(f"experiment {e.NAME} failed: {err.args[0][:500]}")
+                s.meta.setdefault("experiment_errors", {})[e.NAME] = err.args[0][:500]
+            s.meta.setdefault("experiment_seconds", {})[e.NAME] = round(time.time() - t, 1)
+            bl.log(f"experiment {e.NAME}: {time.time() - t:.0f} s (suite at {time.time() - t0:.0f} s)")
     finally:
         s.meta["seconds"] = round(time.time() - t0, 1)
         s.meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
