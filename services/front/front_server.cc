@@ -1,6 +1,8 @@
 #include "services/front/front_server.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <cctype>
 #include <cstdio>
 #include <random>
@@ -96,6 +98,45 @@ void TakeIdentity(const std::string& payload, api::ResumeState* state) {
   }
 }
 
+// While a handler waits on the executor (httplib's send blocks), a watcher thread closes the upstream
+// connection when the front stops or, with `probe_client`, when the client has gone away (probed every
+// 200 ms), so the executor cancels the request instead of generating for no one. httplib's
+// Client::stop is its way to abort a request from another thread. The handler thread does not touch
+// the exchange while send runs without a content receiver (the non-streaming case), so the watcher's
+// ClientGone probes stand in for it; a stream's receiver writes to the client itself, so there the
+// watcher only watches `stopping` (a failed write ends the transfer anyway).
+class UpstreamWatch {
+ public:
+  UpstreamWatch(httplib::Client& client, HttpExchange& exchange, const std::atomic<bool>& stopping, bool probe_client)
+      : thread_([this, &client, &exchange, &stopping, probe_client] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!done_) {
+            cv_.wait_for(lock, std::chrono::milliseconds(200));
+            if (done_) break;
+            if (stopping.load() || (probe_client && exchange.ClientGone())) {
+              client.stop();
+              break;
+            }
+          }
+        }) {}
+  ~UpstreamWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  UpstreamWatch(const UpstreamWatch&) = delete;
+  UpstreamWatch& operator=(const UpstreamWatch&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 }  // namespace
 
 FrontServer::FrontServer(FrontOptions options, prometheus::Registry* registry)
@@ -117,6 +158,12 @@ FrontServer::FrontServer(FrontOptions options, prometheus::Registry* registry)
 }
 
 FrontServer::~FrontServer() = default;
+
+void FrontServer::Drain(std::chrono::milliseconds grace) {
+  draining_.store(true);
+  const auto deadline = Clock::now() + grace;
+  while (active_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
 
 FrontCounters FrontServer::counters() const { return FrontCounters{completed_.load(), resumes_count_.load(), failed_.load()}; }
 
@@ -161,8 +208,23 @@ void FrontServer::CheckHead(const HttpRequest& head, HttpExchange& exchange) {
 
 void FrontServer::Handle(const HttpRequest& request, HttpExchange& exchange) {
   const bool get = request.method == "GET" || request.method == "HEAD";
-  if (request.path == "/health" && get) return HandleHealth(exchange);
+  if (request.path == "/health" && get) {
+    if (draining_.load()) {
+      exchange.Send(503, "application/json", json{{"status", "stopping"}}.dump());
+      return;
+    }
+    return HandleHealth(exchange);
+  }
   if (request.path == "/metrics" && get) return HandleMetrics(exchange);
+  if (draining_.load()) {
+    exchange.Send(503, "application/json", ErrorText(503, "the server is shutting down"));
+    return;
+  }
+  active_.fetch_add(1);
+  struct Done {
+    std::atomic<int>* n;
+    ~Done() { n->fetch_sub(1); }
+  } done{&active_};
   if (request.method == "POST" && (request.path == "/v1/completions" || request.path == "/v1/chat/completions")) {
     // A seed of the front's when the client gave none: every try samples the same tokens.
     json j = json::parse(request.body, nullptr, false);
@@ -213,7 +275,9 @@ void FrontServer::Forward(const HttpRequest& request, HttpExchange& exchange) {
     if (!address) break;
     httplib::Client client(address->first, address->second);
     SetTimeouts(client, options_.read_timeout);
+    std::optional<UpstreamWatch> watch(std::in_place, client, exchange, stopping_, /*probe_client=*/true);
     httplib::Result answer = client.send(UpstreamRequest(request, request.body, /*front_protocol=*/false));
+    watch.reset();
     if (answer) {
       ++completed_;
       if (requests_ != nullptr) requests_->Add({{"outcome", "completed"}}).Increment();
@@ -221,7 +285,8 @@ void FrontServer::Forward(const HttpRequest& request, HttpExchange& exchange) {
       exchange.Send(answer->status, type.empty() ? "application/json" : type, answer->body);
       return;
     }
-    if (exchange.ClientGone() || stopping_.load()) break;
+    if (exchange.ClientGone()) return;  // nothing to answer; the executor cancelled the request
+    if (stopping_.load()) break;
     if (attempt < options_.max_attempts) {
       ++resumes_count_;
       if (resumes_ != nullptr) resumes_->Increment();
@@ -321,7 +386,9 @@ void FrontServer::ForwardStream(const HttpRequest& request, const std::string& b
     };
     httplib::Client client(address->first, address->second);
     SetTimeouts(client, options_.read_timeout);
+    std::optional<UpstreamWatch> watch(std::in_place, client, exchange, stopping_, /*probe_client=*/false);
     httplib::Result answer = client.send(req);
+    watch.reset();
     if (answer && buffered) {
       ++completed_;
       if (requests_ != nullptr) requests_->Add({{"outcome", "completed"}}).Increment();
@@ -339,7 +406,8 @@ void FrontServer::ForwardStream(const HttpRequest& request, const std::string& b
       exchange.EndStream();
       return;
     }
-    if (!client_ok || broken_protocol || exchange.ClientGone() || stopping_.load()) break;
+    if (!client_ok) return;  // the client went away: the transfer was stopped, the executor cancels
+    if (broken_protocol || exchange.ClientGone() || stopping_.load()) break;
     if (attempt < options_.max_attempts) {
       ++resumes_count_;
       if (resumes_ != nullptr) resumes_->Increment();

@@ -66,7 +66,11 @@ class FrontServer {
 
   void Handle(const api::HttpRequest& request, api::HttpExchange& exchange);  // the HttpServer's handler
   void CheckHead(const api::HttpRequest& head, api::HttpExchange& exchange);  // HttpServerOptions::on_head
-  // Waiting requests give up at once (503 / an error event); call before stopping the HTTP server.
+  // Shutdown, before stopping the HTTP server: Drain refuses new requests (503; /health 503
+  // "stopping") and waits up to `grace` for the running ones; Stop then ends the rest at once (their
+  // executor connections are closed, so the executor cancels them; the clients get 503 or, mid-stream,
+  // an error event). A request whose client goes away is likewise cancelled at the executor.
+  void Drain(std::chrono::milliseconds grace);
   void Stop() { stopping_.store(true); }
   FrontCounters counters() const;
 
@@ -87,6 +91,8 @@ class FrontServer {
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Counter* resumes_ = nullptr;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_{0};  // requests being passed on
   std::atomic<uint64_t> completed_{0}, resumes_count_{0}, failed_{0};
 };
 

@@ -42,7 +42,8 @@ int RunFrontService(const runtime::ServiceConfig& c, runtime::TerminationSignals
                                (*listening)->port(), options.executor_address_file));
   while (signals.Wait(std::chrono::milliseconds(500)) == 0) {
   }
-  ServiceLog(name, "stopping");
+  ServiceLog(name, "stopping (new requests get 503; 2000 ms for the running ones)");
+  front.Drain(std::chrono::milliseconds(2000));
   front.Stop();
   (*listening)->Stop();
   const FrontCounters n = front.counters();
