@@ -462,6 +462,18 @@ const std::vector<std::string>& AnyLiterals() {
 }
 
 bool IsWs(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+// Text scanned for `marker` (a free text's free_until, a raw string's closing tag): the text so far
+// ends with marker[0, k); returns how much of the marker the text ends with after `c` (marker.size()
+// when c completes it): the longest prefix of the marker that marker[0, k) + c ends with.
+size_t MarkerProgress(const std::string& marker, size_t k, uint8_t c) {
+  if (static_cast<uint8_t>(marker[k]) == c) return k + 1;
+  const std::string seen = marker.substr(0, k) + static_cast<char>(c);
+  for (size_t len = std::min(seen.size(), marker.size() - 1); len > 0; --len) {
+    if (seen.compare(seen.size() - len, len, marker, 0, len) == 0) return len;
+  }
+  return 0;
+}
 bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 bool NumberAccepting(uint8_t phase) {
@@ -574,6 +586,18 @@ void JsonMatcher::ChildDone(Stack& s) const {
   }
 }
 
+// A literal-list frame (kLiteral) over every literal of `phase`'s list for `node`, nothing matched yet.
+JsonMatcher::Frame JsonMatcher::LiteralFrame(uint8_t phase, int32_t node) const {
+  Frame f;
+  f.kind = kLiteral;
+  f.phase = phase;
+  f.node = node;
+  f.a = 0;
+  f.b = static_cast<int32_t>(LiteralsOf(f).size());
+  f.c = 0;
+  return f;
+}
+
 // Replaces nothing: `s` has no frame for the value yet; pushes the frame that `c` starts (for every
 // alternative of an anyOf) and consumes c. False when c cannot start a value of the node.
 bool JsonMatcher::StartValue(Stack& s, int32_t node_index, uint8_t c, std::vector<Stack>* out) const {
@@ -620,12 +644,9 @@ bool JsonMatcher::StartValue(Stack& s, int32_t node_index, uint8_t c, std::vecto
     return true;
   }
   if (n.kind == K::kLiterals || n.kind == K::kBoolean || n.kind == K::kNull || (any && (c == 't' || c == 'f' || c == 'n'))) {
-    f.kind = kLiteral;
-    f.phase = n.kind == K::kLiterals ? kLitNode : n.kind == K::kBoolean ? kLitBool : n.kind == K::kNull ? kLitNull : kLitAny;
-    f.a = 0;
-    f.b = static_cast<int32_t>(LiteralsOf(f).size());
-    f.c = 0;
-    s.frames[s.depth++] = f;
+    s.frames[s.depth++] = LiteralFrame(
+        n.kind == K::kLiterals ? kLitNode : n.kind == K::kBoolean ? kLitBool : n.kind == K::kNull ? kLitNull : kLitAny,
+        node_index);
     Step(s, c, out);
     return true;
   }
@@ -654,21 +675,9 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
   switch (f.kind) {
     case kFree: {  // free text until free_until: f.c = how much of the marker the text ends with
       const std::string& m = grammar_->free_until();
-      size_t k = static_cast<size_t>(f.c);
-      if (static_cast<uint8_t>(m[k]) == c) {
-        ++k;
-      } else {
-        if (fixed_text_only_) return;  // a special token may complete the marker, never be free text
-        // The longest prefix of the marker that the text (marker[0, k) + c) ends with.
-        const std::string seen = m.substr(0, k) + static_cast<char>(c);
-        k = 0;
-        for (size_t len = std::min(seen.size(), m.size() - 1); len > 0; --len) {
-          if (seen.compare(seen.size() - len, len, m, 0, len) == 0) {
-            k = len;
-            break;
-          }
-        }
-      }
+      const size_t k = MarkerProgress(m, static_cast<size_t>(f.c), c);
+      // A special token may complete the marker, never be free text.
+      if (fixed_text_only_ && k != static_cast<size_t>(f.c) + 1) return;
       s.ws = 0;
       if (k == m.size()) {
         --s.depth;  // the marker is written: the alternative's prefix or value goes on
@@ -728,14 +737,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
           if (static_cast<size_t>(++f.c) == t.key_open.size()) {
             if (s.depth >= kMaxDepth) return;
             f.phase = kTagKey;
-            Frame k;
-            k.kind = kLiteral;
-            k.phase = kLitTagKeys;
-            k.node = f.node;
-            k.a = 0;
-            k.b = static_cast<int32_t>(n.tag_keys.size());
-            k.c = 0;
-            s.frames[s.depth++] = k;
+            s.frames[s.depth++] = LiteralFrame(kLitTagKeys, f.node);
           }
           out->push_back(s);
           return;
@@ -757,10 +759,10 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
           if (s.depth >= kMaxDepth) return;
           const int32_t value = n.key_nodes[static_cast<size_t>(f.b)];
           const SchemaNode& v = grammar_->node(value);
-          Frame g;
-          g.node = value;
           if (v.kind == SchemaNode::Kind::kString) {
             f.phase = kTagValueRaw;
+            Frame g;
+            g.node = value;
             g.kind = kRawString;
             g.a = 0;
             g.b = 0;
@@ -770,12 +772,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
             Step(s, c, out);
           } else if (v.kind == SchemaNode::Kind::kLiterals && !v.tag_literals.empty()) {
             f.phase = kTagValueEnum;
-            g.kind = kLiteral;
-            g.phase = kLitTagValue;
-            g.a = 0;
-            g.b = static_cast<int32_t>(v.tag_literals.size());
-            g.c = 0;
-            s.frames[s.depth++] = g;
+            s.frames[s.depth++] = LiteralFrame(kLitTagValue, value);
             Step(s, c, out);
           } else {
             f.phase = kTagValueJson;
@@ -814,20 +811,9 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
         out->push_back(s);
         return;
       }
-      size_t k = static_cast<size_t>(f.seen);
-      if (static_cast<uint8_t>(m[k]) == c) {
-        ++k;
-      } else {
-        if (fixed_text_only_) return;  // a special token may write value_close, never content
-        const std::string seen = m.substr(0, k) + static_cast<char>(c);
-        k = 0;
-        for (size_t len = std::min(seen.size(), m.size() - 1); len > 0; --len) {
-          if (seen.compare(seen.size() - len, len, m, 0, len) == 0) {
-            k = len;
-            break;
-          }
-        }
-      }
+      const size_t k = MarkerProgress(m, static_cast<size_t>(f.seen), c);
+      // A special token may write value_close, never content.
+      if (fixed_text_only_ && k != static_cast<size_t>(f.seen) + 1) return;
       if (k == m.size()) {  // closed: the value is what came before value_close
         if (f.a - static_cast<int32_t>(m.size() - 1) < n.min_length) return;
         ChildDone(s);
@@ -859,8 +845,8 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
       if ((f.phase == kObjOpen || f.phase == kObjComma) && c == '"') {
         f.phase = kObjKey;
         if (s.depth >= kMaxDepth) return;
-        Frame k;
         if (free) {
+          Frame k;
           k.kind = kString;
           k.phase = kStrPlain;
           k.node = -1;
@@ -868,13 +854,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
           out->push_back(s);
         } else {
           if ((f.seen & all) == all) return;  // every property written
-          k.kind = kLiteral;
-          k.phase = kLitKeys;
-          k.node = f.node;
-          k.a = 0;
-          k.b = static_cast<int32_t>(n.keys.size());
-          k.c = 0;
-          s.frames[s.depth++] = k;
+          s.frames[s.depth++] = LiteralFrame(kLitKeys, f.node);
           Step(s, c, out);
         }
         return;

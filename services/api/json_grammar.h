@@ -223,6 +223,7 @@ class JsonMatcher {
   bool StartValue(Stack& s, int32_t node, uint8_t c, std::vector<Stack>* out) const;
   bool StackAccepting(const Stack& s) const;
   const std::vector<std::string>& LiteralsOf(const Frame& f) const;
+  Frame LiteralFrame(uint8_t phase, int32_t node) const;
 
   std::shared_ptr<const JsonGrammar> grammar_;
   std::vector<Stack> stacks_;

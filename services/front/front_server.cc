@@ -82,6 +82,14 @@ void SetTimeouts(httplib::Client& client, std::chrono::milliseconds read) {
   client.set_keep_alive(false);
 }
 
+// GET `path` from the executor at `address` (the probes: /health, /metrics).
+httplib::Result GetFromExecutor(const std::pair<std::string, int>& address, const std::string& path,
+                                std::chrono::milliseconds timeout) {
+  httplib::Client client(address.first, address.second);
+  SetTimeouts(client, timeout);
+  return client.Get(path.c_str());
+}
+
 std::string ErrorText(int status, const std::string& message) { return api::ApiServer::ErrorBody(status, message).second; }
 
 // The response's "id" and "created" from the first "data: {...}" event of `payload`.
@@ -142,14 +150,14 @@ class UpstreamWatch {
 FrontServer::FrontServer(FrontOptions options, prometheus::Registry* registry)
     : options_(std::move(options)), registry_(registry) {
   if (registry_ != nullptr) {
-    requests_ = &prometheus::BuildCounter()
-                     .Name("zipmoe_front_requests_total")
-                     .Help("Requests the HTTP front passed to the executor, by outcome: completed (an executor "
-                           "answered, after re-issues if it died) or failed (none answered in time).")
-                     .Register(*registry_);
-    requests_->Add({{"outcome", "completed"}});
-    requests_->Add({{"outcome", "failed"}});
-    resumes_ = &prometheus::BuildCounter()
+    auto& requests = prometheus::BuildCounter()
+                         .Name("zipmoe_front_requests_total")
+                         .Help("Requests the HTTP front passed to the executor, by outcome: completed (an executor "
+                               "answered, after re-issues if it died) or failed (none answered in time).")
+                         .Register(*registry_);
+    completed_metric_ = &requests.Add({{"outcome", "completed"}});
+    failed_metric_ = &requests.Add({{"outcome", "failed"}});
+    resumes_metric_ = &prometheus::BuildCounter()
                     .Name("zipmoe_front_resumes_total")
                     .Help("Requests the HTTP front re-issued because the executor's connection broke (it died).")
                     .Register(*registry_)
@@ -163,6 +171,21 @@ void FrontServer::Drain(std::chrono::milliseconds grace) {
   draining_.store(true);
   const auto deadline = Clock::now() + grace;
   while (active_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+void FrontServer::CountCompleted() {
+  ++completed_;
+  if (completed_metric_ != nullptr) completed_metric_->Increment();
+}
+
+void FrontServer::CountFailed() {
+  ++failed_;
+  if (failed_metric_ != nullptr) failed_metric_->Increment();
+}
+
+void FrontServer::CountResume() {
+  ++resumes_count_;
+  if (resumes_metric_ != nullptr) resumes_metric_->Increment();
 }
 
 FrontCounters FrontServer::counters() const { return FrontCounters{completed_.load(), resumes_count_.load(), failed_.load()}; }
@@ -187,9 +210,7 @@ std::optional<std::pair<std::string, int>> FrontServer::WaitForExecutor(Clock::t
                                                                         HttpExchange* exchange) {
   while (!stopping_.load()) {
     if (std::optional<std::pair<std::string, int>> address = ExecutorAddress()) {
-      httplib::Client client(address->first, address->second);
-      SetTimeouts(client, std::chrono::seconds(2));
-      httplib::Result health = client.Get("/health");
+      httplib::Result health = GetFromExecutor(*address, "/health", std::chrono::seconds(2));
       // Serving: 200, or 503 "error" (loaded; its last sequence failed, the next may not).
       if (health && (health->status == 200 ||
                      (health->status == 503 && health->body.find("\"error\"") != std::string::npos)))
@@ -247,9 +268,7 @@ void FrontServer::Handle(const HttpRequest& request, HttpExchange& exchange) {
 
 void FrontServer::HandleHealth(HttpExchange& exchange) {
   if (std::optional<std::pair<std::string, int>> address = ExecutorAddress()) {
-    httplib::Client client(address->first, address->second);
-    SetTimeouts(client, std::chrono::seconds(2));
-    if (httplib::Result health = client.Get("/health")) {
+    if (httplib::Result health = GetFromExecutor(*address, "/health", std::chrono::seconds(2))) {
       exchange.Send(health->status, "application/json", health->body);
       return;
     }
@@ -261,9 +280,8 @@ void FrontServer::HandleHealth(HttpExchange& exchange) {
 void FrontServer::HandleMetrics(HttpExchange& exchange) {
   std::string text;
   if (std::optional<std::pair<std::string, int>> address = ExecutorAddress()) {
-    httplib::Client client(address->first, address->second);
-    SetTimeouts(client, std::chrono::seconds(5));
-    if (httplib::Result metrics = client.Get("/metrics"); metrics && metrics->status == 200) text = metrics->body;
+    httplib::Result metrics = GetFromExecutor(*address, "/metrics", std::chrono::seconds(5));
+    if (metrics && metrics->status == 200) text = metrics->body;
   }
   if (registry_ != nullptr) text += prometheus::TextSerializer().Serialize(registry_->Collect());
   exchange.Send(200, "text/plain; version=0.0.4; charset=utf-8", text);
@@ -279,8 +297,7 @@ void FrontServer::Forward(const HttpRequest& request, HttpExchange& exchange) {
     httplib::Result answer = client.send(UpstreamRequest(request, request.body, /*front_protocol=*/false));
     watch.reset();
     if (answer) {
-      ++completed_;
-      if (requests_ != nullptr) requests_->Add({{"outcome", "completed"}}).Increment();
+      CountCompleted();
       const std::string type = answer->get_header_value("Content-Type");
       exchange.Send(answer->status, type.empty() ? "application/json" : type, answer->body);
       return;
@@ -288,16 +305,14 @@ void FrontServer::Forward(const HttpRequest& request, HttpExchange& exchange) {
     if (exchange.ClientGone()) return;  // nothing to answer; the executor cancelled the request
     if (stopping_.load()) break;
     if (attempt < options_.max_attempts) {
-      ++resumes_count_;
-      if (resumes_ != nullptr) resumes_->Increment();
+      CountResume();
       std::fprintf(stderr, "%s",
                    fmt::format("I: front: {} {}: the executor's connection broke ({}); sending it again\n", request.method,
                                request.path, httplib::to_string(answer.error()))
                        .c_str());
     }
   }
-  ++failed_;
-  if (requests_ != nullptr) requests_->Add({{"outcome", "failed"}}).Increment();
+  CountFailed();
   exchange.Send(503, "application/json",
                 ErrorText(503, "the executor did not answer (it is restarting or stopped); retry when GET /health is 200"));
 }
@@ -390,8 +405,7 @@ void FrontServer::ForwardStream(const HttpRequest& request, const std::string& b
     httplib::Result answer = client.send(req);
     watch.reset();
     if (answer && buffered) {
-      ++completed_;
-      if (requests_ != nullptr) requests_->Add({{"outcome", "completed"}}).Increment();
+      CountCompleted();
       if (!began) {
         exchange.Send(status, type.empty() ? "application/json" : type, whole);
       } else {  // a re-issue refused mid-stream: the client learns it as the stream's error event
@@ -401,16 +415,14 @@ void FrontServer::ForwardStream(const HttpRequest& request, const std::string& b
       return;
     }
     if (tail) {
-      ++completed_;
-      if (requests_ != nullptr) requests_->Add({{"outcome", "completed"}}).Increment();
+      CountCompleted();
       exchange.EndStream();
       return;
     }
     if (!client_ok) return;  // the client went away: the transfer was stopped, the executor cancels
     if (broken_protocol || exchange.ClientGone() || stopping_.load()) break;
     if (attempt < options_.max_attempts) {
-      ++resumes_count_;
-      if (resumes_ != nullptr) resumes_->Increment();
+      CountResume();
       size_t tokens = 0;
       for (const api::ChoiceResume& c : state.choices)
         for (const auto& g : c.groups) tokens += g.size();
@@ -420,8 +432,7 @@ void FrontServer::ForwardStream(const HttpRequest& request, const std::string& b
                        .c_str());
     }
   }
-  ++failed_;
-  if (requests_ != nullptr) requests_->Add({{"outcome", "failed"}}).Increment();
+  CountFailed();
   const std::string message = "the executor did not answer (it is restarting or stopped); retry when GET /health is 200";
   if (!began) {
     exchange.Send(503, "application/json", ErrorText(503, message));

@@ -34,8 +34,6 @@
 
 namespace prometheus {
 class Registry;
-template <typename T>
-class Family;
 class Counter;
 }  // namespace prometheus
 
@@ -88,8 +86,14 @@ class FrontServer {
 
   const FrontOptions options_;
   prometheus::Registry* registry_;
-  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
-  prometheus::Counter* resumes_ = nullptr;
+  void CountCompleted();
+  void CountFailed();
+  void CountResume();
+
+  // The exported counters (null without a registry), resolved once at construction.
+  prometheus::Counter* completed_metric_ = nullptr;
+  prometheus::Counter* failed_metric_ = nullptr;
+  prometheus::Counter* resumes_metric_ = nullptr;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int> active_{0};  // requests being passed on

@@ -78,10 +78,16 @@ std::string BaseName(std::string dir) {
 
 }  // namespace
 
+std::string ApiKeyOrEnvironment(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  const char* key = std::getenv("ZIPMOE_API_KEY");
+  return key != nullptr ? key : "";
+}
+
+int DefaultHttpThreads(int64_t max_batch) { return 2 * static_cast<int>(std::max<int64_t>(1, max_batch)) + 32; }
+
 void ResolveServeOptions(ServeOptions* args) {
-  if (args->api_key.empty()) {
-    if (const char* key = std::getenv("ZIPMOE_API_KEY")) args->api_key = key;
-  }
+  args->api_key = ApiKeyOrEnvironment(args->api_key);
   if (args->served_model_names.empty()) {
     if (const char* names = std::getenv("ZIPMOE_SERVED_MODEL_NAME")) {
       std::string all = names;
@@ -94,7 +100,7 @@ void ResolveServeOptions(ServeOptions* args) {
     }
   }
   if (args->served_model_names.empty()) args->served_model_names.push_back(BaseName(args->model_dir));
-  if (args->http_threads <= 0) args->http_threads = 2 * std::max(1, args->max_batch) + 32;
+  if (args->http_threads <= 0) args->http_threads = DefaultHttpThreads(args->max_batch);
 }
 
 int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, runtime::TerminationSignals& signals,

@@ -65,6 +65,13 @@ struct ServeOptions {
   double substitution_alpha = 0;  // SMoE expert substitution α; 0 = exact
 };
 
+// The API key: `configured`, else the environment's ZIPMOE_API_KEY ("" = none). The HTTP front uses it
+// too, so it checks the key the executor behind it checks.
+std::string ApiKeyOrEnvironment(const std::string& configured);
+// HTTP handler workers for up to `max_batch` sequences decoded together: every streaming or waiting
+// request holds one (the HTTP front sizes its pool alike).
+int DefaultHttpThreads(int64_t max_batch);
+
 // Fills what the options left to the environment (ZIPMOE_API_KEY, ZIPMOE_SERVED_MODEL_NAME:
 // comma-separated, else the model directory's name) and the defaults that depend on other options
 // (http_threads).

@@ -10,6 +10,7 @@
 #include "services/api/api_server.h"
 #include "services/api/http_server.h"
 #include "services/front/front_server.h"
+#include "services/processes/executor_service.h"
 
 namespace zipmoe::front {
 
@@ -22,16 +23,13 @@ int RunFrontService(const runtime::ServiceConfig& c, runtime::TerminationSignals
   if (!metrics_server.ok()) return FailService(name, metrics_server.status());
   FrontOptions options;
   options.executor_address_file = runtime::ExecutorAddressFile(c);
-  options.api_key = c.http_api_key;
-  if (options.api_key.empty()) {
-    if (const char* key = std::getenv("ZIPMOE_API_KEY")) options.api_key = key;  // as the executor (serve)
-  }
+  options.api_key = executor::ApiKeyOrEnvironment(c.http_api_key);  // the key the executor checks
   options.resume_timeout = std::chrono::milliseconds(c.http_resume_timeout_ms);
   FrontServer front(options, &(*metrics_server)->registry());
   api::HttpServerOptions http;
   http.host = c.http_host;
   http.port = static_cast<int>(c.http_port);
-  http.threads = 2 * static_cast<int>(std::max<int64_t>(1, c.http_max_batch)) + 32;  // as the executor's
+  http.threads = executor::DefaultHttpThreads(c.http_max_batch);
   http.error_body = &api::ApiServer::ErrorBody;
   http.priority = &api::ApiServer::IsProbe;
   http.on_head = [&front](const api::HttpRequest& head, api::HttpExchange& exchange) { front.CheckHead(head, exchange); };

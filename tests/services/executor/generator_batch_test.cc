@@ -49,6 +49,28 @@ class SwitchableFailingProvider : public ExpertProvider {
   ExpertProvider* inner_;
 };
 
+// The tiny OLMoE with every expert resident behind a SwitchableFailingProvider.
+struct FailableOlmoe {
+  FailableOlmoe() {
+    const std::string dir = TinyModelDir("olmoe");
+    auto ckpt = Checkpoint::Open(dir);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    if (!ckpt.ok()) return;
+    checkpoint = std::move(ckpt).value();
+    auto r = ResidentExpertProvider::FromCheckpoint(*checkpoint);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return;
+    resident = std::move(r).value();
+    failing = std::make_unique<SwitchableFailingProvider>(resident.get());
+    generator = MakeGenerator(dir, failing.get());
+  }
+  bool ok() const { return generator != nullptr; }
+  std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<ResidentExpertProvider> resident;
+  std::unique_ptr<SwitchableFailingProvider> failing;
+  std::unique_ptr<Generator> generator;
+};
+
 std::vector<int32_t> AloneGreedy(Generator& g, const std::vector<int32_t>& prompt, int64_t n) {
   GenerationParams params;
   params.max_new_tokens = n;
@@ -166,14 +188,10 @@ TEST(BatchSessionTest, BadSequencesAreRefusedWithoutQueueing) {
 }
 
 TEST(BatchSessionTest, ForwardFailureEndsEverySequenceOfTheStepAndTheSessionGoesOn) {
-  const std::string dir = TinyModelDir("olmoe");
-  auto ckpt = Checkpoint::Open(dir);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
-  auto resident = ResidentExpertProvider::FromCheckpoint(**ckpt);
-  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
-  SwitchableFailingProvider failing(resident->get());
-  auto g = MakeGenerator(dir, &failing);
-  ASSERT_TRUE(g);
+  FailableOlmoe olmoe;
+  ASSERT_TRUE(olmoe.ok());
+  SwitchableFailingProvider& failing = *olmoe.failing;
+  Generator* g = olmoe.generator.get();
   GenerationParams params;
   params.max_new_tokens = 4;
   params.stop_on_eos = false;
@@ -206,14 +224,10 @@ TEST(BatchSessionTest, ForwardFailureEndsEverySequenceOfTheStepAndTheSessionGoes
 // sequences their caches, not their requests: they re-prefill prompt + generated tokens and go on to
 // the tokens of an undisturbed run; past kMaxTransientRetries failures they end with the status.
 TEST(BatchSessionTest, TransientForwardFailuresRePrefillAndContinueWithTheSameTokens) {
-  const std::string dir = TinyModelDir("olmoe");
-  auto ckpt = Checkpoint::Open(dir);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
-  auto resident = ResidentExpertProvider::FromCheckpoint(**ckpt);
-  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
-  SwitchableFailingProvider failing(resident->get());
-  auto g = MakeGenerator(dir, &failing);
-  ASSERT_TRUE(g);
+  FailableOlmoe olmoe;
+  ASSERT_TRUE(olmoe.ok());
+  SwitchableFailingProvider& failing = *olmoe.failing;
+  Generator* g = olmoe.generator.get();
   GenerationParams params;
   params.max_new_tokens = 6;
   params.stop_on_eos = false;
