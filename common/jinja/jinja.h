@@ -1,10 +1,17 @@
 // jinja::Template: a Jinja template engine for Hugging Face chat templates (tokenizer_config.json
 // "chat_template", chat_template.jinja).
 //
-// Renders as @huggingface/jinja does (the renderer the tests compare with byte for byte, on real
-// templates: tests/chat_template_reference): trim_blocks + lstrip_blocks whitespace as transformers
-// configures jinja2, none/undefined print nothing, lists and dicts print as JSON, tojson keeps
-// non-ASCII and does not escape HTML. Supported: {{ }}, {% %}, {# #}, "-" whitespace control;
+// Renders as transformers' apply_chat_template does: jinja2 in an ImmutableSandboxedEnvironment with
+// trim_blocks + lstrip_blocks (transformers/utils/chat_template_utils.py). The tests compare byte for
+// byte with jinja2 itself (Debian's python3-jinja2, in that environment) and with @huggingface/jinja on
+// ~90 real templates (tests/chat_template_reference); where the two engines differ, jinja2 is followed:
+// values print as Python's str() (None, True, ['a', 1], {'k': 2}), undefined prints nothing and
+// iterates as empty but refuses attribute access, list/dict mutators raise SecurityError, select /
+// map / ... return generators (always true, no length, not JSON), `safe` / `escape` make markupsafe
+// Markup, an unknown filter fails at parse time outside `if` branches, tojson keeps non-ASCII and does
+// not escape HTML. Not done: tuples (they are lists, printed with brackets), dict views (keys() /
+// items() print as lists), dict literals with non-string keys (refused).
+// Supported: {{ }}, {% %}, {# #}, "-" whitespace control;
 // if/elif/else, for (loop.*, `if` filter, else, tuple unpacking), set (block set, namespace
 // attributes), macro (defaults, keyword arguments, caller), call, filter blocks, break/continue,
 // generation; the expression grammar of parser.h; the filters of filters.h, the tests of tests.h

@@ -106,20 +106,23 @@ class Lexer {
                                     (s[pos_ + 1] == '%' || s[pos_ + 1] == '{' || s[pos_ + 1] == '#'))) {
           ++pos_;
         }
-        if (pos_ > start) Emit(TokenKind::kText, s.substr(start, pos_ - start), start);
+        if (pos_ > start) {
+          Emit(TokenKind::kText, s.substr(start, pos_ - start), start);
+          last_text_end_ = pos_;
+        }
         if (pos_ >= s.size()) break;
         const char kind = s[pos_ + 1];
         const size_t open = pos_;
         pos_ += 2;
         const bool strip_before = pos_ < s.size() && s[pos_] == '-';
         if (strip_before || (pos_ < s.size() && s[pos_] == '+')) ++pos_;
-        if (strip_before) StripTrailingText();
+        if (strip_before) StripTrailingText(open);
         if (kind == '#') {
           const size_t end = s.find("#}", pos_);
           if (end == std::string::npos) return Error(open, "unclosed comment '{#'");
           const bool strip_after = end > pos_ && s[end - 1] == '-';
           pos_ = end + 2;
-          if (strip_after) SkipWhitespace();
+          if (strip_after) SkipTextWhitespace();
           continue;
         }
         Emit(kind == '%' ? TokenKind::kOpenStmt : TokenKind::kOpenExpr, kind == '%' ? "{%" : "{{", open);
@@ -134,7 +137,7 @@ class Lexer {
       if (s[pos_] == '-' && s.compare(pos_ + 1, 2, close) == 0) {
         Emit(tag_close, close, pos_);
         pos_ += 3;
-        SkipWhitespace();
+        SkipTextWhitespace();
         in_tag = false;
         continue;
       }
@@ -159,9 +162,22 @@ class Lexer {
     if (IsDigit(c)) {
       while (pos_ < s.size() && IsDigit(s[pos_])) ++pos_;
       const bool after_dot = !tokens_.empty() && tokens_.back().kind == TokenKind::kOperator && tokens_.back().text == ".";
+      bool is_float = false;
       if (!after_dot && pos_ + 1 < s.size() && s[pos_] == '.' && IsDigit(s[pos_ + 1])) {
         ++pos_;
         while (pos_ < s.size() && IsDigit(s[pos_])) ++pos_;
+        is_float = true;
+      }
+      if (!after_dot && pos_ < s.size() && (s[pos_] == 'e' || s[pos_] == 'E')) {  // 1e3, 1.5e-7 (jinja2's float_re)
+        size_t j = pos_ + 1;
+        if (j < s.size() && (s[j] == '+' || s[j] == '-')) ++j;
+        if (j < s.size() && IsDigit(s[j])) {
+          while (j < s.size() && IsDigit(s[j])) ++j;
+          pos_ = j;
+          is_float = true;
+        }
+      }
+      if (is_float) {
         Emit(TokenKind::kFloat, s.substr(start, pos_ - start), start);
       } else {
         Emit(TokenKind::kInt, s.substr(start, pos_ - start), start);
@@ -261,11 +277,23 @@ class Lexer {
     while (pos_ < m_.s.size() && IsSpace(m_.s[pos_])) ++pos_;
   }
 
-  void StripTrailingText() {
-    if (tokens_.empty() || tokens_.back().kind != TokenKind::kText) return;
+  // `{%-`, `{{-`, `{#-` at mapped position `open`: strips the whitespace (Python's \s: IsPythonSpace) at
+  // the end of the text right before the tag; text before a comment that ends there is not touched,
+  // as jinja2 strips only the data token preceding the tag.
+  void StripTrailingText(size_t open) {
+    if (tokens_.empty() || tokens_.back().kind != TokenKind::kText || last_text_end_ != open) return;
     std::string& text = tokens_.back().text;
-    while (!text.empty() && IsSpace(text.back())) text.pop_back();
+    text = Strip(text, nullptr, /*left=*/false, /*right=*/true);
     if (text.empty()) tokens_.pop_back();
+  }
+
+  // `-%}`, `-}}`, `-#}`: skips the whitespace (Python's \s) of the text after the tag.
+  void SkipTextWhitespace() {
+    while (pos_ < m_.s.size()) {
+      size_t len = 0;
+      if (!IsPythonSpace(DecodeUtf8(m_.s, pos_, &len))) break;
+      pos_ += len;
+    }
   }
 
   void Emit(TokenKind kind, std::string text, size_t mapped_pos) {
@@ -277,6 +305,7 @@ class Lexer {
     return Status::InvalidArgument(fmt::format("{} line {}, column {}: {}", name_, p.line, p.column, what));
   }
 
+  size_t last_text_end_ = 0;  // mapped position just past the last text token
   std::string_view source_;
   const std::string& name_;
   Mapped m_;

@@ -2,6 +2,7 @@
 #include "common/jinja/methods.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -155,8 +156,27 @@ Value StringMethod(const Value& object, const std::string& name) {
   return Value();
 }
 
+// transformers renders templates in jinja2's ImmutableSandboxedEnvironment, where the methods that
+// modify a list or dict in place are unsafe: using one raises a SecurityError.
+bool IsUnsafeMutator(const Value& object, const std::string& name) {
+  static const char* const kList[] = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};
+  static const char* const kDict[] = {"pop", "popitem", "setdefault", "update", "clear"};
+  if (object.is_list()) return std::find(std::begin(kList), std::end(kList), name) != std::end(kList);
+  if (object.is_dict()) return std::find(std::begin(kDict), std::end(kDict), name) != std::end(kDict);
+  return false;
+}
+
+Value Unsafe(const Value& object, const std::string& name) {
+  const std::string type = object.is_list() ? "list" : "dict";
+  return Value::Function(type + "." + name, [name, type](const Args&) -> Result<Value> {
+    return Status::InvalidArgument(
+        fmt::format("SecurityError: access to attribute '{}' of '{}' object is unsafe.", name, type));
+  });
+}
+
 Value DictMethod(const Value& object, const std::string& name) {
   auto bind = [&](NativeFunction fn) { return Value::Function("dict." + name, std::move(fn)); };
+  if (IsUnsafeMutator(object, name)) return Unsafe(object, name);
   if (name == "items" || name == "keys" || name == "values") {
     return bind([object, name](const Args&) -> Result<Value> {
       ValueList out;
@@ -188,48 +208,7 @@ Value DictMethod(const Value& object, const std::string& name) {
 Value ListMethod(const Value& object, const std::string& name) {
   auto bind = [&](NativeFunction fn) { return Value::Function("list." + name, std::move(fn)); };
   if (name == "length") return Value::Int(static_cast<int64_t>(object.list().size()));
-  if (name == "append") {
-    return bind([object](const Args& args) -> Result<Value> {
-      const Value* item = args.Get(0, "item");
-      if (item == nullptr) return TypeError("append", "needs an argument");
-      object.list().push_back(*item);
-      return Value::None();
-    });
-  }
-  if (name == "extend") {
-    return bind([object](const Args& args) -> Result<Value> {
-      const Value* items = args.Get(0, "items");
-      if (items == nullptr || !items->is_list()) return TypeError("extend", "needs a list");
-      const ValueList copy = items->list();
-      object.list().insert(object.list().end(), copy.begin(), copy.end());
-      return Value::None();
-    });
-  }
-  if (name == "insert") {
-    return bind([object](const Args& args) -> Result<Value> {
-      ZM_ASSIGN_OR_RETURN(int64_t index, OptionalInt(args, 0, "index", 0, "insert"));
-      const Value* item = args.Get(1, "item");
-      if (item == nullptr) return TypeError("insert", "needs an index and an item");
-      ValueList& list = object.list();
-      const int64_t n = static_cast<int64_t>(list.size());
-      index = index < 0 ? std::max<int64_t>(0, n + index) : std::min(index, n);
-      list.insert(list.begin() + index, *item);
-      return Value::None();
-    });
-  }
-  if (name == "pop") {
-    return bind([object](const Args& args) -> Result<Value> {
-      ValueList& list = object.list();
-      if (list.empty()) return TypeError("pop", "from an empty list");
-      ZM_ASSIGN_OR_RETURN(int64_t index, OptionalInt(args, 0, "index", -1, "pop"));
-      const int64_t n = static_cast<int64_t>(list.size());
-      if (index < 0) index += n;
-      if (index < 0 || index >= n) return TypeError("pop", "index out of range");
-      Value out = list[static_cast<size_t>(index)];
-      list.erase(list.begin() + index);
-      return out;
-    });
-  }
+  if (IsUnsafeMutator(object, name)) return Unsafe(object, name);
   if (name == "index" || name == "count") {
     return bind([object, name](const Args& args) -> Result<Value> {
       const Value* needle = args.Get(0, "value");
@@ -256,6 +235,12 @@ Value GetMethod(const Value& object, const std::string& name) {
     case Value::Kind::kList: return ListMethod(object, name);
     default: return Value();
   }
+}
+
+bool IsDictMethodName(const std::string& name) {
+  static const char* const kNames[] = {"items", "keys",   "values",     "get",    "copy", "fromkeys",
+                                       "pop",   "popitem", "setdefault", "update", "clear"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
 }  // namespace zipmoe::jinja

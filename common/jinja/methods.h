@@ -4,9 +4,11 @@
 //           (a string or a list of them) split rsplit replace find rfind count join format
 //           length (a property, as @huggingface/jinja)
 //   dict:   items keys values get(key, default=none) dictsort
-//   list:   append extend insert pop index count; length (a property)
-// A method is returned bound to its object (a function value); list methods mutate the list in
-// place (as the Python list templates manipulate). Pure apart from that; any thread.
+//   list:   index count; length (a property)
+// A method is returned bound to its object (a function value). The methods that would modify a list
+// (append extend insert pop remove reverse sort clear) or a dict (pop popitem setdefault update clear)
+// are functions that fail with jinja2's SecurityError, as in the ImmutableSandboxedEnvironment
+// transformers renders chat templates in. Pure; any thread.
 #pragma once
 
 #include <string>
@@ -17,5 +19,9 @@ namespace zipmoe::jinja {
 
 // The method or property `name` of `object`, or undefined when it has none.
 Value GetMethod(const Value& object, const std::string& name);
+
+// True if `name` is a method of Python's dict (items keys values get copy fromkeys pop popitem
+// setdefault update clear): jinja2's `d.name` finds the method before the key of that name.
+bool IsDictMethodName(const std::string& name);
 
 }  // namespace zipmoe::jinja

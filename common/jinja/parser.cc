@@ -20,6 +20,7 @@ class Parser {
     std::vector<NodePtr> body;
     std::string found;
     ZM_RETURN_IF_ERROR(ParseBody({}, "", 0, &body, &found));
+    if (!unknown_.empty()) return ErrorAt(unknown_.front().first, unknown_.front().second);
     return body;
   }
 
@@ -143,7 +144,21 @@ class Parser {
     return ErrorAt(word_offset, fmt::format("unknown or unexpected statement '{}'", word));
   }
 
+  // jinja2 refuses a template naming an unknown filter or test when it compiles it, except inside an
+  // `if` (test and branches) or a conditional expression, its "soft" frames, where the error waits
+  // until the filter is applied; a `for` or macro body inside them is hard again. soft_ is that state.
+  struct SoftScope {
+    SoftScope(bool* soft, bool value) : soft(soft), saved(*soft) { *soft = value; }
+    ~SoftScope() { *soft = saved; }
+    bool* soft;
+    bool saved;
+  };
+  void Unknown(uint32_t offset, std::string message) {
+    if (!soft_) unknown_.emplace_back(offset, std::move(message));
+  }
+
   Result<NodePtr> ParseIf(uint32_t offset) {
+    SoftScope soft(&soft_, true);
     NodePtr node = Make(NodeKind::kIf, offset);
     ZM_ASSIGN_OR_RETURN(node->a, ParseExpression());
     ZM_RETURN_IF_ERROR(ExpectKind(TokenKind::kCloseStmt, "'%}'"));
@@ -193,6 +208,7 @@ class Parser {
       ZM_ASSIGN_OR_RETURN(node->c, ParseOr());
     }
     ZM_RETURN_IF_ERROR(ExpectKind(TokenKind::kCloseStmt, "'%}'"));
+    SoftScope hard(&soft_, false);
     std::string found;
     ZM_RETURN_IF_ERROR(ParseBody({"else", "endfor"}, "for", offset, &node->body, &found));
     if (found == "else") {
@@ -251,6 +267,7 @@ class Parser {
     ZM_ASSIGN_OR_RETURN(node->text, ExpectName());
     ZM_RETURN_IF_ERROR(ParseParams(&node->args));
     ZM_RETURN_IF_ERROR(ExpectKind(TokenKind::kCloseStmt, "'%}'"));
+    SoftScope hard(&soft_, false);
     std::string found;
     ZM_RETURN_IF_ERROR(ParseBody({"endmacro"}, "macro", offset, &node->body, &found));
     if (IsKind(TokenKind::kName)) ++pos_;  // {% endmacro name %}
@@ -305,9 +322,12 @@ class Parser {
     } guard{&(++depth_, depth_)};
     if (depth_ > kMaxNesting) return ErrorAt(Offset(), "expression nested too deeply");
     const uint32_t offset = Offset();
+    const size_t unknown_before = unknown_.size();
     ZM_ASSIGN_OR_RETURN(NodePtr value, ParseOr());
     if (!IsName("if")) return value;
     ++pos_;
+    unknown_.resize(unknown_before);  // a conditional expression is soft, its first branch included
+    SoftScope soft(&soft_, true);
     NodePtr node = Make(NodeKind::kTernary, offset);
     node->a = std::move(value);
     ZM_ASSIGN_OR_RETURN(node->b, ParseOr());
@@ -416,7 +436,7 @@ class Parser {
       }
       const uint32_t name_offset = Offset();
       ZM_ASSIGN_OR_RETURN(node->text, ExpectName());
-      if (!IsKnownTest(node->text)) return ErrorAt(name_offset, fmt::format("unknown test '{}'", node->text));
+      if (!IsKnownTest(node->text)) Unknown(name_offset, fmt::format("unknown test '{}'", node->text));
       if (IsOp("(")) {
         ZM_RETURN_IF_ERROR(ParseCallArgs(&node->args));
       } else if (IsKind(TokenKind::kString) || IsKind(TokenKind::kInt) || IsKind(TokenKind::kFloat) ||
@@ -437,7 +457,7 @@ class Parser {
     NodePtr node = Make(NodeKind::kFilter, Offset());
     const uint32_t name_offset = Offset();
     ZM_ASSIGN_OR_RETURN(node->text, ExpectName());
-    if (!IsKnownFilter(node->text)) return ErrorAt(name_offset, fmt::format("unknown filter '{}'", node->text));
+    if (!IsKnownFilter(node->text)) Unknown(name_offset, fmt::format("unknown filter '{}'", node->text));
     if (IsOp("(")) ZM_RETURN_IF_ERROR(ParseCallArgs(&node->args));
     node->a = std::move(operand);
     return node;
@@ -632,6 +652,8 @@ class Parser {
   const std::string& name_;
   size_t pos_ = 0;
   int depth_ = 0;
+  bool soft_ = false;
+  std::vector<std::pair<uint32_t, std::string>> unknown_;  // unknown filters / tests outside soft frames
 };
 
 }  // namespace

