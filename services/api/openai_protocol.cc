@@ -565,6 +565,9 @@ bool ParseJsonObject(const std::string& body, json* out, ApiError* err) {
     *err = BadRequest(fmt::format("the request body is not valid JSON: {} at byte {} (near '{}')", reason, e.byte,
                                   near));
     return false;
+  } catch (const json::out_of_range&) {  // a number beyond float64, e.g. 1E1111 (nlohmann's error 406)
+    *err = BadRequest("the request body holds a number out of range (beyond a 64-bit float)");
+    return false;
   }
   if (!out->is_object()) {
     *err = BadRequest(fmt::format("the request body is a JSON {}, not an object", out->type_name()));

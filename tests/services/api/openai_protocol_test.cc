@@ -104,6 +104,10 @@ TEST(ParseJsonObjectTest, SyntaxErrorsSayWhereAndWhyAndQuoteLittle) {
   // Invalid UTF-8 and control bytes near the error are not quoted as such (the message must dump).
   EXPECT_FALSE(ParseJsonObject(std::string("{\"a\": \xff\xfe\x01 }"), &j, &e));
   EXPECT_NO_THROW((void)ErrorJson(e).dump()) << e.message;
+  // A number beyond float64 (nlohmann throws out_of_range, not parse_error; found by the fuzzer): a 400.
+  EXPECT_FALSE(ParseJsonObject("{\"prompt\": [[1, 2], [4" + std::string(30, '1') + "E" + std::string(20, '1') + "]]}", &j, &e));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_NE(e.message.find("out of range"), std::string::npos) << e.message;
   EXPECT_FALSE(ParseJsonObject("[1, 2]", &j, &e));
   EXPECT_NE(e.message.find("a JSON array, not an object"), std::string::npos) << e.message;
   EXPECT_TRUE(ParseJsonObject("{\"a\": 1}", &j, &e));
