@@ -291,7 +291,7 @@ class Evaluator {
         ZM_ASSIGN_OR_RETURN(Value object, Eval(*node.a, scope));
         ZM_ASSIGN_OR_RETURN(Value index, Eval(*node.b, scope));
         if (object.is_undefined()) return UndefinedError(node, *node.a, index.ToString());
-        return Index(node, object, index);
+        return Index(object, index);
       }
       case NodeKind::kSlice: return EvalSlice(node, scope);
       case NodeKind::kCall: {
@@ -360,7 +360,7 @@ class Evaluator {
     return Error(node, fmt::format("UndefinedError: {} (accessing '{}')", what, name));
   }
 
-  Result<Value> Index(const Node& node, const Value& object, const Value& index) {
+  static Value Index(const Value& object, const Value& index) {
     if (object.is_generator()) return Value();  // jinja2: a generator has no items; getitem gives undefined
     if (index.is_string()) return Member(object, index.str());
     if (index.kind() == Value::Kind::kInt && (object.is_list() || object.is_string())) {
@@ -376,7 +376,6 @@ class Evaluator {
       if (i < 0 || i >= n) return Value();
       return Value::String(chars[static_cast<size_t>(i)]);
     }
-    (void)node;
     return Value();  // jinja2's getitem: a missing key, a wrong key type, none[...]: undefined
   }
 

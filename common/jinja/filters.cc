@@ -52,17 +52,9 @@ Value AttributePath(const Value& item, const std::string& path) {
   return v;
 }
 
-// jinja2's string filters take str() of any operand (soft_str): undefined is "", none "None".
-Result<std::string> StringOperand(const std::string& filter, const Value& v) {
-  (void)filter;
-  return v.is_string() ? v.str() : v.ToString();
-}
-
-FilterFn StringFilter(std::function<std::string(const std::string&)> fn, const char* name) {
-  return [fn, name](const Value& v, const Args&) -> Result<Value> {
-    ZM_ASSIGN_OR_RETURN(std::string s, StringOperand(name, v));
-    return Value::String(fn(s));
-  };
+// jinja2's string filters take str() of any operand (soft_str: undefined is "", none "None"): ToString.
+FilterFn StringFilter(std::function<std::string(const std::string&)> fn) {
+  return [fn](const Value& v, const Args&) -> Result<Value> { return Value::String(fn(v.ToString())); };
 }
 
 // The elements of a list, a string (characters) or a dict (keys); none for undefined (jinja2's
@@ -140,7 +132,7 @@ Result<Value> Join(const Value& v, const Args& args) {
 }
 
 Result<Value> Indent(const Value& v, const Args& args) {
-  ZM_ASSIGN_OR_RETURN(std::string s, StringOperand("indent", v));
+  const std::string s = v.ToString();
   std::string pad = "    ";
   if (const Value* width = args.Get(0, "width"); width != nullptr) {
     if (width->kind() == Value::Kind::kInt) {
@@ -308,15 +300,15 @@ const std::map<std::string, FilterFn>& Registry() {
     std::map<std::string, FilterFn> r;
     r["safe"] = [](const Value& v, const Args&) -> Result<Value> { return Value::Markup(v.ToString()); };
     r["tojson"] = Tojson;
-    r["upper"] = StringFilter(AsciiUpper, "upper");
-    r["lower"] = StringFilter(AsciiLower, "lower");
-    r["title"] = StringFilter(TitleCase, "title");
-    r["capitalize"] = StringFilter(Capitalize, "capitalize");
+    r["upper"] = StringFilter(AsciiUpper);
+    r["lower"] = StringFilter(AsciiLower);
+    r["title"] = StringFilter(TitleCase);
+    r["capitalize"] = StringFilter(Capitalize);
     r["e"] = r["escape"] = [](const Value& v, const Args&) -> Result<Value> {
       return v.is_markup() ? v : Value::Markup(HtmlEscape(v.ToString()));
     };
     r["trim"] = [](const Value& v, const Args& args) -> Result<Value> {
-      ZM_ASSIGN_OR_RETURN(std::string s, StringOperand("trim", v));
+      const std::string s = v.ToString();
       const Value* chars = args.Get(0, "chars");
       return Value::String(Strip(s, chars != nullptr && chars->is_string() ? &chars->str() : nullptr, true, true));
     };
@@ -329,7 +321,7 @@ const std::map<std::string, FilterFn>& Registry() {
       return WrongOperand("length", v);
     };
     r["wordcount"] = [](const Value& v, const Args&) -> Result<Value> {
-      ZM_ASSIGN_OR_RETURN(std::string s, StringOperand("wordcount", v));
+      const std::string s = v.ToString();
       return Value::Int(static_cast<int64_t>(Split(s, nullptr, -1).size()));
     };
     for (const char* name : {"first", "last"}) {

@@ -289,11 +289,7 @@ class Lexer {
 
   // `-%}`, `-}}`, `-#}`: skips the whitespace (Python's \s) of the text after the tag.
   void SkipTextWhitespace() {
-    while (pos_ < m_.s.size()) {
-      size_t len = 0;
-      if (!IsPythonSpace(DecodeUtf8(m_.s, pos_, &len))) break;
-      pos_ += len;
-    }
+    for (size_t n; pos_ < m_.s.size() && (n = PythonSpaceLength(m_.s, pos_)) > 0;) pos_ += n;
   }
 
   void Emit(TokenKind kind, std::string text, size_t mapped_pos) {

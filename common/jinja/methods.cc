@@ -176,7 +176,6 @@ Value Unsafe(const Value& object, const std::string& name) {
 
 Value DictMethod(const Value& object, const std::string& name) {
   auto bind = [&](NativeFunction fn) { return Value::Function("dict." + name, std::move(fn)); };
-  if (IsUnsafeMutator(object, name)) return Unsafe(object, name);
   if (name == "items" || name == "keys" || name == "values") {
     return bind([object, name](const Args&) -> Result<Value> {
       ValueList out;
@@ -208,7 +207,6 @@ Value DictMethod(const Value& object, const std::string& name) {
 Value ListMethod(const Value& object, const std::string& name) {
   auto bind = [&](NativeFunction fn) { return Value::Function("list." + name, std::move(fn)); };
   if (name == "length") return Value::Int(static_cast<int64_t>(object.list().size()));
-  if (IsUnsafeMutator(object, name)) return Unsafe(object, name);
   if (name == "index" || name == "count") {
     return bind([object, name](const Args& args) -> Result<Value> {
       const Value* needle = args.Get(0, "value");
@@ -229,6 +227,7 @@ Value ListMethod(const Value& object, const std::string& name) {
 }  // namespace
 
 Value GetMethod(const Value& object, const std::string& name) {
+  if (IsUnsafeMutator(object, name)) return Unsafe(object, name);
   switch (object.kind()) {
     case Value::Kind::kString: return StringMethod(object, name);
     case Value::Kind::kDict: return DictMethod(object, name);

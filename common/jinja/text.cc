@@ -88,24 +88,33 @@ bool IsPythonSpace(uint32_t cp) {
          cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-namespace {
-
-// Byte length of the Python whitespace character starting at s[pos], or 0.
-size_t SpaceLenAt(std::string_view s, size_t pos) {
+size_t PythonSpaceLength(std::string_view s, size_t pos) {
   size_t len = 0;
   return IsPythonSpace(DecodeUtf8(s, pos, &len)) ? len : 0;
 }
 
-// Byte length of the Python whitespace character ending at s[end - 1], or 0.
-size_t SpaceLenBefore(std::string_view s, size_t end) {
-  size_t begin = end - 1;
-  while (begin > 0 && end - begin < 4 && (static_cast<unsigned char>(s[begin]) >> 6) == 2) --begin;
+namespace {
+
+// The character that ends at s[end - 1] (end > 0): true and *begin = its lead byte when the bytes before
+// `end` form one whole UTF-8 character, else false and *begin = end - 1 (the last byte alone).
+bool CharBefore(std::string_view s, size_t end, size_t* begin) {
+  size_t b = end - 1;
+  while (b > 0 && end - b < 4 && (static_cast<unsigned char>(s[b]) >> 6) == 2) --b;
   size_t len = 0;
-  const uint32_t cp = DecodeUtf8(s, begin, &len);
-  return begin + len == end && IsPythonSpace(cp) ? len : 0;
+  DecodeUtf8(s, b, &len);
+  *begin = b + len == end ? b : end - 1;
+  return b + len == end;
 }
 
-// Byte length of the character starting at s[pos] if it is one of `chars` (code points), else 0.
+// Byte length of the Python whitespace character ending at s[end - 1], or 0.
+size_t SpaceLenBefore(std::string_view s, size_t end) {
+  size_t begin = 0;
+  if (!CharBefore(s, end, &begin)) return 0;
+  return PythonSpaceLength(s, begin) == end - begin ? end - begin : 0;
+}
+
+// Byte length of the character starting at s[pos] (or ending at s[end - 1]) if it is one of `chars`
+// (code points), else 0.
 size_t CharLenAt(std::string_view s, size_t pos, const std::vector<std::string>& chars) {
   size_t len = 0;
   DecodeUtf8(s, pos, &len);
@@ -113,15 +122,9 @@ size_t CharLenAt(std::string_view s, size_t pos, const std::vector<std::string>&
 }
 
 size_t CharLenBefore(std::string_view s, size_t end, const std::vector<std::string>& chars) {
-  size_t begin = end - 1;
-  while (begin > 0 && end - begin < 4 && (static_cast<unsigned char>(s[begin]) >> 6) == 2) --begin;
-  size_t len = 0;
-  DecodeUtf8(s, begin, &len);
-  if (begin + len != end) {  // not a whole character: the last byte alone
-    begin = end - 1;
-    len = 1;
-  }
-  return std::find(chars.begin(), chars.end(), s.substr(begin, len)) != chars.end() ? len : 0;
+  size_t begin = 0;
+  CharBefore(s, end, &begin);
+  return CharLenAt(s, begin, chars) == end - begin ? end - begin : 0;
 }
 
 }  // namespace
@@ -131,7 +134,7 @@ std::string Strip(std::string_view s, const std::string* chars, bool left, bool 
   size_t begin = 0, end = s.size();
   if (left) {
     while (begin < end) {
-      const size_t n = chars == nullptr ? SpaceLenAt(s, begin) : CharLenAt(s, begin, set);
+      const size_t n = chars == nullptr ? PythonSpaceLength(s, begin) : CharLenAt(s, begin, set);
       if (n == 0 || begin + n > end) break;
       begin += n;
     }
@@ -151,14 +154,14 @@ std::vector<std::string> Split(std::string_view s, const std::string* sep, int64
   if (sep == nullptr) {
     size_t i = 0;
     while (i < s.size()) {
-      while (i < s.size() && SpaceLenAt(s, i) > 0) i += SpaceLenAt(s, i);
+      for (size_t n; i < s.size() && (n = PythonSpaceLength(s, i)) > 0;) i += n;
       if (i >= s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
         out.emplace_back(s.substr(i));  // Python keeps the rest, trailing whitespace included
         return out;
       }
       size_t j = i;
-      while (j < s.size() && SpaceLenAt(s, j) == 0) {
+      while (j < s.size() && PythonSpaceLength(s, j) == 0) {
         size_t len = 0;
         DecodeUtf8(s, j, &len);
         j += len;
@@ -186,7 +189,7 @@ std::vector<std::string> RSplit(std::string_view s, const std::string* sep, int6
       std::vector<std::string> out;
       size_t end = s.size();
       while (end > 0) {
-        while (end > 0 && SpaceLenBefore(s, end) > 0) end -= SpaceLenBefore(s, end);
+        for (size_t n; end > 0 && (n = SpaceLenBefore(s, end)) > 0;) end -= n;
         if (end == 0) break;
         if (static_cast<int64_t>(out.size()) >= maxsplit) {
           out.emplace_back(s.substr(0, end));

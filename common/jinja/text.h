@@ -27,6 +27,8 @@ bool IsSpace(char c);  // Python's ASCII whitespace: space, \t \n \v \f \r
 // Python's str.isspace() for one code point: the ASCII ones, \x1c-\x1f, U+0085, U+00A0, U+1680,
 // U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
 bool IsPythonSpace(uint32_t cp);
+// Byte length of the Python whitespace character starting at s[pos] (pos < s.size()), or 0.
+size_t PythonSpaceLength(std::string_view s, size_t pos);
 // Python str.strip/lstrip/rstrip: `chars` null strips whitespace (IsPythonSpace), else any code point
 // of *chars.
 std::string Strip(std::string_view s, const std::string* chars, bool left, bool right);

@@ -28,6 +28,33 @@ const pkg = JSON.parse(readFileSync(join(here, "package.json"), "utf8"));
 const conversations = JSON.parse(readFileSync(conversationsPath, "utf8"));
 
 const tokenText = (t) => (t === null || t === undefined ? undefined : typeof t === "string" ? t : t.content);
+const errorText = (e) => String(e && e.message ? e.message : e);
+
+// What apply_chat_template passes for `conv`: messages, tools (when given), add_generation_prompt,
+// bos_token / eos_token (when set), then the conversation's kwargs.
+function contextFor(conv, bos, eos) {
+  const context = { messages: conv.messages };
+  if (conv.tools !== undefined) context.tools = conv.tools;
+  context.add_generation_prompt = conv.add_generation_prompt;
+  if (bos !== undefined) context.bos_token = bos;
+  if (eos !== undefined) context.eos_token = eos;
+  return Object.assign(context, conv.kwargs ?? {});
+}
+
+// Adds `output` (ok true) or `error` (ok false) to `line`: template.render on a deep copy of line.context
+// (render() converts the context itself, so no render sees another's edits). `template` null: the
+// template did not parse (parseError).
+function renderInto(line, template, parseError) {
+  try {
+    if (template === null) throw new Error(parseError);
+    line.output = template.render(structuredClone(line.context));
+    line.ok = true;
+  } catch (e) {
+    line.ok = false;
+    line.error = errorText(e);
+  }
+  return line;
+}
 
 // Tokenizer-only packages (no chat template in their tokenizer_config.json, e.g. gpt-oss's o200k_harmony,
 // whose template ships as chat_template.jinja on the Hub): a pass-through template renders each ShareGPT
@@ -69,26 +96,10 @@ for (const name of Object.keys(pkg.dependencies).filter((d) => d.startsWith("@le
   const { fromPreTrained } = await import(name);
   const tokenizer = fromPreTrained();
   for (const conv of conversations) {
-    const context = { messages: conv.messages };
-    if (conv.tools !== undefined) context.tools = conv.tools;
-    context.add_generation_prompt = conv.add_generation_prompt;
-    const bos = tokenText(config.bos_token);
-    const eos = tokenText(config.eos_token);
-    if (bos !== undefined) context.bos_token = bos;
-    if (eos !== undefined) context.eos_token = eos;
-    Object.assign(context, conv.kwargs ?? {});
-    // render() converts the context itself; hand it a deep copy so no render sees another's edits
-    const line = { template: `${name}@${version}`, conversation: conv.name, source, context,
-                   tokenizer_dir: join(dir, "models") };
-    try {
-      line.output = template.render(structuredClone(context));
-      line.ok = true;
-    } catch (e) {
-      line.ok = false;
-      line.error = String(e && e.message ? e.message : e);
-    }
+    const context = contextFor(conv, tokenText(config.bos_token), tokenText(config.eos_token));
+    const line = renderInto({ template: `${name}@${version}`, conversation: conv.name, source, context,
+                              tokenizer_dir: join(dir, "models"), required: true }, template, null);
     if (line.ok) line.ids = tokenizer.encode(line.output, { add_special_tokens: false });
-    line.required = true;
     lines.push(JSON.stringify(line));
   }
 }
@@ -121,26 +132,12 @@ if (templatesDir) {
     try {
       template = new Template(source);
     } catch (e) {
-      parseError = String(e && e.message ? e.message : e);
+      parseError = errorText(e);
     }
     for (const conv of conversations) {
-      const context = { messages: conv.messages };
-      if (conv.tools !== undefined) context.tools = conv.tools;
-      context.add_generation_prompt = conv.add_generation_prompt;
-      context.bos_token = "<s>";
-      context.eos_token = "</s>";
-      Object.assign(context, conv.kwargs ?? {});
-      const line = { template: `llama.cpp/models/templates/${file}`, conversation: conv.name, source, context,
-                     required: REQUIRED.has(file) };
-      try {
-        if (template === null) throw new Error(parseError);
-        line.output = template.render(structuredClone(context));
-        line.ok = true;
-      } catch (e) {
-        line.ok = false;
-        line.error = String(e && e.message ? e.message : e);
-      }
-      lines.push(JSON.stringify(line));
+      const line = { template: `llama.cpp/models/templates/${file}`, conversation: conv.name, source,
+                     context: contextFor(conv, "<s>", "</s>"), required: REQUIRED.has(file) };
+      lines.push(JSON.stringify(renderInto(line, template, parseError)));
     }
   }
 }
