@@ -6,8 +6,9 @@
 //
 //   fp8_gemm_bench [--threads T] [--rounds R] [--rows N] [--cols K] [--matrices M] [--tokens N1,N2]
 //
-// The matrices (M of them, N x K each) are distinct buffers larger than the caches, as one decode
-// step's experts are.
+// The matrices (M of them, N x K each) lie one after the other in one buffer per dtype, larger than
+// the caches and advised into 2 MiB pages (MADV_HUGEPAGE), as a decode step's resident experts are
+// (common/file_util.h MappedFile).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "kernels/bf16_gemm.h"
 
@@ -49,9 +52,20 @@ std::vector<int64_t> ParseList(const char* s) {
   return out;
 }
 
+// `bytes` in 2 MiB-aligned memory advised into huge pages (a hint; fine when refused); never freed.
+void* HugePageBuffer(size_t bytes) {
+  const size_t huge = size_t{2} << 20, rounded = (bytes + huge - 1) / huge * huge;
+  void* p = std::aligned_alloc(huge, rounded);
+  if (p == nullptr) {
+    std::fprintf(stderr, "fp8_gemm_bench: cannot allocate %zu bytes\n", rounded);
+    std::exit(1);
+  }
+  (void)::madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
 // Seconds for one pass over every matrix with n tokens, rows split over the threads.
-double Pass(const Options& o, bool fp8, const std::vector<std::vector<uint16_t>>& bf16,
-            const std::vector<std::vector<uint8_t>>& f8, const std::vector<float>& scales, const std::vector<float>& x,
+double Pass(const Options& o, bool fp8, const uint16_t* bf16, const uint8_t* f8, const std::vector<float>& scales, const std::vector<float>& x,
             std::vector<float>& y, int64_t n) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
@@ -62,12 +76,12 @@ double Pass(const Options& o, bool fp8, const std::vector<std::vector<uint16_t>>
         a.w.rows = o.rows;
         a.w.cols = o.cols;
         if (fp8) {
-          a.w.f8 = f8[static_cast<size_t>(m)].data();
+          a.w.f8 = f8 + m * o.rows * o.cols;
           a.w.f8_scale = scales.data();
           a.w.block_rows = 128;
           a.w.block_cols = 128;
         } else {
-          a.w.bf16 = bf16[static_cast<size_t>(m)].data();
+          a.w.bf16 = bf16 + m * o.rows * o.cols;
         }
         a.x = x.data();
         a.n = n;
@@ -104,18 +118,15 @@ int main(int argc, char** argv) {
   }
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<std::vector<uint16_t>> bf16(static_cast<size_t>(o.matrices));
-  std::vector<std::vector<uint8_t>> f8(static_cast<size_t>(o.matrices));
-  for (int m = 0; m < o.matrices; ++m) {
-    bf16[static_cast<size_t>(m)].resize(static_cast<size_t>(o.rows * o.cols));
-    f8[static_cast<size_t>(m)].resize(static_cast<size_t>(o.rows * o.cols));
-    for (int64_t i = 0; i < o.rows * o.cols; ++i) {
-      const float v = normal(rng);
-      uint32_t bits;
-      std::memcpy(&bits, &v, 4);
-      bf16[static_cast<size_t>(m)][static_cast<size_t>(i)] = static_cast<uint16_t>(bits >> 16);
-      f8[static_cast<size_t>(m)][static_cast<size_t>(i)] = static_cast<uint8_t>(rng() & 0xf7);  // no NaN codes
-    }
+  const size_t count = static_cast<size_t>(o.matrices * o.rows * o.cols);
+  uint16_t* bf16 = static_cast<uint16_t*>(HugePageBuffer(count * sizeof(uint16_t)));
+  uint8_t* f8 = static_cast<uint8_t*>(HugePageBuffer(count));
+  for (size_t i = 0; i < count; ++i) {
+    const float v = normal(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    bf16[i] = static_cast<uint16_t>(bits >> 16);
+    f8[i] = static_cast<uint8_t>(rng() & 0xf7);  // no NaN codes
   }
   std::vector<float> scales(static_cast<size_t>(((o.rows + 127) / 128) * ((o.cols + 127) / 128)), 1e-3f);
   const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());

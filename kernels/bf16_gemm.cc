@@ -14,7 +14,6 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define ZIPMOE_GEMM_X86 1
-#include <cpuid.h>
 #endif
 #if defined(__aarch64__)
 #define ZIPMOE_GEMM_NEON 1
@@ -51,22 +50,13 @@ float WeightAt(const GemmWeights& w, int64_t index) {
   return f;
 }
 
-#if defined(ZIPMOE_GEMM_X86)
-// CPUID.1:ECX.F16C[bit 29] (clang's __builtin_cpu_supports has no "f16c").
-bool CpuHasF16c() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(1, &a, &b, &c, &d) != 0 && ((c >> 29) & 1u) != 0;
-}
-#endif
-
 // True when the CPU (and OS) can run `isa`'s variant.
 bool CpuSupports(GemmIsa isa) {
 #if defined(ZIPMOE_GEMM_X86)
   __builtin_cpu_init();
-  // F16C (AVX2) and AVX512VL (AVX-512) serve the FP8 weights (vcvtph2ps, 256-bit masks); every CPU
-  // with AVX2 / AVX512BW that has shipped has them.
+  // AVX512VL serves the FP8 weights (256-bit byte compares); every CPU with AVX512BW that has shipped has it.
   if (isa == GemmIsa::kAvx2)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (isa == GemmIsa::kAvx512)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");

@@ -23,12 +23,16 @@
 // Variants (picked at run time by BestGemmIsa; each ISA lives in its own translation unit compiled
 // with that ISA's flags, reached only after CPUID says the CPU has it):
 //   kScalar   the reference, plain C++ (std::fma); any CPU.
-//   kAvx2     x86-64 with AVX2 + FMA (+ F16C for FP8): 2 x 8 lanes per block.
+//   kAvx2     x86-64 with AVX2 + FMA: 2 x 8 lanes per block.
 // MXFP4 weights are decoded in registers on every variant and at every batch size (a table of the E2M1
 // values times the block's scale, indexed by the nibbles: AVX-512 vpshufb + vpermps over 16 signed
 // values, AVX2 vpermps over 8 magnitudes + the sign bit, NEON TBL of IEEE half high bytes + FCVTL + one
 // multiply); four rows per decode (GEMV) tile, as FP8 has more than BF16: the decode, not memory, bounds it.
 //   kAvx512   x86-64 with AVX-512 F/BW/VL: 16 lanes per block, 4-row x 4-token register tiles.
+// FP8 weights on x86 (kAvx2, kAvx512): each byte sign-extended and shifted into a float32 whose value is
+// the E4M3 value / 2^120 (exact; MXCSR.DAZ is cleared around the call so that E4M3 subnormals, float32
+// subnormals there, read exactly), times scale * 2^120: the formula's one rounding. Row tiles holding a
+// NaN code or a scale >= 2^8 (the rare cases this does not cover) take a checked path with the same bits.
 //   kNeon     AArch64 (Jetson's Cortex-A78AE): 4 x 4 lanes per block.
 //   kAvx512Bf16  x86-64 with AVX512_BF16 (vdpbf16ps): BF16 weights times the activation split into
 //             two BF16 halves (hi + lo: 16 significant bits), 32 columns per instruction, no widening

@@ -10,6 +10,10 @@
 namespace zipmoe::kernels {
 namespace {
 
+constexpr unsigned kMxcsrDaz = 1u << 6;  // MXCSR.DAZ: denormal inputs read as zero
+
+struct Avx2Safe;
+
 struct Avx2 {
   struct Acc {
     __m256 lo, hi;
@@ -33,15 +37,26 @@ struct Avx2 {
     return _mm256_castsi256_ps(_mm256_or_si256(_mm256_or_si256(sign, mant), _mm256_slli_epi32(ev, 23)));
   }
 
-  // 8 FP8 E4M3 weights from 8 bytes through IEEE half, exact (as Avx512::LoadF8; F16C), times `scale`.
-  static __m256 F8x8(const uint8_t* p, __m256 scale) {
-    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m128i x7 = _mm_slli_epi16(b, 7);
-    __m128i h = _mm_add_epi16(x7, _mm_and_si128(x7, _mm_set1_epi16(0x4000)));
-    const __m128i mag_mask = _mm_set1_epi16(0x3f80);
-    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, mag_mask), mag_mask);
-    h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7e00), nan);
-    return _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)), scale);
+  // 8 FP8 E4M3 weights from 8 bytes as the E4M3 value / 2^120 (as Avx512::Shifted: sign-extended,
+  // shifted left by 20, masked; exact, subnormals read while MXCSR.DAZ is clear). NaN codes and scales
+  // >= 2^8 are left to Avx2Safe (F8TileNeedsSafe).
+  static constexpr bool kF8Scan = true;
+  using Safe = Avx2Safe;
+  static __m256 F8x8(const uint8_t* p) {
+    const __m256i b = _mm256_slli_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 20);
+    return _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32(static_cast<int>(0x87f00000u))));
+  }
+  static bool F8TileNeedsSafe(const GemmArgs& a, int64_t r, int rows) {
+    const uint8_t* p = a.w.f8 + r * a.w.cols;
+    const int64_t n = rows * a.w.cols;
+    const __m256i high = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi8(static_cast<char>(0xff));
+    __m256i nan = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+      nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), high), ones));
+    bool any = _mm256_movemask_epi8(nan) != 0;
+    for (; i < n; ++i) any |= (p[i] & 0x7fu) == 0x7fu;
+    return any || gemm_tile::F8ScalesNeedSafe(a, r, rows);
   }
 
   // MXFP4: the 8 E2M1 magnitudes times the block's scale (exact products, or the overflow's inf), looked
@@ -70,8 +85,8 @@ struct Avx2 {
   }
   static Acc Zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static Vec LoadF8(const uint8_t* p, float scale) {
-    const __m256 s = _mm256_set1_ps(scale);
-    return {F8x8(p, s), F8x8(p + 8, s)};
+    const __m256 s = _mm256_set1_ps(scale * 0x1p120f);
+    return {_mm256_mul_ps(F8x8(p), s), _mm256_mul_ps(F8x8(p + 8), s)};
   }
   static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
     *w0 = LoadF8(p, scale);
@@ -94,8 +109,39 @@ struct Avx2 {
   }
 };
 
+
+// The FP8 tiles Avx2 leaves: NaN codes set to the quiet NaN, a scale whose product with 2^120
+// overflows applied as two multiplications (by 2^120, exact, then by the scale).
+struct Avx2Safe : Avx2 {
+  static constexpr bool kF8Scan = false;
+  static __m256 Scaled(const uint8_t* p, float scale) {
+    __m256 v = F8x8(p);
+    const __m256i mag = _mm256_set1_epi32(0x07f00000);
+    const __m256i bits = _mm256_castps_si256(v);
+    v = _mm256_castsi256_ps(_mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000),
+                                               _mm256_cmpeq_epi32(_mm256_and_si256(bits, mag), mag)));
+    const float s120 = scale * 0x1p120f;
+    if (__builtin_isinf(s120)) return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(0x1p120f)), _mm256_set1_ps(scale));
+    return _mm256_mul_ps(v, _mm256_set1_ps(s120));
+  }
+  static Vec LoadF8(const uint8_t* p, float scale) { return {Scaled(p, scale), Scaled(p + 8, scale)}; }
+  static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
+    *w0 = LoadF8(p, scale);
+    *w1 = LoadF8(p + 16, scale);
+  }
+};
+
 }  // namespace
 
-void Bf16GemmAvx2(const GemmArgs& a) { gemm_tile::Gemm<Avx2>(a); }
+void Bf16GemmAvx2(const GemmArgs& a) {
+  if (a.w.f8 == nullptr) {
+    gemm_tile::Gemm<Avx2>(a);
+    return;
+  }
+  const unsigned csr = _mm_getcsr();  // FP8 reads float32 subnormals (F8x8): denormals-are-zero off
+  if ((csr & kMxcsrDaz) != 0) _mm_setcsr(csr & ~kMxcsrDaz);
+  gemm_tile::Gemm<Avx2>(a);
+  if ((csr & kMxcsrDaz) != 0) _mm_setcsr(csr);
+}
 
 }  // namespace zipmoe::kernels

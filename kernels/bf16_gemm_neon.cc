@@ -10,6 +10,8 @@ namespace zipmoe::kernels {
 namespace {
 
 struct Neon {
+  static constexpr bool kF8Scan = false;  // LoadF8 handles every code and scale
+  using Safe = Neon;
   struct Acc {
     float32x4_t v0, v1, v2, v3;
   };

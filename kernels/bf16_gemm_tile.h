@@ -9,6 +9,9 @@
 //   V::LoadF8(const uint8_t* p, float scale)    16 FP8 E4M3 weights decoded exactly, times `scale`
 //                            (one fp32 multiplication each: GemmWeights' FP8 formula)
 //   V::LoadF8x2(p, scale, &w0, &w1)             32 of them (columns k..k+15, k+16..k+31), one block
+//   V::kF8Scan, V::Safe, V::F8TileNeedsSafe(a, r, rows)   when kF8Scan, LoadF8 covers finite codes and
+//                            scales < 2^8 only: row tiles for which F8TileNeedsSafe is true (a NaN code,
+//                            a larger scale) are computed by V::Safe, which covers all (kF8Scan false)
 //   V::Store(float* p, Vec v)                    16 floats to p (FP8 batches dequantize a tile once)
 //   V::Fp4Table, V::MakeFp4Table(float scale)   what LoadMxfp4 needs for one 32-column block of scale `scale`
 //                            (the 16 E2M1 values times the scale: one fp32 multiplication each, exact)
@@ -95,6 +98,18 @@ inline float WeightAt(const GemmWeights& w, int64_t index) {
   return f;
 }
 
+// True when a scale of rows [r, r + rows) is not below 2^8 in magnitude (or inf / NaN): LoadF8's
+// multiplication by scale * 2^120 would overflow (the V::kF8Scan variants).
+inline bool F8ScalesNeedSafe(const GemmArgs& a, int64_t r, int rows) {
+  const int64_t scale_cols = (a.w.cols + a.w.block_cols - 1) / a.w.block_cols;
+  for (int64_t br = r / a.w.block_rows; br <= (r + rows - 1) / a.w.block_rows; ++br) {
+    const float* s = a.w.f8_scale + br * scale_cols;
+    for (int64_t c = 0; c < scale_cols; ++c)
+      if (!(__builtin_fabsf(s[c]) < 256.0f)) return true;
+  }
+  return false;
+}
+
 // Tokens per outer block: their activations stay in L2 while every row tile of the range streams by.
 constexpr int64_t kTokenBlock = 64;
 
@@ -156,6 +171,12 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   if constexpr (kEnc == Encoding::kMxfp4) {
     TileMxfp4<V, R, T>(a, r, t);
     return;
+  }
+  if constexpr (kEnc == Encoding::kF8 && V::kF8Scan) {
+    if (V::F8TileNeedsSafe(a, r, R)) {
+      Tile<typename V::Safe, kEnc, R, T>(a, r, t);
+      return;
+    }
   }
   const int64_t cols = a.w.cols;
   const int64_t kb = cols / 16;
@@ -276,27 +297,40 @@ inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
   for (; r < a.row_end; ++r) RowTile<V, kEnc, 1, T>(a, r, t0, t1);
 }
 
+// Rows [r0, r0 + rows) of FP8 weights dequantized into buf (float32, row-major, cols per row).
+template <class V>
+inline void RowsF8Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf) {
+  const int64_t cols = a.w.cols, bc = a.w.block_cols;
+  const int64_t scale_cols = (cols + bc - 1) / bc;
+  for (int i = 0; i < rows; ++i) {
+    const float* srow = a.w.f8_scale + ((r0 + i) / a.w.block_rows) * scale_cols;
+    const uint8_t* q = a.w.f8 + (r0 + i) * cols;
+    float* out = buf + i * cols;
+    for (int64_t k0 = 0, b = 0; k0 < cols; k0 += bc, ++b) {
+      const float scale = srow[b];
+      const int64_t k1 = k0 + bc < cols ? k0 + bc : cols;
+      int64_t k = k0;
+      for (; k + 16 <= k1; k += 16) V::Store(out + k, V::LoadF8(q + k, scale));
+      for (; k < k1; ++k) out[k] = F8ToFloat(q[k]) * scale;
+    }
+  }
+}
+
 // FP8 batches of at least two token tiles (prefill of dense weights, popular experts): decoding a
 // weight costs more than the FMAs of a few tokens, so each tile of rows is dequantized once per token
 // block into `buf` (float32, the exact values LoadF8 gives) and multiplied as F32 weights: the same
 // bits, the decode shared by every token tile of the block. Smaller batches decode in the tile.
 template <class V, int R, int T>
 inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
-  const int64_t cols = a.w.cols, bc = a.w.block_cols;
-  const int64_t scale_cols = (cols + bc - 1) / bc;
+  const int64_t cols = a.w.cols;
   const auto dequantize = [&](int64_t r0, int rows) {
-    for (int i = 0; i < rows; ++i) {
-      const float* srow = a.w.f8_scale + ((r0 + i) / a.w.block_rows) * scale_cols;
-      const uint8_t* q = a.w.f8 + (r0 + i) * cols;
-      float* out = buf + i * cols;
-      for (int64_t k0 = 0, b = 0; k0 < cols; k0 += bc, ++b) {
-        const float scale = srow[b];
-        const int64_t k1 = k0 + bc < cols ? k0 + bc : cols;
-        int64_t k = k0;
-        for (; k + 16 <= k1; k += 16) V::Store(out + k, V::LoadF8(q + k, scale));
-        for (; k < k1; ++k) out[k] = F8ToFloat(q[k]) * scale;
+    if constexpr (V::kF8Scan) {
+      if (V::F8TileNeedsSafe(a, r0, rows)) {
+        RowsF8Dequantize<typename V::Safe>(a, r0, rows, buf);
+        return;
       }
     }
+    RowsF8Dequantize<V>(a, r0, rows, buf);
   };
   GemmArgs sub = a;
   sub.w.f8 = nullptr;

@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include "common/dtype.h"
 #include "kernels/bf16_gemm.h"
 #include "tests/kernels/expect_bits.h"
@@ -148,6 +152,41 @@ TEST_P(Fp8GemmIsaTest, NanCodesGiveNanOutputsAsTheReference) {
   for (float v : want) any_nan |= std::isnan(v);
   EXPECT_TRUE(any_nan);  // random bytes over 384 weights include 0x7f / 0xff
 }
+
+// Scales whose product with 2^120 overflows float32 (>= 2^8: the x86 variants then multiply by 2^120
+// and the scale in turn) and subnormal scales give the reference's bits too.
+TEST_P(Fp8GemmIsaTest, LargeAndSubnormalScalesAsTheReference) {
+  for (const float s : {256.0f, 1000.0f, 3.0e38f, 1.0e-40f, 1.0e-45f}) {
+    Fp8Problem p(9, 96, 2, 4, 32, 123);
+    for (size_t i = 0; i < p.scale.size(); ++i) p.scale[i] = i % 2 == 0 ? s : 1.0e-3f;
+    std::vector<float> want, got;
+    Bf16GemmReference(p.Args(true, false, want));
+    ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, false, got)).ok());
+    ExpectSameBits(want, got, "scale " + std::to_string(s));
+    p.n = 1;  // the decode path
+    Bf16GemmReference(p.Args(true, false, want));
+    ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, false, got)).ok());
+    ExpectSameBits(want, got, "decode, scale " + std::to_string(s));
+  }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// The x86 variants read E4M3 subnormals as float32 subnormals: a caller's MXCSR.DAZ (denormal inputs
+// read as zero, e.g. torch.set_flush_denormal) must not change the product, and comes back as it was.
+TEST_P(Fp8GemmIsaTest, DenormalsAreZeroModeDoesNotChangeTheProduct) {
+  const Fp8Problem p(17, 257, 1, 16, 64, 77);  // random bytes: 1 in 16 has exponent 0
+  std::vector<float> want, got;
+  Bf16GemmReference(p.Args(true, false, want));
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | (1u << 6));
+  const Status status = Bf16GemmWithIsa(GetParam(), p.Args(true, false, got));
+  const unsigned after = _mm_getcsr();
+  _mm_setcsr(csr);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(after, csr | (1u << 6));
+  ExpectSameBits(want, got, "with MXCSR.DAZ set");
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, Fp8GemmIsaTest,
                          ::testing::Values(GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon,
