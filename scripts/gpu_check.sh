@@ -223,12 +223,15 @@ if want trained && [ -x "$Z" ]; then
     echo "$(basename "$f" .log): $(grep -o '"generated_ids":\[[0-9,]*\]' "$f" | head -1) $(grep -o '"tpot_s":[0-9.e-]*' "$f" | head -1)" >>"$SUMMARY"
   done
 fi
-# 5. Every architecture (synthetic tiny checkpoints): CUDA from the checkpoint, from the compressed
+# 5. Every architecture (synthetic tiny checkpoints, two of them FP8): CUDA from the checkpoint, from the compressed
 #    directory and under a 30 % budget must give the same bytes; CUDA vs the CPU: same tokens.
 if want archs && [ -x "$Z" ]; then
-  for arch in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2; do
+  for spec in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2 glm4_moe deepseek_v3:fp8 glm4_moe:fp8; do
+    arch=${spec/:/_}  # FP8 checkpoints (issue 40): dense weights dequantized at load, experts into their slots
+    dtype_flag=""
+    [ "${spec#*:}" = fp8 ] && dtype_flag="--dtype fp8"
     d=/tmp/zipmoe-gpu-$arch
-    step "synth_$arch" $Z synth --arch $arch --preset tiny --out "$d/ckpt" --router-skew 0.5 || continue
+    step "synth_$arch" $Z synth --arch ${spec%%:*} $dtype_flag --preset tiny --out "$d/ckpt" --router-skew 0.5 || continue
     step "compress_$arch" $Z compress "$d/ckpt" "$d/zip" --force || continue
     V=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$d/ckpt/config.json")
     for run in "ckpt cpu" "ckpt cuda" "zip cuda" "zip cuda 30%"; do

@@ -194,7 +194,8 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     // now (the provider itself, not the observed one: a preload is no routing).
     if (impl->loaded->resident_experts != nullptr && options.expert_provider == nullptr) {
       Status preloaded = TorchBoundary("preloading the device F slots", [&]() -> Status {
-        return PreloadDeviceExperts(impl->loaded->config, *impl->loaded->resident_experts, *cache).status();
+        return PreloadDeviceExperts(impl->loaded->config, impl->loaded->weights.layers, *impl->loaded->resident_experts,
+                                    *cache).status();
       });
       ZM_RETURN_IF_ERROR(preloaded);
     }

@@ -12,6 +12,7 @@
 #include "common/file_util.h"
 #include "common/checkpoint/fused_experts.h"
 #include "common/checkpoint/manifest.h"
+#include "kernels/fp8_dequant.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
@@ -72,19 +73,23 @@ class Loader {
     return reinterpret_cast<const float*>(s.data);
   }
 
-  // An F8_E4M3 linear weight: a uint8 view with its scales attached (CPU only).
+  // An F8_E4M3 linear weight: for the CPU kernels (float32 on the CPU) a uint8 view with its scales
+  // attached; otherwise (a GPU executor, or a BF16 compute dtype) the dequantized weight
+  // (e4m3 * weight_scale_inv in float32, kernels/fp8_dequant.h) in the compute dtype.
   Result<at::Tensor> GetFp8(const TensorView& v, const std::string& name) const {
     if (!c_.fp8())
       return Status::InvalidArgument(fmt::format(
           "{}: tensor '{}' is F8_E4M3 but {} has no FP8 quantization_config (block sizes)", v.file, name, c_.source));
     if (v.spec.shape.size() != 2)
       return Status::InvalidArgument(fmt::format("{}: F8_E4M3 tensor '{}' is not a matrix", v.file, name));
-    if (!o_.device.is_cpu())
-      return Status::InvalidArgument(fmt::format(
-          "{}: FP8 checkpoints run on the CPU executor; the {} path does not read F8_E4M3 weights yet", m_.dir,
-          o_.device.str()));
     const int64_t rows = v.spec.shape[0], cols = v.spec.shape[1];
     ZM_ASSIGN_OR_RETURN(const float* scales, Fp8ScalesOf(name, rows, cols));
+    if (!o_.device.is_cpu() || o_.dtype != at::kFloat) {  // not the CPU kernels: dequantized once, in the compute dtype
+      at::Tensor w32 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat));
+      kernels::DequantizeF8E4M3ToFloatReference(static_cast<const uint8_t*>(v.data), scales, rows, cols,
+                                                c_.fp8_block_rows, c_.fp8_block_cols, w32.data_ptr<float>());
+      return w32.to(o_.device, o_.dtype).contiguous();
+    }
     at::Tensor weight =
         at::from_blob(const_cast<uint8_t*>(v.data), {rows, cols}, at::TensorOptions().dtype(at::kByte));
     const int64_t br = c_.fp8_block_rows, bc = c_.fp8_block_cols;

@@ -9,6 +9,7 @@
 
 #include "common/trace_events.h"
 #include "kernels/bf16_gemm.h"
+#include "kernels/fp8_dequant.h"
 #include "kernels/recovery.h"
 #include "services/executor/cpu_ops.h"
 #include "services/executor/moe_device.h"
@@ -249,15 +250,8 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       const std::vector<int64_t>& rows = assign.token_rows[slot];
       const int64_t m = static_cast<int64_t>(rows.size());
       cpu::MlpJob j;
-      std::array<const float*, 3> scales = {nullptr, nullptr, nullptr};
-      if (ew.dtype == DType::kF8E4M3) {
-        if (static_cast<size_t>(ew.expert_id) >= w.expert_scales.size() || w.expert_scales[ew.expert_id][0] == nullptr ||
-            w.expert_scales[ew.expert_id][1] == nullptr || w.expert_scales[ew.expert_id][2] == nullptr)
-          return Status::InvalidArgument(fmt::format(
-              "layer {} expert {}: FP8 weights without block scales (the model's config has no FP8 "
-              "quantization_config, or its checkpoint lacks the experts' weight_scale_inv)", layer_id, ew.expert_id));
-        scales = w.expert_scales[static_cast<size_t>(ew.expert_id)];
-      }
+      ZM_ASSIGN_OR_RETURN(const Fp8ExpertScales fp8, ExpertFp8Scales(config, w, layer_id, ew));
+      const std::array<const float*, 3>& scales = fp8.scale_inv;
       j.gate = ExpertMatrix(config, ew, ew.gate, ew.gate_planes, inter, hidden, scales[0], keep);
       j.up = ExpertMatrix(config, ew, ew.up, ew.up_planes, inter, hidden, scales[1], keep);
       j.down = ExpertMatrix(config, ew, ew.down, ew.down_planes, hidden, inter, scales[2], keep);
@@ -348,7 +342,23 @@ at::Tensor SharedExpertForward(const ModelConfig& config, const LayerWeights& w,
   return shared;
 }
 
-at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
+Result<Fp8ExpertScales> ExpertFp8Scales(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
+                                        const ExpertWeightsView& ew) {
+  Fp8ExpertScales fp8;
+  if (ew.dtype != DType::kF8E4M3) return fp8;
+  const size_t e = static_cast<size_t>(ew.expert_id);
+  if (!config.fp8() || e >= w.expert_scales.size() || w.expert_scales[e][0] == nullptr ||
+      w.expert_scales[e][1] == nullptr || w.expert_scales[e][2] == nullptr)
+    return Status::InvalidArgument(fmt::format(
+        "layer {} expert {}: FP8 weights without block scales (the model's config has no FP8 "
+        "quantization_config, or its checkpoint lacks the experts' weight_scale_inv)", layer_id, ew.expert_id));
+  fp8.scale_inv = w.expert_scales[e];
+  fp8.block_rows = config.fp8_block_rows;
+  fp8.block_cols = config.fp8_block_cols;
+  return fp8;
+}
+
+at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const Fp8ExpertScales& fp8) {
   const int64_t inter = ew.intermediate, hidden = ew.hidden;
   if (x.is_cpu() && x.scalar_type() == at::kFloat && ew.dtype == DType::kBF16) {
     const auto matrix = [&](const void* bf16, const ExpertPlanes& planes, int64_t rows, int64_t cols) {
@@ -371,17 +381,25 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x) {
   }
   // An expert served as its E/SM planes (a provider recovering nothing for a GPU executor) is
   // recovered here on the CPU (BF16, bit-exact) before it is converted for x's device.
-  const auto tensor = [&](const void* data, const ExpertPlanes& planes, int64_t rows, int64_t cols) {
+  const auto tensor = [&](const void* data, const ExpertPlanes& planes, int64_t rows, int64_t cols,
+                          const float* scale_inv) {
+    if (ew.dtype == DType::kF8E4M3) {
+      ZM_CHECK(scale_inv != nullptr) << "FP8 expert " << ew.expert_id << " without its scales";
+      at::Tensor w32 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat));
+      kernels::DequantizeF8E4M3ToFloatReference(static_cast<const uint8_t*>(data), scale_inv, rows, cols,
+                                                fp8.block_rows, fp8.block_cols, w32.data_ptr<float>());
+      return w32.to(x.device(), x.scalar_type());
+    }
     if (data != nullptr) return WrapExpertTensor(data, ew.dtype, rows, cols).to(x.device(), x.scalar_type());
     at::Tensor bf16 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kBFloat16));
     kernels::RecoverBf16Cpu(planes.e, planes.sm, static_cast<uint16_t*>(bf16.data_ptr()), rows * cols);
     return bf16.to(x.device(), x.scalar_type());
   };
   MlpWeights expert;  // CPU: F32 used in place, F16 widened (exact); GPU: converted for the device
-  expert.up = tensor(ew.up, ew.up_planes, inter, hidden);
-  expert.down = tensor(ew.down, ew.down_planes, hidden, inter);
+  expert.up = tensor(ew.up, ew.up_planes, inter, hidden, fp8.scale_inv[1]);
+  expert.down = tensor(ew.down, ew.down_planes, hidden, inter, fp8.scale_inv[2]);
   if (!ew.gated) return Linear(at::relu(Linear(x, expert.up)), expert.down);
-  expert.gate = tensor(ew.gate, ew.gate_planes, inter, hidden);
+  expert.gate = tensor(ew.gate, ew.gate_planes, inter, hidden, fp8.scale_inv[0]);
   return MlpForward(expert, x);
 }
 
@@ -493,12 +511,13 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
     ZM_ASSIGN_OR_RETURN(size_t slot, CheckLease(config, assign, layer_id, hidden, ew, delivered));
     delivered[slot] = true;
     const std::vector<int64_t>& token_rows = assign.token_rows[slot];
+    ZM_ASSIGN_OR_RETURN(const Fp8ExpertScales fp8, ExpertFp8Scales(config, w, layer_id, ew));
     if (!where.empty() && where[slot] == scheduler::ExpertDevice::kCpu) {
       if (!x_cpu.defined()) x_cpu = x.to(at::kCPU, at::kFloat).contiguous();
       const at::Tensor cpu_rows = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong));
       const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat)).unsqueeze(1);
       rows[slot] = cpu_rows.to(device);
-      outputs[slot] = (ExpertForward(ew, x_cpu.index_select(0, cpu_rows)) * weight).to(device, dtype);
+      outputs[slot] = (ExpertForward(ew, x_cpu.index_select(0, cpu_rows), fp8) * weight).to(device, dtype);
       continue;
     }
     rows[slot] = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong)).to(device);
@@ -506,7 +525,7 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
     const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat))
                                   .to(device, dtype)
                                   .unsqueeze(1);
-    outputs[slot] = ExpertForward(ew, xe) * weight;  // expert(x) * routing_weights[top_x, idx, None]
+    outputs[slot] = ExpertForward(ew, xe, fp8) * weight;  // expert(x) * routing_weights[top_x, idx, None]
   }
   ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
 

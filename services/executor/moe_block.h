@@ -18,6 +18,8 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
+
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -41,14 +43,29 @@ at::Tensor MlpForward(const MlpWeights& w, const at::Tensor& x);
 // undefined when the layer has none.
 at::Tensor SharedExpertForward(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x);
 
+// The block scales of one FP8 expert (LayerWeights::expert_scales: gate, up, down
+// `weight_scale_inv`, float32 [ceil(rows / block_rows), ceil(cols / block_cols)] each, host memory).
+struct Fp8ExpertScales {
+  std::array<const float*, 3> scale_inv{};
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+};
+
+// The scales of expert `ew` of layer `layer_id` when it is FP8 (all null otherwise). Errors:
+// kInvalidArgument naming the layer and expert when an FP8 expert has none (no FP8
+// quantization_config, or no weight_scale_inv in the checkpoint).
+Result<Fp8ExpertScales> ExpertFp8Scales(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
+                                        const ExpertWeightsView& ew);
+
 // One routed expert, down(silu(gate(x)) * up(x)) (or down(relu(up(x))) for a gate-less expert,
 // ExpertWeightsView::gated false), on its tokens x: [m, hidden] -> [m, hidden].
 // CPU float32: BF16 weights are read in place by the kernels (kernels/bf16_gemm.h), from the
 // interleaved BF16 tensors or, when the provider serves the expert unrecovered, straight from its
 // E/SM planes (recovery fused into the matmul; the same bits either way); F32 experts are read in
 // place and F16 ones widened (exact), through the same kernels (Linear). On the GPU the tensors are
-// converted to x's dtype and device (planes recovered on the CPU first).
-at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x);
+// converted to x's dtype and device (planes recovered on the CPU first; FP8 dequantized to float32
+// with `fp8`'s scales first, kernels/fp8_dequant.h).
+at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const Fp8ExpertScales& fp8 = {});
 
 // The next MoE layer, for prefetching (ExpertProvider::Prefetch): its id, weights (its router) and,
 // for PrefetchMode::kResidual, the calibrated residual r added to this layer's router input

@@ -10,6 +10,7 @@
 
 #include "common/trace_events.h"
 #include "kernels/device_memory.h"
+#include "kernels/fp8_dequant.h"
 #include "kernels/grouped_expert.h"
 #include "kernels/recovery.h"
 #include "services/executor/routing.h"
@@ -40,9 +41,9 @@ struct PackedTables {
 // wait (the provider may need those staging slots to start the layer's next experts: it never has all
 // of a layer in flight at once) and at the end, each time after the device has finished reading
 // their host memory. A failed fill drops its slot; errors name the layer and expert.
-Status FillFromProvider(const ModelConfig& config, const ExpertAssignment& assign, std::vector<bool>& delivered,
-                        ExpertProvider& provider, DeviceExpertCache& cache, int32_t layer_id, size_t count,
-                        const std::function<void(size_t, at::Tensor&)>& filled) {
+Status FillFromProvider(const ModelConfig& config, const LayerWeights& w, const ExpertAssignment& assign,
+                        std::vector<bool>& delivered, ExpertProvider& provider, DeviceExpertCache& cache,
+                        int32_t layer_id, size_t count, const std::function<void(size_t, at::Tensor&)>& filled) {
   std::vector<std::unique_ptr<ExpertLease>> leases;
   bool reads_host = false;
   const auto release = [&]() -> Status {
@@ -60,8 +61,9 @@ Status FillFromProvider(const ModelConfig& config, const ExpertAssignment& assig
     const ExpertWeightsView& ew = lease->weights();
     ZM_ASSIGN_OR_RETURN(size_t index, CheckLease(config, assign, layer_id, config.hidden_size, ew, delivered));
     delivered[index] = true;
+    ZM_ASSIGN_OR_RETURN(const Fp8ExpertScales fp8, ExpertFp8Scales(config, w, layer_id, ew));
     at::Tensor& slot = cache.Insert(layer_id, ew.expert_id);
-    const Status st = FillDeviceSlot(ew, slot, &reads_host);
+    const Status st = FillDeviceSlot(ew, slot, &reads_host, ew.dtype == DType::kF8E4M3 ? &fp8 : nullptr);
     if (!st.ok()) {
       cache.Erase(layer_id, ew.expert_id);
       return Status(st.code(), fmt::format("layer {} expert {}: {}", layer_id, ew.expert_id, st.message()));
@@ -74,14 +76,44 @@ Status FillFromProvider(const ModelConfig& config, const ExpertAssignment& assig
 
 }  // namespace
 
-Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads_host) {
+Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads_host, const Fp8ExpertScales* fp8) {
   const int64_t n = ew.intermediate * ew.hidden;
   auto* base = static_cast<uint16_t*>(slot.data_ptr());
   const void* data[3] = {ew.gate, ew.up, ew.down};
   const ExpertPlanes planes[3] = {ew.gate_planes, ew.up_planes, ew.down_planes};
   const int64_t rows[3] = {ew.intermediate, ew.intermediate, ew.hidden};
+  if (ew.dtype == DType::kF8E4M3) {
+    if (ew.planes()) return Status::InvalidArgument("FP8 experts arrive as bytes, not as E/SM planes");
+    if (fp8 == nullptr || fp8->block_rows <= 0 || fp8->block_cols <= 0 || fp8->scale_inv[0] == nullptr ||
+        fp8->scale_inv[1] == nullptr || fp8->scale_inv[2] == nullptr)
+      return Status::InvalidArgument("an FP8 expert without its weight_scale_inv blocks");
+  }
   for (int m = 0; m < 3; ++m) {
     uint16_t* out = base + m * n;
+    const int64_t cols = n / rows[m];
+    if (ew.dtype == DType::kF8E4M3) {
+      const auto* q = static_cast<const uint8_t*>(data[m]);
+      const int64_t br = fp8->block_rows, bc = fp8->block_cols;
+      if (slot.is_cpu()) {  // the tests' CPU stand-in
+        kernels::DequantizeF8E4M3ToBf16Reference(q, fp8->scale_inv[m], rows[m], cols, br, bc, out);
+        continue;
+      }
+      const int64_t scales = ((rows[m] + br - 1) / br) * ((cols + bc - 1) / bc);
+      const at::Tensor ds = at::from_blob(const_cast<float*>(fp8->scale_inv[m]), {scales},
+                                          at::TensorOptions().dtype(at::kFloat))
+                                .to(slot.device());
+      at::Tensor dq;
+      const void* alias = kernels::DeviceAliasOf(q);
+      if (alias == nullptr) {  // pageable bytes: copied to the device (synchronously)
+        dq = at::from_blob(const_cast<uint8_t*>(q), {n}, at::TensorOptions().dtype(at::kByte)).to(slot.device());
+        alias = dq.data_ptr();
+      } else {
+        *reads_host = true;
+      }
+      ZM_RETURN_IF_ERROR(kernels::LaunchDequantizeF8E4M3ToBf16(static_cast<const uint8_t*>(alias), ds.data_ptr<float>(),
+                                                               rows[m], cols, br, bc, out, nullptr));
+      continue;
+    }
     if (ew.planes() && slot.is_cpu()) {  // the tests' CPU stand-in for the device
       kernels::RecoverBf16Cpu(planes[m].e, planes[m].sm, out, n);
     } else if (ew.planes()) {
@@ -105,13 +137,14 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
         slot.narrow(0, m * n, n).copy_(WrapExpertTensor(data[m], ew.dtype, 1, n).reshape({n}));
       }
     } else {  // F16 / F32 experts: converted to BF16 on the way (as the torch path converts them)
-      slot.narrow(0, m * n, n).copy_(WrapExpertTensor(data[m], ew.dtype, rows[m], n / rows[m]).reshape({n}));
+      slot.narrow(0, m * n, n).copy_(WrapExpertTensor(data[m], ew.dtype, rows[m], cols).reshape({n}));
     }
   }
   return Status::Ok();
 }
 
-Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, ExpertProvider& provider, DeviceExpertCache& cache) {
+Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, const std::vector<LayerWeights>& layer_weights,
+                                     ExpertProvider& provider, DeviceExpertCache& cache) {
   std::vector<int32_t> layers;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l)
     if (config.IsMoeLayer(l)) layers.push_back(static_cast<int32_t>(l));
@@ -132,7 +165,10 @@ Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, ExpertProvider& 
     ExpertAssignment request;  // what CheckLease checks a lease against: the ids asked for
     request.expert_ids = routing.expert_ids;
     std::vector<bool> delivered(request.expert_ids.size(), false);
-    ZM_RETURN_IF_ERROR(FillFromProvider(config, request, delivered, provider, cache, layer, request.expert_ids.size(),
+    if (static_cast<size_t>(layer) >= layer_weights.size())
+      return Status::InvalidArgument(fmt::format("PreloadDeviceExperts: no weights for layer {}", layer));
+    ZM_RETURN_IF_ERROR(FillFromProvider(config, layer_weights[static_cast<size_t>(layer)], request, delivered, provider,
+                                        cache, layer, request.expert_ids.size(),
                                         [&](size_t, at::Tensor&) { ++written; }));
     ZM_RETURN_IF_ERROR(provider.EndLayer(layer));
     cache.EndLayer();
@@ -209,7 +245,7 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
 
   // 3. The provider's experts into device slots, as they arrive (their leases are back before the
   //    grouped launch: each slot holds its own copy).
-  ZM_RETURN_IF_ERROR(FillFromProvider(config, assign, delivered, provider, cache, layer_id, ask.expert_ids.size(),
+  ZM_RETURN_IF_ERROR(FillFromProvider(config, w, assign, delivered, provider, cache, layer_id, ask.expert_ids.size(),
                                       [&](size_t j, at::Tensor& slot) { slots[j] = &slot; }));
 
   // 4. The grouped expert MLP over every selected expert.

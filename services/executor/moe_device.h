@@ -27,6 +27,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "common/expert_provider.h"
 #include "common/checkpoint/model_config.h"
@@ -51,12 +52,18 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
 // discrete GPU: "warm" then means every weight on the device before the first request, not after
 // each expert's first use. Returns the number of experts written. Errors: the provider's,
 // CheckLease's (an expert not asked for, other dimensions), FillDeviceSlot's.
-Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, ExpertProvider& provider, DeviceExpertCache& cache);
+// layer_weights: the model's layers (LayerWeights::expert_scales of FP8 checkpoints).
+Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, const std::vector<LayerWeights>& layer_weights,
+                                     ExpertProvider& provider, DeviceExpertCache& cache);
 
 // Writes one delivered expert into `slot` ([3 · inter · hidden] BF16 on the device: gate | up |
-// down), as step 3 above describes. *reads_host is set when a device operation still reads the
-// lease's host memory after the call returns (the caller must sync before releasing the lease).
-// Errors: kInternal (CUDA), kInvalidArgument (a null tensor pointer).
-Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads_host);
+// down), as step 3 above describes. An FP8 expert (F8_E4M3 bytes + `fp8`'s scales) is dequantized
+// into the slot by kernels/fp8_dequant.h (BF16 of the float32 weight the CPU kernels use), its bytes
+// read in place when registered, else copied first. *reads_host is set when a device operation still
+// reads the lease's host memory after the call returns (the caller must sync before releasing the
+// lease). Errors: kInternal (CUDA), kInvalidArgument (a null tensor pointer, an FP8 expert without
+// scales or as planes).
+Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads_host,
+                      const Fp8ExpertScales* fp8 = nullptr);
 
 }  // namespace zipmoe::executor

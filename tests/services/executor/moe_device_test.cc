@@ -3,6 +3,8 @@
 // references in place of the launches). On a CUDA machine scripts/gpu_check.sh runs the real path.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <ATen/ATen.h>
 
 #include <cstring>
@@ -12,6 +14,7 @@
 #include "common/bitfield.h"
 #include "common/observed_expert_provider.h"
 #include "common/resident_expert_provider.h"
+#include "kernels/fp8_dequant.h"
 #include "services/executor/device_expert_cache.h"
 #include "services/executor/model_weights.h"
 #include "services/executor/moe_block.h"
@@ -117,7 +120,7 @@ class RecordingProvider : public ExpertProvider {
   }
   Result<std::unique_ptr<ExpertLease>> NextReady() override {
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, inner_->NextReady());
-    if (!planes_) return lease;
+    if (!planes_ || lease->weights().dtype != DType::kBF16) return lease;  // planes are BF16's (as the runtime's)
     return std::unique_ptr<ExpertLease>(new PlaneLease(std::move(lease)));
   }
   Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
@@ -193,7 +196,14 @@ bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
 class MoeDeviceTest : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Archs, MoeDeviceTest,
                          ::testing::Values("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3",
-                                           "glm4_moe", "glm4_moe_lite", "ernie4_5_moe"));
+                                           "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "deepseek_v3 --dtype fp8",
+                                           "glm4_moe --dtype fp8"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
 
 // The same bits whichever way an expert reached its slot (BF16 copy, planes recovered, a hit from
 // an earlier step) and whatever the capacity; within BF16 rounding of the torch device path and of
@@ -283,14 +293,14 @@ TEST(MoeDevice, PreloadPutsEveryExpertOnTheDeviceWhenThereIsRoomAndNothingOtherw
   const int64_t all = static_cast<int64_t>(t.moe_layers.size()) * c.num_experts;
   {
     DeviceExpertCache small = CpuSlots(c, all - 1);
-    Result<int64_t> n = PreloadDeviceExperts(c, *t.model->resident_experts, small);
+    Result<int64_t> n = PreloadDeviceExperts(c, t.model->weights.layers, *t.model->resident_experts, small);
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     EXPECT_EQ(*n, 0);
     EXPECT_EQ(small.size(), 0);
   }
   DeviceExpertCache cache = CpuSlots(c, all);
   RecordingProvider provider(t.model->resident_experts.get(), /*planes=*/true);
-  Result<int64_t> n = PreloadDeviceExperts(c, provider, cache);
+  Result<int64_t> n = PreloadDeviceExperts(c, t.model->weights.layers, provider, cache);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, all);
   EXPECT_EQ(cache.size(), all);
@@ -356,7 +366,7 @@ TEST(MoeDevice, LeasesAreHandedBackBeforeWaitingSoAOneSlotProviderNeverStalls) {
   ASSERT_TRUE(want.ok());
   EXPECT_TRUE(SameBytes(*y, *want));
   DeviceExpertCache fresh = CpuSlots(c, c.num_experts * static_cast<int64_t>(t.moe_layers.size()));
-  Result<int64_t> n = PreloadDeviceExperts(c, one, fresh);
+  Result<int64_t> n = PreloadDeviceExperts(c, t.model->weights.layers, one, fresh);
   EXPECT_TRUE(n.ok()) << n.status().ToString();
 }
 
@@ -378,6 +388,61 @@ TEST(MoeDevice, FillDeviceSlotLaysOutGateUpDownAndConvertsF32) {
   EXPECT_FALSE(reads_host);  // a synchronous conversion
   const at::Tensor want = at::cat({at::tensor(f32[0]), at::tensor(f32[1]), at::tensor(f32[2])}).to(at::kBFloat16);
   EXPECT_TRUE(SameBytes(slot, want));
+}
+
+// FP8 experts (issue 40): the slot holds the BF16 rounding of the float32 weight the CPU kernels use
+// (kernels/fp8_dequant.h), gate | up | down; no scales or FP8 planes are refused. The layer's output on
+// the stand-in stays within BF16 rounding of the float32 CPU path on the same checkpoint.
+TEST(MoeDevice, Fp8ExpertsAreDequantizedIntoTheSlotAndCloseToTheCpuPath) {
+  Tiny t = LoadTiny("glm4_moe --dtype fp8");
+  ASSERT_FALSE(t.moe_layers.empty());
+  const ModelConfig& c = t.model->config;
+  ASSERT_TRUE(c.fp8());
+  const int32_t layer = t.moe_layers.front();
+  const LayerWeights& lw = t.model->weights.layers[static_cast<size_t>(layer)];
+  ExpertProvider& resident = *t.model->resident_experts;
+  ASSERT_TRUE(resident.BeginLayer(LayerRouting(layer, {1}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> lease = resident.NextReady();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const ExpertWeightsView& ew = (*lease)->weights();
+  ASSERT_EQ(ew.dtype, DType::kF8E4M3);
+  Result<Fp8ExpertScales> fp8 = ExpertFp8Scales(c, lw, layer, ew);
+  ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();
+  const int64_t inter = ew.intermediate, hidden = ew.hidden, n = inter * hidden;
+  at::Tensor slot = at::zeros({3 * n}, at::TensorOptions().dtype(at::kBFloat16));
+  bool reads_host = false;
+  ASSERT_TRUE(FillDeviceSlot(ew, slot, &reads_host, &*fp8).ok());
+  const void* data[3] = {ew.gate, ew.up, ew.down};
+  const int64_t rows[3] = {inter, inter, hidden};
+  for (int m = 0; m < 3; ++m) {
+    std::vector<uint16_t> want(static_cast<size_t>(n));
+    kernels::DequantizeF8E4M3ToBf16Reference(static_cast<const uint8_t*>(data[m]), fp8->scale_inv[static_cast<size_t>(m)],
+                                             rows[m], n / rows[m], c.fp8_block_rows, c.fp8_block_cols, want.data());
+    EXPECT_EQ(std::memcmp(static_cast<const uint16_t*>(slot.data_ptr()) + m * n, want.data(), n * 2), 0) << "matrix " << m;
+  }
+  EXPECT_FALSE(FillDeviceSlot(ew, slot, &reads_host).ok());  // no scales
+  ExpertWeightsView as_planes = ew;
+  as_planes.up = nullptr;
+  EXPECT_FALSE(FillDeviceSlot(as_planes, slot, &reads_host, &*fp8).ok());
+  lease->reset();
+  ASSERT_TRUE(resident.EndLayer(layer).ok());
+
+  // The layer on the stand-in against the CPU kernels on a float32 load of the same directory.
+  const at::Tensor x = Input(5, c.hidden_size);
+  RecordingProvider provider(&resident, false);
+  DeviceExpertCache cache = CpuSlots(c, c.num_experts);
+  Result<at::Tensor> y = MoeForwardDevice(c, lw, layer, x, provider, nullptr, 0.0, cache);
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  LoadOptions f32;
+  f32.dtype = at::kFloat;
+  Result<std::unique_ptr<LoadedModel>> cpu = LoadModel(testing::TinyModelDir("glm4_moe --dtype fp8"), f32);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  Result<at::Tensor> want = MoeForward((*cpu)->config, (*cpu)->weights.layers[static_cast<size_t>(layer)], layer,
+                                       x.to(at::kFloat), *(*cpu)->resident_experts);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  const double scale = want->abs().max().item<double>();
+  EXPECT_GT(scale, 0.0);
+  EXPECT_LT((y->to(at::kFloat) - *want).abs().max().item<double>(), 2e-2 * scale + 1e-3);
 }
 
 TEST(MoeDevice, AnUnrequestedExpertIsRefusedAndItsSlotDropped) {

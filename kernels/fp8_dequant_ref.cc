@@ -1,0 +1,46 @@
+// CPU reference of kernels/fp8_dequant.h, and the launchers' stand-ins without CUDA.
+#include "kernels/fp8_dequant.h"
+
+#include "common/dtype.h"
+
+namespace zipmoe::kernels {
+namespace {
+
+// Calls out(index, value) for every element, value the float32 product of the formula.
+template <typename Out>
+void ForEachDequantized(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols, int64_t block_rows,
+                        int64_t block_cols, Out out) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* srow = scale_inv + (r / block_rows) * scale_cols;
+    for (int64_t k = 0; k < cols; ++k) {
+      out(r * cols + k, F8E4M3ToFloat(q[r * cols + k]) * srow[k / block_cols]);  // one rounding
+    }
+  }
+}
+
+}  // namespace
+
+void DequantizeF8E4M3ToBf16Reference(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
+                                     int64_t block_rows, int64_t block_cols, uint16_t* out) {
+  ForEachDequantized(q, scale_inv, rows, cols, block_rows, block_cols,
+                     [out](int64_t i, float v) { out[i] = v != v ? uint16_t{0x7fc0} : FloatToBf16(v); });
+}
+
+void DequantizeF8E4M3ToFloatReference(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
+                                      int64_t block_rows, int64_t block_cols, float* out) {
+  ForEachDequantized(q, scale_inv, rows, cols, block_rows, block_cols, [out](int64_t i, float v) { out[i] = v; });
+}
+
+#ifndef ZIPMOE_HAVE_CUDA
+Status LaunchDequantizeF8E4M3ToBf16(const uint8_t*, const float*, int64_t, int64_t, int64_t, int64_t, uint16_t*,
+                                    void*) {
+  return Status::Unavailable("LaunchDequantizeF8E4M3ToBf16: zipmoe was built without CUDA");
+}
+Status DequantizeF8E4M3ToBf16OnDevice(const uint8_t*, const float*, int64_t, int64_t, int64_t, int64_t, uint16_t*) {
+  return Status::Unavailable("DequantizeF8E4M3ToBf16OnDevice: zipmoe was built without CUDA");
+}
+#endif
+
+}  // namespace zipmoe::kernels
