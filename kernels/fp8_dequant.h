@@ -1,4 +1,5 @@
-// FP8 E4M3 block-scaled weights to BF16, for the GPU executor (issue 40 "FP8 on the GPU"): an FP8
+// FP8 E4M3 block-scaled (and MXFP4) weights to BF16 / float32, for the GPU executor (issue 40 "FP8 on
+// the GPU", issue 41's gpt_oss on the torch device path): an FP8
 // checkpoint's expert matrices reach a device F slot as BF16 (the GPU path computes in BF16, as for
 // every other dtype), and its dense FP8 matrices are dequantized once at load.
 //
@@ -30,6 +31,13 @@ void DequantizeF8E4M3ToBf16Reference(const uint8_t* q, const float* scale_inv, i
 // conversion to its compute dtype.
 void DequantizeF8E4M3ToFloatReference(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
                                       int64_t block_rows, int64_t block_cols, float* out);
+
+// MXFP4 (OCP Microscaling, gpt-oss's experts) as float32: `raw` in zipmoe's MXFP4 layout (docs/format.md:
+// the nibbles [rows, cols / 2] row-major, column 2j in the low nibble of byte j, then the E8M0 scales
+// [rows, cols / 32]); out[r, k] = e2m1(nibble) * 2^(scale - 127), one float32 multiplication (exact while
+// finite: the CPU kernels' weight, kernels/bf16_gemm.h GemmWeights::mxfp4). cols must be a multiple of
+// 32; rows, cols <= 0 touch nothing.
+void DequantizeMxfp4ToFloatReference(const uint8_t* raw, int64_t rows, int64_t cols, float* out);
 
 // GPU kernel (kernels/fp8_dequant.cu, built with CUDA): q, scale_inv and out device-accessible
 // (device memory, or registered / unified host memory), out 2-byte aligned; one thread per 4

@@ -33,6 +33,18 @@ void DequantizeF8E4M3ToFloatReference(const uint8_t* q, const float* scale_inv, 
   ForEachDequantized(q, scale_inv, rows, cols, block_rows, block_cols, [out](int64_t i, float v) { out[i] = v; });
 }
 
+void DequantizeMxfp4ToFloatReference(const uint8_t* raw, int64_t rows, int64_t cols, float* out) {
+  if (rows <= 0 || cols <= 0) return;
+  const uint8_t* scales = raw + rows * cols / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < cols; ++k) {
+      const uint8_t byte = raw[(r * cols + k) / 2];
+      const uint8_t nibble = static_cast<uint8_t>((k % 2 == 0 ? byte : byte >> 4) & 0x0fu);
+      out[r * cols + k] = Fp4E2M1ToFloat(nibble) * E8M0ToFloat(scales[r * (cols / 32) + k / 32]);
+    }
+  }
+}
+
 #ifndef ZIPMOE_HAVE_CUDA
 Status LaunchDequantizeF8E4M3ToBf16(const uint8_t*, const float*, int64_t, int64_t, int64_t, int64_t, uint16_t*,
                                     void*) {

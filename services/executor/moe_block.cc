@@ -255,11 +255,10 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       j.gate = ExpertMatrix(config, ew, ew.gate, ew.gate_planes, inter, hidden, scales[0], keep);
       j.up = ExpertMatrix(config, ew, ew.up, ew.up_planes, inter, hidden, scales[1], keep);
       j.down = ExpertMatrix(config, ew, ew.down, ew.down_planes, hidden, inter, scales[2], keep);
-      if (w.expert_gate_bias.defined()) {  // gpt_oss: biased experts, clamped SwiGLU
-        j.gate_bias = w.expert_gate_bias.data_ptr<float>() + ew.expert_id * inter;
-        j.up_bias = w.expert_up_bias.data_ptr<float>() + ew.expert_id * inter;
-        j.down_bias = w.expert_down_bias.data_ptr<float>() + ew.expert_id * hidden;
-      }
+      const ExpertBiases biases = ExpertBiasesOf(config, w, ew.expert_id);  // gpt_oss: biased, clamped SwiGLU
+      j.gate_bias = biases.gate;
+      j.up_bias = biases.up;
+      j.down_bias = biases.down;
       j.swiglu_limit = static_cast<float>(config.swiglu_limit);
       j.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
       j.n = m;
@@ -358,9 +357,22 @@ Result<Fp8ExpertScales> ExpertFp8Scales(const ModelConfig& config, const LayerWe
   return fp8;
 }
 
-at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const Fp8ExpertScales& fp8) {
+ExpertBiases ExpertBiasesOf(const ModelConfig& config, const LayerWeights& w, int32_t expert_id) {
+  ExpertBiases b;
+  if (!w.expert_gate_bias.defined()) return b;
+  const int64_t inter = config.moe_intermediate_size, hidden = config.hidden_size;
+  b.gate = w.expert_gate_bias.data_ptr<float>() + expert_id * inter;
+  b.up = w.expert_up_bias.data_ptr<float>() + expert_id * inter;
+  b.down = w.expert_down_bias.data_ptr<float>() + expert_id * hidden;
+  b.swiglu_limit = static_cast<float>(config.swiglu_limit);
+  b.swiglu_alpha = static_cast<float>(config.swiglu_alpha);
+  return b;
+}
+
+at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const Fp8ExpertScales& fp8,
+                         const ExpertBiases& biases) {
   const int64_t inter = ew.intermediate, hidden = ew.hidden;
-  if (x.is_cpu() && x.scalar_type() == at::kFloat && ew.dtype == DType::kBF16) {
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && ew.dtype == DType::kBF16 && biases.gate == nullptr) {
     const auto matrix = [&](const void* bf16, const ExpertPlanes& planes, int64_t rows, int64_t cols) {
       kernels::GemmWeights w;
       w.bf16 = static_cast<const uint16_t*>(bf16);
@@ -390,6 +402,11 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const
                                                 fp8.block_rows, fp8.block_cols, w32.data_ptr<float>());
       return w32.to(x.device(), x.scalar_type());
     }
+    if (ew.dtype == DType::kMXFP4) {
+      at::Tensor w32 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat));
+      kernels::DequantizeMxfp4ToFloatReference(static_cast<const uint8_t*>(data), rows, cols, w32.data_ptr<float>());
+      return w32.to(x.device(), x.scalar_type());
+    }
     if (data != nullptr) return WrapExpertTensor(data, ew.dtype, rows, cols).to(x.device(), x.scalar_type());
     at::Tensor bf16 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kBFloat16));
     kernels::RecoverBf16Cpu(planes.e, planes.sm, static_cast<uint16_t*>(bf16.data_ptr()), rows * cols);
@@ -400,7 +417,16 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const
   expert.down = tensor(ew.down, ew.down_planes, hidden, inter, fp8.scale_inv[2]);
   if (!ew.gated) return Linear(at::relu(Linear(x, expert.up)), expert.down);
   expert.gate = tensor(ew.gate, ew.gate_planes, inter, hidden, fp8.scale_inv[0]);
-  return MlpForward(expert, x);
+  if (biases.gate == nullptr) return MlpForward(expert, x);
+  // gpt_oss: biased projections, the clamped SwiGLU in float32 (the CPU kernels' cpu::ClampedSwiglu).
+  const auto bias = [&](const float* b, int64_t len) {
+    return at::from_blob(const_cast<float*>(b), {len}, at::TensorOptions().dtype(at::kFloat)).to(x.device());
+  };
+  const at::Tensor gate = (Linear(x, expert.gate).to(at::kFloat) + bias(biases.gate, inter)).clamp_max(biases.swiglu_limit);
+  const at::Tensor up = (Linear(x, expert.up).to(at::kFloat) + bias(biases.up, inter))
+                            .clamp(-biases.swiglu_limit, biases.swiglu_limit);
+  const at::Tensor act = (up + 1.0) * (gate * at::sigmoid(gate * biases.swiglu_alpha));
+  return (Linear(act.to(x.scalar_type()), expert.down).to(at::kFloat) + bias(biases.down, hidden)).to(x.scalar_type());
 }
 
 LayerRouting RankPredictedExperts(const ModelConfig& config, int32_t layer_id, const float* scores, int64_t n_tokens,
@@ -468,18 +494,16 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
                               DeviceExpertCache* device_cache) {
   if (x.is_cpu() && x.scalar_type() == at::kFloat && RunsOnCpuKernels(x, w.router))
     return MoeForwardCpu(config, w, layer_id, x, provider, next, substitution_alpha);
-  if (config.arch == ModelArch::kGptOss)  // biased experts, clamped SwiGLU, MXFP4: the CPU kernels only
-    return Status::InvalidArgument(fmt::format(
-        "layer {}: gpt_oss runs on the CPU executor (float32 on the CPU); the {} path does not compute its experts "
-        "yet", layer_id, x.device().str()));
-  if (device_cache != nullptr && placement == nullptr && x.is_cuda())
+  // gpt_oss's biased experts and clamped SwiGLU are not in the grouped kernel: the per-expert path below.
+  if (device_cache != nullptr && placement == nullptr && x.is_cuda() && !w.expert_gate_bias.defined())
     return MoeForwardDevice(config, w, layer_id, x, provider, next, substitution_alpha, *device_cache);
   const int64_t n = x.size(0), hidden = x.size(1);
   const at::Device device = x.device();
   const at::ScalarType dtype = x.scalar_type();
 
   // 1. Router in float32 (DeepSeek's MoEGate casts both operands; the CPU path is float32 anyway).
-  const at::Tensor logits = Linear(x.to(at::kFloat), w.router);
+  at::Tensor logits = Linear(x.to(at::kFloat), w.router);
+  if (w.router_logit_bias.defined()) logits = logits + w.router_logit_bias.to(logits.device());  // gpt_oss
   const at::Tensor scores = RouterScores(config, logits).to(at::kCPU).contiguous();
 
   // 2. Announce the layer, then the prediction for the next one.
@@ -488,7 +512,10 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
   if (Predicts(provider, next)) {
     at::Tensor in = x.to(at::kFloat);
     if (next->residual.defined()) in = in + next->residual.to(in.device(), at::kFloat);
-    const at::Tensor predicted = RouterScores(config, Linear(in, next->weights->router)).to(at::kCPU).contiguous();
+    at::Tensor next_logits = Linear(in, next->weights->router);
+    if (next->weights->router_logit_bias.defined())
+      next_logits = next_logits + next->weights->router_logit_bias.to(next_logits.device());
+    const at::Tensor predicted = RouterScores(config, next_logits).to(at::kCPU).contiguous();
     provider.Prefetch(RankPredictedExperts(config, next->layer_id, predicted.data_ptr<float>(), n,
                                            SelectionBias(*next->weights)));
   }
@@ -512,12 +539,13 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
     delivered[slot] = true;
     const std::vector<int64_t>& token_rows = assign.token_rows[slot];
     ZM_ASSIGN_OR_RETURN(const Fp8ExpertScales fp8, ExpertFp8Scales(config, w, layer_id, ew));
+    const ExpertBiases biases = ExpertBiasesOf(config, w, ew.expert_id);
     if (!where.empty() && where[slot] == scheduler::ExpertDevice::kCpu) {
       if (!x_cpu.defined()) x_cpu = x.to(at::kCPU, at::kFloat).contiguous();
       const at::Tensor cpu_rows = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong));
       const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat)).unsqueeze(1);
       rows[slot] = cpu_rows.to(device);
-      outputs[slot] = (ExpertForward(ew, x_cpu.index_select(0, cpu_rows), fp8) * weight).to(device, dtype);
+      outputs[slot] = (ExpertForward(ew, x_cpu.index_select(0, cpu_rows), fp8, biases) * weight).to(device, dtype);
       continue;
     }
     rows[slot] = at::tensor(token_rows, at::TensorOptions().dtype(at::kLong)).to(device);
@@ -525,7 +553,7 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
     const at::Tensor weight = at::tensor(assign.weights[slot], at::TensorOptions().dtype(at::kFloat))
                                   .to(device, dtype)
                                   .unsqueeze(1);
-    outputs[slot] = ExpertForward(ew, xe, fp8) * weight;  // expert(x) * routing_weights[top_x, idx, None]
+    outputs[slot] = ExpertForward(ew, xe, fp8, biases) * weight;  // expert(x) * routing_weights[top_x, idx, None]
   }
   ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
 

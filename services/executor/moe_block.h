@@ -57,6 +57,20 @@ struct Fp8ExpertScales {
 Result<Fp8ExpertScales> ExpertFp8Scales(const ModelConfig& config, const LayerWeights& w, int32_t layer_id,
                                         const ExpertWeightsView& ew);
 
+// gpt_oss's expert terms (transformers' GptOssExperts): per-expert biases after gate, up and down
+// (float32 on the host: gate/up [intermediate], down [hidden]) and the clamped SwiGLU
+// (up.clamp(-limit, limit) + 1) * gate.clamp(max=limit) * sigmoid(alpha * gate.clamp(max=limit)).
+// All null for the other architectures.
+struct ExpertBiases {
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  const float* down = nullptr;
+  float swiglu_limit = 0.0f;
+  float swiglu_alpha = 0.0f;
+};
+// Expert `expert_id`'s terms from the layer's weights (empty when the layer has no expert biases).
+ExpertBiases ExpertBiasesOf(const ModelConfig& config, const LayerWeights& w, int32_t expert_id);
+
 // One routed expert, down(silu(gate(x)) * up(x)) (or down(relu(up(x))) for a gate-less expert,
 // ExpertWeightsView::gated false), on its tokens x: [m, hidden] -> [m, hidden].
 // CPU float32: BF16 weights are read in place by the kernels (kernels/bf16_gemm.h), from the
@@ -64,8 +78,10 @@ Result<Fp8ExpertScales> ExpertFp8Scales(const ModelConfig& config, const LayerWe
 // E/SM planes (recovery fused into the matmul; the same bits either way); F32 experts are read in
 // place and F16 ones widened (exact), through the same kernels (Linear). On the GPU the tensors are
 // converted to x's dtype and device (planes recovered on the CPU first; FP8 dequantized to float32
-// with `fp8`'s scales first, kernels/fp8_dequant.h).
-at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const Fp8ExpertScales& fp8 = {});
+// with `fp8`'s scales first, MXFP4 dequantized likewise, kernels/fp8_dequant.h); with `biases` (gpt_oss)
+// the biased projections and the clamped SwiGLU, computed in float32.
+at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const Fp8ExpertScales& fp8 = {},
+                         const ExpertBiases& biases = {});
 
 // The next MoE layer, for prefetching (ExpertProvider::Prefetch): its id, weights (its router) and,
 // for PrefetchMode::kResidual, the calibrated residual r added to this layer's router input

@@ -1,6 +1,6 @@
 // FP8 E4M3 block-scaled -> BF16 (kernels/fp8_dequant.h), the GPU executor's FP8 path: the CPU
 // reference against the formula computed independently (all 256 codes, scale edges, block edges,
-// NaN), and the CUDA kernel bit-identical to the reference (skipped without a device).
+// NaN), MXFP4 likewise, and the CUDA kernel bit-identical to the reference (skipped without a device).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -105,6 +105,34 @@ TEST(Fp8DequantTest, EachElementTakesItsBlocksScale) {
       EXPECT_EQ(out[static_cast<size_t>(r * cols + k)], NearestBf16(scale[static_cast<size_t>((r / br) * 3 + k / bc)]))
           << r << "," << k;
   DequantizeF8E4M3ToBf16Reference(q.data(), scale.data(), 0, cols, br, bc, nullptr);  // nothing to do
+}
+
+// MXFP4 (zipmoe's raw layout: nibbles, then one E8M0 scale per 32 values of a row): every nibble at
+// scales 2^-127 (a subnormal), 2^0, 2^127 and NaN, the low nibble being the even column.
+TEST(Fp8DequantTest, Mxfp4EveryNibbleTimesItsBlocksScale) {
+  const float e2m1[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0f, -0.5, -1, -1.5, -2, -3, -4, -6};
+  const int64_t rows = 4, cols = 64;  // two blocks per row
+  std::vector<uint8_t> raw(static_cast<size_t>(rows * cols / 2 + rows * cols / 32));
+  for (int64_t i = 0; i < rows * cols / 2; ++i) raw[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 37 + 11) & 0xff);
+  const uint8_t codes[8] = {0, 127, 254, 255, 126, 128, 1, 100};
+  for (int i = 0; i < 8; ++i) raw[static_cast<size_t>(rows * cols / 2 + i)] = codes[i];
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  DequantizeMxfp4ToFloatReference(raw.data(), rows, cols, out.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < cols; ++k) {
+      const uint8_t byte = raw[static_cast<size_t>((r * cols + k) / 2)];
+      const int nibble = k % 2 == 0 ? byte & 15 : byte >> 4;
+      const uint8_t code = codes[r * 2 + k / 32];
+      const double want = code == 255 ? std::nan("") : e2m1[nibble] * std::ldexp(1.0, code - 127);
+      const float got = out[static_cast<size_t>(r * cols + k)];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << r << "," << k;
+      } else {
+        EXPECT_EQ(static_cast<double>(got), static_cast<double>(static_cast<float>(want))) << r << "," << k;
+        EXPECT_EQ(std::signbit(got), nibble >= 8) << r << "," << k;
+      }
+    }
+  }
 }
 
 TEST(Fp8DequantTest, LauncherValidatesOrReportsNoCuda) {

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/resident_expert_provider.h"
 #include "kernels/fp8_dequant.h"
 #include "services/executor/device_expert_cache.h"
+#include "services/executor/model.h"
 #include "services/executor/model_weights.h"
 #include "services/executor/moe_block.h"
 #include "services/executor/moe_device.h"
@@ -478,6 +480,48 @@ TEST(MoeDevice, AnUnrequestedExpertIsRefusedAndItsSlotDropped) {
   EXPECT_EQ(y.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(y.status().message().find("not requested"), std::string::npos) << y.status().ToString();
   EXPECT_FALSE(cache.Contains(layer, 0));
+}
+
+
+// gpt_oss on the torch device path (issue 41): the BF16 load on the CPU stands in for the GPU (the
+// same torch operators: attention with sinks and sliding windows, the router's bias, MXFP4 experts
+// dequantized, biased experts with the clamped SwiGLU). Its prompt and decode logits stay within
+// BF16 rounding of the float32 CPU kernels, with a prompt longer than the sliding window.
+TEST(GptOssTorchPath, LogitsFollowTheCpuKernelsWithinBf16Rounding) {
+  const std::string dir = testing::TinyModelDir("gpt_oss");
+  LoadOptions bf16;
+  bf16.dtype = at::kBFloat16;
+  Result<std::unique_ptr<LoadedModel>> stand_in = LoadModel(dir, bf16);
+  ASSERT_TRUE(stand_in.ok()) << stand_in.status().ToString();
+  Result<std::unique_ptr<LoadedModel>> cpu = LoadModel(dir, LoadOptions());
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  const ModelConfig& c = (*cpu)->config;
+  ASSERT_EQ(c.arch, ModelArch::kGptOss);
+  int64_t window = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) window = std::max(window, c.attention_window(l));
+  ASSERT_GT(window, 0);
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < window + 9; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % c.vocab_size));
+  // A router bias that decides the routing (the synthetic one is small): the same in both loads.
+  for (std::unique_ptr<LoadedModel>* m : {&*stand_in, &*cpu})
+    for (LayerWeights& lw : (*m)->weights.layers)
+      if (lw.router_logit_bias.defined())
+        lw.router_logit_bias = at::arange(c.num_experts, at::TensorOptions().dtype(at::kFloat)).remainder(3) * 2.0;
+  Model a(**stand_in, (*stand_in)->resident_experts.get(), at::Device(at::kCPU), at::kBFloat16);
+  Model b(**cpu, (*cpu)->resident_experts.get(), at::Device(at::kCPU), at::kFloat);
+  KvCache ka = a.NewCache(), kb = b.NewCache();
+  std::vector<int32_t> step = prompt;
+  for (int s = 0; s < 3; ++s) {  // the prompt, then two decode steps on the float32 path's greedy tokens
+    Result<at::Tensor> la = a.Forward({&step}, {&ka}, false);
+    Result<at::Tensor> lb = b.Forward({&step}, {&kb}, false);
+    ASSERT_TRUE(la.ok()) << la.status().ToString();
+    ASSERT_TRUE(lb.ok()) << lb.status().ToString();
+    const double scale = lb->abs().max().item<double>();
+    const double diff = (*la - *lb).abs().max().item<double>();
+    EXPECT_LT(diff, 3e-2 * scale) << "step " << s << " (max |logit| " << scale << ")";
+    EXPECT_GT(diff, 0.0) << "the stand-in computed in float32: it would not test the BF16 path";
+    step = {static_cast<int32_t>(lb->argmax(-1).item<int64_t>())};
+  }
 }
 
 }  // namespace
