@@ -29,9 +29,9 @@
 // values, AVX2 vpermps over 8 magnitudes + the sign bit, NEON TBL of IEEE half high bytes + FCVTL + one
 // multiply); four rows per decode (GEMV) tile, as FP8 has more than BF16: the decode, not memory, bounds it.
 //   kAvx512   x86-64 with AVX-512 F/BW/VL: 16 lanes per block, 4-row x 4-token register tiles.
-// FP8 weights on x86 (kAvx2, kAvx512): each byte sign-extended and shifted into a float32 whose value is
-// the E4M3 value / 2^120 (exact; MXCSR.DAZ is cleared around the call so that E4M3 subnormals, float32
-// subnormals there, read exactly), times scale * 2^120: the formula's one rounding. Row tiles holding a
+// FP8 weights (kAvx2, kAvx512, kNeon): each byte sign-extended and shifted into a float32 whose value is
+// the E4M3 value / 2^120 (exact; MXCSR.DAZ / FPCR.FZ is cleared around the call so that E4M3 subnormals,
+// float32 subnormals there, read exactly), times scale * 2^120: the formula's one rounding. Row tiles holding a
 // NaN code or a scale >= 2^8 (the rare cases this does not cover) take a checked path with the same bits.
 //   kNeon     AArch64 (Jetson's Cortex-A78AE): 4 x 4 lanes per block.
 //   kAvx512Bf16  x86-64 with AVX512_BF16 (vdpbf16ps): BF16 weights times the activation split into

@@ -186,6 +186,25 @@ TEST_P(Fp8GemmIsaTest, DenormalsAreZeroModeDoesNotChangeTheProduct) {
   EXPECT_EQ(after, csr | (1u << 6));
   ExpectSameBits(want, got, "with MXCSR.DAZ set");
 }
+#elif defined(__aarch64__)
+// NEON reads E4M3 subnormals as float32 subnormals: a caller's FPCR.FZ (flush-to-zero) must not change
+// the product, and comes back as it was.
+TEST_P(Fp8GemmIsaTest, FlushToZeroModeDoesNotChangeTheProduct) {
+  const Fp8Problem p(17, 257, 1, 16, 64, 77);  // random bytes: 1 in 16 has exponent 0
+  std::vector<float> want, got;
+  Bf16GemmReference(p.Args(true, false, want));
+  uint64_t fpcr;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+  const uint64_t fz = fpcr | (uint64_t{1} << 24);
+  __asm__ __volatile__("msr fpcr, %0" : : "r"(fz));
+  const Status status = Bf16GemmWithIsa(GetParam(), p.Args(true, false, got));
+  uint64_t after;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(after));
+  __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr));
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(after, fz);
+  ExpectSameBits(want, got, "with FPCR.FZ set");
+}
 #endif
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, Fp8GemmIsaTest,
