@@ -148,6 +148,8 @@ Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, const std::vecto
   std::vector<int32_t> layers;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l)
     if (config.IsMoeLayer(l)) layers.push_back(static_cast<int32_t>(l));
+  if (!layers.empty() && static_cast<size_t>(layers.back()) >= layer_weights.size())
+    return Status::InvalidArgument(fmt::format("PreloadDeviceExperts: no weights for layer {}", layers.back()));
   const int64_t total = static_cast<int64_t>(layers.size()) * config.num_experts;
   if (total == 0 || cache.capacity() < total) return int64_t{0};
   int64_t written = 0;
@@ -165,8 +167,6 @@ Result<int64_t> PreloadDeviceExperts(const ModelConfig& config, const std::vecto
     ExpertAssignment request;  // what CheckLease checks a lease against: the ids asked for
     request.expert_ids = routing.expert_ids;
     std::vector<bool> delivered(request.expert_ids.size(), false);
-    if (static_cast<size_t>(layer) >= layer_weights.size())
-      return Status::InvalidArgument(fmt::format("PreloadDeviceExperts: no weights for layer {}", layer));
     ZM_RETURN_IF_ERROR(FillFromProvider(config, layer_weights[static_cast<size_t>(layer)], request, delivered, provider,
                                         cache, layer, request.expert_ids.size(),
                                         [&](size_t, at::Tensor&) { ++written; }));
