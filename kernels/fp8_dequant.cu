@@ -1,4 +1,4 @@
-// CUDA kernel of kernels/fp8_dequant.h: FP8 E4M3 with block scales to BF16, the formula there.
+// CUDA kernels of kernels/fp8_dequant.h: FP8 E4M3 with block scales (and MXFP4) to BF16, the formulas there.
 // Memory-bound (1 byte read, 2 written per element, the scales cached): each thread takes 4
 // consecutive elements of one row; consecutive threads take consecutive groups, so a warp reads 128
 // contiguous bytes of q and writes 256 of out. The E4M3 decode and the BF16 rounding are the bit
@@ -51,6 +51,34 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+// MXFP4: grid-stride over the bytes of nibbles; byte j of the [rows, cols / 2] nibble area holds values
+// 2j (low nibble) and 2j + 1 of row 2j / cols, whose block scale is scales[(2j) / 32]. E2M1 by its
+// definition (bit 3 sign, bits 2-1 exponent with bias 1, bit 0 mantissa: exact in float32), E8M0 as
+// 2^(code - 127) (code 0: 2^-127, 0xFF: NaN), one __fmul_rn, then ToBf16.
+__device__ __forceinline__ float E2M1ToFloat(uint32_t nibble) {
+  const uint32_t e = (nibble >> 1) & 3u, m = nibble & 1u;
+  const float mag = e == 0 ? 0.5f * static_cast<float>(m) : __fmul_rn(1.0f + 0.5f * static_cast<float>(m), static_cast<float>(1u << (e - 1)));
+  return (nibble & 8u) != 0 ? -mag : mag;
+}
+__device__ __forceinline__ float E8M0ToFloat(uint32_t code) {
+  if (code == 0xffu) return __int_as_float(0x7fc00000);
+  if (code == 0u) return 0x1p-127f;
+  return __uint_as_float(code << 23);
+}
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    DequantMxfp4Kernel(const uint8_t* __restrict__ raw, int64_t rows, int64_t cols, uint16_t* __restrict__ out) {
+  const int64_t bytes = rows * cols / 2;
+  const uint8_t* scales = raw + bytes;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < bytes;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t b = raw[j];
+    const int64_t v = 2 * j;  // values v and v + 1, in the same block (blocks are 32 values)
+    const float s = E8M0ToFloat(scales[v / 32]);
+    out[v] = ToBf16(__fmul_rn(E2M1ToFloat(b & 15u), s));
+    out[v + 1] = ToBf16(__fmul_rn(E2M1ToFloat(b >> 4), s));
+  }
+}
+
 Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
   return Status::Internal(std::string(what) + ": " + cudaGetErrorString(err));
@@ -80,6 +108,44 @@ Status LaunchDequantizeF8E4M3ToBf16(const uint8_t* q, const float* scale_inv, in
   DequantF8Kernel<<<blocks, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(q, scale_inv, rows, cols,
                                                                                       block_rows, block_cols, out);
   return CudaStatus(cudaGetLastError(), "DequantF8Kernel launch");
+}
+
+Status LaunchDequantizeMxfp4ToBf16(const uint8_t* raw, int64_t rows, int64_t cols, uint16_t* out, void* stream) {
+  if (rows < 0 || cols < 0 || cols % 32 != 0)
+    return Status::InvalidArgument("LaunchDequantizeMxfp4ToBf16: negative sizes or cols not a multiple of 32");
+  if (rows == 0 || cols == 0) return Status::Ok();
+  if (raw == nullptr || out == nullptr)
+    return Status::InvalidArgument("LaunchDequantizeMxfp4ToBf16: null pointer with work to do");
+  int device = 0, sms = 0;
+  ZM_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
+  ZM_RETURN_IF_ERROR(CudaStatus(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count"));
+  const int64_t needed = (rows * cols / 2 + kThreadsPerBlock - 1) / kThreadsPerBlock, most = static_cast<int64_t>(sms) * 8;
+  const int blocks = static_cast<int>(needed < most ? needed : most);
+  DequantMxfp4Kernel<<<blocks, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(raw, rows, cols, out);
+  return CudaStatus(cudaGetLastError(), "DequantMxfp4Kernel launch");
+}
+
+Status DequantizeMxfp4ToBf16OnDevice(const uint8_t* raw, int64_t rows, int64_t cols, uint16_t* out) {
+  if (rows < 0 || cols < 0 || cols % 32 != 0)
+    return Status::InvalidArgument("DequantizeMxfp4ToBf16OnDevice: negative sizes or cols not a multiple of 32");
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return Status::Unavailable("DequantizeMxfp4ToBf16OnDevice: no CUDA device");
+  }
+  if (rows == 0 || cols == 0) return Status::Ok();
+  const size_t n = static_cast<size_t>(rows * cols), raw_bytes = n / 2 + n / 32;
+  uint8_t* draw = nullptr;
+  uint16_t* dout = nullptr;
+  Status st = CudaStatus(cudaMalloc(&draw, raw_bytes), "cudaMalloc raw");
+  if (st.ok()) st = CudaStatus(cudaMalloc(&dout, n * sizeof(uint16_t)), "cudaMalloc out");
+  if (st.ok()) st = CudaStatus(cudaMemcpy(draw, raw, raw_bytes, cudaMemcpyHostToDevice), "copy raw");
+  if (st.ok()) st = LaunchDequantizeMxfp4ToBf16(draw, rows, cols, dout, nullptr);
+  if (st.ok()) st = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  if (st.ok()) st = CudaStatus(cudaMemcpy(out, dout, n * sizeof(uint16_t), cudaMemcpyDeviceToHost), "copy out");
+  cudaFree(draw);
+  cudaFree(dout);
+  return st;
 }
 
 Status DequantizeF8E4M3ToBf16OnDevice(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,

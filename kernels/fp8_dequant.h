@@ -39,6 +39,10 @@ void DequantizeF8E4M3ToFloatReference(const uint8_t* q, const float* scale_inv, 
 // 32; rows, cols <= 0 touch nothing.
 void DequantizeMxfp4ToFloatReference(const uint8_t* raw, int64_t rows, int64_t cols, float* out);
 
+// The same rounded to BF16 (FloatToBf16; a NaN, from scale 0xFF, as 0x7FC0): the CPU reference of
+// LaunchDequantizeMxfp4ToBf16.
+void DequantizeMxfp4ToBf16Reference(const uint8_t* raw, int64_t rows, int64_t cols, uint16_t* out);
+
 // GPU kernel (kernels/fp8_dequant.cu, built with CUDA): q, scale_inv and out device-accessible
 // (device memory, or registered / unified host memory), out 2-byte aligned; one thread per 4
 // elements of a row. `stream` is a cudaStream_t as void* (nullptr: the default stream); enqueues
@@ -47,9 +51,18 @@ void DequantizeMxfp4ToFloatReference(const uint8_t* raw, int64_t rows, int64_t c
 Status LaunchDequantizeF8E4M3ToBf16(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
                                     int64_t block_rows, int64_t block_cols, uint16_t* out, void* stream);
 
+// GPU kernel of DequantizeMxfp4ToBf16Reference: raw (device-accessible, zipmoe's MXFP4 layout) ->
+// out [rows, cols] BF16, one thread per byte of nibbles (2 values). Errors: kInvalidArgument (negative
+// sizes, cols not a multiple of 32, a null pointer with work to do), kUnavailable (built without CUDA),
+// kInternal (CUDA error string).
+Status LaunchDequantizeMxfp4ToBf16(const uint8_t* raw, int64_t rows, int64_t cols, uint16_t* out, void* stream);
+
 // Test helper: copies the host inputs to the device, runs the kernel, copies back and syncs.
 // Errors: kUnavailable without CUDA or device; as LaunchDequantizeF8E4M3ToBf16.
 Status DequantizeF8E4M3ToBf16OnDevice(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
                                       int64_t block_rows, int64_t block_cols, uint16_t* out);
+
+// Test helper of LaunchDequantizeMxfp4ToBf16, as DequantizeF8E4M3ToBf16OnDevice.
+Status DequantizeMxfp4ToBf16OnDevice(const uint8_t* raw, int64_t rows, int64_t cols, uint16_t* out);
 
 }  // namespace zipmoe::kernels

@@ -1,6 +1,9 @@
 // CPU reference of kernels/fp8_dequant.h, and the launchers' stand-ins without CUDA.
 #include "kernels/fp8_dequant.h"
 
+#include <cstring>
+#include <vector>
+
 #include "common/dtype.h"
 
 namespace zipmoe::kernels {
@@ -45,6 +48,22 @@ void DequantizeMxfp4ToFloatReference(const uint8_t* raw, int64_t rows, int64_t c
   }
 }
 
+void DequantizeMxfp4ToBf16Reference(const uint8_t* raw, int64_t rows, int64_t cols, uint16_t* out) {
+  if (rows <= 0 || cols <= 0) return;
+  std::vector<float> row(static_cast<size_t>(cols));
+  const int64_t scale_cols = cols / 32;
+  std::vector<uint8_t> one(static_cast<size_t>(cols / 2 + scale_cols));
+  for (int64_t r = 0; r < rows; ++r) {  // one row at a time in the float32 reference's layout
+    std::memcpy(one.data(), raw + r * cols / 2, static_cast<size_t>(cols / 2));
+    std::memcpy(one.data() + cols / 2, raw + rows * cols / 2 + r * scale_cols, static_cast<size_t>(scale_cols));
+    DequantizeMxfp4ToFloatReference(one.data(), 1, cols, row.data());
+    for (int64_t k = 0; k < cols; ++k) {
+      const float v = row[static_cast<size_t>(k)];
+      out[r * cols + k] = v != v ? uint16_t{0x7fc0} : FloatToBf16(v);
+    }
+  }
+}
+
 #ifndef ZIPMOE_HAVE_CUDA
 Status LaunchDequantizeF8E4M3ToBf16(const uint8_t*, const float*, int64_t, int64_t, int64_t, int64_t, uint16_t*,
                                     void*) {
@@ -52,6 +71,12 @@ Status LaunchDequantizeF8E4M3ToBf16(const uint8_t*, const float*, int64_t, int64
 }
 Status DequantizeF8E4M3ToBf16OnDevice(const uint8_t*, const float*, int64_t, int64_t, int64_t, int64_t, uint16_t*) {
   return Status::Unavailable("DequantizeF8E4M3ToBf16OnDevice: zipmoe was built without CUDA");
+}
+Status LaunchDequantizeMxfp4ToBf16(const uint8_t*, int64_t, int64_t, uint16_t*, void*) {
+  return Status::Unavailable("LaunchDequantizeMxfp4ToBf16: zipmoe was built without CUDA");
+}
+Status DequantizeMxfp4ToBf16OnDevice(const uint8_t*, int64_t, int64_t, uint16_t*) {
+  return Status::Unavailable("DequantizeMxfp4ToBf16OnDevice: zipmoe was built without CUDA");
 }
 #endif
 

@@ -135,6 +135,39 @@ TEST(Fp8DequantTest, Mxfp4EveryNibbleTimesItsBlocksScale) {
   }
 }
 
+// Several rows: each row's nibbles and its own scales (at rows * cols / 2 + r * cols / 32), rounded
+// to BF16 (exact here: at most two significant bits; scale 0xFF -> 0x7FC0).
+TEST(Fp8DequantTest, Mxfp4ToBf16TakesEachRowsScales) {
+  const int64_t rows = 5, cols = 96;
+  std::vector<uint8_t> raw(static_cast<size_t>(rows * cols / 2 + rows * cols / 32));
+  std::mt19937 rng(9);
+  for (uint8_t& b : raw) b = static_cast<uint8_t>(rng());
+  raw[static_cast<size_t>(rows * cols / 2 + 4)] = 0xff;  // one NaN block
+  std::vector<float> f(static_cast<size_t>(rows * cols));
+  DequantizeMxfp4ToFloatReference(raw.data(), rows, cols, f.data());
+  std::vector<uint16_t> got(f.size(), 0xdead);
+  DequantizeMxfp4ToBf16Reference(raw.data(), rows, cols, got.data());
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(got[i], NearestBf16(f[i])) << i;
+  if (BuiltWithCuda())
+    EXPECT_EQ(LaunchDequantizeMxfp4ToBf16(raw.data(), 1, 33, got.data(), nullptr).code(), StatusCode::kInvalidArgument);
+  else
+    EXPECT_EQ(LaunchDequantizeMxfp4ToBf16(raw.data(), 1, 32, got.data(), nullptr).code(), StatusCode::kUnavailable);
+}
+
+TEST(Fp8DequantGpuTest, Mxfp4KernelIsBitIdenticalToTheReference) {
+  if (!BuiltWithCuda() || CudaDeviceCount() <= 0) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t rows : {1, 7, 2880}) {
+    const int64_t cols = rows == 2880 ? 2880 : 96;  // gpt-oss-20b's down projection, and small ones
+    std::vector<uint8_t> raw(static_cast<size_t>(rows * cols / 2 + rows * cols / 32));
+    std::mt19937 rng(static_cast<uint32_t>(rows));
+    for (uint8_t& b : raw) b = static_cast<uint8_t>(rng());
+    std::vector<uint16_t> want(static_cast<size_t>(rows * cols)), got(want.size(), 0xdead);
+    DequantizeMxfp4ToBf16Reference(raw.data(), rows, cols, want.data());
+    ASSERT_TRUE(DequantizeMxfp4ToBf16OnDevice(raw.data(), rows, cols, got.data()).ok());
+    EXPECT_EQ(want, got) << rows << "x" << cols;
+  }
+}
+
 TEST(Fp8DequantTest, LauncherValidatesOrReportsNoCuda) {
   const uint8_t q[4] = {};
   const float s = 1.0f;
