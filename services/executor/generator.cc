@@ -186,11 +186,8 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     }
     impl->model->set_device_placement(cost);
   }
-  // Device F slots feed the grouped expert kernel; gpt_oss's biased experts and clamped SwiGLU are not in
-  // it (MoeForward computes them per expert on the device instead).
   if (device.is_cuda() && options.device_assignment == scheduler::DeviceAssignmentMode::kNone &&
-      !impl->loaded->config.is_encoder_decoder() && impl->loaded->config.arch != ModelArch::kGptOss &&
-      kernels::BuiltWithCuda() && kernels::CudaDeviceCount() > 0) {
+      !impl->loaded->config.is_encoder_decoder() && kernels::BuiltWithCuda() && kernels::CudaDeviceCount() > 0) {
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExpertCache> cache,
                         MakeDeviceExpertCache(impl->loaded->config, device, options));
     // Every expert resident in host memory and room for all of them on the device: put them there

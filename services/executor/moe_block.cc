@@ -442,7 +442,11 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const
   if (!ew.gated) return Linear(at::relu(Linear(x, expert.up)), expert.down);
   expert.gate = tensor(ew.gate, ew.gate_planes, inter, hidden, fp8.scale_inv[0]);
   if (biases.gate == nullptr) return MlpForward(expert, x);
-  // gpt_oss: biased projections, the clamped SwiGLU in float32 (the CPU kernels' cpu::ClampedSwiglu).
+  return BiasedExpertForward(expert, biases, x);
+}
+
+at::Tensor BiasedExpertForward(const MlpWeights& expert, const ExpertBiases& biases, const at::Tensor& x) {
+  const int64_t inter = expert.gate.size(0), hidden = expert.down.size(0);
   const auto bias = [&](const float* b, int64_t len) {
     return at::from_blob(const_cast<float*>(b), {len}, at::TensorOptions().dtype(at::kFloat)).to(x.device());
   };
@@ -518,8 +522,7 @@ Result<at::Tensor> MoeForward(const ModelConfig& config, const LayerWeights& w, 
                               DeviceExpertCache* device_cache) {
   if (x.is_cpu() && x.scalar_type() == at::kFloat && RunsOnCpuKernels(x, w.router))
     return MoeForwardCpu(config, w, layer_id, x, provider, next, substitution_alpha);
-  // gpt_oss's biased experts and clamped SwiGLU are not in the grouped kernel: the per-expert path below.
-  if (device_cache != nullptr && placement == nullptr && x.is_cuda() && !w.expert_gate_bias.defined())
+  if (device_cache != nullptr && placement == nullptr && x.is_cuda())
     return MoeForwardDevice(config, w, layer_id, x, provider, next, substitution_alpha, *device_cache);
   const int64_t n = x.size(0), hidden = x.size(1);
   const at::Device device = x.device();

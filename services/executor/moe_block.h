@@ -71,6 +71,11 @@ struct ExpertBiases {
 // Expert `expert_id`'s terms from the layer's weights (empty when the layer has no expert biases).
 ExpertBiases ExpertBiasesOf(const ModelConfig& config, const LayerWeights& w, int32_t expert_id);
 
+// gpt_oss's expert on x: [m, hidden] with its matrices in x's dtype and device (gate/up [inter, hidden],
+// down [hidden, inter]): down(act) + b_down with act the clamped SwiGLU of gate(x) + b_gate and
+// up(x) + b_up, computed in float32, returned in x's dtype.
+at::Tensor BiasedExpertForward(const MlpWeights& expert, const ExpertBiases& biases, const at::Tensor& x);
+
 // One routed expert, down(silu(gate(x)) * up(x)) (or down(relu(up(x))) for a gate-less expert,
 // ExpertWeightsView::gated false), on its tokens x: [m, hidden] -> [m, hidden].
 // CPU float32: BF16 weights are read in place by the kernels (kernels/bf16_gemm.h), from the

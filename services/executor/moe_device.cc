@@ -114,6 +114,26 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
                                                                rows[m], cols, br, bc, out, nullptr));
       continue;
     }
+    if (ew.dtype == DType::kMXFP4) {  // gpt-oss's experts: dequantized into the slot (kernels/fp8_dequant.h)
+      if (ew.planes()) return Status::InvalidArgument("MXFP4 experts arrive as bytes, not as E/SM planes");
+      const auto* raw = static_cast<const uint8_t*>(data[m]);
+      if (slot.is_cpu()) {  // the tests' CPU stand-in
+        kernels::DequantizeMxfp4ToBf16Reference(raw, rows[m], cols, out);
+        continue;
+      }
+      at::Tensor dq;
+      const void* alias = kernels::DeviceAliasOf(raw);
+      if (alias == nullptr) {  // pageable bytes: copied to the device (synchronously)
+        dq = at::from_blob(const_cast<uint8_t*>(raw), {n / 2 + n / 32}, at::TensorOptions().dtype(at::kByte))
+                 .to(slot.device());
+        alias = dq.data_ptr();
+      } else {
+        *reads_host = true;
+      }
+      ZM_RETURN_IF_ERROR(
+          kernels::LaunchDequantizeMxfp4ToBf16(static_cast<const uint8_t*>(alias), rows[m], cols, out, nullptr));
+      continue;
+    }
     if (ew.planes() && slot.is_cpu()) {  // the tests' CPU stand-in for the device
       kernels::RecoverBf16Cpu(planes[m].e, planes[m].sm, out, n);
     } else if (ew.planes()) {
@@ -185,13 +205,17 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
 
   // 1. Routers (float32, as DeepSeek's MoEGate and the CPU path), one device->host copy.
   const at::Tensor x32 = x.to(at::kFloat);
-  at::Tensor probs = RouterScores(config, Linear(x32, w.router));
+  at::Tensor logits = Linear(x32, w.router);
+  if (w.router_logit_bias.defined()) logits = logits + w.router_logit_bias.to(device);  // gpt_oss
+  at::Tensor probs = RouterScores(config, logits);
   const bool predict = Predicts(provider, next);
   int64_t next_experts = 0;
   if (predict) {
     at::Tensor in = x32;
     if (next->residual.defined()) in = in + next->residual.to(device, at::kFloat);
-    const at::Tensor next_probs = RouterScores(config, Linear(in, next->weights->router));
+    at::Tensor next_logits = Linear(in, next->weights->router);
+    if (next->weights->router_logit_bias.defined()) next_logits = next_logits + next->weights->router_logit_bias.to(device);
+    const at::Tensor next_probs = RouterScores(config, next_logits);
     next_experts = next_probs.size(1);
     probs = at::cat({probs, next_probs}, 1);
   }
@@ -248,9 +272,27 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
   ZM_RETURN_IF_ERROR(FillFromProvider(config, w, assign, delivered, provider, cache, layer_id, ask.expert_ids.size(),
                                       [&](size_t j, at::Tensor& slot) { slots[j] = &slot; }));
 
-  // 4. The grouped expert MLP over every selected expert.
+  // 4. The grouped expert MLP over every selected expert (gpt_oss: its biased, clamped experts one at a
+  //    time from their slots, in ascending expert order; the grouped kernel has neither).
   at::Tensor y;
-  if (n_selected > 0) {
+  if (n_selected > 0 && w.expert_gate_bias.defined()) {
+    std::vector<size_t> order(n_selected);
+    for (size_t j = 0; j < n_selected; ++j) order[j] = j;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return assign.expert_ids[a] < assign.expert_ids[b]; });
+    const int64_t matrix = inter * hidden;
+    y = at::zeros({n, hidden}, at::TensorOptions().dtype(at::kFloat).device(device));
+    for (size_t j : order) {
+      MlpWeights e;
+      e.gate = slots[j]->narrow(0, 0, matrix).view({inter, hidden}).to(x.scalar_type());
+      e.up = slots[j]->narrow(0, matrix, matrix).view({inter, hidden}).to(x.scalar_type());
+      e.down = slots[j]->narrow(0, 2 * matrix, matrix).view({hidden, inter}).to(x.scalar_type());
+      const at::Tensor rows = at::tensor(assign.token_rows[j], at::TensorOptions().dtype(at::kLong)).to(device);
+      const at::Tensor weight = at::tensor(assign.weights[j], at::TensorOptions().dtype(at::kFloat)).to(device).unsqueeze(1);
+      const at::Tensor out = BiasedExpertForward(e, ExpertBiasesOf(config, w, assign.expert_ids[j]), x.index_select(0, rows));
+      y.index_add_(0, rows, out.to(at::kFloat) * weight);
+    }
+    y = y.to(x.scalar_type());
+  } else if (n_selected > 0) {
     std::vector<uint64_t> weights;
     std::vector<int32_t> expert_pair_offsets{0}, pair_token, token_pair_offsets{0}, token_pairs;
     std::vector<float> pair_weight;

@@ -199,7 +199,7 @@ class MoeDeviceTest : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Archs, MoeDeviceTest,
                          ::testing::Values("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3",
                                            "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "deepseek_v3 --dtype fp8",
-                                           "glm4_moe --dtype fp8"),
+                                           "glm4_moe --dtype fp8", "gpt_oss"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)
