@@ -10,10 +10,6 @@
 namespace zipmoe::kernels {
 namespace {
 
-constexpr unsigned kMxcsrDaz = 1u << 6;  // MXCSR.DAZ: denormal inputs read as zero
-
-struct Avx2Safe;
-
 struct Avx2 {
   struct Acc {
     __m256 lo, hi;
@@ -39,9 +35,8 @@ struct Avx2 {
 
   // 8 FP8 E4M3 weights from 8 bytes as the E4M3 value / 2^120 (as Avx512::Shifted: sign-extended,
   // shifted left by 20, masked; exact, subnormals read while MXCSR.DAZ is clear). NaN codes and scales
-  // >= 2^8 are left to Avx2Safe (F8TileNeedsSafe).
+  // >= 2^8 are left to gemm_tile::F8Checked (F8TileNeedsSafe).
   static constexpr bool kF8Scan = true;
-  using Safe = Avx2Safe;
   static __m256 F8x8(const uint8_t* p) {
     const __m256i b = _mm256_slli_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 20);
     return _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32(static_cast<int>(0x87f00000u))));
@@ -109,39 +104,8 @@ struct Avx2 {
   }
 };
 
-
-// The FP8 tiles Avx2 leaves: NaN codes set to the quiet NaN, a scale whose product with 2^120
-// overflows applied as two multiplications (by 2^120, exact, then by the scale).
-struct Avx2Safe : Avx2 {
-  static constexpr bool kF8Scan = false;
-  static __m256 Scaled(const uint8_t* p, float scale) {
-    __m256 v = F8x8(p);
-    const __m256i mag = _mm256_set1_epi32(0x07f00000);
-    const __m256i bits = _mm256_castps_si256(v);
-    v = _mm256_castsi256_ps(_mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000),
-                                               _mm256_cmpeq_epi32(_mm256_and_si256(bits, mag), mag)));
-    const float s120 = scale * 0x1p120f;
-    if (__builtin_isinf(s120)) return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(0x1p120f)), _mm256_set1_ps(scale));
-    return _mm256_mul_ps(v, _mm256_set1_ps(s120));
-  }
-  static Vec LoadF8(const uint8_t* p, float scale) { return {Scaled(p, scale), Scaled(p + 8, scale)}; }
-  static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
-    *w0 = LoadF8(p, scale);
-    *w1 = LoadF8(p + 16, scale);
-  }
-};
-
 }  // namespace
 
-void Bf16GemmAvx2(const GemmArgs& a) {
-  if (a.w.f8 == nullptr) {
-    gemm_tile::Gemm<Avx2>(a);
-    return;
-  }
-  const unsigned csr = _mm_getcsr();  // FP8 reads float32 subnormals (F8x8): denormals-are-zero off
-  if ((csr & kMxcsrDaz) != 0) _mm_setcsr(csr & ~kMxcsrDaz);
-  gemm_tile::Gemm<Avx2>(a);
-  if ((csr & kMxcsrDaz) != 0) _mm_setcsr(csr);
-}
+void Bf16GemmAvx2(const GemmArgs& a) { gemm_tile::Gemm<Avx2>(a); }
 
 }  // namespace zipmoe::kernels

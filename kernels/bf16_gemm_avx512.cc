@@ -13,10 +13,6 @@
 namespace zipmoe::kernels {
 namespace {
 
-constexpr unsigned kMxcsrDaz = 1u << 6;  // MXCSR.DAZ: denormal inputs read as zero
-
-struct Avx512Safe;
-
 struct Avx512 {
   using Acc = __m512;
   using Vec = __m512;
@@ -43,14 +39,13 @@ struct Avx512 {
   // FP8 E4M3 by moving bits: the byte sign-extended to 32 bits and shifted left by 20 has the sign at
   // bit 31 and the exponent|mantissa at bits 26..20, so masked it is the float32 whose value is the
   // E4M3 value / 2^120, exactly (E4M3 subnormals become float32 subnormals, read exactly while
-  // MXCSR.DAZ is clear: Bf16GemmAvx512 clears it around FP8 products). One multiplication by
+  // MXCSR.DAZ is clear: gemm_tile::SubnormalInputs). One multiplication by
   // scale * 2^120 (exact while finite) is then the one rounding of GemmWeights' FP8 formula.
   // 3 operations per 16 weights before the scale, against 7 through IEEE half (the FP8 GEMV's
   // throughput 1.2-1.3x on a Zen 5, issue 40). Two cases this does not cover, S.1111.111 (NaN, which
   // would read as a number) and scales >= 2^8 (the product overflows), are found per row tile by
-  // F8TileNeedsSafe, and such tiles are computed by Avx512Safe.
+  // F8TileNeedsSafe, and such tiles are computed by gemm_tile::F8Checked.
   static constexpr bool kF8Scan = true;
-  using Safe = Avx512Safe;
   static __m512 Shifted(__m128i bytes) {
     const __m512i b = _mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20);
     return _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32(static_cast<int>(0x87f00000u))));
@@ -105,43 +100,8 @@ struct Avx512 {
   }
 };
 
-
-// The FP8 tiles Avx512 leaves (NaN codes, scales >= 2^8): the NaN codes set to the quiet NaN by a byte
-// compare, and a scale whose product with 2^120 overflows applied as two multiplications (by 2^120,
-// exact, then by the scale).
-struct Avx512Safe : Avx512 {
-  static constexpr bool kF8Scan = false;
-  static __m512 Scaled(__m512 v, __mmask16 nan, float scale) {
-    v = _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(__builtin_nanf("")));
-    const float s120 = scale * 0x1p120f;
-    if (__builtin_isinf(s120)) return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(0x1p120f)), _mm512_set1_ps(scale));
-    return _mm512_mul_ps(v, _mm512_set1_ps(s120));
-  }
-  static __mmask16 NanBytes(__m128i raw) {
-    return _mm_cmpeq_epi8_mask(_mm_or_si128(raw, _mm_set1_epi8(static_cast<char>(0x80))),
-                               _mm_set1_epi8(static_cast<char>(0xff)));
-  }
-  static Vec LoadF8(const uint8_t* p, float scale) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return Scaled(Shifted(raw), NanBytes(raw), scale);
-  }
-  static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
-    *w0 = LoadF8(p, scale);
-    *w1 = LoadF8(p + 16, scale);
-  }
-};
-
 }  // namespace
 
-void Bf16GemmAvx512(const GemmArgs& a) {
-  if (a.w.f8 == nullptr) {
-    gemm_tile::Gemm<Avx512>(a);
-    return;
-  }
-  const unsigned csr = _mm_getcsr();  // FP8 reads float32 subnormals (LoadF8): denormals-are-zero off
-  if ((csr & kMxcsrDaz) != 0) _mm_setcsr(csr & ~kMxcsrDaz);
-  gemm_tile::Gemm<Avx512>(a);
-  if ((csr & kMxcsrDaz) != 0) _mm_setcsr(csr);
-}
+void Bf16GemmAvx512(const GemmArgs& a) { gemm_tile::Gemm<Avx512>(a); }
 
 }  // namespace zipmoe::kernels

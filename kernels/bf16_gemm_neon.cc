@@ -9,25 +9,13 @@
 namespace zipmoe::kernels {
 namespace {
 
-// FPCR.FZ: denormal inputs and results flushed to zero.
-constexpr uint64_t kFpcrFz = uint64_t{1} << 24;
-uint64_t ReadFpcr() {
-  uint64_t v;
-  __asm__ __volatile__("mrs %0, fpcr" : "=r"(v));
-  return v;
-}
-void WriteFpcr(uint64_t v) { __asm__ __volatile__("msr fpcr, %0" : : "r"(v)); }
-
-struct NeonSafe;
-
 struct Neon {
   // FP8 as on x86 (kernels/bf16_gemm_avx512.cc Avx512::LoadF8): each byte sign-extended to 32 bits,
   // shifted left by 20 and masked is the float32 of value e4m3 / 2^120 (E4M3 subnormals become float32
-  // subnormals, read exactly while FPCR.FZ is clear: Bf16GemmNeon clears it around FP8 products), times
-  // scale * 2^120: 5 operations per 4 weights against 13 for the checked decode. Row tiles with a NaN code
-  // or a scale >= 2^8 are found by F8TileNeedsSafe and computed by NeonSafe (the checked decode).
+  // subnormals, read exactly while FPCR.FZ is clear: gemm_tile::SubnormalInputs), times scale * 2^120:
+  // 5 operations per 4 weights against 13 for the decode with every case checked it replaced. Row tiles
+  // with a NaN code or a scale >= 2^8 are found by F8TileNeedsSafe and computed by gemm_tile::F8Checked.
   static constexpr bool kF8Scan = true;
-  using Safe = NeonSafe;
   struct Acc {
     float32x4_t v0, v1, v2, v3;
   };
@@ -98,17 +86,6 @@ struct Neon {
     for (; i < n; ++i) any |= (p[i] & 0x7fu) == 0x7fu;
     return any || gemm_tile::F8ScalesNeedSafe(a, r, rows);
   }
-  // 4 FP8 E4M3 weights (as uint32 lanes) decoded exactly with every case checked, times `scale` (NeonSafe).
-  static float32x4_t F8x4(uint32x4_t b, float32x4_t scale) {
-    const uint32x4_t mag = vandq_u32(b, vdupq_n_u32(0x7f));
-    float32x4_t v = vreinterpretq_f32_u32(vaddq_u32(vshlq_n_u32(mag, 20), vdupq_n_u32(120u << 23)));
-    const float32x4_t sub = vmulq_f32(vcvtq_f32_u32(mag), vdupq_n_f32(0x1p-9f));
-    v = vbslq_f32(vcltq_u32(mag, vdupq_n_u32(8)), sub, v);
-    v = vbslq_f32(vceqq_u32(mag, vdupq_n_u32(0x7f)), vdupq_n_f32(__builtin_nanf("")), v);
-    const uint32x4_t sign = vshlq_n_u32(vandq_u32(b, vdupq_n_u32(0x80)), 24);
-    v = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(v), sign));
-    return vmulq_f32(v, scale);
-  }
   // MXFP4: each E2M1 value is an IEEE half whose low byte is 0, so the nibbles index a 16-byte table of
   // the high bytes (TBL), a zip with zeros makes the halves, FCVTL widens them exactly, and one
   // multiplication by the block's scale gives GemmWeights' value.
@@ -139,33 +116,8 @@ struct Neon {
   }
 };
 
-// The FP8 tiles Neon leaves: every code and scale decoded with its checks (Neon::F8x4).
-struct NeonSafe : Neon {
-  static constexpr bool kF8Scan = false;
-  static Vec LoadF8(const uint8_t* p, float scale) {
-    const uint8x16_t b = vld1q_u8(p);
-    const uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_high_u8(b);
-    const float32x4_t s = vdupq_n_f32(scale);
-    return {F8x4(vmovl_u16(vget_low_u16(lo)), s), F8x4(vmovl_high_u16(lo), s), F8x4(vmovl_u16(vget_low_u16(hi)), s),
-            F8x4(vmovl_high_u16(hi), s)};
-  }
-  static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
-    *w0 = LoadF8(p, scale);
-    *w1 = LoadF8(p + 16, scale);
-  }
-};
-
 }  // namespace
 
-void Bf16GemmNeon(const GemmArgs& a) {
-  if (a.w.f8 == nullptr) {
-    gemm_tile::Gemm<Neon>(a);
-    return;
-  }
-  const uint64_t fpcr = ReadFpcr();  // FP8 reads float32 subnormals (Neon::LoadF8): flush-to-zero off
-  if ((fpcr & kFpcrFz) != 0) WriteFpcr(fpcr & ~kFpcrFz);
-  gemm_tile::Gemm<Neon>(a);
-  if ((fpcr & kFpcrFz) != 0) WriteFpcr(fpcr);
-}
+void Bf16GemmNeon(const GemmArgs& a) { gemm_tile::Gemm<Neon>(a); }
 
 }  // namespace zipmoe::kernels

@@ -9,9 +9,10 @@
 //   V::LoadF8(const uint8_t* p, float scale)    16 FP8 E4M3 weights decoded exactly, times `scale`
 //                            (one fp32 multiplication each: GemmWeights' FP8 formula)
 //   V::LoadF8x2(p, scale, &w0, &w1)             32 of them (columns k..k+15, k+16..k+31), one block
-//   V::kF8Scan, V::Safe, V::F8TileNeedsSafe(a, r, rows)   when kF8Scan, LoadF8 covers finite codes and
-//                            scales < 2^8 only: row tiles for which F8TileNeedsSafe is true (a NaN code,
-//                            a larger scale) are computed by V::Safe, which covers all (kF8Scan false)
+//   V::kF8Scan, V::F8TileNeedsSafe(a, r, rows)   when kF8Scan, LoadF8 covers finite codes and scales
+//                            < 2^8 only, reading E4M3 subnormals as float32 subnormals: row tiles for
+//                            which F8TileNeedsSafe is true (a NaN code, a larger scale) are computed by
+//                            F8Checked<V> below, which covers all
 //   V::Store(float* p, Vec v)                    16 floats to p (FP8 batches dequantize a tile once)
 //   V::Fp4Table, V::MakeFp4Table(float scale)   what LoadMxfp4 needs for one 32-column block of scale `scale`
 //                            (the 16 E2M1 values times the scale: one fp32 multiplication each, exact)
@@ -110,6 +111,58 @@ inline bool F8ScalesNeedSafe(const GemmArgs& a, int64_t r, int rows) {
   return false;
 }
 
+// While alive, float32 subnormal inputs are read as such on this thread: the FP8 decode of the kF8Scan
+// variants makes E4M3 subnormals float32 subnormals, which MXCSR.DAZ (x86; e.g. torch's
+// set_flush_denormal) or FPCR.FZ (AArch64) would read as zero. Clears that bit and restores it at the
+// end. Templated on V for internal linkage, as everything here.
+template <class V>
+class SubnormalInputs {
+ public:
+  SubnormalInputs() {
+#if defined(__x86_64__) || defined(__i386__)
+    saved_ = __builtin_ia32_stmxcsr();
+    if ((saved_ & kDaz) != 0) __builtin_ia32_ldmxcsr(static_cast<unsigned>(saved_ & ~kDaz));
+#elif defined(__aarch64__)
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(saved_));
+    if ((saved_ & kFz) != 0) Write(saved_ & ~kFz);
+#endif
+  }
+  ~SubnormalInputs() {
+#if defined(__x86_64__) || defined(__i386__)
+    if ((saved_ & kDaz) != 0) __builtin_ia32_ldmxcsr(static_cast<unsigned>(saved_));
+#elif defined(__aarch64__)
+    if ((saved_ & kFz) != 0) Write(saved_);
+#endif
+  }
+  SubnormalInputs(const SubnormalInputs&) = delete;
+  SubnormalInputs& operator=(const SubnormalInputs&) = delete;
+
+ private:
+  static constexpr uint64_t kDaz = uint64_t{1} << 6;  // MXCSR.DAZ: denormal inputs read as zero
+  static constexpr uint64_t kFz = uint64_t{1} << 24;  // FPCR.FZ: denormals flushed to zero
+#if defined(__aarch64__)
+  static void Write(uint64_t fpcr) { __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr)); }
+#endif
+  uint64_t saved_ = 0;
+};
+
+// The FP8 decode of the row tiles a kF8Scan variant's F8TileNeedsSafe sends here (a NaN code, a scale
+// >= 2^8; neither occurs in a released checkpoint): each weight by GemmWeights' formula (F8ToFloat,
+// one fp32 multiplication), 16 at a time through V::LoadX.
+template <class V>
+struct F8Checked : V {
+  static constexpr bool kF8Scan = false;
+  static typename V::Vec LoadF8(const uint8_t* p, float scale) {
+    float w[16];
+    for (int i = 0; i < 16; ++i) w[i] = F8ToFloat(p[i]) * scale;
+    return V::LoadX(w);
+  }
+  static void LoadF8x2(const uint8_t* p, float scale, typename V::Vec* w0, typename V::Vec* w1) {
+    *w0 = LoadF8(p, scale);
+    *w1 = LoadF8(p + 16, scale);
+  }
+};
+
 // Tokens per outer block: their activations stay in L2 while every row tile of the range streams by.
 constexpr int64_t kTokenBlock = 64;
 
@@ -174,7 +227,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   }
   if constexpr (kEnc == Encoding::kF8 && V::kF8Scan) {
     if (V::F8TileNeedsSafe(a, r, R)) {
-      Tile<typename V::Safe, kEnc, R, T>(a, r, t);
+      Tile<F8Checked<V>, kEnc, R, T>(a, r, t);
       return;
     }
   }
@@ -326,7 +379,7 @@ inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
   const auto dequantize = [&](int64_t r0, int rows) {
     if constexpr (V::kF8Scan) {
       if (V::F8TileNeedsSafe(a, r0, rows)) {
-        RowsF8Dequantize<typename V::Safe>(a, r0, rows, buf);
+        RowsF8Dequantize<F8Checked<V>>(a, r0, rows, buf);
         return;
       }
     }
@@ -408,6 +461,7 @@ inline void Gemm(const GemmArgs& a) {
   } else if (a.w.f32 != nullptr) {
     Run<V, Encoding::kF32>(a);
   } else if (a.w.f8 != nullptr) {
+    const SubnormalInputs<V> keep;  // the FP8 decode reads float32 subnormals
     Run<V, Encoding::kF8>(a);
   } else if (a.w.mxfp4 != nullptr) {
     Run<V, Encoding::kMxfp4>(a);

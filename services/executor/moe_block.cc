@@ -397,39 +397,40 @@ at::Tensor ExpertForward(const ExpertWeightsView& ew, const at::Tensor& x, const
   // recovered here on the CPU (BF16, bit-exact) before it is converted for x's device.
   const auto tensor = [&](const void* data, const ExpertPlanes& planes, int64_t rows, int64_t cols,
                           const float* scale_inv) {
-    // On a GPU an FP8 / MXFP4 matrix crosses to the device as stored (1 / 0.53 bytes a weight, not the
-    // 4 of float32) and is dequantized there into BF16 (kernels/fp8_dequant.h: the same values).
-    if (x.is_cuda() && (ew.dtype == DType::kF8E4M3 || ew.dtype == DType::kMXFP4)) {
-      const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte);
-      const int64_t stored = ew.dtype == DType::kF8E4M3 ? rows * cols : rows * cols / 2 + rows * cols / 32;
-      const at::Tensor q = at::from_blob(const_cast<void*>(data), {stored}, bytes).to(x.device());
+    if (ew.dtype == DType::kF8E4M3 || ew.dtype == DType::kMXFP4) {
+      const bool f8 = ew.dtype == DType::kF8E4M3;
+      ZM_CHECK(!f8 || scale_inv != nullptr) << "FP8 expert " << ew.expert_id << " without its scales";
+      const auto* q = static_cast<const uint8_t*>(data);
+      if (!x.is_cuda()) {  // dequantized here to float32 (the CPU kernels' values), then x's dtype
+        at::Tensor w32 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat));
+        if (f8) {
+          kernels::DequantizeF8E4M3ToFloatReference(q, scale_inv, rows, cols, fp8.block_rows, fp8.block_cols,
+                                                    w32.data_ptr<float>());
+        } else {
+          kernels::DequantizeMxfp4ToFloatReference(q, rows, cols, w32.data_ptr<float>());
+        }
+        return w32.to(x.device(), x.scalar_type());
+      }
+      // On a GPU the matrix crosses as stored (1 / 0.53 bytes a weight, not the 4 of float32) and is
+      // dequantized there into BF16 (kernels/fp8_dequant.h: the same values).
+      const int64_t stored = f8 ? rows * cols : rows * cols / 2 + rows * cols / 32;
+      const at::Tensor dq = at::from_blob(const_cast<uint8_t*>(q), {stored}, at::TensorOptions().dtype(at::kByte))
+                                .to(x.device());
       at::Tensor w = at::empty({rows, cols}, at::TensorOptions().dtype(at::kBFloat16).device(x.device()));
       auto* out = static_cast<uint16_t*>(w.data_ptr());
       Status st;
-      if (ew.dtype == DType::kF8E4M3) {
-        ZM_CHECK(scale_inv != nullptr) << "FP8 expert " << ew.expert_id << " without its scales";
-        const int64_t n_scales = ((rows + fp8.block_rows - 1) / fp8.block_rows) * ((cols + fp8.block_cols - 1) / fp8.block_cols);
+      if (f8) {
+        const int64_t n_scales =
+            ((rows + fp8.block_rows - 1) / fp8.block_rows) * ((cols + fp8.block_cols - 1) / fp8.block_cols);
         const at::Tensor s = at::from_blob(const_cast<float*>(scale_inv), {n_scales}, at::TensorOptions().dtype(at::kFloat))
                                  .to(x.device());
-        st = kernels::LaunchDequantizeF8E4M3ToBf16(q.data_ptr<uint8_t>(), s.data_ptr<float>(), rows, cols, fp8.block_rows,
-                                                   fp8.block_cols, out, nullptr);
+        st = kernels::LaunchDequantizeF8E4M3ToBf16(dq.data_ptr<uint8_t>(), s.data_ptr<float>(), rows, cols,
+                                                   fp8.block_rows, fp8.block_cols, out, nullptr);
       } else {
-        st = kernels::LaunchDequantizeMxfp4ToBf16(q.data_ptr<uint8_t>(), rows, cols, out, nullptr);
+        st = kernels::LaunchDequantizeMxfp4ToBf16(dq.data_ptr<uint8_t>(), rows, cols, out, nullptr);
       }
       if (!st.ok()) throw std::runtime_error("expert " + std::to_string(ew.expert_id) + ": " + st.ToString());
       return w.to(x.scalar_type());
-    }
-    if (ew.dtype == DType::kF8E4M3) {
-      ZM_CHECK(scale_inv != nullptr) << "FP8 expert " << ew.expert_id << " without its scales";
-      at::Tensor w32 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat));
-      kernels::DequantizeF8E4M3ToFloatReference(static_cast<const uint8_t*>(data), scale_inv, rows, cols,
-                                                fp8.block_rows, fp8.block_cols, w32.data_ptr<float>());
-      return w32.to(x.device(), x.scalar_type());
-    }
-    if (ew.dtype == DType::kMXFP4) {
-      at::Tensor w32 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat));
-      kernels::DequantizeMxfp4ToFloatReference(static_cast<const uint8_t*>(data), rows, cols, w32.data_ptr<float>());
-      return w32.to(x.device(), x.scalar_type());
     }
     if (data != nullptr) return WrapExpertTensor(data, ew.dtype, rows, cols).to(x.device(), x.scalar_type());
     at::Tensor bf16 = at::empty({rows, cols}, at::TensorOptions().dtype(at::kBFloat16));

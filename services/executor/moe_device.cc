@@ -82,56 +82,46 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
   const void* data[3] = {ew.gate, ew.up, ew.down};
   const ExpertPlanes planes[3] = {ew.gate_planes, ew.up_planes, ew.down_planes};
   const int64_t rows[3] = {ew.intermediate, ew.intermediate, ew.hidden};
-  if (ew.dtype == DType::kF8E4M3) {
-    if (ew.planes()) return Status::InvalidArgument("FP8 experts arrive as bytes, not as E/SM planes");
-    if (fp8 == nullptr || fp8->block_rows <= 0 || fp8->block_cols <= 0 || fp8->scale_inv[0] == nullptr ||
-        fp8->scale_inv[1] == nullptr || fp8->scale_inv[2] == nullptr)
-      return Status::InvalidArgument("an FP8 expert without its weight_scale_inv blocks");
-  }
+  const bool fp8_expert = ew.dtype == DType::kF8E4M3, quantized = fp8_expert || ew.dtype == DType::kMXFP4;
+  if (quantized && ew.planes())
+    return Status::InvalidArgument(fmt::format("{} experts arrive as bytes, not as E/SM planes", DTypeName(ew.dtype)));
+  if (fp8_expert && (fp8 == nullptr || fp8->block_rows <= 0 || fp8->block_cols <= 0 || fp8->scale_inv[0] == nullptr ||
+                     fp8->scale_inv[1] == nullptr || fp8->scale_inv[2] == nullptr))
+    return Status::InvalidArgument("an FP8 expert without its weight_scale_inv blocks");
   for (int m = 0; m < 3; ++m) {
     uint16_t* out = base + m * n;
     const int64_t cols = n / rows[m];
-    if (ew.dtype == DType::kF8E4M3) {
+    if (quantized) {  // FP8 / MXFP4 (gpt-oss): dequantized into the slot (kernels/fp8_dequant.h)
       const auto* q = static_cast<const uint8_t*>(data[m]);
-      const int64_t br = fp8->block_rows, bc = fp8->block_cols;
+      const int64_t br = fp8_expert ? fp8->block_rows : 0, bc = fp8_expert ? fp8->block_cols : 0;
       if (slot.is_cpu()) {  // the tests' CPU stand-in
-        kernels::DequantizeF8E4M3ToBf16Reference(q, fp8->scale_inv[m], rows[m], cols, br, bc, out);
+        if (fp8_expert) {
+          kernels::DequantizeF8E4M3ToBf16Reference(q, fp8->scale_inv[m], rows[m], cols, br, bc, out);
+        } else {
+          kernels::DequantizeMxfp4ToBf16Reference(q, rows[m], cols, out);
+        }
+        continue;
+      }
+      at::Tensor dq;  // the stored bytes, read in place when registered, else copied (synchronously)
+      const void* alias = kernels::DeviceAliasOf(q);
+      if (alias == nullptr) {
+        const int64_t stored = fp8_expert ? n : n / 2 + n / 32;
+        dq = at::from_blob(const_cast<uint8_t*>(q), {stored}, at::TensorOptions().dtype(at::kByte)).to(slot.device());
+        alias = dq.data_ptr();
+      } else {
+        *reads_host = true;
+      }
+      const auto* dq_ptr = static_cast<const uint8_t*>(alias);
+      if (!fp8_expert) {
+        ZM_RETURN_IF_ERROR(kernels::LaunchDequantizeMxfp4ToBf16(dq_ptr, rows[m], cols, out, nullptr));
         continue;
       }
       const int64_t scales = ((rows[m] + br - 1) / br) * ((cols + bc - 1) / bc);
       const at::Tensor ds = at::from_blob(const_cast<float*>(fp8->scale_inv[m]), {scales},
                                           at::TensorOptions().dtype(at::kFloat))
                                 .to(slot.device());
-      at::Tensor dq;
-      const void* alias = kernels::DeviceAliasOf(q);
-      if (alias == nullptr) {  // pageable bytes: copied to the device (synchronously)
-        dq = at::from_blob(const_cast<uint8_t*>(q), {n}, at::TensorOptions().dtype(at::kByte)).to(slot.device());
-        alias = dq.data_ptr();
-      } else {
-        *reads_host = true;
-      }
-      ZM_RETURN_IF_ERROR(kernels::LaunchDequantizeF8E4M3ToBf16(static_cast<const uint8_t*>(alias), ds.data_ptr<float>(),
-                                                               rows[m], cols, br, bc, out, nullptr));
-      continue;
-    }
-    if (ew.dtype == DType::kMXFP4) {  // gpt-oss's experts: dequantized into the slot (kernels/fp8_dequant.h)
-      if (ew.planes()) return Status::InvalidArgument("MXFP4 experts arrive as bytes, not as E/SM planes");
-      const auto* raw = static_cast<const uint8_t*>(data[m]);
-      if (slot.is_cpu()) {  // the tests' CPU stand-in
-        kernels::DequantizeMxfp4ToBf16Reference(raw, rows[m], cols, out);
-        continue;
-      }
-      at::Tensor dq;
-      const void* alias = kernels::DeviceAliasOf(raw);
-      if (alias == nullptr) {  // pageable bytes: copied to the device (synchronously)
-        dq = at::from_blob(const_cast<uint8_t*>(raw), {n / 2 + n / 32}, at::TensorOptions().dtype(at::kByte))
-                 .to(slot.device());
-        alias = dq.data_ptr();
-      } else {
-        *reads_host = true;
-      }
       ZM_RETURN_IF_ERROR(
-          kernels::LaunchDequantizeMxfp4ToBf16(static_cast<const uint8_t*>(alias), rows[m], cols, out, nullptr));
+          kernels::LaunchDequantizeF8E4M3ToBf16(dq_ptr, ds.data_ptr<float>(), rows[m], cols, br, bc, out, nullptr));
       continue;
     }
     if (ew.planes() && slot.is_cpu()) {  // the tests' CPU stand-in for the device
@@ -276,12 +266,9 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
   //    time from their slots, in ascending expert order; the grouped kernel has neither).
   at::Tensor y;
   if (n_selected > 0 && w.expert_gate_bias.defined()) {
-    std::vector<size_t> order(n_selected);
-    for (size_t j = 0; j < n_selected; ++j) order[j] = j;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return assign.expert_ids[a] < assign.expert_ids[b]; });
     const int64_t matrix = inter * hidden;
     y = at::zeros({n, hidden}, at::TensorOptions().dtype(at::kFloat).device(device));
-    for (size_t j : order) {
+    for (size_t j = 0; j < n_selected; ++j) {  // assign.expert_ids ascend
       MlpWeights e;
       e.gate = slots[j]->narrow(0, 0, matrix).view({inter, hidden}).to(x.scalar_type());
       e.up = slots[j]->narrow(0, matrix, matrix).view({inter, hidden}).to(x.scalar_type());
