@@ -60,8 +60,16 @@ struct ExpertWeightsView {
   int64_t intermediate = 0;
   int64_t hidden = 0;
   bool gated = true;  // false: no gate projection (2 tensors, ReLU)
+  // A provider whose cache keeps pool F in the GPU executor's device memory
+  // (ExpertProvider::device_f_slots() >= 0): the expert's device slot index in [0, device_f_slots()),
+  // or -1. device_slot_holds: the slot already holds this expert's BF16 weights (an F hit; no host
+  // bytes: gate/up/down and the planes are null). Otherwise the executor writes the weights it is
+  // served here into that slot and computes from it; the slot then holds the expert until the cache
+  // hands it to another one.
+  int32_t device_slot = -1;
+  bool device_slot_holds = false;
 
-  bool planes() const { return up == nullptr; }
+  bool planes() const { return up == nullptr && !device_slot_holds; }
 };
 
 // Keeps an expert's weights resident (pinned) while alive; the destructor releases the pin.
@@ -69,6 +77,10 @@ class ExpertLease {
  public:
   virtual ~ExpertLease() = default;
   virtual const ExpertWeightsView& weights() const = 0;
+  // The executor could not use the weights as delivered (writing them into the device slot the view
+  // names failed): the release that follows must not admit the expert anywhere, so no cache records a
+  // placement whose bytes were never written. Default: nothing (a provider that admits nothing).
+  virtual void Abandon() {}
 };
 
 // How the executor predicts the next MoE layer's experts (ExpertProvider::prefetch_mode()):
@@ -139,6 +151,13 @@ class ExpertProvider {
     (void)layer_id;
     cached->assign(static_cast<size_t>(n_experts), 1);
   }
+  // Device slots of pool F when this provider's cache decides what the GPU executor keeps in device
+  // memory (issue 36 item 1: the cache manager tracks F slots, the executor owns their memory): the
+  // executor then allocates that many slots ([3 · inter · hidden] BF16 each), asks the provider for
+  // every selected expert, and reads or writes the slot each lease names (ExpertWeightsView::
+  // device_slot). -1 (the default): the provider knows nothing of the device; a GPU executor keeps
+  // its own device cache.
+  virtual int64_t device_f_slots() const { return -1; }
   // How the executor should predict prefetches for this provider (kNone: do not call Prefetch).
   virtual PrefetchMode prefetch_mode() const { return PrefetchMode::kNone; }
   // A prediction of the experts layer `predicted.layer_id` will select, best first (expert_ids in

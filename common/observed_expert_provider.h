@@ -25,6 +25,7 @@ class ObservedExpertProvider : public ExpertProvider {
   bool NextIsReady() const override { return inner_->NextIsReady(); }
   Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
   PrefetchMode prefetch_mode() const override { return inner_->prefetch_mode(); }
+  int64_t device_f_slots() const override { return inner_->device_f_slots(); }
   void Prefetch(const LayerRouting& predicted) override { inner_->Prefetch(predicted); }
   bool SetReadyListener(std::function<void()> listener) override {
     return inner_->SetReadyListener(std::move(listener));

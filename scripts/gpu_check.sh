@@ -5,7 +5,8 @@
 #      references, host registration),
 #   2. the recovery kernel's bandwidth next to a device-to-device copy (bench/recovery_bench.cc),
 #   3. qwen2_moe mini: warm decode TPOT on CUDA (the GPU executor: every expert in device F slots;
-#      host budgets and policies; device budgets 25 % and 0 with the experts in host memory) next to
+#      host budgets and policies, where the runtime's pool F itself lives in the executor's device
+#      slots; device budgets 25 % and 0 with the experts in host memory, the executor's own tier) next to
 #      the CPU at 16 threads, logits compared, HBM and PCIe floors from bandwidths measured in the run,
 #   4. `generate` on the CPU and on CUDA from the shipped checkpoint and its compressed directory,
 #      compares token ids and logits (scripts/compare_logits.py), with and without DALI's greedy

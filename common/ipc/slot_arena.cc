@@ -23,11 +23,12 @@ Result<std::unique_ptr<SlotArena>> SlotArena::Create(const std::string& shm_name
     pool.stride_bytes = AlignSlotBytes(spec.slot_bytes);
     pool.n_slots = spec.n_slots;
     pool.base_offset = offset;
+    pool.elsewhere = spec.bytes_elsewhere;
     if (pool.stride_bytes < spec.slot_bytes ||
         (pool.n_slots > 0 && pool.stride_bytes > std::numeric_limits<uint64_t>::max() / pool.n_slots)) {
       return Status::InvalidArgument(fmt::format("slot arena: pool '{}' size overflows", spec.name));
     }
-    const uint64_t reserved = pool.stride_bytes * pool.n_slots;
+    const uint64_t reserved = pool.elsewhere ? 0 : pool.stride_bytes * pool.n_slots;
     if (reserved > budget_bytes - offset) {  // offset <= budget_bytes holds by induction
       return Status::InvalidArgument(fmt::format(
           "slot arena: pools need more than the budget of {} bytes: pool '{}' ({} slots × {} bytes) "
@@ -81,12 +82,13 @@ bool SlotArena::IsAllocated(int pool, uint32_t slot) const {
 
 uint64_t SlotArena::SlotOffset(int pool, uint32_t slot) const {
   ZM_CHECK(ValidSlot(pool, slot)) << "pool " << pool << " slot " << slot;
+  if (pools_[pool].elsewhere) return pools_[pool].base_offset;
   return pools_[pool].base_offset + static_cast<uint64_t>(slot) * pools_[pool].stride_bytes;
 }
 
 uint8_t* SlotArena::SlotData(int pool, uint32_t slot) const {
   const uint64_t offset = SlotOffset(pool, slot);
-  return region_ ? region_->data() + offset : nullptr;
+  return region_ && !pools_[pool].elsewhere ? region_->data() + offset : nullptr;
 }
 
 }  // namespace zipmoe

@@ -39,6 +39,10 @@ struct SlotPoolSpec {
   std::string name;         // for messages, e.g. "F"
   uint64_t slot_bytes = 0;  // usable bytes per slot (rounded up to 4 KiB in the layout)
   uint32_t n_slots = 0;     // 0 = empty pool (allowed; every Allocate fails)
+  // The slots are accounted here but their bytes live elsewhere (the GPU executor's device F slots,
+  // issue 36): the pool maps no memory and counts nothing against the budget; SlotData() is nullptr
+  // and SlotOffset() is the pool's (empty) base for every slot.
+  bool bytes_elsewhere = false;
 };
 
 class SlotArena {
@@ -74,7 +78,11 @@ class SlotArena {
   uint32_t n_slots(int pool) const { return pools_[pool].n_slots; }
   uint32_t n_free(int pool) const { return static_cast<uint32_t>(pools_[pool].free_list.size()); }
   uint32_t n_allocated(int pool) const { return n_slots(pool) - n_free(pool); }
-  uint64_t reserved_bytes(int pool) const { return pools_[pool].stride_bytes * pools_[pool].n_slots; }
+  // Arena bytes the pool maps (0 for a bytes_elsewhere pool).
+  uint64_t reserved_bytes(int pool) const {
+    return pools_[pool].elsewhere ? 0 : pools_[pool].stride_bytes * pools_[pool].n_slots;
+  }
+  bool bytes_elsewhere(int pool) const { return pools_[pool].elsewhere; }
 
   uint64_t budget_bytes() const { return budget_bytes_; }
   uint64_t mapped_bytes() const { return mapped_bytes_; }  // Σ reserved_bytes(p) ≤ budget_bytes()
@@ -89,6 +97,7 @@ class SlotArena {
     uint64_t stride_bytes = 0;
     uint32_t n_slots = 0;
     uint64_t base_offset = 0;
+    bool elsewhere = false;            // SlotPoolSpec::bytes_elsewhere
     std::vector<uint32_t> free_list;   // stack; back() is handed out next
     std::vector<uint8_t> allocated;    // [n_slots] 1 while allocated
   };

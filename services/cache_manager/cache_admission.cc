@@ -153,6 +153,7 @@ Status CacheManager::DecideLocked(int32_t layer_id, int32_t expert_id, Available
       result.outcome = AdmitOutcome::kStayed;
       return Status::Ok();
     }
+    if (p == Pool::kF && config_.f_on_device) continue;  // entered by ReserveDeviceF only
     if (!Fillable(p, have)) continue;
     if (!HasRoomLocked(layer_id, p)) {
       bool pinned_blocked = false;
@@ -249,6 +250,8 @@ Result<AdmitResult> CacheManager::Admit(int32_t layer_id, int32_t expert_id, Ava
   Placement pl;
   {
     MutexLock lock(&mu_);
+    Entry& entry = EntryOf(layer_id, expert_id);
+    if (entry.reserved_f != SlotArena::kNoSlot) return CommitDeviceFLocked(layer_id, expert_id);
     ZM_RETURN_IF_ERROR(DecideLocked(layer_id, expert_id, parts, &pl));
   }
   if (!pl.fill) return pl.result;
@@ -274,6 +277,66 @@ Result<AdmitResult> CacheManager::Admit(int32_t layer_id, int32_t expert_id, Ava
   pl.result.outcome = pl.old_pool >= 0 ? AdmitOutcome::kMoved : AdmitOutcome::kPlaced;
   pl.result.state = PoolState(pl.pool);
   return pl.result;
+}
+
+Result<int32_t> CacheManager::ReserveDeviceF(int32_t layer_id, int32_t expert_id) {
+  if (!Known(layer_id, expert_id)) {
+    return Status::InvalidArgument(fmt::format("device F reservation: layer {} expert {} is not in the manifest",
+                                               layer_id, expert_id));
+  }
+  if (!config_.f_on_device) return Status::InvalidArgument("device F reservation: pool F is not on the device (CacheConfig::f_on_device)");
+  MutexLock lock(&mu_);
+  Entry& entry = EntryOf(layer_id, expert_id);
+  if (entry.admitting || entry.pool == PoolIndex(Pool::kF)) return -1;
+  int32_t rank = -1;
+  const std::vector<Pool> candidates = rules_->Candidates(View(), layer_id, expert_id, &rank);
+  if (std::find(candidates.begin(), candidates.end(), Pool::kF) == candidates.end()) return -1;
+  if (!HasRoomLocked(layer_id, Pool::kF)) {
+    bool pinned_blocked = false;
+    const uint32_t victim = PickVictimLocked(layer_id, expert_id, Pool::kF, &pinned_blocked);
+    if (victim == SlotArena::kNoSlot) {
+      if (pinned_blocked) ++counters_.pinned_skips;
+      return -1;
+    }
+    EvictLocked(Pool::kF, victim);
+  }
+  entry.reserved_f = TakeSlotLocked(Pool::kF, layer_id, expert_id);
+  entry.admitting = true;
+  return static_cast<int32_t>(entry.reserved_f);
+}
+
+AdmitResult CacheManager::CommitDeviceFLocked(int32_t layer_id, int32_t expert_id) {
+  Entry& entry = EntryOf(layer_id, expert_id);
+  const uint32_t slot = entry.reserved_f;
+  SlotInfo& s = slots_[PoolIndex(Pool::kF)][slot];
+  ZM_CHECK(s.state == SlotState::kFilling && s.pins > 0) << "layer " << layer_id << " expert " << expert_id;
+  s.state = SlotState::kResident;
+  --s.pins;  // the reservation's own pin
+  --live_pins_;
+  AdmitResult result;
+  result.rank = frequency_.Rank(layer_id, expert_id);
+  result.outcome = entry.pool >= 0 ? AdmitOutcome::kMoved : AdmitOutcome::kPlaced;
+  if (entry.pool >= 0) DetachLocked(layer_id, expert_id);  // its C/S/E slot: freed once unpinned
+  entry.pool = static_cast<int8_t>(PoolIndex(Pool::kF));
+  entry.slot = slot;
+  entry.reserved_f = SlotArena::kNoSlot;
+  entry.admitting = false;
+  ++counters_.pools[PoolIndex(Pool::kF)].resident_experts;
+  ++counters_.pools[PoolIndex(Pool::kF)].admissions;
+  result.state = CompressionState::kF;
+  return result;
+}
+
+void CacheManager::CancelDeviceF(int32_t layer_id, int32_t expert_id) {
+  if (!Known(layer_id, expert_id)) return;
+  MutexLock lock(&mu_);
+  Entry& entry = EntryOf(layer_id, expert_id);
+  if (entry.reserved_f == SlotArena::kNoSlot) return;
+  const uint32_t slot = entry.reserved_f;
+  entry.reserved_f = SlotArena::kNoSlot;
+  entry.admitting = false;
+  UnpinLocked(Pool::kF, slot);
+  ReleaseSlotLocked(Pool::kF, slot);
 }
 
 }  // namespace zipmoe::cache_manager

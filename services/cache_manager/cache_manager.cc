@@ -183,14 +183,17 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
     if (m->enabled_[PoolIndex(Pool::kF)] && stride > 0) {
       uint64_t experts = 0;
       for (int32_t count : m->experts_in_layer_) experts += static_cast<uint64_t>(count);
-      n_slots[PoolIndex(Pool::kF)] =
-          static_cast<uint32_t>(std::min((config.budget_bytes - staging_bytes) / stride, experts));
+      const uint64_t f_bytes = config.f_on_device && config.device_f_bytes >= 0
+                                   ? static_cast<uint64_t>(config.device_f_bytes)
+                                   : config.budget_bytes - staging_bytes;
+      n_slots[PoolIndex(Pool::kF)] = static_cast<uint32_t>(std::min(f_bytes / stride, experts));
     }
   }
 
   std::vector<SlotPoolSpec> specs;
   for (Pool p : kPoolOrder) {
-    specs.push_back({std::string(1, PoolLetter(p)), layout.slot_bytes(p), n_slots[PoolIndex(p)]});
+    specs.push_back({std::string(1, PoolLetter(p)), layout.slot_bytes(p), n_slots[PoolIndex(p)],
+                     /*bytes_elsewhere=*/p == Pool::kF && config.f_on_device});
   }
   specs.push_back({"staging", m->staging_layout_.slot_bytes, config.staging_slots});
   ZM_ASSIGN_OR_RETURN(m->arena_, SlotArena::Create(config.shm_name, config.budget_bytes, specs));
@@ -203,7 +206,8 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
   MutexLock lock(&m->mu_);  // not yet shared; taken so the tables are only ever touched under it
   for (Pool p : kPoolOrder) {
     m->slots_[PoolIndex(p)].resize(n_slots[PoolIndex(p)]);
-    m->counters_.pools[PoolIndex(p)].capacity_bytes = m->arena_->reserved_bytes(PoolIndex(p));
+    m->counters_.pools[PoolIndex(p)].capacity_bytes =  // device bytes for F on the device
+        static_cast<uint64_t>(n_slots[PoolIndex(p)]) * m->arena_->slot_stride(PoolIndex(p));
   }
   m->entries_.resize(static_cast<size_t>(n_layers) * layout.n_experts());
   m->occupancy_.assign(n_layers, std::array<int32_t, kPoolCount>{});
@@ -314,6 +318,7 @@ Result<ExpertLookup> CacheManager::LookupOrPin(int32_t layer_id, int32_t expert_
   }
   uint8_t* base = arena_->SlotData(entry.pool, entry.slot);
   out.slot_offset = arena_->SlotOffset(entry.pool, entry.slot);
+  if (p == Pool::kF && config_.f_on_device) out.device_slot = static_cast<int32_t>(entry.slot);
   if (base != nullptr) {
     if (PoolHoldsE(p)) out.e_part = base;
     if (PoolHoldsSm(p)) out.sm_part = base + out.layout->SmPartOffset(p);

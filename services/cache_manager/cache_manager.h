@@ -123,6 +123,19 @@ struct CacheConfig {
   // kSmoe only: n, the steps (tokens, or batches) of router scores each expert's eviction score
   // averages (SMoE Eq. 3), >= 1.
   int32_t score_window = 4;
+  // Pool F on the device (issue 36 item 1, the GPU executor): this manager keeps deciding what is in
+  // F (same capacities, ranks, victims, counters) but F's bytes live in device memory owned by the
+  // executor, one device slot per F slot index; the arena carves no bytes for F (C, S, E and the
+  // staging slots stay in the arena). An expert enters F only through ReserveDeviceF at its lookup
+  // (the executor then writes its BF16 straight into that device slot) and the Admit that commits it;
+  // Admit never copies host bytes into F. Lookups of F residents return no F bytes, only
+  // ExpertLookup::device_slot.
+  bool f_on_device = false;
+  // f_on_device with a device budget apart from budget_bytes (a discrete GPU's --device-memory-budget):
+  // a global F pool (the baselines) gets device_f_bytes / F slot stride slots instead of what
+  // budget_bytes leaves after staging; per-layer plans carry their own F capacities. -1: F is planned
+  // within budget_bytes (one memory, a Jetson).
+  int64_t device_f_bytes = -1;
 };
 
 // kDali's plan: the F slots that fit in `pool_bytes` (slot stride of `layout`), shared equally by
@@ -184,6 +197,9 @@ struct ExpertLookup {
   uint8_t* sm_part = nullptr;    // C/S: start of the SM part
   uint8_t* f_part = nullptr;     // F: start of the F part (full tensors, layout dtype)
   uint64_t slot_offset = 0;      // slot start from the arena base (for processes that Attach it)
+  // CacheConfig::f_on_device, state kF: the F slot index, i.e. the executor's device slot that holds
+  // the expert (f_part is nullptr then). -1 otherwise.
+  int32_t device_slot = -1;
   SlotLease lease;               // empty for a miss
 
   // Cached bytes of one chunk / tensor, or nullptr when not cached here (or proj absent).
@@ -280,6 +296,19 @@ class CacheManager {
   Result<AdmitResult> Admit(int32_t layer_id, int32_t expert_id, AvailableParts parts,
                             const ExpertSources& sources = {});
 
+  // CacheConfig::f_on_device only: decides at the expert's lookup (after Lookup counted its
+  // activation, before it runs) whether it enters F, with Admit's rule for pool F alone: F among the
+  // policy's candidates for it, and room or a victim the policy gives up (evicted now). Returns the
+  // F slot taken (kFilling, pinned until the commit; the executor writes the expert's BF16 into that
+  // device slot while computing it), or -1 when F does not take it now (already in F, another
+  // admission in flight, F not a candidate, or no victim): its Admit then places it in C/S/E as
+  // usual. The next Admit of the expert commits the reservation whatever its parts (the expert leaves
+  // its old pool: kMoved, or kPlaced); CancelDeviceF drops it (a failed layer). Errors:
+  // kInvalidArgument (unknown expert), kInvalidArgument (f_on_device is off).
+  Result<int32_t> ReserveDeviceF(int32_t layer_id, int32_t expert_id);
+  // Drops a reservation of ReserveDeviceF that will not be committed; no-op when there is none.
+  void CancelDeviceF(int32_t layer_id, int32_t expert_id);
+
   // Frequency statistics (copies, under the lock).
   uint64_t Frequency(int32_t layer_id, int32_t expert_id) const;
   int32_t Rank(int32_t layer_id, int32_t expert_id) const;
@@ -302,6 +331,8 @@ class CacheManager {
   // The arena's base and size (nullptr / 0 when unbacked); ShmRegion name in config().shm_name.
   uint8_t* arena_base() const { return arena_->base(); }
   uint64_t arena_bytes() const { return arena_->mapped_bytes(); }
+  // Slots of pool p over all layers (with f_on_device, F's are the executor's device slots).
+  uint32_t pool_slots(Pool p) const { return arena_->n_slots(PoolIndex(p)); }
   // Capacity of pool p for layer l (global baselines: the whole pool, for any l).
   int32_t Capacity(int32_t layer_id, Pool p) const;
   // True when capacities are per layer (zipmoe, dali), false for one global pool (the baselines).
@@ -329,7 +360,8 @@ class CacheManager {
   struct Entry {
     int8_t pool = -1;  // PoolIndex of the resident slot, -1 = not cached
     uint32_t slot = SlotArena::kNoSlot;
-    bool admitting = false;  // an Admit is copying bytes for this expert
+    bool admitting = false;  // an Admit is copying bytes for this expert (or a device F slot is reserved)
+    uint32_t reserved_f = SlotArena::kNoSlot;  // ReserveDeviceF's slot until committed or cancelled
   };
   struct Placement;  // decided under the lock, carried out of it
 
@@ -356,6 +388,8 @@ class CacheManager {
   void ReleaseSlotLocked(Pool p, uint32_t slot) ZM_REQUIRES(mu_);   // back to the arena
   Status DecideLocked(int32_t layer_id, int32_t expert_id, AvailableParts have, Placement* out) ZM_REQUIRES(mu_);
   void CopyParts(const Placement& placement, const ExpertSources& sources) const;  // no lock
+  // Admit of an expert holding a ReserveDeviceF slot: that slot becomes its F residence.
+  AdmitResult CommitDeviceFLocked(int32_t layer_id, int32_t expert_id) ZM_REQUIRES(mu_);
 
   // Constant after Create.
   CacheConfig config_;

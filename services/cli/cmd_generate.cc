@@ -216,7 +216,9 @@ int RunGenerate(const GenerateArgs& args) {
                              args.model_dir, args.runtime.memory_budget.empty() ? "" : "; --memory-budget ignored")
                      .c_str());
   } else {
-    Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = CreateRuntime(args.runtime, args.model_dir, args.device);
+    Result<std::unique_ptr<runtime::OffloadExpertProvider>> created = CreateRuntime(
+        args.runtime, args.model_dir, args.device, options.device_assignment == scheduler::DeviceAssignmentMode::kNone,
+        args.device_memory_budget);
     if (!created.ok()) return Fail(created.status());
     provider = std::move(created).value();
     options.expert_provider = provider.get();

@@ -74,7 +74,8 @@ int RunServeCommand(ServeArgs args) {
   };
   auto make_provider = [&args, &runtime_provider]() -> Result<std::unique_ptr<ExpertProvider>> {
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
-                        CreateRuntime(args.runtime, args.serve.model_dir, args.serve.device));
+                        CreateRuntime(args.runtime, args.serve.model_dir, args.serve.device,
+                                      args.serve.device_assignment == "none", args.serve.device_memory_budget));
     runtime_provider.store(provider.get());
     return std::unique_ptr<ExpertProvider>(std::move(provider));
   };

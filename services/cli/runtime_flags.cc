@@ -10,7 +10,9 @@
 
 #include "common/file_util.h"
 #include "common/checkpoint/manifest.h"
+#include "common/checkpoint/model_config.h"
 #include "common/thread_priority.h"
+#include "kernels/device_memory.h"
 #include "kernels/recovery.h"
 #include "services/cache_manager/plan_trace.h"
 
@@ -70,7 +72,9 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
 
 Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const RuntimeFlags& flags,
                                                                       const std::string& model_dir,
-                                                                      const std::string& device) {
+                                                                      const std::string& device,
+                                                                      bool device_f_pool,
+                                                                      const std::string& device_memory_budget) {
   if (flags.memory_budget.empty()) return std::unique_ptr<runtime::OffloadExpertProvider>();
   if (!FileExists(JoinPath(model_dir, kManifestFileName))) {
     return Status::InvalidArgument(fmt::format(
@@ -85,6 +89,28 @@ Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const Runt
   // inside its matmul, the GPU executor with the recovery kernel reading the arena in place, for
   // which the arena is registered with CUDA.
   config.register_with_cuda = device != "cpu" && kernels::CudaDeviceCount() > 0;
+  // The GPU executor (decoder-only, no device assignment) owns pool F's memory: the cache decides
+  // what is in F, the executor's device slots hold it (issue 36 item 1).
+  if (config.register_with_cuda && device_f_pool) {
+    ZM_ASSIGN_OR_RETURN(const ModelConfig model, LoadModelConfig(model_dir));
+    config.device_f_pool = !model.is_encoder_decoder();
+    // Its size: --device-memory-budget on a discrete GPU (auto: what the device has free, less room
+    // for torch's own tensors); one budget on an integrated GPU unless one is given.
+    int64_t bytes = -1;
+    double percent = 0;
+    ZM_RETURN_IF_ERROR(runtime::ParseDeviceMemoryBudget(device_memory_budget, "--device-memory-budget", &bytes, &percent));
+    if (percent > 0) {
+      config.device_f_budget_percent = percent;
+    } else if (bytes >= 0) {
+      config.device_f_budget_bytes = bytes;
+    } else if (config.device_f_pool) {
+      Result<kernels::DeviceProperties> p = kernels::QueryDevice();
+      if (p.ok() && !p->integrated) {
+        const double usable = 0.9 * static_cast<double>(p->free_bytes) - 2.0 * (1ull << 30);
+        config.device_f_budget_bytes = usable > 0 ? static_cast<int64_t>(usable) : 0;
+      }
+    }
+  }
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
                       runtime::OffloadExpertProvider::Create(config));
   PrintRuntimeSummary(*provider);
@@ -118,7 +144,8 @@ void PrintRuntimeSummary(const runtime::OffloadExpertProvider& p) {
   for (cm::Pool pool : cm::kPoolOrder) {
     const cm::PoolCounters& pc = counters.pools[cm::PoolIndex(pool)];
     if (pc.capacity_bytes == 0) continue;
-    pools += fmt::format(" {}={:.1f}MiB", cm::PoolLetter(pool), pc.capacity_bytes / 1048576.0);
+    pools += fmt::format(" {}={:.1f}MiB{}", cm::PoolLetter(pool), pc.capacity_bytes / 1048576.0,
+                         pool == cm::Pool::kF && c.device_f_pool ? " (on the device)" : "");
   }
   const runtime::RuntimeStats s = p.stats();
   std::fprintf(stderr, "%s",
@@ -175,6 +202,9 @@ nlohmann::json DeviceAssignmentJson(const executor::Generator& generator) {
 nlohmann::json DeviceExpertsJson(const executor::Generator& generator) {
   const executor::DeviceExpertStats s = generator.device_expert_stats();
   if (!s.active) return nullptr;
+  if (s.managed_slots >= 0)  // the runtime's pool F on the device: its cache decides
+    return {{"pool_f_slots", s.managed_slots}, {"allocated", s.managed_allocated}, {"hits", s.managed_hits},
+            {"fills", s.managed_fills},        {"staged", s.misses},               {"slot_bytes", s.slot_bytes}};
   return {{"capacity", s.capacity},   {"resident", s.resident},     {"hits", s.hits},
           {"misses", s.misses},       {"evictions", s.evictions},   {"staged", s.staged},
           {"slot_bytes", s.slot_bytes}, {"bytes_in", s.misses * s.slot_bytes}};
@@ -183,6 +213,11 @@ nlohmann::json DeviceExpertsJson(const executor::Generator& generator) {
 std::string DeviceExpertsLine(const executor::Generator& generator) {
   const executor::DeviceExpertStats s = generator.device_expert_stats();
   if (!s.active) return std::string();
+  if (s.managed_slots >= 0)
+    return fmt::format("I: executor: pool F on the device: {} slots ({:.1f} MiB each, {} allocated), the runtime's "
+                       "cache decides; {} served from a slot, {} written into one, {} staged for one use\n",
+                       s.managed_slots, s.slot_bytes / 1048576.0, s.managed_allocated, s.managed_hits,
+                       s.managed_fills, s.misses);
   const uint64_t served = s.hits + s.misses;
   return fmt::format("I: executor: device F slots: {} experts kept ({:.1f} MiB each), {} resident; hit rate {:.1f} % "
                      "({} hits, {} delivered = {:.1f} MiB to the device), {} evicted, {} staged past capacity\n",

@@ -37,10 +37,17 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* flags, bool budget_required);
 // when --memory-budget is not given (every expert resident). Errors: kInvalidArgument when the
 // directory is not compressed (no manifest), ToOffloadConfig's and OffloadExpertProvider::Create's.
 // `device`: the executor's ("cpu" | "cuda[:N]"); recovery is fused into the CPU kernels
-// (OffloadConfig::fused_recovery) for "cpu" unless --separate-recovery.
+// (OffloadConfig::fused_recovery) for "cpu" unless --separate-recovery. device_f_pool: the executor
+// will be the GPU executor (no device assignment): on a CUDA device with a decoder-only model the
+// cache's pool F then lives in its device slots (OffloadConfig::device_f_pool), sized by
+// `device_memory_budget` (--device-memory-budget: "N%" of the expert bytes, a byte size; "" or
+// "auto": on a discrete GPU 90 % of the free device memory less 2 GiB, on an integrated one F's share
+// of --memory-budget). Errors: also ParseDeviceMemoryBudget's, LoadModelConfig's.
 Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const RuntimeFlags& flags,
                                                                       const std::string& model_dir,
-                                                                      const std::string& device = "cpu");
+                                                                      const std::string& device = "cpu",
+                                                                      bool device_f_pool = false,
+                                                                      const std::string& device_memory_budget = "");
 
 // With --preload, the runtime's OffloadExpertProvider::Preload seeded from --plan-trace's counts
 // (every expert 0 without one), and one stderr line with what it read. Errors: ReadTrace's, Preload's.
@@ -59,9 +66,11 @@ inline constexpr const char* kDeviceAssignmentHelp =
 // --device-memory-budget (generate, serve; executor key device_memory_budget).
 inline constexpr const char* kDeviceMemoryBudgetHelp =
     "auto | N% | SIZE: device memory for the GPU executor's recovered experts (device F slots, kept between layers "
-    "and steps; the rest are recovered into staging slots per use). auto: every expert that fits on a discrete GPU, "
-    "none on an integrated one (Jetson); N% of the routed-expert bytes; or a size such as 4GiB (0 = staging only). "
-    "Only with --device cuda";
+    "and steps; the rest are recovered into staging slots per use). With --memory-budget it is pool F itself, whose "
+    "experts the cache's policy chooses, and --memory-budget holds the other pools. auto: every expert that fits on "
+    "a discrete GPU (with --memory-budget: 90 % of the free device memory less 2 GiB), none on an integrated one "
+    "(Jetson; with --memory-budget: F's share of that one budget); N% of the routed-expert bytes; or a size such "
+    "as 4GiB (0 = staging only). Only with --device cuda";
 
 // One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
 // far (`what` = "decided"); says so when there is no accelerator.

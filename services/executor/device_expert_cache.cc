@@ -58,4 +58,18 @@ bool DeviceExpertCache::EvictOne(bool only_unused) {
   return false;
 }
 
+int64_t DeviceExpertCache::managed_allocated() const {
+  int64_t n = 0;
+  for (const at::Tensor& t : managed_) n += t.defined();
+  return n;
+}
+
+at::Tensor* DeviceExpertCache::ManagedSlot(int32_t s, bool holds) {
+  if (s < 0 || static_cast<size_t>(s) >= managed_.size()) return nullptr;
+  at::Tensor& slot = managed_[static_cast<size_t>(s)];
+  if (!slot.defined()) slot = allocate_();
+  ++(holds ? stats_.managed_hits : stats_.managed_fills);
+  return &slot;
+}
+
 }  // namespace zipmoe::executor

@@ -15,6 +15,12 @@
 // capacity 0 keeps nothing between layers: every expert is staged per use (integrated GPUs by
 // default, where host memory is device memory and the provider's arena is read in place).
 //
+// Slots the provider's cache decides (issue 36 item 1: the cache manager tracks F slots, the
+// executor owns their memory): with SetManagedSlots(n), n more slots indexed 0..n-1 hold what the
+// provider's pool F holds (ExpertWeightsView::device_slot); the executor reads or writes the one a
+// lease names and never chooses their residency itself. The LRU entries above are then staging only
+// (capacity 0). A managed slot is allocated on first use and kept.
+//
 // Internal to services/executor (includes ATen). Not thread-safe: driven by the executor thread.
 #pragma once
 
@@ -25,6 +31,7 @@
 #include <list>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace zipmoe::executor {
 
@@ -33,6 +40,8 @@ struct DeviceExpertCacheStats {
   uint64_t misses = 0;     // selected experts the provider delivered into a slot
   uint64_t evictions = 0;  // entries dropped to make room (or trimmed at EndLayer)
   uint64_t staged = 0;     // slots made beyond capacity for a layer
+  uint64_t managed_hits = 0;    // leases naming a managed slot that holds the expert
+  uint64_t managed_fills = 0;   // leases naming a managed slot to write
 };
 
 class DeviceExpertCache {
@@ -59,6 +68,14 @@ class DeviceExpertCache {
   void Erase(int32_t layer, int32_t expert);
   // Ends the layer: trims the cache to its capacity, least recently used first.
   void EndLayer();
+  // Provider-managed slots (see the file comment): n >= 0 slots, none allocated yet. Replaces any
+  // earlier set (their tensors are freed).
+  void SetManagedSlots(int64_t n) { managed_.assign(static_cast<size_t>(n < 0 ? 0 : n), at::Tensor()); }
+  int64_t managed_slots() const { return static_cast<int64_t>(managed_.size()); }
+  int64_t managed_allocated() const;
+  // Managed slot `s` (allocated on first use; stable address); nullptr when s is out of range.
+  // holds: the provider says the slot already holds the expert (counts a managed hit; else a fill).
+  at::Tensor* ManagedSlot(int32_t s, bool holds);
   // Whether (layer, expert) has a slot (no side effects).
   bool Contains(int32_t layer, int32_t expert) const { return entries_.count(Key(layer, expert)) != 0; }
 
@@ -78,6 +95,7 @@ class DeviceExpertCache {
   std::function<at::Tensor()> allocate_;
   std::unordered_map<uint64_t, Entry> entries_;
   std::list<uint64_t> lru_;
+  std::vector<at::Tensor> managed_;  // provider-managed slots by index (undefined until first use)
   DeviceExpertCacheStats stats_;
 };
 

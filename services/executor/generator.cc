@@ -98,9 +98,19 @@ int Generator::n_threads() const { return impl_->n_threads; }
 namespace {
 
 // The device F slots of GeneratorOptions::device_memory_budget_* for `config` on `device`.
+// managed >= 0: the provider's pool F decides (ExpertProvider::device_f_slots): that many managed
+// slots and no LRU capacity of its own.
 Result<std::unique_ptr<DeviceExpertCache>> MakeDeviceExpertCache(const ModelConfig& config, at::Device device,
-                                                                 const GeneratorOptions& options) {
+                                                                 const GeneratorOptions& options, int64_t managed) {
   const int64_t slot_elems = 3 * config.moe_intermediate_size * config.hidden_size;
+  const auto allocate = [device, slot_elems] {
+    return at::empty({slot_elems}, at::TensorOptions().dtype(at::kBFloat16).device(device));
+  };
+  if (managed >= 0) {
+    auto cache = std::make_unique<DeviceExpertCache>(0, allocate);
+    cache->SetManagedSlots(managed);
+    return cache;
+  }
   const auto slot_bytes = static_cast<uint64_t>(slot_elems) * 2;
   int64_t routed = 0;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l)
@@ -118,9 +128,7 @@ Result<std::unique_ptr<DeviceExpertCache>> MakeDeviceExpertCache(const ModelConf
     }
   }
   capacity = std::min(capacity, routed);
-  return std::make_unique<DeviceExpertCache>(capacity, [device, slot_elems] {
-    return at::empty({slot_elems}, at::TensorOptions().dtype(at::kBFloat16).device(device));
-  });
+  return std::make_unique<DeviceExpertCache>(capacity, allocate);
 }
 
 }  // namespace
@@ -186,10 +194,20 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     }
     impl->model->set_device_placement(cost);
   }
-  if (device.is_cuda() && options.device_assignment == scheduler::DeviceAssignmentMode::kNone &&
-      !impl->loaded->config.is_encoder_decoder() && kernels::BuiltWithCuda() && kernels::CudaDeviceCount() > 0) {
+  const bool device_slots = device.is_cuda() && options.device_assignment == scheduler::DeviceAssignmentMode::kNone &&
+                            !impl->loaded->config.is_encoder_decoder() && kernels::BuiltWithCuda() &&
+                            kernels::CudaDeviceCount() > 0;
+  const int64_t managed = provider->device_f_slots();
+  if (managed >= 0 && !device_slots)
+    return Status::InvalidArgument(fmt::format(
+        "{}: the expert runtime keeps pool F in device slots, but this executor does not read them (device {}, "
+        "device assignment {}, model_type {}): it needs the GPU executor (a CUDA device, no device assignment, "
+        "a decoder-only model)", options.model_dir, options.device,
+        options.device_assignment == scheduler::DeviceAssignmentMode::kNone ? "none" : "greedy",
+        impl->loaded->config.model_type));
+  if (device_slots) {
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExpertCache> cache,
-                        MakeDeviceExpertCache(impl->loaded->config, device, options));
+                        MakeDeviceExpertCache(impl->loaded->config, device, options, managed));
     // Every expert resident in host memory and room for all of them on the device: put them there
     // now (the provider itself, not the observed one: a preload is no routing).
     if (impl->loaded->resident_experts != nullptr && options.expert_provider == nullptr) {
@@ -262,6 +280,12 @@ DeviceExpertStats Generator::device_expert_stats() const {
   out.evictions = cache->stats().evictions;
   out.staged = cache->stats().staged;
   out.slot_bytes = static_cast<uint64_t>(3 * c.moe_intermediate_size * c.hidden_size * 2);
+  if (impl_->provider->device_f_slots() >= 0) {
+    out.managed_slots = cache->managed_slots();
+    out.managed_allocated = cache->managed_allocated();
+    out.managed_hits = cache->stats().managed_hits;
+    out.managed_fills = cache->stats().managed_fills;
+  }
   return out;
 }
 

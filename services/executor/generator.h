@@ -113,6 +113,11 @@ struct DeviceExpertStats {
   int64_t resident = 0;      // experts in slots now
   uint64_t hits = 0, misses = 0, evictions = 0, staged = 0;
   uint64_t slot_bytes = 0;   // one expert's BF16 bytes
+  // Pool F on the device (the provider's cache decides: ExpertProvider::device_f_slots): its slots,
+  // how many are allocated, and the leases that found their expert there / wrote it there.
+  int64_t managed_slots = -1;  // -1: the executor's own LRU cache decides
+  int64_t managed_allocated = 0;
+  uint64_t managed_hits = 0, managed_fills = 0;
 };
 
 // A rule on what a sequence may generate (structured outputs: services/api/json_constraint.h). Each

@@ -101,7 +101,7 @@ Result<RoutedLayer> RouteExperts(const ModelConfig& config, int32_t layer_id, co
 }
 
 Result<size_t> CheckLease(const ModelConfig& config, const ExpertAssignment& assign, int32_t layer_id, int64_t hidden,
-                          const ExpertWeightsView& ew, const std::vector<bool>& delivered) {
+                          const ExpertWeightsView& ew, const std::vector<bool>& delivered, bool device_slots) {
   auto it = std::lower_bound(assign.expert_ids.begin(), assign.expert_ids.end(), ew.expert_id);
   if (ew.layer_id != layer_id || it == assign.expert_ids.end() || *it != ew.expert_id)
     return Status::InvalidArgument(fmt::format("layer {}: provider delivered layer {} expert {}, not requested",
@@ -113,6 +113,10 @@ Result<size_t> CheckLease(const ModelConfig& config, const ExpertAssignment& ass
     return Status::InvalidArgument(fmt::format(
         "layer {} expert {}: weights are [I={}, H={}], config expects [I={}, H={}]", layer_id, ew.expert_id,
         ew.intermediate, ew.hidden, config.moe_intermediate_size, hidden));
+  if (ew.device_slot_holds && !device_slots)
+    return Status::InvalidArgument(fmt::format(
+        "layer {} expert {}: the provider's pool F holds it in GPU device slot {} only, which this executor path "
+        "does not read (pool F on the device needs the GPU executor)", layer_id, ew.expert_id, ew.device_slot));
   if (ew.planes() && ew.dtype != DType::kBF16)
     return Status::InvalidArgument(fmt::format("layer {} expert {}: E/SM planes of a {} expert", layer_id,
                                                ew.expert_id, DTypeName(ew.dtype)));

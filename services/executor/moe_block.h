@@ -132,9 +132,11 @@ Result<RoutedLayer> RouteExperts(const ModelConfig& config, int32_t layer_id, co
                                  const std::function<bool(int32_t)>& also_cached);
 // Checks a delivered lease against the layer's request; returns its index in assign.expert_ids.
 // Errors: kInvalidArgument (an expert not requested or delivered twice, dimensions other than the
-// config's, planes of a non-BF16 expert, a gate-less expert), naming layer and expert.
+// config's, planes of a non-BF16 expert, a gate-less expert, an expert held only in a device slot
+// when `device_slots` is false: a path that does not read the GPU executor's slots), naming layer and
+// expert.
 Result<size_t> CheckLease(const ModelConfig& config, const ExpertAssignment& assign, int32_t layer_id, int64_t hidden,
-                          const ExpertWeightsView& ew, const std::vector<bool>& delivered);
+                          const ExpertWeightsView& ew, const std::vector<bool>& delivered, bool device_slots = false);
 
 // The executor's CPU/accelerator expert placement: the cost model (warm-up profiled,
 // device_profile.h) and what it decided so far. One per Model; not thread-safe (as Forward).

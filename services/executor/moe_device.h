@@ -5,7 +5,13 @@
 //      device slots;
 //   2. top-k (RouteExperts); experts already in a device slot are hits; BeginLayer asks the
 //      provider for the others only (LayerRouting::device_resident names the hits); predicted
-//      experts already on the device are not prefetched;
+//      experts already on the device are not prefetched. With a provider whose cache keeps pool F
+//      on the device (ExpertProvider::device_f_slots() >= 0; the cache's managed slots,
+//      DeviceExpertCache::SetManagedSlots) the executor holds nothing of its own choosing: it asks
+//      the provider for every selected expert, so the cache counts each activation and decides F;
+//      a lease whose slot already holds its expert (ExpertWeightsView::device_slot_holds) is read
+//      there, one that names a slot is written there (and stays: the cache's F residency), the
+//      rest are staged for this layer;
 //   3. each delivered expert is written into a new device slot: from its E/SM planes by the
 //      recovery kernel reading them in place through the device alias of the provider's registered
 //      arena (zero-copy on a Jetson, over PCIe on a discrete GPU; planes in pageable memory are

@@ -53,6 +53,19 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
     cfg.pools = "F";
     cfg.pool_ratios.clear();
   }
+  // Pool F on a discrete GPU's device, budgeted apart (OffloadConfig::device_f_budget_*).
+  int64_t device_f_bytes = -1;
+  if (cfg.device_f_pool && cfg.device_f_budget_percent != 0) {
+    if (!(cfg.device_f_budget_percent > 0 && cfg.device_f_budget_percent <= 100)) {
+      return Status::InvalidArgument(
+          fmt::format("device memory budget {}%: a percentage must be in (0, 100]", cfg.device_f_budget_percent));
+    }
+    uint64_t expert_bytes = 0;
+    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
+    device_f_bytes = static_cast<int64_t>(static_cast<double>(expert_bytes) * cfg.device_f_budget_percent / 100.0);
+  } else if (cfg.device_f_pool && cfg.device_f_budget_bytes >= 0) {
+    device_f_bytes = cfg.device_f_budget_bytes;
+  }
   ZM_ASSIGN_OR_RETURN(cm::ModelLayout layout, cm::ModelLayout::FromManifest(manifest));
   ZM_ASSIGN_OR_RETURN(cm::ModelPlanInputs model, cm::ModelPlanInputsFromManifest(manifest, cfg.model_dir));
   const cm::StagingLayout staging = cm::StagingLayout::ForModel(layout);
@@ -96,6 +109,23 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   if (!cfg.pool_ratios.empty()) {  // planned (refused above otherwise)
     ZM_ASSIGN_OR_RETURN(request.ratios, cm::ParsePoolRatios(cfg.pool_ratios));
   }
+  // F budgeted on the device: the host budget plans C/S/E only (F's capacities come below).
+  const bool f_apart = device_f_bytes >= 0;
+  const bool f_in_pools = request.pools[cm::PoolIndex(cm::Pool::kF)];
+  if (f_apart && planned) {
+    if (request.ratios && (*request.ratios)[cm::PoolIndex(cm::Pool::kF)] != 0) {
+      return Status::InvalidArgument(fmt::format(
+          "--pool-ratios {}: with a device memory budget pool F is sized by it; give the host pools' ratios "
+          "without F", cfg.pool_ratios));
+    }
+    request.pools[cm::PoolIndex(cm::Pool::kF)] = false;
+    bool host_pools = false;
+    for (bool on : request.pools) host_pools = host_pools || on;
+    if (!host_pools) {  // F only (e.g. --no-compression): nothing cached in host memory
+      request.pools[cm::PoolIndex(cm::Pool::kF)] = true;
+      request.budget_bytes = 0;
+    }
+  }
   ZM_ASSIGN_OR_RETURN(b->plan_, cm::BuildPlan(manifest, request));
 
   cm::CacheConfig cache_config;
@@ -105,14 +135,33 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   cache_config.plan = planned ? cm::ToCachePlan(b->plan_, layout) : cm::CachePlan{};
   cache_config.pools = cfg.pools;
   cache_config.pools_from_plan = planned && cfg.policy != cm::CachePolicy::kZipMoe;
+  if (f_apart && planned) {  // F's per-layer share of the device budget, the host pools trimmed to fit
+    const cm::CachePlan f = cm::DaliPlan(layout, static_cast<uint64_t>(device_f_bytes));
+    for (size_t l = 0; l < cache_config.plan.capacity.size(); ++l) {
+      auto& cap = cache_config.plan.capacity[l];
+      if (f_in_pools) cap[cm::PoolIndex(cm::Pool::kF)] = f.capacity[l][cm::PoolIndex(cm::Pool::kF)];
+      int32_t experts = 0;
+      for (int32_t e = 0; e < layout.n_experts(); ++e) experts += layout.Find(static_cast<int32_t>(l), e) != nullptr;
+      for (cm::Pool p : {cm::Pool::kE, cm::Pool::kS, cm::Pool::kC}) {
+        int32_t total = 0;
+        for (int32_t c : cap) total += c;
+        cap[cm::PoolIndex(p)] -= std::min(cap[cm::PoolIndex(p)], std::max(0, total - experts));
+      }
+    }
+  }
   if (cfg.policy == cm::CachePolicy::kDali) {  // equal per-layer F pools; w_size = 4 tokens, u_size = top-k
-    if (!planned) cache_config.plan = cm::DaliPlan(layout, cfg.memory_budget_bytes - staging_bytes);
+    if (!planned) {
+      cache_config.plan = cm::DaliPlan(
+          layout, f_apart ? static_cast<uint64_t>(device_f_bytes) : cfg.memory_budget_bytes - staging_bytes);
+    }
     cache_config.workload_window = 4 * std::max(model.top_k, 1);
     cache_config.replacements_per_window = std::max(model.top_k, 1);
   }
   cache_config.tolerance = cfg.tolerance;
   cache_config.staging_slots = slots;
   cache_config.register_with_cuda = cfg.register_with_cuda;
+  cache_config.f_on_device = cfg.device_f_pool;
+  cache_config.device_f_bytes = device_f_bytes;
   ZM_ASSIGN_OR_RETURN(b->manager_, cm::CacheManager::Create(manifest, cache_config));
   return b;
 }
@@ -120,6 +169,8 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
 LocalCacheBackend::~LocalCacheBackend() {
   MutexLock lock(&mu_);
   leases_.clear();
+  for (const auto& [lease, key] : reservations_) manager_->CancelDeviceF(key.first, key.second);
+  reservations_.clear();
 }
 
 Status LocalCacheBackend::LookupLayer(int32_t layer_id, const std::vector<int32_t>& expert_ids,
@@ -141,10 +192,26 @@ Status LocalCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<i
                                                             : manager_->Pin(layer_id, expert_id));  // earlier pins drop
     found.push_back(std::move(lookup));
   }
+  // Pool F on the device: F is decided now for the experts about to run (every selected expert is
+  // pinned above, so none of them is a victim), and the executor writes them into their slot.
+  std::vector<int32_t> reserved(found.size(), -1);
+  if (activation && manager_->config().f_on_device && reserve_device_f_.load()) {
+    for (size_t i = 0; i < found.size(); ++i) {
+      if (found[i].state == CompressionState::kF) continue;
+      Result<int32_t> slot = manager_->ReserveDeviceF(layer_id, found[i].expert_id);
+      if (!slot.ok()) {
+        for (size_t j = 0; j < i; ++j)
+          if (reserved[j] >= 0) manager_->CancelDeviceF(layer_id, found[j].expert_id);
+        return slot.status();
+      }
+      reserved[i] = *slot;
+    }
+  }
   out->clear();
   out->reserve(found.size());
   MutexLock lock(&mu_);
-  for (cm::ExpertLookup& f : found) {
+  for (size_t i = 0; i < found.size(); ++i) {
+    cm::ExpertLookup& f = found[i];
     CachedExpert e;
     e.state = f.state;
     e.layer_id = f.layer_id;
@@ -154,9 +221,12 @@ Status LocalCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<i
     e.e_part = f.e_part;
     e.sm_part = f.sm_part;
     e.f_part = f.f_part;
-    if (f.lease.valid()) {
+    e.device_slot = reserved[i] >= 0 ? reserved[i] : f.device_slot;
+    e.device_fill = reserved[i] >= 0;
+    if (f.lease.valid() || e.device_fill) {
       e.lease = next_lease_++;
-      leases_.emplace(e.lease, std::move(f.lease));
+      leases_.emplace(e.lease, std::move(f.lease));  // an empty SlotLease for a reserved miss
+      if (e.device_fill) reservations_.emplace(e.lease, std::make_pair(f.layer_id, f.expert_id));
     }
     out->push_back(e);
   }
@@ -220,8 +290,10 @@ Result<cm::AdmitResult> LocalCacheBackend::AdmitWithResult(const CacheAdmitReque
   }
   result = checked.ok() ? manager_->Admit(request.layer_id, request.expert_id, request.parts, sources)
                         : Result<cm::AdmitResult>(checked);
+  if (!result.ok()) manager_->CancelDeviceF(request.layer_id, request.expert_id);  // no-op without one
   cm::SlotLease released;
   MutexLock lock(&mu_);
+  reservations_.erase(request.lease);  // committed by the Admit (or cancelled)
   ++totals_.calls;
   if (result.ok()) ++totals_.outcomes[static_cast<int>(result->outcome)];
   auto it = leases_.find(request.lease);
@@ -233,8 +305,18 @@ Result<cm::AdmitResult> LocalCacheBackend::AdmitWithResult(const CacheAdmitReque
 }
 
 void LocalCacheBackend::ReleaseLeases(const std::vector<uint64_t>& leases) {
-  MutexLock lock(&mu_);
-  for (uint64_t id : leases) leases_.erase(id);
+  std::vector<std::pair<int32_t, int32_t>> cancel;
+  {
+    MutexLock lock(&mu_);
+    for (uint64_t id : leases) {
+      leases_.erase(id);
+      auto r = reservations_.find(id);
+      if (r == reservations_.end()) continue;
+      cancel.push_back(r->second);
+      reservations_.erase(r);
+    }
+  }
+  for (const auto& [layer, expert] : cancel) manager_->CancelDeviceF(layer, expert);
 }
 
 uint64_t LocalCacheBackend::StagingOffset(uint32_t slot) const {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -51,7 +52,14 @@ struct CachedExpert {
   uint8_t* e_part = nullptr;  // C/E: E part (E-chunk j of proj p at its layout offset)
   uint8_t* sm_part = nullptr; // C/S: SM part
   uint8_t* f_part = nullptr;  // F: F part (full tensors in the layout's dtype)
-  uint64_t lease = kNoLease;  // kNoLease for a miss
+  uint64_t lease = kNoLease;  // kNoLease for a miss without a device F reservation
+  // Pool F on the device (OffloadConfig::device_f_pool, CacheConfig::f_on_device): the executor's
+  // device slot of this expert, -1 for none. device_fill false: state kF, the slot holds the expert
+  // (no host bytes: f_part is nullptr). device_fill true: F was reserved for it at this lookup
+  // (CacheManager::ReserveDeviceF): the executor writes the expert it is served into that slot; Admit
+  // commits the reservation, ReleaseLeases of `lease` cancels it.
+  int32_t device_slot = -1;
+  bool device_fill = false;
 
   const uint8_t* EChunk(ExpertProj proj, int shard) const;  // [stored bytes] or nullptr
   const uint8_t* Sm(ExpertProj proj) const;                 // [SmPlaneBytes(dtype, numel)] or nullptr
@@ -140,6 +148,9 @@ class CacheBackend {
     (void)layer_id;
     (void)mean_scores;
   }
+  // Slots of pool F when they live on the executor's device (CacheConfig::f_on_device), else -1.
+  // Default (a remote cache): -1.
+  virtual int64_t device_f_slots() const { return -1; }
   // Experts of `layer_id` now in the F pool (served without I/O or decoding), ascending; SMoE
   // substitution's "cached" set. Default (a remote cache): none.
   virtual std::vector<int32_t> FullResidents(int32_t layer_id) const {
@@ -191,7 +202,13 @@ class LocalCacheBackend : public CacheBackend {
   std::vector<int32_t> FullResidents(int32_t layer_id) const override {
     return manager_->Residents(layer_id, cache_manager::Pool::kF);
   }
+  int64_t device_f_slots() const override {
+    return manager_->config().f_on_device ? static_cast<int64_t>(manager_->pool_slots(cache_manager::Pool::kF)) : -1;
+  }
   cache_manager::CacheManager& manager() { return *manager_; }
+  // Whether LookupLayer reserves device F slots (CacheConfig::f_on_device; on by default). Off while
+  // the runtime preloads without an executor: nothing would write those slots.
+  void set_reserve_device_f(bool on) { reserve_device_f_.store(on); }
   uint64_t leases_held() const;
   // Warm start (OffloadExpertProvider::Preload): CacheManager::SeedFrequencies.
   Status SeedFrequencies(int32_t layer_id, const std::vector<uint64_t>& counts) {
@@ -207,8 +224,12 @@ class LocalCacheBackend : public CacheBackend {
 
   cache_manager::PlanBuild plan_;
   std::unique_ptr<cache_manager::CacheManager> manager_;  // outlives leases_ (declared first)
+  std::atomic<bool> reserve_device_f_{true};
   mutable Mutex mu_;  // guards leases_, next_lease_, totals_
   std::unordered_map<uint64_t, cache_manager::SlotLease> leases_ ZM_GUARDED_BY(mu_);
+  // Lease ids of device F reservations (CachedExpert::device_fill) -> (layer, expert): committed by
+  // Admit, cancelled by ReleaseLeases.
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> reservations_ ZM_GUARDED_BY(mu_);
   uint64_t next_lease_ ZM_GUARDED_BY(mu_) = 1;
   AdmitTotals totals_ ZM_GUARDED_BY(mu_);
 };

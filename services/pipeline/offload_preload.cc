@@ -33,7 +33,15 @@ Result<OffloadExpertProvider::PreloadStats> OffloadExpertProvider::Preload(
   }
   const cm::CacheManager& manager = local->manager();
   const bool global_pool = !manager.per_layer_pools();
-  const int64_t global_slots = global_pool ? manager.Capacity(0, cm::Pool::kF) : 0;
+  // Pool F on the executor's device: no executor runs here to write its slots, so F is left to fill
+  // at first use and only C/S/E are preloaded (no reservations while preloading).
+  const bool f_here = !manager.config().f_on_device;
+  const int64_t global_slots = global_pool && f_here ? manager.Capacity(0, cm::Pool::kF) : 0;
+  struct ReservationsOff {  // back on however Preload returns
+    LocalCacheBackend* backend;
+    explicit ReservationsOff(LocalCacheBackend* b) : backend(b) { backend->set_reserve_device_f(false); }
+    ~ReservationsOff() { backend->set_reserve_device_f(true); }
+  } reservations_off(local);
   PreloadStats out;
   const uint64_t read_before = stats().io_read_bytes;
   int64_t layer_index = 0;
@@ -43,7 +51,8 @@ Result<OffloadExpertProvider::PreloadStats> OffloadExpertProvider::Preload(
       const int64_t n = static_cast<int64_t>(layers.size());
       capacity = global_slots / n + (layer_index < global_slots % n ? 1 : 0);
     } else {
-      for (cm::Pool p : {cm::Pool::kF, cm::Pool::kC, cm::Pool::kS, cm::Pool::kE}) capacity += manager.Capacity(layer_id, p);
+      for (cm::Pool p : {cm::Pool::kF, cm::Pool::kC, cm::Pool::kS, cm::Pool::kE})
+        if (p != cm::Pool::kF || f_here) capacity += manager.Capacity(layer_id, p);
     }
     ++layer_index;
     capacity = std::min<int64_t>(capacity, static_cast<int64_t>(experts.size()));

@@ -46,13 +46,15 @@ class OffloadExpertProvider::Lease : public ExpertLease {
  public:
   Lease(OffloadExpertProvider* owner, int32_t expert, ExpertWeightsView view)
       : owner_(owner), expert_(expert), view_(view) {}
-  ~Lease() override { owner_->OnLeaseReleased(expert_); }
+  ~Lease() override { owner_->OnLeaseReleased(expert_, !abandoned_); }
   const ExpertWeightsView& weights() const override { return view_; }
+  void Abandon() override { abandoned_ = true; }
 
  private:
   OffloadExpertProvider* owner_;
   int32_t expert_;
   ExpertWeightsView view_;
+  bool abandoned_ = false;
 };
 
 OffloadExpertProvider::OffloadExpertProvider(OffloadConfig config) : config_(std::move(config)) {}
@@ -303,12 +305,14 @@ Result<std::unique_ptr<ExpertLease>> OffloadExpertProvider::NextReady() {
     view.up = up.weights;
     view.down = down.weights;
   }
+  view.device_slot = w.lookup.device_slot;  // pool F on the executor's device (device_f_pool)
+  view.device_slot_holds = w.lookup.device_slot >= 0 && !w.lookup.device_fill;
   view.intermediate = up.info->shape.at(0);  // up: [intermediate, hidden]
   view.hidden = up.info->shape.at(1);
   return std::unique_ptr<ExpertLease>(new Lease(this, id, view));
 }
 
-void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
+void OffloadExpertProvider::OnLeaseReleased(int32_t work, bool used) {
   CacheAdmitRequest request;
   bool admit = false;
   {
@@ -317,11 +321,13 @@ void OffloadExpertProvider::OnLeaseReleased(int32_t work) {
     w.released = true;
     w.released_us = NowUs();
     measure_.compute_us[w.expert_id] = w.released_us - w.delivered_us;
-    admit = error_.ok();
+    admit = error_.ok() && used;
     request.layer_id = layer_id_;
     request.expert_id = w.expert_id;
     request.lease = w.lookup.lease;
-    if (w.lookup.state == CompressionState::kF) {
+    if (w.lookup.state == CompressionState::kF && w.lookup.device_slot >= 0) {
+      // An F hit on the executor's device: no host bytes; the admission only re-ranks it.
+    } else if (w.lookup.state == CompressionState::kF) {
       request.parts.bf16 = true;
       for (int proj = 0; proj < cm::kProjCount; ++proj)
         if (HasProj(proj)) request.bf16[proj] = OffsetOf(w.tensors[proj].weights);

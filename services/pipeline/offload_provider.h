@@ -118,6 +118,21 @@ struct OffloadConfig {
   // reads planes and BF16 experts in place through their device alias. Embedded mode with a CUDA
   // device; `up` registers the arena in the executor process instead.
   bool register_with_cuda = false;
+  // Pool F on the GPU executor's device (issue 36 item 1; CacheConfig::f_on_device): the cache
+  // keeps deciding what is in F, but F's bytes are the executor's device slots, indexed by F slot
+  // (ExpertProvider::device_f_slots). F hits are delivered without host bytes
+  // (ExpertWeightsView::device_slot, device_slot_holds); an expert F takes at its lookup is delivered
+  // as usual plus the slot the executor writes it into. The arena then holds C, S, E and staging
+  // only. Needs the GPU executor (MoeForwardDevice); a local cache only (`zipmoe up` keeps the
+  // executor's own device cache).
+  bool device_f_pool = false;
+  // device_f_pool on a discrete GPU: pool F's device bytes, apart from memory_budget_bytes (which then
+  // holds C, S, E and the staging slots): F gets floor(bytes / F slot) slots shared equally by the MoE
+  // layers (the baselines' single F pool: all of them), and the planner plans the host pools
+  // without F. device_f_budget_percent > 0: that share (%) of the model's expert bytes, in (0, 100].
+  // Neither set (-1, 0): F is planned within memory_budget_bytes (one memory: a Jetson).
+  int64_t device_f_budget_bytes = -1;
+  double device_f_budget_percent = 0;
   // How the executor predicts the next layer's experts for prefetching (see the file comment);
   // kNone = no prefetching. With prefetching, staging_slots = 0 chooses twice as many slots.
   PrefetchMode prefetch = PrefetchMode::kNone;
@@ -167,6 +182,7 @@ class OffloadExpertProvider : public ExpertProvider {
   // message per batch when the cache is remote. A failed send fails the layer.
   void ReleaseAll(std::vector<std::unique_ptr<ExpertLease>>* leases) override;
   PrefetchMode prefetch_mode() const override;
+  int64_t device_f_slots() const override { return cache_->device_f_slots(); }
   void Prefetch(const LayerRouting& predicted) override;
   // Supported (returns true): called at the end of OnReadComplete / OnDecompressComplete, lease
   // releases, Prefetch and BeginLayer when an expert of the active layer became ready or the layer failed.
@@ -184,7 +200,9 @@ class OffloadExpertProvider : public ExpertProvider {
   // experts' rank order (K - rank for K preloaded, 0 for the others), small enough for the live
   // workload's counts to take over after a few steps. Afterwards the cache's request counters and
   // stats() restart from zero, so hit rates describe requests only; the preload's own work is
-  // returned. Errors: kInvalidArgument with a remote cache or a layer begun; BeginLayer /
+  // returned. With pool F on the executor's device (device_f_pool) only C/S/E are preloaded: no
+  // executor runs to write F's device slots, so F fills at first use. Errors: kInvalidArgument with
+  // a remote cache or a layer begun; BeginLayer /
   // NextReady / EndLayer errors (kCorruption, kIoError naming the chunk).
   struct PreloadStats {
     uint64_t experts = 0;      // experts read and admitted
@@ -285,7 +303,8 @@ class OffloadExpertProvider : public ExpertProvider {
   // Calls the ready listener when NotifyWaitersLocked / FailLocked found something for it since the
   // last call. Every method that takes mu_ and may make an expert ready calls it after releasing mu_.
   void CallListenerIfDue() ZM_EXCLUDES(mu_);
-  void OnLeaseReleased(int32_t expert) ZM_EXCLUDES(mu_);
+  // used false: the executor abandoned the lease (ExpertLease::Abandon): released without admission.
+  void OnLeaseReleased(int32_t expert, bool used) ZM_EXCLUDES(mu_);
   // Waits for in-flight ops (failed layer); releases and retakes mu_ (held by the caller's `lock`).
   void DrainLocked(MutexLock* lock) ZM_REQUIRES(mu_);
   void ResetLayerLocked(bool prefetches_too = false) ZM_REQUIRES(mu_);

@@ -101,6 +101,33 @@ TEST(SlotArenaTest, EmptyPoolIsAllowedAndAlwaysFull) {
   EXPECT_TRUE((*arena)->Allocate(1).ok());
 }
 
+// A pool whose bytes live elsewhere (the GPU executor's device F slots) is slot accounting only: it
+// maps nothing, counts nothing against the budget, and its slots have no bytes here.
+TEST(SlotArenaTest, BytesElsewherePoolAccountsSlotsWithoutMemory) {
+  std::vector<SlotPoolSpec> pools = ThreePools();
+  pools.insert(pools.begin() + 1, SlotPoolSpec{"F-device", 1 << 20, 8, /*bytes_elsewhere=*/true});
+  auto arena = SlotArena::Create(UniqueName("elsewhere"), kThreePoolsBytes, pools);
+  ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+  SlotArena& a = **arena;
+  EXPECT_EQ(a.mapped_bytes(), kThreePoolsBytes);  // 8 MiB of device slots fit a 36 KiB budget
+  EXPECT_EQ(a.reserved_bytes(1), 0u);
+  EXPECT_TRUE(a.bytes_elsewhere(1));
+  EXPECT_FALSE(a.bytes_elsewhere(0));
+  std::set<uint32_t> taken;
+  for (int i = 0; i < 8; ++i) {
+    Result<uint32_t> s = a.Allocate(1);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(a.SlotData(1, *s), nullptr);
+    taken.insert(*s);
+  }
+  EXPECT_EQ(taken.size(), 8u);
+  EXPECT_FALSE(a.Allocate(1).ok());
+  // The pools after it sit where they would without it.
+  EXPECT_EQ(a.SlotOffset(2, 0), 3u * 8192);
+  ASSERT_NE(a.SlotData(0, 0), nullptr);
+  EXPECT_EQ(a.SlotData(2, 0), a.SlotData(0, 0) + 3 * 8192);
+}
+
 TEST(SlotArenaTest, AccountingNeverExceedsBudgetUnderRandomAllocFree) {
   const std::vector<SlotPoolSpec> pools = {{"F", 3 * 4096 + 1, 5}, {"C", 4096, 7}, {"S", 100, 4}, {"E", 9000, 3}};
   uint64_t reserved = 0;

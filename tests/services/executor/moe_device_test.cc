@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/bitfield.h"
+#include "common/checkpoint/expert_store.h"
 #include "common/observed_expert_provider.h"
 #include "common/resident_expert_provider.h"
 #include "kernels/fp8_dequant.h"
@@ -21,6 +22,7 @@
 #include "services/executor/model_weights.h"
 #include "services/executor/moe_block.h"
 #include "services/executor/moe_device.h"
+#include "services/pipeline/offload_provider.h"
 #include "tests/services/executor/test_models.h"
 
 namespace zipmoe::executor {
@@ -319,6 +321,128 @@ TEST(MoeDevice, PreloadPutsEveryExpertOnTheDeviceWhenThereIsRoomAndNothingOtherw
   Result<at::Tensor> cold_y = MoeForwardDevice(c, lw, layer, x, cold, nullptr, 0.0, cold_cache);
   ASSERT_TRUE(cold_y.ok());
   EXPECT_TRUE(SameBytes(*warm, *cold_y));
+}
+
+// Pool F on the device (issue 36 item 1): the runtime's cache decides what F holds, the executor's
+// managed slots hold the bytes. Every MoE layer over several steps gives the bits of the all-resident
+// cold path, at every policy and budget, while F hits are served from the slots (no host bytes) and
+// the cache counts them (its rank and recency see the device's experts).
+TEST(MoeDevice, TheRuntimesPoolFOnTheDeviceGivesTheAllResidentBits) {
+  Tiny t = LoadTiny("qwen2_moe");
+  const ModelConfig& c = t.model->config;
+  const std::string compressed = testing::TinyCompressedDir("qwen2_moe");
+  std::vector<at::Tensor> inputs;
+  for (int step = 0; step < 6; ++step) {
+    at::manual_seed(100 + step);
+    inputs.push_back((at::randn({step % 3 == 0 ? 3 : 1, c.hidden_size}) * 0.5).to(at::kBFloat16));
+  }
+  // The reference: every expert resident, staged per use.
+  std::vector<at::Tensor> want;
+  {
+    DeviceExpertCache cold = CpuSlots(c, 0);
+    for (const at::Tensor& x : inputs) {
+      for (int32_t layer : t.moe_layers) {
+        Result<at::Tensor> y = MoeForwardDevice(c, t.model->weights.layers[static_cast<size_t>(layer)], layer, x,
+                                                *t.model->resident_experts, nullptr, 0.0, cold);
+        ASSERT_TRUE(y.ok()) << y.status().ToString();
+        want.push_back(*y);
+      }
+    }
+  }
+  uint64_t expert_bytes = 0;
+  {
+    Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(compressed);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (const ExpertTensorInfo& info : (*store)->manifest().expert_tensors) expert_bytes += info.raw_bytes();
+  }
+  for (const char* policy : {"zipmoe", "lru"}) {
+    for (double share : {0.25, 0.5}) {
+      SCOPED_TRACE(::testing::Message() << policy << " budget " << share);
+      runtime::OffloadConfig config;
+      config.model_dir = compressed;
+      config.memory_budget_bytes = static_cast<uint64_t>(share * static_cast<double>(expert_bytes));
+      config.policy = *cache_manager::ParseCachePolicy(policy);
+      config.n_workers = 2;
+      config.fused_recovery = true;  // planes recovered into the slots (the recovery kernel's CPU reference)
+      config.device_f_pool = true;
+      auto provider = runtime::OffloadExpertProvider::Create(config);
+      ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+      ASSERT_GT((*provider)->device_f_slots(), 0);
+      DeviceExpertCache cache = CpuSlots(c, 0);
+      cache.SetManagedSlots((*provider)->device_f_slots());
+      size_t i = 0;
+      for (const at::Tensor& x : inputs) {
+        for (int32_t layer : t.moe_layers) {
+          Result<at::Tensor> y = MoeForwardDevice(c, t.model->weights.layers[static_cast<size_t>(layer)], layer, x,
+                                                  **provider, nullptr, 0.0, cache);
+          ASSERT_TRUE(y.ok()) << y.status().ToString();
+          EXPECT_TRUE(SameBytes(*y, want[i])) << "step " << i / t.moe_layers.size() << " layer " << layer;
+          ++i;
+        }
+      }
+      const runtime::RuntimeStats s = (*provider)->stats();
+      EXPECT_GT(cache.stats().managed_hits, 0u);
+      EXPECT_GT(cache.stats().managed_fills, 0u);
+      EXPECT_EQ(cache.stats().managed_hits, s.cache.pools[cache_manager::PoolIndex(cache_manager::Pool::kF)].requests);
+      EXPECT_LE(cache.managed_allocated(), cache.managed_slots());
+      EXPECT_EQ(cache.stats().hits, 0u) << "the executor's own LRU keeps nothing";
+      EXPECT_EQ((*provider)->cache().LivePins(), 0u);
+    }
+  }
+}
+
+// A lease whose expert lives only in a device slot reaching a path that does not read slots (the CPU
+// kernels) is refused by name, not computed from null pointers.
+TEST(MoeDevice, TheCpuPathRefusesAnExpertHeldOnlyInADeviceSlot) {
+  Tiny t = LoadTiny("qwen2_moe");
+  const ModelConfig& c = t.model->config;
+  const int32_t layer = t.moe_layers.front();
+  class SlotOnly : public ExpertProvider {
+   public:
+    explicit SlotOnly(ExpertProvider* inner) : inner_(inner) {}
+    Status BeginLayer(const LayerRouting& r) override { return inner_->BeginLayer(r); }
+    Result<std::unique_ptr<ExpertLease>> NextReady() override {
+      ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> inner, inner_->NextReady());
+      return std::unique_ptr<ExpertLease>(new Held(std::move(inner)));
+    }
+    Status EndLayer(int32_t id) override { return inner_->EndLayer(id); }
+
+   private:
+    class Held : public ExpertLease {
+     public:
+      explicit Held(std::unique_ptr<ExpertLease> inner) : inner_(std::move(inner)), view_(inner_->weights()) {
+        view_.gate = view_.up = view_.down = nullptr;
+        view_.device_slot = 0;
+        view_.device_slot_holds = true;
+      }
+      const ExpertWeightsView& weights() const override { return view_; }
+
+     private:
+      std::unique_ptr<ExpertLease> inner_;
+      ExpertWeightsView view_;
+    };
+    ExpertProvider* inner_;
+  } provider(t.model->resident_experts.get());
+  Result<at::Tensor> y = MoeForward(c, t.model->weights.layers[static_cast<size_t>(layer)], layer,
+                                    Input(2, c.hidden_size), provider);
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find("device slot"), std::string::npos) << y.status().ToString();
+}
+
+// A lease naming a slot the executor was not given is refused by name.
+TEST(MoeDevice, ALeaseNamingAnUnknownManagedSlotIsRefused) {
+  Tiny t = LoadTiny("qwen2_moe");
+  const ModelConfig& c = t.model->config;
+  DeviceExpertCache cache = CpuSlots(c, 0);
+  cache.SetManagedSlots(2);
+  EXPECT_EQ(cache.ManagedSlot(2, false), nullptr);
+  EXPECT_EQ(cache.ManagedSlot(-1, false), nullptr);
+  ASSERT_NE(cache.ManagedSlot(1, false), nullptr);
+  EXPECT_EQ(cache.managed_allocated(), 1);
+  EXPECT_EQ(cache.ManagedSlot(1, true), cache.ManagedSlot(1, true)) << "a stable slot";
+  EXPECT_EQ(cache.stats().managed_hits, 2u);
+  EXPECT_EQ(cache.stats().managed_fills, 1u);
 }
 
 // A provider with one staging slot: it can deliver the next expert only once the last lease is back

@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -68,6 +71,258 @@ TEST_P(OffloadProviderTest, EveryPolicyBudgetAndWorkerCountServesExactBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, OffloadProviderTest, ::testing::Values("qwen2_moe", "deepseek_v2"));
+
+// Drives `provider` (pool F on the device) over `routings` with a simulated device: a table of
+// slots written only where the executor writes them. Whenever a lease says its slot already holds the
+// expert, the slot must hold exactly that expert's checkpoint bytes; F hits carry no host bytes; no
+// two experts of a layer share a slot. Returns {hits served from a slot, experts written into one}.
+std::pair<int, int> DriveDeviceSlots(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings,
+                                     const std::map<std::tuple<int, int, int>, std::vector<uint16_t>>& expected) {
+  const int64_t n_slots = provider.device_f_slots();
+  EXPECT_GE(n_slots, 0);
+  std::vector<std::array<std::vector<uint16_t>, 3>> device(static_cast<size_t>(std::max<int64_t>(n_slots, 1)));
+  int holds = 0, fills = 0;
+  for (const LayerRouting& r : routings) {
+    EXPECT_TRUE(provider.BeginLayer(r).ok());
+    std::set<int32_t> slots_this_layer;
+    for (size_t i = 0; i < r.expert_ids.size(); ++i) {
+      Result<std::unique_ptr<ExpertLease>> lease = provider.NextReady();
+      EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+      if (!lease.ok()) return {holds, fills};
+      const ExpertWeightsView& w = (*lease)->weights();
+      if (w.device_slot >= 0) {
+        EXPECT_LT(w.device_slot, n_slots);
+        if (w.device_slot >= n_slots) return {holds, fills};
+        EXPECT_TRUE(slots_this_layer.insert(w.device_slot).second) << "two experts in one slot";
+      }
+      auto& slot = device[static_cast<size_t>(std::max(w.device_slot, 0))];
+      const void* ptrs[3] = {w.gate, w.up, w.down};
+      const ExpertPlanes planes[3] = {w.gate_planes, w.up_planes, w.down_planes};
+      for (int proj = 0; proj < 3; ++proj) {
+        const auto& want = expected.at({r.layer_id, w.expert_id, proj});
+        if (w.device_slot_holds) {  // an F hit: no host bytes, the device slot has them
+          EXPECT_EQ(ptrs[proj], nullptr);
+          EXPECT_EQ(planes[proj].e, nullptr);
+          EXPECT_EQ(slot[proj], want) << "slot " << w.device_slot << " layer " << r.layer_id << " expert "
+                                      << w.expert_id << " proj " << proj;
+          continue;
+        }
+        std::vector<uint16_t> got(want.size());
+        if (w.planes()) {
+          MergeBf16(planes[proj].e, planes[proj].sm, static_cast<int64_t>(want.size()), got.data());
+        } else {
+          std::memcpy(got.data(), ptrs[proj], want.size() * 2);
+        }
+        EXPECT_EQ(got, want);
+        if (w.device_slot >= 0) slot[proj] = got;  // the executor writes it into its slot
+      }
+      ++(w.device_slot_holds ? holds : fills);
+      // Released at once (as the executor does before it waits): the next wave needs the staging
+      // slot. Every slot of the layer was decided at its lookup, so none is reused in it.
+    }
+    EXPECT_TRUE(provider.EndLayer(r.layer_id).ok());
+  }
+  return {holds, fills};
+}
+
+// Pool F on the GPU executor's device (OffloadConfig::device_f_pool, issue 36 item 1): the cache
+// decides what F holds, the device holds the bytes (DriveDeviceSlots checks they agree); the arena
+// keeps no F bytes; every policy, budget and recovery mode.
+TEST(OffloadProvider, DeviceFPoolSlotsHoldWhatTheCacheSaysTheyHold) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  const auto routings = MakeRoutings(m, 4, 10, 17);
+  for (const char* policy : {"zipmoe", "lru", "lfu"}) {
+    for (double share : {0.25, 0.5}) {
+      for (bool fused : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << policy << " budget " << share << " fused " << fused);
+        OffloadConfig config;
+        config.model_dir = dir;
+        config.memory_budget_bytes = static_cast<uint64_t>(share * ExpertBytes(m));
+        config.policy = *cm::ParseCachePolicy(policy);
+        config.n_workers = 2;
+        config.fused_recovery = fused;
+        config.device_f_pool = true;
+        auto provider = OffloadExpertProvider::Create(config);
+        ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+        ASSERT_GT((*provider)->device_f_slots(), 0);
+        EXPECT_EQ((*provider)->cache().Counters().pools[cm::PoolIndex(cm::Pool::kF)].resident_bytes, 0u);
+        const auto [holds, fills] = DriveDeviceSlots(**provider, routings, expected);
+        const RuntimeStats s = (*provider)->stats();
+        EXPECT_EQ(static_cast<uint64_t>(holds), s.cache.pools[cm::PoolIndex(cm::Pool::kF)].requests);
+        EXPECT_GT(holds, 0) << "the cache kept experts in F";
+        EXPECT_GT(fills, 0);
+        EXPECT_EQ((*provider)->cache().LivePins(), 0u);
+      }
+    }
+  }
+}
+
+// A discrete GPU's pool F has a budget of its own (OffloadConfig::device_f_budget_*): F's slots
+// come from it (shared equally by the MoE layers, or one global pool), the host budget plans C/S/E
+// and holds no F bytes, and the slots still hold what the cache says.
+TEST(OffloadProvider, DeviceFPoolBudgetedApartSizesFFromTheDeviceBudget) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const auto expected = Expected(**store);
+  const Manifest& m = (*store)->manifest();
+  const uint64_t f_stride =
+      AlignSlotBytes(cm::ModelLayout::FromManifest(m).value().slot_bytes(cm::Pool::kF));
+  int32_t moe_layers = 0;
+  for (int32_t l = 0; l < m.n_layers; ++l) {
+    bool has = false;
+    for (const ExpertTensorInfo& t : m.expert_tensors) has = has || t.layer_id == l;
+    moe_layers += has;
+  }
+  const auto routings = MakeRoutings(m, 4, 8, 29);
+  for (const char* policy : {"zipmoe", "lru"}) {
+    SCOPED_TRACE(policy);
+    OffloadConfig config;
+    config.model_dir = dir;
+    config.memory_budget_bytes = static_cast<uint64_t>(0.3 * ExpertBytes(m));
+    config.policy = *cm::ParseCachePolicy(policy);
+    config.n_workers = 2;
+    config.device_f_pool = true;
+    config.device_f_budget_percent = 25;
+    auto provider = OffloadExpertProvider::Create(config);
+    ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+    const uint64_t device_bytes = static_cast<uint64_t>(0.25 * ExpertBytes(m));
+    const cm::CacheManager& cache = (*provider)->cache();
+    if (std::string(policy) == "lru") {
+      EXPECT_EQ(static_cast<uint64_t>((*provider)->device_f_slots()), device_bytes / f_stride);
+    } else {
+      const int64_t per_layer = static_cast<int64_t>(device_bytes / f_stride) / moe_layers;
+      for (int32_t l = 0; l < m.n_layers; ++l) {
+        if (cache.Capacity(l, cm::Pool::kF) == 0) continue;
+        EXPECT_GE(cache.Capacity(l, cm::Pool::kF), per_layer);
+        EXPECT_LE(cache.Capacity(l, cm::Pool::kF), per_layer + 1);
+        int32_t total = 0;
+        for (cm::Pool p : cm::kPoolOrder) total += cache.Capacity(l, p);
+        EXPECT_LE(total, m.n_experts);
+      }
+      int64_t host_slots = 0;
+      for (cm::Pool p : {cm::Pool::kC, cm::Pool::kS, cm::Pool::kE}) host_slots += cache.pool_slots(p);
+      EXPECT_GT(host_slots, 0) << "the host budget plans the other pools";
+    }
+    EXPECT_LE(cache.arena_bytes(), config.memory_budget_bytes);
+    const auto [holds, fills] = DriveDeviceSlots(**provider, routings, expected);
+    EXPECT_GT(holds, 0);
+    EXPECT_GT(fills, 0);
+    EXPECT_EQ(cache.LivePins(), 0u);
+  }
+  // Fixed ratios may not give F a share of the host budget then.
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = static_cast<uint64_t>(0.3 * ExpertBytes(m));
+  config.device_f_pool = true;
+  config.device_f_budget_bytes = 1 << 20;
+  config.pool_ratios = "F=0.5,C=0.5";
+  auto refused = OffloadExpertProvider::Create(config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--pool-ratios"), std::string::npos) << refused.status().ToString();
+  config.device_f_budget_bytes = -1;
+  config.device_f_budget_percent = 150;
+  refused = OffloadExpertProvider::Create(config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("150%"), std::string::npos) << refused.status().ToString();
+}
+
+// Preloading runs without an executor, so nothing could write F's device slots: it fills C/S/E only
+// and reserves nothing, leaving F to fill at first use.
+TEST(OffloadProvider, DeviceFPoolPreloadLeavesFEmpty) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  const Manifest m = ExpertStore::Open(dir).value()->manifest();
+  for (const char* policy : {"zipmoe", "lru"}) {
+    SCOPED_TRACE(policy);
+    OffloadConfig config;
+    config.model_dir = dir;
+    config.memory_budget_bytes = static_cast<uint64_t>(0.5 * ExpertBytes(m));
+    config.policy = *cm::ParseCachePolicy(policy);
+    config.n_workers = 2;
+    config.device_f_pool = true;
+    if (std::string(policy) == "zipmoe") config.pool_ratios = "F=0.5,C=0.5";
+    auto provider = OffloadExpertProvider::Create(config);
+    ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+    Result<OffloadExpertProvider::PreloadStats> preloaded = (*provider)->Preload({});
+    ASSERT_TRUE(preloaded.ok()) << preloaded.status().ToString();
+    for (int32_t l = 0; l < m.n_layers; ++l) EXPECT_TRUE((*provider)->cache().Residents(l, cm::Pool::kF).empty());
+    int64_t host_slots = 0;  // what C/S/E hold
+    for (int32_t l = 0; l < m.n_layers; ++l)
+      for (cm::Pool p : {cm::Pool::kC, cm::Pool::kS, cm::Pool::kE})
+        host_slots += static_cast<int64_t>((*provider)->cache().Residents(l, p).size());
+    EXPECT_LE(host_slots, static_cast<int64_t>(preloaded->experts));
+    if (std::string(policy) == "lru") EXPECT_EQ(preloaded->experts, 0u);  // lru has F only
+    else EXPECT_GT(host_slots, 0);
+    EXPECT_EQ((*provider)->cache().LivePins(), 0u);
+  }
+}
+
+// An executor that could not write an expert into its F slot abandons the lease: the reservation is
+// dropped, not committed, while the same layer's other expert enters F.
+TEST(OffloadProvider, DeviceFPoolAnAbandonedFillIsNotAdmitted) {
+  const std::string dir = TinyCompressed("qwen2_moe");
+  const Manifest m = ExpertStore::Open(dir).value()->manifest();
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = static_cast<uint64_t>(0.5 * ExpertBytes(m));
+  config.policy = cm::CachePolicy::kLru;
+  config.n_workers = 1;
+  config.device_f_pool = true;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  ASSERT_TRUE((*provider)->BeginLayer(LayerRouting(0, {0, 1}, {1, 1})).ok());
+  for (int i = 0; i < 2; ++i) {
+    Result<std::unique_ptr<ExpertLease>> lease = (*provider)->NextReady();
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    ASSERT_GE((*lease)->weights().device_slot, 0);
+    ASSERT_FALSE((*lease)->weights().device_slot_holds);
+    if ((*lease)->weights().expert_id == 0) (*lease)->Abandon();
+  }
+  ASSERT_TRUE((*provider)->EndLayer(0).ok());
+  EXPECT_EQ((*provider)->cache().Peek(0, 0), CompressionState::kMiss);
+  EXPECT_EQ((*provider)->cache().Peek(0, 1), CompressionState::kF);
+  EXPECT_EQ((*provider)->cache().LivePins(), 0u);
+}
+
+// A failed layer cancels the F slots reserved at its lookup: nothing stays pinned, and no later
+// lease claims a slot holds an expert that was never written there.
+TEST(OffloadProvider, DeviceFPoolReservationsOfAFailedLayerAreCancelled) {
+  const std::string good = TinyCompressed("qwen2_moe");
+  TempDir tmp;
+  CorruptCopy(good, tmp.Sub("bad"), 0, 1, /*sm_chunk=*/true);
+  OffloadConfig config;
+  config.model_dir = tmp.Sub("bad");
+  config.memory_budget_bytes = static_cast<uint64_t>(0.5 * ExpertBytes(ExpertStore::Open(good).value()->manifest()));
+  config.policy = cm::CachePolicy::kLru;
+  config.n_workers = 1;
+  config.device_f_pool = true;
+  auto provider = OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  const LayerRouting bad_layer(0, {0, 1, 2}, {1, 1, 1});
+  ASSERT_TRUE((*provider)->BeginLayer(bad_layer).ok());
+  Status failed;
+  std::vector<std::unique_ptr<ExpertLease>> leases;
+  for (int i = 0; i < 3 && failed.ok(); ++i) {
+    Result<std::unique_ptr<ExpertLease>> lease = (*provider)->NextReady();
+    if (!lease.ok()) failed = lease.status();
+    else leases.push_back(std::move(lease).value());
+  }
+  EXPECT_EQ(failed.code(), StatusCode::kCorruption) << failed.ToString();
+  leases.clear();
+  // The next layer begins (draining the failed one); expert 1 is not in F.
+  ASSERT_TRUE((*provider)->BeginLayer(LayerRouting(1, {1}, {1})).ok());
+  Result<std::unique_ptr<ExpertLease>> next = (*provider)->NextReady();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_FALSE((*next)->weights().device_slot_holds);
+  next->reset();
+  ASSERT_TRUE((*provider)->EndLayer(1).ok());
+  EXPECT_NE((*provider)->cache().Peek(0, 1), CompressionState::kF);
+  EXPECT_EQ((*provider)->cache().LivePins(), 0u);
+}
 
 TEST(OffloadProvider, FusedRecoveryServesPlanesAndAdmitsExactBf16IntoF) {
   // Misses come as planes without a recovery op; experts the cache admits into F are recovered while
