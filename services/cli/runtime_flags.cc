@@ -203,8 +203,13 @@ nlohmann::json DeviceExpertsJson(const executor::Generator& generator) {
   const executor::DeviceExpertStats s = generator.device_expert_stats();
   if (!s.active) return nullptr;
   if (s.managed_slots >= 0)  // the runtime's pool F on the device: its cache decides
-    return {{"pool_f_slots", s.managed_slots}, {"allocated", s.managed_allocated}, {"hits", s.managed_hits},
-            {"fills", s.managed_fills},        {"staged", s.misses},               {"slot_bytes", s.slot_bytes}};
+    return {{"pool_f_slots", s.managed_slots},
+            {"allocated", s.managed_allocated},
+            {"hits", s.managed_hits},
+            {"fills", s.managed_fills},
+            {"staged", s.misses},
+            {"slot_bytes", s.slot_bytes},
+            {"bytes_in", (s.managed_fills + s.misses) * s.slot_bytes}};  // written into the device
   return {{"capacity", s.capacity},   {"resident", s.resident},     {"hits", s.hits},
           {"misses", s.misses},       {"evictions", s.evictions},   {"staged", s.staged},
           {"slot_bytes", s.slot_bytes}, {"bytes_in", s.misses * s.slot_bytes}};
