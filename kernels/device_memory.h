@@ -31,5 +31,11 @@ struct DeviceProperties {
 };
 // The current device's properties. Errors: kUnavailable (built without CUDA, no device), kInternal.
 Result<DeviceProperties> QueryDevice();
+// Device bytes the GPU executor may give to expert slots by default on a discrete GPU: 90 % of the
+// free memory less 2 GiB for torch's own tensors (activations, KV cache, dense weights), >= 0.
+inline uint64_t UsableExpertBytes(const DeviceProperties& p) {
+  const double usable = 0.9 * static_cast<double>(p.free_bytes) - 2.0 * (1ull << 30);
+  return usable > 0 ? static_cast<uint64_t>(usable) : 0;
+}
 
 }  // namespace zipmoe::kernels

@@ -116,6 +116,22 @@ uint32_t CacheManager::TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_i
   return *slot;
 }
 
+bool CacheManager::MakeRoomLocked(int32_t layer_id, int32_t expert_id, Pool p, AdmitResult* result) {
+  if (HasRoomLocked(layer_id, p)) return true;
+  bool pinned_blocked = false;
+  const uint32_t victim = PickVictimLocked(layer_id, expert_id, p, &pinned_blocked);
+  if (victim == SlotArena::kNoSlot) {
+    if (pinned_blocked) {
+      ++result->pinned_skips;
+      ++counters_.pinned_skips;
+    }
+    return false;
+  }
+  EvictLocked(p, victim);
+  ++result->evictions;
+  return true;
+}
+
 Status CacheManager::DecideLocked(int32_t layer_id, int32_t expert_id, AvailableParts parts, Placement* out) {
   Entry& entry = EntryOf(layer_id, expert_id);
   AdmitResult& result = out->result;
@@ -155,19 +171,7 @@ Status CacheManager::DecideLocked(int32_t layer_id, int32_t expert_id, Available
     }
     if (p == Pool::kF && config_.f_on_device) continue;  // entered by ReserveDeviceF only
     if (!Fillable(p, have)) continue;
-    if (!HasRoomLocked(layer_id, p)) {
-      bool pinned_blocked = false;
-      const uint32_t victim = PickVictimLocked(layer_id, expert_id, p, &pinned_blocked);
-      if (victim == SlotArena::kNoSlot) {
-        if (pinned_blocked) {
-          ++result.pinned_skips;
-          ++counters_.pinned_skips;
-        }
-        continue;
-      }
-      EvictLocked(p, victim);
-      ++result.evictions;
-    }
+    if (!MakeRoomLocked(layer_id, expert_id, p, &result)) continue;
     out->fill = true;
     out->pool = p;
     out->slot = TakeSlotLocked(p, layer_id, expert_id);
@@ -291,15 +295,8 @@ Result<int32_t> CacheManager::ReserveDeviceF(int32_t layer_id, int32_t expert_id
   int32_t rank = -1;
   const std::vector<Pool> candidates = rules_->Candidates(View(), layer_id, expert_id, &rank);
   if (std::find(candidates.begin(), candidates.end(), Pool::kF) == candidates.end()) return -1;
-  if (!HasRoomLocked(layer_id, Pool::kF)) {
-    bool pinned_blocked = false;
-    const uint32_t victim = PickVictimLocked(layer_id, expert_id, Pool::kF, &pinned_blocked);
-    if (victim == SlotArena::kNoSlot) {
-      if (pinned_blocked) ++counters_.pinned_skips;
-      return -1;
-    }
-    EvictLocked(Pool::kF, victim);
-  }
+  AdmitResult counted;  // the admission that commits it reports its own outcome
+  if (!MakeRoomLocked(layer_id, expert_id, Pool::kF, &counted)) return -1;
   entry.reserved_f = TakeSlotLocked(Pool::kF, layer_id, expert_id);
   entry.admitting = true;
   return static_cast<int32_t>(entry.reserved_f);

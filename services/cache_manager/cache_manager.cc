@@ -142,9 +142,7 @@ Result<std::unique_ptr<CacheManager>> CacheManager::Create(const Manifest& manif
     return Status::InvalidArgument(fmt::format("cache config: tolerance δ = {} must be >= 0", config.tolerance));
   }
   m->experts_in_layer_.assign(n_layers, 0);
-  for (int32_t l = 0; l < n_layers; ++l) {
-    for (int32_t e = 0; e < layout.n_experts(); ++e) m->experts_in_layer_[l] += layout.Find(l, e) != nullptr;
-  }
+  for (int32_t l = 0; l < n_layers; ++l) m->experts_in_layer_[l] = layout.ExpertsInLayer(l);
 
   m->staging_layout_ = StagingLayout::ForModel(layout);
   const uint64_t staging_bytes = static_cast<uint64_t>(config.staging_slots) * m->staging_layout_.slot_bytes;

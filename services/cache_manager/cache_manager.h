@@ -383,6 +383,9 @@ class CacheManager {
   // sets *pinned_blocked when a pin prevented one.
   uint32_t PickVictimLocked(int32_t layer_id, int32_t expert_id, Pool p, bool* pinned_blocked) ZM_REQUIRES(mu_);
   void EvictLocked(Pool p, uint32_t slot) ZM_REQUIRES(mu_);         // unpinned resident: unlink + free
+  // Whether pool p has room for (layer, expert), after evicting the policy's victim if it is full;
+  // counts an eviction, or a pinned skip when pins blocked every victim, in *result and counters_.
+  bool MakeRoomLocked(int32_t layer_id, int32_t expert_id, Pool p, AdmitResult* result) ZM_REQUIRES(mu_);
   void DetachLocked(int32_t layer_id, int32_t expert_id) ZM_REQUIRES(mu_);  // unlink; free now or when unpinned
   uint32_t TakeSlotLocked(Pool p, int32_t layer_id, int32_t expert_id) ZM_REQUIRES(mu_);  // kFilling, pinned once
   void ReleaseSlotLocked(Pool p, uint32_t slot) ZM_REQUIRES(mu_);   // back to the arena

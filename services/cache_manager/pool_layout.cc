@@ -153,6 +153,12 @@ bool ModelLayout::LayerHasExperts(int32_t layer_id) const {
   return layer_id >= 0 && layer_id < n_layers_ && layer_has_experts_[layer_id] != 0;
 }
 
+int32_t ModelLayout::ExpertsInLayer(int32_t layer_id) const {
+  int32_t n = 0;
+  for (int32_t e = 0; e < n_experts_; ++e) n += Find(layer_id, e) != nullptr;
+  return n;
+}
+
 const ExpertSlotLayout* ModelLayout::Find(int32_t layer_id, int32_t expert_id) const {
   if (layer_id < 0 || layer_id >= n_layers_ || expert_id < 0 || expert_id >= n_experts_) return nullptr;
   const ExpertSlotLayout& e = experts_[static_cast<size_t>(layer_id) * n_experts_ + expert_id];

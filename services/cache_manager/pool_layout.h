@@ -103,6 +103,8 @@ class ModelLayout {
   // absent in every ExpertSlotLayout). True for a manifest without experts.
   bool gated() const { return gated_; }
   bool LayerHasExperts(int32_t layer_id) const;
+  // Experts of `layer_id` with tensors in the manifest (0 outside [0, n_layers)).
+  int32_t ExpertsInLayer(int32_t layer_id) const;
   // nullptr if (layer, expert) has no tensors in the manifest.
   const ExpertSlotLayout* Find(int32_t layer_id, int32_t expert_id) const;
   // Slot size of pool `p`: max over experts of PoolBytes(p) (a multiple of 4 KiB). This is the

@@ -105,10 +105,7 @@ Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const Runt
       config.device_f_budget_bytes = bytes;
     } else if (config.device_f_pool) {
       Result<kernels::DeviceProperties> p = kernels::QueryDevice();
-      if (p.ok() && !p->integrated) {
-        const double usable = 0.9 * static_cast<double>(p->free_bytes) - 2.0 * (1ull << 30);
-        config.device_f_budget_bytes = usable > 0 ? static_cast<int64_t>(usable) : 0;
-      }
+      if (p.ok() && !p->integrated) config.device_f_budget_bytes = static_cast<int64_t>(kernels::UsableExpertBytes(*p));
     }
   }
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,

@@ -122,10 +122,7 @@ Result<std::unique_ptr<DeviceExpertCache>> MakeDeviceExpertCache(const ModelConf
     capacity = static_cast<int64_t>(static_cast<uint64_t>(options.device_memory_budget_bytes) / slot_bytes);
   } else {
     ZM_ASSIGN_OR_RETURN(kernels::DeviceProperties p, kernels::QueryDevice());
-    if (!p.integrated) {
-      const double usable = 0.9 * static_cast<double>(p.free_bytes) - 2.0 * (1ull << 30);
-      capacity = usable > 0 ? static_cast<int64_t>(usable / static_cast<double>(slot_bytes)) : 0;
-    }
+    if (!p.integrated) capacity = static_cast<int64_t>(kernels::UsableExpertBytes(p) / slot_bytes);
   }
   capacity = std::min(capacity, routed);
   return std::make_unique<DeviceExpertCache>(capacity, allocate);

@@ -140,8 +140,7 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
     for (size_t l = 0; l < cache_config.plan.capacity.size(); ++l) {
       auto& cap = cache_config.plan.capacity[l];
       if (f_in_pools) cap[cm::PoolIndex(cm::Pool::kF)] = f.capacity[l][cm::PoolIndex(cm::Pool::kF)];
-      int32_t experts = 0;
-      for (int32_t e = 0; e < layout.n_experts(); ++e) experts += layout.Find(static_cast<int32_t>(l), e) != nullptr;
+      const int32_t experts = layout.ExpertsInLayer(static_cast<int32_t>(l));
       for (cm::Pool p : {cm::Pool::kE, cm::Pool::kS, cm::Pool::kC}) {
         int32_t total = 0;
         for (int32_t c : cap) total += c;

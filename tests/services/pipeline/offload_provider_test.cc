@@ -72,6 +72,18 @@ TEST_P(OffloadProviderTest, EveryPolicyBudgetAndWorkerCountServesExactBytes) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, OffloadProviderTest, ::testing::Values("qwen2_moe", "deepseek_v2"));
 
+// A runtime config with pool F on the executor's device: `dir` under `share` of `m`'s expert bytes.
+OffloadConfig DeviceFConfig(const std::string& dir, const Manifest& m, double share, const std::string& policy,
+                            int workers) {
+  OffloadConfig config;
+  config.model_dir = dir;
+  config.memory_budget_bytes = static_cast<uint64_t>(share * ExpertBytes(m));
+  config.policy = *cm::ParseCachePolicy(policy);
+  config.n_workers = workers;
+  config.device_f_pool = true;
+  return config;
+}
+
 // Drives `provider` (pool F on the device) over `routings` with a simulated device: a table of
 // slots written only where the executor writes them. Whenever a lease says its slot already holds the
 // expert, the slot must hold exactly that expert's checkpoint bytes; F hits carry no host bytes; no
@@ -139,13 +151,8 @@ TEST(OffloadProvider, DeviceFPoolSlotsHoldWhatTheCacheSaysTheyHold) {
     for (double share : {0.25, 0.5}) {
       for (bool fused : {false, true}) {
         SCOPED_TRACE(::testing::Message() << policy << " budget " << share << " fused " << fused);
-        OffloadConfig config;
-        config.model_dir = dir;
-        config.memory_budget_bytes = static_cast<uint64_t>(share * ExpertBytes(m));
-        config.policy = *cm::ParseCachePolicy(policy);
-        config.n_workers = 2;
+        OffloadConfig config = DeviceFConfig(dir, m, share, policy, 2);
         config.fused_recovery = fused;
-        config.device_f_pool = true;
         auto provider = OffloadExpertProvider::Create(config);
         ASSERT_TRUE(provider.ok()) << provider.status().ToString();
         ASSERT_GT((*provider)->device_f_slots(), 0);
@@ -181,12 +188,7 @@ TEST(OffloadProvider, DeviceFPoolBudgetedApartSizesFFromTheDeviceBudget) {
   const auto routings = MakeRoutings(m, 4, 8, 29);
   for (const char* policy : {"zipmoe", "lru"}) {
     SCOPED_TRACE(policy);
-    OffloadConfig config;
-    config.model_dir = dir;
-    config.memory_budget_bytes = static_cast<uint64_t>(0.3 * ExpertBytes(m));
-    config.policy = *cm::ParseCachePolicy(policy);
-    config.n_workers = 2;
-    config.device_f_pool = true;
+    OffloadConfig config = DeviceFConfig(dir, m, 0.3, policy, 2);
     config.device_f_budget_percent = 25;
     auto provider = OffloadExpertProvider::Create(config);
     ASSERT_TRUE(provider.ok()) << provider.status().ToString();
@@ -215,10 +217,7 @@ TEST(OffloadProvider, DeviceFPoolBudgetedApartSizesFFromTheDeviceBudget) {
     EXPECT_EQ(cache.LivePins(), 0u);
   }
   // Fixed ratios may not give F a share of the host budget then.
-  OffloadConfig config;
-  config.model_dir = dir;
-  config.memory_budget_bytes = static_cast<uint64_t>(0.3 * ExpertBytes(m));
-  config.device_f_pool = true;
+  OffloadConfig config = DeviceFConfig(dir, m, 0.3, "zipmoe", 0);
   config.device_f_budget_bytes = 1 << 20;
   config.pool_ratios = "F=0.5,C=0.5";
   auto refused = OffloadExpertProvider::Create(config);
@@ -238,12 +237,7 @@ TEST(OffloadProvider, DeviceFPoolPreloadLeavesFEmpty) {
   const Manifest m = ExpertStore::Open(dir).value()->manifest();
   for (const char* policy : {"zipmoe", "lru"}) {
     SCOPED_TRACE(policy);
-    OffloadConfig config;
-    config.model_dir = dir;
-    config.memory_budget_bytes = static_cast<uint64_t>(0.5 * ExpertBytes(m));
-    config.policy = *cm::ParseCachePolicy(policy);
-    config.n_workers = 2;
-    config.device_f_pool = true;
+    OffloadConfig config = DeviceFConfig(dir, m, 0.5, policy, 2);
     if (std::string(policy) == "zipmoe") config.pool_ratios = "F=0.5,C=0.5";
     auto provider = OffloadExpertProvider::Create(config);
     ASSERT_TRUE(provider.ok()) << provider.status().ToString();
@@ -266,12 +260,7 @@ TEST(OffloadProvider, DeviceFPoolPreloadLeavesFEmpty) {
 TEST(OffloadProvider, DeviceFPoolAnAbandonedFillIsNotAdmitted) {
   const std::string dir = TinyCompressed("qwen2_moe");
   const Manifest m = ExpertStore::Open(dir).value()->manifest();
-  OffloadConfig config;
-  config.model_dir = dir;
-  config.memory_budget_bytes = static_cast<uint64_t>(0.5 * ExpertBytes(m));
-  config.policy = cm::CachePolicy::kLru;
-  config.n_workers = 1;
-  config.device_f_pool = true;
+  const OffloadConfig config = DeviceFConfig(dir, m, 0.5, "lru", 1);
   auto provider = OffloadExpertProvider::Create(config);
   ASSERT_TRUE(provider.ok()) << provider.status().ToString();
   ASSERT_TRUE((*provider)->BeginLayer(LayerRouting(0, {0, 1}, {1, 1})).ok());
@@ -294,12 +283,8 @@ TEST(OffloadProvider, DeviceFPoolReservationsOfAFailedLayerAreCancelled) {
   const std::string good = TinyCompressed("qwen2_moe");
   TempDir tmp;
   CorruptCopy(good, tmp.Sub("bad"), 0, 1, /*sm_chunk=*/true);
-  OffloadConfig config;
-  config.model_dir = tmp.Sub("bad");
-  config.memory_budget_bytes = static_cast<uint64_t>(0.5 * ExpertBytes(ExpertStore::Open(good).value()->manifest()));
-  config.policy = cm::CachePolicy::kLru;
-  config.n_workers = 1;
-  config.device_f_pool = true;
+  const OffloadConfig config =
+      DeviceFConfig(tmp.Sub("bad"), ExpertStore::Open(good).value()->manifest(), 0.5, "lru", 1);
   auto provider = OffloadExpertProvider::Create(config);
   ASSERT_TRUE(provider.ok()) << provider.status().ToString();
   const LayerRouting bad_layer(0, {0, 1, 2}, {1, 1, 1});
