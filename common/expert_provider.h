@@ -117,6 +117,11 @@ struct LayerRouting {
   // traces, popularity) see both lists together (AllSelected).
   std::vector<int32_t> device_resident;
   std::vector<int32_t> device_resident_tokens;
+  // BeginLayer only, across processes (`zipmoe up`): which device memory the executor's pool F slots
+  // are (ExpertProvider::device_f_slots), a value of its own per executor process; 0 = none (an
+  // executor in the runtime's process). A cache-manager that sees it change empties F, whose slots
+  // the previous executor held (services/pipeline/cache_backend.h SetDeviceEpoch).
+  uint64_t device_epoch = 0;
 
   // expert_ids ∪ device_resident (ascending) with their token counts, device_resident empty;
   // the routing itself when device_resident is empty.

@@ -336,4 +336,29 @@ void CacheManager::CancelDeviceF(int32_t layer_id, int32_t expert_id) {
   ReleaseSlotLocked(Pool::kF, slot);
 }
 
+int64_t CacheManager::ClearDeviceF() {
+  if (!config_.f_on_device) return 0;
+  MutexLock lock(&mu_);
+  const int f = PoolIndex(Pool::kF);
+  int64_t cleared = 0;
+  for (int32_t layer = 0; layer < layout_.n_layers(); ++layer) {
+    for (int32_t expert = 0; expert < layout_.n_experts(); ++expert) {
+      if (!Known(layer, expert)) continue;
+      Entry& entry = EntryOf(layer, expert);
+      if (entry.reserved_f != SlotArena::kNoSlot) {  // as CancelDeviceF
+        const uint32_t slot = entry.reserved_f;
+        entry.reserved_f = SlotArena::kNoSlot;
+        entry.admitting = false;
+        UnpinLocked(Pool::kF, slot);
+        ReleaseSlotLocked(Pool::kF, slot);
+      }
+      if (entry.pool == f) {
+        DetachLocked(layer, expert);
+        ++cleared;
+      }
+    }
+  }
+  return cleared;
+}
+
 }  // namespace zipmoe::cache_manager

@@ -308,6 +308,12 @@ class CacheManager {
   Result<int32_t> ReserveDeviceF(int32_t layer_id, int32_t expert_id);
   // Drops a reservation of ReserveDeviceF that will not be committed; no-op when there is none.
   void CancelDeviceF(int32_t layer_id, int32_t expert_id);
+  // CacheConfig::f_on_device only: F's device slots no longer hold what F records (they belonged to
+  // an executor that was replaced: new process, new device memory; `zipmoe up`, CacheLookup.
+  // device_epoch). Every F resident leaves F (a removal; a pinned one's slot is freed when unpinned)
+  // and every pending reservation is cancelled, so no lookup names a slot as holding an expert before
+  // the new executor wrote it. Returns the experts taken out of F. 0 without f_on_device.
+  int64_t ClearDeviceF();
 
   // Frequency statistics (copies, under the lock).
   uint64_t Frequency(int32_t layer_id, int32_t expert_id) const;

@@ -10,9 +10,7 @@
 
 #include "common/file_util.h"
 #include "common/checkpoint/manifest.h"
-#include "common/checkpoint/model_config.h"
 #include "common/thread_priority.h"
-#include "kernels/device_memory.h"
 #include "kernels/recovery.h"
 #include "services/cache_manager/plan_trace.h"
 
@@ -90,24 +88,11 @@ Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const Runt
   // which the arena is registered with CUDA.
   config.register_with_cuda = device != "cpu" && kernels::CudaDeviceCount() > 0;
   // The GPU executor (decoder-only, no device assignment) owns pool F's memory: the cache decides
-  // what is in F, the executor's device slots hold it (issue 36 item 1).
-  if (config.register_with_cuda && device_f_pool) {
-    ZM_ASSIGN_OR_RETURN(const ModelConfig model, LoadModelConfig(model_dir));
-    config.device_f_pool = !model.is_encoder_decoder();
-    // Its size: --device-memory-budget on a discrete GPU (auto: what the device has free, less room
-    // for torch's own tensors); one budget on an integrated GPU unless one is given.
-    int64_t bytes = -1;
-    double percent = 0;
-    ZM_RETURN_IF_ERROR(runtime::ParseDeviceMemoryBudget(device_memory_budget, "--device-memory-budget", &bytes, &percent));
-    if (percent > 0) {
-      config.device_f_budget_percent = percent;
-    } else if (bytes >= 0) {
-      config.device_f_budget_bytes = bytes;
-    } else if (config.device_f_pool) {
-      Result<kernels::DeviceProperties> p = kernels::QueryDevice();
-      if (p.ok() && !p->integrated) config.device_f_budget_bytes = static_cast<int64_t>(kernels::UsableExpertBytes(*p));
-    }
-  }
+  // what is in F, the executor's device slots hold it (issue 36 item 1), sized by
+  // --device-memory-budget on a discrete GPU, one budget on an integrated GPU unless one is given.
+  ZM_RETURN_IF_ERROR(runtime::ConfigureDeviceFPool(&config, device, device_f_pool && config.register_with_cuda,
+                                                   device_memory_budget, "--device-memory-budget")
+                         .status());
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
                       runtime::OffloadExpertProvider::Create(config));
   PrintRuntimeSummary(*provider);

@@ -55,6 +55,8 @@ struct CacheServer::State : msg::RouterServer::Handler {
   Mutex loop_mu;
   std::map<std::string, Client> clients ZM_GUARDED_BY(loop_mu);
   std::vector<std::pair<std::string, msg::Body>> pending_replies ZM_GUARDED_BY(loop_mu);
+  // The executor device epoch F's device slots belong to (CacheLookup.device_epoch), 0 = none seen.
+  uint64_t device_epoch ZM_GUARDED_BY(loop_mu) = 0;
   // A client's pipe (and the thread reading it), by the client's routing id.
   std::map<std::string, std::shared_ptr<msg::PipeReader>> pipes ZM_GUARDED_BY(loop_mu);
   std::vector<std::shared_ptr<msg::PipeReader>> retired ZM_GUARDED_BY(loop_mu);  // stopping, to be joined
@@ -236,6 +238,7 @@ void CacheServer::State::HandleHello(const std::string& peer, const msg::CacheHe
   reply.recovery_us = cost.recovery_us;
   reply.expert_compute_us = cost.expert_compute_us;
   reply.n_shards = cost.n_shards;
+  reply.device_f_slots = backend->device_f_slots();
   Log(fmt::format("client {} (pid {}) connected: {} staging slot(s) granted", msg::PrintableId(peer), hello.pid,
                   c.staging.size()));
   clients[peer] = std::move(c);
@@ -258,11 +261,25 @@ void CacheServer::State::HandleLookup(const std::string& peer, const msg::CacheL
   }
   Client& c = it->second;
   if (!lookup.scores.empty()) backend->ObserveScores(lookup.layer_id, lookup.scores);
+  if (lookup.device_epoch != 0 && lookup.device_epoch != device_epoch) {
+    // Another executor's device memory (a restarted executor): what F records is not in its slots.
+    const int64_t cleared = backend->manager().ClearDeviceF();
+    if (device_epoch != 0 || cleared > 0) {
+      Log(fmt::format("a new executor device (epoch {:x}): {} expert(s) taken out of pool F", lookup.device_epoch,
+                      cleared));
+    }
+    device_epoch = lookup.device_epoch;
+  }
   std::vector<CachedExpert> found;
   msg::SetStatus(&reply, lookup.pin_only ? backend->PinLayer(lookup.layer_id, lookup.expert_ids, &found)
                                          : backend->LookupLayer(lookup.layer_id, lookup.expert_ids, &found));
+  const bool device_f = backend->device_f_slots() >= 0;
   for (const CachedExpert& e : found) {
     reply.entries.emplace_back(e.expert_id, static_cast<uint8_t>(e.state), e.slot_offset, e.lease);
+    if (device_f) {
+      reply.device_slots.push_back(e.device_slot);
+      reply.device_fills.push_back(e.device_fill);
+    }
     if (e.lease != kNoLease) c.leases.insert(e.lease);
   }
   reply.admit_calls = c.totals.calls;

@@ -7,7 +7,10 @@
 //                     scheduler), then grants all staging slots to the sender; replies with the
 //                     arena, the plan and the slots (CacheHelloReply)
 //   CacheLookup       LookupLayer; the leases are recorded for the sender (CacheLookupReply, with the
-//                     sender's cumulative admission outcomes and its first failed admission since)
+//                     sender's cumulative admission outcomes and its first failed admission since;
+//                     with pool F on the executor's device, each expert's device slot and reservation).
+//                     A device_epoch other than the last one seen empties F first (ClearDeviceF: the
+//                     slots are a new executor's memory)
 //   CacheAdmit        per item: admission (sources as arena offsets, each range checked against the
 //                     arena and the expert's layout) then release of the lease, or release only; a
 //                     lease that is not the sender's is ignored; CacheReply only when want_reply

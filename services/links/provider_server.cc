@@ -8,6 +8,7 @@
 // pipe by whichever thread posts them (no hop through the loop).
 #include "services/links/remote_provider.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <thread>
@@ -122,7 +123,9 @@ struct ProviderServer::State : msg::RouterServer::Handler {
   void AbortLocked(MutexLock* lock) ZM_REQUIRES(mu);
   // Destroys the open layer's leases on `expert_ids` (admission, next wave), mu released meanwhile;
   // releases of another layer or of experts not held are stale and ignored.
-  void ReleaseLocked(int32_t layer, const std::vector<int32_t>& expert_ids) ZM_REQUIRES(mu);
+  // `abandoned`: those of expert_ids the executor abandoned (ExpertLease::Abandon before release).
+  void ReleaseLocked(int32_t layer, const std::vector<int32_t>& expert_ids, const std::vector<int32_t>& abandoned)
+      ZM_REQUIRES(mu);
   void Handle(const std::string& peer, msg::Body body);
 };
 
@@ -255,12 +258,14 @@ void ProviderServer::State::AbortLocked(MutexLock* lock) {
   active = false;
 }
 
-void ProviderServer::State::ReleaseLocked(int32_t layer, const std::vector<int32_t>& expert_ids) {
+void ProviderServer::State::ReleaseLocked(int32_t layer, const std::vector<int32_t>& expert_ids,
+                                          const std::vector<int32_t>& abandoned) {
   if (!active || layer != layer_id) return;  // stale
   std::vector<std::unique_ptr<ExpertLease>> released;
   for (int32_t expert : expert_ids) {
     auto it = leases.find(expert);
     if (it == leases.end()) continue;  // stale
+    if (std::find(abandoned.begin(), abandoned.end(), expert) != abandoned.end()) it->second->Abandon();
     released.push_back(std::move(it->second));
     leases.erase(it);
   }
@@ -340,11 +345,11 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     return;
   }
   if (auto* release = std::get_if<msg::LeaseRelease>(&body)) {
-    ReleaseLocked(release->layer_id, release->expert_ids);
+    ReleaseLocked(release->layer_id, release->expert_ids, release->abandoned_expert_ids);
     return;
   }
   if (auto* end = std::get_if<msg::LayerEnd>(&body)) {
-    ReleaseLocked(end->layer_id, end->released_expert_ids);
+    ReleaseLocked(end->layer_id, end->released_expert_ids, end->abandoned_expert_ids);
     Status st;
     if (!active || end->layer_id != layer_id) {
       st = Status::InvalidArgument(fmt::format("EndLayer({}): the open layer is {}", end->layer_id,
@@ -364,8 +369,13 @@ void ProviderServer::State::Handle(const std::string& from, msg::Body body) {
     Post(from, std::move(ack));
     return;
   }
-  // A ping of an executor that is connecting (RemoteExpertProvider::Ping): answer it.
-  if (std::holds_alternative<msg::Heartbeat>(body)) Post(from, msg::MakeHeartbeat(0, 0));
+  // A ping of an executor that is connecting (RemoteExpertProvider::Ping): answer it, with the slots of
+  // pool F its device is to hold (-1: none).
+  if (std::holds_alternative<msg::Heartbeat>(body)) {
+    msg::Heartbeat answer = msg::MakeHeartbeat(0, 0);
+    answer.device_f_slots = provider->device_f_slots();
+    Post(from, std::move(answer));
+  }
   // Anything else: nothing to do.
 }
 

@@ -18,6 +18,7 @@ msg::LayerRequest LayerRequestToWire(const LayerRouting& routing, bool prefetch)
   if (!prefetch) {
     request.mean_scores = routing.mean_scores;
     request.substituted = routing.substituted;
+    request.device_epoch = routing.device_epoch;
   }
   request.prefetch = prefetch;
   return request;
@@ -27,6 +28,7 @@ LayerRouting LayerRoutingFromWire(const msg::LayerRequest& request) {
   LayerRouting routing{request.layer_id, request.expert_ids, request.tokens_per_expert};
   routing.mean_scores = request.mean_scores;
   routing.substituted = request.substituted;
+  routing.device_epoch = request.device_epoch;
   return routing;
 }
 
@@ -36,7 +38,11 @@ msg::ExpertReady ExpertReadyToWire(const ExpertWeightsView& v, const uint8_t* ar
   ready.expert_id = v.expert_id;
   auto offset = [arena_base](const void* p) { return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base); };
   ready.gated = v.gated;
-  if (v.planes()) {  // unrecovered: the CPU executor fuses the recovery into its matmul
+  ready.device_slot = v.device_slot;
+  ready.device_slot_holds = v.device_slot_holds;
+  if (v.device_slot_holds) {
+    // An F hit on the executor's device: no bytes in the arena.
+  } else if (v.planes()) {  // unrecovered: the CPU executor fuses the recovery into its matmul
     for (const ExpertPlanes* planes : {&v.gate_planes, &v.up_planes, &v.down_planes}) {
       if (planes == &v.gate_planes && !v.gated) continue;
       ready.e_plane_offsets.push_back(offset(planes->e));
@@ -56,7 +62,8 @@ msg::ExpertReady ExpertReadyToWire(const ExpertWeightsView& v, const uint8_t* ar
 Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, const ShmRegion& arena,
                                                 const std::string& endpoint) {
   const uint64_t size = arena.size_bytes();
-  const bool planes = !ready.e_plane_offsets.empty();
+  const bool holds = ready.device_slot_holds;
+  const bool planes = !holds && !ready.e_plane_offsets.empty();
   const uint64_t numel = static_cast<uint64_t>(ready.intermediate) * static_cast<uint64_t>(ready.hidden);
   std::vector<uint64_t> offsets = {ready.up_offset, ready.down_offset};
   if (ready.gated) offsets.push_back(ready.gate_offset);
@@ -75,7 +82,13 @@ Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, c
   const size_t n_proj = ready.gated ? 3 : 2;  // gate, up, down or up, down
   bool inside = ready.intermediate > 0 && ready.hidden > 0 &&
                 (!planes || (ready.e_plane_offsets.size() == n_proj && ready.sm_offsets.size() == n_proj));
-  for (uint64_t offset : offsets) inside = inside && offset <= size && bytes <= size - offset;
+  if (!holds) {
+    for (uint64_t offset : offsets) inside = inside && offset <= size && bytes <= size - offset;
+  }
+  if (holds && ready.device_slot < 0) {
+    return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} is held in device slot {}",
+                                          endpoint, ready.expert_id, ready.layer_id, ready.device_slot));
+  }
   if (!inside) {
     return Status::Corruption(fmt::format("scheduler at {}: expert {} of layer {} lies outside the arena {} "
                                           "({} bytes)", endpoint, ready.expert_id, ready.layer_id, arena.name(), size));
@@ -86,7 +99,11 @@ Result<ExpertWeightsView> ExpertWeightsFromWire(const msg::ExpertReady& ready, c
   view.expert_id = ready.expert_id;
   view.dtype = dtype;
   view.gated = ready.gated;
-  if (planes) {
+  view.device_slot = ready.device_slot < 0 ? -1 : ready.device_slot;
+  view.device_slot_holds = holds;
+  if (holds) {
+    // No host bytes: the executor reads its device slot.
+  } else if (planes) {
     const size_t up = ready.gated ? 1 : 0;  // the planes' index of up (down follows)
     if (ready.gated) view.gate_planes = {base + ready.e_plane_offsets[0], base + ready.sm_offsets[0]};
     view.up_planes = {base + ready.e_plane_offsets[up], base + ready.sm_offsets[up]};

@@ -132,6 +132,7 @@ Result<std::unique_ptr<RemoteCacheBackend>> RemoteCacheBackend::Connect(const Re
     }
   }
   b->staging_offsets_ = reply.staging_offsets;
+  b->device_f_slots_ = reply.device_f_slots;
   {
     MutexLock lock(&b->staging_mu_);  // not yet shared; taken so the slots are only ever touched under it
     for (uint32_t s = static_cast<uint32_t>(b->staging_offsets_.size()); s-- > 0;) b->free_slots_.push_back(s);
@@ -276,6 +277,11 @@ Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body bod
   }
 }
 
+void RemoteCacheBackend::SetDeviceEpoch(uint64_t epoch) {
+  MutexLock lock(&mu_);
+  device_epoch_ = epoch;
+}
+
 void RemoteCacheBackend::ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) {
   MutexLock lock(&mu_);
   scores_layer_ = layer_id;
@@ -303,6 +309,7 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
     lookup.layer_id = layer_id;
     lookup.expert_ids = expert_ids;
     lookup.pin_only = pin_only;
+    lookup.device_epoch = device_epoch_;
     if (!pin_only && scores_layer_ == layer_id) {  // this step's (ObserveScores)
       lookup.scores = std::move(scores_);
       scores_layer_ = -1;
@@ -331,6 +338,14 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
     return fail(Status::Corruption(fmt::format("cache-manager at {}: {} entries for the {} experts of layer {}",
                                                config_.endpoint, reply.entries.size(), expert_ids.size(), layer_id)));
   }
+  const bool device_f = !reply.device_slots.empty();
+  if (device_f && (device_f_slots_ < 0 || reply.device_slots.size() != expert_ids.size() ||
+                   reply.device_fills.size() != expert_ids.size())) {
+    return fail(Status::Corruption(fmt::format(
+        "cache-manager at {}: {} device slots and {} reservations for the {} experts of layer {} (pool F on the "
+        "device: {} slots)", config_.endpoint, reply.device_slots.size(), reply.device_fills.size(),
+        expert_ids.size(), layer_id, device_f_slots_)));
+  }
   out->clear();
   out->reserve(expert_ids.size());
   uint8_t* base = arena_->data();
@@ -347,7 +362,18 @@ Status RemoteCacheBackend::LookupOrPinLayer(int32_t layer_id, const std::vector<
       return fail(Status::Corruption(fmt::format("cache-manager at {}: entry {} of layer {} is expert {}, asked {}",
                                                  config_.endpoint, i, layer_id, e.expert_id(), c.expert_id)));
     }
-    if (c.state != CompressionState::kMiss) {
+    if (device_f && reply.device_slots[i] >= 0) {
+      if (reply.device_slots[i] >= device_f_slots_) {
+        return fail(Status::Corruption(fmt::format("cache-manager at {}: layer {} expert {} in device slot {} of {}",
+                                                   config_.endpoint, layer_id, c.expert_id, reply.device_slots[i],
+                                                   device_f_slots_)));
+      }
+      c.device_slot = reply.device_slots[i];
+      c.device_fill = reply.device_fills[i];
+    }
+    if (c.state == CompressionState::kF && c.device_slot >= 0 && !c.device_fill) {
+      // An F hit on the executor's device: its bytes are there, none in the arena.
+    } else if (c.state != CompressionState::kMiss) {
       const cm::Pool pool = PoolOfState(c.state);
       const uint64_t bytes = c.layout->PoolBytes(pool);
       if (e.slot_offset() > size || bytes > size - e.slot_offset()) {

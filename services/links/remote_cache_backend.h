@@ -5,7 +5,9 @@
 //   Connect          CacheHello -> CacheHelloReply: arena name/size (attached here by name; a name
 //                    other than the configured one is refused), plan (cost model, budget, policy,
 //                    pools) and every staging slot, granted to this client
-//   LookupLayer      CacheLookup -> CacheLookupReply: one round trip per MoE layer
+//   LookupLayer      CacheLookup -> CacheLookupReply: one round trip per MoE layer (with pool F on
+//                    the executor's device, each expert's device slot and whether it was reserved
+//                    at this lookup; the executor's device epoch goes with the lookup)
 //   Admit            CacheAdmit, one-way (admission + lease release, done in order by the server);
 //                    between HoldAdmits and FlushAdmits the items wait and go as one CacheAdmit
 //   ReleaseLeases    CacheAdmit without admission, one-way
@@ -93,6 +95,10 @@ class RemoteCacheBackend : public CacheBackend {
   // Kept until the next LookupLayer of that layer, which carries them to the cache-manager
   // (CacheLookup.scores): no extra message.
   void ObserveScores(int32_t layer_id, const std::vector<float>& mean_scores) override;
+  // The cache-manager's pool F slots on the executor's device (CacheHelloReply.device_f_slots), -1 for none.
+  int64_t device_f_slots() const override { return device_f_slots_; }
+  // Sent with every later CacheLookup (CacheLookup.device_epoch).
+  void SetDeviceEpoch(uint64_t epoch) override;
 
   uint64_t round_trips() const;    // request/reply exchanges so far (Hello included)
   uint64_t one_way_sends() const;  // admissions, releases, heartbeats
@@ -136,6 +142,7 @@ class RemoteCacheBackend : public CacheBackend {
   std::optional<ShmRegion> arena_;  // set by Connect
   cache_manager::StagingLayout staging_layout_;
   std::vector<uint64_t> staging_offsets_;
+  int64_t device_f_slots_ = -1;
   std::unique_ptr<zmq::context_t> context_;  // outlives channel_ (declared before it)
 
   // Guards the socket and every field below but the atomics: next_id_ and confirmed_ change only
@@ -154,6 +161,7 @@ class RemoteCacheBackend : public CacheBackend {
   std::optional<messaging::CacheAdmit> held_admit_ ZM_GUARDED_BY(mu_);  // admissions not yet sent
   int32_t scores_layer_ ZM_GUARDED_BY(mu_) = -1;    // ObserveScores' layer, -1 = none pending
   std::vector<float> scores_ ZM_GUARDED_BY(mu_);    // its scores
+  uint64_t device_epoch_ ZM_GUARDED_BY(mu_) = 0;    // SetDeviceEpoch's
   bool stopping_ ZM_GUARDED_BY(mu_) = false;
   CondVar stop_cv_;  // waits on mu_
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <optional>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -21,20 +22,37 @@ using Clock = std::chrono::steady_clock;
 
 // ---- executor side (the scheduler side, ProviderServer, is provider_server.cc) ---------------------
 
+namespace {
+// A device epoch no other executor process is likely to draw: 64 random bits (never 0).
+uint64_t NewDeviceEpoch() {
+  std::random_device rd;
+  uint64_t epoch = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                   static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^
+                   (static_cast<uint64_t>(::getpid()) << 16);
+  return epoch == 0 ? 1 : epoch;
+}
+}  // namespace
+
 class RemoteExpertProvider::Lease : public ExpertLease {
  public:
   Lease(RemoteExpertProvider* owner, ExpertWeightsView view) : owner_(owner), view_(view) {}
-  ~Lease() override { owner_->Release(view_.layer_id, view_.expert_id); }
+  ~Lease() override { owner_->Release(view_.layer_id, view_.expert_id, abandoned_); }
   const ExpertWeightsView& weights() const override { return view_; }
+  void Abandon() override { abandoned_ = true; }
 
  private:
   RemoteExpertProvider* owner_;
   ExpertWeightsView view_;
+  bool abandoned_ = false;
 };
 
 RemoteExpertProvider::RemoteExpertProvider(const RemoteProviderConfig& config, ShmRegion arena,
                                            std::unique_ptr<zmq::context_t> context, msg::Channel channel)
-    : config_(config), arena_(std::move(arena)), context_(std::move(context)), channel_(std::move(channel)) {}
+    : config_(config),
+      arena_(std::move(arena)),
+      context_(std::move(context)),
+      channel_(std::move(channel)),
+      device_epoch_(NewDeviceEpoch()) {}
 
 Result<std::unique_ptr<RemoteExpertProvider>> RemoteExpertProvider::Connect(const RemoteProviderConfig& config) {
   ZM_ASSIGN_OR_RETURN(ShmRegion arena, ShmRegion::Attach(config.arena_name));
@@ -224,7 +242,10 @@ Status RemoteExpertProvider::Ping(milliseconds wait) {
   while (Clock::now() < deadline) {
     Result<msg::Body> got = RecvLocked(milliseconds(5));
     if (!got.ok()) continue;
-    if (std::holds_alternative<msg::Heartbeat>(*got)) return Status::Ok();
+    if (const auto* answer = std::get_if<msg::Heartbeat>(&*got)) {
+      device_f_slots_.store(answer->device_f_slots);
+      return Status::Ok();
+    }
     (void)AbsorbAck(*got);
   }
   return Status::Unavailable(fmt::format("scheduler at {} did not answer within {} ms", config_.endpoint,
@@ -267,7 +288,9 @@ Status RemoteExpertProvider::BeginLayer(const LayerRouting& routing) {
   {
     MutexLock lock(&mu_);
     FlushReleasesLocked();  // leases that outlived their layer (an error path): the server drops them
-    ZM_RETURN_IF_ERROR(SendLocked(LayerRequestToWire(routing, /*prefetch=*/false)));
+    msg::LayerRequest request = LayerRequestToWire(routing, /*prefetch=*/false);
+    if (device_f_slots_.load() >= 0) request.device_epoch = device_epoch_;  // pool F in this device's slots
+    ZM_RETURN_IF_ERROR(SendLocked(std::move(request)));
   }
   layer_id_ = routing.layer_id;
   expected_ = routing.expert_ids.size();
@@ -303,11 +326,12 @@ Result<std::unique_ptr<ExpertLease>> RemoteExpertProvider::NextReady() {
   }
 }
 
-void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id) {
+void RemoteExpertProvider::Release(int32_t layer_id, int32_t expert_id, bool abandoned) {
   MutexLock lock(&mu_);
   if (!released_.empty() && released_layer_ != layer_id) FlushReleasesLocked();
   released_layer_ = layer_id;
   released_.push_back(expert_id);
+  if (abandoned) abandoned_.push_back(expert_id);
 }
 
 void RemoteExpertProvider::FlushReleasesLocked() {
@@ -315,7 +339,9 @@ void RemoteExpertProvider::FlushReleasesLocked() {
   msg::LeaseRelease release;
   release.layer_id = released_layer_;
   release.expert_ids = std::move(released_);
+  release.abandoned_expert_ids = std::move(abandoned_);
   released_.clear();
+  abandoned_.clear();
   (void)SendLocked(std::move(release));
 }
 
@@ -327,7 +353,9 @@ Status RemoteExpertProvider::EndLayer(int32_t layer_id) {
     msg::LayerEnd end;
     end.layer_id = layer_id;
     end.released_expert_ids = std::move(released_);  // the last group's releases ride along
+    end.abandoned_expert_ids = std::move(abandoned_);
     released_.clear();
+    abandoned_.clear();
     ZM_RETURN_IF_ERROR(SendLocked(std::move(end)));
   }
   ++unacked_ends_;

@@ -8,7 +8,9 @@
 //   NextReady   <-- ExpertReady(s) --      NextReady on the thread that made them ready (the provider's
 //                                          ready listener); experts ready together in one frame
 //   ~Lease      -- LeaseRelease -->        the leases are destroyed (admission, next wave); a group's
-//                                          releases in one message, sent at the next NextReady
+//                                          releases in one message, sent at the next NextReady (an
+//                                          abandoned lease, ExpertLease::Abandon, is named as such:
+//                                          released without admission)
 //   EndLayer    -- LayerEnd -->            the last group's releases, then EndLayer; its Ack is not
 //                                          waited for (below)
 //               <-- Ack --                 read by the executor's next receive
@@ -25,13 +27,21 @@
 // LayerEnd / Ack wait cost ~0.13 ms per layer, 3 ms of a 23 ms decode step on 2 cores). The
 // scheduler handles one peer's messages in order, so the next LayerRequest still finds the layer
 // ended. An error in the Ack (a LayerEnd the scheduler refused) is returned by the next call that
-// reads from the scheduler (BeginLayer, NextReady, Flush). A layer error (corrupt chunk, ...)
+// reads from the scheduler (BeginLayer, NextReady, Flush).
+//
+// Pool F on the executor's device (issue 36 item 1, as in embedded mode): the scheduler's answer to
+// Ping says how many F slots the cache-manager keeps on the executor's device (device_f_slots(); -1:
+// none, the executor keeps its own device tier); each ExpertReady then names the expert's slot and
+// whether the slot already holds it. Every LayerRequest carries this provider's device epoch (a
+// random value of its own), so a cache-manager that outlived an earlier executor empties F before it
+// names a slot as holding anything (CacheManager::ClearDeviceF). A layer error (corrupt chunk, ...)
 // arrives as an ExpertReady with a non-OK status and is returned by NextReady. If a new executor connects while a layer of the old one is open, the server
 // releases that layer's leases, ends it and serves the new one.
 // Thread-safety: as ExpertProvider (one driving thread; leases released from any thread);
 // ProviderServer's methods from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -77,6 +87,11 @@ class RemoteExpertProvider : public ExpertProvider {
   // scheduler is ready to serve layers (a ZeroMQ connect alone succeeds with nobody listening).
   // Errors: kUnavailable (no answer within `wait`, naming the endpoint).
   Status Ping(std::chrono::milliseconds wait);
+  // Pool F's slots on this executor's device as the scheduler's latest Ping answer said, -1 for none
+  // (or before the first answer).
+  int64_t device_f_slots() const override { return device_f_slots_.load(); }
+  // This provider's device epoch (LayerRouting::device_epoch), never 0.
+  uint64_t device_epoch() const { return device_epoch_; }
   // Moves the link onto a shared-memory pipe. If nothing arrives through it within the timeout (the
   // scheduler died: a restarted one never reads the old pipe) or it is found broken (a record length
   // outside its ring: the call that found it fails with kCorruption, issue 37), the link falls back
@@ -130,7 +145,7 @@ class RemoteExpertProvider : public ExpertProvider {
   void InboxLocked(messaging::Body body) const ZM_REQUIRES(mu_);
   // A lease's release is buffered; the buffer goes out as one LeaseRelease at the next NextReady
   // (the group computed since), with the LayerEnd, or before BeginLayer / Flush.
-  void Release(int32_t layer_id, int32_t expert_id);
+  void Release(int32_t layer_id, int32_t expert_id, bool abandoned);
   void FlushReleasesLocked() ZM_REQUIRES(mu_);
   // Takes in an Ack (a LayerEnd's answer); true if `body` was one.
   bool AbsorbAck(const messaging::Body& body);
@@ -147,7 +162,10 @@ class RemoteExpertProvider : public ExpertProvider {
   std::unique_ptr<messaging::ShmPipe> pipe_ ZM_GUARDED_BY(mu_);  // the link once OpenPipe succeeded
   mutable std::deque<messaging::Body> inbox_ ZM_GUARDED_BY(mu_);  // received, not yet read by Receive
   std::vector<int32_t> released_ ZM_GUARDED_BY(mu_);  // experts whose leases were released, not yet sent
+  std::vector<int32_t> abandoned_ ZM_GUARDED_BY(mu_);  // those of released_ abandoned (ExpertLease::Abandon)
   int32_t released_layer_ ZM_GUARDED_BY(mu_) = -1;
+  const uint64_t device_epoch_;  // random, never 0 (constructor)
+  std::atomic<int64_t> device_f_slots_{-1};  // from the latest Ping answer
   int32_t layer_id_ = -1;
   size_t expected_ = 0;
   size_t delivered_ = 0;

@@ -149,8 +149,12 @@ class CacheBackend {
     (void)mean_scores;
   }
   // Slots of pool F when they live on the executor's device (CacheConfig::f_on_device), else -1.
-  // Default (a remote cache): -1.
   virtual int64_t device_f_slots() const { return -1; }
+  // The device epoch of the executor this cache's lookups now serve (LayerRouting::device_epoch; 0:
+  // none): a remote cache sends it with every CacheLookup, and the cache-manager empties F when it
+  // changes (the slots are another executor's memory: CacheManager::ClearDeviceF). Default (a cache
+  // in the executor's own process, whose slots live as long as it): ignored.
+  virtual void SetDeviceEpoch(uint64_t epoch) { (void)epoch; }
   // Experts of `layer_id` now in the F pool (served without I/O or decoding), ascending; SMoE
   // substitution's "cached" set. Default (a remote cache): none.
   virtual std::vector<int32_t> FullResidents(int32_t layer_id) const {

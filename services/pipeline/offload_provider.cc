@@ -177,6 +177,7 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
   // The step's router scores first (score-based eviction), then one lookup for the whole layer
   // (one round trip when the cache is remote).
   if (!routing.mean_scores.empty()) cache_->ObserveScores(routing.layer_id, routing.mean_scores);
+  if (routing.device_epoch != 0) cache_->SetDeviceEpoch(routing.device_epoch);
   std::vector<CachedExpert> found;
   ZM_RETURN_IF_ERROR(cache_->LookupLayer(routing.layer_id, routing.expert_ids, &found));
   stats_.substitution.substituted += static_cast<uint64_t>(std::max(routing.substituted, 0));

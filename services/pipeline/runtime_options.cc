@@ -12,6 +12,9 @@
 
 #include "common/file_util.h"
 #include "common/checkpoint/manifest.h"
+#include "common/checkpoint/model_config.h"
+#include "kernels/device_memory.h"
+#include "kernels/recovery.h"
 #include "services/cache_manager/cache_manager.h"
 
 namespace zipmoe::runtime {
@@ -65,6 +68,26 @@ Status ParseDeviceMemoryBudget(const std::string& text, const std::string& flag,
   ZM_ASSIGN_OR_RETURN(uint64_t b, ParseByteSize(text, flag));
   *bytes = static_cast<int64_t>(std::min<uint64_t>(b, static_cast<uint64_t>(INT64_MAX)));
   return Status::Ok();
+}
+
+Result<bool> ConfigureDeviceFPool(OffloadConfig* config, const std::string& device, bool gpu_executor,
+                                  const std::string& device_memory_budget, const std::string& flag) {
+  int64_t bytes = -1;
+  double percent = 0;
+  ZM_RETURN_IF_ERROR(ParseDeviceMemoryBudget(device_memory_budget, flag, &bytes, &percent));
+  if (!gpu_executor || device == "cpu" || kernels::CudaDeviceCount() <= 0) return false;
+  ZM_ASSIGN_OR_RETURN(const ModelConfig model, LoadModelConfig(config->model_dir));
+  if (model.is_encoder_decoder()) return false;  // its executor keeps its own device tier
+  config->device_f_pool = true;
+  if (percent > 0) {
+    config->device_f_budget_percent = percent;
+  } else if (bytes >= 0) {
+    config->device_f_budget_bytes = bytes;
+  } else {
+    Result<kernels::DeviceProperties> p = kernels::QueryDevice();
+    if (p.ok() && !p->integrated) config->device_f_budget_bytes = static_cast<int64_t>(kernels::UsableExpertBytes(*p));
+  }
+  return true;
 }
 
 PrefetchMode DefaultPrefetch(const std::string& policy, const std::string& model_dir) {

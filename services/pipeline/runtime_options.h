@@ -48,6 +48,18 @@ Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag)
 // (0 < N <= 100) -> percent N; a size (ParseByteSize) -> bytes. Errors: kInvalidArgument naming
 // `flag` and the text.
 Status ParseDeviceMemoryBudget(const std::string& text, const std::string& flag, int64_t* bytes, double* percent);
+// Pool F on the GPU executor's device (issue 36 item 1; docs/architecture.md "GPU executor"), for the
+// runtime of `config->model_dir` whose executor computes on `device` ("cpu", "cuda", "cuda:N"):
+// when `gpu_executor` (the executor will run the GPU MoE block: no DALI device assignment), the device
+// is not "cpu", a CUDA device answers (kernels::CudaDeviceCount) and the model is decoder-only, sets
+// config->device_f_pool and sizes F from `device_memory_budget` (ParseDeviceMemoryBudget's text):
+// "N%" of the expert bytes or a size, on its own budget apart from the host's; "auto" on a discrete
+// GPU: kernels::UsableExpertBytes of the device's free memory now; "auto" on an integrated GPU (a
+// Jetson): F stays the planner's share of the one memory budget. Used by `zipmoe generate / serve`
+// and by the cache-manager service (`zipmoe up`), so both decide alike. Returns whether F is on the
+// device. Errors: ParseDeviceMemoryBudget's (naming `flag`), LoadModelConfig's.
+Result<bool> ConfigureDeviceFPool(OffloadConfig* config, const std::string& device, bool gpu_executor,
+                                  const std::string& device_memory_budget, const std::string& flag);
 
 // The predictor a policy uses when --prefetch is not given: smoe → top-score (SMoE's own); dali →
 // residual when `model_dir` holds its calibration (prefetch_residuals.safetensors), else top-score;

@@ -29,7 +29,10 @@ std::string CacheSummary(const runtime::OffloadConfig& o, runtime::LocalCacheBac
   std::string pools;
   for (Pool pool : kPoolOrder) {
     const PoolCounters& pc = counters.pools[PoolIndex(pool)];
-    if (pc.capacity_bytes > 0) pools += fmt::format(" {}={:.1f}MiB", PoolLetter(pool), pc.capacity_bytes / 1048576.0);
+    if (pc.capacity_bytes > 0) {
+      pools += fmt::format(" {}={:.1f}MiB{}", PoolLetter(pool), pc.capacity_bytes / 1048576.0,
+                           pool == Pool::kF && o.device_f_pool ? " (on the executor's device)" : "");
+    }
   }
   return fmt::format("policy {}, budget {:.1f} MiB, pools{}, {} staging slot(s) of {:.1f} MiB, arena {} ({} bytes)",
                      CachePolicyName(o.policy), o.memory_budget_bytes / 1048576.0, pools.empty() ? " none" : pools,
@@ -54,6 +57,11 @@ int RunCacheManagerService(const runtime::ServiceConfig& c, runtime::Termination
   Result<runtime::OffloadConfig> offload = runtime::ToOffloadConfig(runtime::RuntimeFlagsOf(c), c.model_dir);
   if (!offload.ok()) return FailService(name, offload.status());
   offload->shm_name = c.shm_name;
+  // Pool F in the GPU executor's device memory (issue 36 item 1), decided here as in embedded mode: the
+  // executor learns the slot count from the scheduler and owns the memory.
+  Result<bool> device_f = runtime::ConfigureDeviceFPool(&*offload, c.device, c.device_assignment == "none",
+                                                        c.device_memory_budget, "device_memory_budget");
+  if (!device_f.ok()) return FailService(name, device_f.status());
   Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
   if (!store.ok()) return FailService(name, store.status());
   Result<std::unique_ptr<runtime::LocalCacheBackend>> created =

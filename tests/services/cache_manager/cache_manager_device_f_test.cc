@@ -194,5 +194,74 @@ TEST(CacheManagerDeviceF, AGlobalLruPoolCountsItsSlotsFromTheBudgetAndEvictsLeas
   EXPECT_EQ(cache->LivePins(), 0u);
 }
 
+// A new executor's device (`zipmoe up`: a restarted executor process): ClearDeviceF takes every
+// expert out of F (a pinned one's slot is freed when its pin goes), cancels a pending reservation, and
+// leaves C alone; F then refills through reservations as before. Without f_on_device it does nothing.
+TEST(CacheManagerDeviceF, ClearDeviceFEmptiesFAndCancelsReservationsButKeepsC) {
+  const Manifest m = MakeManifest(1, 6, 4096, 2);
+  CacheConfig config = ZipMoeConfig(m, true);
+  config.budget_bytes = test::PlanBytes(m, config.plan);
+  auto cache = MakeCache(m, config);
+  ASSERT_TRUE(cache);
+  // Experts 3 and 4 in F (3 stays pinned by a lease), expert 5 reserved, expert 1 in C.
+  for (int32_t e : {3, 4, 1}) Activate(*cache, 0, e, e == 1 ? 1 : 3);
+  for (int32_t e : {3, 4}) {
+    auto lookup = cache->Lookup(0, e);
+    ASSERT_TRUE(lookup.ok());
+    ASSERT_GE(*cache->ReserveDeviceF(0, e), 0);
+    const ExpertBytes bytes(*cache->layout().Find(0, e));
+    ASSERT_EQ(cache->Admit(0, e, kAllParts, bytes.Sources())->state, CompressionState::kF);
+  }
+  {
+    auto lookup = cache->Lookup(0, 1);
+    ASSERT_TRUE(lookup.ok());
+    const ExpertBytes bytes(*cache->layout().Find(0, 1));
+    ASSERT_TRUE(cache->Admit(0, 1, kAllParts, bytes.Sources()).ok());
+  }
+  const CompressionState one_before = cache->Peek(0, 1);
+  ASSERT_NE(one_before, CompressionState::kMiss);
+  ASSERT_NE(one_before, CompressionState::kF);
+  auto held = cache->Lookup(0, 3);  // pinned across the clear
+  ASSERT_TRUE(held.ok());
+  ASSERT_EQ(held->state, CompressionState::kF);
+  Activate(*cache, 0, 5, 8);  // now the most popular: F evicts 4 (3 is pinned) for it
+  auto reserved_lookup = cache->Lookup(0, 5);
+  ASSERT_TRUE(reserved_lookup.ok());
+  Result<int32_t> reserved = cache->ReserveDeviceF(0, 5);
+  ASSERT_TRUE(reserved.ok());
+  ASSERT_GE(*reserved, 0) << "a pending reservation across the clear";
+  EXPECT_NE(cache->Peek(0, 4), CompressionState::kF);
+  const uint64_t removals_before = cache->Counters().pools[PoolIndex(Pool::kF)].removals;
+  const int64_t resident_before = static_cast<int64_t>(cache->Counters().pools[PoolIndex(Pool::kF)].resident_experts);
+
+  EXPECT_EQ(cache->ClearDeviceF(), resident_before);
+  for (int32_t e : {3, 4, 5}) EXPECT_NE(cache->Peek(0, e), CompressionState::kF) << e;
+  EXPECT_EQ(cache->Peek(0, 1), one_before) << "host pools are untouched";
+  const CacheCounters c = cache->Counters();
+  EXPECT_EQ(c.pools[PoolIndex(Pool::kF)].resident_experts, 0u);
+  EXPECT_EQ(c.pools[PoolIndex(Pool::kF)].removals, removals_before + static_cast<uint64_t>(resident_before));
+  // The admission after the cleared reservation does not put 5 in F; the pinned slot frees on release.
+  const ExpertBytes five(*cache->layout().Find(0, 5));
+  ASSERT_TRUE(cache->Admit(0, 5, kAllParts, five.Sources()).ok());
+  EXPECT_NE(cache->Peek(0, 5), CompressionState::kF);
+  held->lease.Release();
+  reserved_lookup->lease.Release();
+  EXPECT_EQ(cache->LivePins(), 0u);
+  // F refills: a lookup after the clear reserves a slot again.
+  auto again = cache->Lookup(0, 3);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->state, CompressionState::kMiss);
+  EXPECT_GE(*cache->ReserveDeviceF(0, 3), 0);
+  cache->CancelDeviceF(0, 3);
+  again->lease.Release();
+  EXPECT_EQ(cache->LivePins(), 0u);
+
+  CacheConfig host_config = ZipMoeConfig(m, false);
+  host_config.budget_bytes = test::PlanBytes(m, host_config.plan);
+  auto host = MakeCache(m, host_config);
+  ASSERT_TRUE(host);
+  EXPECT_EQ(host->ClearDeviceF(), 0);
+}
+
 }  // namespace
 }  // namespace zipmoe::cache_manager

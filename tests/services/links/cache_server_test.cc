@@ -2,7 +2,10 @@
 // talking to a CacheServer (the cache-manager process's loop, here in this process over ipc://) must
 // serve the same bytes and leave the cache in the same state as one over the LocalCacheBackend
 // (embedded mode), with one round trip per layer; garbage on the cache-manager socket is dropped and
-// counted; a client that disappears or is replaced while holding leases gets them reclaimed.
+// counted; a client that disappears or is replaced while holding leases gets them reclaimed. With
+// pool F on the GPU executor's device, the whole `zipmoe up` chain (cache-manager, scheduler,
+// executor: CacheServer, ProviderServer, RemoteExpertProvider) names the same device slots as the
+// embedded runtime, and a new executor process never reads a slot it did not write.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -26,6 +29,8 @@
 #include "services/links/cache_server.h"
 #include "services/pipeline/offload_provider.h"
 #include "services/links/remote_cache_backend.h"
+#include "services/links/remote_provider.h"
+#include "tests/services/pipeline/offload_provider_test_util.h"
 #include "tests/test_util.h"
 
 namespace zipmoe::runtime {
@@ -508,6 +513,175 @@ TEST(CacheServer, ASchedulerConfiguredForAnotherArenaIsRefused) {
   auto refused = OffloadExpertProvider::Create(c);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("arena mismatch"), std::string::npos) << refused.status().ToString();
+}
+
+// `zipmoe up` with pool F on the executor's device (issue 36 item 1), all three hops in this process:
+// the cache-manager (LocalCacheBackend + CacheServer, device F), the scheduler (OffloadExpertProvider
+// over a RemoteCacheBackend, served by a ProviderServer) and the executor (RemoteExpertProvider).
+struct DeviceFChain {
+  DeviceFChain(const TempDir& tmp, const OffloadConfig& base, const Manifest& m) : cache_manager(tmp, base, m) {
+    OffloadConfig scheduler_config = cache_manager.SchedulerConfig(base);
+    scheduler_config.device_f_pool = false;  // as the scheduler service: only the cache-manager decides it
+    auto created = OffloadExpertProvider::Create(scheduler_config);
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!created.ok()) return;
+    scheduler = std::move(created).value();
+    ProviderServerConfig sc;
+    sc.endpoint = "ipc://" + tmp.Sub("scheduler.sock");
+    const CacheBackend& cache = scheduler->cache_backend();
+    auto started = ProviderServer::Start(context, sc, scheduler.get(), cache.arena_base(), cache.arena_bytes());
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    if (started.ok()) server = std::move(started).value();
+  }
+  ~DeviceFChain() {
+    if (server != nullptr) server->Stop();
+    server.reset();
+    scheduler.reset();
+  }
+  // A new executor process (its own device epoch), linked as the executor service does (Ping).
+  std::unique_ptr<RemoteExpertProvider> Executor() const {
+    RemoteProviderConfig rc;
+    rc.endpoint = server->endpoint();
+    rc.arena_name = cache_manager.config.shm_name;
+    rc.timeout = milliseconds(10000);
+    auto connected = RemoteExpertProvider::Connect(rc);
+    EXPECT_TRUE(connected.ok()) << connected.status().ToString();
+    if (!connected.ok()) return nullptr;
+    const Status ping = (*connected)->Ping(milliseconds(10000));
+    EXPECT_TRUE(ping.ok()) << ping.ToString();
+    return std::move(connected).value();
+  }
+  CacheManagerProcess cache_manager;
+  zmq::context_t context{1};
+  std::unique_ptr<OffloadExpertProvider> scheduler;
+  std::unique_ptr<ProviderServer> server;
+};
+
+OffloadConfig DeviceFBase(const std::string& dir, const Manifest& m, const char* policy) {
+  OffloadConfig base = BaseConfig(dir, m, 0.4);
+  base.policy = *cm::ParseCachePolicy(policy);
+  base.fused_recovery = true;  // as `zipmoe up` (the executor recovers misses from their planes)
+  base.device_f_pool = true;
+  return base;
+}
+
+TEST(CacheServer, PoolFOnTheExecutorsDeviceAcrossProcessesNamesTheSameSlotsAsEmbedded) {
+  const std::string dir = Model();
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest& m = (*store)->manifest();
+  const auto expected = test::Expected(**store);
+  const auto routings = Routings(m, 4, 8, 13);
+  for (const char* policy : {"zipmoe", "lru"}) {
+    SCOPED_TRACE(policy);
+    const OffloadConfig base = DeviceFBase(dir, m, policy);
+    OffloadConfig local_config = base;
+    local_config.shm_name = UniqueShm("local");
+    auto local = OffloadExpertProvider::Create(local_config);
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    std::vector<test::DeviceSlotUse> want;
+    const auto [local_holds, local_fills] = test::DriveDeviceSlots(**local, routings, expected, nullptr, &want);
+    ASSERT_GT(local_holds, 0);
+
+    TempDir tmp;
+    DeviceFChain chain(tmp, base, m);
+    ASSERT_NE(chain.server, nullptr);
+    const std::unique_ptr<RemoteExpertProvider> executor = chain.Executor();
+    ASSERT_NE(executor, nullptr);
+    EXPECT_EQ(executor->device_f_slots(), (*local)->device_f_slots()) << "the Ping answer names F's slots";
+    std::vector<test::DeviceSlotUse> got;
+    const auto [holds, fills] = test::DriveDeviceSlots(*executor, routings, expected, nullptr, &got);
+    ASSERT_TRUE(executor->Flush().ok());
+    EXPECT_EQ(holds, local_holds);
+    EXPECT_EQ(fills, local_fills);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_TRUE(got[i] == want[i]) << "lease " << i << ": layer " << got[i].layer_id << " expert "
+                                     << got[i].expert_id << " slot " << got[i].slot << " holds " << got[i].holds
+                                     << ", embedded: expert " << want[i].expert_id << " slot " << want[i].slot
+                                     << " holds " << want[i].holds;
+    }
+    // The cache-manager counted what the embedded cache counted; nothing stays pinned.
+    const cm::CacheCounters remote_counters = chain.cache_manager.backend->manager().Counters();
+    const cm::CacheCounters local_counters = (*local)->cache().Counters();
+    for (int p = 0; p < cm::kPoolCount; ++p) {
+      EXPECT_EQ(remote_counters.pools[p].requests, local_counters.pools[p].requests) << p;
+      EXPECT_EQ(remote_counters.pools[p].admissions, local_counters.pools[p].admissions) << p;
+    }
+    EXPECT_TRUE(Eventually([&] { return chain.cache_manager.backend->manager().LivePins() == 0; }));
+  }
+}
+
+// An executor that could not write an expert into its F slot abandons the lease; across processes the
+// abandonment travels with the release (LeaseRelease.abandoned_expert_ids), so the cache-manager
+// never records F for bytes that were never written (DriveDeviceSlots would then find a later hit's
+// slot empty).
+TEST(CacheServer, AnAbandonedDeviceFillAcrossProcessesIsNotRecordedInF) {
+  const std::string dir = Model();
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest& m = (*store)->manifest();
+  const auto expected = test::Expected(**store);
+  const auto routings = Routings(m, 4, 6, 17);
+  TempDir tmp;
+  DeviceFChain chain(tmp, DeviceFBase(dir, m, "zipmoe"), m);
+  ASSERT_NE(chain.server, nullptr);
+  const std::unique_ptr<RemoteExpertProvider> executor = chain.Executor();
+  ASSERT_NE(executor, nullptr);
+  std::set<std::pair<int32_t, int32_t>> abandoned;
+  const auto abandon_first_fills = [&](int32_t layer, int32_t expert) {
+    if (abandoned.size() >= 3 || (!abandoned.empty() && abandoned.begin()->first != layer)) return false;
+    abandoned.insert({layer, expert});
+    return true;
+  };
+  const auto [holds, fills] = test::DriveDeviceSlots(*executor, {routings.front()}, expected, nullptr, nullptr,
+                                                     abandon_first_fills);
+  ASSERT_TRUE(executor->Flush().ok());
+  ASSERT_FALSE(abandoned.empty());
+  for (const auto& [layer, expert] : abandoned) {
+    EXPECT_NE(chain.cache_manager.backend->manager().Peek(layer, expert), CompressionState::kF)
+        << "layer " << layer << " expert " << expert;
+  }
+  EXPECT_TRUE(Eventually([&] { return chain.cache_manager.backend->manager().LivePins() == 0; }));
+  EXPECT_EQ(chain.cache_manager.server->stats().admit_errors, 0u);
+}
+
+// A restarted executor is a new process with new device memory: its first layer carries a new device
+// epoch, and the cache-manager empties F before it names any slot as holding an expert, so the new
+// executor reads only slots it wrote (its simulated device starts empty: a stale "holds" would find
+// no bytes there).
+TEST(CacheServer, ANewExecutorProcessFindsPoolFEmptiedBeforeItsFirstLayer) {
+  const std::string dir = Model();
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest& m = (*store)->manifest();
+  const auto expected = test::Expected(**store);
+  const auto routings = Routings(m, 4, 6, 19);
+  TempDir tmp;
+  DeviceFChain chain(tmp, DeviceFBase(dir, m, "lru"), m);
+  ASSERT_NE(chain.server, nullptr);
+  {
+    const std::unique_ptr<RemoteExpertProvider> first = chain.Executor();
+    ASSERT_NE(first, nullptr);
+    const auto [holds, fills] = test::DriveDeviceSlots(*first, routings, expected);
+    EXPECT_GT(holds, 0);
+    ASSERT_TRUE(first->Flush().ok());
+  }
+  const uint64_t resident = chain.cache_manager.backend->manager().Counters().pools[cm::PoolIndex(cm::Pool::kF)]
+                                .resident_experts;
+  ASSERT_GT(resident, 0u) << "the first executor left experts in F";
+  const std::unique_ptr<RemoteExpertProvider> second = chain.Executor();
+  ASSERT_NE(second, nullptr);
+  test::SimulatedDevice fresh(second->device_f_slots());
+  std::vector<test::DeviceSlotUse> uses;
+  const auto [holds, fills] = test::DriveDeviceSlots(*second, routings, expected, &fresh, &uses);
+  ASSERT_TRUE(second->Flush().ok());
+  EXPECT_GT(holds, 0) << "the second executor's own fills are hits later";
+  for (const test::DeviceSlotUse& u : uses) {
+    if (u.layer_id != routings.front().layer_id) break;
+    EXPECT_FALSE(u.holds) << "expert " << u.expert_id << " said held in slot " << u.slot << " before any write";
+  }
+  EXPECT_GE(chain.cache_manager.backend->manager().Counters().pools[cm::PoolIndex(cm::Pool::kF)].removals, resident);
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ TEST(ProviderWire, LayerRoutingRoundTripsAndAPredictionCarriesNoScores) {
   EXPECT_EQ(back.tokens_per_expert, routing.tokens_per_expert);
   EXPECT_EQ(back.mean_scores, routing.mean_scores);
   EXPECT_EQ(back.substituted, 2);
+  EXPECT_EQ(back.device_epoch, 0u);
+  routing.device_epoch = 0x5eed0123456789abull;  // an executor with pool F slots (`zipmoe up`)
+  EXPECT_EQ(LayerRoutingFromWire(LayerRequestToWire(routing, /*prefetch=*/false)).device_epoch, routing.device_epoch);
   const msg::LayerRequest prediction = LayerRequestToWire(routing, /*prefetch=*/true);
   EXPECT_TRUE(prediction.prefetch);
   EXPECT_TRUE(prediction.mean_scores.empty());
@@ -128,6 +131,55 @@ TEST_F(ExpertWire, AGateLessExpertTravelsWithoutAGate) {
   three.e_plane_offsets.push_back(0);
   three.sm_offsets.push_back(0);
   EXPECT_EQ(ExpertWeightsFromWire(three, *arena_, "x").status().code(), StatusCode::kCorruption);
+}
+
+// Pool F on the executor's device: an F hit crosses with its device slot and no offsets (its bytes are
+// on the device: nothing in the arena is named or bounds-checked); a reserved expert crosses with its
+// offsets and the slot to write; "held" in a negative slot is corruption.
+TEST_F(ExpertWire, ADeviceSlotCrossesAndAnFHitCarriesNoOffsets) {
+  uint8_t* base = arena_->data();
+  ExpertWeightsView hit;
+  hit.layer_id = 4;
+  hit.expert_id = 9;
+  hit.intermediate = 16;
+  hit.hidden = 32;
+  hit.device_slot = 12;
+  hit.device_slot_holds = true;
+  const msg::ExpertReady ready = ExpertReadyToWire(hit, base);
+  EXPECT_EQ(ready.device_slot, 12);
+  EXPECT_TRUE(ready.device_slot_holds);
+  EXPECT_EQ(ready.up_offset, 0u);
+  EXPECT_TRUE(ready.e_plane_offsets.empty());
+  auto back = ExpertWeightsFromWire(ready, *arena_, "ipc://scheduler");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->device_slot, 12);
+  EXPECT_TRUE(back->device_slot_holds);
+  EXPECT_EQ(back->up, nullptr);
+  EXPECT_EQ(back->up_planes.e, nullptr);
+  EXPECT_FALSE(back->planes());
+  EXPECT_EQ(back->intermediate, 16);
+
+  ExpertWeightsView fill = hit;  // reserved at its lookup: its planes, and the slot to write
+  fill.device_slot_holds = false;
+  fill.gate_planes = {base + 100, base + 200};
+  fill.up_planes = {base + 300, base + 400};
+  fill.down_planes = {base + 500, base + 600};
+  auto filled = ExpertWeightsFromWire(ExpertReadyToWire(fill, base), *arena_, "ipc://scheduler");
+  ASSERT_TRUE(filled.ok()) << filled.status().ToString();
+  EXPECT_EQ(filled->device_slot, 12);
+  EXPECT_FALSE(filled->device_slot_holds);
+  ASSERT_TRUE(filled->planes());
+  EXPECT_EQ(filled->down_planes.sm, base + 600);
+
+  ExpertWeightsView none = fill;  // no device F: -1 crosses as -1
+  none.device_slot = -1;
+  EXPECT_EQ(ExpertWeightsFromWire(ExpertReadyToWire(none, base), *arena_, "x")->device_slot, -1);
+
+  msg::ExpertReady bad = ready;
+  bad.device_slot = -1;
+  auto refused = ExpertWeightsFromWire(bad, *arena_, "ipc://scheduler");
+  ASSERT_EQ(refused.status().code(), StatusCode::kCorruption) << refused.status().ToString();
+  EXPECT_THAT(refused.status().message(), HasSubstr("expert 9 of layer 4"));
 }
 
 TEST_F(ExpertWire, AnExpertOutsideTheArenaIsCorruptionNamingIt) {

@@ -34,6 +34,7 @@ using test::MakeRoutings;
 using test::Served;
 using test::Drive;
 using test::CorruptCopy;
+using test::DriveDeviceSlots;
 
 class OffloadProviderTest : public ::testing::TestWithParam<std::string> {};
 
@@ -82,59 +83,6 @@ OffloadConfig DeviceFConfig(const std::string& dir, const Manifest& m, double sh
   config.n_workers = workers;
   config.device_f_pool = true;
   return config;
-}
-
-// Drives `provider` (pool F on the device) over `routings` with a simulated device: a table of
-// slots written only where the executor writes them. Whenever a lease says its slot already holds the
-// expert, the slot must hold exactly that expert's checkpoint bytes; F hits carry no host bytes; no
-// two experts of a layer share a slot. Returns {hits served from a slot, experts written into one}.
-std::pair<int, int> DriveDeviceSlots(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings,
-                                     const std::map<std::tuple<int, int, int>, std::vector<uint16_t>>& expected) {
-  const int64_t n_slots = provider.device_f_slots();
-  EXPECT_GE(n_slots, 0);
-  std::vector<std::array<std::vector<uint16_t>, 3>> device(static_cast<size_t>(std::max<int64_t>(n_slots, 1)));
-  int holds = 0, fills = 0;
-  for (const LayerRouting& r : routings) {
-    EXPECT_TRUE(provider.BeginLayer(r).ok());
-    std::set<int32_t> slots_this_layer;
-    for (size_t i = 0; i < r.expert_ids.size(); ++i) {
-      Result<std::unique_ptr<ExpertLease>> lease = provider.NextReady();
-      EXPECT_TRUE(lease.ok()) << lease.status().ToString();
-      if (!lease.ok()) return {holds, fills};
-      const ExpertWeightsView& w = (*lease)->weights();
-      if (w.device_slot >= 0) {
-        EXPECT_LT(w.device_slot, n_slots);
-        if (w.device_slot >= n_slots) return {holds, fills};
-        EXPECT_TRUE(slots_this_layer.insert(w.device_slot).second) << "two experts in one slot";
-      }
-      auto& slot = device[static_cast<size_t>(std::max(w.device_slot, 0))];
-      const void* ptrs[3] = {w.gate, w.up, w.down};
-      const ExpertPlanes planes[3] = {w.gate_planes, w.up_planes, w.down_planes};
-      for (int proj = 0; proj < 3; ++proj) {
-        const auto& want = expected.at({r.layer_id, w.expert_id, proj});
-        if (w.device_slot_holds) {  // an F hit: no host bytes, the device slot has them
-          EXPECT_EQ(ptrs[proj], nullptr);
-          EXPECT_EQ(planes[proj].e, nullptr);
-          EXPECT_EQ(slot[proj], want) << "slot " << w.device_slot << " layer " << r.layer_id << " expert "
-                                      << w.expert_id << " proj " << proj;
-          continue;
-        }
-        std::vector<uint16_t> got(want.size());
-        if (w.planes()) {
-          MergeBf16(planes[proj].e, planes[proj].sm, static_cast<int64_t>(want.size()), got.data());
-        } else {
-          std::memcpy(got.data(), ptrs[proj], want.size() * 2);
-        }
-        EXPECT_EQ(got, want);
-        if (w.device_slot >= 0) slot[proj] = got;  // the executor writes it into its slot
-      }
-      ++(w.device_slot_holds ? holds : fills);
-      // Released at once (as the executor does before it waits): the next wave needs the staging
-      // slot. Every slot of the layer was decided at its lookup, so none is reused in it.
-    }
-    EXPECT_TRUE(provider.EndLayer(r.layer_id).ok());
-  }
-  return {holds, fills};
 }
 
 // Pool F on the GPU executor's device (OffloadConfig::device_f_pool, issue 36 item 1): the cache
