@@ -13,9 +13,11 @@
 #      CPU/GPU expert assignment,
 #   5. every synthetic architecture on CUDA (checkpoint, compressed, under a budget) vs the CPU,
 #   6. the executor's tests on the CUDA build,
-#   7. the host's CPU on 6 and 12 cores: mini warm and cold at a 50 % budget (scripts/cpu_cores_check.sh).
+#   7. the host's CPU on 6 and 12 cores: mini warm and cold at a 50 % budget (scripts/cpu_cores_check.sh),
+#   8. `serve` vs `up` on CUDA (scripts/serve_up_check.sh): the same greedy tokens and logprobs byte for
+#      byte at 25 % with zipmoe and lru, and with a 25 % device budget (pool F in the executor's slots).
 # Results go to $OUT (default /tmp/gpu_check): summary.txt, and logs.tgz with one log per step.
-# GPU_CHECK_STEPS (default "kernels cache recovery trained archs executor mini cores") picks the sections to run;
+# GPU_CHECK_STEPS (default "kernels cache recovery trained archs executor mini cores up") picks the sections to run;
 # MINI_QUICK=1 runs only mini's CPU, all-resident CUDA and 25 % budget runs.
 #
 # Usage: bash scripts/gpu_check.sh [DEBS_DIR]
@@ -34,7 +36,7 @@ SUMMARY="$OUT/summary.txt"
 # summary.txt is the one file in $OUT even if the run is cut short.
 LOGS=${GPU_CHECK_LOGS:-/tmp/gpu_check_logs}
 rm -rf "$LOGS" && mkdir -p "$LOGS"
-STEPS=" ${GPU_CHECK_STEPS:-kernels cache recovery trained archs executor mini cores} "
+STEPS=" ${GPU_CHECK_STEPS:-kernels cache recovery trained archs executor mini cores up} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 : >"$SUMMARY"
 say() { echo "== $*" | tee -a "$SUMMARY"; }
@@ -262,6 +264,19 @@ if want cores && [ -x "$Z" ]; then
   fi
   step cores bash "$ROOT/scripts/cpu_cores_check.sh" "$Z" "$d/ckpt" "$d/zip" "$LOGS" ${CORES:-6 12}
   grep -E '^cores ' "$LOGS/cores.log" >>"$SUMMARY"
+fi
+# 8. serve vs up on CUDA (issue 36: byte-identical logits across serve and up): the trained model's
+#    compressed directory, 25 % host budget with zipmoe and lru, then a 25 % device budget apart.
+if want up && [ -x "$Z" ]; then
+  C=/tmp/zipmoe-gpu-compressed
+  [ -f "$C/manifest.bin" ] || step compress $Z compress "$ROOT/models/qwen2moe-debian-18m" "$C" --force
+  for run in "25% zipmoe auto" "25% lru auto" "100% zipmoe 25%"; do
+    set -- $run
+    name="serve_up_${2}_b${1%\%}_d${3%\%}"
+    step "$name" bash "$ROOT/scripts/serve_up_check.sh" "$Z" "$C" "$LOGS/$name" "${UP_DEVICE:-cuda}" "$@"
+    grep -E '^serve-up ' "$LOGS/$name.log" >>"$SUMMARY"
+    grep -ho 'pools [^,]*' "$LOGS/$name/up.log" | head -1 >>"$SUMMARY"
+  done
 fi
 (cd "$LOGS" && tar czf "$OUT/logs.tgz" --exclude='*.f32' *.log *.json *.txt 2>/dev/null)
 say "done"
