@@ -22,11 +22,21 @@ ask() {
   local name=$1 port=$2 pid=$3 i
   for i in $(seq 1 3000); do
     kill -0 "$pid" 2>/dev/null || { echo "$name: exited before it was healthy (see $O/$name.log)"; return 2; }
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    http "$port" /health >/dev/null 2>&1 && break
     sleep 0.1
   done
-  curl -sf -H 'Content-Type: application/json' -d "$BODY" "http://127.0.0.1:$port/v1/completions" >"$O/$name.json" \
-    || { echo "$name: the completion failed (see $O/$name.log)"; return 2; }
+  http "$port" /v1/completions "$BODY" >"$O/$name.json" || { echo "$name: the completion failed (see $O/$name.log)"; return 2; }
+}
+# http PORT PATH [BODY]: GET (or POST the JSON body) on 127.0.0.1:PORT; the reply on stdout; fails unless 200.
+http() {
+  python3 - "$@" <<'PY'
+import sys, urllib.request
+port, path = sys.argv[1], sys.argv[2]
+data = sys.argv[3].encode() if len(sys.argv) > 3 else None
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=300) as r:
+    sys.stdout.write(r.read().decode())
+PY
 }
 stop() { kill -TERM "$1" 2>/dev/null; for _ in $(seq 1 200); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; kill -KILL "$1" 2>/dev/null; }
 
