@@ -68,7 +68,18 @@ Result<PlanBuild> BuildPlan(const Manifest& manifest, const PlanRequest& request
   PlanOptions options;
   options.grid_step = request.grid_step;
   options.pools = request.pools;
+  // Pool F on the device with a budget of its own: its capacity is fixed, the host pools planned around it.
+  const bool f_apart = request.device_f_budget_bytes >= 0 && request.pools[kPoolF];
+  if (f_apart) {
+    const uint64_t per_layer =
+        static_cast<uint64_t>(request.device_f_budget_bytes) / static_cast<uint64_t>(std::max(b.model.n_moe_layers, 1));
+    const double f_bytes = b.costs.bytes_per_expert[kPoolF];
+    options.fixed_f_capacity = f_bytes > 0 ? static_cast<int32_t>(std::min<double>(
+                                                 std::floor(static_cast<double>(per_layer) / f_bytes), b.model.n_experts))
+                                           : 0;
+  }
   PlanOptions f_only = options;
+  f_only.fixed_f_capacity = -1;
   f_only.pools = {true, false, false, false};
   if (b.budget_bytes_per_layer > 0) {
     ZM_ASSIGN_OR_RETURN(b.f_only, PlanPools(b.rank_freq, b.active_k, b.budget_bytes_per_layer, b.costs, b.cost, f_only));
@@ -87,15 +98,21 @@ Result<PlanBuild> BuildPlan(const Manifest& manifest, const PlanRequest& request
     if (std::fabs(sum - 1.0) > 1e-6) {
       return Status::InvalidArgument(fmt::format("plan: pool ratios sum to {}, expected 1", sum));
     }
+    if (f_apart && r[kPoolF] != 0) {
+      return Status::InvalidArgument(fmt::format(
+          "plan: pool ratio F={} while pool F has a device budget of its own; give the host pools' ratios", r[kPoolF]));
+    }
     b.plan.ratios = r;
-    b.plan.capacities = CapacitiesForRatios(r, b.budget_bytes_per_layer, b.costs, b.model.n_experts);
+    const int32_t f_cap = f_apart ? options.fixed_f_capacity : 0;
+    b.plan.capacities = CapacitiesForRatios(r, b.budget_bytes_per_layer, b.costs, b.model.n_experts - f_cap);
+    if (f_apart) b.plan.capacities[kPoolF] = f_cap;
     int32_t cached = 0;
     for (int p = 0; p < kPoolCount; ++p) {
       b.plan.bytes[p] = static_cast<uint64_t>(b.plan.capacities[p] * b.costs.bytes_per_expert[p]);
       cached += b.plan.capacities[p];
     }
     b.plan.miss_capacity = b.model.n_experts - cached;
-  } else if (b.budget_bytes_per_layer > 0) {
+  } else if (b.budget_bytes_per_layer > 0 || f_apart) {
     ZM_ASSIGN_OR_RETURN(b.plan, PlanPools(b.rank_freq, b.active_k, b.budget_bytes_per_layer, b.costs, b.cost, options));
   } else {
     b.plan.miss_capacity = b.model.n_experts;  // nothing to plan: every request is a miss

@@ -34,6 +34,11 @@ struct PlanRequest {
   double recovery_us = -1;        // >= 0 overrides the profile's recovery time
   // Fixed byte ratios γ (F, C, S, E; Σ = 1, 0 outside Λ): skips the grid search (ablations, tests).
   std::optional<std::array<double, kPoolCount>> ratios;
+  // >= 0: pool F lives in the GPU executor's device memory with this budget for all MoE layers (split
+  // evenly; issue 36 item 1): F's capacity per layer is that share over F's bytes per expert, and
+  // budget_bytes plans Λ \ {F} around it (PlanOptions::fixed_f_capacity; fixed `ratios` must then
+  // give F 0). -1: F is one of the pools of budget_bytes.
+  int64_t device_f_budget_bytes = -1;
 };
 
 struct PlanBuild {
@@ -54,7 +59,8 @@ struct PlanBuild {
 
 // Errors: ReadManifest/ModelPlanInputsFromManifest/ReadStorageProfile/ReadTrace/PlanPools errors;
 // kInvalidArgument for batch_size < 1, a trace without records of that batch size (naming the sizes
-// it has), or fixed ratios that are negative, do not sum to 1, or use a pool outside Λ.
+// it has), or fixed ratios that are negative, do not sum to 1, use a pool outside Λ, or give F a share
+// of budget_bytes while F has a device budget of its own.
 Result<PlanBuild> BuildPlan(const Manifest& manifest, const PlanRequest& request);
 
 // The per-layer capacities of `build` on every layer of `layout` that has experts (0 elsewhere).

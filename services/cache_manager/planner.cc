@@ -21,7 +21,7 @@ Status ValidatePlanInputs(const std::vector<double>& rank_freq, int top_k, uint6
   if (top_k < 1 || top_k > n) {
     return Status::InvalidArgument(fmt::format("top_k = {}: must be in [1, n_experts = {}]", top_k, n));
   }
-  if (budget_bytes_per_layer == 0) {
+  if (budget_bytes_per_layer == 0 && options.fixed_f_capacity < 0) {
     return Status::InvalidArgument("budget_bytes_per_layer = 0: must be > 0");
   }
   double sum = 0;
@@ -54,6 +54,10 @@ Status ValidatePlanInputs(const std::vector<double>& rank_freq, int top_k, uint6
     }
   }
   if (!any) return Status::InvalidArgument("options.pools is empty: enable at least one of F, C, S, E");
+  if (options.fixed_f_capacity >= 0 && !options.pools[kPoolF]) {
+    return Status::InvalidArgument(fmt::format("options.fixed_f_capacity = {} without pool F in options.pools ({})",
+                                               options.fixed_f_capacity, PoolSetString(options.pools)));
+  }
   return ValidateCostModel(cost);
 }
 
@@ -152,29 +156,43 @@ Result<PoolPlan> PlanPools(const std::vector<double>& rank_freq, int top_k, uint
   best.all_miss_makespan_us = EstimateMakespanUs(top_k, {0, 0, 0, 0}, cost);
   double min_cost = std::numeric_limits<double>::infinity();  // line 3
 
+  // F from a budget of its own (options.fixed_f_capacity): the top ranks; the grid covers the others.
+  const bool f_fixed = options.fixed_f_capacity >= 0;
+  const int32_t f_fixed_cap = f_fixed ? std::min(options.fixed_f_capacity, n) : 0;
   std::vector<int> enabled;
   for (int p = 0; p < kPoolCount; ++p) {
-    if (options.pools[p]) enabled.push_back(p);
+    if (options.pools[p] && !(f_fixed && p == kPoolF)) enabled.push_back(p);
   }
+  if (f_fixed && budget_bytes_per_layer == 0) enabled.clear();  // no host bytes: F alone
   const int total_units = static_cast<int>(std::lround(1.0 / options.grid_step));
   std::array<int, kPoolCount> units{};
+  const auto evaluate = [&](const std::array<double, kPoolCount>& ratios) {
+    std::array<int32_t, kPoolCount> cap{};
+    if (f_fixed) {  // the host pools share the ranks F leaves
+      cap = budget_bytes_per_layer > 0 ? CapacitiesForRatios(ratios, budget_bytes_per_layer, costs, n - f_fixed_cap)
+                                       : cap;
+      cap[kPoolF] = f_fixed_cap;
+    } else {
+      cap = CapacitiesForRatios(ratios, budget_bytes_per_layer, costs, n);  // line 6
+    }
+    const HitModel model(fit.q, top_k, cap);                       // lines 8-13
+    const MakespanExpectation e = ExpectedMakespan(model, cost);  // lines 15-29
+    ++best.grid_points;
+    if (e.makespan_us < min_cost) {  // lines 30-33
+      min_cost = e.makespan_us;
+      best.ratios = ratios;
+      best.capacities = cap;
+      best.expected_hits = e.expected_hits;
+      best.expected_miss = e.expected_miss;
+    }
+  };
   // Line 5: every γ with Σ_{p∈Λ} γ_p = 1 on the δ grid, γ_F descending first.
   std::function<void(size_t, int)> enumerate = [&](size_t i, int left) {
     if (i + 1 == enabled.size()) {
       units[enabled[i]] = left;
       std::array<double, kPoolCount> ratios{};
       for (int p = 0; p < kPoolCount; ++p) ratios[p] = static_cast<double>(units[p]) / total_units;
-      const auto cap = CapacitiesForRatios(ratios, budget_bytes_per_layer, costs, n);  // line 6
-      const HitModel model(fit.q, top_k, cap);                                         // lines 8-13
-      const MakespanExpectation e = ExpectedMakespan(model, cost);                    // lines 15-29
-      ++best.grid_points;
-      if (e.makespan_us < min_cost) {  // lines 30-33
-        min_cost = e.makespan_us;
-        best.ratios = ratios;
-        best.capacities = cap;
-        best.expected_hits = e.expected_hits;
-        best.expected_miss = e.expected_miss;
-      }
+      evaluate(ratios);
       return;
     }
     for (int u = left; u >= 0; --u) {
@@ -182,7 +200,11 @@ Result<PoolPlan> PlanPools(const std::vector<double>& rank_freq, int top_k, uint
       enumerate(i + 1, left - u);
     }
   };
-  enumerate(0, total_units);
+  if (enabled.empty()) {
+    evaluate({});  // F on its own budget only
+  } else {
+    enumerate(0, total_units);
+  }
 
   best.expected_makespan_us = min_cost;
   int32_t used = 0;

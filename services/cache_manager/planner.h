@@ -34,6 +34,12 @@ struct PlanOptions {
   double grid_step = 0.05;  // δ: ratio step; 1/δ must be an integer (within 1e-6)
   PoolSet pools = kAllPools;
   IpfOptions ipf;
+  // >= 0: pool F has this many experts per layer from a budget of its own (pool F in a discrete GPU's
+  // device memory, issue 36 item 1; CacheConfig::f_on_device), clipped to n_experts. F then holds the
+  // top ranks, and the grid searches the ratios of Λ \ {F} over budget_bytes_per_layer (the host's)
+  // for the ranks after F's, so the hit model of every candidate counts F's hits: the two budgets are
+  // planned together. budget_bytes_per_layer may then be 0 (nothing but F). -1: F shares the budget.
+  int32_t fixed_f_capacity = -1;
 };
 
 struct PoolPlan {
@@ -77,7 +83,8 @@ std::array<int32_t, kPoolCount> CapacitiesForRatios(const std::array<double, kPo
 //   costs: bytes per expert of each enabled pool (> 0)
 //   cost: delays and K, L, n (ValidateCostModel)
 // Ties keep the first ratio vector in enumeration order (γ_F descending, then γ_C, γ_S, γ_E), whose
-// first element is the paper's initial (1, 0, 0, 0) when F ∈ Λ.
+// first element is the paper's initial (1, 0, 0, 0) when F ∈ Λ. With options.fixed_f_capacity >= 0
+// the ratios are the host pools' (γ_F = 0), capacities[F] the fixed one, bytes[F] its device bytes.
 // Errors: kInvalidArgument naming the field: empty rank_freq, top_k not in [1, n_experts],
 // budget_bytes_per_layer = 0, rank_freq not non-increasing / out of [0, 1] / wrong sum, grid_step,
 // empty pool set, non-positive pool bytes, bad cost model; kInternal if eq. 24 does not converge.

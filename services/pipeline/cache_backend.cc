@@ -109,7 +109,8 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   if (!cfg.pool_ratios.empty()) {  // planned (refused above otherwise)
     ZM_ASSIGN_OR_RETURN(request.ratios, cm::ParsePoolRatios(cfg.pool_ratios));
   }
-  // F budgeted on the device: the host budget plans C/S/E only (F's capacities come below).
+  // F budgeted on the device: F's capacity comes from the device budget and the host budget plans
+  // C/S/E around it (Alg. 4 with F fixed: PlanRequest::device_f_budget_bytes).
   const bool f_apart = device_f_bytes >= 0;
   const bool f_in_pools = request.pools[cm::PoolIndex(cm::Pool::kF)];
   if (f_apart && planned) {
@@ -118,13 +119,10 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
           "--pool-ratios {}: with a device memory budget pool F is sized by it; give the host pools' ratios "
           "without F", cfg.pool_ratios));
     }
-    request.pools[cm::PoolIndex(cm::Pool::kF)] = false;
+    if (f_in_pools) request.device_f_budget_bytes = device_f_bytes;
     bool host_pools = false;
-    for (bool on : request.pools) host_pools = host_pools || on;
-    if (!host_pools) {  // F only (e.g. --no-compression): nothing cached in host memory
-      request.pools[cm::PoolIndex(cm::Pool::kF)] = true;
-      request.budget_bytes = 0;
-    }
+    for (int p = 0; p < cm::kPoolCount; ++p) host_pools = host_pools || (request.pools[p] && p != cm::PoolIndex(cm::Pool::kF));
+    if (!host_pools) request.budget_bytes = 0;  // F only (e.g. --no-compression): nothing cached in host memory
   }
   ZM_ASSIGN_OR_RETURN(b->plan_, cm::BuildPlan(manifest, request));
 
@@ -135,7 +133,9 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
   cache_config.plan = planned ? cm::ToCachePlan(b->plan_, layout) : cm::CachePlan{};
   cache_config.pools = cfg.pools;
   cache_config.pools_from_plan = planned && cfg.policy != cm::CachePolicy::kZipMoe;
-  if (f_apart && planned) {  // F's per-layer share of the device budget, the host pools trimmed to fit
+  if (f_apart && planned) {
+    // F's per-layer share of the device budget in whole slots (the plan's floor, some layers one more),
+    // the host pools trimmed where that leaves them more than the layer's experts.
     const cm::CachePlan f = cm::DaliPlan(layout, static_cast<uint64_t>(device_f_bytes));
     for (size_t l = 0; l < cache_config.plan.capacity.size(); ++l) {
       auto& cap = cache_config.plan.capacity[l];

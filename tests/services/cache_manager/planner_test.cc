@@ -191,6 +191,78 @@ TEST(PlanPoolsTest, BudgetAlwaysRespectedAndPoolSetHonoured) {
   EXPECT_NEAR(all->expected_makespan_us, k * 30.0, 1e-9);
 }
 
+// Pool F on a discrete GPU's device with a budget of its own (issue 36 item 1): F's capacity is fixed,
+// the grid plans the host pools for the ranks after F's, so every candidate's hit model counts F's
+// hits. Against planning the host pools as if F did not exist (then F prepended, the rest clipped:
+// what the runtime did before), the joint plan's expected makespan is never worse, and here better.
+TEST(PlanPoolsTest, AFixedDeviceFPlansTheHostPoolsAroundIt) {
+  const int n = 32, k = 4;
+  std::vector<double> w(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) w[static_cast<size_t>(r)] = 1.0 / (1.0 + r);
+  const auto f = NormalizeInclusion(w, k).value();
+  const PoolCosts costs = TestPoolCosts();
+  CostModel c = TestCost();
+  c.expert_compute_us = 5;
+  const auto q = FitSelectionProbabilities(f, k).value().q;
+  int strictly_better = 0;
+  for (int32_t fixed : {0, 3, 6, 12}) {
+    for (uint64_t host : {uint64_t{4 * 4600}, uint64_t{10 * 3000}, uint64_t{20 * 1600}}) {
+      SCOPED_TRACE(::testing::Message() << "F " << fixed << " host " << host);
+      PlanOptions joint;
+      joint.fixed_f_capacity = fixed;
+      auto plan = PlanPools(f, k, host, costs, c, joint);
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      EXPECT_EQ(plan->capacities[kPoolF], fixed);
+      EXPECT_EQ(plan->ratios[kPoolF], 0.0);
+      EXPECT_EQ(plan->bytes[kPoolF], static_cast<uint64_t>(fixed * 6000));
+      double host_used = 0, ratio_sum = 0;
+      int32_t cached = 0;
+      for (int p = 0; p < kPoolCount; ++p) {
+        cached += plan->capacities[p];
+        ratio_sum += plan->ratios[p];
+        if (p != kPoolF) host_used += plan->capacities[p] * costs.bytes_per_expert[p];
+      }
+      EXPECT_LE(host_used, static_cast<double>(host));
+      EXPECT_LE(cached, n);
+      EXPECT_EQ(plan->miss_capacity, n - cached);
+      EXPECT_NEAR(ratio_sum, 1.0, 1e-12);
+      // The host pools planned without F, then F in front and the later pools clipped to the experts left.
+      PlanOptions host_only;
+      host_only.pools = ParsePoolSet("CSE").value();
+      auto apart = PlanPools(f, k, host, costs, c, host_only);
+      ASSERT_TRUE(apart.ok());
+      std::array<int32_t, kPoolCount> cap = apart->capacities;
+      cap[kPoolF] = fixed;
+      int32_t left = n - fixed;
+      for (int p : {kPoolC, kPoolS, kPoolE}) {
+        cap[p] = std::min(cap[p], left);
+        left -= cap[p];
+      }
+      const double apart_makespan = ExpectedMakespan(HitModel(q, k, cap), c).makespan_us;
+      EXPECT_LE(plan->expected_makespan_us, apart_makespan + 1e-9);
+      strictly_better += plan->expected_makespan_us < apart_makespan - 1e-6;
+      // The joint plan's own figure is its hit model's.
+      EXPECT_NEAR(plan->expected_makespan_us, ExpectedMakespan(HitModel(q, k, plan->capacities), c).makespan_us, 1e-9);
+    }
+  }
+  EXPECT_GT(strictly_better, 0) << "knowing F's ranks changes some host plan";
+  // Every expert in F: nothing left to plan, compute-only makespan; no host bytes at all is allowed.
+  PlanOptions all;
+  all.fixed_f_capacity = n + 5;  // clipped to n
+  auto full = PlanPools(f, k, 0, costs, c, all);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_EQ(full->capacities[kPoolF], n);
+  EXPECT_EQ(full->grid_points, 1);
+  EXPECT_NEAR(full->expected_makespan_us, k * 5.0, 1e-9);
+  // F fixed without F in Λ is refused by name.
+  PlanOptions bad;
+  bad.pools = ParsePoolSet("CS").value();
+  bad.fixed_f_capacity = 2;
+  auto refused = PlanPools(f, k, 10000, costs, c, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("fixed_f_capacity"), std::string::npos) << refused.status().ToString();
+}
+
 TEST(PlanPoolsTest, InvalidArgumentsNameTheField) {
   const PoolCosts costs = TestPoolCosts();
   const CostModel c = TestCost();
