@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "common/expert_provider.h"
 
@@ -24,6 +25,8 @@ class ObservedExpertProvider : public ExpertProvider {
   Result<std::unique_ptr<ExpertLease>> NextReady() override { return inner_->NextReady(); }
   bool NextIsReady() const override { return inner_->NextIsReady(); }
   Status EndLayer(int32_t layer_id) override { return inner_->EndLayer(layer_id); }
+  // The inner provider's batch (a remote cache sends a batch's admissions in one message).
+  void ReleaseAll(std::vector<std::unique_ptr<ExpertLease>>* leases) override { inner_->ReleaseAll(leases); }
   PrefetchMode prefetch_mode() const override { return inner_->prefetch_mode(); }
   int64_t device_f_slots() const override { return inner_->device_f_slots(); }
   void Prefetch(const LayerRouting& predicted) override { inner_->Prefetch(predicted); }
