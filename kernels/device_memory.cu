@@ -4,14 +4,13 @@
 #include <string>
 
 #include "kernels/device_memory.h"
+#include "kernels/cuda_status.cuh"
 
 namespace zipmoe::kernels {
 namespace {
 
-Status Failure(cudaError_t err, const std::string& what) {
-  (void)cudaGetLastError();  // clear a non-sticky error so later calls are not poisoned
-  return Status::Internal(what + ": " + cudaGetErrorString(err));
-}
+// Every caller passes a failed result.
+Status Failure(cudaError_t err, const std::string& what) { return CudaStatus(err, what); }
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/fp8_dequant.h"
+#include "kernels/cuda_status.cuh"
 
 namespace zipmoe::kernels {
 namespace {
@@ -77,11 +78,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     out[v] = ToBf16(__fmul_rn(E2M1ToFloat(b & 15u), s));
     out[v + 1] = ToBf16(__fmul_rn(E2M1ToFloat(b >> 4), s));
   }
-}
-
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Status::Internal(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
 Status CheckArgs(const char* fn, const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols, int64_t br,

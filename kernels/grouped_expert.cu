@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/grouped_expert.h"
+#include "kernels/cuda_status.cuh"
 
 namespace zipmoe::kernels {
 namespace {
@@ -142,10 +143,7 @@ __global__ void CombineKernel(GroupedExpertArgs a) {
 }
 
 Status LaunchStatus(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return Status::Internal(std::string("LaunchGroupedExpertMlp: ") + what + ": " +
-                                                  cudaGetErrorString(err));
-  return Status::Ok();
+  return CudaStatus(cudaGetLastError(), std::string("LaunchGroupedExpertMlp: ") + what);
 }
 
 }  // namespace
@@ -196,22 +194,16 @@ struct DeviceBuffers {
   Status Upload(const T* src, int64_t count, T** dst) {
     void* p = nullptr;
     const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-    cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
-    if (err != cudaSuccess) return Status::Internal(std::string("cudaMalloc: ") + cudaGetErrorString(err));
+    ZM_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"));
     ptrs.push_back(p);
-    if (src != nullptr && bytes > 0) {
-      err = cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice);
-      if (err != cudaSuccess) return Status::Internal(std::string("cudaMemcpy: ") + cudaGetErrorString(err));
-    }
+    if (src != nullptr && bytes > 0) ZM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
     *dst = static_cast<T*>(p);
     return Status::Ok();
   }
 };
 
 Status Download(void* dst, const void* src, size_t bytes) {
-  const cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) return Status::Internal(std::string("cudaMemcpy back: ") + cudaGetErrorString(err));
-  return Status::Ok();
+  return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy back");
 }
 
 }  // namespace

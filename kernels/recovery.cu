@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "kernels/recovery.h"
+#include "kernels/cuda_status.cuh"
 
 namespace zipmoe::kernels {
 namespace {
@@ -276,12 +277,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     out[2 * j + 1] = static_cast<uint8_t>(v[2] | v[3] << 4);
   }
   CopyMxfp4Scales(sm, out, n, tid, stride);
-}
-
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  (void)cudaGetLastError();  // a failed runtime call also sets the (non-sticky) last error; clear it
-  return Status::Internal(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
 // Blocks for `work` items (groups or elements), one item per thread per grid-stride step, capped at
