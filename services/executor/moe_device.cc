@@ -59,26 +59,34 @@ Status FillFromProvider(const ModelConfig& config, const LayerWeights& w, const 
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertLease> lease, provider.NextReady());
     wait_span.End();
     const ExpertWeightsView& ew = lease->weights();
-    ZM_ASSIGN_OR_RETURN(size_t index, CheckLease(config, assign, layer_id, config.hidden_size, ew, delivered,
-                                                         /*device_slots=*/true));
-    delivered[index] = true;
+    // Any failure from here on leaves the expert's device slot unwritten: the lease is abandoned, so
+    // the provider's cache does not record the expert there (ExpertLease::Abandon).
     at::Tensor* slot = nullptr;
-    if (ew.device_slot >= 0) {  // a slot the provider's pool F manages (device_f_slots)
-      slot = cache.ManagedSlot(ew.device_slot, ew.device_slot_holds);
-      if (slot == nullptr)
-        return Status::InvalidArgument(fmt::format("layer {} expert {}: device slot {} outside the {} the provider "
-                                                   "manages", layer_id, ew.expert_id, ew.device_slot,
-                                                   cache.managed_slots()));
-    }
-    if (!ew.device_slot_holds) {
+    size_t index = 0;
+    const Status st = [&]() -> Status {
+      ZM_ASSIGN_OR_RETURN(index, CheckLease(config, assign, layer_id, config.hidden_size, ew, delivered,
+                                            /*device_slots=*/true));
+      delivered[index] = true;
+      if (ew.device_slot >= 0) {  // a slot the provider's pool F manages (device_f_slots)
+        slot = cache.ManagedSlot(ew.device_slot, ew.device_slot_holds);
+        if (slot == nullptr)
+          return Status::InvalidArgument(fmt::format("layer {} expert {}: device slot {} outside the {} the provider "
+                                                     "manages", layer_id, ew.expert_id, ew.device_slot,
+                                                     cache.managed_slots()));
+      }
+      if (ew.device_slot_holds) return Status::Ok();
       ZM_ASSIGN_OR_RETURN(const Fp8ExpertScales fp8, ExpertFp8Scales(config, w, layer_id, ew));
       if (slot == nullptr) slot = &cache.Insert(layer_id, ew.expert_id);
-      const Status st = FillDeviceSlot(ew, *slot, &reads_host, ew.dtype == DType::kF8E4M3 ? &fp8 : nullptr);
-      if (!st.ok()) {
+      const Status written = FillDeviceSlot(ew, *slot, &reads_host, ew.dtype == DType::kF8E4M3 ? &fp8 : nullptr);
+      if (!written.ok()) {
         if (ew.device_slot < 0) cache.Erase(layer_id, ew.expert_id);
-        lease->Abandon();  // its F slot was not written: the provider's cache must not record it there
-        return Status(st.code(), fmt::format("layer {} expert {}: {}", layer_id, ew.expert_id, st.message()));
+        return Status(written.code(), fmt::format("layer {} expert {}: {}", layer_id, ew.expert_id, written.message()));
       }
+      return Status::Ok();
+    }();
+    if (!st.ok()) {
+      lease->Abandon();
+      return st;
     }
     filled(index, *slot);
     leases.push_back(std::move(lease));

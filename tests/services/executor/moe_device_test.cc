@@ -391,6 +391,43 @@ TEST(MoeDevice, TheRuntimesPoolFOnTheDeviceGivesTheAllResidentBits) {
   }
 }
 
+// An expert the executor takes but cannot place (here: a slot beyond those it was given) leaves its
+// device slot unwritten: the lease is abandoned, so the runtime's cache never records it in F.
+TEST(MoeDevice, AnExpertTheExecutorCannotPlaceIsAbandonedNotRecordedInF) {
+  Tiny t = LoadTiny("qwen2_moe");
+  const ModelConfig& c = t.model->config;
+  const std::string compressed = testing::TinyCompressedDir("qwen2_moe");
+  uint64_t expert_bytes = 0;
+  {
+    Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(compressed);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (const ExpertTensorInfo& info : (*store)->manifest().expert_tensors) expert_bytes += info.raw_bytes();
+  }
+  runtime::OffloadConfig config;
+  config.model_dir = compressed;
+  config.memory_budget_bytes = expert_bytes / 2;
+  config.policy = cache_manager::CachePolicy::kLru;
+  config.n_workers = 2;
+  config.fused_recovery = true;
+  config.device_f_pool = true;
+  auto provider = runtime::OffloadExpertProvider::Create(config);
+  ASSERT_TRUE(provider.ok()) << provider.status().ToString();
+  ASSERT_GT((*provider)->device_f_slots(), 1);
+  DeviceExpertCache cache = CpuSlots(c, 0);
+  cache.SetManagedSlots(1);  // fewer than the cache hands out: the first lease naming slot >= 1 fails
+  const int32_t layer = t.moe_layers.front();
+  Result<at::Tensor> y = MoeForwardDevice(c, t.model->weights.layers[static_cast<size_t>(layer)], layer,
+                                          Input(4, c.hidden_size), **provider, nullptr, 0.0, cache);
+  ASSERT_FALSE(y.ok());
+  const std::string message = y.status().message();
+  const size_t at = message.find(" expert ");
+  ASSERT_NE(at, std::string::npos) << message;
+  ASSERT_NE(message.find("device slot"), std::string::npos) << message;
+  const int32_t expert = std::atoi(message.c_str() + at + 8);
+  EXPECT_NE((*provider)->cache().Peek(layer, expert), CompressionState::kF)
+      << "expert " << expert << " recorded in F though its slot was never written";
+}
+
 // A lease whose expert lives only in a device slot reaching a path that does not read slots (the CPU
 // kernels) is refused by name, not computed from null pointers.
 TEST(MoeDevice, TheCpuPathRefusesAnExpertHeldOnlyInADeviceSlot) {
