@@ -131,7 +131,9 @@ struct LayerRouting {
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
-  // Errors: kInvalidArgument (unknown layer/expert, a layer already begun and not ended).
+  // A BeginLayer while an earlier layer is begun and not ended means the executor gave that layer up
+  // (an error of its own): a provider drops what it did not deliver, without admitting it anywhere.
+  // Errors: kInvalidArgument (unknown layer/expert, a lease of the earlier layer still held).
   virtual Status BeginLayer(const LayerRouting& routing) = 0;
   // Errors: kInvalidArgument (no layer begun / all its experts already delivered), kCorruption or
   // kIoError from storage (naming file, tensor, chunk), kUnavailable/kDeadlineExceeded from peers.

@@ -143,15 +143,20 @@ Status OffloadExpertProvider::BeginLayer(const LayerRouting& routing) {
       trace::Activity::kScheduleLayer);
   MutexLock lock(&mu_);
   if (active_) {
-    if (error_.ok()) {
-      return Status::InvalidArgument(fmt::format("BeginLayer({}): layer {} has not ended", routing.layer_id, layer_id_));
-    }
     for (int32_t id : experts_) {
       const ExpertWork& w = works_.at(id);
       if (w.delivered && !w.released) {
-        return Status::InvalidArgument(fmt::format(
-            "BeginLayer({}): a lease of failed layer {} (expert {}) is still held", routing.layer_id, layer_id_, w.expert_id));
+        return Status::InvalidArgument(fmt::format("BeginLayer({}): a lease of {} layer {} (expert {}) is still held",
+                                                   routing.layer_id, error_.ok() ? "unfinished" : "failed", layer_id_,
+                                                   w.expert_id));
       }
+    }
+    if (error_.ok()) {
+      // The executor gave the layer up (an error of its own: a failed device write, a torch error)
+      // and released what it took: the experts it never took are dropped without admission, as a
+      // failed layer's, so one failed request does not leave the runtime refusing every next one.
+      error_ = Status::Unavailable(fmt::format("layer {} given up by the executor", layer_id_));
+      ++stats_.abandoned_layers;
     }
     DrainLocked(&lock);
     ResetLayerLocked();

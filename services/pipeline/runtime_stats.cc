@@ -92,6 +92,7 @@ nlohmann::json RuntimeStatsToJson(const RuntimeStats& stats) {
   j["arena"] = {{"budget_bytes", stats.budget_bytes},
                 {"mapped_bytes", stats.arena_bytes},
                 {"staging_slots", stats.staging_slots}};
+  j["abandoned_layers"] = stats.abandoned_layers;
   return j;
 }
 

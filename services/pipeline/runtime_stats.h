@@ -83,6 +83,7 @@ struct RuntimeStats {
   PrefetchTotals prefetch;
   std::string prefetch_mode = "none";
   SubstitutionTotals substitution;
+  uint64_t abandoned_layers = 0;  // layers the executor gave up after BeginLayer (an error of its own)
 };
 
 // Mean of makespan / bound over every layer run (0 when none).

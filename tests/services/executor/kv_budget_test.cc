@@ -56,7 +56,9 @@ std::vector<Steps> RunSession(Generator& g, const std::vector<std::vector<int32_
   while (!session->empty()) {
     for (const BatchSession::Finished& f : session->Step()) EXPECT_TRUE(f.status.ok()) << f.status.ToString();
     const KvBudgetCounters k = g.kv_budget_stats();
-    if (k.enabled) EXPECT_LE(k.used_bytes, k.budget_bytes);
+    if (k.enabled) {
+      EXPECT_LE(k.used_bytes, k.budget_bytes);
+    }
   }
   EXPECT_EQ(g.kv_budget_stats().used_bytes, 0);
   return out;

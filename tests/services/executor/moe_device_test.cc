@@ -426,6 +426,16 @@ TEST(MoeDevice, AnExpertTheExecutorCannotPlaceIsAbandonedNotRecordedInF) {
   const int32_t expert = std::atoi(message.c_str() + at + 8);
   EXPECT_NE((*provider)->cache().Peek(layer, expert), CompressionState::kF)
       << "expert " << expert << " recorded in F though its slot was never written";
+  // The runtime serves on: with every slot given, the next forward passes (the failed layer's
+  // untaken experts dropped without admission) and nothing stays pinned.
+  cache.SetManagedSlots((*provider)->device_f_slots());
+  for (int32_t l : t.moe_layers) {
+    Result<at::Tensor> next = MoeForwardDevice(c, t.model->weights.layers[static_cast<size_t>(l)], l,
+                                               Input(2, c.hidden_size), **provider, nullptr, 0.0, cache);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+  }
+  EXPECT_EQ((*provider)->stats().abandoned_layers, 1u);
+  EXPECT_EQ((*provider)->cache().LivePins(), 0u);
 }
 
 // A lease whose expert lives only in a device slot reaching a path that does not read slots (the CPU

@@ -636,6 +636,7 @@ TEST(CacheServer, AnAbandonedDeviceFillAcrossProcessesIsNotRecordedInF) {
   };
   const auto [holds, fills] = test::DriveDeviceSlots(*executor, {routings.front()}, expected, nullptr, nullptr,
                                                      abandon_first_fills);
+  EXPECT_EQ(holds + fills, static_cast<int>(routings.front().expert_ids.size()));
   ASSERT_TRUE(executor->Flush().ok());
   ASSERT_FALSE(abandoned.empty());
   for (const auto& [layer, expert] : abandoned) {

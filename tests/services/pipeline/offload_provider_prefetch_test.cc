@@ -223,12 +223,22 @@ TEST(OffloadProvider, ProtocolMisuseIsAnError) {
   EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{0, {3, 1}, {1, 1}}).ok());  // not ascending
   EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{0, {1}, {}}).ok());        // sizes differ
   EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{0, {99}, {1}}).ok());      // unknown expert
-  ASSERT_TRUE((*provider)->BeginLayer(LayerRouting{0, {1}, {1}}).ok());
-  EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{1, {1}, {1}}).ok());  // layer 0 still active
-  EXPECT_FALSE((*provider)->EndLayer(0).ok());                            // expert not taken
+  ASSERT_TRUE((*provider)->BeginLayer(LayerRouting{0, {1, 2}, {1, 1}}).ok());
+  EXPECT_FALSE((*provider)->EndLayer(0).ok());  // experts not taken
+  {
+    Result<std::unique_ptr<ExpertLease>> held = (*provider)->NextReady();
+    ASSERT_TRUE(held.ok());
+    EXPECT_FALSE((*provider)->BeginLayer(LayerRouting{1, {1}, {1}}).ok());  // a lease of layer 0 still held
+  }
+  // Released, the rest untaken: a new BeginLayer means the executor gave layer 0 up (an error of its
+  // own); its untaken expert is dropped without admission and the new layer runs.
+  ASSERT_TRUE((*provider)->BeginLayer(LayerRouting{1, {1}, {1}}).ok());
+  EXPECT_EQ((*provider)->stats().abandoned_layers, 1u);
+  EXPECT_FALSE((*provider)->EndLayer(0).ok());  // not the active layer
   { ASSERT_TRUE((*provider)->NextReady().ok()); }
   EXPECT_FALSE((*provider)->NextReady().ok());  // all delivered
-  EXPECT_TRUE((*provider)->EndLayer(0).ok());
+  EXPECT_TRUE((*provider)->EndLayer(1).ok());
+  EXPECT_EQ((*provider)->cache().LivePins(), 0u);
 }
 
 }  // namespace
