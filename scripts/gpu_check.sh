@@ -156,8 +156,10 @@ PY
     gen cuda_zip_h100_d25 --model "$d/zip" --device cuda --memory-budget 100% --policy zipmoe --device-memory-budget 25%
     gen cuda_zip_h100_d25_lru --model "$d/zip" --device cuda --memory-budget 100% --policy lru --device-memory-budget 25%
     gen cuda_zip_b25_d25 --model "$d/zip" --device cuda --memory-budget 25% --policy zipmoe --device-memory-budget 25%
+    gen cuda_zip_b25_d100 --model "$d/zip" --device cuda --memory-budget 25% --policy zipmoe --device-memory-budget 100%
     pairs="cuda_ckpt:cuda_zip cuda_zip:cuda_zip_b50 cuda_zip:cuda_zip_b25 cuda_zip:cuda_zip_b10 cuda_zip:cuda_zip_b25_lru"
-    pairs+=" cuda_zip:cuda_zip_d0 cuda_zip:cuda_zip_h100_d25 cuda_zip:cuda_zip_h100_d25_lru cuda_zip:cuda_zip_b25_d25 cpu16:cuda_zip"
+    pairs+=" cuda_zip:cuda_zip_d0 cuda_zip:cuda_zip_h100_d25 cuda_zip:cuda_zip_h100_d25_lru cuda_zip:cuda_zip_b25_d25"
+    pairs+=" cuda_zip:cuda_zip_b25_d100 cpu16:cuda_zip"
   fi
   for pair in $pairs; do
     echo "mini: ${pair%%:*} vs ${pair##*:}: $(python3 "$ROOT/scripts/compare_logits.py" "$d/${pair%%:*}.f32" "$d/${pair##*:}.f32" --vocab "$V" 2>&1)" \
@@ -185,7 +187,8 @@ def field(tag, key):
         return None
 cpu = field("cpu16", "tpot_s")
 print(f"mini floors: {per_token/1e6:.1f} MB of weights per token; HBM floor {hbm_floor*1e3:.3f} ms (d2d {d2d/1e12:.2f} TB/s); pinned h2d {h2d/1e9:.1f} GB/s")
-for tag in ["cuda_ckpt", "cuda_zip", "cuda_zip_b25", "cuda_zip_d0", "cuda_zip_h100_d25", "cuda_zip_h100_d25_lru", "cuda_zip_b25_d25"]:
+for tag in ["cuda_ckpt", "cuda_zip", "cuda_zip_b25", "cuda_zip_d0", "cuda_zip_h100_d25", "cuda_zip_h100_d25_lru", "cuda_zip_b25_d25",
+            "cuda_zip_b25_d100"]:
     t = field(tag, "tpot_s")
     if t is None: continue
     line = f"mini {tag}: TPOT {t*1e3:.2f} ms = {t/hbm_floor:.1f}x the HBM floor"
