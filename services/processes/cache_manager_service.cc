@@ -62,6 +62,11 @@ int RunCacheManagerService(const runtime::ServiceConfig& c, runtime::Termination
   Result<bool> device_f = runtime::ConfigureDeviceFPool(&*offload, c.device, c.device_assignment == "none",
                                                         c.device_memory_budget, "device_memory_budget");
   if (!device_f.ok()) return FailService(name, device_f.status());
+  if (!*device_f && c.device != "cpu" && c.device_assignment == "none") {
+    ServiceLog(name, fmt::format("pool F stays in the arena, the executor ({}) keeps its own device tier: no CUDA device "
+                                 "is visible to this process, or the model is encoder-decoder",
+                                 c.device));
+  }
   Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
   if (!store.ok()) return FailService(name, store.status());
   Result<std::unique_ptr<runtime::LocalCacheBackend>> created =
