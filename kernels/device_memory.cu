@@ -7,12 +7,6 @@
 #include "kernels/cuda_status.cuh"
 
 namespace zipmoe::kernels {
-namespace {
-
-// Every caller passes a failed result.
-Status Failure(cudaError_t err, const std::string& what) { return CudaStatus(err, what); }
-
-}  // namespace
 
 void* DeviceAliasOf(const void* p) {
   if (p == nullptr) return nullptr;
@@ -32,13 +26,13 @@ Status CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream) {
   if (dst == nullptr || src == nullptr) return Status::InvalidArgument("CopyAsync: null pointer");
   const cudaError_t err =
       cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, static_cast<cudaStream_t>(stream));
-  if (err != cudaSuccess) return Failure(err, "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
+  if (err != cudaSuccess) return CudaStatus(err, "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
   return Status::Ok();
 }
 
 Status SynchronizeStream(void* stream) {
   const cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
-  if (err != cudaSuccess) return Failure(err, "cudaStreamSynchronize");
+  if (err != cudaSuccess) return CudaStatus(err, "cudaStreamSynchronize");
   return Status::Ok();
 }
 
@@ -50,13 +44,13 @@ Result<DeviceProperties> QueryDevice() {
   }
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return Failure(err, "cudaGetDevice");
+  if (err != cudaSuccess) return CudaStatus(err, "cudaGetDevice");
   int integrated = 0;
   err = cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device);
-  if (err != cudaSuccess) return Failure(err, "cudaDeviceGetAttribute(cudaDevAttrIntegrated)");
+  if (err != cudaSuccess) return CudaStatus(err, "cudaDeviceGetAttribute(cudaDevAttrIntegrated)");
   size_t free_bytes = 0, total_bytes = 0;
   err = cudaMemGetInfo(&free_bytes, &total_bytes);
-  if (err != cudaSuccess) return Failure(err, "cudaMemGetInfo");
+  if (err != cudaSuccess) return CudaStatus(err, "cudaMemGetInfo");
   DeviceProperties p;
   p.integrated = integrated != 0;
   p.free_bytes = free_bytes;

@@ -327,7 +327,10 @@ AdmitResult CacheManager::CommitDeviceFLocked(int32_t layer_id, int32_t expert_i
 void CacheManager::CancelDeviceF(int32_t layer_id, int32_t expert_id) {
   if (!Known(layer_id, expert_id)) return;
   MutexLock lock(&mu_);
-  Entry& entry = EntryOf(layer_id, expert_id);
+  CancelReservationLocked(EntryOf(layer_id, expert_id));
+}
+
+void CacheManager::CancelReservationLocked(Entry& entry) {
   if (entry.reserved_f == SlotArena::kNoSlot) return;
   const uint32_t slot = entry.reserved_f;
   entry.reserved_f = SlotArena::kNoSlot;
@@ -345,13 +348,7 @@ int64_t CacheManager::ClearDeviceF() {
     for (int32_t expert = 0; expert < layout_.n_experts(); ++expert) {
       if (!Known(layer, expert)) continue;
       Entry& entry = EntryOf(layer, expert);
-      if (entry.reserved_f != SlotArena::kNoSlot) {  // as CancelDeviceF
-        const uint32_t slot = entry.reserved_f;
-        entry.reserved_f = SlotArena::kNoSlot;
-        entry.admitting = false;
-        UnpinLocked(Pool::kF, slot);
-        ReleaseSlotLocked(Pool::kF, slot);
-      }
+      CancelReservationLocked(entry);
       if (entry.pool == f) {
         DetachLocked(layer, expert);
         ++cleared;

@@ -399,6 +399,8 @@ class CacheManager {
   void CopyParts(const Placement& placement, const ExpertSources& sources) const;  // no lock
   // Admit of an expert holding a ReserveDeviceF slot: that slot becomes its F residence.
   AdmitResult CommitDeviceFLocked(int32_t layer_id, int32_t expert_id) ZM_REQUIRES(mu_);
+  // Drops the entry's ReserveDeviceF slot (CancelDeviceF, ClearDeviceF); no-op without one.
+  void CancelReservationLocked(Entry& entry) ZM_REQUIRES(mu_);
 
   // Constant after Create.
   CacheConfig config_;

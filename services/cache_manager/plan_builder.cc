@@ -103,9 +103,8 @@ Result<PlanBuild> BuildPlan(const Manifest& manifest, const PlanRequest& request
           "plan: pool ratio F={} while pool F has a device budget of its own; give the host pools' ratios", r[kPoolF]));
     }
     b.plan.ratios = r;
-    const int32_t f_cap = f_apart ? options.fixed_f_capacity : 0;
-    b.plan.capacities = CapacitiesForRatios(r, b.budget_bytes_per_layer, b.costs, b.model.n_experts - f_cap);
-    if (f_apart) b.plan.capacities[kPoolF] = f_cap;
+    b.plan.capacities =
+        CapacitiesForRatios(r, b.budget_bytes_per_layer, b.costs, b.model.n_experts, options.fixed_f_capacity);
     int32_t cached = 0;
     for (int p = 0; p < kPoolCount; ++p) {
       b.plan.bytes[p] = static_cast<uint64_t>(b.plan.capacities[p] * b.costs.bytes_per_expert[p]);

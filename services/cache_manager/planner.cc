@@ -129,10 +129,15 @@ MakespanExpectation ExpectedMakespan(const HitModel& model, const CostModel& cos
 
 std::array<int32_t, kPoolCount> CapacitiesForRatios(const std::array<double, kPoolCount>& ratios,
                                                    uint64_t budget_bytes_per_layer, const PoolCosts& costs,
-                                                   int32_t n_experts) {
+                                                   int32_t n_experts, int32_t fixed_f_capacity) {
   std::array<int32_t, kPoolCount> cap{};
   int64_t remaining = n_experts;
+  if (fixed_f_capacity >= 0) {  // F from a budget of its own: the top ranks
+    cap[kPoolF] = std::min(fixed_f_capacity, n_experts);
+    remaining -= cap[kPoolF];
+  }
   for (int p = 0; p < kPoolCount; ++p) {
+    if (p == kPoolF && fixed_f_capacity >= 0) continue;
     if (!(ratios[p] > 0) || !(costs.bytes_per_expert[p] > 0)) continue;
     // Whole bytes for the pool first, so Σ S_p · bytes_p never exceeds the budget.
     const long double pool_bytes = std::floor(static_cast<long double>(ratios[p]) * budget_bytes_per_layer);
@@ -158,7 +163,6 @@ Result<PoolPlan> PlanPools(const std::vector<double>& rank_freq, int top_k, uint
 
   // F from a budget of its own (options.fixed_f_capacity): the top ranks; the grid covers the others.
   const bool f_fixed = options.fixed_f_capacity >= 0;
-  const int32_t f_fixed_cap = f_fixed ? std::min(options.fixed_f_capacity, n) : 0;
   std::vector<int> enabled;
   for (int p = 0; p < kPoolCount; ++p) {
     if (options.pools[p] && !(f_fixed && p == kPoolF)) enabled.push_back(p);
@@ -167,14 +171,7 @@ Result<PoolPlan> PlanPools(const std::vector<double>& rank_freq, int top_k, uint
   const int total_units = static_cast<int>(std::lround(1.0 / options.grid_step));
   std::array<int, kPoolCount> units{};
   const auto evaluate = [&](const std::array<double, kPoolCount>& ratios) {
-    std::array<int32_t, kPoolCount> cap{};
-    if (f_fixed) {  // the host pools share the ranks F leaves
-      cap = budget_bytes_per_layer > 0 ? CapacitiesForRatios(ratios, budget_bytes_per_layer, costs, n - f_fixed_cap)
-                                       : cap;
-      cap[kPoolF] = f_fixed_cap;
-    } else {
-      cap = CapacitiesForRatios(ratios, budget_bytes_per_layer, costs, n);  // line 6
-    }
+    const auto cap = CapacitiesForRatios(ratios, budget_bytes_per_layer, costs, n, options.fixed_f_capacity);  // line 6
     const HitModel model(fit.q, top_k, cap);                       // lines 8-13
     const MakespanExpectation e = ExpectedMakespan(model, cost);  // lines 15-29
     ++best.grid_points;

@@ -70,9 +70,11 @@ MakespanExpectation ExpectedMakespan(const HitModel& model, const CostModel& cos
 
 // Experts each pool can hold for ratios γ: S_p = floor(γ_p · budget / bytes_per_expert_p), then
 // clipped in hierarchy order F, C, S, E so that Σ S_p <= n_experts (later pools lose ranks first).
+// fixed_f_capacity >= 0 (PlanOptions::fixed_f_capacity): S_F is that, clipped to n_experts, whatever
+// γ_F, and the other pools share the budget for the ranks after F's.
 std::array<int32_t, kPoolCount> CapacitiesForRatios(const std::array<double, kPoolCount>& ratios,
                                                    uint64_t budget_bytes_per_layer, const PoolCosts& costs,
-                                                   int32_t n_experts);
+                                                   int32_t n_experts, int32_t fixed_f_capacity = -1);
 
 // Chooses byte ratios for the F/C/S/E pools of one MoE layer: a grid search that minimises expected
 // makespan (ZipMoE Appendix C, Alg. 4; hit model from Alg. 2 and eq. 24).

@@ -90,9 +90,9 @@ Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const Runt
   // The GPU executor (decoder-only, no device assignment) owns pool F's memory: the cache decides
   // what is in F, the executor's device slots hold it (issue 36 item 1), sized by
   // --device-memory-budget on a discrete GPU, one budget on an integrated GPU unless one is given.
-  ZM_RETURN_IF_ERROR(runtime::ConfigureDeviceFPool(&config, device, device_f_pool && config.register_with_cuda,
-                                                   device_memory_budget, "--device-memory-budget")
-                         .status());
+  ZM_RETURN_IF_ERROR(
+      runtime::ConfigureDeviceFPool(&config, device, device_f_pool, device_memory_budget, "--device-memory-budget")
+          .status());
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<runtime::OffloadExpertProvider> provider,
                       runtime::OffloadExpertProvider::Create(config));
   PrintRuntimeSummary(*provider);
