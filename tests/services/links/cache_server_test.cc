@@ -601,14 +601,28 @@ TEST(CacheServer, PoolFOnTheExecutorsDeviceAcrossProcessesNamesTheSameSlotsAsEmb
                                      << ", embedded: expert " << want[i].expert_id << " slot " << want[i].slot
                                      << " holds " << want[i].holds;
     }
-    // The cache-manager counted what the embedded cache counted; nothing stays pinned.
-    const cm::CacheCounters remote_counters = chain.cache_manager.backend->manager().Counters();
+    // Nothing stays pinned, and the cache-manager counted what the embedded cache counted. Flush() answers
+    // once the scheduler has the last release; the admissions it carries reach the cache-manager after
+    // that, so wait (up to 5 s) for the pins to drop and the counters to agree before comparing them one
+    // by one, for a message that names the pool.
     const cm::CacheCounters local_counters = (*local)->cache().Counters();
+    const auto counted_alike = [&] {
+      const cm::CacheCounters c = chain.cache_manager.backend->manager().Counters();
+      for (int p = 0; p < cm::kPoolCount; ++p) {
+        if (c.pools[p].requests != local_counters.pools[p].requests ||
+            c.pools[p].admissions != local_counters.pools[p].admissions) {
+          return false;
+        }
+      }
+      return chain.cache_manager.backend->manager().LivePins() == 0;
+    };
+    Eventually(counted_alike);
+    EXPECT_EQ(chain.cache_manager.backend->manager().LivePins(), 0u);
+    const cm::CacheCounters remote_counters = chain.cache_manager.backend->manager().Counters();
     for (int p = 0; p < cm::kPoolCount; ++p) {
       EXPECT_EQ(remote_counters.pools[p].requests, local_counters.pools[p].requests) << p;
       EXPECT_EQ(remote_counters.pools[p].admissions, local_counters.pools[p].admissions) << p;
     }
-    EXPECT_TRUE(Eventually([&] { return chain.cache_manager.backend->manager().LivePins() == 0; }));
   }
 }
 
@@ -639,11 +653,12 @@ TEST(CacheServer, AnAbandonedDeviceFillAcrossProcessesIsNotRecordedInF) {
   EXPECT_EQ(holds + fills, static_cast<int>(routings.front().expert_ids.size()));
   ASSERT_TRUE(executor->Flush().ok());
   ASSERT_FALSE(abandoned.empty());
+  // The releases reach the cache-manager after Flush() answers: once no pin is left they all have.
+  ASSERT_TRUE(Eventually([&] { return chain.cache_manager.backend->manager().LivePins() == 0; }));
   for (const auto& [layer, expert] : abandoned) {
     EXPECT_NE(chain.cache_manager.backend->manager().Peek(layer, expert), CompressionState::kF)
         << "layer " << layer << " expert " << expert;
   }
-  EXPECT_TRUE(Eventually([&] { return chain.cache_manager.backend->manager().LivePins() == 0; }));
   EXPECT_EQ(chain.cache_manager.server->stats().admit_errors, 0u);
 }
 
@@ -668,6 +683,7 @@ TEST(CacheServer, ANewExecutorProcessFindsPoolFEmptiedBeforeItsFirstLayer) {
     EXPECT_GT(holds, 0);
     ASSERT_TRUE(first->Flush().ok());
   }
+  ASSERT_TRUE(Eventually([&] { return chain.cache_manager.backend->manager().LivePins() == 0; }));
   const uint64_t resident = chain.cache_manager.backend->manager().Counters().pools[cm::PoolIndex(cm::Pool::kF)]
                                 .resident_experts;
   ASSERT_GT(resident, 0u) << "the first executor left experts in F";
