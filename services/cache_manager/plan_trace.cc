@@ -112,6 +112,13 @@ Result<std::vector<ActivationRecord>> ReadTrace(const std::string& path) {
   return records;
 }
 
+std::map<int32_t, std::map<int32_t, uint64_t>> ActivationCounts(const std::vector<ActivationRecord>& records) {
+  std::map<int32_t, std::map<int32_t, uint64_t>> counts;
+  for (const ActivationRecord& r : records)
+    for (int32_t e : r.expert_ids) ++counts[r.layer_id][e];
+  return counts;
+}
+
 int32_t BatchSizeOf(const ActivationRecord& record, int top_k) {
   if (record.n_tokens > 0) return record.n_tokens;
   int64_t routed = 0;

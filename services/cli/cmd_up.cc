@@ -83,6 +83,8 @@ struct UpArgs {
   std::vector<std::string> sets;
   std::string memory_budget;
   std::string policy;
+  std::string plan_trace;
+  bool preload = false;
   int decompress_threads = 0;
   std::string trace_events;  // "" = off
 };
@@ -210,6 +212,8 @@ int RunUp(const UpArgs& args) {
   if (args.port > 0) sets.push_back(fmt::format("http.port={}", args.port));
   if (!args.memory_budget.empty()) sets.push_back("memory_budget=" + args.memory_budget);
   if (!args.policy.empty()) sets.push_back("policy=" + args.policy);
+  if (!args.plan_trace.empty()) sets.push_back("plan_trace=" + args.plan_trace);
+  if (args.preload) sets.push_back("preload=true");
   if (args.decompress_threads > 0) sets.push_back(fmt::format("decompress_threads={}", args.decompress_threads));
   if (!args.trace_events.empty()) sets.push_back("trace_events=" + args.trace_events);
   Result<ServiceConfig> loaded = LoadServiceConfig(args.config_file, sets, environ);
@@ -375,6 +379,11 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--set", args->sets, "key=value config override (repeatable)");
   cmd->add_option("--memory-budget", args->memory_budget, "e.g. 512MiB or 50% (config memory_budget)");
   cmd->add_option("--policy", args->policy, "zipmoe | lru | fifo | lfu | full-load (config policy)");
+  cmd->add_option("--plan-trace", args->plan_trace,
+                  "routing trace (generate --trace-out) the planner fits f_r to (config plan_trace)");
+  cmd->add_flag("--preload", args->preload,
+                "the cache-manager fills the pools to the plan before serving: per MoE layer the experts --plan-trace "
+                "selects most (by expert id without one), as generate --preload (config preload)");
   cmd->add_option("--decompress-threads", args->decompress_threads, "L per decompressor replica");
   cmd->add_option("--trace-events", args->trace_events,
                   "record every service's timeline (Chrome trace JSON, config trace_events) and merge them into "

@@ -105,8 +105,7 @@ Status PreloadRuntime(const RuntimeFlags& flags, runtime::OffloadExpertProvider&
   std::map<int32_t, std::map<int32_t, uint64_t>> counts;
   if (!flags.plan_trace.empty()) {
     ZM_ASSIGN_OR_RETURN(std::vector<cm::ActivationRecord> records, cm::ReadTrace(flags.plan_trace));
-    for (const cm::ActivationRecord& r : records)
-      for (int32_t e : r.expert_ids) ++counts[r.layer_id][e];
+    counts = cm::ActivationCounts(records);
   }
   Result<runtime::OffloadExpertProvider::PreloadStats> done = provider.Preload(counts);
   if (!done.ok()) return Status(done.status().code(), fmt::format("--preload: {}", done.status().message()));

@@ -103,4 +103,23 @@ Result<OffloadExpertProvider::PreloadStats> OffloadExpertProvider::Preload(
   return out;
 }
 
+Result<OffloadExpertProvider::PreloadedCache> OffloadExpertProvider::CreatePreloadedCache(
+    const OffloadConfig& config, const std::map<int32_t, std::map<int32_t, uint64_t>>& counts) {
+  if (config.cache) return Status::InvalidArgument("a preloaded cache is this process's own: OffloadConfig::cache is set");
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<OffloadExpertProvider> runtime, Create(config));
+  PreloadedCache out;
+  ZM_ASSIGN_OR_RETURN(out.stats, runtime->Preload(counts));
+  out.config = runtime->config();
+  // Every operation completes (no lease is held after Preload), the work table is emptied while the
+  // cache is still here, then the cache leaves: the destructor finds nothing that would reach it.
+  runtime->Shutdown();
+  {
+    MutexLock lock(&runtime->mu_);
+    runtime->ResetLayerLocked(/*prefetches_too=*/true);
+  }
+  out.cache.reset(static_cast<LocalCacheBackend*>(runtime->cache_.release()));  // Create made a local one
+  runtime.reset();
+  return out;
+}
+
 }  // namespace zipmoe::runtime

@@ -211,6 +211,21 @@ class OffloadExpertProvider : public ExpertProvider {
   };
   Result<PreloadStats> Preload(const std::map<int32_t, std::map<int32_t, uint64_t>>& counts);
 
+  // The warm start of the cache-manager service (`zipmoe up`, config `preload`): the cache there is
+  // served to the scheduler, so it is filled before the server binds. Creates a runtime with its own
+  // LocalCacheBackend from `config` (`config.cache` must be empty), runs Preload(counts) exactly as
+  // embedded mode does (same plan, same ranks, same pools), stops its I/O thread and workers and hands
+  // the cache over, filled, with the runtime's resolved config (budget, policy, pools). The runtime is
+  // gone afterwards; the arena (config.shm_name) stays with the cache. Errors: Create's and Preload's;
+  // kInvalidArgument when `config.cache` names another backend.
+  struct PreloadedCache {
+    std::unique_ptr<LocalCacheBackend> cache;
+    OffloadConfig config;  // as resolved by Create (what LocalCacheBackend::Create would leave in *config)
+    PreloadStats stats;
+  };
+  static Result<PreloadedCache> CreatePreloadedCache(const OffloadConfig& config,
+                                                     const std::map<int32_t, std::map<int32_t, uint64_t>>& counts);
+
   // Smallest budget that works for this model: one staging slot (one expert in flight, no cache).
   uint64_t minimum_budget_bytes() const;
   RuntimeStats stats() const;

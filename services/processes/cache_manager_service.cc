@@ -1,6 +1,7 @@
 #include "services/processes/cache_manager_service.h"
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,7 +11,9 @@
 
 #include "common/checkpoint/expert_store.h"
 #include "common/metrics_server.h"
+#include "services/cache_manager/plan_trace.h"
 #include "services/pipeline/cache_backend.h"
+#include "services/pipeline/offload_provider.h"
 #include "services/links/cache_server.h"
 #include "services/pipeline/runtime_options.h"
 #include "services/service_base/service_links.h"
@@ -40,6 +43,35 @@ std::string CacheSummary(const runtime::OffloadConfig& o, runtime::LocalCacheBac
                      backend.arena_bytes());
 }
 
+// The cache this process serves, planned from *offload (its resolved fields written back). With
+// `preload`, filled first as embedded mode's --preload fills it: the experts the plan_trace counts
+// rank first (by expert id without a trace) are read, decoded and admitted by a runtime of this
+// process (OffloadExpertProvider::CreatePreloadedCache), before the server binds.
+Result<std::unique_ptr<runtime::LocalCacheBackend>> CreateCache(const std::string& name,
+                                                                const runtime::ServiceConfig& c,
+                                                                runtime::OffloadConfig* offload) {
+  if (!c.preload) {
+    ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, ExpertStore::Open(c.model_dir));
+    return runtime::LocalCacheBackend::Create(offload, store->manifest());
+  }
+  std::map<int32_t, std::map<int32_t, uint64_t>> counts;
+  if (!c.plan_trace.empty()) {
+    Result<std::vector<ActivationRecord>> records = ReadTrace(c.plan_trace);
+    if (!records.ok()) return records.status().WithContext("preload: plan_trace");
+    counts = ActivationCounts(*records);
+  }
+  ServiceLog(name, "preloading the cache before serving");
+  Result<runtime::OffloadExpertProvider::PreloadedCache> preloaded =
+      runtime::OffloadExpertProvider::CreatePreloadedCache(*offload, counts);
+  if (!preloaded.ok()) return preloaded.status().WithContext("preload");
+  ServiceLog(name, fmt::format("preload: {} experts placed by {} in {:.2f} s ({:.1f} MiB read)",
+                               preloaded->stats.experts,
+                               c.plan_trace.empty() ? "expert id (no plan_trace)" : "plan_trace counts",
+                               preloaded->stats.seconds, preloaded->stats.read_bytes / 1048576.0));
+  *offload = std::move(preloaded->config);
+  return std::move(preloaded->cache);
+}
+
 }  // namespace
 
 int RunCacheManagerService(const runtime::ServiceConfig& c, runtime::TerminationSignals& signals) {
@@ -67,10 +99,7 @@ int RunCacheManagerService(const runtime::ServiceConfig& c, runtime::Termination
                                  "is visible to this process, or the model is encoder-decoder",
                                  c.device));
   }
-  Result<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(c.model_dir);
-  if (!store.ok()) return FailService(name, store.status());
-  Result<std::unique_ptr<runtime::LocalCacheBackend>> created =
-      runtime::LocalCacheBackend::Create(&*offload, (*store)->manifest());
+  Result<std::unique_ptr<runtime::LocalCacheBackend>> created = CreateCache(name, c, &*offload);
   if (!created.ok()) return FailService(name, created.status());
   std::unique_ptr<runtime::LocalCacheBackend> backend = std::move(created).value();
   zmq::context_t context(1);

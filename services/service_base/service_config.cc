@@ -36,6 +36,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"pools", &c.pools},
       {"pool_ratios", &c.pool_ratios},
       {"plan_trace", &c.plan_trace},
+      {"preload", &c.preload},
       {"profile", &c.profile},
       {"decompress_threads", &c.decompress_threads},
       {"staging_slots", &c.staging_slots},
@@ -337,6 +338,7 @@ RuntimeFlags RuntimeFlagsOf(const ServiceConfig& c) {
   f.pools = c.pools;
   f.pool_ratios = c.pool_ratios;
   f.plan_trace = c.plan_trace;
+  f.preload = c.preload;
   f.profile = c.profile;
   f.decompress_threads = static_cast<int>(c.decompress_threads);
   f.staging_slots = static_cast<uint32_t>(c.staging_slots);

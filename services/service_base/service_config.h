@@ -35,6 +35,7 @@ struct ServiceConfig {
   std::string pools;
   std::string pool_ratios;               // "" = the planner
   std::string plan_trace;                // planner workload (routing trace); "" = uniform
+  bool preload = false;                  // cache-manager: fill the pools to the plan before serving (--preload)
   std::string profile;                   // planner delays; "" = model_dir/profile.json or defaults
   int64_t decompress_threads = 1;        // L per decompressor replica
   int64_t staging_slots = 0;             // 0 = auto

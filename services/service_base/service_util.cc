@@ -122,8 +122,7 @@ Result<std::unique_ptr<metrics::MetricsServer>> StartMetrics(const ServiceConfig
     m.port = 0;
     server = metrics::MetricsServer::Start(m);
   }
-  if (server.ok() && (*server)->port() > 0) ServiceLog(service, "metrics at " + (*server)->url());
-  return server;
+  return server;  // MetricsServer::Start says where it listens
 }
 
 Result<ShmRegion> AttachArena(const std::string& service, const std::string& shm_name, TerminationSignals& signals) {

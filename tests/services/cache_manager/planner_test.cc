@@ -130,8 +130,9 @@ TEST(PlanPoolsTest, PlansQwen3NextAndQwen35ExpertCounts) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     EXPECT_LT(seconds, 20.0) << n << " experts";
-    std::printf("PlanPools: %d experts, top-%d: %.3f s, %d grid points, expected makespan %.0f of %.0f us all-miss\n", n,
-                k, seconds, plan->grid_points, plan->expected_makespan_us, plan->all_miss_makespan_us);
+    std::printf("PlanPools: %d experts, top-%d: %.3f s, %lld grid points, expected makespan %.0f of %.0f us all-miss\n", n,
+                k, seconds, static_cast<long long>(plan->grid_points), plan->expected_makespan_us,
+                plan->all_miss_makespan_us);
     EXPECT_LT(plan->expected_makespan_us, plan->all_miss_makespan_us);
     ExpectWithinBudget(*plan, budget, costs, n);
   }

@@ -260,6 +260,29 @@ TEST(UpCli, SeedPoliciesGiveTheSameTokensAsEmbedded) {
   }
 }
 
+// `zipmoe up --preload`: the cache-manager fills its pools before it serves (its log says how many
+// experts it placed), and the answer is embedded mode's.
+TEST(UpCli, PreloadFillsTheCacheBeforeServingAndKeepsTheTokens) {
+  const std::string model = Model();
+  constexpr int kNewTokens = 8;
+  const std::string ref_text = Reference(model, kNewTokens)["text"].get<std::string>();
+  TempDir tmp;
+  Up up(tmp, model, 1, "--preload");
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  const std::string log = up.log();
+  const size_t at = log.find("preload: ");
+  ASSERT_NE(at, std::string::npos) << log;
+  unsigned long experts = 0;
+  ASSERT_EQ(std::sscanf(log.c_str() + at, "preload: %lu experts placed by expert id", &experts), 1)
+      << log.substr(at, 120);
+  EXPECT_GT(experts, 0u) << log.substr(at, 120);
+  EXPECT_LT(at, log.find("cache-manager: ready")) << "preloaded before it serves:\n" << log;
+  HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(kNewTokens));
+  ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+  EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref_text);
+  ASSERT_TRUE(up.Stop()) << up.log();
+}
+
 TEST(UpCli, GarbageOnSchedulerAndCacheManagerSocketsIsDroppedAndCounted) {
   const std::string model = Model();
   TempDir tmp;

@@ -154,15 +154,28 @@ std::vector<std::string> Drive(OffloadExpertProvider& provider, const std::vecto
   return served;
 }
 
-// The cache-manager side (LocalCacheBackend + CacheServer) on an ipc:// endpoint in `tmp`.
+using PreloadCounts = std::map<int32_t, std::map<int32_t, uint64_t>>;
+
+// The cache-manager side (LocalCacheBackend + CacheServer) on an ipc:// endpoint in `tmp`; with
+// `preload`, its cache filled first as the service's `preload` fills it (CreatePreloadedCache).
 struct CacheManagerProcess {
   CacheManagerProcess(const TempDir& tmp, const OffloadConfig& base, const Manifest& manifest,
-                      milliseconds heartbeat = milliseconds(500)) {
+                      milliseconds heartbeat = milliseconds(500), const PreloadCounts* preload = nullptr) {
     config = base;
     config.shm_name = UniqueShm("cm");
-    auto created = LocalCacheBackend::Create(&config, manifest);
-    EXPECT_TRUE(created.ok()) << created.status().ToString();
-    backend = std::move(created).value();
+    if (preload != nullptr) {
+      auto preloaded = OffloadExpertProvider::CreatePreloadedCache(config, *preload);
+      EXPECT_TRUE(preloaded.ok()) << preloaded.status().ToString();
+      if (!preloaded.ok()) return;
+      config = preloaded->config;
+      preload_stats = preloaded->stats;
+      backend = std::move(preloaded->cache);
+    } else {
+      auto created = LocalCacheBackend::Create(&config, manifest);
+      EXPECT_TRUE(created.ok()) << created.status().ToString();
+      if (!created.ok()) return;
+      backend = std::move(created).value();
+    }
     CacheServerConfig sc;
     sc.endpoint = "ipc://" + tmp.Sub("cache-manager.sock");
     sc.heartbeat_interval = heartbeat;
@@ -172,7 +185,7 @@ struct CacheManagerProcess {
     server = std::move(started).value();
   }
   ~CacheManagerProcess() {
-    server->Stop();
+    if (server != nullptr) server->Stop();
     server.reset();
     backend.reset();
   }
@@ -193,6 +206,7 @@ struct CacheManagerProcess {
     return c;
   }
   OffloadConfig config;
+  OffloadExpertProvider::PreloadStats preload_stats;
   zmq::context_t context{1};
   std::unique_ptr<LocalCacheBackend> backend;
   std::unique_ptr<CacheServer> server;
@@ -699,6 +713,70 @@ TEST(CacheServer, ANewExecutorProcessFindsPoolFEmptiedBeforeItsFirstLayer) {
     EXPECT_FALSE(u.holds) << "expert " << u.expert_id << " said held in slot " << u.slot << " before any write";
   }
   EXPECT_GE(chain.cache_manager.backend->manager().Counters().pools[cm::PoolIndex(cm::Pool::kF)].removals, resident);
+}
+
+// `zipmoe up --preload`: the cache-manager fills its cache before serving (the service's `preload`,
+// OffloadExpertProvider::CreatePreloadedCache) exactly as embedded mode's --preload fills its own: the
+// same experts in the same pools, the counters started afresh, and then a scheduler attached to it
+// serves every lease with the bytes, hits and admissions of the preloaded embedded runtime.
+TEST(CacheServer, APreloadedCacheManagerServesWhatAnEmbeddedPreloadServes) {
+  const std::string dir = Model();
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest& m = (*store)->manifest();
+  std::set<int32_t> layers;
+  for (const ExpertTensorInfo& t : m.expert_tensors) layers.insert(t.layer_id);
+  PreloadCounts counts;  // a "trace" that favours a different order of experts in each layer
+  for (int32_t l : layers)
+    for (int32_t e = 0; e < m.n_experts; ++e) counts[l][e] = static_cast<uint64_t>((e * 7 + l * 3) % m.n_experts);
+  const auto routings = Routings(m, 4, 6, 23);
+  for (const char* policy : {"zipmoe", "lru"}) {
+    SCOPED_TRACE(policy);
+    OffloadConfig base = BaseConfig(dir, m, 0.5);
+    base.policy = *cm::ParseCachePolicy(policy);
+    OffloadConfig local_config = base;
+    local_config.shm_name = UniqueShm("local");
+    auto local = OffloadExpertProvider::Create(local_config);
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    auto local_preload = (*local)->Preload(counts);
+    ASSERT_TRUE(local_preload.ok()) << local_preload.status().ToString();
+    ASSERT_GT(local_preload->experts, 0u);
+
+    TempDir tmp;
+    CacheManagerProcess cache_manager(tmp, base, m, milliseconds(500), &counts);
+    ASSERT_NE(cache_manager.server, nullptr);
+    EXPECT_EQ(cache_manager.preload_stats.experts, local_preload->experts);
+    EXPECT_EQ(cache_manager.preload_stats.read_bytes, local_preload->read_bytes);
+    const cm::CacheManager& served = cache_manager.backend->manager();
+    for (int32_t l : layers) {
+      for (int32_t e = 0; e < m.n_experts; ++e) {
+        EXPECT_EQ(served.Peek(l, e), (*local)->cache().Peek(l, e)) << "layer " << l << " expert " << e;
+      }
+    }
+    EXPECT_EQ(served.LivePins(), 0u) << "the preload's runtime left nothing pinned";
+    for (const cm::PoolCounters& p : served.Counters().pools) EXPECT_EQ(p.requests, 0u) << "counters start afresh";
+
+    const std::vector<std::string> want = Drive(**local, routings);
+    auto remote = OffloadExpertProvider::Create(cache_manager.SchedulerConfig(base));
+    ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+    const std::vector<std::string> got = Drive(**remote, routings);
+    ASSERT_NO_FATAL_FAILURE(ExpectSameLeases(got, want));
+    ExpectSameCacheState(**remote, **local, cache_manager);
+  }
+}
+
+TEST(CacheServer, APreloadedCacheIsThisProcesssOwn) {
+  const std::string dir = Model();
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest& m = (*store)->manifest();
+  TempDir tmp;
+  CacheManagerProcess cache_manager(tmp, BaseConfig(dir, m, 0.4), m);
+  const auto refused =
+      OffloadExpertProvider::CreatePreloadedCache(cache_manager.SchedulerConfig(BaseConfig(dir, m, 0.4)), {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("OffloadConfig::cache"), std::string::npos) << refused.status().ToString();
 }
 
 }  // namespace
