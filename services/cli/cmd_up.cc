@@ -378,7 +378,8 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--config", args->config_file, "JSON config file (docs/services.md)");
   cmd->add_option("--set", args->sets, "key=value config override (repeatable)");
   cmd->add_option("--memory-budget", args->memory_budget, "e.g. 512MiB or 50% (config memory_budget)");
-  cmd->add_option("--policy", args->policy, "zipmoe | lru | fifo | lfu | full-load (config policy)");
+  cmd->add_option("--policy", args->policy,
+                  "zipmoe | lru | fifo | lfu | marking | dali | smoe | coserve | full-load (config policy)");
   cmd->add_option("--plan-trace", args->plan_trace,
                   "routing trace (generate --trace-out) the planner fits f_r to (config plan_trace)");
   cmd->add_flag("--preload", args->preload,
