@@ -2,7 +2,7 @@
 """`zipmoe up --preload` against `zipmoe up` cold: what the warm start buys the first requests.
 
   bench/up_preload.py --build build --model COMPRESSED_DIR --plan-trace TRACE [--budget 50%] [--rounds 2]
-                      [--prompts bench/data/sharegpt-first-turn-500.json] [--max-tokens 16]
+                      [--prompts bench/data/sharegpt-first-turn-500.json] [--max-tokens 16] [--work-dir DIR]
 
 Per round, for each of (no preload, --preload): drops the page cache (root: /proc/sys/vm/drop_caches),
 starts `zipmoe up --model DIR --memory-budget B --plan-trace TRACE [--preload]`, times it to /health 200
@@ -16,26 +16,13 @@ import argparse
 import http.client
 import json
 import os
-import signal
-import subprocess
+import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def drop_page_cache():
-    subprocess.run(['sync'], check=True)
-    with open('/proc/sys/vm/drop_caches', 'w') as f:
-        f.write('3\n')
-
-
-def healthy(port):
-    try:
-        c = http.client.HTTPConnection('127.0.0.1', port, timeout=2)
-        c.request('GET', '/health')
-        return c.getresponse().status == 200
-    except OSError:
-        return False
 
 
 def completion(port, text, max_tokens):
@@ -67,36 +54,34 @@ def main():
     ap.add_argument('--rounds', type=int, default=2)
     ap.add_argument('--prompts', default=os.path.join(HERE, 'data', 'sharegpt-first-turn-500.json'))
     ap.add_argument('--max-tokens', type=int, default=16)
-    ap.add_argument('--port', type=int, default=18800)
+    ap.add_argument('--work-dir', default='/tmp/zipmoe_up_preload')
     a = ap.parse_args()
     zipmoe = os.path.join(a.build, 'bin', 'zipmoe')
+    os.makedirs(a.work_dir, exist_ok=True)
     with open(a.prompts) as f:
         prompts = [p['conversations'][0]['value'][:400] for p in json.load(f)[3:5]]
     rows = []
-    for rnd in range(1, a.rounds + 1):
-        for preload in (False, True):
-            drop_page_cache()
-            port = a.port + 2 * rnd + int(preload)
-            run_dir = f'/tmp/zipmoe-up-preload-{port}'
-            cmd = [zipmoe, 'up', '--model', a.model, '--memory-budget', a.budget, '--plan-trace', a.plan_trace,
-                   '--port', str(port), '--run-dir', run_dir] + (['--preload'] if preload else [])
-            with open(run_dir + '.log', 'w') as log:
-                t0 = time.time()
-                up = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-                try:
-                    while not healthy(port):
-                        if up.poll() is not None or time.time() - t0 > 600:
-                            raise SystemExit(f'zipmoe up did not become healthy: {run_dir}.log')
-                        time.sleep(0.2)
+    cap = benchlib.MemoryCap('zipmoe_up_preload')  # no limit is set: benchlib.server wants a group to start in
+    try:
+        for rnd in range(1, a.rounds + 1):
+            for preload in (False, True):
+                name = f'{rnd}{"_preload" if preload else ""}'
+                log_path = os.path.join(a.work_dir, f'up_{name}.log')
+                up = ['up', '--model', a.model, '--memory-budget', a.budget, '--plan-trace', a.plan_trace,
+                      '--run-dir', os.path.join(a.work_dir, f'run_{name}')] + (['--preload'] if preload else [])
+                if not benchlib.drop_caches():
+                    raise SystemExit('cannot drop the page cache (needs root): the runs would not start cold')
+                t0 = time.time()  # from the start of `up` to /health 200
+                with benchlib.server(zipmoe, up, log_path, cap, cold=False) as (url, _):
                     ready = time.time() - t0
+                    port = int(url.rsplit(':', 1)[1])
                     first = completion(port, prompts[0], a.max_tokens)
                     second = completion(port, prompts[1], a.max_tokens)
-                finally:
-                    up.send_signal(signal.SIGINT)
-                    up.wait(120)
-            with open(run_dir + '.log') as log:
-                said = [line.strip() for line in log if 'preload:' in line]
-            rows.append((rnd, preload, ready, first, second, said[0] if said else ''))
+                with open(log_path) as log:
+                    said = [line.strip() for line in log if 'preload:' in line]
+                rows.append((rnd, preload, ready, first, second, said[0] if said else ''))
+    finally:
+        cap.remove()
     print(f'`zipmoe up --memory-budget {a.budget} --plan-trace` on {a.model}, page cache dropped before each start, '
           f'{a.max_tokens} greedy tokens per request:\n')
     print('| round | --preload | ready s | 1st request TTFT s | 1st TPOT s | 2nd request TTFT s | 2nd TPOT s |')
