@@ -112,8 +112,10 @@ Result<std::vector<ActivationRecord>> ReadTrace(const std::string& path) {
   return records;
 }
 
-std::map<int32_t, std::map<int32_t, uint64_t>> ActivationCounts(const std::vector<ActivationRecord>& records) {
+Result<std::map<int32_t, std::map<int32_t, uint64_t>>> ReadActivationCounts(const std::string& path) {
   std::map<int32_t, std::map<int32_t, uint64_t>> counts;
+  if (path.empty()) return counts;
+  ZM_ASSIGN_OR_RETURN(const std::vector<ActivationRecord> records, ReadTrace(path));
   for (const ActivationRecord& r : records)
     for (int32_t e : r.expert_ids) ++counts[r.layer_id][e];
   return counts;

@@ -40,9 +40,10 @@ Result<ActivationRecord> ParseTraceLine(const std::string& line, const std::stri
 // ParseTraceLine's errors naming FILE:LINE.
 Result<std::vector<ActivationRecord>> ReadTrace(const std::string& path);
 
-// How often each expert was selected: counts[layer_id][expert_id] = the records of that layer naming
-// it (the warm start's ranking, OffloadExpertProvider::Preload). Experts never selected are absent.
-std::map<int32_t, std::map<int32_t, uint64_t>> ActivationCounts(const std::vector<ActivationRecord>& records);
+// How often each expert was selected in the trace at `path`: counts[layer_id][expert_id] = the records
+// of that layer naming it (the warm start's ranking, OffloadExpertProvider::Preload). Experts never
+// selected are absent; an empty path gives no counts. Errors: ReadTrace's.
+Result<std::map<int32_t, std::map<int32_t, uint64_t>>> ReadActivationCounts(const std::string& path);
 
 // Batch size of a record: n_tokens if set, else ceil(Σ tokens_per_expert / top_k) (each token picks
 // top_k experts), else 1.

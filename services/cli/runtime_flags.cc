@@ -102,18 +102,11 @@ Result<std::unique_ptr<runtime::OffloadExpertProvider>> CreateRuntime(const Runt
 
 Status PreloadRuntime(const RuntimeFlags& flags, runtime::OffloadExpertProvider& provider) {
   if (!flags.preload) return Status::Ok();
-  std::map<int32_t, std::map<int32_t, uint64_t>> counts;
-  if (!flags.plan_trace.empty()) {
-    ZM_ASSIGN_OR_RETURN(std::vector<cm::ActivationRecord> records, cm::ReadTrace(flags.plan_trace));
-    counts = cm::ActivationCounts(records);
-  }
+  ZM_ASSIGN_OR_RETURN(const auto counts, cm::ReadActivationCounts(flags.plan_trace));
   Result<runtime::OffloadExpertProvider::PreloadStats> done = provider.Preload(counts);
   if (!done.ok()) return Status(done.status().code(), fmt::format("--preload: {}", done.status().message()));
-  std::fprintf(stderr, "%s",
-               fmt::format("I: preload: {} experts placed by {} in {:.2f} s ({:.1f} MiB read)\n", done->experts,
-                           flags.plan_trace.empty() ? "expert id (no --plan-trace)" : "--plan-trace counts",
-                           done->seconds, done->read_bytes / 1048576.0)
-                   .c_str());
+  std::fprintf(stderr, "I: preload: %s\n",
+               done->Summary(flags.plan_trace.empty() ? "expert id (no --plan-trace)" : "--plan-trace counts").c_str());
   return Status::Ok();
 }
 

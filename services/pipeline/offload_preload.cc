@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -101,6 +102,11 @@ Result<OffloadExpertProvider::PreloadStats> OffloadExpertProvider::Preload(
   local->ResetCounters();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+std::string OffloadExpertProvider::PreloadStats::Summary(const std::string& ranking) const {
+  return fmt::format("{} experts placed by {} in {:.2f} s ({:.1f} MiB read)", experts, ranking, seconds,
+                     read_bytes / 1048576.0);
 }
 
 Result<OffloadExpertProvider::PreloadedCache> OffloadExpertProvider::CreatePreloadedCache(

@@ -208,6 +208,8 @@ class OffloadExpertProvider : public ExpertProvider {
     uint64_t experts = 0;      // experts read and admitted
     uint64_t read_bytes = 0;   // bytes read from storage (incl. padding)
     double seconds = 0;        // wall time
+    // "N experts placed by RANKING in S s (M MiB read)": the line the CLI and the cache-manager print.
+    std::string Summary(const std::string& ranking) const;
   };
   Result<PreloadStats> Preload(const std::map<int32_t, std::map<int32_t, uint64_t>>& counts);
 

@@ -54,20 +54,14 @@ Result<std::unique_ptr<runtime::LocalCacheBackend>> CreateCache(const std::strin
     ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, ExpertStore::Open(c.model_dir));
     return runtime::LocalCacheBackend::Create(offload, store->manifest());
   }
-  std::map<int32_t, std::map<int32_t, uint64_t>> counts;
-  if (!c.plan_trace.empty()) {
-    Result<std::vector<ActivationRecord>> records = ReadTrace(c.plan_trace);
-    if (!records.ok()) return records.status().WithContext("preload: plan_trace");
-    counts = ActivationCounts(*records);
-  }
+  Result<std::map<int32_t, std::map<int32_t, uint64_t>>> counts = ReadActivationCounts(c.plan_trace);
+  if (!counts.ok()) return counts.status().WithContext("preload: plan_trace");
   ServiceLog(name, "preloading the cache before serving");
   Result<runtime::OffloadExpertProvider::PreloadedCache> preloaded =
-      runtime::OffloadExpertProvider::CreatePreloadedCache(*offload, counts);
+      runtime::OffloadExpertProvider::CreatePreloadedCache(*offload, *counts);
   if (!preloaded.ok()) return preloaded.status().WithContext("preload");
-  ServiceLog(name, fmt::format("preload: {} experts placed by {} in {:.2f} s ({:.1f} MiB read)",
-                               preloaded->stats.experts,
-                               c.plan_trace.empty() ? "expert id (no plan_trace)" : "plan_trace counts",
-                               preloaded->stats.seconds, preloaded->stats.read_bytes / 1048576.0));
+  ServiceLog(name, "preload: " + preloaded->stats.Summary(c.plan_trace.empty() ? "expert id (no plan_trace)"
+                                                                                : "plan_trace counts"));
   *offload = std::move(preloaded->config);
   return std::move(preloaded->cache);
 }
