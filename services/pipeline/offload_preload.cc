@@ -118,11 +118,7 @@ Result<OffloadExpertProvider::PreloadedCache> OffloadExpertProvider::CreatePrelo
   out.config = runtime->config();
   // Every operation completes (no lease is held after Preload), the work table is emptied while the
   // cache is still here, then the cache leaves: the destructor finds nothing that would reach it.
-  runtime->Shutdown();
-  {
-    MutexLock lock(&runtime->mu_);
-    runtime->ResetLayerLocked(/*prefetches_too=*/true);
-  }
+  runtime->ShutdownAndForgetWork();
   out.cache.reset(static_cast<LocalCacheBackend*>(runtime->cache_.release()));  // Create made a local one
   runtime.reset();
   return out;

@@ -119,7 +119,9 @@ void OffloadExpertProvider::Shutdown() {
   if (pool_) pool_->Stop();
 }
 
-OffloadExpertProvider::~OffloadExpertProvider() {
+OffloadExpertProvider::~OffloadExpertProvider() { ShutdownAndForgetWork(); }
+
+void OffloadExpertProvider::ShutdownAndForgetWork() {
   Shutdown();
   MutexLock lock(&mu_);
   ResetLayerLocked(/*prefetches_too=*/true);

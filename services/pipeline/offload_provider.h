@@ -325,6 +325,9 @@ class OffloadExpertProvider : public ExpertProvider {
   // Waits for in-flight ops (failed layer); releases and retakes mu_ (held by the caller's `lock`).
   void DrainLocked(MutexLock* lock) ZM_REQUIRES(mu_);
   void ResetLayerLocked(bool prefetches_too = false) ZM_REQUIRES(mu_);
+  // Shutdown(), then every work and prefetch forgotten (their staging slots and leases handed back to
+  // the cache): what the destructor does, and CreatePreloadedCache before it takes the cache away.
+  void ShutdownAndForgetWork();
   uint64_t OffsetOf(const void* p) const { return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - arena_base_); }
   // One task per projection the experts have (gate/up/down, or up/down when !gated_), expert by
   // expert. *task_refs (optional) gets, per task, its expert's index in `experts` and its projection.
