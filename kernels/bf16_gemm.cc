@@ -14,6 +14,9 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define ZIPMOE_GEMM_X86 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 #if defined(__aarch64__)
 #define ZIPMOE_GEMM_NEON 1
@@ -50,6 +53,26 @@ float WeightAt(const GemmWeights& w, int64_t index) {
   return f;
 }
 
+#if defined(ZIPMOE_GEMM_X86)
+// AMX-TILE + AMX-BF16 (CPUID.(7,0):EDX bits 24 and 22), the tile state enabled by the OS (XCR0 bits 17 and
+// 18), and Linux's per-process permission for the tile data (arch_prctl(ARCH_REQ_XCOMP_PERM,
+// XFEATURE_XTILEDATA), Linux >= 5.16: Documentation/arch/x86/xstate.rst). Asked once per process.
+bool AmxUsable() {
+  static const bool usable = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if ((edx & (1u << 24)) == 0 || (edx & (1u << 22)) == 0) return false;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
+#endif
+
 // True when the CPU (and OS) can run `isa`'s variant.
 bool CpuSupports(GemmIsa isa) {
 #if defined(ZIPMOE_GEMM_X86)
@@ -63,6 +86,8 @@ bool CpuSupports(GemmIsa isa) {
   if (isa == GemmIsa::kAvx512Bf16)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("fma");
+  if (isa == GemmIsa::kAmxBf16)  // the AVX-512 variant serves its F32/FP8/MXFP4 weights, AVX512_BF16 its split
+    return CpuSupports(GemmIsa::kAvx512Bf16) && AmxUsable();
 #endif
 #if defined(ZIPMOE_GEMM_NEON)
   if (isa == GemmIsa::kNeon) return true;  // part of the AArch64 baseline
@@ -79,6 +104,7 @@ GemmFn FunctionFor(GemmIsa isa) {
     case GemmIsa::kAvx2: return &Bf16GemmAvx2;
     case GemmIsa::kAvx512: return &Bf16GemmAvx512;
     case GemmIsa::kAvx512Bf16: return &Bf16GemmAvx512Bf16;
+    case GemmIsa::kAmxBf16: return &Bf16GemmAmxBf16;
 #endif
 #if defined(ZIPMOE_GEMM_NEON)
     case GemmIsa::kNeon: return &Bf16GemmNeon;
@@ -91,7 +117,7 @@ GemmFn FunctionFor(GemmIsa isa) {
 GemmIsa DetectBestIsa() {
   if (const char* env = std::getenv("ZIPMOE_GEMM_ISA"); env != nullptr && *env != '\0') {
     for (GemmIsa isa : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon, GemmIsa::kAvx512Bf16,
-                        GemmIsa::kNeonBf16}) {
+                        GemmIsa::kNeonBf16, GemmIsa::kAmxBf16}) {
       if (std::string(env) == GemmIsaName(isa) && FunctionFor(isa) != nullptr) return isa;
     }
   }
@@ -114,6 +140,7 @@ const char* GemmIsaName(GemmIsa isa) {
     case GemmIsa::kNeon: return "neon";
     case GemmIsa::kAvx512Bf16: return "avx512bf16";
     case GemmIsa::kNeonBf16: return "neonbf16";
+    case GemmIsa::kAmxBf16: return "amxbf16";
   }
   return "unknown";
 }
@@ -124,6 +151,8 @@ GemmIsa BestGemmIsa() {
   static const GemmIsa best = DetectBestIsa();  // thread-safe one-time initialisation
   return best;
 }
+
+int64_t GemmRowQuantum() { return BestGemmIsa() == GemmIsa::kAmxBf16 ? 64 : 4; }
 
 Status ValidateGemmArgs(const GemmArgs& a) {
   const GemmWeights& w = a.w;
@@ -216,6 +245,34 @@ void Bf16GemmBf16DotReference(const GemmArgs& a) {
         }
       }
       FinishOutput(a, lane, t, r, 32 * kb);
+    }
+  }
+}
+
+void Bf16GemmAmxReference(const GemmArgs& a) {
+  if (a.w.bf16 == nullptr && !a.w.planes()) {  // F32, FP8 or MXFP4 weights
+    Bf16GemmReference(a);
+    return;
+  }
+  const int64_t cols = a.w.cols, kb = cols / 32;
+  for (int64_t t = 0; t < a.n; ++t) {
+    const float* x = a.x + t * a.ldx;
+    for (int64_t r = a.row_begin; r < a.row_end; ++r) {
+      const int64_t row = r * cols;
+      float s = 0.0f;
+      for (int64_t b = 0; b < kb; ++b) {
+        uint16_t hi[32], lo[32];
+        SplitBf16Activations(x + 32 * b, 32, hi, lo);
+        for (const uint16_t* h : {hi, lo}) {
+          for (int p = 0; p < 16; ++p) {
+            s += WeightAt(a.w, row + 32 * b + 2 * p) * Bf16ToFloat(h[2 * p]);
+            s += WeightAt(a.w, row + 32 * b + 2 * p + 1) * Bf16ToFloat(h[2 * p + 1]);
+          }
+        }
+      }
+      for (int64_t k = 32 * kb; k < cols; ++k) s = std::fma(WeightAt(a.w, row + k), x[k], s);
+      if (a.bias != nullptr) s += a.bias[r];
+      a.y[t * a.ldy + r] = s;
     }
   }
 }

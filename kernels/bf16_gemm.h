@@ -42,6 +42,13 @@
 //             Opt-in (ZIPMOE_GEMM_ISA=avx512bf16): on a Zen 5 it measured no faster than kAvx512
 //             (decode is bound by memory there; the two dot products per weight vector cost what
 //             the widening saved) and it leaves the fp32 order (docs/architecture.md "CPU kernels").
+//   kAmxBf16  x86-64 with AMX-TILE + AMX-BF16 (Sapphire Rapids and later; Linux grants the tile state per
+//             process, arch_prctl ARCH_REQ_XCOMP_PERM, asked once when the variant is first looked up):
+//             TDPBF16PS on 16-row x 32-column weight tiles read in place and the same hi + lo activation
+//             split, 16 tokens per tile (kernels/bf16_gemm_amx.cc). Its own order, one fp32 chain per output
+//             (Bf16GemmAmxReference); the same tolerances as kAvx512Bf16. Opt-in (ZIPMOE_GEMM_ISA=amxbf16):
+//             on an Intel Xeon VM its 256-token prefill ran 1.48x kAvx512's, decode the same, but its bits
+//             differ from the default variants' (which agree on every CPU). Split work on GemmRowQuantum.
 //
 // Thread-safety: every function is reentrant; callers split rows across threads (disjoint row
 // ranges write disjoint outputs).
@@ -112,16 +119,31 @@ struct GemmArgs {
   int64_t row_end = 0;
 };
 
-enum class GemmIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3, kAvx512Bf16 = 4, kNeonBf16 = 5 };
+enum class GemmIsa : int {
+  kScalar = 0,
+  kAvx2 = 1,
+  kAvx512 = 2,
+  kNeon = 3,
+  kAvx512Bf16 = 4,
+  kNeonBf16 = 5,
+  kAmxBf16 = 6
+};
 
-// "scalar", "avx2", "avx512", "neon", "avx512bf16", "neonbf16" ("unknown" for other values).
+// "scalar", "avx2", "avx512", "neon", "avx512bf16", "neonbf16", "amxbf16" ("unknown" for other values).
 const char* GemmIsaName(GemmIsa isa);
 // True when `isa` is compiled into this binary and the CPU (and OS) support it. kScalar always is.
 bool GemmIsaAvailable(GemmIsa isa);
 // AVX-512 > AVX2 on x86-64, NEON on AArch64, else scalar; detected once per process.
-// ZIPMOE_GEMM_ISA=scalar|avx2|avx512|neon|avx512bf16|neonbf16 in the environment overrides it when that ISA
-// is available.
+// ZIPMOE_GEMM_ISA=scalar|avx2|avx512|neon|avx512bf16|neonbf16|amxbf16 in the environment overrides it when that
+// ISA is available.
 GemmIsa BestGemmIsa();
+
+// The row quantum of BestGemmIsa()'s variant: callers that split a product's rows across threads give each
+// call a multiple of this many rows (the last one the rest), so the variant's row tiles stay whole and its
+// per-call work is amortised. 4 (the register tiles of the AVX/NEON variants); 64 for kAmxBf16 (16-row
+// tiles, and each call splits and packs its activations: ~1-3 µs, measured as much as a 16-row tile's
+// product). Results never depend on the split; only speed does.
+int64_t GemmRowQuantum();
 
 // Checks the shapes and pointers of `a`. Errors: kInvalidArgument naming the bad field (null
 // pointer with work to do, cols > ldx, row range outside [0, rows], ldy < rows, negative n; FP8
@@ -141,6 +163,14 @@ void Bf16GemmReference(const GemmArgs& a);
 // this model within a tolerance, not bit for bit. F32, FP8 and MXFP4 weights: Bf16GemmReference. No
 // validation.
 void Bf16GemmBf16DotReference(const GemmArgs& a);
+
+// The scalar model of kAmxBf16 (its header comment): the same hi / lo split; per output one fp32 chain:
+// for each 32-column block, hi then lo, for p in [0, 16): s += W[2p]·h[2p]; s += W[2p+1]·h[2p+1] (each
+// product and sum rounded, the SDM's TDPBF16PS pseudo-code; inputs and outputs are not flushed here, the
+// hardware flushes BF16 subnormals: ~1e-38, below every tolerance); the remaining columns with fp32 FMAs on
+// x; the bias. Compared with a tolerance, as Bf16GemmBf16DotReference. F32, FP8 and MXFP4 weights:
+// Bf16GemmReference. No validation.
+void Bf16GemmAmxReference(const GemmArgs& a);
 
 // BestGemmIsa()'s variant on the calling thread. No validation (the executor validates shapes
 // once per tensor; see ValidateGemmArgs); n == 0 or an empty row range does nothing.

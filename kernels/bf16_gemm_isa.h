@@ -10,6 +10,7 @@ namespace zipmoe::kernels {
 void Bf16GemmAvx2(const GemmArgs& a);    // bf16_gemm_avx2.cc   (x86-64 builds)
 void Bf16GemmAvx512(const GemmArgs& a);  // bf16_gemm_avx512.cc (x86-64 builds)
 void Bf16GemmAvx512Bf16(const GemmArgs& a);  // bf16_gemm_avx512bf16.cc (x86-64 builds)
+void Bf16GemmAmxBf16(const GemmArgs& a);  // bf16_gemm_amx.cc (x86-64 builds)
 void Bf16GemmNeon(const GemmArgs& a);    // bf16_gemm_neon.cc   (AArch64 builds)
 void Bf16GemmNeonBf16(const GemmArgs& a);  // bf16_gemm_neon_bf16.cc (AArch64 builds)
 

@@ -38,7 +38,7 @@ GatedDeltaFn FunctionFor(GemmIsa isa) {
 
 GemmIsa DetectIsa() {
   const GemmIsa best = BestGemmIsa();
-  if (best == GemmIsa::kAvx512Bf16) return GemmIsa::kAvx512;
+  if (best == GemmIsa::kAvx512Bf16 || best == GemmIsa::kAmxBf16) return GemmIsa::kAvx512;
   if (best == GemmIsa::kNeonBf16) return GemmIsa::kNeon;
   return best;
 }

@@ -32,7 +32,7 @@
 //   kAvx2    x86-64 AVX2: 8 lanes per vector (gated_delta_avx2.cc).
 //   kAvx512  x86-64 AVX-512F: 16 lanes per vector (gated_delta_avx512.cc).
 //   kNeon    AArch64: 4 lanes per vector (gated_delta_neon.cc; tested under qemu, tests/kernels/aarch64).
-// kAvx512Bf16 and kNeonBf16 (BF16 dot products for the matmuls) have no variant here: where
+// kAvx512Bf16, kAmxBf16 and kNeonBf16 (BF16 dot products for the matmuls) have no variant here: where
 // BestGemmIsa picks one, GatedDeltaRecurrent runs kAvx512 / kNeon.
 //
 // Thread-safety: every function is reentrant. A call is single-threaded; callers parallelise over value
@@ -79,7 +79,8 @@ Status ValidateGatedDeltaArgs(const GatedDeltaArgs& a);
 // The scalar reference: the steps above, token by token, each a plain loop over all of S. No validation.
 void GatedDeltaRecurrentReference(const GatedDeltaArgs& a);
 
-// The variant GatedDeltaRecurrent runs: BestGemmIsa(), with kAvx512Bf16 -> kAvx512 and kNeonBf16 -> kNeon.
+// The variant GatedDeltaRecurrent runs: BestGemmIsa(), with kAvx512Bf16 and kAmxBf16 -> kAvx512 and kNeonBf16 ->
+// kNeon.
 GemmIsa GatedDeltaIsa();
 
 // True when `isa` has a variant here (kScalar, kAvx2, kAvx512, kNeon) and GemmIsaAvailable(isa).

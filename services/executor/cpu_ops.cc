@@ -10,8 +10,7 @@
 namespace zipmoe::executor::cpu {
 namespace {
 
-// Row tiles of the kernels (kGemvRows/kGemmRows are 4 on every ISA): work is split on them.
-constexpr int64_t kRowQuantum = 4;
+// Work is split on the kernels' row quantum (kernels::GemmRowQuantum: their row tiles, 4 rows; 64 for AMX).
 
 struct Task {
   enum Kind { kGemm, kGateUp, kDown } kind;
@@ -27,6 +26,7 @@ int64_t RowCost(int64_t cols, int64_t n) { return cols * (2 + n); }
 constexpr int64_t kPiecesPerProduct = 128;
 
 void Split(std::vector<Task>& tasks, Task::Kind kind, const void* what, int64_t rows, int64_t row_cost) {
+  static const int64_t kRowQuantum = kernels::GemmRowQuantum();
   const int64_t tiles = (rows + kRowQuantum - 1) / kRowQuantum;
   const int64_t step = (tiles + kPiecesPerProduct - 1) / kPiecesPerProduct * kRowQuantum;
   for (int64_t r = 0; r < rows; r += step) {

@@ -1,8 +1,9 @@
-// The BF16 dot-product variants of the CPU matmuls (kernels/bf16_gemm_avx512bf16.cc and
-// bf16_gemm_neon_bf16.cc, opt-in): against their scalar model (Bf16GemmBf16DotReference) and a float64
-// dot product, and the invariances every variant keeps (row split, batch, BF16 vs planes). Each
-// instantiation is skipped with a message where its instructions are missing (x86 without AVX512_BF16;
-// the Arm one runs under qemu-user, tests/kernels/aarch64).
+// The BF16 dot-product variants of the CPU matmuls (kernels/bf16_gemm_avx512bf16.cc, bf16_gemm_amx.cc and
+// bf16_gemm_neon_bf16.cc, opt-in): against their scalar models (Bf16GemmBf16DotReference,
+// Bf16GemmAmxReference) and a float64 dot product, and the invariances every variant keeps (row split,
+// batch, BF16 vs planes). Each instantiation is skipped with a message where its instructions are missing
+// (x86 without AVX512_BF16 or AMX-BF16, or a kernel that does not grant the tile state; the Arm one runs
+// under qemu-user, tests/kernels/aarch64).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,15 +74,26 @@ class Bf16DotTest : public ::testing::TestWithParam<GemmIsa> {
   }
 };
 
-// Shapes with and without a 32-column remainder, decode and batches past the 16-token split block.
-const int64_t kShapes[][3] = {{13, 64, 1}, {9, 100, 3}, {33, 1024, 1}, {17, 96, 21}, {5, 31, 4}, {40, 2048, 5}};
+// The variant's scalar model.
+void ModelOf(GemmIsa isa, const GemmArgs& a) {
+  if (isa == GemmIsa::kAmxBf16) {
+    Bf16GemmAmxReference(a);
+  } else {
+    Bf16GemmBf16DotReference(a);
+  }
+}
+
+// Shapes with and without a 32-column remainder, decode and batches past the 16-token split block; AMX's
+// row groups of 64 and 16 and the partial group (150 = 2 x 64 + 16 + 6), tokens in blocks of 16 (21, 37).
+const int64_t kShapes[][3] = {{13, 64, 1}, {9, 100, 3}, {33, 1024, 1}, {17, 96, 21}, {5, 31, 4}, {40, 2048, 5},
+                              {150, 160, 37}, {64, 512, 16}};
 
 TEST_P(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
   for (const auto& s : kShapes) {
     const Problem p(s[0], s[1], s[2], 7);
     std::vector<float> got, model;
     ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(false, got)).ok());
-    Bf16GemmBf16DotReference(p.Args(false, model));
+    ModelOf(GetParam(), p.Args(false, model));
     for (int64_t t = 0; t < p.n; ++t) {
       for (int64_t r = 0; r < p.rows; ++r) {
         double exact = p.bias[static_cast<size_t>(r)], mass = std::abs(exact);
@@ -100,7 +112,7 @@ TEST_P(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
 }
 
 TEST_P(Bf16DotTest, SameBitsWhateverTheRowSplitTheBatchAndTheEncoding) {
-  const Problem p(37, 200, 19, 3);
+  const Problem p(150, 200, 19, 3);
   std::vector<float> all;
   ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(false, all)).ok());
   std::vector<float> planes;
@@ -122,7 +134,8 @@ TEST_P(Bf16DotTest, SameBitsWhateverTheRowSplitTheBatchAndTheEncoding) {
   EXPECT_EQ(0, std::memcmp(all.data(), split.data(), all.size() * sizeof(float)));
 }
 
-INSTANTIATE_TEST_SUITE_P(BothDotIsas, Bf16DotTest, ::testing::Values(GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16),
+INSTANTIATE_TEST_SUITE_P(DotIsas, Bf16DotTest,
+                         ::testing::Values(GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16, GemmIsa::kAmxBf16),
                          [](const ::testing::TestParamInfo<GemmIsa>& info) { return std::string(GemmIsaName(info.param)); });
 
 TEST(Bf16DotModelTest, KnownAnswerForExactlyRepresentableInputs) {
@@ -142,6 +155,35 @@ TEST(Bf16DotModelTest, KnownAnswerForExactlyRepresentableInputs) {
   a.row_end = 1;
   Bf16GemmBf16DotReference(a);
   EXPECT_EQ(y[0], 64.0f + std::ldexp(64.0f, -10));
+  y[0] = 0.0f;
+  Bf16GemmAmxReference(a);
+  EXPECT_EQ(y[0], 64.0f + std::ldexp(64.0f, -10));
+}
+
+TEST(Bf16DotModelTest, TheAmxModelIsOneChainInPairOrder) {
+  // Columns 0, 2, 4 carry 2^24, 1, -2^24. In one chain (the AMX model) 2^24 + 1 rounds to 2^24 (a tie, to
+  // even) before column 4 cancels it: 0. The 16-lane model keeps them in lanes 0, 1, 2 (pairs 0-1, 2-3,
+  // 4-5) and its tree adds lane 0 to lane 2 first, then lane 1: 1.
+  const int64_t cols = 32;
+  std::vector<uint16_t> w(cols, ToBf16(0.0f));
+  w[0] = ToBf16(16777216.0f);
+  w[2] = ToBf16(1.0f);
+  w[4] = ToBf16(-16777216.0f);
+  std::vector<float> x(cols, 1.0f), y(1);
+  GemmArgs a;
+  a.w.bf16 = w.data();
+  a.w.rows = 1;
+  a.w.cols = cols;
+  a.x = x.data();
+  a.n = 1;
+  a.ldx = cols;
+  a.y = y.data();
+  a.ldy = 1;
+  a.row_end = 1;
+  Bf16GemmAmxReference(a);
+  EXPECT_EQ(y[0], 0.0f);
+  Bf16GemmBf16DotReference(a);
+  EXPECT_EQ(y[0], 1.0f);
 }
 
 }  // namespace

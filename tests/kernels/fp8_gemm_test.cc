@@ -209,7 +209,7 @@ TEST_P(Fp8GemmIsaTest, FlushToZeroModeDoesNotChangeTheProduct) {
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, Fp8GemmIsaTest,
                          ::testing::Values(GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon,
-                                           GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16),
+                                           GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16, GemmIsa::kAmxBf16),
                          [](const auto& info) { return std::string(GemmIsaName(info.param)); });
 
 TEST(Fp8GemmValidateTest, ScalesAndBlocksAreRequired) {

@@ -287,7 +287,7 @@ TEST(GatedDeltaValidateTest, RejectsBadArgumentsNamingTheField) {
 TEST(GatedDeltaValidateTest, BfloatDotIsasHaveNoVariant) {
   const Problem p({1, 1, 1, 16, 16}, 5);
   std::vector<float> state, out;
-  for (const GemmIsa isa : {GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16}) {
+  for (const GemmIsa isa : {GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16, GemmIsa::kAmxBf16}) {
     EXPECT_FALSE(GatedDeltaIsaAvailable(isa)) << GemmIsaName(isa);
     EXPECT_EQ(GatedDeltaRecurrentWithIsa(isa, p.Args(state, out)).code(), StatusCode::kUnavailable);
   }

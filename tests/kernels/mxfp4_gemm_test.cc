@@ -239,7 +239,7 @@ TEST_P(Mxfp4GemmIsaTest, BitIdenticalToTheReferenceAndToDequantizedF32) {
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, Mxfp4GemmIsaTest,
                          ::testing::Values(GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kNeon,
-                                           GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16),
+                                           GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16, GemmIsa::kAmxBf16),
                          [](const auto& info) { return std::string(GemmIsaName(info.param)); });
 
 TEST(Mxfp4GemmTest, DispatchedPathIsTheReference) {

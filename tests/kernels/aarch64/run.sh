@@ -67,7 +67,7 @@ fail() { echo "$TAG: FAILED: $*" >&2; exit 1; }
 if grep -q '^\[  SKIPPED \]' "$log"; then fail "NEON test cases were skipped (NEON not compiled in or not detected)"; fi
 grep -q '^\[       OK \] AllIsas/Bf16GemmIsaTest\..*/neon' "$log" || fail "no Bf16Gemm NEON test case ran"
 grep -q '^\[       OK \] AllVariants/RecoveryCpuTest\..*/neon' "$log" || fail "no RecoverBf16Cpu NEON test case ran"
-grep -q '^\[       OK \] BothDotIsas/Bf16DotTest\..*/neonbf16' "$log" || fail "no Bf16Gemm BFDOT (neonbf16) test case ran"
+grep -q '^\[       OK \] DotIsas/Bf16DotTest\..*/neonbf16' "$log" || fail "no Bf16Gemm BFDOT (neonbf16) test case ran"
 grep -q '^\[       OK \] AllIsas/Mxfp4GemmIsaTest\..*/neon' "$log" || fail "no MXFP4 Bf16Gemm NEON test case ran"
 grep -q '^\[       OK \] AllIsas/GatedDeltaIsaTest\..*/neon' "$log" || fail "no GatedDeltaRecurrent NEON test case ran"
 if [ -z "$passed" ] || [ "$passed" -ne "$listed" ]; then fail "$listed NEON test cases listed, ${passed:-0} passed"; fi
