@@ -79,7 +79,7 @@ bool CpuSupports(GemmIsa isa) {
   __builtin_cpu_init();
   // AVX512VL serves the FP8 weights (256-bit byte compares); every CPU with AVX512BW that has shipped has it.
   if (isa == GemmIsa::kAvx2)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   if (isa == GemmIsa::kAvx512)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");

@@ -35,23 +35,37 @@ struct Avx2 {
 
   // 8 FP8 E4M3 weights from 8 bytes as the E4M3 value / 2^120 (as Avx512::Shifted: sign-extended,
   // shifted left by 20, masked; exact, subnormals read while MXCSR.DAZ is clear). NaN codes and scales
-  // >= 2^8 are left to gemm_tile::F8Checked (F8TileNeedsSafe).
+  // >= 2^8 are left to gemm_tile::F8Checked, row tiles with subnormal codes to LoadF8Subnormal (F8TileScan).
   static constexpr bool kF8Scan = true;
+  static constexpr bool kF8SubnormalLoads = true;
   static __m256 F8x8(const uint8_t* p) {
     const __m256i b = _mm256_slli_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 20);
     return _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32(static_cast<int>(0x87f00000u))));
   }
-  static bool F8TileNeedsSafe(const GemmArgs& a, int64_t r, int rows) {
+  // As Avx512::F8TileScan (and the subnormal loads' reasons there).
+  static gemm_tile::F8Tile F8TileScan(const GemmArgs& a, int64_t r, int rows) {
     const uint8_t* p = a.w.f8 + r * a.w.cols;
     const int64_t n = rows * a.w.cols;
     const __m256i high = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi8(static_cast<char>(0xff));
-    __m256i nan = _mm256_setzero_si256();
+    const __m256i exp = _mm256_set1_epi8(0x78), mant = _mm256_set1_epi8(0x07), zero = _mm256_setzero_si256();
+    __m256i nan = zero;
+    int64_t subnormals = 0;
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-      nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), high), ones));
+    for (; i + 32 <= n; i += 32) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
+      nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_or_si256(v, high), ones));
+      const __m256i sub = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, mant), zero),
+                                              _mm256_cmpeq_epi8(_mm256_and_si256(v, exp), zero));
+      const unsigned bits = static_cast<unsigned>(_mm256_movemask_epi8(sub));
+      if (bits != 0) subnormals += __builtin_popcount(bits);  // rare: no count in the common case
+    }
     bool any = _mm256_movemask_epi8(nan) != 0;
-    for (; i < n; ++i) any |= (p[i] & 0x7fu) == 0x7fu;
-    return any || gemm_tile::F8ScalesNeedSafe(a, r, rows);
+    for (; i < n; ++i) {
+      any |= (p[i] & 0x7fu) == 0x7fu;
+      subnormals += (p[i] & 0x78u) == 0 && (p[i] & 0x07u) != 0;
+    }
+    if (any || gemm_tile::F8ScalesNeedSafe(a, r, rows)) return gemm_tile::F8Tile::kChecked;
+    return subnormals * gemm_tile::kF8SubnormalShare > n ? gemm_tile::F8Tile::kSubnormals : gemm_tile::F8Tile::kFast;
   }
 
   // MXFP4: the 8 E2M1 magnitudes times the block's scale (exact products, or the overflow's inf), looked
@@ -86,6 +100,19 @@ struct Avx2 {
   static void LoadF8x2(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
     *w0 = LoadF8(p, scale);
     *w1 = LoadF8(p + 16, scale);
+  }
+  // The subnormal loads (as Avx512's): through IEEE half, F16C's vcvtph2ps, times scale 2^8.
+  static __m256 HalfRoute(const uint8_t* p) {
+    const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(static_cast<short>(0xbf80))));
+  }
+  static Vec LoadF8Subnormal(const uint8_t* p, float scale) {
+    const __m256 s = _mm256_set1_ps(scale * 0x1p8f);
+    return {_mm256_mul_ps(HalfRoute(p), s), _mm256_mul_ps(HalfRoute(p + 8), s)};
+  }
+  static void LoadF8x2Subnormal(const uint8_t* p, float scale, Vec* w0, Vec* w1) {
+    *w0 = LoadF8Subnormal(p, scale);
+    *w1 = LoadF8Subnormal(p + 16, scale);
   }
   static Vec LoadX(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
   static Vec LoadBf16(const uint16_t* p) {

@@ -14,8 +14,10 @@ struct Neon {
   // shifted left by 20 and masked is the float32 of value e4m3 / 2^120 (E4M3 subnormals become float32
   // subnormals, read exactly while FPCR.FZ is clear: gemm_tile::SubnormalInputs), times scale * 2^120:
   // 5 operations per 4 weights against 13 for the decode with every case checked it replaced. Row tiles
-  // with a NaN code or a scale >= 2^8 are found by F8TileNeedsSafe and computed by gemm_tile::F8Checked.
+  // with a NaN code or a scale >= 2^8 are found by F8TileScan and computed by gemm_tile::F8Checked.
+  // Subnormal codes stay on LoadF8: Arm cores multiply float32 subnormals at full speed.
   static constexpr bool kF8Scan = true;
+  static constexpr bool kF8SubnormalLoads = false;
   struct Acc {
     float32x4_t v0, v1, v2, v3;
   };
@@ -74,8 +76,9 @@ struct Neon {
     *w0 = LoadF8(p, scale);
     *w1 = LoadF8(p + 16, scale);
   }
-  // True when rows [r, r + rows) hold a NaN code or a scale that LoadF8 cannot take (|s| >= 2^8, inf, NaN).
-  static bool F8TileNeedsSafe(const GemmArgs& a, int64_t r, int rows) {
+  // kChecked when rows [r, r + rows) hold a NaN code or a scale that LoadF8 cannot take (|s| >= 2^8, inf,
+  // NaN), else kFast.
+  static gemm_tile::F8Tile F8TileScan(const GemmArgs& a, int64_t r, int rows) {
     const uint8_t* p = a.w.f8 + r * a.w.cols;
     const int64_t n = rows * a.w.cols;
     uint8x16_t nan = vdupq_n_u8(0);
@@ -84,7 +87,7 @@ struct Neon {
       nan = vorrq_u8(nan, vceqq_u8(vorrq_u8(vld1q_u8(p + i), vdupq_n_u8(0x80)), vdupq_n_u8(0xff)));
     bool any = vmaxvq_u8(nan) != 0;
     for (; i < n; ++i) any |= (p[i] & 0x7fu) == 0x7fu;
-    return any || gemm_tile::F8ScalesNeedSafe(a, r, rows);
+    return any || gemm_tile::F8ScalesNeedSafe(a, r, rows) ? gemm_tile::F8Tile::kChecked : gemm_tile::F8Tile::kFast;
   }
   // MXFP4: each E2M1 value is an IEEE half whose low byte is 0, so the nibbles index a 16-byte table of
   // the high bytes (TBL), a zip with zeros makes the halves, FCVTL widens them exactly, and one

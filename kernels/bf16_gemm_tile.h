@@ -9,10 +9,14 @@
 //   V::LoadF8(const uint8_t* p, float scale)    16 FP8 E4M3 weights decoded exactly, times `scale`
 //                            (one fp32 multiplication each: GemmWeights' FP8 formula)
 //   V::LoadF8x2(p, scale, &w0, &w1)             32 of them (columns k..k+15, k+16..k+31), one block
-//   V::kF8Scan, V::F8TileNeedsSafe(a, r, rows)   when kF8Scan, LoadF8 covers finite codes and scales
+//   V::kF8Scan, V::F8TileScan(a, r, rows)        when kF8Scan, LoadF8 covers finite codes and scales
 //                            < 2^8 only, reading E4M3 subnormals as float32 subnormals: row tiles for
-//                            which F8TileNeedsSafe is true (a NaN code, a larger scale) are computed by
-//                            F8Checked<V> below, which covers all
+//                            which F8TileScan says F8Tile::kChecked (a NaN code, a larger scale) are
+//                            computed by F8Checked<V> below, which covers all
+//   V::kF8SubnormalLoads, V::LoadF8Subnormal, V::LoadF8x2Subnormal   when kF8SubnormalLoads, row tiles for
+//                            which F8TileScan says F8Tile::kSubnormals (a subnormal code) are computed by
+//                            F8Subnormal<V>, whose loads keep float32 subnormals out of the multiplication
+//                            (the same bits; x86 cores take a microcode assist on each such input)
 //   V::Store(float* p, Vec v)                    16 floats to p (FP8 batches dequantize a tile once)
 //   V::Fp4Table, V::MakeFp4Table(float scale)   what LoadMxfp4 needs for one 32-column block of scale `scale`
 //                            (the 16 E2M1 values times the scale: one fp32 multiplication each, exact)
@@ -100,13 +104,14 @@ inline float WeightAt(const GemmWeights& w, int64_t index) {
 }
 
 // True when a scale of rows [r, r + rows) is not below 2^8 in magnitude (or inf / NaN): LoadF8's
-// multiplication by scale * 2^120 would overflow (the V::kF8Scan variants).
+// multiplication by scale * 2^120 would overflow (the V::kF8Scan variants); or below 2^-100 (0 included),
+// where the subnormal loads' scale * 2^8 could be a float32 subnormal (Avx512::LoadF8Subnormal).
 inline bool F8ScalesNeedSafe(const GemmArgs& a, int64_t r, int rows) {
   const int64_t scale_cols = (a.w.cols + a.w.block_cols - 1) / a.w.block_cols;
   for (int64_t br = r / a.w.block_rows; br <= (r + rows - 1) / a.w.block_rows; ++br) {
     const float* s = a.w.f8_scale + br * scale_cols;
     for (int64_t c = 0; c < scale_cols; ++c)
-      if (!(__builtin_fabsf(s[c]) < 256.0f)) return true;
+      if (!(__builtin_fabsf(s[c]) < 256.0f) || __builtin_fabsf(s[c]) < 0x1p-100f) return true;
   }
   return false;
 }
@@ -146,7 +151,25 @@ class SubnormalInputs {
   uint64_t saved_ = 0;
 };
 
-// The FP8 decode of the row tiles a kF8Scan variant's F8TileNeedsSafe sends here (a NaN code, a scale
+// What a kF8Scan variant's F8TileScan finds in a row tile: nothing LoadF8 cannot take at full speed, a
+// subnormal code (exponent 0, mantissa != 0), or a NaN code / a scale LoadF8 cannot take.
+enum class F8Tile { kFast, kSubnormals, kChecked };
+// A row tile goes the kSubnormals way when more than 1 in this many of its codes is subnormal: the
+// subnormal loads cost ~2 cycles more per 16 weights, an assist ~130 per vector holding a subnormal
+// (Intel Xeon, docs/benchmarks.md "FP8 on an Intel Xeon"), so below ~1 in 1000 the assists cost less.
+constexpr int64_t kF8SubnormalShare = 1024;
+
+// The FP8 decode of the row tiles whose F8TileScan says kSubnormals (kF8SubnormalLoads variants).
+template <class V>
+struct F8Subnormal : V {
+  static constexpr bool kF8Scan = false;
+  static typename V::Vec LoadF8(const uint8_t* p, float scale) { return V::LoadF8Subnormal(p, scale); }
+  static void LoadF8x2(const uint8_t* p, float scale, typename V::Vec* w0, typename V::Vec* w1) {
+    V::LoadF8x2Subnormal(p, scale, w0, w1);
+  }
+};
+
+// The FP8 decode of the row tiles a kF8Scan variant's F8TileScan sends here as kChecked (a NaN code, a scale
 // >= 2^8; neither occurs in a released checkpoint): each weight by GemmWeights' formula (F8ToFloat,
 // one fp32 multiplication), 16 at a time through V::LoadX.
 template <class V>
@@ -226,9 +249,16 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
     return;
   }
   if constexpr (kEnc == Encoding::kF8 && V::kF8Scan) {
-    if (V::F8TileNeedsSafe(a, r, R)) {
+    const F8Tile kind = V::F8TileScan(a, r, R);
+    if (kind == F8Tile::kChecked) {
       Tile<F8Checked<V>, kEnc, R, T>(a, r, t);
       return;
+    }
+    if constexpr (V::kF8SubnormalLoads) {
+      if (kind == F8Tile::kSubnormals) {
+        Tile<F8Subnormal<V>, kEnc, R, T>(a, r, t);
+        return;
+      }
     }
   }
   const int64_t cols = a.w.cols;
@@ -378,9 +408,16 @@ inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
   const int64_t cols = a.w.cols;
   const auto dequantize = [&](int64_t r0, int rows) {
     if constexpr (V::kF8Scan) {
-      if (V::F8TileNeedsSafe(a, r0, rows)) {
+      const F8Tile kind = V::F8TileScan(a, r0, rows);
+      if (kind == F8Tile::kChecked) {
         RowsF8Dequantize<F8Checked<V>>(a, r0, rows, buf);
         return;
+      }
+      if constexpr (V::kF8SubnormalLoads) {
+        if (kind == F8Tile::kSubnormals) {
+          RowsF8Dequantize<F8Subnormal<V>>(a, r0, rows, buf);
+          return;
+        }
       }
     }
     RowsF8Dequantize<V>(a, r0, rows, buf);

@@ -170,6 +170,36 @@ TEST_P(Fp8GemmIsaTest, LargeAndSubnormalScalesAsTheReference) {
   }
 }
 
+// Row tiles with a few subnormal codes (the moved-bits decode, subnormal float32 inputs) and with many
+// (the x86 variants' subnormal loads through IEEE half, more than 1 in 1024: gemm_tile::kF8SubnormalShare),
+// next to tiles with none: every variant gives the reference's bits, for decode and a batch, with
+// MXCSR.DAZ / FPCR.FZ as the caller left it.
+TEST_P(Fp8GemmIsaTest, RowTilesWithFewAndManySubnormalCodesGiveTheReferenceBits) {
+  for (const int64_t n : {int64_t{1}, int64_t{6}, int64_t{70}}) {
+    Fp8Problem p(48, 1024, n, 16, 128, 5);
+    for (uint8_t& b : p.f8) {
+      if ((b & 0x78) == 0) b |= 0x08;  // no subnormal (or zero) code anywhere yet
+    }
+    p.f8[5 * 1024 + 7] = 0x03;  // row 5: one subnormal, +3 2^-9
+    p.f8[9 * 1024 + 1000] = 0x86;  // row 9: one, -6 2^-9
+    for (int64_t k = 0; k < 1024; k += 8) {
+      p.f8[static_cast<size_t>(30 * 1024 + k)] = static_cast<uint8_t>((k / 8) % 2 ? 0x81 : 0x07);  // row 30: 1 in 8
+      p.f8[static_cast<size_t>(31 * 1024 + k + 3)] = 0x05;  // row 31 too
+    }
+    for (int64_t r = 0; r < p.rows; ++r)
+      for (int64_t k = 0; k < p.cols; ++k)
+        p.dequantized[static_cast<size_t>(r * p.cols + k)] =
+            F8E4M3ToFloat(p.f8[static_cast<size_t>(r * p.cols + k)]) *
+            p.scale[static_cast<size_t>((r / p.block_rows) * (p.cols / p.block_cols) + k / p.block_cols)];
+    std::vector<float> want, got, f32;
+    Bf16GemmReference(p.Args(true, true, want));
+    ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, true, got)).ok());
+    ExpectSameBits(want, got, "n = " + std::to_string(n));
+    Bf16GemmReference(p.Args(false, true, f32));
+    ExpectSameBits(want, f32, "dequantized, n = " + std::to_string(n));
+  }
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 // The x86 variants read E4M3 subnormals as float32 subnormals: a caller's MXCSR.DAZ (denormal inputs
 // read as zero, e.g. torch.set_flush_denormal) must not change the product, and comes back as it was.
