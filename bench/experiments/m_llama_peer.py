@@ -28,6 +28,8 @@ NEEDS = ("calibrate",)  # the mini model's cap overhead and warm-up trace (Suite
 # `cold_tokens` new tokens per cold run; llama.cpp runs longer than `llama_timeout_s` time out; zipmoe runs each
 # cap a second time with `--prefetch sweep_prefetch` (None: not).
 PEER_SEED = 12345
+# zipmoe's opt-in CPU kernel variants (kernels/bf16_gemm.h), run beside the default where the machine has them.
+OPT_IN_ISAS = ("neonbf16",) if os.uname().machine in ("aarch64", "arm64") else ("avx512bf16", "amxbf16")
 OTHERS_MAX = 0.3
 PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 1,
               "extra_rounds": 0, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
@@ -278,28 +280,37 @@ def run(s):
         b = membw(s, 2, f"membw-{name}-{i}.log")
         return b["gbps"] if b else None
 
-    def warm_zipmoe(i):
-        bw_now = round_membw("zipmoe", i)
+    def warm_zipmoe(i, isa=None):
+        """One warm executor_bench run; `isa` runs an opt-in kernel variant (ZIPMOE_GEMM_ISA) as the system
+        "zipmoe (isa)", or returns False without a row when this machine does not have it."""
+        name = "zipmoe" if isa is None else f"zipmoe ({isa})"
+        tag = "zipmoe" if isa is None else f"zipmoe-{isa}"
+        bw_now = round_membw(tag, i)
         resid = residency(hf_files)
-        r = run_group(s, [os.path.join(s.a.bin, "executor_bench"), m["hf"], "--threads", str(s.threads),
-                          "--prompt-ids", ids_s, "--decode-tokens", str(pc["warm_decode"]), "--reps",
-                          str(pc["zipmoe_reps"])], f"m-warm-zipmoe-{i}.log", capped=True, limit=None,
+        env = [] if isa is None else ["env", f"ZIPMOE_GEMM_ISA={isa}"]
+        r = run_group(s, env + [os.path.join(s.a.bin, "executor_bench"), m["hf"], "--threads", str(s.threads),
+                                "--prompt-ids", ids_s, "--decode-tokens", str(pc["warm_decode"]), "--reps",
+                                str(pc["zipmoe_reps"])], f"m-warm-{tag}-{i}.log", capped=True, limit=None,
                       timeout=600)
         reps = [(float(a), float(b), float(c)) for a, b, c in re.findall(
             r"rep \d+: ttft ([0-9.]+) s, tpot ([0-9.]+) s, prefill ([0-9.]+) tokens/s", r["stdout"])]
-        isa = re.search(r"I: gemm isa (\w+)", r["stdout"])
-        row = {"system": "zipmoe", "round": i, "ok": r["rc"] == 0 and bool(reps), "resident": resid,
+        ran = re.search(r"I: gemm isa (\w+)", r["stdout"])
+        if isa is not None and (ran is None or ran.group(1) != isa):
+            bl.log(f"m: no {isa} kernel variant on this machine (it ran {ran.group(1) if ran else 'nothing'})")
+            return False
+        row = {"system": name, "round": i, "ok": r["rc"] == 0 and bool(reps), "resident": resid,
                "wall_s": r["wall_s"], "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"],
-               "kernel": isa.group(1) if isa else None, "membw_gbps": bw_now}
+               "kernel": ran.group(1) if ran else None, "membw_gbps": bw_now}
         if row["ok"]:
             row.update({"tpot_s": min(x[1] for x in reps), "prefill_tokens_per_s": max(x[2] for x in reps),
                         "reps": [{"ttft_s": a, "tpot_s": b, "prefill_tokens_per_s": c} for a, b, c in reps]})
-            bl.log(f"m: warm zipmoe #{i}: tpot {row['tpot_s']:.4f} s, prefill {row['prefill_tokens_per_s']:.1f} "
+            bl.log(f"m: warm {name} #{i}: tpot {row['tpot_s']:.4f} s, prefill {row['prefill_tokens_per_s']:.1f} "
                    f"tok/s (others used {r['others_cpu']:.2f} cores)")
         else:
-            row["error"] = f"executor_bench exit {r['rc']} (logs/m-warm-zipmoe-{i}.log)"
+            row["error"] = f"executor_bench exit {r['rc']} (logs/m-warm-{tag}-{i}.log)"
             bl.warn(f"m: {row['error']}")
         warm.append(row)
+        return True
 
     def warm_llama(i):
         bw_now = round_membw("llama", i)
@@ -329,6 +340,7 @@ def run(s):
                 return True
         return False
 
+    opt_in = list(OPT_IN_ISAS)
     i = 0
     while i < pc["rounds"] or (i < pc["rounds"] + pc["extra_rounds"] and disturbed()):
         if i >= pc["rounds"]:
@@ -336,6 +348,9 @@ def run(s):
         warm_zipmoe(i)
         if gguf:
             warm_llama(i)
+        # The opt-in kernel variants this machine has (docs/architecture.md "CPU kernels"), in the same
+        # rounds: not in the targets (their bits differ from the default's), reported beside them.
+        opt_in[:] = [isa for isa in opt_in if warm_zipmoe(i, isa)]
         i += 1
     bw.append(membw(s, pc["membw_reps"], "membw-2.log"))
     bw = [b for b in bw if b]
@@ -720,6 +735,18 @@ def report(rep):
                       f"{res} | {f3(w.get('others_cpu'), 2)} | {gib(w.get('peak_bytes'))} |")
             else:
                 rep.p(f"| {w['round'] + 1} | {w['system']} | failed: {w.get('error', '')} | | {res} | | |")
+        base = [w for w in warm if w["system"] == "zipmoe" and w.get("ok")]
+        variants = sorted({w["system"] for w in warm if w["system"].startswith("zipmoe (")})
+        if variants:
+            rep.p("")
+        for variant in variants:
+            runs = [w for w in warm if w["system"] == variant and w.get("ok")]
+            if runs and base:
+                t = statistics.median(w["tpot_s"] for w in runs) / statistics.median(w["tpot_s"] for w in base)
+                pf = (statistics.median(w["prefill_tokens_per_s"] for w in runs) /
+                      statistics.median(w["prefill_tokens_per_s"] for w in base))
+                rep.p(f"{variant}, the opt-in kernel variant (its bits differ from the default's, so it is not "
+                      f"judged by the targets): TPOT {t:.2f}x and prefill {pf:.2f}x the default kernel's (medians).")
         bws = ", ".join(f"{b['gbps']:.1f}" + (f" (other work meanwhile: {b['others_cpu']:.2f} cores)"
                                               if b.get("others_cpu") is not None else "")
                         for b in mj.get("membw") or [])
