@@ -138,25 +138,30 @@ INSTANTIATE_TEST_SUITE_P(DotIsas, Bf16DotTest,
                          ::testing::Values(GemmIsa::kAvx512Bf16, GemmIsa::kNeonBf16, GemmIsa::kAmxBf16),
                          [](const ::testing::TestParamInfo<GemmIsa>& info) { return std::string(GemmIsaName(info.param)); });
 
-TEST(Bf16DotModelTest, KnownAnswerForExactlyRepresentableInputs) {
-  // x = 1 + 2^-10 needs more than BF16's 8 bits: hi = 1, lo = 2^-10; the model recovers it exactly.
-  const int64_t cols = 32;
-  std::vector<uint16_t> w(cols, ToBf16(2.0f));
-  std::vector<float> x(cols, 1.0f + std::ldexp(1.0f, -10)), y(1);
+// One row of BF16 weights times one token: the arguments of a 1 x cols product into y[0].
+GemmArgs OneRow(const std::vector<uint16_t>& w, const std::vector<float>& x, std::vector<float>& y) {
+  y.assign(1, std::numeric_limits<float>::quiet_NaN());
   GemmArgs a;
   a.w.bf16 = w.data();
   a.w.rows = 1;
-  a.w.cols = cols;
+  a.w.cols = static_cast<int64_t>(w.size());
   a.x = x.data();
   a.n = 1;
-  a.ldx = cols;
+  a.ldx = a.w.cols;
   a.y = y.data();
   a.ldy = 1;
   a.row_end = 1;
-  Bf16GemmBf16DotReference(a);
+  return a;
+}
+
+TEST(Bf16DotModelTest, KnownAnswerForExactlyRepresentableInputs) {
+  // x = 1 + 2^-10 needs more than BF16's 8 bits: hi = 1, lo = 2^-10; the models recover it exactly.
+  const std::vector<uint16_t> w(32, ToBf16(2.0f));
+  const std::vector<float> x(32, 1.0f + std::ldexp(1.0f, -10));
+  std::vector<float> y;
+  Bf16GemmBf16DotReference(OneRow(w, x, y));
   EXPECT_EQ(y[0], 64.0f + std::ldexp(64.0f, -10));
-  y[0] = 0.0f;
-  Bf16GemmAmxReference(a);
+  Bf16GemmAmxReference(OneRow(w, x, y));
   EXPECT_EQ(y[0], 64.0f + std::ldexp(64.0f, -10));
 }
 
@@ -164,25 +169,15 @@ TEST(Bf16DotModelTest, TheAmxModelIsOneChainInPairOrder) {
   // Columns 0, 2, 4 carry 2^24, 1, -2^24. In one chain (the AMX model) 2^24 + 1 rounds to 2^24 (a tie, to
   // even) before column 4 cancels it: 0. The 16-lane model keeps them in lanes 0, 1, 2 (pairs 0-1, 2-3,
   // 4-5) and its tree adds lane 0 to lane 2 first, then lane 1: 1.
-  const int64_t cols = 32;
-  std::vector<uint16_t> w(cols, ToBf16(0.0f));
+  std::vector<uint16_t> w(32, ToBf16(0.0f));
   w[0] = ToBf16(16777216.0f);
   w[2] = ToBf16(1.0f);
   w[4] = ToBf16(-16777216.0f);
-  std::vector<float> x(cols, 1.0f), y(1);
-  GemmArgs a;
-  a.w.bf16 = w.data();
-  a.w.rows = 1;
-  a.w.cols = cols;
-  a.x = x.data();
-  a.n = 1;
-  a.ldx = cols;
-  a.y = y.data();
-  a.ldy = 1;
-  a.row_end = 1;
-  Bf16GemmAmxReference(a);
+  const std::vector<float> x(32, 1.0f);
+  std::vector<float> y;
+  Bf16GemmAmxReference(OneRow(w, x, y));
   EXPECT_EQ(y[0], 0.0f);
-  Bf16GemmBf16DotReference(a);
+  Bf16GemmBf16DotReference(OneRow(w, x, y));
   EXPECT_EQ(y[0], 1.0f);
 }
 
