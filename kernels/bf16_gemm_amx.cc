@@ -33,6 +33,7 @@ namespace {
 constexpr int kTileRows = 16;    // rows of W per A/C tile
 constexpr int kTileTokens = 16;  // tokens per B/C tile at most (fewer when the product has fewer)
 constexpr int kBlockCols = 32;   // BF16 columns per A tile row (64 bytes)
+constexpr int64_t kChunkBlocks = 4;  // token tiles packed at once (64 tokens, as bf16_gemm_tile.h's kTokenBlock)
 
 // The tile configuration (Intel SDM Vol. 1 §3.2, palette 1): tile 0 C (16 rows x N tokens, fp32), 4 A (16 rows
 // x 64 bytes), 6 B hi, 7 B lo (16 pairs x N tokens), N = min(n, 16) the tokens of a tile; 1-3 and 5 unused.
@@ -249,8 +250,9 @@ void Bf16GemmAmxBf16(const GemmArgs& a) {
   const int64_t cols = a.w.cols, kb = cols / kBlockCols;
   const int64_t N = a.n < kTileTokens ? a.n : kTileTokens;  // tokens per tile
   const int64_t token_blocks = (a.n + N - 1) / N;
+  const int64_t chunk = token_blocks < kChunkBlocks ? token_blocks : kChunkBlocks;  // blocks packed at once
   const int64_t block_elems = (kb > 0 ? kb : 1) * 2 * kTileRows * N;  // uint32 per packed token block
-  const size_t packed_bytes = static_cast<size_t>(token_blocks * block_elems) * 4;
+  const size_t packed_bytes = static_cast<size_t>(chunk * block_elems) * 4;
   // 16 rows copied (planes, or the BF16 rows after the last full tile).
   const bool need_copy = a.w.bf16 == nullptr || (a.row_end - a.row_begin) % kTileRows != 0;
   const size_t copy_bytes = static_cast<size_t>(kTileRows * (cols > 0 ? cols : 1)) * 2;
@@ -261,21 +263,27 @@ void Bf16GemmAmxBf16(const GemmArgs& a) {
     Bf16GemmAvx512(a);  // no memory for the packed operands: the fp32-activation variant
     return;
   }
-  for (int64_t tb = 0; tb < token_blocks; ++tb) {
-    const int64_t t0 = tb * N, count = a.n - t0 < N ? a.n - t0 : N;
-    PackTokens(a, t0, count, kb, N, packed + tb * block_elems);
-  }
   ConfigureTiles(N);
-  for (int64_t r = a.row_begin; r < a.row_end; r += kTileRows) {
-    const int64_t nrows = a.row_end - r < kTileRows ? a.row_end - r : kTileRows;
-    const uint16_t* w = a.w.bf16 + r * cols;
-    if (a.w.bf16 == nullptr || nrows < kTileRows) {
-      CopyRows(a.w, r, nrows, copy);
-      w = copy;
-    }
-    for (int64_t tb = 0; tb < token_blocks; ++tb) {
+  // Tokens in chunks of up to kChunkBlocks tiles (their packed activations stay in L2, and the buffer
+  // stays small for a long prompt), every row tile of the range streaming by for each chunk.
+  for (int64_t tb0 = 0; tb0 < token_blocks; tb0 += chunk) {
+    const int64_t tb1 = tb0 + chunk < token_blocks ? tb0 + chunk : token_blocks;
+    for (int64_t tb = tb0; tb < tb1; ++tb) {
       const int64_t t0 = tb * N, count = a.n - t0 < N ? a.n - t0 : N;
-      Tile(a, w, cols, r, nrows, packed + tb * block_elems, t0, count, N, kb);
+      PackTokens(a, t0, count, kb, N, packed + (tb - tb0) * block_elems);
+    }
+    for (int64_t r = a.row_begin; r < a.row_end; r += kTileRows) {
+      const int64_t nrows = a.row_end - r < kTileRows ? a.row_end - r : kTileRows;
+      const uint16_t* w = copy;
+      if (a.w.bf16 != nullptr && nrows == kTileRows) {
+        w = a.w.bf16 + r * cols;
+      } else {
+        CopyRows(a.w, r, nrows, copy);
+      }
+      for (int64_t tb = tb0; tb < tb1; ++tb) {
+        const int64_t t0 = tb * N, count = a.n - t0 < N ? a.n - t0 : N;
+        Tile(a, w, cols, r, nrows, packed + (tb - tb0) * block_elems, t0, count, N, kb);
+      }
     }
   }
   _tile_release();

@@ -84,9 +84,10 @@ void ModelOf(GemmIsa isa, const GemmArgs& a) {
 }
 
 // Shapes with and without a 32-column remainder, decode and batches past the 16-token split block; AMX's
-// row groups of 64 and 16 and the partial group (150 = 2 x 64 + 16 + 6), tokens in blocks of 16 (21, 37).
+// 16-row tiles and a partial one (150 = 9 x 16 + 6), tokens in tiles of 16 (21, 37) and in more than one
+// 64-token chunk of them (70).
 const int64_t kShapes[][3] = {{13, 64, 1}, {9, 100, 3}, {33, 1024, 1}, {17, 96, 21}, {5, 31, 4}, {40, 2048, 5},
-                              {150, 160, 37}, {64, 512, 16}};
+                              {150, 160, 37}, {64, 512, 16}, {21, 96, 70}};
 
 TEST_P(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
   for (const auto& s : kShapes) {
@@ -112,7 +113,7 @@ TEST_P(Bf16DotTest, CloseToItsScalarModelAndWithin2Pow15OfFloat64) {
 }
 
 TEST_P(Bf16DotTest, SameBitsWhateverTheRowSplitTheBatchAndTheEncoding) {
-  const Problem p(150, 200, 19, 3);
+  const Problem p(150, 200, 70, 3);
   std::vector<float> all;
   ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(false, all)).ok());
   std::vector<float> planes;
