@@ -54,6 +54,13 @@ float WeightAt(const GemmWeights& w, int64_t index) {
 }
 
 #if defined(ZIPMOE_GEMM_X86)
+// F16C (CPUID.1:ECX bit 29; clang's __builtin_cpu_supports has no "f16c"): the AVX2 variant's FP8 decode of
+// row tiles with many subnormal codes (vcvtph2ps). Every AVX2 CPU has it.
+bool HasF16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+
 // AMX-TILE + AMX-BF16 (CPUID.(7,0):EDX bits 24 and 22), the tile state enabled by the OS (XCR0 bits 17 and
 // 18), and Linux's per-process permission for the tile data (arch_prctl(ARCH_REQ_XCOMP_PERM,
 // XFEATURE_XTILEDATA), Linux >= 5.16: Documentation/arch/x86/xstate.rst). Asked once per process.
@@ -79,7 +86,7 @@ bool CpuSupports(GemmIsa isa) {
   __builtin_cpu_init();
   // AVX512VL serves the FP8 weights (256-bit byte compares); every CPU with AVX512BW that has shipped has it.
   if (isa == GemmIsa::kAvx2)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
   if (isa == GemmIsa::kAvx512)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
