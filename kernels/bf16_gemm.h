@@ -47,7 +47,7 @@
 //             TDPBF16PS on 16-row x 32-column weight tiles read in place and the same hi + lo activation
 //             split, 16 tokens per tile (kernels/bf16_gemm_amx.cc). Its own order, one fp32 chain per output
 //             (Bf16GemmAmxReference); the same tolerances as kAvx512Bf16. Opt-in (ZIPMOE_GEMM_ISA=amxbf16):
-//             on an Intel Xeon VM its 256-token prefill ran 1.48x kAvx512's, decode the same, but its bits
+//             on an Intel Xeon VM its 256-token prefill ran 1.65x kAvx512's, decode 3-8 % slower, but its bits
 //             differ from the default variants' (which agree on every CPU). Split work on GemmRowQuantum.
 //
 // Thread-safety: every function is reentrant; callers split rows across threads (disjoint row
