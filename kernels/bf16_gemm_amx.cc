@@ -13,10 +13,12 @@
 //
 // Per output (row r, token t), its C element accumulates, for 32-column blocks b = 0 .. cols/32 - 1 and
 // each half h = hi, lo: for p in [0, 16): c += W[r, 32b+2p] h[32b+2p]; c += W[r, 32b+2p+1] h[32b+2p+1]
-// (the SDM's TDPBF16PS pseudo-code; Bf16GemmAmxReference is its scalar model), then the remaining columns
+// (the SDM's TDPBF16PS pseudo-code; Bf16GemmAmxReference is its scalar model; the hardware sums each
+// instruction's 32 products in an order of its own, 27 of 750 outputs equal to that model on an Intel Xeon,
+// so tests compare within a tolerance), then the remaining columns
 // with fp32 FMAs on the exact activation, then the bias. Every output is one chain in that order whatever
 // the tile it sits in (rows in tiles of 16, a partial tile through a zero-padded copy, tokens in blocks of
-// up to 16, the last padded with zeros), the thread split, the batch or the encoding (planes are reassembled
+// up to 16, the last padded with zeros, packed 64 at a time), the thread split, the batch or the encoding (planes are reassembled
 // to BF16 first), so results do not depend on them; they differ from the fp32-activation variants by the
 // split and by the order (one chain instead of 16 lanes and a tree). F32, FP8 and MXFP4 weights take the
 // AVX-512 variant.
