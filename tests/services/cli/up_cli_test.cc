@@ -151,6 +151,13 @@ TEST(UpCli, CpuAffinityPinsEachServiceToItsCpusAndPipelinePriorityRaisesTheServi
     const size_t begin = status.find_first_not_of(" \t", at + 18);
     return status.substr(begin, status.find('\n', begin) - begin);
   };
+  // /health answers once the executor has loaded; storage and the decompressors are not on that path and
+  // may still be starting under load (they pin themselves first thing): wait up to 20 s for storage's line
+  // and the decompressor's CPUs.
+  for (int i = 0; i < 200 && (up.log().find("I: storage: pinned to CPUs") == std::string::npos ||
+                              allowed("decompressor-0.pid") != "0");
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(allowed("storage.pid"), "0");
   EXPECT_EQ(allowed("decompressor-0.pid"), "0");
   EXPECT_EQ(allowed("executor.pid"), "0-1");
