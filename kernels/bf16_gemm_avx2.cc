@@ -59,13 +59,7 @@ struct Avx2 {
       const unsigned bits = static_cast<unsigned>(_mm256_movemask_epi8(sub));
       if (bits != 0) subnormals += __builtin_popcount(bits);  // rare: no count in the common case
     }
-    bool any = _mm256_movemask_epi8(nan) != 0;
-    for (; i < n; ++i) {
-      any |= (p[i] & 0x7fu) == 0x7fu;
-      subnormals += (p[i] & 0x78u) == 0 && (p[i] & 0x07u) != 0;
-    }
-    if (any || gemm_tile::F8ScalesNeedSafe(a, r, rows)) return gemm_tile::F8Tile::kChecked;
-    return subnormals * gemm_tile::kF8SubnormalShare > n ? gemm_tile::F8Tile::kSubnormals : gemm_tile::F8Tile::kFast;
+    return gemm_tile::F8TileVerdict<Avx2>(a, r, rows, p, i, n, _mm256_movemask_epi8(nan) != 0, subnormals);
   }
 
   // MXFP4: the 8 E2M1 magnitudes times the block's scale (exact products, or the overflow's inf), looked

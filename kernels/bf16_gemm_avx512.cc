@@ -97,12 +97,7 @@ struct Avx512 {
       const __mmask64 sub = _mm512_mask_test_epi8_mask(_mm512_testn_epi8_mask(v, exp), v, mant);
       if (sub != 0) subnormals += __builtin_popcountll(sub);  // rare: no count in the common case
     }
-    for (; i < n; ++i) {
-      nan |= (p[i] & 0x7fu) == 0x7fu;
-      subnormals += (p[i] & 0x78u) == 0 && (p[i] & 0x07u) != 0;
-    }
-    if (nan != 0 || gemm_tile::F8ScalesNeedSafe(a, r, rows)) return gemm_tile::F8Tile::kChecked;
-    return subnormals * gemm_tile::kF8SubnormalShare > n ? gemm_tile::F8Tile::kSubnormals : gemm_tile::F8Tile::kFast;
+    return gemm_tile::F8TileVerdict<Avx512>(a, r, rows, p, i, n, nan != 0, subnormals);
   }
   // MXFP4: the 16 signed E2M1 values times the block's scale (exact products, or the overflow's inf),
   // looked up by nibble with one vpermps (it reads index bits 3..0 only). The 8 bytes of 16 nibbles are

@@ -156,8 +156,23 @@ class SubnormalInputs {
 enum class F8Tile { kFast, kSubnormals, kChecked };
 // A row tile goes the kSubnormals way when more than 1 in this many of its codes is subnormal: the
 // subnormal loads cost ~2 cycles more per 16 weights, an assist ~130 per vector holding a subnormal
-// (Intel Xeon, docs/benchmarks.md "FP8 on an Intel Xeon"), so below ~1 in 1000 the assists cost less.
+// (Intel Xeon, docs/benchmarks.md "Background: FP8 checkpoints against BF16"), so below ~1 in 1000 the
+// assists cost less.
 constexpr int64_t kF8SubnormalShare = 1024;
+
+// The end of an x86 F8TileScan over the n codes of rows [r, r + rows) at p: the codes [i, n) its vector loop
+// left counted too (NaN codes; subnormal codes: exponent 0, mantissa != 0), then the verdict. Templated on
+// V for internal linkage (the loop is compiled with each ISA's flags).
+template <class V>
+inline F8Tile F8TileVerdict(const GemmArgs& a, int64_t r, int rows, const uint8_t* p, int64_t i, int64_t n, bool nan,
+                            int64_t subnormals) {
+  for (; i < n; ++i) {
+    nan |= (p[i] & 0x7fu) == 0x7fu;
+    subnormals += (p[i] & 0x78u) == 0 && (p[i] & 0x07u) != 0;
+  }
+  if (nan || F8ScalesNeedSafe(a, r, rows)) return F8Tile::kChecked;
+  return subnormals * kF8SubnormalShare > n ? F8Tile::kSubnormals : F8Tile::kFast;
+}
 
 // The FP8 decode of the row tiles whose F8TileScan says kSubnormals (kF8SubnormalLoads variants).
 template <class V>
