@@ -2,8 +2,11 @@
 // resident (the upper bound the offloading runtime is measured against).
 //
 //   executor_bench MODEL_DIR [--threads N] [--prompt-len P | --prompt-ids 1,2,3] [--decode-tokens D] [--batch B]
-//                  [--reps R]
+//                  [--reps R] [--no-mmap]
 //
+// --no-mmap: the weights are copied into anonymous memory (GeneratorOptions::weights_memory kAnonymous,
+// services/executor/weights_memory.h) instead of served from the files' memory maps; the line
+// "I: weights: ..." says where they ended up.
 // Prompts are random token ids (fixed seed), or the --prompt-ids given (every sequence of the batch
 // gets them; bench/suite.py's experiment (m) gives llama.cpp the same ids). Each repetition runs one
 // Generate call (greedy, EOS ignored) of D + 1 new tokens: prefill tokens/s = B * P / ttft, decode
@@ -27,6 +30,7 @@ struct BenchArgs {
   int64_t decode_tokens = 32;
   int64_t batch = 1;
   int reps = 3;
+  bool no_mmap = false;
   std::vector<int32_t> prompt_ids;  // empty: random ids
 };
 
@@ -66,6 +70,8 @@ bool ParseArgs(int argc, char** argv, BenchArgs* a) {
       a->prompt_len = static_cast<int64_t>(a->prompt_ids.size());
     } else if (arg == "--reps" && next(&v)) {
       a->reps = static_cast<int>(v);
+    } else if (arg == "--no-mmap") {
+      a->no_mmap = true;
     } else if (!arg.empty() && arg[0] != '-' && a->model_dir.empty()) {
       a->model_dir = arg;
     } else {
@@ -82,17 +88,20 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr,
                  "usage: executor_bench MODEL_DIR [--threads N] [--prompt-len P | --prompt-ids 1,2,3] "
-                 "[--decode-tokens D] [--batch B] [--reps R]\n");
+                 "[--decode-tokens D] [--batch B] [--reps R] [--no-mmap]\n");
     return 2;
   }
   zipmoe::executor::GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
+  options.weights_memory =
+      args.no_mmap ? zipmoe::executor::WeightsMemory::kAnonymous : zipmoe::executor::WeightsMemory::kMapped;
   auto generator = zipmoe::executor::Generator::Create(options);
   if (!generator.ok()) {
     std::fprintf(stderr, "E: %s\n", generator.status().ToString().c_str());
     return 1;
   }
+  std::fprintf(stderr, "%s", zipmoe::executor::WeightsMemoryLine((*generator)->weights_memory()).c_str());
   const zipmoe::ModelConfig& config = (*generator)->config();
   std::mt19937_64 rng(12345);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size - 1));

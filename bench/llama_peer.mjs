@@ -4,6 +4,7 @@
 //
 //   node bench/llama_peer.mjs --model FILE.gguf [--prompt-ids 1,2,3 | --prompt TEXT] [--threads 2]
 //        [--decode-tokens 16] [--warmup-tokens 2] [--prefill-reps 3] [--dump FILE.json [--dump-steps 4]] [--progress]
+//        [--no-mmap]
 //
 // Measures, after loading:
 //   prefill  the prompt evaluated on an empty sequence, logits of its last position computed; one
@@ -24,12 +25,15 @@
 // --threads sets llama.cpp's thread count for prefill and decode alike (default 2). llama.cpp maps the GGUF
 // (mmap), so the weights come from the page cache: for warm figures have the file cached (e.g. read it once)
 // and enough free memory to keep it there; a decode step that meets an expert only on disk includes its read.
+// --no-mmap loads the weights into llama.cpp's own buffers instead (its --no-mmap; zipmoe's is
+// `--no-mmap` too): the comparison for zipmoe run with anonymous weights.
 import { parseArgs } from "node:util";
 import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 
 const USAGE = "usage: node bench/llama_peer.mjs --model FILE.gguf [--prompt-ids 1,2,3 | --prompt TEXT] [--threads N]\n" +
-  "       [--decode-tokens N] [--warmup-tokens N] [--prefill-reps N] [--dump FILE.json [--dump-steps N]] [--progress]";
+  "       [--decode-tokens N] [--warmup-tokens N] [--prefill-reps N] [--dump FILE.json [--dump-steps N]] [--progress]\n" +
+  "       [--no-mmap]";
 
 function fail(message) {
   process.stderr.write(`error: ${message}\n${USAGE}\n`);
@@ -57,6 +61,7 @@ function parseOptions() {
         dump: { type: "string" },
         "dump-steps": { type: "string", default: "4" },
         progress: { type: "boolean", default: false },
+        "no-mmap": { type: "boolean", default: false },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -88,6 +93,7 @@ function parseOptions() {
     dump: values.dump,
     dumpSteps: positiveInt("dump-steps", values["dump-steps"]),
     progress: values.progress,
+    noMmap: values["no-mmap"],
   };
 }
 
@@ -146,7 +152,7 @@ async function main() {
     logLevel: LlamaLogLevel.warn,
     logger: (level, message) => process.stderr.write(`llama.cpp ${level}: ${message.trimEnd()}\n`),
   });
-  const model = await llama.loadModel({ modelPath: opt.model, gpuLayers: 0 });
+  const model = await llama.loadModel({ modelPath: opt.model, gpuLayers: 0, useMmap: !opt.noMmap });
   let prompt = opt.promptIds;
   if (prompt === null) {
     prompt = model.tokenize(opt.promptText);
@@ -200,6 +206,7 @@ async function main() {
     system_info: llama.systemInfo ?? null,
     model: opt.model,
     threads: opt.threads,
+    mmap: !opt.noMmap,
     load_s: loadS,
     prompt_ids: prompt,
     prompt_tokens: prompt.length,

@@ -9,11 +9,39 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 namespace zipmoe {
 namespace {
 std::string ErrnoText() { return std::strerror(errno); }
+
+constexpr uint64_t kHugePageBytes = uint64_t{1} << 21;
+
+// mmap of `size` bytes at an address that is a multiple of 2 MiB when size >= 2 MiB (a reservation
+// of size + 2 MiB, the mapping placed inside it, the rest given back), so that transparent huge
+// pages can map it with 2 MiB entries and an anonymous copy can be moved onto it (mremap) without
+// splitting them. MAP_FAILED with errno on failure.
+void* MapAligned(uint64_t size, int prot, int flags, int fd) {
+  if (size < kHugePageBytes) return ::mmap(nullptr, size, prot, flags, fd, 0);
+  const uint64_t span = size + kHugePageBytes;
+  void* reserved = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserved == MAP_FAILED) return MAP_FAILED;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(reserved);
+  const uintptr_t aligned = (begin + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  void* p = ::mmap(reinterpret_cast<void*>(aligned), size, prot, flags | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int saved = errno;
+    ::munmap(reserved, span);
+    errno = saved;
+    return MAP_FAILED;
+  }
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t end = aligned + (size + page - 1) / page * page;
+  if (aligned > begin) ::munmap(reserved, aligned - begin);
+  if (begin + span > end) ::munmap(reinterpret_cast<void*>(end), begin + span - end);
+  return p;
+}
 }  // namespace
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
@@ -41,11 +69,30 @@ Result<MappedFile> MappedFile::Open(const std::string& path) {
   m.path_ = path;
   m.size_ = static_cast<uint64_t>(st.st_size);
   if (m.size_ > 0) {
-    void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    void* p = MapAligned(m.size_, PROT_READ, MAP_PRIVATE, fd.get());
     if (p == MAP_FAILED) return Status::IoError(path + ": mmap: " + ErrnoText());
     m.data_ = static_cast<const uint8_t*>(p);
   }
   return m;
+}
+
+Status MappedFile::CopyToAnonymousMemory() {
+  if (data_ == nullptr || anonymous_) return Status::Ok();
+  void* copy = MapAligned(size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+  if (copy == MAP_FAILED)
+    return Status::IoError(path_ + ": anonymous memory for a copy of its " + std::to_string(size_) +
+                           " bytes: " + ErrnoText());
+  (void)::madvise(copy, size_, MADV_HUGEPAGE);  // before the first touch: 2 MiB pages from the start
+  std::memcpy(copy, data_, size_);
+  void* dest = const_cast<uint8_t*>(data_);
+  if (::mprotect(copy, size_, PROT_READ) != 0 ||
+      ::mremap(copy, size_, size_, MREMAP_MAYMOVE | MREMAP_FIXED, dest) == MAP_FAILED) {
+    const std::string why = ErrnoText();
+    ::munmap(copy, size_);
+    return Status::IoError(path_ + ": moving the anonymous copy over the file mapping: " + why);
+  }
+  anonymous_ = true;
+  return Status::Ok();
 }
 
 Status MappedFile::Populate() const {
@@ -66,9 +113,10 @@ Status MappedFile::Populate() const {
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
+    : data_(other.data_), size_(other.size_), anonymous_(other.anonymous_), path_(std::move(other.path_)) {
   other.data_ = nullptr;
   other.size_ = 0;
+  other.anonymous_ = false;
 }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
@@ -76,9 +124,11 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     Reset();
     data_ = other.data_;
     size_ = other.size_;
+    anonymous_ = other.anonymous_;
     path_ = std::move(other.path_);
     other.data_ = nullptr;
     other.size_ = 0;
+    other.anonymous_ = false;
   }
   return *this;
 }
@@ -89,6 +139,16 @@ void MappedFile::Reset() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
+  anonymous_ = false;
+}
+
+int64_t MemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
 }
 
 Result<AtomicFile> AtomicFile::Create(const std::string& path) {

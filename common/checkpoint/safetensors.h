@@ -7,8 +7,9 @@
 // model-0000i-of-0000n.safetensors listed in model.safetensors.index.json {"metadata": {...},
 // "weight_map": {"<tensor>": "<shard file>"}}.
 //
-// Thread-safety: SafetensorsFile and Checkpoint are immutable after Open(); views may be read from
-// any thread while the owner lives. Views point into read-only memory maps (zero-copy) and do not
+// Thread-safety: SafetensorsFile and Checkpoint are immutable after Open() (CopyToAnonymousMemory
+// changes where the bytes live, not their addresses or values, and is called before readers start);
+// views may be read from any thread while the owner lives. Views point into read-only memory maps (zero-copy) and do not
 // own anything.
 #pragma once
 
@@ -67,6 +68,11 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Maps every page of the file now (MappedFile::Populate). Errors: kIoError naming the path.
   Status Populate() const { return file_.Populate(); }
+  // Copies the file into private anonymous memory at the same addresses, so every TensorView stays
+  // valid (MappedFile::CopyToAnonymousMemory: when, why, errors).
+  Status CopyToAnonymousMemory() { return file_.CopyToAnonymousMemory(); }
+  bool anonymous() const { return file_.anonymous(); }
+  uint64_t size_bytes() const { return file_.size(); }
 
  private:
   SafetensorsFile() = default;

@@ -72,6 +72,13 @@ inline constexpr const char* kDeviceMemoryBudgetHelp =
     "(Jetson; with --memory-budget: F's share of that one budget); N% of the routed-expert bytes; or a size such "
     "as 4GiB (0 = staging only). Only with --device cuda";
 
+// --no-mmap (generate, serve): LoadOptions::weights_memory kAnonymous instead of the default kMapped.
+inline constexpr const char* kNoMmapHelp =
+    "copy the weights into private anonymous memory in 2 MiB pages instead of serving them from the files' memory "
+    "maps (page cache), as llama.cpp's --no-mmap: the CPU kernels stream them faster on some machines, loading takes "
+    "longer and the memory is no longer shared or reclaimable; a file is copied only where it fits (MemAvailable "
+    "less 1 GiB), on a CPU device";
+
 // One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
 // far (`what` = "decided"); says so when there is no accelerator.
 std::string DeviceAssignmentLine(const executor::Generator& generator, const std::string& what);

@@ -94,6 +94,7 @@ Generator::~Generator() = default;
 const ModelConfig& Generator::config() const { return impl_->loaded->config; }
 const std::string& Generator::model_dir() const { return impl_->dir; }
 int Generator::n_threads() const { return impl_->n_threads; }
+const WeightsMemoryStats& Generator::weights_memory() const { return impl_->loaded->weights_memory; }
 
 namespace {
 
@@ -159,6 +160,7 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   load.dtype = device.is_cpu() ? at::kFloat : at::kBFloat16;
   load.resident_experts = options.expert_provider == nullptr;
   load.n_threads = impl->n_threads;
+  load.weights_memory = options.weights_memory;
   ZM_ASSIGN_OR_RETURN(impl->loaded, LoadModel(options.model_dir, load));
   if (impl->loaded->config.is_encoder_decoder() &&
       (options.substitution_alpha != 0.0 || options.device_assignment != scheduler::DeviceAssignmentMode::kNone))

@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "services/executor/prefetch_residuals.h"
 #include "services/executor/sampler.h"
+#include "services/executor/weights_memory.h"
 #include "services/scheduler/device_assignment.h"
 
 namespace zipmoe::executor {
@@ -33,6 +34,9 @@ struct GeneratorOptions {
   std::string model_dir;
   int n_threads = 0;           // torch intra-op threads (at::set_num_threads); 0 = hardware concurrency
   std::string device = "cpu";  // "cpu", or "cuda" / "cuda:N" with a CUDA build of libtorch
+  // Where the weights loading reads in full are held (weights_memory.h): the files' mappings (the
+  // default), or private anonymous copies where they fit (`--no-mmap`, CPU device only).
+  WeightsMemory weights_memory = WeightsMemory::kMapped;
   // Borrowed provider of routed experts (must outlive the Generator); null = every expert resident
   // (ResidentExpertProvider from the directory).
   ExpertProvider* expert_provider = nullptr;
@@ -289,6 +293,8 @@ class Generator {
   const ModelConfig& config() const;
   const std::string& model_dir() const;
   int n_threads() const;
+  // How many bytes of the loaded files are anonymous copies and how many stay mapped (weights_memory.h).
+  const WeightsMemoryStats& weights_memory() const;
 
   // Generates for every prompt (a ragged batch; each sequence has its own KV cache; finished
   // sequences leave the batch). Results are in prompt order. Errors: kInvalidArgument for an empty

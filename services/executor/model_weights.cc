@@ -462,11 +462,25 @@ Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const Loa
     ZM_ASSIGN_OR_RETURN(model->store, ExpertStore::Open(dir));
   }
   // Every dense weight is used by every token, and with resident experts every expert file page
-  // may be: map them all now, not one page fault at a time inside the first requests.
+  // may be: read them all in now, not one page fault at a time inside the first requests, into
+  // anonymous memory where asked and where it fits (LoadOptions::weights_memory).
+  std::vector<SafetensorsFile*> whole;
   if (model->checkpoint && options.resident_experts) {
-    for (const auto& file : model->checkpoint->files()) ZM_RETURN_IF_ERROR(file->Populate());
+    for (const auto& file : model->checkpoint->files()) whole.push_back(file.get());
   } else if (model->dense) {
-    ZM_RETURN_IF_ERROR(model->dense->Populate());
+    whole.push_back(model->dense.get());
+  }
+  const bool copy = options.weights_memory == WeightsMemory::kAnonymous && options.device.is_cpu();
+  for (SafetensorsFile* file : whole) {
+    const auto bytes = static_cast<int64_t>(file->size_bytes());
+    if (copy && bytes > 0 && MemAvailableBytes() >= bytes + kAnonymousWeightsReserveBytes) {
+      ZM_RETURN_IF_ERROR(file->CopyToAnonymousMemory());
+      model->weights_memory.anonymous_bytes += bytes;
+      continue;
+    }
+    ZM_RETURN_IF_ERROR(file->Populate());
+    model->weights_memory.mapped_bytes += bytes;
+    if (copy && bytes > 0) ++model->weights_memory.files_left_mapped;
   }
   // Lossless means every byte served is checked: expert chunks are hashed when read, dense tensors
   // here, once, against the manifest.

@@ -27,6 +27,7 @@
 #include "common/checkpoint/expert_store.h"
 #include "common/checkpoint/model_config.h"
 #include "common/resident_expert_provider.h"
+#include "services/executor/weights_memory.h"
 #include "common/checkpoint/safetensors.h"
 #include "common/status.h"
 
@@ -147,7 +148,12 @@ struct LoadOptions {
   at::ScalarType dtype = at::kFloat;  // compute dtype: float32 (CPU) or bfloat16 (GPU)
   bool resident_experts = true;       // build a ResidentExpertProvider
   int n_threads = 0;                  // for FromStore decompression (0 = all cores)
+  // The files loading maps in full: a checkpoint's every file with resident_experts, else a compressed
+  // directory's dense.safetensors (a checkpoint's files without resident_experts are read on demand
+  // and stay mapped).
+  WeightsMemory weights_memory = WeightsMemory::kMapped;
 };
+
 
 // Everything a loaded model directory owns. Views in `weights` point into `checkpoint`/`dense`.
 struct LoadedModel {
@@ -166,6 +172,7 @@ struct LoadedModel {
   std::unique_ptr<ExpertStore> store;        // kCompressed
   std::unique_ptr<ResidentExpertProvider> resident_experts;  // if LoadOptions::resident_experts
   std::vector<at::Tensor> fp8_weights;  // every FP8 linear weight whose scales are attached
+  WeightsMemoryStats weights_memory;
 };
 
 // FP8 checkpoints (config.fp8()): every F8_E4M3 linear weight stays a zero-copy uint8 view with its

@@ -33,32 +33,6 @@
 namespace zipmoe::executor {
 namespace {
 
-// /proc/meminfo's MemAvailable in bytes (0 if unreadable).
-int64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return 0;
-}
-
-// The bytes of model directory `dir` that loading maps and populates from files (page cache that
-// MemAvailable still counts as available): a compressed directory's dense.safetensors (its experts live
-// in the runtime's anonymous pools, already out of MemAvailable), or a checkpoint's every file.
-int64_t MappedModelBytes(const std::string& dir) {
-  std::error_code ec;
-  if (FileExists(JoinPath(dir, kManifestFileName))) {
-    const auto size = std::filesystem::file_size(JoinPath(dir, kDenseFileName), ec);
-    return ec ? 0 : static_cast<int64_t>(size);
-  }
-  int64_t total = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.is_regular_file(ec)) total += static_cast<int64_t>(e.file_size(ec));
-  return total;
-}
-
 }  // namespace
 
 namespace {
@@ -156,6 +130,7 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
+  options.weights_memory = args.no_mmap ? WeightsMemory::kAnonymous : WeightsMemory::kMapped;
   options.device = args.device;
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return fail(assignment.status());
@@ -176,9 +151,11 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   Result<std::unique_ptr<Generator>> generator = Generator::Create(options);
   if (!generator.ok()) return fail(generator.status());
   if (args.kv_budget_mib < 0) {
-    // Auto, measured now that the weights are loaded: half of MemAvailable less the model's mapped file
-    // bytes (page cache MemAvailable counts as available), less the prefix cache; at least 256 MiB.
-    const int64_t left = std::max<int64_t>(0, AvailableMemoryBytes() - MappedModelBytes(args.model_dir));
+    // Auto, measured now that the weights are loaded: half of MemAvailable less the weights still
+    // served from file mappings (page cache MemAvailable counts as available; anonymous copies are out
+    // of it already), less the prefix cache; at least 256 MiB.
+    const int64_t left =
+        std::max<int64_t>(0, MemAvailableBytes() - (*generator)->weights_memory().mapped_bytes);
     if (Status st = (*generator)->set_kv_budget_bytes(
             std::max<int64_t>(int64_t{256} << 20, left / 2 - options.prefix_cache_bytes));
         !st.ok())
@@ -187,6 +164,7 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   const int64_t kv_budget_bytes = (*generator)->kv_budget_stats().budget_bytes;
   if (const std::string unused = (*generator)->config().UnusedParts(); !unused.empty())
     std::fprintf(stderr, "I: serve: the checkpoint's %s: not used for decoding, not loaded\n", unused.c_str());
+  std::fprintf(stderr, "%s", WeightsMemoryLine((*generator)->weights_memory()).c_str());
   server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
   std::fprintf(stderr, "%s",
                fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, KV budget {}, prefix cache "

@@ -43,6 +43,9 @@ struct ServeOptions {
   std::string api_key;
   std::vector<std::string> served_model_names;
   int threads = 0;
+  // Copy the weights into anonymous memory instead of serving them from the files' mappings
+  // (executor/weights_memory.h WeightsMemory::kAnonymous; `--no-mmap`).
+  bool no_mmap = false;
   std::string device = "cpu";
   std::string device_assignment = "none";
   std::string device_memory_budget;  // GPU executor's device slots: "" = auto (ParseDeviceMemoryBudget)

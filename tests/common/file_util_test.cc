@@ -2,10 +2,13 @@
 #include "common/file_util.h"
 
 #include <gmock/gmock.h>
+#include <sys/resource.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <string>
@@ -68,6 +71,81 @@ TEST(FileUtilTest, PopulateMapsEveryPageWithoutChangingTheBytes) {
 
   MappedFile empty;
   EXPECT_TRUE(empty.Populate().ok());
+}
+
+// The anonymous copy keeps the addresses and the bytes, and from then on is the process's own: the
+// file changing underneath no longer shows (it does through the private file mapping before).
+TEST(FileUtilTest, CopyToAnonymousMemoryKeepsAddressesAndBytesAndDetachesFromTheFile) {
+  TempDir tmp;
+  for (const size_t size : {size_t{5000}, size_t{(4u << 20) + 123}}) {  // under one huge page; 2 of them and a partial page
+    std::string data(size, '\0');
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 % 251);
+    const std::string path = tmp.Sub("w" + std::to_string(size) + ".bin");
+    WriteAll(path, data);
+    auto m = MappedFile::Open(path);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    if (size >= (2u << 20)) EXPECT_EQ(reinterpret_cast<uintptr_t>(m->data()) % (2u << 20), 0u) << "2 MiB-aligned";
+    const uint8_t* before = m->data();
+    const auto overwrite_first_byte = [&](char c) {
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(0);
+      f.put(c);
+    };
+    overwrite_first_byte('A');  // seen through the file mapping
+    EXPECT_EQ(static_cast<char>(m->data()[0]), 'A') << size;
+    overwrite_first_byte(data[0]);
+    EXPECT_FALSE(m->anonymous());
+    ASSERT_TRUE(m->CopyToAnonymousMemory().ok());
+    EXPECT_TRUE(m->anonymous());
+    EXPECT_EQ(m->data(), before) << "the same addresses";
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(m->data()), m->size()), data) << size;
+    overwrite_first_byte('B');  // not seen by the copy
+    EXPECT_EQ(static_cast<char>(m->data()[0]), data[0]) << size;
+    ASSERT_TRUE(m->CopyToAnonymousMemory().ok()) << "a second call is a no-op";
+    EXPECT_EQ(m->data(), before);
+    MappedFile moved = std::move(m).value();
+    EXPECT_TRUE(moved.anonymous());
+    EXPECT_EQ(moved.data(), before);
+  }
+  MappedFile empty;
+  EXPECT_TRUE(empty.CopyToAnonymousMemory().ok());
+  EXPECT_FALSE(empty.anonymous());
+}
+
+// Without the memory for a copy the call fails naming the file and leaves the mapping as it was
+// (run in a child: its address space is capped a little above what it uses).
+TEST(FileUtilTest, CopyToAnonymousMemoryWithoutMemoryKeepsTheFileMapping) {
+  TempDir tmp;
+  std::string data((4u << 20) + 7, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 % 253);
+  WriteAll(tmp.Sub("big.bin"), data);
+  const auto child = [&]() -> int {
+    auto m = MappedFile::Open(tmp.Sub("big.bin"));
+    if (!m.ok()) return 10;
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    long vm_kb = -1;
+    while (std::getline(status, line))
+      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
+    if (vm_kb <= 0) return 11;
+    struct rlimit limit {};
+    // 3 MiB more than now: room for small allocations, not for the copy's 4 MiB + 2 MiB reservation
+    limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(vm_kb + 3072) * 1024;
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) return 12;
+    const Status st = m->CopyToAnonymousMemory();
+    if (st.ok() || st.code() != StatusCode::kIoError) return 13;
+    if (st.message().find("big.bin") == std::string::npos) return 14;
+    if (m->anonymous()) return 15;
+    if (m->size() != data.size() || std::memcmp(m->data(), data.data(), data.size()) != 0) return 16;
+    return 0;
+  };
+  EXPECT_EXIT(std::_Exit(child()), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(FileUtilTest, MemAvailableIsPositiveOnLinux) {
+  const int64_t available = MemAvailableBytes();
+  EXPECT_GT(available, 0) << "/proc/meminfo's MemAvailable";
+  EXPECT_LT(available, int64_t{1} << 50);
 }
 
 TEST(FileUtilTest, MappedFileMapsContents) {

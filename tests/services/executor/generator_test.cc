@@ -99,6 +99,32 @@ TEST_P(ExecutorArchTest, LogitsAreBitIdenticalRunToRun) {
   EXPECT_TRUE(BitEqual(*a, *c));
 }
 
+// --no-mmap (WeightsMemory::kAnonymous): the files loading reads in full are copied into anonymous
+// memory, for the HF and the compressed directory (dense.safetensors), and the logits are those of the
+// mapped files, bit for bit.
+TEST_P(ExecutorArchTest, AnonymousWeightsGiveTheMappedFilesLogits) {
+  for (const std::string& dir : {TinyModelDir(GetParam()), TinyCompressedDir(GetParam())}) {
+    GeneratorOptions options;
+    options.model_dir = dir;
+    options.n_threads = kThreads;
+    auto mapped = Generator::Create(options);
+    options.weights_memory = WeightsMemory::kAnonymous;
+    auto anonymous = Generator::Create(options);
+    ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+    ASSERT_TRUE(anonymous.ok()) << anonymous.status().ToString();
+    EXPECT_EQ((*mapped)->weights_memory().anonymous_bytes, 0) << dir;
+    EXPECT_GT((*mapped)->weights_memory().mapped_bytes, 0) << dir;
+    EXPECT_EQ((*anonymous)->weights_memory().anonymous_bytes, (*mapped)->weights_memory().mapped_bytes) << dir;
+    EXPECT_EQ((*anonymous)->weights_memory().mapped_bytes, 0) << dir;
+    EXPECT_EQ((*anonymous)->weights_memory().files_left_mapped, 0) << dir;
+    const std::vector<std::vector<int32_t>> chunks = {kPrompt, {11}, {12}};
+    auto a = (*mapped)->ForwardChunks(chunks);
+    auto b = (*anonymous)->ForwardChunks(chunks);
+    ASSERT_TRUE(a.ok() && b.ok()) << dir;
+    EXPECT_TRUE(BitEqual(*a, *b)) << dir;
+  }
+}
+
 TEST_P(ExecutorArchTest, CompressedDirGivesBitIdenticalLogits) {
   auto hf = MakeGenerator(TinyModelDir(GetParam()));
   auto compressed = MakeGenerator(TinyCompressedDir(GetParam()));
