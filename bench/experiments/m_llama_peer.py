@@ -28,6 +28,8 @@ NEEDS = ("calibrate",)  # the mini model's cap overhead and warm-up trace (Suite
 # `cold_tokens` new tokens per cold run; llama.cpp runs longer than `llama_timeout_s` time out; zipmoe runs each
 # cap a second time with `--prefetch sweep_prefetch` (None: not).
 PEER_SEED = 12345
+# executor_bench's flag that copies the weights into anonymous memory (services/executor/weights_memory.h).
+NO_MMAP = "--no-mmap"
 # zipmoe's opt-in CPU kernel variants (kernels/bf16_gemm.h), run beside the default where the machine has them.
 OPT_IN_ISAS = ("neonbf16",) if os.uname().machine in ("aarch64", "arm64") else ("avx512bf16", "amxbf16")
 OTHERS_MAX = 0.3
@@ -281,21 +283,23 @@ def run(s):
         return b["gbps"] if b else None
 
     def warm_zipmoe(i, isa=None):
-        """One warm executor_bench run; `isa` runs an opt-in kernel variant (ZIPMOE_GEMM_ISA) as the system
-        "zipmoe (isa)", or returns False without a row when this machine does not have it."""
+        """One warm executor_bench run; `isa` runs an opt-in variant as the system "zipmoe (isa)": a kernel
+        variant (ZIPMOE_GEMM_ISA), or returns False without a row when this machine does not have it; or
+        NO_MMAP, the weights copied into anonymous memory (executor_bench --no-mmap)."""
         name = "zipmoe" if isa is None else f"zipmoe ({isa})"
-        tag = "zipmoe" if isa is None else f"zipmoe-{isa}"
+        tag = "zipmoe" if isa is None else f"zipmoe-{isa.lstrip('-')}"
         bw_now = round_membw(tag, i)
         resid = residency(hf_files)
-        env = [] if isa is None else ["env", f"ZIPMOE_GEMM_ISA={isa}"]
+        env = [] if isa in (None, NO_MMAP) else ["env", f"ZIPMOE_GEMM_ISA={isa}"]
+        extra = [NO_MMAP] if isa == NO_MMAP else []
         r = run_group(s, env + [os.path.join(s.a.bin, "executor_bench"), m["hf"], "--threads", str(s.threads),
                                 "--prompt-ids", ids_s, "--decode-tokens", str(pc["warm_decode"]), "--reps",
-                                str(pc["zipmoe_reps"])], f"m-warm-{tag}-{i}.log", capped=True, limit=None,
+                                str(pc["zipmoe_reps"])] + extra, f"m-warm-{tag}-{i}.log", capped=True, limit=None,
                       timeout=600)
         reps = [(float(a), float(b), float(c)) for a, b, c in re.findall(
             r"rep \d+: ttft ([0-9.]+) s, tpot ([0-9.]+) s, prefill ([0-9.]+) tokens/s", r["stdout"])]
         ran = re.search(r"I: gemm isa (\w+)", r["stdout"])
-        if isa is not None and (ran is None or ran.group(1) != isa):
+        if isa not in (None, NO_MMAP) and (ran is None or ran.group(1) != isa):
             bl.log(f"m: no {isa} kernel variant on this machine (it ran {ran.group(1) if ran else 'nothing'})")
             return False
         row = {"system": name, "round": i, "ok": r["rc"] == 0 and bool(reps), "resident": resid,
@@ -340,7 +344,7 @@ def run(s):
                 return True
         return False
 
-    opt_in = list(OPT_IN_ISAS)
+    opt_in = list(OPT_IN_ISAS) + [NO_MMAP]
     i = 0
     while i < pc["rounds"] or (i < pc["rounds"] + pc["extra_rounds"] and disturbed()):
         if i >= pc["rounds"]:
@@ -348,8 +352,9 @@ def run(s):
         warm_zipmoe(i)
         if gguf:
             warm_llama(i)
-        # The opt-in kernel variants this machine has (docs/architecture.md "CPU kernels"), in the same
-        # rounds: not in the targets (their bits differ from the default's), reported beside them.
+        # The opt-in kernel variants this machine has (docs/architecture.md "CPU kernels") and --no-mmap, in
+        # the same rounds: not in the targets (the variants' bits differ from the default's; --no-mmap is not
+        # the default), reported beside them.
         opt_in[:] = [isa for isa in opt_in if warm_zipmoe(i, isa)]
         i += 1
     bw.append(membw(s, pc["membw_reps"], "membw-2.log"))
@@ -745,8 +750,12 @@ def report(rep):
                 t = statistics.median(w["tpot_s"] for w in runs) / statistics.median(w["tpot_s"] for w in base)
                 pf = (statistics.median(w["prefill_tokens_per_s"] for w in runs) /
                       statistics.median(w["prefill_tokens_per_s"] for w in base))
-                rep.p(f"{variant}, the opt-in kernel variant (its bits differ from the default's, so it is not "
-                      f"judged by the targets): TPOT {t:.2f}x and prefill {pf:.2f}x the default kernel's (medians).")
+                if variant == f"zipmoe ({NO_MMAP})":
+                    rep.p(f"{variant}, the weights copied into anonymous memory at load (opt-in, not judged by the "
+                          f"targets): TPOT {t:.2f}x and prefill {pf:.2f}x the default's (medians).")
+                else:
+                    rep.p(f"{variant}, the opt-in kernel variant (its bits differ from the default's, so it is not "
+                          f"judged by the targets): TPOT {t:.2f}x and prefill {pf:.2f}x the default kernel's (medians).")
         bws = ", ".join(f"{b['gbps']:.1f}" + (f" (other work meanwhile: {b['others_cpu']:.2f} cores)"
                                               if b.get("others_cpu") is not None else "")
                         for b in mj.get("membw") or [])
