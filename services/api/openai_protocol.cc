@@ -282,6 +282,7 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   const std::string source = ctx.tokenizer->ChatTemplateSource(!tools.is_null());
   const bool template_knows_tool_calls = source.find("tool_calls") != std::string::npos;
   const json& arr = j["messages"];
+  std::vector<size_t> null_beside_calls;  // messages whose absent / null content is passed as null
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& m = arr[i];
     const ordered_json& om = oj["messages"][i];
@@ -307,6 +308,7 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
       // empty answer, which templates that concatenate content can render.
       const bool calls = has_calls && m["tool_calls"].is_array() && !m["tool_calls"].empty();
       message["content"] = calls && template_knows_tool_calls ? ordered_json(nullptr) : ordered_json("");
+      if (message["content"].is_null()) null_beside_calls.push_back(messages.size());
     } else if (m["content"].is_string()) {
       message["content"] = m["content"];
     } else if (m["content"].is_array()) {
@@ -367,6 +369,14 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
     if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = j["reasoning_effort"];
   }
   Result<std::string> text = ctx.tokenizer->ApplyChatTemplate(messages, tools, /*add_generation_prompt=*/true, kwargs);
+  if (!text.ok() && text.status().code() != StatusCode::kNotFound && !null_beside_calls.empty()) {
+    // A template that cannot take a null content beside tool calls (gpt-oss's published one tests
+    // `"..." in message.content`, which fails on null under jinja2 too): the empty string instead, as
+    // llama.cpp's template polyfills do; the first error stands if that fails as well.
+    for (const size_t k : null_beside_calls) messages[k]["content"] = "";
+    Result<std::string> retry = ctx.tokenizer->ApplyChatTemplate(messages, tools, /*add_generation_prompt=*/true, kwargs);
+    if (retry.ok()) text = std::move(retry);
+  }
   if (!text.ok() && text.status().code() == StatusCode::kNotFound)
     return *err = BadRequest(fmt::format("this model has no chat template ({}): chat endpoints need one; use "
                                          "/v1/completions with a plain prompt",

@@ -33,7 +33,7 @@ struct WeightsMemoryStats {
 };
 
 // One line for stderr: how many GiB of weights loading copied into anonymous memory and how many stay
-// mapped (and why), e.g. "I: weights: 7.00 GiB in anonymous memory, 0.00 GiB mapped from the files\n";
+// mapped (and why), e.g. "I: weights: 7.00 GiB in anonymous memory, 0.0 MiB mapped from the files\n";
 // "" when loading read no file in full.
 std::string WeightsMemoryLine(const WeightsMemoryStats& stats);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A scripted test model: whatever the prompt, greedy decoding writes one fixed answer (issue 39).
+"""A scripted test model: whatever the prompt, greedy decoding writes one fixed answer (issues 39, 41).
 
   make_scripted_model.py --base TINY_QWEN2_MOE_DIR --out DIR
+  make_scripted_model.py --base TINY_GPT_OSS_DIR --harmony TEMPLATE.jinja --out DIR
 
 The OpenAI SDK's tool-calling, reasoning and template checks (tests/openai/10_tools.test.mjs) need a
 model that *does* call a tool; a random tiny model never would. This turns `zipmoe synth --arch qwen2_moe
@@ -19,6 +20,20 @@ So the next token depends only on the current one, and the answer follows from a
 template (CHAT_TEMPLATE, written for this test) renders tools, tool calls, tool results and the
 enable_thinking switch in the Hermes/Qwen style, so the server must detect <think> and <tool_call>
 from it. Standard library only (safetensors is read and written by hand, BF16 as raw uint16).
+
+With --harmony (issue 41) the base is `zipmoe synth --arch gpt_oss --preset tiny` and the chat template
+is TEMPLATE (gpt-oss's published Harmony template, written as chat_template.jinja; the synthesized
+reduced one is dropped), and the answer is HARMONY_SCRIPT: an analysis message, then a call of
+get_weather in the commentary channel, in the form the published template renders calls, ended by
+<|call|> (one of generation_config's EOS ids):
+
+  <|channel|>analysis<|message|>The user wants the weather in Paris.<|end|><|start|>assistant
+  to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris", "unit": "celsius"}<|call|>
+
+(no line break). The pieces that repeat a Harmony marker are single added tokens, so that every piece is
+a distinct token (the next token follows from the current one alone); gpt-oss's layers are zeroed the
+same way (MXFP4 expert blocks all zero, so every expert and bias adds nothing; the clamped SwiGLU of 0
+is 0; attention sinks 0).
 """
 import argparse
 import json
@@ -68,6 +83,14 @@ CHAT_TEMPLATE = """{%- if tools %}<|im_start|>system
 </think>
 
 {% endif %}{% endif %}"""
+
+HARMONY_SCRIPT = [
+    "<|channel|>analysis<|message|>",
+    "The user wants the weather in Paris.",
+    "<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>",
+    '{"city": "Paris", "unit": "celsius"}',
+]
+HARMONY_END = "<|call|>"
 
 BF16_ONE = 0x3F80
 BF16_TEN = 0x4120
@@ -121,16 +144,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, help="`zipmoe synth --arch qwen2_moe --preset tiny` output")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--harmony", metavar="TEMPLATE", help="a gpt_oss base; TEMPLATE: the Harmony chat template")
     args = ap.parse_args()
     with open(os.path.join(args.base, "config.json")) as f:
         config = json.load(f)
-    if config.get("model_type") != "qwen2_moe":
-        sys.exit(f"make_scripted_model: {args.base}/config.json: model_type must be qwen2_moe")
+    want = "gpt_oss" if args.harmony else "qwen2_moe"
+    if config.get("model_type") != want:
+        sys.exit(f"make_scripted_model: {args.base}/config.json: model_type must be {want}")
+    script = HARMONY_SCRIPT if args.harmony else SCRIPT
     hidden, base_vocab = config["hidden_size"], config["vocab_size"]
     eos = config["eos_token_id"]
     eos = eos[0] if isinstance(eos, list) else eos
-    if hidden < len(SCRIPT) + 1:
-        sys.exit(f"make_scripted_model: hidden_size {hidden} < {len(SCRIPT) + 1}")
+    if hidden < len(script) + 1:
+        sys.exit(f"make_scripted_model: hidden_size {hidden} < {len(script) + 1}")
     os.makedirs(args.out, exist_ok=True)
     for name in os.listdir(args.base):
         if not name.endswith(".safetensors") and name not in ("config.json", "tokenizer.json", "tokenizer_config.json"):
@@ -138,19 +164,27 @@ def main():
 
     with open(os.path.join(args.base, "tokenizer.json")) as f:
         tok = json.load(f)
+    if args.harmony:  # the answer ends with <|call|>, which generation_config lists as an EOS id
+        eos = next((t["id"] for t in tok["added_tokens"] if t["content"] == HARMONY_END), None)
+        if eos is None:
+            sys.exit(f"make_scripted_model: {args.base}/tokenizer.json has no {HARMONY_END} token")
     first = max([base_vocab] + [t["id"] + 1 for t in tok["added_tokens"]])
-    piece_ids = list(range(first, first + len(SCRIPT)))
-    for i, piece in zip(piece_ids, SCRIPT):
+    piece_ids = list(range(first, first + len(script)))
+    for i, piece in zip(piece_ids, script):
         tok["added_tokens"].append({"id": i, "content": piece, "single_word": False, "lstrip": False,
                                     "rstrip": False, "normalized": False, "special": False})
-    vocab = first + len(SCRIPT)
+    vocab = first + len(script)
     with open(os.path.join(args.out, "tokenizer.json"), "w") as f:
         json.dump(tok, f, ensure_ascii=False, indent=1)
     with open(os.path.join(args.base, "tokenizer_config.json")) as f:
         tcfg = json.load(f)
-    tcfg["chat_template"] = CHAT_TEMPLATE
+    if args.harmony:
+        tcfg.pop("chat_template", None)
+        shutil.copy(args.harmony, os.path.join(args.out, "chat_template.jinja"))
+    else:
+        tcfg["chat_template"] = CHAT_TEMPLATE
     decoder = tcfg.setdefault("added_tokens_decoder", {})
-    for i, piece in zip(piece_ids, SCRIPT):
+    for i, piece in zip(piece_ids, script):
         decoder[str(i)] = {"content": piece, "lstrip": False, "normalized": False, "rstrip": False,
                            "single_word": False, "special": False}
     with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
@@ -164,25 +198,25 @@ def main():
     def embed(r):
         return [(position[r] + 1, BF16_ONE)] if r in position else [(0, BF16_ONE)]
 
-    tool_open = position[piece_ids[SCRIPT.index("<tool_call>")]]
+    tool_open = None if args.harmony else position[piece_ids[SCRIPT.index("<tool_call>")]]
 
     def head(r):
         if r in position:
             cells = [(position[r], BF16_TEN)]  # e_k -> piece k
-            if position[r] == tool_open:
+            if tool_open is not None and position[r] == tool_open:
                 # The runner-up from any prompt: when the answer must be a tool call (tool_choice
                 # required, which masks <think>), the call comes next, not the lowest-id token.
                 cells.append((0, BF16_FIVE))
             return cells
         if r == eos:
-            return [(len(SCRIPT), BF16_TEN)]  # after the last piece
+            return [(len(script), BF16_TEN)]  # after the last piece
         return []
 
     shards = sorted(n for n in os.listdir(args.base) if n.endswith(".safetensors"))
     for shard in shards:
         metadata, tensors = read_safetensors(os.path.join(args.base, shard))
         for name, (dtype, shape, blob) in list(tensors.items()):
-            if dtype != "BF16":
+            if dtype != "BF16" and not (args.harmony and dtype == "U8"):  # U8: gpt-oss's MXFP4 blocks / scales
                 sys.exit(f"make_scripted_model: {shard}: {name} is {dtype}, expected BF16")
             if name == "model.embed_tokens.weight":
                 tensors[name] = (dtype, [vocab, hidden], rows(vocab, hidden, embed))
@@ -193,7 +227,7 @@ def main():
             else:
                 tensors[name] = (dtype, shape, bytes(len(blob)))
         write_safetensors(os.path.join(args.out, shard), metadata, tensors)
-    print(json.dumps({"out": args.out, "vocab_size": vocab, "pieces": dict(zip(SCRIPT, piece_ids)), "eos": eos}))
+    print(json.dumps({"out": args.out, "vocab_size": vocab, "pieces": dict(zip(script, piece_ids)), "eos": eos}))
     return 0
 
 

