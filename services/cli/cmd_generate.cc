@@ -232,7 +232,7 @@ int RunGenerate(const GenerateArgs& args) {
   if (!generator.ok()) return Fail(generator.status());
   if (const std::string unused = (*generator)->config().UnusedParts(); !unused.empty())
     std::fprintf(stderr, "I: the checkpoint's %s: not used for decoding, not loaded\n", unused.c_str());
-  std::fprintf(stderr, "%s", executor::WeightsMemoryLine((*generator)->weights_memory()).c_str());
+  if (args.no_mmap) std::fprintf(stderr, "%s", executor::WeightsMemoryLine((*generator)->weights_memory()).c_str());
   const bool assigning = options.device_assignment == scheduler::DeviceAssignmentMode::kGreedy;
   if (assigning) std::fprintf(stderr, "%s", DeviceAssignmentLine(**generator, "profiled").c_str());
 

@@ -164,7 +164,7 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   const int64_t kv_budget_bytes = (*generator)->kv_budget_stats().budget_bytes;
   if (const std::string unused = (*generator)->config().UnusedParts(); !unused.empty())
     std::fprintf(stderr, "I: serve: the checkpoint's %s: not used for decoding, not loaded\n", unused.c_str());
-  std::fprintf(stderr, "%s", WeightsMemoryLine((*generator)->weights_memory()).c_str());
+  if (args.no_mmap) std::fprintf(stderr, "%s", WeightsMemoryLine((*generator)->weights_memory()).c_str());
   server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
   std::fprintf(stderr, "%s",
                fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, KV budget {}, prefix cache "

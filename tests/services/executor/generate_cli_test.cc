@@ -143,6 +143,20 @@ TEST(GenerateCliTest, ErrorsAreReported) {
 // --trace-events: the run's timeline as Chrome trace JSON, with the forward steps, the layers, the
 // waits for experts and, under a memory budget, the runtime's chunk reads and decodes; the logits do
 // not change.
+// --no-mmap copies the weights into anonymous memory (and says so); the logits are the same bytes.
+TEST(GenerateCliTest, NoMmapSaysWhereTheWeightsWentAndChangesNoLogit) {
+  testing::TempDir tmp;
+  const std::string common = "generate --model " + TinyModelDir("qwen2_moe") +
+                             " --prompt-ids 4,8,15,16 --max-new-tokens 3 --ignore-eos --threads 1";
+  auto mapped = RunCli(common + " --logits-out " + tmp.Sub("a.bin"));
+  auto copied = RunCli(common + " --no-mmap --logits-out " + tmp.Sub("b.bin"));
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.output;
+  ASSERT_EQ(copied.exit_code, 0) << copied.output;
+  EXPECT_EQ(testing::ReadAll(tmp.Sub("a.bin")), testing::ReadAll(tmp.Sub("b.bin")));
+  EXPECT_EQ(mapped.output.find("I: weights:"), std::string::npos) << mapped.output;
+  EXPECT_NE(copied.output.find("in anonymous memory, 0.0 MiB mapped from the files"), std::string::npos) << copied.output;
+}
+
 TEST(GenerateCliTest, TraceEventsRecordTheRunWithoutChangingIt) {
   testing::TempDir tmp;
   const std::string common = "generate --model " + TinyCompressedDir("qwen2_moe") +
