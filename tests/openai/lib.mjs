@@ -120,3 +120,36 @@ export function byIndex(choices) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// The scripted models' answer (tests/openai/make_scripted_model.py): both reason WEATHER_REASONING and
+// call get_weather with WEATHER_ARGS, whatever the prompt (scripted_tools.mjs, scripted_harmony.mjs).
+export const WEATHER_REASONING = 'The user wants the weather in Paris.';
+export const WEATHER_ARGS = { city: 'Paris', unit: 'celsius' };
+export const WEATHER_TOOLS = [
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'The current weather of a city',
+      parameters: {
+        type: 'object',
+        properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
+        required: ['city'],
+      },
+    },
+  },
+];
+
+// `message` is that answer: reasoning_content, one get_weather call with WEATHER_ARGS, no content.
+export function assertTheWeatherCall(message) {
+  assert.equal(message.role, 'assistant');
+  assert.equal(message.content, null, `content ${JSON.stringify(message.content)}`);
+  assert.equal(message.reasoning_content, WEATHER_REASONING);
+  assert.equal(message.tool_calls?.length, 1, JSON.stringify(message));
+  const call = message.tool_calls[0];
+  assert.equal(call.type, 'function');
+  assert.equal(typeof call.id, 'string');
+  assert.ok(call.id.length > 0);
+  assert.equal(call.function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(call.function.arguments), WEATHER_ARGS);
+}

@@ -11,43 +11,16 @@ import { execFileSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { MODEL, TEST_TIMEOUT_MS, client, http } from './lib.mjs';
+import { MODEL, TEST_TIMEOUT_MS, WEATHER_ARGS as ARGS, WEATHER_REASONING as REASONING, WEATHER_TOOLS as TOOLS,
+  assertTheWeatherCall as assertTheCall, client, http } from './lib.mjs';
 
 const c = client();
 const T = { timeout: TEST_TIMEOUT_MS };
 const TEMPLATE = process.env.ZIPMOE_HARMONY_TEMPLATE;
-const REASONING = 'The user wants the weather in Paris.';
-const ARGS = { city: 'Paris', unit: 'celsius' };
-const TOOLS = [
-  {
-    type: 'function',
-    function: {
-      name: 'get_weather',
-      description: 'The current weather of a city',
-      parameters: {
-        type: 'object',
-        properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
-        required: ['city'],
-      },
-    },
-  },
-];
 const ASK = [
   { role: 'system', content: 'You answer weather questions.' },
   { role: 'user', content: 'What is the weather in Paris?' },
 ];
-
-function assertTheCall(message) {
-  assert.equal(message.role, 'assistant');
-  assert.equal(message.content, null, `content ${JSON.stringify(message.content)}`);
-  assert.equal(message.reasoning_content, REASONING);
-  assert.equal(message.tool_calls?.length, 1, JSON.stringify(message));
-  const call = message.tool_calls[0];
-  assert.equal(call.type, 'function');
-  assert.ok(typeof call.id === 'string' && call.id.length > 0);
-  assert.equal(call.function.name, 'get_weather');
-  assert.deepEqual(JSON.parse(call.function.arguments), ARGS);
-}
 
 // jinja2's rendering of the published template (transformers' environment) for `context`.
 function jinja2Render(context) {

@@ -5,40 +5,12 @@
 // Run by tests/openai/run.sh ZIPMOE_BIN serve|up scripted (ctest openai_sdk_tools_serve / _up).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { MODEL, TEST_TIMEOUT_MS, client, expectApiError, http } from './lib.mjs';
+import { MODEL, TEST_TIMEOUT_MS, WEATHER_ARGS as ARGS, WEATHER_REASONING as REASONING, WEATHER_TOOLS as TOOLS,
+  assertTheWeatherCall as assertTheCall, client, expectApiError, http } from './lib.mjs';
 
 const c = client();
 const T = { timeout: TEST_TIMEOUT_MS };
-const REASONING = 'The user wants the weather in Paris.';
-const ARGS = { city: 'Paris', unit: 'celsius' };
-const TOOLS = [
-  {
-    type: 'function',
-    function: {
-      name: 'get_weather',
-      description: 'The current weather of a city',
-      parameters: {
-        type: 'object',
-        properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
-        required: ['city'],
-      },
-    },
-  },
-];
 const ASK = [{ role: 'user', content: 'What is the weather in Paris?' }];
-
-function assertTheCall(message) {
-  assert.equal(message.role, 'assistant');
-  assert.equal(message.content, null, `content ${JSON.stringify(message.content)}`);
-  assert.equal(message.reasoning_content, REASONING);
-  assert.equal(message.tool_calls?.length, 1, JSON.stringify(message));
-  const call = message.tool_calls[0];
-  assert.equal(call.type, 'function');
-  assert.equal(typeof call.id, 'string');
-  assert.ok(call.id.length > 0);
-  assert.equal(call.function.name, 'get_weather');
-  assert.deepEqual(JSON.parse(call.function.arguments), ARGS);
-}
 
 test('10a a tool call, non-streaming: message.tool_calls, reasoning_content, finish_reason tool_calls', T, async () => {
   const r = await c.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, temperature: 0 });
