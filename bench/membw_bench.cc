@@ -9,7 +9,8 @@
 // read kernel lets N threads (default 2) sum disjoint contiguous slices of it with independent vector
 // accumulators. The read kernels (issue 35: the floor must be at least as good a reader as any system
 // it judges): "v8" (8-float vectors, whatever the compile target has), "avx2" and "avx512" (32- and
-// 64-byte loads, 8 accumulators, software prefetch 1 KiB ahead; each only where the CPU has it),
+// 64-byte loads, 8 accumulators, software prefetch 1 KiB ahead; each only where the CPU has it), and
+// "v8-l2" / "avx512-l2" (each line asked for into L2 3 KiB ahead, as the matmuls ask for weights),
 // interleaved rep by rep so drift hits each alike. A repetition's GB/s = B / (wall time from the
 // start signal to the last thread's finish). Prints one JSON object on stdout: best and median GB/s
 // over every kernel's repetitions ("gbps" is the best of all: the floor's bandwidth), each kernel's
@@ -79,10 +80,19 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   return a->threads > 0 && a->reps > 0 && a->bytes >= (1ull << 30);
 }
 
-// Sums floats [begin, end) of `data` (a multiple of 32 floats long, 32-float aligned).
+// Sums floats [begin, end) of `data` (a multiple of 32 floats long, 32-float aligned). kL2Prefetch: each
+// 64-byte line 3 KiB ahead is asked for into L2 first (__builtin_prefetch locality 2), as the matmuls'
+// weight streams are (kernels/bf16_gemm_tile.h PrefetchAhead, which read faster than any plain read
+// kernel on an Intel Xeon VM: issue 35).
+constexpr uint64_t kL2PrefetchFloats = 3072 / sizeof(float);
+template <bool kL2Prefetch>
 float SumSlice(const float* data, uint64_t begin, uint64_t end) {
   V8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
   for (uint64_t i = begin; i < end; i += 32) {
+    if (kL2Prefetch) {
+      __builtin_prefetch(data + i + kL2PrefetchFloats, 0, 2);
+      __builtin_prefetch(data + i + kL2PrefetchFloats + 16, 0, 2);
+    }
     V8 x0, x1, x2, x3;
     std::memcpy(&x0, data + i, sizeof(V8));
     std::memcpy(&x1, data + i + 8, sizeof(V8));
@@ -121,11 +131,19 @@ __attribute__((target("avx2"))) float SumSliceAvx2(const float* data, uint64_t b
   return total;
 }
 
+// kL2Prefetch: 3 KiB ahead into L2 (prefetcht1) instead of 1 KiB ahead into L1.
+template <bool kL2Prefetch>
 __attribute__((target("avx512f"))) float SumSliceAvx512(const float* data, uint64_t begin, uint64_t end) {
   __m512 a[8];
   for (auto& x : a) x = _mm512_setzero_ps();
   for (uint64_t i = begin; i < end; i += 128) {
-    for (int k = 0; k < 8; ++k) _mm_prefetch(reinterpret_cast<const char*>(data + i + 16 * k) + 1024, _MM_HINT_T0);
+    for (int k = 0; k < 8; ++k) {
+      if (kL2Prefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(data + i + 16 * k + kL2PrefetchFloats), _MM_HINT_T1);
+      } else {
+        _mm_prefetch(reinterpret_cast<const char*>(data + i + 16 * k) + 1024, _MM_HINT_T0);
+      }
+    }
     for (int k = 0; k < 8; ++k) a[k] = _mm512_add_ps(a[k], _mm512_load_ps(data + i + 16 * k));
   }
   for (int k = 1; k < 8; ++k) a[0] = _mm512_add_ps(a[0], a[k]);
@@ -137,11 +155,14 @@ using SumFn = float (*)(const float*, uint64_t, uint64_t);
 
 // The read kernels this CPU can run, by name.
 std::vector<std::pair<std::string, SumFn>> Kernels() {
-  std::vector<std::pair<std::string, SumFn>> k = {{"v8", &SumSlice}};
+  std::vector<std::pair<std::string, SumFn>> k = {{"v8", &SumSlice<false>}, {"v8-l2", &SumSlice<true>}};
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) k.emplace_back("avx2", &SumSliceAvx2);
-  if (__builtin_cpu_supports("avx512f")) k.emplace_back("avx512", &SumSliceAvx512);
+  if (__builtin_cpu_supports("avx512f")) {
+    k.emplace_back("avx512", &SumSliceAvx512<false>);
+    k.emplace_back("avx512-l2", &SumSliceAvx512<true>);
+  }
 #endif
   return k;
 }

@@ -2,9 +2,9 @@
 // (kernels/CMakeLists.txt); called only after CPUID reports AVX-512 F/BW/VL.
 // One 512-bit register holds the 16 lanes; tiles of 4 rows x 4 tokens keep 16 accumulators,
 // 4 widened weight vectors and one activation vector in the 32 zmm registers. Decode (one token)
-// streams one row at a time (kGemvRows 1): with the next row prefetched that is two streams per
-// thread, which the memory system keeps busier than 4 rows + 4 prefetched ones (13 % faster decode on
-// a 2-core Zen 5, AVX2 the same; issue 35, docs/architecture.md "CPU kernels").
+// streams one row at a time (kGemvRows 1), which the memory system keeps busier than 4 rows at once
+// (13 % faster decode on a 2-core Zen 5, AVX2 the same), each line asked for into L2 3 KiB ahead
+// (gemm_tile::PrefetchAhead; issue 35, docs/architecture.md "CPU kernels").
 #include <immintrin.h>
 
 #include "kernels/bf16_gemm_isa.h"
