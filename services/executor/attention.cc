@@ -28,8 +28,23 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Te
     l.k = nk;
     l.v = nv;
   }
-  l.k.narrow(1, length_, t).copy_(k);
-  l.v.narrow(1, length_, t).copy_(v);
+  // The new positions' rows copied in place: float32 on the CPU by row (a decode step's few rows cost
+  // less than a torch copy's dispatch, issue 35), anything else by copy_.
+  const auto append = [&](at::Tensor& cache, const at::Tensor& src) {
+    if (cache.is_cpu() && src.is_cpu() && cache.scalar_type() == at::kFloat && src.scalar_type() == at::kFloat &&
+        cache.is_contiguous() && src.stride(2) == 1 && src.sizes() == at::IntArrayRef{cache.size(0), t, cache.size(2)}) {
+      const int64_t heads = cache.size(0), positions = cache.size(1), d = cache.size(2);
+      float* dst = cache.data_ptr<float>();
+      const float* from = src.data_ptr<float>();
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < t; ++i)
+          std::copy_n(from + h * src.stride(0) + i * src.stride(1), d, dst + (h * positions + length_ + i) * d);
+    } else {
+      cache.narrow(1, length_, t).copy_(src);
+    }
+  };
+  append(l.k, k);
+  append(l.v, v);
   return {l.k.narrow(1, 0, need), l.v.narrow(1, 0, need)};
 }
 

@@ -1,6 +1,7 @@
 #include "services/executor/model.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -100,8 +101,8 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
       const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
       trace::TraceSpan attention_span("layer", [&] { return fmt::format("attention {}", l); });
       const at::Tensor attn_in = RmsNorm(h, lw.input_layernorm, c.rms_norm_eps);
-      h = h + (lw.linear_attention ? LinearAttentionForward(c, lw.linear_attn, l, attn_in, batch)
-                                   : AttentionForward(c, lw.attn, l, attn_in, batch));
+      h = AddResidual(std::move(h), lw.linear_attention ? LinearAttentionForward(c, lw.linear_attn, l, attn_in, batch)
+                                                        : AttentionForward(c, lw.attn, l, attn_in, batch));
       attention_span.End();
       const trace::TraceSpan mlp_span("layer", [&] { return fmt::format("{} {}", lw.is_moe ? "moe" : "mlp", l); });
       const at::Tensor mlp_in = RmsNorm(h, lw.post_attention_layernorm, c.rms_norm_eps);
@@ -121,9 +122,9 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
                             MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr,
                                        substitution_alpha_, placement_ ? &*placement_ : nullptr,
                                        device_experts_.get()));
-        h = h + moe_out;
+        h = AddResidual(std::move(h), moe_out);
       } else {
-        h = h + MlpForward(lw.dense_mlp, mlp_in);
+        h = AddResidual(std::move(h), MlpForward(lw.dense_mlp, mlp_in));
       }
     }
     if (!all_logits) {

@@ -300,8 +300,9 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
 
   // 4. Ordered accumulation: y = Σ_slots expert(x) * weight (ascending expert id), then + shared.
-  at::Tensor y = at::zeros({n, hidden}, x.options());
+  at::Tensor y = at::empty({n, hidden}, x.options());  // zeroed here: at::zeros costs a torch fill per layer
   float* yp = y.data_ptr<float>();
+  std::fill_n(yp, n * hidden, 0.0f);
   for (size_t slot = 0; slot < n_selected; ++slot) {
     const std::vector<int64_t>& rows = assign.token_rows[slot];
     const std::vector<float>& weights = assign.weights[slot];

@@ -58,6 +58,12 @@ std::string ShapeString(at::IntArrayRef shape);
 // with x32 = x in float32.  x: [..., d]; weight: [d].
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// The residual connection h + x of a decoder layer, written into h when h is a float32 CPU tensor of
+// its own (contiguous, not a view, the same shape as a float32 CPU x): the same bits as h + x (one
+// float32 addition per element) without a torch operator's dispatch, which on a 2-core decode step cost
+// more than the additions (issue 35). Otherwise returns h + x. h is consumed: use the result.
+at::Tensor AddResidual(at::Tensor h, const at::Tensor& x);
+
 // nn.Linear: x [..., in] -> [..., out] with weight [out, in] and optional bias [out] (undefined = none).
 // On the CPU with float32 activations and a BF16 or float32 weight (how every checkpoint matrix is
 // held there) this is LinearCpu: the weight is read as stored, never copied. Otherwise (the GPU)
