@@ -12,7 +12,9 @@
 #include <random>
 #include <vector>
 
+#include "services/executor/attention.h"
 #include "services/executor/rope.h"
+#include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
 namespace {
@@ -188,6 +190,96 @@ TEST(CpuOpsTest, AttendCausalMatchesAFloat64Evaluation) {
                                                                     << i << " dim " << c;
         }
       }
+    }
+  }
+}
+
+// Heads shared among threads (from 2^14 multiply-adds on) give each head's outputs the bits of one
+// thread computing them all.
+TEST(CpuOpsTest, AttendCausalGivesTheSameBitsOnOneThreadAndOnSeveral) {
+  const int64_t n_heads = 8, n_kv = 4, t = 1, dk = 64, dv = 64, total = 40;
+  ASSERT_GE(n_heads * t * total * (dk + dv), int64_t{1} << 14);
+  const std::vector<float> q = Random(static_cast<size_t>(n_heads * t * dk), 21);
+  const std::vector<float> k = Random(static_cast<size_t>(n_kv * total * dk), 22);
+  const std::vector<float> v = Random(static_cast<size_t>(n_kv * total * dv), 23);
+  const auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    std::vector<float> out(static_cast<size_t>(t * n_heads * dv));
+    cpu::AttentionArgs a;
+    a.q = q.data();
+    a.n_heads = n_heads;
+    a.t = t;
+    a.dk = dk;
+    a.k = k.data();
+    a.v = v.data();
+    a.k_head_stride = total * dk;
+    a.v_head_stride = total * dv;
+    a.n_kv = n_kv;
+    a.total = total;
+    a.dv = dv;
+    a.pos0 = total - 1;
+    a.scale = 0.125f;
+    a.out = out.data();
+    cpu::AttendCausal(a);
+    return out;
+  };
+  const int saved = at::get_num_threads();
+  const std::vector<float> one = run(1), two = run(2), four = run(4);
+  at::set_num_threads(saved);
+  EXPECT_TRUE(SameBits(one, two));
+  EXPECT_TRUE(SameBits(one, four));
+}
+
+TEST(CpuOpsTest, AddResidualAddsInPlaceOnlyIntoATensorOfItsOwn) {
+  const std::vector<float> a = Random(96, 31), b = Random(96, 32);
+  const at::Tensor x = at::tensor(b).view({3, 32});
+  const at::Tensor want = at::tensor(a).view({3, 32}) + x;
+  {  // owned: written in place, the bits of h + x
+    at::Tensor h = at::tensor(a).view({3, 32}).clone();
+    const void* storage = h.data_ptr();
+    const at::Tensor got = AddResidual(std::move(h), x);
+    EXPECT_EQ(got.data_ptr(), storage);
+    EXPECT_TRUE(at::equal(got, want));
+  }
+  {  // another handle on h: h keeps its values
+    const at::Tensor h = at::tensor(a).view({3, 32}).clone();
+    const at::Tensor before = h.clone();
+    const at::Tensor got = AddResidual(h, x);
+    EXPECT_NE(got.data_ptr(), h.data_ptr());
+    EXPECT_TRUE(at::equal(h, before));
+    EXPECT_TRUE(at::equal(got, want));
+  }
+  {  // a view of a larger tensor: the larger one keeps its values
+    const at::Tensor base = at::tensor(a).view({3, 32}).clone();
+    at::Tensor view = base.narrow(0, 0, 3);
+    const at::Tensor got = AddResidual(std::move(view), x);
+    EXPECT_NE(got.data_ptr(), base.data_ptr());
+    EXPECT_TRUE(at::equal(base, at::tensor(a).view({3, 32})));
+    EXPECT_TRUE(at::equal(got, want));
+  }
+  {  // float64 goes through torch
+    const at::Tensor h = at::tensor(a).view({3, 32}).to(at::kDouble);
+    EXPECT_TRUE(at::equal(AddResidual(h.clone(), x.to(at::kDouble)), h + x.to(at::kDouble)));
+  }
+}
+
+// The cache's rows after appends of transposed views ([t, n, d] -> [n, t, d], as attention passes them),
+// across a growth, float32 (copied by row) and float64 (copy_), equal the concatenation of what went in.
+TEST(CpuOpsTest, KvCacheAppendKeepsEveryRowOfTransposedViews) {
+  for (const at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    KvCache cache(2);
+    std::vector<at::Tensor> ks, vs;
+    int seed = 40;
+    for (const int64_t t : {5, 1, 1, 13, 1}) {  // 16 positions fit the first capacity, 21 do not
+      const at::Tensor k = at::tensor(Random(static_cast<size_t>(t * 3 * 8), seed++)).view({t, 3, 8}).to(dtype);
+      const at::Tensor v = at::tensor(Random(static_cast<size_t>(t * 3 * 4), seed++)).view({t, 3, 4}).to(dtype);
+      ks.push_back(k);
+      vs.push_back(v);
+      std::pair<at::Tensor, at::Tensor> all;
+      for (int64_t layer = 0; layer < 2; ++layer) all = cache.Append(layer, k.transpose(0, 1), v.transpose(0, 1));
+      cache.Advance(t);
+      EXPECT_TRUE(at::equal(all.first, at::cat(ks, 0).transpose(0, 1))) << dtype << " after " << cache.length();
+      EXPECT_TRUE(at::equal(all.second, at::cat(vs, 0).transpose(0, 1))) << dtype << " after " << cache.length();
     }
   }
 }
