@@ -631,8 +631,10 @@ def report(rep):
                    + ("" if not l else
                       f"; {lr} shared the cores too ({l['others_cpu']:.2f} cores of other work), so it tells "
                       "nothing about the machine here" if l_busy else
-                      f"; {lr} is far above the floor too, so on these cores a BF16 matrix-vector step is bound "
-                      "by the per-byte work (widening BF16, FMAs, the per-layer threading), not by DRAM"
+                      f"; {lr} is above the floor too: a decode step is more than its matrix products, whose "
+                      "kernel alone reads about as fast as the floor's (kernels/bf16_gemm_tile.h PrefetchAhead); "
+                      "the rest is the work between them (attention, norms, routing) and a thread wake-up per "
+                      "product"
                       if l["tpot_s"] / mj["floor_s"] > 1.2 else
                       f"; {lr} comes closer, so the gap is zipmoe's kernels/threading, not the machine"))
         lf = f"; llama.cpp's {l['floor_ratio_median']:.2f}" if l and l.get("floor_ratio_median") else ""
