@@ -146,7 +146,10 @@ std::vector<at::Tensor> LinearCpuGroup(const at::Tensor& x, const std::vector<ke
   TORCH_CHECK(x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() >= 1, "LinearCpu: x must be float32 on the CPU");
   const int64_t cols = ws[0].cols;
   TORCH_CHECK(x.size(-1) == cols, "LinearCpu: x has ", x.size(-1), " features, the weight ", cols, " columns");
-  const at::Tensor x2 = x.reshape({-1, cols}).contiguous();
+  // A decode step's [n, cols] activations are used as they are: reshape and contiguous are torch
+  // operators, whose dispatch costs more than a small product's setup.
+  const bool flat = x.dim() == 2 && x.is_contiguous();
+  const at::Tensor x2 = flat ? x : x.reshape({-1, cols}).contiguous();
   std::vector<kernels::GemmArgs> args(ws.size());
   std::vector<at::Tensor> ys(ws.size());
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -167,6 +170,7 @@ std::vector<at::Tensor> LinearCpuGroup(const at::Tensor& x, const std::vector<ke
   }
   // One parallel region over the rows of every weight: one fork/join for the group.
   cpu::Gemms(args);
+  if (flat) return ys;  // already [n, rows]
   for (size_t i = 0; i < ws.size(); ++i) {
     std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
     out_shape.back() = ws[i].rows;
