@@ -42,6 +42,29 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Attention of n_heads query heads over n_kv cached heads (grouped), t queries from position pos0 on,
+// keys and values laid out per head with room for `capacity` positions, written into `out`.
+cpu::AttentionArgs AttentionOf(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                               int64_t n_heads, int64_t n_kv, int64_t t, int64_t dk, int64_t dv, int64_t capacity,
+                               int64_t pos0, float scale, std::vector<float>& out) {
+  cpu::AttentionArgs a;
+  a.q = q.data();
+  a.n_heads = n_heads;
+  a.t = t;
+  a.dk = dk;
+  a.k = k.data();
+  a.v = v.data();
+  a.k_head_stride = capacity * dk;
+  a.v_head_stride = capacity * dv;
+  a.n_kv = n_kv;
+  a.total = pos0 + t;
+  a.dv = dv;
+  a.pos0 = pos0;
+  a.scale = scale;
+  a.out = out.data();
+  return a;
+}
+
 TEST(CpuOpsTest, RmsNormKnownAnswer) {
   const std::vector<float> x = {1.0f, -2.0f, 3.0f, -4.0f, 0.5f, 0.5f, 0.5f, 0.5f};
   const std::vector<float> w = {1.0f, 2.0f, 0.5f, -1.0f};
@@ -153,22 +176,9 @@ TEST(CpuOpsTest, AttendCausalMatchesAFloat64Evaluation) {
   const std::vector<float> v = Random(static_cast<size_t>(n_kv * capacity * dv), 13);
   for (int64_t window : {int64_t{0}, int64_t{3}}) {
     std::vector<float> out(static_cast<size_t>(t * n_heads * dv), -1.0f);
-    cpu::AttentionArgs a;
-    a.q = q.data();
-    a.n_heads = n_heads;
-    a.t = t;
-    a.dk = dk;
-    a.k = k.data();
-    a.v = v.data();
-    a.k_head_stride = capacity * dk;
-    a.v_head_stride = capacity * dv;
-    a.n_kv = n_kv;
-    a.total = total;
-    a.dv = dv;
-    a.pos0 = pos0;
-    a.scale = 0.3f;
+    cpu::AttentionArgs a = AttentionOf(q, k, v, n_heads, n_kv, t, dk, dv, capacity, pos0, 0.3f, out);
+    ASSERT_EQ(a.total, total);
     a.window = window;
-    a.out = out.data();
     cpu::AttendCausal(a);
     for (int64_t h = 0; h < n_heads; ++h) {
       const int64_t kv = h / (n_heads / n_kv);
@@ -205,22 +215,7 @@ TEST(CpuOpsTest, AttendCausalGivesTheSameBitsOnOneThreadAndOnSeveral) {
   const auto run = [&](int threads) {
     at::set_num_threads(threads);
     std::vector<float> out(static_cast<size_t>(t * n_heads * dv));
-    cpu::AttentionArgs a;
-    a.q = q.data();
-    a.n_heads = n_heads;
-    a.t = t;
-    a.dk = dk;
-    a.k = k.data();
-    a.v = v.data();
-    a.k_head_stride = total * dk;
-    a.v_head_stride = total * dv;
-    a.n_kv = n_kv;
-    a.total = total;
-    a.dv = dv;
-    a.pos0 = total - 1;
-    a.scale = 0.125f;
-    a.out = out.data();
-    cpu::AttendCausal(a);
+    cpu::AttendCausal(AttentionOf(q, k, v, n_heads, n_kv, t, dk, dv, total, total - 1, 0.125f, out));
     return out;
   };
   const int saved = at::get_num_threads();
