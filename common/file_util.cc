@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -76,20 +78,32 @@ Result<MappedFile> MappedFile::Open(const std::string& path) {
   return m;
 }
 
-Status MappedFile::CopyToAnonymousMemory() {
+Status MappedFile::CopyToAnonymousMemory(const std::atomic<bool>* cancel) {
   if (data_ == nullptr || anonymous_) return Status::Ok();
-  void* copy = MapAligned(size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
-  if (copy == MAP_FAILED)
-    return Status::IoError(path_ + ": anonymous memory for a copy of its " + std::to_string(size_) +
-                           " bytes: " + ErrnoText());
-  (void)::madvise(copy, size_, MADV_HUGEPAGE);  // before the first touch: 2 MiB pages from the start
-  std::memcpy(copy, data_, size_);
-  void* dest = const_cast<uint8_t*>(data_);
-  if (::mprotect(copy, size_, PROT_READ) != 0 ||
-      ::mremap(copy, size_, size_, MREMAP_MAYMOVE | MREMAP_FIXED, dest) == MAP_FAILED) {
-    const std::string why = ErrnoText();
-    ::munmap(copy, size_);
-    return Status::IoError(path_ + ": moving the anonymous copy over the file mapping: " + why);
+  // Piece by piece, so that the process never holds more than one piece twice (its file pages and its
+  // copy): each piece of anonymous memory is 2 MiB-aligned and asked for huge pages before the first
+  // touch, filled, made read-only and moved over its range of the mapping (which starts on a 2 MiB
+  // boundary, as MapAligned placed it, so the huge pages move as they are).
+  constexpr uint64_t kPiece = uint64_t{32} << 20;  // a multiple of 2 MiB
+  for (uint64_t off = 0; off < size_; off += kPiece) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed))
+      return Status::Unavailable(path_ + ": copy into anonymous memory cancelled after " + std::to_string(off) +
+                                 " of " + std::to_string(size_) + " bytes");
+    const uint64_t n = std::min(kPiece, size_ - off);
+    void* copy = MapAligned(n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+    if (copy == MAP_FAILED)
+      return Status::IoError(path_ + ": anonymous memory for a copy of its bytes " + std::to_string(off) + ".." +
+                             std::to_string(off + n) + ": " + ErrnoText());
+    (void)::madvise(copy, n, MADV_HUGEPAGE);
+    std::memcpy(copy, data_ + off, n);
+    void* dest = const_cast<uint8_t*>(data_ + off);
+    if (::mprotect(copy, n, PROT_READ) != 0 ||
+        ::mremap(copy, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dest) == MAP_FAILED) {
+      const std::string why = ErrnoText();
+      ::munmap(copy, n);
+      return Status::IoError(path_ + ": moving the anonymous copy of bytes " + std::to_string(off) + ".." +
+                             std::to_string(off + n) + " over the file mapping: " + why);
+    }
   }
   anonymous_ = true;
   return Status::Ok();
@@ -149,6 +163,85 @@ int64_t MemAvailableBytes() {
   while (in >> key >> kib >> unit)
     if (key == "MemAvailable:") return kib * 1024;
   return 0;
+}
+
+namespace {
+
+// The first line of `path` ("" when it cannot be read).
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The value of `key` in a "key value" file such as memory.stat; -1 when absent.
+int64_t StatValue(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string k;
+  int64_t v = 0;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return -1;
+}
+
+// A limit file's value: -1 for none ("max", unreadable, or cgroup v1's "unlimited" near 2^63).
+int64_t LimitValue(const std::string& path) {
+  const std::string line = FirstLine(path);
+  if (line.empty() || line == "max") return -1;
+  char* end = nullptr;
+  const long long v = std::strtoll(line.c_str(), &end, 10);
+  if (end == line.c_str() || v < 0 || v >= (int64_t{1} << 62)) return -1;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+int64_t MemoryHeadroomBytes(const std::string& proc_root, const std::string& cgroup_root) {
+  int64_t headroom = 0;
+  {
+    std::ifstream in(proc_root + "/meminfo");
+    std::string key, unit;
+    int64_t kib = 0;
+    while (in >> key >> kib >> unit)
+      if (key == "MemAvailable:") headroom = kib * 1024;
+  }
+  if (headroom <= 0) return 0;
+  // /proc/self/cgroup: "0::/path" (v2) or "N:controllers:/path" lines (v1; the one naming memory).
+  std::ifstream groups(proc_root + "/self/cgroup");
+  std::string line;
+  while (std::getline(groups, line)) {
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? std::string::npos : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    const bool v1 = !controllers.empty();  // v2's line has no controller list
+    bool memory = !v1;
+    for (size_t p = 0; v1 && p <= controllers.size();) {
+      const size_t q = std::min(controllers.find(',', p), controllers.size());
+      memory = memory || controllers.compare(p, q - p, "memory") == 0;
+      p = q + 1;
+    }
+    if (!memory) continue;
+    if (path.find("..") != std::string::npos) continue;
+    const std::string base = v1 ? cgroup_root + "/memory" : cgroup_root;
+    // This group and every one above it (a parent's limit binds its children too).
+    for (;;) {
+      const std::string dir = base + (path == "/" ? "" : path);
+      const int64_t limit = LimitValue(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max"));
+      if (limit >= 0) {
+        const int64_t used = LimitValue(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current"));
+        int64_t cache = StatValue(dir + "/memory.stat", v1 ? "total_cache" : "file");
+        if (v1 && cache < 0) cache = StatValue(dir + "/memory.stat", "cache");
+        if (used >= 0) headroom = std::min(headroom, std::max<int64_t>(0, limit - used + std::max<int64_t>(0, cache)));
+      }
+      if (path.empty() || path == "/") break;
+      const size_t slash = path.rfind('/');
+      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+    }
+  }
+  return headroom;
 }
 
 Result<AtomicFile> AtomicFile::Create(const std::string& path) {

@@ -7,6 +7,7 @@
 // concurrently.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -63,18 +64,28 @@ class MappedFile {
   Status Populate() const;
 
   // Replaces the file mapping by a private anonymous copy of the whole file at the same addresses
-  // (data() and every pointer into it stay valid; the bytes are the file's as read now): reserved
-  // 2 MiB-aligned and asked for transparent huge pages (MADV_HUGEPAGE) before the copy touches it,
-  // then moved over the mapping in one mremap. What it is for: weights that compute kernels stream
-  // on every token read faster from such memory than from the page cache on some machines (issue
-  // 35: on a 2-vCPU Xeon VM a BF16 GEMV over a mapped, PMD-mapped checkpoint ran at 13-17 GB/s
-  // against 18-26 GB/s over the same bytes copied, and decode took ~11 % less time; docs/benchmarks.md
-  // "Background: (m) on other machines"). The copy is not page cache: it is not shared with other
-  // processes and the kernel cannot drop it under memory pressure, so callers check that it fits
-  // first (services/executor/weights_memory.h WeightsMemory::kAnonymous). Afterwards later changes
-  // to the file are no longer seen. A no-op for an empty file or one already copied. Errors: kIoError
-  // naming the path (no memory for the copy; the move failed); the file mapping is then left as it was.
-  Status CopyToAnonymousMemory();
+  // (data() and every pointer into it stay valid; the bytes are the file's as read now), 32 MiB at a
+  // time: each piece reserved 2 MiB-aligned and asked for transparent huge pages (MADV_HUGEPAGE) before
+  // the copy touches it, then moved over its range of the mapping with one mremap, so the process holds
+  // at most one piece twice (RSS stays within 32 MiB of the file's size). What it is for: weights that
+  // compute kernels stream on every token read faster from such memory than from the page cache on
+  // some machines (issue 35: on a 2-vCPU Xeon VM a BF16 GEMV over a mapped, PMD-mapped checkpoint ran
+  // at 13-19 GB/s against 18-28 GB/s over the same bytes copied, and decode took 11-25 % less time;
+  // docs/benchmarks.md "Background: (m) on other machines"). The copy is not page cache: it is not
+  // shared with other processes and the kernel cannot drop it under memory pressure, so callers check
+  // that it fits first (services/executor/weights_memory.h). Afterwards later changes to the file are
+  // no longer seen. A no-op for an empty file or one already copied. Errors: kIoError naming the path
+  // and the byte range (no memory for a piece; a move failed): the pieces moved before stay
+  // anonymous, the rest mapped (every byte is the file's either way), anonymous() stays false and a
+  // later call copies the whole file again.
+  //
+  // Other threads may read data() while it runs (WeightsMemory::kBackground copies while the model
+  // serves): a piece reads as the file mapping until its move and as the copy after it, and each move
+  // is one mremap under the address space's write lock, so a read at any moment sees the file's bytes
+  // (tests/common/file_util_test.cc checks with readers running). Only anonymous() must not be read
+  // concurrently. `cancel` (optional) is checked before each piece: once it reads true the call returns
+  // kUnavailable naming the path, the pieces already moved anonymous and the rest mapped, as on errors.
+  Status CopyToAnonymousMemory(const std::atomic<bool>* cancel = nullptr);
   // True once CopyToAnonymousMemory succeeded.
   bool anonymous() const { return anonymous_; }
 
@@ -89,6 +100,15 @@ class MappedFile {
 // /proc/meminfo's MemAvailable in bytes (memory the kernel can hand out without swapping, page
 // cache that it can drop counted as available); 0 where it cannot be read (not Linux, no /proc).
 int64_t MemAvailableBytes();
+
+// What this process may still add in memory it cannot give back (anonymous memory): MemAvailable,
+// lowered to the room left under the memory limit of its control group and of every group above it
+// (cgroup v2 `memory.max` less `memory.current` plus the group's page cache, `file` in memory.stat;
+// cgroup v1 `memory.limit_in_bytes` less `memory.usage_in_bytes` plus `total_cache`), where such a
+// limit is set: a copy that fits MemAvailable may still not fit the group a container or a benchmark
+// runs it in. `proc_root` / `cgroup_root` default to /proc and /sys/fs/cgroup (tests pass a fake
+// tree). 0 where MemAvailable cannot be read.
+int64_t MemoryHeadroomBytes(const std::string& proc_root = "/proc", const std::string& cgroup_root = "/sys/fs/cgroup");
 
 class AtomicFile {
  public:

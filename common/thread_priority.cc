@@ -105,6 +105,14 @@ Result<ThreadPriority> ParseThreadPriority(const std::string& text, const std::s
       fmt::format("{} = '{}': expected auto, realtime, slice or none", what, text));
 }
 
+Status LowerThreadToIdle() {
+  struct sched_param param {};
+  param.sched_priority = 0;
+  if (::sched_setscheduler(0, SCHED_IDLE, &param) != 0)  // 0: the calling thread (Linux)
+    return Status::Internal(fmt::format("SCHED_IDLE for this thread: {}", std::strerror(errno)));
+  return Status::Ok();
+}
+
 Result<ThreadPriority> RaiseThread(ThreadPriority want, pid_t tid) {
   const pid_t id = ThreadIdOf(tid);
   switch (want) {

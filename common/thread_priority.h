@@ -58,6 +58,12 @@ void SetPipelineThreadPriority(ThreadPriority priority);
 ThreadPriority PipelineThreadPriority();
 void RaisePipelineThread();
 
+// Lowers the calling thread to SCHED_IDLE: it runs only on a core that has nothing else to run, so
+// work that may wait (services/executor/weights_memory.h's background copy of the weights) never
+// takes a core from the compute, I/O or decompression threads. Unprivileged. Errors: kInternal
+// naming strerror (a kernel without SCHED_IDLE).
+Status LowerThreadToIdle();
+
 // Raises every thread of this process whose name starts with "ZMQbg/" (ZeroMQ's I/O threads) to
 // `want`; returns how many it raised. For the executor process of `zipmoe up`, whose messages to and
 // from the scheduler pass through them.

@@ -8,7 +8,8 @@
 // "weight_map": {"<tensor>": "<shard file>"}}.
 //
 // Thread-safety: SafetensorsFile and Checkpoint are immutable after Open() (CopyToAnonymousMemory
-// changes where the bytes live, not their addresses or values, and is called before readers start);
+// changes where the bytes live, not their addresses or values, and readers may run meanwhile: one
+// thread copies, anonymous() is read only after it is done);
 // views may be read from any thread while the owner lives. Views point into read-only memory maps (zero-copy) and do not
 // own anything.
 #pragma once
@@ -70,7 +71,7 @@ class SafetensorsFile {
   Status Populate() const { return file_.Populate(); }
   // Copies the file into private anonymous memory at the same addresses, so every TensorView stays
   // valid (MappedFile::CopyToAnonymousMemory: when, why, errors).
-  Status CopyToAnonymousMemory() { return file_.CopyToAnonymousMemory(); }
+  Status CopyToAnonymousMemory(const std::atomic<bool>* cancel = nullptr) { return file_.CopyToAnonymousMemory(cancel); }
   bool anonymous() const { return file_.anonymous(); }
   uint64_t size_bytes() const { return file_.size(); }
 

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -84,7 +86,9 @@ TEST(FileUtilTest, CopyToAnonymousMemoryKeepsAddressesAndBytesAndDetachesFromThe
     WriteAll(path, data);
     auto m = MappedFile::Open(path);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
-    if (size >= (2u << 20)) EXPECT_EQ(reinterpret_cast<uintptr_t>(m->data()) % (2u << 20), 0u) << "2 MiB-aligned";
+    if (size >= (2u << 20)) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(m->data()) % (2u << 20), 0u) << "2 MiB-aligned";
+    }
     const uint8_t* before = m->data();
     const auto overwrite_first_byte = [&](char c) {
       std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -140,6 +144,122 @@ TEST(FileUtilTest, CopyToAnonymousMemoryWithoutMemoryKeepsTheFileMapping) {
     return 0;
   };
   EXPECT_EXIT(std::_Exit(child()), ::testing::ExitedWithCode(0), "");
+}
+
+// WeightsMemory::kBackground copies while the model reads: readers on other threads compare every
+// byte they read with the file's all through the copy and the move over the mapping (several rounds,
+// a file of 2 MiB pages and a partial one); none ever sees another byte, and the copy ends anonymous.
+TEST(FileUtilTest, CopyToAnonymousMemoryWhileOtherThreadsReadKeepsEveryByte) {
+  TempDir tmp;
+  const size_t size = (72u << 20) + 4099;
+  std::string data(size, '\0');
+  for (size_t i = 0; i < size; ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
+  WriteAll(tmp.Sub("w.bin"), data);
+  for (int round = 0; round < 3; ++round) {
+    auto m = MappedFile::Open(tmp.Sub("w.bin"));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_TRUE(m->Populate().ok());
+    const uint8_t* base = m->data();
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> mismatches{0}, reads{0};
+    std::vector<std::thread> readers;
+    for (int r = 0; r < 2; ++r) {
+      readers.emplace_back([&, r] {
+        size_t off = static_cast<size_t>(r) * 7919;
+        while (!stop.load(std::memory_order_relaxed)) {
+          const size_t n = std::min<size_t>(64 << 10, size - off);
+          if (std::memcmp(base + off, data.data() + off, n) != 0) mismatches.fetch_add(1);
+          reads.fetch_add(1);
+          off = (off + (1u << 20) + 4093) % size;
+        }
+      });
+    }
+    while (reads.load() < 8) std::this_thread::yield();
+    const Status st = m->CopyToAnonymousMemory();
+    const int64_t at_move = reads.load();
+    while (reads.load() < at_move + 64) std::this_thread::yield();  // and some reads of the copy
+    stop = true;
+    for (std::thread& t : readers) t.join();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(m->anonymous());
+    EXPECT_EQ(m->data(), base);
+    EXPECT_EQ(mismatches.load(), 0) << "round " << round << " of " << reads.load() << " reads";
+    EXPECT_EQ(std::memcmp(m->data(), data.data(), size), 0);
+  }
+}
+
+// A cancelled copy (the flag read between 32 MiB pieces) returns kUnavailable naming the file and
+// leaves the file mapping as it was: not anonymous, the same bytes, still seeing the file.
+TEST(FileUtilTest, CancelledCopyToAnonymousMemoryKeepsTheFileMapping) {
+  TempDir tmp;
+  std::string data((40u << 20) + 5, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13 % 251);
+  const std::string path = tmp.Sub("c.bin");
+  WriteAll(path, data);
+  auto m = MappedFile::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::atomic<bool> cancel{true};
+  const Status st = m->CopyToAnonymousMemory(&cancel);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("c.bin"));
+  EXPECT_FALSE(m->anonymous());
+  EXPECT_EQ(std::memcmp(m->data(), data.data(), data.size()), 0);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0);
+    f.put('Z');
+  }
+  EXPECT_EQ(static_cast<char>(m->data()[0]), 'Z') << "still the file mapping";
+  cancel = false;
+  ASSERT_TRUE(m->CopyToAnonymousMemory(&cancel).ok());
+  EXPECT_TRUE(m->anonymous());
+  EXPECT_EQ(static_cast<char>(m->data()[0]), 'Z');
+}
+
+// MemoryHeadroomBytes on fake /proc and /sys/fs/cgroup trees: MemAvailable alone without a limit; the
+// room under a cgroup v2 memory.max (its page cache counted as room) and under a parent's lower
+// limit; cgroup v1's memory controller with total_cache; "max" and v1's "unlimited" are no limit.
+TEST(FileUtilTest, MemoryHeadroomIsMemAvailableLoweredToTheCgroupLimits) {
+  TempDir tmp;
+  const std::string proc = tmp.Sub("proc"), cg = tmp.Sub("cg");
+  std::filesystem::create_directories(proc + "/self");
+  WriteAll(proc + "/meminfo", "MemTotal:       32000000 kB\nMemAvailable:   20000000 kB\n");
+  const int64_t avail = int64_t{20000000} * 1024;
+  EXPECT_EQ(MemoryHeadroomBytes(proc, cg), avail) << "no /proc/self/cgroup";
+  // cgroup v2: /a/b limited to 10 GiB holding 6 GiB of which 1 GiB page cache -> 5 GiB of room.
+  WriteAll(proc + "/self/cgroup", "0::/a/b\n");
+  std::filesystem::create_directories(cg + "/a/b");
+  WriteAll(cg + "/a/b/memory.max", "max\n");
+  WriteAll(cg + "/a/b/memory.current", "6442450944\n");
+  EXPECT_EQ(MemoryHeadroomBytes(proc, cg), avail) << "memory.max 'max' is no limit";
+  WriteAll(cg + "/a/b/memory.max", "10737418240\n");
+  WriteAll(cg + "/a/b/memory.stat", "anon 5368709120\nfile 1073741824\n");
+  EXPECT_EQ(MemoryHeadroomBytes(proc, cg), int64_t{5} << 30);
+  // A parent with less room binds: /a limited to 8 GiB holding 7 GiB, no page cache -> 1 GiB.
+  WriteAll(cg + "/a/memory.max", "8589934592\n");
+  WriteAll(cg + "/a/memory.current", "7516192768\n");
+  EXPECT_EQ(MemoryHeadroomBytes(proc, cg), int64_t{1} << 30);
+  // More room than MemAvailable: MemAvailable.
+  WriteAll(cg + "/a/memory.max", "max\n");
+  WriteAll(cg + "/a/b/memory.max", "107374182400\n");
+  EXPECT_EQ(MemoryHeadroomBytes(proc, cg), avail);
+  // cgroup v1: the memory controller's line among others; limit 4 GiB, usage 3 GiB, 2 GiB cache -> 3 GiB.
+  WriteAll(proc + "/self/cgroup", "12:cpu,cpuacct:/x\n4:memory:/bench/cap\n1:name=systemd:/y\n");
+  std::filesystem::create_directories(cg + "/memory/bench/cap");
+  WriteAll(cg + "/memory/bench/cap/memory.limit_in_bytes", "4294967296\n");
+  WriteAll(cg + "/memory/bench/cap/memory.usage_in_bytes", "3221225472\n");
+  WriteAll(cg + "/memory/bench/cap/memory.stat", "cache 1073741824\nrss 1073741824\ntotal_cache 2147483648\n");
+  WriteAll(cg + "/memory/bench/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "unlimited"
+  EXPECT_EQ(MemoryHeadroomBytes(proc, cg), int64_t{3} << 30);
+  // No MemAvailable: 0.
+  WriteAll(proc + "/meminfo", "MemTotal: 1 kB\n");
+  EXPECT_EQ(MemoryHeadroomBytes(proc, cg), 0);
+}
+
+TEST(FileUtilTest, MemoryHeadroomIsPositiveHereAndAtMostMemAvailable) {
+  const int64_t headroom = MemoryHeadroomBytes();
+  EXPECT_GT(headroom, 0);
+  EXPECT_LE(headroom, MemAvailableBytes() + (int64_t{64} << 20));  // MemAvailable moves between the reads
 }
 
 TEST(FileUtilTest, MemAvailableIsPositiveOnLinux) {
