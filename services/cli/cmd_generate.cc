@@ -73,6 +73,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;
   bool no_mmap = false;
+  bool mmap = false;
   std::string device = "cpu";
   std::string device_assignment = "none";
   std::string device_memory_budget;
@@ -178,7 +179,9 @@ int RunGenerate(const GenerateArgs& args) {
   executor::GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
-  options.weights_memory = args.no_mmap ? executor::WeightsMemory::kAnonymous : executor::WeightsMemory::kMapped;
+  options.weights_memory = args.no_mmap ? executor::WeightsMemory::kAnonymous
+                         : args.mmap  ? executor::WeightsMemory::kMapped
+                                      : executor::WeightsMemory::kBackground;
   options.device = args.device;
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return Fail(assignment.status());
@@ -433,7 +436,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
-  cmd->add_flag("--no-mmap", args->no_mmap, kNoMmapHelp);
+  CLI::Option* no_mmap = cmd->add_flag("--no-mmap", args->no_mmap, kNoMmapHelp);
+  cmd->add_flag("--mmap", args->mmap, kMmapHelp)->excludes(no_mmap);
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
   cmd->add_option("--device-memory-budget", args->device_memory_budget, kDeviceMemoryBudgetHelp);

@@ -72,12 +72,17 @@ inline constexpr const char* kDeviceMemoryBudgetHelp =
     "(Jetson; with --memory-budget: F's share of that one budget); N% of the routed-expert bytes; or a size such "
     "as 4GiB (0 = staging only). Only with --device cuda";
 
-// --no-mmap (generate, serve): LoadOptions::weights_memory kAnonymous instead of the default kMapped.
+// --no-mmap / --mmap (generate, serve): LoadOptions::weights_memory kAnonymous / kMapped instead of the
+// default kBackground (services/executor/weights_memory.h).
 inline constexpr const char* kNoMmapHelp =
-    "copy the weights into private anonymous memory in 2 MiB pages instead of serving them from the files' memory "
-    "maps (page cache), as llama.cpp's --no-mmap: the CPU kernels stream them faster on some machines, loading takes "
-    "longer and the memory is no longer shared or reclaimable; a file is copied only where it fits (MemAvailable "
-    "less 1 GiB), on a CPU device";
+    "copy the weights into private anonymous memory in 2 MiB pages before serving (as llama.cpp's --no-mmap), "
+    "instead of the default: serve them from the files' memory maps at once and copy them there in the background, "
+    "on a thread that only runs when a core is idle. The CPU kernels stream anonymous 2 MiB pages faster than the "
+    "page cache on some machines; loading takes longer and the memory is no longer shared or reclaimable; a file is "
+    "copied only where it fits (memory headroom, cgroup limits included, less 1 GiB), on a CPU device";
+inline constexpr const char* kMmapHelp =
+    "keep serving the weights from the files' memory maps (page cache: shared with other processes, reclaimable "
+    "under memory pressure) instead of copying them into anonymous memory in the background";
 
 // One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
 // far (`what` = "decided"); says so when there is no accelerator.

@@ -94,7 +94,13 @@ Generator::~Generator() = default;
 const ModelConfig& Generator::config() const { return impl_->loaded->config; }
 const std::string& Generator::model_dir() const { return impl_->dir; }
 int Generator::n_threads() const { return impl_->n_threads; }
-const WeightsMemoryStats& Generator::weights_memory() const { return impl_->loaded->weights_memory; }
+WeightsMemoryStats Generator::weights_memory() const { return CurrentWeightsMemory(*impl_->loaded); }
+
+bool Generator::WaitForWeightsMemory(double timeout_s) const {
+  BackgroundWeightsCopy* copy = impl_->loaded->background_copy.get();
+  return copy == nullptr ||
+         copy->Wait(std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, timeout_s) * 1000.0)));
+}
 
 namespace {
 

@@ -35,7 +35,9 @@ struct GeneratorOptions {
   int n_threads = 0;           // torch intra-op threads (at::set_num_threads); 0 = hardware concurrency
   std::string device = "cpu";  // "cpu", or "cuda" / "cuda:N" with a CUDA build of libtorch
   // Where the weights loading reads in full are held (weights_memory.h): the files' mappings (the
-  // default), or private anonymous copies where they fit (`--no-mmap`, CPU device only).
+  // library's default; the CLI's `--mmap`), private anonymous copies where they fit (`--no-mmap`, CPU
+  // device only), or mapped first and copied by a thread at SCHED_IDLE while serving (kBackground, the
+  // CLI's default on a CPU device).
   WeightsMemory weights_memory = WeightsMemory::kMapped;
   // Borrowed provider of routed experts (must outlive the Generator); null = every expert resident
   // (ResidentExpertProvider from the directory).
@@ -293,8 +295,13 @@ class Generator {
   const ModelConfig& config() const;
   const std::string& model_dir() const;
   int n_threads() const;
-  // How many bytes of the loaded files are anonymous copies and how many stay mapped (weights_memory.h).
-  const WeightsMemoryStats& weights_memory() const;
+  // How many bytes of the loaded files are anonymous copies and how many stay mapped (weights_memory.h),
+  // now (kBackground: the copy's progress). Thread-safe.
+  WeightsMemoryStats weights_memory() const;
+  // kBackground: blocks until the background copy has handled every file (copied or left mapped), at
+  // most `timeout_s` seconds; true when it has (at once without a background copy). For benchmarks
+  // that measure the steady state (bench/executor_bench.cc) and tests.
+  bool WaitForWeightsMemory(double timeout_s) const;
 
   // Generates for every prompt (a ragged batch; each sequence has its own KV cache; finished
   // sequences leave the batch). Results are in prompt order. Errors: kInvalidArgument for an empty

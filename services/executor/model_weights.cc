@@ -447,7 +447,12 @@ Result<ModelDirKind> DetectModelDir(const std::string& dir) {
 }
 
 LoadedModel::~LoadedModel() {
+  background_copy.reset();  // cancels and joins: the files below must outlive it
   for (const at::Tensor& w : fp8_weights) DetachFp8Scales(w);
+}
+
+WeightsMemoryStats CurrentWeightsMemory(const LoadedModel& model) {
+  return model.background_copy ? model.background_copy->stats() : model.weights_memory;
 }
 
 Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const LoadOptions& options) {
@@ -471,9 +476,10 @@ Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const Loa
     whole.push_back(model->dense.get());
   }
   const bool copy = options.weights_memory == WeightsMemory::kAnonymous && options.device.is_cpu();
+  const bool background = options.weights_memory == WeightsMemory::kBackground && options.device.is_cpu();
   for (SafetensorsFile* file : whole) {
     const auto bytes = static_cast<int64_t>(file->size_bytes());
-    if (copy && bytes > 0 && MemAvailableBytes() >= bytes + kAnonymousWeightsReserveBytes) {
+    if (copy && bytes > 0 && MemoryHeadroomBytes() >= bytes + kAnonymousWeightsReserveBytes) {
       ZM_RETURN_IF_ERROR(file->CopyToAnonymousMemory());
       model->weights_memory.anonymous_bytes += bytes;
       continue;
@@ -500,6 +506,19 @@ Result<std::unique_ptr<LoadedModel>> LoadModel(const std::string& dir, const Loa
     } else {
       ZM_ASSIGN_OR_RETURN(model->resident_experts, ResidentExpertProvider::FromStore(*model->store, options.n_threads));
     }
+  }
+  // kBackground: the files just read in full are moved into anonymous memory by a thread of its own
+  // while the model serves (weights_memory.h).
+  if (background) {
+    std::vector<BackgroundWeightsCopy::File> files;
+    for (SafetensorsFile* file : whole) {
+      if (file->size_bytes() == 0) continue;
+      files.push_back({file->path(), static_cast<int64_t>(file->size_bytes()),
+                       [file](const std::atomic<bool>* cancel) { return file->CopyToAnonymousMemory(cancel); }});
+    }
+    if (!files.empty())
+      model->background_copy = std::make_unique<BackgroundWeightsCopy>(std::move(files), model->weights_memory,
+                                                                        [] { return MemoryHeadroomBytes(); });
   }
   return model;
 }

@@ -150,7 +150,8 @@ struct LoadOptions {
   int n_threads = 0;                  // for FromStore decompression (0 = all cores)
   // The files loading maps in full: a checkpoint's every file with resident_experts, else a compressed
   // directory's dense.safetensors (a checkpoint's files without resident_experts are read on demand
-  // and stay mapped).
+  // and stay mapped). kBackground: mapped now, copied by LoadedModel::background_copy (CPU device only;
+  // another device keeps kMapped).
   WeightsMemory weights_memory = WeightsMemory::kMapped;
 };
 
@@ -172,8 +173,14 @@ struct LoadedModel {
   std::unique_ptr<ExpertStore> store;        // kCompressed
   std::unique_ptr<ResidentExpertProvider> resident_experts;  // if LoadOptions::resident_experts
   std::vector<at::Tensor> fp8_weights;  // every FP8 linear weight whose scales are attached
-  WeightsMemoryStats weights_memory;
+  WeightsMemoryStats weights_memory;    // after loading (CurrentWeightsMemory: with the background copy's progress)
+  // LoadOptions::weights_memory kBackground: copies the files it read in full into anonymous memory
+  // while the model serves; destroyed first (~LoadedModel) so it never outlives the files.
+  std::unique_ptr<BackgroundWeightsCopy> background_copy;
 };
+
+// `model.weights_memory`, or the background copy's current stats where there is one.
+WeightsMemoryStats CurrentWeightsMemory(const LoadedModel& model);
 
 // FP8 checkpoints (config.fp8()): every F8_E4M3 linear weight stays a zero-copy uint8 view with its
 // `<name>_scale_inv` attached (torch_util.h Fp8Scales; shape checked against the config's blocks), on

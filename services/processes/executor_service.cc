@@ -130,7 +130,7 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
-  options.weights_memory = args.no_mmap ? WeightsMemory::kAnonymous : WeightsMemory::kMapped;
+  options.weights_memory = args.weights_memory;
   options.device = args.device;
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return fail(assignment.status());
@@ -164,7 +164,8 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   const int64_t kv_budget_bytes = (*generator)->kv_budget_stats().budget_bytes;
   if (const std::string unused = (*generator)->config().UnusedParts(); !unused.empty())
     std::fprintf(stderr, "I: serve: the checkpoint's %s: not used for decoding, not loaded\n", unused.c_str());
-  if (args.no_mmap) std::fprintf(stderr, "%s", WeightsMemoryLine((*generator)->weights_memory()).c_str());
+  if (args.weights_memory != WeightsMemory::kMapped)
+    std::fprintf(stderr, "%s", WeightsMemoryLine((*generator)->weights_memory()).c_str());
   server.SetLoaded(std::move(tokenizer), std::move(provider), std::move(generator).value());
   std::fprintf(stderr, "%s",
                fmt::format("I: serve: ready on http://{}:{} (up to {} sequences per batch, KV budget {}, prefix cache "
@@ -209,6 +210,9 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
   args.device = config.device;
   args.device_assignment = config.device_assignment;
   args.device_memory_budget = config.device_memory_budget;
+  Result<WeightsMemory> weights_memory = ParseWeightsMemory(config.weights_memory, "weights_memory");
+  if (!weights_memory.ok()) return Fail(weights_memory.status());
+  args.weights_memory = *weights_memory;
   args.max_batch = static_cast<int>(config.http_max_batch);
   args.prefix_cache_mib = config.http_prefix_cache_mib;
   args.kv_budget_mib = config.http_kv_budget_mib;

@@ -21,6 +21,7 @@
 #include "common/expert_provider.h"
 #include "common/status.h"
 #include "services/service_base/service_config.h"
+#include "services/executor/weights_memory.h"
 #include "services/service_base/service_util.h"
 
 namespace prometheus {
@@ -43,9 +44,10 @@ struct ServeOptions {
   std::string api_key;
   std::vector<std::string> served_model_names;
   int threads = 0;
-  // Copy the weights into anonymous memory instead of serving them from the files' mappings
-  // (executor/weights_memory.h WeightsMemory::kAnonymous; `--no-mmap`).
-  bool no_mmap = false;
+  // Where the weights loading reads in full live (executor/weights_memory.h): mapped and copied into
+  // anonymous memory in the background (the default), kept mapped (`--mmap`), or copied before
+  // serving (`--no-mmap`). CPU device only.
+  WeightsMemory weights_memory = WeightsMemory::kBackground;
   std::string device = "cpu";
   std::string device_assignment = "none";
   std::string device_memory_budget;  // GPU executor's device slots: "" = auto (ParseDeviceMemoryBudget)

@@ -61,6 +61,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"device", &c.device},
       {"device_assignment", &c.device_assignment},
       {"device_memory_budget", &c.device_memory_budget},
+      {"weights_memory", &c.weights_memory},
       {"http.max_batch", &c.http_max_batch},
       {"http.prefix_cache_mib", &c.http_prefix_cache_mib},
       {"http.kv_budget_mib", &c.http_kv_budget_mib},

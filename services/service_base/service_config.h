@@ -70,6 +70,10 @@ struct ServiceConfig {
   std::string device = "cpu";            // executor: "cpu" or "cuda[:N]" (a CUDA libtorch)
   std::string device_assignment = "none";  // executor: none | greedy (DALI's CPU/GPU split, --device-assignment)
   std::string device_memory_budget = "auto";  // executor: the GPU executor's device slots (--device-memory-budget)
+  // executor: where the weights it reads in full live (services/executor/weights_memory.h): background
+  // (mapped, then copied into anonymous memory by an idle-priority thread) | mapped (--mmap) |
+  // anonymous (--no-mmap).
+  std::string weights_memory = "background";
   int64_t http_max_batch = 8;            // executor: sequences decoded together (continuous batching)
   int64_t http_prefix_cache_mib = 512;   // executor: finished sequences' KV caches kept for prefix reuse; 0 = off
   int64_t http_kv_budget_mib = -1;       // executor: bound on running sequences' KV caches; -1 = auto, 0 = none

@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 
+#include "common/file_util.h"
 #include "common/resident_expert_provider.h"
 #include "common/checkpoint/safetensors.h"
 #include "tests/services/executor/generator_test_util.h"
@@ -132,8 +133,65 @@ TEST(WeightsMemoryTest, TheLineSaysWhatWentWhereAndWhy) {
   stats.mapped_bytes = int64_t{3} << 19;  // 1.5 MiB
   EXPECT_EQ(WeightsMemoryLine(stats), "I: weights: 7.00 GiB in anonymous memory, 1.5 MiB mapped from the files\n");
   stats.files_left_mapped = 2;
-  EXPECT_NE(WeightsMemoryLine(stats).find("(2 file(s) left mapped: a copy would not leave 1 GiB of MemAvailable)"),
+  EXPECT_NE(WeightsMemoryLine(stats).find("(2 file(s) left mapped: a copy would not leave 1 GiB of memory headroom)"),
             std::string::npos);
+  stats.files_left_mapped = 0;
+  stats.pending_bytes = int64_t{1} << 30;
+  EXPECT_NE(WeightsMemoryLine(stats).find("(1.00 GiB queued for the copy in the background)"), std::string::npos);
+  stats.pending_bytes = 0;
+  stats.background_seconds = 12.25;
+  EXPECT_NE(WeightsMemoryLine(stats).find("(copied in the background in 12.2 s)"), std::string::npos);
+}
+
+TEST(WeightsMemoryTest, NamesParseBackAndAnUnknownOneIsNamed) {
+  for (WeightsMemory m : {WeightsMemory::kMapped, WeightsMemory::kAnonymous, WeightsMemory::kBackground}) {
+    auto parsed = ParseWeightsMemory(WeightsMemoryName(m), "weights_memory");
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, m);
+  }
+  auto bad = ParseWeightsMemory("mmap", "weights_memory");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("weights_memory: 'mmap'"), std::string::npos) << bad.status().ToString();
+}
+
+// kBackground: the files are served mapped at once and copied by the background thread while the
+// model computes; the logits are the mapped files' bit for bit before, during and after the copy, and
+// once it is done every byte read in full is anonymous. A generator destroyed while its copy may still
+// run cancels it (nothing outlives the files).
+TEST_P(ExecutorArchTest, BackgroundCopyGivesTheMappedFilesLogitsBeforeDuringAndAfter) {
+  for (const std::string& dir : {TinyModelDir(GetParam()), TinyCompressedDir(GetParam())}) {
+    GeneratorOptions options;
+    options.model_dir = dir;
+    options.n_threads = kThreads;
+    auto mapped = Generator::Create(options);
+    ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+    EXPECT_TRUE((*mapped)->WaitForWeightsMemory(0)) << "no background copy: done at once";
+    options.weights_memory = WeightsMemory::kBackground;
+    {
+      auto dropped = Generator::Create(options);  // destroyed at once, its copy perhaps still running
+      ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+    }
+    auto background = Generator::Create(options);
+    ASSERT_TRUE(background.ok()) << background.status().ToString();
+    const std::vector<std::vector<int32_t>> chunks = {kPrompt, {11}, {12}};
+    auto a = (*mapped)->ForwardChunks(chunks);
+    auto during = (*background)->ForwardChunks(chunks);
+    ASSERT_TRUE((*background)->WaitForWeightsMemory(120.0)) << dir;
+    auto after = (*background)->ForwardChunks(chunks);
+    ASSERT_TRUE(a.ok() && during.ok() && after.ok()) << dir;
+    EXPECT_TRUE(BitEqual(*a, *during)) << dir;
+    EXPECT_TRUE(BitEqual(*a, *after)) << dir;
+    const WeightsMemoryStats stats = (*background)->weights_memory();
+    EXPECT_EQ(stats.pending_bytes, 0) << dir;
+    if (MemoryHeadroomBytes() >= (*mapped)->weights_memory().mapped_bytes + kAnonymousWeightsReserveBytes) {
+      EXPECT_EQ(stats.anonymous_bytes, (*mapped)->weights_memory().mapped_bytes) << dir;
+      EXPECT_EQ(stats.mapped_bytes, 0) << dir;
+      EXPECT_EQ(stats.files_left_mapped, 0) << dir;
+    } else {
+      GTEST_LOG_(INFO) << "less than 1 GiB of memory headroom here: the files may stay mapped";
+    }
+  }
 }
 
 TEST_P(ExecutorArchTest, CompressedDirGivesBitIdenticalLogits) {
