@@ -156,14 +156,21 @@ void MappedFile::Reset() {
   anonymous_ = false;
 }
 
-int64_t MemAvailableBytes() {
-  std::ifstream in("/proc/meminfo");
+namespace {
+
+// MemAvailable of a meminfo file, in bytes; 0 where it cannot be read.
+int64_t MemAvailableIn(const std::string& meminfo) {
+  std::ifstream in(meminfo);
   std::string key, unit;
   int64_t kib = 0;
   while (in >> key >> kib >> unit)
     if (key == "MemAvailable:") return kib * 1024;
   return 0;
 }
+
+}  // namespace
+
+int64_t MemAvailableBytes() { return MemAvailableIn("/proc/meminfo"); }
 
 namespace {
 
@@ -198,14 +205,7 @@ int64_t LimitValue(const std::string& path) {
 }  // namespace
 
 int64_t MemoryHeadroomBytes(const std::string& proc_root, const std::string& cgroup_root) {
-  int64_t headroom = 0;
-  {
-    std::ifstream in(proc_root + "/meminfo");
-    std::string key, unit;
-    int64_t kib = 0;
-    while (in >> key >> kib >> unit)
-      if (key == "MemAvailable:") headroom = kib * 1024;
-  }
+  int64_t headroom = MemAvailableIn(proc_root + "/meminfo");
   if (headroom <= 0) return 0;
   // /proc/self/cgroup: "0::/path" (v2) or "N:controllers:/path" lines (v1; the one naming memory).
   std::ifstream groups(proc_root + "/self/cgroup");
