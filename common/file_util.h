@@ -70,7 +70,7 @@ class MappedFile {
   // at most one piece twice (RSS stays within 32 MiB of the file's size). What it is for: weights that
   // compute kernels stream on every token read faster from such memory than from the page cache on
   // some machines (issue 35: on a 2-vCPU Xeon VM a BF16 GEMV over a mapped, PMD-mapped checkpoint ran
-  // at 13-19 GB/s against 18-28 GB/s over the same bytes copied, and decode took 11-25 % less time;
+  // at 13-19 GB/s against 18-28 GB/s over the same bytes copied, and decode took 6-33 % less time;
   // docs/benchmarks.md "Background: (m) on other machines"). The copy is not page cache: it is not
   // shared with other processes and the kernel cannot drop it under memory pressure, so callers check
   // that it fits first (services/executor/weights_memory.h). Afterwards later changes to the file are

@@ -72,8 +72,7 @@ struct GenerateArgs {
   float top_p = 1.0f;
   uint64_t seed = 0;
   int threads = 0;
-  bool no_mmap = false;
-  bool mmap = false;
+  executor::WeightsMemory weights_memory = executor::WeightsMemory::kBackground;  // --no-mmap / --mmap
   std::string device = "cpu";
   std::string device_assignment = "none";
   std::string device_memory_budget;
@@ -179,9 +178,7 @@ int RunGenerate(const GenerateArgs& args) {
   executor::GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
-  options.weights_memory = args.no_mmap ? executor::WeightsMemory::kAnonymous
-                         : args.mmap  ? executor::WeightsMemory::kMapped
-                                      : executor::WeightsMemory::kBackground;
+  options.weights_memory = args.weights_memory;
   options.device = args.device;
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return Fail(assignment.status());
@@ -235,7 +232,8 @@ int RunGenerate(const GenerateArgs& args) {
   if (!generator.ok()) return Fail(generator.status());
   if (const std::string unused = (*generator)->config().UnusedParts(); !unused.empty())
     std::fprintf(stderr, "I: the checkpoint's %s: not used for decoding, not loaded\n", unused.c_str());
-  if (args.no_mmap) std::fprintf(stderr, "%s", executor::WeightsMemoryLine((*generator)->weights_memory()).c_str());
+  if (args.weights_memory == executor::WeightsMemory::kAnonymous)
+    std::fprintf(stderr, "%s", executor::WeightsMemoryLine((*generator)->weights_memory()).c_str());
   const bool assigning = options.device_assignment == scheduler::DeviceAssignmentMode::kGreedy;
   if (assigning) std::fprintf(stderr, "%s", DeviceAssignmentLine(**generator, "profiled").c_str());
 
@@ -436,8 +434,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
-  CLI::Option* no_mmap = cmd->add_flag("--no-mmap", args->no_mmap, kNoMmapHelp);
-  cmd->add_flag("--mmap", args->mmap, kMmapHelp)->excludes(no_mmap);
+  AddWeightsMemoryFlags(cmd, &args->weights_memory);
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
   cmd->add_option("--device-memory-budget", args->device_memory_budget, kDeviceMemoryBudgetHelp);

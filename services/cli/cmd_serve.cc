@@ -99,11 +99,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "model id(s) listed by /v1/models; default: env ZIPMOE_SERVED_MODEL_NAME (comma-separated), else "
                   "the directory's name");
   cmd->add_option("--threads", args->serve.threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
-  CLI::Option* no_mmap = cmd->add_flag_function(
-      "--no-mmap", [args](int64_t) { args->serve.weights_memory = executor::WeightsMemory::kAnonymous; }, kNoMmapHelp);
-  cmd->add_flag_function(
-         "--mmap", [args](int64_t) { args->serve.weights_memory = executor::WeightsMemory::kMapped; }, kMmapHelp)
-      ->excludes(no_mmap);
+  AddWeightsMemoryFlags(cmd, &args->serve.weights_memory);
   cmd->add_option("--device", args->serve.device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->serve.device_assignment, kDeviceAssignmentHelp)->capture_default_str();
   cmd->add_option("--device-memory-budget", args->serve.device_memory_budget, kDeviceMemoryBudgetHelp);

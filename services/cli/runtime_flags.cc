@@ -18,6 +18,13 @@ namespace zipmoe::cli {
 
 namespace cm = cache_manager;
 
+void AddWeightsMemoryFlags(CLI::App* cmd, executor::WeightsMemory* target) {
+  CLI::Option* no_mmap = cmd->add_flag_function(
+      "--no-mmap", [target](int64_t) { *target = executor::WeightsMemory::kAnonymous; }, kNoMmapHelp);
+  cmd->add_flag_function("--mmap", [target](int64_t) { *target = executor::WeightsMemory::kMapped; }, kMmapHelp)
+      ->excludes(no_mmap);
+}
+
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   CLI::Option* budget = cmd->add_option(
       "--memory-budget", f->memory_budget,

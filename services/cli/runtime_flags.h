@@ -83,6 +83,9 @@ inline constexpr const char* kNoMmapHelp =
 inline constexpr const char* kMmapHelp =
     "keep serving the weights from the files' memory maps (page cache: shared with other processes, reclaimable "
     "under memory pressure) instead of copying them into anonymous memory in the background";
+// Adds --no-mmap and --mmap (mutually exclusive) to `cmd`, setting *target (left as is, the default
+// kBackground, when neither is given).
+void AddWeightsMemoryFlags(CLI::App* cmd, executor::WeightsMemory* target);
 
 // One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
 // far (`what` = "decided"); says so when there is no accelerator.

@@ -92,7 +92,6 @@ void BackgroundWeightsCopy::Run() {
     }
   }
   MutexLock lock(&mu_);
-  stats_.pending_bytes = 0;
   stats_.background_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   done_ = true;
   done_cv_.NotifyAll();

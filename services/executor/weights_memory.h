@@ -40,7 +40,8 @@ enum class WeightsMemory {
   // by kAnonymousWeightsReserveBytes when its turn comes. The CLI's default on a CPU device (`--mmap`
   // keeps the mappings, `--no-mmap` copies before serving). On the 2-vCPU Xeon VM of issue 35 a BF16
   // read of the mapped checkpoint ran at 19 GB/s against 27-28 on its anonymous copy, and decode took
-  // 20-25 % less time once the copy was done (docs/benchmarks.md "Background: (m) on other machines").
+  // 6-33 % less time once the copy was done, depending on the hour (docs/benchmarks.md "Background: (m)
+  // on other machines").
   kBackground,
 };
 inline constexpr int64_t kAnonymousWeightsReserveBytes = int64_t{1} << 30;
@@ -63,9 +64,10 @@ struct WeightsMemoryStats {
 // The thread of WeightsMemory::kBackground: copies files into anonymous memory one at a time, in the
 // order given, at SCHED_IDLE (common/thread_priority.h LowerThreadToIdle), each only when
 // `headroom()` (bytes) exceeds its size by kAnonymousWeightsReserveBytes at its turn; a file whose copy
-// fails or does not fit stays mapped (files_left_mapped). The destructor cancels the copy in progress
-// (its file stays mapped; CopyToAnonymousMemory checks every 32 MiB) and joins, so it must be destroyed
-// before the files (LoadedModel's destructor does it first). Thread-safe: stats() and Wait() may be
+// fails or does not fit stays mapped (files_left_mapped; one whose copy failed or was cancelled part
+// way counts as mapped in the stats, though the pieces moved before are anonymous). The destructor
+// cancels the copy in progress (CopyToAnonymousMemory checks before each 32 MiB piece) and joins, so
+// it must be destroyed before the files (LoadedModel's destructor does it first). Thread-safe: stats() and Wait() may be
 // called from any thread while it runs.
 class BackgroundWeightsCopy {
  public:
