@@ -111,7 +111,7 @@ void SplitMxfp4(const uint8_t* __restrict raw, int64_t n, uint8_t* __restrict e,
     sm[k] = static_cast<uint8_t>(Mxfp4Field(a & 15u) | Mxfp4Field(a >> 4) << 2 | Mxfp4Field(b & 15u) << 4 |
                                  Mxfp4Field(b >> 4) << 6);
   }
-  if (n > 0) std::memcpy(sm + n / 4, raw + n / 2, static_cast<size_t>(n / 32));
+  if (n > 0) std::memcpy(e + n, raw + n / 2, static_cast<size_t>(n / 32));
 }
 
 void MergeMxfp4(const uint8_t* __restrict e, const uint8_t* __restrict sm, int64_t n, uint8_t* __restrict raw) {
@@ -120,7 +120,7 @@ void MergeMxfp4(const uint8_t* __restrict e, const uint8_t* __restrict sm, int64
     const uint32_t t = sm[j / 2] >> (4 * (j % 2));  // the fields of values 2j (bits 1..0) and 2j+1 (3..2)
     raw[j] = static_cast<uint8_t>(Mxfp4Nibble(e[2 * j], t & 3u) | Mxfp4Nibble(e[2 * j + 1], (t >> 2) & 3u) << 4);
   }
-  if (n > 0) std::memcpy(raw + n / 2, sm + n / 4, static_cast<size_t>(n / 32));
+  if (n > 0) std::memcpy(raw + n / 2, e + n, static_cast<size_t>(n / 32));
 }
 
 Status CheckMxfp4Values(const uint8_t* raw, int64_t n) {
@@ -156,9 +156,16 @@ uint64_t SmPlaneBytes(DType dtype, int64_t n) {
     case DType::kF32: return 3 * u;
     case DType::kF16: return u + 3 * ((u + 7) / 8);
     case DType::kF8E4M3: return (u + 1) / 2;
-    case DType::kMXFP4: return u % 32 == 0 ? u / 4 + u / 32 : 0;
+    case DType::kMXFP4: return u % 32 == 0 ? u / 4 : 0;
     default: return 0;
   }
+}
+
+uint64_t EPlaneBytes(DType dtype, int64_t n) {
+  if (n <= 0 || !HasExponentSplit(dtype)) return 0;
+  const auto u = static_cast<uint64_t>(n);
+  if (dtype == DType::kMXFP4) return u % 32 == 0 ? u + u / 32 : 0;
+  return u;
 }
 
 bool HasExponentSplit(DType dtype) {
@@ -177,10 +184,6 @@ int SmBitsPerValue(DType dtype) {
   }
 }
 
-double SmPlaneBitsPerValue(DType dtype) {
-  return SmBitsPerValue(dtype) + (dtype == DType::kMXFP4 ? 8.0 / 32.0 : 0.0);
-}
-
 double RawBitsPerValue(DType dtype) {
   return dtype == DType::kMXFP4 ? 4.0 + 8.0 / 32.0 : 8.0 * DTypeSize(dtype);
 }
@@ -197,6 +200,15 @@ std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t n, int n_shards) {
     ranges.emplace_back(offset, count);
     offset += count;
   }
+  return ranges;
+}
+
+std::vector<std::pair<int64_t, int64_t>> EChunkRanges(DType dtype, int64_t n, int n_shards) {
+  if (dtype != DType::kMXFP4) return ShardRanges(n, n_shards);
+  ZM_CHECK(n > 0 && n % 32 == 0 && n_shards >= 2)
+      << "MXFP4 E-chunks: n=" << n << " (a positive multiple of 32), K=" << n_shards << " (at least 2)";
+  std::vector<std::pair<int64_t, int64_t>> ranges = ShardRanges(n, n_shards - 1);
+  ranges.emplace_back(n, n / 32);
   return ranges;
 }
 

@@ -1,5 +1,6 @@
 // Bit-field decomposition of floating-point expert tensors (ZipMoE §2.2, §3.1 Fig. 5 ➊), per dtype.
-// The E plane always holds one uint8 per value (the exponent field, compressed in K E-chunks); the SM
+// The E plane holds one uint8 per value (the exponent field, compressed in K E-chunks; MXFP4's also
+// carries its block scales, EPlaneBytes); the SM
 // plane holds sign and mantissa, stored raw in the SM-chunk, as densely as whole bytes allow:
 //
 //   BF16 s eeeeeeee mmmmmmm (8+7):  e[i] = (x >> 7) & 0xff
@@ -19,11 +20,12 @@
 //   MXFP4 (OCP MX FP4 E2M1 nibbles s ee m + one E8M0 scale per 32 values; gpt-oss's experts). The raw
 //        tensor of n values (n % 32 == 0; layout in common/dtype.h) is n/2 bytes of nibbles (value 2j in the
 //        low nibble of byte j, 2j+1 in the high one), then n/32 scale bytes.
-//        e[i] = (v >> 1) & 3 (the 2-bit exponent field of value i's nibble v): one byte per value, 0..3
+//        E = [n] uint8 e[i] = (v >> 1) & 3 (the 2-bit exponent field of value i's nibble v), then the
+//             n/32 scale bytes verbatim: EPlaneBytes = n + n/32. The scales are exponents too (E8M0, a
+//             power of two each), low in entropy, so they are compressed with the fields: in an E-chunk
+//             of their own (common/checkpoint/manifest.h EChunkDType), the fields in the others.
 //        SM = n/4 bytes of 2-bit fields t[i] = (v >> 3) << 1 | (v & 1) (sign in bit 1, mantissa in bit 0),
-//             value i at bits [2(i%4), 2(i%4)+2) of byte i/4 (value 4k in the low bits of byte k), then
-//             the n/32 scale bytes verbatim: n/4 + n/32 bytes, 2.25 bits/value. The scales ride raw in the
-//             SM plane (no E-chunk of their own yet: docs/format.md "MXFP4" says why).
+//             value i at bits [2(i%4), 2(i%4)+2) of byte i/4 (value 4k in the low bits of byte k): 2 bits/value.
 //
 // Each Merge is the exact inverse of its Split for every bit pattern (NaN payloads, Inf, subnormals,
 // -0; all 65,536 for BF16/F16, all 256 for F8_E4M3, every nibble and scale byte for MXFP4). Pure
@@ -57,13 +59,14 @@ void SplitF8E4M3(const uint8_t* in, int64_t n, uint8_t* e, uint8_t* sm);
 //   e: [n] uint8, sm: as SplitF8E4M3 -> out: [n] uint8. out = (t & 8) << 4 | (e & 0xf) << 3 | (t & 7).
 void MergeF8E4M3(const uint8_t* e, const uint8_t* sm, int64_t n, uint8_t* out);
 
-//   raw: [n/2 + n/32] bytes, an MXFP4 tensor (blocks, then scales) -> e: [n] uint8 (0..3),
-//   sm: [SmPlaneBytes(kMXFP4, n)] = packed sign|mantissa fields [n/4], then the scales [n/32].
+//   raw: [n/2 + n/32] bytes, an MXFP4 tensor (blocks, then scales) -> e: [EPlaneBytes(kMXFP4, n) = n + n/32]
+//   = the exponent fields [n] (0..3), then the scales [n/32]; sm: [SmPlaneBytes(kMXFP4, n) = n/4] packed
+//   sign|mantissa fields.
 // n must be a non-negative multiple of 32 (ZM_CHECK: every MXFP4 shape is whole blocks, and
 // ReadManifest refuses records that are not; validate data from elsewhere with CheckMxfp4Values first).
 void SplitMxfp4(const uint8_t* raw, int64_t n, uint8_t* e, uint8_t* sm);
-//   e: [n] uint8 (bits 7..2 ignored), sm: as SplitMxfp4 -> raw: [n/2 + n/32] bytes. Nibble of value i:
-//   (t >> 1) << 3 | (e & 3) << 1 | (t & 1). n as SplitMxfp4.
+//   e, sm: as SplitMxfp4 (bits 7..2 of the n fields ignored) -> raw: [n/2 + n/32] bytes. Nibble of value i:
+//   (t >> 1) << 3 | (e & 3) << 1 | (t & 1); the scales copied from e + n. n as SplitMxfp4.
 void MergeMxfp4(const uint8_t* e, const uint8_t* sm, int64_t n, uint8_t* raw);
 // Checks an MXFP4 tensor of n values (raw as SplitMxfp4) for what has no finite fp32 value: a scale 0xFF
 // (NaN in the OCP MX spec) or a nibble whose value overflows fp32 (|fp4| · 2^(scale-127) >= 2^128: scale
@@ -75,24 +78,29 @@ void MergeMxfp4(const uint8_t* e, const uint8_t* sm, int64_t n, uint8_t* raw);
 Status CheckMxfp4Values(const uint8_t* raw, int64_t n);
 
 // Bytes of the SM plane of n values of `dtype` (BF16: n, F32: 3n, F16: n + 3·ceil(n/8), F8_E4M3:
-// ceil(n/2), MXFP4: n/4 + n/32); 0 for n <= 0, for MXFP4 when n is not a multiple of 32, and for
+// ceil(n/2), MXFP4: n/4); 0 for n <= 0, for MXFP4 when n is not a multiple of 32, and for
 // dtypes without an E/SM split (see HasExponentSplit).
 uint64_t SmPlaneBytes(DType dtype, int64_t n);
+// Bytes of the (decoded) E plane of n values of `dtype`: n (one exponent field a byte), MXFP4 n + n/32 (its
+// scales follow the fields); 0 as SmPlaneBytes.
+uint64_t EPlaneBytes(DType dtype, int64_t n);
 // True for the dtypes the converter splits losslessly: BF16, F16, F32, F8_E4M3, MXFP4.
 bool HasExponentSplit(DType dtype);
-// Bits per value of the SM plane's sign|mantissa fields (BF16 8, F16 11, F32 24, F8_E4M3 4, MXFP4 2;
-// 0 otherwise). For every dtype but MXFP4 that is the whole SM plane; MXFP4's also carries the scale
-// bytes, 8/32 bits per value more (SmPlaneBitsPerValue). The entropy bound of the compression ratio is
-// (SmPlaneBitsPerValue + H(exponent)) / RawBitsPerValue.
+// Bits per value of the SM plane (BF16 8, F16 11, F32 24, F8_E4M3 4, MXFP4 2; 0 otherwise). The entropy
+// bound of the compression ratio is (SmBitsPerValue + H(exponent) + MXFP4's H(scale) / 32) / RawBitsPerValue.
 int SmBitsPerValue(DType dtype);
-// Bits per value of the whole SM plane for large n: SmBitsPerValue, plus 0.25 (the scales) for MXFP4.
-double SmPlaneBitsPerValue(DType dtype);
 // Bits per value of the raw tensor: 8 · DTypeSize, 4.25 for MXFP4.
 double RawBitsPerValue(DType dtype);
 
 // Element ranges of K shards (E-chunks) over n elements: K contiguous [offset, count) ranges, sizes
 // differing by at most one, larger ones first; K is clamped to [1, max(n,1)].
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t n, int n_shards);
+
+// The E-chunks of a tensor of n values of `dtype` split K ways, as ranges of its E plane
+// ([0, EPlaneBytes(dtype, n))): ShardRanges(n, K); for MXFP4, ShardRanges(n, K - 1) over the exponent fields
+// and then one range [n, n + n/32) holding the scales (K >= 2, n a positive multiple of 32: ZM_CHECK; compress
+// refuses K = 1 for MXFP4 before calling this), so no E-chunk mixes 2-bit fields with scale bytes.
+std::vector<std::pair<int64_t, int64_t>> EChunkRanges(DType dtype, int64_t n, int n_shards);
 
 // Shannon entropy in bits/symbol of a 256-bin byte histogram (0 for an empty histogram).
 double ShannonEntropyBits(const uint64_t (&histogram)[256]);

@@ -236,15 +236,16 @@ __device__ __forceinline__ uint32_t Mxfp4Word(uint64_t e8, uint32_t s16) {
   return (y & 0x11111111u) | (y & 0x22222222u) << 2 | static_cast<uint32_t>(x) << 1;
 }
 
-// The n/32 scale bytes after the n/4 SM field bytes, copied after the n/2 bytes of nibbles. Grid-stride
-// from global thread `tid` (shared by both MXFP4 kernels).
-__device__ __forceinline__ void CopyMxfp4Scales(const uint8_t* __restrict__ sm, uint8_t* __restrict__ out, int64_t n,
+// The n/32 scale bytes after the n exponent fields of the E plane, copied after the n/2 bytes of nibbles.
+// Grid-stride from global thread `tid` (shared by both MXFP4 kernels).
+__device__ __forceinline__ void CopyMxfp4Scales(const uint8_t* __restrict__ e, uint8_t* __restrict__ out, int64_t n,
                                                 int64_t tid, int64_t stride) {
-  for (int64_t g = tid; g < n / 32; g += stride) out[n / 2 + g] = sm[n / 4 + g];
+  for (int64_t g = tid; g < n / 32; g += stride) out[n / 2 + g] = e[n + g];
 }
 
 // MXFP4 vector path: 16 values per thread (one uint4 of e, one uint32 of sm, one uint2 of out).
-//   e: [n] uint8 16-aligned, sm: [n/4 + n/32] 4-aligned, out: [n/2 + n/32] 8-aligned; n % 32 == 0.
+//   e: [n + n/32] uint8 16-aligned (fields, then scales), sm: [n/4] 4-aligned, out: [n/2 + n/32] 8-aligned;
+//   n % 32 == 0.
 __global__ void __launch_bounds__(kThreadsPerBlock)
     RecoverMxfp4VecKernel(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm, uint8_t* __restrict__ out,
                           int64_t n) {
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const uint64_t lo = static_cast<uint64_t>(e16.y) << 32 | e16.x, hi = static_cast<uint64_t>(e16.w) << 32 | e16.z;
     reinterpret_cast<uint2*>(out)[g] = make_uint2(Mxfp4Word(lo, s32), Mxfp4Word(hi, s32 >> 16));
   }
-  CopyMxfp4Scales(sm, out, n, tid, stride);
+  CopyMxfp4Scales(e, out, n, tid, stride);
 }
 
 // MXFP4 byte path (any alignment): 4 values (one SM byte, two output bytes) per thread. Shapes as above.
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     out[2 * j] = static_cast<uint8_t>(v[0] | v[1] << 4);
     out[2 * j + 1] = static_cast<uint8_t>(v[2] | v[3] << 4);
   }
-  CopyMxfp4Scales(sm, out, n, tid, stride);
+  CopyMxfp4Scales(e, out, n, tid, stride);
 }
 
 // Blocks for `work` items (groups or elements), one item per thread per grid-stride step, capped at
@@ -320,14 +321,14 @@ Status CheckFpLaunch(const char* fn, const uint8_t* e, const uint8_t* sm, const 
 // start, runs `launch(d_e, d_sm, d_out)` and copies out ([out_bytes]) back. Syncs (test/bench helper).
 template <typename Launch>
 Status RunOnDevice(const uint8_t* e, const uint8_t* sm, void* out, int64_t n, uint64_t sm_bytes, uint64_t out_bytes,
-                   int offset, Launch launch) {
+                   int offset, Launch launch, uint64_t e_plane_bytes = 0) {
   if (CudaDeviceCount() == 0) return Status::Unavailable("no CUDA device");
   if (offset < 0 || offset > 255) return Status::InvalidArgument("offset must be in [0, 255]");
   uint8_t* d_e = nullptr;
   uint8_t* d_sm = nullptr;
   uint8_t* d_out = nullptr;
   const size_t pad = static_cast<size_t>(offset);
-  const size_t e_bytes = static_cast<size_t>(n);
+  const size_t e_bytes = e_plane_bytes != 0 ? static_cast<size_t>(e_plane_bytes) : static_cast<size_t>(n);
   Status st = CudaStatus(cudaMalloc(&d_e, e_bytes + pad + 1), "cudaMalloc e");
   if (st.ok()) st = CudaStatus(cudaMalloc(&d_sm, sm_bytes + pad + 1), "cudaMalloc sm");
   if (st.ok()) st = CudaStatus(cudaMalloc(&d_out, out_bytes + 16), "cudaMalloc out");
@@ -478,10 +479,12 @@ Status RecoverMxfp4OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, i
     return Status::InvalidArgument("RecoverMxfp4OnDevice: MXFP4 needs whole blocks of 32 values, got n=" +
                                    std::to_string(n));
   const uint64_t count = static_cast<uint64_t>(n);
-  return RunOnDevice(e, sm, out, n, count / 4 + count / 32, count / 2 + count / 32, offset,
-                     [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
-                       return LaunchRecoverMxfp4(d_e, d_sm, d_out, n, nullptr);
-                     });
+  return RunOnDevice(
+      e, sm, out, n, count / 4, count / 2 + count / 32, offset,
+      [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
+        return LaunchRecoverMxfp4(d_e, d_sm, d_out, n, nullptr);
+      },
+      count + count / 32);
 }
 
 Status RecoverF8E4M3OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, int offset) {

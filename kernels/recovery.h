@@ -137,8 +137,9 @@ void RecoverF8E4M3Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, i
 // MXFP4 (gpt-oss experts; planes in common/bitfield.h, raw layout in common/dtype.h), for i in [0, n):
 //   t = sm[i / 4] >> 2 (i % 4) & 3,  v = (t >> 1) << 3 | (e[i] & 3) << 1 | (t & 1)
 //   out[i / 2] holds v in its low nibble for even i, in its high one for odd i; then
-//   out[n/2 + g] = sm[n/4 + g] for the n/32 scales g (bytes, never interpreted: 0xFF scales round-trip).
-//   e: [n] uint8 (0..3); sm: [n/4 + n/32] bytes; out: [n/2 + n/32] bytes = the raw MXFP4 tensor.
+//   out[n/2 + g] = e[n + g] for the n/32 scales g (bytes, never interpreted: 0xFF scales round-trip).
+//   e: [n + n/32] bytes (the fields 0..3, then the scales); sm: [n/4] bytes; out: [n/2 + n/32] bytes = the
+//   raw MXFP4 tensor.
 // n must be a non-negative multiple of 32 (ZM_CHECK; RecoverCpu and LaunchRecoverMxfp4 return
 // kInvalidArgument instead). The fast path takes 8 values (two SM bytes, one 4-byte word of out) per
 // step with shifts and masks; the reference one value at a time (MergeMxfp4's formula).
@@ -147,7 +148,8 @@ void RecoverMxfp4Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, in
 
 // The CPU fast path of `dtype`, chosen once per call (the per-value loops have no dtype branch):
 // RecoverBf16Cpu, RecoverF16Cpu, RecoverF32Cpu, RecoverF8E4M3Cpu or RecoverMxfp4Cpu.
-//   e: [n] uint8; sm: [SmPlaneBytes(dtype, n)] bytes (common/bitfield.h); out: [DTypeBytes(dtype, n)]
+//   e: [EPlaneBytes(dtype, n)] uint8; sm: [SmPlaneBytes(dtype, n)] bytes (common/bitfield.h);
+//   out: [DTypeBytes(dtype, n)]
 //   bytes, any alignment; out must not overlap e or sm.
 // Errors: kInvalidArgument naming the dtype when it has no E/SM split, or for MXFP4 when n is not a
 // multiple of 32 (nothing written).
@@ -172,8 +174,8 @@ Status LaunchRecoverF8E4M3(const uint8_t* e, const uint8_t* sm, uint8_t* out, in
 bool RecoverF8E4M3VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8_t* out, int64_t n);
 // MXFP4 (kernels/recovery.cu): a thread recovers 16 values (one 16-byte load of e, one 4-byte load of sm,
 // one 8-byte store) when e ≡ 0 (mod 16), sm ≡ 0 (mod 4) and out ≡ 0 (mod 8) (RecoverMxfp4VectorPathFits),
-// else 4 values (one SM byte, two output bytes) per thread; the n/32 scale bytes are copied by the same
-// launch. Errors as above, and kInvalidArgument when n is not a multiple of 32.
+// else 4 values (one SM byte, two output bytes) per thread; the n/32 scale bytes (e + n) are copied by the
+// same launch. Errors as above, and kInvalidArgument when n is not a multiple of 32.
 Status LaunchRecoverMxfp4(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, void* stream);
 bool RecoverMxfp4VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8_t* out);
 // True when LaunchRecoverF32 / LaunchRecoverF16 take their vector path for these pointers (pure
@@ -181,7 +183,8 @@ bool RecoverMxfp4VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8
 bool RecoverF32VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint32_t* out, int64_t n);
 bool RecoverF16VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint16_t* out);
 
-// Test/bench helpers as RecoverBf16OnDevice: the host planes (sm of SmPlaneBytes(dtype, n) bytes) are
+// Test/bench helpers as RecoverBf16OnDevice: the host planes (e of EPlaneBytes(dtype, n), sm of
+// SmPlaneBytes(dtype, n) bytes) are
 // copied to fresh device buffers, e and sm each starting `offset` bytes past a 256-byte boundary
 // (0 = the vector path for even n; an odd offset forces the element path), recovered into a fresh
 // aligned out, copied back; syncs.

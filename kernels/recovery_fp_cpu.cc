@@ -99,7 +99,7 @@ void RecoverMxfp4Cpu(const uint8_t* __restrict e, const uint8_t* __restrict sm, 
     const uint32_t w = (y & 0x11111111u) | (y & 0x22222222u) << 2 | static_cast<uint32_t>(x) << 1;
     std::memcpy(out + 4 * g, &w, sizeof w);  // nibble i of w = value 8g + i: low nibble first per byte
   }
-  if (n > 0) std::memcpy(out + n / 2, sm + n / 4, static_cast<size_t>(n / 32));  // the scales
+  if (n > 0) std::memcpy(out + n / 2, e + n, static_cast<size_t>(n / 32));  // the scales, after the fields
 }
 
 Status RecoverCpu(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, int64_t n) {

@@ -88,7 +88,7 @@ void RecoverMxfp4Reference(const uint8_t* e, const uint8_t* sm, uint8_t* out, in
       out[i / 2] = static_cast<uint8_t>(out[i / 2] | v << 4);
     }
   }
-  for (int64_t g = 0; g < n / 32; ++g) out[n / 2 + g] = sm[n / 4 + g];
+  for (int64_t g = 0; g < n / 32; ++g) out[n / 2 + g] = e[n + g];
 }
 
 bool RecoverMxfp4VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8_t* out) {

@@ -85,7 +85,8 @@ Status ExpertStore::ReadChunk(const ExpertTensorInfo& t, int chunk_index, uint8_
 
 Status ExpertStore::DecodeEChunk(const ExpertTensorInfo& t, int chunk_index, const uint8_t* stored, uint8_t* e_plane) {
   const ChunkInfo& c = t.chunks.at(static_cast<size_t>(chunk_index));
-  Status st = DecompressEChunk(t.dtype, t.codec, stored, c.stored_bytes, e_plane + c.elem_offset, c.raw_bytes);
+  Status st =
+      DecompressEChunk(EChunkDType(t, c), t.codec, stored, c.stored_bytes, e_plane + c.elem_offset, c.raw_bytes);
   if (!st.ok())
     return st.WithContext(fmt::format("E-chunk {} of '{}' (layer {}, expert {})", chunk_index, t.name, t.layer_id,
                                       t.expert_id));
@@ -101,7 +102,7 @@ Status ExpertStore::ReadTensorBf16(const ExpertTensorInfo& t, uint16_t* out) con
 
 Status ExpertStore::ReadTensor(const ExpertTensorInfo& t, uint8_t* out) const {
   const int64_t n = t.numel();
-  std::vector<uint8_t> e_plane(static_cast<size_t>(n));
+  std::vector<uint8_t> e_plane(EPlaneBytes(t.dtype, n));
   std::vector<uint8_t> sm_plane(SmPlaneBytes(t.dtype, n));
   std::vector<uint8_t> stored;
   for (size_t i = 0; i < t.chunks.size(); ++i) {

@@ -53,6 +53,22 @@ Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTenso
   if (t.n_shards < 1 || t.chunks.size() != static_cast<size_t>(t.n_shards) + 1)
     return Status::Corruption(fmt::format("{}: {}: {} chunks for K={} (expected K E-chunks + 1 SM-chunk)", path,
                                           Where(t), t.chunks.size(), t.n_shards));
+  if (t.dtype == DType::kMXFP4) {
+    // The first MXFP4 layout (2026-11) kept the scales raw at the end of the SM-chunk; they are E-chunk K-1 now.
+    const ChunkInfo& sm = t.chunks.back();
+    if (sm.raw_bytes == static_cast<uint64_t>(numel / 4 + numel / 32) && numel > 0)
+      return Status::InvalidArgument(fmt::format(
+          "{}: {}: MXFP4 tensor in the earlier layout (block scales in the SM-chunk); this build reads them from an "
+          "E-chunk of their own: run `zipmoe compress` on the checkpoint again",
+          path, Where(t)));
+    const ChunkInfo& scales = t.chunks[t.chunks.size() - 2];
+    if (t.n_shards < 2 || scales.elem_offset != static_cast<uint64_t>(numel) ||
+        scales.elem_count != static_cast<uint64_t>(numel / 32))
+      return Status::Corruption(fmt::format("{}: {}: MXFP4 E-chunk {} covers [{}, +{}) of the E plane, expected the "
+                                            "{} block scales [{}, +{})",
+                                            path, Where(t), t.chunks.size() - 2, scales.elem_offset, scales.elem_count,
+                                            numel / 32, numel, numel / 32));
+  }
   uint64_t next = 0;
   for (size_t i = 0; i < t.chunks.size(); ++i) {
     const ChunkInfo& c = t.chunks[i];
@@ -85,13 +101,14 @@ Status CheckRecord(const std::string& path, const Manifest& m, const ExpertTenso
         return Status::Corruption(fmt::format("{}: {}: E-chunk {} starts at element {}, expected {}", path, Where(t),
                                               i, c.elem_offset, next));
       next += c.elem_count;
-      if (t.codec == Codec::kNone && c.stored_bytes != EChunkStreamBytes(t.dtype, c.raw_bytes))
+      if (t.codec == Codec::kNone && c.stored_bytes != EChunkStreamBytes(EChunkDType(t, c), c.raw_bytes))
         return Status::Corruption(fmt::format("{}: {}: uncompressed E-chunk {} size mismatch", path, Where(t), i));
     }
   }
-  if (next != static_cast<uint64_t>(numel))
-    return Status::Corruption(
-        fmt::format("{}: {}: E-chunks cover {} elements, tensor has {}", path, Where(t), next, numel));
+  if (next != EPlaneBytes(t.dtype, numel))
+    return Status::Corruption(fmt::format("{}: {}: E-chunks cover {} bytes of the E plane, {} elements of {} have {}",
+                                          path, Where(t), next, numel, DTypeName(t.dtype),
+                                          EPlaneBytes(t.dtype, numel)));
   return Status::Ok();
 }
 
@@ -101,6 +118,13 @@ bool EnumInRange(E v, E max) {
 }
 
 }  // namespace
+
+DType EChunkDType(const ExpertTensorInfo& t, const ChunkInfo& c) {
+  if (t.dtype == DType::kMXFP4 && c.kind == ChunkKind::kE && t.numel() >= 0 &&
+      c.elem_offset >= static_cast<uint64_t>(t.numel()))
+    return DType::kU8;
+  return t.dtype;
+}
 
 const char* ExpertProjName(ExpertProj proj) {
   switch (proj) {
@@ -202,11 +226,15 @@ std::string SerializeManifest(const Manifest& m) {
     }
     per_dtype = fbb.CreateVector(entries);
   }
+  flatbuffers::Offset<flatbuffers::Vector<uint64_t>> scale_hist;
+  if (std::any_of(m.mxfp4_scale_histogram.begin(), m.mxfp4_scale_histogram.end(), [](uint64_t c) { return c != 0; }))
+    scale_hist =
+        fbb.CreateVector(std::vector<uint64_t>(m.mxfp4_scale_histogram.begin(), m.mxfp4_scale_histogram.end()));
   auto root = fb::CreateManifest(
       fbb, m.version, fbb.CreateString(m.arch), fbb.CreateString(m.config_json), static_cast<fb::Codec>(m.codec),
       m.level, m.n_shards, m.alignment, fbb.CreateString(m.experts_file), m.experts_file_bytes,
       fbb.CreateString(m.dense_file), fbb.CreateVector(experts), fbb.CreateVector(dense), m.n_layers, m.n_experts,
-      fbb.CreateVector(hist), fbb.CreateVector(sources), per_dtype);
+      fbb.CreateVector(hist), fbb.CreateVector(sources), per_dtype, scale_hist);
   fb::FinishManifestBuffer(fbb, root);
 
   std::string out;
@@ -319,6 +347,13 @@ Result<Manifest> FromFlatBuffer(const std::string& path, const fb::Manifest& f) 
     }
   } else if (!m.expert_tensors.empty()) {
     m.exponent_histograms.push_back({DType::kBF16, m.exponent_histogram});  // written before F16/F32 experts
+  }
+  if (f.mxfp4_scale_histogram() != nullptr) {
+    if (f.mxfp4_scale_histogram()->size() != 256)
+      return Status::Corruption(
+          fmt::format("{}: mxfp4_scale_histogram has {} bins", path, f.mxfp4_scale_histogram()->size()));
+    const std::vector<uint64_t> histogram = CopyVector(f.mxfp4_scale_histogram());
+    std::copy(histogram.begin(), histogram.end(), m.mxfp4_scale_histogram.begin());
   }
   return m;
 }

@@ -38,9 +38,10 @@ enum class ChunkKind : uint8_t { kE = 0, kSm = 1 };
 // One E-chunk (a compressed exponent shard) or SM-chunk (the raw sign|mantissa plane).
 struct ChunkInfo {
   ChunkKind kind = ChunkKind::kE;
-  uint64_t elem_offset = 0;   // first element covered
-  uint64_t elem_count = 0;    // elements covered (E-chunk: = raw_bytes; SM-chunk: raw_bytes =
-                              // SmPlaneBytes(dtype, elem_count), common/bitfield.h)
+  uint64_t elem_offset = 0;   // first element covered (E-chunk: first byte of the E plane, whose bytes are
+                              // the values' exponent fields, then MXFP4's scales: EPlaneBytes)
+  uint64_t elem_count = 0;    // elements covered (E-chunk: E-plane bytes, = raw_bytes; SM-chunk: the
+                              // tensor's values, raw_bytes = SmPlaneBytes(dtype, elem_count), common/bitfield.h)
   uint64_t file_offset = 0;   // in experts.bin, multiple of kChunkAlignmentBytes
   uint64_t stored_bytes = 0;  // bytes in experts.bin
   uint64_t raw_bytes = 0;     // bytes after decoding
@@ -62,7 +63,7 @@ struct ExpertTensorInfo {
   Codec codec = Codec::kZstd;
   int32_t level = 0;
   int32_t n_shards = 1;             // K
-  std::vector<ChunkInfo> chunks;    // K E-chunks in element order, then the SM-chunk
+  std::vector<ChunkInfo> chunks;    // K E-chunks in E-plane order (EChunkRanges), then the SM-chunk
   uint64_t bf16_xxh64 = 0;          // of the original tensor bytes, any dtype (named when all were BF16)
   uint64_t record_xxh64 = 0;        // RecordHash(*this), set by the converter
 
@@ -105,8 +106,16 @@ struct Manifest {
   // One per expert dtype present, in DType order. Parsed from a manifest without the field (every
   // expert BF16), it holds {BF16, exponent_histogram}; serialised only if some dtype is not BF16.
   std::vector<DTypeHistogram> exponent_histograms;
+  // Of the MXFP4 expert tensors' block scales (E8M0 bytes, in the E-chunk of each that holds them; the
+  // exponent histograms above count their 2-bit fields only). All zero when no expert is MXFP4.
+  std::array<uint64_t, 256> mxfp4_scale_histogram{};
   std::vector<std::string> source_files;           // extra files copied verbatim
 };
+
+// The dtype whose packing E-chunk `c` of `t` uses (common/codec.h CompressEChunk / DecompressEChunk): t.dtype,
+// except kU8 (bytes, unpacked) for the E-chunk of an MXFP4 tensor that holds its block scales (E-plane bytes
+// [numel, numel + numel/32), common/bitfield.h EChunkRanges).
+DType EChunkDType(const ExpertTensorInfo& t, const ChunkInfo& c);
 
 // Hash of every field of `t` except record_xxh64 itself (xxHash64 over a canonical encoding).
 uint64_t RecordHash(const ExpertTensorInfo& t);
@@ -118,9 +127,11 @@ std::string SerializeManifest(const Manifest& manifest);
 // short file, bad magic, unsupported header version (kInvalidArgument), body size mismatch, body
 // checksum mismatch (names the first expert tensor whose record hash no longer matches, or says the
 // damage is outside expert records), FlatBuffers verification failure, unknown enum values,
-// chunk fields inconsistent (offset not aligned, E-chunks not covering [0, numel), SM-chunk size not
-// SmPlaneBytes(dtype, numel)), an expert dtype other than BF16/F16/F32/F8_E4M3/MXFP4, an MXFP4 tensor whose
-// element count is not a multiple of 32 — each naming the tensor.
+// chunk fields inconsistent (offset not aligned, E-chunks not covering [0, EPlaneBytes(dtype, numel)), SM-chunk
+// size not SmPlaneBytes(dtype, numel), an MXFP4 tensor whose last E-chunk is not its scales), an expert dtype
+// other than BF16/F16/F32/F8_E4M3/MXFP4, an MXFP4 tensor whose element count is not a multiple of 32 — each
+// naming the tensor; kInvalidArgument for an MXFP4 tensor in the earlier layout (scales in the SM-chunk),
+// saying to compress the checkpoint again.
 Result<Manifest> ParseManifest(const std::string& path, const std::string& bytes);
 
 class SafetensorsFile;

@@ -142,7 +142,7 @@ Result<StorageProfile> ProfileStorage(const std::string& dir, const ProfileOptio
   volatile uint64_t hash_sink = 0;
   for (size_t i : order) {
     const ExpertTensorInfo& t = manifest.expert_tensors[i];
-    e_plane.assign(static_cast<size_t>(t.numel()), 0);
+    e_plane.assign(EPlaneBytes(t.dtype, t.numel()), 0);
     for (size_t ci = 0; ci < t.chunks.size(); ++ci) {
       const ChunkInfo& c = t.chunks[ci];
       ZM_ASSIGN_OR_RETURN(double us, reader.Read(c.file_offset, c.stored_bytes));
@@ -171,7 +171,8 @@ Result<StorageProfile> ProfileStorage(const std::string& dir, const ProfileOptio
       decoded.resize(c.raw_bytes);
       for (int32_t rep = 0; rep < std::max(options.decode_repeats, 1); ++rep) {
         const auto start = std::chrono::steady_clock::now();
-        Status st = DecompressEChunk(t.dtype, t.codec, stored.data(), c.stored_bytes, decoded.data(), c.raw_bytes);
+        Status st =
+            DecompressEChunk(EChunkDType(t, c), t.codec, stored.data(), c.stored_bytes, decoded.data(), c.raw_bytes);
         dec_us += MicrosSince(start);
         if (!st.ok()) {
           return st.WithContext(fmt::format("{}@{}: E-chunk {} of '{}' (layer {}, expert {})", path, c.file_offset,

@@ -100,7 +100,8 @@ Result<ModelLayout> ModelLayout::FromManifest(const Manifest& manifest) {
     }
     const uint64_t full_bytes = DTypeBytes(layout.dtype_, static_cast<uint64_t>(tl.numel));
     tl.bf16 = {0, full_bytes, AlignSlotBytes(full_bytes)};
-    tl.e_plane = {0, static_cast<uint64_t>(tl.numel), static_cast<uint64_t>(tl.numel)};
+    const uint64_t e_plane_bytes = EPlaneBytes(layout.dtype_, tl.numel);  // MXFP4: the fields, then the scales
+    tl.e_plane = {0, e_plane_bytes, e_plane_bytes};
   }
 
   // Offsets: parts ordered by projection, E-chunks by shard (the manifest's chunk order).

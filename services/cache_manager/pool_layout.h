@@ -54,8 +54,9 @@ struct TensorSlotLayout {
   // In the F part: the full tensor, DTypeBytes(dtype, numel) bytes (the name is from when every
   // served expert was BF16; F32, F16, F8_E4M3 and MXFP4 experts keep their own dtype here).
   SlotExtent bf16;
-  // The decoded exponent plane in a staging slot ([numel] uint8, one byte per value for every
-  // dtype), from StagingLayout::e_plane_offset: bf16.offset / DTypeSize(dtype) for the dtypes of a
+  // The decoded exponent plane in a staging slot ([EPlaneBytes(dtype, numel)] uint8: one byte per value,
+  // then MXFP4's n/32 block scales), from StagingLayout::e_plane_offset: bf16.offset / DTypeSize(dtype)
+  // for the dtypes of a
   // byte or more per value; for MXFP4 (under a byte per value) the planes of the expert's tensors one
   // after the other, 4 KiB aligned. The planes of an expert's tensors never overlap.
   SlotExtent e_plane;

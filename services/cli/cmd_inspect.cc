@@ -40,11 +40,17 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
                v["entropy_bound_ratio"].get<double>());
     for (const auto& d : v["dtypes"]) {
       const bool mxfp4 = d["dtype"].get<std::string>() == "MXFP4";
-      fmt::print("  {:<5} experts    {} tensors, ratio {:.4f}; {:g} SM bits{} + exponent entropy {:.3f} bits -> bound "
+      // MXFP4: the block scales (a byte per 32 values) are compressed in an E-chunk of their own.
+      const std::string scales =
+          mxfp4 ? fmt::format(" + scale entropy {:.3f} bits / 32 (scales {} -> {} bytes stored)",
+                              d.value("scale_entropy_bits", 0.0), d.value("scale_bytes_raw", int64_t{0}),
+                              d.value("scale_bytes_stored", int64_t{0}))
+                : std::string();
+      fmt::print("  {:<5} experts    {} tensors, ratio {:.4f}; {:g} SM bits + exponent entropy {:.3f} bits{} -> bound "
                  "ratio {:.4f}{}\n",
                  d["dtype"].get<std::string>(), d["tensors"].get<int64_t>(), d["ratio"].get<double>(),
-                 d["sm_bits_per_value"].get<double>(), mxfp4 ? " (with the scales, raw)" : "",
-                 d["exponent_entropy_bits"].get<double>(), d["entropy_bound_ratio"].get<double>(),
+                 d["sm_bits_per_value"].get<double>(), d["exponent_entropy_bits"].get<double>(), scales,
+                 d["entropy_bound_ratio"].get<double>(),
                  d.value("e_chunks_raw", 0) > 0
                      ? fmt::format("; {} tensors' E-chunks stored raw (the codec did not shrink them)",
                                    d["e_chunks_raw"].get<int64_t>())

@@ -45,7 +45,8 @@ struct ExpertSource {
 struct EncodedTensor {
   ExpertTensorInfo info;                    // chunk file offsets filled in at write time
   std::vector<std::vector<uint8_t>> bytes;  // per chunk, stored bytes
-  uint64_t histogram[256] = {};
+  uint64_t histogram[256] = {};        // of the exponent fields
+  uint64_t scale_histogram[256] = {};  // of MXFP4's block scales (E8M0 bytes); zero for other dtypes
 };
 
 // BF16 bytes of `view`, rounding F16/F32 to nearest even (--convert-dtype only).
@@ -82,7 +83,7 @@ Result<DType> StoredDType(const TensorView& view, bool convert_dtype) {
 // Splits `n` values of `dtype` at `data` (the tensor's bytes; any alignment) into the E and SM planes.
 void SplitPlanes(DType dtype, const uint8_t* data, int64_t n, std::vector<uint8_t>* e_plane,
                  std::vector<uint8_t>* sm_plane) {
-  e_plane->resize(static_cast<size_t>(n));
+  e_plane->resize(EPlaneBytes(dtype, n));
   sm_plane->resize(SmPlaneBytes(dtype, n));
   if (dtype == DType::kF32) {
     std::vector<uint32_t> v(static_cast<size_t>(n));
@@ -141,8 +142,10 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
     }
   }
   AccumulateHistogram(e_plane.data(), n, enc.histogram);
+  if (t.dtype == DType::kMXFP4) AccumulateHistogram(e_plane.data() + n, n / 32, enc.scale_histogram);
 
-  const auto ranges = ShardRanges(n, opt.n_shards);
+  // MXFP4: K - 1 E-chunks of 2-bit fields, then one of the block scales (EChunkRanges); Compress refused K = 1.
+  const auto ranges = EChunkRanges(t.dtype, n, opt.n_shards);
   t.n_shards = static_cast<int32_t>(ranges.size());
   const auto encode = [&](Codec c) -> Status {
     t.chunks.clear();
@@ -150,20 +153,24 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
     const CodecOptions codec{c, t.level};
     for (const auto& [offset, count] : ranges) {
       std::vector<uint8_t> buf;
-      ZM_RETURN_IF_ERROR(CompressEChunk(t.dtype, codec, e_plane.data() + offset, static_cast<uint64_t>(count), &buf));
-      const uint64_t stored = buf.size();
-      t.chunks.push_back({ChunkKind::kE, static_cast<uint64_t>(offset), static_cast<uint64_t>(count), 0, stored,
-                          static_cast<uint64_t>(count), Xxh64(buf.data(), buf.size())});
+      ChunkInfo c{ChunkKind::kE, static_cast<uint64_t>(offset), static_cast<uint64_t>(count), 0, 0,
+                  static_cast<uint64_t>(count), 0};
+      ZM_RETURN_IF_ERROR(
+          CompressEChunk(EChunkDType(t, c), codec, e_plane.data() + offset, static_cast<uint64_t>(count), &buf));
+      c.stored_bytes = buf.size();
+      c.xxh64 = Xxh64(buf.data(), buf.size());
+      t.chunks.push_back(c);
       enc.bytes.push_back(std::move(buf));
     }
     return Status::Ok();
   };
   ZM_RETURN_IF_ERROR(encode(t.codec));
-  // Where the codec does not shrink the exponent plane (MXFP4's 2-bit fields at their entropy, small
-  // tensors whose frame overhead outweighs the gain), its E-chunks are stored raw (codec none): the
-  // reader decodes by the tensor's own codec, and the tensor is never stored larger than the plane.
+  // Where the codec does not shrink the exponent plane (small tensors whose frame overhead outweighs the
+  // gain; MXFP4's 2-bit fields near their entropy with scales that do not compress either), its E-chunks
+  // are stored raw (codec none): the reader decodes by the tensor's own codec, and the tensor is never
+  // stored larger than its planes.
   uint64_t e_raw = 0;
-  for (const auto& [offset, count] : ranges) e_raw += EChunkStreamBytes(t.dtype, static_cast<uint64_t>(count));
+  for (const ChunkInfo& c : t.chunks) e_raw += EChunkStreamBytes(EChunkDType(t, c), c.raw_bytes);
   if (t.codec != Codec::kNone && t.e_stored_bytes() >= e_raw) {
     t.codec = Codec::kNone;
     t.level = 0;
@@ -309,6 +316,13 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   }
   if (experts.empty())
     return Status::InvalidArgument(opt.model_dir + ": no routed-expert tensors (*.experts.N.*.weight) found");
+  for (const ExpertSource& e : experts) {
+    if (e.ckpt != nullptr && e.fused.dtype == DType::kMXFP4 && opt.n_shards < 2)
+      return Status::InvalidArgument(fmt::format(
+          "{}: --shards {}: MXFP4 expert tensors (e.g. '{}') need K >= 2 E-chunks, one of which holds the block "
+          "scales (docs/format.md \"MXFP4\")",
+          opt.model_dir, opt.n_shards, e.view.spec.name));
+  }
   std::sort(experts.begin(), experts.end(), [](const ExpertSource& a, const ExpertSource& b) {
     return std::make_tuple(a.id.layer_id, a.id.expert_id, static_cast<int>(a.id.proj)) <
            std::make_tuple(b.id.layer_id, b.id.expert_id, static_cast<int>(b.id.proj));
@@ -361,12 +375,14 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
   CompressProgress prog;
   prog.tensors_total = static_cast<int64_t>(experts.size());
   // Adds a placed tensor (encoded now or resumed from the journal) to the manifest and the counts.
-  const auto add_tensor = [&](size_t i, ExpertTensorInfo info, const uint64_t (&histogram)[256]) {
+  const auto add_tensor = [&](size_t i, ExpertTensorInfo info, const uint64_t (&histogram)[256],
+                              const uint64_t (&scale_histogram)[256]) {
     info.layer_id = experts[i].id.layer_id;
     info.expert_id = experts[i].id.expert_id;
     info.proj = experts[i].id.proj;
     info.shape = experts[i].view.spec.shape;
     for (int s = 0; s < 256; ++s) m.exponent_histogram[s] += histogram[s];
+    for (int s = 0; s < 256; ++s) m.mxfp4_scale_histogram[s] += scale_histogram[s];
     AddHistogram(info.dtype, histogram, &m.exponent_histograms);
     info.record_xxh64 = RecordHash(info);
     prog.tensors_done++;
@@ -375,9 +391,10 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
     m.expert_tensors.push_back(std::move(info));
   };
   for (const JournaledTensor& t : work->kept()) {
-    uint64_t histogram[256];
+    uint64_t histogram[256], scale_histogram[256];
     std::copy(t.histogram.begin(), t.histogram.end(), histogram);
-    add_tensor(m.expert_tensors.size(), t.info, histogram);
+    std::copy(t.scale_histogram.begin(), t.scale_histogram.end(), scale_histogram);
+    add_tensor(m.expert_tensors.size(), t.info, histogram, scale_histogram);
   }
   const int64_t resumed = prog.tensors_done;
   if (resumed > 0 && progress) progress(prog);
@@ -402,9 +419,10 @@ Result<CompressSummary> CompressModel(const CompressOptions& opt,
       JournaledTensor j;
       j.info = enc.info;
       std::copy(std::begin(enc.histogram), std::end(enc.histogram), j.histogram.begin());
+      std::copy(std::begin(enc.scale_histogram), std::end(enc.scale_histogram), j.scale_histogram.begin());
       j.end = work->position();
       journal.push_back(std::move(j));
-      add_tensor(i, std::move(enc.info), enc.histogram);
+      add_tensor(i, std::move(enc.info), enc.histogram, enc.scale_histogram);
     }
     if (Status st = work->Journal(journal); !st.ok()) return failed(st);
     if (progress) progress(prog);

@@ -80,13 +80,14 @@ std::string EncodeBody(uint32_t index, const JournaledTensor& t) {
     for (uint64_t v : {c.elem_offset, c.elem_count, c.file_offset, c.stored_bytes, c.raw_bytes, c.xxh64})
       Put<uint64_t>(&b, v);
   }
-  const auto nonzero = static_cast<uint32_t>(std::count_if(t.histogram.begin(), t.histogram.end(),
-                                                           [](uint64_t v) { return v != 0; }));
-  Put<uint32_t>(&b, nonzero);
-  for (int s = 0; s < 256; ++s) {
-    if (t.histogram[static_cast<size_t>(s)] == 0) continue;
-    Put<uint8_t>(&b, static_cast<uint8_t>(s));
-    Put<uint64_t>(&b, t.histogram[static_cast<size_t>(s)]);
+  for (const std::array<uint64_t, 256>* h : {&t.histogram, &t.scale_histogram}) {
+    const auto nonzero = static_cast<uint32_t>(std::count_if(h->begin(), h->end(), [](uint64_t v) { return v != 0; }));
+    Put<uint32_t>(&b, nonzero);
+    for (int s = 0; s < 256; ++s) {
+      if ((*h)[static_cast<size_t>(s)] == 0) continue;
+      Put<uint8_t>(&b, static_cast<uint8_t>(s));
+      Put<uint64_t>(&b, (*h)[static_cast<size_t>(s)]);
+    }
   }
   return b;
 }
@@ -109,10 +110,12 @@ bool DecodeBody(const std::string& body, uint32_t* index, JournaledTensor* t) {
     for (uint64_t* v : {&c.elem_offset, &c.elem_count, &c.file_offset, &c.stored_bytes, &c.raw_bytes, &c.xxh64})
       *v = r.Get<uint64_t>();
   }
-  const uint32_t nonzero = r.Get<uint32_t>();
-  for (uint32_t i = 0; i < nonzero && r.ok; ++i) {
-    const uint8_t s = r.Get<uint8_t>();
-    t->histogram[s] = r.Get<uint64_t>();
+  for (std::array<uint64_t, 256>* h : {&t->histogram, &t->scale_histogram}) {
+    const uint32_t nonzero = r.Get<uint32_t>();
+    for (uint32_t i = 0; i < nonzero && r.ok; ++i) {
+      const uint8_t s = r.Get<uint8_t>();
+      (*h)[s] = r.Get<uint64_t>();
+    }
   }
   return r.ok && r.left == 0;
 }

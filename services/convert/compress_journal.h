@@ -12,7 +12,8 @@
 //           option), u64 LE XXH64 of the F bytes
 //   records u32 LE body length B, u64 LE XXH64 of the body, B body bytes: u32 tensor index, u64
 //           experts.bin length after the tensor (unpadded), the tensor's name, dtype, codec, level,
-//           n_shards, bf16_xxh64, chunks and its exponent histogram (sparse: index, count pairs)
+//           n_shards, bf16_xxh64, chunks, its exponent histogram and its MXFP4 scale histogram (each
+//           sparse: u32 count of index, count pairs; the second empty for other dtypes)
 // A record whose length or hash does not check (a write torn by a kill) ends the journal.
 //
 // A CompressWorkDir holds an exclusive flock(2) on the directory for its lifetime, so a second compress
@@ -31,7 +32,7 @@
 
 namespace zipmoe::convert {
 
-inline constexpr uint32_t kCompressJournalVersion = 1;
+inline constexpr uint32_t kCompressJournalVersion = 2;  // 2: the MXFP4 scale histogram
 inline constexpr const char* kCompressJournalFileName = "compress.journal";
 
 // One expert tensor as journaled: what EncodeTensor produced, placed.
@@ -39,7 +40,8 @@ struct JournaledTensor {
   // name, dtype, codec, level, n_shards, chunks (with file offsets) and bf16_xxh64; layer_id,
   // expert_id, proj, shape and record_xxh64 are not journaled (the caller derives them again).
   ExpertTensorInfo info;
-  std::array<uint64_t, 256> histogram{};  // exponent histogram of the tensor
+  std::array<uint64_t, 256> histogram{};        // exponent histogram of the tensor
+  std::array<uint64_t, 256> scale_histogram{};  // of its MXFP4 block scales (zero for other dtypes)
   uint64_t end = 0;                       // experts.bin length after its last chunk (no padding)
 };
 

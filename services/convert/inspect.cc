@@ -34,7 +34,7 @@ nlohmann::json InspectManifest(const Manifest& m) {
   nlohmann::json dtypes = nlohmann::json::array();
   double bound_bits = 0;  // Σ values · (SM bits + H) over dtypes
   for (const DTypeHistogram& h : m.exponent_histograms) {
-    uint64_t d_tensors = 0, d_values = 0, d_raw = 0, d_stored = 0, d_e_stored = 0, d_e_raw = 0;
+    uint64_t d_tensors = 0, d_values = 0, d_raw = 0, d_stored = 0, d_e_stored = 0, d_e_raw = 0, d_scales_stored = 0;
     for (const auto& t : m.expert_tensors) {
       if (t.dtype != h.dtype) continue;
       ++d_tensors;
@@ -43,15 +43,22 @@ nlohmann::json InspectManifest(const Manifest& m) {
       d_raw += t.raw_bytes();
       d_stored += t.stored_bytes();
       d_e_stored += t.e_stored_bytes();
+      for (const ChunkInfo& c : t.chunks)
+        if (c.kind == ChunkKind::kE && EChunkDType(t, c) == DType::kU8) d_scales_stored += c.stored_bytes;
     }
     for (int i = 0; i < 256; ++i) hist[i] = h.counts[static_cast<size_t>(i)];
     const double d_entropy = ShannonEntropyBits(hist);
-    // The SM plane is stored raw: its bits (MXFP4's include the scale bytes, 0.25 bits a value) plus
-    // the exponent plane at its entropy, over the raw bits (4.25 a value for MXFP4).
-    const double sm_bits = SmPlaneBitsPerValue(h.dtype);
+    // The SM plane is stored raw, the exponent plane at best at its entropy (MXFP4's: the 2-bit fields and,
+    // 1 byte per 32 values, the block scales at theirs), over the raw bits (4.25 a value for MXFP4).
+    const double sm_bits = SmBitsPerValue(h.dtype);
     const double total_bits = RawBitsPerValue(h.dtype);
-    bound_bits += static_cast<double>(d_values) * (sm_bits + d_entropy);
-    dtypes.push_back({{"dtype", DTypeName(h.dtype)},
+    double e_bits = d_entropy;
+    if (h.dtype == DType::kMXFP4) {
+      for (int i = 0; i < 256; ++i) hist[i] = m.mxfp4_scale_histogram[static_cast<size_t>(i)];
+      e_bits += ShannonEntropyBits(hist) / 32.0;
+    }
+    bound_bits += static_cast<double>(d_values) * (sm_bits + e_bits);
+    nlohmann::json d = {{"dtype", DTypeName(h.dtype)},
                       {"tensors", d_tensors},
                       {"values", d_values},
                       {"raw_bytes", d_raw},
@@ -62,7 +69,13 @@ nlohmann::json InspectManifest(const Manifest& m) {
                       {"sm_bits_per_value", sm_bits},
                       {"e_chunks_raw", d_e_raw},
                       {"exponent_entropy_bits", d_entropy},
-                      {"entropy_bound_ratio", (sm_bits + d_entropy) / total_bits}});
+                      {"entropy_bound_ratio", (sm_bits + e_bits) / total_bits}};
+    if (h.dtype == DType::kMXFP4) {  // the block scales: one byte per 32 values, in an E-chunk of their own
+      d["scale_entropy_bits"] = ShannonEntropyBits(hist);
+      d["scale_bytes_raw"] = d_values / 32;
+      d["scale_bytes_stored"] = d_scales_stored;
+    }
+    dtypes.push_back(std::move(d));
   }
 
   nlohmann::json per_layer = nlohmann::json::array();

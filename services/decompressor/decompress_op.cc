@@ -16,7 +16,7 @@ DecompressOp MakeDecodeEChunkOp(const ExpertTensorInfo& t, int chunk_index, uint
   op.priority = priority;
   op.kind = DecompressOpKind::kDecodeEChunk;
   op.codec = t.codec;
-  op.dtype = t.dtype;  // F8_E4M3 E-chunks hold packed nibbles (common/codec.h DecompressEChunk)
+  op.dtype = EChunkDType(t, c);  // F8_E4M3 / MXFP4 E-chunks hold packed fields (common/codec.h DecompressEChunk)
   op.src = stored;
   op.stored_bytes = c.stored_bytes;
   op.dst = e_plane == nullptr ? nullptr : e_plane + c.elem_offset;
@@ -48,7 +48,8 @@ DecompressOp MakeRecoverOp(const ExpertTensorInfo& t, uint64_t op_id, int32_t pr
 }
 
 uint64_t OpSrcBytes(const DecompressOp& op) {
-  return op.kind == DecompressOpKind::kRecover ? op.raw_bytes : op.stored_bytes;
+  return op.kind == DecompressOpKind::kRecover ? EPlaneBytes(op.dtype, static_cast<int64_t>(op.raw_bytes))
+                                               : op.stored_bytes;
 }
 
 uint64_t OpSmBytes(const DecompressOp& op) {

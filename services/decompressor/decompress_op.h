@@ -19,7 +19,8 @@ namespace zipmoe::decompressor {
 
 enum class DecompressOpKind : uint8_t {
   kDecodeEChunk = 0,  // src [stored_bytes] compressed with `codec` -> dst [raw_bytes] uint8 (E-plane slice)
-  kRecover = 1,       // src = E plane [raw_bytes] uint8, sm = SM plane [SmPlaneBytes(dtype, raw_bytes)]
+  kRecover = 1,       // src = E plane [EPlaneBytes(dtype, raw_bytes)] uint8,
+                      //   sm = SM plane [SmPlaneBytes(dtype, raw_bytes)]
                       //   -> dst [DTypeBytes(dtype, raw_bytes)] bytes = [raw_bytes] values of `dtype`
 };
 
@@ -37,7 +38,8 @@ struct DecompressOp {
   uint8_t* dst = nullptr;          // see DecompressOpKind
   uint64_t raw_bytes = 0;          // decoded bytes (kDecodeEChunk) / elements (kRecover)
   std::optional<uint64_t> expected_xxh64;  // kRecover: xxHash64 of the recovered bytes, checked if set
-  DType dtype = DType::kBF16;      // the tensor's dtype (BF16, F16, F32 or F8_E4M3; kDecodeEChunk: F8 packs nibbles)
+  DType dtype = DType::kBF16;      // kRecover: the tensor's dtype; kDecodeEChunk: the chunk's (EChunkDType: F8_E4M3 and
+                                   // MXFP4 pack their fields, U8 for MXFP4's scales)
   // Labels for messages.
   std::string tensor_name;
   int32_t layer_id = -1;
@@ -47,11 +49,11 @@ struct DecompressOp {
 
 // The decode op of E-chunk `chunk_index` of `t`:
 //   stored: [chunks[i].stored_bytes] verified chunk bytes (e.g. the storage service's destination)
-//   e_plane: [t.numel()] uint8; the op writes e_plane[elem_offset, elem_offset + elem_count).
+//   e_plane: [EPlaneBytes(t.dtype, t.numel())] uint8; the op writes e_plane[elem_offset, elem_offset + elem_count).
 DecompressOp MakeDecodeEChunkOp(const ExpertTensorInfo& t, int chunk_index, uint64_t op_id, int32_t priority,
                                 const uint8_t* stored, uint8_t* e_plane);
 
-// The CPU recovery op of `t` in its dtype: e_plane [t.numel()] uint8, sm_plane
+// The CPU recovery op of `t` in its dtype: e_plane [EPlaneBytes(t.dtype, t.numel())] uint8, sm_plane
 // [SmPlaneBytes(t.dtype, t.numel())] -> out [t.raw_bytes()] bytes (uint16 BF16/F16, uint32 F32),
 // checked against t.bf16_xxh64 (the hash of the original bytes in any dtype).
 DecompressOp MakeRecoverOp(const ExpertTensorInfo& t, uint64_t op_id, int32_t priority, const uint8_t* e_plane,

@@ -147,7 +147,8 @@ bool DecompressorWorker::Accept(const msg::DecodeRequest& r) {
     pull_->Post(DecodeCompletionToWire(reject, r.attempt));
     return false;
   }
-  if (r.raw_bytes > size || !inside(r.src_offset, recover ? r.raw_bytes : r.stored_bytes) ||
+  if (r.raw_bytes > size ||
+      !inside(r.src_offset, recover ? EPlaneBytes(dtype, static_cast<int64_t>(r.raw_bytes)) : r.stored_bytes) ||
       !inside(r.dst_offset, recover ? DTypeBytes(dtype, r.raw_bytes) : r.raw_bytes) ||
       (recover && !inside(r.sm_offset, SmPlaneBytes(dtype, static_cast<int64_t>(r.raw_bytes))))) {
     reject.status = Status::InvalidArgument(fmt::format(

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/bitfield.h"
@@ -79,15 +80,16 @@ TEST(Mxfp4DTypeTest, EveryE2M1CodeAndE8M0ScaleDecodesToItsDefinition) {
 // written out independently of SplitMxfp4.
 void ExpectPlanesMatchLayout(const std::vector<uint8_t>& raw, int64_t n, const std::vector<uint8_t>& e,
                              const std::vector<uint8_t>& sm) {
-  ASSERT_EQ(sm.size(), static_cast<size_t>(n / 4 + n / 32));
+  ASSERT_EQ(e.size(), static_cast<size_t>(n + n / 32));
+  ASSERT_EQ(sm.size(), static_cast<size_t>(n / 4));
   for (int64_t i = 0; i < n; ++i) {
     const int nibble = (raw[static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 15;
     ASSERT_EQ(e[static_cast<size_t>(i)], (nibble >> 1) & 3) << i;
     const int field = (sm[static_cast<size_t>(i / 4)] >> (2 * (i % 4))) & 3;
     ASSERT_EQ(field, (nibble >> 3) << 1 | (nibble & 1)) << i;  // sign in bit 1, mantissa in bit 0
   }
-  for (int64_t g = 0; g < n / 32; ++g)
-    ASSERT_EQ(sm[static_cast<size_t>(n / 4 + g)], raw[static_cast<size_t>(n / 2 + g)]) << "scale " << g;
+  for (int64_t g = 0; g < n / 32; ++g)  // the scales follow the fields in the E plane
+    ASSERT_EQ(e[static_cast<size_t>(n + g)], raw[static_cast<size_t>(n / 2 + g)]) << "scale " << g;
 }
 
 TEST(BitfieldMxfp4Test, RoundTripsEveryNibbleAndScaleWithTheDocumentedLayout) {
@@ -97,14 +99,15 @@ TEST(BitfieldMxfp4Test, RoundTripsEveryNibbleAndScaleWithTheDocumentedLayout) {
   std::vector<uint8_t> raw(DTypeBytes(DType::kMXFP4, n));
   for (int64_t j = 0; j < n / 2; ++j) raw[static_cast<size_t>(j)] = static_cast<uint8_t>(j * 7 + j / 256);
   for (int64_t g = 0; g < n / 32; ++g) raw[static_cast<size_t>(n / 2 + g)] = static_cast<uint8_t>(g);
-  std::vector<uint8_t> e(n, 0xaa), sm(SmPlaneBytes(DType::kMXFP4, n), 0xaa), out(raw.size(), 0x55);
+  std::vector<uint8_t> e(EPlaneBytes(DType::kMXFP4, n), 0xaa), sm(SmPlaneBytes(DType::kMXFP4, n), 0xaa),
+      out(raw.size(), 0x55);
   SplitMxfp4(raw.data(), n, e.data(), sm.data());
   ExpectPlanesMatchLayout(raw, n, e, sm);
   MergeMxfp4(e.data(), sm.data(), n, out.data());
   EXPECT_EQ(out, raw);
   for (const int64_t size : {int64_t{0}, int64_t{32}, int64_t{64}, int64_t{96}, int64_t{32} * 1001}) {
     const std::vector<uint8_t> r = RandomMxfp4(size, static_cast<uint64_t>(size) + 1);
-    std::vector<uint8_t> pe(static_cast<size_t>(size)), ps(SmPlaneBytes(DType::kMXFP4, size)), back(r.size());
+    std::vector<uint8_t> pe(EPlaneBytes(DType::kMXFP4, size)), ps(SmPlaneBytes(DType::kMXFP4, size)), back(r.size());
     SplitMxfp4(r.data(), size, pe.data(), ps.data());
     ExpectPlanesMatchLayout(r, size, pe, ps);
     MergeMxfp4(pe.data(), ps.data(), size, back.data());
@@ -120,7 +123,9 @@ TEST(BitfieldMxfp4Test, OneBlockWorkedByHand) {
   raw[0] = 0x21;
   raw[1] = 0xf8;
   raw[16] = 128;
-  std::vector<uint8_t> e(32), sm(SmPlaneBytes(DType::kMXFP4, 32));
+  std::vector<uint8_t> e(EPlaneBytes(DType::kMXFP4, 32)), sm(SmPlaneBytes(DType::kMXFP4, 32));
+  ASSERT_EQ(e.size(), 33u);
+  ASSERT_EQ(sm.size(), 8u);
   SplitMxfp4(raw.data(), 32, e.data(), sm.data());
   EXPECT_EQ(e[0], 0);
   EXPECT_EQ(e[1], 1);
@@ -129,30 +134,60 @@ TEST(BitfieldMxfp4Test, OneBlockWorkedByHand) {
   // Fields t = sign << 1 | m: 1, 0, 2, 3 at bits 0-1, 2-3, 4-5, 6-7 of SM byte 0.
   EXPECT_EQ(sm[0], 1 | 0 << 2 | 2 << 4 | 3 << 6);
   for (int k = 1; k < 8; ++k) EXPECT_EQ(sm[static_cast<size_t>(k)], 0) << k;
-  EXPECT_EQ(sm[8], 128);  // the scale, verbatim after the n/4 field bytes
+  EXPECT_EQ(e[32], 128);  // the scale, verbatim after the n exponent fields
   EXPECT_EQ(Fp4E2M1ToFloat(raw[0] & 15) * E8M0ToFloat(raw[16]), 1.0f);
   EXPECT_EQ(Fp4E2M1ToFloat(raw[1] >> 4) * E8M0ToFloat(raw[16]), -12.0f);
 }
 
 TEST(BitfieldMxfp4Test, PlaneSizesAndEntropyBound) {
   EXPECT_TRUE(HasExponentSplit(DType::kMXFP4));
-  EXPECT_EQ(SmPlaneBytes(DType::kMXFP4, 32), 9u);
-  EXPECT_EQ(SmPlaneBytes(DType::kMXFP4, 2880 * 5760), 2880u * 5760 / 4 + 2880u * 5760 / 32);
+  EXPECT_EQ(SmPlaneBytes(DType::kMXFP4, 32), 8u);
+  EXPECT_EQ(SmPlaneBytes(DType::kMXFP4, 2880 * 5760), 2880u * 5760 / 4);
   EXPECT_EQ(SmPlaneBytes(DType::kMXFP4, 0), 0u);
   EXPECT_EQ(SmPlaneBytes(DType::kMXFP4, 48), 0u);  // no layout for partial blocks
+  EXPECT_EQ(EPlaneBytes(DType::kMXFP4, 32), 33u);
+  EXPECT_EQ(EPlaneBytes(DType::kMXFP4, 2880 * 5760), 2880u * 5760 + 2880u * 5760 / 32);
+  EXPECT_EQ(EPlaneBytes(DType::kMXFP4, 48), 0u);
+  EXPECT_EQ(EPlaneBytes(DType::kMXFP4, 0), 0u);
+  EXPECT_EQ(EPlaneBytes(DType::kBF16, 7), 7u);
+  EXPECT_EQ(EPlaneBytes(DType::kF8E4M3, 7), 7u);
+  EXPECT_EQ(EPlaneBytes(DType::kU8, 7), 0u);  // no split
   EXPECT_EQ(SmBitsPerValue(DType::kMXFP4), 2);
-  EXPECT_EQ(SmPlaneBitsPerValue(DType::kMXFP4), 2.25);
   EXPECT_EQ(RawBitsPerValue(DType::kMXFP4), 4.25);
-  EXPECT_EQ(SmPlaneBitsPerValue(DType::kF16), 11.0);
+  EXPECT_EQ(SmBitsPerValue(DType::kF16), 11);
   EXPECT_EQ(RawBitsPerValue(DType::kBF16), 16.0);
-  // SmPlaneBitsPerValue is exact for whole blocks.
-  EXPECT_EQ(static_cast<double>(SmPlaneBytes(DType::kMXFP4, 3200)) * 8 / 3200, SmPlaneBitsPerValue(DType::kMXFP4));
+  // SmBitsPerValue is exact for whole blocks; the raw tensor is the planes' bits less the exponent
+  // fields' unused 6 bits a value.
+  EXPECT_EQ(static_cast<double>(SmPlaneBytes(DType::kMXFP4, 3200)) * 8 / 3200, SmBitsPerValue(DType::kMXFP4));
+  EXPECT_EQ(static_cast<double>(SmPlaneBytes(DType::kMXFP4, 3200) + EPlaneBytes(DType::kMXFP4, 3200)) * 8,
+            (RawBitsPerValue(DType::kMXFP4) + 6) * 3200);
+}
+
+TEST(BitfieldMxfp4Test, EChunkRangesPutTheScalesInAChunkOfTheirOwn) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  // K - 1 ranges over the n fields (ShardRanges), then [n, n + n/32).
+  EXPECT_EQ(EChunkRanges(DType::kMXFP4, 3200, 4), (Ranges{{0, 1067}, {1067, 1067}, {2134, 1066}, {3200, 100}}));
+  EXPECT_EQ(EChunkRanges(DType::kMXFP4, 32, 2), (Ranges{{0, 32}, {32, 1}}));
+  // Other dtypes: ShardRanges over the n exponent bytes.
+  EXPECT_EQ(EChunkRanges(DType::kBF16, 10, 4), ShardRanges(10, 4));
+  EXPECT_EQ(EChunkRanges(DType::kF8E4M3, 3200, 4), ShardRanges(3200, 4));
+  // Together they cover the E plane exactly.
+  for (const int k : {2, 3, 5, 16}) {
+    int64_t next = 0;
+    for (const auto& [offset, count] : EChunkRanges(DType::kMXFP4, 32 * 77, k)) {
+      EXPECT_EQ(offset, next);
+      next += count;
+    }
+    EXPECT_EQ(static_cast<uint64_t>(next), EPlaneBytes(DType::kMXFP4, 32 * 77)) << k;
+  }
 }
 
 TEST(BitfieldMxfp4DeathTest, PartialBlocksAreABug) {
   std::vector<uint8_t> raw(64), e(64), sm(64);
   EXPECT_DEATH(SplitMxfp4(raw.data(), 48, e.data(), sm.data()), "whole blocks of 32");
   EXPECT_DEATH(MergeMxfp4(e.data(), sm.data(), 33, raw.data()), "whole blocks of 32");
+  EXPECT_DEATH(EChunkRanges(DType::kMXFP4, 64, 1), "at least 2");  // compress refuses K = 1 for MXFP4
+  EXPECT_DEATH(EChunkRanges(DType::kMXFP4, 48, 4), "multiple of 32");
 }
 
 TEST(BitfieldMxfp4Test, CheckMxfp4ValuesRefusesNanScalesAndOverflowNamingTheBlock) {
@@ -199,8 +234,11 @@ TEST(BitfieldMxfp4Test, ScaleAndExponentHistograms) {
   AccumulateMxfp4ScaleHistogram(raw.data(), 40, scales);  // not whole blocks: nothing added
   for (int s = 0; s < 256; ++s) EXPECT_EQ(scales[s], want[s]) << s;
 
-  std::vector<uint8_t> e(static_cast<size_t>(n)), sm(SmPlaneBytes(DType::kMXFP4, n));
+  std::vector<uint8_t> e(EPlaneBytes(DType::kMXFP4, n)), sm(SmPlaneBytes(DType::kMXFP4, n));
   SplitMxfp4(raw.data(), n, e.data(), sm.data());
+  uint64_t in_plane[256] = {};  // the scales as the E plane carries them
+  AccumulateHistogram(e.data() + n, n / 32, in_plane);
+  for (int s = 0; s < 256; ++s) EXPECT_EQ(in_plane[s], want[s]) << s;
   uint64_t exponents[256] = {};
   AccumulateHistogram(e.data(), n, exponents);
   uint64_t total = 0;

@@ -83,26 +83,54 @@ TEST(CodecMxfp4Test, CorruptStreamsAreCorruption) {
 }
 
 TEST(CodecMxfp4Test, SplitPlanesSurviveTheCodecAndMerge) {
-  // A tensor through the whole storage path: split, K = 3 E-chunks of uneven counts, merge.
+  // A tensor through the whole storage path: split, K = 4 E-chunks (three of fields, of uneven counts, and
+  // the scales, U8: common/checkpoint/manifest.h EChunkDType), merge.
   const int64_t n = 32 * 37;
   std::mt19937_64 rng(5);
   std::vector<uint8_t> raw(DTypeBytes(DType::kMXFP4, n));
   for (uint8_t& b : raw) b = static_cast<uint8_t>(rng());
-  std::vector<uint8_t> e(static_cast<size_t>(n)), sm(SmPlaneBytes(DType::kMXFP4, n));
+  std::vector<uint8_t> e(EPlaneBytes(DType::kMXFP4, n)), sm(SmPlaneBytes(DType::kMXFP4, n));
   SplitMxfp4(raw.data(), n, e.data(), sm.data());
-  std::vector<uint8_t> decoded(static_cast<size_t>(n), 0xee);
-  for (const auto& [offset, count] : ShardRanges(n, 3)) {
+  std::vector<uint8_t> decoded(e.size(), 0xee);
+  for (const auto& [offset, count] : EChunkRanges(DType::kMXFP4, n, 4)) {
+    const DType chunk_dtype = offset >= n ? DType::kU8 : DType::kMXFP4;
     std::vector<uint8_t> stored;
-    ASSERT_TRUE(CompressEChunk(DType::kMXFP4, {Codec::kZstd, 0}, e.data() + offset, static_cast<uint64_t>(count),
-                               &stored)
-                    .ok());
-    ASSERT_TRUE(DecompressEChunk(DType::kMXFP4, Codec::kZstd, stored.data(), stored.size(), decoded.data() + offset,
+    ASSERT_TRUE(
+        CompressEChunk(chunk_dtype, {Codec::kZstd, 0}, e.data() + offset, static_cast<uint64_t>(count), &stored).ok());
+    ASSERT_TRUE(DecompressEChunk(chunk_dtype, Codec::kZstd, stored.data(), stored.size(), decoded.data() + offset,
                                  static_cast<uint64_t>(count))
                     .ok());
   }
+  EXPECT_EQ(decoded, e);
   std::vector<uint8_t> back(raw.size());
   MergeMxfp4(decoded.data(), sm.data(), n, back.data());
   EXPECT_EQ(back, raw);
+}
+
+TEST(CodecMxfp4Test, LowEntropyScalesCompressNearTheirEntropy) {
+  // Block scales of real weights span a few powers of two: here 4 codes around 2^-5 (122) with
+  // probabilities 1/2, 1/4, 1/8, 1/8 (1.75 bits). Their E-chunk (bytes, unpacked) must store them in
+  // well under a byte each; the same bytes read as a packed MXFP4 field chunk would be refused (> 3).
+  const uint64_t count = 1 << 16;
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> scales(count);
+  for (uint8_t& s : scales) {
+    const uint64_t r = rng() % 8;
+    s = static_cast<uint8_t>(r < 4 ? 122 : r < 6 ? 121 : r < 7 ? 123 : 120);
+  }
+  uint64_t histogram[256] = {};
+  AccumulateHistogram(scales.data(), static_cast<int64_t>(count), histogram);
+  const double h = ShannonEntropyBits(histogram);
+  EXPECT_NEAR(h, 1.75, 0.02);
+  std::vector<uint8_t> stored;
+  ASSERT_TRUE(CompressEChunk(DType::kU8, {Codec::kZstd, 0}, scales.data(), count, &stored).ok());
+  const double bits = 8.0 * static_cast<double>(stored.size()) / static_cast<double>(count);
+  EXPECT_LT(bits, h + 0.35) << "zstd stored " << bits << " bits a scale, entropy " << h;
+  std::vector<uint8_t> back(count);
+  ASSERT_TRUE(DecompressEChunk(DType::kU8, Codec::kZstd, stored.data(), stored.size(), back.data(), count).ok());
+  EXPECT_EQ(back, scales);
+  EXPECT_EQ(CompressEChunk(DType::kMXFP4, {Codec::kZstd, 0}, scales.data(), count, &stored).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -23,17 +23,21 @@ struct Planes {
   std::vector<uint8_t> raw, e, sm;
 };
 
-// A random MXFP4 tensor of n values and its planes; `noisy_e` sets bits 7..2 of the E bytes (ignored).
+// A random MXFP4 tensor of n values and its planes (E: n fields, then the n/32 scales); `noisy_e` sets bits
+// 7..2 of the n field bytes (ignored).
 Planes RandomPlanes(int64_t n, uint64_t seed, bool noisy_e = false) {
   std::mt19937_64 rng(seed);
   Planes p;
   p.raw.resize(DTypeBytes(DType::kMXFP4, static_cast<uint64_t>(n)));
   for (uint8_t& b : p.raw) b = static_cast<uint8_t>(rng());
-  p.e.resize(static_cast<size_t>(n));
+  p.e.resize(EPlaneBytes(DType::kMXFP4, n));
   p.sm.resize(SmPlaneBytes(DType::kMXFP4, n));
   SplitMxfp4(p.raw.data(), n, p.e.data(), p.sm.data());
   if (noisy_e)
-    for (uint8_t& b : p.e) b = static_cast<uint8_t>(b | (rng() & 0xfc));
+    for (int64_t i = 0; i < n; ++i) {
+      uint8_t& b = p.e[static_cast<size_t>(i)];
+      b = static_cast<uint8_t>(b | (rng() & 0xfc));
+    }
   return p;
 }
 
@@ -45,7 +49,7 @@ TEST(RecoveryMxfp4Test, ReferenceRecoversEveryNibbleAndScale) {
   std::vector<uint8_t> raw(DTypeBytes(DType::kMXFP4, n));
   for (int64_t j = 0; j < n / 2; ++j) raw[static_cast<size_t>(j)] = static_cast<uint8_t>(j * 5 + j / 256);
   for (int64_t g = 0; g < n / 32; ++g) raw[static_cast<size_t>(n / 2 + g)] = static_cast<uint8_t>(g);
-  std::vector<uint8_t> e(static_cast<size_t>(n)), sm(SmPlaneBytes(DType::kMXFP4, n)), out(raw.size(), 0x55);
+  std::vector<uint8_t> e(EPlaneBytes(DType::kMXFP4, n)), sm(SmPlaneBytes(DType::kMXFP4, n)), out(raw.size(), 0x55);
   SplitMxfp4(raw.data(), n, e.data(), sm.data());
   RecoverMxfp4Reference(e.data(), sm.data(), out.data(), n);
   EXPECT_EQ(out, raw);

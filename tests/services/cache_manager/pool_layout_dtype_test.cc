@@ -69,7 +69,7 @@ TEST(PoolLayoutDtypeTest, SlotBytesPerDtypeByHand) {
 }
 
 // MXFP4 (gpt-oss's experts, 17/32 bytes a value): the F slot holds blocks + scales, the exponent planes
-// (a byte a value, more than the F part) are laid one after the other in the staging slot.
+// (a byte a value, then the scales: more than the F part) are laid one after the other in the staging slot.
 TEST(PoolLayoutDtypeTest, Mxfp4PlanesNeedMoreThanTheFPart) {
   constexpr int64_t n = 4992;  // 156 blocks of 32
   auto layout = ModelLayout::FromManifest(ManifestOf(DType::kMXFP4, 2, n));
@@ -81,12 +81,12 @@ TEST(PoolLayoutDtypeTest, Mxfp4PlanesNeedMoreThanTheFPart) {
   ASSERT_NE(e, nullptr);
   for (int p = 0; p < kProjCount; ++p) {
     EXPECT_EQ(e->tensors[p].bf16.bytes, static_cast<uint64_t>(n / 2 + n / 32));
-    EXPECT_EQ(e->tensors[p].e_plane.offset, static_cast<uint64_t>(p) * AlignSlotBytes(n));  // 8192 apart
-    EXPECT_EQ(e->tensors[p].e_plane.bytes, static_cast<uint64_t>(n));
+    EXPECT_EQ(e->tensors[p].e_plane.offset, static_cast<uint64_t>(p) * AlignSlotBytes(n + n / 32));  // 8192 apart
+    EXPECT_EQ(e->tensors[p].e_plane.bytes, static_cast<uint64_t>(n + n / 32));  // 4992 fields + 156 scales
   }
-  EXPECT_EQ(layout->e_plane_slot_bytes(), 2 * AlignSlotBytes(n) + AlignSlotBytes(n));
+  EXPECT_EQ(layout->e_plane_slot_bytes(), 3 * AlignSlotBytes(n + n / 32));
   const StagingLayout s = StagingLayout::ForModel(*layout);
-  EXPECT_EQ(s.bf16_offset, s.e_plane_offset + 3 * AlignSlotBytes(n));
+  EXPECT_EQ(s.bf16_offset, s.e_plane_offset + 3 * AlignSlotBytes(n + n / 32));
   EXPECT_GT(s.bf16_offset - s.e_plane_offset, layout->slot_bytes(Pool::kF));
   EXPECT_EQ(s.slot_bytes, s.bf16_offset + 3 * f_tensor);
 }

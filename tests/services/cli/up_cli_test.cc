@@ -125,7 +125,8 @@ TEST(UpCli, F32AndF16ExpertsGiveTheTokensOfTheHfDirectory) {
 // Qwen3-Next / Qwen3.5 models (issue 42)
 // through every process: the noaux_tc / ERNIE routers' selection biases, F8_E4M3 experts (nibble-packed
 // E-chunks decoded by the decompressor processes, scales from dense.safetensors) and MXFP4 experts (2-bit
-// exponent fields, blocks and scales recovered in the arena) give the tokens of the HF directory.
+// exponent fields and the block scales' own E-chunk decoded by the decompressor processes, blocks and scales
+// recovered in the arena) give the tokens of the HF directory.
 TEST(UpCli, NewFamiliesAndFp8ExpertsGiveTheTokensOfTheHfDirectory) {
   for (const char* synth : {"--arch deepseek_v3 --dtype fp8", "--arch glm4_moe", "--arch ernie4_5_moe", "--arch gpt_oss",
                             "--arch qwen3_next", "--arch qwen3_5_moe"}) {
