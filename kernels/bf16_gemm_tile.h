@@ -355,6 +355,19 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   // Only for tiles of at most 2 tokens: a 4 x 4 tile with both halves' activations live runs out of
   // vector registers.
   const bool f8_pairs = kEnc == Encoding::kF8 && T <= 2 && chunks_per_block % 2 == 0;
+  // Loop invariants in locals: each token's activations and each row's first weight (GCC reloaded
+  // a.x / a.ldx and multiplied the row offset again on every step of the loop below).
+  const float* xrow[T];
+#pragma GCC unroll 8
+  for (int j = 0; j < T; ++j) xrow[j] = a.x + (t + j) * a.ldx;
+  int64_t row_off[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) row_off[i] = (r + i) * cols;
+  const uint16_t* const w_bf16 = a.w.bf16;
+  const float* const w_f32 = a.w.f32;
+  const uint8_t* const w_e = a.w.e;
+  const uint8_t* const w_sm = a.w.sm;
+  const uint8_t* const w_f8 = a.w.f8;
   for (int64_t b = 0; b < kb; ++b) {
     const int64_t k = b * 16;
     if (kEnc == Encoding::kF8 && chunk_in_block == chunks_per_block) {
@@ -369,13 +382,13 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
       typename V::Vec x0[T], x1[T];
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
-        x0[j] = V::LoadX(a.x + (t + j) * a.ldx + k);
-        x1[j] = V::LoadX(a.x + (t + j) * a.ldx + k + 16);
+        x0[j] = V::LoadX(xrow[j] + k);
+        x1[j] = V::LoadX(xrow[j] + k + 16);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         typename V::Vec w0, w1;
-        V::LoadF8x2(a.w.f8 + (r + i) * cols + k, scale_row[i][col_block], &w0, &w1);
+        V::LoadF8x2(w_f8 + row_off[i] + k, scale_row[i][col_block], &w0, &w1);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w1, x1[j], V::Fma(w0, x0[j], acc[i][j]));
       }
@@ -389,14 +402,14 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
     }
     typename V::Vec x[T];
 #pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) x[j] = V::LoadX(a.x + (t + j) * a.ldx + k);
+    for (int j = 0; j < T; ++j) x[j] = V::LoadX(xrow[j] + k);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      const int64_t off = (r + i) * cols + k;
-      const typename V::Vec w = kEnc == Encoding::kPlanes ? V::LoadPlanes(a.w.e + off, a.w.sm + off)
-                                : kEnc == Encoding::kF32  ? V::LoadX(a.w.f32 + off)
-                                : kEnc == Encoding::kF8   ? V::LoadF8(a.w.f8 + off, scale_row[i][col_block])
-                                                          : V::LoadBf16(a.w.bf16 + off);
+      const int64_t off = row_off[i] + k;
+      const typename V::Vec w = kEnc == Encoding::kPlanes ? V::LoadPlanes(w_e + off, w_sm + off)
+                                : kEnc == Encoding::kF32  ? V::LoadX(w_f32 + off)
+                                : kEnc == Encoding::kF8   ? V::LoadF8(w_f8 + off, scale_row[i][col_block])
+                                                          : V::LoadBf16(w_bf16 + off);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w, x[j], acc[i][j]);
     }
