@@ -266,6 +266,17 @@ inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
   }
   const uint8_t* q = a.w.mxfp4 + r * (cols / 2);
   const uint8_t* scales = a.w.mxfp4_scales + r * blocks;
+  // Loop invariants in locals (as in Tile): each token's activations, each row's nibbles and scales.
+  const float* xrow[T];
+#pragma GCC unroll 8
+  for (int j = 0; j < T; ++j) xrow[j] = a.x + (t + j) * a.ldx;
+  const uint8_t* qrow[R];
+  const uint8_t* srow[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    qrow[i] = q + i * (cols / 2);
+    srow[i] = scales + i * blocks;
+  }
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t k = b * 32;
     // The next tile's rows: one 64-byte line of nibbles per 4 blocks. (PrefetchAhead's arithmetic per
@@ -279,15 +290,15 @@ inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
     }
     typename V::Fp4Table table[R];
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) table[i] = V::MakeFp4Table(Mxfp4Scale(scales[i * blocks + b]));
+    for (int i = 0; i < R; ++i) table[i] = V::MakeFp4Table(Mxfp4Scale(srow[i][b]));
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       typename V::Vec x[T];
 #pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) x[j] = V::LoadX(a.x + (t + j) * a.ldx + k + 16 * half);
+      for (int j = 0; j < T; ++j) x[j] = V::LoadX(xrow[j] + k + 16 * half);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        const typename V::Vec w = V::LoadMxfp4(q + i * (cols / 2) + k / 2 + 8 * half, table[i]);
+        const typename V::Vec w = V::LoadMxfp4(qrow[i] + k / 2 + 8 * half, table[i]);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w, x[j], acc[i][j]);
       }
