@@ -73,6 +73,43 @@ Manifest SmallManifest() {
   return m;
 }
 
+// gpt-oss-style MXFP4 experts (issue 41): per tensor of 256 values K = 3 E-chunks, two of packed 2-bit
+// exponent fields and the last of the 8 block scales (EChunkRanges), and an SM-chunk of n/4 bytes; the
+// manifest's scale histogram set.
+Manifest SmallMxfp4Manifest() {
+  Manifest m;
+  m.arch = "gpt_oss";
+  m.config_json = "{\"model_type\": \"gpt_oss\"}";
+  m.n_shards = 3;
+  m.n_layers = 1;
+  m.n_experts = 1;
+  m.exponent_histograms = {{DType::kMXFP4, {}}};
+  m.exponent_histograms[0].counts[1] = 512;
+  m.mxfp4_scale_histogram[121] = 10;
+  m.mxfp4_scale_histogram[122] = 6;
+  uint64_t offset = 0;
+  for (ExpertProj proj : {ExpertProj::kGate, ExpertProj::kDown}) {
+    ExpertTensorInfo t;
+    t.name = std::string("model.layers.0.mlp.experts.0.") + ExpertProjName(proj);
+    t.proj = proj;
+    t.shape = {4, 64};
+    t.dtype = DType::kMXFP4;
+    t.codec = Codec::kZstd;
+    t.level = 1;
+    t.n_shards = 3;
+    t.chunks = {{ChunkKind::kE, 0, 128, offset, 20, 128, 1},
+                {ChunkKind::kE, 128, 128, offset + 4096, 20, 128, 2},
+                {ChunkKind::kE, 256, 8, offset + 8192, 8, 8, 3},
+                {ChunkKind::kSm, 0, 256, offset + 12288, 64, 64, 4}};
+    offset += 4 * 4096;
+    t.bf16_xxh64 = 7;
+    t.record_xxh64 = RecordHash(t);
+    m.expert_tensors.push_back(t);
+  }
+  m.experts_file_bytes = offset;
+  return m;
+}
+
 void WriteManifests(const std::string& dir) {
   const std::string whole = SerializeManifest(SmallManifest());
   if (!ParseManifest("seed", whole).ok()) {
@@ -81,6 +118,12 @@ void WriteManifests(const std::string& dir) {
   }
   Write(JoinPath(dir, "manifest/small.bin"), whole);
   Write(JoinPath(dir, "manifest/small_body.bin"), whole.substr(32));  // the harness adds the header
+  const std::string mxfp4 = SerializeManifest(SmallMxfp4Manifest());
+  if (const auto parsed = ParseManifest("seed", mxfp4); !parsed.ok()) {
+    std::fprintf(stderr, "make_seeds: the MXFP4 manifest does not parse: %s\n", parsed.status().ToString().c_str());
+    ++failures;
+  }
+  Write(JoinPath(dir, "manifest/mxfp4_small.bin"), mxfp4);
   Manifest empty;
   Write(JoinPath(dir, "manifest/empty_body.bin"), SerializeManifest(empty).substr(32));
 }
