@@ -64,9 +64,11 @@ Status DecompressChunk(Codec codec, const uint8_t* src, uint64_t stored_bytes, u
 // EChunkStreamBytes: bytes the codec sees for `count` values (F8_E4M3: ceil(count / 2), MXFP4:
 // ceil(count / 4), else count). An E-chunk's count need not be a multiple of 4 (or of 32 for MXFP4).
 uint64_t EChunkStreamBytes(DType dtype, uint64_t count);
-// Compresses the `count` exponent bytes at `e` into *out (resized to the stored size).
-// Errors: CompressChunk's; kInvalidArgument for an MXFP4 exponent byte above 3 (naming its index), which
-// SplitMxfp4 never writes (F8_E4M3 bytes are masked to their low nibble instead).
+// Compresses the `count` exponent bytes at `e` into *out (resized to the stored size). `dtype` is the chunk's
+// (common/checkpoint/manifest.h EChunkDType): an MXFP4 tensor's E-chunk of block scales is coded as U8 (bytes,
+// unpacked), its other E-chunks as MXFP4 (2-bit fields).
+// Errors: CompressChunk's; kInvalidArgument for an MXFP4 field byte above 3 (naming its index), which
+// SplitMxfp4 never writes into the fields (F8_E4M3 bytes are masked to their low nibble instead).
 Status CompressEChunk(DType dtype, const CodecOptions& options, const uint8_t* e, uint64_t count,
                       std::vector<uint8_t>* out);
 // Decodes an E-chunk into `count` exponent bytes at dst (MXFP4: each 0..3). Errors: DecompressChunk's
