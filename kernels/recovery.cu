@@ -17,6 +17,7 @@
 #include <string>
 #include <type_traits>
 
+#include "common/bitfield.h"
 #include "kernels/recovery.h"
 #include "kernels/cuda_status.cuh"
 
@@ -317,18 +318,20 @@ Status CheckFpLaunch(const char* fn, const uint8_t* e, const uint8_t* sm, const 
   return Status::Ok();
 }
 
-// Copies e ([n]) and sm ([sm_bytes]) to fresh device buffers, each `offset` bytes past its allocation's
-// start, runs `launch(d_e, d_sm, d_out)` and copies out ([out_bytes]) back. Syncs (test/bench helper).
+// Copies e ([EPlaneBytes(dtype, n)]) and sm ([SmPlaneBytes(dtype, n)]) to fresh device buffers, each `offset`
+// bytes past its allocation's start, runs `launch(d_e, d_sm, d_out)` and copies out ([DTypeBytes(dtype, n)])
+// back. Syncs (test/bench helper).
 template <typename Launch>
-Status RunOnDevice(const uint8_t* e, const uint8_t* sm, void* out, int64_t n, uint64_t sm_bytes, uint64_t out_bytes,
-                   int offset, Launch launch, uint64_t e_plane_bytes = 0) {
+Status RunOnDevice(DType dtype, const uint8_t* e, const uint8_t* sm, void* out, int64_t n, int offset,
+                   Launch launch) {
+  const uint64_t sm_bytes = SmPlaneBytes(dtype, n), out_bytes = DTypeBytes(dtype, static_cast<uint64_t>(n));
   if (CudaDeviceCount() == 0) return Status::Unavailable("no CUDA device");
   if (offset < 0 || offset > 255) return Status::InvalidArgument("offset must be in [0, 255]");
   uint8_t* d_e = nullptr;
   uint8_t* d_sm = nullptr;
   uint8_t* d_out = nullptr;
   const size_t pad = static_cast<size_t>(offset);
-  const size_t e_bytes = e_plane_bytes != 0 ? static_cast<size_t>(e_plane_bytes) : static_cast<size_t>(n);
+  const size_t e_bytes = static_cast<size_t>(EPlaneBytes(dtype, n));
   Status st = CudaStatus(cudaMalloc(&d_e, e_bytes + pad + 1), "cudaMalloc e");
   if (st.ok()) st = CudaStatus(cudaMalloc(&d_sm, sm_bytes + pad + 1), "cudaMalloc sm");
   if (st.ok()) st = CudaStatus(cudaMalloc(&d_out, out_bytes + 16), "cudaMalloc out");
@@ -478,19 +481,15 @@ Status RecoverMxfp4OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, i
   if (n % 32 != 0)
     return Status::InvalidArgument("RecoverMxfp4OnDevice: MXFP4 needs whole blocks of 32 values, got n=" +
                                    std::to_string(n));
-  const uint64_t count = static_cast<uint64_t>(n);
-  return RunOnDevice(
-      e, sm, out, n, count / 4, count / 2 + count / 32, offset,
-      [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
-        return LaunchRecoverMxfp4(d_e, d_sm, d_out, n, nullptr);
-      },
-      count + count / 32);
+  return RunOnDevice(DType::kMXFP4, e, sm, out, n, offset,
+                     [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
+                       return LaunchRecoverMxfp4(d_e, d_sm, d_out, n, nullptr);
+                     });
 }
 
 Status RecoverF8E4M3OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, int64_t n, int offset) {
   ZM_RETURN_IF_ERROR(CheckFpLaunch("RecoverF8E4M3OnDevice", e, sm, out, n, 1));
-  const uint64_t count = static_cast<uint64_t>(n);
-  return RunOnDevice(e, sm, out, n, (count + 1) / 2, count, offset,
+  return RunOnDevice(DType::kF8E4M3, e, sm, out, n, offset,
                      [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
                        return LaunchRecoverF8E4M3(d_e, d_sm, d_out, n, nullptr);
                      });
@@ -498,8 +497,7 @@ Status RecoverF8E4M3OnDevice(const uint8_t* e, const uint8_t* sm, uint8_t* out, 
 
 Status RecoverF32OnDevice(const uint8_t* e, const uint8_t* sm, uint32_t* out, int64_t n, int offset) {
   ZM_RETURN_IF_ERROR(CheckFpLaunch("RecoverF32OnDevice", e, sm, out, n, 1));
-  const uint64_t count = static_cast<uint64_t>(n);
-  return RunOnDevice(e, sm, out, n, 3 * count, 4 * count, offset,
+  return RunOnDevice(DType::kF32, e, sm, out, n, offset,
                      [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
                        return LaunchRecoverF32(d_e, d_sm, reinterpret_cast<uint32_t*>(d_out), n, nullptr);
                      });
@@ -507,8 +505,7 @@ Status RecoverF32OnDevice(const uint8_t* e, const uint8_t* sm, uint32_t* out, in
 
 Status RecoverF16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, int offset) {
   ZM_RETURN_IF_ERROR(CheckFpLaunch("RecoverF16OnDevice", e, sm, out, n, 1));
-  const uint64_t count = static_cast<uint64_t>(n);
-  return RunOnDevice(e, sm, out, n, count + 3 * ((count + 7) / 8), 2 * count, offset,
+  return RunOnDevice(DType::kF16, e, sm, out, n, offset,
                      [n](const uint8_t* d_e, const uint8_t* d_sm, uint8_t* d_out) {
                        return LaunchRecoverF16(d_e, d_sm, reinterpret_cast<uint16_t*>(d_out), n, nullptr);
                      });

@@ -129,6 +129,7 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
       return Status::InvalidArgument(fmt::format("{}: expert tensor '{}' (from the fused MXFP4 experts): {}",
                                                  src.ckpt->dir(), t.name, st.message()));
     t.bf16_xxh64 = Xxh64(raw.data(), raw.size());
+    AccumulateMxfp4ScaleHistogram(raw.data(), n, enc.scale_histogram);  // nothing for a dense (BF16) release
     SplitPlanes(t.dtype, raw.data(), n, &e_plane, &sm_plane);
   } else {
     ZM_ASSIGN_OR_RETURN(t.dtype, StoredDType(src.view, opt.convert_dtype));
@@ -142,7 +143,6 @@ Result<EncodedTensor> EncodeTensor(const ExpertSource& src, const CompressOption
     }
   }
   AccumulateHistogram(e_plane.data(), n, enc.histogram);
-  if (t.dtype == DType::kMXFP4) AccumulateHistogram(e_plane.data() + n, n / 32, enc.scale_histogram);
 
   // MXFP4: K - 1 E-chunks of 2-bit fields, then one of the block scales (EChunkRanges); Compress refused K = 1.
   const auto ranges = EChunkRanges(t.dtype, n, opt.n_shards);

@@ -52,11 +52,12 @@ nlohmann::json InspectManifest(const Manifest& m) {
     // 1 byte per 32 values, the block scales at theirs), over the raw bits (4.25 a value for MXFP4).
     const double sm_bits = SmBitsPerValue(h.dtype);
     const double total_bits = RawBitsPerValue(h.dtype);
-    double e_bits = d_entropy;
+    double scale_entropy = 0;
     if (h.dtype == DType::kMXFP4) {
       for (int i = 0; i < 256; ++i) hist[i] = m.mxfp4_scale_histogram[static_cast<size_t>(i)];
-      e_bits += ShannonEntropyBits(hist) / 32.0;
+      scale_entropy = ShannonEntropyBits(hist);
     }
+    const double e_bits = d_entropy + scale_entropy / 32.0;
     bound_bits += static_cast<double>(d_values) * (sm_bits + e_bits);
     nlohmann::json d = {{"dtype", DTypeName(h.dtype)},
                       {"tensors", d_tensors},
@@ -71,7 +72,7 @@ nlohmann::json InspectManifest(const Manifest& m) {
                       {"exponent_entropy_bits", d_entropy},
                       {"entropy_bound_ratio", (sm_bits + e_bits) / total_bits}};
     if (h.dtype == DType::kMXFP4) {  // the block scales: one byte per 32 values, in an E-chunk of their own
-      d["scale_entropy_bits"] = ShannonEntropyBits(hist);
+      d["scale_entropy_bits"] = scale_entropy;
       d["scale_bytes_raw"] = d_values / 32;
       d["scale_bytes_stored"] = d_scales_stored;
     }
