@@ -214,10 +214,13 @@ void Bf16GemmReference(const GemmArgs& a) {
     const float* x = a.x + t * a.ldx;
     for (int64_t r = a.row_begin; r < a.row_end; ++r) {
       const int64_t row = r * cols;
-      float lane[16] = {};
+      float chain[2][16] = {};  // block b into chain (b / kGemmChainGroupBlocks) % 2
       for (int64_t b = 0; b < kb; ++b) {
+        float* lane = chain[(b / kGemmChainGroupBlocks) % 2];
         for (int j = 0; j < 16; ++j) lane[j] = std::fma(WeightAt(a.w, row + 16 * b + j), x[16 * b + j], lane[j]);
       }
+      float lane[16];
+      for (int j = 0; j < 16; ++j) lane[j] = chain[0][j] + chain[1][j];
       FinishOutput(a, lane, t, r, 16 * kb);
     }
   }

@@ -14,7 +14,10 @@
 // Summation order (the same on every ISA variant, so every variant is bit-identical to
 // Bf16GemmReference, results do not depend on the number of threads, on how rows are split, on
 // the batch a token is computed in, or on which encoding served the weights):
-//   kb = cols / 16; for lane j in [0, 16): a[j] = 0; for b in [0, kb): a[j] = fma(W[r, 16b+j], x[t, 16b+j], a[j])
+//   kb = cols / 16; two chains c0, c1 of 16 lanes, all 0;
+//   for b in [0, kb): c = chain (b / G) % 2 (G = kGemmChainGroupBlocks = 16: groups of 256 columns alternate):
+//                     c[j] = fma(W[r, 16b+j], x[t, 16b+j], c[j])
+//   a[j] = c0[j] + c1[j]
 //   s = ((a[0..7] + a[8..15]) -> 8 lanes; then lanes [0..3] + [4..7]; then [0,1] + [2,3]; then [0] + [1])
 //   for k in [16 kb, cols): s = fma(W[r, k], x[t, k], s)
 //   y = s (+ bias[r], one fp32 addition)
@@ -59,6 +62,10 @@
 #include "common/status.h"
 
 namespace zipmoe::kernels {
+
+// The summation order's chain group (above): 16-column blocks per group, groups alternating between the
+// two accumulator chains. Part of the order, so of the bits: every default variant and the reference use it.
+inline constexpr int64_t kGemmChainGroupBlocks = 16;
 
 // The weights W of one linear layer, [rows, cols] row-major (row stride = cols), in one of five
 // encodings, checked in this order: `bf16` set (BF16 bit patterns); `f32` set (float32, e.g. an F32

@@ -117,6 +117,7 @@ struct Avx2 {
   static Acc Fma(const Vec& w, const Vec& x, const Acc& acc) {
     return {_mm256_fmadd_ps(w.lo, x.lo, acc.lo), _mm256_fmadd_ps(w.hi, x.hi, acc.hi)};
   }
+  static Acc Add(const Acc& a, const Acc& b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
   static float Reduce(const Acc& acc) {
     const __m256 s8 = _mm256_add_ps(acc.lo, acc.hi);                                        // j + j+8
     const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // j + j+4

@@ -1,7 +1,8 @@
 // Bf16Gemm's AVX-512 variant (kernels/bf16_gemm.h). Compiled with -mavx512f -mavx512bw -mavx512vl -mfma
 // (kernels/CMakeLists.txt); called only after CPUID reports AVX-512 F/BW/VL.
-// One 512-bit register holds the 16 lanes; tiles of 4 rows x 4 tokens keep 16 accumulators,
-// 4 widened weight vectors and one activation vector in the 32 zmm registers. Decode (one token)
+// One 512-bit register holds the 16 lanes; tiles of 4 rows x 4 tokens keep one chain's 16 accumulators
+// (the other chain's wait in L1 while a 256-column group runs: gemm_tile::kChainGroup), 4 widened weight
+// vectors and one activation vector in the 32 zmm registers. Decode (one token)
 // streams one row at a time (kGemvRows 1), which the memory system keeps busier than 4 rows at once
 // (13 % faster decode on a 2-core Zen 5, AVX2 the same), each line asked for into L2 3 KiB ahead
 // (gemm_tile::PrefetchAhead; issue 35, docs/architecture.md "CPU kernels").
@@ -119,6 +120,7 @@ struct Avx512 {
     return _mm512_permutexvar_ps(idx, table);
   }
   static Acc Fma(Vec w, Vec x, Acc acc) { return _mm512_fmadd_ps(w, x, acc); }
+  static Acc Add(Acc a, Acc b) { return _mm512_add_ps(a, b); }
   static float Reduce(Acc acc) {
     const __m256 lo = _mm512_castps512_ps256(acc);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));

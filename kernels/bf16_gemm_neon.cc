@@ -111,6 +111,9 @@ struct Neon {
     return {vfmaq_f32(acc.v0, w.v0, x.v0), vfmaq_f32(acc.v1, w.v1, x.v1), vfmaq_f32(acc.v2, w.v2, x.v2),
             vfmaq_f32(acc.v3, w.v3, x.v3)};
   }
+  static Acc Add(const Acc& a, const Acc& b) {
+    return {vaddq_f32(a.v0, b.v0), vaddq_f32(a.v1, b.v1), vaddq_f32(a.v2, b.v2), vaddq_f32(a.v3, b.v3)};
+  }
   static float Reduce(const Acc& acc) {
     const float32x4_t s8a = vaddq_f32(acc.v0, acc.v2), s8b = vaddq_f32(acc.v1, acc.v3);  // j + j+8
     const float32x4_t s4 = vaddq_f32(s8a, s8b);                                         // j + j+4

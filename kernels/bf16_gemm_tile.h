@@ -22,6 +22,7 @@
 //                            (the 16 E2M1 values times the scale: one fp32 multiplication each, exact)
 //   V::LoadMxfp4(const uint8_t* p, table)       16 MXFP4 weights from 8 bytes (column 2j: low nibble of p[j])
 //   V::Fma(w, x, acc)        acc + w * x per lane, one rounding
+//   V::Add(a, b)             a + b per lane (the two chains' sum)
 //   V::Reduce(acc)           the fixed tree of bf16_gemm.h: lanes j + j+8, then j + j+4, j + j+2, j + j+1
 //   kGemvRowsF8              the same for FP8 weights (more rows: FMA latency, not memory, bounds them)
 //   kGemvRowsMxfp4           the same for MXFP4 weights
@@ -254,17 +255,53 @@ inline void PrefetchWeights(const uint8_t* plane, int64_t row_bytes, int64_t tot
   }
 }
 
+// Accumulator chains per output (the summation order of kernels/bf16_gemm.h): the 16-column blocks are
+// taken in groups of kChainGroup, group g goes to chain g % 2, and the two chains are added lane by lane
+// before the reduction. One chain per output bounds a decode GEMV by the FMA latency (16 weights per
+// latency: ~32 GB/s of BF16 per Zen 5 core) while memory can outrun it; with two, the out-of-order core
+// runs one group's FMAs beside the other's (issue 35; docs/architecture.md "What bounds the one-row GEMV").
+// A tile walks its columns once, group after group, so a 4 x 4 tile, whose two chains' 32 accumulators do
+// not fit the registers, keeps one group's in registers and the other's in L1 while its 16 blocks run.
+// Measured on a 2-core Zen 5 against one chain (48 matrices of 1408 x 4096 BF16, the two kernels alternated
+// in one process): 1 token 64-68 against 56-58 GB/s while memory was fast (the same while it was not), 16
+// and 32 tokens +15-27 %, 3 and 8 tokens -2..-5 %, 64 tokens the same. Groups of one block (the chains
+// alternating) or passes of one chain over the whole row were 7-50 % slower on batches.
+constexpr int64_t kChainGroup = kGemmChainGroupBlocks;
+
+// The end of a tile: chains added lane by lane, the reduction, the scalar tail from column `tail`,
+// the bias; written to y.
+template <class V, Encoding kEnc, int R, int T>
+inline void FinishTile(const GemmArgs& a, int64_t r, int64_t t, const typename V::Acc (&c0)[R][T],
+                       const typename V::Acc (&c1)[R][T], int64_t tail) {
+  const int64_t cols = a.w.cols;
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    const int64_t row = (r + i) * cols;
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) {
+      const float* xt = a.x + (t + j) * a.ldx;
+      float s = V::Reduce(V::Add(c0[i][j], c1[i][j]));
+      for (int64_t k = tail; k < cols; ++k) s = __builtin_fmaf(WeightAt<V, kEnc>(a.w, row + k), xt[k], s);
+      if (a.bias != nullptr) s += a.bias[r + i];
+      a.y[(t + j) * a.ldy + r + i] = s;
+    }
+  }
+}
+
 // MXFP4 rows [r, r + R) x tokens [t, t + T): per 32-column block, each row's table for its scale, then
-// the block's two 16-lane halves in order (the FMAs of Tile's loop, so the same bits); the reduction and
-// the bias. cols % 32 == 0 (ValidateGemmArgs), so there is no scalar tail.
+// the block's two 16-lane halves (the FMAs of Tile's loop, so the same bits), kChainGroup / 2 blocks per
+// chain group; the chains' sum, the reduction and the bias. cols % 32 == 0 (ValidateGemmArgs), so there
+// is no scalar tail.
 template <class V, int R, int T>
 inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
+  static_assert(kChainGroup % 2 == 0, "an MXFP4 block (two 16-column halves) lies in one chain group");
+  constexpr int64_t kGroupBlocks = kChainGroup / 2;
   const int64_t cols = a.w.cols, blocks = cols / 32;
-  typename V::Acc acc[R][T];
+  typename V::Acc acc0[R][T], acc1[R][T];  // the two chains (two arrays: see Tile)
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) acc[i][j] = V::Zero();
+    for (int j = 0; j < T; ++j) acc0[i][j] = acc1[i][j] = V::Zero();
   }
   const uint8_t* q = a.w.mxfp4 + r * (cols / 2);
   const uint8_t* scales = a.w.mxfp4_scales + r * blocks;
@@ -279,45 +316,46 @@ inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
     qrow[i] = q + i * (cols / 2);
     srow[i] = scales + i * blocks;
   }
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t k = b * 32;
-    // The next tile's rows: one 64-byte line of nibbles per 4 blocks. (PrefetchAhead's arithmetic per
-    // block and row made the MXFP4 GEMV, which its decode rather than memory bounds, 1.6x slower.)
-    if ((b & 3) == 0) {
+  // Blocks [b0, b1) into `set`.
+  const auto blocks_into = [&](int64_t b0, int64_t b1, typename V::Acc(&set)[R][T]) __attribute__((always_inline)) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t k = b * 32;
+      // The next tile's rows: one 64-byte line of nibbles per 4 blocks. (PrefetchAhead's arithmetic per
+      // block and row made the MXFP4 GEMV, which its decode rather than memory bounds, 1.6x slower.)
+      if ((b & 3) == 0) {
 #pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        PrefetchNextTile<R>(a.w.mxfp4, cols / 2, a.w.rows * (cols / 2), r, i, k / 2);
-        if ((b & 63) == 0) PrefetchNextTile<R>(a.w.mxfp4_scales, blocks, a.w.rows * blocks, r, i, b);
+        for (int i = 0; i < R; ++i) {
+          PrefetchNextTile<R>(a.w.mxfp4, cols / 2, a.w.rows * (cols / 2), r, i, k / 2);
+          if ((b & 63) == 0) PrefetchNextTile<R>(a.w.mxfp4_scales, blocks, a.w.rows * blocks, r, i, b);
+        }
       }
-    }
-    typename V::Fp4Table table[R];
+      typename V::Fp4Table table[R];
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) table[i] = V::MakeFp4Table(Mxfp4Scale(srow[i][b]));
+      for (int i = 0; i < R; ++i) table[i] = V::MakeFp4Table(Mxfp4Scale(srow[i][b]));
 #pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-      typename V::Vec x[T];
+      for (int half = 0; half < 2; ++half) {
+        typename V::Vec x[T];
 #pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) x[j] = V::LoadX(xrow[j] + k + 16 * half);
+        for (int j = 0; j < T; ++j) x[j] = V::LoadX(xrow[j] + k + 16 * half);
 #pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        const typename V::Vec w = V::LoadMxfp4(qrow[i] + k / 2 + 8 * half, table[i]);
+        for (int i = 0; i < R; ++i) {
+          const typename V::Vec w = V::LoadMxfp4(qrow[i] + k / 2 + 8 * half, table[i]);
 #pragma GCC unroll 8
-        for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w, x[j], acc[i][j]);
+          for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w, x[j], set[i][j]);
+        }
       }
     }
+  };
+  const auto min = [](int64_t u, int64_t v) { return u < v ? u : v; };
+  for (int64_t g = 0; g < blocks; g += 2 * kGroupBlocks) {
+    blocks_into(g, min(g + kGroupBlocks, blocks), acc0);
+    blocks_into(min(g + kGroupBlocks, blocks), min(g + 2 * kGroupBlocks, blocks), acc1);
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) {
-      float s = V::Reduce(acc[i][j]);
-      if (a.bias != nullptr) s += a.bias[r + i];
-      a.y[(t + j) * a.ldy + r + i] = s;
-    }
-  }
+  FinishTile<V, Encoding::kMxfp4, R, T>(a, r, t, acc0, acc1, cols);
 }
 
-// Rows [r, r + R) x tokens [t, t + T): the 16-lane body, the reduction, the tail and the bias.
+// Rows [r, r + R) x tokens [t, t + T): the 16-lane body (block b into chain (b / kChainGroup) % 2), the
+// chains' sum, the reduction, the tail and the bias.
 template <class V, Encoding kEnc, int R, int T>
 inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   if constexpr (kEnc == Encoding::kMxfp4) {
@@ -337,13 +375,16 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
       }
     }
   }
+  using Acc = typename V::Acc;
   const int64_t cols = a.w.cols;
   const int64_t kb = cols / 16;
-  typename V::Acc acc[R][T];
+  // The two chains' accumulators, as two arrays (GCC keeps each in registers where the other allows;
+  // one array of both, 32 vectors for a 4 x 4 tile, it left in memory: prefill 2x slower).
+  Acc acc0[R][T], acc1[R][T];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) acc[i][j] = V::Zero();
+    for (int j = 0; j < T; ++j) acc0[i][j] = acc1[i][j] = V::Zero();
   }
   // The weights' prefetch (PrefetchWeights): the bytes per weight of the encoding's plane(s), and
   // where the matrix ends.
@@ -354,7 +395,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
                                                     : reinterpret_cast<const uint8_t*>(a.w.bf16);
   const uint8_t* plane1 = kEnc == Encoding::kPlanes ? a.w.sm : nullptr;
   const int64_t row_bytes = cols * kElem, total = a.w.rows * row_bytes;
-  // FP8: each row's scales, and the column block of k counted without a division.
+  // FP8: each row's scales; the scale column of block b is b / chunks_per_block.
   const float* scale_row[R] = {};
   const int64_t chunks_per_block = kEnc == Encoding::kF8 ? a.w.block_cols / 16 : 1;
   if (kEnc == Encoding::kF8) {
@@ -362,11 +403,10 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) scale_row[i] = a.w.f8_scale + ((r + i) / a.w.block_rows) * scale_cols;
   }
-  int64_t col_block = 0, chunk_in_block = 0;
-  // FP8 with blocks of a multiple of 32 columns: 32 columns per step (pairs never straddle a block;
-  // the FMAs keep their order, so the bits are those of 16 at a time).
-  // Only for tiles of at most 2 tokens: a 4 x 4 tile with both halves' activations live runs out of
-  // vector registers.
+  // FP8 with blocks of a multiple of 32 columns: two 16-column blocks per step (a pair never straddles a
+  // scale block or a chain group; the FMAs keep their order, so the bits are those of one block at a time).
+  // Only for tiles of at most 2 tokens: a 4 x 4 tile with both halves' activations live runs out of registers.
+  static_assert(kChainGroup % 2 == 0, "an FP8 pair lies in one chain group");
   const bool f8_pairs = kEnc == Encoding::kF8 && T <= 2 && chunks_per_block % 2 == 0;
   // Loop invariants in locals: each token's activations and each row's first weight (GCC reloaded
   // a.x / a.ldx and multiplied the row offset again on every step of the loop below).
@@ -381,33 +421,20 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   const uint8_t* const w_e = a.w.e;
   const uint8_t* const w_sm = a.w.sm;
   const uint8_t* const w_f8 = a.w.f8;
-  for (int64_t b = 0; b < kb; ++b) {
+  // FP8: block b's scale column, and b's chunk in it, counted along the loop without a division.
+  int64_t col_block = 0, chunk_in_block = 0;
+  const auto advance = [&](int64_t n) __attribute__((always_inline)) {
+    if (kEnc == Encoding::kF8) {
+      chunk_in_block += n;
+      while (chunk_in_block >= chunks_per_block) {
+        chunk_in_block -= chunks_per_block;
+        ++col_block;
+      }
+    }
+  };
+  // Block b (columns 16b .. 16b + 15) of every row and token into `set`.
+  const auto block = [&](int64_t b, Acc(&set)[R][T]) __attribute__((always_inline)) {
     const int64_t k = b * 16;
-    if (kEnc == Encoding::kF8 && chunk_in_block == chunks_per_block) {
-      ++col_block;
-      chunk_in_block = 0;
-    }
-    ++chunk_in_block;
-    if (kEnc == Encoding::kF8 && f8_pairs && b + 1 < kb) {
-      ++chunk_in_block;
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) PrefetchWeights<R, T>(plane0, row_bytes, total, r, i, k, 32);
-      typename V::Vec x0[T], x1[T];
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) {
-        x0[j] = V::LoadX(xrow[j] + k);
-        x1[j] = V::LoadX(xrow[j] + k + 16);
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        typename V::Vec w0, w1;
-        V::LoadF8x2(w_f8 + row_off[i] + k, scale_row[i][col_block], &w0, &w1);
-#pragma GCC unroll 8
-        for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w1, x1[j], V::Fma(w0, x0[j], acc[i][j]));
-      }
-      ++b;
-      continue;
-    }
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       PrefetchWeights<R, T>(plane0, row_bytes, total, r, i, k * kElem, 16 * kElem);
@@ -424,21 +451,47 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
                                 : kEnc == Encoding::kF8   ? V::LoadF8(w_f8 + off, scale_row[i][col_block])
                                                           : V::LoadBf16(w_bf16 + off);
 #pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) acc[i][j] = V::Fma(w, x[j], acc[i][j]);
+      for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w, x[j], set[i][j]);
     }
-  }
+  };
+  // FP8 blocks b and b + 1, in one scale block, decoded at once.
+  const auto f8_pair = [&](int64_t b, Acc(&set)[R][T]) __attribute__((always_inline)) {
+    const int64_t k = b * 16;
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    const int64_t row = (r + i) * cols;
+    for (int i = 0; i < R; ++i) PrefetchWeights<R, T>(plane0, row_bytes, total, r, i, k, 32);
+    typename V::Vec x0[T], x1[T];
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
-      const float* xt = a.x + (t + j) * a.ldx;
-      float s = V::Reduce(acc[i][j]);
-      for (int64_t k = kb * 16; k < cols; ++k) s = __builtin_fmaf(WeightAt<V, kEnc>(a.w, row + k), xt[k], s);
-      if (a.bias != nullptr) s += a.bias[r + i];
-      a.y[(t + j) * a.ldy + r + i] = s;
+      x0[j] = V::LoadX(xrow[j] + k);
+      x1[j] = V::LoadX(xrow[j] + k + 16);
     }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      typename V::Vec w0, w1;
+      V::LoadF8x2(w_f8 + row_off[i] + k, scale_row[i][col_block], &w0, &w1);
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w1, x1[j], V::Fma(w0, x0[j], set[i][j]));
+    }
+  };
+  // Blocks [b0, b1) (one chain group, or the end of the row) into `set`.
+  const auto group = [&](int64_t b0, int64_t b1, Acc(&set)[R][T]) __attribute__((always_inline)) {
+    for (int64_t b = b0; b < b1; ++b) {
+      if (kEnc == Encoding::kF8 && f8_pairs && b + 1 < b1) {  // b is even, as b0 is (kChainGroup is)
+        f8_pair(b, set);
+        advance(2);
+        ++b;
+        continue;
+      }
+      block(b, set);
+      advance(1);
+    }
+  };
+  const auto min = [](int64_t u, int64_t v) { return u < v ? u : v; };
+  for (int64_t g = 0; g < kb; g += 2 * kChainGroup) {
+    group(g, min(g + kChainGroup, kb), acc0);
+    group(min(g + kChainGroup, kb), min(g + 2 * kChainGroup, kb), acc1);
   }
+  FinishTile<V, kEnc, R, T>(a, r, t, acc0, acc1, kb * 16);
 }
 
 // Rows [r, r + R) for tokens [t0, t1): tiles of T tokens, then the remaining tokens one by one.

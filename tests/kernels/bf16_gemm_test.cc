@@ -107,11 +107,13 @@ TEST_P(Bf16GemmIsaTest, BitIdenticalToReferenceOverShapesAndEncodings) {
     int64_t rows, cols, n, ldx_pad, ldy_pad;
   };
   // Rows off every tile multiple, cols with and without a tail (< 16, = 16, 16k + r), tokens across
-  // tile remainders and the 64-token block, padded strides.
+  // tile remainders and the 64-token block, padded strides; rows of one chain group (<= 256 columns), of
+  // a second group cut short (597: 37 blocks + 5), of a third (647: 40 blocks + 7).
   const Shape shapes[] = {{1, 1, 1, 0, 0},    {1, 15, 1, 0, 0},   {3, 16, 1, 0, 0},   {5, 17, 2, 1, 0},
                           {7, 33, 3, 0, 2},   {8, 64, 4, 0, 0},   {9, 100, 5, 3, 1},  {13, 48, 7, 0, 0},
                           {17, 257, 1, 0, 0}, {6, 31, 64, 0, 0},  {10, 80, 65, 2, 3}, {4, 128, 130, 0, 0},
-                          {33, 96, 11, 0, 0}, {2, 1024, 9, 0, 0}, {64, 512, 1, 0, 0}};
+                          {33, 96, 11, 0, 0}, {2, 1024, 9, 0, 0}, {64, 512, 1, 0, 0}, {5, 597, 3, 0, 0},
+                          {9, 647, 17, 1, 2}, {6, 647, 1, 0, 0}};
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
     const Problem p(s.rows, s.cols, s.n, seed++, s.ldx_pad, s.ldy_pad);
@@ -227,6 +229,34 @@ TEST(Bf16GemmReferenceTest, KnownAnswer) {
   Bf16Gemm(a);  // the dispatched variant
   EXPECT_EQ(y[0], 210.25f);
   EXPECT_EQ(y[1], -6.0f);
+}
+
+TEST(Bf16GemmReferenceTest, KnownAnswerOfTheTwoChains) {
+  // One row of 512 columns (two chain groups of 256, kernels/bf16_gemm.h), x = 1: column 0 = 2^24 (group 0,
+  // chain 0), columns 256 and 272 = 1 (group 1, chain 1; lane 0 of blocks 16 and 17), the rest 0. In the
+  // documented order chain 1 sums 1 + 1 = 2 and the chains' sum is 2^24 + 2, exact; one chain over the row
+  // would round 2^24 + 1 to 2^24 twice (ties to even) and give 2^24.
+  std::vector<uint16_t> w(512, 0);
+  w[0] = ToBf16(16777216.0f);
+  w[256] = ToBf16(1.0f);
+  w[272] = ToBf16(1.0f);
+  ASSERT_EQ(kGemmChainGroupBlocks, 16);
+  const std::vector<float> x(512, 1.0f);
+  std::vector<float> y(1);
+  GemmArgs a;
+  a.w.bf16 = w.data();
+  a.w.rows = 1;
+  a.w.cols = 512;
+  a.x = x.data();
+  a.n = 1;
+  a.ldx = 512;
+  a.y = y.data();
+  a.ldy = 1;
+  a.row_end = 1;
+  Bf16GemmReference(a);
+  EXPECT_EQ(y[0], 16777218.0f);
+  Bf16Gemm(a);  // the dispatched variant
+  EXPECT_EQ(y[0], 16777218.0f);
 }
 
 TEST(Bf16GemmReferenceTest, CloseToAFloat64DotProduct) {
