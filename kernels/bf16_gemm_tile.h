@@ -264,7 +264,7 @@ inline void PrefetchWeights(const uint8_t* plane, int64_t row_bytes, int64_t tot
 // not fit the registers, keeps one group's in registers and the other's in L1 while its 16 blocks run.
 // Measured on a 2-core Zen 5 against one chain (48 matrices of 1408 x 4096 BF16, the two kernels alternated
 // in one process): 1 token 64-68 against 56-58 GB/s while memory was fast (the same while it was not), 16
-// and 32 tokens +15-27 %, 3 and 8 tokens -2..-5 %, 64 tokens the same. Groups of one block (the chains
+// tokens +12-17 %, 32 +14-27 %, 2-8 tokens -5..+6 %, 64 tokens -3..+10 %. Groups of one block (the chains
 // alternating) or passes of one chain over the whole row were 7-50 % slower on batches.
 constexpr int64_t kChainGroup = kGemmChainGroupBlocks;
 

@@ -202,6 +202,21 @@ INSTANTIATE_TEST_SUITE_P(AllIsas, Bf16GemmIsaTest,
                            return std::string(GemmIsaName(info.param.isa));
                          });
 
+// One token through every row of the BF16 matrix w ([rows, x.size()], row-major) into y ([rows]); no bias.
+GemmArgs OneTokenArgs(const std::vector<uint16_t>& w, int64_t rows, const std::vector<float>& x, std::vector<float>& y) {
+  GemmArgs a;
+  a.w.bf16 = w.data();
+  a.w.rows = rows;
+  a.w.cols = static_cast<int64_t>(x.size());
+  a.x = x.data();
+  a.n = 1;
+  a.ldx = a.w.cols;
+  a.y = y.data();
+  a.ldy = rows;
+  a.row_end = rows;
+  return a;
+}
+
 TEST(Bf16GemmReferenceTest, KnownAnswer) {
   // W = [[1, 2, ..., 20], [-0.5 x 20]], x = [1 x 20] (all exact in BF16 and fp32):
   // row 0 = 210, row 1 = -10; with bias [0.25, 4] -> 210.25, -6.
@@ -212,17 +227,8 @@ TEST(Bf16GemmReferenceTest, KnownAnswer) {
   }
   const std::vector<float> x(20, 1.0f), bias = {0.25f, 4.0f};
   std::vector<float> y(2);
-  GemmArgs a;
-  a.w.bf16 = w.data();
-  a.w.rows = 2;
-  a.w.cols = 20;
-  a.x = x.data();
-  a.n = 1;
-  a.ldx = 20;
+  GemmArgs a = OneTokenArgs(w, 2, x, y);
   a.bias = bias.data();
-  a.y = y.data();
-  a.ldy = 2;
-  a.row_end = 2;
   Bf16GemmReference(a);
   EXPECT_EQ(y[0], 210.25f);
   EXPECT_EQ(y[1], -6.0f);
@@ -243,16 +249,7 @@ TEST(Bf16GemmReferenceTest, KnownAnswerOfTheTwoChains) {
   ASSERT_EQ(kGemmChainGroupBlocks, 16);
   const std::vector<float> x(512, 1.0f);
   std::vector<float> y(1);
-  GemmArgs a;
-  a.w.bf16 = w.data();
-  a.w.rows = 1;
-  a.w.cols = 512;
-  a.x = x.data();
-  a.n = 1;
-  a.ldx = 512;
-  a.y = y.data();
-  a.ldy = 1;
-  a.row_end = 1;
+  const GemmArgs a = OneTokenArgs(w, 1, x, y);
   Bf16GemmReference(a);
   EXPECT_EQ(y[0], 16777218.0f);
   Bf16Gemm(a);  // the dispatched variant
