@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/dense_decode.h"
 #include "services/executor/cpu_ops.h"
 #include "services/executor/torch_util.h"
 
@@ -105,6 +106,37 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
     cpu::AttendCausal(a);
     return out;
   }
+  // One decode token's attention on a GPU: one launch (kernels/dense_decode.h) instead of ~10 torch
+  // operators; the query at position pos0, which must be the last key (the new one, just appended).
+  if (q.is_cuda() && t == 1 && pos0 == total - 1 && q.scalar_type() == at::kBFloat16 &&
+      k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16 && k.is_cuda() && v.is_cuda() &&
+      k.stride(2) == 1 && k.stride(1) == dk && v.stride(2) == 1 && v.stride(1) == dv && n_heads % n_kv == 0) {
+    const at::Tensor qc = q.contiguous();
+    at::Tensor out = at::empty({1, n_heads * dv}, q.options());
+    at::Tensor scores = at::empty({n_heads, total}, q.options().dtype(at::kFloat));
+    at::Tensor sinks32;
+    kernels::DecodeAttentionBf16Args a;
+    if (sinks.defined()) {
+      sinks32 = sinks.to(q.device(), at::kFloat).contiguous();
+      a.sinks = sinks32.data_ptr<float>();
+    }
+    a.q = static_cast<const uint16_t*>(qc.data_ptr());
+    a.k = static_cast<const uint16_t*>(k.data_ptr());
+    a.v = static_cast<const uint16_t*>(v.data_ptr());
+    a.k_head_stride = k.stride(0);
+    a.v_head_stride = v.stride(0);
+    a.n_heads = n_heads;
+    a.n_kv = n_kv;
+    a.dk = dk;
+    a.dv = dv;
+    a.total = total;
+    a.pos = pos0;
+    a.window = window;
+    a.scale = static_cast<float>(scale);
+    a.scores = scores.data_ptr<float>();
+    a.out = static_cast<uint16_t*>(out.data_ptr());
+    if (DeviceKernelRan(kernels::LaunchDecodeAttentionBf16(a, /*stream=*/nullptr))) return out;
+  }
   // [n_heads, t, dk] -> [n_kv, group * t, dk]: query head h = kv * group + g.
   const at::Tensor qg = q.reshape({n_kv, group * t, dk});
   at::Tensor scores = at::bmm(qg, k.transpose(1, 2)) * scale;  // [n_kv, group * t, T]
@@ -154,6 +186,23 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
 }
 
+// Rotate-half rotary of q [n, heads, hd] and k [n, kv_heads, hd] (BF16 CUDA, contiguous) in place, the
+// first rd dims of each head, in one launch (kernels/dense_decode.h). False when the binary has no
+// CUDA kernels (the caller then uses torch operators).
+bool RotateOnDevice(at::Tensor& q, at::Tensor& k, const BatchLayout& batch, int64_t rd) {
+  kernels::RotaryBf16Args a;
+  a.a = static_cast<uint16_t*>(q.data_ptr());
+  a.a_heads = q.size(1);
+  a.b = static_cast<uint16_t*>(k.data_ptr());
+  a.b_heads = k.size(1);
+  a.n = q.size(0);
+  a.head_dim = q.size(2);
+  a.rotary_dim = rd;
+  a.cos = batch.cos.data_ptr<float>();
+  a.sin = batch.sin.data_ptr<float>();
+  return DeviceKernelRan(kernels::LaunchRotaryBf16(a, /*stream=*/nullptr));
+}
+
 at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t layer_id, const at::Tensor& x,
                       const BatchLayout& batch) {
   const int64_t n = x.size(0), hd = c.head_dim;
@@ -198,6 +247,11 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
                     batch.sin.data_ptr<float>());
     cpu::RotateHalf(k.data_ptr<float>(), n, c.num_key_value_heads, hd, rd, batch.cos.data_ptr<float>(),
                     batch.sin.data_ptr<float>());
+  } else if (q.is_cuda() && q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 && q.is_contiguous() &&
+             k.is_contiguous() && batch.cos.is_cuda() && batch.cos.scalar_type() == at::kFloat &&
+             batch.sin.scalar_type() == at::kFloat && batch.cos.is_contiguous() && batch.sin.is_contiguous() &&
+             rd <= hd && rd % 2 == 0 && RotateOnDevice(q, k, batch, rd)) {
+    // rotated in place by one launch (q and k are this step's own tensors, as above)
   } else if (rd == hd) {
     q = RotaryEmbedding::Apply(q, batch.cos, batch.sin, /*interleaved=*/false);
     k = RotaryEmbedding::Apply(k, batch.cos, batch.sin, /*interleaved=*/false);

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstring>
 #include <shared_mutex>
+#include <stdexcept>
 #include <unordered_map>
 
+#include "kernels/dense_decode.h"
 #include "services/executor/cpu_ops.h"
 
 namespace zipmoe::executor {
@@ -62,10 +64,30 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
                  y.data_ptr<float>());
     return y;
   }
+  if (x.is_cuda() && x.scalar_type() == at::kBFloat16 && weight.is_cuda() && weight.scalar_type() == at::kBFloat16 &&
+      weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == weight.size(0) && x.numel() > 0) {
+    const at::Tensor xc = x.contiguous();
+    const at::Tensor wc = weight.contiguous();
+    at::Tensor y = at::empty(x.sizes(), x.options());
+    kernels::RmsNormBf16Args a;
+    a.x = static_cast<const uint16_t*>(xc.data_ptr());
+    a.weight = static_cast<const uint16_t*>(wc.data_ptr());
+    a.y = static_cast<uint16_t*>(y.data_ptr());
+    a.d = x.size(-1);
+    a.rows = x.numel() / a.d;
+    a.eps = static_cast<float>(eps);
+    if (DeviceKernelRan(kernels::LaunchRmsNormBf16(a, /*stream=*/nullptr))) return y;
+  }
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
   const at::Tensor normed = x32 * at::rsqrt(variance + eps);
   return weight * normed.to(x.scalar_type());
+}
+
+bool DeviceKernelRan(const Status& launch) {
+  if (launch.ok()) return true;
+  if (launch.code() == StatusCode::kUnavailable) return false;
+  throw std::runtime_error(launch.ToString());
 }
 
 at::Tensor AddResidual(at::Tensor h, const at::Tensor& x) {

@@ -55,8 +55,15 @@ std::string ShapeString(const std::vector<int64_t>& shape);
 std::string ShapeString(at::IntArrayRef shape);
 
 // RMSNorm as the HF modules compute it: y = weight * (x32 * rsqrt(mean(x32^2, -1) + eps)).to(x.dtype)
-// with x32 = x in float32.  x: [..., d]; weight: [d].
+// with x32 = x in float32.  x: [..., d]; weight: [d]. float32 CPU tensors: cpu::RmsNorm; BF16 CUDA
+// tensors (x and weight): one launch of kernels/dense_decode.h's kernel (the same formula, its fixed
+// reduction order); otherwise torch operators.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// The outcome of a launch of a kernels/ device kernel from torch code: true when it was enqueued;
+// false when the binary has no CUDA kernels (kUnavailable: the caller computes the same with torch
+// operators); throws std::runtime_error with the status otherwise (TorchBoundary makes it a Status).
+bool DeviceKernelRan(const Status& launch);
 
 // The residual connection h + x of a decoder layer, written into h when h is a float32 CPU tensor of
 // its own (contiguous, not a view, the same shape as a float32 CPU x): the same bits as h + x (one
