@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 #include <utf8proc.h>
@@ -137,8 +138,13 @@ Value Value::FromJson(const nlohmann::ordered_json& json) {
       return Bool(json.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
       return Int(json.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return Int(static_cast<int64_t>(json.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      // Above INT64_MAX: a float (Python keeps the exact integer; a float keeps at least the sign and
+      // the magnitude, where a cast to int64 would wrap around to a negative number).
+      const uint64_t u = json.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Float(static_cast<double>(u));
+      return Int(static_cast<int64_t>(u));
+    }
     case nlohmann::ordered_json::value_t::number_float:
       return Float(json.get<double>());
     case nlohmann::ordered_json::value_t::string:
@@ -314,9 +320,10 @@ static bool IsNumeric(Value::Kind k) {
 }
 
 bool Value::Equals(const Value& other) const {
+  // jinja2: Undefined equals only Undefined (Undefined.__eq__ compares types), None only None.
   const bool nullish = kind_ == Kind::kUndefined || kind_ == Kind::kNone;
   const bool other_nullish = other.kind_ == Kind::kUndefined || other.kind_ == Kind::kNone;
-  if (nullish || other_nullish) return nullish && other_nullish;
+  if (nullish || other_nullish) return kind_ == other.kind_;
   if (IsNumeric(kind_) && IsNumeric(other.kind_)) {
     if (kind_ == Kind::kInt && other.kind_ == Kind::kInt) return int_ == other.int_;
     return AsDouble() == other.AsDouble();

@@ -128,10 +128,15 @@ bool ParsePrompts(const json& j, const ProtocolContext& ctx, CompletionRequest* 
 
 // An assistant message's tool_calls as templates expect them: OpenAI's [{id, type: "function",
 // function: {name, arguments}}], arguments (a JSON string on the wire) parsed into an object as vLLM
-// and llama.cpp hand them to templates (a string that is not JSON stays a string).
-bool ToolCalls(const ordered_json& calls, const std::string& where, ordered_json* out, ApiError* err) {
+// and llama.cpp hand them to templates (a string that is not JSON stays a string). `as_sent`: the
+// same calls with the arguments as the client sent them (a JSON string stays that string), which is
+// what transformers' apply_chat_template hands a template given OpenAI's messages (DeepSeek-V3's
+// published template concatenates the string).
+bool ToolCalls(const ordered_json& calls, const std::string& where, ordered_json* out, ordered_json* as_sent,
+               ApiError* err) {
   if (!calls.is_array()) return *err = BadRequest(where + " must be an array", where), false;
   *out = ordered_json::array();
+  *as_sent = ordered_json::array();
   for (size_t k = 0; k < calls.size(); ++k) {
     const ordered_json& c = calls[k];
     const std::string w = fmt::format("{}[{}]", where, k);
@@ -142,13 +147,13 @@ bool ToolCalls(const ordered_json& calls, const std::string& where, ordered_json
       return *err = BadRequest(w + ".function.name must be a string", w + ".function.name"), false;
     ordered_json call = c;
     call["type"] = "function";
+    if (!f.contains("arguments") || f["arguments"].is_null()) call["function"]["arguments"] = ordered_json::object();
+    as_sent->push_back(call);
     if (f.contains("arguments") && f["arguments"].is_string()) {
       const std::string& text = f["arguments"].get_ref<const std::string&>();
       ordered_json parsed = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
       if (!parsed.is_discarded()) call["function"]["arguments"] = std::move(parsed);
-    } else if (!f.contains("arguments") || f["arguments"].is_null()) {
-      call["function"]["arguments"] = ordered_json::object();
-    } else if (!f["arguments"].is_object()) {
+    } else if (!call["function"]["arguments"].is_object()) {
       return *err = BadRequest(w + ".function.arguments must be a JSON string or an object", w + ".function.arguments"),
              false;
     }
@@ -281,8 +286,11 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   // The template ApplyChatTemplate renders (its tool_use variant when tools are given), read once.
   const std::string source = ctx.tokenizer->ChatTemplateSource(!tools.is_null());
   const bool template_knows_tool_calls = source.find("tool_calls") != std::string::npos;
+  const bool template_reads_thinking = source.find(".thinking") != std::string::npos ||
+                                       source.find("['thinking']") != std::string::npos;
   const json& arr = j["messages"];
   std::vector<size_t> null_beside_calls;  // messages whose absent / null content is passed as null
+  std::vector<std::pair<size_t, ordered_json>> calls_as_sent;  // tool_calls whose sent arguments differ
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& m = arr[i];
     const ordered_json& om = oj["messages"][i];
@@ -330,8 +338,9 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
       return *err = BadRequest(cwhere + " must be a string, an array of text parts or null", cwhere), false;
     }
     if (has_calls) {
-      ordered_json calls;
-      if (!ToolCalls(om["tool_calls"], where + ".tool_calls", &calls, err)) return false;
+      ordered_json calls, as_sent;
+      if (!ToolCalls(om["tool_calls"], where + ".tool_calls", &calls, &as_sent, err)) return false;
+      if (as_sent != calls) calls_as_sent.emplace_back(messages.size(), std::move(as_sent));
       message["tool_calls"] = std::move(calls);
     }
     if (role == "tool") {
@@ -345,9 +354,18 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
       if (!m["name"].is_string()) return *err = BadRequest(where + ".name must be a string", where + ".name"), false;
       message["name"] = m["name"];
     }
-    // Thinking text a client sends back (vLLM's and DeepSeek's field): templates that render it read it.
-    if (role == "assistant" && Present(m, "reasoning_content") && m["reasoning_content"].is_string())
-      message["reasoning_content"] = m["reasoning_content"];
+    // Thinking text a client sends back: vLLM's and DeepSeek's field (reasoning_content), and gpt-oss's
+    // (its published template renders a tool-call turn's `thinking` as the analysis channel). What this
+    // server returns as reasoning_content reaches a template that reads `thinking` as that too.
+    if (role == "assistant") {
+      if (Present(m, "reasoning_content") && m["reasoning_content"].is_string())
+        message["reasoning_content"] = m["reasoning_content"];
+      if (Present(m, "thinking") && m["thinking"].is_string()) {
+        message["thinking"] = m["thinking"];
+      } else if (message.contains("reasoning_content") && template_reads_thinking) {
+        message["thinking"] = message["reasoning_content"];
+      }
+    }
     messages.push_back(std::move(message));
   }
   ordered_json kwargs = ordered_json::object();
@@ -368,14 +386,52 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
       return *err = BadRequest("'reasoning_effort' must be a string", "reasoning_effort"), false;
     if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = j["reasoning_effort"];
   }
-  Result<std::string> text = ctx.tokenizer->ApplyChatTemplate(messages, tools, /*add_generation_prompt=*/true, kwargs);
-  if (!text.ok() && text.status().code() != StatusCode::kNotFound && !null_beside_calls.empty()) {
-    // A template that cannot take a null content beside tool calls (gpt-oss's published one tests
-    // `"..." in message.content`, which fails on null under jinja2 too): the empty string instead, as
-    // llama.cpp's template polyfills do; the first error stands if that fails as well.
-    for (const size_t k : null_beside_calls) messages[k]["content"] = "";
-    Result<std::string> retry = ctx.tokenizer->ApplyChatTemplate(messages, tools, /*add_generation_prompt=*/true, kwargs);
-    if (retry.ok()) text = std::move(retry);
+  const auto render = [&](const ordered_json& msgs) {
+    return ctx.tokenizer->ApplyChatTemplate(msgs, tools, /*add_generation_prompt=*/true, kwargs);
+  };
+  Result<std::string> text = render(messages);
+  if (!text.ok() && text.status().code() != StatusCode::kNotFound) {
+    // Where the template cannot take the messages as above, in this order (the first that renders wins):
+    //  1. the tool calls' arguments as the client sent them (a JSON string: DeepSeek-V3's published
+    //     template concatenates it, and fails on an object under jinja2 too);
+    //  2. an empty string for a null content beside tool calls (gpt-oss's published template tests
+    //     `"..." in message.content`, which fails on null under jinja2 too), as llama.cpp's template
+    //     polyfills do, with the parsed arguments, then with the sent ones;
+    // a rendering of step 2 that leaves the tool calls out (the same text without them: a template that
+    // renders an assistant turn with content as a plain answer) is refused rather than served: the model
+    // would read tool results with no call before them. The first error stands when nothing renders.
+    ordered_json sent = messages;
+    for (const auto& [k, calls] : calls_as_sent) sent[k]["tool_calls"] = calls;
+    std::vector<ordered_json> candidates;
+    if (!calls_as_sent.empty()) candidates.push_back(sent);
+    if (!null_beside_calls.empty()) {
+      for (ordered_json* m : {&messages, &sent}) {
+        for (const size_t k : null_beside_calls) (*m)[k]["content"] = "";
+        candidates.push_back(*m);
+        if (calls_as_sent.empty()) break;
+      }
+    }
+    bool dropped = false;
+    for (size_t c = 0; c < candidates.size() && !text.ok(); ++c) {
+      Result<std::string> retry = render(candidates[c]);
+      if (!retry.ok()) continue;
+      if (c > 0 || calls_as_sent.empty()) {  // an empty content instead of null: are the calls still there?
+        ordered_json without = candidates[c];
+        for (const size_t k : null_beside_calls) without[k].erase("tool_calls");
+        Result<std::string> bare = render(without);
+        if (bare.ok() && *bare == *retry) {
+          dropped = true;
+          continue;
+        }
+      }
+      text = std::move(retry);
+    }
+    if (!text.ok() && dropped)
+      return *err = BadRequest(fmt::format("the model's chat template cannot render the tool calls of messages[{}]: "
+                                           "with a null content it fails ({}), with an empty one it leaves them out",
+                                           null_beside_calls[0], text.status().message()),
+                               fmt::format("messages[{}].tool_calls", null_beside_calls[0])),
+             false;
   }
   if (!text.ok() && text.status().code() == StatusCode::kNotFound)
     return *err = BadRequest(fmt::format("this model has no chat template ({}): chat endpoints need one; use "

@@ -63,6 +63,18 @@ TEST(JinjaTest, ComparisonsAndLogic) {
   EXPECT_EQ(R("{{ 'y' if 1 > 0 else 'n' }} {{ 'y' if 0 else 'n' }} [{{ 'y' if false }}]"), "y n []");
 }
 
+// jinja2 (transformers' engine, the authority): Undefined equals only Undefined, None only None
+// (`is none` is the test for None); JSON integers above INT64_MAX keep their sign and magnitude.
+TEST(JinjaTest, UndefinedIsNotNoneAndLargeIntegersKeepTheirSign) {
+  EXPECT_EQ(R("{{ nothere == none }} {{ nothere != none }} {{ none == nothere }} {{ m.x != none }}", {{"m", json::object()}}),
+            "False True False True");
+  EXPECT_EQ(R("{{ none == none }} {{ a == b }} {{ nothere is none }} {{ n is none }}", {{"n", nullptr}}),
+            "True True False True");
+  EXPECT_EQ(R("{{ big > 0 }} {{ big }} {{ top }}",
+              {{"big", json::parse("18446744073709551615")}, {"top", json::parse("9223372036854775807")}}),
+            "True 1.8446744073709552e+19 9223372036854775807");
+}
+
 TEST(JinjaTest, AttributeSubscriptSlice) {
   const json ctx = {{"m", {{"role", "user"}, {"list", {1, 2, 3, 4}}}}, {"s", "héllo"}};
   EXPECT_EQ(R("{{ m.role }} {{ m['role'] }} {{ m.list[0] }} {{ m.list[-1] }} {{ m.list.1 }}", ctx), "user user 1 4 2");

@@ -318,7 +318,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionTest,
                                            AttentionShape{16, 4, 64, 64, 300, 128, true},
                                            AttentionShape{4, 2, 128, 128, 1, 0, false},
                                            AttentionShape{6, 3, 72, 40, 131, 0, false},
-                                           AttentionShape{2, 1, 192, 128, 1000, 0, true}));
+                                           AttentionShape{2, 1, 192, 128, 1000, 0, true}),
+                         [](const ::testing::TestParamInfo<AttentionShape>& info) {
+                           const AttentionShape& s = info.param;
+                           return "h" + std::to_string(s.n_heads) + "_kv" + std::to_string(s.n_kv) + "_dk" +
+                                  std::to_string(s.dk) + "_dv" + std::to_string(s.dv) + "_t" + std::to_string(s.total) +
+                                  "_w" + std::to_string(s.window) + (s.sinks ? "_sinks" : "");
+                         });
 
 TEST(DecodeAttentionKnownAnswer, OneVisibleKeyReturnsItsValue) {
   // A window of 1 hides every key but the query's own: p = 1, out = v_pos exactly (BF16 in, BF16 out).

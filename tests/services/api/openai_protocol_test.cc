@@ -307,6 +307,72 @@ TEST_F(OpenAiProtocolTest, NullContentBesideToolCallsFallsBackToEmptyWhereTheTem
   EXPECT_NE(e.message.find("chat_template line"), std::string::npos) << e.message;
 }
 
+// DeepSeek-V3's published template concatenates a call's arguments as the JSON string clients send: where
+// the parsed object fails, the string as sent (what transformers hands the template) renders the call. A
+// template that, with an empty content instead of null, renders the turn without its calls is a 400 naming
+// the message, not a prompt whose tool result follows no call.
+TEST_F(OpenAiProtocolTest, ToolCallArgumentsAsSentWhereTheTemplateConcatenatesThemAndNoCallIsDroppedSilently) {
+  const json call{{"id", "c1"}, {"type", "function"},
+                  {"function", {{"name", "weather"}, {"arguments", "{\"city\": \"Oslo\"}"}}}};
+  const auto messages = [&](json assistant) {
+    return json::array({json{{"role", "user"}, {"content", "hi"}}, std::move(assistant),
+                        json{{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}});
+  };
+  const auto parse = [&](const std::string& tmpl, const json& msgs, CompletionRequest* r, ApiError* e) {
+    std::unique_ptr<Tokenizer> tok = WithTemplate(*dir_, tmpl);
+    return ParseCompletionRequest(json{{"messages", msgs}}.dump(), Endpoint::kChat,
+                                  ProtocolContext{tok.get(), config_}, r, e);
+  };
+  const std::string deepseek_like =
+      "{% for m in messages %}{% if m.role == 'assistant' and m.content is none %}{% for t in m.tool_calls %}"
+      "<call>{{ t.function.name + '```json\\n' + t.function.arguments + '```' }}</call>{% endfor %}"
+      "{% elif m.content is not none %}[{{ m.content }}]{% endif %}{% endfor %}";
+  CompletionRequest r;
+  ApiError e;
+  ASSERT_TRUE(parse(deepseek_like, messages({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}}), &r, &e))
+      << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi]<call>weather```json\n{\"city\": \"Oslo\"}```</call>[sunny]");
+  // No content key at all: the same.
+  ASSERT_TRUE(parse(deepseek_like, messages({{"role", "assistant"}, {"tool_calls", {call}}}), &r, &e)) << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi]<call>weather```json\n{\"city\": \"Oslo\"}```</call>[sunny]");
+  // Arguments sent as an object: nothing to fall back to; the template's error (as under jinja2), not a
+  // prompt without the call.
+  json object_args = call;
+  object_args["function"]["arguments"] = {{"city", "Oslo"}};
+  EXPECT_FALSE(parse(deepseek_like, messages({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {object_args}}}),
+                     &r, &e));
+  EXPECT_EQ(e.param, "messages[1].tool_calls");
+  EXPECT_NE(e.message.find("leaves them out"), std::string::npos) << e.message;
+  // A template that renders tool calls nowhere: the calls are not the template's business; served.
+  ASSERT_TRUE(parse("{% for m in messages %}[{{ m.content }}]{% endfor %}",
+                    messages({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}}), &r, &e))
+      << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi][][sunny]");
+}
+
+// gpt-oss's published template renders a tool-call turn's `thinking` (its analysis channel): the field
+// reaches the template, and so does this server's own reasoning_content sent back.
+TEST_F(OpenAiProtocolTest, ThinkingReachesTemplatesThatReadIt) {
+  const std::string tmpl =
+      "{% for m in messages %}{% if m.thinking %}<analysis>{{ m.thinking }}</analysis>{% endif %}[{{ m.content }}]"
+      "{% endfor %}";
+  const auto parse = [&](json assistant, CompletionRequest* r, ApiError* e) {
+    std::unique_ptr<Tokenizer> tok = WithTemplate(*dir_, tmpl);
+    const json msgs = json::array({json{{"role", "user"}, {"content", "hi"}}, std::move(assistant),
+                                   json{{"role", "user"}, {"content", "and?"}}});
+    return ParseCompletionRequest(json{{"messages", msgs}}.dump(), Endpoint::kChat,
+                                  ProtocolContext{tok.get(), config_}, r, e);
+  };
+  CompletionRequest r;
+  ApiError e;
+  ASSERT_TRUE(parse({{"role", "assistant"}, {"content", "yes"}, {"thinking", "Need the tool."}}, &r, &e)) << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi]<analysis>Need the tool.</analysis>[yes][and?]");
+  ASSERT_TRUE(parse({{"role", "assistant"}, {"content", "yes"}, {"reasoning_content", "Mine."}}, &r, &e)) << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi]<analysis>Mine.</analysis>[yes][and?]");
+  ASSERT_TRUE(parse({{"role", "assistant"}, {"content", "yes"}}, &r, &e)) << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi][yes][and?]");
+}
+
 // tool_choice "required" / named, in each template family's own call syntax (JSON, or GLM's and Qwen3-Coder's
 // tagged pairs); a thinking model reasons first, then the constrained part.
 TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) {
