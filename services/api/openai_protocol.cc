@@ -131,7 +131,7 @@ bool ParsePrompts(const json& j, const ProtocolContext& ctx, CompletionRequest* 
 // and llama.cpp hand them to templates (a string that is not JSON stays a string). `as_sent`: the
 // same calls with the arguments as the client sent them (a JSON string stays that string), which is
 // what transformers' apply_chat_template hands a template given OpenAI's messages (DeepSeek-V3's
-// published template concatenates the string).
+// published template concatenates the string); arguments sent as an object there as their compact JSON.
 bool ToolCalls(const ordered_json& calls, const std::string& where, ordered_json* out, ordered_json* as_sent,
                ApiError* err) {
   if (!calls.is_array()) return *err = BadRequest(where + " must be an array", where), false;
@@ -149,6 +149,8 @@ bool ToolCalls(const ordered_json& calls, const std::string& where, ordered_json
     call["type"] = "function";
     if (!f.contains("arguments") || f["arguments"].is_null()) call["function"]["arguments"] = ordered_json::object();
     as_sent->push_back(call);
+    if (as_sent->back()["function"]["arguments"].is_object())  // sent as an object: the compact JSON text
+      as_sent->back()["function"]["arguments"] = as_sent->back()["function"]["arguments"].dump();
     if (f.contains("arguments") && f["arguments"].is_string()) {
       const std::string& text = f["arguments"].get_ref<const std::string&>();
       ordered_json parsed = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -286,8 +288,6 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   // The template ApplyChatTemplate renders (its tool_use variant when tools are given), read once.
   const std::string source = ctx.tokenizer->ChatTemplateSource(!tools.is_null());
   const bool template_knows_tool_calls = source.find("tool_calls") != std::string::npos;
-  const bool template_reads_thinking = source.find(".thinking") != std::string::npos ||
-                                       source.find("['thinking']") != std::string::npos;
   const json& arr = j["messages"];
   std::vector<size_t> null_beside_calls;  // messages whose absent / null content is passed as null
   std::vector<std::pair<size_t, ordered_json>> calls_as_sent;  // tool_calls whose sent arguments differ
@@ -355,16 +355,12 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
       message["name"] = m["name"];
     }
     // Thinking text a client sends back: vLLM's and DeepSeek's field (reasoning_content), and gpt-oss's
-    // (its published template renders a tool-call turn's `thinking` as the analysis channel). What this
-    // server returns as reasoning_content reaches a template that reads `thinking` as that too.
+    // (its published template renders a tool-call turn's `thinking` as the analysis channel), each as
+    // sent: transformers hands a template the message's own keys, so reasoning_content is not renamed.
     if (role == "assistant") {
       if (Present(m, "reasoning_content") && m["reasoning_content"].is_string())
         message["reasoning_content"] = m["reasoning_content"];
-      if (Present(m, "thinking") && m["thinking"].is_string()) {
-        message["thinking"] = m["thinking"];
-      } else if (message.contains("reasoning_content") && template_reads_thinking) {
-        message["thinking"] = message["reasoning_content"];
-      }
+      if (Present(m, "thinking") && m["thinking"].is_string()) message["thinking"] = m["thinking"];
     }
     messages.push_back(std::move(message));
   }

@@ -335,12 +335,19 @@ TEST_F(OpenAiProtocolTest, ToolCallArgumentsAsSentWhereTheTemplateConcatenatesTh
   // No content key at all: the same.
   ASSERT_TRUE(parse(deepseek_like, messages({{"role", "assistant"}, {"tool_calls", {call}}}), &r, &e)) << e.message;
   EXPECT_EQ(r.prompts[0].text, "[hi]<call>weather```json\n{\"city\": \"Oslo\"}```</call>[sunny]");
-  // Arguments sent as an object: nothing to fall back to; the template's error (as under jinja2), not a
-  // prompt without the call.
+  // Arguments sent as an object: their compact JSON text.
   json object_args = call;
   object_args["function"]["arguments"] = {{"city", "Oslo"}};
-  EXPECT_FALSE(parse(deepseek_like, messages({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {object_args}}}),
-                     &r, &e));
+  ASSERT_TRUE(parse(deepseek_like, messages({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {object_args}}}),
+                    &r, &e))
+      << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi]<call>weather```json\n{\"city\":\"Oslo\"}```</call>[sunny]");
+  // A template that renders a call only beside a null content, and fails on null: a 400 naming the
+  // message, not a prompt without the call.
+  const std::string null_only =
+      "{% for m in messages %}{% if m.content is none %}{{ m.content.upper() }}{{ m.tool_calls[0].function.name }}"
+      "{% else %}[{{ m.content }}]{% endif %}{% endfor %}";
+  EXPECT_FALSE(parse(null_only, messages({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}}), &r, &e));
   EXPECT_EQ(e.param, "messages[1].tool_calls");
   EXPECT_NE(e.message.find("leaves them out"), std::string::npos) << e.message;
   // A template that renders tool calls nowhere: the calls are not the template's business; served.
@@ -351,7 +358,7 @@ TEST_F(OpenAiProtocolTest, ToolCallArgumentsAsSentWhereTheTemplateConcatenatesTh
 }
 
 // gpt-oss's published template renders a tool-call turn's `thinking` (its analysis channel): the field
-// reaches the template, and so does this server's own reasoning_content sent back.
+// reaches the template as sent; reasoning_content stays reasoning_content (transformers renames nothing).
 TEST_F(OpenAiProtocolTest, ThinkingReachesTemplatesThatReadIt) {
   const std::string tmpl =
       "{% for m in messages %}{% if m.thinking %}<analysis>{{ m.thinking }}</analysis>{% endif %}[{{ m.content }}]"
@@ -368,7 +375,7 @@ TEST_F(OpenAiProtocolTest, ThinkingReachesTemplatesThatReadIt) {
   ASSERT_TRUE(parse({{"role", "assistant"}, {"content", "yes"}, {"thinking", "Need the tool."}}, &r, &e)) << e.message;
   EXPECT_EQ(r.prompts[0].text, "[hi]<analysis>Need the tool.</analysis>[yes][and?]");
   ASSERT_TRUE(parse({{"role", "assistant"}, {"content", "yes"}, {"reasoning_content", "Mine."}}, &r, &e)) << e.message;
-  EXPECT_EQ(r.prompts[0].text, "[hi]<analysis>Mine.</analysis>[yes][and?]");
+  EXPECT_EQ(r.prompts[0].text, "[hi][yes][and?]");
   ASSERT_TRUE(parse({{"role", "assistant"}, {"content", "yes"}}, &r, &e)) << e.message;
   EXPECT_EQ(r.prompts[0].text, "[hi][yes][and?]");
 }
