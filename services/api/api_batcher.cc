@@ -55,9 +55,16 @@ bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
     metrics_->AddTokens(1);
   }
   job.last_token = now;
-  const size_t offset = job.matcher->text().size();
-  const bool stop = job.decoder ? job.matcher->Append(job.decoder->Step(token.id)) : false;
   const bool want_logprobs = job.params.logprobs >= 0;
+  size_t offset = 0;  // in characters (code points) of the text before this token
+  if (want_logprobs) {
+    const std::string& text = job.matcher->text();  // valid UTF-8 (the stream decoder's output)
+    if (job.offset_bytes > text.size()) job.offset_bytes = job.offset_chars = 0;
+    for (; job.offset_bytes < text.size(); ++job.offset_bytes)
+      job.offset_chars += (static_cast<uint8_t>(text[job.offset_bytes]) & 0xC0) != 0x80;
+    offset = job.offset_chars;
+  }
+  const bool stop = job.decoder ? job.matcher->Append(job.decoder->Step(token.id)) : false;
   Request& req = *job.owner;
   {
     MutexLock lock(&req.mu);

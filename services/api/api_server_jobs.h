@@ -56,6 +56,9 @@ struct ApiServer::Job {
   std::string finish_reason = "length";
   std::vector<executor::SampledToken> logprobs;  // every token's (when requested)
   std::vector<size_t> offsets;                   // text offset of every token (completions logprobs)
+  // The code points of the first offset_bytes bytes of the text so far (text_offset counts characters,
+  // as OpenAI's and vLLM's: Python string indices), kept as the text grows.
+  size_t offset_bytes = 0, offset_chars = 0;
 
   // A resumed choice (front_protocol.h), set by the handler before Submit: the tokens the client has,
   // the text each of its units carried (replayed through the chat output parser), and whether it

@@ -220,8 +220,8 @@ class SchemaCompiler {
           ZM_ASSIGN_OR_RETURN(int32_t add, Compile(ap, path + "/additionalProperties"));
           n.additional = add;
         }
-      } else if (props.empty()) {
-        n.additional = any_;  // {"type": "object"}: any object
+      } else if (!s.contains("properties")) {
+        n.additional = any_;  // {"type": "object"}: any object; "properties": {} admits only {} (strict mode)
       }
       const int32_t self = Add(std::move(n));
       std::vector<int32_t> key_nodes;
@@ -441,8 +441,12 @@ enum : uint8_t { kTextPrefix, kTextSuffix };
 enum : uint8_t { kObjOpen, kObjKey, kObjAfterKey, kObjValue, kObjAfterValue, kObjComma };
 // Array phases
 enum : uint8_t { kArrOpen, kArrItem, kArrAfterItem, kArrComma };
-// String phases
-enum : uint8_t { kStrPlain, kStrEscape, kStrUnicode };
+// String phases. \uXXXX escapes stay well-formed UTF-16 (RFC 8259 §7; a strict parser such as serde_json
+// refuses an unpaired surrogate, and one cannot be encoded as UTF-8): a high surrogate D800-DBFF must be
+// followed by \u and a low one DC00-DFFF (kStrLow*), a low one never stands alone, and the pair counts
+// as one character, as JSON Schema's lengths count code points. In the \u phases Frame::b counts the
+// hex digits and Frame::c holds their value.
+enum : uint8_t { kStrPlain, kStrEscape, kStrUnicode, kStrLowEscape, kStrLowU, kStrLowUnicode };
 // Number phases
 enum : uint8_t { kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumExp, kNumExpSign, kNumExpDigits, kNumStart };
 // Literal lists
@@ -923,16 +927,34 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
         } else if (c == 'u') {
           f.phase = kStrUnicode;
           f.b = 0;
+          f.c = 0;
           out->push_back(s);
         }
         return;
       }
-      if (f.phase == kStrUnicode) {
+      if (f.phase == kStrLowEscape || f.phase == kStrLowU) {  // after a high surrogate: "\u" must follow
+        if (c != (f.phase == kStrLowEscape ? '\\' : 'u')) return;
+        f.phase = f.phase == kStrLowEscape ? kStrLowU : kStrLowUnicode;
+        f.b = 0;
+        f.c = 0;
+        out->push_back(s);
+        return;
+      }
+      if (f.phase == kStrUnicode || f.phase == kStrLowUnicode) {
         if (!IsHex(c)) return;
+        const int32_t digit = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+        if (f.phase == kStrLowUnicode) {  // DC00-DFFF
+          if ((f.b == 0 && digit != 0xD) || (f.b == 1 && digit < 0xC)) return;
+        } else if (f.b == 1 && f.c == 0xD && digit >= 0xC) {
+          return;  // DC00-DFFF: a low surrogate without its high one
+        }
+        f.c = f.c * 16 + digit;
         if (++f.b == 4) {
-          f.phase = kStrPlain;
+          const bool high = f.phase == kStrUnicode && f.c >= 0xD800 && f.c <= 0xDBFF;
+          f.phase = high ? kStrLowEscape : kStrPlain;  // a pair counts once, when complete
+          if (!high) ++f.a;
           f.b = 0;
-          ++f.a;
+          f.c = 0;
         }
         out->push_back(s);
         return;

@@ -437,7 +437,9 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
            false;
   if (!text.ok()) return *err = BadRequest(text.status().ToString(), "messages"), false;
   out->chat_syntax = DetectChatSyntax(source, *text);
-  if (tool_choice_none) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
+  // Calls are parsed only where the request offers tools (OpenAI returns no tool_calls without them; vLLM
+  // runs its tool parser only then): otherwise call-shaped text stays content.
+  if (tool_choice_none || !tools.is_array() || tools.empty()) out->chat_syntax.tool_calls = ToolCallSyntax::kNone;
   if (tools.is_array()) {  // string arguments stay text in the tagged call syntaxes (ChatSyntax)
     for (const ordered_json& t : tools) {
       const ordered_json& f = t["function"];
@@ -658,7 +660,9 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
     out->n = static_cast<int>(n);
     if (!RejectUnsupported(j, chat, *out, err)) return false;
     const char* tokens_key = chat && Present(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (!Integer(j, tokens_key, 0, INT64_MAX, &out->max_tokens, err)) return false;
+    // 0 only on completions (with echo, a prompt's scoring); a chat answer of no tokens is a 400, as
+    // OpenAI's and vLLM's.
+    if (!Integer(j, tokens_key, chat ? 1 : 0, INT64_MAX, &out->max_tokens, err)) return false;
     double temperature = 1.0, top_p = 1.0, presence = 0.0, frequency = 0.0;
     if (!Number(j, "temperature", 0.0, 1e6, false, &temperature, err)) return false;
     if (!Number(j, "top_p", 0.0, 1.0, true, &top_p, err)) return false;

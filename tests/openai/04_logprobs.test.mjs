@@ -1,7 +1,7 @@
 // logprobs on chat and completions through the official openai SDK (spec points 8 and 9).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { MODEL, OpenAI, TEST_TIMEOUT_MS, chat, client, expectApiError, userMessage } from './lib.mjs';
+import { MODEL, OpenAI, TEST_TIMEOUT_MS, chat, client, expectApiError, http, userMessage } from './lib.mjs';
 
 const c = client();
 const T = { timeout: TEST_TIMEOUT_MS };
@@ -51,6 +51,30 @@ test('08c chat top_logprobs > 20 is a 400', T, async () => {
   await expectApiError(chat(c, userMessage(PROMPT), { max_tokens: 4, logprobs: true, top_logprobs: 21 }), 400, {
     errorClass: OpenAI.BadRequestError,
   });
+});
+
+test('09b completions text_offset counts characters of text, not UTF-8 bytes', T, async () => {
+  // The byte tokens of "é" pushed up and sampled (seeded): answers with multi-byte characters, where
+  // bytes and characters differ.
+  const tok = await http('POST', '/tokenize', { body: { content: 'é' } });
+  assert.equal(tok.status, 200, tok.text);
+  const logit_bias = Object.fromEntries(tok.json.tokens.map((id) => [id, 100]));
+  const r = await c.completions.create({
+    model: MODEL, prompt: 'hi', temperature: 1, seed: 3, n: 4, max_tokens: 12, logprobs: 1, logit_bias,
+  });
+  let multibyte = 0;
+  for (const choice of r.choices) {
+    const text = choice.text;
+    const chars = [...text].length;  // code points, as Python indexes the string
+    if (chars < Buffer.byteLength(text, 'utf8')) ++multibyte;
+    const off = choice.logprobs.text_offset;
+    assert.equal(off[0], 0);
+    for (let i = 0; i < off.length; ++i) {
+      assert.ok(off[i] <= chars, `text_offset[${i}] = ${off[i]} beyond the ${chars} characters of ${JSON.stringify(text)}`);
+      if (i > 0) assert.ok(off[i] >= off[i - 1], 'text_offset not increasing');
+    }
+  }
+  assert.ok(multibyte > 0, 'no answer with a multi-byte character: the test says nothing');
 });
 
 test('09 completions logprobs 2: tokens, token_logprobs, top_logprobs, text_offset per token', T, async () => {

@@ -89,7 +89,12 @@ test('10f tool_choice required / named: the answer is one call, constrained to t
     { param: 'tool_choice' });
 });
 
-test('10e without tool markers in the request the answer is still parsed (the template has them)', T, async () => {
-  const r = await c.chat.completions.create({ model: MODEL, messages: ASK, temperature: 0 });
-  assertTheCall(r.choices[0].message);
+test('10e without tools in the request a call-shaped answer stays content (as OpenAI, vLLM and llama.cpp)', T, async () => {
+  for (const extra of [{}, { tools: [] }]) {
+    const r = await c.chat.completions.create({ model: MODEL, messages: ASK, temperature: 0, ...extra });
+    const m = r.choices[0].message;
+    assert.ok(!m.tool_calls || m.tool_calls.length === 0, `tool_calls ${JSON.stringify(m.tool_calls)}`);
+    assert.ok(m.content.includes('<tool_call>') && m.content.includes('get_weather'), `content ${JSON.stringify(m.content)}`);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+  }
 });

@@ -86,6 +86,38 @@ TEST(JsonGrammar, StringsLengthsEnumsConst) {
   EXPECT_FALSE(Accepts(c, R"({"a":[1,"y"]})"));
 }
 
+// \u escapes stay well-formed UTF-16: a high surrogate takes a low one right after it (the pair is one
+// character of maxLength), a low one never stands alone, and no prefix is alive that cannot end well.
+TEST(JsonGrammar, UnicodeEscapesAreWellFormedSurrogatePairs) {
+  auto s = Grammar(json::parse(R"({"type": "string", "maxLength": 2})"));
+  EXPECT_TRUE(Accepts(s, R"("\u00e9\u4e2d")"));
+  EXPECT_TRUE(Accepts(s, R"("\ud83d\ude00x")"));  // U+1F600 and x: two characters
+  EXPECT_TRUE(Accepts(s, R"("\uD83D\uDE00\uDBFF\uDFFF")"));
+  EXPECT_TRUE(Accepts(s, R"("\ud7ff\ue000")"));  // just outside the surrogates
+  EXPECT_FALSE(Accepts(s, R"("\ud83d\ude00xy")"));  // three characters
+  EXPECT_FALSE(Alive(s, R"("\udc)"));          // a low surrogate first: dead at its second digit
+  EXPECT_FALSE(Alive(s, R"("\udddd)"));
+  EXPECT_FALSE(Alive(s, R"("\ud83d")"));       // a high one then the end of the string
+  EXPECT_FALSE(Alive(s, R"("\ud83dx)"));
+  EXPECT_FALSE(Alive(s, R"("\ud83d\n)"));
+  EXPECT_FALSE(Alive(s, R"("\ud83d\ud8)"));    // a high one after a high one
+  EXPECT_FALSE(Alive(s, R"("\ud83d\u00)"));
+  EXPECT_TRUE(Alive(s, R"("\ud83d\ud)"));
+  auto key = Grammar(json::parse(R"({"type": "object", "additionalProperties": {"type": "integer"}})"));
+  EXPECT_TRUE(Accepts(key, R"({"\ud83d\ude00": 1})"));
+  EXPECT_FALSE(Alive(key, R"({"\ude00)"));
+}
+
+// "properties": {} lists no property: only {} (OpenAI's strict mode), unlike a bare {"type": "object"}.
+TEST(JsonGrammar, EmptyPropertiesAdmitOnlyTheEmptyObject) {
+  auto empty = Grammar(json::parse(R"({"type": "object", "properties": {}})"));
+  EXPECT_TRUE(Accepts(empty, "{}"));
+  EXPECT_TRUE(Accepts(empty, "{ }"));
+  EXPECT_FALSE(Accepts(empty, R"({"a": 1})"));
+  auto bare = Grammar(json::parse(R"({"type": "object"})"));
+  EXPECT_TRUE(Accepts(bare, R"({"a": 1})"));
+}
+
 TEST(JsonGrammar, AnyOfTypeListsAndRefs) {
   auto g = Grammar(json::parse(R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})"));
   EXPECT_TRUE(Accepts(g, "7"));

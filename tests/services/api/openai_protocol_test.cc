@@ -128,6 +128,12 @@ TEST_F(OpenAiProtocolTest, MaxTokensDefaultsToTheRestOfTheContext) {
   EXPECT_EQ(r.max_tokens, 5);
   EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"max_tokens", -1}}), "max_tokens");
   EXPECT_EQ(RejectedParam(json{{"prompt", {1, 2}}, {"max_tokens", config_->max_position_embeddings}}), "max_tokens");
+  // 0: a completion's prompt scoring (echo), but no chat answer at all (OpenAI and vLLM: 400).
+  ASSERT_TRUE(Parse(json{{"prompt", {1, 2}}, {"max_tokens", 0}}, Endpoint::kCompletions, &r, &e));
+  const json chat{{"role", "user"}, {"content", "x"}};
+  EXPECT_EQ(RejectedParam(json{{"messages", {chat}}, {"max_tokens", 0}}, Endpoint::kChat), "max_tokens");
+  EXPECT_EQ(RejectedParam(json{{"messages", {chat}}, {"max_completion_tokens", 0}}, Endpoint::kChat),
+            "max_completion_tokens");
 }
 
 // An encoder-decoder model (switch_transformers): the prompt feeds the encoder, so max_tokens is bounded
@@ -305,6 +311,27 @@ TEST_F(OpenAiProtocolTest, NullContentBesideToolCallsFallsBackToEmptyWhereTheTem
   EXPECT_FALSE(parse("{% for m in messages %}{{ m.content.upper() }}{{ m.tool_calls[0].x.y }}{% endfor %}", &r, &e));
   EXPECT_EQ(e.param, "messages");
   EXPECT_NE(e.message.find("chat_template line"), std::string::npos) << e.message;
+}
+
+// Calls are parsed out of an answer only when the request offers tools (OpenAI never answers tool_calls
+// without them): no tools, an empty list or tool_choice none leave call-shaped text in the content.
+TEST_F(OpenAiProtocolTest, ToolCallsAreParsedOnlyWhenTheRequestOffersTools) {
+  const std::string hermes = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{# <tool_call> #}";
+  const json tools = json::array({json{{"type", "function"}, {"function", {{"name", "weather"}}}}});
+  const auto parse = [&](json extra, CompletionRequest* r, ApiError* e) {
+    std::unique_ptr<Tokenizer> tok = WithTemplate(*dir_, hermes);
+    json body{{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    for (auto& [k, v] : extra.items()) body[k] = v;
+    return ParseCompletionRequest(body.dump(), Endpoint::kChat, ProtocolContext{tok.get(), config_}, r, e);
+  };
+  CompletionRequest r;
+  ApiError e;
+  ASSERT_TRUE(parse({{"tools", tools}}, &r, &e)) << e.message;
+  EXPECT_NE(r.chat_syntax.tool_calls, ToolCallSyntax::kNone);
+  for (const json& extra : {json::object(), json{{"tools", json::array()}}, json{{"tools", tools}, {"tool_choice", "none"}}}) {
+    ASSERT_TRUE(parse(extra, &r, &e)) << e.message;
+    EXPECT_EQ(r.chat_syntax.tool_calls, ToolCallSyntax::kNone) << extra.dump();
+  }
 }
 
 // DeepSeek-V3's published template concatenates a call's arguments as the JSON string clients send: where
