@@ -263,11 +263,27 @@ int64_t RemoveStaleTempDirs(const std::string& out_dir) {
 
 }  // namespace
 
-Result<CompressSummary> CompressModel(const CompressOptions& opt,
+Result<CompressSummary> CompressModel(const CompressOptions& options,
                                       const std::function<void(const CompressProgress&)>& progress) {
   const auto start = std::chrono::steady_clock::now();
+  CompressOptions opt = options;
+  // "out/" (a shell's completion) names the same directory as "out": without the slash, so the work
+  // directory OUT.partial and a replaced OUT.old.PID sit beside OUT, not inside it.
+  while (opt.out_dir.size() > 1 && opt.out_dir.back() == '/') opt.out_dir.pop_back();
   if (opt.n_shards < 1) return Status::InvalidArgument(fmt::format("--shards must be >= 1, got {}", opt.n_shards));
   std::error_code ec;
+  {  // OUT_DIR must not be MODEL_DIR or a directory that holds it: replacing OUT would delete the checkpoint.
+    std::error_code e1, e2;
+    const fs::path model = fs::weakly_canonical(opt.model_dir, e1), out = fs::weakly_canonical(opt.out_dir, e2);
+    if (!e1 && !e2) {
+      const fs::path rel = model.lexically_relative(out);
+      if (!rel.empty() && *rel.begin() != "..")
+        return Status::InvalidArgument(fmt::format(
+            "OUT_DIR {} is MODEL_DIR {} or holds it: writing the compressed model there would delete the checkpoint; "
+            "choose another OUT_DIR",
+            opt.out_dir, opt.model_dir));
+    }
+  }
   if (fs::exists(opt.out_dir, ec) && !opt.overwrite)
     return Status::InvalidArgument(opt.out_dir + ": exists (pass --force to replace it)");
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(opt.model_dir));

@@ -73,6 +73,31 @@ TEST(ManifestTest, RoundTripsEveryField) {
   EXPECT_EQ(p.dense_tensors[0].xxh64, 0x0123456789abcdefull);
 }
 
+// A large model at an ordinary K has more than the FlatBuffers verifier's default 1,000,000 tables
+// (DeepSeek-V3's 44,544 expert tensors at K = 21): such a manifest reads back.
+TEST(ManifestTest, MoreThanAMillionChunkTablesReadBack) {
+  Manifest m = SampleManifest();
+  ExpertTensorInfo t = m.expert_tensors.back();
+  constexpr int64_t kChunks = 1100000;
+  t.name = "model.layers.0.mlp.experts.2.down_proj.weight";
+  t.expert_id = 2;
+  t.shape = {1, kChunks};
+  t.n_shards = static_cast<int32_t>(kChunks);
+  t.chunks.clear();
+  uint64_t offset = m.experts_file_bytes;
+  for (int64_t i = 0; i < kChunks; ++i, offset += 4096)
+    t.chunks.push_back({ChunkKind::kE, static_cast<uint64_t>(i), 1, offset, 1, 1, 7});
+  t.chunks.push_back({ChunkKind::kSm, 0, static_cast<uint64_t>(kChunks), offset, kChunks, kChunks, 8});
+  offset += (kChunks + 4095) / 4096 * 4096;
+  t.record_xxh64 = RecordHash(t);
+  m.expert_tensors.push_back(t);
+  m.n_experts = 3;
+  m.experts_file_bytes = offset;
+  auto parsed = ParseManifest("manifest.bin", SerializeManifest(m));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->expert_tensors.back().chunks.size(), static_cast<size_t>(kChunks + 1));
+}
+
 TEST(ManifestTest, EveryFlippedByteIsDetected) {
   const std::string good = SerializeManifest(SampleManifest());
   for (size_t i = 0; i < good.size(); ++i) {

@@ -480,6 +480,35 @@ TEST(ConvertTest, ExistingOutputIsKeptUnlessForced) {
   EXPECT_TRUE(VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2}).ok());
 }
 
+// OUT_DIR that is MODEL_DIR, or holds it, is refused even with --force (replacing it would delete the
+// checkpoint); "out/" is "out" (the work directory sits beside it, not inside).
+TEST(ConvertTest, OutputThatHoldsTheCheckpointIsRefusedAndATrailingSlashIsTheSameDirectory) {
+  TempDir tmp;
+  WriteToyCheckpoint(tmp.Sub("p/m"), DType::kBF16, 2, 8, 8, 5);
+  ASSERT_TRUE(WriteFileAtomic(tmp.Sub("p/NOTES"), "mine").ok());
+  for (const std::string& out : {tmp.Sub("p/m"), tmp.Sub("p/m/"), tmp.Sub("p"), tmp.Sub("p/m/..")}) {
+    CompressOptions o = Options(tmp.Sub("p/m"), out, Codec::kZstd, 2);
+    o.overwrite = true;
+    auto s = CompressModel(o);
+    ASSERT_FALSE(s.ok()) << out;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("would delete the checkpoint"), std::string::npos) << s.status().ToString();
+  }
+  EXPECT_TRUE(FileExists(tmp.Sub("p/m/model.safetensors")));
+  EXPECT_TRUE(FileExists(tmp.Sub("p/NOTES")));
+  // Inside MODEL_DIR is fine (nothing of the checkpoint is replaced).
+  ASSERT_TRUE(CompressModel(Options(tmp.Sub("p/m"), tmp.Sub("p/m/c"), Codec::kZstd, 2)).ok());
+  EXPECT_TRUE(VerifyCompressed({tmp.Sub("p/m"), tmp.Sub("p/m/c"), 2}).ok());
+  // A trailing slash: written as "out", replaced with --force.
+  ASSERT_TRUE(CompressModel(Options(tmp.Sub("p/m"), tmp.Sub("out/"), Codec::kZstd, 2)).ok());
+  EXPECT_TRUE(VerifyCompressed({tmp.Sub("p/m"), tmp.Sub("out"), 2}).ok());
+  CompressOptions again = Options(tmp.Sub("p/m"), tmp.Sub("out/"), Codec::kZstd, 2);
+  again.overwrite = true;
+  auto s = CompressModel(again);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_FALSE(fs::exists(tmp.Sub("out/.partial")));
+}
+
 TEST(ConvertTest, FailureLeavesNothingBehind) {
   TempDir tmp;
   WriteToyCheckpoint(tmp.Sub("m"), DType::kBF16, 2, 8, 8, 5);
