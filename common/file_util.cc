@@ -59,7 +59,9 @@ UniqueFd::~UniqueFd() {
 }
 
 Result<MappedFile> MappedFile::Open(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO in a file's place would block open() until a writer came (a hang, not an error);
+  // it is refused below as not a regular file. The flag changes nothing for regular files.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
     return Status::IoError(path + ": open: " + ErrnoText());

@@ -36,11 +36,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,27 @@
 
 namespace zipmoe::cli {
 namespace {
+
+// --threads above this is a typo (OpenMP would start that many threads; 100000 hung the process).
+constexpr int kMaxThreads = 4096;
+
+// A finite number >= 0 (CLI::NonNegativeNumber lets "nan" through: a NaN temperature sampled the least
+// likely token whatever the seed).
+CLI::Validator FiniteNonNegative() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != text.size() || !std::isfinite(v) || v < 0) return "'" + text + "' is not a finite number >= 0";
+        return std::string();
+      },
+      "NUMBER >= 0");
+}
 
 struct GenerateArgs {
   std::string model_dir;
@@ -425,15 +448,18 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--temperature", args->temperature, "sampling temperature (0 = greedy)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(FiniteNonNegative());
   cmd->add_option("--top-k", args->top_k, "keep the K most likely tokens (0 = all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", args->top_p, "nucleus sampling mass (1 = off)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteNonNegative());
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   AddWeightsMemoryFlags(cmd, &args->weights_memory);
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();

@@ -40,10 +40,13 @@ Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag)
   for (const auto& [name, s] : units) {
     if (unit == name) scale = s;
   }
-  if (scale == 0 || !(value >= 0) || !std::isfinite(value)) {
+  if (scale == 0) {
     return Status::InvalidArgument(fmt::format("{} '{}': unknown unit '{}' (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)",
                                                flag, text, unit));
   }
+  // 2^64 bytes and beyond would wrap in the conversion (undefined behaviour; it gave 0).
+  if (!(value >= 0) || !std::isfinite(value) || value * scale >= 18446744073709551616.0)
+    return Status::InvalidArgument(fmt::format("{} '{}': expected a size in [0, 2^64) bytes", flag, text));
   return static_cast<uint64_t>(std::floor(value * scale));
 }
 

@@ -1,6 +1,7 @@
 #include "services/storage/chunk_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -19,10 +20,16 @@ namespace zipmoe::storage {
 namespace {
 
 Result<UniqueFd> OpenFd(const std::string& path, bool direct, int* open_errno) {
-  int flags = O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0);
+  // O_NONBLOCK: a FIFO in the file's place fails the regular-file check instead of blocking open().
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (direct ? O_DIRECT : 0);
   UniqueFd fd(::open(path.c_str(), flags));
   *open_errno = fd.valid() ? 0 : errno;
-  if (fd.valid()) return fd;
+  if (fd.valid()) {
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return Status::IoError(fmt::format("{}: fstat: {}", path, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+    return fd;
+  }
   if (*open_errno == ENOENT) return Status::NotFound(path + ": no such file");
   return Status::IoError(fmt::format("{}: open{}: {}", path, direct ? " (O_DIRECT)" : "", std::strerror(*open_errno)));
 }

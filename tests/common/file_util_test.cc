@@ -3,6 +3,8 @@
 
 #include <gmock/gmock.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,6 +57,18 @@ long MappingRssKb(const void* addr) {
     }
   }
   return -1;
+}
+
+// A FIFO in a file's place is refused at once (open() used to block until a writer came: a hang).
+TEST(FileUtilTest, MappedFileRefusesAFifoWithoutBlocking) {
+  TempDir tmp;
+  const std::string fifo = tmp.Sub("config.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto m = MappedFile::Open(fifo);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("not a regular file"), std::string::npos) << m.status().ToString();
+  EXPECT_FALSE(ReadFileToString(fifo).ok());
 }
 
 TEST(FileUtilTest, PopulateMapsEveryPageWithoutChangingTheBytes) {

@@ -138,6 +138,17 @@ TEST(GenerateCliTest, ErrorsAreReported) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("3 tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("max_position_embeddings 2"), std::string::npos) << r.output;
+
+  // A NaN temperature or top-p sampled the least likely token whatever the seed; --threads 100000 hung;
+  // a budget of 2^64 bytes or more wrapped to 0; a negative one was an "unknown unit".
+  for (const char* flags : {"--temperature nan", "--top-p nan", "--temperature inf", "--threads 100000",
+                            "--memory-budget 16777217TiB", "--memory-budget -5MiB"}) {
+    r = RunCli("generate --model " + TinyModelDir("mixtral") + " --prompt-ids 1 --max-new-tokens 1 " + flags);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    const std::string flag = std::string(flags).substr(0, std::string(flags).find(' '));
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flags << ": " << r.output;
+    EXPECT_EQ(r.output.find("unknown unit"), std::string::npos) << flags << ": " << r.output;
+  }
 }
 
 // --trace-events: the run's timeline as Chrome trace JSON, with the forward steps, the layers, the
