@@ -56,8 +56,14 @@ std::optional<ExpertTensorName> ParseSwitchName(const std::string& name, int64_t
 
 }  // namespace
 
+std::string ConfigModelType(const nlohmann::json& config) {
+  if (!config.is_object()) return std::string();
+  const auto it = config.find("model_type");
+  return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 int64_t EncoderLayerCount(const nlohmann::json& config) {
-  if (!config.is_object() || config.value("model_type", std::string()) != "switch_transformers") return 0;
+  if (ConfigModelType(config) != "switch_transformers") return 0;
   auto it = config.find("num_layers");
   if (it == config.end() || !it->is_number_integer()) return 0;
   return it->get<int64_t>();
@@ -101,7 +107,7 @@ std::optional<ExpertTensorName> ParseExpertTensorName(const std::string& name, i
 bool IsNotDecodedTensor(const std::string& name, const nlohmann::json& config) {
   static const std::string kPrefix = "model.layers.";
   if (!config.is_object()) return false;
-  const std::string type = config.value("model_type", std::string());
+  const std::string type = ConfigModelType(config);
   if (type == "switch_transformers") return false;
   if (name.compare(0, 4, "mtp.") == 0) return true;
   if (type == "qwen3_5_moe" && name.compare(0, 13, "model.visual.") == 0) return true;

@@ -30,6 +30,10 @@ struct ExpertTensorName {
 // decoder-only models).
 std::optional<ExpertTensorName> ParseExpertTensorName(const std::string& name, int64_t num_encoder_layers);
 
+// config.json's model_type, or "" when `config` is not an object or its model_type is absent or not a
+// string (ParseModelConfig reports those, naming the key; the helpers here must not throw on them).
+std::string ConfigModelType(const nlohmann::json& config);
+
 // The number of encoder blocks of a config.json object: its integer `num_layers` for model_type
 // "switch_transformers" (0 if absent or mistyped: ParseModelConfig reports that), else 0.
 int64_t EncoderLayerCount(const nlohmann::json& config);

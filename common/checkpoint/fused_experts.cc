@@ -43,7 +43,7 @@ bool ParseFused(const std::string& name, int32_t* layer, int* part) {
 }
 
 bool IsQwen35(const nlohmann::json& config) {
-  return config.is_object() && config.value("model_type", std::string()) == "qwen3_5_moe";
+  return ConfigModelType(config) == "qwen3_5_moe";
 }
 
 // The checkpoint's name of fused part `part` of `layer`.
@@ -141,7 +141,7 @@ bool IsFusedExpertTensor(const std::string& name) {
 }
 
 bool HasFusedExperts(const nlohmann::json& config) {
-  return config.is_object() && (config.value("model_type", std::string()) == "gpt_oss" || IsQwen35(config));
+  return ConfigModelType(config) == "gpt_oss" || IsQwen35(config);
 }
 
 bool HasFusedMxfp4Experts(const nlohmann::json& config) {

@@ -997,7 +997,10 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     if (it == config.end() || !it->is_object())
       return Status::InvalidArgument(fmt::format("{}: model_type 'qwen3_5_moe' needs an object 'text_config'", source_path));
     text = *it;
-    const std::string text_type = text.value("model_type", std::string("qwen3_5_moe_text"));
+    const auto type_it = text.find("model_type");
+    const std::string text_type = type_it == text.end() ? std::string("qwen3_5_moe_text")
+                                  : type_it->is_string() ? type_it->get<std::string>()
+                                                         : type_it->dump();
     if (text_type != "qwen3_5_moe_text")
       return Status::InvalidArgument(fmt::format("{}: text_config.model_type '{}' (expected qwen3_5_moe_text)",
                                                  source_path, text_type));

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "common/checkpoint/model_config.h"
 #include "services/cli/commands.h"
 #include "services/cli/progress.h"
 #include "services/convert/compress.h"
@@ -34,6 +35,13 @@ void AddCompressCommand(CLI::App& app, int* exit_code) {
       return;
     }
     args->options.codec.codec = *codec;
+    // A config.json that generate and serve refuse would make an output nothing can serve (verify would
+    // still call its tensors bit-exact): refused before the work, naming the file and key.
+    if (Result<ModelConfig> config = LoadModelConfig(args->options.model_dir); !config.ok()) {
+      fmt::print(stderr, "error: {} (the compressed model could not be served)\n", config.status().ToString());
+      *exit_code = 1;
+      return;
+    }
     ProgressBar bar("compress");
     auto summary = convert::CompressModel(args->options, [&](const convert::CompressProgress& p) {
       const double mbps = p.raw_bytes_done / 1e6 / std::max(bar.elapsed_seconds(), 1e-9);

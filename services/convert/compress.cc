@@ -380,7 +380,7 @@ Result<CompressSummary> CompressModel(const CompressOptions& options,
                                            opt.out_dir, work->kept().size(), experts.size()).c_str());
 
   Manifest m;
-  m.arch = ckpt->config().value("model_type", std::string());
+  m.arch = ConfigModelType(ckpt->config());
   m.config_json = ckpt->config().dump(2);
   m.codec = opt.codec.codec;
   m.level = level;

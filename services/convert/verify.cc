@@ -1,6 +1,7 @@
 #include "services/convert/verify.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -140,6 +141,31 @@ Status VerifyDense(const Manifest& m, const std::string& dense_path, const Check
 
 }  // namespace
 
+namespace {
+
+// The files compress copied (config.json, tokenizer files, generation_config.json, ...) byte for byte
+// as MODEL_DIR has them, and config.json as the manifest recorded it (the planner reads that copy, the
+// executor the file): an edited config.json changes what is served while every tensor is bit-exact.
+Status VerifySourceFiles(const VerifyOptions& opt, const Manifest& m) {
+  for (const std::string& name : m.source_files) {
+    const std::string copy = JoinPath(opt.compressed_dir, name), source = JoinPath(opt.model_dir, name);
+    ZM_ASSIGN_OR_RETURN(std::string got, ReadFileToString(copy));
+    ZM_ASSIGN_OR_RETURN(std::string want, ReadFileToString(source));
+    if (got != want)
+      return Status::Corruption(fmt::format("{}: differs from {} (compress copies it byte for byte)", copy, source));
+  }
+  const std::string config_path = JoinPath(opt.compressed_dir, "config.json");
+  ZM_ASSIGN_OR_RETURN(std::string config_text, ReadFileToString(config_path));
+  const nlohmann::json config = nlohmann::json::parse(config_text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json recorded = nlohmann::json::parse(m.config_json, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || config != recorded)
+    return Status::Corruption(fmt::format("{}: differs from the config.json compress recorded in {}", config_path,
+                                          kManifestFileName));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<VerifySummary> VerifyCompressed(const VerifyOptions& opt, const std::function<void(int64_t, int64_t)>& progress) {
   const auto start = std::chrono::steady_clock::now();
   ZM_ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, ExpertStore::Open(opt.compressed_dir, ExpertDTypes::kAny));
@@ -211,6 +237,7 @@ Result<VerifySummary> VerifyCompressed(const VerifyOptions& opt, const std::func
   if (progress) progress(total, total);
 
   ZM_RETURN_IF_ERROR(VerifyDense(m, JoinPath(opt.compressed_dir, m.dense_file), *ckpt));
+  ZM_RETURN_IF_ERROR(VerifySourceFiles(opt, m));
 
   VerifySummary s;
   s.expert_tensors = total;

@@ -22,6 +22,7 @@
 #include "services/convert/inspect.h"
 #include "services/convert/verify.h"
 #include "tests/services/convert_test_util.h"
+#include "tests/services/executor/test_models.h"
 #include "tests/test_util.h"
 
 namespace zipmoe::convert {
@@ -281,6 +282,33 @@ TEST(ConvertCorruptionTest, ChangedDenseTensorFailsVerify) {
   auto r = VerifyCompressed({c->model, c->dir, 2});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("dense.safetensors"), std::string::npos) << r.status().ToString();
+}
+
+// An edited config.json (or tokenizer file) in the compressed directory changes what is served while every
+// tensor stays bit-exact: verify names the file.
+TEST(ConvertCorruptionTest, EditedConfigOrTokenizerFileFailsVerify) {
+  auto c = MakeCompressed();
+  ASSERT_TRUE(VerifyCompressed({c->model, c->dir, 2}).ok());
+  const std::string config = JoinPath(c->dir, "config.json");
+  const std::string original = testing::ReadAll(config);
+  nlohmann::json edited = nlohmann::json::parse(original);
+  edited["num_experts"] = edited["num_experts"].get<int>() + 1;
+  testing::WriteAll(config, edited.dump());
+  auto r = VerifyCompressed({c->model, c->dir, 2});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("config.json"), std::string::npos) << r.status().ToString();
+  testing::WriteAll(config, original);
+  ASSERT_TRUE(VerifyCompressed({c->model, c->dir, 2}).ok());
+  // Another copied file (the model directory is shared: only the copy is edited), then one missing.
+  ASSERT_TRUE(FileExists(JoinPath(c->dir, "tokenizer_config.json")));
+  testing::WriteAll(JoinPath(c->dir, "tokenizer_config.json"), R"({"chat_template": "x"})");
+  r = VerifyCompressed({c->model, c->dir, 2});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tokenizer_config.json"), std::string::npos) << r.status().ToString();
+  fs::remove(JoinPath(c->dir, "tokenizer_config.json"));
+  r = VerifyCompressed({c->model, c->dir, 2});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tokenizer_config.json"), std::string::npos) << r.status().ToString();
 }
 
 TEST(ConvertTest, ZstdMeetsTheEntropyBoundOnGaussianWeights) {
@@ -586,6 +614,25 @@ TEST(ConvertTest, ShardedCheckpointRoundTrips) {
   ASSERT_TRUE(CompressModel(Options(tmp.Sub("m"), tmp.Sub("c"), Codec::kZstd, 4)).ok());
   auto v = VerifyCompressed({tmp.Sub("m"), tmp.Sub("c"), 2});
   EXPECT_TRUE(v.ok()) << v.status().ToString();
+}
+
+// A config.json generate and serve refuse (here top-k above the expert count, or a model_type that is not
+// a string) is refused by compress before any work, naming the file and key; nothing is written.
+TEST(ConvertCliTest, CompressRefusesAConfigTheRuntimeRefuses) {
+  TempDir tmp;
+  testing::CopyModelWithConfig(TinyModel("qwen2_moe"), tmp.Sub("m"),
+                               [](nlohmann::json& c) { c["num_experts_per_tok"] = c["num_experts"].get<int>() + 1; });
+  auto r = RunCli("compress " + tmp.Sub("m") + " " + tmp.Sub("c"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("config.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("num_experts_per_tok"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp.Sub("c")));
+  EXPECT_FALSE(fs::exists(tmp.Sub("c.partial")));
+  testing::CopyModelWithConfig(TinyModel("qwen2_moe"), tmp.Sub("n"), [](nlohmann::json& c) { c["model_type"] = 5; });
+  r = RunCli("compress " + tmp.Sub("n") + " " + tmp.Sub("c"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model_type"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("json.exception"), std::string::npos) << r.output;
 }
 
 TEST(ConvertCliTest, CompressVerifyInspect) {
