@@ -82,7 +82,15 @@ Status FromFusedExperts(const Checkpoint& ckpt,
   ParallelFor(0, refs.size(), 0, [&](size_t i) {
     const uint64_t bytes = DTypeBytes(refs[i].dtype, static_cast<uint64_t>(refs[i].shape[0] * refs[i].shape[1]));
     (*owned)[i].resize(static_cast<size_t>((bytes + 3) / 4));
+    const auto* raw = reinterpret_cast<const uint8_t*>((*owned)[i].data());
     results[i] = ReadFusedExpert(ckpt, refs[i], reinterpret_cast<uint8_t*>((*owned)[i].data()));
+    // The check compress makes (NaN scale 0xFF, values beyond fp32): served as is they gave NaN logits and
+    // token 0 forever.
+    if (results[i].ok() && refs[i].dtype == DType::kMXFP4) {
+      if (Status st = CheckMxfp4Values(raw, refs[i].shape[0] * refs[i].shape[1]); !st.ok())
+        results[i] = Status::InvalidArgument(fmt::format("{}: expert tensor '{}' (from the fused MXFP4 experts): {}",
+                                                         ckpt.dir(), refs[i].name, st.message()));
+    }
   });
   for (const Status& st : results) ZM_RETURN_IF_ERROR(st);
   for (size_t i = 0; i + 2 < refs.size(); i += 3) {  // sorted: gate, up, down of each expert

@@ -1,13 +1,17 @@
 #include "services/cli/cli_util.h"
 
-#include "common/trace_events.h"
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/trace_events.h"
 
 namespace zipmoe::cli {
 
@@ -47,7 +51,18 @@ Result<std::vector<std::string>> LoadPromptsFile(const std::string& path) {
 }
 
 TraceToFile::TraceToFile(std::string path, const std::string& process_name) : path_(std::move(path)) {
-  if (!path_.empty()) trace::Enable(process_name);
+  if (path_.empty()) return;
+  const std::string probe = fmt::format("{}.probe.{}", path_, ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    status_ = Status::IoError(fmt::format("--trace-events {}: cannot create a file there: {}", path_,
+                                          std::strerror(errno)));
+    path_.clear();
+    return;
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  trace::Enable(process_name);
 }
 
 TraceToFile::~TraceToFile() {

@@ -22,16 +22,20 @@ Result<std::vector<std::string>> LoadPromptsFile(const std::string& path);
 
 // --trace-events FILE of generate / serve: records this process's timeline (common/trace_events.h)
 // from construction and writes it to FILE on destruction, saying so (or why not) on stderr. An
-// empty path does nothing.
+// empty path does nothing. FILE's directory is checked at construction (a file created there and
+// removed): status() says why a trace could not be written, so the command fails before its work
+// instead of only saying so at the end.
 class TraceToFile {
  public:
   TraceToFile(std::string path, const std::string& process_name);
   ~TraceToFile();
   TraceToFile(const TraceToFile&) = delete;
   TraceToFile& operator=(const TraceToFile&) = delete;
+  const Status& status() const { return status_; }
 
  private:
   std::string path_;
+  Status status_;
 };
 
 }  // namespace zipmoe::cli

@@ -198,6 +198,7 @@ int RunGenerate(const GenerateArgs& args) {
     prompt_ids = std::move(ids).value();
   }
   const TraceToFile trace_file(args.trace_events, "zipmoe generate");
+  if (!trace_file.status().ok()) return Fail(trace_file.status());
   executor::GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;

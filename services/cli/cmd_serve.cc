@@ -57,6 +57,7 @@ int RunServeCommand(ServeArgs args) {
   args.serve.substitution_alpha = args.runtime.substitution_alpha;
   executor::ResolveServeOptions(&args.serve);
   const TraceToFile trace_file(args.trace_events, "zipmoe serve");
+  if (!trace_file.status().ok()) return Fail(trace_file.status());
   prometheus::Registry registry;
   metrics::ExecutorMetrics serving(registry);
   executor::SetBuildInfo(&serving);

@@ -133,6 +133,18 @@ TEST_F(TinyModelTest, PlanCliJsonOutputUniformTraceAndProfile) {
   auto bad = testing::RunCli("plan --model " + dir + " --memory-budget 12parsecs");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("memory-budget"), std::string::npos) << bad.output;
+  // 0 bytes: an error (it printed a plan of empty pools and a 0 us makespan); a share of the expert bytes
+  // as generate and serve read it.
+  auto zero = testing::RunCli("plan --model " + dir + " --memory-budget 0");
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_NE(zero.output.find("nothing to plan"), std::string::npos) << zero.output;
+  auto share = testing::RunCli("plan --model " + dir + " --memory-budget 50% --json");
+  ASSERT_EQ(share.exit_code, 0) << share.output;
+  auto manifest = ReadManifest(dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  uint64_t expert_bytes = 0;
+  for (const ExpertTensorInfo& t : manifest->expert_tensors) expert_bytes += t.raw_bytes();
+  EXPECT_EQ(nlohmann::json::parse(share.output)["budget_bytes"].get<uint64_t>(), expert_bytes / 2);
   auto no_batch = testing::RunCli("plan --model " + dir + " --memory-budget 1MiB --batch-size 8 --trace " +
                                   tmp.Sub("trace.jsonl"));
   EXPECT_NE(no_batch.exit_code, 0);

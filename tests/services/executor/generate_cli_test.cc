@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -142,13 +143,35 @@ TEST(GenerateCliTest, ErrorsAreReported) {
   // A NaN temperature or top-p sampled the least likely token whatever the seed; --threads 100000 hung;
   // a budget of 2^64 bytes or more wrapped to 0; a negative one was an "unknown unit".
   for (const char* flags : {"--temperature nan", "--top-p nan", "--temperature inf", "--threads 100000",
-                            "--memory-budget 16777217TiB", "--memory-budget -5MiB"}) {
+                            "--memory-budget 16777217TiB", "--memory-budget -5MiB",
+                            "--trace-events /nonexistent-zipmoe-dir/t.json"}) {
     r = RunCli("generate --model " + TinyModelDir("mixtral") + " --prompt-ids 1 --max-new-tokens 1 " + flags);
     EXPECT_NE(r.exit_code, 0) << flags;
     const std::string flag = std::string(flags).substr(0, std::string(flags).find(' '));
     EXPECT_NE(r.output.find(flag), std::string::npos) << flags << ": " << r.output;
     EXPECT_EQ(r.output.find("unknown unit"), std::string::npos) << flags << ": " << r.output;
   }
+}
+
+// gpt-oss's fused MXFP4 experts with a NaN scale (E8M0 0xFF): refused at load naming the tensor and
+// block, as compress refuses them (served, every logit was NaN and the answer token 0 forever).
+TEST(GenerateCliTest, NanMxfp4ScalesAreRefusedAtLoad) {
+  testing::TempDir tmp;
+  std::filesystem::copy(TinyModelDir("gpt_oss"), tmp.Sub("m"), std::filesystem::copy_options::recursive);
+  const std::string file = tmp.Sub("m/model.safetensors");
+  std::string bytes = testing::ReadAll(file);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, header));
+  const std::string name = "model.layers.1.mlp.experts.down_proj_scales";
+  ASSERT_TRUE(h.contains(name));
+  const uint64_t begin = h[name]["data_offsets"][0], end = h[name]["data_offsets"][1];
+  for (uint64_t i = begin; i < end; ++i) bytes[8 + header + i] = static_cast<char>(0xFF);
+  testing::WriteAll(file, bytes);
+  const auto r = RunCli("generate --model " + tmp.Sub("m") + " --prompt-ids 1,2 --max-new-tokens 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("down_proj"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("NaN"), std::string::npos) << r.output;
 }
 
 // --trace-events: the run's timeline as Chrome trace JSON, with the forward steps, the layers, the
