@@ -645,10 +645,12 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
     if (was_prefill) impl_->KeepPromptSnapshot(s);
     bool go_on = false;
     bool cancelled = false;
+    Status step_status = Status::Ok();
     if (!(was_prefill && s.params.max_new_tokens == 0)) {
       const float* row_logits = logits.data_ptr<float>() + last * vocab;
       const SamplingParams& sp = s.params.sampling;
       int32_t token = 0;
+      float chosen = 0.0f;  // the sampled token's logit
       const bool penalties = (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) && !s.counts.empty();
       TokenConstraint* constraint = s.params.constraint.get();
       if (penalties || !sp.logit_bias.empty() || constraint != nullptr) {
@@ -661,36 +663,47 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
         }
         if (constraint != nullptr) constraint->Mask(penalized.data(), vocab);
         token = s.sampler.Sample(penalized.data(), vocab);
-        if (constraint != nullptr) constraint->Accept(token);
+        chosen = penalized[static_cast<size_t>(token)];
+        if (constraint != nullptr && !std::isnan(chosen)) constraint->Accept(token);
       } else {
         token = s.sampler.Sample(row_logits, vocab);
+        chosen = row_logits[token];
       }
-      ++s.counts[token];
-      r.generated_ids.push_back(token);
-      SampledToken sampled;
-      sampled.id = token;
-      if (s.params.logprobs >= 0) Logprobs(row_logits, vocab, token, s.params.logprobs, &sampled);
-      const bool keep = s.on_token ? s.on_token(sampled) : true;
-      if (s.params.stop_on_eos && c.IsEos(token)) {
-        r.stopped_on_eos = true;
-      } else if (!keep) {
-        cancelled = true;
+      // The sampler skips NaN logits, so a NaN chosen means every candidate was NaN (weights or
+      // activations overflowed): the sequence fails instead of answering token 0 forever.
+      if (std::isnan(chosen)) {
+        step_status = Status::Internal(fmt::format(
+            "every logit of generated token {} is NaN (the model's weights or activations overflowed): nothing "
+            "could be sampled",
+            r.generated_ids.size() + 1));
       } else {
-        // Positions fed to the decoder: the prompt and the generated tokens but the last, or for an
-        // encoder-decoder model the start token and the generated tokens but the last. With a KV budget
-        // a sequence also ends where it alone would no longer fit.
-        const int64_t fed = static_cast<int64_t>((c.is_encoder_decoder() ? 1 : r.prompt_ids.size()) +
-                                                 r.generated_ids.size()) - 1;
-        const bool fits = !impl_->bounded() || budget.SequenceBytes(fed + 1) <= budget.bytes;
-        go_on = static_cast<int64_t>(r.generated_ids.size()) < s.params.max_new_tokens &&
-                fed < c.max_position_embeddings && fits;
+        ++s.counts[token];
+        r.generated_ids.push_back(token);
+        SampledToken sampled;
+        sampled.id = token;
+        if (s.params.logprobs >= 0) Logprobs(row_logits, vocab, token, s.params.logprobs, &sampled);
+        const bool keep = s.on_token ? s.on_token(sampled) : true;
+        if (s.params.stop_on_eos && c.IsEos(token)) {
+          r.stopped_on_eos = true;
+        } else if (!keep) {
+          cancelled = true;
+        } else {
+          // Positions fed to the decoder: the prompt and the generated tokens but the last, or for an
+          // encoder-decoder model the start token and the generated tokens but the last. With a KV budget
+          // a sequence also ends where it alone would no longer fit.
+          const int64_t fed = static_cast<int64_t>((c.is_encoder_decoder() ? 1 : r.prompt_ids.size()) +
+                                                   r.generated_ids.size()) - 1;
+          const bool fits = !impl_->bounded() || budget.SequenceBytes(fed + 1) <= budget.bytes;
+          go_on = static_cast<int64_t>(r.generated_ids.size()) < s.params.max_new_tokens &&
+                  fed < c.max_position_embeddings && fits;
+        }
       }
     }
     if (!go_on) {
       budget.used_bytes -= s.held_bytes;
       s.held_bytes = 0;
       impl_->KeepForReuse(s);
-      finished.push_back(Finished{s.id, Status::Ok(), std::move(r), cancelled});
+      finished.push_back(Finished{s.id, step_status, std::move(r), cancelled});
       ended.push_back(&s);
     }
   }

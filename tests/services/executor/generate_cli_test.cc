@@ -174,6 +174,30 @@ TEST(GenerateCliTest, NanMxfp4ScalesAreRefusedAtLoad) {
   EXPECT_NE(r.output.find("NaN"), std::string::npos) << r.output;
 }
 
+// A step whose every logit is NaN (here a NaN final norm weight) fails the sequence, naming the cause,
+// where the sampler, which skips NaN logits, used to answer token 0 forever.
+TEST(GenerateCliTest, AllNanLogitsFailTheSequence) {
+  testing::TempDir tmp;
+  std::filesystem::copy(TinyModelDir("qwen2_moe"), tmp.Sub("m"), std::filesystem::copy_options::recursive);
+  const std::string file = tmp.Sub("m/model.safetensors");
+  std::string bytes = testing::ReadAll(file);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, header));
+  ASSERT_TRUE(h.contains("model.norm.weight"));
+  const uint64_t begin = h["model.norm.weight"]["data_offsets"][0], end = h["model.norm.weight"]["data_offsets"][1];
+  for (uint64_t i = begin; i + 1 < end; i += 2) {  // BF16 NaN 0x7fc0, little-endian
+    bytes[8 + header + i] = static_cast<char>(0xC0);
+    bytes[8 + header + i + 1] = static_cast<char>(0x7F);
+  }
+  testing::WriteAll(file, bytes);
+  for (const char* sampling : {"", " --temperature 0.8 --seed 3"}) {
+    const auto r = RunCli("generate --model " + tmp.Sub("m") + " --prompt-ids 1,2 --max-new-tokens 3" + sampling);
+    EXPECT_NE(r.exit_code, 0) << sampling;
+    EXPECT_NE(r.output.find("NaN"), std::string::npos) << sampling << ": " << r.output;
+  }
+}
+
 // --trace-events: the run's timeline as Chrome trace JSON, with the forward steps, the layers, the
 // waits for experts and, under a memory budget, the runtime's chunk reads and decodes; the logits do
 // not change.
