@@ -136,6 +136,9 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
                       ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe, ModelArch::kGptOss,
                       ModelArch::kQwen3Next, ModelArch::kQwen35Moe})
     if (t == ModelArchName(a)) return a;
+  // Kimi-K2's published config.json names its own model_type for DeepSeek-V3's architecture
+  // ("architectures": ["DeepseekV3ForCausalLM"], the same keys); Moonshot's README has users rename it.
+  if (t == "kimi_k2") return ModelArch::kDeepseekV3;
   return Status::InvalidArgument(fmt::format("{}: unsupported model_type '{}' (supported: {})", source, t,
                                              SupportedModelTypes()));
 }
@@ -853,8 +856,8 @@ const char* ModelArchName(ModelArch arch) {
 }
 
 const char* SupportedModelTypes() {
-  return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, "
-         "gpt_oss, qwen3_next, qwen3_5_moe, switch_transformers";
+  return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, glm4_moe_lite, "
+         "ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, switch_transformers";
 }
 
 bool ModelConfig::mla() const {

@@ -232,6 +232,27 @@ TEST(PublishedConfigs, DeepseekV3AsReleasedIsFp8WithGroupedRouting) {
   EXPECT_DOUBLE_EQ(c->softmax_scale(), 1.0 / std::sqrt(192.0) * m * m);
 }
 
+// moonshotai/Kimi-K2's config.json has DeepSeek-V3's architecture and keys under model_type "kimi_k2"
+// (its README has users rename it): read as deepseek_v3, with every value as given.
+TEST(PublishedConfigs, KimiK2ModelTypeIsDeepseekV3) {
+  json j = json::parse(kDeepseekV3);
+  j["model_type"] = "kimi_k2";
+  j["n_routed_experts"] = 384;
+  j["n_group"] = 1;
+  j["topk_group"] = 1;
+  j["routed_scaling_factor"] = 2.827;
+  j["first_k_dense_replace"] = 1;
+  auto c = ParseModelConfig(j, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kDeepseekV3);
+  EXPECT_EQ(c->num_experts, 384);
+  EXPECT_TRUE(c->fp8());
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(1));
+  j["model_type"] = "kimi_k3";
+  ExpectRefused(j, {"model_type", "kimi_k3"});
+}
+
 TEST(PublishedConfigs, Glm45AirIsGqaWithPartialRotaryAndTheNoauxTcRouter) {
   auto c = Parse(kGlm45Air);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
