@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda_status.cuh"
+#include "kernels/device_buffers.cuh"
 #include "kernels/dense_decode.h"
 
 namespace zipmoe::kernels {
@@ -177,24 +178,6 @@ Status LaunchDecodeAttentionBf16(const DecodeAttentionBf16Args& a, void* stream)
 }
 
 namespace {
-
-// Device buffers freed on scope exit (test helpers only).
-struct DeviceBuffers {
-  std::vector<void*> ptrs;
-  ~DeviceBuffers() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-  template <typename T>
-  Status Upload(const T* src, int64_t count, T** dst) {
-    void* p = nullptr;
-    const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-    ZM_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, bytes > 0 ? bytes : 1), "cudaMalloc"));
-    ptrs.push_back(p);
-    if (src != nullptr) ZM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D"));
-    *dst = static_cast<T*>(p);
-    return Status::Ok();
-  }
-};
 
 template <typename T>
 Status Download(T* dst, const T* src, int64_t count) {

@@ -9,6 +9,7 @@
 
 #include "kernels/grouped_expert.h"
 #include "kernels/cuda_status.cuh"
+#include "kernels/device_buffers.cuh"
 
 namespace zipmoe::kernels {
 namespace {
@@ -183,24 +184,6 @@ Status LaunchGroupedExpertMlp(const GroupedExpertArgs& a, void* stream) {
 
 namespace zipmoe::kernels {
 namespace {
-
-// Device buffers freed on scope exit (test/bench helper only).
-struct DeviceBuffers {
-  std::vector<void*> ptrs;
-  ~DeviceBuffers() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-  template <typename T>
-  Status Upload(const T* src, int64_t count, T** dst) {
-    void* p = nullptr;
-    const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-    ZM_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"));
-    ptrs.push_back(p);
-    if (src != nullptr && bytes > 0) ZM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
-    *dst = static_cast<T*>(p);
-    return Status::Ok();
-  }
-};
 
 Status Download(void* dst, const void* src, size_t bytes) {
   return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy back");
