@@ -58,20 +58,27 @@ UniqueFd::~UniqueFd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Result<MappedFile> MappedFile::Open(const std::string& path) {
-  // O_NONBLOCK: a FIFO in a file's place would block open() until a writer came (a hang, not an error);
-  // it is refused below as not a regular file. The flag changes nothing for regular files.
+Result<uint64_t> RegularFileSize(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status::IoError(path + ": fstat: " + ErrnoText());
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Result<UniqueFd> OpenRegularFile(const std::string& path, uint64_t* size) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
     return Status::IoError(path + ": open: " + ErrnoText());
   }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Status::IoError(path + ": fstat: " + ErrnoText());
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+  ZM_ASSIGN_OR_RETURN(*size, RegularFileSize(fd.get(), path));
+  return fd;
+}
+
+Result<MappedFile> MappedFile::Open(const std::string& path) {
   MappedFile m;
+  ZM_ASSIGN_OR_RETURN(const UniqueFd fd, OpenRegularFile(path, &m.size_));
   m.path_ = path;
-  m.size_ = static_cast<uint64_t>(st.st_size);
   if (m.size_ > 0) {
     void* p = MapAligned(m.size_, PROT_READ, MAP_PRIVATE, fd.get());
     if (p == MAP_FAILED) return Status::IoError(path + ": mmap: " + ErrnoText());

@@ -38,6 +38,17 @@ class UniqueFd {
   int fd_ = -1;
 };
 
+// The size of open file `fd` (named `path` in errors) if it is a regular file. Errors: kIoError (fstat,
+// with errno's text), kInvalidArgument "<path>: not a regular file" (a FIFO, directory or device in a
+// model file's place).
+Result<uint64_t> RegularFileSize(int fd, const std::string& path);
+
+// `path` opened read-only (O_CLOEXEC) as a regular file, and its size. O_NONBLOCK: a FIFO in its place
+// is refused (RegularFileSize) instead of blocking open() until a writer comes; the flag changes
+// nothing for regular files. Errors: kNotFound (no such file), kIoError (open, with errno's text), and
+// RegularFileSize's.
+Result<UniqueFd> OpenRegularFile(const std::string& path, uint64_t* size);
+
 // Read-only, private memory map of a whole file. Empty files map to data()==nullptr, size()==0.
 class MappedFile {
  public:

@@ -1,7 +1,5 @@
 #include "common/checkpoint/expert_store.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -33,19 +31,11 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::Open(const std::string& dir, E
     }
   }
   store->experts_path_ = JoinPath(dir, store->manifest_.experts_file);
-  // O_NONBLOCK: a FIFO in its place is refused below instead of blocking open() (no effect on a regular file).
-  store->fd_ = UniqueFd(::open(store->experts_path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!store->fd_.valid()) {
-    if (errno == ENOENT) return Status::NotFound(store->experts_path_ + ": no such file");
-    return Status::IoError(store->experts_path_ + ": open: " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::fstat(store->fd_.get(), &st) != 0)
-    return Status::IoError(store->experts_path_ + ": fstat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(store->experts_path_ + ": not a regular file");
-  if (static_cast<uint64_t>(st.st_size) != store->manifest_.experts_file_bytes)
+  uint64_t size = 0;
+  ZM_ASSIGN_OR_RETURN(store->fd_, OpenRegularFile(store->experts_path_, &size));
+  if (size != store->manifest_.experts_file_bytes)
     return Status::Corruption(fmt::format("{}: {} bytes, manifest records {} (truncated or replaced)",
-                                          store->experts_path_, st.st_size, store->manifest_.experts_file_bytes));
+                                          store->experts_path_, size, store->manifest_.experts_file_bytes));
   const auto& tensors = store->manifest_.expert_tensors;
   for (size_t i = 0; i < tensors.size(); ++i) {
     auto key = std::make_tuple(tensors[i].layer_id, tensors[i].expert_id, static_cast<int>(tensors[i].proj));

@@ -1,7 +1,6 @@
 #include "services/storage/chunk_file.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -25,9 +24,7 @@ Result<UniqueFd> OpenFd(const std::string& path, bool direct, int* open_errno) {
   UniqueFd fd(::open(path.c_str(), flags));
   *open_errno = fd.valid() ? 0 : errno;
   if (fd.valid()) {
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) return Status::IoError(fmt::format("{}: fstat: {}", path, std::strerror(errno)));
-    if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a regular file");
+    ZM_RETURN_IF_ERROR(RegularFileSize(fd.get(), path).status());
     return fd;
   }
   if (*open_errno == ENOENT) return Status::NotFound(path + ": no such file");
