@@ -148,6 +148,12 @@ uint64_t ExpertTensorInfo::raw_bytes() const {
   return DTypeBytes(dtype, static_cast<uint64_t>(numel()));
 }
 
+uint64_t Manifest::expert_raw_bytes() const {
+  uint64_t total = 0;
+  for (const ExpertTensorInfo& t : expert_tensors) total += t.raw_bytes();
+  return total;
+}
+
 uint64_t ExpertTensorInfo::stored_bytes() const {
   uint64_t s = 0;
   for (const auto& c : chunks) s += c.stored_bytes;

@@ -110,6 +110,9 @@ struct Manifest {
   // exponent histograms above count their 2-bit fields only). All zero when no expert is MXFP4.
   std::array<uint64_t, 256> mxfp4_scale_histogram{};
   std::vector<std::string> source_files;           // extra files copied verbatim
+
+  // Σ raw_bytes() over expert_tensors: every expert resident in its own dtype, what a budget in % is of.
+  uint64_t expert_raw_bytes() const;
 };
 
 // The dtype whose packing E-chunk `c` of `t` uses (common/codec.h CompressEChunk / DecompressEChunk): t.dtype,

@@ -10,7 +10,8 @@
 
 namespace zipmoe::cli {
 
-// ParseByteSize ("512MiB", "50GB"...) lives in services/pipeline/runtime_options.h (the services parse budgets too).
+// ParseByteSize ("512MiB", "50GB"...) and ParseBudgetPercent ("50%") live in services/pipeline/runtime_options.h (the services parse budgets too).
+using runtime::ParseBudgetPercent;
 using runtime::ParseByteSize;
 
 // A prompts file for benchmarks and load tests: a JSON array whose items are either strings or

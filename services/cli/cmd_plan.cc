@@ -58,21 +58,9 @@ nlohmann::json PerPool(const std::array<T, cm::kPoolCount>& v) {
 Status RunPlan(const PlanArgs& args) {
   ZM_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(args.model));
   uint64_t budget = 0;
-  if (!args.budget.empty() && args.budget.back() == '%') {
-    // As generate and serve read it: a share of the expert bytes (pipeline/cache_backend.cc).
-    double percent = -1;
-    try {
-      size_t used = 0;
-      percent = std::stod(args.budget.substr(0, args.budget.size() - 1), &used);
-      if (used != args.budget.size() - 1) percent = -1;
-    } catch (const std::exception&) {
-      percent = -1;
-    }
-    if (!(percent > 0 && percent <= 1000))
-      return Status::InvalidArgument(fmt::format("--memory-budget '{}': a percentage must be in (0, 1000]", args.budget));
-    uint64_t expert_bytes = 0;
-    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
-    budget = static_cast<uint64_t>(static_cast<double>(expert_bytes) * percent / 100.0);
+  if (!args.budget.empty() && args.budget.back() == '%') {  // as generate and serve read it
+    ZM_ASSIGN_OR_RETURN(const double percent, ParseBudgetPercent(args.budget, "--memory-budget"));
+    budget = static_cast<uint64_t>(static_cast<double>(manifest.expert_raw_bytes()) * percent / 100.0);
   } else {
     ZM_ASSIGN_OR_RETURN(budget, ParseByteSize(args.budget, "--memory-budget"));
   }

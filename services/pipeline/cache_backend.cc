@@ -38,10 +38,8 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
       return Status::InvalidArgument(
           fmt::format("memory budget {}%: a percentage must be in (0, 1000]", cfg.memory_budget_percent));
     }
-    uint64_t expert_bytes = 0;
-    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
     cfg.memory_budget_bytes =
-        static_cast<uint64_t>(static_cast<double>(expert_bytes) * cfg.memory_budget_percent / 100.0);
+        static_cast<uint64_t>(static_cast<double>(manifest.expert_raw_bytes()) * cfg.memory_budget_percent / 100.0);
   }
   if (cfg.no_compression) {
     if (cfg.policy != cm::CachePolicy::kZipMoe || manifest.codec != Codec::kNone) {
@@ -60,9 +58,8 @@ Result<std::unique_ptr<LocalCacheBackend>> LocalCacheBackend::Create(OffloadConf
       return Status::InvalidArgument(
           fmt::format("device memory budget {}%: a percentage must be in (0, 100]", cfg.device_f_budget_percent));
     }
-    uint64_t expert_bytes = 0;
-    for (const ExpertTensorInfo& t : manifest.expert_tensors) expert_bytes += t.raw_bytes();
-    device_f_bytes = static_cast<int64_t>(static_cast<double>(expert_bytes) * cfg.device_f_budget_percent / 100.0);
+    device_f_bytes =
+        static_cast<int64_t>(static_cast<double>(manifest.expert_raw_bytes()) * cfg.device_f_budget_percent / 100.0);
   } else if (cfg.device_f_pool && cfg.device_f_budget_bytes >= 0) {
     device_f_bytes = cfg.device_f_budget_bytes;
   }

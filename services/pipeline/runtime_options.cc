@@ -50,6 +50,22 @@ Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag)
   return static_cast<uint64_t>(std::floor(value * scale));
 }
 
+Result<double> ParseBudgetPercent(const std::string& text, const std::string& flag) {
+  double percent = -1;
+  if (!text.empty() && text.back() == '%') {
+    try {
+      size_t used = 0;
+      percent = std::stod(text.substr(0, text.size() - 1), &used);
+      if (used != text.size() - 1) percent = -1;
+    } catch (const std::exception&) {
+      percent = -1;
+    }
+  }
+  if (!(percent > 0 && percent <= 1000))
+    return Status::InvalidArgument(fmt::format("{} '{}': a percentage must be in (0, 1000]", flag, text));
+  return percent;
+}
+
 Status ParseDeviceMemoryBudget(const std::string& text, const std::string& flag, int64_t* bytes, double* percent) {
   *bytes = -1;
   *percent = 0;
@@ -111,20 +127,9 @@ Result<OffloadConfig> ToOffloadConfig(const RuntimeFlags& f, const std::string& 
   OffloadConfig c;
   c.model_dir = model_dir;
   if (!f.memory_budget.empty() && f.memory_budget.back() == '%') {
-    // A share of the model's BF16 expert bytes (what every expert resident would take).
-    double percent = -1;
-    try {
-      size_t used = 0;
-      percent = std::stod(f.memory_budget.substr(0, f.memory_budget.size() - 1), &used);
-      if (used != f.memory_budget.size() - 1) percent = -1;
-    } catch (const std::exception&) {
-      percent = -1;
-    }
-    if (!(percent > 0)) {
-      return Status::InvalidArgument(
-          fmt::format("--memory-budget '{}': a percentage must be in (0, 1000]", f.memory_budget));
-    }
-    c.memory_budget_percent = percent;  // resolved against the expert bytes by OffloadExpertProvider::Create
+    // A share of the model's expert bytes (what every expert resident would take), resolved against
+    // them by OffloadExpertProvider::Create.
+    ZM_ASSIGN_OR_RETURN(c.memory_budget_percent, ParseBudgetPercent(f.memory_budget, "--memory-budget"));
   } else {
     ZM_ASSIGN_OR_RETURN(c.memory_budget_bytes, ParseByteSize(f.memory_budget, "--memory-budget"));
   }

@@ -43,6 +43,10 @@ struct RuntimeFlags {
 // Errors: kInvalidArgument naming `flag` and the text.
 Result<uint64_t> ParseByteSize(const std::string& text, const std::string& flag);
 
+// "N%" (--memory-budget): N, a share of the model's expert bytes (Manifest::expert_raw_bytes), in
+// (0, 1000]. Errors: kInvalidArgument naming `flag` and the text.
+Result<double> ParseBudgetPercent(const std::string& text, const std::string& flag);
+
 // The GPU executor's device budget (--device-memory-budget, executor key device_memory_budget;
 // executor::GeneratorOptions::device_memory_budget_*): "" or "auto" -> bytes -1, percent 0; "N%"
 // (0 < N <= 100) -> percent N; a size (ParseByteSize) -> bytes. Errors: kInvalidArgument naming
