@@ -396,23 +396,28 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
     // a rendering of step 2 that leaves the tool calls out (the same text without them: a template that
     // renders an assistant turn with content as a plain answer) is refused rather than served: the model
     // would read tool results with no call before them. The first error stands when nothing renders.
+    struct Candidate {
+      ordered_json messages;
+      bool empty_content;  // step 2: are the calls still in what it renders?
+    };
     ordered_json sent = messages;
     for (const auto& [k, calls] : calls_as_sent) sent[k]["tool_calls"] = calls;
-    std::vector<ordered_json> candidates;
-    if (!calls_as_sent.empty()) candidates.push_back(sent);
+    const auto emptied = [&](ordered_json m) {
+      for (const size_t k : null_beside_calls) m[k]["content"] = "";
+      return m;
+    };
+    std::vector<Candidate> candidates;
+    if (!calls_as_sent.empty()) candidates.push_back({sent, false});
     if (!null_beside_calls.empty()) {
-      for (ordered_json* m : {&messages, &sent}) {
-        for (const size_t k : null_beside_calls) (*m)[k]["content"] = "";
-        candidates.push_back(*m);
-        if (calls_as_sent.empty()) break;
-      }
+      candidates.push_back({emptied(messages), true});
+      if (!calls_as_sent.empty()) candidates.push_back({emptied(sent), true});
     }
     bool dropped = false;
     for (size_t c = 0; c < candidates.size() && !text.ok(); ++c) {
-      Result<std::string> retry = render(candidates[c]);
+      Result<std::string> retry = render(candidates[c].messages);
       if (!retry.ok()) continue;
-      if (c > 0 || calls_as_sent.empty()) {  // an empty content instead of null: are the calls still there?
-        ordered_json without = candidates[c];
+      if (candidates[c].empty_content) {
+        ordered_json without = candidates[c].messages;
         for (const size_t k : null_beside_calls) without[k].erase("tool_calls");
         Result<std::string> bare = render(without);
         if (bare.ok() && *bare == *retry) {
