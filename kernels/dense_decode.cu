@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda_status.cuh"
+#include "kernels/recovery.h"  // CudaDeviceCount
 #include "kernels/device_buffers.cuh"
 #include "kernels/dense_decode.h"
 
@@ -187,12 +188,7 @@ Status Download(T* dst, const T* src, int64_t count) {
 }
 
 Status NeedDevice(const char* what) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return Status::Unavailable(std::string(what) + ": no CUDA device");
-  }
-  return Status::Ok();
+  return CudaDeviceCount() == 0 ? Status::Unavailable(std::string(what) + ": no CUDA device") : Status::Ok();
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "kernels/fp8_dequant.h"
 #include "kernels/cuda_status.cuh"
+#include "kernels/recovery.h"  // CudaDeviceCount
 
 namespace zipmoe::kernels {
 namespace {
@@ -124,11 +125,7 @@ Status LaunchDequantizeMxfp4ToBf16(const uint8_t* raw, int64_t rows, int64_t col
 Status DequantizeMxfp4ToBf16OnDevice(const uint8_t* raw, int64_t rows, int64_t cols, uint16_t* out) {
   if (rows < 0 || cols < 0 || cols % 32 != 0)
     return Status::InvalidArgument("DequantizeMxfp4ToBf16OnDevice: negative sizes or cols not a multiple of 32");
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return Status::Unavailable("DequantizeMxfp4ToBf16OnDevice: no CUDA device");
-  }
+  if (CudaDeviceCount() == 0) return Status::Unavailable("DequantizeMxfp4ToBf16OnDevice: no CUDA device");
   if (rows == 0 || cols == 0) return Status::Ok();
   const size_t n = static_cast<size_t>(rows * cols), raw_bytes = n / 2 + n / 32;
   uint8_t* draw = nullptr;
@@ -147,11 +144,7 @@ Status DequantizeMxfp4ToBf16OnDevice(const uint8_t* raw, int64_t rows, int64_t c
 Status DequantizeF8E4M3ToBf16OnDevice(const uint8_t* q, const float* scale_inv, int64_t rows, int64_t cols,
                                       int64_t block_rows, int64_t block_cols, uint16_t* out) {
   ZM_RETURN_IF_ERROR(CheckArgs("DequantizeF8E4M3ToBf16OnDevice", q, scale_inv, rows, cols, block_rows, block_cols, out));
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return Status::Unavailable("DequantizeF8E4M3ToBf16OnDevice: no CUDA device");
-  }
+  if (CudaDeviceCount() == 0) return Status::Unavailable("DequantizeF8E4M3ToBf16OnDevice: no CUDA device");
   if (rows == 0 || cols == 0) return Status::Ok();
   const size_t n = static_cast<size_t>(rows * cols);
   const size_t scales = static_cast<size_t>(((rows + block_rows - 1) / block_rows) * ((cols + block_cols - 1) / block_cols));

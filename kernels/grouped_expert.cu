@@ -9,6 +9,7 @@
 
 #include "kernels/grouped_expert.h"
 #include "kernels/cuda_status.cuh"
+#include "kernels/recovery.h"  // CudaDeviceCount
 #include "kernels/device_buffers.cuh"
 
 namespace zipmoe::kernels {
@@ -193,11 +194,7 @@ Status Download(void* dst, const void* src, size_t bytes) {
 
 Status GroupedExpertMlpOnDevice(const GroupedExpertArgs& host, int repeats, double* seconds) {
   ZM_RETURN_IF_ERROR(ValidateGroupedExpertTables(host));
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return Status::Unavailable("GroupedExpertMlpOnDevice: no CUDA device");
-  }
+  if (CudaDeviceCount() == 0) return Status::Unavailable("GroupedExpertMlpOnDevice: no CUDA device");
   DeviceBuffers b;
   GroupedExpertArgs d = host;
   uint16_t* x = nullptr;

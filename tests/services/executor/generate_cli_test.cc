@@ -153,21 +153,24 @@ TEST(GenerateCliTest, ErrorsAreReported) {
   }
 }
 
+// Overwrites every byte of tensor `name` in safetensors file `file` with `pattern`, repeated.
+void FillTensor(const std::string& file, const std::string& name, const std::string& pattern) {
+  std::string bytes = testing::ReadAll(file);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, header));
+  ASSERT_TRUE(h.contains(name)) << name;
+  const uint64_t begin = h[name]["data_offsets"][0], end = h[name]["data_offsets"][1];
+  for (uint64_t i = begin; i < end; ++i) bytes[8 + header + i] = pattern[(i - begin) % pattern.size()];
+  testing::WriteAll(file, bytes);
+}
+
 // gpt-oss's fused MXFP4 experts with a NaN scale (E8M0 0xFF): refused at load naming the tensor and
 // block, as compress refuses them (served, every logit was NaN and the answer token 0 forever).
 TEST(GenerateCliTest, NanMxfp4ScalesAreRefusedAtLoad) {
   testing::TempDir tmp;
   std::filesystem::copy(TinyModelDir("gpt_oss"), tmp.Sub("m"), std::filesystem::copy_options::recursive);
-  const std::string file = tmp.Sub("m/model.safetensors");
-  std::string bytes = testing::ReadAll(file);
-  uint64_t header = 0;
-  std::memcpy(&header, bytes.data(), 8);
-  const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, header));
-  const std::string name = "model.layers.1.mlp.experts.down_proj_scales";
-  ASSERT_TRUE(h.contains(name));
-  const uint64_t begin = h[name]["data_offsets"][0], end = h[name]["data_offsets"][1];
-  for (uint64_t i = begin; i < end; ++i) bytes[8 + header + i] = static_cast<char>(0xFF);
-  testing::WriteAll(file, bytes);
+  FillTensor(tmp.Sub("m/model.safetensors"), "model.layers.1.mlp.experts.down_proj_scales", {'\xFF'});
   const auto r = RunCli("generate --model " + tmp.Sub("m") + " --prompt-ids 1,2 --max-new-tokens 2");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("down_proj"), std::string::npos) << r.output;
@@ -179,18 +182,7 @@ TEST(GenerateCliTest, NanMxfp4ScalesAreRefusedAtLoad) {
 TEST(GenerateCliTest, AllNanLogitsFailTheSequence) {
   testing::TempDir tmp;
   std::filesystem::copy(TinyModelDir("qwen2_moe"), tmp.Sub("m"), std::filesystem::copy_options::recursive);
-  const std::string file = tmp.Sub("m/model.safetensors");
-  std::string bytes = testing::ReadAll(file);
-  uint64_t header = 0;
-  std::memcpy(&header, bytes.data(), 8);
-  const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, header));
-  ASSERT_TRUE(h.contains("model.norm.weight"));
-  const uint64_t begin = h["model.norm.weight"]["data_offsets"][0], end = h["model.norm.weight"]["data_offsets"][1];
-  for (uint64_t i = begin; i + 1 < end; i += 2) {  // BF16 NaN 0x7fc0, little-endian
-    bytes[8 + header + i] = static_cast<char>(0xC0);
-    bytes[8 + header + i + 1] = static_cast<char>(0x7F);
-  }
-  testing::WriteAll(file, bytes);
+  FillTensor(tmp.Sub("m/model.safetensors"), "model.norm.weight", {'\xC0', '\x7F'});  // BF16 NaN 0x7fc0, LE
   for (const char* sampling : {"", " --temperature 0.8 --seed 3"}) {
     const auto r = RunCli("generate --model " + tmp.Sub("m") + " --prompt-ids 1,2 --max-new-tokens 3" + sampling);
     EXPECT_NE(r.exit_code, 0) << sampling;
