@@ -94,14 +94,6 @@ bool ArgumentsText(const json& args, std::string* out) {
 }
 
 // A function name as OpenAI allows them (letters, digits, '_', '-'; '.' and ':' for namespaced tools).
-bool ValidName(std::string_view name) {
-  if (name.empty() || name.size() > 256) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-           c == '.' || c == ':';
-  });
-}
-
 }  // namespace
 
 bool IsBlank(std::string_view s) { return Trim(s).empty(); }
@@ -126,6 +118,14 @@ ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view ren
   s.starts_in_reasoning = s.reasoning && tail.size() >= kThinkOpen.size() &&
                           tail.substr(tail.size() - kThinkOpen.size()) == kThinkOpen;
   return s;
+}
+
+bool IsValidToolName(std::string_view name) {
+  if (name.empty() || name.size() > 256) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.' || c == ':';
+  });
 }
 
 std::vector<std::string> ChatSyntaxMarkers(const ChatSyntax& syntax) {
@@ -192,7 +192,7 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
   std::vector<ParsedToolCall> calls;
   auto add = [&](std::string_view name, const json& args) {
     std::string text;
-    if (!ValidName(name) || !ArgumentsText(args, &text)) return false;
+    if (!IsValidToolName(name) || !ArgumentsText(args, &text)) return false;
     calls.push_back(ParsedToolCall{"", std::string(name), std::move(text)});
     return true;
   };

@@ -59,6 +59,11 @@ struct ChatSyntax {
 // True when `s` holds only JSON/ASCII whitespace (' ', '\n', '\t', '\r'), or nothing.
 bool IsBlank(std::string_view s);
 
+// A function name the parser reads back from a tool call: 1..256 of [A-Za-z0-9_.:-] (OpenAI's own rule,
+// ^[a-zA-Z0-9_-]{1,64}$, plus '.' and ':', which namespaced MCP tools use). The API refuses tools named
+// otherwise, since a call to them could never come back as `tool_calls`.
+bool IsValidToolName(std::string_view name);
+
 // The syntax of the template source `chat_template` (the Jinja text); `rendered_prompt` is this
 // request's rendered prompt (for starts_in_reasoning). Templates without any marker: inactive.
 ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view rendered_prompt);

@@ -18,55 +18,227 @@ using nlohmann::json;
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json& root) : root_(root) {}
+  // `documents`: JSON pointers into `root` to subschemas that are schema documents of their own (their
+  // "$ref"s resolve against them) and the label their paths start with in errors.
+  explicit SchemaCompiler(const json& root, const std::vector<JsonGrammar::Document>& documents = {})
+      : root_(root), doc_(&root) {
+    for (const JsonGrammar::Document& d : documents) {
+      const json* at = nullptr;
+      try {
+        at = &root.at(json::json_pointer(d.pointer));
+      } catch (const json::exception&) {
+        continue;  // not in this schema: nothing to scope
+      }
+      if (at == &root) {
+        root_label_ = d.label;
+      } else {
+        documents_[at] = d.label;
+      }
+    }
+  }
 
   Result<std::shared_ptr<const JsonGrammar>> Run(bool object_root) {
     auto g = std::make_shared<JsonGrammar>();
     g_ = g.get();
-    any_ = Add(SchemaNode{});
-    ZM_ASSIGN_OR_RETURN(int32_t root, Compile(root_, ""));
+    any_ = Add(SchemaNode{}, "");
+    doc_label_ = root_label_;
+    ZM_ASSIGN_OR_RETURN(int32_t root, Compile(root_, root_label_));
     if (object_root) {
       SchemaNode& r = g_->nodes_[static_cast<size_t>(root)];
       if (r.kind == SchemaNode::Kind::kAny) {
         SchemaNode obj;
         obj.kind = SchemaNode::Kind::kObject;
         obj.additional = any_;
-        root = Add(std::move(obj));
+        root = Add(std::move(obj), root_label_);
       } else if (r.kind != SchemaNode::Kind::kObject) {
         return Status::InvalidArgument("the schema's root must be an object");
       }
     }
     g_->root_ = root;
     g_->alternatives_ = {JsonGrammar::Alternative{"", "", root}};
+    ZM_RETURN_IF_ERROR(CheckNoLeftRecursion());
+    ZM_RETURN_IF_ERROR(CheckDepth(*g_, paths_));
     return std::shared_ptr<const JsonGrammar>(std::move(g));
   }
 
+  // Each node's path in the schema (for errors), in node order.
+  const std::vector<std::string>& paths() const { return paths_; }
+
+  // Refuses a grammar whose values cannot be completed within the matcher's kMaxDepth frames: every
+  // alternative's root needs at most kMaxDepth frames less those below it (its suffix text's) and must
+  // admit some finite value. Sets every node's min_frames (SchemaNode).
+  static Status CheckDepth(JsonGrammar& g, const std::vector<std::string>& paths) {
+    std::vector<SchemaNode>& nodes = g.nodes_;
+    for (SchemaNode& n : nodes) n.min_frames = kNoFiniteValue;
+    // Least fixpoint: a node's value completes in min_frames once its children's do.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (SchemaNode& n : nodes) {
+        int32_t v = 1;
+        using K = SchemaNode::Kind;
+        const auto child = [&](int32_t i) { return nodes[static_cast<size_t>(i)].min_frames; };
+        if (n.kind == K::kArray) {
+          if (n.min_items > 0) v = child(n.items) >= kNoFiniteValue ? kNoFiniteValue : 1 + child(n.items);
+        } else if (n.kind == K::kObject) {
+          for (size_t k = 0; k < n.key_nodes.size() && v < kNoFiniteValue; ++k) {
+            if ((n.required >> k & 1) == 0) continue;
+            v = child(n.key_nodes[k]) >= kNoFiniteValue ? kNoFiniteValue : std::max(v, 1 + child(n.key_nodes[k]));
+          }
+        } else if (n.kind == K::kAnyOf) {
+          v = kNoFiniteValue;
+          for (int32_t a : n.alternatives) v = std::min(v, child(a));
+        }
+        if (v < n.min_frames) {
+          n.min_frames = v;
+          changed = true;
+        }
+      }
+    }
+    for (const JsonGrammar::Alternative& alt : g.alternatives_) {
+      const int32_t base_frames = alt.suffix.empty() ? 0 : 1;
+      const int32_t need = nodes[static_cast<size_t>(alt.root)].min_frames;
+      const std::string& where = static_cast<size_t>(alt.root) < paths.size() ? paths[static_cast<size_t>(alt.root)] : "";
+      if (need >= kNoFiniteValue) {
+        // Name the first object or array that cannot be completed: where the recursion is required.
+        std::string culprit = where;
+        for (size_t i = 0; i < nodes.size() && i < paths.size(); ++i) {
+          const SchemaNode& n = nodes[i];
+          if (n.min_frames >= kNoFiniteValue &&
+              (n.kind == SchemaNode::Kind::kObject || n.kind == SchemaNode::Kind::kArray)) {
+            culprit = paths[i];
+            break;
+          }
+        }
+        return Status::InvalidArgument(fmt::format(
+            "the schema admits no finite value: a required property or minItems item at {} refers back to "
+            "itself without end",
+            Where(culprit)));
+      }
+      if (base_frames + need > kMaxDepth)
+        return Status::InvalidArgument(fmt::format("the schema at {} requires nesting {} levels deep; at most {}",
+                                                   Where(where), need, kMaxDepth - base_frames));
+    }
+    return Status::Ok();
+  }
+
  private:
-  int32_t Add(SchemaNode n) {
+  int32_t Add(SchemaNode n, const std::string& path) {
     g_->nodes_.push_back(std::move(n));
+    paths_.push_back(path);
     return static_cast<int32_t>(g_->nodes_.size() - 1);
   }
   SchemaNode& At(int32_t i) { return g_->nodes_[static_cast<size_t>(i)]; }
 
   static std::string Where(const std::string& path) { return path.empty() ? "the root" : path; }
 
+  // An anyOf whose alternatives lead back to it before any byte is written (left recursion, e.g.
+  // {"anyOf": [{"$ref": "#"}, {"type": "null"}]}) would expand forever in the matcher: refused.
+  Status CheckNoLeftRecursion() {
+    const std::vector<SchemaNode>& nodes = g_->nodes_;
+    std::vector<uint8_t> state(nodes.size(), 0);  // 0 new, 1 on the path, 2 done
+    std::vector<std::pair<int32_t, size_t>> stack;
+    for (size_t start = 0; start < nodes.size(); ++start) {
+      if (state[start] != 0 || nodes[start].kind != SchemaNode::Kind::kAnyOf) continue;
+      stack.emplace_back(static_cast<int32_t>(start), 0);
+      state[start] = 1;
+      while (!stack.empty()) {
+        auto& [node, next] = stack.back();
+        const SchemaNode& n = nodes[static_cast<size_t>(node)];
+        if (next == n.alternatives.size()) {
+          state[static_cast<size_t>(node)] = 2;
+          stack.pop_back();
+          continue;
+        }
+        const int32_t alt = n.alternatives[next++];
+        if (nodes[static_cast<size_t>(alt)].kind != SchemaNode::Kind::kAnyOf) continue;
+        if (state[static_cast<size_t>(alt)] == 1)
+          return Status::InvalidArgument(fmt::format(
+              "anyOf at {} refers back to itself before any value is written (a $ref cycle through anyOf)",
+              Where(paths_[static_cast<size_t>(alt)])));
+        if (state[static_cast<size_t>(alt)] == 0) {
+          state[static_cast<size_t>(alt)] = 1;
+          stack.emplace_back(alt, 0);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Whether the JSON value `v` is valid for the compiled node (enum / const values checked against the
+  // keywords beside them).
+  bool Admits(int32_t index, const json& v) {
+    const SchemaNode& n = At(index);
+    using K = SchemaNode::Kind;
+    switch (n.kind) {
+      case K::kAny: return true;
+      case K::kNull: return v.is_null();
+      case K::kBoolean: return v.is_boolean();
+      case K::kNumber: return v.is_number();
+      case K::kInteger: {
+        if (!v.is_number()) return false;
+        if (v.is_number_float() && std::trunc(v.get<double>()) != v.get<double>()) return false;
+        const double d = v.get<double>();  // bounds are within 1e15: exact in a double
+        return (!n.has_minimum || d >= static_cast<double>(n.minimum)) &&
+               (!n.has_maximum || d <= static_cast<double>(n.maximum));
+      }
+      case K::kString: {
+        if (!v.is_string()) return false;
+        int64_t points = 0;
+        for (unsigned char c : v.get_ref<const std::string&>()) points += (c & 0xC0) != 0x80;
+        return points >= n.min_length && (n.max_length < 0 || points <= n.max_length);
+      }
+      case K::kLiterals: return std::binary_search(n.literals.begin(), n.literals.end(), v.dump());
+      case K::kArray: {
+        if (!v.is_array()) return false;
+        const int64_t size = static_cast<int64_t>(v.size());
+        if (size < n.min_items || (n.max_items >= 0 && size > n.max_items)) return false;
+        for (const json& item : v)
+          if (!Admits(n.items, item)) return false;
+        return true;
+      }
+      case K::kObject: {
+        if (!v.is_object()) return false;
+        uint64_t seen = 0;
+        for (const auto& [key, value] : v.items()) {
+          const std::string lit = json(key).dump();
+          const auto pos = std::lower_bound(n.keys.begin(), n.keys.end(), lit);
+          if (pos != n.keys.end() && *pos == lit) {
+            const size_t k = static_cast<size_t>(pos - n.keys.begin());
+            seen |= uint64_t{1} << k;
+            if (!Admits(n.key_nodes[k], value)) return false;
+          } else if (n.additional < 0 || !Admits(n.additional, value)) {
+            return false;
+          }
+        }
+        return (seen & n.required) == n.required;
+      }
+      case K::kAnyOf:
+        for (int32_t a : n.alternatives)
+          if (Admits(a, v)) return true;
+        return false;
+    }
+    return false;
+  }
+
   Status Unsupported(const std::string& key, const std::string& path) {
     return Status::InvalidArgument(fmt::format("unsupported JSON Schema keyword '{}' at {}", key, Where(path)));
   }
 
   Result<int32_t> Ref(const std::string& ref, const std::string& path) {
-    if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+    const auto key = std::make_pair(doc_, ref);
+    if (auto it = refs_.find(key); it != refs_.end()) return it->second;
+    const json& doc = *doc_;
     const json* target = nullptr;
     if (ref == "#") {
-      target = &root_;
+      target = &doc;
     } else {
       for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
         const std::string p(prefix);
         if (ref.compare(0, p.size(), p) != 0) continue;
         const std::string section = p.substr(2, p.size() - 3);  // "$defs" / "definitions"
         const std::string name = ref.substr(p.size());
-        if (root_.is_object() && root_.contains(section) && root_[section].is_object() && root_[section].contains(name))
-          target = &root_[section][name];
+        if (doc.is_object() && doc.contains(section) && doc[section].is_object() && doc[section].contains(name))
+          target = &doc[section][name];
       }
     }
     if (target == nullptr)
@@ -74,15 +246,36 @@ class SchemaCompiler {
                                                  "'#/definitions/NAME' are supported)",
                                                  Clip(ref), Where(path)));
     // The node exists before its body is compiled, so a recursive reference finds it.
-    const int32_t slot = Add(SchemaNode{});
-    refs_[ref] = slot;
-    ZM_ASSIGN_OR_RETURN(int32_t body, Compile(*target, ref.substr(1)));
-    SchemaNode copy = At(body);
+    const std::string target_path = doc_label_ + ref.substr(1);
+    const int32_t slot = Add(SchemaNode{}, target_path);
+    refs_[key] = slot;
+    pending_.insert(slot);
+    Result<int32_t> body = Compile(*target, target_path);
+    if (!body.ok()) return body.status();
+    // A reference whose target is only a reference back to one being resolved never reaches a schema
+    // ({"$defs": {"A": {"$ref": "#/$defs/A"}}}).
+    if (pending_.count(*body) != 0)
+      return Status::InvalidArgument(
+          fmt::format("$ref '{}' at {} is a cycle of references that never reaches a schema", Clip(ref), Where(path)));
+    SchemaNode copy = At(*body);
     At(slot) = std::move(copy);
+    pending_.erase(slot);
     return slot;
   }
 
   Result<int32_t> Compile(const json& s, const std::string& path) {
+    // A subschema that is a document of its own (a tool's parameters inside the call's wrapper): its
+    // "$ref"s resolve against it and its paths start from its label.
+    if (auto it = documents_.find(&s); it != documents_.end() && doc_ != &s) {
+      const json* saved_doc = doc_;
+      const std::string saved_label = doc_label_;
+      doc_ = &s;
+      doc_label_ = it->second;
+      Result<int32_t> r = Compile(s, it->second);
+      doc_ = saved_doc;
+      doc_label_ = saved_label;
+      return r;
+    }
     if (++depth_ > 64) return Status::InvalidArgument(fmt::format("the schema nests deeper than 64 at {}", Where(path)));
     struct Leave {
       int* d;
@@ -113,32 +306,56 @@ class SchemaCompiler {
       return Ref(s["$ref"].get<std::string>(), path);
     }
     if (s.contains("enum") || s.contains("const")) {
-      SchemaNode n;
-      n.kind = SchemaNode::Kind::kLiterals;
-      if (s.contains("const")) {
-        n.literals.push_back(s["const"].dump());
-      } else {
+      // Every keyword of the schema applies (JSON Schema 2020-12 Core §7.7.1): the values of enum and
+      // const are kept only where the keywords beside them (type, bounds, lengths, anyOf, ...) admit them.
+      std::vector<json> values;
+      if (s.contains("enum")) {
         if (!s["enum"].is_array() || s["enum"].empty())
           return Status::InvalidArgument(fmt::format("enum at {} must be a non-empty array", Where(path)));
-        for (const json& v : s["enum"]) n.literals.push_back(v.dump());
+        for (const json& v : s["enum"]) values.push_back(v);
       }
+      if (s.contains("const")) {
+        if (!values.empty() && std::find(values.begin(), values.end(), s["const"]) == values.end())
+          return Status::InvalidArgument(fmt::format("const at {} is not one of its enum values", Where(path)));
+        values = {s["const"]};
+      }
+      json rest = json::object();
+      for (const auto& [key, value] : s.items())
+        if (key != "enum" && key != "const" && kIgnored.count(key) == 0) rest[key] = value;
+      if (!rest.empty()) {
+        ZM_ASSIGN_OR_RETURN(int32_t beside, Compile(rest, path));
+        std::vector<json> kept;
+        for (const json& v : values)
+          if (Admits(beside, v)) kept.push_back(v);
+        if (kept.empty())
+          return Status::InvalidArgument(fmt::format(
+              "no value of the {} at {} is valid for the keywords beside it", s.contains("const") ? "const" : "enum",
+              Where(path)));
+        values = std::move(kept);
+      }
+      SchemaNode n;
+      n.kind = SchemaNode::Kind::kLiterals;
+      for (const json& v : values) n.literals.push_back(v.dump());
       std::sort(n.literals.begin(), n.literals.end());
       n.literals.erase(std::unique(n.literals.begin(), n.literals.end()), n.literals.end());
-      return Add(std::move(n));
+      return Add(std::move(n), path);
     }
     if (s.contains("anyOf")) {
       if (!s["anyOf"].is_array() || s["anyOf"].empty())
         return Status::InvalidArgument(fmt::format("anyOf at {} must be a non-empty array", Where(path)));
+      // Keywords beside anyOf would constrain every alternative too; that is not enforced, so refused.
+      for (const auto& [key, value] : s.items()) {
+        if (key != "anyOf" && kIgnored.count(key) == 0)
+          return Status::InvalidArgument(fmt::format(
+              "'{}' beside anyOf at {} is not supported (write it inside each alternative)", key, Where(path)));
+      }
       SchemaNode n;
       n.kind = SchemaNode::Kind::kAnyOf;
       for (size_t i = 0; i < s["anyOf"].size(); ++i) {
         ZM_ASSIGN_OR_RETURN(int32_t alt, Compile(s["anyOf"][i], fmt::format("{}/anyOf/{}", path, i)));
         n.alternatives.push_back(alt);
       }
-      if (s.contains("type")) {
-        return Status::InvalidArgument(fmt::format("'type' beside anyOf at {} is not supported", Where(path)));
-      }
-      return Add(std::move(n));
+      return Add(std::move(n), path);
     }
     std::vector<std::string> types;
     if (s.contains("type")) {
@@ -170,7 +387,7 @@ class SchemaCompiler {
     SchemaNode n;
     n.kind = SchemaNode::Kind::kAnyOf;
     n.alternatives = std::move(alts);
-    return Add(std::move(n));
+    return Add(std::move(n), path);
   }
 
   Result<int32_t> Count(const json& s, const char* key, const std::string& path, int32_t* out) {
@@ -223,7 +440,7 @@ class SchemaCompiler {
       } else if (!s.contains("properties")) {
         n.additional = any_;  // {"type": "object"}: any object; "properties": {} admits only {} (strict mode)
       }
-      const int32_t self = Add(std::move(n));
+      const int32_t self = Add(std::move(n), path);
       std::vector<int32_t> key_nodes;
       for (const auto& [lit, sub] : props) {
         ZM_ASSIGN_OR_RETURN(int32_t child, Compile(*sub, path + "/properties/" + json::parse(lit).get<std::string>()));
@@ -244,7 +461,7 @@ class SchemaCompiler {
         ZM_ASSIGN_OR_RETURN(int32_t items, Compile(s["items"], path + "/items"));
         n.items = items;
       }
-      return Add(std::move(n));
+      return Add(std::move(n), path);
     }
     if (type == "string") {
       n.kind = SchemaNode::Kind::kString;
@@ -252,7 +469,7 @@ class SchemaCompiler {
       ZM_RETURN_IF_ERROR(Count(s, "maxLength", path, &n.max_length).status());
       if (n.max_length >= 0 && n.min_length > n.max_length)
         return Status::InvalidArgument(fmt::format("minLength > maxLength at {}", Where(path)));
-      return Add(std::move(n));
+      return Add(std::move(n), path);
     }
     if (type == "number" || type == "integer") {
       n.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
@@ -280,24 +497,30 @@ class SchemaCompiler {
       }
       if (n.has_minimum && n.has_maximum && n.minimum > n.maximum)
         return Status::InvalidArgument(fmt::format("no integer lies within the bounds at {}", Where(path)));
-      return Add(std::move(n));
+      return Add(std::move(n), path);
     }
     if (type == "boolean") {
       n.kind = SchemaNode::Kind::kBoolean;
-      return Add(std::move(n));
+      return Add(std::move(n), path);
     }
     if (type == "null") {
       n.kind = SchemaNode::Kind::kNull;
-      return Add(std::move(n));
+      return Add(std::move(n), path);
     }
     return Status::InvalidArgument(fmt::format("unknown type '{}' at {}", Clip(type), Where(path)));
   }
 
   const json& root_;
+  std::string root_label_;                        // the root document's label ("" = "the root")
+  std::map<const json*, std::string> documents_;  // nested documents and their labels
+  const json* doc_;                               // the document "$ref"s resolve against now
+  std::string doc_label_;                         // its label
   JsonGrammar* g_ = nullptr;
   int32_t any_ = -1;
   int depth_ = 0;
-  std::map<std::string, int32_t> refs_;
+  std::map<std::pair<const json*, std::string>, int32_t> refs_;
+  std::set<int32_t> pending_;       // reference slots whose target is being compiled
+  std::vector<std::string> paths_;  // per node
 };
 
 Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::Compile(const json& schema, bool object_root) {
@@ -382,12 +605,15 @@ Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileAlternatives(cons
     return Status::InvalidArgument(
         fmt::format("{} alternatives; at most {} can be enforced at once", framings.size(), kMaxAlternatives));
   auto out = std::make_shared<JsonGrammar>();
+  std::vector<std::string> paths;
   for (size_t i = 0; i < framings.size(); ++i) {
-    Result<std::shared_ptr<const JsonGrammar>> g = SchemaCompiler(framings[i].schema).Run(false);
+    SchemaCompiler compiler(framings[i].schema, framings[i].documents);
+    Result<std::shared_ptr<const JsonGrammar>> g = compiler.Run(false);
     if (!g.ok()) {
       if (framings.size() == 1) return g.status();
       return Status::InvalidArgument(fmt::format("alternative {}: {}", i, g.status().message()));
     }
+    paths.insert(paths.end(), compiler.paths().begin(), compiler.paths().end());
     // The alternative's nodes after those already there: every node index shifts by `off`.
     const int32_t off = static_cast<int32_t>(out->nodes_.size());
     for (SchemaNode n : (*g)->nodes_) {
@@ -400,6 +626,7 @@ Result<std::shared_ptr<const JsonGrammar>> JsonGrammar::CompileAlternatives(cons
     out->alternatives_.push_back(Alternative{framings[i].prefix, framings[i].suffix, (*g)->root_ + off});
   }
   out->root_ = out->alternatives_[0].root;
+  ZM_RETURN_IF_ERROR(SchemaCompiler::CheckDepth(*out, paths));  // sets min_frames
   out->free_until_ = std::move(free_until);
   if (tags != TagSyntax::kJson) {
     ZM_RETURN_IF_ERROR(PrepareTags(tags, out->alternatives_, &out->nodes_));
@@ -602,6 +829,29 @@ JsonMatcher::Frame JsonMatcher::LiteralFrame(uint8_t phase, int32_t node) const 
   return f;
 }
 
+// Object / tagged-pairs frame `obj` with `depth` frames on the stack up to and including it: whether
+// property k is not written yet and its value can still be completed within kMaxDepth.
+bool JsonMatcher::KeyOpen(const Frame& obj, int32_t depth, int32_t k) const {
+  const SchemaNode& n = grammar_->node(obj.node);
+  if (obj.seen >> k & 1) return false;
+  return depth + grammar_->node(n.key_nodes[static_cast<size_t>(k)]).min_frames <= kMaxDepth;
+}
+
+bool JsonMatcher::AnyKeyOpen(const Frame& obj, int32_t depth) const {
+  const int32_t keys = static_cast<int32_t>(grammar_->node(obj.node).keys.size());
+  for (int32_t k = 0; k < keys; ++k)
+    if (KeyOpen(obj, depth, k)) return true;
+  return false;
+}
+
+// An object of free keys (any object, or additionalProperties): whether a key (a string frame) and its
+// value still fit above `depth` frames.
+bool JsonMatcher::FreeValueFits(const Frame& obj, int32_t depth) const {
+  const SchemaNode& n = grammar_->node(obj.node);
+  const int32_t value = n.kind == SchemaNode::Kind::kAny ? obj.node : n.additional;
+  return depth + std::max(1, grammar_->node(value).min_frames) <= kMaxDepth;
+}
+
 // Replaces nothing: `s` has no frame for the value yet; pushes the frame that `c` starts (for every
 // alternative of an anyOf) and consumes c. False when c cannot start a value of the node.
 bool JsonMatcher::StartValue(Stack& s, int32_t node_index, uint8_t c, std::vector<Stack>* out) const {
@@ -613,7 +863,7 @@ bool JsonMatcher::StartValue(Stack& s, int32_t node_index, uint8_t c, std::vecto
     }
     return false;
   }
-  if (s.depth >= kMaxDepth) return false;
+  if (s.depth + n.min_frames > kMaxDepth) return false;  // could not be completed
   Frame f;
   f.node = node_index;
   using K = SchemaNode::Kind;
@@ -719,7 +969,6 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
     case kTagged: {
       const SchemaNode& n = grammar_->node(f.node);
       const TagTexts& t = TagTextsOf(grammar_->tags());
-      const uint64_t all = n.keys.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << n.keys.size()) - 1;
       switch (f.phase) {
         case kTagBetween: {
           if (ws) return whitespace();
@@ -729,7 +978,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
             done.ws = 0;
             Step(done, c, out);
           }
-          if ((f.seen & all) == all || static_cast<uint8_t>(t.key_open[0]) != c) return;
+          if (!AnyKeyOpen(f, s.depth) || static_cast<uint8_t>(t.key_open[0]) != c) return;
           s.ws = 0;
           f.phase = kTagKeyOpen;
           f.c = 1;
@@ -845,11 +1094,11 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
         return;
       }
       s.ws = 0;
-      const uint64_t all = n.keys.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << n.keys.size()) - 1;
       if ((f.phase == kObjOpen || f.phase == kObjComma) && c == '"') {
         f.phase = kObjKey;
         if (s.depth >= kMaxDepth) return;
         if (free) {
+          if (!FreeValueFits(f, s.depth)) return;
           Frame k;
           k.kind = kString;
           k.phase = kStrPlain;
@@ -857,7 +1106,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
           s.frames[s.depth++] = k;
           out->push_back(s);
         } else {
-          if ((f.seen & all) == all) return;  // every property written
+          if (!AnyKeyOpen(f, s.depth)) return;  // every property written (or none fits)
           s.frames[s.depth++] = LiteralFrame(kLitKeys, f.node);
           Step(s, c, out);
         }
@@ -882,7 +1131,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
         return;
       }
       if (f.phase == kObjAfterValue && c == ',') {
-        if (!free && (f.seen & all) == all) return;
+        if (free ? !FreeValueFits(f, s.depth) : !AnyKeyOpen(f, s.depth)) return;
         f.phase = kObjComma;
         out->push_back(s);
       }
@@ -904,7 +1153,8 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
         return;
       }
       if (f.phase == kArrAfterItem) {
-        if (c == ',' && (max_items < 0 || f.a < max_items)) {
+        if (c == ',' && (max_items < 0 || f.a < max_items) &&
+            s.depth + grammar_->node(items).min_frames <= kMaxDepth) {
           f.phase = kArrComma;
           out->push_back(s);
         }
@@ -1036,7 +1286,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
           if (lits[static_cast<size_t>(i)].size() == pos && pos > 0) {
             if (f.phase == kLitTagKeys) {  // a raw name that ends here ("a" beside "ab"), if not written yet
               const int32_t property = grammar_->node(f.node).tag_key_index[static_cast<size_t>(i)];
-              if (s.frames[s.depth - 2].seen >> property & 1) break;
+              if (!KeyOpen(s.frames[s.depth - 2], s.depth - 1, property)) break;
             }
             Stack t = s;
             t.frames[t.depth - 1].a = i;  // the candidate that ended (ChildDone reads it for keys)
@@ -1055,16 +1305,14 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
         }
       }
       if (lo >= hi) return;
-      uint64_t seen = 0;
       // The property index of literal i (a key literal): its own index, or via tag_key_index.
       const auto property = [&](int32_t i) {
         return f.phase == kLitTagKeys ? grammar_->node(f.node).tag_key_index[static_cast<size_t>(i)] : i;
       };
       const bool keys = f.phase == kLitKeys || f.phase == kLitTagKeys;
       if (keys) {
-        seen = s.frames[s.depth - 2].seen;
         bool open = false;
-        for (int32_t i = lo; i < hi && !open; ++i) open = (seen >> property(i) & 1) == 0;
+        for (int32_t i = lo; i < hi && !open; ++i) open = KeyOpen(s.frames[s.depth - 2], s.depth - 1, property(i));
         if (!open) return;
       }
       s.ws = 0;
@@ -1073,7 +1321,7 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
       f.c = static_cast<int32_t>(pos + 1);
       // One candidate left and fully matched: nothing longer can follow, so it is complete now.
       if (hi - lo == 1 && lits[static_cast<size_t>(lo)].size() == pos + 1) {
-        if (keys && (seen >> property(lo) & 1)) return;
+        if (keys && !KeyOpen(s.frames[s.depth - 2], s.depth - 1, property(lo))) return;
         ChildDone(s);
       }
       out->push_back(s);

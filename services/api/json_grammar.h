@@ -9,17 +9,23 @@
 //   points), minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (|bound| <= 1e15;
 //   on numbers they are refused), enum, const, anyOf, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed);
 //   annotations (title, description, default, examples, $schema, $id, $comment, deprecated, readOnly,
-//   writeOnly) are ignored. Objects list their properties in any order, each at most once; every
+//   writeOnly) are ignored. enum / const values are kept only where the keywords beside them admit them
+//   (JSON Schema 2020-12 Core §7.7.1: every keyword applies); nothing but annotations may stand beside
+//   anyOf. Refused as well: a $ref cycle through anyOf that writes nothing before it recurses (left
+//   recursion), references that only refer to each other, and schemas with no finite value or that
+//   require more than kMaxDepth nesting levels. Objects list their properties in any order, each at most once; every
 //   `required` one before the closing brace; an object schema without additionalProperties admits only
 //   its properties (as OpenAI's strict mode requires). An empty schema {} is any JSON value.
 // What the matcher admits besides the schema: whitespace runs of at most kMaxWhitespaceRun bytes
 // between tokens (none inside numbers and literals), numbers of at most kMaxNumberChars characters
 // and kMaxExponentDigits exponent digits,
-// nesting of at most kMaxDepth levels, strings of well-formed UTF-8 (no control bytes; escapes
+// nesting of at most kMaxDepth levels (a value, property or item is offered only where it can still
+// be completed within them: SchemaNode::min_frames), strings of well-formed UTF-8 (no control bytes; escapes
 // \" \\ \/ \b \f \n \r \t \uXXXX). enum and const values must be written as nlohmann's compact dump.
 // Thread-safety: a compiled JsonGrammar is immutable and shared; a JsonMatcher belongs to one thread.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,6 +45,7 @@ constexpr int kMaxDepth = 32;
 constexpr int kMaxObjectProperties = 64;
 constexpr int kMaxAlternatives = 32;  // framed values of one grammar (JsonGrammar::CompileAlternatives)
 constexpr int64_t kMaxIntegerBound = 1000000000000000;  // 1e15: bounds are exact in int64 and double
+constexpr int32_t kNoFiniteValue = INT32_MAX / 2;        // SchemaNode::min_frames of a node with no finite value
 
 // Well-formed UTF-8 (RFC 3629, Unicode Table 3-7): for a first byte, how many continuation bytes
 // follow and the range of the first of them (later ones are 0x80..0xBF). False for a byte that cannot
@@ -103,6 +110,11 @@ struct SchemaNode {
   std::vector<std::string> tag_keys;
   std::vector<int32_t> tag_key_index;
   std::vector<std::string> tag_literals;
+  // The fewest matcher frames a complete value of this node needs, its own included (1 for a scalar;
+  // an object 1 + the most any required property needs; an anyOf its cheapest alternative);
+  // kNoFiniteValue when no finite value exists. The matcher starts a value, a property or an item only
+  // where it can still be completed within kMaxDepth, so a text is never led into a dead end.
+  int32_t min_frames = 1;
 };
 
 class JsonGrammar {
@@ -124,9 +136,17 @@ class JsonGrammar {
   // {prefix "<｜tool▁calls▁begin｜>...function<｜tool▁sep｜>get_weather\n```json\n", the tool's
   // parameters, suffix "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"} per tool. Errors: as Compile,
   // naming the alternative; no alternatives, or more than kMaxAlternatives of them.
+  // A subschema that is a schema document of its own inside a framing's schema: a tool's `parameters`
+  // inside the call's {"name", "arguments"} wrapper. Its "$ref"s ("#", "#/$defs/...") resolve against it,
+  // and error paths inside it start with `label` (e.g. "tools[2].function.parameters").
+  struct Document {
+    std::string pointer;  // RFC 6901 JSON pointer into the framing's schema ("" = the schema itself)
+    std::string label;
+  };
   struct Framing {
     nlohmann::json schema;
     std::string prefix, suffix;
+    std::vector<Document> documents = {};
   };
   // `tags` other than kJson: every alternative's schema must be an object with properties (a tool's
   // parameters), written as tagged pairs (TagSyntax); a string enum value or a property name holding
@@ -222,6 +242,9 @@ class JsonMatcher {
   void ChildDone(Stack& s) const;
   bool StartValue(Stack& s, int32_t node, uint8_t c, std::vector<Stack>* out) const;
   bool StackAccepting(const Stack& s) const;
+  bool KeyOpen(const Frame& obj, int32_t depth, int32_t k) const;
+  bool AnyKeyOpen(const Frame& obj, int32_t depth) const;
+  bool FreeValueFits(const Frame& obj, int32_t depth) const;
   const std::vector<std::string>& LiteralsOf(const Frame& f) const;
   Frame LiteralFrame(uint8_t phase, int32_t node) const;
 

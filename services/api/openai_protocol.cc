@@ -177,6 +177,12 @@ bool Tools(const ordered_json& j, ordered_json* out, ApiError* err) {
       return *err = BadRequest(w + " must be {\"type\": \"function\", \"function\": {...}}", w), false;
     if (!t["function"].contains("name") || !t["function"]["name"].is_string())
       return *err = BadRequest(w + ".function.name must be a string", w + ".function.name"), false;
+    if (!IsValidToolName(t["function"]["name"].get<std::string>()))
+      return *err = BadRequest(fmt::format("{}.function.name '{}' must be 1 to 256 of the characters a-z, A-Z, 0-9, "
+                                           "'_', '-', '.' and ':'",
+                                           w, Clip(t["function"]["name"].get<std::string>())),
+                               w + ".function.name"),
+             false;
   }
   if (!tools.empty()) *out = tools;
   return true;
@@ -216,14 +222,35 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string&
     return bad("this model's chat template writes no tool calls, so none can be forced");
   const bool glm = syntax == ToolCallSyntax::kHermes && source.find("<arg_key>") != std::string::npos;
   const std::string wanted = j["tool_choice"].is_object() ? j["tool_choice"]["function"]["name"].get<std::string>() : "";
-  std::vector<std::pair<std::string, json>> chosen;  // name, parameters schema
-  for (const ordered_json& t : tools) {
+  struct Chosen {
+    std::string name;
+    json params;        // the parameters schema
+    std::string label;  // "tools[i].function.parameters": where errors inside it point
+  };
+  std::vector<Chosen> chosen;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered_json& t = tools[i];
     const std::string name = t["function"]["name"].get<std::string>();
     if (!wanted.empty() && name != wanted) continue;
-    chosen.emplace_back(name, t["function"].contains("parameters")
-                                  ? json::parse(t["function"]["parameters"].dump())
-                                  : json{{"type", "object"}, {"properties", json::object()},
-                                         {"additionalProperties", false}});  // OpenAI: no parameters
+    const std::string label = fmt::format("tools[{}].function.parameters", i);
+    json params = t["function"].contains("parameters") && !t["function"]["parameters"].is_null()
+                      ? json::parse(t["function"]["parameters"].dump())
+                      : json{{"type", "object"}, {"properties", json::object()},
+                             {"additionalProperties", false}};  // OpenAI: no parameters
+    // The arguments are an object (what every template writes and the parser reads back): a schema
+    // that admits anything ({} or true, often sent for a tool without arguments) means any object; one
+    // that admits no object is refused.
+    Result<std::shared_ptr<const JsonGrammar>> alone =
+        JsonGrammar::CompileAlternatives({JsonGrammar::Framing{params, "", "", {{"", label}}}});
+    if (!alone.ok()) return bad(fmt::format("the tools' parameters cannot be enforced: {}", alone.status().message()));
+    const SchemaNode::Kind kind = (*alone)->node((*alone)->root()).kind;
+    if (kind == SchemaNode::Kind::kAny) {
+      params = json{{"type", "object"}};
+    } else if (kind != SchemaNode::Kind::kObject) {
+      return bad(fmt::format("{} must describe an object (\"type\": \"object\"): the arguments of a call are one",
+                             label));
+    }
+    chosen.push_back({name, std::move(params), label});
   }
   if (chosen.empty()) return bad(fmt::format("no tool is named '{}'", Clip(wanted)));
   std::vector<JsonGrammar::Framing> framings;
@@ -232,39 +259,50 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string&
     // The arguments as tagged pairs (json_grammar.h TagSyntax), one alternative per tool (its name is in
     // the frame): GLM-4.5 <tool_call>N<arg_key>..., Qwen3-Coder <tool_call>\n<function=N>\n<parameter=...
     tags = glm ? TagSyntax::kGlm : TagSyntax::kQwenXml;
-    for (auto& [name, params] : chosen) {
+    for (Chosen& c : chosen) {
       if (glm) {
-        framings.push_back({std::move(params), "<tool_call>" + name, "</tool_call>"});
+        framings.push_back({std::move(c.params), "<tool_call>" + c.name, "</tool_call>", {{"", c.label}}});
       } else {
-        framings.push_back({std::move(params), "<tool_call>\n<function=" + name + ">\n", "</function>\n</tool_call>"});
+        framings.push_back({std::move(c.params), "<tool_call>\n<function=" + c.name + ">\n",
+                            "</function>\n</tool_call>", {{"", c.label}}});
       }
     }
   } else if (syntax == ToolCallSyntax::kHarmony) {  // a message to functions.NAME; <|call|> (an EOS id) ends it
-    for (auto& [name, params] : chosen)
-      framings.push_back(
-          {std::move(params), "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>", ""});
+    for (Chosen& c : chosen)
+      framings.push_back({std::move(c.params),
+                          "<|channel|>commentary to=functions." + c.name + " <|constrain|>json<|message|>", "",
+                          {{"", c.label}}});
   } else if (syntax == ToolCallSyntax::kDeepSeek) {
     // V3/R1 write the type and a ```json fence; V3.1 the name right after the call's begin marker.
     const bool fenced = source.find("```json") != std::string::npos;
-    for (auto& [name, params] : chosen) {
+    for (Chosen& c : chosen) {
+      const std::string& name = c.name;
       JsonGrammar::Framing f;
-      f.schema = std::move(params);
+      f.schema = std::move(c.params);
+      f.documents = {{"", c.label}};
       f.prefix = fenced ? "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"
                         : "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>";
       f.suffix = fenced ? "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>" : "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
       framings.push_back(std::move(f));
     }
   } else {
+    // {"name": N, "arguments": {...}} per tool, each tool's parameters a schema document of its own
+    // (its "$ref"s resolve against it, not against the wrapper).
     json alternatives = json::array();
-    for (auto& [name, params] : chosen)
+    std::vector<JsonGrammar::Document> documents;
+    for (Chosen& c : chosen) {
+      documents.push_back({chosen.size() == 1 ? "/properties/arguments"
+                                              : fmt::format("/anyOf/{}/properties/arguments", alternatives.size()),
+                           c.label});
       alternatives.push_back(json{{"type", "object"},
-                                  {"properties", {{"name", {{"const", name}}}, {"arguments", std::move(params)}}},
+                                  {"properties", {{"name", {{"const", c.name}}}, {"arguments", std::move(c.params)}}},
                                   {"required", {"name", "arguments"}}});
+    }
     const json schema = alternatives.size() == 1 ? alternatives[0] : json{{"anyOf", alternatives}};
     if (syntax == ToolCallSyntax::kMistral) {
-      framings.push_back({schema, "[TOOL_CALLS][", "]"});
+      framings.push_back({schema, "[TOOL_CALLS][", "]", documents});
     } else {
-      framings.push_back({schema, "<tool_call>", "</tool_call>"});
+      framings.push_back({schema, "<tool_call>", "</tool_call>", documents});
     }
   }
   Result<std::shared_ptr<const JsonGrammar>> g =

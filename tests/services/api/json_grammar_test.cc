@@ -391,5 +391,142 @@ TEST(JsonGrammar, TaggedArgumentsNeedPropertiesAndWritableNames) {
   EXPECT_TRUE(Accepts(*none, "<tool_call>ping\n</tool_call>"));
 }
 
+std::string CompileError(const json& schema) {
+  auto g = JsonGrammar::Compile(schema);
+  EXPECT_FALSE(g.ok()) << schema.dump();
+  return g.ok() ? "" : std::string(g.status().message());
+}
+
+// A $ref cycle through anyOf that writes nothing first expanded forever in the matcher (a crash on the
+// first token); a cycle of bare references compiled to "any value".
+TEST(JsonGrammar, LeftRecursionAndBareReferenceCyclesAreRefused) {
+  for (const char* text : {R"({"anyOf": [{"$ref": "#"}, {"type": "null"}]})",
+                           R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "integer"}]}}, "$ref": "#/$defs/A"})",
+                           R"({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]},
+                                         "B": {"anyOf": [{"$ref": "#/$defs/A"}]}}, "$ref": "#/$defs/A"})"}) {
+    EXPECT_NE(CompileError(json::parse(text)).find("refers back to itself before any value"), std::string::npos)
+        << text;
+  }
+  for (const char* text : {R"({"$defs": {"A": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"})",
+                           R"({"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"})"}) {
+    EXPECT_NE(CompileError(json::parse(text)).find("cycle of references"), std::string::npos) << text;
+  }
+  // Recursion behind a byte ('[' here) is fine.
+  auto g = Grammar(json::parse(R"({"anyOf": [{"type": "array", "items": {"$ref": "#"}}, {"type": "null"}]})"));
+  EXPECT_TRUE(Accepts(g, "[[null], [], null]"));
+  EXPECT_FALSE(Accepts(g, "[1]"));
+}
+
+// A required property or item that recurses without end has no finite instance: refused, rather than
+// leading the text into a dead end.
+TEST(JsonGrammar, SchemasWithoutAFiniteValueAreRefused) {
+  const std::string e = CompileError(json::parse(
+      R"({"$defs": {"N": {"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}, "required": ["n"]}},
+          "$ref": "#/$defs/N"})"));
+  EXPECT_NE(e.find("admits no finite value"), std::string::npos) << e;
+  EXPECT_NE(e.find("/$defs/N"), std::string::npos) << e;
+  EXPECT_NE(CompileError(json::parse(R"({"type": "array", "minItems": 1, "items": {"$ref": "#"}})"))
+                .find("admits no finite value"),
+            std::string::npos);
+  // The same recursion, optional, is a valid schema: the object may stop.
+  auto g = Grammar(json::parse(R"({"type": "object", "properties": {"n": {"$ref": "#"}}})"));
+  EXPECT_TRUE(Accepts(g, R"({"n": {"n": {}}})"));
+}
+
+// The matcher holds kMaxDepth frames: a schema that needs more is refused when compiled, and optional
+// nesting stops offering deeper values where they could no longer be completed (no dead end).
+TEST(JsonGrammar, NestingStaysWithinTheMatchersDepth) {
+  const auto nested = [](int levels) {
+    json s{{"type", "integer"}};
+    for (int i = 0; i < levels; ++i) s = json{{"type", "array"}, {"items", s}, {"minItems", 1}, {"maxItems", 1}};
+    return s;
+  };
+  // levels arrays + the integer: kMaxDepth frames fit exactly.
+  auto fits = Grammar(nested(kMaxDepth - 1));
+  EXPECT_TRUE(Accepts(fits, std::string(kMaxDepth - 1, '[') + "7" + std::string(kMaxDepth - 1, ']')));
+  const std::string e = CompileError(nested(kMaxDepth));
+  EXPECT_NE(e.find("requires nesting " + std::to_string(kMaxDepth + 1) + " levels deep"), std::string::npos) << e;
+  // Optional recursion: {"n": {"n": ... {}}} may nest until the innermost object is frame kMaxDepth,
+  // where "n" is no longer offered and only '}' may follow.
+  auto g = Grammar(json::parse(R"({"type": "object", "properties": {"n": {"$ref": "#"}}})"));
+  std::string text;
+  for (int i = 1; i < kMaxDepth; ++i) text += "{\"n\":";
+  text += "{";
+  EXPECT_TRUE(Alive(g, text));
+  EXPECT_FALSE(Alive(g, text + "\""));
+  EXPECT_TRUE(Accepts(g, text + std::string(kMaxDepth, '}')));
+  // Arrays likewise: no ',' or item that could not be closed.
+  auto a = Grammar(json::parse(R"({"type": "array", "items": {"$ref": "#"}})"));
+  const std::string deep(kMaxDepth, '[');
+  EXPECT_TRUE(Alive(a, deep));
+  EXPECT_FALSE(Alive(a, deep + "["));
+  EXPECT_TRUE(Accepts(a, deep + std::string(kMaxDepth, ']')));
+}
+
+// enum / const values are filtered by the keywords beside them (every keyword applies); anything
+// beside anyOf is refused by name.
+TEST(JsonGrammar, KeywordsBesideEnumConstAndAnyOf) {
+  auto g = Grammar(json::parse(R"({"type": "string", "enum": ["a", 1, null]})"));
+  EXPECT_TRUE(Accepts(g, "\"a\""));
+  EXPECT_FALSE(Accepts(g, "1"));
+  EXPECT_FALSE(Accepts(g, "null"));
+  g = Grammar(json::parse(R"({"type": "string", "enum": ["abcdef", "x"], "maxLength": 3})"));
+  EXPECT_TRUE(Accepts(g, "\"x\""));
+  EXPECT_FALSE(Accepts(g, "\"abcdef\""));
+  g = Grammar(json::parse(R"({"type": "integer", "minimum": 2, "enum": [1, 2, 2.0, 3.5, "2"]})"));
+  EXPECT_TRUE(Accepts(g, "2"));
+  EXPECT_TRUE(Accepts(g, "2.0"));  // an integer in JSON Schema
+  EXPECT_FALSE(Accepts(g, "1"));
+  EXPECT_FALSE(Accepts(g, "3.5"));
+  g = Grammar(json::parse(R"({"enum": [{"a": 1}, {"a": "x"}, {"b": 1}],
+                             "properties": {"a": {"type": "integer"}}, "required": ["a"]})"));
+  EXPECT_TRUE(Accepts(g, R"({"a":1})"));
+  EXPECT_FALSE(Accepts(g, R"({"a":"x"})"));
+  EXPECT_FALSE(Accepts(g, R"({"b":1})"));
+  g = Grammar(json::parse(R"({"const": "b", "enum": ["b", "c"]})"));
+  EXPECT_TRUE(Accepts(g, "\"b\""));
+  EXPECT_FALSE(Accepts(g, "\"c\""));
+  EXPECT_NE(CompileError(json::parse(R"({"const": "a", "enum": ["b", "c"]})")).find("not one of its enum values"),
+            std::string::npos);
+  EXPECT_NE(CompileError(json::parse(R"({"type": "integer", "enum": ["a", "b"]})")).find("beside it"),
+            std::string::npos);
+  std::string e = CompileError(json::parse(R"({"anyOf": [{"type": "integer"}, {"type": "null"}], "maximum": 3})"));
+  EXPECT_NE(e.find("'maximum' beside anyOf at the root"), std::string::npos) << e;
+  e = CompileError(json::parse(R"({"anyOf": [{"type": "object"}], "required": ["a"]})"));
+  EXPECT_NE(e.find("'required' beside anyOf"), std::string::npos) << e;
+  // Annotations beside anyOf stay fine (pydantic's Optional fields).
+  g = Grammar(json::parse(R"({"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null, "title": "X"})"));
+  EXPECT_TRUE(Accepts(g, "null"));
+}
+
+// A tool's parameters inside the call's wrapper are a document of their own: "$ref"s resolve against
+// them, and errors name them by their label.
+TEST(JsonGrammar, NestedDocumentsResolveTheirOwnRefs) {
+  const json params = json::parse(R"({"$defs": {"Address": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                             "required": ["city"], "additionalProperties": false}},
+                                      "type": "object", "properties": {"home": {"$ref": "#/$defs/Address"},
+                                      "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+                                      "required": ["home"], "additionalProperties": false})");
+  const json wrapper{{"type", "object"},
+                     {"properties", {{"name", {{"const", "t"}}}, {"arguments", params}}},
+                     {"required", {"name", "arguments"}}};
+  auto g = JsonGrammar::CompileAlternatives(
+      {JsonGrammar::Framing{wrapper, "<tool_call>", "</tool_call>", {{"/properties/arguments", "tools[0].function.parameters"}}}});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(Accepts(*g, R"(<tool_call>{"name": "t", "arguments": {"home": {"city": "Oslo"}, "next": {"home": {"city": "B"}, "next": null}}}</tool_call>)"));
+  // "#" is the parameters, not the wrapper.
+  EXPECT_FALSE(Accepts(*g, R"(<tool_call>{"name": "t", "arguments": {"home": {"city": "Oslo"}, "next": {"name": "t", "arguments": {}}}}</tool_call>)"));
+  // Without the document, the wrapper's root has no $defs.
+  auto plain = JsonGrammar::CompileAlternatives({JsonGrammar::Framing{wrapper, "<tool_call>", "</tool_call>"}});
+  ASSERT_FALSE(plain.ok());
+  json bad = wrapper;
+  bad["properties"]["arguments"]["properties"]["home"]["$ref"] = "#/$defs/Nowhere";
+  auto e = JsonGrammar::CompileAlternatives(
+      {JsonGrammar::Framing{bad, "<tool_call>", "</tool_call>", {{"/properties/arguments", "tools[0].function.parameters"}}}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("at tools[0].function.parameters/properties/home does not resolve"), std::string::npos)
+      << e.status().ToString();
+}
+
 }  // namespace
 }  // namespace zipmoe::api

@@ -495,5 +495,58 @@ TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) 
   EXPECT_TRUE(r.grammar->free_until().empty());
 }
 
+// Forced calls of tools whose parameters use $defs / "#" (pydantic's output) resolve them against the
+// parameters, not the {"name", "arguments"} wrapper; a schema that admits anything means any object;
+// one that admits no object, and a name the parser could not read back, are 400s naming the field.
+TEST_F(OpenAiProtocolTest, ForcedCallParametersAreTheirOwnSchemaDocumentAndNamesAreReadable) {
+  const std::string hermes = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{# <tool_call> #}";
+  std::unique_ptr<Tokenizer> tok = WithTemplate(*dir_, hermes);
+  const auto parse = [&](const json& tools, CompletionRequest* r, ApiError* e) {
+    json body{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", tools}, {"tool_choice", "required"}};
+    return ParseCompletionRequest(body.dump(), Endpoint::kChat, ProtocolContext{tok.get(), config_}, r, e);
+  };
+  const auto tool = [](const std::string& name, json params) {
+    json f{{"name", name}};
+    if (!params.is_null()) f["parameters"] = std::move(params);
+    return json{{"type", "function"}, {"function", f}};
+  };
+  const auto accepts = [](const CompletionRequest& r, const std::string& text) {
+    JsonMatcher m(r.grammar);
+    return m.Feed(text) && m.Accepting();
+  };
+  const json pydantic = json::parse(R"({"$defs": {"Address": {"type": "object", "properties": {"city": {"type": "string"}},
+                                        "required": ["city"], "additionalProperties": false}},
+                                        "type": "object", "properties": {"home": {"$ref": "#/$defs/Address"}},
+                                        "required": ["home"], "additionalProperties": false})");
+  CompletionRequest r;
+  ApiError e;
+  for (const json& tools : {json::array({tool("move", pydantic)}), json::array({tool("move", pydantic), tool("stay", nullptr)})}) {
+    ASSERT_TRUE(parse(tools, &r, &e)) << e.message;
+    EXPECT_TRUE(accepts(r, R"(<tool_call>{"name": "move", "arguments": {"home": {"city": "Oslo"}}}</tool_call>)"));
+    EXPECT_FALSE(accepts(r, R"(<tool_call>{"name": "move", "arguments": {"home": {}}}</tool_call>)"));
+  }
+  // {} and true: any object, never a bare number or string.
+  for (const json& any : {json::object(), json(true)}) {
+    ASSERT_TRUE(parse(json::array({tool("free", any)}), &r, &e)) << e.message;
+    EXPECT_TRUE(accepts(r, R"(<tool_call>{"name": "free", "arguments": {"x": [1]}}</tool_call>)"));
+    EXPECT_FALSE(accepts(r, R"(<tool_call>{"name": "free", "arguments": 8}</tool_call>)"));
+  }
+  EXPECT_FALSE(parse(json::array({tool("s", json{{"type", "string"}})}), &r, &e));
+  EXPECT_EQ(e.param, "tool_choice");
+  EXPECT_NE(e.message.find("tools[0].function.parameters must describe an object"), std::string::npos) << e.message;
+  json bad = pydantic;
+  bad["properties"]["home"]["$ref"] = "#/$defs/Nowhere";
+  EXPECT_FALSE(parse(json::array({tool("ok", nullptr), tool("move", bad)}), &r, &e));
+  EXPECT_NE(e.message.find("tools[1].function.parameters/properties/home does not resolve"), std::string::npos)
+      << e.message;
+  // Names: what the output parser reads back, or a 400 before anything runs (forced or not).
+  for (const char* name : {"has space", "we\"ird", "", "x\n"}) {
+    json body{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", json::array({tool(name, nullptr)})}};
+    EXPECT_FALSE(ParseCompletionRequest(body.dump(), Endpoint::kChat, ProtocolContext{tok.get(), config_}, &r, &e));
+    EXPECT_EQ(e.param, "tools[0].function.name") << name;
+  }
+  ASSERT_TRUE(parse(json::array({tool("mcp.server:get-item_2", nullptr)}), &r, &e)) << e.message;
+}
+
 }  // namespace
 }  // namespace zipmoe::api
