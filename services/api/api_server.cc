@@ -4,6 +4,7 @@
 #include "services/api/api_server.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -114,6 +115,11 @@ void ApiServer::SendError(HttpExchange& exchange, const ApiError& error) {
   SendJson(exchange, error.http_status, ErrorJson(error));
 }
 
+void ApiServer::MethodNotAllowed(HttpExchange& exchange, const char* allow, const std::string& message) {
+  exchange.AddHeader("Allow", allow);  // RFC 9110 §15.5.6: a 405 lists the methods the resource takes
+  SendError(exchange, ApiError{405, "invalid_request_error", message, "", ""});
+}
+
 std::string ApiServer::TokenText(int32_t id) const {
   return tokenizer_ ? tokenizer_->Decode({id}) : std::to_string(id);
 }
@@ -140,7 +146,7 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
   const bool get = http.method == "GET" || http.method == "HEAD";
   const bool post = http.method == "POST";
   if (path == "/health") {
-    if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET /health", "", ""});
+    if (!get) return MethodNotAllowed(exchange, "GET, HEAD", "use GET /health");
     const char* state = !ready_.load(std::memory_order_acquire) ? "loading"
                         : draining_.load()                       ? "stopping"
                                                                  : "ok";
@@ -152,7 +158,7 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
     return SendJson(exchange, body["status"] == "ok" ? 200 : 503, body);
   }
   if (path == "/metrics") {
-    if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET /metrics", "", ""});
+    if (!get) return MethodNotAllowed(exchange, "GET, HEAD", "use GET /metrics");
     if (registry_ == nullptr) return SendError(exchange, ApiError{404, "not_found_error", "no metrics", "", ""});
     {
       MutexLock lock(&refresh_mu_);
@@ -171,11 +177,11 @@ void ApiServer::Handle(const HttpRequest& http, HttpExchange& exchange) {
                                         "the model is still loading; retry when GET /health is 200", "", ""});
   if (draining_.load()) return SendError(exchange, ApiError{503, "server_error", "the server is shutting down", "", ""});
   if (path == "/v1/models" || route == "/v1/models/{id}") {
-    if (!get) return SendError(exchange, ApiError{405, "invalid_request_error", "use GET", "", ""});
+    if (!get) return MethodNotAllowed(exchange, "GET, HEAD", "use GET");
     return HandleModels(http, exchange);
   }
   if (!post)
-    return SendError(exchange, ApiError{405, "invalid_request_error", fmt::format("use POST {}", path), "", ""});
+    return MethodNotAllowed(exchange, "POST", fmt::format("use POST {}", path));
   if (path == "/v1/completions") return HandleCompletion(http, exchange, Endpoint::kCompletions);
   if (path == "/v1/chat/completions") return HandleCompletion(http, exchange, Endpoint::kChat);
   if (path == "/tokenize") return HandleTokenize(http, exchange);
@@ -446,6 +452,9 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
       lps.push_back(tokens[i].logprob);
       json top = json::object();
       for (const executor::TokenLogprob& alt : tokens[i].top) top[TokenText(alt.id)] = alt.logprob;
+      // The chosen token is always among them (OpenAI: up to logprobs + 1 entries; vLLM likewise).
+      const std::string chosen = TokenText(tokens[i].id);
+      if (!top.contains(chosen) && std::isfinite(tokens[i].logprob)) top[chosen] = tokens[i].logprob;
       tops.push_back(top);
       offs.push_back(i < offsets.size() ? offsets[i] : 0);
     }
@@ -467,6 +476,12 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
   };
   const auto all_done = [&]() ZM_REQUIRES(request->mu) { return request->done_jobs == request->jobs.size(); };
 
+  // A request with more sequences than the queue holds at all can never be queued: 400, not "retry later".
+  if (request->jobs.size() > static_cast<size_t>(std::max(1, options_.max_waiting)))
+    return SendError(exchange, BadRequest(fmt::format("the request asks for {} sequences (prompts x n); at most {} can "
+                                                      "wait for a batch slot (--max-waiting)",
+                                                      request->jobs.size(), std::max(1, options_.max_waiting)),
+                                          "n"));
   if (!Submit(request))
     return SendError(exchange, ApiError{429, "rate_limit_error",
                                         fmt::format("{} sequences are already waiting for a batch slot (--max-waiting); "
@@ -616,7 +631,14 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
         }
         return false;
       };
-      request->cv.Wait(&lock, ready);
+      // Probe the client while nothing is ready to write (e.g. queued behind a full batch): a client
+      // that left is cancelled then, not when its first token fails to go out after a whole prefill.
+      while (!request->cv.WaitFor(&lock, kClientProbe, ready)) {
+        if (!request->cancelled.load() && exchange.ClientGone()) {
+          request->cancelled.store(true);
+          queue_cv_.NotifyAll();
+        }
+      }
       for (size_t i = 0; i < request->jobs.size(); ++i) {
         Job& j = *request->jobs[i];
         const bool finish = j.done && !finished_sent[i];

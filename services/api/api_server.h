@@ -152,6 +152,8 @@ class ApiServer {
   // Whether the request carries the API key (always true without one), compared in constant time.
   bool Authorized(const HttpRequest& http) const;
   static void SendError(HttpExchange& exchange, const ApiError& error);
+  // 405 with an Allow header naming `allow` (e.g. "GET, HEAD").
+  static void MethodNotAllowed(HttpExchange& exchange, const char* allow, const std::string& message);
   std::string TokenText(int32_t id) const;
   std::string TokenBytes(int32_t id) const;  // its raw bytes (Tokenizer::DecodeBytes)
 

@@ -35,7 +35,7 @@ const std::set<std::string>& KnownFields() {
       "seed", "n", "presence_penalty", "frequency_penalty", "stop", "stream", "stream_options", "ignore_eos",
       "logprobs", "top_logprobs", "echo", "best_of", "response_format", "tools", "tool_choice", "functions",
       "function_call", "logit_bias", "suffix", "min_p", "repetition_penalty", "top_a", "chat_template_kwargs",
-      "reasoning_effort"};
+      "reasoning_effort", "stop_token_ids", "min_tokens", "include_stop_str_in_output", "skip_special_tokens"};
   return fields;
 }
 
@@ -359,7 +359,8 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
       message["content"] = m["content"];
     } else if (m["content"].is_array()) {
       std::string content;
-      for (const json& part : m["content"]) {
+      for (size_t k = 0; k < m["content"].size(); ++k) {
+        const json& part = m["content"][k];
         if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
           return *err = BadRequest(cwhere + ": each part needs a string 'type'", cwhere), false;
         if (part["type"] != "text")
@@ -369,6 +370,7 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
                  false;
         if (!part.contains("text") || !part["text"].is_string())
           return *err = BadRequest(cwhere + ": a text part needs a string 'text'", cwhere), false;
+        if (k > 0) content += '\n';  // joined as vLLM's "\n".join(texts) joins them
         content += part["text"].get<std::string>();
       }
       message["content"] = content;
@@ -616,6 +618,21 @@ bool RejectUnsupported(const json& j, bool chat, const CompletionRequest& r, Api
     return *err = BadRequest("'repetition_penalty' is not supported (use presence_penalty / frequency_penalty)",
                              "repetition_penalty"),
            false;
+  // vLLM's sampling extensions that would change the answer: refused unless at their no-op value, so
+  // that a client relying on one learns it is not applied.
+  if (Present(j, "stop_token_ids") && !(j["stop_token_ids"].is_array() && j["stop_token_ids"].empty()))
+    return *err = BadRequest("'stop_token_ids' is not supported by this server (use 'stop' strings)", "stop_token_ids"),
+           false;
+  if (Present(j, "min_tokens") && !(j["min_tokens"].is_number_integer() && j["min_tokens"].get<int64_t>() == 0))
+    return *err = BadRequest("'min_tokens' is not supported by this server (0 only)", "min_tokens"), false;
+  if (Present(j, "include_stop_str_in_output") && j["include_stop_str_in_output"] != false)
+    return *err = BadRequest("'include_stop_str_in_output' is not supported by this server (false only: the text ends "
+                             "before the stop string)",
+                             "include_stop_str_in_output"),
+           false;
+  if (Present(j, "skip_special_tokens") && j["skip_special_tokens"] != true)
+    return *err = BadRequest("'skip_special_tokens' is not supported by this server (true only)", "skip_special_tokens"),
+           false;
   if (Present(j, "best_of")) {
     if (chat) return *err = BadRequest("'best_of' is a completions field", "best_of"), false;
     if (!j["best_of"].is_number_integer() || j["best_of"].get<int64_t>() != r.n)
@@ -798,6 +815,14 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
                false;
       // An encoder-decoder model's prompt feeds the encoder; the completion has the decoder's own limit.
       const int64_t used = c.is_encoder_decoder() ? 0 : len;
+      // Without max_tokens the completion gets the rest of the context: none left is a 400 (as vLLM), not
+      // an empty answer.
+      if (out->max_tokens < 0 && used >= c.max_position_embeddings)
+        return *err = BadRequest(fmt::format("the prompt has {} tokens and fills the model's context length ({} tokens): "
+                                             "no room for a completion",
+                                             len, c.max_position_embeddings),
+                                 prompt_param),
+               false;
       if (out->max_tokens >= 0 && used + out->max_tokens > c.max_position_embeddings)
         return *err = BadRequest(fmt::format("this model's context length is {} tokens; the request asks for {} ({} in "
                                              "the prompt, {} in the completion)",

@@ -299,6 +299,7 @@ void FrontServer::Forward(const HttpRequest& request, HttpExchange& exchange) {
     if (answer) {
       CountCompleted();
       const std::string type = answer->get_header_value("Content-Type");
+      if (answer->has_header("Allow")) exchange.AddHeader("Allow", answer->get_header_value("Allow"));  // a 405's
       exchange.Send(answer->status, type.empty() ? "application/json" : type, answer->body);
       return;
     }

@@ -59,13 +59,13 @@ test('03 chat without max_tokens defaults to the context left (> 16 tokens)', T,
   assert.ok(contentChunks > 16, `only ${contentChunks} content chunks before the stream ended (finish_reason ${finish})`);
 });
 
-test('04a content as an array of text parts equals the same text as a string', T, async () => {
+test('04a content as an array of text parts equals the parts joined with "\\n" as a string (as vLLM)', T, async () => {
   const parts = await chat(
     c,
-    [{ role: 'user', content: [{ type: 'text', text: 'Hello ' }, { type: 'text', text: 'world' }] }],
+    [{ role: 'user', content: [{ type: 'text', text: 'Hello' }, { type: 'text', text: 'world' }] }],
     { temperature: 0, max_tokens: 8 },
   );
-  const plain = await chat(c, userMessage('Hello world'), { temperature: 0, max_tokens: 8 });
+  const plain = await chat(c, userMessage('Hello\nworld'), { temperature: 0, max_tokens: 8 });
   assert.equal(parts.choices[0].message.content, plain.choices[0].message.content);
   assert.equal(parts.usage.prompt_tokens, plain.usage.prompt_tokens);
 });

@@ -69,6 +69,14 @@ test('09b completions text_offset counts characters of text, not UTF-8 bytes', T
     if (chars < Buffer.byteLength(text, 'utf8')) ++multibyte;
     const off = choice.logprobs.text_offset;
     assert.equal(off[0], 0);
+    // The sampled token is always among top_logprobs (OpenAI: up to logprobs + 1 entries), also where
+    // logit_bias made it one the raw logits do not rank first.
+    choice.logprobs.tokens.forEach((t, i) => {
+      const top = choice.logprobs.top_logprobs[i];
+      assert.ok(t in top, `top_logprobs[${i}] lacks the sampled token ${JSON.stringify(t)}`);
+      assert.ok(Object.keys(top).length <= 2, `top_logprobs[${i}] has more than logprobs + 1 entries`);
+      assert.equal(top[t], choice.logprobs.token_logprobs[i]);
+    });
     for (let i = 0; i < off.length; ++i) {
       assert.ok(off[i] <= chars, `text_offset[${i}] = ${off[i]} beyond the ${chars} characters of ${JSON.stringify(text)}`);
       if (i > 0) assert.ok(off[i] >= off[i - 1], 'text_offset not increasing');

@@ -116,3 +116,13 @@ test('15b GET /metrics passes promtool check metrics', T, async (t) => {
   const check = spawnSync(PROMTOOL, ['check', 'metrics'], { input: r.text, encoding: 'utf8' });
   assert.equal(check.status, 0, `promtool check metrics exited ${check.status}:\n${check.stdout}${check.stderr}`);
 });
+
+test('16 a wrong method is a 405 whose Allow header names the methods the path takes (RFC 9110 §15.5.6)', T, async () => {
+  for (const [method, path, allow] of [['POST', '/health', 'GET, HEAD'], ['DELETE', '/v1/models', 'GET, HEAD'],
+                                       ['GET', '/v1/chat/completions', 'POST'], ['PUT', '/tokenize', 'POST']]) {
+    const r = await http(method, path);
+    assert.equal(r.status, 405, `${method} ${path}: ${r.text}`);
+    assert.equal(r.headers.get('allow'), allow, `${method} ${path}`);
+    assert.equal(r.json?.error?.type, 'invalid_request_error');
+  }
+});

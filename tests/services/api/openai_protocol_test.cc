@@ -71,9 +71,16 @@ TEST_F(OpenAiProtocolTest, PromptFormsBecomeOnePromptEach) {
 TEST_F(OpenAiProtocolTest, ChatContentPartsRolesAndNullContent) {
   CompletionRequest a, b;
   ApiError e;
-  ASSERT_TRUE(Parse(json{{"messages", {{{"role", "user"}, {"content", "Hello world"}}}}}, Endpoint::kChat, &a, &e));
-  const json parts = json::array({json{{"type", "text"}, {"text", "Hello "}}, json{{"type", "text"}, {"text", "world"}}});
+  // Text parts are joined with "\n" (vLLM's "\n".join, llama.cpp likewise), an empty part included.
+  ASSERT_TRUE(Parse(json{{"messages", {{{"role", "user"}, {"content", "Hello\nworld\n\n!"}}}}}, Endpoint::kChat, &a, &e));
+  const json parts = json::array({json{{"type", "text"}, {"text", "Hello"}}, json{{"type", "text"}, {"text", "world"}},
+                                  json{{"type", "text"}, {"text", ""}}, json{{"type", "text"}, {"text", "!"}}});
   ASSERT_TRUE(Parse(json{{"messages", {{{"role", "user"}, {"content", parts}}}}}, Endpoint::kChat, &b, &e)) << e.message;
+  EXPECT_EQ(a.prompts[0].ids, b.prompts[0].ids);
+  ASSERT_TRUE(Parse(json{{"messages", {{{"role", "user"}, {"content", json::array({json{{"type", "text"}, {"text", ""}},
+                                                                                   json{{"type", "text"}, {"text", "x"}}})}}}}},
+                    Endpoint::kChat, &b, &e));
+  ASSERT_TRUE(Parse(json{{"messages", {{{"role", "user"}, {"content", "\nx"}}}}}, Endpoint::kChat, &a, &e));
   EXPECT_EQ(a.prompts[0].ids, b.prompts[0].ids);
   const json history = json::array({json{{"role", "developer"}, {"content", "be brief"}},
                                     json{{"role", "user"}, {"content", "hi"}},
@@ -128,6 +135,10 @@ TEST_F(OpenAiProtocolTest, MaxTokensDefaultsToTheRestOfTheContext) {
   EXPECT_EQ(r.max_tokens, 5);
   EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"max_tokens", -1}}), "max_tokens");
   EXPECT_EQ(RejectedParam(json{{"prompt", {1, 2}}, {"max_tokens", config_->max_position_embeddings}}), "max_tokens");
+  // A prompt that fills the context leaves no default completion: 400, not an empty 200.
+  const json full(std::vector<int>(static_cast<size_t>(config_->max_position_embeddings), 1));
+  EXPECT_EQ(RejectedParam(json{{"prompt", full}}), "prompt");
+  ASSERT_TRUE(Parse(json{{"prompt", full}, {"max_tokens", 0}}, Endpoint::kCompletions, &r, &e)) << e.message;
   // 0: a completion's prompt scoring (echo), but no chat answer at all (OpenAI and vLLM: 400).
   ASSERT_TRUE(Parse(json{{"prompt", {1, 2}}, {"max_tokens", 0}}, Endpoint::kCompletions, &r, &e));
   const json chat{{"role", "user"}, {"content", "x"}};
@@ -244,9 +255,18 @@ TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreLis
   EXPECT_EQ(RejectedParam(with("suffix", "x")), "suffix");
   EXPECT_EQ(RejectedParam(with("repetition_penalty", 1.2)), "repetition_penalty");
   EXPECT_EQ(RejectedParam(with("min_p", 0.1)), "min_p");
+  // vLLM's extensions that would change the answer are refused, not silently dropped.
+  EXPECT_EQ(RejectedParam(with("stop_token_ids", {5})), "stop_token_ids");
+  EXPECT_EQ(RejectedParam(with("min_tokens", 4)), "min_tokens");
+  EXPECT_EQ(RejectedParam(with("include_stop_str_in_output", true)), "include_stop_str_in_output");
+  EXPECT_EQ(RejectedParam(with("skip_special_tokens", false)), "skip_special_tokens");
   CompletionRequest r;
   ApiError e;
   json ok = with("response_format", {{"type", "text"}});
+  ok["stop_token_ids"] = json::array();  // their no-op values pass
+  ok["min_tokens"] = 0;
+  ok["include_stop_str_in_output"] = false;
+  ok["skip_special_tokens"] = true;
   ok["best_of"] = 1;
   ok["logit_bias"] = json::object();
   ok["user"] = "u1";
