@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <ctime>
 #include <map>
 #include <optional>
@@ -62,7 +63,14 @@ json Bytes(const std::string& s) {
 
 }  // namespace
 
-ApiServer::ApiServer(ApiServerOptions options) : options_(std::move(options)) {}
+namespace {
+std::string RandomIdPrefix() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
+}  // namespace
+
+ApiServer::ApiServer(ApiServerOptions options) : options_(std::move(options)), id_prefix_(RandomIdPrefix()) {}
 
 ApiServer::~ApiServer() { StopBatching(); }
 
@@ -354,7 +362,7 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
     for (const std::string& f : r.ignored) list += (list.empty() ? "" : ", ") + f;
     std::fprintf(stderr, "%s", fmt::format("I: serve: fields without effect here, ignored: {}\n", list).c_str());
   }
-  request->id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
+  request->id = fmt::format("{}-{}{}", chat ? "chatcmpl" : "cmpl", id_prefix_, next_id_.fetch_add(1));
   request->model = r.model.empty() ? options_.served_model_names.front() : r.model;
   request->created = static_cast<int64_t>(std::time(nullptr));
   const int64_t context = generator_->config().max_position_embeddings;

@@ -180,6 +180,9 @@ class ApiServer {
   bool stopping_ ZM_GUARDED_BY(queue_mu_) = false;
   std::thread batch_thread_;
   std::atomic<uint64_t> next_id_{1};
+  // Random per process: response ids (and the tool-call ids made from them) do not repeat after a
+  // restart, where a client's conversation may still hold the earlier process's ids.
+  const std::string id_prefix_;
   // The vocabulary as structured outputs see it (json_constraint.h), built at the first request that
   // asks for response_format json_object / json_schema.
   std::once_flag constraint_vocab_once_;

@@ -27,6 +27,9 @@ test('02 chat non-streaming: one assistant choice, consistent usage, finish_reas
   const r = await chat(c, userMessage('Tell me a story'), { temperature: 0, max_tokens: 8 });
   assert.equal(r.object, 'chat.completion');
   assert.equal(typeof r.id, 'string');
+  // A random per-process part, then a counter: ids (and the tool-call ids made from them) do not repeat
+  // after a restart, where a client's conversation may still hold the earlier ones.
+  assert.match(r.id, /^chatcmpl-[0-9a-f]{16}[0-9]+$/);
   assert.ok(Number.isInteger(r.created), `created ${r.created}`);
   assert.equal(r.choices.length, 1);
   const ch = r.choices[0];
