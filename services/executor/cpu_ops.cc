@@ -1,5 +1,7 @@
 #include "services/executor/cpu_ops.h"
 
+#include "kernels/attention_cpu.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -230,6 +232,10 @@ void RotateHalf(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t d,
 
 void AttendCausal(const AttentionArgs& a) {
   const int64_t group = a.n_heads / a.n_kv, rows = group * a.t;
+  // Query rows go to the score product in blocks, each against the keys its rows can see (a causal
+  // prefill skips the masked half; every score is the same dot product in the kernels' order whatever
+  // the block).
+  constexpr int64_t kQueryBlock = 64;
   const auto heads = [&](int64_t h0, int64_t h1) {
     std::vector<float> scores(static_cast<size_t>(rows * a.total));
     for (int64_t h = h0; h < h1; ++h) {
@@ -238,32 +244,42 @@ void AttendCausal(const AttentionArgs& a) {
       keys.rows = a.total;
       keys.cols = a.dk;
       // query heads h * group .. (h + 1) * group - 1, t rows each
-      kernels::Bf16Gemm(Product(keys, a.q + h * rows * a.dk, rows, a.dk, scores.data(), a.total));
+      for (int64_t g = 0; g < group; ++g) {
+        for (int64_t i0 = 0; i0 < a.t; i0 += kQueryBlock) {
+          const int64_t nr = std::min(kQueryBlock, a.t - i0);
+          const int64_t last = std::min(a.pos0 + i0 + nr - 1, a.total - 1);
+          const int64_t first = a.window > 0 ? std::max<int64_t>(0, a.pos0 + i0 - a.window + 1) : 0;
+          if (first > last) continue;
+          const int64_t r0 = g * a.t + i0;
+          kernels::GemmArgs product =
+              Product(keys, a.q + (h * rows + r0) * a.dk, nr, a.dk, scores.data() + r0 * a.total, a.total);
+          product.row_begin = first;
+          product.row_end = last + 1;
+          kernels::Bf16Gemm(product);
+        }
+      }
       const float* vh = a.v + h * a.v_head_stride;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t qh = h * group + r / a.t, i = r % a.t, pos = a.pos0 + i;
         const int64_t last = std::min(pos, a.total - 1);
         const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
-        float* s = scores.data() + r * a.total;
         float* o = a.out + i * a.n_heads * a.dv + qh * a.dv;
-        std::fill_n(o, a.dv, 0.0f);
-        if (first > last) continue;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = first; j <= last; ++j) m = std::max(m, s[j] *= a.scale);
-        // gpt_oss: the head's sink logit joins the row's max and its denominator, then is dropped.
-        const float sink = a.sinks != nullptr ? a.sinks[qh] : 0.0f;
-        if (a.sinks != nullptr) m = std::max(m, sink);
-        float sum = 0.0f;
-        for (int64_t j = first; j <= last; ++j) sum += s[j] = std::exp(s[j] - m);
-        if (a.sinks != nullptr) sum += std::exp(sink - m);
-        for (int64_t j = first; j <= last; ++j) {
-          const float p = s[j] / sum;
-          const float* vj = vh + j * a.dv;
-          for (int64_t d = 0; d < a.dv; ++d) {
-            const float pv = p * vj[d];
-            o[d] += pv;
-          }
+        if (first > last) {
+          std::fill_n(o, a.dv, 0.0f);
+          continue;
         }
+        // The softmax over the visible keys (gpt_oss: with the head's sink logit) and the weighted sum
+        // of their values (kernels/attention_cpu.h: the same bits on every ISA and machine).
+        kernels::SoftmaxValuesArgs sv;
+        sv.scores = scores.data() + r * a.total + first;
+        sv.n = last - first + 1;
+        sv.scale = a.scale;
+        sv.sink = a.sinks != nullptr ? a.sinks + qh : nullptr;
+        sv.v = vh + first * a.dv;
+        sv.v_row_stride = a.dv;
+        sv.dv = a.dv;
+        sv.out = o;
+        kernels::SoftmaxValues(sv);
       }
     }
   };

@@ -40,8 +40,10 @@ void RotateHalf(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t d,
 // q [n_heads, t, dk] contiguous; key j of kv head h at k + h * k_head_stride + j * dk (v likewise
 // with dv), j < total; query i sits at position pos0 + i and sees key j iff j <= pos0 + i and
 // (window == 0 or pos0 + i - j < window). out [t, n_heads * dv]:
-//   s_j = (q · k_j) * scale (the dot product in the kernels' order), p = exp(s - max) / Σ exp(s - max)
-//   over the visible keys, out = Σ_j p_j v_j in ascending j.
+//   s_j = q · k_j (the dot product in the kernels' order, computed for visible keys only), then per
+//   query row kernels::SoftmaxValues (kernels/attention_cpu.h): p = exp(s·scale - max) / Σ exp(s·scale -
+//   max) over the visible keys in a fixed sixteen-lane order, out = Σ_j p_j v_j in ascending j; the
+//   same bits on every ISA and machine, for a row whatever else is in the call (decode or prefill).
 // KV heads run in parallel when the work is large enough.
 struct AttentionArgs {
   const float* q = nullptr;

@@ -1,0 +1,100 @@
+// SoftmaxValues: the scalar reference, argument checks and the choice of ISA variant
+// (kernels/attention_cpu.h). The vector variants live in attention_cpu_{avx2,avx512,neon}.cc.
+#include "kernels/attention_cpu.h"
+
+#include <fmt/format.h>
+
+#include "kernels/attention_cpu_isa.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define ZIPMOE_ATTENTION_X86 1
+#endif
+
+namespace zipmoe::kernels {
+namespace {
+
+using SoftmaxValuesFn = void (*)(const SoftmaxValuesArgs&);
+
+SoftmaxValuesFn FunctionFor(GemmIsa isa) {
+  if (!GemmIsaAvailable(isa)) return nullptr;
+  switch (isa) {
+    case GemmIsa::kScalar: return &SoftmaxValuesReference;
+#if defined(ZIPMOE_ATTENTION_X86)
+    case GemmIsa::kAvx2: return &SoftmaxValuesAvx2;
+    case GemmIsa::kAvx512: return &SoftmaxValuesAvx512;
+#endif
+#if defined(__aarch64__)
+    case GemmIsa::kNeon: return &SoftmaxValuesNeon;
+#endif
+    default: return nullptr;
+  }
+}
+
+GemmIsa DetectIsa() {
+  const GemmIsa best = BestGemmIsa();
+  if (best == GemmIsa::kAvx512Bf16 || best == GemmIsa::kAmxBf16) return GemmIsa::kAvx512;
+  if (best == GemmIsa::kNeonBf16) return GemmIsa::kNeon;
+  return best;
+}
+
+}  // namespace
+
+Status ValidateSoftmaxValuesArgs(const SoftmaxValuesArgs& a) {
+  if (a.n < 1) return Status::InvalidArgument(fmt::format("SoftmaxValues: n {} < 1 (no visible key)", a.n));
+  if (a.dv < 1) return Status::InvalidArgument(fmt::format("SoftmaxValues: dv {} < 1", a.dv));
+  if (a.v_row_stride < a.dv)
+    return Status::InvalidArgument(fmt::format("SoftmaxValues: v_row_stride {} < dv {}", a.v_row_stride, a.dv));
+  const struct {
+    const char* name;
+    const void* p;
+  } pointers[] = {{"scores", a.scores}, {"v", a.v}, {"out", a.out}};
+  for (const auto& p : pointers) {
+    if (p.p == nullptr) return Status::InvalidArgument(fmt::format("SoftmaxValues: {} is null", p.name));
+  }
+  return Status::Ok();
+}
+
+void SoftmaxValuesReference(const SoftmaxValuesArgs& a) {
+  float* s = a.scores;
+  for (int64_t j = 0; j < a.n; ++j) s[j] = s[j] * a.scale;
+  float m = a.sink != nullptr ? *a.sink : s[0];
+  for (int64_t j = 0; j < a.n; ++j) m = s[j] > m ? s[j] : m;
+  float lanes[16] = {};
+  for (int64_t j = 0; j < a.n; ++j) {
+    s[j] = AttentionExp(s[j] - m);
+    lanes[j % 16] = lanes[j % 16] + s[j];
+  }
+  for (int w = 8; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) lanes[i] = lanes[i] + lanes[i + w];
+  float sum = lanes[0];
+  if (a.sink != nullptr) sum = sum + AttentionExp(*a.sink - m);
+  for (int64_t j = 0; j < a.n; ++j) s[j] = s[j] / sum;
+  for (int64_t d = 0; d < a.dv; ++d) a.out[d] = 0.0f;
+  for (int64_t j = 0; j < a.n; ++j) {
+    const float* vj = a.v + j * a.v_row_stride;
+    for (int64_t d = 0; d < a.dv; ++d) a.out[d] = a.out[d] + s[j] * vj[d];
+  }
+}
+
+GemmIsa AttentionIsa() {
+  static const GemmIsa isa = DetectIsa();  // thread-safe one-time initialisation
+  return isa;
+}
+
+bool AttentionIsaAvailable(GemmIsa isa) { return FunctionFor(isa) != nullptr; }
+
+void SoftmaxValues(const SoftmaxValuesArgs& a) {
+  static const SoftmaxValuesFn fn = FunctionFor(AttentionIsa());
+  fn(a);
+}
+
+Status SoftmaxValuesWithIsa(GemmIsa isa, const SoftmaxValuesArgs& a) {
+  ZM_RETURN_IF_ERROR(ValidateSoftmaxValuesArgs(a));
+  const SoftmaxValuesFn fn = FunctionFor(isa);
+  if (fn == nullptr)
+    return Status::Unavailable(fmt::format("SoftmaxValues: no {} variant in this build or on this CPU", GemmIsaName(isa)));
+  fn(a);
+  return Status::Ok();
+}
+
+}  // namespace zipmoe::kernels

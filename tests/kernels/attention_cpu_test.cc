@@ -1,0 +1,245 @@
+// Attention's softmax-and-values kernels (kernels/attention_cpu.h): AttentionExp against double-precision
+// exp (within 2 ulp, 0 below -87, NaN kept); the reference against a float64 softmax; known answers; every
+// ISA variant compiled in and supported here bit-identical to the reference over shapes (every tail of
+// the sixteen-lane sum and of the value passes, padded value rows, sinks, extreme and NaN scores); the
+// argument checks.
+// Built for the host and, cross-compiled, for AArch64 under qemu-user (tests/kernels/aarch64/).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_cpu.h"
+#include "tests/kernels/expect_bits.h"
+
+namespace zipmoe::kernels {
+namespace {
+
+using testing::ExpectSameBits;
+
+// Distance in units in the last place between two positive floats.
+int64_t UlpDistance(float a, float b) {
+  return std::llabs(static_cast<int64_t>(testing::Bits(a)) - static_cast<int64_t>(testing::Bits(b)));
+}
+
+TEST(AttentionExpTest, WithinTwoUlpOfDoubleExpAndZeroBelowMinus87) {
+  int64_t worst = 0;
+  float worst_x = 0.0f;
+  // Every 37th float from -87 up to 0, and the integers and half-integers (range-reduction edges).
+  std::vector<float> xs;
+  for (uint32_t b = testing::Bits(-87.0f); b > testing::Bits(-0.0f); b -= 37) {
+    float x;
+    std::memcpy(&x, &b, sizeof(x));
+    xs.push_back(x);
+  }
+  for (int i = 0; i <= 174; ++i) xs.push_back(-0.5f * static_cast<float>(i));
+  xs.push_back(0.0f);
+  xs.push_back(-0.0f);
+  for (float x : xs) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(x)));
+    const float got = AttentionExp(x);
+    if (want < std::numeric_limits<float>::min()) {  // subnormal: within one subnormal step of 2 ulp scale
+      EXPECT_NEAR(got, want, 4.0f * std::numeric_limits<float>::denorm_min() * 8) << x;
+      continue;
+    }
+    const int64_t d = UlpDistance(want, got);
+    if (d > worst) worst = d, worst_x = x;
+  }
+  EXPECT_LE(worst, 2) << "at x = " << worst_x << ": " << AttentionExp(worst_x) << " vs " << std::exp(double{worst_x});
+  EXPECT_EQ(AttentionExp(0.0f), 1.0f);
+  EXPECT_EQ(AttentionExp(-87.5f), 0.0f);
+  EXPECT_EQ(AttentionExp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isnan(AttentionExp(std::numeric_limits<float>::quiet_NaN())));
+}
+
+struct Shape {
+  int64_t n, dv, pad;
+  bool sink;
+};
+
+std::string Name(const Shape& s) {
+  return "n " + std::to_string(s.n) + " dv " + std::to_string(s.dv) + " pad " + std::to_string(s.pad) +
+         (s.sink ? " sink" : "");
+}
+
+// One row: n scores (spread as q·k is: normal, sd 8), value rows of dv floats with `pad` more between
+// rows, an optional sink.
+struct Problem {
+  Shape shape;
+  std::vector<float> scores, v;
+  float sink = 0.0f;
+
+  Problem(const Shape& s, uint32_t seed) : shape(s) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    scores.resize(static_cast<size_t>(s.n));
+    for (float& x : scores) x = 8.0f * normal(rng);
+    v.resize(static_cast<size_t>(s.n * (s.dv + s.pad)));
+    for (float& x : v) x = normal(rng);
+    sink = 3.0f * normal(rng);
+  }
+  SoftmaxValuesArgs Args(std::vector<float>& s, std::vector<float>& out) const {
+    s = scores;
+    out.assign(static_cast<size_t>(shape.dv), -1.0f);
+    SoftmaxValuesArgs a;
+    a.scores = s.data();
+    a.n = shape.n;
+    a.scale = 0.125f;
+    a.sink = shape.sink ? &sink : nullptr;
+    a.v = v.data();
+    a.v_row_stride = shape.dv + shape.pad;
+    a.dv = shape.dv;
+    a.out = out.data();
+    return a;
+  }
+};
+
+TEST(SoftmaxValuesReferenceTest, MatchesFloat64Softmax) {
+  uint32_t seed = 1;
+  for (const Shape& s : {Shape{1, 8, 0, false}, Shape{37, 64, 3, false}, Shape{2048, 128, 0, true}, Shape{300, 5, 1, true}}) {
+    const Problem p(s, seed++);
+    std::vector<float> sc, out;
+    const SoftmaxValuesArgs a = p.Args(sc, out);
+    SoftmaxValuesReference(a);
+    double m = s.sink ? p.sink : -1e300;
+    for (float x : p.scores) m = std::max(m, 0.125 * x);
+    double sum = s.sink ? std::exp(p.sink - m) : 0.0;
+    for (float x : p.scores) sum += std::exp(0.125 * x - m);
+    for (int64_t d = 0; d < s.dv; ++d) {
+      double want = 0.0;
+      for (int64_t j = 0; j < s.n; ++j)
+        want += std::exp(0.125 * p.scores[static_cast<size_t>(j)] - m) / sum * p.v[static_cast<size_t>(j * (s.dv + s.pad) + d)];
+      EXPECT_NEAR(out[static_cast<size_t>(d)], want, 2e-6 * (1.0 + std::abs(want))) << Name(s) << " column " << d;
+    }
+  }
+}
+
+TEST(SoftmaxValuesReferenceTest, KnownAnswers) {
+  // One visible key: p = 1, the output is its value row exactly.
+  std::vector<float> s = {3.0f}, v = {1.5f, -2.25f, 1e-30f}, out(3);
+  SoftmaxValuesArgs a;
+  a.scores = s.data();
+  a.n = 1;
+  a.v = v.data();
+  a.v_row_stride = 3;
+  a.dv = 3;
+  a.out = out.data();
+  SoftmaxValuesReference(a);
+  EXPECT_EQ(out, v);
+  EXPECT_EQ(s[0], 1.0f);
+  // Equal scores: equal weights (1/4 each, exact), the mean of the rows.
+  s = {2.0f, 2.0f, 2.0f, 2.0f};
+  v = {4.0f, 0.0f, 8.0f, 4.0f, 0.0f, 4.0f, 4.0f, 12.0f};
+  out.assign(2, 0.0f);
+  a.scores = s.data();
+  a.n = 4;
+  a.v = v.data();
+  a.v_row_stride = 2;
+  a.dv = 2;
+  a.out = out.data();
+  SoftmaxValuesReference(a);
+  EXPECT_EQ(out, (std::vector<float>{4.0f, 5.0f}));
+  // A sink as likely as the one key halves its weight.
+  s = {0.5f};
+  v = {6.0f};
+  const float sink = 0.5f;
+  a.scores = s.data();
+  a.n = 1;
+  a.sink = &sink;
+  a.v = v.data();
+  a.v_row_stride = 1;
+  a.dv = 1;
+  SoftmaxValuesReference(a);
+  EXPECT_EQ(out[0], 3.0f);
+}
+
+struct IsaParam {
+  GemmIsa isa;
+};
+void PrintTo(const IsaParam& p, std::ostream* os) { *os << GemmIsaName(p.isa); }
+
+class SoftmaxValuesIsaTest : public ::testing::TestWithParam<IsaParam> {
+ protected:
+  void SetUp() override {
+    if (!AttentionIsaAvailable(GetParam().isa))
+      GTEST_SKIP() << GemmIsaName(GetParam().isa) << " is not compiled into this binary or not supported by this CPU";
+  }
+};
+
+TEST_P(SoftmaxValuesIsaTest, BitIdenticalToReference) {
+  const GemmIsa isa = GetParam().isa;
+  uint32_t seed = 100;
+  std::vector<Shape> shapes;
+  for (int64_t n : {1, 3, 4, 7, 15, 16, 17, 31, 33, 64, 100, 513, 2049})
+    for (int64_t dv : {1, 3, 4, 8, 17, 32, 64, 65, 128, 129, 200, 512}) shapes.push_back({n, dv, (n + dv) % 3, n % 2 == 0});
+  for (const Shape& s : shapes) {
+    const Problem p(s, seed++);
+    std::vector<float> want_s, want, got_s, got;
+    SoftmaxValuesReference(p.Args(want_s, want));
+    ASSERT_TRUE(SoftmaxValuesWithIsa(isa, p.Args(got_s, got)).ok()) << Name(s);
+    ExpectSameBits(want, got, Name(s) + " out");
+    ExpectSameBits(want_s, got_s, Name(s) + " p");
+  }
+}
+
+TEST_P(SoftmaxValuesIsaTest, ExtremeScoresAndNaN) {
+  const GemmIsa isa = GetParam().isa;
+  Problem p({40, 24, 1, false}, 9);
+  // Keys far below the maximum (exp underflows to 0 past -87), huge and tiny magnitudes, signed zeros.
+  for (size_t j = 0; j < p.scores.size(); ++j)
+    p.scores[j] = j % 5 == 0 ? -1e6f : j % 5 == 1 ? 700.0f + static_cast<float>(j) : j % 5 == 2 ? -0.0f : 1e-30f;
+  std::vector<float> want_s, want, got_s, got;
+  SoftmaxValuesReference(p.Args(want_s, want));
+  ASSERT_TRUE(SoftmaxValuesWithIsa(isa, p.Args(got_s, got)).ok());
+  ExpectSameBits(want, got, "extreme scores");
+  for (float x : got) EXPECT_TRUE(std::isfinite(x));
+  // One NaN score: every output NaN (the executor fails such a sequence).
+  p.scores[17] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(SoftmaxValuesWithIsa(isa, p.Args(got_s, got)).ok());
+  for (float x : got) EXPECT_TRUE(std::isnan(x));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, SoftmaxValuesIsaTest,
+                         ::testing::Values(IsaParam{GemmIsa::kScalar}, IsaParam{GemmIsa::kAvx2},
+                                           IsaParam{GemmIsa::kAvx512}, IsaParam{GemmIsa::kNeon}),
+                         [](const ::testing::TestParamInfo<IsaParam>& info) { return GemmIsaName(info.param.isa); });
+
+TEST(SoftmaxValuesDispatchTest, DispatchedVariantIsAvailableAndBitIdentical) {
+  EXPECT_TRUE(AttentionIsaAvailable(AttentionIsa())) << GemmIsaName(AttentionIsa());
+  const Problem p({777, 128, 0, true}, 11);
+  std::vector<float> want_s, want, got_s, got;
+  SoftmaxValuesReference(p.Args(want_s, want));
+  SoftmaxValues(p.Args(got_s, got));
+  ExpectSameBits(want, got, std::string("dispatched ") + GemmIsaName(AttentionIsa()));
+}
+
+TEST(SoftmaxValuesValidateTest, RejectsBadArgumentsNamingTheField) {
+  const Problem p({4, 8, 0, false}, 3);
+  std::vector<float> s, out;
+  const auto check = [&](auto mutate, const std::string& field) {
+    SoftmaxValuesArgs a = p.Args(s, out);
+    mutate(a);
+    const Status st = SoftmaxValuesWithIsa(GemmIsa::kScalar, a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(st.message().find(field), std::string::npos) << st.ToString();
+  };
+  check([](SoftmaxValuesArgs& a) { a.n = 0; }, "n 0");
+  check([](SoftmaxValuesArgs& a) { a.dv = 0; }, "dv 0");
+  check([](SoftmaxValuesArgs& a) { a.v_row_stride = 7; }, "v_row_stride 7");
+  check([](SoftmaxValuesArgs& a) { a.scores = nullptr; }, "scores is null");
+  check([](SoftmaxValuesArgs& a) { a.v = nullptr; }, "v is null");
+  check([](SoftmaxValuesArgs& a) { a.out = nullptr; }, "out is null");
+  for (GemmIsa isa : {GemmIsa::kAvx512Bf16, GemmIsa::kAmxBf16, GemmIsa::kNeonBf16})
+    EXPECT_EQ(SoftmaxValuesWithIsa(isa, p.Args(s, out)).code(), StatusCode::kUnavailable) << GemmIsaName(isa);
+}
+
+}  // namespace
+}  // namespace zipmoe::kernels
