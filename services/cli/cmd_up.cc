@@ -27,7 +27,11 @@
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -186,6 +190,53 @@ class Supervisor {
 // link_security.key_file is that default (returns its path), else the configured file is loaded to
 // check it (returns ""). Nothing when no endpoint needs CURVE (returns ""). Errors: the key file's,
 // naming it.
+// Takes an exclusive lock on RUN_DIR/up.lock (holding this process's pid) for the life of the process.
+// kUnavailable naming the run dir and the holder's pid when another `up` holds it.
+Status LockRunDir(const std::string& run_dir) {
+  const std::string path = JoinPath(run_dir, "up.lock");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::IoError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK)
+      return Status::Unavailable(fmt::format(
+          "another `zipmoe up` (pid {}) runs in {}; stop it, or give this one its own --run-dir",
+          n > 0 ? std::string(pid, static_cast<size_t>(n)) : "unknown", run_dir));
+    return Status::IoError(fmt::format("cannot lock {}: {}", path, std::strerror(err)));
+  }
+  const std::string me = std::to_string(static_cast<long>(::getpid()));
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+    return Status::IoError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  return Status::Ok();  // fd stays open: the lock is released when this process exits
+}
+
+// kUnavailable when `host`:`port` cannot be bound (another server listens there).
+Status CheckPortFree(const std::string& host, int64_t port) {
+  if (port <= 0) return Status::Ok();  // 0: any free port
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr)
+    return Status::Ok();  // the front reports an unresolvable host itself
+  Status result = Status::Ok();
+  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  if (fd >= 0) {
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as the front binds: TIME_WAIT is no conflict
+    if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0 && errno == EADDRINUSE)
+      result = Status::Unavailable(
+          fmt::format("{}:{} is in use (another server, or another `zipmoe up`); choose another --port", host, port));
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return result;
+}
+
 Result<std::string> PrepareLinkKey(const ServiceConfig& config) {
   ZM_ASSIGN_OR_RETURN(const bool needs_curve, runtime::DeploymentNeedsCurve(config));
   if (!needs_curve) return std::string();
@@ -232,6 +283,18 @@ int RunUp(const UpArgs& args) {
   if (ec || ::chmod(config.run_dir.c_str(), 0700) != 0) {
     std::fprintf(stderr, "error: up: cannot create run dir %s: %s\n", config.run_dir.c_str(),
                  ec ? ec.message().c_str() : std::strerror(errno));
+    return 1;
+  }
+  // One `up` per run dir: a second would overwrite the first's config, pid files and sockets and delete
+  // them when it stops. The lock lives as long as this process (the descriptor is not inherited, so
+  // children that outlive a killed `up` do not hold it).
+  if (Status st = LockRunDir(config.run_dir); !st.ok()) {
+    std::fprintf(stderr, "error: up: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  // The clients' port, before any service starts (a busy port used to crash-loop the front).
+  if (Status st = CheckPortFree(config.http_host, config.http_port); !st.ok()) {
+    std::fprintf(stderr, "error: up: %s\n", st.ToString().c_str());
     return 1;
   }
   // Link security (docs/messaging.md "Link security"): when an endpoint carries CURVE, this deployment

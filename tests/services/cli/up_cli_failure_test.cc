@@ -186,6 +186,35 @@ TEST(UpCli, SigkillOfUpTakesEveryServiceWithItAndANewUpServes) {
   EXPECT_TRUE(again.Stop());
 }
 
+// A second `up` on a run dir in use, or on a port in use, is refused before it starts anything: it
+// used to overwrite the first's config, pid files and sockets (and delete them when it stopped), or to
+// crash-loop its front for seconds. The first keeps serving, its files untouched.
+TEST(UpCli, ASecondUpOnTheSameRunDirOrPortIsRefusedAndTheFirstKeepsServing) {
+  const std::string model = Model();
+  const json ref8 = Reference(model, 8);
+  TempDir tmp;
+  Up up(tmp, model, 1);
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  const std::string config = testing::ReadAll(up.run_dir() + "/zipmoe.json");
+  const std::string executor_pid = testing::ReadAll(up.run_dir() + "/executor.pid");
+  testing::CommandResult same_dir = testing::RunCli(fmt::format("up --model {} --port {} --run-dir {} 2>&1", model, FreePort(), up.run_dir()));
+  EXPECT_EQ(same_dir.exit_code, 1) << same_dir.output;
+  EXPECT_NE(same_dir.output.find(fmt::format("another `zipmoe up` (pid {}) runs in {}", up.pid(), up.run_dir())),
+            std::string::npos)
+      << same_dir.output;
+  testing::CommandResult same_port =
+      testing::RunCli(fmt::format("up --model {} --port {} --run-dir {} 2>&1", model, up.port(), tmp.Sub("other-run")));
+  EXPECT_EQ(same_port.exit_code, 1) << same_port.output;
+  EXPECT_NE(same_port.output.find(fmt::format("127.0.0.1:{} is in use", up.port())), std::string::npos)
+      << same_port.output;
+  EXPECT_EQ(testing::ReadAll(up.run_dir() + "/zipmoe.json"), config);
+  EXPECT_EQ(testing::ReadAll(up.run_dir() + "/executor.pid"), executor_pid);
+  HttpReply reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));
+  ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+  EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref8["text"].get<std::string>());
+  EXPECT_TRUE(up.Stop());
+}
+
 // A scheduler stopped past its liveness (SIGSTOP) loses its cache-manager session (leases and
 // staging slots reclaimed); once it runs again it exits on the first refused lookup and `up` starts a
 // fresh one, so requests get the reference text again instead of failing forever.
