@@ -237,6 +237,11 @@ Status RemoteCacheBackend::SendLocked(msg::Body body) {
 }
 
 Result<msg::Body> RemoteCacheBackend::RoundTripLocked(uint64_t id, msg::Body body, const char* what) {
+  // A lost session answers nothing more: fail at once rather than wait out the timeout once per call
+  // (a provider thread looking up every layer in turn kept an "exiting" scheduler alive for minutes).
+  if (session_lost_.load())
+    return Status::Unavailable(fmt::format("the cache-manager at {} dropped this session; {} not sent",
+                                           config_.endpoint, what));
   const trace::TraceSpan span("message", [&] { return std::string("round trip ") + what; });
   ZM_RETURN_IF_ERROR(SendHeldLocked());
   ZM_RETURN_IF_ERROR(SendRawLocked(std::move(body)));

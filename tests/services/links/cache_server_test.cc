@@ -398,6 +398,43 @@ TEST(CacheServer, OverAPipeTheSameBytesAndCacheStateAndALeavingClientIsReclaimed
   }
 }
 
+// A client whose session the cache-manager dropped (here: a newer client said hello) learns it on its
+// next round trip, and every later one fails at once instead of waiting out the timeout (an "exiting"
+// scheduler's provider thread, looking up layer after layer, kept the process alive for minutes).
+TEST(CacheServer, AfterItsSessionIsLostEveryRoundTripFailsAtOnce) {
+  const std::string dir = Model();
+  auto store = ExpertStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  const Manifest& m = (*store)->manifest();
+  for (const bool pipe : {false, true}) {
+    SCOPED_TRACE(pipe ? "pipe" : "zeromq");
+    OffloadConfig base = BaseConfig(dir, m, 0.4);
+    TempDir tmp;
+    CacheManagerProcess cache_manager(tmp, base, m);
+    RemoteCacheConfig rc = cache_manager.ClientConfig(pipe);
+    rc.timeout = milliseconds(1500);
+    OffloadConfig first_config = base;
+    auto first = RemoteCacheBackend::Connect(rc, m, &first_config);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    OffloadConfig second_config = base;
+    auto second = RemoteCacheBackend::Connect(rc, m, &second_config);  // replaces the first client
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    std::vector<CachedExpert> out;
+    EXPECT_FALSE((*first)->LookupLayer(0, {0, 1}, &out).ok());
+    EXPECT_TRUE((*first)->session_lost());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int layer = 0; layer < 4; ++layer) {
+      const Status st = (*first)->LookupLayer(layer, {0, 1}, &out);
+      EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+      EXPECT_NE(st.message().find("dropped this session"), std::string::npos) << st.ToString();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(500));
+    EXPECT_TRUE((*second)->LookupLayer(0, {0, 1}, &out).ok());
+    for (const CachedExpert& e : out)
+      if (e.lease != kNoLease) (*second)->ReleaseLeases({e.lease});
+  }
+}
+
 TEST(CacheServer, GarbageAndTruncatedFlatBuffersAreDroppedAndCounted) {
   const std::string dir = Model();
   auto store = ExpertStore::Open(dir);
