@@ -150,6 +150,14 @@ PullWorkerStats PullWorker::stats() const {
   return stats_;
 }
 
+void PullWorker::SleepUnlessStopped(milliseconds d) const {
+  // In slices, so RequestStop (SIGTERM) ends a back-off at once: a worker asleep in it used to outlive
+  // `up`'s 10 s stop grace, be SIGKILLed, and leave its shared-memory pipe behind.
+  const auto until = Clock::now() + d;
+  while (!stop_.load() && Clock::now() < until)
+    std::this_thread::sleep_for(std::min(milliseconds(50), std::chrono::duration_cast<milliseconds>(until - Clock::now()) + milliseconds(1)));
+}
+
 Status PullWorker::Run(const Handler& handler) {
   milliseconds backoff = kReconnectBackoffMin;
   const std::string sender = config_.identity;
@@ -165,7 +173,7 @@ Status PullWorker::Run(const Handler& handler) {
       if (opened.status().code() == StatusCode::kInvalidArgument) return opened.status();
       Log(fmt::format("connect {}: {}; retrying in {} ms", config_.endpoint, opened.status().ToString(),
                       backoff.count()));
-      std::this_thread::sleep_for(backoff);
+      SleepUnlessStopped(backoff);
       backoff = std::min(backoff * 2, kReconnectBackoffMax);
       continue;
     }
@@ -313,7 +321,7 @@ Status PullWorker::Run(const Handler& handler) {
       send_control(MakeDisconnect("worker stopping"), milliseconds(200));
       break;
     }
-    std::this_thread::sleep_for(backoff);
+    SleepUnlessStopped(backoff);
     backoff = std::min(backoff * 2, kReconnectBackoffMax);
   }
   return Status::Ok();

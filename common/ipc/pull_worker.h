@@ -103,6 +103,7 @@ class PullWorker {
   const PullWorkerConfig config_;
   EventFd wake_;
   std::atomic<bool> stop_{false};
+  void SleepUnlessStopped(std::chrono::milliseconds d) const;  // returns early on RequestStop
   mutable Mutex mu_;
   std::deque<Body> outbox_ ZM_GUARDED_BY(mu_);
   std::shared_ptr<ShmPipe> pipe_ ZM_GUARDED_BY(mu_);  // the accepted pipe of this connection, if any

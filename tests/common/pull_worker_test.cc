@@ -130,5 +130,32 @@ TEST(PullWorkerFraming, CompletionsPostedTogetherArriveInOneFrame) {
   EXPECT_TRUE(run.ok()) << run.ToString();
 }
 
+// A worker whose scheduler went silent reconnects after a back-off; a stop request during it returns
+// at once (SIGTERM used to wait out up to 32 s of it, past `up`'s stop grace, which then SIGKILLed the
+// worker and left its pipe behind).
+TEST(PullWorkerReconnect, AStopRequestEndsTheBackOffAtOnce) {
+  zmq::context_t context;
+  PullWorkerConfig config;
+  config.endpoint = fmt::format("inproc://pull-silent-{}", ::getpid());  // nobody ever answers
+  config.identity = "decompressor-test";
+  config.role = kRoleDecompressor;
+  config.heartbeat_interval = milliseconds(50);
+  config.liveness = 2;
+  auto worker = PullWorker::Create(context, config);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  Status run;
+  std::thread loop([&] { run = (*worker)->Run([](const Body&) {}); });
+  // Silent for 2 x 50 ms: it closes the connection and backs off (1 s at first, doubling); by 1.5 s it
+  // has reconnected once and sleeps in its second back-off.
+  EXPECT_TRUE(testing::Eventually([&] { return (*worker)->stats().connects >= 2; }));
+  std::this_thread::sleep_for(milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  (*worker)->RequestStop();
+  loop.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(500));
+  EXPECT_TRUE(run.ok()) << run.ToString();
+  EXPECT_LE(kReconnectBackoffMax, milliseconds(4000));
+}
+
 }  // namespace
 }  // namespace zipmoe::messaging
