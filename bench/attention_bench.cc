@@ -6,17 +6,19 @@
 // over rounds.
 //
 //   attention_bench [--rounds R] [--contexts 512,2048,8192] [--heads H] [--kv-heads K] [--dim D]
-//                   [--queries T] [--layers L] [--threads N]
+//                   [--queries T] [--layers L] [--threads N] [--bf16]
 //
 // L layers, each with its own cache, so a step reads the keys and values from memory as a real one
 // does (the default 24 caches of mini at 8192 positions: 1.5 GiB). AttendCausal splits KV heads over
 // torch's intra-op threads when the work is large: --threads sets how many (default 2, as the
-// executor's --threads).
+// executor's --threads). --bf16: keys and values cached as BF16 (`--kv-cache-dtype bf16`), half the bytes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,6 +53,7 @@ std::vector<int64_t> ParseList(const std::string& text) {
 int main(int argc, char** argv) {
   int rounds = 5;
   int64_t heads = 8, kv_heads = 8, dim = 128, queries = 1, layers = 24, threads = 2;
+  bool bf16 = false;
   std::vector<int64_t> contexts = {512, 2048, 8192};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -77,10 +80,12 @@ int main(int argc, char** argv) {
       layers = std::stoll(next());
     } else if (a == "--threads") {
       threads = std::stoll(next());
+    } else if (a == "--bf16") {
+      bf16 = true;
     } else {
       std::fprintf(stderr,
                    "usage: attention_bench [--rounds R] [--contexts 512,2048,8192] [--heads H] [--kv-heads K] "
-                   "[--dim D] [--queries T] [--layers L] [--threads N]\n");
+                   "[--dim D] [--queries T] [--layers L] [--threads N] [--bf16]\n");
       return 2;
     }
   }
@@ -103,6 +108,24 @@ int main(int argc, char** argv) {
     fill(k[static_cast<size_t>(l)]);
     fill(v[static_cast<size_t>(l)]);
   }
+  // BF16 copies (the top half of each float32: any BF16 pattern times alike).
+  std::vector<std::vector<uint16_t>> k16(static_cast<size_t>(layers)), v16(static_cast<size_t>(layers));
+  if (bf16) {
+    for (int64_t l = 0; l < layers; ++l) {
+      for (auto [from, to] : {std::pair{&k, &k16}, std::pair{&v, &v16}}) {
+        const std::vector<float>& f = (*from)[static_cast<size_t>(l)];
+        std::vector<uint16_t>& h = (*to)[static_cast<size_t>(l)];
+        h.resize(f.size());
+        for (size_t i = 0; i < f.size(); ++i) {
+          uint32_t bits;
+          std::memcpy(&bits, &f[i], sizeof(bits));
+          h[i] = static_cast<uint16_t>(bits >> 16);
+        }
+        (*from)[static_cast<size_t>(l)].clear();
+        (*from)[static_cast<size_t>(l)].shrink_to_fit();
+      }
+    }
+  }
   std::vector<float> q(static_cast<size_t>(heads * queries * dim)), out(static_cast<size_t>(queries * heads * dim));
   fill(q);
   std::vector<std::vector<double>> us(contexts.size());
@@ -116,8 +139,13 @@ int main(int argc, char** argv) {
         a.n_heads = heads;
         a.t = queries;
         a.dk = dim;
-        a.k = k[static_cast<size_t>(l)].data();
-        a.v = v[static_cast<size_t>(l)].data();
+        if (bf16) {
+          a.k_bf16 = k16[static_cast<size_t>(l)].data();
+          a.v_bf16 = v16[static_cast<size_t>(l)].data();
+        } else {
+          a.k = k[static_cast<size_t>(l)].data();
+          a.v = v[static_cast<size_t>(l)].data();
+        }
         a.k_head_stride = max_ctx * dim;
         a.v_head_stride = max_ctx * dim;
         a.n_kv = kv_heads;
@@ -133,14 +161,15 @@ int main(int argc, char** argv) {
     }
   }
   std::printf(
-      "attention_bench: %lld heads / %lld KV heads of %lld, %lld queries, %lld layers, %lld threads, median of %d "
-      "rounds\n",
+      "attention_bench: %lld heads / %lld KV heads of %lld, %lld queries, %lld layers, %lld threads, %s cache, median "
+      "of %d rounds\n",
       static_cast<long long>(heads), static_cast<long long>(kv_heads), static_cast<long long>(dim),
-      static_cast<long long>(queries), static_cast<long long>(layers), static_cast<long long>(threads), rounds);
+      static_cast<long long>(queries), static_cast<long long>(layers), static_cast<long long>(threads),
+      bf16 ? "bf16" : "f32", rounds);
   std::printf("%10s %14s %14s %12s\n", "context", "us/layer", "KV MiB/layer", "KV GB/s");
   for (size_t c = 0; c < contexts.size(); ++c) {
     const double m = Median(us[c]);
-    const double bytes = 2.0 * static_cast<double>(kv_heads * contexts[c] * dim) * sizeof(float);
+    const double bytes = 2.0 * static_cast<double>(kv_heads * contexts[c] * dim) * (bf16 ? 2 : sizeof(float));
     std::printf("%10lld %14.1f %14.2f %12.1f\n", static_cast<long long>(contexts[c]), m, bytes / (1 << 20),
                 bytes / (m * 1e-6) / 1e9);
   }

@@ -2,6 +2,8 @@
 // (kernels/attention_cpu.h). The vector variants live in attention_cpu_{avx2,avx512,neon}.cc.
 #include "kernels/attention_cpu.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "kernels/attention_cpu_isa.h"
@@ -47,7 +49,7 @@ Status ValidateSoftmaxValuesArgs(const SoftmaxValuesArgs& a) {
   const struct {
     const char* name;
     const void* p;
-  } pointers[] = {{"scores", a.scores}, {"v", a.v}, {"out", a.out}};
+  } pointers[] = {{"scores", a.scores}, {"v", a.v != nullptr ? static_cast<const void*>(a.v) : a.v_bf16}, {"out", a.out}};
   for (const auto& p : pointers) {
     if (p.p == nullptr) return Status::InvalidArgument(fmt::format("SoftmaxValues: {} is null", p.name));
   }
@@ -71,8 +73,16 @@ void SoftmaxValuesReference(const SoftmaxValuesArgs& a) {
   for (int64_t j = 0; j < a.n; ++j) s[j] = s[j] / sum;
   for (int64_t d = 0; d < a.dv; ++d) a.out[d] = 0.0f;
   for (int64_t j = 0; j < a.n; ++j) {
-    const float* vj = a.v + j * a.v_row_stride;
-    for (int64_t d = 0; d < a.dv; ++d) a.out[d] = a.out[d] + s[j] * vj[d];
+    for (int64_t d = 0; d < a.dv; ++d) {
+      float vjd;
+      if (a.v_bf16 != nullptr) {
+        const uint32_t bits = static_cast<uint32_t>(a.v_bf16[j * a.v_row_stride + d]) << 16;
+        std::memcpy(&vjd, &bits, sizeof(vjd));
+      } else {
+        vjd = a.v[j * a.v_row_stride + d];
+      }
+      a.out[d] = a.out[d] + s[j] * vjd;
+    }
   }
 }
 

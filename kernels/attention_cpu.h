@@ -12,7 +12,8 @@
 //      at 0), folded as lane[i] = lane[i] + lane[i + w] for w = 8, 4, 2, 1 (i < w); then, with a sink,
 //      sum = sum + AttentionExp(sink - m)
 //   5. p_j = e_j / sum (written back to s_j)
-//   6. out[d] = 0; out[d] = out[d] + p_j * v_j[d] for j ascending
+//   6. out[d] = 0; out[d] = out[d] + p_j * v_j[d] for j ascending (v_j[d] a BF16 value widened to
+//      float32 when the cache holds BF16)
 // Every operation is one fp32 multiplication, addition, subtraction or division rounded to nearest (no
 // fused multiply-add; the translation units are compiled with -ffp-contract=off), lanes never mix
 // except in the fixed fold of step 4: every variant is BIT-IDENTICAL to SoftmaxValuesReference, on
@@ -85,6 +86,9 @@ struct SoftmaxValuesArgs {
   float scale = 1.0f;          // applied to the scores first (1 / sqrt(dk) usually)
   const float* sink = nullptr; // one logit beside the scores (gpt-oss), or null
   const float* v = nullptr;    // value row j at v + j * v_row_stride, dv floats, j < n
+  // A BF16 KV cache (GeneratorOptions::kv_cache_bf16): the value rows as BF16 bit patterns, laid out as
+  // v; used instead of v when set. Each is widened to float32 exactly, then step 6 as above.
+  const uint16_t* v_bf16 = nullptr;
   int64_t v_row_stride = 0;    // floats between value rows (>= dv)
   int64_t dv = 0;              // value head dimension
   float* out = nullptr;        // [dv] written; may not overlap scores or v

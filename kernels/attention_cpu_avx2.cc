@@ -13,6 +13,10 @@ struct Avx2 {
   using Vec = __m256;
   static constexpr int64_t kLanes = 8;
   static Vec Load(const float* p) { return _mm256_loadu_ps(p); }
+  static Vec LoadBf16(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
   static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec Set1(float x) { return _mm256_set1_ps(x); }
   static Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }

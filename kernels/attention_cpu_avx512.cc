@@ -13,6 +13,10 @@ struct Avx512 {
   using Vec = __m512;
   static constexpr int64_t kLanes = 16;
   static Vec Load(const float* p) { return _mm512_loadu_ps(p); }
+  static Vec LoadBf16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
   static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Vec Set1(float x) { return _mm512_set1_ps(x); }
   static Vec Add(Vec a, Vec b) { return _mm512_add_ps(a, b); }

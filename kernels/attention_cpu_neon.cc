@@ -13,6 +13,7 @@ struct Neon {
   using Vec = float32x4_t;
   static constexpr int64_t kLanes = 4;
   static Vec Load(const float* p) { return vld1q_f32(p); }
+  static Vec LoadBf16(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
   static void Store(float* p, Vec v) { vst1q_f32(p, v); }
   static Vec Set1(float x) { return vdupq_n_f32(x); }
   static Vec Add(Vec a, Vec b) { return vaddq_f32(a, b); }

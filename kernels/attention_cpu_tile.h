@@ -8,13 +8,14 @@
 //     same j % 16 slots, then the reference's fold;
 //   - the values: kVecs vectors of columns accumulate in registers over all j (the reference's
 //     out[d] = out[d] + p_j * v_j[d], per column), then the next columns.
-// V provides: Vec, kLanes, Load, Store, Set1, Add, Sub, Mul, Div, Max (any order: the maximum of
+// V provides: Vec, kLanes, Load, LoadBf16 (kLanes BF16 values widened to float32), Store, Set1, Add, Sub, Mul, Div, Max (any order: the maximum of
 // finite numbers), ZeroBelow(x, t, y) = (x < t ? 0 : y) per lane, Pow2(n) = 2^n for integral n in
 // [-126, 127] (NaN lanes: any value).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/attention_cpu.h"
 
@@ -35,6 +36,54 @@ typename V::Vec Exp(typename V::Vec x) {
   p = V::Add(V::Mul(p, r), V::Set1(1.0f));
   p = V::Add(V::Mul(p, r), V::Set1(1.0f));
   return V::ZeroBelow(x, c::kMinInput, V::Mul(p, V::Pow2(n)));
+}
+
+// A value: float32 as stored, or BF16 widened exactly.
+inline float ValueAt(const float* v, int64_t i) { return v[i]; }
+inline float ValueAt(const uint16_t* v, int64_t i) {
+  const uint32_t bits = static_cast<uint32_t>(v[i]) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+template <class V>
+typename V::Vec LoadValues(const float* p) { return V::Load(p); }
+template <class V>
+typename V::Vec LoadValues(const uint16_t* p) { return V::LoadBf16(p); }
+
+// Step 6: out = sum_j p_j v_j (p_j in a.scores), kVecs vectors of columns at a time in registers, then
+// single vectors, then lanes.
+template <class V, int kVecs, class T>
+void Values(const SoftmaxValuesArgs& a, const T* v) {
+  using Vec = typename V::Vec;
+  constexpr int64_t L = V::kLanes;
+  const float* s = a.scores;
+  const int64_t n = a.n, dv = a.dv, ld = a.v_row_stride;
+  int64_t d = 0;
+  for (; d + kVecs * L <= dv; d += kVecs * L) {
+    Vec o[kVecs];
+#pragma GCC unroll 8
+    for (int k = 0; k < kVecs; ++k) o[k] = V::Set1(0.0f);
+    const T* vj = v + d;
+    for (int64_t j = 0; j < n; ++j, vj += ld) {
+      const Vec p = V::Set1(s[j]);
+#pragma GCC unroll 8
+      for (int k = 0; k < kVecs; ++k) o[k] = V::Add(o[k], V::Mul(p, LoadValues<V>(vj + k * L)));
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < kVecs; ++k) V::Store(a.out + d + k * L, o[k]);
+  }
+  for (; d + L <= dv; d += L) {
+    Vec o = V::Set1(0.0f);
+    const T* vj = v + d;
+    for (int64_t j = 0; j < n; ++j, vj += ld) o = V::Add(o, V::Mul(V::Set1(s[j]), LoadValues<V>(vj)));
+    V::Store(a.out + d, o);
+  }
+  for (; d < dv; ++d) {
+    float o = 0.0f;
+    for (int64_t j = 0; j < n; ++j) o = o + s[j] * ValueAt(v, j * ld + d);
+    a.out[d] = o;
+  }
 }
 
 template <class V, int kVecs>
@@ -86,32 +135,11 @@ void SoftmaxValues(const SoftmaxValuesArgs& a) {
   const Vec sv = V::Set1(sum);
   for (int64_t j = 0; j < full; j += L) V::Store(s + j, V::Div(V::Load(s + j), sv));
   for (int64_t j = full; j < n; ++j) s[j] = s[j] / sum;
-  // 6: the values, kVecs vectors of columns at a time in registers, then single vectors, then lanes.
-  const int64_t dv = a.dv, ld = a.v_row_stride;
-  int64_t d = 0;
-  for (; d + kVecs * L <= dv; d += kVecs * L) {
-    Vec o[kVecs];
-#pragma GCC unroll 8
-    for (int k = 0; k < kVecs; ++k) o[k] = V::Set1(0.0f);
-    const float* vj = a.v + d;
-    for (int64_t j = 0; j < n; ++j, vj += ld) {
-      const Vec p = V::Set1(s[j]);
-#pragma GCC unroll 8
-      for (int k = 0; k < kVecs; ++k) o[k] = V::Add(o[k], V::Mul(p, V::Load(vj + k * L)));
-    }
-#pragma GCC unroll 8
-    for (int k = 0; k < kVecs; ++k) V::Store(a.out + d + k * L, o[k]);
-  }
-  for (; d + L <= dv; d += L) {
-    Vec o = V::Set1(0.0f);
-    const float* vj = a.v + d;
-    for (int64_t j = 0; j < n; ++j, vj += ld) o = V::Add(o, V::Mul(V::Set1(s[j]), V::Load(vj)));
-    V::Store(a.out + d, o);
-  }
-  for (; d < dv; ++d) {
-    float o = 0.0f;
-    for (int64_t j = 0; j < n; ++j) o = o + s[j] * a.v[j * ld + d];
-    a.out[d] = o;
+  // 6: the values.
+  if (a.v_bf16 != nullptr) {
+    Values<V, kVecs>(a, a.v_bf16);
+  } else {
+    Values<V, kVecs>(a, a.v);
   }
 }
 

@@ -99,6 +99,7 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::string device_assignment = "none";
   std::string device_memory_budget;
+  bool kv_cache_bf16 = false;  // --kv-cache-dtype bf16
   std::string logits_out;
   std::string trace_out;
   std::string trace_events;
@@ -203,6 +204,7 @@ int RunGenerate(const GenerateArgs& args) {
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
   options.weights_memory = args.weights_memory;
+  options.kv_cache_bf16 = args.kv_cache_bf16;
   options.device = args.device;
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return Fail(assignment.status());
@@ -465,6 +467,11 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
   cmd->add_option("--device-memory-budget", args->device_memory_budget, kDeviceMemoryBudgetHelp);
+  cmd->add_option_function<std::string>(
+         "--kv-cache-dtype", [args](const std::string& v) { args->kv_cache_bf16 = v == "bf16"; },
+         "keys and values cached as f32 (the default: the float32 reference's logits) or bf16 (half the memory per "
+         "position and half the bytes a long context's decode reads; logits within BF16 rounding of f32's)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--logits-out", args->logits_out,
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");

@@ -20,8 +20,10 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Te
   if (need > capacity) {
     const int64_t new_capacity = page_positions_ > 0 ? (need + page_positions_ - 1) / page_positions_ * page_positions_
                                                     : std::max<int64_t>({need, 2 * capacity, 16});
-    at::Tensor nk = at::empty({k.size(0), new_capacity, k.size(2)}, k.options());
-    at::Tensor nv = at::empty({v.size(0), new_capacity, v.size(2)}, v.options());
+    // A BF16 cache on the CPU (set_bf16_storage); otherwise the computed dtype.
+    const bool bf16 = bf16_storage_ && k.is_cpu() && k.scalar_type() == at::kFloat;
+    at::Tensor nk = at::empty({k.size(0), new_capacity, k.size(2)}, bf16 ? k.options().dtype(at::kBFloat16) : k.options());
+    at::Tensor nv = at::empty({v.size(0), new_capacity, v.size(2)}, bf16 ? v.options().dtype(at::kBFloat16) : v.options());
     if (length_ > 0) {
       nk.narrow(1, 0, length_).copy_(l.k.narrow(1, 0, length_));
       nv.narrow(1, 0, length_).copy_(l.v.narrow(1, 0, length_));
@@ -32,14 +34,25 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Te
   // The new positions' rows copied in place: float32 on the CPU by row (a decode step's few rows cost
   // less than a torch copy's dispatch, issue 35), anything else by copy_.
   const auto append = [&](at::Tensor& cache, const at::Tensor& src) {
-    if (cache.is_cpu() && src.is_cpu() && cache.scalar_type() == at::kFloat && src.scalar_type() == at::kFloat &&
-        cache.is_contiguous() && src.stride(2) == 1 && src.sizes() == at::IntArrayRef{cache.size(0), t, cache.size(2)}) {
+    const bool rows = cache.is_cpu() && src.is_cpu() && src.scalar_type() == at::kFloat && cache.is_contiguous() &&
+                      src.stride(2) == 1 && src.sizes() == at::IntArrayRef{cache.size(0), t, cache.size(2)};
+    if (rows && cache.scalar_type() == at::kFloat) {
       const int64_t heads = cache.size(0), positions = cache.size(1), d = cache.size(2);
       float* dst = cache.data_ptr<float>();
       const float* from = src.data_ptr<float>();
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t i = 0; i < t; ++i)
           std::copy_n(from + h * src.stride(0) + i * src.stride(1), d, dst + (h * positions + length_ + i) * d);
+    } else if (rows && cache.scalar_type() == at::kBFloat16) {  // rounded to nearest, ties to even
+      const int64_t heads = cache.size(0), positions = cache.size(1), d = cache.size(2);
+      c10::BFloat16* dst = cache.data_ptr<c10::BFloat16>();
+      const float* from = src.data_ptr<float>();
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < t; ++i) {
+          const float* row = from + h * src.stride(0) + i * src.stride(1);
+          c10::BFloat16* out = dst + (h * positions + length_ + i) * d;
+          for (int64_t j = 0; j < d; ++j) out[j] = c10::BFloat16(row[j]);
+        }
     } else {
       cache.narrow(1, length_, t).copy_(src);
     }
@@ -73,6 +86,7 @@ KvCache KvCache::Prefix(int64_t n) const {
   out.linear_ = linear_;
   out.length_ = n;
   out.page_positions_ = page_positions_;
+  out.bf16_storage_ = bf16_storage_;
   return out;
 }
 
@@ -81,9 +95,10 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const int64_t n_heads = q.size(0), t = q.size(1), dk = q.size(2);
   const int64_t n_kv = k.size(0), total = k.size(1), dv = v.size(2);
   const int64_t group = n_heads / n_kv;
-  if (q.is_cpu() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
-      v.scalar_type() == at::kFloat && k.is_cpu() && v.is_cpu() && k.stride(2) == 1 && k.stride(1) == dk &&
-      v.stride(2) == 1 && v.stride(1) == dv && n_heads % n_kv == 0) {
+  const bool bf16_cache = k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16;
+  if (q.is_cpu() && q.scalar_type() == at::kFloat &&
+      ((k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat) || bf16_cache) && k.is_cpu() && v.is_cpu() &&
+      k.stride(2) == 1 && k.stride(1) == dk && v.stride(2) == 1 && v.stride(1) == dv && n_heads % n_kv == 0) {
     const at::Tensor qc = q.contiguous();
     at::Tensor out = at::empty({t, n_heads * dv}, q.options());
     cpu::AttentionArgs a;
@@ -91,8 +106,13 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
     a.n_heads = n_heads;
     a.t = t;
     a.dk = dk;
-    a.k = k.data_ptr<float>();
-    a.v = v.data_ptr<float>();
+    if (bf16_cache) {  // a BF16 KV cache (GeneratorOptions::kv_cache_bf16)
+      a.k_bf16 = static_cast<const uint16_t*>(k.data_ptr());
+      a.v_bf16 = static_cast<const uint16_t*>(v.data_ptr());
+    } else {
+      a.k = k.data_ptr<float>();
+      a.v = v.data_ptr<float>();
+    }
     a.k_head_stride = k.stride(0);
     a.v_head_stride = v.stride(0);
     a.n_kv = n_kv;
@@ -139,7 +159,7 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
   }
   // [n_heads, t, dk] -> [n_kv, group * t, dk]: query head h = kv * group + g.
   const at::Tensor qg = q.reshape({n_kv, group * t, dk});
-  at::Tensor scores = at::bmm(qg, k.transpose(1, 2)) * scale;  // [n_kv, group * t, T]
+  at::Tensor scores = at::bmm(qg, k.to(q.scalar_type()).transpose(1, 2)) * scale;  // [n_kv, group * t, T]
   scores = scores.to(at::kFloat);
   const bool causal_needed = t > 1 || (pos0 + t < total);
   if (causal_needed || window > 0) {
@@ -160,7 +180,7 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
   } else {
     probs = at::softmax(scores, -1).to(q.scalar_type());
   }
-  const at::Tensor out = at::bmm(probs, v);  // [n_kv, group * t, dv]
+  const at::Tensor out = at::bmm(probs, v.to(q.scalar_type()));  // [n_kv, group * t, dv]
   // -> [n_heads, t, dv] -> [t, n_heads, dv] -> [t, n_heads * dv]
   return out.reshape({n_heads, t, dv}).permute({1, 0, 2}).reshape({t, n_heads * dv});
 }

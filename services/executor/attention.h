@@ -34,6 +34,11 @@ class KvCache {
   // Growth in whole pages of `positions` (a KV budget counts pages: generator.h kv_budget_bytes)
   // instead of doubling; 0 = doubling (the default).
   void set_page_positions(int64_t positions) { page_positions_ = positions; }
+  // Keys and values of the CPU executor stored as BF16 (GeneratorOptions::kv_cache_bf16: each float32
+  // value rounded to the nearest BF16, ties to even, as it is appended; attention reads them widened
+  // back exactly): half the bytes a position takes and a decode step reads. Set before the first Append.
+  void set_bf16_storage(bool bf16) { bf16_storage_ = bf16; }
+  bool bf16_storage() const { return bf16_storage_; }
   // Appends k [n, t, dk], v [n, t, dv] at position length() of `layer_id` and returns views of
   // the whole cache of that layer: k [n, length()+t, dk], v [n, length()+t, dv].
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v);
@@ -78,6 +83,7 @@ class KvCache {
   std::vector<LinearState> linear_;  // [n_layers] once a Gated DeltaNet layer ran
   int64_t length_ = 0;
   int64_t page_positions_ = 0;
+  bool bf16_storage_ = false;
   std::vector<std::pair<at::Tensor, at::Tensor>> cross_;
 };
 

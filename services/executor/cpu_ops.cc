@@ -239,8 +239,12 @@ void AttendCausal(const AttentionArgs& a) {
   const auto heads = [&](int64_t h0, int64_t h1) {
     std::vector<float> scores(static_cast<size_t>(rows * a.total));
     for (int64_t h = h0; h < h1; ++h) {
-      kernels::GemmWeights keys;  // the cached keys of kv head h as float32 "weights" [total, dk]
-      keys.f32 = a.k + h * a.k_head_stride;
+      kernels::GemmWeights keys;  // the cached keys of kv head h as "weights" [total, dk]
+      if (a.k_bf16 != nullptr) {
+        keys.bf16 = a.k_bf16 + h * a.k_head_stride;
+      } else {
+        keys.f32 = a.k + h * a.k_head_stride;
+      }
       keys.rows = a.total;
       keys.cols = a.dk;
       // query heads h * group .. (h + 1) * group - 1, t rows each
@@ -258,7 +262,8 @@ void AttendCausal(const AttentionArgs& a) {
           kernels::Bf16Gemm(product);
         }
       }
-      const float* vh = a.v + h * a.v_head_stride;
+      const float* vh = a.v_bf16 != nullptr ? nullptr : a.v + h * a.v_head_stride;
+      const uint16_t* vh_bf16 = a.v_bf16 != nullptr ? a.v_bf16 + h * a.v_head_stride : nullptr;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t qh = h * group + r / a.t, i = r % a.t, pos = a.pos0 + i;
         const int64_t last = std::min(pos, a.total - 1);
@@ -275,7 +280,11 @@ void AttendCausal(const AttentionArgs& a) {
         sv.n = last - first + 1;
         sv.scale = a.scale;
         sv.sink = a.sinks != nullptr ? a.sinks + qh : nullptr;
-        sv.v = vh + first * a.dv;
+        if (vh_bf16 != nullptr) {
+          sv.v_bf16 = vh_bf16 + first * a.dv;
+        } else {
+          sv.v = vh + first * a.dv;
+        }
         sv.v_row_stride = a.dv;
         sv.dv = a.dv;
         sv.out = o;

@@ -50,6 +50,10 @@ struct AttentionArgs {
   int64_t n_heads = 0, t = 0, dk = 0;
   const float* k = nullptr;
   const float* v = nullptr;
+  // A BF16 KV cache (GeneratorOptions::kv_cache_bf16): keys and values as BF16 bit patterns, laid out as
+  // k and v, used instead of them when set (both or neither).
+  const uint16_t* k_bf16 = nullptr;
+  const uint16_t* v_bf16 = nullptr;
   int64_t k_head_stride = 0, v_head_stride = 0;
   int64_t n_kv = 0, total = 0, dv = 0;
   int64_t pos0 = 0;

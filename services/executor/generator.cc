@@ -137,6 +137,12 @@ Result<std::unique_ptr<DeviceExpertCache>> MakeDeviceExpertCache(const ModelConf
 
 }  // namespace
 
+Result<bool> ParseKvCacheDtype(const std::string& value, const std::string& where) {
+  if (value == "f32" || value.empty()) return false;
+  if (value == "bf16") return true;
+  return Status::InvalidArgument(fmt::format("{} '{}': f32 (the default) or bf16", where, Clip(value)));
+}
+
 Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->dir = options.model_dir;
@@ -187,6 +193,7 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   provider = impl->observed.get();
   impl->provider = provider;
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
+  impl->model->set_kv_cache_bf16(options.kv_cache_bf16);
   impl->budget.bytes_per_position = impl->model->KvBytesPerPosition();
   impl->budget.fixed_bytes = impl->model->KvFixedBytes();
   impl->model->set_substitution_alpha(options.substitution_alpha);

@@ -88,7 +88,19 @@ struct GeneratorOptions {
   // page < 1: kInvalidArgument from Create.
   int64_t kv_budget_bytes = 0;
   int64_t kv_page_positions = 64;
+  // Keys and values cached as BF16 instead of float32 on the CPU executor (opt-in: `--kv-cache-dtype
+  // bf16`; llama.cpp's F16 cache type is its default): half the memory per position (twice the context
+  // in the same KV budget) and half the bytes a long context's decode step reads. Each key and value is
+  // rounded to BF16 once, as transformers' BF16 inference caches them; the logits then differ from the
+  // float32 cache's within BF16 rounding (tests/services/executor/kv_cache_bf16_test.cc), and are still
+  // the same bits for any batch, budget, policy and ISA. No effect on a GPU (its cache is BF16 already)
+  // or an encoder-decoder model.
+  bool kv_cache_bf16 = false;
 };
+
+// "f32" (the default) or "bf16": GeneratorOptions::kv_cache_bf16 from `--kv-cache-dtype` /
+// http.kv_cache_dtype. kInvalidArgument naming `where` otherwise.
+Result<bool> ParseKvCacheDtype(const std::string& value, const std::string& where);
 
 // The KV budget's state (Generator::kv_budget_stats).
 struct KvBudgetCounters {

@@ -28,7 +28,7 @@ Model::Model(const LoadedModel& model, ExpertProvider* provider, at::Device devi
 
 int64_t Model::KvBytesPerPosition() const {
   const ModelConfig& c = model_.config;
-  const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype_));
+  const int64_t elem = kv_cache_bf16_ ? 2 : static_cast<int64_t>(c10::elementSize(dtype_));
   if (switch_) return 2 * c.num_decoder_layers * 2 * c.num_attention_heads * c.head_dim * elem;  // self + cross
   int64_t per_layer = 0;
   if (c.mla()) {

@@ -41,7 +41,16 @@ class Model {
   // (the Gated DeltaNet layers' conv inputs and state, float32).
   int64_t KvBytesPerPosition() const;
   int64_t KvFixedBytes() const;
-  KvCache NewCache() const { return switch_ ? switch_->NewCache() : KvCache(model_.config.num_hidden_layers); }
+  KvCache NewCache() const {
+    if (switch_) return switch_->NewCache();
+    KvCache cache(model_.config.num_hidden_layers);
+    cache.set_bf16_storage(kv_cache_bf16_);
+    return cache;
+  }
+  // Keys and values in BF16 on the CPU executor (GeneratorOptions::kv_cache_bf16); no effect on an
+  // encoder-decoder model or where the compute dtype is not float32 (a GPU's cache is BF16 already).
+  void set_kv_cache_bf16(bool bf16) { kv_cache_bf16_ = bf16 && !switch_ && dtype_ == at::kFloat; }
+  bool kv_cache_bf16() const { return kv_cache_bf16_; }
   // Logits rows a sequence's step yields for its `n_fed` new tokens: n_fed, except an
   // encoder-decoder model's first step (the prompt feeds the encoder; one row, for the decoder's
   // start token).
@@ -101,6 +110,7 @@ class Model {
   std::function<void(int32_t, const at::Tensor&)> router_input_observer_;
   std::unique_ptr<SwitchModel> switch_;  // switch_transformers only
   std::unique_ptr<DeviceExpertCache> device_experts_;
+  bool kv_cache_bf16_ = false;
 };
 
 }  // namespace zipmoe::executor

@@ -61,6 +61,7 @@ struct ServeOptions {
   // (resumed exactly later), a prompt larger than all of it is a 400. -1 = auto: half the memory
   // available once the model is loaded, less the prefix cache, at least 256 MiB; 0 = unbounded.
   int64_t kv_budget_mib = -1;
+  bool kv_cache_bf16 = false;  // keys and values cached as BF16 (GeneratorOptions::kv_cache_bf16)
   int http_threads = 0;  // 0 = 2 x max_batch + 32
   int http_read_timeout_ms = 10000;
   std::string cors_origin = "*";

@@ -65,6 +65,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"http.max_batch", &c.http_max_batch},
       {"http.prefix_cache_mib", &c.http_prefix_cache_mib},
       {"http.kv_budget_mib", &c.http_kv_budget_mib},
+      {"http.kv_cache_dtype", &c.http_kv_cache_dtype},
       {"http.request_grouping", &c.http_request_grouping},
       {"http.group_window", &c.http_group_window},
       {"http.host", &c.http_host},
@@ -196,6 +197,8 @@ Status Validate(const ServiceConfig& c) {
   ZM_RETURN_IF_ERROR(messaging::ParseLinkSecurityMode(c.link_security_mode, "link_security.mode").status());
   ZM_RETURN_IF_ERROR(positive(c.http_group_window, "http.group_window"));
   ZM_RETURN_IF_ERROR(scheduler::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
+  if (c.http_kv_cache_dtype != "f32" && c.http_kv_cache_dtype != "bf16")
+    return Status::InvalidArgument(fmt::format("http.kv_cache_dtype '{}': f32 (the default) or bf16", Clip(c.http_kv_cache_dtype)));
   return Status::Ok();
 }
 

@@ -190,6 +190,29 @@ TEST_P(SoftmaxValuesIsaTest, BitIdenticalToReference) {
   }
 }
 
+// A BF16 KV cache's values: the same bits as the float32 values they widen to, on every variant.
+TEST_P(SoftmaxValuesIsaTest, Bf16ValuesEqualTheirFloat32Widening) {
+  const GemmIsa isa = GetParam().isa;
+  uint32_t seed = 300;
+  for (const Shape& s : {Shape{1, 8, 0, false}, Shape{17, 129, 2, true}, Shape{100, 128, 0, false},
+                         Shape{2049, 64, 1, true}, Shape{33, 3, 0, false}}) {
+    Problem p(s, seed++);
+    std::vector<uint16_t> bf16(p.v.size());
+    for (size_t i = 0; i < p.v.size(); ++i) {
+      bf16[i] = static_cast<uint16_t>(testing::Bits(p.v[i]) >> 16);  // truncated: any BF16 pattern will do
+      const uint32_t widened = static_cast<uint32_t>(bf16[i]) << 16;
+      std::memcpy(&p.v[i], &widened, sizeof(float));
+    }
+    std::vector<float> want_s, want, got_s, got;
+    SoftmaxValuesReference(p.Args(want_s, want));
+    SoftmaxValuesArgs a = p.Args(got_s, got);
+    a.v = nullptr;
+    a.v_bf16 = bf16.data();
+    ASSERT_TRUE(SoftmaxValuesWithIsa(isa, a).ok()) << Name(s);
+    ExpectSameBits(want, got, Name(s) + " bf16 values");
+  }
+}
+
 TEST_P(SoftmaxValuesIsaTest, ExtremeScoresAndNaN) {
   const GemmIsa isa = GetParam().isa;
   Problem p({40, 24, 1, false}, 9);

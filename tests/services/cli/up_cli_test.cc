@@ -350,6 +350,9 @@ TEST(UpCli, ServiceConfigErrorsNameTheKey) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("http.request_grouping"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fcfs"), std::string::npos) << r.output;
+  r = RunCli("service executor --set http.kv_cache_dtype=f16");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("http.kv_cache_dtype 'f16': f32 (the default) or bf16"), std::string::npos) << r.output;
   r = RunCli("service executor --set http.group_window=0");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("http.group_window"), std::string::npos) << r.output;

@@ -101,6 +101,26 @@ TEST(GenerateCliTest, HfAndCompressedDirectoriesWriteIdenticalLogits) {
   EXPECT_EQ(testing::ReadAll(tmp.Sub("hf.bin")), testing::ReadAll(tmp.Sub("zip.bin")));
 }
 
+// --kv-cache-dtype bf16 reaches the executor (other logits than f32's, the same ones from the HF and the
+// compressed directory under a budget); f32 is the default; anything else is refused naming the flag.
+TEST(GenerateCliTest, KvCacheDtypeBf16ChangesTheLogitsAlikeEverywhere) {
+  testing::TempDir tmp;
+  const std::string common = " --prompt-ids 9,8,7,6,5,4,3,2,1 --max-new-tokens 4 --ignore-eos --threads 2 --logits-out ";
+  const auto run = [&](const std::string& dir, const std::string& flags, const std::string& out) {
+    const auto r = RunCli("generate --model " + dir + common + tmp.Sub(out) + " " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return testing::ReadAll(tmp.Sub(out));
+  };
+  const std::string f32 = run(TinyModelDir("qwen3_moe"), "", "f32.bin");
+  EXPECT_EQ(run(TinyModelDir("qwen3_moe"), "--kv-cache-dtype f32", "f32b.bin"), f32);
+  const std::string bf16 = run(TinyModelDir("qwen3_moe"), "--kv-cache-dtype bf16", "bf16.bin");
+  EXPECT_NE(bf16, f32);
+  EXPECT_EQ(run(TinyCompressedDir("qwen3_moe"), "--kv-cache-dtype bf16 --memory-budget 30%", "bf16zip.bin"), bf16);
+  const auto bad = RunCli("generate --model " + TinyModelDir("qwen3_moe") + " --prompt-ids 1 --kv-cache-dtype f16");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--kv-cache-dtype"), std::string::npos) << bad.output;
+}
+
 TEST(GenerateCliTest, TextAndChatPromptsUseTheTokenizer) {
   const std::string dir = TinyModelDir("qwen3_moe");
   auto r = RunCli("generate --model " + dir + " --prompt 'The quick brown fox' --max-new-tokens 5 --threads 2 --json"
