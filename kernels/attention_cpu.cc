@@ -32,13 +32,6 @@ SoftmaxValuesFn FunctionFor(GemmIsa isa) {
   }
 }
 
-GemmIsa DetectIsa() {
-  const GemmIsa best = BestGemmIsa();
-  if (best == GemmIsa::kAvx512Bf16 || best == GemmIsa::kAmxBf16) return GemmIsa::kAvx512;
-  if (best == GemmIsa::kNeonBf16) return GemmIsa::kNeon;
-  return best;
-}
-
 }  // namespace
 
 Status ValidateSoftmaxValuesArgs(const SoftmaxValuesArgs& a) {
@@ -66,9 +59,7 @@ void SoftmaxValuesReference(const SoftmaxValuesArgs& a) {
     s[j] = AttentionExp(s[j] - m);
     lanes[j % 16] = lanes[j % 16] + s[j];
   }
-  for (int w = 8; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) lanes[i] = lanes[i] + lanes[i + w];
-  float sum = lanes[0];
+  float sum = FoldSixteenLanes(lanes);
   if (a.sink != nullptr) sum = sum + AttentionExp(*a.sink - m);
   for (int64_t j = 0; j < a.n; ++j) s[j] = s[j] / sum;
   for (int64_t d = 0; d < a.dv; ++d) a.out[d] = 0.0f;
@@ -87,7 +78,7 @@ void SoftmaxValuesReference(const SoftmaxValuesArgs& a) {
 }
 
 GemmIsa AttentionIsa() {
-  static const GemmIsa isa = DetectIsa();  // thread-safe one-time initialisation
+  static const GemmIsa isa = BestFloatLaneIsa();  // thread-safe one-time initialisation
   return isa;
 }
 

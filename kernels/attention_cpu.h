@@ -80,6 +80,14 @@ inline float AttentionExp(float x) {
   return p * scale;
 }
 
+// Step 4's fold of the sixteen partial sums: lane[i] = lane[i] + lane[i + w] for w = 8, 4, 2, 1 (i < w);
+// returns lane[0].
+inline float FoldSixteenLanes(float (&lanes)[16]) {
+  for (int w = 8; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) lanes[i] = lanes[i] + lanes[i + w];
+  return lanes[0];
+}
+
 struct SoftmaxValuesArgs {
   float* scores = nullptr;     // [n] in: the row's visible scores q·k_j; out: p_j
   int64_t n = 0;               // visible keys (>= 1)

@@ -127,9 +127,7 @@ void SoftmaxValues(const SoftmaxValuesArgs& a) {
     s[j] = AttentionExp(s[j] - m);
     lanes[j % 16] = lanes[j % 16] + s[j];
   }
-  for (int w = 8; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) lanes[i] = lanes[i] + lanes[i + w];
-  float sum = lanes[0];
+  float sum = FoldSixteenLanes(lanes);
   if (a.sink != nullptr) sum = sum + AttentionExp(*a.sink - m);
   // 5: p_j.
   const Vec sv = V::Set1(sum);

@@ -159,6 +159,13 @@ GemmIsa BestGemmIsa() {
   return best;
 }
 
+GemmIsa BestFloatLaneIsa() {
+  const GemmIsa best = BestGemmIsa();
+  if (best == GemmIsa::kAvx512Bf16 || best == GemmIsa::kAmxBf16) return GemmIsa::kAvx512;
+  if (best == GemmIsa::kNeonBf16) return GemmIsa::kNeon;
+  return best;
+}
+
 int64_t GemmRowQuantum() { return BestGemmIsa() == GemmIsa::kAmxBf16 ? 64 : 4; }
 
 Status ValidateGemmArgs(const GemmArgs& a) {

@@ -144,6 +144,10 @@ bool GemmIsaAvailable(GemmIsa isa);
 // ZIPMOE_GEMM_ISA=scalar|avx2|avx512|neon|avx512bf16|neonbf16|amxbf16 in the environment overrides it when that
 // ISA is available.
 GemmIsa BestGemmIsa();
+// BestGemmIsa() for kernels with float32 lanes only (gated_delta.h, attention_cpu.h): the BF16
+// dot-product variants mapped to the ISA they extend (kAvx512Bf16, kAmxBf16 -> kAvx512; kNeonBf16 ->
+// kNeon).
+GemmIsa BestFloatLaneIsa();
 
 // The row quantum of BestGemmIsa()'s variant: callers that split a product's rows across threads give each
 // call a multiple of this many rows (the last one the rest), so the variant's row tiles stay whole and its

@@ -36,13 +36,6 @@ GatedDeltaFn FunctionFor(GemmIsa isa) {
   }
 }
 
-GemmIsa DetectIsa() {
-  const GemmIsa best = BestGemmIsa();
-  if (best == GemmIsa::kAvx512Bf16 || best == GemmIsa::kAmxBf16) return GemmIsa::kAvx512;
-  if (best == GemmIsa::kNeonBf16) return GemmIsa::kNeon;
-  return best;
-}
-
 }  // namespace
 
 Status ValidateGatedDeltaArgs(const GatedDeltaArgs& a) {
@@ -106,7 +99,7 @@ void GatedDeltaRecurrentReference(const GatedDeltaArgs& a) {
 }
 
 GemmIsa GatedDeltaIsa() {
-  static const GemmIsa isa = DetectIsa();  // thread-safe one-time initialisation
+  static const GemmIsa isa = BestFloatLaneIsa();  // thread-safe one-time initialisation
   return isa;
 }
 
