@@ -14,6 +14,177 @@ namespace zipmoe::api {
 using nlohmann::json;
 
 // ---------------------------------------------------------------------------------------------
+// String formats (StringFormat): one character at a time over a state packed in 64 bits.
+
+namespace {
+
+// State fields: the position in the text, the year and month read so far (a date's day depends on
+// them), the previous digit (a two-digit group's second digit depends on its first), the time part's
+// phase and the fraction's digit count.
+struct FormatState {
+  uint64_t bits = 0;
+  uint32_t Get(int shift, int width) const { return static_cast<uint32_t>(bits >> shift) & ((1u << width) - 1); }
+  void Set(int shift, int width, uint32_t v) {
+    const uint64_t mask = ((uint64_t{1} << width) - 1) << shift;
+    bits = (bits & ~mask) | ((static_cast<uint64_t>(v) << shift) & mask);
+  }
+  uint32_t pos() const { return Get(0, 8); }
+  uint32_t year() const { return Get(8, 14); }
+  uint32_t month() const { return Get(22, 4); }
+  uint32_t prev() const { return Get(26, 4); }
+  uint32_t phase() const { return Get(30, 5); }
+  uint32_t frac() const { return Get(35, 4); }
+};
+
+constexpr uint32_t kTimeDone = 31;  // the time phase once Z or the offset's last digit is written
+
+bool Leap(uint32_t y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+uint32_t DaysIn(uint32_t month, uint32_t year) {
+  static const uint32_t kDays[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return month == 2 && Leap(year) ? 29 : kDays[month];
+}
+bool Digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+// A date's character at position p (0-9) of YYYY-MM-DD.
+bool DateStep(FormatState& s, uint32_t p, uint8_t c) {
+  if (p == 4 || p == 7) return c == '-';
+  if (!Digit(c)) return false;
+  const uint32_t d = c - '0';
+  if (p < 4) {
+    if (p == 3 && s.year() * 10 + d == 0) return false;  // year 0000: not a date Python reads
+    s.Set(8, 14, s.year() * 10 + d);
+    return true;
+  }
+  if (p == 5) {
+    if (d > 1) return false;
+    s.Set(26, 4, d);
+    return true;
+  }
+  if (p == 6) {
+    const uint32_t m = s.prev() * 10 + d;
+    if (m < 1 || m > 12) return false;
+    s.Set(22, 4, m);
+    return true;
+  }
+  const uint32_t days = DaysIn(s.month(), s.year());
+  if (p == 8) {
+    if (d * 10 > days) return false;
+    s.Set(26, 4, d);
+    return true;
+  }
+  const uint32_t day = s.prev() * 10 + d;  // p == 9
+  return day >= 1 && day <= days;
+}
+
+// A time's next character (RFC 3339 full-time), its phase in the state.
+bool TimeStep(FormatState& s, uint8_t c) {
+  const uint32_t ph = s.phase();
+  const auto two_digits = [&](uint32_t max_first, uint32_t max_value) {  // a group's digits at ph, ph + 1
+    if (!Digit(c)) return false;
+    const uint32_t d = c - '0';
+    if (s.Get(39, 1) == 0) {  // first digit
+      if (d > max_first) return false;
+      s.Set(26, 4, d);
+      s.Set(39, 1, 1);
+      return true;
+    }
+    if (s.prev() * 10 + d > max_value) return false;
+    s.Set(39, 1, 0);
+    return true;
+  };
+  switch (ph) {
+    case 0: case 1: case 3: case 4: case 6: case 7: {  // HH MM SS
+      const bool hours = ph <= 1;
+      if (!two_digits(hours ? 2 : 5, hours ? 23 : 59)) return false;
+      s.Set(30, 5, ph + 1);
+      return true;
+    }
+    case 2: case 5:
+      if (c != ':') return false;
+      s.Set(30, 5, ph + 1);
+      return true;
+    case 8:  // after the seconds
+    case 9:  // in the fraction
+      if (ph == 8 && c == '.') {
+        s.Set(30, 5, 9);
+        return true;
+      }
+      if (ph == 9 && Digit(c)) {
+        if (s.frac() >= 9) return false;
+        s.Set(35, 4, s.frac() + 1);
+        return true;
+      }
+      if (ph == 9 && s.frac() == 0) return false;  // '.' needs a digit
+      if (c == 'Z') {
+        s.Set(30, 5, kTimeDone);
+        return true;
+      }
+      if (c == '+' || c == '-') {
+        s.Set(30, 5, 10);
+        return true;
+      }
+      return false;
+    case 10: case 11: case 13: case 14: {  // the offset's HH MM
+      const bool hours = ph <= 11;
+      if (!two_digits(hours ? 2 : 5, hours ? 23 : 59)) return false;
+      s.Set(30, 5, ph == 14 ? kTimeDone : ph + 1);
+      return true;
+    }
+    case 12:
+      if (c != ':') return false;
+      s.Set(30, 5, 13);
+      return true;
+    default: return false;
+  }
+}
+
+bool FormatStep(StringFormat f, FormatState& s, uint8_t c) {
+  const uint32_t p = s.pos();
+  if (p >= 200) return false;
+  bool ok = false;
+  switch (f) {
+    case StringFormat::kDate: ok = p < 10 && DateStep(s, p, c); break;
+    case StringFormat::kTime: ok = TimeStep(s, c); break;
+    case StringFormat::kDateTime: ok = p < 10 ? DateStep(s, p, c) : p == 10 ? c == 'T' : TimeStep(s, c); break;
+    case StringFormat::kUuid:
+      ok = p < 36 && ((p == 8 || p == 13 || p == 18 || p == 23) ? c == '-' : (Digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')));
+      break;
+    default: ok = false;
+  }
+  if (ok) s.Set(0, 8, p + 1);
+  return ok;
+}
+
+bool FormatComplete(StringFormat f, const FormatState& s) {
+  switch (f) {
+    case StringFormat::kDate: return s.pos() == 10;
+    case StringFormat::kTime: return s.phase() == kTimeDone;
+    case StringFormat::kDateTime: return s.pos() > 10 && s.phase() == kTimeDone;
+    case StringFormat::kUuid: return s.pos() == 36;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+StringFormat StringFormatOf(const std::string& name, bool* ok) {
+  *ok = true;
+  if (name == "date") return StringFormat::kDate;
+  if (name == "time") return StringFormat::kTime;
+  if (name == "date-time") return StringFormat::kDateTime;
+  if (name == "uuid") return StringFormat::kUuid;
+  *ok = false;
+  return StringFormat::kNone;
+}
+
+bool StringFormatAdmits(StringFormat format, const std::string& text) {
+  FormatState s;
+  for (char ch : text)
+    if (!FormatStep(format, s, static_cast<uint8_t>(ch))) return false;
+  return FormatComplete(format, s);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Compilation
 
 class SchemaCompiler {
@@ -183,6 +354,8 @@ class SchemaCompiler {
       }
       case K::kString: {
         if (!v.is_string()) return false;
+        if (n.format != 0 && !StringFormatAdmits(static_cast<StringFormat>(n.format), v.get_ref<const std::string&>()))
+          return false;
         int64_t points = 0;
         for (unsigned char c : v.get_ref<const std::string&>()) points += (c & 0xC0) != 0x80;
         return points >= n.min_length && (n.max_length < 0 || points <= n.max_length);
@@ -293,7 +466,7 @@ class SchemaCompiler {
                                                  "items",    "minItems",   "maxItems",  "minLength",
                                                  "maxLength", "enum",      "const",     "anyOf",
                                                  "$ref",     "minimum",    "maximum",   "exclusiveMinimum",
-                                                 "exclusiveMaximum"};
+                                                 "exclusiveMaximum", "format"};
     for (const auto& [key, value] : s.items()) {
       if (kIgnored.count(key) == 0 && kKnown.count(key) == 0) return Unsupported(key, path);
     }
@@ -465,6 +638,18 @@ class SchemaCompiler {
     }
     if (type == "string") {
       n.kind = SchemaNode::Kind::kString;
+      if (s.contains("format")) {
+        bool known = false;
+        const StringFormat f =
+            s["format"].is_string() ? StringFormatOf(s["format"].get<std::string>(), &known) : StringFormat::kNone;
+        if (!known)
+          return Unsupported(fmt::format("format {} (date, time, date-time and uuid are enforced)", Clip(s["format"].dump())),
+                             path);
+        if (s.contains("minLength") || s.contains("maxLength"))
+          return Status::InvalidArgument(
+              fmt::format("minLength / maxLength beside format at {} are not supported", Where(path)));
+        n.format = static_cast<uint8_t>(f);
+      }
       ZM_RETURN_IF_ERROR(Count(s, "minLength", path, &n.min_length).status());
       ZM_RETURN_IF_ERROR(Count(s, "maxLength", path, &n.max_length).status());
       if (n.max_length >= 0 && n.min_length > n.max_length)
@@ -556,6 +741,8 @@ Status PrepareTags(TagSyntax syntax, const std::vector<JsonGrammar::Alternative>
           "alternative {}: tagged arguments need an object schema with 'properties' (and no other keys)", i));
   }
   for (SchemaNode& n : *nodes) {
+    if (n.kind == SchemaNode::Kind::kString && n.format != 0)
+      return Status::InvalidArgument("format cannot be enforced on tagged arguments (their strings are written raw)");
     if (n.kind == SchemaNode::Kind::kObject) {
       std::vector<std::pair<std::string, int32_t>> keys;
       for (size_t k = 0; k < n.keys.size(); ++k) {
@@ -1167,6 +1354,21 @@ void JsonMatcher::Step(const Stack& s0, uint8_t c, std::vector<Stack>* out) cons
     }
     case kString: {
       s.ws = 0;
+      if (f.node >= 0 && grammar_->node(f.node).format != 0) {  // a format: its automaton, state in f.seen
+        const auto format = static_cast<StringFormat>(grammar_->node(f.node).format);
+        FormatState st{f.seen};
+        if (c == '"') {
+          if (!FormatComplete(format, st)) return;
+          ChildDone(s);
+          out->push_back(s);
+          return;
+        }
+        if (!FormatStep(format, st, c)) return;
+        f.seen = st.bits;
+        ++f.a;
+        out->push_back(s);
+        return;
+      }
       const int32_t max_len = f.node >= 0 ? grammar_->node(f.node).max_length : -1;
       const int32_t min_len = f.node >= 0 ? grammar_->node(f.node).min_length : 0;
       if (f.phase == kStrEscape) {
@@ -1399,6 +1601,7 @@ bool JsonMatcher::InPlainString(int32_t* room) const {
     if (s.depth == 0) return false;
     const Frame& f = s.frames[s.depth - 1];
     if (f.kind != kString || f.phase != kStrPlain || f.b != 0) return false;
+    if (f.node >= 0 && grammar_->node(f.node).format != 0) return false;  // every character moves its automaton
     if (f.node >= 0 && grammar_->node(f.node).max_length >= 0)
       r = std::min(r, grammar_->node(f.node).max_length - f.a);
   }

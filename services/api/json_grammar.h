@@ -6,7 +6,8 @@
 // Schema subset (JSON Schema 2020-12 / OpenAI structured outputs), anything else is refused by name:
 //   type (a name or a list of names), properties, required, additionalProperties (false, or true / a
 //   schema on an object without properties), items, minItems, maxItems, minLength, maxLength (code
-//   points), minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (|bound| <= 1e15;
+//   points), format (date, time, date-time, uuid: StringFormat; not beside minLength / maxLength),
+//   minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (|bound| <= 1e15;
 //   on numbers they are refused), enum, const, anyOf, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed);
 //   annotations (title, description, default, examples, $schema, $id, $comment, deprecated, readOnly,
 //   writeOnly) are ignored. enum / const values are kept only where the keywords beside them admit them
@@ -69,6 +70,20 @@ inline bool Utf8Lead(uint8_t c, int32_t* pending, uint8_t* lo, uint8_t* hi) {
   return false;
 }
 
+// JSON Schema `format`s enforced on strings (Validation §7.3; RFC 3339 §5.6, RFC 4122), each written in
+// one canonical shape so that Python's jsonschema FormatChecker, pydantic and JavaScript's Date agree:
+//   kDate      YYYY-MM-DD, a real calendar day of years 0001-9999 (leap years counted)
+//   kTime      HH:MM:SS[.fraction of 1-9 digits] then Z or +HH:MM / -HH:MM (RFC 3339 full-time, hours
+//              00-23, minutes and seconds 00-59: no leap second)
+//   kDateTime  a kDate, 'T', a kTime
+//   kUuid      8-4-4-4-12 hexadecimal digits
+// No escapes inside them (every character is printable ASCII).
+enum class StringFormat : uint8_t { kNone = 0, kDate, kTime, kDateTime, kUuid };
+// The format `name` stands for (kNone for one not enforced); `ok` false then.
+StringFormat StringFormatOf(const std::string& name, bool* ok);
+// Whether `text` (the string's content, unescaped) is a complete value of `format`.
+bool StringFormatAdmits(StringFormat format, const std::string& text);
+
 // How a framed value's root object is written. kJson: as JSON. The others write a tool call's arguments
 // as tagged pairs, as those chat templates render them (each property once, any order; a string
 // property's value raw up to its closing tag, anything else as JSON; whitespace allowed before each
@@ -97,6 +112,8 @@ struct SchemaNode {
   int32_t min_items = 0, max_items = -1;  // -1: unbounded
   // kString (code points)
   int32_t min_length = 0, max_length = -1;
+  // kString: a `format` the matcher enforces (StringFormat), kNone for any string.
+  uint8_t format = 0;
   // kInteger: inclusive bounds (minimum / maximum / exclusive*), |bound| <= kMaxIntegerBound
   bool has_minimum = false, has_maximum = false;
   int64_t minimum = 0, maximum = 0;

@@ -283,7 +283,8 @@ TEST(JsonGrammar, SchemaErrorsNameTheKeyword) {
   EXPECT_NE(err(R"({"type": "string", "pattern": "^a"})").find("'pattern' at the root"), std::string::npos);
   EXPECT_NE(err(R"({"properties": {"x": {"type": "number", "minimum": 0}}})").find("'minimum (on type number"),
             std::string::npos);
-  EXPECT_NE(err(R"({"properties": {"x": {"type": "string", "format": "email"}}})").find("'format' at /properties/x"),
+  EXPECT_NE(err(R"({"properties": {"x": {"type": "string", "format": "email"}}})")
+                .find("'format \"email\" (date, time, date-time and uuid are enforced)' at /properties/x"),
             std::string::npos);
   EXPECT_NE(err(R"({"$ref": "#/nowhere"})").find("does not resolve"), std::string::npos);
   EXPECT_NE(err(R"({"type": "object", "properties": {}, "required": ["a"]})").find("required"), std::string::npos);
@@ -526,6 +527,53 @@ TEST(JsonGrammar, NestedDocumentsResolveTheirOwnRefs) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("at tools[0].function.parameters/properties/home does not resolve"), std::string::npos)
       << e.status().ToString();
+}
+
+// format: date, time, date-time and uuid enforced character by character (pydantic's datetime, date,
+// time and UUID fields); others refused by name.
+TEST(JsonGrammar, StringFormatsAreEnforced) {
+  const auto g = [](const char* format) {
+    return Grammar(json{{"type", "string"}, {"format", format}});
+  };
+  auto date = g("date");
+  for (const char* ok : {"\"2024-02-29\"", "\"0001-01-01\"", "\"9999-12-31\"", "\"2023-11-30\""})
+    EXPECT_TRUE(Accepts(date, ok)) << ok;
+  for (const char* bad : {"\"2023-02-29\"", "\"1900-02-29\"", "\"2024-04-31\"", "\"2024-13-01\"", "\"2024-00-10\"",
+                          "\"2024-01-00\"", "\"0000-01-01\"", "\"2024-1-01\"", "\"2024-01-01T\"", "\"\"",
+                          "\"2024\\u002d01-01\""})
+    EXPECT_FALSE(Accepts(date, bad)) << bad;
+  EXPECT_FALSE(Alive(date, "\"2023-02-3"));  // no February 3x
+  auto time = g("time");
+  for (const char* ok : {"\"00:00:00Z\"", "\"23:59:59.123456789Z\"", "\"12:30:00+05:30\"", "\"12:30:00-23:59\""})
+    EXPECT_TRUE(Accepts(time, ok)) << ok;
+  for (const char* bad : {"\"24:00:00Z\"", "\"12:60:00Z\"", "\"12:00:60Z\"", "\"12:00:00\"", "\"12:00:00.Z\"",
+                          "\"12:00:00.1234567890Z\"", "\"12:00:00+24:00\"", "\"12:00:00z\"", "\"1:00:00Z\""})
+    EXPECT_FALSE(Accepts(time, bad)) << bad;
+  auto dt = g("date-time");
+  EXPECT_TRUE(Accepts(dt, "\"2024-02-29T23:59:59.5+01:00\""));
+  EXPECT_FALSE(Accepts(dt, "\"2024-02-29 23:59:59Z\""));
+  EXPECT_FALSE(Accepts(dt, "\"2024-02-29\""));
+  auto uuid = g("uuid");
+  EXPECT_TRUE(Accepts(uuid, "\"123e4567-e89b-12d3-a456-426614174000\""));
+  EXPECT_TRUE(Accepts(uuid, "\"123E4567-E89B-12D3-A456-426614174000\""));
+  EXPECT_FALSE(Accepts(uuid, "\"123e4567e89b12d3a456426614174000\""));
+  EXPECT_FALSE(Accepts(uuid, "\"123e4567-e89b-12d3-a456-42661417400g\""));
+  // Inside objects (a pydantic model), and enum values filtered by the format.
+  auto model = Grammar(json::parse(R"({"type": "object", "properties": {"at": {"type": "string", "format": "date-time"},
+                                      "id": {"type": "string", "format": "uuid"}}, "required": ["at", "id"]})"));
+  EXPECT_TRUE(Accepts(model, R"({"at": "2020-01-01T00:00:00Z", "id": "00000000-0000-0000-0000-000000000000"})"));
+  auto e = Grammar(json::parse(R"({"type": "string", "format": "date", "enum": ["2024-02-30", "2024-02-29", "x"]})"));
+  EXPECT_TRUE(Accepts(e, "\"2024-02-29\""));
+  EXPECT_FALSE(Accepts(e, "\"2024-02-30\""));
+  // The plain-string fast path must not skip a format's automaton.
+  JsonMatcher m(date);
+  ASSERT_TRUE(m.Feed("\"20"));
+  int32_t room = 0;
+  EXPECT_FALSE(m.InPlainString(&room));
+  EXPECT_NE(CompileError(json::parse(R"({"type": "string", "format": "date", "maxLength": 10})")).find("beside format"),
+            std::string::npos);
+  EXPECT_TRUE(StringFormatAdmits(StringFormat::kDateTime, "1999-12-31T23:59:59Z"));
+  EXPECT_FALSE(StringFormatAdmits(StringFormat::kDateTime, "1999-12-31T23:59:59"));
 }
 
 }  // namespace
