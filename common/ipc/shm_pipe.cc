@@ -3,6 +3,7 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,6 +46,7 @@ struct Header {
   char magic[8];
   uint32_t ring_bytes;
   int32_t creator_pid;
+  std::atomic<int32_t> attacher_pid;  // 0 until an Attach
   alignas(64) ShmPipe::Ring rings[2];
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "pipe header must fit its page");
@@ -126,7 +128,16 @@ Result<std::unique_ptr<ShmPipe>> ShmPipe::Attach(const std::string& name, std::s
     return Status::InvalidArgument(fmt::format("pipe {}: ring_bytes {} does not match the region's {} bytes", name,
                                                ring_bytes, region.size_bytes()));
   }
+  auto* mutable_header = reinterpret_cast<Header*>(region.data());
+  mutable_header->attacher_pid.store(static_cast<int32_t>(::getpid()), std::memory_order_release);
   return std::unique_ptr<ShmPipe>(new ShmPipe(std::move(region), ring_bytes, 1, std::move(sender)));
+}
+
+bool ShmPipe::PeerGone() const {
+  const auto* header = reinterpret_cast<const Header*>(region_.data());
+  const int32_t pid = out_ == &header->rings[0] ? header->attacher_pid.load(std::memory_order_acquire)
+                                                : header->creator_pid;
+  return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 Status ShmPipe::Send(Body body, milliseconds timeout) {

@@ -10,7 +10,8 @@
 // ProviderServer over ZeroMQ (PipeOpen, docs/messaging.md); ZeroMQ stays the control plane.
 //
 // Layout (all little-endian, offsets in bytes):
-//   [0, 4096)   header: magic "ZMPIPE01", ring_bytes (u32), creator pid, then per ring, each on its
+//   [0, 4096)   header: magic "ZMPIPE01", ring_bytes (u32), creator pid, attacher pid (0 until an
+//               Attach), then per ring, each on its
 //               own cache lines: head (u64, bytes the consumer has taken), tail (u64, bytes the
 //               producer has published), doorbell (u32 futex word), waiting (u32, 1 while the
 //               consumer sleeps or is about to)
@@ -86,6 +87,11 @@ class ShmPipe {
 
   // True once Recv found a record length outside the ring (every later Recv fails).
   bool broken() const { return broken_.load(std::memory_order_acquire); }
+  // True when the process at the other end has exited (its pid, in the header: the creator's, or the
+  // attacher's once one attached, no longer exists). False while it lives or before anyone attached.
+  // What a creator waiting on a pipe nobody will answer checks (a restarted scheduler never reads the
+  // old one) instead of waiting out its timeout.
+  bool PeerGone() const;
   const std::string& name() const { return region_.name(); }
   uint32_t ring_bytes() const { return ring_bytes_; }
   // The largest frame Send accepts: half a ring, less the record header.

@@ -136,6 +136,7 @@ void RemoteExpertProvider::DropPipeLocked(const std::string& why) {
 
 Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
   const auto deadline = Clock::now() + config_.timeout;
+  auto next_peer_check = Clock::now() + milliseconds(100);
   while (true) {
     {
       MutexLock lock(&mu_);
@@ -156,6 +157,16 @@ Result<msg::Body> RemoteExpertProvider::Receive(const char* what) {
         return got.status();
       }
       if (got.status().code() != StatusCode::kDeadlineExceeded) continue;  // bad frame: counted, dropped
+      // The scheduler at the pipe's other end exited (up restarts it; the new one never reads this
+      // pipe): give up now instead of at the timeout (the first request after a restart waited 20 s).
+      if (pipe_ != nullptr && Clock::now() >= next_peer_check) {
+        next_peer_check = Clock::now() + milliseconds(100);
+        if (pipe_->PeerGone()) {
+          const std::string why = fmt::format("the scheduler at the other end of the pipe {} exited", pipe_->name());
+          DropPipeLocked(why);
+          return Status::Unavailable(fmt::format("scheduler at {}: {} before answering {}", config_.endpoint, why, what));
+        }
+      }
     }
     if (Clock::now() > deadline) {
       MutexLock lock(&mu_);

@@ -145,6 +145,40 @@ TEST(ShmPipeTest, AForkedProcessAnswersThroughThePipe) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// Each end learns when the process at the other end has exited (the executor stops waiting on a pipe
+// whose scheduler died instead of waiting out its timeout); not before anyone attached, nor while the
+// peer lives.
+TEST(ShmPipeTest, EachEndSeesThePeerProcessExit) {
+  Result<std::unique_ptr<ShmPipe>> created = ShmPipe::Create(UniqueName("peer"), 8192, "parent");
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::unique_ptr<ShmPipe> pipe = std::move(created).value();
+  EXPECT_FALSE(pipe->PeerGone()) << "nobody attached yet";
+  int ready[2], proceed[2];  // child -> parent, parent -> child
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(proceed), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Result<std::unique_ptr<ShmPipe>> other = ShmPipe::Attach(pipe->name(), "child");
+    if (!other.ok()) ::_exit(2);
+    const char peer_alive = (*other)->PeerGone() ? 'n' : 'y';  // the creator (this test) lives
+    if (::write(ready[1], &peer_alive, 1) != 1) ::_exit(3);
+    char go = 0;
+    if (::read(proceed[0], &go, 1) != 1) ::_exit(4);  // wait until the parent looked
+    ::_exit(0);
+  }
+  char seen = 0;
+  ASSERT_EQ(::read(ready[0], &seen, 1), 1);
+  EXPECT_EQ(seen, 'y');
+  EXPECT_FALSE(pipe->PeerGone()) << "the attacher still runs";
+  const char go = 'g';
+  ASSERT_EQ(::write(proceed[1], &go, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);  // reaped: its pid no longer exists
+  EXPECT_TRUE(pipe->PeerGone());
+  for (int fd : {ready[0], ready[1], proceed[0], proceed[1]}) ::close(fd);
+}
+
 TEST(ShmPipeTest, AnEmptyPipeTimesOutAndInterruptEndsAWait) {
   Ends p = Open("wait");
   ASSERT_TRUE(p.attacher);

@@ -154,6 +154,39 @@ INSTANTIATE_TEST_SUITE_P(EveryService, UpKillTest,
                            return name;
                          });
 
+// A scheduler killed while idle: `up` restarts it at once, and the next request is served within a few
+// seconds (the executor sees that the old scheduler's pipe has no reader left; it used to wait out its
+// 20 s timeout first).
+TEST(UpCli, AfterAnIdleSchedulerIsKilledTheNextRequestDoesNotWaitOutThePipeTimeout) {
+  const std::string model = Model();
+  const json ref8 = Reference(model, 8);
+  TempDir tmp;
+  Up up(tmp, model, 1);
+  ASSERT_TRUE(up.WaitHealthy()) << up.log();
+  HttpReply warm = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));  // the pipe is in use
+  ASSERT_EQ(warm.status, 200) << warm.body << up.log();
+  const std::string pid_path = up.run_dir() + "/scheduler.pid";
+  const int victim = ReadPid(pid_path);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  for (int i = 0; i < 100; ++i) {  // the pid file is gone until the new scheduler writes it
+    if (Exists(pid_path) && ReadPid(pid_path) != victim && Alive(ReadPid(pid_path))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the new one says hello to the cache-manager
+  const auto t0 = std::chrono::steady_clock::now();
+  HttpReply reply;
+  for (int i = 0; i < 60 && reply.status != 200; ++i) {
+    reply = Http(tmp, up.port(), "POST", "/v1/completions", CompletionBody(8));
+    if (reply.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(reply.status, 200) << reply.body << up.log();
+  EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"].get<std::string>(), ref8["text"].get<std::string>());
+  EXPECT_LT(seconds, 10.0) << up.log();
+  std::printf("I: test: the first request after the scheduler's restart took %.1f s\n", seconds);
+  EXPECT_TRUE(up.Stop());
+}
+
 // SIGKILL of `up` itself: every service stops with it (no orphan keeps the port or the arena), and
 // a new `up` on the same run dir serves again.
 TEST(UpCli, SigkillOfUpTakesEveryServiceWithItAndANewUpServes) {

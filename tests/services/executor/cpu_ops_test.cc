@@ -168,37 +168,58 @@ TEST(CpuOpsTest, MlpRegionsAreBitIdenticalToTheReferenceAtAnyThreadCount) {
 }
 
 // Causal attention with grouped heads, a cache longer than the sequence (keys strided by the
-// capacity) and a sliding window, against a direct float64 evaluation of softmax(q k^T s) v.
+// capacity) and a sliding window, against a direct float64 evaluation of softmax(q k^T s) v: three
+// queries, and a prefill of 150 that starts mid-sequence and crosses the 64-row score blocks.
 TEST(CpuOpsTest, AttendCausalMatchesAFloat64Evaluation) {
-  const int64_t n_heads = 4, n_kv = 2, t = 3, dk = 20, dv = 12, capacity = 10, pos0 = 4, total = pos0 + t;
-  const std::vector<float> q = Random(static_cast<size_t>(n_heads * t * dk), 11);
-  const std::vector<float> k = Random(static_cast<size_t>(n_kv * capacity * dk), 12);
-  const std::vector<float> v = Random(static_cast<size_t>(n_kv * capacity * dv), 13);
-  for (int64_t window : {int64_t{0}, int64_t{3}}) {
-    std::vector<float> out(static_cast<size_t>(t * n_heads * dv), -1.0f);
-    cpu::AttentionArgs a = AttentionOf(q, k, v, n_heads, n_kv, t, dk, dv, capacity, pos0, 0.3f, out);
-    ASSERT_EQ(a.total, total);
-    a.window = window;
-    cpu::AttendCausal(a);
-    for (int64_t h = 0; h < n_heads; ++h) {
-      const int64_t kv = h / (n_heads / n_kv);
-      for (int64_t i = 0; i < t; ++i) {
-        const int64_t pos = pos0 + i, first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-        std::vector<double> p;
-        double m = -1e300, sum = 0;
-        for (int64_t j = first; j <= pos; ++j) {
-          double s = 0;
-          for (int64_t c = 0; c < dk; ++c) s += double(q[(h * t + i) * dk + c]) * k[(kv * capacity + j) * dk + c];
-          p.push_back(s * 0.3);
-          m = std::max(m, p.back());
+  struct Case {
+    int64_t t, capacity, pos0;
+    std::vector<int64_t> windows;
+  };
+  for (const Case& c : {Case{3, 10, 4, {0, 3}}, Case{150, 260, 100, {0, 70, 1}}}) {
+    const int64_t n_heads = 4, n_kv = 2, t = c.t, dk = 20, dv = 12, capacity = c.capacity, pos0 = c.pos0,
+                  total = pos0 + t;
+    const std::vector<float> q = Random(static_cast<size_t>(n_heads * t * dk), 11);
+    const std::vector<float> k = Random(static_cast<size_t>(n_kv * capacity * dk), 12);
+    const std::vector<float> v = Random(static_cast<size_t>(n_kv * capacity * dv), 13);
+    for (int64_t window : c.windows) {
+      std::vector<float> out(static_cast<size_t>(t * n_heads * dv), -1.0f);
+      cpu::AttentionArgs a = AttentionOf(q, k, v, n_heads, n_kv, t, dk, dv, capacity, pos0, 0.3f, out);
+      ASSERT_EQ(a.total, total);
+      a.window = window;
+      cpu::AttendCausal(a);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const int64_t kv = h / (n_heads / n_kv);
+        for (int64_t i = 0; i < t; ++i) {
+          const int64_t pos = pos0 + i, first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+          std::vector<double> p;
+          double m = -1e300, sum = 0;
+          for (int64_t j = first; j <= pos; ++j) {
+            double s = 0;
+            for (int64_t d = 0; d < dk; ++d) s += double(q[(h * t + i) * dk + d]) * k[(kv * capacity + j) * dk + d];
+            p.push_back(s * 0.3);
+            m = std::max(m, p.back());
+          }
+          for (double& e : p) sum += e = std::exp(e - m);
+          for (int64_t d = 0; d < dv; ++d) {
+            double want = 0;
+            for (int64_t j = first; j <= pos; ++j) want += p[j - first] / sum * v[(kv * capacity + j) * dv + d];
+            ASSERT_NEAR(out[(i * n_heads + h) * dv + d], want, 1e-5)
+                << "t " << t << " window " << window << " head " << h << " query " << i << " dim " << d;
+          }
         }
-        for (double& e : p) sum += e = std::exp(e - m);
-        for (int64_t c = 0; c < dv; ++c) {
-          double want = 0;
-          for (int64_t j = first; j <= pos; ++j) want += p[j - first] / sum * v[(kv * capacity + j) * dv + c];
-          EXPECT_NEAR(out[(i * n_heads + h) * dv + c], want, 1e-5) << "window " << window << " head " << h << " query "
-                                                                    << i << " dim " << c;
-        }
+      }
+      // Each row has the bits of the same query alone (a decode step at its position).
+      for (int64_t i : {int64_t{0}, int64_t{63}, int64_t{64}, t - 1}) {
+        if (i >= t) continue;
+        std::vector<float> q1(static_cast<size_t>(n_heads * dk));
+        for (int64_t h = 0; h < n_heads; ++h)
+          std::copy_n(q.begin() + (h * t + i) * dk, dk, q1.begin() + h * dk);
+        std::vector<float> one(static_cast<size_t>(n_heads * dv));
+        cpu::AttentionArgs b = AttentionOf(q1, k, v, n_heads, n_kv, 1, dk, dv, capacity, pos0 + i, 0.3f, one);
+        b.window = window;
+        cpu::AttendCausal(b);
+        const std::vector<float> row(out.begin() + i * n_heads * dv, out.begin() + (i + 1) * n_heads * dv);
+        EXPECT_TRUE(SameBits(row, one)) << "t " << t << " window " << window << " row " << i;
       }
     }
   }
