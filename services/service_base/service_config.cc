@@ -15,6 +15,7 @@
 
 #include "common/file_util.h"
 #include "common/ipc/link_security.h"
+#include "common/ipc/messaging_channel.h"
 #include "common/thread_priority.h"
 #include "kernels/recovery.h"
 #include "services/scheduler/request_grouping.h"
@@ -177,6 +178,13 @@ Status Validate(const ServiceConfig& c) {
   auto positive = [](int64_t v, const char* key) {
     return v > 0 ? Status::Ok() : Status::InvalidArgument(fmt::format("{} = {}: must be > 0", key, v));
   };
+  // Endpoints are checked when the config loads (a decompressor with a bad URL used to wait for the
+  // arena, then for its scheduler, and say nothing until SIGTERM).
+  for (auto [url, key] : {std::pair{&c.endpoint_scheduler, "endpoints.scheduler"},
+                          {&c.endpoint_workers, "endpoints.workers"},
+                          {&c.endpoint_cache_manager, "endpoints.cache_manager"}}) {
+    if (!url->empty()) ZM_RETURN_IF_ERROR(messaging::ValidateEndpoint(*url).WithContext(key));
+  }
   ZM_RETURN_IF_ERROR(positive(c.decompress_threads, "decompress_threads"));
   ZM_RETURN_IF_ERROR(positive(c.heartbeat_ms, "heartbeat_ms"));
   ZM_RETURN_IF_ERROR(positive(c.liveness, "liveness"));

@@ -350,6 +350,14 @@ TEST(UpCli, ServiceConfigErrorsNameTheKey) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("http.request_grouping"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fcfs"), std::string::npos) << r.output;
+  // An endpoint URL is checked when the config loads (a decompressor waited with it forever), and `up`
+  // refuses a directory without manifest.bin before it starts anything (it restarted everything 6 times).
+  r = RunCli("service decompressor --set endpoints.workers=bogus://x");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("endpoints.workers: endpoint 'bogus://x'"), std::string::npos) << r.output;
+  r = RunCli(fmt::format("up --model {} --run-dir {}", tmp.Sub("no-such-model"), tmp.Sub("run")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("is not a compressed model directory (no manifest.bin)"), std::string::npos) << r.output;
   r = RunCli("service executor --set http.kv_cache_dtype=f16");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("http.kv_cache_dtype 'f16': f32 (the default) or bf16"), std::string::npos) << r.output;
