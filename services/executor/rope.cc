@@ -54,9 +54,27 @@ std::pair<at::Tensor, at::Tensor> RotaryEmbedding::CosSin(const at::Tensor& posi
   at::Tensor t = positions.to(inv_freq_.device(), at::kFloat);
   if (position_divisor_ != 1.0) t = t / position_divisor_;  // linear: t = t / scaling_factor
   const at::Tensor freqs = at::outer(t, inv_freq_);                // [T, dim/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);              // [T, dim]
-  at::Tensor cos = emb.cos();
-  at::Tensor sin = emb.sin();
+  const at::Tensor emb = at::cat({freqs, freqs}, -1).contiguous();  // [T, dim]
+  at::Tensor cos, sin;
+  if (emb.is_cpu() && emb.scalar_type() == at::kFloat) {
+    // Element by element with libm's cosf / sinf: torch's vectorised cos / sin round the last bit of
+    // some elements differently from its scalar tail, and where the tail falls depends on the tensor's
+    // size and the thread split, so a rotary dimension that is not a multiple of 16 gave the same
+    // position other bits in a longer prompt (a prefix-cache hit or a preemption then left the bits
+    // of an uninterrupted run).
+    cos = at::empty_like(emb);
+    sin = at::empty_like(emb);
+    const float* e = emb.data_ptr<float>();
+    float* c = cos.data_ptr<float>();
+    float* sn = sin.data_ptr<float>();
+    for (int64_t i = 0, n = emb.numel(); i < n; ++i) {
+      c[i] = std::cos(e[i]);
+      sn[i] = std::sin(e[i]);
+    }
+  } else {
+    cos = emb.cos();
+    sin = emb.sin();
+  }
   if (mscale_ != 1.0) {
     cos = cos * mscale_;
     sin = sin * mscale_;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <vector>
 
@@ -74,6 +76,27 @@ TEST(RopeTest, LinearScalingDividesPositions) {
   const auto b = plain.CosSin(at::tensor({2}, at::TensorOptions().dtype(at::kLong)));
   EXPECT_TRUE(at::equal(a.first, b.first));
   EXPECT_TRUE(at::equal(a.second, b.second));
+}
+
+// A position's cos / sin have the same bits whatever positions share the call and however many threads
+// run it, for rotary dimensions that are not multiples of the vector width too (torch's vectorised cos
+// rounded some elements differently from its scalar tail: helper check, 2026-11-30).
+TEST(RopeTest, CosSinOfAPositionDoNotDependOnTheOtherPositions) {
+  const int saved = at::get_num_threads();
+  for (int64_t dim : {int64_t{24}, int64_t{40}, int64_t{128}}) {
+    const RotaryEmbedding rope(RopeConfig(dim, 10000.0), at::kCPU);
+    const auto opts = at::TensorOptions().dtype(at::kLong);
+    at::set_num_threads(2);
+    const auto all = rope.CosSin(at::arange(0, 1019, opts));
+    at::set_num_threads(1);
+    for (int64_t p : {int64_t{0}, int64_t{509}, int64_t{510}, int64_t{999}, int64_t{1018}}) {
+      const auto one = rope.CosSin(at::tensor({p}, opts));
+      EXPECT_TRUE(at::equal(all.first[p], one.first[0])) << "dim " << dim << " position " << p;
+      EXPECT_TRUE(at::equal(all.second[p], one.second[0])) << "dim " << dim << " position " << p;
+      EXPECT_EQ(one.first[0][0].item<float>(), std::cos(static_cast<float>(p) * rope.inv_freq()[0].item<float>()));
+    }
+  }
+  at::set_num_threads(saved);
 }
 
 TEST(RopeTest, NeoxAndInterleavedRotation) {
