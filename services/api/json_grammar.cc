@@ -449,7 +449,11 @@ class SchemaCompiler {
       doc_label_ = saved_label;
       return r;
     }
-    if (++depth_ > 64) return Status::InvalidArgument(fmt::format("the schema nests deeper than 64 at {}", Where(path)));
+    // A bound on the compiler's own recursion (schema keywords within keywords, $refs followed), far
+    // above what values of at most kMaxDepth levels need (an Optional model in $defs takes ~3 per level).
+    if (++depth_ > kMaxSchemaNesting)
+      return Status::InvalidArgument(fmt::format("the schema nests keywords deeper than {} at {}", kMaxSchemaNesting,
+                                                 Where(path)));
     struct Leave {
       int* d;
       ~Leave() { --*d; }
@@ -546,8 +550,8 @@ class SchemaCompiler {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
-    } else if (s.contains("minLength") || s.contains("maxLength")) {
-      types.push_back("string");
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+      types.push_back("string");  // format constrains strings: a schema with only it means a formatted string
     } else {
       return any_;
     }

@@ -43,6 +43,7 @@ constexpr int kMaxWhitespaceRun = 24;
 constexpr int kMaxNumberChars = 32;
 constexpr int kMaxExponentDigits = 2;  // |exponent| <= 99: every parser reads the number as a finite double
 constexpr int kMaxDepth = 32;
+constexpr int kMaxSchemaNesting = 256;  // the compiler's recursion over a schema's keywords and $refs
 constexpr int kMaxObjectProperties = 64;
 constexpr int kMaxAlternatives = 32;  // framed values of one grammar (JsonGrammar::CompileAlternatives)
 constexpr int64_t kMaxIntegerBound = 1000000000000000;  // 1e15: bounds are exact in int64 and double

@@ -464,6 +464,28 @@ TEST(JsonGrammar, NestingStaysWithinTheMatchersDepth) {
   EXPECT_TRUE(Accepts(a, deep + std::string(kMaxDepth, ']')));
 }
 
+// pydantic's nested Optional models: each level a $defs entry whose property is anyOf [$ref, null]. A
+// chain of 30 values fits the matcher's 32 frames; the compiler's own recursion (~3 keywords a level)
+// is no longer the limit (it refused such a chain at 21 levels, saying "deeper than 64").
+TEST(JsonGrammar, DeepOptionalModelChainsCompileUpToTheValueDepth) {
+  const auto chain = [](int levels) {
+    json defs = json::object();
+    for (int i = 0; i < levels; ++i) {
+      json props = {{"name", {{"type", "string"}}}};
+      if (i + 1 < levels) props["next"] = {{"anyOf", {{{"$ref", "#/$defs/M" + std::to_string(i + 1)}}, {{"type", "null"}}}}};
+      defs["M" + std::to_string(i)] = {{"type", "object"}, {"properties", props}, {"required", {"name"}}};
+    }
+    return json{{"$defs", defs}, {"$ref", "#/$defs/M0"}};
+  };
+  auto g = Grammar(chain(30));
+  std::string text;
+  for (int i = 0; i < 29; ++i) text += R"({"name": "a", "next": )";
+  text += R"({"name": "z"})";
+  for (int i = 0; i < 29; ++i) text += "}";
+  EXPECT_TRUE(Accepts(g, text));
+  EXPECT_TRUE(JsonGrammar::Compile(chain(80)).ok());  // optional levels: compiles, offered while they fit
+}
+
 // enum / const values are filtered by the keywords beside them (every keyword applies); anything
 // beside anyOf is refused by name.
 TEST(JsonGrammar, KeywordsBesideEnumConstAndAnyOf) {
@@ -572,6 +594,20 @@ TEST(JsonGrammar, StringFormatsAreEnforced) {
   EXPECT_FALSE(m.InPlainString(&room));
   EXPECT_NE(CompileError(json::parse(R"({"type": "string", "format": "date", "maxLength": 10})")).find("beside format"),
             std::string::npos);
+  // Without "type": format alone means a formatted string (it was ignored: "" passed as a date), and it
+  // filters enum / const values beside it.
+  auto alone = Grammar(json::parse(R"({"format": "date"})"));
+  EXPECT_TRUE(Accepts(alone, "\"2024-02-29\""));
+  EXPECT_FALSE(Accepts(alone, "\"\""));
+  EXPECT_FALSE(Accepts(alone, "7"));
+  auto ids = Grammar(json::parse(R"({"format": "uuid", "enum": ["x", "123e4567-e89b-12d3-a456-426614174000"]})"));
+  EXPECT_TRUE(Accepts(ids, "\"123e4567-e89b-12d3-a456-426614174000\""));
+  EXPECT_FALSE(Accepts(ids, "\"x\""));
+  EXPECT_NE(CompileError(json::parse(R"({"format": "date", "const": "2023-02-29"})")).find("beside it"),
+            std::string::npos);
+  EXPECT_NE(CompileError(json::parse(R"({"format": "email"})")).find("format \"email\""), std::string::npos);
+  // OpenAPI's numeric formats beside a numeric type stay annotations.
+  EXPECT_TRUE(Accepts(Grammar(json::parse(R"({"type": "integer", "format": "int64"})")), "12"));
   EXPECT_TRUE(StringFormatAdmits(StringFormat::kDateTime, "1999-12-31T23:59:59Z"));
   EXPECT_FALSE(StringFormatAdmits(StringFormat::kDateTime, "1999-12-31T23:59:59"));
 }
