@@ -467,11 +467,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--device", args->device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
   cmd->add_option("--device-memory-budget", args->device_memory_budget, kDeviceMemoryBudgetHelp);
-  cmd->add_option_function<std::string>(
-         "--kv-cache-dtype", [args](const std::string& v) { args->kv_cache_bf16 = v == "bf16"; },
-         "keys and values cached as f32 (the default: the float32 reference's logits) or bf16 (half the memory per "
-         "position and half the bytes a long context's decode reads; logits within BF16 rounding of f32's)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  AddKvCacheDtypeFlag(cmd, &args->kv_cache_bf16);
   cmd->add_option("--logits-out", args->logits_out,
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");

@@ -121,11 +121,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "400; -1 = auto (half the memory available once the model is loaded, at least 256), 0 = none")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
-  cmd->add_option_function<std::string>(
-         "--kv-cache-dtype", [args](const std::string& v) { args->serve.kv_cache_bf16 = v == "bf16"; },
-         "keys and values cached as f32 (the default: the float32 reference's logits) or bf16 (half the memory per "
-         "position and half the bytes a long context's decode reads; logits within BF16 rounding of f32's)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  AddKvCacheDtypeFlag(cmd, &args->serve.kv_cache_bf16);
   cmd->add_option("--max-waiting", args->serve.max_waiting, "sequences queued for a batch slot before requests get 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

@@ -186,10 +186,6 @@ class Supervisor {
   std::string config_path_;
 };
 
-// The link key of a deployment whose endpoints carry CURVE: a new pair written to RUN_DIR/link.key when
-// link_security.key_file is that default (returns its path), else the configured file is loaded to
-// check it (returns ""). Nothing when no endpoint needs CURVE (returns ""). Errors: the key file's,
-// naming it.
 // Takes an exclusive lock on RUN_DIR/up.lock (holding this process's pid) for the life of the process.
 // kUnavailable naming the run dir and the holder's pid when another `up` holds it.
 Status LockRunDir(const std::string& run_dir) {
@@ -237,6 +233,10 @@ Status CheckPortFree(const std::string& host, int64_t port) {
   return result;
 }
 
+// The link key of a deployment whose endpoints carry CURVE: a new pair written to RUN_DIR/link.key when
+// link_security.key_file is that default (returns its path), else the configured file is loaded to
+// check it (returns ""). Nothing when no endpoint needs CURVE (returns ""). Errors: the key file's,
+// naming it.
 Result<std::string> PrepareLinkKey(const ServiceConfig& config) {
   ZM_ASSIGN_OR_RETURN(const bool needs_curve, runtime::DeploymentNeedsCurve(config));
   if (!needs_curve) return std::string();

@@ -25,6 +25,15 @@ void AddWeightsMemoryFlags(CLI::App* cmd, executor::WeightsMemory* target) {
       ->excludes(no_mmap);
 }
 
+void AddKvCacheDtypeFlag(CLI::App* cmd, bool* bf16) {
+  cmd->add_option_function<std::string>(
+         "--kv-cache-dtype",
+         [bf16](const std::string& v) { *bf16 = v == "bf16"; },
+         "keys and values cached as f32 (the default: the float32 reference's logits) or bf16 (half the memory per "
+         "position and half the bytes a long context's decode reads; logits within BF16 rounding of f32's)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+}
+
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   CLI::Option* budget = cmd->add_option(
       "--memory-budget", f->memory_budget,

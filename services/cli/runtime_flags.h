@@ -86,6 +86,9 @@ inline constexpr const char* kMmapHelp =
 // Adds --no-mmap and --mmap (mutually exclusive) to `cmd`, setting *target (left as is, the default
 // kBackground, when neither is given).
 void AddWeightsMemoryFlags(CLI::App* cmd, executor::WeightsMemory* target);
+// Adds --kv-cache-dtype f32|bf16 to `cmd` (GeneratorOptions::kv_cache_bf16; other values refused by CLI11),
+// setting *bf16.
+void AddKvCacheDtypeFlag(CLI::App* cmd, bool* bf16);
 
 // One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
 // far (`what` = "decided"); says so when there is no accelerator.

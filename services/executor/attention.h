@@ -38,7 +38,6 @@ class KvCache {
   // value rounded to the nearest BF16, ties to even, as it is appended; attention reads them widened
   // back exactly): half the bytes a position takes and a decode step reads. Set before the first Append.
   void set_bf16_storage(bool bf16) { bf16_storage_ = bf16; }
-  bool bf16_storage() const { return bf16_storage_; }
   // Appends k [n, t, dk], v [n, t, dv] at position length() of `layer_id` and returns views of
   // the whole cache of that layer: k [n, length()+t, dk], v [n, length()+t, dv].
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v);

@@ -1,13 +1,12 @@
 #include "services/executor/cpu_ops.h"
 
-#include "kernels/attention_cpu.h"
-
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <limits>
+
+#include "kernels/attention_cpu.h"
 
 namespace zipmoe::executor::cpu {
 namespace {

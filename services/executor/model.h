@@ -50,7 +50,6 @@ class Model {
   // Keys and values in BF16 on the CPU executor (GeneratorOptions::kv_cache_bf16); no effect on an
   // encoder-decoder model or where the compute dtype is not float32 (a GPU's cache is BF16 already).
   void set_kv_cache_bf16(bool bf16) { kv_cache_bf16_ = bf16 && !switch_ && dtype_ == at::kFloat; }
-  bool kv_cache_bf16() const { return kv_cache_bf16_; }
   // Logits rows a sequence's step yields for its `n_fed` new tokens: n_fed, except an
   // encoder-decoder model's first step (the prompt feeds the encoder; one row, for the decoder's
   // start token).
