@@ -16,6 +16,7 @@ namespace zipmoe::kernels {
 namespace {
 
 using SoftmaxValuesFn = void (*)(const SoftmaxValuesArgs&);
+using SoftmaxValuesRowsFn = void (*)(const SoftmaxValuesArgs*, int);
 
 SoftmaxValuesFn FunctionFor(GemmIsa isa) {
   if (!GemmIsaAvailable(isa)) return nullptr;
@@ -27,6 +28,21 @@ SoftmaxValuesFn FunctionFor(GemmIsa isa) {
 #endif
 #if defined(__aarch64__)
     case GemmIsa::kNeon: return &SoftmaxValuesNeon;
+#endif
+    default: return nullptr;
+  }
+}
+
+SoftmaxValuesRowsFn RowsFunctionFor(GemmIsa isa) {
+  if (!GemmIsaAvailable(isa)) return nullptr;
+  switch (isa) {
+    case GemmIsa::kScalar: return &SoftmaxValuesRowsReference;
+#if defined(ZIPMOE_ATTENTION_X86)
+    case GemmIsa::kAvx2: return &SoftmaxValuesRowsAvx2;
+    case GemmIsa::kAvx512: return &SoftmaxValuesRowsAvx512;
+#endif
+#if defined(__aarch64__)
+    case GemmIsa::kNeon: return &SoftmaxValuesRowsNeon;
 #endif
     default: return nullptr;
   }
@@ -95,6 +111,31 @@ Status SoftmaxValuesWithIsa(GemmIsa isa, const SoftmaxValuesArgs& a) {
   if (fn == nullptr)
     return Status::Unavailable(fmt::format("SoftmaxValues: no {} variant in this build or on this CPU", GemmIsaName(isa)));
   fn(a);
+  return Status::Ok();
+}
+
+void SoftmaxValuesRowsReference(const SoftmaxValuesArgs* rows, int count) {
+  for (int r = 0; r < count; ++r) SoftmaxValuesReference(rows[r]);
+}
+
+void SoftmaxValuesRows(const SoftmaxValuesArgs* rows, int count) {
+  static const SoftmaxValuesRowsFn fn = RowsFunctionFor(AttentionIsa());
+  fn(rows, count);
+}
+
+Status SoftmaxValuesRowsWithIsa(GemmIsa isa, const SoftmaxValuesArgs* rows, int count) {
+  if (count < 1 || count > kSoftmaxValuesMaxRows)
+    return Status::InvalidArgument(
+        fmt::format("SoftmaxValuesRows: count {} outside [1, {}]", count, kSoftmaxValuesMaxRows));
+  for (int r = 0; r < count; ++r) {
+    const Status st = ValidateSoftmaxValuesArgs(rows[r]);
+    if (!st.ok()) return Status::InvalidArgument(fmt::format("rows[{}]: {}", r, st.message()));
+  }
+  const SoftmaxValuesRowsFn fn = RowsFunctionFor(isa);
+  if (fn == nullptr)
+    return Status::Unavailable(
+        fmt::format("SoftmaxValuesRows: no {} variant in this build or on this CPU", GemmIsaName(isa)));
+  fn(rows, count);
   return Status::Ok();
 }
 

@@ -36,5 +36,8 @@ struct Avx2 {
 }  // namespace
 
 void SoftmaxValuesAvx2(const SoftmaxValuesArgs& a) { attention_tile::SoftmaxValues<Avx2, 8>(a); }
+void SoftmaxValuesRowsAvx2(const SoftmaxValuesArgs* rows, int count) {
+  attention_tile::SoftmaxValuesRows<Avx2, 8, 4, 2>(rows, count);
+}
 
 }  // namespace zipmoe::kernels

@@ -36,5 +36,8 @@ struct Avx512 {
 }  // namespace
 
 void SoftmaxValuesAvx512(const SoftmaxValuesArgs& a) { attention_tile::SoftmaxValues<Avx512, 8>(a); }
+void SoftmaxValuesRowsAvx512(const SoftmaxValuesArgs* rows, int count) {
+  attention_tile::SoftmaxValuesRows<Avx512, 8, 8, 2>(rows, count);
+}
 
 }  // namespace zipmoe::kernels

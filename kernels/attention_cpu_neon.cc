@@ -34,5 +34,8 @@ struct Neon {
 }  // namespace
 
 void SoftmaxValuesNeon(const SoftmaxValuesArgs& a) { attention_tile::SoftmaxValues<Neon, 8>(a); }
+void SoftmaxValuesRowsNeon(const SoftmaxValuesArgs* rows, int count) {
+  attention_tile::SoftmaxValuesRows<Neon, 8, 4, 4>(rows, count);
+}
 
 }  // namespace zipmoe::kernels

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/attention_cpu.h"
 
@@ -86,8 +87,73 @@ void Values(const SoftmaxValuesArgs& a, const T* v) {
   }
 }
 
-template <class V, int kVecs>
-void SoftmaxValues(const SoftmaxValuesArgs& a) {
+// Step 6 for R rows whose value rows are the same (SoftmaxValuesRows): per kV vectors of columns, each
+// value vector is loaded once for all R rows while j < the smallest n, then each row goes on alone to its
+// own n; every column of every row is the reference's sum in its order (columns never mix, so how they
+// are grouped changes no bits). R rows read the values once instead of R times: a causal prefill's
+// value pass was bound by reading them from L2 (issue 35).
+template <class V, int R, int kV, class T>
+void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
+  using Vec = typename V::Vec;
+  constexpr int64_t L = V::kLanes;
+  const int64_t dv = rows[0].dv, ld = rows[0].v_row_stride;
+  const float* s[R];
+  int64_t n[R];
+  int64_t n_min = rows[0].n;
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    s[r] = rows[r].scores;
+    n[r] = rows[r].n;
+    n_min = std::min(n_min, n[r]);
+  }
+  // Columns [d, d + K * L) of every row: together over j < n_min, then row by row.
+  const auto columns = [&](int64_t d, auto k_vecs) __attribute__((always_inline)) {
+    constexpr int K = decltype(k_vecs)::value;
+    Vec o[R][K];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int k = 0; k < K; ++k) o[r][k] = V::Set1(0.0f);
+    }
+    const T* vj = v + d;
+    for (int64_t j = 0; j < n_min; ++j, vj += ld) {
+      Vec w[K];
+#pragma GCC unroll 8
+      for (int k = 0; k < K; ++k) w[k] = LoadValues<V>(vj + k * L);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const Vec p = V::Set1(s[r][j]);
+#pragma GCC unroll 8
+        for (int k = 0; k < K; ++k) o[r][k] = V::Add(o[r][k], V::Mul(p, w[k]));
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const T* vr = v + d + n_min * ld;
+      for (int64_t j = n_min; j < n[r]; ++j, vr += ld) {
+        const Vec p = V::Set1(s[r][j]);
+#pragma GCC unroll 8
+        for (int k = 0; k < K; ++k) o[r][k] = V::Add(o[r][k], V::Mul(p, LoadValues<V>(vr + k * L)));
+      }
+#pragma GCC unroll 8
+      for (int k = 0; k < K; ++k) V::Store(rows[r].out + d + k * L, o[r][k]);
+    }
+  };
+  int64_t d = 0;
+  for (; d + kV * L <= dv; d += kV * L) columns(d, std::integral_constant<int, kV>{});
+  for (; d + L <= dv; d += L) columns(d, std::integral_constant<int, 1>{});
+  for (; d < dv; ++d) {
+    for (int r = 0; r < R; ++r) {
+      float o = 0.0f;
+      for (int64_t j = 0; j < n[r]; ++j) o = o + s[r][j] * ValueAt(v, j * ld + d);
+      rows[r].out[d] = o;
+    }
+  }
+}
+
+// Steps 1-5 of one row: the scores become p_j in place.
+template <class V>
+void Probabilities(const SoftmaxValuesArgs& a) {
   using Vec = typename V::Vec;
   constexpr int64_t L = V::kLanes;
   static_assert(16 % L == 0, "the sum's sixteen lanes are whole vectors");
@@ -133,11 +199,58 @@ void SoftmaxValues(const SoftmaxValuesArgs& a) {
   const Vec sv = V::Set1(sum);
   for (int64_t j = 0; j < full; j += L) V::Store(s + j, V::Div(V::Load(s + j), sv));
   for (int64_t j = full; j < n; ++j) s[j] = s[j] / sum;
+}
+
+template <class V, int kVecs>
+void SoftmaxValues(const SoftmaxValuesArgs& a) {
+  Probabilities<V>(a);
   // 6: the values.
   if (a.v_bf16 != nullptr) {
     Values<V, kVecs>(a, a.v_bf16);
   } else {
     Values<V, kVecs>(a, a.v);
+  }
+}
+
+template <class V, int R, int kV>
+void JointValuesOf(const SoftmaxValuesArgs* rows) {
+  if (rows[0].v_bf16 != nullptr) {
+    JointValues<V, R, kV>(rows, rows[0].v_bf16);
+  } else {
+    JointValues<V, R, kV>(rows, rows[0].v);
+  }
+}
+
+// SoftmaxValuesRows (kernels/attention_cpu.h): each row's probabilities, then the rows in groups of
+// kJointRows: one value pass (kJointVecs vectors of columns at a time, kJointRows x kJointVecs
+// accumulators in registers) for a group that shares its value rows, else SoftmaxValues's per row.
+template <class V, int kVecs, int kJointRows, int kJointVecs>
+void SoftmaxValuesRows(const SoftmaxValuesArgs* rows, int count) {
+  static_assert(kJointRows >= 1 && kJointRows <= kSoftmaxValuesMaxRows, "a group fits the API's rows");
+  for (int r = 0; r < count; ++r) Probabilities<V>(rows[r]);
+  for (int r0 = 0; r0 < count; r0 += kJointRows) {
+    const SoftmaxValuesArgs* g = rows + r0;
+    const int c = std::min(kJointRows, count - r0);
+    bool shared = c >= 2;
+    for (int r = 1; r < c; ++r)
+      shared = shared && g[r].v == g[0].v && g[r].v_bf16 == g[0].v_bf16 && g[r].v_row_stride == g[0].v_row_stride &&
+               g[r].dv == g[0].dv;
+    if (shared) {
+      if constexpr (kJointRows >= 2) if (c == 2) { JointValuesOf<V, 2, kJointVecs>(g); continue; }
+      if constexpr (kJointRows >= 3) if (c == 3) { JointValuesOf<V, 3, kJointVecs>(g); continue; }
+      if constexpr (kJointRows >= 4) if (c == 4) { JointValuesOf<V, 4, kJointVecs>(g); continue; }
+      if constexpr (kJointRows >= 5) if (c == 5) { JointValuesOf<V, 5, kJointVecs>(g); continue; }
+      if constexpr (kJointRows >= 6) if (c == 6) { JointValuesOf<V, 6, kJointVecs>(g); continue; }
+      if constexpr (kJointRows >= 7) if (c == 7) { JointValuesOf<V, 7, kJointVecs>(g); continue; }
+      if constexpr (kJointRows >= 8) if (c == 8) { JointValuesOf<V, 8, kJointVecs>(g); continue; }
+    }
+    for (int r = 0; r < c; ++r) {
+      if (g[r].v_bf16 != nullptr) {
+        Values<V, kVecs>(g[r], g[r].v_bf16);
+      } else {
+        Values<V, kVecs>(g[r], g[r].v);
+      }
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <memory>
 
 #include "kernels/attention_cpu.h"
 
@@ -230,13 +231,15 @@ void RotateHalf(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t d,
 }
 
 void AttendCausal(const AttentionArgs& a) {
-  const int64_t group = a.n_heads / a.n_kv, rows = group * a.t;
+  const int64_t group = a.n_heads / a.n_kv;
   // Query rows go to the score product in blocks, each against the keys its rows can see (a causal
   // prefill skips the masked half; every score is the same dot product in the kernels' order whatever
-  // the block).
+  // the block); each block's softmax and values run right after its scores, while they are in L2 (the
+  // whole head's scores, 16 MiB at 2000 positions, went through memory before), up to eight rows at a time
+  // sharing one pass over the values (kernels::SoftmaxValuesRows: the same bits as row by row).
   constexpr int64_t kQueryBlock = 64;
   const auto heads = [&](int64_t h0, int64_t h1) {
-    std::vector<float> scores(static_cast<size_t>(rows * a.total));
+    const std::unique_ptr<float[]> scores(new float[static_cast<size_t>(std::min(kQueryBlock, a.t) * a.total)]);
     for (int64_t h = h0; h < h1; ++h) {
       kernels::GemmWeights keys;  // the cached keys of kv head h as "weights" [total, dk]
       if (a.k_bf16 != nullptr) {
@@ -246,48 +249,56 @@ void AttendCausal(const AttentionArgs& a) {
       }
       keys.rows = a.total;
       keys.cols = a.dk;
+      const float* vh = a.v_bf16 != nullptr ? nullptr : a.v + h * a.v_head_stride;
+      const uint16_t* vh_bf16 = a.v_bf16 != nullptr ? a.v_bf16 + h * a.v_head_stride : nullptr;
       // query heads h * group .. (h + 1) * group - 1, t rows each
       for (int64_t g = 0; g < group; ++g) {
+        const int64_t qh = h * group + g;
         for (int64_t i0 = 0; i0 < a.t; i0 += kQueryBlock) {
           const int64_t nr = std::min(kQueryBlock, a.t - i0);
           const int64_t last = std::min(a.pos0 + i0 + nr - 1, a.total - 1);
           const int64_t first = a.window > 0 ? std::max<int64_t>(0, a.pos0 + i0 - a.window + 1) : 0;
-          if (first > last) continue;
-          const int64_t r0 = g * a.t + i0;
-          kernels::GemmArgs product =
-              Product(keys, a.q + (h * rows + r0) * a.dk, nr, a.dk, scores.data() + r0 * a.total, a.total);
-          product.row_begin = first;
-          product.row_end = last + 1;
-          kernels::Bf16Gemm(product);
+          if (first <= last) {
+            kernels::GemmArgs product =
+                Product(keys, a.q + (h * group * a.t + g * a.t + i0) * a.dk, nr, a.dk, scores.get(), a.total);
+            product.row_begin = first;
+            product.row_end = last + 1;
+            kernels::Bf16Gemm(product);
+          }
+          // The softmax over each row's visible keys (gpt_oss: with the head's sink logit) and the
+          // weighted sum of their values (kernels/attention_cpu.h: the same bits on every ISA and machine).
+          kernels::SoftmaxValuesArgs rows[kernels::kSoftmaxValuesMaxRows];
+          int count = 0;
+          for (int64_t b = 0; b < nr; ++b) {
+            const int64_t i = i0 + b, pos = a.pos0 + i;
+            const int64_t row_last = std::min(pos, a.total - 1);
+            const int64_t row_first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+            float* o = a.out + i * a.n_heads * a.dv + qh * a.dv;
+            if (row_first > row_last) {
+              std::fill_n(o, a.dv, 0.0f);
+              continue;
+            }
+            kernels::SoftmaxValuesArgs& sv = rows[count++];
+            sv = kernels::SoftmaxValuesArgs{};
+            sv.scores = scores.get() + b * a.total + row_first;
+            sv.n = row_last - row_first + 1;
+            sv.scale = a.scale;
+            sv.sink = a.sinks != nullptr ? a.sinks + qh : nullptr;
+            if (vh_bf16 != nullptr) {
+              sv.v_bf16 = vh_bf16 + row_first * a.dv;
+            } else {
+              sv.v = vh + row_first * a.dv;
+            }
+            sv.v_row_stride = a.dv;
+            sv.dv = a.dv;
+            sv.out = o;
+            if (count == kernels::kSoftmaxValuesMaxRows) {
+              kernels::SoftmaxValuesRows(rows, count);
+              count = 0;
+            }
+          }
+          if (count > 0) kernels::SoftmaxValuesRows(rows, count);
         }
-      }
-      const float* vh = a.v_bf16 != nullptr ? nullptr : a.v + h * a.v_head_stride;
-      const uint16_t* vh_bf16 = a.v_bf16 != nullptr ? a.v_bf16 + h * a.v_head_stride : nullptr;
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t qh = h * group + r / a.t, i = r % a.t, pos = a.pos0 + i;
-        const int64_t last = std::min(pos, a.total - 1);
-        const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
-        float* o = a.out + i * a.n_heads * a.dv + qh * a.dv;
-        if (first > last) {
-          std::fill_n(o, a.dv, 0.0f);
-          continue;
-        }
-        // The softmax over the visible keys (gpt_oss: with the head's sink logit) and the weighted sum
-        // of their values (kernels/attention_cpu.h: the same bits on every ISA and machine).
-        kernels::SoftmaxValuesArgs sv;
-        sv.scores = scores.data() + r * a.total + first;
-        sv.n = last - first + 1;
-        sv.scale = a.scale;
-        sv.sink = a.sinks != nullptr ? a.sinks + qh : nullptr;
-        if (vh_bf16 != nullptr) {
-          sv.v_bf16 = vh_bf16 + first * a.dv;
-        } else {
-          sv.v = vh + first * a.dv;
-        }
-        sv.v_row_stride = a.dv;
-        sv.dv = a.dv;
-        sv.out = o;
-        kernels::SoftmaxValues(sv);
       }
     }
   };

@@ -2,7 +2,8 @@
 // exp (within 2 ulp, 0 below -87, NaN kept); the reference against a float64 softmax; known answers; every
 // ISA variant compiled in and supported here bit-identical to the reference over shapes (every tail of
 // the sixteen-lane sum and of the value passes, padded value rows, sinks, extreme and NaN scores); the
-// argument checks.
+// argument checks; SoftmaxValuesRows (several rows, one pass over shared values) bit-identical to the
+// reference row by row.
 // Built for the host and, cross-compiled, for AArch64 under qemu-user (tests/kernels/aarch64/).
 #include <gtest/gtest.h>
 
@@ -230,6 +231,89 @@ TEST_P(SoftmaxValuesIsaTest, ExtremeScoresAndNaN) {
   for (float x : got) EXPECT_TRUE(std::isnan(x));
 }
 
+// Several rows at once (a causal prefill's consecutive rows): each row's p and out bit-identical to the
+// reference row by row, whether the rows share their value rows (one joint pass; the n differ as a causal
+// block's do, or are equal, or the first row is the longest) or not (different value rows, strides or dv:
+// row by row), in f32 and BF16.
+TEST_P(SoftmaxValuesIsaTest, RowsBitIdenticalToTheReferenceRowByRow) {
+  const GemmIsa isa = GetParam().isa;
+  uint32_t seed = 500;
+  struct Case {
+    std::vector<int64_t> n;  // per row
+    int64_t dv, pad;
+    bool sink, same_values, bf16;
+  };
+  std::vector<Case> cases;
+  for (int64_t dv : {1, 7, 16, 64, 65, 100, 128, 200})
+    for (bool bf16 : {false, true}) {
+      cases.push_back({{5, 6, 7, 8}, dv, dv % 3, dv % 2 == 0, true, bf16});  // a causal block's rows
+      cases.push_back({{1, 2}, dv, 0, false, true, bf16});
+      cases.push_back({{300, 300, 300}, dv, 1, true, true, bf16});
+      cases.push_back({{1000, 17, 999, 33}, dv, 0, false, true, bf16});  // the first the longest
+      cases.push_back({{40, 41, 42, 43}, dv, 2, true, false, bf16});     // other value rows each
+      cases.push_back({{2049}, dv, 0, true, true, bf16});
+      cases.push_back({{64, 65, 66, 67, 68, 69, 70, 71}, dv, 0, true, true, bf16});  // kSoftmaxValuesMaxRows
+      cases.push_back({{9, 3, 12, 12, 1, 30}, dv, 1, false, true, bf16});
+      cases.push_back({{20, 21, 22, 23, 24, 25, 26}, dv, 0, false, false, bf16});
+    }
+  for (const Case& c : cases) {
+    const int count = static_cast<int>(c.n.size());
+    const int64_t max_n = *std::max_element(c.n.begin(), c.n.end());
+    std::mt19937 rng(seed++);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t stride = c.dv + c.pad;
+    // Value rows: one shared matrix, or one per row.
+    std::vector<std::vector<float>> v(static_cast<size_t>(c.same_values ? 1 : count));
+    std::vector<std::vector<uint16_t>> vb(v.size());
+    for (size_t m = 0; m < v.size(); ++m) {
+      v[m].resize(static_cast<size_t>(max_n * stride));
+      vb[m].resize(v[m].size());
+      for (size_t i = 0; i < v[m].size(); ++i) {
+        v[m][i] = normal(rng);
+        vb[m][i] = static_cast<uint16_t>(testing::Bits(v[m][i]) >> 16);
+      }
+    }
+    std::vector<std::vector<float>> scores(static_cast<size_t>(count));
+    for (auto& row : scores) {
+      row.resize(static_cast<size_t>(max_n));
+      for (float& x : row) x = 8.0f * normal(rng);
+    }
+    const float sink = 1.5f;
+    const std::string name = "count " + std::to_string(count) + " n0 " + std::to_string(c.n[0]) + " dv " +
+                             std::to_string(c.dv) + (c.same_values ? " shared" : " separate") + (c.bf16 ? " bf16" : "");
+    const auto args = [&](std::vector<std::vector<float>>& s, std::vector<std::vector<float>>& out) {
+      s = scores;
+      out.assign(static_cast<size_t>(count), std::vector<float>(static_cast<size_t>(c.dv), -1.0f));
+      std::vector<SoftmaxValuesArgs> rows(static_cast<size_t>(count));
+      for (int r = 0; r < count; ++r) {
+        const size_t m = c.same_values ? 0 : static_cast<size_t>(r);
+        SoftmaxValuesArgs& a = rows[static_cast<size_t>(r)];
+        a.scores = s[static_cast<size_t>(r)].data();
+        a.n = c.n[static_cast<size_t>(r)];
+        a.scale = 0.125f;
+        a.sink = c.sink ? &sink : nullptr;
+        if (c.bf16) {
+          a.v_bf16 = vb[m].data();
+        } else {
+          a.v = v[m].data();
+        }
+        a.v_row_stride = stride;
+        a.dv = c.dv;
+        a.out = out[static_cast<size_t>(r)].data();
+      }
+      return rows;
+    };
+    std::vector<std::vector<float>> want_s, want, got_s, got;
+    for (const SoftmaxValuesArgs& a : args(want_s, want)) SoftmaxValuesReference(a);
+    const std::vector<SoftmaxValuesArgs> rows = args(got_s, got);
+    ASSERT_TRUE(SoftmaxValuesRowsWithIsa(isa, rows.data(), count).ok()) << name;
+    for (int r = 0; r < count; ++r) {
+      ExpectSameBits(want[static_cast<size_t>(r)], got[static_cast<size_t>(r)], name + " row " + std::to_string(r) + " out");
+      ExpectSameBits(want_s[static_cast<size_t>(r)], got_s[static_cast<size_t>(r)], name + " row " + std::to_string(r) + " p");
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, SoftmaxValuesIsaTest,
                          ::testing::Values(IsaParam{GemmIsa::kScalar}, IsaParam{GemmIsa::kAvx2},
                                            IsaParam{GemmIsa::kAvx512}, IsaParam{GemmIsa::kNeon}),
@@ -262,6 +346,18 @@ TEST(SoftmaxValuesValidateTest, RejectsBadArgumentsNamingTheField) {
   check([](SoftmaxValuesArgs& a) { a.out = nullptr; }, "out is null");
   for (GemmIsa isa : {GemmIsa::kAvx512Bf16, GemmIsa::kAmxBf16, GemmIsa::kNeonBf16})
     EXPECT_EQ(SoftmaxValuesWithIsa(isa, p.Args(s, out)).code(), StatusCode::kUnavailable) << GemmIsaName(isa);
+  // SoftmaxValuesRows: the count's range, and each row's checks naming the row.
+  std::vector<float> s1, out1;
+  SoftmaxValuesArgs rows[2] = {p.Args(s, out), p.Args(s1, out1)};
+  for (int count : {0, kSoftmaxValuesMaxRows + 1}) {
+    const Status st = SoftmaxValuesRowsWithIsa(GemmIsa::kScalar, rows, count);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << count;
+    EXPECT_NE(st.message().find("count " + std::to_string(count)), std::string::npos) << st.ToString();
+  }
+  rows[1].dv = 0;
+  const Status st = SoftmaxValuesRowsWithIsa(GemmIsa::kScalar, rows, 2);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("rows[1]: SoftmaxValues: dv 0"), std::string::npos) << st.ToString();
 }
 
 }  // namespace
