@@ -269,19 +269,45 @@ inline void PrefetchWeights(const uint8_t* plane, int64_t row_bytes, int64_t tot
 // alternating) or passes of one chain over the whole row were 7-50 % slower on batches.
 constexpr int64_t kChainGroup = kGemmChainGroupBlocks;
 
+// Whether V has Reduce16 (16 V::Reduce at once, bit for bit), which FinishTile uses for tiles of 16 outputs.
+template <class V, class = void>
+struct HasReduce16 {
+  static constexpr bool value = false;
+};
+template <class V>
+struct HasReduce16<V, decltype(void(&V::Reduce16))> {
+  static constexpr bool value = true;
+};
+
 // The end of a tile: chains added lane by lane, the reduction, the scalar tail from column `tail`,
 // the bias; written to y.
 template <class V, Encoding kEnc, int R, int T>
 inline void FinishTile(const GemmArgs& a, int64_t r, int64_t t, const typename V::Acc (&c0)[R][T],
                        const typename V::Acc (&c1)[R][T], int64_t tail) {
   const int64_t cols = a.w.cols;
+  float sums[R * T];
+  if constexpr (HasReduce16<V>::value && R * T == 16) {
+    typename V::Acc both[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) both[i * T + j] = V::Add(c0[i][j], c1[i][j]);
+    }
+    V::Reduce16(both, sums);
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) sums[i * T + j] = V::Reduce(V::Add(c0[i][j], c1[i][j]));
+    }
+  }
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
     const int64_t row = (r + i) * cols;
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
       const float* xt = a.x + (t + j) * a.ldx;
-      float s = V::Reduce(V::Add(c0[i][j], c1[i][j]));
+      float s = sums[i * T + j];
       for (int64_t k = tail; k < cols; ++k) s = __builtin_fmaf(WeightAt<V, kEnc>(a.w, row + k), xt[k], s);
       if (a.bias != nullptr) s += a.bias[r + i];
       a.y[(t + j) * a.ldy + r + i] = s;
