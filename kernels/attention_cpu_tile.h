@@ -7,13 +7,15 @@
 //   - the sum: the reference's sixteen lanes (16 / kLanes vectors), the tail added lane by lane in the
 //     same j % 16 slots, then the reference's fold;
 //   - the values: kVecs vectors of columns accumulate in registers over all j (the reference's
-//     out[d] = out[d] + p_j * v_j[d], per column), then the next columns.
+//     out[d] = out[d] + p_j * v_j[d], per column), then the next columns; SoftmaxValuesRows's joint pass
+//     does the same per row, several rows sharing each value vector's load.
+// No std:: functions in the code (each ISA's translation unit would emit its own copy of an inline one
+// with its flags, and the linker may keep any of them for every caller): comparisons are written out.
 // V provides: Vec, kLanes, Load, LoadBf16 (kLanes BF16 values widened to float32), Store, Set1, Add, Sub, Mul, Div, Max (any order: the maximum of
 // finite numbers), ZeroBelow(x, t, y) = (x < t ? 0 : y) per lane, Pow2(n) = 2^n for integral n in
 // [-126, 127] (NaN lanes: any value).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -104,7 +106,7 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
   for (int r = 0; r < R; ++r) {
     s[r] = rows[r].scores;
     n[r] = rows[r].n;
-    n_min = std::min(n_min, n[r]);
+    n_min = n[r] < n_min ? n[r] : n_min;
   }
   // Columns [d, d + K * L) of every row: together over j < n_min, then row by row.
   const auto columns = [&](int64_t d, auto k_vecs) __attribute__((always_inline)) {
@@ -171,7 +173,7 @@ void Probabilities(const SoftmaxValuesArgs& a) {
   }
   float lanes[16];
   V::Store(lanes, mv);
-  for (int64_t i = 0; i < L; ++i) m = std::max(m, lanes[i]);
+  for (int64_t i = 0; i < L; ++i) m = m < lanes[i] ? lanes[i] : m;  // std::max's choice, without std:: code
   for (int64_t j = full; j < n; ++j) {
     s[j] = s[j] * a.scale;
     m = s[j] > m ? s[j] : m;
@@ -230,7 +232,7 @@ void SoftmaxValuesRows(const SoftmaxValuesArgs* rows, int count) {
   for (int r = 0; r < count; ++r) Probabilities<V>(rows[r]);
   for (int r0 = 0; r0 < count; r0 += kJointRows) {
     const SoftmaxValuesArgs* g = rows + r0;
-    const int c = std::min(kJointRows, count - r0);
+    const int c = count - r0 < kJointRows ? count - r0 : kJointRows;
     bool shared = c >= 2;
     for (int r = 1; r < c; ++r)
       shared = shared && g[r].v == g[0].v && g[r].v_bf16 == g[0].v_bf16 && g[r].v_row_stride == g[0].v_row_stride &&
