@@ -544,13 +544,19 @@ inline void RowTile(const GemmArgs& a, int64_t r, int64_t t0, int64_t t1) {
 // within 1 %. Dropping the batched prefetch altogether (every token tile) made 64 tokens as fast and 16
 // tokens 1.3x slower: with few token tiles the weights' stream from memory is what waits.
 constexpr int64_t kRowBlockBytes = 128 * 1024;
+// Row blocks from this many full token tiles on; fewer run each row tile over all of them, its rows in L1
+// (one token tile and a leftover token in row blocks took 1.23x as long: 48 matrices of 704 x 2048, 1
+// thread, 5 tokens 6.5-6.6 ms against 5.2-5.5; 8 tokens 7.9 against 7.3-7.7; from 16 tokens on the row
+// blocks are as fast or faster: 32 tokens 22.1-23.0 against 24.9-25.6, 64 tokens 41.7-42.9 against 49).
+constexpr int64_t kRowBlockMinTokenTiles = 4;
 
-// Rows [row_begin, row_end) for tokens [t0, t1) in tiles of R rows (then single rows); batches (T > 1) in
-// row blocks of about kRowBlockBytes, each block's row tiles under one token tile at a time. Every output
+// Rows [row_begin, row_end) for tokens [t0, t1) in tiles of R rows (then single rows); batches of at least
+// kRowBlockMinTokenTiles token tiles in row blocks of about kRowBlockBytes, each block's row tiles under
+// one token tile at a time. Every output
 // is one Tile's sum whatever the order, so the order changes no bits.
 template <class V, Encoding kEnc, int R, int T>
 inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
-  if constexpr (T == 1) {
+  if (T == 1 || (t1 - t0) / T < kRowBlockMinTokenTiles) {
     int64_t r = a.row_begin;
     for (; r + R <= a.row_end; r += R) RowTile<V, kEnc, R, T>(a, r, t0, t1);
     for (; r < a.row_end; ++r) RowTile<V, kEnc, 1, T>(a, r, t0, t1);
