@@ -237,9 +237,14 @@ void AttendCausal(const AttentionArgs& a) {
   // the block); each block's softmax and values run right after its scores, while they are in L2 (the
   // whole head's scores, 16 MiB at 2000 positions, went through memory before), up to eight rows at a time
   // sharing one pass over the values (kernels::SoftmaxValuesRows: the same bits as row by row).
+  // A decode step (one position) of a grouped-query model takes the group's query heads as one block, so
+  // each KV head's keys and values are read once for all of them instead of once per query head (a 2000-
+  // position step of a 32-query / 4-KV-head model read them 8 times).
   constexpr int64_t kQueryBlock = 64;
+  const bool grouped = a.t == 1 && group > 1;
+  const int64_t block_rows = grouped ? group : std::min(kQueryBlock, a.t);
   const auto heads = [&](int64_t h0, int64_t h1) {
-    const std::unique_ptr<float[]> scores(new float[static_cast<size_t>(std::min(kQueryBlock, a.t) * a.total)]);
+    const std::unique_ptr<float[]> scores(new float[static_cast<size_t>(block_rows * a.total)]);
     for (int64_t h = h0; h < h1; ++h) {
       kernels::GemmWeights keys;  // the cached keys of kv head h as "weights" [total, dk]
       if (a.k_bf16 != nullptr) {
@@ -251,6 +256,47 @@ void AttendCausal(const AttentionArgs& a) {
       keys.cols = a.dk;
       const float* vh = a.v_bf16 != nullptr ? nullptr : a.v + h * a.v_head_stride;
       const uint16_t* vh_bf16 = a.v_bf16 != nullptr ? a.v_bf16 + h * a.v_head_stride : nullptr;
+      // The softmax over a row's visible keys [first, last] (gpt_oss: with the head's sink logit) and the
+      // weighted sum of their values into o (kernels/attention_cpu.h: the same bits on every ISA and machine).
+      const auto row_args = [&](float* row_scores, int64_t first, int64_t last, int64_t qh, float* o) {
+        kernels::SoftmaxValuesArgs sv;
+        sv.scores = row_scores + first;
+        sv.n = last - first + 1;
+        sv.scale = a.scale;
+        sv.sink = a.sinks != nullptr ? a.sinks + qh : nullptr;
+        if (vh_bf16 != nullptr) {
+          sv.v_bf16 = vh_bf16 + first * a.dv;
+        } else {
+          sv.v = vh + first * a.dv;
+        }
+        sv.v_row_stride = a.dv;
+        sv.dv = a.dv;
+        sv.out = o;
+        return sv;
+      };
+      if (grouped) {  // one position: every query head of the group sees keys [first, last]
+        const int64_t pos = a.pos0;
+        const int64_t last = std::min(pos, a.total - 1);
+        const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+        if (first > last) {
+          for (int64_t g = 0; g < group; ++g) std::fill_n(a.out + (h * group + g) * a.dv, a.dv, 0.0f);
+          continue;
+        }
+        kernels::GemmArgs product = Product(keys, a.q + h * group * a.dk, group, a.dk, scores.get(), a.total);
+        product.row_begin = first;
+        product.row_end = last + 1;
+        kernels::Bf16Gemm(product);
+        kernels::SoftmaxValuesArgs rows[kernels::kSoftmaxValuesMaxRows];
+        for (int64_t g0 = 0; g0 < group; g0 += kernels::kSoftmaxValuesMaxRows) {
+          const int count = static_cast<int>(std::min<int64_t>(kernels::kSoftmaxValuesMaxRows, group - g0));
+          for (int c = 0; c < count; ++c) {
+            const int64_t qh = h * group + g0 + c;
+            rows[c] = row_args(scores.get() + (g0 + c) * a.total, first, last, qh, a.out + qh * a.dv);
+          }
+          kernels::SoftmaxValuesRows(rows, count);
+        }
+        continue;
+      }
       // query heads h * group .. (h + 1) * group - 1, t rows each
       for (int64_t g = 0; g < group; ++g) {
         const int64_t qh = h * group + g;
@@ -265,8 +311,6 @@ void AttendCausal(const AttentionArgs& a) {
             product.row_end = last + 1;
             kernels::Bf16Gemm(product);
           }
-          // The softmax over each row's visible keys (gpt_oss: with the head's sink logit) and the
-          // weighted sum of their values (kernels/attention_cpu.h: the same bits on every ISA and machine).
           kernels::SoftmaxValuesArgs rows[kernels::kSoftmaxValuesMaxRows];
           int count = 0;
           for (int64_t b = 0; b < nr; ++b) {
@@ -278,20 +322,7 @@ void AttendCausal(const AttentionArgs& a) {
               std::fill_n(o, a.dv, 0.0f);
               continue;
             }
-            kernels::SoftmaxValuesArgs& sv = rows[count++];
-            sv = kernels::SoftmaxValuesArgs{};
-            sv.scores = scores.get() + b * a.total + row_first;
-            sv.n = row_last - row_first + 1;
-            sv.scale = a.scale;
-            sv.sink = a.sinks != nullptr ? a.sinks + qh : nullptr;
-            if (vh_bf16 != nullptr) {
-              sv.v_bf16 = vh_bf16 + row_first * a.dv;
-            } else {
-              sv.v = vh + row_first * a.dv;
-            }
-            sv.v_row_stride = a.dv;
-            sv.dv = a.dv;
-            sv.out = o;
+            rows[count++] = row_args(scores.get() + b * a.total, row_first, row_last, qh, o);
             if (count == kernels::kSoftmaxValuesMaxRows) {
               kernels::SoftmaxValuesRows(rows, count);
               count = 0;

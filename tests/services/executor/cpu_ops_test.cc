@@ -225,6 +225,38 @@ TEST(CpuOpsTest, AttendCausalMatchesAFloat64Evaluation) {
   }
 }
 
+// A decode step of a grouped-query model takes a KV head's query heads as one block (keys and values read
+// once for all of them, the values in groups of up to kSoftmaxValuesMaxRows rows): each head's output keeps
+// the bits of the same row in a prefill, with 12 query heads per KV head (a group of 8 and one of 4),
+// sinks, and with and without a sliding window.
+TEST(CpuOpsTest, AGroupedDecodeStepHasThePrefillRowsBits) {
+  const int64_t n_heads = 24, n_kv = 2, t = 70, dk = 32, dv = 40, capacity = 100, pos0 = 10;
+  const std::vector<float> q = Random(static_cast<size_t>(n_heads * t * dk), 31);
+  const std::vector<float> k = Random(static_cast<size_t>(n_kv * capacity * dk), 32);
+  const std::vector<float> v = Random(static_cast<size_t>(n_kv * capacity * dv), 33);
+  const std::vector<float> sinks = Random(static_cast<size_t>(n_heads), 34);
+  for (const bool with_sinks : {false, true}) {
+    for (int64_t window : {int64_t{0}, int64_t{20}}) {
+      std::vector<float> out(static_cast<size_t>(t * n_heads * dv), -1.0f);
+      cpu::AttentionArgs a = AttentionOf(q, k, v, n_heads, n_kv, t, dk, dv, capacity, pos0, 0.2f, out);
+      a.window = window;
+      a.sinks = with_sinks ? sinks.data() : nullptr;
+      cpu::AttendCausal(a);
+      for (int64_t i : {int64_t{0}, int64_t{5}, int64_t{64}, t - 1}) {
+        std::vector<float> q1(static_cast<size_t>(n_heads * dk));
+        for (int64_t h = 0; h < n_heads; ++h) std::copy_n(q.begin() + (h * t + i) * dk, dk, q1.begin() + h * dk);
+        std::vector<float> one(static_cast<size_t>(n_heads * dv), -1.0f);
+        cpu::AttentionArgs b = AttentionOf(q1, k, v, n_heads, n_kv, 1, dk, dv, capacity, pos0 + i, 0.2f, one);
+        b.window = window;
+        b.sinks = a.sinks;
+        cpu::AttendCausal(b);
+        const std::vector<float> row(out.begin() + i * n_heads * dv, out.begin() + (i + 1) * n_heads * dv);
+        EXPECT_TRUE(SameBits(row, one)) << "window " << window << " sinks " << with_sinks << " row " << i;
+      }
+    }
+  }
+}
+
 // Heads shared among threads (from 2^14 multiply-adds on) give each head's outputs the bits of one
 // thread computing them all.
 TEST(CpuOpsTest, AttendCausalGivesTheSameBitsOnOneThreadAndOnSeveral) {
