@@ -18,33 +18,24 @@ namespace {
 using SoftmaxValuesFn = void (*)(const SoftmaxValuesArgs&);
 using SoftmaxValuesRowsFn = void (*)(const SoftmaxValuesArgs*, int);
 
-SoftmaxValuesFn FunctionFor(GemmIsa isa) {
-  if (!GemmIsaAvailable(isa)) return nullptr;
-  switch (isa) {
-    case GemmIsa::kScalar: return &SoftmaxValuesReference;
-#if defined(ZIPMOE_ATTENTION_X86)
-    case GemmIsa::kAvx2: return &SoftmaxValuesAvx2;
-    case GemmIsa::kAvx512: return &SoftmaxValuesAvx512;
-#endif
-#if defined(__aarch64__)
-    case GemmIsa::kNeon: return &SoftmaxValuesNeon;
-#endif
-    default: return nullptr;
-  }
-}
+// One ISA's entry points (both null where the build or the CPU lacks it).
+struct Variant {
+  SoftmaxValuesFn one = nullptr;
+  SoftmaxValuesRowsFn rows = nullptr;
+};
 
-SoftmaxValuesRowsFn RowsFunctionFor(GemmIsa isa) {
-  if (!GemmIsaAvailable(isa)) return nullptr;
+Variant VariantFor(GemmIsa isa) {
+  if (!GemmIsaAvailable(isa)) return {};
   switch (isa) {
-    case GemmIsa::kScalar: return &SoftmaxValuesRowsReference;
+    case GemmIsa::kScalar: return {&SoftmaxValuesReference, &SoftmaxValuesRowsReference};
 #if defined(ZIPMOE_ATTENTION_X86)
-    case GemmIsa::kAvx2: return &SoftmaxValuesRowsAvx2;
-    case GemmIsa::kAvx512: return &SoftmaxValuesRowsAvx512;
+    case GemmIsa::kAvx2: return {&SoftmaxValuesAvx2, &SoftmaxValuesRowsAvx2};
+    case GemmIsa::kAvx512: return {&SoftmaxValuesAvx512, &SoftmaxValuesRowsAvx512};
 #endif
 #if defined(__aarch64__)
-    case GemmIsa::kNeon: return &SoftmaxValuesRowsNeon;
+    case GemmIsa::kNeon: return {&SoftmaxValuesNeon, &SoftmaxValuesRowsNeon};
 #endif
-    default: return nullptr;
+    default: return {};
   }
 }
 
@@ -98,16 +89,16 @@ GemmIsa AttentionIsa() {
   return isa;
 }
 
-bool AttentionIsaAvailable(GemmIsa isa) { return FunctionFor(isa) != nullptr; }
+bool AttentionIsaAvailable(GemmIsa isa) { return VariantFor(isa).one != nullptr; }
 
 void SoftmaxValues(const SoftmaxValuesArgs& a) {
-  static const SoftmaxValuesFn fn = FunctionFor(AttentionIsa());
+  static const SoftmaxValuesFn fn = VariantFor(AttentionIsa()).one;
   fn(a);
 }
 
 Status SoftmaxValuesWithIsa(GemmIsa isa, const SoftmaxValuesArgs& a) {
   ZM_RETURN_IF_ERROR(ValidateSoftmaxValuesArgs(a));
-  const SoftmaxValuesFn fn = FunctionFor(isa);
+  const SoftmaxValuesFn fn = VariantFor(isa).one;
   if (fn == nullptr)
     return Status::Unavailable(fmt::format("SoftmaxValues: no {} variant in this build or on this CPU", GemmIsaName(isa)));
   fn(a);
@@ -119,7 +110,7 @@ void SoftmaxValuesRowsReference(const SoftmaxValuesArgs* rows, int count) {
 }
 
 void SoftmaxValuesRows(const SoftmaxValuesArgs* rows, int count) {
-  static const SoftmaxValuesRowsFn fn = RowsFunctionFor(AttentionIsa());
+  static const SoftmaxValuesRowsFn fn = VariantFor(AttentionIsa()).rows;
   fn(rows, count);
 }
 
@@ -131,7 +122,7 @@ Status SoftmaxValuesRowsWithIsa(GemmIsa isa, const SoftmaxValuesArgs* rows, int 
     const Status st = ValidateSoftmaxValuesArgs(rows[r]);
     if (!st.ok()) return Status::InvalidArgument(fmt::format("rows[{}]: {}", r, st.message()));
   }
-  const SoftmaxValuesRowsFn fn = RowsFunctionFor(isa);
+  const SoftmaxValuesRowsFn fn = VariantFor(isa).rows;
   if (fn == nullptr)
     return Status::Unavailable(
         fmt::format("SoftmaxValuesRows: no {} variant in this build or on this CPU", GemmIsaName(isa)));

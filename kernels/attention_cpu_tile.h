@@ -6,9 +6,9 @@
 //   - scale, exp and p_j = e_j / sum: lane by lane, whole vectors then the scalar tail;
 //   - the sum: the reference's sixteen lanes (16 / kLanes vectors), the tail added lane by lane in the
 //     same j % 16 slots, then the reference's fold;
-//   - the values: kVecs vectors of columns accumulate in registers over all j (the reference's
-//     out[d] = out[d] + p_j * v_j[d], per column), then the next columns; SoftmaxValuesRows's joint pass
-//     does the same per row, several rows sharing each value vector's load.
+//   - the values (JointValues, one row or several sharing each value vector's load): vectors of columns
+//     accumulate in registers over all j (the reference's out[d] = out[d] + p_j * v_j[d], per column),
+//     then the next columns.
 // No std:: functions in the code (each ISA's translation unit would emit its own copy of an inline one
 // with its flags, and the linker may keep any of them for every caller): comparisons are written out.
 // V provides: Vec, kLanes, Load, LoadBf16 (kLanes BF16 values widened to float32), Store, Set1, Add, Sub, Mul, Div, Max (any order: the maximum of
@@ -54,46 +54,12 @@ typename V::Vec LoadValues(const float* p) { return V::Load(p); }
 template <class V>
 typename V::Vec LoadValues(const uint16_t* p) { return V::LoadBf16(p); }
 
-// Step 6: out = sum_j p_j v_j (p_j in a.scores), kVecs vectors of columns at a time in registers, then
-// single vectors, then lanes.
-template <class V, int kVecs, class T>
-void Values(const SoftmaxValuesArgs& a, const T* v) {
-  using Vec = typename V::Vec;
-  constexpr int64_t L = V::kLanes;
-  const float* s = a.scores;
-  const int64_t n = a.n, dv = a.dv, ld = a.v_row_stride;
-  int64_t d = 0;
-  for (; d + kVecs * L <= dv; d += kVecs * L) {
-    Vec o[kVecs];
-#pragma GCC unroll 8
-    for (int k = 0; k < kVecs; ++k) o[k] = V::Set1(0.0f);
-    const T* vj = v + d;
-    for (int64_t j = 0; j < n; ++j, vj += ld) {
-      const Vec p = V::Set1(s[j]);
-#pragma GCC unroll 8
-      for (int k = 0; k < kVecs; ++k) o[k] = V::Add(o[k], V::Mul(p, LoadValues<V>(vj + k * L)));
-    }
-#pragma GCC unroll 8
-    for (int k = 0; k < kVecs; ++k) V::Store(a.out + d + k * L, o[k]);
-  }
-  for (; d + L <= dv; d += L) {
-    Vec o = V::Set1(0.0f);
-    const T* vj = v + d;
-    for (int64_t j = 0; j < n; ++j, vj += ld) o = V::Add(o, V::Mul(V::Set1(s[j]), LoadValues<V>(vj)));
-    V::Store(a.out + d, o);
-  }
-  for (; d < dv; ++d) {
-    float o = 0.0f;
-    for (int64_t j = 0; j < n; ++j) o = o + s[j] * ValueAt(v, j * ld + d);
-    a.out[d] = o;
-  }
-}
-
-// Step 6 for R rows whose value rows are the same (SoftmaxValuesRows): per kV vectors of columns, each
-// value vector is loaded once for all R rows while j < the smallest n, then each row goes on alone to its
-// own n; every column of every row is the reference's sum in its order (columns never mix, so how they
-// are grouped changes no bits). R rows read the values once instead of R times: a causal prefill's
-// value pass was bound by reading them from L2 (issue 35).
+// Step 6, out = sum_j p_j v_j (p_j in the scores), for R rows whose value rows are the same (one row:
+// SoftmaxValues; several: SoftmaxValuesRows): kV vectors of columns at a time in registers, then single
+// vectors, then lanes; each value vector is loaded once for all R rows while j < the smallest n, then
+// each row goes on alone to its own n. Every column of every row is the reference's sum in its order
+// (columns never mix, so how they are grouped changes no bits). R rows read the values once instead of R
+// times: a causal prefill's value pass was bound by reading them from L2 (issue 35).
 template <class V, int R, int kV, class T>
 void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
   using Vec = typename V::Vec;
@@ -153,6 +119,15 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
   }
 }
 
+template <class V, int R, int kV>
+void JointValuesOf(const SoftmaxValuesArgs* rows) {
+  if (rows[0].v_bf16 != nullptr) {
+    JointValues<V, R, kV>(rows, rows[0].v_bf16);
+  } else {
+    JointValues<V, R, kV>(rows, rows[0].v);
+  }
+}
+
 // Steps 1-5 of one row: the scores become p_j in place.
 template <class V>
 void Probabilities(const SoftmaxValuesArgs& a) {
@@ -206,21 +181,7 @@ void Probabilities(const SoftmaxValuesArgs& a) {
 template <class V, int kVecs>
 void SoftmaxValues(const SoftmaxValuesArgs& a) {
   Probabilities<V>(a);
-  // 6: the values.
-  if (a.v_bf16 != nullptr) {
-    Values<V, kVecs>(a, a.v_bf16);
-  } else {
-    Values<V, kVecs>(a, a.v);
-  }
-}
-
-template <class V, int R, int kV>
-void JointValuesOf(const SoftmaxValuesArgs* rows) {
-  if (rows[0].v_bf16 != nullptr) {
-    JointValues<V, R, kV>(rows, rows[0].v_bf16);
-  } else {
-    JointValues<V, R, kV>(rows, rows[0].v);
-  }
+  JointValuesOf<V, 1, kVecs>(&a);  // 6: the values
 }
 
 // SoftmaxValuesRows (kernels/attention_cpu.h): each row's probabilities, then the rows in groups of
@@ -246,13 +207,7 @@ void SoftmaxValuesRows(const SoftmaxValuesArgs* rows, int count) {
       if constexpr (kJointRows >= 7) if (c == 7) { JointValuesOf<V, 7, kJointVecs>(g); continue; }
       if constexpr (kJointRows >= 8) if (c == 8) { JointValuesOf<V, 8, kJointVecs>(g); continue; }
     }
-    for (int r = 0; r < c; ++r) {
-      if (g[r].v_bf16 != nullptr) {
-        Values<V, kVecs>(g[r], g[r].v_bf16);
-      } else {
-        Values<V, kVecs>(g[r], g[r].v);
-      }
-    }
+    for (int r = 0; r < c; ++r) JointValuesOf<V, 1, kVecs>(&g[r]);
   }
 }
 
