@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <memory>
+#include <utility>
 
 #include "kernels/attention_cpu.h"
 
@@ -243,6 +244,11 @@ void AttendCausal(const AttentionArgs& a) {
   constexpr int64_t kQueryBlock = 64;
   const bool grouped = a.t == 1 && group > 1;
   const int64_t block_rows = grouped ? group : std::min(kQueryBlock, a.t);
+  // The keys position `pos` sees: [first, last] (none when first > last).
+  const auto visible = [&](int64_t pos) {
+    return std::pair<int64_t, int64_t>(a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0,
+                                       std::min(pos, a.total - 1));
+  };
   const auto heads = [&](int64_t h0, int64_t h1) {
     const std::unique_ptr<float[]> scores(new float[static_cast<size_t>(block_rows * a.total)]);
     for (int64_t h = h0; h < h1; ++h) {
@@ -256,10 +262,32 @@ void AttendCausal(const AttentionArgs& a) {
       keys.cols = a.dk;
       const float* vh = a.v_bf16 != nullptr ? nullptr : a.v + h * a.v_head_stride;
       const uint16_t* vh_bf16 = a.v_bf16 != nullptr ? a.v_bf16 + h * a.v_head_stride : nullptr;
-      // The softmax over a row's visible keys [first, last] (gpt_oss: with the head's sink logit) and the
-      // weighted sum of their values into o (kernels/attention_cpu.h: the same bits on every ISA and machine).
-      const auto row_args = [&](float* row_scores, int64_t first, int64_t last, int64_t qh, float* o) {
-        kernels::SoftmaxValuesArgs sv;
+      // The scores of `n` query rows at q, `ldq` floats apart, against keys [first, last], into the
+      // rows of `scores` (nothing when first > last).
+      const auto score = [&](const float* q, int64_t n, int64_t ldq, int64_t first, int64_t last) {
+        if (first > last) return;
+        kernels::GemmArgs product = Product(keys, q, n, ldq, scores.get(), a.total);
+        product.row_begin = first;
+        product.row_end = last + 1;
+        kernels::Bf16Gemm(product);
+      };
+      // The softmax over a row's visible keys (gpt_oss: with the head's sink logit) and the weighted sum
+      // of their values into o (kernels/attention_cpu.h: the same bits on every ISA and machine), up to
+      // kSoftmaxValuesMaxRows rows at a time sharing one pass over the values.
+      kernels::SoftmaxValuesArgs rows[kernels::kSoftmaxValuesMaxRows];
+      int count = 0;
+      const auto flush = [&] {
+        if (count > 0) kernels::SoftmaxValuesRows(rows, count);
+        count = 0;
+      };
+      const auto add_row = [&](float* row_scores, int64_t pos, int64_t qh, float* o) {
+        const auto [first, last] = visible(pos);
+        if (first > last) {
+          std::fill_n(o, a.dv, 0.0f);
+          return;
+        }
+        kernels::SoftmaxValuesArgs& sv = rows[count++];
+        sv = kernels::SoftmaxValuesArgs{};
         sv.scores = row_scores + first;
         sv.n = last - first + 1;
         sv.scale = a.scale;
@@ -272,63 +300,26 @@ void AttendCausal(const AttentionArgs& a) {
         sv.v_row_stride = a.dv;
         sv.dv = a.dv;
         sv.out = o;
-        return sv;
+        if (count == kernels::kSoftmaxValuesMaxRows) flush();
       };
-      if (grouped) {  // one position: every query head of the group sees keys [first, last]
-        const int64_t pos = a.pos0;
-        const int64_t last = std::min(pos, a.total - 1);
-        const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
-        if (first > last) {
-          for (int64_t g = 0; g < group; ++g) std::fill_n(a.out + (h * group + g) * a.dv, a.dv, 0.0f);
-          continue;
-        }
-        kernels::GemmArgs product = Product(keys, a.q + h * group * a.dk, group, a.dk, scores.get(), a.total);
-        product.row_begin = first;
-        product.row_end = last + 1;
-        kernels::Bf16Gemm(product);
-        kernels::SoftmaxValuesArgs rows[kernels::kSoftmaxValuesMaxRows];
-        for (int64_t g0 = 0; g0 < group; g0 += kernels::kSoftmaxValuesMaxRows) {
-          const int count = static_cast<int>(std::min<int64_t>(kernels::kSoftmaxValuesMaxRows, group - g0));
-          for (int c = 0; c < count; ++c) {
-            const int64_t qh = h * group + g0 + c;
-            rows[c] = row_args(scores.get() + (g0 + c) * a.total, first, last, qh, a.out + qh * a.dv);
-          }
-          kernels::SoftmaxValuesRows(rows, count);
-        }
+      if (grouped) {  // one position: every query head of the group sees the same keys
+        const auto [first, last] = visible(a.pos0);
+        score(a.q + h * group * a.dk, group, a.dk, first, last);
+        for (int64_t g = 0; g < group; ++g)
+          add_row(scores.get() + g * a.total, a.pos0, h * group + g, a.out + (h * group + g) * a.dv);
+        flush();
         continue;
       }
-      // query heads h * group .. (h + 1) * group - 1, t rows each
+      // query heads h * group .. (h + 1) * group - 1, t rows each, in blocks of kQueryBlock positions
       for (int64_t g = 0; g < group; ++g) {
         const int64_t qh = h * group + g;
         for (int64_t i0 = 0; i0 < a.t; i0 += kQueryBlock) {
           const int64_t nr = std::min(kQueryBlock, a.t - i0);
-          const int64_t last = std::min(a.pos0 + i0 + nr - 1, a.total - 1);
-          const int64_t first = a.window > 0 ? std::max<int64_t>(0, a.pos0 + i0 - a.window + 1) : 0;
-          if (first <= last) {
-            kernels::GemmArgs product =
-                Product(keys, a.q + (h * group * a.t + g * a.t + i0) * a.dk, nr, a.dk, scores.get(), a.total);
-            product.row_begin = first;
-            product.row_end = last + 1;
-            kernels::Bf16Gemm(product);
-          }
-          kernels::SoftmaxValuesArgs rows[kernels::kSoftmaxValuesMaxRows];
-          int count = 0;
-          for (int64_t b = 0; b < nr; ++b) {
-            const int64_t i = i0 + b, pos = a.pos0 + i;
-            const int64_t row_last = std::min(pos, a.total - 1);
-            const int64_t row_first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
-            float* o = a.out + i * a.n_heads * a.dv + qh * a.dv;
-            if (row_first > row_last) {
-              std::fill_n(o, a.dv, 0.0f);
-              continue;
-            }
-            rows[count++] = row_args(scores.get() + b * a.total, row_first, row_last, qh, o);
-            if (count == kernels::kSoftmaxValuesMaxRows) {
-              kernels::SoftmaxValuesRows(rows, count);
-              count = 0;
-            }
-          }
-          if (count > 0) kernels::SoftmaxValuesRows(rows, count);
+          score(a.q + (h * group * a.t + g * a.t + i0) * a.dk, nr, a.dk, visible(a.pos0 + i0).first,
+                visible(a.pos0 + i0 + nr - 1).second);
+          for (int64_t b = 0; b < nr; ++b)
+            add_row(scores.get() + b * a.total, a.pos0 + i0 + b, qh, a.out + (i0 + b) * a.n_heads * a.dv + qh * a.dv);
+          flush();
         }
       }
     }
