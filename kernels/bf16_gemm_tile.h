@@ -44,6 +44,10 @@ namespace zipmoe::kernels::gemm_tile {
 // How the weights are stored (GemmWeights).
 enum class Encoding { kBf16, kF32, kPlanes, kF8, kMxfp4 };
 
+// Bytes per weight of an encoding's (first) plane: what the prefetch steps over and what a row block holds.
+template <Encoding kEnc>
+constexpr int64_t kPlaneBytes = kEnc == Encoding::kF32 ? 4 : kEnc == Encoding::kBf16 ? 2 : 1;
+
 // FP8 E4M3 -> float32, exact, from bits and builtins only (common/dtype.h F8E4M3ToFloat's formula).
 inline float F8ToFloat(uint32_t b) {
   const uint32_t mag = b & 0x7fu;
@@ -416,7 +420,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   }
   // The weights' prefetch (PrefetchWeights): the bytes per weight of the encoding's plane(s), and
   // where the matrix ends.
-  constexpr int64_t kElem = kEnc == Encoding::kF32 ? 4 : kEnc == Encoding::kBf16 ? 2 : 1;
+  constexpr int64_t kElem = kPlaneBytes<kEnc>;
   const uint8_t* plane0 = kEnc == Encoding::kPlanes ? a.w.e
                           : kEnc == Encoding::kF8   ? a.w.f8
                           : kEnc == Encoding::kF32  ? reinterpret_cast<const uint8_t*>(a.w.f32)
@@ -551,9 +555,9 @@ constexpr int64_t kRowBlockBytes = 128 * 1024;
 constexpr int64_t kRowBlockMinTokenTiles = 4;
 
 // Rows [row_begin, row_end) for tokens [t0, t1) in tiles of R rows (then single rows); batches of at least
-// kRowBlockMinTokenTiles token tiles in row blocks of about kRowBlockBytes, each block's row tiles under
-// one token tile at a time. Every output
-// is one Tile's sum whatever the order, so the order changes no bits.
+// kRowBlockMinTokenTiles token tiles in row blocks of about kRowBlockBytes (of the first plane), each
+// block's row tiles under one token tile at a time. Every output is one Tile's sum whatever the order, so
+// the order changes no bits.
 template <class V, Encoding kEnc, int R, int T>
 inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
   if (T == 1 || (t1 - t0) / T < kRowBlockMinTokenTiles) {
@@ -561,8 +565,7 @@ inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
     for (; r + R <= a.row_end; r += R) RowTile<V, kEnc, R, T>(a, r, t0, t1);
     for (; r < a.row_end; ++r) RowTile<V, kEnc, 1, T>(a, r, t0, t1);
   } else {
-    constexpr int64_t kElem = kEnc == Encoding::kF32 ? 4 : kEnc == Encoding::kBf16 ? 2 : 1;
-    const int64_t fit = kRowBlockBytes / (a.w.cols * kElem) / R * R;
+    const int64_t fit = kRowBlockBytes / (a.w.cols * kPlaneBytes<kEnc>) / R * R;
     const int64_t block = fit > R ? fit : R;
     for (int64_t rb = a.row_begin; rb < a.row_end; rb += block) {
       const int64_t re = rb + block < a.row_end ? rb + block : a.row_end;
