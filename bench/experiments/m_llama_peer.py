@@ -35,13 +35,20 @@ MMAP = "--mmap"
 # zipmoe's opt-in CPU kernel variants (kernels/bf16_gemm.h), run beside the default where the machine has them.
 OPT_IN_ISAS = ("neonbf16",) if os.uname().machine in ("aarch64", "arm64") else ("avx512bf16", "amxbf16")
 OTHERS_MAX = 0.3
+# Held-out shapes (full mode): the synthetic minis of other decoder families llama.cpp runs too, warm only, each
+# against its own floor: fine-grained experts (qwen3_moe: 128 experts of 384 rows, top-8, 16 / 2 heads;
+# deepseek_v2: MLA, 64 of 704 rows, top-6 + 2 shared) and coarse ones (mixtral: 8 of 7168 rows, top-2). Their
+# HF directories and GGUFs stay under --models (~15 GB each; written only with OTHER_ARCH_FREE_BYTES free).
+OTHER_ARCHS = ["qwen3_moe", "deepseek_v2", "mixtral"]
+OTHER_ARCH_FREE_BYTES = 20 * GIB
 PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 1,
               "extra_rounds": 0, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
-              "llama_at_zipmoe_pcts": False, "llama_timeout_s": 45, "zipmoe_timeout_s": 300}
+              "llama_at_zipmoe_pcts": False, "llama_timeout_s": 45, "zipmoe_timeout_s": 300, "other_archs": [],
+              "other_rounds": 0}
 PEER_FULL = {"sweep_prefetch": "residual", "prompt_len": 64, "warm_decode": 32, "zipmoe_reps": 3, "rounds": 3,
              "extra_rounds": 2, "membw_reps": 8, "cold_tokens": 16, "llama_fractions": [1.0, 0.85, 0.7, 0.5, 0.3],
              "zipmoe_pcts": [50, 25, 10], "llama_at_zipmoe_pcts": True, "llama_timeout_s": 600,
-             "zipmoe_timeout_s": 1800}
+             "zipmoe_timeout_s": 1800, "other_archs": OTHER_ARCHS, "other_rounds": 2}
 CONFIG = {"quick": {"peer": PEER_QUICK}, "full": {"peer": PEER_FULL}}
 
 
@@ -229,6 +236,157 @@ def membw(s, reps, log):
     return j
 
 
+def round_membw(s, name, i):
+    """The bandwidth right before a run: the VM's drifts by 1.5x within minutes, so each run is judged against
+    the floor of its own moment (issue 35 item 2)."""
+    b = membw(s, 2, f"membw-{name}-{i}.log")
+    return b["gbps"] if b else None
+
+
+def warm_zipmoe(s, pc, hf, ids_s, i, isa=None, prefix="m"):
+    """One warm executor_bench run on the HF directory `hf` (round `i`); `isa` runs an opt-in variant as the
+    system "zipmoe (isa)": a kernel variant (ZIPMOE_GEMM_ISA), or None (no row) when this machine does not have
+    it; or MMAP, the weights kept in the files' memory maps (executor_bench --mmap). Returns the row."""
+    name = "zipmoe" if isa is None else f"zipmoe ({isa})"
+    tag = "zipmoe" if isa is None else f"zipmoe-{isa.lstrip('-')}"
+    hf_files = sorted(os.path.join(hf, f) for f in os.listdir(hf) if f.endswith(".safetensors"))
+    bw_now = round_membw(s, f"{prefix}-{tag}" if prefix != "m" else tag, i)
+    resid = residency(hf_files)
+    env = [] if isa in (None, MMAP) else ["env", f"ZIPMOE_GEMM_ISA={isa}"]
+    extra = [MMAP] if isa == MMAP else []
+    r = run_group(s, env + [os.path.join(s.a.bin, "executor_bench"), hf, "--threads", str(s.threads),
+                            "--prompt-ids", ids_s, "--decode-tokens", str(pc["warm_decode"]), "--reps",
+                            str(pc["zipmoe_reps"])] + extra, f"{prefix}-warm-{tag}-{i}.log", capped=True,
+                  limit=None, timeout=600)
+    reps = [(float(a), float(b), float(c)) for a, b, c in re.findall(
+        r"rep \d+: ttft ([0-9.]+) s, tpot ([0-9.]+) s, prefill ([0-9.]+) tokens/s", r["stdout"])]
+    ran = re.search(r"I: gemm isa (\w+)", r["stdout"])
+    if isa not in (None, MMAP) and (ran is None or ran.group(1) != isa):
+        bl.log(f"{prefix}: no {isa} kernel variant on this machine (it ran {ran.group(1) if ran else 'nothing'})")
+        return None
+    row = {"system": name, "round": i, "ok": r["rc"] == 0 and bool(reps), "resident": resid,
+           "wall_s": r["wall_s"], "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"],
+           "kernel": ran.group(1) if ran else None, "membw_gbps": bw_now}
+    if row["ok"]:
+        row.update({"tpot_s": min(x[1] for x in reps), "prefill_tokens_per_s": max(x[2] for x in reps),
+                    "reps": [{"ttft_s": a, "tpot_s": b, "prefill_tokens_per_s": c} for a, b, c in reps]})
+        bl.log(f"{prefix}: warm {name} #{i}: tpot {row['tpot_s']:.4f} s, prefill {row['prefill_tokens_per_s']:.1f} "
+               f"tok/s (others used {r['others_cpu']:.2f} cores)")
+    else:
+        row["error"] = f"executor_bench exit {r['rc']} (logs/{prefix}-warm-{tag}-{i}.log)"
+        bl.warn(f"{prefix}: {row['error']}")
+    return row
+
+
+def warm_llama(s, pc, llama_cmd, gguf, i, prefix="m"):
+    """One warm llama_peer.mjs run on `gguf` (round `i`). Returns the row."""
+    bw_now = round_membw(s, f"{prefix}-llama" if prefix != "m" else "llama", i)
+    resid = residency([gguf])
+    r = run_group(s, llama_cmd + ["--decode-tokens", str(pc["warm_decode"]), "--warmup-tokens", "2",
+                                  "--prefill-reps", "3"], f"{prefix}-warm-llama-{i}.log", capped=True,
+                  limit=None, timeout=600)
+    j = last_json(r["stdout"]) if r["rc"] == 0 else None
+    row = {"system": "llama.cpp", "round": i, "ok": j is not None, "resident": resid, "wall_s": r["wall_s"],
+           "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"], "membw_gbps": bw_now}
+    if j:
+        row.update({k: j.get(k) for k in ("tpot_s", "prefill_tokens_per_s", "prefill_s", "load_s",
+                                          "decode_step_s", "generated_ids", "llama_cpp_release")})
+        row["kernel"] = j.get("cpu_variant")  # which libggml-cpu-<variant>.so it loaded
+        bl.log(f"{prefix}: warm llama.cpp #{i}: tpot {row['tpot_s']:.4f} s, prefill "
+               f"{row['prefill_tokens_per_s']:.1f} tok/s (others used {r['others_cpu']:.2f} cores)")
+    else:
+        row["error"] = f"llama_peer.mjs exit {r['rc']} (logs/{prefix}-warm-llama-{i}.log)"
+        bl.warn(f"{prefix}: {row['error']}")
+    return row
+
+
+def best_of(warm, floor_bytes):
+    """Per system of the warm rows: its best TPOT and prefill, their medians over the interleaved rounds (the
+    VM's bandwidth drifts: both), and each run's TPOT over the floor at its own moment's bandwidth."""
+    best = {}
+    for sysname in ("zipmoe", "llama.cpp"):
+        ok = [w for w in warm if w["system"] == sysname and w["ok"]]
+        if not ok:
+            continue
+        fastest = min(ok, key=lambda w: w["tpot_s"])
+        prefill = max(ok, key=lambda w: w["prefill_tokens_per_s"])
+        best[sysname] = {"tpot_s": fastest["tpot_s"], "others_cpu": fastest["others_cpu"],
+                         "prefill_tokens_per_s": prefill["prefill_tokens_per_s"],
+                         "prefill_others_cpu": prefill["others_cpu"],
+                         "peak_bytes": max((w["peak_bytes"] or 0) for w in ok) or None,
+                         "tpot_s_median": statistics.median(w["tpot_s"] for w in ok),
+                         "prefill_tokens_per_s_median": statistics.median(w["prefill_tokens_per_s"] for w in ok),
+                         "kernel": next((w.get("kernel") for w in ok if w.get("kernel")), None)}
+        floors = [w["tpot_s"] / (floor_bytes / (w["membw_gbps"] * 1e9)) for w in ok if w.get("membw_gbps")]
+        if floors:
+            best[sysname]["floor_ratio_median"] = statistics.median(floors)
+            best[sysname]["floor_ratio_min"] = min(floors)
+    return best
+
+
+def paired_tpot_ratios(warm):
+    """zipmoe's TPOT over llama.cpp's, round by round (the rounds both ran)."""
+    z = {w["round"]: w for w in warm if w["system"] == "zipmoe" and w["ok"]}
+    ll = {w["round"]: w for w in warm if w["system"] == "llama.cpp" and w["ok"]}
+    return [z[k]["tpot_s"] / ll[k]["tpot_s"] for k in z if k in ll]
+
+
+def other_arch(s, pc, arch, llama_ok):
+    """Warm rows of one held-out architecture (OTHER_ARCHS): its synthetic mini (synth, cached under --models,
+    the same seed / skew as the qwen2_moe mini) and its GGUF, `other_rounds` interleaved rounds of both systems
+    with the same random prompt ids, each run judged against the floor of its own bytes and moment."""
+    root = os.path.join(s.a.models, f"{arch}-mini-skew{bl.ROUTER_SKEW}-emb{bl.EMBEDDING_STD}")
+    hf, gguf = root + "-hf", root + ".gguf"
+    out = {"arch": arch}
+    have = os.path.exists(os.path.join(hf, "config.json")) and (os.path.exists(gguf) or not llama_ok)
+    free = shutil.disk_usage(s.a.models).free
+    if not have and free < OTHER_ARCH_FREE_BYTES:
+        out["skipped"] = f"{free / GIB:.1f} GiB free under --models, {OTHER_ARCH_FREE_BYTES / GIB:.0f} needed"
+        bl.warn(f"m: {arch}: skipped ({out['skipped']})")
+        return out
+    try:
+        if not os.path.exists(os.path.join(hf, "config.json")):
+            bl.log(f"synth {arch} mini --router-skew {bl.ROUTER_SKEW} -> {hf}")
+            s.zm("synth", "--arch", arch, "--preset", "mini", "--router-skew", str(bl.ROUTER_SKEW), "--seed", "0",
+                 "--embedding-std", str(bl.EMBEDDING_STD), "--out", hf, log=f"synth-{arch}-mini.log")
+        if llama_ok and not os.path.exists(gguf):
+            bl.log(f"gguf_writer {hf} -> {gguf}")
+            bl.run_cmd([sys.executable, os.path.join(BENCH_DIR, "gguf_writer.py"), hf, "--out", gguf],
+                       os.path.join(s.logs, f"gguf_writer-{arch}.log"), cold=False)
+    except bl.RunError as e:
+        out["error"] = e.args[0][:300]
+        bl.warn(f"m: {arch}: {out['error']}")
+        return out
+    config = json.load(open(os.path.join(hf, "config.json")))
+    out["shape"] = {k: config.get(k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                "num_key_value_heads", "moe_intermediate_size", "intermediate_size",
+                                                "num_experts_per_tok")}
+    out["shape"]["experts"] = config.get("num_experts") or config.get("n_routed_experts") or \
+        config.get("num_local_experts")
+    # an expert's rows: mixtral's experts are intermediate_size wide (it has no moe_intermediate_size)
+    out["shape"]["expert_rows"] = config.get("moe_intermediate_size") or config.get("intermediate_size")
+    fb = out["floor_bytes"] = decode_bytes_per_token(safetensors_tensors(hf), config)
+    rng = random.Random(PEER_SEED)
+    ids_s = ",".join(str(rng.randrange(int(config["vocab_size"]))) for _ in range(pc["prompt_len"]))
+    hf_files = sorted(os.path.join(hf, f) for f in os.listdir(hf) if f.endswith(".safetensors"))
+    out["resident_before"] = page_in(hf_files + ([gguf] if llama_ok else []))
+    llama_cmd = ["node", os.path.join(BENCH_DIR, "llama_peer.mjs"), "--model", gguf, "--threads", str(s.threads),
+                 "--prompt-ids", ids_s]
+    warm = []
+    for i in range(pc["other_rounds"]):
+        row = warm_zipmoe(s, pc, hf, ids_s, i, prefix=f"m-{arch}")
+        warm.append(row)
+        if llama_ok:
+            warm.append(warm_llama(s, pc, llama_cmd, gguf, i, prefix=f"m-{arch}"))
+    out["warm"] = warm
+    out["best"] = best_of(warm, fb["total"])
+    paired = paired_tpot_ratios(warm)
+    if paired:
+        out["tpot_ratio_per_round"] = paired
+        out["tpot_ratio_median"] = statistics.median(paired)
+    return out
+
+
 def run(s):
     """llama.cpp (node-llama-cpp, bench/llama_peer.mjs) on a BF16 GGUF of the same checkpoint.
     (1) decode floor = bytes one decode token reads / memory bandwidth (membw_bench, same run);
@@ -278,66 +436,6 @@ def run(s):
     res["page_in_s"] = round(time.time() - t0, 1)
     warm = []
 
-    def round_membw(name, i):
-        """The bandwidth right before a run: the VM's drifts by 1.5x within minutes, so each run is judged
-        against the floor of its own moment (issue 35 item 2)."""
-        b = membw(s, 2, f"membw-{name}-{i}.log")
-        return b["gbps"] if b else None
-
-    def warm_zipmoe(i, isa=None):
-        """One warm executor_bench run; `isa` runs an opt-in variant as the system "zipmoe (isa)": a kernel
-        variant (ZIPMOE_GEMM_ISA), or returns False without a row when this machine does not have it; or
-        MMAP, the weights kept in the files' memory maps (executor_bench --mmap)."""
-        name = "zipmoe" if isa is None else f"zipmoe ({isa})"
-        tag = "zipmoe" if isa is None else f"zipmoe-{isa.lstrip('-')}"
-        bw_now = round_membw(tag, i)
-        resid = residency(hf_files)
-        env = [] if isa in (None, MMAP) else ["env", f"ZIPMOE_GEMM_ISA={isa}"]
-        extra = [MMAP] if isa == MMAP else []
-        r = run_group(s, env + [os.path.join(s.a.bin, "executor_bench"), m["hf"], "--threads", str(s.threads),
-                                "--prompt-ids", ids_s, "--decode-tokens", str(pc["warm_decode"]), "--reps",
-                                str(pc["zipmoe_reps"])] + extra, f"m-warm-{tag}-{i}.log", capped=True, limit=None,
-                      timeout=600)
-        reps = [(float(a), float(b), float(c)) for a, b, c in re.findall(
-            r"rep \d+: ttft ([0-9.]+) s, tpot ([0-9.]+) s, prefill ([0-9.]+) tokens/s", r["stdout"])]
-        ran = re.search(r"I: gemm isa (\w+)", r["stdout"])
-        if isa not in (None, MMAP) and (ran is None or ran.group(1) != isa):
-            bl.log(f"m: no {isa} kernel variant on this machine (it ran {ran.group(1) if ran else 'nothing'})")
-            return False
-        row = {"system": name, "round": i, "ok": r["rc"] == 0 and bool(reps), "resident": resid,
-               "wall_s": r["wall_s"], "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"],
-               "kernel": ran.group(1) if ran else None, "membw_gbps": bw_now}
-        if row["ok"]:
-            row.update({"tpot_s": min(x[1] for x in reps), "prefill_tokens_per_s": max(x[2] for x in reps),
-                        "reps": [{"ttft_s": a, "tpot_s": b, "prefill_tokens_per_s": c} for a, b, c in reps]})
-            bl.log(f"m: warm {name} #{i}: tpot {row['tpot_s']:.4f} s, prefill {row['prefill_tokens_per_s']:.1f} "
-                   f"tok/s (others used {r['others_cpu']:.2f} cores)")
-        else:
-            row["error"] = f"executor_bench exit {r['rc']} (logs/m-warm-{tag}-{i}.log)"
-            bl.warn(f"m: {row['error']}")
-        warm.append(row)
-        return True
-
-    def warm_llama(i):
-        bw_now = round_membw("llama", i)
-        resid = residency([gguf])
-        r = run_group(s, llama_cmd + ["--decode-tokens", str(pc["warm_decode"]), "--warmup-tokens", "2",
-                                      "--prefill-reps", "3"], f"m-warm-llama-{i}.log", capped=True,
-                      limit=None, timeout=600)
-        j = last_json(r["stdout"]) if r["rc"] == 0 else None
-        row = {"system": "llama.cpp", "round": i, "ok": j is not None, "resident": resid, "wall_s": r["wall_s"],
-               "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"], "membw_gbps": bw_now}
-        if j:
-            row.update({k: j.get(k) for k in ("tpot_s", "prefill_tokens_per_s", "prefill_s", "load_s",
-                                              "decode_step_s", "generated_ids", "llama_cpp_release")})
-            row["kernel"] = j.get("cpu_variant")  # which libggml-cpu-<variant>.so it loaded
-            bl.log(f"m: warm llama.cpp #{i}: tpot {row['tpot_s']:.4f} s, prefill "
-                   f"{row['prefill_tokens_per_s']:.1f} tok/s (others used {r['others_cpu']:.2f} cores)")
-        else:
-            row["error"] = f"llama_peer.mjs exit {r['rc']} (logs/m-warm-llama-{i}.log)"
-            bl.warn(f"m: {row['error']}")
-        warm.append(row)
-
     def disturbed():
         """True while some system's best warm run shared the machine with > OTHERS_MAX cores of other work."""
         for sysname in ("zipmoe", "llama.cpp") if gguf else ("zipmoe",):
@@ -346,18 +444,24 @@ def run(s):
                 return True
         return False
 
+    def zipmoe_round(i, isa=None):
+        row = warm_zipmoe(s, pc, m["hf"], ids_s, i, isa)
+        if row:
+            warm.append(row)
+        return row is not None
+
     opt_in = list(OPT_IN_ISAS) + [MMAP]
     i = 0
     while i < pc["rounds"] or (i < pc["rounds"] + pc["extra_rounds"] and disturbed()):
         if i >= pc["rounds"]:
             bl.log("m: extra warm round: a best run shared the cores with other work")
-        warm_zipmoe(i)
+        zipmoe_round(i)
         if gguf:
-            warm_llama(i)
+            warm.append(warm_llama(s, pc, llama_cmd, gguf, i))
         # The opt-in kernel variants this machine has (docs/architecture.md "CPU kernels") and --mmap, in
         # the same rounds: not in the targets (the variants' bits differ from the default's; --mmap is not
         # the default), reported beside them.
-        opt_in[:] = [isa for isa in opt_in if warm_zipmoe(i, isa)]
+        opt_in[:] = [isa for isa in opt_in if zipmoe_round(i, isa)]
         i += 1
     bw.append(membw(s, pc["membw_reps"], "membw-2.log"))
     bw = [b for b in bw if b]
@@ -368,29 +472,8 @@ def run(s):
         len([x for b in bw for x in b["gbps_runs"]]) // 2] if bw else None
     if res["membw_gbps"]:
         res["floor_s"] = res["floor_bytes"]["total"] / (res["membw_gbps"] * 1e9)
-    best = {}
-    for sysname in ("zipmoe", "llama.cpp"):
-        ok = [w for w in warm if w["system"] == sysname and w["ok"]]
-        if ok:
-            fastest = min(ok, key=lambda w: w["tpot_s"])
-            prefill = max(ok, key=lambda w: w["prefill_tokens_per_s"])
-            best[sysname] = {"tpot_s": fastest["tpot_s"], "others_cpu": fastest["others_cpu"],
-                             "prefill_tokens_per_s": prefill["prefill_tokens_per_s"],
-                             "prefill_others_cpu": prefill["others_cpu"],
-                             "peak_bytes": max((w["peak_bytes"] or 0) for w in ok) or None,
-                             # medians over the interleaved rounds (the VM's bandwidth drifts: both)
-                             "tpot_s_median": statistics.median(w["tpot_s"] for w in ok),
-                             "prefill_tokens_per_s_median": statistics.median(w["prefill_tokens_per_s"] for w in ok),
-                             "kernel": next((w.get("kernel") for w in ok if w.get("kernel")), None)}
-            # each run's TPOT over the floor at its own moment's bandwidth, and the per-round ratio
-            floors = [w["tpot_s"] / (res["floor_bytes"]["total"] / (w["membw_gbps"] * 1e9)) for w in ok
-                      if w.get("membw_gbps")]
-            if floors:
-                best[sysname]["floor_ratio_median"] = statistics.median(floors)
-                best[sysname]["floor_ratio_min"] = min(floors)
-    z_rounds = {w["round"]: w for w in warm if w["system"] == "zipmoe" and w["ok"]}
-    l_rounds = {w["round"]: w for w in warm if w["system"] == "llama.cpp" and w["ok"]}
-    paired = [z_rounds[k]["tpot_s"] / l_rounds[k]["tpot_s"] for k in z_rounds if k in l_rounds]
+    best = best_of(warm, res["floor_bytes"]["total"])
+    paired = paired_tpot_ratios(warm)
     if paired:
         res["tpot_ratio_per_round"] = paired
         res["tpot_ratio_median"] = statistics.median(paired)
@@ -426,6 +509,8 @@ def run(s):
         res["cold50_over_warm"] = r50["zipmoe"]["tpot_s"] / zw["tpot_s"]
         if (r50.get("zipmoe_prefetch") or {}).get("ok"):
             res["cold50_over_warm_prefetch"] = r50["zipmoe_prefetch"]["tpot_s"] / zw["tpot_s"]
+    # (6) held-out architectures, warm, after everything else (their page-in evicts the mini's files).
+    res["other_archs"] = [other_arch(s, pc, arch, gguf is not None) for arch in pc.get("other_archs", [])]
     s.save("m_llama_peer", res)
 
 
@@ -769,6 +854,7 @@ def report(rep):
             f"All-resident `zipmoe generate` (the RSS run): TPOT {f3(rss.get('tpot_s'), 4)} s, peak RSS "
             f"{gib(rss.get('peak_rss_bytes'))} GiB for a {gib(rss.get('weights_bytes'))} GiB checkpoint (RSS "
             "counts the mapped checkpoint pages)." if rss.get("peak_rss_bytes") else ""), "")
+    other_archs_report(rep, mj)
     if sw.get("skipped"):
         rep.p(f"Cold sweep skipped: {sw['skipped']}.", "")
         return
@@ -876,6 +962,44 @@ def report(rep):
         f"**differ from the all-resident run's at {len(diff)} cap(s)**.") + " llama.cpp computes in its own order "
           "and precision (BF16 activations in its matrix products), so its tokens may drift from zipmoe's after a "
           "few steps; `bench/peer_check.py` checks that the two carry the same model.", "")
+
+
+def other_archs_report(rep, mj):
+    """The held-out architectures' warm rows (OTHER_ARCHS): one line per architecture, ratios of the best runs
+    with the medians over the rounds in brackets; informative (the targets above are the qwen2_moe mini's)."""
+    archs = mj.get("other_archs") or []
+    if not archs:
+        return
+    rep.p(f"**Held-out architectures, warm** (`--full`: {', '.join(a['arch'] for a in archs)}; their synthetic "
+          "minis, same seed / skew, same prompt length and rounds interleaved as above, each judged against its "
+          "own decode floor at its run's bandwidth). Not the targets above, which are the qwen2_moe mini's: these "
+          "rows show where the same kernels stand on other expert shapes. Where llama.cpp is itself near the "
+          "floor (coarse experts), no system can be 10 % faster than it.", "")
+    rep.p("| architecture | experts (top-k) × rows | GiB a decode token reads | zipmoe TPOT s | llama.cpp TPOT s | "
+          "TPOT ratio | zipmoe / floor | llama.cpp / floor | prefill tok/s zipmoe vs llama.cpp | prefill ratio |",
+          "|---|---|---|---|---|---|---|---|---|---|")
+    for a in archs:
+        if a.get("skipped") or a.get("error"):
+            rep.p(f"| {a['arch']} | {'skipped: ' + a['skipped'] if a.get('skipped') else 'failed: ' + a['error']} "
+                  "| | | | | | | | |")
+            continue
+        b = a.get("best") or {}
+        z, ll = b.get("zipmoe"), b.get("llama.cpp")
+        sh = a["shape"]
+        shape = f"{sh.get('experts')} ({sh.get('num_experts_per_tok')}) × {sh.get('expert_rows')}"
+        fr = lambda x: f"{x['floor_ratio_median']:.2f}" if x and x.get("floor_ratio_median") else "–"  # noqa: E731
+        tp = lambda x: f"{x['tpot_s']:.4f} ({x['tpot_s_median']:.4f})" if x else "failed"  # noqa: E731
+        if z and ll:
+            tr = f"**{z['tpot_s'] / ll['tpot_s']:.2f}** ({z['tpot_s_median'] / ll['tpot_s_median']:.2f})"
+            pr = (f"**{z['prefill_tokens_per_s'] / ll['prefill_tokens_per_s']:.2f}** "
+                  f"({z['prefill_tokens_per_s_median'] / ll['prefill_tokens_per_s_median']:.2f})")
+            pf = f"{z['prefill_tokens_per_s']:.1f} vs {ll['prefill_tokens_per_s']:.1f}"
+        else:
+            tr = pr = "–"
+            pf = f"{z['prefill_tokens_per_s']:.1f} vs –" if z else "–"
+        rep.p(f"| {a['arch']} | {shape} | {a['floor_bytes']['total'] / GIB:.3f} | {tp(z)} | {tp(ll)} | {tr} | "
+              f"{fr(z)} | {fr(ll)} | {pf} | {pr} |")
+    rep.p("")
 
 
 def cap_verdict(x, sw):
