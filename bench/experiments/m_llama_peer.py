@@ -243,6 +243,17 @@ def round_membw(s, name, i):
     return b["gbps"] if b else None
 
 
+def logged(row, prefix, i, r, program, log):
+    """Logs a warm row's TPOT and prefill, or names the failed run and its log in row["error"]; returns the row."""
+    if row["ok"]:
+        bl.log(f"{prefix}: warm {row['system']} #{i}: tpot {row['tpot_s']:.4f} s, prefill "
+               f"{row['prefill_tokens_per_s']:.1f} tok/s (others used {r['others_cpu']:.2f} cores)")
+    else:
+        row["error"] = f"{program} exit {r['rc']} (logs/{log})"
+        bl.warn(f"{prefix}: {row['error']}")
+    return row
+
+
 def warm_zipmoe(s, pc, hf, ids_s, i, isa=None, prefix="m"):
     """One warm executor_bench run on the HF directory `hf` (round `i`); `isa` runs an opt-in variant as the
     system "zipmoe (isa)": a kernel variant (ZIPMOE_GEMM_ISA), or None (no row) when this machine does not have
@@ -270,12 +281,7 @@ def warm_zipmoe(s, pc, hf, ids_s, i, isa=None, prefix="m"):
     if row["ok"]:
         row.update({"tpot_s": min(x[1] for x in reps), "prefill_tokens_per_s": max(x[2] for x in reps),
                     "reps": [{"ttft_s": a, "tpot_s": b, "prefill_tokens_per_s": c} for a, b, c in reps]})
-        bl.log(f"{prefix}: warm {name} #{i}: tpot {row['tpot_s']:.4f} s, prefill {row['prefill_tokens_per_s']:.1f} "
-               f"tok/s (others used {r['others_cpu']:.2f} cores)")
-    else:
-        row["error"] = f"executor_bench exit {r['rc']} (logs/{prefix}-warm-{tag}-{i}.log)"
-        bl.warn(f"{prefix}: {row['error']}")
-    return row
+    return logged(row, prefix, i, r, "executor_bench", f"{prefix}-warm-{tag}-{i}.log")
 
 
 def warm_llama(s, pc, llama_cmd, gguf, i, prefix="m"):
@@ -292,12 +298,7 @@ def warm_llama(s, pc, llama_cmd, gguf, i, prefix="m"):
         row.update({k: j.get(k) for k in ("tpot_s", "prefill_tokens_per_s", "prefill_s", "load_s",
                                           "decode_step_s", "generated_ids", "llama_cpp_release")})
         row["kernel"] = j.get("cpu_variant")  # which libggml-cpu-<variant>.so it loaded
-        bl.log(f"{prefix}: warm llama.cpp #{i}: tpot {row['tpot_s']:.4f} s, prefill "
-               f"{row['prefill_tokens_per_s']:.1f} tok/s (others used {r['others_cpu']:.2f} cores)")
-    else:
-        row["error"] = f"llama_peer.mjs exit {r['rc']} (logs/{prefix}-warm-llama-{i}.log)"
-        bl.warn(f"{prefix}: {row['error']}")
-    return row
+    return logged(row, prefix, i, r, "llama_peer.mjs", f"{prefix}-warm-llama-{i}.log")
 
 
 def best_of(warm, floor_bytes):
