@@ -97,3 +97,9 @@ else
   echo "$LLAMA_SHA512" > "$llama_dir/integrity"
   rm -rf "$llama_tmp"
 fi
+# llama.cpp as a second reference of the forward pass, independent of ours (ctest llama_cpp_peer_logits) and the
+# benchmarks' peer: node-llama-cpp with its prebuilt CPU binaries in bench/node_modules (bench/install_peer.sh,
+# idempotent; ~85 MB). x86-64 only: bench/package.json pins the linux-x64 binaries.
+if [ "$(uname -m)" = x86_64 ]; then
+  bash "$(dirname "$0")/../bench/install_peer.sh"
+fi
