@@ -103,6 +103,24 @@ class Checkpoint:
         self._unused.discard(name)
         return self._maps[path][begin:end].view(np.uint16).reshape(shape)
 
+    def f32(self, name):
+        """An F32 tensor's values as a read-only float32 array of its shape (marks it used): the routers'
+        selection biases (e_score_correction_bias), which releases keep in F32."""
+        if name not in self._entries:
+            raise ConversionError(f"{self.model_dir}: tensor '{name}' is missing from the safetensors files")
+        path, dtype, shape, begin, end = self._entries[name]
+        if dtype != "F32":
+            raise ConversionError(f"{path}: tensor '{name}' has dtype {dtype}; F32 expected")
+        self._unused.discard(name)
+        return self._maps[path][begin:end].view(np.float32).reshape(shape)
+
+    def skip(self, prefix):
+        """Marks every tensor whose name starts with `prefix` as deliberately left out (e.g. a multi-token-
+        prediction layer that llama.cpp's graph does not run); returns how many."""
+        names = [n for n in self._unused if n.startswith(prefix)]
+        self._unused.difference_update(names)
+        return len(names)
+
     def check_all_used(self, arch):
         leftover = sorted(n for n in self._unused if not n.endswith("rotary_emb.inv_freq"))
         if leftover:
@@ -169,6 +187,10 @@ class GGUFWriter:
     def tensor_f32(self, name, bits):
         """A BF16 tensor widened (exactly) to F32."""
         self._add(Tensor(name, GGML_F32, bits.shape, [bf16_to_f32(bits)]))
+
+    def tensor_f32_values(self, name, values):
+        """A tensor that is F32 in the checkpoint, stored as is."""
+        self._add(Tensor(name, GGML_F32, values.shape, [np.ascontiguousarray(values, dtype=np.float32)]))
 
     def _add(self, tensor):
         if tensor.name in self._names:

@@ -13,6 +13,9 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
     mixtral   -> llama      (MoE llama; q/k rows permuted to llama.cpp's rotary layout)
     deepseek_v2 -> deepseek2 (MLA with or without q_lora_rank, kv_b kept whole; leading dense layers;
                              shared experts; yarn rope scaling)
+    glm4_moe  -> glm4moe    (GLM-4.5 / 4.6 / 4.7: q/k/v biases, optional q/k norms, partial rotary on the
+                             half-split (NEOX) layout, sigmoid router with a selection bias, leading dense
+                             layers, shared experts; the multi-token-prediction layers are left out)
 
 The weights are not re-quantised: every matrix is written with the checkpoint's BF16 bits unchanged, the
 per-expert matrices stacked into llama.cpp's 3-D ffn_{gate,up,down}_exps tensors [expert, out, in].
@@ -103,6 +106,20 @@ DENSE_MLP_TENSORS = [("mlp.gate_proj.weight", "ffn_gate.weight"), ("mlp.up_proj.
                      ("mlp.down_proj.weight", "ffn_down.weight")]
 
 
+def glm4_moe_layer_tensors(c):
+    """GLM-4.5's attention (q/k/v with biases, q/k norms over head_dim when use_qk_norm) and its norms; the
+    norm after attention is llama.cpp's post_attention_norm in this architecture, not ffn_norm."""
+    t = [("input_layernorm.weight", "attn_norm.weight"),
+         ("self_attn.q_proj.weight", "attn_q.weight"), ("self_attn.k_proj.weight", "attn_k.weight"),
+         ("self_attn.v_proj.weight", "attn_v.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
+         ("post_attention_layernorm.weight", "post_attention_norm.weight")]
+    if c.get("attention_bias", False):
+        t += QKV_BIAS_TENSORS
+    if c.get("use_qk_norm", False):
+        t += QK_NORM_TENSORS
+    return t
+
+
 def deepseek_v2_attention(c):
     """MLA tensors, kept unabsorbed (attn_kv_b): llama.cpp then runs MLA as multi-head attention."""
     t = [("input_layernorm.weight", "attn_norm.weight")]
@@ -123,7 +140,8 @@ class Arch:
     """How one HF model_type maps onto a llama.cpp architecture."""
 
     def __init__(self, gguf_arch, experts_key, layer_tensors, router, experts_prefix, experts,
-                 shared_expert=None, shared_expert_gate=False, dense_layers_key=None, rotary_permute=False):
+                 shared_expert=None, shared_expert_gate=False, dense_layers_key=None, rotary_permute=False,
+                 router_bias=None):
         self.gguf_arch = gguf_arch
         self.experts_key = experts_key          # config.json key of the routed expert count
         self.layer_tensors = layer_tensors      # config -> [(HF suffix, GGUF suffix)] of every layer
@@ -134,6 +152,7 @@ class Arch:
         self.shared_expert_gate = shared_expert_gate  # HF "<shared_expert>_gate" sigmoid gate (qwen2_moe)
         self.dense_layers_key = dense_layers_key  # config.json key of the leading dense-MLP layer count
         self.rotary_permute = rotary_permute    # q/k rows to llama.cpp's interleaved rotary layout
+        self.router_bias = router_bias          # HF suffix of the F32 selection bias (exp_probs_b), if any
 
 
 ARCHS = {
@@ -152,6 +171,9 @@ ARCHS = {
     "deepseek_v2": Arch("deepseek2", "n_routed_experts", deepseek_v2_attention, "mlp.gate.weight",
                         "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_experts",
                         dense_layers_key="first_k_dense_replace"),
+    "glm4_moe": Arch("glm4moe", "n_routed_experts", glm4_moe_layer_tensors, "mlp.gate.weight", "mlp.experts.{e}.",
+                     GATED_EXPERTS, shared_expert="mlp.shared_experts", dense_layers_key="first_k_dense_replace",
+                     router_bias="mlp.gate.e_score_correction_bias"),
 }
 
 
@@ -177,6 +199,13 @@ def check_config(model_type, c):
         c.require("clip_qkv", None, None, "olmoe graph (no qkv clipping)")
         c.require("num_key_value_heads", c.int("num_attention_heads"), c.int("num_attention_heads"),
                   "olmoe graph (k_norm over n_embd, i.e. multi-head attention)")
+    if model_type == "glm4_moe":
+        c.require("n_group", 1, 1, "glm4moe graph (no group-limited routing)")
+        c.require("topk_group", 1, 1, "glm4moe graph (no group-limited routing)")
+        c.require("scoring_func", "sigmoid", "sigmoid", "glm4moe graph (sigmoid gating)")
+        if c.int("n_shared_experts", 0) == 0:
+            raise ConversionError(f"{c.path}: 'n_shared_experts' must be > 0 (this converter writes the shared "
+                                  "experts llama.cpp's glm4moe adds)")
     if model_type == "deepseek_v2":
         c.require("moe_layer_freq", 1, 1, "deepseek2 graph (every layer after the dense ones sparse)")
         c.require("topk_method", "greedy", "greedy", "deepseek2 converter (no group-limited routing)")
@@ -204,6 +233,9 @@ def add_hparams(model_type, arch, c, w):
     if model_type == "deepseek_v2":
         key_length = c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim")
         value_length, rope_dim = c.int("v_head_dim"), c.int("qk_rope_head_dim")
+    elif model_type == "glm4_moe":
+        key_length = value_length = c.int("head_dim", hidden // n_head)
+        rope_dim = int(key_length * c.float("partial_rotary_factor", 0.5))  # HF: the first rotary_dim dims of a head
     else:
         head_dim = c.int("head_dim", hidden // n_head) if model_type == "qwen3_moe" else hidden // n_head
         key_length = value_length = rope_dim = head_dim
@@ -221,8 +253,15 @@ def add_hparams(model_type, arch, c, w):
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps"))
     w.add_u32(f"{a}.expert_count", c.int(arch.experts_key))
     w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok"))
-    if model_type in ("qwen2_moe", "qwen3_moe", "deepseek_v2"):
+    if model_type in ("qwen2_moe", "qwen3_moe", "deepseek_v2", "glm4_moe"):
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("moe_intermediate_size"))
+    if model_type == "glm4_moe":
+        w.add_u32(f"{a}.leading_dense_block_count", c.int("first_k_dense_replace", 0))
+        w.add_u32(f"{a}.expert_shared_count", c.int("n_shared_experts"))
+        w.add_f32(f"{a}.expert_weights_scale", c.float("routed_scaling_factor", 1.0))
+        w.add_bool(f"{a}.expert_weights_norm", c.get("norm_topk_prob", False))
+        w.add_u32(f"{a}.expert_gating_func", 2)  # sigmoid
+        w.add_u32(f"{a}.nextn_predict_layers", 0)  # the MTP layers are not written
     if model_type == "qwen2_moe":
         w.add_u32(f"{a}.expert_shared_feed_forward_length", c.int("shared_expert_intermediate_size"))
     if model_type == "deepseek_v2":
@@ -274,6 +313,8 @@ def add_layer(model_type, arch, c, ckpt, w, layer):
             w.tensor_bf16(gg + gguf_suffix, ckpt.bf16(hf + hf_suffix))
         return
     add_weight(w, gg + "ffn_gate_inp.weight", ckpt.bf16(hf + arch.router))
+    if arch.router_bias:  # the selection bias: added to the scores to pick experts, not to their weights
+        w.tensor_f32_values(gg + "exp_probs_b.bias", ckpt.f32(hf + arch.router_bias))
     n_expert = c.int(arch.experts_key)
     for hf_proj, gguf_name in arch.experts.items():
         experts = [ckpt.bf16(hf + arch.experts_prefix.format(e=e) + hf_proj) for e in range(n_expert)]
@@ -401,6 +442,9 @@ def convert(model_dir, out, name=None):
     w.tensor_bf16("token_embd.weight", embed)
     for layer in range(c.int("num_hidden_layers")):
         add_layer(model_type, arch, c, ckpt, w, layer)
+    if model_type == "glm4_moe":  # multi-token-prediction layers after the last one: not in llama.cpp's graph
+        for layer in range(c.int("num_hidden_layers"), c.int("num_hidden_layers") + c.int("num_nextn_predict_layers", 0)):
+            ckpt.skip(f"model.layers.{layer}.")
     w.tensor_f32("output_norm.weight", ckpt.bf16("model.norm.weight"))
     if ckpt.has("lm_head.weight"):
         w.tensor_bf16("output.weight", ckpt.bf16("lm_head.weight"))

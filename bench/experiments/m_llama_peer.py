@@ -37,9 +37,10 @@ OPT_IN_ISAS = ("neonbf16",) if os.uname().machine in ("aarch64", "arm64") else (
 OTHERS_MAX = 0.3
 # Held-out shapes (full mode): the synthetic minis of other decoder families llama.cpp runs too, warm only, each
 # against its own floor: fine-grained experts (qwen3_moe: 128 experts of 384 rows, top-8, 16 / 2 heads;
-# deepseek_v2: MLA, 64 of 704 rows, top-6 + 2 shared) and coarse ones (mixtral: 8 of 7168 rows, top-2). Their
-# HF directories and GGUFs stay under --models (~15 GB each; written only with OTHER_ARCH_FREE_BYTES free).
-OTHER_ARCHS = ["qwen3_moe", "deepseek_v2", "mixtral"]
+# deepseek_v2: MLA, 64 of 704 rows, top-6 + 2 shared; glm4_moe: 128 of 352 rows, top-8 + 1 shared, 24 / 2
+# heads, sigmoid router with a selection bias) and coarse ones (mixtral: 8 of 7168 rows, top-2). Their HF
+# directories and GGUFs stay under --models (7-15 GB each; written only with OTHER_ARCH_FREE_BYTES free).
+OTHER_ARCHS = ["qwen3_moe", "deepseek_v2", "glm4_moe", "mixtral"]
 OTHER_ARCH_FREE_BYTES = 20 * GIB
 PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 1,
               "extra_rounds": 0, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
