@@ -41,7 +41,7 @@ OTHERS_MAX = 0.3
 # heads, sigmoid router with a selection bias) and coarse ones (mixtral: 8 of 7168 rows, top-2). Their HF
 # directories and GGUFs stay under --models (7-15 GB each; written only with OTHER_ARCH_FREE_BYTES free).
 OTHER_ARCHS = ["qwen3_moe", "deepseek_v2", "glm4_moe", "mixtral"]
-OTHER_ARCH_FREE_BYTES = 20 * GIB
+OTHER_ARCH_FREE_BYTES = 16 * GIB
 PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 1,
               "extra_rounds": 0, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
               "llama_at_zipmoe_pcts": False, "llama_timeout_s": 45, "zipmoe_timeout_s": 300, "other_archs": [],
