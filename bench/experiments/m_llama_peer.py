@@ -990,7 +990,9 @@ def other_archs_report(rep, mj):
         sh = a["shape"]
         shape = f"{sh.get('experts')} ({sh.get('num_experts_per_tok')}) × {sh.get('expert_rows')}"
         fr = lambda x: f"{x['floor_ratio_median']:.2f}" if x and x.get("floor_ratio_median") else "–"  # noqa: E731
-        tp = lambda x: f"{x['tpot_s']:.4f} ({x['tpot_s_median']:.4f})" if x else "failed"  # noqa: E731
+        tp = lambda x: (f"{x['tpot_s']:.4f} ({x['tpot_s_median']:.4f})" + (  # noqa: E731
+            f", shared the cores with {x['others_cpu']:.2f} cores of other work"
+            if (x.get("others_cpu") or 0) > OTHERS_MAX else "")) if x else "failed"
         if z and ll:
             tr = f"**{z['tpot_s'] / ll['tpot_s']:.2f}** ({z['tpot_s_median'] / ll['tpot_s_median']:.2f})"
             pr = (f"**{z['prefill_tokens_per_s'] / ll['prefill_tokens_per_s']:.2f}** "
