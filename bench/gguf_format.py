@@ -15,7 +15,7 @@ GGUF_ALIGNMENT = 32
 # GGUF metadata value types.
 T_UINT32, T_INT32, T_FLOAT32, T_BOOL, T_STRING, T_ARRAY = 4, 5, 6, 7, 8, 9
 # ggml tensor types.
-GGML_F32, GGML_BF16 = 0, 30
+GGML_F32, GGML_BF16, GGML_MXFP4 = 0, 30, 39
 LLAMA_FTYPE_MOSTLY_BF16 = 32
 # llama.cpp token types.
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
@@ -114,6 +114,16 @@ class Checkpoint:
         self._unused.discard(name)
         return self._maps[path][begin:end].view(np.float32).reshape(shape)
 
+    def u8(self, name):
+        """A U8 tensor (MXFP4 blocks or scales) as a read-only uint8 array of its shape (marks it used)."""
+        if name not in self._entries:
+            raise ConversionError(f"{self.model_dir}: tensor '{name}' is missing from the safetensors files")
+        path, dtype, shape, begin, end = self._entries[name]
+        if dtype != "U8":
+            raise ConversionError(f"{path}: tensor '{name}' has dtype {dtype}; U8 (MXFP4 blocks / scales) expected")
+        self._unused.discard(name)
+        return self._maps[path][begin:end].reshape(shape)
+
     def skip(self, prefix):
         """Marks every tensor whose name starts with `prefix` as deliberately left out (e.g. a multi-token-
         prediction layer that llama.cpp's graph does not run); returns how many."""
@@ -187,6 +197,20 @@ class GGUFWriter:
     def tensor_f32(self, name, bits):
         """A BF16 tensor widened (exactly) to F32."""
         self._add(Tensor(name, GGML_F32, bits.shape, [bf16_to_f32(bits)]))
+
+    def tensor_mxfp4(self, name, blocks, scales):
+        """MXFP4 weights as released (blocks [..., rows, cols / 32, 16] of two E2M1 codes a byte, element 2i in
+        byte i's low nibble, 2i + 1 in its high one; E8M0 scales [..., rows, cols / 32]) repacked, bits unchanged,
+        into ggml's block_mxfp4 (the scale byte, then 16 bytes whose low nibbles hold elements 0..15 and high
+        nibbles 16..31), a tensor of logical shape [..., rows, cols]."""
+        if blocks.shape[:-1] != scales.shape or blocks.shape[-1] != 16:
+            raise ConversionError(f"GGUF tensor '{name}': MXFP4 blocks {list(blocks.shape)} do not match scales "
+                                  f"{list(scales.shape)} (blocks [..., n, 16] against scales [..., n])")
+        codes = np.stack((blocks & 0x0F, blocks >> 4), axis=-1).reshape(blocks.shape[:-1] + (32,))
+        qs = codes[..., :16] | (codes[..., 16:] << 4)
+        packed = np.concatenate((scales[..., None], qs), axis=-1).astype(np.uint8)
+        shape = blocks.shape[:-2] + (blocks.shape[-2] * 32,)
+        self._add(Tensor(name, GGML_MXFP4, shape, [np.ascontiguousarray(packed)]))
 
     def tensor_f32_values(self, name, values):
         """A tensor that is F32 in the checkpoint, stored as is."""

@@ -13,6 +13,9 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
     mixtral   -> llama      (MoE llama; q/k rows permuted to llama.cpp's rotary layout)
     deepseek_v2 -> deepseek2 (MLA with or without q_lora_rank, kv_b kept whole; leading dense layers;
                              shared experts; yarn rope scaling)
+    gpt_oss   -> gpt-oss    (MXFP4 experts repacked bit for bit into ggml's MXFP4 blocks, gate/up split from
+                             their interleaved rows; biased router and experts, attention sinks and biases,
+                             alternating sliding-window / full layers, YaRN)
     glm4_moe  -> glm4moe    (GLM-4.5 / 4.6 / 4.7: q/k/v biases, optional q/k norms, partial rotary on the
                              half-split (NEOX) layout, sigmoid router with a selection bias, leading dense
                              layers, shared experts; the multi-token-prediction layers are left out)
@@ -34,6 +37,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from gguf_format import (ConversionError,
                          T_INT32, T_STRING, LLAMA_FTYPE_MOSTLY_BF16, TOKEN_NORMAL, TOKEN_CONTROL,
@@ -106,6 +111,31 @@ DENSE_MLP_TENSORS = [("mlp.gate_proj.weight", "ffn_gate.weight"), ("mlp.up_proj.
                      ("mlp.down_proj.weight", "ffn_down.weight")]
 
 
+def gpt_oss_layer_tensors(c):
+    """gpt-oss's attention (biases on q/k/v/o, one sink logit per head) and its norms; its router (biased)
+    and experts (MXFP4, biased, gate/up interleaved) are written by add_gpt_oss_experts."""
+    return [("input_layernorm.weight", "attn_norm.weight"),
+            ("self_attn.q_proj.weight", "attn_q.weight"), ("self_attn.k_proj.weight", "attn_k.weight"),
+            ("self_attn.v_proj.weight", "attn_v.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
+            ("self_attn.o_proj.bias", "attn_output.bias"), ("self_attn.sinks", "attn_sinks.weight"),
+            ("post_attention_layernorm.weight", "post_attention_norm.weight")] + QKV_BIAS_TENSORS
+
+
+def add_gpt_oss_experts(ckpt, w, hf, gg):
+    """The router (weight and bias, F32) and the experts: gate_up_proj's rows interleave gate (even) and up
+    (odd) rows, as do its biases; each becomes its own MXFP4 stack, biases F32 [expert, rows]."""
+    add_weight(w, gg + "ffn_gate_inp.weight", ckpt.bf16(hf + "mlp.router.weight"))
+    w.tensor_f32(gg + "ffn_gate_inp.bias", ckpt.bf16(hf + "mlp.router.bias"))
+    blocks, scales = ckpt.u8(hf + "mlp.experts.gate_up_proj_blocks"), ckpt.u8(hf + "mlp.experts.gate_up_proj_scales")
+    bias = ckpt.bf16(hf + "mlp.experts.gate_up_proj_bias")
+    for name, rows in (("gate", slice(0, None, 2)), ("up", slice(1, None, 2))):
+        w.tensor_mxfp4(gg + f"ffn_{name}_exps.weight", blocks[:, rows], scales[:, rows])
+        w.tensor_f32(gg + f"ffn_{name}_exps.bias", np.ascontiguousarray(bias[:, rows]))
+    w.tensor_mxfp4(gg + "ffn_down_exps.weight", ckpt.u8(hf + "mlp.experts.down_proj_blocks"),
+                   ckpt.u8(hf + "mlp.experts.down_proj_scales"))
+    w.tensor_f32(gg + "ffn_down_exps.bias", ckpt.bf16(hf + "mlp.experts.down_proj_bias"))
+
+
 def glm4_moe_layer_tensors(c):
     """GLM-4.5's attention (q/k/v with biases, q/k norms over head_dim when use_qk_norm) and its norms; the
     norm after attention is llama.cpp's post_attention_norm in this architecture, not ffn_norm."""
@@ -171,6 +201,7 @@ ARCHS = {
     "deepseek_v2": Arch("deepseek2", "n_routed_experts", deepseek_v2_attention, "mlp.gate.weight",
                         "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_experts",
                         dense_layers_key="first_k_dense_replace"),
+    "gpt_oss": Arch("gpt-oss", "num_local_experts", gpt_oss_layer_tensors, None, None, None),
     "glm4_moe": Arch("glm4moe", "n_routed_experts", glm4_moe_layer_tensors, "mlp.gate.weight", "mlp.experts.{e}.",
                      GATED_EXPERTS, shared_expert="mlp.shared_experts", dense_layers_key="first_k_dense_replace",
                      router_bias="mlp.gate.e_score_correction_bias"),
@@ -179,8 +210,20 @@ ARCHS = {
 
 def check_config(model_type, c):
     """Rejects configurations that llama.cpp's graph for the architecture would compute differently."""
-    if model_type != "deepseek_v2":
+    if model_type not in ("deepseek_v2", "gpt_oss"):
         c.require("rope_scaling", None, None, "converter output (no rope scaling keys written)")
+    if model_type == "gpt_oss":
+        n = c.int("num_hidden_layers")
+        c.require("layer_types", ["sliding_attention", "full_attention"] * (n // 2) + ["sliding_attention"] * (n % 2),
+                  None, "gpt-oss graph (sliding-window layers first, then alternating)")
+        c.require("swiglu_limit", 7.0, 7.0, "gpt-oss graph (its SwiGLU clamps at 7.0)")
+        scaling = c.get("rope_scaling")
+        if not isinstance(scaling, dict) or scaling.get("rope_type", scaling.get("type")) != "yarn":
+            raise ConversionError(f"{c.path}: 'rope_scaling' must be of rope_type yarn for gpt_oss, got {scaling!r}")
+        for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+            if float(scaling.get(key, default)) != default:
+                raise ConversionError(f"{c.path}: rope_scaling '{key}' is {scaling[key]!r}; this converter writes "
+                                      f"llama.cpp's default {default}")
     if model_type in ("qwen2_moe", "qwen3_moe"):
         c.require("decoder_sparse_step", 1, 1, f"{model_type} graph (every layer sparse)")
         c.require("mlp_only_layers", [], [], f"{model_type} graph (every layer sparse)")
@@ -233,6 +276,8 @@ def add_hparams(model_type, arch, c, w):
     if model_type == "deepseek_v2":
         key_length = c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim")
         value_length, rope_dim = c.int("v_head_dim"), c.int("qk_rope_head_dim")
+    elif model_type == "gpt_oss":
+        key_length = value_length = rope_dim = c.int("head_dim", hidden // n_head)
     elif model_type == "glm4_moe":
         key_length = value_length = c.int("head_dim", hidden // n_head)
         rope_dim = int(key_length * c.float("partial_rotary_factor", 0.5))  # HF: the first rotary_dim dims of a head
@@ -255,6 +300,13 @@ def add_hparams(model_type, arch, c, w):
     w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok"))
     if model_type in ("qwen2_moe", "qwen3_moe", "deepseek_v2", "glm4_moe"):
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("moe_intermediate_size"))
+    if model_type == "gpt_oss":
+        w.add_u32(f"{a}.expert_feed_forward_length", c.int("intermediate_size"))
+        w.add_u32(f"{a}.attention.sliding_window", c.int("sliding_window"))
+        scaling = c.get("rope_scaling")
+        w.add_string(f"{a}.rope.scaling.type", "yarn")
+        w.add_f32(f"{a}.rope.scaling.factor", float(scaling["factor"]))
+        w.add_u32(f"{a}.rope.scaling.original_context_length", int(scaling["original_max_position_embeddings"]))
     if model_type == "glm4_moe":
         w.add_u32(f"{a}.leading_dense_block_count", c.int("first_k_dense_replace", 0))
         w.add_u32(f"{a}.expert_shared_count", c.int("n_shared_experts"))
@@ -308,6 +360,9 @@ def add_layer(model_type, arch, c, ckpt, w, layer):
         if arch.rotary_permute and hf_suffix == "self_attn.k_proj.weight":
             bits = rotary_rows_interleaved(bits, c.int("num_key_value_heads", n_head))
         add_weight(w, gg + gguf_suffix, bits)
+    if model_type == "gpt_oss":
+        add_gpt_oss_experts(ckpt, w, hf, gg)
+        return
     if arch.dense_layers_key and layer < c.int(arch.dense_layers_key, 0):
         for hf_suffix, gguf_suffix in DENSE_MLP_TENSORS:
             w.tensor_bf16(gg + gguf_suffix, ckpt.bf16(hf + hf_suffix))
