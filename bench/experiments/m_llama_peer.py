@@ -38,9 +38,10 @@ OTHERS_MAX = 0.3
 # Held-out shapes (full mode): the synthetic minis of other decoder families llama.cpp runs too, warm only, each
 # against its own floor: fine-grained experts (qwen3_moe: 128 experts of 384 rows, top-8, 16 / 2 heads;
 # deepseek_v2: MLA, 64 of 704 rows, top-6 + 2 shared; glm4_moe: 128 of 352 rows, top-8 + 1 shared, 24 / 2
-# heads, sigmoid router with a selection bias) and coarse ones (mixtral: 8 of 7168 rows, top-2). Their HF
+# heads, sigmoid router with a selection bias; gpt_oss: MXFP4 experts, 32 of 1440 rows, top-4, sinks and a sliding
+# window) and coarse ones (mixtral: 8 of 7168 rows, top-2). Their HF
 # directories and GGUFs stay under --models (7-15 GB each; written only with OTHER_ARCH_FREE_BYTES free).
-OTHER_ARCHS = ["qwen3_moe", "deepseek_v2", "glm4_moe", "mixtral"]
+OTHER_ARCHS = ["qwen3_moe", "deepseek_v2", "glm4_moe", "gpt_oss", "mixtral"]
 OTHER_ARCH_FREE_BYTES = 16 * GIB
 PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 1,
               "extra_rounds": 0, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
@@ -85,16 +86,31 @@ def safetensors_tensors(model_dir):
 
 def decode_bytes_per_token(tensors, config):
     """Weight bytes one decode token reads: every dense weight except the embedding (attention, norms, shared
-    experts, routers, dense MLPs), top_k routed experts per MoE layer (at the layer's mean expert size), and
-    lm_head (a tied embedding counts once, as lm_head). The embedding lookup reads one row: not counted."""
+    experts, routers, dense MLPs), top_k routed experts per MoE layer (at the layer's mean expert size; a tensor
+    that holds all of a layer's experts counts 1/n_experts per expert), and lm_head (a tied embedding counts
+    once, as lm_head). The embedding lookup reads one row, and layers past num_hidden_layers (multi-token
+    prediction) are not run: neither is counted."""
     expert = re.compile(r"\.layers\.(\d+)\..*\.experts\.(\d+)\.")
+    # every expert of a layer in one tensor [n_experts, ...] (gpt_oss's MXFP4 blocks, scales and biases)
+    fused = re.compile(r"\.layers\.(\d+)\..*\.experts\.[a-z_]+$")
+    n_experts = int(config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts") or 0)
+    layer_of = re.compile(r"\.layers\.(\d+)\.")
+    n_layers = int(config.get("num_hidden_layers") or 0)
     layers = {}
     dense = emb = head = 0
     for name, nbytes in tensors.items():
+        at = layer_of.search(name)
+        if at and n_layers and int(at.group(1)) >= n_layers:
+            continue  # a multi-token-prediction layer (glm4_moe, deepseek_v3): not run by a decode step
         hit = expert.search(name)
+        whole = fused.search(name) if not hit else None
         if hit:
             per = layers.setdefault(int(hit.group(1)), {})
             per[int(hit.group(2))] = per.get(int(hit.group(2)), 0) + nbytes
+        elif whole and n_experts:
+            per = layers.setdefault(int(whole.group(1)), {})
+            for e in range(n_experts):
+                per[e] = per.get(e, 0) + nbytes / n_experts
         elif "embed_tokens" in name:
             emb += nbytes
         elif name.startswith("lm_head"):
