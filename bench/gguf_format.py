@@ -93,36 +93,32 @@ class Checkpoint:
     def has(self, name):
         return name in self._entries
 
-    def bf16(self, name):
-        """The tensor's raw BF16 bits as a read-only uint16 array of its shape (marks it used)."""
+    def _take(self, name, dtype, why):
+        """The raw bytes of tensor `name` (a uint8 memory-map slice) and its shape, after checking its dtype;
+        marks it used. `why` completes the dtype error ("only BF16 checkpoints are supported", ...)."""
         if name not in self._entries:
             raise ConversionError(f"{self.model_dir}: tensor '{name}' is missing from the safetensors files")
-        path, dtype, shape, begin, end = self._entries[name]
-        if dtype != "BF16":
-            raise ConversionError(f"{path}: tensor '{name}' has dtype {dtype}; only BF16 checkpoints are supported")
+        path, got, shape, begin, end = self._entries[name]
+        if got != dtype:
+            raise ConversionError(f"{path}: tensor '{name}' has dtype {got}; {why}")
         self._unused.discard(name)
-        return self._maps[path][begin:end].view(np.uint16).reshape(shape)
+        return self._maps[path][begin:end], shape
+
+    def bf16(self, name):
+        """The tensor's raw BF16 bits as a read-only uint16 array of its shape (marks it used)."""
+        raw, shape = self._take(name, "BF16", "only BF16 checkpoints are supported")
+        return raw.view(np.uint16).reshape(shape)
 
     def f32(self, name):
         """An F32 tensor's values as a read-only float32 array of its shape (marks it used): the routers'
         selection biases (e_score_correction_bias), which releases keep in F32."""
-        if name not in self._entries:
-            raise ConversionError(f"{self.model_dir}: tensor '{name}' is missing from the safetensors files")
-        path, dtype, shape, begin, end = self._entries[name]
-        if dtype != "F32":
-            raise ConversionError(f"{path}: tensor '{name}' has dtype {dtype}; F32 expected")
-        self._unused.discard(name)
-        return self._maps[path][begin:end].view(np.float32).reshape(shape)
+        raw, shape = self._take(name, "F32", "F32 expected")
+        return raw.view(np.float32).reshape(shape)
 
     def u8(self, name):
         """A U8 tensor (MXFP4 blocks or scales) as a read-only uint8 array of its shape (marks it used)."""
-        if name not in self._entries:
-            raise ConversionError(f"{self.model_dir}: tensor '{name}' is missing from the safetensors files")
-        path, dtype, shape, begin, end = self._entries[name]
-        if dtype != "U8":
-            raise ConversionError(f"{path}: tensor '{name}' has dtype {dtype}; U8 (MXFP4 blocks / scales) expected")
-        self._unused.discard(name)
-        return self._maps[path][begin:end].reshape(shape)
+        raw, shape = self._take(name, "U8", "U8 (MXFP4 blocks / scales) expected")
+        return raw.reshape(shape)
 
     def skip(self, prefix):
         """Marks every tensor whose name starts with `prefix` as deliberately left out (e.g. a multi-token-

@@ -308,20 +308,12 @@ def add_hparams(model_type, arch, c, w):
         w.add_f32(f"{a}.rope.scaling.factor", float(scaling["factor"]))
         w.add_u32(f"{a}.rope.scaling.original_context_length", int(scaling["original_max_position_embeddings"]))
     if model_type == "glm4_moe":
-        w.add_u32(f"{a}.leading_dense_block_count", c.int("first_k_dense_replace", 0))
-        w.add_u32(f"{a}.expert_shared_count", c.int("n_shared_experts"))
-        w.add_f32(f"{a}.expert_weights_scale", c.float("routed_scaling_factor", 1.0))
-        w.add_bool(f"{a}.expert_weights_norm", c.get("norm_topk_prob", False))
-        w.add_u32(f"{a}.expert_gating_func", 2)  # sigmoid
+        add_deepseek_style_moe(a, c, w, gating_func=2)  # sigmoid
         w.add_u32(f"{a}.nextn_predict_layers", 0)  # the MTP layers are not written
     if model_type == "qwen2_moe":
         w.add_u32(f"{a}.expert_shared_feed_forward_length", c.int("shared_expert_intermediate_size"))
     if model_type == "deepseek_v2":
-        w.add_u32(f"{a}.leading_dense_block_count", c.int("first_k_dense_replace", 0))
-        w.add_u32(f"{a}.expert_shared_count", c.int("n_shared_experts"))
-        w.add_f32(f"{a}.expert_weights_scale", c.float("routed_scaling_factor", 1.0))
-        w.add_bool(f"{a}.expert_weights_norm", c.get("norm_topk_prob", False))
-        w.add_u32(f"{a}.expert_gating_func", 1)  # softmax
+        add_deepseek_style_moe(a, c, w, gating_func=1)  # softmax
         w.add_u32(f"{a}.attention.q_lora_rank", c.int("q_lora_rank", 0))  # 0: q_proj, no LoRA
         w.add_u32(f"{a}.attention.kv_lora_rank", c.int("kv_lora_rank"))
         scaling = c.get("rope_scaling")
@@ -331,6 +323,16 @@ def add_hparams(model_type, arch, c, w):
             w.add_u32(f"{a}.rope.scaling.original_context_length", scaling["original_max_position_embeddings"])
             # llama.cpp's convention: 0.1 * mscale_all_dim (its deepseek2 loader undoes the 0.1).
             w.add_f32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * scaling.get("mscale_all_dim", 0))
+
+
+def add_deepseek_style_moe(a, c, w, gating_func):
+    """The MoE keys DeepSeek-V2 and GLM-4.5 share: leading dense layers, shared experts, the routed weights'
+    scale and normalisation, and llama.cpp's gating function id (1 softmax, 2 sigmoid)."""
+    w.add_u32(f"{a}.leading_dense_block_count", c.int("first_k_dense_replace", 0))
+    w.add_u32(f"{a}.expert_shared_count", c.int("n_shared_experts"))
+    w.add_f32(f"{a}.expert_weights_scale", c.float("routed_scaling_factor", 1.0))
+    w.add_bool(f"{a}.expert_weights_norm", c.get("norm_topk_prob", False))
+    w.add_u32(f"{a}.expert_gating_func", gating_func)
 
 
 def rotary_rows_interleaved(bits, n_heads):
