@@ -25,7 +25,7 @@
 #                      deepseek_v2 tiny for the bit-exactness sweep, zipmoe vs llama.cpp warm and at 4 caps
 #                      (llama.cpp at 3); fewer rounds or points than --full in r f deepseek switch h m t s q,
 #                      listed in the report's header
-#   --full             ~1 h: 5 budgets, 32 tokens, lengths to 256, batch 16, deepseek_v2 mini, every round
+#   --full             ~1 h (+ 5-12 min: (m)'s held-out architectures): 5 budgets, 32 tokens, lengths to 256, batch 16, deepseek_v2 mini, every round
 #   --no-build         use the binaries already in the build directory
 # Environment: ZIPMOE_BENCH_BUILD_DIR (default build-bench), PYTHON (default /usr/bin/python3),
 # ZIPMOE_BENCH_MODELS (the default of --models, /var/tmp/zipmoe-bench-models).
