@@ -13,6 +13,8 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
     mixtral   -> llama      (MoE llama; q/k rows permuted to llama.cpp's rotary layout)
     deepseek_v2 -> deepseek2 (MLA with or without q_lora_rank, kv_b kept whole; leading dense layers;
                              shared experts; yarn rope scaling)
+    deepseek_v3 -> deepseek2 (the same, with V3's sigmoid router, its selection bias as exp_probs_b and
+                             group-limited selection (n_group, topk_group); the MTP layers left out)
     gpt_oss   -> gpt-oss    (MXFP4 experts repacked bit for bit into ggml's MXFP4 blocks, gate/up split from
                              their interleaved rows; biased router and experts, attention sinks and biases,
                              alternating sliding-window / full layers, YaRN)
@@ -202,6 +204,9 @@ ARCHS = {
                         "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_experts",
                         dense_layers_key="first_k_dense_replace"),
     "gpt_oss": Arch("gpt-oss", "num_local_experts", gpt_oss_layer_tensors, None, None, None),
+    "deepseek_v3": Arch("deepseek2", "n_routed_experts", deepseek_v2_attention, "mlp.gate.weight",
+                        "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_experts",
+                        dense_layers_key="first_k_dense_replace", router_bias="mlp.gate.e_score_correction_bias"),
     "glm4_moe": Arch("glm4moe", "n_routed_experts", glm4_moe_layer_tensors, "mlp.gate.weight", "mlp.experts.{e}.",
                      GATED_EXPERTS, shared_expert="mlp.shared_experts", dense_layers_key="first_k_dense_replace",
                      router_bias="mlp.gate.e_score_correction_bias"),
@@ -210,7 +215,7 @@ ARCHS = {
 
 def check_config(model_type, c):
     """Rejects configurations that llama.cpp's graph for the architecture would compute differently."""
-    if model_type not in ("deepseek_v2", "gpt_oss"):
+    if model_type not in ("deepseek_v2", "deepseek_v3", "gpt_oss"):
         c.require("rope_scaling", None, None, "converter output (no rope scaling keys written)")
     if model_type == "gpt_oss":
         n = c.int("num_hidden_layers")
@@ -249,10 +254,17 @@ def check_config(model_type, c):
         if c.int("n_shared_experts", 0) == 0:
             raise ConversionError(f"{c.path}: 'n_shared_experts' must be > 0 (this converter writes the shared "
                                   "experts llama.cpp's glm4moe adds)")
-    if model_type == "deepseek_v2":
+    if model_type in ("deepseek_v2", "deepseek_v3"):
         c.require("moe_layer_freq", 1, 1, "deepseek2 graph (every layer after the dense ones sparse)")
-        c.require("topk_method", "greedy", "greedy", "deepseek2 converter (no group-limited routing)")
-        c.require("scoring_func", "softmax", "softmax", "deepseek2 converter (softmax gating)")
+        if model_type == "deepseek_v2":
+            c.require("topk_method", "greedy", "greedy", "deepseek2 converter (no group-limited routing)")
+            c.require("scoring_func", "softmax", "softmax", "deepseek2 converter (softmax gating)")
+        else:
+            c.require("topk_method", "noaux_tc", "noaux_tc", "deepseek2 graph (V3's biased, group-limited selection)")
+            c.require("scoring_func", "sigmoid", "sigmoid", "deepseek2 graph (V3's sigmoid gating)")
+            if c.int("n_routed_experts") % max(1, c.int("n_group", 1)) != 0:
+                raise ConversionError(f"{c.path}: 'n_routed_experts' must be a multiple of 'n_group' (llama.cpp's "
+                                      "expert groups)")
         c.require("attention_bias", False, False, "deepseek2 graph (no attention biases)")
         if c.int("n_shared_experts", 0) == 0:
             raise ConversionError(f"{c.path}: 'n_shared_experts' must be > 0 (llama.cpp's deepseek2 needs them)")
@@ -273,7 +285,7 @@ def add_hparams(model_type, arch, c, w):
     a = arch.gguf_arch
     hidden = c.int("hidden_size")
     n_head = c.int("num_attention_heads")
-    if model_type == "deepseek_v2":
+    if model_type in ("deepseek_v2", "deepseek_v3"):
         key_length = c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim")
         value_length, rope_dim = c.int("v_head_dim"), c.int("qk_rope_head_dim")
     elif model_type == "gpt_oss":
@@ -298,7 +310,7 @@ def add_hparams(model_type, arch, c, w):
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps"))
     w.add_u32(f"{a}.expert_count", c.int(arch.experts_key))
     w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok"))
-    if model_type in ("qwen2_moe", "qwen3_moe", "deepseek_v2", "glm4_moe"):
+    if model_type in ("qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe"):
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("moe_intermediate_size"))
     if model_type == "gpt_oss":
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("intermediate_size"))
@@ -312,8 +324,11 @@ def add_hparams(model_type, arch, c, w):
         w.add_u32(f"{a}.nextn_predict_layers", 0)  # the MTP layers are not written
     if model_type == "qwen2_moe":
         w.add_u32(f"{a}.expert_shared_feed_forward_length", c.int("shared_expert_intermediate_size"))
-    if model_type == "deepseek_v2":
-        add_deepseek_style_moe(a, c, w, gating_func=1)  # softmax
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        add_deepseek_style_moe(a, c, w, gating_func=1 if model_type == "deepseek_v2" else 2)  # softmax / sigmoid
+        if model_type == "deepseek_v3":
+            w.add_u32(f"{a}.expert_group_count", c.int("n_group", 1))
+            w.add_u32(f"{a}.expert_group_used_count", c.int("topk_group", 1))
         w.add_u32(f"{a}.attention.q_lora_rank", c.int("q_lora_rank", 0))  # 0: q_proj, no LoRA
         w.add_u32(f"{a}.attention.kv_lora_rank", c.int("kv_lora_rank"))
         scaling = c.get("rope_scaling")
@@ -499,7 +514,8 @@ def convert(model_dir, out, name=None):
     w.tensor_bf16("token_embd.weight", embed)
     for layer in range(c.int("num_hidden_layers")):
         add_layer(model_type, arch, c, ckpt, w, layer)
-    if model_type == "glm4_moe":  # multi-token-prediction layers after the last one: not in llama.cpp's graph
+    # multi-token-prediction layers after the last one (glm4_moe, deepseek_v3): not in llama.cpp's graph
+    if model_type in ("glm4_moe", "deepseek_v3"):
         for layer in range(c.int("num_hidden_layers"), c.int("num_hidden_layers") + c.int("num_nextn_predict_layers", 0)):
             ckpt.skip(f"model.layers.{layer}.")
     w.tensor_f32("output_norm.weight", ckpt.bf16("model.norm.weight"))

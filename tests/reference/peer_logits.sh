@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # llama.cpp as a second reference of the forward pass, written by other people in another order and precision:
-# for every architecture bench/gguf_writer.py converts (qwen2_moe, qwen3_moe, mixtral, deepseek_v2 with and
-# without q_lora_rank, glm4_moe, gpt_oss), a tiny synthetic checkpoint with small embeddings (--embedding-std 0.02, so the layers,
+# for every architecture bench/gguf_writer.py converts (qwen2_moe, qwen3_moe, olmoe, mixtral, deepseek_v2 with
+# and without q_lora_rank, deepseek_v3, glm4_moe, gpt_oss), a tiny synthetic checkpoint with small embeddings (--embedding-std 0.02, so the layers,
 # not the embedding row, make the logits) goes through bench/peer_check.py: zipmoe generate's logits against
 # llama.cpp's (node-llama-cpp) on the same GGUF'd weights, four greedy steps, the same greedy tokens and every
 # row's max |difference| <= 1e-2 of its max |logit| (llama.cpp multiplies BF16 activations; agreement is close,
 # not bit-exact: 2.5-4.1e-3 on a Zen 5). A coarse check of structure, not of precision (the fp32 reference's job):
 # zipmoe routing to top-(k-1) failed all five then checked (1.03e-2 to 3.0e-1), routing weights 3 % low only
 # mixtral (1.26e-2; the others moved by < 1e-3); glm4_moe's GGUF without its selection bias 4.3e-2, with rotary
-# over the whole head instead of its first half 3.1e-1; experts read in reverse order land at 3.5e-2, a mixtral without
+# over the whole head instead of its first half 3.1e-1; deepseek_v3's without its expert groups 1.5e-1, without
+# its selection bias 8.6e-2, with softmax gating a split greedy choice; experts read in reverse order land at 3.5e-2, a mixtral without
 # llama.cpp's q/k row order at 1.6e-2 (bench/peer_check.py's docstring). A greedy choice that parts at a near
 # tie (the two tokens within 1e-2 of max |logit|) passes, with no later step compared.
 # gpt_oss: llama.cpp multiplies its MXFP4 experts with activations rounded to 8 bits (Q8_0 blocks,
@@ -53,7 +54,8 @@ for path in glob.glob(f"{sys.argv[1]}/*.safetensors"):
     data.flush()
 PY
 }
-for spec in "qwen2_moe" "qwen3_moe" "mixtral" "deepseek_v2" "deepseek_v2 --q-lora-rank 48" "glm4_moe" "gpt_oss"; do
+for spec in "qwen2_moe" "qwen3_moe" "olmoe" "mixtral" "deepseek_v2" "deepseek_v2 --q-lora-rank 48" "deepseek_v3" \
+    "glm4_moe" "gpt_oss"; do
   read -r -a words <<<"$spec"
   name=$(echo "$spec" | tr ' ' '_')
   "$ZIPMOE" synth --arch "${words[@]}" --preset tiny --embedding-std 0.02 --seed 7 --out "$TMP/$name" >"$TMP/$name.synth.log" 2>&1 ||
@@ -73,4 +75,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "FAIL: zipmoe's logits differ from llama.cpp's for: ${failed[*]}" >&2
   exit 1
 fi
-echo "PASS: zipmoe's logits as close to llama.cpp's as its precision allows, the same greedy tokens (or a near tie), on 7 checkpoints"
+echo "PASS: zipmoe's logits as close to llama.cpp's as its precision allows, the same greedy tokens (or a near tie), on 9 checkpoints"
