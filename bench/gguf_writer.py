@@ -113,14 +113,17 @@ DENSE_MLP_TENSORS = [("mlp.gate_proj.weight", "ffn_gate.weight"), ("mlp.up_proj.
                      ("mlp.down_proj.weight", "ffn_down.weight")]
 
 
+# ATTENTION_TENSORS where llama.cpp names the norm after attention post_attention_norm (gpt-oss, glm4moe), not
+# ffn_norm.
+POST_NORM_ATTENTION_TENSORS = [
+    (hf, "post_attention_norm.weight" if gguf == "ffn_norm.weight" else gguf) for hf, gguf in ATTENTION_TENSORS]
+
+
 def gpt_oss_layer_tensors(c):
     """gpt-oss's attention (biases on q/k/v/o, one sink logit per head) and its norms; its router (biased)
     and experts (MXFP4, biased, gate/up interleaved) are written by add_gpt_oss_experts."""
-    return [("input_layernorm.weight", "attn_norm.weight"),
-            ("self_attn.q_proj.weight", "attn_q.weight"), ("self_attn.k_proj.weight", "attn_k.weight"),
-            ("self_attn.v_proj.weight", "attn_v.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
-            ("self_attn.o_proj.bias", "attn_output.bias"), ("self_attn.sinks", "attn_sinks.weight"),
-            ("post_attention_layernorm.weight", "post_attention_norm.weight")] + QKV_BIAS_TENSORS
+    return POST_NORM_ATTENTION_TENSORS + QKV_BIAS_TENSORS + [
+        ("self_attn.o_proj.bias", "attn_output.bias"), ("self_attn.sinks", "attn_sinks.weight")]
 
 
 def add_gpt_oss_experts(ckpt, w, hf, gg):
@@ -139,12 +142,8 @@ def add_gpt_oss_experts(ckpt, w, hf, gg):
 
 
 def glm4_moe_layer_tensors(c):
-    """GLM-4.5's attention (q/k/v with biases, q/k norms over head_dim when use_qk_norm) and its norms; the
-    norm after attention is llama.cpp's post_attention_norm in this architecture, not ffn_norm."""
-    t = [("input_layernorm.weight", "attn_norm.weight"),
-         ("self_attn.q_proj.weight", "attn_q.weight"), ("self_attn.k_proj.weight", "attn_k.weight"),
-         ("self_attn.v_proj.weight", "attn_v.weight"), ("self_attn.o_proj.weight", "attn_output.weight"),
-         ("post_attention_layernorm.weight", "post_attention_norm.weight")]
+    """GLM-4.5's attention (q/k/v with biases, q/k norms over head_dim when use_qk_norm) and its norms."""
+    t = list(POST_NORM_ATTENTION_TENSORS)
     if c.get("attention_bias", False):
         t += QKV_BIAS_TENSORS
     if c.get("use_qk_norm", False):
@@ -187,6 +186,14 @@ class Arch:
         self.router_bias = router_bias          # HF suffix of the F32 selection bias (exp_probs_b), if any
 
 
+def deepseek_arch(router_bias=None):
+    """DeepSeek-V2 / V3 on llama.cpp's deepseek2: MLA, leading dense layers, shared experts; V3 adds the
+    router's selection bias."""
+    return Arch("deepseek2", "n_routed_experts", deepseek_v2_attention, "mlp.gate.weight", "mlp.experts.{e}.",
+                GATED_EXPERTS, shared_expert="mlp.shared_experts", dense_layers_key="first_k_dense_replace",
+                router_bias=router_bias)
+
+
 ARCHS = {
     "qwen2_moe": Arch("qwen2moe", "num_experts", lambda c: ATTENTION_TENSORS + QKV_BIAS_TENSORS,
                       "mlp.gate.weight", "mlp.experts.{e}.", GATED_EXPERTS,
@@ -200,17 +207,21 @@ ARCHS = {
                     {"w1.weight": "ffn_gate_exps.weight", "w3.weight": "ffn_up_exps.weight",
                      "w2.weight": "ffn_down_exps.weight"},
                     rotary_permute=True),
-    "deepseek_v2": Arch("deepseek2", "n_routed_experts", deepseek_v2_attention, "mlp.gate.weight",
-                        "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_experts",
-                        dense_layers_key="first_k_dense_replace"),
+    "deepseek_v2": deepseek_arch(),
     "gpt_oss": Arch("gpt-oss", "num_local_experts", gpt_oss_layer_tensors, None, None, None),
-    "deepseek_v3": Arch("deepseek2", "n_routed_experts", deepseek_v2_attention, "mlp.gate.weight",
-                        "mlp.experts.{e}.", GATED_EXPERTS, shared_expert="mlp.shared_experts",
-                        dense_layers_key="first_k_dense_replace", router_bias="mlp.gate.e_score_correction_bias"),
+    "deepseek_v3": deepseek_arch(router_bias="mlp.gate.e_score_correction_bias"),
     "glm4_moe": Arch("glm4moe", "n_routed_experts", glm4_moe_layer_tensors, "mlp.gate.weight", "mlp.experts.{e}.",
                      GATED_EXPERTS, shared_expert="mlp.shared_experts", dense_layers_key="first_k_dense_replace",
                      router_bias="mlp.gate.e_score_correction_bias"),
 }
+
+
+def require_default_yarn_betas(c, scaling):
+    """YaRN's beta_fast / beta_slow must be llama.cpp's defaults (32 / 1): the converter writes neither."""
+    for key, default in (("beta_fast", 32), ("beta_slow", 1)):
+        if scaling.get(key, default) != default:
+            raise ConversionError(f"{c.path}: rope_scaling '{key}' is {scaling[key]!r}; this converter writes "
+                                  f"llama.cpp's default {default}")
 
 
 def check_config(model_type, c):
@@ -225,10 +236,7 @@ def check_config(model_type, c):
         scaling = c.get("rope_scaling")
         if not isinstance(scaling, dict) or scaling.get("rope_type", scaling.get("type")) != "yarn":
             raise ConversionError(f"{c.path}: 'rope_scaling' must be of rope_type yarn for gpt_oss, got {scaling!r}")
-        for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
-            if float(scaling.get(key, default)) != default:
-                raise ConversionError(f"{c.path}: rope_scaling '{key}' is {scaling[key]!r}; this converter writes "
-                                      f"llama.cpp's default {default}")
+        require_default_yarn_betas(c, scaling)
     if model_type in ("qwen2_moe", "qwen3_moe"):
         c.require("decoder_sparse_step", 1, 1, f"{model_type} graph (every layer sparse)")
         c.require("mlp_only_layers", [], [], f"{model_type} graph (every layer sparse)")
@@ -275,10 +283,7 @@ def check_config(model_type, c):
             if scaling.get("mscale", 1) != scaling.get("mscale_all_dim", 0):
                 raise ConversionError(f"{c.path}: rope_scaling 'mscale' must equal 'mscale_all_dim' (llama.cpp's "
                                       "deepseek2 graph scales the attention, not the rotary cos/sin)")
-            for key, default in (("beta_fast", 32), ("beta_slow", 1)):
-                if scaling.get(key, default) != default:
-                    raise ConversionError(f"{c.path}: rope_scaling '{key}' is {scaling[key]!r}; this converter "
-                                          f"writes llama.cpp's default {default}")
+            require_default_yarn_betas(c, scaling)
 
 
 def add_hparams(model_type, arch, c, w):
@@ -315,10 +320,7 @@ def add_hparams(model_type, arch, c, w):
     if model_type == "gpt_oss":
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("intermediate_size"))
         w.add_u32(f"{a}.attention.sliding_window", c.int("sliding_window"))
-        scaling = c.get("rope_scaling")
-        w.add_string(f"{a}.rope.scaling.type", "yarn")
-        w.add_f32(f"{a}.rope.scaling.factor", float(scaling["factor"]))
-        w.add_u32(f"{a}.rope.scaling.original_context_length", int(scaling["original_max_position_embeddings"]))
+        add_yarn(a, c.get("rope_scaling"), w)
     if model_type == "glm4_moe":
         add_deepseek_style_moe(a, c, w, gating_func=2)  # sigmoid
         w.add_u32(f"{a}.nextn_predict_layers", 0)  # the MTP layers are not written
@@ -333,11 +335,16 @@ def add_hparams(model_type, arch, c, w):
         w.add_u32(f"{a}.attention.kv_lora_rank", c.int("kv_lora_rank"))
         scaling = c.get("rope_scaling")
         if scaling is not None:
-            w.add_string(f"{a}.rope.scaling.type", "yarn")
-            w.add_f32(f"{a}.rope.scaling.factor", scaling["factor"])
-            w.add_u32(f"{a}.rope.scaling.original_context_length", scaling["original_max_position_embeddings"])
+            add_yarn(a, scaling, w)
             # llama.cpp's convention: 0.1 * mscale_all_dim (its deepseek2 loader undoes the 0.1).
             w.add_f32(f"{a}.rope.scaling.yarn_log_multiplier", 0.1 * scaling.get("mscale_all_dim", 0))
+
+
+def add_yarn(a, scaling, w):
+    """YaRN's type, factor and original context (config.json rope_scaling, checked by check_config)."""
+    w.add_string(f"{a}.rope.scaling.type", "yarn")
+    w.add_f32(f"{a}.rope.scaling.factor", scaling["factor"])
+    w.add_u32(f"{a}.rope.scaling.original_context_length", scaling["original_max_position_embeddings"])
 
 
 def add_deepseek_style_moe(a, c, w, gating_func):
@@ -515,9 +522,9 @@ def convert(model_dir, out, name=None):
     for layer in range(c.int("num_hidden_layers")):
         add_layer(model_type, arch, c, ckpt, w, layer)
     # multi-token-prediction layers after the last one (glm4_moe, deepseek_v3): not in llama.cpp's graph
-    if model_type in ("glm4_moe", "deepseek_v3"):
-        for layer in range(c.int("num_hidden_layers"), c.int("num_hidden_layers") + c.int("num_nextn_predict_layers", 0)):
-            ckpt.skip(f"model.layers.{layer}.")
+    n_layers = c.int("num_hidden_layers")
+    for layer in range(n_layers, n_layers + c.int("num_nextn_predict_layers", 0)):
+        ckpt.skip(f"model.layers.{layer}.")
     w.tensor_f32("output_norm.weight", ckpt.bf16("model.norm.weight"))
     if ckpt.has("lm_head.weight"):
         w.tensor_bf16("output.weight", ckpt.bf16("lm_head.weight"))

@@ -99,15 +99,26 @@ class Suite:
         return bl.run_cmd([self.zipmoe] + list(args), os.path.join(self.logs, log),
                           cap=self.cap if capped else None, limit_bytes=limit, cold=cold, timeout=timeout)
 
-    def prepare(self, arch, preset):
-        root = os.path.join(self.a.models, f"{arch}-{preset}-skew{ROUTER_SKEW}-emb{EMBEDDING_STD}")
-        hf, zstd = root + "-hf", root + "-zstd"
-        t0 = time.time()
+    def model_root(self, arch, preset):
+        """Where the files of the synthetic `arch` / `preset` live under --models: ROOT-hf, ROOT-zstd, ROOT.gguf."""
+        return os.path.join(self.a.models, f"{arch}-{preset}-skew{ROUTER_SKEW}-emb{EMBEDDING_STD}")
+
+    def synth(self, arch, preset):
+        """The synthetic checkpoint of `arch` / `preset` under --models (written once: seed 0, ROUTER_SKEW,
+        EMBEDDING_STD); returns (root, HF directory)."""
+        root = self.model_root(arch, preset)
+        hf = root + "-hf"
         if not os.path.exists(os.path.join(hf, "config.json")):
             bl.log(f"synth {arch} {preset} --router-skew {ROUTER_SKEW} -> {hf}")
             self.zm("synth", "--arch", arch, "--preset", preset, "--router-skew", str(ROUTER_SKEW), "--seed", "0",
                     "--embedding-std", str(EMBEDDING_STD),
                     "--out", hf, log=f"synth-{arch}-{preset}.log")
+        return root, hf
+
+    def prepare(self, arch, preset):
+        t0 = time.time()
+        root, hf = self.synth(arch, preset)
+        zstd = root + "-zstd"
         if not os.path.exists(os.path.join(zstd, "manifest.bin")):
             bl.log(f"compress {hf} -> {zstd}")
             self.zm("compress", hf, zstd, "--codec", "zstd", "--force", log=f"compress-{arch}-{preset}.log")

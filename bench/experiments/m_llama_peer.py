@@ -93,7 +93,7 @@ def decode_bytes_per_token(tensors, config):
     expert = re.compile(r"\.layers\.(\d+)\..*\.experts\.(\d+)\.")
     # every expert of a layer in one tensor [n_experts, ...] (gpt_oss's MXFP4 blocks, scales and biases)
     fused = re.compile(r"\.layers\.(\d+)\..*\.experts\.[a-z_]+$")
-    n_experts = int(config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts") or 0)
+    n_experts = expert_count(config)
     layer_of = re.compile(r"\.layers\.(\d+)\.")
     n_layers = int(config.get("num_hidden_layers") or 0)
     layers = {}
@@ -202,14 +202,19 @@ def last_json(text):
     return None
 
 
-def peer_gguf(s, m):
-    """The BF16 GGUF of the HF checkpoint (bench/gguf_writer.py), written once next to the model dirs."""
+def peer_gguf(s, m, log="gguf_writer.log"):
+    """The GGUF of the HF checkpoint (bench/gguf_writer.py), written once next to the model dirs."""
     path = m["root"] + ".gguf"
     if not os.path.exists(path):
         bl.log(f"gguf_writer {m['hf']} -> {path}")
         bl.run_cmd([sys.executable, os.path.join(BENCH_DIR, "gguf_writer.py"), m["hf"], "--out", path],
-                   os.path.join(s.logs, "gguf_writer.log"), cold=False)
+                   os.path.join(s.logs, log), cold=False)
     return path
+
+
+def expert_count(config):
+    """The routed experts of a layer, whichever config.json key the family uses."""
+    return int(config.get("num_experts") or config.get("n_routed_experts") or config.get("num_local_experts") or 0)
 
 
 def min_budget(s, m):
@@ -353,7 +358,7 @@ def other_arch(s, pc, arch, llama_ok):
     """Warm rows of one held-out architecture (OTHER_ARCHS): its synthetic mini (synth, cached under --models,
     the same seed / skew as the qwen2_moe mini) and its GGUF, `other_rounds` interleaved rounds of both systems
     with the same random prompt ids, each run judged against the floor of its own bytes and moment."""
-    root = os.path.join(s.a.models, f"{arch}-mini-skew{bl.ROUTER_SKEW}-emb{bl.EMBEDDING_STD}")
+    root = s.model_root(arch, "mini")
     hf, gguf = root + "-hf", root + ".gguf"
     out = {"arch": arch}
     have = os.path.exists(os.path.join(hf, "config.json")) and (os.path.exists(gguf) or not llama_ok)
@@ -363,14 +368,9 @@ def other_arch(s, pc, arch, llama_ok):
         bl.warn(f"m: {arch}: skipped ({out['skipped']})")
         return out
     try:
-        if not os.path.exists(os.path.join(hf, "config.json")):
-            bl.log(f"synth {arch} mini --router-skew {bl.ROUTER_SKEW} -> {hf}")
-            s.zm("synth", "--arch", arch, "--preset", "mini", "--router-skew", str(bl.ROUTER_SKEW), "--seed", "0",
-                 "--embedding-std", str(bl.EMBEDDING_STD), "--out", hf, log=f"synth-{arch}-mini.log")
-        if llama_ok and not os.path.exists(gguf):
-            bl.log(f"gguf_writer {hf} -> {gguf}")
-            bl.run_cmd([sys.executable, os.path.join(BENCH_DIR, "gguf_writer.py"), hf, "--out", gguf],
-                       os.path.join(s.logs, f"gguf_writer-{arch}.log"), cold=False)
+        s.synth(arch, "mini")
+        if llama_ok:
+            peer_gguf(s, {"root": root, "hf": hf}, log=f"gguf_writer-{arch}.log")
     except bl.RunError as e:
         out["error"] = e.args[0][:300]
         bl.warn(f"m: {arch}: {out['error']}")
@@ -379,8 +379,7 @@ def other_arch(s, pc, arch, llama_ok):
     out["shape"] = {k: config.get(k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
                                                 "num_key_value_heads", "moe_intermediate_size", "intermediate_size",
                                                 "num_experts_per_tok")}
-    out["shape"]["experts"] = config.get("num_experts") or config.get("n_routed_experts") or \
-        config.get("num_local_experts")
+    out["shape"]["experts"] = expert_count(config)
     # an expert's rows: mixtral's experts are intermediate_size wide (it has no moe_intermediate_size)
     out["shape"]["expert_rows"] = config.get("moe_intermediate_size") or config.get("intermediate_size")
     fb = out["floor_bytes"] = decode_bytes_per_token(safetensors_tensors(hf), config)
