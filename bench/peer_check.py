@@ -21,8 +21,8 @@ expert; a mixtral GGUF without the q/k rotary row order fails at 1.6e-2 on a 48-
      relative to the row's max |logit|, and the two argmax tokens.
 It passes when both sides pick the same STEPS greedy tokens (or part at a near tie: the two picks' logits in
 zipmoe's row within --tolerance of max |logit| of each other; no later step is then compared) and every
-compared row's relative max-abs difference is <= --tolerance (llama.cpp computes in its own order and precision, e.g. BF16 activations
-in its BF16 matrix products, so the rows agree closely, not bit-exactly). Prints a table on stderr and
+compared row's relative max-abs difference is <= --tolerance (llama.cpp computes in its own order and
+precision, e.g. BF16 activations in its BF16 matrix products, so the rows agree closely, not bit-exactly). Prints a table on stderr and
 one JSON object on stdout; exit status 0 pass, 1 mismatch, 2 a step failed to run.
 WORK defaults to a temporary directory removed afterwards.
 """
