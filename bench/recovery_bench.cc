@@ -5,6 +5,8 @@
 //   BM_RecoverCpu             RecoverBf16Cpu (the dispatched best CPU variant)
 //   BM_RecoverCpuIsa/<isa>    RecoverBf16CpuWithIsa, every variant available here
 //   BM_RecoverGpu             LaunchRecoverBf16 on 256-byte-aligned device planes (vec16 path)
+//   BM_RecoverGpuExpert       LaunchRecoverBf16Batch of three n/3-element tensors (an expert's gate, up and
+//                             down) in one launch, as the GPU executor recovers a missed expert
 //   BM_CudaMemcpyD2D          cudaMemcpy device-to-device of 2n bytes (the same 4n bytes of traffic)
 // GPU benchmarks time each iteration with CUDA events and are registered only when a device is
 // visible; otherwise a line says they were skipped.
@@ -142,6 +144,25 @@ void BM_RecoverGpu(benchmark::State& state) {
   SetBytes(state, n);
 }
 
+void BM_RecoverGpuExpert(benchmark::State& state) {
+  const int64_t n = state.range(0), part = n / 3 / 16 * 16;  // three 256-byte-aligned matrices
+  DevicePlanes d(n);
+  if (!d.ok) {
+    state.SkipWithError("cudaMalloc/cudaEventCreate failed");
+    return;
+  }
+  RecoverySegment segments[3];
+  for (int m = 0; m < 3; ++m) segments[m] = {d.e + m * part, d.sm + m * part, d.out + m * part, part};
+  for (auto _ : state) {
+    const bool timed = d.TimeOnce(state, [&] {
+      Status st = LaunchRecoverBf16Batch(segments, 3, nullptr);
+      return st.ok() ? std::string() : st.ToString();
+    });
+    if (!timed) break;
+  }
+  SetBytes(state, 3 * part);
+}
+
 void BM_CudaMemcpyD2D(benchmark::State& state) {
   const int64_t n = state.range(0);
   DevicePlanes d(n);
@@ -181,11 +202,13 @@ void RegisterAll() {
 #ifdef ZIPMOE_HAVE_CUDA
   if (CudaDeviceCount() > 0) {
     Sizes(benchmark::RegisterBenchmark("BM_RecoverGpu", BM_RecoverGpu)->UseManualTime());
+    Sizes(benchmark::RegisterBenchmark("BM_RecoverGpuExpert", BM_RecoverGpuExpert)->UseManualTime());
     Sizes(benchmark::RegisterBenchmark("BM_CudaMemcpyD2D", BM_CudaMemcpyD2D)->UseManualTime());
     return;
   }
 #endif
-  std::fprintf(stderr, "recovery_bench: %s; GPU benchmarks (BM_RecoverGpu, BM_CudaMemcpyD2D) skipped\n",
+  std::fprintf(stderr,
+               "recovery_bench: %s; GPU benchmarks (BM_RecoverGpu, BM_RecoverGpuExpert, BM_CudaMemcpyD2D) skipped\n",
                BuiltWithCuda() ? "no CUDA device visible" : "built without CUDA");
 }
 

@@ -5,13 +5,20 @@ and prints where the step's time went per process (busy time by category, and th
 waiting for experts), plus the mean and median of every decode step in the trace (the number to
 compare between two runs: one step is noisy on a shared machine).
 
-Usage: bench/trace_plot.py TRACE.json --out step.png [--step K] [--json summary.json]
+It also sums the spans of every decode step by name, layer numbers taken out ("attention 3" ->
+"attention N"), per step: on a GPU executor the host only enqueues most work, so "router scores to
+the host (layer N)" (the layer's one wait for the device) holds the device's time and the other spans
+the host's; that tells a launch-bound step from a device-bound one.
+
+Usage: bench/trace_plot.py TRACE.json --out step.png [--step K] [--json summary.json] [--line TAG]
   --step K: the K-th forward step of the executor whose span covers one token per sequence (a decode
             step), counted from 0; default: the last one (warm).
+  --line TAG: print only one line: TAG, the mean decode step and its largest spans by name (ms per step).
 Needs python3-matplotlib for the picture (the summary is printed without it).
 """
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -45,6 +52,23 @@ def decode_steps(spans):
     return decode or steps
 
 
+def by_name(spans, steps, pid=None):
+    """ms per decode step of every span name (digits -> N) inside the decode steps of the executor's
+    process (`pid`), largest first; nested spans are counted in their own name and in their parent's."""
+    if not steps:
+        return {}
+    totals = defaultdict(float)
+    for step in steps:
+        t0, t1 = step["ts"], step["ts"] + step["dur"]
+        for s in spans:
+            if s.get("cat") == "step" or (pid is not None and s["pid"] != pid):
+                continue
+            if s["ts"] < t1 and s["ts"] + s["dur"] > t0:
+                totals[re.sub(r"\d+", "N", s["name"])] += min(s["ts"] + s["dur"], t1) - max(s["ts"], t0)
+    per_step = {k: v / 1e3 / len(steps) for k, v in totals.items()}
+    return dict(sorted(per_step.items(), key=lambda kv: -kv[1]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
@@ -52,6 +76,7 @@ def main():
     ap.add_argument("--step", type=int, default=-1)
     ap.add_argument("--json", help="write the per-process summary here")
     ap.add_argument("--title", default="")
+    ap.add_argument("--line", help="print one summary line with this tag and nothing else")
     args = ap.parse_args()
 
     names, threads, spans = load(args.trace)
@@ -59,6 +84,12 @@ def main():
     if not steps:
         sys.exit(f"{args.trace}: no executor forward step (category 'step') in the trace")
     step = steps[args.step]
+    names_ms = by_name(spans, steps, pid=step["pid"])
+    if args.line:
+        mean = statistics.mean(s["dur"] for s in steps) / 1e3
+        top = ", ".join(f"{k} {v:.3f}" for k, v in list(names_ms.items())[:6])
+        print(f"{args.line}: {len(steps)} decode steps, mean {mean:.3f} ms; per step: {top}")
+        return
     t0, t1 = step["ts"], step["ts"] + step["dur"]
     inside = [s for s in spans if s["ts"] < t1 and s["ts"] + s["dur"] > t0]
 
@@ -74,7 +105,8 @@ def main():
                "decode_steps": len(steps), "step_ms": step["dur"] / 1e3,
                "all_steps_ms": {"mean": round(statistics.mean(s["dur"] for s in steps) / 1e3, 3),
                                 "median": round(statistics.median(s["dur"] for s in steps) / 1e3, 3)}, "executor_wait_for_experts_ms": waits / 1e3,
-               "busy_ms": {p: {c: round(v / 1e3, 3) for c, v in cats.items()} for p, cats in busy.items()}}
+               "busy_ms": {p: {c: round(v / 1e3, 3) for c, v in cats.items()} for p, cats in busy.items()},
+               "per_decode_step_by_name_ms": {k: round(v, 4) for k, v in names_ms.items()}}
     print(json.dumps(summary, indent=2))
     if args.json:
         with open(args.json, "w") as f:

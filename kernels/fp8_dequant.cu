@@ -10,6 +10,7 @@
 
 #include "kernels/fp8_dequant.h"
 #include "kernels/cuda_status.cuh"
+#include "kernels/launch_config.cuh"
 #include "kernels/recovery.h"  // CudaDeviceCount
 
 namespace zipmoe::kernels {
@@ -96,11 +97,10 @@ Status LaunchDequantizeF8E4M3ToBf16(const uint8_t* q, const float* scale_inv, in
                                     int64_t block_rows, int64_t block_cols, uint16_t* out, void* stream) {
   ZM_RETURN_IF_ERROR(CheckArgs("LaunchDequantizeF8E4M3ToBf16", q, scale_inv, rows, cols, block_rows, block_cols, out));
   if (rows == 0 || cols == 0) return Status::Ok();
-  int device = 0, sms = 0;
-  ZM_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
-  ZM_RETURN_IF_ERROR(CudaStatus(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count"));
+  int64_t most = 1;  // what the device keeps resident (cached: no host cost per launch)
+  ZM_RETURN_IF_ERROR(ResidentBlocks(DequantF8Kernel, kThreadsPerBlock, &most));
   const int64_t groups = rows * ((cols + 3) / 4);
-  const int64_t needed = (groups + kThreadsPerBlock - 1) / kThreadsPerBlock, most = static_cast<int64_t>(sms) * 8;
+  const int64_t needed = (groups + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const int blocks = static_cast<int>(needed < most ? needed : most);
   DequantF8Kernel<<<blocks, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(q, scale_inv, rows, cols,
                                                                                       block_rows, block_cols, out);
@@ -113,10 +113,9 @@ Status LaunchDequantizeMxfp4ToBf16(const uint8_t* raw, int64_t rows, int64_t col
   if (rows == 0 || cols == 0) return Status::Ok();
   if (raw == nullptr || out == nullptr)
     return Status::InvalidArgument("LaunchDequantizeMxfp4ToBf16: null pointer with work to do");
-  int device = 0, sms = 0;
-  ZM_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
-  ZM_RETURN_IF_ERROR(CudaStatus(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count"));
-  const int64_t needed = (rows * cols / 2 + kThreadsPerBlock - 1) / kThreadsPerBlock, most = static_cast<int64_t>(sms) * 8;
+  int64_t most = 1;  // what the device keeps resident (cached: no host cost per launch)
+  ZM_RETURN_IF_ERROR(ResidentBlocks(DequantMxfp4Kernel, kThreadsPerBlock, &most));
+  const int64_t needed = (rows * cols / 2 + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const int blocks = static_cast<int>(needed < most ? needed : most);
   DequantMxfp4Kernel<<<blocks, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(raw, rows, cols, out);
   return CudaStatus(cudaGetLastError(), "DequantMxfp4Kernel launch");

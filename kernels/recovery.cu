@@ -14,12 +14,15 @@
 // element-wise by the first threads of the same launch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <string>
 #include <type_traits>
 
 #include "common/bitfield.h"
 #include "kernels/recovery.h"
 #include "kernels/cuda_status.cuh"
+#include "kernels/launch_config.cuh"
 
 namespace zipmoe::kernels {
 namespace {
@@ -63,15 +66,14 @@ struct VecTraits<4> {  // uint32 loads of e/sm, one uint2 store of out
 //   e: [n] uint8, sm: [n] uint8, out: [n] uint16.
 // Preconditions (checked by SelectRecoveryKernelPath on the host): e + head and sm + head are
 // kWidth-aligned, out + head is min(2 * kWidth, 16)-aligned; 0 <= head <= n, head < kWidth.
+// One thread's share of a tensor: thread `tid` of `stride` threads along x.
 template <int kWidth>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    RecoverBf16VecKernel(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm, uint16_t* __restrict__ out,
-                         int64_t n, int64_t head) {
+__device__ __forceinline__ void RecoverVecRange(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm,
+                                                uint16_t* __restrict__ out, int64_t n, int64_t head, int64_t tid,
+                                                int64_t stride) {
   using Traits = VecTraits<kWidth>;
   using Load = typename Traits::Load;
   using Store = std::conditional_t<kWidth == 16, uint4, uint2>;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t groups = (n - head) / kWidth;
   const Load* ev = reinterpret_cast<const Load*>(e + head);
   const Load* sv = reinterpret_cast<const Load*>(sm + head);
@@ -81,6 +83,32 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   if (tid < head) out[tid] = RecoverOne(e[tid], sm[tid]);
   const int64_t tail = head + groups * kWidth;
   if (tid < n - tail) out[tail + tid] = RecoverOne(e[tail + tid], sm[tail + tid]);
+}
+
+template <int kWidth>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    RecoverBf16VecKernel(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm, uint16_t* __restrict__ out,
+                         int64_t n, int64_t head) {
+  RecoverVecRange<kWidth>(e, sm, out, n, head, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                          static_cast<int64_t>(gridDim.x) * blockDim.x);
+}
+
+// Several tensors in one launch (LaunchRecoverBf16Batch): blockIdx.y picks the tensor, whose planes
+// all take the vec16 path; x is the same grid-stride as RecoverBf16VecKernel<16>. Passed by value
+// (kMaxRecoverySegments x 40 bytes of kernel parameters).
+struct SegmentTable {
+  const uint8_t* e[kMaxRecoverySegments];
+  const uint8_t* sm[kMaxRecoverySegments];
+  uint16_t* out[kMaxRecoverySegments];
+  int64_t n[kMaxRecoverySegments];
+  int64_t head[kMaxRecoverySegments];
+};
+
+__global__ void __launch_bounds__(kThreadsPerBlock) RecoverBf16BatchKernel(const SegmentTable t) {
+  const unsigned s = blockIdx.y;
+  RecoverVecRange<16>(t.e[s], t.sm[s], t.out[s], t.n[s], t.head[s],
+                      static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                      static_cast<int64_t>(gridDim.x) * blockDim.x);
 }
 
 // Fallback when no vector path fits the pointers' alignment. Grid: x = grid-stride over elements.
@@ -286,15 +314,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // work; fewer leave loads out of flight). At least 1.
 template <typename Kernel>
 Status GridBlocks(Kernel kernel, int64_t work, int* blocks) {
-  int device = 0, sms = 0, per_sm = 0;
-  Status st = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
-  if (st.ok()) st = CudaStatus(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-  if (st.ok()) {
-    st = CudaStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreadsPerBlock, 0),
-                    "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  }
-  if (!st.ok()) return st;
-  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  int64_t resident = 1;
+  ZM_RETURN_IF_ERROR(ResidentBlocks(kernel, kThreadsPerBlock, &resident));  // cached: no host cost per launch
   const int64_t needed = (work + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const int64_t b = needed < resident ? needed : resident;
   *blocks = static_cast<int>(b < 1 ? 1 : b);
@@ -387,6 +408,40 @@ Status LaunchRecoverBf16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int
   ZM_RETURN_IF_ERROR(GridBlocks(RecoverBf16ScalarKernel, n, &blocks));
   RecoverBf16ScalarKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
   return CudaStatus(cudaGetLastError(), "RecoverBf16ScalarKernel launch");
+}
+
+Status LaunchRecoverBf16Batch(const RecoverySegment* segments, int count, void* stream) {
+  ZM_RETURN_IF_ERROR(ValidateRecoverySegments("LaunchRecoverBf16Batch", segments, count));
+  SegmentTable t{};
+  int batched = 0;
+  int64_t most_groups = 0;
+  for (int i = 0; i < count; ++i) {
+    const RecoverySegment& g = segments[i];
+    if (g.n == 0) continue;
+    if (SelectRecoveryKernelPath(g.e, g.sm, g.out) != RecoveryKernelPath::kVec16) {  // its own launch
+      ZM_RETURN_IF_ERROR(LaunchRecoverBf16(g.e, g.sm, g.out, g.n, stream));
+      continue;
+    }
+    t.e[batched] = g.e;
+    t.sm[batched] = g.sm;
+    t.out[batched] = g.out;
+    t.n[batched] = g.n;
+    t.head[batched] = HeadElements(g.e, 16, g.n);
+    most_groups = std::max(most_groups, (g.n - t.head[batched]) / 16);
+    ++batched;
+  }
+  if (batched == 0) return Status::Ok();
+  if (batched == 1) return LaunchRecoverBf16(t.e[0], t.sm[0], t.out[0], t.n[0], stream);
+  // x: the largest tensor's blocks, capped so that all y slices together fit what the device keeps
+  // resident (each slice grid-strides over its own tensor; a slice with fewer groups idles early).
+  int64_t resident = 1;
+  ZM_RETURN_IF_ERROR(ResidentBlocks(RecoverBf16BatchKernel, kThreadsPerBlock, &resident));
+  const int64_t needed = (most_groups + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  const int64_t cap = (resident + batched - 1) / batched;
+  const int64_t x = std::max<int64_t>(1, std::min(needed, cap));
+  RecoverBf16BatchKernel<<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(batched)), kThreadsPerBlock, 0,
+                           static_cast<cudaStream_t>(stream)>>>(t);
+  return CudaStatus(cudaGetLastError(), "RecoverBf16BatchKernel launch");
 }
 
 Status RecoverBf16OnDevice(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n) {

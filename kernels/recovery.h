@@ -98,6 +98,31 @@ RecoveryKernelPath SelectRecoveryKernelPath(const uint8_t* e, const uint8_t* sm,
 // CUDA error string).
 Status LaunchRecoverBf16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n, void* stream);
 
+// One tensor of a batched recovery: e, sm [n] uint8 planes -> out [n] uint16 BF16 patterns, pointers
+// as for LaunchRecoverBf16.
+struct RecoverySegment {
+  const uint8_t* e = nullptr;
+  const uint8_t* sm = nullptr;
+  uint16_t* out = nullptr;
+  int64_t n = 0;
+};
+// Most segments of one LaunchRecoverBf16Batch call (an expert's gate, up and down are 3).
+constexpr int kMaxRecoverySegments = 8;
+
+// Host checks of a batch (nothing dereferenced but `segments`): 0 <= count <= kMaxRecoverySegments,
+// segments non-null when count > 0, each segment as LaunchRecoverBf16 requires (n >= 0, non-null
+// pointers when n > 0, out 2-byte aligned). `fn` names the caller in the message. Errors:
+// kInvalidArgument naming the segment and field. Always defined, with or without CUDA.
+Status ValidateRecoverySegments(const char* fn, const RecoverySegment* segments, int count);
+
+// Several tensors recovered by one kernel launch (ZipMoE §3.3; issue 36: an expert's three matrices
+// arrive together, and one launch of ~10 µs each on an H200 was launch-bound): every segment whose
+// pointers take the vec16 path is one slice (blockIdx.y) of the same grid; any other segment gets its
+// own LaunchRecoverBf16. Bit-identical to LaunchRecoverBf16 on each segment (the same per-thread
+// code). Enqueues only. Errors: ValidateRecoverySegments', kUnavailable (built without CUDA),
+// kInternal (launch error with CUDA's message).
+Status LaunchRecoverBf16Batch(const RecoverySegment* segments, int count, void* stream);
+
 // Test/bench helper: copies host planes to the device, recovers there, copies back and syncs.
 // Host pointers may have any alignment (the device copies are freshly allocated, so vec16 runs).
 // Errors: kUnavailable without CUDA or device; kInvalidArgument as LaunchRecoverBf16;

@@ -3,6 +3,8 @@
 #include "common/bitfield.h"
 #include "kernels/recovery.h"
 
+#include <string>
+
 namespace zipmoe::kernels {
 
 void RecoverBf16Reference(const uint8_t* e, const uint8_t* sm, uint16_t* out, int64_t n) {
@@ -96,7 +98,28 @@ bool RecoverMxfp4VectorPathFits(const uint8_t* e, const uint8_t* sm, const uint8
          reinterpret_cast<uintptr_t>(out) % 8 == 0;
 }
 
+Status ValidateRecoverySegments(const char* fn, const RecoverySegment* segments, int count) {
+  const std::string f(fn);
+  if (count < 0 || count > kMaxRecoverySegments)
+    return Status::InvalidArgument(f + ": count=" + std::to_string(count) + " outside [0, " +
+                                   std::to_string(kMaxRecoverySegments) + "]");
+  if (count > 0 && segments == nullptr) return Status::InvalidArgument(f + ": segments is null with count > 0");
+  for (int i = 0; i < count; ++i) {
+    const RecoverySegment& g = segments[i];
+    const std::string at = f + ": segment " + std::to_string(i);
+    if (g.n < 0) return Status::InvalidArgument(at + ": negative n=" + std::to_string(g.n));
+    if (g.n > 0 && (g.e == nullptr || g.sm == nullptr || g.out == nullptr))
+      return Status::InvalidArgument(at + ": null e, sm or out with n=" + std::to_string(g.n));
+    if (reinterpret_cast<uintptr_t>(g.out) % 2 != 0) return Status::InvalidArgument(at + ": out is not 2-byte aligned");
+  }
+  return Status::Ok();
+}
+
 #ifndef ZIPMOE_HAVE_CUDA
+Status LaunchRecoverBf16Batch(const RecoverySegment* segments, int count, void*) {
+  ZM_RETURN_IF_ERROR(ValidateRecoverySegments("LaunchRecoverBf16Batch", segments, count));
+  return Status::Unavailable("LaunchRecoverBf16Batch: zipmoe was built without CUDA");
+}
 bool BuiltWithCuda() { return false; }
 int CudaDeviceCount() { return 0; }
 Status LaunchRecoverBf16(const uint8_t*, const uint8_t*, uint16_t*, int64_t, void*) {

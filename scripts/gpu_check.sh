@@ -137,11 +137,20 @@ print(f"d2d {rate(lambda: b.copy_(a), 2 * n):.4e}")  # bytes read + written per 
 print(f"h2d {rate(lambda: a.copy_(h, non_blocking=True), n):.4e}")  # pinned host -> device
 PY
   cat "$LOGS/bandwidth.txt" | tee -a "$SUMMARY"
+  # Runs whose decode steps are traced (--trace-events): the summary gets where a step's time went by
+  # span name (bench/trace_plot.py --line; "router scores to the host" is the layer's wait for the
+  # device, the other spans the host's own time), so a launch-bound step shows without a profiler.
+  TRACED=" cpu16 cuda_ckpt cuda_zip cuda_zip_b25 cuda_zip_d0 "
   gen() {  # gen TAG ARGS...: one greedy run, logits in $d/TAG.f32, TPOT and device slots into the summary
     local tag=$1; shift
+    local trace=()
+    [[ "$TRACED" == *" $tag "* ]] && trace=(--trace-events "$LOGS/trace_$tag.json")
     step "mini_$tag" timeout 120 $Z generate --prompt-ids $IDS --max-new-tokens 32 --ignore-eos --json \
-      --logits-out "$d/$tag.f32" "$@"
+      --logits-out "$d/$tag.f32" "${trace[@]}" "$@"
     echo "mini $tag: $(grep -o '"tpot_s":[0-9.e-]*' "$LOGS/mini_$tag.log" | head -1) $(grep -o '"ttft_s":[0-9.e-]*' "$LOGS/mini_$tag.log" | head -1) $(grep -o '"device_experts":{[^}]*}' "$LOGS/mini_$tag.log" | head -1)" | tee -a "$SUMMARY"
+    if [ ${#trace[@]} -gt 0 ] && [ -f "$LOGS/trace_$tag.json" ]; then
+      python3 "$ROOT/bench/trace_plot.py" "$LOGS/trace_$tag.json" --line "mini $tag trace" 2>&1 | tail -1 | tee -a "$SUMMARY"
+    fi
   }
   gen cpu16 --model "$d/ckpt" --device cpu --threads 16
   gen cuda_ckpt --model "$d/ckpt" --device cuda

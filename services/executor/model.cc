@@ -132,6 +132,8 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
       for (size_t i = 0; i < batch.starts.size(); ++i) last.push_back(batch.starts[i] + batch.lengths[i] - 1);
       h = h.index_select(0, at::tensor(last, long_opts).to(device_));
     }
+    // The final norm and lm_head, and (on a GPU) the step's last wait for the device.
+    const trace::TraceSpan head_span("layer", [] { return std::string("final norm and lm_head"); });
     logits = Linear(RmsNorm(h, w.norm, c.rms_norm_eps), w.lm_head).to(at::kCPU, at::kFloat).contiguous();
     return Status::Ok();
   }));

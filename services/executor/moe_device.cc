@@ -108,6 +108,22 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
   if (fp8_expert && (fp8 == nullptr || fp8->block_rows <= 0 || fp8->block_cols <= 0 || fp8->scale_inv[0] == nullptr ||
                      fp8->scale_inv[1] == nullptr || fp8->scale_inv[2] == nullptr))
     return Status::InvalidArgument("an FP8 expert without its weight_scale_inv blocks");
+  if (ew.planes() && !slot.is_cpu()) {  // the three matrices read in place from the registered arena: one launch
+    kernels::RecoverySegment segments[3];
+    bool in_place = true;
+    for (int m = 0; m < 3; ++m) {
+      segments[m].e = static_cast<const uint8_t*>(kernels::DeviceAliasOf(planes[m].e));
+      segments[m].sm = static_cast<const uint8_t*>(kernels::DeviceAliasOf(planes[m].sm));
+      segments[m].out = base + m * n;
+      segments[m].n = n;
+      in_place = in_place && segments[m].e != nullptr && segments[m].sm != nullptr;
+    }
+    if (in_place) {
+      ZM_RETURN_IF_ERROR(kernels::LaunchRecoverBf16Batch(segments, 3, nullptr));
+      *reads_host = true;
+      return Status::Ok();
+    }
+  }
   for (int m = 0; m < 3; ++m) {
     uint16_t* out = base + m * n;
     const int64_t cols = n / rows[m];
@@ -229,7 +245,12 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
     next_experts = next_probs.size(1);
     probs = at::cat({probs, next_probs}, 1);
   }
+  // The layer's one wait for the device: on a GPU this span also holds the time the device took for
+  // everything enqueued since the last wait (the attention part), so a trace tells a host-bound step
+  // (short waits) from a device-bound one (bench/trace_plot.py --by-name).
+  trace::TraceSpan router_span("device", [&] { return fmt::format("router scores to the host (layer {})", layer_id); });
   const at::Tensor host = probs.to(at::kCPU).contiguous();
+  router_span.End();
   std::vector<float> scores(static_cast<size_t>(n * n_experts)), next_scores(static_cast<size_t>(n * next_experts));
   const float* hp = host.data_ptr<float>();
   for (int64_t t = 0; t < n; ++t) {
@@ -238,6 +259,7 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
   }
 
   // 2. Route; device hits are served here, the rest asked of the provider.
+  trace::TraceSpan route_span("expert", [&] { return fmt::format("route and ask the provider (layer {})", layer_id); });
   ZM_ASSIGN_OR_RETURN(
       RoutedLayer routed,
       RouteExperts(config, layer_id, scores.data(), SelectionBias(w), n, provider, substitution_alpha,
@@ -276,6 +298,8 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
     }
     if (!wanted.expert_ids.empty()) provider.Prefetch(wanted);
   }
+
+  route_span.End();
 
   // 3. The provider's experts into device slots, as they arrive (their leases are back before the
   //    grouped launch: each slot holds its own copy).

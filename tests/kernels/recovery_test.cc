@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +83,39 @@ TEST(RecoveryTest, LaunchValidatesArguments) {
   EXPECT_EQ(RecoverBf16OnDevice(&e, &sm, &out, -1).code(), StatusCode::kInvalidArgument);
   if (CudaDeviceCount() == 0) {
     EXPECT_EQ(RecoverBf16OnDevice(&e, &sm, &out, 1).code(), StatusCode::kUnavailable);
+  }
+}
+
+TEST(RecoveryTest, BatchValidatesSegments) {
+  uint8_t e[4] = {}, sm[4] = {};
+  uint16_t out[4] = {};
+  RecoverySegment ok{e, sm, out, 4};
+  EXPECT_TRUE(ValidateRecoverySegments("f", &ok, 1).ok());
+  EXPECT_TRUE(ValidateRecoverySegments("f", nullptr, 0).ok());
+  const auto expect_invalid = [](const Status& st, const std::string& needle) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.ToString();
+  };
+  expect_invalid(ValidateRecoverySegments("f", nullptr, 1), "segments is null");
+  expect_invalid(ValidateRecoverySegments("f", &ok, -1), "count=-1");
+  std::vector<RecoverySegment> many(kMaxRecoverySegments + 1, ok);
+  expect_invalid(ValidateRecoverySegments("f", many.data(), kMaxRecoverySegments + 1), "count=9");
+  RecoverySegment two[2] = {ok, ok};
+  two[1].n = -2;
+  expect_invalid(ValidateRecoverySegments("f", two, 2), "segment 1: negative n=-2");
+  two[1] = RecoverySegment{e, nullptr, out, 1};
+  expect_invalid(ValidateRecoverySegments("f", two, 2), "segment 1: null");
+  two[1] = RecoverySegment{nullptr, nullptr, nullptr, 0};  // nothing to do: no pointers needed
+  EXPECT_TRUE(ValidateRecoverySegments("f", two, 2).ok());
+  two[1] = RecoverySegment{e, sm, reinterpret_cast<uint16_t*>(reinterpret_cast<uintptr_t>(out) + 1), 1};
+  expect_invalid(ValidateRecoverySegments("f", two, 2), "segment 1: out is not 2-byte aligned");
+  // The launcher validates first, with or without CUDA; a batch with nothing to do enqueues nothing.
+  expect_invalid(LaunchRecoverBf16Batch(two, 2, nullptr), "LaunchRecoverBf16Batch: segment 1");
+  const RecoverySegment empty[2] = {{nullptr, nullptr, nullptr, 0}, {e, sm, out, 0}};
+  if (BuiltWithCuda()) {
+    EXPECT_TRUE(LaunchRecoverBf16Batch(empty, 2, nullptr).ok());
+  } else {
+    EXPECT_EQ(LaunchRecoverBf16Batch(&ok, 1, nullptr).code(), StatusCode::kUnavailable);
   }
 }
 
@@ -173,6 +207,79 @@ void CheckDeviceCase(const recovery_cases::RandomPlanes& planes, int64_t n, cons
   const int64_t bad = recovery_cases::FirstMismatch(out.data(), want.data(), n);
   ASSERT_EQ(bad, -1) << "first mismatch: got 0x" << std::hex << out.data()[bad] << " want 0x" << want[bad];
   ASSERT_EQ(out.FirstClobberedGuard(), -1) << "kernel wrote outside [out, out + n)";
+}
+
+// LaunchRecoverBf16Batch on device copies of several guarded segments at once: vec16 segments of
+// different sizes and heads share one launch, a vec4 and a scalar one get their own; each must equal
+// the reference and leave its guards alone.
+TEST(RecoveryTest, BatchMatchesReferenceOnEverySegment) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible (CudaDeviceCount() == 0); GPU kernel not run";
+  const recovery_cases::RandomPlanes planes = recovery_cases::MakeRandomPlanes((1 << 21) + 1, 77);
+  struct Case {
+    int64_t n;
+    Offsets o;
+  };
+  // (e, sm, out) element offsets: 0,0,0 and 5,5,5 are vec16 (heads 0 and 11), 0,4,0 vec4, 1,2,3 scalar.
+  const std::vector<std::vector<Case>> batches = {
+      {{1 << 21, {0, 0, 0}}, {1 << 21, {0, 0, 0}}, {(1 << 21) - 3, {0, 0, 0}}},     // an expert's three matrices
+      {{100003, {5, 5, 5}}, {17, {0, 0, 0}}, {0, {0, 0, 0}}, {1 << 20, {5, 5, 5}}},  // sizes and heads differ
+      {{4099, {0, 4, 0}}, {65536, {0, 0, 0}}, {777, {1, 2, 3}}, {15, {5, 5, 5}}},    // mixed paths
+      {{1, {0, 0, 0}}, {2, {0, 0, 0}}, {3, {0, 0, 0}}, {4, {0, 0, 0}}, {5, {0, 0, 0}}, {6, {0, 0, 0}},
+       {7, {0, 0, 0}}, {4097, {0, 0, 0}}},  // kMaxRecoverySegments small ones: heads and tails only
+  };
+  uint64_t seed = 900;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    SCOPED_TRACE("batch " + std::to_string(b));
+    const std::vector<Case>& cases = batches[b];
+    std::vector<std::unique_ptr<GuardedBuffer<uint8_t>>> es, sms;
+    std::vector<std::unique_ptr<GuardedBuffer<uint16_t>>> outs;
+    std::vector<void*> device;
+    std::vector<RecoverySegment> segments;
+    for (const Case& c : cases) {
+      es.push_back(std::make_unique<GuardedBuffer<uint8_t>>(c.n, c.o.e, ++seed));
+      sms.push_back(std::make_unique<GuardedBuffer<uint8_t>>(c.n, c.o.sm, ++seed));
+      outs.push_back(std::make_unique<GuardedBuffer<uint16_t>>(c.n, c.o.out, ++seed));
+      std::copy(planes.e.begin(), planes.e.begin() + c.n, es.back()->data());
+      std::copy(planes.sm.begin() + 1, planes.sm.begin() + 1 + c.n, sms.back()->data());
+      uint8_t* d_e = nullptr;
+      uint8_t* d_sm = nullptr;
+      uint16_t* d_out = nullptr;
+      ASSERT_EQ(cudaMalloc(&d_e, es.back()->Total()), cudaSuccess);
+      device.push_back(d_e);
+      ASSERT_EQ(cudaMalloc(&d_sm, sms.back()->Total()), cudaSuccess);
+      device.push_back(d_sm);
+      ASSERT_EQ(cudaMalloc(&d_out, 2 * outs.back()->Total()), cudaSuccess);
+      device.push_back(d_out);
+      EXPECT_EQ(cudaMemcpy(d_e, es.back()->base(), es.back()->Total(), cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(d_sm, sms.back()->base(), sms.back()->Total(), cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(d_out, outs.back()->base(), 2 * outs.back()->Total(), cudaMemcpyHostToDevice), cudaSuccess);
+      segments.push_back({d_e + es.back()->Begin(), d_sm + sms.back()->Begin(), d_out + outs.back()->Begin(), c.n});
+    }
+    int paths[3] = {0, 0, 0};
+    for (const RecoverySegment& g : segments) ++paths[static_cast<int>(SelectRecoveryKernelPath(g.e, g.sm, g.out))];
+    EXPECT_GE(paths[0], 2);                                   // every batch shares a launch
+    if (b == 2) {  // and the mixed one has one of each other path
+      EXPECT_TRUE(paths[1] == 1 && paths[2] == 1);
+    }
+    const Status st = LaunchRecoverBf16Batch(segments.data(), static_cast<int>(segments.size()), nullptr);
+    const cudaError_t sync = cudaDeviceSynchronize();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(cudaMemcpy(outs[i]->base(), device[3 * i + 2], 2 * outs[i]->Total(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    for (void* p : device) cudaFree(p);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const int64_t n = cases[i].n;
+      SCOPED_TRACE("segment " + std::to_string(i) + " n=" + std::to_string(n) + " " + cases[i].o.ToString());
+      std::vector<uint16_t> want(static_cast<size_t>(n));
+      RecoverBf16Reference(es[i]->data(), sms[i]->data(), want.data(), n);
+      const int64_t bad = recovery_cases::FirstMismatch(outs[i]->data(), want.data(), n);
+      ASSERT_EQ(bad, -1) << "first mismatch: got 0x" << std::hex << outs[i]->data()[bad] << " want 0x" << want[bad];
+      ASSERT_EQ(outs[i]->FirstClobberedGuard(), -1) << "kernel wrote outside [out, out + n)";
+    }
+  }
 }
 
 TEST(RecoveryTest, LaunchAllPairsMatchReferenceOnEveryPath) {
