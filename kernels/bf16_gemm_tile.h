@@ -29,6 +29,7 @@
 //   kGemvRows                rows per tile when tokens are computed one by one (decode); x86: 1,
 //                            measured fastest (issue 35): each row is one stream (PrefetchWeights)
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
+//   kF8DequantMinTokens      FP8 batches from this many tokens on go through float32 row tiles (Run)
 // Include only from an ISA translation unit and define V in an anonymous namespace there: every
 // instantiation (compiled with that ISA's flags) then has internal linkage and is never picked by
 // the linker for a caller on a CPU without the ISA. Uses builtins only, no std:: inline functions.
@@ -530,12 +531,32 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   FinishTile<V, kEnc, R, T>(a, r, t, acc0, acc1, kb * 16);
 }
 
-// Rows [r, r + R) for tokens [t0, t1): tiles of T tokens, then the remaining tokens one by one.
+// Rows [r, r + R) for tokens [t, t1), fewer than T of them: one tile of 3 or 2 tokens where T allows it,
+// then one by one. Each weight is decoded (widened, FP8 scaled) once per tile, so 3 tokens in one tile
+// rather than 2 + 1 spare a decode; every output is still one tile's sum in the same order (same bits).
+template <class V, Encoding kEnc, int R, int T>
+inline void LeftoverTokens(const GemmArgs& a, int64_t r, int64_t t, int64_t t1) {
+  if constexpr (T > 3) {
+    if (t1 - t == 3) {
+      Tile<V, kEnc, R, 3>(a, r, t);
+      return;
+    }
+  }
+  if constexpr (T > 2) {
+    if (t1 - t >= 2) {
+      Tile<V, kEnc, R, 2>(a, r, t);
+      t += 2;
+    }
+  }
+  for (; t < t1; ++t) Tile<V, kEnc, R, 1>(a, r, t);
+}
+
+// Rows [r, r + R) for tokens [t0, t1): tiles of T tokens, then the leftover ones (LeftoverTokens).
 template <class V, Encoding kEnc, int R, int T>
 inline void RowTile(const GemmArgs& a, int64_t r, int64_t t0, int64_t t1) {
   int64_t t = t0;
   for (; t + T <= t1; t += T) Tile<V, kEnc, R, T>(a, r, t);
-  for (; t < t1; ++t) Tile<V, kEnc, R, 1>(a, r, t);
+  LeftoverTokens<V, kEnc, R, T>(a, r, t, t1);
 }
 
 // Weight bytes per row block of a batch (Rows): every token tile of the block runs over these rows before
@@ -579,10 +600,10 @@ inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
         }
         for (; r < re; ++r) Tile<V, kEnc, 1, T>(a, r, t);
       }
-      for (; t < t1; ++t) {
+      if (t < t1) {
         int64_t r = rb;
-        for (; r + R <= re; r += R) Tile<V, kEnc, R, 1>(a, r, t);
-        for (; r < re; ++r) Tile<V, kEnc, 1, 1>(a, r, t);
+        for (; r + R <= re; r += R) LeftoverTokens<V, kEnc, R, T>(a, r, t, t1);
+        for (; r < re; ++r) LeftoverTokens<V, kEnc, 1, T>(a, r, t, t1);
       }
     }
   }
@@ -659,12 +680,21 @@ inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
   }
 }
 
+// FP8 batches of at least V::kF8DequantMinTokens tokens dequantize each row tile into float32 once
+// (RowsF8) for all their token tiles; smaller ones decode E4M3 in the tile, once per token tile. Where
+// that pays depends on how many tokens a tile holds and what the decode costs. Measured on a 2-core Zen 5
+// (fp8_gemm_bench --threads 2, 48 matrices of 1408 x 2048, 2026-12-01, binaries alternated twice), FP8
+// ms in the tile against through float32: AVX-512 (4-token tiles) 8 tokens 10.2-12.3 against 16.6-24.5,
+// 12: 15.1-17.2 against 20.5-20.8, 16: 19.5-20.0 against 24.2-25.3, 32: 37.3-38.5 against 38.2-40.5, 64:
+// 74.5-76.3 against 68.6-75.2, so 64; AVX2 (2-token tiles) 4 tokens 14.0-14.6 against 18.1-18.6, 8: 27.5
+// against 27.7-28.0, 16: 54-55 against 45-46, so 8. (From 2 token tiles on before: the moved-bits decode
+// of 2026-11-29 made the tile's decode cheaper than the float32 round trip it had been measured against.)
 template <class V, Encoding kEnc>
 inline void Run(const GemmArgs& a) {
   // MXFP4 decodes in the tile at every batch size: its decode (a load-broadcast, a shift, a permute) costs
   // less than the float32 round trip (measured 0.69-0.75 x BF16's time against 1.2-1.3 x at 8-64 tokens,
   // bench/mxfp4_gemm_bench.cc).
-  if (kEnc == Encoding::kF8 && a.n >= 2 * V::kGemmTokens) {  // several token tiles share each decode
+  if (kEnc == Encoding::kF8 && a.n >= V::kF8DequantMinTokens) {  // many token tiles share each decode
     float* buf = static_cast<float*>(__builtin_malloc(static_cast<unsigned long>(V::kGemmRows * a.w.cols) * sizeof(float)));
     if (buf != nullptr) {
       for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
@@ -681,7 +711,7 @@ inline void Run(const GemmArgs& a) {
   }
   for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
     const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
-    if (t1 - t0 >= V::kGemmTokens) {
+    if (t1 - t0 >= V::kGemmTokens || (V::kGemmTokens > 3 && t1 - t0 == 3)) {  // 3: one tile (LeftoverTokens)
       Rows<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1);
     } else if (t1 - t0 >= 2) {  // a routed expert's few prefill tokens: widen each weight once per pair
       Rows<V, kEnc, V::kGemmRows, 2>(a, t0, t1);

@@ -124,7 +124,9 @@ TEST_P(Fp8GemmIsaTest, BitIdenticalToTheReferenceAndToDequantizedF32) {
   // tile multiple; decode (n = 1), small batches and a 64-token block edge.
   const Shape shapes[] = {{1, 16, 1, 128, 128}, {3, 17, 1, 128, 128}, {5, 33, 2, 2, 16},   {8, 64, 3, 4, 32},
                           {9, 100, 1, 4, 48},   {13, 160, 5, 8, 16},  {17, 257, 1, 16, 64}, {33, 96, 65, 16, 32},
-                          {64, 512, 1, 128, 128}, {130, 300, 4, 128, 128}};
+                          {64, 512, 1, 128, 128}, {130, 300, 4, 128, 128},
+                          // a 4-token tile and 3 leftover tokens in one tile; the dequantised path's likewise
+                          {20, 96, 7, 16, 32},    {20, 96, 11, 16, 32}};
   uint32_t seed = 11;
   for (const Shape& s : shapes) {
     const Fp8Problem p(s.rows, s.cols, s.n, s.block_rows, s.block_cols, seed++);
