@@ -19,6 +19,9 @@
 # Results go to $OUT (default /tmp/gpu_check): summary.txt, and logs.tgz with one log per step.
 # GPU_CHECK_STEPS (default "kernels cache recovery trained archs executor mini cores up") picks the sections to run;
 # MINI_QUICK=1 runs only mini's CPU, all-resident CUDA and 25 % budget runs.
+# GPU_CHECK_BUDGET_S (default 0: none): seconds of wall time (build included) after which the sections
+# and mini runs not yet started are skipped, each with a line in the summary, so a run under a device
+# time limit ends with its summary and logs.tgz instead of being cut (logs are also packed on SIGTERM).
 #
 # Usage: bash scripts/gpu_check.sh [DEBS_DIR]
 #   DEBS_DIR (optional): Debian 12 .deb files of the build dependencies for a machine that cannot
@@ -38,6 +41,19 @@ LOGS=${GPU_CHECK_LOGS:-/tmp/gpu_check_logs}
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 STEPS=" ${GPU_CHECK_STEPS:-kernels cache recovery trained archs executor mini cores up} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
+BUDGET=${GPU_CHECK_BUDGET_S:-0}
+over_budget() { [ "$BUDGET" -gt 0 ] && [ "$SECONDS" -ge "$BUDGET" ]; }
+# section NAME: whether to run a section now (asked for, and time left in the budget).
+section() {
+  want "$1" || return 1
+  if over_budget; then
+    say "$1: skipped, ${SECONDS} s of the ${BUDGET} s budget spent"
+    return 1
+  fi
+}
+pack_logs() { (cd "$LOGS" && tar czf "$OUT/logs.tgz" --exclude='*.f32' *.log *.json *.txt 2>/dev/null); }
+trap pack_logs EXIT
+trap 'say "stopped by a signal after ${SECONDS} s"; exit 143' TERM INT
 : >"$SUMMARY"
 say() { echo "== $*" | tee -a "$SUMMARY"; }
 step() {  # step NAME CMD...: runs CMD, log in $LOGS/NAME.log, result line in the summary
@@ -93,17 +109,17 @@ Z=$BIN/zipmoe
 [ -n "${BUILD_ONLY:-}" ] && exit 0
 
 # 1. Kernel tests on the device: every GPU test must run, not skip.
-if want kernels && [ -x $BIN/zipmoe_kernels_tests ]; then
+if section kernels && [ -x $BIN/zipmoe_kernels_tests ]; then
   step kernels_tests $BIN/zipmoe_kernels_tests
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$LOGS/kernels_tests.log" >>"$SUMMARY"
   grep -E "SKIPPED|FAILED" "$LOGS/kernels_tests.log" | head -10 >>"$SUMMARY"
 fi
-if want cache && [ -x $BIN/zipmoe_cache_manager_tests ]; then
+if section cache && [ -x $BIN/zipmoe_cache_manager_tests ]; then
   step cache_manager_tests $BIN/zipmoe_cache_manager_tests
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$LOGS/cache_manager_tests.log" >>"$SUMMARY"
 fi
 # 2. The recovery kernel's bandwidth (bytes moved: n E + n SM read, 2n written) next to a D2D copy.
-if want recovery && [ -x $BIN/recovery_bench ]; then
+if section recovery && [ -x $BIN/recovery_bench ]; then
   step recovery_bench $BIN/recovery_bench --benchmark_filter='Gpu|D2D' --benchmark_min_time=0.2 \
     --benchmark_out="$LOGS/recovery_bench.json" --benchmark_out_format=json
   grep -E "Gpu|D2D" "$LOGS/recovery_bench.log" >>"$SUMMARY"
@@ -113,7 +129,7 @@ fi
 #    CPU (float32, 16 threads): every weight on the device (device F slots), host budgets and policies,
 #    device budgets of 25 % and 0 (staging only) with the experts in host memory; logits compared;
 #    floors from the device-to-device and pinned host-to-device bandwidth measured in the same run.
-if want mini && [ -x "$Z" ]; then
+if section mini && [ -x "$Z" ]; then
   d=/tmp/zipmoe-gpu-mini
   V=151936
   IDS=5,17,42,99,7,3,11,64,128,256,1000,31,77,500,900,12
@@ -143,6 +159,10 @@ PY
   TRACED=" cpu16 cuda_ckpt cuda_zip cuda_zip_b25 cuda_zip_d0 "
   gen() {  # gen TAG ARGS...: one greedy run, logits in $d/TAG.f32, TPOT and device slots into the summary
     local tag=$1; shift
+    if over_budget; then
+      say "mini $tag: skipped, ${SECONDS} s of the ${BUDGET} s budget spent"
+      return 0
+    fi
     local trace=()
     [[ "$TRACED" == *" $tag "* ]] && trace=(--trace-events "$LOGS/trace_$tag.json")
     step "mini_$tag" timeout 120 $Z generate --prompt-ids $IDS --max-new-tokens 32 --ignore-eos --json \
@@ -211,7 +231,7 @@ for tag in ["cuda_ckpt", "cuda_zip", "cuda_zip_b25", "cuda_zip_d0", "cuda_zip_h1
 PY
 fi
 # 4. generate: CPU (float32) vs CUDA (BF16), from the checkpoint and from its compressed directory.
-if want trained && [ -x "$Z" ]; then
+if section trained && [ -x "$Z" ]; then
   M=$ROOT/models/qwen2moe-debian-18m
   C=/tmp/zipmoe-gpu-compressed
   step compress $Z compress "$M" "$C" --force
@@ -240,7 +260,7 @@ if want trained && [ -x "$Z" ]; then
 fi
 # 5. Every architecture (synthetic tiny checkpoints, two of them FP8, gpt_oss with MXFP4 experts): CUDA from the checkpoint, from the compressed
 #    directory and under a 30 % budget must give the same bytes; CUDA vs the CPU: same tokens.
-if want archs && [ -x "$Z" ]; then
+if section archs && [ -x "$Z" ]; then
   for spec in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2 glm4_moe deepseek_v3:fp8 glm4_moe:fp8 gpt_oss; do
     arch=${spec/:/_}  # FP8 checkpoints (issue 40): dense weights dequantized at load, experts into their slots
     dtype_flag=""
@@ -263,12 +283,12 @@ if want archs && [ -x "$Z" ]; then
   done
 fi
 # 6. The executor's tests on a CUDA build.
-if want executor && [ -x $BIN/zipmoe_executor_tests ]; then
+if section executor && [ -x $BIN/zipmoe_executor_tests ]; then
   step executor_tests timeout ${EXECUTOR_TESTS_TIMEOUT:-150} $BIN/zipmoe_executor_tests
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$LOGS/executor_tests.log" | head -20 >>"$SUMMARY"
 fi
 # 7. The host's CPU on 6 and 12 of its cores (issue 36 item 7): mini warm, and cold at a 50 % budget.
-if want cores && [ -x "$Z" ]; then
+if section cores && [ -x "$Z" ]; then
   d=/tmp/zipmoe-gpu-mini
   if [ ! -f "$d/zip/manifest.bin" ]; then
     step synth_mini $Z synth --arch qwen2_moe --preset mini --out "$d/ckpt" --router-skew 0.5
@@ -279,7 +299,7 @@ if want cores && [ -x "$Z" ]; then
 fi
 # 8. serve vs up on CUDA (issue 36: byte-identical logits across serve and up): the trained model's
 #    compressed directory, 25 % host budget with zipmoe and lru, then a 25 % device budget apart.
-if want up && [ -x "$Z" ]; then
+if section up && [ -x "$Z" ]; then
   C=/tmp/zipmoe-gpu-compressed
   [ -f "$C/manifest.bin" ] || step compress $Z compress "$ROOT/models/qwen2moe-debian-18m" "$C" --force
   for run in "25% zipmoe auto" "25% lru auto" "100% zipmoe 25%"; do
@@ -290,5 +310,4 @@ if want up && [ -x "$Z" ]; then
     grep -ho 'pools [^,]*' "$LOGS/$name/up.log" | head -1 >>"$SUMMARY"
   done
 fi
-(cd "$LOGS" && tar czf "$OUT/logs.tgz" --exclude='*.f32' *.log *.json *.txt 2>/dev/null)
-say "done"
+say "done in ${SECONDS} s"
