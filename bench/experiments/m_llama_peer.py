@@ -35,6 +35,11 @@ MMAP = "--mmap"
 # zipmoe's opt-in CPU kernel variants (kernels/bf16_gemm.h), run beside the default where the machine has them.
 OPT_IN_ISAS = ("neonbf16",) if os.uname().machine in ("aarch64", "arm64") else ("avx512bf16", "amxbf16")
 OTHERS_MAX = 0.3
+# An AVX2-class pair on an x86 machine whose best kernels are wider (AVX-512): zipmoe's AVX2 variant
+# (ZIPMOE_GEMM_ISA=avx2; the same bits as every default variant) against llama.cpp with only its AVX2 CPU
+# backend (libggml-cpu-haswell.so) to load, in the same rounds: what a user with an AVX2-only CPU (Zen 2/3,
+# Haswell to Comet Lake) gets, with this machine's memory system. Not judged by the targets.
+AVX2_CLASS = ("avx2", "haswell")
 # Held-out shapes (full mode): the synthetic minis of other decoder families llama.cpp runs too, warm only, each
 # against its own floor: fine-grained experts (qwen3_moe: 128 experts of 384 rows, top-8, 16 / 2 heads;
 # deepseek_v2: MLA, 64 of 704 rows, top-6 + 2 shared; glm4_moe: 128 of 352 rows, top-8 + 1 shared, 24 / 2
@@ -46,11 +51,11 @@ OTHER_ARCH_FREE_BYTES = 16 * GIB
 PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 1,
               "extra_rounds": 0, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
               "llama_at_zipmoe_pcts": False, "llama_timeout_s": 45, "zipmoe_timeout_s": 300, "other_archs": [],
-              "other_rounds": 0}
+              "other_rounds": 0, "avx2_class": True}
 PEER_FULL = {"sweep_prefetch": "residual", "prompt_len": 64, "warm_decode": 32, "zipmoe_reps": 3, "rounds": 3,
              "extra_rounds": 2, "membw_reps": 8, "cold_tokens": 16, "llama_fractions": [1.0, 0.85, 0.7, 0.5, 0.3],
              "zipmoe_pcts": [50, 25, 10], "llama_at_zipmoe_pcts": True, "llama_timeout_s": 600,
-             "zipmoe_timeout_s": 1800, "other_archs": OTHER_ARCHS, "other_rounds": 2}
+             "zipmoe_timeout_s": 1800, "other_archs": OTHER_ARCHS, "other_rounds": 2, "avx2_class": True}
 CONFIG = {"quick": {"peer": PEER_QUICK}, "full": {"peer": PEER_FULL}}
 
 
@@ -306,21 +311,55 @@ def warm_zipmoe(s, pc, hf, ids_s, i, isa=None, prefix="m"):
     return logged(row, prefix, i, r, "executor_bench", f"{prefix}-warm-{tag}-{i}.log")
 
 
-def warm_llama(s, pc, llama_cmd, gguf, i, prefix="m"):
-    """One warm llama_peer.mjs run on `gguf` (round `i`). Returns the row."""
-    bw_now = round_membw(s, f"{prefix}-llama" if prefix != "m" else "llama", i)
+def llama_variant_cmd(s, variant):
+    """llama_peer.mjs's command line with only llama.cpp's `variant` CPU backend (libggml-cpu-<variant>.so)
+    to load: bench/node_modules hard-linked (copied across file systems) under the output directory with the
+    other CPU backends left out, and llama_peer.mjs beside it, so ggml's choice of the best backend it finds
+    can only be this one. None (logged) where the bundle has no such backend or the copy fails."""
+    src = os.path.join(BENCH_DIR, "node_modules")
+    bins = os.path.join("@node-llama-cpp", "linux-x64", "bins", "linux-x64")
+    if not os.path.exists(os.path.join(src, bins, f"libggml-cpu-{variant}.so")):
+        bl.log(f"m: llama.cpp has no {variant} CPU backend here ({os.path.join(src, bins)})")
+        return None
+    dest = os.path.join(s.out, f"llama-{variant}")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(dest)
+    for flags in (["-al"], ["-a"]):  # hard links where the file system allows, else a copy (85 MB)
+        r = subprocess.run(["cp", *flags, src, os.path.join(dest, "node_modules")], capture_output=True, text=True)
+        if r.returncode == 0:
+            break
+        shutil.rmtree(os.path.join(dest, "node_modules"), ignore_errors=True)
+    else:
+        bl.log(f"m: could not copy {src} for the {variant} backend: {r.stderr.strip()[-200:]}")
+        return None
+    for f in os.listdir(os.path.join(dest, "node_modules", bins)):
+        if f.startswith("libggml-cpu-") and f != f"libggml-cpu-{variant}.so":
+            os.remove(os.path.join(dest, "node_modules", bins, f))  # a link of its own: the original stays
+    shutil.copy(os.path.join(BENCH_DIR, "llama_peer.mjs"), dest)
+    return ["node", os.path.join(dest, "llama_peer.mjs")]
+
+
+def warm_llama(s, pc, llama_cmd, gguf, i, prefix="m", variant=None):
+    """One warm llama_peer.mjs run on `gguf` (round `i`); `variant`: llama_cmd loads only that CPU backend
+    (llama_variant_cmd), the system "llama.cpp (variant)". Returns the row."""
+    name = "llama.cpp" if variant is None else f"llama.cpp ({variant})"
+    tag = "llama" if variant is None else f"llama-{variant}"
+    bw_now = round_membw(s, f"{prefix}-{tag}" if prefix != "m" else tag, i)
     resid = residency([gguf])
     r = run_group(s, llama_cmd + ["--decode-tokens", str(pc["warm_decode"]), "--warmup-tokens", "2",
-                                  "--prefill-reps", "3"], f"{prefix}-warm-llama-{i}.log", capped=True,
+                                  "--prefill-reps", "3"], f"{prefix}-warm-{tag}-{i}.log", capped=True,
                   limit=None, timeout=600)
     j = last_json(r["stdout"]) if r["rc"] == 0 else None
-    row = {"system": "llama.cpp", "round": i, "ok": j is not None, "resident": resid, "wall_s": r["wall_s"],
+    row = {"system": name, "round": i, "ok": j is not None, "resident": resid, "wall_s": r["wall_s"],
            "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"], "membw_gbps": bw_now}
     if j:
         row.update({k: j.get(k) for k in ("tpot_s", "prefill_tokens_per_s", "prefill_s", "load_s",
                                           "decode_step_s", "generated_ids", "llama_cpp_release")})
         row["kernel"] = j.get("cpu_variant")  # which libggml-cpu-<variant>.so it loaded
-    return logged(row, prefix, i, r, "llama_peer.mjs", f"{prefix}-warm-llama-{i}.log")
+        if variant is not None and row["kernel"] != variant:
+            bl.log(f"m: llama.cpp loaded {row['kernel']}, not {variant}: row dropped")
+            return None
+    return logged(row, prefix, i, r, "llama_peer.mjs", f"{prefix}-warm-{tag}-{i}.log")
 
 
 def best_of(warm, floor_bytes):
@@ -468,6 +507,12 @@ def run(s):
         return row is not None
 
     opt_in = list(OPT_IN_ISAS) + [MMAP]
+    # The AVX2-class pair (AVX2_CLASS), where this machine's own kernels are wider and both sides have it.
+    avx2_cmd = None
+    if pc.get("avx2_class") and gguf and os.uname().machine in ("x86_64", "AMD64"):
+        avx2_cmd = llama_variant_cmd(s, AVX2_CLASS[1])
+        if avx2_cmd:
+            avx2_cmd += llama_cmd[2:]
     i = 0
     while i < pc["rounds"] or (i < pc["rounds"] + pc["extra_rounds"] and disturbed()):
         if i >= pc["rounds"]:
@@ -479,7 +524,16 @@ def run(s):
         # the same rounds: not in the targets (the variants' bits differ from the default's; --mmap is not
         # the default), reported beside them.
         opt_in[:] = [isa for isa in opt_in if zipmoe_round(i, isa)]
+        if any(w["system"] == "zipmoe" and w.get("kernel") == AVX2_CLASS[0] for w in warm):
+            avx2_cmd = None  # an AVX2 machine: the main pair is this one
+        if avx2_cmd and zipmoe_round(i, AVX2_CLASS[0]):
+            row = warm_llama(s, pc, avx2_cmd, gguf, i, variant=AVX2_CLASS[1])
+            if row:
+                warm.append(row)
+            else:
+                avx2_cmd = None
         i += 1
+    shutil.rmtree(os.path.join(s.out, f"llama-{AVX2_CLASS[1]}"), ignore_errors=True)
     bw.append(membw(s, pc["membw_reps"], "membw-2.log"))
     bw = [b for b in bw if b]
     res["warm"] = warm
@@ -857,6 +911,8 @@ def report(rep):
                 t = statistics.median(w["tpot_s"] for w in runs) / statistics.median(w["tpot_s"] for w in base)
                 pf = (statistics.median(w["prefill_tokens_per_s"] for w in runs) /
                       statistics.median(w["prefill_tokens_per_s"] for w in base))
+                if variant == f"zipmoe ({AVX2_CLASS[0]})":
+                    continue  # reported with its llama.cpp pair below
                 if variant == f"zipmoe ({MMAP})":
                     rep.p(f"{variant}, the weights kept in the files' memory maps (the default copies them into "
                           f"anonymous memory in the background; not judged by the targets): TPOT {t:.2f}x and "
@@ -864,6 +920,18 @@ def report(rep):
                 else:
                     rep.p(f"{variant}, the opt-in kernel variant (its bits differ from the default's, so it is not "
                           f"judged by the targets): TPOT {t:.2f}x and prefill {pf:.2f}x the default kernel's (medians).")
+        za = [w for w in warm if w["system"] == f"zipmoe ({AVX2_CLASS[0]})" and w.get("ok")]
+        la = [w for w in warm if w["system"] == f"llama.cpp ({AVX2_CLASS[1]})" and w.get("ok")]
+        if za and la:
+            pairs = [(z, l) for z in za for l in la if z["round"] == l["round"]]
+            per_round = ", ".join(f"{z['tpot_s'] / l['tpot_s']:.2f}" for z, l in pairs)
+            t = statistics.median(w["tpot_s"] for w in za) / statistics.median(w["tpot_s"] for w in la)
+            pf = (statistics.median(w["prefill_tokens_per_s"] for w in za) /
+                  statistics.median(w["prefill_tokens_per_s"] for w in la))
+            rep.p(f"**AVX2 class on this machine** (an AVX2-only CPU's kernels with this machine's memory; not judged "
+                  f"by the targets): zipmoe's `{AVX2_CLASS[0]}` variant (the default's bits) against llama.cpp with "
+                  f"only its `{AVX2_CLASS[1]}` CPU backend: TPOT {t:.2f}x llama.cpp's (medians; by round {per_round}), "
+                  f"prefill {pf:.2f}x its speed.")
         bws = ", ".join(f"{b['gbps']:.1f}" + (f" (other work meanwhile: {b['others_cpu']:.2f} cores)"
                                               if b.get("others_cpu") is not None else "")
                         for b in mj.get("membw") or [])
