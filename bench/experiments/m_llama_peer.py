@@ -35,11 +35,14 @@ MMAP = "--mmap"
 # zipmoe's opt-in CPU kernel variants (kernels/bf16_gemm.h), run beside the default where the machine has them.
 OPT_IN_ISAS = ("neonbf16",) if os.uname().machine in ("aarch64", "arm64") else ("avx512bf16", "amxbf16")
 OTHERS_MAX = 0.3
-# An AVX2-class pair on an x86 machine whose best kernels are wider (AVX-512): zipmoe's AVX2 variant
-# (ZIPMOE_GEMM_ISA=avx2; the same bits as every default variant) against llama.cpp with only its AVX2 CPU
-# backend (libggml-cpu-haswell.so) to load, in the same rounds: what a user with an AVX2-only CPU (Zen 2/3,
-# Haswell to Comet Lake) gets, with this machine's memory system. Not judged by the targets.
-AVX2_CLASS = ("avx2", "haswell")
+# Narrower x86 CPU classes on a machine whose best kernels are wider: zipmoe's variant for the class
+# (ZIPMOE_GEMM_ISA; the same bits as every default variant) against llama.cpp with only that class's CPU
+# backend (libggml-cpu-<variant>.so) to load, in the same rounds: what a user with such a CPU gets, with
+# this machine's memory system. (zipmoe kernel, llama.cpp backend, the class's name); not judged by the
+# targets. AVX2: Zen 2/3, Intel Haswell to Comet Lake; AVX-512 without BF16: Intel Skylake-SP to Ice Lake
+# servers (many cloud and GPU hosts), whose llama.cpp backend has no vdpbf16ps.
+CPU_CLASSES = (("avx2", "haswell", "AVX2"), ("avx512", "skylakex", "AVX-512 without BF16"))
+KERNEL_WIDTH = {"avx2": 1, "avx512": 2, "avx512bf16": 3, "amxbf16": 3}
 # Held-out shapes (full mode): the synthetic minis of other decoder families llama.cpp runs too, warm only, each
 # against its own floor: fine-grained experts (qwen3_moe: 128 experts of 384 rows, top-8, 16 / 2 heads;
 # deepseek_v2: MLA, 64 of 704 rows, top-6 + 2 shared; glm4_moe: 128 of 352 rows, top-8 + 1 shared, 24 / 2
@@ -51,11 +54,11 @@ OTHER_ARCH_FREE_BYTES = 16 * GIB
 PEER_QUICK = {"sweep_prefetch": "residual", "prompt_len": 16, "warm_decode": 16, "zipmoe_reps": 2, "rounds": 1,
               "extra_rounds": 0, "membw_reps": 5, "cold_tokens": 8, "llama_fractions": [1.0, 0.5], "zipmoe_pcts": [50],
               "llama_at_zipmoe_pcts": False, "llama_timeout_s": 45, "zipmoe_timeout_s": 300, "other_archs": [],
-              "other_rounds": 0, "avx2_class": True}
+              "other_rounds": 0, "cpu_classes": True}
 PEER_FULL = {"sweep_prefetch": "residual", "prompt_len": 64, "warm_decode": 32, "zipmoe_reps": 3, "rounds": 3,
              "extra_rounds": 2, "membw_reps": 8, "cold_tokens": 16, "llama_fractions": [1.0, 0.85, 0.7, 0.5, 0.3],
              "zipmoe_pcts": [50, 25, 10], "llama_at_zipmoe_pcts": True, "llama_timeout_s": 600,
-             "zipmoe_timeout_s": 1800, "other_archs": OTHER_ARCHS, "other_rounds": 2, "avx2_class": True}
+             "zipmoe_timeout_s": 1800, "other_archs": OTHER_ARCHS, "other_rounds": 2, "cpu_classes": True}
 CONFIG = {"quick": {"peer": PEER_QUICK}, "full": {"peer": PEER_FULL}}
 
 
@@ -507,12 +510,13 @@ def run(s):
         return row is not None
 
     opt_in = list(OPT_IN_ISAS) + [MMAP]
-    # The AVX2-class pair (AVX2_CLASS), where this machine's own kernels are wider and both sides have it.
-    avx2_cmd = None
-    if pc.get("avx2_class") and gguf and os.uname().machine in ("x86_64", "AMD64"):
-        avx2_cmd = llama_variant_cmd(s, AVX2_CLASS[1])
-        if avx2_cmd:
-            avx2_cmd += llama_cmd[2:]
+    # The narrower CPU classes (CPU_CLASSES) both sides have here: llama.cpp's command for each.
+    class_cmds = {}
+    if pc.get("cpu_classes") and gguf and os.uname().machine in ("x86_64", "AMD64"):
+        for isa, variant, _ in CPU_CLASSES:
+            cmd = llama_variant_cmd(s, variant)
+            if cmd:
+                class_cmds[(isa, variant)] = cmd + llama_cmd[2:]
     i = 0
     while i < pc["rounds"] or (i < pc["rounds"] + pc["extra_rounds"] and disturbed()):
         if i >= pc["rounds"]:
@@ -524,16 +528,26 @@ def run(s):
         # the same rounds: not in the targets (the variants' bits differ from the default's; --mmap is not
         # the default), reported beside them.
         opt_in[:] = [isa for isa in opt_in if zipmoe_round(i, isa)]
-        if any(w["system"] == "zipmoe" and w.get("kernel") == AVX2_CLASS[0] for w in warm):
-            avx2_cmd = None  # an AVX2 machine: the main pair is this one
-        if avx2_cmd and zipmoe_round(i, AVX2_CLASS[0]):
-            row = warm_llama(s, pc, avx2_cmd, gguf, i, variant=AVX2_CLASS[1])
+        # Each class where zipmoe's own kernel is at least as wide and llama.cpp loaded another backend; the
+        # main zipmoe row stands for the class when its kernel is the class's.
+        main_z = next((w for w in warm if w["system"] == "zipmoe" and w["round"] == i and w.get("ok")), None)
+        main_l = next((w for w in warm if w["system"] == "llama.cpp" and w["round"] == i and w.get("ok")), None)
+        for (isa, variant), cmd in list(class_cmds.items()):
+            width = KERNEL_WIDTH.get((main_z or {}).get("kernel"), 0)
+            if width < KERNEL_WIDTH[isa] or (main_l or {}).get("kernel") == variant:
+                del class_cmds[(isa, variant)]  # this machine's own pair is that class
+                continue
+            if width > KERNEL_WIDTH[isa] and not zipmoe_round(i, isa):
+                del class_cmds[(isa, variant)]
+                continue
+            row = warm_llama(s, pc, cmd, gguf, i, variant=variant)
             if row:
                 warm.append(row)
             else:
-                avx2_cmd = None
+                del class_cmds[(isa, variant)]
         i += 1
-    shutil.rmtree(os.path.join(s.out, f"llama-{AVX2_CLASS[1]}"), ignore_errors=True)
+    for _, variant, _ in CPU_CLASSES:
+        shutil.rmtree(os.path.join(s.out, f"llama-{variant}"), ignore_errors=True)
     bw.append(membw(s, pc["membw_reps"], "membw-2.log"))
     bw = [b for b in bw if b]
     res["warm"] = warm
@@ -911,7 +925,7 @@ def report(rep):
                 t = statistics.median(w["tpot_s"] for w in runs) / statistics.median(w["tpot_s"] for w in base)
                 pf = (statistics.median(w["prefill_tokens_per_s"] for w in runs) /
                       statistics.median(w["prefill_tokens_per_s"] for w in base))
-                if variant == f"zipmoe ({AVX2_CLASS[0]})":
+                if variant in {f"zipmoe ({isa})" for isa, _, _ in CPU_CLASSES}:
                     continue  # reported with its llama.cpp pair below
                 if variant == f"zipmoe ({MMAP})":
                     rep.p(f"{variant}, the weights kept in the files' memory maps (the default copies them into "
@@ -920,18 +934,21 @@ def report(rep):
                 else:
                     rep.p(f"{variant}, the opt-in kernel variant (its bits differ from the default's, so it is not "
                           f"judged by the targets): TPOT {t:.2f}x and prefill {pf:.2f}x the default kernel's (medians).")
-        za = [w for w in warm if w["system"] == f"zipmoe ({AVX2_CLASS[0]})" and w.get("ok")]
-        la = [w for w in warm if w["system"] == f"llama.cpp ({AVX2_CLASS[1]})" and w.get("ok")]
-        if za and la:
+        for isa, variant, label in CPU_CLASSES:
+            la = [w for w in warm if w["system"] == f"llama.cpp ({variant})" and w.get("ok")]
+            za = [w for w in warm if w["system"] == f"zipmoe ({isa})" and w.get("ok")] or [
+                w for w in base if w.get("kernel") == isa]
+            if not (za and la):
+                continue
             pairs = [(z, l) for z in za for l in la if z["round"] == l["round"]]
             per_round = ", ".join(f"{z['tpot_s'] / l['tpot_s']:.2f}" for z, l in pairs)
             t = statistics.median(w["tpot_s"] for w in za) / statistics.median(w["tpot_s"] for w in la)
             pf = (statistics.median(w["prefill_tokens_per_s"] for w in za) /
                   statistics.median(w["prefill_tokens_per_s"] for w in la))
-            rep.p(f"**AVX2 class on this machine** (an AVX2-only CPU's kernels with this machine's memory; not judged "
-                  f"by the targets): zipmoe's `{AVX2_CLASS[0]}` variant (the default's bits) against llama.cpp with "
-                  f"only its `{AVX2_CLASS[1]}` CPU backend: TPOT {t:.2f}x llama.cpp's (medians; by round {per_round}), "
-                  f"prefill {pf:.2f}x its speed.")
+            rep.p(f"**{label} class on this machine** (that class's kernels with this machine's memory; not judged "
+                  f"by the targets): zipmoe's `{isa}` kernel (the default's bits) against llama.cpp with only its "
+                  f"`{variant}` CPU backend: TPOT {t:.2f}x llama.cpp's (medians; by round {per_round}), prefill "
+                  f"{pf:.2f}x its speed.", "")
         bws = ", ".join(f"{b['gbps']:.1f}" + (f" (other work meanwhile: {b['others_cpu']:.2f} cores)"
                                               if b.get("others_cpu") is not None else "")
                         for b in mj.get("membw") or [])
