@@ -15,7 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-
 #include <string>
 #include <type_traits>
 
@@ -66,7 +65,8 @@ struct VecTraits<4> {  // uint32 loads of e/sm, one uint2 store of out
 //   e: [n] uint8, sm: [n] uint8, out: [n] uint16.
 // Preconditions (checked by SelectRecoveryKernelPath on the host): e + head and sm + head are
 // kWidth-aligned, out + head is min(2 * kWidth, 16)-aligned; 0 <= head <= n, head < kWidth.
-// One thread's share of a tensor: thread `tid` of `stride` threads along x.
+// RecoverVecRange is one thread's share (thread `tid` of `stride` along x); RecoverBf16VecKernel and
+// RecoverBf16BatchKernel run it.
 template <int kWidth>
 __device__ __forceinline__ void RecoverVecRange(const uint8_t* __restrict__ e, const uint8_t* __restrict__ sm,
                                                 uint16_t* __restrict__ out, int64_t n, int64_t head, int64_t tid,
