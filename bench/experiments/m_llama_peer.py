@@ -831,6 +831,12 @@ def report(rep):
             "" if r <= 0.9 else f"same bytes per step, zipmoe streams them at {f3(eff(z['tpot_s']), 1)} GB/s vs "
             f"llama.cpp's {f3(eff(l['tpot_s']), 1)} GB/s")
         r = z["prefill_tokens_per_s"] / l["prefill_tokens_per_s"]
+
+        def best_prefill_membw(sysname):
+            """membw_bench's reading just before `sysname`'s fastest warm prefill (None if not measured)."""
+            ok = [w for w in mj.get("warm") or [] if w["system"] == sysname and w.get("ok")]
+            return max(ok, key=lambda w: w["prefill_tokens_per_s"]).get("membw_gbps") if ok else None
+
         # ≈ FLOPs of the prefill: 2 per BF16 weight of what every prompt token uses (dense + top-k experts),
         # plus lm_head once (the last position's logits).
         n = len(mj["prompt_ids"])
@@ -843,8 +849,10 @@ def report(rep):
             f"{busy('prefill_others_cpu')}{med})", r >= 1.2,
             "" if r >= 1.2 else
             f"a {n}-token prefill is a GEMM over ~{flops / 1e9:.1f} GFLOP; zipmoe's reaches ≈ {gz:.1f} GFLOP/s on "
-            f"{mj['threads']} cores, llama.cpp's ≈ {gl:.1f} GFLOP/s: the gap is in the matrix kernels "
-            "(and each token's experts are multiplied per expert, in small row groups), not in bytes read")
+            f"{mj['threads']} cores, llama.cpp's ≈ {gl:.1f} GFLOP/s. It also streams most routed experts once "
+            "(each sees a few of the tokens), so it moves with the memory's speed: `membw_bench` read "
+            f"{f3(best_prefill_membw('zipmoe'), 1)} GB/s just before zipmoe's best prefill, "
+            f"{f3(best_prefill_membw('llama.cpp'), 1)} GB/s before llama.cpp's")
     if rss.get("peak_rss_bytes"):
         r = rss["peak_rss_bytes"] / rss["allowed_bytes"]
         add("peak RSS, all-resident `zipmoe generate` / (checkpoint × 1.05 + 512 MiB)", "≤ 1",
