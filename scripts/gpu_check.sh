@@ -101,6 +101,7 @@ want kernels && TARGETS+=" zipmoe_kernels_tests"
 want cache && TARGETS+=" zipmoe_cache_manager_tests"
 want recovery && TARGETS+=" recovery_bench"
 want executor && TARGETS+=" zipmoe_executor_tests"
+want cores && TARGETS+=" membw_bench"
 step build ninja -C "$B" -k 0 $TARGETS
 say "build errors: $(grep -c 'error:' "$LOGS/build.log")"
 grep -m 20 'error:' "$LOGS/build.log" >>"$SUMMARY"
@@ -197,15 +198,14 @@ PY
   # Floors: weights one decode token reads (BF16: attention, shared expert, top-k experts, lm_head;
   # the float32 router) over the device copy rate; host->device bytes per forward step (the prompt's
   # step included, so an upper bound for a decode step) over the pinned copy rate.
-  python3 - "$d/ckpt/config.json" "$LOGS" <<'PY' | tee -a "$SUMMARY"
+  python3 - "$d/ckpt/config.json" "$LOGS" "$ROOT" <<'PY' | tee -a "$SUMMARY"
 import json, re, sys, glob, os
 c = json.load(open(sys.argv[1])); out = sys.argv[2]
+sys.path.insert(0, os.path.join(sys.argv[3], "scripts"))
+from decode_bytes import decode_bytes
 bw = dict(l.split() for l in open(os.path.join(out, "bandwidth.txt")) if re.match(r"^(d2d|h2d) ", l))
 d2d, h2d = float(bw.get("d2d", "nan")), float(bw.get("h2d", "nan"))
-H, L, hd = c["hidden_size"], c["num_hidden_layers"], c["hidden_size"] // c["num_attention_heads"]
-attn = H * hd * (2 * c["num_attention_heads"] + 2 * c["num_key_value_heads"])
-moe = c["num_experts_per_tok"] * 3 * H * c["moe_intermediate_size"] + 3 * H * c["shared_expert_intermediate_size"] + H
-per_token = 2 * (L * (attn + moe) + c["vocab_size"] * H) + 4 * L * c["num_experts"] * H
+per_token = decode_bytes(c)
 hbm_floor = per_token / d2d
 def field(tag, key):
     try:
