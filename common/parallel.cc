@@ -1,5 +1,7 @@
 #include "common/parallel.h"
 
+#include "common/cpu_topology.h"
+
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -9,7 +11,12 @@ namespace zipmoe {
 
 int ResolveThreadCount(int requested) {
   if (requested > 0) return requested;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return AllowedCpuCount();
+}
+
+int ResolveComputeThreadCount(int requested) {
+  if (requested > 0) return requested;
+  return AllowedPhysicalCoreCount();
 }
 
 void ParallelFor(size_t begin, size_t end, int n_threads, const std::function<void(size_t)>& fn) {

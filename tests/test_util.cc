@@ -31,9 +31,9 @@ TempDir::~TempDir() { (void)RemoveTree(path_); }
 
 std::string CliPath() { return ZIPMOE_CLI_PATH; }
 
-CommandResult RunCli(const std::string& args) {
+CommandResult RunCli(const std::string& args, const std::string& launcher) {
   CommandResult result;
-  std::string cmd = std::string(ZIPMOE_CLI_PATH) + " " + args + " 2>&1";
+  std::string cmd = (launcher.empty() ? "" : launcher + " ") + std::string(ZIPMOE_CLI_PATH) + " " + args + " 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
     ADD_FAILURE() << "popen failed: " << cmd;

@@ -25,8 +25,9 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs "<build>/bin/zipmoe <args>" through the shell and captures its output.
-CommandResult RunCli(const std::string& args);
+// Runs "<launcher> <build>/bin/zipmoe <args>" through the shell and captures its output; `launcher`
+// (e.g. "taskset -c 0") is empty by default.
+CommandResult RunCli(const std::string& args, const std::string& launcher = "");
 // "<build>/bin/zipmoe" (for tests that fork/exec it themselves: to signal it, or to set its rlimits).
 std::string CliPath();
 

@@ -21,7 +21,7 @@ void AddCompressCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--codec", args->codec, "E-chunk codec: zstd | lz4 | none")->capture_default_str();
   cmd->add_option("--level", args->options.codec.level, "codec level (0 = tuned default)")->capture_default_str();
   cmd->add_option("--shards", args->options.n_shards, "K: E-chunks per expert tensor")->capture_default_str();
-  cmd->add_option("--threads", args->options.n_threads, "worker threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", args->options.n_threads, "worker threads (0 = the CPUs this process may run on)")->capture_default_str();
   cmd->add_flag("--convert-dtype", args->options.convert_dtype,
                 "round F16/F32 expert tensors to BF16 (lossy; halves F32 expert bytes, and makes a model whose "
                 "experts mix dtypes servable); without it they are kept bit-exact in their own dtype, which "

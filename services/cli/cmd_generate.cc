@@ -23,8 +23,9 @@
 // An encoder-decoder model (switch_transformers) feeds the prompt to its encoder; its rows are the
 // decoder's: one for decoder_start_token_id, then one per generated token fed back, so a sequence has
 // max(1, generated) rows. With --batch N the sequences' rows follow each other in batch order.
-// --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s, batch,
-// prompt_tokens_total, generated_tokens_total} (ids and text of the first sequence), plus
+// --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s, batch, threads (the
+// compute threads: --threads, or the physical cores this process may run on), prompt_tokens_total,
+// generated_tokens_total} (ids and text of the first sequence), plus
 // batch_prompt_ids, batch_generated_ids and batch_logits_rows: one entry per sequence of the batch
 // (batch_logits_rows counts its --logits-out rows, 0 without the flag), where
 // tokens_per_s = generated tokens (all sequences) / wall time of the whole generation (prefill
@@ -401,6 +402,7 @@ int RunGenerate(const GenerateArgs& args) {
     out["tpot_s"] = stats.tpot_seconds;
     out["tokens_per_s"] = tokens_per_s;
     out["batch"] = args.batch;
+    out["threads"] = (*generator)->n_threads();
     out["prompt_tokens_total"] = prompt_total;
     out["generated_tokens_total"] = generated_total;
     // Every sequence of the batch, as parallel arrays (no nested objects: callers find the line's
@@ -426,9 +428,9 @@ int RunGenerate(const GenerateArgs& args) {
   }
   std::printf("\n");
   std::fflush(stdout);
-  std::fprintf(stderr, "I: prompt %zu tokens, generated %zu tokens%s; ttft %.3f s, tpot %.3f s, %.2f tokens/s\n",
+  std::fprintf(stderr, "I: prompt %zu tokens, generated %zu tokens%s; ttft %.3f s, tpot %.3f s, %.2f tokens/s (%d compute threads)\n",
                r.prompt_ids.size(), r.generated_ids.size(), r.stopped_on_eos ? " (eos)" : "", stats.ttft_seconds,
-               stats.tpot_seconds, tokens_per_s);
+               stats.tpot_seconds, tokens_per_s, (*generator)->n_threads());
   return 0;
 }
 
@@ -460,7 +462,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 1.0))
       ->check(FiniteNonNegative());
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "torch threads (0 = hardware concurrency)")
+  cmd->add_option("--threads", args->threads, "compute threads (0 = the physical cores this process may run on)")
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxThreads));
   AddWeightsMemoryFlags(cmd, &args->weights_memory);

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/cpu_topology.h"
 #include "common/file_util.h"
 #include "common/checkpoint/manifest.h"
 #include "services/cache_manager/cache_manager.h"
@@ -81,7 +82,7 @@ Status RunPlan(const PlanArgs& args) {
   request.trace_path = args.trace;
   request.batch_size = args.batch_size;
   request.n_workers = args.n_workers > 0 ? args.n_workers
-                                         : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()) - 1);
+                                         : std::max(1, static_cast<int32_t>(AllowedCpuCount()) - 1);
   request.profile_path = args.profile;
   request.grid_step = args.grid_step;
   request.slot_costs = args.byte_costs == "slot";

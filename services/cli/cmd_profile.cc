@@ -135,7 +135,7 @@ void AddProfileCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--calibration-max-tokens", args->calibration_max_tokens, "tokens per prompt at most")
       ->capture_default_str();
-  cmd->add_option("--threads", args->threads, "executor threads for the calibration (0 = all cores)")
+  cmd->add_option("--threads", args->threads, "executor threads for the calibration (0 = the physical cores this process may run on)")
       ->capture_default_str();
   cmd->callback([args, exit_code] {
     Status st = RunProfile(*args);

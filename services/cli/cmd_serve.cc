@@ -99,7 +99,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--served-model-name", args->serve.served_model_names,
                   "model id(s) listed by /v1/models; default: env ZIPMOE_SERVED_MODEL_NAME (comma-separated), else "
                   "the directory's name");
-  cmd->add_option("--threads", args->serve.threads, "torch threads (0 = hardware concurrency)")->capture_default_str();
+  cmd->add_option("--threads", args->serve.threads, "compute threads (0 = the physical cores this process may run on)")->capture_default_str();
   AddWeightsMemoryFlags(cmd, &args->serve.weights_memory);
   cmd->add_option("--device", args->serve.device, "cpu, or cuda[:N] with a CUDA libtorch")->capture_default_str();
   cmd->add_option("--device-assignment", args->serve.device_assignment, kDeviceAssignmentHelp)->capture_default_str();

@@ -116,7 +116,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
                   "models; 0.02 = HF initializer_range)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--shard-size", args->shard_size, "max bytes per safetensors shard, e.g. 512M, 2G (default 2G)");
-  cmd->add_option("--threads", args->options.n_threads, "generator threads (0 = hardware concurrency)");
+  cmd->add_option("--threads", args->options.n_threads, "generator threads (0 = the CPUs this process may run on)");
   cmd->add_option("--q-lora-rank", args->options.q_lora_rank,
                   "MLA models only (deepseek_v2, deepseek_v3, glm4_moe_lite): set q_lora_rank (q_a_proj/q_b_proj); "
                   "0 = the preset's");

@@ -13,7 +13,7 @@ void AddVerifyCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("verify", "Check a compressed directory against its checkpoint, bit for bit");
   cmd->add_option("MODEL_DIR", opt->model_dir, "Hugging Face checkpoint directory")->required();
   cmd->add_option("COMPRESSED_DIR", opt->compressed_dir, "output of `zipmoe compress`")->required();
-  cmd->add_option("--threads", opt->n_threads, "worker threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", opt->n_threads, "worker threads (0 = the CPUs this process may run on)")->capture_default_str();
   cmd->callback([opt, exit_code] {
     ProgressBar bar("verify");
     auto summary = convert::VerifyCompressed(*opt, [&](int64_t done, int64_t total) { bar.Update(done, total); });

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/cpu_topology.h"
 #include "common/thread_name.h"
 #include "common/thread_priority.h"
 #include "common/trace_events.h"
@@ -13,8 +14,7 @@
 namespace zipmoe::decompressor {
 
 int DefaultWorkerCount() {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores - 1);
+  return std::max(1, AllowedCpuCount() - 1);
 }
 
 DecompressorPool::DecompressorPool(DecompressorConfig config) : config_(std::move(config)) {}

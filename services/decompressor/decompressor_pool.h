@@ -34,7 +34,8 @@
 
 namespace zipmoe::decompressor {
 
-// max(1, hardware_concurrency - 1): one core is left to the I/O thread and the caller.
+// max(1, CPUs this process may run on - 1) (its affinity mask, common/cpu_topology.h): one CPU is
+// left to the I/O thread and the caller.
 int DefaultWorkerCount();
 
 struct DecompressCompletion {

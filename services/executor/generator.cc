@@ -146,7 +146,7 @@ Result<bool> ParseKvCacheDtype(const std::string& value, const std::string& wher
 Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->dir = options.model_dir;
-  impl->n_threads = ResolveThreadCount(options.n_threads);
+  impl->n_threads = ResolveComputeThreadCount(options.n_threads);
   if (!(options.substitution_alpha >= 0.0 && options.substitution_alpha < 1.0))
     return Status::InvalidArgument(fmt::format(
         "substitution alpha {} is outside [0, 1): 0 computes the exact model, (0, 1) lets SMoE replace low-score experts",

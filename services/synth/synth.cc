@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "common/cpu_topology.h"
 #include "common/dtype.h"
 #include "common/file_util.h"
 #include "common/checkpoint/safetensors.h"
@@ -82,7 +83,7 @@ Result<std::vector<std::string>> WeightFiles(const std::string& dir) {
 
 int ResolveThreads(int n_threads) {
   if (n_threads > 0) return n_threads;
-  return std::max(1u, std::thread::hardware_concurrency());
+  return AllowedCpuCount();
 }
 
 Status ValidateOptions(const SynthOptions& o) {

@@ -41,7 +41,7 @@ struct SynthOptions {
   // decode step routes to the same experts (docs/synth.md "Embedding scale").
   double embedding_std = 1.0;
   uint64_t shard_size_bytes = 2ull << 30;    // max bytes per safetensors shard
-  int n_threads = 0;                         // 0 = std::thread::hardware_concurrency()
+  int n_threads = 0;                         // 0 = the CPUs this process may run on
   int64_t q_lora_rank = 0;                   // deepseek_v2 only: > 0 sets q_lora_rank (q_a/q_b path)
   // switch_transformers: "bf16" writes every tensor as BF16 (config torch_dtype "bfloat16") instead
   // of the released checkpoints' F32, e.g. to serve the experts through the runtime. Decoder-only

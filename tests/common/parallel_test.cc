@@ -20,7 +20,7 @@ TEST(ParallelTest, EveryIndexOfTheRangeRunsExactlyOnce) {
   EXPECT_EQ(ran, 0);
 }
 
-TEST(ParallelTest, ThreadCountDefaultsToTheHardware) {
+TEST(ParallelTest, ThreadCountDefaultsToTheAllowedCpus) {
   EXPECT_EQ(ResolveThreadCount(3), 3);
   EXPECT_GE(ResolveThreadCount(0), 1);
   EXPECT_EQ(ResolveThreadCount(-2), ResolveThreadCount(0));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -141,6 +142,20 @@ TEST(GenerateCliTest, TextAndChatPromptsUseTheTokenizer) {
   r = RunCli("generate --model " + dir + " --prompt 'hello' --max-new-tokens 3 --threads 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(2 compute threads)"), std::string::npos) << r.output;
+
+  // --threads 0 (the default) follows the affinity mask: pinned to one CPU by taskset, one compute
+  // thread, whatever the machine's CPU count.
+  r = RunCli("generate --model " + dir + " --prompt-ids 1,2 --max-new-tokens 1 --threads 2 --json 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["threads"], 2);
+  if (std::system("taskset -c 0 true >/dev/null 2>&1") == 0) {
+    r = RunCli("generate --model " + dir + " --prompt-ids 1,2 --max-new-tokens 1 --json 2>/dev/null", "taskset -c 0");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(nlohmann::json::parse(r.output)["threads"], 1) << r.output;
+  } else {
+    GTEST_LOG_(INFO) << "taskset unavailable: the pinned default is checked by CpuTopologyTest only";
+  }
 }
 
 TEST(GenerateCliTest, ErrorsAreReported) {
