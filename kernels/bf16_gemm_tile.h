@@ -220,11 +220,24 @@ constexpr int64_t kTokenBlock = 64;
 // Measured on an Intel Xeon VM (2 cores, 800 matrices of 704 x 1024 BF16 in 2 MiB pages, one row per
 // tile, alternated run by run): the next row's same column into L1 (the scheme before) read 20-22 GB/s,
 // this 24-26 GB/s (a hand-written loop 3 KiB ahead 27-29), a pure read (membw_bench) 26-27 GB/s; into L2
-// 1-16 KiB ahead 25-28 GB/s; into L1 at any distance 22-25 GB/s. Batched tiles (T > 1; prefill), where
-// the FMAs rather than memory bound the time, keep the cheaper scheme: the next tile's rows at the same
+// 1-16 KiB ahead 25-28 GB/s; into L1 at any distance 22-25 GB/s. Batched tiles of several rows (prefill
+// beyond one token tile; kStreamedTokens below for smaller batches), where the FMAs rather than memory
+// bound the time, keep the cheaper scheme: the next tile's rows at the same
 // column, into L1 (PrefetchNextTile), and only in the first token tile of a row block (Rows,
 // kRowBlockBytes); the address arithmetic of this one cost them 10 %.
 constexpr int64_t kPrefetchBytes = 3072;
+
+// Batches of at most one token tile (V::kGemmTokens: AVX-512 4, AVX2 2; a routed expert's share of a
+// short prefill: 16 tokens over 60 experts, top-4, give most experts 1-4) are bound by memory like a
+// decode GEMV, with 2-4 FMAs per weight loaded. Where the GEMV streams one row per tile (V::kGemvRows 1:
+// x86), Run gives their BF16 and planes weights one-row tiles of all their tokens, prefetched like the
+// GEMV's (PrefetchAhead, for tiles of one row and at most kStreamedTokens tokens). Measured on a 2-core
+// Zen 5 (mxfp4_gemm_bench --threads 2 --matrices 200, BF16 704 x 1024 and 1024 x 704, builds alternated
+// three times, 2026-12-01), ms per 200 matrices, 4-row tiles with PrefetchNextTile against this: AVX-512
+// 2 tokens 17-23 against 8-15, 3 tokens 17-23 against 11-13.5, 4 tokens 16-21 against 11-15; 6 and 8
+// tokens (two tiles) were slower this way (24-31 against 16-21), as were AVX2's 3 and 4 (two tiles);
+// AVX2 2 tokens 15-23 against 12-18.
+constexpr int kStreamedTokens = 4;
 
 // The prefetch of stream i of the tile at row r, reading column byte `col` of its row: `plane` holds
 // rows of `row_bytes` bytes, `total` bytes in all (nothing past them is asked for), `step` is the bytes
@@ -246,15 +259,16 @@ inline void PrefetchNextTile(const uint8_t* plane, int64_t row_bytes, int64_t to
   if (offset < total) __builtin_prefetch(plane + offset);
 }
 
-// The prefetch of a tile of R rows x T tokens for stream i: PrefetchAhead for decode tiles of one row
-// (x86's BF16 and planes GEMVs), else PrefetchNextTile (batches; FP8's multi-row decode tiles; NEON's
+// The prefetch of a tile of R rows x T tokens for stream i: PrefetchAhead for tiles of one row and at most
+// kStreamedTokens tokens (x86's BF16 and planes GEMVs and their batches of one token tile), else
+// PrefetchNextTile (batches; FP8's multi-row decode tiles; NEON's
 // four-row decode tiles, whose speed with PrefetchAhead no Arm machine has measured yet). FP8's GEMV
 // (compute-bound, several rows per tile) read 22-23 GB/s of FP8 with PrefetchAhead<2> against 35 with
 // PrefetchNextTile on a 2-core Zen 5 (48 matrices of 1408 x 4096, alternated rep by rep, 2026-11-30).
 template <int R, int T>
 inline void PrefetchWeights(const uint8_t* plane, int64_t row_bytes, int64_t total, int64_t r, int i, int64_t col,
                             int64_t step) {
-  if constexpr (T == 1 && R == 1) {
+  if constexpr (R == 1 && T <= kStreamedTokens) {
     PrefetchAhead<R>(plane, row_bytes, total, r, i, col, step);
   } else {
     PrefetchNextTile<R>(plane, row_bytes, total, r, i, col);
@@ -709,9 +723,15 @@ inline void Run(const GemmArgs& a) {
       return;
     }  // no memory for the tile: decode in the loop below instead (the same bits)
   }
+  constexpr bool kStreamFew = V::kGemvRows == 1 && V::kGemmTokens <= kStreamedTokens &&
+                              (kEnc == Encoding::kBf16 || kEnc == Encoding::kPlanes);
   for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
     const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
-    if (t1 - t0 >= V::kGemmTokens || (V::kGemmTokens > 3 && t1 - t0 == 3)) {  // 3: one tile (LeftoverTokens)
+    if (kStreamFew && t1 - t0 >= 2 && t1 - t0 <= V::kGemmTokens) {
+      // One row per tile holding every token of the batch (LeftoverTokens: 3 of 4 in one tile), the
+      // row's weights streamed ahead as in decode (kStreamedTokens).
+      Rows<V, kEnc, 1, V::kGemmTokens>(a, t0, t1);
+    } else if (t1 - t0 >= V::kGemmTokens || (V::kGemmTokens > 3 && t1 - t0 == 3)) {  // 3: one tile (LeftoverTokens)
       Rows<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1);
     } else if (t1 - t0 >= 2) {  // a routed expert's few prefill tokens: widen each weight once per pair
       Rows<V, kEnc, V::kGemmRows, 2>(a, t0, t1);
