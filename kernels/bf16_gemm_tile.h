@@ -232,11 +232,11 @@ constexpr int64_t kPrefetchBytes = 3072;
 // decode GEMV, with 2-4 FMAs per weight loaded. Where the GEMV streams one row per tile (V::kGemvRows 1:
 // x86), Run gives their BF16 and planes weights one-row tiles of all their tokens, prefetched like the
 // GEMV's (PrefetchAhead, for tiles of one row and at most kStreamedTokens tokens). Measured on a 2-core
-// Zen 5 (mxfp4_gemm_bench --threads 2 --matrices 200, BF16 704 x 1024 and 1024 x 704, builds alternated
-// three times, 2026-12-01), ms per 200 matrices, 4-row tiles with PrefetchNextTile against this: AVX-512
-// 2 tokens 17-23 against 8-15, 3 tokens 17-23 against 11-13.5, 4 tokens 16-21 against 11-15; 6 and 8
-// tokens (two tiles) were slower this way (24-31 against 16-21), as were AVX2's 3 and 4 (two tiles);
-// AVX2 2 tokens 15-23 against 12-18.
+// Zen 4 (mxfp4_gemm_bench --threads 2 --matrices 200, BF16 704 x 1024 and 1024 x 704, builds alternated,
+// 2026-12-01), median ms per 200 matrices, 4-row tiles with PrefetchNextTile against this: AVX-512
+// 2 tokens 18.3 against 12.2, 3 tokens 18.1 against 12.3, 4 tokens 18.8 against 14.1; 6 and 8 tokens (two
+// tiles) were slower this way (24-31 against 16-21 ms), as were AVX2's 3 and 4 (two tiles); AVX2 2 tokens
+// 16.9 against 12.6 (docs/benchmarks.md "(m) on other machines").
 constexpr int kStreamedTokens = 4;
 
 // The prefetch of stream i of the tile at row r, reading column byte `col` of its row: `plane` holds
