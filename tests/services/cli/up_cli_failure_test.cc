@@ -34,6 +34,7 @@ using up_cli::test::Model;
 using up_cli::test::Reference;
 using up_cli::test::CompletionBody;
 using up_cli::test::ReadPid;
+using up_cli::test::TryReadPid;
 using up_cli::test::Exists;
 using up_cli::test::Up;
 
@@ -60,7 +61,7 @@ TEST(UpCli, SigkillDecompressorMidGenerationStillCompletesAndIsReplaced) {
   int replacement = 0;
   std::string log;
   for (int i = 0; i < 100; ++i) {
-    replacement = ReadPid(pid_path);
+    replacement = TryReadPid(pid_path);
     log = up.log();
     if (replacement > 0 && replacement != victim &&
         log.find(fmt::format("-{} (pid {}) ready", replacement, replacement)) != std::string::npos) {
@@ -169,7 +170,8 @@ TEST(UpCli, AfterAnIdleSchedulerIsKilledTheNextRequestDoesNotWaitOutThePipeTimeo
   const int victim = ReadPid(pid_path);
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   for (int i = 0; i < 100; ++i) {  // the pid file is gone until the new scheduler writes it
-    if (Exists(pid_path) && ReadPid(pid_path) != victim && Alive(ReadPid(pid_path))) break;
+    const int pid = TryReadPid(pid_path);
+    if (pid > 0 && pid != victim && Alive(pid)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the new one says hello to the cache-manager
@@ -305,7 +307,7 @@ TEST(UpCli, DecompressorStoppedPastItsHeartbeatIsFencedBeforeItsWorkIsReissued) 
   EXPECT_FALSE(Alive(victim));
   int replacement = 0;
   for (int i = 0; i < 100 && (replacement <= 0 || replacement == victim); ++i) {
-    replacement = ReadPid(pid_path);
+    replacement = TryReadPid(pid_path);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_NE(replacement, victim) << up.log();

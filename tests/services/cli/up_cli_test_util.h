@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -54,6 +55,14 @@ inline std::string CompletionBody(int new_tokens) {
 }
 
 inline int ReadPid(const std::string& path) { return std::atoi(ReadAll(path).c_str()); }
+// For polling loops while a service restarts: its pid file is removed and rewritten meanwhile, so a
+// missing or half-written file reads 0 here instead of failing the test (ReadPid does).
+inline int TryReadPid(const std::string& path) {
+  std::ifstream in(path);
+  int pid = 0;
+  if (!(in >> pid)) return 0;
+  return pid;
+}
 inline bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
