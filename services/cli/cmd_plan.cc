@@ -10,12 +10,10 @@
 #include <cmath>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/cpu_topology.h"
 #include "common/file_util.h"
 #include "common/checkpoint/manifest.h"
 #include "services/cache_manager/cache_manager.h"
@@ -24,6 +22,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cache_manager/planner.h"
 #include "services/cli/commands.h"
+#include "services/decompressor/decompressor_pool.h"
 
 namespace zipmoe::cli {
 namespace {
@@ -37,7 +36,7 @@ struct PlanArgs {
   std::string pools;               // "" = the policy's own: zipmoe FCSE, the others F
   std::string policy = "zipmoe";  // CachePolicyName; the others plan one F pool unless given --pools
   std::string profile;  // "" = MODEL/profile.json when present
-  int32_t n_workers = 0;  // 0 = online CPUs - 1 (one core is the I/O thread), at least 1
+  int32_t n_workers = 0;  // 0 = decompressor::DefaultWorkerCount(): the CPUs this process may run on - 1, at least 1
   int32_t batch_size = 1;
   double grid_step = 0.05;
   std::string byte_costs = "slot";
@@ -81,8 +80,7 @@ Status RunPlan(const PlanArgs& args) {
   ZM_ASSIGN_OR_RETURN(request.pools, cm::ParsePoolSet(resolved.pools));
   request.trace_path = args.trace;
   request.batch_size = args.batch_size;
-  request.n_workers = args.n_workers > 0 ? args.n_workers
-                                         : std::max(1, static_cast<int32_t>(AllowedCpuCount()) - 1);
+  request.n_workers = args.n_workers > 0 ? args.n_workers : decompressor::DefaultWorkerCount();
   request.profile_path = args.profile;
   request.grid_step = args.grid_step;
   request.slot_costs = args.byte_costs == "slot";

@@ -9,14 +9,13 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
-#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
-#include "common/cpu_topology.h"
 #include "common/dtype.h"
 #include "common/file_util.h"
+#include "common/parallel.h"
 #include "common/checkpoint/safetensors.h"
 #include "services/synth/bpe_tokenizer_builder.h"
 #include "services/synth/model_layout.h"
@@ -79,11 +78,6 @@ Result<std::vector<std::string>> WeightFiles(const std::string& dir) {
   std::vector<std::string> files(shards.begin(), shards.end());
   files.push_back(kIndexFile);
   return files;
-}
-
-int ResolveThreads(int n_threads) {
-  if (n_threads > 0) return n_threads;
-  return AllowedCpuCount();
 }
 
 Status ValidateOptions(const SynthOptions& o) {
@@ -229,7 +223,7 @@ Result<SynthReport> SynthesizeCheckpoint(const SynthOptions& options) {
   ZM_RETURN_IF_ERROR(RemoveStaleWeights(dir));
 
   // Weights first, config.json last: a directory without config.json is visibly incomplete.
-  ParallelRunner runner(ResolveThreads(options.n_threads));
+  ParallelRunner runner(ResolveThreadCount(options.n_threads));
   std::unordered_map<std::string, const TensorRecipe*> recipes;
   for (const TensorRecipe& r : layout.tensors) recipes.emplace(r.spec.name, &r);
   const TensorFiller fill = [&](const TensorSpec& spec, uint8_t* out) -> Status {
