@@ -71,7 +71,7 @@ def main():
             if not reps:
                 sys.exit(f"executor_bench printed no TPOT:\n{out}")
             tpot[name] = min(reps)
-            kernel = re.search(r"gemm isa (\S+)", out)
+            kernel = re.search(r"gemm isa (\w+)", out)
             tpot["kernel"] = "zipmoe's kernel " + (kernel.group(1) if kernel else "?")
         rows.append((r + 1, tpot["mxfp4"], tpot["bf16"], tpot["mxfp4"] / tpot["bf16"], tpot["kernel"]))
     ratios = [r[3] for r in rows]

@@ -3,6 +3,7 @@
 #include "kernels/bf16_gemm.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -166,6 +167,53 @@ GemmIsa BestFloatLaneIsa() {
   return best;
 }
 
+const char* GemvPrefetchName(GemvPrefetch p) {
+  switch (p) {
+    case GemvPrefetch::kAuto: return "auto";
+    case GemvPrefetch::kAhead: return "ahead";
+    case GemvPrefetch::kHardware: return "hardware";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// kHardware on AMD / Hygon x86 cores, else kAhead (bf16_gemm.h GemvPrefetch: what was measured where).
+GemvPrefetch DefaultGemvPrefetch() {
+#if defined(ZIPMOE_GEMM_X86)
+  unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    char vendor[13];
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    vendor[12] = '\0';
+    if (std::string(vendor) == "AuthenticAMD" || std::string(vendor) == "HygonGenuine") return GemvPrefetch::kHardware;
+  }
+#endif
+  return GemvPrefetch::kAhead;
+}
+
+GemvPrefetch DetectGemvPrefetch() {
+  if (const char* env = std::getenv("ZIPMOE_GEMV_PREFETCH"); env != nullptr && *env != '\0') {
+    for (GemvPrefetch p : {GemvPrefetch::kAhead, GemvPrefetch::kHardware}) {
+      if (std::string(env) == GemvPrefetchName(p)) return p;
+    }
+    const GemvPrefetch fallback = DefaultGemvPrefetch();
+    std::fprintf(stderr, "zipmoe: ZIPMOE_GEMV_PREFETCH=%s is neither \"ahead\" nor \"hardware\"; using \"%s\"\n", env,
+                 GemvPrefetchName(fallback));
+    return fallback;
+  }
+  return DefaultGemvPrefetch();
+}
+
+}  // namespace
+
+GemvPrefetch ActiveGemvPrefetch() {
+  static const GemvPrefetch active = DetectGemvPrefetch();  // thread-safe one-time initialisation
+  return active;
+}
+
 int64_t GemmRowQuantum() { return BestGemmIsa() == GemmIsa::kAmxBf16 ? 64 : 4; }
 
 Status ValidateGemmArgs(const GemmArgs& a) {
@@ -178,6 +226,9 @@ Status ValidateGemmArgs(const GemmArgs& a) {
         fmt::format("Bf16Gemm: row range [{}, {}) is outside [0, {})", a.row_begin, a.row_end, w.rows));
   if (a.ldx < w.cols) return Status::InvalidArgument(fmt::format("Bf16Gemm: ldx {} < cols {}", a.ldx, w.cols));
   if (a.ldy < w.rows) return Status::InvalidArgument(fmt::format("Bf16Gemm: ldy {} < rows {}", a.ldy, w.rows));
+  if (a.prefetch != GemvPrefetch::kAuto && a.prefetch != GemvPrefetch::kAhead && a.prefetch != GemvPrefetch::kHardware)
+    return Status::InvalidArgument(
+        fmt::format("Bf16Gemm: prefetch {} is not a GemvPrefetch value", static_cast<int>(a.prefetch)));
   if (a.n == 0 || a.row_begin == a.row_end) return Status::Ok();
   if (a.y == nullptr) return Status::InvalidArgument("Bf16Gemm: y is null");
   if (w.cols == 0) return Status::Ok();

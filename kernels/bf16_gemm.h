@@ -113,6 +113,28 @@ struct GemmWeights {
   }
 };
 
+// How the x86 variants (kAvx2, kAvx512) bring in the weights of tiles that stream one row (the decode GEMV
+// and batches of one token tile: gemm_tile::kStreamedTokens). Speed only: every scheme gives the same bits.
+//   kAhead     software prefetch of each 64-byte line 3 KiB ahead of the read, into L2 (prefetcht1): the
+//              hardware prefetchers of Intel cores stop at 4 KiB pages; on an Intel Xeon VM the GEMV then
+//              read 24-26 GB/s instead of 20-22 and warm decode took 11-15 % less (2026-11-30).
+//   kHardware  no software prefetch in those tiles: the core's own prefetchers. On a 2-core Zen 4 (EPYC
+//              Genoa VM, 2026-12-01) warm decode took 7-9 % less than with kAhead (AVX-512 and AVX2,
+//              interleaved rounds) and a 16-token prefill ran 4-6 % faster; on one core from L3 the
+//              GEMV read 49 GB/s against kAhead's 38 (docs/architecture.md "CPU kernels").
+//   kAuto      ActiveGemvPrefetch() (the default of GemmArgs).
+// Tiles of several rows (batches, FP8 and MXFP4 decode, NEON) keep their next-tile prefetch under every scheme.
+enum class GemvPrefetch : int { kAuto = 0, kAhead = 1, kHardware = 2 };
+
+// "auto", "ahead", "hardware" ("unknown" for other values).
+const char* GemvPrefetchName(GemvPrefetch p);
+
+// The process's scheme, decided once: ZIPMOE_GEMV_PREFETCH=ahead|hardware in the environment, else
+// kHardware on AMD and Hygon x86 CPUs (CPUID vendor "AuthenticAMD" / "HygonGenuine": measured on Zen 4;
+// Zen 5 and older Zen cores are assumed alike, unmeasured), else kAhead (Intel measured; other CPUs
+// unmeasured). An unknown value is reported once on stderr and the default is used. Never kAuto.
+GemvPrefetch ActiveGemvPrefetch();
+
 // One matrix product: out = x · Wᵀ (+ bias) for the rows [row_begin, row_end) of W.
 struct GemmArgs {
   GemmWeights w;
@@ -124,6 +146,7 @@ struct GemmArgs {
   int64_t ldy = 0;              // row stride of y in floats (>= w.rows)
   int64_t row_begin = 0;
   int64_t row_end = 0;
+  GemvPrefetch prefetch = GemvPrefetch::kAuto;  // the weights' prefetch in one-row tiles (speed only)
 };
 
 enum class GemmIsa : int {

@@ -548,29 +548,29 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
 // Rows [r, r + R) for tokens [t, t1), fewer than T of them: one tile of 3 or 2 tokens where T allows it,
 // then one by one. Each weight is decoded (widened, FP8 scaled) once per tile, so 3 tokens in one tile
 // rather than 2 + 1 spare a decode; every output is still one tile's sum in the same order (same bits).
-template <class V, Encoding kEnc, int R, int T>
+template <class V, Encoding kEnc, int R, int T, bool kPrefetch = true>
 inline void LeftoverTokens(const GemmArgs& a, int64_t r, int64_t t, int64_t t1) {
   if constexpr (T > 3) {
     if (t1 - t == 3) {
-      Tile<V, kEnc, R, 3>(a, r, t);
+      Tile<V, kEnc, R, 3, kPrefetch>(a, r, t);
       return;
     }
   }
   if constexpr (T > 2) {
     if (t1 - t >= 2) {
-      Tile<V, kEnc, R, 2>(a, r, t);
+      Tile<V, kEnc, R, 2, kPrefetch>(a, r, t);
       t += 2;
     }
   }
-  for (; t < t1; ++t) Tile<V, kEnc, R, 1>(a, r, t);
+  for (; t < t1; ++t) Tile<V, kEnc, R, 1, kPrefetch>(a, r, t);
 }
 
 // Rows [r, r + R) for tokens [t0, t1): tiles of T tokens, then the leftover ones (LeftoverTokens).
-template <class V, Encoding kEnc, int R, int T>
+template <class V, Encoding kEnc, int R, int T, bool kPrefetch = true>
 inline void RowTile(const GemmArgs& a, int64_t r, int64_t t0, int64_t t1) {
   int64_t t = t0;
-  for (; t + T <= t1; t += T) Tile<V, kEnc, R, T>(a, r, t);
-  LeftoverTokens<V, kEnc, R, T>(a, r, t, t1);
+  for (; t + T <= t1; t += T) Tile<V, kEnc, R, T, kPrefetch>(a, r, t);
+  LeftoverTokens<V, kEnc, R, T, kPrefetch>(a, r, t, t1);
 }
 
 // Weight bytes per row block of a batch (Rows): every token tile of the block runs over these rows before
@@ -592,13 +592,14 @@ constexpr int64_t kRowBlockMinTokenTiles = 4;
 // Rows [row_begin, row_end) for tokens [t0, t1) in tiles of R rows (then single rows); batches of at least
 // kRowBlockMinTokenTiles token tiles in row blocks of about kRowBlockBytes (of the first plane), each
 // block's row tiles under one token tile at a time. Every output is one Tile's sum whatever the order, so
-// the order changes no bits.
-template <class V, Encoding kEnc, int R, int T>
+// the order changes no bits. kPrefetch false: no software prefetch in any tile (GemvPrefetch::kHardware's
+// one-row tiles).
+template <class V, Encoding kEnc, int R, int T, bool kPrefetch = true>
 inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
   if (T == 1 || (t1 - t0) / T < kRowBlockMinTokenTiles) {
     int64_t r = a.row_begin;
-    for (; r + R <= a.row_end; r += R) RowTile<V, kEnc, R, T>(a, r, t0, t1);
-    for (; r < a.row_end; ++r) RowTile<V, kEnc, 1, T>(a, r, t0, t1);
+    for (; r + R <= a.row_end; r += R) RowTile<V, kEnc, R, T, kPrefetch>(a, r, t0, t1);
+    for (; r < a.row_end; ++r) RowTile<V, kEnc, 1, T, kPrefetch>(a, r, t0, t1);
   } else {
     const int64_t fit = kRowBlockBytes / (a.w.cols * kPlaneBytes<kEnc>) / R * R;
     const int64_t block = fit > R ? fit : R;
@@ -608,16 +609,16 @@ inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
       for (; t + T <= t1; t += T) {
         int64_t r = rb;
         if (t == t0) {
-          for (; r + R <= re; r += R) Tile<V, kEnc, R, T>(a, r, t);
+          for (; r + R <= re; r += R) Tile<V, kEnc, R, T, kPrefetch>(a, r, t);
         } else {
           for (; r + R <= re; r += R) Tile<V, kEnc, R, T, false>(a, r, t);
         }
-        for (; r < re; ++r) Tile<V, kEnc, 1, T>(a, r, t);
+        for (; r < re; ++r) Tile<V, kEnc, 1, T, kPrefetch>(a, r, t);
       }
       if (t < t1) {
         int64_t r = rb;
-        for (; r + R <= re; r += R) LeftoverTokens<V, kEnc, R, T>(a, r, t, t1);
-        for (; r < re; ++r) LeftoverTokens<V, kEnc, 1, T>(a, r, t, t1);
+        for (; r + R <= re; r += R) LeftoverTokens<V, kEnc, R, T, kPrefetch>(a, r, t, t1);
+        for (; r < re; ++r) LeftoverTokens<V, kEnc, 1, T, kPrefetch>(a, r, t, t1);
       }
     }
   }
@@ -725,12 +726,19 @@ inline void Run(const GemmArgs& a) {
   }
   constexpr bool kStreamFew = V::kGemvRows == 1 && V::kGemmTokens <= kStreamedTokens &&
                               (kEnc == Encoding::kBf16 || kEnc == Encoding::kPlanes);
+  // One-row tiles (the x86 GEMV, kStreamFew's batches) prefetch ahead or leave it to the hardware
+  // (GemvPrefetch: same bits, only the speed differs by CPU).
+  const bool ahead = (a.prefetch == GemvPrefetch::kAuto ? ActiveGemvPrefetch() : a.prefetch) != GemvPrefetch::kHardware;
   for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
     const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
     if (kStreamFew && t1 - t0 >= 2 && t1 - t0 <= V::kGemmTokens) {
       // One row per tile holding every token of the batch (LeftoverTokens: 3 of 4 in one tile), the
-      // row's weights streamed ahead as in decode (kStreamedTokens).
-      Rows<V, kEnc, 1, V::kGemmTokens>(a, t0, t1);
+      // row's weights streamed as in decode (kStreamedTokens).
+      if (ahead) {
+        Rows<V, kEnc, 1, V::kGemmTokens>(a, t0, t1);
+      } else {
+        Rows<V, kEnc, 1, V::kGemmTokens, false>(a, t0, t1);
+      }
     } else if (t1 - t0 >= V::kGemmTokens || (V::kGemmTokens > 3 && t1 - t0 == 3)) {  // 3: one tile (LeftoverTokens)
       Rows<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1);
     } else if (t1 - t0 >= 2) {  // a routed expert's few prefill tokens: widen each weight once per pair
@@ -742,7 +750,11 @@ inline void Run(const GemmArgs& a) {
       constexpr int kRows = kEnc == Encoding::kF8      ? V::kGemvRowsF8
                             : kEnc == Encoding::kMxfp4 ? V::kGemvRowsMxfp4
                                                        : V::kGemvRows;
-      Rows<V, kEnc, kRows, 1>(a, t0, t1);
+      if (kRows == 1 && !ahead) {
+        Rows<V, kEnc, kRows, 1, false>(a, t0, t1);
+      } else {
+        Rows<V, kEnc, kRows, 1>(a, t0, t1);
+      }
     }
   }
 }

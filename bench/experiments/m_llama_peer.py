@@ -307,7 +307,8 @@ def warm_zipmoe(s, pc, hf, ids_s, i, isa=None, prefix="m"):
         return None
     row = {"system": name, "round": i, "ok": r["rc"] == 0 and bool(reps), "resident": resid,
            "wall_s": r["wall_s"], "peak_bytes": r["peak_bytes"], "others_cpu": r["others_cpu"],
-           "kernel": ran.group(1) if ran else None, "membw_gbps": bw_now}
+           "kernel": ran.group(1) if ran else None, "membw_gbps": bw_now,
+           "prefetch": (re.search(r"gemv prefetch (\w+)", r["stdout"]) or [None, None])[1]}
     if row["ok"]:
         row.update({"tpot_s": min(x[1] for x in reps), "prefill_tokens_per_s": max(x[2] for x in reps),
                     "reps": [{"ttft_s": a, "tpot_s": b, "prefill_tokens_per_s": c} for a, b, c in reps]})
@@ -381,7 +382,8 @@ def best_of(warm, floor_bytes):
                          "peak_bytes": max((w["peak_bytes"] or 0) for w in ok) or None,
                          "tpot_s_median": statistics.median(w["tpot_s"] for w in ok),
                          "prefill_tokens_per_s_median": statistics.median(w["prefill_tokens_per_s"] for w in ok),
-                         "kernel": next((w.get("kernel") for w in ok if w.get("kernel")), None)}
+                         "kernel": next((w.get("kernel") for w in ok if w.get("kernel")), None),
+                         "prefetch": next((w.get("prefetch") for w in ok if w.get("prefetch")), None)}
         floors = [w["tpot_s"] / (floor_bytes / (w["membw_gbps"] * 1e9)) for w in ok if w.get("membw_gbps")]
         if floors:
             best[sysname]["floor_ratio_median"] = statistics.median(floors)
@@ -775,7 +777,8 @@ def report(rep):
     if mach:
         rep.p(f"**This machine**: {mach.get('cpu') or 'an unnamed CPU'}, {mach.get('nproc')} cores seen, kernel-relevant "
               f"flags {', '.join(mach.get('flags') or []) or 'none'}; zipmoe's matrix kernel "
-              f"`{(z or {}).get('kernel') or '?'}` (`ZIPMOE_GEMM_ISA` or the CPU's best), llama.cpp's CPU variant "
+              f"`{(z or {}).get('kernel') or '?'}` (`ZIPMOE_GEMM_ISA` or the CPU's best) with GEMV prefetch "
+              f"`{(z or {}).get('prefetch') or '?'}` (`ZIPMOE_GEMV_PREFETCH` or the CPU's default), llama.cpp's CPU variant "
               f"`{(l or {}).get('kernel') or '?'}` (the `libggml-cpu-*.so` it loaded). Ratios below use the best "
               "run of each; the medians over the interleaved rounds are in brackets.", "")
     if mj.get("llama_error"):

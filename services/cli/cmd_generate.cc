@@ -24,8 +24,9 @@
 // decoder's: one for decoder_start_token_id, then one per generated token fed back, so a sequence has
 // max(1, generated) rows. With --batch N the sequences' rows follow each other in batch order.
 // --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s, batch, threads (the
-// compute threads: --threads, or the physical cores this process may run on), prompt_tokens_total,
-// generated_tokens_total} (ids and text of the first sequence), plus
+// compute threads: --threads, or the physical cores this process may run on), gemm_isa and
+// gemv_prefetch (the CPU matrix kernel's variant and its weight prefetch: kernels/bf16_gemm.h),
+// prompt_tokens_total, generated_tokens_total} (ids and text of the first sequence), plus
 // batch_prompt_ids, batch_generated_ids and batch_logits_rows: one entry per sequence of the batch
 // (batch_logits_rows counts its --logits-out rows, 0 without the flag), where
 // tokens_per_s = generated tokens (all sequences) / wall time of the whole generation (prefill
@@ -53,6 +54,7 @@
 #include "common/file_util.h"
 #include "common/checkpoint/manifest.h"
 #include "common/tokenizer/tokenizer.h"
+#include "kernels/bf16_gemm.h"
 #include "services/cache_manager/plan_trace.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
@@ -403,6 +405,8 @@ int RunGenerate(const GenerateArgs& args) {
     out["tokens_per_s"] = tokens_per_s;
     out["batch"] = args.batch;
     out["threads"] = (*generator)->n_threads();
+    out["gemm_isa"] = kernels::GemmIsaName(kernels::BestGemmIsa());
+    out["gemv_prefetch"] = kernels::GemvPrefetchName(kernels::ActiveGemvPrefetch());
     out["prompt_tokens_total"] = prompt_total;
     out["generated_tokens_total"] = generated_total;
     // Every sequence of the batch, as parallel arrays (no nested objects: callers find the line's

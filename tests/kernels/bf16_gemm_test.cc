@@ -132,8 +132,13 @@ TEST_P(Bf16GemmIsaTest, BitIdenticalToReferenceOverShapesAndEncodings) {
         std::vector<float> want, got;
         Bf16GemmReference(p.Args(enc, bias, want));
         ExpectSameBits(bf16_reference, want, what + " (reference vs the bf16 reference)");
-        ASSERT_TRUE(Bf16GemmWithIsa(isa, p.Args(enc, bias, got)).ok()) << what;
-        ExpectSameBits(want, got, what);
+        // Both weight prefetch schemes of the one-row tiles (GemvPrefetch): speed only, the same bits.
+        for (const GemvPrefetch prefetch : {GemvPrefetch::kAhead, GemvPrefetch::kHardware}) {
+          GemmArgs args = p.Args(enc, bias, got);
+          args.prefetch = prefetch;
+          ASSERT_TRUE(Bf16GemmWithIsa(isa, args).ok()) << what;
+          ExpectSameBits(want, got, what + " prefetch " + GemvPrefetchName(prefetch));
+        }
       }
     }
   }
@@ -309,6 +314,24 @@ TEST(Bf16GemmValidateTest, RejectsBadArgumentsNamingTheField) {
   EXPECT_NE(s.message().find("neither BF16, F32, FP8 nor MXFP4 data nor both E and SM planes"), std::string::npos)
       << s.ToString();
   EXPECT_EQ(Bf16GemmWithIsa(GemmIsa::kScalar, a).code(), StatusCode::kInvalidArgument);
+
+  a = good;
+  a.prefetch = static_cast<GemvPrefetch>(7);
+  s = ValidateGemmArgs(a);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("prefetch 7"), std::string::npos) << s.ToString();
+}
+
+TEST(GemvPrefetchTest, TheProcessSchemeIsAConcreteOneAndNamed) {
+  // ActiveGemvPrefetch resolves kAuto once (ZIPMOE_GEMV_PREFETCH or the CPU vendor's default); the CLI test
+  // (GenerateCliTest.GemvPrefetchFollowsTheEnvironment) checks the environment override in a child process.
+  const GemvPrefetch active = ActiveGemvPrefetch();
+  EXPECT_TRUE(active == GemvPrefetch::kAhead || active == GemvPrefetch::kHardware) << static_cast<int>(active);
+  EXPECT_EQ(ActiveGemvPrefetch(), active);
+  EXPECT_STREQ(GemvPrefetchName(GemvPrefetch::kAuto), "auto");
+  EXPECT_STREQ(GemvPrefetchName(GemvPrefetch::kAhead), "ahead");
+  EXPECT_STREQ(GemvPrefetchName(GemvPrefetch::kHardware), "hardware");
+  EXPECT_STREQ(GemvPrefetchName(static_cast<GemvPrefetch>(9)), "unknown");
 }
 
 TEST(Bf16GemmValidateTest, UnavailableIsaIsAnError) {

@@ -158,6 +158,28 @@ TEST(GenerateCliTest, TextAndChatPromptsUseTheTokenizer) {
   }
 }
 
+TEST(GenerateCliTest, GemvPrefetchFollowsTheEnvironment) {
+  // ZIPMOE_GEMV_PREFETCH picks the CPU GEMV's weight prefetch (kernels/bf16_gemm.h GemvPrefetch); --json names
+  // it and the matrix kernel. The generated ids do not depend on it (same bits).
+  const std::string cmd = "generate --model " + TinyModelDir("qwen3_moe") +
+                          " --prompt-ids 1,2,3 --max-new-tokens 3 --threads 2 --json 2>/dev/null";
+  const auto ahead = RunCli(cmd, "env ZIPMOE_GEMV_PREFETCH=ahead");
+  ASSERT_EQ(ahead.exit_code, 0) << ahead.output;
+  const auto hardware = RunCli(cmd, "env ZIPMOE_GEMV_PREFETCH=hardware");
+  ASSERT_EQ(hardware.exit_code, 0) << hardware.output;
+  const nlohmann::json a = nlohmann::json::parse(ahead.output), h = nlohmann::json::parse(hardware.output);
+  EXPECT_EQ(a["gemv_prefetch"], "ahead");
+  EXPECT_EQ(h["gemv_prefetch"], "hardware");
+  EXPECT_EQ(a["generated_ids"], h["generated_ids"]);
+  EXPECT_FALSE(a["gemm_isa"].get<std::string>().empty());
+
+  // An unknown value is reported and the CPU's default used.
+  const auto bad = RunCli("generate --model " + TinyModelDir("qwen3_moe") + " --prompt-ids 1,2 --max-new-tokens 1 --json",
+                          "env ZIPMOE_GEMV_PREFETCH=sideways");
+  ASSERT_EQ(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("ZIPMOE_GEMV_PREFETCH=sideways"), std::string::npos) << bad.output;
+}
+
 TEST(GenerateCliTest, ErrorsAreReported) {
   testing::TempDir tmp;
   auto r = RunCli("generate --model " + tmp.path() + " --prompt-ids 1,2");
