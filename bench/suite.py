@@ -113,6 +113,7 @@ class Suite:
             self.zm("synth", "--arch", arch, "--preset", preset, "--router-skew", str(ROUTER_SKEW), "--seed", "0",
                     "--embedding-std", str(EMBEDDING_STD),
                     "--out", hf, log=f"synth-{arch}-{preset}.log")
+            bl.evict_written([hf])  # read back later as a downloaded checkpoint is (benchlib.evict_written)
         return root, hf
 
     def prepare(self, arch, preset):

@@ -217,6 +217,7 @@ def peer_gguf(s, m, log="gguf_writer.log"):
         bl.log(f"gguf_writer {m['hf']} -> {path}")
         bl.run_cmd([sys.executable, os.path.join(BENCH_DIR, "gguf_writer.py"), m["hf"], "--out", path],
                    os.path.join(s.logs, log), cold=False)
+        bl.evict_written([path])  # read back later as a downloaded file is (benchlib.evict_written)
     return path
 
 
