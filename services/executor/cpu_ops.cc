@@ -1,7 +1,5 @@
 #include "services/executor/cpu_ops.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -9,6 +7,7 @@
 #include <utility>
 
 #include "kernels/attention_cpu.h"
+#include "services/executor/work_pool.h"
 
 namespace zipmoe::executor::cpu {
 namespace {
@@ -145,8 +144,9 @@ void RunTasks(const std::vector<Task>& tasks) {
   if (tasks.empty()) return;
   int64_t total = 0;
   for (const Task& t : tasks) total += t.cost;
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(tasks.size()));
-  if (threads <= 1 || at::in_parallel_region() || total < (int64_t{1} << 14)) {
+  WorkPool& pool = WorkPool::Shared();
+  const int64_t threads = std::min<int64_t>(pool.threads(), static_cast<int64_t>(tasks.size()));
+  if (threads <= 1 || WorkPool::InRegion() || total < (int64_t{1} << 14)) {
     RunRange(tasks, 0, tasks.size());
     return;
   }
@@ -160,23 +160,25 @@ void RunTasks(const std::vector<Task>& tasks) {
     while (i < tasks.size() && (k + 1 == threads || done + tasks[i].cost / 2 < target)) done += tasks[i++].cost;
     shares[static_cast<size_t>(k)].Reset(first, i);
   }
-  at::parallel_for(0, threads, 1, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      size_t begin = 0, end = 0;
-      while (shares[static_cast<size_t>(k)].ClaimFront(&begin, &end)) RunRange(tasks, begin, end);
-      for (;;) {  // steal from the share with the most left
-        Share* victim = nullptr;
-        size_t most = 0;
-        for (Share& s : shares) {
-          const size_t left = s.left();
-          if (left > most) {
-            most = left;
-            victim = &s;
-          }
+  // Cooperative (work_pool.h): the caller's slot alone would run every task, stealing the shares of
+  // helpers that did not join (their cores held by other work), and it waits for none of those.
+  pool.Run([&](int slot) {
+    size_t begin = 0, end = 0;
+    if (slot < threads) {
+      while (shares[static_cast<size_t>(slot)].ClaimFront(&begin, &end)) RunRange(tasks, begin, end);
+    }
+    for (;;) {  // steal from the share with the most left
+      Share* victim = nullptr;
+      size_t most = 0;
+      for (Share& s : shares) {
+        const size_t left = s.left();
+        if (left > most) {
+          most = left;
+          victim = &s;
         }
-        if (victim == nullptr) break;
-        if (victim->ClaimBack(&begin, &end)) RunRange(tasks, begin, end);
       }
+      if (victim == nullptr) break;
+      if (victim->ClaimBack(&begin, &end)) RunRange(tasks, begin, end);
     }
   });
 }
@@ -208,10 +210,10 @@ void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float ep
       for (int64_t i = 0; i < d; ++i) yr[i] = weight[i] * (xr[i] * inv);
     }
   };
-  if (n * d < (int64_t{1} << 16) || at::in_parallel_region()) {
+  if (n * d < (int64_t{1} << 16) || WorkPool::InRegion()) {
     rows(0, n);
   } else {
-    at::parallel_for(0, n, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, d)), rows);
+    WorkPool::Shared().ParallelFor(n, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, d)), rows);
   }
 }
 
@@ -330,10 +332,10 @@ void AttendCausal(const AttentionArgs& a) {
   // the calling thread alone: decode TPOT 5-10 % and a 16-token prefill 5-10 % slower on 2 cores,
   // issue 35). Each head's outputs are computed alike whichever thread runs it.
   const int64_t work = a.n_heads * a.t * a.total * (a.dk + a.dv);
-  if (work < (int64_t{1} << 14) || a.n_kv < 2 || at::in_parallel_region()) {
+  if (work < (int64_t{1} << 14) || a.n_kv < 2 || WorkPool::InRegion()) {
     heads(0, a.n_kv);
   } else {
-    at::parallel_for(0, a.n_kv, 1, heads);
+    WorkPool::Shared().ParallelFor(a.n_kv, 1, heads);
   }
 }
 

@@ -28,6 +28,7 @@
 #include "services/executor/moe_device.h"
 #include "services/executor/prefix_cache.h"
 #include "services/executor/torch_util.h"
+#include "services/executor/work_pool.h"
 
 namespace zipmoe::executor {
 namespace {
@@ -165,6 +166,7 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   ZM_ASSIGN_OR_RETURN(at::Device device, ParseDevice(options.device));
   ZM_RETURN_IF_ERROR(TorchBoundary("set_num_threads", [&]() -> Status {
     at::set_num_threads(impl->n_threads);  // torch reports 1 otherwise in this build
+    WorkPool::SetSharedThreads(static_cast<int>(impl->n_threads));  // the CPU kernels' regions (work_pool.h)
     return Status::Ok();
   }));
   LoadOptions load;

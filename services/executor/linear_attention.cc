@@ -3,7 +3,6 @@
 // are kernels/gated_delta.h's (its fixed operation order: the same bits on every ISA).
 #include "services/executor/linear_attention.h"
 
-#include <ATen/Parallel.h>
 
 #include <cmath>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "kernels/gated_delta.h"
 #include "services/executor/cpu_ops.h"
 #include "services/executor/torch_util.h"
+#include "services/executor/work_pool.h"
 
 namespace zipmoe::executor {
 namespace {
@@ -129,7 +129,7 @@ at::Tensor LinearAttentionForward(const ModelConfig& c, const LinearAttentionWei
     rule.q_token_stride = rule.k_token_stride = rule.v_token_stride = d.channels;
     rule.out_token_stride = vd;
     // Value heads in parallel: each thread writes its own heads' state and output columns.
-    at::parallel_for(0, d.nv, 1, [&](int64_t h0, int64_t h1) {
+    WorkPool::Shared().ParallelFor(d.nv, 1, [&](int64_t h0, int64_t h1) {
       kernels::GatedDeltaArgs part = rule;
       part.head_begin = h0;
       part.head_end = h1;

@@ -1,6 +1,5 @@
 #include "services/executor/torch_util.h"
 
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +9,7 @@
 
 #include "kernels/dense_decode.h"
 #include "services/executor/cpu_ops.h"
+#include "services/executor/work_pool.h"
 
 namespace zipmoe::executor {
 
@@ -41,7 +41,7 @@ at::Tensor UpcastBf16(const uint16_t* data, at::IntArrayRef shape) {
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   uint32_t* dst = reinterpret_cast<uint32_t*>(out.data_ptr<float>());
   constexpr int64_t kGrain = 1 << 16;  // elements per task
-  at::parallel_for(0, out.numel(), kGrain, [&](int64_t begin, int64_t end) {
+  WorkPool::Shared().ParallelFor(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<uint32_t>(data[i]) << 16;  // vectorised
   });
   return out;

@@ -15,6 +15,7 @@
 #include "services/executor/attention.h"
 #include "services/executor/rope.h"
 #include "services/executor/torch_util.h"
+#include "services/executor/work_pool.h"
 
 namespace zipmoe::executor {
 namespace {
@@ -140,9 +141,9 @@ TEST(CpuOpsTest, MlpRegionsAreBitIdenticalToTheReferenceAtAnyThreadCount) {
   reference(weights(d1, hidden, i1), rg1.data(), 1, ry1);
   reference(weights(router, 9, hidden), x.data(), 3, rr);
 
-  const int threads_before = at::get_num_threads();
+  const int threads_before = WorkPool::Shared().threads();
   for (int threads : {1, 2, 3}) {
-    at::set_num_threads(threads);
+    WorkPool::SetSharedThreads(threads);
     std::vector<float> act0(3 * i0), up0(3 * i0), y0(3 * hidden), act1(i1), up1(i1), y1(hidden), logits(3 * 9);
     std::vector<cpu::MlpJob> jobs(2);
     jobs[0] = {weights(g0, i0, hidden), weights(u0, i0, hidden), weights(d0, hidden, i0), x.data(), 3, hidden,
@@ -164,7 +165,7 @@ TEST(CpuOpsTest, MlpRegionsAreBitIdenticalToTheReferenceAtAnyThreadCount) {
     EXPECT_TRUE(SameBits(y1, ry1)) << threads << " threads";
     EXPECT_TRUE(SameBits(logits, rr)) << threads << " threads";
   }
-  at::set_num_threads(threads_before);
+  WorkPool::SetSharedThreads(threads_before);
 }
 
 // Causal attention with grouped heads, a cache longer than the sequence (keys strided by the
@@ -266,14 +267,14 @@ TEST(CpuOpsTest, AttendCausalGivesTheSameBitsOnOneThreadAndOnSeveral) {
   const std::vector<float> k = Random(static_cast<size_t>(n_kv * total * dk), 22);
   const std::vector<float> v = Random(static_cast<size_t>(n_kv * total * dv), 23);
   const auto run = [&](int threads) {
-    at::set_num_threads(threads);
+    WorkPool::SetSharedThreads(threads);
     std::vector<float> out(static_cast<size_t>(t * n_heads * dv));
     cpu::AttendCausal(AttentionOf(q, k, v, n_heads, n_kv, t, dk, dv, total, total - 1, 0.125f, out));
     return out;
   };
-  const int saved = at::get_num_threads();
+  const int saved = WorkPool::Shared().threads();
   const std::vector<float> one = run(1), two = run(2), four = run(4);
-  at::set_num_threads(saved);
+  WorkPool::SetSharedThreads(saved);
   EXPECT_TRUE(SameBits(one, two));
   EXPECT_TRUE(SameBits(one, four));
 }
