@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
+#include <strings.h>
 #include <memory>
 
 #include "common/status.h"
@@ -37,7 +39,14 @@ WorkPool* SharedPoolOf(int threads) ZM_EXCLUDES(g_shared_mu) {
 
 }  // namespace
 
-WorkPool::WorkPool(int threads) : threads_(std::max(1, threads)) {
+// OMP_WAIT_POLICY=PASSIVE (which `zipmoe` sets for runs with the runtime, whose I/O thread and
+// decompression workers need the cores between regions: services/cli/main.cc) makes helpers sleep at once.
+static int64_t SpinMicros() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return policy != nullptr && strcasecmp(policy, "passive") == 0 ? 0 : WorkPool::kSpinMicros;
+}
+
+WorkPool::WorkPool(int threads) : threads_(std::max(1, threads)), spin_micros_(SpinMicros()) {
   ZM_CHECK(threads_ <= 0x7fff) << threads_ << " threads";
   helpers_.reserve(static_cast<size_t>(threads_ - 1));
   for (int i = 1; i < threads_; ++i) helpers_.emplace_back([this] { HelperLoop(); });
@@ -109,10 +118,10 @@ void WorkPool::HelperLoop() {
   };
   for (;;) {
     bool woke = false;
-    const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+    const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_micros_);
     for (int i = 0; !woke; ++i) {
       woke = ready();
-      if (woke || ((i & 63) == 63 && std::chrono::steady_clock::now() >= spin_end)) break;
+      if (woke || spin_micros_ == 0 || ((i & 63) == 63 && std::chrono::steady_clock::now() >= spin_end)) break;
       CpuRelax();
     }
     if (!woke) {

@@ -14,7 +14,8 @@
 // long as each work item writes its own outputs (the executor's tasks do: cpu_ops.h).
 //
 // Helpers spin for kSpinMicros after a region (regions of one decode step come microseconds apart),
-// then sleep on a condition variable. One region at a time: a region opened while another is open
+// then sleep on a condition variable; with OMP_WAIT_POLICY=PASSIVE (set by `zipmoe` for runs with the
+// runtime, as for torch's OpenMP threads) they sleep at once. One region at a time: a region opened while another is open
 // (from another thread, or nested inside a body) runs on its caller alone.
 #pragma once
 
@@ -73,6 +74,7 @@ class WorkPool {
   static int Slot(uint64_t s) { return static_cast<int>((s >> 16) & 0x7fff); }
 
   const int threads_;
+  const int64_t spin_micros_;
   std::atomic<uint64_t> state_{0};
   std::atomic<bool> busy_{false};  // a region is open (one at a time)
   std::atomic<bool> stop_{false};
