@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -154,16 +155,39 @@ TEST(CompressResume, KilledAtRandomMomentsResumesToIdenticalBytes) {
   if (first == 0 || first > done) first = done / 2;
   const char* env = std::getenv("ZIPMOE_COMPRESS_KILL_POINTS");
   const int points = env && *env ? std::atoi(env) : 5;
+  const uintmax_t experts_bytes = fs::file_size(ref + "/" + kExpertsFileName, ec);
+  ASSERT_FALSE(ec) << ref << "/" << kExpertsFileName;
   std::mt19937 rng(std::random_device{}());
   int mid_run = 0, resumed_total = 0, identical = 0;
   for (int i = 0; i < points; ++i) {
     // Stratified over [0.8 first, done + 10 ms): just before the first tensor, in the expert loop,
-    // while writing dense.safetensors / manifest.bin, around the rename.
+    // while writing dense.safetensors / manifest.bin, around the rename. A moment inside the reference's
+    // expert loop becomes a share of its experts file (the kill lands once the run has written that
+    // much), so that these kills land in the loop however much slower a run is than the reference
+    // (a fresh-clone CI run beside other tests: five kills by the clock, none in the loop).
     const double lo = 0.8 * first, hi = done + 0.01;
     const double at = lo + (hi - lo) * (i + std::uniform_real_distribution<double>(0, 1)(rng)) / points;
+    const bool in_loop = at > first && at < done;
+    const uintmax_t kill_bytes = in_loop ? static_cast<uintmax_t>(static_cast<double>(experts_bytes) *
+                                                                  std::clamp((at - first) / (done - first), 0.2, 0.9))
+                                         : 0;
     const std::string out = tmp.Sub("c" + std::to_string(i));
     const pid_t pid = Spawn(model, out, tmp.Sub("kill.log"));
-    std::this_thread::sleep_for(std::chrono::duration<double>(at));
+    if (in_loop) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      // Until it has written that much, or has exited (WNOWAIT: left for Wait below to reap).
+      const auto exited = [pid] {
+        siginfo_t info{};
+        return ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+      };
+      while (std::chrono::steady_clock::now() < deadline && !exited()) {
+        std::error_code size_ec;
+        if (fs::file_size(out + ".partial/" + kExpertsFileName, size_ec) >= kill_bytes && !size_ec) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double>(at));
+    }
     ::kill(pid, SIGKILL);
     const int killed = Wait(pid);
     const bool partial = FileExists(out + ".partial");
