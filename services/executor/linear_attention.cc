@@ -3,7 +3,6 @@
 // are kernels/gated_delta.h's (its fixed operation order: the same bits on every ISA).
 #include "services/executor/linear_attention.h"
 
-
 #include <cmath>
 #include <vector>
 

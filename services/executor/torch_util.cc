@@ -1,6 +1,5 @@
 #include "services/executor/torch_util.h"
 
-
 #include <algorithm>
 #include <cstring>
 #include <shared_mutex>

@@ -1,11 +1,11 @@
 #include "services/executor/work_pool.h"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
-#include <strings.h>
-#include <memory>
 
 #include "common/status.h"
 
@@ -37,14 +37,14 @@ WorkPool* SharedPoolOf(int threads) ZM_EXCLUDES(g_shared_mu) {
   return pool;
 }
 
-}  // namespace
-
 // OMP_WAIT_POLICY=PASSIVE (which `zipmoe` sets for runs with the runtime, whose I/O thread and
 // decompression workers need the cores between regions: services/cli/main.cc) makes helpers sleep at once.
-static int64_t SpinMicros() {
+int64_t SpinMicros() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy != nullptr && strcasecmp(policy, "passive") == 0 ? 0 : WorkPool::kSpinMicros;
 }
+
+}  // namespace
 
 WorkPool::WorkPool(int threads) : threads_(std::max(1, threads)), spin_micros_(SpinMicros()) {
   ZM_CHECK(threads_ <= 0x7fff) << threads_ << " threads";

@@ -15,8 +15,8 @@
 //
 // Helpers spin for kSpinMicros after a region (regions of one decode step come microseconds apart),
 // then sleep on a condition variable; with OMP_WAIT_POLICY=PASSIVE (set by `zipmoe` for runs with the
-// runtime, as for torch's OpenMP threads) they sleep at once. One region at a time: a region opened while another is open
-// (from another thread, or nested inside a body) runs on its caller alone.
+// runtime, as for torch's OpenMP threads) they sleep at once. One region at a time: a region opened while
+// another is open (from another thread, or nested inside a body) runs on its caller alone.
 #pragma once
 
 #include <atomic>
@@ -38,7 +38,7 @@ class WorkPool {
   WorkPool(const WorkPool&) = delete;
   WorkPool& operator=(const WorkPool&) = delete;
 
-  // The process-wide pool the executor's CPU kernels use (cpu_ops.cc); 1 thread until SetThreads.
+  // The process-wide pool the executor's CPU kernels use (cpu_ops.cc); 1 thread until SetSharedThreads.
   static WorkPool& Shared();
   // Resizes Shared() (the generator does, with its n_threads). Not while a region runs in it.
   static void SetSharedThreads(int threads);

@@ -24,7 +24,8 @@ TEST(WorkPoolTest, ParallelForRunsEveryIndexOnce) {
         ASSERT_LE(e - b, grain);
         for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
       });
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " grain " << grain << " i " << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " grain " << grain << " i " << i;
     }
   }
 }
