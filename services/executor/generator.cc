@@ -23,6 +23,7 @@
 #include "kernels/device_memory.h"
 #include "kernels/recovery.h"
 #include "services/executor/device_profile.h"
+#include "services/executor/heap_memory.h"
 #include "services/executor/model.h"
 #include "services/executor/model_weights.h"
 #include "services/executor/moe_device.h"
@@ -167,6 +168,7 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   ZM_RETURN_IF_ERROR(TorchBoundary("set_num_threads", [&]() -> Status {
     at::set_num_threads(impl->n_threads);  // torch reports 1 otherwise in this build
     WorkPool::SetSharedThreads(static_cast<int>(impl->n_threads));  // the CPU kernels' regions (work_pool.h)
+    RetainFreedHeapMemory();  // a layer's freed buffers serve the next one without page faults (heap_memory.h)
     return Status::Ok();
   }));
   LoadOptions load;
