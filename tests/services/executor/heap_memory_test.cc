@@ -10,6 +10,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__GLIBC__)
