@@ -24,13 +24,19 @@ struct Task {
 // Cost of one output row: its weight bytes (~2 per element) plus its multiply-adds per token.
 int64_t RowCost(int64_t cols, int64_t n) { return cols * (2 + n); }
 
-// At most ~kPiecesPerProduct pieces of whole row tiles per product: fine enough to balance threads.
-constexpr int64_t kPiecesPerProduct = 128;
+// At most ~PiecesPerProduct() pieces of whole row tiles per product: fine enough to balance the
+// threads (a thread that runs out steals half of what is left of another's share), few enough that
+// building the list stays small beside the region (a decode region of qwen2_moe mini lasts 40-250 us;
+// with 128 pieces a product on 2 threads, building its ~600 tasks took ~5 us of it, issue 35).
+int64_t PiecesPerProduct() {
+  return std::clamp<int64_t>(16 * static_cast<int64_t>(WorkPool::Shared().threads()), 16, 128);
+}
 
 void Split(std::vector<Task>& tasks, Task::Kind kind, const void* what, int64_t rows, int64_t row_cost) {
   static const int64_t kRowQuantum = kernels::GemmRowQuantum();
+  const int64_t pieces = PiecesPerProduct();
   const int64_t tiles = (rows + kRowQuantum - 1) / kRowQuantum;
-  const int64_t step = (tiles + kPiecesPerProduct - 1) / kPiecesPerProduct * kRowQuantum;
+  const int64_t step = (tiles + pieces - 1) / pieces * kRowQuantum;
   for (int64_t r = 0; r < rows; r += step) {
     const int64_t r1 = std::min(rows, r + step);
     tasks.push_back({kind, what, r, r1, (r1 - r) * row_cost});
@@ -140,13 +146,14 @@ class Share {
 // shares its core with other work (the I/O thread, a decompression worker) ends up with less, and
 // the others do not wait at the end for its fixed share. Every task writes disjoint outputs and
 // computes them the same way whichever thread runs it: the results do not depend on who ran what.
-void RunTasks(const std::vector<Task>& tasks) {
-  if (tasks.empty()) return;
+// `on_caller` (may be empty) runs first on the calling thread, inside the region (see MlpGateUp).
+void RunTasks(const std::vector<Task>& tasks, const std::function<void()>& on_caller = {}) {
   int64_t total = 0;
   for (const Task& t : tasks) total += t.cost;
   WorkPool& pool = WorkPool::Shared();
   const int64_t threads = std::min<int64_t>(pool.threads(), static_cast<int64_t>(tasks.size()));
   if (threads <= 1 || WorkPool::InRegion() || total < (int64_t{1} << 14)) {
+    if (on_caller) on_caller();
     RunRange(tasks, 0, tasks.size());
     return;
   }
@@ -164,6 +171,7 @@ void RunTasks(const std::vector<Task>& tasks) {
   // helpers that did not join (their cores held by other work), and it waits for none of those.
   pool.Run([&](int slot) {
     size_t begin = 0, end = 0;
+    if (slot == 0 && on_caller) on_caller();
     if (slot < threads) {
       while (shares[static_cast<size_t>(slot)].ClaimFront(&begin, &end)) RunRange(tasks, begin, end);
     }
@@ -354,20 +362,28 @@ void ClampedSwiglu(const float* g, const float* u, int64_t count, float limit, f
 
 void Gemms(const std::vector<kernels::GemmArgs>& args) {
   std::vector<Task> tasks;
+  tasks.reserve(args.size() * static_cast<size_t>(PiecesPerProduct()));
   AddGemms(tasks, args);
   RunTasks(tasks);
 }
 
-void MlpGateUp(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra) {
+void MlpGateUp(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra,
+               const std::function<void()>& on_caller) {
   std::vector<Task> tasks;
+  tasks.reserve((jobs.size() + extra.size()) * static_cast<size_t>(PiecesPerProduct()));
   for (const MlpJob& j : jobs)
     if (j.n > 0) Split(tasks, Task::kGateUp, &j, j.gate.rows, 2 * RowCost(j.gate.cols, j.n));
   AddGemms(tasks, extra);
-  RunTasks(tasks);
+  RunTasks(tasks, on_caller);
+}
+
+void MlpGateUp(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra) {
+  MlpGateUp(jobs, extra, {});
 }
 
 void MlpDown(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra) {
   std::vector<Task> tasks;
+  tasks.reserve((jobs.size() + extra.size()) * static_cast<size_t>(PiecesPerProduct()));
   for (const MlpJob& j : jobs)
     if (j.n > 0) Split(tasks, Task::kDown, &j, j.down.rows, RowCost(j.down.cols, j.n));
   AddGemms(tasks, extra);

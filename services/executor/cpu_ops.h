@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/bf16_gemm.h"
@@ -104,6 +105,13 @@ struct MlpJob {
 // Phase 1 of every job (gate and up products, then silu·up on the same rows, in the same task) and
 // every product of `extra`, in one parallel region.
 void MlpGateUp(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra = {});
+
+// MlpGateUp, with `on_caller` run first by the calling thread inside the same region while the
+// helpers start on the products (then the caller joins them; it runs everything itself where no helper
+// joins). `on_caller` must not touch the jobs' or products' buffers. For serial work that the products
+// do not depend on: a decode step's router and routing beside the shared expert (moe_block.cc).
+void MlpGateUp(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra,
+               const std::function<void()>& on_caller);
 
 // Phase 2 of every job (the down product from act) and every product of `extra`, in one region.
 void MlpDown(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra = {});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -145,6 +146,9 @@ constexpr int64_t kRouterOnOneThreadMaxTokens = 8;
 // MoeForward on the CPU in float32 without a torch operator per step (services/executor/cpu_ops.h):
 //   region 0: router logits, then BeginLayer (the provider starts loading while region 1 runs);
 //   region 1: the shared expert's gate/up (+ silu·up), qwen2_moe's shared gate, the next router;
+//   (a decode step or small batch runs region 0 on the calling thread inside region 1, while the
+//   helpers start on its products: on 2 cores the second one had idled through the router and routing,
+//   ~14 us a layer of qwen2_moe mini, issue 35);
 //   per group of experts the provider has ready: region 2 gate/up (+ silu·up) of every expert of the
 //   group, region 3 their downs (the first group also runs the shared expert's down);
 //   then the weighted outputs are summed in ascending expert id order and the shared output added.
@@ -165,14 +169,21 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   std::vector<float> scores(static_cast<size_t>(n * n_experts));
   kernels::GemmArgs router = cpu::Product(GemmWeightsOf(w.router), xp, n, hidden, scores.data(), n_experts);
   if (w.router_logit_bias.defined()) router.bias = w.router_logit_bias.data_ptr<float>();  // gpt_oss
-  if (n <= kRouterOnOneThreadMaxTokens) {
-    kernels::Bf16Gemm(router);
-  } else {
-    cpu::Gemms({router});
+  const bool router_on_caller = n <= kRouterOnOneThreadMaxTokens;
+  std::optional<Result<ExpertAssignment>> routed;
+  const auto route = [&] {
+    if (router_on_caller) {
+      kernels::Bf16Gemm(router);
+    } else {
+      cpu::Gemms({router});
+    }
+    ScoreRows(scores.data(), n, n_experts, config.scoring_func);
+    routed.emplace(RouteAndBegin(config, layer_id, scores.data(), SelectionBias(w), n, provider, substitution_alpha));
+  };
+  if (!router_on_caller) {
+    route();
+    if (!routed->ok()) return routed->status();
   }
-  ScoreRows(scores.data(), n, n_experts, config.scoring_func);
-  ZM_ASSIGN_OR_RETURN(const ExpertAssignment assign, RouteAndBegin(config, layer_id, scores.data(), SelectionBias(w),
-                                                                    n, provider, substitution_alpha));
 
   // 2. Shared expert gate/up, qwen2_moe's shared expert gate (and the next layer's router on x + r
   //    for prefetching): one region; then the prediction for the next layer.
@@ -218,7 +229,25 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       first.push_back(cpu::Product(GemmWeightsOf(w.shared_expert_gate), xp, n, hidden, shared_gate.data(), 1));
     }
   }
-  if (!shared.empty() || !first.empty()) cpu::MlpGateUp(shared, first);
+  if (router_on_caller) {
+    if (!shared.empty() || !first.empty()) {
+      // The router and routing on this thread inside the region; nothing may throw out of a region's
+      // body (work_pool.h), so an exception becomes this layer's error.
+      cpu::MlpGateUp(shared, first, [&] {
+        try {
+          route();
+        } catch (const std::exception& e) {
+          routed.emplace(Status::Internal(fmt::format("layer {}: router and routing: {}", layer_id, e.what())));
+        }
+      });
+    } else {
+      route();
+    }
+  } else if (!shared.empty() || !first.empty()) {
+    cpu::MlpGateUp(shared, first);
+  }
+  if (!routed->ok()) return routed->status();
+  const ExpertAssignment assign = std::move(*routed).value();
   if (predict) {
     ScoreRows(next_scores.data(), n, next->weights->router.size(0), config.scoring_func);
     provider.Prefetch(

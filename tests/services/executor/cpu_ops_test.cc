@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "services/executor/attention.h"
@@ -164,6 +165,64 @@ TEST(CpuOpsTest, MlpRegionsAreBitIdenticalToTheReferenceAtAnyThreadCount) {
     EXPECT_TRUE(SameBits(act1, rg1)) << threads << " threads";
     EXPECT_TRUE(SameBits(y1, ry1)) << threads << " threads";
     EXPECT_TRUE(SameBits(logits, rr)) << threads << " threads";
+  }
+  WorkPool::SetSharedThreads(threads_before);
+}
+
+// MlpGateUp's work for the caller (a decode step's router and routing beside the shared expert,
+// moe_block.cc): it runs exactly once, on the calling thread, whether the helpers join, are held off or
+// do not exist, and neither it nor the region's products lose a bit to the other.
+TEST(CpuOpsTest, WorkForTheCallerRunsOnceOnItsThreadInsideTheRegion) {
+  const int64_t hidden = 256, inter = 512, experts = 60;
+  const std::vector<uint16_t> g = RandomBf16(inter * hidden, 21), u = RandomBf16(inter * hidden, 22),
+                              d = RandomBf16(hidden * inter, 23), router = RandomBf16(experts * hidden, 24);
+  const std::vector<float> x = Random(hidden, 25);
+  const auto weights = [](const std::vector<uint16_t>& w, int64_t rows, int64_t cols) {
+    kernels::GemmWeights gw;
+    gw.bf16 = w.data();
+    gw.rows = rows;
+    gw.cols = cols;
+    return gw;
+  };
+  const auto product = [&](const kernels::GemmWeights& w, const float* in, float* out) {
+    kernels::GemmArgs a;
+    a.w = w;
+    a.x = in;
+    a.n = 1;
+    a.ldx = w.cols;
+    a.y = out;
+    a.ldy = w.rows;
+    a.row_end = w.rows;
+    return a;
+  };
+  std::vector<float> rg(inter), ru(inter), rr(experts);
+  kernels::Bf16GemmReference(product(weights(g, inter, hidden), x.data(), rg.data()));
+  kernels::Bf16GemmReference(product(weights(u, inter, hidden), x.data(), ru.data()));
+  cpu::SiluMul(rg.data(), ru.data(), inter, rg.data());
+  kernels::Bf16GemmReference(product(weights(router, experts, hidden), x.data(), rr.data()));
+
+  const int threads_before = WorkPool::Shared().threads();
+  for (int threads : {1, 2, 3}) {
+    WorkPool::SetSharedThreads(threads);
+    for (bool hold : {false, true}) {
+      WorkPool::Shared().HoldHelpersForTest(hold);
+      std::vector<float> act(inter), up(inter), y(hidden), logits(experts);
+      std::vector<cpu::MlpJob> jobs(1);
+      jobs[0] = {weights(g, inter, hidden), weights(u, inter, hidden), weights(d, hidden, inter), x.data(), 1, hidden,
+                 act.data(), up.data(), y.data(), hidden};
+      int calls = 0;
+      std::thread::id ran_on;
+      cpu::MlpGateUp(jobs, {}, [&] {
+        ++calls;
+        ran_on = std::this_thread::get_id();
+        kernels::Bf16Gemm(product(weights(router, experts, hidden), x.data(), logits.data()));
+      });
+      WorkPool::Shared().HoldHelpersForTest(false);
+      EXPECT_EQ(calls, 1) << threads << " threads, hold " << hold;
+      EXPECT_EQ(ran_on, std::this_thread::get_id()) << threads << " threads, hold " << hold;
+      EXPECT_TRUE(SameBits(act, rg)) << threads << " threads, hold " << hold;
+      EXPECT_TRUE(SameBits(logits, rr)) << threads << " threads, hold " << hold;
+    }
   }
   WorkPool::SetSharedThreads(threads_before);
 }
