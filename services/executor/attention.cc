@@ -12,25 +12,65 @@
 
 namespace zipmoe::executor {
 
+void KvCache::Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t dv, const at::TensorOptions& options) {
+  const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
+  if (need <= capacity) return;
+  const int64_t new_capacity = page_positions_ > 0 ? (need + page_positions_ - 1) / page_positions_ * page_positions_
+                                                  : std::max<int64_t>({need, 2 * capacity, 16});
+  // A BF16 cache on the CPU (set_bf16_storage); otherwise the computed dtype.
+  const bool bf16 = bf16_storage_ && options.device().is_cpu() && options.dtype() == at::kFloat;
+  const at::TensorOptions stored = bf16 ? options.dtype(at::kBFloat16) : options;
+  at::Tensor nk = at::empty({n_kv, new_capacity, dk}, stored);
+  at::Tensor nv = at::empty({n_kv, new_capacity, dv}, stored);
+  if (length_ > 0) {
+    nk.narrow(1, 0, length_).copy_(l.k.narrow(1, 0, length_));
+    nv.narrow(1, 0, length_).copy_(l.v.narrow(1, 0, length_));
+  }
+  l.k = nk;
+  l.v = nv;
+}
+
+KvCache::Rows KvCache::AppendPosition(int64_t layer_id, const float* k, const float* v, int64_t n_kv, int64_t dk,
+                                      int64_t dv) {
+  Layer& l = layers_[static_cast<size_t>(layer_id)];
+  Reserve(l, length_ + 1, n_kv, dk, dv, at::TensorOptions().dtype(at::kFloat));
+  TORCH_CHECK(l.k.is_cpu() && l.k.size(0) == n_kv && l.k.size(2) == dk && l.v.size(0) == n_kv && l.v.size(2) == dv &&
+                  l.k.is_contiguous() && l.v.is_contiguous(),
+              "KvCache::AppendPosition: layer ", layer_id, " holds ", l.k.sizes(), " keys, ", l.v.sizes(),
+              " values on ", l.k.device(), ", not CPU [", n_kv, ", *, ", dk, "] / [", n_kv, ", *, ", dv, "]");
+  const int64_t positions = l.k.size(1);
+  Rows r;
+  r.k_head_stride = positions * dk;
+  r.v_head_stride = positions * dv;
+  if (l.k.scalar_type() == at::kBFloat16) {  // rounded to nearest, ties to even, as Append stores them
+    c10::BFloat16* kd = l.k.data_ptr<c10::BFloat16>();
+    c10::BFloat16* vd = l.v.data_ptr<c10::BFloat16>();
+    for (int64_t h = 0; h < n_kv; ++h) {
+      for (int64_t j = 0; j < dk; ++j) kd[(h * positions + length_) * dk + j] = c10::BFloat16(k[h * dk + j]);
+      for (int64_t j = 0; j < dv; ++j) vd[(h * positions + length_) * dv + j] = c10::BFloat16(v[h * dv + j]);
+    }
+    r.k_bf16 = reinterpret_cast<const uint16_t*>(kd);
+    r.v_bf16 = reinterpret_cast<const uint16_t*>(vd);
+    return r;
+  }
+  TORCH_CHECK(l.k.scalar_type() == at::kFloat && l.v.scalar_type() == at::kFloat,
+              "KvCache::AppendPosition: layer ", layer_id, " stores ", l.k.scalar_type(), ", not float32 or BF16");
+  float* kd = l.k.data_ptr<float>();
+  float* vd = l.v.data_ptr<float>();
+  for (int64_t h = 0; h < n_kv; ++h) {
+    std::copy_n(k + h * dk, dk, kd + (h * positions + length_) * dk);
+    std::copy_n(v + h * dv, dv, vd + (h * positions + length_) * dv);
+  }
+  r.k = kd;
+  r.v = vd;
+  return r;
+}
+
 std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v) {
   Layer& l = layers_[static_cast<size_t>(layer_id)];
   const int64_t t = k.size(1);
   const int64_t need = length_ + t;
-  const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
-  if (need > capacity) {
-    const int64_t new_capacity = page_positions_ > 0 ? (need + page_positions_ - 1) / page_positions_ * page_positions_
-                                                    : std::max<int64_t>({need, 2 * capacity, 16});
-    // A BF16 cache on the CPU (set_bf16_storage); otherwise the computed dtype.
-    const bool bf16 = bf16_storage_ && k.is_cpu() && k.scalar_type() == at::kFloat;
-    at::Tensor nk = at::empty({k.size(0), new_capacity, k.size(2)}, bf16 ? k.options().dtype(at::kBFloat16) : k.options());
-    at::Tensor nv = at::empty({v.size(0), new_capacity, v.size(2)}, bf16 ? v.options().dtype(at::kBFloat16) : v.options());
-    if (length_ > 0) {
-      nk.narrow(1, 0, length_).copy_(l.k.narrow(1, 0, length_));
-      nv.narrow(1, 0, length_).copy_(l.v.narrow(1, 0, length_));
-    }
-    l.k = nk;
-    l.v = nv;
-  }
+  Reserve(l, need, k.size(0), k.size(2), v.size(2), k.options());
   // The new positions' rows copied in place: float32 on the CPU by row (a decode step's few rows cost
   // less than a torch copy's dispatch, issue 35), anything else by copy_.
   const auto append = [&](at::Tensor& cache, const at::Tensor& src) {
@@ -190,6 +230,45 @@ namespace {
 // q [N, n_heads, dk], k [N, n_kv, dk], v [N, n_kv, dv] -> [N, n_heads * dv], per sequence.
 at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer_id,
                        const BatchLayout& batch, double scale, int64_t window, const at::Tensor& sinks = at::Tensor()) {
+  // A decode step on the CPU (one new position per sequence, float32 rows): the cache rows and the
+  // attention by raw pointers, without the dozen torch operators a sequence costs below (~15 us a layer
+  // on 2 cores, issue 35). The same values stored, the same kernel: the same bits.
+  const int64_t n_heads = q.size(1), n_kv = k.size(1), dk = q.size(2), dv = v.size(2);
+  bool decode = q.is_cpu() && k.is_cpu() && v.is_cpu() && q.scalar_type() == at::kFloat &&
+                k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat && q.is_contiguous() &&
+                k.is_contiguous() && v.is_contiguous() && k.size(2) == dk && n_heads % n_kv == 0 &&
+                (!sinks.defined() || (sinks.is_cpu() && sinks.scalar_type() == at::kFloat && sinks.is_contiguous()));
+  for (size_t i = 0; decode && i < batch.lengths.size(); ++i) decode = batch.lengths[i] == 1;
+  if (decode) {
+    at::Tensor out = at::empty({q.size(0), n_heads * dv}, q.options());
+    for (size_t i = 0; i < batch.starts.size(); ++i) {
+      const int64_t row = batch.starts[i];
+      KvCache* cache = batch.caches[i];
+      const KvCache::Rows kv = cache->AppendPosition(layer_id, k.data_ptr<float>() + row * n_kv * dk,
+                                                     v.data_ptr<float>() + row * n_kv * dv, n_kv, dk, dv);
+      cpu::AttentionArgs a;
+      a.q = q.data_ptr<float>() + row * n_heads * dk;  // [n_heads, dk] = [n_heads, 1, dk]
+      a.n_heads = n_heads;
+      a.t = 1;
+      a.dk = dk;
+      a.k = kv.k;
+      a.v = kv.v;
+      a.k_bf16 = kv.k_bf16;
+      a.v_bf16 = kv.v_bf16;
+      a.k_head_stride = kv.k_head_stride;
+      a.v_head_stride = kv.v_head_stride;
+      a.n_kv = n_kv;
+      a.total = cache->length() + 1;
+      a.dv = dv;
+      a.pos0 = cache->length();
+      a.scale = static_cast<float>(scale);
+      a.window = window;
+      if (sinks.defined()) a.sinks = sinks.data_ptr<float>();
+      a.out = out.data_ptr<float>() + row * n_heads * dv;
+      cpu::AttendCausal(a);
+    }
+    return out;
+  }
   std::vector<at::Tensor> outs;
   outs.reserve(batch.starts.size());
   for (size_t i = 0; i < batch.starts.size(); ++i) {

@@ -41,6 +41,23 @@ class KvCache {
   // Appends k [n, t, dk], v [n, t, dv] at position length() of `layer_id` and returns views of
   // the whole cache of that layer: k [n, length()+t, dk], v [n, length()+t, dv].
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v);
+
+  // One layer of a CPU cache as raw rows (what cpu::AttendCausal reads): key j of kv head h at
+  // k + h * k_head_stride + j * dk (v likewise with dv); k_bf16 / v_bf16 instead when the cache stores
+  // BF16 (set_bf16_storage), the others null.
+  struct Rows {
+    const float* k = nullptr;
+    const float* v = nullptr;
+    const uint16_t* k_bf16 = nullptr;
+    const uint16_t* v_bf16 = nullptr;
+    int64_t k_head_stride = 0;
+    int64_t v_head_stride = 0;
+  };
+  // A decode step's Append without torch operators: one position of float32 rows on the CPU, k [n_kv, dk]
+  // and v [n_kv, dv] contiguous, stored at position length() of `layer_id` as Append would store
+  // k [n_kv, 1, dk], v [n_kv, 1, dv] (the same growth, the same values); returns the layer's rows,
+  // positions [0, length()] valid. The layer's cache must be a CPU one of those shapes, or not made yet.
+  Rows AppendPosition(int64_t layer_id, const float* k, const float* v, int64_t n_kv, int64_t dk, int64_t dv);
   // Commits t new positions once every layer has appended them.
   void Advance(int64_t t) { length_ += t; }
 
@@ -78,6 +95,9 @@ class KvCache {
     at::Tensor k;  // [n, capacity, dk]
     at::Tensor v;  // [n, capacity, dv]
   };
+  // Room for `need` positions in `l` (copying the cached ones into a larger tensor: pages, or doubling);
+  // `options` those of the appended float32 values (the stored dtype is BF16 under bf16_storage_).
+  void Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t dv, const at::TensorOptions& options);
   std::vector<Layer> layers_;
   std::vector<LinearState> linear_;  // [n_layers] once a Gated DeltaNet layer ran
   int64_t length_ = 0;

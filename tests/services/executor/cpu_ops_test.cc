@@ -392,5 +392,53 @@ TEST(CpuOpsTest, KvCacheAppendKeepsEveryRowOfTransposedViews) {
   }
 }
 
+// A decode step's raw append (attention.cc's decode path) stores exactly what Append stores, for a
+// float32 and a BF16 cache, growing by doubling and by pages, mixed with Append's prefills, and its rows
+// address the cache as Append's views do.
+TEST(CpuOpsTest, KvCacheAppendPositionStoresWhatAppendStores) {
+  for (const bool bf16 : {false, true}) {
+    for (const int64_t page : {int64_t{0}, int64_t{4}}) {
+      KvCache by_append(1), by_position(1);
+      by_append.set_bf16_storage(bf16);
+      by_position.set_bf16_storage(bf16);
+      by_append.set_page_positions(page);
+      by_position.set_page_positions(page);
+      int seed = 60;
+      for (const int64_t t : {3, 1, 1, 1, 7, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {  // crosses 16 and pages
+        const at::Tensor k = at::tensor(Random(static_cast<size_t>(t * 3 * 8), seed++)).view({t, 3, 8});
+        const at::Tensor v = at::tensor(Random(static_cast<size_t>(t * 3 * 4), seed++)).view({t, 3, 4});
+        const std::pair<at::Tensor, at::Tensor> want = by_append.Append(0, k.transpose(0, 1), v.transpose(0, 1));
+        std::pair<at::Tensor, at::Tensor> got;
+        if (t == 1) {
+          const KvCache::Rows rows =
+              by_position.AppendPosition(0, k.data_ptr<float>(), v.data_ptr<float>(), 3, 8, 4);
+          by_position.Advance(1);
+          // Append of no rows: the views of every position, the new one included.
+          got = by_position.Append(0, k.transpose(0, 1).narrow(1, 0, 0), v.transpose(0, 1).narrow(1, 0, 0));
+          const void* k_rows = bf16 ? static_cast<const void*>(rows.k_bf16) : static_cast<const void*>(rows.k);
+          const void* v_rows = bf16 ? static_cast<const void*>(rows.v_bf16) : static_cast<const void*>(rows.v);
+          EXPECT_EQ(k_rows, got.first.data_ptr());
+          EXPECT_EQ(v_rows, got.second.data_ptr());
+          EXPECT_EQ(rows.k_head_stride, got.first.stride(0));
+          EXPECT_EQ(rows.v_head_stride, got.second.stride(0));
+          if (bf16) {
+            EXPECT_EQ(rows.k, nullptr);
+          } else {
+            EXPECT_EQ(rows.k_bf16, nullptr);
+          }
+        } else {
+          got = by_position.Append(0, k.transpose(0, 1), v.transpose(0, 1));
+          by_position.Advance(t);
+        }
+        by_append.Advance(t);
+        EXPECT_EQ(got.first.scalar_type(), bf16 ? at::kBFloat16 : at::kFloat);
+        EXPECT_TRUE(at::equal(got.first, want.first)) << "bf16 " << bf16 << " page " << page << " at " << by_append.length();
+        EXPECT_TRUE(at::equal(got.second, want.second)) << "bf16 " << bf16 << " page " << page << " at " << by_append.length();
+        EXPECT_EQ(by_position.bytes(), by_append.bytes());
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zipmoe::executor
