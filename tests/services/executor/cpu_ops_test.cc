@@ -40,6 +40,15 @@ std::vector<uint16_t> RandomBf16(size_t n, uint32_t seed) {
   return v;
 }
 
+// BF16 weights [rows, cols] over `w`'s bit patterns.
+kernels::GemmWeights Bf16Weights(const std::vector<uint16_t>& w, int64_t rows, int64_t cols) {
+  kernels::GemmWeights gw;
+  gw.bf16 = w.data();
+  gw.rows = rows;
+  gw.cols = cols;
+  return gw;
+}
+
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -111,13 +120,6 @@ TEST(CpuOpsTest, MlpRegionsAreBitIdenticalToTheReferenceAtAnyThreadCount) {
                               u1 = RandomBf16(i1 * hidden, 6), d1 = RandomBf16(hidden * i1, 7),
                               router = RandomBf16(9 * hidden, 8);
   const std::vector<float> x = Random(3 * hidden, 9);
-  const auto weights = [](const std::vector<uint16_t>& w, int64_t rows, int64_t cols) {
-    kernels::GemmWeights gw;
-    gw.bf16 = w.data();
-    gw.rows = rows;
-    gw.cols = cols;
-    return gw;
-  };
   const auto reference = [](const kernels::GemmWeights& w, const float* in, int64_t n, std::vector<float>& out) {
     out.assign(static_cast<size_t>(n * w.rows), 0.0f);
     kernels::GemmArgs a;
@@ -132,27 +134,27 @@ TEST(CpuOpsTest, MlpRegionsAreBitIdenticalToTheReferenceAtAnyThreadCount) {
   };
   // Reference: expert 0 on tokens 0..2, expert 1 on token 1, router on tokens 0..2.
   std::vector<float> rg0, ru0, ry0, rg1, ru1, ry1, rr;
-  reference(weights(g0, i0, hidden), x.data(), 3, rg0);
-  reference(weights(u0, i0, hidden), x.data(), 3, ru0);
+  reference(Bf16Weights(g0, i0, hidden), x.data(), 3, rg0);
+  reference(Bf16Weights(u0, i0, hidden), x.data(), 3, ru0);
   cpu::SiluMul(rg0.data(), ru0.data(), 3 * i0, rg0.data());
-  reference(weights(d0, hidden, i0), rg0.data(), 3, ry0);
-  reference(weights(g1, i1, hidden), x.data() + hidden, 1, rg1);
-  reference(weights(u1, i1, hidden), x.data() + hidden, 1, ru1);
+  reference(Bf16Weights(d0, hidden, i0), rg0.data(), 3, ry0);
+  reference(Bf16Weights(g1, i1, hidden), x.data() + hidden, 1, rg1);
+  reference(Bf16Weights(u1, i1, hidden), x.data() + hidden, 1, ru1);
   cpu::SiluMul(rg1.data(), ru1.data(), i1, rg1.data());
-  reference(weights(d1, hidden, i1), rg1.data(), 1, ry1);
-  reference(weights(router, 9, hidden), x.data(), 3, rr);
+  reference(Bf16Weights(d1, hidden, i1), rg1.data(), 1, ry1);
+  reference(Bf16Weights(router, 9, hidden), x.data(), 3, rr);
 
   const int threads_before = WorkPool::Shared().threads();
   for (int threads : {1, 2, 3}) {
     WorkPool::SetSharedThreads(threads);
     std::vector<float> act0(3 * i0), up0(3 * i0), y0(3 * hidden), act1(i1), up1(i1), y1(hidden), logits(3 * 9);
     std::vector<cpu::MlpJob> jobs(2);
-    jobs[0] = {weights(g0, i0, hidden), weights(u0, i0, hidden), weights(d0, hidden, i0), x.data(), 3, hidden,
+    jobs[0] = {Bf16Weights(g0, i0, hidden), Bf16Weights(u0, i0, hidden), Bf16Weights(d0, hidden, i0), x.data(), 3, hidden,
                act0.data(), up0.data(), y0.data(), hidden};
-    jobs[1] = {weights(g1, i1, hidden), weights(u1, i1, hidden), weights(d1, hidden, i1), x.data() + hidden, 1, hidden,
+    jobs[1] = {Bf16Weights(g1, i1, hidden), Bf16Weights(u1, i1, hidden), Bf16Weights(d1, hidden, i1), x.data() + hidden, 1, hidden,
                act1.data(), up1.data(), y1.data(), hidden};
     kernels::GemmArgs r;
-    r.w = weights(router, 9, hidden);
+    r.w = Bf16Weights(router, 9, hidden);
     r.x = x.data();
     r.n = 3;
     r.ldx = hidden;
@@ -177,13 +179,6 @@ TEST(CpuOpsTest, WorkForTheCallerRunsOnceOnItsThreadInsideTheRegion) {
   const std::vector<uint16_t> g = RandomBf16(inter * hidden, 21), u = RandomBf16(inter * hidden, 22),
                               d = RandomBf16(hidden * inter, 23), router = RandomBf16(experts * hidden, 24);
   const std::vector<float> x = Random(hidden, 25);
-  const auto weights = [](const std::vector<uint16_t>& w, int64_t rows, int64_t cols) {
-    kernels::GemmWeights gw;
-    gw.bf16 = w.data();
-    gw.rows = rows;
-    gw.cols = cols;
-    return gw;
-  };
   const auto product = [&](const kernels::GemmWeights& w, const float* in, float* out) {
     kernels::GemmArgs a;
     a.w = w;
@@ -196,10 +191,10 @@ TEST(CpuOpsTest, WorkForTheCallerRunsOnceOnItsThreadInsideTheRegion) {
     return a;
   };
   std::vector<float> rg(inter), ru(inter), rr(experts);
-  kernels::Bf16GemmReference(product(weights(g, inter, hidden), x.data(), rg.data()));
-  kernels::Bf16GemmReference(product(weights(u, inter, hidden), x.data(), ru.data()));
+  kernels::Bf16GemmReference(product(Bf16Weights(g, inter, hidden), x.data(), rg.data()));
+  kernels::Bf16GemmReference(product(Bf16Weights(u, inter, hidden), x.data(), ru.data()));
   cpu::SiluMul(rg.data(), ru.data(), inter, rg.data());
-  kernels::Bf16GemmReference(product(weights(router, experts, hidden), x.data(), rr.data()));
+  kernels::Bf16GemmReference(product(Bf16Weights(router, experts, hidden), x.data(), rr.data()));
 
   const int threads_before = WorkPool::Shared().threads();
   for (int threads : {1, 2, 3}) {
@@ -208,14 +203,14 @@ TEST(CpuOpsTest, WorkForTheCallerRunsOnceOnItsThreadInsideTheRegion) {
       WorkPool::Shared().HoldHelpersForTest(hold);
       std::vector<float> act(inter), up(inter), y(hidden), logits(experts);
       std::vector<cpu::MlpJob> jobs(1);
-      jobs[0] = {weights(g, inter, hidden), weights(u, inter, hidden), weights(d, hidden, inter), x.data(), 1, hidden,
+      jobs[0] = {Bf16Weights(g, inter, hidden), Bf16Weights(u, inter, hidden), Bf16Weights(d, hidden, inter), x.data(), 1, hidden,
                  act.data(), up.data(), y.data(), hidden};
       int calls = 0;
       std::thread::id ran_on;
       cpu::MlpGateUp(jobs, {}, [&] {
         ++calls;
         ran_on = std::this_thread::get_id();
-        kernels::Bf16Gemm(product(weights(router, experts, hidden), x.data(), logits.data()));
+        kernels::Bf16Gemm(product(Bf16Weights(router, experts, hidden), x.data(), logits.data()));
       });
       WorkPool::Shared().HoldHelpersForTest(false);
       EXPECT_EQ(calls, 1) << threads << " threads, hold " << hold;
