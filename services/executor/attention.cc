@@ -5,12 +5,61 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/dense_decode.h"
 #include "services/executor/cpu_ops.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
+namespace {
+
+// Stores t positions of `heads` heads of float32 rows (row i of head h at src + h * head_stride +
+// i * row_stride, d floats) at positions [at, at + t) of a cache [heads, positions, d] held as float32
+// (copied) or BF16 (rounded to nearest, ties to even).
+template <typename T>
+void StoreRows(T* dst, int64_t positions, int64_t at, const float* src, int64_t heads, int64_t t, int64_t d,
+               int64_t head_stride, int64_t row_stride) {
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < t; ++i) {
+      const float* row = src + h * head_stride + i * row_stride;
+      T* out = dst + (h * positions + at + i) * d;
+      if constexpr (std::is_same_v<T, float>) {
+        std::copy_n(row, d, out);
+      } else {
+        for (int64_t j = 0; j < d; ++j) out[j] = T(row[j]);
+      }
+    }
+}
+
+// The CPU attention of t queries q [n_heads, t, dk] (contiguous) at positions pos0.. over the first
+// `total` positions of a cache's rows, into out [t, n_heads * dv].
+cpu::AttentionArgs CacheAttention(const float* q, int64_t n_heads, int64_t t, int64_t dk, const KvCache::Rows& kv,
+                                  int64_t n_kv, int64_t total, int64_t dv, int64_t pos0, double scale, int64_t window,
+                                  const at::Tensor& sinks, float* out) {
+  cpu::AttentionArgs a;
+  a.q = q;
+  a.n_heads = n_heads;
+  a.t = t;
+  a.dk = dk;
+  a.k = kv.k;
+  a.v = kv.v;
+  a.k_bf16 = kv.k_bf16;
+  a.v_bf16 = kv.v_bf16;
+  a.k_head_stride = kv.k_head_stride;
+  a.v_head_stride = kv.v_head_stride;
+  a.n_kv = n_kv;
+  a.total = total;
+  a.dv = dv;
+  a.pos0 = pos0;
+  a.scale = static_cast<float>(scale);
+  a.window = window;
+  if (sinks.defined()) a.sinks = sinks.data_ptr<float>();
+  a.out = out;
+  return a;
+}
+
+}  // namespace
 
 void KvCache::Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t dv, const at::TensorOptions& options) {
   const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
@@ -42,13 +91,11 @@ KvCache::Rows KvCache::AppendPosition(int64_t layer_id, const float* k, const fl
   Rows r;
   r.k_head_stride = positions * dk;
   r.v_head_stride = positions * dv;
-  if (l.k.scalar_type() == at::kBFloat16) {  // rounded to nearest, ties to even, as Append stores them
+  if (l.k.scalar_type() == at::kBFloat16) {  // as Append stores them
     c10::BFloat16* kd = l.k.data_ptr<c10::BFloat16>();
     c10::BFloat16* vd = l.v.data_ptr<c10::BFloat16>();
-    for (int64_t h = 0; h < n_kv; ++h) {
-      for (int64_t j = 0; j < dk; ++j) kd[(h * positions + length_) * dk + j] = c10::BFloat16(k[h * dk + j]);
-      for (int64_t j = 0; j < dv; ++j) vd[(h * positions + length_) * dv + j] = c10::BFloat16(v[h * dv + j]);
-    }
+    StoreRows(kd, positions, length_, k, n_kv, 1, dk, dk, 0);
+    StoreRows(vd, positions, length_, v, n_kv, 1, dv, dv, 0);
     r.k_bf16 = reinterpret_cast<const uint16_t*>(kd);
     r.v_bf16 = reinterpret_cast<const uint16_t*>(vd);
     return r;
@@ -57,10 +104,8 @@ KvCache::Rows KvCache::AppendPosition(int64_t layer_id, const float* k, const fl
               "KvCache::AppendPosition: layer ", layer_id, " stores ", l.k.scalar_type(), ", not float32 or BF16");
   float* kd = l.k.data_ptr<float>();
   float* vd = l.v.data_ptr<float>();
-  for (int64_t h = 0; h < n_kv; ++h) {
-    std::copy_n(k + h * dk, dk, kd + (h * positions + length_) * dk);
-    std::copy_n(v + h * dv, dv, vd + (h * positions + length_) * dv);
-  }
+  StoreRows(kd, positions, length_, k, n_kv, 1, dk, dk, 0);
+  StoreRows(vd, positions, length_, v, n_kv, 1, dv, dv, 0);
   r.k = kd;
   r.v = vd;
   return r;
@@ -77,22 +122,11 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Te
     const bool rows = cache.is_cpu() && src.is_cpu() && src.scalar_type() == at::kFloat && cache.is_contiguous() &&
                       src.stride(2) == 1 && src.sizes() == at::IntArrayRef{cache.size(0), t, cache.size(2)};
     if (rows && cache.scalar_type() == at::kFloat) {
-      const int64_t heads = cache.size(0), positions = cache.size(1), d = cache.size(2);
-      float* dst = cache.data_ptr<float>();
-      const float* from = src.data_ptr<float>();
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < t; ++i)
-          std::copy_n(from + h * src.stride(0) + i * src.stride(1), d, dst + (h * positions + length_ + i) * d);
-    } else if (rows && cache.scalar_type() == at::kBFloat16) {  // rounded to nearest, ties to even
-      const int64_t heads = cache.size(0), positions = cache.size(1), d = cache.size(2);
-      c10::BFloat16* dst = cache.data_ptr<c10::BFloat16>();
-      const float* from = src.data_ptr<float>();
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < t; ++i) {
-          const float* row = from + h * src.stride(0) + i * src.stride(1);
-          c10::BFloat16* out = dst + (h * positions + length_ + i) * d;
-          for (int64_t j = 0; j < d; ++j) out[j] = c10::BFloat16(row[j]);
-        }
+      StoreRows(cache.data_ptr<float>(), cache.size(1), length_, src.data_ptr<float>(), cache.size(0), t,
+                cache.size(2), src.stride(0), src.stride(1));
+    } else if (rows && cache.scalar_type() == at::kBFloat16) {
+      StoreRows(cache.data_ptr<c10::BFloat16>(), cache.size(1), length_, src.data_ptr<float>(), cache.size(0), t,
+                cache.size(2), src.stride(0), src.stride(1));
     } else {
       cache.narrow(1, length_, t).copy_(src);
     }
@@ -141,29 +175,18 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
       k.stride(2) == 1 && k.stride(1) == dk && v.stride(2) == 1 && v.stride(1) == dv && n_heads % n_kv == 0) {
     const at::Tensor qc = q.contiguous();
     at::Tensor out = at::empty({t, n_heads * dv}, q.options());
-    cpu::AttentionArgs a;
-    a.q = qc.data_ptr<float>();
-    a.n_heads = n_heads;
-    a.t = t;
-    a.dk = dk;
+    KvCache::Rows kv;
     if (bf16_cache) {  // a BF16 KV cache (GeneratorOptions::kv_cache_bf16)
-      a.k_bf16 = static_cast<const uint16_t*>(k.data_ptr());
-      a.v_bf16 = static_cast<const uint16_t*>(v.data_ptr());
+      kv.k_bf16 = static_cast<const uint16_t*>(k.data_ptr());
+      kv.v_bf16 = static_cast<const uint16_t*>(v.data_ptr());
     } else {
-      a.k = k.data_ptr<float>();
-      a.v = v.data_ptr<float>();
+      kv.k = k.data_ptr<float>();
+      kv.v = v.data_ptr<float>();
     }
-    a.k_head_stride = k.stride(0);
-    a.v_head_stride = v.stride(0);
-    a.n_kv = n_kv;
-    a.total = total;
-    a.dv = dv;
-    a.pos0 = pos0;
-    a.scale = static_cast<float>(scale);
-    a.window = window;
-    if (sinks.defined()) a.sinks = sinks.data_ptr<float>();
-    a.out = out.data_ptr<float>();
-    cpu::AttendCausal(a);
+    kv.k_head_stride = k.stride(0);
+    kv.v_head_stride = v.stride(0);
+    cpu::AttendCausal(CacheAttention(qc.data_ptr<float>(), n_heads, t, dk, kv, n_kv, total, dv, pos0, scale, window,
+                                     sinks, out.data_ptr<float>()));
     return out;
   }
   // One decode token's attention on a GPU: one launch (kernels/dense_decode.h) instead of ~10 torch
@@ -246,26 +269,10 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
       KvCache* cache = batch.caches[i];
       const KvCache::Rows kv = cache->AppendPosition(layer_id, k.data_ptr<float>() + row * n_kv * dk,
                                                      v.data_ptr<float>() + row * n_kv * dv, n_kv, dk, dv);
-      cpu::AttentionArgs a;
-      a.q = q.data_ptr<float>() + row * n_heads * dk;  // [n_heads, dk] = [n_heads, 1, dk]
-      a.n_heads = n_heads;
-      a.t = 1;
-      a.dk = dk;
-      a.k = kv.k;
-      a.v = kv.v;
-      a.k_bf16 = kv.k_bf16;
-      a.v_bf16 = kv.v_bf16;
-      a.k_head_stride = kv.k_head_stride;
-      a.v_head_stride = kv.v_head_stride;
-      a.n_kv = n_kv;
-      a.total = cache->length() + 1;
-      a.dv = dv;
-      a.pos0 = cache->length();
-      a.scale = static_cast<float>(scale);
-      a.window = window;
-      if (sinks.defined()) a.sinks = sinks.data_ptr<float>();
-      a.out = out.data_ptr<float>() + row * n_heads * dv;
-      cpu::AttendCausal(a);
+      // q's row [n_heads, dk] is [n_heads, 1, dk]
+      cpu::AttendCausal(CacheAttention(q.data_ptr<float>() + row * n_heads * dk, n_heads, 1, dk, kv, n_kv,
+                                       cache->length() + 1, dv, cache->length(), scale, window, sinks,
+                                       out.data_ptr<float>() + row * n_heads * dv));
     }
     return out;
   }

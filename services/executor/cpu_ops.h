@@ -108,7 +108,7 @@ void MlpGateUp(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmA
 
 // MlpGateUp, with `on_caller` run first by the calling thread inside the same region while the
 // helpers start on the products (then the caller joins them; it runs everything itself where no helper
-// joins). `on_caller` must not touch the jobs' or products' buffers. For serial work that the products
+// joins; with no products, `on_caller` alone runs). `on_caller` must not touch the jobs' or products' buffers. For serial work that the products
 // do not depend on: a decode step's router and routing beside the shared expert (moe_block.cc).
 void MlpGateUp(const std::vector<MlpJob>& jobs, const std::vector<kernels::GemmArgs>& extra,
                const std::function<void()>& on_caller);

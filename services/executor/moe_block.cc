@@ -230,19 +230,15 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     }
   }
   if (router_on_caller) {
-    if (!shared.empty() || !first.empty()) {
-      // The router and routing on this thread inside the region; nothing may throw out of a region's
-      // body (work_pool.h), so an exception becomes this layer's error.
-      cpu::MlpGateUp(shared, first, [&] {
-        try {
-          route();
-        } catch (const std::exception& e) {
-          routed.emplace(Status::Internal(fmt::format("layer {}: router and routing: {}", layer_id, e.what())));
-        }
-      });
-    } else {
-      route();
-    }
+    // The router and routing on this thread inside the region (alone when it has no products);
+    // nothing may throw out of a region's body (work_pool.h), so an exception becomes this layer's error.
+    cpu::MlpGateUp(shared, first, [&] {
+      try {
+        route();
+      } catch (const std::exception& e) {
+        routed.emplace(Status::Internal(fmt::format("layer {}: router and routing: {}", layer_id, e.what())));
+      }
+    });
   } else if (!shared.empty() || !first.empty()) {
     cpu::MlpGateUp(shared, first);
   }
