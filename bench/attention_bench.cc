@@ -10,8 +10,8 @@
 //
 // L layers, each with its own cache, so a step reads the keys and values from memory as a real one
 // does (the default 24 caches of mini at 8192 positions: 1.5 GiB). AttendCausal splits KV heads over
-// torch's intra-op threads when the work is large: --threads sets how many (default 2, as the
-// executor's --threads). --bf16: keys and values cached as BF16 (`--kv-cache-dtype bf16`), half the bytes.
+// the executor's thread pool (WorkPool::Shared) when the work is large: --threads sets how many
+// (default 2, as the executor's --threads). --bf16: keys and values cached as BF16 (`--kv-cache-dtype bf16`), half the bytes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +26,7 @@
 #include <ATen/Parallel.h>
 
 #include "services/executor/cpu_ops.h"
+#include "services/executor/work_pool.h"
 
 namespace {
 
@@ -95,6 +96,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   at::set_num_threads(static_cast<int>(threads));
+  // AttendCausal shares KV heads out over the executor's pool (services/executor/work_pool.h), not torch's.
+  zipmoe::executor::WorkPool::SetSharedThreads(static_cast<int>(threads));
   const int64_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
