@@ -4,6 +4,7 @@
 #include "services/executor/attention.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -72,8 +73,24 @@ void KvCache::Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t 
   at::Tensor nk = at::empty({n_kv, new_capacity, dk}, stored);
   at::Tensor nv = at::empty({n_kv, new_capacity, dv}, stored);
   if (length_ > 0) {
-    nk.narrow(1, 0, length_).copy_(l.k.narrow(1, 0, length_));
-    nv.narrow(1, 0, length_).copy_(l.v.narrow(1, 0, length_));
+    // On the CPU each head's cached rows are one contiguous run in both tensors: copied by memcpy, not by
+    // torch's copy_, whose parallel loop wakes torch's OpenMP workers, which then spin beside the matmul
+    // pool's threads (issue 35; seen as a third busy thread in a decode step's profile).
+    const auto copy_rows = [&](at::Tensor& to, const at::Tensor& from) {
+      if (to.is_cpu() && from.is_cpu() && to.scalar_type() == from.scalar_type() && to.is_contiguous() &&
+          from.is_contiguous() && to.size(0) == from.size(0) && to.size(2) == from.size(2)) {
+        const int64_t row_bytes = to.size(2) * static_cast<int64_t>(to.element_size());
+        const auto* src = static_cast<const char*>(from.data_ptr());
+        auto* dst = static_cast<char*>(to.data_ptr());
+        for (int64_t h = 0; h < to.size(0); ++h)
+          std::memcpy(dst + h * to.size(1) * row_bytes, src + h * from.size(1) * row_bytes,
+                      static_cast<size_t>(length_ * row_bytes));
+      } else {
+        to.narrow(1, 0, length_).copy_(from.narrow(1, 0, length_));
+      }
+    };
+    copy_rows(nk, l.k);
+    copy_rows(nv, l.v);
   }
   l.k = nk;
   l.v = nv;
