@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -206,12 +207,15 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     if (next->weights->router_logit_bias.defined()) first.back().bias = next->weights->router_logit_bias.data_ptr<float>();
   }
   std::vector<cpu::MlpJob> shared;
-  std::vector<float> shared_act, shared_up, shared_out, shared_gate;
+  // Products and SiluMul write every element of their outputs, so their buffers start uninitialised
+  // (new float[]): a 2000-token prefill zero-filled ~60 MB a layer it then overwrote (issue 35).
+  std::unique_ptr<float[]> shared_act, shared_up, shared_out;
+  std::vector<float> shared_gate;
   if (w.has_shared_expert) {
     const int64_t inter = w.shared_expert.gate.size(0);
-    shared_act.resize(static_cast<size_t>(n * inter));
-    shared_up.resize(shared_act.size());
-    shared_out.resize(static_cast<size_t>(n * hidden));
+    shared_act.reset(new float[static_cast<size_t>(n * inter)]);
+    shared_up.reset(new float[static_cast<size_t>(n * inter)]);
+    shared_out.reset(new float[static_cast<size_t>(n * hidden)]);
     cpu::MlpJob j;
     j.gate = GemmWeightsOf(w.shared_expert.gate);
     j.up = GemmWeightsOf(w.shared_expert.up);
@@ -219,9 +223,9 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     j.x = xp;
     j.n = n;
     j.ldx = hidden;
-    j.act = shared_act.data();
-    j.up_out = shared_up.data();
-    j.y = shared_out.data();
+    j.act = shared_act.get();
+    j.up_out = shared_up.get();
+    j.y = shared_out.get();
     j.ldy = hidden;
     shared.push_back(j);
     if (w.shared_expert_gate.defined()) {
@@ -253,7 +257,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   // 3. Experts, in groups of those ready together.
   const size_t n_selected = assign.expert_ids.size();
   const int64_t inter = config.moe_intermediate_size;
-  std::vector<std::vector<float>> outputs(n_selected);
+  std::vector<std::unique_ptr<float[]>> outputs(n_selected);  // written whole by the down products
   std::vector<bool> delivered(n_selected, false);
   size_t taken = 0;
   bool shared_down_pending = !shared.empty();
@@ -270,7 +274,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     const trace::TraceSpan compute_span(
         "expert", [&] { return fmt::format("compute {} experts (layer {})", group.size(), layer_id); });
     std::vector<cpu::MlpJob> jobs;
-    std::vector<std::vector<float>> scratch;
+    std::vector<std::unique_ptr<float[]>> scratch;  // gathered rows, act | up: written before read
     std::vector<at::Tensor> keep;
     jobs.reserve(group.size());
     scratch.reserve(2 * group.size());
@@ -299,16 +303,16 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       if (identity) {
         j.x = xp;
       } else {  // gather the expert's tokens (index_select)
-        scratch.emplace_back(static_cast<size_t>(m * hidden));
+        scratch.emplace_back(new float[static_cast<size_t>(m * hidden)]);
         for (int64_t i = 0; i < m; ++i)
-          std::copy_n(xp + rows[static_cast<size_t>(i)] * hidden, hidden, scratch.back().data() + i * hidden);
-        j.x = scratch.back().data();
+          std::copy_n(xp + rows[static_cast<size_t>(i)] * hidden, hidden, scratch.back().get() + i * hidden);
+        j.x = scratch.back().get();
       }
-      scratch.emplace_back(static_cast<size_t>(2 * m * inter));
-      j.act = scratch.back().data();
+      scratch.emplace_back(new float[static_cast<size_t>(2 * m * inter)]);
+      j.act = scratch.back().get();
       j.up_out = j.act + m * inter;
-      outputs[slot].resize(static_cast<size_t>(m * hidden));
-      j.y = outputs[slot].data();
+      outputs[slot].reset(new float[static_cast<size_t>(m * hidden)]);
+      j.y = outputs[slot].get();
       j.ldy = hidden;
       jobs.push_back(j);
     }
@@ -332,7 +336,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
     const std::vector<int64_t>& rows = assign.token_rows[slot];
     const std::vector<float>& weights = assign.weights[slot];
     for (size_t i = 0; i < rows.size(); ++i) {
-      const float* o = outputs[slot].data() + static_cast<int64_t>(i) * hidden;
+      const float* o = outputs[slot].get() + static_cast<int64_t>(i) * hidden;
       float* yr = yp + rows[i] * hidden;
       const float wgt = weights[i];
       for (int64_t h = 0; h < hidden; ++h) {
@@ -343,7 +347,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   }
   if (!shared.empty()) {
     for (int64_t t = 0; t < n; ++t) {
-      const float* s = shared_out.data() + t * hidden;
+      const float* s = shared_out.get() + t * hidden;
       float* yr = yp + t * hidden;
       if (shared_gate.empty()) {
         for (int64_t h = 0; h < hidden; ++h) yr[h] += s[h];
