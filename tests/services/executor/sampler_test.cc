@@ -23,6 +23,43 @@ TEST(SamplerTest, GreedyTakesTheLowestIdAmongTies) {
   EXPECT_EQ(Draw(SamplingParams{}, 0, logits, 1)[0], 1);
 }
 
+// Argmax against a one-pass reference (the first strict maximum among non-NaN values) on rows of every
+// length around its 16-lane blocks, with NaN, +-inf, ties and signed zeros placed at random.
+TEST(SamplerTest, ArgmaxIsTheFirstLargestNonNanValue) {
+  const auto reference = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    bool found = false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i])) continue;
+      if (!found || x[i] > x[static_cast<size_t>(best)]) best = static_cast<int32_t>(i), found = true;
+    }
+    return best;
+  };
+  const float specials[] = {std::nanf(""), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1.0f};
+  uint64_t state = 7;
+  const auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  for (int64_t n = 1; n <= 70; ++n)
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      const uint32_t mode = next() % 4;
+      for (float& v : x) {
+        if (mode == 0) v = static_cast<float>(next() % 5) - 2.0f;               // many ties
+        else if (mode == 1) v = specials[next() % 6];                          // specials only
+        else if (mode == 2) v = next() % 3 ? std::nanf("") : -std::numeric_limits<float>::infinity();
+        else v = static_cast<float>(static_cast<int32_t>(next() % 2001) - 1000) * 1e-3f;
+      }
+      ASSERT_EQ(Argmax(x.data(), n), reference(x)) << "n " << n << " trial " << trial << " mode " << mode;
+    }
+  const std::vector<float> all_nan(37, std::nanf(""));
+  EXPECT_EQ(Argmax(all_nan.data(), 37), 0);
+  const std::vector<float> zeros = {-1.0f, -0.0f, 0.0f, 0.0f};
+  EXPECT_EQ(Argmax(zeros.data(), 4), 1);
+}
+
 TEST(SamplerTest, SameSeedSameTokensDifferentSeedsDiffer) {
   std::vector<float> flat(64, 0.0f);
   SamplingParams p;
