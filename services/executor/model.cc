@@ -131,7 +131,8 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
         h = AddResidual(std::move(h), MlpForward(lw.dense_mlp, mlp_in));
       }
     }
-    if (!all_logits) {
+    // Each sequence's last row (a decode step's rows are those already: one token a sequence).
+    if (!all_logits && static_cast<size_t>(h.size(0)) != batch.starts.size()) {
       std::vector<int64_t> last;
       for (size_t i = 0; i < batch.starts.size(); ++i) last.push_back(batch.starts[i] + batch.lengths[i] - 1);
       h = h.index_select(0, at::tensor(last, long_opts).to(device_));
