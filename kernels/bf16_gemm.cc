@@ -178,7 +178,7 @@ const char* GemvPrefetchName(GemvPrefetch p) {
 
 namespace {
 
-// kHardware on AMD / Hygon x86 cores, else kAhead (bf16_gemm.h GemvPrefetch: what was measured where).
+// This CPU's default (bf16_gemm.h DefaultGemvPrefetchFor).
 GemvPrefetch DefaultGemvPrefetch() {
 #if defined(ZIPMOE_GEMM_X86)
   unsigned eax, ebx, ecx, edx;
@@ -188,7 +188,12 @@ GemvPrefetch DefaultGemvPrefetch() {
     std::memcpy(vendor + 4, &edx, 4);
     std::memcpy(vendor + 8, &ecx, 4);
     vendor[12] = '\0';
-    if (std::string(vendor) == "AuthenticAMD" || std::string(vendor) == "HygonGenuine") return GemvPrefetch::kHardware;
+    unsigned family = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+      family = (eax >> 8) & 0xFu;
+      if (family == 0xFu) family += (eax >> 20) & 0xFFu;
+    }
+    return DefaultGemvPrefetchFor(vendor, family);
   }
 #endif
   return GemvPrefetch::kAhead;
@@ -208,6 +213,11 @@ GemvPrefetch DetectGemvPrefetch() {
 }
 
 }  // namespace
+
+GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family) {
+  if (vendor == "AuthenticAMD" && family >= 0x19) return GemvPrefetch::kHardware;
+  return GemvPrefetch::kAhead;
+}
 
 GemvPrefetch ActiveGemvPrefetch() {
   static const GemvPrefetch active = DetectGemvPrefetch();  // thread-safe one-time initialisation

@@ -58,6 +58,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 
@@ -121,7 +122,10 @@ struct GemmWeights {
 //   kHardware  no software prefetch in those tiles: the core's own prefetchers. On a 2-core Zen 4 (EPYC
 //              Genoa VM, 2026-12-01) warm decode took 7-9 % less than with kAhead (AVX-512 and AVX2,
 //              interleaved rounds) and a 16-token prefill ran 4-6 % faster; on one core from L3 the
-//              GEMV read 49 GB/s against kAhead's 38 (docs/architecture.md "CPU kernels").
+//              GEMV read 49 GB/s against kAhead's 38 (docs/architecture.md "CPU kernels"). Not on Zen 2:
+//              on a 2-core EPYC Rome VM (family 0x17, AVX2, 2026-12-03) warm decode took 6 % more time
+//              with it than with kAhead and a 16-token prefill 8 % more (medians of six reps, three
+//              alternated pairs, kAhead ahead in each; docs/benchmarks.md).
 //   kAuto      ActiveGemvPrefetch() (the default of GemmArgs).
 // Tiles of several rows (batches, FP8 and MXFP4 decode, NEON) keep their next-tile prefetch under every scheme.
 enum class GemvPrefetch : int { kAuto = 0, kAhead = 1, kHardware = 2 };
@@ -130,10 +134,17 @@ enum class GemvPrefetch : int { kAuto = 0, kAhead = 1, kHardware = 2 };
 const char* GemvPrefetchName(GemvPrefetch p);
 
 // The process's scheme, decided once: ZIPMOE_GEMV_PREFETCH=ahead|hardware in the environment, else
-// kHardware on AMD and Hygon x86 CPUs (CPUID vendor "AuthenticAMD" / "HygonGenuine": measured on Zen 4;
-// Zen 5 and older Zen cores are assumed alike, unmeasured), else kAhead (Intel measured; other CPUs
-// unmeasured). An unknown value is reported once on stderr and the default is used. Never kAuto.
+// DefaultGemvPrefetchFor(the CPUID vendor string, the CPUID display family) on x86, else kAhead. An
+// unknown value is reported once on stderr and the default is used. Never kAuto.
 GemvPrefetch ActiveGemvPrefetch();
+
+// The default scheme for an x86 CPU: kHardware on AMD cores of display family 0x19 and later (Zen 3/4:
+// family 0x19, Zen 5: 0x1A; measured on Zen 4, the others assumed alike), kAhead on earlier AMD cores
+// (Zen 1/2: 0x17, measured on Zen 2; Hygon's Zen-1-based "HygonGenuine" 0x18 assumed alike), on Intel
+// (measured) and on every other vendor (unmeasured). `vendor`: CPUID leaf 0's 12 characters
+// ("AuthenticAMD", "GenuineIntel", ...); `family`: the display family (leaf 1: base family, plus the
+// extended family when the base is 0xF). Pure; ActiveGemvPrefetch calls it with this CPU's values.
+GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family);
 
 // One matrix product: out = x · Wᵀ (+ bias) for the rows [row_begin, row_end) of W.
 struct GemmArgs {
