@@ -28,6 +28,7 @@ struct Neon {
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 2;
   static constexpr int kF8DequantMinTokens = 4;  // gemm_tile::Run: 2 token tiles, not measured on an Arm core
+  static constexpr int kMxfp4DequantMinTokens = 1 << 30;  // gemm_tile::Run: never (the tile decodes), not measured on an Arm core
 
   // 8 BF16 values (little-endian uint16) widened to two fp32 vectors.
   static void Widen(uint16x8_t v, float32x4_t* lo, float32x4_t* hi) {

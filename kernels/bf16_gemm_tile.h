@@ -30,6 +30,7 @@
 //                            measured fastest (issue 35): each row is one stream (PrefetchWeights)
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
 //   kF8DequantMinTokens      FP8 batches from this many tokens on go through float32 row tiles (Run)
+//   kMxfp4DequantMinTokens   MXFP4 batches likewise
 // Include only from an ISA translation unit and define V in an anonymous namespace there: every
 // instantiation (compiled with that ISA's flags) then has internal linkage and is never picked by
 // the linker for a caller on a CPU without the ISA. Uses builtins only, no std:: inline functions.
@@ -643,32 +644,57 @@ inline void RowsF8Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf
   }
 }
 
-// FP8 batches of at least two token tiles (prefill of dense weights, popular experts): decoding a
+// Rows [r0, r0 + rows) of MXFP4 weights dequantized into buf (float32, row-major, cols per row): the
+// values LoadMxfp4 gives the tile, block by block (cols % 32 == 0).
+template <class V>
+inline void RowsMxfp4Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf) {
+  const int64_t cols = a.w.cols, blocks = cols / 32;
+  for (int i = 0; i < rows; ++i) {
+    const uint8_t* q = a.w.mxfp4 + (r0 + i) * (cols / 2);
+    const uint8_t* scales = a.w.mxfp4_scales + (r0 + i) * blocks;
+    float* out = buf + i * cols;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const typename V::Fp4Table table = V::MakeFp4Table(Mxfp4Scale(scales[b]));
+      V::Store(out + 32 * b, V::LoadMxfp4(q + 16 * b, table));
+      V::Store(out + 32 * b + 16, V::LoadMxfp4(q + 16 * b + 8, table));
+    }
+  }
+}
+
+// FP8 and MXFP4 batches of several token tiles (prefill of dense weights, popular experts): decoding a
 // weight costs more than the FMAs of a few tokens, so each tile of rows is dequantized once per token
-// block into `buf` (float32, the exact values LoadF8 gives) and multiplied as F32 weights: the same
-// bits, the decode shared by every token tile of the block. Smaller batches decode in the tile.
-template <class V, int R, int T>
-inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
+// block into `buf` (float32, the exact values LoadF8 / LoadMxfp4 give) and multiplied as F32 weights:
+// the same bits (TileMxfp4 runs Tile's FMAs), the decode shared by every token tile of the block.
+// Smaller batches decode in the tile.
+template <class V, Encoding kEnc, int R, int T>
+inline void RowsThroughF32(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
+  static_assert(kEnc == Encoding::kF8 || kEnc == Encoding::kMxfp4, "a float32 round trip for FP8 or MXFP4");
   const int64_t cols = a.w.cols;
   const auto dequantize = [&](int64_t r0, int rows) {
-    if constexpr (V::kF8Scan) {
-      const F8Tile kind = V::F8TileScan(a, r0, rows);
-      if (kind == F8Tile::kChecked) {
-        RowsF8Dequantize<F8Checked<V>>(a, r0, rows, buf);
-        return;
-      }
-      if constexpr (V::kF8SubnormalLoads) {
-        if (kind == F8Tile::kSubnormals) {
-          RowsF8Dequantize<F8Subnormal<V>>(a, r0, rows, buf);
+    if constexpr (kEnc == Encoding::kMxfp4) {
+      RowsMxfp4Dequantize<V>(a, r0, rows, buf);
+    } else {
+      if constexpr (V::kF8Scan) {
+        const F8Tile kind = V::F8TileScan(a, r0, rows);
+        if (kind == F8Tile::kChecked) {
+          RowsF8Dequantize<F8Checked<V>>(a, r0, rows, buf);
           return;
         }
+        if constexpr (V::kF8SubnormalLoads) {
+          if (kind == F8Tile::kSubnormals) {
+            RowsF8Dequantize<F8Subnormal<V>>(a, r0, rows, buf);
+            return;
+          }
+        }
       }
+      RowsF8Dequantize<V>(a, r0, rows, buf);
     }
-    RowsF8Dequantize<V>(a, r0, rows, buf);
   };
   GemmArgs sub = a;
   sub.w.f8 = nullptr;
   sub.w.f8_scale = nullptr;
+  sub.w.mxfp4 = nullptr;
+  sub.w.mxfp4_scales = nullptr;
   sub.w.f32 = buf;
   sub.row_begin = 0;
   int64_t r = a.row_begin;
@@ -696,7 +722,7 @@ inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
 }
 
 // FP8 batches of at least V::kF8DequantMinTokens tokens dequantize each row tile into float32 once
-// (RowsF8) for all their token tiles; smaller ones decode E4M3 in the tile, once per token tile. Where
+// (RowsThroughF32) for all their token tiles; smaller ones decode E4M3 in the tile, once per token tile. Where
 // that pays depends on how many tokens a tile holds and what the decode costs. Measured on a 2-core Zen 5
 // (fp8_gemm_bench --threads 2, 48 matrices of 1408 x 2048, 2026-12-01, binaries alternated twice), FP8
 // ms in the tile against through float32: AVX-512 (4-token tiles) 8 tokens 10.2-12.3 against 16.6-24.5,
@@ -706,23 +732,30 @@ inline void RowsF8(const GemmArgs& a, int64_t t0, int64_t t1, float* buf) {
 // of 2026-11-29 made the tile's decode cheaper than the float32 round trip it had been measured against.)
 template <class V, Encoding kEnc>
 inline void Run(const GemmArgs& a) {
-  // MXFP4 decodes in the tile at every batch size: its decode (a load-broadcast, a shift, a permute) costs
-  // less than the float32 round trip (measured 0.69-0.75 x BF16's time against 1.2-1.3 x at 8-64 tokens,
-  // bench/mxfp4_gemm_bench.cc).
-  if (kEnc == Encoding::kF8 && a.n >= V::kF8DequantMinTokens) {  // many token tiles share each decode
-    float* buf = static_cast<float*>(__builtin_malloc(static_cast<unsigned long>(V::kGemmRows * a.w.cols) * sizeof(float)));
-    if (buf != nullptr) {
-      for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
-        const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
-        if (t1 - t0 >= V::kGemmTokens) {
-          RowsF8<V, V::kGemmRows, V::kGemmTokens>(a, t0, t1, buf);
-        } else {
-          RowsF8<V, V::kGemmRows, 2>(a, t0, t1, buf);  // RowTile handles a single remaining token too
+  // MXFP4 likewise from V::kMxfp4DequantMinTokens: where a tile holds 2 tokens (AVX2), decoding each
+  // nibble (a broadcast, a variable shift, a permute, a xor per 8 weights) once per token tile cost more
+  // than the round trip (bench/mxfp4_gemm_bench.cc on a 2-core Zen 2, gpt-oss-20b's shapes, the two
+  // binaries alternated: 8 tokens 55-56 -> 39 ms and 28-30 -> 20-23 ms, 64 tokens 2.8 -> 1.2 x BF16's
+  // time, 4 tokens 26-28 against 28-30 ms); where it holds 4 (AVX-512) the tile's decode measured cheaper
+  // (0.69-0.75 x BF16's time against 1.2-1.3 x through float32 at 8-64 tokens, 2026-11-28), so never.
+  constexpr bool kDecoded = kEnc == Encoding::kF8 || kEnc == Encoding::kMxfp4;
+  if constexpr (kDecoded) {
+    constexpr int kDequantMin = kEnc == Encoding::kF8 ? V::kF8DequantMinTokens : V::kMxfp4DequantMinTokens;
+    if (a.n >= kDequantMin) {  // many token tiles share each decode
+      float* buf = static_cast<float*>(__builtin_malloc(static_cast<unsigned long>(V::kGemmRows * a.w.cols) * sizeof(float)));
+      if (buf != nullptr) {
+        for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
+          const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
+          if (t1 - t0 >= V::kGemmTokens) {
+            RowsThroughF32<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1, buf);
+          } else {
+            RowsThroughF32<V, kEnc, V::kGemmRows, 2>(a, t0, t1, buf);  // RowTile handles a single remaining token too
+          }
         }
-      }
-      __builtin_free(buf);
-      return;
-    }  // no memory for the tile: decode in the loop below instead (the same bits)
+        __builtin_free(buf);
+        return;
+      }  // no memory for the tile: decode in the loop below instead (the same bits)
+    }
   }
   constexpr bool kStreamFew = V::kGemvRows == 1 && V::kGemmTokens <= kStreamedTokens &&
                               (kEnc == Encoding::kBf16 || kEnc == Encoding::kPlanes);

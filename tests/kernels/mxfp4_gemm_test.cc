@@ -204,8 +204,9 @@ TEST_P(Mxfp4GemmIsaTest, BitIdenticalToTheReferenceAndToDequantizedF32) {
   struct Shape {
     int64_t rows, cols, n;
   };
-  // Tile and block edges: rows off every tile multiple, decode (n = 1), pairs, the tile widths and the
-  // dequantize-once batches (AVX-512 n >= 8, AVX2 n >= 6, NEON n >= 4), the 64-token block edge.
+  // Tile and block edges: rows off every tile multiple, decode (n = 1), pairs, the tile widths, the
+  // batches through float32 row tiles (AVX2 from n = 4: kMxfp4DequantMinTokens) and those below them,
+  // the 64-token block edge and one token past it.
   std::vector<Shape> shapes = {{1, 32, 1},   {2, 64, 1},   {3, 96, 2},   {4, 128, 3},   {5, 160, 4},
                                {7, 32, 5},   {8, 256, 6},  {9, 512, 7},  {13, 64, 8},   {16, 1024, 1},
                                {17, 992, 9}, {33, 96, 20}, {67, 320, 2}, {64, 2880 / 2, 1}, {19, 64, 65}};
