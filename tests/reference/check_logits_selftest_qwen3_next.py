@@ -321,9 +321,13 @@ def qwen3_next_model_tests(t, work, archs=q3n.TYPES):
         # A prefix of 17 tokens ends in a chunk of 1 (the full pass: of 16); fp32 summation orders differ by ~1e-6.
         perr = _rel(m.forward(ids[:17]), full[:17])
         t.check(perr <= 1e-5, f"{label}: prefix logits differ from the first rows by {perr:.2e}")
+        # Causality: the earlier rows keep their values. Not their bits: the MoE layers multiply each expert's
+        # tokens as one matrix (x[tok]), so a last token routed elsewhere changes an expert's row count, and
+        # OpenBLAS picks its sgemm kernel and blocking by shape (on a Zen 2 the earlier rows moved by 1.05e-6
+        # relative; Zen 5 and Intel by less): rounding, where a leak of the token would move them by its whole effect.
         alt = ids[:-1] + [(ids[-1] + 1) % VOCAB]
         aerr = _rel(m.forward(alt)[:-1], full[:-1])
-        t.check(aerr <= 1e-6, f"{label}: changing the last token changed earlier rows by {aerr:.2e}")
+        t.check(aerr <= 1e-5, f"{label}: changing the last token changed earlier rows by {aerr:.2e}")
         write_checkpoint(d1 + "__sharded", cfg, tensors, shards=3)
         sh = ref.Model(d1 + "__sharded")
         sh.gdn_chunk = 16
