@@ -15,6 +15,48 @@
 namespace zipmoe::kernels {
 namespace {
 
+// The BF16 of each MXFP4 weight by E8M0 scale code (Avx2::LoadMxfp4Block): bytes[code][n] the low byte,
+// bytes[code][16 + n] the high byte of the BF16 of nibble n's value times 2^(code - 127) (code 255: NaN).
+struct Mxfp4Bf16Table {
+  alignas(64) uint8_t bytes[256][32];
+};
+// The float32 bits of what MakeFp4Table's multiplication gives: the product (exact, as the double one
+// rounded to float), inf past FLT_MAX, and for the NaN scale the scale's quiet NaN (x86 returns the NaN
+// operand); then LoadMxfp4's sign, -(|v| * scale).
+constexpr uint32_t Mxfp4ProductBits(int code, int nibble) {
+  const float scale = gemm_tile::kE8M0.value[code];
+  uint32_t magnitude = 0;
+  if (code == 255) {
+    magnitude = __builtin_bit_cast(uint32_t, scale) | 0x00400000u;
+  } else {
+    const double product = static_cast<double>(gemm_tile::kFp4Values[nibble & 7]) * static_cast<double>(scale);
+    magnitude = product > static_cast<double>(__FLT_MAX__) ? 0x7f800000u
+                                                           : __builtin_bit_cast(uint32_t, static_cast<float>(product));
+  }
+  return magnitude ^ (nibble >= 8 ? 0x80000000u : 0u);
+}
+constexpr Mxfp4Bf16Table MakeMxfp4Bf16Table() {
+  Mxfp4Bf16Table t{};
+  for (int code = 0; code < 256; ++code) {
+    for (int n = 0; n < 16; ++n) {
+      const uint32_t bits = Mxfp4ProductBits(code, n);
+      t.bytes[code][n] = static_cast<uint8_t>(bits >> 16);
+      t.bytes[code][16 + n] = static_cast<uint8_t>(bits >> 24);
+    }
+  }
+  return t;
+}
+constexpr bool Mxfp4ProductsAreBf16() {
+  for (int code = 0; code < 256; ++code) {
+    for (int n = 0; n < 16; ++n) {
+      if ((Mxfp4ProductBits(code, n) & 0xffffu) != 0) return false;
+    }
+  }
+  return true;
+}
+static_assert(Mxfp4ProductsAreBf16(), "every E2M1 value times every E8M0 scale is an exact BF16");
+constexpr Mxfp4Bf16Table kMxfp4Bf16 = MakeMxfp4Bf16Table();
+
 struct Avx2 {
   struct Acc {
     __m256 lo, hi;
@@ -26,7 +68,7 @@ struct Avx2 {
   static constexpr int kGemmRows = 3;
   static constexpr int kGemmTokens = 2;
   static constexpr int kF8DequantMinTokens = 8;  // gemm_tile::Run (measured, see there)
-  static constexpr int kMxfp4DequantMinTokens = 4;  // gemm_tile::Run: from 2 token tiles (measured on Zen 2, see there)
+  static constexpr int kMxfp4DequantMinTokens = 16;  // gemm_tile::Run (measured on Zen 2, see there)
 
   static __m256 Widen(__m128i u16x8) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(u16x8), 16));
@@ -88,6 +130,45 @@ struct Avx2 {
     return _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
   }
   static Vec LoadMxfp4(const uint8_t* p, __m256 table) { return {Mxfp4x8(p, table), Mxfp4x8(p + 4, table)}; }
+
+  // MXFP4 a whole 32-column block at a time, for TileMxfp4 (gemm_tile::HasMxfp4Block): every E2M1 value
+  // times every E8M0 scale is a float32 whose low 16 bits are zero (at most 2 significant bits, exponent
+  // >= -128; the overflow is inf, the NaN scale 0x7fc00000), i.e. an exact BF16. kMxfp4Bf16 holds those
+  // BF16s per scale code as two 16-byte vpshufb tables (low bytes, high bytes; entry n = nibble n, the
+  // negative half -(|v| * scale) by its sign bit, as LoadMxfp4's xor), so a block's 32 weights take one
+  // 16-byte broadcast, a variable shift (lane 0: the low nibbles, lane 1: the high ones), an and, two
+  // vpshufb, two byte and four word unpacks: 10 operations against LoadMxfp4's 16 (4 per 8 weights).
+  // The unpacks leave the weights in lane order kMxfp4Lanes (position p of each 8-lane register holds
+  // column kMxfp4Lanes[p] of its 8), which TileMxfp4 undoes by permuting x once (PermuteMxfp4X) and each
+  // accumulator at the end (CanonicalMxfp4Lanes): every lane sums the same products in the same order.
+  static constexpr bool kMxfp4Block = true;
+  using Mxfp4BlockTable = const uint8_t*;
+  static Mxfp4BlockTable MakeMxfp4BlockTable(uint32_t code) { return kMxfp4Bf16.bytes[code & 0xffu]; }
+  static void LoadMxfp4Block(const uint8_t* p, Mxfp4BlockTable table, Vec* half0, Vec* half1) {
+    const __m256i lo = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+    const __m256i hi = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table + 16)));
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i nibbles = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                                             _mm256_set1_epi8(0x0f));
+    const __m256i low_bytes = _mm256_shuffle_epi8(lo, nibbles), high_bytes = _mm256_shuffle_epi8(hi, nibbles);
+    const __m256i w0 = _mm256_unpacklo_epi8(low_bytes, high_bytes);  // BF16s of bytes 0-7: lane 0 low nibbles, lane 1 high
+    const __m256i w1 = _mm256_unpackhi_epi8(low_bytes, high_bytes);  // bytes 8-15
+    const __m256i zero = _mm256_setzero_si256();
+    half0->lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0));  // columns 0 2 4 6 1 3 5 7
+    half0->hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0));  // columns 8 10 12 14 9 11 13 15
+    half1->lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1));  // the same + 16
+    half1->hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
+  }
+  // 16 activations (canonical order) into lane order, in place in `out`.
+  static void PermuteMxfp4X(const float* x, float* out) {
+    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x), order));
+    _mm256_storeu_ps(out + 8, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8), order));
+  }
+  static Acc CanonicalMxfp4Lanes(const Acc& acc) {
+    const __m256i inverse = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    return {_mm256_permutevar8x32_ps(acc.lo, inverse), _mm256_permutevar8x32_ps(acc.hi, inverse)};
+  }
 
   static void Store(float* p, const Vec& v) {
     _mm256_storeu_ps(p, v.lo);

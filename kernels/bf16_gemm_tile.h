@@ -31,6 +31,7 @@
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
 //   kF8DequantMinTokens      FP8 batches from this many tokens on go through float32 row tiles (Run)
 //   kMxfp4DequantMinTokens   MXFP4 batches likewise
+//   kMxfp4Block (optional)   V decodes a whole MXFP4 block into its own lane order: see HasMxfp4Block
 // Include only from an ISA translation unit and define V in an anonymous namespace there: every
 // instantiation (compiled with that ISA's flags) then has internal linkage and is never picked by
 // the linker for a caller on a CPU without the ISA. Uses builtins only, no std:: inline functions.
@@ -335,6 +336,25 @@ inline void FinishTile(const GemmArgs& a, int64_t r, int64_t t, const typename V
   }
 }
 
+// Whether V decodes a whole MXFP4 block at once into its own lane order (the optional V::Mxfp4BlockTable,
+// MakeMxfp4BlockTable(code), LoadMxfp4Block(p, table, &half0, &half1), PermuteMxfp4X(x16, out16),
+// CanonicalMxfp4Lanes(acc)): TileMxfp4 then reads x permuted into that order (Run permutes it once per
+// call) and permutes the accumulators back before FinishTile, so each lane's products and their order are
+// LoadMxfp4's.
+// V says so with kMxfp4Block = true; Mxfp4Canonical<V> turns it off (the canonical LoadMxfp4 path).
+template <class V, class = void>
+struct HasMxfp4Block {
+  static constexpr bool value = false;
+};
+template <class V>
+struct HasMxfp4Block<V, decltype(void(V::kMxfp4Block))> {
+  static constexpr bool value = V::kMxfp4Block;
+};
+template <class V>
+struct Mxfp4Canonical : V {
+  static constexpr bool kMxfp4Block = false;
+};
+
 // MXFP4 rows [r, r + R) x tokens [t, t + T): per 32-column block, each row's table for its scale, then
 // the block's two 16-lane halves (the FMAs of Tile's loop, so the same bits), kChainGroup / 2 blocks per
 // chain group; the chains' sum, the reduction and the bias. cols % 32 == 0 (ValidateGemmArgs), so there
@@ -376,6 +396,24 @@ inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
           if ((b & 63) == 0) PrefetchNextTile<R>(a.w.mxfp4_scales, blocks, a.w.rows * blocks, r, i, b);
         }
       }
+      if constexpr (HasMxfp4Block<V>::value) {  // x in V's lane order (Run), the block decoded at once
+        typename V::Vec x0[T], x1[T];
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) {
+          x0[j] = V::LoadX(xrow[j] + k);
+          x1[j] = V::LoadX(xrow[j] + k + 16);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          typename V::Vec w0, w1;
+          V::LoadMxfp4Block(qrow[i] + k / 2, V::MakeMxfp4BlockTable(srow[i][b]), &w0, &w1);
+#pragma GCC unroll 8
+          for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w0, x0[j], set[i][j]);
+#pragma GCC unroll 8
+          for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w1, x1[j], set[i][j]);
+        }
+        continue;
+      }
       typename V::Fp4Table table[R];
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) table[i] = V::MakeFp4Table(Mxfp4Scale(srow[i][b]));
@@ -397,6 +435,16 @@ inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
   for (int64_t g = 0; g < blocks; g += 2 * kGroupBlocks) {
     blocks_into(g, min(g + kGroupBlocks, blocks), acc0);
     blocks_into(min(g + kGroupBlocks, blocks), min(g + 2 * kGroupBlocks, blocks), acc1);
+  }
+  if constexpr (HasMxfp4Block<V>::value) {  // back to canonical lanes for the reduction
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) {
+        acc0[i][j] = V::CanonicalMxfp4Lanes(acc0[i][j]);
+        acc1[i][j] = V::CanonicalMxfp4Lanes(acc1[i][j]);
+      }
+    }
   }
   FinishTile<V, Encoding::kMxfp4, R, T>(a, r, t, acc0, acc1, cols);
 }
@@ -653,6 +701,15 @@ inline void RowsMxfp4Dequantize(const GemmArgs& a, int64_t r0, int rows, float* 
     const uint8_t* q = a.w.mxfp4 + (r0 + i) * (cols / 2);
     const uint8_t* scales = a.w.mxfp4_scales + (r0 + i) * blocks;
     float* out = buf + i * cols;
+    if constexpr (HasMxfp4Block<V>::value) {  // decoded a block at a time, stored in canonical order
+      for (int64_t b = 0; b < blocks; ++b) {
+        typename V::Vec w0, w1;
+        V::LoadMxfp4Block(q + 16 * b, V::MakeMxfp4BlockTable(scales[b]), &w0, &w1);
+        V::Store(out + 32 * b, V::CanonicalMxfp4Lanes(w0));
+        V::Store(out + 32 * b + 16, V::CanonicalMxfp4Lanes(w1));
+      }
+      continue;
+    }
     for (int64_t b = 0; b < blocks; ++b) {
       const typename V::Fp4Table table = V::MakeFp4Table(Mxfp4Scale(scales[b]));
       V::Store(out + 32 * b, V::LoadMxfp4(q + 16 * b, table));
@@ -731,13 +788,17 @@ inline void RowsThroughF32(const GemmArgs& a, int64_t t0, int64_t t1, float* buf
 // against 27.7-28.0, 16: 54-55 against 45-46, so 8. (From 2 token tiles on before: the moved-bits decode
 // of 2026-11-29 made the tile's decode cheaper than the float32 round trip it had been measured against.)
 template <class V, Encoding kEnc>
+inline void RunTiles(const GemmArgs& a);
+
+template <class V, Encoding kEnc>
 inline void Run(const GemmArgs& a) {
-  // MXFP4 likewise from V::kMxfp4DequantMinTokens: where a tile holds 2 tokens (AVX2), decoding each
-  // nibble (a broadcast, a variable shift, a permute, a xor per 8 weights) once per token tile cost more
-  // than the round trip (bench/mxfp4_gemm_bench.cc on a 2-core Zen 2, gpt-oss-20b's shapes, the two
-  // binaries alternated: 8 tokens 55-56 -> 39 ms and 28-30 -> 20-23 ms, 64 tokens 2.8 -> 1.2 x BF16's
-  // time, 4 tokens 26-28 against 28-30 ms); where it holds 4 (AVX-512) the tile's decode measured cheaper
-  // (0.69-0.75 x BF16's time against 1.2-1.3 x through float32 at 8-64 tokens, 2026-11-28), so never.
+  // MXFP4 likewise from V::kMxfp4DequantMinTokens: where a tile holds 2 tokens (AVX2), its block decode
+  // (LoadMxfp4Block: 10 operations per 32 weights) once per token tile is cheaper than the round trip up to
+  // 12 tokens, level at 16, dearer from 32 on (bench/mxfp4_gemm_bench.cc --tokens 4,12,16,32,64 --shapes
+  // 5760x2880 on a 2-core Zen 2, 2026-12-03, binaries alternated twice: in the tile 8.2-12.1, 23.8-24.0,
+  // 30.8-31.5, 63.2-63.8, 126.5-126.8 ms against 13.1-13.2, 25.1-25.2, 31.1-31.5, 56.7-56.8, 107.4-112.8
+  // through float32), so 16; where it holds 4 (AVX-512) the tile's decode measured cheaper (0.69-0.75 x
+  // BF16's time against 1.2-1.3 x through float32 at 8-64 tokens, 2026-11-28), so never.
   constexpr bool kDecoded = kEnc == Encoding::kF8 || kEnc == Encoding::kMxfp4;
   if constexpr (kDecoded) {
     constexpr int kDequantMin = kEnc == Encoding::kF8 ? V::kF8DequantMinTokens : V::kMxfp4DequantMinTokens;
@@ -757,6 +818,34 @@ inline void Run(const GemmArgs& a) {
       }  // no memory for the tile: decode in the loop below instead (the same bits)
     }
   }
+  if constexpr (kEnc == Encoding::kMxfp4 && HasMxfp4Block<V>::value) {
+    // TileMxfp4 reads x in V's lane order: each token's row permuted once here, for every row tile.
+    const int64_t cols = a.w.cols, count = a.n * cols;
+    constexpr int64_t kStackFloats = 8192;  // 32 KiB: a decode step's x (gpt-oss: 2880 columns)
+    alignas(64) float stack[kStackFloats];
+    float* px = count <= kStackFloats
+                    ? stack
+                    : static_cast<float*>(__builtin_malloc(static_cast<unsigned long>(count) * sizeof(float)));
+    if (px != nullptr) {
+      for (int64_t t = 0; t < a.n; ++t) {
+        for (int64_t k = 0; k < cols; k += 16) V::PermuteMxfp4X(a.x + t * a.ldx + k, px + t * cols + k);
+      }
+      GemmArgs b = a;
+      b.x = px;
+      b.ldx = cols;
+      RunTiles<V, kEnc>(b);
+      if (px != stack) __builtin_free(px);
+    } else {  // no memory for the permuted copy: LoadMxfp4 in canonical order (the same bits)
+      RunTiles<Mxfp4Canonical<V>, kEnc>(a);
+    }
+    return;
+  }
+  RunTiles<V, kEnc>(a);
+}
+
+// Run's token loop: batches of one token tile or a few tokens, and decode, in register tiles.
+template <class V, Encoding kEnc>
+inline void RunTiles(const GemmArgs& a) {
   constexpr bool kStreamFew = V::kGemvRows == 1 && V::kGemmTokens <= kStreamedTokens &&
                               (kEnc == Encoding::kBf16 || kEnc == Encoding::kPlanes);
   // One-row tiles (the x86 GEMV, kStreamFew's batches) prefetch ahead or leave it to the hardware
