@@ -355,6 +355,26 @@ struct Mxfp4Canonical : V {
   static constexpr bool kMxfp4Block = false;
 };
 
+// 32 columns from k of rows [0, R) x tokens [0, T) into `set`: load_row(i, &w0, &w1) gives row i's two
+// 16-weight halves (columns k..k+15, k+16..k+31); each output's FMA of the first half, then the second's.
+template <class V, int R, int T, class LoadRow>
+__attribute__((always_inline)) inline void Fma32Columns(const float* const (&xrow)[T], int64_t k,
+                                                        typename V::Acc (&set)[R][T], const LoadRow& load_row) {
+  typename V::Vec x0[T], x1[T];
+#pragma GCC unroll 8
+  for (int j = 0; j < T; ++j) {
+    x0[j] = V::LoadX(xrow[j] + k);
+    x1[j] = V::LoadX(xrow[j] + k + 16);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    typename V::Vec w0, w1;
+    load_row(i, &w0, &w1);
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w1, x1[j], V::Fma(w0, x0[j], set[i][j]));
+  }
+}
+
 // MXFP4 rows [r, r + R) x tokens [t, t + T): per 32-column block, each row's table for its scale, then
 // the block's two 16-lane halves (the FMAs of Tile's loop, so the same bits), kChainGroup / 2 blocks per
 // chain group; the chains' sum, the reduction and the bias. cols % 32 == 0 (ValidateGemmArgs), so there
@@ -397,21 +417,9 @@ inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
         }
       }
       if constexpr (HasMxfp4Block<V>::value) {  // x in V's lane order (Run), the block decoded at once
-        typename V::Vec x0[T], x1[T];
-#pragma GCC unroll 8
-        for (int j = 0; j < T; ++j) {
-          x0[j] = V::LoadX(xrow[j] + k);
-          x1[j] = V::LoadX(xrow[j] + k + 16);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < R; ++i) {
-          typename V::Vec w0, w1;
-          V::LoadMxfp4Block(qrow[i] + k / 2, V::MakeMxfp4BlockTable(srow[i][b]), &w0, &w1);
-#pragma GCC unroll 8
-          for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w0, x0[j], set[i][j]);
-#pragma GCC unroll 8
-          for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w1, x1[j], set[i][j]);
-        }
+        Fma32Columns<V, R, T>(xrow, k, set, [&](int i, typename V::Vec* w0, typename V::Vec* w1) {
+          V::LoadMxfp4Block(qrow[i] + k / 2, V::MakeMxfp4BlockTable(srow[i][b]), w0, w1);
+        });
         continue;
       }
       typename V::Fp4Table table[R];
@@ -559,19 +567,9 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) PrefetchWeights<R, T>(plane0, row_bytes, total, r, i, k, 32);
     }
-    typename V::Vec x0[T], x1[T];
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) {
-      x0[j] = V::LoadX(xrow[j] + k);
-      x1[j] = V::LoadX(xrow[j] + k + 16);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      typename V::Vec w0, w1;
-      V::LoadF8x2(w_f8 + row_off[i] + k, scale_row[i][col_block], &w0, &w1);
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w1, x1[j], V::Fma(w0, x0[j], set[i][j]));
-    }
+    Fma32Columns<V, R, T>(xrow, k, set, [&](int i, typename V::Vec* w0, typename V::Vec* w1) {
+      V::LoadF8x2(w_f8 + row_off[i] + k, scale_row[i][col_block], w0, w1);
+    });
   };
   // Blocks [b0, b1) (one chain group, or the end of the row) into `set`.
   const auto group = [&](int64_t b0, int64_t b1, Acc(&set)[R][T]) __attribute__((always_inline)) {
