@@ -57,6 +57,19 @@ constexpr bool Mxfp4ProductsAreBf16() {
 static_assert(Mxfp4ProductsAreBf16(), "every E2M1 value times every E8M0 scale is an exact BF16");
 constexpr Mxfp4Bf16Table kMxfp4Bf16 = MakeMxfp4Bf16Table();
 
+// The column (of its 8) that each position of an 8-lane register holds after LoadMxfp4Block's unpacks,
+// and the inverse permutation that puts the accumulators back in column order.
+struct Lanes8 {
+  int32_t index[8];
+};
+constexpr Lanes8 kMxfp4Lanes = {{0, 2, 4, 6, 1, 3, 5, 7}};
+constexpr Lanes8 InverseLanes(const Lanes8& order) {
+  Lanes8 inverse{};
+  for (int p = 0; p < 8; ++p) inverse.index[order.index[p]] = p;
+  return inverse;
+}
+constexpr Lanes8 kMxfp4CanonicalLanes = InverseLanes(kMxfp4Lanes);
+
 struct Avx2 {
   struct Acc {
     __m256 lo, hi;
@@ -139,9 +152,10 @@ struct Avx2 {
   // 16-byte broadcast, a variable shift (lane 0: the low nibbles, lane 1: the high ones), an and, two
   // vpshufb, two byte and four word unpacks: 10 operations against LoadMxfp4's 16 (4 per 8 weights).
   // The unpacks leave the weights in lane order kMxfp4Lanes (position p of each 8-lane register holds
-  // column kMxfp4Lanes[p] of its 8), which TileMxfp4 undoes by permuting x once (PermuteMxfp4X) and each
+  // column kMxfp4Lanes.index[p] of its 8), which TileMxfp4 undoes by permuting x once (PermuteMxfp4X) and each
   // accumulator at the end (CanonicalMxfp4Lanes): every lane sums the same products in the same order.
   static constexpr bool kMxfp4Block = true;
+
   using Mxfp4BlockTable = const uint8_t*;
   static Mxfp4BlockTable MakeMxfp4BlockTable(uint32_t code) { return kMxfp4Bf16.bytes[code & 0xffu]; }
   static void LoadMxfp4Block(const uint8_t* p, Mxfp4BlockTable table, Vec* half0, Vec* half1) {
@@ -154,19 +168,19 @@ struct Avx2 {
     const __m256i w0 = _mm256_unpacklo_epi8(low_bytes, high_bytes);  // BF16s of bytes 0-7: lane 0 low nibbles, lane 1 high
     const __m256i w1 = _mm256_unpackhi_epi8(low_bytes, high_bytes);  // bytes 8-15
     const __m256i zero = _mm256_setzero_si256();
-    half0->lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0));  // columns 0 2 4 6 1 3 5 7
+    half0->lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0));  // columns 0 2 4 6 1 3 5 7 (kMxfp4Lanes)
     half0->hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0));  // columns 8 10 12 14 9 11 13 15
     half1->lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1));  // the same + 16
     half1->hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
   }
-  // 16 activations (canonical order) into lane order, in place in `out`.
+  // 16 activations from x (canonical order) to out (lane order kMxfp4Lanes).
   static void PermuteMxfp4X(const float* x, float* out) {
-    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const __m256i order = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMxfp4Lanes.index));
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x), order));
     _mm256_storeu_ps(out + 8, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8), order));
   }
   static Acc CanonicalMxfp4Lanes(const Acc& acc) {
-    const __m256i inverse = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i inverse = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMxfp4CanonicalLanes.index));
     return {_mm256_permutevar8x32_ps(acc.lo, inverse), _mm256_permutevar8x32_ps(acc.hi, inverse)};
   }
 

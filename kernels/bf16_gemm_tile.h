@@ -817,7 +817,8 @@ inline void Run(const GemmArgs& a) {
     }
   }
   if constexpr (kEnc == Encoding::kMxfp4 && HasMxfp4Block<V>::value) {
-    // TileMxfp4 reads x in V's lane order: each token's row permuted once here, for every row tile.
+    // TileMxfp4 reads x in V's lane order: each token's row permuted once per call (each thread's share of
+    // rows permutes its own copy: cols / 16 permutes per token against rows x cols / 32 block decodes).
     const int64_t cols = a.w.cols, count = a.n * cols;
     constexpr int64_t kStackFloats = 8192;  // 32 KiB: a decode step's x (gpt-oss: 2880 columns)
     alignas(64) float stack[kStackFloats];
