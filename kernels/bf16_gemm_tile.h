@@ -30,7 +30,8 @@
 //                            measured fastest (issue 35): each row is one stream (PrefetchWeights)
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
 //   kF8DequantMinTokens      FP8 batches from this many tokens on go through float32 row tiles (Run)
-//   kMxfp4DequantMinTokens   MXFP4 batches likewise
+//   kMxfp4DequantMinTokens   MXFP4 batches likewise (through BF16 row blocks where V has StoreMxfp4Bf16)
+//   V::StoreMxfp4Bf16(p, scale_code, out) (optional)   one MXFP4 block as 32 BF16s: see HasMxfp4Bf16
 //   kMxfp4Block (optional)   V decodes a whole MXFP4 block into its own lane order: see HasMxfp4Block
 // Include only from an ISA translation unit and define V in an anonymous namespace there: every
 // instantiation (compiled with that ISA's flags) then has internal linkage and is never picked by
@@ -716,6 +717,69 @@ inline void RowsMxfp4Dequantize(const GemmArgs& a, int64_t r0, int rows, float* 
   }
 }
 
+// Whether V writes an MXFP4 block as BF16s (the optional V::StoreMxfp4Bf16(const uint8_t* p, uint8_t scale_code,
+// uint16_t* out): the 32 weights of the block at p (column 2j: low nibble of p[j]) times 2^(scale_code - 127),
+// as 32 BF16s in column order). Every E2M1 value times every E8M0 scale is a BF16 (Avx2's kMxfp4Bf16
+// static_assert), so these are the values LoadMxfp4 gives, exactly: MXFP4 batches then go through BF16
+// rather than float32 (RowsThroughBf16).
+template <class V, class = void>
+struct HasMxfp4Bf16 {
+  static constexpr bool value = false;
+};
+template <class V>
+struct HasMxfp4Bf16<V, decltype(void(&V::StoreMxfp4Bf16))> {
+  static constexpr bool value = true;
+};
+
+// Rows [r0, r0 + rows) of MXFP4 weights dequantized into buf as BF16 (row-major, cols per row; HasMxfp4Bf16).
+template <class V>
+inline void RowsMxfp4DequantizeBf16(const GemmArgs& a, int64_t r0, int rows, uint16_t* buf) {
+  const int64_t cols = a.w.cols, blocks = cols / 32;
+  for (int i = 0; i < rows; ++i) {
+    const uint8_t* q = a.w.mxfp4 + (r0 + i) * (cols / 2);
+    const uint8_t* scales = a.w.mxfp4_scales + (r0 + i) * blocks;
+    uint16_t* out = buf + i * cols;
+    for (int64_t b = 0; b < blocks; ++b) V::StoreMxfp4Bf16(q + 16 * b, scales[b], out + 32 * b);
+  }
+}
+
+// Rows, never inlined into its caller: GCC inlined the BF16 tiles into RowsThroughBf16 with accumulators on
+// the stack (1.8x the BF16 kernel's time), and compiles them as Run's do when they are on their own.
+template <class V, Encoding kEnc, int R, int T>
+__attribute__((noinline)) void RowsOutOfLine(const GemmArgs& a, int64_t t0, int64_t t1) {
+  Rows<V, kEnc, R, T>(a, t0, t1);
+}
+
+// Rows per block of RowsThroughBf16: kRowBlockBytes of BF16 (a multiple of R, at least R).
+inline int64_t ThroughBf16BlockRows(int64_t cols, int R) {
+  const int64_t fit = kRowBlockBytes / (cols * 2) / R * R;
+  return fit > R ? fit : R;
+}
+
+// MXFP4 batches where V has StoreMxfp4Bf16: each row block (Rows' kRowBlockBytes of BF16) dequantized once per
+// token block into `buf`, then multiplied by Rows as BF16 weights, tile for tile the BF16 kernel: the
+// same values and FMA order as TileMxfp4 (32-column blocks are two 16-column blocks), so the same bits.
+// Half the bytes of the float32 round trip, and BF16's row blocks: its token tiles run over the block
+// in L2 with their activations in L1 (float32 rows of a 3-row tile streamed every token's activations).
+template <class V, int R, int T>
+inline void RowsThroughBf16(const GemmArgs& a, int64_t t0, int64_t t1, uint16_t* buf) {
+  GemmArgs sub = a;
+  sub.w.mxfp4 = nullptr;
+  sub.w.mxfp4_scales = nullptr;
+  sub.w.bf16 = buf;
+  sub.row_begin = 0;
+  const int64_t block = ThroughBf16BlockRows(a.w.cols, R);
+  for (int64_t r = a.row_begin; r < a.row_end; r += block) {
+    const int rows = static_cast<int>(a.row_end - r >= block ? block : a.row_end - r);
+    RowsMxfp4DequantizeBf16<V>(a, r, rows, buf);
+    sub.w.rows = rows;
+    sub.row_end = rows;
+    sub.y = a.y + r;
+    sub.bias = a.bias != nullptr ? a.bias + r : nullptr;
+    RowsOutOfLine<V, Encoding::kBf16, R, T>(sub, t0, t1);
+  }
+}
+
 // FP8 and MXFP4 batches of several token tiles (prefill of dense weights, popular experts): decoding a
 // weight costs more than the FMAs of a few tokens, so each tile of rows is dequantized once per token
 // block into `buf` (float32, the exact values LoadF8 / LoadMxfp4 give) and multiplied as F32 weights:
@@ -788,32 +852,50 @@ inline void RowsThroughF32(const GemmArgs& a, int64_t t0, int64_t t1, float* buf
 template <class V, Encoding kEnc>
 inline void RunTiles(const GemmArgs& a);
 
+// A token block of a batch dequantized once: MXFP4 through BF16 row blocks where V has StoreMxfp4Bf16
+// (RowsThroughBf16, buf of ThroughBf16BlockRows x cols BF16s), else through float32 row tiles
+// (RowsThroughF32, buf of R x cols floats).
+template <class V, Encoding kEnc, int R, int T>
+inline void RowsDequantized(const GemmArgs& a, int64_t t0, int64_t t1, void* buf) {
+  if constexpr (kEnc == Encoding::kMxfp4 && HasMxfp4Bf16<V>::value) {
+    RowsThroughBf16<V, R, T>(a, t0, t1, static_cast<uint16_t*>(buf));
+  } else {
+    RowsThroughF32<V, kEnc, R, T>(a, t0, t1, static_cast<float*>(buf));
+  }
+}
+
 template <class V, Encoding kEnc>
 inline void Run(const GemmArgs& a) {
-  // MXFP4 likewise from V::kMxfp4DequantMinTokens: where a tile holds 2 tokens (AVX2), its block decode
-  // (LoadMxfp4Block: 10 operations per 32 weights) once per token tile is cheaper than the round trip up to
-  // 12 tokens, level at 16, dearer from 32 on (bench/mxfp4_gemm_bench.cc --tokens 4,12,16,32,64 --shapes
-  // 5760x2880 on a 2-core Zen 2, 2026-12-03, binaries alternated twice: in the tile 8.2-12.1, 23.8-24.0,
-  // 30.8-31.5, 63.2-63.8, 126.5-126.8 ms against 13.1-13.2, 25.1-25.2, 31.1-31.5, 56.7-56.8, 107.4-112.8
-  // through float32), so 16; where it holds 4 (AVX-512) the tile's decode measured cheaper (0.69-0.75 x
-  // BF16's time against 1.2-1.3 x through float32 at 8-64 tokens, 2026-11-28), so never.
+  // MXFP4 likewise from V::kMxfp4DequantMinTokens. Where a tile holds 2 tokens (AVX2), its block decode
+  // (LoadMxfp4Block: 10 operations per 32 weights) once per token tile against BF16 row blocks decoded once
+  // (RowsThroughBf16, StoreMxfp4Bf16; bench/mxfp4_gemm_bench.cc --rounds 3 --matrices 8 on a 2-core Zen 2,
+  // 2026-12-03, binaries alternated twice, best ms, 5760 x 2880 / 2880 x 2880): in the tile 2 tokens 8.1 /
+  // 4.6-5.9 against 12.3-15.6 / 6.6-6.7, 3: 14.0-14.2 / 7.1-10.4 against 15.9-21.9 / 8.4-8.8, 4: 16.9-17.5 /
+  // 8.5-8.9 against 17.4-20.0 / 9.1-9.2, 6: 25.2-25.8 / 12.5-13.1 against 22.8-23.4 / 12.0-12.1, 8:
+  // 34.2-34.9 / 16.5-17.4 against 26.6-26.7 / 13.8, so 6. At 10 and 16 tokens the BF16 blocks took 32.6-33.0
+  // and 47.1-47.7 ms (5760 x 2880) where the float32 row tiles before them (from 16 tokens) or the tile took
+  // 41.4-43.8 and 63.4-64.5 (BF16's tile reads 2 bytes a weight from L2 against float32's 4; BF16 weights
+  // themselves 28-31 and 43-45). Where a tile holds 4 (AVX-512) the tile's decode measured cheaper
+  // (0.69-0.75 x BF16's time against 1.2-1.3 x through float32 at 8-64 tokens, 2026-11-28), so never.
   constexpr bool kDecoded = kEnc == Encoding::kF8 || kEnc == Encoding::kMxfp4;
   if constexpr (kDecoded) {
     constexpr int kDequantMin = kEnc == Encoding::kF8 ? V::kF8DequantMinTokens : V::kMxfp4DequantMinTokens;
+    constexpr bool kViaBf16 = kEnc == Encoding::kMxfp4 && HasMxfp4Bf16<V>::value;  // RowsThroughBf16
     if (a.n >= kDequantMin) {  // many token tiles share each decode
-      float* buf = static_cast<float*>(__builtin_malloc(static_cast<unsigned long>(V::kGemmRows * a.w.cols) * sizeof(float)));
+      const int64_t elems = (kViaBf16 ? ThroughBf16BlockRows(a.w.cols, V::kGemmRows) : V::kGemmRows) * a.w.cols;
+      void* buf = __builtin_malloc(static_cast<unsigned long>(elems) * (kViaBf16 ? sizeof(uint16_t) : sizeof(float)));
       if (buf != nullptr) {
         for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
           const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
           if (t1 - t0 >= V::kGemmTokens) {
-            RowsThroughF32<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1, buf);
+            RowsDequantized<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1, buf);
           } else {
-            RowsThroughF32<V, kEnc, V::kGemmRows, 2>(a, t0, t1, buf);  // RowTile handles a single remaining token too
+            RowsDequantized<V, kEnc, V::kGemmRows, 2>(a, t0, t1, buf);  // RowTile handles a single remaining token too
           }
         }
         __builtin_free(buf);
         return;
-      }  // no memory for the tile: decode in the loop below instead (the same bits)
+      }  // no memory for the buffer: decode in the tiles below instead (the same bits)
     }
   }
   if constexpr (kEnc == Encoding::kMxfp4 && HasMxfp4Block<V>::value) {

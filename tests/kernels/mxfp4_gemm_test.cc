@@ -205,13 +205,15 @@ TEST_P(Mxfp4GemmIsaTest, BitIdenticalToTheReferenceAndToDequantizedF32) {
     int64_t rows, cols, n;
   };
   // Tile and block edges: rows off every tile multiple, decode (n = 1), pairs, the tile widths, the
-  // batches through float32 row tiles (AVX2 from n = 16: kMxfp4DequantMinTokens) and those below them,
-  // the 64-token block edge and one token past it; AVX2's lane-ordered x (gemm_tile::Run) on the stack
-  // (n x cols <= 8192) and on the heap (n x cols > 8192, one token of 8224 columns too).
+  // batches dequantized once (AVX2 from n = 6, kMxfp4DequantMinTokens: BF16 row blocks of 128 KiB,
+  // gemm_tile::RowsThroughBf16; several blocks, the last one short, at 2048 and 4096 columns) and those
+  // below them, the 64-token block edge and one token past it; AVX2's lane-ordered x (gemm_tile::Run) on
+  // the stack (n x cols <= 8192) and on the heap (n x cols > 8192, one token of 8224 columns too).
   std::vector<Shape> shapes = {{1, 32, 1},   {2, 64, 1},   {3, 96, 2},    {4, 128, 3},      {5, 160, 4},
                                {7, 32, 5},   {8, 256, 6},  {9, 512, 7},   {13, 64, 8},      {16, 1024, 1},
                                {17, 992, 9}, {33, 96, 20}, {67, 320, 2},  {64, 2880 / 2, 1}, {19, 64, 65},
-                               {6, 1024, 15}, {5, 64, 16}, {9, 96, 17},   {3, 8224, 1},     {11, 1024, 12}};
+                               {6, 1024, 15}, {5, 64, 16}, {9, 96, 17},   {3, 8224, 1},     {11, 1024, 12},
+                               {70, 2048, 10}, {40, 4096, 66}};
   std::mt19937 rng(2024);
   for (int i = 0; i < 12; ++i)  // random shapes: rows 1..67, cols 32..1024, n 1..20
     shapes.push_back({1 + static_cast<int64_t>(rng() % 67), 32 * (1 + static_cast<int64_t>(rng() % 32)),
