@@ -166,7 +166,14 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   impl->budget.page_positions = options.kv_budget_bytes > 0 ? options.kv_page_positions : 0;
   ZM_ASSIGN_OR_RETURN(at::Device device, ParseDevice(options.device));
   ZM_RETURN_IF_ERROR(TorchBoundary("set_num_threads", [&]() -> Status {
-    at::set_num_threads(impl->n_threads);  // torch reports 1 otherwise in this build
+    // On the CPU the matmuls, attention and norms run in our kernels on WorkPool's n_threads; what torch
+    // still does there (copies, cat, embedding rows: ~1.3 % of a 512-token prefill) runs on the caller.
+    // With torch's OpenMP team at n_threads too, its threads spin after each region on the cores the
+    // pool's helpers need next: on a 2-core Zen 2 glm4_moe's 16-token prefill ran at 74-82 tokens/s
+    // against 133-135 with one torch thread (129-131 with OMP_WAIT_POLICY=PASSIVE), 512 tokens 183
+    // against 197, deepseek_v2's 69 against 74; qwen2_moe, qwen3_moe and gpt_oss the same either way
+    // (docs/benchmarks.md "(m) on other machines"). On a GPU torch's CPU threads are left at n_threads.
+    at::set_num_threads(device.is_cpu() ? 1 : impl->n_threads);
     WorkPool::SetSharedThreads(static_cast<int>(impl->n_threads));  // the CPU kernels' regions (work_pool.h)
     RetainFreedHeapMemory();  // a layer's freed buffers serve the next one without page faults (heap_memory.h)
     return Status::Ok();

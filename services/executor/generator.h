@@ -32,7 +32,8 @@ namespace zipmoe::executor {
 
 struct GeneratorOptions {
   std::string model_dir;
-  int n_threads = 0;           // torch intra-op threads (at::set_num_threads); 0 = the physical cores this
+  int n_threads = 0;           // compute threads: the CPU kernels' WorkPool, and torch's intra-op threads on a
+                               // GPU (on the CPU torch gets 1: generator.cc); 0 = the physical cores this
                                // process may run on (ResolveComputeThreadCount, common/parallel.h)
   std::string device = "cpu";  // "cpu", or "cuda" / "cuda:N" with a CUDA build of libtorch
   // Where the weights loading reads in full are held (weights_memory.h): the files' mappings (the
