@@ -692,7 +692,8 @@ inline void RowsF8Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf
 }
 
 // Rows [r0, r0 + rows) of MXFP4 weights dequantized into buf (float32, row-major, cols per row): the
-// values LoadMxfp4 gives the tile, block by block (cols % 32 == 0).
+// values LoadMxfp4 gives the tile, block by block (cols % 32 == 0). For the V without StoreMxfp4Bf16 (which
+// go through BF16 instead: RowsDequantized), so by the canonical LoadMxfp4 whatever HasMxfp4Block says.
 template <class V>
 inline void RowsMxfp4Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf) {
   const int64_t cols = a.w.cols, blocks = cols / 32;
@@ -700,15 +701,6 @@ inline void RowsMxfp4Dequantize(const GemmArgs& a, int64_t r0, int rows, float* 
     const uint8_t* q = a.w.mxfp4 + (r0 + i) * (cols / 2);
     const uint8_t* scales = a.w.mxfp4_scales + (r0 + i) * blocks;
     float* out = buf + i * cols;
-    if constexpr (HasMxfp4Block<V>::value) {  // decoded a block at a time, stored in canonical order
-      for (int64_t b = 0; b < blocks; ++b) {
-        typename V::Vec w0, w1;
-        V::LoadMxfp4Block(q + 16 * b, V::MakeMxfp4BlockTable(scales[b]), &w0, &w1);
-        V::Store(out + 32 * b, V::CanonicalMxfp4Lanes(w0));
-        V::Store(out + 32 * b + 16, V::CanonicalMxfp4Lanes(w1));
-      }
-      continue;
-    }
     for (int64_t b = 0; b < blocks; ++b) {
       const typename V::Fp4Table table = V::MakeFp4Table(Mxfp4Scale(scales[b]));
       V::Store(out + 32 * b, V::LoadMxfp4(q + 16 * b, table));
