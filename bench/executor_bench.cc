@@ -140,10 +140,13 @@ int main(int argc, char** argv) {
     best_prefill = std::max(best_prefill, prefill);
     best_decode = std::max(best_decode, decode);
   }
-  // Which matrix kernel ran (ZIPMOE_GEMM_ISA or the CPU's best) and how its GEMV prefetched
-  // (ZIPMOE_GEMV_PREFETCH or the CPU's default): bench (m) reports both per machine.
-  std::printf("I: gemm isa %s, gemv prefetch %s\n", zipmoe::kernels::GemmIsaName(zipmoe::kernels::BestGemmIsa()),
-              zipmoe::kernels::GemvPrefetchName(zipmoe::kernels::ActiveGemvPrefetch()));
+  // Which matrix kernel ran (ZIPMOE_GEMM_ISA or the CPU's best), how its GEMV prefetched
+  // (ZIPMOE_GEMV_PREFETCH or the CPU's default) and how its FP8 tiles met NaN / subnormal codes
+  // (ZIPMOE_F8_TILE_CHECK or the CPU's default): bench (m) reports the first two per machine.
+  std::printf("I: gemm isa %s, gemv prefetch %s, f8 tile check %s\n",
+              zipmoe::kernels::GemmIsaName(zipmoe::kernels::BestGemmIsa()),
+              zipmoe::kernels::GemvPrefetchName(zipmoe::kernels::ActiveGemvPrefetch()),
+              zipmoe::kernels::F8TileCheckName(zipmoe::kernels::ActiveF8TileCheck()));
   std::printf("%s (%s): threads %d, batch %lld, prompt %lld, decode %lld: prefill %.1f tokens/s, decode %.2f tokens/s\n",
               args.model_dir.c_str(), config.model_type.c_str(), (*generator)->n_threads(),
               static_cast<long long>(args.batch), static_cast<long long>(args.prompt_len),

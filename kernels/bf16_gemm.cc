@@ -178,8 +178,13 @@ const char* GemvPrefetchName(GemvPrefetch p) {
 
 namespace {
 
-// This CPU's default (bf16_gemm.h DefaultGemvPrefetchFor).
-GemvPrefetch DefaultGemvPrefetch() {
+// This CPU's CPUID vendor string and display family ("" and 0 where there is no CPUID).
+struct CpuVendor {
+  std::string vendor;
+  unsigned family = 0;
+};
+CpuVendor ThisCpuVendor() {
+  CpuVendor v;
 #if defined(ZIPMOE_GEMM_X86)
   unsigned eax, ebx, ecx, edx;
   if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
@@ -188,15 +193,45 @@ GemvPrefetch DefaultGemvPrefetch() {
     std::memcpy(vendor + 4, &edx, 4);
     std::memcpy(vendor + 8, &ecx, 4);
     vendor[12] = '\0';
-    unsigned family = 0;
+    v.vendor = vendor;
     if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
-      family = (eax >> 8) & 0xFu;
-      if (family == 0xFu) family += (eax >> 20) & 0xFFu;
+      v.family = (eax >> 8) & 0xFu;
+      if (v.family == 0xFu) v.family += (eax >> 20) & 0xFFu;
     }
-    return DefaultGemvPrefetchFor(vendor, family);
   }
 #endif
+  return v;
+}
+
+// This CPU's default (bf16_gemm.h DefaultGemvPrefetchFor).
+GemvPrefetch DefaultGemvPrefetch() {
+#if defined(ZIPMOE_GEMM_X86)
+  const CpuVendor cpu = ThisCpuVendor();
+  if (!cpu.vendor.empty()) return DefaultGemvPrefetchFor(cpu.vendor, cpu.family);
+#endif
   return GemvPrefetch::kAhead;
+}
+
+// This CPU's default (bf16_gemm.h DefaultF8TileCheckFor).
+F8TileCheck DefaultF8TileCheck() {
+#if defined(ZIPMOE_GEMM_X86)
+  const CpuVendor cpu = ThisCpuVendor();
+  if (!cpu.vendor.empty()) return DefaultF8TileCheckFor(cpu.vendor);
+#endif
+  return F8TileCheck::kScan;
+}
+
+F8TileCheck DetectF8TileCheck() {
+  if (const char* env = std::getenv("ZIPMOE_F8_TILE_CHECK"); env != nullptr && *env != '\0') {
+    for (F8TileCheck c : {F8TileCheck::kScan, F8TileCheck::kFused}) {
+      if (std::string(env) == F8TileCheckName(c)) return c;
+    }
+    const F8TileCheck fallback = DefaultF8TileCheck();
+    std::fprintf(stderr, "zipmoe: ZIPMOE_F8_TILE_CHECK=%s is neither \"scan\" nor \"fused\"; using \"%s\"\n", env,
+                 F8TileCheckName(fallback));
+    return fallback;
+  }
+  return DefaultF8TileCheck();
 }
 
 GemvPrefetch DetectGemvPrefetch() {
@@ -224,6 +259,25 @@ GemvPrefetch ActiveGemvPrefetch() {
   return active;
 }
 
+const char* F8TileCheckName(F8TileCheck c) {
+  switch (c) {
+    case F8TileCheck::kAuto: return "auto";
+    case F8TileCheck::kScan: return "scan";
+    case F8TileCheck::kFused: return "fused";
+  }
+  return "unknown";
+}
+
+F8TileCheck DefaultF8TileCheckFor(const std::string& vendor) {
+  if (vendor == "AuthenticAMD" || vendor == "HygonGenuine") return F8TileCheck::kFused;
+  return F8TileCheck::kScan;
+}
+
+F8TileCheck ActiveF8TileCheck() {
+  static const F8TileCheck active = DetectF8TileCheck();  // thread-safe one-time initialisation
+  return active;
+}
+
 int64_t GemmRowQuantum() { return BestGemmIsa() == GemmIsa::kAmxBf16 ? 64 : 4; }
 
 Status ValidateGemmArgs(const GemmArgs& a) {
@@ -239,6 +293,9 @@ Status ValidateGemmArgs(const GemmArgs& a) {
   if (a.prefetch != GemvPrefetch::kAuto && a.prefetch != GemvPrefetch::kAhead && a.prefetch != GemvPrefetch::kHardware)
     return Status::InvalidArgument(
         fmt::format("Bf16Gemm: prefetch {} is not a GemvPrefetch value", static_cast<int>(a.prefetch)));
+  if (a.f8_check != F8TileCheck::kAuto && a.f8_check != F8TileCheck::kScan && a.f8_check != F8TileCheck::kFused)
+    return Status::InvalidArgument(
+        fmt::format("Bf16Gemm: f8_check {} is not an F8TileCheck value", static_cast<int>(a.f8_check)));
   if (a.n == 0 || a.row_begin == a.row_end) return Status::Ok();
   if (a.y == nullptr) return Status::InvalidArgument("Bf16Gemm: y is null");
   if (w.cols == 0) return Status::Ok();

@@ -146,6 +146,43 @@ GemvPrefetch ActiveGemvPrefetch();
 // extended family when the base is 0xF). Pure; ActiveGemvPrefetch calls it with this CPU's values.
 GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family);
 
+// How the x86 variants' FP8 row tiles meet the codes their fast decode does not take (issue 35). That decode
+// (kernels/bf16_gemm_avx2.cc F8x8) moves an E4M3 code's bits into a float32 and multiplies by the scale
+// times 2^120: exact for every finite code and scales in [2^-100, 2^8), a NaN code (0x7f, 0xff) it reads as
+// a finite number, and a subnormal code (exponent 0) becomes a float32 subnormal input. Speed only: every
+// scheme gives the same bits.
+//   kScan   before multiplying, each row tile's codes are read once (gemm_tile::F8TileVerdict): a NaN code
+//           or such a scale sends the tile to the checked decode (gemm_tile::F8Checked), more than 1 in 1024
+//           subnormal codes to the subnormal loads (through IEEE half: no subnormal float32 input, which
+//           Intel cores meet with a ~130-cycle microcode assist per vector; docs/benchmarks.md "Background:
+//           FP8 checkpoints against BF16"). That pass is a second walk over the tile, the first touch of
+//           its lines from memory.
+//   kFused  the scales are checked before the tile, NaN codes in the multiplication's own pass (a load, an
+//           or and an unsigned byte max per 32 codes; AVX2 only); a tile that met one is computed again,
+//           checked. Subnormal codes stay float32 subnormal inputs, so a call whose first row tile the scan
+//           finds rich in them (more than 1 in 1024) scans every tile instead: 1 in 8 subnormal codes took
+//           the fused tiles 10.1-10.3 ms against the scan's 8.1-8.3 below. Measured on a 2-core Zen 2 VM
+//           (EPYC, family 0x17, 2026-12-03; fp8_gemm_bench, 8 matrices of 1408 x 4096, codes as a
+//           checkpoint's, best of 5, alternated): the GEMV 6.8-7.4 -> 5.4-5.6 ms on 1 thread, 3.5-3.7 ->
+//           2.9-3.0 ms on 2; a qwen3_moe mini with FP8 experts decoded 21.0 -> 25.1 tokens/s
+//           (executor_bench, 2 threads, 64-token prompt).
+//   kAuto   ActiveF8TileCheck() (the default of GemmArgs).
+// Variants without the fused check (kAvx512, NEON, the BF16 dot-product ones) scan under every scheme.
+enum class F8TileCheck : int { kAuto = 0, kScan = 1, kFused = 2 };
+
+// "auto", "scan", "fused" ("unknown" for other values).
+const char* F8TileCheckName(F8TileCheck c);
+
+// The process's scheme, decided once: ZIPMOE_F8_TILE_CHECK=scan|fused in the environment, else
+// DefaultF8TileCheckFor(the CPUID vendor string) on x86, else kScan. An unknown value is reported once on
+// stderr and the default is used. Never kAuto.
+F8TileCheck ActiveF8TileCheck();
+
+// The default for an x86 CPU: kFused on AMD ("AuthenticAMD"; measured on Zen 2, 2026-12-03) and Hygon
+// ("HygonGenuine", Zen-based, assumed alike), whose cores take subnormal inputs without a microcode assist;
+// kScan on Intel and every other vendor. Pure.
+F8TileCheck DefaultF8TileCheckFor(const std::string& vendor);
+
 // One matrix product: out = x · Wᵀ (+ bias) for the rows [row_begin, row_end) of W.
 struct GemmArgs {
   GemmWeights w;
@@ -158,6 +195,7 @@ struct GemmArgs {
   int64_t row_begin = 0;
   int64_t row_end = 0;
   GemvPrefetch prefetch = GemvPrefetch::kAuto;  // the weights' prefetch in one-row tiles (speed only)
+  F8TileCheck f8_check = F8TileCheck::kAuto;     // how FP8 row tiles meet NaN / subnormal codes (speed only)
 };
 
 enum class GemmIsa : int {

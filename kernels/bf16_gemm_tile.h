@@ -17,6 +17,9 @@
 //                            which F8TileScan says F8Tile::kSubnormals (a subnormal code) are computed by
 //                            F8Subnormal<V>, whose loads keep float32 subnormals out of the multiplication
 //                            (the same bits; x86 cores take a microcode assist on each such input)
+//   V::F8NanAcc, F8NanZero(), F8NanMax16(acc, p), F8NanMax32(acc, p), F8NanFound(acc)   (optional) the
+//                            fused NaN check of F8TileCheck::kFused (bf16_gemm.h): a running unsigned byte
+//                            max of the codes or'ed with 0x80, which is 0xff only where a code is 0x7f or 0xff
 //   V::Store(float* p, Vec v)                    16 floats to p (FP8 batches dequantize a tile once)
 //   V::Fp4Table, V::MakeFp4Table(float scale)   what LoadMxfp4 needs for one 32-column block of scale `scale`
 //                            (the 16 E2M1 values times the scale: one fp32 multiplication each, exact)
@@ -209,6 +212,33 @@ struct F8Checked : V {
     *w0 = LoadF8(p, scale);
     *w1 = LoadF8(p + 16, scale);
   }
+};
+
+// Whether V has the fused NaN check of F8TileCheck::kFused (V::F8NanMax32 and the rest, above).
+template <class V, class = void>
+struct HasF8NanCheck {
+  static constexpr bool value = false;
+};
+template <class V>
+struct HasF8NanCheck<V, decltype(void(&V::F8NanMax32))> {
+  static constexpr bool value = true;
+};
+
+// The FP8 decode of F8TileCheck::kFused row tiles: V's fast decode, no scan before the tile; Tile tracks the
+// NaN codes it multiplies (kF8NanFused) and computes the tile again by F8Checked<Unfused> if it met one.
+template <class V>
+struct F8Fused : V {
+  using Unfused = V;
+  static constexpr bool kF8Scan = false;
+  static constexpr bool kF8NanFused = true;
+};
+template <class V, class = void>
+struct IsF8Fused {
+  static constexpr bool value = false;
+};
+template <class V>
+struct IsF8Fused<V, decltype(void(V::kF8NanFused))> {
+  static constexpr bool value = V::kF8NanFused;
 };
 
 // Tokens per outer block: their activations stay in L2 while every row tile of the range streams by.
@@ -468,6 +498,16 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
     return;
   }
   if constexpr (kEnc == Encoding::kF8 && V::kF8Scan) {
+    if constexpr (HasF8NanCheck<V>::value) {
+      if (a.f8_check == F8TileCheck::kFused) {  // resolved by Gemm
+        if (F8ScalesNeedSafe(a, r, R)) {
+          Tile<F8Checked<V>, kEnc, R, T, kPrefetch>(a, r, t);
+        } else {
+          Tile<F8Fused<V>, kEnc, R, T, kPrefetch>(a, r, t);
+        }
+        return;
+      }
+    }
     const F8Tile kind = V::F8TileScan(a, r, R);
     if (kind == F8Tile::kChecked) {
       Tile<F8Checked<V>, kEnc, R, T, kPrefetch>(a, r, t);
@@ -491,6 +531,15 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) acc0[i][j] = acc1[i][j] = V::Zero();
   }
+  // F8Fused: the running NaN check of the codes multiplied (V::F8NanMax32).
+  constexpr bool kNanFused = kEnc == Encoding::kF8 && IsF8Fused<V>::value;
+  [[maybe_unused]] auto nan = [] {
+    if constexpr (kNanFused) {
+      return V::F8NanZero();
+    } else {
+      return 0;
+    }
+  }();
   // The weights' prefetch (PrefetchWeights): the bytes per weight of the encoding's plane(s), and
   // where the matrix ends.
   constexpr int64_t kElem = kPlaneBytes<kEnc>;
@@ -557,6 +606,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
                                 : kEnc == Encoding::kF32  ? V::LoadX(w_f32 + off)
                                 : kEnc == Encoding::kF8   ? V::LoadF8(w_f8 + off, scale_row[i][col_block])
                                                           : V::LoadBf16(w_bf16 + off);
+      if constexpr (kNanFused) nan = V::F8NanMax16(nan, w_f8 + off);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w, x[j], set[i][j]);
     }
@@ -570,6 +620,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
     }
     Fma32Columns<V, R, T>(xrow, k, set, [&](int i, typename V::Vec* w0, typename V::Vec* w1) {
       V::LoadF8x2(w_f8 + row_off[i] + k, scale_row[i][col_block], w0, w1);
+      if constexpr (kNanFused) nan = V::F8NanMax32(nan, w_f8 + row_off[i] + k);
     });
   };
   // Blocks [b0, b1) (one chain group, or the end of the row) into `set`.
@@ -589,6 +640,12 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   for (int64_t g = 0; g < kb; g += 2 * kChainGroup) {
     group(g, min(g + kChainGroup, kb), acc0);
     group(min(g + kChainGroup, kb), min(g + 2 * kChainGroup, kb), acc1);
+  }
+  if constexpr (kNanFused) {
+    if (V::F8NanFound(nan)) {  // a NaN code (never in a released checkpoint): the whole tile again, checked
+      Tile<F8Checked<typename V::Unfused>, kEnc, R, T, kPrefetch>(a, r, t);
+      return;
+    }
   }
   FinishTile<V, kEnc, R, T>(a, r, t, acc0, acc1, kb * 16);
 }
@@ -964,7 +1021,17 @@ inline void Gemm(const GemmArgs& a) {
     Run<V, Encoding::kF32>(a);
   } else if (a.w.f8 != nullptr) {
     const SubnormalInputs<V> keep;  // the FP8 decode reads float32 subnormals
-    Run<V, Encoding::kF8>(a);
+    GemmArgs resolved = a;
+    if (resolved.f8_check == F8TileCheck::kAuto) resolved.f8_check = ActiveF8TileCheck();
+    if constexpr (V::kF8Scan && HasF8NanCheck<V>::value) {
+      // kFused, unless the range's first row tile has many subnormal codes: the fused tiles take them as
+      // float32 subnormal inputs, which cost more than the scan's pass and subnormal loads (bf16_gemm.h).
+      const int64_t first_rows = a.row_end - a.row_begin < 4 ? a.row_end - a.row_begin : 4;
+      if (resolved.f8_check == F8TileCheck::kFused && first_rows > 0 &&
+          V::F8TileScan(a, a.row_begin, static_cast<int>(first_rows)) == F8Tile::kSubnormals)
+        resolved.f8_check = F8TileCheck::kScan;
+    }
+    Run<V, Encoding::kF8>(resolved);
   } else if (a.w.mxfp4 != nullptr) {
     Run<V, Encoding::kMxfp4>(a);
   } else {

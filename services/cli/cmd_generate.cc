@@ -25,7 +25,8 @@
 // max(1, generated) rows. With --batch N the sequences' rows follow each other in batch order.
 // --json prints {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s, batch, threads (the
 // compute threads: --threads, or the physical cores this process may run on), gemm_isa and
-// gemv_prefetch (the CPU matrix kernel's variant and its weight prefetch: kernels/bf16_gemm.h),
+// gemv_prefetch, f8_tile_check (the CPU matrix kernel's variant, its weight prefetch and how its FP8 tiles
+// meet NaN / subnormal codes: kernels/bf16_gemm.h),
 // prompt_tokens_total, generated_tokens_total} (ids and text of the first sequence), plus
 // batch_prompt_ids, batch_generated_ids and batch_logits_rows: one entry per sequence of the batch
 // (batch_logits_rows counts its --logits-out rows, 0 without the flag), where
@@ -407,6 +408,7 @@ int RunGenerate(const GenerateArgs& args) {
     out["threads"] = (*generator)->n_threads();
     out["gemm_isa"] = kernels::GemmIsaName(kernels::BestGemmIsa());
     out["gemv_prefetch"] = kernels::GemvPrefetchName(kernels::ActiveGemvPrefetch());
+    out["f8_tile_check"] = kernels::F8TileCheckName(kernels::ActiveF8TileCheck());
     out["prompt_tokens_total"] = prompt_total;
     out["generated_tokens_total"] = generated_total;
     // Every sequence of the batch, as parallel arrays (no nested objects: callers find the line's

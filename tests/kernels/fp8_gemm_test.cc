@@ -6,6 +6,7 @@
 // Built for the host and, cross-compiled, for AArch64 under qemu-user (tests/kernels/aarch64/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -116,6 +117,21 @@ class Fp8GemmIsaTest : public ::testing::TestWithParam<GemmIsa> {
   }
 };
 
+// Both ways an x86 FP8 row tile meets NaN and subnormal codes (bf16_gemm.h F8TileCheck: a scan before the
+// tile, or the NaN check fused into it and the tile computed again where it met one), whatever this CPU's
+// default: the same bits under each (variants without the fused check scan under both).
+constexpr F8TileCheck kF8Checks[] = {F8TileCheck::kScan, F8TileCheck::kFused};
+
+void ExpectEveryCheckGives(GemmIsa isa, GemmArgs a, const std::vector<float>& want, const std::string& what) {
+  for (const F8TileCheck check : kF8Checks) {
+    std::fill(a.y, a.y + a.n * a.ldy, -1.0f);
+    a.f8_check = check;
+    const std::string with = what + " (" + F8TileCheckName(check) + ")";
+    ASSERT_TRUE(Bf16GemmWithIsa(isa, a).ok()) << with;
+    ExpectSameBits(want, std::vector<float>(a.y, a.y + a.n * a.ldy), with);
+  }
+}
+
 TEST_P(Fp8GemmIsaTest, BitIdenticalToTheReferenceAndToDequantizedF32) {
   struct Shape {
     int64_t rows, cols, n, block_rows, block_cols;
@@ -138,8 +154,7 @@ TEST_P(Fp8GemmIsaTest, BitIdenticalToTheReferenceAndToDequantizedF32) {
       Bf16GemmReference(p.Args(/*fp8=*/false, bias, dequantized));
       Bf16GemmReference(p.Args(/*fp8=*/true, bias, reference));
       ExpectSameBits(dequantized, reference, what + " (FP8 reference vs dequantized F32)");
-      ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, bias, got)).ok()) << what;
-      ExpectSameBits(reference, got, what);
+      ExpectEveryCheckGives(GetParam(), p.Args(true, bias, got), reference, what);
     }
   }
 }
@@ -148,8 +163,7 @@ TEST_P(Fp8GemmIsaTest, NanCodesGiveNanOutputsAsTheReference) {
   const Fp8Problem p(6, 64, 2, 2, 16, 99, /*with_nan=*/true);
   std::vector<float> want, got;
   Bf16GemmReference(p.Args(true, false, want));
-  ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, false, got)).ok());
-  ExpectSameBits(want, got, "with NaN codes");
+  ExpectEveryCheckGives(GetParam(), p.Args(true, false, got), want, "with NaN codes");
   bool any_nan = false;
   for (float v : want) any_nan |= std::isnan(v);
   EXPECT_TRUE(any_nan);  // random bytes over 384 weights include 0x7f / 0xff
@@ -163,42 +177,74 @@ TEST_P(Fp8GemmIsaTest, LargeAndSubnormalScalesAsTheReference) {
     for (size_t i = 0; i < p.scale.size(); ++i) p.scale[i] = i % 2 == 0 ? s : 1.0e-3f;
     std::vector<float> want, got;
     Bf16GemmReference(p.Args(true, false, want));
-    ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, false, got)).ok());
-    ExpectSameBits(want, got, "scale " + std::to_string(s));
+    ExpectEveryCheckGives(GetParam(), p.Args(true, false, got), want, "scale " + std::to_string(s));
     p.n = 1;  // the decode path
     Bf16GemmReference(p.Args(true, false, want));
-    ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, false, got)).ok());
-    ExpectSameBits(want, got, "decode, scale " + std::to_string(s));
+    ExpectEveryCheckGives(GetParam(), p.Args(true, false, got), want, "decode, scale " + std::to_string(s));
   }
 }
 
 // Row tiles with a few subnormal codes (the moved-bits decode, subnormal float32 inputs) and with many
 // (the x86 variants' subnormal loads through IEEE half, more than 1 in 1024: gemm_tile::kF8SubnormalShare),
-// next to tiles with none: every variant gives the reference's bits, for decode and a batch, with
+// next to tiles with none, in the first row tile and later ones: every variant gives the reference's bits, for
+// decode and a batch, under both F8TileCheck schemes, with
 // MXCSR.DAZ / FPCR.FZ as the caller left it.
 TEST_P(Fp8GemmIsaTest, RowTilesWithFewAndManySubnormalCodesGiveTheReferenceBits) {
   for (const int64_t n : {int64_t{1}, int64_t{6}, int64_t{70}}) {
-    Fp8Problem p(48, 1024, n, 16, 128, 5);
-    for (uint8_t& b : p.f8) {
-      if ((b & 0x78) == 0) b |= 0x08;  // no subnormal (or zero) code anywhere yet
+    for (const bool rich_first_tile : {false, true}) {
+      Fp8Problem p(48, 1024, n, 16, 128, 5);
+      for (uint8_t& b : p.f8) {
+        if ((b & 0x78) == 0) b |= 0x08;  // no subnormal (or zero) code anywhere yet
+      }
+      p.f8[5 * 1024 + 7] = 0x03;  // row 5: one subnormal, +3 2^-9
+      p.f8[9 * 1024 + 1000] = 0x86;  // row 9: one, -6 2^-9
+      for (int64_t k = 0; k < 1024; k += 8) {
+        if (rich_first_tile) p.f8[static_cast<size_t>(k + 5)] = 0x02;  // row 0: 1 in 8 (kFused then scans)
+        p.f8[static_cast<size_t>(30 * 1024 + k)] = static_cast<uint8_t>((k / 8) % 2 ? 0x81 : 0x07);  // row 30: 1 in 8
+        p.f8[static_cast<size_t>(31 * 1024 + k + 3)] = 0x05;  // row 31 too
+      }
+      for (int64_t r = 0; r < p.rows; ++r)
+        for (int64_t k = 0; k < p.cols; ++k)
+          p.dequantized[static_cast<size_t>(r * p.cols + k)] =
+              F8E4M3ToFloat(p.f8[static_cast<size_t>(r * p.cols + k)]) *
+              p.scale[static_cast<size_t>((r / p.block_rows) * (p.cols / p.block_cols) + k / p.block_cols)];
+      std::vector<float> want, got, f32;
+      Bf16GemmReference(p.Args(true, true, want));
+      const std::string what = "n = " + std::to_string(n) + (rich_first_tile ? ", row 0 rich in subnormals" : "");
+      ExpectEveryCheckGives(GetParam(), p.Args(true, true, got), want, what);
+      Bf16GemmReference(p.Args(false, true, f32));
+      ExpectSameBits(want, f32, "dequantized, " + what);
     }
-    p.f8[5 * 1024 + 7] = 0x03;  // row 5: one subnormal, +3 2^-9
-    p.f8[9 * 1024 + 1000] = 0x86;  // row 9: one, -6 2^-9
-    for (int64_t k = 0; k < 1024; k += 8) {
-      p.f8[static_cast<size_t>(30 * 1024 + k)] = static_cast<uint8_t>((k / 8) % 2 ? 0x81 : 0x07);  // row 30: 1 in 8
-      p.f8[static_cast<size_t>(31 * 1024 + k + 3)] = 0x05;  // row 31 too
+  }
+}
+
+// One NaN code (0x7f or 0xff) in otherwise finite rows, at the first and last code of a row tile's vector
+// part, in the second half of a 32-code pair, in a lone 16-code block (16-column scale blocks: no pairs) and
+// in the scalar tail: its row gives NaN and every other row the reference's bits, for decode, 2- and
+// 3-token tiles and a batch, under both F8TileCheck schemes (the fused one computes that tile again).
+TEST_P(Fp8GemmIsaTest, ALoneNanCodeAnywhereGivesTheReferenceBits) {
+  struct Case {
+    int64_t block_cols, row, col;
+    uint8_t code;
+  };
+  const int64_t rows = 12, cols = 272;  // 17 blocks of 16 columns, no tail; cols 280 below has one
+  const Case cases[] = {{128, 0, 0, 0x7f},   {128, 5, 255, 0xff}, {128, 7, 16 + 32 * 3, 0x7f},
+                        {16, 3, 16 * 5 + 9, 0xff}, {16, 11, 271, 0x7f}, {32, 6, 272 + 3, 0xff}};
+  for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{9}}) {
+    for (const Case& c : cases) {
+      const int64_t width = c.col >= cols ? cols + 8 : cols;  // 280: 17 blocks and an 8-column tail
+      Fp8Problem p(rows, width, n, 4, c.block_cols, 31);
+      p.f8[static_cast<size_t>(c.row * width + c.col)] = c.code;
+      const std::string what = "n " + std::to_string(n) + " block_cols " + std::to_string(c.block_cols) + " NaN at (" +
+                               std::to_string(c.row) + ", " + std::to_string(c.col) + ")";
+      std::vector<float> want, got;
+      Bf16GemmReference(p.Args(true, true, want));
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(std::isnan(want[static_cast<size_t>(t * rows + r)]), r == c.row) << what << " row " << r;
+      }
+      ExpectEveryCheckGives(GetParam(), p.Args(true, true, got), want, what);
     }
-    for (int64_t r = 0; r < p.rows; ++r)
-      for (int64_t k = 0; k < p.cols; ++k)
-        p.dequantized[static_cast<size_t>(r * p.cols + k)] =
-            F8E4M3ToFloat(p.f8[static_cast<size_t>(r * p.cols + k)]) *
-            p.scale[static_cast<size_t>((r / p.block_rows) * (p.cols / p.block_cols) + k / p.block_cols)];
-    std::vector<float> want, got, f32;
-    Bf16GemmReference(p.Args(true, true, want));
-    ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), p.Args(true, true, got)).ok());
-    ExpectSameBits(want, got, "n = " + std::to_string(n));
-    Bf16GemmReference(p.Args(false, true, f32));
-    ExpectSameBits(want, f32, "dequantized, n = " + std::to_string(n));
   }
 }
 
@@ -257,6 +303,26 @@ TEST(Fp8GemmValidateTest, ScalesAndBlocksAreRequired) {
   a.w.block_rows = 0;
   EXPECT_FALSE(ValidateGemmArgs(a).ok());
   EXPECT_TRUE(ValidateGemmArgs(p.Args(true, false, y)).ok());
+  a = p.Args(true, false, y);
+  a.f8_check = static_cast<F8TileCheck>(5);
+  const Status s = ValidateGemmArgs(a);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("f8_check 5"), std::string::npos) << s.ToString();
+}
+
+TEST(F8TileCheckTest, TheProcessSchemeIsAConcreteOneAndTheDefaultFollowsTheVendor) {
+  // ActiveF8TileCheck resolves kAuto once (ZIPMOE_F8_TILE_CHECK or the CPU vendor's default).
+  const F8TileCheck active = ActiveF8TileCheck();
+  EXPECT_TRUE(active == F8TileCheck::kScan || active == F8TileCheck::kFused) << static_cast<int>(active);
+  EXPECT_STREQ(F8TileCheckName(F8TileCheck::kAuto), "auto");
+  EXPECT_STREQ(F8TileCheckName(F8TileCheck::kScan), "scan");
+  EXPECT_STREQ(F8TileCheckName(F8TileCheck::kFused), "fused");
+  EXPECT_STREQ(F8TileCheckName(static_cast<F8TileCheck>(9)), "unknown");
+  // Fused where subnormal inputs cost no microcode assist (AMD, measured on Zen 2), the scan elsewhere.
+  EXPECT_EQ(DefaultF8TileCheckFor("AuthenticAMD"), F8TileCheck::kFused);
+  EXPECT_EQ(DefaultF8TileCheckFor("HygonGenuine"), F8TileCheck::kFused);
+  EXPECT_EQ(DefaultF8TileCheckFor("GenuineIntel"), F8TileCheck::kScan);
+  EXPECT_EQ(DefaultF8TileCheckFor(""), F8TileCheck::kScan);
 }
 
 }  // namespace

@@ -158,6 +158,37 @@ TEST(GenerateCliTest, TextAndChatPromptsUseTheTokenizer) {
   }
 }
 
+TEST(GenerateCliTest, F8TileCheckFollowsTheEnvironment) {
+  // ZIPMOE_F8_TILE_CHECK picks how the x86 FP8 tiles meet NaN / subnormal codes (kernels/bf16_gemm.h
+  // F8TileCheck); --json names it. An FP8 checkpoint's generated ids and logits do not depend on it (same bits).
+  const std::string dir = TinyModelDir("deepseek_v3 --dtype fp8");
+  testing::TempDir tmp;
+  const auto run = [&](const std::string& check) {
+    return RunCli("generate --model " + dir + " --prompt-ids 5,6,7,8 --max-new-tokens 3 --threads 2 --json --logits-out " +
+                      tmp.Sub("f8_" + check + ".bin"),
+                  "env ZIPMOE_F8_TILE_CHECK=" + check);
+  };
+  const auto scan = run("scan");
+  ASSERT_EQ(scan.exit_code, 0) << scan.output;
+  const auto fused = run("fused");
+  ASSERT_EQ(fused.exit_code, 0) << fused.output;
+  // The loader's notes go to stderr, which RunCli joins: the object is the output's last `{"` (no nested objects).
+  const nlohmann::json s = nlohmann::json::parse(scan.output.substr(scan.output.rfind("{\""))),
+                       f = nlohmann::json::parse(fused.output.substr(fused.output.rfind("{\"")));
+  EXPECT_EQ(s["f8_tile_check"], "scan");
+  EXPECT_EQ(f["f8_tile_check"], "fused");
+  EXPECT_EQ(s["generated_ids"], f["generated_ids"]);
+  const std::string scan_logits = testing::ReadAll(tmp.Sub("f8_scan.bin")),
+                    fused_logits = testing::ReadAll(tmp.Sub("f8_fused.bin"));
+  EXPECT_FALSE(scan_logits.empty());
+  EXPECT_TRUE(scan_logits == fused_logits) << "the two schemes' logits differ";
+
+  const auto bad = RunCli("generate --model " + dir + " --prompt-ids 1,2 --max-new-tokens 1 --json",
+                          "env ZIPMOE_F8_TILE_CHECK=sometimes");
+  ASSERT_EQ(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("ZIPMOE_F8_TILE_CHECK=sometimes"), std::string::npos) << bad.output;
+}
+
 TEST(GenerateCliTest, GemvPrefetchFollowsTheEnvironment) {
   // ZIPMOE_GEMV_PREFETCH picks the CPU GEMV's weight prefetch (kernels/bf16_gemm.h GemvPrefetch); --json names
   // it and the matrix kernel. The generated ids do not depend on it (same bits).
