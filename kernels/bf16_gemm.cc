@@ -221,30 +221,30 @@ F8TileCheck DefaultF8TileCheck() {
   return F8TileCheck::kScan;
 }
 
-F8TileCheck DetectF8TileCheck() {
-  if (const char* env = std::getenv("ZIPMOE_F8_TILE_CHECK"); env != nullptr && *env != '\0') {
-    for (F8TileCheck c : {F8TileCheck::kScan, F8TileCheck::kFused}) {
-      if (std::string(env) == F8TileCheckName(c)) return c;
-    }
-    const F8TileCheck fallback = DefaultF8TileCheck();
-    std::fprintf(stderr, "zipmoe: ZIPMOE_F8_TILE_CHECK=%s is neither \"scan\" nor \"fused\"; using \"%s\"\n", env,
-                 F8TileCheckName(fallback));
-    return fallback;
+// A scheme named by environment variable `var` (one of the two `choices`, by `name`), else `fallback()`; an
+// unknown value is reported once on stderr and the fallback used.
+template <class Scheme, class Fallback>
+Scheme SchemeFromEnvironment(const char* var, const Scheme (&choices)[2], const char* (*name)(Scheme),
+                             const Fallback& fallback) {
+  const char* env = std::getenv(var);
+  if (env == nullptr || *env == '\0') return fallback();
+  for (const Scheme c : choices) {
+    if (std::string(env) == name(c)) return c;
   }
-  return DefaultF8TileCheck();
+  const Scheme chosen = fallback();
+  std::fprintf(stderr, "zipmoe: %s=%s is neither \"%s\" nor \"%s\"; using \"%s\"\n", var, env, name(choices[0]),
+               name(choices[1]), name(chosen));
+  return chosen;
+}
+
+F8TileCheck DetectF8TileCheck() {
+  return SchemeFromEnvironment("ZIPMOE_F8_TILE_CHECK", {F8TileCheck::kScan, F8TileCheck::kFused}, &F8TileCheckName,
+                               DefaultF8TileCheck);
 }
 
 GemvPrefetch DetectGemvPrefetch() {
-  if (const char* env = std::getenv("ZIPMOE_GEMV_PREFETCH"); env != nullptr && *env != '\0') {
-    for (GemvPrefetch p : {GemvPrefetch::kAhead, GemvPrefetch::kHardware}) {
-      if (std::string(env) == GemvPrefetchName(p)) return p;
-    }
-    const GemvPrefetch fallback = DefaultGemvPrefetch();
-    std::fprintf(stderr, "zipmoe: ZIPMOE_GEMV_PREFETCH=%s is neither \"ahead\" nor \"hardware\"; using \"%s\"\n", env,
-                 GemvPrefetchName(fallback));
-    return fallback;
-  }
-  return DefaultGemvPrefetch();
+  return SchemeFromEnvironment("ZIPMOE_GEMV_PREFETCH", {GemvPrefetch::kAhead, GemvPrefetch::kHardware},
+                               &GemvPrefetchName, DefaultGemvPrefetch);
 }
 
 }  // namespace
