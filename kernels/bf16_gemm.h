@@ -167,8 +167,9 @@ GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family);
 //           2.9-3.0 ms on 2; a qwen3_moe mini with FP8 experts decoded 21.0 -> 25.1 tokens/s
 //           (executor_bench, 2 threads, 64-token prompt).
 //   kAuto   ActiveF8TileCheck() (the default of GemmArgs).
-// Variants without the fused check (kAvx512, NEON, the BF16 dot-product ones) scan under every scheme, and so
-// do the batches that dequantize row blocks once (from kF8DequantMinTokens tokens: the scan is shared there).
+// Batches that dequantize row blocks once (from kF8DequantMinTokens tokens) check the same way while
+// dequantizing. Variants without the fused check (kAvx512, NEON, the BF16 dot-product ones) scan under every
+// scheme.
 enum class F8TileCheck : int { kAuto = 0, kScan = 1, kFused = 2 };
 
 // "auto", "scan", "fused" ("unknown" for other values).

@@ -729,11 +729,20 @@ inline void Rows(const GemmArgs& a, int64_t t0, int64_t t1) {
   }
 }
 
-// Rows [r0, r0 + rows) of FP8 weights dequantized into buf (float32, row-major, cols per row).
-template <class V>
-inline void RowsF8Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf) {
+// Rows [r0, r0 + rows) of FP8 weights dequantized into buf (float32, row-major, cols per row). kNanCheck
+// (F8TileCheck::kFused, V with HasF8NanCheck): false when the codes V::LoadF8 read held a NaN code, whose
+// values are then wrong (the caller dequantizes again through F8Checked); else always true.
+template <class V, bool kNanCheck = false>
+inline bool RowsF8Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf) {
   const int64_t cols = a.w.cols, bc = a.w.block_cols;
   const int64_t scale_cols = (cols + bc - 1) / bc;
+  [[maybe_unused]] auto nan = [] {
+    if constexpr (kNanCheck) {
+      return V::F8NanZero();
+    } else {
+      return 0;
+    }
+  }();
   for (int i = 0; i < rows; ++i) {
     const float* srow = a.w.f8_scale + ((r0 + i) / a.w.block_rows) * scale_cols;
     const uint8_t* q = a.w.f8 + (r0 + i) * cols;
@@ -742,9 +751,17 @@ inline void RowsF8Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf
       const float scale = srow[b];
       const int64_t k1 = k0 + bc < cols ? k0 + bc : cols;
       int64_t k = k0;
-      for (; k + 16 <= k1; k += 16) V::Store(out + k, V::LoadF8(q + k, scale));
+      for (; k + 16 <= k1; k += 16) {
+        V::Store(out + k, V::LoadF8(q + k, scale));
+        if constexpr (kNanCheck) nan = V::F8NanMax16(nan, q + k);
+      }
       for (; k < k1; ++k) out[k] = F8ToFloat(q[k]) * scale;
     }
+  }
+  if constexpr (kNanCheck) {
+    return !V::F8NanFound(nan);
+  } else {
+    return true;
   }
 }
 
@@ -843,6 +860,13 @@ inline void RowsThroughF32(const GemmArgs& a, int64_t t0, int64_t t1, float* buf
       RowsMxfp4Dequantize<V>(a, r0, rows, buf);
     } else {
       if constexpr (V::kF8Scan) {
+        if constexpr (HasF8NanCheck<V>::value) {
+          if (a.f8_check == F8TileCheck::kFused) {  // as Tile's: the scales first, the NaN codes while decoding
+            if (F8ScalesNeedSafe(a, r0, rows) || !RowsF8Dequantize<V, true>(a, r0, rows, buf))
+              RowsF8Dequantize<F8Checked<V>>(a, r0, rows, buf);
+            return;
+          }
+        }
         const F8Tile kind = V::F8TileScan(a, r0, rows);
         if (kind == F8Tile::kChecked) {
           RowsF8Dequantize<F8Checked<V>>(a, r0, rows, buf);
