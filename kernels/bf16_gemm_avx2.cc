@@ -191,19 +191,21 @@ struct Avx2 {
   }
   // The block at p as 32 BF16s in column order (gemm_tile::HasMxfp4Bf16): the same two vpshufb tables,
   // indexed by the nibbles in column order (low and high nibbles interleaved), then the low and high
-  // bytes interleaved into words and the 128-bit lanes put in order.
+  // bytes interleaved into words. The bytes are taken 0-3, 8-11, 4-7, 12-15 first, so that the 128-bit lanes
+  // come out as columns 0-7 | 8-15 and 16-23 | 24-31, stored as they are (no cross-lane permute).
   static void StoreMxfp4Bf16(const uint8_t* p, uint8_t scale_code, uint16_t* out) {
     const uint8_t* table = kMxfp4Bf16.bytes[scale_code];
     const __m256i lo = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
     const __m256i hi = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table + 16)));
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi8(0x0f);
+    const __m128i order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+    const __m128i v = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), order);
+    const __m128i mask = _mm_set1_epi8(0x0f);
     const __m128i low = _mm_and_si128(v, mask), high = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
-    const __m256i nibbles = _mm256_setr_m128i(_mm_unpacklo_epi8(low, high), _mm_unpackhi_epi8(low, high));  // columns 0-15 | 16-31
+    // columns 0-7, 16-23 | 8-15, 24-31
+    const __m256i nibbles = _mm256_setr_m128i(_mm_unpacklo_epi8(low, high), _mm_unpackhi_epi8(low, high));
     const __m256i low_bytes = _mm256_shuffle_epi8(lo, nibbles), high_bytes = _mm256_shuffle_epi8(hi, nibbles);
-    const __m256i a = _mm256_unpacklo_epi8(low_bytes, high_bytes);  // columns 0-7 | 16-23
-    const __m256i b = _mm256_unpackhi_epi8(low_bytes, high_bytes);  // columns 8-15 | 24-31
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(a, b, 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16), _mm256_permute2x128_si256(a, b, 0x31));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_unpacklo_epi8(low_bytes, high_bytes));  // 0-15
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16), _mm256_unpackhi_epi8(low_bytes, high_bytes));  // 16-31
   }
   // 16 activations from x (canonical order) to out (lane order kMxfp4Lanes).
   static void PermuteMxfp4X(const float* x, float* out) {
