@@ -159,8 +159,8 @@ GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family);
 //           its lines from memory.
 //   kFused  the scales are checked before the tile, NaN codes in the multiplication's own pass (a load, an
 //           or and an unsigned byte max per 32 codes; AVX2 only); a tile that met one is computed again,
-//           checked. Subnormal codes stay float32 subnormal inputs, so a call whose first row tile the scan
-//           finds rich in them (more than 1 in 1024) scans every tile instead: 1 in 8 subnormal codes took
+//           checked. Subnormal codes stay float32 subnormal inputs, so a call whose first 4 rows the scan finds
+//           rich in them (more than 1 in 1024; gemm_tile::kF8SampleRows) scans every tile instead: 1 in 8 subnormal codes took
 //           the fused tiles 10.1-10.3 ms against the scan's 8.1-8.3 below. Measured on a 2-core Zen 2 VM
 //           (EPYC, family 0x17, 2026-12-03; fp8_gemm_bench, 8 matrices of 1408 x 4096, codes as a
 //           checkpoint's, best of 5, alternated): the GEMV 6.8-7.4 -> 5.4-5.6 ms on 1 thread, 3.5-3.7 ->

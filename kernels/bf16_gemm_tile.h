@@ -225,21 +225,33 @@ struct HasF8NanCheck<V, decltype(void(&V::F8NanMax32))> {
 };
 
 // The FP8 decode of F8TileCheck::kFused row tiles: V's fast decode, no scan before the tile; Tile tracks the
-// NaN codes it multiplies (kF8NanFused) and computes the tile again by F8Checked<Unfused> if it met one.
+// NaN codes it multiplies (IsF8Fused) and computes the tile again by F8Checked<Unfused> if it met one.
 template <class V>
 struct F8Fused : V {
   using Unfused = V;
   static constexpr bool kF8Scan = false;
-  static constexpr bool kF8NanFused = true;
 };
-template <class V, class = void>
+template <class V>
 struct IsF8Fused {
   static constexpr bool value = false;
 };
 template <class V>
-struct IsF8Fused<V, decltype(void(V::kF8NanFused))> {
-  static constexpr bool value = V::kF8NanFused;
+struct IsF8Fused<F8Fused<V>> {
+  static constexpr bool value = true;
 };
+
+// The start of a running NaN check (V::F8NanZero()) where kOn, else a placeholder the check never touches.
+template <class V, bool kOn>
+inline auto F8NanStart() {
+  if constexpr (kOn) {
+    return V::F8NanZero();
+  } else {
+    return 0;
+  }
+}
+
+// Rows of the range's start that Gemm scans for subnormal codes before choosing F8TileCheck::kFused.
+constexpr int64_t kF8SampleRows = 4;
 
 // Tokens per outer block: their activations stay in L2 while every row tile of the range streams by.
 constexpr int64_t kTokenBlock = 64;
@@ -533,13 +545,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   }
   // F8Fused: the running NaN check of the codes multiplied (V::F8NanMax32).
   constexpr bool kNanFused = kEnc == Encoding::kF8 && IsF8Fused<V>::value;
-  [[maybe_unused]] auto nan = [] {
-    if constexpr (kNanFused) {
-      return V::F8NanZero();
-    } else {
-      return 0;
-    }
-  }();
+  [[maybe_unused]] auto nan = F8NanStart<V, kNanFused>();
   // The weights' prefetch (PrefetchWeights): the bytes per weight of the encoding's plane(s), and
   // where the matrix ends.
   constexpr int64_t kElem = kPlaneBytes<kEnc>;
@@ -736,13 +742,7 @@ template <class V, bool kNanCheck = false>
 inline bool RowsF8Dequantize(const GemmArgs& a, int64_t r0, int rows, float* buf) {
   const int64_t cols = a.w.cols, bc = a.w.block_cols;
   const int64_t scale_cols = (cols + bc - 1) / bc;
-  [[maybe_unused]] auto nan = [] {
-    if constexpr (kNanCheck) {
-      return V::F8NanZero();
-    } else {
-      return 0;
-    }
-  }();
+  [[maybe_unused]] auto nan = F8NanStart<V, kNanCheck>();
   for (int i = 0; i < rows; ++i) {
     const float* srow = a.w.f8_scale + ((r0 + i) / a.w.block_rows) * scale_cols;
     const uint8_t* q = a.w.f8 + (r0 + i) * cols;
@@ -1048,9 +1048,10 @@ inline void Gemm(const GemmArgs& a) {
     GemmArgs resolved = a;
     if (resolved.f8_check == F8TileCheck::kAuto) resolved.f8_check = ActiveF8TileCheck();
     if constexpr (V::kF8Scan && HasF8NanCheck<V>::value) {
-      // kFused, unless the range's first row tile has many subnormal codes: the fused tiles take them as
-      // float32 subnormal inputs, which cost more than the scan's pass and subnormal loads (bf16_gemm.h).
-      const int64_t first_rows = a.row_end - a.row_begin < 4 ? a.row_end - a.row_begin : 4;
+      // kFused, unless the range's first kF8SampleRows rows have many subnormal codes: the fused tiles take
+      // them as float32 subnormal inputs, which cost more than the scan's pass and subnormal loads (bf16_gemm.h).
+      const int64_t first_rows =
+          a.row_end - a.row_begin < kF8SampleRows ? a.row_end - a.row_begin : kF8SampleRows;
       if (resolved.f8_check == F8TileCheck::kFused && first_rows > 0 &&
           V::F8TileScan(a, a.row_begin, static_cast<int>(first_rows)) == F8Tile::kSubnormals)
         resolved.f8_check = F8TileCheck::kScan;
