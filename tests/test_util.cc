@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -49,19 +50,49 @@ CommandResult RunCli(const std::string& args, const std::string& launcher) {
 
 namespace {
 
+// How long a cache folder of another CLI build may go unused before a new build removes it. A test
+// run touches its build's folder at every lookup, so a concurrent run of another checkout keeps its own.
+constexpr auto kStaleCacheAge = std::chrono::minutes(30);
+
+// Removes the folders under `root` other than `keep` whose ".last_used" stamp (or, for folders of the
+// old flat layout, their own mtime) is older than kStaleCacheAge: every rebuild of the CLI starts a new
+// folder, and without this the cache grew by hundreds of MiB per build until the disk was full.
+void PruneStaleCacheFolders(const std::filesystem::path& root, const std::filesystem::path& keep) {
+  std::error_code ec;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::path& p = it->path();
+    if (p == keep || !it->is_directory(ec)) continue;
+    std::error_code tec;
+    auto used = std::filesystem::last_write_time(p / ".last_used", tec);
+    if (tec) used = std::filesystem::last_write_time(p, tec);
+    if (tec || now - used < kStaleCacheAge) continue;
+    (void)RemoveTree(p.string());
+  }
+}
+
 // Runs `zipmoe <command_head> TMP <command_tail>` once per distinct command and CLI build, returning
-// the cached output directory.
+// the cached output directory: <root>/<hash of the CLI's path, size and mtime>/<hash of the command>.
 std::string CachedCliDir(const std::string& command_head, const std::string& command_tail) {
   struct stat st {};
   ::stat(ZIPMOE_CLI_PATH, &st);
-  const std::string key = command_head + "|" + command_tail + "|" + std::to_string(st.st_size) + "|" +
-                          std::to_string(static_cast<long long>(st.st_mtime));
+  const std::string build_key = std::string(ZIPMOE_CLI_PATH) + "|" + std::to_string(st.st_size) + "|" +
+                                std::to_string(static_cast<long long>(st.st_mtime));
+  const std::string key = command_head + "|" + command_tail + "|" + build_key;
   const char* env = std::getenv("ZIPMOE_TEST_CACHE_DIR");
   const std::filesystem::path root = env && *env ? env : "/tmp/zipmoe_test_cache";
-  const std::filesystem::path dir = root / std::to_string(std::hash<std::string>()(key));
+  const std::filesystem::path build_dir = root / ("build-" + std::to_string(std::hash<std::string>()(build_key)));
+  const std::filesystem::path dir = build_dir / std::to_string(std::hash<std::string>()(key));
   std::error_code ec;
+  if (!std::filesystem::exists(build_dir, ec)) {
+    std::filesystem::create_directories(build_dir, ec);
+    PruneStaleCacheFolders(root, build_dir);
+  }
+  // Marks this build's folder as in use (for PruneStaleCacheFolders in other builds' test runs).
+  const std::filesystem::path last_used = build_dir / ".last_used";
+  if (!std::filesystem::exists(last_used, ec)) WriteAll(last_used.string(), "");
+  std::filesystem::last_write_time(last_used, std::filesystem::file_time_type::clock::now(), ec);
   if (std::filesystem::exists(dir / ".complete", ec)) return dir.string();
-  std::filesystem::create_directories(root, ec);
   const std::filesystem::path tmp = dir.string() + ".tmp." + std::to_string(::getpid());
   (void)RemoveTree(tmp.string());
   const CommandResult r = RunCli(command_head + " " + tmp.string() + " " + command_tail);

@@ -33,9 +33,10 @@ std::string CliPath();
 
 // Output directory of `zipmoe synth <synth_args> --out DIR` (e.g. "--arch qwen2_moe --preset tiny
 // --seed 7"), generated once and shared by every test process of this build: cached under
-// $ZIPMOE_TEST_CACHE_DIR (default /tmp/zipmoe_test_cache) in a folder named by a hash of the args and
-// of the CLI binary's size and mtime, so a rebuilt CLI never serves stale models. Created atomically
-// (temp dir + rename). Callers must treat the directory as read-only.
+// $ZIPMOE_TEST_CACHE_DIR (default /tmp/zipmoe_test_cache)/build-<hash of the CLI's path, size and
+// mtime>/<hash of the args>, so a rebuilt CLI never serves stale models. Created atomically (temp dir +
+// rename). A new build removes other builds' folders unused for 30 minutes. Callers must treat the
+// directory as read-only.
 std::string CachedSynth(const std::string& synth_args);
 // Likewise for `zipmoe compress <model_dir> OUT <compress_args>`.
 std::string CachedCompress(const std::string& model_dir, const std::string& compress_args = "");
