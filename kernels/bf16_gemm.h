@@ -168,8 +168,8 @@ GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family);
 //           (executor_bench, 2 threads, 64-token prompt).
 //   kAuto   ActiveF8TileCheck() (the default of GemmArgs).
 // Batches that dequantize row blocks once (from kF8DequantMinTokens tokens) check the same way while
-// dequantizing. Variants without the fused check (kAvx512, NEON, the BF16 dot-product ones) scan under every
-// scheme.
+// dequantizing. NEON, without the fused check, scans under every scheme (kAvx512Bf16 and kAmxBf16 take FP8
+// weights to kAvx512). The AVX-512 variant's fused check has not been timed on an AVX-512 machine yet.
 enum class F8TileCheck : int { kAuto = 0, kScan = 1, kFused = 2 };
 
 // "auto", "scan", "fused" ("unknown" for other values).

@@ -9,6 +9,7 @@
 // measured on an Intel core, whose shifts share ports with its FMAs.
 #include <immintrin.h>
 
+#include "kernels/bf16_gemm_f8_nan_x86.h"
 #include "kernels/bf16_gemm_isa.h"
 #include "kernels/bf16_gemm_tile.h"
 
@@ -70,7 +71,8 @@ constexpr Lanes8 InverseLanes(const Lanes8& order) {
 }
 constexpr Lanes8 kMxfp4CanonicalLanes = InverseLanes(kMxfp4Lanes);
 
-struct Avx2 {
+// F8NanCheckYmm: F8TileCheck::kFused's NaN check (gemm_tile::F8Fused), the default on AMD cores.
+struct Avx2 : F8NanCheckYmm {
   struct Acc {
     __m256 lo, hi;
   };
@@ -103,22 +105,6 @@ struct Avx2 {
   static __m256 F8x8(const uint8_t* p) {
     const __m256i b = _mm256_slli_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 20);
     return _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32(static_cast<int>(0x87f00000u))));
-  }
-  // F8TileCheck::kFused's NaN check (gemm_tile::F8Fused): codes | 0x80 are 0xff only for the NaN codes 0x7f
-  // and 0xff, so their running unsigned max is 0xff in some byte iff the tile met one. One or (with the
-  // load) and one max per 32 codes, against the scan's separate pass over the tile.
-  using F8NanAcc = __m256i;
-  static __m256i F8NanZero() { return _mm256_setzero_si256(); }
-  static __m256i F8NanMax32(__m256i acc, const uint8_t* p) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm256_max_epu8(acc, _mm256_or_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))));
-  }
-  static __m256i F8NanMax16(__m256i acc, const uint8_t* p) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_max_epu8(acc, _mm256_zextsi128_si256(_mm_or_si128(v, _mm_set1_epi8(static_cast<char>(0x80)))));
-  }
-  static bool F8NanFound(__m256i acc) {
-    return _mm256_movemask_epi8(_mm256_cmpeq_epi8(acc, _mm256_set1_epi8(static_cast<char>(0xff)))) != 0;
   }
   // As Avx512::F8TileScan (and the subnormal loads' reasons there).
   static gemm_tile::F8Tile F8TileScan(const GemmArgs& a, int64_t r, int rows) {

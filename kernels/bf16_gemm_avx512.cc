@@ -8,13 +8,16 @@
 // (gemm_tile::PrefetchAhead; issue 35, docs/architecture.md "CPU kernels").
 #include <immintrin.h>
 
+#include "kernels/bf16_gemm_f8_nan_x86.h"
 #include "kernels/bf16_gemm_isa.h"
 #include "kernels/bf16_gemm_tile.h"
 
 namespace zipmoe::kernels {
 namespace {
 
-struct Avx512 {
+// F8NanCheckYmm: F8TileCheck::kFused's NaN check (gemm_tile::F8Fused), the default on AMD cores, in
+// 256-bit registers as AVX2's (the tile's codes are read 32 at a time).
+struct Avx512 : F8NanCheckYmm {
   using Acc = __m512;
   using Vec = __m512;
   static constexpr int kGemvRows = 1;
