@@ -236,6 +236,32 @@ struct Avx2 : F8NanCheckYmm {
             Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
   }
   static Vec LoadPlanes(const uint8_t* e, const uint8_t* sm) { return {Planes8(e, sm), Planes8(e + 8, sm + 8)}; }
+  // FP8 batches through BF16 row blocks (gemm_tile::RowsF8ThroughBf16): 16 BF16 E4M3 values times their scale.
+  static Vec LoadBf16Scaled(const uint16_t* p, float scale) {
+    const __m256 s = _mm256_set1_ps(scale);
+    return {_mm256_mul_ps(Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), s),
+            _mm256_mul_ps(Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8))), s)};
+  }
+  // The 16 E4M3 codes at p as BF16 values (gemm_tile::HasF8Bf16): through IEEE half as LoadF8Subnormal (the
+  // half is the value / 2^8, exactly, subnormal codes included), widened and times 2^8 (exact), whose
+  // float32 has at most 4 significant bits, so its high 16 bits are the BF16; NaN codes (S.1111.111, which
+  // the half would read as a number) then become the BF16 quiet NaN with their sign.
+  static void StoreF8Bf16(const uint8_t* p, uint16_t* out) {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i b = _mm256_cvtepi8_epi16(codes);  // sign-extended: the sign at bit 15
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(static_cast<short>(0xbf80)));
+    const __m256 k256 = _mm256_set1_ps(0x1p8f);
+    const __m256 f0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256);
+    const __m256 f1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256);
+    const __m256i u0 = _mm256_srli_epi32(_mm256_castps_si256(f0), 16);
+    const __m256i u1 = _mm256_srli_epi32(_mm256_castps_si256(f1), 16);
+    // packus interleaves the 128-bit lanes (u0 0-3, u1 0-3, u0 4-7, u1 4-7): qwords 0, 2, 1, 3 restore the order.
+    const __m256i bf = _mm256_permute4x64_epi64(_mm256_packus_epi32(u0, u1), 0xd8);
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
+    const __m256i nan_bits = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi16(static_cast<short>(0x8000))),
+                                             _mm256_set1_epi16(0x7fc0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_blendv_epi8(bf, nan_bits, nan));
+  }
   static Acc Fma(const Vec& w, const Vec& x, const Acc& acc) {
     return {_mm256_fmadd_ps(w.lo, x.lo, acc.lo), _mm256_fmadd_ps(w.hi, x.hi, acc.hi)};
   }

@@ -48,12 +48,14 @@
 
 namespace zipmoe::kernels::gemm_tile {
 
-// How the weights are stored (GemmWeights).
-enum class Encoding { kBf16, kF32, kPlanes, kF8, kMxfp4 };
+// How the weights are stored (GemmWeights). kF8Bf16 is internal to FP8 batches (RowsF8ThroughBf16): w.bf16
+// holds the E4M3 values as BF16s (exact), unscaled, and w.f8_scale / block_rows / block_cols their scales;
+// a weight is then the BF16 value times its scale, GemmWeights' FP8 formula.
+enum class Encoding { kBf16, kF32, kPlanes, kF8, kMxfp4, kF8Bf16 };
 
 // Bytes per weight of an encoding's (first) plane: what the prefetch steps over and what a row block holds.
 template <Encoding kEnc>
-constexpr int64_t kPlaneBytes = kEnc == Encoding::kF32 ? 4 : kEnc == Encoding::kBf16 ? 2 : 1;
+constexpr int64_t kPlaneBytes = kEnc == Encoding::kF32 ? 4 : kEnc == Encoding::kBf16 || kEnc == Encoding::kF8Bf16 ? 2 : 1;
 
 // FP8 E4M3 -> float32, exact, from bits and builtins only (common/dtype.h F8E4M3ToFloat's formula).
 inline float F8ToFloat(uint32_t b) {
@@ -100,6 +102,12 @@ template <class V, Encoding kEnc>
 inline float WeightAt(const GemmWeights& w, int64_t index) {
   if (kEnc == Encoding::kF32) return w.f32[index];
   if (kEnc == Encoding::kF8) return F8ToFloat(w.f8[index]) * w.F8Scale(index / w.cols, index % w.cols);
+  if (kEnc == Encoding::kF8Bf16) {
+    const uint32_t bits = static_cast<uint32_t>(w.bf16[index]) << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, sizeof(f));
+    return f * w.F8Scale(index / w.cols, index % w.cols);
+  }
   if (kEnc == Encoding::kMxfp4) {
     const uint32_t nibble = (w.mxfp4[index / 2] >> (4 * (index % 2))) & 15u;
     return kFp4Values[nibble] * Mxfp4Scale(w.mxfp4_scales[(index / w.cols) * (w.cols / 32) + (index % w.cols) / 32]);
@@ -553,12 +561,14 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
                           : kEnc == Encoding::kF8   ? a.w.f8
                           : kEnc == Encoding::kF32  ? reinterpret_cast<const uint8_t*>(a.w.f32)
                                                     : reinterpret_cast<const uint8_t*>(a.w.bf16);
+  // FP8 scales: per block of block_rows x block_cols, for kF8's codes and kF8Bf16's BF16 values alike.
+  constexpr bool kScaled = kEnc == Encoding::kF8 || kEnc == Encoding::kF8Bf16;
   const uint8_t* plane1 = kEnc == Encoding::kPlanes ? a.w.sm : nullptr;
   const int64_t row_bytes = cols * kElem, total = a.w.rows * row_bytes;
   // FP8: each row's scales; the scale column of block b is b / chunks_per_block.
   const float* scale_row[R] = {};
-  const int64_t chunks_per_block = kEnc == Encoding::kF8 ? a.w.block_cols / 16 : 1;
-  if (kEnc == Encoding::kF8) {
+  const int64_t chunks_per_block = kScaled ? a.w.block_cols / 16 : 1;
+  if (kScaled) {
     const int64_t scale_cols = (cols + a.w.block_cols - 1) / a.w.block_cols;
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) scale_row[i] = a.w.f8_scale + ((r + i) / a.w.block_rows) * scale_cols;
@@ -584,7 +594,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   // FP8: block b's scale column, and b's chunk in it, counted along the loop without a division.
   int64_t col_block = 0, chunk_in_block = 0;
   const auto advance = [&](int64_t n) __attribute__((always_inline)) {
-    if (kEnc == Encoding::kF8) {
+    if (kScaled) {
       chunk_in_block += n;
       while (chunk_in_block >= chunks_per_block) {
         chunk_in_block -= chunks_per_block;
@@ -608,10 +618,19 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const int64_t off = row_off[i] + k;
-      const typename V::Vec w = kEnc == Encoding::kPlanes ? V::LoadPlanes(w_e + off, w_sm + off)
-                                : kEnc == Encoding::kF32  ? V::LoadX(w_f32 + off)
-                                : kEnc == Encoding::kF8   ? V::LoadF8(w_f8 + off, scale_row[i][col_block])
-                                                          : V::LoadBf16(w_bf16 + off);
+      const typename V::Vec w = [&]() __attribute__((always_inline)) {
+        if constexpr (kEnc == Encoding::kPlanes) {
+          return V::LoadPlanes(w_e + off, w_sm + off);
+        } else if constexpr (kEnc == Encoding::kF32) {
+          return V::LoadX(w_f32 + off);
+        } else if constexpr (kEnc == Encoding::kF8) {
+          return V::LoadF8(w_f8 + off, scale_row[i][col_block]);
+        } else if constexpr (kEnc == Encoding::kF8Bf16) {
+          return V::LoadBf16Scaled(w_bf16 + off, scale_row[i][col_block]);
+        } else {
+          return V::LoadBf16(w_bf16 + off);
+        }
+      }();
       if constexpr (kNanFused) nan = V::F8NanMax16(nan, w_f8 + off);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) set[i][j] = V::Fma(w, x[j], set[i][j]);
@@ -846,6 +865,67 @@ inline void RowsThroughBf16(const GemmArgs& a, int64_t t0, int64_t t1, uint16_t*
   }
 }
 
+// Whether V writes FP8 E4M3 codes as BF16s and multiplies BF16s by a scale (the optional
+// V::StoreF8Bf16(const uint8_t* p, uint16_t* out): the 16 codes at p as 16 BF16s, the E4M3 values exactly
+// (every finite E4M3 value is a BF16; NaN codes a BF16 NaN), and V::LoadBf16Scaled(const uint16_t* p, float
+// scale): 16 BF16s times scale, one float32 rounding each): FP8 batches then go through BF16 row blocks
+// (RowsF8ThroughBf16) rather than float32 row tiles.
+template <class V, class = void>
+struct HasF8Bf16 {
+  static constexpr bool value = false;
+};
+template <class V>
+struct HasF8Bf16<V, decltype(void(&V::StoreF8Bf16))> {
+  static constexpr bool value = true;
+};
+
+// E4M3 code -> its value as a BF16 (F8ToFloat's float32 has at most 4 significant bits, so its high half
+// is the same value; its NaN is the quiet NaN 0x7fc00000 -> 0x7fc0).
+inline uint16_t F8ToBf16(uint32_t b) {
+  const float v = F8ToFloat(b);
+  uint32_t bits;
+  __builtin_memcpy(&bits, &v, sizeof(bits));
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// Rows [r0, r0 + rows) of FP8 codes as BF16 values into buf (row-major, cols per row; HasF8Bf16).
+template <class V>
+inline void RowsF8DequantizeBf16(const GemmArgs& a, int64_t r0, int rows, uint16_t* buf) {
+  const int64_t cols = a.w.cols;
+  for (int i = 0; i < rows; ++i) {
+    const uint8_t* q = a.w.f8 + (r0 + i) * cols;
+    uint16_t* out = buf + i * cols;
+    int64_t k = 0;
+    for (; k + 16 <= cols; k += 16) V::StoreF8Bf16(q + k, out + k);
+    for (; k < cols; ++k) out[k] = F8ToBf16(q[k]);
+  }
+}
+
+// FP8 batches where V has StoreF8Bf16: each row block (Rows' kRowBlockBytes of BF16) has its codes written
+// once per token block into `buf` as BF16 values, unscaled (exact), and Rows multiplies them as
+// Encoding::kF8Bf16: each weight vector times its scale (V::LoadBf16Scaled), the value LoadF8 gives, then
+// Tile's FMAs in Tile's order: the same bits as the tile's own decode and as the float32 row tiles. Half
+// the bytes of those float32 tiles per token tile (they were bound by reading them from L2), one
+// multiplication more per 16 weights than BF16 weights; no NaN, scale or subnormal case to look for (a NaN
+// code is a BF16 NaN, any scale is multiplied as the formula says, no E4M3 value is a float32 subnormal).
+// The buffer holds rows [r, r + rows) of the matrix, and sub.w.bf16 points `r` rows before it, so Tile's
+// row indices and scale rows are the matrix's own (rows outside the block are never read).
+template <class V, int R, int T>
+inline void RowsF8ThroughBf16(const GemmArgs& a, int64_t t0, int64_t t1, uint16_t* buf) {
+  GemmArgs sub = a;
+  sub.w.f8 = nullptr;
+  const int64_t cols = a.w.cols;
+  const int64_t block = ThroughBf16BlockRows(cols, R);
+  for (int64_t r = a.row_begin; r < a.row_end; r += block) {
+    const int rows = static_cast<int>(a.row_end - r >= block ? block : a.row_end - r);
+    RowsF8DequantizeBf16<V>(a, r, rows, buf);
+    sub.w.bf16 = buf - r * cols;
+    sub.row_begin = r;
+    sub.row_end = r + rows;
+    RowsOutOfLine<V, Encoding::kF8Bf16, R, T>(sub, t0, t1);
+  }
+}
+
 // FP8 and MXFP4 batches of several token tiles (prefill of dense weights, popular experts): decoding a
 // weight costs more than the FMAs of a few tokens, so each tile of rows is dequantized once per token
 // block into `buf` (float32, the exact values LoadF8 / LoadMxfp4 give) and multiplied as F32 weights:
@@ -922,6 +1002,12 @@ inline void RowsThroughF32(const GemmArgs& a, int64_t t0, int64_t t1, float* buf
 // 74.5-76.3 against 68.6-75.2, so 64; AVX2 (2-token tiles) 4 tokens 14.0-14.6 against 18.1-18.6, 8: 27.5
 // against 27.7-28.0, 16: 54-55 against 45-46, so 8. (From 2 token tiles on before: the moved-bits decode
 // of 2026-11-29 made the tile's decode cheaper than the float32 round trip it had been measured against.)
+// AVX2 now goes through BF16 row blocks (RowsF8ThroughBf16) from those 8 tokens. On a 2-core Zen 2 VM
+// (fp8_gemm_bench --threads 2 --rounds 3 --matrices 8, 1408 x 4096, 2026-12-03, binaries alternated twice,
+// best ms; BF16 weights 7.0 / 13.0 / 50.0): 8 tokens 12.8-12.9 through float32, 12.8-12.9 through BF16;
+// 16: 22.5-23.1 against 20.5-20.6; 64: 81.7-82.0 against 66.8-67.3. Below 8 the tile's decode stays
+// ahead (BF16 blocks from 2 tokens: 2 tokens 7.0-7.1 against 3.7-3.8 in the tile, 4: 9.4 against 7.1-7.2,
+// 6: 11.9 against 10.5-10.6): writing the block costs ~5 ms per 46 M codes there, shared by fewer tiles.
 template <class V, Encoding kEnc>
 inline void RunTiles(const GemmArgs& a);
 
@@ -932,6 +1018,8 @@ template <class V, Encoding kEnc, int R, int T>
 inline void RowsDequantized(const GemmArgs& a, int64_t t0, int64_t t1, void* buf) {
   if constexpr (kEnc == Encoding::kMxfp4 && HasMxfp4Bf16<V>::value) {
     RowsThroughBf16<V, R, T>(a, t0, t1, static_cast<uint16_t*>(buf));
+  } else if constexpr (kEnc == Encoding::kF8 && HasF8Bf16<V>::value) {
+    RowsF8ThroughBf16<V, R, T>(a, t0, t1, static_cast<uint16_t*>(buf));
   } else {
     RowsThroughF32<V, kEnc, R, T>(a, t0, t1, static_cast<float*>(buf));
   }
@@ -953,7 +1041,8 @@ inline void Run(const GemmArgs& a) {
   constexpr bool kDecoded = kEnc == Encoding::kF8 || kEnc == Encoding::kMxfp4;
   if constexpr (kDecoded) {
     constexpr int kDequantMin = kEnc == Encoding::kF8 ? V::kF8DequantMinTokens : V::kMxfp4DequantMinTokens;
-    constexpr bool kViaBf16 = kEnc == Encoding::kMxfp4 && HasMxfp4Bf16<V>::value;  // RowsThroughBf16
+    constexpr bool kViaBf16 = (kEnc == Encoding::kMxfp4 && HasMxfp4Bf16<V>::value) ||  // RowsThroughBf16
+                              (kEnc == Encoding::kF8 && HasF8Bf16<V>::value);         // RowsF8ThroughBf16
     if (a.n >= kDequantMin) {  // many token tiles share each decode
       const int64_t elems = (kViaBf16 ? ThroughBf16BlockRows(a.w.cols, V::kGemmRows) : V::kGemmRows) * a.w.cols;
       void* buf = __builtin_malloc(static_cast<unsigned long>(elems) * (kViaBf16 ? sizeof(uint16_t) : sizeof(float)));
