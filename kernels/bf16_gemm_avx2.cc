@@ -83,6 +83,7 @@ struct Avx2 : F8NanCheckYmm {
   static constexpr int kGemmRows = 3;
   static constexpr int kGemmTokens = 2;
   static constexpr int kF8DequantMinTokens = 8;  // gemm_tile::Run (measured, see there)
+  static constexpr int kF8FewTokens = 4;  // gemm_tile::F8FewTokens (measured, see there)
   static constexpr int kMxfp4DequantMinTokens = 6;  // gemm_tile::Run (measured on Zen 2, see there)
 
   static __m256 Widen(__m128i u16x8) {

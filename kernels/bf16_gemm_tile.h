@@ -33,6 +33,8 @@
 //                            measured fastest (issue 35): each row is one stream (PrefetchWeights)
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
 //   kF8DequantMinTokens      FP8 batches from this many tokens on go through float32 row tiles (Run)
+//   kF8FewTokens (optional)  FP8 batches of 3 to kF8DequantMinTokens - 1 tokens in one-row tiles of this many
+//                            tokens: see F8FewTokens
 //   kMxfp4DequantMinTokens   MXFP4 batches likewise (through BF16 row blocks where V has StoreMxfp4Bf16)
 //   V::StoreMxfp4Bf16(p, scale_code, out) (optional)   one MXFP4 block as 32 BF16s: see HasMxfp4Bf16
 //   kMxfp4Block (optional)   V decodes a whole MXFP4 block into its own lane order: see HasMxfp4Block
@@ -879,6 +881,26 @@ struct HasF8Bf16<V, decltype(void(&V::StoreF8Bf16))> {
   static constexpr bool value = true;
 };
 
+// Tokens per one-row tile of an FP8 batch of 3 to kF8DequantMinTokens - 1 tokens (RunTiles), where V says
+// (the optional V::kF8FewTokens; else 0: the batch tiles as any other). A tile decodes each weight vector
+// once for all its tokens, so where kGemmTokens is 2 (AVX2) a routed expert's few prefill tokens decode
+// every weight once per 2 tokens in kGemmRows x 2 tiles; one row by 4 tokens decodes it once per 4 (the
+// same bits: each token's sum is the same chains in the same order). AVX2 on a 2-core Zen 5 VM with
+// ZIPMOE_GEMM_ISA=avx2 (fp8_gemm_bench --threads 2 --rounds 3 --matrices 8, 1408 x 4096, 2026-12-04,
+// binaries alternated twice, best ms, 3 x 2 tiles -> 1 x 4): 3 tokens 6.6-6.9 -> 4.2-5.3, 4: 7.3 -> 5.0-5.7,
+// 5: 9.5-9.7 -> 6.9-7.0, 6: 10.4-11.2 -> 7.6-9.0, 7: 12.6-13.4 -> 9.0-9.8 (BF16 weights 3.4-7.5 ms); 8 tokens
+// in the tile 10.5-10.6 against 11.4-12.1 through BF16 row blocks, 10 and 16 the same, so the threshold
+// kF8DequantMinTokens stays. Noisier on the 2-core Zen 2 VM of 2026-12-03 (1 thread, FP8 / BF16 time):
+// 3 tokens 1.69-1.81 -> 1.16-1.20, 4: 1.66-1.69 -> 1.22, 6: 1.76-1.81 -> 1.45-1.47.
+template <class V, class = void>
+struct F8FewTokens {
+  static constexpr int value = 0;
+};
+template <class V>
+struct F8FewTokens<V, decltype(void(V::kF8FewTokens))> {
+  static constexpr int value = V::kF8FewTokens;
+};
+
 // E4M3 code -> its value as a BF16 (F8ToFloat's float32 has at most 4 significant bits, so its high half
 // is the same value; its NaN is the quiet NaN 0x7fc00000 -> 0x7fc0).
 inline uint16_t F8ToBf16(uint32_t b) {
@@ -1093,6 +1115,8 @@ inline void RunTiles(const GemmArgs& a) {
                               (kEnc == Encoding::kBf16 || kEnc == Encoding::kPlanes);
   // One-row tiles (the x86 GEMV, kStreamFew's batches) prefetch ahead or leave it to the hardware
   // (GemvPrefetch: same bits, only the speed differs by CPU).
+  constexpr int kF8Few =
+      kEnc == Encoding::kF8 && F8FewTokens<V>::value > V::kGemmTokens ? F8FewTokens<V>::value : V::kGemmTokens;
   const bool ahead = (a.prefetch == GemvPrefetch::kAuto ? ActiveGemvPrefetch() : a.prefetch) != GemvPrefetch::kHardware;
   for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
     const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
@@ -1104,6 +1128,9 @@ inline void RunTiles(const GemmArgs& a) {
       } else {
         Rows<V, kEnc, 1, V::kGemmTokens, false>(a, t0, t1);
       }
+    } else if (kF8Few > V::kGemmTokens && t1 - t0 >= 3 &&
+               t1 - t0 < V::kF8DequantMinTokens) {  // F8FewTokens
+      Rows<V, kEnc, 1, kF8Few>(a, t0, t1);
     } else if (t1 - t0 >= V::kGemmTokens || (V::kGemmTokens > 3 && t1 - t0 == 3)) {  // 3: one tile (LeftoverTokens)
       Rows<V, kEnc, V::kGemmRows, V::kGemmTokens>(a, t0, t1);
     } else if (t1 - t0 >= 2) {  // a routed expert's few prefill tokens: widen each weight once per pair

@@ -160,13 +160,15 @@ TEST_P(Fp8GemmIsaTest, BitIdenticalToTheReferenceAndToDequantizedF32) {
 }
 
 TEST_P(Fp8GemmIsaTest, NanCodesGiveNanOutputsAsTheReference) {
-  const Fp8Problem p(6, 64, 2, 2, 16, 99, /*with_nan=*/true);
-  std::vector<float> want, got;
-  Bf16GemmReference(p.Args(true, false, want));
-  ExpectEveryCheckGives(GetParam(), p.Args(true, false, got), want, "with NaN codes");
-  bool any_nan = false;
-  for (float v : want) any_nan |= std::isnan(v);
-  EXPECT_TRUE(any_nan);  // random bytes over 384 weights include 0x7f / 0xff
+  for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{9}}) {  // decode, tiles, few-token tiles, blocks
+    const Fp8Problem p(6, 64, n, 2, 16, 99, /*with_nan=*/true);
+    std::vector<float> want, got;
+    Bf16GemmReference(p.Args(true, false, want));
+    ExpectEveryCheckGives(GetParam(), p.Args(true, false, got), want, "with NaN codes, n " + std::to_string(n));
+    bool any_nan = false;
+    for (float v : want) any_nan |= std::isnan(v);
+    EXPECT_TRUE(any_nan);  // random bytes over 384 weights include 0x7f / 0xff
+  }
 }
 
 // Scales whose product with 2^120 overflows float32 (>= 2^8: the x86 variants then multiply by 2^120
