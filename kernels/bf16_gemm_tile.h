@@ -294,6 +294,18 @@ constexpr int64_t kPrefetchBytes = 3072;
 // 16.9 against 12.6 (docs/benchmarks.md "(m) on other machines").
 constexpr int kStreamedTokens = 4;
 
+// ... while their activations fit in L1 beside the weight stream: a one-row tile reads every token's x once
+// per row, so where T x cols float32s exceed this (T tokens of a matrix of cols columns) the x of each row
+// comes from L2 and the batch takes kGemmRows-row tiles, which read it once per kGemmRows rows. Measured on
+// a 2-core Zen 5 VM (fp8_gemm_bench --threads 2 --rounds 5, builds alternated 2-3 times, 2026-12-04, best ms
+// per pass over the BF16 matrices, one-row tiles against 4-row tiles): 704 x 4096 (16 matrices) 2 tokens
+// 2.80-4.95 against 2.31-2.46, 3: 3.86-5.31 against 2.52-2.56, 4: 4.50-5.51 against 2.58-2.70; 1408 x 2048
+// (40) 3 tokens 6.1-11.7 against 5.1-6.4, 4: 10.2-13.2 against 5.5-7.3; 2048 x 1408 4 tokens 8.2-13.6 against
+// 5.2-6.6. At 1024 columns and fewer this Zen 5 measured mixed (384 x 1024, 240 matrices: 2 tokens 4.3-5.7
+// against 5.0-6.2, 4 tokens 6.9-8.5 against 4.8-6.3) where the Zen 4 above measured one-row tiles 1.3-1.5x
+// faster, so they keep them: 16 KiB, half of the 32 KiB L1 data cache of Zen 2-4 and many Intel and Arm cores.
+constexpr int64_t kStreamedXBytes = 16384;
+
 // The prefetch of stream i of the tile at row r, reading column byte `col` of its row: `plane` holds
 // rows of `row_bytes` bytes, `total` bytes in all (nothing past them is asked for), `step` is the bytes
 // one iteration reads (a line is asked for in the iteration that reaches its start).
@@ -1120,7 +1132,8 @@ inline void RunTiles(const GemmArgs& a) {
   const bool ahead = (a.prefetch == GemvPrefetch::kAuto ? ActiveGemvPrefetch() : a.prefetch) != GemvPrefetch::kHardware;
   for (int64_t t0 = 0; t0 < a.n; t0 += kTokenBlock) {
     const int64_t t1 = t0 + kTokenBlock < a.n ? t0 + kTokenBlock : a.n;
-    if (kStreamFew && t1 - t0 >= 2 && t1 - t0 <= V::kGemmTokens) {
+    if (kStreamFew && t1 - t0 >= 2 && t1 - t0 <= V::kGemmTokens &&
+        (t1 - t0) * a.w.cols * static_cast<int64_t>(sizeof(float)) <= kStreamedXBytes) {
       // One row per tile holding every token of the batch (LeftoverTokens: 3 of 4 in one tile), the
       // row's weights streamed as in decode (kStreamedTokens).
       if (ahead) {

@@ -113,13 +113,15 @@ TEST_P(Bf16GemmIsaTest, BitIdenticalToReferenceOverShapesAndEncodings) {
   // cut short with rows off the tile multiple; 37 tokens: 9 full 4-token tiles and a leftover token;
   // 19 and 18: 4 full tiles and 3 or 2 leftover tokens in one tile each, gemm_tile::LeftoverTokens;
   // 2, 3 and 4 tokens over 150 rows: x86's one-row tiles of a whole small batch, prefetched ahead across
-  // row ends, gemm_tile::kStreamedTokens).
+  // row ends, gemm_tile::kStreamedTokens, up to gemm_tile::kStreamedXBytes of activations).
   const Shape shapes[] = {{150, 1000, 37, 1, 2}, {150, 1000, 16, 0, 0}, {150, 1000, 19, 0, 1}, {150, 1000, 18, 2, 0},
                           {150, 1000, 2, 1, 0},  {150, 1000, 3, 0, 1},  {150, 1000, 4, 0, 0},  {1, 1, 1, 0, 0},    {1, 15, 1, 0, 0},   {3, 16, 1, 0, 0},   {5, 17, 2, 1, 0},
                           {7, 33, 3, 0, 2},   {8, 64, 4, 0, 0},   {9, 100, 5, 3, 1},  {13, 48, 7, 0, 0},
                           {17, 257, 1, 0, 0}, {6, 31, 64, 0, 0},  {10, 80, 65, 2, 3}, {4, 128, 130, 0, 0},
                           {33, 96, 11, 0, 0}, {2, 1024, 9, 0, 0}, {64, 512, 1, 0, 0}, {5, 597, 3, 0, 0},
-                          {9, 647, 17, 1, 2}, {6, 647, 1, 0, 0}};
+                          {9, 647, 17, 1, 2}, {6, 647, 1, 0, 0},
+                          // just over kStreamedXBytes of activations: 2, 3 and 4 tokens in multi-row tiles
+                          {7, 2100, 2, 1, 0}, {9, 1400, 3, 0, 1}, {6, 1030, 4, 0, 0}};
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
     const Problem p(s.rows, s.cols, s.n, seed++, s.ldx_pad, s.ldy_pad);
