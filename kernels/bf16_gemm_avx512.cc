@@ -25,7 +25,8 @@ struct Avx512 : F8NanCheckYmm {
   static constexpr int kGemvRowsMxfp4 = 4;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 4;
-  static constexpr int kF8DequantMinTokens = 64;  // gemm_tile::Run (measured, see there)
+  static constexpr int kF8DequantMinTokens = 8;  // gemm_tile::Run (measured, see there)
+  static constexpr int kF8FusedMaxTokens = 3;  // gemm_tile::F8FusedMaxTokens (measured, see there)
   static constexpr int kMxfp4DequantMinTokens = 1 << 30;  // gemm_tile::Run: never, the tile decodes (measured, see there)
 
   static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
@@ -78,6 +79,22 @@ struct Avx512 : F8NanCheckYmm {
     const __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(static_cast<short>(0xbf80)));
     return _mm512_cvtph_ps(h);
   }
+  // The 16 E4M3 codes at p as BF16 values (gemm_tile::HasF8Bf16; FP8 batches through BF16 row blocks):
+  // HalfRoute's float32 times 2^8 is the value, exactly, with at most 4 significant bits, so its high 16
+  // bits are the BF16; NaN codes (S.1111.111, which the half reads as a number) become the BF16 quiet NaN
+  // with their sign. As Avx2::StoreF8Bf16, with vpmovdw for the narrowing and a mask blend.
+  static void StoreF8Bf16(const uint8_t* p, uint16_t* out) {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i b = _mm256_cvtepi8_epi16(codes);  // sign-extended: the sign at bit 15
+    const __m512 f = _mm512_mul_ps(HalfRoute(codes), _mm512_set1_ps(0x1p8f));
+    const __m256i bf = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16));
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
+    const __m256i nan_bits = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi16(static_cast<short>(0x8000))),
+                                             _mm256_set1_epi16(0x7fc0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_mask_blend_epi16(nan, bf, nan_bits));
+  }
+  // 16 BF16s times scale (one float32 rounding each): Tile's weights of Encoding::kF8Bf16.
+  static Vec LoadBf16Scaled(const uint16_t* p, float scale) { return _mm512_mul_ps(LoadBf16(p), _mm512_set1_ps(scale)); }
   static Vec LoadF8Subnormal(const uint8_t* p, float scale) {
     return _mm512_mul_ps(HalfRoute(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), _mm512_set1_ps(scale * 0x1p8f));
   }

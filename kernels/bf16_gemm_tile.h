@@ -234,6 +234,22 @@ struct HasF8NanCheck<V, decltype(void(&V::F8NanMax32))> {
   static constexpr bool value = true;
 };
 
+// The most tokens of a tile that takes F8TileCheck::kFused's check (the optional V::kF8FusedMaxTokens; else
+// any): wider tiles scan first (F8TileScan), as under kScan, the same bits. AVX-512's 4 x 4 tile holds 32
+// accumulators (two chains) beside its weights and activations; the running check's registers on top of
+// them made it slower than the scan, while its 3-token tile and the decode tiles gain: on the 2-core Zen 5
+// VM (fp8_gemm_bench --threads 2 --rounds 5 --matrices 8, 1408 x 4096, kScan and kFused alternated three
+// times, 2026-12-04, best ms) 4 tokens 2.5-3.6 scanned against 4.0-4.8 fused; 1 token 1.7-2.6 against
+// 1.7-1.8, 2: 1.8-3.4 against 1.7, 3: 2.1-3.3 against 2.1-2.6.
+template <class V, class = void>
+struct F8FusedMaxTokens {
+  static constexpr int value = 1 << 30;
+};
+template <class V>
+struct F8FusedMaxTokens<V, decltype(void(V::kF8FusedMaxTokens))> {
+  static constexpr int value = V::kF8FusedMaxTokens;
+};
+
 // The FP8 decode of F8TileCheck::kFused row tiles: V's fast decode, no scan before the tile; Tile tracks the
 // NaN codes it multiplies (IsF8Fused) and computes the tile again by F8Checked<Unfused> if it met one.
 template <class V>
@@ -533,7 +549,7 @@ inline void Tile(const GemmArgs& a, int64_t r, int64_t t) {
   }
   if constexpr (kEnc == Encoding::kF8 && V::kF8Scan) {
     if constexpr (HasF8NanCheck<V>::value) {
-      if (a.f8_check == F8TileCheck::kFused) {  // resolved by Gemm
+      if (a.f8_check == F8TileCheck::kFused && T <= F8FusedMaxTokens<V>::value) {  // resolved by Gemm
         if (F8ScalesNeedSafe(a, r, R)) {
           Tile<F8Checked<V>, kEnc, R, T, kPrefetch>(a, r, t);
         } else {
@@ -1042,6 +1058,12 @@ inline void RowsThroughF32(const GemmArgs& a, int64_t t0, int64_t t1, float* buf
 // 16: 22.5-23.1 against 20.5-20.6; 64: 81.7-82.0 against 66.8-67.3. Below 8 the tile's decode stays
 // ahead (BF16 blocks from 2 tokens: 2 tokens 7.0-7.1 against 3.7-3.8 in the tile, 4: 9.4 against 7.1-7.2,
 // 6: 11.9 against 10.5-10.6): writing the block costs ~5 ms per 46 M codes there, shared by fewer tiles.
+// AVX-512 went through BF16 row blocks too (Avx512::StoreF8Bf16, 2026-12-04), from 8 tokens: on the 2-core
+// Zen 5 VM (fp8_gemm_bench --threads 2 --rounds 5 --matrices 8, 1408 x 4096, binaries alternated 2-3 times,
+// best ms, tile (float32 row tiles from 64) against BF16 row blocks; BF16 weights in the same runs): 6 tokens
+// 5.1-6.6 against 5.7-7.3 (3.3-4.0), 7: 5.5-6.9 against 5.9-7.0, 8: 7.2-8.5 against 6.1-8.0 (3.5-4.7), 12:
+// 11.2-11.5 against 8.1-10.5, 16: 11.8-12.0 against 8.8-10.9 (5.9-6.4), 32: 22.8-23.1 against 14.6-18.7
+// (10.1-12.3), 64: 56.0-57.5 against 26.7-33.0 (20.8-24.0).
 template <class V, Encoding kEnc>
 inline void RunTiles(const GemmArgs& a);
 
