@@ -158,7 +158,7 @@ GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family);
 //           FP8 checkpoints against BF16"). That pass is a second walk over the tile, the first touch of
 //           its lines from memory.
 //   kFused  the scales are checked before the tile, NaN codes in the multiplication's own pass (a load, an
-//           or and an unsigned byte max per 32 codes; AVX2 only); a tile that met one is computed again,
+//           or and an unsigned byte max per 32 codes; AVX2 and AVX-512); a tile that met one is computed again,
 //           checked. Subnormal codes stay float32 subnormal inputs, so a call whose first 4 rows the scan finds
 //           rich in them (more than 1 in 1024; gemm_tile::kF8SampleRows) scans every tile instead: 1 in 8 subnormal codes took
 //           the fused tiles 10.1-10.3 ms against the scan's 8.1-8.3 below. Measured on a 2-core Zen 2 VM
@@ -167,9 +167,11 @@ GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family);
 //           2.9-3.0 ms on 2; a qwen3_moe mini with FP8 experts decoded 21.0 -> 25.1 tokens/s
 //           (executor_bench, 2 threads, 64-token prompt).
 //   kAuto   ActiveF8TileCheck() (the default of GemmArgs).
-// Batches that dequantize row blocks once (from kF8DequantMinTokens tokens) check the same way while
-// dequantizing. NEON, without the fused check, scans under every scheme (kAvx512Bf16 and kAmxBf16 take FP8
-// weights to kAvx512). The AVX-512 variant's fused check has not been timed on an AVX-512 machine yet.
+// Batches that dequantize row blocks once (from kF8DequantMinTokens tokens) through float32 check the same
+// way while dequantizing; through BF16 (x86: gemm_tile::RowsF8ThroughBf16) NaN codes become BF16 NaNs and
+// nothing needs a check. NEON, without the fused check, scans under every scheme (kAvx512Bf16 and kAmxBf16
+// take FP8 weights to kAvx512). AVX-512's 4-token tiles scan under kFused too (gemm_tile::F8FusedMaxTokens:
+// slower fused on a Zen 5, 2026-12-04), its decode and 2-3-token tiles gain from it.
 enum class F8TileCheck : int { kAuto = 0, kScan = 1, kFused = 2 };
 
 // "auto", "scan", "fused" ("unknown" for other values).

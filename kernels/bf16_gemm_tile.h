@@ -32,9 +32,12 @@
 //   kGemvRows                rows per tile when tokens are computed one by one (decode); x86: 1,
 //                            measured fastest (issue 35): each row is one stream (PrefetchWeights)
 //   kGemmRows, kGemmTokens   rows x tokens per tile for batches and prefill
-//   kF8DequantMinTokens      FP8 batches from this many tokens on go through float32 row tiles (Run)
+//   kF8DequantMinTokens      FP8 batches from this many tokens on are dequantized once per row block (Run):
+//                            through BF16 row blocks where V has StoreF8Bf16 (HasF8Bf16), else float32 row tiles
 //   kF8FewTokens (optional)  FP8 batches of 3 to kF8DequantMinTokens - 1 tokens in one-row tiles of this many
 //                            tokens: see F8FewTokens
+//   kF8FusedMaxTokens (optional)  the widest tile that takes F8TileCheck::kFused's check: see F8FusedMaxTokens
+//   V::StoreF8Bf16(p, out), V::LoadBf16Scaled(p, scale) (optional)   see HasF8Bf16
 //   kMxfp4DequantMinTokens   MXFP4 batches likewise (through BF16 row blocks where V has StoreMxfp4Bf16)
 //   V::StoreMxfp4Bf16(p, scale_code, out) (optional)   one MXFP4 block as 32 BF16s: see HasMxfp4Bf16
 //   kMxfp4Block (optional)   V decodes a whole MXFP4 block into its own lane order: see HasMxfp4Block
