@@ -8,6 +8,7 @@
 // embedded runtime, and a new executor process never reads a slot it did not write.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -72,8 +73,8 @@ uint64_t ExpertBytes(const Manifest& m) {
   return total;
 }
 
-// top_k skewed experts per MoE layer per step; step 0 selects every expert (a prefill: waves).
-std::vector<LayerRouting> Routings(const Manifest& m, int top_k, int steps, uint32_t seed) {
+// top_k skewed experts per MoE layer per step; with `prefill`, step 0 selects every expert (waves).
+std::vector<LayerRouting> Routings(const Manifest& m, int top_k, int steps, uint32_t seed, bool prefill = true) {
   std::set<int32_t> layers;
   for (const ExpertTensorInfo& t : m.expert_tensors) layers.insert(t.layer_id);
   std::mt19937 rng(seed);
@@ -81,7 +82,7 @@ std::vector<LayerRouting> Routings(const Manifest& m, int top_k, int steps, uint
   for (int s = 0; s < steps; ++s) {
     for (int32_t layer : layers) {
       std::set<int32_t> chosen;
-      if (s == 0) {
+      if (s == 0 && prefill) {
         for (int e = 0; e < m.n_experts; ++e) chosen.insert(e);
       }
       std::uniform_real_distribution<double> u(0, 1);
@@ -108,7 +109,13 @@ std::vector<LayerRouting> Routings(const Manifest& m, int top_k, int steps, uint
 // Drives the provider; returns a digest of every lease (layer, expert, the three tensors' bytes).
 // `batch` > 0: leases are held and released `batch` at a time with ReleaseAll (as the scheduler does
 // for the experts the executor computed together), *release_calls counting the calls; 0: each lease
-// is released as soon as it is read.
+// is released as soon as it is read; kInExpertOrder: every lease of a layer is held until its last
+// one is read, then released one at a time in expert order (the staging slots must hold all of a
+// layer's misses at once). Leases arrive in the order the workers finish, and which experts are
+// still pinned when an admission evicts depends on that order; a policy that may evict an expert of
+// the running layer once it is released (smoe, coserve: by score, not recency) then ends in a state
+// that depends on thread timing. In expert order, two runs see the same admissions and pins.
+constexpr size_t kInExpertOrder = static_cast<size_t>(-1);
 std::vector<std::string> Drive(OffloadExpertProvider& provider, const std::vector<LayerRouting>& routings,
                                size_t batch = 0, size_t* release_calls = nullptr) {
   std::vector<std::string> served;
@@ -142,10 +149,19 @@ std::vector<std::string> Drive(OffloadExpertProvider& provider, const std::vecto
         for (const void* p : {w.gate, w.up, w.down}) s.append(static_cast<const char*>(p), bytes);
       }
       layer[w.expert_id] = std::move(s);
-      if (batch > 0) {
+      if (batch == kInExpertOrder) {
+        held.push_back(std::move(lease).value());
+      } else if (batch > 0) {
         held.push_back(std::move(lease).value());
         if (held.size() == batch) release_held();
       }
+    }
+    if (batch == kInExpertOrder) {
+      std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) {
+        return a->weights().expert_id < b->weights().expert_id;
+      });
+      for (std::unique_ptr<ExpertLease>& l : held) l.reset();  // one admission/release each
+      held.clear();
     }
     release_held();
     EXPECT_TRUE(provider.EndLayer(r.layer_id).ok());
@@ -224,13 +240,13 @@ OffloadConfig BaseConfig(const std::string& dir, const Manifest& m, double share
 // `base` in a local cache (an arena of its own): the provider, and in *leases the bytes it served for
 // `routings`, which a remote run must reproduce. Null (a test failure recorded) if it cannot start.
 std::unique_ptr<OffloadExpertProvider> RunLocal(const OffloadConfig& base, const std::vector<LayerRouting>& routings,
-                                                std::vector<std::string>* leases) {
+                                                std::vector<std::string>* leases, size_t batch = 0) {
   OffloadConfig local_config = base;
   local_config.shm_name = UniqueShm("local");
   auto local = OffloadExpertProvider::Create(local_config);
   EXPECT_TRUE(local.ok()) << local.status().ToString();
   if (!local.ok()) return nullptr;
-  *leases = Drive(**local, routings);
+  *leases = Drive(**local, routings, batch);
   return std::move(local).value();
 }
 
@@ -266,20 +282,24 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
   auto store = ExpertStore::Open(dir);
   ASSERT_TRUE(store.ok());
   const Manifest& m = (*store)->manifest();
-  const auto routings = Routings(m, 4, 8, 7);
-  // smoe and coserve also read the steps' router scores, which travel in CacheLookup. "zipmoe+fused":
-  // misses served as their E/SM planes (a CPU executor's fused recovery); the cache-manager then
-  // recovers BF16 for F admissions from the planes (CacheAdmitItem::bf16_from_planes).
+  // smoe and coserve also read the steps' router scores, which travel in CacheLookup; they evict by
+  // score, so both runs release in expert order (Drive's kInExpertOrder; no prefill step, so the
+  // staging slots hold a layer's misses at once) or their states would differ with the workers' timing. "zipmoe+fused": misses
+  // served as their E/SM planes (a CPU executor's fused recovery); the cache-manager then recovers
+  // BF16 for F admissions from the planes (CacheAdmitItem::bf16_from_planes).
   for (const char* variant : {"zipmoe", "lru", "smoe", "coserve", "zipmoe+fused"}) {
     SCOPED_TRACE(variant);
     const std::string name = variant;
     const bool fused = name == "zipmoe+fused";
+    const bool by_score = name == "smoe" || name == "coserve";
     const char* policy = fused ? "zipmoe" : variant;
+    const auto routings = Routings(m, 4, 8, 7, /*prefill=*/!by_score);
     OffloadConfig base = BaseConfig(dir, m, 0.4);
     base.policy = *cm::ParseCachePolicy(policy);
     base.fused_recovery = fused;
+    const size_t order = by_score ? kInExpertOrder : 0;
     std::vector<std::string> want;
-    const std::unique_ptr<OffloadExpertProvider> local = RunLocal(base, routings, &want);
+    const std::unique_ptr<OffloadExpertProvider> local = RunLocal(base, routings, &want, order);
     ASSERT_NE(local, nullptr);
 
     TempDir tmp;
@@ -292,7 +312,7 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
     auto* client = dynamic_cast<RemoteCacheBackend*>(&(*remote)->cache_backend());
     ASSERT_NE(client, nullptr);
     const uint64_t trips_before = client->round_trips();
-    const std::vector<std::string> got = Drive(**remote, routings);
+    const std::vector<std::string> got = Drive(**remote, routings, order);
     ASSERT_NO_FATAL_FAILURE(ExpectSameLeases(got, want));
 
     // One round trip per layer, plus a sync only where a layer ran in waves (step 0 here).
