@@ -157,6 +157,11 @@ struct Avx2 : F8NanCheckYmm {
   // The unpacks leave the weights in lane order kMxfp4Lanes (position p of each 8-lane register holds
   // column kMxfp4Lanes.index[p] of its 8), which TileMxfp4 undoes by permuting x once (PermuteMxfp4X) and each
   // accumulator at the end (CanonicalMxfp4Lanes): every lane sums the same products in the same order.
+  // (Tried 2026-12-04: the four word unpacks as two shifts by 16 and two ands, which halves the shuffles
+  // but leaves the lanes in a 4 x 4 transpose of the columns. On the 2-core Zen 5 VM, ZIPMOE_GEMM_ISA=avx2
+  // mxfp4_gemm_bench --threads 2 --rounds 5 --matrices 8, binaries alternated 3x, decode best 4.17-4.27 ms
+  // against 4.55-5.36 at 5760 x 2880, 2.15-2.47 against 2.42-2.48 at 2880 x 2880, 2-4 tokens the same: not
+  // kept. Zen 2, whose two shuffle pipes it was meant for, is unmeasured.)
   static constexpr bool kMxfp4Block = true;
 
   using Mxfp4BlockTable = const uint8_t*;
