@@ -283,10 +283,10 @@ TEST(CacheServer, RemoteBackendServesTheSameBytesAndCacheStateAsLocal) {
   ASSERT_TRUE(store.ok());
   const Manifest& m = (*store)->manifest();
   // smoe and coserve also read the steps' router scores, which travel in CacheLookup; they evict by
-  // score, so both runs release in expert order (Drive's kInExpertOrder; no prefill step, so the
-  // staging slots hold a layer's misses at once) or their states would differ with the workers' timing. "zipmoe+fused": misses
-  // served as their E/SM planes (a CPU executor's fused recovery); the cache-manager then recovers
-  // BF16 for F admissions from the planes (CacheAdmitItem::bf16_from_planes).
+  // score, so both runs release in expert order (Drive's kInExpertOrder; no prefill step, so the 4
+  // staging slots hold a layer's 4 misses at once) or their states would differ with the workers'
+  // timing. "zipmoe+fused": misses served as their E/SM planes (a CPU executor's fused recovery); the
+  // cache-manager then recovers BF16 for F admissions from the planes (CacheAdmitItem::bf16_from_planes).
   for (const char* variant : {"zipmoe", "lru", "smoe", "coserve", "zipmoe+fused"}) {
     SCOPED_TRACE(variant);
     const std::string name = variant;
