@@ -149,11 +149,9 @@ std::vector<std::string> Drive(OffloadExpertProvider& provider, const std::vecto
         for (const void* p : {w.gate, w.up, w.down}) s.append(static_cast<const char*>(p), bytes);
       }
       layer[w.expert_id] = std::move(s);
-      if (batch == kInExpertOrder) {
+      if (batch > 0) {
         held.push_back(std::move(lease).value());
-      } else if (batch > 0) {
-        held.push_back(std::move(lease).value());
-        if (held.size() == batch) release_held();
+        if (held.size() == batch) release_held();  // never for kInExpertOrder
       }
     }
     if (batch == kInExpertOrder) {
