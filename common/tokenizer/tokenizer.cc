@@ -17,6 +17,7 @@
 #include "common/tokenizer/tokenizer_json.h"
 #include "common/tokenizer/tokenizer_model.h"
 #include "common/tokenizer/tokenizer_pretokenizer.h"
+#include "common/tokenizer/tokenizer_tiktoken.h"
 #include "common/tokenizer/tokenizer_unigram.h"
 #include "common/tokenizer/tokenizer_unicode.h"
 
@@ -30,7 +31,7 @@ using tokenizer::ConfigTokenText;
 
 struct Tokenizer::Impl {
   std::string source;  // file name for messages
-  std::unique_ptr<tokenizer::Model> model;  // BpeModel or UnigramModel
+  std::unique_ptr<tokenizer::Model> model;  // BpeModel, UnigramModel or TiktokenModel
   std::unique_ptr<tokenizer::Normalizer> normalizer;      // null: identity
   std::unique_ptr<tokenizer::PreTokenizer> pre_tokenizer;  // null: one piece per segment
   std::unique_ptr<tokenizer::Decoder> decoder;             // null: join with " "
@@ -208,28 +209,55 @@ Status Tokenizer::Impl::EncodeSegment(std::string_view segment, bool at_start,
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
-Result<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& tokenizer_json_path) {
-  ZM_ASSIGN_OR_RETURN(json tokenizer_json, ReadJson(tokenizer_json_path));
-  const size_t slash = tokenizer_json_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : tokenizer_json_path.substr(0, slash);
+namespace {
+
+// DIR/tokenizer_config.json (null when absent), its chat_template replaced by DIR/chat_template.jinja
+// when that exists (as transformers).
+Result<json> ReadTokenizerConfig(const std::string& dir) {
   const std::string config_path = JoinPath(dir, "tokenizer_config.json");
   json config;  // null when absent
   if (FileExists(config_path)) {
     ZM_ASSIGN_OR_RETURN(config, ReadJson(config_path));
   }
-  // A chat_template.jinja beside it replaces tokenizer_config.json's chat_template (as transformers).
   const std::string template_path = JoinPath(dir, "chat_template.jinja");
   if (FileExists(template_path)) {
     ZM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(template_path));
     if (!config.is_object()) config = json::object();
     config["chat_template"] = std::move(text);
   }
+  return config;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& tokenizer_json_path) {
+  ZM_ASSIGN_OR_RETURN(json tokenizer_json, ReadJson(tokenizer_json_path));
+  const size_t slash = tokenizer_json_path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : tokenizer_json_path.substr(0, slash);
+  ZM_ASSIGN_OR_RETURN(json config, ReadTokenizerConfig(dir));
   return FromJson(tokenizer_json, config, tokenizer_json_path);
+}
+
+bool Tokenizer::DirHasTokenizer(const std::string& dir) {
+  return FileExists(JoinPath(dir, "tokenizer.json")) || FileExists(JoinPath(dir, "tiktoken.model"));
+}
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::LoadDir(const std::string& dir) {
+  const std::string json_path = JoinPath(dir, "tokenizer.json");
+  if (FileExists(json_path) || !FileExists(JoinPath(dir, "tiktoken.model"))) return Load(json_path);
+  ZM_ASSIGN_OR_RETURN(json config, ReadTokenizerConfig(dir));
+  ZM_ASSIGN_OR_RETURN(tokenizer::TiktokenDirectory files, tokenizer::LoadTiktokenDirectory(dir, config));
+  return Build(files.tokenizer_json, std::move(files.model), config, JoinPath(dir, "tiktoken.model"));
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tokenizer_json,
                                                        const json& tokenizer_config,
                                                        const std::string& source) {
+  return Build(tokenizer_json, nullptr, tokenizer_config, source);
+}
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::Build(const json& tokenizer_json, std::unique_ptr<tokenizer::Model> model,
+                                                    const json& tokenizer_config, const std::string& source) {
   auto impl = std::make_unique<Impl>();
   impl->source = source;
   if (!tokenizer_json.is_object()) {
@@ -239,8 +267,12 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tokenizer_jso
   auto field = [&](const char* key) -> const json& {
     return tokenizer_json.contains(key) ? tokenizer_json[key] : null_json;
   };
-  if (!tokenizer_json.contains("model")) return Status::Corruption(source + ": model: missing");
-  ZM_ASSIGN_OR_RETURN(impl->model, tokenizer::ParseModel(tokenizer_json["model"], source + ": model"));
+  if (model != nullptr) {
+    impl->model = std::move(model);
+  } else {
+    if (!tokenizer_json.contains("model")) return Status::Corruption(source + ": model: missing");
+    ZM_ASSIGN_OR_RETURN(impl->model, tokenizer::ParseModel(tokenizer_json["model"], source + ": model"));
+  }
   ZM_ASSIGN_OR_RETURN(impl->normalizer, tokenizer::ParseNormalizer(field("normalizer"), source + ": normalizer"));
   ZM_ASSIGN_OR_RETURN(impl->pre_tokenizer,
                       tokenizer::ParsePreTokenizer(field("pre_tokenizer"), source + ": pre_tokenizer"));

@@ -2,7 +2,8 @@
 // `tokenizers` library: byte-level BPE as Qwen, DeepSeek, OLMoE and GPT-2 use it, the
 // SentencePiece-style BPE with byte fallback of Mixtral/Llama, and the SentencePiece Unigram model
 // of T5 / Switch Transformers (tokenizer_unigram.h; Metaspace pre-tokenizer and decoder,
-// <extra_id_N> sentinels as added tokens, TemplateProcessing's "</s>").
+// <extra_id_N> sentinels as added tokens, TemplateProcessing's "</s>"); and the tiktoken BPE of
+// checkpoints that ship tiktoken.model instead (LoadDir, tokenizer_tiktoken.h).
 //
 // Encode pipeline (HF order):
 //   1. invalid UTF-8 in the input is replaced first: each maximal ill-formed subsequence becomes
@@ -40,6 +41,10 @@
 
 namespace zipmoe {
 
+namespace tokenizer {
+class Model;  // tokenizer_model.h
+}  // namespace tokenizer
+
 class Tokenizer {
  public:
   // Loads `tokenizer_json_path` and, if it exists in the same directory, tokenizer_config.json
@@ -55,6 +60,15 @@ class Tokenizer {
   static Result<std::unique_ptr<Tokenizer>> FromJson(const nlohmann::json& tokenizer_json,
                                                      const nlohmann::json& tokenizer_config,
                                                      const std::string& source);
+
+  // The tokenizer of a model directory: DIR/tokenizer.json (Load), else a tiktoken tokenizer from
+  // DIR/tiktoken.model, the tokenization_*.py that sets its split pattern and tokenizer_config.json's
+  // special tokens (Moonlight-16B-A3B, Kimi-K2; tokenizer_tiktoken.h), with the same config and
+  // chat-template handling. Errors: kNotFound naming DIR when it has neither file; as Load or
+  // tokenizer::LoadTiktokenDirectory.
+  static Result<std::unique_ptr<Tokenizer>> LoadDir(const std::string& dir);
+  // Whether DIR has a tokenizer LoadDir reads (tokenizer.json or tiktoken.model).
+  static bool DirHasTokenizer(const std::string& dir);
 
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
@@ -104,6 +118,10 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  // FromJson with the model given (null: parsed from tokenizer_json["model"]).
+  static Result<std::unique_ptr<Tokenizer>> Build(const nlohmann::json& tokenizer_json,
+                                                  std::unique_ptr<tokenizer::Model> model,
+                                                  const nlohmann::json& tokenizer_config, const std::string& source);
   std::string DecodeJoined(const std::vector<int32_t>& ids, bool skip_special_tokens, bool keep_bytes) const;
   std::unique_ptr<Impl> impl_;
 };

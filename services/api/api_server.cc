@@ -250,7 +250,7 @@ void ApiServer::HandleTokenize(const HttpRequest& http, HttpExchange& exchange) 
     return SendError(exchange, TokenizeBodyTooLarge(http.path, http.body.size()));
   json j;
   if (ApiError bad; !ParseJsonObject(http.body, &j, &bad)) return SendError(exchange, bad);
-  if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
+  if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer (tokenizer.json or tiktoken.model)"));
   if (!j.contains("content") || !j["content"].is_string())
     return SendError(exchange, BadRequest("'content' must be a string", "content"));
   bool add_special = false, with_pieces = false;
@@ -286,7 +286,7 @@ void ApiServer::HandleDetokenize(const HttpRequest& http, HttpExchange& exchange
     return SendError(exchange, TokenizeBodyTooLarge(http.path, http.body.size()));
   json j;
   if (ApiError bad; !ParseJsonObject(http.body, &j, &bad)) return SendError(exchange, bad);
-  if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer.json"));
+  if (!tokenizer_) return SendError(exchange, BadRequest("the model directory has no tokenizer (tokenizer.json or tiktoken.model)"));
   if (!j.contains("tokens") || !j["tokens"].is_array())
     return SendError(exchange, BadRequest("'tokens' must be an array of token ids", "tokens"));
   std::vector<int32_t> ids;

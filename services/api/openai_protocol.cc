@@ -83,7 +83,7 @@ bool TokenIds(const json& arr, const ModelConfig& c, const std::string& param, s
 
 bool TextPrompt(const std::string& text, const ProtocolContext& ctx, bool add_special, PromptInput* out, ApiError* err) {
   if (ctx.tokenizer == nullptr)
-    return *err = BadRequest("text prompts need tokenizer.json in the model directory; send token ids", "prompt"), false;
+    return *err = BadRequest("text prompts need a tokenizer (tokenizer.json or tiktoken.model) in the model directory; send token ids", "prompt"), false;
   Result<std::vector<int32_t>> ids = ctx.tokenizer->Encode(text, add_special);
   if (!ids.ok()) return *err = BadRequest(ids.status().ToString(), "prompt"), false;
   out->ids = std::move(ids).value();
@@ -317,7 +317,7 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   if (!Present(j, "messages") || !j["messages"].is_array() || j["messages"].empty())
     return *err = BadRequest("'messages' must be a non-empty array", "messages"), false;
   if (ctx.tokenizer == nullptr)
-    return *err = BadRequest("chat needs tokenizer.json in the model directory", "messages"), false;
+    return *err = BadRequest("chat needs a tokenizer (tokenizer.json or tiktoken.model) in the model directory", "messages"), false;
   ordered_json messages = ordered_json::array();
   ordered_json tools;
   if (!Tools(oj, &tools, err)) return false;

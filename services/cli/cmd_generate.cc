@@ -176,10 +176,9 @@ int RunGenerate(const GenerateArgs& args) {
   }
 
   // Tokenizer: required for text prompts, optional (for output text) with --prompt-ids.
-  const std::string tokenizer_path = JoinPath(args.model_dir, "tokenizer.json");
   std::unique_ptr<Tokenizer> tokenizer;
-  if (args.prompt_ids.empty() || FileExists(tokenizer_path)) {
-    Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(tokenizer_path);
+  if (args.prompt_ids.empty() || Tokenizer::DirHasTokenizer(args.model_dir)) {
+    Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::LoadDir(args.model_dir);
     if (!loaded.ok()) return Fail(loaded.status());
     tokenizer = std::move(loaded).value();
   }
@@ -447,7 +446,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("generate", "generate text with a MoE model (HF or compressed directory)");
   cmd->add_option("--model", args->model_dir, "model directory (Hugging Face checkpoint or compressed)")
       ->required();
-  cmd->add_option("--prompt", args->prompt, "prompt text (needs tokenizer.json in the model directory)");
+  cmd->add_option("--prompt", args->prompt, "prompt text (needs tokenizer.json or tiktoken.model in the model directory)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "prompt token ids, comma-separated (e.g. 1,2,3)");
   cmd->add_option("--prompts-file", args->prompts_file,
                   "JSON array of prompt strings or ShareGPT conversations (bench/data/sharegpt-first-turn-500.json): "

@@ -43,7 +43,7 @@ Status RunResidualCalibration(const ProfileArgs& args) {
     return Status::InvalidArgument("--calibration-prompts must be >= 1 and --calibration-max-tokens >= 2");
   }
   ZM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(args.residual_prompts));
-  ZM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(JoinPath(args.model, "tokenizer.json")));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::LoadDir(args.model));
   std::vector<std::vector<int32_t>> prompts;
   size_t start = 0;
   while (start < text.size() && static_cast<int64_t>(prompts.size()) < args.calibration_prompts) {
@@ -130,7 +130,7 @@ void AddProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_option("--prefetch-residuals", args->residual_prompts,
                   "instead of the delays: calibrate DALI's residual vectors for `--prefetch residual` from this text "
-                  "file, one prompt per line (the model's tokenizer.json encodes them)");
+                  "file, one prompt per line (the model's tokenizer encodes them)");
   cmd->add_option("--calibration-prompts", args->calibration_prompts, "prompts (lines) used at most")
       ->capture_default_str();
   cmd->add_option("--calibration-max-tokens", args->calibration_max_tokens, "tokens per prompt at most")

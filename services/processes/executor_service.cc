@@ -120,10 +120,9 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
     if (Status st = WriteFileAtomic(args.address_file, fmt::format("{}:{}\n", args.host, httpd->port())); !st.ok())
       return fail(st);
   }
-  const std::string tokenizer_path = JoinPath(args.model_dir, "tokenizer.json");
   std::unique_ptr<Tokenizer> tokenizer;
-  if (FileExists(tokenizer_path)) {
-    Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(tokenizer_path);
+  if (Tokenizer::DirHasTokenizer(args.model_dir)) {
+    Result<std::unique_ptr<Tokenizer>> loaded = Tokenizer::LoadDir(args.model_dir);
     if (!loaded.ok()) return fail(loaded.status());
     tokenizer = std::move(loaded).value();
   }

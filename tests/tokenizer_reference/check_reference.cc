@@ -1,4 +1,4 @@
-// zipmoe_tokenizer_reference_check DIR: compares zipmoe's Tokenizer with transformers.js on every
+// zipmoe_tokenizer_reference_check DIR: compares zipmoe's Tokenizer (Tokenizer::LoadDir) with a reference on every
 // string of DIR/inputs.json (tests/tokenizer_reference/run.sh writes DIR: make_t5_tokenizer.py the
 // tokenizer and inputs, reference_encode.mjs the reference ids and decodings in reference.jsonl).
 // For each input: Encode(text, add_special_tokens = true) must equal the reference ids exactly, and
@@ -38,7 +38,7 @@ std::string Excerpt(const std::string& text) {
 }
 
 int Run(const std::string& dir, size_t n_prompts) {
-  auto tokenizer_or = Tokenizer::Load(dir + "/tokenizer.json");
+  auto tokenizer_or = Tokenizer::LoadDir(dir);
   if (!tokenizer_or.ok()) {
     fmt::print(stderr, "E: {}\n", tokenizer_or.status().ToString());
     return 2;
