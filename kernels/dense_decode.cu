@@ -152,6 +152,7 @@ Status LaunchRmsNormBf16(const RmsNormBf16Args& a, void* stream) {
   if (a.x == nullptr || a.weight == nullptr || a.y == nullptr)
     return Status::InvalidArgument("LaunchRmsNormBf16: null pointer");
   if (a.rows > 0x7fffffff) return Status::InvalidArgument("LaunchRmsNormBf16: more than 2^31 - 1 rows");
+  (void)cudaGetLastError();  // a stale error of an earlier runtime call is not this launch's
   RmsNormKernel<<<static_cast<unsigned>(a.rows), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return LaunchStatus("RMSNorm kernel");
 }
@@ -163,6 +164,7 @@ Status LaunchRotaryBf16(const RotaryBf16Args& a, void* stream) {
   const int64_t threads = a.n * (a.a_heads + a.b_heads) * (a.rotary_dim / 2);
   const int64_t blocks = (threads + 255) / 256;
   if (blocks > 0x7fffffff) return Status::InvalidArgument("LaunchRotaryBf16: too many elements");
+  (void)cudaGetLastError();  // a stale error of an earlier runtime call is not this launch's
   RotaryKernel<<<static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return LaunchStatus("rotary kernel");
 }
@@ -173,6 +175,7 @@ Status LaunchDecodeAttentionBf16(const DecodeAttentionBf16Args& a, void* stream)
     return Status::InvalidArgument("LaunchDecodeAttentionBf16: null pointer");
   if (a.dk > 8192) return Status::InvalidArgument("LaunchDecodeAttentionBf16: dk above 8192");
   const size_t shared = sizeof(float) * static_cast<size_t>(a.dk);
+  (void)cudaGetLastError();  // a stale error of an earlier runtime call is not this launch's
   DecodeAttentionKernel<<<static_cast<unsigned>(a.n_heads), kAttentionThreads, shared,
                           static_cast<cudaStream_t>(stream)>>>(a);
   return LaunchStatus("decode attention kernel");

@@ -72,7 +72,8 @@ struct RotaryBf16Args {
 // One query token against a sequence's KV cache: q [n_heads, dk] (BF16, contiguous); key j of kv head
 // h at k + h * k_head_stride + j * dk (v likewise with dv), j < total (BF16); the query sits at
 // position pos (total - 1 at decode, the new key already appended). out [n_heads * dv] BF16; scores
-// [n_heads, total] float32 scratch (overwritten). sinks: [n_heads] float32 (gpt_oss) or null.
+// [n_heads, total] float32 scratch (a visible key's entry ends as its probability; a hidden key's is
+// not written). sinks: [n_heads] float32 (gpt_oss) or null.
 // window: 0 = none, else keys with pos - j >= window are hidden (sliding-window layers).
 struct DecodeAttentionBf16Args {
   const uint16_t* q = nullptr;

@@ -88,6 +88,7 @@ Status CheckArgs(const char* fn, const uint8_t* q, const float* scale_inv, int64
   if (br <= 0 || bc <= 0) return Status::InvalidArgument(std::string(fn) + ": block sizes must be > 0");
   if (rows > 0 && cols > 0 && (q == nullptr || scale_inv == nullptr || out == nullptr))
     return Status::InvalidArgument(std::string(fn) + ": null pointer with work to do");
+  if (reinterpret_cast<uintptr_t>(out) % 2 != 0) return Status::InvalidArgument(std::string(fn) + ": out is not 2-byte aligned");
   return Status::Ok();
 }
 
@@ -113,6 +114,8 @@ Status LaunchDequantizeMxfp4ToBf16(const uint8_t* raw, int64_t rows, int64_t col
   if (rows == 0 || cols == 0) return Status::Ok();
   if (raw == nullptr || out == nullptr)
     return Status::InvalidArgument("LaunchDequantizeMxfp4ToBf16: null pointer with work to do");
+  if (reinterpret_cast<uintptr_t>(out) % 2 != 0)
+    return Status::InvalidArgument("LaunchDequantizeMxfp4ToBf16: out is not 2-byte aligned");
   int64_t most = 1;  // what the device keeps resident (cached: no host cost per launch)
   ZM_RETURN_IF_ERROR(ResidentBlocks(DequantMxfp4Kernel, kThreadsPerBlock, &most));
   const int64_t needed = (rows * cols / 2 + kThreadsPerBlock - 1) / kThreadsPerBlock;

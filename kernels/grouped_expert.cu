@@ -158,6 +158,12 @@ Status LaunchGroupedExpertMlp(const GroupedExpertArgs& a, void* stream) {
       a.out == nullptr || a.y == nullptr)
     return Status::InvalidArgument("LaunchGroupedExpertMlp: null pointer");
   if (a.n_experts > 65535) return Status::InvalidArgument("LaunchGroupedExpertMlp: more than 65535 experts");
+  // The vector paths' 16-byte loads (a misaligned one is a sticky device fault that ends the context);
+  // the weight addresses live on the device: the caller checks them (GroupedExpertWeightsAligned).
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if ((a.hidden % 8 == 0 && !aligned(a.x)) || (a.inter % 8 == 0 && !aligned(a.act)))
+    return Status::InvalidArgument("LaunchGroupedExpertMlp: x or act is not 16-byte aligned (the vector path's loads)");
+  (void)cudaGetLastError();  // a stale error of an earlier runtime call is not this launch's
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 block(kWarp * kWarpsPerBlock);
   const dim3 gu_grid(static_cast<unsigned>((a.inter + kWarpsPerBlock - 1) / kWarpsPerBlock),
@@ -232,18 +238,23 @@ Status GroupedExpertMlpOnDevice(const GroupedExpertArgs& host, int repeats, doub
   d.out = out;
   d.y = y;
   ZM_RETURN_IF_ERROR(LaunchGroupedExpertMlp(d, nullptr));  // warm-up (and the result when repeats <= 1)
+  if (seconds != nullptr) *seconds = 0;
   if (repeats > 1) {
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    cudaEventRecord(start, nullptr);
+    struct Events {  // destroyed on every return
+      cudaEvent_t start = nullptr, stop = nullptr;
+      ~Events() {
+        if (start != nullptr) cudaEventDestroy(start);
+        if (stop != nullptr) cudaEventDestroy(stop);
+      }
+    } ev;
+    ZM_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&ev.start), "cudaEventCreate"));
+    ZM_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&ev.stop), "cudaEventCreate"));
+    ZM_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ev.start, nullptr), "cudaEventRecord"));
     for (int i = 0; i < repeats; ++i) ZM_RETURN_IF_ERROR(LaunchGroupedExpertMlp(d, nullptr));
-    cudaEventRecord(stop, nullptr);
-    cudaEventSynchronize(stop);
+    ZM_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ev.stop, nullptr), "cudaEventRecord"));
+    ZM_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(ev.stop), "cudaEventSynchronize"));
     float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    ZM_RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime"));
     if (seconds != nullptr) *seconds = ms / 1e3 / repeats;
   }
   ZM_RETURN_IF_ERROR(Download(host.act, act, sizeof(float) * static_cast<size_t>(host.n_pairs * host.inter)));

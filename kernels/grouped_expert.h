@@ -13,11 +13,14 @@
 // each dot product is computed by one warp: lane l accumulates, with fused multiply-adds in index
 // order, the products of elements [256·i + 8·l, 256·i + 8·l + 8) for i = 0, 1, ... (8-element
 // chunks, vector path) — or elements l, l + 32, l + 64, ... (scalar path, when a row's length is not a
-// multiple of 8 or a pointer is not 16-byte aligned) —, then the 32 partial sums are added by a
-// butterfly (xor 16, 8, 4, 2, 1). act and out are fp32; silu(g) = g / (1 + exp(-g)) in fp32.
+// multiple of 8) —, then the 32 partial sums are added by a butterfly (xor 16, 8, 4, 2, 1). act and
+// out are fp32; silu(g) = g / (1 + exp(-g)) in fp32. The path depends on the lengths alone (as the
+// reference's), never on where the bytes lie.
 // The result is independent of how many tokens share an expert (each token's sums are its own).
 // The vector paths read 16 bytes at a time: x, act and every weight matrix must then be 16-byte
-// aligned (cudaMalloc'd / torch-allocated buffers and the executor's device slots are).
+// aligned (cudaMalloc'd / torch-allocated buffers and the executor's device slots are): the launcher
+// refuses a misaligned x or act, and GroupedExpertWeightsAligned checks the weight addresses on the
+// host before they are uploaded.
 //
 // Shapes and dtypes (all row-major, contiguous):
 //   x:       [n_tokens, hidden] BF16 bit patterns (uint16)
@@ -68,10 +71,15 @@ Status ValidateGroupedExpertTables(const GroupedExpertArgs& args);
 // `weights` holds host addresses. Errors: ValidateGroupedExpertTables's.
 Status GroupedExpertMlpReference(const GroupedExpertArgs& args);
 
+// Whether every address of `weights` (n_experts × 3 host-side values, as uploaded to args.weights) is
+// 16-byte aligned where the vector paths read it: gate/up when hidden % 8 == 0, down when inter % 8 == 0.
+bool GroupedExpertWeightsAligned(const uint64_t* weights, int32_t n_experts, int64_t hidden, int64_t inter);
+
 // GPU: the three launches on `stream` (a cudaStream_t as void*; nullptr = the legacy default
 // stream). Device pointers (or host memory mapped for the device); enqueues only. The tables are
 // not validated here (they live on the device): validate their host copy before uploading.
-// Errors: kInvalidArgument (non-positive sizes, null pointers), kUnavailable (built without CUDA),
+// Errors: kInvalidArgument (non-positive sizes, null pointers, x or act not 16-byte aligned on a
+// vector path), kUnavailable (built without CUDA),
 // kInternal (launch error, with the CUDA error string).
 Status LaunchGroupedExpertMlp(const GroupedExpertArgs& args, void* stream);
 

@@ -53,6 +53,16 @@ float WarpDot(const uint16_t* row, B b_at, int64_t k) {
 
 }  // namespace
 
+bool GroupedExpertWeightsAligned(const uint64_t* weights, int32_t n_experts, int64_t hidden, int64_t inter) {
+  for (int32_t j = 0; j < n_experts; ++j) {
+    for (int m = 0; m < 3; ++m) {
+      const bool vector_path = m < 2 ? hidden % 8 == 0 : inter % 8 == 0;
+      if (vector_path && weights[3 * j + m] % 16 != 0) return false;
+    }
+  }
+  return true;
+}
+
 Status ValidateGroupedExpertTables(const GroupedExpertArgs& a) {
   if (a.n_tokens <= 0 || a.hidden <= 0 || a.inter <= 0 || a.n_experts <= 0 || a.n_pairs <= 0)
     return Status::InvalidArgument(fmt::format("grouped expert MLP: n_tokens {}, hidden {}, inter {}, n_experts {} and "

@@ -115,6 +115,9 @@ Result<size_t> CheckLease(const ModelConfig& config, const ExpertAssignment& ass
     return Status::InvalidArgument(fmt::format(
         "layer {} expert {}: weights are [I={}, H={}], config expects [I={}, H={}]", layer_id, ew.expert_id,
         ew.intermediate, ew.hidden, config.moe_intermediate_size, hidden));
+  if (ew.device_slot_holds && ew.device_slot < 0)
+    return Status::InvalidArgument(fmt::format("layer {} expert {}: the provider says a device slot holds it but "
+                                               "names none (device_slot {})", layer_id, ew.expert_id, ew.device_slot));
   if (ew.device_slot_holds && !device_slots)
     return Status::InvalidArgument(fmt::format(
         "layer {} expert {}: the provider's pool F holds it in GPU device slot {} only, which this executor path "

@@ -46,6 +46,15 @@ Status FillFromProvider(const ModelConfig& config, const LayerWeights& w, const 
                         int32_t layer_id, size_t count, const std::function<void(size_t, at::Tensor&)>& filled) {
   std::vector<std::unique_ptr<ExpertLease>> leases;
   bool reads_host = false;
+  // An early return releases the leases through their destructors (and abandons the current one): the
+  // device must first have finished reading their host memory (in-place recoveries, DMAs already
+  // enqueued), or the provider could hand those staging slots to the next expert under a running kernel.
+  struct WaitBeforeRelease {
+    const bool* reads_host;
+    ~WaitBeforeRelease() {
+      if (*reads_host) (void)kernels::SynchronizeStream(nullptr);  // the error being returned says more
+    }
+  } wait_before_release{&reads_host};
   const auto release = [&]() -> Status {
     if (reads_host) ZM_RETURN_IF_ERROR(kernels::SynchronizeStream(nullptr));
     reads_host = false;
@@ -85,6 +94,7 @@ Status FillFromProvider(const ModelConfig& config, const LayerWeights& w, const 
       return Status::Ok();
     }();
     if (!st.ok()) {
+      if (reads_host) (void)kernels::SynchronizeStream(nullptr);  // this lease's own launches, too
       lease->Abandon();
       return st;
     }
@@ -119,9 +129,8 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
       in_place = in_place && segments[m].e != nullptr && segments[m].sm != nullptr;
     }
     if (in_place) {
-      ZM_RETURN_IF_ERROR(kernels::LaunchRecoverBf16Batch(segments, 3, nullptr));
-      *reads_host = true;
-      return Status::Ok();
+      *reads_host = true;  // before the launch: a failure after part of it was enqueued still waits
+      return kernels::LaunchRecoverBf16Batch(segments, 3, nullptr);
     }
   }
   for (int m = 0; m < 3; ++m) {
@@ -166,9 +175,9 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
       const void* e = kernels::DeviceAliasOf(planes[m].e);
       const void* sm = kernels::DeviceAliasOf(planes[m].sm);
       if (e != nullptr && sm != nullptr) {  // read in place from the registered arena
+        *reads_host = true;
         ZM_RETURN_IF_ERROR(kernels::LaunchRecoverBf16(static_cast<const uint8_t*>(e), static_cast<const uint8_t*>(sm),
                                                       out, n, nullptr));
-        *reads_host = true;
       } else {  // pageable planes: copied to the device (synchronously), recovered there
         const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte);
         const at::Tensor de = at::from_blob(const_cast<uint8_t*>(planes[m].e), {n}, bytes).to(slot.device());
@@ -177,8 +186,8 @@ Status FillDeviceSlot(const ExpertWeightsView& ew, at::Tensor& slot, bool* reads
       }
     } else if (ew.dtype == DType::kBF16) {
       if (!slot.is_cpu() && kernels::DeviceAliasOf(data[m]) != nullptr) {  // pinned / registered: one DMA, async
-        ZM_RETURN_IF_ERROR(kernels::CopyAsync(out, data[m], static_cast<uint64_t>(n) * 2, nullptr));
         *reads_host = true;
+        ZM_RETURN_IF_ERROR(kernels::CopyAsync(out, data[m], static_cast<uint64_t>(n) * 2, nullptr));
       } else {
         slot.narrow(0, m * n, n).copy_(WrapExpertTensor(data[m], ew.dtype, 1, n).reshape({n}));
       }
@@ -343,6 +352,8 @@ Result<at::Tensor> MoeForwardDevice(const ModelConfig& config, const LayerWeight
       token_pairs.insert(token_pairs.end(), list.begin(), list.end());
       token_pair_offsets.push_back(static_cast<int32_t>(token_pairs.size()));
     }
+    if (!kernels::GroupedExpertWeightsAligned(weights.data(), static_cast<int32_t>(n_selected), hidden, inter))
+      return Status::Internal(fmt::format("layer {}: an expert slot is not 16-byte aligned (grouped expert MLP)", layer_id));
     PackedTables packed;
     packed.weights = packed.Append(weights);
     packed.expert_pair_offsets = packed.Append(expert_pair_offsets);

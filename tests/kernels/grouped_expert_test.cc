@@ -246,6 +246,16 @@ TEST(GroupedExpertTablesTest, RejectsInconsistentTablesNamingTheField) {
   }
 }
 
+TEST(GroupedExpertTablesTest, WeightAlignmentIsCheckedWhereTheVectorPathsRead) {
+  // gate, up, down of two experts; hidden 16 (gate/up vector path), inter 12 (down scalar path).
+  std::vector<uint64_t> w = {4096, 4096 + 384, 4096 + 768, 8192, 8192 + 384, 8192 + 768 + 2};
+  EXPECT_TRUE(kernels::GroupedExpertWeightsAligned(w.data(), 2, 16, 12));  // a misaligned down is read by lanes
+  w[4] += 2;                                                                 // expert 1's up, 2 bytes off
+  EXPECT_FALSE(kernels::GroupedExpertWeightsAligned(w.data(), 2, 16, 12));
+  EXPECT_TRUE(kernels::GroupedExpertWeightsAligned(w.data(), 2, 18, 12));   // neither length a multiple of 8
+  EXPECT_FALSE(kernels::GroupedExpertWeightsAligned(w.data(), 2, 18, 16));  // the down's vector path: w[5]
+}
+
 TEST(DeviceMemoryTest, PageableMemoryHasNoDeviceAlias) {
   std::vector<uint8_t> pageable(4096);
   EXPECT_EQ(DeviceAliasOf(pageable.data()), nullptr);
