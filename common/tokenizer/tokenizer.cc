@@ -80,8 +80,13 @@ struct Tokenizer::Impl {
     if (it != added_by_id.end()) return &added[it->second].content;
     return model->IdToToken(id);
   }
-  // Normalizes, pre-tokenizes and BPE-encodes one segment between raw-matched added tokens.
+  // tiktoken tokenizers whose Python encode() cuts long texts first (tokenizer_tiktoken.h
+  // SplitLongRuns); 0: no cut.
+  int64_t max_encode_chars = 0, max_run_chars = 0;
+  // Normalizes, pre-tokenizes and BPE-encodes one segment between raw-matched added tokens (cut by
+  // SplitLongRuns first when its limits are set).
   Status EncodeSegment(std::string_view segment, bool at_start, std::vector<int32_t>* ids) const;
+  Status EncodeUncut(std::string_view segment, bool at_start, std::vector<int32_t>* ids) const;
 };
 
 namespace {
@@ -184,6 +189,16 @@ Result<std::unique_ptr<Model>> ParseModel(const json& model, const std::string& 
 
 Status Tokenizer::Impl::EncodeSegment(std::string_view segment, bool at_start,
                                       std::vector<int32_t>* ids) const {
+  if (max_encode_chars <= 0 && max_run_chars <= 0) return EncodeUncut(segment, at_start, ids);
+  bool first = true;
+  for (std::string_view piece : tokenizer::SplitLongRuns(segment, max_encode_chars, max_run_chars)) {
+    ZM_RETURN_IF_ERROR(EncodeUncut(piece, at_start && first, ids));
+    first = false;
+  }
+  return Status::Ok();
+}
+
+Status Tokenizer::Impl::EncodeUncut(std::string_view segment, bool at_start, std::vector<int32_t>* ids) const {
   std::string normalized(segment);
   if (normalizer != nullptr) ZM_RETURN_IF_ERROR(normalizer->Normalize(&normalized));
   std::vector<AddedSplit> splits;
@@ -247,7 +262,11 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::LoadDir(const std::string& dir) {
   if (FileExists(json_path) || !FileExists(JoinPath(dir, "tiktoken.model"))) return Load(json_path);
   ZM_ASSIGN_OR_RETURN(json config, ReadTokenizerConfig(dir));
   ZM_ASSIGN_OR_RETURN(tokenizer::TiktokenDirectory files, tokenizer::LoadTiktokenDirectory(dir, config));
-  return Build(files.tokenizer_json, std::move(files.model), config, JoinPath(dir, "tiktoken.model"));
+  ZM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok,
+                      Build(files.tokenizer_json, std::move(files.model), config, JoinPath(dir, "tiktoken.model")));
+  tok->impl_->max_encode_chars = files.max_encode_chars;
+  tok->impl_->max_run_chars = files.max_run_chars;
+  return tok;
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tokenizer_json,

@@ -51,10 +51,29 @@ class LargeJitStack {
   std::unique_ptr<pcre2_match_context, MatchContextDeleter> context_;
 };
 
-// Rewrites \s / \S as \p{White_Space} / \P{White_Space}: Oniguruma's \s is the White_Space
-// property, while PCRE2's UCP \s also matches U+180E MONGOLIAN VOWEL SEPARATOR. Works inside
-// character classes too; an escaped backslash ("\\s") is left alone.
-std::string RewriteWhitespaceEscapes(std::string_view pattern) {
+// Whether PCRE2 knows `name` as a script (\p{sc:name} compiles). General categories (L, Lu, N, ...)
+// and binary properties are not scripts.
+bool IsPcre2Script(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  const std::string probe = "\\p{sc:" + std::string(name) + "}";
+  int error_code = 0;
+  PCRE2_SIZE error_offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(probe.data()), probe.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &error_code, &error_offset, nullptr);
+  if (code == nullptr) return false;
+  pcre2_code_free(code);
+  return true;
+}
+
+// Rewrites the escapes whose meaning differs between PCRE2 and the engines tokenizers were written
+// for (Oniguruma in HF tokenizers, Rust's regex under tiktoken):
+//  - \s / \S as \p{White_Space} / \P{White_Space}: Oniguruma's \s is the White_Space property, while
+//    PCRE2's UCP \s also matches U+180E MONGOLIAN VOWEL SEPARATOR;
+//  - a bare script name \p{Han} / \P{Han} / \p{^Han} as \p{sc:Han}: both engines read it as the Script
+//    property, PCRE2 (>= 10.40) as Script_Extensions, which adds shared punctuation such as U+3002
+//    IDEOGRAPHIC FULL STOP (Script=Common) to Han.
+// Works inside character classes too; an escaped backslash ("\\s") is left alone.
+std::string RewriteEscapes(std::string_view pattern) {
   std::string out;
   out.reserve(pattern.size() + 32);
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -67,6 +86,18 @@ std::string RewriteWhitespaceEscapes(std::string_view pattern) {
       out += "\\p{White_Space}";
     } else if (next == 'S') {
       out += "\\P{White_Space}";
+    } else if ((next == 'p' || next == 'P') && i + 1 < pattern.size() && pattern[i + 1] == '{') {
+      const size_t close = pattern.find('}', i + 2);
+      std::string_view name = close == std::string_view::npos ? std::string_view() : pattern.substr(i + 2, close - i - 2);
+      const bool negated = !name.empty() && name.front() == '^';
+      if (negated) name.remove_prefix(1);
+      if (close != std::string_view::npos && name.find_first_of(":=") == std::string_view::npos && IsPcre2Script(name)) {
+        out += fmt::format("\\{}{{{}sc:{}}}", next, negated ? "^" : "", name);
+        i = close;
+      } else {
+        out.push_back('\\');
+        out.push_back(next);
+      }
     } else {
       out.push_back('\\');
       out.push_back(next);
@@ -80,7 +111,7 @@ std::string RewriteWhitespaceEscapes(std::string_view pattern) {
 Result<Regex> Regex::Compile(std::string_view pattern, bool literal) {
   // PCRE2_LITERAL admits only a few other options (UCP and MULTILINE would be rejected).
   const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE;
-  const std::string source = literal ? std::string(pattern) : RewriteWhitespaceEscapes(pattern);
+  const std::string source = literal ? std::string(pattern) : RewriteEscapes(pattern);
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(),

@@ -4,7 +4,9 @@
 // compiled with PCRE2_UTF | PCRE2_UCP (\s, \w, \d and \p{..} are Unicode-aware) and
 // PCRE2_MULTILINE (Ruby's ^ and $ are line anchors), and JIT-compiled when the JIT is available.
 // \s and \S are rewritten to \p{White_Space} / \P{White_Space} (Oniguruma's definition; PCRE2's
-// own \s also matches U+180E). Known differences from Oniguruma: Ruby's \h (hex digit) is PCRE2's
+// own \s also matches U+180E), and a bare script name \p{Han} to \p{sc:Han} (Oniguruma and Rust's
+// regex, under tiktoken, read it as the Script property; PCRE2 >= 10.40 as Script_Extensions, which
+// puts e.g. U+3002 IDEOGRAPHIC FULL STOP in Han). Known differences from Oniguruma: Ruby's \h (hex digit) is PCRE2's
 // horizontal space; \w follows PCRE2 (letters, numbers and '_').
 //
 // Ownership: move-only owner of the pcre2_code. Thread-safety: a compiled Regex may be used by

@@ -327,13 +327,58 @@ std::optional<int64_t> ExtractPythonInt(std::string_view python_source, std::str
   if (at == std::string_view::npos) return std::nullopt;
   size_t p = python_source.find_first_not_of(" \t", at);
   if (p == std::string_view::npos) return std::nullopt;
-  int64_t value = 0;
-  const auto [end, ec] = std::from_chars(python_source.data() + p, python_source.data() + python_source.size(), value);
-  if (ec != std::errc()) return std::nullopt;
-  const size_t after = static_cast<size_t>(end - python_source.data());
-  if (after < python_source.size() && (IsIdentChar(python_source[after]) || python_source[after] == '.'))
-    return std::nullopt;
-  return value;
+  // Digits with Python's underscores between them (400_000).
+  std::string digits;
+  size_t q = p;
+  while (q < python_source.size() && (std::isdigit(static_cast<unsigned char>(python_source[q])) != 0 ||
+                                      (python_source[q] == '_' && !digits.empty()))) {
+    if (python_source[q] != '_') digits += python_source[q];
+    ++q;
+  }
+  if (digits.empty() || digits.size() > 18 || python_source[q - 1] == '_') return std::nullopt;
+  if (q < python_source.size() && (IsIdentChar(python_source[q]) || python_source[q] == '.')) return std::nullopt;
+  return std::stoll(digits);
+}
+
+bool PythonIsSpace(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
+}
+
+std::vector<std::string_view> SplitLongRuns(std::string_view text, int64_t max_chars, int64_t max_run) {
+  std::vector<std::string_view> out;
+  size_t chunk_begin = 0;
+  while (true) {
+    // One chunk: up to max_chars code points.
+    size_t chunk_end = chunk_begin;
+    for (int64_t k = 0; chunk_end < text.size() && (max_chars <= 0 || k < max_chars); ++k) {
+      chunk_end += std::max<size_t>(1, ValidUtf8SequenceLength(text, chunk_end));  // valid input: never 0
+    }
+    const std::string_view chunk = text.substr(chunk_begin, chunk_end - chunk_begin);
+    size_t slice_begin = 0, pos = 0;
+    if (max_run > 0 && !chunk.empty()) {
+      size_t probe = 0;
+      bool run_is_space = PythonIsSpace(NextCodePoint(chunk, &probe));
+      int64_t run = 0;
+      while (pos < chunk.size()) {
+        const size_t at = pos;
+        const bool space = PythonIsSpace(NextCodePoint(chunk, &pos));
+        if (space != run_is_space) {
+          run = 1;
+          run_is_space = space;
+        } else if (++run > max_run) {
+          out.push_back(chunk.substr(slice_begin, at - slice_begin));
+          slice_begin = at;
+          run = 1;
+        }
+      }
+    }
+    out.push_back(chunk.substr(slice_begin));
+    chunk_begin = chunk_end;
+    if (chunk_begin >= text.size()) break;
+  }
+  return out;
 }
 
 // ---- class set operations ----
@@ -517,6 +562,8 @@ Result<TiktokenDirectory> LoadTiktokenDirectory(const std::string& dir, const js
     added.push_back({{"id", id}, {"content", content}, {"special", true}, {"single_word", false},
                      {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
   }
+  out.max_encode_chars = std::max<int64_t>(0, ExtractPythonInt(source, "TIKTOKEN_MAX_ENCODE_CHARS").value_or(0));
+  out.max_run_chars = std::max<int64_t>(0, ExtractPythonInt(source, "MAX_NO_WHITESPACES_CHARS").value_or(0));
   out.tokenizer_json = {
       {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", pcre_pattern}}}, {"behavior", "Removed"}, {"invert", true}}},
       {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},

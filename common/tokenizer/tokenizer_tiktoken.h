@@ -14,10 +14,9 @@
 //     concatenation is a token. Every byte must have a rank (the 256 single bytes).
 // Token strings (IdToToken, TokenToId, the ByteLevel decoder) are the GPT-2 byte-to-unicode mapping of
 // the token's bytes, as the checkpoints' `TikTokenTokenizer.decoder` builds them.
-//
-// Not followed: tokenization_kimi.py's own pre-split of inputs longer than 400,000 characters or with
-// runs of more than 25,000 (non-)whitespace characters (a tiktoken work-around); such inputs may
-// tokenize differently at the split points.
+//   - where the Python file's encode() cuts long inputs before tiktoken sees them (tokenization_kimi.py,
+//     as Llama 3's tokenizer.py: TIKTOKEN_MAX_ENCODE_CHARS = 400_000, MAX_NO_WHITESPACES_CHARS =
+//     25_000), each text between special tokens is cut the same way first (SplitLongRuns).
 #pragma once
 
 #include <cstdint>
@@ -72,7 +71,8 @@ class TiktokenModel : public Model {
 // `pat_str = ...` is found or its value is not one of those forms.
 Result<std::string> ExtractTiktokenPattern(std::string_view python_source, const std::string& where);
 
-// The integer assigned to `name` in Python source (`num_reserved_special_tokens = 256`), or nullopt.
+// The integer assigned to `name` in Python source (`num_reserved_special_tokens = 256`, `X = 400_000`),
+// or nullopt.
 std::optional<int64_t> ExtractPythonInt(std::string_view python_source, std::string_view name);
 
 // Rewrites the character-class set operations of Rust's regex syntax (which tiktoken's fancy-regex
@@ -81,6 +81,18 @@ std::optional<int64_t> ExtractPythonInt(std::string_view python_source, std::str
 // a bracketed class, else [B]. Other text is copied unchanged. Errors: kInvalidArgument naming `where`
 // for a class with more than one set operation or a nested class inside A.
 Result<std::string> TranslateClassSetOperations(std::string_view pattern, const std::string& where);
+
+// Python's str.isspace for one code point: Unicode category Zs or bidirectional class WS, B or S
+// (U+0009-000D, U+001C-001F, U+0020, U+0085, U+00A0, U+1680, U+2000-200A, U+2028, U+2029, U+202F,
+// U+205F, U+3000).
+bool PythonIsSpace(char32_t cp);
+
+// The cut of tokenization_kimi.py's encode(): `text` (valid UTF-8) in chunks of `max_chars` code
+// points (0: one chunk), each chunk cut where a run of whitespace or of non-whitespace characters
+// (PythonIsSpace) grows past `max_run` (0: never), as its _split_whitespaces_or_nonwhitespaces: a cut
+// piece ends just before the run's (max_run + 1)-th character and the next starts there. Every piece
+// is returned, an empty text as one empty piece.
+std::vector<std::string_view> SplitLongRuns(std::string_view text, int64_t max_chars, int64_t max_run);
 
 // What a model directory with tiktoken.model needs besides the model: a tokenizer.json object with
 // its pre_tokenizer (Split on `pat_str`, matches kept, the rest dropped), decoder (ByteLevel) and
@@ -91,6 +103,10 @@ struct TiktokenDirectory {
   std::unique_ptr<TiktokenModel> model;
   nlohmann::json tokenizer_json;
   std::string pattern_source;
+  // SplitLongRuns's limits from the Python file (TIKTOKEN_MAX_ENCODE_CHARS, MAX_NO_WHITESPACES_CHARS);
+  // 0 where it sets none.
+  int64_t max_encode_chars = 0;
+  int64_t max_run_chars = 0;
 };
 
 // Reads DIR/tiktoken.model and the pattern from the tokenization_*.py that tokenizer_config.json's

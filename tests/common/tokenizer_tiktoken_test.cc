@@ -241,6 +241,47 @@ TEST(TiktokenPatternTest, ClassIntersectionsBecomeLookaheadsThatMatchTheSameChar
               HasSubstr("unterminated character class"));
 }
 
+TEST(TiktokenPatternTest, ScriptNamesMeanTheScriptNotItsExtensions) {
+  // U+3002 IDEOGRAPHIC FULL STOP is Script=Common with Han among its Script_Extensions: Rust's regex
+  // (tiktoken) and Oniguruma (HF) keep it out of \p{Han}; PCRE2's bare \p{Han} alone would not.
+  auto pieces = [](const std::string& pattern, const std::string& text) {
+    Result<tokenizer::Regex> re = tokenizer::Regex::Compile(pattern, /*literal=*/false);
+    EXPECT_TRUE(re.ok()) << re.status().ToString();
+    std::vector<std::string> out;
+    if (!re.ok()) return out;
+    Result<std::vector<tokenizer::ByteRange>> found = re->FindAll(text);
+    EXPECT_TRUE(found.ok());
+    for (const auto& [b, e] : *found) out.push_back(text.substr(b, e - b));
+    return out;
+  };
+  const std::string text = "漢字\u3002かな\u3001";
+  EXPECT_THAT(pieces(R"([\p{Han}]+)", text), ElementsAre("漢字"));
+  EXPECT_THAT(pieces(R"(\P{Han}+)", text), ElementsAre("\u3002かな\u3001"));
+  EXPECT_THAT(pieces(R"(\p{^Han}+)", text), ElementsAre("\u3002かな\u3001"));
+  EXPECT_THAT(pieces(R"([\p{Han}\p{Hiragana}]+)", text), ElementsAre("漢字", "かな"));
+  EXPECT_THAT(pieces(R"(\p{Lo}+)", text), ElementsAre("漢字", "かな"));  // categories are untouched
+  EXPECT_THAT(pieces(R"(\p{scx:Han}+)", text), ElementsAre("漢字\u3002", "\u3001"));  // explicit forms kept
+  EXPECT_THAT(pieces(R"(\\p{Han})", "\\p{Han}"), ElementsAre("\\p{Han}"));  // an escaped backslash: literal
+}
+
+TEST(TiktokenPatternTest, LongRunsAreCutAsThePythonEncodeCutsThem) {
+  EXPECT_TRUE(tokenizer::PythonIsSpace(U' '));
+  EXPECT_TRUE(tokenizer::PythonIsSpace(0x1C));    // a separator: isspace in Python, not White_Space
+  EXPECT_TRUE(tokenizer::PythonIsSpace(0x3000));
+  EXPECT_FALSE(tokenizer::PythonIsSpace(0x180E));  // MONGOLIAN VOWEL SEPARATOR: no longer a space
+  EXPECT_FALSE(tokenizer::PythonIsSpace(0x200B));  // ZERO WIDTH SPACE is not one either
+  using V = std::vector<std::string_view>;
+  // Runs of at most 3: "aaaa" is cut before its 4th character; a change of kind resets the count.
+  EXPECT_EQ(tokenizer::SplitLongRuns("aaaa  bbb", 0, 3), (V{"aaa", "a  bbb"}));
+  EXPECT_EQ(tokenizer::SplitLongRuns("ab     c", 0, 3), (V{"ab   ", "  c"}));
+  EXPECT_EQ(tokenizer::SplitLongRuns("", 0, 3), (V{""}));
+  // Chunks count code points, not bytes: 5 two-byte characters in chunks of 2.
+  EXPECT_EQ(tokenizer::SplitLongRuns("ééééé", 2, 0), (V{"éé", "éé", "é"}));
+  EXPECT_EQ(tokenizer::SplitLongRuns("ééééé", 3, 2), (V{"éé", "é", "éé"}));
+  EXPECT_EQ(tokenizer::ExtractPythonInt("    X = 400_000\n", "X"), 400000);
+  EXPECT_EQ(tokenizer::ExtractPythonInt("X = 400_\n", "X"), std::nullopt);
+}
+
 // A directory as Moonlight / Kimi ship it, with a small rank file.
 void WriteTiktokenDir(const TempDir& dir, const json& config) {
   WriteAll(dir.Sub("tiktoken.model"), RankFile({"he", "ll", "hell", "hello", " w", "or", " wor", " world", "\xe4\xb8"}));

@@ -55,6 +55,38 @@ const nRanks = first + lines.length;
 fs.writeFileSync(path.join(outDir, 'tiktoken.model'), lines.join('\n') + '\n');
 
 const reserved = 256;
+// encode()'s cuts before tiktoken (tokenization_kimi.py, as Llama 3's tokenizer.py): chunks of 400,000
+// characters, then a cut wherever a run of whitespace or of non-whitespace grows past 25,000.
+const maxEncodeChars = 400000;
+const maxRunChars = 25000;
+// Python's str.isspace (category Zs or bidirectional class WS / B / S).
+const pyIsSpace = (cp) => (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp === 0x85 || cp === 0xa0 ||
+  cp === 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp === 0x2028 || cp === 0x2029 || cp === 0x202f ||
+  cp === 0x205f || cp === 0x3000;
+// _split_whitespaces_or_nonwhitespaces over each 400,000-character chunk, by code points as Python indexes.
+function cutPieces(text) {
+  const cps = Array.from(text);
+  const out = [];
+  for (let c = 0; c < cps.length; c += maxEncodeChars) {
+    const s = cps.slice(c, c + maxEncodeChars);
+    let len = 0;
+    let isSpace = s.length > 0 ? pyIsSpace(s[0].codePointAt(0)) : false;
+    let start = 0;
+    for (let i = 0; i < s.length; ++i) {
+      const now = pyIsSpace(s[i].codePointAt(0));
+      if (isSpace !== now) {
+        len = 1;
+        isSpace = now;
+      } else if (++len > maxRunChars) {
+        out.push(s.slice(start, i).join(''));
+        start = i;
+        len = 1;
+      }
+    }
+    out.push(s.slice(start).join(''));
+  }
+  return out;
+}
 const named = ['[BOS]', '[EOS]', '<|im_end|>', '<|im_user|>', '<|im_assistant|>', '<|start_header_id|>',
   '<|end_header_id|>', '[EOT]', '<|im_system|>', '<|im_middle|>'];
 const addedDecoder = {};
@@ -67,8 +99,9 @@ for (let id = nRanks; id < nRanks + reserved; ++id) {
 }
 
 const py = [
-  '# A stub in the form of a tiktoken-based tokenization_*.py: zipmoe reads pat_str and',
-  '# num_reserved_special_tokens from it (tests/tokenizer_reference/tiktoken_reference.mjs).',
+  '# A stub in the form of a tiktoken-based tokenization_*.py: zipmoe reads pat_str,',
+  '# num_reserved_special_tokens and the two cut lengths of encode() from it',
+  '# (tests/tokenizer_reference/tiktoken_reference.mjs).',
   'class TikTokenTokenizer:',
   '    num_reserved_special_tokens = 256',
   '',
@@ -77,6 +110,10 @@ const py = [
   ...patternParts.map((p) => `            r"""${p}""",`),
   '        ]',
   '    )',
+  '',
+  '    def encode(self, text):',
+  `        TIKTOKEN_MAX_ENCODE_CHARS = ${maxEncodeChars.toLocaleString('en-US').replace(/,/g, '_')}`,
+  `        MAX_NO_WHITESPACES_CHARS = ${maxRunChars.toLocaleString('en-US').replace(/,/g, '_')}`,
   '',
 ];
 fs.writeFileSync(path.join(outDir, 'tokenization_moonshot.py'), py.join('\n'));
@@ -100,16 +137,43 @@ const extras = [
   '[BOS]text[EOS] [EOT] [PAD]', `<|reserved_token_${nRanks + 50}|> and <|media_start|>`,
   '<|im_end', 'im_end|>', '=' .repeat(3000), 'a'.repeat(2000), ' '.repeat(500) + 'x', '中'.repeat(1000),
   '!!!???...,,,;;;:::---___+++***', 'https://example.com/path?query=1&b=2#frag', 'def f(x):\n    return x**2  # comment\n',
+  // Script=Common punctuation that Script_Extensions counts as Han (\p{Han} is the Script in tiktoken).
+  '文。\n次、テスト「かぎ」・中点ー。\r\n〜々〆',
   '\u00a0nbsp\u2003em\u3000ideographic space', 'ǅungla ǈubljana ǋovo', 'ﬁ ﬂ ﬀ ligatures', 'A\u0000B',
+  // Past encode()'s cuts: runs longer than 25,000 characters, text longer than 400,000.
+  'x'.repeat(30001), 'ab ' + 'q'.repeat(25000) + 'rs' + ' '.repeat(25002) + 'tail', '中'.repeat(26000) + '文',
+  '\u001c'.repeat(25001) + 'y' + '\u2028'.repeat(3), ('👋'.repeat(13000) + ' ').repeat(2),
 ];
+// ~420,000 characters of ShareGPT text: crosses the 400,000-character chunk boundary.
+{
+  let long = '';
+  for (let k = 0; long.length < 420000; ++k) long += prompts[k % prompts.length] + '\n';
+  extras.push(long);
+}
 const inputs = [...prompts, ...extras];
 fs.writeFileSync(path.join(outDir, 'inputs.json'), JSON.stringify(inputs));
 
 const enc = new Tiktoken(fs.readFileSync(path.join(outDir, 'tiktoken.model'), 'utf8'), specialTokens, patStr);
+// The text split on special tokens first (HF's tokenize() splits on added tokens before calling the
+// Python encode()), then each part cut as encode() does, then tiktoken.
+const escape = (t) => t.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const specialRe = new RegExp(Object.keys(specialTokens).map(escape).join('|'), 'gu');
+function encodeAsThePythonTokenizer(text) {
+  const ids = [];
+  let last = 0;
+  const plainPart = (part) => { for (const piece of cutPieces(part)) ids.push(...enc.encode(piece, 'all')); };
+  for (const m of text.matchAll(specialRe)) {
+    plainPart(text.slice(last, m.index));
+    ids.push(specialTokens[m[0]]);
+    last = m.index + m[0].length;
+  }
+  plainPart(text.slice(last));
+  return ids;
+}
 const utf8 = new TextDecoder('utf-8', { fatal: false });
 const out = [];
 for (const text of inputs) {
-  const ids = Array.from(enc.encode(text, 'all'));
+  const ids = encodeAsThePythonTokenizer(text);
   const decoded = utf8.decode(enc.decode(Uint32Array.from(ids)));
   const decodedSkip = utf8.decode(enc.decode(Uint32Array.from(ids.filter((id) => id < nRanks))));
   out.push(JSON.stringify({ ids, decoded, decoded_skip: decodedSkip }));
