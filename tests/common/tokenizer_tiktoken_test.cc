@@ -19,6 +19,7 @@
 
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/tokenizer_regex.h"
+#include "tests/common/tiktoken_test_util.h"
 #include "tests/test_util.h"
 
 namespace zipmoe {
@@ -30,38 +31,7 @@ using nlohmann::json;
 using testing::TempDir;
 using testing::WriteAll;
 using tokenizer::TiktokenModel;
-
-std::string Base64(const std::string& bytes) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) | (static_cast<uint8_t>(bytes[i + 1]) << 8) |
-                       static_cast<uint8_t>(bytes[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i + 1 == bytes.size()) {
-    const uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == bytes.size()) {
-    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) | (static_cast<uint8_t>(bytes[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
-
-// A rank file: the 256 bytes at ranks 0..255, then `merged` at 256, 257, ...
-std::string RankFile(const std::vector<std::string>& merged) {
-  std::string text;
-  for (int b = 0; b < 256; ++b) text += fmt::format("{} {}\n", Base64(std::string(1, static_cast<char>(b))), b);
-  for (size_t k = 0; k < merged.size(); ++k) text += fmt::format("{} {}\n", Base64(merged[k]), 256 + k);
-  return text;
-}
+using tokenizer::test::RankFile;
 
 std::unique_ptr<TiktokenModel> MustParse(const std::string& text) {
   Result<std::unique_ptr<TiktokenModel>> m = TiktokenModel::Parse(text, "test.tiktoken");
@@ -283,15 +253,7 @@ TEST(TiktokenPatternTest, LongRunsAreCutAsThePythonEncodeCutsThem) {
 }
 
 // A directory as Moonlight / Kimi ship it, with a small rank file.
-void WriteTiktokenDir(const TempDir& dir, const json& config) {
-  WriteAll(dir.Sub("tiktoken.model"), RankFile({"he", "ll", "hell", "hello", " w", "or", " wor", " world", "\xe4\xb8"}));
-  WriteAll(dir.Sub("tokenization_moonshot.py"), R"PY(
-class TikTokenTokenizer:
-    num_reserved_special_tokens = 8
-    pat_str = "|".join([r"""[\p{Han}]+""", r"""[\p{L}&&[^\p{Han}]]+""", r""" ?[\p{L}&&[^\p{Han}]]+""", r"""\s+"""])
-)PY");
-  WriteAll(dir.Sub("tokenizer_config.json"), config.dump());
-}
+void WriteTiktokenDir(const TempDir& dir, const json& config) { tokenizer::test::WriteTiktokenFiles(dir.path(), config); }
 
 TEST(TiktokenDirectoryTest, LoadDirReadsRanksPatternAndSpecialTokens) {
   TempDir dir;
