@@ -47,6 +47,19 @@ inline std::string RankFile(const std::vector<std::string>& merged) {
   return text;
 }
 
+// tokenizer_config.json of such a directory: auto_map naming tokenization_moonshot.TikTokenTokenizer,
+// bos [BOS] (265), eos [EOS] (266) and <|im_end|> (267) in added_tokens_decoder.
+inline nlohmann::json MoonshotTokenizerConfig() {
+  return {
+      {"auto_map", {{"AutoTokenizer", {"tokenization_moonshot.TikTokenTokenizer", nullptr}}}},
+      {"bos_token", "[BOS]"},
+      {"eos_token", "[EOS]"},
+      {"added_tokens_decoder", {{"265", {{"content", "[BOS]"}, {"special", true}}},
+                                {"266", {{"content", "[EOS]"}, {"special", true}}},
+                                {"267", {{"content", "<|im_end|>"}, {"special", true}}}}},
+  };
+}
+
 // Writes into `dir` the tokenizer files of a Moonlight / Kimi checkpoint with a small rank file: 256
 // bytes then he, ll, hell, hello, " w", or, " wor", " world", "\xe4\xb8" (ranks 256..264); a
 // tokenization_moonshot.py whose pat_str keeps Han runs apart from other letters (a class intersection)

@@ -31,7 +31,9 @@ using nlohmann::json;
 using testing::TempDir;
 using testing::WriteAll;
 using tokenizer::TiktokenModel;
+using tokenizer::test::MoonshotTokenizerConfig;
 using tokenizer::test::RankFile;
+using tokenizer::test::WriteTiktokenFiles;
 
 std::unique_ptr<TiktokenModel> MustParse(const std::string& text) {
   Result<std::unique_ptr<TiktokenModel>> m = TiktokenModel::Parse(text, "test.tiktoken");
@@ -252,21 +254,11 @@ TEST(TiktokenPatternTest, LongRunsAreCutAsThePythonEncodeCutsThem) {
   EXPECT_EQ(tokenizer::ExtractPythonInt("X = 400_\n", "X"), std::nullopt);
 }
 
-// A directory as Moonlight / Kimi ship it, with a small rank file.
-void WriteTiktokenDir(const TempDir& dir, const json& config) { tokenizer::test::WriteTiktokenFiles(dir.path(), config); }
-
 TEST(TiktokenDirectoryTest, LoadDirReadsRanksPatternAndSpecialTokens) {
   TempDir dir;
-  const json config = {
-      {"auto_map", {{"AutoTokenizer", {"tokenization_moonshot.TikTokenTokenizer", nullptr}}}},
-      {"bos_token", "[BOS]"},
-      {"eos_token", "[EOS]"},
-      {"added_tokens_decoder", {{"265", {{"content", "[BOS]"}, {"special", true}}},
-                                {"266", {{"content", "[EOS]"}, {"special", true}}},
-                                {"267", {{"content", "<|im_end|>"}, {"special", true}}},
-                                {"280", {{"content", "<|late|>"}, {"special", true}}}}},
-  };
-  WriteTiktokenDir(dir, config);
+  json config = MoonshotTokenizerConfig();
+  config["added_tokens_decoder"]["280"] = {{"content", "<|late|>"}, {"special", true}};
+  WriteTiktokenFiles(dir.path(), config);
   ASSERT_TRUE(Tokenizer::DirHasTokenizer(dir.path()));
   Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::LoadDir(dir.path());
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
@@ -303,14 +295,14 @@ TEST(TiktokenDirectoryTest, MissingOrBrokenFilesAreNamed) {
   }
   {
     TempDir dir;  // a special id inside the ranks
-    WriteTiktokenDir(dir, {{"added_tokens_decoder", {{"12", {{"content", "<|x|>"}}}}}});
+    WriteTiktokenFiles(dir.path(), {{"added_tokens_decoder", {{"12", {{"content", "<|x|>"}}}}}});
     Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::LoadDir(dir.path());
     ASSERT_FALSE(tok.ok());
     EXPECT_THAT(tok.status().ToString(), HasSubstr("added_tokens_decoder[\"12\"]: id 12 is a rank of tiktoken.model"));
   }
   {
     TempDir dir;  // tokenizer.json wins when both exist (a converted checkpoint)
-    WriteTiktokenDir(dir, json::object());
+    WriteTiktokenFiles(dir.path(), json::object());
     WriteAll(dir.Sub("tokenizer.json"), "{not json");
     Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::LoadDir(dir.path());
     ASSERT_FALSE(tok.ok());

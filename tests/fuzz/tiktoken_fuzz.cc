@@ -20,35 +20,14 @@
 
 #include "common/tokenizer/tokenizer_tiktoken.h"
 #include "common/tokenizer/tokenizer_unicode.h"
+#include "tests/common/tiktoken_test_util.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
 using zipmoe::fuzz::Fail;
 using zipmoe::tokenizer::TiktokenModel;
-
-std::string Base64(std::string_view bytes) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i + 1 == bytes.size()) {
-    const uint32_t v = uint8_t(bytes[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == bytes.size()) {
-    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
+using zipmoe::tokenizer::test::Base64;
 
 // The fixed rank table of mode 3: ranks 0-255 are the bytes in a shuffled order (so byte value and
 // rank differ), then merges built from pairs of earlier tokens.

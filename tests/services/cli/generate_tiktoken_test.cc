@@ -40,15 +40,7 @@ TEST(GenerateTiktoken, TextPromptsEncodeWithTheTiktokenFilesBeforeAndAfterCompre
                         std::filesystem::copy_options::recursive);
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"})
     std::filesystem::remove(hf + "/" + name);
-  const json config = {
-      {"auto_map", {{"AutoTokenizer", {"tokenization_moonshot.TikTokenTokenizer", nullptr}}}},
-      {"bos_token", "[BOS]"},
-      {"eos_token", "[EOS]"},
-      {"added_tokens_decoder", {{"265", {{"content", "[BOS]"}, {"special", true}}},
-                                {"266", {{"content", "[EOS]"}, {"special", true}}},
-                                {"267", {{"content", "<|im_end|>"}, {"special", true}}}}},
-  };
-  tokenizer::test::WriteTiktokenFiles(hf, config);
+  tokenizer::test::WriteTiktokenFiles(hf, tokenizer::test::MoonshotTokenizerConfig());
 
   // hello (259), " world" (263), <|im_end|> (267), Han apart from letters: 中 = E4 B8 (264) AD, then a b.
   const std::vector<int32_t> want = {259, 263, 267, 264, 0xAD, 'a', 'b'};
