@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda_launch.cuh"
 #include "kernels/cuda_status.cuh"
 #include "kernels/recovery.h"  // CudaDeviceCount
 #include "kernels/device_buffers.cuh"
@@ -90,7 +91,7 @@ __global__ void RotaryKernel(RotaryBf16Args a) {
 
 // One block per query head. Dynamic shared memory: q as float [dk].
 __global__ void __launch_bounds__(kAttentionThreads) DecodeAttentionKernel(DecodeAttentionBf16Args a) {
-  extern __shared__ float q[];
+  ZIPMOE_DYNAMIC_SHARED(float, q);
   __shared__ float warp_sums[kAttentionThreads / kWarp];
   __shared__ float shared_max[kAttentionThreads / kWarp];
   __shared__ float total;
@@ -153,7 +154,8 @@ Status LaunchRmsNormBf16(const RmsNormBf16Args& a, void* stream) {
     return Status::InvalidArgument("LaunchRmsNormBf16: null pointer");
   if (a.rows > 0x7fffffff) return Status::InvalidArgument("LaunchRmsNormBf16: more than 2^31 - 1 rows");
   (void)cudaGetLastError();  // a stale error of an earlier runtime call is not this launch's
-  RmsNormKernel<<<static_cast<unsigned>(a.rows), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  ZIPMOE_CUDA_LAUNCH(RmsNormKernel, static_cast<unsigned>(a.rows), kNormThreads, 0,
+                     static_cast<cudaStream_t>(stream))(a);
   return LaunchStatus("RMSNorm kernel");
 }
 
@@ -165,7 +167,7 @@ Status LaunchRotaryBf16(const RotaryBf16Args& a, void* stream) {
   const int64_t blocks = (threads + 255) / 256;
   if (blocks > 0x7fffffff) return Status::InvalidArgument("LaunchRotaryBf16: too many elements");
   (void)cudaGetLastError();  // a stale error of an earlier runtime call is not this launch's
-  RotaryKernel<<<static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  ZIPMOE_CUDA_LAUNCH(RotaryKernel, static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream))(a);
   return LaunchStatus("rotary kernel");
 }
 
@@ -176,8 +178,8 @@ Status LaunchDecodeAttentionBf16(const DecodeAttentionBf16Args& a, void* stream)
   if (a.dk > 8192) return Status::InvalidArgument("LaunchDecodeAttentionBf16: dk above 8192");
   const size_t shared = sizeof(float) * static_cast<size_t>(a.dk);
   (void)cudaGetLastError();  // a stale error of an earlier runtime call is not this launch's
-  DecodeAttentionKernel<<<static_cast<unsigned>(a.n_heads), kAttentionThreads, shared,
-                          static_cast<cudaStream_t>(stream)>>>(a);
+  ZIPMOE_CUDA_LAUNCH(DecodeAttentionKernel, static_cast<unsigned>(a.n_heads), kAttentionThreads, shared,
+                     static_cast<cudaStream_t>(stream))(a);
   return LaunchStatus("decode attention kernel");
 }
 

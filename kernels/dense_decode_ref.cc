@@ -173,38 +173,4 @@ Status DecodeAttentionBf16Reference(const DecodeAttentionBf16Args& a) {
   return Status::Ok();
 }
 
-#ifndef ZIPMOE_HAVE_CUDA
-namespace {
-Status NoCuda(const char* what) { return Status::Unavailable(std::string(what) + ": zipmoe was built without CUDA"); }
-}  // namespace
-
-Status LaunchRmsNormBf16(const RmsNormBf16Args& a, void* stream) {
-  (void)stream;
-  ZM_RETURN_IF_ERROR(ValidateRmsNormBf16(a));
-  return NoCuda("LaunchRmsNormBf16");
-}
-Status LaunchRotaryBf16(const RotaryBf16Args& a, void* stream) {
-  (void)stream;
-  ZM_RETURN_IF_ERROR(ValidateRotaryBf16(a));
-  return NoCuda("LaunchRotaryBf16");
-}
-Status LaunchDecodeAttentionBf16(const DecodeAttentionBf16Args& a, void* stream) {
-  (void)stream;
-  ZM_RETURN_IF_ERROR(ValidateDecodeAttentionBf16(a));
-  return NoCuda("LaunchDecodeAttentionBf16");
-}
-Status RmsNormBf16OnDevice(const RmsNormBf16Args& host) {
-  ZM_RETURN_IF_ERROR(ValidateRmsNormBf16(host));
-  return NoCuda("RmsNormBf16OnDevice");
-}
-Status RotaryBf16OnDevice(const RotaryBf16Args& host) {
-  ZM_RETURN_IF_ERROR(ValidateRotaryBf16(host));
-  return NoCuda("RotaryBf16OnDevice");
-}
-Status DecodeAttentionBf16OnDevice(const DecodeAttentionBf16Args& host) {
-  ZM_RETURN_IF_ERROR(ValidateDecodeAttentionBf16(host));
-  return NoCuda("DecodeAttentionBf16OnDevice");
-}
-#endif
-
 }  // namespace zipmoe::kernels

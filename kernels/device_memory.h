@@ -1,7 +1,7 @@
 // Device memory helpers of the GPU executor (issue 36): where a host pointer is readable by the
 // device, asynchronous copies, stream synchronisation and the device's memory kind. Plain C++ API
 // (no CUDA headers), so torch-side code in services/executor calls CUDA without CUDA headers;
-// kernels/device_memory.cu with CUDA, device_memory.cc (kUnavailable / nullptr) without.
+// kernels/device_memory.cu with CUDA, no_cuda.cc (kUnavailable / nullptr) without.
 // Thread-safety: reentrant.
 #pragma once
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/fp8_dequant.h"
+#include "kernels/cuda_launch.cuh"
 #include "kernels/cuda_status.cuh"
 #include "kernels/launch_config.cuh"
 #include "kernels/recovery.h"  // CudaDeviceCount
@@ -103,8 +104,8 @@ Status LaunchDequantizeF8E4M3ToBf16(const uint8_t* q, const float* scale_inv, in
   const int64_t groups = rows * ((cols + 3) / 4);
   const int64_t needed = (groups + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const int blocks = static_cast<int>(needed < most ? needed : most);
-  DequantF8Kernel<<<blocks, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(q, scale_inv, rows, cols,
-                                                                                      block_rows, block_cols, out);
+  ZIPMOE_CUDA_LAUNCH(DequantF8Kernel, blocks, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream))(
+      q, scale_inv, rows, cols, block_rows, block_cols, out);
   return CudaStatus(cudaGetLastError(), "DequantF8Kernel launch");
 }
 
@@ -120,7 +121,8 @@ Status LaunchDequantizeMxfp4ToBf16(const uint8_t* raw, int64_t rows, int64_t col
   ZM_RETURN_IF_ERROR(ResidentBlocks(DequantMxfp4Kernel, kThreadsPerBlock, &most));
   const int64_t needed = (rows * cols / 2 + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const int blocks = static_cast<int>(needed < most ? needed : most);
-  DequantMxfp4Kernel<<<blocks, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream)>>>(raw, rows, cols, out);
+  ZIPMOE_CUDA_LAUNCH(DequantMxfp4Kernel, blocks, kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream))(
+      raw, rows, cols, out);
   return CudaStatus(cudaGetLastError(), "DequantMxfp4Kernel launch");
 }
 

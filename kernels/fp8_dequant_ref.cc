@@ -1,4 +1,4 @@
-// CPU reference of kernels/fp8_dequant.h, and the launchers' stand-ins without CUDA.
+// CPU reference of kernels/fp8_dequant.h (the launchers' stand-ins without CUDA: no_cuda.cc).
 #include "kernels/fp8_dequant.h"
 
 #include <cstring>
@@ -63,21 +63,5 @@ void DequantizeMxfp4ToBf16Reference(const uint8_t* raw, int64_t rows, int64_t co
     }
   }
 }
-
-#ifndef ZIPMOE_HAVE_CUDA
-Status LaunchDequantizeF8E4M3ToBf16(const uint8_t*, const float*, int64_t, int64_t, int64_t, int64_t, uint16_t*,
-                                    void*) {
-  return Status::Unavailable("LaunchDequantizeF8E4M3ToBf16: zipmoe was built without CUDA");
-}
-Status DequantizeF8E4M3ToBf16OnDevice(const uint8_t*, const float*, int64_t, int64_t, int64_t, int64_t, uint16_t*) {
-  return Status::Unavailable("DequantizeF8E4M3ToBf16OnDevice: zipmoe was built without CUDA");
-}
-Status LaunchDequantizeMxfp4ToBf16(const uint8_t*, int64_t, int64_t, uint16_t*, void*) {
-  return Status::Unavailable("LaunchDequantizeMxfp4ToBf16: zipmoe was built without CUDA");
-}
-Status DequantizeMxfp4ToBf16OnDevice(const uint8_t*, int64_t, int64_t, uint16_t*) {
-  return Status::Unavailable("DequantizeMxfp4ToBf16OnDevice: zipmoe was built without CUDA");
-}
-#endif
 
 }  // namespace zipmoe::kernels

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/grouped_expert.h"
+#include "kernels/cuda_launch.cuh"
 #include "kernels/cuda_status.cuh"
 #include "kernels/recovery.h"  // CudaDeviceCount
 #include "kernels/device_buffers.cuh"
@@ -169,21 +170,21 @@ Status LaunchGroupedExpertMlp(const GroupedExpertArgs& a, void* stream) {
   const dim3 gu_grid(static_cast<unsigned>((a.inter + kWarpsPerBlock - 1) / kWarpsPerBlock),
                      static_cast<unsigned>(a.n_experts));
   if (a.hidden % 8 == 0) {
-    GateUpKernel<true><<<gu_grid, block, 0, s>>>(a);
+    ZIPMOE_CUDA_LAUNCH(GateUpKernel<true>, gu_grid, block, 0, s)(a);
   } else {
-    GateUpKernel<false><<<gu_grid, block, 0, s>>>(a);
+    ZIPMOE_CUDA_LAUNCH(GateUpKernel<false>, gu_grid, block, 0, s)(a);
   }
   ZM_RETURN_IF_ERROR(LaunchStatus("gate/up kernel"));
   const dim3 down_grid(static_cast<unsigned>((a.hidden + kWarpsPerBlock - 1) / kWarpsPerBlock),
                        static_cast<unsigned>(a.n_experts));
   if (a.inter % 8 == 0) {
-    DownKernel<true><<<down_grid, block, 0, s>>>(a);
+    ZIPMOE_CUDA_LAUNCH(DownKernel<true>, down_grid, block, 0, s)(a);
   } else {
-    DownKernel<false><<<down_grid, block, 0, s>>>(a);
+    ZIPMOE_CUDA_LAUNCH(DownKernel<false>, down_grid, block, 0, s)(a);
   }
   ZM_RETURN_IF_ERROR(LaunchStatus("down kernel"));
   const int64_t total = a.n_tokens * a.hidden;
-  CombineKernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, s>>>(a);
+  ZIPMOE_CUDA_LAUNCH(CombineKernel, static_cast<unsigned>((total + 255) / 256), 256, 0, s)(a);
   return LaunchStatus("combine kernel");
 }
 

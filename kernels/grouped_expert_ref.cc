@@ -1,6 +1,5 @@
-// The grouped expert MLP's table checks and CPU reference (kernels/grouped_expert.h), and the
-// builds-without-CUDA side of its launcher (the CUDA side is
-// kernels/grouped_expert.cu, selected like kernels/recovery_ref.cc).
+// The grouped expert MLP's table checks and CPU reference (kernels/grouped_expert.h); the launcher is
+// kernels/grouped_expert.cu with CUDA, no_cuda.cc without.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -133,20 +132,5 @@ Status GroupedExpertMlpReference(const GroupedExpertArgs& a) {
   }
   return Status::Ok();
 }
-
-#ifndef ZIPMOE_HAVE_CUDA
-Status LaunchGroupedExpertMlp(const GroupedExpertArgs& args, void* stream) {
-  (void)args;
-  (void)stream;
-  return Status::Unavailable("LaunchGroupedExpertMlp: zipmoe was built without CUDA");
-}
-
-Status GroupedExpertMlpOnDevice(const GroupedExpertArgs& host, int repeats, double* seconds) {
-  ZM_RETURN_IF_ERROR(ValidateGroupedExpertTables(host));
-  (void)repeats;
-  (void)seconds;
-  return Status::Unavailable("GroupedExpertMlpOnDevice: zipmoe was built without CUDA");
-}
-#endif
 
 }  // namespace zipmoe::kernels

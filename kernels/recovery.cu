@@ -20,6 +20,7 @@
 
 #include "common/bitfield.h"
 #include "kernels/recovery.h"
+#include "kernels/cuda_launch.cuh"
 #include "kernels/cuda_status.cuh"
 #include "kernels/launch_config.cuh"
 
@@ -393,20 +394,20 @@ Status LaunchRecoverBf16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int
     case RecoveryKernelPath::kVec16: {
       const int64_t head = HeadElements(e, 16, n);
       ZM_RETURN_IF_ERROR(GridBlocks(RecoverBf16VecKernel<16>, (n - head) / 16, &blocks));
-      RecoverBf16VecKernel<16><<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n, head);
+      ZIPMOE_CUDA_LAUNCH(RecoverBf16VecKernel<16>, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n, head);
       return CudaStatus(cudaGetLastError(), "RecoverBf16VecKernel<16> launch");
     }
     case RecoveryKernelPath::kVec4: {
       const int64_t head = HeadElements(e, 4, n);
       ZM_RETURN_IF_ERROR(GridBlocks(RecoverBf16VecKernel<4>, (n - head) / 4, &blocks));
-      RecoverBf16VecKernel<4><<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n, head);
+      ZIPMOE_CUDA_LAUNCH(RecoverBf16VecKernel<4>, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n, head);
       return CudaStatus(cudaGetLastError(), "RecoverBf16VecKernel<4> launch");
     }
     case RecoveryKernelPath::kScalar:
       break;
   }
   ZM_RETURN_IF_ERROR(GridBlocks(RecoverBf16ScalarKernel, n, &blocks));
-  RecoverBf16ScalarKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+  ZIPMOE_CUDA_LAUNCH(RecoverBf16ScalarKernel, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n);
   return CudaStatus(cudaGetLastError(), "RecoverBf16ScalarKernel launch");
 }
 
@@ -439,8 +440,8 @@ Status LaunchRecoverBf16Batch(const RecoverySegment* segments, int count, void* 
   const int64_t needed = (most_groups + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const int64_t cap = (resident + batched - 1) / batched;
   const int64_t x = std::max<int64_t>(1, std::min(needed, cap));
-  RecoverBf16BatchKernel<<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(batched)), kThreadsPerBlock, 0,
-                           static_cast<cudaStream_t>(stream)>>>(t);
+  ZIPMOE_CUDA_LAUNCH(RecoverBf16BatchKernel, dim3(static_cast<unsigned>(x), static_cast<unsigned>(batched)),
+                     kThreadsPerBlock, 0, static_cast<cudaStream_t>(stream))(t);
   return CudaStatus(cudaGetLastError(), "RecoverBf16BatchKernel launch");
 }
 
@@ -474,12 +475,12 @@ Status LaunchRecoverF32(const uint8_t* e, const uint8_t* sm, uint32_t* out, int6
   int blocks = 1;
   if (RecoverF32VectorPathFits(e, sm, out, n)) {
     ZM_RETURN_IF_ERROR(GridBlocks(RecoverF32VecKernel, n / 4, &blocks));
-    RecoverF32VecKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, reinterpret_cast<const uint16_t*>(sm), sm + 2 * n,
-                                                            out, n);
+    ZIPMOE_CUDA_LAUNCH(RecoverF32VecKernel, blocks, kThreadsPerBlock, 0, s)(
+        e, reinterpret_cast<const uint16_t*>(sm), sm + 2 * n, out, n);
     return CudaStatus(cudaGetLastError(), "RecoverF32VecKernel launch");
   }
   ZM_RETURN_IF_ERROR(GridBlocks(RecoverF32ScalarKernel, n, &blocks));
-  RecoverF32ScalarKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+  ZIPMOE_CUDA_LAUNCH(RecoverF32ScalarKernel, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n);
   return CudaStatus(cudaGetLastError(), "RecoverF32ScalarKernel launch");
 }
 
@@ -490,11 +491,11 @@ Status LaunchRecoverF16(const uint8_t* e, const uint8_t* sm, uint16_t* out, int6
   int blocks = 1;
   if (RecoverF16VectorPathFits(e, sm, out)) {
     ZM_RETURN_IF_ERROR(GridBlocks(RecoverF16VecKernel, n / 8, &blocks));
-    RecoverF16VecKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, sm + n, out, n);
+    ZIPMOE_CUDA_LAUNCH(RecoverF16VecKernel, blocks, kThreadsPerBlock, 0, s)(e, sm, sm + n, out, n);
     return CudaStatus(cudaGetLastError(), "RecoverF16VecKernel launch");
   }
   ZM_RETURN_IF_ERROR(GridBlocks(RecoverF16ScalarKernel, n, &blocks));
-  RecoverF16ScalarKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+  ZIPMOE_CUDA_LAUNCH(RecoverF16ScalarKernel, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n);
   return CudaStatus(cudaGetLastError(), "RecoverF16ScalarKernel launch");
 }
 
@@ -505,11 +506,11 @@ Status LaunchRecoverF8E4M3(const uint8_t* e, const uint8_t* sm, uint8_t* out, in
   int blocks = 1;
   if (RecoverF8E4M3VectorPathFits(e, sm, out, n)) {
     ZM_RETURN_IF_ERROR(GridBlocks(RecoverF8E4M3VecKernel, n / 8, &blocks));
-    RecoverF8E4M3VecKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+    ZIPMOE_CUDA_LAUNCH(RecoverF8E4M3VecKernel, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n);
     return CudaStatus(cudaGetLastError(), "RecoverF8E4M3VecKernel launch");
   }
   ZM_RETURN_IF_ERROR(GridBlocks(RecoverF8E4M3PairKernel, (n + 1) / 2, &blocks));
-  RecoverF8E4M3PairKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+  ZIPMOE_CUDA_LAUNCH(RecoverF8E4M3PairKernel, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n);
   return CudaStatus(cudaGetLastError(), "RecoverF8E4M3PairKernel launch");
 }
 
@@ -523,11 +524,11 @@ Status LaunchRecoverMxfp4(const uint8_t* e, const uint8_t* sm, uint8_t* out, int
   int blocks = 1;
   if (RecoverMxfp4VectorPathFits(e, sm, out)) {
     ZM_RETURN_IF_ERROR(GridBlocks(RecoverMxfp4VecKernel, n / 16, &blocks));
-    RecoverMxfp4VecKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+    ZIPMOE_CUDA_LAUNCH(RecoverMxfp4VecKernel, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n);
     return CudaStatus(cudaGetLastError(), "RecoverMxfp4VecKernel launch");
   }
   ZM_RETURN_IF_ERROR(GridBlocks(RecoverMxfp4QuadKernel, n / 4, &blocks));
-  RecoverMxfp4QuadKernel<<<blocks, kThreadsPerBlock, 0, s>>>(e, sm, out, n);
+  ZIPMOE_CUDA_LAUNCH(RecoverMxfp4QuadKernel, blocks, kThreadsPerBlock, 0, s)(e, sm, out, n);
   return CudaStatus(cudaGetLastError(), "RecoverMxfp4QuadKernel launch");
 }
 

@@ -1,5 +1,5 @@
 // Host side of BF16/F32/F16/F8_E4M3/MXFP4 recovery (ZipMoE §3.3): the scalar references, the GPU kernel-path
-// selection (pure address arithmetic, shared by recovery.cu and the host tests), and the no-CUDA stubs.
+// selection (pure address arithmetic, shared by recovery.cu and the host tests); the no-CUDA stubs are in no_cuda.cc.
 #include "common/bitfield.h"
 #include "kernels/recovery.h"
 
@@ -114,44 +114,5 @@ Status ValidateRecoverySegments(const char* fn, const RecoverySegment* segments,
   }
   return Status::Ok();
 }
-
-#ifndef ZIPMOE_HAVE_CUDA
-Status LaunchRecoverBf16Batch(const RecoverySegment* segments, int count, void*) {
-  ZM_RETURN_IF_ERROR(ValidateRecoverySegments("LaunchRecoverBf16Batch", segments, count));
-  return Status::Unavailable("LaunchRecoverBf16Batch: zipmoe was built without CUDA");
-}
-bool BuiltWithCuda() { return false; }
-int CudaDeviceCount() { return 0; }
-Status LaunchRecoverBf16(const uint8_t*, const uint8_t*, uint16_t*, int64_t, void*) {
-  return Status::Unavailable("LaunchRecoverBf16: zipmoe was built without CUDA");
-}
-Status RecoverBf16OnDevice(const uint8_t*, const uint8_t*, uint16_t*, int64_t) {
-  return Status::Unavailable("RecoverBf16OnDevice: zipmoe was built without CUDA");
-}
-Status LaunchRecoverF32(const uint8_t*, const uint8_t*, uint32_t*, int64_t, void*) {
-  return Status::Unavailable("LaunchRecoverF32: zipmoe was built without CUDA");
-}
-Status LaunchRecoverF16(const uint8_t*, const uint8_t*, uint16_t*, int64_t, void*) {
-  return Status::Unavailable("LaunchRecoverF16: zipmoe was built without CUDA");
-}
-Status RecoverF32OnDevice(const uint8_t*, const uint8_t*, uint32_t*, int64_t, int) {
-  return Status::Unavailable("RecoverF32OnDevice: zipmoe was built without CUDA");
-}
-Status RecoverF16OnDevice(const uint8_t*, const uint8_t*, uint16_t*, int64_t, int) {
-  return Status::Unavailable("RecoverF16OnDevice: zipmoe was built without CUDA");
-}
-Status LaunchRecoverF8E4M3(const uint8_t*, const uint8_t*, uint8_t*, int64_t, void*) {
-  return Status::Unavailable("LaunchRecoverF8E4M3: zipmoe was built without CUDA");
-}
-Status RecoverF8E4M3OnDevice(const uint8_t*, const uint8_t*, uint8_t*, int64_t, int) {
-  return Status::Unavailable("RecoverF8E4M3OnDevice: zipmoe was built without CUDA");
-}
-Status LaunchRecoverMxfp4(const uint8_t*, const uint8_t*, uint8_t*, int64_t, void*) {
-  return Status::Unavailable("LaunchRecoverMxfp4: zipmoe was built without CUDA");
-}
-Status RecoverMxfp4OnDevice(const uint8_t*, const uint8_t*, uint8_t*, int64_t, int) {
-  return Status::Unavailable("RecoverMxfp4OnDevice: zipmoe was built without CUDA");
-}
-#endif
 
 }  // namespace zipmoe::kernels
