@@ -26,10 +26,12 @@
 //   - memory: cudaMalloc is the host heap at exact sizes, so AddressSanitizer (the emulated units are built
 //     with it) reports a kernel's out-of-bounds access, and UBSan's alignment check a misaligned vector
 //     load (on a GPU a sticky "misaligned address" error).
-// What it does not model: timing, concurrency between streams (everything is synchronous), memory ordering
-// beyond the barriers, nvcc's contraction of a * b + c into an FMA (the kernels write fmaf / __fmul_rn /
-// __fadd_rn where the order matters; here every such expression is compiled with -ffp-contract=off), and
-// expf's last-ulp differences from CUDA's (tests that compare exponentials allow one BF16 ulp).
+// What it does not model: timing, concurrency between streams (everything is synchronous), races between
+// blocks (they run one after another), memory ordering beyond the barriers, the undefined contents of static
+// __shared__ variables at a block's start (zero in a host thread's first block, the previous block's values
+// after), nvcc's contraction of a * b + c into an FMA (the kernels write fmaf / __fmul_rn / __fadd_rn where
+// the order matters; here every such expression is compiled with -ffp-contract=off), and expf's last-ulp
+// differences from CUDA's (tests that compare exponentials allow one BF16 ulp).
 #pragma once
 
 #include <math.h>
