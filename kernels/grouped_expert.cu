@@ -99,9 +99,10 @@ __global__ void GateUpKernel(GroupedExpertArgs a) {
     LaneDots<kVec>(up, in, count, a.hidden, lane, u);
 #pragma unroll
     for (int t = 0; t < kTokensPerPass; ++t) {
+      if (t >= count) break;  // count is the same for the whole block: no lane skips a shuffle another makes
       const float gs = WarpSum(g[t]);
       const float us = WarpSum(u[t]);
-      if (lane == 0 && t < count) {
+      if (lane == 0) {
         const float silu = gs / (1.0f + expf(-gs));
         a.act[static_cast<int64_t>(p0 + t) * a.inter + r] = silu * us;
       }
@@ -128,8 +129,9 @@ __global__ void DownKernel(GroupedExpertArgs a) {
     LaneDots<kVec>(down, in, count, a.inter, lane, d);
 #pragma unroll
     for (int t = 0; t < kTokensPerPass; ++t) {
+      if (t >= count) break;  // as in GateUpKernel: a decode step reduces one token's sum, not four
       const float s = WarpSum(d[t]);
-      if (lane == 0 && t < count) a.out[static_cast<int64_t>(p0 + t) * a.hidden + h] = s * a.pair_weight[p0 + t];
+      if (lane == 0) a.out[static_cast<int64_t>(p0 + t) * a.hidden + h] = s * a.pair_weight[p0 + t];
     }
   }
 }
