@@ -385,8 +385,6 @@ cudaError_t cudaGetLastError() {
   return e;
 }
 
-cudaError_t cudaPeekAtLastError() { return last_error; }
-
 const char* cudaGetErrorString(cudaError_t err) {
   switch (err) {
     case cudaSuccess: return "no error";
@@ -459,13 +457,6 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
-namespace {
-
-// Whether [p, p + bytes) is inside one allocation or registered range.
-bool Inside(const void* p, size_t bytes) { return p != nullptr && Find(p, bytes) != nullptr; }
-
-}  // namespace
-
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
@@ -473,7 +464,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     std::lock_guard<std::mutex> lock(memory_mu);
     const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if ((dst_device && !Inside(dst, bytes)) || (src_device && !Inside(src, bytes))) {
+    if ((dst_device && Find(dst, bytes) == nullptr) || (src_device && Find(src, bytes) == nullptr)) {
       std::fprintf(stderr, "cuda emulation: cudaMemcpy of %zu bytes (kind %d): a device side is not inside one "
                    "allocation\n", bytes, static_cast<int>(kind));
       zipmoe_cuda_emulation::SetError(cudaErrorInvalidValue);  // a failed call sets the last error, as CUDA's

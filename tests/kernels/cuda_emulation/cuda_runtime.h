@@ -194,11 +194,9 @@ struct cudaPointerAttributes {
   void* devicePointer = nullptr;
   void* hostPointer = nullptr;
 };
-constexpr unsigned cudaHostRegisterDefault = 0x00;
 constexpr unsigned cudaHostRegisterMapped = 0x02;
 
 cudaError_t cudaGetLastError();
-cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorString(cudaError_t err);
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDevice(int* device);
