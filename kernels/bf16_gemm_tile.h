@@ -438,6 +438,18 @@ template <class V>
 struct Mxfp4Canonical : V {
   static constexpr bool kMxfp4Block = false;
 };
+// Calls of at most this many tokens take V's block decode, larger ones LoadMxfp4 (the same bits): the
+// optional V::kMxfp4BlockMaxTokens, else every call. AVX-512 keeps it to decode and pairs: its 4-token tiles
+// hold both halves' activations (Fma32Columns) beside 32 accumulators and ran 1.05-1.1x (4 tokens) and
+// 1.4x (16 tokens) LoadMxfp4's time that way (mxfp4_gemm_bench, 2880 x 1440 and 1440 x 1440).
+template <class V, class = void>
+struct Mxfp4BlockMaxTokens {
+  static constexpr int64_t value = INT64_MAX;
+};
+template <class V>
+struct Mxfp4BlockMaxTokens<V, decltype(void(V::kMxfp4BlockMaxTokens))> {
+  static constexpr int64_t value = V::kMxfp4BlockMaxTokens;
+};
 
 // 32 columns from k of rows [0, R) x tokens [0, T) into `set`: load_row(i, &w0, &w1) gives row i's two
 // 16-weight halves (columns k..k+15, k+16..k+31); each output's FMA of the first half, then the second's.
@@ -1120,6 +1132,10 @@ inline void Run(const GemmArgs& a) {
     }
   }
   if constexpr (kEnc == Encoding::kMxfp4 && HasMxfp4Block<V>::value) {
+    if (a.n > Mxfp4BlockMaxTokens<V>::value) {
+      RunTiles<Mxfp4Canonical<V>, kEnc>(a);
+      return;
+    }
     // TileMxfp4 reads x in V's lane order: each token's row permuted once per call (each thread's share of
     // rows permutes its own copy: cols / 16 permutes per token against rows x cols / 32 block decodes).
     const int64_t cols = a.w.cols, count = a.n * cols;

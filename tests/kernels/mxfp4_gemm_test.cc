@@ -167,6 +167,37 @@ TEST_P(Mxfp4GemmIsaTest, KnownAnswersForEveryCodeAtScales127_0_1_254) {
   EXPECT_EQ(y[8 * 6 + 3], std::ldexp(-1.5f, 127));   // row 3, code 11
 }
 
+// Every scale code whose values stay finite (0..252: 6 x 2^125 < FLT_MAX; 253..255 are the next test's),
+// every nibble code in both nibble positions, each weight read alone with one-hot tokens, against the OCP
+// definition: the variants that look a scale code's values up in a table built ahead (AVX-512's
+// LoadMxfp4Block) get every entry checked, in decode (one token a call) and in batches of 32 tokens.
+TEST_P(Mxfp4GemmIsaTest, KnownAnswersForEveryFiniteScaleCode) {
+  constexpr int64_t kCodes = 253;
+  Mxfp4Problem p(kCodes, 32, 32);
+  for (int64_t r = 0; r < kCodes; ++r) {
+    p.scales[static_cast<size_t>(r)] = static_cast<uint8_t>(r);
+    for (int64_t k = 0; k < 32; ++k) p.SetNibble(r, k, static_cast<int>((k + r) % 16));
+  }
+  for (int64_t t = 0; t < 32; ++t) p.x[static_cast<size_t>(t * 32 + t)] = 1.0f;
+  p.Dequantize();
+  const std::vector<float> batch = Run(p);
+  for (int64_t t = 0; t < 32; ++t) {
+    std::vector<float> one(static_cast<size_t>(kCodes), -1.0f);
+    GemmArgs a = p.Args(true, false, one);
+    a.x = p.x.data() + t * p.ldx;
+    a.n = 1;
+    a.y = one.data();
+    ASSERT_TRUE(Bf16GemmWithIsa(GetParam(), a).ok());
+    for (int64_t r = 0; r < kCodes; ++r) {
+      const float want = p.dequantized[static_cast<size_t>(r * 32 + t)] + 0.0f;  // -0 * 1 + 0 = +0
+      ASSERT_EQ(Bits(one[static_cast<size_t>(r)]), Bits(want))
+          << "decode: scale code " << r << ", column " << t << ", nibble code " << (t + r) % 16;
+      ASSERT_EQ(Bits(batch[static_cast<size_t>(t * kCodes + r)]), Bits(want))
+          << "batch: scale code " << r << ", column " << t << ", nibble code " << (t + r) % 16;
+    }
+  }
+}
+
 // A row of -0 (code 8) contributes +0; 2.0 and -4.0 at scale 254 overflow to +-inf and the outputs are
 // +-inf (x all ones, so no inf * 0); a 0xFF scale makes its block NaN and the output NaN.
 TEST_P(Mxfp4GemmIsaTest, NegativeZeroOverflowAndNanScale) {
