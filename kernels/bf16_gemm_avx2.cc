@@ -26,14 +26,8 @@ struct Mxfp4Bf16Table {
 // operand); then LoadMxfp4's sign, -(|v| * scale).
 constexpr uint32_t Mxfp4ProductBits(int code, int nibble) {
   const float scale = gemm_tile::kE8M0.value[code];
-  uint32_t magnitude = 0;
-  if (code == 255) {
-    magnitude = __builtin_bit_cast(uint32_t, scale) | 0x00400000u;
-  } else {
-    const double product = static_cast<double>(gemm_tile::kFp4Values[nibble & 7]) * static_cast<double>(scale);
-    magnitude = product > static_cast<double>(__FLT_MAX__) ? 0x7f800000u
-                                                           : __builtin_bit_cast(uint32_t, static_cast<float>(product));
-  }
+  const uint32_t magnitude = code == 255 ? __builtin_bit_cast(uint32_t, scale) | 0x00400000u
+                                         : __builtin_bit_cast(uint32_t, gemm_tile::Mxfp4Product(code, nibble & 7));
   return magnitude ^ (nibble >= 8 ? 0x80000000u : 0u);
 }
 constexpr Mxfp4Bf16Table MakeMxfp4Bf16Table() {
@@ -163,6 +157,7 @@ struct Avx2 : F8NanCheckYmm {
   // against 4.55-5.36 at 5760 x 2880, 2.15-2.47 against 2.42-2.48 at 2880 x 2880, 2-4 tokens the same: not
   // kept. Zen 2, whose two shuffle pipes it was meant for, is unmeasured.)
   static constexpr bool kMxfp4Block = true;
+  static constexpr int64_t kMxfp4BlockMaxTokens = INT64_MAX;  // every call that decodes in the tile (kMxfp4DequantMinTokens)
 
   using Mxfp4BlockTable = const uint8_t*;
   static Mxfp4BlockTable MakeMxfp4BlockTable(uint32_t code) { return kMxfp4Bf16.bytes[code & 0xffu]; }

@@ -16,26 +16,16 @@ namespace zipmoe::kernels {
 namespace {
 
 // What MakeFp4Table gives for every E8M0 scale code (Avx512::LoadMxfp4Block reads it instead of multiplying):
-// nibble n's E2M1 value times 2^(code - 127), the float32 multiplication's result: exact (at most 2
-// significant bits, exponent >= -128), inf past FLT_MAX with the value's sign, and for code 255 (the NaN
-// scale) the scale's quiet NaN, which x86 returns for a NaN operand whatever the other's sign. 16 KiB; a
-// constant, so nothing runs at load on a CPU without AVX-512 (this unit's code runs only after CPUID).
+// gemm_tile::Mxfp4Product for each nibble, and for code 255 (the NaN scale) the scale's quiet NaN, which x86
+// returns for a NaN operand whatever the other's sign. 16 KiB; a constant, so nothing runs at load on a CPU
+// without AVX-512 (this unit's code runs only after CPUID).
 struct Mxfp4Tables {
   alignas(64) float value[256][16];
 };
-constexpr float Mxfp4TableValue(int code, int nibble) {
-  const float scale = gemm_tile::kE8M0.value[code];
-  if (code == 255) return scale;
-  const float v = gemm_tile::kFp4Values[nibble];
-  const double product = static_cast<double>(v) * static_cast<double>(scale);
-  if (product > static_cast<double>(__FLT_MAX__)) return __builtin_inff();
-  if (product < -static_cast<double>(__FLT_MAX__)) return -__builtin_inff();
-  return static_cast<float>(product);
-}
 constexpr Mxfp4Tables MakeMxfp4Tables() {
   Mxfp4Tables t{};
   for (int code = 0; code < 256; ++code) {
-    for (int n = 0; n < 16; ++n) t.value[code][n] = Mxfp4TableValue(code, n);
+    for (int n = 0; n < 16; ++n) t.value[code][n] = code == 255 ? gemm_tile::kE8M0.value[255] : gemm_tile::Mxfp4Product(code, n);
   }
   return t;
 }
@@ -182,7 +172,7 @@ struct Avx512 : F8NanCheckYmm {
   // with the multiplication 46.2-47.0, with the tables 45.0-45.7; vpmultishiftqb (AVX512_VBMI) in
   // LoadMxfp4's place of its vpshufb and shift 44.5-46.0, not kept (a second variant for ~1 %).
   static constexpr bool kMxfp4Block = true;
-  static constexpr int64_t kMxfp4BlockMaxTokens = 2;  // gemm_tile::Mxfp4BlockMaxTokens (measured, see there)
+  static constexpr int64_t kMxfp4BlockMaxTokens = 2;  // decode and pairs (gemm_tile::HasMxfp4Block: measured)
   using Mxfp4BlockTable = const float*;
   static Mxfp4BlockTable MakeMxfp4BlockTable(uint32_t code) { return kMxfp4Tables.value[code & 0xffu]; }
   static void LoadMxfp4Block(const uint8_t* p, Mxfp4BlockTable table, Vec* half0, Vec* half1) {

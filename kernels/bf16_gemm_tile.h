@@ -101,6 +101,16 @@ inline float Mxfp4Scale(uint32_t code) { return kE8M0.value[code & 0xffu]; }
 constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
+// Nibble n's E2M1 value times the E8M0 scale of `code` (0..254) as a float32 multiplication gives it, at
+// compile time (the ISAs' per-code tables): exact (at most 2 significant bits, exponent >= -128), or +-inf
+// past FLT_MAX. The NaN scale (255) is each table's own: what its ISA's multiplication returns.
+constexpr float Mxfp4Product(int code, int nibble) {
+  const double product = static_cast<double>(kFp4Values[nibble]) * static_cast<double>(kE8M0.value[code]);
+  if (product > static_cast<double>(__FLT_MAX__)) return __builtin_inff();
+  if (product < -static_cast<double>(__FLT_MAX__)) return -__builtin_inff();
+  return static_cast<float>(product);
+}
+
 // Weight `index` of `w` as float32 (the scalar tails). Templated on V, unused inside, so that each
 // ISA translation unit's instantiation has internal linkage like every other template here.
 template <class V, Encoding kEnc>
@@ -422,9 +432,12 @@ inline void FinishTile(const GemmArgs& a, int64_t r, int64_t t, const typename V
 
 // Whether V decodes a whole MXFP4 block at once into its own lane order (the optional V::Mxfp4BlockTable,
 // MakeMxfp4BlockTable(code), LoadMxfp4Block(p, table, &half0, &half1), PermuteMxfp4X(x16, out16),
-// CanonicalMxfp4Lanes(acc)): TileMxfp4 then reads x permuted into that order (Run permutes it once per
-// call) and permutes the accumulators back before FinishTile, so each lane's products and their order are
-// LoadMxfp4's.
+// CanonicalMxfp4Lanes(acc), kMxfp4BlockMaxTokens): TileMxfp4 then reads x permuted into that order (Run
+// permutes it once per call) and permutes the accumulators back before FinishTile, so each lane's products
+// and their order are LoadMxfp4's. Run takes the block decode for calls of at most kMxfp4BlockMaxTokens
+// tokens and LoadMxfp4 for larger ones (the same bits). AVX-512 keeps it to decode and pairs: its 4-token
+// tiles hold both halves' activations (Fma32Columns) beside 32 accumulators and ran 1.05-1.1x (4 tokens)
+// and 1.4x (16 tokens) LoadMxfp4's time that way (mxfp4_gemm_bench, 2880 x 1440 and 1440 x 1440).
 // V says so with kMxfp4Block = true; Mxfp4Canonical<V> turns it off (the canonical LoadMxfp4 path).
 template <class V, class = void>
 struct HasMxfp4Block {
@@ -437,18 +450,6 @@ struct HasMxfp4Block<V, decltype(void(V::kMxfp4Block))> {
 template <class V>
 struct Mxfp4Canonical : V {
   static constexpr bool kMxfp4Block = false;
-};
-// Calls of at most this many tokens take V's block decode, larger ones LoadMxfp4 (the same bits): the
-// optional V::kMxfp4BlockMaxTokens, else every call. AVX-512 keeps it to decode and pairs: its 4-token tiles
-// hold both halves' activations (Fma32Columns) beside 32 accumulators and ran 1.05-1.1x (4 tokens) and
-// 1.4x (16 tokens) LoadMxfp4's time that way (mxfp4_gemm_bench, 2880 x 1440 and 1440 x 1440).
-template <class V, class = void>
-struct Mxfp4BlockMaxTokens {
-  static constexpr int64_t value = INT64_MAX;
-};
-template <class V>
-struct Mxfp4BlockMaxTokens<V, decltype(void(V::kMxfp4BlockMaxTokens))> {
-  static constexpr int64_t value = V::kMxfp4BlockMaxTokens;
 };
 
 // 32 columns from k of rows [0, R) x tokens [0, T) into `set`: load_row(i, &w0, &w1) gives row i's two
@@ -1132,7 +1133,7 @@ inline void Run(const GemmArgs& a) {
     }
   }
   if constexpr (kEnc == Encoding::kMxfp4 && HasMxfp4Block<V>::value) {
-    if (a.n > Mxfp4BlockMaxTokens<V>::value) {
+    if (a.n > V::kMxfp4BlockMaxTokens) {
       RunTiles<Mxfp4Canonical<V>, kEnc>(a);
       return;
     }
