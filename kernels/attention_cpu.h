@@ -103,6 +103,10 @@ struct SoftmaxValuesArgs {
   int64_t v_row_stride = 0;    // floats between value rows (>= dv)
   int64_t dv = 0;              // value head dimension
   float* out = nullptr;        // [dv] written; may not overlap scores or v
+  // The value rows' software prefetch (speed only, the same bits): kAhead asks for each row's lines into L2
+  // 3 KiB ahead, kHardware leaves them to the core's prefetchers, kAuto follows the weights' scheme
+  // (ActiveGemvPrefetch, kernels/bf16_gemm.h). SoftmaxValuesRows uses rows[0]'s.
+  GemvPrefetch prefetch = GemvPrefetch::kAuto;
 };
 
 // Checks sizes and pointers. Errors: kInvalidArgument naming the field (n < 1, dv < 1, a value row

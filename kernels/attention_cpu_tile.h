@@ -41,6 +41,18 @@ typename V::Vec Exp(typename V::Vec x) {
   return V::ZeroBelow(x, c::kMinInput, V::Mul(p, V::Pow2(n)));
 }
 
+// The value pass's software prefetch (JointValues kPrefetch): how far ahead in a head's value rows, and
+// whether to: SoftmaxValuesArgs::prefetch, kAuto being the weights' scheme on this CPU
+// (ActiveGemvPrefetch). Measured on the Intel Xeon VM of bench (m) (kAhead there; 2026-12-06,
+// attention_bench, 24 layers of 8 KV heads of 128, float32, three alternated runs): 2048 positions
+// 23.8-25.3 -> 24.1-27.3 GB/s, 8192 positions 23.4-25.7 -> 24.6-27.5; 1.5 KiB or 6 KiB ahead, or 2 KiB into
+// L1, no faster than none. On a 2-core Zen 5 (kHardware) values prefetched 3 KiB ahead were 2-10 % slower
+// (docs/benchmarks.md "a decode step's attention at long contexts"), so it follows the weights' scheme.
+constexpr int64_t kValuePrefetchBytes = 3072;
+inline bool ValuePrefetchAhead(const SoftmaxValuesArgs& a) {
+  return (a.prefetch == GemvPrefetch::kAuto ? ActiveGemvPrefetch() : a.prefetch) == GemvPrefetch::kAhead;
+}
+
 // A value: float32 as stored, or BF16 widened exactly.
 inline float ValueAt(const float* v, int64_t i) { return v[i]; }
 inline float ValueAt(const uint16_t* v, int64_t i) {
@@ -60,7 +72,9 @@ typename V::Vec LoadValues(const uint16_t* p) { return V::LoadBf16(p); }
 // each row goes on alone to its own n. Every column of every row is the reference's sum in its order
 // (columns never mix, so how they are grouped changes no bits). R rows read the values once instead of R
 // times: a causal prefill's value pass was bound by reading them from L2 (issue 35).
-template <class V, int R, int kV, class T>
+// kPrefetch: each value row's columns of this pass asked for into L2 kValuePrefetchBytes ahead of the row
+// being read (GemvPrefetch::kAhead, the weights' scheme on this CPU; speed only: the same arithmetic).
+template <class V, int R, int kV, class T, bool kPrefetch>
 void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
   using Vec = typename V::Vec;
   constexpr int64_t L = V::kLanes;
@@ -85,6 +99,13 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
     }
     const T* vj = v + d;
     for (int64_t j = 0; j < n_min; ++j, vj += ld) {
+      if constexpr (kPrefetch) {
+        // The bytes this pass reads of a row, one prefetch per 64-byte line (rows are contiguous in a
+        // head's cache, so "ahead" is later rows of the same stream).
+#pragma GCC unroll 8
+        for (int64_t b = 0; b < static_cast<int64_t>(K * L * sizeof(T)); b += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(vj) + kValuePrefetchBytes + b, 0, 2);
+      }
       Vec w[K];
 #pragma GCC unroll 8
       for (int k = 0; k < K; ++k) w[k] = LoadValues<V>(vj + k * L);
@@ -121,10 +142,13 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
 
 template <class V, int R, int kV>
 void JointValuesOf(const SoftmaxValuesArgs* rows) {
+  const bool ahead = ValuePrefetchAhead(rows[0]);
   if (rows[0].v_bf16 != nullptr) {
-    JointValues<V, R, kV>(rows, rows[0].v_bf16);
+    if (ahead) JointValues<V, R, kV, uint16_t, true>(rows, rows[0].v_bf16);
+    else JointValues<V, R, kV, uint16_t, false>(rows, rows[0].v_bf16);
   } else {
-    JointValues<V, R, kV>(rows, rows[0].v);
+    if (ahead) JointValues<V, R, kV, float, true>(rows, rows[0].v);
+    else JointValues<V, R, kV, float, false>(rows, rows[0].v);
   }
 }
 

@@ -162,6 +162,9 @@ TEST(SoftmaxValuesReferenceTest, KnownAnswers) {
   EXPECT_EQ(out[0], 3.0f);
 }
 
+// Every value-prefetch scheme a caller can ask for (SoftmaxValuesArgs::prefetch).
+constexpr GemvPrefetch kPrefetchSchemes[] = {GemvPrefetch::kAuto, GemvPrefetch::kAhead, GemvPrefetch::kHardware};
+
 struct IsaParam {
   GemmIsa isa;
 };
@@ -185,9 +188,15 @@ TEST_P(SoftmaxValuesIsaTest, BitIdenticalToReference) {
     const Problem p(s, seed++);
     std::vector<float> want_s, want, got_s, got;
     SoftmaxValuesReference(p.Args(want_s, want));
-    ASSERT_TRUE(SoftmaxValuesWithIsa(isa, p.Args(got_s, got)).ok()) << Name(s);
-    ExpectSameBits(want, got, Name(s) + " out");
-    ExpectSameBits(want_s, got_s, Name(s) + " p");
+    // The value rows' prefetch changes the speed only (kAuto: this CPU's scheme).
+    for (const GemvPrefetch prefetch : kPrefetchSchemes) {
+      SoftmaxValuesArgs a = p.Args(got_s, got);
+      a.prefetch = prefetch;
+      const std::string name = Name(s) + " prefetch " + GemvPrefetchName(prefetch);
+      ASSERT_TRUE(SoftmaxValuesWithIsa(isa, a).ok()) << name;
+      ExpectSameBits(want, got, name + " out");
+      ExpectSameBits(want_s, got_s, name + " p");
+    }
   }
 }
 
@@ -206,11 +215,14 @@ TEST_P(SoftmaxValuesIsaTest, Bf16ValuesEqualTheirFloat32Widening) {
     }
     std::vector<float> want_s, want, got_s, got;
     SoftmaxValuesReference(p.Args(want_s, want));
-    SoftmaxValuesArgs a = p.Args(got_s, got);
-    a.v = nullptr;
-    a.v_bf16 = bf16.data();
-    ASSERT_TRUE(SoftmaxValuesWithIsa(isa, a).ok()) << Name(s);
-    ExpectSameBits(want, got, Name(s) + " bf16 values");
+    for (const GemvPrefetch prefetch : kPrefetchSchemes) {
+      SoftmaxValuesArgs a = p.Args(got_s, got);
+      a.v = nullptr;
+      a.v_bf16 = bf16.data();
+      a.prefetch = prefetch;
+      ASSERT_TRUE(SoftmaxValuesWithIsa(isa, a).ok()) << Name(s);
+      ExpectSameBits(want, got, Name(s) + " bf16 values, prefetch " + GemvPrefetchName(prefetch));
+    }
   }
 }
 
@@ -305,11 +317,15 @@ TEST_P(SoftmaxValuesIsaTest, RowsBitIdenticalToTheReferenceRowByRow) {
     };
     std::vector<std::vector<float>> want_s, want, got_s, got;
     for (const SoftmaxValuesArgs& a : args(want_s, want)) SoftmaxValuesReference(a);
-    const std::vector<SoftmaxValuesArgs> rows = args(got_s, got);
-    ASSERT_TRUE(SoftmaxValuesRowsWithIsa(isa, rows.data(), count).ok()) << name;
-    for (int r = 0; r < count; ++r) {
-      ExpectSameBits(want[static_cast<size_t>(r)], got[static_cast<size_t>(r)], name + " row " + std::to_string(r) + " out");
-      ExpectSameBits(want_s[static_cast<size_t>(r)], got_s[static_cast<size_t>(r)], name + " row " + std::to_string(r) + " p");
+    for (const GemvPrefetch prefetch : kPrefetchSchemes) {
+      std::vector<SoftmaxValuesArgs> rows = args(got_s, got);
+      for (SoftmaxValuesArgs& a : rows) a.prefetch = prefetch;
+      const std::string named = name + " prefetch " + GemvPrefetchName(prefetch);
+      ASSERT_TRUE(SoftmaxValuesRowsWithIsa(isa, rows.data(), count).ok()) << named;
+      for (int r = 0; r < count; ++r) {
+        ExpectSameBits(want[static_cast<size_t>(r)], got[static_cast<size_t>(r)], named + " row " + std::to_string(r) + " out");
+        ExpectSameBits(want_s[static_cast<size_t>(r)], got_s[static_cast<size_t>(r)], named + " row " + std::to_string(r) + " p");
+      }
     }
   }
 }
