@@ -13,6 +13,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/bitfield.h"
@@ -140,6 +141,44 @@ TEST_P(Bf16GemmIsaTest, BitIdenticalToReferenceOverShapesAndEncodings) {
           args.prefetch = prefetch;
           ASSERT_TRUE(Bf16GemmWithIsa(isa, args).ok()) << what;
           ExpectSameBits(want, got, what + " prefetch " + GemvPrefetchName(prefetch));
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Bf16GemmIsaTest, DecodeRowsGiveTheReferenceBitsWhereverTheyStart) {
+  // A decode token's rows of BF16 weights with the weights prefetched ahead (GemvPrefetch::kAhead): rows that
+  // start a cache line (weights in 2 MiB pages) and rows 32 bytes off one (a safetensors data section starts at
+  // 8-byte alignment), row ranges starting mid-matrix and ending at its last rows (whose prefetches would pass
+  // the matrix's end), whole chain groups, a second group cut short (1056 columns: 66 blocks; 800: 50, two of
+  // them in the second chain) and one group (32-256 columns): the reference's bits everywhere.
+  const GemmIsa isa = GetParam().isa;
+  const int64_t cols_list[] = {32, 64, 256, 704, 800, 1024, 1056, 2816};
+  uint32_t seed = 100;
+  for (const int64_t cols : cols_list) {
+    const int64_t rows = 40;
+    const Problem p(rows, cols, 1, seed++, 0, 0);
+    for (const int64_t misalign : {int64_t{0}, int64_t{16}}) {  // in BF16 values: 0 or 32 bytes
+      std::vector<uint16_t> storage(static_cast<size_t>(rows * cols + 64));
+      uint16_t* base = storage.data();
+      while ((reinterpret_cast<uintptr_t>(base) & 63) != 0) ++base;
+      base += misalign;
+      std::memcpy(base, p.bf16.data(), p.bf16.size() * sizeof(uint16_t));
+      for (const bool bias : {false, true}) {
+        std::vector<float> want, got;
+        Bf16GemmReference(p.Args(Enc::kBf16, bias, want));
+        for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {3, 29}, {29, rows}}) {
+          GemmArgs a = p.Args(Enc::kBf16, bias, got);
+          a.w.bf16 = base;
+          a.prefetch = GemvPrefetch::kAhead;
+          a.row_begin = r0;
+          a.row_end = r1;
+          ASSERT_TRUE(Bf16GemmWithIsa(isa, a).ok());
+          const std::string what = "cols " + std::to_string(cols) + (misalign ? " off a line" : " aligned") +
+                                   (bias ? " bias" : "") + " rows " + std::to_string(r0) + "-" + std::to_string(r1);
+          for (int64_t r = r0; r < r1; ++r)
+            EXPECT_EQ(Bits(want[static_cast<size_t>(r)]), Bits(got[static_cast<size_t>(r)])) << what << " row " << r;
         }
       }
     }
