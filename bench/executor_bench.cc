@@ -2,13 +2,15 @@
 // resident (the upper bound the offloading runtime is measured against).
 //
 //   executor_bench MODEL_DIR [--threads N] [--prompt-len P | --prompt-ids 1,2,3] [--decode-tokens D] [--batch B]
-//                  [--reps R] [--no-mmap | --mmap]
+//                  [--reps R] [--no-mmap | --mmap] [--kv-budget-mib M]
 //
 // Where the weights live (services/executor/weights_memory.h), as in `zipmoe generate`/`serve`: by
 // default mapped, then copied into anonymous memory by the background copy, which the bench waits for
 // before the first repetition (it measures the steady state a server reaches; the wait is printed);
 // --no-mmap copies them before (kAnonymous); --mmap keeps the files' memory maps (kMapped). The line
 // "I: weights: ..." says where they ended up.
+// --kv-budget-mib M bounds the KV caches as `serve` does (GeneratorOptions::kv_budget_bytes: caches grow in
+// pages of kv_page_positions positions instead of doubling); 0, the default, leaves them unbounded.
 // Prompts are random token ids (fixed seed), or the --prompt-ids given (every sequence of the batch
 // gets them; bench/suite.py's experiment (m) gives llama.cpp the same ids). Each repetition runs one
 // Generate call (greedy, EOS ignored) of D + 1 new tokens: prefill tokens/s = B * P / ttft, decode
@@ -34,6 +36,7 @@ struct BenchArgs {
   int reps = 3;
   bool no_mmap = false;
   bool mmap = false;
+  int64_t kv_budget_mib = 0;
   std::vector<int32_t> prompt_ids;  // empty: random ids
 };
 
@@ -73,6 +76,8 @@ bool ParseArgs(int argc, char** argv, BenchArgs* a) {
       a->prompt_len = static_cast<int64_t>(a->prompt_ids.size());
     } else if (arg == "--reps" && next(&v)) {
       a->reps = static_cast<int>(v);
+    } else if (arg == "--kv-budget-mib" && next(&v)) {
+      a->kv_budget_mib = v;
     } else if (arg == "--no-mmap" && !a->mmap) {
       a->no_mmap = true;
     } else if (arg == "--mmap" && !a->no_mmap) {
@@ -83,7 +88,8 @@ bool ParseArgs(int argc, char** argv, BenchArgs* a) {
       return false;
     }
   }
-  return !a->model_dir.empty() && a->prompt_len > 0 && a->decode_tokens >= 0 && a->batch > 0 && a->reps > 0;
+  return !a->model_dir.empty() && a->prompt_len > 0 && a->decode_tokens >= 0 && a->batch > 0 && a->reps > 0 &&
+         a->kv_budget_mib >= 0;
 }
 
 }  // namespace
@@ -93,12 +99,13 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr,
                  "usage: executor_bench MODEL_DIR [--threads N] [--prompt-len P | --prompt-ids 1,2,3] "
-                 "[--decode-tokens D] [--batch B] [--reps R] [--no-mmap | --mmap]\n");
+                 "[--decode-tokens D] [--batch B] [--reps R] [--no-mmap | --mmap] [--kv-budget-mib M]\n");
     return 2;
   }
   zipmoe::executor::GeneratorOptions options;
   options.model_dir = args.model_dir;
   options.n_threads = args.threads;
+  options.kv_budget_bytes = args.kv_budget_mib << 20;
   options.weights_memory = args.no_mmap ? zipmoe::executor::WeightsMemory::kAnonymous
                            : args.mmap  ? zipmoe::executor::WeightsMemory::kMapped
                                         : zipmoe::executor::WeightsMemory::kBackground;
