@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 
 COLOURS = {"step": "#dddddd", "layer": "#9ecae1", "expert": "#fdae6b", "message": "#74c476",
-           "io": "#9e9ac8", "decode": "#fb6a4a"}
+           "io": "#9e9ac8", "decode": "#fb6a4a", "compute": "#e6550d"}
 
 
 def load(path):
@@ -123,7 +123,7 @@ def main():
     lanes = sorted({(s["pid"], s["tid"]) for s in inside},
                    key=lambda k: (names.get(k[0], ""), k[1]))
     fig, ax = plt.subplots(figsize=(12, 0.45 * len(lanes) + 1.6))
-    height = {"step": 0.9, "layer": 0.7}  # outer spans drawn first and taller, the nested ones over them
+    height = {"step": 0.9, "layer": 0.7, "compute": 0.3}  # outer spans drawn first and taller, the nested ones over them
     order = {"step": 0, "layer": 1}
     for row, lane in enumerate(lanes):
         for s in sorted(inside, key=lambda e: (order.get(e["cat"], 2), e["ts"])):

@@ -236,6 +236,11 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       first.push_back(cpu::Product(GemmWeightsOf(w.shared_expert_gate), xp, n, hidden, shared_gate.data(), 1));
     }
   }
+  // The matmul regions of the block in their own category ("compute"), nested in the expert spans without
+  // being counted twice in a category's busy time (bench/trace_plot.py).
+  trace::TraceSpan first_span("compute", [&] {
+    return fmt::format("router{} (layer {})", shared.empty() ? "" : " and shared expert gate/up", layer_id);
+  });
   if (router_on_caller) {
     // The router and routing on this thread inside the region (alone when it has no products);
     // nothing may throw out of a region's body (work_pool.h), so an exception becomes this layer's error.
@@ -249,6 +254,7 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   } else if (!shared.empty() || !first.empty()) {
     cpu::MlpGateUp(shared, first);
   }
+  first_span.End();
   if (!routed->ok()) return routed->status();
   const ExpertAssignment assign = std::move(*routed).value();
   if (predict) {
@@ -319,14 +325,22 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
       j.ldy = hidden;
       jobs.push_back(j);
     }
-    cpu::MlpGateUp(jobs);
+    {
+      const trace::TraceSpan gate_up_span(
+          "compute", [&] { return fmt::format("gate/up of {} experts (layer {})", jobs.size(), layer_id); });
+      cpu::MlpGateUp(jobs);
+    }
     std::vector<kernels::GemmArgs> extra;
     if (shared_down_pending) {
       const cpu::MlpJob& s = shared[0];
       extra.push_back(cpu::Product(s.down, s.act, n, s.gate.rows, s.y, hidden));
       shared_down_pending = false;
     }
-    cpu::MlpDown(jobs, extra);
+    {
+      const trace::TraceSpan down_span(
+          "compute", [&] { return fmt::format("down of {} experts (layer {})", jobs.size(), layer_id); });
+      cpu::MlpDown(jobs, extra);
+    }
   }  // leases released group by group
   if (shared_down_pending) cpu::MlpDown(shared);
   ZM_RETURN_IF_ERROR(provider.EndLayer(layer_id));
