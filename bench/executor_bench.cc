@@ -89,7 +89,7 @@ bool ParseArgs(int argc, char** argv, BenchArgs* a) {
     }
   }
   return !a->model_dir.empty() && a->prompt_len > 0 && a->decode_tokens >= 0 && a->batch > 0 && a->reps > 0 &&
-         a->kv_budget_mib >= 0;
+         a->kv_budget_mib >= 0 && a->kv_budget_mib <= (int64_t{1} << 40);  // bytes = MiB << 20 fits int64
 }
 
 }  // namespace

@@ -238,8 +238,12 @@ Result<at::Tensor> MoeForwardCpu(const ModelConfig& config, const LayerWeights& 
   }
   // The matmul regions of the block in their own category ("compute"), nested in the expert spans without
   // being counted twice in a category's busy time (bench/trace_plot.py).
+  // (A batch's router ran above, before the span: only a decode step's runs inside the region.)
   trace::TraceSpan first_span("compute", [&] {
-    return fmt::format("router{} (layer {})", shared.empty() ? "" : " and shared expert gate/up", layer_id);
+    const char* what = !router_on_caller        ? "shared expert gate/up"
+                       : shared.empty()         ? "router"
+                                                : "router and shared expert gate/up";
+    return fmt::format("{} (layer {})", what, layer_id);
   });
   if (router_on_caller) {
     // The router and routing on this thread inside the region (alone when it has no products);
