@@ -3,8 +3,11 @@
 //     RMSNorm over head_dim, olmoe with q/k RMSNorm over the whole projection and clip_qkv);
 //   - DeepSeek-V2 multi-head latent attention (q_proj or q_a_proj -> q_a_layernorm -> q_b_proj;
 //     kv_a_proj_with_mqa -> [compressed kv, k_pe]; kv_a_layernorm; kv_b_proj -> k_nope, v per
-//     head; k_pe shared by all heads; interleaved RoPE on q_pe/k_pe). The cache holds the full
-//     per-head keys [heads, T, q_head_dim] and values [heads, T, v_head_dim], as the HF code does.
+//     head; k_pe shared by all heads; interleaved RoPE on q_pe/k_pe). The float32 CPU executor caches
+//     the latent form: one KV head of keys [1, T, kv_lora_rank + rope] (normalised compressed kv, then
+//     rotated k_pe) and values [1, T, kv_lora_rank] (the compressed kv), with W_UK absorbed into the
+//     query and W_UV applied after attention (attention.cc MlaLatentForward); the GPU executor caches
+//     the full per-head keys [heads, T, q_head_dim] and values [heads, T, v_head_dim], as the HF code does.
 // Projections run once over all N rows of the batch; the softmax(q k^T * scale + causal mask) v
 // part runs per sequence against that sequence's cache. Softmax is computed in float32.
 //
@@ -123,6 +126,12 @@ struct BatchLayout {
 //   q: [n_heads, t, dk], k: [n_kv_heads, T, dk], v: [n_kv_heads, T, dv] -> [t, n_heads * dv]
 at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
                         int64_t window, const at::Tensor& sinks = at::Tensor());
+
+// Whether a float32 CPU executor runs MLA over the latent KV cache (the default; attention.cc
+// MlaLatentForward) or, with ZIPMOE_MLA_KV_CACHE=heads, over per-head keys and values as the HF code
+// does (4-18x the bytes a position; for comparisons). Read once per process; another value is reported
+// on stderr and the default kept.
+bool MlaLatentKvCache();
 
 // Attention of layer `layer_id`: x [N, hidden] (after input_layernorm) -> [N, hidden] (after o_proj).
 // Appends each sequence's new keys/values to its cache (the caller calls Advance afterwards).

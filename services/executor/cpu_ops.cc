@@ -259,9 +259,18 @@ void AttendCausal(const AttentionArgs& a) {
     return std::pair<int64_t, int64_t>(a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0,
                                        std::min(pos, a.total - 1));
   };
-  const auto heads = [&](int64_t h0, int64_t h1) {
+  // Work units: a KV head's query heads in `slices` runs [g0, g1) of the group. One slice a KV head
+  // unless there are fewer KV heads than threads (a multi-query cache: MLA's latent one, n_kv = 1; two
+  // KV heads on more cores), where a head's query heads are shared out too (each unit then reads its
+  // head's keys and values itself). Each output is computed alike whatever the units.
+  const int64_t threads = WorkPool::Shared().threads();
+  const int64_t slices = a.n_kv >= threads ? 1 : std::min<int64_t>(group, (threads + a.n_kv - 1) / a.n_kv);
+  const int64_t per_slice = (group + slices - 1) / slices;
+  const auto units = [&](int64_t u0, int64_t u1) {
     const std::unique_ptr<float[]> scores(new float[static_cast<size_t>(block_rows * a.total)]);
-    for (int64_t h = h0; h < h1; ++h) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t h = u / slices, g0 = (u % slices) * per_slice, g1 = std::min(group, g0 + per_slice);
+      if (g0 >= g1) continue;
       kernels::GemmWeights keys;  // the cached keys of kv head h as "weights" [total, dk]
       if (a.k_bf16 != nullptr) {
         keys.bf16 = a.k_bf16 + h * a.k_head_stride;
@@ -317,16 +326,16 @@ void AttendCausal(const AttentionArgs& a) {
         sv.out = o;
         if (count == kernels::kSoftmaxValuesMaxRows) flush();
       };
-      if (grouped) {  // one position: every query head of the group sees the same keys
+      if (grouped) {  // one position: every query head of the unit sees the same keys
         const auto [first, last] = visible(a.pos0);
-        score(a.q + h * group * a.dk, group, a.dk, first, last);
-        for (int64_t g = 0; g < group; ++g)
-          add_row(scores.get() + g * a.total, a.pos0, h * group + g, a.out + (h * group + g) * a.dv);
+        score(a.q + (h * group + g0) * a.dk, g1 - g0, a.dk, first, last);
+        for (int64_t g = g0; g < g1; ++g)
+          add_row(scores.get() + (g - g0) * a.total, a.pos0, h * group + g, a.out + (h * group + g) * a.dv);
         flush();
         continue;
       }
-      // query heads h * group .. (h + 1) * group - 1, t rows each, in blocks of kQueryBlock positions
-      for (int64_t g = 0; g < group; ++g) {
+      // query heads h * group + g0 .. h * group + g1 - 1, t rows each, in blocks of kQueryBlock positions
+      for (int64_t g = g0; g < g1; ++g) {
         const int64_t qh = h * group + g;
         for (int64_t i0 = 0; i0 < a.t; i0 += kQueryBlock) {
           const int64_t nr = std::min(kQueryBlock, a.t - i0);
@@ -345,10 +354,11 @@ void AttendCausal(const AttentionArgs& a) {
   // the calling thread alone: decode TPOT 5-10 % and a 16-token prefill 5-10 % slower on 2 cores,
   // issue 35). Each head's outputs are computed alike whichever thread runs it.
   const int64_t work = a.n_heads * a.t * a.total * (a.dk + a.dv);
-  if (work < (int64_t{1} << 14) || a.n_kv < 2 || WorkPool::InRegion()) {
-    heads(0, a.n_kv);
+  const int64_t n_units = a.n_kv * slices;
+  if (work < (int64_t{1} << 14) || n_units < 2 || WorkPool::InRegion()) {
+    units(0, n_units);
   } else {
-    WorkPool::Shared().ParallelFor(a.n_kv, 1, heads);
+    WorkPool::Shared().ParallelFor(n_units, 1, units);
   }
 }
 

@@ -187,6 +187,28 @@ class Loader {
     return w;
   }
 
+  // kv_b_proj per head as the latent KV cache uses it (AttentionWeights::kv_b_k_t, kv_b_v), from the
+  // loaded a->kv_b_proj (`name` is its tensor, read again when it is F8_E4M3).
+  Status SplitMlaUpProjections(const std::string& name, AttentionWeights* a) const {
+    const int64_t heads = c_.num_attention_heads, nope = c_.qk_nope_head_dim, vd = c_.v_head_dim,
+                  r = c_.kv_lora_rank, rows = heads * (nope + vd);
+    at::Tensor w = a->kv_b_proj.weight;
+    if (w.scalar_type() == at::kByte) {  // FP8 (GetFp8's view): dequantized in float32, exactly
+      ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
+      ZM_ASSIGN_OR_RETURN(const float* scales, Fp8ScalesOf(name, rows, r));
+      w = at::empty({rows, r}, at::TensorOptions().dtype(at::kFloat));
+      kernels::DequantizeF8E4M3ToFloatReference(static_cast<const uint8_t*>(v.data), scales, rows, r,
+                                                c_.fp8_block_rows, c_.fp8_block_cols, w.data_ptr<float>());
+    } else if (w.scalar_type() != at::kBFloat16 && w.scalar_type() != at::kFloat) {
+      return Status::InvalidArgument(fmt::format("{}: '{}' is {}, expected BF16, F32 or F8_E4M3 on the CPU", m_.dir,
+                                                 name, c10::toString(w.scalar_type())));
+    }
+    const at::Tensor per_head = w.view({heads, nope + vd, r});
+    a->kv_b_k_t = per_head.narrow(1, 0, nope).transpose(1, 2).contiguous();  // [heads, r, nope]
+    a->kv_b_v = per_head.narrow(1, nope, vd).contiguous();                   // [heads, vd, r]
+    return Status::Ok();
+  }
+
   Result<AttentionWeights> GetAttention(const std::string& p) const {
     const int64_t h = c_.hidden_size, n_heads = c_.num_attention_heads;
     AttentionWeights a;
@@ -204,6 +226,9 @@ class Loader {
       ZM_ASSIGN_OR_RETURN(a.kv_a_layernorm, Get(p + "kv_a_layernorm.weight", {c_.kv_lora_rank}));
       ZM_ASSIGN_OR_RETURN(a.kv_b_proj, GetLinear(p + "kv_b_proj", n_heads * (c_.qk_nope_head_dim + c_.v_head_dim),
                                                  c_.kv_lora_rank, false));
+      if (o_.device.is_cpu() && o_.dtype == at::kFloat) {
+        ZM_RETURN_IF_ERROR(SplitMlaUpProjections(p + "kv_b_proj.weight", &a));
+      }
       ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + "o_proj", h, n_heads * c_.v_head_dim, c_.o_bias));
       return a;
     }

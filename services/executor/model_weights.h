@@ -63,6 +63,12 @@ struct AttentionWeights {
   LinearWeights kv_a_proj;    // kv_a_proj_with_mqa: [kv_lora_rank + qk_rope_head_dim, hidden]
   at::Tensor kv_a_layernorm;  // [kv_lora_rank]
   LinearWeights kv_b_proj;    // [heads*(qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  // MLA with the latent KV cache (attention.h; a float32 CPU executor): kv_b_proj split per head into
+  // the key up-projection transposed, W_UK_h^T [heads, kv_lora_rank, qk_nope_head_dim], which absorbs
+  // into the query, and the value up-projection W_UV_h [heads, v_head_dim, kv_lora_rank], applied after
+  // attention. BF16 when kv_b_proj is (exact copies), float32 otherwise (FP8: e4m3 * weight_scale_inv,
+  // exact). Undefined on other executors, which cache per-head keys and values as the HF code does.
+  at::Tensor kv_b_k_t, kv_b_v;
   LinearWeights o_proj;       // [hidden, heads*v_dim]
   at::Tensor sinks;           // gpt_oss: self_attn.sinks [heads] float32 on the CPU (a logit per head)
 };

@@ -7,9 +7,11 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -313,24 +315,34 @@ TEST(CpuOpsTest, AGroupedDecodeStepHasThePrefillRowsBits) {
 }
 
 // Heads shared among threads (from 2^14 multiply-adds on) give each head's outputs the bits of one
-// thread computing them all.
+// thread computing them all; with fewer KV heads than threads (one: MLA's latent cache; two on four
+// threads) a KV head's query heads are shared out too, in a decode step and in a prefill.
 TEST(CpuOpsTest, AttendCausalGivesTheSameBitsOnOneThreadAndOnSeveral) {
-  const int64_t n_heads = 8, n_kv = 4, t = 1, dk = 64, dv = 64, total = 40;
-  ASSERT_GE(n_heads * t * total * (dk + dv), int64_t{1} << 14);
-  const std::vector<float> q = Random(static_cast<size_t>(n_heads * t * dk), 21);
-  const std::vector<float> k = Random(static_cast<size_t>(n_kv * total * dk), 22);
-  const std::vector<float> v = Random(static_cast<size_t>(n_kv * total * dv), 23);
-  const auto run = [&](int threads) {
-    WorkPool::SetSharedThreads(threads);
-    std::vector<float> out(static_cast<size_t>(t * n_heads * dv));
-    cpu::AttendCausal(AttentionOf(q, k, v, n_heads, n_kv, t, dk, dv, total, total - 1, 0.125f, out));
-    return out;
+  struct Case {
+    int64_t n_heads, n_kv, t, dk, dv;
   };
-  const int saved = WorkPool::Shared().threads();
-  const std::vector<float> one = run(1), two = run(2), four = run(4);
-  WorkPool::SetSharedThreads(saved);
-  EXPECT_TRUE(SameBits(one, two));
-  EXPECT_TRUE(SameBits(one, four));
+  for (const Case& c : {Case{8, 4, 1, 64, 64}, Case{10, 1, 1, 80, 64}, Case{10, 1, 70, 80, 64}, Case{12, 2, 1, 64, 48},
+                        Case{12, 2, 5, 64, 48}}) {
+    const int64_t n_heads = c.n_heads, n_kv = c.n_kv, t = c.t, dk = c.dk, dv = c.dv, total = 40 + t;
+    ASSERT_GE(n_heads * t * total * (dk + dv), int64_t{1} << 14);
+    const std::vector<float> q = Random(static_cast<size_t>(n_heads * t * dk), 21);
+    const std::vector<float> k = Random(static_cast<size_t>(n_kv * total * dk), 22);
+    const std::vector<float> v = Random(static_cast<size_t>(n_kv * total * dv), 23);
+    const auto run = [&](int threads) {
+      WorkPool::SetSharedThreads(threads);
+      std::vector<float> out(static_cast<size_t>(t * n_heads * dv), -1.0f);
+      cpu::AttendCausal(AttentionOf(q, k, v, n_heads, n_kv, t, dk, dv, total, total - t, 0.125f, out));
+      return out;
+    };
+    const int saved = WorkPool::Shared().threads();
+    const std::vector<float> one = run(1), two = run(2), three = run(3), four = run(4);
+    WorkPool::SetSharedThreads(saved);
+    const std::string name = std::to_string(n_heads) + " heads over " + std::to_string(n_kv) + ", t " + std::to_string(t);
+    EXPECT_TRUE(SameBits(one, two)) << name;
+    EXPECT_TRUE(SameBits(one, three)) << name;
+    EXPECT_TRUE(SameBits(one, four)) << name;
+    EXPECT_EQ(std::count(one.begin(), one.end(), -1.0f), 0) << name << ": an output left unwritten";
+  }
 }
 
 TEST(CpuOpsTest, AddResidualAddsInPlaceOnlyIntoATensorOfItsOwn) {
