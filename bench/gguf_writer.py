@@ -12,7 +12,11 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
     olmoe     -> olmoe      (q_norm/k_norm over all heads)
     mixtral   -> llama      (MoE llama; q/k rows permuted to llama.cpp's rotary layout)
     deepseek_v2 -> deepseek2 (MLA with or without q_lora_rank, kv_b kept whole; leading dense layers;
-                             shared experts; yarn rope scaling)
+                             shared experts; yarn rope scaling). With --mla latent, kv_b is split per head
+                             into attn_k_b (W_UK transposed) and attn_v_b (W_UV) and the attention is
+                             declared one KV head of kv_lora_rank + rope / kv_lora_rank with the per-head
+                             sizes as key/value_length_mla, as llama.cpp's own converter writes DeepSeek
+                             GGUFs today: llama.cpp then caches the latent form and absorbs W_UK.
     deepseek_v3 -> deepseek2 (the same, with V3's sigmoid router, its selection bias as exp_probs_b and
                              group-limited selection (n_group, topk_group); the MTP layers left out)
     gpt_oss   -> gpt-oss    (MXFP4 experts repacked bit for bit into ggml's MXFP4 blocks, gate/up split from
@@ -286,7 +290,7 @@ def check_config(model_type, c):
             require_default_yarn_betas(c, scaling)
 
 
-def add_hparams(model_type, arch, c, w):
+def add_hparams(model_type, arch, c, w, mla_latent=False):
     a = arch.gguf_arch
     hidden = c.int("hidden_size")
     n_head = c.int("num_attention_heads")
@@ -307,9 +311,16 @@ def add_hparams(model_type, arch, c, w):
     w.add_u32(f"{a}.block_count", c.int("num_hidden_layers"))
     w.add_u32(f"{a}.feed_forward_length", c.int("intermediate_size"))
     w.add_u32(f"{a}.attention.head_count", n_head)
-    w.add_u32(f"{a}.attention.head_count_kv", c.int("num_key_value_heads", n_head))
-    w.add_u32(f"{a}.attention.key_length", key_length)
-    w.add_u32(f"{a}.attention.value_length", value_length)
+    if mla_latent:  # one KV head of the latent form; the per-head sizes as the _mla lengths
+        w.add_u32(f"{a}.attention.head_count_kv", 1)
+        w.add_u32(f"{a}.attention.key_length", c.int("kv_lora_rank") + c.int("qk_rope_head_dim"))
+        w.add_u32(f"{a}.attention.value_length", c.int("kv_lora_rank"))
+        w.add_u32(f"{a}.attention.key_length_mla", key_length)
+        w.add_u32(f"{a}.attention.value_length_mla", value_length)
+    else:
+        w.add_u32(f"{a}.attention.head_count_kv", c.int("num_key_value_heads", n_head))
+        w.add_u32(f"{a}.attention.key_length", key_length)
+        w.add_u32(f"{a}.attention.value_length", value_length)
     w.add_u32(f"{a}.rope.dimension_count", rope_dim)
     w.add_f32(f"{a}.rope.freq_base", c.float("rope_theta", 10000.0))
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps"))
@@ -373,12 +384,19 @@ def add_weight(w, name, bits):
         w.tensor_bf16(name, bits)
 
 
-def add_layer(model_type, arch, c, ckpt, w, layer):
+def add_layer(model_type, arch, c, ckpt, w, layer, mla_latent=False):
     hf = f"model.layers.{layer}."
     gg = f"blk.{layer}."
     n_head = c.int("num_attention_heads")
     for hf_suffix, gguf_suffix in arch.layer_tensors(c):
         bits = ckpt.bf16(hf + hf_suffix)
+        if mla_latent and hf_suffix == "self_attn.kv_b_proj.weight":
+            # [heads * (nope + v), kv_lora] -> per head W_UK^T [heads, kv_lora, nope] and W_UV [heads, v, kv_lora]
+            nope, v_dim = c.int("qk_nope_head_dim"), c.int("v_head_dim")
+            per_head = bits.reshape(n_head, nope + v_dim, bits.shape[1])
+            w.tensor_bf16(gg + "attn_k_b.weight", np.ascontiguousarray(per_head[:, :nope, :].swapaxes(1, 2)))
+            w.tensor_bf16(gg + "attn_v_b.weight", np.ascontiguousarray(per_head[:, nope:, :]))
+            continue
         if arch.rotary_permute and hf_suffix == "self_attn.q_proj.weight":
             bits = rotary_rows_interleaved(bits, n_head)
         if arch.rotary_permute and hf_suffix == "self_attn.k_proj.weight":
@@ -498,8 +516,10 @@ def add_tokenizer(model_dir, c, w):
 # ---------------------------------------------------------------------------------------------------
 
 
-def convert(model_dir, out, name=None):
-    """Writes the GGUF; returns (llama.cpp architecture, tensor count, bytes written)."""
+def convert(model_dir, out, name=None, mla="heads"):
+    """Writes the GGUF; returns (llama.cpp architecture, tensor count, bytes written). mla: "heads" keeps
+    an MLA model's kv_b whole (llama.cpp runs multi-head attention over per-head keys and values),
+    "latent" splits it (llama.cpp caches the latent form); other models ignore it."""
     model_dir = Path(model_dir)
     c = Config(model_dir / "config.json")
     model_type = c.get("model_type")
@@ -507,6 +527,9 @@ def convert(model_dir, out, name=None):
     if arch is None:
         raise ConversionError(f"{c.path}: model_type {model_type!r} is not supported "
                               f"(supported: {', '.join(ARCHS)})")
+    if mla not in ("heads", "latent"):
+        raise ConversionError(f"--mla {mla!r}: expected 'heads' or 'latent'")
+    mla_latent = mla == "latent" and model_type in ("deepseek_v2", "deepseek_v3")
     check_config(model_type, c)
     ckpt = Checkpoint(model_dir)
     w = GGUFWriter()
@@ -514,13 +537,13 @@ def convert(model_dir, out, name=None):
     w.add_string("general.name", name or model_dir.name)
     w.add_u32("general.file_type", LLAMA_FTYPE_MOSTLY_BF16)
     w.add_u32("general.quantization_version", 2)
-    add_hparams(model_type, arch, c, w)
+    add_hparams(model_type, arch, c, w, mla_latent)
     add_tokenizer(model_dir, c, w)
 
     embed = ckpt.bf16("model.embed_tokens.weight")
     w.tensor_bf16("token_embd.weight", embed)
     for layer in range(c.int("num_hidden_layers")):
-        add_layer(model_type, arch, c, ckpt, w, layer)
+        add_layer(model_type, arch, c, ckpt, w, layer, mla_latent)
     # multi-token-prediction layers after the last one (glm4_moe, deepseek_v3): not in llama.cpp's graph
     n_layers = c.int("num_hidden_layers")
     for layer in range(n_layers, n_layers + c.int("num_nextn_predict_layers", 0)):
@@ -543,9 +566,12 @@ def main(argv=None):
     parser.add_argument("model_dir", help="Hugging Face checkpoint directory")
     parser.add_argument("--out", required=True, help="GGUF file to write (replaced atomically)")
     parser.add_argument("--name", help="general.name (default: the directory name)")
+    parser.add_argument("--mla", choices=("heads", "latent"), default="heads",
+                        help="deepseek_v2/v3: kv_b whole (heads, the default) or split into attn_k_b/attn_v_b "
+                             "(latent: llama.cpp caches the latent form, as with its own converter's GGUFs)")
     args = parser.parse_args(argv)
     try:
-        arch, n_tensors, n_bytes = convert(args.model_dir, args.out, args.name)
+        arch, n_tensors, n_bytes = convert(args.model_dir, args.out, args.name, args.mla)
     except ConversionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

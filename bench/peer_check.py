@@ -99,6 +99,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=4, help="greedy steps compared (>= 1)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tolerance", type=float, default=1e-2, help="max relative max-abs logits difference")
+    parser.add_argument("--mla", choices=("heads", "latent"), default="heads",
+                        help="deepseek_v2/v3 GGUF layout (bench/gguf_writer.py --mla)")
     parser.add_argument("--work", help="keep the GGUF, logits and dumps here (default: a temporary directory)")
     args = parser.parse_args(argv)
     if args.steps < 1:
@@ -111,7 +113,7 @@ def main(argv=None):
     work.mkdir(parents=True, exist_ok=True)
     try:
         gguf = work / "model.gguf"
-        gguf_writer.convert(args.model, gguf)
+        gguf_writer.convert(args.model, gguf, mla=args.mla)
         ids = ",".join(map(str, prompt))
         logits_file = work / "zipmoe.logits"
         out = run([args.zipmoe, "generate", "--model", args.model, "--prompt-ids", ids,
