@@ -40,8 +40,9 @@ void StoreRows(T* dst, int64_t positions, int64_t at, const float* src, int64_t 
 // `total` positions of a cache's rows, into out [t, n_heads * dv].
 cpu::AttentionArgs CacheAttention(const float* q, int64_t n_heads, int64_t t, int64_t dk, const KvCache::Rows& kv,
                                   int64_t n_kv, int64_t total, int64_t dv, int64_t pos0, double scale, int64_t window,
-                                  const at::Tensor& sinks, float* out) {
+                                  const at::Tensor& sinks, float* out, int64_t v_row_stride = 0) {
   cpu::AttentionArgs a;
+  a.v_row_stride = v_row_stride;
   a.q = q;
   a.n_heads = n_heads;
   a.t = t;
@@ -192,7 +193,7 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const bool bf16_cache = k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16;
   if (q.is_cpu() && q.scalar_type() == at::kFloat &&
       ((k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat) || bf16_cache) && k.is_cpu() && v.is_cpu() &&
-      k.stride(2) == 1 && k.stride(1) == dk && v.stride(2) == 1 && v.stride(1) == dv && n_heads % n_kv == 0) {
+      k.stride(2) == 1 && k.stride(1) == dk && v.stride(2) == 1 && v.stride(1) >= dv && n_heads % n_kv == 0) {
     const at::Tensor qc = q.contiguous();
     at::Tensor out = at::empty({t, n_heads * dv}, q.options());
     KvCache::Rows kv;
@@ -206,7 +207,7 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
     kv.k_head_stride = k.stride(0);
     kv.v_head_stride = v.stride(0);
     cpu::AttendCausal(CacheAttention(qc.data_ptr<float>(), n_heads, t, dk, kv, n_kv, total, dv, pos0, scale, window,
-                                     sinks, out.data_ptr<float>()));
+                                     sinks, out.data_ptr<float>(), v.stride(1)));
     return out;
   }
   // One decode token's attention on a GPU: one launch (kernels/dense_decode.h) instead of ~10 torch
@@ -270,13 +271,17 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 namespace {
 
-// q [N, n_heads, dk], k [N, n_kv, dk], v [N, n_kv, dv] -> [N, n_heads * dv], per sequence.
-at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t layer_id,
-                       const BatchLayout& batch, double scale, int64_t window, const at::Tensor& sinks = at::Tensor()) {
+// q [N, n_heads, dk], k [N, n_kv, dk], v [N, n_kv, dv] -> [N, n_heads * dv], per sequence. With
+// values_in_keys > 0 (MLA's latent cache) v is ignored: the values are the first values_in_keys columns of
+// the keys, which the cache holds once (its value tensors are [n_kv, T, 0]).
+at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v_given, int64_t layer_id,
+                       const BatchLayout& batch, double scale, int64_t window, const at::Tensor& sinks = at::Tensor(),
+                       int64_t values_in_keys = 0) {
+  const at::Tensor v = values_in_keys > 0 ? at::empty({k.size(0), k.size(1), 0}, k.options()) : v_given;
   // A decode step on the CPU (one new position per sequence, float32 rows): the cache rows and the
   // attention by raw pointers, without the dozen torch operators a sequence costs below (~15 us a layer
   // on 2 cores, issue 35). The same values stored, the same kernel: the same bits.
-  const int64_t n_heads = q.size(1), n_kv = k.size(1), dk = q.size(2), dv = v.size(2);
+  const int64_t n_heads = q.size(1), n_kv = k.size(1), dk = q.size(2), dv = values_in_keys > 0 ? values_in_keys : v.size(2);
   bool decode = q.is_cpu() && k.is_cpu() && v.is_cpu() && q.scalar_type() == at::kFloat &&
                 k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat && q.is_contiguous() &&
                 k.is_contiguous() && v.is_contiguous() && k.size(2) == dk && n_heads % n_kv == 0 &&
@@ -287,12 +292,19 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     for (size_t i = 0; i < batch.starts.size(); ++i) {
       const int64_t row = batch.starts[i];
       KvCache* cache = batch.caches[i];
-      const KvCache::Rows kv = cache->AppendPosition(layer_id, k.data_ptr<float>() + row * n_kv * dk,
-                                                     v.data_ptr<float>() + row * n_kv * dv, n_kv, dk, dv);
+      const float* k_row = k.data_ptr<float>() + row * n_kv * dk;
+      KvCache::Rows kv = values_in_keys > 0
+                             ? cache->AppendPosition(layer_id, k_row, k_row, n_kv, dk, 0)
+                             : cache->AppendPosition(layer_id, k_row, v.data_ptr<float>() + row * n_kv * dv, n_kv, dk, dv);
+      if (values_in_keys > 0) {
+        kv.v = kv.k;
+        kv.v_bf16 = kv.k_bf16;
+        kv.v_head_stride = kv.k_head_stride;
+      }
       // q's row [n_heads, dk] is [n_heads, 1, dk]
       cpu::AttendCausal(CacheAttention(q.data_ptr<float>() + row * n_heads * dk, n_heads, 1, dk, kv, n_kv,
                                        cache->length() + 1, dv, cache->length(), scale, window, sinks,
-                                       out.data_ptr<float>() + row * n_heads * dv));
+                                       out.data_ptr<float>() + row * n_heads * dv, values_in_keys > 0 ? dk : 0));
     }
     return out;
   }
@@ -307,6 +319,7 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     const at::Tensor ks = k.narrow(0, start, len).transpose(0, 1);
     const at::Tensor vs = v.narrow(0, start, len).transpose(0, 1);
     auto [k_all, v_all] = cache->Append(layer_id, ks, vs);
+    if (values_in_keys > 0) v_all = k_all.narrow(2, 0, values_in_keys);
     outs.push_back(AttendCausal(qs, k_all, v_all, pos0, scale, window, sinks));
   }
   return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
@@ -418,13 +431,13 @@ void PerHeadProducts(const at::Tensor& per_head, const float* x, int64_t n, int6
 // MLA over the latent KV cache, the float32 CPU executor's path (DeepSeek-V2 paper §2.1.2-2.1.3: the
 // up-projections absorbed, as llama.cpp and vLLM run MLA). A position caches the normalised compressed
 // KV c [kv_lora_rank] and the rotated shared key k_pe [rope] as one KV head of all query heads: key
-// [c | k_pe], value c. Head h's score q_nope_h · (W_UK_h c) + q_pe_h · k_pe is computed as
-// (W_UK_h^T q_nope_h) · c + q_pe_h · k_pe, and its output W_UV_h (Σ_j p_j c_j) in place of
-// Σ_j p_j (W_UV_h c_j): the same sums of products grouped otherwise (float32 rounding apart; checked
-// against the fp32 reference, tests/reference). A position then takes 2 kv_lora_rank + rope floats a
-// layer instead of heads * (q_head_dim + v_head_dim): 4.4x fewer in the deepseek_v2 mini, 8.9x in
-// DeepSeek-V2-Lite, 17.8x in GLM-4.7-Flash; the prefill's attention does more multiply-adds per key
-// (kv_lora_rank + rope and kv_lora_rank against q_head_dim and v_head_dim a head).
+// [c | k_pe], whose first kv_lora_rank columns are the value c (stored once). Head h's score
+// q_nope_h · (W_UK_h c) + q_pe_h · k_pe is computed as (W_UK_h^T q_nope_h) · c + q_pe_h · k_pe, and its
+// output W_UV_h (Σ_j p_j c_j) in place of Σ_j p_j (W_UV_h c_j): the same sums of products grouped
+// otherwise (float32 rounding apart; checked against the fp32 reference, tests/reference). A position
+// then takes kv_lora_rank + rope floats a layer instead of heads * (q_head_dim + v_head_dim): 8x fewer in
+// the deepseek_v2 mini, 8.9x in DeepSeek-V2-Lite, 17.8x in GLM-4.7-Flash; the prefill's attention does
+// more multiply-adds per key (kv_lora_rank + rope and kv_lora_rank against q_head_dim and v_head_dim a head).
 at::Tensor MlaLatentForward(const ModelConfig& c, const AttentionWeights& w, int64_t layer_id, const at::Tensor& x,
                             const BatchLayout& batch) {
   const int64_t n = x.size(0), heads = c.num_attention_heads;
@@ -462,7 +475,8 @@ at::Tensor MlaLatentForward(const ModelConfig& c, const AttentionWeights& w, int
       std::memcpy(kd + i * dl + r, ks + i * rope, rope_bytes);
     }
   }
-  const at::Tensor latent = AttendBatch(query, key, ckv.unsqueeze(1), layer_id, batch, c.softmax_scale(), 0);
+  const at::Tensor latent =
+      AttendBatch(query, key, at::Tensor(), layer_id, batch, c.softmax_scale(), 0, at::Tensor(), /*values_in_keys=*/r);
   at::Tensor out = at::empty({n, heads * vd}, x.options());  // [n, heads * r] -> per head W_UV_h
   PerHeadProducts(w.kv_b_v, latent.data_ptr<float>(), n, r, heads * r, out.data_ptr<float>(), vd, heads * vd);
   return Linear(out, w.o_proj.weight, w.o_proj.bias);

@@ -5,8 +5,9 @@
 //     kv_a_proj_with_mqa -> [compressed kv, k_pe]; kv_a_layernorm; kv_b_proj -> k_nope, v per
 //     head; k_pe shared by all heads; interleaved RoPE on q_pe/k_pe). The float32 CPU executor caches
 //     the latent form: one KV head of keys [1, T, kv_lora_rank + rope] (normalised compressed kv, then
-//     rotated k_pe) and values [1, T, kv_lora_rank] (the compressed kv), with W_UK absorbed into the
-//     query and W_UV applied after attention (attention.cc MlaLatentForward); the GPU executor caches
+//     rotated k_pe) whose first kv_lora_rank columns are also the values (its value tensors are
+//     [1, T, 0]), with W_UK absorbed into the query and W_UV applied after attention (attention.cc
+//     MlaLatentForward); the GPU executor caches
 //     the full per-head keys [heads, T, q_head_dim] and values [heads, T, v_head_dim], as the HF code does.
 // Projections run once over all N rows of the batch; the softmax(q k^T * scale + causal mask) v
 // part runs per sequence against that sequence's cache. Softmax is computed in float32.
@@ -123,13 +124,14 @@ struct BatchLayout {
 // Key j is visible to query i iff j <= pos0 + i and (no window or pos0 + i - j < window).
 // `sinks` (gpt_oss; undefined = none): [n_heads] float32 logits appended to each head's softmax rows
 // and dropped after it (GptOssAttention's eager path).
-//   q: [n_heads, t, dk], k: [n_kv_heads, T, dk], v: [n_kv_heads, T, dv] -> [t, n_heads * dv]
+//   q: [n_heads, t, dk], k: [n_kv_heads, T, dk], v: [n_kv_heads, T, dv] -> [t, n_heads * dv]; v's rows may
+//   be strided (MLA's latent cache passes the keys' first dv columns).
 at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
                         int64_t window, const at::Tensor& sinks = at::Tensor());
 
 // Whether a float32 CPU executor runs MLA over the latent KV cache (the default; attention.cc
 // MlaLatentForward) or, with ZIPMOE_MLA_KV_CACHE=heads, over per-head keys and values as the HF code
-// does (4-18x the bytes a position; for comparisons). Read once per process; another value is reported
+// does (8-18x the bytes a position; for comparisons). Read once per process; another value is reported
 // on stderr and the default kept.
 bool MlaLatentKvCache();
 

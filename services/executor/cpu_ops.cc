@@ -252,6 +252,7 @@ void AttendCausal(const AttentionArgs& a) {
   // each KV head's keys and values are read once for all of them instead of once per query head (a 2000-
   // position step of a 32-query / 4-KV-head model read them 8 times).
   constexpr int64_t kQueryBlock = 64;
+  const int64_t v_row = a.v_row_stride > 0 ? a.v_row_stride : a.dv;
   const bool grouped = a.t == 1 && group > 1;
   const int64_t block_rows = grouped ? group : std::min(kQueryBlock, a.t);
   // The keys position `pos` sees: [first, last] (none when first > last).
@@ -317,11 +318,11 @@ void AttendCausal(const AttentionArgs& a) {
         sv.scale = a.scale;
         sv.sink = a.sinks != nullptr ? a.sinks + qh : nullptr;
         if (vh_bf16 != nullptr) {
-          sv.v_bf16 = vh_bf16 + first * a.dv;
+          sv.v_bf16 = vh_bf16 + first * v_row;
         } else {
-          sv.v = vh + first * a.dv;
+          sv.v = vh + first * v_row;
         }
-        sv.v_row_stride = a.dv;
+        sv.v_row_stride = v_row;
         sv.dv = a.dv;
         sv.out = o;
         if (count == kernels::kSoftmaxValuesMaxRows) flush();

@@ -57,6 +57,9 @@ struct AttentionArgs {
   const uint16_t* v_bf16 = nullptr;
   int64_t k_head_stride = 0, v_head_stride = 0;
   int64_t n_kv = 0, total = 0, dv = 0;
+  // Values (float32 or BF16 as the keys) between value rows; 0 = dv. MLA's latent cache reads its values
+  // as the first dv columns of its keys (v == k, v_row_stride == dk).
+  int64_t v_row_stride = 0;
   int64_t pos0 = 0;
   float scale = 1.0f;
   int64_t window = 0;

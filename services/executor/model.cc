@@ -32,7 +32,7 @@ int64_t Model::KvBytesPerPosition() const {
   if (switch_) return 2 * c.num_decoder_layers * 2 * c.num_attention_heads * c.head_dim * elem;  // self + cross
   int64_t per_layer = 0;
   if (c.mla() && device_.is_cpu() && dtype_ == at::kFloat && MlaLatentKvCache()) {
-    per_layer = 2 * c.kv_lora_rank + c.qk_rope_head_dim;  // the latent cache (attention.h)
+    per_layer = c.kv_lora_rank + c.qk_rope_head_dim;  // the latent cache: keys only (attention.h)
   } else if (c.mla()) {
     per_layer = c.num_attention_heads * (c.q_head_dim() + c.v_dim());
   } else {

@@ -119,16 +119,17 @@ TEST_P(PrefixReuseTest, APartialPrefixIsReusedOnlyWithoutRecurrentState) {
 INSTANTIATE_TEST_SUITE_P(Archs, PrefixReuseTest,
                          ::testing::Values("qwen2_moe", "mixtral", "deepseek_v2", "qwen3_next", "qwen3_5_moe"));
 
-// MLA on the CPU caches the latent form (attention.h): a position takes 2 kv_lora_rank + qk_rope_head_dim
-// floats a layer, fewer than its heads' keys and values, and a kept cache holds whole positions of it
-// (the KV budget counts pages by bytes_per_position: generator.h).
+// MLA on the CPU caches the latent form (attention.h): a position takes kv_lora_rank + qk_rope_head_dim
+// floats a layer (the values are the keys' first kv_lora_rank columns), fewer than its heads' keys and
+// values, and a kept cache holds whole positions of it (the KV budget counts pages by bytes_per_position:
+// generator.h).
 TEST(PrefixReuseTest, MlaCachesHoldTheLatentForm) {
   for (const std::string arch : {"deepseek_v2", "glm4_moe_lite"}) {
     auto g = MakeCachingGenerator(TinyModelDir(arch), int64_t{256} << 20);
     ASSERT_TRUE(g);
     const ModelConfig& c = g->config();
     ASSERT_TRUE(c.mla()) << arch;
-    const int64_t latent = 2 * c.kv_lora_rank + c.qk_rope_head_dim;
+    const int64_t latent = c.kv_lora_rank + c.qk_rope_head_dim;
     EXPECT_LT(latent, c.num_attention_heads * (c.q_head_dim() + c.v_dim())) << arch;
     const int64_t per_position = g->kv_budget_stats().bytes_per_position;
     EXPECT_EQ(per_position, c.num_hidden_layers * latent * int64_t{sizeof(float)}) << arch;
