@@ -292,10 +292,10 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     for (size_t i = 0; i < batch.starts.size(); ++i) {
       const int64_t row = batch.starts[i];
       KvCache* cache = batch.caches[i];
+      // With values in the keys the cache stores no values (dv 0; the pointer is not read).
       const float* k_row = k.data_ptr<float>() + row * n_kv * dk;
-      KvCache::Rows kv = values_in_keys > 0
-                             ? cache->AppendPosition(layer_id, k_row, k_row, n_kv, dk, 0)
-                             : cache->AppendPosition(layer_id, k_row, v.data_ptr<float>() + row * n_kv * dv, n_kv, dk, dv);
+      const float* v_row = values_in_keys > 0 ? k_row : v.data_ptr<float>() + row * n_kv * dv;
+      KvCache::Rows kv = cache->AppendPosition(layer_id, k_row, v_row, n_kv, dk, v.size(2));
       if (values_in_keys > 0) {
         kv.v = kv.k;
         kv.v_bf16 = kv.k_bf16;
@@ -486,8 +486,9 @@ at::Tensor MlaLatentForward(const ModelConfig& c, const AttentionWeights& w, int
 // GPU executor's and a BF16 compute dtype's path.
 at::Tensor MlaForward(const ModelConfig& c, const AttentionWeights& w, int64_t layer_id, const at::Tensor& x,
                       const BatchLayout& batch) {
-  if (w.kv_b_k_t.defined() && x.is_cpu() && x.scalar_type() == at::kFloat && MlaLatentKvCache())
-    return MlaLatentForward(c, w, layer_id, x, batch);
+  // The loader split kv_b_proj exactly where the latent cache is used (a float32 CPU executor, not
+  // ZIPMOE_MLA_KV_CACHE=heads).
+  if (w.kv_b_k_t.defined()) return MlaLatentForward(c, w, layer_id, x, batch);
   const int64_t n = x.size(0), heads = c.num_attention_heads;
   const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, vd = c.v_head_dim;
   at::Tensor q;

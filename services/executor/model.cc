@@ -31,7 +31,9 @@ int64_t Model::KvBytesPerPosition() const {
   const int64_t elem = kv_cache_bf16_ ? 2 : static_cast<int64_t>(c10::elementSize(dtype_));
   if (switch_) return 2 * c.num_decoder_layers * 2 * c.num_attention_heads * c.head_dim * elem;  // self + cross
   int64_t per_layer = 0;
-  if (c.mla() && device_.is_cpu() && dtype_ == at::kFloat && MlaLatentKvCache()) {
+  const std::vector<LayerWeights>& layers = model_.weights.layers;
+  if (c.mla() && std::any_of(layers.begin(), layers.end(),
+                             [](const LayerWeights& l) { return l.attn.kv_b_k_t.defined(); })) {
     per_layer = c.kv_lora_rank + c.qk_rope_head_dim;  // the latent cache: keys only (attention.h)
   } else if (c.mla()) {
     per_layer = c.num_attention_heads * (c.q_head_dim() + c.v_dim());

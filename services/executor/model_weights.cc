@@ -13,6 +13,7 @@
 #include "common/checkpoint/fused_experts.h"
 #include "common/checkpoint/manifest.h"
 #include "kernels/fp8_dequant.h"
+#include "services/executor/attention.h"
 #include "services/executor/torch_util.h"
 
 namespace zipmoe::executor {
@@ -226,7 +227,7 @@ class Loader {
       ZM_ASSIGN_OR_RETURN(a.kv_a_layernorm, Get(p + "kv_a_layernorm.weight", {c_.kv_lora_rank}));
       ZM_ASSIGN_OR_RETURN(a.kv_b_proj, GetLinear(p + "kv_b_proj", n_heads * (c_.qk_nope_head_dim + c_.v_head_dim),
                                                  c_.kv_lora_rank, false));
-      if (o_.device.is_cpu() && o_.dtype == at::kFloat) {
+      if (o_.device.is_cpu() && o_.dtype == at::kFloat && MlaLatentKvCache()) {  // the one place deciding it
         ZM_RETURN_IF_ERROR(SplitMlaUpProjections(p + "kv_b_proj.weight", &a));
       }
       ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + "o_proj", h, n_heads * c_.v_head_dim, c_.o_bias));

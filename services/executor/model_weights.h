@@ -67,7 +67,8 @@ struct AttentionWeights {
   // the key up-projection transposed, W_UK_h^T [heads, kv_lora_rank, qk_nope_head_dim], which absorbs
   // into the query, and the value up-projection W_UV_h [heads, v_head_dim, kv_lora_rank], applied after
   // attention. BF16 when kv_b_proj is (exact copies), float32 otherwise (FP8: e4m3 * weight_scale_inv,
-  // exact). Undefined on other executors, which cache per-head keys and values as the HF code does.
+  // exact). Undefined on other executors and with ZIPMOE_MLA_KV_CACHE=heads (attention.h MlaLatentKvCache),
+  // which cache per-head keys and values as the HF code does; defined is what selects the latent path.
   at::Tensor kv_b_k_t, kv_b_v;
   LinearWeights o_proj;       // [hidden, heads*v_dim]
   at::Tensor sinks;           // gpt_oss: self_attn.sinks [heads] float32 on the CPU (a logit per head)
