@@ -178,10 +178,11 @@ const char* GemvPrefetchName(GemvPrefetch p) {
 
 namespace {
 
-// This CPU's CPUID vendor string and display family ("" and 0 where there is no CPUID).
+// This CPU's CPUID vendor string, display family and display model ("" and 0 where there is no CPUID).
 struct CpuVendor {
   std::string vendor;
   unsigned family = 0;
+  unsigned model = 0;
 };
 CpuVendor ThisCpuVendor() {
   CpuVendor v;
@@ -195,8 +196,11 @@ CpuVendor ThisCpuVendor() {
     vendor[12] = '\0';
     v.vendor = vendor;
     if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
-      v.family = (eax >> 8) & 0xFu;
-      if (v.family == 0xFu) v.family += (eax >> 20) & 0xFFu;
+      const unsigned base_family = (eax >> 8) & 0xFu;
+      v.family = base_family;
+      if (base_family == 0xFu) v.family += (eax >> 20) & 0xFFu;
+      v.model = (eax >> 4) & 0xFu;
+      if (base_family == 0xFu || base_family == 0x6u) v.model |= ((eax >> 16) & 0xFu) << 4;
     }
   }
 #endif
@@ -207,7 +211,7 @@ CpuVendor ThisCpuVendor() {
 GemvPrefetch DefaultGemvPrefetch() {
 #if defined(ZIPMOE_GEMM_X86)
   const CpuVendor cpu = ThisCpuVendor();
-  if (!cpu.vendor.empty()) return DefaultGemvPrefetchFor(cpu.vendor, cpu.family);
+  if (!cpu.vendor.empty()) return DefaultGemvPrefetchFor(cpu.vendor, cpu.family, cpu.model);
 #endif
   return GemvPrefetch::kAhead;
 }
@@ -249,9 +253,12 @@ GemvPrefetch DetectGemvPrefetch() {
 
 }  // namespace
 
-GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family) {
-  if (vendor == "AuthenticAMD" && family >= 0x19) return GemvPrefetch::kHardware;
-  return GemvPrefetch::kAhead;
+GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family, unsigned model) {
+  if (vendor != "AuthenticAMD" || family < 0x19) return GemvPrefetch::kAhead;
+  // Family 0x19 is Zen 3 (models 0x00-0x0F: Milan; 0x20-0x5F: Vermeer, Rembrandt, Cezanne) and Zen 4 (0x10-0x1F:
+  // Genoa; 0x60-0x7F: Raphael, Phoenix; 0xA0-0xAF: Bergamo, Siena).
+  const bool zen3 = family == 0x19 && (model < 0x10 || (model >= 0x20 && model < 0x60));
+  return zen3 ? GemvPrefetch::kAhead : GemvPrefetch::kHardware;
 }
 
 GemvPrefetch ActiveGemvPrefetch() {

@@ -125,7 +125,11 @@ struct GemmWeights {
 //              GEMV read 49 GB/s against kAhead's 38 (docs/architecture.md "CPU kernels"). Not on Zen 2:
 //              on a 2-core EPYC Rome VM (family 0x17, AVX2, 2026-12-03) warm decode took 6 % more time
 //              with it than with kAhead and a 16-token prefill 8 % more (medians of six reps, three
-//              alternated pairs, kAhead ahead in each; docs/benchmarks.md).
+//              alternated pairs, kAhead ahead in each; docs/benchmarks.md). Nor on Zen 3: on a 2-core EPYC
+//              Milan VM (family 0x19 model 0x01, AVX2, 2026-12-07) warm decode took 14 % more time with it
+//              (qwen2_moe mini, 16-token prompt, medians of three reps 0.081-0.082 s against 0.069-0.072, three
+//              alternated pairs, kAhead ahead in each; the GEMV alone, 40 matrices of 1408 x 2048, best of 5
+//              16.0-17.4 GB/s against 17.1-20.5).
 //   kAuto      ActiveGemvPrefetch() (the default of GemmArgs).
 // Tiles of several rows (batches, FP8 and MXFP4 decode, NEON) keep their next-tile prefetch under every scheme.
 enum class GemvPrefetch : int { kAuto = 0, kAhead = 1, kHardware = 2 };
@@ -134,17 +138,19 @@ enum class GemvPrefetch : int { kAuto = 0, kAhead = 1, kHardware = 2 };
 const char* GemvPrefetchName(GemvPrefetch p);
 
 // The process's scheme, decided once: ZIPMOE_GEMV_PREFETCH=ahead|hardware in the environment, else
-// DefaultGemvPrefetchFor(the CPUID vendor string, the CPUID display family) on x86, else kAhead. An
+// DefaultGemvPrefetchFor(the CPUID vendor string, display family and model) on x86, else kAhead. An
 // unknown value is reported once on stderr and the default is used. Never kAuto.
 GemvPrefetch ActiveGemvPrefetch();
 
-// The default scheme for an x86 CPU: kHardware on AMD cores of display family 0x19 and later (Zen 3/4:
-// family 0x19, Zen 5: 0x1A; measured on Zen 4, the others assumed alike), kAhead on earlier AMD cores
-// (Zen 1/2: 0x17, measured on Zen 2; Hygon's Zen-1-based "HygonGenuine" 0x18 assumed alike), on Intel
-// (measured) and on every other vendor (unmeasured). `vendor`: CPUID leaf 0's 12 characters
-// ("AuthenticAMD", "GenuineIntel", ...); `family`: the display family (leaf 1: base family, plus the
-// extended family when the base is 0xF). Pure; ActiveGemvPrefetch calls it with this CPU's values.
-GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family);
+// The default scheme for an x86 CPU: kHardware on AMD Zen 4 (display family 0x19, models 0x10-0x1F and
+// 0x60 on; measured) and later families (Zen 5: 0x1A, assumed alike), kAhead on Zen 3 (family 0x19, models
+// 0x00-0x0F and 0x20-0x5F; measured on Milan), on earlier AMD cores (Zen 1/2: 0x17, measured on Zen 2;
+// Hygon's Zen-1-based "HygonGenuine" 0x18 assumed alike), on Intel (measured) and on every other vendor
+// (unmeasured). `vendor`: CPUID leaf 0's 12 characters ("AuthenticAMD", "GenuineIntel", ...); `family`:
+// the display family (leaf 1: base family, plus the extended family when the base is 0xF); `model`: the
+// display model (leaf 1: base model, plus the extended model << 4 when the base family is 0x6 or 0xF).
+// Pure; ActiveGemvPrefetch calls it with this CPU's values.
+GemvPrefetch DefaultGemvPrefetchFor(const std::string& vendor, unsigned family, unsigned model);
 
 // How the x86 variants' FP8 row tiles meet the codes their fast decode does not take (issue 35). That decode
 // (kernels/bf16_gemm_avx2.cc F8x8) moves an E4M3 code's bits into a float32 and multiplies by the scale

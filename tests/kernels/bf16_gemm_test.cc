@@ -376,14 +376,20 @@ TEST(GemvPrefetchTest, TheProcessSchemeIsAConcreteOneAndNamed) {
 }
 
 TEST(GemvPrefetchTest, TheDefaultFollowsTheVendorAndTheFamilyMeasured) {
-  // Zen 4 measured faster without software prefetch, Zen 2 and Intel with it (bf16_gemm.h GemvPrefetch).
-  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x19), GemvPrefetch::kHardware);  // Zen 3 / Zen 4
-  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x1A), GemvPrefetch::kHardware);  // Zen 5
-  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x17), GemvPrefetch::kAhead);     // Zen 1 / Zen 2
-  EXPECT_EQ(DefaultGemvPrefetchFor("HygonGenuine", 0x18), GemvPrefetch::kAhead);     // Zen 1 derivative
-  EXPECT_EQ(DefaultGemvPrefetchFor("GenuineIntel", 6), GemvPrefetch::kAhead);
-  EXPECT_EQ(DefaultGemvPrefetchFor("GenuineIntel", 0x13), GemvPrefetch::kAhead);
-  EXPECT_EQ(DefaultGemvPrefetchFor("", 0), GemvPrefetch::kAhead);
+  // Zen 4 measured faster without software prefetch (Zen 5 assumed alike), Zen 2, Zen 3 and Intel with it (bf16_gemm.h
+  // GemvPrefetch). Family 0x19 holds both Zen 3 and Zen 4: the model tells them apart.
+  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x19, 0x01), GemvPrefetch::kAhead);     // Zen 3 Milan
+  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x19, 0x21), GemvPrefetch::kAhead);     // Zen 3 Vermeer
+  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x19, 0x50), GemvPrefetch::kAhead);     // Zen 3 Cezanne
+  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x19, 0x11), GemvPrefetch::kHardware);  // Zen 4 Genoa
+  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x19, 0x61), GemvPrefetch::kHardware);  // Zen 4 Raphael
+  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x19, 0xA0), GemvPrefetch::kHardware);  // Zen 4c Bergamo
+  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x1A, 0x02), GemvPrefetch::kHardware);  // Zen 5
+  EXPECT_EQ(DefaultGemvPrefetchFor("AuthenticAMD", 0x17, 0x31), GemvPrefetch::kAhead);     // Zen 2 Rome
+  EXPECT_EQ(DefaultGemvPrefetchFor("HygonGenuine", 0x18, 0x00), GemvPrefetch::kAhead);     // Zen 1 derivative
+  EXPECT_EQ(DefaultGemvPrefetchFor("GenuineIntel", 6, 0x8F), GemvPrefetch::kAhead);
+  EXPECT_EQ(DefaultGemvPrefetchFor("GenuineIntel", 0x13, 0x01), GemvPrefetch::kAhead);
+  EXPECT_EQ(DefaultGemvPrefetchFor("", 0, 0), GemvPrefetch::kAhead);
 }
 
 TEST(Bf16GemmValidateTest, UnavailableIsaIsAnError) {
