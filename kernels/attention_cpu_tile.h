@@ -49,6 +49,10 @@ typename V::Vec Exp(typename V::Vec x) {
 // L1, no faster than none. On a 2-core Zen 5 (kHardware) values prefetched 3 KiB ahead were 2-10 % slower
 // (docs/benchmarks.md "a decode step's attention at long contexts"), so it follows the weights' scheme.
 constexpr int64_t kValuePrefetchBytes = 3072;
+// Keys per block of JointValues' value pass (see there). Measured on a 2-core Zen 3 VM (attention_bench, 24
+// layers of 16 heads of 128, float32, 2026-12-07, binaries alternated twice): 2048 positions 2158-2179 ->
+// 1957 us a layer, 8192 positions 8733-9036 -> 7458-7468 against one pass over all keys per column group.
+constexpr int64_t kValueKeyBlock = 128;
 inline bool ValuePrefetchAhead(const SoftmaxValuesArgs& a) {
   return (a.prefetch == GemvPrefetch::kAuto ? ActiveGemvPrefetch() : a.prefetch) == GemvPrefetch::kAhead;
 }
@@ -88,17 +92,20 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
     n[r] = rows[r].n;
     n_min = n[r] < n_min ? n[r] : n_min;
   }
-  // Columns [d, d + K * L) of every row: together over j < n_min, then row by row.
-  const auto columns = [&](int64_t d, auto k_vecs) __attribute__((always_inline)) {
+  // Columns [d, d + K * L) of every row over the keys [j0, j1) (j1 <= n_min: all R rows together), from the
+  // running sums stored in out (or 0 for the first block); the last block (j1 == n_min) also takes each row on
+  // alone to its own n. A stored and reloaded sum is the same float, so every column still gets the
+  // reference's additions in ascending j.
+  const auto columns = [&](int64_t d, auto k_vecs, int64_t j0, int64_t j1) __attribute__((always_inline)) {
     constexpr int K = decltype(k_vecs)::value;
     Vec o[R][K];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-      for (int k = 0; k < K; ++k) o[r][k] = V::Set1(0.0f);
+      for (int k = 0; k < K; ++k) o[r][k] = j0 == 0 ? V::Set1(0.0f) : V::Load(rows[r].out + d + k * L);
     }
-    const T* vj = v + d;
-    for (int64_t j = 0; j < n_min; ++j, vj += ld) {
+    const T* vj = v + d + j0 * ld;
+    for (int64_t j = j0; j < j1; ++j, vj += ld) {
       if constexpr (kPrefetch) {
         // The bytes this pass reads of a row, one prefetch per 64-byte line (rows are contiguous in a
         // head's cache, so "ahead" is later rows of the same stream).
@@ -118,19 +125,31 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const T* vr = v + d + n_min * ld;
-      for (int64_t j = n_min; j < n[r]; ++j, vr += ld) {
-        const Vec p = V::Set1(s[r][j]);
+      if (j1 == n_min) {
+        const T* vr = v + d + n_min * ld;
+        for (int64_t j = n_min; j < n[r]; ++j, vr += ld) {
+          const Vec p = V::Set1(s[r][j]);
 #pragma GCC unroll 8
-        for (int k = 0; k < K; ++k) o[r][k] = V::Add(o[r][k], V::Mul(p, LoadValues<V>(vr + k * L)));
+          for (int k = 0; k < K; ++k) o[r][k] = V::Add(o[r][k], V::Mul(p, LoadValues<V>(vr + k * L)));
+        }
       }
 #pragma GCC unroll 8
       for (int k = 0; k < K; ++k) V::Store(rows[r].out + d + k * L, o[r][k]);
     }
   };
-  int64_t d = 0;
-  for (; d + kV * L <= dv; d += kV * L) columns(d, std::integral_constant<int, kV>{});
-  for (; d + L <= dv; d += L) columns(d, std::integral_constant<int, 1>{});
+  // The keys in blocks of kValueKeyBlock, every column group over a block before the next block: a group's
+  // pass reads one or two 64-byte lines of each value row, so passes over all n keys at once read a head's
+  // values from memory once per group (its lines fall out of L2 before the next group's pass).
+  int64_t d_vec = 0;
+  for (int64_t j0 = 0;; j0 += kValueKeyBlock) {  // at least one block (the rows' own keys when n_min is 0)
+    const int64_t j1 = n_min - j0 > kValueKeyBlock ? j0 + kValueKeyBlock : n_min;
+    int64_t d = 0;
+    for (; d + kV * L <= dv; d += kV * L) columns(d, std::integral_constant<int, kV>{}, j0, j1);
+    for (; d + L <= dv; d += L) columns(d, std::integral_constant<int, 1>{}, j0, j1);
+    d_vec = d;
+    if (j1 == n_min) break;
+  }
+  int64_t d = d_vec;
   for (; d < dv; ++d) {
     for (int r = 0; r < R; ++r) {
       float o = 0.0f;

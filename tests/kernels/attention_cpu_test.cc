@@ -264,6 +264,7 @@ TEST_P(SoftmaxValuesIsaTest, RowsBitIdenticalToTheReferenceRowByRow) {
       cases.push_back({{1000, 17, 999, 33}, dv, 0, false, true, bf16});  // the first the longest
       cases.push_back({{40, 41, 42, 43}, dv, 2, true, false, bf16});     // other value rows each
       cases.push_back({{2049}, dv, 0, true, true, bf16});
+      cases.push_back({{260, 300, 257, 400}, dv, 1, false, true, bf16});  // several key blocks together, then tails
       cases.push_back({{64, 65, 66, 67, 68, 69, 70, 71}, dv, 0, true, true, bf16});  // kSoftmaxValuesMaxRows
       cases.push_back({{9, 3, 12, 12, 1, 30}, dv, 1, false, true, bf16});
       cases.push_back({{20, 21, 22, 23, 24, 25, 26}, dv, 0, false, false, bf16});
