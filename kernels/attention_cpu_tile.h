@@ -48,7 +48,12 @@ typename V::Vec Exp(typename V::Vec x) {
 // 23.8-25.3 -> 24.1-27.3 GB/s, 8192 positions 23.4-25.7 -> 24.6-27.5; 1.5 KiB or 6 KiB ahead, or 2 KiB into
 // L1, no faster than none. On a 2-core Zen 5 (kHardware) values prefetched 3 KiB ahead were 2-10 % slower
 // (docs/benchmarks.md "a decode step's attention at long contexts"), so it follows the weights' scheme.
-constexpr int64_t kValuePrefetchBytes = 3072;
+// (Those runs asked for each pass's own lines 3 KiB ahead; kValuePrefetchRows below replaced that.)
+// Where kPrefetch, the first column group of each key block asks for whole value rows this many rows ahead
+// (JointValues). On the Zen 3 VM (attention_bench, 24 layers, 32 query heads on 8 KV heads of 128, float32,
+// 2026-12-07, binaries alternated twice) 2607-3389 -> 1692-2140 us a layer at 2048 positions against each
+// group asking for its own lines 3 KiB ahead: with 4 rows sharing 16-column passes that was 6 rows ahead.
+constexpr int64_t kValuePrefetchRows = 8;
 // Keys per block of JointValues' value pass (see there). Measured on a 2-core Zen 3 VM (attention_bench, 24
 // layers of 16 heads of 128, float32, 2026-12-07, binaries alternated twice): 2048 positions 2158-2179 ->
 // 1957 us a layer, 8192 positions 8733-9036 -> 7458-7468 against one pass over all keys per column group.
@@ -76,8 +81,9 @@ typename V::Vec LoadValues(const uint16_t* p) { return V::LoadBf16(p); }
 // each row goes on alone to its own n. Every column of every row is the reference's sum in its order
 // (columns never mix, so how they are grouped changes no bits). R rows read the values once instead of R
 // times: a causal prefill's value pass was bound by reading them from L2 (issue 35).
-// kPrefetch: each value row's columns of this pass asked for into L2 kValuePrefetchBytes ahead of the row
-// being read (GemvPrefetch::kAhead, the weights' scheme on this CPU; speed only: the same arithmetic).
+// kPrefetch: the first column group of each key block asks for whole value rows into L2 kValuePrefetchRows
+// rows ahead of the row being read (GemvPrefetch::kAhead, the weights' scheme on this CPU; speed only: the
+// same arithmetic).
 template <class V, int R, int kV, class T, bool kPrefetch>
 void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
   using Vec = typename V::Vec;
@@ -92,6 +98,7 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
     n[r] = rows[r].n;
     n_min = n[r] < n_min ? n[r] : n_min;
   }
+  const int64_t row_bytes = dv * static_cast<int64_t>(sizeof(T));
   // Columns [d, d + K * L) of every row over the keys [j0, j1) (j1 <= n_min: all R rows together), from the
   // running sums stored in out (or 0 for the first block); the last block (j1 == n_min) also takes each row on
   // alone to its own n. A stored and reloaded sum is the same float, so every column still gets the
@@ -107,11 +114,12 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
     const T* vj = v + d + j0 * ld;
     for (int64_t j = j0; j < j1; ++j, vj += ld) {
       if constexpr (kPrefetch) {
-        // The bytes this pass reads of a row, one prefetch per 64-byte line (rows are contiguous in a
-        // head's cache, so "ahead" is later rows of the same stream).
-#pragma GCC unroll 8
-        for (int64_t b = 0; b < static_cast<int64_t>(K * L * sizeof(T)); b += 64)
-          __builtin_prefetch(reinterpret_cast<const char*>(vj) + kValuePrefetchBytes + b, 0, 2);
+        // The first column group of a block asks for the whole value row kValuePrefetchRows ahead, one
+        // prefetch per 64-byte line; the block's later groups then read from L2.
+        if (d == 0) {
+          const char* ahead = reinterpret_cast<const char*>(vj - d + kValuePrefetchRows * ld);
+          for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+        }
       }
       Vec w[K];
 #pragma GCC unroll 8
