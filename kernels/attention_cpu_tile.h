@@ -117,7 +117,7 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
         // The first column group of a block asks for the whole value row kValuePrefetchRows ahead, one
         // prefetch per 64-byte line; the block's later groups then read from L2.
         if (d == 0) {
-          const char* ahead = reinterpret_cast<const char*>(vj - d + kValuePrefetchRows * ld);
+          const char* ahead = reinterpret_cast<const char*>(vj + kValuePrefetchRows * ld);
           for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
         }
       }
@@ -148,16 +148,15 @@ void JointValues(const SoftmaxValuesArgs* rows, const T* v) {
   // The keys in blocks of kValueKeyBlock, every column group over a block before the next block: a group's
   // pass reads one or two 64-byte lines of each value row, so passes over all n keys at once read a head's
   // values from memory once per group (its lines fall out of L2 before the next group's pass).
-  int64_t d_vec = 0;
   for (int64_t j0 = 0;; j0 += kValueKeyBlock) {  // at least one block (the rows' own keys when n_min is 0)
     const int64_t j1 = n_min - j0 > kValueKeyBlock ? j0 + kValueKeyBlock : n_min;
     int64_t d = 0;
     for (; d + kV * L <= dv; d += kV * L) columns(d, std::integral_constant<int, kV>{}, j0, j1);
     for (; d + L <= dv; d += L) columns(d, std::integral_constant<int, 1>{}, j0, j1);
-    d_vec = d;
     if (j1 == n_min) break;
   }
-  int64_t d = d_vec;
+  // The columns past the last whole vector, lane by lane.
+  int64_t d = dv - dv % L;
   for (; d < dv; ++d) {
     for (int r = 0; r < R; ++r) {
       float o = 0.0f;
