@@ -52,18 +52,34 @@ constexpr bool Mxfp4ProductsAreBf16() {
 static_assert(Mxfp4ProductsAreBf16(), "every E2M1 value times every E8M0 scale is an exact BF16");
 constexpr Mxfp4Bf16Table kMxfp4Bf16 = MakeMxfp4Bf16Table();
 
-// The column (of its 8) that each position of an 8-lane register holds after LoadMxfp4Block's unpacks,
-// and the inverse permutation that puts the accumulators back in column order.
-struct Lanes8 {
-  int32_t index[8];
+// The column (of the 16 of a half block) that each of the 16 positions of a Vec (lo: 0-7, hi: 8-15) holds
+// after LoadMxfp4Block's unpacks and shifts, the inverse permutation (the position of each column), and
+// what PermuteMxfp4X / CanonicalMxfp4Lanes do with them: position p of a Vec takes element
+// order[p] of the 16, as a vpermps of each register by order[p] % 8 blended by order[p] >= 8.
+struct Lanes16 {
+  int32_t index[16];
 };
-constexpr Lanes8 kMxfp4Lanes = {{0, 2, 4, 6, 1, 3, 5, 7}};
-constexpr Lanes8 InverseLanes(const Lanes8& order) {
-  Lanes8 inverse{};
-  for (int p = 0; p < 8; ++p) inverse.index[order.index[p]] = p;
+constexpr Lanes16 kMxfp4Lanes = {{0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15}};
+constexpr Lanes16 InverseLanes(const Lanes16& order) {
+  Lanes16 inverse{};
+  for (int p = 0; p < 16; ++p) inverse.index[order.index[p]] = p;
   return inverse;
 }
-constexpr Lanes8 kMxfp4CanonicalLanes = InverseLanes(kMxfp4Lanes);
+constexpr Lanes16 kMxfp4CanonicalLanes = InverseLanes(kMxfp4Lanes);
+// The vpermps indices (order[p] % 8) of the 16 positions, and the blend masks of the two registers (bit q
+// of mask half h: position 8h + q takes its element from the hi register of the source).
+constexpr Lanes16 Within8(const Lanes16& order) {
+  Lanes16 within{};
+  for (int p = 0; p < 16; ++p) within.index[p] = order.index[p] % 8;
+  return within;
+}
+constexpr int FromHi(const Lanes16& order, int half) {
+  int mask = 0;
+  for (int q = 0; q < 8; ++q) mask |= (order.index[8 * half + q] >= 8 ? 1 : 0) << q;
+  return mask;
+}
+constexpr Lanes16 kMxfp4LanesWithin8 = Within8(kMxfp4Lanes);
+constexpr Lanes16 kMxfp4CanonicalWithin8 = Within8(kMxfp4CanonicalLanes);
 
 // F8NanCheckYmm: F8TileCheck::kFused's NaN check (gemm_tile::F8Fused), the default on AMD cores.
 struct Avx2 : F8NanCheckYmm {
@@ -73,7 +89,7 @@ struct Avx2 : F8NanCheckYmm {
   using Vec = Acc;
   static constexpr int kGemvRows = 1;
   static constexpr int kGemvRowsF8 = 2;
-  static constexpr int kGemvRowsMxfp4 = 4;
+  static constexpr int kGemvRowsMxfp4 = 2;  // measured: see LoadMxfp4Block
   static constexpr int kGemmRows = 3;
   static constexpr int kGemmTokens = 2;
   static constexpr int kF8DequantMinTokens = 8;  // gemm_tile::Run (measured, see there)
@@ -147,15 +163,22 @@ struct Avx2 : F8NanCheckYmm {
   // BF16s per scale code as two 16-byte vpshufb tables (low bytes, high bytes; entry n = nibble n, the
   // negative half -(|v| * scale) by its sign bit, as LoadMxfp4's xor), so a block's 32 weights take one
   // 16-byte broadcast, a variable shift (lane 0: the low nibbles, lane 1: the high ones), an and, two
-  // vpshufb, two byte and four word unpacks: 10 operations against LoadMxfp4's 16 (4 per 8 weights).
-  // The unpacks leave the weights in lane order kMxfp4Lanes (position p of each 8-lane register holds
-  // column kMxfp4Lanes.index[p] of its 8), which TileMxfp4 undoes by permuting x once (PermuteMxfp4X) and each
-  // accumulator at the end (CanonicalMxfp4Lanes): every lane sums the same products in the same order.
-  // (Tried 2026-12-04: the four word unpacks as two shifts by 16 and two ands, which halves the shuffles
-  // but leaves the lanes in a 4 x 4 transpose of the columns. On the 2-core Zen 5 VM, ZIPMOE_GEMM_ISA=avx2
-  // mxfp4_gemm_bench --threads 2 --rounds 5 --matrices 8, binaries alternated 3x, decode best 4.17-4.27 ms
-  // against 4.55-5.36 at 5760 x 2880, 2.15-2.47 against 2.42-2.48 at 2880 x 2880, 2-4 tokens the same: not
-  // kept. Zen 2, whose two shuffle pipes it was meant for, is unmeasured.)
+  // vpshufb, two byte unpacks (the 16-bit BF16s), then per register of 16 BF16s a shift left by 16 (the
+  // even words as float32) and an and (the odd ones): 10 operations against LoadMxfp4's 16 (4 per 8
+  // weights), 6 of them on the shuffle/shift ports (4 on Intel's port 5) where four word unpacks took 8.
+  // The weights come out in lane order kMxfp4Lanes (position p of a Vec holds column
+  // kMxfp4Lanes.index[p] of its 16), which TileMxfp4 undoes by permuting x once (PermuteMxfp4X) and each
+  // accumulator at the end (CanonicalMxfp4Lanes): every column's products are summed by one lane in the
+  // same order as LoadMxfp4's, so the bits are its bits (tests/kernels/mxfp4_gemm_test.cc compares them).
+  // Measured on the 2-core Zen 3 VM (2026-12-07; a driver calling Bf16Gemm as mxfp4_gemm_bench does, 8
+  // matrices of 5760 x 2880 and 16 of 2880 x 2880, one token, 2 threads, 40 rounds with the variants
+  // alternated round by round, min / p25 ms): four word unpacks in 4-row tiles (the code before) 5.23 / 5.62
+  // and 5.21 / 5.52; shifts in 2-row tiles 4.54 / 4.96 and 4.57 / 4.90 (13 % less); shifts in 3-row tiles
+  // 4.69 / 5.10, in 4-row 4.87 / 5.30; unpacks in 2-row 5.00 / 5.28 (4-row tiles of two chains keep 16
+  // accumulator registers: the compiler spilled). gpt_oss mini, `executor_bench --threads 2 --decode-tokens
+  // 32 --reps 2 --no-mmap`, builds alternated 3x: TPOT 0.0819 / 0.0721 / 0.0819 -> 0.0771 / 0.0709 / 0.0723 s.
+  // (On the 2-core Zen 5 VM, 2026-12-04, the shifts in 4-row tiles under ZIPMOE_GEMM_ISA=avx2 had been
+  // slower; that CPU runs the AVX-512 variant by default.)
   static constexpr bool kMxfp4Block = true;
   static constexpr int64_t kMxfp4BlockMaxTokens = INT64_MAX;  // every call that decodes in the tile (kMxfp4DequantMinTokens)
 
@@ -170,11 +193,11 @@ struct Avx2 : F8NanCheckYmm {
     const __m256i low_bytes = _mm256_shuffle_epi8(lo, nibbles), high_bytes = _mm256_shuffle_epi8(hi, nibbles);
     const __m256i w0 = _mm256_unpacklo_epi8(low_bytes, high_bytes);  // BF16s of bytes 0-7: lane 0 low nibbles, lane 1 high
     const __m256i w1 = _mm256_unpackhi_epi8(low_bytes, high_bytes);  // bytes 8-15
-    const __m256i zero = _mm256_setzero_si256();
-    half0->lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0));  // columns 0 2 4 6 1 3 5 7 (kMxfp4Lanes)
-    half0->hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0));  // columns 8 10 12 14 9 11 13 15
-    half1->lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1));  // the same + 16
-    half1->hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
+    const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    half0->lo = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));  // columns 0 4 8 12 1 5 9 13 (kMxfp4Lanes)
+    half0->hi = _mm256_castsi256_ps(_mm256_and_si256(w0, odd));   // columns 2 6 10 14 3 7 11 15
+    half1->lo = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));  // the same + 16
+    half1->hi = _mm256_castsi256_ps(_mm256_and_si256(w1, odd));
   }
   // The block at p as 32 BF16s in column order (gemm_tile::HasMxfp4Bf16): the same two vpshufb tables,
   // indexed by the nibbles in column order (low and high nibbles interleaved), then the low and high
@@ -194,15 +217,20 @@ struct Avx2 : F8NanCheckYmm {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_unpacklo_epi8(low_bytes, high_bytes));  // 0-15
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16), _mm256_unpackhi_epi8(low_bytes, high_bytes));  // 16-31
   }
+  // The 16 elements of v in the order `order` (Lanes16): position p takes element order.index[p].
+  template <const Lanes16& kWithin8, int kMaskLo, int kMaskHi>
+  static Vec Permute16(const Vec& v) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kWithin8.index));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kWithin8.index + 8));
+    return {_mm256_blend_ps(_mm256_permutevar8x32_ps(v.lo, lo), _mm256_permutevar8x32_ps(v.hi, lo), kMaskLo),
+            _mm256_blend_ps(_mm256_permutevar8x32_ps(v.lo, hi), _mm256_permutevar8x32_ps(v.hi, hi), kMaskHi)};
+  }
   // 16 activations from x (canonical order) to out (lane order kMxfp4Lanes).
   static void PermuteMxfp4X(const float* x, float* out) {
-    const __m256i order = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMxfp4Lanes.index));
-    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x), order));
-    _mm256_storeu_ps(out + 8, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8), order));
+    Store(out, Permute16<kMxfp4LanesWithin8, FromHi(kMxfp4Lanes, 0), FromHi(kMxfp4Lanes, 1)>(LoadX(x)));
   }
   static Acc CanonicalMxfp4Lanes(const Acc& acc) {
-    const __m256i inverse = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMxfp4CanonicalLanes.index));
-    return {_mm256_permutevar8x32_ps(acc.lo, inverse), _mm256_permutevar8x32_ps(acc.hi, inverse)};
+    return Permute16<kMxfp4CanonicalWithin8, FromHi(kMxfp4CanonicalLanes, 0), FromHi(kMxfp4CanonicalLanes, 1)>(acc);
   }
 
   static void Store(float* p, const Vec& v) {
