@@ -179,6 +179,13 @@ struct Avx2 : F8NanCheckYmm {
   // 32 --reps 2 --no-mmap`, builds alternated 3x: TPOT 0.0819 / 0.0721 / 0.0819 -> 0.0771 / 0.0709 / 0.0723 s.
   // (On the 2-core Zen 5 VM, 2026-12-04, the shifts in 4-row tiles under ZIPMOE_GEMM_ISA=avx2 had been
   // slower; that CPU runs the AVX-512 variant by default.)
+  // The two accumulator chains' block groups side by side (gemm_tile::Mxfp4InterleavedChains; same bits):
+  // each lane's two FMAs a block wait on each other, and a 2-row decode tile has only 4 such lanes' registers.
+  // The same driver, 2026-12-07, a slower hour of the VM (p25 ms): 8 matrices of 5760 x 2880, one token,
+  // 8.49 / 7.99 -> 7.38 / 6.96 (13 % less, two runs of 40 rounds); gpt_oss mini's shapes (96 matrices) 2880 x
+  // 1440 29.1 -> 26.8, 1440 x 1440 13.5 -> 12.1; 2 tokens within the noise. In the model (gpt_oss mini TPOT,
+  // builds alternated 3x in that hour) within its noise.
+  static constexpr bool kMxfp4InterleavedChains = true;
   static constexpr bool kMxfp4Block = true;
   static constexpr int64_t kMxfp4BlockMaxTokens = INT64_MAX;  // every call that decodes in the tile (kMxfp4DequantMinTokens)
 

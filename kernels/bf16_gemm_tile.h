@@ -447,6 +447,17 @@ template <class V>
 struct HasMxfp4Block<V, decltype(void(V::kMxfp4Block))> {
   static constexpr bool value = V::kMxfp4Block;
 };
+// Whether TileMxfp4 runs the two accumulator chains' block groups side by side (V::kMxfp4InterleavedChains,
+// optional, with kMxfp4Block): each output lane takes two FMAs a block one after the other, so a tile of
+// few rows and tokens waits on FMA latency with one chain at a time (see Avx2's LoadMxfp4Block).
+template <class V, class = void>
+struct Mxfp4InterleavedChains {
+  static constexpr bool value = false;
+};
+template <class V>
+struct Mxfp4InterleavedChains<V, decltype(void(V::kMxfp4InterleavedChains))> {
+  static constexpr bool value = V::kMxfp4InterleavedChains;
+};
 template <class V>
 struct Mxfp4Canonical : V {
   static constexpr bool kMxfp4Block = false;
@@ -537,9 +548,23 @@ inline void TileMxfp4(const GemmArgs& a, int64_t r, int64_t t) {
     }
   };
   const auto min = [](int64_t u, int64_t v) { return u < v ? u : v; };
-  for (int64_t g = 0; g < blocks; g += 2 * kGroupBlocks) {
-    blocks_into(g, min(g + kGroupBlocks, blocks), acc0);
-    blocks_into(min(g + kGroupBlocks, blocks), min(g + 2 * kGroupBlocks, blocks), acc1);
+  if constexpr (Mxfp4InterleavedChains<V>::value && HasMxfp4Block<V>::value) {
+    // The two chains' groups side by side: block g + i into acc0, then block g + kGroupBlocks + i into acc1
+    // (each chain's blocks in the same order as below: the same bits), twice the independent FMA chains.
+    for (int64_t g = 0; g < blocks; g += 2 * kGroupBlocks) {
+      const int64_t end0 = min(g + kGroupBlocks, blocks), end1 = min(g + 2 * kGroupBlocks, blocks);
+      const int64_t both = end1 - end0;  // blocks of the second group (the first has as many or more)
+      for (int64_t i = 0; i < both; ++i) {
+        blocks_into(g + i, g + i + 1, acc0);
+        blocks_into(end0 + i, end0 + i + 1, acc1);
+      }
+      blocks_into(g + both, end0, acc0);
+    }
+  } else {
+    for (int64_t g = 0; g < blocks; g += 2 * kGroupBlocks) {
+      blocks_into(g, min(g + kGroupBlocks, blocks), acc0);
+      blocks_into(min(g + kGroupBlocks, blocks), min(g + 2 * kGroupBlocks, blocks), acc1);
+    }
   }
   if constexpr (HasMxfp4Block<V>::value) {  // back to canonical lanes for the reduction
 #pragma GCC unroll 8
