@@ -44,7 +44,11 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # e.g. a pyenv or venv python3 ahead of Debian's on PATH
+    sys.exit(f"gguf_writer.py: needs NumPy ({e}); Debian: apt-get install python3-numpy (scripts/install_deps.sh), "
+             f"then run it with /usr/bin/python3 (this is {sys.executable})")
 
 from gguf_format import (ConversionError,
                          T_INT32, T_STRING, LLAMA_FTYPE_MOSTLY_BF16, TOKEN_NORMAL, TOKEN_CONTROL,

@@ -34,7 +34,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # e.g. a pyenv or venv python3 ahead of Debian's on PATH
+    sys.exit(f"peer_check.py: needs NumPy ({e}); Debian: apt-get install python3-numpy (scripts/install_deps.sh), "
+             f"then run it with /usr/bin/python3 (this is {sys.executable})")
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
