@@ -69,8 +69,14 @@ cpu::AttentionArgs CacheAttention(const float* q, int64_t n_heads, int64_t t, in
 void KvCache::Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t dv, const at::TensorOptions& options) {
   const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
   if (need <= capacity) return;
-  const int64_t new_capacity = page_positions_ > 0 ? (need + page_positions_ - 1) / page_positions_ * page_positions_
-                                                  : std::max<int64_t>({need, 2 * capacity, 16});
+  const auto whole_pages = [&](int64_t positions) {
+    return page_positions_ > 0 ? (positions + page_positions_ - 1) / page_positions_ * page_positions_ : positions;
+  };
+  int64_t new_capacity = page_positions_ > 0 ? whole_pages(need) : std::max<int64_t>({need, 2 * capacity, 16});
+  // The expected length (set_expected_positions), at most twice `need`: CPU memory only, whose pages are not
+  // faulted in before a position is written to them (a device allocation would hold all of it at once).
+  if (expected_positions_ > new_capacity && options.device().is_cpu())
+    new_capacity = std::max(new_capacity, whole_pages(std::min(expected_positions_, std::max(new_capacity, 2 * need))));
   // A BF16 cache on the CPU (set_bf16_storage); otherwise the computed dtype.
   const bool bf16 = bf16_storage_ && options.device().is_cpu() && options.dtype() == at::kFloat;
   const at::TensorOptions stored = bf16 ? options.dtype(at::kBFloat16) : options;
@@ -161,6 +167,16 @@ int64_t KvCache::bytes() const {
   int64_t total = 0;
   for (const Layer& l : layers_) {
     if (l.k.defined()) total += static_cast<int64_t>(l.k.nbytes() + l.v.nbytes());
+  }
+  for (const LinearState& s : linear_) total += static_cast<int64_t>((s.conv.size() + s.recurrent.size()) * sizeof(float));
+  return total;
+}
+
+int64_t KvCache::length_bytes() const {
+  int64_t total = 0;
+  for (const Layer& l : layers_) {
+    if (l.k.defined() && l.k.size(1) > 0)
+      total += static_cast<int64_t>(l.k.nbytes() + l.v.nbytes()) / l.k.size(1) * std::min(length_, l.k.size(1));
   }
   for (const LinearState& s : linear_) total += static_cast<int64_t>((s.conv.size() + s.recurrent.size()) * sizeof(float));
   return total;

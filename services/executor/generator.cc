@@ -410,6 +410,13 @@ struct BatchSession::Impl {
     cache.set_page_positions(budget->page_positions);
     return cache;
   }
+  // The positions s may reach, for its cache's growth (KvCache::set_expected_positions): the prompt and
+  // every token it may generate, within the model's positions.
+  void ExpectPositions(Sequence& s) const {
+    const int64_t limit = config->max_position_embeddings;
+    const int64_t most = static_cast<int64_t>(s.result.prompt_ids.size()) + std::min<int64_t>(s.params.max_new_tokens, limit);
+    s.cache.set_expected_positions(std::min<int64_t>(most, limit));
+  }
   // Drops a running sequence's cache to make room: it waits again and re-prefills its prompt and every
   // token it generated (the same bits, the kernels being batch-invariant), then samples on.
   void Preempt(Sequence& s) {
@@ -422,6 +429,7 @@ struct BatchSession::Impl {
     budget->used_bytes -= s.held_bytes;
     s.held_bytes = 0;
     s.cache = NewCache();
+    ExpectPositions(s);
     s.prefill = s.result.prompt_ids;
     s.prefill.insert(s.prefill.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
     s.prefilled = false;
@@ -440,6 +448,7 @@ struct BatchSession::Impl {
         }).ok() || !hit)
       return;
     s.cache = std::move(*hit);
+    ExpectPositions(s);
     s.prefill.assign(s.result.prompt_ids.begin() + reused, s.result.prompt_ids.end());
     // A resumed sequence (AddSequence's `generated`) feeds its earlier tokens after the prompt.
     s.prefill.insert(s.prefill.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
@@ -455,6 +464,19 @@ struct BatchSession::Impl {
     tokens.insert(tokens.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
     if (static_cast<int64_t>(tokens.size()) < n) return;
     tokens.resize(static_cast<size_t>(n));
+    // A cache whose reserved room (doubling, or ExpectPositions for a request that stopped early) is over a
+    // quarter of what it holds is kept as a copy of its positions, so that room is not counted (and held)
+    // against the prefix cache's budget.
+    if (s.cache.bytes() > s.cache.length_bytes() + s.cache.length_bytes() / 4) {
+      KvCache trimmed;
+      if (!TorchBoundary("prefix cache copy", [&]() -> Status {
+            trimmed = s.cache.Prefix(n);
+            return Status::Ok();
+          }).ok())
+        return;
+      prefix_cache->Insert(std::move(tokens), std::move(trimmed));
+      return;
+    }
     prefix_cache->Insert(std::move(tokens), std::move(s.cache));
   }
   // A model with a recurrent state (Gated DeltaNet) keeps a copy of the cache right after the prompt too
@@ -540,6 +562,7 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
   }
   seq->prefill = seq->result.prompt_ids;
   seq->prefill.insert(seq->prefill.end(), seq->result.generated_ids.begin(), seq->result.generated_ids.end());
+  impl_->ExpectPositions(*seq);
   impl_->sequences.push_back(std::move(seq));
   return id;
 }
@@ -848,6 +871,9 @@ Result<PrefetchResiduals> Generator::CalibratePrefetchResiduals(const std::vecto
 
 Result<std::vector<float>> Generator::ForwardChunks(const std::vector<std::vector<int32_t>>& chunks) {
   KvCache cache = impl_->model->NewCache();
+  int64_t positions = 0;  // every chunk's, so the cache reserves room ahead (KvCache::set_expected_positions)
+  for (const std::vector<int32_t>& chunk : chunks) positions += static_cast<int64_t>(chunk.size());
+  cache.set_expected_positions(positions);
   std::vector<float> out;
   for (const std::vector<int32_t>& chunk : chunks) {
     ZM_ASSIGN_OR_RETURN(at::Tensor logits, impl_->model->Forward({&chunk}, {&cache}, /*all_logits=*/true));

@@ -447,5 +447,59 @@ TEST(CpuOpsTest, KvCacheAppendPositionStoresWhatAppendStores) {
   }
 }
 
+// set_expected_positions: a cache told how long its sequence may get reserves that room at its first growth
+// (never more than twice the positions needed then), so decode steps append in place: the rows' address
+// does not move while the sequence stays within the hint; the rows equal a cache without the hint at every
+// step (doubling and pages, float32 and BF16); past the hint it grows as before; length_bytes counts the
+// positions held, bytes the room.
+TEST(CpuOpsTest, KvCacheExpectedPositionsAppendsInPlace) {
+  for (const bool bf16 : {false, true}) {
+    for (const int64_t page : {int64_t{0}, int64_t{4}}) {
+      for (const int64_t expected : {int64_t{20}, int64_t{1000}}) {
+        KvCache plain(1), hinted(1);
+        for (KvCache* c : {&plain, &hinted}) {
+          c->set_bf16_storage(bf16);
+          c->set_page_positions(page);
+        }
+        hinted.set_expected_positions(expected);
+        const int64_t elem = bf16 ? 2 : 4;
+        const void* first_rows = nullptr;
+        int seed = 80;
+        // A 9-position prompt, then one position a step to 26 (past the hint of 20: it grows again there).
+        for (int64_t step = 0; hinted.length() < 26; ++step) {
+          const int64_t t = step == 0 ? 9 : 1;
+          const at::Tensor k = at::tensor(Random(static_cast<size_t>(t * 3 * 8), seed++)).view({t, 3, 8});
+          const at::Tensor v = at::tensor(Random(static_cast<size_t>(t * 3 * 4), seed++)).view({t, 3, 4});
+          const std::pair<at::Tensor, at::Tensor> want = plain.Append(0, k.transpose(0, 1), v.transpose(0, 1));
+          std::pair<at::Tensor, at::Tensor> got;
+          if (t == 1) {
+            const KvCache::Rows rows = hinted.AppendPosition(0, k.data_ptr<float>(), v.data_ptr<float>(), 3, 8, 4);
+            const void* at_rows = bf16 ? static_cast<const void*>(rows.k_bf16) : static_cast<const void*>(rows.k);
+            // Within the hint (and within twice the prompt: 18 positions) the rows do not move.
+            if (hinted.length() + 1 <= std::min<int64_t>(expected, 18)) {
+              EXPECT_EQ(at_rows, first_rows) << "moved at " << hinted.length() + 1 << ", page " << page;
+            }
+            hinted.Advance(1);
+            got = hinted.Append(0, k.transpose(0, 1).narrow(1, 0, 0), v.transpose(0, 1).narrow(1, 0, 0));
+          } else {
+            got = hinted.Append(0, k.transpose(0, 1), v.transpose(0, 1));
+            hinted.Advance(t);
+            first_rows = got.first.data_ptr();
+            // The prefill's growth reserved min(expected, 2 x 9) positions (whole pages).
+            const int64_t room = page > 0 ? (std::min<int64_t>(expected, 18) + page - 1) / page * page
+                                          : std::min<int64_t>(expected, 18);
+            EXPECT_EQ(hinted.bytes(), room * 3 * (8 + 4) * elem) << "page " << page << " expected " << expected;
+          }
+          plain.Advance(t);
+          EXPECT_TRUE(at::equal(got.first, want.first)) << "bf16 " << bf16 << " page " << page << " at " << hinted.length();
+          EXPECT_TRUE(at::equal(got.second, want.second)) << "bf16 " << bf16 << " page " << page << " at " << hinted.length();
+          EXPECT_EQ(hinted.length_bytes(), hinted.length() * 3 * (8 + 4) * elem);
+          EXPECT_GE(hinted.bytes(), hinted.length_bytes());
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zipmoe::executor
