@@ -76,7 +76,7 @@ void KvCache::Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t 
   // The expected length (set_expected_positions), at most twice `need`: CPU memory only, whose pages are not
   // faulted in before a position is written to them (a device allocation would hold all of it at once).
   if (expected_positions_ > new_capacity && options.device().is_cpu())
-    new_capacity = std::max(new_capacity, whole_pages(std::min(expected_positions_, std::max(new_capacity, 2 * need))));
+    new_capacity = whole_pages(std::min(expected_positions_, std::max(new_capacity, 2 * need)));
   // A BF16 cache on the CPU (set_bf16_storage); otherwise the computed dtype.
   const bool bf16 = bf16_storage_ && options.device().is_cpu() && options.dtype() == at::kFloat;
   const at::TensorOptions stored = bf16 ? options.dtype(at::kBFloat16) : options;
@@ -163,20 +163,13 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Te
   return {l.k.narrow(1, 0, need), l.v.narrow(1, 0, need)};
 }
 
-int64_t KvCache::bytes() const {
+int64_t KvCache::Bytes(bool held_positions_only) const {
   int64_t total = 0;
   for (const Layer& l : layers_) {
-    if (l.k.defined()) total += static_cast<int64_t>(l.k.nbytes() + l.v.nbytes());
-  }
-  for (const LinearState& s : linear_) total += static_cast<int64_t>((s.conv.size() + s.recurrent.size()) * sizeof(float));
-  return total;
-}
-
-int64_t KvCache::length_bytes() const {
-  int64_t total = 0;
-  for (const Layer& l : layers_) {
-    if (l.k.defined() && l.k.size(1) > 0)
-      total += static_cast<int64_t>(l.k.nbytes() + l.v.nbytes()) / l.k.size(1) * std::min(length_, l.k.size(1));
+    if (!l.k.defined()) continue;
+    const auto layer = static_cast<int64_t>(l.k.nbytes() + l.v.nbytes());
+    const int64_t capacity = l.k.size(1);
+    total += held_positions_only && capacity > 0 ? layer / capacity * std::min(length_, capacity) : layer;
   }
   for (const LinearState& s : linear_) total += static_cast<int64_t>((s.conv.size() + s.recurrent.size()) * sizeof(float));
   return total;

@@ -75,9 +75,9 @@ class KvCache {
 
   // Bytes the cache holds: every layer's key and value tensors (their whole capacity) and the Gated
   // DeltaNet layers' state.
-  int64_t bytes() const;
+  int64_t bytes() const { return Bytes(false); }
   // The part of bytes() that holds positions [0, length()) (the rest is room reserved for growth).
-  int64_t length_bytes() const;
+  int64_t length_bytes() const { return Bytes(true); }
   // Whether a Gated DeltaNet layer ran: its state summarises every position, so the cache can be
   // reused at its full length only (a KV cache can be cut at any position).
   bool has_recurrent_state() const { return !linear_.empty(); }
@@ -113,6 +113,8 @@ class KvCache {
   // or up to expected_positions_);
   // `options` those of the appended float32 values (the stored dtype is BF16 under bf16_storage_).
   void Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t dv, const at::TensorOptions& options);
+  // bytes(), or with held_positions_only its part for positions [0, length_) (length_bytes()).
+  int64_t Bytes(bool held_positions_only) const;
   std::vector<Layer> layers_;
   std::vector<LinearState> linear_;  // [n_layers] once a Gated DeltaNet layer ran
   int64_t length_ = 0;

@@ -467,16 +467,12 @@ struct BatchSession::Impl {
     // A cache whose reserved room (doubling, or ExpectPositions for a request that stopped early) is over a
     // quarter of what it holds is kept as a copy of its positions, so that room is not counted (and held)
     // against the prefix cache's budget.
-    if (s.cache.bytes() > s.cache.length_bytes() + s.cache.length_bytes() / 4) {
-      KvCache trimmed;
-      if (!TorchBoundary("prefix cache copy", [&]() -> Status {
-            trimmed = s.cache.Prefix(n);
-            return Status::Ok();
-          }).ok())
-        return;
-      prefix_cache->Insert(std::move(tokens), std::move(trimmed));
+    if (s.cache.bytes() > s.cache.length_bytes() + s.cache.length_bytes() / 4 &&
+        !TorchBoundary("prefix cache copy", [&]() -> Status {
+           s.cache = s.cache.Prefix(n);
+           return Status::Ok();
+         }).ok())
       return;
-    }
     prefix_cache->Insert(std::move(tokens), std::move(s.cache));
   }
   // A model with a recurrent state (Gated DeltaNet) keeps a copy of the cache right after the prompt too
