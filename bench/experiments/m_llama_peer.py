@@ -810,8 +810,9 @@ def report(rep):
                       "nothing about the machine here" if l_busy else
                       f"; {lr} is above the floor too: a decode step is more than its matrix products, whose "
                       "kernel alone reads about as fast as the floor's (kernels/bf16_gemm_tile.h PrefetchAhead); "
-                      "the rest is the work between them (attention, norms, routing) and a thread wake-up per "
-                      "product"
+                      "the rest is the serial work between them (attention, norms, routing, sampling: a few "
+                      "microseconds each, mostly first touches of memory the weight stream evicted; "
+                      "docs/benchmarks.md \"(m) on other machines\")"
                       if l["tpot_s"] / mj["floor_s"] > 1.2 else
                       f"; {lr} comes closer, so the gap is zipmoe's kernels/threading, not the machine"))
         lf = f"; llama.cpp's {l['floor_ratio_median']:.2f}" if l and l.get("floor_ratio_median") else ""
