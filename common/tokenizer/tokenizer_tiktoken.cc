@@ -26,6 +26,9 @@ using nlohmann::json;
 
 constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxRank = (int64_t{1} << 31) - (int64_t{1} << 20);  // room for special ids after it
+// Special token ids after the ranks, at most (num_reserved_special_tokens, added_tokens_decoder): Kimi's
+// tokenizers reserve 256. Each becomes an added token, so an id far past the ranks would make billions.
+constexpr int64_t kMaxSpecialIds = int64_t{1} << 20;
 
 std::string ByteLevel(std::string_view bytes) {
   const std::array<std::string, 256>& alphabet = ByteToUnicodeUtf8();
@@ -44,6 +47,11 @@ Result<std::unique_ptr<TiktokenModel>> TiktokenModel::Load(const std::string& pa
 
 Result<std::unique_ptr<TiktokenModel>> TiktokenModel::Parse(std::string_view text, const std::string& where) {
   std::unique_ptr<TiktokenModel> m(new TiktokenModel());
+  // Ids index a table of tokens, so a rank may leave gaps below it (some files skip a few) but not
+  // billions: at most twice the file's lines plus 1024 (a real file numbers its L tokens 0 .. L-1).
+  const int64_t lines = static_cast<int64_t>(std::count(text.begin(), text.end(), '\n')) +
+                        (!text.empty() && text.back() != '\n' ? 1 : 0);
+  const int64_t rank_limit = std::min<int64_t>(kMaxRank, 2 * lines + 1024);
   size_t pos = 0;
   int64_t line_no = 0;
   while (pos < text.size()) {
@@ -67,6 +75,11 @@ Result<std::unique_ptr<TiktokenModel>> TiktokenModel::Parse(std::string_view tex
     const auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
     if (ec != std::errc() || end != rank_text.data() + rank_text.size() || rank < 0 || rank >= kMaxRank) {
       return Status::Corruption(fmt::format("{}: rank '{}' is not an integer in [0, {})", at, rank_text, kMaxRank));
+    }
+    if (rank >= rank_limit) {
+      return Status::Corruption(fmt::format(
+          "{}: rank {} is far past the file's {} lines (ranks number the tokens from 0 with few gaps: at most {})", at,
+          rank, lines, rank_limit - 1));
     }
     const auto id = static_cast<int32_t>(rank);
     if (static_cast<size_t>(id) >= m->token_of_id_.size()) {
@@ -553,6 +566,12 @@ Result<TiktokenDirectory> LoadTiktokenDirectory(const std::string& dir, const js
       configured[id] = value;
       last = std::max(last, id);
     }
+  }
+  if (last - base >= kMaxSpecialIds) {
+    return Status::Corruption(fmt::format(
+        "{}: special token ids run from {} to {} ({} ids; at most {} follow the ranks): num_reserved_special_tokens "
+        "of {} or an added_tokens_decoder key is far too large", where, base, last, last - base + 1, kMaxSpecialIds,
+        out.pattern_source));
   }
   json added = json::array();
   for (int64_t id = base; id <= last; ++id) {

@@ -143,6 +143,13 @@ TEST(TiktokenModelTest, MalformedRankFilesAreRefusedNamingTheLine) {
   EXPECT_THAT(error(good + "YQ== 256\n"), HasSubstr("line 257: token YQ== given twice"));
   EXPECT_THAT(error(good.substr(good.find('\n') + 1)), HasSubstr("no rank for the single byte 0x00"));
   EXPECT_EQ(error(good + "\n\nYWI= 300\r\n"), "ok");  // blank lines and CRLF are fine; ranks may have gaps
+  // ... but not billions of ids without a token (the table of tokens by id would take GiBs: a fuzzer's find):
+  // below 2 x lines + 1024 (257 lines here).
+  EXPECT_EQ(error(good + "YWI= 1537\n"), "ok");
+  EXPECT_THAT(error(good + "YWI= 1538\n"),
+              HasSubstr("line 257: rank 1538 is far past the file's 257 lines (ranks number the tokens from 0 with "
+                        "few gaps: at most 1537)"));
+  EXPECT_THAT(error(good + "YWI= 133333341\n"), HasSubstr("line 257: rank 133333341 is far past"));
 }
 
 TEST(TiktokenPatternTest, ReadsTheJoinedRawLiteralsOfTheTokenizerModule) {
@@ -299,6 +306,16 @@ TEST(TiktokenDirectoryTest, MissingOrBrokenFilesAreNamed) {
     Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::LoadDir(dir.path());
     ASSERT_FALSE(tok.ok());
     EXPECT_THAT(tok.status().ToString(), HasSubstr("added_tokens_decoder[\"12\"]: id 12 is a rank of tiktoken.model"));
+  }
+  {
+    TempDir dir;  // a special id two billion past the ranks: refused, not two billion added tokens
+    WriteTiktokenFiles(dir.path(), {{"added_tokens_decoder", {{"2000000000", {{"content", "<|x|>"}}}}}});
+    Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::LoadDir(dir.path());
+    ASSERT_FALSE(tok.ok());
+    EXPECT_THAT(tok.status().ToString(),
+                HasSubstr("added_tokens_decoder: special token ids run from 265 to 2000000000 (1999999736 ids; at most "
+                          "1048576 follow the ranks)"));
+    EXPECT_THAT(tok.status().ToString(), HasSubstr("tokenization_moonshot.py"));
   }
   {
     TempDir dir;  // tokenizer.json wins when both exist (a converted checkpoint)
