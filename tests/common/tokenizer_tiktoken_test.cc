@@ -144,11 +144,11 @@ TEST(TiktokenModelTest, MalformedRankFilesAreRefusedNamingTheLine) {
   EXPECT_THAT(error(good.substr(good.find('\n') + 1)), HasSubstr("no rank for the single byte 0x00"));
   EXPECT_EQ(error(good + "\n\nYWI= 300\r\n"), "ok");  // blank lines and CRLF are fine; ranks may have gaps
   // ... but not billions of ids without a token (the table of tokens by id would take GiBs: a fuzzer's find):
-  // below 2 x lines + 1024 (257 lines here).
-  EXPECT_EQ(error(good + "YWI= 1537\n"), "ok");
-  EXPECT_THAT(error(good + "YWI= 1538\n"),
-              HasSubstr("line 257: rank 1538 is far past the file's 257 lines (ranks number the tokens from 0 with "
-                        "few gaps: at most 1537)"));
+  // below the lines plus 2^20 (257 lines here).
+  EXPECT_EQ(error(good + "YWI= 1048832\n"), "ok");
+  EXPECT_THAT(error(good + "YWI= 1048833\n"),
+              HasSubstr("line 257: rank 1048833 is far past the file's 257 lines (ranks number the tokens from 0 with "
+                        "few gaps: at most 1048832)"));
   EXPECT_THAT(error(good + "YWI= 133333341\n"), HasSubstr("line 257: rank 133333341 is far past"));
 }
 
