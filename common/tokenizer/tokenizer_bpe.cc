@@ -55,9 +55,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const st
     return Status::Corruption(fmt::format("{}.vocab: expected an object, found {}", where, vocab->type_name()));
   }
   bpe->vocab_.reserve(vocab->size());
-  // id_to_token_ is indexed by id, so ids stay below the entry count plus a gap no real vocabulary
-  // has: one id near 2^31 would otherwise allocate 64 GiB (found by fuzzing).
-  constexpr int64_t kMaxIdGap = int64_t{1} << 20;
+  // id_to_token_ is indexed by id: ids stay below the entry count plus kMaxIdGap (tokenizer_model.h).
   const int64_t max_id = std::min<int64_t>(INT32_MAX, static_cast<int64_t>(vocab->size()) + kMaxIdGap);
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > max_id) {

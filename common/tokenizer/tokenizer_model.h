@@ -19,6 +19,11 @@
 
 namespace zipmoe::tokenizer {
 
+// A model's ids index a table of tokens (id -> token), so a vocabulary's largest id stays below its
+// entry count plus this gap, which no real vocabulary has: one id near 2^31 would otherwise make the
+// table GiBs (found by fuzzing, tokenizer.json's BPE vocab and tiktoken.model's ranks alike).
+inline constexpr int64_t kMaxIdGap = int64_t{1} << 20;
+
 class Model {
  public:
   virtual ~Model() = default;

@@ -47,13 +47,11 @@ Result<std::unique_ptr<TiktokenModel>> TiktokenModel::Load(const std::string& pa
 
 Result<std::unique_ptr<TiktokenModel>> TiktokenModel::Parse(std::string_view text, const std::string& where) {
   std::unique_ptr<TiktokenModel> m(new TiktokenModel());
-  // Ids index a table of tokens, so a rank may leave gaps below it but stays below the file's lines
-  // plus a gap no real file has (a real file numbers its L tokens 0 .. L-1), as tokenizer.json's ids do
-  // (tokenizer_bpe.cc): one rank near 2^31 would otherwise allocate GiBs (found by fuzzing).
-  constexpr int64_t kMaxRankGap = int64_t{1} << 20;
+  // token_of_id_ is indexed by rank: a rank may leave gaps below it but stays below the file's lines
+  // plus kMaxIdGap (tokenizer_model.h; a real file numbers its L tokens 0 .. L-1).
   const int64_t lines = static_cast<int64_t>(std::count(text.begin(), text.end(), '\n')) +
                         (!text.empty() && text.back() != '\n' ? 1 : 0);
-  const int64_t rank_limit = std::min<int64_t>(kMaxRank, lines + kMaxRankGap);
+  const int64_t rank_limit = std::min<int64_t>(kMaxRank, lines + kMaxIdGap);
   size_t pos = 0;
   int64_t line_no = 0;
   while (pos < text.size()) {
