@@ -19,6 +19,11 @@ constexpr const char* kParts[6] = {"gate_up_proj_blocks", "gate_up_proj_scales",
                                    "down_proj_scales",    "gate_up_proj",        "down_proj"};
 constexpr int kDenseGateUp = 4, kDenseDown = 5;  // the dense runtime tensors' part indices
 
+// granitemoe / granitemoeshared (GraniteMoeParallelExperts): the dense parts under `block_sparse_moe.`.
+constexpr const char* kGraniteInfix = ".block_sparse_moe.";
+constexpr const char* kGraniteGateUp = "input_linear.weight";
+constexpr const char* kGraniteDown = "output_linear.weight";
+
 // The layer and part index (kParts) of a fused expert tensor name, or false.
 bool ParseFused(const std::string& name, int32_t* layer, int* part) {
   std::string prefix = kLayerPrefix;
@@ -29,6 +34,18 @@ bool ParseFused(const std::string& name, int32_t* layer, int* part) {
   const size_t digits = pos;
   while (pos < name.size() && name[pos] >= '0' && name[pos] <= '9' && v <= 1'000'000'000) v = v * 10 + (name[pos++] - '0');
   if (pos == digits || v > 1'000'000'000) return false;
+  const std::string granite = kGraniteInfix;
+  if (prefix == kLayerPrefix && name.compare(pos, granite.size(), granite) == 0) {
+    pos += granite.size();
+    for (auto [suffix, p] : {std::pair<const char*, int>{kGraniteGateUp, kDenseGateUp}, {kGraniteDown, kDenseDown}}) {
+      if (name.compare(pos, std::string::npos, suffix) == 0) {
+        *layer = static_cast<int32_t>(v);
+        *part = p;
+        return true;
+      }
+    }
+    return false;
+  }
   const std::string infix = kExpertsInfix;
   if (name.compare(pos, infix.size(), infix) != 0) return false;
   pos += infix.size();
@@ -46,8 +63,15 @@ bool IsQwen35(const nlohmann::json& config) {
   return ConfigModelType(config) == "qwen3_5_moe";
 }
 
+bool IsGranite(const nlohmann::json& config) {
+  const std::string t = ConfigModelType(config);
+  return t == "granitemoe" || t == "granitemoeshared";
+}
+
 // The checkpoint's name of fused part `part` of `layer`.
 std::string FusedName(const Checkpoint& ckpt, int32_t layer, int part) {
+  if (IsGranite(ckpt.config()))
+    return fmt::format("{}{}{}{}", kLayerPrefix, layer, kGraniteInfix, part == kDenseDown ? kGraniteDown : kGraniteGateUp);
   return fmt::format("{}{}{}{}", IsQwen35(ckpt.config()) ? kLanguageModelLayerPrefix : kLayerPrefix, layer,
                      kExpertsInfix, kParts[part]);
 }
@@ -109,7 +133,7 @@ Result<DensePair> FindDense(const Checkpoint& ckpt, int32_t layer) {
   }
   const std::vector<int64_t>& g = p.gate_up.spec.shape;
   const std::vector<int64_t>& d = p.down.spec.shape;
-  if (IsQwen35(ckpt.config())) {
+  if (IsQwen35(ckpt.config()) || IsGranite(ckpt.config())) {  // [E, 2I, H] (gate rows first) / [E, H, I]
     if (g[1] % 2 != 0 || d != std::vector<int64_t>{g[0], g[2], g[1] / 2} || p.gate_up.spec.dtype != p.down.spec.dtype)
       return Status::InvalidArgument(fmt::format(
           "{}: layer {}: '{}' is {} [{}] and '{}' {} [{}]: expected gate_up [E, 2I, H] and down [E, H, I] of one dtype",
@@ -141,7 +165,7 @@ bool IsFusedExpertTensor(const std::string& name) {
 }
 
 bool HasFusedExperts(const nlohmann::json& config) {
-  return ConfigModelType(config) == "gpt_oss" || IsQwen35(config);
+  return ConfigModelType(config) == "gpt_oss" || IsQwen35(config) || IsGranite(config);
 }
 
 bool HasFusedMxfp4Experts(const nlohmann::json& config) {
@@ -225,7 +249,7 @@ Status ReadFusedExpert(const Checkpoint& ckpt, const FusedExpertRef& ref, uint8_
       return Status::InvalidArgument(fmt::format("{}: '{}' [{}] does not fit the fused experts of layer {}", ckpt.dir(),
                                                  ref.name, fmt::join(ref.shape, "x"), ref.id.layer_id));
     const size_t w = static_cast<size_t>(DTypeSize(ref.dtype));
-    if (d.rows_layout) {  // qwen3_5_moe: gate = rows [0, I) of gate_up[e], up = rows [I, 2I), down = down[e]
+    if (d.rows_layout) {  // qwen3_5_moe, granite: gate = rows [0, I) of gate_up[e], up = rows [I, 2I), down = down[e]
       const TensorView& v = down ? d.down : d.gate_up;
       const int64_t per_expert = down ? d.hidden * d.inter : 2 * d.inter * d.hidden;
       const int64_t offset = ref.id.expert_id * per_expert + (ref.id.proj == ExpertProj::kUp ? d.inter * d.hidden : 0);

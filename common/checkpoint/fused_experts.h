@@ -1,5 +1,11 @@
-// Fused expert tensors (gpt-oss's MXFP4 or dense ones, Qwen3.5-MoE's dense ones), served as zipmoe's
-// per-expert gate / up / down tensors.
+// Fused expert tensors (gpt-oss's MXFP4 or dense ones, Qwen3.5-MoE's and Granite-MoE's dense ones), served
+// as zipmoe's per-expert gate / up / down tensors.
+//
+// granitemoe / granitemoeshared (modular_granitemoe.py, GraniteMoeParallelExperts; the MoE's
+// hidden_states.chunk(2, dim=-1) makes the first half the activated gate) ship the same layout under
+// other names:
+//   model.layers.{L}.block_sparse_moe.input_linear.weight   [E, 2I, H]  rows [0, I) gate, [I, 2I) up
+//   model.layers.{L}.block_sparse_moe.output_linear.weight  [E, H, I]
 //
 // qwen3_5_moe (modeling_qwen3_5_moe.py, Qwen3_5MoeExperts) ships each MoE layer's experts as
 //   model.language_model.layers.{L}.mlp.experts.gate_up_proj  [E, 2I, H]  rows [0, I) gate, [I, 2I) up
@@ -39,13 +45,13 @@
 
 namespace zipmoe {
 
-// Whether `name` is one of the fused expert tensors above (any layer): the four MXFP4 ones or the two
-// dense runtime ones.
+// Whether `name` is one of the fused expert tensors above (any layer): the four MXFP4 ones, the two
+// dense runtime ones, or Granite's two.
 bool IsFusedExpertTensor(const std::string& name);
 
 // Whether `config` (a config.json object) describes a checkpoint with fused experts: model_type
-// gpt_oss (MXFP4 with quantization_config.quant_method "mxfp4", else the dense runtime tensors) or
-// qwen3_5_moe.
+// gpt_oss (MXFP4 with quantization_config.quant_method "mxfp4", else the dense runtime tensors),
+// qwen3_5_moe, granitemoe or granitemoeshared.
 bool HasFusedExperts(const nlohmann::json& config);
 // Whether those fused experts are MXFP4 (quant_method "mxfp4").
 bool HasFusedMxfp4Experts(const nlohmann::json& config);
@@ -66,7 +72,7 @@ struct FusedExpertRef {
 // proj); multi-token-prediction layers are skipped (IsNotDecodedTensor). Errors (kInvalidArgument,
 // naming the file and tensor): a fused MXFP4 tensor that is not U8, a blocks tensor whose shape is not
 // [E, rows, cols/32, 16] or a scales tensor not [E, rows, cols/32] for the same E and rows; a dense one
-// not BF16/F16/F32 or not [E, H, 2I] / [E, I, H] (qwen3_5_moe: [E, 2I, H] / [E, H, I]); gate_up with an odd width, a layer with some of its
+// not BF16/F16/F32 or not [E, H, 2I] / [E, I, H] (qwen3_5_moe, granite: [E, 2I, H] / [E, H, I]); gate_up with an odd width, a layer with some of its
 // tensors but not all, down not matching gate_up.
 Result<std::vector<FusedExpertRef>> ListFusedExperts(const Checkpoint& ckpt);
 

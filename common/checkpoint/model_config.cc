@@ -134,7 +134,8 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
   for (ModelArch a : {ModelArch::kQwen2Moe, ModelArch::kMixtral, ModelArch::kQwen3Moe, ModelArch::kOlmoe,
                       ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers, ModelArch::kDeepseekV3,
                       ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe, ModelArch::kGptOss,
-                      ModelArch::kQwen3Next, ModelArch::kQwen35Moe})
+                      ModelArch::kQwen3Next, ModelArch::kQwen35Moe, ModelArch::kGraniteMoe,
+                      ModelArch::kGraniteMoeShared})
     if (t == ModelArchName(a)) return a;
   // Kimi-K2's published config.json names its own model_type for DeepSeek-V3's architecture
   // ("architectures": ["DeepseekV3ForCausalLM"], the same keys); Moonshot's README has users rename it.
@@ -478,6 +479,21 @@ Status ParseErnieMoe(const KeyReader& r, const std::string& source, ModelConfig&
   return Status::Ok();
 }
 
+// GraniteMoeConfig's four scalars (default 1.0 each): each must be finite and > 0.
+Status ParseGraniteMultipliers(const KeyReader& r, const std::string& source, ModelConfig& c) {
+  double attention = 1.0;
+  for (auto [key, out] : {std::pair<const char*, double*>{"embedding_multiplier", &c.embedding_multiplier},
+                          {"residual_multiplier", &c.residual_multiplier},
+                          {"logits_scaling", &c.logits_scaling},
+                          {"attention_multiplier", &attention}}) {
+    ZM_ASSIGN_OR_RETURN(*out, r.NumberOr(key, 1.0));
+    if (!(std::isfinite(*out) && *out > 0.0))
+      return Status::InvalidArgument(fmt::format("{}: key '{}' = {} must be finite and > 0", source, key, *out));
+  }
+  c.attention_multiplier = attention;
+  return Status::Ok();
+}
+
 Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
   switch (c.arch) {
     case ModelArch::kQwen2Moe:
@@ -504,6 +520,24 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
       ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", false));
       break;
     }
+    case ModelArch::kGraniteMoe:
+    case ModelArch::kGraniteMoeShared: {
+      // GraniteMoeConfig: num_local_experts 8, num_experts_per_tok 2; every expert is intermediate_size
+      // wide. JetMoeTopKGating's softmax over the k best logits is mixtral's renormalised top-k.
+      ZM_ASSIGN_OR_RETURN(c.num_experts, r.IntOr("num_local_experts", 8));
+      c.moe_intermediate_size = c.intermediate_size;
+      c.norm_topk_prob = true;
+      if (c.arch == ModelArch::kGraniteMoeShared) {
+        ZM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, r.IntOr("shared_intermediate_size", 0));
+        if (c.shared_expert_intermediate_size < 0)
+          return Status::InvalidArgument(fmt::format("{}: key 'shared_intermediate_size' must be >= 0", source));
+      }
+      if (c.num_experts <= 0)
+        return Status::InvalidArgument(fmt::format("{}: key 'num_local_experts' must be >= 1 for '{}'", source,
+                                                   c.model_type));
+      ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.PositiveOr("num_experts_per_tok", 2));
+      break;
+    }
     case ModelArch::kDeepseekV2:
     case ModelArch::kDeepseekV3:
     case ModelArch::kGlm4Moe:
@@ -522,7 +556,7 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
   if (c.num_experts < 0)
     return Status::InvalidArgument(fmt::format("{}: number of experts must be >= 0, got {}", source, c.num_experts));
   if (c.num_experts > 0) {
-    if (c.arch != ModelArch::kErnie45Moe) {  // ernie4_5_moe read moe_k
+    if (c.arch != ModelArch::kErnie45Moe && !c.granite()) {  // ernie4_5_moe read moe_k, granite its default
       ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Positive("num_experts_per_tok"));
     }
     if (c.num_experts_per_tok > c.num_experts)
@@ -851,13 +885,15 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kGptOss: return "gpt_oss";
     case ModelArch::kQwen3Next: return "qwen3_next";
     case ModelArch::kQwen35Moe: return "qwen3_5_moe";
+    case ModelArch::kGraniteMoe: return "granitemoe";
+    case ModelArch::kGraniteMoeShared: return "granitemoeshared";
   }
   return "unknown";
 }
 
 const char* SupportedModelTypes() {
   return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, glm4_moe_lite, "
-         "ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, switch_transformers";
+         "ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, switch_transformers";
 }
 
 bool ModelConfig::mla() const {
@@ -876,6 +912,8 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
     case ModelArch::kGptOss:
       return true;
     case ModelArch::kQwen35Moe:
+    case ModelArch::kGraniteMoe:
+    case ModelArch::kGraniteMoeShared:
       return true;
     case ModelArch::kQwen2Moe:
     case ModelArch::kQwen3Moe:
@@ -917,6 +955,7 @@ int64_t ModelConfig::q_head_dim() const { return mla() ? qk_nope_head_dim + qk_r
 int64_t ModelConfig::v_dim() const { return mla() ? v_head_dim : head_dim; }
 
 double ModelConfig::softmax_scale() const {
+  if (attention_multiplier) return *attention_multiplier;  // GraniteMoeAttention: self.scaling
   double scale = 1.0 / std::sqrt(static_cast<double>(q_head_dim()));
   // DeepseekV2Attention: `if self.config.rope_scaling is not None: mscale_all_dim = ...get("mscale_all_dim", 0);
   // if mscale_all_dim: scale *= yarn_get_mscale(factor, mscale_all_dim) ** 2` (any scaling type with
@@ -1053,6 +1092,7 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     ZM_ASSIGN_OR_RETURN(c.rope_theta, r.NumberOr("rope_theta", default_theta));
     ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", c.arch == ModelArch::kErnie45Moe));
     ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
+    if (c.granite()) ZM_RETURN_IF_ERROR(ParseGraniteMultipliers(r, source_path, c));
   }
   ZM_RETURN_IF_ERROR(ParseRopeScaling(settings, settings_source, c));
   ZM_RETURN_IF_ERROR(ParsePartialRotary(settings, settings_source, c));

@@ -42,6 +42,14 @@
 // Multi-token-prediction layers (num_nextn_predict_layers; tensors model.layers.L.* with
 // L >= num_hidden_layers, or qwen3_next's `mtp.*`) are not part of the decoding forward pass: every
 // loader skips them.
+//   granitemoe  GraniteMoeForCausalLM (modular_granitemoe.py: Llama attention with the softmax scale
+//               attention_multiplier, embeddings x embedding_multiplier, both residual branches x
+//               residual_multiplier, logits / logits_scaling; JetMoe's top-k gating (softmax over the k
+//               best router logits, = mixtral's renormalised top-k) and fused experts
+//               block_sparse_moe.input_linear [E, 2I, H] (gate rows first) / output_linear [E, H, I])
+//   granitemoeshared GraniteMoeSharedForCausalLM (granitemoe plus an ungated shared MLP of
+//               shared_intermediate_size: shared_mlp.input_linear [2S, H] (gate rows first) /
+//               output_linear [H, S], added to the routed experts' output)
 //   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
 //               T5-style encoder-decoder, relative position buckets, top-1 router with expert capacity)
 // Defaults for keys a config.json may omit are those of the transformers config classes (e.g.
@@ -87,6 +95,8 @@ enum class ModelArch : uint8_t {
   kGptOss = 10,
   kQwen3Next = 11,
   kQwen35Moe = 12,
+  kGraniteMoe = 13,
+  kGraniteMoeShared = 14,
 };
 
 // switch_transformers has no position limit of its own (relative position buckets); the encoder input
@@ -95,7 +105,8 @@ enum class ModelArch : uint8_t {
 inline constexpr int64_t kSwitchMaxPositions = 4096;
 
 // "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers", "deepseek_v3",
-// "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe".
+// "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
+// "granitemoeshared".
 const char* ModelArchName(ModelArch arch);
 // Every supported model_type, comma-separated (for error messages).
 const char* SupportedModelTypes();
@@ -141,7 +152,7 @@ struct ModelConfig {
   int64_t head_dim = 0;             // per-head q/k/v width (MLA: qk_nope + qk_rope)
   int64_t intermediate_size = 0;    // dense MLP width (mixtral, olmoe: also the expert width)
   int64_t moe_intermediate_size = 0;  // routed expert width (= intermediate_size for mixtral, olmoe)
-  int64_t shared_expert_intermediate_size = 0;  // qwen2_moe; 0 = no shared expert
+  int64_t shared_expert_intermediate_size = 0;  // qwen2_moe, granitemoeshared; 0 = no shared expert
   int64_t max_position_embeddings = 0;
 
   // --- attention ---
@@ -243,6 +254,12 @@ struct ModelConfig {
   int64_t fp8_block_cols = 0;
   bool fp8() const { return fp8_block_rows > 0; }
 
+  // --- Granite's scalar multipliers (granitemoe, granitemoeshared; 1 / unset for every other model) ---
+  double embedding_multiplier = 1.0;  // h0 = embed_tokens[id] * embedding_multiplier
+  double residual_multiplier = 1.0;   // h = h + branch * residual_multiplier (attention and MLP branches)
+  double logits_scaling = 1.0;        // logits = lm_head(h) / logits_scaling
+  std::optional<double> attention_multiplier;  // the attention softmax scale, replacing q_head_dim^-0.5
+
   // --- embeddings / generation ---
   bool tie_word_embeddings = false;
   std::vector<int32_t> eos_token_ids;  // union of config.json and generation_config.json, in order
@@ -274,7 +291,7 @@ struct ModelConfig {
   int64_t q_head_dim() const;
   // Per-head v width: v_head_dim (MLA) or head_dim.
   int64_t v_dim() const;
-  // Attention softmax scale: q_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 for
+  // Attention softmax scale: attention_multiplier where set (granitemoe), else q_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 for
   // the MLA models when rope_scaling sets mscale_all_dim (DeepseekV2Attention.__init__).
   double softmax_scale() const;
   // The attention window of decoder layer `layer_id` (0 = full causal attention): mixtral's
@@ -289,6 +306,8 @@ struct ModelConfig {
   std::string UnusedParts() const;
   // Whether `token_id` is one of eos_token_ids.
   bool IsEos(int32_t token_id) const;
+  // granitemoe / granitemoeshared (their multipliers above, fused `block_sparse_moe` experts).
+  bool granite() const { return arch == ModelArch::kGraniteMoe || arch == ModelArch::kGraniteMoeShared; }
 };
 
 // Parses a config.json object. `source_path` names the file in messages. gpt_oss: keys it omits take
@@ -302,6 +321,9 @@ struct ModelConfig {
 // rope type other than default, use_sliding_window true, a layer_types entry other than
 // linear_attention / full_attention, and for qwen3_5_moe decoder_sparse_step != 1, mlp_only_layers or
 // norm_topk_prob false are refused by name.
+// granitemoe / granitemoeshared: keys the file omits take GraniteMoeConfig's defaults (num_local_experts 8,
+// num_experts_per_tok 2, the multipliers 1, tie_word_embeddings false); a multiplier that is not finite and
+// > 0 is refused by name.
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
 // hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func (named),

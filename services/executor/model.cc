@@ -104,13 +104,17 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
     const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
     const at::Tensor id_tensor = at::tensor(ids, long_opts).to(w.embed_tokens.device());
     at::Tensor h = w.embed_tokens.index_select(0, id_tensor).to(device_, dtype_);
+    if (c.embedding_multiplier != 1.0) h = h * c.embedding_multiplier;  // GraniteMoeModel
+    const double residual_scale = c.residual_multiplier;               // GraniteMoeDecoderLayer
     std::tie(batch.cos, batch.sin) = rope_.CosSin(at::tensor(positions, long_opts));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
       trace::TraceSpan attention_span("layer", [&] { return fmt::format("attention {}", l); });
       const at::Tensor attn_in = RmsNorm(h, lw.input_layernorm, c.rms_norm_eps);
-      h = AddResidual(std::move(h), lw.linear_attention ? LinearAttentionForward(c, lw.linear_attn, l, attn_in, batch)
-                                                        : AttentionForward(c, lw.attn, l, attn_in, batch));
+      h = AddResidual(std::move(h),
+                      lw.linear_attention ? LinearAttentionForward(c, lw.linear_attn, l, attn_in, batch)
+                                          : AttentionForward(c, lw.attn, l, attn_in, batch),
+                      residual_scale);
       attention_span.End();
       const trace::TraceSpan mlp_span("layer", [&] { return fmt::format("{} {}", lw.is_moe ? "moe" : "mlp", l); });
       const at::Tensor mlp_in = RmsNorm(h, lw.post_attention_layernorm, c.rms_norm_eps);
@@ -130,9 +134,9 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
                             MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr,
                                        substitution_alpha_, placement_ ? &*placement_ : nullptr,
                                        device_experts_.get()));
-        h = AddResidual(std::move(h), moe_out);
+        h = AddResidual(std::move(h), moe_out, residual_scale);
       } else {
-        h = AddResidual(std::move(h), MlpForward(lw.dense_mlp, mlp_in));
+        h = AddResidual(std::move(h), MlpForward(lw.dense_mlp, mlp_in), residual_scale);
       }
     }
     // Each sequence's last row (a decode step's rows are those already: one token a sequence).
@@ -143,7 +147,9 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
     }
     // The final norm and lm_head, and (on a GPU) the step's last wait for the device.
     const trace::TraceSpan head_span("layer", [] { return std::string("final norm and lm_head"); });
-    logits = Linear(RmsNorm(h, w.norm, c.rms_norm_eps), w.lm_head).to(at::kCPU, at::kFloat).contiguous();
+    logits = Linear(RmsNorm(h, w.norm, c.rms_norm_eps), w.lm_head);
+    if (c.logits_scaling != 1.0) logits = logits / c.logits_scaling;  // GraniteMoeForCausalLM
+    logits = logits.to(at::kCPU, at::kFloat).contiguous();
     return Status::Ok();
   }));
   for (size_t i = 0; i < caches.size(); ++i) caches[i]->Advance(batch.lengths[i]);
@@ -165,7 +171,8 @@ Result<std::vector<std::vector<int32_t>>> Model::PredictExperts(const std::vecto
     const ModelWeights& w = model_.weights;
     const std::vector<int64_t> ids64(ids.begin(), ids.end());
     const at::Tensor id_tensor = at::tensor(ids64, at::TensorOptions().dtype(at::kLong)).to(w.embed_tokens.device());
-    const at::Tensor h = w.embed_tokens.index_select(0, id_tensor).to(device_, dtype_);
+    at::Tensor h = w.embed_tokens.index_select(0, id_tensor).to(device_, dtype_);
+    if (c.embedding_multiplier != 1.0) h = h * c.embedding_multiplier;
     const int64_t n = static_cast<int64_t>(ids.size());
     std::vector<int32_t> topk_ids(static_cast<size_t>(n * c.num_experts_per_tok));
     std::vector<float> topk_weights(topk_ids.size());

@@ -1,7 +1,7 @@
 // Model directory loading: tensor names and shapes per architecture follow the transformers modules
 // (Qwen2MoeForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV3ForCausalLM,
 // Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM, Ernie4_5_MoeForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM,
-// Qwen3_5MoeForConditionalGeneration's text model) and the Hub's modeling_deepseek.py (DeepseekV2ForCausalLM).
+// Qwen3_5MoeForConditionalGeneration's text model, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM) and the Hub's modeling_deepseek.py (DeepseekV2ForCausalLM).
 // Multi-token-prediction layers (model.layers.L with L >= num_hidden_layers) are never read.
 #include "services/executor/model_weights.h"
 
@@ -27,7 +27,7 @@ std::string ExpertTensorName(const ModelConfig& c, int64_t layer_id, int64_t exp
                        decoder ? layer_id - c.num_encoder_layers : layer_id, decoder ? 2 : 1, expert_id,
                        proj == ExpertProj::kUp ? "wi" : "wo");
   }
-  if (c.arch == ModelArch::kGptOss || c.arch == ModelArch::kQwen35Moe)  // fused in the checkpoint (fused_experts.h)
+  if (c.arch == ModelArch::kGptOss || c.arch == ModelArch::kQwen35Moe || c.granite())  // fused (fused_experts.h)
     return UnfusedExpertName(static_cast<int32_t>(layer_id), static_cast<int32_t>(expert_id), proj);
   if (c.arch == ModelArch::kMixtral) {
     const char* w = proj == ExpertProj::kGate ? "w1" : proj == ExpertProj::kUp ? "w3" : "w2";
@@ -188,6 +188,24 @@ class Loader {
     return w;
   }
 
+  // A SwiGLU MLP stored as Granite's shared_mlp: prefix.input_linear.weight [2 * inter, hidden] (gate rows,
+  // then up rows) and prefix.output_linear.weight [hidden, inter]. gate / up are the two row blocks (views
+  // of one tensor: contiguous, zero-copy where Get's tensor is).
+  Result<MlpWeights> GetFusedMlp(const std::string& prefix, int64_t inter) const {
+    const int64_t h = c_.hidden_size;
+    MlpWeights w;
+    const std::string gate_up_name = prefix + ".input_linear.weight";
+    ZM_ASSIGN_OR_RETURN(TensorView gate_up_view, Find(gate_up_name));
+    if (gate_up_view.spec.dtype == DType::kF8E4M3)  // the block scales would have to be split as well
+      return Status::InvalidArgument(fmt::format("{}: '{}' is F8_E4M3; FP8 Granite shared MLPs are not supported",
+                                                 gate_up_view.file, gate_up_name));
+    ZM_ASSIGN_OR_RETURN(at::Tensor gate_up, Get(gate_up_name, {2 * inter, h}));
+    w.gate = gate_up.narrow(0, 0, inter);
+    w.up = gate_up.narrow(0, inter, inter);
+    ZM_ASSIGN_OR_RETURN(w.down, Get(prefix + ".output_linear.weight", {h, inter}));
+    return w;
+  }
+
   // kv_b_proj per head as the latent KV cache uses it (AttentionWeights::kv_b_k_t, kv_b_v), from the
   // loaded a->kv_b_proj (`name` is its tensor, read again when it is F8_E4M3).
   Status SplitMlaUpProjections(const std::string& name, AttentionWeights* a) const {
@@ -270,7 +288,8 @@ class Loader {
     }
     if (found != 3 * c_.num_experts)
       return Status::NotFound(fmt::format("{}: layer {} has {} fused expert projections, expected 3 x {} experts "
-                                          "({}layers.{}.mlp.experts.gate_up_proj[_blocks / _scales], down_proj*)",
+                                          "({}layers.{}.mlp.experts.gate_up_proj[_blocks / _scales], down_proj*; Granite: "
+                                          "block_sparse_moe.input_linear / output_linear)",
                                           m_.dir, layer_id, found, c_.num_experts, c_.weight_prefix, layer_id));
     return Status::Ok();
   }
@@ -318,8 +337,10 @@ class Loader {
       ZM_ASSIGN_OR_RETURN(w.dense_mlp, GetMlp(p + "mlp", c_.intermediate_size));
       return w;
     }
-    const std::string moe = c_.arch == ModelArch::kMixtral ? p + "block_sparse_moe." : p + "mlp.";
-    if (c_.arch == ModelArch::kGptOss) {  // GptOssTopKRouter: mlp.router.{weight, bias}
+    const std::string moe = c_.arch == ModelArch::kMixtral || c_.granite() ? p + "block_sparse_moe." : p + "mlp.";
+    if (c_.granite()) {  // GraniteMoeTopKGating: block_sparse_moe.router.layer (no bias)
+      ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "router.layer.weight", {c_.num_experts, h}, at::kFloat));
+    } else if (c_.arch == ModelArch::kGptOss) {  // GptOssTopKRouter: mlp.router.{weight, bias}
       ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "router.weight", {c_.num_experts, h}, at::kFloat));
       ZM_ASSIGN_OR_RETURN(w.router_logit_bias, Get(moe + "router.bias", {c_.num_experts}, at::kFloat));
       w.router_logit_bias = w.router_logit_bias.to(at::kCPU).contiguous();
@@ -338,6 +359,11 @@ class Loader {
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert, GetMlp(moe + "shared_expert", c_.shared_expert_intermediate_size));
       ZM_ASSIGN_OR_RETURN(w.shared_expert_gate, Get(moe + "shared_expert_gate.weight", {1, h}));
+    } else if (c_.arch == ModelArch::kGraniteMoeShared && c_.shared_expert_intermediate_size > 0) {
+      // GraniteMoeSharedMLP: input_linear [2S, H] (rows [0, S) the activated gate, [S, 2S) up), output_linear
+      // [H, S]; added to the routed output without a gate, as deepseek's shared experts.
+      w.has_shared_expert = true;
+      ZM_ASSIGN_OR_RETURN(w.shared_expert, GetFusedMlp(p + "shared_mlp", c_.shared_expert_intermediate_size));
     } else if (c_.deepseek_moe() && c_.n_shared_experts > 0) {
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert,

@@ -89,17 +89,25 @@ bool DeviceKernelRan(const Status& launch) {
   throw std::runtime_error(launch.ToString());
 }
 
-at::Tensor AddResidual(at::Tensor h, const at::Tensor& x) {
+at::Tensor AddResidual(at::Tensor h, const at::Tensor& x, double scale) {
   if (h.is_cpu() && x.is_cpu() && h.scalar_type() == at::kFloat && x.scalar_type() == at::kFloat && h.is_contiguous() &&
       x.is_contiguous() && !h.is_view() && h.sizes() == x.sizes() && h.use_count() == 1 && h.storage().use_count() == 1 &&
       h.storage_offset() == 0 && !h.is_same(x)) {
     float* hp = h.data_ptr<float>();
     const float* xp = x.data_ptr<float>();
     const int64_t count = h.numel();
-    for (int64_t i = 0; i < count; ++i) hp[i] += xp[i];
+    if (scale == 1.0) {
+      for (int64_t i = 0; i < count; ++i) hp[i] += xp[i];
+    } else {  // as torch's h + x * scale in float32: the product rounded, then the sum
+      const auto s = static_cast<float>(scale);
+      for (int64_t i = 0; i < count; ++i) {
+        volatile float product = xp[i] * s;  // not contracted into an FMA
+        hp[i] += product;
+      }
+    }
     return h;
   }
-  return h + x;
+  return scale == 1.0 ? h + x : h + x * scale;
 }
 
 namespace {

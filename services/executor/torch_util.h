@@ -69,7 +69,8 @@ bool DeviceKernelRan(const Status& launch);
 // its own (contiguous, not a view, the same shape as a float32 CPU x): the same bits as h + x (one
 // float32 addition per element) without a torch operator's dispatch, which on a 2-core decode step cost
 // more than the additions (issue 35). Otherwise returns h + x. h is consumed: use the result.
-at::Tensor AddResidual(at::Tensor h, const at::Tensor& x);
+// scale != 1 (Granite's residual_multiplier): h + x * scale, the product rounded before the sum.
+at::Tensor AddResidual(at::Tensor h, const at::Tensor& x, double scale = 1.0);
 
 // nn.Linear: x [..., in] -> [..., out] with weight [out, in] and optional bias [out] (undefined = none).
 // On the CPU with float32 activations and a BF16 or float32 weight (how every checkpoint matrix is

@@ -2,6 +2,8 @@
 //   qwen2_moe:   Qwen2MoeAttention (q/k/v bias), Qwen2MoeSparseMoeBlock (gate, experts, shared_expert,
 //                shared_expert_gate), dense Qwen2MoeMLP for mlp_only_layers / decoder_sparse_step.
 //   mixtral:     MixtralAttention, MixtralSparseMoeBlock (block_sparse_moe.gate, experts.M.w1/w2/w3).
+//   granitemoe / granitemoeshared: LlamaAttention, GraniteMoeMoE (block_sparse_moe.router.layer, fused
+//                input_linear / output_linear), granitemoeshared's shared_mlp.input_linear / output_linear.
 //   qwen3_moe:   Qwen3MoeAttention (+ q_norm/k_norm over head_dim), Qwen3MoeSparseMoeBlock.
 //   olmoe:       OlmoeAttention (+ q_norm [heads*head_dim], k_norm [kv_heads*head_dim]), OlmoeSparseMoeBlock.
 //   deepseek_v2: DeepseekV2Attention (MLA), DeepseekV2MoE (experts, gate, shared_experts), dense
@@ -340,6 +342,9 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
   if (type == "qwen2_moe") {
     ZM_ASSIGN_OR_RETURN(shared_inter, GetOptional(config, "shared_expert_intermediate_size", 0));
   }
+  if (type == "granitemoeshared") {
+    ZM_ASSIGN_OR_RETURN(shared_inter, GetOptional(config, "shared_intermediate_size", 0));
+  }
   int64_t n_mtp = 0;
   int64_t ernie_start = 1, ernie_end = -1, ernie_interval = 1;
   if (ernie) {
@@ -418,7 +423,20 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
       }
     }
     // --- MLP / MoE ---
-    if (type == "mixtral") {
+    if (type == "granitemoe" || type == "granitemoeshared") {
+      // GraniteMoeMoE: router.layer, then the experts fused (input_linear [E, 2I, H], gate rows first;
+      // output_linear [E, H, I]); granitemoeshared's shared_mlp input_linear [2S, H] / output_linear [H, S].
+      b.Router(p + "block_sparse_moe.router.layer", n_experts, hidden, l, post_norm);
+      b.Add(p + "block_sparse_moe.input_linear.weight", {n_experts, 2 * inter, hidden}, InitKind::kNormal, 0.0f,
+            kProjectionStd, l);
+      layout.tensors.back().reads_residual = true;
+      b.Add(p + "block_sparse_moe.output_linear.weight", {n_experts, hidden, inter}, InitKind::kNormal, 0.0f,
+            kProjectionStd, l);
+      if (shared_inter > 0) {
+        b.Reader(p + "shared_mlp.input_linear", 2 * shared_inter, hidden, l);
+        b.Linear(p + "shared_mlp.output_linear", hidden, shared_inter, l);
+      }
+    } else if (type == "mixtral") {
       b.Router(p + "block_sparse_moe.gate", n_experts, hidden, l, post_norm);
       for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e) {
         const std::string ep = fmt::format("{}block_sparse_moe.experts.{}.", p, e);
@@ -618,12 +636,13 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (type == "mixtral") experts_key = "num_local_experts";
   if (type == "deepseek_v2" || IsNoauxTc(type)) experts_key = "n_routed_experts";
   if (type == "ernie4_5_moe") experts_key = "moe_num_experts";
-  if (type == "gpt_oss") experts_key = "num_local_experts";
+  if (type == "gpt_oss" || type == "granitemoe" || type == "granitemoeshared") experts_key = "num_local_experts";
   if (type == "qwen3_next" || type == "qwen3_5_moe") return BuildQwen3NextLayout(config, std::move(layout));
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
         "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
-        "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, switch_transformers)",
+        "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, "
+        "granitemoeshared, switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));

@@ -5,7 +5,7 @@
 // self_attn, mlp / block_sparse_moe, input_layernorm, post_attention_layernorm; then model.norm and
 // lm_head). Supported model_type: qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3,
 // glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe (its text_config; tensors under
-// model.language_model.) and switch_transformers (encoder-decoder, F32 tensors; layer_id = the global layer). Works on real
+// model.language_model.), granitemoe, granitemoeshared and switch_transformers (encoder-decoder, F32 tensors; layer_id = the global layer). Works on real
 // downloaded configs too (used by the router-skew measurement). Pure; thread-safe.
 #pragma once
 

@@ -3,7 +3,8 @@
 // allenai/OLMoE-1B-7B-0924, deepseek-ai/DeepSeek-V2-Lite, moonshotai/Moonlight-16B-A3B (deepseek_v3),
 // zai-org/GLM-4.5-Air (glm4_moe), zai-org/GLM-4.7-Flash (glm4_moe_lite) and baidu/ERNIE-4.5-21B-A3B-PT
 // (ernie4_5_moe), openai/gpt-oss-20b (gpt_oss), Qwen/Qwen3-Next-80B-A3B-Instruct (qwen3_next) and
-// Qwen/Qwen3.5-35B-A3B (qwen3_5_moe) (see docs/synth.md for known deviations).
+// Qwen/Qwen3.5-35B-A3B (qwen3_5_moe), ibm-granite/granite-3.0-1b-a400m-instruct (granitemoe and, with a shared
+// MLP, granitemoeshared) (see docs/synth.md for known deviations).
 #include "services/synth/presets.h"
 
 #include <fmt/format.h>
@@ -85,6 +86,16 @@ const std::vector<PresetRow> kPresets = {
    "Qwen3.5-35B-A3B at half width: layers 40->12 (9 linear + 3 full), experts 256->128 (top-8 kept); "
    "heads 16->8 with the real head_dim 256, linear heads 16/32->8/16 of the real 128",
    0, 1, 1, 1, false, 8, 16, 128},
+  // granitemoe: the intermediate width is the expert width; mini is ibm-granite/granite-3.0-1b-a400m's real
+  // shape. granitemoeshared (no small release to copy): the same with a shared MLP (`shared` column).
+  {"granitemoe",  "tiny", 128,  4, 4, 2,  0,   64,   0,    0, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "GQA 4/2; the real multipliers (embedding 12, residual 0.22, attention 1/64, logits / 6), tied embeddings"},
+  {"granitemoe",  "mini", 1024, 24, 16, 8, 0,  512,   0,    0, 32, 8,  49155,   0,   0,  0,   0, 0, 0,
+   "granite-3.0-1b-a400m's real shape (1.3 B parameters, 400 M active)"},
+  {"granitemoeshared", "tiny", 128, 4, 4, 2, 0, 64,  0,  128, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "granitemoe tiny plus a 128-wide shared MLP"},
+  {"granitemoeshared", "mini", 1024, 24, 16, 8, 0, 512, 0, 1024, 32, 8, 49155,   0,   0,  0,   0, 0, 0,
+   "granitemoe mini plus a 1024-wide shared MLP (no small granitemoeshared release to copy)"},
 };
 // clang-format on
 
@@ -95,6 +106,7 @@ Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
   config["eos_token_id"] = layout.IdOf(layout.eos_token);
   if (arch == "olmoe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "ernie4_5_moe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
+  if (arch == "granitemoe" || arch == "granitemoeshared") config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "gpt_oss") {  // stops on <|return|>; <|endoftext|> pads (the real ids 200002 / 199999)
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
     config.erase("bos_token_id");
@@ -682,6 +694,44 @@ json SwitchConfig(const std::string& preset) {
   };
 }
 
+// ibm-granite/granite-3.0-1b-a400m-instruct's config.json (model_type granitemoe); granitemoeshared adds
+// shared_intermediate_size (GraniteMoeSharedConfig).
+json GraniteMoeConfig(const PresetRow& p) {
+  const bool shared = std::string(p.arch) == "granitemoeshared";
+  json c{
+      {"architectures", {shared ? "GraniteMoeSharedForCausalLM" : "GraniteMoeForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"attention_multiplier", 0.015625},
+      {"embedding_multiplier", 12.0},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"logits_scaling", 6.0},
+      {"max_position_embeddings", 4096},
+      {"model_type", p.arch},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"num_local_experts", p.num_experts},
+      {"output_router_logits", false},
+      {"residual_multiplier", 0.22},
+      {"rms_norm_eps", 1e-06},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 10000},
+      {"router_aux_loss_coef", 0.0},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.46.0.dev0"},
+      {"use_cache", true},
+      {"vocab_size", p.vocab_size},
+  };
+  if (shared) c["shared_intermediate_size"] = p.shared_intermediate;
+  return c;
+}
+
 }  // namespace
 
 const std::vector<PresetRow>& PresetTable() { return kPresets; }
@@ -689,7 +739,8 @@ const std::vector<PresetRow>& PresetTable() { return kPresets; }
 const std::vector<std::string>& ArchNames() {
   static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2",
                                                  "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe",
-                                                 "gpt_oss", "qwen3_next", "qwen3_5_moe"};
+                                                 "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
+                                                 "granitemoeshared"};
   return names;
 }
 
@@ -719,7 +770,8 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
     if (!arch_known) {
       return Status::InvalidArgument(fmt::format(
           "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, "
-          "glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, switch_transformers)",
+          "glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, "
+          "switch_transformers)",
           arch));
     }
     return Status::InvalidArgument(
@@ -747,6 +799,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
   if (arch == "gpt_oss") config = GptOssConfig(*row, preset == "tiny");
   if (arch == "qwen3_next") config = Qwen3NextConfig(*row);
   if (arch == "qwen3_5_moe") config = Qwen35MoeConfig(*row, preset == "tiny");
+  if (arch == "granitemoe" || arch == "granitemoeshared") config = GraniteMoeConfig(*row);
   if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
   ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
   return config;

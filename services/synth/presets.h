@@ -16,16 +16,16 @@ namespace zipmoe::synth {
 
 // One row of the preset table. Sizes are element counts; 0 means "not used by this architecture".
 struct PresetRow {
-  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2 | deepseek_v3 | glm4_moe | glm4_moe_lite | ernie4_5_moe | gpt_oss | qwen3_next | qwen3_5_moe
+  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2 | deepseek_v3 | glm4_moe | glm4_moe_lite | ernie4_5_moe | gpt_oss | qwen3_next | qwen3_5_moe | granitemoe | granitemoeshared
   const char* preset;  // tiny | mini
   int64_t hidden_size;
   int64_t num_hidden_layers;
   int64_t num_attention_heads;
   int64_t num_key_value_heads;
   int64_t head_dim;              // qwen3_moe, glm4_moe (explicit key); others derive hidden / heads
-  int64_t intermediate_size;     // dense MLP width (mixtral, olmoe, gpt_oss: the expert width)
+  int64_t intermediate_size;     // dense MLP width (mixtral, olmoe, gpt_oss, granite: the expert width)
   int64_t moe_intermediate_size; // expert width (qwen2_moe, qwen3_moe, the DeepSeek-style MoEs)
-  int64_t shared_intermediate;   // qwen2_moe shared_expert_intermediate_size
+  int64_t shared_intermediate;   // qwen2_moe shared_expert_intermediate_size, granitemoeshared shared_intermediate_size
   int64_t num_experts;
   int64_t top_k;
   int64_t vocab_size;

@@ -79,6 +79,23 @@ const char kChatMlTemplate[] =
     "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+// Granite-3.x-style template (its structure: <|start_of_role|>ROLE<|end_of_role|>CONTENT<|end_of_text|> and a
+// newline per message, the tools as an available_tools message first, tool results in the tool_response
+// role); written for synth.
+const char kGraniteStartOfRole[] = "<|start_of_role|>";
+const char kGraniteEndOfRole[] = "<|end_of_role|>";
+const char kGraniteToolCall[] = "<|tool_call|>";
+const char kGraniteEndOfText[] = "<|end_of_text|>";
+const char kGraniteTemplate[] =
+    "{%- if tools %}{{- '<|start_of_role|>available_tools<|end_of_role|>\n' }}"
+    "{%- for tool in tools %}{{- tool | tojson(indent=4) }}{%- if not loop.last %}{{- '\n\n' }}{%- endif %}"
+    "{%- endfor %}{{- '<|end_of_text|>\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- set role = 'tool_response' if message['role'] == 'tool' else message['role'] %}"
+    "{{- '<|start_of_role|>' + role + '<|end_of_role|>' + (message['content'] or '') + '<|end_of_text|>\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}";
+
 // Mixtral-8x7B-Instruct-v0.1 template.
 const char kMistralTemplate[] =
     "{{ bos_token }}{% for message in messages %}"
@@ -199,6 +216,17 @@ Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t
     layout.bos_token = "<|startoftext|>";
     layout.eos_token = "<|return|>";
     layout.pad_token = "<|endoftext|>";
+  } else if (arch == "granitemoe" || arch == "granitemoeshared") {
+    // Granite 3's vocabulary: StarCoder's 19 specials first (<|end_of_text|> = 0 is bos, eos and pad), its
+    // three role / tool tokens last (49152-49154 in the real 49155).
+    layout.front = {kGraniteEndOfText, "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<filename>",
+                    "<gh_stars>", "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>",
+                    "<jupyter_text>", "<jupyter_code>", "<jupyter_output>", "<empty_output>", "<commit_before>",
+                    "<commit_msg>", "<commit_after>", "<reponame>"};
+    layout.back = {kGraniteStartOfRole, kGraniteEndOfRole, kGraniteToolCall};
+    layout.bos_token = kGraniteEndOfText;
+    layout.eos_token = kGraniteEndOfText;
+    layout.pad_token = kGraniteEndOfText;
   } else if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // no BOS: the template writes [gMASK]<sop>
     layout.back = {kGlmEndOfText, kGlmGMask, kGlmSop, kGlmSystem, kGlmUser, kGlmAssistant, kGlmObservation};
     layout.eos_token = kGlmEndOfText;
@@ -281,6 +309,17 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
     c["padding_side"] = "left";
     c["remove_space"] = false;
     c["tokenizer_class"] = "PreTrainedTokenizer";
+  } else if (arch == "granitemoe" || arch == "granitemoeshared") {
+    c["add_bos_token"] = false;
+    c["add_prefix_space"] = false;
+    c["additional_special_tokens"] = {kGraniteStartOfRole, kGraniteEndOfRole, kGraniteToolCall};
+    c["chat_template"] = kGraniteTemplate;
+    c["clean_up_tokenization_spaces"] = true;
+    c["errors"] = "replace";
+    c["model_max_length"] = 4096;
+    c["padding_side"] = "left";
+    c["tokenizer_class"] = "GPT2Tokenizer";
+    c["unk_token"] = kGraniteEndOfText;
   } else if (arch == "gpt_oss") {
     c["chat_template"] = kHarmonyTemplate;
     c["clean_up_tokenization_spaces"] = false;

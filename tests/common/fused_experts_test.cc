@@ -186,5 +186,77 @@ TEST(FusedExperts, DenseRuntimeTensorsAreTransposedPerExpert) {
   }
 }
 
+// Granite-MoE (GraniteMoeParallelExperts): input_linear [E, 2I, H] whose first I rows are the gate
+// (chunk(2) of the output, the first half activated), output_linear [E, H, I]; unfused as contiguous blocks.
+TEST(FusedExperts, GraniteInputLinearIsGateRowsThenUpRows) {
+  for (const char* type : {"granitemoe", "granitemoeshared"}) {
+    testing::TempDir tmp;
+    std::vector<TensorSpec> specs(2);
+    specs[0].name = "model.layers.1.block_sparse_moe.input_linear.weight";
+    specs[0].dtype = DType::kBF16;
+    specs[0].shape = {kE, 2 * kI, kH};
+    specs[1].name = "model.layers.1.block_sparse_moe.output_linear.weight";
+    specs[1].dtype = DType::kBF16;
+    specs[1].shape = {kE, kH, kI};
+    const auto value = [](const TensorSpec& s, int64_t flat) { return static_cast<uint16_t>(flat * 5 + s.shape[1]); };
+    ASSERT_TRUE(WriteSafetensors(tmp.Sub("model.safetensors"), specs, [&](const TensorSpec& s, uint8_t* out) {
+                  for (int64_t i = 0; i < s.numel(); ++i) {
+                    const uint16_t v = value(s, i);
+                    std::memcpy(out + 2 * i, &v, 2);
+                  }
+                  return Status::Ok();
+                }).ok());
+    testing::WriteAll(tmp.Sub("config.json"), json{{"model_type", type}, {"num_hidden_layers", 2}}.dump());
+    auto ckpt = Checkpoint::Open(tmp.path());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    EXPECT_TRUE(HasFusedExperts((*ckpt)->config())) << type;
+    EXPECT_FALSE(HasFusedMxfp4Experts((*ckpt)->config())) << type;
+    EXPECT_TRUE(IsFusedExpertTensor(specs[0].name));
+    EXPECT_TRUE(IsFusedExpertTensor(specs[1].name));
+    EXPECT_FALSE(IsFusedExpertTensor("model.layers.1.block_sparse_moe.router.layer.weight"));
+    EXPECT_FALSE(IsFusedExpertTensor("model.layers.1.shared_mlp.input_linear.weight"));
+    EXPECT_FALSE(IsFusedExpertTensor("model.layers.1.block_sparse_moe.experts.0.w1.weight"));  // mixtral
+    auto refs = ListFusedExperts(**ckpt);
+    ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+    ASSERT_EQ(refs->size(), static_cast<size_t>(kE * 3));
+    for (const FusedExpertRef& r : *refs) {
+      EXPECT_EQ(r.id.layer_id, 1);
+      EXPECT_EQ(r.name, UnfusedExpertName(1, r.id.expert_id, r.id.proj));
+      const bool down = r.id.proj == ExpertProj::kDown;
+      ASSERT_EQ(r.shape, down ? (std::vector<int64_t>{kH, kI}) : (std::vector<int64_t>{kI, kH}));
+      std::vector<uint16_t> got(static_cast<size_t>(kI * kH));
+      ASSERT_TRUE(ReadFusedExpert(**ckpt, r, reinterpret_cast<uint8_t*>(got.data())).ok());
+      const int64_t e = r.id.expert_id, first_row = r.id.proj == ExpertProj::kUp ? kI : 0;
+      for (int64_t row = 0; row < r.shape[0]; ++row) {
+        for (int64_t col = 0; col < r.shape[1]; ++col) {
+          const int64_t src = down ? (e * kH + row) * kI + col : (e * 2 * kI + first_row + row) * kH + col;
+          ASSERT_EQ(got[static_cast<size_t>(row * r.shape[1] + col)], value(specs[down ? 1 : 0], src))
+              << type << " " << r.name << " [" << row << ", " << col << "]";
+        }
+      }
+    }
+  }
+  // output_linear not [E, H, I] for input_linear's E and I: refused naming both tensors.
+  testing::TempDir tmp;
+  std::vector<TensorSpec> specs(2);
+  specs[0].name = "model.layers.0.block_sparse_moe.input_linear.weight";
+  specs[0].dtype = DType::kBF16;
+  specs[0].shape = {kE, 2 * kI, kH};
+  specs[1].name = "model.layers.0.block_sparse_moe.output_linear.weight";
+  specs[1].dtype = DType::kBF16;
+  specs[1].shape = {kE, kI, kH};
+  ASSERT_TRUE(WriteSafetensors(tmp.Sub("model.safetensors"), specs, [](const TensorSpec& s, uint8_t* out) {
+                std::memset(out, 0, static_cast<size_t>(s.numel() * 2));
+                return Status::Ok();
+              }).ok());
+  testing::WriteAll(tmp.Sub("config.json"), R"({"model_type": "granitemoe", "num_hidden_layers": 1})");
+  auto ckpt = Checkpoint::Open(tmp.path());
+  ASSERT_TRUE(ckpt.ok());
+  auto refs = ListFusedExperts(**ckpt);
+  ASSERT_FALSE(refs.ok());
+  EXPECT_NE(refs.status().message().find("output_linear"), std::string::npos) << refs.status().ToString();
+  EXPECT_NE(refs.status().message().find("input_linear"), std::string::npos) << refs.status().ToString();
+}
+
 }  // namespace
 }  // namespace zipmoe

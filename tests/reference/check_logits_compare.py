@@ -16,9 +16,9 @@ import numpy as np
 import moe_reference as ref
 
 ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite",
-         "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe"]
+         "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared"]
 # Archs the reference implements but `zipmoe synth --arch` does not offer yet: compared with zipmoe only when
-# asked for by name, never by default; the self-test covers them by default. None at present.
+# asked for by name, never by default; the self-test covers them by default.
 ARCHS_PENDING = []
 # Extra synth variants run after the base cases, for the archs of ARCHS asked for (skip with --base-only): (label, arch,
 # synth args).

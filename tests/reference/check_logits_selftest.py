@@ -1,7 +1,8 @@
 """The self-test of the numpy reference (check_logits.py --self-test): known answers of its helpers and,
 on small checkpoints written here in exact HF layout, the vectorised pass against the independent slow
 pass, causality, sharded == single file, and the CLI output file. The gpt_oss part is in
-check_logits_selftest_gpt_oss.py.
+check_logits_selftest_gpt_oss.py, the qwen3_next / qwen3_5_moe part in check_logits_selftest_qwen3_next.py, the
+granitemoe / granitemoeshared part in check_logits_selftest_granite.py.
 """
 
 import json
@@ -19,6 +20,7 @@ import numpy as np
 import moe_reference as ref
 from check_logits_compare import CheckError, config_only_model, fed_sequence, log
 from check_logits_selftest_gpt_oss import gpt_oss_tests, known_answer_tests_gpt_oss
+from check_logits_selftest_granite import granite_tests, known_answer_tests_granite
 from check_logits_selftest_qwen3_next import known_answer_tests_qwen3_next, qwen3_next_tests
 
 # ====================================================================================================
@@ -144,6 +146,7 @@ def known_answer_tests(t):
     known_answer_tests_ernie(t)
     known_answer_tests_gpt_oss(t)
     known_answer_tests_qwen3_next(t)
+    known_answer_tests_granite(t)
 
 
 def e4m3_by_ldexp(code):
@@ -919,6 +922,8 @@ def model_tests(t, archs, work):
         gpt_oss_tests(t, work)
     if any(a in archs for a in ref.qwen3_next.TYPES):
         qwen3_next_tests(t, work, archs)
+    if any(a in archs for a in ref.granite.TYPES):
+        granite_tests(t, work, archs)
     # CLI
     label, cfg = selftest_configs()[0]
     if cfg["model_type"] in archs:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of twelve MoE LLMs.
+"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of fourteen MoE LLMs.
 
 Written from the HF modeling code and the model papers, without transformers/torch:
   qwen2_moe     Qwen2MoeForCausalLM    (Qwen1.5-MoE)
@@ -20,6 +20,10 @@ Written from the HF modeling code and the model papers, without transformers/tor
                 moe_reference_qwen3_next.py)
   qwen3_5_moe   Qwen3_5MoeForConditionalGeneration's text model (Qwen3.5-35B-A3B: the same blocks, un-interleaved
                 DeltaNet projections, fused experts, `model.language_model.` names; vision tower ignored)
+  granitemoe    GraniteMoeForCausalLM  (IBM Granite 3.0/3.1 MoE, PowerMoE: embedding / residual / attention / logits
+                multipliers, top-k router with a softmax over the k, fused [E, 2I, H] / [E, H, I] experts;
+                moe_reference_granite.py)
+  granitemoeshared GraniteMoeSharedForCausalLM (granitemoe plus an ungated shared MLP of shared_intermediate_size)
 
 Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights and
 MXFP4 (e2m1 x E8M0) expert weights are dequantized exactly); see docs/reference.md for the semantics
@@ -35,7 +39,8 @@ Library:  m = Model(dir); logits = m.forward([1, 2, 3])            # vectorised 
 Modules: moe_reference_safetensors.py (the safetensors reader/writer, checkpoint directories, FP8 and MXFP4),
 moe_reference_ops.py (the numerical helpers), moe_reference_naive.py (the slow token-by-token pass),
 moe_reference_gpt_oss.py (gpt_oss config, tensor names, router and experts), moe_reference_qwen3_next.py
-(qwen3_next / qwen3_5_moe config, tensor names, the gated delta rule recurrent and chunked, the vectorised pass);
+(qwen3_next / qwen3_5_moe config, tensor names, the gated delta rule recurrent and chunked, the vectorised pass),
+moe_reference_granite.py (granitemoe / granitemoeshared config, tensor names, router, experts, the vectorised pass);
 their names are re-exported here, as check_logits.py uses them (ref.rms_norm, ref.write_safetensors, ...).
 """
 
@@ -46,13 +51,15 @@ import sys
 import numpy as np
 
 import moe_reference_gpt_oss as gpt_oss
+import moe_reference_granite as granite
 import moe_reference_qwen3_next as qwen3_next
 from moe_reference_naive import NaiveRunner
 from moe_reference_ops import (F32, apply_partial_rope, apply_rope, apply_rope_interleaved, attention,
     causal_mask, deepseek_yarn_inv_freq_and_mscale, deinterleave, gpt_oss_swiglu, hf_yarn_inv_freq_and_attention_factor,
     linear, rms_norm, rope_cos_sin, rope_inv_freq, rotate_half, rotate_half_interleaved, select_experts,
-    select_experts_ernie, select_experts_gpt_oss, select_experts_noaux_tc, sigmoid, silu, softmax, topk_desc,
-    yarn_find_correction_dim, yarn_find_correction_range, yarn_get_mscale, yarn_linear_ramp_mask)  # noqa: F401
+    select_experts_ernie, select_experts_gpt_oss, select_experts_granite, select_experts_noaux_tc, sigmoid, silu,
+    softmax, topk_desc, yarn_find_correction_dim, yarn_find_correction_range, yarn_get_mscale,
+    yarn_linear_ramp_mask)  # noqa: F401
 from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFIX, Checkpoint, SafetensorsFile,
     bf16_bits_to_f32, e4m3_bits_to_f32, e8m0_to_f32, f32_to_bf16_bits, f32_to_e4m3_bits, mxfp4_dequantize,
     write_safetensors)  # noqa: F401
@@ -62,7 +69,7 @@ from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFI
 # ----------------------------------------------------------------------------------------------------
 
 SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-             "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe")
+             "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")       # DeepSeek multi-head latent attention
 DEEPSEEK_MOE_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # mlp.gate + shared_experts
 MTP_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")         # may ship MTP layers >= num_hidden_layers
@@ -124,6 +131,9 @@ class Model:
             return
         if self.type in qwen3_next.TYPES:  # hybrid Gated DeltaNet / gated attention (moe_reference_qwen3_next.py)
             qwen3_next.init(self, c)
+            return
+        if self.type in granite.TYPES:  # multipliers, fused parallel experts (moe_reference_granite.py)
+            granite.init(self, c)
             return
         self.hidden = int(c["hidden_size"])
         self.n_layers = int(c["num_hidden_layers"])
@@ -386,7 +396,7 @@ class Model:
             return self.n_experts > 0 and i >= self.first_dense
         if t == "ernie4_5_moe":
             return (i + 1) % self.moe_interval == 0 and self.moe_start <= i <= self.moe_end
-        return True  # mixtral, olmoe, gpt_oss: every layer is sparse
+        return True  # mixtral, olmoe, gpt_oss, granitemoe, granitemoeshared: every layer is sparse
 
     def is_extra_layer_name(self, name):
         """A tensor of a layer >= num_hidden_layers (the MTP / next-token-prediction layers DeepSeek-V3 and
@@ -544,6 +554,8 @@ class Model:
             return gpt_oss.expected_names(self)
         if self.type in qwen3_next.TYPES:
             return qwen3_next.expected_names(self)
+        if self.type in granite.TYPES:
+            return granite.expected_names(self)
         names = ["model.embed_tokens.weight", "model.norm.weight"]
         if not self.tie:
             names.append("lm_head.weight")
@@ -662,6 +674,8 @@ class Model:
             return NaiveRunner(self).forward(ids)
         if self.type in qwen3_next.TYPES:
             return qwen3_next.forward(self, ids)
+        if self.type in granite.TYPES:
+            return granite.forward(self, ids)
         W = self.ckpt
         h = self.embed(ids)
         positions = np.arange(h.shape[0])

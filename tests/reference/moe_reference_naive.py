@@ -21,7 +21,9 @@ from moe_reference_ops import F32, linear, rms_norm
 # (and the checkpoint reader) with Model. qwen3_next / qwen3_5_moe (forward_qwen3_next) share nothing but the
 # reader: float64 matrix-vector products, the DeltaNet projections split by explicit per-head offsets, an explicit
 # conv state (the last K-1 inputs) and one recurrent delta-rule step per token and value head, the gated attention
-# with a KV cache and per-head 2-D rotations, routing in python floats.
+# with a KV cache and per-head 2-D rotations, routing in python floats. granitemoe / granitemoeshared
+# (forward_granite) likewise: float64 matrix-vector products, the multipliers applied as python floats, per-head
+# rotations and a KV cache, the router by sorting python floats, the fused experts sliced per expert into gate and up.
 # ----------------------------------------------------------------------------------------------------
 
 def _rotate_pairs_neox(x, pos, inv_freq, mscale=1.0):
@@ -330,10 +332,87 @@ class NaiveRunner:
             rows.append((head.astype(np.float64) @ hn).astype(F32))
         return np.stack(rows)
 
+    # --- granitemoe / granitemoeshared: float64 matrix-vector products, per-head loops, routing in python floats ---
+
+    @staticmethod
+    def _rms64(x, w, eps):
+        x = np.asarray(x, dtype=np.float64)
+        return x / math.sqrt(float(np.mean(x * x)) + eps) * w.astype(np.float64)
+
+    def _granite_attn_token(self, i, x, pos, cache):
+        """One token of the Llama attention: q/k/v/o (+ biases), 2-D rotations of (j, j + D/2) per head, the
+        scores times attention_multiplier, the softmax over the cached keys."""
+        m = self.m
+        W = m.ckpt
+        a = f"model.layers.{i}.self_attn."
+        D = m.hidden // m.n_heads
+
+        def proj(name, v):
+            y = W[a + name + ".weight"].astype(np.float64) @ v
+            return y + W[a + name + ".bias"].astype(np.float64) if m.qkv_bias else y
+        q, k, v = proj("q_proj", x), proj("k_proj", x), proj("v_proj", x)
+        inv = m.inv_freq.astype(np.float64)
+        cache[0].append([_rotate_pairs_neox(k[j * D:(j + 1) * D], pos, inv) for j in range(m.n_kv)])
+        cache[1].append([v[j * D:(j + 1) * D] for j in range(m.n_kv)])
+        per_kv = m.n_heads // m.n_kv
+        heads = []
+        for hh in range(m.n_heads):
+            qh = _rotate_pairs_neox(q[hh * D:(hh + 1) * D], pos, inv)
+            j = hh // per_kv
+            heads.append(self._attend(qh, [kk[j] for kk in cache[0]], [vv[j] for vv in cache[1]],
+                                      m.attention_multiplier))
+        return proj("o_proj", np.concatenate(heads))
+
+    def _granite_mlp_token(self, i, x):
+        """Sort the router logits, softmax over the first k; each chosen expert from its [2I, H] / [H, I] slices
+        (gate rows first); plus the shared MLP when shared_intermediate_size > 0."""
+        m = self.m
+        W = m.ckpt
+        p = f"model.layers.{i}."
+        logits = [float(v) for v in W[p + "block_sparse_moe.router.layer.weight"].astype(np.float64) @ x]
+        chosen = sorted(range(len(logits)), key=lambda e: (-logits[e], e))[:m.top_k]
+        top = logits[chosen[0]]
+        ex = [math.exp(logits[e] - top) for e in chosen]
+        w_in, w_out = W[p + "block_sparse_moe.input_linear.weight"], W[p + "block_sparse_moe.output_linear.weight"]
+        I = m.inter
+        acc = np.zeros(x.shape)
+        for e, z in zip(chosen, ex):
+            g = w_in[e, :I].astype(np.float64) @ x
+            u = w_in[e, I:].astype(np.float64) @ x
+            acc += (z / sum(ex)) * (w_out[e].astype(np.float64) @ (g / (1.0 + np.exp(-g)) * u))
+        if m.shared_inter > 0:
+            S = m.shared_inter
+            s_in = W[p + "shared_mlp.input_linear.weight"].astype(np.float64)
+            g, u = s_in[:S] @ x, s_in[S:] @ x
+            acc += W[p + "shared_mlp.output_linear.weight"].astype(np.float64) @ (g / (1.0 + np.exp(-g)) * u)
+        return acc
+
+    def forward_granite(self, ids):
+        m = self.m
+        W = m.ckpt
+        caches = [([], []) for _ in range(m.n_layers)]
+        rows = []
+        for t, tok in enumerate(ids):
+            if not 0 <= int(tok) < m.vocab:
+                raise ValueError(f"token id out of range [0, {m.vocab})")
+            h = W["model.embed_tokens.weight"][int(tok)].astype(np.float64) * m.embedding_multiplier
+            for i in range(m.n_layers):
+                p = f"model.layers.{i}."
+                x = self._rms64(h, W[p + "input_layernorm.weight"], m.eps)
+                h = h + m.residual_multiplier * self._granite_attn_token(i, x, t / m.rope_linear_factor, caches[i])
+                x = self._rms64(h, W[p + "post_attention_layernorm.weight"], m.eps)
+                h = h + m.residual_multiplier * self._granite_mlp_token(i, x)
+            hn = self._rms64(h, W["model.norm.weight"], m.eps)
+            head = W["model.embed_tokens.weight"] if m.tie else W["lm_head.weight"]
+            rows.append(((head.astype(np.float64) @ hn) / m.logits_scaling).astype(F32))
+        return np.stack(rows)
+
     def forward(self, ids):
         m = self.m
         if m.type in ("qwen3_next", "qwen3_5_moe"):
             return self.forward_qwen3_next(ids)
+        if m.type in ("granitemoe", "granitemoeshared"):
+            return self.forward_granite(ids)
         W = m.ckpt
         H = m.n_heads
         caches = [([], []) for _ in range(m.n_layers)]  # per layer: list over time of per-head K/V

@@ -3,7 +3,8 @@ linear, activations, softmax, RoPE (NeoX, partial, de-interleaved, and ERNIE's i
 YaRN and the YaRN of transformers' modeling_rope_utils, attention with a causal (optionally sliding-window)
 mask and optional per-head attention sinks (gpt-oss), expert selection per architecture (softmax top-k,
 DeepSeek-V2 MoEGate, the DeepSeek-V3 / GLM-4.5 "noaux_tc" sigmoid router, ERNIE 4.5's softmax router with a
-selection-only bias, gpt-oss's top-k of biased logits with a softmax over the k), and gpt-oss's clamped SwiGLU.
+selection-only bias, gpt-oss's top-k of biased logits with a softmax over the k, GraniteMoe's top-k of the
+logits with a softmax over the k), and gpt-oss's clamped SwiGLU.
 """
 
 import math
@@ -302,6 +303,15 @@ def select_experts(model_type, probs, top_k, norm_topk, routed_scale=1.0, topk_m
 def select_experts_gpt_oss(logits, top_k):
     """gpt-oss (GptOssTopKRouter) given the router logits [S, E] = x @ W^T + b (fp32): the experts are the
     top_k logits; their weights are the softmax over those k logits only. Ties go to the lower index."""
+    idx, top = topk_desc(logits, top_k)
+    return idx, softmax(top, axis=-1)
+
+
+def select_experts_granite(logits, top_k):
+    """GraniteMoe (GraniteMoeTopKGating = jetmoe's JetMoeTopKGating) given the router logits [S, E] = x @ W^T
+    (fp32, no bias): the experts are the top_k logits, in descending order; their weights are the softmax over
+    those k logits only, which equals the softmax over all experts restricted to the k and renormalised
+    (mixtral's rule). Ties go to the lower index."""
     idx, top = topk_desc(logits, top_k)
     return idx, softmax(top, axis=-1)
 

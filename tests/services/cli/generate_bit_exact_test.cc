@@ -82,11 +82,12 @@ TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudget
 // The two FP8 variants (synth --dtype fp8: F8_E4M3 experts split into a 4-bit exponent plane and a
 // packed sign|mantissa plane, block scales in dense.safetensors) and gpt_oss (MXFP4 experts: 2-bit
 // exponent fields, the scales in the SM-chunk) and the hybrid models (Gated DeltaNet state beside the
-// KV cache; qwen3_5_moe's fused experts) run the same matrix.
+// KV cache; qwen3_5_moe's fused experts) and granitemoeshared (fused experts under other names, a fused
+// shared MLP, Granite's multipliers) run the same matrix.
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest,
                          ::testing::Values("qwen2_moe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                                            "deepseek_v3 --dtype fp8", "glm4_moe --dtype fp8", "gpt_oss", "qwen3_next",
-                                           "qwen3_5_moe"));
+                                           "qwen3_5_moe", "granitemoeshared"));
 
 // Prefetching changes what is read ahead, never what is computed: both predictors, two budgets, a
 // ranked and a global policy, on every architecture; the prediction is exercised (issued > 0) and
@@ -134,7 +135,7 @@ TEST_P(GeneratePrefetchTest, LogitsAreByteEqualToAllResidentWithEveryPredictor) 
 
 INSTANTIATE_TEST_SUITE_P(Archs, GeneratePrefetchTest,
                          ::testing::Values("qwen2_moe", "deepseek_v2", "mixtral", "qwen3_moe", "olmoe", "deepseek_v3",
-                                           "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "gpt_oss"));
+                                           "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "granitemoe"));
 
 // DALI's workload-aware replacement (policies/dali.cc: per-layer F pools), alone and with a
 // prefetcher, on two architectures: byte-equal logits, and its pools do fill.

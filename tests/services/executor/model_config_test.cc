@@ -21,7 +21,8 @@ json Preset(const std::string& arch, int64_t q_lora_rank = 0) {
 
 TEST(ModelConfigTest, ParsesEveryPreset) {
   for (const char* arch : {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-                           "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe"}) {
+                           "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
+                           "granitemoeshared"}) {
     auto c = ParseModelConfig(Preset(arch), "config.json");
     ASSERT_TRUE(c.ok()) << arch << ": " << c.status().ToString();
     EXPECT_EQ(c->model_type, arch);
@@ -201,6 +202,96 @@ TEST(ModelConfigTest, RopeParametersOfTransformers5) {
   auto bad = ParseModelConfig(qwen, "config.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("rope_parameters"), std::string::npos) << bad.status().ToString();
+}
+
+// ibm-granite/granite-3.0-1b-a400m-instruct's config.json as published: every multiplier honoured, the
+// attention scale replaced by attention_multiplier, JetMoe's top-k softmax as a renormalised top-k.
+TEST(ModelConfigTest, GraniteMoePublishedConfig) {
+  const json published = json::parse(R"({
+    "architectures": ["GraniteMoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "attention_multiplier": 0.015625, "bos_token_id": 0, "embedding_multiplier": 12.0, "eos_token_id": 0,
+    "hidden_act": "silu", "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 512,
+    "logits_scaling": 6.0, "max_position_embeddings": 4096, "model_type": "granitemoe", "num_attention_heads": 16,
+    "num_experts_per_tok": 8, "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+    "output_router_logits": false, "pad_token_id": 0, "residual_multiplier": 0.22, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 10000, "router_aux_loss_coef": 0.0, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.46.0.dev0", "use_cache": true, "vocab_size": 49155})");
+  auto c = ParseModelConfig(published, "granite/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kGraniteMoe);
+  EXPECT_TRUE(c->granite());
+  EXPECT_EQ(c->num_experts, 32);
+  EXPECT_EQ(c->num_experts_per_tok, 8);
+  EXPECT_EQ(c->moe_intermediate_size, 512);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->num_key_value_heads, 8);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->o_bias);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c->embedding_multiplier, 12.0);
+  EXPECT_DOUBLE_EQ(c->residual_multiplier, 0.22);
+  EXPECT_DOUBLE_EQ(c->logits_scaling, 6.0);
+  EXPECT_DOUBLE_EQ(c->softmax_scale(), 0.015625);  // not 64^-0.5 = 0.125
+  for (int64_t l : {0, 11, 23}) EXPECT_TRUE(c->IsMoeLayer(l));
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{0});
+
+  // GraniteMoeConfig's defaults for what a file leaves out; another model keeps 1 and q_head_dim^-0.5.
+  json bare = published;
+  for (const char* key : {"attention_multiplier", "embedding_multiplier", "logits_scaling", "residual_multiplier",
+                          "num_local_experts", "num_experts_per_tok", "tie_word_embeddings"})
+    bare.erase(key);
+  auto d = ParseModelConfig(bare, "granite/config.json");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->num_experts, 8);
+  EXPECT_EQ(d->num_experts_per_tok, 2);
+  EXPECT_FALSE(d->tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(d->softmax_scale(), 1.0);
+  EXPECT_DOUBLE_EQ(d->residual_multiplier, 1.0);
+  auto mixtral = ParseModelConfig(Preset("mixtral"), "config.json");
+  ASSERT_TRUE(mixtral.ok());
+  EXPECT_DOUBLE_EQ(mixtral->softmax_scale(), 1.0 / std::sqrt(32.0));
+  EXPECT_DOUBLE_EQ(mixtral->logits_scaling, 1.0);
+
+  // granitemoeshared: the shared MLP's width; 0 (the default) = none.
+  json shared = published;
+  shared["model_type"] = "granitemoeshared";
+  shared["shared_intermediate_size"] = 1024;
+  auto s = ParseModelConfig(shared, "granite/config.json");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->arch, ModelArch::kGraniteMoeShared);
+  EXPECT_EQ(s->shared_expert_intermediate_size, 1024);
+  shared.erase("shared_intermediate_size");
+  auto s0 = ParseModelConfig(shared, "granite/config.json");
+  ASSERT_TRUE(s0.ok());
+  EXPECT_EQ(s0->shared_expert_intermediate_size, 0);
+}
+
+TEST(ModelConfigTest, GraniteMoeBadValuesAreRefusedByKey) {
+  const json good = Preset("granitemoe");
+  const auto refused = [&](const char* key, const json& value, const std::string& words) {
+    json c = good;
+    c[key] = value;
+    auto r = ParseModelConfig(c, "granite/config.json");
+    ASSERT_FALSE(r.ok()) << key << " = " << value.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("granite/config.json"), std::string::npos) << r.status().ToString();
+  };
+  refused("residual_multiplier", 0.0, "residual_multiplier");
+  refused("embedding_multiplier", -12.0, "embedding_multiplier");
+  refused("logits_scaling", "6", "logits_scaling");
+  refused("attention_multiplier", 0.0, "attention_multiplier");
+  refused("num_local_experts", 0, "num_local_experts");
+  refused("num_experts_per_tok", 40, "num_experts_per_tok");
+  refused("hidden_act", "gelu", "hidden_act");
+  refused("rope_scaling", json{{"type", "dynamic"}, {"factor", 2.0}}, "dynamic");
+  json shared = Preset("granitemoeshared");
+  shared["shared_intermediate_size"] = -1;
+  auto r = ParseModelConfig(shared, "granite/config.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("shared_intermediate_size"), std::string::npos) << r.status().ToString();
 }
 
 }  // namespace
