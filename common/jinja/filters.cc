@@ -41,10 +41,9 @@ Value AttributePath(const Value& item, const std::string& path) {
       const Value* next = v.dict().Find(part);
       if (next == nullptr) return Value();
       v = *next;
-    } else if (v.is_list() && !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      const size_t index = std::stoul(part);
-      if (index >= v.list().size()) return Value();
-      v = v.list()[index];
+    } else if (const std::optional<uint64_t> index = v.is_list() ? ParseDecimal(part) : std::nullopt) {
+      if (*index >= v.list().size()) return Value();  // "items.99999999999999999999" too: past the end
+      v = v.list()[static_cast<size_t>(*index)];
     } else {
       return Value();
     }

@@ -58,8 +58,8 @@ Result<std::string> Format(const std::string& pattern, const Args& args) {
       if (field.empty()) {
         v = next_auto < args.positional.size() ? &args.positional[next_auto++] : nullptr;
       } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-        const size_t index = std::stoul(field);
-        v = index < args.positional.size() ? &args.positional[index] : nullptr;
+        const std::optional<uint64_t> index = ParseDecimal(field);  // nullopt past UINT64_MAX: no such argument
+        v = index && *index < args.positional.size() ? &args.positional[static_cast<size_t>(*index)] : nullptr;
       } else {
         v = args.Keyword(field);
       }

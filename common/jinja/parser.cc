@@ -1,10 +1,13 @@
 // Template parser (common/jinja/parser.h).
 #include "common/jinja/parser.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "common/jinja/filters.h"
 #include "common/jinja/tests.h"
+#include "common/jinja/text.h"
 
 namespace zipmoe::jinja {
 namespace {
@@ -517,7 +520,10 @@ class Parser {
         if (IsKind(TokenKind::kInt)) {  // x.0 is x[0]
           NodePtr node = Make(NodeKind::kIndex, Offset());
           NodePtr index = Make(NodeKind::kLiteral, Offset());
-          index->literal = Value::Int(std::stoll(tokens_[pos_++].text));
+          const std::optional<uint64_t> i = ParseDecimal(tokens_[pos_].text, INT64_MAX);
+          if (!i) return ErrorAt(Offset(), "integer literal out of range");
+          ++pos_;
+          index->literal = Value::Int(static_cast<int64_t>(*i));
           node->a = std::move(object);
           node->b = std::move(index);
           object = std::move(node);
@@ -569,13 +575,11 @@ class Parser {
       case TokenKind::kFloat: {
         NodePtr node = Make(NodeKind::kLiteral, offset);
         if (t->kind == TokenKind::kInt) {
-          try {
-            node->literal = Value::Int(std::stoll(t->text));
-          } catch (const std::out_of_range&) {
-            return ErrorAt(offset, "integer literal out of range");
-          }
+          const std::optional<uint64_t> i = ParseDecimal(t->text, INT64_MAX);
+          if (!i) return ErrorAt(offset, "integer literal out of range");
+          node->literal = Value::Int(static_cast<int64_t>(*i));
         } else {
-          node->literal = Value::Float(std::stod(t->text));
+          node->literal = Value::Float(ParseFloatLiteral(t->text));
         }
         ++pos_;
         return node;

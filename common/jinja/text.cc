@@ -2,8 +2,20 @@
 #include "common/jinja/text.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 
 namespace zipmoe::jinja {
+
+std::optional<uint64_t> ParseDecimal(std::string_view s, uint64_t max) {
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v > max) return std::nullopt;
+  return v;
+}
+
+double ParseFloatLiteral(const std::string& s) { return std::strtod(s.c_str(), nullptr); }
 
 uint32_t DecodeUtf8(std::string_view s, size_t pos, size_t* len) {
   const unsigned char c = static_cast<unsigned char>(s[pos]);

@@ -4,11 +4,20 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace zipmoe::jinja {
+
+// A run of ASCII decimal digits as an integer no greater than `max`; nullopt when `s` is empty, holds
+// another character or exceeds `max`. Never throws (std::stoll / stoul throw out_of_range on a long run
+// of digits, which a template may hold: "{{ x.99999999999999999999 }}").
+std::optional<uint64_t> ParseDecimal(std::string_view s, uint64_t max = UINT64_MAX);
+// A float literal of the lexer (digits, '.', an exponent) as Python's float() reads it: overflow gives
+// infinity, underflow zero. Never throws (std::stod throws out_of_range on "1e999").
+double ParseFloatLiteral(const std::string& s);
 
 // Code point at byte `pos` of `s`; *len = its byte length (1 for an invalid byte, returned as is).
 uint32_t DecodeUtf8(std::string_view s, size_t pos, size_t* len);

@@ -75,6 +75,27 @@ TEST(JinjaTest, UndefinedIsNotNoneAndLargeIntegersKeepTheirSign) {
             "True 1.8446744073709552e+19 9223372036854775807");
 }
 
+// Digit runs past what the engine's integers hold (found by fuzzing: std::stoll threw out_of_range and
+// terminated the process): a clear parse error for an integer literal or a dotted index, past-the-end for
+// map(attribute=...)'s path and str.format's field, and Python's inf / 0.0 for float literals.
+TEST(JinjaTest, HugeNumbersAreErrorsOrPythonValuesNeverCrashes) {
+  const std::string digits = "11111111111111111111111111111111166";
+  Status dotted = ParseError("{% for m in messages." + digits + " %}{% endfor %}");
+  EXPECT_EQ(dotted.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dotted.message().find("integer literal out of range"), std::string::npos) << dotted.ToString();
+  Status literal = ParseError("{{ " + digits + " }}");
+  EXPECT_NE(literal.message().find("integer literal out of range"), std::string::npos) << literal.ToString();
+  EXPECT_EQ(R("{{ 9223372036854775807 }} {{ x.1 }}", {{"x", {5, 6}}}), "9223372036854775807 6");
+  EXPECT_NE(ParseError("{{ 9223372036854775808 }}").message().find("out of range"), std::string::npos);
+  EXPECT_EQ(R("{{ 1e999 > 1e308 }} {{ 1e-999 == 0 }} {{ 2.5e1 }}"), "True True 25.0");
+  EXPECT_EQ(R("{{ xs | map(attribute='" + digits + "') | list | length }}|{{ xs | map(attribute='1') | list }}",
+              {{"xs", json::array({json::array({1, 2}), json::array({3, 4})})}}),
+            "2|[2, 4]");
+  Status format = RenderError("{{ '{" + digits + "}'.format(1) }}");
+  EXPECT_EQ(format.code(), StatusCode::kInvalidArgument) << format.ToString();
+  EXPECT_EQ(R("{{ '{1}-{0}'.format('a', 'b') }}"), "b-a");
+}
+
 TEST(JinjaTest, AttributeSubscriptSlice) {
   const json ctx = {{"m", {{"role", "user"}, {"list", {1, 2, 3, 4}}}}, {"s", "héllo"}};
   EXPECT_EQ(R("{{ m.role }} {{ m['role'] }} {{ m.list[0] }} {{ m.list[-1] }} {{ m.list.1 }}", ctx), "user user 1 4 2");
