@@ -25,6 +25,11 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
     glm4_moe  -> glm4moe    (GLM-4.5 / 4.6 / 4.7: q/k/v biases, optional q/k norms, partial rotary on the
                              half-split (NEOX) layout, sigmoid router with a selection bias, leading dense
                              layers, shared experts; the multi-token-prediction layers are left out)
+    granitemoe, granitemoeshared -> granitemoe (IBM Granite MoE: the four multipliers as embedding_scale,
+                             residual_scale, attention.scale and logit_scale; the fused input_linear split
+                             into gate (first half) and up stacks; granitemoeshared's shared_mlp the same
+                             way into ffn_*_shexp; q/k rows permuted as mixtral's, llama.cpp's granite
+                             graphs being llama's)
 
 The weights are not re-quantised: every matrix is written with the checkpoint's BF16 bits unchanged, the
 per-expert matrices stacked into llama.cpp's 3-D ffn_{gate,up,down}_exps tensors [expert, out, in].
@@ -175,6 +180,33 @@ def deepseek_v2_attention(c):
                 ("post_attention_layernorm.weight", "ffn_norm.weight")]
 
 
+def granite_layer_tensors(c):
+    """Granite's attention (llama's, biases on q/k/v/o when attention_bias) and its norms; the router, the
+    fused experts and the shared MLP are written by add_granite_moe."""
+    t = list(ATTENTION_TENSORS)
+    if c.get("attention_bias", False):
+        t += QKV_BIAS_TENSORS + [("self_attn.o_proj.bias", "attn_output.bias")]
+    return t
+
+
+def add_granite_moe(ckpt, w, hf, gg):
+    """GraniteMoeMoE's router (F32) and fused experts: input_linear [E, 2I, H] whose first I rows are the
+    gate and the rest the up projection (the module's chunk(2)), output_linear [E, H, I]; granitemoeshared's
+    shared_mlp.input_linear [2S, H] / output_linear [H, S] likewise."""
+    add_weight(w, gg + "ffn_gate_inp.weight", ckpt.bf16(hf + "block_sparse_moe.router.layer.weight"))
+    gate_up = ckpt.bf16(hf + "block_sparse_moe.input_linear.weight")
+    inter = gate_up.shape[1] // 2
+    w.tensor_bf16(gg + "ffn_gate_exps.weight", np.ascontiguousarray(gate_up[:, :inter]))
+    w.tensor_bf16(gg + "ffn_up_exps.weight", np.ascontiguousarray(gate_up[:, inter:]))
+    w.tensor_bf16(gg + "ffn_down_exps.weight", ckpt.bf16(hf + "block_sparse_moe.output_linear.weight"))
+    if ckpt.has(hf + "shared_mlp.input_linear.weight"):
+        shared = ckpt.bf16(hf + "shared_mlp.input_linear.weight")
+        s = shared.shape[0] // 2
+        w.tensor_bf16(gg + "ffn_gate_shexp.weight", np.ascontiguousarray(shared[:s]))
+        w.tensor_bf16(gg + "ffn_up_shexp.weight", np.ascontiguousarray(shared[s:]))
+        w.tensor_bf16(gg + "ffn_down_shexp.weight", ckpt.bf16(hf + "shared_mlp.output_linear.weight"))
+
+
 class Arch:
     """How one HF model_type maps onto a llama.cpp architecture."""
 
@@ -221,6 +253,10 @@ ARCHS = {
     "glm4_moe": Arch("glm4moe", "n_routed_experts", glm4_moe_layer_tensors, "mlp.gate.weight", "mlp.experts.{e}.",
                      GATED_EXPERTS, shared_expert="mlp.shared_experts", dense_layers_key="first_k_dense_replace",
                      router_bias="mlp.gate.e_score_correction_bias"),
+    "granitemoe": Arch("granitemoe", "num_local_experts", granite_layer_tensors, None, None, None,
+                       rotary_permute=True),
+    "granitemoeshared": Arch("granitemoe", "num_local_experts", granite_layer_tensors, None, None, None,
+                             rotary_permute=True),
 }
 
 
@@ -336,6 +372,14 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("intermediate_size"))
         w.add_u32(f"{a}.attention.sliding_window", c.int("sliding_window"))
         add_yarn(a, c.get("rope_scaling"), w)
+    if model_type in ("granitemoe", "granitemoeshared"):  # GraniteMoeConfig's defaults where a key is absent
+        w.add_u32(f"{a}.expert_feed_forward_length", c.int("intermediate_size"))
+        w.add_f32(f"{a}.embedding_scale", c.float("embedding_multiplier", 1.0))
+        w.add_f32(f"{a}.residual_scale", c.float("residual_multiplier", 1.0))
+        w.add_f32(f"{a}.attention.scale", c.float("attention_multiplier", 1.0))
+        w.add_f32(f"{a}.logit_scale", c.float("logits_scaling", 1.0))
+        if model_type == "granitemoeshared" and c.int("shared_intermediate_size", 0) > 0:
+            w.add_u32(f"{a}.expert_shared_feed_forward_length", c.int("shared_intermediate_size"))
     if model_type == "glm4_moe":
         add_deepseek_style_moe(a, c, w, gating_func=2)  # sigmoid
         w.add_u32(f"{a}.nextn_predict_layers", 0)  # the MTP layers are not written
@@ -408,6 +452,9 @@ def add_layer(model_type, arch, c, ckpt, w, layer, mla_latent=False):
         add_weight(w, gg + gguf_suffix, bits)
     if model_type == "gpt_oss":
         add_gpt_oss_experts(ckpt, w, hf, gg)
+        return
+    if model_type in ("granitemoe", "granitemoeshared"):
+        add_granite_moe(ckpt, w, hf, gg)
         return
     if arch.dense_layers_key and layer < c.int(arch.dense_layers_key, 0):
         for hf_suffix, gguf_suffix in DENSE_MLP_TENSORS:

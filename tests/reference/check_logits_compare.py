@@ -40,6 +40,12 @@ VARIANTS = [
     ("qwen3_next+long", "qwen3_next", []),
     ("qwen3_5_moe+long+skew", "qwen3_5_moe", ["--router-skew", "2"]),
     ("qwen3_next+fp8", "qwen3_next", ["--dtype", "fp8"]),
+    # Granite scales the embedding by 12 and each layer's output by 0.22: with synth's default token rows
+    # (std 1) the residual stream is ~50x the layers' outputs and a gate/up swap in the experts moved the
+    # logits by 9e-6 of their max, under REL_TOL; token rows of std 1e-3 let the experts and the shared MLP
+    # show (the same swap then fails).
+    ("granitemoe+small_embedding", "granitemoe", ["--embedding-std", "0.001"]),
+    ("granitemoeshared+small_embedding", "granitemoeshared", ["--embedding-std", "0.001"]),
 ]
 WIDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpt_oss_widen.py")
 REL_TOL = 1e-4
