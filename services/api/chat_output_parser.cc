@@ -20,6 +20,7 @@ constexpr std::string_view kDeepSeekOpen = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kDeepSeekClose = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
 constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
+constexpr std::string_view kGraniteOpen = "<|tool_call|>";
 constexpr std::string_view kHarmonyStart = "<|start|>";
 constexpr std::string_view kHarmonyChannel = "<|channel|>";
 constexpr std::string_view kHarmonyMessage = "<|message|>";
@@ -54,6 +55,7 @@ ToolMarkers MarkersOf(ToolCallSyntax s) {
     case ToolCallSyntax::kQwenXml: return {kHermesOpen, kHermesClose, {}};
     case ToolCallSyntax::kDeepSeek: return {kDeepSeekOpen, kDeepSeekClose, {kDeepSeekCallsBegin, kDeepSeekCallsEnd}};
     case ToolCallSyntax::kMistral: return {kMistralOpen, "", {}};
+    case ToolCallSyntax::kGranite: return {kGraniteOpen, "", {}};
     case ToolCallSyntax::kHarmony:
     case ToolCallSyntax::kNone: break;
   }
@@ -113,6 +115,8 @@ ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view ren
                                                                                : ToolCallSyntax::kHermes;
   } else if (chat_template.find(kMistralOpen) != std::string_view::npos) {
     s.tool_calls = ToolCallSyntax::kMistral;
+  } else if (chat_template.find(kGraniteOpen) != std::string_view::npos) {
+    s.tool_calls = ToolCallSyntax::kGranite;
   }
   const std::string_view tail = Trim(rendered_prompt);
   s.starts_in_reasoning = s.reasoning && tail.size() >= kThinkOpen.size() &&
@@ -140,6 +144,7 @@ std::vector<std::string> ChatSyntaxMarkers(const ChatSyntax& syntax) {
       m.insert(m.end(), {kDeepSeekCallsBegin, kDeepSeekCallsEnd, kDeepSeekOpen, kDeepSeekClose, kDeepSeekSep});
       break;
     case ToolCallSyntax::kMistral: m.push_back(kMistralOpen); break;
+    case ToolCallSyntax::kGranite: m.push_back(kGraniteOpen); break;
     case ToolCallSyntax::kHarmony: break;
     case ToolCallSyntax::kNone: break;
   }
@@ -283,7 +288,8 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
       if (args.is_discarded() || !add(name, args)) return false;
       break;
     }
-    case ToolCallSyntax::kMistral: {
+    case ToolCallSyntax::kMistral:
+    case ToolCallSyntax::kGranite: {
       const json j = json::parse(body.begin(), body.end(), nullptr, false);
       if (!j.is_array() || j.empty()) return false;
       for (const json& c : j) {

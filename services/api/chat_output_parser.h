@@ -17,6 +17,9 @@
 //                           <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜> too)
 //               kMistral    [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] to the end of the output
 //                           (Mistral/Mixtral v3 templates)
+//               kGranite    <|tool_call|>[{"name": N, "arguments": {...}}, ...] to the end of the output
+//                           (IBM Granite 3.x templates, which tell the model to "respond only with
+//                           <|tool_call|> followed by a JSON list"; Granite 4 uses kHermes' <tool_call>)
 //   Harmony     gpt-oss (templates with <|channel|>): the output is messages HEADER<|message|>BODY ended by
 //               <|end|>, <|return|> or <|call|> (or the end of the output), the next one opened by
 //               <|start|>; the header names the channel (<|channel|>analysis / final / commentary) and
@@ -41,7 +44,7 @@
 
 namespace zipmoe::api {
 
-enum class ToolCallSyntax { kNone, kHermes, kQwenXml, kDeepSeek, kMistral, kHarmony };
+enum class ToolCallSyntax { kNone, kHermes, kQwenXml, kDeepSeek, kMistral, kGranite, kHarmony };
 
 struct ChatSyntax {
   bool reasoning = false;            // <think> ... </think>
@@ -94,7 +97,7 @@ class ChatOutputParser {
   // Feeds the next piece of generated text (valid UTF-8 as the stream decoder emits it).
   ChatDelta Push(std::string_view text);
   // The end of the output: everything held back is decided (an unclosed tool call goes to content;
-  // Mistral's call list is parsed here).
+  // Mistral's and Granite's call lists are parsed here).
   ChatDelta Finish();
 
   int tool_call_count() const { return calls_; }

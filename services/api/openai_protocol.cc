@@ -301,6 +301,8 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string&
     const json schema = alternatives.size() == 1 ? alternatives[0] : json{{"anyOf", alternatives}};
     if (syntax == ToolCallSyntax::kMistral) {
       framings.push_back({schema, "[TOOL_CALLS][", "]", documents});
+    } else if (syntax == ToolCallSyntax::kGranite) {
+      framings.push_back({schema, "<|tool_call|>[", "]", documents});
     } else {
       framings.push_back({schema, "<tool_call>", "</tool_call>", documents});
     }

@@ -80,19 +80,29 @@ const char kChatMlTemplate[] =
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 // Granite-3.x-style template (its structure: <|start_of_role|>ROLE<|end_of_role|>CONTENT<|end_of_text|> and a
-// newline per message, the tools as an available_tools message first, tool results in the tool_response
-// role); written for synth.
+// newline per message, the tools as an available_tools message first, an assistant's calls as
+// <|tool_call|>[{"name": N, "arguments": {...}}, ...], tool results in the tool_response role); written for synth.
 const char kGraniteStartOfRole[] = "<|start_of_role|>";
 const char kGraniteEndOfRole[] = "<|end_of_role|>";
 const char kGraniteToolCall[] = "<|tool_call|>";
 const char kGraniteEndOfText[] = "<|end_of_text|>";
 const char kGraniteTemplate[] =
-    "{%- if tools %}{{- '<|start_of_role|>available_tools<|end_of_role|>\n' }}"
-    "{%- for tool in tools %}{{- tool | tojson(indent=4) }}{%- if not loop.last %}{{- '\n\n' }}{%- endif %}"
-    "{%- endfor %}{{- '<|end_of_text|>\n' }}{%- endif %}"
+    "{%- if tools %}{{- '<|start_of_role|>available_tools<|end_of_role|>\\n' }}"
+    "{%- for tool in tools %}{{- tool | tojson(indent=4) }}{%- if not loop.last %}{{- '\\n\\n' }}{%- endif %}"
+    "{%- endfor %}{{- '<|end_of_text|>\\n' }}{%- endif %}"
     "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{- '<|start_of_role|>assistant<|end_of_role|><|tool_call|>[' }}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set f = call['function'] if call['function'] is defined else call %}"
+    "{{- '{\"name\": ' + f['name'] | tojson + ', \"arguments\": ' }}"
+    "{{- f['arguments'] if f['arguments'] is string else f['arguments'] | tojson }}{{- '}' }}"
+    "{%- if not loop.last %}{{- ', ' }}{%- endif %}"
+    "{%- endfor %}{{- ']<|end_of_text|>\\n' }}"
+    "{%- else %}"
     "{%- set role = 'tool_response' if message['role'] == 'tool' else message['role'] %}"
-    "{{- '<|start_of_role|>' + role + '<|end_of_role|>' + (message['content'] or '') + '<|end_of_text|>\n' }}"
+    "{{- '<|start_of_role|>' + role + '<|end_of_role|>' + (message['content'] or '') + '<|end_of_text|>\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}";
 

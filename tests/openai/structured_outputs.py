@@ -2,7 +2,7 @@
 """Structured outputs against random JSON schemas (issue 39): every constrained answer validates.
 
   structured_outputs.py --zipmoe BIN [--model DIR] [--schemas 200] [--seed 1]
-  structured_outputs.py --zipmoe BIN --tool-syntax glm|qwen_xml [--schemas 100] [--seed 1]
+  structured_outputs.py --zipmoe BIN --tool-syntax glm|qwen_xml|granite [--schemas 100] [--seed 1]
   structured_outputs.py --zipmoe BIN --model DIR --bench [--tokens 128] [--rounds 3]
 
 Check mode (ctest structured_outputs): serves a tiny synthesized qwen2_moe (or --model) with
@@ -16,7 +16,8 @@ ends them; the grammar bounds numbers, whitespace and nesting itself.
 
 Tool mode (--tool-syntax): forced tool calls in a family whose call syntax is not JSON. The tiny
 model gets a chat template of that family (GLM-4.5's <arg_key>/<arg_value> pairs, or Qwen3-Coder's
-<function=...><parameter=...> XML; written here, only the markers matter), and each random object
+<function=...><parameter=...> XML, or Granite 3's <|tool_call|> followed by a JSON list; written here, only the
+markers matter), and each random object
 schema becomes a tool's `parameters`, called with tool_choice "required" at temperature 1: every
 answer must end with finish_reason "tool_calls" and its arguments (parsed back from the tagged text
 by the server) must validate against the schema.
@@ -194,8 +195,8 @@ def check(args, base):
     return 0 if not failures else 1
 
 
-# Minimal chat templates of two families whose tool calls are tagged text (only their markers matter
-# to the server: services/api/chat_output_parser.h DetectChatSyntax).
+# Minimal chat templates of families whose tool calls are tagged text or a marked JSON list (only their
+# markers matter to the server: services/api/chat_output_parser.h DetectChatSyntax).
 TOOL_TEMPLATES = {
     "glm": ("{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% endfor %}"
             "{% if tools %}<|system|>\nTools: {% for t in tools %}{{ t | tojson }}{% endfor %}. Call one as "
@@ -205,6 +206,11 @@ TOOL_TEMPLATES = {
                  "{% if tools %}<|im_start|>system\nTools: {% for t in tools %}{{ t | tojson }}{% endfor %}. Call one as "
                  "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>"
                  "<|im_end|>\n{% endif %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
+    "granite": ("{% if tools %}<|start_of_role|>available_tools<|end_of_role|>{% for t in tools %}{{ t | tojson }}"
+                "{% endfor %}<|end_of_text|>\n{% endif %}{% for m in messages %}<|start_of_role|>{{ m.role }}"
+                "<|end_of_role|>{{ m.content }}<|end_of_text|>\n{% endfor %}{% if tools %}<|start_of_role|>system"
+                "<|end_of_role|>Respond only with <|tool_call|> followed by a JSON list of tools used.<|end_of_text|>\n"
+                "{% endif %}{% if add_generation_prompt %}<|start_of_role|>assistant<|end_of_role|>{% endif %}"),
 }
 
 

@@ -64,6 +64,12 @@ TEST(DetectChatSyntax, ReadsTheTemplatesMarkers) {
   EXPECT_EQ(r1.tool_calls, ToolCallSyntax::kDeepSeek);
   EXPECT_TRUE(r1.starts_in_reasoning);
   EXPECT_EQ(DetectChatSyntax("[TOOL_CALLS]", "").tool_calls, ToolCallSyntax::kMistral);
+  // Granite 3.x's system prompt names <|tool_call|>; Granite 4's template writes Hermes' <tool_call>.
+  EXPECT_EQ(DetectChatSyntax("respond only with <|tool_call|> followed by a JSON list", "").tool_calls,
+            ToolCallSyntax::kGranite);
+  EXPECT_EQ(DetectChatSyntax("{{- '<tool_call>\n{\"name\": \"' }}", "").tool_calls, ToolCallSyntax::kHermes);
+  const std::vector<std::string> granite_markers = ChatSyntaxMarkers(DetectChatSyntax("<|tool_call|>", ""));
+  EXPECT_EQ(granite_markers, std::vector<std::string>{"<|tool_call|>"});
   // Thinking switched off: the prompt closes the think block itself.
   EXPECT_FALSE(DetectChatSyntax("</think>", "assistant\n<think>\n\n</think>\n\n").starts_in_reasoning);
 }
@@ -186,6 +192,31 @@ TEST(ChatOutputParser, DeepSeekV3AndV31Calls) {
   ASSERT_EQ(e.tool_calls.size(), 1u);
   EXPECT_EQ(e.tool_calls[0].name, "search");
   EXPECT_EQ(e.tool_calls[0].arguments, "{\"q\":\"x\"}");
+}
+
+// Granite 3.x: <|tool_call|> then a JSON list to the end of the output (vLLM's granite parser reads the same);
+// text before the marker is content; a list that does not parse stays content, marker and all.
+TEST(ChatOutputParser, GraniteCallList) {
+  const std::string text =
+      "<|tool_call|>[{\"arguments\": {\"city\": \"Oslo\"}, \"name\": \"weather\"}, {\"name\": \"noop\", \"arguments\": {}}]";
+  const ChatDelta d = Parse(Syntax(false, ToolCallSyntax::kGranite), text);
+  ASSERT_EQ(d.tool_calls.size(), 2u);
+  EXPECT_EQ(d.tool_calls[0].name, "weather");
+  EXPECT_EQ(d.tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
+  EXPECT_EQ(d.tool_calls[1].name, "noop");
+  EXPECT_EQ(d.tool_calls[1].arguments, "{}");
+  EXPECT_TRUE(d.content.empty());
+  ExpectSameWhenStreamed(Syntax(false, ToolCallSyntax::kGranite), text);
+  const ChatDelta lead = Parse(Syntax(false, ToolCallSyntax::kGranite), "Let me check. <|tool_call|>[{\"name\": \"a\"}]");
+  ASSERT_EQ(lead.tool_calls.size(), 1u);
+  EXPECT_EQ(lead.tool_calls[0].arguments, "{}");
+  EXPECT_NE(lead.content.find("Let me check."), std::string::npos) << lead.content;
+  const ChatDelta broken = Parse(Syntax(false, ToolCallSyntax::kGranite), "<|tool_call|>[{\"name\": \"a\"");
+  EXPECT_TRUE(broken.tool_calls.empty());
+  EXPECT_EQ(broken.content, "<|tool_call|>[{\"name\": \"a\"");
+  // Mistral's marker means nothing to Granite's parser.
+  const ChatDelta other = Parse(Syntax(false, ToolCallSyntax::kGranite), "[TOOL_CALLS][{\"name\": \"a\"}]");
+  EXPECT_TRUE(other.tool_calls.empty());
 }
 
 TEST(ChatOutputParser, MistralCallList) {

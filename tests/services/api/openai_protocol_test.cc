@@ -457,6 +457,12 @@ TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) 
   EXPECT_TRUE(accepts(r, R"([TOOL_CALLS][{"name": "weather", "arguments": {"city": "Oslo"}}])"));
   EXPECT_FALSE(accepts(r, R"([TOOL_CALLS][{"name": "noop", "arguments": {}}])"));
   EXPECT_FALSE(accepts(r, R"(<tool_call>{"name": "weather", "arguments": {"city": "Oslo"}}</tool_call>)"));
+  // Granite 3.x: <|tool_call|>[{...}]
+  ASSERT_TRUE(parse(plain + "{# <|tool_call|> #}", named, &r, &e)) << e.message;
+  ASSERT_NE(r.grammar, nullptr);
+  EXPECT_TRUE(accepts(r, R"(<|tool_call|>[{"name": "weather", "arguments": {"city": "Oslo"}}])"));
+  EXPECT_FALSE(accepts(r, R"(<|tool_call|>[{"name": "noop", "arguments": {}}])"));
+  EXPECT_FALSE(accepts(r, R"([TOOL_CALLS][{"name": "weather", "arguments": {"city": "Oslo"}}])"));
   // DeepSeek-V3 (a ```json fence) and V3.1 (none): the name in the frame, one alternative per tool.
   const std::string ds = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>";
   ASSERT_TRUE(parse(plain + "{# <｜tool▁call▁begin｜>function<｜tool▁sep｜>x\n```json\n #}", forced, &r, &e)) << e.message;
