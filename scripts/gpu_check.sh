@@ -258,10 +258,11 @@ if section trained && [ -x "$Z" ]; then
     echo "$(basename "$f" .log): $(grep -o '"generated_ids":\[[0-9,]*\]' "$f" | head -1) $(grep -o '"tpot_s":[0-9.e-]*' "$f" | head -1)" >>"$SUMMARY"
   done
 fi
-# 5. Every architecture (synthetic tiny checkpoints, two of them FP8, gpt_oss with MXFP4 experts): CUDA from the checkpoint, from the compressed
+# 5. Every architecture (synthetic tiny checkpoints, two of them FP8, gpt_oss with MXFP4 experts, granitemoeshared with its
+#    multipliers and fused experts): CUDA from the checkpoint, from the compressed
 #    directory and under a 30 % budget must give the same bytes; CUDA vs the CPU: same tokens.
 if section archs && [ -x "$Z" ]; then
-  for spec in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2 glm4_moe deepseek_v3:fp8 glm4_moe:fp8 gpt_oss; do
+  for spec in qwen2_moe qwen3_moe olmoe mixtral deepseek_v2 glm4_moe deepseek_v3:fp8 glm4_moe:fp8 gpt_oss granitemoeshared; do
     arch=${spec/:/_}  # FP8 checkpoints (issue 40): dense weights dequantized at load, experts into their slots
     dtype_flag=""
     [ "${spec#*:}" = fp8 ] && dtype_flag="--dtype fp8"
