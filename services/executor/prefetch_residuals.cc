@@ -59,7 +59,8 @@ Result<PrefetchResiduals> ReadPrefetchResiduals(const std::string& path, int64_t
       return Status::InvalidArgument(
           fmt::format("{}: tensor '{}' is not a residual vector (want layers.<l>.prefetch_residual)", path, t.spec.name));
     }
-    const int64_t layer = std::stoll(m[1].str());
+    // A layer number of more than 9 digits is beyond any model (std::stoll would throw past INT64_MAX).
+    const int64_t layer = m[1].length() <= 9 ? std::stoll(m[1].str()) : INT64_MAX;
     if (layer >= n_layers) {
       return Status::InvalidArgument(
           fmt::format("{}: tensor '{}': layer {} beyond the model's {} layers", path, t.spec.name, layer, n_layers));

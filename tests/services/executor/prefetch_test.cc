@@ -92,6 +92,17 @@ TEST(PrefetchResidualsFile, BadFilesAreNamed) {
   auto foreign = ReadPrefetchResiduals(other, 3, 4);
   EXPECT_EQ(foreign.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(foreign.status().message().find("lm_head.weight"), std::string::npos);
+  // A layer number past INT64_MAX: refused as beyond the model (std::stoll threw out_of_range before).
+  const std::string huge = tmp.Sub("h.safetensors");
+  ASSERT_TRUE(WriteSafetensors(huge, {TensorSpec{"layers.99999999999999999999999.prefetch_residual", DType::kF32, {3}}},
+                               [](const TensorSpec&, uint8_t* out) {
+                                 std::fill(out, out + 12, uint8_t{0});
+                                 return Status::Ok();
+                               })
+                  .ok());
+  auto beyond = ReadPrefetchResiduals(huge, 3, 4);
+  EXPECT_EQ(beyond.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(beyond.status().message().find("beyond the model"), std::string::npos) << beyond.status().ToString();
   // Truncated: the safetensors reader's corruption error.
   const std::string bytes = testing::ReadAll(path);
   testing::WriteAll(path, bytes.substr(0, bytes.size() - 5));
