@@ -65,7 +65,7 @@ bool IsQwen35(const nlohmann::json& config) {
 
 bool IsGranite(const nlohmann::json& config) {
   const std::string t = ConfigModelType(config);
-  return t == "granitemoe" || t == "granitemoeshared";
+  return t == "granitemoe" || t == "granitemoeshared" || t == "granitemoehybrid";
 }
 
 // The checkpoint's name of fused part `part` of `layer`.

@@ -51,7 +51,7 @@ bool IsFusedExpertTensor(const std::string& name);
 
 // Whether `config` (a config.json object) describes a checkpoint with fused experts: model_type
 // gpt_oss (MXFP4 with quantization_config.quant_method "mxfp4", else the dense runtime tensors),
-// qwen3_5_moe, granitemoe or granitemoeshared.
+// qwen3_5_moe, granitemoe, granitemoeshared or granitemoehybrid.
 bool HasFusedExperts(const nlohmann::json& config);
 // Whether those fused experts are MXFP4 (quant_method "mxfp4").
 bool HasFusedMxfp4Experts(const nlohmann::json& config);

@@ -135,7 +135,7 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
                       ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers, ModelArch::kDeepseekV3,
                       ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe, ModelArch::kGptOss,
                       ModelArch::kQwen3Next, ModelArch::kQwen35Moe, ModelArch::kGraniteMoe,
-                      ModelArch::kGraniteMoeShared})
+                      ModelArch::kGraniteMoeShared, ModelArch::kGraniteMoeHybrid})
     if (t == ModelArchName(a)) return a;
   // Kimi-K2's published config.json names its own model_type for DeepSeek-V3's architecture
   // ("architectures": ["DeepseekV3ForCausalLM"], the same keys); Moonshot's README has users rename it.
@@ -494,6 +494,62 @@ Status ParseGraniteMultipliers(const KeyReader& r, const std::string& source, Mo
   return Status::Ok();
 }
 
+// granitemoehybrid's layer_types and Mamba2 sizes (GraniteMoeHybridConfig; BambaMixer), and its
+// position_embedding_type (rotary only for "rope").
+Status ParseMambaLayers(const nlohmann::json& config, const KeyReader& r, const std::string& source, ModelConfig& c) {
+  auto types = config.find("layer_types");
+  if (types == config.end() || types->is_null()) {
+    c.linear_layers.assign(static_cast<size_t>(c.num_hidden_layers), 1);  // layers_block_type: all "mamba"
+  } else {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
+      return Status::InvalidArgument(fmt::format("{}: key 'layer_types' must list num_hidden_layers ({}) entries",
+                                                 source, c.num_hidden_layers));
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+      if (name != "mamba" && name != "attention")
+        return Status::InvalidArgument(fmt::format("{}: layer_types[{}] is '{}' (expected mamba or attention)", source,
+                                                   i, name));
+      c.linear_layers.push_back(name == "mamba" ? 1 : 0);
+    }
+  }
+  ZM_ASSIGN_OR_RETURN(c.mamba_n_heads, r.PositiveOr("mamba_n_heads", 128));
+  ZM_ASSIGN_OR_RETURN(c.mamba_n_groups, r.PositiveOr("mamba_n_groups", 1));
+  ZM_ASSIGN_OR_RETURN(c.mamba_d_state, r.PositiveOr("mamba_d_state", 256));
+  ZM_ASSIGN_OR_RETURN(c.mamba_d_conv, r.PositiveOr("mamba_d_conv", 4));
+  ZM_ASSIGN_OR_RETURN(const int64_t expand, r.PositiveOr("mamba_expand", 2));
+  ZM_ASSIGN_OR_RETURN(c.mamba_conv_bias, r.BoolOr("mamba_conv_bias", true));
+  ZM_ASSIGN_OR_RETURN(c.mamba_proj_bias, r.BoolOr("mamba_proj_bias", false));
+  const int64_t inner = expand * c.hidden_size;
+  auto head = config.find("mamba_d_head");
+  if (head == config.end() || head->is_null() || (head->is_string() && head->get<std::string>() == "auto")) {
+    if (inner % c.mamba_n_heads != 0)
+      return Status::InvalidArgument(fmt::format("{}: mamba_n_heads {} does not divide mamba_expand x hidden_size = {}",
+                                                 source, c.mamba_n_heads, inner));
+    c.mamba_head_dim = inner / c.mamba_n_heads;
+  } else {
+    ZM_ASSIGN_OR_RETURN(c.mamba_head_dim, r.Positive("mamba_d_head"));
+  }
+  if (c.mamba_head_dim * c.mamba_n_heads != inner)
+    return Status::InvalidArgument(fmt::format("{}: mamba_d_head {} x mamba_n_heads {} != mamba_expand x hidden_size = {}",
+                                               source, c.mamba_head_dim, c.mamba_n_heads, inner));
+  if (c.mamba_n_heads % c.mamba_n_groups != 0)
+    return Status::InvalidArgument(fmt::format("{}: mamba_n_groups {} does not divide mamba_n_heads {}", source,
+                                               c.mamba_n_groups, c.mamba_n_heads));
+  if (c.mamba_d_state > 4096 || c.mamba_d_conv > 64 || c.mamba_n_heads > 65536)
+    return Status::InvalidArgument(fmt::format("{}: Mamba sizes out of range (d_state {}, d_conv {}, heads {})", source,
+                                               c.mamba_d_state, c.mamba_d_conv, c.mamba_n_heads));
+  auto pe = config.find("position_embedding_type");
+  const std::string pe_name = pe == config.end() || pe->is_null() ? std::string("null")
+                              : pe->is_string()                   ? pe->get<std::string>()
+                                                                  : pe->dump();
+  if (pe_name != "rope" && pe_name != "nope" && pe_name != "null")
+    return Status::InvalidArgument(fmt::format("{}: position_embedding_type '{}' (expected rope, nope or null)", source,
+                                               pe_name));
+  c.no_rope = pe_name != "rope";
+  return Status::Ok();
+}
+
 Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
   switch (c.arch) {
     case ModelArch::kQwen2Moe:
@@ -521,20 +577,22 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
       break;
     }
     case ModelArch::kGraniteMoe:
-    case ModelArch::kGraniteMoeShared: {
+    case ModelArch::kGraniteMoeShared:
+    case ModelArch::kGraniteMoeHybrid: {
       // GraniteMoeConfig: num_local_experts 8, num_experts_per_tok 2; every expert is intermediate_size
       // wide. JetMoeTopKGating's softmax over the k best logits is mixtral's renormalised top-k.
       ZM_ASSIGN_OR_RETURN(c.num_experts, r.IntOr("num_local_experts", 8));
       c.moe_intermediate_size = c.intermediate_size;
       c.norm_topk_prob = true;
-      if (c.arch == ModelArch::kGraniteMoeShared) {
-        ZM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, r.IntOr("shared_intermediate_size", 0));
+      if (c.arch != ModelArch::kGraniteMoe) {  // GraniteMoeHybridConfig defaults it to 1024
+        ZM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
+                            r.IntOr("shared_intermediate_size", c.mamba() ? 1024 : 0));
         if (c.shared_expert_intermediate_size < 0)
           return Status::InvalidArgument(fmt::format("{}: key 'shared_intermediate_size' must be >= 0", source));
       }
       if (c.num_experts <= 0)
-        return Status::InvalidArgument(fmt::format("{}: key 'num_local_experts' must be >= 1 for '{}'", source,
-                                                   c.model_type));
+        return Status::InvalidArgument(fmt::format("{}: key 'num_local_experts' must be >= 1 for '{}'{}", source,
+                                                   c.model_type, c.mamba() ? " (a dense Granite 4.0-H is not an MoE)" : ""));
       ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.PositiveOr("num_experts_per_tok", 2));
       break;
     }
@@ -887,13 +945,15 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kQwen35Moe: return "qwen3_5_moe";
     case ModelArch::kGraniteMoe: return "granitemoe";
     case ModelArch::kGraniteMoeShared: return "granitemoeshared";
+    case ModelArch::kGraniteMoeHybrid: return "granitemoehybrid";
   }
   return "unknown";
 }
 
 const char* SupportedModelTypes() {
   return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, glm4_moe_lite, "
-         "ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, switch_transformers";
+         "ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, granitemoehybrid, "
+         "switch_transformers";
 }
 
 bool ModelConfig::mla() const {
@@ -914,6 +974,7 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
     case ModelArch::kQwen35Moe:
     case ModelArch::kGraniteMoe:
     case ModelArch::kGraniteMoeShared:
+    case ModelArch::kGraniteMoeHybrid:
       return true;
     case ModelArch::kQwen2Moe:
     case ModelArch::kQwen3Moe:
@@ -1093,6 +1154,7 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", c.arch == ModelArch::kErnie45Moe));
     ZM_RETURN_IF_ERROR(ParseAttention(r, source_path, c));
     if (c.granite()) ZM_RETURN_IF_ERROR(ParseGraniteMultipliers(r, source_path, c));
+    if (c.mamba()) ZM_RETURN_IF_ERROR(ParseMambaLayers(config, r, source_path, c));
   }
   ZM_RETURN_IF_ERROR(ParseRopeScaling(settings, settings_source, c));
   ZM_RETURN_IF_ERROR(ParsePartialRotary(settings, settings_source, c));

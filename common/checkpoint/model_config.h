@@ -50,6 +50,11 @@
 //   granitemoeshared GraniteMoeSharedForCausalLM (granitemoe plus an ungated shared MLP of
 //               shared_intermediate_size: shared_mlp.input_linear [2S, H] (gate rows first) /
 //               output_linear [H, S], added to the routed experts' output)
+//   granitemoehybrid GraniteMoeHybridForCausalLM (modular_granitemoehybrid.py, IBM Granite 4.0-H: `layer_types`
+//               "mamba" (BambaMixer: Mamba2, in_proj -> [z | xBC | dt], a depthwise causal conv1d with bias + SiLU
+//               over xBC, the SSM recurrence per head with grouped B / C, D skip, RMSNorm(y * silu(z)) over the
+//               whole inner width, out_proj) or "attention" (GQA, rotary only with position_embedding_type
+//               "rope", else no positional embedding); granitemoeshared's MoE + shared MLP and multipliers)
 //   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
 //               T5-style encoder-decoder, relative position buckets, top-1 router with expert capacity)
 // Defaults for keys a config.json may omit are those of the transformers config classes (e.g.
@@ -97,6 +102,7 @@ enum class ModelArch : uint8_t {
   kQwen35Moe = 12,
   kGraniteMoe = 13,
   kGraniteMoeShared = 14,
+  kGraniteMoeHybrid = 15,
 };
 
 // switch_transformers has no position limit of its own (relative position buckets); the encoder input
@@ -106,7 +112,7 @@ inline constexpr int64_t kSwitchMaxPositions = 4096;
 
 // "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers", "deepseek_v3",
 // "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-// "granitemoeshared".
+// "granitemoeshared", "granitemoehybrid".
 const char* ModelArchName(ModelArch arch);
 // Every supported model_type, comma-separated (for error messages).
 const char* SupportedModelTypes();
@@ -189,6 +195,20 @@ struct ModelConfig {
   bool attn_output_gate = false;
   // RMSNorm weights stored zero-centred: every norm but the DeltaNet's gated one scales by (1 + w).
   bool zero_centered_norms = false;
+  // Mamba2 layers (granitemoehybrid's "mamba" entries of linear_layers; BambaMixer): n_heads heads of
+  // head_dim values (d_inner = n_heads * head_dim = mamba_expand * hidden), B and C in n_groups groups of
+  // d_state, a conv1d of d_conv taps over conv_dim = d_inner + 2 n_groups d_state channels.
+  int64_t mamba_n_heads = 0;
+  int64_t mamba_head_dim = 0;
+  int64_t mamba_n_groups = 0;
+  int64_t mamba_d_state = 0;
+  int64_t mamba_d_conv = 0;
+  bool mamba_conv_bias = true;   // conv1d.bias
+  bool mamba_proj_bias = false;  // in_proj.bias / out_proj.bias
+  int64_t mamba_d_inner() const { return mamba_n_heads * mamba_head_dim; }
+  int64_t mamba_conv_dim() const { return mamba_d_inner() + 2 * mamba_n_groups * mamba_d_state; }
+  // No positional embedding in the attention layers (granitemoehybrid without position_embedding_type "rope").
+  bool no_rope = false;
   // Where the decoder's tensors live: "model." (model.embed_tokens, model.layers.L., model.norm), or
   // "model.language_model." (qwen3_5_moe, a multimodal checkpoint).
   std::string weight_prefix = "model.";
@@ -307,7 +327,11 @@ struct ModelConfig {
   // Whether `token_id` is one of eos_token_ids.
   bool IsEos(int32_t token_id) const;
   // granitemoe / granitemoeshared (their multipliers above, fused `block_sparse_moe` experts).
-  bool granite() const { return arch == ModelArch::kGraniteMoe || arch == ModelArch::kGraniteMoeShared; }
+  bool granite() const {
+    return arch == ModelArch::kGraniteMoe || arch == ModelArch::kGraniteMoeShared || arch == ModelArch::kGraniteMoeHybrid;
+  }
+  // granitemoehybrid: its linear_layers are Mamba2 layers (not Gated DeltaNet).
+  bool mamba() const { return arch == ModelArch::kGraniteMoeHybrid; }
 };
 
 // Parses a config.json object. `source_path` names the file in messages. gpt_oss: keys it omits take
@@ -321,9 +345,13 @@ struct ModelConfig {
 // rope type other than default, use_sliding_window true, a layer_types entry other than
 // linear_attention / full_attention, and for qwen3_5_moe decoder_sparse_step != 1, mlp_only_layers or
 // norm_topk_prob false are refused by name.
-// granitemoe / granitemoeshared: keys the file omits take GraniteMoeConfig's defaults (num_local_experts 8,
-// num_experts_per_tok 2, the multipliers 1, tie_word_embeddings false); a multiplier that is not finite and
-// > 0 is refused by name.
+// granitemoe / granitemoeshared / granitemoehybrid: keys the file omits take GraniteMoe(Hybrid)Config's
+// defaults (num_local_experts 8, num_experts_per_tok 2, the multipliers 1, tie_word_embeddings false; hybrid:
+// shared_intermediate_size 1024, every layer "mamba", mamba_n_heads 128, n_groups 1, d_state 256, d_head
+// "auto", d_conv 4, expand 2, conv bias on, proj bias off); a multiplier that is not finite and > 0 is refused
+// by name; granitemoehybrid without experts (a dense Granite 4.0-H), a layer_types entry other than mamba /
+// attention, a position_embedding_type other than rope / nope / null and Mamba sizes that do not fit are
+// refused naming the key.
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
 // hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func (named),

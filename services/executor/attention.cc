@@ -382,7 +382,10 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
   }
   // Partial rotary (glm4_moe): the first rope_dim dims of each head rotate, the rest pass through.
   const int64_t rd = batch.cos.size(-1);
-  if (c.arch == ModelArch::kErnie45Moe) {
+  if (c.no_rope) {
+    // granitemoehybrid without position_embedding_type "rope": no positional embedding (the Mamba2 layers
+    // carry the order).
+  } else if (c.arch == ModelArch::kErnie45Moe) {
     // Ernie4_5_Moe's interleaved ("GLM") RoPE on pairs (2i, 2i+1): the same values as rotate-half on
     // the de-interleaved head, in another order that q and k share, so every q.k product is the same.
     q = RotaryEmbedding::Apply(q, batch.cos, batch.sin, /*interleaved=*/true);

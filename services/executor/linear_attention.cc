@@ -3,6 +3,7 @@
 // are kernels/gated_delta.h's (its fixed operation order: the same bits on every ISA).
 #include "services/executor/linear_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -38,6 +39,7 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 at::Tensor LinearAttentionForward(const ModelConfig& c, const LinearAttentionWeights& w, int64_t layer_id,
                                   const at::Tensor& x, const BatchLayout& batch) {
+  if (c.mamba()) return Mamba2Forward(c, w, layer_id, x, batch);
   const Dims d = DimsOf(c);
   const int64_t n = x.size(0);
   const int64_t kd = d.nk * d.dk, vd = d.nv * d.dv;
@@ -141,6 +143,92 @@ at::Tensor LinearAttentionForward(const ModelConfig& c, const LinearAttentionWei
   cpu::RmsNorm(op, n * d.nv, d.dv, w.norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps), op);
   cpu::SiluMul(z.data_ptr<float>(), op, n * vd, op);  // RMSNorm(o) * silu(z)
   return Linear(o_t, w.out_proj);
+}
+
+at::Tensor Mamba2Forward(const ModelConfig& c, const LinearAttentionWeights& w, int64_t layer_id, const at::Tensor& x,
+                         const BatchLayout& batch) {
+  const int64_t n = x.size(0), nh = c.mamba_n_heads, P = c.mamba_head_dim, G = c.mamba_n_groups,
+                N = c.mamba_d_state, K = c.mamba_d_conv, ci = c.mamba_d_inner(), cc = c.mamba_conv_dim();
+  const int64_t width = ci + cc + nh, heads_per_group = nh / G, hist = K - 1;
+  // 1. in_proj -> rows [z | xBC | dt].
+  at::Tensor proj = Linear(x, w.in_proj);
+  if (w.in_proj_bias.defined()) proj = proj + w.in_proj_bias;
+  proj = proj.contiguous();
+  const float* pp = proj.data_ptr<float>();
+  at::Tensor xbc_t = at::empty({n, cc}, proj.options());  // after the conv and SiLU
+  at::Tensor y_t = at::empty({n, ci}, proj.options());
+  float* xbc = xbc_t.data_ptr<float>();
+  float* yp = y_t.data_ptr<float>();
+  const float* conv_w = w.conv1d.data_ptr<float>();  // [Cc, K]
+  const float* conv_b = w.conv_bias.defined() ? w.conv_bias.data_ptr<float>() : nullptr;
+  const float* neg_exp_a = w.neg_exp_a.data_ptr<float>();
+  const float* dt_bias = w.dt_bias.data_ptr<float>();
+  const float* d_skip = w.d_skip.data_ptr<float>();
+
+  for (size_t i = 0; i < batch.starts.size(); ++i) {
+    const int64_t start = batch.starts[i], len = batch.lengths[i];
+    KvCache::LinearState& st = batch.caches[i]->linear_state(layer_id);
+    if (st.conv.empty()) st.conv.assign(static_cast<size_t>(hist * cc), 0.0f);
+    if (st.recurrent.empty()) st.recurrent.assign(static_cast<size_t>(nh * P * N), 0.0f);
+    // 2. The causal conv1d over xBC: input s of this sequence is row s - hist of the carried history for
+    //    s < hist, else new row s - hist; out_t = bias + Σ_j w[j] in_{t + j} (cross-correlation, as torch).
+    std::vector<float> in(static_cast<size_t>((hist + len) * cc));
+    std::copy(st.conv.begin(), st.conv.end(), in.begin());
+    for (int64_t t = 0; t < len; ++t)
+      std::copy_n(pp + (start + t) * width + ci, cc, in.begin() + (hist + t) * cc);
+    for (int64_t t = 0; t < len; ++t) {
+      float* out = xbc + (start + t) * cc;
+      for (int64_t ch = 0; ch < cc; ++ch) {
+        float acc = conv_b != nullptr ? conv_b[ch] : 0.0f;
+        for (int64_t j = 0; j < K; ++j) acc += conv_w[ch * K + j] * in[static_cast<size_t>((t + j) * cc + ch)];
+        out[ch] = acc / (1.0f + std::exp(-acc));  // SiLU
+      }
+    }
+    std::copy(in.end() - hist * cc, in.end(), st.conv.begin());  // the last K-1 inputs
+    // 3. The SSM recurrence, heads in parallel (each thread its own heads' state and output columns).
+    float* state = st.recurrent.data();
+    WorkPool::Shared().ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        const int64_t g = h / heads_per_group;
+        float* sh = state + h * P * N;
+        for (int64_t t = 0; t < len; ++t) {
+          const int64_t row = start + t;
+          const float* xr = xbc + row * cc;
+          const float* xh = xr + h * P;
+          const float* bg = xr + ci + g * N;
+          const float* cg = xr + ci + G * N + g * N;
+          const float dt = Softplus(pp[row * width + ci + cc + h] + dt_bias[h]);
+          const float decay = std::exp(dt * neg_exp_a[h]);
+          for (int64_t p = 0; p < P; ++p) {
+            float* s_row = sh + p * N;
+            const float xv = xh[p];
+            float acc = 0.0f;
+            for (int64_t k = 0; k < N; ++k) {
+              s_row[k] = s_row[k] * decay + (dt * bg[k]) * xv;
+              acc += s_row[k] * cg[k];
+            }
+            yp[row * ci + h * P + p] = acc + d_skip[h] * xv;
+          }
+        }
+      }
+    });
+  }
+  // 4. The gated RMSNorm over the whole inner width (BambaRMSNormGated: y * silu(z), then normalised).
+  for (int64_t t = 0; t < n; ++t) {
+    float* yr = yp + t * ci;
+    const float* z = pp + t * width;
+    double sum = 0.0;
+    for (int64_t j = 0; j < ci; ++j) {
+      yr[j] = yr[j] * (z[j] / (1.0f + std::exp(-z[j])));
+      sum += static_cast<double>(yr[j]) * yr[j];
+    }
+    const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(ci)) + static_cast<float>(c.rms_norm_eps));
+    const float* nw = w.norm.data_ptr<float>();
+    for (int64_t j = 0; j < ci; ++j) yr[j] = nw[j] * (yr[j] * inv);
+  }
+  at::Tensor out = Linear(y_t, w.out_proj);
+  if (w.out_proj_bias.defined()) out = out + w.out_proj_bias;
+  return out;
 }
 
 }  // namespace zipmoe::executor

@@ -28,7 +28,22 @@ namespace zipmoe::executor {
 
 // x [N, hidden] float32 CPU (after input_layernorm) -> [N, hidden] (after out_proj). Reads and
 // advances each sequence's LinearState of `layer_id` in batch.caches (the caller calls Advance).
+// granitemoehybrid's layers (config.mamba()) go to Mamba2Forward.
 at::Tensor LinearAttentionForward(const ModelConfig& config, const LinearAttentionWeights& w, int64_t layer_id,
                                   const at::Tensor& x, const BatchLayout& batch);
+
+// Mamba2, granitemoehybrid's "mamba" layers (transformers' BambaMixer.torch_forward; Dao & Gu, "Transformers
+// are SSMs", 2024), over the same ragged batch and LinearState (conv: the last K-1 xBC inputs [K-1, Cc];
+// recurrent: the SSM state [nh, P, N]). With Ci = nh P, Cc = Ci + 2 G N:
+//   z [Ci] | xBC [Cc] | dt [nh] = in_proj(x) (+ bias)
+//   xBC = silu(causal depthwise conv1d over time, K taps, + conv bias), the K-1 inputs before the first new
+//         token from the cache (zeros for a new sequence); x [nh, P] | B [G, N] | C [G, N] = xBC
+//   dt_h = softplus(dt_h + dt_bias_h), A_h = -exp(A_log_h); head h reads group g = h / (nh / G):
+//   S_h [P, N] = exp(dt_h A_h) S_h + (dt_h B_g) x_hᵀ;  y_h = S_h C_g + D_h x_h   (one token at a time, in
+//   order: a prompt fed in one call or token by token gives the same bits)
+//   out = out_proj(RMSNorm(y * silu(z)) over all Ci, weight norm.weight, eps rms_norm_eps) (+ bias)
+// float32 on the CPU. Same contract as LinearAttentionForward.
+at::Tensor Mamba2Forward(const ModelConfig& config, const LinearAttentionWeights& w, int64_t layer_id,
+                         const at::Tensor& x, const BatchLayout& batch);
 
 }  // namespace zipmoe::executor

@@ -50,8 +50,12 @@ int64_t Model::KvFixedBytes() const {
   const ModelConfig& c = model_.config;
   const int64_t channels = 2 * c.linear_num_key_heads * c.linear_key_head_dim +
                            c.linear_num_value_heads * c.linear_value_head_dim;
-  const int64_t per_layer = c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim +
-                            (c.linear_conv_kernel_dim - 1) * channels;
+  // A Gated DeltaNet layer's delta-rule state and conv history; a Mamba2 layer's SSM state [nh, P, N] and
+  // conv history [K-1, Cc] (linear_attention.h).
+  const int64_t per_layer =
+      c.mamba() ? c.mamba_n_heads * c.mamba_head_dim * c.mamba_d_state + (c.mamba_d_conv - 1) * c.mamba_conv_dim()
+                : c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim +
+                      (c.linear_conv_kernel_dim - 1) * channels;
   int64_t total = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     if (c.IsLinearAttentionLayer(l)) total += per_layer * static_cast<int64_t>(sizeof(float));

@@ -161,6 +161,40 @@ class Loader {
     return a;
   }
 
+  // Mamba2 weights of a granitemoehybrid "mamba" layer (prefix p = "model.layers.L.mamba."; BambaMixer).
+  Result<LinearAttentionWeights> GetMamba(const std::string& p) const {
+    if (!o_.device.is_cpu())
+      return Status::InvalidArgument(fmt::format(
+          "{}: {}'s Mamba2 layers run on the CPU executor; the {} path does not have them yet", m_.dir, c_.model_type,
+          o_.device.str()));
+    const int64_t h = c_.hidden_size, nh = c_.mamba_n_heads, inner = c_.mamba_d_inner(), conv = c_.mamba_conv_dim();
+    const int64_t k = c_.mamba_d_conv, proj = inner + conv + nh;
+    LinearAttentionWeights a;
+    ZM_ASSIGN_OR_RETURN(a.in_proj, Get(p + "in_proj.weight", {proj, h}));
+    ZM_ASSIGN_OR_RETURN(a.conv1d, Get(p + "conv1d.weight", {conv, 1, k}, at::kFloat));
+    a.conv1d = a.conv1d.to(at::kFloat).reshape({conv, k}).contiguous();
+    if (c_.mamba_conv_bias) {
+      ZM_ASSIGN_OR_RETURN(a.conv_bias, Get(p + "conv1d.bias", {conv}, at::kFloat));
+      a.conv_bias = a.conv_bias.to(at::kFloat).contiguous();
+    }
+    if (c_.mamba_proj_bias) {
+      ZM_ASSIGN_OR_RETURN(a.in_proj_bias, Get(p + "in_proj.bias", {proj}, at::kFloat));
+      a.in_proj_bias = a.in_proj_bias.to(at::kFloat).contiguous();
+      ZM_ASSIGN_OR_RETURN(a.out_proj_bias, Get(p + "out_proj.bias", {h}, at::kFloat));
+      a.out_proj_bias = a.out_proj_bias.to(at::kFloat).contiguous();
+    }
+    ZM_ASSIGN_OR_RETURN(at::Tensor a_log, Get(p + "A_log", {nh}, at::kFloat));
+    a.neg_exp_a = (-at::exp(a_log.to(at::kFloat))).contiguous();  // A = -torch.exp(self.A_log.float())
+    ZM_ASSIGN_OR_RETURN(a.dt_bias, Get(p + "dt_bias", {nh}, at::kFloat));
+    a.dt_bias = a.dt_bias.to(at::kFloat).contiguous();
+    ZM_ASSIGN_OR_RETURN(a.d_skip, Get(p + "D", {nh}, at::kFloat));
+    a.d_skip = a.d_skip.to(at::kFloat).contiguous();
+    ZM_ASSIGN_OR_RETURN(a.norm, Get(p + "norm.weight", {inner}, at::kFloat));
+    a.norm = a.norm.to(at::kFloat).contiguous();
+    ZM_ASSIGN_OR_RETURN(a.out_proj, Get(p + "out_proj.weight", {h, inner}));
+    return a;
+  }
+
   // The token embedding `name` [vocab, hidden] in its stored dtype: on the CPU a zero-copy view
   // whose rows are upcast on lookup (exact), on another device a contiguous copy there.
   Result<at::Tensor> GetEmbedding(const std::string& name, int64_t vocab, int64_t hidden) const {
@@ -327,7 +361,9 @@ class Loader {
     ZM_ASSIGN_OR_RETURN(w.input_layernorm, GetNorm(p + "input_layernorm.weight", h));
     ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm, GetNorm(p + "post_attention_layernorm.weight", h));
     w.linear_attention = c_.IsLinearAttentionLayer(l);
-    if (w.linear_attention) {
+    if (w.linear_attention && c_.mamba()) {
+      ZM_ASSIGN_OR_RETURN(w.linear_attn, GetMamba(p + "mamba."));
+    } else if (w.linear_attention) {
       ZM_ASSIGN_OR_RETURN(w.linear_attn, GetLinearAttention(p + "linear_attn."));
     } else {
       ZM_ASSIGN_OR_RETURN(w.attn, GetAttention(p + "self_attn."));
@@ -359,7 +395,7 @@ class Loader {
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert, GetMlp(moe + "shared_expert", c_.shared_expert_intermediate_size));
       ZM_ASSIGN_OR_RETURN(w.shared_expert_gate, Get(moe + "shared_expert_gate.weight", {1, h}));
-    } else if (c_.arch == ModelArch::kGraniteMoeShared && c_.shared_expert_intermediate_size > 0) {
+    } else if ((c_.arch == ModelArch::kGraniteMoeShared || c_.mamba()) && c_.shared_expert_intermediate_size > 0) {
       // GraniteMoeSharedMLP: input_linear [2S, H] (rows [0, S) the activated gate, [S, 2S) up), output_linear
       // [H, S]; added to the routed output without a gate, as deepseek's shared experts.
       w.has_shared_expert = true;

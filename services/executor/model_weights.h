@@ -89,13 +89,20 @@ struct LinearAttentionWeights {
   at::Tensor dt_bias;    // [nv] float32 on the CPU
   at::Tensor norm;       // the gated RMSNorm's weight [dv] float32 (not zero-centred)
   at::Tensor out_proj;   // [hidden, nv dv]
+  // Mamba2 (granitemoehybrid's "mamba" layers, BambaMixer; Ci = d_inner, Cc = conv_dim, nh = mamba_n_heads):
+  // in_proj [Ci + Cc + nh, hidden] (rows z | xBC | dt) with in_proj_bias [Ci + Cc + nh] when mamba_proj_bias;
+  // conv1d above as [Cc, K] and conv_bias [Cc] (mamba_conv_bias) float32; neg_exp_a / dt_bias [nh]; d_skip
+  // (D) [nh] float32; norm [Ci] (the gated RMSNorm over the whole inner width); out_proj [hidden, Ci] with
+  // out_proj_bias [hidden] when mamba_proj_bias.
+  at::Tensor in_proj, in_proj_bias, conv_bias, d_skip, out_proj_bias;
 };
 
 struct LayerWeights {
   at::Tensor input_layernorm;           // [hidden] (zero_centered_norms: 1 + w, float32)
   at::Tensor post_attention_layernorm;  // [hidden] (as input_layernorm)
   AttentionWeights attn;                // full-attention layers
-  bool linear_attention = false;        // qwen3_next / qwen3_5_moe Gated DeltaNet layers: linear_attn below
+  bool linear_attention = false;        // Gated DeltaNet (qwen3_next / qwen3_5_moe) or Mamba2 (granitemoehybrid)
+                                        // layers: linear_attn below
   LinearAttentionWeights linear_attn;
   bool is_moe = false;
   MlpWeights dense_mlp;            // !is_moe

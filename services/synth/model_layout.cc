@@ -3,7 +3,8 @@
 //                shared_expert_gate), dense Qwen2MoeMLP for mlp_only_layers / decoder_sparse_step.
 //   mixtral:     MixtralAttention, MixtralSparseMoeBlock (block_sparse_moe.gate, experts.M.w1/w2/w3).
 //   granitemoe / granitemoeshared: LlamaAttention, GraniteMoeMoE (block_sparse_moe.router.layer, fused
-//                input_linear / output_linear), granitemoeshared's shared_mlp.input_linear / output_linear.
+//                input_linear / output_linear), granitemoeshared's shared_mlp.input_linear / output_linear;
+//                granitemoehybrid: those, with BambaMixer's mamba.* in place of self_attn on its "mamba" layers.
 //   qwen3_moe:   Qwen3MoeAttention (+ q_norm/k_norm over head_dim), Qwen3MoeSparseMoeBlock.
 //   olmoe:       OlmoeAttention (+ q_norm [heads*head_dim], k_norm [kv_heads*head_dim]), OlmoeSparseMoeBlock.
 //   deepseek_v2: DeepseekV2Attention (MLA), DeepseekV2MoE (experts, gate, shared_experts), dense
@@ -342,8 +343,9 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
   if (type == "qwen2_moe") {
     ZM_ASSIGN_OR_RETURN(shared_inter, GetOptional(config, "shared_expert_intermediate_size", 0));
   }
-  if (type == "granitemoeshared") {
-    ZM_ASSIGN_OR_RETURN(shared_inter, GetOptional(config, "shared_intermediate_size", 0));
+  if (type == "granitemoeshared" || type == "granitemoehybrid") {  // GraniteMoeHybridConfig: 1024 by default
+    ZM_ASSIGN_OR_RETURN(shared_inter, GetOptional(config, "shared_intermediate_size",
+                                                  type == "granitemoehybrid" ? 1024 : 0));
   }
   int64_t n_mtp = 0;
   int64_t ernie_start = 1, ernie_end = -1, ernie_interval = 1;
@@ -381,6 +383,26 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
   }
 
   const bool use_qk_norm = type == "glm4_moe" && GetBool(config, "use_qk_norm", false);
+  // granitemoehybrid (GraniteMoeHybridConfig, BambaMixer): which layers are Mamba2, and their sizes.
+  std::vector<bool> mamba_layer;
+  int64_t m_heads = 0, m_head_dim = 0, m_groups = 0, m_state = 0, m_conv = 0;
+  bool m_conv_bias = true, m_proj_bias = false;
+  if (type == "granitemoehybrid") {
+    auto types = config.find("layer_types");
+    for (int64_t l = 0; l < n_layers; ++l)
+      mamba_layer.push_back(types == config.end() || !types->is_array() || static_cast<int64_t>(types->size()) <= l ||
+                            (*types)[static_cast<size_t>(l)] != "attention");
+    ZM_ASSIGN_OR_RETURN(m_heads, GetOptional(config, "mamba_n_heads", 128));
+    ZM_ASSIGN_OR_RETURN(m_groups, GetOptional(config, "mamba_n_groups", 1));
+    ZM_ASSIGN_OR_RETURN(m_state, GetOptional(config, "mamba_d_state", 256));
+    ZM_ASSIGN_OR_RETURN(m_conv, GetOptional(config, "mamba_d_conv", 4));
+    ZM_ASSIGN_OR_RETURN(const int64_t expand, GetOptional(config, "mamba_expand", 2));
+    if (m_heads <= 0 || (expand * hidden) % m_heads != 0)
+      return Status::InvalidArgument("config.json: 'mamba_n_heads' must divide mamba_expand x hidden_size");
+    m_head_dim = expand * hidden / m_heads;
+    m_conv_bias = GetBool(config, "mamba_conv_bias", true);
+    m_proj_bias = GetBool(config, "mamba_proj_bias", false);
+  }
   for (int32_t l = 0; l < static_cast<int32_t>(n_layers + n_mtp); ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     const std::string post_norm = p + "post_attention_layernorm.weight";
@@ -394,7 +416,23 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
       b.Linear(p + "shared_head.head", layout.vocab_size, hidden, l);
     }
     // --- attention ---
-    if (mla) {
+    if (!mamba_layer.empty() && mamba_layer[static_cast<size_t>(l)]) {
+      // BambaMixer: in_proj [z | xBC | dt], conv1d over xBC, dt_bias / A_log / D per head, the gated norm.
+      const std::string a = p + "mamba.";
+      const int64_t inner = m_heads * m_head_dim, conv_dim = inner + 2 * m_groups * m_state;
+      b.Reader(a + "in_proj", inner + conv_dim + m_heads, hidden, l, m_proj_bias);
+      b.Add(a + "conv1d.weight", {conv_dim, 1, m_conv}, InitKind::kNormal, 0.0f, kConvStd, l);
+      if (m_conv_bias) b.Add(a + "conv1d.bias", {conv_dim}, InitKind::kNormal, 0.0f, kBiasStd, l);
+      b.Add(a + "dt_bias", {m_heads}, InitKind::kInvSoftplusDt, 0.0f, 0.0f, l);
+      layout.tensors.back().uniform_lo = kDtLo;
+      layout.tensors.back().uniform_hi = kDtHi;
+      b.Add(a + "A_log", {m_heads}, InitKind::kLogUniform, 0.0f, 0.0f, l);
+      layout.tensors.back().uniform_lo = kALogLo;
+      layout.tensors.back().uniform_hi = kALogHi;
+      b.Add(a + "D", {m_heads}, InitKind::kNormal, 1.0f, 0.1f, l);
+      b.Norm(a + "norm.weight", inner, l);
+      b.Linear(a + "out_proj", hidden, inner, l, m_proj_bias);
+    } else if (mla) {
       const int64_t q_head_dim = qk_nope + qk_rope;
       if (q_lora == 0) {
         b.Reader(p + "self_attn.q_proj", n_heads * q_head_dim, hidden, l);
@@ -423,7 +461,7 @@ Status BuildLayers(const json& config, ModelLayout& layout, LayoutBuilder& b) {
       }
     }
     // --- MLP / MoE ---
-    if (type == "granitemoe" || type == "granitemoeshared") {
+    if (type == "granitemoe" || type == "granitemoeshared" || type == "granitemoehybrid") {
       // GraniteMoeMoE: router.layer, then the experts fused (input_linear [E, 2I, H], gate rows first;
       // output_linear [E, H, I]); granitemoeshared's shared_mlp input_linear [2S, H] / output_linear [H, S].
       b.Router(p + "block_sparse_moe.router.layer", n_experts, hidden, l, post_norm);
@@ -636,13 +674,14 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (type == "mixtral") experts_key = "num_local_experts";
   if (type == "deepseek_v2" || IsNoauxTc(type)) experts_key = "n_routed_experts";
   if (type == "ernie4_5_moe") experts_key = "moe_num_experts";
-  if (type == "gpt_oss" || type == "granitemoe" || type == "granitemoeshared") experts_key = "num_local_experts";
+  if (type == "gpt_oss" || type == "granitemoe" || type == "granitemoeshared" || type == "granitemoehybrid")
+    experts_key = "num_local_experts";
   if (type == "qwen3_next" || type == "qwen3_5_moe") return BuildQwen3NextLayout(config, std::move(layout));
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
         "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
         "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, "
-        "granitemoeshared, switch_transformers)",
+        "granitemoeshared, granitemoehybrid, switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));

@@ -96,6 +96,13 @@ const std::vector<PresetRow> kPresets = {
    "granitemoe tiny plus a 128-wide shared MLP"},
   {"granitemoeshared", "mini", 1024, 24, 16, 8, 0, 512, 0, 1024, 32, 8, 49155,   0,   0,  0,   0, 0, 0,
    "granitemoe mini plus a 1024-wide shared MLP (no small granitemoeshared release to copy)"},
+  // granitemoehybrid (Granite 4.0-H): Mamba2 layers with a few attention layers (GraniteMoeHybridConfig() writes
+  // the Mamba sizes and layer_types: tiny 8 heads x 32, d_state 16, layers mamba / attention / mamba / mamba;
+  // mini granite-4.0-h-tiny's widths, 48 heads x 64, d_state 128, layer 5 of 10 attention).
+  {"granitemoehybrid", "tiny", 128, 4, 4, 2, 0,  64,   0,  128, 16, 4,   2048,   0,   0,  0,   0, 0, 0,
+   "3 Mamba2 + 1 attention layer (no positional embedding), shared MLP 128, the real multipliers"},
+  {"granitemoehybrid", "mini", 1536, 10, 12, 4, 0, 512,  0, 1024, 64, 6, 100352,   0,   0,  0,   0, 0, 0,
+   "granite-4.0-h-tiny's widths (64 experts top-6, shared 1024, Mamba 48 x 64, d_state 128); layers 40->10"},
 };
 // clang-format on
 
@@ -106,7 +113,8 @@ Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
   config["eos_token_id"] = layout.IdOf(layout.eos_token);
   if (arch == "olmoe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "ernie4_5_moe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
-  if (arch == "granitemoe" || arch == "granitemoeshared") config["pad_token_id"] = layout.IdOf(layout.pad_token);
+  if (arch == "granitemoe" || arch == "granitemoeshared" || arch == "granitemoehybrid")
+    config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "gpt_oss") {  // stops on <|return|>; <|endoftext|> pads (the real ids 200002 / 199999)
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
     config.erase("bos_token_id");
@@ -732,6 +740,58 @@ json GraniteMoeConfig(const PresetRow& p) {
   return c;
 }
 
+// ibm-granite/granite-4.0-h-tiny's config.json (model_type granitemoehybrid): its keys, the Mamba sizes per
+// preset (tiny: 8 heads of 32, d_state 16; mini: the release's 48 of 64, d_state 128) and layer_types.
+json GraniteMoeHybridConfig(const PresetRow& p, bool tiny) {
+  json types = json::array();
+  for (int64_t l = 0; l < p.num_hidden_layers; ++l)
+    types.push_back((tiny ? l == 1 : l % 10 == 5) ? "attention" : "mamba");
+  return json{
+      {"architectures", {"GraniteMoeHybridForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"attention_multiplier", 0.0078125},
+      {"embedding_multiplier", 12},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"init_method", "mup"},
+      {"initializer_range", 0.1},
+      {"intermediate_size", p.intermediate_size},
+      {"layer_types", types},
+      {"logits_scaling", 6},
+      {"mamba_chunk_size", 256},
+      {"mamba_conv_bias", true},
+      {"mamba_d_conv", 4},
+      {"mamba_d_head", tiny ? 32 : 64},
+      {"mamba_d_state", tiny ? 16 : 128},
+      {"mamba_expand", 2},
+      {"mamba_n_groups", 1},
+      {"mamba_n_heads", tiny ? 8 : 48},
+      {"mamba_proj_bias", false},
+      {"max_position_embeddings", 131072},
+      {"model_type", "granitemoehybrid"},
+      {"normalization_function", "rmsnorm"},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"num_local_experts", p.num_experts},
+      {"output_router_logits", false},
+      {"position_embedding_type", "nope"},
+      {"residual_multiplier", 0.22},
+      {"rms_norm_eps", 1e-05},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 10000},
+      {"router_aux_loss_coef", 0.0},
+      {"shared_intermediate_size", p.shared_intermediate},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.56.0"},
+      {"use_cache", true},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
 }  // namespace
 
 const std::vector<PresetRow>& PresetTable() { return kPresets; }
@@ -740,7 +800,7 @@ const std::vector<std::string>& ArchNames() {
   static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2",
                                                  "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe",
                                                  "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-                                                 "granitemoeshared"};
+                                                 "granitemoeshared", "granitemoehybrid"};
   return names;
 }
 
@@ -771,7 +831,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
       return Status::InvalidArgument(fmt::format(
           "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, "
           "glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, "
-          "switch_transformers)",
+          "granitemoehybrid, switch_transformers)",
           arch));
     }
     return Status::InvalidArgument(
@@ -800,6 +860,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
   if (arch == "qwen3_next") config = Qwen3NextConfig(*row);
   if (arch == "qwen3_5_moe") config = Qwen35MoeConfig(*row, preset == "tiny");
   if (arch == "granitemoe" || arch == "granitemoeshared") config = GraniteMoeConfig(*row);
+  if (arch == "granitemoehybrid") config = GraniteMoeHybridConfig(*row, preset == "tiny");
   if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
   ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
   return config;

@@ -106,6 +106,29 @@ const char kGraniteTemplate[] =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}";
 
+// Granite-4.0-style template (role markers as Granite 3, the tools listed in a system message, calls and
+// results in Hermes' <tool_call> / <tool_response> tags as the 4.0 template writes them); written for synth.
+const char kGranite4Template[] =
+    "{%- if tools %}{{- '<|start_of_role|>system<|end_of_role|>You may call these tools:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\nReturn each call as <tool_call>{\"name\": NAME, \"arguments\": ARGS}</tool_call>.<|end_of_text|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{- '<|start_of_role|>assistant<|end_of_role|>' + (message['content'] or '') }}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set f = call['function'] if call['function'] is defined else call %}"
+    "{{- '<tool_call>\\n{\"name\": ' + f['name'] | tojson + ', \"arguments\": ' }}"
+    "{{- f['arguments'] if f['arguments'] is string else f['arguments'] | tojson }}{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}{{- '<|end_of_text|>\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|start_of_role|>user<|end_of_role|><tool_response>\\n' + message['content'] + '\\n</tool_response><|end_of_text|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + (message['content'] or '') + '<|end_of_text|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}";
+
 // Mixtral-8x7B-Instruct-v0.1 template.
 const char kMistralTemplate[] =
     "{{ bos_token }}{% for message in messages %}"
@@ -226,9 +249,10 @@ Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t
     layout.bos_token = "<|startoftext|>";
     layout.eos_token = "<|return|>";
     layout.pad_token = "<|endoftext|>";
-  } else if (arch == "granitemoe" || arch == "granitemoeshared") {
+  } else if (arch == "granitemoe" || arch == "granitemoeshared" || arch == "granitemoehybrid") {
     // Granite 3's vocabulary: StarCoder's 19 specials first (<|end_of_text|> = 0 is bos, eos and pad), its
-    // three role / tool tokens last (49152-49154 in the real 49155).
+    // three role / tool tokens last (49152-49154 in the real 49155). granitemoehybrid uses it too (Granite 4's
+    // own 100k vocabulary, bos / eos 100257, is not reproduced).
     layout.front = {kGraniteEndOfText, "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<filename>",
                     "<gh_stars>", "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>",
                     "<jupyter_text>", "<jupyter_code>", "<jupyter_output>", "<empty_output>", "<commit_before>",
@@ -319,11 +343,11 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
     c["padding_side"] = "left";
     c["remove_space"] = false;
     c["tokenizer_class"] = "PreTrainedTokenizer";
-  } else if (arch == "granitemoe" || arch == "granitemoeshared") {
+  } else if (arch == "granitemoe" || arch == "granitemoeshared" || arch == "granitemoehybrid") {
     c["add_bos_token"] = false;
     c["add_prefix_space"] = false;
     c["additional_special_tokens"] = {kGraniteStartOfRole, kGraniteEndOfRole, kGraniteToolCall};
-    c["chat_template"] = kGraniteTemplate;
+    c["chat_template"] = arch == "granitemoehybrid" ? kGranite4Template : kGraniteTemplate;
     c["clean_up_tokenization_spaces"] = true;
     c["errors"] = "replace";
     c["model_max_length"] = 4096;

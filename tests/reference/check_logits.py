@@ -9,7 +9,7 @@
       max|zipmoe - ref| <= 1e-4 * max|ref| per row. Exit 1 on any failure (arch, dir kind, row named).
       Synth variants follow the presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded, mixtral
       --router-skew, FP8 checkpoints); --base-only skips them. Archs of ARCHS_PENDING (implemented
-      here before `zipmoe synth` offers them: granitemoe, granitemoeshared) are compared only when named.
+      here before `zipmoe synth` offers them: granitemoehybrid) are compared only when named.
 
   check_logits.py --self-test [--arch ...]
       Internal consistency of the reference without zipmoe: known-answer checks of its helpers
@@ -18,7 +18,8 @@
       parsing; gpt_oss: the MXFP4 decoder, the clamped SwiGLU, attention sinks, its router and YaRN, config
       parsing; qwen3_next / qwen3_5_moe: the norms, the conv1d, the gated delta rule by hand and chunked ==
       recurrent, the qkvz split, config parsing; granitemoe / granitemoeshared: the router, config parsing, a
-      one-layer model by hand with each multiplier's effect), and, on small checkpoints written here in exact HF
+      one-layer model by hand with each multiplier's effect; granitemoehybrid: the conv1d with its bias, the gated
+      norm, a Mamba2 step by hand, chunked SSD scan == recurrence, the splits, config parsing), and, on small checkpoints written here in exact HF
       layout (several config variants per arch, FP8 and MXFP4 ones too): layout check, vectorised pass ==
       independent slow token-by-token pass, causality (prefix logits == first rows), sharded == single-file
       checkpoint, and the CLI output file.

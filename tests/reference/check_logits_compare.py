@@ -16,7 +16,8 @@ import numpy as np
 import moe_reference as ref
 
 ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite",
-         "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared"]
+         "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared",
+         "granitemoehybrid"]
 # Archs the reference implements but `zipmoe synth --arch` does not offer yet: compared with zipmoe only when
 # asked for by name, never by default; the self-test covers them by default.
 ARCHS_PENDING = []
@@ -46,6 +47,7 @@ VARIANTS = [
     # show (the same swap then fails).
     ("granitemoe+small_embedding", "granitemoe", ["--embedding-std", "0.001"]),
     ("granitemoeshared+small_embedding", "granitemoeshared", ["--embedding-std", "0.001"]),
+    ("granitemoehybrid+small_embedding", "granitemoehybrid", ["--embedding-std", "0.001"]),
 ]
 WIDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpt_oss_widen.py")
 REL_TOL = 1e-4

@@ -2,7 +2,8 @@
 on small checkpoints written here in exact HF layout, the vectorised pass against the independent slow
 pass, causality, sharded == single file, and the CLI output file. The gpt_oss part is in
 check_logits_selftest_gpt_oss.py, the qwen3_next / qwen3_5_moe part in check_logits_selftest_qwen3_next.py, the
-granitemoe / granitemoeshared part in check_logits_selftest_granite.py.
+granitemoe / granitemoeshared part in check_logits_selftest_granite.py, the granitemoehybrid part in
+check_logits_selftest_granite_hybrid.py.
 """
 
 import json
@@ -21,6 +22,7 @@ import moe_reference as ref
 from check_logits_compare import CheckError, config_only_model, fed_sequence, log
 from check_logits_selftest_gpt_oss import gpt_oss_tests, known_answer_tests_gpt_oss
 from check_logits_selftest_granite import granite_tests, known_answer_tests_granite
+from check_logits_selftest_granite_hybrid import granite_hybrid_tests, known_answer_tests_granite_hybrid
 from check_logits_selftest_qwen3_next import known_answer_tests_qwen3_next, qwen3_next_tests
 
 # ====================================================================================================
@@ -147,6 +149,7 @@ def known_answer_tests(t):
     known_answer_tests_gpt_oss(t)
     known_answer_tests_qwen3_next(t)
     known_answer_tests_granite(t)
+    known_answer_tests_granite_hybrid(t)
 
 
 def e4m3_by_ldexp(code):
@@ -924,6 +927,8 @@ def model_tests(t, archs, work):
         qwen3_next_tests(t, work, archs)
     if any(a in archs for a in ref.granite.TYPES):
         granite_tests(t, work, archs)
+    if any(a in archs for a in ref.granite_hybrid.TYPES):
+        granite_hybrid_tests(t, work, archs)
     # CLI
     label, cfg = selftest_configs()[0]
     if cfg["model_type"] in archs:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of fourteen MoE LLMs.
+"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of fifteen MoE LLMs.
 
 Written from the HF modeling code and the model papers, without transformers/torch:
   qwen2_moe     Qwen2MoeForCausalLM    (Qwen1.5-MoE)
@@ -24,6 +24,9 @@ Written from the HF modeling code and the model papers, without transformers/tor
                 multipliers, top-k router with a softmax over the k, fused [E, 2I, H] / [E, H, I] experts;
                 moe_reference_granite.py)
   granitemoeshared GraniteMoeSharedForCausalLM (granitemoe plus an ungated shared MLP of shared_intermediate_size)
+  granitemoehybrid GraniteMoeHybridForCausalLM (IBM Granite 4.0-H: Mamba2 layers (chunked SSD scan) and attention
+                layers without positional embedding (or RoPE), granitemoeshared's MoE + shared MLP or the shared MLP
+                alone; moe_reference_granite_hybrid.py)
 
 Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights and
 MXFP4 (e2m1 x E8M0) expert weights are dequantized exactly); see docs/reference.md for the semantics
@@ -40,7 +43,9 @@ Modules: moe_reference_safetensors.py (the safetensors reader/writer, checkpoint
 moe_reference_ops.py (the numerical helpers), moe_reference_naive.py (the slow token-by-token pass),
 moe_reference_gpt_oss.py (gpt_oss config, tensor names, router and experts), moe_reference_qwen3_next.py
 (qwen3_next / qwen3_5_moe config, tensor names, the gated delta rule recurrent and chunked, the vectorised pass),
-moe_reference_granite.py (granitemoe / granitemoeshared config, tensor names, router, experts, the vectorised pass);
+moe_reference_granite.py (granitemoe / granitemoeshared config, tensor names, router, experts, the vectorised pass),
+moe_reference_granite_hybrid.py (granitemoehybrid config, tensor names, the Mamba2 mixer with the SSD scan
+recurrent and chunked, the vectorised pass);
 their names are re-exported here, as check_logits.py uses them (ref.rms_norm, ref.write_safetensors, ...).
 """
 
@@ -52,6 +57,7 @@ import numpy as np
 
 import moe_reference_gpt_oss as gpt_oss
 import moe_reference_granite as granite
+import moe_reference_granite_hybrid as granite_hybrid
 import moe_reference_qwen3_next as qwen3_next
 from moe_reference_naive import NaiveRunner
 from moe_reference_ops import (F32, apply_partial_rope, apply_rope, apply_rope_interleaved, attention,
@@ -69,7 +75,8 @@ from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFI
 # ----------------------------------------------------------------------------------------------------
 
 SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
-             "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared")
+             "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared",
+             "granitemoehybrid")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")       # DeepSeek multi-head latent attention
 DEEPSEEK_MOE_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # mlp.gate + shared_experts
 MTP_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")         # may ship MTP layers >= num_hidden_layers
@@ -134,6 +141,9 @@ class Model:
             return
         if self.type in granite.TYPES:  # multipliers, fused parallel experts (moe_reference_granite.py)
             granite.init(self, c)
+            return
+        if self.type in granite_hybrid.TYPES:  # Mamba2 + attention + MoE (moe_reference_granite_hybrid.py)
+            granite_hybrid.init(self, c)
             return
         self.hidden = int(c["hidden_size"])
         self.n_layers = int(c["num_hidden_layers"])
@@ -556,6 +566,8 @@ class Model:
             return qwen3_next.expected_names(self)
         if self.type in granite.TYPES:
             return granite.expected_names(self)
+        if self.type in granite_hybrid.TYPES:
+            return granite_hybrid.expected_names(self)
         names = ["model.embed_tokens.weight", "model.norm.weight"]
         if not self.tie:
             names.append("lm_head.weight")
@@ -676,6 +688,8 @@ class Model:
             return qwen3_next.forward(self, ids)
         if self.type in granite.TYPES:
             return granite.forward(self, ids)
+        if self.type in granite_hybrid.TYPES:
+            return granite_hybrid.forward(self, ids)
         W = self.ckpt
         h = self.embed(ids)
         positions = np.arange(h.shape[0])

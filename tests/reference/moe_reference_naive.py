@@ -24,6 +24,10 @@ from moe_reference_ops import F32, linear, rms_norm
 # with a KV cache and per-head 2-D rotations, routing in python floats. granitemoe / granitemoeshared
 # (forward_granite) likewise: float64 matrix-vector products, the multipliers applied as python floats, per-head
 # rotations and a KV cache, the router by sorting python floats, the fused experts sliced per expert into gate and up.
+# granitemoehybrid (forward_granite_hybrid) adds the Mamba2 mixer one token at a time: in_proj split by explicit
+# offsets, an explicit conv state (the last K-1 xBC vectors), the plain recurrence S = exp(dt A) S + dt x B^T per
+# head in float64, softplus and the decays in python floats (no chunks); its attention without rotations under
+# position_embedding_type nope.
 # ----------------------------------------------------------------------------------------------------
 
 def _rotate_pairs_neox(x, pos, inv_freq, mscale=1.0):
@@ -351,13 +355,17 @@ class NaiveRunner:
             y = W[a + name + ".weight"].astype(np.float64) @ v
             return y + W[a + name + ".bias"].astype(np.float64) if m.qkv_bias else y
         q, k, v = proj("q_proj", x), proj("k_proj", x), proj("v_proj", x)
-        inv = m.inv_freq.astype(np.float64)
-        cache[0].append([_rotate_pairs_neox(k[j * D:(j + 1) * D], pos, inv) for j in range(m.n_kv)])
+        if getattr(m, "use_rope", True):     # granitemoehybrid: only with position_embedding_type "rope"
+            inv = m.inv_freq.astype(np.float64)
+            rot = lambda u: _rotate_pairs_neox(u, pos, inv)  # noqa: E731
+        else:
+            rot = lambda u: u  # noqa: E731
+        cache[0].append([rot(k[j * D:(j + 1) * D]) for j in range(m.n_kv)])
         cache[1].append([v[j * D:(j + 1) * D] for j in range(m.n_kv)])
         per_kv = m.n_heads // m.n_kv
         heads = []
         for hh in range(m.n_heads):
-            qh = _rotate_pairs_neox(q[hh * D:(hh + 1) * D], pos, inv)
+            qh = rot(q[hh * D:(hh + 1) * D])
             j = hh // per_kv
             heads.append(self._attend(qh, [kk[j] for kk in cache[0]], [vv[j] for vv in cache[1]],
                                       m.attention_multiplier))
@@ -369,6 +377,19 @@ class NaiveRunner:
         m = self.m
         W = m.ckpt
         p = f"model.layers.{i}."
+        acc = np.zeros(x.shape)
+        if m.n_experts > 0:                  # granitemoehybrid: num_local_experts 0 = the shared MLP alone
+            acc += self._granite_experts_token(p, x)
+        if m.shared_inter > 0:
+            S = m.shared_inter
+            s_in = W[p + "shared_mlp.input_linear.weight"].astype(np.float64)
+            g, u = s_in[:S] @ x, s_in[S:] @ x
+            acc += W[p + "shared_mlp.output_linear.weight"].astype(np.float64) @ (g / (1.0 + np.exp(-g)) * u)
+        return acc
+
+    def _granite_experts_token(self, p, x):
+        m = self.m
+        W = m.ckpt
         logits = [float(v) for v in W[p + "block_sparse_moe.router.layer.weight"].astype(np.float64) @ x]
         chosen = sorted(range(len(logits)), key=lambda e: (-logits[e], e))[:m.top_k]
         top = logits[chosen[0]]
@@ -380,11 +401,6 @@ class NaiveRunner:
             g = w_in[e, :I].astype(np.float64) @ x
             u = w_in[e, I:].astype(np.float64) @ x
             acc += (z / sum(ex)) * (w_out[e].astype(np.float64) @ (g / (1.0 + np.exp(-g)) * u))
-        if m.shared_inter > 0:
-            S = m.shared_inter
-            s_in = W[p + "shared_mlp.input_linear.weight"].astype(np.float64)
-            g, u = s_in[:S] @ x, s_in[S:] @ x
-            acc += W[p + "shared_mlp.output_linear.weight"].astype(np.float64) @ (g / (1.0 + np.exp(-g)) * u)
         return acc
 
     def forward_granite(self, ids):
@@ -407,12 +423,86 @@ class NaiveRunner:
             rows.append(((head.astype(np.float64) @ hn) / m.logits_scaling).astype(F32))
         return np.stack(rows)
 
+    # --- granitemoehybrid: the Mamba2 recurrence one token at a time, per-head loops, float64 ---
+
+    def _mamba_token(self, i, x, st):
+        """One Mamba2 mixer step. st: {"conv": the previous K-1 xBC vectors (zeros before the first token),
+        "S": per head a [P, N] float64 state}. in_proj's output split by explicit offsets: z [0, d_inner),
+        xBC [d_inner, d_inner + conv_dim), dt the last n_heads; xBC's x, B, C likewise."""
+        m = self.m
+        W = m.ckpt
+        a = f"model.layers.{i}.mamba."
+        di, cd, nh, P, G, N = (m.mamba_inner, m.mamba_conv_dim, m.mamba_heads, m.mamba_head_dim, m.mamba_groups,
+                               m.mamba_state)
+        proj = W[a + "in_proj.weight"].astype(np.float64) @ x
+        if m.mamba_proj_bias:
+            proj = proj + W[a + "in_proj.bias"].astype(np.float64)
+        z, xbc, dts = proj[:di], proj[di:di + cd], proj[di + cd:di + cd + nh]
+        w = W[a + "conv1d.weight"].astype(np.float64)        # [conv_dim, 1, K]
+        kk = w.shape[2]
+        if not st["conv"]:
+            st["conv"] = [np.zeros(cd) for _ in range(kk - 1)]
+        hist = st["conv"] + [xbc]
+        conv = sum(w[:, 0, j] * hist[j] for j in range(kk))
+        if m.mamba_conv_bias:
+            conv = conv + W[a + "conv1d.bias"].astype(np.float64)
+        conv = conv / (1.0 + np.exp(-conv))
+        st["conv"] = hist[1:]
+        if not st["S"]:
+            st["S"] = [np.zeros((P, N)) for _ in range(nh)]
+        A_log, dt_bias, Dp = W[a + "A_log"], W[a + "dt_bias"], W[a + "D"]
+        per_group = nh // G
+        ys = []
+        for h in range(nh):
+            g = h // per_group
+            xh = conv[h * P:(h + 1) * P]
+            Bg = conv[di + g * N:di + (g + 1) * N]
+            Cg = conv[di + G * N + g * N:di + G * N + (g + 1) * N]
+            v = dts[h] + float(dt_bias[h])
+            dt = v if v > 20 else math.log1p(math.exp(v))
+            decay = math.exp(-dt * math.exp(float(A_log[h])))
+            st["S"][h] = decay * st["S"][h] + dt * np.outer(xh, Bg)
+            ys.append(st["S"][h] @ Cg + float(Dp[h]) * xh)
+        y = np.concatenate(ys) * (z / (1.0 + np.exp(-z)))
+        y = y / math.sqrt(float(np.mean(y * y)) + m.eps) * W[a + "norm.weight"].astype(np.float64)
+        out = W[a + "out_proj.weight"].astype(np.float64) @ y
+        if m.mamba_proj_bias:
+            out = out + W[a + "out_proj.bias"].astype(np.float64)
+        return out
+
+    def forward_granite_hybrid(self, ids):
+        m = self.m
+        W = m.ckpt
+        caches = [([], []) for _ in range(m.n_layers)]
+        states = [{"conv": [], "S": []} for _ in range(m.n_layers)]
+        rows = []
+        for t, tok in enumerate(ids):
+            if not 0 <= int(tok) < m.vocab:
+                raise ValueError(f"token id out of range [0, {m.vocab})")
+            h = W["model.embed_tokens.weight"][int(tok)].astype(np.float64) * m.embedding_multiplier
+            for i in range(m.n_layers):
+                p = f"model.layers.{i}."
+                x = self._rms64(h, W[p + "input_layernorm.weight"], m.eps)
+                if m.layer_types[i] == "mamba":
+                    mix = self._mamba_token(i, x, states[i])
+                else:
+                    mix = self._granite_attn_token(i, x, t / m.rope_linear_factor, caches[i])
+                h = h + m.residual_multiplier * mix
+                x = self._rms64(h, W[p + "post_attention_layernorm.weight"], m.eps)
+                h = h + m.residual_multiplier * self._granite_mlp_token(i, x)
+            hn = self._rms64(h, W["model.norm.weight"], m.eps)
+            head = W["model.embed_tokens.weight"] if m.tie else W["lm_head.weight"]
+            rows.append(((head.astype(np.float64) @ hn) / m.logits_scaling).astype(F32))
+        return np.stack(rows)
+
     def forward(self, ids):
         m = self.m
         if m.type in ("qwen3_next", "qwen3_5_moe"):
             return self.forward_qwen3_next(ids)
         if m.type in ("granitemoe", "granitemoeshared"):
             return self.forward_granite(ids)
+        if m.type == "granitemoehybrid":
+            return self.forward_granite_hybrid(ids)
         W = m.ckpt
         H = m.n_heads
         caches = [([], []) for _ in range(m.n_layers)]  # per layer: list over time of per-head K/V

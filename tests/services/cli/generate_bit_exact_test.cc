@@ -87,7 +87,7 @@ TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudget
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest,
                          ::testing::Values("qwen2_moe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                                            "deepseek_v3 --dtype fp8", "glm4_moe --dtype fp8", "gpt_oss", "qwen3_next",
-                                           "qwen3_5_moe", "granitemoeshared"));
+                                           "qwen3_5_moe", "granitemoeshared", "granitemoehybrid"));
 
 // Prefetching changes what is read ahead, never what is computed: both predictors, two budgets, a
 // ranked and a global policy, on every architecture; the prediction is exercised (issued > 0) and

@@ -22,7 +22,7 @@ json Preset(const std::string& arch, int64_t q_lora_rank = 0) {
 TEST(ModelConfigTest, ParsesEveryPreset) {
   for (const char* arch : {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                            "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-                           "granitemoeshared"}) {
+                           "granitemoeshared", "granitemoehybrid"}) {
     auto c = ParseModelConfig(Preset(arch), "config.json");
     ASSERT_TRUE(c.ok()) << arch << ": " << c.status().ToString();
     EXPECT_EQ(c->model_type, arch);
@@ -292,6 +292,87 @@ TEST(ModelConfigTest, GraniteMoeBadValuesAreRefusedByKey) {
   auto r = ParseModelConfig(shared, "granite/config.json");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("shared_intermediate_size"), std::string::npos) << r.status().ToString();
+}
+
+// ibm-granite/granite-4.0-h-tiny's config.json as published (as far as it could be reconstructed: 40 layers,
+// attention at 5, 15, 25, 35): Mamba2 layers in linear_layers, their sizes, no positional embedding, the
+// MoE with a shared MLP and Granite's multipliers.
+TEST(ModelConfigTest, GraniteMoeHybridPublishedConfig) {
+  json types = json::array();
+  for (int l = 0; l < 40; ++l) types.push_back(l % 10 == 5 ? "attention" : "mamba");
+  json published = json::parse(R"({
+    "architectures": ["GraniteMoeHybridForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "attention_multiplier": 0.0078125, "bos_token_id": 100257, "embedding_multiplier": 12, "eos_token_id": 100257,
+    "hidden_act": "silu", "hidden_size": 1536, "init_method": "mup", "initializer_range": 0.1,
+    "intermediate_size": 512, "logits_scaling": 6, "mamba_chunk_size": 256, "mamba_conv_bias": true,
+    "mamba_d_conv": 4, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_expand": 2, "mamba_n_groups": 1,
+    "mamba_n_heads": 48, "mamba_proj_bias": false, "max_position_embeddings": 131072,
+    "model_type": "granitemoehybrid", "normalization_function": "rmsnorm", "num_attention_heads": 12,
+    "num_experts_per_tok": 6, "num_hidden_layers": 40, "num_key_value_heads": 4, "num_local_experts": 64,
+    "output_router_logits": false, "pad_token_id": 100256, "position_embedding_type": "nope",
+    "residual_multiplier": 0.22, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000,
+    "router_aux_loss_coef": 0.0, "shared_intermediate_size": 1024, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 100352})");
+  published["layer_types"] = types;
+  auto c = ParseModelConfig(published, "h-tiny/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kGraniteMoeHybrid);
+  EXPECT_TRUE(c->granite());
+  EXPECT_TRUE(c->mamba());
+  EXPECT_FALSE(c->hybrid_linear_attention());  // not a Gated DeltaNet model
+  EXPECT_TRUE(c->no_rope);
+  EXPECT_EQ(c->mamba_n_heads, 48);
+  EXPECT_EQ(c->mamba_head_dim, 64);
+  EXPECT_EQ(c->mamba_d_inner(), 3072);
+  EXPECT_EQ(c->mamba_conv_dim(), 3072 + 2 * 128);
+  EXPECT_EQ(c->mamba_d_conv, 4);
+  EXPECT_TRUE(c->mamba_conv_bias);
+  EXPECT_FALSE(c->mamba_proj_bias);
+  for (int64_t l = 0; l < 40; ++l) {
+    EXPECT_EQ(c->IsLinearAttentionLayer(l), l % 10 != 5) << l;
+    EXPECT_TRUE(c->IsMoeLayer(l)) << l;
+  }
+  EXPECT_EQ(c->num_experts, 64);
+  EXPECT_EQ(c->num_experts_per_tok, 6);
+  EXPECT_EQ(c->moe_intermediate_size, 512);
+  EXPECT_EQ(c->shared_expert_intermediate_size, 1024);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_DOUBLE_EQ(c->softmax_scale(), 0.0078125);
+  EXPECT_DOUBLE_EQ(c->residual_multiplier, 0.22);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{100257});
+
+  // GraniteMoeHybridConfig's defaults: every layer mamba, d_head "auto", shared MLP 1024; "rope" turns rotary on.
+  json bare = published;
+  for (const char* key : {"layer_types", "mamba_d_head", "shared_intermediate_size", "mamba_conv_bias"}) bare.erase(key);
+  bare["position_embedding_type"] = "rope";
+  auto d = ParseModelConfig(bare, "h-tiny/config.json");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_FALSE(d->no_rope);
+  EXPECT_EQ(d->mamba_head_dim, 64);  // 2 x 1536 / 48
+  EXPECT_EQ(d->shared_expert_intermediate_size, 1024);
+  for (int64_t l = 0; l < 40; ++l) EXPECT_TRUE(d->IsLinearAttentionLayer(l));
+  bare["position_embedding_type"] = nullptr;
+  auto e = ParseModelConfig(bare, "h-tiny/config.json");
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(e->no_rope);
+
+  const auto refused = [&](const char* key, const json& value, const std::string& words) {
+    json bad = published;
+    bad[key] = value;
+    auto r = ParseModelConfig(bad, "h-tiny/config.json");
+    ASSERT_FALSE(r.ok()) << key << " = " << value.dump();
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("h-tiny/config.json"), std::string::npos) << r.status().ToString();
+  };
+  refused("layer_types", json::array({"mamba", "attention"}), "layer_types");
+  json wrong_type = types;
+  wrong_type[3] = "linear_attention";
+  refused("layer_types", wrong_type, "layer_types[3]");
+  refused("mamba_d_head", 60, "mamba_d_head");
+  refused("mamba_n_groups", 5, "mamba_n_groups");
+  refused("mamba_n_heads", 7, "mamba_n_heads");
+  refused("position_embedding_type", "alibi", "position_embedding_type");
+  refused("num_local_experts", 0, "dense Granite 4.0-H");
 }
 
 }  // namespace
