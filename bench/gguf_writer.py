@@ -25,6 +25,12 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
     glm4_moe  -> glm4moe    (GLM-4.5 / 4.6 / 4.7: q/k/v biases, optional q/k norms, partial rotary on the
                              half-split (NEOX) layout, sigmoid router with a selection bias, leading dense
                              layers, shared experts; the multi-token-prediction layers are left out)
+    granitemoehybrid -> granitehybrid (Granite 4.0-H: Mamba2 layers as llama.cpp's converter writes them:
+                             ssm_in, ssm_conv1d [Cc, K] (+ bias), ssm_dt.bias, ssm_a = -exp(A_log) [nh, 1],
+                             ssm_d [nh, 1], ssm_norm [G, Ci / G], ssm_out, F32 where llama.cpp wants it; the
+                             attention layers without rotary (llama.cpp's granitehybrid never rotates when
+                             Mamba layers are present), head_count_kv per layer (0 on Mamba layers); the MoE,
+                             shared MLP and multipliers as granitemoe)
     granitemoe, granitemoeshared -> granitemoe (IBM Granite MoE: the four multipliers as embedding_scale,
                              residual_scale, attention.scale and logit_scale; the fused input_linear split
                              into gate (first half) and up stacks; granitemoeshared's shared_mlp the same
@@ -56,8 +62,8 @@ except ImportError as e:  # e.g. a pyenv or venv python3 ahead of Debian's on PA
              f"then run it with /usr/bin/python3 (this is {sys.executable})")
 
 from gguf_format import (ConversionError,
-                         T_INT32, T_STRING, LLAMA_FTYPE_MOSTLY_BF16, TOKEN_NORMAL, TOKEN_CONTROL,
-                         TOKEN_USER_DEFINED, TOKEN_UNUSED, Checkpoint, GGUFWriter, load_json)
+                         T_INT32, T_UINT32, T_STRING, LLAMA_FTYPE_MOSTLY_BF16, TOKEN_NORMAL, TOKEN_CONTROL,
+                         TOKEN_USER_DEFINED, TOKEN_UNUSED, Checkpoint, GGUFWriter, bf16_to_f32, load_json)
 
 # tokenizer.json pre-tokenizer regex -> llama.cpp tokenizer.ggml.pre.
 QWEN2_PRE_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -207,6 +213,32 @@ def add_granite_moe(ckpt, w, hf, gg):
         w.tensor_bf16(gg + "ffn_down_shexp.weight", ckpt.bf16(hf + "shared_mlp.output_linear.weight"))
 
 
+def granite_hybrid_mamba_layers(c):
+    """Indices of granitemoehybrid's Mamba2 layers (layer_types; all of them when it is absent)."""
+    types = c.get("layer_types") or ["mamba"] * c.int("num_hidden_layers")
+    return {i for i, t in enumerate(types) if t == "mamba"}
+
+
+def add_granite_mamba(c, ckpt, w, hf, gg):
+    """A BambaMixer layer in llama.cpp's Mamba2 layout (conversion/mamba.py Mamba2Model.modify_tensors)."""
+    m = hf + "mamba."
+    add_weight(w, gg + "attn_norm.weight", ckpt.bf16(hf + "input_layernorm.weight"))
+    w.tensor_bf16(gg + "ssm_in.weight", ckpt.bf16(m + "in_proj.weight"))
+    conv = ckpt.bf16(m + "conv1d.weight")
+    w.tensor_f32(gg + "ssm_conv1d.weight", np.ascontiguousarray(conv.reshape(conv.shape[0], conv.shape[2])))
+    if c.get("mamba_conv_bias", True):
+        w.tensor_f32(gg + "ssm_conv1d.bias", ckpt.bf16(m + "conv1d.bias"))
+    w.tensor_f32(gg + "ssm_dt.bias", ckpt.bf16(m + "dt_bias"))
+    a_log = bf16_to_f32(ckpt.bf16(m + "A_log"))
+    w.tensor_f32_values(gg + "ssm_a", (-np.exp(a_log)).reshape(-1, 1))
+    w.tensor_f32_values(gg + "ssm_d", bf16_to_f32(ckpt.bf16(m + "D")).reshape(-1, 1))
+    groups = c.int("mamba_n_groups", 1)
+    norm = bf16_to_f32(ckpt.bf16(m + "norm.weight"))
+    w.tensor_f32_values(gg + "ssm_norm.weight", norm.reshape(groups, -1))
+    w.tensor_bf16(gg + "ssm_out.weight", ckpt.bf16(m + "out_proj.weight"))
+    add_weight(w, gg + "ffn_norm.weight", ckpt.bf16(hf + "post_attention_layernorm.weight"))
+
+
 class Arch:
     """How one HF model_type maps onto a llama.cpp architecture."""
 
@@ -257,6 +289,7 @@ ARCHS = {
                        rotary_permute=True),
     "granitemoeshared": Arch("granitemoe", "num_local_experts", granite_layer_tensors, None, None, None,
                              rotary_permute=True),
+    "granitemoehybrid": Arch("granitehybrid", "num_local_experts", granite_layer_tensors, None, None, None),
 }
 
 
@@ -299,6 +332,12 @@ def check_config(model_type, c):
         c.require("clip_qkv", None, None, "olmoe graph (no qkv clipping)")
         c.require("num_key_value_heads", c.int("num_attention_heads"), c.int("num_attention_heads"),
                   "olmoe graph (k_norm over n_embd, i.e. multi-head attention)")
+    if model_type == "granitemoehybrid":
+        if c.get("position_embedding_type") == "rope" and granite_hybrid_mamba_layers(c):
+            raise ConversionError(f"{c.path}: position_embedding_type 'rope' with Mamba layers: llama.cpp's "
+                                  "granitehybrid graph never rotates then")
+        c.require("mamba_n_groups", 1, 1, "granitehybrid graph (its ssm_norm is grouped; HF's Bamba norm is not)")
+        c.require("mamba_proj_bias", False, False, "granitehybrid converter (no in_proj / out_proj biases)")
     if model_type == "glm4_moe":
         c.require("n_group", 1, 1, "glm4moe graph (no group-limited routing)")
         c.require("topk_group", 1, 1, "glm4moe graph (no group-limited routing)")
@@ -372,7 +411,21 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("intermediate_size"))
         w.add_u32(f"{a}.attention.sliding_window", c.int("sliding_window"))
         add_yarn(a, c.get("rope_scaling"), w)
-    if model_type in ("granitemoe", "granitemoeshared"):  # GraniteMoeConfig's defaults where a key is absent
+    if model_type == "granitemoehybrid":  # Mamba2 sizes, and which layers have a KV cache
+        n_layers = c.int("num_hidden_layers")
+        mamba = granite_hybrid_mamba_layers(c)
+        inner = c.int("mamba_expand", 2) * hidden
+        w.add_u32(f"{a}.ssm.conv_kernel", c.int("mamba_d_conv", 4))
+        w.add_u32(f"{a}.ssm.state_size", c.int("mamba_d_state", 256))
+        w.add_u32(f"{a}.ssm.group_count", c.int("mamba_n_groups", 1))
+        w.add_u32(f"{a}.ssm.inner_size", inner)
+        w.add_u32(f"{a}.ssm.time_step_rank", c.int("mamba_n_heads", 128))
+        kv = c.int("num_key_value_heads", n_head)
+        w.kv = [e for e in w.kv if e[0] != f"{a}.attention.head_count_kv"]
+        w.add_array(f"{a}.attention.head_count_kv", T_UINT32, [0 if i in mamba else kv for i in range(n_layers)])
+        w.add_bool(f"{a}.rope.scaling.finetuned", False)
+        w.add_u32(f"{a}.expert_shared_feed_forward_length", c.int("shared_intermediate_size", 1024))
+    if model_type in ("granitemoe", "granitemoeshared", "granitemoehybrid"):  # GraniteMoe(Hybrid)Config's defaults
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("intermediate_size"))
         w.add_f32(f"{a}.embedding_scale", c.float("embedding_multiplier", 1.0))
         w.add_f32(f"{a}.residual_scale", c.float("residual_multiplier", 1.0))
@@ -436,6 +489,10 @@ def add_layer(model_type, arch, c, ckpt, w, layer, mla_latent=False):
     hf = f"model.layers.{layer}."
     gg = f"blk.{layer}."
     n_head = c.int("num_attention_heads")
+    if model_type == "granitemoehybrid" and layer in granite_hybrid_mamba_layers(c):
+        add_granite_mamba(c, ckpt, w, hf, gg)
+        add_granite_moe(ckpt, w, hf, gg)
+        return
     for hf_suffix, gguf_suffix in arch.layer_tensors(c):
         bits = ckpt.bf16(hf + hf_suffix)
         if mla_latent and hf_suffix == "self_attn.kv_b_proj.weight":
@@ -453,7 +510,7 @@ def add_layer(model_type, arch, c, ckpt, w, layer, mla_latent=False):
     if model_type == "gpt_oss":
         add_gpt_oss_experts(ckpt, w, hf, gg)
         return
-    if model_type in ("granitemoe", "granitemoeshared"):
+    if model_type in ("granitemoe", "granitemoeshared", "granitemoehybrid"):
         add_granite_moe(ckpt, w, hf, gg)
         return
     if arch.dense_layers_key and layer < c.int(arch.dense_layers_key, 0):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp as a second reference of the forward pass, written by other people in another order and precision:
 # for every architecture bench/gguf_writer.py converts (qwen2_moe, qwen3_moe, olmoe, mixtral, deepseek_v2 with
-# and without q_lora_rank, deepseek_v3 in both MLA layouts, glm4_moe, gpt_oss, granitemoe, granitemoeshared), a tiny synthetic checkpoint with small embeddings (--embedding-std 0.02, so the layers,
+# and without q_lora_rank, deepseek_v3 in both MLA layouts, glm4_moe, gpt_oss, granitemoe, granitemoeshared, granitemoehybrid (llama.cpp's Mamba2)), a tiny synthetic checkpoint with small embeddings (--embedding-std 0.02, so the layers,
 # not the embedding row, make the logits) goes through bench/peer_check.py: zipmoe generate's logits against
 # llama.cpp's (node-llama-cpp) on the same GGUF'd weights, four greedy steps, the same greedy tokens and every
 # row's max |difference| <= 1e-2 of its max |logit| (llama.cpp multiplies BF16 activations; agreement is close,
@@ -57,7 +57,7 @@ PY
 # "mla-latent": the GGUF with kv_b split into attn_k_b / attn_v_b (bench/gguf_writer.py --mla latent, the layout
 # of llama.cpp's own converter), over which llama.cpp caches MLA's latent form as zipmoe's CPU executor does.
 for spec in "qwen2_moe" "qwen3_moe" "olmoe" "mixtral" "deepseek_v2" "deepseek_v2 --q-lora-rank 48" "deepseek_v3" \
-    "deepseek_v3 mla-latent" "glm4_moe" "gpt_oss" "granitemoe" "granitemoeshared"; do
+    "deepseek_v3 mla-latent" "glm4_moe" "gpt_oss" "granitemoe" "granitemoeshared" "granitemoehybrid"; do
   mla=heads
   if [[ "$spec" == *" mla-latent" ]]; then
     mla=latent
@@ -81,4 +81,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "FAIL: zipmoe's logits differ from llama.cpp's for: ${failed[*]}" >&2
   exit 1
 fi
-echo "PASS: zipmoe's logits as close to llama.cpp's as its precision allows, the same greedy tokens (or a near tie), on 12 checkpoints"
+echo "PASS: zipmoe's logits as close to llama.cpp's as its precision allows, the same greedy tokens (or a near tie), on 13 checkpoints"
