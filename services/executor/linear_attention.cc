@@ -188,6 +188,8 @@ at::Tensor Mamba2Forward(const ModelConfig& c, const LinearAttentionWeights& w, 
     // 3. The SSM recurrence, heads in parallel (each thread its own heads' state and output columns).
     float* state = st.recurrent.data();
     WorkPool::Shared().ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
+      constexpr int64_t kLanes = 16;
+      std::vector<float> dtb(static_cast<size_t>(N));  // dt_h B_g of the current token
       for (int64_t h = h0; h < h1; ++h) {
         const int64_t g = h / heads_per_group;
         float* sh = state + h * P * N;
@@ -199,14 +201,20 @@ at::Tensor Mamba2Forward(const ModelConfig& c, const LinearAttentionWeights& w, 
           const float* cg = xr + ci + G * N + g * N;
           const float dt = Softplus(pp[row * width + ci + cc + h] + dt_bias[h]);
           const float decay = std::exp(dt * neg_exp_a[h]);
+          for (int64_t k = 0; k < N; ++k) dtb[static_cast<size_t>(k)] = dt * bg[k];
           for (int64_t p = 0; p < P; ++p) {
             float* s_row = sh + p * N;
             const float xv = xh[p];
+            // The state row, then y = S_row . C in kLanes fixed partial sums (vectorisable; the same order on
+            // every run and thread count).
+            for (int64_t k = 0; k < N; ++k) s_row[k] = s_row[k] * decay + dtb[static_cast<size_t>(k)] * xv;
+            float lanes[kLanes] = {};
+            int64_t k = 0;
+            for (; k + kLanes <= N; k += kLanes)
+              for (int64_t j = 0; j < kLanes; ++j) lanes[j] += s_row[k + j] * cg[k + j];
+            for (; k < N; ++k) lanes[0] += s_row[k] * cg[k];
             float acc = 0.0f;
-            for (int64_t k = 0; k < N; ++k) {
-              s_row[k] = s_row[k] * decay + (dt * bg[k]) * xv;
-              acc += s_row[k] * cg[k];
-            }
+            for (int64_t j = 0; j < kLanes; ++j) acc += lanes[j];
             yp[row * ci + h * P + p] = acc + d_skip[h] * xv;
           }
         }
