@@ -221,19 +221,10 @@ at::Tensor Mamba2Forward(const ModelConfig& c, const LinearAttentionWeights& w, 
       }
     });
   }
-  // 4. The gated RMSNorm over the whole inner width (BambaRMSNormGated: y * silu(z), then normalised).
-  for (int64_t t = 0; t < n; ++t) {
-    float* yr = yp + t * ci;
-    const float* z = pp + t * width;
-    double sum = 0.0;
-    for (int64_t j = 0; j < ci; ++j) {
-      yr[j] = yr[j] * (z[j] / (1.0f + std::exp(-z[j])));
-      sum += static_cast<double>(yr[j]) * yr[j];
-    }
-    const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(ci)) + static_cast<float>(c.rms_norm_eps));
-    const float* nw = w.norm.data_ptr<float>();
-    for (int64_t j = 0; j < ci; ++j) yr[j] = nw[j] * (yr[j] * inv);
-  }
+  // 4. The gated RMSNorm over the whole inner width (BambaRMSNormGated: y * silu(z) first, then normalised;
+  //    the DeltaNet's norm above gates after). z is each row's first Ci columns of proj.
+  for (int64_t t = 0; t < n; ++t) cpu::SiluMul(pp + t * width, yp + t * ci, ci, yp + t * ci);
+  cpu::RmsNorm(yp, n, ci, w.norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps), yp);
   at::Tensor out = Linear(y_t, w.out_proj);
   if (w.out_proj_bias.defined()) out = out + w.out_proj_bias;
   return out;

@@ -62,6 +62,14 @@ int64_t Model::KvFixedBytes() const {
   return total;
 }
 
+at::Tensor Model::Embed(const std::vector<int64_t>& ids) const {
+  const at::Tensor& table = model_.weights.embed_tokens;
+  const at::Tensor id_tensor = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(table.device());
+  at::Tensor h = table.index_select(0, id_tensor).to(device_, dtype_);
+  const double scale = model_.config.embedding_multiplier;  // GraniteMoeModel; 1 elsewhere
+  return scale == 1.0 ? h : h * scale;
+}
+
 Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>& tokens,
                                   const std::vector<KvCache*>& caches, bool all_logits) {
   if (switch_) return switch_->Forward(tokens, caches, all_logits);
@@ -106,9 +114,7 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
     const at::AutoDispatchBelowADInplaceOrView no_autograd;
     const ModelWeights& w = model_.weights;
     const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong);
-    const at::Tensor id_tensor = at::tensor(ids, long_opts).to(w.embed_tokens.device());
-    at::Tensor h = w.embed_tokens.index_select(0, id_tensor).to(device_, dtype_);
-    if (c.embedding_multiplier != 1.0) h = h * c.embedding_multiplier;  // GraniteMoeModel
+    at::Tensor h = Embed(ids);
     const double residual_scale = c.residual_multiplier;               // GraniteMoeDecoderLayer
     std::tie(batch.cos, batch.sin) = rope_.CosSin(at::tensor(positions, long_opts));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -173,10 +179,7 @@ Result<std::vector<std::vector<int32_t>>> Model::PredictExperts(const std::vecto
   if (ids.empty() || switch_) return out;  // no estimate for encoder-decoder models (their prompt feeds the encoder)
   ZM_RETURN_IF_ERROR(TorchBoundary("predict experts", [&]() -> Status {
     const ModelWeights& w = model_.weights;
-    const std::vector<int64_t> ids64(ids.begin(), ids.end());
-    const at::Tensor id_tensor = at::tensor(ids64, at::TensorOptions().dtype(at::kLong)).to(w.embed_tokens.device());
-    at::Tensor h = w.embed_tokens.index_select(0, id_tensor).to(device_, dtype_);
-    if (c.embedding_multiplier != 1.0) h = h * c.embedding_multiplier;
+    const at::Tensor h = Embed(std::vector<int64_t>(ids.begin(), ids.end()));
     const int64_t n = static_cast<int64_t>(ids.size());
     std::vector<int32_t> topk_ids(static_cast<size_t>(n * c.num_experts_per_tok));
     std::vector<float> topk_weights(topk_ids.size());

@@ -97,6 +97,10 @@ class Model {
   }
 
  private:
+  // The embedding rows of `ids` (each in [0, vocab_size)) on the compute device and dtype, [ids, hidden],
+  // times config.embedding_multiplier (Granite; 1 for every other model). Forward's and PredictExperts' one lookup.
+  at::Tensor Embed(const std::vector<int64_t>& ids) const;
+
   const LoadedModel& model_;
   ExpertProvider* provider_;
   at::Device device_;
