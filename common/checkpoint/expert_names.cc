@@ -81,7 +81,7 @@ std::optional<ExpertTensorName> ParseExpertTensorName(const std::string& name, i
   size_t pos = lp + kLayers.size();
   if (!ReadIndex(name, &pos, &out.layer_id)) return std::nullopt;
   std::string block;
-  for (const char* b : {"mlp.experts.", "block_sparse_moe.experts."}) {
+  for (const char* b : {"mlp.experts.", "block_sparse_moe.experts.", "feed_forward.experts."}) {
     const std::string prefix(b);
     if (name.compare(pos, prefix.size(), prefix) == 0) {
       block = prefix;

@@ -1,6 +1,7 @@
 // Recognises routed-expert weight tensors by their Hugging Face names, for every supported arch:
 //   model.layers.{L}.mlp.experts.{E}.{gate_proj|up_proj|down_proj}.weight   (Qwen2/3-MoE, OLMoE, DeepSeek-V2)
 //   model.layers.{L}.block_sparse_moe.experts.{E}.{w1|w3|w2}.weight          (Mixtral: w1=gate, w3=up, w2=down)
+//   model.layers.{L}.feed_forward.experts.{E}.{w1|w3|w2}.weight              (LFM2-MoE, the same naming)
 //   encoder.block.{i}.layer.1.mlp.experts.expert_{E}.{wi|wo}.weight          (Switch Transformers: wi=up,
 //   decoder.block.{i}.layer.2.mlp.experts.expert_{E}.{wi|wo}.weight           wo=down, no gate)
 // Switch blocks map onto ONE global layer numbering (model_config.h): encoder block i is layer i,

@@ -135,7 +135,7 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
                       ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers, ModelArch::kDeepseekV3,
                       ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe, ModelArch::kGptOss,
                       ModelArch::kQwen3Next, ModelArch::kQwen35Moe, ModelArch::kGraniteMoe,
-                      ModelArch::kGraniteMoeShared, ModelArch::kGraniteMoeHybrid})
+                      ModelArch::kGraniteMoeShared, ModelArch::kGraniteMoeHybrid, ModelArch::kLfm2Moe})
     if (t == ModelArchName(a)) return a;
   // Kimi-K2's published config.json names its own model_type for DeepSeek-V3's architecture
   // ("architectures": ["DeepseekV3ForCausalLM"], the same keys); Moonshot's README has users rename it.
@@ -609,6 +609,7 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
     case ModelArch::kGptOss:
     case ModelArch::kQwen3Next:
     case ModelArch::kQwen35Moe:
+    case ModelArch::kLfm2Moe:
       return Status::Internal(fmt::format("{}: ParseMoe called for {}", source, c.model_type));
   }
   if (c.num_experts < 0)
@@ -732,6 +733,87 @@ Status ParseGptOssConfig(const json& config, const KeyReader& r, const std::stri
     c.rope_scaling.truncate = false;
     c.rope_scaling.original_max_position_embeddings = 4096;
   }
+  return Status::Ok();
+}
+
+// lfm2_moe (Lfm2MoeConfig; defaults as its __init__ for keys the file omits). Which layers are short
+// convolutions comes from layer_types ("conv" / "full_attention"), or from the older full_attn_idxs (the
+// attention layers' indices) that LFM2's first config.json files carried.
+Status ParseLfm2MoeConfig(const json& config, const KeyReader& r, const std::string& source, ModelConfig& c) {
+  ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
+  if (act != "silu")
+    return Status::InvalidArgument(fmt::format("{}: unsupported hidden_act '{}' (supported: silu)", source, act));
+  ZM_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveOr("vocab_size", 65536));
+  ZM_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveOr("hidden_size", 2048));
+  ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveOr("intermediate_size", 7168));
+  ZM_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.PositiveOr("moe_intermediate_size", 1792));
+  ZM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.PositiveOr("num_hidden_layers", 32));
+  ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveOr("max_position_embeddings", 128000));
+  ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.NumberOr("norm_eps", 1e-5));
+  ZM_ASSIGN_OR_RETURN(c.rope_theta, RopeTheta(config, r, source, 1e6));
+  // Lfm2MoeConfig: tie_word_embeddings = kwargs.get("tie_embedding", tie_word_embeddings), default true.
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", true));
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_embedding", c.tie_word_embeddings));
+  ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveOr("num_attention_heads", 32));
+  ZM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.PositiveOr("num_key_value_heads", 8));
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return Status::InvalidArgument(fmt::format("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                                               source, c.num_attention_heads, c.num_key_value_heads));
+  // Lfm2MoeAttention: getattr(config, "head_dim", hidden_size // num_attention_heads).
+  if (!r.Has("head_dim") && c.hidden_size % c.num_attention_heads != 0)
+    return Status::InvalidArgument(fmt::format("{}: hidden_size {} is not a multiple of num_attention_heads {}", source,
+                                               c.hidden_size, c.num_attention_heads));
+  ZM_ASSIGN_OR_RETURN(c.head_dim, r.PositiveOr("head_dim", c.hidden_size / c.num_attention_heads));
+  if (c.head_dim % 2 != 0)
+    return Status::InvalidArgument(fmt::format("{}: head_dim {} must be even for RoPE", source, c.head_dim));
+  c.use_qk_norm = true;  // q_layernorm / k_layernorm over head_dim, always
+  ZM_ASSIGN_OR_RETURN(c.short_conv_bias, r.BoolOr("conv_bias", false));
+  ZM_ASSIGN_OR_RETURN(c.linear_conv_kernel_dim, r.PositiveOr("conv_L_cache", 3));
+  if (c.linear_conv_kernel_dim > 64)
+    return Status::InvalidArgument(fmt::format("{}: key 'conv_L_cache' = {} is above 64", source, c.linear_conv_kernel_dim));
+  auto types = config.find("layer_types");
+  if (types != config.end() && !types->is_null()) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
+      return Status::InvalidArgument(fmt::format("{}: key 'layer_types' must list num_hidden_layers ({}) entries",
+                                                 source, c.num_hidden_layers));
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+      if (name != "conv" && name != "full_attention")
+        return Status::InvalidArgument(fmt::format("{}: layer_types[{}] is '{}' (expected conv or full_attention)",
+                                                   source, i, name));
+      c.linear_layers.push_back(name == "conv" ? 1 : 0);
+    }
+  } else if (r.Has("full_attn_idxs")) {
+    ZM_ASSIGN_OR_RETURN(const std::vector<int64_t> attention, r.IntList("full_attn_idxs"));
+    c.linear_layers.assign(static_cast<size_t>(c.num_hidden_layers), 1);
+    for (int64_t l : attention) {
+      if (l < 0 || l >= c.num_hidden_layers)
+        return Status::InvalidArgument(fmt::format("{}: full_attn_idxs names layer {} of {}", source, l,
+                                                   c.num_hidden_layers));
+      c.linear_layers[static_cast<size_t>(l)] = 0;
+    }
+  } else {
+    return Status::InvalidArgument(fmt::format(
+        "{}: missing key 'layer_types' (a list of conv / full_attention, one per layer; or full_attn_idxs)", source));
+  }
+  // The MoE block (Lfm2MoeSparseMoeBlock): noaux_tc's selection without groups.
+  ZM_ASSIGN_OR_RETURN(c.first_k_dense_replace, r.IntOr("num_dense_layers", 2));
+  if (c.first_k_dense_replace < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'num_dense_layers' must be >= 0", source));
+  ZM_ASSIGN_OR_RETURN(c.num_experts, r.PositiveOr("num_experts", 32));
+  ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.PositiveOr("num_experts_per_tok", 4));
+  if (c.num_experts_per_tok > c.num_experts)
+    return Status::InvalidArgument(fmt::format("{}: num_experts_per_tok {} exceeds the {} experts", source,
+                                               c.num_experts_per_tok, c.num_experts));
+  ZM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("norm_topk_prob", true));
+  ZM_ASSIGN_OR_RETURN(c.routed_scaling_factor, r.NumberOr("routed_scaling_factor", 1.0));
+  if (!std::isfinite(c.routed_scaling_factor))
+    return Status::InvalidArgument(fmt::format("{}: key 'routed_scaling_factor' must be finite", source));
+  ZM_ASSIGN_OR_RETURN(c.selection_bias_tensor, r.BoolOr("use_expert_bias", true));
+  c.scoring_func = ScoringFunc::kSigmoid;
+  c.topk_method = TopkMethod::kNoauxTc;
+  c.topk_norm_epsilon = 1e-6;
   return Status::Ok();
 }
 
@@ -946,13 +1028,14 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kGraniteMoe: return "granitemoe";
     case ModelArch::kGraniteMoeShared: return "granitemoeshared";
     case ModelArch::kGraniteMoeHybrid: return "granitemoehybrid";
+    case ModelArch::kLfm2Moe: return "lfm2_moe";
   }
   return "unknown";
 }
 
 const char* SupportedModelTypes() {
   return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, glm4_moe_lite, "
-         "ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, granitemoehybrid, "
+         "ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, granitemoehybrid, lfm2_moe, "
          "switch_transformers";
 }
 
@@ -986,6 +1069,7 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
     case ModelArch::kDeepseekV3:
       return layer_id >= first_k_dense_replace && layer_id % moe_layer_freq == 0;
     case ModelArch::kGlm4Moe:
+    case ModelArch::kLfm2Moe:
       return layer_id >= first_k_dense_replace;
     case ModelArch::kErnie45Moe:
       return (layer_id + 1) % moe_layer_freq == 0 && layer_id >= moe_layer_start && layer_id <= moe_layer_end;
@@ -1133,6 +1217,8 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     ZM_RETURN_IF_ERROR(ParseGptOssConfig(config, r, source_path, c));
   } else if (c.hybrid_linear_attention()) {
     ZM_RETURN_IF_ERROR(ParseQwen3NextConfig(settings, r, settings_source, c));
+  } else if (c.short_conv()) {
+    ZM_RETURN_IF_ERROR(ParseLfm2MoeConfig(config, r, source_path, c));
   } else {
     ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
     if (act != "silu")
@@ -1159,7 +1245,8 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
   ZM_RETURN_IF_ERROR(ParseRopeScaling(settings, settings_source, c));
   ZM_RETURN_IF_ERROR(ParsePartialRotary(settings, settings_source, c));
   ZM_RETURN_IF_ERROR(ParseQuantization(config, source_path, c));
-  if (c.arch != ModelArch::kGptOss && !c.hybrid_linear_attention()) ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
+  if (c.arch != ModelArch::kGptOss && !c.hybrid_linear_attention() && !c.short_conv())
+    ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
 
   ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));
   if (c.arch == ModelArch::kQwen35Moe) {  // the top level may name more

@@ -55,6 +55,15 @@
 //               over xBC, the SSM recurrence per head with grouped B / C, D skip, RMSNorm(y * silu(z)) over the
 //               whole inner width, out_proj) or "attention" (GQA, rotary only with position_embedding_type
 //               "rope", else no positional embedding); granitemoeshared's MoE + shared MLP and multipliers)
+//   lfm2_moe    Lfm2MoeForCausalLM    (modeling_lfm2_moe.py, Liquid AI LFM2-8B-A1B: `layer_types` "conv" (a gated
+//               short convolution: in_proj -> B | C | x, y = C * causal_depthwise_conv(B * x) over conv_L_cache taps,
+//               out_proj; biases iff conv_bias) or "full_attention" (GQA with per-head q/k RMSNorm `q_layernorm` /
+//               `k_layernorm`, rotate-half RoPE, `out_proj`); pre-norms `operator_norm` / `ffn_norm`, the final
+//               norm `embedding_norm`; the first num_dense_layers layers a dense SwiGLU `feed_forward.w1/w3/w2`,
+//               the others a MoE block: sigmoid router `feed_forward.gate` whose selection adds the float32
+//               `feed_forward.expert_bias` (use_expert_bias), weights the unbiased sigmoids, w / (sum + 1e-6) when
+//               norm_topk_prob, x routed_scaling_factor; per-expert `feed_forward.experts.E.w1/w3/w2`; tied
+//               embeddings by default, `tie_embedding` honoured as Lfm2MoeConfig does)
 //   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
 //               T5-style encoder-decoder, relative position buckets, top-1 router with expert capacity)
 // Defaults for keys a config.json may omit are those of the transformers config classes (e.g.
@@ -103,6 +112,7 @@ enum class ModelArch : uint8_t {
   kGraniteMoe = 13,
   kGraniteMoeShared = 14,
   kGraniteMoeHybrid = 15,
+  kLfm2Moe = 16,
 };
 
 // switch_transformers has no position limit of its own (relative position buckets); the encoder input
@@ -112,7 +122,7 @@ inline constexpr int64_t kSwitchMaxPositions = 4096;
 
 // "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers", "deepseek_v3",
 // "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-// "granitemoeshared", "granitemoehybrid".
+// "granitemoeshared", "granitemoehybrid", "lfm2_moe".
 const char* ModelArchName(ModelArch arch);
 // Every supported model_type, comma-separated (for error messages).
 const char* SupportedModelTypes();
@@ -207,6 +217,10 @@ struct ModelConfig {
   bool mamba_proj_bias = false;  // in_proj.bias / out_proj.bias
   int64_t mamba_d_inner() const { return mamba_n_heads * mamba_head_dim; }
   int64_t mamba_conv_dim() const { return mamba_d_inner() + 2 * mamba_n_groups * mamba_d_state; }
+  // lfm2_moe: linear_layers are LFM2's gated short convolutions ("conv" entries of layer_types): in_proj [3H, H]
+  // -> B | C | x, a depthwise causal conv1d of linear_conv_kernel_dim (conv_L_cache) taps over B * x, times C,
+  // out_proj [H, H]; in_proj, the conv and out_proj have biases iff short_conv_bias (conv_bias).
+  bool short_conv_bias = false;
   // No positional embedding in the attention layers (granitemoehybrid without position_embedding_type "rope").
   bool no_rope = false;
   // Where the decoder's tensors live: "model." (model.embed_tokens, model.layers.L., model.norm), or
@@ -243,6 +257,11 @@ struct ModelConfig {
   // rule w / (sum(w) + 1e-20). Its MoE layer range: (layer + 1) % moe_layer_interval == 0 and
   // moe_layer_start <= layer <= moe_layer_end.
   double norm_min = 0.0;
+  // noaux_tc with norm_topk_prob and no norm_min: w / (sum(w) + topk_norm_epsilon), 1e-20 as DeepSeek-V3's router,
+  // 1e-6 as Lfm2MoeSparseMoeBlock's.
+  double topk_norm_epsilon = 1e-20;
+  // noaux_tc: whether the checkpoint has the selection bias tensor (lfm2_moe: use_expert_bias; always elsewhere).
+  bool selection_bias_tensor = true;
   int64_t moe_layer_start = 0;
   int64_t moe_layer_end = 0;
   // gpt_oss: the router has a bias (mlp.router.bias [E]) added to its logits; the experts have biases
@@ -293,14 +312,16 @@ struct ModelConfig {
   bool deepseek_moe() const;
   // The router has an e_score_correction_bias [num_experts] float32 for selection (topk_method noaux_tc;
   // ernie4_5_moe's moe_statics too).
-  bool has_selection_bias() const { return topk_method == TopkMethod::kNoauxTc; }
+  // lfm2_moe: feed_forward.expert_bias when use_expert_bias.
+  bool has_selection_bias() const { return topk_method == TopkMethod::kNoauxTc && selection_bias_tensor; }
 
   // True iff decoder layer `layer_id` has a sparse MoE block (else a dense MLP):
   //   qwen2_moe/qwen3_moe: layer not in mlp_only_layers, num_experts > 0, (layer+1) % step == 0;
   //   mixtral/olmoe: always; deepseek_v2/v3: num_experts > 0, layer >= first_k_dense_replace and
   //   layer % moe_layer_freq == 0; glm4_moe: layer >= first_k_dense_replace; glm4_moe_lite:
   //   mlp_layer_types[layer] == "sparse" (without it layer >= first_k_dense_replace); ernie4_5_moe:
-  //   (layer + 1) % moe_layer_freq == 0 and moe_layer_start <= layer <= moe_layer_end;
+  //   (layer + 1) % moe_layer_freq == 0 and moe_layer_start <= layer <= moe_layer_end; lfm2_moe: layer >=
+  //   num_dense_layers (first_k_dense_replace);
   //   switch_transformers (global layer numbering above; SwitchTransformersStack.__init__): block i of
   //   a stack with sparse step s is sparse iff s > 0 and (i % s == 1 or s == 1).
   bool IsMoeLayer(int64_t layer_id) const;
@@ -332,6 +353,8 @@ struct ModelConfig {
   }
   // granitemoehybrid: its linear_layers are Mamba2 layers (not Gated DeltaNet).
   bool mamba() const { return arch == ModelArch::kGraniteMoeHybrid; }
+  // lfm2_moe: its linear_layers are gated short convolutions.
+  bool short_conv() const { return arch == ModelArch::kLfm2Moe; }
 };
 
 // Parses a config.json object. `source_path` names the file in messages. gpt_oss: keys it omits take
@@ -352,6 +375,11 @@ struct ModelConfig {
 // by name; granitemoehybrid without experts (a dense Granite 4.0-H), a layer_types entry other than mamba /
 // attention, a position_embedding_type other than rope / nope / null and Mamba sizes that do not fit are
 // refused naming the key.
+// lfm2_moe: keys the file omits take Lfm2MoeConfig's defaults (vocab 65536, hidden 2048, intermediate 7168,
+// moe_intermediate 1792, 32 layers, 32 heads / 8 KV heads, norm_eps 1e-5, conv_L_cache 3, conv_bias false,
+// num_dense_layers 2, 32 experts top-4, use_expert_bias / norm_topk_prob true, routed_scaling_factor 1, rope_theta
+// 1e6, max_position_embeddings 128000, tied embeddings; `tie_embedding` overrides tie_word_embeddings);
+// layer_types (or the older `full_attn_idxs`) is required, an entry other than conv / full_attention is refused.
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
 // hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func (named),

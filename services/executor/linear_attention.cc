@@ -40,6 +40,7 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 at::Tensor LinearAttentionForward(const ModelConfig& c, const LinearAttentionWeights& w, int64_t layer_id,
                                   const at::Tensor& x, const BatchLayout& batch) {
   if (c.mamba()) return Mamba2Forward(c, w, layer_id, x, batch);
+  if (c.short_conv()) return ShortConvForward(c, w, layer_id, x, batch);
   const Dims d = DimsOf(c);
   const int64_t n = x.size(0);
   const int64_t kd = d.nk * d.dk, vd = d.nv * d.dv;
@@ -225,6 +226,50 @@ at::Tensor Mamba2Forward(const ModelConfig& c, const LinearAttentionWeights& w, 
   //    the DeltaNet's norm above gates after). z is each row's first Ci columns of proj.
   for (int64_t t = 0; t < n; ++t) cpu::SiluMul(pp + t * width, yp + t * ci, ci, yp + t * ci);
   cpu::RmsNorm(yp, n, ci, w.norm.data_ptr<float>(), static_cast<float>(c.rms_norm_eps), yp);
+  at::Tensor out = Linear(y_t, w.out_proj);
+  if (w.out_proj_bias.defined()) out = out + w.out_proj_bias;
+  return out;
+}
+
+at::Tensor ShortConvForward(const ModelConfig& c, const LinearAttentionWeights& w, int64_t layer_id, const at::Tensor& x,
+                            const BatchLayout& batch) {
+  const int64_t n = x.size(0), h = c.hidden_size, k = c.linear_conv_kernel_dim, hist = k - 1;
+  // 1. in_proj -> rows [B | C | x]; the conv's input is B * x.
+  at::Tensor proj = Linear(x, w.in_proj);
+  if (w.in_proj_bias.defined()) proj = proj + w.in_proj_bias;
+  proj = proj.contiguous();
+  const float* pp = proj.data_ptr<float>();
+  at::Tensor y_t = at::empty({n, h}, proj.options());
+  float* yp = y_t.data_ptr<float>();
+  const float* conv_w = w.conv1d.data_ptr<float>();  // [H, K]
+  const float* conv_b = w.conv_bias.defined() ? w.conv_bias.data_ptr<float>() : nullptr;
+  std::vector<float> in;
+  for (size_t i = 0; i < batch.starts.size(); ++i) {
+    const int64_t start = batch.starts[i], len = batch.lengths[i];
+    KvCache::LinearState& st = batch.caches[i]->linear_state(layer_id);
+    if (st.conv.empty()) st.conv.assign(static_cast<size_t>(hist * h), 0.0f);
+    // 2. The causal depthwise conv1d over B * x: input s of this sequence is row s of the carried history for
+    //    s < hist, else new row s - hist; out_t = bias + sum_j w[j] in_{t + j} (cross-correlation, as torch's
+    //    Conv1d with padding K-1 cut to the sequence), then y = C * out.
+    in.resize(static_cast<size_t>((hist + len) * h));
+    std::copy(st.conv.begin(), st.conv.end(), in.begin());
+    for (int64_t t = 0; t < len; ++t) {
+      const float* row = pp + (start + t) * 3 * h;
+      float* dst = in.data() + (hist + t) * h;
+      for (int64_t ch = 0; ch < h; ++ch) dst[ch] = row[ch] * row[2 * h + ch];
+    }
+    for (int64_t t = 0; t < len; ++t) {
+      const float* gate_c = pp + (start + t) * 3 * h + h;
+      float* out = yp + (start + t) * h;
+      for (int64_t ch = 0; ch < h; ++ch) {
+        float acc = conv_b != nullptr ? conv_b[ch] : 0.0f;
+        for (int64_t j = 0; j < k; ++j) acc += conv_w[ch * k + j] * in[static_cast<size_t>((t + j) * h + ch)];
+        out[ch] = gate_c[ch] * acc;
+      }
+    }
+    std::copy(in.begin() + len * h, in.begin() + (len + hist) * h, st.conv.begin());  // the last K-1 inputs
+  }
+  // 3. out_proj.
   at::Tensor out = Linear(y_t, w.out_proj);
   if (w.out_proj_bias.defined()) out = out + w.out_proj_bias;
   return out;

@@ -28,7 +28,8 @@ namespace zipmoe::executor {
 
 // x [N, hidden] float32 CPU (after input_layernorm) -> [N, hidden] (after out_proj). Reads and
 // advances each sequence's LinearState of `layer_id` in batch.caches (the caller calls Advance).
-// granitemoehybrid's layers (config.mamba()) go to Mamba2Forward.
+// granitemoehybrid's layers (config.mamba()) go to Mamba2Forward, lfm2_moe's (config.short_conv()) to
+// ShortConvForward.
 at::Tensor LinearAttentionForward(const ModelConfig& config, const LinearAttentionWeights& w, int64_t layer_id,
                                   const at::Tensor& x, const BatchLayout& batch);
 
@@ -45,5 +46,16 @@ at::Tensor LinearAttentionForward(const ModelConfig& config, const LinearAttenti
 // float32 on the CPU. Same contract as LinearAttentionForward.
 at::Tensor Mamba2Forward(const ModelConfig& config, const LinearAttentionWeights& w, int64_t layer_id,
                          const at::Tensor& x, const BatchLayout& batch);
+
+// LFM2's gated short convolution, lfm2_moe's "conv" layers (transformers' Lfm2MoeShortConv.slow_forward; Liquid AI,
+// "LFM2", 2025), over the same ragged batch and LinearState (conv: the last K-1 inputs B * x [K-1, H]; recurrent
+// unused). With H = hidden and K = conv_L_cache:
+//   B | C | x = in_proj(x) (+ bias), each [H]
+//   u = B * x;  c_t = bias + sum_j w[:, j] u_{t - K + 1 + j}   (depthwise causal conv1d over time, the K-1 inputs
+//               before the first new token from the cache: zeros for a new sequence; no activation)
+//   out = out_proj(C * c) (+ bias)
+// float32 on the CPU. Same contract as LinearAttentionForward.
+at::Tensor ShortConvForward(const ModelConfig& config, const LinearAttentionWeights& w, int64_t layer_id,
+                            const at::Tensor& x, const BatchLayout& batch);
 
 }  // namespace zipmoe::executor

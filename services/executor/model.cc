@@ -52,10 +52,12 @@ int64_t Model::KvFixedBytes() const {
                            c.linear_num_value_heads * c.linear_value_head_dim;
   // A Gated DeltaNet layer's delta-rule state and conv history; a Mamba2 layer's SSM state [nh, P, N] and
   // conv history [K-1, Cc] (linear_attention.h).
+  // An lfm2_moe short convolution's last K-1 inputs [K-1, H].
   const int64_t per_layer =
-      c.mamba() ? c.mamba_n_heads * c.mamba_head_dim * c.mamba_d_state + (c.mamba_d_conv - 1) * c.mamba_conv_dim()
-                : c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim +
-                      (c.linear_conv_kernel_dim - 1) * channels;
+      c.mamba()        ? c.mamba_n_heads * c.mamba_head_dim * c.mamba_d_state + (c.mamba_d_conv - 1) * c.mamba_conv_dim()
+      : c.short_conv() ? (c.linear_conv_kernel_dim - 1) * c.hidden_size
+                       : c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim +
+                             (c.linear_conv_kernel_dim - 1) * channels;
   int64_t total = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     if (c.IsLinearAttentionLayer(l)) total += per_layer * static_cast<int64_t>(sizeof(float));

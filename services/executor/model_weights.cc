@@ -1,13 +1,15 @@
 // Model directory loading: tensor names and shapes per architecture follow the transformers modules
 // (Qwen2MoeForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV3ForCausalLM,
 // Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM, Ernie4_5_MoeForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM,
-// Qwen3_5MoeForConditionalGeneration's text model, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM) and the Hub's modeling_deepseek.py (DeepseekV2ForCausalLM).
+// Qwen3_5MoeForConditionalGeneration's text model, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM,
+// GraniteMoeHybridForCausalLM, Lfm2MoeForCausalLM) and the Hub's modeling_deepseek.py (DeepseekV2ForCausalLM).
 // Multi-token-prediction layers (model.layers.L with L >= num_hidden_layers) are never read.
 #include "services/executor/model_weights.h"
 
 #include <fmt/format.h>
 
 #include <optional>
+#include <tuple>
 
 #include "common/file_util.h"
 #include "common/checkpoint/fused_experts.h"
@@ -29,9 +31,10 @@ std::string ExpertTensorName(const ModelConfig& c, int64_t layer_id, int64_t exp
   }
   if (c.arch == ModelArch::kGptOss || c.arch == ModelArch::kQwen35Moe || c.granite())  // fused (fused_experts.h)
     return UnfusedExpertName(static_cast<int32_t>(layer_id), static_cast<int32_t>(expert_id), proj);
-  if (c.arch == ModelArch::kMixtral) {
+  if (c.arch == ModelArch::kMixtral || c.short_conv()) {
     const char* w = proj == ExpertProj::kGate ? "w1" : proj == ExpertProj::kUp ? "w3" : "w2";
-    return fmt::format("model.layers.{}.block_sparse_moe.experts.{}.{}.weight", layer_id, expert_id, w);
+    return fmt::format("model.layers.{}.{}.experts.{}.{}.weight", layer_id,
+                       c.short_conv() ? "feed_forward" : "block_sparse_moe", expert_id, w);
   }
   return fmt::format("{}layers.{}.mlp.experts.{}.{}.weight", c.weight_prefix, layer_id, expert_id, ExpertProjName(proj));
 }
@@ -195,6 +198,34 @@ class Loader {
     return a;
   }
 
+  // An lfm2_moe "conv" layer's gated short convolution (prefix p = "model.layers.L.conv."; Lfm2MoeShortConv):
+  // in_proj [3H, H], conv.weight [H, 1, K] (or [H, K]) as [H, K] float32, out_proj [H, H]; biases iff conv_bias.
+  Result<LinearAttentionWeights> GetShortConv(const std::string& p) const {
+    if (!o_.device.is_cpu())
+      return Status::InvalidArgument(fmt::format(
+          "{}: {}'s short-convolution layers run on the CPU executor; the {} path does not have them yet", m_.dir,
+          c_.model_type, o_.device.str()));
+    const int64_t h = c_.hidden_size, k = c_.linear_conv_kernel_dim;
+    LinearAttentionWeights a;
+    ZM_ASSIGN_OR_RETURN(a.in_proj, Get(p + "in_proj.weight", {3 * h, h}));
+    const std::string conv_name = p + "conv.weight";
+    ZM_ASSIGN_OR_RETURN(TensorView conv_view, Find(conv_name));
+    const bool squeezed = conv_view.spec.shape == std::vector<int64_t>{h, k};  // some exporters drop the 1
+    ZM_ASSIGN_OR_RETURN(a.conv1d, Get(conv_name, squeezed ? std::vector<int64_t>{h, k} : std::vector<int64_t>{h, 1, k},
+                                      at::kFloat));
+    a.conv1d = a.conv1d.to(at::kFloat).reshape({h, k}).contiguous();
+    ZM_ASSIGN_OR_RETURN(a.out_proj, Get(p + "out_proj.weight", {h, h}));
+    if (c_.short_conv_bias) {
+      for (auto [name, out, n] : {std::tuple<const char*, at::Tensor*, int64_t>{"in_proj.bias", &a.in_proj_bias, 3 * h},
+                                  {"conv.bias", &a.conv_bias, h},
+                                  {"out_proj.bias", &a.out_proj_bias, h}}) {
+        ZM_ASSIGN_OR_RETURN(*out, Get(p + name, {n}, at::kFloat));
+        *out = out->to(at::kFloat).contiguous();
+      }
+    }
+    return a;
+  }
+
   // The token embedding `name` [vocab, hidden] in its stored dtype: on the CPU a zero-copy view
   // whose rows are upcast on lookup (exact), on another device a contiguous copy there.
   Result<at::Tensor> GetEmbedding(const std::string& name, int64_t vocab, int64_t hidden) const {
@@ -213,12 +244,13 @@ class Loader {
     return w;
   }
 
-  Result<MlpWeights> GetMlp(const std::string& prefix, int64_t inter) const {
+  // gate_proj / up_proj / down_proj, or (`w123`: Mixtral-style naming, lfm2_moe's feed_forward) w1 / w3 / w2.
+  Result<MlpWeights> GetMlp(const std::string& prefix, int64_t inter, bool w123 = false) const {
     const int64_t h = c_.hidden_size;
     MlpWeights w;
-    ZM_ASSIGN_OR_RETURN(w.gate, Get(prefix + ".gate_proj.weight", {inter, h}));
-    ZM_ASSIGN_OR_RETURN(w.up, Get(prefix + ".up_proj.weight", {inter, h}));
-    ZM_ASSIGN_OR_RETURN(w.down, Get(prefix + ".down_proj.weight", {h, inter}));
+    ZM_ASSIGN_OR_RETURN(w.gate, Get(prefix + (w123 ? ".w1.weight" : ".gate_proj.weight"), {inter, h}));
+    ZM_ASSIGN_OR_RETURN(w.up, Get(prefix + (w123 ? ".w3.weight" : ".up_proj.weight"), {inter, h}));
+    ZM_ASSIGN_OR_RETURN(w.down, Get(prefix + (w123 ? ".w2.weight" : ".down_proj.weight"), {h, inter}));
     return w;
   }
 
@@ -289,14 +321,14 @@ class Loader {
     ZM_ASSIGN_OR_RETURN(a.q_proj, GetLinear(p + "q_proj", (c_.attn_output_gate ? 2 : 1) * n_heads * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.k_proj, GetLinear(p + "k_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.v_proj, GetLinear(p + "v_proj", kv * hd, h, c_.qkv_bias));
-    ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + "o_proj", h, n_heads * hd, c_.o_bias));
+    ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + (c_.short_conv() ? "out_proj" : "o_proj"), h, n_heads * hd, c_.o_bias));
     if (c_.attention_sinks) {  // gpt_oss: one learned logit per query head, float32 on the CPU
       ZM_ASSIGN_OR_RETURN(a.sinks, Get(p + "sinks", {n_heads}, at::kFloat));
       a.sinks = a.sinks.to(at::kCPU).contiguous();
     }
-    if (c_.arch == ModelArch::kQwen3Moe || c_.use_qk_norm) {
-      ZM_ASSIGN_OR_RETURN(a.q_norm, GetNorm(p + "q_norm.weight", hd));
-      ZM_ASSIGN_OR_RETURN(a.k_norm, GetNorm(p + "k_norm.weight", hd));
+    if (c_.arch == ModelArch::kQwen3Moe || c_.use_qk_norm) {  // lfm2_moe: q_layernorm / k_layernorm
+      ZM_ASSIGN_OR_RETURN(a.q_norm, GetNorm(p + (c_.short_conv() ? "q_layernorm.weight" : "q_norm.weight"), hd));
+      ZM_ASSIGN_OR_RETURN(a.k_norm, GetNorm(p + (c_.short_conv() ? "k_layernorm.weight" : "k_norm.weight"), hd));
     } else if (c_.arch == ModelArch::kOlmoe) {
       ZM_ASSIGN_OR_RETURN(a.q_norm, Get(p + "q_norm.weight", {n_heads * hd}));
       ZM_ASSIGN_OR_RETURN(a.k_norm, Get(p + "k_norm.weight", {kv * hd}));
@@ -358,10 +390,14 @@ class Loader {
     const std::string p = fmt::format("{}layers.{}.", c_.weight_prefix, l);
     const int64_t h = c_.hidden_size;
     LayerWeights w;
-    ZM_ASSIGN_OR_RETURN(w.input_layernorm, GetNorm(p + "input_layernorm.weight", h));
-    ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm, GetNorm(p + "post_attention_layernorm.weight", h));
+    const bool lfm2 = c_.short_conv();  // Lfm2MoeDecoderLayer: operator_norm, ffn_norm, conv / self_attn, feed_forward
+    ZM_ASSIGN_OR_RETURN(w.input_layernorm, GetNorm(p + (lfm2 ? "operator_norm.weight" : "input_layernorm.weight"), h));
+    ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm,
+                        GetNorm(p + (lfm2 ? "ffn_norm.weight" : "post_attention_layernorm.weight"), h));
     w.linear_attention = c_.IsLinearAttentionLayer(l);
-    if (w.linear_attention && c_.mamba()) {
+    if (w.linear_attention && lfm2) {
+      ZM_ASSIGN_OR_RETURN(w.linear_attn, GetShortConv(p + "conv."));
+    } else if (w.linear_attention && c_.mamba()) {
       ZM_ASSIGN_OR_RETURN(w.linear_attn, GetMamba(p + "mamba."));
     } else if (w.linear_attention) {
       ZM_ASSIGN_OR_RETURN(w.linear_attn, GetLinearAttention(p + "linear_attn."));
@@ -370,10 +406,12 @@ class Loader {
     }
     w.is_moe = c_.IsMoeLayer(l);
     if (!w.is_moe) {
-      ZM_ASSIGN_OR_RETURN(w.dense_mlp, GetMlp(p + "mlp", c_.intermediate_size));
+      ZM_ASSIGN_OR_RETURN(w.dense_mlp, GetMlp(p + (lfm2 ? "feed_forward" : "mlp"), c_.intermediate_size, lfm2));
       return w;
     }
-    const std::string moe = c_.arch == ModelArch::kMixtral || c_.granite() ? p + "block_sparse_moe." : p + "mlp.";
+    const std::string moe = c_.arch == ModelArch::kMixtral || c_.granite() ? p + "block_sparse_moe."
+                            : lfm2                                          ? p + "feed_forward."
+                                                                            : p + "mlp.";
     if (c_.granite()) {  // GraniteMoeTopKGating: block_sparse_moe.router.layer (no bias)
       ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "router.layer.weight", {c_.num_experts, h}, at::kFloat));
     } else if (c_.arch == ModelArch::kGptOss) {  // GptOssTopKRouter: mlp.router.{weight, bias}
@@ -408,7 +446,9 @@ class Loader {
     if (c_.has_selection_bias()) {  // a float32 buffer in transformers (_keep_in_fp32_modules_strict)
       // ernie4_5_moe keeps it in Ernie4_5_MoeStatics as [1, n_experts].
       const bool ernie = c_.arch == ModelArch::kErnie45Moe;
-      const std::string name = moe + (ernie ? "moe_statics.e_score_correction_bias" : "gate.e_score_correction_bias");
+      const std::string name = moe + (ernie  ? "moe_statics.e_score_correction_bias"
+                                      : lfm2 ? "expert_bias"  // Lfm2MoeSparseMoeBlock's buffer
+                                             : "gate.e_score_correction_bias");
       ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
       if (!(ernie && v.spec.shape == std::vector<int64_t>{1, c_.num_experts}))
         ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, {c_.num_experts}));
@@ -503,7 +543,8 @@ class Loader {
     const int64_t h = c_.hidden_size, vocab = c_.vocab_size;
     const std::string embed = c_.weight_prefix + "embed_tokens.weight";
     ZM_ASSIGN_OR_RETURN(w.embed_tokens, GetEmbedding(embed, vocab, h));
-    ZM_ASSIGN_OR_RETURN(w.norm, GetNorm(c_.weight_prefix + "norm.weight", h));
+    // Lfm2MoeModel names its final norm embedding_norm (applied after the last layer, as every other model's norm).
+    ZM_ASSIGN_OR_RETURN(w.norm, GetNorm(c_.weight_prefix + (c_.short_conv() ? "embedding_norm.weight" : "norm.weight"), h));
     if (c_.tie_word_embeddings) {
       ZM_ASSIGN_OR_RETURN(w.lm_head, Get(embed, {vocab, h}));
     } else {

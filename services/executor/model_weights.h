@@ -95,14 +95,17 @@ struct LinearAttentionWeights {
   // (D) [nh] float32; norm [Ci] (the gated RMSNorm over the whole inner width); out_proj [hidden, Ci] with
   // out_proj_bias [hidden] when mamba_proj_bias.
   at::Tensor in_proj, in_proj_bias, conv_bias, d_skip, out_proj_bias;
+  // lfm2_moe's gated short convolution (Lfm2MoeShortConv; H = hidden): in_proj [3H, H] (rows B | C | x), conv1d
+  // above as [H, K] (K = conv_L_cache), out_proj [H, H]; in_proj_bias [3H], conv_bias [H], out_proj_bias [H]
+  // float32 iff conv_bias.
 };
 
 struct LayerWeights {
   at::Tensor input_layernorm;           // [hidden] (zero_centered_norms: 1 + w, float32)
   at::Tensor post_attention_layernorm;  // [hidden] (as input_layernorm)
   AttentionWeights attn;                // full-attention layers
-  bool linear_attention = false;        // Gated DeltaNet (qwen3_next / qwen3_5_moe) or Mamba2 (granitemoehybrid)
-                                        // layers: linear_attn below
+  bool linear_attention = false;        // Gated DeltaNet (qwen3_next / qwen3_5_moe), Mamba2 (granitemoehybrid) or
+                                        // short-convolution (lfm2_moe) layers: linear_attn below
   LinearAttentionWeights linear_attn;
   bool is_moe = false;
   MlpWeights dense_mlp;            // !is_moe

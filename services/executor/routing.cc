@@ -29,6 +29,7 @@ RouterParams RouterParamsFor(const ModelConfig& config, const float* selection_b
   p.scoring_func = config.scoring_func;
   p.selection_bias = selection_bias;
   p.norm_min = config.norm_min;
+  p.topk_norm_epsilon = config.topk_norm_epsilon;
   p.arch = config.arch;
   p.n_experts = config.num_experts;
   p.top_k = config.num_experts_per_tok;
@@ -120,7 +121,8 @@ void Weigh(const float* row, const float* select_from, const int32_t* ids, const
     if (p.norm_topk_prob) {
       float sum = 0.0f;
       for (int64_t j = 0; j < k; ++j) sum += w[j];
-      const float denominator = p.norm_min > 0.0 ? std::max(sum, static_cast<float>(p.norm_min)) : sum + 1e-20f;
+      const float denominator = p.norm_min > 0.0 ? std::max(sum, static_cast<float>(p.norm_min))
+                                                 : sum + static_cast<float>(p.topk_norm_epsilon);
       for (int64_t j = 0; j < k; ++j) w[j] = w[j] / denominator;
     }
     const float scale = static_cast<float>(p.routed_scaling_factor);

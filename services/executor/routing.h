@@ -45,8 +45,9 @@ struct RouterParams {
   int64_t topk_group = 1;
   ScoringFunc scoring_func = ScoringFunc::kSoftmax;
   // noaux_tc with norm_topk_prob: w / max(sum, norm_min) when norm_min > 0 (ernie4_5_moe), else
-  // w / (sum + 1e-20) (DeepSeek-V3).
+  // w / (sum + topk_norm_epsilon): 1e-20 (DeepSeek-V3), 1e-6 (lfm2_moe).
   double norm_min = 0.0;
+  double topk_norm_epsilon = 1e-20;
   // noaux_tc: the layer's e_score_correction_bias [n_experts] float32 (null reads as zeros; unused otherwise).
   const float* selection_bias = nullptr;
 };

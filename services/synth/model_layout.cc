@@ -5,6 +5,8 @@
 //   granitemoe / granitemoeshared: LlamaAttention, GraniteMoeMoE (block_sparse_moe.router.layer, fused
 //                input_linear / output_linear), granitemoeshared's shared_mlp.input_linear / output_linear;
 //                granitemoehybrid: those, with BambaMixer's mamba.* in place of self_attn on its "mamba" layers.
+//   lfm2_moe:    Lfm2MoeDecoderLayer (conv.* short convolutions or self_attn.*, feed_forward.* dense or MoE):
+//                BuildLfm2MoeLayout.
 //   qwen3_moe:   Qwen3MoeAttention (+ q_norm/k_norm over head_dim), Qwen3MoeSparseMoeBlock.
 //   olmoe:       OlmoeAttention (+ q_norm [heads*head_dim], k_norm [kv_heads*head_dim]), OlmoeSparseMoeBlock.
 //   deepseek_v2: DeepseekV2Attention (MLA), DeepseekV2MoE (experts, gate, shared_experts), dense
@@ -663,6 +665,87 @@ Result<ModelLayout> BuildQwen3NextLayout(const nlohmann::json& config, ModelLayo
   return layout;
 }
 
+// lfm2_moe (Lfm2MoeForCausalLM as LiquidAI/LFM2-8B-A1B ships it): per layer operator_norm / ffn_norm, then a
+// gated short convolution (conv.in_proj [3H, H], conv.conv.weight [H, 1, K], conv.out_proj [H, H], biases iff
+// conv_bias) on its "conv" layers or attention (self_attn.q/k/v_proj, out_proj, q_layernorm / k_layernorm
+// [head_dim]); the first num_dense_layers a dense feed_forward.w1 / w3 [I, H], w2 [H, I], the others
+// feed_forward.gate [E, H], feed_forward.expert_bias F32 [E] (use_expert_bias) and per-expert
+// feed_forward.experts.E.w1 / w3 / w2; model.embedding_norm last; lm_head only when untied.
+// conv.in_proj is drawn wider (kShortConvInProjStd) than the other projections so that B * x and C * conv are
+// not vanishingly small products at tiny widths: a loader or kernel that got the conv wrong would show.
+constexpr float kShortConvInProjStd = 0.1f;
+
+Result<ModelLayout> BuildLfm2MoeLayout(const nlohmann::json& config, ModelLayout layout) {
+  ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));
+  ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(config, "vocab_size"));
+  ZM_ASSIGN_OR_RETURN(layout.n_experts, GetPositive(config, "num_experts"));
+  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(config, "num_experts_per_tok"));
+  if (layout.top_k > layout.n_experts)
+    return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > num_experts {}", layout.top_k,
+                                               layout.n_experts));
+  if (config.contains("norm_eps") && config["norm_eps"].is_number()) layout.rms_norm_eps = config["norm_eps"].get<double>();
+  const int64_t hidden = layout.hidden_size, n_experts = layout.n_experts;
+  ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_kv, GetPositive(config, "num_key_value_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t inter, GetPositive(config, "intermediate_size"));
+  ZM_ASSIGN_OR_RETURN(const int64_t moe_inter, GetPositive(config, "moe_intermediate_size"));
+  ZM_ASSIGN_OR_RETURN(const int64_t kernel, GetOptional(config, "conv_L_cache", 3));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_dense, GetOptional(config, "num_dense_layers", 2));
+  ZM_ASSIGN_OR_RETURN(int64_t head_dim, GetOptional(config, "head_dim", 0));
+  if (head_dim == 0) head_dim = hidden / n_heads;
+  if (kernel == 0 || head_dim == 0 || n_heads % n_kv != 0)
+    return Status::InvalidArgument("config.json: lfm2_moe needs conv_L_cache > 0 and heads dividing as GQA");
+  const bool bias = GetBool(config, "conv_bias", false);
+  auto types = config.find("layer_types");
+  if (types == config.end() || !types->is_array() || static_cast<int64_t>(types->size()) != n_layers)
+    return Status::InvalidArgument("config.json: 'layer_types' must list num_hidden_layers entries");
+  LayoutBuilder b(&layout);
+  layout.embed_name = "model.embed_tokens.weight";
+  b.Add(layout.embed_name, {layout.vocab_size, hidden}, InitKind::kEmbedding, 0.0f, kProjectionStd, -1);
+  for (int32_t l = 0; l < static_cast<int32_t>(n_layers); ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    const std::string ffn_norm = p + "ffn_norm.weight";
+    if ((*types)[static_cast<size_t>(l)] == "conv") {
+      b.Reader(p + "conv.in_proj", 3 * hidden, hidden, l, bias);
+      layout.tensors[layout.tensors.size() - (bias ? 2 : 1)].std = kShortConvInProjStd;
+      b.Add(p + "conv.conv.weight", {hidden, 1, kernel}, InitKind::kNormal, 0.0f, kConvStd, l);
+      if (bias) b.Add(p + "conv.conv.bias", {hidden}, InitKind::kNormal, 0.0f, kBiasStd, l);
+      b.Linear(p + "conv.out_proj", hidden, hidden, l, bias);
+    } else {
+      b.Reader(p + "self_attn.q_proj", n_heads * head_dim, hidden, l);
+      b.Reader(p + "self_attn.k_proj", n_kv * head_dim, hidden, l);
+      b.Reader(p + "self_attn.v_proj", n_kv * head_dim, hidden, l);
+      b.Linear(p + "self_attn.out_proj", hidden, n_heads * head_dim, l);
+      b.Norm(p + "self_attn.q_layernorm.weight", head_dim, l);
+      b.Norm(p + "self_attn.k_layernorm.weight", head_dim, l);
+    }
+    if (l < n_dense) {
+      b.Reader(p + "feed_forward.w1", inter, hidden, l);
+      b.Reader(p + "feed_forward.w3", inter, hidden, l);
+      b.Linear(p + "feed_forward.w2", hidden, inter, l);
+    } else {
+      b.Router(p + "feed_forward.gate", n_experts, hidden, l, ffn_norm);
+      if (GetBool(config, "use_expert_bias", true)) {
+        b.Add(p + "feed_forward.expert_bias", {n_experts}, InitKind::kNormal, 0.0f, kSelectionBiasStd, l);
+        layout.tensors.back().spec.dtype = DType::kF32;
+      }
+      for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e) {
+        const std::string ep = fmt::format("{}feed_forward.experts.{}.", p, e);
+        b.Reader(ep + "w1", moe_inter, hidden, l, false, e);
+        b.Linear(ep + "w2", hidden, moe_inter, l, false, e);
+        b.Reader(ep + "w3", moe_inter, hidden, l, false, e);
+      }
+    }
+    b.Norm(p + "operator_norm.weight", hidden, l);
+    b.Norm(ffn_norm, hidden, l);
+  }
+  b.Norm("model.embedding_norm.weight", hidden, -1);
+  if (!GetBool(config, "tie_embedding", GetBool(config, "tie_word_embeddings", true)))
+    b.Reader("lm_head", layout.vocab_size, hidden, -1);
+  return layout;
+}
+
 Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (!config.is_object()) return Status::InvalidArgument("config.json: not a JSON object");
   ModelLayout layout;
@@ -677,11 +760,12 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (type == "gpt_oss" || type == "granitemoe" || type == "granitemoeshared" || type == "granitemoehybrid")
     experts_key = "num_local_experts";
   if (type == "qwen3_next" || type == "qwen3_5_moe") return BuildQwen3NextLayout(config, std::move(layout));
+  if (type == "lfm2_moe") return BuildLfm2MoeLayout(config, std::move(layout));
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
         "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
         "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, "
-        "granitemoeshared, granitemoehybrid, switch_transformers)",
+        "granitemoeshared, granitemoehybrid, lfm2_moe, switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));

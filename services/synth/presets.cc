@@ -4,7 +4,8 @@
 // zai-org/GLM-4.5-Air (glm4_moe), zai-org/GLM-4.7-Flash (glm4_moe_lite) and baidu/ERNIE-4.5-21B-A3B-PT
 // (ernie4_5_moe), openai/gpt-oss-20b (gpt_oss), Qwen/Qwen3-Next-80B-A3B-Instruct (qwen3_next) and
 // Qwen/Qwen3.5-35B-A3B (qwen3_5_moe), ibm-granite/granite-3.0-1b-a400m-instruct (granitemoe and, with a shared
-// MLP, granitemoeshared) (see docs/synth.md for known deviations).
+// MLP, granitemoeshared), ibm-granite/granite-4.0-h-tiny (granitemoehybrid), LiquidAI/LFM2-8B-A1B (lfm2_moe) (see
+// docs/synth.md for known deviations).
 #include "services/synth/presets.h"
 
 #include <fmt/format.h>
@@ -103,6 +104,14 @@ const std::vector<PresetRow> kPresets = {
    "3 Mamba2 + 1 attention layer (no positional embedding), shared MLP 128, the real multipliers"},
   {"granitemoehybrid", "mini", 1536, 10, 12, 4, 0, 512,  0, 1024, 64, 6, 100352,   0,   0,  0,   0, 0, 0,
    "granite-4.0-h-tiny's widths (64 experts top-6, shared 1024, Mamba 48 x 64, d_state 128); layers 40->10"},
+  // lfm2_moe (LFM2-8B-A1B): gated short convolutions with a few attention layers, the first layers dense
+  // (first_k_dense column = num_dense_layers). tiny: conv / attention / conv / conv, layer 0 dense; mini: the
+  // release's 24-layer pattern (attention at 2, 6, 10, 14, 18, 21) at half width.
+  {"lfm2_moe",    "tiny", 128,  4, 4, 2,  0,  448,  64,    0, 16, 4,   2048,   0,   0,  0,   0, 0, 1,
+   "1 dense + 3 MoE layers (conv, attention, conv, conv); GQA 4/2, head_dim 32; expert bias; tied embeddings"},
+  {"lfm2_moe",    "mini", 1024, 24, 16, 4, 0, 3584, 896,    0, 32, 4,  65536,   0,   0,  0,   0, 0, 2,
+   "LFM2-8B-A1B at half width: real depth / layer pattern / experts (32, top-4) / vocab / head_dim 64; heads "
+   "32->16, kv 8->4"},
 };
 // clang-format on
 
@@ -113,7 +122,7 @@ Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
   config["eos_token_id"] = layout.IdOf(layout.eos_token);
   if (arch == "olmoe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "ernie4_5_moe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
-  if (arch == "granitemoe" || arch == "granitemoeshared" || arch == "granitemoehybrid")
+  if (arch == "granitemoe" || arch == "granitemoeshared" || arch == "granitemoehybrid" || arch == "lfm2_moe")
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "gpt_oss") {  // stops on <|return|>; <|endoftext|> pads (the real ids 200002 / 199999)
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
@@ -792,6 +801,44 @@ json GraniteMoeHybridConfig(const PresetRow& p, bool tiny) {
   };
 }
 
+// LiquidAI/LFM2-8B-A1B's config.json (model_type lfm2_moe): its keys (the original `tie_embedding` as the
+// release writes it; Lfm2MoeConfig reads it as tie_word_embeddings), layer_types per preset.
+json Lfm2MoeConfig(const PresetRow& p, bool tiny) {
+  json types = json::array();
+  for (int64_t l = 0; l < p.num_hidden_layers; ++l) {
+    const bool attention = tiny ? l == 1 : (l == 2 || l == 6 || l == 10 || l == 14 || l == 18 || l == 21);
+    types.push_back(attention ? "full_attention" : "conv");
+  }
+  return json{
+      {"architectures", {"Lfm2MoeForCausalLM"}},
+      {"conv_L_cache", 3},
+      {"conv_bias", false},
+      {"dtype", "bfloat16"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"layer_types", types},
+      {"max_position_embeddings", 128000},
+      {"model_type", "lfm2_moe"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"norm_eps", 1e-05},
+      {"norm_topk_prob", true},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_dense_layers", p.first_k_dense_replace},
+      {"num_experts", p.num_experts},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"rope_theta", 1000000.0},
+      {"routed_scaling_factor", 1.0},
+      {"tie_embedding", true},
+      {"transformers_version", "4.57.0.dev0"},
+      {"use_cache", true},
+      {"use_expert_bias", true},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
 }  // namespace
 
 const std::vector<PresetRow>& PresetTable() { return kPresets; }
@@ -800,7 +847,7 @@ const std::vector<std::string>& ArchNames() {
   static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2",
                                                  "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe",
                                                  "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-                                                 "granitemoeshared", "granitemoehybrid"};
+                                                 "granitemoeshared", "granitemoehybrid", "lfm2_moe"};
   return names;
 }
 
@@ -831,7 +878,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
       return Status::InvalidArgument(fmt::format(
           "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, "
           "glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, "
-          "granitemoehybrid, switch_transformers)",
+          "granitemoehybrid, lfm2_moe, switch_transformers)",
           arch));
     }
     return Status::InvalidArgument(
@@ -861,6 +908,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
   if (arch == "qwen3_5_moe") config = Qwen35MoeConfig(*row, preset == "tiny");
   if (arch == "granitemoe" || arch == "granitemoeshared") config = GraniteMoeConfig(*row);
   if (arch == "granitemoehybrid") config = GraniteMoeHybridConfig(*row, preset == "tiny");
+  if (arch == "lfm2_moe") config = Lfm2MoeConfig(*row, preset == "tiny");
   if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
   ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
   return config;

@@ -16,7 +16,7 @@ namespace zipmoe::synth {
 
 // One row of the preset table. Sizes are element counts; 0 means "not used by this architecture".
 struct PresetRow {
-  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2 | deepseek_v3 | glm4_moe | glm4_moe_lite | ernie4_5_moe | gpt_oss | qwen3_next | qwen3_5_moe | granitemoe | granitemoeshared | granitemoehybrid
+  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2 | deepseek_v3 | glm4_moe | glm4_moe_lite | ernie4_5_moe | gpt_oss | qwen3_next | qwen3_5_moe | granitemoe | granitemoeshared | granitemoehybrid | lfm2_moe
   const char* preset;  // tiny | mini
   int64_t hidden_size;
   int64_t num_hidden_layers;
@@ -35,7 +35,7 @@ struct PresetRow {
   int64_t qk_rope_head_dim;
   int64_t v_head_dim;
   int64_t n_shared_experts;
-  int64_t first_k_dense_replace;
+  int64_t first_k_dense_replace;  // (lfm2_moe: num_dense_layers)
   const char* note;  // what differs from "real model, width halved"
   // Trailing keys of the newer DeepSeek-style configs (0 / 1 when unused):
   int64_t q_lora_rank = 0;      // MLA low-rank query (glm4_moe_lite); 0 = null

@@ -129,6 +129,35 @@ const char kGranite4Template[] =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}";
 
+// LFM2-style template (its structure: bos, a system turn carrying "List of tools: <|tool_list_start|>[...]
+// <|tool_list_end|>", ChatML turns, tool results wrapped in <|tool_response_start|> / <|tool_response_end|>, an
+// assistant's calls as Pythonic <|tool_call_start|>[name(arg=value, ...)]<|tool_call_end|>); written for synth.
+const char kLfm2Template[] =
+    "{{- bos_token }}"
+    "{%- set ns = namespace(system='') %}"
+    "{%- if messages and messages[0]['role'] == 'system' %}{%- set ns.system = messages[0]['content'] %}{%- endif %}"
+    "{%- if tools %}"
+    "{%- set ns.system = ns.system + ('\\n' if ns.system else '') + 'List of tools: <|tool_list_start|>[' %}"
+    "{%- for tool in tools %}{%- set ns.system = ns.system + (tool if tool is string else tool | tojson) %}"
+    "{%- if not loop.last %}{%- set ns.system = ns.system + ', ' %}{%- endif %}{%- endfor %}"
+    "{%- set ns.system = ns.system + ']<|tool_list_end|>' %}"
+    "{%- endif %}"
+    "{%- if ns.system %}{{- '<|im_start|>system\\n' + ns.system + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if message['role'] != 'system' %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['role'] == 'tool' %}{{- '<|tool_response_start|>' + message['content'] + '<|tool_response_end|>' }}"
+    "{%- else %}{{- message['content'] or '' }}{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}{{- '<|tool_call_start|>[' }}"
+    "{%- for call in message['tool_calls'] %}{%- set f = call['function'] if call['function'] is defined else call %}"
+    "{{- f['name'] + '(' }}"
+    "{%- if f['arguments'] is mapping %}{%- for k, v in f['arguments'] | items %}"
+    "{{- k + '=' + v | tojson }}{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}{%- endif %}"
+    "{{- ')' }}{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}{{- ']<|tool_call_end|>' }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
 // Mixtral-8x7B-Instruct-v0.1 template.
 const char kMistralTemplate[] =
     "{{ bos_token }}{% for message in messages %}"
@@ -261,6 +290,16 @@ Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t
     layout.bos_token = kGraniteEndOfText;
     layout.eos_token = kGraniteEndOfText;
     layout.pad_token = kGraniteEndOfText;
+  } else if (arch == "lfm2_moe") {
+    // LFM2's specials first (<|pad|> 0, <|startoftext|> 1 the bos, <|im_end|> 7 the eos as in the release's
+    // config.json), then its tool-list / tool-call / tool-response markers; the template writes the bos.
+    layout.front = {"<|pad|>",          "<|startoftext|>",   "<|endoftext|>",        "<|fim_pre|>",
+                    "<|fim_mid|>",      "<|fim_suf|>",       "<|im_start|>",         "<|im_end|>",
+                    "<|tool_list_start|>", "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>",
+                    "<|tool_response_start|>", "<|tool_response_end|>"};
+    layout.bos_token = "<|startoftext|>";
+    layout.eos_token = "<|im_end|>";
+    layout.pad_token = "<|pad|>";
   } else if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // no BOS: the template writes [gMASK]<sop>
     layout.back = {kGlmEndOfText, kGlmGMask, kGlmSop, kGlmSystem, kGlmUser, kGlmAssistant, kGlmObservation};
     layout.eos_token = kGlmEndOfText;
@@ -354,6 +393,15 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
     c["padding_side"] = "left";
     c["tokenizer_class"] = "GPT2Tokenizer";
     c["unk_token"] = kGraniteEndOfText;
+  } else if (arch == "lfm2_moe") {
+    c["add_bos_token"] = false;
+    c["add_eos_token"] = false;
+    c["chat_template"] = kLfm2Template;
+    c["clean_up_tokenization_spaces"] = false;
+    c["legacy"] = false;
+    c["model_max_length"] = 1e30;
+    c["tokenizer_class"] = "PreTrainedTokenizerFast";
+    c["use_default_system_prompt"] = false;
   } else if (arch == "gpt_oss") {
     c["chat_template"] = kHarmonyTemplate;
     c["clean_up_tokenization_spaces"] = false;

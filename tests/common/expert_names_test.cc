@@ -20,6 +20,17 @@ TEST(ExpertNamesTest, ParsesEveryArchitecture) {
   EXPECT_EQ(m2->proj, ExpertProj::kDown);
   EXPECT_EQ(m3->proj, ExpertProj::kUp);
   EXPECT_EQ(m3->expert_id, 7);
+
+  // LFM2-MoE: feed_forward.experts.E.w1 / w3 / w2 (the dense layers' feed_forward.w1 is not an expert).
+  auto l1 = ParseExpertTensorName("model.layers.5.feed_forward.experts.31.w1.weight", 0);
+  auto l2 = ParseExpertTensorName("model.layers.5.feed_forward.experts.31.w2.weight", 0);
+  auto l3 = ParseExpertTensorName("model.layers.5.feed_forward.experts.31.w3.weight", 0);
+  ASSERT_TRUE(l1 && l2 && l3);
+  EXPECT_EQ(l1->proj, ExpertProj::kGate);
+  EXPECT_EQ(l2->proj, ExpertProj::kDown);
+  EXPECT_EQ(l3->proj, ExpertProj::kUp);
+  EXPECT_EQ(l3->layer_id, 5);
+  EXPECT_EQ(l3->expert_id, 31);
 }
 
 TEST(ExpertNamesTest, RejectsNonRoutedTensors) {
@@ -30,6 +41,9 @@ TEST(ExpertNamesTest, RejectsNonRoutedTensors) {
            "model.layers.1.mlp.gate.weight",
            "model.layers.0.mlp.gate_proj.weight",
            "model.layers.1.block_sparse_moe.gate.weight",
+           "model.layers.0.feed_forward.w1.weight",
+           "model.layers.3.feed_forward.gate.weight",
+           "model.layers.3.feed_forward.expert_bias",
            "model.layers.1.mlp.experts.3.gate_proj.bias",
            "model.layers.1.mlp.experts.x.gate_proj.weight",
            "model.layers.1.mlp.experts.3.fc1.weight",

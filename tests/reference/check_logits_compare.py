@@ -17,7 +17,7 @@ import moe_reference as ref
 
 ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite",
          "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared",
-         "granitemoehybrid"]
+         "granitemoehybrid", "lfm2_moe"]
 # Archs the reference implements but `zipmoe synth --arch` does not offer yet: compared with zipmoe only when
 # asked for by name, never by default; the self-test covers them by default.
 ARCHS_PENDING = []
@@ -48,6 +48,11 @@ VARIANTS = [
     ("granitemoe+small_embedding", "granitemoe", ["--embedding-std", "0.001"]),
     ("granitemoeshared+small_embedding", "granitemoeshared", ["--embedding-std", "0.001"]),
     ("granitemoehybrid+small_embedding", "granitemoehybrid", ["--embedding-std", "0.001"]),
+    # LFM2-MoE: token rows of std 1e-3, so that the residual stream is the layers' outputs (the short convs, the
+    # experts) rather than the embedding the final norm would otherwise mostly see; and a prompt of LONG_PROMPT_LEN
+    # ids (the conv state and the KV cache carried over 150 positions).
+    ("lfm2_moe+small_embedding", "lfm2_moe", ["--embedding-std", "0.001"]),
+    ("lfm2_moe+long", "lfm2_moe", []),
 ]
 WIDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpt_oss_widen.py")
 REL_TOL = 1e-4

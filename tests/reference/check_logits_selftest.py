@@ -3,7 +3,7 @@ on small checkpoints written here in exact HF layout, the vectorised pass agains
 pass, causality, sharded == single file, and the CLI output file. The gpt_oss part is in
 check_logits_selftest_gpt_oss.py, the qwen3_next / qwen3_5_moe part in check_logits_selftest_qwen3_next.py, the
 granitemoe / granitemoeshared part in check_logits_selftest_granite.py, the granitemoehybrid part in
-check_logits_selftest_granite_hybrid.py.
+check_logits_selftest_granite_hybrid.py, the lfm2_moe part in check_logits_selftest_lfm2.py.
 """
 
 import json
@@ -23,6 +23,7 @@ from check_logits_compare import CheckError, config_only_model, fed_sequence, lo
 from check_logits_selftest_gpt_oss import gpt_oss_tests, known_answer_tests_gpt_oss
 from check_logits_selftest_granite import granite_tests, known_answer_tests_granite
 from check_logits_selftest_granite_hybrid import granite_hybrid_tests, known_answer_tests_granite_hybrid
+from check_logits_selftest_lfm2 import known_answer_tests_lfm2, lfm2_tests
 from check_logits_selftest_qwen3_next import known_answer_tests_qwen3_next, qwen3_next_tests
 
 # ====================================================================================================
@@ -150,6 +151,7 @@ def known_answer_tests(t):
     known_answer_tests_qwen3_next(t)
     known_answer_tests_granite(t)
     known_answer_tests_granite_hybrid(t)
+    known_answer_tests_lfm2(t)
 
 
 def e4m3_by_ldexp(code):
@@ -929,6 +931,8 @@ def model_tests(t, archs, work):
         granite_tests(t, work, archs)
     if any(a in archs for a in ref.granite_hybrid.TYPES):
         granite_hybrid_tests(t, work, archs)
+    if any(a in archs for a in ref.lfm2.TYPES):
+        lfm2_tests(t, work, archs)
     # CLI
     label, cfg = selftest_configs()[0]
     if cfg["model_type"] in archs:

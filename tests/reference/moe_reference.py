@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of fifteen MoE LLMs.
+"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of sixteen MoE LLMs.
 
 Written from the HF modeling code and the model papers, without transformers/torch:
   qwen2_moe     Qwen2MoeForCausalLM    (Qwen1.5-MoE)
@@ -27,6 +27,9 @@ Written from the HF modeling code and the model papers, without transformers/tor
   granitemoehybrid GraniteMoeHybridForCausalLM (IBM Granite 4.0-H: Mamba2 layers (chunked SSD scan) and attention
                 layers without positional embedding (or RoPE), granitemoeshared's MoE + shared MLP or the shared MLP
                 alone; moe_reference_granite_hybrid.py)
+  lfm2_moe      Lfm2MoeForCausalLM     (Liquid AI LFM2-8B-A1B, LFM2-24B-A2B: gated short-conv layers (B * x through a
+                depthwise causal conv, times C) and GQA layers with per-head q/k RMSNorm, dense SwiGLU in the first
+                num_dense_layers, then a sigmoid top-k router with a selection-only expert_bias; moe_reference_lfm2.py)
 
 Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights and
 MXFP4 (e2m1 x E8M0) expert weights are dequantized exactly); see docs/reference.md for the semantics
@@ -45,7 +48,8 @@ moe_reference_gpt_oss.py (gpt_oss config, tensor names, router and experts), moe
 (qwen3_next / qwen3_5_moe config, tensor names, the gated delta rule recurrent and chunked, the vectorised pass),
 moe_reference_granite.py (granitemoe / granitemoeshared config, tensor names, router, experts, the vectorised pass),
 moe_reference_granite_hybrid.py (granitemoehybrid config, tensor names, the Mamba2 mixer with the SSD scan
-recurrent and chunked, the vectorised pass);
+recurrent and chunked, the vectorised pass), moe_reference_lfm2.py (lfm2_moe config, tensor names, the short conv,
+the attention with q/k norms, the router, the vectorised pass);
 their names are re-exported here, as check_logits.py uses them (ref.rms_norm, ref.write_safetensors, ...).
 """
 
@@ -58,12 +62,14 @@ import numpy as np
 import moe_reference_gpt_oss as gpt_oss
 import moe_reference_granite as granite
 import moe_reference_granite_hybrid as granite_hybrid
+import moe_reference_lfm2 as lfm2
 import moe_reference_qwen3_next as qwen3_next
 from moe_reference_naive import NaiveRunner
 from moe_reference_ops import (F32, apply_partial_rope, apply_rope, apply_rope_interleaved, attention,
     causal_mask, deepseek_yarn_inv_freq_and_mscale, deinterleave, gpt_oss_swiglu, hf_yarn_inv_freq_and_attention_factor,
     linear, rms_norm, rope_cos_sin, rope_inv_freq, rotate_half, rotate_half_interleaved, select_experts,
-    select_experts_ernie, select_experts_gpt_oss, select_experts_granite, select_experts_noaux_tc, sigmoid, silu,
+    select_experts_ernie, select_experts_gpt_oss, select_experts_granite, select_experts_lfm2, select_experts_noaux_tc,
+    sigmoid, silu,
     softmax, topk_desc, yarn_find_correction_dim, yarn_find_correction_range, yarn_get_mscale,
     yarn_linear_ramp_mask)  # noqa: F401
 from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFIX, Checkpoint, SafetensorsFile,
@@ -76,7 +82,7 @@ from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFI
 
 SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
              "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared",
-             "granitemoehybrid")
+             "granitemoehybrid", "lfm2_moe")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")       # DeepSeek multi-head latent attention
 DEEPSEEK_MOE_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # mlp.gate + shared_experts
 MTP_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")         # may ship MTP layers >= num_hidden_layers
@@ -144,6 +150,9 @@ class Model:
             return
         if self.type in granite_hybrid.TYPES:  # Mamba2 + attention + MoE (moe_reference_granite_hybrid.py)
             granite_hybrid.init(self, c)
+            return
+        if self.type in lfm2.TYPES:  # short conv + attention, sigmoid-routed MoE (moe_reference_lfm2.py)
+            lfm2.init(self, c)
             return
         self.hidden = int(c["hidden_size"])
         self.n_layers = int(c["num_hidden_layers"])
@@ -396,6 +405,8 @@ class Model:
         t = self.type
         if t in qwen3_next.TYPES:
             return qwen3_next.is_moe_layer(self, i)
+        if t in lfm2.TYPES:
+            return lfm2.is_moe_layer(self, i)
         if t in ("qwen2_moe", "qwen3_moe"):
             return (i not in self.mlp_only) and self.n_experts > 0 and (i + 1) % self.sparse_step == 0
         if t in ("deepseek_v2", "deepseek_v3"):
@@ -568,6 +579,8 @@ class Model:
             return granite.expected_names(self)
         if self.type in granite_hybrid.TYPES:
             return granite_hybrid.expected_names(self)
+        if self.type in lfm2.TYPES:
+            return lfm2.expected_names(self)
         names = ["model.embed_tokens.weight", "model.norm.weight"]
         if not self.tie:
             names.append("lm_head.weight")
@@ -690,6 +703,8 @@ class Model:
             return granite.forward(self, ids)
         if self.type in granite_hybrid.TYPES:
             return granite_hybrid.forward(self, ids)
+        if self.type in lfm2.TYPES:
+            return lfm2.forward(self, ids)
         W = self.ckpt
         h = self.embed(ids)
         positions = np.arange(h.shape[0])

@@ -27,7 +27,11 @@ from moe_reference_ops import F32, linear, rms_norm
 # granitemoehybrid (forward_granite_hybrid) adds the Mamba2 mixer one token at a time: in_proj split by explicit
 # offsets, an explicit conv state (the last K-1 xBC vectors), the plain recurrence S = exp(dt A) S + dt x B^T per
 # head in float64, softplus and the decays in python floats (no chunks); its attention without rotations under
-# position_embedding_type nope.
+# position_embedding_type nope. lfm2_moe (forward_lfm2) likewise shares only the reader: float64 matrix-vector
+# products, in_proj's output split by explicit offsets into B, C, x, an explicit conv state (the previous L-1 B*x
+# vectors, zeros before the first token) with one window dot product per channel, per-head q/k norms and 2-D
+# rotations with a KV cache, the router by sorting python floats (sigmoid, + expert_bias to choose, the unbiased
+# sigmoid to weigh, / (sum + 1e-6)), the per-expert SwiGLU as matrix-vector products.
 # ----------------------------------------------------------------------------------------------------
 
 def _rotate_pairs_neox(x, pos, inv_freq, mscale=1.0):
@@ -495,8 +499,115 @@ class NaiveRunner:
             rows.append(((head.astype(np.float64) @ hn) / m.logits_scaling).astype(F32))
         return np.stack(rows)
 
+    # --- lfm2_moe: float64 matrix-vector products, an explicit conv state, per-head loops, routing in python floats ---
+
+    def _lfm2_conv_token(self, i, x, st):
+        """One Lfm2MoeShortConv step. st: the previous L-1 B*x vectors, oldest first (zeros before the first
+        token); the window [st..., B*x] is dotted with each channel's conv.weight row, the last tap on the current
+        token."""
+        m = self.m
+        W = m.ckpt
+        a = f"model.layers.{i}.conv."
+        H = m.hidden
+        proj = W[a + "in_proj.weight"].astype(np.float64) @ x
+        if m.conv_bias:
+            proj = proj + W[a + "in_proj.bias"].astype(np.float64)
+        b_gate, c_gate, xin = proj[0:H], proj[H:2 * H], proj[2 * H:3 * H]
+        bx = b_gate * xin
+        kern = W[a + "conv.weight"].astype(np.float64)[:, 0, :]          # [H, L]
+        L = kern.shape[1]
+        if len(st) != L - 1:
+            st[:] = [np.zeros(H) for _ in range(L - 1)]
+        window = np.stack(st + [bx], axis=1)                              # [H, L], column L-1 = now
+        conv = np.array([float(np.dot(kern[ch], window[ch])) for ch in range(H)])
+        if m.conv_bias:
+            conv = conv + W[a + "conv.bias"].astype(np.float64)
+        st[:] = (st + [bx])[1:]
+        out = W[a + "out_proj.weight"].astype(np.float64) @ (c_gate * conv)
+        if m.conv_bias:
+            out = out + W[a + "out_proj.bias"].astype(np.float64)
+        return out
+
+    def _lfm2_attn_token(self, i, x, pos, cache):
+        """One token of Lfm2MoeAttention: per head, the RMSNorm of q / k over head_dim, then the 2-D rotations
+        of (j, j + D/2), then the softmax over the cached keys."""
+        m = self.m
+        W = m.ckpt
+        a = f"model.layers.{i}.self_attn."
+        D = m.head_dim
+        q = W[a + "q_proj.weight"].astype(np.float64) @ x
+        k = W[a + "k_proj.weight"].astype(np.float64) @ x
+        v = W[a + "v_proj.weight"].astype(np.float64) @ x
+        qn, kn = W[a + "q_layernorm.weight"], W[a + "k_layernorm.weight"]
+        inv = m.inv_freq.astype(np.float64)
+        cache[0].append([_rotate_pairs_neox(self._rms64(k[j * D:(j + 1) * D], kn, m.eps), pos, inv)
+                         for j in range(m.n_kv)])
+        cache[1].append([v[j * D:(j + 1) * D] for j in range(m.n_kv)])
+        per_kv = m.n_heads // m.n_kv
+        heads = []
+        for hh in range(m.n_heads):
+            qh = _rotate_pairs_neox(self._rms64(q[hh * D:(hh + 1) * D], qn, m.eps), pos, inv)
+            j = hh // per_kv
+            heads.append(self._attend(qh, [kk[j] for kk in cache[0]], [vv[j] for vv in cache[1]], m.scale))
+        return W[a + "out_proj.weight"].astype(np.float64) @ np.concatenate(heads)
+
+    @staticmethod
+    def _swiglu64(W, prefix, x):
+        g = W[prefix + "w1.weight"].astype(np.float64) @ x
+        u = W[prefix + "w3.weight"].astype(np.float64) @ x
+        return W[prefix + "w2.weight"].astype(np.float64) @ (g / (1.0 + np.exp(-g)) * u)
+
+    def _lfm2_ffn_token(self, i, x):
+        m = self.m
+        W = m.ckpt
+        f = f"model.layers.{i}.feed_forward."
+        if i < m.n_dense:
+            return self._swiglu64(W, f, x)
+        logits = [float(v) for v in W[f + "gate.weight"].astype(np.float64) @ x]
+        sig = [1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v)) for v in logits]
+        if m.use_expert_bias:
+            eb = W[f"model.layers.{i}.feed_forward.expert_bias"]
+            key = [sig[e] + float(eb[e]) for e in range(len(sig))]
+        else:
+            key = sig
+        chosen = sorted(range(len(sig)), key=lambda e: (-key[e], e))[:m.top_k]
+        ws = [sig[e] for e in chosen]
+        if m.norm_topk:
+            tot = sum(ws) + 1e-6
+            ws = [v / tot for v in ws]
+        ws = [v * m.routed_scale for v in ws]
+        acc = np.zeros(x.shape)
+        for e, wgt in zip(chosen, ws):
+            acc += wgt * self._swiglu64(W, f"{f}experts.{e}.", x)
+        return acc
+
+    def forward_lfm2(self, ids):
+        m = self.m
+        W = m.ckpt
+        caches = [([], []) for _ in range(m.n_layers)]
+        states = [[] for _ in range(m.n_layers)]
+        rows = []
+        for t, tok in enumerate(ids):
+            if not 0 <= int(tok) < m.vocab:
+                raise ValueError(f"token id out of range [0, {m.vocab})")
+            h = W["model.embed_tokens.weight"][int(tok)].astype(np.float64)
+            for i in range(m.n_layers):
+                p = f"model.layers.{i}."
+                x = self._rms64(h, W[p + "operator_norm.weight"], m.eps)
+                if m.layer_types[i] == "full_attention":
+                    h = h + self._lfm2_attn_token(i, x, float(t), caches[i])
+                else:
+                    h = h + self._lfm2_conv_token(i, x, states[i])
+                h = h + self._lfm2_ffn_token(i, self._rms64(h, W[p + "ffn_norm.weight"], m.eps))
+            hn = self._rms64(h, W["model.embedding_norm.weight"], m.eps)
+            head = W["model.embed_tokens.weight"] if m.tie else W["lm_head.weight"]
+            rows.append((head.astype(np.float64) @ hn).astype(F32))
+        return np.stack(rows)
+
     def forward(self, ids):
         m = self.m
+        if m.type == "lfm2_moe":
+            return self.forward_lfm2(ids)
         if m.type in ("qwen3_next", "qwen3_5_moe"):
             return self.forward_qwen3_next(ids)
         if m.type in ("granitemoe", "granitemoeshared"):

@@ -4,7 +4,8 @@ YaRN and the YaRN of transformers' modeling_rope_utils, attention with a causal 
 mask and optional per-head attention sinks (gpt-oss), expert selection per architecture (softmax top-k,
 DeepSeek-V2 MoEGate, the DeepSeek-V3 / GLM-4.5 "noaux_tc" sigmoid router, ERNIE 4.5's softmax router with a
 selection-only bias, gpt-oss's top-k of biased logits with a softmax over the k, GraniteMoe's top-k of the
-logits with a softmax over the k), and gpt-oss's clamped SwiGLU.
+logits with a softmax over the k, LFM2-MoE's sigmoid router with a selection-only bias and a 1e-6 in the
+normalisation), and gpt-oss's clamped SwiGLU.
 """
 
 import math
@@ -314,6 +315,20 @@ def select_experts_granite(logits, top_k):
     (mixtral's rule). Ties go to the lower index."""
     idx, top = topk_desc(logits, top_k)
     return idx, softmax(top, axis=-1)
+
+
+def select_experts_lfm2(scores, bias, top_k, norm_topk, routed_scale, eps=1e-6):
+    """LFM2-MoE (Lfm2MoeSparseMoeBlock.route_tokens_to_experts) given the sigmoid scores [S, E] (fp32) and
+    expert_bias [E] or None (use_expert_bias false): the experts are the top_k of scores + bias (of the scores
+    without a bias), in descending order; their weights are the UNBIASED scores, divided by (sum + 1e-6) iff
+    norm_topk_prob, then always times routed_scaling_factor. No groups. Ties go to the lower index."""
+    choice = scores if bias is None else (scores + np.asarray(bias, dtype=F32)[None, :]).astype(F32)
+    idx, _ = topk_desc(choice, top_k)
+    w = np.take_along_axis(scores, idx, axis=-1).astype(F32)
+    if norm_topk:
+        w = w / (np.sum(w, axis=-1, keepdims=True, dtype=F32) + F32(eps))
+    w = w * F32(routed_scale)
+    return idx, w.astype(F32)
 
 
 def gpt_oss_swiglu(gate_up, alpha=1.702, limit=7.0):

@@ -22,7 +22,7 @@ json Preset(const std::string& arch, int64_t q_lora_rank = 0) {
 TEST(ModelConfigTest, ParsesEveryPreset) {
   for (const char* arch : {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                            "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-                           "granitemoeshared", "granitemoehybrid"}) {
+                           "granitemoeshared", "granitemoehybrid", "lfm2_moe"}) {
     auto c = ParseModelConfig(Preset(arch), "config.json");
     ASSERT_TRUE(c.ok()) << arch << ": " << c.status().ToString();
     EXPECT_EQ(c->model_type, arch);
@@ -373,6 +373,99 @@ TEST(ModelConfigTest, GraniteMoeHybridPublishedConfig) {
   refused("mamba_n_heads", 7, "mamba_n_heads");
   refused("position_embedding_type", "alibi", "position_embedding_type");
   refused("num_local_experts", 0, "dense Granite 4.0-H");
+}
+
+// LiquidAI/LFM2-8B-A1B's config.json as released (transformers 4.57): conv / full_attention layer types, the
+// original tie_embedding key, the expert bias and the first two layers dense.
+TEST(ModelConfigTest, Lfm2MoePublishedConfig) {
+  json types = json::array();
+  for (int l = 0; l < 24; ++l)
+    types.push_back(l == 2 || l == 6 || l == 10 || l == 14 || l == 18 || l == 21 ? "full_attention" : "conv");
+  json published = json::parse(R"({
+    "architectures": ["Lfm2MoeForCausalLM"], "bos_token_id": 1, "conv_L_cache": 3, "conv_bias": false,
+    "dtype": "bfloat16", "eos_token_id": 7, "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 7168, "max_position_embeddings": 128000, "model_type": "lfm2_moe",
+    "moe_intermediate_size": 1792, "norm_eps": 1e-05, "norm_topk_prob": true, "num_attention_heads": 32,
+    "num_dense_layers": 2, "num_experts": 32, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+    "num_key_value_heads": 8, "pad_token_id": 0, "rope_theta": 1000000.0, "routed_scaling_factor": 1.0,
+    "tie_embedding": true, "transformers_version": "4.57.0.dev0", "use_cache": true, "use_expert_bias": true,
+    "vocab_size": 65536})");
+  published["layer_types"] = types;
+  auto c = ParseModelConfig(published, "lfm2/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kLfm2Moe);
+  EXPECT_TRUE(c->short_conv());
+  EXPECT_FALSE(c->mamba());
+  EXPECT_FALSE(c->hybrid_linear_attention());
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_TRUE(c->use_qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->o_bias);
+  EXPECT_EQ(c->linear_conv_kernel_dim, 3);
+  EXPECT_FALSE(c->short_conv_bias);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+  for (int64_t l = 0; l < 24; ++l) {
+    const bool attention = l == 2 || l == 6 || l == 10 || l == 14 || l == 18 || l == 21;
+    EXPECT_EQ(c->IsLinearAttentionLayer(l), !attention) << l;
+    EXPECT_EQ(c->IsMoeLayer(l), l >= 2) << l;
+  }
+  EXPECT_EQ(c->num_experts, 32);
+  EXPECT_EQ(c->num_experts_per_tok, 4);
+  EXPECT_EQ(c->moe_intermediate_size, 1792);
+  EXPECT_EQ(c->intermediate_size, 7168);
+  EXPECT_EQ(c->scoring_func, ScoringFunc::kSigmoid);
+  EXPECT_EQ(c->topk_method, TopkMethod::kNoauxTc);
+  EXPECT_TRUE(c->has_selection_bias());
+  EXPECT_DOUBLE_EQ(c->topk_norm_epsilon, 1e-6);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{7});
+  EXPECT_DOUBLE_EQ(c->softmax_scale(), 0.125);
+
+  // Lfm2MoeConfig's defaults, the older full_attn_idxs, tie_embedding over tie_word_embeddings, no expert bias,
+  // transformers 5's rope_parameters.
+  json bare = json::parse(R"({"model_type": "lfm2_moe", "full_attn_idxs": [1], "num_hidden_layers": 3,
+    "tie_word_embeddings": true, "tie_embedding": false, "use_expert_bias": false, "conv_bias": true,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0}, "head_dim": 96})");
+  auto d = ParseModelConfig(bare, "lfm2/config.json");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->vocab_size, 65536);
+  EXPECT_EQ(d->hidden_size, 2048);
+  EXPECT_EQ(d->head_dim, 96);
+  EXPECT_FALSE(d->tie_word_embeddings);
+  EXPECT_FALSE(d->has_selection_bias());
+  EXPECT_TRUE(d->short_conv_bias);
+  EXPECT_DOUBLE_EQ(d->rope_theta, 5e6);
+  EXPECT_EQ(d->num_experts, 32);
+  EXPECT_EQ(d->num_experts_per_tok, 4);
+  EXPECT_TRUE(d->IsLinearAttentionLayer(0));
+  EXPECT_FALSE(d->IsLinearAttentionLayer(1));
+  EXPECT_TRUE(d->IsLinearAttentionLayer(2));
+  EXPECT_FALSE(d->IsMoeLayer(1));
+  EXPECT_TRUE(d->IsMoeLayer(2));
+
+  const auto refused = [&](const char* key, const json& value, const std::string& words) {
+    json bad = published;
+    if (value.is_null()) {
+      bad.erase(key);
+    } else {
+      bad[key] = value;
+    }
+    auto r = ParseModelConfig(bad, "lfm2/config.json");
+    ASSERT_FALSE(r.ok()) << key << " = " << value.dump();
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("lfm2/config.json"), std::string::npos) << r.status().ToString();
+  };
+  refused("layer_types", json::array({"conv", "full_attention"}), "layer_types");
+  json wrong_type = types;
+  wrong_type[4] = "short_conv";
+  refused("layer_types", wrong_type, "layer_types[4]");
+  refused("layer_types", nullptr, "layer_types");
+  refused("num_experts_per_tok", 33, "num_experts_per_tok");
+  refused("num_key_value_heads", 5, "num_key_value_heads");
+  refused("hidden_act", "gelu", "hidden_act");
+  refused("conv_L_cache", 0, "conv_L_cache");
 }
 
 }  // namespace
