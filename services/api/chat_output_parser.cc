@@ -1,6 +1,8 @@
 #include "services/api/chat_output_parser.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +23,9 @@ constexpr std::string_view kDeepSeekClose = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
 constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
 constexpr std::string_view kGraniteOpen = "<|tool_call|>";
+constexpr std::string_view kPythonicOpen = "<|tool_call_start|>";
+constexpr std::string_view kPythonicClose = "<|tool_call_end|>";
+constexpr std::string_view kPythonicToolList = "<|tool_list_start|>";  // LFM2-8B-A1B's template names only this
 constexpr std::string_view kHarmonyStart = "<|start|>";
 constexpr std::string_view kHarmonyChannel = "<|channel|>";
 constexpr std::string_view kHarmonyMessage = "<|message|>";
@@ -56,6 +61,7 @@ ToolMarkers MarkersOf(ToolCallSyntax s) {
     case ToolCallSyntax::kDeepSeek: return {kDeepSeekOpen, kDeepSeekClose, {kDeepSeekCallsBegin, kDeepSeekCallsEnd}};
     case ToolCallSyntax::kMistral: return {kMistralOpen, "", {}};
     case ToolCallSyntax::kGranite: return {kGraniteOpen, "", {}};
+    case ToolCallSyntax::kPythonic: return {kPythonicOpen, kPythonicClose, {}};
     case ToolCallSyntax::kHarmony:
     case ToolCallSyntax::kNone: break;
   }
@@ -117,6 +123,9 @@ ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view ren
     s.tool_calls = ToolCallSyntax::kMistral;
   } else if (chat_template.find(kGraniteOpen) != std::string_view::npos) {
     s.tool_calls = ToolCallSyntax::kGranite;
+  } else if (chat_template.find(kPythonicOpen) != std::string_view::npos ||
+             chat_template.find(kPythonicToolList) != std::string_view::npos) {
+    s.tool_calls = ToolCallSyntax::kPythonic;
   }
   const std::string_view tail = Trim(rendered_prompt);
   s.starts_in_reasoning = s.reasoning && tail.size() >= kThinkOpen.size() &&
@@ -145,6 +154,7 @@ std::vector<std::string> ChatSyntaxMarkers(const ChatSyntax& syntax) {
       break;
     case ToolCallSyntax::kMistral: m.push_back(kMistralOpen); break;
     case ToolCallSyntax::kGranite: m.push_back(kGraniteOpen); break;
+    case ToolCallSyntax::kPythonic: m.insert(m.end(), {kPythonicOpen, kPythonicClose}); break;
     case ToolCallSyntax::kHarmony: break;
     case ToolCallSyntax::kNone: break;
   }
@@ -191,6 +201,232 @@ void ChatOutputParser::EmitContent(std::string_view text, ChatDelta* out) {
     pending_space_.clear();
   }
   out->content.append(text);
+}
+
+namespace {
+
+// A recursive-descent reader of the Python literals and call expressions kPythonic's calls are written in.
+class PyReader {
+ public:
+  explicit PyReader(std::string_view s) : s_(s) {}
+
+  void Space() {
+    while (p_ < s_.size() && IsSpace(s_[p_])) ++p_;
+  }
+  bool Eat(char c) {
+    Space();
+    if (p_ < s_.size() && s_[p_] == c) {
+      ++p_;
+      return true;
+    }
+    return false;
+  }
+  bool AtEnd() {
+    Space();
+    return p_ == s_.size();
+  }
+  // An identifier or dotted tool name: [A-Za-z0-9_.:-]+ (a keyword argument's name: [A-Za-z_][A-Za-z0-9_]*).
+  bool Name(std::string* out, bool tool) {
+    Space();
+    const size_t b = p_;
+    while (p_ < s_.size()) {
+      const char c = s_[p_];
+      const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (p_ > b && c >= '0' && c <= '9');
+      if (!(word || (tool && (c == '.' || c == ':' || c == '-' || (c >= '0' && c <= '9'))))) break;
+      ++p_;
+    }
+    if (p_ == b) return false;
+    out->assign(s_.substr(b, p_ - b));
+    return true;
+  }
+  bool Value(json* out, int depth = 0) {
+    if (depth > 64) return false;
+    Space();
+    if (p_ >= s_.size()) return false;
+    const char c = s_[p_];
+    if (c == '\'' || c == '"') {
+      std::string text;
+      if (!String(&text)) return false;
+      *out = std::move(text);
+      return true;
+    }
+    if (c == '[' || c == '(') {  // a list or a tuple: a JSON array
+      const char close = c == '[' ? ']' : ')';
+      ++p_;
+      *out = json::array();
+      while (!Eat(close)) {
+        json v;
+        if (!Value(&v, depth + 1)) return false;
+        out->push_back(std::move(v));
+        if (!Eat(',')) {
+          if (!Eat(close)) return false;
+          break;
+        }
+      }
+      return true;
+    }
+    if (c == '{') {
+      ++p_;
+      *out = json::object();
+      while (!Eat('}')) {
+        Space();
+        std::string key;
+        if (p_ >= s_.size() || (s_[p_] != '\'' && s_[p_] != '"') || !String(&key) || !Eat(':')) return false;
+        json v;
+        if (!Value(&v, depth + 1)) return false;
+        (*out)[key] = std::move(v);
+        if (!Eat(',')) {
+          if (!Eat('}')) return false;
+          break;
+        }
+      }
+      return true;
+    }
+    for (const auto& [word, value] : {std::pair<std::string_view, json>{"True", true}, {"False", false},
+                                      {"None", nullptr}, {"true", true}, {"false", false}, {"null", nullptr}}) {
+      if (s_.substr(p_, word.size()) == word &&
+          (p_ + word.size() == s_.size() || !std::isalnum(static_cast<unsigned char>(s_[p_ + word.size()])))) {
+        p_ += word.size();
+        *out = value;
+        return true;
+      }
+    }
+    return Number(out);
+  }
+
+ private:
+  // A Python string literal: '...' or "..." with the escapes \\ \' \" \n \t \r \b \f \0 \xHH \uXXXX (UTF-8 out).
+  bool String(std::string* out) {
+    const char quote = s_[p_++];
+    while (p_ < s_.size() && s_[p_] != quote) {
+      char c = s_[p_++];
+      if (c != '\\') {
+        out->push_back(c);
+        continue;
+      }
+      if (p_ >= s_.size()) return false;
+      c = s_[p_++];
+      switch (c) {
+        case 'n': out->push_back('\n'); break;
+        case 't': out->push_back('\t'); break;
+        case 'r': out->push_back('\r'); break;
+        case 'b': out->push_back('\b'); break;
+        case 'f': out->push_back('\f'); break;
+        case '0': out->push_back('\0'); break;
+        case 'x':
+        case 'u': {
+          const size_t n = c == 'x' ? 2 : 4;
+          if (p_ + n > s_.size()) return false;
+          uint32_t cp = 0;
+          for (size_t i = 0; i < n; ++i) {
+            const char h = s_[p_ + i];
+            const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            if (d < 0) return false;
+            cp = cp * 16 + static_cast<uint32_t>(d);
+          }
+          p_ += n;
+          if (cp >= 0xD800 && cp <= 0xDFFF) return false;  // a lone surrogate is not text
+          AppendUtf8(cp, out);
+          break;
+        }
+        case '\n': break;  // a line continuation
+        default: out->push_back(c);  // \\ \' \" and an unknown escape kept as its character
+      }
+    }
+    if (p_ >= s_.size()) return false;
+    ++p_;  // the closing quote
+    return true;
+  }
+  // A JSON number (Python's int / float literals as models write them: -3, 2.5, 1e-3).
+  bool Number(json* out) {
+    const size_t b = p_;
+    while (p_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[p_])) || s_[p_] == '-' || s_[p_] == '+' ||
+                              s_[p_] == '.' || s_[p_] == 'e' || s_[p_] == 'E'))
+      ++p_;
+    if (p_ == b) return false;
+    const std::string_view text = s_.substr(b, p_ - b);
+    json v = json::parse(text.begin(), text.end(), nullptr, false);
+    if (!v.is_number()) return false;
+    *out = std::move(v);
+    return true;
+  }
+  static void AppendUtf8(uint32_t cp, std::string* out) {
+    if (cp < 0x80) {
+      out->push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+
+  std::string_view s_;
+  size_t p_ = 0;
+};
+
+// Python's repr of a string as LFM2.5's template writes it: in single quotes, ' and \ escaped.
+std::string PythonString(const std::string& s) {
+  std::string out = "'";
+  for (const char c : s) {
+    if (c == '\'' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('\'');
+  return out;
+}
+
+}  // namespace
+
+bool ParsePythonicCalls(std::string_view text, std::vector<std::pair<std::string, json>>* calls) {
+  PyReader r(text);
+  const bool list = r.Eat('[');
+  calls->clear();
+  for (;;) {
+    if (list && r.Eat(']')) break;
+    std::string name;
+    if (!r.Name(&name, /*tool=*/true) || !IsValidToolName(name) || !r.Eat('(')) return false;
+    json args = json::object();
+    while (!r.Eat(')')) {
+      std::string key;
+      json value;
+      if (!r.Name(&key, /*tool=*/false) || !r.Eat('=') || !r.Value(&value) || args.contains(key)) return false;
+      args[key] = std::move(value);
+      if (!r.Eat(',')) {
+        if (!r.Eat(')')) return false;
+        break;
+      }
+    }
+    calls->emplace_back(std::move(name), std::move(args));
+    if (!list) break;
+    if (!r.Eat(',')) {
+      if (!r.Eat(']')) return false;
+      break;
+    }
+  }
+  return r.AtEnd() && !calls->empty();
+}
+
+std::string PythonicArguments(const nlohmann::ordered_json& arguments) {
+  std::string out;
+  if (!arguments.is_object()) return out;
+  for (auto it = arguments.begin(); it != arguments.end(); ++it) {
+    if (!out.empty()) out += ", ";
+    const nlohmann::ordered_json& v = it.value();
+    out += it.key() + "=";
+    if (v.is_string()) {
+      out += PythonString(v.get<std::string>());
+    } else if (v.is_boolean()) {
+      out += v.get<bool>() ? "True" : "False";
+    } else if (v.is_null()) {
+      out += "None";
+    } else {
+      out += v.dump();
+    }
+  }
+  return out;
 }
 
 bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
@@ -296,6 +532,21 @@ bool ChatOutputParser::ParseCall(std::string_view body, ChatDelta* out) {
         if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) return false;
         if (!add(c["name"].get<std::string>(), c.value("arguments", json()))) return false;
       }
+      break;
+    }
+    case ToolCallSyntax::kPythonic: {
+      std::vector<std::pair<std::string, json>> parsed;
+      const json list = json::parse(body.begin(), body.end(), nullptr, false);
+      if (list.is_array() && !list.empty() && list[0].is_object()) {  // the JSON form
+        for (const json& c : list) {
+          if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) return false;
+          if (!add(c["name"].get<std::string>(), c.value("arguments", json()))) return false;
+        }
+        break;
+      }
+      if (!ParsePythonicCalls(body, &parsed) || parsed.empty()) return false;
+      for (const auto& [name, args] : parsed)
+        if (!add(name, args)) return false;
       break;
     }
     case ToolCallSyntax::kHarmony: {  // body = the arguments object; the name came with the header

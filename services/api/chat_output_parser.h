@@ -20,6 +20,13 @@
 //               kGranite    <|tool_call|>[{"name": N, "arguments": {...}}, ...] to the end of the output
 //                           (IBM Granite 3.x templates, which tell the model to "respond only with
 //                           <|tool_call|> followed by a JSON list"; Granite 4 uses kHermes' <tool_call>)
+//               kPythonic   <|tool_call_start|>[NAME(key=VALUE, ...), ...]<|tool_call_end|>  (Liquid AI's LFM2 /
+//                           LFM2.5 templates, which list the tools between <|tool_list_start|> and
+//                           <|tool_list_end|> or render calls in this form): the calls as Python call
+//                           expressions with keyword arguments whose values are Python literals ('str' or
+//                           "str", numbers, True / False / None, lists, tuples, dicts; JSON's true / false /
+//                           null too); the same markers around a JSON list of {"name", "arguments"} objects
+//                           (what LFM2 writes when told to answer in JSON, and what a forced call writes)
 //   Harmony     gpt-oss (templates with <|channel|>): the output is messages HEADER<|message|>BODY ended by
 //               <|end|>, <|return|> or <|call|> (or the end of the output), the next one opened by
 //               <|start|>; the header names the channel (<|channel|>analysis / final / commentary) and
@@ -40,11 +47,14 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace zipmoe::api {
 
-enum class ToolCallSyntax { kNone, kHermes, kQwenXml, kDeepSeek, kMistral, kGranite, kHarmony };
+enum class ToolCallSyntax { kNone, kHermes, kQwenXml, kDeepSeek, kMistral, kGranite, kHarmony, kPythonic };
 
 struct ChatSyntax {
   bool reasoning = false;            // <think> ... </think>
@@ -75,6 +85,16 @@ ChatSyntax DetectChatSyntax(std::string_view chat_template, std::string_view ren
 // Where a tokenizer makes one a special token, the detokenizer must keep it (the API's StreamDecoder
 // keeps exactly these and skips the other special tokens), or the parser never sees it.
 std::vector<std::string> ChatSyntaxMarkers(const ChatSyntax& syntax);
+
+// kPythonic's call list: "[f(a=1, b='x'), g()]" (the brackets optional around a single call) -> (name, arguments
+// object) per call, in order; false when `text` is not such a list (positional arguments, an expression that is
+// not a literal, a repeated keyword, a name IsValidToolName refuses, trailing text).
+bool ParsePythonicCalls(std::string_view text, std::vector<std::pair<std::string, nlohmann::json>>* calls);
+
+// The Python text of a call's arguments object for a kPythonic history turn (what LFM2.5's template writes):
+// key=VALUE pairs joined by ", ", strings in single quotes ('\'' and '\\' escaped), numbers as JSON, true /
+// false / null as True / False / None, arrays and objects as JSON text.
+std::string PythonicArguments(const nlohmann::ordered_json& arguments);
 
 struct ParsedToolCall {
   std::string id;         // "<id_prefix><n>", n counting from 0 per parser

@@ -206,6 +206,8 @@ std::string FreeTextBefore(const ChatSyntax& syntax) { return syntax.starts_in_r
 //   Harmony         <|channel|>commentary to=functions.N <|constrain|>json<|message|>{...} then <|call|> (an EOS id)
 //   GLM-4.5/4.6/4.7 <tool_call>N\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>...</tool_call>
 //   Qwen3-Coder     <tool_call>\n<function=N>\n<parameter=k>\nv\n</parameter>\n...</function>\n</tool_call>
+//   LFM2 / LFM2.5   <|tool_call_start|>[{"name": N, "arguments": {...}}]<|tool_call_end|> (the JSON form of its
+//                   Pythonic calls)
 // (DeepSeek's, Harmony's, GLM's and Qwen3-Coder's name sits in the frame: one alternative per tool; the
 // last two write the arguments as tagged pairs, a string raw, anything else as JSON: TagSyntax).
 bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string& source, CompletionRequest* out,
@@ -303,6 +305,8 @@ bool ForcedToolCall(const json& j, const ordered_json& tools, const std::string&
       framings.push_back({schema, "[TOOL_CALLS][", "]", documents});
     } else if (syntax == ToolCallSyntax::kGranite) {
       framings.push_back({schema, "<|tool_call|>[", "]", documents});
+    } else if (syntax == ToolCallSyntax::kPythonic) {  // LFM2: its markers around a JSON list (the parser reads both)
+      framings.push_back({schema, "<|tool_call_start|>[", "]<|tool_call_end|>", documents});
     } else {
       framings.push_back({schema, "<tool_call>", "</tool_call>", documents});
     }
@@ -328,6 +332,8 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
   // The template ApplyChatTemplate renders (its tool_use variant when tools are given), read once.
   const std::string source = ctx.tokenizer->ChatTemplateSource(!tools.is_null());
   const bool template_knows_tool_calls = source.find("tool_calls") != std::string::npos;
+  const bool pythonic_in_content =
+      !template_knows_tool_calls && DetectChatSyntax(source, "").tool_calls == ToolCallSyntax::kPythonic;
   const json& arr = j["messages"];
   std::vector<size_t> null_beside_calls;  // messages whose absent / null content is passed as null
   std::vector<std::pair<size_t, ordered_json>> calls_as_sent;  // tool_calls whose sent arguments differ
@@ -382,8 +388,19 @@ bool ParseMessages(const json& j, const ordered_json& oj, const ProtocolContext&
     if (has_calls) {
       ordered_json calls, as_sent;
       if (!ToolCalls(om["tool_calls"], where + ".tool_calls", &calls, &as_sent, err)) return false;
-      if (as_sent != calls) calls_as_sent.emplace_back(messages.size(), std::move(as_sent));
-      message["tool_calls"] = std::move(calls);
+      if (pythonic_in_content) {
+        // LFM2-8B-A1B's template renders no tool_calls: the calls go into the turn's text as the model writes
+        // them, <|tool_call_start|>[name(key=value, ...)]<|tool_call_end|>, so it reads its own calls back.
+        std::string text = "<|tool_call_start|>[";
+        for (size_t k = 0; k < calls.size(); ++k) {
+          const ordered_json& f = calls[k]["function"];
+          text += (k > 0 ? ", " : "") + f["name"].get<std::string>() + "(" + PythonicArguments(f["arguments"]) + ")";
+        }
+        message["content"] = message["content"].get<std::string>() + text + "]<|tool_call_end|>";
+      } else {
+        if (as_sent != calls) calls_as_sent.emplace_back(messages.size(), std::move(as_sent));
+        message["tool_calls"] = std::move(calls);
+      }
     }
     if (role == "tool") {
       if (Present(m, "tool_call_id")) {

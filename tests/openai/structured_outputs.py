@@ -2,7 +2,7 @@
 """Structured outputs against random JSON schemas (issue 39): every constrained answer validates.
 
   structured_outputs.py --zipmoe BIN [--model DIR] [--schemas 200] [--seed 1]
-  structured_outputs.py --zipmoe BIN --tool-syntax glm|qwen_xml|granite [--schemas 100] [--seed 1]
+  structured_outputs.py --zipmoe BIN --tool-syntax glm|qwen_xml|granite|lfm2 [--schemas 100] [--seed 1]
   structured_outputs.py --zipmoe BIN --model DIR --bench [--tokens 128] [--rounds 3]
 
 Check mode (ctest structured_outputs): serves a tiny synthesized qwen2_moe (or --model) with
@@ -16,8 +16,8 @@ ends them; the grammar bounds numbers, whitespace and nesting itself.
 
 Tool mode (--tool-syntax): forced tool calls in a family whose call syntax is not JSON. The tiny
 model gets a chat template of that family (GLM-4.5's <arg_key>/<arg_value> pairs, or Qwen3-Coder's
-<function=...><parameter=...> XML, or Granite 3's <|tool_call|> followed by a JSON list; written here, only the
-markers matter), and each random object
+<function=...><parameter=...> XML, or Granite 3's <|tool_call|> followed by a JSON list, or LFM2's
+<|tool_call_start|>[...]<|tool_call_end|> (the JSON form of its Python calls); written here, only the markers matter), and each random object
 schema becomes a tool's `parameters`, called with tool_choice "required" at temperature 1: every
 answer must end with finish_reason "tool_calls" and its arguments (parsed back from the tagged text
 by the server) must validate against the schema.
@@ -211,6 +211,9 @@ TOOL_TEMPLATES = {
                 "<|end_of_role|>{{ m.content }}<|end_of_text|>\n{% endfor %}{% if tools %}<|start_of_role|>system"
                 "<|end_of_role|>Respond only with <|tool_call|> followed by a JSON list of tools used.<|end_of_text|>\n"
                 "{% endif %}{% if add_generation_prompt %}<|start_of_role|>assistant<|end_of_role|>{% endif %}"),
+    "lfm2": ("{% if tools %}<|im_start|>system\nList of tools: <|tool_list_start|>[{% for t in tools %}{{ t | tojson }}"
+             "{% endfor %}]<|tool_list_end|><|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n"
+             "{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
 }
 
 

@@ -219,6 +219,66 @@ TEST(ChatOutputParser, GraniteCallList) {
   EXPECT_TRUE(other.tool_calls.empty());
 }
 
+// LFM2 / LFM2.5: <|tool_call_start|>[Python calls]<|tool_call_end|>; the JSON list form between the same markers;
+// a body that is not such a list stays content, markers and all. The syntax is read from either marker the
+// families' templates name (LFM2-8B-A1B's names only <|tool_list_start|>).
+TEST(ChatOutputParser, PythonicCalls) {
+  EXPECT_EQ(DetectChatSyntax("List of tools: <|tool_list_start|>[", "").tool_calls, ToolCallSyntax::kPythonic);
+  EXPECT_EQ(DetectChatSyntax("{{- '<|tool_call_start|>[' }}", "").tool_calls, ToolCallSyntax::kPythonic);
+  EXPECT_EQ(ChatSyntaxMarkers(DetectChatSyntax("<|tool_list_start|>", "")),
+            (std::vector<std::string>{"<|tool_call_start|>", "<|tool_call_end|>"}));
+  const ChatSyntax py = Syntax(false, ToolCallSyntax::kPythonic);
+  const std::string text =
+      "Checking.<|tool_call_start|>[get_weather(city='Oslo', days=3, units=\"metric\"), "
+      "search(q='it\\'s \\u00e9t\\xe9', filters={'lang': 'no', \"n\": [1, 2.5, -3e-2]}, exact=True, page=None, "
+      "tags=('a', 'b',), ok=false), noop()]<|tool_call_end|>";
+  const ChatDelta d = Parse(py, text);
+  ASSERT_EQ(d.tool_calls.size(), 3u) << d.content;
+  EXPECT_EQ(d.content, "Checking.");
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(d.tool_calls[0].arguments), json::parse(R"({"city": "Oslo", "days": 3, "units": "metric"})"));
+  EXPECT_EQ(d.tool_calls[1].name, "search");
+  EXPECT_EQ(json::parse(d.tool_calls[1].arguments),
+            json::parse(R"({"q": "it's \u00e9t\u00e9", "filters": {"lang": "no", "n": [1, 2.5, -0.03]}, "exact": true,
+                            "page": null, "tags": ["a", "b"], "ok": false})"));
+  EXPECT_EQ(d.tool_calls[2].name, "noop");
+  EXPECT_EQ(d.tool_calls[2].arguments, "{}");
+  ExpectSameWhenStreamed(py, text);
+  // The JSON form, and one call without the list brackets.
+  const ChatDelta j = Parse(py, "<|tool_call_start|>[{\"name\": \"a\", \"arguments\": {\"x\": 1}}]<|tool_call_end|>");
+  ASSERT_EQ(j.tool_calls.size(), 1u);
+  EXPECT_EQ(j.tool_calls[0].arguments, "{\"x\":1}");
+  const ChatDelta bare = Parse(py, "<|tool_call_start|>f(x='y')<|tool_call_end|>");
+  ASSERT_EQ(bare.tool_calls.size(), 1u);
+  EXPECT_EQ(bare.tool_calls[0].arguments, "{\"x\":\"y\"}");
+  // Not calls: positional arguments, an expression, a repeated keyword, an unclosed string or list, trailing text,
+  // an invalid name, a lone surrogate escape; each stays content as written.
+  for (const char* body : {"[f('x')]", "[f(x=1+2)]", "[f(x=1, x=2)]", "[f(x='a)]", "[f(x=[1, 2)]", "[f()] and more",
+                           "[f g()]", "[f(x='\\ud800')]", "[]", "[f(x=y)]"}) {
+    const std::string t = std::string("<|tool_call_start|>") + body + "<|tool_call_end|>";
+    const ChatDelta b = Parse(py, t);
+    EXPECT_TRUE(b.tool_calls.empty()) << body;
+    EXPECT_EQ(b.content, t) << body;
+  }
+  // Never closed: the text as written.
+  const ChatDelta open = Parse(py, "<|tool_call_start|>[f(x=1)]");
+  EXPECT_TRUE(open.tool_calls.empty());
+  EXPECT_EQ(open.content, "<|tool_call_start|>[f(x=1)]");
+}
+
+// The history's calls written back for a template that renders none (LFM2-8B-A1B): Python literals as LFM2.5's
+// template writes them, keys in the order sent.
+TEST(ChatOutputParser, PythonicArgumentsRoundTrip) {
+  const nlohmann::ordered_json args = nlohmann::ordered_json::parse(
+      R"({"z": "it's a \\ path", "a": 2, "b": true, "c": null, "d": [1, "x"], "e": {"k": false}})");
+  const std::string text = PythonicArguments(args);
+  EXPECT_EQ(text, R"(z='it\'s a \\ path', a=2, b=True, c=None, d=[1,"x"], e={"k":false})");
+  std::vector<std::pair<std::string, json>> calls;
+  ASSERT_TRUE(ParsePythonicCalls("[f(" + text + ")]", &calls));
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].second, json::parse(args.dump()));
+}
+
 TEST(ChatOutputParser, MistralCallList) {
   const std::string text = "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]";
   const ChatDelta d = Parse(Syntax(false, ToolCallSyntax::kMistral), text);

@@ -404,6 +404,38 @@ TEST_F(OpenAiProtocolTest, ToolCallArgumentsAsSentWhereTheTemplateConcatenatesTh
   EXPECT_EQ(r.prompts[0].text, "[hi][][sunny]");
 }
 
+// LFM2-8B-A1B's template lists the tools (<|tool_list_start|>) but renders no tool_calls: an assistant turn's calls
+// go into its text as the model writes them, Python calls between its markers, after any content; a template that
+// renders tool_calls itself (LFM2.5's) gets them as fields.
+TEST_F(OpenAiProtocolTest, PythonicHistoryCallsGoIntoTheTurnsTextWhereTheTemplateRendersNone) {
+  const json call{{"id", "c0"},
+                  {"type", "function"},
+                  {"function", {{"name", "weather"}, {"arguments", R"({"city": "O'slo", "days": 2, "metric": true})"}}}};
+  const json msgs = json::array({json{{"role", "user"}, {"content", "hi"}},
+                                 json{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call, call}}},
+                                 json{{"role", "tool"}, {"content", "sunny"}}});
+  const auto parse = [&](const std::string& tmpl, const json& m, CompletionRequest* r, ApiError* e) {
+    std::unique_ptr<Tokenizer> tok = WithTemplate(*dir_, tmpl);
+    return ParseCompletionRequest(json{{"messages", m}}.dump(), Endpoint::kChat, ProtocolContext{tok.get(), config_}, r,
+                                  e);
+  };
+  CompletionRequest r;
+  ApiError e;
+  const std::string lfm2 = "{# <|tool_list_start|> #}{% for m in messages %}[{{ m.content }}]{% endfor %}";
+  ASSERT_TRUE(parse(lfm2, msgs, &r, &e)) << e.message;
+  const std::string one = R"(weather(city='O\'slo', days=2, metric=True))";
+  EXPECT_EQ(r.prompts[0].text, "[hi][<|tool_call_start|>[" + one + ", " + one + "]<|tool_call_end|>][sunny]");
+  json with_text = msgs;
+  with_text[1]["content"] = "Let me look.";
+  ASSERT_TRUE(parse(lfm2, with_text, &r, &e)) << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi][Let me look.<|tool_call_start|>[" + one + ", " + one + "]<|tool_call_end|>][sunny]");
+  const std::string lfm25 =
+      "{# <|tool_call_start|> #}{% for m in messages %}[{{ m.content or '' }}{% for c in m.tool_calls or [] %}"
+      "{{ c.function.name }}{% endfor %}]{% endfor %}";
+  ASSERT_TRUE(parse(lfm25, msgs, &r, &e)) << e.message;
+  EXPECT_EQ(r.prompts[0].text, "[hi][weatherweather][sunny]");
+}
+
 // gpt-oss's published template renders a tool-call turn's `thinking` (its analysis channel): the field
 // reaches the template as sent; reasoning_content stays reasoning_content (transformers renames nothing).
 TEST_F(OpenAiProtocolTest, ThinkingReachesTemplatesThatReadIt) {
@@ -463,6 +495,12 @@ TEST_F(OpenAiProtocolTest, ForcedCallsInTheTemplatesOwnSyntaxAndReasoningFirst) 
   EXPECT_TRUE(accepts(r, R"(<|tool_call|>[{"name": "weather", "arguments": {"city": "Oslo"}}])"));
   EXPECT_FALSE(accepts(r, R"(<|tool_call|>[{"name": "noop", "arguments": {}}])"));
   EXPECT_FALSE(accepts(r, R"([TOOL_CALLS][{"name": "weather", "arguments": {"city": "Oslo"}}])"));
+  // LFM2 / LFM2.5: the JSON form of its Pythonic calls between <|tool_call_start|> and <|tool_call_end|>.
+  ASSERT_TRUE(parse(plain + "{# <|tool_list_start|> #}", named, &r, &e)) << e.message;
+  ASSERT_NE(r.grammar, nullptr);
+  EXPECT_TRUE(accepts(r, R"(<|tool_call_start|>[{"name": "weather", "arguments": {"city": "Oslo"}}]<|tool_call_end|>)"));
+  EXPECT_FALSE(accepts(r, R"(<|tool_call_start|>[{"name": "weather", "arguments": {"city": "Oslo"}}])"));
+  EXPECT_FALSE(accepts(r, R"(<|tool_call_start|>[{"name": "noop", "arguments": {}}]<|tool_call_end|>)"));
   // DeepSeek-V3 (a ```json fence) and V3.1 (none): the name in the frame, one alternative per tool.
   const std::string ds = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>";
   ASSERT_TRUE(parse(plain + "{# <｜tool▁call▁begin｜>function<｜tool▁sep｜>x\n```json\n #}", forced, &r, &e)) << e.message;
