@@ -82,14 +82,17 @@ json ParseObject(std::string_view text) {
   return j.is_object() ? j : json(json::value_t::discarded);
 }
 
-// OpenAI's arguments text from a call's arguments value (an object, or a string holding one).
+// OpenAI's arguments text from a call's arguments value (an object, or a string holding one). A raw value taken
+// from the text (GLM's <arg_value>, a Python string) holds whatever bytes the model wrote: bytes that are not
+// UTF-8 become U+FFFD rather than a thrown type_error (the generated text is UTF-8 as the stream decoder
+// emits it; the parser does not rely on that).
 bool ArgumentsText(const json& args, std::string* out) {
   if (args.is_null()) {
     *out = "{}";
     return true;
   }
   if (args.is_object()) {
-    *out = args.dump();
+    *out = args.dump(-1, ' ', false, json::error_handler_t::replace);
     return true;
   }
   if (args.is_string()) {
@@ -191,14 +194,18 @@ void ChatOutputParser::EmitContent(std::string_view text, ChatDelta* out) {
     if (text.empty()) return;
     skip_space_ = false;
   }
-  if (calls_ > 0 && IsBlank(text)) {
-    pending_space_.append(text);
-    return;
-  }
   if (calls_ > 0) {
-    // Whitespace between tool calls and the text after them is dropped only while nothing else follows.
-    out->content += pending_space_;
-    pending_space_.clear();
+    // Whitespace after a tool call is kept only where other content follows it: a piece's trailing whitespace
+    // waits for the next (so the output streamed in pieces gives what it gives whole).
+    size_t end = text.size();
+    while (end > 0 && IsSpace(text[end - 1])) --end;
+    if (end > 0) {
+      out->content += pending_space_;
+      pending_space_.clear();
+      out->content.append(text.substr(0, end));
+    }
+    pending_space_.append(text.substr(end));
+    return;
   }
   out->content.append(text);
 }
@@ -423,7 +430,7 @@ std::string PythonicArguments(const nlohmann::ordered_json& arguments) {
     } else if (v.is_null()) {
       out += "None";
     } else {
-      out += v.dump();
+      out += v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     }
   }
   return out;

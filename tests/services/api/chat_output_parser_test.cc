@@ -260,6 +260,14 @@ TEST(ChatOutputParser, PythonicCalls) {
     EXPECT_TRUE(b.tool_calls.empty()) << body;
     EXPECT_EQ(b.content, t) << body;
   }
+  // Found by the chat_output fuzz target: text after a call ending in whitespace gave "T " whole but "T" streamed.
+  // The whitespace after a call is content only where more content follows, in every piece size.
+  const std::string tail = "<|tool_call_start|>[f()]<|tool_call_end|> done, T \n";
+  EXPECT_EQ(Parse(py, tail).content, " done, T");
+  ExpectSameWhenStreamed(py, tail);
+  const std::string hermes = "<tool_call>{\"name\": \"f\"}</tool_call>\n\nok \n";
+  EXPECT_EQ(Parse(Syntax(false, ToolCallSyntax::kHermes), hermes).content, "\n\nok");
+  ExpectSameWhenStreamed(Syntax(false, ToolCallSyntax::kHermes), hermes);
   // Never closed: the text as written.
   const ChatDelta open = Parse(py, "<|tool_call_start|>[f(x=1)]");
   EXPECT_TRUE(open.tool_calls.empty());
