@@ -16,7 +16,7 @@ GGUF_ALIGNMENT = 32
 T_UINT32, T_INT32, T_FLOAT32, T_BOOL, T_STRING, T_ARRAY = 4, 5, 6, 7, 8, 9
 # ggml tensor types.
 GGML_F32, GGML_BF16, GGML_MXFP4 = 0, 30, 39
-LLAMA_FTYPE_MOSTLY_BF16 = 32
+LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_BF16 = 0, 32
 # llama.cpp token types.
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
 
@@ -155,10 +155,11 @@ class Tensor:
 class GGUFWriter:
     """Collects metadata and tensors, then writes one GGUF v3 file (little-endian, 32-byte alignment)."""
 
-    def __init__(self):
+    def __init__(self, widen_bf16=False):
         self.kv = []  # (key, value type, value, array element type or None)
         self.tensors = []
         self._names = set()
+        self.widen_bf16 = widen_bf16  # tensor_bf16 / tensor_bf16_stack write exact F32 widenings instead
 
     # --- metadata ---
     def add_u32(self, key, value):
@@ -178,7 +179,9 @@ class GGUFWriter:
 
     # --- tensors (bits: BF16 bit patterns as a uint16 array in numpy order) ---
     def tensor_bf16(self, name, bits):
-        """A tensor kept bit-exact as BF16."""
+        """A tensor kept bit-exact as BF16 (widened exactly to F32 with widen_bf16)."""
+        if self.widen_bf16:
+            return self.tensor_f32(name, bits)
         self._add(Tensor(name, GGML_BF16, bits.shape, [np.ascontiguousarray(bits)]))
 
     def tensor_bf16_stack(self, name, experts):
@@ -188,6 +191,9 @@ class GGUFWriter:
             if m.shape != shape:
                 raise ConversionError(f"GGUF tensor '{name}': expert {e} has shape {list(m.shape)}, "
                                       f"expert 0 {list(shape)}")
+        if self.widen_bf16:
+            self._add(Tensor(name, GGML_F32, (len(experts),) + shape, [bf16_to_f32(m) for m in experts]))
+            return
         self._add(Tensor(name, GGML_BF16, (len(experts),) + shape, [np.ascontiguousarray(m) for m in experts]))
 
     def tensor_f32(self, name, bits):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Converts a Hugging Face MoE checkpoint to a BF16 GGUF (v3) that llama.cpp loads.
 
-    /usr/bin/python3 bench/gguf_writer.py MODEL_DIR --out FILE.gguf [--name NAME]
+    /usr/bin/python3 bench/gguf_writer.py MODEL_DIR --out FILE.gguf [--name NAME] [--dtype bf16|f32]
 
 MODEL_DIR holds config.json, the weights as *.safetensors (one file, or shards listed by
 model.safetensors.index.json), tokenizer.json (byte-level BPE), and optionally tokenizer_config.json and
@@ -36,13 +36,26 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
                              into gate (first half) and up stacks; granitemoeshared's shared_mlp the same
                              way into ffn_*_shexp; q/k rows permuted as mixtral's, llama.cpp's granite
                              graphs being llama's)
+    lfm2_moe  -> lfm2moe    (Liquid AI LFM2-8B-A1B: gated short-convolution layers as shortconv.in_proj /
+                             shortconv.conv [H, K] (F32, the [H, 1, K] kernel squeezed) / shortconv.out_proj,
+                             GQA layers with attn_q_norm / attn_k_norm (NeoX rotary, no row permutation),
+                             head_count_kv per layer (0 on conv layers), shortconv.l_cache; operator_norm as
+                             attn_norm, leading dense feed_forward.w1/w3/w2 layers (leading_dense_block_count),
+                             the sigmoid router (expert_gating_func 2) with expert_bias as exp_probs_b (F32);
+                             embedding_norm, the final norm, as token_embd_norm; tied embeddings without an
+                             output tensor, as llama.cpp's converter writes them. llama.cpp's graph always
+                             normalises the top-k weights and reads no expert_weights_scale, so configs with
+                             norm_topk_prob false, routed_scaling_factor != 1, no expert bias or conv biases
+                             are refused)
 
 The weights are not re-quantised: every matrix is written with the checkpoint's BF16 bits unchanged, the
 per-expert matrices stacked into llama.cpp's 3-D ffn_{gate,up,down}_exps tensors [expert, out, in].
 As llama.cpp's own converter does, 1-D tensors (norms, biases, the shared-expert gate) and the router
 (ffn_gate_inp) are stored as F32, an exact widening of their BF16 values. Mixtral's q/k rows are
 reordered (not changed) because llama.cpp's llama architecture applies rotary embeddings to
-interleaved pairs, Hugging Face's to the two halves of each head.
+interleaved pairs, Hugging Face's to the two halves of each head. --dtype f32 widens every BF16 matrix to F32
+as well (twice the size; MXFP4 experts stay MXFP4): llama.cpp then multiplies F32 activations, so that
+bench/peer_check.py --f32 can compare the forward passes to ~1e-6 instead of BF16's ~1e-2.
 
 The tokenizer becomes tokenizer.ggml.model "gpt2" with the tokens, token types, merges and
 pre-tokenizer of tokenizer.json; bos/eos/pad ids come from config.json (eos from generation_config.json
@@ -62,8 +75,8 @@ except ImportError as e:  # e.g. a pyenv or venv python3 ahead of Debian's on PA
              f"then run it with /usr/bin/python3 (this is {sys.executable})")
 
 from gguf_format import (ConversionError,
-                         T_INT32, T_UINT32, T_STRING, LLAMA_FTYPE_MOSTLY_BF16, TOKEN_NORMAL, TOKEN_CONTROL,
-                         TOKEN_USER_DEFINED, TOKEN_UNUSED, Checkpoint, GGUFWriter, bf16_to_f32, load_json)
+                         T_INT32, T_UINT32, T_STRING, LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_BF16, TOKEN_NORMAL,
+                         TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, Checkpoint, GGUFWriter, bf16_to_f32, load_json)
 
 # tokenizer.json pre-tokenizer regex -> llama.cpp tokenizer.ggml.pre.
 QWEN2_PRE_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -213,6 +226,55 @@ def add_granite_moe(ckpt, w, hf, gg):
         w.tensor_bf16(gg + "ffn_down_shexp.weight", ckpt.bf16(hf + "shared_mlp.output_linear.weight"))
 
 
+LFM2_ATTENTION_TENSORS = [
+    ("operator_norm.weight", "attn_norm.weight"),
+    ("self_attn.q_proj.weight", "attn_q.weight"),
+    ("self_attn.k_proj.weight", "attn_k.weight"),
+    ("self_attn.v_proj.weight", "attn_v.weight"),
+    ("self_attn.out_proj.weight", "attn_output.weight"),
+    ("self_attn.q_layernorm.weight", "attn_q_norm.weight"),
+    ("self_attn.k_layernorm.weight", "attn_k_norm.weight"),
+    ("ffn_norm.weight", "ffn_norm.weight"),
+]
+LFM2_CONV_TENSORS = [
+    ("operator_norm.weight", "attn_norm.weight"),
+    ("conv.in_proj.weight", "shortconv.in_proj.weight"),
+    ("conv.out_proj.weight", "shortconv.out_proj.weight"),
+    ("ffn_norm.weight", "ffn_norm.weight"),
+]
+LFM2_DENSE_MLP_TENSORS = [("feed_forward.w1.weight", "ffn_gate.weight"), ("feed_forward.w3.weight", "ffn_up.weight"),
+                          ("feed_forward.w2.weight", "ffn_down.weight")]
+
+
+def lfm2_layer_types(c):
+    """Each layer's operator, "conv" or "full_attention": layer_types, else (older configs) full_attn_idxs."""
+    n = c.int("num_hidden_layers")
+    types = c.get("layer_types")
+    if types is None and isinstance(c.get("full_attn_idxs"), list):
+        idx = c.get("full_attn_idxs")
+        types = ["full_attention" if i in idx else "conv" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or any(t not in ("conv", "full_attention") for t in types):
+        raise ConversionError(f"{c.path}: 'layer_types' is {json.dumps(types)}; want {n} entries of \"conv\" / "
+                              "\"full_attention\" (or 'full_attn_idxs')")
+    return types
+
+
+def add_lfm2_operator(c, ckpt, w, hf, gg, layer):
+    """An LFM2 layer's operator (attention or gated short convolution) and its two norms. The depthwise conv
+    kernel [H, 1, K] is written as [H, K] in F32 (ggml_ssm_conv's {K, H}), as llama.cpp's converter does."""
+    if lfm2_layer_types(c)[layer] == "full_attention":
+        tensors = LFM2_ATTENTION_TENSORS
+    else:
+        tensors = LFM2_CONV_TENSORS
+        conv = ckpt.bf16(hf + "conv.conv.weight")
+        if conv.ndim != 3 or conv.shape[1] != 1:
+            raise ConversionError(f"{ckpt.model_dir}: tensor '{hf}conv.conv.weight' has shape {list(conv.shape)}; "
+                                  "want [hidden, 1, conv_L_cache]")
+        w.tensor_f32(gg + "shortconv.conv.weight", np.ascontiguousarray(conv.reshape(conv.shape[0], conv.shape[2])))
+    for hf_suffix, gguf_suffix in tensors:
+        add_weight(w, gg + gguf_suffix, ckpt.bf16(hf + hf_suffix))
+
+
 def granite_hybrid_mamba_layers(c):
     """Indices of granitemoehybrid's Mamba2 layers (layer_types; all of them when it is absent)."""
     types = c.get("layer_types") or ["mamba"] * c.int("num_hidden_layers")
@@ -244,7 +306,7 @@ class Arch:
 
     def __init__(self, gguf_arch, experts_key, layer_tensors, router, experts_prefix, experts,
                  shared_expert=None, shared_expert_gate=False, dense_layers_key=None, rotary_permute=False,
-                 router_bias=None):
+                 router_bias=None, dense_mlp=None):
         self.gguf_arch = gguf_arch
         self.experts_key = experts_key          # config.json key of the routed expert count
         self.layer_tensors = layer_tensors      # config -> [(HF suffix, GGUF suffix)] of every layer
@@ -256,6 +318,7 @@ class Arch:
         self.dense_layers_key = dense_layers_key  # config.json key of the leading dense-MLP layer count
         self.rotary_permute = rotary_permute    # q/k rows to llama.cpp's interleaved rotary layout
         self.router_bias = router_bias          # HF suffix of the F32 selection bias (exp_probs_b), if any
+        self.dense_mlp = dense_mlp or DENSE_MLP_TENSORS  # the dense layers' [(HF suffix, GGUF suffix)]
 
 
 def deepseek_arch(router_bias=None):
@@ -290,6 +353,12 @@ ARCHS = {
     "granitemoeshared": Arch("granitemoe", "num_local_experts", granite_layer_tensors, None, None, None,
                              rotary_permute=True),
     "granitemoehybrid": Arch("granitehybrid", "num_local_experts", granite_layer_tensors, None, None, None),
+    # the per-layer operator tensors come from add_lfm2_operator (conv or attention by layer_types)
+    "lfm2_moe": Arch("lfm2moe", "num_experts", lambda c: [], "feed_forward.gate.weight", "feed_forward.experts.{e}.",
+                     {"w1.weight": "ffn_gate_exps.weight", "w3.weight": "ffn_up_exps.weight",
+                      "w2.weight": "ffn_down_exps.weight"},
+                     dense_layers_key="num_dense_layers", router_bias="feed_forward.expert_bias",
+                     dense_mlp=LFM2_DENSE_MLP_TENSORS),
 }
 
 
@@ -305,6 +374,27 @@ def check_config(model_type, c):
     """Rejects configurations that llama.cpp's graph for the architecture would compute differently."""
     if model_type not in ("deepseek_v2", "deepseek_v3", "gpt_oss"):
         c.require("rope_scaling", None, None, "converter output (no rope scaling keys written)")
+    if model_type == "lfm2_moe":
+        lfm2_layer_types(c)
+        rope = c.get("rope_parameters", {})
+        if not isinstance(rope, dict) or rope.get("rope_type", "default") != "default":
+            raise ConversionError(f"{c.path}: 'rope_parameters' is {json.dumps(rope)}; this converter writes only "
+                                  "plain rotary (rope_type default)")
+        c.require("hidden_act", "silu", "silu", "lfm2moe graph (SiLU-gated MLPs)")
+        c.require("conv_bias", False, False, "lfm2moe graph (no short-conv / projection biases)")
+        c.require("norm_topk_prob", True, True, "lfm2moe graph (top-k weights always normalised)")
+        c.require("use_expert_bias", True, True, "lfm2moe graph (exp_probs_b required)")
+        if c.float("routed_scaling_factor", 1.0) != 1.0:
+            raise ConversionError(f"{c.path}: 'routed_scaling_factor' is {c.get('routed_scaling_factor')!r}; "
+                                  "llama.cpp's lfm2moe reads no expert_weights_scale (needs 1.0)")
+        if c.int("conv_L_cache", 3) < 2:
+            raise ConversionError(f"{c.path}: 'conv_L_cache' must be >= 2 (llama.cpp's shortconv keeps L - 1 inputs)")
+        head_dim = c.int("head_dim", c.int("hidden_size") // c.int("num_attention_heads"))
+        if head_dim * c.int("num_attention_heads") != c.int("hidden_size"):
+            raise ConversionError(f"{c.path}: num_attention_heads * head_dim must equal hidden_size (llama.cpp's "
+                                  "lfm2moe has a square out_proj)")
+        if c.int("num_dense_layers", 2) > c.int("num_hidden_layers"):
+            raise ConversionError(f"{c.path}: 'num_dense_layers' exceeds 'num_hidden_layers'")
     if model_type == "gpt_oss":
         n = c.int("num_hidden_layers")
         c.require("layer_types", ["sliding_attention", "full_attention"] * (n // 2) + ["sliding_attention"] * (n % 2),
@@ -382,7 +472,7 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
         key_length = value_length = c.int("head_dim", hidden // n_head)
         rope_dim = int(key_length * c.float("partial_rotary_factor", 0.5))  # HF: the first rotary_dim dims of a head
     else:
-        head_dim = c.int("head_dim", hidden // n_head) if model_type == "qwen3_moe" else hidden // n_head
+        head_dim = c.int("head_dim", hidden // n_head) if model_type in ("qwen3_moe", "lfm2_moe") else hidden // n_head
         key_length = value_length = rope_dim = head_dim
     w.add_u32(f"{a}.vocab_size", c.int("vocab_size"))
     w.add_u32(f"{a}.context_length", c.int("max_position_embeddings"))
@@ -390,7 +480,15 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
     w.add_u32(f"{a}.block_count", c.int("num_hidden_layers"))
     w.add_u32(f"{a}.feed_forward_length", c.int("intermediate_size"))
     w.add_u32(f"{a}.attention.head_count", n_head)
-    if mla_latent:  # one KV head of the latent form; the per-head sizes as the _mla lengths
+    if model_type == "lfm2_moe":  # as llama.cpp's converter: head_count_kv per layer (0: a conv layer); key and
+        # value lengths only for an explicit head_dim, the rotary dimension never (both default to hidden / heads)
+        kv = c.int("num_key_value_heads", n_head)
+        w.add_array(f"{a}.attention.head_count_kv", T_UINT32,
+                    [kv if t == "full_attention" else 0 for t in lfm2_layer_types(c)])
+        if c.get("head_dim") is not None:
+            w.add_u32(f"{a}.attention.key_length", key_length)
+            w.add_u32(f"{a}.attention.value_length", value_length)
+    elif mla_latent:  # one KV head of the latent form; the per-head sizes as the _mla lengths
         w.add_u32(f"{a}.attention.head_count_kv", 1)
         w.add_u32(f"{a}.attention.key_length", c.int("kv_lora_rank") + c.int("qk_rope_head_dim"))
         w.add_u32(f"{a}.attention.value_length", c.int("kv_lora_rank"))
@@ -400,9 +498,14 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
         w.add_u32(f"{a}.attention.head_count_kv", c.int("num_key_value_heads", n_head))
         w.add_u32(f"{a}.attention.key_length", key_length)
         w.add_u32(f"{a}.attention.value_length", value_length)
-    w.add_u32(f"{a}.rope.dimension_count", rope_dim)
-    w.add_f32(f"{a}.rope.freq_base", c.float("rope_theta", 10000.0))
-    w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps"))
+    if model_type == "lfm2_moe":  # Lfm2MoeConfig: rope_parameters["rope_theta"] (transformers 5) or rope_theta
+        w.add_f32(f"{a}.rope.freq_base", float((c.get("rope_parameters") or {}).get("rope_theta")
+                                               or c.float("rope_theta", 1000000.0)))
+        w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("norm_eps", 1e-5))
+    else:
+        w.add_u32(f"{a}.rope.dimension_count", rope_dim)
+        w.add_f32(f"{a}.rope.freq_base", c.float("rope_theta", 10000.0))
+        w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps"))
     w.add_u32(f"{a}.expert_count", c.int(arch.experts_key))
     w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok"))
     if model_type in ("qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe"):
@@ -433,6 +536,11 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
         w.add_f32(f"{a}.logit_scale", c.float("logits_scaling", 1.0))
         if model_type == "granitemoeshared" and c.int("shared_intermediate_size", 0) > 0:
             w.add_u32(f"{a}.expert_shared_feed_forward_length", c.int("shared_intermediate_size"))
+    if model_type == "lfm2_moe":  # Lfm2MoeConfig's defaults
+        w.add_u32(f"{a}.expert_feed_forward_length", c.int("moe_intermediate_size", 1792))
+        w.add_u32(f"{a}.leading_dense_block_count", c.int("num_dense_layers", 2))
+        w.add_u32(f"{a}.expert_gating_func", 2)  # sigmoid
+        w.add_u32(f"{a}.shortconv.l_cache", c.int("conv_L_cache", 3))
     if model_type == "glm4_moe":
         add_deepseek_style_moe(a, c, w, gating_func=2)  # sigmoid
         w.add_u32(f"{a}.nextn_predict_layers", 0)  # the MTP layers are not written
@@ -493,6 +601,8 @@ def add_layer(model_type, arch, c, ckpt, w, layer, mla_latent=False):
         add_granite_mamba(c, ckpt, w, hf, gg)
         add_granite_moe(ckpt, w, hf, gg)
         return
+    if model_type == "lfm2_moe":
+        add_lfm2_operator(c, ckpt, w, hf, gg, layer)
     for hf_suffix, gguf_suffix in arch.layer_tensors(c):
         bits = ckpt.bf16(hf + hf_suffix)
         if mla_latent and hf_suffix == "self_attn.kv_b_proj.weight":
@@ -513,8 +623,8 @@ def add_layer(model_type, arch, c, ckpt, w, layer, mla_latent=False):
     if model_type in ("granitemoe", "granitemoeshared", "granitemoehybrid"):
         add_granite_moe(ckpt, w, hf, gg)
         return
-    if arch.dense_layers_key and layer < c.int(arch.dense_layers_key, 0):
-        for hf_suffix, gguf_suffix in DENSE_MLP_TENSORS:
+    if arch.dense_layers_key and layer < c.int(arch.dense_layers_key, 2 if model_type == "lfm2_moe" else 0):
+        for hf_suffix, gguf_suffix in arch.dense_mlp:
             w.tensor_bf16(gg + gguf_suffix, ckpt.bf16(hf + hf_suffix))
         return
     add_weight(w, gg + "ffn_gate_inp.weight", ckpt.bf16(hf + arch.router))
@@ -624,10 +734,11 @@ def add_tokenizer(model_dir, c, w):
 # ---------------------------------------------------------------------------------------------------
 
 
-def convert(model_dir, out, name=None, mla="heads"):
+def convert(model_dir, out, name=None, mla="heads", dtype="bf16"):
     """Writes the GGUF; returns (llama.cpp architecture, tensor count, bytes written). mla: "heads" keeps
     an MLA model's kv_b whole (llama.cpp runs multi-head attention over per-head keys and values),
-    "latent" splits it (llama.cpp caches the latent form); other models ignore it."""
+    "latent" splits it (llama.cpp caches the latent form); other models ignore it. dtype "f32" widens the BF16
+    matrices to F32 (exactly), "bf16" keeps them."""
     model_dir = Path(model_dir)
     c = Config(model_dir / "config.json")
     model_type = c.get("model_type")
@@ -635,15 +746,17 @@ def convert(model_dir, out, name=None, mla="heads"):
     if arch is None:
         raise ConversionError(f"{c.path}: model_type {model_type!r} is not supported "
                               f"(supported: {', '.join(ARCHS)})")
+    if dtype not in ("bf16", "f32"):
+        raise ConversionError(f"--dtype {dtype!r}: expected 'bf16' or 'f32'")
     if mla not in ("heads", "latent"):
         raise ConversionError(f"--mla {mla!r}: expected 'heads' or 'latent'")
     mla_latent = mla == "latent" and model_type in ("deepseek_v2", "deepseek_v3")
     check_config(model_type, c)
     ckpt = Checkpoint(model_dir)
-    w = GGUFWriter()
+    w = GGUFWriter(widen_bf16=dtype == "f32")
     w.add_string("general.architecture", arch.gguf_arch)
     w.add_string("general.name", name or model_dir.name)
-    w.add_u32("general.file_type", LLAMA_FTYPE_MOSTLY_BF16)
+    w.add_u32("general.file_type", LLAMA_FTYPE_ALL_F32 if dtype == "f32" else LLAMA_FTYPE_MOSTLY_BF16)
     w.add_u32("general.quantization_version", 2)
     add_hparams(model_type, arch, c, w, mla_latent)
     add_tokenizer(model_dir, c, w)
@@ -656,6 +769,15 @@ def convert(model_dir, out, name=None, mla="heads"):
     n_layers = c.int("num_hidden_layers")
     for layer in range(n_layers, n_layers + c.int("num_nextn_predict_layers", 0)):
         ckpt.skip(f"model.layers.{layer}.")
+    if model_type == "lfm2_moe":  # the final norm (embedding_norm) under llama.cpp's LFM2 name; tied: no output
+        w.tensor_f32("token_embd_norm.weight", ckpt.bf16("model.embedding_norm.weight"))
+        tied = c.get("tie_embedding", c.get("tie_word_embeddings", True))
+        if ckpt.has("lm_head.weight"):
+            w.tensor_bf16("output.weight", ckpt.bf16("lm_head.weight"))
+        elif not tied:
+            raise ConversionError(f"{model_dir}: no 'lm_head.weight' and {c.path} unties the embeddings")
+        ckpt.check_all_used(model_type)
+        return arch.gguf_arch, len(w.tensors), w.write(out)
     w.tensor_f32("output_norm.weight", ckpt.bf16("model.norm.weight"))
     if ckpt.has("lm_head.weight"):
         w.tensor_bf16("output.weight", ckpt.bf16("lm_head.weight"))
@@ -677,9 +799,12 @@ def main(argv=None):
     parser.add_argument("--mla", choices=("heads", "latent"), default="heads",
                         help="deepseek_v2/v3: kv_b whole (heads, the default) or split into attn_k_b/attn_v_b "
                              "(latent: llama.cpp caches the latent form, as with its own converter's GGUFs)")
+    parser.add_argument("--dtype", choices=("bf16", "f32"), default="bf16",
+                        help="matrices as the checkpoint's BF16 bits (default) or widened exactly to F32 (for "
+                             "bench/peer_check.py --f32)")
     args = parser.parse_args(argv)
     try:
-        arch, n_tensors, n_bytes = convert(args.model_dir, args.out, args.name, args.mla)
+        arch, n_tensors, n_bytes = convert(args.model_dir, args.out, args.name, args.mla, args.dtype)
     except ConversionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -4,7 +4,7 @@
 //
 //   node bench/llama_peer.mjs --model FILE.gguf [--prompt-ids 1,2,3 | --prompt TEXT] [--threads 2]
 //        [--decode-tokens 16] [--warmup-tokens 2] [--prefill-reps 3] [--dump FILE.json [--dump-steps 4]] [--progress]
-//        [--no-mmap]
+//        [--no-mmap] [--f32-kv]
 //
 // Measures, after loading:
 //   prefill  the prompt evaluated on an empty sequence, logits of its last position computed; one
@@ -27,13 +27,16 @@
 // and enough free memory to keep it there; a decode step that meets an expert only on disk includes its read.
 // --no-mmap loads the weights into llama.cpp's own buffers instead (its --no-mmap; zipmoe's is
 // `--no-mmap` too): the comparison for zipmoe run with anonymous weights.
+// --f32-kv keeps the KV cache in F32 (llama.cpp's default is F16) and turns flash attention off (its CPU kernel
+// rounds to F16): with an F32 GGUF (bench/gguf_writer.py --dtype f32) llama.cpp's logits then follow the model to
+// ~1e-6 (bench/peer_check.py --f32). A precision check, not a benchmark setting.
 import { parseArgs } from "node:util";
 import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 
 const USAGE = "usage: node bench/llama_peer.mjs --model FILE.gguf [--prompt-ids 1,2,3 | --prompt TEXT] [--threads N]\n" +
   "       [--decode-tokens N] [--warmup-tokens N] [--prefill-reps N] [--dump FILE.json [--dump-steps N]] [--progress]\n" +
-  "       [--no-mmap]";
+  "       [--no-mmap] [--f32-kv]";
 
 function fail(message) {
   process.stderr.write(`error: ${message}\n${USAGE}\n`);
@@ -62,6 +65,7 @@ function parseOptions() {
         "dump-steps": { type: "string", default: "4" },
         progress: { type: "boolean", default: false },
         "no-mmap": { type: "boolean", default: false },
+        "f32-kv": { type: "boolean", default: false },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -94,6 +98,7 @@ function parseOptions() {
     dumpSteps: positiveInt("dump-steps", values["dump-steps"]),
     progress: values.progress,
     noMmap: values["no-mmap"],
+    f32Kv: values["f32-kv"],
   };
 }
 
@@ -165,6 +170,9 @@ async function main() {
     batchSize: Math.max(512, prompt.length),
     sequences: 1,
     threads: { ideal: opt.threads, min: opt.threads },
+    ...(opt.f32Kv
+      ? { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false }
+      : {}),
   });
   const sequence = context.getSequence();
   const loadS = (performance.now() - t0) / 1000;
@@ -207,6 +215,7 @@ async function main() {
     model: opt.model,
     threads: opt.threads,
     mmap: !opt.noMmap,
+    kv_cache: opt.f32Kv ? "f32 (flash attention off)" : "default",
     load_s: loadS,
     prompt_ids: prompt,
     prompt_tokens: prompt.length,

@@ -3,7 +3,7 @@
 logits against zipmoe's for a short prompt and a few greedy steps.
 
     /usr/bin/python3 bench/peer_check.py --model DIR [--zipmoe build/bin/zipmoe] [--prompt-ids 1,2,...]
-                                         [--steps 4] [--threads 2] [--tolerance 1e-2] [--work DIR]
+                                         [--steps 4] [--threads 2] [--tolerance 1e-2] [--f32] [--work DIR]
 
 DIR is a Hugging Face checkpoint. Make it with small embeddings so that the layers, not the embedding,
 dominate the logits: `zipmoe synth --arch qwen2_moe --preset tiny --embedding-std 0.02 --out DIR`. With the
@@ -24,6 +24,11 @@ zipmoe's row within --tolerance of max |logit| of each other; no later step is t
 compared row's relative max-abs difference is <= --tolerance (llama.cpp computes in its own order and
 precision, e.g. BF16 activations in its BF16 matrix products, so the rows agree closely, not bit-exactly). Prints a table on stderr and
 one JSON object on stdout; exit status 0 pass, 1 mismatch, 2 a step failed to run.
+--f32 makes the GGUF with every matrix widened exactly to F32 (bench/gguf_writer.py --dtype f32) and runs
+llama.cpp with an F32 KV cache and no flash attention (bench/llama_peer.mjs --f32-kv): llama.cpp then computes in
+float32 throughout and agrees with zipmoe to ~1e-6 of max |logit| (3-4e-7 on tiny qwen3_moe and lfm2_moe
+checkpoints), so a tolerance like 1e-4 checks the conversion and both forward passes far more tightly than the
+BF16 run, whose rounding noise is 3-4e-3 of max |logit| for most tiny checkpoints but 0.7-1.5e-2 for lfm2_moe's.
 WORK defaults to a temporary directory removed afterwards.
 """
 import argparse
@@ -105,6 +110,8 @@ def main(argv=None):
     parser.add_argument("--tolerance", type=float, default=1e-2, help="max relative max-abs logits difference")
     parser.add_argument("--mla", choices=("heads", "latent"), default="heads",
                         help="deepseek_v2/v3 GGUF layout (bench/gguf_writer.py --mla)")
+    parser.add_argument("--f32", action="store_true",
+                        help="F32 GGUF, F32 KV cache, no flash attention: llama.cpp in float32 (tolerance ~1e-4)")
     parser.add_argument("--work", help="keep the GGUF, logits and dumps here (default: a temporary directory)")
     args = parser.parse_args(argv)
     if args.steps < 1:
@@ -117,7 +124,7 @@ def main(argv=None):
     work.mkdir(parents=True, exist_ok=True)
     try:
         gguf = work / "model.gguf"
-        gguf_writer.convert(args.model, gguf, mla=args.mla)
+        gguf_writer.convert(args.model, gguf, mla=args.mla, dtype="f32" if args.f32 else "bf16")
         ids = ",".join(map(str, prompt))
         logits_file = work / "zipmoe.logits"
         out = run([args.zipmoe, "generate", "--model", args.model, "--prompt-ids", ids,
@@ -132,11 +139,12 @@ def main(argv=None):
         dump = work / "llama.json"
         run([args.node, str(BENCH / "llama_peer.mjs"), "--model", str(gguf), "--prompt-ids", ids,
              "--threads", str(args.threads), "--dump", str(dump), "--dump-steps", str(args.steps),
-             "--decode-tokens", "1", "--warmup-tokens", "0", "--prefill-reps", "1"], "bench/llama_peer.mjs")
+             "--decode-tokens", "1", "--warmup-tokens", "0", "--prefill-reps", "1"]
+            + (["--f32-kv"] if args.f32 else []), "bench/llama_peer.mjs")
         with open(dump) as f:
             llama = json.load(f)
-        result = {"model": args.model, "prompt_ids": prompt, **compare(ours, llama, len(prompt), args.steps,
-                                                                        args.tolerance)}
+        result = {"model": args.model, "prompt_ids": prompt, "f32": args.f32,
+                  **compare(ours, llama, len(prompt), args.steps, args.tolerance)}
     except (gguf_writer.ConversionError, StepFailed) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
