@@ -65,7 +65,7 @@ double DeltaNetStep(std::vector<Linear>& layers, const std::vector<float>& input
     c.channels = kChannels;
     c.kernel = kConvKernel;
     c.x_token_stride = c.out_token_stride = kChannels;
-    kernels::CausalConv1dSilu(c);
+    kernels::CausalConv1d(c);
     const int64_t kd = kKeyHeads * kLinearDim;
     kernels::L2NormalizeHeads(mixed.data(), 1, kKeyHeads, kLinearDim, kChannels, 1.0f / std::sqrt(128.0f));
     kernels::L2NormalizeHeads(mixed.data() + kd, 1, kKeyHeads, kLinearDim, kChannels, 1.0f);

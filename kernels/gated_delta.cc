@@ -120,7 +120,7 @@ Status GatedDeltaRecurrentWithIsa(GemmIsa isa, const GatedDeltaArgs& a) {
   return Status::Ok();
 }
 
-void CausalConv1dSilu(const CausalConvArgs& a) {
+void CausalConv1d(const CausalConvArgs& a) {
   const int64_t c_n = a.channels, hist = a.kernel - 1;
   for (int64_t s = 0; s < a.t; ++s) {
     const float* x = a.x + s * a.x_token_stride;
@@ -128,13 +128,13 @@ void CausalConv1dSilu(const CausalConvArgs& a) {
     for (int64_t c = 0; c < c_n; ++c) {
       const float* w = a.w + c * a.kernel;
       const float input = x[c];
-      float acc = 0.0f;
+      float acc = a.bias != nullptr ? a.bias[c] : 0.0f;
       for (int64_t j = 0; j < hist; ++j) acc = acc + w[j] * a.state[j * c_n + c];
       acc = acc + w[hist] * input;
       // Roll the window: the oldest row drops out, the input becomes the newest.
       for (int64_t j = 0; j + 1 < hist; ++j) a.state[j * c_n + c] = a.state[(j + 1) * c_n + c];
       if (hist > 0) a.state[(hist - 1) * c_n + c] = input;
-      out[c] = acc / (1.0f + std::exp(-acc));
+      out[c] = a.silu ? acc / (1.0f + std::exp(-acc)) : acc;
     }
   }
 }

@@ -94,13 +94,14 @@ void GatedDeltaRecurrent(const GatedDeltaArgs& a);
 // !GatedDeltaIsaAvailable(isa).
 Status GatedDeltaRecurrentWithIsa(GemmIsa isa, const GatedDeltaArgs& a);
 
-// The depthwise causal conv1d over time followed by SiLU (Qwen3-Next's conv1d on the q/k/v channels,
-// bias-free, padding kernel - 1, then F.silu), with a rolling state of the last kernel - 1 inputs
-// (transformers' conv_state [C, K] holds the last K inputs, of which the conv reads the last K - 1;
-// here the state is those K - 1, token-major). With xx the
-// state rows followed by the t input rows, for every token s and channel c:
-//   acc = 0; for j in [0, kernel): acc = acc + w[c, j] * xx[s + j, c]
-//   out[s, c] = acc / (1 + expf(-acc))
+// The depthwise causal conv1d over time, with an optional bias and an optional SiLU after it, over a rolling
+// state of the last kernel - 1 inputs (transformers' conv_state [C, K] holds the last K inputs, of which the
+// conv reads the last K - 1; here the state is those K - 1, token-major). Its three users: Qwen3-Next's conv1d
+// on the q/k/v channels (no bias, SiLU), Mamba2's over xBC (BambaMixer: bias, SiLU) and LFM2's short
+// convolution over B * x (Lfm2MoeShortConv: bias iff conv_bias, no activation). With xx the state rows followed
+// by the t input rows, for every token s and channel c:
+//   acc = bias ? bias[c] : 0; for j in [0, kernel): acc = acc + w[c, j] * xx[s + j, c]
+//   out[s, c] = silu ? acc / (1 + expf(-acc)) : acc
 // and the state becomes the last kernel - 1 rows of xx. out may be x itself (same pointer and stride:
 // each input is read before its output is written); otherwise they must not overlap, nor either the state.
 struct CausalConvArgs {
@@ -113,10 +114,12 @@ struct CausalConvArgs {
   int64_t kernel = 0;            // >= 1 (4 in Qwen3-Next)
   int64_t x_token_stride = 0;    // >= channels
   int64_t out_token_stride = 0;  // >= channels
+  const float* bias = nullptr;   // [channels], or null: no bias
+  bool silu = true;              // SiLU after the conv (false: the conv's output as it is)
 };
 
 // Scalar, token by token. No validation.
-void CausalConv1dSilu(const CausalConvArgs& a);
+void CausalConv1d(const CausalConvArgs& a);
 
 // In place, for every token s < t and head h < n_heads, the row r = x + s * token_stride + h * dim:
 //   sum = 0; for i ascending: sum = sum + r[i] * r[i]

@@ -112,7 +112,7 @@ at::Tensor LinearAttentionForward(const ModelConfig& c, const LinearAttentionWei
     conv.kernel = d.kernel;
     conv.x_token_stride = d.channels;
     conv.out_token_stride = d.channels;
-    kernels::CausalConv1dSilu(conv);
+    kernels::CausalConv1d(conv);
     kernels::L2NormalizeHeads(co, len, d.nk, d.dk, d.channels, q_scale);
     kernels::L2NormalizeHeads(co + kd, len, d.nk, d.dk, d.channels, 1.0f);
     kernels::GatedDeltaArgs rule;
@@ -171,21 +171,20 @@ at::Tensor Mamba2Forward(const ModelConfig& c, const LinearAttentionWeights& w, 
     KvCache::LinearState& st = batch.caches[i]->linear_state(layer_id);
     if (st.conv.empty()) st.conv.assign(static_cast<size_t>(hist * cc), 0.0f);
     if (st.recurrent.empty()) st.recurrent.assign(static_cast<size_t>(nh * P * N), 0.0f);
-    // 2. The causal conv1d over xBC: input s of this sequence is row s - hist of the carried history for
-    //    s < hist, else new row s - hist; out_t = bias + Σ_j w[j] in_{t + j} (cross-correlation, as torch).
-    std::vector<float> in(static_cast<size_t>((hist + len) * cc));
-    std::copy(st.conv.begin(), st.conv.end(), in.begin());
-    for (int64_t t = 0; t < len; ++t)
-      std::copy_n(pp + (start + t) * width + ci, cc, in.begin() + (hist + t) * cc);
-    for (int64_t t = 0; t < len; ++t) {
-      float* out = xbc + (start + t) * cc;
-      for (int64_t ch = 0; ch < cc; ++ch) {
-        float acc = conv_b != nullptr ? conv_b[ch] : 0.0f;
-        for (int64_t j = 0; j < K; ++j) acc += conv_w[ch * K + j] * in[static_cast<size_t>((t + j) * cc + ch)];
-        out[ch] = acc / (1.0f + std::exp(-acc));  // SiLU
-      }
-    }
-    std::copy(in.end() - hist * cc, in.end(), st.conv.begin());  // the last K-1 inputs
+    // 2. The causal conv1d over xBC with its bias, then SiLU (kernels/gated_delta.h CausalConv1d: the K-1 inputs
+    //    before this call's first token come from the state, which then holds this call's last K-1).
+    kernels::CausalConvArgs conv;
+    conv.x = pp + start * width + ci;
+    conv.w = conv_w;
+    conv.bias = conv_b;
+    conv.state = st.conv.data();
+    conv.out = xbc + start * cc;
+    conv.t = len;
+    conv.channels = cc;
+    conv.kernel = K;
+    conv.x_token_stride = width;
+    conv.out_token_stride = cc;
+    kernels::CausalConv1d(conv);
     // 3. The SSM recurrence, heads in parallel (each thread its own heads' state and output columns).
     float* state = st.recurrent.data();
     WorkPool::Shared().ParallelFor(nh, 1, [&](int64_t h0, int64_t h1) {
@@ -243,31 +242,35 @@ at::Tensor ShortConvForward(const ModelConfig& c, const LinearAttentionWeights& 
   float* yp = y_t.data_ptr<float>();
   const float* conv_w = w.conv1d.data_ptr<float>();  // [H, K]
   const float* conv_b = w.conv_bias.defined() ? w.conv_bias.data_ptr<float>() : nullptr;
-  std::vector<float> in;
+  at::Tensor bx_t = at::empty({n, h}, proj.options());
+  float* bx = bx_t.data_ptr<float>();
+  for (int64_t t = 0; t < n; ++t) {  // B * x
+    const float* row = pp + t * 3 * h;
+    for (int64_t ch = 0; ch < h; ++ch) bx[t * h + ch] = row[ch] * row[2 * h + ch];
+  }
   for (size_t i = 0; i < batch.starts.size(); ++i) {
     const int64_t start = batch.starts[i], len = batch.lengths[i];
     KvCache::LinearState& st = batch.caches[i]->linear_state(layer_id);
     if (st.conv.empty()) st.conv.assign(static_cast<size_t>(hist * h), 0.0f);
-    // 2. The causal depthwise conv1d over B * x: input s of this sequence is row s of the carried history for
-    //    s < hist, else new row s - hist; out_t = bias + sum_j w[j] in_{t + j} (cross-correlation, as torch's
-    //    Conv1d with padding K-1 cut to the sequence), then y = C * out.
-    in.resize(static_cast<size_t>((hist + len) * h));
-    std::copy(st.conv.begin(), st.conv.end(), in.begin());
-    for (int64_t t = 0; t < len; ++t) {
-      const float* row = pp + (start + t) * 3 * h;
-      float* dst = in.data() + (hist + t) * h;
-      for (int64_t ch = 0; ch < h; ++ch) dst[ch] = row[ch] * row[2 * h + ch];
-    }
-    for (int64_t t = 0; t < len; ++t) {
-      const float* gate_c = pp + (start + t) * 3 * h + h;
-      float* out = yp + (start + t) * h;
-      for (int64_t ch = 0; ch < h; ++ch) {
-        float acc = conv_b != nullptr ? conv_b[ch] : 0.0f;
-        for (int64_t j = 0; j < k; ++j) acc += conv_w[ch * k + j] * in[static_cast<size_t>((t + j) * h + ch)];
-        out[ch] = gate_c[ch] * acc;
-      }
-    }
-    std::copy(in.begin() + len * h, in.begin() + (len + hist) * h, st.conv.begin());  // the last K-1 inputs
+    // 2. The causal depthwise conv1d over B * x (bias iff conv_bias, no activation; kernels/gated_delta.h
+    //    CausalConv1d, the state carrying the last K-1 inputs), then y = C * conv.
+    kernels::CausalConvArgs conv;
+    conv.x = bx + start * h;
+    conv.w = conv_w;
+    conv.bias = conv_b;
+    conv.silu = false;
+    conv.state = st.conv.data();
+    conv.out = yp + start * h;
+    conv.t = len;
+    conv.channels = h;
+    conv.kernel = k;
+    conv.x_token_stride = h;
+    conv.out_token_stride = h;
+    kernels::CausalConv1d(conv);
+  }
+  for (int64_t t = 0; t < n; ++t) {  // C * conv
+    const float* gate_c = pp + t * 3 * h + h;
+    for (int64_t ch = 0; ch < h; ++ch) yp[t * h + ch] = gate_c[ch] * yp[t * h + ch];
   }
   // 3. out_proj.
   at::Tensor out = Linear(y_t, w.out_proj);

@@ -293,38 +293,51 @@ TEST(GatedDeltaValidateTest, BfloatDotIsasHaveNoVariant) {
   }
 }
 
-// The conv in float64: xx = state rows then inputs, out = silu(sum_j w[c, j] xx[s + j, c]).
+// The conv in float64: xx = state rows then inputs, out = silu(bias[c] + sum_j w[c, j] xx[s + j, c]) (no silu
+// when `silu` is false; bias 0 when empty).
 void NaiveConv(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& state, int64_t t,
-               int64_t channels, int64_t kernel, std::vector<double>& out, std::vector<double>& new_state) {
+               int64_t channels, int64_t kernel, std::vector<double>& out, std::vector<double>& new_state,
+               const std::vector<float>& bias = {}, bool silu = true) {
   std::vector<double> xx(state.begin(), state.end());
   xx.insert(xx.end(), x.begin(), x.end());
   out.assign(static_cast<size_t>(t * channels), 0.0);
   for (int64_t s = 0; s < t; ++s) {
     for (int64_t c = 0; c < channels; ++c) {
-      double acc = 0.0;
+      double acc = bias.empty() ? 0.0 : bias[static_cast<size_t>(c)];
       for (int64_t j = 0; j < kernel; ++j) acc += w[c * kernel + j] * xx[(s + j) * channels + c];
-      out[s * channels + c] = acc / (1.0 + std::exp(-acc));
+      out[s * channels + c] = silu ? acc / (1.0 + std::exp(-acc)) : acc;
     }
   }
   new_state.assign(xx.end() - (kernel - 1) * channels, xx.end());
 }
 
-TEST(CausalConv1dSiluTest, MatchesFloat64NaiveInPlaceAndTokenByToken) {
+// The three uses: Gated DeltaNet (SiLU, no bias), Mamba2 (bias, SiLU), LFM2's short convolution (bias or none, no
+// activation); each against float64, out of place, in place and token by token.
+TEST(CausalConv1dTest, MatchesFloat64NaiveInPlaceAndTokenByToken) {
   std::mt19937 rng(21);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const auto& [t, channels, kernel] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 4}, {2, 5, 4}, {3, 33, 4},
-                                            {9, 16, 4}, {4, 3, 1}, {5, 8, 2}, {6, 12, 6}}) {
+  for (const auto& [t, channels, kernel, variant] :
+       {std::tuple<int64_t, int64_t, int64_t, int>{1, 7, 4, 0}, {2, 5, 4, 0}, {3, 33, 4, 0}, {9, 16, 4, 0}, {4, 3, 1, 0},
+        {5, 8, 2, 0}, {6, 12, 6, 0}, {3, 9, 4, 1}, {7, 16, 4, 1}, {1, 5, 3, 2}, {8, 24, 3, 2}, {5, 7, 3, 3},
+        {4, 6, 1, 3}}) {
+    const bool with_bias = variant == 1 || variant == 3, silu = variant <= 1;
     const std::string what = "t " + std::to_string(t) + " channels " + std::to_string(channels) + " kernel " +
-                             std::to_string(kernel);
+                             std::to_string(kernel) + (with_bias ? " bias" : "") + (silu ? " silu" : "");
     std::vector<float> x(static_cast<size_t>(t * channels)), w(static_cast<size_t>(channels * kernel)),
-        state0(static_cast<size_t>((kernel - 1) * channels));
+        state0(static_cast<size_t>((kernel - 1) * channels)), bias;
     for (float& v : x) v = normal(rng);
     for (float& v : w) v = 0.5f * normal(rng);
     for (float& v : state0) v = normal(rng);
+    if (with_bias) {
+      bias.resize(static_cast<size_t>(channels));
+      for (float& v : bias) v = normal(rng);
+    }
     std::vector<double> want_out, want_state;
-    NaiveConv(x, w, state0, t, channels, kernel, want_out, want_state);
+    NaiveConv(x, w, state0, t, channels, kernel, want_out, want_state, bias, silu);
 
     CausalConvArgs a;
+    a.bias = with_bias ? bias.data() : nullptr;
+    a.silu = silu;
     a.w = w.data();
     a.t = t;
     a.channels = channels;
@@ -336,7 +349,7 @@ TEST(CausalConv1dSiluTest, MatchesFloat64NaiveInPlaceAndTokenByToken) {
     a.state = state.data();
     a.out = out.data();
     a.out_token_stride = channels + 1;
-    CausalConv1dSilu(a);
+    CausalConv1d(a);
     for (int64_t s = 0; s < t; ++s) {
       for (int64_t c = 0; c < channels; ++c) {
         const double want = want_out[s * channels + c];
@@ -351,7 +364,7 @@ TEST(CausalConv1dSiluTest, MatchesFloat64NaiveInPlaceAndTokenByToken) {
     a.x = a.out = inplace.data();
     a.out_token_stride = channels;
     a.state = state_inplace.data();
-    CausalConv1dSilu(a);
+    CausalConv1d(a);
     for (int64_t s = 0; s < t; ++s) {
       for (int64_t c = 0; c < channels; ++c)
         EXPECT_EQ(Bits(inplace[s * channels + c]), Bits(out[s * (channels + 1) + c])) << what << " in place";
@@ -363,7 +376,7 @@ TEST(CausalConv1dSiluTest, MatchesFloat64NaiveInPlaceAndTokenByToken) {
       a.out = out_steps.data() + s * channels;
       a.state = state_steps.data();
       a.t = 1;
-      CausalConv1dSilu(a);
+      CausalConv1d(a);
     }
     ExpectSameBits(inplace, out_steps, what + " token by token");
     ExpectSameBits(state, state_steps, what + " token by token, state");
