@@ -8,7 +8,7 @@
 #     --build-dir DIR clang build of tests/fuzz (default build-fuzz/; incremental)
 #     --make-seeds    rewrite the generated seeds (messages, small manifests and safetensors) first
 #     TARGET          safetensors safetensors_index manifest message tokenizer_load tokenizer_encode
-#                     tiktoken model_config chat_template openai_request chat_output (default: all)
+#                     tiktoken model_config chat_template openai_request chat_output json_grammar (default: all)
 # Findings (the crashing input, minimized with -minimize_crash) are kept under
 # <build-dir>/artifacts/<target>/; reproduce one with <build-dir>/<target>_fuzz FILE. Needs clang,
 # libclang-rt-dev (libFuzzer) and llvm (llvm-symbolizer): scripts/install_deps.sh installs them.
@@ -17,7 +17,7 @@ set -euo pipefail
 TAG=fuzz
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 ALL_TARGETS=(safetensors safetensors_index manifest message tokenizer_load tokenizer_encode tiktoken model_config
-             chat_template openai_request chat_output)
+             chat_template openai_request chat_output json_grammar)
 
 seconds=5
 build_dir=$REPO/build-fuzz
