@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/tokenizer/tokenizer_unicode.h"
+
 namespace zipmoe::api {
 namespace {
 
@@ -333,7 +335,7 @@ class PyReader {
           }
           p_ += n;
           if (cp >= 0xD800 && cp <= 0xDFFF) return false;  // a lone surrogate is not text
-          AppendUtf8(cp, out);
+          tokenizer::AppendUtf8(static_cast<char32_t>(cp), out);
           break;
         }
         case '\n': break;  // a line continuation
@@ -357,19 +359,6 @@ class PyReader {
     *out = std::move(v);
     return true;
   }
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
   std::string_view s_;
   size_t p_ = 0;
 };
