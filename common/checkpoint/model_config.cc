@@ -135,7 +135,7 @@ Result<ModelArch> ParseArch(const json& config, const std::string& source) {
                       ModelArch::kDeepseekV2, ModelArch::kSwitchTransformers, ModelArch::kDeepseekV3,
                       ModelArch::kGlm4Moe, ModelArch::kGlm4MoeLite, ModelArch::kErnie45Moe, ModelArch::kGptOss,
                       ModelArch::kQwen3Next, ModelArch::kQwen35Moe, ModelArch::kGraniteMoe,
-                      ModelArch::kGraniteMoeShared, ModelArch::kGraniteMoeHybrid, ModelArch::kLfm2Moe})
+                      ModelArch::kGraniteMoeShared, ModelArch::kGraniteMoeHybrid, ModelArch::kLfm2Moe, ModelArch::kAfmoe})
     if (t == ModelArchName(a)) return a;
   // Kimi-K2's published config.json names its own model_type for DeepSeek-V3's architecture
   // ("architectures": ["DeepseekV3ForCausalLM"], the same keys); Moonshot's README has users rename it.
@@ -610,6 +610,7 @@ Status ParseMoe(const KeyReader& r, const std::string& source, ModelConfig& c) {
     case ModelArch::kQwen3Next:
     case ModelArch::kQwen35Moe:
     case ModelArch::kLfm2Moe:
+    case ModelArch::kAfmoe:
       return Status::Internal(fmt::format("{}: ParseMoe called for {}", source, c.model_type));
   }
   if (c.num_experts < 0)
@@ -733,6 +734,102 @@ Status ParseGptOssConfig(const json& config, const KeyReader& r, const std::stri
     c.rope_scaling.truncate = false;
     c.rope_scaling.original_max_position_embeddings = 4096;
   }
+  return Status::Ok();
+}
+
+// afmoe (AfmoeConfig; defaults as its __init__ for keys the file omits).
+Status ParseAfmoeConfig(const json& config, const KeyReader& r, const std::string& source, ModelConfig& c) {
+  ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
+  if (act != "silu")
+    return Status::InvalidArgument(fmt::format("{}: unsupported hidden_act '{}' (supported: silu)", source, act));
+  ZM_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveOr("vocab_size", 200192));
+  ZM_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveOr("hidden_size", 2048));
+  ZM_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveOr("intermediate_size", 6144));
+  ZM_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.PositiveOr("moe_intermediate_size", 1408));
+  ZM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.PositiveOr("num_hidden_layers", 32));
+  ZM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveOr("max_position_embeddings", 16384));
+  ZM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.NumberOr("rms_norm_eps", 1e-5));
+  ZM_ASSIGN_OR_RETURN(c.rope_theta, RopeTheta(config, r, source, 10000.0));
+  ZM_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
+  ZM_ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveOr("num_attention_heads", 16));
+  ZM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.PositiveOr("num_key_value_heads", c.num_attention_heads));
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return Status::InvalidArgument(fmt::format("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                                               source, c.num_attention_heads, c.num_key_value_heads));
+  ZM_ASSIGN_OR_RETURN(c.head_dim, r.PositiveOr("head_dim", 128));
+  if (c.head_dim % 2 != 0)
+    return Status::InvalidArgument(fmt::format("{}: head_dim {} must be even for RoPE", source, c.head_dim));
+  c.use_qk_norm = true;
+  c.attn_gate_proj = true;
+  c.sandwich_norms = true;
+  c.rope_on_sliding_only = true;
+  ZM_ASSIGN_OR_RETURN(const bool mup, r.BoolOr("mup_enabled", false));
+  if (mup) c.embedding_multiplier = std::sqrt(static_cast<double>(c.hidden_size));  // hidden_size ** 0.5
+  // Which layers slide: layer_types, else every global_attn_every_n_layers-th layer full attention.
+  ZM_ASSIGN_OR_RETURN(const int64_t every, r.PositiveOr("global_attn_every_n_layers", 4));
+  auto types = config.find("layer_types");
+  if (types != config.end() && !types->is_null()) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
+      return Status::InvalidArgument(fmt::format("{}: key 'layer_types' must list num_hidden_layers ({}) entries",
+                                                 source, c.num_hidden_layers));
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+      if (name != "sliding_attention" && name != "full_attention")
+        return Status::InvalidArgument(fmt::format(
+            "{}: layer_types[{}] is '{}' (expected sliding_attention or full_attention)", source, i, name));
+      c.sliding_layers.push_back(name == "sliding_attention" ? 1 : 0);
+    }
+  } else {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers.push_back((i + 1) % every != 0 ? 1 : 0);
+  }
+  ZM_ASSIGN_OR_RETURN(const int64_t window, r.PositiveOr("sliding_window", 1024));
+  c.sliding_window = window;
+  const bool any_sliding = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), 1) != c.sliding_layers.end();
+  if (any_sliding && config.contains("sliding_window") && config["sliding_window"].is_null())
+    return Status::InvalidArgument(fmt::format(
+        "{}: key 'sliding_window' is null but layer_types has sliding_attention layers (transformers' mask needs a "
+        "window)", source));
+  // AfmoeConfig sets attention_bias false, but a config.json key would override it and give q/k/v/o biases.
+  ZM_ASSIGN_OR_RETURN(const bool attention_bias, r.BoolOr("attention_bias", false));
+  if (attention_bias)
+    return Status::InvalidArgument(fmt::format(
+        "{}: attention_bias = true is not supported for model_type 'afmoe' (released models have none)", source));
+  // The MoE block (AfmoeMoE): noaux_tc's selection without groups over mlp.expert_bias, w / (sum + 1e-20).
+  ZM_ASSIGN_OR_RETURN(c.first_k_dense_replace, r.IntOr("num_dense_layers", 1));
+  if (c.first_k_dense_replace < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'num_dense_layers' must be >= 0", source));
+  ZM_ASSIGN_OR_RETURN(c.num_experts, r.PositiveOr("num_experts", 64));
+  ZM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.PositiveOr("num_experts_per_tok", 6));
+  if (c.num_experts_per_tok > c.num_experts)
+    return Status::InvalidArgument(fmt::format("{}: num_experts_per_tok {} exceeds the {} experts", source,
+                                               c.num_experts_per_tok, c.num_experts));
+  ZM_ASSIGN_OR_RETURN(c.n_shared_experts, r.IntOr("num_shared_experts", 2));
+  if (c.n_shared_experts < 0)
+    return Status::InvalidArgument(fmt::format("{}: key 'num_shared_experts' must be >= 0", source));
+  ZM_ASSIGN_OR_RETURN(c.routed_scaling_factor, r.NumberOr("route_scale", 1.0));
+  if (!std::isfinite(c.routed_scaling_factor))
+    return Status::InvalidArgument(fmt::format("{}: key 'route_scale' must be finite", source));
+  // Keys of the released configs that transformers' AfmoeTokenChoiceRouter does not read: accepted where they
+  // say what it does, refused where they would change it.
+  ZM_ASSIGN_OR_RETURN(const bool route_norm, r.BoolOr("route_norm", true));
+  if (!route_norm)
+    return Status::InvalidArgument(fmt::format(
+        "{}: route_norm = false is not supported for model_type 'afmoe' (its router always normalises)", source));
+  ZM_ASSIGN_OR_RETURN(const std::string score, r.StringOr("score_func", "sigmoid"));
+  if (score != "sigmoid")
+    return Status::InvalidArgument(fmt::format(
+        "{}: score_func '{}' is not supported for model_type 'afmoe' (supported: sigmoid)", source, score));
+  for (const char* key : {"n_group", "topk_group", "num_expert_groups", "num_limited_groups"}) {
+    ZM_ASSIGN_OR_RETURN(const int64_t groups, r.IntOr(key, 1));
+    if (groups != 1)
+      return Status::InvalidArgument(fmt::format(
+          "{}: key '{}' = {} is not supported for model_type 'afmoe' (its router selects without groups: 1)", source,
+          key, groups));
+  }
+  c.norm_topk_prob = true;
+  c.scoring_func = ScoringFunc::kSigmoid;
+  c.topk_method = TopkMethod::kNoauxTc;
   return Status::Ok();
 }
 
@@ -1029,6 +1126,7 @@ const char* ModelArchName(ModelArch arch) {
     case ModelArch::kGraniteMoeShared: return "granitemoeshared";
     case ModelArch::kGraniteMoeHybrid: return "granitemoehybrid";
     case ModelArch::kLfm2Moe: return "lfm2_moe";
+    case ModelArch::kAfmoe: return "afmoe";
   }
   return "unknown";
 }
@@ -1036,7 +1134,7 @@ const char* ModelArchName(ModelArch arch) {
 const char* SupportedModelTypes() {
   return "qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3 (and kimi_k2), glm4_moe, glm4_moe_lite, "
          "ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, granitemoehybrid, lfm2_moe, "
-         "switch_transformers";
+         "afmoe, switch_transformers";
 }
 
 bool ModelConfig::mla() const {
@@ -1070,6 +1168,7 @@ bool ModelConfig::IsMoeLayer(int64_t layer_id) const {
       return layer_id >= first_k_dense_replace && layer_id % moe_layer_freq == 0;
     case ModelArch::kGlm4Moe:
     case ModelArch::kLfm2Moe:
+    case ModelArch::kAfmoe:
       return layer_id >= first_k_dense_replace;
     case ModelArch::kErnie45Moe:
       return (layer_id + 1) % moe_layer_freq == 0 && layer_id >= moe_layer_start && layer_id <= moe_layer_end;
@@ -1114,8 +1213,15 @@ double ModelConfig::softmax_scale() const {
   return scale;
 }
 
+bool ModelConfig::LayerHasRope(int64_t layer_id) const {
+  if (no_rope) return false;
+  if (!rope_on_sliding_only) return true;
+  return layer_id >= 0 && layer_id < static_cast<int64_t>(sliding_layers.size()) &&
+         sliding_layers[static_cast<size_t>(layer_id)] != 0;
+}
+
 int64_t ModelConfig::attention_window(int64_t layer_id) const {
-  if (arch == ModelArch::kGptOss)
+  if (arch == ModelArch::kGptOss || arch == ModelArch::kAfmoe)
     return layer_id >= 0 && layer_id < static_cast<int64_t>(sliding_layers.size()) &&
                    sliding_layers[static_cast<size_t>(layer_id)] != 0
                ? sliding_window.value_or(0)
@@ -1219,6 +1325,8 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
     ZM_RETURN_IF_ERROR(ParseQwen3NextConfig(settings, r, settings_source, c));
   } else if (c.short_conv()) {
     ZM_RETURN_IF_ERROR(ParseLfm2MoeConfig(config, r, source_path, c));
+  } else if (c.arch == ModelArch::kAfmoe) {
+    ZM_RETURN_IF_ERROR(ParseAfmoeConfig(config, r, source_path, c));
   } else {
     ZM_ASSIGN_OR_RETURN(std::string act, r.StringOr("hidden_act", "silu"));
     if (act != "silu")
@@ -1245,7 +1353,7 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& config, const std::st
   ZM_RETURN_IF_ERROR(ParseRopeScaling(settings, settings_source, c));
   ZM_RETURN_IF_ERROR(ParsePartialRotary(settings, settings_source, c));
   ZM_RETURN_IF_ERROR(ParseQuantization(config, source_path, c));
-  if (c.arch != ModelArch::kGptOss && !c.hybrid_linear_attention() && !c.short_conv())
+  if (c.arch != ModelArch::kGptOss && !c.hybrid_linear_attention() && !c.short_conv() && c.arch != ModelArch::kAfmoe)
     ZM_RETURN_IF_ERROR(ParseMoe(r, source_path, c));
 
   ZM_ASSIGN_OR_RETURN(std::vector<int64_t> eos, r.IntOrIntList("eos_token_id"));

@@ -64,6 +64,14 @@
 //               `feed_forward.expert_bias` (use_expert_bias), weights the unbiased sigmoids, w / (sum + 1e-6) when
 //               norm_topk_prob, x routed_scaling_factor; per-expert `feed_forward.experts.E.w1/w3/w2`; tied
 //               embeddings by default, `tie_embedding` honoured as Lfm2MoeConfig does)
+//   afmoe       AfmoeForCausalLM      (modular_afmoe.py, Arcee AI Trinity-Nano 6B-A1B / Trinity-Mini 26B-A3B:
+//               `layer_types` sliding_attention (window sliding_window, rotate-half RoPE) or full_attention (no
+//               positional embedding at all), GQA with per-head q/k norms and an output gate o_proj(attn *
+//               sigmoid(gate_proj(x))); sandwich norms: h += post_attention_layernorm(attn(input_layernorm(h))),
+//               h += post_mlp_layernorm(mlp(pre_mlp_layernorm(h))); embeddings x sqrt(hidden) when mup_enabled; the
+//               first num_dense_layers dense, the others a sigmoid router mlp.router.gate whose selection adds the
+//               float32 mlp.expert_bias (weights / (sum + 1e-20) x route_scale) with num_shared_experts ungated
+//               shared experts mlp.shared_experts of num_shared_experts x moe_intermediate_size)
 //   switch_transformers SwitchTransformersForConditionalGeneration (modeling_switch_transformers.py:
 //               T5-style encoder-decoder, relative position buckets, top-1 router with expert capacity)
 // Defaults for keys a config.json may omit are those of the transformers config classes (e.g.
@@ -113,6 +121,7 @@ enum class ModelArch : uint8_t {
   kGraniteMoeShared = 14,
   kGraniteMoeHybrid = 15,
   kLfm2Moe = 16,
+  kAfmoe = 17,
 };
 
 // switch_transformers has no position limit of its own (relative position buckets); the encoder input
@@ -122,7 +131,7 @@ inline constexpr int64_t kSwitchMaxPositions = 4096;
 
 // "qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "switch_transformers", "deepseek_v3",
 // "glm4_moe", "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-// "granitemoeshared", "granitemoehybrid", "lfm2_moe".
+// "granitemoeshared", "granitemoehybrid", "lfm2_moe", "afmoe".
 const char* ModelArchName(ModelArch arch);
 // Every supported model_type, comma-separated (for error messages).
 const char* SupportedModelTypes();
@@ -223,6 +232,13 @@ struct ModelConfig {
   bool short_conv_bias = false;
   // No positional embedding in the attention layers (granitemoehybrid without position_embedding_type "rope").
   bool no_rope = false;
+  // afmoe: rotary only on the sliding-window layers (sliding_layers); its full-attention layers have no positional
+  // embedding.
+  bool rope_on_sliding_only = false;
+  // afmoe: the attention output gate as its own projection, attn * sigmoid(self_attn.gate_proj(x)) before o_proj;
+  // and the sandwich norms (a norm on each branch's output before the residual add).
+  bool attn_gate_proj = false;
+  bool sandwich_norms = false;
   // Where the decoder's tensors live: "model." (model.embed_tokens, model.layers.L., model.norm), or
   // "model.language_model." (qwen3_5_moe, a multimodal checkpoint).
   std::string weight_prefix = "model.";
@@ -320,7 +336,7 @@ struct ModelConfig {
   //   mixtral/olmoe: always; deepseek_v2/v3: num_experts > 0, layer >= first_k_dense_replace and
   //   layer % moe_layer_freq == 0; glm4_moe: layer >= first_k_dense_replace; glm4_moe_lite:
   //   mlp_layer_types[layer] == "sparse" (without it layer >= first_k_dense_replace); ernie4_5_moe:
-  //   (layer + 1) % moe_layer_freq == 0 and moe_layer_start <= layer <= moe_layer_end; lfm2_moe: layer >=
+  //   (layer + 1) % moe_layer_freq == 0 and moe_layer_start <= layer <= moe_layer_end; lfm2_moe, afmoe: layer >=
   //   num_dense_layers (first_k_dense_replace);
   //   switch_transformers (global layer numbering above; SwitchTransformersStack.__init__): block i of
   //   a stack with sparse step s is sparse iff s > 0 and (i % s == 1 or s == 1).
@@ -336,7 +352,7 @@ struct ModelConfig {
   // the MLA models when rope_scaling sets mscale_all_dim (DeepseekV2Attention.__init__).
   double softmax_scale() const;
   // The attention window of decoder layer `layer_id` (0 = full causal attention): mixtral's
-  // sliding_window on every layer, gpt_oss's on its sliding_attention layers.
+  // sliding_window on every layer, gpt_oss's and afmoe's on their sliding_attention layers.
   int64_t attention_window(int64_t layer_id) const;
   // Whether decoder layer `layer_id` is a Gated DeltaNet (linear attention) layer.
   bool IsLinearAttentionLayer(int64_t layer_id) const;
@@ -355,6 +371,9 @@ struct ModelConfig {
   bool mamba() const { return arch == ModelArch::kGraniteMoeHybrid; }
   // lfm2_moe: its linear_layers are gated short convolutions.
   bool short_conv() const { return arch == ModelArch::kLfm2Moe; }
+  // Whether decoder layer `layer_id`'s attention rotates q and k (false under no_rope, and on afmoe's full-attention
+  // layers).
+  bool LayerHasRope(int64_t layer_id) const;
 };
 
 // Parses a config.json object. `source_path` names the file in messages. gpt_oss: keys it omits take
@@ -380,6 +399,12 @@ struct ModelConfig {
 // num_dense_layers 2, 32 experts top-4, use_expert_bias / norm_topk_prob true, routed_scaling_factor 1, rope_theta
 // 1e6, max_position_embeddings 128000, tied embeddings; `tie_embedding` overrides tie_word_embeddings);
 // layer_types (or the older `full_attn_idxs`) is required, an entry other than conv / full_attention is refused.
+// afmoe: keys the file omits take AfmoeConfig's defaults (vocab 200192, hidden 2048, intermediate 6144,
+// moe_intermediate 1408, 32 layers, 1 dense, 16 heads (KV heads = heads when null), head_dim 128, eps 1e-5,
+// max_position_embeddings 16384, rope_theta 10000, 64 experts top-6, 2 shared, route_scale 1, sliding_window 1024,
+// every global_attn_every_n_layers-th (4) layer full attention unless layer_types says, mup off, untied); the keys the
+// released Trinity configs add are honoured where they agree with transformers' code and refused by name where they
+// would not (route_norm false, score_func other than sigmoid, n_group / topk_group other than 1).
 // Errors: kInvalidArgument for an unsupported model_type (naming it and SupportedModelTypes()),
 // a missing or mistyped key (naming key and file), inconsistent sizes (heads not dividing, ...),
 // hidden_act other than silu, an unsupported rope_scaling type or topk_method / scoring_func (named),

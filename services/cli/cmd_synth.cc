@@ -101,7 +101,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
       ->required()
       ->check(CLI::IsMember({"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                              "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe",
-                             "granitemoe", "granitemoeshared", "granitemoehybrid", "lfm2_moe", "switch_transformers"}));
+                             "granitemoe", "granitemoeshared", "granitemoehybrid", "lfm2_moe", "afmoe", "switch_transformers"}));
   cmd->add_option("--preset", args->options.preset, "size preset: tiny (<= 20 MB) or mini (half width, GBs)")
       ->required()
       ->check(CLI::IsMember({"tiny", "mini"}));

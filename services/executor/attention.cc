@@ -354,10 +354,14 @@ bool RotateOnDevice(at::Tensor& q, at::Tensor& k, const BatchLayout& batch, int6
 at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t layer_id, const at::Tensor& x,
                       const BatchLayout& batch) {
   const int64_t n = x.size(0), hd = c.head_dim;
-  const std::vector<at::Tensor> qkv =
-      Linears(x, {{w.q_proj.weight, w.q_proj.bias}, {w.k_proj.weight, w.k_proj.bias}, {w.v_proj.weight, w.v_proj.bias}});
+  std::vector<std::pair<at::Tensor, at::Tensor>> projections = {
+      {w.q_proj.weight, w.q_proj.bias}, {w.k_proj.weight, w.k_proj.bias}, {w.v_proj.weight, w.v_proj.bias}};
+  if (w.gate_proj.weight.defined()) projections.emplace_back(w.gate_proj.weight, w.gate_proj.bias);
+  const std::vector<at::Tensor> qkv = Linears(x, projections);
   at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
-  at::Tensor gate;  // attn_output_gate (Qwen3NextAttention): q_proj gives [query | gate] per head
+  // The output gate: attn_output_gate (Qwen3NextAttention: q_proj gives [query | gate] per head) or afmoe's own
+  // gate_proj; attn * sigmoid(gate) before o_proj either way.
+  at::Tensor gate = qkv.size() > 3 ? qkv[3] : at::Tensor();
   if (c.attn_output_gate) {
     const at::Tensor qg = q.view({n, c.num_attention_heads, 2 * hd});
     gate = qg.narrow(-1, hd, hd).reshape({n, c.num_attention_heads * hd});
@@ -382,9 +386,9 @@ at::Tensor GqaForward(const ModelConfig& c, const AttentionWeights& w, int64_t l
   }
   // Partial rotary (glm4_moe): the first rope_dim dims of each head rotate, the rest pass through.
   const int64_t rd = batch.cos.size(-1);
-  if (c.no_rope) {
-    // granitemoehybrid without position_embedding_type "rope": no positional embedding (the Mamba2 layers
-    // carry the order).
+  if (!c.LayerHasRope(layer_id)) {
+    // granitemoehybrid without position_embedding_type "rope", afmoe's full-attention layers: no positional
+    // embedding (Mamba2 layers / the sliding-window layers' rotary carry the order).
   } else if (c.arch == ModelArch::kErnie45Moe) {
     // Ernie4_5_Moe's interleaved ("GLM") RoPE on pairs (2i, 2i+1): the same values as rotate-half on
     // the de-interleaved head, in another order that q and k share, so every q.k product is the same.

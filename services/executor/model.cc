@@ -123,10 +123,10 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
       const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
       trace::TraceSpan attention_span("layer", [&] { return fmt::format("attention {}", l); });
       const at::Tensor attn_in = RmsNorm(h, lw.input_layernorm, c.rms_norm_eps);
-      h = AddResidual(std::move(h),
-                      lw.linear_attention ? LinearAttentionForward(c, lw.linear_attn, l, attn_in, batch)
-                                          : AttentionForward(c, lw.attn, l, attn_in, batch),
-                      residual_scale);
+      at::Tensor attn_out = lw.linear_attention ? LinearAttentionForward(c, lw.linear_attn, l, attn_in, batch)
+                                                : AttentionForward(c, lw.attn, l, attn_in, batch);
+      if (lw.attn_out_norm.defined()) attn_out = RmsNorm(attn_out, lw.attn_out_norm, c.rms_norm_eps);  // afmoe
+      h = AddResidual(std::move(h), attn_out, residual_scale);
       attention_span.End();
       const trace::TraceSpan mlp_span("layer", [&] { return fmt::format("{} {}", lw.is_moe ? "moe" : "mlp", l); });
       const at::Tensor mlp_in = RmsNorm(h, lw.post_attention_layernorm, c.rms_norm_eps);
@@ -146,9 +146,12 @@ Result<at::Tensor> Model::Forward(const std::vector<const std::vector<int32_t>*>
                             MoeForward(c, lw, static_cast<int32_t>(l), mlp_in, *provider_, next.weights ? &next : nullptr,
                                        substitution_alpha_, placement_ ? &*placement_ : nullptr,
                                        device_experts_.get()));
+        if (lw.mlp_out_norm.defined()) moe_out = RmsNorm(moe_out, lw.mlp_out_norm, c.rms_norm_eps);  // afmoe
         h = AddResidual(std::move(h), moe_out, residual_scale);
       } else {
-        h = AddResidual(std::move(h), MlpForward(lw.dense_mlp, mlp_in), residual_scale);
+        at::Tensor mlp_out = MlpForward(lw.dense_mlp, mlp_in);
+        if (lw.mlp_out_norm.defined()) mlp_out = RmsNorm(mlp_out, lw.mlp_out_norm, c.rms_norm_eps);
+        h = AddResidual(std::move(h), mlp_out, residual_scale);
       }
     }
     // Each sequence's last row (a decode step's rows are those already: one token a sequence).

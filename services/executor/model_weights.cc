@@ -2,7 +2,8 @@
 // (Qwen2MoeForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV3ForCausalLM,
 // Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM, Ernie4_5_MoeForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM,
 // Qwen3_5MoeForConditionalGeneration's text model, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM,
-// GraniteMoeHybridForCausalLM, Lfm2MoeForCausalLM) and the Hub's modeling_deepseek.py (DeepseekV2ForCausalLM).
+// GraniteMoeHybridForCausalLM, Lfm2MoeForCausalLM, AfmoeForCausalLM) and the Hub's modeling_deepseek.py
+// (DeepseekV2ForCausalLM).
 // Multi-token-prediction layers (model.layers.L with L >= num_hidden_layers) are never read.
 #include "services/executor/model_weights.h"
 
@@ -322,6 +323,9 @@ class Loader {
     ZM_ASSIGN_OR_RETURN(a.k_proj, GetLinear(p + "k_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.v_proj, GetLinear(p + "v_proj", kv * hd, h, c_.qkv_bias));
     ZM_ASSIGN_OR_RETURN(a.o_proj, GetLinear(p + (c_.short_conv() ? "out_proj" : "o_proj"), h, n_heads * hd, c_.o_bias));
+    if (c_.attn_gate_proj) {  // AfmoeAttention.gate_proj (no bias)
+      ZM_ASSIGN_OR_RETURN(a.gate_proj, GetLinear(p + "gate_proj", n_heads * hd, h, false));
+    }
     if (c_.attention_sinks) {  // gpt_oss: one learned logit per query head, float32 on the CPU
       ZM_ASSIGN_OR_RETURN(a.sinks, Get(p + "sinks", {n_heads}, at::kFloat));
       a.sinks = a.sinks.to(at::kCPU).contiguous();
@@ -392,8 +396,14 @@ class Loader {
     LayerWeights w;
     const bool lfm2 = c_.short_conv();  // Lfm2MoeDecoderLayer: operator_norm, ffn_norm, conv / self_attn, feed_forward
     ZM_ASSIGN_OR_RETURN(w.input_layernorm, GetNorm(p + (lfm2 ? "operator_norm.weight" : "input_layernorm.weight"), h));
-    ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm,
-                        GetNorm(p + (lfm2 ? "ffn_norm.weight" : "post_attention_layernorm.weight"), h));
+    if (c_.sandwich_norms) {  // AfmoeDecoderLayer: input / post_attention around attention, pre_mlp / post_mlp around the MLP
+      ZM_ASSIGN_OR_RETURN(w.attn_out_norm, GetNorm(p + "post_attention_layernorm.weight", h));
+      ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm, GetNorm(p + "pre_mlp_layernorm.weight", h));
+      ZM_ASSIGN_OR_RETURN(w.mlp_out_norm, GetNorm(p + "post_mlp_layernorm.weight", h));
+    } else {
+      ZM_ASSIGN_OR_RETURN(w.post_attention_layernorm,
+                          GetNorm(p + (lfm2 ? "ffn_norm.weight" : "post_attention_layernorm.weight"), h));
+    }
     w.linear_attention = c_.IsLinearAttentionLayer(l);
     if (w.linear_attention && lfm2) {
       ZM_ASSIGN_OR_RETURN(w.linear_attn, GetShortConv(p + "conv."));
@@ -426,6 +436,8 @@ class Loader {
       w.expert_up_bias = gate_up_bias.select(2, 1).contiguous();
       ZM_ASSIGN_OR_RETURN(w.expert_down_bias, Get(moe + "experts.down_proj_bias", {c_.num_experts, h}, at::kFloat));
       w.expert_down_bias = w.expert_down_bias.to(at::kCPU, at::kFloat).contiguous();
+    } else if (c_.arch == ModelArch::kAfmoe) {  // AfmoeTokenChoiceRouter: mlp.router.gate (no bias)
+      ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "router.gate.weight", {c_.num_experts, h}, at::kFloat));
     } else {
       ZM_ASSIGN_OR_RETURN(w.router, Get(moe + "gate.weight", {c_.num_experts, h}, at::kFloat));
     }
@@ -438,7 +450,7 @@ class Loader {
       // [H, S]; added to the routed output without a gate, as deepseek's shared experts.
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert, GetFusedMlp(p + "shared_mlp", c_.shared_expert_intermediate_size));
-    } else if (c_.deepseek_moe() && c_.n_shared_experts > 0) {
+    } else if ((c_.deepseek_moe() || c_.arch == ModelArch::kAfmoe) && c_.n_shared_experts > 0) {
       w.has_shared_expert = true;
       ZM_ASSIGN_OR_RETURN(w.shared_expert,
                           GetMlp(moe + "shared_experts", c_.n_shared_experts * c_.moe_intermediate_size));
@@ -446,9 +458,9 @@ class Loader {
     if (c_.has_selection_bias()) {  // a float32 buffer in transformers (_keep_in_fp32_modules_strict)
       // ernie4_5_moe keeps it in Ernie4_5_MoeStatics as [1, n_experts].
       const bool ernie = c_.arch == ModelArch::kErnie45Moe;
-      const std::string name = moe + (ernie  ? "moe_statics.e_score_correction_bias"
-                                      : lfm2 ? "expert_bias"  // Lfm2MoeSparseMoeBlock's buffer
-                                             : "gate.e_score_correction_bias");
+      const std::string name = moe + (ernie                                            ? "moe_statics.e_score_correction_bias"
+                                      : lfm2 || c_.arch == ModelArch::kAfmoe ? "expert_bias"  // LFM2's buffer, AfmoeMoE's
+                                                                             : "gate.e_score_correction_bias");
       ZM_ASSIGN_OR_RETURN(TensorView v, Find(name));
       if (!(ernie && v.spec.shape == std::vector<int64_t>{1, c_.num_experts}))
         ZM_RETURN_IF_ERROR(CheckShape(v.file, name, v.spec.shape, {c_.num_experts}));

@@ -71,6 +71,7 @@ struct AttentionWeights {
   // which cache per-head keys and values as the HF code does; defined is what selects the latent path.
   at::Tensor kv_b_k_t, kv_b_v;
   LinearWeights o_proj;       // [hidden, heads*v_dim]
+  LinearWeights gate_proj;    // afmoe: [heads*head_dim, hidden], attn * sigmoid(gate_proj(x)) before o_proj
   at::Tensor sinks;           // gpt_oss: self_attn.sinks [heads] float32 on the CPU (a logit per head)
 };
 
@@ -102,7 +103,10 @@ struct LinearAttentionWeights {
 
 struct LayerWeights {
   at::Tensor input_layernorm;           // [hidden] (zero_centered_norms: 1 + w, float32)
-  at::Tensor post_attention_layernorm;  // [hidden] (as input_layernorm)
+  at::Tensor post_attention_layernorm;  // [hidden] (as input_layernorm): the MLP's input norm (afmoe: pre_mlp_layernorm)
+  // afmoe's sandwich norms, applied to each branch's output before the residual add (its post_attention_layernorm
+  // and post_mlp_layernorm); undefined for every other model.
+  at::Tensor attn_out_norm, mlp_out_norm;
   AttentionWeights attn;                // full-attention layers
   bool linear_attention = false;        // Gated DeltaNet (qwen3_next / qwen3_5_moe), Mamba2 (granitemoehybrid) or
                                         // short-convolution (lfm2_moe) layers: linear_attn below

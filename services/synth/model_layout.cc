@@ -7,6 +7,8 @@
 //                granitemoehybrid: those, with BambaMixer's mamba.* in place of self_attn on its "mamba" layers.
 //   lfm2_moe:    Lfm2MoeDecoderLayer (conv.* short convolutions or self_attn.*, feed_forward.* dense or MoE):
 //                BuildLfm2MoeLayout.
+//   afmoe:       AfmoeDecoderLayer (gated attention, sandwich norms, mlp.router.gate + expert_bias, shared experts):
+//                BuildAfmoeLayout.
 //   qwen3_moe:   Qwen3MoeAttention (+ q_norm/k_norm over head_dim), Qwen3MoeSparseMoeBlock.
 //   olmoe:       OlmoeAttention (+ q_norm [heads*head_dim], k_norm [kv_heads*head_dim]), OlmoeSparseMoeBlock.
 //   deepseek_v2: DeepseekV2Attention (MLA), DeepseekV2MoE (experts, gate, shared_experts), dense
@@ -746,6 +748,65 @@ Result<ModelLayout> BuildLfm2MoeLayout(const nlohmann::json& config, ModelLayout
   return layout;
 }
 
+// afmoe (AfmoeForCausalLM as arcee-ai/Trinity-Nano ships it): per layer input_layernorm / post_attention_layernorm
+// around attention and pre_mlp_layernorm / post_mlp_layernorm around the MLP; self_attn.q/k/v/o_proj, gate_proj
+// [heads * head_dim, H], q_norm / k_norm [head_dim]; the first num_dense_layers a dense mlp.gate/up/down_proj, the
+// others mlp.router.gate [E, H], mlp.expert_bias F32 [E], mlp.experts.E.* and mlp.shared_experts.* (num_shared_experts
+// x moe_intermediate_size); model.norm; lm_head unless tied.
+Result<ModelLayout> BuildAfmoeLayout(const nlohmann::json& config, ModelLayout layout) {
+  ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));
+  ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(config, "vocab_size"));
+  ZM_ASSIGN_OR_RETURN(layout.n_experts, GetPositive(config, "num_experts"));
+  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(config, "num_experts_per_tok"));
+  if (layout.top_k > layout.n_experts)
+    return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > num_experts {}", layout.top_k,
+                                               layout.n_experts));
+  if (config.contains("rms_norm_eps") && config["rms_norm_eps"].is_number())
+    layout.rms_norm_eps = config["rms_norm_eps"].get<double>();
+  const int64_t hidden = layout.hidden_size, n_experts = layout.n_experts;
+  ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_kv, GetOptional(config, "num_key_value_heads", n_heads));
+  ZM_ASSIGN_OR_RETURN(const int64_t head_dim, GetPositive(config, "head_dim"));
+  ZM_ASSIGN_OR_RETURN(const int64_t inter, GetPositive(config, "intermediate_size"));
+  ZM_ASSIGN_OR_RETURN(const int64_t moe_inter, GetPositive(config, "moe_intermediate_size"));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_dense, GetOptional(config, "num_dense_layers", 1));
+  ZM_ASSIGN_OR_RETURN(const int64_t n_shared, GetOptional(config, "num_shared_experts", 2));
+  if (n_kv == 0 || n_heads % n_kv != 0)
+    return Status::InvalidArgument("config.json: afmoe needs num_key_value_heads dividing num_attention_heads");
+  LayoutBuilder b(&layout);
+  layout.embed_name = "model.embed_tokens.weight";
+  b.Add(layout.embed_name, {layout.vocab_size, hidden}, InitKind::kEmbedding, 0.0f, kProjectionStd, -1);
+  for (int32_t l = 0; l < static_cast<int32_t>(n_layers); ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    const std::string pre_mlp = p + "pre_mlp_layernorm.weight";
+    b.Reader(p + "self_attn.q_proj", n_heads * head_dim, hidden, l);
+    b.Reader(p + "self_attn.k_proj", n_kv * head_dim, hidden, l);
+    b.Reader(p + "self_attn.v_proj", n_kv * head_dim, hidden, l);
+    b.Reader(p + "self_attn.gate_proj", n_heads * head_dim, hidden, l);
+    b.Linear(p + "self_attn.o_proj", hidden, n_heads * head_dim, l);
+    b.Norm(p + "self_attn.q_norm.weight", head_dim, l);
+    b.Norm(p + "self_attn.k_norm.weight", head_dim, l);
+    if (l < n_dense) {
+      b.GatedMlp(p + "mlp", hidden, inter, l);
+    } else {
+      b.Router(p + "mlp.router.gate", n_experts, hidden, l, pre_mlp);
+      b.Add(p + "mlp.expert_bias", {n_experts}, InitKind::kNormal, 0.0f, kSelectionBiasStd, l);
+      layout.tensors.back().spec.dtype = DType::kF32;
+      for (int32_t e = 0; e < static_cast<int32_t>(n_experts); ++e)
+        b.GatedMlp(fmt::format("{}mlp.experts.{}", p, e), hidden, moe_inter, l, e);
+      if (n_shared > 0) b.GatedMlp(p + "mlp.shared_experts", hidden, n_shared * moe_inter, l);
+    }
+    b.Norm(p + "input_layernorm.weight", hidden, l);
+    b.Norm(p + "post_attention_layernorm.weight", hidden, l);
+    b.Norm(pre_mlp, hidden, l);
+    b.Norm(p + "post_mlp_layernorm.weight", hidden, l);
+  }
+  b.Norm("model.norm.weight", hidden, -1);
+  if (!GetBool(config, "tie_word_embeddings", false)) b.Reader("lm_head", layout.vocab_size, hidden, -1);
+  return layout;
+}
+
 Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
   if (!config.is_object()) return Status::InvalidArgument("config.json: not a JSON object");
   ModelLayout layout;
@@ -761,11 +822,12 @@ Result<ModelLayout> BuildModelLayout(const nlohmann::json& config) {
     experts_key = "num_local_experts";
   if (type == "qwen3_next" || type == "qwen3_5_moe") return BuildQwen3NextLayout(config, std::move(layout));
   if (type == "lfm2_moe") return BuildLfm2MoeLayout(config, std::move(layout));
+  if (type == "afmoe") return BuildAfmoeLayout(config, std::move(layout));
   if (experts_key == nullptr) {
     return Status::InvalidArgument(fmt::format(
         "config.json: unsupported model_type '{}' (expected qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, "
         "deepseek_v3, glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, "
-        "granitemoeshared, granitemoehybrid, lfm2_moe, switch_transformers)",
+        "granitemoeshared, granitemoehybrid, lfm2_moe, afmoe, switch_transformers)",
         type));
   }
   ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));

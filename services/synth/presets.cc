@@ -4,8 +4,8 @@
 // zai-org/GLM-4.5-Air (glm4_moe), zai-org/GLM-4.7-Flash (glm4_moe_lite) and baidu/ERNIE-4.5-21B-A3B-PT
 // (ernie4_5_moe), openai/gpt-oss-20b (gpt_oss), Qwen/Qwen3-Next-80B-A3B-Instruct (qwen3_next) and
 // Qwen/Qwen3.5-35B-A3B (qwen3_5_moe), ibm-granite/granite-3.0-1b-a400m-instruct (granitemoe and, with a shared
-// MLP, granitemoeshared), ibm-granite/granite-4.0-h-tiny (granitemoehybrid), LiquidAI/LFM2-8B-A1B (lfm2_moe) (see
-// docs/synth.md for known deviations).
+// MLP, granitemoeshared), ibm-granite/granite-4.0-h-tiny (granitemoehybrid), LiquidAI/LFM2-8B-A1B (lfm2_moe), arcee-ai/Trinity-Nano
+// (afmoe) (see docs/synth.md for known deviations).
 #include "services/synth/presets.h"
 
 #include <fmt/format.h>
@@ -112,6 +112,13 @@ const std::vector<PresetRow> kPresets = {
   {"lfm2_moe",    "mini", 1024, 24, 16, 4, 0, 3584, 896,    0, 32, 4,  65536,   0,   0,  0,   0, 0, 2,
    "LFM2-8B-A1B at half width: real depth / layer pattern / experts (32, top-4) / vocab / head_dim 64; heads "
    "32->16, kv 8->4"},
+  // afmoe (Arcee Trinity): 3 sliding-window layers to 1 full-attention layer (NoPE), gated attention, sandwich norms,
+  // the first layers dense (first_k_dense column), shared experts (n_shared column). tiny: window 8 so a 16-token
+  // prompt crosses it; mini: Trinity-Nano's widths, 14 of its 56 layers.
+  {"afmoe",       "tiny", 128,  4, 4, 2, 32,  448,  64,    0, 16, 4,   2048,   0,   0,  0,   0, 1, 1,
+   "sliding, sliding, sliding, full (NoPE); GQA 4/2 of 32 with an output gate; layer 0 dense; 1 shared expert; mup"},
+  {"afmoe",       "mini", 1024, 14, 8, 2, 128, 3072, 256,    0, 128, 8, 200192,  0,   0,  0,   0, 1, 2,
+   "Trinity-Nano's widths (128 experts top-8 x 256, 1 shared, 8 / 2 heads of 128, window 2048); layers 56->14"},
 };
 // clang-format on
 
@@ -122,7 +129,8 @@ Status AddTokenIds(const std::string& arch, int64_t vocab_size, json& config) {
   config["eos_token_id"] = layout.IdOf(layout.eos_token);
   if (arch == "olmoe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "ernie4_5_moe") config["pad_token_id"] = layout.IdOf(layout.pad_token);
-  if (arch == "granitemoe" || arch == "granitemoeshared" || arch == "granitemoehybrid" || arch == "lfm2_moe")
+  if (arch == "granitemoe" || arch == "granitemoeshared" || arch == "granitemoehybrid" || arch == "lfm2_moe" ||
+      arch == "afmoe")
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
   if (arch == "gpt_oss") {  // stops on <|return|>; <|endoftext|> pads (the real ids 200002 / 199999)
     config["pad_token_id"] = layout.IdOf(layout.pad_token);
@@ -839,6 +847,52 @@ json Lfm2MoeConfig(const PresetRow& p, bool tiny) {
   };
 }
 
+// arcee-ai/Trinity-Nano's config.json (model_type afmoe): its keys, the router keys transformers does not read
+// (route_norm, score_func, n_group, ...) as released, layer_types per preset, window 8 (tiny) / 2048 (mini).
+json AfmoeConfig(const PresetRow& p, bool tiny) {
+  json types = json::array();
+  for (int64_t l = 0; l < p.num_hidden_layers; ++l) types.push_back((l + 1) % 4 == 0 ? "full_attention" : "sliding_attention");
+  return json{
+      {"architectures", {"AfmoeForCausalLM"}},
+      {"attention_dropout", 0.0},
+      {"dtype", "bfloat16"},
+      {"global_attn_every_n_layers", 4},
+      {"head_dim", p.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", p.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", p.intermediate_size},
+      {"layer_types", types},
+      {"max_position_embeddings", 131072},
+      {"model_type", "afmoe"},
+      {"moe_intermediate_size", p.moe_intermediate_size},
+      {"mup_enabled", true},
+      {"n_group", 1},
+      {"num_attention_heads", p.num_attention_heads},
+      {"num_dense_layers", p.first_k_dense_replace},
+      {"num_expert_groups", 1},
+      {"num_experts", p.num_experts},
+      {"num_experts_per_tok", p.top_k},
+      {"num_hidden_layers", p.num_hidden_layers},
+      {"num_key_value_heads", p.num_key_value_heads},
+      {"num_limited_groups", 1},
+      {"num_shared_experts", p.n_shared_experts},
+      {"rms_norm_eps", 1e-05},
+      {"rope_scaling", nullptr},
+      {"rope_theta", 10000},
+      {"route_norm", true},
+      {"route_scale", 2.826},
+      {"score_func", "sigmoid"},
+      {"sliding_window", tiny ? 8 : 2048},
+      {"tie_word_embeddings", false},
+      {"topk_group", 1},
+      {"transformers_version", "4.57.3"},
+      {"use_cache", true},
+      {"use_grouped_mm", true},
+      {"vocab_size", p.vocab_size},
+  };
+}
+
 }  // namespace
 
 const std::vector<PresetRow>& PresetTable() { return kPresets; }
@@ -847,7 +901,7 @@ const std::vector<std::string>& ArchNames() {
   static const std::vector<std::string> names = {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2",
                                                  "deepseek_v3", "glm4_moe", "glm4_moe_lite", "ernie4_5_moe",
                                                  "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-                                                 "granitemoeshared", "granitemoehybrid", "lfm2_moe"};
+                                                 "granitemoeshared", "granitemoehybrid", "lfm2_moe", "afmoe"};
   return names;
 }
 
@@ -878,7 +932,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
       return Status::InvalidArgument(fmt::format(
           "unknown arch '{}' (expected one of qwen2_moe, mixtral, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, "
           "glm4_moe, glm4_moe_lite, ernie4_5_moe, gpt_oss, qwen3_next, qwen3_5_moe, granitemoe, granitemoeshared, "
-          "granitemoehybrid, lfm2_moe, switch_transformers)",
+          "granitemoehybrid, lfm2_moe, afmoe, switch_transformers)",
           arch));
     }
     return Status::InvalidArgument(
@@ -909,6 +963,7 @@ Result<nlohmann::json> BuildPresetConfig(const std::string& arch, const std::str
   if (arch == "granitemoe" || arch == "granitemoeshared") config = GraniteMoeConfig(*row);
   if (arch == "granitemoehybrid") config = GraniteMoeHybridConfig(*row, preset == "tiny");
   if (arch == "lfm2_moe") config = Lfm2MoeConfig(*row, preset == "tiny");
+  if (arch == "afmoe") config = AfmoeConfig(*row, preset == "tiny");
   if (q_lora_rank > 0) config["q_lora_rank"] = q_lora_rank;
   ZM_RETURN_IF_ERROR(AddTokenIds(arch, row->vocab_size, config));
   return config;

@@ -16,7 +16,7 @@ namespace zipmoe::synth {
 
 // One row of the preset table. Sizes are element counts; 0 means "not used by this architecture".
 struct PresetRow {
-  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2 | deepseek_v3 | glm4_moe | glm4_moe_lite | ernie4_5_moe | gpt_oss | qwen3_next | qwen3_5_moe | granitemoe | granitemoeshared | granitemoehybrid | lfm2_moe
+  const char* arch;    // qwen2_moe | mixtral | qwen3_moe | olmoe | deepseek_v2 | deepseek_v3 | glm4_moe | glm4_moe_lite | ernie4_5_moe | gpt_oss | qwen3_next | qwen3_5_moe | granitemoe | granitemoeshared | granitemoehybrid | lfm2_moe | afmoe
   const char* preset;  // tiny | mini
   int64_t hidden_size;
   int64_t num_hidden_layers;

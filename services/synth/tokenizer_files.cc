@@ -158,6 +158,32 @@ const char kLfm2Template[] =
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
+// Trinity-style template (ChatML turns; the tools listed in the system turn with Hermes' <tool_call> JSON calls and
+// <tool_response> results; an assistant's reasoning_content in <think> ... </think> before its answer); written for
+// synth.
+const char kTrinityTemplate[] =
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{{- 'You may call functions. Their signatures are within <tools></tools>:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\nReturn each call as <tool_call>{\"name\": NAME, \"arguments\": ARGS}</tool_call>.<|im_end|>\\n' }}"
+    "{%- elif messages and messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if message['role'] != 'system' %}"
+    "{%- if message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['role'] == 'assistant' and message['reasoning_content'] %}"
+    "{{- '<think>\\n' + message['reasoning_content'] + '\\n</think>\\n' }}{%- endif %}"
+    "{{- message['content'] or '' }}"
+    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}{%- for call in message['tool_calls'] %}"
+    "{%- set f = call['function'] if call['function'] is defined else call %}"
+    "{{- '\\n<tool_call>\\n{\"name\": ' + f['name'] | tojson + ', \"arguments\": ' }}"
+    "{{- f['arguments'] if f['arguments'] is string else f['arguments'] | tojson }}{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}{%- endif %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
 // Mixtral-8x7B-Instruct-v0.1 template.
 const char kMistralTemplate[] =
     "{{ bos_token }}{% for message in messages %}"
@@ -300,6 +326,10 @@ Result<SpecialTokenLayout> SpecialTokensForArch(const std::string& arch, int64_t
     layout.bos_token = "<|startoftext|>";
     layout.eos_token = "<|im_end|>";
     layout.pad_token = "<|pad|>";
+  } else if (arch == "afmoe") {  // Trinity: ChatML's three last, as qwen3_moe (no BOS)
+    layout.back = {kQwenEndOfText, kQwenImStart, kQwenImEnd};
+    layout.eos_token = kQwenImEnd;
+    layout.pad_token = kQwenEndOfText;
   } else if (arch == "glm4_moe" || arch == "glm4_moe_lite") {  // no BOS: the template writes [gMASK]<sop>
     layout.back = {kGlmEndOfText, kGlmGMask, kGlmSop, kGlmSystem, kGlmUser, kGlmAssistant, kGlmObservation};
     layout.eos_token = kGlmEndOfText;
@@ -402,6 +432,14 @@ nlohmann::json TokenizerConfigJson(const std::string& arch, const SpecialTokenLa
     c["model_max_length"] = 1e30;
     c["tokenizer_class"] = "PreTrainedTokenizerFast";
     c["use_default_system_prompt"] = false;
+  } else if (arch == "afmoe") {
+    c["add_bos_token"] = false;
+    c["add_eos_token"] = false;
+    c["additional_special_tokens"] = {kQwenImStart, kQwenImEnd};
+    c["chat_template"] = kTrinityTemplate;
+    c["clean_up_tokenization_spaces"] = false;
+    c["model_max_length"] = 131072;
+    c["tokenizer_class"] = "PreTrainedTokenizerFast";
   } else if (arch == "gpt_oss") {
     c["chat_template"] = kHarmonyTemplate;
     c["clean_up_tokenization_spaces"] = false;

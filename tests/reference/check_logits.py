@@ -9,7 +9,8 @@
       max|zipmoe - ref| <= 1e-4 * max|ref| per row. Exit 1 on any failure (arch, dir kind, row named).
       Synth variants follow the presets (deepseek_v2 --q-lora-rank, qwen3_moe sharded, mixtral
       --router-skew, FP8 checkpoints); --base-only skips them. Archs of ARCHS_PENDING (implemented
-      here before `zipmoe synth` offers them; none now) are compared only when named.
+      here before `zipmoe synth` offers them: afmoe) are compared only when named, their variants
+      (afmoe+small_embedding, afmoe+long with a 40-id prompt) with them.
 
   check_logits.py --self-test [--arch ...]
       Internal consistency of the reference without zipmoe: known-answer checks of its helpers
@@ -21,9 +22,12 @@
       one-layer model by hand with each multiplier's effect; granitemoehybrid: the conv1d with its bias, the gated
       norm, a Mamba2 step by hand, chunked SSD scan == recurrence, the splits, config parsing; lfm2_moe: the sigmoid
       router with its selection-only bias and 1e-6, the causal depthwise conv, one-layer conv / MoE / attention
-      checkpoints by hand, config parsing, planted bugs; also check_logits_selftest_lfm2.py on its own), and, on
-      small checkpoints written here in exact HF
-      layout (several config variants per arch, FP8 and MXFP4 ones too): layout check, vectorised pass ==
+      checkpoints by hand, config parsing, planted bugs; also check_logits_selftest_lfm2.py on its own; afmoe: the
+      sigmoid router with its selection-only bias and route_scale, the sliding window's boundary, the sigmoid output
+      gate, mup, a dense model by hand in float64 (four norms, RoPE on the sliding layers only, NoPE on the full
+      ones), a MoE layer with its shared expert by hand, config parsing with the Trinity router keys' refusals,
+      planted bugs; also check_logits_selftest_afmoe.py on its own), and, on small checkpoints written here in exact
+      HF layout (several config variants per arch, FP8 and MXFP4 ones too): layout check, vectorised pass ==
       independent slow token-by-token pass, causality (prefix logits == first rows), sharded == single-file
       checkpoint, and the CLI output file.
       The default is every arch of ARCHS and ARCHS_PENDING.

@@ -17,11 +17,11 @@ import moe_reference as ref
 
 ARCHS = ["qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite",
          "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared",
-         "granitemoehybrid", "lfm2_moe"]
+         "granitemoehybrid", "lfm2_moe", "afmoe"]
 # Archs the reference implements but `zipmoe synth --arch` does not offer yet: compared with zipmoe only when
 # asked for by name, never by default; the self-test covers them by default.
 ARCHS_PENDING = []
-# Extra synth variants run after the base cases, for the archs of ARCHS asked for (skip with --base-only): (label, arch,
+# Extra synth variants run after the base cases, for the archs asked for (skip with --base-only): (label, arch,
 # synth args).
 VARIANTS = [
     ("deepseek_v2+q_lora", "deepseek_v2", ["--q-lora-rank", "48"]),   # q_a_proj/q_a_layernorm/q_b_proj
@@ -53,11 +53,18 @@ VARIANTS = [
     # ids (the conv state and the KV cache carried over 150 positions).
     ("lfm2_moe+small_embedding", "lfm2_moe", ["--embedding-std", "0.001"]),
     ("lfm2_moe+long", "lfm2_moe", []),
+    # AFMoE (pending: run only with --arch afmoe): token rows of std 1e-3, so that the four norms' outputs rather than
+    # the embedding carry the residual stream (mup scales the rows by sqrt(hidden) first); and a prompt of
+    # LONG_PROMPT_LENS["afmoe+long"] ids, longer than the tiny preset's sliding window (8), so that the window of the
+    # sliding layers and the NoPE full layers' whole history both show.
+    ("afmoe+small_embedding", "afmoe", ["--embedding-std", "0.001"]),
+    ("afmoe+long", "afmoe", []),
 ]
 WIDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpt_oss_widen.py")
 REL_TOL = 1e-4
 PROMPT_LEN = 16
-LONG_PROMPT_LEN = 150   # labels with "+long"
+LONG_PROMPT_LEN = 150   # labels with "+long", unless LONG_PROMPT_LENS names them
+LONG_PROMPT_LENS = {"afmoe+long": 40}
 MAX_NEW_TOKENS = 4
 
 
@@ -175,7 +182,8 @@ def check_arch(zipmoe, label, arch, extra, seed, work, threads, model_dir=None):
     model = ref.Model(hf)
     model.check_layout()
     eos = eos_ids(hf)
-    prompt = prompt_ids(model.vocab, seed, LONG_PROMPT_LEN if "+long" in label else PROMPT_LEN)
+    prompt = prompt_ids(model.vocab, seed,
+                        LONG_PROMPT_LENS.get(label, LONG_PROMPT_LEN) if "+long" in label else PROMPT_LEN)
     results = []
     failures = []
     ref_cache = {}

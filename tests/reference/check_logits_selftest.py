@@ -3,7 +3,8 @@ on small checkpoints written here in exact HF layout, the vectorised pass agains
 pass, causality, sharded == single file, and the CLI output file. The gpt_oss part is in
 check_logits_selftest_gpt_oss.py, the qwen3_next / qwen3_5_moe part in check_logits_selftest_qwen3_next.py, the
 granitemoe / granitemoeshared part in check_logits_selftest_granite.py, the granitemoehybrid part in
-check_logits_selftest_granite_hybrid.py, the lfm2_moe part in check_logits_selftest_lfm2.py.
+check_logits_selftest_granite_hybrid.py, the lfm2_moe part in check_logits_selftest_lfm2.py, the afmoe part in
+check_logits_selftest_afmoe.py.
 """
 
 import json
@@ -20,6 +21,7 @@ import numpy as np
 
 import moe_reference as ref
 from check_logits_compare import CheckError, config_only_model, fed_sequence, log
+from check_logits_selftest_afmoe import afmoe_tests, known_answer_tests_afmoe
 from check_logits_selftest_gpt_oss import gpt_oss_tests, known_answer_tests_gpt_oss
 from check_logits_selftest_granite import granite_tests, known_answer_tests_granite
 from check_logits_selftest_granite_hybrid import granite_hybrid_tests, known_answer_tests_granite_hybrid
@@ -152,6 +154,7 @@ def known_answer_tests(t):
     known_answer_tests_granite(t)
     known_answer_tests_granite_hybrid(t)
     known_answer_tests_lfm2(t)
+    known_answer_tests_afmoe(t)
 
 
 def e4m3_by_ldexp(code):
@@ -933,6 +936,8 @@ def model_tests(t, archs, work):
         granite_hybrid_tests(t, work, archs)
     if any(a in archs for a in ref.lfm2.TYPES):
         lfm2_tests(t, work, archs)
+    if any(a in archs for a in ref.afmoe.TYPES):
+        afmoe_tests(t, work, archs)
     # CLI
     label, cfg = selftest_configs()[0]
     if cfg["model_type"] in archs:

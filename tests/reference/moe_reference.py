@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of sixteen MoE LLMs.
+"""Independent fp32 numpy reference of the Hugging Face `transformers` forward passes of seventeen MoE LLMs.
 
 Written from the HF modeling code and the model papers, without transformers/torch:
   qwen2_moe     Qwen2MoeForCausalLM    (Qwen1.5-MoE)
@@ -30,6 +30,11 @@ Written from the HF modeling code and the model papers, without transformers/tor
   lfm2_moe      Lfm2MoeForCausalLM     (Liquid AI LFM2-8B-A1B, LFM2-24B-A2B: gated short-conv layers (B * x through a
                 depthwise causal conv, times C) and GQA layers with per-head q/k RMSNorm, dense SwiGLU in the first
                 num_dense_layers, then a sigmoid top-k router with a selection-only expert_bias; moe_reference_lfm2.py)
+  afmoe         AfmoeForCausalLM       (Arcee AI Trinity-Nano 6B-A1B, Trinity-Mini 26B-A3B: GQA with per-head q/k
+                RMSNorm and a sigmoid output gate, RoPE and a sliding window on the "sliding_attention" layers and no
+                positional embedding on the "full_attention" ones, four RMSNorms per layer (pre and post around
+                attention and MLP), mup embedding scaling, dense SwiGLU in the first num_dense_layers, then a sigmoid
+                top-k router with a selection-only expert_bias plus ungated shared experts; moe_reference_afmoe.py)
 
 Everything is computed in float32 (BF16/F16 weights are upcast exactly, FP8 E4M3 block-scaled weights and
 MXFP4 (e2m1 x E8M0) expert weights are dequantized exactly); see docs/reference.md for the semantics
@@ -49,7 +54,8 @@ moe_reference_gpt_oss.py (gpt_oss config, tensor names, router and experts), moe
 moe_reference_granite.py (granitemoe / granitemoeshared config, tensor names, router, experts, the vectorised pass),
 moe_reference_granite_hybrid.py (granitemoehybrid config, tensor names, the Mamba2 mixer with the SSD scan
 recurrent and chunked, the vectorised pass), moe_reference_lfm2.py (lfm2_moe config, tensor names, the short conv,
-the attention with q/k norms, the router, the vectorised pass);
+the attention with q/k norms, the router, the vectorised pass), moe_reference_afmoe.py (afmoe config, tensor names,
+the gated attention with its window, the router and shared experts, the vectorised pass);
 their names are re-exported here, as check_logits.py uses them (ref.rms_norm, ref.write_safetensors, ...).
 """
 
@@ -59,6 +65,7 @@ import sys
 
 import numpy as np
 
+import moe_reference_afmoe as afmoe
 import moe_reference_gpt_oss as gpt_oss
 import moe_reference_granite as granite
 import moe_reference_granite_hybrid as granite_hybrid
@@ -68,8 +75,8 @@ from moe_reference_naive import NaiveRunner
 from moe_reference_ops import (F32, apply_partial_rope, apply_rope, apply_rope_interleaved, attention,
     causal_mask, deepseek_yarn_inv_freq_and_mscale, deinterleave, gpt_oss_swiglu, hf_yarn_inv_freq_and_attention_factor,
     linear, rms_norm, rope_cos_sin, rope_inv_freq, rotate_half, rotate_half_interleaved, select_experts,
-    select_experts_ernie, select_experts_gpt_oss, select_experts_granite, select_experts_lfm2, select_experts_noaux_tc,
-    sigmoid, silu,
+    select_experts_afmoe, select_experts_ernie, select_experts_gpt_oss, select_experts_granite, select_experts_lfm2,
+    select_experts_noaux_tc, sigmoid, silu,
     softmax, topk_desc, yarn_find_correction_dim, yarn_find_correction_range, yarn_get_mscale,
     yarn_linear_ramp_mask)  # noqa: F401
 from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFIX, Checkpoint, SafetensorsFile,
@@ -82,7 +89,7 @@ from moe_reference_safetensors import (E2M1_TO_F32, E4M3_TO_F32, FP8_SCALE_SUFFI
 
 SUPPORTED = ("qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
              "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe", "granitemoeshared",
-             "granitemoehybrid", "lfm2_moe")
+             "granitemoehybrid", "lfm2_moe", "afmoe")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")       # DeepSeek multi-head latent attention
 DEEPSEEK_MOE_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # mlp.gate + shared_experts
 MTP_TYPES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")         # may ship MTP layers >= num_hidden_layers
@@ -153,6 +160,9 @@ class Model:
             return
         if self.type in lfm2.TYPES:  # short conv + attention, sigmoid-routed MoE (moe_reference_lfm2.py)
             lfm2.init(self, c)
+            return
+        if self.type in afmoe.TYPES:  # gated attention, NoPE full / RoPE sliding layers, shared + routed experts
+            afmoe.init(self, c)
             return
         self.hidden = int(c["hidden_size"])
         self.n_layers = int(c["num_hidden_layers"])
@@ -407,6 +417,8 @@ class Model:
             return qwen3_next.is_moe_layer(self, i)
         if t in lfm2.TYPES:
             return lfm2.is_moe_layer(self, i)
+        if t in afmoe.TYPES:
+            return afmoe.is_moe_layer(self, i)
         if t in ("qwen2_moe", "qwen3_moe"):
             return (i not in self.mlp_only) and self.n_experts > 0 and (i + 1) % self.sparse_step == 0
         if t in ("deepseek_v2", "deepseek_v3"):
@@ -581,6 +593,8 @@ class Model:
             return granite_hybrid.expected_names(self)
         if self.type in lfm2.TYPES:
             return lfm2.expected_names(self)
+        if self.type in afmoe.TYPES:
+            return afmoe.expected_names(self)
         names = ["model.embed_tokens.weight", "model.norm.weight"]
         if not self.tie:
             names.append("lm_head.weight")
@@ -705,6 +719,8 @@ class Model:
             return granite_hybrid.forward(self, ids)
         if self.type in lfm2.TYPES:
             return lfm2.forward(self, ids)
+        if self.type in afmoe.TYPES:
+            return afmoe.forward(self, ids)
         W = self.ckpt
         h = self.embed(ids)
         positions = np.arange(h.shape[0])

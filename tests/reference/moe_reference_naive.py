@@ -31,7 +31,11 @@ from moe_reference_ops import F32, linear, rms_norm
 # products, in_proj's output split by explicit offsets into B, C, x, an explicit conv state (the previous L-1 B*x
 # vectors, zeros before the first token) with one window dot product per channel, per-head q/k norms and 2-D
 # rotations with a KV cache, the router by sorting python floats (sigmoid, + expert_bias to choose, the unbiased
-# sigmoid to weigh, / (sum + 1e-6)), the per-expert SwiGLU as matrix-vector products.
+# sigmoid to weigh, / (sum + 1e-6)), the per-expert SwiGLU as matrix-vector products. afmoe (forward_afmoe) likewise:
+# float64 matrix-vector products, per-head q/k norms, 2-D rotations only on the sliding layers, a KV cache of
+# (position, k, v) whose keys a sliding layer filters by t - u < sliding_window, the sigmoid output gate per element in
+# python floats, the post norms, the router by sorting python floats (+ expert_bias to choose, the unbiased sigmoid
+# / (sum + 1e-20) x route_scale to weigh), the shared experts added ungated.
 # ----------------------------------------------------------------------------------------------------
 
 def _rotate_pairs_neox(x, pos, inv_freq, mscale=1.0):
@@ -604,8 +608,91 @@ class NaiveRunner:
             rows.append((head.astype(np.float64) @ hn).astype(F32))
         return np.stack(rows)
 
+    # --- afmoe: float64 matrix-vector products, per-head loops, a KV cache of (position, k, v) filtered by the window,
+    # 2-D rotations only on sliding layers, the output gate and the router in float64 / python floats ---
+
+    @staticmethod
+    def _glu64(W, prefix, x):
+        """gate_proj / up_proj / down_proj SwiGLU as float64 matrix-vector products."""
+        g = W[prefix + "gate_proj.weight"].astype(np.float64) @ x
+        u = W[prefix + "up_proj.weight"].astype(np.float64) @ x
+        return W[prefix + "down_proj.weight"].astype(np.float64) @ (g / (1.0 + np.exp(-g)) * u)
+
+    def _afmoe_attn_token(self, i, x, t, cache):
+        """One token of AfmoeAttention at position t. cache: list of (position, [k per kv head], [v per kv head]);
+        on a sliding layer the keys at positions u with t - u >= sliding_window are skipped (not dropped: the
+        filter is by position); only there are q and k rotated."""
+        m = self.m
+        W = m.ckpt
+        a = f"model.layers.{i}.self_attn."
+        D = m.head_dim
+        sliding = m.layer_types[i] == "sliding_attention"
+        q = W[a + "q_proj.weight"].astype(np.float64) @ x
+        k = W[a + "k_proj.weight"].astype(np.float64) @ x
+        v = W[a + "v_proj.weight"].astype(np.float64) @ x
+        g = W[a + "gate_proj.weight"].astype(np.float64) @ x
+        qn, kn = W[a + "q_norm.weight"], W[a + "k_norm.weight"]
+        inv = m.inv_freq.astype(np.float64)
+
+        def place(vec, w):
+            vec = self._rms64(vec, w, m.eps)
+            return _rotate_pairs_neox(vec, float(t), inv) if sliding else vec
+        cache.append((t, [place(k[j * D:(j + 1) * D], kn) for j in range(m.n_kv)],
+                      [v[j * D:(j + 1) * D] for j in range(m.n_kv)]))
+        seen = [c for c in cache if not sliding or t - c[0] < m.window]
+        per_kv = m.n_heads // m.n_kv
+        heads = []
+        for hh in range(m.n_heads):
+            j = hh // per_kv
+            qh = place(q[hh * D:(hh + 1) * D], qn)
+            heads.append(self._attend(qh, [c[1][j] for c in seen], [c[2][j] for c in seen], m.scale))
+        o = np.concatenate(heads)
+        gate = np.array([1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z)) for z in g])
+        return W[a + "o_proj.weight"].astype(np.float64) @ (o * gate)
+
+    def _afmoe_mlp_token(self, i, x):
+        m = self.m
+        W = m.ckpt
+        f = f"model.layers.{i}.mlp."
+        if i < m.n_dense:
+            return self._glu64(W, f, x)
+        logits = [float(v) for v in W[f + "router.gate.weight"].astype(np.float64) @ x]
+        sig = [1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v)) for v in logits]
+        eb = W[f + "expert_bias"]
+        key = [sig[e] + float(eb[e]) for e in range(len(sig))]
+        chosen = sorted(range(len(sig)), key=lambda e: (-key[e], e))[:m.top_k]
+        tot = sum(sig[e] for e in chosen) + 1e-20
+        acc = self._glu64(W, f + "shared_experts.", x)
+        for e in chosen:
+            acc = acc + (sig[e] / tot * m.route_scale) * self._glu64(W, f"{f}experts.{e}.", x)
+        return acc
+
+    def forward_afmoe(self, ids):
+        m = self.m
+        W = m.ckpt
+        caches = [[] for _ in range(m.n_layers)]
+        rows = []
+        for t, tok in enumerate(ids):
+            if not 0 <= int(tok) < m.vocab:
+                raise ValueError(f"token id out of range [0, {m.vocab})")
+            h = W["model.embed_tokens.weight"][int(tok)].astype(np.float64)
+            if m.mup:
+                h = h * math.sqrt(m.hidden)
+            for i in range(m.n_layers):
+                p = f"model.layers.{i}."
+                att = self._afmoe_attn_token(i, self._rms64(h, W[p + "input_layernorm.weight"], m.eps), t, caches[i])
+                h = h + self._rms64(att, W[p + "post_attention_layernorm.weight"], m.eps)
+                ffn = self._afmoe_mlp_token(i, self._rms64(h, W[p + "pre_mlp_layernorm.weight"], m.eps))
+                h = h + self._rms64(ffn, W[p + "post_mlp_layernorm.weight"], m.eps)
+            hn = self._rms64(h, W["model.norm.weight"], m.eps)
+            head = W["model.embed_tokens.weight"] if m.tie else W["lm_head.weight"]
+            rows.append((head.astype(np.float64) @ hn).astype(F32))
+        return np.stack(rows)
+
     def forward(self, ids):
         m = self.m
+        if m.type == "afmoe":
+            return self.forward_afmoe(ids)
         if m.type == "lfm2_moe":
             return self.forward_lfm2(ids)
         if m.type in ("qwen3_next", "qwen3_5_moe"):

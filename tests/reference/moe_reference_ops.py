@@ -5,7 +5,8 @@ mask and optional per-head attention sinks (gpt-oss), expert selection per archi
 DeepSeek-V2 MoEGate, the DeepSeek-V3 / GLM-4.5 "noaux_tc" sigmoid router, ERNIE 4.5's softmax router with a
 selection-only bias, gpt-oss's top-k of biased logits with a softmax over the k, GraniteMoe's top-k of the
 logits with a softmax over the k, LFM2-MoE's sigmoid router with a selection-only bias and a 1e-6 in the
-normalisation), and gpt-oss's clamped SwiGLU.
+normalisation, AFMoE's sigmoid router with a selection-only bias, a 1e-20 and route_scale), and gpt-oss's clamped
+SwiGLU.
 """
 
 import math
@@ -329,6 +330,18 @@ def select_experts_lfm2(scores, bias, top_k, norm_topk, routed_scale, eps=1e-6):
         w = w / (np.sum(w, axis=-1, keepdims=True, dtype=F32) + F32(eps))
     w = w * F32(routed_scale)
     return idx, w.astype(F32)
+
+
+def select_experts_afmoe(scores, bias, top_k, route_scale, eps=1e-20):
+    """AFMoE (AfmoeTokenChoiceRouter) given the sigmoid scores [S, E] (fp32) and expert_bias [E] (fp32): the experts
+    are the top_k of scores + bias, in descending order; their weights are the UNBIASED scores of those experts,
+    always divided by (their sum + 1e-20) (top-1 included: s / (s + 1e-20) = 1), then times route_scale. No groups.
+    Ties go to the lower index."""
+    choice = (scores + np.asarray(bias, dtype=F32)[None, :]).astype(F32)
+    idx, _ = topk_desc(choice, top_k)
+    w = np.take_along_axis(scores, idx, axis=-1).astype(F32)
+    w = w / (np.sum(w, axis=-1, keepdims=True, dtype=F32) + F32(eps))
+    return idx, (w * F32(route_scale)).astype(F32)
 
 
 def gpt_oss_swiglu(gate_up, alpha=1.702, limit=7.0):

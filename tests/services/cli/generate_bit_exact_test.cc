@@ -83,12 +83,13 @@ TEST_P(GenerateBitExactTest, LogitsAreByteEqualToAllResidentForEveryPolicyBudget
 // packed sign|mantissa plane, block scales in dense.safetensors) and gpt_oss (MXFP4 experts: 2-bit
 // exponent fields, the scales in the SM-chunk) and the hybrid models (Gated DeltaNet state beside the
 // KV cache; qwen3_5_moe's fused experts) and granitemoeshared (fused experts under other names, a fused
-// shared MLP, Granite's multipliers) and lfm2_moe (short-convolution state, per-expert feed_forward names) run the
+// shared MLP, Granite's multipliers) and lfm2_moe (short-convolution state, per-expert feed_forward names) and afmoe
+// (sliding / NoPE layers, sandwich norms, shared experts) run the
 // same matrix.
 INSTANTIATE_TEST_SUITE_P(Archs, GenerateBitExactTest,
                          ::testing::Values("qwen2_moe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                                            "deepseek_v3 --dtype fp8", "glm4_moe --dtype fp8", "gpt_oss", "qwen3_next",
-                                           "qwen3_5_moe", "granitemoeshared", "granitemoehybrid", "lfm2_moe"));
+                                           "qwen3_5_moe", "granitemoeshared", "granitemoehybrid", "lfm2_moe", "afmoe"));
 
 // Prefetching changes what is read ahead, never what is computed: both predictors, two budgets, a
 // ranked and a global policy, on every architecture; the prediction is exercised (issued > 0) and

@@ -22,7 +22,7 @@ json Preset(const std::string& arch, int64_t q_lora_rank = 0) {
 TEST(ModelConfigTest, ParsesEveryPreset) {
   for (const char* arch : {"qwen2_moe", "mixtral", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                            "glm4_moe_lite", "ernie4_5_moe", "gpt_oss", "qwen3_next", "qwen3_5_moe", "granitemoe",
-                           "granitemoeshared", "granitemoehybrid", "lfm2_moe"}) {
+                           "granitemoeshared", "granitemoehybrid", "lfm2_moe", "afmoe"}) {
     auto c = ParseModelConfig(Preset(arch), "config.json");
     ASSERT_TRUE(c.ok()) << arch << ": " << c.status().ToString();
     EXPECT_EQ(c->model_type, arch);
@@ -466,6 +466,86 @@ TEST(ModelConfigTest, Lfm2MoePublishedConfig) {
   refused("num_key_value_heads", 5, "num_key_value_heads");
   refused("hidden_act", "gelu", "hidden_act");
   refused("conv_L_cache", 0, "conv_L_cache");
+}
+
+// arcee-ai/Trinity-Nano's config.json as released (transformers 4.57): the router keys AfmoeConfig does not read,
+// mup, the sliding / full layer pattern (NoPE on full layers), dense first layers, shared experts.
+TEST(ModelConfigTest, AfmoePublishedConfig) {
+  json published = json::parse(R"({
+    "architectures": ["AfmoeForCausalLM"], "attention_dropout": 0.0, "dtype": "bfloat16",
+    "global_attn_every_n_layers": 4, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+    "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 131072, "model_type": "afmoe",
+    "moe_intermediate_size": 256, "mup_enabled": true, "n_group": 1, "num_attention_heads": 8, "num_dense_layers": 2,
+    "num_expert_groups": 1, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 56,
+    "num_key_value_heads": 2, "num_limited_groups": 1, "num_shared_experts": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 10000, "route_norm": true, "route_scale": 2.826, "score_func": "sigmoid",
+    "sliding_window": 2048, "tie_word_embeddings": false, "topk_group": 1, "transformers_version": "4.57.3",
+    "use_cache": true, "use_grouped_mm": true, "vocab_size": 200192})");
+  auto c = ParseModelConfig(published, "trinity/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, ModelArch::kAfmoe);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_TRUE(c->use_qk_norm);
+  EXPECT_TRUE(c->attn_gate_proj);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_FALSE(c->attn_output_gate);  // not qwen3_next's interleaved gate
+  EXPECT_DOUBLE_EQ(c->embedding_multiplier, 32.0);  // sqrt(1024)
+  EXPECT_FALSE(c->tie_word_embeddings);
+  for (int64_t l = 0; l < 56; ++l) {
+    const bool full = (l + 1) % 4 == 0;
+    EXPECT_EQ(c->attention_window(l), full ? 0 : 2048) << l;
+    EXPECT_EQ(c->LayerHasRope(l), !full) << l;
+    EXPECT_FALSE(c->IsLinearAttentionLayer(l)) << l;
+    EXPECT_EQ(c->IsMoeLayer(l), l >= 2) << l;
+  }
+  EXPECT_EQ(c->num_experts, 128);
+  EXPECT_EQ(c->num_experts_per_tok, 8);
+  EXPECT_EQ(c->n_shared_experts, 1);
+  EXPECT_EQ(c->moe_intermediate_size, 256);
+  EXPECT_DOUBLE_EQ(c->routed_scaling_factor, 2.826);
+  EXPECT_EQ(c->topk_method, TopkMethod::kNoauxTc);
+  EXPECT_EQ(c->scoring_func, ScoringFunc::kSigmoid);
+  EXPECT_TRUE(c->has_selection_bias());
+  EXPECT_DOUBLE_EQ(c->topk_norm_epsilon, 1e-20);
+  EXPECT_TRUE(c->norm_topk_prob);
+
+  // AfmoeConfig's defaults; explicit layer_types win over global_attn_every_n_layers.
+  json bare = json::parse(R"({"model_type": "afmoe", "num_hidden_layers": 3,
+    "layer_types": ["full_attention", "sliding_attention", "full_attention"]})");
+  auto d = ParseModelConfig(bare, "trinity/config.json");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->hidden_size, 2048);
+  EXPECT_EQ(d->num_key_value_heads, 16);  // = heads when absent
+  EXPECT_EQ(d->num_experts, 64);
+  EXPECT_EQ(d->num_experts_per_tok, 6);
+  EXPECT_EQ(d->n_shared_experts, 2);
+  EXPECT_DOUBLE_EQ(d->embedding_multiplier, 1.0);  // mup off
+  EXPECT_FALSE(d->LayerHasRope(0));
+  EXPECT_TRUE(d->LayerHasRope(1));
+  EXPECT_EQ(d->attention_window(1), 1024);
+  EXPECT_FALSE(d->IsMoeLayer(0));
+  EXPECT_TRUE(d->IsMoeLayer(1));
+
+  const auto refused = [&](const char* key, const json& value, const std::string& words) {
+    json bad = published;
+    bad[key] = value;
+    auto r = ParseModelConfig(bad, "trinity/config.json");
+    ASSERT_FALSE(r.ok()) << key << " = " << value.dump();
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("trinity/config.json"), std::string::npos) << r.status().ToString();
+  };
+  refused("route_norm", false, "route_norm");
+  refused("score_func", "softmax", "score_func");
+  refused("n_group", 2, "n_group");
+  refused("topk_group", 4, "topk_group");
+  refused("layer_types", json::array({"full_attention"}), "layer_types");
+  json wrong = json::array();
+  for (int l = 0; l < 56; ++l) wrong.push_back("sliding_attention");
+  wrong[9] = "chunked_attention";
+  refused("layer_types", wrong, "layer_types[9]");
+  refused("num_key_value_heads", 3, "num_key_value_heads");
+  refused("attention_bias", true, "attention_bias");
+  refused("sliding_window", nullptr, "sliding_window");
 }
 
 }  // namespace
