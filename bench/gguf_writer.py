@@ -47,6 +47,16 @@ generation_config.json. Supported model_type values and the llama.cpp architectu
                              normalises the top-k weights and reads no expert_weights_scale, so configs with
                              norm_topk_prob false, routed_scaling_factor != 1, no expert bias or conv biases
                              are refused)
+    afmoe     -> afmoe      (Arcee AFMoE, Trinity-Nano / -Mini: sandwich norms as attn_norm / post_attention_norm /
+                             ffn_norm / post_ffw_norm, q/k norms over head_dim, the output gate self_attn.gate_proj
+                             as attn_gate, NeoX rotary without a row permutation, leading dense blocks, the
+                             sigmoid router (mlp.router.gate, F32) with mlp.expert_bias as exp_probs_b (F32),
+                             expert_weights_norm true and route_scale as expert_weights_scale, shared experts as
+                             ffn_*_shexp (expert_shared_count), attention.sliding_window. llama.cpp's graph fixes
+                             the layer pattern (every 4th layer full attention without rotary, the rest sliding
+                             with rotary) and always scales the embeddings by sqrt(hidden_size), so configs with
+                             other layer_types, mup_enabled false, route_norm false, a score_func other than
+                             sigmoid, expert groups, rotary scaling or partial rotary are refused)
 
 The weights are not re-quantised: every matrix is written with the checkpoint's BF16 bits unchanged, the
 per-expert matrices stacked into llama.cpp's 3-D ffn_{gate,up,down}_exps tensors [expert, out, in].
@@ -275,6 +285,61 @@ def add_lfm2_operator(c, ckpt, w, hf, gg, layer):
         add_weight(w, gg + gguf_suffix, ckpt.bf16(hf + hf_suffix))
 
 
+AFMOE_LAYER_TENSORS = [
+    ("input_layernorm.weight", "attn_norm.weight"),
+    ("self_attn.q_proj.weight", "attn_q.weight"),
+    ("self_attn.k_proj.weight", "attn_k.weight"),
+    ("self_attn.v_proj.weight", "attn_v.weight"),
+    ("self_attn.o_proj.weight", "attn_output.weight"),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+    ("self_attn.gate_proj.weight", "attn_gate.weight"),            # sigmoid output gate, before o_proj
+    ("post_attention_layernorm.weight", "post_attention_norm.weight"),  # after attention (sandwich)
+    ("pre_mlp_layernorm.weight", "ffn_norm.weight"),
+    ("post_mlp_layernorm.weight", "post_ffw_norm.weight"),
+]
+
+# llama.cpp's afmoe graph: layer il rotates unless (il + 1) % 4 == 0 (hparams.n_no_rope_layer_step, which its afmoe
+# loader never reads), and with a sliding window the sliding layers are set_swa_pattern(4): il % 4 < 3.
+AFMOE_LLAMA_CPP_PERIOD = 4
+
+
+def afmoe_layer_types(c):
+    """AfmoeConfig's layer_types, else every global_attn_every_n_layers-th layer full attention."""
+    n = c.int("num_hidden_layers")
+    types = c.get("layer_types")
+    if types is None:
+        every = c.int("global_attn_every_n_layers", 4)
+        if every == 0:
+            raise ConversionError(f"{c.path}: 'global_attn_every_n_layers' must be positive")
+        types = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or any(
+            t not in ("sliding_attention", "full_attention") for t in types):
+        raise ConversionError(f"{c.path}: 'layer_types' is {json.dumps(types)}; want {n} entries of "
+                              "\"sliding_attention\" / \"full_attention\"")
+    return types
+
+
+def afmoe_rope_theta(c):
+    """The rotary base of the sliding layers (the only ones AFMoE rotates): rope_parameters' rope_theta (flat, or
+    its sliding_attention entry when keyed by layer type), else rope_theta. Only plain rotary (rope_type default,
+    the whole head) is written."""
+    rope = c.get("rope_parameters", {})
+    if not isinstance(rope, dict):
+        raise ConversionError(f"{c.path}: 'rope_parameters' is {json.dumps(rope)}; want an object")
+    entries = [rope[k] for k in ("sliding_attention", "full_attention") if isinstance(rope.get(k), dict)] or [rope]
+    for e in entries:
+        if e.get("rope_type", e.get("type", "default")) != "default":
+            raise ConversionError(f"{c.path}: 'rope_parameters' is {json.dumps(rope)}; this converter writes only "
+                                  "plain rotary (rope_type default)")
+        if e.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ConversionError(f"{c.path}: 'rope_parameters' has partial_rotary_factor "
+                                  f"{e['partial_rotary_factor']!r}; llama.cpp's afmoe rotates the whole head")
+    sliding = rope.get("sliding_attention") if isinstance(rope.get("sliding_attention"), dict) else rope
+    theta = sliding.get("rope_theta")
+    return float(theta) if theta is not None else c.float("rope_theta", 10000.0)
+
+
 def granite_hybrid_mamba_layers(c):
     """Indices of granitemoehybrid's Mamba2 layers (layer_types; all of them when it is absent)."""
     types = c.get("layer_types") or ["mamba"] * c.int("num_hidden_layers")
@@ -306,7 +371,7 @@ class Arch:
 
     def __init__(self, gguf_arch, experts_key, layer_tensors, router, experts_prefix, experts,
                  shared_expert=None, shared_expert_gate=False, dense_layers_key=None, rotary_permute=False,
-                 router_bias=None, dense_mlp=None):
+                 router_bias=None, dense_mlp=None, dense_layers_default=0):
         self.gguf_arch = gguf_arch
         self.experts_key = experts_key          # config.json key of the routed expert count
         self.layer_tensors = layer_tensors      # config -> [(HF suffix, GGUF suffix)] of every layer
@@ -319,6 +384,7 @@ class Arch:
         self.rotary_permute = rotary_permute    # q/k rows to llama.cpp's interleaved rotary layout
         self.router_bias = router_bias          # HF suffix of the F32 selection bias (exp_probs_b), if any
         self.dense_mlp = dense_mlp or DENSE_MLP_TENSORS  # the dense layers' [(HF suffix, GGUF suffix)]
+        self.dense_layers_default = dense_layers_default  # dense_layers_key's default (the HF config class's)
 
 
 def deepseek_arch(router_bias=None):
@@ -358,7 +424,10 @@ ARCHS = {
                      {"w1.weight": "ffn_gate_exps.weight", "w3.weight": "ffn_up_exps.weight",
                       "w2.weight": "ffn_down_exps.weight"},
                      dense_layers_key="num_dense_layers", router_bias="feed_forward.expert_bias",
-                     dense_mlp=LFM2_DENSE_MLP_TENSORS),
+                     dense_mlp=LFM2_DENSE_MLP_TENSORS, dense_layers_default=2),
+    "afmoe": Arch("afmoe", "num_experts", lambda c: AFMOE_LAYER_TENSORS, "mlp.router.gate.weight", "mlp.experts.{e}.",
+                  GATED_EXPERTS, shared_expert="mlp.shared_experts", dense_layers_key="num_dense_layers",
+                  router_bias="mlp.expert_bias", dense_layers_default=1),
 }
 
 
@@ -395,6 +464,30 @@ def check_config(model_type, c):
                                   "lfm2moe has a square out_proj)")
         if c.int("num_dense_layers", 2) > c.int("num_hidden_layers"):
             raise ConversionError(f"{c.path}: 'num_dense_layers' exceeds 'num_hidden_layers'")
+    if model_type == "afmoe":
+        types = afmoe_layer_types(c)
+        want = ["full_attention" if (i + 1) % AFMOE_LLAMA_CPP_PERIOD == 0 else "sliding_attention"
+                for i in range(len(types))]
+        if types != want:
+            raise ConversionError(f"{c.path}: layer_types {json.dumps(types)} (or global_attn_every_n_layers) is not "
+                                  f"llama.cpp's afmoe pattern {json.dumps(want)}: its graph rotates every layer but "
+                                  "each 4th and slides those same layers")
+        window = c.data["sliding_window"] if "sliding_window" in c.data else 1024  # an explicit null: no window
+        if "sliding_attention" in types and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ConversionError(f"{c.path}: 'sliding_window' is {json.dumps(window)}; want a positive integer")
+        afmoe_rope_theta(c)
+        c.require("mup_enabled", True, False, "afmoe graph (it always scales the embeddings by sqrt(hidden_size))")
+        c.require("hidden_act", "silu", "silu", "afmoe graph (SiLU-gated MLPs)")
+        c.require("attention_bias", False, False, "afmoe graph (no attention biases)")
+        c.require("route_norm", True, True, "afmoe graph as AfmoeTokenChoiceRouter (top-k weights normalised)")
+        c.require("score_func", "sigmoid", "sigmoid", "afmoe graph as AfmoeTokenChoiceRouter (sigmoid gating)")
+        for key in ("n_group", "topk_group", "num_expert_groups", "num_limited_groups"):
+            # AfmoeTokenChoiceRouter selects without groups; llama.cpp's MoE would group-limit at expert_group_count > 1
+            c.require(key, 1, 1, "afmoe graph as AfmoeTokenChoiceRouter (no group-limited selection)")
+        if c.int("num_dense_layers", 1) > c.int("num_hidden_layers"):
+            raise ConversionError(f"{c.path}: 'num_dense_layers' exceeds 'num_hidden_layers'")
+        if c.int("num_experts_per_tok", 6) > c.int("num_experts", 64):
+            raise ConversionError(f"{c.path}: 'num_experts_per_tok' exceeds 'num_experts'")
     if model_type == "gpt_oss":
         n = c.int("num_hidden_layers")
         c.require("layer_types", ["sliding_attention", "full_attention"] * (n // 2) + ["sliding_attention"] * (n % 2),
@@ -472,7 +565,12 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
         key_length = value_length = c.int("head_dim", hidden // n_head)
         rope_dim = int(key_length * c.float("partial_rotary_factor", 0.5))  # HF: the first rotary_dim dims of a head
     else:
-        head_dim = c.int("head_dim", hidden // n_head) if model_type in ("qwen3_moe", "lfm2_moe") else hidden // n_head
+        if model_type == "afmoe":  # AfmoeConfig's default head_dim is 128, not hidden / heads
+            head_dim = c.int("head_dim", 128)
+        elif model_type in ("qwen3_moe", "lfm2_moe"):
+            head_dim = c.int("head_dim", hidden // n_head)
+        else:
+            head_dim = hidden // n_head
         key_length = value_length = rope_dim = head_dim
     w.add_u32(f"{a}.vocab_size", c.int("vocab_size"))
     w.add_u32(f"{a}.context_length", c.int("max_position_embeddings"))
@@ -502,12 +600,20 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
         w.add_f32(f"{a}.rope.freq_base", float((c.get("rope_parameters") or {}).get("rope_theta")
                                                or c.float("rope_theta", 1000000.0)))
         w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("norm_eps", 1e-5))
+    elif model_type == "afmoe":  # AfmoeConfig's defaults
+        w.add_u32(f"{a}.rope.dimension_count", rope_dim)
+        w.add_f32(f"{a}.rope.freq_base", afmoe_rope_theta(c))
+        w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps", 1e-5))
     else:
         w.add_u32(f"{a}.rope.dimension_count", rope_dim)
         w.add_f32(f"{a}.rope.freq_base", c.float("rope_theta", 10000.0))
         w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", c.float("rms_norm_eps"))
-    w.add_u32(f"{a}.expert_count", c.int(arch.experts_key))
-    w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok"))
+    if model_type == "afmoe":
+        w.add_u32(f"{a}.expert_count", c.int(arch.experts_key, 64))
+        w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok", 6))
+    else:
+        w.add_u32(f"{a}.expert_count", c.int(arch.experts_key))
+        w.add_u32(f"{a}.expert_used_count", c.int("num_experts_per_tok"))
     if model_type in ("qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe"):
         w.add_u32(f"{a}.expert_feed_forward_length", c.int("moe_intermediate_size"))
     if model_type == "gpt_oss":
@@ -541,6 +647,18 @@ def add_hparams(model_type, arch, c, w, mla_latent=False):
         w.add_u32(f"{a}.leading_dense_block_count", c.int("num_dense_layers", 2))
         w.add_u32(f"{a}.expert_gating_func", 2)  # sigmoid
         w.add_u32(f"{a}.shortconv.l_cache", c.int("conv_L_cache", 3))
+    if model_type == "afmoe":  # as llama.cpp's converter writes them; every key (AfmoeConfig's defaults when absent)
+        if c.get("n_group") is not None:
+            w.add_u32(f"{a}.expert_group_count", c.int("n_group"))
+        if c.get("topk_group") is not None:
+            w.add_u32(f"{a}.expert_group_used_count", c.int("topk_group"))
+        w.add_u32(f"{a}.expert_gating_func", 2)  # sigmoid (llama.cpp's afmoe default too)
+        w.add_u32(f"{a}.expert_shared_count", c.int("num_shared_experts", 2))
+        w.add_u32(f"{a}.expert_feed_forward_length", c.int("moe_intermediate_size", 1408))
+        w.add_u32(f"{a}.leading_dense_block_count", c.int("num_dense_layers", 1))
+        w.add_bool(f"{a}.expert_weights_norm", True)  # AfmoeTokenChoiceRouter: w / (sum + 1e-20), always
+        w.add_f32(f"{a}.expert_weights_scale", c.float("route_scale", 1.0))
+        w.add_u32(f"{a}.attention.sliding_window", c.int("sliding_window", 1024))
     if model_type == "glm4_moe":
         add_deepseek_style_moe(a, c, w, gating_func=2)  # sigmoid
         w.add_u32(f"{a}.nextn_predict_layers", 0)  # the MTP layers are not written
@@ -623,7 +741,7 @@ def add_layer(model_type, arch, c, ckpt, w, layer, mla_latent=False):
     if model_type in ("granitemoe", "granitemoeshared", "granitemoehybrid"):
         add_granite_moe(ckpt, w, hf, gg)
         return
-    if arch.dense_layers_key and layer < c.int(arch.dense_layers_key, 2 if model_type == "lfm2_moe" else 0):
+    if arch.dense_layers_key and layer < c.int(arch.dense_layers_key, arch.dense_layers_default):
         for hf_suffix, gguf_suffix in arch.dense_mlp:
             w.tensor_bf16(gg + gguf_suffix, ckpt.bf16(hf + hf_suffix))
         return
@@ -634,7 +752,9 @@ def add_layer(model_type, arch, c, ckpt, w, layer, mla_latent=False):
     for hf_proj, gguf_name in arch.experts.items():
         experts = [ckpt.bf16(hf + arch.experts_prefix.format(e=e) + hf_proj) for e in range(n_expert)]
         w.tensor_bf16_stack(gg + gguf_name, experts)
-    if arch.shared_expert:
+    if model_type == "afmoe" and c.int("num_shared_experts", 2) == 0:
+        ckpt.skip(hf + arch.shared_expert + ".")  # zero-width shared MLP: adds nothing; llama.cpp has none
+    elif arch.shared_expert:
         p = hf + arch.shared_expert
         w.tensor_bf16(gg + "ffn_gate_shexp.weight", ckpt.bf16(p + ".gate_proj.weight"))
         w.tensor_bf16(gg + "ffn_up_shexp.weight", ckpt.bf16(p + ".up_proj.weight"))
