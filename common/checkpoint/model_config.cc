@@ -494,25 +494,34 @@ Status ParseGraniteMultipliers(const KeyReader& r, const std::string& source, Mo
   return Status::Ok();
 }
 
+// config.json's `layer_types` as one flag per decoder layer: 1 where the entry is `one`, 0 where it is `zero`;
+// empty when the key is absent or null. Errors (naming the key, and the entry): not a list of num_hidden_layers
+// entries, an entry that is neither name.
+Result<std::vector<uint8_t>> LayerTypeFlags(const json& config, const std::string& source, int64_t n_layers,
+                                            const char* one, const char* zero) {
+  std::vector<uint8_t> flags;
+  auto types = config.find("layer_types");
+  if (types == config.end() || types->is_null()) return flags;
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != n_layers)
+    return Status::InvalidArgument(
+        fmt::format("{}: key 'layer_types' must list num_hidden_layers ({}) entries", source, n_layers));
+  for (size_t i = 0; i < types->size(); ++i) {
+    const json& t = (*types)[i];
+    const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+    if (name != one && name != zero)
+      return Status::InvalidArgument(
+          fmt::format("{}: layer_types[{}] is '{}' (expected {} or {})", source, i, name, one, zero));
+    flags.push_back(name == one ? 1 : 0);
+  }
+  return flags;
+}
+
 // granitemoehybrid's layer_types and Mamba2 sizes (GraniteMoeHybridConfig; BambaMixer), and its
 // position_embedding_type (rotary only for "rope").
 Status ParseMambaLayers(const nlohmann::json& config, const KeyReader& r, const std::string& source, ModelConfig& c) {
-  auto types = config.find("layer_types");
-  if (types == config.end() || types->is_null()) {
+  ZM_ASSIGN_OR_RETURN(c.linear_layers, LayerTypeFlags(config, source, c.num_hidden_layers, "mamba", "attention"));
+  if (c.linear_layers.empty())
     c.linear_layers.assign(static_cast<size_t>(c.num_hidden_layers), 1);  // layers_block_type: all "mamba"
-  } else {
-    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
-      return Status::InvalidArgument(fmt::format("{}: key 'layer_types' must list num_hidden_layers ({}) entries",
-                                                 source, c.num_hidden_layers));
-    for (size_t i = 0; i < types->size(); ++i) {
-      const json& t = (*types)[i];
-      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
-      if (name != "mamba" && name != "attention")
-        return Status::InvalidArgument(fmt::format("{}: layer_types[{}] is '{}' (expected mamba or attention)", source,
-                                                   i, name));
-      c.linear_layers.push_back(name == "mamba" ? 1 : 0);
-    }
-  }
   ZM_ASSIGN_OR_RETURN(c.mamba_n_heads, r.PositiveOr("mamba_n_heads", 128));
   ZM_ASSIGN_OR_RETURN(c.mamba_n_groups, r.PositiveOr("mamba_n_groups", 1));
   ZM_ASSIGN_OR_RETURN(c.mamba_d_state, r.PositiveOr("mamba_d_state", 256));
@@ -767,22 +776,10 @@ Status ParseAfmoeConfig(const json& config, const KeyReader& r, const std::strin
   if (mup) c.embedding_multiplier = std::sqrt(static_cast<double>(c.hidden_size));  // hidden_size ** 0.5
   // Which layers slide: layer_types, else every global_attn_every_n_layers-th layer full attention.
   ZM_ASSIGN_OR_RETURN(const int64_t every, r.PositiveOr("global_attn_every_n_layers", 4));
-  auto types = config.find("layer_types");
-  if (types != config.end() && !types->is_null()) {
-    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
-      return Status::InvalidArgument(fmt::format("{}: key 'layer_types' must list num_hidden_layers ({}) entries",
-                                                 source, c.num_hidden_layers));
-    for (size_t i = 0; i < types->size(); ++i) {
-      const json& t = (*types)[i];
-      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
-      if (name != "sliding_attention" && name != "full_attention")
-        return Status::InvalidArgument(fmt::format(
-            "{}: layer_types[{}] is '{}' (expected sliding_attention or full_attention)", source, i, name));
-      c.sliding_layers.push_back(name == "sliding_attention" ? 1 : 0);
-    }
-  } else {
+  ZM_ASSIGN_OR_RETURN(c.sliding_layers,
+                      LayerTypeFlags(config, source, c.num_hidden_layers, "sliding_attention", "full_attention"));
+  if (c.sliding_layers.empty())
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers.push_back((i + 1) % every != 0 ? 1 : 0);
-  }
   ZM_ASSIGN_OR_RETURN(const int64_t window, r.PositiveOr("sliding_window", 1024));
   c.sliding_window = window;
   const bool any_sliding = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), 1) != c.sliding_layers.end();
@@ -868,20 +865,8 @@ Status ParseLfm2MoeConfig(const json& config, const KeyReader& r, const std::str
   ZM_ASSIGN_OR_RETURN(c.linear_conv_kernel_dim, r.PositiveOr("conv_L_cache", 3));
   if (c.linear_conv_kernel_dim > 64)
     return Status::InvalidArgument(fmt::format("{}: key 'conv_L_cache' = {} is above 64", source, c.linear_conv_kernel_dim));
-  auto types = config.find("layer_types");
-  if (types != config.end() && !types->is_null()) {
-    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
-      return Status::InvalidArgument(fmt::format("{}: key 'layer_types' must list num_hidden_layers ({}) entries",
-                                                 source, c.num_hidden_layers));
-    for (size_t i = 0; i < types->size(); ++i) {
-      const json& t = (*types)[i];
-      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
-      if (name != "conv" && name != "full_attention")
-        return Status::InvalidArgument(fmt::format("{}: layer_types[{}] is '{}' (expected conv or full_attention)",
-                                                   source, i, name));
-      c.linear_layers.push_back(name == "conv" ? 1 : 0);
-    }
-  } else if (r.Has("full_attn_idxs")) {
+  ZM_ASSIGN_OR_RETURN(c.linear_layers, LayerTypeFlags(config, source, c.num_hidden_layers, "conv", "full_attention"));
+  if (c.linear_layers.empty() && r.Has("full_attn_idxs")) {
     ZM_ASSIGN_OR_RETURN(const std::vector<int64_t> attention, r.IntList("full_attn_idxs"));
     c.linear_layers.assign(static_cast<size_t>(c.num_hidden_layers), 1);
     for (int64_t l : attention) {
@@ -890,7 +875,7 @@ Status ParseLfm2MoeConfig(const json& config, const KeyReader& r, const std::str
                                                    c.num_hidden_layers));
       c.linear_layers[static_cast<size_t>(l)] = 0;
     }
-  } else {
+  } else if (c.linear_layers.empty()) {
     return Status::InvalidArgument(fmt::format(
         "{}: missing key 'layer_types' (a list of conv / full_attention, one per layer; or full_attn_idxs)", source));
   }

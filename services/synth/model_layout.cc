@@ -105,6 +105,21 @@ class LayoutBuilder {
   ModelLayout* layout_;
 };
 
+// The sizes every MoE layout needs from `config` (the decoder's settings): hidden_size, vocab_size, num_experts,
+// num_experts_per_tok (<= num_experts), and the norm epsilon under `eps_key` where given.
+Status ReadMoeSizes(const json& config, const char* eps_key, ModelLayout* layout) {
+  ZM_ASSIGN_OR_RETURN(layout->hidden_size, GetPositive(config, "hidden_size"));
+  ZM_ASSIGN_OR_RETURN(layout->vocab_size, GetPositive(config, "vocab_size"));
+  ZM_ASSIGN_OR_RETURN(layout->n_experts, GetPositive(config, "num_experts"));
+  ZM_ASSIGN_OR_RETURN(layout->top_k, GetPositive(config, "num_experts_per_tok"));
+  if (layout->top_k > layout->n_experts)
+    return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > num_experts {}", layout->top_k,
+                                               layout->n_experts));
+  auto eps = config.find(eps_key);
+  if (eps != config.end() && eps->is_number()) layout->rms_norm_eps = eps->get<double>();
+  return Status::Ok();
+}
+
 // Dense-vs-sparse rule of Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer.
 bool QwenLayerIsSparse(const json& config, int64_t layer_id, int64_t n_experts, int64_t sparse_step) {
   auto it = config.find("mlp_only_layers");
@@ -637,14 +652,7 @@ Result<ModelLayout> BuildQwen3NextLayout(const nlohmann::json& config, ModelLayo
   }
   const json& c = *settings;
   const std::string prefix = v35 ? "model.language_model." : "model.";
-  ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(c, "hidden_size"));
-  ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(c, "vocab_size"));
-  ZM_ASSIGN_OR_RETURN(layout.n_experts, GetPositive(c, "num_experts"));
-  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(c, "num_experts_per_tok"));
-  if (layout.top_k > layout.n_experts)
-    return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > num_experts {}", layout.top_k,
-                                               layout.n_experts));
-  if (c.contains("rms_norm_eps") && c["rms_norm_eps"].is_number()) layout.rms_norm_eps = c["rms_norm_eps"].get<double>();
+  ZM_RETURN_IF_ERROR(ReadMoeSizes(c, "rms_norm_eps", &layout));
   layout.zero_centred_norms = true;
   LayoutBuilder b(&layout);
   layout.embed_name = prefix + "embed_tokens.weight";
@@ -678,14 +686,7 @@ Result<ModelLayout> BuildQwen3NextLayout(const nlohmann::json& config, ModelLayo
 constexpr float kShortConvInProjStd = 0.1f;
 
 Result<ModelLayout> BuildLfm2MoeLayout(const nlohmann::json& config, ModelLayout layout) {
-  ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));
-  ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(config, "vocab_size"));
-  ZM_ASSIGN_OR_RETURN(layout.n_experts, GetPositive(config, "num_experts"));
-  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(config, "num_experts_per_tok"));
-  if (layout.top_k > layout.n_experts)
-    return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > num_experts {}", layout.top_k,
-                                               layout.n_experts));
-  if (config.contains("norm_eps") && config["norm_eps"].is_number()) layout.rms_norm_eps = config["norm_eps"].get<double>();
+  ZM_RETURN_IF_ERROR(ReadMoeSizes(config, "norm_eps", &layout));
   const int64_t hidden = layout.hidden_size, n_experts = layout.n_experts;
   ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
   ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
@@ -754,15 +755,7 @@ Result<ModelLayout> BuildLfm2MoeLayout(const nlohmann::json& config, ModelLayout
 // others mlp.router.gate [E, H], mlp.expert_bias F32 [E], mlp.experts.E.* and mlp.shared_experts.* (num_shared_experts
 // x moe_intermediate_size); model.norm; lm_head unless tied.
 Result<ModelLayout> BuildAfmoeLayout(const nlohmann::json& config, ModelLayout layout) {
-  ZM_ASSIGN_OR_RETURN(layout.hidden_size, GetPositive(config, "hidden_size"));
-  ZM_ASSIGN_OR_RETURN(layout.vocab_size, GetPositive(config, "vocab_size"));
-  ZM_ASSIGN_OR_RETURN(layout.n_experts, GetPositive(config, "num_experts"));
-  ZM_ASSIGN_OR_RETURN(layout.top_k, GetPositive(config, "num_experts_per_tok"));
-  if (layout.top_k > layout.n_experts)
-    return Status::InvalidArgument(fmt::format("config.json: num_experts_per_tok {} > num_experts {}", layout.top_k,
-                                               layout.n_experts));
-  if (config.contains("rms_norm_eps") && config["rms_norm_eps"].is_number())
-    layout.rms_norm_eps = config["rms_norm_eps"].get<double>();
+  ZM_RETURN_IF_ERROR(ReadMoeSizes(config, "rms_norm_eps", &layout));
   const int64_t hidden = layout.hidden_size, n_experts = layout.n_experts;
   ZM_ASSIGN_OR_RETURN(const int64_t n_layers, GetPositive(config, "num_hidden_layers"));
   ZM_ASSIGN_OR_RETURN(const int64_t n_heads, GetPositive(config, "num_attention_heads"));
