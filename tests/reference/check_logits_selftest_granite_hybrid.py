@@ -20,6 +20,7 @@ import moe_reference as ref
 import moe_reference_granite as gm
 import moe_reference_granite_hybrid as gh
 from check_logits_compare import config_only_model, log
+from selftest_util import rel as _rel
 
 VOCAB = 120
 SEQ = 40
@@ -64,11 +65,6 @@ def small_config(**kw):
 
 def _config_model(work, name, cfg):
     return config_only_model(work, "gh_cfg_" + name, cfg)
-
-
-def _rel(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
 
 
 # ----------------------------------------------------------------------------------------------------

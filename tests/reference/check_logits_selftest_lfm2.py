@@ -18,13 +18,10 @@ weights, no 1e-6, no B gate, the chunks in another order, the conv output cut fr
 interleaved RoPE, no embedding_norm, softmax instead of sigmoid.
 """
 
-import contextlib
 import copy
 import math
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -33,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moe_reference as ref  # noqa: E402
 import moe_reference_lfm2 as lf  # noqa: E402
 from check_logits_compare import config_only_model, log  # noqa: E402
+from selftest_util import rel as _rel, sig as _sig, silu as _silu, planted, run_part_alone  # noqa: E402
 
 VOCAB = 120
 SEQ = 32
@@ -72,19 +70,6 @@ def small_config(**kw):
 
 def _config_model(work, name, cfg):
     return config_only_model(work, "lfm2_cfg_" + name, cfg)
-
-
-def _rel(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
-
-
-def _sig(v):
-    return 1.0 / (1.0 + math.exp(-v))
-
-
-def _silu(v):
-    return v * _sig(v)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -304,17 +289,9 @@ def _write(work, name, cfg, tensors=None, rng=None, shards=1):
     return ref.Model(d), tensors
 
 
-@contextlib.contextmanager
 def _planted(**fns):
     """Replaces module-level functions of moe_reference_lfm2 (the vectorised pass) for the duration."""
-    old = {k: getattr(lf, k) for k in fns}
-    try:
-        for k, v in fns.items():
-            setattr(lf, k, v)
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(lf, k, v)
+    return planted(lf, **fns)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -696,30 +673,7 @@ def lfm2_tests(t, work, archs=lf.TYPES):
 
 
 def main(argv=None):
-    import argparse
-    from check_logits_selftest import SelfTest
-    ap = argparse.ArgumentParser(description="the lfm2_moe part of the numpy reference's self-test")
-    ap.add_argument("--keep", action="store_true", help="keep the checkpoints written")
-    args = ap.parse_args(argv)
-    t = SelfTest()
-    t0 = time.time()
-    log("lfm2_moe known-answer checks of the helpers")
-    known_answer_tests_lfm2(t)
-    work = tempfile.mkdtemp(prefix="zipmoe_refselftest_lfm2_")
-    try:
-        lfm2_tests(t, work)
-    finally:
-        if args.keep:
-            log(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    if t.failures:
-        log(f"\nlfm2_moe self-test FAILED: {len(t.failures)} of {t.n} checks ({time.time() - t0:.1f}s)")
-        for f in t.failures:
-            log("  " + f)
-        return 1
-    log(f"\nlfm2_moe self-test passed: {t.n} checks ({time.time() - t0:.1f}s)")
-    return 0
+    return run_part_alone("lfm2_moe", known_answer_tests_lfm2, lfm2_tests, argv)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import numpy as np
 import moe_reference as ref
 import moe_reference_qwen3_next as q3n
 from check_logits_compare import config_only_model, log
+from selftest_util import rel as _rel
 
 VOCAB = 200
 SEQ = 40
@@ -78,11 +79,6 @@ def small_35(**kw):
 
 def _config_model(work, name, cfg):
     return config_only_model(work, "q3n_cfg_" + name, cfg)
-
-
-def _rel(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
 
 
 # ----------------------------------------------------------------------------------------------------
