@@ -104,6 +104,7 @@ struct GenerateArgs {
   std::string device_assignment = "none";
   std::string device_memory_budget;
   bool kv_cache_bf16 = false;  // --kv-cache-dtype bf16
+  bool kv_window_full = false;  // --swa-full
   std::string logits_out;
   std::string trace_out;
   std::string trace_events;
@@ -208,6 +209,7 @@ int RunGenerate(const GenerateArgs& args) {
   options.n_threads = args.threads;
   options.weights_memory = args.weights_memory;
   options.kv_cache_bf16 = args.kv_cache_bf16;
+  options.kv_window_full = args.kv_window_full;
   options.device = args.device;
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return Fail(assignment.status());
@@ -475,6 +477,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--device-assignment", args->device_assignment, kDeviceAssignmentHelp)->capture_default_str();
   cmd->add_option("--device-memory-budget", args->device_memory_budget, kDeviceMemoryBudgetHelp);
   AddKvCacheDtypeFlag(cmd, &args->kv_cache_bf16);
+  AddSwaFullFlag(cmd, &args->kv_window_full);
   cmd->add_option("--logits-out", args->logits_out,
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");

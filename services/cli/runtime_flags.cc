@@ -34,6 +34,12 @@ void AddKvCacheDtypeFlag(CLI::App* cmd, bool* bf16) {
       ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
+void AddSwaFullFlag(CLI::App* cmd, bool* full) {
+  cmd->add_flag("--swa-full", *full,
+                "sliding-window layers (gpt-oss, Trinity, Mixtral's sliding_window) cache every position instead of "
+                "their window's: more memory, and the prefix cache can reuse such a cache from any position");
+}
+
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   CLI::Option* budget = cmd->add_option(
       "--memory-budget", f->memory_budget,

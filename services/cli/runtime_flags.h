@@ -89,6 +89,8 @@ void AddWeightsMemoryFlags(CLI::App* cmd, executor::WeightsMemory* target);
 // Adds --kv-cache-dtype f32|bf16 to `cmd` (GeneratorOptions::kv_cache_bf16; other values refused by CLI11),
 // setting *bf16.
 void AddKvCacheDtypeFlag(CLI::App* cmd, bool* bf16);
+// Adds --swa-full to `cmd` (GeneratorOptions::kv_window_full), setting *full.
+void AddSwaFullFlag(CLI::App* cmd, bool* full);
 
 // One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
 // far (`what` = "decided"); says so when there is no accelerator.

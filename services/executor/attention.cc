@@ -36,12 +36,13 @@ void StoreRows(T* dst, int64_t positions, int64_t at, const float* src, int64_t 
     }
 }
 
-// The CPU attention of t queries q [n_heads, t, dk] (contiguous) at positions pos0.. over the first
-// `total` positions of a cache's rows, into out [t, n_heads * dv].
+// The CPU attention of t queries q [n_heads, t, dk] (contiguous) at positions pos0.. over positions
+// [kv.first, total) of a cache's rows, into out [t, n_heads * dv].
 cpu::AttentionArgs CacheAttention(const float* q, int64_t n_heads, int64_t t, int64_t dk, const KvCache::Rows& kv,
                                   int64_t n_kv, int64_t total, int64_t dv, int64_t pos0, double scale, int64_t window,
                                   const at::Tensor& sinks, float* out, int64_t v_row_stride = 0) {
   cpu::AttentionArgs a;
+  a.key_begin = kv.first;
   a.v_row_stride = v_row_stride;
   a.q = q;
   a.n_heads = n_heads;
@@ -66,8 +67,32 @@ cpu::AttentionArgs CacheAttention(const float* q, int64_t n_heads, int64_t t, in
 
 }  // namespace
 
-void KvCache::Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t dv, const at::TensorOptions& options) {
+int64_t KvCache::WindowCapacity(int64_t window, int64_t t, int64_t page_positions) {
+  const int64_t rows = window - 1 + t + std::max<int64_t>(64, page_positions);
+  return page_positions > 0 ? (rows + page_positions - 1) / page_positions * page_positions : rows;
+}
+
+void KvCache::Reserve(Layer& l, int64_t t, int64_t window, int64_t n_kv, int64_t dk, int64_t dv,
+                      const at::TensorOptions& options) {
+  TORCH_CHECK(!l.k.defined() || l.window == window, "KvCache: a layer appended with window ", l.window,
+              " is appended with window ", window);
+  l.window = window;
+  const int64_t need = length_ + t;
   const int64_t capacity = l.k.defined() ? l.k.size(1) : 0;
+  // A BF16 cache on the CPU (set_bf16_storage); otherwise the computed dtype.
+  const bool bf16 = bf16_storage_ && options.device().is_cpu() && options.dtype() == at::kFloat;
+  const at::TensorOptions stored = bf16 ? options.dtype(at::kBFloat16) : options;
+  // A trimmed sliding-window layer (set_trim_windows) holds WindowCapacity rows once its positions no longer
+  // fit in them (or once trimmed): the rows before length_ - (window - 1), which no query at length_ or
+  // later sees, are dropped, and the rest moved to the front when the room after them runs out; a
+  // capacity made for a longer append (a prefill) shrinks back to it.
+  const bool trims = trim_windows_ && window > 0 && options.device().is_cpu();
+  const int64_t target = trims ? WindowCapacity(window, t, page_positions_) : 0;
+  if (trims && (l.first > 0 || need > target)) {
+    const int64_t keep = std::max(l.first, length_ - (window - 1));
+    if (capacity != target || need - l.first > capacity) Relocate(l, target, keep, n_kv, dk, dv, stored);
+    return;
+  }
   if (need <= capacity) return;
   const auto whole_pages = [&](int64_t positions) {
     return page_positions_ > 0 ? (positions + page_positions_ - 1) / page_positions_ * page_positions_ : positions;
@@ -77,52 +102,68 @@ void KvCache::Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t 
   // faulted in before a position is written to them (a device allocation would hold all of it at once).
   if (expected_positions_ > new_capacity && options.device().is_cpu())
     new_capacity = whole_pages(std::min(expected_positions_, std::max(new_capacity, 2 * need)));
-  // A BF16 cache on the CPU (set_bf16_storage); otherwise the computed dtype.
-  const bool bf16 = bf16_storage_ && options.device().is_cpu() && options.dtype() == at::kFloat;
-  const at::TensorOptions stored = bf16 ? options.dtype(at::kBFloat16) : options;
-  at::Tensor nk = at::empty({n_kv, new_capacity, dk}, stored);
-  at::Tensor nv = at::empty({n_kv, new_capacity, dv}, stored);
-  if (length_ > 0) {
-    // On the CPU each head's cached rows are one contiguous run in both tensors: copied by memcpy, not by
-    // torch's copy_, whose parallel loop wakes torch's OpenMP workers, which then spin beside the matmul
-    // pool's threads (issue 35; seen as a third busy thread in a decode step's profile).
-    const auto copy_rows = [&](at::Tensor& to, const at::Tensor& from) {
-      if (to.is_cpu() && from.is_cpu() && to.scalar_type() == from.scalar_type() && to.is_contiguous() &&
-          from.is_contiguous() && to.size(0) == from.size(0) && to.size(2) == from.size(2)) {
-        const int64_t row_bytes = to.size(2) * static_cast<int64_t>(to.element_size());
-        const auto* src = static_cast<const char*>(from.data_ptr());
-        auto* dst = static_cast<char*>(to.data_ptr());
-        for (int64_t h = 0; h < to.size(0); ++h)
-          std::memcpy(dst + h * to.size(1) * row_bytes, src + h * from.size(1) * row_bytes,
-                      static_cast<size_t>(length_ * row_bytes));
-      } else {
-        to.narrow(1, 0, length_).copy_(from.narrow(1, 0, length_));
-      }
-    };
-    copy_rows(nk, l.k);
-    copy_rows(nv, l.v);
+  if (trims) new_capacity = std::min(new_capacity, target);
+  Relocate(l, new_capacity, l.first, n_kv, dk, dv, stored);
+}
+
+void KvCache::Relocate(Layer& l, int64_t capacity, int64_t keep, int64_t n_kv, int64_t dk, int64_t dv,
+                       const at::TensorOptions& stored) {
+  const int64_t rows = length_ - keep;  // the rows kept: positions [keep, length_)
+  TORCH_CHECK(keep >= l.first && rows >= 0 && rows <= capacity && (rows == 0 || l.k.defined()),
+              "KvCache: cannot keep positions [", keep, ", ", length_, ") of a layer holding [", l.first, ", ",
+              length_, ") in ", capacity, " rows");
+  const int64_t from = keep - l.first;  // their first row now
+  const bool in_place = l.k.defined() && l.k.size(1) == capacity;
+  // On the CPU each head's rows are one contiguous run in both tensors: moved by memcpy / memmove, not by
+  // torch's copy_, whose parallel loop wakes torch's OpenMP workers, which then spin beside the matmul
+  // pool's threads (issue 35; seen as a third busy thread in a decode step's profile).
+  const auto move_rows = [&](at::Tensor& to, const at::Tensor& src) {
+    if (rows == 0 || (in_place && from == 0)) return;
+    if (to.is_cpu() && src.is_cpu() && to.scalar_type() == src.scalar_type() && to.is_contiguous() &&
+        src.is_contiguous() && to.size(0) == src.size(0) && to.size(2) == src.size(2)) {
+      const int64_t row_bytes = to.size(2) * static_cast<int64_t>(to.element_size());
+      const auto* s = static_cast<const char*>(src.data_ptr());
+      auto* d = static_cast<char*>(to.data_ptr());
+      for (int64_t h = 0; h < to.size(0); ++h)
+        std::memmove(d + h * to.size(1) * row_bytes, s + (h * src.size(1) + from) * row_bytes,
+                     static_cast<size_t>(rows * row_bytes));
+    } else {
+      to.narrow(1, 0, rows).copy_(src.narrow(1, from, rows));
+    }
+  };
+  if (in_place) {
+    move_rows(l.k, l.k);
+    move_rows(l.v, l.v);
+  } else {
+    at::Tensor nk = at::empty({n_kv, capacity, dk}, stored);
+    at::Tensor nv = at::empty({n_kv, capacity, dv}, stored);
+    move_rows(nk, l.k);
+    move_rows(nv, l.v);
+    l.k = nk;
+    l.v = nv;
   }
-  l.k = nk;
-  l.v = nv;
+  l.first = keep;
 }
 
 KvCache::Rows KvCache::AppendPosition(int64_t layer_id, const float* k, const float* v, int64_t n_kv, int64_t dk,
-                                      int64_t dv) {
+                                      int64_t dv, int64_t window) {
   Layer& l = layers_[static_cast<size_t>(layer_id)];
-  Reserve(l, length_ + 1, n_kv, dk, dv, at::TensorOptions().dtype(at::kFloat));
+  Reserve(l, 1, window, n_kv, dk, dv, at::TensorOptions().dtype(at::kFloat));
   TORCH_CHECK(l.k.is_cpu() && l.k.size(0) == n_kv && l.k.size(2) == dk && l.v.size(0) == n_kv && l.v.size(2) == dv &&
                   l.k.is_contiguous() && l.v.is_contiguous(),
               "KvCache::AppendPosition: layer ", layer_id, " holds ", l.k.sizes(), " keys, ", l.v.sizes(),
               " values on ", l.k.device(), ", not CPU [", n_kv, ", *, ", dk, "] / [", n_kv, ", *, ", dv, "]");
   const int64_t positions = l.k.size(1);
+  const int64_t at = length_ - l.first;  // the new position's row
   Rows r;
+  r.first = l.first;
   r.k_head_stride = positions * dk;
   r.v_head_stride = positions * dv;
   if (l.k.scalar_type() == at::kBFloat16) {  // as Append stores them
     c10::BFloat16* kd = l.k.data_ptr<c10::BFloat16>();
     c10::BFloat16* vd = l.v.data_ptr<c10::BFloat16>();
-    StoreRows(kd, positions, length_, k, n_kv, 1, dk, dk, 0);
-    StoreRows(vd, positions, length_, v, n_kv, 1, dv, dv, 0);
+    StoreRows(kd, positions, at, k, n_kv, 1, dk, dk, 0);
+    StoreRows(vd, positions, at, v, n_kv, 1, dv, dv, 0);
     r.k_bf16 = reinterpret_cast<const uint16_t*>(kd);
     r.v_bf16 = reinterpret_cast<const uint16_t*>(vd);
     return r;
@@ -131,36 +172,38 @@ KvCache::Rows KvCache::AppendPosition(int64_t layer_id, const float* k, const fl
               "KvCache::AppendPosition: layer ", layer_id, " stores ", l.k.scalar_type(), ", not float32 or BF16");
   float* kd = l.k.data_ptr<float>();
   float* vd = l.v.data_ptr<float>();
-  StoreRows(kd, positions, length_, k, n_kv, 1, dk, dk, 0);
-  StoreRows(vd, positions, length_, v, n_kv, 1, dv, dv, 0);
+  StoreRows(kd, positions, at, k, n_kv, 1, dk, dk, 0);
+  StoreRows(vd, positions, at, v, n_kv, 1, dv, dv, 0);
   r.k = kd;
   r.v = vd;
   return r;
 }
 
-std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v) {
+std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v,
+                                                  int64_t window) {
   Layer& l = layers_[static_cast<size_t>(layer_id)];
   const int64_t t = k.size(1);
-  const int64_t need = length_ + t;
-  Reserve(l, need, k.size(0), k.size(2), v.size(2), k.options());
+  Reserve(l, t, window, k.size(0), k.size(2), v.size(2), k.options());
+  const int64_t at = length_ - l.first;  // the first new position's row
+  const int64_t rows = at + t;
   // The new positions' rows copied in place: float32 on the CPU by row (a decode step's few rows cost
   // less than a torch copy's dispatch, issue 35), anything else by copy_.
   const auto append = [&](at::Tensor& cache, const at::Tensor& src) {
-    const bool rows = cache.is_cpu() && src.is_cpu() && src.scalar_type() == at::kFloat && cache.is_contiguous() &&
-                      src.stride(2) == 1 && src.sizes() == at::IntArrayRef{cache.size(0), t, cache.size(2)};
-    if (rows && cache.scalar_type() == at::kFloat) {
-      StoreRows(cache.data_ptr<float>(), cache.size(1), length_, src.data_ptr<float>(), cache.size(0), t,
+    const bool by_row = cache.is_cpu() && src.is_cpu() && src.scalar_type() == at::kFloat && cache.is_contiguous() &&
+                        src.stride(2) == 1 && src.sizes() == at::IntArrayRef{cache.size(0), t, cache.size(2)};
+    if (by_row && cache.scalar_type() == at::kFloat) {
+      StoreRows(cache.data_ptr<float>(), cache.size(1), at, src.data_ptr<float>(), cache.size(0), t,
                 cache.size(2), src.stride(0), src.stride(1));
-    } else if (rows && cache.scalar_type() == at::kBFloat16) {
-      StoreRows(cache.data_ptr<c10::BFloat16>(), cache.size(1), length_, src.data_ptr<float>(), cache.size(0), t,
+    } else if (by_row && cache.scalar_type() == at::kBFloat16) {
+      StoreRows(cache.data_ptr<c10::BFloat16>(), cache.size(1), at, src.data_ptr<float>(), cache.size(0), t,
                 cache.size(2), src.stride(0), src.stride(1));
     } else {
-      cache.narrow(1, length_, t).copy_(src);
+      cache.narrow(1, at, t).copy_(src);
     }
   };
   append(l.k, k);
   append(l.v, v);
-  return {l.k.narrow(1, 0, need), l.v.narrow(1, 0, need)};
+  return {l.k.narrow(1, 0, rows), l.v.narrow(1, 0, rows)};
 }
 
 int64_t KvCache::Bytes(bool held_positions_only) const {
@@ -169,35 +212,52 @@ int64_t KvCache::Bytes(bool held_positions_only) const {
     if (!l.k.defined()) continue;
     const auto layer = static_cast<int64_t>(l.k.nbytes() + l.v.nbytes());
     const int64_t capacity = l.k.size(1);
-    total += held_positions_only && capacity > 0 ? layer / capacity * std::min(length_, capacity) : layer;
+    total += held_positions_only && capacity > 0 ? layer / capacity * std::min(length_ - l.first, capacity) : layer;
   }
   for (const LinearState& s : linear_) total += static_cast<int64_t>((s.conv.size() + s.recurrent.size()) * sizeof(float));
   return total;
+}
+
+int64_t KvCache::earliest_prefix() const {
+  if (length_ == 0) return 0;
+  if (has_recurrent_state()) return length_;
+  int64_t earliest = 1;
+  for (const Layer& l : layers_)
+    if (l.first > 0) earliest = std::max(earliest, l.first + l.window - 1);
+  return earliest;
 }
 
 KvCache KvCache::Prefix(int64_t n) const {
   TORCH_CHECK(n > 0 && n <= length_, "KvCache::Prefix: ", n, " positions of ", length_);
   TORCH_CHECK(!has_recurrent_state() || n == length_,
               "KvCache::Prefix: a Gated DeltaNet state holds all ", length_, " positions, not ", n);
+  TORCH_CHECK(n >= earliest_prefix(), "KvCache::Prefix: a trimmed sliding-window layer no longer holds the window ",
+              "of a query at position ", n, " (the shortest prefix is ", earliest_prefix(), ")");
   TORCH_CHECK(cross_.empty(), "KvCache::Prefix: an encoder-decoder cache is not shared");
   KvCache out(static_cast<int64_t>(layers_.size()));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
+    Layer& o = out.layers_[i];
+    o.window = l.window;
     if (!l.k.defined()) continue;
-    out.layers_[i].k = l.k.narrow(1, 0, n).clone(at::MemoryFormat::Contiguous);
-    out.layers_[i].v = l.v.narrow(1, 0, n).clone(at::MemoryFormat::Contiguous);
+    o.k = l.k.narrow(1, 0, n - l.first).clone(at::MemoryFormat::Contiguous);
+    o.v = l.v.narrow(1, 0, n - l.first).clone(at::MemoryFormat::Contiguous);
+    o.first = l.first;
   }
   out.linear_ = linear_;
   out.length_ = n;
   out.page_positions_ = page_positions_;
   out.bf16_storage_ = bf16_storage_;
+  out.trim_windows_ = trim_windows_;
   return out;
 }
 
 at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
-                        int64_t window, const at::Tensor& sinks) {
+                        int64_t window, const at::Tensor& sinks, int64_t key_begin) {
   const int64_t n_heads = q.size(0), t = q.size(1), dk = q.size(2);
-  const int64_t n_kv = k.size(0), total = k.size(1), dv = v.size(2);
+  const int64_t n_kv = k.size(0), rows = k.size(1), total = key_begin + rows, dv = v.size(2);
+  TORCH_CHECK(key_begin == 0 || (key_begin > 0 && window > 0 && pos0 - window + 1 >= key_begin),
+              "AttendCausal: keys from position ", key_begin, " on, but the query at ", pos0, " sees window ", window);
   const int64_t group = n_heads / n_kv;
   const bool bf16_cache = k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16;
   if (q.is_cpu() && q.scalar_type() == at::kFloat &&
@@ -215,13 +275,14 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
     }
     kv.k_head_stride = k.stride(0);
     kv.v_head_stride = v.stride(0);
+    kv.first = key_begin;
     cpu::AttendCausal(CacheAttention(qc.data_ptr<float>(), n_heads, t, dk, kv, n_kv, total, dv, pos0, scale, window,
                                      sinks, out.data_ptr<float>(), v.stride(1)));
     return out;
   }
   // One decode token's attention on a GPU: one launch (kernels/dense_decode.h) instead of ~10 torch
   // operators; the query at position pos0, which must be the last key (the new one, just appended).
-  if (q.is_cuda() && t == 1 && pos0 == total - 1 && q.scalar_type() == at::kBFloat16 &&
+  if (q.is_cuda() && t == 1 && key_begin == 0 && pos0 == total - 1 && q.scalar_type() == at::kBFloat16 &&
       k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16 && k.is_cuda() && v.is_cuda() &&
       k.stride(2) == 1 && k.stride(1) == dk && v.stride(2) == 1 && v.stride(1) == dv && n_heads % n_kv == 0) {
     const at::Tensor qc = q.contiguous();
@@ -258,18 +319,18 @@ at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
   if (causal_needed || window > 0) {
     const at::TensorOptions long_opts = at::TensorOptions().dtype(at::kLong).device(q.device());
     const at::Tensor qpos = at::arange(pos0, pos0 + t, long_opts).unsqueeze(1);  // [t, 1]
-    const at::Tensor kpos = at::arange(0, total, long_opts).unsqueeze(0);        // [1, T]
+    const at::Tensor kpos = at::arange(key_begin, total, long_opts).unsqueeze(0);  // [1, T]
     at::Tensor hidden = kpos > qpos;
     if (window > 0) hidden = hidden.logical_or(qpos - kpos >= window);
-    const at::Tensor mask = at::zeros({t, total}, scores.options())
+    const at::Tensor mask = at::zeros({t, rows}, scores.options())
                                 .masked_fill(hidden, -std::numeric_limits<float>::infinity());
-    scores = (scores.view({n_kv, group, t, total}) + mask).view({n_kv, group * t, total});
+    scores = (scores.view({n_kv, group, t, rows}) + mask).view({n_kv, group * t, rows});
   }
   at::Tensor probs;
   if (sinks.defined()) {  // gpt_oss: softmax over [scores, sink] per row, the sink column dropped
     const at::Tensor sink = sinks.to(scores.device(), at::kFloat).view({n_kv, group, 1, 1}).expand({n_kv, group, t, 1});
-    const at::Tensor combined = at::cat({scores.view({n_kv, group, t, total}), sink}, -1);
-    probs = at::softmax(combined, -1).narrow(-1, 0, total).reshape({n_kv, group * t, total}).to(q.scalar_type());
+    const at::Tensor combined = at::cat({scores.view({n_kv, group, t, rows}), sink}, -1);
+    probs = at::softmax(combined, -1).narrow(-1, 0, rows).reshape({n_kv, group * t, rows}).to(q.scalar_type());
   } else {
     probs = at::softmax(scores, -1).to(q.scalar_type());
   }
@@ -304,7 +365,7 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
       // With values in the keys the cache stores no values (dv 0; the pointer is not read).
       const float* k_row = k.data_ptr<float>() + row * n_kv * dk;
       const float* v_row = values_in_keys > 0 ? k_row : v.data_ptr<float>() + row * n_kv * dv;
-      KvCache::Rows kv = cache->AppendPosition(layer_id, k_row, v_row, n_kv, dk, v.size(2));
+      KvCache::Rows kv = cache->AppendPosition(layer_id, k_row, v_row, n_kv, dk, v.size(2), window);
       if (values_in_keys > 0) {
         kv.v = kv.k;
         kv.v_bf16 = kv.k_bf16;
@@ -327,9 +388,9 @@ at::Tensor AttendBatch(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     const at::Tensor qs = q.narrow(0, start, len).transpose(0, 1).contiguous();
     const at::Tensor ks = k.narrow(0, start, len).transpose(0, 1);
     const at::Tensor vs = v.narrow(0, start, len).transpose(0, 1);
-    auto [k_all, v_all] = cache->Append(layer_id, ks, vs);
+    auto [k_all, v_all] = cache->Append(layer_id, ks, vs, window);
     if (values_in_keys > 0) v_all = k_all.narrow(2, 0, values_in_keys);
-    outs.push_back(AttendCausal(qs, k_all, v_all, pos0, scale, window, sinks));
+    outs.push_back(AttendCausal(qs, k_all, v_all, pos0, scale, window, sinks, cache->first_position(layer_id)));
   }
   return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
 }

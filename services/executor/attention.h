@@ -27,7 +27,8 @@
 namespace zipmoe::executor {
 
 // Keys and values of one sequence for every layer, grown by doubling (and the Gated DeltaNet layers'
-// fixed-size state).
+// fixed-size state). A sliding-window layer of a CPU cache may hold only the positions a later query can
+// still see (set_trim_windows): its rows then start at first_position(layer), not at 0.
 class KvCache {
  public:
   KvCache() = default;
@@ -50,14 +51,35 @@ class KvCache {
   // value rounded to the nearest BF16, ties to even, as it is appended; attention reads them widened
   // back exactly): half the bytes a position takes and a decode step reads. Set before the first Append.
   void set_bf16_storage(bool bf16) { bf16_storage_ = bf16; }
-  // Appends k [n, t, dk], v [n, t, dv] at position length() of `layer_id` and returns views of
-  // the whole cache of that layer: k [n, length()+t, dk], v [n, length()+t, dv].
-  std::pair<at::Tensor, at::Tensor> Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v);
+  // Sliding-window layers (Append's `window` > 0) of a CPU cache hold only what a later query can see, as
+  // llama.cpp's SWA cache does: the last window - 1 positions and room to append (WindowCapacity), instead
+  // of every position, so such a layer's bytes stop growing past its window (gpt_oss: half the layers at
+  // window 128; afmoe: three layers in four). A cache moves its last window - 1 rows to the front when that
+  // room runs out (amortised: under one row a step for 64 rows of room). The attention reads the same rows
+  // in the same order: the same bits as a cache of every position. What it costs: Prefix can no longer cut
+  // such a cache before earliest_prefix(). Off by default here (the Model turns it on: GeneratorOptions::
+  // kv_window_full); set before the first Append. No effect on a device cache (it holds every position).
+  void set_trim_windows(bool trim) { trim_windows_ = trim; }
+  bool trims_windows() const { return trim_windows_; }
+  // Rows a trimmed sliding-window layer of `window` positions holds while t positions are appended: the
+  // window - 1 positions a new query still sees, the t new ones and 64 rows (or a page, when larger) of room,
+  // in whole pages of `page_positions` (0: no pages). The KV budget counts these (generator.cc KvBudget).
+  static int64_t WindowCapacity(int64_t window, int64_t t, int64_t page_positions);
+  // Appends k [n, t, dk], v [n, t, dv] at position length() of `layer_id` and returns views of the
+  // cache of that layer from first_position(layer_id) on: k [n, length()+t - first, dk], v [n, length()+t -
+  // first, dv]. `window` > 0: the layer's sliding window (ModelConfig::attention_window), the same on every
+  // call, which lets a trimming cache (set_trim_windows) drop positions before length() - (window - 1).
+  std::pair<at::Tensor, at::Tensor> Append(int64_t layer_id, const at::Tensor& k, const at::Tensor& v,
+                                           int64_t window = 0);
+  // The position of the first row layer `layer_id` holds: 0, or for a trimmed sliding-window layer the
+  // earliest position a query at length() or later can see (or earlier).
+  int64_t first_position(int64_t layer_id) const { return layers_[static_cast<size_t>(layer_id)].first; }
 
   // One layer of a CPU cache as raw rows (what cpu::AttendCausal reads): key j of kv head h at
-  // k + h * k_head_stride + j * dk (v likewise with dv); k_bf16 / v_bf16 instead when the cache stores
-  // BF16 (set_bf16_storage), the others null.
+  // k + h * k_head_stride + (j - first) * dk (v likewise with dv); k_bf16 / v_bf16 instead when the cache
+  // stores BF16 (set_bf16_storage), the others null.
   struct Rows {
+    int64_t first = 0;  // first_position(layer)
     const float* k = nullptr;
     const float* v = nullptr;
     const uint16_t* k_bf16 = nullptr;
@@ -67,9 +89,11 @@ class KvCache {
   };
   // A decode step's Append without torch operators: one position of float32 rows on the CPU, k [n_kv, dk]
   // and v [n_kv, dv] contiguous, stored at position length() of `layer_id` as Append would store
-  // k [n_kv, 1, dk], v [n_kv, 1, dv] (the same growth, the same values); returns the layer's rows,
-  // positions [0, length()] valid. The layer's cache must be a CPU one of those shapes, or not made yet.
-  Rows AppendPosition(int64_t layer_id, const float* k, const float* v, int64_t n_kv, int64_t dk, int64_t dv);
+  // k [n_kv, 1, dk], v [n_kv, 1, dv] (the same growth, the same values, the same `window`); returns the
+  // layer's rows, positions [first, length()] valid. The layer's cache must be a CPU one of those shapes, or
+  // not made yet.
+  Rows AppendPosition(int64_t layer_id, const float* k, const float* v, int64_t n_kv, int64_t dk, int64_t dv,
+                      int64_t window = 0);
   // Commits t new positions once every layer has appended them.
   void Advance(int64_t t) { length_ += t; }
 
@@ -81,11 +105,15 @@ class KvCache {
   // Whether a Gated DeltaNet layer ran: its state summarises every position, so the cache can be
   // reused at its full length only (a KV cache can be cut at any position).
   bool has_recurrent_state() const { return !linear_.empty(); }
-  // A copy holding positions [0, n) of every layer, each key / value tensor sized to n (a prompt that
-  // starts with those n tokens continues from it: prefix_cache.h). Requires 0 < n <= length(), n ==
-  // length() when has_recurrent_state(), and no cross-attention state (encoder-decoder caches are not
-  // shared). Throws c10::Error otherwise.
+  // A copy holding positions [0, n) of every layer (a trimmed sliding-window layer: [its first position,
+  // n)), each key / value tensor sized to the rows it holds (a prompt that starts with those n tokens
+  // continues from it: prefix_cache.h). Requires earliest_prefix() <= n <= length(), n > 0, and no
+  // cross-attention state (encoder-decoder caches are not shared). Throws c10::Error otherwise.
   KvCache Prefix(int64_t n) const;
+  // The shortest prefix Prefix can cut: length() when has_recurrent_state(); else the most, over trimmed
+  // sliding-window layers, of first position + window - 1 (a query at n must still see its window); else
+  // 1 (or 0 for an empty cache).
+  int64_t earliest_prefix() const;
 
   // Gated DeltaNet layers (linear_attention.h): the conv1d's last K-1 inputs [K-1, C] and the delta
   // rule's state [nv, dk, dv], float32 row-major, empty until the layer first runs (then zeros).
@@ -106,13 +134,21 @@ class KvCache {
 
  private:
   struct Layer {
-    at::Tensor k;  // [n, capacity, dk]
-    at::Tensor v;  // [n, capacity, dv]
+    at::Tensor k;        // [n, capacity, dk]: row i holds position first + i
+    at::Tensor v;        // [n, capacity, dv]
+    int64_t first = 0;   // the position of row 0 (> 0 only for a trimmed sliding-window layer)
+    int64_t window = 0;  // the sliding window Append was given (0: none)
   };
-  // Room for `need` positions in `l` (copying the cached ones into a larger tensor: pages, or doubling,
-  // or up to expected_positions_);
-  // `options` those of the appended float32 values (the stored dtype is BF16 under bf16_storage_).
-  void Reserve(Layer& l, int64_t need, int64_t n_kv, int64_t dk, int64_t dv, const at::TensorOptions& options);
+  // Room for t more positions in `l` (copying the cached ones into a larger tensor: pages, or doubling,
+  // or up to expected_positions_; a trimmed sliding-window layer: WindowCapacity rows, its rows before
+  // length_ - (window - 1) dropped); `options` those of the appended float32 values (the stored dtype is
+  // BF16 under bf16_storage_).
+  void Reserve(Layer& l, int64_t t, int64_t window, int64_t n_kv, int64_t dk, int64_t dv,
+               const at::TensorOptions& options);
+  // Moves l's rows for positions [keep, length_) into fresh tensors of `capacity` rows (or, when
+  // capacity is l's own, to the front of its tensors); l.first becomes keep.
+  void Relocate(Layer& l, int64_t capacity, int64_t keep, int64_t n_kv, int64_t dk, int64_t dv,
+                const at::TensorOptions& stored);
   // bytes(), or with held_positions_only its part for positions [0, length_) (length_bytes()).
   int64_t Bytes(bool held_positions_only) const;
   std::vector<Layer> layers_;
@@ -121,6 +157,7 @@ class KvCache {
   int64_t page_positions_ = 0;
   int64_t expected_positions_ = 0;
   bool bf16_storage_ = false;
+  bool trim_windows_ = false;
   std::vector<std::pair<at::Tensor, at::Tensor>> cross_;
 };
 
@@ -140,8 +177,11 @@ struct BatchLayout {
 // and dropped after it (GptOssAttention's eager path).
 //   q: [n_heads, t, dk], k: [n_kv_heads, T, dk], v: [n_kv_heads, T, dv] -> [t, n_heads * dv]; v's rows may
 //   be strided (MLA's latent cache passes the keys' first dv columns).
+//   key_begin: the position of k's and v's first row (KvCache::first_position; a trimmed sliding-window
+//   layer), key j then at row j - key_begin, key_begin <= j < key_begin + T; every query must see no key
+//   before it (c10::Error otherwise).
 at::Tensor AttendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos0, double scale,
-                        int64_t window, const at::Tensor& sinks = at::Tensor());
+                        int64_t window, const at::Tensor& sinks = at::Tensor(), int64_t key_begin = 0);
 
 // Whether a float32 CPU executor runs MLA over the latent KV cache (the default; attention.cc
 // MlaLatentForward) or, with ZIPMOE_MLA_KV_CACHE=heads, over per-head keys and values as the HF code

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "kernels/attention_cpu.h"
@@ -255,11 +257,18 @@ void AttendCausal(const AttentionArgs& a) {
   const int64_t v_row = a.v_row_stride > 0 ? a.v_row_stride : a.dv;
   const bool grouped = a.t == 1 && group > 1;
   const int64_t block_rows = grouped ? group : std::min(kQueryBlock, a.t);
-  // The keys position `pos` sees: [first, last] (none when first > last).
+  // The keys position `pos` sees: [first, last] (none when first > last), as rows of the cache (position
+  // key_begin is row 0; `span` rows).
+  const int64_t span = a.total - a.key_begin;
   const auto visible = [&](int64_t pos) {
-    return std::pair<int64_t, int64_t>(a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0,
-                                       std::min(pos, a.total - 1));
+    return std::pair<int64_t, int64_t>((a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0) - a.key_begin,
+                                       std::min(pos, a.total - 1) - a.key_begin);
   };
+  if (a.key_begin < 0 || a.key_begin > a.total ||
+      (a.key_begin > 0 && (a.window <= 0 || a.pos0 - a.window + 1 < a.key_begin)))
+    throw std::invalid_argument("cpu::AttendCausal: the cache starts at position " + std::to_string(a.key_begin) +
+                                ", after keys the query at " + std::to_string(a.pos0) + " sees (window " +
+                                std::to_string(a.window) + ", " + std::to_string(a.total) + " positions)");
   // Work units: a KV head's query heads in `slices` runs [g0, g1) of the group. One slice a KV head
   // unless there are fewer KV heads than threads (a multi-query cache: MLA's latent one, n_kv = 1; two
   // KV heads on more cores), where a head's query heads are shared out too (each unit then reads its
@@ -268,7 +277,7 @@ void AttendCausal(const AttentionArgs& a) {
   const int64_t slices = a.n_kv >= threads ? 1 : std::min<int64_t>(group, (threads + a.n_kv - 1) / a.n_kv);
   const int64_t per_slice = (group + slices - 1) / slices;
   const auto units = [&](int64_t u0, int64_t u1) {
-    const std::unique_ptr<float[]> scores(new float[static_cast<size_t>(block_rows * a.total)]);
+    const std::unique_ptr<float[]> scores(new float[static_cast<size_t>(block_rows * span)]);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t h = u / slices, g0 = (u % slices) * per_slice, g1 = std::min(group, g0 + per_slice);
       if (g0 >= g1) continue;
@@ -278,7 +287,7 @@ void AttendCausal(const AttentionArgs& a) {
       } else {
         keys.f32 = a.k + h * a.k_head_stride;
       }
-      keys.rows = a.total;
+      keys.rows = span;
       keys.cols = a.dk;
       const float* vh = a.v_bf16 != nullptr ? nullptr : a.v + h * a.v_head_stride;
       const uint16_t* vh_bf16 = a.v_bf16 != nullptr ? a.v_bf16 + h * a.v_head_stride : nullptr;
@@ -286,7 +295,7 @@ void AttendCausal(const AttentionArgs& a) {
       // rows of `scores` (nothing when first > last).
       const auto score = [&](const float* q, int64_t n, int64_t ldq, int64_t first, int64_t last) {
         if (first > last) return;
-        kernels::GemmArgs product = Product(keys, q, n, ldq, scores.get(), a.total);
+        kernels::GemmArgs product = Product(keys, q, n, ldq, scores.get(), span);
         product.row_begin = first;
         product.row_end = last + 1;
         // The keys' rows are short (dk values, 512 bytes in float32): prefetched ahead whatever the CPU's
@@ -331,7 +340,7 @@ void AttendCausal(const AttentionArgs& a) {
         const auto [first, last] = visible(a.pos0);
         score(a.q + (h * group + g0) * a.dk, g1 - g0, a.dk, first, last);
         for (int64_t g = g0; g < g1; ++g)
-          add_row(scores.get() + (g - g0) * a.total, a.pos0, h * group + g, a.out + (h * group + g) * a.dv);
+          add_row(scores.get() + (g - g0) * span, a.pos0, h * group + g, a.out + (h * group + g) * a.dv);
         flush();
         continue;
       }
@@ -343,7 +352,7 @@ void AttendCausal(const AttentionArgs& a) {
           score(a.q + (h * group * a.t + g * a.t + i0) * a.dk, nr, a.dk, visible(a.pos0 + i0).first,
                 visible(a.pos0 + i0 + nr - 1).second);
           for (int64_t b = 0; b < nr; ++b)
-            add_row(scores.get() + b * a.total, a.pos0 + i0 + b, qh, a.out + (i0 + b) * a.n_heads * a.dv + qh * a.dv);
+            add_row(scores.get() + b * span, a.pos0 + i0 + b, qh, a.out + (i0 + b) * a.n_heads * a.dv + qh * a.dv);
           flush();
         }
       }
@@ -354,7 +363,7 @@ void AttendCausal(const AttentionArgs& a) {
   // waking the others (below 2^20 multiply-adds, ~500 positions of qwen2_moe mini, they used to run on
   // the calling thread alone: decode TPOT 5-10 % and a 16-token prefill 5-10 % slower on 2 cores,
   // issue 35). Each head's outputs are computed alike whichever thread runs it.
-  const int64_t work = a.n_heads * a.t * a.total * (a.dk + a.dv);
+  const int64_t work = a.n_heads * a.t * span * (a.dk + a.dv);
   const int64_t n_units = a.n_kv * slices;
   if (work < (int64_t{1} << 14) || n_units < 2 || WorkPool::InRegion()) {
     units(0, n_units);

@@ -38,8 +38,8 @@ void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, float ep
 void RotateHalf(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t d, const float* cos, const float* sin);
 
 // Causal attention of one sequence (AttendCausal in attention.h), heads grouped as repeat_kv does:
-// q [n_heads, t, dk] contiguous; key j of kv head h at k + h * k_head_stride + j * dk (v likewise
-// with dv), j < total; query i sits at position pos0 + i and sees key j iff j <= pos0 + i and
+// q [n_heads, t, dk] contiguous; key j of kv head h at k + h * k_head_stride + (j - key_begin) * dk (v
+// likewise with dv), key_begin <= j < total; query i sits at position pos0 + i and sees key j iff j <= pos0 + i and
 // (window == 0 or pos0 + i - j < window). out [t, n_heads * dv]:
 //   s_j = q · k_j (the dot product in the kernels' order, computed for visible keys only), then per
 //   query row kernels::SoftmaxValues (kernels/attention_cpu.h): p = exp(s·scale - max) / Σ exp(s·scale -
@@ -63,6 +63,11 @@ struct AttentionArgs {
   int64_t pos0 = 0;
   float scale = 1.0f;
   int64_t window = 0;
+  // The position of the first cached row: key j at k + h * k_head_stride + (j - key_begin) * dk (v likewise),
+  // key_begin <= j < total. A sliding-window layer's cache drops the positions no later query can see
+  // (KvCache::set_trim_windows): every query's visible keys must start at key_begin or later (else
+  // std::invalid_argument). 0 = every position from the first.
+  int64_t key_begin = 0;
   // gpt_oss: one logit per query head [n_heads] appended to every row of the softmax and dropped after
   // it (p_j = exp(s_j - m) / (Σ exp(s - m) + exp(sink - m)), m = max(s, sink)); null = none.
   const float* sinks = nullptr;

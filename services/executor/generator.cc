@@ -67,13 +67,22 @@ struct KvBudget {
   int64_t bytes = 0;               // 0: unbounded
   int64_t page_positions = 0;      // caches grow in pages of this many positions (0: doubling)
   int64_t bytes_per_position = 0;  // Model::KvBytesPerPosition
+  // Model::KvWindowedBytesPerPosition: (window, bytes per position) of the trimmed sliding-window layers,
+  // part of bytes_per_position
+  std::vector<std::pair<int64_t, int64_t>> windowed;
   int64_t fixed_bytes = 0;         // Model::KvFixedBytes
   int64_t used_bytes = 0;          // held by sequences now
   uint64_t preemptions = 0;
-  // A sequence's bytes at `positions` cached positions, in whole pages.
-  int64_t SequenceBytes(int64_t positions) const {
+  // A sequence's bytes at `positions` cached positions, in whole pages, while its last `appended`
+  // positions are appended in one step (a trimmed sliding-window layer holds at most
+  // KvCache::WindowCapacity(window, appended) rows).
+  int64_t SequenceBytes(int64_t positions, int64_t appended) const {
     const int64_t pages = page_positions > 0 ? (positions + page_positions - 1) / page_positions : 0;
-    return pages * page_positions * bytes_per_position + fixed_bytes;
+    const int64_t rows = pages * page_positions;
+    int64_t bytes = rows * bytes_per_position + fixed_bytes;
+    for (const auto& [window, per_position] : windowed)
+      bytes -= (rows - std::min(rows, KvCache::WindowCapacity(window, appended, page_positions))) * per_position;
+    return bytes;
   }
 };
 
@@ -205,7 +214,9 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
   impl->provider = provider;
   impl->model = std::make_unique<Model>(*impl->loaded, provider, load.device, load.dtype);
   impl->model->set_kv_cache_bf16(options.kv_cache_bf16);
+  impl->model->set_kv_window_full(options.kv_window_full);
   impl->budget.bytes_per_position = impl->model->KvBytesPerPosition();
+  impl->budget.windowed = impl->model->KvWindowedBytesPerPosition();
   impl->budget.fixed_bytes = impl->model->KvFixedBytes();
   impl->model->set_substitution_alpha(options.substitution_alpha);
   if (options.device_assignment == scheduler::DeviceAssignmentMode::kGreedy && !device.is_cpu()) {
@@ -475,12 +486,21 @@ struct BatchSession::Impl {
       return;
     prefix_cache->Insert(std::move(tokens), std::move(s.cache));
   }
-  // A model with a recurrent state (Gated DeltaNet) keeps a copy of the cache right after the prompt too
-  // (prefix_cache.h): a chat's next turn starts with this prompt even when the answer re-tokenizes
-  // differently.
+  // A model with a recurrent state (Gated DeltaNet) or trimmed sliding-window layers (KvCache::
+  // set_trim_windows) keeps a copy of the cache right after the prompt too (prefix_cache.h): a chat's next
+  // turn starts with this prompt even when the answer re-tokenizes differently (or, as gpt-oss's Harmony
+  // format, drops the reasoning), which the finished cache may no longer be cut to.
+  // Whether s's cache may drop positions of its sliding-window layers before it ends (it may reach a
+  // window's length: KvCache::set_trim_windows trims no earlier).
+  bool MayTrimWindows(const Sequence& s) const {
+    const int64_t most = static_cast<int64_t>(s.result.prompt_ids.size()) + s.params.max_new_tokens;
+    return std::any_of(budget->windowed.begin(), budget->windowed.end(),
+                       [&](const std::pair<int64_t, int64_t>& w) { return most > w.first; });
+  }
   void KeepPromptSnapshot(const Sequence& s) {
     if (prefix_cache == nullptr || config->is_encoder_decoder() || s.params.record_logits ||
-        !s.cache.has_recurrent_state() || s.cache.length() != static_cast<int64_t>(s.result.prompt_ids.size()))
+        !(s.cache.has_recurrent_state() || MayTrimWindows(s)) ||
+        s.cache.length() != static_cast<int64_t>(s.result.prompt_ids.size()))
       return;
     // A snapshot that cannot be made (out of memory) only costs a later prefill.
     (void)TorchBoundary("prefix cache snapshot", [&]() -> Status {
@@ -538,10 +558,10 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
       return Status::InvalidArgument(fmt::format("generated token {} (index {}) is outside the vocabulary [0, {})",
                                                  generated[i], i, c.vocab_size));
   }
-  if (impl_->bounded() && impl_->budget->SequenceBytes(fed) > impl_->budget->bytes)
+  if (impl_->bounded() && impl_->budget->SequenceBytes(fed, fed) > impl_->budget->bytes)
     return Status::InvalidArgument(fmt::format(
         "the prompt's {} tokens need {:.1f} MiB of KV cache, more than the whole KV budget of {:.1f} MiB", fed,
-        static_cast<double>(impl_->budget->SequenceBytes(fed)) / (1 << 20),
+        static_cast<double>(impl_->budget->SequenceBytes(fed, fed)) / (1 << 20),
         static_cast<double>(impl_->budget->bytes) / (1 << 20)));
   const SequenceId id = impl_->next_id++;
   auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->NewCache(), std::move(on_token),
@@ -587,7 +607,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
     for (size_t i = 0; i < running.size(); ++i) {
       Impl::Sequence& s = *running[i];
       if (!s.prefilled) continue;  // preempted for an older one in this loop
-      const int64_t need = budget.SequenceBytes(s.cache.length() + 1) - s.held_bytes;
+      const int64_t need = budget.SequenceBytes(s.cache.length() + 1, 1) - s.held_bytes;
       while (budget.used_bytes + need > budget.bytes) {
         // The youngest running sequence that may be preempted (not recording logits: a re-prefill would
         // record its rows again).
@@ -613,7 +633,8 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
       Impl::Sequence& s = *sp;
       if (s.prefilled) continue;
       const int64_t need =
-          budget.SequenceBytes(s.cache.length() + static_cast<int64_t>(s.prefill.size())) - s.held_bytes;
+          budget.SequenceBytes(s.cache.length() + static_cast<int64_t>(s.prefill.size()),
+                               static_cast<int64_t>(s.prefill.size())) - s.held_bytes;
       if (budget.used_bytes + need > budget.bytes) break;
       budget.used_bytes += need;
       s.held_bytes += need;
@@ -730,7 +751,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
           // a sequence also ends where it alone would no longer fit.
           const int64_t fed = static_cast<int64_t>((c.is_encoder_decoder() ? 1 : r.prompt_ids.size()) +
                                                    r.generated_ids.size()) - 1;
-          const bool fits = !impl_->bounded() || budget.SequenceBytes(fed + 1) <= budget.bytes;
+          const bool fits = !impl_->bounded() || budget.SequenceBytes(fed + 1, 1) <= budget.bytes;
           go_on = static_cast<int64_t>(r.generated_ids.size()) < s.params.max_new_tokens &&
                   fed < c.max_position_embeddings && fits;
         }

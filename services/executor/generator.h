@@ -98,6 +98,13 @@ struct GeneratorOptions {
   // the same bits for any batch, budget, policy and ISA. No effect on a GPU (its cache is BF16 already)
   // or an encoder-decoder model.
   bool kv_cache_bf16 = false;
+  // Sliding-window layers (gpt_oss's and afmoe's sliding_attention layers, mixtral's sliding_window) cache
+  // every position instead of the last window's (`--swa-full`, llama.cpp's name). By default the CPU
+  // executor's caches hold only what a later query can see (KvCache::set_trim_windows): the same logits,
+  // those layers' bytes bounded by their window, and the KV budget counts them so. What the default costs:
+  // the prefix cache reuses such a cache only from where its windows are still whole (a chat's next turn
+  // starts from a copy kept right after the prompt, as for the recurrent models). No effect on a GPU.
+  bool kv_window_full = false;
 };
 
 // "f32" (the default) or "bf16": GeneratorOptions::kv_cache_bf16 from `--kv-cache-dtype` /

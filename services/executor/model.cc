@@ -46,6 +46,26 @@ int64_t Model::KvBytesPerPosition() const {
   return total;
 }
 
+std::vector<std::pair<int64_t, int64_t>> Model::KvWindowedBytesPerPosition() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (!trims_windows()) return out;
+  const ModelConfig& c = model_.config;
+  const int64_t elem = kv_cache_bf16_ ? 2 : static_cast<int64_t>(c10::elementSize(dtype_));
+  // Windowed layers are GQA ones (gpt_oss, afmoe, mixtral): keys and values of every KV head.
+  const int64_t per_layer = c.num_key_value_heads * 2 * c.head_dim * elem;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const int64_t window = c.attention_window(l);
+    if (window <= 0 || c.IsLinearAttentionLayer(l) || c.mla()) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == window; });
+    if (it == out.end()) {
+      out.emplace_back(window, per_layer);
+    } else {
+      it->second += per_layer;
+    }
+  }
+  return out;
+}
+
 int64_t Model::KvFixedBytes() const {
   const ModelConfig& c = model_.config;
   const int64_t channels = 2 * c.linear_num_key_heads * c.linear_key_head_dim +

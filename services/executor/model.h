@@ -41,12 +41,21 @@ class Model {
   // (the Gated DeltaNet layers' conv inputs and state, float32).
   int64_t KvBytesPerPosition() const;
   int64_t KvFixedBytes() const;
+  // The sliding-window layers' part of KvBytesPerPosition as (window, bytes per position) pairs, one per
+  // distinct window, when the caches trim those layers (KvCache::set_trim_windows: at most
+  // KvCache::WindowCapacity rows each); empty when every layer holds every position.
+  std::vector<std::pair<int64_t, int64_t>> KvWindowedBytesPerPosition() const;
   KvCache NewCache() const {
     if (switch_) return switch_->NewCache();
     KvCache cache(model_.config.num_hidden_layers);
     cache.set_bf16_storage(kv_cache_bf16_);
+    cache.set_trim_windows(trims_windows());
     return cache;
   }
+  // Sliding-window layers' caches hold every position (GeneratorOptions::kv_window_full) instead of their
+  // window's (the default on the CPU executor; a device cache always holds every position).
+  void set_kv_window_full(bool full) { kv_window_full_ = full; }
+  bool trims_windows() const { return !kv_window_full_ && !switch_ && device_.is_cpu(); }
   // Keys and values in BF16 on the CPU executor (GeneratorOptions::kv_cache_bf16); no effect on an
   // encoder-decoder model or where the compute dtype is not float32 (a GPU's cache is BF16 already).
   void set_kv_cache_bf16(bool bf16) { kv_cache_bf16_ = bf16 && !switch_ && dtype_ == at::kFloat; }
@@ -114,6 +123,7 @@ class Model {
   std::unique_ptr<SwitchModel> switch_;  // switch_transformers only
   std::unique_ptr<DeviceExpertCache> device_experts_;
   bool kv_cache_bf16_ = false;
+  bool kv_window_full_ = false;
 };
 
 }  // namespace zipmoe::executor

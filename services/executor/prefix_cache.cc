@@ -22,7 +22,9 @@ std::optional<KvCache> PrefixCache::Lookup(const std::vector<int32_t>& prompt, i
   int64_t best_n = 0;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     int64_t n = std::min(CommonPrefix(it->tokens, prompt), most);
-    if (it->cache.has_recurrent_state() && n != static_cast<int64_t>(it->tokens.size())) n = 0;
+    // A recurrent state serves its whole length only; a trimmed sliding-window layer from where its window
+    // is still whole (KvCache::earliest_prefix).
+    if (n < it->cache.earliest_prefix()) n = 0;
     if (n > best_n) {
       best = it;
       best_n = n;
@@ -41,10 +43,14 @@ void PrefixCache::Insert(std::vector<int32_t> tokens, KvCache cache) {
   if (tokens.empty() || static_cast<int64_t>(tokens.size()) != cache.length()) return;
   const int64_t bytes = cache.bytes();
   if (bytes > stats_.budget_bytes) return;  // would evict everything and itself
-  // Entries the new one covers: their tokens are a prefix of the new tokens (a KV cache serves every
-  // shorter prefix too; a recurrent state does not, so then they stay).
-  for (auto it = entries_.begin(); it != entries_.end() && !cache.has_recurrent_state();) {
-    if (it->tokens.size() <= tokens.size() && std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin())) {
+  // Entries the new one covers: their tokens are a prefix of the new tokens, and every prefix they can be
+  // cut to the new one can be cut to as well (KvCache::earliest_prefix: a KV cache serves every shorter
+  // prefix; a recurrent state only its whole length; a trimmed sliding-window layer the prefixes where its
+  // window is whole, so a trimmed entry does not replace an untrimmed one).
+  const int64_t earliest = cache.earliest_prefix();
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->tokens.size() <= tokens.size() && it->cache.earliest_prefix() >= earliest &&
+        std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin())) {
       stats_.bytes -= it->bytes;
       ++stats_.evicted;
       it = entries_.erase(it);

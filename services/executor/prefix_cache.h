@@ -9,19 +9,23 @@
 // prefix with the prompt, cut to leave at least one prompt token to feed (its logits sample the first
 // new token). A model with Gated DeltaNet layers (qwen3_next, qwen3_5_moe) keeps a recurrent state that
 // summarises every position, so its entries are reused only when the prompt starts with ALL of an
-// entry's tokens. Encoder-decoder models are not cached (the caller does not insert them).
+// entry's tokens. A cache whose sliding-window layers hold only their window (KvCache::set_trim_windows)
+// is cut no earlier than where those windows are whole (KvCache::earliest_prefix). Encoder-decoder models
+// are not cached (the caller does not insert them).
 //
 // Exactness: the CPU kernels' results do not depend on the batch a token is computed in
 // (kernels/bf16_gemm.h), so the logits of the tokens fed after a hit are bit-identical to those of a
 // run that fed the whole prompt (tests/services/executor/prefix_cache_test.cc).
 //
-// With a recurrent state the generator also keeps a copy of each sequence's cache right after its
-// prompt: the next turn of a chat re-sends the answer as text, whose tokens need not be the ones
-// generated, but it always starts with the whole previous prompt.
+// With a recurrent state, or sliding-window layers that may be trimmed before the sequence ends, the
+// generator also keeps a copy of each sequence's cache right after its prompt: the next turn of a chat
+// re-sends the answer as text, whose tokens need not be the ones generated (gpt-oss's Harmony history
+// drops the reasoning), but it always starts with the whole previous prompt.
 //
 // Eviction: least recently used (inserted or hit) first, while the entries' bytes (KvCache::bytes)
-// exceed the budget; an entry whose tokens are a prefix of a newly inserted KV-only one is dropped (the
-// new one serves every prompt it did). An entry larger than the whole budget is not kept.
+// exceed the budget; an entry whose tokens are a prefix of a newly inserted one that can be cut to
+// every prefix it could (earliest_prefix no later) is dropped (the new one serves every prompt it did).
+// An entry larger than the whole budget is not kept.
 //
 // Internal to services/executor. Not thread-safe: the generating thread owns it.
 #pragma once

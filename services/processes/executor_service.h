@@ -62,6 +62,7 @@ struct ServeOptions {
   // available once the model is loaded, less the prefix cache, at least 256 MiB; 0 = unbounded.
   int64_t kv_budget_mib = -1;
   bool kv_cache_bf16 = false;  // keys and values cached as BF16 (GeneratorOptions::kv_cache_bf16)
+  bool kv_window_full = false;  // sliding-window layers cache every position (GeneratorOptions::kv_window_full)
   int http_threads = 0;  // 0 = 2 x max_batch + 32
   int http_read_timeout_ms = 10000;
   std::string cors_origin = "*";

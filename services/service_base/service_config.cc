@@ -67,6 +67,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"http.prefix_cache_mib", &c.http_prefix_cache_mib},
       {"http.kv_budget_mib", &c.http_kv_budget_mib},
       {"http.kv_cache_dtype", &c.http_kv_cache_dtype},
+      {"http.swa_full", &c.http_swa_full},
       {"http.request_grouping", &c.http_request_grouping},
       {"http.group_window", &c.http_group_window},
       {"http.host", &c.http_host},
