@@ -105,6 +105,7 @@ struct GenerateArgs {
   std::string device_memory_budget;
   bool kv_cache_bf16 = false;  // --kv-cache-dtype bf16
   bool kv_window_full = false;  // --swa-full
+  int64_t prefill_chunk = 0;  // --prefill-chunk (a single request: nothing waits between its chunks)
   std::string logits_out;
   std::string trace_out;
   std::string trace_events;
@@ -210,6 +211,7 @@ int RunGenerate(const GenerateArgs& args) {
   options.weights_memory = args.weights_memory;
   options.kv_cache_bf16 = args.kv_cache_bf16;
   options.kv_window_full = args.kv_window_full;
+  options.prefill_chunk = args.prefill_chunk;
   options.device = args.device;
   Result<scheduler::DeviceAssignmentMode> assignment = scheduler::ParseDeviceAssignmentMode(args.device_assignment);
   if (!assignment.ok()) return Fail(assignment.status());
@@ -478,6 +480,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--device-memory-budget", args->device_memory_budget, kDeviceMemoryBudgetHelp);
   AddKvCacheDtypeFlag(cmd, &args->kv_cache_bf16);
   AddSwaFullFlag(cmd, &args->kv_window_full);
+  AddPrefillChunkFlag(cmd, &args->prefill_chunk);
   cmd->add_option("--logits-out", args->logits_out,
                   "write float32 LE logits [n_rows, vocab], one row per position fed through the model");
   cmd->add_flag("--json", args->json, "print {prompt_ids, generated_ids, text, ttft_s, tpot_s, tokens_per_s}");

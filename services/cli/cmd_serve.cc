@@ -123,6 +123,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
   AddKvCacheDtypeFlag(cmd, &args->serve.kv_cache_bf16);
   AddSwaFullFlag(cmd, &args->serve.kv_window_full);
+  AddPrefillChunkFlag(cmd, &args->serve.prefill_chunk);
   cmd->add_option("--max-waiting", args->serve.max_waiting, "sequences queued for a batch slot before requests get 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

@@ -40,6 +40,14 @@ void AddSwaFullFlag(CLI::App* cmd, bool* full) {
                 "their window's: more memory, and the prefix cache can reuse such a cache from any position");
 }
 
+void AddPrefillChunkFlag(CLI::App* cmd, int64_t* chunk) {
+  cmd->add_option("--prefill-chunk", *chunk,
+                  "prompt tokens fed a step (chunked prefill: other sequences decode between a long prompt's chunks, "
+                  "a step's memory is bounded; the same logits); 0 = a prompt whole")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f, bool budget_required) {
   CLI::Option* budget = cmd->add_option(
       "--memory-budget", f->memory_budget,

@@ -91,6 +91,8 @@ void AddWeightsMemoryFlags(CLI::App* cmd, executor::WeightsMemory* target);
 void AddKvCacheDtypeFlag(CLI::App* cmd, bool* bf16);
 // Adds --swa-full to `cmd` (GeneratorOptions::kv_window_full), setting *full.
 void AddSwaFullFlag(CLI::App* cmd, bool* full);
+// Adds --prefill-chunk N >= 0 to `cmd` (GeneratorOptions::prefill_chunk), setting *chunk.
+void AddPrefillChunkFlag(CLI::App* cmd, int64_t* chunk);
 
 // One stderr line about the assignment: the cost model (`what` = "profiled") or what it decided so
 // far (`what` = "decided"); says so when there is no accelerator.

@@ -84,6 +84,13 @@ struct KvBudget {
       bytes -= (rows - std::min(rows, KvCache::WindowCapacity(window, appended, page_positions))) * per_position;
     return bytes;
   }
+  // The most a prefill of `fed` positions holds at any of its steps, fed in chunks of `chunk` (0: whole):
+  // its last step, or the last full chunk before it (a trimmed sliding-window layer holds the chunk's rows).
+  int64_t PrefillBytes(int64_t fed, int64_t chunk) const {
+    const int64_t last = chunk > 0 ? (fed - 1) % chunk + 1 : fed;
+    const int64_t at_end = SequenceBytes(fed, last);
+    return fed > last ? std::max(at_end, SequenceBytes(fed - last, chunk)) : at_end;
+  }
 };
 
 struct Generator::Impl {
@@ -97,6 +104,7 @@ struct Generator::Impl {
   std::unique_ptr<PrefixCache> prefix_cache;  // GeneratorOptions::prefix_cache_bytes > 0
   KvBudget budget;
   int64_t kv_page_positions = 64;  // GeneratorOptions::kv_page_positions
+  int64_t prefill_chunk = 0;       // GeneratorOptions::prefill_chunk
 };
 
 Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -166,6 +174,10 @@ Result<std::unique_ptr<Generator>> Generator::Create(const GeneratorOptions& opt
     return Status::InvalidArgument(fmt::format("prefix cache bytes {} is negative (0 turns it off)",
                                                options.prefix_cache_bytes));
   if (options.prefix_cache_bytes > 0) impl->prefix_cache = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
+  if (options.prefill_chunk < 0)
+    return Status::InvalidArgument(
+        fmt::format("prefill chunk {} is negative (0 feeds a prompt whole)", options.prefill_chunk));
+  impl->prefill_chunk = options.prefill_chunk;
   if (options.kv_budget_bytes < 0 || options.kv_page_positions < 1)
     return Status::InvalidArgument(fmt::format("KV budget {} bytes / page {} positions: the budget must be >= 0 (0 = "
                                                "unbounded) and the page >= 1", options.kv_budget_bytes,
@@ -398,7 +410,10 @@ struct BatchSession::Impl {
     int64_t held_bytes = 0;        // KV bytes counted against the budget (KvBudget)
     std::vector<int32_t> prefill;  // the tokens to feed (the prompt, its part after a prefix-cache hit, or
                                    // after a preemption the prompt and every generated token)
-    std::vector<int32_t> feed;  // the one token of a decode step
+    int64_t prefill_fed = 0;       // of them, fed by earlier steps (chunked prefill)
+    std::vector<int32_t> feed;  // the one token of a decode step, or a chunk of `prefill`
+    // Admitted: decoding, or part of its prefill fed (holds cache positions).
+    bool admitted() const { return prefilled || prefill_fed > 0; }
     std::unordered_map<int32_t, int32_t> counts;  // generated token -> occurrences (penalties)
     Sequence(SequenceId i, const GenerationParams& p, uint64_t stream, KvCache c, SequenceCallback cb,
              std::vector<int32_t> prompt)
@@ -413,6 +428,14 @@ struct BatchSession::Impl {
   std::vector<std::unique_ptr<Sequence>> sequences;  // in the order they were added
   SequenceId next_id = 1;
   int64_t steps = 0;
+  int64_t prefill_chunk = 0;  // GeneratorOptions::prefill_chunk (0: whole)
+
+  // The tokens s's next step feeds: one when it decodes, else its prefill's next chunk.
+  int64_t NextFeed(const Sequence& s) const {
+    if (s.prefilled) return 1;
+    const auto left = static_cast<int64_t>(s.prefill.size()) - s.prefill_fed;
+    return prefill_chunk > 0 && !config->is_encoder_decoder() ? std::min(left, prefill_chunk) : left;
+  }
 
   bool bounded() const { return budget->bytes > 0 && !config->is_encoder_decoder(); }
   // A new sequence's empty cache, growing in the budget's pages (KvCache::Prefix copies keep them).
@@ -443,6 +466,7 @@ struct BatchSession::Impl {
     ExpectPositions(s);
     s.prefill = s.result.prompt_ids;
     s.prefill.insert(s.prefill.end(), s.result.generated_ids.begin(), s.result.generated_ids.end());
+    s.prefill_fed = 0;
     s.prefilled = false;
   }
   // The first time a waiting sequence is considered for a step: a prompt that starts with a finished
@@ -519,6 +543,7 @@ std::unique_ptr<BatchSession> Generator::NewSession() {
   impl->config = &impl_->loaded->config;
   impl->prefix_cache = impl_->prefix_cache.get();
   impl->budget = &impl_->budget;
+  impl->prefill_chunk = impl_->prefill_chunk;
   return std::unique_ptr<BatchSession>(new BatchSession(std::move(impl)));
 }
 
@@ -558,10 +583,11 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
       return Status::InvalidArgument(fmt::format("generated token {} (index {}) is outside the vocabulary [0, {})",
                                                  generated[i], i, c.vocab_size));
   }
-  if (impl_->bounded() && impl_->budget->SequenceBytes(fed, fed) > impl_->budget->bytes)
+  const int64_t prefill_bytes = impl_->budget->PrefillBytes(fed, c.is_encoder_decoder() ? 0 : impl_->prefill_chunk);
+  if (impl_->bounded() && prefill_bytes > impl_->budget->bytes)
     return Status::InvalidArgument(fmt::format(
         "the prompt's {} tokens need {:.1f} MiB of KV cache, more than the whole KV budget of {:.1f} MiB", fed,
-        static_cast<double>(impl_->budget->SequenceBytes(fed, fed)) / (1 << 20),
+        static_cast<double>(prefill_bytes) / (1 << 20),
         static_cast<double>(impl_->budget->bytes) / (1 << 20)));
   const SequenceId id = impl_->next_id++;
   auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->NewCache(), std::move(on_token),
@@ -590,10 +616,11 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
   const ModelConfig& c = *impl_->config;
   const int64_t vocab = c.vocab_size;
   KvBudget& budget = *impl_->budget;
-  // Which sequences this step feeds: every one without a KV budget. With one, running sequences first
-  // (oldest first), each growing by a position; one that needs bytes that are not free preempts the most
-  // recently admitted other running sequence (itself when it is that one); then waiting sequences, oldest
-  // first, while their prefill fits (no overtaking).
+  // Which sequences this step feeds: every one without a KV budget. With one, admitted sequences first
+  // (decoding, or part of their prompt fed; oldest first), each growing by a position or its prefill's next
+  // chunk; one that needs bytes that are not free preempts the most recently admitted other one (itself when
+  // it is that one); then waiting sequences, oldest first, while their prefill's first step fits (no
+  // overtaking).
   std::vector<Impl::Sequence*> batch;
   for (auto& sp : sequences) {
     if (!sp->looked_up && !sp->prefilled) impl_->LookUpPrefix(*sp);
@@ -603,17 +630,18 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
   } else {
     std::vector<Impl::Sequence*> running;
     for (auto& sp : sequences)
-      if (sp->prefilled) running.push_back(sp.get());
+      if (sp->admitted()) running.push_back(sp.get());
     for (size_t i = 0; i < running.size(); ++i) {
       Impl::Sequence& s = *running[i];
-      if (!s.prefilled) continue;  // preempted for an older one in this loop
-      const int64_t need = budget.SequenceBytes(s.cache.length() + 1, 1) - s.held_bytes;
+      if (!s.admitted()) continue;  // preempted for an older one in this loop
+      const int64_t n = impl_->NextFeed(s);
+      const int64_t need = budget.SequenceBytes(s.cache.length() + n, n) - s.held_bytes;
       while (budget.used_bytes + need > budget.bytes) {
-        // The youngest running sequence that may be preempted (not recording logits: a re-prefill would
+        // The youngest admitted sequence that may be preempted (not recording logits: a re-prefill would
         // record its rows again).
         Impl::Sequence* victim = nullptr;
         for (size_t v = running.size(); v-- > i;) {
-          if (running[v]->prefilled && !running[v]->params.record_logits) {
+          if (running[v]->admitted() && !running[v]->params.record_logits) {
             victim = running[v];
             break;
           }
@@ -623,7 +651,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
         impl_->Preempt(*victim);
         if (victim == &s) break;
       }
-      if (!s.prefilled) continue;
+      if (!s.admitted()) continue;
       if (budget.used_bytes + need > budget.bytes) continue;  // nothing to preempt: it waits (logits recorded)
       budget.used_bytes += need;
       s.held_bytes += need;
@@ -631,10 +659,9 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
     }
     for (auto& sp : sequences) {
       Impl::Sequence& s = *sp;
-      if (s.prefilled) continue;
-      const int64_t need =
-          budget.SequenceBytes(s.cache.length() + static_cast<int64_t>(s.prefill.size()),
-                               static_cast<int64_t>(s.prefill.size())) - s.held_bytes;
+      if (s.admitted()) continue;
+      const int64_t n = impl_->NextFeed(s);
+      const int64_t need = budget.SequenceBytes(s.cache.length() + n, n) - s.held_bytes;
       if (budget.used_bytes + need > budget.bytes) break;
       budget.used_bytes += need;
       s.held_bytes += need;
@@ -657,8 +684,14 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
   std::vector<KvCache*> caches;
   for (Impl::Sequence* s : batch) {
     all_logits = all_logits || s->params.record_logits;
-    if (s->prefilled) s->feed.assign(1, s->result.generated_ids.back());
-    tokens.push_back(s->prefilled ? &s->feed : &s->prefill);
+    const int64_t n = impl_->NextFeed(*s);
+    if (s->prefilled) {
+      s->feed.assign(1, s->result.generated_ids.back());
+    } else if (s->prefill_fed > 0 || n < static_cast<int64_t>(s->prefill.size())) {  // a chunk of the prefill
+      s->feed.assign(s->prefill.begin() + s->prefill_fed, s->prefill.begin() + s->prefill_fed + n);
+    }
+    const bool whole = !s->prefilled && s->prefill_fed == 0 && n == static_cast<int64_t>(s->prefill.size());
+    tokens.push_back(whole ? &s->prefill : &s->feed);
     caches.push_back(&s->cache);
   }
   Result<at::Tensor> forward = impl_->model->Forward(tokens, caches, all_logits);
@@ -698,6 +731,10 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
     }
     const int64_t last = all_logits ? row + len - 1 : static_cast<int64_t>(j);
     row += len;
+    if (!s.prefilled) {
+      s.prefill_fed += static_cast<int64_t>(tokens[j]->size());
+      if (s.prefill_fed < static_cast<int64_t>(s.prefill.size())) continue;  // more chunks to feed: nothing sampled
+    }
     const bool was_prefill = !s.prefilled;
     s.prefilled = true;
     if (was_prefill) impl_->KeepPromptSnapshot(s);
@@ -808,18 +845,24 @@ Result<std::vector<GenerationResult>> Generator::Generate(const std::vector<std:
     st.prefill_tokens += static_cast<int64_t>(prompts[i].size());
   }
   std::vector<GenerationResult> results(n);
+  // The first token of every sequence: the end of the step after which none waits for (the rest of) its
+  // prefill (step 1 unless prompts are fed in chunks or wait for the KV budget).
   Clock::time_point first_token = start;
+  int64_t prefill_steps = -1;
   while (!session->empty()) {
     for (BatchSession::Finished& f : session->Step()) {
       if (!f.status.ok()) return f.status;
       const size_t i = static_cast<size_t>(std::find(ids.begin(), ids.end(), f.id) - ids.begin());
       results[i] = std::move(f.result);
     }
-    if (session->steps() == 1) first_token = Clock::now();
+    if (prefill_steps < 0 && session->queued() == 0) {
+      first_token = Clock::now();
+      prefill_steps = session->steps();
+    }
   }
   const Clock::time_point end = Clock::now();
   st.ttft_seconds = Seconds(start, first_token);
-  st.decode_steps = std::max<int64_t>(0, session->steps() - 1);
+  st.decode_steps = std::max<int64_t>(0, session->steps() - std::max<int64_t>(prefill_steps, 0));
   for (const GenerationResult& r : results)
     st.decode_tokens += std::max<int64_t>(0, static_cast<int64_t>(r.generated_ids.size()) - 1);
   st.total_seconds = Seconds(start, end);

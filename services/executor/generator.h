@@ -105,6 +105,15 @@ struct GeneratorOptions {
   // the prefix cache reuses such a cache only from where its windows are still whole (a chat's next turn
   // starts from a copy kept right after the prompt, as for the recurrent models). No effect on a GPU.
   bool kv_window_full = false;
+  // A prompt is fed in steps of at most this many tokens (chunked prefill, as vLLM's and llama.cpp's
+  // servers do): the other sequences of a session decode a token between two of its chunks instead of
+  // waiting for the whole prompt, and a step's activations (and a trimmed sliding-window layer's rows,
+  // KvCache::set_trim_windows) are bounded by the chunk, not the prompt. The logits are the same bits (the
+  // kernels do not depend on how many tokens a step feeds). Costs: a MoE layer reads its experts once a
+  // chunk (under a memory budget, a chunk's misses). 0 = the whole prompt in one step (the default here and
+  // in `generate`; `serve` / `up` feed 512: docs/api.md "Chunked prefill"). Encoder-decoder models feed
+  // their encoder whole. Negative: kInvalidArgument from Create.
+  int64_t prefill_chunk = 0;
 };
 
 // "f32" (the default) or "bf16": GeneratorOptions::kv_cache_bf16 from `--kv-cache-dtype` /
@@ -277,7 +286,9 @@ class BatchSession {
 
   // One forward pass over every queued prompt and running sequence (with a KV budget: those that fit,
   // GeneratorOptions::kv_budget_bytes), in the order they were added; samples one token per sequence
-  // fed (a sequence with max_new_tokens 0 ends after its prefill).
+  // fed (a sequence with max_new_tokens 0 ends after its prefill). A prompt longer than
+  // GeneratorOptions::prefill_chunk is fed a chunk a step and samples after its last chunk (queued()
+  // counts it until then).
   // Returns the sequences that ended in this step: EOS (when params.stop_on_eos), max_new_tokens,
   // the context length, or a callback returning false. If the forward fails, every sequence of the
   // step loses its KV cache (unusable): with a transient error (kUnavailable, kDeadlineExceeded: the

@@ -145,6 +145,7 @@ int RunServe(const ServeOptions& args, const ProviderFactory& make_provider, run
   options.kv_budget_bytes = args.kv_budget_mib > 0 ? args.kv_budget_mib << 20 : 0;
   options.kv_cache_bf16 = args.kv_cache_bf16;
   options.kv_window_full = args.kv_window_full;
+  options.prefill_chunk = args.prefill_chunk;
   Result<std::unique_ptr<ExpertProvider>> created = make_provider();
   if (!created.ok()) return fail(created.status());
   std::unique_ptr<ExpertProvider> provider = std::move(created).value();
@@ -221,6 +222,7 @@ int RunExecutorService(const runtime::ServiceConfig& config, runtime::Terminatio
   if (!kv_bf16.ok()) return Fail(kv_bf16.status());
   args.kv_cache_bf16 = *kv_bf16;
   args.kv_window_full = config.http_swa_full;
+  args.prefill_chunk = config.http_prefill_chunk;
   args.request_grouping = config.http_request_grouping;
   args.group_window = static_cast<int>(config.http_group_window);
   ResolveServeOptions(&args);  // ZIPMOE_API_KEY / ZIPMOE_SERVED_MODEL_NAME when the config sets none

@@ -63,6 +63,7 @@ struct ServeOptions {
   int64_t kv_budget_mib = -1;
   bool kv_cache_bf16 = false;  // keys and values cached as BF16 (GeneratorOptions::kv_cache_bf16)
   bool kv_window_full = false;  // sliding-window layers cache every position (GeneratorOptions::kv_window_full)
+  int64_t prefill_chunk = 512;  // prompt tokens fed a step (GeneratorOptions::prefill_chunk); 0 = whole
   int http_threads = 0;  // 0 = 2 x max_batch + 32
   int http_read_timeout_ms = 10000;
   std::string cors_origin = "*";

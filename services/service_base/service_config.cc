@@ -68,6 +68,7 @@ std::vector<std::pair<std::string, Field>> Fields(ServiceConfig& c) {
       {"http.kv_budget_mib", &c.http_kv_budget_mib},
       {"http.kv_cache_dtype", &c.http_kv_cache_dtype},
       {"http.swa_full", &c.http_swa_full},
+      {"http.prefill_chunk", &c.http_prefill_chunk},
       {"http.request_grouping", &c.http_request_grouping},
       {"http.group_window", &c.http_group_window},
       {"http.host", &c.http_host},
@@ -208,6 +209,9 @@ Status Validate(const ServiceConfig& c) {
   ZM_RETURN_IF_ERROR(scheduler::ParseRequestGrouping(c.http_request_grouping).status().WithContext("http.request_grouping"));
   if (c.http_kv_cache_dtype != "f32" && c.http_kv_cache_dtype != "bf16")
     return Status::InvalidArgument(fmt::format("http.kv_cache_dtype '{}': f32 (the default) or bf16", Clip(c.http_kv_cache_dtype)));
+  if (c.http_prefill_chunk < 0)
+    return Status::InvalidArgument(
+        fmt::format("http.prefill_chunk = {}: prompt tokens fed a step, >= 0 (0 = a prompt whole)", c.http_prefill_chunk));
   return Status::Ok();
 }
 

@@ -79,6 +79,7 @@ struct ServiceConfig {
   int64_t http_kv_budget_mib = -1;       // executor: bound on running sequences' KV caches; -1 = auto, 0 = none
   std::string http_kv_cache_dtype = "f32";  // executor: f32, or bf16 (half the KV bytes; GeneratorOptions::kv_cache_bf16)
   bool http_swa_full = false;  // executor: sliding-window layers cache every position (GeneratorOptions::kv_window_full)
+  int64_t http_prefill_chunk = 512;  // executor: prompt tokens fed a step (GeneratorOptions::prefill_chunk); 0 = whole
   std::string http_request_grouping = "none";  // executor: none | coserve (services/scheduler/request_grouping.h)
   int64_t http_group_window = 8;         // executor: waiting sequences request grouping looks at
   std::string http_host = "127.0.0.1";

@@ -39,6 +39,13 @@ inline Status CreateError(const std::string& dir) {
 
 inline const std::vector<int32_t> kPrompt = {5, 17, 300, 1000, 42, 7, 1999, 256, 64, 128, 3, 900};
 
+// n prompt ids in [1, vocab - 1], a different sequence for each seed (long prompts for the executor tests).
+inline std::vector<int32_t> PromptIds(int64_t n, int64_t seed, int64_t vocab) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>((seed + 7919 * i) % (vocab - 1)) + 1;
+  return p;
+}
+
 inline bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }

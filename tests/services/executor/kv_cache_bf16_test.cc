@@ -29,11 +29,7 @@ std::unique_ptr<Generator> Make(const std::string& dir, bool bf16) {
   return g.ok() ? std::move(g).value() : nullptr;
 }
 
-std::vector<int32_t> LongPrompt(int64_t n, int32_t vocab) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>((17 + 7919 * i) % (vocab - 1)) + 1;
-  return p;
-}
+std::vector<int32_t> LongPrompt(int64_t n, int32_t vocab) { return test::PromptIds(n, 17, vocab); }
 
 class KvCacheBf16Test : public ::testing::TestWithParam<std::string> {};
 

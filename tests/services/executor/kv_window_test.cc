@@ -171,12 +171,6 @@ std::unique_ptr<Generator> Make(const std::string& dir, bool full, bool bf16 = f
   return g.ok() ? std::move(g).value() : nullptr;
 }
 
-std::vector<int32_t> Ids(int64_t n, int64_t seed, int64_t vocab) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>((seed + 7919 * i) % (vocab - 1)) + 1;
-  return p;
-}
-
 // A model directory of `arch` with sliding windows: gpt_oss and afmoe as synth writes them (window 8 on
 // their sliding layers), mixtral with sliding_window 16 on every layer.
 std::string WindowedModelDir(const std::string& arch) {
@@ -198,9 +192,9 @@ TEST_P(KvWindowModelTest, TheSameLogitsAsACacheOfEveryPosition) {
     auto full = Make(dir, true, bf16);
     ASSERT_TRUE(trimmed && full);
     const int64_t vocab = trimmed->config().vocab_size;
-    std::vector<std::vector<int32_t>> chunks = {Ids(150, 17, vocab)};
+    std::vector<std::vector<int32_t>> chunks = {test::PromptIds(150, 17, vocab)};
     for (int32_t i = 0; i < 160; ++i) chunks.push_back({static_cast<int32_t>((i * 37) % (vocab - 1) + 1)});
-    chunks.push_back(Ids(40, 5, vocab));
+    chunks.push_back(test::PromptIds(40, 5, vocab));
     for (int32_t i = 0; i < 20; ++i) chunks.push_back({static_cast<int32_t>((i * 101) % (vocab - 1) + 1)});
     auto want = full->ForwardChunks(chunks);
     auto got = trimmed->ForwardChunks(chunks);
@@ -245,7 +239,7 @@ TEST(KvWindowBudgetTest, ASequenceGoesFurtherInTheSameBudget) {
   const int64_t budget = 256 * counters.bytes_per_position + counters.fixed_bytes;
   ASSERT_TRUE(trimmed->set_kv_budget_bytes(budget).ok());
   ASSERT_TRUE(full->set_kv_budget_bytes(budget).ok());
-  const std::vector<int32_t> prompt = Ids(20, 3, trimmed->config().vocab_size);
+  const std::vector<int32_t> prompt = test::PromptIds(20, 3, trimmed->config().vocab_size);
   const GenerationResult a = GenerateOne(*full, prompt, 600);
   const GenerationResult b = GenerateOne(*trimmed, prompt, 600);
   EXPECT_EQ(static_cast<int64_t>(prompt.size() + a.generated_ids.size()), 256 + 1) << "the full cache's stop";
@@ -264,7 +258,7 @@ TEST(KvWindowPrefixTest, ReusedWhereTheWindowsAreWhole) {
   auto plain = Make(dir, false);
   ASSERT_TRUE(cached && plain);
   const int64_t vocab = cached->config().vocab_size;
-  const std::vector<int32_t> turn1 = Ids(100, 11, vocab);
+  const std::vector<int32_t> turn1 = test::PromptIds(100, 11, vocab);
   const GenerationResult first = GenerateOne(*cached, turn1, 150);
   ASSERT_EQ(first.generated_ids.size(), 150u);
   const auto check = [&](const std::vector<int32_t>& prompt, int64_t reused, const std::string& what) {
