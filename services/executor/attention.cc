@@ -227,7 +227,7 @@ int64_t KvCache::earliest_prefix() const {
   return earliest;
 }
 
-KvCache KvCache::Prefix(int64_t n) const {
+KvCache KvCache::Prefix(int64_t n, bool continuing) const {
   TORCH_CHECK(n > 0 && n <= length_, "KvCache::Prefix: ", n, " positions of ", length_);
   TORCH_CHECK(!has_recurrent_state() || n == length_,
               "KvCache::Prefix: a Gated DeltaNet state holds all ", length_, " positions, not ", n);
@@ -240,9 +240,13 @@ KvCache KvCache::Prefix(int64_t n) const {
     Layer& o = out.layers_[i];
     o.window = l.window;
     if (!l.k.defined()) continue;
-    o.k = l.k.narrow(1, 0, n - l.first).clone(at::MemoryFormat::Contiguous);
-    o.v = l.v.narrow(1, 0, n - l.first).clone(at::MemoryFormat::Contiguous);
-    o.first = l.first;
+    // A continuing copy of a trimmed sliding-window layer starts where a query at n first looks (the rows
+    // before it would be dropped at the copy's first append: Reserve).
+    const bool trims = continuing && trim_windows_ && l.window > 0 && l.k.is_cpu();
+    const int64_t first = trims ? std::max(l.first, n - (l.window - 1)) : l.first;
+    o.k = l.k.narrow(1, first - l.first, n - first).clone(at::MemoryFormat::Contiguous);
+    o.v = l.v.narrow(1, first - l.first, n - first).clone(at::MemoryFormat::Contiguous);
+    o.first = first;
   }
   out.linear_ = linear_;
   out.length_ = n;

@@ -109,7 +109,11 @@ class KvCache {
   // n)), each key / value tensor sized to the rows it holds (a prompt that starts with those n tokens
   // continues from it: prefix_cache.h). Requires earliest_prefix() <= n <= length(), n > 0, and no
   // cross-attention state (encoder-decoder caches are not shared). Throws c10::Error otherwise.
-  KvCache Prefix(int64_t n) const;
+  // `continuing`: the copy only goes on from position n (a prefix-cache hit, prefix_cache.h), so a trimmed
+  // sliding-window layer (set_trim_windows) copies only the window - 1 rows before n that a query at n or
+  // later can still see, not the rows it would drop at its next append; the copy's earliest_prefix() is then
+  // n when such a layer dropped rows. The values a later query reads are the same.
+  KvCache Prefix(int64_t n, bool continuing = false) const;
   // The shortest prefix Prefix can cut: length() when has_recurrent_state(); else the most, over trimmed
   // sliding-window layers, of first position + window - 1 (a query at n must still see its window); else
   // 1 (or 0 for an empty cache).

@@ -32,7 +32,7 @@ std::optional<KvCache> PrefixCache::Lookup(const std::vector<int32_t>& prompt, i
   }
   if (best == entries_.end()) return std::nullopt;
   entries_.splice(entries_.begin(), entries_, best);
-  KvCache copy = entries_.front().cache.Prefix(best_n);
+  KvCache copy = entries_.front().cache.Prefix(best_n, /*continuing=*/true);
   *reused = best_n;
   ++stats_.hits;
   stats_.reused_tokens += static_cast<uint64_t>(best_n);

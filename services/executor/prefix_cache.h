@@ -48,7 +48,8 @@ class PrefixCache {
   }
 
   // The longest reusable prefix of `prompt` (1 <= n <= prompt.size() - 1): a copy of that entry's
-  // cache holding its first n positions (KvCache::Prefix), and n in *reused; nullopt (and 0) on a miss.
+  // cache holding its first n positions (KvCache::Prefix, continuing: a trimmed sliding-window layer only the
+  // window - 1 before n), and n in *reused; nullopt (and 0) on a miss.
   std::optional<KvCache> Lookup(const std::vector<int32_t>& prompt, int64_t* reused);
 
   // Keeps `cache`, whose positions hold `tokens` (tokens.size() == cache.length() > 0), then evicts.

@@ -93,6 +93,38 @@ TEST(KvWindowCacheTest, ATrimmedLayerKeepsItsWindowInBoundedRows) {
   EXPECT_THROW(AppendRange(cut, earliest + 3, earliest + 4, kWindow + 1), c10::Error) << "a window that changes";
 }
 
+// A continuing copy (a prefix-cache hit) of a trimmed layer holds only the window - 1 rows before its
+// length; a plain copy every row from the layer's first; an untrimmed cache every row either way.
+TEST(KvWindowCacheTest, AContinuingCopyHoldsOnlyTheWindowBeforeIt) {
+  constexpr int64_t kWindow = 8;
+  const int64_t row_bytes = kHeads * (kDk + kDv) * 4;
+  KvCache cache(1), full(1);
+  cache.set_trim_windows(true);
+  AppendRange(cache, 0, 100, kWindow);  // one prefill: every row held, from 0
+  AppendRange(full, 0, 100, kWindow);
+  ASSERT_EQ(cache.first_position(0), 0);
+  KvCache plain = cache.Prefix(60);
+  EXPECT_EQ(plain.first_position(0), 0);
+  EXPECT_EQ(plain.bytes(), 60 * row_bytes);
+  EXPECT_EQ(plain.earliest_prefix(), 1);
+  KvCache next = cache.Prefix(60, /*continuing=*/true);
+  EXPECT_EQ(next.length(), 60);
+  EXPECT_EQ(next.first_position(0), 60 - (kWindow - 1));
+  EXPECT_EQ(next.bytes(), (kWindow - 1) * row_bytes);
+  EXPECT_EQ(next.earliest_prefix(), 60) << "it serves its own length only";
+  // It goes on with the rows a cache of every position has there, a position and a prefill at a time.
+  ExpectRows(next, AppendRange(next, 60, 61, kWindow), "a decode step after the copy");
+  ExpectRows(next, AppendRange(next, 61, 90, kWindow), "a prefill after the copy");
+  EXPECT_EQ(next.first_position(0), 61 - (kWindow - 1));
+  // Shorter than the window: nothing to drop.
+  EXPECT_EQ(cache.Prefix(5, true).first_position(0), 0);
+  EXPECT_EQ(cache.Prefix(5, true).bytes(), 5 * row_bytes);
+  // An untrimmed cache (GPU, --swa-full) copies every row.
+  KvCache full_next = full.Prefix(60, true);
+  EXPECT_EQ(full_next.first_position(0), 0);
+  EXPECT_EQ(full_next.bytes(), 60 * row_bytes);
+}
+
 TEST(KvWindowCacheTest, PagesAndUntrimmedCaches) {
   KvCache paged(1);
   paged.set_trim_windows(true);
