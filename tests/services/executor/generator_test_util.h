@@ -1,7 +1,8 @@
 // Helpers of the executor tests (generator_test.cc, generator_errors_test.cc,
-// generator_batch_test.cc, prefix_cache_test.cc, kv_budget_test.cc): a generator on a model directory,
-// the error of one that fails to load, a fixed prompt and bit-exact comparisons of logits and of
-// sampled tokens.
+// generator_batch_test.cc, prefix_cache_test.cc, kv_budget_test.cc, kv_window_test.cc,
+// prefill_chunk_test.cc): a generator on a model directory, the error of one that fails to load or is
+// refused its options, fixed and generated prompts, one sequence run through a session, and bit-exact
+// comparisons of logits and of sampled tokens.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -37,6 +39,14 @@ inline Status CreateError(const std::string& dir) {
   return g.ok() ? Status::Ok() : g.status();
 }
 
+// Generator::Create refuses `options` with kInvalidArgument, its message naming `what`.
+inline void ExpectRefused(const GeneratorOptions& options, const std::string& what) {
+  auto g = Generator::Create(options);
+  ASSERT_FALSE(g.ok()) << what;
+  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument) << g.status().ToString();
+  EXPECT_NE(g.status().message().find(what), std::string::npos) << g.status().message();
+}
+
 inline const std::vector<int32_t> kPrompt = {5, 17, 300, 1000, 42, 7, 1999, 256, 64, 128, 3, 900};
 
 // n prompt ids in [1, vocab - 1], a different sequence for each seed (long prompts for the executor tests).
@@ -48,6 +58,35 @@ inline std::vector<int32_t> PromptIds(int64_t n, int64_t seed, int64_t vocab) {
 
 inline bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct SequenceRun {
+  GenerationResult result;
+  std::vector<SampledToken> tokens;  // with the top-5 log-probabilities of every step
+};
+
+// One sequence through a new session of `g`: greedy, EOS ignored, the top-5 log-probabilities of every step.
+inline SequenceRun RunSequence(Generator& g, const std::vector<int32_t>& prompt, int64_t max_new,
+                               bool record_logits = false) {
+  SequenceRun run;
+  auto session = g.NewSession();
+  GenerationParams params;
+  params.max_new_tokens = max_new;
+  params.stop_on_eos = false;
+  params.logprobs = 5;
+  params.record_logits = record_logits;
+  auto id = session->AddSequence(prompt, params, 0, [&run](const SampledToken& t) {
+    run.tokens.push_back(t);
+    return true;
+  });
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  while (id.ok() && !session->empty()) {
+    for (BatchSession::Finished& f : session->Step()) {
+      EXPECT_TRUE(f.status.ok()) << f.status.ToString();
+      run.result = std::move(f.result);
+    }
+  }
+  return run;
 }
 
 // Every sampled token and every log-probability (the sampled one's and the top candidates') equal, bit

@@ -239,27 +239,6 @@ TEST_P(KvWindowModelTest, TheSameLogitsAsACacheOfEveryPosition) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, KvWindowModelTest, ::testing::Values("gpt_oss", "afmoe", "mixtral"));
 
-GenerationResult GenerateOne(Generator& g, const std::vector<int32_t>& prompt, int64_t max_new,
-                             std::vector<SampledToken>* tokens = nullptr) {
-  GenerationResult result;
-  auto session = g.NewSession();
-  GenerationParams params;
-  params.max_new_tokens = max_new;
-  params.stop_on_eos = false;
-  params.logprobs = 3;
-  auto id = session->AddSequence(prompt, params, 0, [tokens](const SampledToken& t) {
-    if (tokens != nullptr) tokens->push_back(t);
-    return true;
-  });
-  EXPECT_TRUE(id.ok()) << id.status().ToString();
-  while (id.ok() && !session->empty())
-    for (BatchSession::Finished& f : session->Step()) {
-      EXPECT_TRUE(f.status.ok()) << f.status.ToString();
-      result = std::move(f.result);
-    }
-  return result;
-}
-
 // Under a KV budget that holds 256 positions of every layer, a sequence of the trimmed cache goes on
 // further (its sliding layers stop growing), with the same tokens as far as the full one went.
 TEST(KvWindowBudgetTest, ASequenceGoesFurtherInTheSameBudget) {
@@ -272,8 +251,8 @@ TEST(KvWindowBudgetTest, ASequenceGoesFurtherInTheSameBudget) {
   ASSERT_TRUE(trimmed->set_kv_budget_bytes(budget).ok());
   ASSERT_TRUE(full->set_kv_budget_bytes(budget).ok());
   const std::vector<int32_t> prompt = test::PromptIds(20, 3, trimmed->config().vocab_size);
-  const GenerationResult a = GenerateOne(*full, prompt, 600);
-  const GenerationResult b = GenerateOne(*trimmed, prompt, 600);
+  const GenerationResult a = test::RunSequence(*full, prompt, 600).result;
+  const GenerationResult b = test::RunSequence(*trimmed, prompt, 600).result;
   EXPECT_EQ(static_cast<int64_t>(prompt.size() + a.generated_ids.size()), 256 + 1) << "the full cache's stop";
   // Half of gpt_oss's layers slide (window 8: 128 rows in pages of 64): 256 = p/2 + 128/2 -> p = 384.
   EXPECT_EQ(static_cast<int64_t>(prompt.size() + b.generated_ids.size()), 384 + 1) << "the trimmed cache's stop";
@@ -291,14 +270,12 @@ TEST(KvWindowPrefixTest, ReusedWhereTheWindowsAreWhole) {
   ASSERT_TRUE(cached && plain);
   const int64_t vocab = cached->config().vocab_size;
   const std::vector<int32_t> turn1 = test::PromptIds(100, 11, vocab);
-  const GenerationResult first = GenerateOne(*cached, turn1, 150);
+  const GenerationResult first = test::RunSequence(*cached, turn1, 150).result;
   ASSERT_EQ(first.generated_ids.size(), 150u);
   const auto check = [&](const std::vector<int32_t>& prompt, int64_t reused, const std::string& what) {
-    std::vector<SampledToken> got, want;
-    const GenerationResult r = GenerateOne(*cached, prompt, 6, &got);
-    EXPECT_EQ(r.cached_prompt_tokens, reused) << what;
-    GenerateOne(*plain, prompt, 6, &want);
-    test::ExpectSameSampledTokens(got, want, what);
+    const test::SequenceRun got = test::RunSequence(*cached, prompt, 6);
+    EXPECT_EQ(got.result.cached_prompt_tokens, reused) << what;
+    test::ExpectSameSampledTokens(got.tokens, test::RunSequence(*plain, prompt, 6).tokens, what);
   };
   // The next turn: history = the prompt and the answer but its last token, then new tokens.
   std::vector<int32_t> turn2 = turn1;

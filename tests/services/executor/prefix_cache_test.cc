@@ -29,34 +29,8 @@ std::unique_ptr<Generator> MakeCachingGenerator(const std::string& dir, int64_t 
   return g.ok() ? std::move(g).value() : nullptr;
 }
 
-struct SequenceRun {
-  GenerationResult result;
-  std::vector<SampledToken> tokens;  // with the top-5 log-probabilities of every step
-};
-
-// One sequence through a session of `g`: greedy, EOS ignored, logprobs of every step.
-SequenceRun Generate(Generator& g, const std::vector<int32_t>& prompt, int64_t max_new, bool record_logits = false) {
-  SequenceRun run;
-  auto session = g.NewSession();
-  GenerationParams params;
-  params.max_new_tokens = max_new;
-  params.stop_on_eos = false;
-  params.logprobs = 5;
-  params.record_logits = record_logits;
-  auto id = session->AddSequence(prompt, params, 0, [&run](const SampledToken& t) {
-    run.tokens.push_back(t);
-    return true;
-  });
-  EXPECT_TRUE(id.ok()) << id.status().ToString();
-  while (id.ok() && !session->empty()) {
-    for (BatchSession::Finished& f : session->Step()) {
-      EXPECT_TRUE(f.status.ok()) << f.status.ToString();
-      run.result = std::move(f.result);
-    }
-  }
-  return run;
-}
-
+using test::RunSequence;
+using test::SequenceRun;
 using test::ExpectSameSampledTokens;
 
 class PrefixReuseTest : public ::testing::TestWithParam<std::string> {};
@@ -68,15 +42,15 @@ TEST_P(PrefixReuseTest, SecondTurnContinuesFromTheFirstTurnsCacheWithTheSameLogp
   auto plain = MakeCachingGenerator(dir, 0);
   ASSERT_TRUE(cached && plain);
   const std::vector<int32_t> turn1 = {5, 17, 300, 1000, 42, 7, 1999, 64, 128, 3, 900, 1500};
-  const SequenceRun first = Generate(*cached, turn1, 6);
+  const SequenceRun first = RunSequence(*cached, turn1, 6);
   EXPECT_EQ(first.result.cached_prompt_tokens, 0);
   std::vector<int32_t> turn2 = turn1;
   turn2.insert(turn2.end(), first.result.generated_ids.begin(), first.result.generated_ids.end());
   const size_t history = turn2.size() - 1;  // the last generated token was never fed
   for (int32_t t : {77, 8, 1234, 56}) turn2.push_back(t);
-  const SequenceRun second = Generate(*cached, turn2, 8);
+  const SequenceRun second = RunSequence(*cached, turn2, 8);
   EXPECT_EQ(second.result.cached_prompt_tokens, static_cast<int64_t>(history));
-  ExpectSameSampledTokens(second.tokens, Generate(*plain, turn2, 8).tokens, GetParam() + " second turn");
+  ExpectSameSampledTokens(second.tokens, RunSequence(*plain, turn2, 8).tokens, GetParam() + " second turn");
   const PrefixCacheCounters stats = cached->prefix_cache_stats();
   EXPECT_TRUE(stats.enabled);
   EXPECT_EQ(stats.hits, 1u);
@@ -96,24 +70,24 @@ TEST_P(PrefixReuseTest, APartialPrefixIsReusedOnlyWithoutRecurrentState) {
   auto plain = MakeCachingGenerator(dir, 0);
   ASSERT_TRUE(cached && plain);
   const std::vector<int32_t> a = {5, 17, 300, 1000, 42, 7, 1999, 64, 128, 3};
-  Generate(*cached, a, 4);
+  RunSequence(*cached, a, 4);
   const std::vector<int32_t> b = {5, 17, 300, 1000, 42, 7, 11, 12, 13};  // shares 6 tokens
-  const SequenceRun got = Generate(*cached, b, 6);
+  const SequenceRun got = RunSequence(*cached, b, 6);
   const bool recurrent = GetParam() == "qwen3_next" || GetParam() == "qwen3_5_moe";
   EXPECT_EQ(got.result.cached_prompt_tokens, recurrent ? 0 : 6);
-  ExpectSameSampledTokens(got.tokens, Generate(*plain, b, 6).tokens, GetParam() + " partial prefix");
+  ExpectSameSampledTokens(got.tokens, RunSequence(*plain, b, 6).tokens, GetParam() + " partial prefix");
   // The same prompt again: all but its last token come from the cache, never the whole prompt.
-  const SequenceRun again = Generate(*cached, a, 4);
+  const SequenceRun again = RunSequence(*cached, a, 4);
   EXPECT_LE(again.result.cached_prompt_tokens, static_cast<int64_t>(a.size()) - 1);
   EXPECT_EQ(again.result.cached_prompt_tokens, recurrent ? 0 : static_cast<int64_t>(a.size()) - 1);
-  ExpectSameSampledTokens(again.tokens, Generate(*plain, a, 4).tokens, GetParam() + " repeated prompt");
+  ExpectSameSampledTokens(again.tokens, RunSequence(*plain, a, 4).tokens, GetParam() + " repeated prompt");
   // A next turn whose re-sent answer differs from the generated tokens still starts with the whole prompt:
   // the KV caches cut there, the recurrent models continue from the snapshot taken after the prompt.
   std::vector<int32_t> c = a;
   for (int32_t t : {2047, 2046, 2045}) c.push_back(t);
-  const SequenceRun next = Generate(*cached, c, 4);
+  const SequenceRun next = RunSequence(*cached, c, 4);
   EXPECT_EQ(next.result.cached_prompt_tokens, static_cast<int64_t>(a.size()));
-  ExpectSameSampledTokens(next.tokens, Generate(*plain, c, 4).tokens, GetParam() + " prompt snapshot");
+  ExpectSameSampledTokens(next.tokens, RunSequence(*plain, c, 4).tokens, GetParam() + " prompt snapshot");
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, PrefixReuseTest,
@@ -133,7 +107,7 @@ TEST(PrefixReuseTest, MlaCachesHoldTheLatentForm) {
     EXPECT_LT(latent, c.num_attention_heads * (c.q_head_dim() + c.v_dim())) << arch;
     const int64_t per_position = g->kv_budget_stats().bytes_per_position;
     EXPECT_EQ(per_position, c.num_hidden_layers * latent * int64_t{sizeof(float)}) << arch;
-    Generate(*g, {5, 17, 300, 1000, 42, 7, 1999, 64, 128, 3}, 4);  // 13 positions cached
+    RunSequence(*g, {5, 17, 300, 1000, 42, 7, 1999, 64, 128, 3}, 4);  // 13 positions cached
     const PrefixCacheCounters stats = g->prefix_cache_stats();
     ASSERT_EQ(stats.entries, 1) << arch;
     EXPECT_EQ(stats.bytes % per_position, 0) << arch << ": " << stats.bytes << " bytes";
@@ -146,8 +120,8 @@ TEST(PrefixReuseTest, SequencesRecordingLogitsAreFedWhole) {
   auto g = MakeCachingGenerator(TinyModelDir("qwen3_moe"), int64_t{64} << 20);
   ASSERT_TRUE(g);
   const std::vector<int32_t> p = {5, 17, 300, 1000, 42, 7};
-  Generate(*g, p, 3);
-  const SequenceRun r = Generate(*g, p, 3, /*record_logits=*/true);
+  RunSequence(*g, p, 3);
+  const SequenceRun r = RunSequence(*g, p, 3, /*record_logits=*/true);
   EXPECT_EQ(r.result.cached_prompt_tokens, 0);
   EXPECT_EQ(r.result.logits_rows, static_cast<int64_t>(p.size()) + 2);
 }
@@ -156,10 +130,7 @@ TEST(PrefixReuseTest, NegativeBudgetIsRefused) {
   GeneratorOptions options;
   options.model_dir = TinyModelDir("qwen2_moe");
   options.prefix_cache_bytes = -1;
-  auto g = Generator::Create(options);
-  ASSERT_FALSE(g.ok());
-  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(g.status().message().find("prefix cache"), std::string::npos) << g.status().message();
+  test::ExpectRefused(options, "prefix cache");
 }
 
 // The cache itself: LRU eviction under the byte budget, superseded entries, oversized entries.
