@@ -628,15 +628,8 @@ bool RejectUnsupported(const json& j, bool chat, const CompletionRequest& r, Api
            false;
   if (Present(j, "suffix") && !(j["suffix"].is_string() && j["suffix"].get<std::string>().empty()))
     return *err = BadRequest("'suffix' (insertion) is not supported by this server", "suffix"), false;
-  if (Present(j, "min_p") && !(j["min_p"].is_number() && j["min_p"].get<double>() == 0.0))
-    return *err = BadRequest("'min_p' is not supported by this server (0 only)", "min_p"), false;
   if (Present(j, "top_a") && !(j["top_a"].is_number() && j["top_a"].get<double>() == 0.0))
     return *err = BadRequest("'top_a' is not supported by this server (0 only)", "top_a"), false;
-  if (Present(j, "repetition_penalty") &&
-      !(j["repetition_penalty"].is_number() && j["repetition_penalty"].get<double>() == 1.0))
-    return *err = BadRequest("'repetition_penalty' is not supported (use presence_penalty / frequency_penalty)",
-                             "repetition_penalty"),
-           false;
   // vLLM's sampling extensions that would change the answer: refused unless at their no-op value, so
   // that a client relying on one learns it is not applied.
   if (Present(j, "stop_token_ids") && !(j["stop_token_ids"].is_array() && j["stop_token_ids"].empty()))
@@ -747,6 +740,10 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
     if (!Number(j, "top_p", 0.0, 1.0, true, &top_p, err)) return false;
     if (!Number(j, "presence_penalty", -2.0, 2.0, false, &presence, err)) return false;
     if (!Number(j, "frequency_penalty", -2.0, 2.0, false, &frequency, err)) return false;
+    // vLLM's extensions (sampler.h): min_p in [0, 1]; repetition_penalty > 0 (1 = off), at most 100.
+    double min_p = 0.0, repetition = 1.0;
+    if (!Number(j, "min_p", 0.0, 1.0, false, &min_p, err)) return false;
+    if (!Number(j, "repetition_penalty", 0.0, 100.0, true, &repetition, err)) return false;
     int64_t top_k = 0;
     if (!Integer(j, "top_k", 0, INT32_MAX, &top_k, err)) return false;
     out->sampling.temperature = static_cast<float>(temperature);
@@ -754,6 +751,8 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
     out->sampling.top_k = top_k;
     out->sampling.presence_penalty = static_cast<float>(presence);
     out->sampling.frequency_penalty = static_cast<float>(frequency);
+    out->sampling.min_p = static_cast<float>(min_p);
+    out->sampling.repetition_penalty = static_cast<float>(repetition);
     if (!LogitBias(j, ctx, &out->sampling, err)) return false;
     if (!ResponseFormat(j, out, err)) return false;
     if (Present(j, "seed")) {

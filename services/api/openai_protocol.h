@@ -14,7 +14,8 @@
 //                         minus the prompt; prompt + max_tokens beyond the context is a 400
 //   temperature (1, >= 0; 0 = greedy), top_p ((0, 1]), top_k (>= 0, 0 = off; vLLM's extension),
 //   seed (integer; absent = a fresh random seed per request), n (1..128 choices per prompt),
-//   presence_penalty, frequency_penalty ([-2, 2], sampler.h), stop (string | [string]),
+//   presence_penalty, frequency_penalty ([-2, 2], sampler.h), min_p ([0, 1]) and repetition_penalty
+//   ((0, 100], 1 = off; vLLM's extensions, sampler.h), stop (string | [string]),
 //   stream, stream_options.include_usage (only with stream), ignore_eos (vLLM's extension),
 //   stop: at most 64 strings of at most 1024 bytes each
 //   logprobs: chat: bool, with top_logprobs 0..20 (top_logprobs needs logprobs: true);
@@ -23,8 +24,8 @@
 //   best_of (completions): must equal n; response_format: {"type": "text" | "json_object" |
 //   "json_schema", "json_schema": {"name", "schema", "strict"}} (json_grammar.h; a schema it cannot
 //   enforce is a 400 naming the keyword); tools (chat), tool_choice none | auto | required | a named function
-//   (the last two constrain the answer to one call in a <tool_call> template's syntax, else 400), logit_bias {id: [-100, 100]}; functions, suffix (non-empty), min_p > 0,
-//   repetition_penalty != 1, top_a: 400 naming the field.
+//   (the last two constrain the answer to one call in a <tool_call> template's syntax, else 400), logit_bias {id: [-100, 100]}; functions, suffix (non-empty),
+//   top_a: 400 naming the field.
 #pragma once
 
 #include <cstdint>

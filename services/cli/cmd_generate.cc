@@ -2,7 +2,8 @@
 //
 //   zipmoe generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file F [--prompt-index I]]
 //                   [--max-new-tokens N] [--batch N]
-//                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]
+//                   [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--repetition-penalty R]
+//                   [--seed S] [--threads N]
 //                   [--device cpu] [--logits-out FILE] [--json] [--chat]
 //                   [--memory-budget B [--policy P] [--pools FCSE] [--decompress-threads L]
 //                    [--stats-json FILE] ...]   (runtime flags: services/cli/runtime_flags.h)
@@ -69,11 +70,11 @@ namespace {
 // --threads above this is a typo (OpenMP would start that many threads; 100000 hung the process).
 constexpr int kMaxThreads = 4096;
 
-// A finite number >= 0 (CLI::NonNegativeNumber lets "nan" through: a NaN temperature sampled the least
-// likely token whatever the seed).
-CLI::Validator FiniteNonNegative() {
+// A finite number >= 0, or > 0 when `positive` (CLI::NonNegativeNumber lets "nan" through: a NaN
+// temperature sampled the least likely token whatever the seed).
+CLI::Validator FiniteNonNegative(bool positive = false) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
+      [positive](std::string& text) -> std::string {
         double v = 0;
         size_t used = 0;
         try {
@@ -81,10 +82,11 @@ CLI::Validator FiniteNonNegative() {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used != text.size() || !std::isfinite(v) || v < 0) return "'" + text + "' is not a finite number >= 0";
+        if (used != text.size() || !std::isfinite(v) || v < 0 || (positive && v == 0))
+          return "'" + text + (positive ? "' is not a finite number > 0" : "' is not a finite number >= 0");
         return std::string();
       },
-      "NUMBER >= 0");
+      positive ? "NUMBER > 0" : "NUMBER >= 0");
 }
 
 struct GenerateArgs {
@@ -97,6 +99,8 @@ struct GenerateArgs {
   float temperature = 0.0f;
   int64_t top_k = 0;
   float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
   uint64_t seed = 0;
   int threads = 0;
   executor::WeightsMemory weights_memory = executor::WeightsMemory::kBackground;  // --no-mmap / --mmap
@@ -276,6 +280,8 @@ int RunGenerate(const GenerateArgs& args) {
   params.sampling.temperature = args.temperature;
   params.sampling.top_k = args.top_k;
   params.sampling.top_p = args.top_p;
+  params.sampling.min_p = args.min_p;
+  params.sampling.repetition_penalty = args.repetition_penalty;
   params.sampling.seed = args.seed;
   params.record_logits = !args.logits_out.empty();
 
@@ -470,6 +476,13 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
       ->check(FiniteNonNegative());
+  cmd->add_option("--min-p", args->min_p, "keep tokens at least this fraction of the most likely one's probability (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--repetition-penalty", args->repetition_penalty,
+                  "divide (positive) / multiply (negative) the logits of tokens seen in the prompt or the answer (1 = off)")
+      ->capture_default_str()
+      ->check(FiniteNonNegative(/*positive=*/true));
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--threads", args->threads, "compute threads (0 = the physical cores this process may run on)")
       ->capture_default_str()

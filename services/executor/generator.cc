@@ -415,6 +415,7 @@ struct BatchSession::Impl {
     // Admitted: decoding, or part of its prefill fed (holds cache positions).
     bool admitted() const { return prefilled || prefill_fed > 0; }
     std::unordered_map<int32_t, int32_t> counts;  // generated token -> occurrences (penalties)
+    std::vector<int32_t> prompt_tokens;  // the prompt's distinct ids, with a repetition penalty (PromptTokenSet)
     Sequence(SequenceId i, const GenerationParams& p, uint64_t stream, KvCache c, SequenceCallback cb,
              std::vector<int32_t> prompt)
         : id(i), params(p), sampler(p.sampling, stream), cache(std::move(c)), on_token(std::move(cb)) {
@@ -561,6 +562,12 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
   if (params.max_new_tokens < 0)
     return Status::InvalidArgument(fmt::format("max_new_tokens must be >= 0, got {}", params.max_new_tokens));
   if (prompt.empty()) return Status::InvalidArgument("the prompt is empty");
+  const SamplingParams& sp = params.sampling;
+  if (!(sp.repetition_penalty > 0.0f) || !std::isfinite(sp.repetition_penalty))
+    return Status::InvalidArgument(
+        fmt::format("repetition_penalty must be a finite number > 0 (1 = off), got {}", sp.repetition_penalty));
+  if (!(sp.min_p >= 0.0f && sp.min_p <= 1.0f))
+    return Status::InvalidArgument(fmt::format("min_p must be in [0, 1] (0 = off), got {}", sp.min_p));
   if (!generated.empty() && static_cast<int64_t>(generated.size()) >= params.max_new_tokens)
     return Status::InvalidArgument(fmt::format("{} tokens already generated, not fewer than max_new_tokens {}",
                                                generated.size(), params.max_new_tokens));
@@ -592,6 +599,10 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
   const SequenceId id = impl_->next_id++;
   auto seq = std::make_unique<Impl::Sequence>(id, params, sampler_stream, impl_->NewCache(), std::move(on_token),
                                               std::move(prompt));
+  // The repetition penalty counts a decoder's prompt (an encoder-decoder model's prompt is its encoder's
+  // input: only the generated tokens count there, as transformers' decoder input_ids).
+  if (params.sampling.repetition_penalty != 1.0f && !c.is_encoder_decoder())
+    seq->prompt_tokens = PromptTokenSet(seq->result.prompt_ids);
   if (!generated.empty()) {
     // As if this session had sampled them: one draw each, counted for the penalties, accepted by the
     // constraint; the first step feeds them after the prompt, as after a preemption.
@@ -746,16 +757,11 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
       const SamplingParams& sp = s.params.sampling;
       int32_t token = 0;
       float chosen = 0.0f;  // the sampled token's logit
-      const bool penalties = (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) && !s.counts.empty();
+      const bool adjusts = AdjustsLogits(sp, !s.prompt_tokens.empty(), !s.counts.empty());
       TokenConstraint* constraint = s.params.constraint.get();
-      if (penalties || !sp.logit_bias.empty() || constraint != nullptr) {
+      if (adjusts || constraint != nullptr) {
         penalized.assign(row_logits, row_logits + vocab);
-        for (const auto& [t, bias] : sp.logit_bias)
-          if (t >= 0 && t < vocab) penalized[static_cast<size_t>(t)] += bias;
-        if (penalties) {
-          for (const auto& [t, count] : s.counts)
-            penalized[static_cast<size_t>(t)] -= static_cast<float>(count) * sp.frequency_penalty + sp.presence_penalty;
-        }
+        if (adjusts) AdjustLogits(sp, s.prompt_tokens, s.counts, penalized.data(), vocab);
         if (constraint != nullptr) constraint->Mask(penalized.data(), vocab);
         token = s.sampler.Sample(penalized.data(), vocab);
         chosen = penalized[static_cast<size_t>(token)];

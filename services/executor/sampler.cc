@@ -85,6 +85,18 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
     for (size_t i = 0; i < keep; ++i) sum += probs_[i];
     for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
   }
+  // min_p: the candidates are sorted, so those at least min_p x the first's probability are a prefix.
+  if (params_.min_p > 0.0f) {
+    const double floor = static_cast<double>(params_.min_p) * probs_[0];
+    size_t n = 1;
+    while (n < keep && probs_[n] >= floor) ++n;
+    if (n < keep) {
+      keep = n;
+      sum = 0.0;
+      for (size_t i = 0; i < keep; ++i) sum += probs_[i];
+      for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
+    }
+  }
   // u in [0, 1) from the top 53 bits (portable, unlike std::uniform_real_distribution).
   const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
   double cumulative = 0.0;
@@ -93,6 +105,40 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
     if (u < cumulative) return order_[i];
   }
   return order_[keep - 1];
+}
+
+void AdjustLogits(const SamplingParams& params, const std::vector<int32_t>& prompt_tokens,
+                  const std::unordered_map<int32_t, int32_t>& generated, float* logits, int64_t vocab) {
+  for (const auto& [t, bias] : params.logit_bias)
+    if (t >= 0 && t < vocab) logits[t] += bias;
+  if (params.repetition_penalty != 1.0f) {
+    const float penalty = params.repetition_penalty;
+    const auto apply = [&](int32_t t) {
+      if (t < 0 || t >= vocab) return;
+      logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
+    };
+    for (int32_t t : prompt_tokens) apply(t);
+    for (const auto& [t, count] : generated)
+      if (!std::binary_search(prompt_tokens.begin(), prompt_tokens.end(), t)) apply(t);
+  }
+  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    for (const auto& [t, count] : generated)
+      if (t >= 0 && t < vocab)
+        logits[t] -= static_cast<float>(count) * params.frequency_penalty + params.presence_penalty;
+  }
+}
+
+bool AdjustsLogits(const SamplingParams& params, bool any_prompt_token, bool any_generated) {
+  return !params.logit_bias.empty() ||
+         (params.repetition_penalty != 1.0f && (any_prompt_token || any_generated)) ||
+         ((params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) && any_generated);
+}
+
+std::vector<int32_t> PromptTokenSet(const std::vector<int32_t>& prompt) {
+  std::vector<int32_t> set = prompt;
+  std::sort(set.begin(), set.end());
+  set.erase(std::unique(set.begin(), set.end()), set.end());
+  return set;
 }
 
 void Sampler::Skip(uint64_t n) {

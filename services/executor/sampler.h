@@ -2,8 +2,10 @@
 //   temperature <= 0: greedy (argmax; ties go to the lowest id).
 //   otherwise, in the order of transformers' logits warpers: logits / temperature; keep the top_k
 //   largest (0 = all); keep the smallest set of most probable tokens whose probability sum reaches
-//   top_p (the token that crosses top_p is kept; at least one token); then draw from the
-//   renormalised softmax (double precision) with a std::mt19937_64 stream.
+//   top_p (the token that crosses top_p is kept; at least one token); keep the tokens whose
+//   probability is at least min_p times the most probable one's (transformers' MinPLogitsWarper,
+//   after top-p as in its warper order); then draw from the renormalised softmax (double precision)
+//   with a std::mt19937_64 stream.
 // Ties in sorting go to the lowest id, so a draw depends only on (logits, params, seed, stream).
 //
 // A Sampler is one stream: not thread-safe; use one per sequence.
@@ -11,6 +13,7 @@
 
 #include <cstdint>
 #include <random>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -30,7 +33,29 @@ struct SamplingParams {
   // OpenAI's logit_bias: {token id, bias in [-100, 100]} added to the raw logits before the penalties
   // and everything above (-100 bans a token in practice, 100 forces it). Empty = off.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's / transformers' repetition_penalty (CTRL, Keskar et al. 2019 §4.1; transformers'
+  // RepetitionPenaltyLogitsProcessor, vLLM's apply_penalties): every token that occurs in the prompt or
+  // among the generated tokens, once however often, has its logit divided by the penalty when it is > 0
+  // and multiplied by it otherwise; after logit_bias, before the OpenAI penalties (vLLM's order). It
+  // applies to greedy too. 1 = off; must be > 0 (< 1 favours repeats).
+  float repetition_penalty = 1.0f;
+  // min_p in [0, 1] (transformers' MinPLogitsWarper, vLLM's and llama.cpp's min_p): see the sampling
+  // order above; 0 = off. No effect on greedy.
+  float min_p = 0.0f;
 };
+
+// The logit adjustments of `params` applied in place to one row of raw logits [vocab] (float32), in
+// vLLM's order: logit_bias (ids outside [0, vocab) skipped); repetition_penalty to each distinct token of
+// `prompt_tokens` (sorted ascending, unique: PromptTokenSet) and of `generated`; then the OpenAI penalties,
+// logit[t] -= generated[t] * frequency_penalty + presence_penalty for each generated token t.
+// `generated`: token id -> how often this sequence has generated it.
+void AdjustLogits(const SamplingParams& params, const std::vector<int32_t>& prompt_tokens,
+                  const std::unordered_map<int32_t, int32_t>& generated, float* logits, int64_t vocab);
+// Whether AdjustLogits would change a row: a bias, a repetition penalty with any token seen, or an OpenAI
+// penalty with a generated token.
+bool AdjustsLogits(const SamplingParams& params, bool any_prompt_token, bool any_generated);
+// The distinct ids of `prompt`, sorted: what AdjustLogits' repetition penalty reads for the prompt.
+std::vector<int32_t> PromptTokenSet(const std::vector<int32_t>& prompt);
 
 class Sampler {
  public:

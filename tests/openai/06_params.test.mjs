@@ -109,6 +109,35 @@ test("12f best_of on completions is a 400 with param 'best_of'", T, async () => 
   });
 });
 
+test('12j min_p and repetition_penalty (vLLM extra body fields) change the answer as they should; out of range is a 400', T, async () => {
+  // min_p 1 keeps only the most probable token: a seeded sampled answer is the greedy one.
+  const greedy = await c.completions.create({ model: MODEL, prompt: 'la la la', temperature: 0, max_tokens: 16 });
+  const minP = await c.completions.create({
+    model: MODEL, prompt: 'la la la', temperature: 1.5, seed: 5, max_tokens: 16, min_p: 1,
+  });
+  assert.equal(minP.choices[0].text, greedy.choices[0].text);
+  // A large repetition penalty: no greedy token repeats a prompt token or an earlier one (the plain
+  // greedy answer to this prompt repeats). Tokens compared by their pieces (/tokenize with_pieces, the
+  // completions logprobs' tokens), those of single bytes of a character left out.
+  const tok = await http('POST', '/tokenize', { body: { content: 'la la la', with_pieces: true } });
+  assert.equal(tok.status, 200, tok.text);
+  const prompt = tok.json.tokens.map((t) => t.id);
+  const pieces = (r) => r.choices[0].logprobs.tokens;
+  const plain = await c.completions.create({ model: MODEL, prompt, temperature: 0, max_tokens: 64, logprobs: 0 });
+  const penal = await c.completions.create({
+    model: MODEL, prompt, temperature: 0, max_tokens: 64, logprobs: 0, repetition_penalty: 100,
+  });
+  assert.ok(new Set(pieces(plain)).size < pieces(plain).length, `plain greedy did not repeat: ${pieces(plain)}`);
+  const seen = new Set(tok.json.tokens.map((t) => t.piece));
+  for (const piece of pieces(penal)) {
+    if (piece.includes('\uFFFD')) continue;  // a byte of a character: several ids show as U+FFFD
+    assert.ok(!seen.has(piece), `${JSON.stringify(piece)} repeats under repetition_penalty 100: ${pieces(penal)}`);
+    seen.add(piece);
+  }
+  await expectApiError(chat(c, MSGS, { max_tokens: 4, min_p: 1.5 }), 400, { param: 'min_p' });
+  await expectApiError(chat(c, MSGS, { max_tokens: 4, repetition_penalty: 0 }), 400, { param: 'repetition_penalty' });
+});
+
 test('12g max_tokens -1 is a 400', T, async () => {
   await expectApiError(chat(c, MSGS, { max_tokens: -1 }), 400, { errorClass: OpenAI.BadRequestError });
   await expectApiError(c.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: -1 }), 400);

@@ -199,6 +199,11 @@ TEST_F(OpenAiProtocolTest, SeedsNAndSamplingRanges) {
   EXPECT_EQ(a.sampling.top_k, 4);
   EXPECT_EQ(a.sampling.presence_penalty, 0.5f);
   EXPECT_EQ(a.sampling.frequency_penalty, -1.0f);
+  EXPECT_EQ(a.sampling.min_p, 0.0f);               // off unless given
+  EXPECT_EQ(a.sampling.repetition_penalty, 1.0f);
+  ASSERT_TRUE(Parse(json{{"prompt", {1}}, {"min_p", 0.05}, {"repetition_penalty", 1.1}}, Endpoint::kCompletions, &a, &e));
+  EXPECT_EQ(a.sampling.min_p, 0.05f);
+  EXPECT_EQ(a.sampling.repetition_penalty, 1.1f);
   EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"top_k", -1}}), "top_k");
   EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"n", 0}}), "n");
   EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"temperature", -0.1}}), "temperature");
@@ -253,8 +258,11 @@ TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreLis
   EXPECT_EQ(RejectedParam(with("logit_bias", json::array({5}))), "logit_bias");
   EXPECT_EQ(RejectedParam(with("best_of", 3)), "best_of");
   EXPECT_EQ(RejectedParam(with("suffix", "x")), "suffix");
-  EXPECT_EQ(RejectedParam(with("repetition_penalty", 1.2)), "repetition_penalty");
-  EXPECT_EQ(RejectedParam(with("min_p", 0.1)), "min_p");
+  EXPECT_EQ(RejectedParam(with("repetition_penalty", 0)), "repetition_penalty");
+  EXPECT_EQ(RejectedParam(with("repetition_penalty", 101)), "repetition_penalty");
+  EXPECT_EQ(RejectedParam(with("repetition_penalty", "1.2")), "repetition_penalty");
+  EXPECT_EQ(RejectedParam(with("min_p", -0.1)), "min_p");
+  EXPECT_EQ(RejectedParam(with("min_p", 1.5)), "min_p");
   // vLLM's extensions that would change the answer are refused, not silently dropped.
   EXPECT_EQ(RejectedParam(with("stop_token_ids", {5})), "stop_token_ids");
   EXPECT_EQ(RejectedParam(with("min_tokens", 4)), "min_tokens");

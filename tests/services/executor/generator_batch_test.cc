@@ -1,12 +1,13 @@
 // Tests of the executor's BatchSession (continuous batching, services/executor/generator.h):
 // sequences joining mid-generation, per-sequence ends, refused sequences, forward failures,
-// logprobs and the frequency penalty.
+// logprobs, the penalties and logit_bias.
 #include "services/executor/generator.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -322,6 +323,46 @@ TEST(BatchSessionTest, FrequencyPenaltyStopsRepeatsAndLeavesTheFirstTokenAlone) 
   EXPECT_EQ(a[0], b[0]);
   EXPECT_LT(std::set<int32_t>(a.begin(), a.end()).size(), a.size()) << "greedy run without repeats: weak test";
   EXPECT_EQ(std::set<int32_t>(b.begin(), b.end()).size(), b.size());
+}
+
+// repetition_penalty (vLLM / transformers): each greedy token is the argmax of its step's raw logits
+// (recorded) with every token of the prompt and of the tokens before it penalised once, as transformers'
+// RepetitionPenaltyLogitsProcessor computes it (written out here); the penalty changes the answer.
+TEST(BatchSessionTest, RepetitionPenaltyCountsThePromptAndTheGeneratedTokens) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  const int64_t vocab = g->config().vocab_size;
+  GenerationParams params;
+  params.max_new_tokens = 24;
+  params.stop_on_eos = false;
+  params.record_logits = true;
+  auto plain = g->Generate({kPrompt}, params);
+  params.sampling.repetition_penalty = 1.5f;
+  auto penalized = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(plain.ok() && penalized.ok());
+  const GenerationResult& r = (*penalized)[0];
+  ASSERT_EQ(r.generated_ids.size(), 24u);
+  ASSERT_EQ(r.logits_rows, static_cast<int64_t>(kPrompt.size() + r.generated_ids.size()) - 1);
+  std::set<int32_t> seen(kPrompt.begin(), kPrompt.end());
+  for (size_t i = 0; i < r.generated_ids.size(); ++i) {
+    std::vector<float> row(r.logits.begin() + static_cast<int64_t>(kPrompt.size() - 1 + i) * vocab,
+                           r.logits.begin() + static_cast<int64_t>(kPrompt.size() + i) * vocab);
+    for (int32_t t : seen) {
+      float& x = row[static_cast<size_t>(t)];
+      x = x > 0.0f ? x / 1.5f : x * 1.5f;
+    }
+    EXPECT_EQ(r.generated_ids[i], Argmax(row.data(), vocab)) << "token " << i;
+    seen.insert(r.generated_ids[i]);
+  }
+  EXPECT_NE((*plain)[0].generated_ids, r.generated_ids) << "the penalty changed nothing: weak test";
+  // Out of range: refused when the sequence is added.
+  for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
+    params.sampling.repetition_penalty = bad;
+    EXPECT_EQ(g->Generate({kPrompt}, params).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  params.sampling.repetition_penalty = 1.0f;
+  params.sampling.min_p = 1.5f;
+  EXPECT_EQ(g->Generate({kPrompt}, params).status().code(), StatusCode::kInvalidArgument);
 }
 
 // logit_bias (OpenAI): +100 on a token greedy decoding would not pick makes it every token; -100 on

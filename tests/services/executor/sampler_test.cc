@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
 namespace zipmoe::executor {
@@ -144,6 +146,103 @@ TEST(SamplerTest, EmpiricalFrequenciesFollowTheSoftmax) {
   const int n = 4000;
   for (int32_t t : Draw(p, 0, logits, n)) ones += t;
   EXPECT_NEAR(static_cast<double>(ones) / n, 0.75, 0.03);
+}
+
+// Empirical frequencies of n draws, per token id.
+std::vector<double> Frequencies(const SamplingParams& p, const std::vector<float>& logits, int n) {
+  std::vector<double> f(logits.size(), 0.0);
+  for (int32_t t : Draw(p, 0, logits, n)) f[static_cast<size_t>(t)] += 1.0 / n;
+  return f;
+}
+
+// min_p keeps the tokens at least min_p x the most probable one's probability (of logits / temperature)
+// and draws from them renormalised: computed here from the formula of transformers' MinPLogitsWarper.
+TEST(SamplerTest, MinPKeepsTokensWithinItsFractionOfTheMostProbable) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  for (const float temperature : {1.0f, 2.0f}) {
+    for (const float min_p : {0.2f, 0.5f}) {
+      std::vector<double> want(logits.size());
+      double max_p = 0.0, sum = 0.0;
+      for (size_t i = 0; i < logits.size(); ++i) sum += std::exp(static_cast<double>(logits[i]) / temperature);
+      for (size_t i = 0; i < logits.size(); ++i) {
+        want[i] = std::exp(static_cast<double>(logits[i]) / temperature) / sum;
+        max_p = std::max(max_p, want[i]);
+      }
+      double kept = 0.0;
+      for (double& w : want) {
+        if (w < min_p * max_p) w = 0.0;
+        kept += w;
+      }
+      for (double& w : want) w /= kept;
+      SamplingParams p;
+      p.temperature = temperature;
+      p.min_p = min_p;
+      p.seed = 11;
+      const std::vector<double> got = Frequencies(p, logits, 20000);
+      for (size_t i = 0; i < logits.size(); ++i) {
+        if (want[i] == 0.0) {
+          EXPECT_EQ(got[i], 0.0) << "T " << temperature << " min_p " << min_p << " token " << i;
+        } else {
+          EXPECT_NEAR(got[i], want[i], 0.015) << "T " << temperature << " min_p " << min_p << " token " << i;
+        }
+      }
+    }
+  }
+  // 0 is off (the same draws as without it); 1 keeps only the most probable token.
+  SamplingParams off, one;
+  off.temperature = one.temperature = 1.0f;
+  one.min_p = 1.0f;
+  SamplingParams zero = off;
+  zero.min_p = 0.0f;
+  EXPECT_EQ(Draw(off, 3, logits, 200), Draw(zero, 3, logits, 200));
+  for (int32_t t : Draw(one, 3, logits, 200)) EXPECT_EQ(t, 0);
+}
+
+// min_p applies after top_p (transformers' warper order): top_p 0.9 keeps {0, 1, 2}, then min_p 0.35 of
+// 0.5 / 0.95 drops token 2 (0.15 / 0.95 < 0.175 / 0.95).
+TEST(SamplerTest, MinPAfterTopP) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.9f;
+  p.min_p = 0.35f;
+  const std::vector<double> got = Frequencies(p, logits, 20000);
+  EXPECT_EQ(got[2], 0.0);
+  EXPECT_EQ(got[3], 0.0);
+  EXPECT_NEAR(got[0], 0.625, 0.015);
+}
+
+// Known answers of AdjustLogits: the bias first, the repetition penalty once per distinct token of the
+// prompt and the generated tokens (divided when positive, multiplied otherwise, as transformers'
+// RepetitionPenaltyLogitsProcessor and vLLM), then the OpenAI penalties on generated tokens only.
+TEST(SamplerTest, AdjustLogitsKnownAnswers) {
+  SamplingParams p;
+  p.logit_bias = {{4, -1.0f}, {0, 0.5f}, {99, 3.0f}};  // 99: outside the vocabulary, skipped
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.1f;
+  p.frequency_penalty = 0.5f;
+  const std::vector<int32_t> prompt = PromptTokenSet({1, 0, 1, 1, 0});
+  EXPECT_EQ(prompt, (std::vector<int32_t>{0, 1}));
+  const std::unordered_map<int32_t, int32_t> generated = {{1, 2}, {2, 1}, {5, 1}};
+  std::vector<float> logits = {2.0f, -1.0f, 0.5f, 0.0f, 3.0f, -4.0f};
+  ASSERT_TRUE(AdjustsLogits(p, true, true));
+  AdjustLogits(p, prompt, generated, logits.data(), static_cast<int64_t>(logits.size()));
+  EXPECT_EQ(logits[0], (2.0f + 0.5f) / 2.0f);                    // bias, then prompt token: divided
+  EXPECT_EQ(logits[1], -1.0f * 2.0f - (2 * 0.5f + 0.1f));        // prompt and generated: penalised once
+  EXPECT_EQ(logits[2], 0.5f / 2.0f - (1 * 0.5f + 0.1f));         // generated only
+  EXPECT_EQ(logits[3], 0.0f);                                    // never seen
+  EXPECT_EQ(logits[4], 3.0f - 1.0f);                             // biased, never seen
+  EXPECT_EQ(logits[5], -4.0f * 2.0f - (1 * 0.5f + 0.1f));        // negative: multiplied
+  // Nothing to do: no bias, penalties off or nothing seen.
+  SamplingParams none;
+  EXPECT_FALSE(AdjustsLogits(none, true, true));
+  none.repetition_penalty = 1.3f;
+  EXPECT_FALSE(AdjustsLogits(none, false, false));
+  EXPECT_TRUE(AdjustsLogits(none, true, false));
+  none.repetition_penalty = 1.0f;
+  none.presence_penalty = 0.2f;
+  EXPECT_FALSE(AdjustsLogits(none, true, false));
+  EXPECT_TRUE(AdjustsLogits(none, false, true));
 }
 
 }  // namespace
