@@ -64,7 +64,11 @@ bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
       job.offset_chars += (static_cast<uint8_t>(text[job.offset_bytes]) & 0xC0) != 0x80;
     offset = job.offset_chars;
   }
-  const bool stop = job.decoder ? job.matcher->Append(job.decoder->Step(token.id)) : false;
+  // A stop_token_ids token ends the choice (the executor stops it as at EOS) and writes no text; stop
+  // strings are matched from the min_tokens-th token on (vLLM's stop checker).
+  const bool stop = job.decoder && !job.IsStopToken(token.id)
+                        ? job.matcher->Append(job.decoder->Step(token.id), /*match=*/job.count >= job.params.min_new_tokens)
+                        : false;
   Request& req = *job.owner;
   {
     MutexLock lock(&req.mu);

@@ -384,6 +384,8 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
       job->params.max_new_tokens = r.MaxNewTokens(p, context, generator_->config().is_encoder_decoder());
       job->params.sampling = r.sampling;
       job->params.stop_on_eos = !r.ignore_eos;
+      job->params.stop_token_ids = r.stop_token_ids;
+      job->params.min_new_tokens = std::min(r.min_tokens, job->params.max_new_tokens);
       job->params.logprobs = r.logprobs;
       job->sampler_stream = static_cast<uint64_t>(k);
       job->matcher = std::make_unique<StopMatcher>(r.stop);
@@ -418,8 +420,10 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
                                                   kResumeField));
           job.resume_tokens.push_back(t);
           ++job.count;
-          if (job.decoder && !job.matcher->stopped()) job.matcher->Append(job.decoder->Step(t));
-          if (job.params.stop_on_eos && generator_->config().IsEos(t)) job.eos_in_replay = true;
+          const bool stop_token = job.IsStopToken(t);
+          if (job.decoder && !job.matcher->stopped() && !stop_token)
+            job.matcher->Append(job.decoder->Step(t), /*match=*/job.count >= job.params.min_new_tokens);
+          if ((job.params.stop_on_eos && generator_->config().IsEos(t)) || stop_token) job.eos_in_replay = true;
         }
         job.replayed_texts.push_back(job.matcher->TakeSafe(/*all=*/false));
       }

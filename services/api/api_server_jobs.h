@@ -3,6 +3,7 @@
 // (api_batcher.cc). Locking: see the members.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -39,6 +40,10 @@ struct ApiServer::Job {
   size_t prompt = 0;  // which of request.prompts
   executor::GenerationParams params;
   uint64_t sampler_stream = 0;
+  // One of the request's stop_token_ids: it ends the choice and writes no text.
+  bool IsStopToken(int32_t t) const {
+    return std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), t) != params.stop_token_ids.end();
+  }
 
   // Shared with the handler (under owner->mu). Not ZM_GUARDED_BY(owner->mu): the analysis cannot tell
   // job->owner->mu from the handler's request->mu, and the handler reads a job's results unlocked

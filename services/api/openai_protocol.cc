@@ -575,6 +575,34 @@ bool LogitBias(const json& j, const ProtocolContext& ctx, executor::SamplingPara
   return true;
 }
 
+// vLLM's stop_token_ids ([int], at most kMaxStops ids in [0, vocab)) and min_tokens (>= 0, at most
+// max_tokens when that is given).
+bool StopTokenIds(const json& j, const ProtocolContext& ctx, CompletionRequest* out, ApiError* err) {
+  if (Present(j, "stop_token_ids")) {
+    const json& ids = j["stop_token_ids"];
+    const int64_t vocab = ctx.config != nullptr ? ctx.config->vocab_size : INT32_MAX;
+    if (!ids.is_array()) return *err = BadRequest("'stop_token_ids' must be an array of token ids", "stop_token_ids"), false;
+    if (ids.size() > kMaxStops)
+      return *err = BadRequest(fmt::format("'stop_token_ids' has {} ids; at most {}", ids.size(), kMaxStops),
+                               "stop_token_ids"),
+             false;
+    for (const json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab)
+        return *err = BadRequest(fmt::format("'stop_token_ids': {} is not a token id in [0, {})", Clip(id.dump()), vocab),
+                                 "stop_token_ids"),
+               false;
+      out->stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  if (!Integer(j, "min_tokens", 0, INT32_MAX, &out->min_tokens, err)) return false;
+  if (out->max_tokens >= 0 && out->min_tokens > out->max_tokens)
+    return *err = BadRequest(fmt::format("'min_tokens' ({}) is more than max_tokens ({})", out->min_tokens,
+                                         out->max_tokens),
+                             "min_tokens"),
+           false;
+  return true;
+}
+
 // response_format: text (free), json_object (any JSON object) or json_schema (that schema), compiled
 // into the grammar the choices are constrained to.
 bool ResponseFormat(const json& j, CompletionRequest* out, ApiError* err) {
@@ -632,11 +660,6 @@ bool RejectUnsupported(const json& j, bool chat, const CompletionRequest& r, Api
     return *err = BadRequest("'top_a' is not supported by this server (0 only)", "top_a"), false;
   // vLLM's sampling extensions that would change the answer: refused unless at their no-op value, so
   // that a client relying on one learns it is not applied.
-  if (Present(j, "stop_token_ids") && !(j["stop_token_ids"].is_array() && j["stop_token_ids"].empty()))
-    return *err = BadRequest("'stop_token_ids' is not supported by this server (use 'stop' strings)", "stop_token_ids"),
-           false;
-  if (Present(j, "min_tokens") && !(j["min_tokens"].is_number_integer() && j["min_tokens"].get<int64_t>() == 0))
-    return *err = BadRequest("'min_tokens' is not supported by this server (0 only)", "min_tokens"), false;
   if (Present(j, "include_stop_str_in_output") && j["include_stop_str_in_output"] != false)
     return *err = BadRequest("'include_stop_str_in_output' is not supported by this server (false only: the text ends "
                              "before the stop string)",
@@ -798,6 +821,7 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
                                    "stop"),
                  false;
     }
+    if (!StopTokenIds(j, ctx, out, err)) return false;
     if (chat) {
       bool want = false;
       if (!Bool(j, "logprobs", &want, err)) return false;
@@ -853,6 +877,21 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
                                            out->n, kMaxChoices),
                                "n"),
              false;
+    // A grammar may leave EOS the only token allowed (a complete value), which min_tokens forbids.
+    if (out->min_tokens > 0 && out->grammar != nullptr)
+      return *err = BadRequest("'min_tokens' cannot be combined with a constrained answer (response_format json_object / "
+                               "json_schema, or a forced tool call)",
+                               "min_tokens"),
+             false;
+    // Without max_tokens, the room the prompt leaves.
+    for (size_t i = 0; i < out->prompts.size(); ++i)
+      if (out->min_tokens > out->MaxNewTokens(i, c.max_position_embeddings, c.is_encoder_decoder()))
+        return *err = BadRequest(fmt::format("'min_tokens' ({}) is more than the {} tokens the context leaves after the "
+                                             "prompt",
+                                             out->min_tokens,
+                                             out->MaxNewTokens(i, c.max_position_embeddings, c.is_encoder_decoder())),
+                                 "min_tokens"),
+               false;
   } catch (const json::exception& e) {  // e.g. a number out of range for its field
     *err = BadRequest(e.what());
     return false;

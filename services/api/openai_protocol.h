@@ -15,7 +15,8 @@
 //   temperature (1, >= 0; 0 = greedy), top_p ((0, 1]), top_k (>= 0, 0 = off; vLLM's extension),
 //   seed (integer; absent = a fresh random seed per request), n (1..128 choices per prompt),
 //   presence_penalty, frequency_penalty ([-2, 2], sampler.h), min_p ([0, 1]) and repetition_penalty
-//   ((0, 100], 1 = off; vLLM's extensions, sampler.h), stop (string | [string]),
+//   ((0, 100], 1 = off; vLLM's extensions, sampler.h), stop (string | [string]), stop_token_ids and
+//   min_tokens (vLLM's extensions, CompletionRequest below),
 //   stream, stream_options.include_usage (only with stream), ignore_eos (vLLM's extension),
 //   stop: at most 64 strings of at most 1024 bytes each
 //   logprobs: chat: bool, with top_logprobs 0..20 (top_logprobs needs logprobs: true);
@@ -79,6 +80,12 @@ struct CompletionRequest {
   bool seeded = false;               // the client gave the seed
   bool ignore_eos = false;
   std::vector<std::string> stop;
+  // vLLM's stop_token_ids: sampling one ends the choice (finish_reason "stop"), its text left out, as vLLM
+  // does without include_stop_str_in_output; at most 64 ids in [0, vocab).
+  std::vector<int32_t> stop_token_ids;
+  // vLLM's min_tokens: before this many tokens EOS and stop_token_ids cannot be sampled and stop strings
+  // are not matched; <= max_tokens; not with a constrained answer (grammar). 0 = off.
+  int64_t min_tokens = 0;
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   bool echo = false;

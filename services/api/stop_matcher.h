@@ -18,11 +18,14 @@ class StopMatcher {
   explicit StopMatcher(std::vector<std::string> stop) : stop_(std::move(stop)) {
     for (const auto& s : stop_) hold_ = std::max(hold_, s.size() > 0 ? s.size() - 1 : 0);
   }
-  // Appends `piece`; returns true once a stop string occurs (the text is then cut before it).
-  bool Append(const std::string& piece) {
+  // Appends `piece`; returns true once a stop string occurs (the text is then cut before it). `match`
+  // false: the text grows without being searched (vLLM's min_tokens); a later search still finds a stop
+  // string that ends in a later piece and starts up to (longest stop string - 1) bytes before it.
+  bool Append(const std::string& piece, bool match = true) {
     if (stopped_) return true;
     const size_t from = text_.size() > hold_ ? text_.size() - hold_ : 0;
     text_ += piece;
+    if (!match) return false;
     size_t cut = std::string::npos;
     for (const auto& s : stop_) {
       if (s.empty()) continue;

@@ -566,6 +566,8 @@ Result<BatchSession::SequenceId> BatchSession::AddSequence(std::vector<int32_t> 
   if (!(sp.repetition_penalty > 0.0f) || !std::isfinite(sp.repetition_penalty))
     return Status::InvalidArgument(
         fmt::format("repetition_penalty must be a finite number > 0 (1 = off), got {}", sp.repetition_penalty));
+  if (params.min_new_tokens < 0)
+    return Status::InvalidArgument(fmt::format("min_new_tokens must be >= 0, got {}", params.min_new_tokens));
   if (!(sp.min_p >= 0.0f && sp.min_p <= 1.0f))
     return Status::InvalidArgument(fmt::format("min_p must be in [0, 1] (0 = off), got {}", sp.min_p));
   if (!generated.empty() && static_cast<int64_t>(generated.size()) >= params.max_new_tokens)
@@ -758,10 +760,19 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
       int32_t token = 0;
       float chosen = 0.0f;  // the sampled token's logit
       const bool adjusts = AdjustsLogits(sp, !s.prompt_tokens.empty(), !s.counts.empty());
+      const bool below_min = static_cast<int64_t>(r.generated_ids.size()) < s.params.min_new_tokens;
       TokenConstraint* constraint = s.params.constraint.get();
-      if (adjusts || constraint != nullptr) {
+      if (adjusts || below_min || constraint != nullptr) {
         penalized.assign(row_logits, row_logits + vocab);
         if (adjusts) AdjustLogits(sp, s.prompt_tokens, s.counts, penalized.data(), vocab);
+        if (below_min) {  // min_new_tokens: no stop token yet
+          constexpr float kNever = -std::numeric_limits<float>::infinity();
+          if (s.params.stop_on_eos)
+            for (int64_t t : c.eos_token_ids)
+              if (t >= 0 && t < vocab) penalized[static_cast<size_t>(t)] = kNever;
+          for (int32_t t : s.params.stop_token_ids)
+            if (t >= 0 && t < vocab) penalized[static_cast<size_t>(t)] = kNever;
+        }
         if (constraint != nullptr) constraint->Mask(penalized.data(), vocab);
         token = s.sampler.Sample(penalized.data(), vocab);
         chosen = penalized[static_cast<size_t>(token)];
@@ -784,7 +795,9 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
         sampled.id = token;
         if (s.params.logprobs >= 0) Logprobs(row_logits, vocab, token, s.params.logprobs, &sampled);
         const bool keep = s.on_token ? s.on_token(sampled) : true;
-        if (s.params.stop_on_eos && c.IsEos(token)) {
+        if ((s.params.stop_on_eos && c.IsEos(token)) ||
+            std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), token) !=
+                s.params.stop_token_ids.end()) {
           r.stopped_on_eos = true;
         } else if (!keep) {
           cancelled = true;

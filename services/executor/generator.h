@@ -175,13 +175,20 @@ struct GenerationParams {
   int32_t logprobs = -1;
   bool record_logits = false;   // keep float32 logits of every position fed through the model
   bool stop_on_eos = true;      // stop a sequence once it generates one of config().eos_token_ids
+  // vLLM's stop_token_ids: a sequence that generates one of these stops as at EOS (stopped_on_eos), even
+  // with stop_on_eos false.
+  std::vector<int32_t> stop_token_ids;
+  // vLLM's min_tokens: while fewer tokens than this are generated, the EOS tokens (with stop_on_eos) and
+  // stop_token_ids have logit -inf (cannot be sampled). 0 = off. Not with a constraint that could leave
+  // nothing else (the API refuses the pair).
+  int64_t min_new_tokens = 0;
   std::shared_ptr<TokenConstraint> constraint;  // null: unconstrained
 };
 
 struct GenerationResult {
   std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> generated_ids;  // includes the EOS token that stopped the sequence, if any
-  bool stopped_on_eos = false;
+  std::vector<int32_t> generated_ids;  // includes the EOS (or stop_token_ids) token that stopped the sequence, if any
+  bool stopped_on_eos = false;         // EOS, or one of GenerationParams::stop_token_ids
   // record_logits: float32 [logits_rows, vocab_size], one row per position fed, in order: every
   // prompt position, then each generated token that was fed back (the last generated token is not
   // fed), so logits_rows = prompt length + max(0, generated - 1). An encoder-decoder model

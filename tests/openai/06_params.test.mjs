@@ -138,6 +138,23 @@ test('12j min_p and repetition_penalty (vLLM extra body fields) change the answe
   await expectApiError(chat(c, MSGS, { max_tokens: 4, repetition_penalty: 0 }), 400, { param: 'repetition_penalty' });
 });
 
+test('12k stop_token_ids end the answer without their text; min_tokens holds them back', T, async () => {
+  const id = 300;  // +100 makes it every greedy token (12b)
+  const base = { model: MODEL, prompt: 'Hi', max_tokens: 8, temperature: 0, logit_bias: { [id]: 100 } };
+  const stopped = await c.completions.create({ ...base, stop_token_ids: [id] });
+  assert.equal(stopped.choices[0].finish_reason, 'stop');
+  assert.equal(stopped.choices[0].text, '');
+  assert.equal(stopped.usage.completion_tokens, 1);
+  // min_tokens 3: the first three tokens are the greedy ones without that token, then it stops the answer.
+  const held = await c.completions.create({ ...base, stop_token_ids: [id], min_tokens: 3 });
+  const banned = await c.completions.create({ ...base, max_tokens: 3, logit_bias: { [id]: -100 } });
+  assert.equal(held.choices[0].finish_reason, 'stop');
+  assert.equal(held.usage.completion_tokens, 4);
+  assert.equal(held.choices[0].text, banned.choices[0].text);
+  await expectApiError(c.completions.create({ ...base, min_tokens: 9 }), 400, { param: 'min_tokens' });
+  await expectApiError(c.completions.create({ ...base, stop_token_ids: ['x'] }), 400, { param: 'stop_token_ids' });
+});
+
 test('12g max_tokens -1 is a 400', T, async () => {
   await expectApiError(chat(c, MSGS, { max_tokens: -1 }), 400, { errorClass: OpenAI.BadRequestError });
   await expectApiError(c.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: -1 }), 400);

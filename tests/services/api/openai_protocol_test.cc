@@ -199,6 +199,21 @@ TEST_F(OpenAiProtocolTest, SeedsNAndSamplingRanges) {
   EXPECT_EQ(a.sampling.top_k, 4);
   EXPECT_EQ(a.sampling.presence_penalty, 0.5f);
   EXPECT_EQ(a.sampling.frequency_penalty, -1.0f);
+  EXPECT_TRUE(a.stop_token_ids.empty());
+  EXPECT_EQ(a.min_tokens, 0);
+  ASSERT_TRUE(Parse(json{{"prompt", {1}}, {"stop_token_ids", {5, 7}}, {"min_tokens", 3}, {"max_tokens", 3}},
+                    Endpoint::kCompletions, &a, &e));
+  EXPECT_EQ(a.stop_token_ids, (std::vector<int32_t>{5, 7}));
+  EXPECT_EQ(a.min_tokens, 3);
+  for (const json& bad : {json("5"), json::array({-1}), json::array({config_->vocab_size}), json::array({"5"}),
+                          json(std::vector<int>(65, 5))})
+    EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"stop_token_ids", bad}}), "stop_token_ids") << bad.dump();
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"min_tokens", -1}}), "min_tokens");
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"min_tokens", 5}, {"max_tokens", 4}}), "min_tokens");
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"min_tokens", config_->max_position_embeddings}}), "min_tokens")
+      << "more than the context leaves";
+  EXPECT_EQ(RejectedParam(json{{"prompt", {1}}, {"min_tokens", 2}, {"response_format", {{"type", "json_object"}}}}),
+            "min_tokens");
   EXPECT_EQ(a.sampling.min_p, 0.0f);               // off unless given
   EXPECT_EQ(a.sampling.repetition_penalty, 1.0f);
   ASSERT_TRUE(Parse(json{{"prompt", {1}}, {"min_p", 0.05}, {"repetition_penalty", 1.1}}, Endpoint::kCompletions, &a, &e));
@@ -264,8 +279,6 @@ TEST_F(OpenAiProtocolTest, UnsupportedFeaturesAre400NamingTheFieldAndNoOpsAreLis
   EXPECT_EQ(RejectedParam(with("min_p", -0.1)), "min_p");
   EXPECT_EQ(RejectedParam(with("min_p", 1.5)), "min_p");
   // vLLM's extensions that would change the answer are refused, not silently dropped.
-  EXPECT_EQ(RejectedParam(with("stop_token_ids", {5})), "stop_token_ids");
-  EXPECT_EQ(RejectedParam(with("min_tokens", 4)), "min_tokens");
   EXPECT_EQ(RejectedParam(with("include_stop_str_in_output", true)), "include_stop_str_in_output");
   EXPECT_EQ(RejectedParam(with("skip_special_tokens", false)), "skip_special_tokens");
   CompletionRequest r;

@@ -53,5 +53,19 @@ TEST(StopMatcherTest, TheSafeBoundaryNeverSplitsAUtf8Sequence) {
   EXPECT_EQ(m.TakeSafe(true), "\xc3\xa9");
 }
 
+// min_tokens: text appended without matching is not searched; the first matched piece finds a stop
+// string that ends in it and starts in the held-back tail before it, not one wholly before.
+TEST(StopMatcherTest, PiecesAppendedWithoutMatchingAreNotSearched) {
+  StopMatcher m({"END", "xy"});  // holds back 2 bytes
+  EXPECT_FALSE(m.Append("a END b", /*match=*/false));
+  EXPECT_FALSE(m.Append("x", /*match=*/false));
+  EXPECT_FALSE(m.Append("c")) << "\"END\" lies wholly before the matched piece";
+  EXPECT_EQ(m.text(), "a END bxc");
+  StopMatcher n({"END", "xy"});
+  EXPECT_FALSE(n.Append("a b x", /*match=*/false));
+  EXPECT_TRUE(n.Append("yz")) << "\"xy\" starts in the held-back tail";
+  EXPECT_EQ(n.text(), "a b ");
+}
+
 }  // namespace
 }  // namespace zipmoe::api

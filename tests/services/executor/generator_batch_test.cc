@@ -365,6 +365,56 @@ TEST(BatchSessionTest, RepetitionPenaltyCountsThePromptAndTheGeneratedTokens) {
   EXPECT_EQ(g->Generate({kPrompt}, params).status().code(), StatusCode::kInvalidArgument);
 }
 
+// stop_token_ids end a sequence as EOS does (ignore_eos or not); min_new_tokens keeps them and EOS from
+// being sampled before that many tokens: a bias that forces EOS then gives it at the first token allowed.
+TEST(BatchSessionTest, StopTokenIdsAndMinNewTokens) {
+  auto g = MakeGenerator(TinyModelDir("qwen2_moe"));
+  ASSERT_TRUE(g);
+  GenerationParams params;
+  params.max_new_tokens = 12;
+  params.stop_on_eos = false;
+  auto plain = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const std::vector<int32_t> a = (*plain)[0].generated_ids;
+  ASSERT_EQ(a.size(), 12u);
+  // The first token after the first that did not occur before it.
+  size_t i = 1;
+  while (i < a.size() && std::find(a.begin(), a.begin() + static_cast<int64_t>(i), a[i]) != a.begin() + static_cast<int64_t>(i)) ++i;
+  ASSERT_LT(i, a.size());
+  params.stop_token_ids = {a[i]};
+  auto stopped = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ((*stopped)[0].generated_ids, std::vector<int32_t>(a.begin(), a.begin() + static_cast<int64_t>(i) + 1));
+  EXPECT_TRUE((*stopped)[0].stopped_on_eos);
+  // Not before min_new_tokens: a[i] cannot be token i, so the run leaves the plain one there.
+  params.min_new_tokens = static_cast<int64_t>(i) + 1;
+  auto later = g->Generate({kPrompt}, params);
+  ASSERT_TRUE(later.ok());
+  const std::vector<int32_t>& b = (*later)[0].generated_ids;
+  ASSERT_GT(b.size(), i + 1);
+  EXPECT_EQ(std::vector<int32_t>(b.begin(), b.begin() + static_cast<int64_t>(i)),
+            std::vector<int32_t>(a.begin(), a.begin() + static_cast<int64_t>(i)));
+  EXPECT_NE(b[i], a[i]);
+  for (size_t k = i + 1; k + 1 < b.size(); ++k) EXPECT_NE(b[k], a[i]) << "a stop token did not stop at " << k;
+  // EOS forced by a bias comes at the first step min_new_tokens allows, and stops there.
+  const int32_t eos = g->config().eos_token_ids.at(0);
+  GenerationParams forced;
+  forced.max_new_tokens = 12;
+  forced.sampling.logit_bias = {{eos, 100.0f}};
+  auto first = g->Generate({kPrompt}, forced);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ((*first)[0].generated_ids, std::vector<int32_t>{eos});
+  forced.min_new_tokens = 5;
+  auto fifth = g->Generate({kPrompt}, forced);
+  ASSERT_TRUE(fifth.ok());
+  ASSERT_EQ((*fifth)[0].generated_ids.size(), 6u);
+  EXPECT_EQ((*fifth)[0].generated_ids.back(), eos);
+  EXPECT_TRUE((*fifth)[0].stopped_on_eos);
+  for (size_t k = 0; k < 5; ++k) EXPECT_FALSE(g->config().IsEos((*fifth)[0].generated_ids[k])) << k;
+  forced.min_new_tokens = -1;
+  EXPECT_EQ(g->Generate({kPrompt}, forced).status().code(), StatusCode::kInvalidArgument);
+}
+
 // logit_bias (OpenAI): +100 on a token greedy decoding would not pick makes it every token; -100 on
 // the tokens an unbiased run picks bans them; an empty list changes nothing.
 TEST(BatchSessionTest, LogitBiasForcesAndBansTokens) {
