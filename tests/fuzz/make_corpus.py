@@ -169,6 +169,8 @@ def main():
                                             {"role": "developer", "content": "x"}, {"role": "tool", "content": "y"}],
                  "max_completion_tokens": 8, "logprobs": True, "top_logprobs": 3, "response_format": {"type": "text"},
                  "tool_choice": "none", "stop": "STOP"},
+        "completion_vllm_extras": {"prompt": "a", "max_tokens": 4, "min_p": 0.05, "repetition_penalty": 1.1,
+                                   "stop_token_ids": [1, 2], "min_tokens": 2},
         "chat_unsupported": {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}],
                              "min_p": 0.1, "repetition_penalty": 1.1, "suffix": "s"},
     }
