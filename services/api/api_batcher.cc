@@ -43,6 +43,11 @@ bool ApiServer::Submit(const std::shared_ptr<Request>& request) {
   return true;
 }
 
+bool ApiServer::Job::FeedText(int32_t t) {
+  if (!decoder || params.IsStopToken(t) || matcher->stopped()) return matcher->stopped();
+  return matcher->Append(decoder->Step(t), /*match=*/count >= params.min_new_tokens);
+}
+
 bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
   const auto now = Clock::now();
   ++job.count;
@@ -64,11 +69,7 @@ bool ApiServer::OnToken(Job& job, const executor::SampledToken& token) {
       job.offset_chars += (static_cast<uint8_t>(text[job.offset_bytes]) & 0xC0) != 0x80;
     offset = job.offset_chars;
   }
-  // A stop_token_ids token ends the choice (the executor stops it as at EOS) and writes no text; stop
-  // strings are matched from the min_tokens-th token on (vLLM's stop checker).
-  const bool stop = job.decoder && !job.IsStopToken(token.id)
-                        ? job.matcher->Append(job.decoder->Step(token.id), /*match=*/job.count >= job.params.min_new_tokens)
-                        : false;
+  const bool stop = job.FeedText(token.id);
   Request& req = *job.owner;
   {
     MutexLock lock(&req.mu);

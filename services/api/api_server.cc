@@ -420,10 +420,9 @@ void ApiServer::HandleCompletion(const HttpRequest& http, HttpExchange& exchange
                                                   kResumeField));
           job.resume_tokens.push_back(t);
           ++job.count;
-          const bool stop_token = job.IsStopToken(t);
-          if (job.decoder && !job.matcher->stopped() && !stop_token)
-            job.matcher->Append(job.decoder->Step(t), /*match=*/job.count >= job.params.min_new_tokens);
-          if ((job.params.stop_on_eos && generator_->config().IsEos(t)) || stop_token) job.eos_in_replay = true;
+          job.FeedText(t);
+          if ((job.params.stop_on_eos && generator_->config().IsEos(t)) || job.params.IsStopToken(t))
+            job.eos_in_replay = true;
         }
         job.replayed_texts.push_back(job.matcher->TakeSafe(/*all=*/false));
       }

@@ -3,7 +3,6 @@
 // (api_batcher.cc). Locking: see the members.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -40,10 +39,6 @@ struct ApiServer::Job {
   size_t prompt = 0;  // which of request.prompts
   executor::GenerationParams params;
   uint64_t sampler_stream = 0;
-  // One of the request's stop_token_ids: it ends the choice and writes no text.
-  bool IsStopToken(int32_t t) const {
-    return std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), t) != params.stop_token_ids.end();
-  }
 
   // Shared with the handler (under owner->mu). Not ZM_GUARDED_BY(owner->mu): the analysis cannot tell
   // job->owner->mu from the handler's request->mu, and the handler reads a job's results unlocked
@@ -79,6 +74,10 @@ struct ApiServer::Job {
   std::unique_ptr<StopMatcher> matcher;
   std::unique_ptr<StreamDecoder> decoder;
   int64_t count = 0;
+  // Feeds generated token t (the count-th) to the stop-string matcher: its text through the stream decoder,
+  // none for a stop_token_ids token (it ends the choice); stop strings are matched from the min_tokens-th
+  // token on (vLLM's stop checker). Returns whether a stop string has occurred. api_batcher.cc.
+  bool FeedText(int32_t t);
   std::chrono::steady_clock::time_point last_token;
   size_t peak_batch = 0;
   // Request grouping (queued, batch loop only): the prompt's predicted experts, once computed, and

@@ -883,8 +883,8 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, const Pr
                                "json_schema, or a forced tool call)",
                                "min_tokens"),
              false;
-    // Without max_tokens, the room the prompt leaves.
-    for (size_t i = 0; i < out->prompts.size(); ++i)
+    // Without max_tokens, the room the prompt leaves (with it, StopTokenIds checked min_tokens against it).
+    for (size_t i = 0; i < out->prompts.size() && out->max_tokens < 0; ++i)
       if (out->min_tokens > out->MaxNewTokens(i, c.max_position_embeddings, c.is_encoder_decoder()))
         return *err = BadRequest(fmt::format("'min_tokens' ({}) is more than the {} tokens the context leaves after the "
                                              "prompt",

@@ -795,9 +795,7 @@ std::vector<BatchSession::Finished> BatchSession::Step() {
         sampled.id = token;
         if (s.params.logprobs >= 0) Logprobs(row_logits, vocab, token, s.params.logprobs, &sampled);
         const bool keep = s.on_token ? s.on_token(sampled) : true;
-        if ((s.params.stop_on_eos && c.IsEos(token)) ||
-            std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), token) !=
-                s.params.stop_token_ids.end()) {
+        if ((s.params.stop_on_eos && c.IsEos(token)) || s.params.IsStopToken(token)) {
           r.stopped_on_eos = true;
         } else if (!keep) {
           cancelled = true;

@@ -14,6 +14,7 @@
 // but share torch's thread pool.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -178,6 +179,9 @@ struct GenerationParams {
   // vLLM's stop_token_ids: a sequence that generates one of these stops as at EOS (stopped_on_eos), even
   // with stop_on_eos false.
   std::vector<int32_t> stop_token_ids;
+  bool IsStopToken(int32_t t) const {
+    return std::find(stop_token_ids.begin(), stop_token_ids.end(), t) != stop_token_ids.end();
+  }
   // vLLM's min_tokens: while fewer tokens than this are generated, the EOS tokens (with stop_on_eos) and
   // stop_token_ids have logit -inf (cannot be sampled). 0 = off. Not with a constraint that could leave
   // nothing else (the API refuses the pair).

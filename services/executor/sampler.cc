@@ -72,6 +72,13 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
     sum += probs_[i];
   }
   for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
+  // Keeps the first n candidates, their probabilities renormalised.
+  const auto truncate = [&](size_t n) {
+    keep = n;
+    sum = 0.0;
+    for (size_t i = 0; i < keep; ++i) sum += probs_[i];
+    for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
+  };
   // Nucleus: smallest prefix whose mass reaches top_p.
   if (params_.top_p < 1.0f) {
     double mass = 0.0;
@@ -80,22 +87,14 @@ int32_t Sampler::Sample(const float* logits, int64_t vocab) {
       mass += probs_[n++];
       if (mass >= static_cast<double>(params_.top_p)) break;
     }
-    keep = std::max<size_t>(n, 1);
-    sum = 0.0;
-    for (size_t i = 0; i < keep; ++i) sum += probs_[i];
-    for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
+    truncate(std::max<size_t>(n, 1));
   }
   // min_p: the candidates are sorted, so those at least min_p x the first's probability are a prefix.
   if (params_.min_p > 0.0f) {
     const double floor = static_cast<double>(params_.min_p) * probs_[0];
     size_t n = 1;
     while (n < keep && probs_[n] >= floor) ++n;
-    if (n < keep) {
-      keep = n;
-      sum = 0.0;
-      for (size_t i = 0; i < keep; ++i) sum += probs_[i];
-      for (size_t i = 0; i < keep; ++i) probs_[i] /= sum;
-    }
+    if (n < keep) truncate(n);
   }
   // u in [0, 1) from the top 53 bits (portable, unlike std::uniform_real_distribution).
   const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);

@@ -1,14 +1,15 @@
 // Helpers of the executor tests (generator_test.cc, generator_errors_test.cc,
 // generator_batch_test.cc, prefix_cache_test.cc, kv_budget_test.cc, kv_window_test.cc,
 // prefill_chunk_test.cc): a generator on a model directory, the error of one that fails to load or is
-// refused its options, fixed and generated prompts, one sequence run through a session, and bit-exact
-// comparisons of logits and of sampled tokens.
+// refused its options, fixed and generated prompts, one sequence or several run through a session, and
+// bit-exact comparisons of logits and of sampled tokens.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -86,6 +87,50 @@ inline SequenceRun RunSequence(Generator& g, const std::vector<int32_t>& prompt,
       run.result = std::move(f.result);
     }
   }
+  return run;
+}
+
+struct SessionRun {
+  std::vector<std::vector<SampledToken>> tokens;  // per sequence, with the top-3 log-probabilities
+  std::vector<GenerationResult> results;          // per sequence
+  int64_t steps = 0;
+};
+
+// Every prompt queued in one session of `g` first, then steps until all end; greedy, EOS ignored, the top-3
+// log-probabilities of every step. Checks after every step that a KV budget holds, and at the end that the
+// session holds none of it.
+inline SessionRun RunSession(Generator& g, const std::vector<std::vector<int32_t>>& prompts, int64_t max_new,
+                             bool record_logits = false) {
+  SessionRun run;
+  run.tokens.resize(prompts.size());
+  run.results.resize(prompts.size());
+  auto session = g.NewSession();
+  std::map<BatchSession::SequenceId, size_t> index;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationParams params;
+    params.max_new_tokens = max_new;
+    params.stop_on_eos = false;
+    params.logprobs = 3;
+    params.record_logits = record_logits;
+    auto id = session->AddSequence(prompts[i], params, 0, [&run, i](const SampledToken& t) {
+      run.tokens[i].push_back(t);
+      return true;
+    });
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    if (id.ok()) index[*id] = i;
+  }
+  while (!session->empty()) {
+    for (BatchSession::Finished& f : session->Step()) {
+      EXPECT_TRUE(f.status.ok()) << f.status.ToString();
+      run.results[index[f.id]] = std::move(f.result);
+    }
+    const KvBudgetCounters k = g.kv_budget_stats();
+    if (k.enabled) {
+      EXPECT_LE(k.used_bytes, k.budget_bytes);
+    }
+    ++run.steps;
+  }
+  EXPECT_EQ(g.kv_budget_stats().used_bytes, 0);
   return run;
 }
 

@@ -4,7 +4,6 @@
 // they alone would not fit.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -35,34 +34,7 @@ int64_t SequenceBytes(const KvBudgetCounters& k, int64_t positions) {
   return (positions + kPage - 1) / kPage * kPage * k.bytes_per_position + k.fixed_bytes;
 }
 
-using Steps = std::vector<SampledToken>;
-
-// Runs `prompts` in one session (all queued first), checking after every step that the budget holds.
-std::vector<Steps> RunSession(Generator& g, const std::vector<std::vector<int32_t>>& prompts, int64_t max_new) {
-  auto session = g.NewSession();
-  std::vector<Steps> out(prompts.size());
-  std::map<BatchSession::SequenceId, size_t> index;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerationParams params;
-    params.max_new_tokens = max_new;
-    params.stop_on_eos = false;
-    params.logprobs = 3;
-    auto id = session->AddSequence(prompts[i], params, 0, [&out, i](const SampledToken& t) {
-      out[i].push_back(t);
-      return true;
-    });
-    EXPECT_TRUE(id.ok()) << id.status().ToString();
-  }
-  while (!session->empty()) {
-    for (const BatchSession::Finished& f : session->Step()) EXPECT_TRUE(f.status.ok()) << f.status.ToString();
-    const KvBudgetCounters k = g.kv_budget_stats();
-    if (k.enabled) {
-      EXPECT_LE(k.used_bytes, k.budget_bytes);
-    }
-  }
-  EXPECT_EQ(g.kv_budget_stats().used_bytes, 0);
-  return out;
-}
+using test::RunSession;
 
 class KvBudgetTest : public ::testing::TestWithParam<std::string> {};
 
@@ -75,7 +47,7 @@ TEST_P(KvBudgetTest, PreemptedSequencesResumeWithTheirUnboundedTokens) {
   const std::vector<std::vector<int32_t>> prompts = {
       {5, 17, 300, 1000, 42, 7, 1999, 64, 128, 3}, {11, 900, 1500, 77, 8, 1234, 56}, {64, 128, 3, 900, 33, 21, 9, 8}};
   constexpr int64_t kNew = 20;
-  const std::vector<Steps> want = RunSession(*unbounded, prompts, kNew);
+  const std::vector<std::vector<SampledToken>> want = RunSession(*unbounded, prompts, kNew).tokens;
   const KvBudgetCounters shape = unbounded->kv_budget_stats();
   ASSERT_FALSE(shape.enabled);
   ASSERT_GT(shape.bytes_per_position, 0);
@@ -83,7 +55,7 @@ TEST_P(KvBudgetTest, PreemptedSequencesResumeWithTheirUnboundedTokens) {
   const int64_t budget = 3 * SequenceBytes(shape, 2 * kPage) + kPage * shape.bytes_per_position;
   auto bounded = MakeBudgetGenerator(dir, budget);
   ASSERT_TRUE(bounded);
-  const std::vector<Steps> got = RunSession(*bounded, prompts, kNew);
+  const std::vector<std::vector<SampledToken>> got = RunSession(*bounded, prompts, kNew).tokens;
   for (size_t i = 0; i < prompts.size(); ++i)
     test::ExpectSameSampledTokens(got[i], want[i], GetParam() + " sequence " + std::to_string(i));
   const KvBudgetCounters k = bounded->kv_budget_stats();

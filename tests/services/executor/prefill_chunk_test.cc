@@ -5,7 +5,6 @@
 // negative chunk is refused.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,46 +30,8 @@ std::unique_ptr<Generator> Make(const std::string& dir, int64_t chunk, int64_t b
   return g.ok() ? std::move(g).value() : nullptr;
 }
 
-struct SessionRun {
-  std::vector<std::vector<SampledToken>> tokens;  // per sequence
-  std::vector<GenerationResult> results;          // per sequence
-  int64_t steps = 0;
-};
-
-// Every prompt queued first, then steps until all end; greedy, EOS ignored, logprobs of every step.
-SessionRun RunSession(Generator& g, const std::vector<std::vector<int32_t>>& prompts, int64_t max_new,
-               bool record_logits = false) {
-  SessionRun run;
-  run.tokens.resize(prompts.size());
-  run.results.resize(prompts.size());
-  auto session = g.NewSession();
-  std::map<BatchSession::SequenceId, size_t> index;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerationParams params;
-    params.max_new_tokens = max_new;
-    params.stop_on_eos = false;
-    params.logprobs = 3;
-    params.record_logits = record_logits;
-    auto id = session->AddSequence(prompts[i], params, 0, [&run, i](const SampledToken& t) {
-      run.tokens[i].push_back(t);
-      return true;
-    });
-    EXPECT_TRUE(id.ok()) << id.status().ToString();
-    if (id.ok()) index[*id] = i;
-  }
-  while (!session->empty()) {
-    for (BatchSession::Finished& f : session->Step()) {
-      EXPECT_TRUE(f.status.ok()) << f.status.ToString();
-      run.results[index[f.id]] = std::move(f.result);
-    }
-    const KvBudgetCounters k = g.kv_budget_stats();
-    if (k.enabled) {
-      EXPECT_LE(k.used_bytes, k.budget_bytes);
-    }
-    ++run.steps;
-  }
-  return run;
-}
+using test::RunSession;
+using test::SessionRun;
 
 class PrefillChunkTest : public ::testing::TestWithParam<std::string> {};
 
